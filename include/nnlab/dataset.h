@@ -1,0 +1,80 @@
+/* Datasets: importing into the store, listing, and loading into memory for training.
+ *
+ * Samples stay in memory in the type they were imported in (uint8 for 8-bit pixels) and become
+ * normalised floats one batch at a time: x = (pixel / 255 - mean[c]) / std[c], with mean and std
+ * computed over the train split at import and stored with the dataset. */
+#ifndef NNLAB_DATASET_H
+#define NNLAB_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nnlab/error.h"
+#include "nnlab/layer.h"
+#include "nnlab/store.h"
+
+enum nl_split { NL_TRAIN = 0, NL_VAL = 1, NL_TEST = 2, NL_NSPLITS = 3 };
+enum nl_dtype { NL_U8 = 0, NL_F32 = 1 };
+
+extern const char *const nl_split_names[NL_NSPLITS]; /* "train", "val", "test" */
+
+struct nl_dataset {
+    char *name;
+    char *source; /* where it was imported from */
+    char *kind;   /* "idx", later "png", "csv" */
+    struct nl_shape shape; /* one sample */
+    enum nl_dtype dtype;
+    int nclasses;
+    char **class_names; /* (nclasses) */
+    int nnorm;          /* shape.c: one mean/std per channel */
+    float *mean, *std;  /* (nnorm), in units of pixel / 255 for uint8 data */
+    struct {
+        uint32_t n;
+        void *x;    /* (n, sample), uint8_t or float by dtype */
+        int32_t *y; /* (n) labels in [0, nclasses) */
+    } split[NL_NSPLITS];
+};
+
+struct nl_dataset_info {
+    char name[128];
+    char kind[16];
+    char source[512];
+    char created[32];
+    struct nl_shape shape;
+    int nclasses;
+    uint32_t count[NL_NSPLITS];
+};
+
+struct nl_import_opts {
+    float val_fraction; /* carve a stratified validation split of this share from train; 0: none */
+    uint64_t seed;      /* for the validation split */
+    nl_warn_fn warn;    /* may be NULL */
+    void *warn_ud;
+};
+
+/* Imports MNIST-family IDX files as dataset `name`, in one transaction: nothing is left in the
+ * store when it fails. paths is either one folder holding train-images-idx3-ubyte and
+ * train-labels-idx1-ubyte (and optionally the t10k pair, which becomes the test split), each
+ * possibly .gz, or an images file and a labels file (the train split). Errors name the file. */
+int nl_import_idx(struct nl_store *s, const char *name, const char *const *paths, int npaths,
+                  const struct nl_import_opts *opts, struct nl_error *err);
+
+int nl_dataset_exists(struct nl_store *s, const char *name, struct nl_error *err); /* 1, 0, <0 */
+int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count,
+                    struct nl_error *err); /* *out freed with nl_free */
+int nl_dataset_remove(struct nl_store *s, const char *name, struct nl_error *err);
+
+int nl_dataset_load(struct nl_store *s, const char *name, struct nl_dataset **out,
+                    struct nl_error *err);
+void nl_dataset_free(struct nl_dataset *d);
+
+/* x (n, sample) = normalised samples idx[0..n) of the split; y (n) = their labels (y may be NULL). */
+void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uint32_t *idx, int n,
+                      float *x, int32_t *y);
+
+/* Reads a PNG of any kind libpng reads and turns it into one normalised sample of d's shape
+ * (converting channels, resizing bilinearly). x has nl_shape_size(d->shape) floats. */
+int nl_dataset_sample_from_png(const struct nl_dataset *d, const char *path, float *x,
+                               struct nl_error *err);
+
+#endif

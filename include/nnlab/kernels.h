@@ -1,0 +1,23 @@
+/* Dense kernels. Each fast path keeps a naive twin that tests compare it against.
+ * Matrices are row-major. */
+#ifndef NNLAB_KERNELS_H
+#define NNLAB_KERNELS_H
+
+/* c (m, n) = alpha * op(a) op(b) + beta * c, op(x) = x or x^T; a is (m, k) or (k, m), b is (k, n)
+ * or (n, k). Goes to OpenBLAS cblas_sgemm. */
+void nl_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+              const float *b, int ldb, float beta, float *c, int ldc);
+void nl_sgemm_naive(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                    int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+/* cols (c*kh*kw, oh*ow) from img (c, h, w) with zero padding. */
+void nl_im2col(float *cols, const float *img, int c, int h, int w, int kh, int kw, int sh, int sw,
+               int ph, int pw, int oh, int ow);
+/* img (c, h, w) += the columns folded back; the adjoint of nl_im2col. */
+void nl_col2im(float *img, const float *cols, int c, int h, int w, int kh, int kw, int sh, int sw,
+               int ph, int pw, int oh, int ow);
+
+/* Makes OpenBLAS run single-threaded inside the calling threads; call once at start. */
+void nl_kernels_init(void);
+
+#endif

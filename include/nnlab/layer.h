@@ -1,0 +1,135 @@
+/* Layers: a layer kind is a small table of functions (setup, forward, backward) over plain float
+ * arrays; a new kind is one new file in core/layers/ and one row in core/layer.c.
+ *
+ * Shapes are per sample, (C, H, W); a vector of F features is (F, 1, 1). A shard of n samples is
+ * stored sample after sample, so an activation is (n, C, H, W) in NCHW order.
+ *
+ * A layer's parameters are contiguous in the model's flat buffer, starting at param_offset, in the
+ * order of params[], each in PyTorch's layout (conv weight [out, in, kh, kw], linear [out, in],
+ * bias [out]). Forward overwrites its output; backward accumulates (+=) into din and dw, which the
+ * caller zeroes. Layers keep no state between calls except what they write to aux. */
+#ifndef NNLAB_LAYER_H
+#define NNLAB_LAYER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nnlab/error.h"
+#include "nnlab/rng.h"
+
+#define NL_MAX_INPUTS 4
+#define NL_MAX_PARAMS 4
+#define NL_NAME_MAX 48
+#define NL_UNITS_CLASSES (-1) /* dense N: as many units as the dataset has classes */
+
+struct nl_shape {
+    int c, h, w;
+};
+
+static inline size_t nl_shape_size(struct nl_shape s)
+{
+    return (size_t)s.c * (size_t)s.h * (size_t)s.w;
+}
+
+enum nl_init {
+    NL_INIT_DEFAULT = 0, /* weights: He before a relu, Xavier otherwise; biases: zero */
+    NL_INIT_ZERO,
+    NL_INIT_HE,     /* uniform, bound sqrt(6 / fan_in) */
+    NL_INIT_XAVIER, /* uniform, bound sqrt(6 / (fan_in + fan_out)) */
+};
+
+struct nl_param {
+    char name[16]; /* PyTorch's name inside the layer: "weight", "bias" */
+    int ndim;
+    int dims[4];   /* PyTorch's layout */
+    size_t count;  /* product of dims */
+    size_t offset; /* floats from the start of the layer's parameters */
+    int fan_in, fan_out;
+    enum nl_init init;
+};
+
+struct nl_layer_ops;
+
+struct nl_layer {
+    const struct nl_layer_ops *ops;
+    char name[NL_NAME_MAX];
+    int line; /* line of the spec that made it; 0 when built in code */
+
+    /* Configuration, as the spec gave it; a kind ignores the fields it does not use. */
+    int units;      /* dense: output features, or NL_UNITS_CLASSES */
+    int filters;    /* conv: output channels */
+    int kh, kw;     /* conv and pools: window */
+    int sh, sw;     /* stride; 0 means the default (conv 1, pools the window) */
+    int ph, pw;     /* zero padding on each side */
+    float p;        /* dropout: probability of dropping a value */
+    int no_bias;    /* conv, dense: no bias term */
+    enum nl_init init;
+
+    /* Wiring: indices of earlier layers, -1 for the model's input. */
+    int ninputs;
+    int inputs[NL_MAX_INPUTS];
+
+    /* Filled by ops->setup from in[] and the configuration. */
+    struct nl_shape in[NL_MAX_INPUTS];
+    struct nl_shape out;
+    int nparams;
+    struct nl_param params[NL_MAX_PARAMS];
+    size_t param_count;        /* floats, all params together */
+    size_t aux_bytes;          /* per sample, written by forward for backward */
+    size_t scratch_fixed;      /* floats of scratch per call ... */
+    size_t scratch_per_sample; /* ... plus this many per sample of the shard */
+
+    /* Filled by the model. */
+    size_t param_offset; /* into the model's flat buffer */
+    int frozen;
+};
+
+struct nl_fwd {
+    int n;                          /* samples in the shard */
+    const float *in[NL_MAX_INPUTS]; /* (n, in[i]) */
+    float *out;                     /* (n, out), overwritten */
+    const float *w;                 /* the layer's parameters, laid out as params[] */
+    void *aux;                      /* n * aux_bytes */
+    float *scratch;                 /* scratch_fixed + n * scratch_per_sample floats */
+    int training;                   /* dropout drops only when set */
+    struct nl_rng *rng;             /* the calling thread's generator */
+};
+
+struct nl_bwd {
+    int n;
+    const float *in[NL_MAX_INPUTS]; /* what forward read */
+    const float *out;               /* what forward wrote */
+    const float *dout;              /* (n, out) */
+    float *din[NL_MAX_INPUTS];      /* (n, in[i]), +=; NULL where no gradient is wanted */
+    const float *w;
+    float *dw;         /* +=, laid out as w; NULL when the layer is frozen */
+    const void *aux;   /* what forward wrote there */
+    float *scratch;
+};
+
+struct nl_layer_ops {
+    const char *kind; /* the word in a spec: "conv", "dense", ... */
+    int min_inputs, max_inputs;
+    /* Validates the configuration against in[] and fills out, params, aux and scratch sizes.
+     * Errors name the layer (and its spec line when it has one). */
+    int (*setup)(struct nl_layer *l, struct nl_error *err);
+    void (*forward)(const struct nl_layer *l, const struct nl_fwd *f);
+    void (*backward)(const struct nl_layer *l, const struct nl_bwd *b);
+};
+
+/* The table of kinds; NULL for an unknown word. */
+const struct nl_layer_ops *nl_layer_kind(const char *kind);
+/* All kinds, NULL-terminated, for help texts. */
+const struct nl_layer_ops *const *nl_layer_kinds(void);
+
+/* Softmax cross-entropy of a shard. logits and dlogits are (n, k). Returns the sum over the shard
+ * of -log softmax(logits)[label]; writes dlogits = scale * (softmax - onehot(label)) when dlogits
+ * is not NULL (scale = 1 / global batch gives the gradient of the batch mean); adds the number of
+ * samples whose argmax equals the label to *correct when correct is not NULL. */
+double nl_softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int n, int k,
+                       float scale, int *correct);
+
+/* probs (n, k) = softmax(logits), row by row, numerically stable. */
+void nl_softmax(float *probs, const float *logits, int n, int k);
+
+#endif

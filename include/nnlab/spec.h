@@ -1,0 +1,40 @@
+/* Model specs: the plain-text description of a model that a person writes by hand.
+ *
+ *     # LeNet as in the BigDL studies
+ *     conv1: conv 20 5x5
+ *     pool1: maxpool 2
+ *     relu
+ *     fc2:   dense N          # N: the dataset's class count
+ *
+ * One layer per line: an optional `NAME:`, the kind, positional arguments, then key=value
+ * options. `#` starts a comment. Unnamed layers are named kind + running number (relu1, relu2).
+ * The grammar, with every kind's arguments and keys, is at the top of core/spec.c. */
+#ifndef NNLAB_SPEC_H
+#define NNLAB_SPEC_H
+
+#include "nnlab/error.h"
+#include "nnlab/layer.h"
+
+struct nl_spec {
+    char *origin; /* file path, or the shipped model's name */
+    char *text;   /* the whole text, as read */
+    int nlayers;
+    struct nl_layer *layers; /* configuration, name, line and inputs filled; ops set */
+};
+
+/* Parses text. Errors read "ORIGIN:LINE: what is wrong"; unknown keys are warnings of the same
+ * form through warn (which may be NULL). */
+int nl_spec_parse(struct nl_spec **out, const char *text, const char *origin, nl_warn_fn warn,
+                  void *warn_ud, struct nl_error *err);
+
+/* name_or_path: a path (it holds a '/' or names an existing file) is read from disk; otherwise
+ * the shipped model of that name (data/models/, compiled into the binary). */
+int nl_spec_load(struct nl_spec **out, const char *name_or_path, nl_warn_fn warn, void *warn_ud,
+                 struct nl_error *err);
+void nl_spec_free(struct nl_spec *s);
+
+/* The shipped models, NULL-terminated names; and one's text (NULL if unknown). */
+const char *const *nl_spec_shipped_names(void);
+const char *nl_spec_shipped_text(const char *name);
+
+#endif

@@ -1,0 +1,22 @@
+/* The SQLite store: one database file holds datasets and their samples, runs, per-epoch metrics
+ * and checkpoints. The schema and its version live at the top of core/store.c. */
+#ifndef NNLAB_STORE_H
+#define NNLAB_STORE_H
+
+#include <stddef.h>
+
+#include "nnlab/error.h"
+
+struct nl_store;
+
+/* Opens (creating it, its parent directories and the schema when missing) the database at path,
+ * in WAL mode with foreign keys on. A database of a newer schema version is refused. */
+int nl_store_open(struct nl_store **out, const char *path, struct nl_error *err);
+void nl_store_close(struct nl_store *s);
+const char *nl_store_path(const struct nl_store *s);
+
+/* Writes the default database path, $XDG_DATA_HOME/nnlab/nnlab.db (XDG_DATA_HOME defaulting to
+ * $HOME/.local/share), into buf. */
+int nl_store_default_path(char *buf, size_t size, struct nl_error *err);
+
+#endif
