@@ -19,16 +19,31 @@ int nl_error_set(struct nl_error *err, int code, const char *fmt, ...)
 
 int nl_error_prefix(struct nl_error *err, const char *fmt, ...)
 {
-    char prefix[NL_ERR_MAX], old[NL_ERR_MAX];
+    char old[NL_ERR_MAX];
     va_list ap;
+    int n;
 
     if (!err)
         return 0;
-    va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    va_start(ap, fmt);
+    n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    /* "prefix: old", cut at the buffer's end. */
+    size_t used = (size_t)n < sizeof err->msg ? (size_t)n : sizeof err->msg - 1;
+    size_t room = sizeof err->msg - used;
+    if (room > 2) {
+        memcpy(err->msg + used, ": ", 2);
+        used += 2;
+        room -= 2;
+        size_t len = strnlen(old, sizeof old - 1);
+        if (len >= room)
+            len = room - 1;
+        memcpy(err->msg + used, old, len);
+        err->msg[used + len] = '\0';
+    }
     return err->code;
 }
 

@@ -20,8 +20,8 @@ extern const char *const nl_split_names[NL_NSPLITS]; /* "train", "val", "test" *
 
 struct nl_dataset {
     char *name;
-    char *source; /* where it was imported from */
-    char *kind;   /* "idx", later "png", "csv" */
+    char *source;          /* where it was imported from */
+    char *kind;            /* "idx", later "png", "csv" */
     struct nl_shape shape; /* one sample */
     enum nl_dtype dtype;
     int nclasses;
@@ -68,7 +68,8 @@ int nl_dataset_load(struct nl_store *s, const char *name, struct nl_dataset **ou
                     struct nl_error *err);
 void nl_dataset_free(struct nl_dataset *d);
 
-/* x (n, sample) = normalised samples idx[0..n) of the split; y (n) = their labels (y may be NULL). */
+/* x (n, sample) = normalised samples idx[0..n) of the split; y (n) = their labels (y may be NULL).
+ */
 void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uint32_t *idx, int n,
                       float *x, int32_t *y);
 

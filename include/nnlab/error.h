@@ -14,18 +14,18 @@
 
 enum nl_code {
     NL_OK = 0,
-    NL_EINVAL = -1,    /* bad argument or bad input a person wrote */
-    NL_ENOMEM = -2,    /* out of memory */
-    NL_EIO = -3,       /* reading or writing a file failed */
-    NL_EFORMAT = -4,   /* a file is not what it claims to be */
-    NL_EDB = -5,       /* the SQLite store failed */
-    NL_ENOENT = -6,    /* a named thing (dataset, run, model, file) does not exist */
-    NL_EEXIST = -7,    /* a named thing already exists */
-    NL_ENET = -8,      /* a connection failed */
-    NL_EAUTH = -9,     /* authentication or host-key check failed */
-    NL_ETIMEDOUT = -10,/* a peer did not answer in time */
-    NL_ENAN = -11,     /* training diverged */
-    NL_ECANCELED = -12,/* stopped on request */
+    NL_EINVAL = -1,     /* bad argument or bad input a person wrote */
+    NL_ENOMEM = -2,     /* out of memory */
+    NL_EIO = -3,        /* reading or writing a file failed */
+    NL_EFORMAT = -4,    /* a file is not what it claims to be */
+    NL_EDB = -5,        /* the SQLite store failed */
+    NL_ENOENT = -6,     /* a named thing (dataset, run, model, file) does not exist */
+    NL_EEXIST = -7,     /* a named thing already exists */
+    NL_ENET = -8,       /* a connection failed */
+    NL_EAUTH = -9,      /* authentication or host-key check failed */
+    NL_ETIMEDOUT = -10, /* a peer did not answer in time */
+    NL_ENAN = -11,      /* training diverged */
+    NL_ECANCELED = -12, /* stopped on request */
 };
 
 #define NL_ERR_MAX 512

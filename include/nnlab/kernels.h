@@ -17,6 +17,15 @@ void nl_im2col(float *cols, const float *img, int c, int h, int w, int kh, int k
 void nl_col2im(float *img, const float *cols, int c, int h, int w, int kh, int kw, int sh, int sw,
                int ph, int pw, int oh, int ow);
 
+/* As nl_im2col and nl_col2im, with this image's columns inside a wider matrix: cols is
+ * (c*kh*kw, ldc), ldc >= oh*ow, and the image owns its first oh*ow columns. A shard of n images
+ * then shares one (c*kh*kw, n*oh*ow) matrix, image i's columns starting at cols + i*oh*ow, and a
+ * convolution of the whole shard is one GEMM. */
+void nl_im2col_ld(float *cols, int ldc, const float *img, int c, int h, int w, int kh, int kw,
+                  int sh, int sw, int ph, int pw, int oh, int ow);
+void nl_col2im_ld(float *img, const float *cols, int ldc, int c, int h, int w, int kh, int kw,
+                  int sh, int sw, int ph, int pw, int oh, int ow);
+
 /* Makes OpenBLAS run single-threaded inside the calling threads; call once at start. */
 void nl_kernels_init(void);
 

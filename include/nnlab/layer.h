@@ -17,9 +17,9 @@
 #include "nnlab/error.h"
 #include "nnlab/rng.h"
 
-#define NL_MAX_INPUTS 4
-#define NL_MAX_PARAMS 4
-#define NL_NAME_MAX 48
+#define NL_MAX_INPUTS    4
+#define NL_MAX_PARAMS    4
+#define NL_NAME_MAX      48
 #define NL_UNITS_CLASSES (-1) /* dense N: as many units as the dataset has classes */
 
 struct nl_shape {
@@ -32,7 +32,7 @@ static inline size_t nl_shape_size(struct nl_shape s)
 }
 
 enum nl_init {
-    NL_INIT_DEFAULT = 0, /* weights: He before a relu, Xavier otherwise; biases: zero */
+    NL_INIT_DEFAULT = 0, /* weights: Xavier; biases: zero */
     NL_INIT_ZERO,
     NL_INIT_HE,     /* uniform, bound sqrt(6 / fan_in) */
     NL_INIT_XAVIER, /* uniform, bound sqrt(6 / (fan_in + fan_out)) */
@@ -56,13 +56,13 @@ struct nl_layer {
     int line; /* line of the spec that made it; 0 when built in code */
 
     /* Configuration, as the spec gave it; a kind ignores the fields it does not use. */
-    int units;      /* dense: output features, or NL_UNITS_CLASSES */
-    int filters;    /* conv: output channels */
-    int kh, kw;     /* conv and pools: window */
-    int sh, sw;     /* stride; 0 means the default (conv 1, pools the window) */
-    int ph, pw;     /* zero padding on each side */
-    float p;        /* dropout: probability of dropping a value */
-    int no_bias;    /* conv, dense: no bias term */
+    int units;   /* dense: output features, or NL_UNITS_CLASSES */
+    int filters; /* conv: output channels */
+    int kh, kw;  /* conv and pools: window */
+    int sh, sw;  /* stride; 0 means the default (conv 1, pools the window) */
+    int ph, pw;  /* zero padding on each side */
+    float p;     /* dropout: probability of dropping a value */
+    int no_bias; /* conv, dense: no bias term */
     enum nl_init init;
 
     /* Wiring: indices of earlier layers, -1 for the model's input. */
@@ -102,8 +102,8 @@ struct nl_bwd {
     const float *dout;              /* (n, out) */
     float *din[NL_MAX_INPUTS];      /* (n, in[i]), +=; NULL where no gradient is wanted */
     const float *w;
-    float *dw;         /* +=, laid out as w; NULL when the layer is frozen */
-    const void *aux;   /* what forward wrote there */
+    float *dw;       /* +=, laid out as w; NULL when the layer is frozen */
+    const void *aux; /* what forward wrote there */
     float *scratch;
 };
 

@@ -1,0 +1,77 @@
+/* What the command implementations share: the global options, output helpers, and the
+ * signature of a command. Only app/ prints for people or exits. */
+#ifndef NNLAB_APP_CLI_H
+#define NNLAB_APP_CLI_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "nnlab/error.h"
+#include "nnlab/store.h"
+#include "nnlab/trainer.h"
+
+/* Exit statuses. */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+
+struct globals {
+    const char *db_path; /* NULL: the default */
+    int json;            /* stdout carries only JSON objects, one per line */
+    int quiet;           /* no progress, no informational lines */
+};
+
+extern struct globals g;
+extern volatile sig_atomic_t interrupted; /* set by SIGINT/SIGTERM */
+
+struct command {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the command's name */
+    const char *args;                  /* the synopsis after the name */
+    const char *summary;
+    const char *help; /* the options, one per line, or NULL */
+};
+
+/* Prints "nnlab: MESSAGE" to stderr; returns EXIT_FAIL (EXIT_INTERRUPTED when canceled). */
+int fail(const struct nl_error *err);
+int failf(const char *fmt, ...) NL_PRINTF(1, 2);
+/* Prints a usage error naming the command, with a pointer to its --help; returns EXIT_USAGE. */
+int usage_error(const char *cmd, const char *fmt, ...) NL_PRINTF(2, 3);
+/* Prints the command's help to stdout; returns EXIT_OK. */
+int command_help(const char *cmd);
+void warn_cb(void *ud, const char *msg);
+
+/* Opens the store at --db or the default path. */
+int open_store(struct nl_store **out, struct nl_error *err);
+
+/* Parsing numbers from options: non-zero on success; errors are reported by the caller. */
+int parse_int(const char *s, long lo, long hi, long *out);
+int parse_float(const char *s, double lo, double hi, double *out);
+
+/* JSON output: a string with escapes, a number or null for NaN/inf. */
+void json_str(FILE *f, const char *s);
+void json_num(FILE *f, double v);
+
+/* Training progress for people and scripts: a terminal progress bar, one line per epoch, or
+ * JSON lines; the epoch metrics are also recorded in the store when run_id > 0. */
+struct progress {
+    struct nl_store *store;
+    long long run_id;
+    int tty;
+    double last_draw;
+    struct nl_error err; /* a failure to record */
+    int failed;
+};
+int progress_event(void *ud, const struct nl_event *ev);
+int progress_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err);
+
+/* The commands. */
+int cmd_demo(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_datasets(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_runs(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
+
+#endif

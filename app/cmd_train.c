@@ -1,0 +1,569 @@
+/* The training commands: train, demo, runs, eval, predict. */
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "nnlab/alloc.h"
+#include "nnlab/dataset.h"
+#include "nnlab/model.h"
+#include "nnlab/runs.h"
+#include "nnlab/spec.h"
+
+#define DEMO_DATA "/usr/share/datasets/fashion-mnist"
+
+/* Loads the spec and builds the model for the dataset. */
+static int build_model(struct nl_model **m, const char *model, const char *spec_text,
+                       const struct nl_dataset *d, struct nl_error *err)
+{
+    struct nl_spec *spec;
+    int rc = spec_text ? nl_spec_parse(&spec, spec_text, model, warn_cb, NULL, err)
+                       : nl_spec_load(&spec, model, warn_cb, NULL, err);
+    if (rc < 0)
+        return rc;
+    rc = nl_model_build(m, spec, d->shape, d->nclasses, err);
+    nl_spec_free(spec);
+    return rc;
+}
+
+static void print_done(const char *run, const struct nl_train_result *res)
+{
+    if (g.json) {
+        printf("{\"event\":\"done\",\"run\":");
+        json_str(stdout, run);
+        printf(",\"test_accuracy\":");
+        json_num(stdout, res->test_accuracy);
+        printf(",\"epochs\":%d,\"seconds\":", res->epochs);
+        json_num(stdout, res->seconds);
+        printf("}\n");
+    } else {
+        if (isfinite(res->test_accuracy))
+            printf("test accuracy %.4f (loss %.4f)\n", res->test_accuracy, res->test_loss);
+        else if (!g.quiet)
+            printf("no test split to evaluate\n");
+        if (!g.quiet)
+            printf("run '%s': %d epochs in %.1f s, %.0f images/s\n", run, res->epochs, res->seconds,
+                   res->images_per_second);
+    }
+    fflush(stdout);
+}
+
+/* Trains model on dataset as a new run named run_name (NULL: generated) and reports. */
+static int train_session(struct nl_store *store, const char *dataset, const char *model,
+                         const struct nl_train_opts *o, const char *run_name)
+{
+    struct nl_error err = {0};
+    struct nl_dataset *d = NULL;
+    struct nl_model *m = NULL;
+    struct nl_run_info run;
+    struct nl_train_result res;
+    char settings[512];
+    int rc;
+
+    rc = nl_dataset_load(store, dataset, &d, &err);
+    if (rc == NL_ENOENT)
+        nl_error_set(&err, rc, "no dataset named '%s' (see nnlab datasets; nnlab import)", dataset);
+    if (rc < 0)
+        return fail(&err);
+    rc = build_model(&m, model, NULL, d, &err);
+    if (rc < 0) {
+        nl_dataset_free(d);
+        return fail(&err);
+    }
+    nl_model_init_params(m, o->seed);
+    const int threads = o->threads > 0 ? o->threads : 0;
+    snprintf(settings, sizeof settings,
+             "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"lr\":%g,\"momentum\":%g,"
+             "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu}",
+             o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), o->optim.lr, o->optim.momentum,
+             o->optim.nesterov ? "true" : "false", o->optim.weight_decay, threads,
+             (unsigned long long)o->seed);
+    rc = nl_run_create(store, run_name, dataset, model, m->spec_text, settings, &run, &err);
+    if (rc < 0) {
+        nl_model_free(m);
+        nl_dataset_free(d);
+        return fail(&err);
+    }
+    if (!g.json && !g.quiet)
+        printf("run '%s': %s on %s, %zu parameters, %u training samples\n", run.name, model,
+               dataset, m->nparams, d->split[NL_TRAIN].n);
+
+    struct progress p = {.store = store, .run_id = run.id, .tty = isatty(STDOUT_FILENO)};
+    struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
+    rc = nl_train(m, d, o, &hooks, &res, &err);
+    if (p.failed)
+        err = p.err;
+    if (p.tty && !g.json && !g.quiet && rc < 0)
+        fputc('\n', stdout);
+    struct nl_error ferr = {0};
+    nl_run_finish(store, run.id,
+                  rc == 0              ? "done"
+                  : rc == NL_ECANCELED ? "stopped"
+                                       : "failed",
+                  rc == 0 ? &res : NULL, &ferr);
+    nl_model_free(m);
+    nl_dataset_free(d);
+    if (rc < 0)
+        return fail(&err);
+    print_done(run.name, &res);
+    return EXIT_OK;
+}
+
+/* Training options as given, before the optimizer's defaults are applied. */
+struct train_args {
+    struct nl_train_opts o;
+    enum nl_optim_kind kind;
+    double lr, momentum, weight_decay; /* < 0: not given */
+    int nesterov;
+};
+
+static void train_args_init(struct train_args *a)
+{
+    nl_train_defaults(&a->o);
+    a->kind = NL_OPTIM_SGD;
+    a->lr = a->momentum = a->weight_decay = -1.0;
+    a->nesterov = 0;
+}
+
+/* The optimizer's defaults, then what the command line said. */
+static void train_args_apply(struct train_args *a)
+{
+    nl_optim_defaults(&a->o.optim, a->kind);
+    if (a->lr >= 0)
+        a->o.optim.lr = (float)a->lr;
+    if (a->momentum >= 0)
+        a->o.optim.momentum = (float)a->momentum;
+    if (a->weight_decay >= 0)
+        a->o.optim.weight_decay = (float)a->weight_decay;
+    a->o.optim.nesterov = a->nesterov;
+}
+
+/* Parses one of the options train and demo share; returns 0 or an exit status. */
+static int parse_train_opt(const char *cmd, int c, struct train_args *a)
+{
+    struct nl_error err = {0};
+    long v;
+
+    switch (c) {
+    case 'e':
+        if (!parse_int(optarg, 1, 100000, &v))
+            return usage_error(cmd, "--epochs %s: want a whole number from 1", optarg);
+        a->o.epochs = (int)v;
+        return 0;
+    case 'b':
+        if (!parse_int(optarg, 1, 1 << 20, &v))
+            return usage_error(cmd, "--batch %s: want a whole number from 1", optarg);
+        a->o.batch = (int)v;
+        return 0;
+    case 't':
+        if (!parse_int(optarg, 1, 1024, &v))
+            return usage_error(cmd, "--threads %s: want a whole number from 1", optarg);
+        a->o.threads = (int)v;
+        return 0;
+    case 's':
+        if (!parse_int(optarg, 0, 0x7fffffffL, &v))
+            return usage_error(cmd, "--seed %s: want a non-negative integer", optarg);
+        a->o.seed = (uint64_t)v;
+        return 0;
+    case 'l':
+        if (!parse_float(optarg, 1e-12, 1e6, &a->lr))
+            return usage_error(cmd, "--lr %s: want a positive number", optarg);
+        return 0;
+    case 'm':
+        if (!parse_float(optarg, 0.0, 0.999999, &a->momentum))
+            return usage_error(cmd, "--momentum %s: want a number in [0, 1)", optarg);
+        return 0;
+    case 'w':
+        if (!parse_float(optarg, 0.0, 1.0, &a->weight_decay))
+            return usage_error(cmd, "--weight-decay %s: want a number in [0, 1]", optarg);
+        return 0;
+    case 'N':
+        a->nesterov = 1;
+        return 0;
+    case 'o':
+        if (nl_optim_kind_parse(&a->kind, optarg, &err) < 0)
+            return usage_error(cmd, "--optim: %s", err.msg);
+        return 0;
+    default:
+        return usage_error(cmd, "unknown option");
+    }
+}
+
+int cmd_train(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, 'd'},
+        {"model", required_argument, NULL, 'M'},
+        {"epochs", required_argument, NULL, 'e'},
+        {"batch", required_argument, NULL, 'b'},
+        {"lr", required_argument, NULL, 'l'},
+        {"momentum", required_argument, NULL, 'm'},
+        {"nesterov", no_argument, NULL, 'N'},
+        {"weight-decay", required_argument, NULL, 'w'},
+        {"optim", required_argument, NULL, 'o'},
+        {"threads", required_argument, NULL, 't'},
+        {"seed", required_argument, NULL, 's'},
+        {"name", required_argument, NULL, 'n'},
+        {NULL, 0, NULL, 0},
+    };
+    struct train_args a;
+    struct nl_error err = {0};
+    const char *data = NULL, *model = NULL, *name = NULL;
+    int c, rc;
+
+    train_args_init(&a);
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'd') {
+            data = optarg;
+        } else if (c == 'M') {
+            model = optarg;
+        } else if (c == 'n') {
+            name = optarg;
+        } else {
+            rc = parse_train_opt("train", c, &a);
+            if (rc)
+                return rc;
+        }
+    }
+    if (optind < argc)
+        return usage_error("train", "unexpected argument '%s'", argv[optind]);
+    if (!data || !model)
+        return usage_error("train", "needs --data NAME and --model SPEC");
+    train_args_apply(&a);
+    if (nl_optim_validate(&a.o.optim, &err) < 0)
+        return usage_error("train", "%s", err.msg);
+
+    struct nl_store *store;
+    if (open_store(&store, &err) < 0)
+        return fail(&err);
+    rc = train_session(store, data, model, &a.o, name);
+    nl_store_close(store);
+    return rc;
+}
+
+int cmd_demo(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"data-dir", required_argument, NULL, 'D'},
+        {"epochs", required_argument, NULL, 'e'},
+        {"threads", required_argument, NULL, 't'},
+        {NULL, 0, NULL, 0},
+    };
+    struct train_args a;
+    struct nl_error err = {0};
+    const char *dir = DEMO_DATA;
+    int c, rc;
+
+    train_args_init(&a);
+    a.o.epochs = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'D') {
+            dir = optarg;
+        } else {
+            rc = parse_train_opt("demo", c, &a);
+            if (rc)
+                return rc;
+        }
+    }
+    if (optind < argc)
+        return usage_error("demo", "unexpected argument '%s'", argv[optind]);
+    train_args_apply(&a);
+
+    struct nl_store *store;
+    if (open_store(&store, &err) < 0)
+        return fail(&err);
+    rc = nl_dataset_exists(store, "fashion", &err);
+    if (rc == 0) {
+        struct stat st;
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            nl_store_close(store);
+            return failf("demo: %s: no Fashion-MNIST there (apt-get install "
+                         "dataset-fashion-mnist, or give --data-dir)",
+                         dir);
+        }
+        if (!g.json && !g.quiet)
+            printf("importing Fashion-MNIST from %s as 'fashion'\n", dir);
+        struct nl_import_opts io = {.seed = 1, .warn = warn_cb};
+        const char *paths[] = {dir};
+        rc = nl_import_idx(store, "fashion", paths, 1, &io, &err);
+    }
+    if (rc < 0) {
+        nl_store_close(store);
+        return fail(&err);
+    }
+    rc = train_session(store, "fashion", "lenet", &a.o, NULL);
+    nl_store_close(store);
+    return rc;
+}
+
+int cmd_runs(int argc, char **argv)
+{
+    struct nl_error err = {0};
+    struct nl_store *store;
+    struct nl_run_info *list;
+    int n;
+
+    if (argc > 1)
+        return usage_error("runs", "takes no arguments");
+    if (open_store(&store, &err) < 0)
+        return fail(&err);
+    int rc = nl_run_list(store, &list, &n, &err);
+    nl_store_close(store);
+    if (rc < 0)
+        return fail(&err);
+    if (g.json) {
+        printf("{\"runs\":[");
+        for (int i = 0; i < n; i++) {
+            const struct nl_run_info *r = &list[i];
+            printf("%s{\"name\":", i ? "," : "");
+            json_str(stdout, r->name);
+            printf(",\"dataset\":");
+            json_str(stdout, r->dataset);
+            printf(",\"model\":");
+            json_str(stdout, r->model);
+            printf(",\"status\":");
+            json_str(stdout, r->status);
+            printf(",\"epochs\":%d,\"val_accuracy\":", r->epochs_done);
+            json_num(stdout, r->val_accuracy);
+            printf(",\"test_accuracy\":");
+            json_num(stdout, r->test_accuracy);
+            printf(",\"seconds\":");
+            json_num(stdout, r->seconds);
+            printf(",\"created\":");
+            json_str(stdout, r->created);
+            printf("}");
+        }
+        printf("]}\n");
+    } else if (n == 0) {
+        printf("no runs yet: nnlab train --data NAME --model lenet, or nnlab demo\n");
+    } else {
+        printf("%-28s %-12s %-10s %-8s %6s %8s %8s %8s  %s\n", "NAME", "DATASET", "MODEL", "STATUS",
+               "EPOCHS", "VAL_ACC", "TEST_ACC", "SECONDS", "CREATED");
+        for (int i = 0; i < n; i++) {
+            const struct nl_run_info *r = &list[i];
+            char val[16] = "-", test[16] = "-", secs[16] = "-";
+            if (isfinite(r->val_accuracy))
+                snprintf(val, sizeof val, "%.4f", r->val_accuracy);
+            if (isfinite(r->test_accuracy))
+                snprintf(test, sizeof test, "%.4f", r->test_accuracy);
+            if (isfinite(r->seconds))
+                snprintf(secs, sizeof secs, "%.1f", r->seconds);
+            printf("%-28s %-12s %-10s %-8s %6d %8s %8s %8s  %s\n", r->name, r->dataset, r->model,
+                   r->status, r->epochs_done, val, test, secs, r->created);
+        }
+    }
+    nl_free(list);
+    return EXIT_OK;
+}
+
+/* Loads a run's model with its latest weights, and the dataset (the run's unless named). */
+static int load_run(struct nl_store *store, const char *run_name, const char *dataset,
+                    struct nl_run_info *run, struct nl_model **m, struct nl_dataset **d,
+                    struct nl_error *err)
+{
+    char *spec = NULL;
+    int rc = nl_run_get(store, run_name, run, &spec, NULL, err);
+
+    *m = NULL;
+    *d = NULL;
+    if (rc < 0)
+        return rc;
+    rc = nl_dataset_load(store, dataset ? dataset : run->dataset, d, err);
+    if (rc == 0)
+        rc = build_model(m, run->model, spec, *d, err);
+    if (rc == 0)
+        rc = nl_run_load_params(store, run, (*m)->params, (*m)->nparams, err);
+    nl_free(spec);
+    if (rc < 0) {
+        nl_model_free(*m);
+        nl_dataset_free(*d);
+        *m = NULL;
+        *d = NULL;
+    }
+    return rc;
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, 'd'},
+        {"split", required_argument, NULL, 'S'},
+        {"threads", required_argument, NULL, 't'},
+        {NULL, 0, NULL, 0},
+    };
+    struct nl_error err = {0};
+    const char *data = NULL;
+    enum nl_split split = NL_TEST;
+    long threads = 0;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'd') {
+            data = optarg;
+        } else if (c == 'S') {
+            int found = 0;
+            for (int s = 0; s < NL_NSPLITS; s++)
+                if (strcmp(optarg, nl_split_names[s]) == 0) {
+                    split = (enum nl_split)s;
+                    found = 1;
+                }
+            if (!found)
+                return usage_error("eval", "--split %s: want test, val or train", optarg);
+        } else if (c == 't') {
+            if (!parse_int(optarg, 1, 1024, &threads))
+                return usage_error("eval", "--threads %s: want a whole number from 1", optarg);
+        } else {
+            return usage_error("eval", "unknown option");
+        }
+    }
+    if (argc - optind != 1)
+        return usage_error("eval", "needs one RUN");
+
+    struct nl_store *store;
+    struct nl_run_info run;
+    struct nl_model *m;
+    struct nl_dataset *d;
+    if (open_store(&store, &err) < 0)
+        return fail(&err);
+    int rc = load_run(store, argv[optind], data, &run, &m, &d, &err);
+    nl_store_close(store);
+    if (rc < 0)
+        return fail(&err);
+    double loss = NAN, acc = NAN;
+    const uint32_t n = d->split[split].n;
+    if (n == 0)
+        rc = nl_error_set(&err, NL_EINVAL, "dataset '%s' has no %s split", d->name,
+                          nl_split_names[split]);
+    else
+        rc = nl_evaluate(m, d, split, (int)threads, &loss, &acc, &err);
+    if (rc == 0) {
+        if (g.json) {
+            printf("{\"run\":");
+            json_str(stdout, run.name);
+            printf(",\"dataset\":");
+            json_str(stdout, d->name);
+            printf(",\"split\":\"%s\",\"samples\":%u,\"accuracy\":", nl_split_names[split], n);
+            json_num(stdout, acc);
+            printf(",\"loss\":");
+            json_num(stdout, loss);
+            printf(",\"%s_accuracy\":", nl_split_names[split]);
+            json_num(stdout, acc);
+            printf("}\n");
+        } else {
+            printf("%s accuracy %.4f (loss %.4f) on %u samples of '%s'\n", nl_split_names[split],
+                   acc, loss, n, d->name);
+        }
+    }
+    nl_model_free(m);
+    nl_dataset_free(d);
+    return rc < 0 ? fail(&err) : EXIT_OK;
+}
+
+int cmd_predict(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"top", required_argument, NULL, 'k'},
+        {NULL, 0, NULL, 0},
+    };
+    struct nl_error err = {0};
+    long top = 3;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c != 'k' || !parse_int(optarg, 1, 1000, &top))
+            return usage_error("predict",
+                               c == 'k' ? "--top: want a whole number from 1" : "unknown option");
+    }
+    if (argc - optind < 2)
+        return usage_error("predict", "needs a RUN and at least one FILE.png");
+
+    struct nl_store *store;
+    struct nl_run_info run;
+    struct nl_model *m;
+    struct nl_dataset *d;
+    struct nl_exec *x = NULL;
+    if (open_store(&store, &err) < 0)
+        return fail(&err);
+    int rc = load_run(store, argv[optind], NULL, &run, &m, &d, &err);
+    nl_store_close(store);
+    if (rc < 0)
+        return fail(&err);
+    if (top > m->nclasses)
+        top = m->nclasses;
+    float *in = nl_alloc_floats(nl_shape_size(d->shape));
+    float *probs = nl_alloc_floats((size_t)m->nclasses);
+    int *rank = nl_calloc((size_t)m->nclasses, sizeof *rank);
+    struct nl_rng rng;
+    nl_rng_seed(&rng, 1);
+    if (!in || !probs || !rank)
+        rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = nl_exec_new(&x, m, 1, &err);
+    /* JSON goes out whole or not at all: it is gathered in memory first. */
+    char *json = NULL;
+    size_t json_len = 0;
+    FILE *out = stdout;
+    if (rc == 0 && g.json) {
+        out = open_memstream(&json, &json_len);
+        if (!out) {
+            out = stdout;
+            rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
+        }
+    }
+    if (rc == 0 && g.json) {
+        fprintf(out, "{\"run\":");
+        json_str(out, run.name);
+        fprintf(out, ",\"predictions\":[");
+    }
+    for (int f = optind + 1; rc == 0 && f < argc; f++) {
+        rc = nl_dataset_sample_from_png(d, argv[f], in, &err);
+        if (rc < 0)
+            break;
+        nl_softmax(probs, nl_exec_forward(x, m->params, in, 1, 0, &rng), 1, m->nclasses);
+        /* The top classes, by selection: k is small. */
+        for (int k = 0; k < m->nclasses; k++)
+            rank[k] = k;
+        for (int k = 0; k < top; k++)
+            for (int j = k + 1; j < m->nclasses; j++)
+                if (probs[rank[j]] > probs[rank[k]]) {
+                    int t = rank[k];
+                    rank[k] = rank[j];
+                    rank[j] = t;
+                }
+        if (g.json) {
+            fprintf(out, "%s{\"file\":", f > optind + 1 ? "," : "");
+            json_str(out, argv[f]);
+            fprintf(out, ",\"top\":[");
+            for (int k = 0; k < top; k++) {
+                fprintf(out, "%s{\"label\":%d,\"class\":", k ? "," : "", rank[k]);
+                json_str(out, d->class_names[rank[k]]);
+                fprintf(out, ",\"probability\":");
+                json_num(out, probs[rank[k]]);
+                fprintf(out, "}");
+            }
+            fprintf(out, "]}");
+        } else {
+            fprintf(out, "%s:", argv[f]);
+            for (int k = 0; k < top; k++)
+                fprintf(out, "%s %s %.4f", k ? "," : "", d->class_names[rank[k]], probs[rank[k]]);
+            fprintf(out, "\n");
+        }
+    }
+    if (out != stdout) {
+        fprintf(out, "]}\n");
+        fclose(out);
+        if (rc == 0)
+            fwrite(json, 1, json_len, stdout);
+        free(json);
+    }
+    nl_exec_free(x);
+    nl_free(in);
+    nl_free(probs);
+    nl_free(rank);
+    nl_model_free(m);
+    nl_dataset_free(d);
+    return rc < 0 ? fail(&err) : EXIT_OK;
+}

@@ -1,0 +1,239 @@
+/* nnlab's entry point: the table of commands, the global options (accepted before or after the
+ * command), and dispatch. Nothing here touches a display; the commands live in app/cmd_*.c. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "nnlab-config.h"
+#include "nnlab/kernels.h"
+
+struct globals g;
+volatile sig_atomic_t interrupted;
+
+static const struct command commands[] = {
+    {"demo", cmd_demo, "",
+     "import Fashion-MNIST if needed, train lenet for one epoch, report the test accuracy",
+     "      --data-dir DIR  where the Fashion-MNIST IDX files are\n"
+     "                      (default /usr/share/datasets/fashion-mnist)\n"
+     "      --epochs N      epochs to train (default 1)\n"
+     "      --threads T     threads (default: all cores)\n"},
+    {"import", cmd_import, "NAME SOURCE...",
+     "import a dataset: a folder of IDX files, or an IDX images file and its labels file",
+     "      --val F         carve a stratified validation split of this fraction from train\n"
+     "      --seed S        seed of the validation split (default 1)\n"},
+    {"datasets", cmd_datasets, "", "list the datasets in the store", NULL},
+    {"show", cmd_show, "NAME", "show a dataset: classes and counts per split, shape, statistics",
+     NULL},
+    {"rm", cmd_rm, "NAME", "remove a dataset and its samples from the store", NULL},
+    {"train", cmd_train, "--data NAME --model SPEC [options]", "train a model on a dataset",
+     "      --data NAME       dataset to train on (see nnlab datasets)\n"
+     "      --model SPEC      a shipped model (lenet, mlp) or a spec file\n"
+     "      --epochs N        epochs (default 10)\n"
+     "      --batch B         global batch size (default 64)\n"
+     "      --lr X            learning rate (default 0.05 for sgd, 0.001 for adam)\n"
+     "      --momentum M      SGD momentum (default 0.9)\n"
+     "      --nesterov        Nesterov momentum\n"
+     "      --weight-decay W  L2 weight decay (default 0)\n"
+     "      --optim NAME      sgd or adam (default sgd)\n"
+     "      --threads T       threads (default: all cores)\n"
+     "      --seed S          seed for initialisation, data order and dropout (default 1)\n"
+     "      --name RUN        the run's name (default MODEL-DATASET-N)\n"},
+    {"runs", cmd_runs, "", "list training runs with their settings and results", NULL},
+    {"eval", cmd_eval, "RUN [--data NAME] [--split test|val|train]",
+     "evaluate a run's latest checkpoint on a dataset split",
+     "      --data NAME     dataset (default: the run's own)\n"
+     "      --split SPLIT   test, val or train (default test)\n"
+     "      --threads T     threads (default: all cores)\n"},
+    {"predict", cmd_predict, "RUN FILE.png...", "classify images with a run's model (top 3)",
+     "      --top K         classes to show per image (default 3)\n"},
+};
+
+static const char global_help[] =
+    "Global options (before or after the command):\n"
+    "      --db PATH   the database (default $XDG_DATA_HOME/nnlab/nnlab.db)\n"
+    "      --json      print one JSON object per line on stdout, nothing else\n"
+    "  -q, --quiet     no progress output\n"
+    "  -h, --help      help; with a command, that command's help\n"
+    "      --version   print the version\n";
+
+static const struct command *find_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: nnlab [--db PATH] [--json] [--quiet] COMMAND [ARGS]\n\n"
+               "nnlab trains neural networks on this machine's cores.\n\nCommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n%s\nRun 'nnlab COMMAND --help' for a command's options.\n", global_help);
+}
+
+int command_help(const char *cmd)
+{
+    const struct command *c = find_command(cmd);
+
+    if (!c)
+        return EXIT_USAGE;
+    printf("usage: nnlab %s %s\n\n%s.\n", c->name, c->args, c->summary);
+    if (c->help)
+        printf("\nOptions:\n%s", c->help);
+    printf("\n%s", global_help);
+    return EXIT_OK;
+}
+
+int fail(const struct nl_error *err)
+{
+    fprintf(stderr, "nnlab: %s\n", err->msg[0] ? err->msg : nl_strerror(err->code));
+    return err->code == NL_ECANCELED ? EXIT_INTERRUPTED : EXIT_FAIL;
+}
+
+int failf(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("nnlab: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return EXIT_FAIL;
+}
+
+int usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "nnlab: %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(see 'nnlab %s --help')\n", cmd);
+    return EXIT_USAGE;
+}
+
+void warn_cb(void *ud, const char *msg)
+{
+    (void)ud;
+    fprintf(stderr, "nnlab: warning: %s\n", msg);
+}
+
+int open_store(struct nl_store **out, struct nl_error *err)
+{
+    char path[4096];
+
+    if (g.db_path)
+        return nl_store_open(out, g.db_path, err);
+    int rc = nl_store_default_path(path, sizeof path, err);
+    return rc < 0 ? rc : nl_store_open(out, path, err);
+}
+
+int parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+int parse_float(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+/* Takes the global options out of argv wherever they stand; returns the new argc, or -1 after
+ * reporting a usage error. */
+static int take_globals(int argc, char **argv)
+{
+    int out = 1;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            while (i < argc)
+                argv[out++] = argv[i++];
+            break;
+        }
+        if (strcmp(a, "--json") == 0) {
+            g.json = 1;
+        } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+            g.quiet = 1;
+        } else if (strncmp(a, "--db=", 5) == 0) {
+            g.db_path = a + 5;
+        } else if (strcmp(a, "--db") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "nnlab: --db needs a path\n");
+                return -1;
+            }
+            g.db_path = argv[++i];
+        } else {
+            argv[out++] = argv[i];
+        }
+    }
+    argv[out] = NULL;
+    return out;
+}
+
+int main(int argc, char **argv)
+{
+    argc = take_globals(argc, argv);
+    if (argc < 0)
+        return EXIT_USAGE;
+    if (argc < 2) {
+        usage(stdout);
+        return EXIT_OK;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        if (g.json)
+            printf("{\"version\":\"%s\"}\n", NNLAB_VERSION);
+        else
+            printf("nnlab %s\n", NNLAB_VERSION);
+        return EXIT_OK;
+    }
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        if (argc > 2 && find_command(argv[2]))
+            return command_help(argv[2]);
+        usage(stdout);
+        return EXIT_OK;
+    }
+    const struct command *c = find_command(name);
+    if (!c) {
+        fprintf(stderr, "nnlab: '%s' is not a command\n\n", name);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return command_help(c->name);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    nl_kernels_init();
+    optind = 0; /* glibc: a full re-initialisation of getopt for the command's own options */
+    return c->run(argc - 1, argv + 1);
+}

@@ -1,0 +1,136 @@
+/* Output for people and for scripts: JSON escaping, and training progress as a terminal bar, one
+ * plain line per epoch, or JSON lines. Epoch metrics and checkpoints go to the store from here. */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "nnlab/runs.h"
+
+void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"':
+            fputs("\\\"", f);
+            break;
+        case '\\':
+            fputs("\\\\", f);
+            break;
+        case '\n':
+            fputs("\\n", f);
+            break;
+        case '\r':
+            fputs("\\r", f);
+            break;
+        case '\t':
+            fputs("\\t", f);
+            break;
+        default:
+            if (*p < 0x20)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+void json_num(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.6g", v);
+    else
+        fputs("null", f);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void format_duration(char *buf, size_t size, double s)
+{
+    long t = isfinite(s) && s > 0 ? (long)(s + 0.5) : 0;
+    if (t >= 3600)
+        snprintf(buf, size, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, size, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void draw_bar(const struct nl_event *ev)
+{
+    char eta[32];
+    const int width = 24;
+    int filled = (int)((double)ev->iter / (double)ev->iters * width + 0.5);
+
+    format_duration(eta, sizeof eta, ev->eta_seconds);
+    fprintf(stdout, "\r\033[Kepoch %d/%d [", ev->epoch, ev->epochs);
+    for (int i = 0; i < width; i++)
+        fputc(i < filled ? '#' : '.', stdout);
+    fprintf(stdout, "] %3d%% loss %.4f acc %.4f %.0f img/s ETA %s",
+            (int)(100.0 * (double)ev->iter / (double)ev->iters), ev->loss, ev->accuracy,
+            ev->images_per_second, eta);
+    fflush(stdout);
+}
+
+static void print_epoch(const struct nl_event *ev, int tty)
+{
+    if (g.json) {
+        printf("{\"event\":\"epoch\",\"epoch\":%d,\"train_loss\":", ev->epoch);
+        json_num(stdout, ev->loss);
+        printf(",\"train_accuracy\":");
+        json_num(stdout, ev->accuracy);
+        printf(",\"val_accuracy\":");
+        json_num(stdout, ev->val_accuracy);
+        printf(",\"train_seconds\":");
+        json_num(stdout, ev->seconds);
+        printf(",\"images_per_second\":");
+        json_num(stdout, ev->images_per_second);
+        printf("}\n");
+    } else if (!g.quiet) {
+        if (tty)
+            fputs("\r\033[K", stdout);
+        printf("epoch %d/%d  loss %.4f  acc %.4f", ev->epoch, ev->epochs, ev->loss, ev->accuracy);
+        if (isfinite(ev->val_accuracy))
+            printf("  val_acc %.4f", ev->val_accuracy);
+        printf("  %.1f s  %.0f img/s\n", ev->seconds, ev->images_per_second);
+    }
+    fflush(stdout);
+}
+
+int progress_event(void *ud, const struct nl_event *ev)
+{
+    struct progress *p = ud;
+
+    if (ev->kind == NL_EVENT_ITER) {
+        /* Redraw at most ten times a second, and on the last step. */
+        if (p->tty && !g.json && !g.quiet) {
+            double t = now();
+            if (t - p->last_draw >= 0.1 || ev->iter == ev->iters) {
+                p->last_draw = t;
+                draw_bar(ev);
+            }
+        }
+    } else if (ev->kind == NL_EVENT_EPOCH) {
+        print_epoch(ev, p->tty);
+        if (p->store && p->run_id > 0 &&
+            nl_run_record_epoch(p->store, p->run_id, ev, &p->err) < 0) {
+            p->failed = 1;
+            return 1;
+        }
+    }
+    return interrupted ? 1 : 0;
+}
+
+int progress_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err)
+{
+    struct progress *p = ud;
+    if (!p->store || p->run_id <= 0)
+        return 0;
+    return nl_run_save_checkpoint(p->store, p->run_id, cp, err);
+}

@@ -1,0 +1,254 @@
+/* Model building, initialisation and the forward/backward executor.
+ *
+ * Memory: the flat parameter buffer belongs to the model. Each executor owns, per layer, an
+ * activation buffer and an activation-gradient buffer of max_n samples, the layer's aux block,
+ * and one scratch block as large as the largest layer needs (layers run one at a time). */
+#include "nnlab/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nnlab/alloc.h"
+
+static int layer_error(struct nl_error *err, const struct nl_layer *l, int code, const char *what)
+{
+    if (l->line > 0)
+        return nl_error_set(err, code, "layer '%s' (line %d): %s", l->name, l->line, what);
+    return nl_error_set(err, code, "layer '%s': %s", l->name, what);
+}
+
+void nl_model_free(struct nl_model *m)
+{
+    if (!m)
+        return;
+    nl_free(m->layers);
+    nl_free(m->params);
+    nl_free(m->spec_text);
+    nl_free(m->spec_origin);
+    nl_free(m);
+}
+
+int nl_model_build(struct nl_model **out, const struct nl_spec *spec, struct nl_shape input,
+                   int nclasses, struct nl_error *err)
+{
+    struct nl_model *m;
+    char what[256];
+    int rc;
+
+    *out = NULL;
+    if (spec->nlayers <= 0)
+        return nl_error_set(err, NL_EINVAL, "%s: no layers", spec->origin);
+    if (input.c <= 0 || input.h <= 0 || input.w <= 0 || nclasses < 2)
+        return nl_error_set(err, NL_EINVAL, "%s: cannot build for input %dx%dx%d with %d classes",
+                            spec->origin, input.c, input.h, input.w, nclasses);
+    m = nl_calloc(1, sizeof *m);
+    if (!m)
+        return nl_error_set(err, NL_ENOMEM, "out of memory building %s", spec->origin);
+    m->layers = nl_calloc((size_t)spec->nlayers, sizeof *m->layers);
+    m->spec_text = nl_strdup(spec->text ? spec->text : "");
+    m->spec_origin = nl_strdup(spec->origin ? spec->origin : "");
+    if (!m->layers || !m->spec_text || !m->spec_origin) {
+        nl_model_free(m);
+        return nl_error_set(err, NL_ENOMEM, "out of memory building %s", spec->origin);
+    }
+    memcpy(m->layers, spec->layers, (size_t)spec->nlayers * sizeof *m->layers);
+    m->nlayers = spec->nlayers;
+    m->input = input;
+    m->nclasses = nclasses;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        struct nl_layer *l = &m->layers[i];
+        if (l->units == NL_UNITS_CLASSES)
+            l->units = nclasses;
+        for (int j = 0; j < l->ninputs; j++) {
+            int src = l->inputs[j];
+            if (src >= i) {
+                nl_model_free(m);
+                return layer_error(err, l, NL_EINVAL, "an input comes after the layer");
+            }
+            l->in[j] = src < 0 ? input : m->layers[src].out;
+        }
+        rc = l->ops->setup(l, err);
+        if (rc < 0) {
+            nl_model_free(m);
+            return rc;
+        }
+        l->param_offset = m->nparams;
+        /* Keep every layer's block 16-float aligned so its weights start on a cache line. */
+        m->nparams += (l->param_count + 15) & ~(size_t)15;
+    }
+    struct nl_layer *last = &m->layers[m->nlayers - 1];
+    if (nl_shape_size(last->out) != (size_t)nclasses) {
+        snprintf(what, sizeof what,
+                 "the last layer gives %zu outputs per sample (%dx%dx%d), but the data has %d "
+                 "classes (end with 'dense N')",
+                 nl_shape_size(last->out), last->out.c, last->out.h, last->out.w, nclasses);
+        rc = layer_error(err, last, NL_EINVAL, what);
+        nl_model_free(m);
+        return rc;
+    }
+    m->params = nl_alloc_floats(m->nparams);
+    if (!m->params) {
+        nl_model_free(m);
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %zu parameters", m->nparams);
+    }
+    *out = m;
+    return 0;
+}
+
+int nl_model_find_layer(const struct nl_model *m, const char *name)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        if (strcmp(m->layers[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+void nl_model_init_params(struct nl_model *m, uint64_t seed)
+{
+    struct nl_rng rng;
+
+    nl_rng_seed(&rng, seed);
+    memset(m->params, 0, m->nparams * sizeof(float));
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        for (int p = 0; p < l->nparams; p++) {
+            const struct nl_param *pd = &l->params[p];
+            float *w = m->params + l->param_offset + pd->offset;
+            enum nl_init init = pd->init;
+            double bound;
+
+            if (init == NL_INIT_DEFAULT)
+                init = l->init != NL_INIT_DEFAULT ? l->init : NL_INIT_XAVIER;
+            if (init == NL_INIT_ZERO)
+                continue;
+            if (init == NL_INIT_HE)
+                bound = sqrt(6.0 / (pd->fan_in > 0 ? pd->fan_in : 1));
+            else
+                bound = sqrt(6.0 / (pd->fan_in + pd->fan_out > 0 ? pd->fan_in + pd->fan_out : 1));
+            for (size_t k = 0; k < pd->count; k++)
+                w[k] = (float)((2.0 * nl_rng_uniform(&rng) - 1.0) * bound);
+        }
+    }
+}
+
+struct nl_exec {
+    const struct nl_model *m;
+    int max_n, n;
+    float **act;  /* (nlayers) outputs, (max_n, out) each */
+    float **dact; /* (nlayers) gradients of the outputs */
+    unsigned char **aux;
+    float *scratch;
+    const float *input; /* of the last forward */
+    struct nl_rng *rng;
+};
+
+void nl_exec_free(struct nl_exec *x)
+{
+    if (!x)
+        return;
+    for (int i = 0; x->act && i < x->m->nlayers; i++) {
+        nl_free(x->act[i]);
+        nl_free(x->dact[i]);
+        nl_free(x->aux[i]);
+    }
+    nl_free(x->act);
+    nl_free(x->dact);
+    nl_free(x->aux);
+    nl_free(x->scratch);
+    nl_free(x);
+}
+
+int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struct nl_error *err)
+{
+    struct nl_exec *x = nl_calloc(1, sizeof *x);
+    size_t scratch = 0;
+
+    *out = NULL;
+    if (!x)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for an executor");
+    x->m = m;
+    x->max_n = max_n;
+    x->act = nl_calloc((size_t)m->nlayers, sizeof *x->act);
+    x->dact = nl_calloc((size_t)m->nlayers, sizeof *x->dact);
+    x->aux = nl_calloc((size_t)m->nlayers, sizeof *x->aux);
+    if (!x->act || !x->dact || !x->aux)
+        goto oom;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        size_t outn = (size_t)max_n * nl_shape_size(l->out);
+        size_t need = l->scratch_fixed + (size_t)max_n * l->scratch_per_sample;
+
+        x->act[i] = nl_alloc_floats(outn);
+        x->dact[i] = nl_alloc_floats(outn);
+        x->aux[i] = nl_calloc((size_t)max_n * (l->aux_bytes ? l->aux_bytes : 1), 1);
+        if (!x->act[i] || !x->dact[i] || !x->aux[i])
+            goto oom;
+        if (need > scratch)
+            scratch = need;
+    }
+    x->scratch = nl_alloc_floats(scratch);
+    if (!x->scratch)
+        goto oom;
+    *out = x;
+    return 0;
+oom:
+    nl_exec_free(x);
+    return nl_error_set(err, NL_ENOMEM, "out of memory for activations of %d samples", max_n);
+}
+
+const float *nl_exec_forward(struct nl_exec *x, const float *params, const float *in, int n,
+                             int training, struct nl_rng *rng)
+{
+    const struct nl_model *m = x->m;
+
+    x->n = n;
+    x->input = in;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        struct nl_fwd f = {
+            .n = n,
+            .out = x->act[i],
+            .w = params + l->param_offset,
+            .aux = x->aux[i],
+            .scratch = x->scratch,
+            .training = training,
+            .rng = rng,
+        };
+        for (int j = 0; j < l->ninputs; j++)
+            f.in[j] = l->inputs[j] < 0 ? in : x->act[l->inputs[j]];
+        l->ops->forward(l, &f);
+    }
+    return x->act[m->nlayers - 1];
+}
+
+void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogits, float *dparams)
+{
+    const struct nl_model *m = x->m;
+    const int n = x->n, last = m->nlayers - 1;
+
+    /* Activation gradients accumulate from every consumer: start them at zero, except the
+     * logits', which is dlogits itself. */
+    for (int i = 0; i < last; i++)
+        memset(x->dact[i], 0, (size_t)n * nl_shape_size(m->layers[i].out) * sizeof(float));
+
+    for (int i = last; i >= 0; i--) {
+        const struct nl_layer *l = &m->layers[i];
+        struct nl_bwd b = {
+            .n = n,
+            .out = x->act[i],
+            .dout = i == last ? dlogits : x->dact[i],
+            .w = params + l->param_offset,
+            .dw = l->frozen ? NULL : dparams + l->param_offset,
+            .aux = x->aux[i],
+            .scratch = x->scratch,
+        };
+        for (int j = 0; j < l->ninputs; j++) {
+            int src = l->inputs[j];
+            b.in[j] = src < 0 ? x->input : x->act[src];
+            b.din[j] = src < 0 ? NULL : x->dact[src];
+        }
+        l->ops->backward(l, &b);
+    }
+}

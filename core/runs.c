@@ -1,0 +1,334 @@
+/* Runs, epochs and checkpoints in the store (tables defined in core/store.c).
+ *
+ * Checkpoint blobs: params is the flat parameter vector as float32 in the machine's byte order
+ * (little-endian on every platform nnlab runs on), its length checked against the model on load;
+ * optim is the optimizer's state arrays one after another, same encoding, the step count being
+ * the row's iteration; rng is the 32-byte state of the data-order generator. */
+#include "nnlab/runs.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nnlab/alloc.h"
+#include "store_internal.h"
+
+static void copy_text(char *dst, size_t size, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, size, "%s", t ? (const char *)t : "");
+}
+
+static double column_real(sqlite3_stmt *st, int col)
+{
+    return sqlite3_column_type(st, col) == SQLITE_NULL ? NAN : sqlite3_column_double(st, col);
+}
+
+static void bind_real(sqlite3_stmt *st, int col, double v)
+{
+    if (isfinite(v))
+        sqlite3_bind_double(st, col, v);
+    else
+        sqlite3_bind_null(st, col);
+}
+
+static const char run_columns[] = "id, name, dataset, model, status, created, "
+                                  "coalesce(finished, ''), epochs_done, val_accuracy, "
+                                  "test_accuracy, seconds";
+
+static void read_info(sqlite3_stmt *st, struct nl_run_info *info)
+{
+    memset(info, 0, sizeof *info);
+    info->id = sqlite3_column_int64(st, 0);
+    copy_text(info->name, sizeof info->name, st, 1);
+    copy_text(info->dataset, sizeof info->dataset, st, 2);
+    copy_text(info->model, sizeof info->model, st, 3);
+    copy_text(info->status, sizeof info->status, st, 4);
+    copy_text(info->created, sizeof info->created, st, 5);
+    copy_text(info->finished, sizeof info->finished, st, 6);
+    info->epochs_done = sqlite3_column_int(st, 7);
+    info->val_accuracy = column_real(st, 8);
+    info->test_accuracy = column_real(st, 9);
+    info->seconds = column_real(st, 10);
+}
+
+static int name_taken(struct nl_store *s, const char *name, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    if (sqlite3_prepare_v2(nl_store_sqlite(s), "SELECT 1 FROM runs WHERE name = ?", -1, &st,
+                           NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "looking up a run");
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return nl_store_db_error(s, err, "looking up a run");
+    return rc == SQLITE_ROW;
+}
+
+/* The model's base name: "lenet" for "lenet" and for "specs/lenet.txt". */
+static void model_stem(char *dst, size_t size, const char *model)
+{
+    const char *base = strrchr(model, '/');
+    base = base ? base + 1 : model;
+    snprintf(dst, size, "%s", base);
+    char *dot = strchr(dst, '.');
+    if (dot && dot != dst)
+        *dot = '\0';
+}
+
+int nl_run_create(struct nl_store *s, const char *name, const char *dataset, const char *model,
+                  const char *spec_text, const char *settings_json, struct nl_run_info *info,
+                  struct nl_error *err)
+{
+    char chosen[128], stem[64];
+    sqlite3_stmt *st;
+    int rc;
+
+    if (name && *name) {
+        if (strlen(name) >= sizeof chosen || strchr(name, '/'))
+            return nl_error_set(err, NL_EINVAL,
+                                "run name '%s' must be under 128 characters, without '/'", name);
+        snprintf(chosen, sizeof chosen, "%s", name);
+        rc = name_taken(s, chosen, err);
+        if (rc < 0)
+            return rc;
+        if (rc)
+            return nl_error_set(err, NL_EEXIST, "a run named '%s' already exists", chosen);
+    } else {
+        model_stem(stem, sizeof stem, model);
+        for (int n = 1;; n++) {
+            snprintf(chosen, sizeof chosen, "%s-%s-%d", stem, dataset, n);
+            rc = name_taken(s, chosen, err);
+            if (rc < 0)
+                return rc;
+            if (!rc)
+                break;
+        }
+    }
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "INSERT INTO runs (name, dataset, model, spec, settings, status, "
+                           "created) VALUES (?, ?, ?, ?, ?, 'running', "
+                           "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
+                           -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "recording a run");
+    sqlite3_bind_text(st, 1, chosen, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, dataset, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, spec_text, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 5, settings_json, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return nl_store_db_error(s, err, "recording a run");
+    return nl_run_get(s, chosen, info, NULL, NULL, err);
+}
+
+int nl_run_record_epoch(struct nl_store *s, int64_t run, const struct nl_event *ev,
+                        struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "INSERT OR REPLACE INTO epochs (run, epoch, train_loss, "
+                           "train_accuracy, val_loss, val_accuracy, seconds, images_per_second) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "recording an epoch");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_int(st, 2, ev->epoch);
+    bind_real(st, 3, ev->loss);
+    bind_real(st, 4, ev->accuracy);
+    bind_real(st, 5, ev->val_loss);
+    bind_real(st, 6, ev->val_accuracy);
+    bind_real(st, 7, ev->seconds);
+    bind_real(st, 8, ev->images_per_second);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "recording an epoch");
+}
+
+int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_checkpoint *cp,
+                           struct nl_error *err)
+{
+    sqlite3 *db = nl_store_sqlite(s);
+    sqlite3_stmt *st = NULL;
+    int rc = nl_store_exec(s, "BEGIN IMMEDIATE", err);
+
+    if (rc < 0)
+        return rc;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT OR REPLACE INTO checkpoints (run, epoch, iteration, params, "
+                           "optim, rng, created) VALUES (?, ?, ?, ?, ?, ?, "
+                           "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
+                           -1, &st, NULL) != SQLITE_OK)
+        goto fail;
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_int(st, 2, cp->epoch);
+    sqlite3_bind_int64(st, 3, cp->iteration);
+    sqlite3_bind_blob64(st, 4, cp->params, cp->nparams * sizeof(float), SQLITE_STATIC);
+    if (cp->optim_state)
+        sqlite3_bind_blob64(st, 5, cp->optim_state, cp->optim_floats * sizeof(float),
+                            SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 5);
+    sqlite3_bind_blob(st, 6, cp->rng->s, sizeof cp->rng->s, SQLITE_STATIC);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    sqlite3_finalize(st);
+    st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "DELETE FROM checkpoints WHERE run = ?1 AND iteration NOT IN "
+                           "(SELECT iteration FROM checkpoints WHERE run = ?1 "
+                           "ORDER BY iteration DESC LIMIT 2)",
+                           -1, &st, NULL) != SQLITE_OK)
+        goto fail;
+    sqlite3_bind_int64(st, 1, run);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    sqlite3_finalize(st);
+    st = NULL;
+    if (sqlite3_prepare_v2(db, "UPDATE runs SET epochs_done = ? WHERE id = ?", -1, &st, NULL) !=
+        SQLITE_OK)
+        goto fail;
+    sqlite3_bind_int(st, 1, cp->epoch);
+    sqlite3_bind_int64(st, 2, run);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    sqlite3_finalize(st);
+    return nl_store_exec(s, "COMMIT", err);
+fail:
+    rc = nl_store_db_error(s, err, "saving a checkpoint");
+    sqlite3_finalize(st);
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+int nl_run_finish(struct nl_store *s, int64_t run, const char *status,
+                  const struct nl_train_result *res, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "UPDATE runs SET status = ?, finished = "
+                           "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), val_accuracy = ?, "
+                           "test_accuracy = ?, seconds = ? WHERE id = ?",
+                           -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "finishing a run");
+    sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
+    bind_real(st, 2, res ? res->val_accuracy : NAN);
+    bind_real(st, 3, res ? res->test_accuracy : NAN);
+    bind_real(st, 4, res ? res->seconds : NAN);
+    sqlite3_bind_int64(st, 5, run);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "finishing a run");
+}
+
+int nl_run_list(struct nl_store *s, struct nl_run_info **out, int *count, struct nl_error *err)
+{
+    char sql[256];
+    sqlite3_stmt *st;
+    struct nl_run_info *v = NULL;
+    int n = 0, cap = 0, rc;
+
+    *out = NULL;
+    *count = 0;
+    snprintf(sql, sizeof sql, "SELECT %s FROM runs ORDER BY id", run_columns);
+    if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "listing runs");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            struct nl_run_info *nv = nl_realloc(v, (size_t)cap * sizeof *v);
+            if (!nv) {
+                nl_free(v);
+                sqlite3_finalize(st);
+                return nl_error_set(err, NL_ENOMEM, "out of memory listing runs");
+            }
+            v = nv;
+        }
+        read_info(st, &v[n++]);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        nl_free(v);
+        return nl_store_db_error(s, err, "listing runs");
+    }
+    *out = v;
+    *count = n;
+    return 0;
+}
+
+int nl_run_get(struct nl_store *s, const char *name, struct nl_run_info *info, char **spec_text,
+               char **settings_json, struct nl_error *err)
+{
+    char sql[256];
+    sqlite3_stmt *st;
+    int rc;
+
+    snprintf(sql, sizeof sql, "SELECT %s, spec, settings FROM runs WHERE name = ?", run_columns);
+    if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "looking up a run");
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        if (rc == SQLITE_DONE)
+            return nl_error_set(err, NL_ENOENT, "no run named '%s' (see nnlab runs)", name);
+        return nl_store_db_error(s, err, "looking up a run");
+    }
+    read_info(st, info);
+    rc = 0;
+    if (spec_text) {
+        const unsigned char *t = sqlite3_column_text(st, 11);
+        *spec_text = nl_strdup(t ? (const char *)t : "");
+        if (!*spec_text)
+            rc = nl_error_set(err, NL_ENOMEM, "out of memory");
+    }
+    if (settings_json && rc == 0) {
+        const unsigned char *t = sqlite3_column_text(st, 12);
+        *settings_json = nl_strdup(t ? (const char *)t : "{}");
+        if (!*settings_json)
+            rc = nl_error_set(err, NL_ENOMEM, "out of memory");
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int nl_run_load_params(struct nl_store *s, const struct nl_run_info *run, float *params,
+                       size_t nparams, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "SELECT params FROM checkpoints WHERE run = ? "
+                           "ORDER BY iteration DESC LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "loading a checkpoint");
+    sqlite3_bind_int64(st, 1, run->id);
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        if (rc == SQLITE_DONE)
+            return nl_error_set(err, NL_ENOENT, "run '%s' has no checkpoint (status %s)", run->name,
+                                run->status);
+        return nl_store_db_error(s, err, "loading a checkpoint");
+    }
+    size_t bytes = (size_t)sqlite3_column_bytes(st, 0);
+    if (bytes != nparams * sizeof(float)) {
+        sqlite3_finalize(st);
+        return nl_error_set(err, NL_EFORMAT,
+                            "run '%s': its checkpoint holds %zu parameters, the model has %zu",
+                            run->name, bytes / sizeof(float), nparams);
+    }
+    memcpy(params, sqlite3_column_blob(st, 0), bytes);
+    sqlite3_finalize(st);
+    return 0;
+}

@@ -1,0 +1,424 @@
+/* The training loop. See include/nnlab/trainer.h for the scheme.
+ *
+ * Everything a step touches is allocated before the first step: per thread an executor, an input
+ * and label buffer for its shard, the logits' gradient and a full-size gradient buffer; for the
+ * run the optimizer state and the sample order. A step allocates nothing. */
+#include "nnlab/trainer.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "nnlab/alloc.h"
+#include "pool.h"
+
+#define EVAL_SHARD 128 /* samples per thread per forward pass when evaluating */
+
+struct worker {
+    struct nl_exec *exec;
+    float *x;       /* (max_n, input) */
+    int32_t *y;     /* (max_n) */
+    uint32_t *idx;  /* (max_n) sample indices when evaluating */
+    float *dlogits; /* (max_n, nclasses) */
+    float *grad;    /* (nparams); NULL when only evaluating */
+    double loss;    /* sum over the samples this thread saw in the current call */
+    long correct;
+    struct nl_rng rng;
+};
+
+struct ctx {
+    const struct nl_model *m;
+    float *params;
+    const struct nl_dataset *d;
+    struct nl_pool *pool;
+    int threads, max_n;
+    struct worker *w;
+
+    /* The current step or evaluation. */
+    enum nl_split split;
+    const uint32_t *idx; /* training: the batch's sample indices */
+    int batch;
+    long first, count; /* evaluation: the range of the split */
+    uint64_t step_seed;
+
+    /* The optimizer. */
+    const struct nl_optim *optim;
+    float *state_block;
+    float *state[NL_OPTIM_MAX_STATE];
+    long step;
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void nl_train_defaults(struct nl_train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->epochs = 10;
+    o->batch = 64;
+    o->threads = 0;
+    o->seed = 1;
+    nl_optim_defaults(&o->optim, NL_OPTIM_SGD);
+}
+
+static void ctx_release(struct ctx *c)
+{
+    nl_pool_free(c->pool);
+    for (int t = 0; c->w && t < c->threads; t++) {
+        nl_exec_free(c->w[t].exec);
+        nl_free(c->w[t].x);
+        nl_free(c->w[t].y);
+        nl_free(c->w[t].idx);
+        nl_free(c->w[t].dlogits);
+        nl_free(c->w[t].grad);
+    }
+    nl_free(c->w);
+    nl_free(c->state_block);
+}
+
+static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dataset *d,
+                    int threads, int max_n, int training, struct nl_error *err)
+{
+    const size_t in_size = nl_shape_size(m->input);
+    int rc;
+
+    memset(c, 0, sizeof *c);
+    c->m = m;
+    c->params = m->params;
+    c->d = d;
+    c->threads = threads > 0 ? threads : nl_cpu_count();
+    c->max_n = max_n;
+    if (nl_shape_size(d->shape) != in_size || d->nclasses != m->nclasses)
+        return nl_error_set(err, NL_EINVAL,
+                            "dataset '%s' (%dx%dx%d, %d classes) does not fit the model "
+                            "(%dx%dx%d, %d classes)",
+                            d->name, d->shape.c, d->shape.h, d->shape.w, d->nclasses, m->input.c,
+                            m->input.h, m->input.w, m->nclasses);
+    rc = nl_pool_new(&c->pool, c->threads, err);
+    if (rc < 0)
+        return rc;
+    c->w = nl_calloc((size_t)c->threads, sizeof *c->w);
+    if (!c->w)
+        goto oom;
+    for (int t = 0; t < c->threads; t++) {
+        struct worker *w = &c->w[t];
+        rc = nl_exec_new(&w->exec, m, max_n, err);
+        if (rc < 0) {
+            ctx_release(c);
+            return rc;
+        }
+        w->x = nl_alloc_floats((size_t)max_n * in_size);
+        w->y = nl_calloc((size_t)max_n, sizeof *w->y);
+        w->idx = nl_calloc((size_t)max_n, sizeof *w->idx);
+        w->dlogits = nl_alloc_floats((size_t)max_n * (size_t)m->nclasses);
+        if (!w->x || !w->y || !w->idx || !w->dlogits)
+            goto oom;
+        if (training) {
+            w->grad = nl_alloc_floats(m->nparams);
+            if (!w->grad)
+                goto oom;
+        }
+    }
+    return 0;
+oom:
+    ctx_release(c);
+    return nl_error_set(err, NL_ENOMEM, "out of memory for %d training threads", threads);
+}
+
+/* The [lo, hi) share of n items that thread t of count takes. */
+static void share(long n, int t, int count, long *lo, long *hi)
+{
+    *lo = n * t / count;
+    *hi = n * (t + 1) / count;
+}
+
+static void step_thread(void *arg, int t, int count)
+{
+    struct ctx *c = arg;
+    struct worker *w = &c->w[t];
+    const struct nl_model *m = c->m;
+    long lo, hi;
+
+    share(c->batch, t, count, &lo, &hi);
+    const int n = (int)(hi - lo);
+    memset(w->grad, 0, m->nparams * sizeof(float));
+    w->loss = 0.0;
+    w->correct = 0;
+    if (n > 0) {
+        int correct = 0;
+        nl_rng_seed(&w->rng, c->step_seed + (uint64_t)t);
+        nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
+        const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
+        w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, 1.0f / (float)c->batch,
+                                  &correct);
+        w->correct = correct;
+        nl_exec_backward(w->exec, c->params, w->dlogits, w->grad);
+    }
+    nl_pool_barrier(c->pool);
+
+    /* Reduce and update slice t of the parameters, in thread order. Slices are multiples of 16
+     * floats so that no two threads write the same cache line. */
+    const long blocks = (long)((m->nparams + 15) / 16);
+    share(blocks, t, count, &lo, &hi);
+    size_t a = (size_t)lo * 16, b = (size_t)hi * 16;
+    if (b > m->nparams)
+        b = m->nparams;
+    if (a >= b)
+        return;
+    float *g = c->w[0].grad;
+    for (int k = 1; k < count; k++) {
+        const float *gk = c->w[k].grad;
+        for (size_t i = a; i < b; i++)
+            g[i] += gk[i];
+    }
+    float *state[NL_OPTIM_MAX_STATE];
+    for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
+        state[k] = c->state[k] ? c->state[k] + a : NULL;
+    nl_optim_step(c->optim, c->params + a, g + a, state, b - a, c->step, c->optim->lr);
+}
+
+static void eval_thread(void *arg, int t, int count)
+{
+    struct ctx *c = arg;
+    struct worker *w = &c->w[t];
+    const struct nl_model *m = c->m;
+    long lo, hi;
+
+    share(c->count, t, count, &lo, &hi);
+    w->loss = 0.0;
+    w->correct = 0;
+    for (long s = lo; s < hi; s += c->max_n) {
+        int n = (int)(hi - s < c->max_n ? hi - s : c->max_n), correct = 0;
+        for (int i = 0; i < n; i++)
+            w->idx[i] = (uint32_t)(c->first + s + i);
+        nl_dataset_batch(c->d, c->split, w->idx, n, w->x, w->y);
+        const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 0, &w->rng);
+        w->loss += nl_softmax_xent(NULL, logits, w->y, n, m->nclasses, 1.0f, &correct);
+        w->correct += correct;
+    }
+}
+
+static void evaluate(struct ctx *c, enum nl_split split, double *loss, double *accuracy)
+{
+    const long n = (long)c->d->split[split].n;
+    double sum = 0.0;
+    long correct = 0;
+
+    if (n == 0) {
+        *loss = *accuracy = NAN;
+        return;
+    }
+    c->split = split;
+    c->first = 0;
+    c->count = n;
+    nl_pool_run(c->pool, eval_thread, c);
+    for (int t = 0; t < c->threads; t++) {
+        sum += c->w[t].loss;
+        correct += c->w[t].correct;
+    }
+    *loss = sum / (double)n;
+    *accuracy = (double)correct / (double)n;
+}
+
+int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
+                int threads, double *loss, double *accuracy, struct nl_error *err)
+{
+    struct ctx c;
+    int rc = ctx_init(&c, m, d, threads, EVAL_SHARD, 0, err);
+
+    if (rc < 0)
+        return rc;
+    evaluate(&c, split, loss, accuracy);
+    ctx_release(&c);
+    return 0;
+}
+
+static int validate_opts(const struct nl_train_opts *o, const struct nl_dataset *d,
+                         struct nl_error *err)
+{
+    if (o->epochs < 1)
+        return nl_error_set(err, NL_EINVAL, "epochs %d must be at least 1", o->epochs);
+    if (o->batch < 1)
+        return nl_error_set(err, NL_EINVAL, "batch size %d must be at least 1", o->batch);
+    if (o->threads < 0)
+        return nl_error_set(err, NL_EINVAL, "thread count %d must be at least 1", o->threads);
+    if (d->split[NL_TRAIN].n == 0)
+        return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
+    return nl_optim_validate(&o->optim, err);
+}
+
+int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,
+             const struct nl_train_hooks *hooks, struct nl_train_result *res, struct nl_error *err)
+{
+    const long ntrain = (long)d->split[NL_TRAIN].n;
+    const long iters = (ntrain + o->batch - 1) / o->batch;
+    int threads = o->threads > 0 ? o->threads : nl_cpu_count();
+    struct ctx c;
+    uint32_t *order = NULL;
+    struct nl_rng order_rng;
+    double train_seconds = 0.0;
+    long train_samples = 0;
+    int rc;
+
+    memset(res, 0, sizeof *res);
+    res->val_accuracy = res->test_accuracy = res->test_loss = NAN;
+    rc = validate_opts(o, d, err);
+    if (rc < 0)
+        return rc;
+    /* More threads than samples in a batch would leave some idle. */
+    if (threads > o->batch)
+        threads = o->batch;
+    int shard = (o->batch + threads - 1) / threads;
+    rc = ctx_init(&c, m, d, threads, shard > EVAL_SHARD ? shard : EVAL_SHARD, 1, err);
+    if (rc < 0)
+        return rc;
+    c.optim = &o->optim;
+    int nstate = nl_optim_state_arrays(&o->optim);
+    order = nl_calloc((size_t)ntrain, sizeof *order);
+    c.state_block = nl_alloc_floats(m->nparams * (size_t)(nstate > 0 ? nstate : 1));
+    if (!order || !c.state_block) {
+        rc = nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
+        goto out;
+    }
+    for (int k = 0; k < nstate; k++)
+        c.state[k] = c.state_block + (size_t)k * m->nparams;
+
+    for (int epoch = 1; epoch <= o->epochs; epoch++) {
+        double loss_sum = 0.0, t0 = now();
+        long correct = 0, seen = 0;
+
+        /* Each epoch's order depends only on the seed and the epoch number. */
+        nl_rng_seed(&order_rng, o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch);
+        for (long i = 0; i < ntrain; i++)
+            order[i] = (uint32_t)i;
+        nl_rng_shuffle(&order_rng, order, (size_t)ntrain);
+
+        for (long it = 0; it < iters; it++) {
+            double batch_loss = 0.0;
+            long batch_correct = 0;
+
+            c.idx = order + it * o->batch;
+            c.batch = (int)(it == iters - 1 ? ntrain - it * o->batch : o->batch);
+            c.step++;
+            c.step_seed = (o->seed ^ 0xd1b54a32d192ed03ULL) * 0x100000001b3ULL +
+                          (uint64_t)c.step * (uint64_t)threads;
+            nl_pool_run(c.pool, step_thread, &c);
+            for (int t = 0; t < threads; t++) {
+                batch_loss += c.w[t].loss;
+                batch_correct += c.w[t].correct;
+            }
+            if (!isfinite(batch_loss)) {
+                rc = nl_error_set(err, NL_ENAN,
+                                  "epoch %d, step %ld: the loss is %s; lower the learning rate "
+                                  "(now %g)",
+                                  epoch, it + 1, isnan(batch_loss) ? "NaN" : "infinite",
+                                  o->optim.lr);
+                goto out;
+            }
+            loss_sum += batch_loss;
+            correct += batch_correct;
+            seen += c.batch;
+
+            if (hooks && hooks->event) {
+                double elapsed = now() - t0;
+                double per_step = (train_seconds + elapsed) / (double)c.step;
+                struct nl_event ev = {
+                    .kind = NL_EVENT_ITER,
+                    .epoch = epoch,
+                    .epochs = o->epochs,
+                    .iter = it + 1,
+                    .iters = iters,
+                    .loss = batch_loss / c.batch,
+                    .accuracy = (double)correct / (double)seen,
+                    .val_loss = NAN,
+                    .val_accuracy = NAN,
+                    .test_accuracy = NAN,
+                    .test_loss = NAN,
+                    .seconds = elapsed,
+                    .images_per_second = (double)seen / (elapsed > 0 ? elapsed : 1e-9),
+                    .eta_seconds = per_step * (double)((long)o->epochs * iters - c.step),
+                    .samples = seen,
+                };
+                if (hooks->event(hooks->ud, &ev)) {
+                    rc = nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d", epoch);
+                    goto out;
+                }
+            }
+        }
+        double seconds = now() - t0;
+        train_seconds += seconds;
+        train_samples += seen;
+
+        res->epochs = epoch;
+        res->train_loss = loss_sum / (double)seen;
+        res->train_accuracy = (double)correct / (double)seen;
+        double val_loss, val_acc;
+        evaluate(&c, NL_VAL, &val_loss, &val_acc);
+        res->val_accuracy = val_acc;
+
+        if (hooks && hooks->checkpoint) {
+            struct nl_checkpoint cp = {
+                .epoch = epoch,
+                .iteration = c.step,
+                .params = c.params,
+                .nparams = m->nparams,
+                .optim_state = nstate > 0 ? c.state_block : NULL,
+                .optim_floats = (size_t)nstate * m->nparams,
+                .rng = &order_rng,
+            };
+            rc = hooks->checkpoint(hooks->ud, &cp, err);
+            if (rc < 0)
+                goto out;
+        }
+        if (hooks && hooks->event) {
+            struct nl_event ev = {
+                .kind = NL_EVENT_EPOCH,
+                .epoch = epoch,
+                .epochs = o->epochs,
+                .iter = iters,
+                .iters = iters,
+                .loss = res->train_loss,
+                .accuracy = res->train_accuracy,
+                .val_loss = val_loss,
+                .val_accuracy = val_acc,
+                .test_accuracy = NAN,
+                .test_loss = NAN,
+                .seconds = seconds,
+                .images_per_second = (double)seen / (seconds > 0 ? seconds : 1e-9),
+                .samples = seen,
+            };
+            if (hooks->event(hooks->ud, &ev)) {
+                rc = nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
+                goto out;
+            }
+        }
+    }
+    evaluate(&c, NL_TEST, &res->test_loss, &res->test_accuracy);
+    res->seconds = train_seconds;
+    res->images_per_second = (double)train_samples / (train_seconds > 0 ? train_seconds : 1e-9);
+    if (hooks && hooks->event) {
+        struct nl_event ev = {
+            .kind = NL_EVENT_DONE,
+            .epoch = res->epochs,
+            .epochs = o->epochs,
+            .loss = res->train_loss,
+            .accuracy = res->train_accuracy,
+            .val_loss = NAN,
+            .val_accuracy = res->val_accuracy,
+            .test_accuracy = res->test_accuracy,
+            .test_loss = res->test_loss,
+            .seconds = res->seconds,
+            .images_per_second = res->images_per_second,
+        };
+        hooks->event(hooks->ud, &ev);
+    }
+    rc = 0;
+out:
+    nl_free(order);
+    ctx_release(&c);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/* Training runs in the store: their settings, per-epoch metrics, final results and checkpoints. */
+#ifndef NNLAB_RUNS_H
+#define NNLAB_RUNS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nnlab/error.h"
+#include "nnlab/store.h"
+#include "nnlab/trainer.h"
+
+struct nl_run_info {
+    int64_t id;
+    char name[128];
+    char dataset[128];
+    char model[256]; /* as given: a shipped name or a path */
+    char status[16]; /* running, done, failed, stopped */
+    char created[32];
+    char finished[32];
+    int epochs_done;
+    double val_accuracy, test_accuracy, seconds; /* NAN when not known */
+};
+
+/* Records a new run with status "running". name NULL or "" picks MODEL-DATASET-N (the model's
+ * base name, the first free N). A taken name is NL_EEXIST. info receives the record. */
+int nl_run_create(struct nl_store *s, const char *name, const char *dataset, const char *model,
+                  const char *spec_text, const char *settings_json, struct nl_run_info *info,
+                  struct nl_error *err);
+
+/* Stores an epoch's metrics (an NL_EVENT_EPOCH event). */
+int nl_run_record_epoch(struct nl_store *s, int64_t run, const struct nl_event *ev,
+                        struct nl_error *err);
+
+/* Stores a checkpoint and the run's progress in one transaction; keeps the two latest. */
+int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_checkpoint *cp,
+                           struct nl_error *err);
+
+/* Sets the final status and results (res may be NULL for a failed run). */
+int nl_run_finish(struct nl_store *s, int64_t run, const char *status,
+                  const struct nl_train_result *res, struct nl_error *err);
+
+/* All runs, oldest first; *out freed with nl_free. */
+int nl_run_list(struct nl_store *s, struct nl_run_info **out, int *count, struct nl_error *err);
+
+/* One run by name; spec_text and settings_json (either may be NULL) are freed with nl_free. */
+int nl_run_get(struct nl_store *s, const char *name, struct nl_run_info *info, char **spec_text,
+               char **settings_json, struct nl_error *err);
+
+/* Copies the latest checkpoint's parameters into params (nparams floats, which must match). */
+int nl_run_load_params(struct nl_store *s, const struct nl_run_info *run, float *params,
+                       size_t nparams, struct nl_error *err);
+
+#endif

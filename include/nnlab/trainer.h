@@ -1,0 +1,94 @@
+/* The trainer: synchronous mini-batch training of a model on a dataset, on all cores.
+ *
+ * A global batch of B samples is cut into T contiguous shards, one per thread; each thread runs
+ * forward and backward on its shard into its own gradient buffer; then thread t sums slice t of
+ * all the buffers in thread order and applies the optimizer to that slice. The summation order
+ * is fixed, so a run is reproducible for a given seed and thread count. The loss is the mean
+ * over the global batch, so shards of any size are weighted by their sample counts.
+ *
+ * The trainer talks to the outside through hooks: events (progress, epoch ends, the end) and
+ * checkpoints (after every epoch). */
+#ifndef NNLAB_TRAINER_H
+#define NNLAB_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nnlab/dataset.h"
+#include "nnlab/error.h"
+#include "nnlab/model.h"
+#include "nnlab/optim.h"
+#include "nnlab/rng.h"
+
+struct nl_train_opts {
+    int epochs;  /* >= 1 */
+    int batch;   /* global batch size, >= 1 */
+    int threads; /* 0: one per core */
+    uint64_t seed;
+    struct nl_optim optim;
+};
+
+/* Defaults that train the shipped models well: 10 epochs, batch 64, all cores, seed 1, SGD with
+ * lr 0.05 and momentum 0.9. */
+void nl_train_defaults(struct nl_train_opts *o);
+
+enum nl_event_kind {
+    NL_EVENT_ITER,  /* after every step */
+    NL_EVENT_EPOCH, /* after an epoch and its validation */
+    NL_EVENT_DONE,  /* after the final test evaluation */
+};
+
+struct nl_event {
+    enum nl_event_kind kind;
+    int epoch, epochs;        /* 1-based epoch in progress (or finished) */
+    long iter, iters;         /* ITER: 1-based step within the epoch, and steps per epoch */
+    double loss;              /* ITER: the batch's mean loss; EPOCH: the epoch's mean */
+    double accuracy;          /* ITER: running over the epoch; EPOCH: the epoch's */
+    double val_loss;          /* EPOCH: NAN without a validation split */
+    double val_accuracy;      /* EPOCH: NAN without a validation split */
+    double test_accuracy;     /* DONE: NAN without a test split */
+    double test_loss;         /* DONE */
+    double seconds;           /* ITER, EPOCH: training seconds of the epoch so far; DONE: all */
+    double images_per_second; /* training samples per training second (epoch, or all for DONE) */
+    double eta_seconds;       /* ITER: estimated seconds left for the whole run */
+    long samples;             /* ITER, EPOCH: samples seen in the epoch */
+};
+
+struct nl_checkpoint {
+    int epoch;      /* epochs completed */
+    long iteration; /* optimizer steps completed */
+    const float *params;
+    size_t nparams;
+    const float
+        *optim_state; /* nl_optim_state_arrays() arrays of nparams floats, one after another */
+    size_t optim_floats;
+    const struct nl_rng *rng; /* the data-order generator at this point */
+};
+
+struct nl_train_hooks {
+    /* Every event; a non-zero return stops training with NL_ECANCELED. May be NULL. */
+    int (*event)(void *ud, const struct nl_event *ev);
+    /* After every epoch; an error stops training. May be NULL. */
+    int (*checkpoint)(void *ud, const struct nl_checkpoint *c, struct nl_error *err);
+    void *ud;
+};
+
+struct nl_train_result {
+    int epochs;
+    double train_loss, train_accuracy; /* of the last epoch */
+    double val_accuracy;               /* NAN without a validation split */
+    double test_accuracy, test_loss;   /* NAN without a test split */
+    double seconds;                    /* training time, evaluation excluded */
+    double images_per_second;
+};
+
+/* Trains m (its parameters as initialised or loaded) on d's train split. The model must have
+ * been built for d's shape and class count. */
+int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,
+             const struct nl_train_hooks *hooks, struct nl_train_result *res, struct nl_error *err);
+
+/* Mean loss and accuracy of m on a split, on `threads` threads (0: all cores). */
+int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
+                int threads, double *loss, double *accuracy, struct nl_error *err);
+
+#endif

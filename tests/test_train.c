@@ -1,0 +1,392 @@
+/* The model executor and the trainer: whole-model gradients against finite differences, batch
+ * shares weighted by their sizes, training a synthetic problem to high accuracy, bit-identical
+ * reruns, no allocation inside training steps, checkpoints, divergence and cancellation. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/store_internal.h"
+#include "nnlab/alloc.h"
+#include "nnlab/model.h"
+#include "nnlab/runs.h"
+#include "nnlab/trainer.h"
+#include "tap.h"
+
+enum { SIDE = 12, CLASSES = 4 };
+
+/* Four classes of 12x12 gray images: a bright 4x4 square in one quadrant (the class), jittered
+ * by a pixel, on a noisy background. */
+static struct nl_dataset *synthetic(uint32_t ntrain, uint32_t ntest, uint64_t seed)
+{
+    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_rng r;
+    const uint32_t n[NL_NSPLITS] = {ntrain, 0, ntest};
+
+    nl_rng_seed(&r, seed);
+    d->name = nl_strdup("synthetic");
+    d->source = nl_strdup("test");
+    d->kind = nl_strdup("idx");
+    d->shape = (struct nl_shape){1, SIDE, SIDE};
+    d->dtype = NL_U8;
+    d->nclasses = CLASSES;
+    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
+    for (int k = 0; k < CLASSES; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "q%d", k);
+        d->class_names[k] = nl_strdup(name);
+    }
+    d->nnorm = 1;
+    d->mean = nl_calloc(1, sizeof(float));
+    d->std = nl_calloc(1, sizeof(float));
+    d->mean[0] = 0.25f;
+    d->std[0] = 0.3f;
+    for (int s = 0; s < NL_NSPLITS; s++) {
+        uint8_t *x = nl_calloc((size_t)n[s] * SIDE * SIDE + 1, 1);
+        int32_t *y = nl_calloc((size_t)n[s] + 1, sizeof *y);
+        for (uint32_t i = 0; i < n[s]; i++) {
+            int k = (int)nl_rng_below(&r, CLASSES);
+            int oy = (k / 2) * 6 + 1 + (int)nl_rng_below(&r, 3);
+            int ox = (k % 2) * 6 + 1 + (int)nl_rng_below(&r, 3);
+            uint8_t *img = x + (size_t)i * SIDE * SIDE;
+            for (int p = 0; p < SIDE * SIDE; p++)
+                img[p] = (uint8_t)nl_rng_below(&r, 80);
+            for (int yy = 0; yy < 4; yy++)
+                for (int xx = 0; xx < 4; xx++)
+                    img[(oy + yy) * SIDE + ox + xx] = (uint8_t)(150 + nl_rng_below(&r, 106));
+            y[i] = k;
+        }
+        d->split[s].n = n[s];
+        d->split[s].x = x;
+        d->split[s].y = y;
+    }
+    return d;
+}
+
+static struct nl_model *build(const char *text, struct nl_shape in, int classes)
+{
+    struct nl_spec *spec;
+    struct nl_model *m = NULL;
+    struct nl_error err = {0};
+
+    if (nl_spec_parse(&spec, text, "test-spec", NULL, NULL, &err) < 0) {
+        diag("spec: %s", err.msg);
+        return NULL;
+    }
+    if (nl_model_build(&m, spec, in, classes, &err) < 0)
+        diag("build: %s", err.msg);
+    nl_spec_free(spec);
+    return m;
+}
+
+static const char conv_spec[] = "conv1: conv 4 3x3 pad=1\n"
+                                "pool1: maxpool 2\n"
+                                "relu\n"
+                                "fc1: dense 16\n"
+                                "tanh\n"
+                                "fc2: dense N\n";
+static const char mlp_spec[] = "fc1: dense 32\nrelu\nfc2: dense N\n";
+
+/* sum(logits * r) for the model's parameters p. */
+static double objective(struct nl_exec *x, const float *p, const float *in, int n, const float *r,
+                        int k, struct nl_rng *rng)
+{
+    const float *logits = nl_exec_forward(x, p, in, n, 0, rng);
+    double s = 0.0;
+    for (int i = 0; i < n * k; i++)
+        s += (double)logits[i] * r[i];
+    return s;
+}
+
+static void test_model_gradient(void)
+{
+    const struct nl_shape in = {2, 6, 6};
+    const int n = 3, k = 5;
+    struct nl_model *m = build(conv_spec, in, k);
+    struct nl_exec *x;
+    struct nl_error err = {0};
+    struct nl_rng rng;
+
+    ok(m != NULL, "a conv model builds");
+    if (!m)
+        return;
+    nl_model_init_params(m, 3);
+    is_int(nl_exec_new(&x, m, n, &err), 0, "executor");
+    nl_rng_seed(&rng, 5);
+    float *input = nl_alloc_floats((size_t)n * nl_shape_size(in));
+    float *r = nl_alloc_floats((size_t)n * k);
+    float *grad = nl_alloc_floats(m->nparams);
+    /* Distinct inputs so that no max-pooling window has a tie. */
+    for (size_t i = 0; i < (size_t)n * nl_shape_size(in); i++)
+        input[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    for (int i = 0; i < n * k; i++)
+        r[i] = nl_rng_uniform(&rng) - 0.5f;
+    nl_exec_forward(x, m->params, input, n, 0, &rng);
+    nl_exec_backward(x, m->params, r, grad);
+
+    /* Central differences in float on every 7th parameter; the bound is on the relative error
+     * |a - n| / max(|a| + |n|, 1e-3). Parameters whose perturbation flips a relu or a max are
+     * rare and counted separately. */
+    const float h = 1e-3f;
+    double worst = 0.0;
+    int checked = 0, kinks = 0;
+    float *p = m->params;
+    for (size_t i = 0; i < m->nparams; i += 7) {
+        float saved = p[i];
+        p[i] = saved + h;
+        double up = objective(x, p, input, n, r, k, &rng);
+        p[i] = saved - h;
+        double down = objective(x, p, input, n, r, k, &rng);
+        p[i] = saved;
+        double numeric = (up - down) / (2.0 * h);
+        double rel = fabs(grad[i] - numeric) / fmax(fabs(grad[i]) + fabs(numeric), 1e-3);
+        if (rel > 2e-2)
+            diag("param %zu: analytic %.6g numeric %.6g", i, grad[i], numeric);
+        if (rel > 5e-2)
+            kinks++;
+        else if (rel > worst)
+            worst = rel;
+        checked++;
+    }
+    ok(checked > 50, "checked %d parameters", checked);
+    ok(kinks <= checked / 50, "at most 2%% of checks cross a kink (%d of %d)", kinks, checked);
+    ok(worst < 2e-2, "whole-model gradient matches finite differences (worst relative %.2g)",
+       worst);
+
+    /* Shares are weighted: the gradient of a batch of n equals the sum over two shards, each
+     * scaled by 1/n (the trainer's scheme). */
+    {
+        int32_t labels[3] = {0, 3, 1};
+        float dl[3 * 5];
+        float *g_all = nl_alloc_floats(m->nparams), *g_parts = nl_alloc_floats(m->nparams);
+        const float *logits = nl_exec_forward(x, m->params, input, 3, 0, &rng);
+        nl_softmax_xent(dl, logits, labels, 3, k, 1.0f / 3.0f, NULL);
+        nl_exec_backward(x, m->params, dl, g_all);
+        logits = nl_exec_forward(x, m->params, input, 1, 0, &rng);
+        nl_softmax_xent(dl, logits, labels, 1, k, 1.0f / 3.0f, NULL);
+        nl_exec_backward(x, m->params, dl, g_parts);
+        logits = nl_exec_forward(x, m->params, input + nl_shape_size(in), 2, 0, &rng);
+        nl_softmax_xent(dl, logits, labels + 1, 2, k, 1.0f / 3.0f, NULL);
+        nl_exec_backward(x, m->params, dl, g_parts);
+        double diff = 0.0;
+        for (size_t i = 0; i < m->nparams; i++)
+            diff = fmax(diff, fabs(g_all[i] - g_parts[i]));
+        ok(diff < 1e-5, "sharded gradients sum to the batch gradient (max diff %.2g)", diff);
+        nl_free(g_all);
+        nl_free(g_parts);
+    }
+    nl_free(input);
+    nl_free(r);
+    nl_free(grad);
+    nl_exec_free(x);
+    nl_model_free(m);
+}
+
+struct watch {
+    uint64_t allocs_at_step2;
+    uint64_t allocs_at_end;
+    int stop_at;
+    long iters;
+};
+
+static int watch_event(void *ud, const struct nl_event *ev)
+{
+    struct watch *w = ud;
+    if (ev->kind == NL_EVENT_ITER) {
+        w->iters++;
+        if (ev->epoch == 1 && ev->iter == 2)
+            w->allocs_at_step2 = nl_alloc_count();
+        if (ev->epoch == ev->epochs && ev->iter == ev->iters)
+            w->allocs_at_end = nl_alloc_count();
+        if (w->stop_at && w->iters == w->stop_at)
+            return 1;
+    }
+    return 0;
+}
+
+static float *train_once(const char *spec, const struct nl_dataset *d, int threads, uint64_t seed,
+                         struct nl_train_result *res, struct watch *w, size_t *nparams)
+{
+    struct nl_model *m = build(spec, d->shape, d->nclasses);
+    struct nl_train_opts o;
+    struct nl_error err = {0};
+    struct watch local = {0};
+    struct nl_train_hooks hooks = {watch_event, NULL, w ? w : &local};
+
+    if (!m)
+        return NULL;
+    nl_train_defaults(&o);
+    o.epochs = 3;
+    o.batch = 32;
+    o.threads = threads;
+    o.seed = seed;
+    nl_model_init_params(m, seed);
+    if (nl_train(m, d, &o, &hooks, res, &err) < 0) {
+        diag("train: %s", err.msg);
+        nl_model_free(m);
+        return NULL;
+    }
+    float *p = nl_malloc(m->nparams * sizeof(float));
+    memcpy(p, m->params, m->nparams * sizeof(float));
+    *nparams = m->nparams;
+    nl_model_free(m);
+    return p;
+}
+
+static void test_training(void)
+{
+    struct nl_dataset *d = synthetic(1200, 400, 11);
+    struct nl_train_result res;
+    struct watch w = {0};
+    size_t n1, n2;
+
+    float *a = train_once(mlp_spec, d, 2, 7, &res, &w, &n1);
+    ok(a != NULL, "the mlp trains");
+    ok(res.test_accuracy >= 0.95, "mlp test accuracy %.4f >= 0.95", res.test_accuracy);
+    ok(res.train_loss < 0.3, "mlp final train loss %.4f < 0.3", res.train_loss);
+    ok(isnan(res.val_accuracy), "no validation split, no validation accuracy");
+    is_int(res.epochs, 3, "three epochs");
+    is_int((long long)w.allocs_at_end, (long long)w.allocs_at_step2,
+           "no allocation inside training steps after the first (%llu)",
+           (unsigned long long)w.allocs_at_step2);
+
+    float *b = train_once(mlp_spec, d, 2, 7, &res, NULL, &n2);
+    ok(b && n1 == n2 && memcmp(a, b, n1 * sizeof(float)) == 0,
+       "same seed and threads: bit-identical weights");
+    nl_free(b);
+    b = train_once(mlp_spec, d, 2, 8, &res, NULL, &n2);
+    ok(b && memcmp(a, b, n1 * sizeof(float)) != 0, "another seed: other weights");
+    nl_free(b);
+    nl_free(a);
+
+    a = train_once(conv_spec, d, 2, 3, &res, NULL, &n1);
+    ok(a != NULL, "the conv model trains");
+    ok(res.test_accuracy >= 0.95, "conv test accuracy %.4f >= 0.95", res.test_accuracy);
+    nl_free(a);
+    a = train_once(conv_spec, d, 1, 3, &res, NULL, &n1);
+    ok(a && res.test_accuracy >= 0.95, "on one thread too: %.4f", res.test_accuracy);
+    nl_free(a);
+    nl_dataset_free(d);
+}
+
+static void test_failures(void)
+{
+    struct nl_dataset *d = synthetic(256, 64, 4);
+    struct nl_model *m = build(mlp_spec, d->shape, d->nclasses);
+    struct nl_train_opts o;
+    struct nl_train_result res;
+    struct nl_error err = {0};
+    struct watch w = {.stop_at = 3};
+    struct nl_train_hooks hooks = {watch_event, NULL, &w};
+
+    nl_train_defaults(&o);
+    o.epochs = 2;
+    nl_model_init_params(m, 1);
+    is_int(nl_train(m, d, &o, &hooks, &res, &err), NL_ECANCELED, "a hook can stop training");
+    is_int(w.iters, 3, "it stopped at the third step");
+
+    o.optim.lr = 1e7f;
+    nl_model_init_params(m, 1);
+    is_int(nl_train(m, d, &o, NULL, &res, &err), NL_ENAN, "a diverging run stops");
+    like(err.msg, "learning rate", "and says to lower the learning rate");
+
+    o.optim.lr = 0.05f;
+    o.batch = 0;
+    is_int(nl_train(m, d, &o, NULL, &res, &err), NL_EINVAL, "batch 0 refused");
+    like(err.msg, "batch", "message names the batch");
+    nl_model_free(m);
+
+    /* A model for another class count does not train on this data. */
+    m = build(mlp_spec, d->shape, 7);
+    o.batch = 32;
+    is_int(nl_train(m, d, &o, NULL, &res, &err), NL_EINVAL, "mismatched model refused");
+    like(err.msg, "synthetic", "message names the dataset");
+    nl_model_free(m);
+
+    /* A last layer that does not give one output per class is refused at build time. */
+    struct nl_spec *spec;
+    nl_spec_parse(&spec, "fc1: dense 16\nfc2: dense 3\n", "short.spec", NULL, NULL, &err);
+    is_int(nl_model_build(&m, spec, d->shape, 4, &err), NL_EINVAL, "wrong head refused");
+    like(err.msg, "fc2", "message names the layer");
+    like(err.msg, "line 2", "and its line");
+    nl_spec_free(spec);
+    nl_dataset_free(d);
+}
+
+struct store_hook {
+    struct nl_store *store;
+    int64_t run;
+};
+
+static int save_cp(void *ud, const struct nl_checkpoint *cp, struct nl_error *err)
+{
+    struct store_hook *h = ud;
+    return nl_run_save_checkpoint(h->store, h->run, cp, err);
+}
+
+static void test_checkpoints(void)
+{
+    char dir[] = "/tmp/nnlab-train-XXXXXX", path[256];
+    struct nl_store *store;
+    struct nl_error err = {0};
+    struct nl_run_info run, got;
+    struct nl_dataset *d = synthetic(300, 50, 9);
+    struct nl_model *m = build(mlp_spec, d->shape, d->nclasses);
+    struct nl_train_opts o;
+    struct nl_train_result res;
+
+    ok(mkdtemp(dir) != NULL, "temporary directory");
+    snprintf(path, sizeof path, "%s/sub/dir/t.db", dir);
+    is_int(nl_store_open(&store, path, &err), 0, "store opens, directories created");
+    is_int(nl_run_create(store, NULL, "synthetic", "mlp", m->spec_text, "{}", &run, &err), 0,
+           "run recorded");
+    is_str(run.name, "mlp-synthetic-1", "generated run name");
+    struct nl_run_info second;
+    is_int(nl_run_create(store, "mlp-synthetic-1", "synthetic", "mlp", "", "{}", &second, &err),
+           NL_EEXIST, "a taken run name is refused");
+
+    struct store_hook h = {store, run.id};
+    struct nl_train_hooks hooks = {NULL, save_cp, &h};
+    nl_train_defaults(&o);
+    o.epochs = 3;
+    nl_model_init_params(m, 2);
+    is_int(nl_train(m, d, &o, &hooks, &res, &err), 0, "training with checkpoints");
+    is_int(nl_run_finish(store, run.id, "done", &res, &err), 0, "run finished");
+
+    float *p = nl_alloc_floats(m->nparams);
+    is_int(nl_run_get(store, run.name, &got, NULL, NULL, &err), 0, "run found by name");
+    is_int(got.epochs_done, 3, "three epochs recorded");
+    is_str(got.status, "done", "status done");
+    is_float(got.test_accuracy, res.test_accuracy, 1e-12, "test accuracy stored");
+    is_int(nl_run_load_params(store, &got, p, m->nparams, &err), 0, "latest checkpoint loads");
+    ok(memcmp(p, m->params, m->nparams * sizeof(float)) == 0, "it holds the final weights");
+    is_int(nl_run_load_params(store, &got, p, m->nparams - 1, &err), NL_EFORMAT,
+           "a size mismatch is refused");
+    like(err.msg, got.name, "naming the run");
+
+    sqlite3_stmt *st;
+    sqlite3_prepare_v2(nl_store_sqlite(store), "SELECT count(*) FROM checkpoints", -1, &st, NULL);
+    sqlite3_step(st);
+    is_int(sqlite3_column_int(st, 0), 2, "the two latest checkpoints are kept");
+    sqlite3_finalize(st);
+    is_int(nl_run_get(store, "nope", &got, NULL, NULL, &err), NL_ENOENT, "unknown run");
+    like(err.msg, "nope", "message names it");
+
+    nl_free(p);
+    nl_store_close(store);
+    nl_model_free(m);
+    nl_dataset_free(d);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        diag("could not remove %s", dir);
+}
+
+int main(void)
+{
+    test_model_gradient();
+    test_training();
+    test_failures();
+    test_checkpoints();
+    return done_testing();
+}
