@@ -89,9 +89,9 @@ int nl_run_create(struct nl_store *s, const char *name, const char *dataset, con
     int rc;
 
     if (name && *name) {
-        if (strlen(name) >= sizeof chosen || strchr(name, '/'))
-            return nl_error_set(err, NL_EINVAL,
-                                "run name '%s' must be under 128 characters, without '/'", name);
+        rc = nl_store_check_name("run", name, err);
+        if (rc < 0)
+            return rc;
         snprintf(chosen, sizeof chosen, "%s", name);
         rc = name_taken(s, chosen, err);
         if (rc < 0)

@@ -136,11 +136,11 @@ static inline int tap_like(const char *haystack, const char *needle, const char 
     return pass;
 }
 
-#define ok(cond, ...) tap_ok(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+#define ok(cond, ...)          tap_ok(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
 #define is_int(got, want, ...) tap_is_int((got), (want), __FILE__, __LINE__, __VA_ARGS__)
-#define is_float(got, want, tol, ...) \
+#define is_float(got, want, tol, ...)                                                              \
     tap_is_float((got), (want), (tol), __FILE__, __LINE__, __VA_ARGS__)
-#define is_str(got, want, ...) tap_is_str((got), (want), __FILE__, __LINE__, __VA_ARGS__)
+#define is_str(got, want, ...)  tap_is_str((got), (want), __FILE__, __LINE__, __VA_ARGS__)
 #define like(text, needle, ...) tap_like((text), (needle), __FILE__, __LINE__, __VA_ARGS__)
 
 /* Prints the plan when none was given up front and returns the exit status. */

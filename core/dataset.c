@@ -1,0 +1,406 @@
+/* Datasets in the store: existence, listing, removal, loading a whole dataset into memory, and
+ * cutting normalised batches out of it for training. */
+#include "nnlab/dataset.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nnlab/alloc.h"
+#include "store_internal.h"
+
+#define MAX_DIM          65536
+#define MAX_SAMPLE_BYTES (1u << 26)
+
+const char *const nl_split_names[NL_NSPLITS] = {"train", "val", "test"};
+
+int nl_dataset_exists(struct nl_store *s, const char *name, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc = nl_store_prepare(s, &st, "SELECT 1 FROM datasets WHERE name = ?", err);
+
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    switch (sqlite3_step(st)) {
+    case SQLITE_ROW:
+        rc = 1;
+        break;
+    case SQLITE_DONE:
+        rc = 0;
+        break;
+    default:
+        rc = nl_store_db_error(s, err, NULL);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static void copy_text(char *dst, size_t size, const unsigned char *src)
+{
+    snprintf(dst, size, "%s", src ? (const char *)src : "");
+}
+
+int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count,
+                    struct nl_error *err)
+{
+    static const char sql[] =
+        "SELECT name, kind, source, created, channels, height, width, nclasses, "
+        "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 0), "
+        "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 1), "
+        "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 2) "
+        "FROM datasets d ORDER BY name";
+    struct nl_dataset_info *list = NULL;
+    int n = 0, cap = 0, rc, step;
+    sqlite3_stmt *st;
+
+    *out = NULL;
+    *count = 0;
+    rc = nl_store_prepare(s, &st, sql, err);
+    if (rc)
+        return rc;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        struct nl_dataset_info *d;
+        if (n == cap) {
+            int ncap = cap ? 2 * cap : 8;
+            void *p = nl_realloc(list, (size_t)ncap * sizeof *list);
+            if (!p) {
+                rc = nl_error_set(err, NL_ENOMEM, "out of memory listing datasets");
+                break;
+            }
+            list = p;
+            cap = ncap;
+        }
+        d = &list[n++];
+        memset(d, 0, sizeof *d);
+        copy_text(d->name, sizeof d->name, sqlite3_column_text(st, 0));
+        copy_text(d->kind, sizeof d->kind, sqlite3_column_text(st, 1));
+        copy_text(d->source, sizeof d->source, sqlite3_column_text(st, 2));
+        copy_text(d->created, sizeof d->created, sqlite3_column_text(st, 3));
+        d->shape.c = sqlite3_column_int(st, 4);
+        d->shape.h = sqlite3_column_int(st, 5);
+        d->shape.w = sqlite3_column_int(st, 6);
+        d->nclasses = sqlite3_column_int(st, 7);
+        for (int k = 0; k < NL_NSPLITS; k++)
+            d->count[k] = (uint32_t)sqlite3_column_int64(st, 8 + k);
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = nl_store_db_error(s, err, "listing datasets");
+    sqlite3_finalize(st);
+    if (rc) {
+        nl_free(list);
+        return rc;
+    }
+    *out = list;
+    *count = n;
+    return 0;
+}
+
+int nl_dataset_remove(struct nl_store *s, const char *name, struct nl_error *err)
+{
+    const char *db = nl_store_path(s);
+    sqlite3_stmt *st;
+    int rc = nl_store_begin(s, err);
+
+    if (rc)
+        return rc;
+    rc = nl_store_prepare(s, &st, "DELETE FROM datasets WHERE name = ?", err);
+    if (rc == 0) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = nl_store_db_error(s, err, "removing a dataset");
+        else if (sqlite3_changes(nl_store_sqlite(s)) == 0)
+            rc = nl_error_set(err, NL_ENOENT, "no dataset named '%s' in %s", name, db);
+        sqlite3_finalize(st);
+    }
+    if (rc) {
+        nl_store_rollback(s);
+        return rc;
+    }
+    return nl_store_commit(s, err);
+}
+
+void nl_dataset_free(struct nl_dataset *d)
+{
+    if (!d)
+        return;
+    nl_free(d->name);
+    nl_free(d->source);
+    nl_free(d->kind);
+    if (d->class_names)
+        for (int k = 0; k < d->nclasses; k++)
+            nl_free(d->class_names[k]);
+    nl_free(d->class_names);
+    nl_free(d->mean);
+    nl_free(d->std);
+    for (int k = 0; k < NL_NSPLITS; k++) {
+        nl_free(d->split[k].x);
+        nl_free(d->split[k].y);
+    }
+    nl_free(d);
+}
+
+static char *dup_column(sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    return nl_strdup(t ? (const char *)t : "");
+}
+
+static float get_le32f(const unsigned char *p)
+{
+    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    float v;
+
+    u |= (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* Reads the datasets row: name, shape, type, class count and statistics. */
+static int load_header(struct nl_store *s, const char *name, struct nl_dataset *d,
+                       sqlite3_int64 *id, struct nl_error *err)
+{
+    static const char sql[] = "SELECT id, kind, source, channels, height, width, dtype, nclasses, "
+                              "norm_mean, norm_std FROM datasets WHERE name = ?";
+    sqlite3_stmt *st;
+    int rc = nl_store_prepare(s, &st, sql, err), step;
+
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    if (step == SQLITE_DONE) {
+        const char *db = nl_store_path(s);
+        rc = nl_error_set(err, NL_ENOENT, "no dataset named '%s' in %s (see nnlab datasets)", name,
+                          db);
+        goto out;
+    }
+    if (step != SQLITE_ROW) {
+        rc = nl_store_db_error(s, err, "loading a dataset");
+        goto out;
+    }
+    *id = sqlite3_column_int64(st, 0);
+    d->name = nl_strdup(name);
+    d->kind = dup_column(st, 1);
+    d->source = dup_column(st, 2);
+    d->shape.c = sqlite3_column_int(st, 3);
+    d->shape.h = sqlite3_column_int(st, 4);
+    d->shape.w = sqlite3_column_int(st, 5);
+    d->dtype = (enum nl_dtype)sqlite3_column_int(st, 6);
+    d->nclasses = sqlite3_column_int(st, 7);
+    if (!d->name || !d->kind || !d->source) {
+        rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+        goto out;
+    }
+    if (d->shape.c < 1 || d->shape.h < 1 || d->shape.w < 1 || d->shape.c > MAX_DIM ||
+        d->shape.h > MAX_DIM || d->shape.w > MAX_DIM ||
+        nl_shape_size(d->shape) * (d->dtype == NL_F32 ? 4 : 1) > MAX_SAMPLE_BYTES ||
+        (d->dtype != NL_U8 && d->dtype != NL_F32) || d->nclasses < 1 || d->nclasses > 65536) {
+        rc = nl_error_set(err, NL_EFORMAT,
+                          "%s: dataset '%s' has an invalid record (shape %d x %d x %d, type %d, "
+                          "%d classes); remove it and import it again",
+                          nl_store_path(s), name, d->shape.c, d->shape.h, d->shape.w, d->dtype,
+                          d->nclasses);
+        goto out;
+    }
+    d->nnorm = d->shape.c;
+    d->mean = nl_malloc((size_t)d->nnorm * sizeof *d->mean);
+    d->std = nl_malloc((size_t)d->nnorm * sizeof *d->std);
+    if (!d->mean || !d->std) {
+        rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+        goto out;
+    }
+    for (int i = 0; i < 2; i++) {
+        const unsigned char *b = sqlite3_column_blob(st, 8 + i);
+        int bytes = sqlite3_column_bytes(st, 8 + i);
+        float *dst = i ? d->std : d->mean;
+        if (!b || bytes != 4 * d->nnorm) {
+            rc = nl_error_set(err, NL_EFORMAT,
+                              "%s: dataset '%s' has no valid normalisation statistics; remove it "
+                              "and import it again",
+                              nl_store_path(s), name);
+            goto out;
+        }
+        for (int c = 0; c < d->nnorm; c++)
+            dst[c] = get_le32f(b + 4 * c);
+    }
+    for (int c = 0; c < d->nnorm; c++)
+        if (!(d->std[c] > 0))
+            d->std[c] = 1;
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int load_classes(struct nl_store *s, sqlite3_int64 id, struct nl_dataset *d,
+                        struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc, step;
+
+    d->class_names = nl_calloc((size_t)d->nclasses, sizeof *d->class_names);
+    if (!d->class_names)
+        return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+    rc = nl_store_prepare(s, &st, "SELECT label, name FROM classes WHERE dataset = ?", err);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        int label = sqlite3_column_int(st, 0);
+        if (label < 0 || label >= d->nclasses || d->class_names[label])
+            continue;
+        d->class_names[label] = dup_column(st, 1);
+        if (!d->class_names[label]) {
+            rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+            break;
+        }
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = nl_store_db_error(s, err, "loading class names");
+    sqlite3_finalize(st);
+    /* A class without a stored name is called by its number. */
+    for (int k = 0; k < d->nclasses && rc == 0; k++) {
+        char digits[16];
+        if (d->class_names[k])
+            continue;
+        snprintf(digits, sizeof digits, "%d", k);
+        d->class_names[k] = nl_strdup(digits);
+        if (!d->class_names[k])
+            rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+    }
+    return rc;
+}
+
+/* Sizes each split's arrays from the counts, then fills them in one pass over the samples in
+ * idx order (the primary key's order). */
+static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset *d,
+                        struct nl_error *err)
+{
+    size_t sample = nl_shape_size(d->shape) * (d->dtype == NL_F32 ? sizeof(float) : 1);
+    uint32_t fill[NL_NSPLITS] = {0};
+    sqlite3_stmt *st;
+    int rc, step;
+
+    rc = nl_store_prepare(
+        s, &st, "SELECT split, count(*) FROM samples WHERE dataset = ? GROUP BY split", err);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        int split = sqlite3_column_int(st, 0);
+        sqlite3_int64 n = sqlite3_column_int64(st, 1);
+        if (split < 0 || split >= NL_NSPLITS || n > UINT32_MAX ||
+            (uint64_t)n * sample > (uint64_t)SIZE_MAX / 2) {
+            rc = nl_error_set(err, NL_EFORMAT, "%s: dataset '%s' has %lld samples in split %d",
+                              nl_store_path(s), d->name, (long long)n, split);
+            break;
+        }
+        d->split[split].n = (uint32_t)n;
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = nl_store_db_error(s, err, "counting samples");
+    sqlite3_finalize(st);
+    for (int k = 0; k < NL_NSPLITS && rc == 0; k++) {
+        d->split[k].x = nl_malloc((size_t)d->split[k].n * sample);
+        d->split[k].y = nl_malloc((size_t)d->split[k].n * sizeof(int32_t));
+        if (!d->split[k].x || !d->split[k].y)
+            rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s' (%u samples)",
+                              d->name, d->split[k].n);
+    }
+    if (rc)
+        return rc;
+
+    rc = nl_store_prepare(
+        s, &st, "SELECT split, label, data FROM samples WHERE dataset = ? ORDER BY idx", err);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        int split = sqlite3_column_int(st, 0);
+        int label = sqlite3_column_int(st, 1);
+        const void *data = sqlite3_column_blob(st, 2);
+        size_t bytes = (size_t)sqlite3_column_bytes(st, 2);
+        if (split < 0 || split >= NL_NSPLITS || fill[split] >= d->split[split].n || label < 0 ||
+            label >= d->nclasses || bytes != sample || !data) {
+            rc = nl_error_set(err, NL_EFORMAT,
+                              "%s: dataset '%s' has a bad sample (split %d, label %d, %zu bytes "
+                              "where %zu were expected); remove it and import it again",
+                              nl_store_path(s), d->name, split, label, bytes, sample);
+            break;
+        }
+        memcpy((unsigned char *)d->split[split].x + (size_t)fill[split] * sample, data, sample);
+        d->split[split].y[fill[split]++] = label;
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = nl_store_db_error(s, err, "loading samples");
+    sqlite3_finalize(st);
+    for (int k = 0; k < NL_NSPLITS && rc == 0; k++)
+        if (fill[k] != d->split[k].n)
+            rc = nl_error_set(err, NL_EFORMAT, "%s: dataset '%s' changed while it was loaded",
+                              nl_store_path(s), d->name);
+    return rc;
+}
+
+int nl_dataset_load(struct nl_store *s, const char *name, struct nl_dataset **out,
+                    struct nl_error *err)
+{
+    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    int own = sqlite3_get_autocommit(nl_store_sqlite(s));
+    sqlite3_int64 id = 0;
+    int rc;
+
+    *out = NULL;
+    if (!d)
+        return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+    /* One read transaction (unless the caller has one open): the header, counts and samples
+     * come from the same snapshot. */
+    rc = own ? nl_store_exec(s, "BEGIN", err) : 0;
+    if (rc) {
+        nl_free(d);
+        return rc;
+    }
+    rc = load_header(s, name, d, &id, err);
+    if (rc == 0)
+        rc = load_classes(s, id, d, err);
+    if (rc == 0)
+        rc = load_samples(s, id, d, err);
+    if (own)
+        nl_store_rollback(s);
+    if (rc) {
+        nl_dataset_free(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uint32_t *idx, int n,
+                      float *x, int32_t *y)
+{
+    size_t plane = (size_t)d->shape.h * d->shape.w, sample = (size_t)d->shape.c * plane;
+
+    assert(split >= 0 && split < NL_NSPLITS);
+    for (int i = 0; i < n; i++) {
+        uint32_t j = idx[i];
+        float *dst = x + (size_t)i * sample;
+
+        assert(j < d->split[split].n);
+        if (y)
+            y[i] = d->split[split].y[j];
+        if (d->dtype == NL_U8) {
+            const uint8_t *src = (const uint8_t *)d->split[split].x + (size_t)j * sample;
+            for (int c = 0; c < d->shape.c; c++) {
+                const float mean = d->mean[c], std = d->std[c];
+                for (size_t p = 0; p < plane; p++)
+                    dst[c * plane + p] = nl_normalise_u8((float)src[c * plane + p], mean, std);
+            }
+        } else {
+            const float *src = (const float *)d->split[split].x + (size_t)j * sample;
+            for (int c = 0; c < d->shape.c; c++) {
+                const float mean = d->mean[c], std = d->std[c];
+                for (size_t p = 0; p < plane; p++)
+                    dst[c * plane + p] = (src[c * plane + p] - mean) / std;
+            }
+        }
+    }
+}

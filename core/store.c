@@ -1,0 +1,359 @@
+/* The SQLite store: opening the database (creating its folder and schema), the schema itself, and
+ * the helpers the other core files use to run statements with errors that name the database.
+ *
+ * The schema below is the documentation of the database. Its version is PRAGMA user_version;
+ * this build writes version NL_STORE_SCHEMA_VERSION and refuses a database of a newer one.
+ * Conventions:
+ *   - times are UTC ISO-8601 text, "2026-01-31T12:00:00Z";
+ *   - BLOBs of numbers are little-endian (float32 unless said otherwise);
+ *   - samples.split: 0 train, 1 val, 2 test (enum nl_split); samples.idx numbers the samples of
+ *     one dataset from 0 across all splits, in the order of the source files;
+ *   - samples.data is one sample, (channels, height, width) row-major, uint8 or float32 by
+ *     datasets.dtype (0 uint8, 1 float32);
+ *   - norm_mean and norm_std hold one float32 per channel, in units of pixel / 255 for uint8
+ *     data, computed over the train split at import;
+ *   - runs name their dataset by name, not by id, so that a run's record outlives the dataset;
+ *     everything else that belongs to a dataset or a run goes with it (ON DELETE CASCADE, with
+ *     foreign_keys on for every connection). */
+#include "store_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "nnlab/alloc.h"
+
+#define NOW_UTC "(strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))"
+
+static const char schema_sql[] =
+    "CREATE TABLE datasets (\n"
+    "    id            INTEGER PRIMARY KEY,\n"
+    "    name          TEXT NOT NULL UNIQUE,\n"
+    "    kind          TEXT NOT NULL,            -- 'idx' (later 'png', 'csv')\n"
+    "    source        TEXT NOT NULL,            -- the files or folder imported from\n"
+    "    channels      INTEGER NOT NULL,\n"
+    "    height        INTEGER NOT NULL,\n"
+    "    width         INTEGER NOT NULL,\n"
+    "    dtype         INTEGER NOT NULL,         -- 0 uint8, 1 float32\n"
+    "    nclasses      INTEGER NOT NULL,\n"
+    "    norm_mean     BLOB,                     -- float32 (channels)\n"
+    "    norm_std      BLOB,                     -- float32 (channels)\n"
+    "    preprocessing TEXT NOT NULL DEFAULT '{}', -- JSON\n"
+    "    created       TEXT NOT NULL DEFAULT " NOW_UTC "\n"
+    ");\n"
+    "CREATE TABLE classes (\n"
+    "    dataset INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,\n"
+    "    label   INTEGER NOT NULL,                -- 0 .. nclasses - 1\n"
+    "    name    TEXT NOT NULL,\n"
+    "    PRIMARY KEY (dataset, label)\n"
+    ");\n"
+    "CREATE TABLE samples (\n"
+    "    dataset INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,\n"
+    "    idx     INTEGER NOT NULL,\n"
+    "    split   INTEGER NOT NULL,                -- 0 train, 1 val, 2 test\n"
+    "    label   INTEGER NOT NULL,\n"
+    "    data    BLOB NOT NULL,                   -- one sample, (C, H, W)\n"
+    "    PRIMARY KEY (dataset, idx)\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE INDEX samples_by_split ON samples (dataset, split, idx);\n"
+    "CREATE TABLE runs (\n"
+    "    id            INTEGER PRIMARY KEY,\n"
+    "    name          TEXT NOT NULL UNIQUE,\n"
+    "    dataset       TEXT NOT NULL,            -- datasets.name\n"
+    "    model         TEXT NOT NULL,            -- the model's name or spec file\n"
+    "    spec          TEXT NOT NULL,            -- the model spec's text\n"
+    "    settings      TEXT NOT NULL,            -- JSON: epochs, batch, optimizer, seed...\n"
+    "    status        TEXT NOT NULL,\n"
+    "    created       TEXT DEFAULT " NOW_UTC ",\n"
+    "    finished      TEXT,\n"
+    "    epochs_done   INTEGER NOT NULL DEFAULT 0,\n"
+    "    val_accuracy  REAL,\n"
+    "    test_accuracy REAL,\n"
+    "    seconds       REAL\n"
+    ");\n"
+    "CREATE TABLE epochs (\n"
+    "    run               INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    epoch             INTEGER NOT NULL,      -- from 1\n"
+    "    train_loss        REAL,\n"
+    "    train_accuracy    REAL,\n"
+    "    val_loss          REAL,\n"
+    "    val_accuracy      REAL,\n"
+    "    seconds           REAL,\n"
+    "    images_per_second REAL,\n"
+    "    PRIMARY KEY (run, epoch)\n"
+    ");\n"
+    "CREATE TABLE checkpoints (\n"
+    "    run       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    epoch     INTEGER NOT NULL,\n"
+    "    iteration INTEGER NOT NULL,\n"
+    "    params    BLOB NOT NULL,                 -- the flat parameter buffer, float32\n"
+    "    optim     BLOB,                          -- optimizer state\n"
+    "    rng       BLOB,                          -- RNG state\n"
+    "    created   TEXT DEFAULT " NOW_UTC ",\n"
+    "    PRIMARY KEY (run, iteration)\n"
+    ");\n";
+
+struct nl_store {
+    sqlite3 *db;
+    char *path;
+};
+
+sqlite3 *nl_store_sqlite(struct nl_store *s)
+{
+    return s->db;
+}
+
+const char *nl_store_path(const struct nl_store *s)
+{
+    return s->path;
+}
+
+int nl_store_db_error(struct nl_store *s, struct nl_error *err, const char *what)
+{
+    int code = sqlite3_errcode(s->db);
+    const char *hint = code == SQLITE_BUSY || code == SQLITE_LOCKED
+                           ? " (another nnlab is using the database; try again when it is done)"
+                           : "";
+
+    if (what)
+        return nl_error_set(err, NL_EDB, "%s: %s: %s%s", s->path, what, sqlite3_errmsg(s->db),
+                            hint);
+    return nl_error_set(err, NL_EDB, "%s: %s%s", s->path, sqlite3_errmsg(s->db), hint);
+}
+
+int nl_store_exec(struct nl_store *s, const char *sql, struct nl_error *err)
+{
+    if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, NULL);
+    return 0;
+}
+
+int nl_store_prepare(struct nl_store *s, sqlite3_stmt **st, const char *sql, struct nl_error *err)
+{
+    *st = NULL;
+    if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK) {
+        *st = NULL;
+        return nl_store_db_error(s, err, NULL);
+    }
+    return 0;
+}
+
+int nl_store_begin(struct nl_store *s, struct nl_error *err)
+{
+    return nl_store_exec(s, "BEGIN IMMEDIATE", err);
+}
+
+int nl_store_commit(struct nl_store *s, struct nl_error *err)
+{
+    if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        int rc = nl_store_db_error(s, err, "commit");
+        nl_store_rollback(s);
+        return rc;
+    }
+    return 0;
+}
+
+void nl_store_rollback(struct nl_store *s)
+{
+    if (!sqlite3_get_autocommit(s->db))
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+int nl_store_check_name(const char *what, const char *name, struct nl_error *err)
+{
+    size_t n = name ? strlen(name) : 0;
+
+    if (n == 0)
+        return nl_error_set(err, NL_EINVAL, "a %s name must not be empty", what);
+    if (n > 100)
+        return nl_error_set(err, NL_EINVAL, "%s name '%.40s...' is longer than 100 bytes", what,
+                            name);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return nl_error_set(err, NL_EINVAL, "%s name has a control character (byte %zu)", what,
+                                i + 1);
+        if (ch == '/')
+            return nl_error_set(err, NL_EINVAL, "%s name '%s' must not contain '/'", what, name);
+    }
+    if (name[0] == '-' || name[0] == ' ' || name[n - 1] == ' ')
+        return nl_error_set(err, NL_EINVAL,
+                            "%s name '%s' must not start with '-' or start or end with a space",
+                            what, name);
+    return 0;
+}
+
+/* mkdir -p of the folder that will hold path (everything before its last '/'). */
+static int make_parent_dirs(const char *path, struct nl_error *err)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n;
+    char *dir;
+    int rc = 0;
+
+    if (!slash || slash == path)
+        return 0;
+    n = (size_t)(slash - path);
+    dir = nl_malloc(n + 1);
+    if (!dir)
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    for (size_t i = 1; i <= n && rc == 0; i++) {
+        struct stat st;
+        if (dir[i] != '/' && dir[i] != '\0')
+            continue;
+        dir[i] = '\0';
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+            rc = nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO,
+                              "%s: cannot create folder: %s", dir, strerror(errno));
+        else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            rc = nl_error_set(err, NL_EIO, "%s: not a folder (needed for %s)", dir, path);
+        if (i < n)
+            dir[i] = '/';
+    }
+    nl_free(dir);
+    return rc;
+}
+
+static int query_int(struct nl_store *s, const char *sql, int *out, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc = nl_store_prepare(s, &st, sql, err);
+
+    if (rc)
+        return rc;
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        rc = nl_store_db_error(s, err, NULL);
+    } else {
+        *out = sqlite3_column_int(st, 0);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Creates the schema in an empty database and checks the version of an existing one, in one
+ * transaction. */
+static int ensure_schema(struct nl_store *s, struct nl_error *err)
+{
+    int version = 0, ntables = 0, rc;
+    char sql[64];
+
+    rc = nl_store_begin(s, err);
+    if (rc)
+        return rc;
+    rc = query_int(s, "PRAGMA user_version", &version, err);
+    if (rc == 0 && version > NL_STORE_SCHEMA_VERSION)
+        rc = nl_error_set(err, NL_EFORMAT,
+                          "%s: the database has schema version %d, newer than this nnlab "
+                          "understands (%d); use a newer nnlab or another database (--db PATH)",
+                          s->path, version, NL_STORE_SCHEMA_VERSION);
+    if (rc == 0 && version == 0)
+        rc = query_int(s, "SELECT count(*) FROM sqlite_master", &ntables, err);
+    if (rc == 0 && version == 0 && ntables > 0)
+        rc = nl_error_set(err, NL_EFORMAT,
+                          "%s: not an nnlab database (it has tables but no nnlab schema "
+                          "version); use another database (--db PATH)",
+                          s->path);
+    if (rc == 0 && version == 0) {
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", NL_STORE_SCHEMA_VERSION);
+        rc = nl_store_exec(s, schema_sql, err);
+        if (rc == 0)
+            rc = nl_store_exec(s, sql, err);
+    }
+    if (rc) {
+        nl_store_rollback(s);
+        return rc;
+    }
+    return nl_store_commit(s, err);
+}
+
+int nl_store_open(struct nl_store **out, const char *path, struct nl_error *err)
+{
+    struct nl_store *s;
+    int rc, flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
+
+    *out = NULL;
+    if (!path || !*path)
+        return nl_error_set(err, NL_EINVAL, "no database path given");
+    if (strcmp(path, ":memory:") != 0) {
+        rc = make_parent_dirs(path, err);
+        if (rc)
+            return rc;
+    }
+    s = nl_calloc(1, sizeof *s);
+    if (!s || !(s->path = nl_strdup(path))) {
+        nl_free(s);
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+    }
+    if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
+        int sys = s->db ? sqlite3_system_errno(s->db) : 0;
+        if (!s->db)
+            rc = nl_error_set(err, NL_ENOMEM, "%s: cannot open database: out of memory", path);
+        else if (sys)
+            rc = nl_error_set(err, sys == ENOENT ? NL_ENOENT : NL_EDB, "%s: %s: %s", path,
+                              sqlite3_errmsg(s->db), strerror(sys));
+        else
+            rc = nl_store_db_error(s, err, NULL);
+        nl_store_close(s);
+        return rc;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    rc = nl_store_exec(s, "PRAGMA foreign_keys = ON", err);
+    if (rc == 0) {
+        sqlite3_stmt *st;
+        /* In-memory databases answer "memory"; both are fine. */
+        rc = nl_store_prepare(s, &st, "PRAGMA journal_mode = WAL", err);
+        if (rc == 0) {
+            if (sqlite3_step(st) != SQLITE_ROW)
+                rc = nl_store_db_error(s, err, NULL);
+            sqlite3_finalize(st);
+        }
+    }
+    /* WAL with synchronous NORMAL: a crash loses at most the last transactions, never
+     * consistency. */
+    if (rc == 0)
+        rc = nl_store_exec(s, "PRAGMA synchronous = NORMAL", err);
+    if (rc == 0)
+        rc = ensure_schema(s, err);
+    if (rc) {
+        nl_store_close(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void nl_store_close(struct nl_store *s)
+{
+    if (!s)
+        return;
+    sqlite3_close_v2(s->db);
+    nl_free(s->path);
+    nl_free(s);
+}
+
+int nl_store_default_path(char *buf, size_t size, struct nl_error *err)
+{
+    const char *xdg = getenv("XDG_DATA_HOME");
+    const char *home = getenv("HOME");
+    int n;
+
+    /* The XDG spec says a relative XDG_DATA_HOME is invalid and must be ignored. */
+    if (xdg && xdg[0] == '/')
+        n = snprintf(buf, size, "%s/nnlab/nnlab.db", xdg);
+    else if (home && home[0])
+        n = snprintf(buf, size, "%s/.local/share/nnlab/nnlab.db", home);
+    else
+        return nl_error_set(err, NL_EINVAL,
+                            "neither XDG_DATA_HOME nor HOME is set; give the database with "
+                            "--db PATH");
+    if (n < 0 || (size_t)n >= size)
+        return nl_error_set(err, NL_EINVAL,
+                            "the default database path is longer than %zu bytes; "
+                            "give one with --db PATH",
+                            size ? size - 1 : 0);
+    return 0;
+}

@@ -1,0 +1,333 @@
+/* The command line end to end, through the real binary: global options anywhere, help and usage
+ * errors, import of IDX files (good and bad), training with --json, runs, eval, predict, show
+ * and rm. With the Fashion-MNIST package installed, a 2,000-image subset of it trains through
+ * the same path. */
+#include <png.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "tap.h"
+
+#define FASHION "/usr/share/datasets/fashion-mnist"
+
+static char dir[64], db[128], out_path[160], err_path[160];
+static const char *bin;
+static char out[1 << 16], errtext[1 << 14];
+
+static void slurp(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Runs `nnlab ARGS` with the test's database; returns the exit status, output in out/errtext. */
+static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int nnlab(const char *fmt, ...)
+{
+    char args[2048], cmd[4096];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' --db '%s' %s >'%s' 2>'%s' </dev/null", bin, db, args,
+             out_path, err_path);
+    int status = system(cmd);
+    slurp(out_path, out, sizeof out);
+    slurp(err_path, errtext, sizeof errtext);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Whether every line of out parses as a JSON object (Python's parser, which meson brings). */
+static int json_lines(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import json,sys\n"
+             "for l in sys.stdin:\n"
+             "    assert isinstance(json.loads(l), dict)' <'%s' 2>/dev/null",
+             out_path);
+    return system(cmd) == 0 && out[0] == '{';
+}
+
+static int count_lines_with(const char *needle)
+{
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+static double json_number(const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(out, pat);
+    return p ? strtod(p + strlen(pat), NULL) : -1.0;
+}
+
+static void write_be32(gzFile f, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 8), (unsigned char)v};
+    gzwrite(f, b, 4);
+}
+
+/* Writes an IDX pair: n images of rows x cols and their labels. */
+static void write_idx(const char *images, const char *labels, const uint8_t *px,
+                      const uint8_t *lab, uint32_t n, uint32_t rows, uint32_t cols)
+{
+    gzFile f = gzopen(images, "wb");
+    write_be32(f, 0x803);
+    write_be32(f, n);
+    write_be32(f, rows);
+    write_be32(f, cols);
+    gzwrite(f, px, n * rows * cols);
+    gzclose(f);
+    f = gzopen(labels, "wb");
+    write_be32(f, 0x801);
+    write_be32(f, n);
+    gzwrite(f, lab, n);
+    gzclose(f);
+}
+
+static int write_png_gray(const char *path, const uint8_t *px, int w, int h)
+{
+    FILE *f = fopen(path, "wb");
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png_create_info_struct(png);
+    if (!f || setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    png_init_io(png, f);
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, PNG_COLOR_TYPE_GRAY,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int y = 0; y < h; y++)
+        png_write_row(png, (png_bytep)(px + y * w));
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    fclose(f);
+    return 0;
+}
+
+/* Synthetic 8x8 data: class k lights row band k of the image. */
+static void synthetic(uint8_t *px, uint8_t *lab, uint32_t n, unsigned seed)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        int k = (int)((i * 7 + seed) % 4);
+        lab[i] = (uint8_t)k;
+        for (int p = 0; p < 64; p++) {
+            int row = p / 8;
+            px[i * 64 + p] = (uint8_t)((row / 2 == k ? 200 : 20) + (p * 13 + i) % 40);
+        }
+    }
+}
+
+/* Copies the first n images and labels of a Fashion-MNIST pair into new IDX files. */
+static int subset(const char *src_images, const char *src_labels, const char *dst_images,
+                  const char *dst_labels, uint32_t n, uint8_t *first_image)
+{
+    uint8_t *px = malloc((size_t)n * 784), hdr[16], lab_hdr[8], *lab = malloc(n);
+    gzFile a = gzopen(src_images, "rb"), b = gzopen(src_labels, "rb");
+    int ok = a && b && px && lab && gzread(a, hdr, 16) == 16 && gzread(b, lab_hdr, 8) == 8 &&
+             gzread(a, px, n * 784) == (int)(n * 784) && gzread(b, lab, n) == (int)n;
+    if (ok) {
+        write_idx(dst_images, dst_labels, px, lab, n, 28, 28);
+        memcpy(first_image, px, 784);
+    }
+    if (a)
+        gzclose(a);
+    if (b)
+        gzclose(b);
+    free(px);
+    free(lab);
+    return ok ? 0 : -1;
+}
+
+static void test_basics(void)
+{
+    is_int(nnlab("--version"), 0, "--version");
+    like(out, "nnlab 0.", "prints the version");
+    is_int(nnlab("--version --json"), 0, "--version --json");
+    ok(json_lines(), "as JSON");
+    is_int(nnlab("--help"), 0, "--help");
+    like(out, "train", "lists the commands");
+    is_int(nnlab("train --help"), 0, "train --help");
+    like(out, "--epochs", "lists train's options");
+    is_int(nnlab("frobnicate"), 2, "an unknown command is a usage error");
+    like(errtext, "frobnicate", "naming it");
+    is_int(nnlab("train --data x --model lenet --batch 0"), 2, "batch 0 is a usage error");
+    like(errtext, "--batch", "naming the option");
+    is_int(nnlab("datasets"), 0, "datasets on an empty store");
+    like(out, "no datasets", "says there are none");
+    is_int(nnlab("datasets --json"), 0, "datasets --json");
+    like(out, "{\"datasets\":[]}", "an empty list");
+}
+
+static void test_synthetic(void)
+{
+    char images[256], labels[256], bad[256], spec[256], cmd[600];
+    uint8_t px[600 * 64], lab[600];
+
+    synthetic(px, lab, 600, 1);
+    snprintf(images, sizeof images, "%s/syn/train-images-idx3-ubyte.gz", dir);
+    snprintf(labels, sizeof labels, "%s/syn/train-labels-idx1-ubyte.gz", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/syn'", dir);
+    ok(system(cmd) == 0, "made a folder");
+    write_idx(images, labels, px, lab, 500, 8, 8);
+    snprintf(images, sizeof images, "%s/syn/t10k-images-idx3-ubyte.gz", dir);
+    snprintf(labels, sizeof labels, "%s/syn/t10k-labels-idx1-ubyte.gz", dir);
+    write_idx(images, labels, px + 500 * 64, lab + 500, 100, 8, 8);
+
+    is_int(nnlab("import syn '%s/syn' --val 0.2", dir), 0, "import an IDX folder");
+    like(out, "400 train, 100 val, 100 test", "with a validation split carved from train");
+    is_int(nnlab("import syn '%s/syn'", dir), 1, "a second import of the name fails");
+    like(errtext, "already exists", "saying it exists");
+
+    /* A truncated images file: a clear error naming the file; nothing left behind. */
+    snprintf(bad, sizeof bad, "%s/bad-images.gz", dir);
+    gzFile f = gzopen(bad, "wb");
+    write_be32(f, 0x803);
+    write_be32(f, 100);
+    write_be32(f, 8);
+    write_be32(f, 8);
+    gzwrite(f, px, 1000);
+    gzclose(f);
+    snprintf(labels, sizeof labels, "%s/syn/train-labels-idx1-ubyte.gz", dir);
+    is_int(nnlab("import broken '%s' '%s'", bad, labels), 1, "a truncated file fails");
+    like(errtext, "nnlab: import: ", "with the nnlab: import: prefix");
+    like(errtext, bad, "naming the file");
+    nnlab("datasets --json");
+    ok(strstr(out, "broken") == NULL, "and leaves no dataset behind");
+
+    /* A spec with a mistake: FILE:LINE in the message. */
+    snprintf(spec, sizeof spec, "%s/bad.spec", dir);
+    f = gzopen(spec, "wT");
+    gzputs(f, "fc1: dense 16\nrelu\nfc2: dense lots\n");
+    gzclose(f);
+    is_int(nnlab("train --data syn --model '%s'", spec), 1, "a bad spec fails");
+    snprintf(cmd, sizeof cmd, "%s:3:", spec);
+    like(errtext, cmd, "naming the file and line");
+    is_int(nnlab("train --data nope --model mlp"), 1, "an unknown dataset fails");
+    like(errtext, "no dataset named 'nope'", "naming it");
+
+    /* Training with --json (given after the command), then the run's records. */
+    is_int(nnlab("train --data syn --model mlp --epochs 3 --batch 16 --threads 2 --name syn1 "
+                 "--json"),
+           0, "train --json");
+    ok(json_lines(), "stdout holds only JSON objects");
+    is_int(count_lines_with("\"event\":\"epoch\""), 3, "one epoch object per epoch");
+    like(out, "\"val_accuracy\":", "epoch objects carry the validation accuracy");
+    like(out, "\"event\":\"done\",\"run\":\"syn1\"", "a done object names the run");
+    double acc = json_number("test_accuracy");
+    ok(acc >= 0.9, "synthetic test accuracy %.4f >= 0.9", acc);
+
+    is_int(nnlab("--json eval syn1"), 0, "eval --json");
+    ok(json_lines(), "as JSON");
+    is_float(json_number("test_accuracy"), acc, 1e-4, "eval agrees with training's test");
+    is_int(nnlab("eval syn1 --split val"), 0, "eval on the validation split");
+    like(out, "val accuracy", "reports it");
+    is_int(nnlab("runs"), 0, "runs");
+    like(out, "syn1", "lists the run");
+    like(out, "done", "as done");
+    is_int(nnlab("runs --json"), 0, "runs --json");
+    ok(json_lines(), "as JSON");
+
+    is_int(nnlab("show syn"), 0, "show");
+    like(out, "400 train, 100 val, 100 test", "counts per split");
+    is_int(nnlab("show syn --json"), 0, "show --json");
+    ok(json_lines(), "as JSON");
+    is_int(nnlab("show nope"), 1, "show of an unknown dataset fails");
+
+    is_int(nnlab("--quiet train --data syn --model mlp --epochs 1 --name syn2"), 0, "--quiet");
+    ok(strstr(out, "epoch") == NULL, "prints no progress");
+    like(out, "test accuracy", "but the result");
+
+    is_int(nnlab("rm syn"), 0, "rm");
+    nnlab("datasets --json");
+    ok(strstr(out, "\"syn\"") == NULL, "the dataset is gone");
+    is_int(nnlab("rm syn"), 1, "rm of a missing dataset fails");
+}
+
+static void test_fashion_subset(void)
+{
+    char cmd[600], a[256], b[256], png[256];
+    uint8_t first[784];
+    struct stat st;
+
+    if (stat(FASHION "/train-images-idx3-ubyte.gz", &st) != 0) {
+        ok(1, "# SKIP Fashion-MNIST is not installed (dataset-fashion-mnist)");
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/fsub'", dir);
+    ok(system(cmd) == 0, "made a folder");
+    snprintf(a, sizeof a, "%s/fsub/train-images-idx3-ubyte.gz", dir);
+    snprintf(b, sizeof b, "%s/fsub/train-labels-idx1-ubyte.gz", dir);
+    is_int(subset(FASHION "/train-images-idx3-ubyte.gz", FASHION "/train-labels-idx1-ubyte.gz",
+                  a, b, 2000, first),
+           0, "2,000 training images copied");
+    snprintf(a, sizeof a, "%s/fsub/t10k-images-idx3-ubyte.gz", dir);
+    snprintf(b, sizeof b, "%s/fsub/t10k-labels-idx1-ubyte.gz", dir);
+    is_int(subset(FASHION "/t10k-images-idx3-ubyte.gz", FASHION "/t10k-labels-idx1-ubyte.gz", a,
+                  b, 500, first),
+           0, "500 test images copied");
+
+    /* The folder name says fashion, so the classes get their names. */
+    is_int(nnlab("import fashion-sub '%s/fsub'", dir), 0, "import the subset");
+    is_int(nnlab("train --data fashion-sub --model lenet --epochs 2 --threads 2 --name fs --json"),
+           0, "lenet trains on it");
+    ok(json_lines(), "JSON lines");
+    double acc = json_number("test_accuracy");
+    ok(acc >= 0.6, "2,000-image lenet test accuracy %.4f >= 0.6", acc);
+
+    snprintf(png, sizeof png, "%s/first-test.png", dir);
+    is_int(write_png_gray(png, first, 28, 28), 0, "wrote a test image as PNG");
+    is_int(nnlab("predict fs '%s'", png), 0, "predict");
+    like(out, png, "names the file");
+    int commas = 0;
+    for (const char *p = out; *p; p++)
+        commas += *p == ',';
+    is_int(commas, 2, "with three classes");
+    is_int(nnlab("predict fs '%s' --json --top 5", png), 0, "predict --json --top 5");
+    ok(json_lines(), "as JSON");
+    is_int(count_lines_with("\"probability\":"), 5, "five classes");
+    is_int(nnlab("predict fs '%s' '%s/nothing.png' --json", png, dir), 1, "a missing image fails");
+    is_int((int)strlen(out), 0, "and --json prints nothing half-done");
+    like(errtext, "nothing.png", "naming the file");
+}
+
+int main(void)
+{
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        skip_all("NNLAB_BIN does not name the nnlab binary");
+    snprintf(dir, sizeof dir, "/tmp/nnlab-cli-XXXXXX");
+    if (!mkdtemp(dir))
+        skip_all("cannot make a temporary directory");
+    snprintf(db, sizeof db, "%s/store/nnlab.db", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+
+    test_basics();
+    test_synthetic();
+    test_fashion_subset();
+
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        diag("could not remove %s", dir);
+    return done_testing();
+}
