@@ -1,0 +1,145 @@
+/* Dense kernels: matrix product through OpenBLAS and the im2col/col2im pair that turns a
+ * convolution into one. Each fast path has a naive twin here or in tests/test_kernels.c that the
+ * tests compare it against. All matrices are row-major float. */
+#include "nnlab/kernels.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#ifndef OPENBLAS_VERSION
+void openblas_set_num_threads(int num_threads);
+#endif
+
+void nl_kernels_init(void)
+{
+    /* The trainer runs one shard per thread; a BLAS call must not start threads of its own. */
+    openblas_set_num_threads(1);
+}
+
+/* c (m, n) = alpha * op(a) op(b) + beta * c. With beta == 0, c is written without being read, as
+ * BLAS does, so c may hold anything (NaN included) on entry. */
+void nl_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+              const float *b, int ldb, float beta, float *c, int ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) {
+        /* An empty sum; OpenBLAS would return without scaling c. */
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++)
+                c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* The reference: one dot product per element of c, summed in double. */
+void nl_sgemm_naive(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                    int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double sum = 0.0;
+            for (int p = 0; p < k; p++) {
+                float av = trans_a ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
+                float bv = trans_b ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
+                sum += (double)av * bv;
+            }
+            float *cij = &c[(size_t)i * ldc + j];
+            *cij = (float)(alpha * sum + (beta == 0.0f ? 0.0 : (double)beta * *cij));
+        }
+    }
+}
+
+/* The output columns [*lo, *hi) whose input coordinate o*s - p + k lies inside [0, size); the
+ * others read the zero padding. */
+static void valid_range(int *lo, int *hi, int size, int k, int s, int p, int out)
+{
+    int first = p - k;           /* o*s >= p - k */
+    int last = size - 1 + p - k; /* o*s <= size - 1 + p - k */
+
+    *lo = first <= 0 ? 0 : (first + s - 1) / s;
+    *hi = last < 0 ? 0 : last / s + 1;
+    if (*lo > out)
+        *lo = out;
+    if (*hi > out)
+        *hi = out;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* Row (ci, ki, kj) of cols holds, for each output position (oy, ox), the pixel
+ * img[ci, oy*sh - ph + ki, ox*sw - pw + kj], or 0 where that falls in the padding. */
+void nl_im2col_ld(float *cols, int ldc, const float *img, int c, int h, int w, int kh, int kw,
+                  int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    size_t row = 0;
+
+    for (int ci = 0; ci < c; ci++) {
+        const float *plane = img + (size_t)ci * h * w;
+        for (int ki = 0; ki < kh; ki++) {
+            for (int kj = 0; kj < kw; kj++, row++) {
+                float *dst = cols + row * (size_t)ldc;
+                int lo, hi;
+                valid_range(&lo, &hi, w, kj, sw, pw, ow);
+                for (int oy = 0; oy < oh; oy++, dst += ow) {
+                    int iy = oy * sh - ph + ki;
+                    if (iy < 0 || iy >= h) {
+                        memset(dst, 0, (size_t)ow * sizeof *dst);
+                        continue;
+                    }
+                    for (int ox = 0; ox < lo; ox++)
+                        dst[ox] = 0.0f;
+                    const float *src = plane + (size_t)iy * w;
+                    if (sw == 1 && hi > lo)
+                        memcpy(dst + lo, src + (lo - pw + kj), (size_t)(hi - lo) * sizeof *dst);
+                    else
+                        for (int ox = lo; ox < hi; ox++)
+                            dst[ox] = src[ox * sw - pw + kj];
+                    for (int ox = hi; ox < ow; ox++)
+                        dst[ox] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+void nl_im2col(float *cols, const float *img, int c, int h, int w, int kh, int kw, int sh, int sw,
+               int ph, int pw, int oh, int ow)
+{
+    nl_im2col_ld(cols, oh * ow, img, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+}
+
+/* The adjoint of nl_im2col_ld: each element of cols is added to the pixel it was read from;
+ * elements that were read from the padding are dropped. */
+void nl_col2im_ld(float *img, const float *cols, int ldc, int c, int h, int w, int kh, int kw,
+                  int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    size_t row = 0;
+
+    for (int ci = 0; ci < c; ci++) {
+        float *plane = img + (size_t)ci * h * w;
+        for (int ki = 0; ki < kh; ki++) {
+            for (int kj = 0; kj < kw; kj++, row++) {
+                const float *src = cols + row * (size_t)ldc;
+                int lo, hi;
+                valid_range(&lo, &hi, w, kj, sw, pw, ow);
+                for (int oy = 0; oy < oh; oy++, src += ow) {
+                    int iy = oy * sh - ph + ki;
+                    if (iy < 0 || iy >= h)
+                        continue;
+                    float *dst = plane + (size_t)iy * w;
+                    for (int ox = lo; ox < hi; ox++)
+                        dst[ox * sw - pw + kj] += src[ox];
+                }
+            }
+        }
+    }
+}
+
+void nl_col2im(float *img, const float *cols, int c, int h, int w, int kh, int kw, int sh, int sw,
+               int ph, int pw, int oh, int ow)
+{
+    nl_col2im_ld(img, cols, oh * ow, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+}

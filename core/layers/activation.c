@@ -1,0 +1,120 @@
+/* "relu", "tanh" and "sigmoid": elementwise activations. The output has the input's shape; each
+ * backward reads only the output, which determines the derivative.
+ *
+ *   in (n, C, H, W)    out (n, C, H, W)
+ *   no parameters, no aux, no scratch. */
+#include <math.h>
+
+#include "layers.h"
+
+static int activation_setup(struct nl_layer *l, struct nl_error *err)
+{
+    int rc = nl__layer_begin(l, err);
+
+    if (rc < 0)
+        return rc;
+    l->out = l->in[0];
+    return 0;
+}
+
+static size_t total(const struct nl_layer *l, int n)
+{
+    return n > 0 ? (size_t)n * nl_shape_size(l->out) : 0;
+}
+
+static void relu_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    size_t count = total(l, f->n);
+    const float *x = f->in[0];
+
+    for (size_t i = 0; i < count; i++)
+        f->out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+/* din += dout where out > 0, which is where the input was > 0. */
+static void relu_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    size_t count = total(l, b->n);
+    float *din = b->din[0];
+
+    if (!din)
+        return;
+    for (size_t i = 0; i < count; i++)
+        if (b->out[i] > 0.0f)
+            din[i] += b->dout[i];
+}
+
+static void tanh_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    size_t count = total(l, f->n);
+
+    for (size_t i = 0; i < count; i++)
+        f->out[i] = tanhf(f->in[0][i]);
+}
+
+/* tanh' = 1 - tanh^2 */
+static void tanh_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    size_t count = total(l, b->n);
+    float *din = b->din[0];
+
+    if (!din)
+        return;
+    for (size_t i = 0; i < count; i++)
+        din[i] += b->dout[i] * (1.0f - b->out[i] * b->out[i]);
+}
+
+static void sigmoid_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    size_t count = total(l, f->n);
+
+    for (size_t i = 0; i < count; i++) {
+        float x = f->in[0][i];
+        /* exp of a non-positive number only: no overflow for large |x|. */
+        if (x >= 0.0f) {
+            f->out[i] = 1.0f / (1.0f + expf(-x));
+        } else {
+            float e = expf(x);
+            f->out[i] = e / (1.0f + e);
+        }
+    }
+}
+
+/* sigmoid' = sigmoid (1 - sigmoid) */
+static void sigmoid_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    size_t count = total(l, b->n);
+    float *din = b->din[0];
+
+    if (!din)
+        return;
+    for (size_t i = 0; i < count; i++)
+        din[i] += b->dout[i] * b->out[i] * (1.0f - b->out[i]);
+}
+
+const struct nl_layer_ops nl__relu_ops = {
+    .kind = "relu",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .setup = activation_setup,
+    .forward = relu_forward,
+    .backward = relu_backward,
+};
+
+const struct nl_layer_ops nl__tanh_ops = {
+    .kind = "tanh",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .setup = activation_setup,
+    .forward = tanh_forward,
+    .backward = tanh_backward,
+};
+
+const struct nl_layer_ops nl__sigmoid_ops = {
+    .kind = "sigmoid",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .setup = activation_setup,
+    .forward = sigmoid_forward,
+    .backward = sigmoid_backward,
+};

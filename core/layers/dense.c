@@ -1,0 +1,84 @@
+/* "dense": a fully connected layer, as PyTorch's Linear. The input (C, H, W) is read as a vector
+ * of I = C*H*W features without a copy; the shard goes through one GEMM.
+ *
+ *   weight [U, I], bias [U]
+ *   in  (n, I)    out (n, U, 1, 1)
+ *   no scratch, no aux. */
+#include <limits.h>
+
+#include "layers.h"
+#include "nnlab/kernels.h"
+
+static int dense_setup(struct nl_layer *l, struct nl_error *err)
+{
+    int rc = nl__layer_begin(l, err);
+
+    if (rc < 0)
+        return rc;
+    if (l->units == NL_UNITS_CLASSES)
+        return nl__layer_fail(l, err,
+                              "the number of units (N) must be resolved to the class "
+                              "count before setup");
+    if (l->units <= 0)
+        return nl__layer_fail(l, err, "dense needs a positive number of units, not %d", l->units);
+
+    int in = (int)nl_shape_size(l->in[0]); /* nl__layer_begin checked it fits */
+    l->out = (struct nl_shape){l->units, 1, 1};
+    int wdims[4] = {l->units, in};
+    nl__layer_add_param(l, "weight", 2, wdims, in, l->units, l->init);
+    if (!l->no_bias) {
+        int bdims[4] = {l->units};
+        nl__layer_add_param(l, "bias", 1, bdims, in, l->units, NL_INIT_ZERO);
+    }
+    return 0;
+}
+
+static void dense_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    int n = f->n, in = (int)nl_shape_size(l->in[0]), units = l->units;
+    float beta = 0.0f;
+
+    if (n <= 0)
+        return;
+    if (!l->no_bias) {
+        const float *bias = f->w + l->params[1].offset;
+        for (int s = 0; s < n; s++)
+            for (int u = 0; u < units; u++)
+                f->out[(size_t)s * units + u] = bias[u];
+        beta = 1.0f;
+    }
+    /* out (n, U) = in (n, I) weight^T (I, U) [+ bias] */
+    nl_sgemm(0, 1, n, units, in, 1.0f, f->in[0], in, f->w, in, beta, f->out, units);
+}
+
+static void dense_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    int n = b->n, in = (int)nl_shape_size(l->in[0]), units = l->units;
+
+    if (n <= 0)
+        return;
+    if (b->din[0]) /* din (n, I) += dout (n, U) weight (U, I) */
+        nl_sgemm(0, 0, n, in, units, 1.0f, b->dout, units, b->w, in, 1.0f, b->din[0], in);
+    if (b->dw) {
+        /* dweight (U, I) += dout^T (U, n) in (n, I); dbias (U) += column sums of dout. */
+        nl_sgemm(1, 0, units, in, n, 1.0f, b->dout, units, b->in[0], in, 1.0f, b->dw, in);
+        if (!l->no_bias) {
+            float *db = b->dw + l->params[1].offset;
+            for (int u = 0; u < units; u++) {
+                double sum = 0.0;
+                for (int s = 0; s < n; s++)
+                    sum += b->dout[(size_t)s * units + u];
+                db[u] += (float)sum;
+            }
+        }
+    }
+}
+
+const struct nl_layer_ops nl__dense_ops = {
+    .kind = "dense",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .setup = dense_setup,
+    .forward = dense_forward,
+    .backward = dense_backward,
+};

@@ -1,0 +1,50 @@
+/* Private to core/: the layer kinds that core/layer.c lists, and the helpers their setup and
+ * forward functions share (defined in core/layer.c). Not installed, not for ui/ or app/; the
+ * nl__ prefix marks names that are global only so that core/ files can share them. */
+#ifndef NNLAB_CORE_LAYERS_H
+#define NNLAB_CORE_LAYERS_H
+
+#include "nnlab/layer.h"
+
+extern const struct nl_layer_ops nl__conv_ops;
+extern const struct nl_layer_ops nl__dense_ops;
+extern const struct nl_layer_ops nl__maxpool_ops;
+extern const struct nl_layer_ops nl__avgpool_ops;
+extern const struct nl_layer_ops nl__relu_ops;
+extern const struct nl_layer_ops nl__tanh_ops;
+extern const struct nl_layer_ops nl__sigmoid_ops;
+extern const struct nl_layer_ops nl__flatten_ops;
+extern const struct nl_layer_ops nl__dropout_ops;
+
+/* Fills err with "layer 'NAME' (line L): " and the formatted text (no line part when l->line is
+ * 0) and returns NL_EINVAL. */
+int nl__layer_fail(const struct nl_layer *l, struct nl_error *err, const char *fmt, ...)
+    NL_PRINTF(3, 4);
+
+/* The start of every setup: clears what setup fills (out, params, sizes) and checks the number
+ * of inputs against the kind and that each input shape is non-empty and small enough for int
+ * indexing. */
+int nl__layer_begin(struct nl_layer *l, struct nl_error *err);
+
+/* Appends a parameter after those already in l->params and grows l->param_count. */
+void nl__layer_add_param(struct nl_layer *l, const char *name, int ndim, const int dims[4],
+                         int fan_in, int fan_out, enum nl_init init);
+
+/* A sliding window over in[0] (conv and pools), with strides resolved. */
+struct nl__window {
+    int c, h, w; /* input, per sample */
+    int kh, kw;  /* window */
+    int sh, sw;  /* stride, never 0 */
+    int ph, pw;  /* zero padding on each side */
+    int oh, ow;  /* output plane */
+};
+
+/* Checks the window configuration of l against l->in[0] and fills win; a stride of 0 becomes
+ * pool ? the window (pools) : 1 (conv). Errors name the layer. */
+int nl__window_setup(const struct nl_layer *l, int pool, struct nl__window *win,
+                     struct nl_error *err);
+
+/* The same geometry again, for forward and backward, from a layer that setup accepted. */
+void nl__window_get(const struct nl_layer *l, int pool, struct nl__window *win);
+
+#endif

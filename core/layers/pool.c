@@ -1,0 +1,179 @@
+/* "maxpool" and "avgpool": a window slid over each channel on its own, as PyTorch's MaxPool2d
+ * and AvgPool2d (floor mode). The stride defaults to the window; the padding may be at most half
+ * the window. Max pooling never picks the padding; average pooling divides by the whole window,
+ * padding included (PyTorch's count_include_pad=True).
+ *
+ *   in (n, C, H, W)    out (n, C, oh, ow)
+ *   maxpool aux: per sample, one int32_t per output value, the index in the sample's input
+ *   (c*H*W + y*W + x) of the value it copied. avgpool: no aux. No scratch, no parameters. */
+#include <math.h>
+
+#include "layers.h"
+
+static int pool_setup(struct nl_layer *l, struct nl_error *err)
+{
+    struct nl__window win;
+    int rc = nl__layer_begin(l, err);
+
+    if (rc < 0)
+        return rc;
+    rc = nl__window_setup(l, 1, &win, err);
+    if (rc < 0)
+        return rc;
+    if (2 * win.ph > win.kh || 2 * win.pw > win.kw)
+        return nl__layer_fail(l, err, "padding %dx%d is more than half the window %dx%d", win.ph,
+                              win.pw, win.kh, win.kw);
+    l->out = (struct nl_shape){win.c, win.oh, win.ow};
+    return 0;
+}
+
+static int maxpool_setup(struct nl_layer *l, struct nl_error *err)
+{
+    int rc = pool_setup(l, err);
+
+    if (rc < 0)
+        return rc;
+    l->aux_bytes = nl_shape_size(l->out) * sizeof(int32_t);
+    return 0;
+}
+
+/* The rows [*y0, *y1) of a window starting at o*s - p that lie inside [0, size). */
+static void clip(int *y0, int *y1, int o, int s, int p, int k, int size)
+{
+    int start = o * s - p;
+
+    *y0 = start < 0 ? 0 : start;
+    *y1 = start + k > size ? size : start + k;
+}
+
+static void maxpool_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    struct nl__window g;
+    nl__window_get(l, 1, &g);
+    size_t in_size = nl_shape_size(l->in[0]), out_size = nl_shape_size(l->out);
+
+    for (int s = 0; s < f->n; s++) {
+        const float *x = f->in[0] + (size_t)s * in_size;
+        float *out = f->out + (size_t)s * out_size;
+        int32_t *arg = (int32_t *)f->aux + (size_t)s * out_size;
+        for (int c = 0; c < g.c; c++) {
+            int plane = c * g.h * g.w;
+            for (int oy = 0; oy < g.oh; oy++) {
+                int y0, y1;
+                clip(&y0, &y1, oy, g.sh, g.ph, g.kh, g.h);
+                for (int ox = 0; ox < g.ow; ox++, out++, arg++) {
+                    int x0, x1;
+                    clip(&x0, &x1, ox, g.sw, g.pw, g.kw, g.w);
+                    /* The padding rule makes every window hold at least one input value. The
+                     * first maximum wins; a window that holds a NaN gives NaN. */
+                    int best = plane + y0 * g.w + x0, nan = 0;
+                    float m = x[best];
+                    for (int y = y0; y < y1; y++) {
+                        const float *row = x + plane + y * g.w;
+                        for (int xx = x0; xx < x1; xx++) {
+                            float v = row[xx];
+                            int take = v > m;
+                            nan |= v != v;
+                            m = take ? v : m;
+                            best = take ? plane + y * g.w + xx : best;
+                        }
+                    }
+                    *out = nan ? NAN : m;
+                    *arg = best;
+                }
+            }
+        }
+    }
+}
+
+static void maxpool_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    size_t in_size = nl_shape_size(l->in[0]), out_size = nl_shape_size(l->out);
+
+    if (!b->din[0])
+        return;
+    for (int s = 0; s < b->n; s++) {
+        float *din = b->din[0] + (size_t)s * in_size;
+        const float *dout = b->dout + (size_t)s * out_size;
+        const int32_t *arg = (const int32_t *)b->aux + (size_t)s * out_size;
+        for (size_t i = 0; i < out_size; i++)
+            din[arg[i]] += dout[i];
+    }
+}
+
+static void avgpool_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    struct nl__window g;
+    nl__window_get(l, 1, &g);
+    size_t in_size = nl_shape_size(l->in[0]), out_size = nl_shape_size(l->out);
+    float scale = 1.0f / (float)(g.kh * g.kw);
+
+    for (int s = 0; s < f->n; s++) {
+        const float *x = f->in[0] + (size_t)s * in_size;
+        float *out = f->out + (size_t)s * out_size;
+        for (int c = 0; c < g.c; c++) {
+            const float *plane = x + (size_t)c * g.h * g.w;
+            for (int oy = 0; oy < g.oh; oy++) {
+                int y0, y1;
+                clip(&y0, &y1, oy, g.sh, g.ph, g.kh, g.h);
+                for (int ox = 0; ox < g.ow; ox++, out++) {
+                    int x0, x1;
+                    clip(&x0, &x1, ox, g.sw, g.pw, g.kw, g.w);
+                    float sum = 0.0f;
+                    for (int y = y0; y < y1; y++)
+                        for (int xx = x0; xx < x1; xx++)
+                            sum += plane[y * g.w + xx];
+                    *out = sum * scale;
+                }
+            }
+        }
+    }
+}
+
+static void avgpool_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    struct nl__window g;
+    nl__window_get(l, 1, &g);
+    size_t in_size = nl_shape_size(l->in[0]), out_size = nl_shape_size(l->out);
+    float scale = 1.0f / (float)(g.kh * g.kw);
+
+    if (!b->din[0])
+        return;
+    for (int s = 0; s < b->n; s++) {
+        float *din = b->din[0] + (size_t)s * in_size;
+        const float *dout = b->dout + (size_t)s * out_size;
+        for (int c = 0; c < g.c; c++) {
+            float *plane = din + (size_t)c * g.h * g.w;
+            for (int oy = 0; oy < g.oh; oy++) {
+                int y0, y1;
+                clip(&y0, &y1, oy, g.sh, g.ph, g.kh, g.h);
+                for (int ox = 0; ox < g.ow; ox++, dout++) {
+                    int x0, x1;
+                    clip(&x0, &x1, ox, g.sw, g.pw, g.kw, g.w);
+                    float v = *dout * scale;
+                    for (int y = y0; y < y1; y++)
+                        for (int xx = x0; xx < x1; xx++)
+                            plane[y * g.w + xx] += v;
+                }
+            }
+        }
+    }
+}
+
+const struct nl_layer_ops nl__maxpool_ops = {
+    .kind = "maxpool",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .setup = maxpool_setup,
+    .forward = maxpool_forward,
+    .backward = maxpool_backward,
+};
+
+const struct nl_layer_ops nl__avgpool_ops = {
+    .kind = "avgpool",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .setup = pool_setup,
+    .forward = avgpool_forward,
+    .backward = avgpool_backward,
+};

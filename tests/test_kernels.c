@@ -1,0 +1,492 @@
+/* Fast kernels against their naive twins: nl_sgemm against nl_sgemm_naive for every transpose
+ * combination with odd sizes and padded leading dimensions; im2col against its definition and
+ * col2im as its adjoint; and the conv, dense and pooling layers against direct loops written
+ * here (a 7-loop convolution, a dot product per output, a scan of each window). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "nnlab/kernels.h"
+#include "nnlab/layer.h"
+#include "nnlab/rng.h"
+#include "tap.h"
+
+static struct nl_rng rng;
+
+static float *floats(size_t count)
+{
+    float *p = calloc(count ? count : 1, sizeof *p);
+    if (!p) {
+        diag("out of memory");
+        exit(1);
+    }
+    return p;
+}
+
+static void fill(float *x, size_t count, float lo, float hi)
+{
+    for (size_t i = 0; i < count; i++)
+        x[i] = lo + (hi - lo) * nl_rng_uniform(&rng);
+}
+
+static void fill_value(float *x, size_t count, float v)
+{
+    for (size_t i = 0; i < count; i++)
+        x[i] = v;
+}
+
+/* max |a - b| over count values; NaN when either holds one. */
+static double max_diff(const float *a, const float *b, size_t count)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < count; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (isnan(d))
+            return NAN;
+        if (d > m)
+            m = d;
+    }
+    return m;
+}
+
+static double max_abs(const float *a, size_t count)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < count; i++)
+        if (fabs(a[i]) > m)
+            m = fabs(a[i]);
+    return m;
+}
+
+/* ---- GEMM ---- */
+
+static void check_sgemm(int ta, int tb, int m, int n, int k)
+{
+    int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 1;
+    size_t arows = ta ? k : m, brows = tb ? n : k;
+    float *a = floats(arows * lda), *b = floats(brows * ldb);
+    float *c = floats((size_t)m * ldc), *c2 = floats((size_t)m * ldc);
+
+    fill(a, arows * lda, -1, 1);
+    fill(b, brows * ldb, -1, 1);
+    fill(c, (size_t)m * ldc, -1, 1);
+    for (int i = 0; i < m; i++)
+        c[(size_t)i * ldc + n] = 12345.0f; /* the padding column must stay untouched */
+    memcpy(c2, c, (size_t)m * ldc * sizeof *c);
+
+    nl_sgemm(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, -1.25f, c, ldc);
+    nl_sgemm_naive(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, -1.25f, c2, ldc);
+    double tol = 1e-5 * (1.0 + max_abs(c2, (size_t)m * ldc - 1)) * (1.0 + k / 16.0);
+    double d = 0.0;
+    int pad_ok = 1;
+    for (int i = 0; i < m; i++) {
+        double di = max_diff(c + (size_t)i * ldc, c2 + (size_t)i * ldc, n);
+        d = isnan(di) || di > d ? di : d;
+        pad_ok &= c[(size_t)i * ldc + n] == 12345.0f && c2[(size_t)i * ldc + n] == 12345.0f;
+    }
+    is_float(d, 0.0, tol, "sgemm %c%c m=%d n=%d k=%d matches the naive product", ta ? 'T' : 'N',
+             tb ? 'T' : 'N', m, n, k);
+    ok(pad_ok, "sgemm %c%c m=%d n=%d k=%d leaves columns past n alone", ta ? 'T' : 'N',
+       tb ? 'T' : 'N', m, n, k);
+
+    /* beta = 0: what c held, NaN included, is not read. */
+    fill_value(c, (size_t)m * ldc, NAN);
+    fill_value(c2, (size_t)m * ldc, NAN);
+    nl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    nl_sgemm_naive(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c2, ldc);
+    d = 0.0;
+    for (int i = 0; i < m; i++) {
+        double di = max_diff(c + (size_t)i * ldc, c2 + (size_t)i * ldc, n);
+        d = isnan(di) || di > d ? di : d;
+    }
+    is_float(d, 0.0, tol, "sgemm %c%c m=%d n=%d k=%d with beta 0 ignores NaN in c", ta ? 'T' : 'N',
+             tb ? 'T' : 'N', m, n, k);
+    free(a);
+    free(b);
+    free(c);
+    free(c2);
+}
+
+static void test_sgemm(void)
+{
+    static const int sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {17, 3, 29}, {33, 65, 31}, {5, 2, 300}};
+
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                check_sgemm(ta, tb, sizes[s][0], sizes[s][1], sizes[s][2]);
+
+    /* k = 0: an empty sum, c = beta * c. */
+    float a[1] = {1}, b[1] = {1}, c[6] = {1, 2, 3, 4, 5, 6};
+    nl_sgemm(0, 0, 2, 3, 0, 1.0f, a, 1, b, 3, 0.5f, c, 3);
+    ok(c[0] == 0.5f && c[5] == 3.0f, "sgemm with k=0 scales c by beta");
+}
+
+/* ---- im2col / col2im ---- */
+
+struct geom {
+    int c, h, w, kh, kw, sh, sw, ph, pw;
+};
+
+static int out_size(int in, int k, int s, int p)
+{
+    return (in + 2 * p - k) / s + 1;
+}
+
+static void test_im2col(const struct geom *g)
+{
+    int oh = out_size(g->h, g->kh, g->sh, g->ph), ow = out_size(g->w, g->kw, g->sw, g->pw);
+    size_t k = (size_t)g->c * g->kh * g->kw, p = (size_t)oh * ow,
+           isize = (size_t)g->c * g->h * g->w;
+    float *x = floats(isize), *cols = floats(k * p), *y = floats(k * p), *img = floats(isize);
+    char what[128];
+
+    snprintf(what, sizeof what, "%dx%dx%d window %dx%d stride %dx%d pad %dx%d", g->c, g->h, g->w,
+             g->kh, g->kw, g->sh, g->sw, g->ph, g->pw);
+    fill(x, isize, -1, 1);
+    fill_value(cols, k * p, NAN);
+    nl_im2col(cols, x, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, oh, ow);
+
+    /* Against the definition, element by element. */
+    int wrong = 0;
+    for (int ci = 0; ci < g->c; ci++)
+        for (int ki = 0; ki < g->kh; ki++)
+            for (int kj = 0; kj < g->kw; kj++)
+                for (int oy = 0; oy < oh; oy++)
+                    for (int ox = 0; ox < ow; ox++) {
+                        int iy = oy * g->sh - g->ph + ki, ix = ox * g->sw - g->pw + kj;
+                        float want = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w
+                                         ? x[((size_t)ci * g->h + iy) * g->w + ix]
+                                         : 0.0f;
+                        size_t row = ((size_t)ci * g->kh + ki) * g->kw + kj;
+                        wrong += cols[row * p + (size_t)oy * ow + ox] != want;
+                    }
+    is_int(wrong, 0, "im2col %s: every element as defined", what);
+
+    /* <im2col(x), y> == <x, col2im(y)>; col2im adds to what img held (0.5 here). */
+    fill(y, k * p, -1, 1);
+    fill_value(img, isize, 0.5f);
+    nl_col2im(img, y, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, oh, ow);
+    double lhs = 0.0, rhs = 0.0, scale = 0.0;
+    for (size_t i = 0; i < k * p; i++) {
+        lhs += (double)cols[i] * y[i];
+        scale += fabs((double)cols[i] * y[i]);
+    }
+    for (size_t i = 0; i < isize; i++)
+        rhs += (double)x[i] * ((double)img[i] - 0.5);
+    is_float(lhs, rhs, 1e-5 * (1.0 + scale), "col2im %s is the adjoint of im2col", what);
+
+    /* The _ld forms write the same columns into a wider matrix and read them back. */
+    int ld = (int)p * 3 + 1;
+    float *wide = floats(k * ld), *img_ld = floats(isize);
+    fill_value(wide, k * ld, 7.0f);
+    nl_im2col_ld(wide + p, ld, x, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, oh,
+                 ow);
+    int same = 1;
+    for (size_t r = 0; r < k; r++) {
+        same &= memcmp(wide + r * ld + p, cols + r * p, p * sizeof *cols) == 0;
+        for (size_t j = 0; j < (size_t)ld; j++)
+            same &= j >= p && j < 2 * p ? 1 : wide[r * ld + j] == 7.0f;
+    }
+    ok(same, "im2col_ld %s: same columns, others untouched", what);
+    for (size_t r = 0; r < k; r++)
+        memcpy(wide + r * ld + p, y + r * p, p * sizeof *y);
+    fill_value(img_ld, isize, 0.5f);
+    nl_col2im_ld(img_ld, wide + p, ld, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
+                 oh, ow);
+    is_float(max_diff(img, img_ld, isize), 0.0, 0.0, "col2im_ld %s: same as col2im", what);
+
+    free(x);
+    free(cols);
+    free(y);
+    free(img);
+    free(wide);
+    free(img_ld);
+}
+
+/* ---- layers against direct loops ---- */
+
+struct run {
+    struct nl_layer l;
+    int n;
+    size_t in_count, out_count;
+    float *in, *w, *out, *scratch, *din, *dw, *dout;
+    void *aux;
+};
+
+static void run_make(struct run *r, const char *kind, int n)
+{
+    struct nl_error err = {0};
+    r->l.ops = nl_layer_kind(kind);
+    r->l.ninputs = 1;
+    snprintf(r->l.name, sizeof r->l.name, "%s", kind);
+    if (!r->l.ops || r->l.ops->setup(&r->l, &err) != 0) {
+        diag("setup of %s failed: %s", kind, err.msg);
+        exit(1);
+    }
+    r->n = n;
+    r->in_count = (size_t)n * nl_shape_size(r->l.in[0]);
+    r->out_count = (size_t)n * nl_shape_size(r->l.out);
+    r->in = floats(r->in_count);
+    r->din = floats(r->in_count);
+    r->out = floats(r->out_count);
+    r->dout = floats(r->out_count);
+    r->w = floats(r->l.param_count);
+    r->dw = floats(r->l.param_count);
+    r->scratch = floats(r->l.scratch_fixed + (size_t)n * r->l.scratch_per_sample);
+    r->aux = calloc((size_t)n * r->l.aux_bytes + 1, 1);
+    fill(r->in, r->in_count, -1, 1);
+    fill(r->dout, r->out_count, -1, 1);
+    fill(r->w, r->l.param_count, -1, 1);
+}
+
+static void run_forward(struct run *r)
+{
+    struct nl_fwd f = {
+        .n = r->n, .in = {r->in}, .out = r->out, .w = r->w, .aux = r->aux, .scratch = r->scratch};
+    fill_value(r->scratch, r->l.scratch_fixed + (size_t)r->n * r->l.scratch_per_sample, NAN);
+    fill_value(r->out, r->out_count, NAN);
+    r->l.ops->forward(&r->l, &f);
+}
+
+static void run_backward(struct run *r)
+{
+    struct nl_bwd b = {.n = r->n,
+                       .in = {r->in},
+                       .out = r->out,
+                       .dout = r->dout,
+                       .din = {r->din},
+                       .w = r->w,
+                       .dw = r->dw,
+                       .aux = r->aux,
+                       .scratch = r->scratch};
+    fill_value(r->scratch, r->l.scratch_fixed + (size_t)r->n * r->l.scratch_per_sample, NAN);
+    memset(r->din, 0, r->in_count * sizeof *r->din);
+    memset(r->dw, 0, r->l.param_count * sizeof *r->dw);
+    r->l.ops->backward(&r->l, &b);
+}
+
+static void run_free(struct run *r)
+{
+    free(r->in);
+    free(r->din);
+    free(r->out);
+    free(r->dout);
+    free(r->w);
+    free(r->dw);
+    free(r->scratch);
+    free(r->aux);
+}
+
+static double tol_for(const float *want, size_t count)
+{
+    return 1e-5 * (1.0 + max_abs(want, count));
+}
+
+struct conv_case {
+    int n, c, h, w, f, kh, kw, sh, sw, ph, pw, no_bias;
+};
+
+/* The direct convolution and its gradients, seven loops each: out (n, F, oh, ow) from x
+ * (n, C, H, W) and wt [F, C, kh, kw]; din and dw (weight part) += what dout sends back. */
+static void conv_direct(const struct conv_case *cc, int oh, int ow, const float *x,
+                        const float *weight, const float *bias, const float *dout, float *out,
+                        float *din, float *dw)
+{
+    int c = cc->c, h = cc->h, w = cc->w, f = cc->f, kh = cc->kh, kw = cc->kw;
+
+    for (int s = 0; s < cc->n; s++)
+        for (int fo = 0; fo < f; fo++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    size_t o = (((size_t)s * f + fo) * oh + oy) * ow + ox;
+                    double sum = bias ? bias[fo] : 0.0;
+                    for (int ci = 0; ci < c; ci++)
+                        for (int ki = 0; ki < kh; ki++)
+                            for (int kj = 0; kj < kw; kj++) {
+                                int iy = oy * cc->sh - cc->ph + ki, ix = ox * cc->sw - cc->pw + kj;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+                                    continue;
+                                size_t i = (((size_t)s * c + ci) * h + iy) * w + ix;
+                                size_t wi = (((size_t)fo * c + ci) * kh + ki) * kw + kj;
+                                sum += (double)weight[wi] * x[i];
+                                din[i] += weight[wi] * dout[o];
+                                dw[wi] += x[i] * dout[o];
+                            }
+                    out[o] = (float)sum;
+                }
+}
+
+static void test_conv(const struct conv_case *cc)
+{
+    struct run r = {.l = {.filters = cc->f,
+                          .kh = cc->kh,
+                          .kw = cc->kw,
+                          .sh = cc->sh,
+                          .sw = cc->sw,
+                          .ph = cc->ph,
+                          .pw = cc->pw,
+                          .no_bias = cc->no_bias,
+                          .in = {{cc->c, cc->h, cc->w}}}};
+    char what[128];
+
+    run_make(&r, "conv", cc->n);
+    snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d", cc->f,
+             cc->kh, cc->kw, cc->sh, cc->sw, cc->ph, cc->pw, cc->no_bias ? " no bias" : "", cc->n,
+             cc->c, cc->h, cc->w);
+    int oh = r.l.out.h, ow = r.l.out.w, k = cc->c * cc->kh * cc->kw;
+    const float *wt = r.w, *bias = cc->no_bias ? NULL : r.w + (size_t)cc->f * k;
+    float *out = floats(r.out_count), *din = floats(r.in_count), *dw = floats(r.l.param_count);
+
+    conv_direct(cc, oh, ow, r.in, wt, bias, r.dout, out, din, dw);
+    if (bias)
+        for (int s = 0; s < cc->n; s++)
+            for (int fo = 0; fo < cc->f; fo++)
+                for (int i = 0; i < oh * ow; i++)
+                    dw[(size_t)cc->f * k + fo] += r.dout[((size_t)s * cc->f + fo) * oh * ow + i];
+
+    run_forward(&r);
+    is_float(max_diff(r.out, out, r.out_count), 0.0, tol_for(out, r.out_count),
+             "%s: forward matches the direct loops", what);
+    run_backward(&r);
+    is_float(max_diff(r.din, din, r.in_count), 0.0, tol_for(din, r.in_count),
+             "%s: input gradient matches the direct loops", what);
+    is_float(max_diff(r.dw, dw, r.l.param_count), 0.0, tol_for(dw, r.l.param_count),
+             "%s: weight gradient matches the direct loops", what);
+    free(out);
+    free(din);
+    free(dw);
+    run_free(&r);
+}
+
+static void test_dense(int n, struct nl_shape in, int units, int no_bias)
+{
+    struct run r = {.l = {.units = units, .no_bias = no_bias, .in = {in}}};
+    run_make(&r, "dense", n);
+    int fan = (int)nl_shape_size(in);
+    float *out = floats(r.out_count), *din = floats(r.in_count), *dw = floats(r.l.param_count);
+
+    for (int s = 0; s < n; s++)
+        for (int u = 0; u < units; u++) {
+            double sum = no_bias ? 0.0 : r.w[(size_t)units * fan + u];
+            float g = r.dout[(size_t)s * units + u];
+            for (int i = 0; i < fan; i++) {
+                sum += (double)r.w[(size_t)u * fan + i] * r.in[(size_t)s * fan + i];
+                din[(size_t)s * fan + i] += r.w[(size_t)u * fan + i] * g;
+                dw[(size_t)u * fan + i] += r.in[(size_t)s * fan + i] * g;
+            }
+            out[(size_t)s * units + u] = (float)sum;
+            if (!no_bias)
+                dw[(size_t)units * fan + u] += g;
+        }
+
+    run_forward(&r);
+    is_float(max_diff(r.out, out, r.out_count), 0.0, tol_for(out, r.out_count),
+             "dense %d%s on %dx%dx%dx%d: forward matches the loops", units,
+             no_bias ? " no bias" : "", n, in.c, in.h, in.w);
+    run_backward(&r);
+    is_float(max_diff(r.din, din, r.in_count), 0.0, tol_for(din, r.in_count),
+             "dense %d on %dx%d: input gradient matches the loops", units, n, fan);
+    is_float(max_diff(r.dw, dw, r.l.param_count), 0.0, tol_for(dw, r.l.param_count),
+             "dense %d on %dx%d: weight gradient matches the loops", units, n, fan);
+    free(out);
+    free(din);
+    free(dw);
+    run_free(&r);
+}
+
+static void test_pool(const char *kind, int n, struct nl_shape in, int kh, int kw, int sh, int sw,
+                      int ph, int pw)
+{
+    struct run r = {.l = {.kh = kh, .kw = kw, .sh = sh, .sw = sw, .ph = ph, .pw = pw, .in = {in}}};
+    int is_max = strcmp(kind, "maxpool") == 0;
+    run_make(&r, kind, n);
+    int esh = sh ? sh : kh, esw = sw ? sw : kw;
+    int oh = out_size(in.h, kh, esh, ph), ow = out_size(in.w, kw, esw, pw);
+    float *out = floats(r.out_count), *din = floats(r.in_count);
+
+    is_int(r.l.out.h * 1000 + r.l.out.w, oh * 1000 + ow,
+           "%s %dx%d stride %dx%d pad %dx%d: out "
+           "plane %dx%d",
+           kind, kh, kw, sh, sw, ph, pw, oh, ow);
+    for (int s = 0; s < n; s++)
+        for (int c = 0; c < in.c; c++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    size_t o = (((size_t)s * in.c + c) * oh + oy) * ow + ox;
+                    double sum = 0.0;
+                    float best = -INFINITY;
+                    size_t arg = 0;
+                    for (int ki = 0; ki < kh; ki++)
+                        for (int kj = 0; kj < kw; kj++) {
+                            int iy = oy * esh - ph + ki, ix = ox * esw - pw + kj;
+                            if (iy < 0 || iy >= in.h || ix < 0 || ix >= in.w)
+                                continue;
+                            size_t i = (((size_t)s * in.c + c) * in.h + iy) * in.w + ix;
+                            sum += r.in[i];
+                            if (r.in[i] > best) {
+                                best = r.in[i];
+                                arg = i;
+                            }
+                        }
+                    out[o] = is_max ? best : (float)(sum / (kh * kw));
+                    if (is_max) {
+                        din[arg] += r.dout[o];
+                    } else {
+                        for (int ki = 0; ki < kh; ki++)
+                            for (int kj = 0; kj < kw; kj++) {
+                                int iy = oy * esh - ph + ki, ix = ox * esw - pw + kj;
+                                if (iy >= 0 && iy < in.h && ix >= 0 && ix < in.w)
+                                    din[(((size_t)s * in.c + c) * in.h + iy) * in.w + ix] +=
+                                        r.dout[o] / (float)(kh * kw);
+                            }
+                    }
+                }
+    run_forward(&r);
+    is_float(max_diff(r.out, out, r.out_count), 0.0, tol_for(out, r.out_count),
+             "%s %dx%d stride %dx%d pad %dx%d: forward matches a scan of every window", kind, kh,
+             kw, sh, sw, ph, pw);
+    run_backward(&r);
+    is_float(max_diff(r.din, din, r.in_count), 0.0, tol_for(din, r.in_count),
+             "%s %dx%d stride %dx%d pad %dx%d: backward matches", kind, kh, kw, sh, sw, ph, pw);
+    free(out);
+    free(din);
+    run_free(&r);
+}
+
+int main(void)
+{
+    nl_kernels_init();
+    nl_rng_seed(&rng, 20240601);
+
+    test_sgemm();
+
+    static const struct geom geoms[] = {
+        {2, 5, 6, 3, 3, 1, 1, 0, 0}, {3, 7, 9, 3, 3, 2, 2, 1, 1}, {2, 8, 7, 3, 2, 2, 3, 2, 0},
+        {1, 6, 6, 1, 1, 3, 3, 0, 0}, {2, 4, 5, 2, 2, 1, 1, 3, 3}, {1, 28, 28, 5, 5, 1, 1, 0, 0},
+        {3, 5, 5, 5, 5, 1, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++)
+        test_im2col(&geoms[i]);
+
+    static const struct conv_case convs[] = {
+        {3, 3, 12, 10, 4, 3, 5, 2, 1, 1, 2, 0}, {1, 1, 28, 28, 20, 5, 5, 1, 1, 0, 0, 0},
+        {4, 2, 9, 9, 3, 3, 3, 2, 2, 1, 1, 1},   {2, 5, 6, 6, 7, 1, 1, 1, 1, 0, 0, 0},
+        {2, 2, 4, 5, 3, 2, 2, 1, 1, 3, 3, 0},   {5, 20, 12, 12, 50, 5, 5, 1, 1, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
+        test_conv(&convs[i]);
+
+    test_dense(5, (struct nl_shape){3, 2, 2}, 7, 0);
+    test_dense(1, (struct nl_shape){10, 1, 1}, 3, 0);
+    test_dense(8, (struct nl_shape){50, 1, 1}, 13, 1);
+    test_dense(7, (struct nl_shape){50, 4, 4}, 500, 0);
+
+    const char *pools[] = {"maxpool", "avgpool"};
+    for (int i = 0; i < 2; i++) {
+        test_pool(pools[i], 2, (struct nl_shape){3, 8, 8}, 2, 2, 0, 0, 0, 0);
+        test_pool(pools[i], 2, (struct nl_shape){2, 9, 10}, 3, 3, 2, 2, 1, 1);
+        test_pool(pools[i], 3, (struct nl_shape){2, 7, 9}, 2, 3, 1, 2, 0, 0);
+        test_pool(pools[i], 2, (struct nl_shape){1, 5, 7}, 3, 2, 2, 3, 1, 1);
+    }
+    return done_testing();
+}

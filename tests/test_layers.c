@@ -1,0 +1,742 @@
+/* Layers and the loss: the table of kinds, the shapes and parameters setup fills in, setup errors,
+ * dropout's behaviour, and a gradient check of every kind (input and weight gradients) and of the
+ * softmax cross-entropy against central finite differences.
+ *
+ * The gradient check differentiates the scalar L = sum(out * r) for a fixed random r, so backward
+ * runs with dout = r. Each input and weight is moved by +-H in float and the difference quotient
+ * of L (summed in double) is compared with the analytic value:
+ *
+ *     |analytic - numeric| / max(|analytic|, |numeric|, FLOOR) <= BOUND
+ *
+ * with H = 1e-2, FLOOR = 0.1 (float rounding of the outputs makes the quotient noisy at ~1e-4 in
+ * absolute terms) and BOUND = 1e-2. Kinks are kept out of reach: inputs of maxpool and relu are a
+ * shuffled grid spaced 0.05 (> 2H) apart with no value within H of 0, so no perturbation changes
+ * which value is a window's maximum or which side of 0 a value is on. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "nnlab/alloc.h"
+#include "nnlab/kernels.h"
+#include "nnlab/layer.h"
+#include "nnlab/rng.h"
+#include "tap.h"
+
+#define H     1e-2
+#define FLOOR 0.1
+#define BOUND 1e-2
+
+static struct nl_rng rng;
+static int allocated_in_steps; /* set when a forward or backward allocated through nl_alloc */
+
+static float *floats(size_t count)
+{
+    float *p = calloc(count ? count : 1, sizeof *p);
+    if (!p) {
+        diag("out of memory");
+        exit(1);
+    }
+    return p;
+}
+
+static void fill(float *x, size_t count, float lo, float hi)
+{
+    for (size_t i = 0; i < count; i++)
+        x[i] = lo + (hi - lo) * nl_rng_uniform(&rng);
+}
+
+static void fill_value(float *x, size_t count, float v)
+{
+    for (size_t i = 0; i < count; i++)
+        x[i] = v;
+}
+
+/* Distinct values (k + 0.5 - count/2) * spacing in shuffled order: none closer than spacing to
+ * another, none closer than spacing/2 to 0. */
+static void fill_grid(float *x, size_t count, float spacing)
+{
+    uint32_t *perm = malloc((count ? count : 1) * sizeof *perm);
+    if (!perm)
+        exit(1);
+    for (size_t i = 0; i < count; i++)
+        perm[i] = (uint32_t)i;
+    nl_rng_shuffle(&rng, perm, count);
+    for (size_t i = 0; i < count; i++)
+        x[i] = ((float)perm[i] + 0.5f - (float)(count / 2)) * spacing;
+    free(perm);
+}
+
+/* ---- a layer with its buffers, driven as the model drives it ---- */
+
+struct harness {
+    struct nl_layer l;
+    int n, training;
+    size_t in_count, out_count, scratch_count;
+    float *in, *w, *out, *r, *scratch, *din, *dw;
+    void *aux;
+    struct nl_rng rng;
+};
+
+static int harness_setup(struct harness *h, const char *kind, struct nl_error *err)
+{
+    h->l.ops = nl_layer_kind(kind);
+    if (!h->l.ops)
+        return nl_error_set(err, NL_EINVAL, "no kind %s", kind);
+    if (!h->l.name[0])
+        snprintf(h->l.name, sizeof h->l.name, "%s1", kind);
+    if (!h->l.ninputs)
+        h->l.ninputs = 1;
+    return h->l.ops->setup(&h->l, err);
+}
+
+/* Sets up the layer (which must succeed) and allocates its buffers for a shard of n. */
+static void harness_make(struct harness *h, const char *kind, int n)
+{
+    struct nl_error err = {0};
+    if (harness_setup(h, kind, &err) != 0) {
+        diag("setup of %s failed: %s", kind, err.msg);
+        exit(1);
+    }
+    h->n = n;
+    h->in_count = (size_t)n * nl_shape_size(h->l.in[0]);
+    h->out_count = (size_t)n * nl_shape_size(h->l.out);
+    h->scratch_count = h->l.scratch_fixed + (size_t)n * h->l.scratch_per_sample;
+    h->in = floats(h->in_count);
+    h->din = floats(h->in_count);
+    h->out = floats(h->out_count);
+    h->r = floats(h->out_count);
+    h->w = floats(h->l.param_count);
+    h->dw = floats(h->l.param_count);
+    h->scratch = floats(h->scratch_count);
+    h->aux = calloc((size_t)n * h->l.aux_bytes + 1, 1);
+    fill(h->in, h->in_count, -1, 1);
+    fill(h->w, h->l.param_count, -1, 1);
+    fill(h->r, h->out_count, -1, 1);
+}
+
+static void harness_free(struct harness *h)
+{
+    free(h->in);
+    free(h->din);
+    free(h->out);
+    free(h->r);
+    free(h->w);
+    free(h->dw);
+    free(h->scratch);
+    free(h->aux);
+}
+
+/* Forward with garbage in out, scratch and aux beforehand, so a layer that reads them shows. The
+ * generator is reseeded each time: dropout draws the same mask on every call. */
+static void forward(struct harness *h)
+{
+    struct nl_fwd f = {.n = h->n,
+                       .in = {h->in},
+                       .out = h->out,
+                       .w = h->w,
+                       .aux = h->aux,
+                       .scratch = h->scratch,
+                       .training = h->training,
+                       .rng = &h->rng};
+    fill_value(h->out, h->out_count, NAN);
+    fill_value(h->scratch, h->scratch_count, NAN);
+    memset(h->aux, 0xff, (size_t)h->n * h->l.aux_bytes);
+    nl_rng_seed(&h->rng, 99);
+    uint64_t before = nl_alloc_count();
+    h->l.ops->forward(&h->l, &f);
+    allocated_in_steps |= nl_alloc_count() != before;
+}
+
+/* Backward with dout = r, adding into din and dw (either may be NULL). */
+static void backward(struct harness *h, float *din, float *dw)
+{
+    struct nl_bwd b = {.n = h->n,
+                       .in = {h->in},
+                       .out = h->out,
+                       .dout = h->r,
+                       .din = {din},
+                       .w = h->w,
+                       .dw = dw,
+                       .aux = h->aux,
+                       .scratch = h->scratch};
+    fill_value(h->scratch, h->scratch_count, NAN);
+    uint64_t before = nl_alloc_count();
+    h->l.ops->backward(&h->l, &b);
+    allocated_in_steps |= nl_alloc_count() != before;
+}
+
+static double loss_of(struct harness *h)
+{
+    double sum = 0.0;
+    forward(h);
+    for (size_t i = 0; i < h->out_count; i++)
+        sum += (double)h->out[i] * h->r[i];
+    return sum;
+}
+
+static double rel_err(double analytic, double numeric)
+{
+    double scale = fmax(fmax(fabs(analytic), fabs(numeric)), FLOOR);
+    return fabs(analytic - numeric) / scale;
+}
+
+/* The largest relative error of grad against finite differences of loss_of over x[0..count). */
+static double check_against_fd(struct harness *h, float *x, const float *grad, size_t count)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < count; i++) {
+        float saved = x[i];
+        float xp = (float)(saved + H), xm = (float)(saved - H);
+        x[i] = xp;
+        double lp = loss_of(h);
+        x[i] = xm;
+        double lm = loss_of(h);
+        x[i] = saved;
+        double e = rel_err(grad[i], (lp - lm) / ((double)xp - (double)xm));
+        if (isnan(e) || e > worst)
+            worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+static void gradcheck(struct harness *h, const char *what)
+{
+    float *din = floats(h->in_count), *dw = floats(h->l.param_count);
+
+    /* Analytic gradients, added onto 0.25 and -0.5 to show that backward accumulates. */
+    loss_of(h);
+    fill_value(h->din, h->in_count, 0.25f);
+    fill_value(h->dw, h->l.param_count, -0.5f);
+    backward(h, h->din, h->dw);
+    for (size_t i = 0; i < h->in_count; i++)
+        din[i] = h->din[i] - 0.25f;
+    for (size_t i = 0; i < h->l.param_count; i++)
+        dw[i] = h->dw[i] + 0.5f;
+
+    double e = check_against_fd(h, h->in, din, h->in_count);
+    ok(e <= BOUND, "%s: input gradient (%zu values), max relative error %.2g", what, h->in_count,
+       e);
+    if (h->l.param_count > 0) {
+        e = check_against_fd(h, h->w, dw, h->l.param_count);
+        ok(e <= BOUND, "%s: weight gradient (%zu values), max relative error %.2g", what,
+           h->l.param_count, e);
+    }
+
+    /* A frozen layer (dw NULL) and a first layer (din NULL) get the same gradients. */
+    loss_of(h);
+    memset(h->din, 0, h->in_count * sizeof *h->din);
+    memset(h->dw, 0, h->l.param_count * sizeof *h->dw);
+    backward(h, h->din, NULL);
+    backward(h, NULL, h->l.param_count ? h->dw : NULL);
+    int same = 1;
+    for (size_t i = 0; i < h->in_count; i++)
+        same &= fabsf(h->din[i] - din[i]) <= 1e-5f * (1.0f + fabsf(din[i]));
+    for (size_t i = 0; i < h->l.param_count; i++)
+        same &= fabsf(h->dw[i] - dw[i]) <= 1e-5f * (1.0f + fabsf(dw[i]));
+    ok(same, "%s: backward with din or dw NULL gives the same gradients", what);
+    free(din);
+    free(dw);
+}
+
+/* ---- gradient checks of every kind ---- */
+
+static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int kw, int sh, int sw,
+                           int ph, int pw, int no_bias)
+{
+    struct harness h = {.l = {.filters = filters,
+                              .kh = kh,
+                              .kw = kw,
+                              .sh = sh,
+                              .sw = sw,
+                              .ph = ph,
+                              .pw = pw,
+                              .no_bias = no_bias,
+                              .in = {in}}};
+    char what[128];
+    harness_make(&h, "conv", n);
+    snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d", filters,
+             kh, kw, sh, sw, ph, pw, no_bias ? " no bias" : "", n, in.c, in.h, in.w);
+    gradcheck(&h, what);
+    harness_free(&h);
+}
+
+static void gradcheck_dense(int n, struct nl_shape in, int units, int no_bias)
+{
+    struct harness h = {.l = {.units = units, .no_bias = no_bias, .in = {in}}};
+    char what[128];
+    harness_make(&h, "dense", n);
+    snprintf(what, sizeof what, "dense %d%s on %dx%dx%dx%d", units, no_bias ? " no bias" : "", n,
+             in.c, in.h, in.w);
+    gradcheck(&h, what);
+    harness_free(&h);
+}
+
+static void gradcheck_pool(const char *kind, int n, struct nl_shape in, int kh, int kw, int sh,
+                           int sw, int ph, int pw)
+{
+    struct harness h = {
+        .l = {.kh = kh, .kw = kw, .sh = sh, .sw = sw, .ph = ph, .pw = pw, .in = {in}}};
+    char what[128];
+    harness_make(&h, kind, n);
+    fill_grid(h.in, h.in_count, 0.05f);
+    snprintf(what, sizeof what, "%s %dx%d stride %dx%d pad %dx%d on %dx%dx%dx%d", kind, kh, kw, sh,
+             sw, ph, pw, n, in.c, in.h, in.w);
+    gradcheck(&h, what);
+    harness_free(&h);
+}
+
+static void gradcheck_simple(const char *kind, int n, struct nl_shape in, float p, int training)
+{
+    struct harness h = {.l = {.p = p, .in = {in}}, .training = training};
+    char what[128];
+    harness_make(&h, kind, n);
+    if (strcmp(kind, "relu") == 0)
+        fill_grid(h.in, h.in_count, 0.05f);
+    else
+        fill(h.in, h.in_count, -2, 2);
+    if (strcmp(kind, "dropout") == 0)
+        snprintf(what, sizeof what, "dropout p=%g %s on %dx%dx%dx%d", (double)p,
+                 training ? "training" : "eval", n, in.c, in.h, in.w);
+    else
+        snprintf(what, sizeof what, "%s on %dx%dx%dx%d", kind, n, in.c, in.h, in.w);
+    gradcheck(&h, what);
+    harness_free(&h);
+}
+
+static void test_gradients(void)
+{
+    gradcheck_conv(2, (struct nl_shape){2, 6, 7}, 3, 3, 3, 0, 0, 0, 0, 0);
+    gradcheck_conv(2, (struct nl_shape){3, 9, 11}, 4, 3, 3, 2, 2, 1, 1, 0);
+    gradcheck_conv(3, (struct nl_shape){2, 8, 7}, 3, 3, 2, 2, 1, 1, 0, 0);
+    gradcheck_conv(1, (struct nl_shape){2, 5, 5}, 2, 2, 2, 1, 1, 2, 2, 1);
+    gradcheck_conv(2, (struct nl_shape){4, 3, 3}, 5, 1, 1, 2, 2, 0, 0, 0);
+
+    gradcheck_dense(3, (struct nl_shape){3, 2, 2}, 5, 0);
+    gradcheck_dense(1, (struct nl_shape){7, 1, 1}, 4, 1);
+
+    const char *pools[] = {"maxpool", "avgpool"};
+    for (int i = 0; i < 2; i++) {
+        gradcheck_pool(pools[i], 2, (struct nl_shape){3, 8, 8}, 2, 2, 0, 0, 0, 0);
+        gradcheck_pool(pools[i], 2, (struct nl_shape){2, 9, 10}, 3, 3, 2, 2, 1, 1);
+        gradcheck_pool(pools[i], 2, (struct nl_shape){2, 7, 9}, 2, 3, 1, 2, 0, 0);
+        gradcheck_pool(pools[i], 2, (struct nl_shape){1, 5, 7}, 3, 2, 2, 3, 1, 1);
+    }
+
+    struct nl_shape s = {3, 4, 5};
+    gradcheck_simple("relu", 2, s, 0, 0);
+    gradcheck_simple("tanh", 2, s, 0, 0);
+    gradcheck_simple("sigmoid", 2, s, 0, 0);
+    gradcheck_simple("flatten", 2, (struct nl_shape){2, 3, 4}, 0, 0);
+    gradcheck_simple("dropout", 2, s, 0.4f, 1);
+    gradcheck_simple("dropout", 2, s, 0.5f, 0);
+}
+
+/* ---- the loss ---- */
+
+static double loss_naive(const float *logits, const int32_t *labels, int n, int k)
+{
+    double total = 0.0;
+    for (int i = 0; i < n; i++) {
+        double sum = 0.0;
+        for (int j = 0; j < k; j++)
+            sum += exp((double)logits[i * k + j]);
+        total += log(sum) - logits[i * k + labels[i]];
+    }
+    return total;
+}
+
+static void test_loss(void)
+{
+    enum { N = 5, K = 7 };
+    float logits[N * K], dlogits[N * K], probs[N * K];
+    int32_t labels[N] = {0, 6, 3, 3, 1};
+    float scale = 1.0f / 8.0f;
+    int correct = 3;
+
+    fill(logits, N * K, -3, 3);
+    double loss = nl_softmax_xent(dlogits, logits, labels, N, K, scale, &correct);
+    is_float(loss, loss_naive(logits, labels, N, K), 1e-5, "xent: the loss sum as defined");
+    is_float(nl_softmax_xent(NULL, logits, labels, N, K, scale, NULL), loss, 0.0,
+             "xent: the same loss without dlogits");
+
+    double worst = 0.0, row_sum = 0.0;
+    for (int i = 0; i < N * K; i++) {
+        float saved = logits[i], xp = (float)(saved + H), xm = (float)(saved - H);
+        logits[i] = xp;
+        double lp = nl_softmax_xent(NULL, logits, labels, N, K, scale, NULL);
+        logits[i] = xm;
+        double lm = nl_softmax_xent(NULL, logits, labels, N, K, scale, NULL);
+        logits[i] = saved;
+        double e = rel_err(dlogits[i], scale * (lp - lm) / ((double)xp - (double)xm));
+        worst = e > worst ? e : worst;
+    }
+    ok(worst <= BOUND, "xent: dlogits = scale * dloss/dlogits, max relative error %.2g", worst);
+    for (int i = 0; i < N; i++) {
+        double s = 0.0;
+        for (int j = 0; j < K; j++)
+            s += dlogits[i * K + j];
+        row_sum = fmax(row_sum, fabs(s));
+    }
+    is_float(row_sum, 0.0, 1e-6, "xent: each row of dlogits sums to 0");
+
+    int hits = 0;
+    for (int i = 0; i < N; i++) {
+        int arg = 0;
+        for (int j = 1; j < K; j++)
+            arg = logits[i * K + j] > logits[i * K + arg] ? j : arg;
+        hits += arg == labels[i];
+    }
+    is_int(correct, 3 + hits, "xent: adds the %d correct argmaxes to *correct", hits);
+
+    float inplace[N * K];
+    memcpy(inplace, logits, sizeof inplace);
+    double loss2 = nl_softmax_xent(inplace, inplace, labels, N, K, scale, NULL);
+    ok(loss2 == loss && memcmp(inplace, dlogits, sizeof inplace) == 0,
+       "xent: dlogits may be the logits themselves");
+
+    /* Large logits neither overflow nor lose the answer. */
+    float big[6] = {1000.0f, -1000.0f, 0.0f, 0.0f, 1e4f, 1e4f};
+    int32_t big_labels[2] = {0, 2};
+    float dbig[6];
+    correct = 0;
+    double lb = nl_softmax_xent(dbig, big, big_labels, 2, 3, 1.0f, &correct);
+    is_float(lb, log(2.0), 1e-6, "xent: stable for logits of 1000 and 1e4");
+    ok(dbig[0] == 0.0f && dbig[1] == 0.0f && dbig[3] == 0.0f && fabsf(dbig[4] - 0.5f) < 1e-6f &&
+           fabsf(dbig[5] + 0.5f) < 1e-6f,
+       "xent: dlogits finite and right for large logits");
+    is_int(correct, 1, "xent: a tie counts for the first maximum only");
+
+    nl_softmax(probs, logits, N, K);
+    double worst_sum = 0.0, worst_p = 0.0;
+    for (int i = 0; i < N; i++) {
+        double s = 0.0, z = 0.0;
+        for (int j = 0; j < K; j++)
+            z += exp((double)logits[i * K + j]);
+        for (int j = 0; j < K; j++) {
+            s += probs[i * K + j];
+            worst_p = fmax(worst_p, fabs(probs[i * K + j] - exp((double)logits[i * K + j]) / z));
+        }
+        worst_sum = fmax(worst_sum, fabs(s - 1.0));
+    }
+    is_float(worst_p, 0.0, 1e-6, "softmax: matches exp(x) / sum exp(x)");
+    is_float(worst_sum, 0.0, 1e-6, "softmax: rows sum to 1");
+    nl_softmax(probs, big, 2, 3);
+    ok(probs[0] == 1.0f && probs[1] == 0.0f && fabsf(probs[4] - 0.5f) < 1e-7f,
+       "softmax: stable for logits of 1000 and 1e4");
+}
+
+/* ---- dropout ---- */
+
+static void test_dropout(void)
+{
+    const float p = 0.3f;
+    struct harness h = {.l = {.p = p, .in = {{1, 100, 1000}}}};
+    harness_make(&h, "dropout", 1);
+    fill(h.in, h.in_count, 0.5f, 1.5f);
+
+    h.training = 0;
+    forward(&h);
+    ok(memcmp(h.out, h.in, h.in_count * sizeof *h.in) == 0, "dropout: identity in evaluation");
+    memset(h.din, 0, h.in_count * sizeof *h.din);
+    backward(&h, h.din, NULL);
+    ok(memcmp(h.din, h.r, h.in_count * sizeof *h.r) == 0,
+       "dropout: gradient passes unchanged in evaluation");
+
+    h.training = 1;
+    forward(&h);
+    size_t dropped = 0, wrong = 0;
+    float keep = 1.0f / (1.0f - p);
+    for (size_t i = 0; i < h.in_count; i++) {
+        if (h.out[i] == 0.0f)
+            dropped++;
+        else if (fabsf(h.out[i] - h.in[i] * keep) > 1e-6f * h.out[i])
+            wrong++;
+    }
+    double frac = (double)dropped / (double)h.in_count;
+    /* The standard deviation of frac is sqrt(p(1-p)/1e5) = 0.0014. */
+    is_float(frac, p, 0.01, "dropout: training drops a fraction near p=%g", (double)p);
+    is_int((long long)wrong, 0, "dropout: kept values are scaled by 1/(1-p)");
+
+    memset(h.din, 0, h.in_count * sizeof *h.din);
+    backward(&h, h.din, NULL);
+    wrong = 0;
+    for (size_t i = 0; i < h.in_count; i++) {
+        float want = h.out[i] == 0.0f ? 0.0f : h.r[i] * keep;
+        wrong += fabsf(h.din[i] - want) > 1e-6f;
+    }
+    is_int((long long)wrong, 0, "dropout: backward passes the kept gradients, scaled");
+
+    float *first = floats(h.out_count);
+    memcpy(first, h.out, h.out_count * sizeof *first);
+    forward(&h);
+    ok(memcmp(first, h.out, h.out_count * sizeof *first) == 0,
+       "dropout: the same seed draws the same mask");
+    struct nl_fwd f = {
+        .n = 1, .in = {h.in}, .out = h.out, .aux = h.aux, .training = 1, .rng = &h.rng};
+    h.l.ops->forward(&h.l, &f); /* the generator has moved on */
+    ok(memcmp(first, h.out, h.out_count * sizeof *first) != 0,
+       "dropout: the next draw is a different mask");
+    free(first);
+    harness_free(&h);
+
+    struct harness z = {.l = {.p = 0.0f, .in = {{2, 3, 4}}}, .training = 1};
+    harness_make(&z, "dropout", 2);
+    forward(&z);
+    ok(memcmp(z.out, z.in, z.in_count * sizeof *z.in) == 0, "dropout: p=0 is the identity");
+    harness_free(&z);
+}
+
+/* ---- pooling at the padding, and NaN ---- */
+
+static void test_pool_semantics(void)
+{
+    /* Max pooling never picks the padding: an all-negative input stays negative. */
+    struct harness m = {
+        .l = {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .in = {{1, 4, 4}}}};
+    harness_make(&m, "maxpool", 1);
+    fill(m.in, m.in_count, -2.0f, -1.0f);
+    forward(&m);
+    int negative = 1;
+    for (size_t i = 0; i < m.out_count; i++)
+        negative &= m.out[i] < -1.0f + 1e-6f;
+    ok(negative, "maxpool: the padding is never the maximum");
+    m.in[15] = NAN; /* only in the last window */
+    forward(&m);
+    ok(isnan(m.out[3]) && !isnan(m.out[0]) && !isnan(m.out[2]),
+       "maxpool: a NaN in a window gives NaN");
+    harness_free(&m);
+
+    /* Average pooling divides by the whole window, padding included (count_include_pad). */
+    struct harness a = {.l = {.kh = 2, .kw = 2, .ph = 1, .pw = 1, .in = {{1, 2, 2}}}};
+    harness_make(&a, "avgpool", 1);
+    fill_value(a.in, a.in_count, 1.0f);
+    forward(&a);
+    ok(a.l.out.h == 2 && a.l.out.w == 2 && a.out[0] == 0.25f && a.out[1] == 0.25f &&
+           a.out[2] == 0.25f && a.out[3] == 0.25f,
+       "avgpool 2 pad 1 on ones 2x2: each output 1/4, the padding counted");
+    harness_free(&a);
+}
+
+/* ---- the table, shapes and parameters ---- */
+
+static void test_kinds(void)
+{
+    static const char *names[] = {"conv", "dense",   "maxpool", "avgpool", "relu",
+                                  "tanh", "sigmoid", "flatten", "dropout"};
+    size_t count = sizeof names / sizeof names[0];
+    int found = 0;
+
+    for (size_t i = 0; i < count; i++) {
+        const struct nl_layer_ops *ops = nl_layer_kind(names[i]);
+        found += ops && strcmp(ops->kind, names[i]) == 0 && ops->setup && ops->forward &&
+                 ops->backward && ops->min_inputs == 1 && ops->max_inputs == 1;
+    }
+    is_int(found, (long long)count, "all %zu kinds are in the table, complete", count);
+    ok(nl_layer_kind("conv2d") == NULL && nl_layer_kind("") == NULL && nl_layer_kind(NULL) == NULL,
+       "unknown kinds give NULL");
+    size_t listed = 0;
+    for (const struct nl_layer_ops *const *k = nl_layer_kinds(); *k; k++)
+        listed++;
+    is_int((long long)listed, (long long)count, "nl_layer_kinds lists %zu kinds", count);
+}
+
+static struct nl_layer layer(const char *kind, struct nl_shape in)
+{
+    struct nl_layer l = {.ops = nl_layer_kind(kind), .ninputs = 1, .in = {in}};
+    snprintf(l.name, sizeof l.name, "%s", kind);
+    return l;
+}
+
+static int setup(struct nl_layer *l)
+{
+    struct nl_error err = {0};
+    int rc = l->ops->setup(l, &err);
+    if (rc)
+        diag("%s", err.msg);
+    return rc;
+}
+
+static void is_shape(struct nl_shape got, int c, int h, int w, const char *what)
+{
+    char g[64], want[64];
+    snprintf(g, sizeof g, "%dx%dx%d", got.c, got.h, got.w);
+    snprintf(want, sizeof want, "%dx%dx%d", c, h, w);
+    is_str(g, want, "%s gives %s", what, want);
+}
+
+static void test_shapes(void)
+{
+    /* LeNet on 1x28x28, as data/models/lenet builds it. */
+    struct nl_layer c1 = layer("conv", (struct nl_shape){1, 28, 28});
+    c1.filters = 20, c1.kh = c1.kw = 5;
+    is_int(setup(&c1), 0, "conv 20 5x5 on 1x28x28 sets up");
+    is_shape(c1.out, 20, 24, 24, "conv 20 5x5 on 1x28x28");
+    is_int(c1.nparams, 2, "conv: two parameters");
+    struct nl_param *w = &c1.params[0], *b = &c1.params[1];
+    ok(strcmp(w->name, "weight") == 0 && w->ndim == 4 && w->dims[0] == 20 && w->dims[1] == 1 &&
+           w->dims[2] == 5 && w->dims[3] == 5 && w->count == 500 && w->offset == 0,
+       "conv: weight [20, 1, 5, 5] at 0");
+    ok(strcmp(b->name, "bias") == 0 && b->ndim == 1 && b->dims[0] == 20 && b->count == 20 &&
+           b->offset == 500,
+       "conv: bias [20] at 500");
+    ok(w->fan_in == 25 && w->fan_out == 500 && w->init == NL_INIT_DEFAULT &&
+           b->init == NL_INIT_ZERO,
+       "conv: fan_in C*kh*kw, fan_out F*kh*kw, default init, zero bias");
+    is_int((long long)c1.param_count, 520, "conv: 520 parameters");
+    is_int((long long)c1.scratch_per_sample, (25 + 20) * 576,
+           "conv: scratch (K + F) * P per sample");
+    is_int((long long)(c1.aux_bytes + c1.scratch_fixed), 0, "conv: no aux, no fixed scratch");
+
+    struct nl_layer p1 = layer("maxpool", c1.out);
+    p1.kh = p1.kw = 2;
+    is_int(setup(&p1), 0, "maxpool 2 sets up");
+    is_shape(p1.out, 20, 12, 12, "maxpool 2 on 20x24x24");
+    is_int((long long)p1.aux_bytes, 20 * 12 * 12 * 4, "maxpool: one int32 index per output");
+    is_int((long long)p1.param_count, 0, "maxpool: no parameters");
+
+    struct nl_layer c2 = layer("conv", p1.out);
+    c2.filters = 50, c2.kh = c2.kw = 5;
+    setup(&c2);
+    is_shape(c2.out, 50, 8, 8, "conv 50 5x5 on 20x12x12");
+    struct nl_layer p2 = layer("maxpool", c2.out);
+    p2.kh = p2.kw = 2;
+    setup(&p2);
+    is_shape(p2.out, 50, 4, 4, "maxpool 2 on 50x8x8");
+
+    struct nl_layer fc = layer("dense", p2.out);
+    fc.units = 500;
+    is_int(setup(&fc), 0, "dense 500 on 50x4x4 sets up");
+    is_shape(fc.out, 500, 1, 1, "dense 500 on 50x4x4");
+    w = &fc.params[0], b = &fc.params[1];
+    ok(fc.nparams == 2 && w->init == NL_INIT_DEFAULT && strcmp(w->name, "weight") == 0 &&
+           w->ndim == 2 && w->dims[0] == 500 && w->dims[1] == 800 && w->fan_in == 800 &&
+           w->fan_out == 500,
+       "dense: weight [500, 800], fan_in 800, fan_out 500");
+    ok(strcmp(b->name, "bias") == 0 && b->dims[0] == 500 && b->offset == 400000 &&
+           b->init == NL_INIT_ZERO,
+       "dense: bias [500] at 400000, zero init");
+    is_int((long long)fc.param_count, 400500, "dense: 400500 parameters");
+
+    struct nl_layer nb = layer("dense", p2.out);
+    nb.units = 10, nb.no_bias = 1, nb.init = NL_INIT_HE;
+    setup(&nb);
+    ok(nb.nparams == 1 && nb.param_count == 8000 && nb.params[0].init == NL_INIT_HE,
+       "dense no_bias: weight only; the configured init is kept");
+
+    struct nl_layer cs = layer("conv", (struct nl_shape){3, 9, 11});
+    cs.filters = 8, cs.kh = cs.kw = 3, cs.sh = cs.sw = 2, cs.ph = cs.pw = 1;
+    setup(&cs);
+    is_shape(cs.out, 8, 5, 6, "conv 8 3x3 stride 2 pad 1 on 3x9x11");
+    struct nl_layer cn = layer("conv", (struct nl_shape){2, 10, 9});
+    cn.filters = 4, cn.kh = 3, cn.kw = 1, cn.sw = 3, cn.ph = 2;
+    setup(&cn);
+    is_shape(cn.out, 4, 12, 3, "conv 4 3x1 stride 1x3 pad 2x0 on 2x10x9");
+
+    struct nl_layer ap = layer("avgpool", (struct nl_shape){4, 7, 9});
+    ap.kh = 2, ap.kw = 3;
+    setup(&ap);
+    is_shape(ap.out, 4, 3, 3, "avgpool 2x3 (stride = window) on 4x7x9");
+    is_int((long long)(ap.aux_bytes + ap.scratch_per_sample), 0, "avgpool: no aux, no scratch");
+    struct nl_layer mp = layer("maxpool", (struct nl_shape){20, 24, 24});
+    mp.kh = mp.kw = 3, mp.sh = mp.sw = 2, mp.ph = mp.pw = 1;
+    setup(&mp);
+    is_shape(mp.out, 20, 12, 12, "maxpool 3 stride 2 pad 1 on 20x24x24");
+
+    struct nl_layer fl = layer("flatten", (struct nl_shape){50, 4, 4});
+    setup(&fl);
+    is_shape(fl.out, 800, 1, 1, "flatten on 50x4x4");
+    const char *same[] = {"relu", "tanh", "sigmoid", "dropout"};
+    for (int i = 0; i < 4; i++) {
+        struct nl_layer a = layer(same[i], (struct nl_shape){6, 5, 4});
+        a.p = 0.5f;
+        setup(&a);
+        is_shape(a.out, 6, 5, 4, same[i]);
+    }
+    struct nl_layer dr = layer("dropout", (struct nl_shape){6, 5, 4});
+    dr.p = 0.5f;
+    setup(&dr);
+    is_int((long long)dr.aux_bytes, 120 * 4, "dropout: one float of mask per value");
+}
+
+/* ---- setup errors ---- */
+
+static void expect_error(struct nl_layer *l, const char *want, const char *what)
+{
+    struct nl_error err = {0};
+    int rc = l->ops->setup(l, &err);
+    ok(rc == NL_EINVAL && err.code == NL_EINVAL, "%s: NL_EINVAL", what);
+    like(err.msg, want, "%s: says so", what);
+}
+
+static void test_errors(void)
+{
+    struct nl_error err = {0};
+
+    struct nl_layer c = layer("conv", (struct nl_shape){1, 4, 4});
+    snprintf(c.name, sizeof c.name, "conv1");
+    c.line = 3, c.filters = 6, c.kh = c.kw = 5;
+    is_int(c.ops->setup(&c, &err), NL_EINVAL, "conv window larger than the input: NL_EINVAL");
+    is_str(err.msg, "layer 'conv1' (line 3): window 5x5 is larger than the padded input 4x4",
+           "conv window larger than the input: the message names layer and line");
+    c.kh = c.kw = 7, c.ph = c.pw = 1;
+    expect_error(&c, "window 7x7 is larger than the padded input 6x6", "conv 7x7 pad 1 on 4x4");
+    c.kh = 3, c.kw = 3, c.ph = c.pw = 0, c.filters = 0;
+    expect_error(&c, "layer 'conv1' (line 3): conv needs a positive number of filters",
+                 "conv 0 filters");
+    c.filters = 2, c.sh = -1;
+    expect_error(&c, "stride -1x0 is negative", "conv negative stride");
+    c.sh = 0, c.ph = -1;
+    expect_error(&c, "padding -1x0 is negative", "conv negative padding");
+    c.ph = 0, c.kh = 0;
+    expect_error(&c, "window 0x3 must be at least 1x1", "conv empty window");
+
+    struct nl_layer d = layer("dropout", (struct nl_shape){10, 1, 1});
+    snprintf(d.name, sizeof d.name, "drop");
+    d.p = 1.0f;
+    memset(&err, 0, sizeof err);
+    is_int(d.ops->setup(&d, &err), NL_EINVAL, "dropout p=1: NL_EINVAL");
+    is_str(err.msg, "layer 'drop': dropout probability 1 is outside [0, 1)",
+           "dropout p=1: the message names the layer, no line when it has none");
+    d.p = -0.1f;
+    expect_error(&d, "probability -0.1 is outside", "dropout p=-0.1");
+    d.p = NAN;
+    expect_error(&d, "layer 'drop'", "dropout p=NaN");
+
+    struct nl_layer f = layer("dense", (struct nl_shape){50, 4, 4});
+    snprintf(f.name, sizeof f.name, "fc2");
+    f.line = 11, f.units = NL_UNITS_CLASSES;
+    expect_error(&f, "layer 'fc2' (line 11): the number of units (N) must be resolved",
+                 "dense N not resolved");
+    f.units = 0;
+    expect_error(&f, "dense needs a positive number of units, not 0", "dense 0");
+
+    struct nl_layer p = layer("maxpool", (struct nl_shape){3, 8, 8});
+    p.kh = p.kw = 2, p.ph = 2;
+    expect_error(&p, "padding 2x0 is more than half the window 2x2", "maxpool 2 pad 2");
+    p.ph = 0, p.kh = p.kw = 9;
+    expect_error(&p, "window 9x9 is larger than the padded input 8x8", "maxpool 9 on 8x8");
+    struct nl_layer a = layer("avgpool", (struct nl_shape){3, 8, 8});
+    a.kh = a.kw = 3, a.pw = 2;
+    expect_error(&a, "padding 0x2 is more than half the window 3x3", "avgpool 3 pad 0x2");
+
+    struct nl_layer r = layer("relu", (struct nl_shape){3, 8, 8});
+    r.ninputs = 2;
+    expect_error(&r, "relu takes 1 input, not 2", "relu with two inputs");
+    struct nl_layer e = layer("flatten", (struct nl_shape){0, 8, 8});
+    expect_error(&e, "input 0x8x8 is empty", "flatten of an empty input");
+}
+
+int main(void)
+{
+    nl_kernels_init();
+    nl_rng_seed(&rng, 7);
+
+    test_kinds();
+    test_shapes();
+    test_errors();
+    test_pool_semantics();
+    test_gradients();
+    test_loss();
+    test_dropout();
+    ok(!allocated_in_steps, "no forward or backward allocated memory");
+    return done_testing();
+}
