@@ -76,11 +76,12 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     nl_model_init_params(m, o->seed);
     const int threads = o->threads > 0 ? o->threads : 0;
     snprintf(settings, sizeof settings,
-             "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"lr\":%g,\"momentum\":%g,"
+             "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"lr\":%g,"
+             "\"momentum\":%g,"
              "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu}",
-             o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), o->optim.lr, o->optim.momentum,
-             o->optim.nesterov ? "true" : "false", o->optim.weight_decay, threads,
-             (unsigned long long)o->seed);
+             o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), nl_schedule_name(o->schedule),
+             o->optim.lr, o->optim.momentum, o->optim.nesterov ? "true" : "false",
+             o->optim.weight_decay, threads, (unsigned long long)o->seed);
     rc = nl_run_create(store, run_name, dataset, model, m->spec_text, settings, &run, &err);
     if (rc < 0) {
         nl_model_free(m);
@@ -187,6 +188,10 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
         if (nl_optim_kind_parse(&a->kind, optarg, &err) < 0)
             return usage_error(cmd, "--optim: %s", err.msg);
         return 0;
+    case 'S':
+        if (nl_schedule_parse(&a->o.schedule, optarg, &err) < 0)
+            return usage_error(cmd, "--schedule: %s", err.msg);
+        return 0;
     default:
         return usage_error(cmd, "unknown option");
     }
@@ -195,19 +200,13 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
 int cmd_train(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},
-        {"model", required_argument, NULL, 'M'},
-        {"epochs", required_argument, NULL, 'e'},
-        {"batch", required_argument, NULL, 'b'},
-        {"lr", required_argument, NULL, 'l'},
-        {"momentum", required_argument, NULL, 'm'},
-        {"nesterov", no_argument, NULL, 'N'},
-        {"weight-decay", required_argument, NULL, 'w'},
-        {"optim", required_argument, NULL, 'o'},
-        {"threads", required_argument, NULL, 't'},
-        {"seed", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},
-        {NULL, 0, NULL, 0},
+        {"data", required_argument, NULL, 'd'},    {"model", required_argument, NULL, 'M'},
+        {"epochs", required_argument, NULL, 'e'},  {"batch", required_argument, NULL, 'b'},
+        {"lr", required_argument, NULL, 'l'},      {"momentum", required_argument, NULL, 'm'},
+        {"nesterov", no_argument, NULL, 'N'},      {"weight-decay", required_argument, NULL, 'w'},
+        {"optim", required_argument, NULL, 'o'},   {"schedule", required_argument, NULL, 'S'},
+        {"threads", required_argument, NULL, 't'}, {"seed", required_argument, NULL, 's'},
+        {"name", required_argument, NULL, 'n'},    {NULL, 0, NULL, 0},
     };
     struct train_args a;
     struct nl_error err = {0};

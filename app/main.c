@@ -39,6 +39,8 @@ static const struct command commands[] = {
      "      --nesterov        Nesterov momentum\n"
      "      --weight-decay W  L2 weight decay (default 0)\n"
      "      --optim NAME      sgd or adam (default sgd)\n"
+     "      --schedule NAME   learning rate over the run: cosine (from lr down to 0) or\n"
+     "                        constant (default cosine)\n"
      "      --threads T       threads (default: all cores)\n"
      "      --seed S          seed for initialisation, data order and dropout (default 1)\n"
      "      --name RUN        the run's name (default MODEL-DATASET-N)\n"},

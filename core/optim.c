@@ -111,3 +111,33 @@ void nl_optim_step(const struct nl_optim *o, float *w, const float *g, float *co
     else
         sgd_step(o, w, g, state, n, lr);
 }
+
+static const char *const schedule_names[] = {"constant", "cosine"};
+
+int nl_schedule_parse(enum nl_schedule_kind *kind, const char *name, struct nl_error *err)
+{
+    for (int i = 0; i < (int)(sizeof schedule_names / sizeof schedule_names[0]); i++) {
+        if (strcmp(name, schedule_names[i]) == 0) {
+            *kind = (enum nl_schedule_kind)i;
+            return 0;
+        }
+    }
+    return nl_error_set(err, NL_EINVAL, "unknown schedule '%s' (known: constant, cosine)", name);
+}
+
+const char *nl_schedule_name(enum nl_schedule_kind kind)
+{
+    return (unsigned)kind < sizeof schedule_names / sizeof schedule_names[0] ? schedule_names[kind]
+                                                                             : "?";
+}
+
+float nl_schedule_lr(enum nl_schedule_kind kind, float base, long step, long total)
+{
+    if (kind != NL_SCHEDULE_COSINE || total <= 0)
+        return base;
+    /* Step 1 runs at the base rate; the last step at a small fraction of it. */
+    double t = (double)(step - 1) / (double)total;
+    if (t > 1.0)
+        t = 1.0;
+    return (float)(base * 0.5 * (1.0 + cos(3.14159265358979323846 * t)));
+}

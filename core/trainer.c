@@ -46,6 +46,7 @@ struct ctx {
     float *state_block;
     float *state[NL_OPTIM_MAX_STATE];
     long step;
+    float lr; /* of the current step */
 };
 
 static double now(void)
@@ -63,6 +64,7 @@ void nl_train_defaults(struct nl_train_opts *o)
     o->threads = 0;
     o->seed = 1;
     nl_optim_defaults(&o->optim, NL_OPTIM_SGD);
+    o->schedule = NL_SCHEDULE_COSINE;
 }
 
 static void ctx_release(struct ctx *c)
@@ -178,7 +180,7 @@ static void step_thread(void *arg, int t, int count)
     float *state[NL_OPTIM_MAX_STATE];
     for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
         state[k] = c->state[k] ? c->state[k] + a : NULL;
-    nl_optim_step(c->optim, c->params + a, g + a, state, b - a, c->step, c->optim->lr);
+    nl_optim_step(c->optim, c->params + a, g + a, state, b - a, c->step, c->lr);
 }
 
 static void eval_thread(void *arg, int t, int count)
@@ -255,7 +257,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
              const struct nl_train_hooks *hooks, struct nl_train_result *res, struct nl_error *err)
 {
     const long ntrain = (long)d->split[NL_TRAIN].n;
-    const long iters = (ntrain + o->batch - 1) / o->batch;
+    long iters;
     int threads = o->threads > 0 ? o->threads : nl_cpu_count();
     struct ctx c;
     uint32_t *order = NULL;
@@ -269,6 +271,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     rc = validate_opts(o, d, err);
     if (rc < 0)
         return rc;
+    iters = (ntrain + o->batch - 1) / o->batch;
     /* More threads than samples in a batch would leave some idle. */
     if (threads > o->batch)
         threads = o->batch;
@@ -304,6 +307,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
             c.idx = order + it * o->batch;
             c.batch = (int)(it == iters - 1 ? ntrain - it * o->batch : o->batch);
             c.step++;
+            c.lr = nl_schedule_lr(o->schedule, o->optim.lr, c.step, (long)o->epochs * iters);
             c.step_seed = (o->seed ^ 0xd1b54a32d192ed03ULL) * 0x100000001b3ULL +
                           (uint64_t)c.step * (uint64_t)threads;
             nl_pool_run(c.pool, step_thread, &c);
@@ -341,6 +345,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                     .seconds = elapsed,
                     .images_per_second = (double)seen / (elapsed > 0 ? elapsed : 1e-9),
                     .eta_seconds = per_step * (double)((long)o->epochs * iters - c.step),
+                    .lr = c.lr,
                     .samples = seen,
                 };
                 if (hooks->event(hooks->ud, &ev)) {

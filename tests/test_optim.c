@@ -109,5 +109,18 @@ int main(void)
     like(err.msg, "adamax", "message names the optimizer");
     is_int(nl_optim_kind_parse(&kind, "adam", &err), 0, "adam is known");
     is_int(kind, NL_OPTIM_ADAM, "adam parses to Adam");
+
+    /* Schedules: cosine starts at the base rate, halves at mid-run, ends near 0. */
+    enum nl_schedule_kind sched;
+    is_int(nl_schedule_parse(&sched, "cosine", &err), 0, "cosine is known");
+    is_float(nl_schedule_lr(sched, 0.1f, 1, 100), 0.1, 1e-7, "cosine: step 1 at the base rate");
+    is_float(nl_schedule_lr(sched, 0.1f, 51, 100), 0.05, 1e-6, "cosine: half at mid-run");
+    ok(nl_schedule_lr(sched, 0.1f, 100, 100) < 1e-4, "cosine: near 0 at the last step");
+    ok(nl_schedule_lr(sched, 0.1f, 30, 100) > nl_schedule_lr(sched, 0.1f, 31, 100),
+       "cosine: decreasing");
+    is_int(nl_schedule_parse(&sched, "constant", &err), 0, "constant is known");
+    is_float(nl_schedule_lr(sched, 0.1f, 77, 100), 0.1, 0, "constant: always the base rate");
+    is_int(nl_schedule_parse(&sched, "triangle", &err), NL_EINVAL, "unknown schedule refused");
+    like(err.msg, "triangle", "message names it");
     return done_testing();
 }

@@ -43,4 +43,16 @@ int nl_optim_state_arrays(const struct nl_optim *o);
 void nl_optim_step(const struct nl_optim *o, float *w, const float *g, float *const *state,
                    size_t n, long step, float lr);
 
+/* Learning-rate schedules: the rate of each step as a factor of the base rate. */
+enum nl_schedule_kind {
+    NL_SCHEDULE_CONSTANT = 0,
+    NL_SCHEDULE_COSINE = 1, /* from the base rate down to 0 over the run, half a cosine wave */
+};
+
+/* "constant" or "cosine"; errors list the known names. */
+int nl_schedule_parse(enum nl_schedule_kind *kind, const char *name, struct nl_error *err);
+const char *nl_schedule_name(enum nl_schedule_kind kind);
+/* The rate of step (1-based) out of total steps. */
+float nl_schedule_lr(enum nl_schedule_kind kind, float base, long step, long total);
+
 #endif

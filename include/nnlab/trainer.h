@@ -26,10 +26,11 @@ struct nl_train_opts {
     int threads; /* 0: one per core */
     uint64_t seed;
     struct nl_optim optim;
+    enum nl_schedule_kind schedule; /* of the learning rate over the whole run */
 };
 
 /* Defaults that train the shipped models well: 10 epochs, batch 64, all cores, seed 1, SGD with
- * lr 0.05 and momentum 0.9. */
+ * lr 0.05 and momentum 0.9, decayed to 0 by a cosine schedule over the run. */
 void nl_train_defaults(struct nl_train_opts *o);
 
 enum nl_event_kind {
@@ -51,6 +52,7 @@ struct nl_event {
     double seconds;           /* ITER, EPOCH: training seconds of the epoch so far; DONE: all */
     double images_per_second; /* training samples per training second (epoch, or all for DONE) */
     double eta_seconds;       /* ITER: estimated seconds left for the whole run */
+    double lr;                /* ITER: the learning rate of this step */
     long samples;             /* ITER, EPOCH: samples seen in the epoch */
 };
 
