@@ -119,7 +119,7 @@ int main(void)
     ok(nl_schedule_lr(sched, 0.1f, 30, 100) > nl_schedule_lr(sched, 0.1f, 31, 100),
        "cosine: decreasing");
     is_int(nl_schedule_parse(&sched, "constant", &err), 0, "constant is known");
-    is_float(nl_schedule_lr(sched, 0.1f, 77, 100), 0.1, 0, "constant: always the base rate");
+    is_float(nl_schedule_lr(sched, 0.1f, 77, 100), 0.1f, 0, "constant: always the base rate");
     is_int(nl_schedule_parse(&sched, "triangle", &err), NL_EINVAL, "unknown schedule refused");
     like(err.msg, "triangle", "message names it");
     return done_testing();
