@@ -11,23 +11,10 @@
 #include "nnlab/dataset.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
+#include "nnlab/safetensors.h"
 #include "nnlab/spec.h"
 
 #define DEMO_DATA "/usr/share/datasets/fashion-mnist"
-
-/* Loads the spec and builds the model for the dataset. */
-static int build_model(struct nl_model **m, const char *model, const char *spec_text,
-                       const struct nl_dataset *d, struct nl_error *err)
-{
-    struct nl_spec *spec;
-    int rc = spec_text ? nl_spec_parse(&spec, spec_text, model, warn_cb, NULL, err)
-                       : nl_spec_load(&spec, model, warn_cb, NULL, err);
-    if (rc < 0)
-        return rc;
-    rc = nl_model_build(m, spec, d->shape, d->nclasses, err);
-    nl_spec_free(spec);
-    return rc;
-}
 
 static void print_done(const char *run, const struct nl_train_result *res)
 {
@@ -53,7 +40,8 @@ static void print_done(const char *run, const struct nl_train_result *res)
 
 /* Trains model on dataset as a new run named run_name (NULL: generated) and reports. */
 static int train_session(struct nl_store *store, const char *dataset, const char *model,
-                         const struct nl_train_opts *o, const char *run_name)
+                         const struct nl_train_opts *o, const char *run_name, const char *init,
+                         int init_partial)
 {
     struct nl_error err = {0};
     struct nl_dataset *d = NULL;
@@ -68,20 +56,27 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         nl_error_set(&err, rc, "no dataset named '%s' (see nnlab datasets; nnlab import)", dataset);
     if (rc < 0)
         return fail(&err);
-    rc = build_model(&m, model, NULL, d, &err);
+    rc = build_model(&m, model, NULL, d->shape, d->nclasses, &err);
     if (rc < 0) {
         nl_dataset_free(d);
         return fail(&err);
     }
     nl_model_init_params(m, o->seed);
+    if (init && (rc = load_init(store, m, init, init_partial, &err)) < 0) {
+        nl_model_free(m);
+        nl_dataset_free(d);
+        return fail(&err);
+    }
     const int threads = o->threads > 0 ? o->threads : 0;
     snprintf(settings, sizeof settings,
              "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"lr\":%g,"
              "\"momentum\":%g,"
-             "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu}",
+             "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu,"
+             "\"input\":[%d,%d,%d],\"classes\":%d}",
              o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), nl_schedule_name(o->schedule),
              o->optim.lr, o->optim.momentum, o->optim.nesterov ? "true" : "false",
-             o->optim.weight_decay, threads, (unsigned long long)o->seed);
+             o->optim.weight_decay, threads, (unsigned long long)o->seed, d->shape.c, d->shape.h,
+             d->shape.w, d->nclasses);
     rc = nl_run_create(store, run_name, dataset, model, m->spec_text, settings, &run, &err);
     if (rc < 0) {
         nl_model_free(m);
@@ -90,7 +85,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     }
     if (!g.json && !g.quiet)
         printf("run '%s': %s on %s, %zu parameters, %u training samples\n", run.name, model,
-               dataset, m->nparams, d->split[NL_TRAIN].n);
+               dataset, nl_model_count_params(m), d->split[NL_TRAIN].n);
 
     struct progress p = {.store = store, .run_id = run.id, .tty = isatty(STDOUT_FILENO)};
     struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
@@ -206,12 +201,13 @@ int cmd_train(int argc, char **argv)
         {"nesterov", no_argument, NULL, 'N'},      {"weight-decay", required_argument, NULL, 'w'},
         {"optim", required_argument, NULL, 'o'},   {"schedule", required_argument, NULL, 'S'},
         {"threads", required_argument, NULL, 't'}, {"seed", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},    {NULL, 0, NULL, 0},
+        {"name", required_argument, NULL, 'n'},    {"init", required_argument, NULL, 'i'},
+        {"init-partial", no_argument, NULL, 'P'},  {NULL, 0, NULL, 0},
     };
     struct train_args a;
     struct nl_error err = {0};
-    const char *data = NULL, *model = NULL, *name = NULL;
-    int c, rc;
+    const char *data = NULL, *model = NULL, *name = NULL, *init = NULL;
+    int c, rc, init_partial = 0;
 
     train_args_init(&a);
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -221,6 +217,10 @@ int cmd_train(int argc, char **argv)
             model = optarg;
         } else if (c == 'n') {
             name = optarg;
+        } else if (c == 'i') {
+            init = optarg;
+        } else if (c == 'P') {
+            init_partial = 1;
         } else {
             rc = parse_train_opt("train", c, &a);
             if (rc)
@@ -231,6 +231,8 @@ int cmd_train(int argc, char **argv)
         return usage_error("train", "unexpected argument '%s'", argv[optind]);
     if (!data || !model)
         return usage_error("train", "needs --data NAME and --model SPEC");
+    if (init_partial && !init)
+        return usage_error("train", "--init-partial needs --init FILE|RUN");
     train_args_apply(&a);
     if (nl_optim_validate(&a.o.optim, &err) < 0)
         return usage_error("train", "%s", err.msg);
@@ -238,7 +240,7 @@ int cmd_train(int argc, char **argv)
     struct nl_store *store;
     if (open_store(&store, &err) < 0)
         return fail(&err);
-    rc = train_session(store, data, model, &a.o, name);
+    rc = train_session(store, data, model, &a.o, name, init, init_partial);
     nl_store_close(store);
     return rc;
 }
@@ -293,7 +295,7 @@ int cmd_demo(int argc, char **argv)
         nl_store_close(store);
         return fail(&err);
     }
-    rc = train_session(store, "fashion", "lenet", &a.o, NULL);
+    rc = train_session(store, "fashion", "lenet", &a.o, NULL, NULL, 0);
     nl_store_close(store);
     return rc;
 }
@@ -372,7 +374,7 @@ static int load_run(struct nl_store *store, const char *run_name, const char *da
         return rc;
     rc = nl_dataset_load(store, dataset ? dataset : run->dataset, d, err);
     if (rc == 0)
-        rc = build_model(m, run->model, spec, *d, err);
+        rc = build_model(m, run->model, spec, (*d)->shape, (*d)->nclasses, err);
     if (rc == 0)
         rc = nl_run_load_params(store, run, (*m)->params, (*m)->nparams, err);
     nl_free(spec);
@@ -389,12 +391,13 @@ int cmd_eval(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"data", required_argument, NULL, 'd'},
+        {"model", required_argument, NULL, 'M'},
         {"split", required_argument, NULL, 'S'},
         {"threads", required_argument, NULL, 't'},
         {NULL, 0, NULL, 0},
     };
     struct nl_error err = {0};
-    const char *data = NULL;
+    const char *data = NULL, *model = NULL;
     enum nl_split split = NL_TEST;
     long threads = 0;
     int c;
@@ -402,6 +405,8 @@ int cmd_eval(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'd') {
             data = optarg;
+        } else if (c == 'M') {
+            model = optarg;
         } else if (c == 'S') {
             int found = 0;
             for (int s = 0; s < NL_NSPLITS; s++)
@@ -419,15 +424,37 @@ int cmd_eval(int argc, char **argv)
         }
     }
     if (argc - optind != 1)
-        return usage_error("eval", "needs one RUN");
+        return usage_error("eval", "needs one RUN or FILE.safetensors");
+    const char *what = argv[optind];
+    const size_t wl = strlen(what);
+    const int from_file = wl > 12 && strcmp(what + wl - 12, ".safetensors") == 0;
+    if (from_file && (!model || !data))
+        return usage_error("eval", "a weights file needs --model SPEC and --data NAME");
+    if (!from_file && model)
+        return usage_error("eval", "--model goes with a FILE.safetensors, not a run");
 
     struct nl_store *store;
     struct nl_run_info run;
     struct nl_model *m;
-    struct nl_dataset *d;
+    struct nl_dataset *d = NULL;
     if (open_store(&store, &err) < 0)
         return fail(&err);
-    int rc = load_run(store, argv[optind], data, &run, &m, &d, &err);
+    int rc;
+    if (from_file) {
+        memset(&run, 0, sizeof run);
+        m = NULL;
+        rc = nl_dataset_load(store, data, &d, &err);
+        if (rc == 0)
+            rc = build_model(&m, model, NULL, d->shape, d->nclasses, &err);
+        if (rc == 0)
+            rc = nl_safetensors_load(m, what, 0, warn_cb, NULL, NULL, &err);
+        if (rc < 0 && d) {
+            nl_model_free(m);
+            nl_dataset_free(d);
+        }
+    } else {
+        rc = load_run(store, what, data, &run, &m, &d, &err);
+    }
     nl_store_close(store);
     if (rc < 0)
         return fail(&err);
@@ -440,8 +467,8 @@ int cmd_eval(int argc, char **argv)
         rc = nl_evaluate(m, d, split, (int)threads, &loss, &acc, &err);
     if (rc == 0) {
         if (g.json) {
-            printf("{\"run\":");
-            json_str(stdout, run.name);
+            printf(from_file ? "{\"weights\":" : "{\"run\":");
+            json_str(stdout, from_file ? what : run.name);
             printf(",\"dataset\":");
             json_str(stdout, d->name);
             printf(",\"split\":\"%s\",\"samples\":%u,\"accuracy\":", nl_split_names[split], n);

@@ -43,15 +43,25 @@ static const struct command commands[] = {
      "                        constant (default cosine)\n"
      "      --threads T       threads (default: all cores)\n"
      "      --seed S          seed for initialisation, data order and dropout (default 1)\n"
-     "      --name RUN        the run's name (default MODEL-DATASET-N)\n"},
+     "      --name RUN        the run's name (default MODEL-DATASET-N)\n"
+     "      --init FILE|RUN   start from weights: a .safetensors file or a run's, by name\n"
+     "      --init-partial    load the tensors that match and report the rest\n"},
     {"runs", cmd_runs, "", "list training runs with their settings and results", NULL},
-    {"eval", cmd_eval, "RUN [--data NAME] [--split test|val|train]",
-     "evaluate a run's latest checkpoint on a dataset split",
-     "      --data NAME     dataset (default: the run's own)\n"
+    {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
+     "evaluate a run's latest checkpoint, or a weights file, on a dataset split",
+     "      --data NAME     dataset (default: the run's own; needed with a file)\n"
+     "      --model SPEC    the model of a weights file\n"
      "      --split SPLIT   test, val or train (default test)\n"
      "      --threads T     threads (default: all cores)\n"},
     {"predict", cmd_predict, "RUN FILE.png...", "classify images with a run's model (top 3)",
      "      --top K         classes to show per image (default 3)\n"},
+    {"export", cmd_export, "RUN FILE.safetensors",
+     "write a run's latest weights as safetensors with PyTorch's tensor names", NULL},
+    {"summary", cmd_summary, "MODEL [--data NAME | --input CxHxW --classes N]",
+     "show a model's layers with output shapes and parameter counts",
+     "      --data NAME     take the input shape and class count from a dataset\n"
+     "      --input CxHxW   input shape (default 1x28x28)\n"
+     "      --classes N     class count (default 10)\n"},
 };
 
 static const char global_help[] =

@@ -97,6 +97,14 @@ int nl_model_build(struct nl_model **out, const struct nl_spec *spec, struct nl_
     return 0;
 }
 
+size_t nl_model_count_params(const struct nl_model *m)
+{
+    size_t n = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        n += m->layers[i].param_count;
+    return n;
+}
+
 int nl_model_find_layer(const struct nl_model *m, const char *name)
 {
     for (int i = 0; i < m->nlayers; i++)

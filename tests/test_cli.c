@@ -39,8 +39,8 @@ static int nnlab(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' --db '%s' %s >'%s' 2>'%s' </dev/null", bin, db, args,
-             out_path, err_path);
+    snprintf(cmd, sizeof cmd, "'%s' --db '%s' %s >'%s' 2>'%s' </dev/null", bin, db, args, out_path,
+             err_path);
     int status = system(cmd);
     slurp(out_path, out, sizeof out);
     slurp(err_path, errtext, sizeof errtext);
@@ -83,8 +83,8 @@ static void write_be32(gzFile f, uint32_t v)
 }
 
 /* Writes an IDX pair: n images of rows x cols and their labels. */
-static void write_idx(const char *images, const char *labels, const uint8_t *px,
-                      const uint8_t *lab, uint32_t n, uint32_t rows, uint32_t cols)
+static void write_idx(const char *images, const char *labels, const uint8_t *px, const uint8_t *lab,
+                      uint32_t n, uint32_t rows, uint32_t cols)
 {
     gzFile f = gzopen(images, "wb");
     write_be32(f, 0x803);
@@ -246,6 +246,32 @@ static void test_synthetic(void)
     is_int(nnlab("runs --json"), 0, "runs --json");
     ok(json_lines(), "as JSON");
 
+    /* Weights out and back in. */
+    char st[256];
+    snprintf(st, sizeof st, "%s/syn1.safetensors", dir);
+    is_int(nnlab("export syn1 '%s'", st), 0, "export");
+    ok(access(st, R_OK) == 0, "wrote the file");
+    is_int(nnlab("eval '%s' --model mlp --data syn --json", st), 0, "eval a weights file");
+    is_float(json_number("test_accuracy"), acc, 1e-4, "same accuracy as the run");
+    is_int(nnlab("eval '%s' --data syn", st), 2, "a weights file needs --model");
+    char narrow[256];
+    snprintf(narrow, sizeof narrow, "%s/narrow.spec", dir);
+    FILE *nf = fopen(narrow, "w");
+    fputs("fc1: dense 100\nrelu\nfc2: dense 256\nrelu\nfc3: dense N\n", nf);
+    fclose(nf);
+    is_int(nnlab("eval '%s' --model '%s' --data syn", st, narrow), 1, "the wrong model fails");
+    like(errtext, "fc1.weight: file has [512,64], model wants [100,64]", "listing the tensors");
+    is_int(nnlab("train --data syn --model mlp --epochs 1 --init syn1 --name syn3"), 0,
+           "train --init RUN");
+    like(out, "initialised 6 tensors from syn1", "reports what it loaded");
+    is_int(nnlab("train --data syn --model mlp --epochs 1 --init '%s' --name syn4", st), 0,
+           "train --init FILE");
+    is_int(nnlab("summary mlp --data syn"), 0, "summary");
+    like(out, "fc1", "lists the layers");
+    like(out, "165636 parameters", "with the total (64*512+512 + 512*256+256 + 256*4+4)");
+    is_int(nnlab("summary mlp --input 3x32x32 --classes 100 --json"), 0, "summary --json");
+    ok(json_lines(), "as JSON");
+
     is_int(nnlab("show syn"), 0, "show");
     like(out, "400 train, 100 val, 100 test", "counts per split");
     is_int(nnlab("show syn --json"), 0, "show --json");
@@ -276,13 +302,13 @@ static void test_fashion_subset(void)
     ok(system(cmd) == 0, "made a folder");
     snprintf(a, sizeof a, "%s/fsub/train-images-idx3-ubyte.gz", dir);
     snprintf(b, sizeof b, "%s/fsub/train-labels-idx1-ubyte.gz", dir);
-    is_int(subset(FASHION "/train-images-idx3-ubyte.gz", FASHION "/train-labels-idx1-ubyte.gz",
-                  a, b, 2000, first),
+    is_int(subset(FASHION "/train-images-idx3-ubyte.gz", FASHION "/train-labels-idx1-ubyte.gz", a,
+                  b, 2000, first),
            0, "2,000 training images copied");
     snprintf(a, sizeof a, "%s/fsub/t10k-images-idx3-ubyte.gz", dir);
     snprintf(b, sizeof b, "%s/fsub/t10k-labels-idx1-ubyte.gz", dir);
-    is_int(subset(FASHION "/t10k-images-idx3-ubyte.gz", FASHION "/t10k-labels-idx1-ubyte.gz", a,
-                  b, 500, first),
+    is_int(subset(FASHION "/t10k-images-idx3-ubyte.gz", FASHION "/t10k-labels-idx1-ubyte.gz", a, b,
+                  500, first),
            0, "500 test images copied");
 
     /* The folder name says fashion, so the classes get their names. */

@@ -28,7 +28,7 @@ enum nl_code {
     NL_ECANCELED = -12, /* stopped on request */
 };
 
-#define NL_ERR_MAX 512
+#define NL_ERR_MAX 1024
 
 struct nl_error {
     int code;

@@ -1,0 +1,258 @@
+/* The model commands — summary, export — and what the training commands share for building
+ * models and loading weights into them (--init). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../core/json.h"
+#include "cli.h"
+#include "nnlab/alloc.h"
+#include "nnlab/dataset.h"
+#include "nnlab/model.h"
+#include "nnlab/runs.h"
+#include "nnlab/safetensors.h"
+#include "nnlab/spec.h"
+
+int build_model(struct nl_model **m, const char *model, const char *spec_text,
+                struct nl_shape shape, int nclasses, struct nl_error *err)
+{
+    struct nl_spec *spec;
+    int rc = spec_text ? nl_spec_parse(&spec, spec_text, model, warn_cb, NULL, err)
+                       : nl_spec_load(&spec, model, warn_cb, NULL, err);
+    if (rc < 0)
+        return rc;
+    rc = nl_model_build(m, spec, shape, nclasses, err);
+    nl_spec_free(spec);
+    return rc;
+}
+
+/* The shape and class count a run was trained for: from its settings, or (for runs recorded
+ * before settings carried them) from its dataset. */
+static int run_shape(struct nl_store *store, const struct nl_run_info *run, const char *settings,
+                     struct nl_shape *shape, int *nclasses, struct nl_error *err)
+{
+    struct nl_json_doc *doc;
+    int found = 0;
+
+    if (nl_json_parse(&doc, settings, strlen(settings), "run settings", err) == 0) {
+        const struct nl_json *in = nl_json_get(nl_json_root(doc), "input");
+        const struct nl_json *k = nl_json_get(nl_json_root(doc), "classes");
+        if (in && in->type == NL_JSON_ARRAY && in->count == 3 && k && k->is_integer) {
+            shape->c = (int)in->items[0].integer;
+            shape->h = (int)in->items[1].integer;
+            shape->w = (int)in->items[2].integer;
+            *nclasses = (int)k->integer;
+            found = 1;
+        }
+        nl_json_free(doc);
+    }
+    if (found)
+        return 0;
+    struct nl_dataset_info *list;
+    int n;
+    int rc = nl_dataset_list(store, &list, &n, err);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < n && !found; i++) {
+        if (strcmp(list[i].name, run->dataset) == 0) {
+            *shape = list[i].shape;
+            *nclasses = list[i].nclasses;
+            found = 1;
+        }
+    }
+    nl_free(list);
+    if (!found)
+        return nl_error_set(err, NL_ENOENT, "run '%s': its dataset '%s' is gone", run->name,
+                            run->dataset);
+    return 0;
+}
+
+int run_model(struct nl_store *store, const char *run_name, struct nl_run_info *info,
+              struct nl_model **m, struct nl_error *err)
+{
+    char *spec = NULL, *settings = NULL;
+    struct nl_shape shape;
+    int nclasses = 0;
+    int rc = nl_run_get(store, run_name, info, &spec, &settings, err);
+
+    *m = NULL;
+    if (rc == 0)
+        rc = run_shape(store, info, settings, &shape, &nclasses, err);
+    if (rc == 0)
+        rc = build_model(m, info->model, spec, shape, nclasses, err);
+    if (rc == 0)
+        rc = nl_run_load_params(store, info, (*m)->params, (*m)->nparams, err);
+    if (rc < 0) {
+        nl_model_free(*m);
+        *m = NULL;
+    }
+    nl_free(spec);
+    nl_free(settings);
+    return rc;
+}
+
+int load_init(struct nl_store *store, struct nl_model *m, const char *init, int partial,
+              struct nl_error *err)
+{
+    struct nl_safetensors_report rep = {0};
+    struct stat st;
+    int rc;
+
+    if (stat(init, &st) == 0 || strchr(init, '/') || strstr(init, ".safetensors")) {
+        rc = nl_safetensors_load(m, init, partial, warn_cb, NULL, &rep, err);
+    } else {
+        struct nl_run_info run;
+        struct nl_model *src;
+        char what[160];
+        rc = run_model(store, init, &run, &src, err);
+        if (rc < 0)
+            return nl_error_prefix(err, "--init");
+        snprintf(what, sizeof what, "run '%s'", run.name);
+        rc = nl_weights_copy(m, src, what, partial, warn_cb, NULL, &rep, err);
+        nl_model_free(src);
+    }
+    if (rc < 0)
+        return rc;
+    if (!g.json && !g.quiet)
+        printf("initialised %d tensors from %s%s\n", rep.loaded, init,
+               rep.skipped ? " (the others keep their fresh initialisation)" : "");
+    return 0;
+}
+
+int cmd_export(int argc, char **argv)
+{
+    struct nl_error err = {0};
+    struct nl_store *store;
+    struct nl_run_info run;
+    struct nl_model *m;
+
+    if (argc != 3)
+        return usage_error("export", "needs a RUN and a FILE.safetensors");
+    if (open_store(&store, &err) < 0)
+        return fail(&err);
+    int rc = run_model(store, argv[1], &run, &m, &err);
+    nl_store_close(store);
+    if (rc < 0)
+        return fail(&err);
+    rc = nl_safetensors_save(m, argv[2], &err);
+    size_t count = nl_model_count_params(m);
+    nl_model_free(m);
+    if (rc < 0)
+        return fail(&err);
+    if (g.json) {
+        printf("{\"run\":");
+        json_str(stdout, run.name);
+        printf(",\"file\":");
+        json_str(stdout, argv[2]);
+        printf(",\"parameters\":%zu}\n", count);
+    } else if (!g.quiet) {
+        printf("wrote %zu parameters of run '%s' to %s\n", count, run.name, argv[2]);
+    }
+    return EXIT_OK;
+}
+
+static const char *kind_of(const struct nl_layer *l)
+{
+    return l->ops->kind;
+}
+
+int cmd_summary(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, 'd'},
+        {"input", required_argument, NULL, 'i'},
+        {"classes", required_argument, NULL, 'k'},
+        {NULL, 0, NULL, 0},
+    };
+    struct nl_error err = {0};
+    struct nl_shape shape = {1, 28, 28};
+    long nclasses = 10;
+    const char *data = NULL;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'd') {
+            data = optarg;
+        } else if (c == 'i') {
+            char tail;
+            if (sscanf(optarg, "%dx%dx%d%c", &shape.c, &shape.h, &shape.w, &tail) != 3 ||
+                shape.c < 1 || shape.h < 1 || shape.w < 1 || shape.c > 4096 || shape.h > 65536 ||
+                shape.w > 65536)
+                return usage_error("summary", "--input %s: want CxHxW, e.g. 1x28x28", optarg);
+        } else if (c == 'k') {
+            if (!parse_int(optarg, 2, 1000000, &nclasses))
+                return usage_error("summary", "--classes %s: want a whole number from 2", optarg);
+        } else {
+            return usage_error("summary", "unknown option");
+        }
+    }
+    if (argc - optind != 1)
+        return usage_error("summary", "needs one MODEL");
+    const char *model = argv[optind];
+    if (data) {
+        struct nl_store *store;
+        struct nl_dataset_info *list;
+        int n, found = 0;
+        if (open_store(&store, &err) < 0)
+            return fail(&err);
+        int rc = nl_dataset_list(store, &list, &n, &err);
+        nl_store_close(store);
+        if (rc < 0)
+            return fail(&err);
+        for (int i = 0; i < n; i++)
+            if (strcmp(list[i].name, data) == 0) {
+                shape = list[i].shape;
+                nclasses = list[i].nclasses;
+                found = 1;
+            }
+        nl_free(list);
+        if (!found)
+            return failf("no dataset named '%s' (see nnlab datasets)", data);
+    }
+    struct nl_model *m;
+    if (build_model(&m, model, NULL, shape, (int)nclasses, &err) < 0)
+        return fail(&err);
+
+    size_t total = nl_model_count_params(m), trainable = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (!m->layers[i].frozen)
+            trainable += m->layers[i].param_count;
+    if (g.json) {
+        printf("{\"model\":");
+        json_str(stdout, model);
+        printf(",\"input\":[%d,%d,%d],\"classes\":%ld,\"layers\":[", shape.c, shape.h, shape.w,
+               nclasses);
+        for (int i = 0; i < m->nlayers; i++) {
+            const struct nl_layer *l = &m->layers[i];
+            printf("%s{\"name\":", i ? "," : "");
+            json_str(stdout, l->name);
+            printf(",\"kind\":");
+            json_str(stdout, kind_of(l));
+            printf(",\"inputs\":[");
+            for (int j = 0; j < l->ninputs; j++) {
+                printf(j ? "," : "");
+                json_str(stdout, l->inputs[j] < 0 ? "input" : m->layers[l->inputs[j]].name);
+            }
+            printf("],\"output\":[%d,%d,%d],\"params\":%zu,\"trainable\":%s}", l->out.c, l->out.h,
+                   l->out.w, l->param_count, l->frozen ? "false" : "true");
+        }
+        printf("],\"params\":%zu,\"trainable\":%zu}\n", total, trainable);
+    } else {
+        printf("%s for %dx%dx%d inputs, %ld classes\n\n", model, shape.c, shape.h, shape.w,
+               nclasses);
+        printf("%-16s %-9s %-16s %-14s %10s  %s\n", "LAYER", "KIND", "INPUT", "OUTPUT", "PARAMS",
+               "TRAINABLE");
+        for (int i = 0; i < m->nlayers; i++) {
+            const struct nl_layer *l = &m->layers[i];
+            char out[48];
+            snprintf(out, sizeof out, "%dx%dx%d", l->out.c, l->out.h, l->out.w);
+            printf("%-16s %-9s %-16s %-14s %10zu  %s\n", l->name, kind_of(l),
+                   l->inputs[0] < 0 ? "input" : m->layers[l->inputs[0]].name, out, l->param_count,
+                   l->param_count ? (l->frozen ? "no" : "yes") : "-");
+        }
+        printf("\n%zu parameters, %zu trainable\n", total, trainable);
+    }
+    nl_model_free(m);
+    return EXIT_OK;
+}
