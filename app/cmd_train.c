@@ -23,7 +23,8 @@ static void print_done(const char *run, const struct nl_train_result *res)
         json_str(stdout, run);
         printf(",\"test_accuracy\":");
         json_num(stdout, res->test_accuracy);
-        printf(",\"epochs\":%d,\"seconds\":", res->epochs);
+        printf(",\"epochs\":%d,\"stopped_early\":%s,\"seconds\":", res->epochs,
+               res->stopped_early ? "true" : "false");
         json_num(stdout, res->seconds);
         printf("}\n");
     } else {
@@ -48,7 +49,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     struct nl_model *m = NULL;
     struct nl_run_info run;
     struct nl_train_result res;
-    char settings[512];
+    char settings[768], schedule[160];
     int rc;
 
     rc = nl_dataset_load(store, dataset, &d, &err);
@@ -68,15 +69,16 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         return fail(&err);
     }
     const int threads = o->threads > 0 ? o->threads : 0;
-    snprintf(settings, sizeof settings,
-             "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"lr\":%g,"
-             "\"momentum\":%g,"
-             "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu,"
-             "\"input\":[%d,%d,%d],\"classes\":%d}",
-             o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), nl_schedule_name(o->schedule),
-             o->optim.lr, o->optim.momentum, o->optim.nesterov ? "true" : "false",
-             o->optim.weight_decay, threads, (unsigned long long)o->seed, d->shape.c, d->shape.h,
-             d->shape.w, d->nclasses);
+    nl_schedule_format(&o->schedule, schedule, sizeof schedule);
+    snprintf(
+        settings, sizeof settings,
+        "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"warmup\":%g,\"lr\":%g,"
+        "\"momentum\":%g,"
+        "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu,"
+        "\"input\":[%d,%d,%d],\"classes\":%d}",
+        o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), schedule, o->schedule.warmup_epochs,
+        o->optim.lr, o->optim.momentum, o->optim.nesterov ? "true" : "false", o->optim.weight_decay,
+        threads, (unsigned long long)o->seed, d->shape.c, d->shape.h, d->shape.w, d->nclasses);
     rc = nl_run_create(store, run_name, dataset, model, m->spec_text, settings, &run, &err);
     if (rc < 0) {
         nl_model_free(m);
@@ -141,6 +143,7 @@ static void train_args_apply(struct train_args *a)
 static int parse_train_opt(const char *cmd, int c, struct train_args *a)
 {
     struct nl_error err = {0};
+    double f;
     long v;
 
     switch (c) {
@@ -187,6 +190,20 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
         if (nl_schedule_parse(&a->o.schedule, optarg, &err) < 0)
             return usage_error(cmd, "--schedule: %s", err.msg);
         return 0;
+    case 'W':
+        if (!parse_float(optarg, 0.0, 1000.0, &f))
+            return usage_error(cmd, "--warmup %s: want epochs, 0 or more", optarg);
+        a->o.schedule.warmup_epochs = (float)f;
+        return 0;
+    case 'A':
+        if (!parse_float(optarg, 0.0, 1.0, &a->o.target_accuracy))
+            return usage_error(cmd, "--early-stop-acc %s: want an accuracy in [0, 1]", optarg);
+        return 0;
+    case 'p':
+        if (!parse_int(optarg, 1, 100000, &v))
+            return usage_error(cmd, "--patience %s: want a whole number of epochs from 1", optarg);
+        a->o.patience = (int)v;
+        return 0;
     default:
         return usage_error(cmd, "unknown option");
     }
@@ -195,14 +212,25 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
 int cmd_train(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},    {"model", required_argument, NULL, 'M'},
-        {"epochs", required_argument, NULL, 'e'},  {"batch", required_argument, NULL, 'b'},
-        {"lr", required_argument, NULL, 'l'},      {"momentum", required_argument, NULL, 'm'},
-        {"nesterov", no_argument, NULL, 'N'},      {"weight-decay", required_argument, NULL, 'w'},
-        {"optim", required_argument, NULL, 'o'},   {"schedule", required_argument, NULL, 'S'},
-        {"threads", required_argument, NULL, 't'}, {"seed", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},    {"init", required_argument, NULL, 'i'},
-        {"init-partial", no_argument, NULL, 'P'},  {NULL, 0, NULL, 0},
+        {"data", required_argument, NULL, 'd'},
+        {"model", required_argument, NULL, 'M'},
+        {"epochs", required_argument, NULL, 'e'},
+        {"batch", required_argument, NULL, 'b'},
+        {"lr", required_argument, NULL, 'l'},
+        {"momentum", required_argument, NULL, 'm'},
+        {"nesterov", no_argument, NULL, 'N'},
+        {"weight-decay", required_argument, NULL, 'w'},
+        {"optim", required_argument, NULL, 'o'},
+        {"schedule", required_argument, NULL, 'S'},
+        {"warmup", required_argument, NULL, 'W'},
+        {"early-stop-acc", required_argument, NULL, 'A'},
+        {"patience", required_argument, NULL, 'p'},
+        {"threads", required_argument, NULL, 't'},
+        {"seed", required_argument, NULL, 's'},
+        {"name", required_argument, NULL, 'n'},
+        {"init", required_argument, NULL, 'i'},
+        {"init-partial", no_argument, NULL, 'P'},
+        {NULL, 0, NULL, 0},
     };
     struct train_args a;
     struct nl_error err = {0};

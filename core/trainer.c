@@ -64,7 +64,7 @@ void nl_train_defaults(struct nl_train_opts *o)
     o->threads = 0;
     o->seed = 1;
     nl_optim_defaults(&o->optim, NL_OPTIM_SGD);
-    o->schedule = NL_SCHEDULE_COSINE;
+    o->schedule.kind = NL_SCHEDULE_COSINE;
 }
 
 static void ctx_release(struct ctx *c)
@@ -248,6 +248,10 @@ static int validate_opts(const struct nl_train_opts *o, const struct nl_dataset 
         return nl_error_set(err, NL_EINVAL, "batch size %d must be at least 1", o->batch);
     if (o->threads < 0)
         return nl_error_set(err, NL_EINVAL, "thread count %d must be at least 1", o->threads);
+    if (!(o->target_accuracy >= 0.0 && o->target_accuracy <= 1.0) || o->patience < 0)
+        return nl_error_set(err, NL_EINVAL,
+                            "early stopping wants a target accuracy in [0, 1] and a patience of "
+                            "0 or more epochs");
     if (d->split[NL_TRAIN].n == 0)
         return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
     return nl_optim_validate(&o->optim, err);
@@ -262,6 +266,9 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     struct ctx c;
     uint32_t *order = NULL;
     struct nl_rng order_rng;
+    struct nl_plateau plateau;
+    double best_acc = -1.0;
+    int epochs_since_best = 0;
     double train_seconds = 0.0;
     long train_samples = 0;
     int rc;
@@ -272,6 +279,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     if (rc < 0)
         return rc;
     iters = (ntrain + o->batch - 1) / o->batch;
+    nl_plateau_init(&plateau);
     /* More threads than samples in a batch would leave some idle. */
     if (threads > o->batch)
         threads = o->batch;
@@ -307,7 +315,8 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
             c.idx = order + it * o->batch;
             c.batch = (int)(it == iters - 1 ? ntrain - it * o->batch : o->batch);
             c.step++;
-            c.lr = nl_schedule_lr(o->schedule, o->optim.lr, c.step, (long)o->epochs * iters);
+            c.lr = nl_schedule_lr(&o->schedule, o->optim.lr, c.step, iters, (long)o->epochs * iters,
+                                  plateau.factor);
             c.step_seed = (o->seed ^ 0xd1b54a32d192ed03ULL) * 0x100000001b3ULL +
                           (uint64_t)c.step * (uint64_t)threads;
             nl_pool_run(c.pool, step_thread, &c);
@@ -395,11 +404,28 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                 .seconds = seconds,
                 .images_per_second = (double)seen / (seconds > 0 ? seconds : 1e-9),
                 .samples = seen,
+                .lr = c.lr,
             };
             if (hooks->event(hooks->ud, &ev)) {
                 rc = nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
                 goto out;
             }
+        }
+
+        /* Plateaus and early stopping watch validation accuracy, or training accuracy when
+         * there is no validation split. */
+        double watched = isfinite(val_acc) ? val_acc : res->train_accuracy;
+        nl_plateau_update(&plateau, &o->schedule, watched);
+        if (watched > best_acc + 1e-4) {
+            best_acc = watched;
+            epochs_since_best = 0;
+        } else {
+            epochs_since_best++;
+        }
+        if (epoch < o->epochs && ((o->target_accuracy > 0.0 && watched >= o->target_accuracy) ||
+                                  (o->patience > 0 && epochs_since_best >= o->patience))) {
+            res->stopped_early = 1;
+            break;
         }
     }
     evaluate(&c, NL_TEST, &res->test_loss, &res->test_accuracy);

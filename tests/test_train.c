@@ -313,6 +313,38 @@ static void test_failures(void)
     nl_dataset_free(d);
 }
 
+static void test_early_stop(void)
+{
+    struct nl_dataset *d = synthetic(600, 100, 12);
+    struct nl_model *m = build(mlp_spec, d->shape, d->nclasses);
+    struct nl_train_opts o;
+    struct nl_train_result res;
+    struct nl_error err = {0};
+
+    nl_train_defaults(&o);
+    o.epochs = 20;
+    o.batch = 32;
+    o.target_accuracy = 0.5;
+    nl_model_init_params(m, 1);
+    is_int(nl_train(m, d, &o, NULL, &res, &err), 0, "training with a target accuracy");
+    ok(res.stopped_early && res.epochs < 20, "stops early once reached (after %d epochs)",
+       res.epochs);
+    ok(isfinite(res.test_accuracy), "and still evaluates the test split");
+
+    o.target_accuracy = 0.0;
+    o.patience = 2;
+    o.schedule.kind = NL_SCHEDULE_CONSTANT;
+    nl_model_init_params(m, 1);
+    is_int(nl_train(m, d, &o, NULL, &res, &err), 0, "training with patience");
+    ok(res.stopped_early && res.epochs < 20,
+       "stops after 2 epochs without improvement (ran %d of 20)", res.epochs);
+
+    o.patience = -1;
+    is_int(nl_train(m, d, &o, NULL, &res, &err), NL_EINVAL, "negative patience refused");
+    nl_model_free(m);
+    nl_dataset_free(d);
+}
+
 struct store_hook {
     struct nl_store *store;
     int64_t run;
@@ -387,6 +419,7 @@ int main(void)
     test_model_gradient();
     test_training();
     test_failures();
+    test_early_stop();
     test_checkpoints();
     return done_testing();
 }

@@ -26,7 +26,12 @@ struct nl_train_opts {
     int threads; /* 0: one per core */
     uint64_t seed;
     struct nl_optim optim;
-    enum nl_schedule_kind schedule; /* of the learning rate over the whole run */
+    struct nl_schedule schedule; /* of the learning rate over the whole run */
+    /* Early stopping, judged on validation accuracy (training accuracy without a validation
+     * split): stop once it reaches target_accuracy (0: never), or after patience epochs without
+     * improving (0: never). */
+    double target_accuracy;
+    int patience;
 };
 
 /* Defaults that train the shipped models well: 10 epochs, batch 64, all cores, seed 1, SGD with
@@ -52,7 +57,7 @@ struct nl_event {
     double seconds;           /* ITER, EPOCH: training seconds of the epoch so far; DONE: all */
     double images_per_second; /* training samples per training second (epoch, or all for DONE) */
     double eta_seconds;       /* ITER: estimated seconds left for the whole run */
-    double lr;                /* ITER: the learning rate of this step */
+    double lr;                /* ITER: the learning rate of this step; EPOCH: of its last */
     long samples;             /* ITER, EPOCH: samples seen in the epoch */
 };
 
@@ -77,6 +82,7 @@ struct nl_train_hooks {
 
 struct nl_train_result {
     int epochs;
+    int stopped_early;                 /* 1 when early stopping ended the run before o->epochs */
     double train_loss, train_accuracy; /* of the last epoch */
     double val_accuracy;               /* NAN without a validation split */
     double test_accuracy, test_loss;   /* NAN without a test split */
