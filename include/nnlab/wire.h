@@ -26,7 +26,7 @@ enum nl_frame_type {
 struct nl_conn {
     int fd;         /* -1 when closed */
     int timeout_ms; /* the longest any single wait for the peer may last */
-    char peer[96];
+    char peer[160];
     uint64_t bytes_sent, bytes_received; /* frame bytes, headers included */
 };
 
