@@ -38,6 +38,7 @@ struct ctx {
     enum nl_split split;
     const uint32_t *idx; /* training: the batch's sample indices */
     int batch;
+    float scale;       /* of the loss: 1 / the global batch */
     long first, count; /* evaluation: the range of the split */
     uint64_t step_seed;
 
@@ -47,6 +48,7 @@ struct ctx {
     float *state[NL_OPTIM_MAX_STATE];
     long step;
     float lr; /* of the current step */
+    const struct nl_sync *sync;
 };
 
 static double now(void)
@@ -155,8 +157,7 @@ static void step_thread(void *arg, int t, int count)
         nl_rng_seed(&w->rng, c->step_seed + (uint64_t)t);
         nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
         const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
-        w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, 1.0f / (float)c->batch,
-                                  &correct);
+        w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, c->scale, &correct);
         w->correct = correct;
         nl_exec_backward(w->exec, c->params, w->dlogits, w->grad);
     }
@@ -177,6 +178,8 @@ static void step_thread(void *arg, int t, int count)
         for (size_t i = a; i < b; i++)
             g[i] += gk[i];
     }
+    if (c->sync)
+        return; /* the synchroniser updates the parameters */
     float *state[NL_OPTIM_MAX_STATE];
     for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
         state[k] = c->state[k] ? c->state[k] + a : NULL;
@@ -278,7 +281,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     rc = validate_opts(o, d, err);
     if (rc < 0)
         return rc;
-    iters = (ntrain + o->batch - 1) / o->batch;
+    iters = o->sync ? o->sync->iters : (ntrain + o->batch - 1) / o->batch;
     nl_plateau_init(&plateau);
     /* More threads than samples in a batch would leave some idle. */
     if (threads > o->batch)
@@ -288,8 +291,10 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     if (rc < 0)
         return rc;
     c.optim = &o->optim;
+    c.sync = o->sync;
     int nstate = nl_optim_state_arrays(&o->optim);
-    order = nl_calloc((size_t)ntrain, sizeof *order);
+    /* A cluster member keeps only its share's indices there. */
+    order = nl_calloc((size_t)(o->sync ? o->batch : ntrain), sizeof *order);
     c.state_block = nl_alloc_floats(m->nparams * (size_t)(nstate > 0 ? nstate : 1));
     if (!order || !c.state_block) {
         rc = nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
@@ -304,22 +309,37 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
 
         /* Each epoch's order depends only on the seed and the epoch number. */
         nl_rng_seed(&order_rng, o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch);
-        for (long i = 0; i < ntrain; i++)
-            order[i] = (uint32_t)i;
-        nl_rng_shuffle(&order_rng, order, (size_t)ntrain);
+        if (!o->sync) {
+            for (long i = 0; i < ntrain; i++)
+                order[i] = (uint32_t)i;
+            nl_rng_shuffle(&order_rng, order, (size_t)ntrain);
+        }
 
         for (long it = 0; it < iters; it++) {
             double batch_loss = 0.0;
             long batch_correct = 0;
 
-            c.idx = order + it * o->batch;
-            c.batch = (int)(it == iters - 1 ? ntrain - it * o->batch : o->batch);
+            if (o->sync) {
+                int global = 1;
+                c.idx = order;
+                c.batch = o->sync->share(o->sync->ud, epoch, it, order, &global);
+                c.scale = 1.0f / (float)global;
+            } else {
+                c.idx = order + it * o->batch;
+                c.batch = (int)(it == iters - 1 ? ntrain - it * o->batch : o->batch);
+                c.scale = 1.0f / (float)c.batch;
+            }
             c.step++;
             c.lr = nl_schedule_lr(&o->schedule, o->optim.lr, c.step, iters, (long)o->epochs * iters,
                                   plateau.factor);
             c.step_seed = (o->seed ^ 0xd1b54a32d192ed03ULL) * 0x100000001b3ULL +
                           (uint64_t)c.step * (uint64_t)threads;
             nl_pool_run(c.pool, step_thread, &c);
+            if (o->sync) {
+                rc = o->sync->step(o->sync->ud, c.params, c.w[0].grad, c.step, c.lr, err);
+                if (rc < 0)
+                    goto out;
+            }
             for (int t = 0; t < threads; t++) {
                 batch_loss += c.w[t].loss;
                 batch_correct += c.w[t].correct;
@@ -345,8 +365,8 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                     .epochs = o->epochs,
                     .iter = it + 1,
                     .iters = iters,
-                    .loss = batch_loss / c.batch,
-                    .accuracy = (double)correct / (double)seen,
+                    .loss = c.batch > 0 ? batch_loss / c.batch : 0.0,
+                    .accuracy = seen > 0 ? (double)correct / (double)seen : 0.0,
                     .val_loss = NAN,
                     .val_accuracy = NAN,
                     .test_accuracy = NAN,
@@ -368,8 +388,8 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
         train_samples += seen;
 
         res->epochs = epoch;
-        res->train_loss = loss_sum / (double)seen;
-        res->train_accuracy = (double)correct / (double)seen;
+        res->train_loss = seen > 0 ? loss_sum / (double)seen : NAN;
+        res->train_accuracy = seen > 0 ? (double)correct / (double)seen : NAN;
         double val_loss, val_acc;
         evaluate(&c, NL_VAL, &val_loss, &val_acc);
         res->val_accuracy = val_acc;
@@ -380,8 +400,8 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                 .iteration = c.step,
                 .params = c.params,
                 .nparams = m->nparams,
-                .optim_state = nstate > 0 ? c.state_block : NULL,
-                .optim_floats = (size_t)nstate * m->nparams,
+                .optim_state = nstate > 0 && !o->sync ? c.state_block : NULL,
+                .optim_floats = o->sync ? 0 : (size_t)nstate * m->nparams,
                 .rng = &order_rng,
             };
             rc = hooks->checkpoint(hooks->ud, &cp, err);

@@ -20,6 +20,8 @@
 #include "nnlab/optim.h"
 #include "nnlab/rng.h"
 
+struct nl_sync;
+
 struct nl_train_opts {
     int epochs;  /* >= 1 */
     int batch;   /* global batch size, >= 1 */
@@ -32,6 +34,26 @@ struct nl_train_opts {
      * improving (0: never). */
     double target_accuracy;
     int patience;
+    const struct nl_sync *sync; /* NULL: a local run */
+};
+
+/* A gradient synchroniser makes the trainer one member of a cluster run. Each step the member
+ * takes its share of the global batch (share()), computes the gradient of those samples on all
+ * its threads, scaled by 1/global batch so that the members' gradients sum to the global
+ * gradient, and hands the thread-summed gradient to step(), which replaces the local optimizer
+ * and must leave the new parameters in params. Steps per epoch come from the synchroniser; the
+ * local sample order is not used. The ITER events report the member's own samples and loss;
+ * checkpoints carry no optimizer state (each owner keeps its slice's). */
+struct nl_sync {
+    long iters; /* steps per epoch of the global run */
+    /* The train-split indices of this member's share of step iter (0-based) of epoch (1-based),
+     * at most batch of them; returns their count, which may be 0, and sets *global to the size
+     * of the whole step's batch across members. */
+    int (*share)(void *ud, int epoch, long iter, uint32_t *idx, int *global);
+    /* grad and params have the model's nparams floats; step is 1-based. */
+    int (*step)(void *ud, float *params, const float *grad, long step, float lr,
+                struct nl_error *err);
+    void *ud;
 };
 
 /* Defaults that train the shipped models well: 10 epochs, batch 64, all cores, seed 1, SGD with

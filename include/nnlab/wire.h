@@ -1,0 +1,73 @@
+/* The wire protocol between cluster processes: framed messages over TCP with a checksum, bounded
+ * lengths, timeouts on every wait, and a challenge-response on the run's secret before anything
+ * else is read. The format is documented at the top of net/wire.c. */
+#ifndef NNLAB_WIRE_H
+#define NNLAB_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nnlab/error.h"
+
+#define NL_WIRE_VERSION     1
+#define NL_WIRE_HEADER      12         /* bytes before every payload */
+#define NL_WIRE_MAX_PAYLOAD (1u << 30) /* no frame is ever longer; checked before allocation */
+#define NL_WIRE_SECRET_MIN  16         /* bytes of run secret at the least */
+#define NL_WIRE_NONCE       32
+
+enum nl_frame_type {
+    NL_FRAME_HELLO = 1,  /* handshake: magic, version, sender id, nonce */
+    NL_FRAME_AUTH = 2,   /* handshake: HMAC-SHA256 proof */
+    NL_FRAME_GRAD = 16,  /* allreduce shuffle: a gradient slice for its owner */
+    NL_FRAME_PARAM = 17, /* allreduce broadcast: an updated parameter slice from its owner */
+};
+
+/* One connection. peer names it in every error ("node2 (127.0.0.1:41234)"). */
+struct nl_conn {
+    int fd;         /* -1 when closed */
+    int timeout_ms; /* the longest any single wait for the peer may last */
+    char peer[160];
+    uint64_t bytes_sent, bytes_received; /* frame bytes, headers included */
+};
+
+void nl_conn_init(struct nl_conn *c, int fd, const char *peer, int timeout_ms);
+/* Closes the socket; accepts a closed or zeroed connection. */
+void nl_conn_close(struct nl_conn *c);
+
+/* Writes or reads exactly n bytes, looping over partial transfers and EINTR; each wait for the
+ * socket lasts at most timeout_ms. 0, NL_ETIMEDOUT, or NL_ENET (errno says why; 0 when the peer
+ * closed the connection). */
+int nl_wire_write_all(int fd, const void *p, size_t n, int timeout_ms);
+int nl_wire_read_all(int fd, void *p, size_t n, int timeout_ms);
+
+/* The header of a frame: type, length, CRC32 of type, length and payload. */
+void nl_wire_header(unsigned char h[NL_WIRE_HEADER], uint32_t type, const void *payload,
+                    uint32_t len);
+/* Parses a header: 0, or NL_EFORMAT when the length is over max (nothing more is read). */
+int nl_wire_parse_header(const unsigned char h[NL_WIRE_HEADER], uint32_t *type, uint32_t *len,
+                         uint32_t *crc, uint32_t max);
+/* 1 when crc is the checksum of that frame. */
+int nl_wire_check(uint32_t crc, uint32_t type, const void *payload, uint32_t len);
+
+int nl_wire_send(struct nl_conn *c, uint32_t type, const void *payload, uint32_t len,
+                 struct nl_error *err);
+/* Receives one frame into buf (cap bytes); a longer frame is refused before its payload is
+ * read, as is a frame whose checksum does not match. */
+int nl_wire_recv(struct nl_conn *c, uint32_t *type, void *buf, uint32_t cap, uint32_t *len,
+                 struct nl_error *err);
+/* Receives one frame of at most max bytes into a new block (*buf, freed with nl_free). */
+int nl_wire_recv_alloc(struct nl_conn *c, uint32_t *type, void **buf, uint32_t *len, uint32_t max,
+                       struct nl_error *err);
+
+enum nl_wire_role { NL_WIRE_CLIENT = 0, NL_WIRE_SERVER = 1 };
+
+/* The first exchange on every connection: both sides send HELLO (my_id, a fresh nonce) and AUTH
+ * (an HMAC of both HELLOs keyed by the secret); a peer whose first frames are not exactly these,
+ * or whose proof is wrong, is refused with NL_EAUTH. *peer_id is what the peer said it is. */
+int nl_wire_handshake(struct nl_conn *c, enum nl_wire_role role, const void *secret,
+                      size_t secret_len, int32_t my_id, int32_t *peer_id, struct nl_error *err);
+
+/* Fills p with n bytes from the kernel's generator (run secrets, nonces). */
+int nl_wire_random(void *p, size_t n, struct nl_error *err);
+
+#endif

@@ -1,0 +1,233 @@
+/* The mesh and the sliced allreduce, with N member processes on 127.0.0.1: results equal to a
+ * single-process reference (bit for bit in fp32, within bf16 rounding with compression), the same
+ * parameters on every member, bytes sent per step within 2(N-1)/N of the parameter bytes plus
+ * framing, a connection without the secret dropped while the mesh still forms, and a member
+ * that never comes reported by name. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nnlab/alloc.h"
+#include "nnlab/allreduce.h"
+#include "nnlab/mesh.h"
+#include "nnlab/rng.h"
+#include "tap.h"
+
+#define NPARAMS 10007 /* not a multiple of 16: the last slice is short */
+#define STEPS   6
+#define MAXN    4
+
+static const char secret[] = "test-secret-of-at-least-16-bytes";
+
+struct result {
+    int rc;
+    char msg[NL_ERR_MAX];
+    unsigned long long step_bytes; /* sent during the last step */
+    float params[NPARAMS];
+};
+
+static void init_params(float *p)
+{
+    struct nl_rng r;
+    nl_rng_seed(&r, 99);
+    for (size_t i = 0; i < NPARAMS; i++)
+        p[i] = nl_rng_uniform(&r) - 0.5f;
+}
+
+/* Member r's gradient at step s: depends on the parameters, so any divergence between replicas
+ * would grow. */
+static void gradient(float *g, const float *p, int r, long s)
+{
+    struct nl_rng rng;
+    nl_rng_seed(&rng, (uint64_t)(1000 * r + s));
+    for (size_t i = 0; i < NPARAMS; i++)
+        g[i] = 0.05f * (float)(r + 1) * p[i] + 0.01f * (nl_rng_uniform(&rng) - 0.5f);
+}
+
+static void member(int rank, int size, int listen_fd, const struct nl_member *members,
+                   const struct nl_optim *o, int bf16, struct result *res)
+{
+    struct nl_error err = {0};
+    struct nl_mesh *mesh = NULL;
+    struct nl_allreduce *a = NULL;
+    float *g = nl_alloc_floats(NPARAMS);
+    int rc;
+
+    init_params(res->params);
+    rc = nl_mesh_connect(&mesh, rank, size, listen_fd, members, secret, strlen(secret), 5000, &err);
+    if (rc == 0)
+        rc = nl_allreduce_new(&a, mesh, res->params, NPARAMS, o, bf16, &err);
+    for (long s = 1; rc == 0 && s <= STEPS; s++) {
+        unsigned long long before = nl_mesh_bytes_sent(mesh);
+        gradient(g, res->params, rank, s);
+        rc = nl_allreduce_step(a, res->params, g, s, o->lr, &err);
+        res->step_bytes = nl_mesh_bytes_sent(mesh) - before;
+    }
+    res->rc = rc;
+    memcpy(res->msg, err.msg, sizeof res->msg);
+    nl_allreduce_free(a);
+    nl_mesh_free(mesh);
+    nl_free(g);
+}
+
+static int wait_child(pid_t pid)
+{
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void run(int size, const struct nl_optim *o, int bf16, int rogue)
+{
+    struct result *res =
+        mmap(NULL, sizeof *res * size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    struct nl_member members[MAXN];
+    struct nl_error err = {0};
+    int fds[MAXN];
+    pid_t pids[MAXN];
+    const char *what = bf16 ? "bf16" : o->kind == NL_OPTIM_ADAM ? "adam" : "sgd";
+
+    for (int r = 0; r < size; r++) {
+        snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
+        snprintf(members[r].addr, sizeof members[r].addr, "127.0.0.1");
+        if (nl_net_listen(&fds[r], "127.0.0.1", 0, 0, &members[r].port, &err) < 0)
+            abort();
+    }
+    for (int r = 0; r < size; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            member(r, size, fds[r], members, o, bf16, &res[r]);
+            _exit(0);
+        }
+        if (r == 0 && rogue) {
+            /* Someone without the secret knocks at member 0 before the others. */
+            struct nl_conn c;
+            struct nl_error e2 = {0};
+            int32_t id;
+            int s;
+            s = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in sin = {.sin_family = AF_INET,
+                                      .sin_port = htons((uint16_t)members[0].port)};
+            inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+            connect(s, (struct sockaddr *)&sin, sizeof sin);
+            nl_conn_init(&c, s, "member 0", 3000);
+            is_int(nl_wire_handshake(&c, NL_WIRE_CLIENT, "a-wrong-secret-of-16-bytes", 26, 1, &id,
+                                     &e2),
+                   NL_EAUTH, "a connection without the secret is refused");
+            like(e2.msg, "failed the challenge-response", "with the reason: %s", e2.msg);
+            nl_conn_close(&c);
+        }
+    }
+    for (int r = 0; r < size; r++) {
+        close(fds[r]);
+        is_int(wait_child(pids[r]), 0, "%s N=%d: member %d exited", what, size, r);
+        if (res[r].rc != 0)
+            diag("member %d: %s", r, res[r].msg);
+    }
+    int all_ok = 1;
+    for (int r = 0; r < size; r++)
+        all_ok &= res[r].rc == 0;
+    ok(all_ok, "%s N=%d: every member completed %d steps", what, size, STEPS);
+
+    /* The reference: one process, the same sums in rank order, one optimizer over everything. */
+    float *p = nl_alloc_floats(NPARAMS), *g = nl_alloc_floats(NPARAMS);
+    float *sum = nl_alloc_floats(NPARAMS), *st = nl_alloc_floats(2 * NPARAMS);
+    float *state[NL_OPTIM_MAX_STATE] = {st, st + NPARAMS};
+    init_params(p);
+    for (long s = 1; s <= STEPS; s++) {
+        for (int r = 0; r < size; r++) {
+            gradient(g, p, r, s);
+            for (size_t i = 0; i < NPARAMS; i++)
+                sum[i] = r == 0 ? g[i] : sum[i] + g[i];
+        }
+        nl_optim_step(o, p, sum, state, NPARAMS, s, o->lr);
+    }
+    double worst = 0, spread = 0;
+    for (int r = 0; r < size; r++)
+        for (size_t i = 0; i < NPARAMS; i++) {
+            worst = fmax(worst, fabs((double)res[r].params[i] - p[i]));
+            spread = fmax(spread, fabs((double)res[r].params[i] - res[0].params[i]));
+        }
+    if (bf16)
+        ok(worst < 0.02, "bf16 N=%d: within bf16 rounding of the fp32 reference (%.3g)", size,
+           worst);
+    else
+        is_float(worst, 0.0, 0.0, "%s N=%d: equal to the single-process reference", what, size);
+    is_float(spread, 0.0, 0.0, "%s N=%d: every member holds the same parameters", what, size);
+
+    const double elem = bf16 ? 2.0 : 4.0;
+    const double bound =
+        1.02 * 2.0 * (size - 1) / size * NPARAMS * elem + 2.0 * (size - 1) * NL_WIRE_HEADER;
+    unsigned long long most = 0;
+    for (int r = 0; r < size; r++)
+        if (res[r].step_bytes > most)
+            most = res[r].step_bytes;
+    diag("%s N=%d: at most %llu bytes sent per member per step; bound %.0f", what, size, most,
+         bound);
+    ok(most <= bound && (size == 1 || most > 0), "%s N=%d: bytes per step within the bound", what,
+       size);
+    nl_free(p);
+    nl_free(g);
+    nl_free(sum);
+    nl_free(st);
+    munmap(res, sizeof *res * size);
+}
+
+static void test_missing_member(void)
+{
+    struct nl_member members[2] = {{"node1", "127.0.0.1", 0}, {"node2", "127.0.0.1", 1}};
+    struct nl_error err = {0};
+    struct nl_mesh *m;
+    int fd;
+
+    nl_net_listen(&fd, "127.0.0.1", 0, 0, &members[0].port, &err);
+    is_int(nl_mesh_connect(&m, 0, 2, fd, members, secret, strlen(secret), 300, &err), NL_ETIMEDOUT,
+           "a member that never connects times out");
+    like(err.msg, "node1: 1 of 1 members did not connect within 300 ms", "the message: %s",
+         err.msg);
+    close(fd);
+    is_int(
+        nl_net_listen(&fd, "127.0.0.1", members[0].port, members[0].port, &members[1].port, &err),
+        0, "a listening port can be taken again once free");
+    int fd2;
+    ok(nl_net_listen(&fd2, "127.0.0.1", members[1].port, members[1].port, &members[0].port, &err) <
+           0,
+       "a port range with no free port is refused");
+    like(err.msg, "cannot listen on 127.0.0.1", "the message: %s", err.msg);
+    close(fd);
+}
+
+static void test_bf16(void)
+{
+    is_int(nl_bf16_from_float(1.0f), 0x3f80, "bf16(1)");
+    /* 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to even (1). */
+    is_int(nl_bf16_from_float(1.00390625f), 0x3f80, "a tie rounds to even");
+    is_int(nl_bf16_from_float(1.01171875f), 0x3f82, "a tie rounds to even (up)");
+    is_float(nl_bf16_to_float(nl_bf16_from_float(3.14159f)), 3.140625, 0, "pi in bf16");
+    ok(isnan(nl_bf16_to_float(nl_bf16_from_float(NAN))), "NaN stays NaN");
+}
+
+int main(void)
+{
+    struct nl_optim sgd, adam;
+
+    signal(SIGPIPE, SIG_IGN);
+    nl_optim_defaults(&sgd, NL_OPTIM_SGD);
+    nl_optim_defaults(&adam, NL_OPTIM_ADAM);
+    test_bf16();
+    run(1, &sgd, 0, 0);
+    run(2, &sgd, 0, 0);
+    run(3, &sgd, 0, 1);
+    run(4, &adam, 0, 0);
+    run(3, &sgd, 1, 0);
+    test_missing_member();
+    return done_testing();
+}
