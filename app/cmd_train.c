@@ -78,10 +78,12 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     snprintf(settings, sizeof settings,
              "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"lr\":%g,"
              "\"momentum\":%g,"
-             "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu}",
+             "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu,"
+             "\"augment\":{\"flip\":%s,\"crop\":%d}}",
              o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), nl_schedule_name(o->schedule),
              o->optim.lr, o->optim.momentum, o->optim.nesterov ? "true" : "false",
-             o->optim.weight_decay, threads, (unsigned long long)o->seed);
+             o->optim.weight_decay, threads, (unsigned long long)o->seed,
+             o->augment.flip ? "true" : "false", o->augment.crop);
     rc = nl_run_create(store, run_name, dataset, model, m->spec_text, settings, &run, &err);
     if (rc < 0) {
         nl_model_free(m);
@@ -192,6 +194,10 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
         if (nl_schedule_parse(&a->o.schedule, optarg, &err) < 0)
             return usage_error(cmd, "--schedule: %s", err.msg);
         return 0;
+    case 'A':
+        if (nl_augment_parse(&a->o.augment, optarg, &err) < 0)
+            return usage_error(cmd, "--augment: %s", err.msg);
+        return 0;
     default:
         return usage_error(cmd, "unknown option");
     }
@@ -200,13 +206,21 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
 int cmd_train(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},    {"model", required_argument, NULL, 'M'},
-        {"epochs", required_argument, NULL, 'e'},  {"batch", required_argument, NULL, 'b'},
-        {"lr", required_argument, NULL, 'l'},      {"momentum", required_argument, NULL, 'm'},
-        {"nesterov", no_argument, NULL, 'N'},      {"weight-decay", required_argument, NULL, 'w'},
-        {"optim", required_argument, NULL, 'o'},   {"schedule", required_argument, NULL, 'S'},
-        {"threads", required_argument, NULL, 't'}, {"seed", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},    {NULL, 0, NULL, 0},
+        {"data", required_argument, NULL, 'd'},
+        {"model", required_argument, NULL, 'M'},
+        {"epochs", required_argument, NULL, 'e'},
+        {"batch", required_argument, NULL, 'b'},
+        {"lr", required_argument, NULL, 'l'},
+        {"momentum", required_argument, NULL, 'm'},
+        {"nesterov", no_argument, NULL, 'N'},
+        {"weight-decay", required_argument, NULL, 'w'},
+        {"optim", required_argument, NULL, 'o'},
+        {"schedule", required_argument, NULL, 'S'},
+        {"threads", required_argument, NULL, 't'},
+        {"seed", required_argument, NULL, 's'},
+        {"name", required_argument, NULL, 'n'},
+        {"augment", required_argument, NULL, 'A'},
+        {NULL, 0, NULL, 0},
     };
     struct train_args a;
     struct nl_error err = {0};

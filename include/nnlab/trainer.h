@@ -27,6 +27,7 @@ struct nl_train_opts {
     uint64_t seed;
     struct nl_optim optim;
     enum nl_schedule_kind schedule; /* of the learning rate over the whole run */
+    struct nl_augment augment;      /* of training batches; zero: none */
 };
 
 /* Defaults that train the shipped models well: 10 epochs, batch 64, all cores, seed 1, SGD with
