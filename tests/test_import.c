@@ -675,12 +675,14 @@ static void check_augment(void)
     ok(good, "crop: every sample is a shift of at most one pixel");
 }
 
+#ifndef UNDER_ASAN
 static long max_rss_kb(void)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss;
 }
+#endif
 
 /* Peak memory must not grow with the number of files: a tree of 3,000 64x64 PNGs (12 MB of
  * pixels) after one of 300. */
