@@ -1,20 +1,108 @@
 /* The dataset commands: import, datasets, show, rm. */
 #include <getopt.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 
+/* Import progress: a bar with files (or rows) per second on a terminal, nothing otherwise. */
+struct import_progress {
+    int tty;
+    double start, last_draw;
+    int drawn;
+};
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int import_progress(void *ud, uint64_t done, uint64_t total)
+{
+    struct import_progress *p = ud;
+    const int width = 24;
+
+    if (p->tty && !g.json && !g.quiet) {
+        double t = seconds_now();
+        if (t - p->last_draw >= 0.1 || done == total) {
+            double rate = t > p->start ? (double)done / (t - p->start) : 0;
+            int filled = total ? (int)((double)done / (double)total * width + 0.5) : 0;
+            p->last_draw = t;
+            p->drawn = 1;
+            fputs("\r\033[Kimporting [", stdout);
+            for (int i = 0; i < width; i++)
+                fputc(i < filled ? '#' : '.', stdout);
+            printf("] %3d%% %llu/%llu %.0f/s",
+                   total ? (int)(100.0 * (double)done / (double)total) : 0,
+                   (unsigned long long)done, (unsigned long long)total, rate);
+            fflush(stdout);
+        }
+    }
+    return interrupted ? 1 : 0;
+}
+
+/* Warnings during an import; skipped files are counted for the summary. */
+struct import_warn {
+    struct import_progress *progress;
+    unsigned skipped;
+};
+
+static void import_warn(void *ud, const char *msg)
+{
+    struct import_warn *w = ud;
+
+    if (w->progress->drawn) {
+        fputs("\r\033[K", stdout);
+        fflush(stdout);
+    }
+    if (strncmp(msg, "skipped ", 8) == 0)
+        w->skipped++;
+    fprintf(stderr, "nnlab: warning: %s\n", msg);
+}
+
+static int parse_size(const char *s, int *w, int *h)
+{
+    char *end;
+    long a = strtol(s, &end, 10), b;
+
+    if (end == s || (*end != 'x' && *end != 'X'))
+        return 0;
+    s = end + 1;
+    b = strtol(s, &end, 10);
+    if (end == s || *end || a < 1 || b < 1 || a > 4096 || b > 4096)
+        return 0;
+    *w = (int)a;
+    *h = (int)b;
+    return 1;
+}
+
 int cmd_import(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"val", required_argument, NULL, 'v'},
+        {"test", required_argument, NULL, 'T'},
         {"seed", required_argument, NULL, 's'},
+        {"gray", no_argument, NULL, 'g'},
+        {"rgb", no_argument, NULL, 'r'},
+        {"resize", required_argument, NULL, 'R'},
+        {"label", required_argument, NULL, 'l'},
+        {"skip-bad", no_argument, NULL, 'k'},
         {NULL, 0, NULL, 0},
     };
-    struct nl_import_opts io = {.seed = 1, .warn = warn_cb};
+    struct import_progress prog = {.tty = isatty(STDOUT_FILENO)};
+    struct import_warn wstate = {.progress = &prog};
+    struct nl_import_opts io = {.seed = 1,
+                                .warn = import_warn,
+                                .warn_ud = &wstate,
+                                .progress = import_progress,
+                                .progress_ud = &prog};
     struct nl_error err = {0};
     struct nl_store *store;
     double f;
@@ -24,31 +112,58 @@ int cmd_import(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'v':
+        case 'T':
             if (!parse_float(optarg, 0.0, 0.9, &f))
-                return usage_error("import", "--val %s: want a fraction in [0, 0.9]", optarg);
-            io.val_fraction = (float)f;
+                return usage_error("import", "--%s %s: want a fraction in [0, 0.9]",
+                                   c == 'v' ? "val" : "test", optarg);
+            if (c == 'v')
+                io.val_fraction = (float)f;
+            else
+                io.test_fraction = (float)f;
             break;
         case 's':
             if (!parse_int(optarg, 0, 0x7fffffffL, &seed))
                 return usage_error("import", "--seed %s: want a non-negative integer", optarg);
             io.seed = (uint64_t)seed;
             break;
+        case 'g':
+        case 'r':
+            io.channels = c == 'g' ? 1 : 3;
+            break;
+        case 'R':
+            if (!parse_size(optarg, &io.width, &io.height))
+                return usage_error("import", "--resize %s: want WxH, such as 28x28", optarg);
+            break;
+        case 'l':
+            io.label = optarg;
+            break;
+        case 'k':
+            io.skip_bad = 1;
+            break;
         default:
             return usage_error("import", "unknown option");
         }
     }
+    if (io.val_fraction + io.test_fraction >= 0.95f)
+        return usage_error("import", "--val and --test leave nothing to train on");
     if (argc - optind < 2)
         return usage_error("import", "needs a NAME and a SOURCE");
     const char *name = argv[optind];
     if (open_store(&store, &err) < 0)
         return fail(&err);
-    rc = nl_import_idx(store, name, (const char *const *)argv + optind + 1, argc - optind - 1, &io,
-                       &err);
+    prog.start = seconds_now();
+    rc = nl_import(store, name, (const char *const *)argv + optind + 1, argc - optind - 1, &io,
+                   &err);
+    if (prog.drawn) {
+        fputs(rc < 0 ? "\r\033[K" : "\n", stdout);
+        fflush(stdout);
+    }
     if (rc < 0) {
         nl_store_close(store);
         nl_error_prefix(&err, "import");
         return fail(&err);
     }
+    double secs = seconds_now() - prog.start;
     struct nl_dataset_info *list;
     int n;
     rc = nl_dataset_list(store, &list, &n, &err);
@@ -62,16 +177,38 @@ int cmd_import(int argc, char **argv)
         if (g.json) {
             printf("{\"event\":\"imported\",\"dataset\":");
             json_str(stdout, d->name);
-            printf(",\"classes\":%d,\"train\":%u,\"val\":%u,\"test\":%u}\n", d->nclasses,
-                   d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST]);
+            printf(",\"kind\":");
+            json_str(stdout, d->kind);
+            printf(",\"shape\":[%d,%d,%d],\"classes\":%d,\"train\":%u,\"val\":%u,\"test\":%u,"
+                   "\"skipped\":%u,\"seconds\":",
+                   d->shape.c, d->shape.h, d->shape.w, d->nclasses, d->count[NL_TRAIN],
+                   d->count[NL_VAL], d->count[NL_TEST], wstate.skipped);
+            json_num(stdout, secs);
+            printf("}\n");
         } else if (!g.quiet) {
-            printf("imported '%s': %u train, %u val, %u test samples of %dx%dx%d, %d classes\n",
+            printf("imported '%s': %u train, %u val, %u test samples of %dx%dx%d, %d classes "
+                   "(%.1f s)\n",
                    d->name, d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST], d->shape.c,
-                   d->shape.h, d->shape.w, d->nclasses);
+                   d->shape.h, d->shape.w, d->nclasses, secs);
+            if (wstate.skipped)
+                printf("skipped %u bad file%s or row%s (listed above)\n", wstate.skipped,
+                       wstate.skipped == 1 ? "" : "s", wstate.skipped == 1 ? "" : "s");
         }
     }
     nl_free(list);
     return EXIT_OK;
+}
+
+static void format_bytes(char *buf, size_t size, uint64_t b)
+{
+    if (b >= (1ull << 30))
+        snprintf(buf, size, "%.1f GiB", (double)b / (double)(1ull << 30));
+    else if (b >= (1ull << 20))
+        snprintf(buf, size, "%.1f MiB", (double)b / (double)(1ull << 20));
+    else if (b >= 1024)
+        snprintf(buf, size, "%.1f KiB", (double)b / 1024.0);
+    else
+        snprintf(buf, size, "%llu B", (unsigned long long)b);
 }
 
 int cmd_datasets(int argc, char **argv)
@@ -98,9 +235,9 @@ int cmd_datasets(int argc, char **argv)
             printf(",\"kind\":");
             json_str(stdout, d->kind);
             printf(",\"shape\":[%d,%d,%d],\"classes\":%d,\"train\":%u,\"val\":%u,\"test\":%u,"
-                   "\"source\":",
+                   "\"bytes\":%llu,\"source\":",
                    d->shape.c, d->shape.h, d->shape.w, d->nclasses, d->count[NL_TRAIN],
-                   d->count[NL_VAL], d->count[NL_TEST]);
+                   d->count[NL_VAL], d->count[NL_TEST], (unsigned long long)d->bytes);
             json_str(stdout, d->source);
             printf(",\"created\":");
             json_str(stdout, d->created);
@@ -110,14 +247,16 @@ int cmd_datasets(int argc, char **argv)
     } else if (n == 0) {
         printf("no datasets yet: nnlab import NAME SOURCE, or nnlab demo\n");
     } else {
-        printf("%-20s %-5s %-10s %7s %7s %6s %6s  %s\n", "NAME", "KIND", "SHAPE", "CLASSES",
-               "TRAIN", "VAL", "TEST", "SOURCE");
+        printf("%-20s %-5s %-10s %7s %7s %6s %6s %9s  %s\n", "NAME", "KIND", "SHAPE", "CLASSES",
+               "TRAIN", "VAL", "TEST", "SIZE", "SOURCE");
         for (int i = 0; i < n; i++) {
             const struct nl_dataset_info *d = &list[i];
-            char shape[48];
+            char shape[48], size[32];
             snprintf(shape, sizeof shape, "%dx%dx%d", d->shape.c, d->shape.h, d->shape.w);
-            printf("%-20s %-5s %-10s %7d %7u %6u %6u  %s\n", d->name, d->kind, shape, d->nclasses,
-                   d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST], d->source);
+            format_bytes(size, sizeof size, d->bytes);
+            printf("%-20s %-5s %-10s %7d %7u %6u %6u %9s  %s\n", d->name, d->kind, shape,
+                   d->nclasses, d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST], size,
+                   d->source);
         }
     }
     nl_free(list);
@@ -168,7 +307,9 @@ int cmd_show(int argc, char **argv)
             printf(i ? "," : "");
             json_num(stdout, d->std[i]);
         }
-        printf("],\"classes\":[");
+        /* The preprocessing record is JSON already. */
+        printf("],\"preprocessing\":%s,\"classes\":[",
+               d->preprocessing[0] == '{' ? d->preprocessing : "{}");
         for (int k = 0; k < d->nclasses; k++) {
             printf("%s{\"label\":%d,\"name\":", k ? "," : "", k);
             json_str(stdout, d->class_names[k]);
@@ -182,8 +323,12 @@ int cmd_show(int argc, char **argv)
                d->dtype == NL_U8 ? "8-bit" : "float", d->nclasses);
         printf("samples: %u train, %u val, %u test\n", d->split[NL_TRAIN].n, d->split[NL_VAL].n,
                d->split[NL_TEST].n);
-        for (int i = 0; i < d->nnorm; i++)
-            printf("channel %d: mean %.4f, std %.4f\n", i, d->mean[i], d->std[i]);
+        for (int i = 0; i < d->nnorm && i < 16; i++)
+            printf("%s %d: mean %.4f, std %.4f\n", d->dtype == NL_F32 ? "feature" : "channel", i,
+                   d->mean[i], d->std[i]);
+        if (d->nnorm > 16)
+            printf("(%d more; see --json)\n", d->nnorm - 16);
+        printf("preprocessing: %s\n", d->preprocessing);
         printf("\n%5s  %-20s %7s %7s %7s\n", "LABEL", "CLASS", "TRAIN", "VAL", "TEST");
         for (int k = 0; k < d->nclasses; k++)
             printf("%5d  %-20s %7u %7u %7u\n", k, d->class_names[k],

@@ -75,10 +75,11 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"warmup\":%g,\"lr\":%g,"
         "\"momentum\":%g,"
         "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu,"
-        "\"input\":[%d,%d,%d],\"classes\":%d}",
+        "\"input\":[%d,%d,%d],\"classes\":%d,\"augment\":{\"flip\":%s,\"crop\":%d}}",
         o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), schedule, o->schedule.warmup_epochs,
         o->optim.lr, o->optim.momentum, o->optim.nesterov ? "true" : "false", o->optim.weight_decay,
-        threads, (unsigned long long)o->seed, d->shape.c, d->shape.h, d->shape.w, d->nclasses);
+        threads, (unsigned long long)o->seed, d->shape.c, d->shape.h, d->shape.w, d->nclasses,
+        o->augment.flip ? "true" : "false", o->augment.crop);
     rc = nl_run_create(store, run_name, dataset, model, m->spec_text, settings, &run, &err);
     if (rc < 0) {
         nl_model_free(m);
@@ -195,7 +196,7 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
             return usage_error(cmd, "--warmup %s: want epochs, 0 or more", optarg);
         a->o.schedule.warmup_epochs = (float)f;
         return 0;
-    case 'A':
+    case 'E':
         if (!parse_float(optarg, 0.0, 1.0, &a->o.target_accuracy))
             return usage_error(cmd, "--early-stop-acc %s: want an accuracy in [0, 1]", optarg);
         return 0;
@@ -203,6 +204,10 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
         if (!parse_int(optarg, 1, 100000, &v))
             return usage_error(cmd, "--patience %s: want a whole number of epochs from 1", optarg);
         a->o.patience = (int)v;
+        return 0;
+    case 'A':
+        if (nl_augment_parse(&a->o.augment, optarg, &err) < 0)
+            return usage_error(cmd, "--augment: %s", err.msg);
         return 0;
     default:
         return usage_error(cmd, "unknown option");
@@ -223,13 +228,14 @@ int cmd_train(int argc, char **argv)
         {"optim", required_argument, NULL, 'o'},
         {"schedule", required_argument, NULL, 'S'},
         {"warmup", required_argument, NULL, 'W'},
-        {"early-stop-acc", required_argument, NULL, 'A'},
+        {"early-stop-acc", required_argument, NULL, 'E'},
         {"patience", required_argument, NULL, 'p'},
         {"threads", required_argument, NULL, 't'},
         {"seed", required_argument, NULL, 's'},
         {"name", required_argument, NULL, 'n'},
         {"init", required_argument, NULL, 'i'},
         {"init-partial", no_argument, NULL, 'P'},
+        {"augment", required_argument, NULL, 'A'},
         {NULL, 0, NULL, 0},
     };
     struct train_args a;

@@ -22,9 +22,14 @@ static const struct command commands[] = {
      "      --epochs N      epochs to train (default 1)\n"
      "      --threads T     threads (default: all cores)\n"},
     {"import", cmd_import, "NAME SOURCE...",
-     "import a dataset: a folder of IDX files, or an IDX images file and its labels file",
+     "import a dataset: IDX files, a folder of PNG class folders, or a CSV file",
      "      --val F         carve a stratified validation split of this fraction from train\n"
-     "      --seed S        seed of the validation split (default 1)\n"},
+     "      --test F        carve a test split likewise when the source has none\n"
+     "      --seed S        seed of the carved splits (default 1)\n"
+     "      --gray, --rgb   PNG: channels to store (default: what most files are)\n"
+     "      --resize WxH    PNG: size to store (default: the most common size)\n"
+     "      --label COLUMN  CSV: the label column, a name or 1-based index (default: last)\n"
+     "      --skip-bad      skip bad files or rows, listing them, instead of stopping\n"},
     {"datasets", cmd_datasets, "", "list the datasets in the store", NULL},
     {"show", cmd_show, "NAME", "show a dataset: classes and counts per split, shape, statistics",
      NULL},
@@ -47,6 +52,7 @@ static const struct command commands[] = {
      "      --patience P      stop after P epochs without a better validation accuracy\n"
      "      --threads T       threads (default: all cores)\n"
      "      --seed S          seed for initialisation, data order and dropout (default 1)\n"
+     "      --augment LIST    training-batch augmentation: flip, crop:P (e.g. flip,crop:4)\n"
      "      --name RUN        the run's name (default MODEL-DATASET-N)\n"
      "      --init FILE|RUN   start from weights: a .safetensors file or a run's, by name\n"
      "      --init-partial    load the tensors that match and report the rest\n"},

@@ -45,7 +45,7 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
                     struct nl_error *err)
 {
     static const char sql[] =
-        "SELECT name, kind, source, created, channels, height, width, nclasses, "
+        "SELECT name, kind, source, created, channels, height, width, nclasses, dtype, "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 0), "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 1), "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 2) "
@@ -82,7 +82,9 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         d->shape.w = sqlite3_column_int(st, 6);
         d->nclasses = sqlite3_column_int(st, 7);
         for (int k = 0; k < NL_NSPLITS; k++)
-            d->count[k] = (uint32_t)sqlite3_column_int64(st, 8 + k);
+            d->count[k] = (uint32_t)sqlite3_column_int64(st, 9 + k);
+        d->bytes = ((uint64_t)d->count[0] + d->count[1] + d->count[2]) * nl_shape_size(d->shape) *
+                   (sqlite3_column_int(st, 8) == NL_F32 ? 4 : 1);
     }
     if (rc == 0 && step != SQLITE_DONE)
         rc = nl_store_db_error(s, err, "listing datasets");
@@ -127,6 +129,7 @@ void nl_dataset_free(struct nl_dataset *d)
     nl_free(d->name);
     nl_free(d->source);
     nl_free(d->kind);
+    nl_free(d->preprocessing);
     if (d->class_names)
         for (int k = 0; k < d->nclasses; k++)
             nl_free(d->class_names[k]);
@@ -161,7 +164,7 @@ static int load_header(struct nl_store *s, const char *name, struct nl_dataset *
                        sqlite3_int64 *id, struct nl_error *err)
 {
     static const char sql[] = "SELECT id, kind, source, channels, height, width, dtype, nclasses, "
-                              "norm_mean, norm_std FROM datasets WHERE name = ?";
+                              "norm_mean, norm_std, preprocessing FROM datasets WHERE name = ?";
     sqlite3_stmt *st;
     int rc = nl_store_prepare(s, &st, sql, err), step;
 
@@ -183,12 +186,13 @@ static int load_header(struct nl_store *s, const char *name, struct nl_dataset *
     d->name = nl_strdup(name);
     d->kind = dup_column(st, 1);
     d->source = dup_column(st, 2);
+    d->preprocessing = dup_column(st, 10);
     d->shape.c = sqlite3_column_int(st, 3);
     d->shape.h = sqlite3_column_int(st, 4);
     d->shape.w = sqlite3_column_int(st, 5);
     d->dtype = (enum nl_dtype)sqlite3_column_int(st, 6);
     d->nclasses = sqlite3_column_int(st, 7);
-    if (!d->name || !d->kind || !d->source) {
+    if (!d->name || !d->kind || !d->source || !d->preprocessing) {
         rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
         goto out;
     }

@@ -8,6 +8,7 @@
  * streamed from the file into INSERTs a chunk at a time. The validation split is chosen from the
  * train labels before the images are read, so every sample is written once with its final split
  * and the normalisation statistics are summed on the way. */
+#include "import_internal.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/rng.h"
@@ -283,78 +284,24 @@ static int read_labels(struct idx_file *lb, uint8_t *labels, struct nl_error *er
     return idx_expect_end(lb, "labels", err);
 }
 
-/* Marks a stratified, seeded share of the train samples as validation: per class, round(f * count)
- * samples (keeping at least one in train) chosen by a shuffle of that class's samples. Classes
- * are visited in label order, so the same seed gives the same split. */
-static int carve_val(const uint8_t *labels, uint32_t n, float f, uint64_t seed, uint8_t *split,
-                     struct nl_error *err)
-{
-    uint32_t start[MAX_CLASSES + 1] = {0}, fill[MAX_CLASSES];
-    uint32_t *order = nl_malloc((size_t)n * sizeof *order);
-    struct nl_rng rng;
-
-    if (!order)
-        return nl_error_set(err, NL_ENOMEM, "out of memory choosing the validation split");
-    for (uint32_t i = 0; i < n; i++)
-        start[labels[i] + 1]++;
-    for (int k = 0; k < MAX_CLASSES; k++)
-        start[k + 1] += start[k];
-    memcpy(fill, start, sizeof fill);
-    for (uint32_t i = 0; i < n; i++)
-        order[fill[labels[i]]++] = i;
-    nl_rng_seed(&rng, seed);
-    for (int k = 0; k < MAX_CLASSES; k++) {
-        uint32_t count = start[k + 1] - start[k];
-        uint32_t nval = (uint32_t)lround((double)f * count);
-        if (count == 0)
-            continue;
-        if (nval > count - 1)
-            nval = count - 1;
-        nl_rng_shuffle(&rng, order + start[k], count);
-        for (uint32_t j = 0; j < nval; j++)
-            split[order[start[k] + j]] = NL_VAL;
-    }
-    nl_free(order);
-    return 0;
-}
-
 /* State of one import. */
 struct import {
-    struct nl_store *s;
-    sqlite3_stmt *insert; /* (dataset, idx, split, label, data) */
-    sqlite3_int64 dataset;
-    uint32_t next_idx;
-    int max_label; /* over all splits; -1 before the first */
-    uint32_t train_count[MAX_CLASSES];
-    uint64_t sum, sumsq, npix; /* over the pixels of the train split, in pixel units */
+    struct nl_writer *w;
+    int max_label;        /* over all splits; -1 before the first */
+    uint64_t done, total; /* images, for progress */
 };
 
-static int insert_sample(struct import *im, uint32_t idx, int split, int label, const void *data,
-                         int bytes, struct nl_error *err)
-{
-    sqlite3_stmt *st = im->insert;
-    int rc = 0;
-
-    sqlite3_bind_int64(st, 1, im->dataset);
-    sqlite3_bind_int64(st, 2, idx);
-    sqlite3_bind_int(st, 3, split);
-    sqlite3_bind_int(st, 4, label);
-    sqlite3_bind_blob(st, 5, data, bytes, SQLITE_STATIC);
-    if (sqlite3_step(st) != SQLITE_DONE)
-        rc = nl_store_db_error(im->s, err, "storing a sample");
-    sqlite3_reset(st);
-    return rc;
-}
-
-/* Imports one pair of files: labels whole, then images streamed a chunk at a time. */
+/* Imports one pair of files: labels whole, then images streamed a chunk at a time. carve_test
+ * also carves a test split out of train (the source has none). */
 static int import_pair(struct import *im, struct idx_pair *p, const struct nl_import_opts *opts,
-                       struct nl_error *err)
+                       int carve_test, struct nl_error *err)
 {
     uint32_t n = p->im.dims[0];
     size_t sample = (size_t)p->im.dims[1] * p->im.dims[2];
     size_t chunk = sample >= CHUNK_BYTES ? 1 : CHUNK_BYTES / sample;
     uint64_t total = (uint64_t)n * sample, done = 0;
     uint8_t *labels = nl_malloc(n), *split = nl_malloc(n), *buf = nl_malloc(chunk * sample);
+    int32_t *lab32 = NULL;
     int rc = 0;
 
     if (!labels || !split || !buf) {
@@ -365,8 +312,16 @@ static int import_pair(struct import *im, struct idx_pair *p, const struct nl_im
     if (rc)
         goto out;
     memset(split, p->split, n);
-    if (p->split == NL_TRAIN && opts->val_fraction > 0) {
-        rc = carve_val(labels, n, opts->val_fraction, opts->seed, split, err);
+    if (p->split == NL_TRAIN && (opts->val_fraction > 0 || carve_test)) {
+        lab32 = nl_malloc((size_t)n * sizeof *lab32);
+        if (!lab32) {
+            rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", p->labels);
+            goto out;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            lab32[i] = labels[i];
+        rc = nl_split_assign(lab32, n, MAX_CLASSES, opts->val_fraction,
+                             carve_test ? opts->test_fraction : 0, opts->seed, split, err);
         if (rc)
             goto out;
     }
@@ -381,22 +336,13 @@ static int import_pair(struct import *im, struct idx_pair *p, const struct nl_im
         }
         done += got;
         for (size_t j = 0; j < k && rc == 0; j++, i++) {
-            const uint8_t *x = buf + j * sample;
             if (labels[i] > im->max_label)
                 im->max_label = labels[i];
-            if (split[i] == NL_TRAIN) {
-                uint64_t sum = 0, sumsq = 0;
-                for (size_t q = 0; q < sample; q++) {
-                    sum += x[q];
-                    sumsq += (uint32_t)x[q] * x[q];
-                }
-                im->sum += sum;
-                im->sumsq += sumsq;
-                im->npix += sample;
-                im->train_count[labels[i]]++;
-            }
-            rc = insert_sample(im, im->next_idx++, split[i], labels[i], x, (int)sample, err);
+            rc = nl_writer_add(im->w, split[i], labels[i], buf + j * sample, err);
         }
+        im->done += k;
+        if (rc == 0 && opts->progress && opts->progress(opts->progress_ud, im->done, im->total))
+            rc = nl_error_set(err, NL_ECANCELED, "stopped");
     }
     if (rc == 0)
         rc = idx_expect_end(&p->im, "images", err);
@@ -404,127 +350,7 @@ out:
     nl_free(labels);
     nl_free(split);
     nl_free(buf);
-    return rc;
-}
-
-static void put_le32f(unsigned char *p, float v)
-{
-    uint32_t u;
-
-    memcpy(&u, &v, 4);
-    p[0] = (unsigned char)u;
-    p[1] = (unsigned char)(u >> 8);
-    p[2] = (unsigned char)(u >> 16);
-    p[3] = (unsigned char)(u >> 24);
-}
-
-/* Writes the classes and the train statistics once all samples are in. */
-static int finish_dataset(struct import *im, int fashion, const struct nl_import_opts *opts,
-                          struct nl_error *err)
-{
-    int nclasses = im->max_label + 1, rc;
-    double mean = 0, std = 1;
-    unsigned char mean_le[4], std_le[4];
-    sqlite3_stmt *st = NULL;
-
-    if (im->npix > 0) {
-        double m = (double)im->sum / (double)im->npix;
-        double var = (double)im->sumsq / (double)im->npix - m * m;
-        mean = m / 255.0;
-        std = var > 0 ? sqrt(var) / 255.0 : 0;
-        if (!(std > 0))
-            std = 1;
-    }
-    put_le32f(mean_le, (float)mean);
-    put_le32f(std_le, (float)std);
-
-    rc = nl_store_prepare(im->s, &st,
-                          "INSERT INTO classes (dataset, label, name) "
-                          "VALUES (?, ?, ?)",
-                          err);
-    for (int k = 0; k < nclasses && rc == 0; k++) {
-        char digits[16];
-        snprintf(digits, sizeof digits, "%d", k);
-        sqlite3_bind_int64(st, 1, im->dataset);
-        sqlite3_bind_int(st, 2, k);
-        sqlite3_bind_text(st, 3, fashion && k < 10 ? fashion_names[k] : digits, -1,
-                          SQLITE_TRANSIENT);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            rc = nl_store_db_error(im->s, err, "storing the class names");
-        sqlite3_reset(st);
-        if (rc == 0 && im->train_count[k] == 0 && opts->warn) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "class %d has no samples in the train split", k);
-            opts->warn(opts->warn_ud, msg);
-        }
-    }
-    sqlite3_finalize(st);
-    if (rc)
-        return rc;
-
-    rc = nl_store_prepare(im->s, &st,
-                          "UPDATE datasets SET nclasses = ?, norm_mean = ?, norm_std = ? "
-                          "WHERE id = ?",
-                          err);
-    if (rc)
-        return rc;
-    sqlite3_bind_int(st, 1, nclasses);
-    sqlite3_bind_blob(st, 2, mean_le, 4, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 3, std_le, 4, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 4, im->dataset);
-    if (sqlite3_step(st) != SQLITE_DONE)
-        rc = nl_store_db_error(im->s, err, "storing the dataset's statistics");
-    sqlite3_finalize(st);
-    return rc;
-}
-
-/* The source column: the folder or the two files, as absolute paths where they resolve. */
-static void describe_source(const char *const *paths, int npaths, char *out, size_t size)
-{
-    size_t used = 0;
-
-    out[0] = '\0';
-    for (int i = 0; i < npaths && used < size; i++) {
-        char *abs = realpath(paths[i], NULL);
-        int n = snprintf(out + used, size - used, "%s%s", i ? ", " : "", abs ? abs : paths[i]);
-        free(abs);
-        if (n < 0)
-            break;
-        used += (size_t)n;
-    }
-}
-
-static int dataset_taken(struct nl_store *s, const char *name, struct nl_error *err)
-{
-    int rc = nl_dataset_exists(s, name, err);
-
-    if (rc == 1)
-        rc = nl_error_set(err, NL_EEXIST, "dataset '%s' already exists (nnlab rm %s first)", name,
-                          name);
-    return rc;
-}
-
-static int create_dataset(struct import *im, const char *name, const char *source,
-                          const struct idx_file *images, struct nl_error *err)
-{
-    sqlite3_stmt *st;
-    int rc = nl_store_prepare(im->s, &st,
-                              "INSERT INTO datasets (name, kind, source, channels, height, width, "
-                              "dtype, nclasses, preprocessing) "
-                              "VALUES (?, 'idx', ?, 1, ?, ?, 0, 0, '{}')",
-                              err);
-
-    if (rc)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, source, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, images->dims[1]);
-    sqlite3_bind_int64(st, 4, images->dims[2]);
-    if (sqlite3_step(st) != SQLITE_DONE)
-        rc = nl_store_db_error(im->s, err, "creating the dataset");
-    else
-        im->dataset = sqlite3_last_insert_rowid(nl_store_sqlite(im->s));
-    sqlite3_finalize(st);
+    nl_free(lab32);
     return rc;
 }
 
@@ -553,11 +379,13 @@ static int open_pairs(struct idx_pair *pairs, int npairs, struct nl_error *err)
 int nl_import_idx(struct nl_store *s, const char *name, const char *const *paths, int npaths,
                   const struct nl_import_opts *opts, struct nl_error *err)
 {
-    static const struct nl_import_opts defaults = {0};
-    struct import im = {.s = s, .max_label = -1};
+    static const struct nl_import_opts defaults = {.seed = 1};
+    struct import im = {.max_label = -1};
     struct idx_pair *pairs = NULL;
     char *source = NULL;
-    int npairs = 0, fashion = 0, began = 0, rc;
+    const char *names[MAX_CLASSES] = {0};
+    struct nl_text pre = {0};
+    int npairs = 0, fashion = 0, rc;
 
     if (!opts)
         opts = &defaults;
@@ -567,6 +395,9 @@ int nl_import_idx(struct nl_store *s, const char *name, const char *const *paths
     if (!(opts->val_fraction >= 0 && opts->val_fraction < 1))
         return nl_error_set(err, NL_EINVAL, "validation fraction %g is not in [0, 1)",
                             (double)opts->val_fraction);
+    if (!(opts->test_fraction >= 0 && opts->val_fraction + opts->test_fraction < 1))
+        return nl_error_set(err, NL_EINVAL, "test fraction %g is not in [0, 1 - validation)",
+                            (double)opts->test_fraction);
     if (npaths < 1 || !paths)
         return nl_error_set(err, NL_EINVAL, "IDX import needs a folder or two files");
     pairs = nl_calloc(2, sizeof *pairs);
@@ -577,36 +408,46 @@ int nl_import_idx(struct nl_store *s, const char *name, const char *const *paths
     }
     for (int i = 0; i < npaths; i++)
         fashion |= contains_fashion(paths[i]);
-    describe_source(paths, npaths, source, 2 * PATH_MAX + 8);
+    nl_import_describe_source(paths, npaths, source, 2 * PATH_MAX + 8);
     rc = resolve_pairs(paths, npaths, pairs, &npairs, err);
     if (rc == 0)
         rc = open_pairs(pairs, npairs, err);
-    if (rc == 0)
-        rc = nl_store_begin(s, err);
-    began = rc == 0;
-    if (rc == 0)
-        rc = dataset_taken(s, name, err);
-    if (rc == 0)
-        rc = create_dataset(&im, name, source, &pairs[0].im, err);
-    if (rc == 0)
-        rc = nl_store_prepare(s, &im.insert,
-                              "INSERT INTO samples (dataset, idx, split, label, data) "
-                              "VALUES (?, ?, ?, ?, ?)",
-                              err);
+    const int carve_test = npairs == 1 && opts->test_fraction > 0;
+    if (rc == 0 && npairs == 2 && opts->test_fraction > 0 && opts->warn)
+        opts->warn(opts->warn_ud, "the source has a test split (t10k files); --test is ignored");
+    if (rc == 0) {
+        struct nl_writer_spec spec = {
+            .name = name,
+            .kind = "idx",
+            .source = source,
+            .shape = {1, (int)pairs[0].im.dims[1], (int)pairs[0].im.dims[2]},
+            .dtype = NL_U8,
+        };
+        for (int i = 0; i < npairs; i++)
+            im.total += pairs[i].im.dims[0];
+        rc = nl_writer_begin(&im.w, s, &spec, err);
+    }
     for (int i = 0; i < npairs && rc == 0; i++)
-        rc = import_pair(&im, &pairs[i], opts, err);
-    sqlite3_finalize(im.insert);
-    if (rc == 0)
-        rc = finish_dataset(&im, fashion, opts, err);
-    if (rc == 0)
-        rc = nl_store_commit(s, err);
-    else if (began)
-        nl_store_rollback(s);
+        rc = import_pair(&im, &pairs[i], opts, carve_test, err);
+    if (rc == 0) {
+        for (int k = 0; k < 10 && fashion; k++)
+            names[k] = fashion_names[k];
+        nl_text_printf(&pre,
+                       "{\"reader\":\"idx\",\"channels\":1,\"val_fraction\":%g,"
+                       "\"test_fraction\":%g,\"seed\":%llu,\"normalise\":\"per-channel "
+                       "mean/std of train\"}",
+                       (double)opts->val_fraction, carve_test ? (double)opts->test_fraction : 0.0,
+                       (unsigned long long)opts->seed);
+        rc = nl_writer_commit(im.w, im.max_label + 1, names, pre.failed ? NULL : pre.s, opts, err);
+        im.w = NULL;
+    }
+    nl_writer_abort(im.w);
 out:
     for (int i = 0; i < npairs; i++) {
         idx_close(&pairs[i].im);
         idx_close(&pairs[i].lb);
     }
+    nl_text_free(&pre);
     nl_free(pairs);
     nl_free(source);
     return rc;

@@ -1,5 +1,6 @@
-/* Turning a PNG file into one normalised sample of a dataset's shape, for prediction on images a
- * person gives (nnlab predict RUN IMAGE...).
+/* Turning a PNG file into one sample of a dataset's shape: pixel planes for the PNG-folder
+ * import, and normalised floats for prediction on images a person gives (nnlab predict RUN
+ * IMAGE...). Both go through nl_png_read_planes, so a file predicts as it would have imported.
  *
  * Every PNG kind libpng reads is accepted: palettes and low bit depths are expanded, 16-bit
  * samples are scaled to 8 bits, and transparency is composed onto black, the background of
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "import_internal.h"
 #include "nnlab/alloc.h"
 #include "store_internal.h"
 
@@ -224,13 +226,79 @@ out:
     return rc;
 }
 
+int nl_png_read_planes(const char *path, int channels, int out_h, int out_w, float *out,
+                       struct nl_error *err)
+{
+    struct png_read r = {.path = path};
+    const int c = channels;
+    float *planes = NULL;
+    int rc = read_png(&r, err);
+
+    if (rc == 0 && (int)r.w == out_w && (int)r.h == out_h) {
+        to_planes(&r, c, out);
+    } else if (rc == 0) {
+        planes = nl_malloc((size_t)c * r.w * r.h * sizeof *planes);
+        if (!planes)
+            rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+        if (rc == 0) {
+            to_planes(&r, c, planes);
+            if (resize(planes, c, (int)r.h, (int)r.w, out, out_h, out_w) != 0)
+                rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory resizing", path);
+        }
+    }
+    if (r.png)
+        png_destroy_read_struct(&r.png, r.info ? &r.info : NULL, NULL);
+    if (r.f)
+        fclose(r.f);
+    nl_free(r.pixels);
+    nl_free(r.rows);
+    nl_free(planes);
+    return rc;
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+int nl_png_probe(const char *path, uint32_t *w, uint32_t *h, int *color, struct nl_error *err)
+{
+    unsigned char b[33];
+    FILE *f = fopen(path, "rb");
+    size_t got;
+
+    if (!f)
+        return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    got = fread(b, 1, sizeof b, f);
+    if (got < sizeof b && ferror(f)) {
+        int e = errno;
+        fclose(f);
+        return nl_error_set(err, NL_EIO, "%s: read error: %s", path, strerror(e));
+    }
+    fclose(f);
+    if (got == 0)
+        return nl_error_set(err, NL_EFORMAT, "%s: empty file, not a PNG", path);
+    if (got < 8 || png_sig_cmp(b, 0, 8) != 0)
+        return nl_error_set(err, NL_EFORMAT, "%s: not a PNG file", path);
+    if (got < sizeof b)
+        return nl_error_set(err, NL_EFORMAT, "%s: corrupt PNG: the file ends early", path);
+    if (be32(b + 8) != 13 || memcmp(b + 12, "IHDR", 4) != 0)
+        return nl_error_set(err, NL_EFORMAT, "%s: corrupt PNG: no IHDR chunk first", path);
+    *w = be32(b + 16);
+    *h = be32(b + 20);
+    if (*w == 0 || *h == 0 || *w > MAX_SIDE || *h > MAX_SIDE || (uint64_t)*w * *h > MAX_PIXELS)
+        return nl_error_set(err, NL_EFORMAT, "%s: image of %u x %u pixels is not supported", path,
+                            *w, *h);
+    *color = (b[25] & PNG_COLOR_MASK_COLOR) != 0;
+    return 0;
+}
+
 int nl_dataset_sample_from_png(const struct nl_dataset *d, const char *path, float *x,
                                struct nl_error *err)
 {
-    struct png_read r = {.path = path};
     int c = d->shape.c, rc;
     size_t plane = (size_t)d->shape.h * d->shape.w;
-    float *planes = NULL;
 
     if (d->dtype != NL_U8)
         return nl_error_set(err, NL_EINVAL,
@@ -240,29 +308,10 @@ int nl_dataset_sample_from_png(const struct nl_dataset *d, const char *path, flo
         return nl_error_set(err, NL_EINVAL,
                             "dataset '%s' has %d channels; PNG input needs 1 (gray) or 3 (RGB)",
                             d->name, c);
-    rc = read_png(&r, err);
-    if (rc == 0) {
-        planes = nl_malloc((size_t)c * r.w * r.h * sizeof *planes);
-        if (!planes)
-            rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
-    }
-    if (rc == 0) {
-        to_planes(&r, c, planes);
-        if ((int)r.w == d->shape.w && (int)r.h == d->shape.h)
-            memcpy(x, planes, (size_t)c * plane * sizeof *x);
-        else if (resize(planes, c, (int)r.h, (int)r.w, x, d->shape.h, d->shape.w) != 0)
-            rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory resizing", path);
-    }
+    rc = nl_png_read_planes(path, c, d->shape.h, d->shape.w, x, err);
     if (rc == 0)
         for (int k = 0; k < c; k++)
             for (size_t p = 0; p < plane; p++)
                 x[k * plane + p] = nl_normalise_u8(x[k * plane + p], d->mean[k], d->std[k]);
-    if (r.png)
-        png_destroy_read_struct(&r.png, r.info ? &r.info : NULL, NULL);
-    if (r.f)
-        fclose(r.f);
-    nl_free(r.pixels);
-    nl_free(r.rows);
-    nl_free(planes);
     return rc;
 }

@@ -30,6 +30,7 @@ struct ctx {
     const struct nl_model *m;
     float *params;
     const struct nl_dataset *d;
+    const struct nl_augment *augment; /* training batches only */
     struct nl_pool *pool;
     int threads, max_n;
     struct worker *w;
@@ -156,6 +157,7 @@ static void step_thread(void *arg, int t, int count)
         int correct = 0;
         nl_rng_seed(&w->rng, c->step_seed + (uint64_t)t);
         nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
+        nl_augment_batch(c->augment, c->d->shape, w->x, n, &w->rng);
         const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
         w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, c->scale, &correct);
         w->correct = correct;
@@ -292,6 +294,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
         return rc;
     c.optim = &o->optim;
     c.sync = o->sync;
+    c.augment = &o->augment;
     int nstate = nl_optim_state_arrays(&o->optim);
     /* A cluster member keeps only its share's indices there. */
     order = nl_calloc((size_t)(o->sync ? o->batch : ntrain), sizeof *order);

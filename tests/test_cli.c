@@ -288,6 +288,101 @@ static void test_synthetic(void)
     is_int(nnlab("rm syn"), 1, "rm of a missing dataset fails");
 }
 
+/* CSV and PNG folders through the command line: a CSV of four Gaussian blobs (string labels,
+ * semicolons) trains an mlp to a high accuracy; bad rows give nnlab: import: PATH:LINE: why; a
+ * PNG class tree imports, trains with augmentation, and predicts on a PNG of another size. */
+static void test_csv_png(void)
+{
+    static const char *const names[4] = {"north", "east", "south", "west"};
+    char path[640], bad[256], msg[1024], tree[128];
+    uint32_t state = 12345;
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/blobs.csv", dir);
+    f = fopen(path, "w");
+    fprintf(f, "f1;f2;f3;f4;f5;f6;direction\n");
+    for (int i = 0; i < 800; i++) {
+        int k = i % 4;
+        for (int j = 0; j < 6; j++) {
+            double u = 0;
+            for (int r = 0; r < 4; r++) {
+                state = state * 1664525u + 1013904223u;
+                u += (double)(state >> 8) / (double)(1u << 24) - 0.5;
+            }
+            /* Centres 2 apart on one axis each, noise of std about 0.6, offset and scale that
+             * standardisation removes. */
+            double centre = (j == k ? 2.0 : 0.0) + (j == 4 ? 100.0 : 0.0);
+            fprintf(f, "%.4f;", (centre + u) * (j == 5 ? 1000.0 : 1.0));
+        }
+        fprintf(f, "%s\n", names[k]);
+    }
+    fclose(f);
+    is_int(nnlab("import blobs '%s' --val 0.1 --test 0.2", path), 0, "import a CSV");
+    like(out, "560 train, 80 val, 160 test", "with stratified validation and test splits");
+    is_int(nnlab("show blobs"), 0, "show a CSV dataset");
+    like(out, "csv dataset", "its kind");
+    like(out, "\"separator\":\";\"", "and its preprocessing record");
+    like(out, "south", "and the class names from the labels");
+    is_int(nnlab("train --data blobs --model mlp --epochs 8 --batch 32 --lr 0.02 --threads 2 "
+                 "--name blobs1 --json"),
+           0, "train an mlp on the CSV dataset");
+    double acc = json_number("test_accuracy");
+    ok(acc >= 0.9, "CSV test accuracy %.4f >= 0.9", acc);
+
+    snprintf(bad, sizeof bad, "%s/bad.csv", dir);
+    f = fopen(bad, "w");
+    fprintf(f, "a,b,label\n1,2,x\n3,oops,y\n");
+    fclose(f);
+    is_int(nnlab("import badcsv '%s'", bad), 1, "a bad CSV row fails");
+    snprintf(msg, sizeof msg, "nnlab: import: %s:3: field 2 ('oops') is not a number", bad);
+    like(errtext, msg, "with nnlab: import: PATH:LINE: why");
+    is_int(nnlab("import badcsv '%s' --skip-bad", bad), 0, "--skip-bad imports the rest");
+    like(out, "skipped 1 bad file or row", "and reports how many");
+    like(errtext, ":3:", "and which");
+
+    /* A PNG class tree. */
+    uint8_t px[600 * 64], lab[600];
+    synthetic(px, lab, 600, 3);
+    snprintf(tree, sizeof tree, "%s/tree", dir);
+    for (int k = 0; k < 4; k++) {
+        snprintf(path, sizeof path, "mkdir -p '%s/%s'", tree, names[k]);
+        if (system(path) != 0)
+            diag("cannot make a folder");
+    }
+    for (int i = 0; i < 600; i++) {
+        snprintf(path, sizeof path, "%s/%s/%03d.png", tree, names[lab[i]], i);
+        write_png_gray(path, px + i * 64, 8, 8);
+    }
+    is_int(nnlab("--json import pngs '%s' --val 0.2", tree), 0, "import a PNG class tree --json");
+    ok(json_lines(), "stdout holds only JSON");
+    like(out, "\"kind\":\"png\",\"shape\":[1,8,8],\"classes\":4", "gray 8x8, four classes");
+    is_int(nnlab("datasets"), 0, "datasets");
+    like(out, "SIZE", "with sizes");
+    is_int(nnlab("train --data pngs --model mlp --epochs 3 --threads 2 --augment flip,crop:1 "
+                 "--name pngs1 --json"),
+           0, "train with --augment flip,crop:1");
+    like(out, "\"test_accuracy\":null", "no test split, so no test accuracy");
+    is_int(nnlab("train --data pngs --model mlp --augment spin"), 2, "a bad --augment");
+    like(errtext, "spin", "naming it");
+    uint8_t big[16 * 16];
+    for (int p = 0; p < 256; p++)
+        big[p] = px[(p / 32) * 8 + (p % 16) / 2];
+    snprintf(path, sizeof path, "%s/big.png", dir);
+    write_png_gray(path, big, 16, 16);
+    is_int(nnlab("predict pngs1 '%s'", path), 0, "predict a PNG of another size");
+    like(out, names[lab[0]], "naming a class");
+
+    snprintf(path, sizeof path, "%s/tree/east/zz.png", dir);
+    f = fopen(path, "w");
+    fprintf(f, "not a png");
+    fclose(f);
+    is_int(nnlab("import pngs2 '%s'", tree), 1, "a non-PNG file in the tree fails");
+    snprintf(msg, sizeof msg, "nnlab: import: %s: not a PNG file", path);
+    like(errtext, msg, "naming it");
+    nnlab("datasets --json");
+    ok(strstr(out, "pngs2") == NULL, "and leaves nothing behind");
+}
+
 static void test_fashion_subset(void)
 {
     char cmd[600], a[256], b[256], png[256];
@@ -349,6 +444,7 @@ int main(void)
 
     test_basics();
     test_synthetic();
+    test_csv_png();
     test_fashion_subset();
 
     char cmd[128];

@@ -11,6 +11,7 @@
 
 #include "nnlab/error.h"
 #include "nnlab/layer.h"
+#include "nnlab/rng.h"
 #include "nnlab/store.h"
 
 enum nl_split { NL_TRAIN = 0, NL_VAL = 1, NL_TEST = 2, NL_NSPLITS = 3 };
@@ -21,13 +22,14 @@ extern const char *const nl_split_names[NL_NSPLITS]; /* "train", "val", "test" *
 struct nl_dataset {
     char *name;
     char *source;          /* where it was imported from */
-    char *kind;            /* "idx", later "png", "csv" */
+    char *kind;            /* "idx", "png" or "csv" */
     struct nl_shape shape; /* one sample */
     enum nl_dtype dtype;
     int nclasses;
-    char **class_names; /* (nclasses) */
-    int nnorm;          /* shape.c: one mean/std per channel */
-    float *mean, *std;  /* (nnorm), in units of pixel / 255 for uint8 data */
+    char **class_names;  /* (nclasses) */
+    int nnorm;           /* shape.c: one mean/std per channel (per feature for CSV: (F, 1, 1)) */
+    float *mean, *std;   /* (nnorm), in units of pixel / 255 for uint8 data */
+    char *preprocessing; /* JSON: what the import did (resize, channels, splits, skipped...) */
     struct {
         uint32_t n;
         void *x;    /* (n, sample), uint8_t or float by dtype */
@@ -43,14 +45,31 @@ struct nl_dataset_info {
     struct nl_shape shape;
     int nclasses;
     uint32_t count[NL_NSPLITS];
+    uint64_t bytes; /* of all samples */
 };
 
 struct nl_import_opts {
-    float val_fraction; /* carve a stratified validation split of this share from train; 0: none */
-    uint64_t seed;      /* for the validation split */
-    nl_warn_fn warn;    /* may be NULL */
+    float val_fraction;  /* carve a stratified validation split of this share from train; 0: none */
+    float test_fraction; /* carve a test split likewise, when the source has none; 0: none */
+    uint64_t seed;       /* for the carved splits */
+    int channels;        /* PNG: 1 (gray) or 3 (RGB); 0: what most files are */
+    int width, height;   /* PNG: resize every image to this; 0: the most common size */
+    const char *label;   /* CSV: the label column, a name or a 1-based index; NULL: the last */
+    int skip_bad;        /* skip bad files or rows (each reported through warn) */
+    nl_warn_fn warn;     /* may be NULL */
     void *warn_ud;
+    /* Called as files or rows are imported; a non-zero return stops the import (NL_ECANCELED).
+     * May be NULL. */
+    int (*progress)(void *ud, uint64_t done, uint64_t total);
+    void *progress_ud;
 };
+
+/* Imports a dataset from what paths name, deciding by the source: a folder of IDX files or an
+ * IDX images file and labels file (nl_import_idx), a folder of PNG class folders (optionally under
+ * train/, val/ and test/), or a .csv file. One transaction: nothing is stored when it fails, and
+ * errors read "PATH[:LINE]: why". */
+int nl_import(struct nl_store *s, const char *name, const char *const *paths, int npaths,
+              const struct nl_import_opts *opts, struct nl_error *err);
 
 /* Imports MNIST-family IDX files as dataset `name`, in one transaction: nothing is left in the
  * store when it fails. paths is either one folder holding train-images-idx3-ubyte and
@@ -77,5 +96,18 @@ void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uin
  * (converting channels, resizing bilinearly). x has nl_shape_size(d->shape) floats. */
 int nl_dataset_sample_from_png(const struct nl_dataset *d, const char *path, float *x,
                                struct nl_error *err);
+
+/* Training-time augmentation, applied to normalised training batches only. */
+struct nl_augment {
+    int flip; /* mirror left-right with probability 1/2 */
+    int crop; /* shift by up to this many pixels each way, filling with 0 (the mean) */
+};
+
+/* Parses "flip,crop:4" (either part optional; "none" or "" for nothing). */
+int nl_augment_parse(struct nl_augment *a, const char *text, struct nl_error *err);
+int nl_augment_active(const struct nl_augment *a);
+/* x (n, shape) in place, with rng; allocates nothing. */
+void nl_augment_batch(const struct nl_augment *a, struct nl_shape shape, float *x, int n,
+                      struct nl_rng *rng);
 
 #endif

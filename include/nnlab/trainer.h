@@ -34,6 +34,7 @@ struct nl_train_opts {
      * improving (0: never). */
     double target_accuracy;
     int patience;
+    struct nl_augment augment;  /* of training batches; zero: none */
     const struct nl_sync *sync; /* NULL: a local run */
 };
 

@@ -1,0 +1,89 @@
+/* What the importers (IDX, PNG folders, CSV) share: a streaming writer that holds one import's
+ * transaction and sums the train split's statistics as samples go by, the seeded stratified
+ * split, and a few helpers for messages. Not part of the public headers.
+ *
+ * A reader calls nl_writer_begin (which opens the transaction and creates the datasets row), then
+ * nl_writer_add once per sample with its final split and label, then nl_writer_commit with the
+ * class names and the preprocessing record; on any error it calls nl_writer_abort, which rolls
+ * everything back. Memory does not grow with the number of samples. */
+#ifndef NNLAB_IMPORT_INTERNAL_H
+#define NNLAB_IMPORT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "nnlab/dataset.h"
+
+struct nl_writer;
+
+struct nl_writer_spec {
+    const char *name;   /* the dataset's name, checked with nl_store_check_name */
+    const char *kind;   /* "idx", "png", "csv" */
+    const char *source; /* the files or folder, for people */
+    struct nl_shape shape;
+    enum nl_dtype dtype;
+};
+
+int nl_writer_begin(struct nl_writer **out, struct nl_store *s, const struct nl_writer_spec *spec,
+                    struct nl_error *err);
+
+/* data is one sample of the spec's shape and type. Train samples feed the statistics: per
+ * channel for uint8 data (in units of pixel / 255), per channel too for float data, where a CSV
+ * dataset's channels are its features. */
+int nl_writer_add(struct nl_writer *w, enum nl_split split, int label, const void *data,
+                  struct nl_error *err);
+
+uint32_t nl_writer_count(const struct nl_writer *w, enum nl_split split);
+
+/* Stores the classes (names[k] may be NULL: named by its number), the statistics and the
+ * preprocessing record (JSON), commits, and frees w whatever happens. Warns about classes with
+ * no train sample. */
+int nl_writer_commit(struct nl_writer *w, int nclasses, const char *const *names,
+                     const char *preprocessing, const struct nl_import_opts *opts,
+                     struct nl_error *err);
+
+/* Rolls the import back and frees w; accepts NULL. */
+void nl_writer_abort(struct nl_writer *w);
+
+/* Stratified seeded split: among the samples with labels[i] >= 0 (others are left alone), per
+ * class in label order, round(val * count) samples become NL_VAL and round(test * count) NL_TEST,
+ * chosen by a shuffle of that class's samples, keeping at least one in train. split[] must hold
+ * the samples' current splits (NL_TRAIN for those that may move). */
+int nl_split_assign(const int32_t *labels, uint32_t n, int nclasses, float val, float test,
+                    uint64_t seed, uint8_t *split, struct nl_error *err);
+
+/* Whether an error of this code is about one bad input file that --skip-bad may skip. */
+static inline int nl_import_skippable(int code)
+{
+    return code == NL_EFORMAT || code == NL_EIO || code == NL_ENOENT;
+}
+
+/* A growing text buffer for the preprocessing JSON; on out-of-memory it stays NULL and the
+ * import fails at commit. */
+struct nl_text {
+    char *s;
+    size_t len, cap;
+    int failed;
+};
+void nl_text_printf(struct nl_text *t, const char *fmt, ...) NL_PRINTF(2, 3);
+void nl_text_json_str(struct nl_text *t, const char *s);
+void nl_text_free(struct nl_text *t);
+
+/* The source column: the paths as absolute paths where they resolve, comma-separated. */
+void nl_import_describe_source(const char *const *paths, int npaths, char *out, size_t size);
+
+/* The readers behind nl_import. */
+int nl_import_png_dir(struct nl_store *s, const char *name, const char *dir,
+                      const struct nl_import_opts *opts, struct nl_error *err);
+int nl_import_csv(struct nl_store *s, const char *name, const char *path,
+                  const struct nl_import_opts *opts, struct nl_error *err);
+
+/* PNG decoding (core/image.c): the image at path as (channels, out_h, out_w) pixel values in
+ * [0, 255], converted and resized as nl_dataset_sample_from_png describes. */
+int nl_png_read_planes(const char *path, int channels, int out_h, int out_w, float *out,
+                       struct nl_error *err);
+
+/* PNG header: width, height, and whether the colour type is colour (palette, RGB, RGBA).
+ * Reads only the signature and the IHDR chunk. */
+int nl_png_probe(const char *path, uint32_t *w, uint32_t *h, int *color, struct nl_error *err);
+
+#endif

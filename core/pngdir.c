@@ -1,0 +1,495 @@
+/* Importing a folder of PNG class folders: DIR/CLASS/FILE.png, or DIR/train/CLASS/FILE.png with
+ * DIR/val/... and DIR/test/... beside it.
+ *
+ * Class names are the folder names, sorted bytewise; files are taken in sorted order, so an
+ * import is reproducible. Files whose names start with '.' are ignored. The import runs in two
+ * passes over the file list: the first reads only each file's PNG header, to find the most common
+ * size and channel kind (the defaults) and to reject non-PNG files early; the second decodes each
+ * file (core/image.c), converts and resizes it, and streams it into the store through the
+ * import writer. Only the list of paths is held in memory; each image is freed after it is
+ * stored. */
+#include "import_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "nnlab/alloc.h"
+#include "store_internal.h"
+
+#define MAX_CLASSES        65536
+#define MAX_SKIPPED_LISTED 20
+
+static const char *const split_dirs[NL_NSPLITS] = {"train", "val", "test"};
+
+struct entry {
+    char *path;
+    int32_t label; /* -1: bad, skipped */
+    uint8_t split;
+    uint8_t color;
+    uint32_t w, h;
+};
+
+struct names {
+    char **v;
+    size_t n, cap;
+};
+
+struct pngdir {
+    const char *dir;
+    const struct nl_import_opts *opts;
+    struct entry *e;
+    size_t n, cap;
+    struct names classes;
+    int has_split[NL_NSPLITS];
+    int split_layout;
+    uint32_t skipped;
+    struct nl_text skipped_json; /* the first MAX_SKIPPED_LISTED, as JSON strings */
+};
+
+static void names_free(struct names *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        nl_free(a->v[i]);
+    nl_free(a->v);
+    a->v = NULL;
+    a->n = a->cap = 0;
+}
+
+static int names_push(struct names *a, const char *s)
+{
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 16;
+        char **p = nl_realloc(a->v, cap * sizeof *p);
+        if (!p)
+            return -1;
+        a->v = p;
+        a->cap = cap;
+    }
+    a->v[a->n] = nl_strdup(s);
+    if (!a->v[a->n])
+        return -1;
+    a->n++;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int path_join(char *out, const char *a, const char *b, struct nl_error *err)
+{
+    int n = snprintf(out, PATH_MAX, "%s/%s", a, b);
+    if (n < 0 || n >= PATH_MAX)
+        return nl_error_set(err, NL_EINVAL, "%s/%s: path too long", a, b);
+    return 0;
+}
+
+/* The entries of dir not starting with '.', sorted. */
+static int list_dir(const char *dir, struct names *out, struct nl_error *err)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+
+    out->n = 0;
+    if (!d)
+        return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s", dir,
+                            strerror(errno));
+    errno = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        if (names_push(out, de->d_name) != 0) {
+            closedir(d);
+            return nl_error_set(err, NL_ENOMEM, "%s: out of memory listing", dir);
+        }
+    }
+    if (errno) {
+        int e = errno;
+        closedir(d);
+        return nl_error_set(err, NL_EIO, "%s: cannot list: %s", dir, strerror(e));
+    }
+    closedir(d);
+    if (out->n > 1)
+        qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    return 0;
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static void warn(const struct pngdir *p, const char *fmt, const char *a)
+{
+    char msg[PATH_MAX + 128];
+
+    if (!p->opts->warn)
+        return;
+    snprintf(msg, sizeof msg, fmt, a);
+    p->opts->warn(p->opts->warn_ud, msg);
+}
+
+/* Records a bad file that --skip-bad skips (the message names it). */
+static void note_skipped(struct pngdir *p, const char *path, const char *msg)
+{
+    if (p->skipped < MAX_SKIPPED_LISTED) {
+        nl_text_printf(&p->skipped_json, "%s", p->skipped ? "," : "");
+        nl_text_json_str(&p->skipped_json, path);
+    }
+    p->skipped++;
+    warn(p, "skipped %s", msg);
+}
+
+static int add_entry(struct pngdir *p, const char *path, int split, int label, struct nl_error *err)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 1024;
+        struct entry *e = nl_realloc(p->e, cap * sizeof *e);
+        if (!e)
+            return nl_error_set(err, NL_ENOMEM, "out of memory listing %s", p->dir);
+        p->e = e;
+        p->cap = cap;
+    }
+    struct entry *e = &p->e[p->n];
+    memset(e, 0, sizeof *e);
+    e->path = nl_strdup(path);
+    if (!e->path)
+        return nl_error_set(err, NL_ENOMEM, "out of memory listing %s", p->dir);
+    e->split = (uint8_t)split;
+    e->label = label;
+    p->n++;
+    return 0;
+}
+
+/* Adds the files of one class folder; returns 1 when the folder had none. */
+static int scan_class(struct pngdir *p, const char *cdir, int split, int label,
+                      struct nl_error *err)
+{
+    struct names files = {0};
+    char path[PATH_MAX];
+    size_t before = p->n;
+    int rc = list_dir(cdir, &files, err);
+
+    for (size_t i = 0; i < files.n && rc == 0; i++) {
+        rc = path_join(path, cdir, files.v[i], err);
+        if (rc)
+            break;
+        if (is_dir(path)) {
+            warn(p, "%s: a folder inside a class folder; ignored", path);
+            continue;
+        }
+        rc = add_entry(p, path, split, label, err);
+    }
+    names_free(&files);
+    if (rc == 0 && p->n == before) {
+        rc = nl_error_set(err, NL_EFORMAT, "%s: empty class folder (no files)", cdir);
+        if (!p->opts->skip_bad)
+            return rc;
+        note_skipped(p, cdir, err->msg);
+        return 1;
+    }
+    return rc;
+}
+
+static int find_class(const struct names *classes, const char *name)
+{
+    const char *key = name;
+    char **hit = bsearch(&key, classes->v, classes->n, sizeof *classes->v, cmp_str);
+    return hit ? (int)(hit - classes->v) : -1;
+}
+
+/* Finds the layout, the classes and every file. */
+static int scan(struct pngdir *p, struct nl_error *err)
+{
+    struct names top = {0}, sub = {0};
+    char path[PATH_MAX], cdir[PATH_MAX];
+    int rc = list_dir(p->dir, &top, err);
+
+    for (int k = 0; k < NL_NSPLITS && rc == 0; k++) {
+        rc = path_join(path, p->dir, split_dirs[k], err);
+        p->has_split[k] = rc == 0 && is_dir(path);
+        p->split_layout |= p->has_split[k];
+    }
+    /* The classes: the union of the class folders' names. */
+    for (size_t i = 0; i < top.n && rc == 0; i++) {
+        rc = path_join(path, p->dir, top.v[i], err);
+        if (rc)
+            break;
+        if (!is_dir(path)) {
+            warn(p, "%s: not a folder; ignored", path);
+            continue;
+        }
+        if (!p->split_layout) {
+            if (names_push(&p->classes, top.v[i]) != 0)
+                rc = nl_error_set(err, NL_ENOMEM, "out of memory");
+            continue;
+        }
+        int k = 0;
+        while (k < NL_NSPLITS && strcmp(top.v[i], split_dirs[k]) != 0)
+            k++;
+        if (k == NL_NSPLITS) {
+            warn(p, "%s: not train, val or test; ignored", path);
+            continue;
+        }
+        rc = list_dir(path, &sub, err);
+        for (size_t j = 0; j < sub.n && rc == 0; j++) {
+            rc = path_join(cdir, path, sub.v[j], err);
+            if (rc == 0 && is_dir(cdir) && names_push(&p->classes, sub.v[j]) != 0)
+                rc = nl_error_set(err, NL_ENOMEM, "out of memory");
+            else if (rc == 0 && !is_dir(cdir))
+                warn(p, "%s: not a folder; ignored", cdir);
+        }
+        names_free(&sub);
+    }
+    if (rc == 0 && p->classes.n > 1) {
+        size_t out = 1;
+        qsort(p->classes.v, p->classes.n, sizeof *p->classes.v, cmp_str);
+        for (size_t i = 1; i < p->classes.n; i++) {
+            if (strcmp(p->classes.v[i], p->classes.v[out - 1]) == 0)
+                nl_free(p->classes.v[i]);
+            else
+                p->classes.v[out++] = p->classes.v[i];
+        }
+        p->classes.n = out;
+    }
+    if (rc == 0 && p->classes.n == 0)
+        rc = nl_error_set(
+            err, NL_EFORMAT,
+            "%s: no class folders; expected %s/CLASS/FILE.png or %s/train/CLASS/FILE.png", p->dir,
+            p->dir, p->dir);
+    if (rc == 0 && p->classes.n > MAX_CLASSES)
+        rc = nl_error_set(err, NL_EFORMAT, "%s: %zu class folders; at most %d", p->dir,
+                          p->classes.n, MAX_CLASSES);
+    if (rc == 0 && p->split_layout && !p->has_split[NL_TRAIN])
+        rc = nl_error_set(err, NL_EFORMAT, "%s: has val or test folders but no train folder",
+                          p->dir);
+
+    /* The files, split by split, class by class. */
+    for (int k = 0; k < NL_NSPLITS && rc == 0; k++) {
+        const char *base = p->dir;
+        if (p->split_layout && !p->has_split[k])
+            continue;
+        if (!p->split_layout && k > 0)
+            break;
+        if (p->split_layout) {
+            rc = path_join(path, p->dir, split_dirs[k], err);
+            base = path;
+        }
+        rc = rc ? rc : list_dir(base, &sub, err);
+        for (size_t j = 0; j < sub.n && rc == 0; j++) {
+            rc = path_join(cdir, base, sub.v[j], err);
+            if (rc || !is_dir(cdir))
+                continue;
+            int label = find_class(&p->classes, sub.v[j]);
+            rc = scan_class(p, cdir, k, label, err);
+            if (rc == 1)
+                rc = 0;
+        }
+        names_free(&sub);
+    }
+    names_free(&top);
+    names_free(&sub);
+    return rc;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Reads every header: marks bad files (or fails), then picks the channels and size. */
+static int probe_all(struct pngdir *p, int *channels, int *h, int *w, struct nl_error *err)
+{
+    uint64_t *sizes = nl_malloc((p->n + 1) * sizeof *sizes);
+    size_t ngood = 0, ncolor = 0;
+    int rc = 0;
+
+    if (!sizes)
+        return nl_error_set(err, NL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < p->n && rc == 0; i++) {
+        struct entry *e = &p->e[i];
+        int color = 0;
+        rc = nl_png_probe(e->path, &e->w, &e->h, &color, err);
+        if (rc && p->opts->skip_bad && nl_import_skippable(rc)) {
+            note_skipped(p, e->path, err->msg);
+            e->label = -1;
+            rc = 0;
+            continue;
+        }
+        if (rc)
+            break;
+        e->color = (uint8_t)color;
+        ncolor += (size_t)color;
+        sizes[ngood++] = (uint64_t)e->w << 32 | e->h;
+    }
+    if (rc == 0 && ngood == 0)
+        rc = nl_error_set(err, NL_EFORMAT, "%s: no PNG files to import", p->dir);
+    if (rc == 0) {
+        *channels = p->opts->channels ? p->opts->channels : ncolor * 2 > ngood ? 3 : 1;
+        if (p->opts->width > 0 && p->opts->height > 0) {
+            *w = p->opts->width;
+            *h = p->opts->height;
+        } else {
+            /* The most common size; ties go to the smaller. */
+            size_t best = 0, best_n = 0;
+            qsort(sizes, ngood, sizeof *sizes, cmp_u64);
+            for (size_t i = 0; i < ngood;) {
+                size_t j = i;
+                while (j < ngood && sizes[j] == sizes[i])
+                    j++;
+                if (j - i > best_n) {
+                    best_n = j - i;
+                    best = i;
+                }
+                i = j;
+            }
+            *w = (int)(sizes[best] >> 32);
+            *h = (int)(sizes[best] & 0xffffffffu);
+        }
+    }
+    nl_free(sizes);
+    return rc;
+}
+
+/* Assigns the carved validation and test splits among the train files. */
+static int carve(struct pngdir *p, struct nl_error *err)
+{
+    float val = p->has_split[NL_VAL] ? 0 : p->opts->val_fraction;
+    float test = p->has_split[NL_TEST] ? 0 : p->opts->test_fraction;
+    int32_t *labels;
+    uint8_t *split;
+    int rc;
+
+    if (val <= 0 && test <= 0)
+        return 0;
+    labels = nl_malloc((p->n + 1) * sizeof *labels);
+    split = nl_malloc(p->n + 1);
+    if (!labels || !split) {
+        nl_free(labels);
+        nl_free(split);
+        return nl_error_set(err, NL_ENOMEM, "out of memory choosing the splits");
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        labels[i] = p->e[i].label;
+        split[i] = p->e[i].split;
+    }
+    rc = nl_split_assign(labels, (uint32_t)p->n, (int)p->classes.n, val, test, p->opts->seed, split,
+                         err);
+    for (size_t i = 0; i < p->n && rc == 0; i++)
+        p->e[i].split = split[i];
+    nl_free(labels);
+    nl_free(split);
+    return rc;
+}
+
+static uint8_t to_u8(float v)
+{
+    v = roundf(v);
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+/* Decodes and stores every good file. */
+static int store_all(struct pngdir *p, struct nl_writer *w, int c, int h, int wd, uint32_t *resized,
+                     uint32_t *converted, struct nl_error *err)
+{
+    size_t sample = (size_t)c * h * wd;
+    float *planes = nl_malloc(sample * sizeof *planes);
+    uint8_t *px = nl_malloc(sample);
+    int rc = 0;
+
+    if (!planes || !px)
+        rc = nl_error_set(err, NL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < p->n && rc == 0; i++) {
+        struct entry *e = &p->e[i];
+        if (e->label < 0)
+            continue;
+        rc = nl_png_read_planes(e->path, c, h, wd, planes, err);
+        if (rc && p->opts->skip_bad && nl_import_skippable(rc)) {
+            note_skipped(p, e->path, err->msg);
+            e->label = -1;
+            rc = 0;
+            continue;
+        }
+        if (rc)
+            break;
+        for (size_t q = 0; q < sample; q++)
+            px[q] = to_u8(planes[q]);
+        *resized += (int)e->w != wd || (int)e->h != h;
+        *converted += (e->color ? 3 : 1) != c;
+        rc = nl_writer_add(w, e->split, e->label, px, err);
+        if (rc == 0 && p->opts->progress &&
+            p->opts->progress(p->opts->progress_ud, (uint64_t)i + 1, (uint64_t)p->n))
+            rc = nl_error_set(err, NL_ECANCELED, "stopped");
+    }
+    nl_free(planes);
+    nl_free(px);
+    return rc;
+}
+
+int nl_import_png_dir(struct nl_store *s, const char *name, const char *dir,
+                      const struct nl_import_opts *opts, struct nl_error *err)
+{
+    struct pngdir p = {.dir = dir, .opts = opts};
+    struct nl_writer *w = NULL;
+    struct nl_text pre = {0};
+    char source[PATH_MAX + 8];
+    uint32_t resized = 0, converted = 0;
+    int c = 0, h = 0, wd = 0, rc;
+
+    rc = nl_store_check_name("dataset", name, err);
+    if (rc == 0 && opts->channels != 0 && opts->channels != 1 && opts->channels != 3)
+        rc = nl_error_set(err, NL_EINVAL, "%d channels: PNG import makes 1 (gray) or 3 (RGB)",
+                          opts->channels);
+    if (rc == 0)
+        rc = scan(&p, err);
+    if (rc == 0)
+        rc = probe_all(&p, &c, &h, &wd, err);
+    if (rc == 0)
+        rc = carve(&p, err);
+    if (rc == 0) {
+        const char *paths[1] = {dir};
+        nl_import_describe_source(paths, 1, source, sizeof source);
+        struct nl_writer_spec spec = {
+            .name = name, .kind = "png", .source = source, .shape = {c, h, wd}, .dtype = NL_U8};
+        rc = nl_writer_begin(&w, s, &spec, err);
+    }
+    if (rc == 0)
+        rc = store_all(&p, w, c, h, wd, &resized, &converted, err);
+    if (rc == 0 &&
+        nl_writer_count(w, NL_TRAIN) + nl_writer_count(w, NL_VAL) + nl_writer_count(w, NL_TEST) ==
+            0)
+        rc = nl_error_set(err, NL_EFORMAT, "%s: no PNG file could be imported", dir);
+    if (rc == 0) {
+        nl_text_printf(&pre,
+                       "{\"reader\":\"png\",\"layout\":\"%s\",\"channels\":%d,\"size\":[%d,%d],"
+                       "\"resize\":\"bilinear\",\"resized\":%u,\"converted\":%u,"
+                       "\"alpha\":\"over black\",\"val_fraction\":%g,\"test_fraction\":%g,"
+                       "\"seed\":%llu,\"normalise\":\"per-channel mean/std of train\","
+                       "\"skipped\":%u,\"skipped_files\":[%s]}",
+                       p.split_layout ? "train/val/test" : "classes", c, wd, h, resized, converted,
+                       p.has_split[NL_VAL] ? 0.0 : (double)opts->val_fraction,
+                       p.has_split[NL_TEST] ? 0.0 : (double)opts->test_fraction,
+                       (unsigned long long)opts->seed, p.skipped,
+                       p.skipped_json.s ? p.skipped_json.s : "");
+        rc = nl_writer_commit(w, (int)p.classes.n, (const char *const *)p.classes.v,
+                              pre.failed ? NULL : pre.s, opts, err);
+        w = NULL;
+    }
+    nl_writer_abort(w);
+    for (size_t i = 0; i < p.n; i++)
+        nl_free(p.e[i].path);
+    nl_free(p.e);
+    names_free(&p.classes);
+    nl_text_free(&p.skipped_json);
+    nl_text_free(&pre);
+    return rc;
+}
