@@ -27,6 +27,27 @@ int build_model(struct nl_model **m, const char *model, const char *spec_text,
     return rc;
 }
 
+/* A dataset's summary by name; NL_ENOENT when there is none. */
+static int dataset_info(struct nl_store *store, const char *name, struct nl_dataset_info *info,
+                        struct nl_error *err)
+{
+    struct nl_dataset_info *list;
+    int n, found = 0;
+    int rc = nl_dataset_list(store, &list, &n, err);
+
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < n && !found; i++) {
+        if (strcmp(list[i].name, name) == 0) {
+            *info = list[i];
+            found = 1;
+        }
+    }
+    nl_free(list);
+    return found ? 0
+                 : nl_error_set(err, NL_ENOENT, "no dataset named '%s' (see nnlab datasets)", name);
+}
+
 /* The shape and class count a run was trained for: from its settings, or (for runs recorded
  * before settings carried them) from its dataset. */
 static int run_shape(struct nl_store *store, const struct nl_run_info *run, const char *settings,
@@ -49,22 +70,12 @@ static int run_shape(struct nl_store *store, const struct nl_run_info *run, cons
     }
     if (found)
         return 0;
-    struct nl_dataset_info *list;
-    int n;
-    int rc = nl_dataset_list(store, &list, &n, err);
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < n && !found; i++) {
-        if (strcmp(list[i].name, run->dataset) == 0) {
-            *shape = list[i].shape;
-            *nclasses = list[i].nclasses;
-            found = 1;
-        }
-    }
-    nl_free(list);
-    if (!found)
+    struct nl_dataset_info info;
+    if (dataset_info(store, run->dataset, &info, err) < 0)
         return nl_error_set(err, NL_ENOENT, "run '%s': its dataset '%s' is gone", run->name,
                             run->dataset);
+    *shape = info.shape;
+    *nclasses = info.nclasses;
     return 0;
 }
 
@@ -192,23 +203,15 @@ int cmd_summary(int argc, char **argv)
     const char *model = argv[optind];
     if (data) {
         struct nl_store *store;
-        struct nl_dataset_info *list;
-        int n, found = 0;
+        struct nl_dataset_info info;
         if (open_store(&store, &err) < 0)
             return fail(&err);
-        int rc = nl_dataset_list(store, &list, &n, &err);
+        int rc = dataset_info(store, data, &info, &err);
         nl_store_close(store);
         if (rc < 0)
             return fail(&err);
-        for (int i = 0; i < n; i++)
-            if (strcmp(list[i].name, data) == 0) {
-                shape = list[i].shape;
-                nclasses = list[i].nclasses;
-                found = 1;
-            }
-        nl_free(list);
-        if (!found)
-            return failf("no dataset named '%s' (see nnlab datasets)", data);
+        shape = info.shape;
+        nclasses = info.nclasses;
     }
     struct nl_model *m;
     if (build_model(&m, model, NULL, shape, (int)nclasses, &err) < 0)
