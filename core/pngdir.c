@@ -369,6 +369,10 @@ static int carve(struct pngdir *p, struct nl_error *err)
     uint8_t *split;
     int rc;
 
+    if (p->has_split[NL_VAL] && p->opts->val_fraction > 0)
+        warn(p, "%s has a val folder; --val is ignored", p->dir);
+    if (p->has_split[NL_TEST] && p->opts->test_fraction > 0)
+        warn(p, "%s has a test folder; --test is ignored", p->dir);
     if (val <= 0 && test <= 0)
         return 0;
     labels = nl_malloc((p->n + 1) * sizeof *labels);
