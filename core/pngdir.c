@@ -24,6 +24,7 @@
 
 #define MAX_CLASSES        65536
 #define MAX_SKIPPED_LISTED 20
+#define MAX_SAMPLE_VALUES  (1u << 24) /* bytes of one stored sample */
 
 static const char *const split_dirs[NL_NSPLITS] = {"train", "val", "test"};
 
@@ -457,6 +458,11 @@ int nl_import_png_dir(struct nl_store *s, const char *name, const char *dir,
         rc = scan(&p, err);
     if (rc == 0)
         rc = probe_all(&p, &c, &h, &wd, err);
+    if (rc == 0 && (uint64_t)c * h * wd > MAX_SAMPLE_VALUES)
+        rc = nl_error_set(err, NL_EINVAL,
+                          "%s: samples of %d x %d x %d values are too large to store; choose a "
+                          "smaller size with --resize WxH",
+                          dir, c, h, wd);
     if (rc == 0)
         rc = carve(&p, err);
     if (rc == 0) {
