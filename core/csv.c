@@ -63,12 +63,12 @@ static int put_char(struct csv *c, char ch, struct nl_error *err)
 
 static int start_field(struct csv *c, struct nl_error *err)
 {
+    if (c->nf > MAX_FIELDS)
+        return nl_error_set(err, NL_EFORMAT, "%s:%ld: more than %d fields", c->path, c->rec_line,
+                            MAX_FIELDS);
     if (c->nf == c->fcap) {
         int cap = c->fcap ? 2 * c->fcap : 64;
         size_t *p;
-        if (cap > MAX_FIELDS * 2)
-            return nl_error_set(err, NL_EFORMAT, "%s:%ld: more than %d fields", c->path,
-                                c->rec_line, MAX_FIELDS);
         p = nl_realloc(c->off, (size_t)cap * sizeof *p);
         if (!p)
             return nl_error_set(err, NL_ENOMEM, "%s: out of memory", c->path);

@@ -24,6 +24,7 @@
 
 #define MAX_CLASSES        65536
 #define MAX_SKIPPED_LISTED 20
+#define MAX_SAMPLE_VALUES  (1u << 24) /* bytes of one stored sample */
 
 static const char *const split_dirs[NL_NSPLITS] = {"train", "val", "test"};
 
@@ -369,6 +370,10 @@ static int carve(struct pngdir *p, struct nl_error *err)
     uint8_t *split;
     int rc;
 
+    if (p->has_split[NL_VAL] && p->opts->val_fraction > 0)
+        warn(p, "%s has a val folder; --val is ignored", p->dir);
+    if (p->has_split[NL_TEST] && p->opts->test_fraction > 0)
+        warn(p, "%s has a test folder; --test is ignored", p->dir);
     if (val <= 0 && test <= 0)
         return 0;
     labels = nl_malloc((p->n + 1) * sizeof *labels);
@@ -453,6 +458,11 @@ int nl_import_png_dir(struct nl_store *s, const char *name, const char *dir,
         rc = scan(&p, err);
     if (rc == 0)
         rc = probe_all(&p, &c, &h, &wd, err);
+    if (rc == 0 && (uint64_t)c * h * wd > MAX_SAMPLE_VALUES)
+        rc = nl_error_set(err, NL_EINVAL,
+                          "%s: samples of %d x %d x %d values are too large to store; choose a "
+                          "smaller size with --resize WxH",
+                          dir, c, h, wd);
     if (rc == 0)
         rc = carve(&p, err);
     if (rc == 0) {

@@ -11,7 +11,11 @@
  *   - samples.data is one sample, (channels, height, width) row-major, uint8 or float32 by
  *     datasets.dtype (0 uint8, 1 float32);
  *   - norm_mean and norm_std hold one float32 per channel, in units of pixel / 255 for uint8
- *     data, computed over the train split at import;
+ *     data, computed over the train split at import; a CSV dataset's samples are (F, 1, 1)
+ *     float32, so its statistics are per feature;
+ *   - datasets.preprocessing is a JSON object recording what the import did: the reader, and as
+ *     they apply channels, size and how many files were resized or converted, separator, header,
+ *     label column, feature names, carved split fractions and seed, skipped files or lines;
  *   - runs name their dataset by name, not by id, so that a run's record outlives the dataset;
  *     everything else that belongs to a dataset or a run goes with it (ON DELETE CASCADE, with
  *     foreign_keys on for every connection). */
@@ -31,7 +35,7 @@ static const char schema_sql[] =
     "CREATE TABLE datasets (\n"
     "    id            INTEGER PRIMARY KEY,\n"
     "    name          TEXT NOT NULL UNIQUE,\n"
-    "    kind          TEXT NOT NULL,            -- 'idx' (later 'png', 'csv')\n"
+    "    kind          TEXT NOT NULL,            -- 'idx', 'png' or 'csv'\n"
     "    source        TEXT NOT NULL,            -- the files or folder imported from\n"
     "    channels      INTEGER NOT NULL,\n"
     "    height        INTEGER NOT NULL,\n"

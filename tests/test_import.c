@@ -71,6 +71,14 @@ static void write_text(const char *path, const char *text)
         diag("cannot write %s", path);
 }
 
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
 static long long count_rows(struct nl_store *s, const char *table)
 {
     char sql[128];
@@ -611,6 +619,47 @@ static void check_csv(struct nl_store *s)
     expect_failure(s, "a missing CSV", at("none.csv"), NULL, NL_ENOENT, at("none.csv"), NULL);
 }
 
+/* An IDX pair without a test split: --test carves one, stratified, beside --val. */
+static void check_idx_carve(struct nl_store *s)
+{
+    uint8_t im[16 + 100 * 4], lb[8 + 100];
+    struct nl_error err = {0};
+    struct nl_dataset *d = NULL;
+    FILE *f;
+
+    put_be32(im, 0x803);
+    put_be32(im + 4, 100);
+    put_be32(im + 8, 2);
+    put_be32(im + 12, 2);
+    put_be32(lb, 0x801);
+    put_be32(lb + 4, 100);
+    for (int i = 0; i < 100; i++) {
+        memset(im + 16 + 4 * i, i, 4);
+        lb[8 + i] = (uint8_t)(i % 4);
+    }
+    f = fopen(at("im-idx3-ubyte"), "wb");
+    if (!f || fwrite(im, 1, sizeof im, f) != sizeof im || fclose(f) != 0)
+        diag("cannot write the images file");
+    f = fopen(at("lb-idx1-ubyte"), "wb");
+    if (!f || fwrite(lb, 1, sizeof lb, f) != sizeof lb || fclose(f) != 0)
+        diag("cannot write the labels file");
+    const char *src[2] = {at("im-idx3-ubyte"), at("lb-idx1-ubyte")};
+    struct nl_import_opts o = {.seed = 7, .val_fraction = 0.2f, .test_fraction = 0.2f};
+    int rc = nl_import(s, "idx-carved", src, 2, &o, &err);
+    succeeds(rc, err, "IDX pair with --val 0.2 --test 0.2");
+    if (rc == 0 && nl_dataset_load(s, "idx-carved", &d, &err) == 0) {
+        ok(d->split[NL_TRAIN].n == 60 && d->split[NL_VAL].n == 20 && d->split[NL_TEST].n == 20,
+           "60 train, 20 val, 20 test: got %u %u %u", d->split[NL_TRAIN].n, d->split[NL_VAL].n,
+           d->split[NL_TEST].n);
+        int per_class[4] = {0};
+        for (uint32_t i = 0; i < d->split[NL_TEST].n; i++)
+            per_class[d->split[NL_TEST].y[i]]++;
+        ok(per_class[0] == 5 && per_class[1] == 5 && per_class[2] == 5 && per_class[3] == 5,
+           "the test split is stratified");
+        nl_dataset_free(d);
+    }
+}
+
 static void check_augment(void)
 {
     struct nl_augment a;
@@ -744,6 +793,7 @@ int main(void)
         check_png_splits(s);
         check_bad_png(s);
         check_csv(s);
+        check_idx_carve(s);
         check_memory(s);
         nl_store_close(s);
     }
