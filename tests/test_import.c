@@ -498,6 +498,13 @@ static void check_bad_png(struct nl_store *s)
     }
     remove(bad);
 
+    /* A file that cannot be opened, even by root: a link to nothing. */
+    snprintf(bad, sizeof bad, "%s/c1/zz-gone.png", at("bad1"));
+    ok(symlink("/nonexistent/nnlab-test.png", bad) == 0, "made a dangling link");
+    expect_failure(s, "a file that cannot be opened", at("bad1"), NULL, NL_ENOENT, bad,
+                   "No such file");
+    remove(bad);
+
     expect_failure(s, "a folder without class folders", at("bad1/c0"), NULL, NL_EFORMAT,
                    at("bad1/c0"), "no class folders");
     write_text(at("notes.txt"), "hello\n");
