@@ -455,6 +455,21 @@ static int has_idx(const char *dir)
     return 0;
 }
 
+/* Options that only one kind of source takes are refused for the others rather than ignored. */
+static int check_options(const struct nl_import_opts *o, const char *path, int png, int csv,
+                         struct nl_error *err)
+{
+    const char *kind = png ? "a PNG folder" : csv ? "a CSV file" : "IDX files";
+    if (!png && (o->channels || o->width || o->height))
+        return nl_error_set(err, NL_EINVAL,
+                            "%s: --gray, --rgb and --resize apply to PNG folders; this is %s", path,
+                            kind);
+    if (!csv && o->label)
+        return nl_error_set(err, NL_EINVAL, "%s: --label applies to CSV files; this is %s", path,
+                            kind);
+    return 0;
+}
+
 int nl_import(struct nl_store *s, const char *name, const char *const *paths, int npaths,
               const struct nl_import_opts *opts, struct nl_error *err)
 {
@@ -472,7 +487,9 @@ int nl_import(struct nl_store *s, const char *name, const char *const *paths, in
                             "below 1",
                             (double)opts->val_fraction, (double)opts->test_fraction);
     if (npaths == 2)
-        return nl_import_idx(s, name, paths, npaths, opts, err);
+        return check_options(opts, paths[0], 0, 0, err) < 0
+                   ? err->code
+                   : nl_import_idx(s, name, paths, npaths, opts, err);
     if (npaths > 2)
         return nl_error_set(err, NL_EINVAL,
                             "give one source (a folder or a .csv file), or an IDX images file and "
@@ -481,12 +498,18 @@ int nl_import(struct nl_store *s, const char *name, const char *const *paths, in
     if (stat(paths[0], &st) != 0)
         return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s",
                             paths[0], strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        return has_idx(paths[0]) ? nl_import_idx(s, name, paths, 1, opts, err)
-                                 : nl_import_png_dir(s, name, paths[0], opts, err);
+    if (S_ISDIR(st.st_mode)) {
+        int idx = has_idx(paths[0]);
+        if (check_options(opts, paths[0], !idx, 0, err) < 0)
+            return err->code;
+        return idx ? nl_import_idx(s, name, paths, 1, opts, err)
+                   : nl_import_png_dir(s, name, paths[0], opts, err);
+    }
     if (ends_with(paths[0], ".csv") || ends_with(paths[0], ".csv.txt") ||
         ends_with(paths[0], ".tsv"))
-        return nl_import_csv(s, name, paths[0], opts, err);
+        return check_options(opts, paths[0], 0, 1, err) < 0
+                   ? err->code
+                   : nl_import_csv(s, name, paths[0], opts, err);
     if (is_idx_name(paths[0]))
         return nl_error_set(err, NL_EINVAL,
                             "%s: an IDX file alone; give its folder, or the images file and the "

@@ -585,6 +585,12 @@ static void check_csv(struct nl_store *s)
         nl_dataset_free(d);
     }
     write_text(at("first.csv"), "kind,a,b\ncat,1,2\ndog,3,4\n");
+    struct nl_import_opts resize = {.seed = 1, .width = 8, .height = 8};
+    expect_failure(s, "--resize on a CSV file", at("first.csv"), &resize, NL_EINVAL, "--resize",
+                   "PNG folders");
+    struct nl_import_opts label = {.seed = 1, .label = "kind"};
+    expect_failure(s, "--label on a PNG folder", at("bad1"), &label, NL_EINVAL, "--label",
+                   "CSV files");
     struct nl_import_opts byname = {.seed = 1, .label = "kind"};
     src[0] = at("first.csv");
     rc = nl_import(s, "first", src, 1, &byname, &err);
