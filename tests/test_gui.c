@@ -25,6 +25,7 @@ int main(void)
 
 #include "nnlab-ui.h"
 #include "nnlab/alloc.h"
+#include "nnlab/model.h"
 #include "nnlab/runs.h"
 #include "window.h"
 
@@ -231,6 +232,45 @@ static int two_finished(void)
     return finished > 1;
 }
 
+static int three_finished(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return finished > 2;
+}
+
+/* Whether gui-finetune's conv1 equals gui-lenet's and its fc1 differs. */
+static int frozen_kept(const char *db)
+{
+    struct nl_store *s;
+    struct nl_error err = {0};
+    struct nl_model *a = NULL, *b = NULL;
+    struct nl_dataset *da = NULL, *db_ = NULL;
+    int same_conv = 0, changed_fc = 0;
+    if (nl_store_open(&s, db, &err) < 0)
+        return 0;
+    if (nl_ui_load_run(s, "gui-lenet", &a, &da, &err) == 0 &&
+        nl_ui_load_run(s, "gui-finetune", &b, &db_, &err) == 0) {
+        const struct nl_layer *ca = &a->layers[nl_model_find_layer(a, "conv1")];
+        const struct nl_layer *cb = &b->layers[nl_model_find_layer(b, "conv1")];
+        const struct nl_layer *fa = &a->layers[nl_model_find_layer(a, "fc1")];
+        const struct nl_layer *fb = &b->layers[nl_model_find_layer(b, "fc1")];
+        same_conv = memcmp(a->params + ca->param_offset, b->params + cb->param_offset,
+                           ca->param_count * sizeof(float)) == 0;
+        changed_fc = memcmp(a->params + fa->param_offset, b->params + fb->param_offset,
+                            fa->param_count * sizeof(float)) != 0;
+    } else {
+        diag("%s", err.msg);
+    }
+    nl_model_free(a);
+    nl_model_free(b);
+    nl_dataset_free(da);
+    nl_dataset_free(db_);
+    nl_store_close(s);
+    return same_conv && changed_fc;
+}
+
 static int confusion_ready(void)
 {
     return runs_page_confusion_ready(nw()->runs);
@@ -277,7 +317,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(24);
+    plan(28);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -312,9 +352,12 @@ int main(int argc, char **argv)
 
     /* Model: a spec with an error is refused, then lenet with one more layer. */
     show("model");
-    gtk_widget_activate_action(win, "win.model-spec", "s",
-                               "fc1: dense 32\nrelu\nfc2: dense lots\n");
+    gtk_widget_activate_action(
+        win, "win.model-spec", "s",
+        "conv1: conv 8 3x3\nrelu\nfc1: dense 32\npool1: maxpool 2\nfc2: dense N\n");
     ok(!model_page_valid(nw()->model), "a broken spec is not valid");
+    spin(300);
+    screenshot("2-model-error");
     gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
     ok(model_page_valid(nw()->model), "lenet builds for the dataset");
     gtk_widget_activate_action(win, "win.model-add-layer", "s", "dropout 0.25");
@@ -364,7 +407,41 @@ int main(int argc, char **argv)
     gtk_widget_activate_action(win, "win.train-start", NULL);
     ok(wait_for(two_finished, 500000), "a second run, mlp for three epochs, finishes");
 
-    /* Runs: both overlaid, and the confusion matrix of the test split. */
+    /* Fine-tuning: lenet from the first run's weights, its convolutions frozen; closing the
+     * window meanwhile asks first. */
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    gtk_widget_activate_action(win, "win.model-init", "s", "gui-lenet");
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", TRUE);
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", TRUE);
+    ok(model_page_valid(nw()->model) && model_page_init_run(nw()->model) &&
+           g_strv_length((char **)model_page_frozen(nw()->model)) == 2,
+       "lenet starts from gui-lenet with two frozen layers");
+    show("model");
+    spin(200);
+    screenshot("2-model-finetune");
+    show("train");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "1");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "batch", "16");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-finetune");
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    gtk_window_close(GTK_WINDOW(win));
+    spin(200);
+    GListModel *tops = gtk_window_get_toplevels();
+    GtkWidget *question = NULL;
+    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
+        GObject *o = g_list_model_get_item(tops, i);
+        if (GTK_IS_MESSAGE_DIALOG(o))
+            question = GTK_WIDGET(o);
+        g_object_unref(o);
+    }
+    ok(question && gtk_widget_get_visible(win),
+       "closing the window during training asks first and keeps it open");
+    if (question)
+        gtk_dialog_response(GTK_DIALOG(question), GTK_RESPONSE_CANCEL);
+    ok(wait_for(three_finished, 500000), "the fine-tuning run finishes");
+    ok(frozen_kept(db), "frozen layers kept the first run's weights, the others trained");
+
+    /* Runs: the first two overlaid, and the confusion matrix of the test split. */
     show("runs");
     gtk_widget_activate_action(win, "win.runs-refresh", NULL);
     gtk_widget_activate_action(win, "win.run-compare", "s", "gui-lenet");
@@ -397,14 +474,14 @@ int main(int argc, char **argv)
     gtk_window_set_default_size(GTK_WINDOW(win), 1024, 700);
     show("train");
     spin(400);
-    screenshot("6-train-1024x700");
+    screenshot("3-train-1024x700");
 
     /* The same page in the dark variant of the theme. */
     g_object_set(gtk_settings_get_default(), "gtk-application-prefer-dark-theme", TRUE, NULL);
     spin(400);
-    screenshot("7-train-dark");
+    screenshot("3-train-dark");
     show("runs");
-    screenshot("8-runs-dark");
+    screenshot("4-runs-dark");
 
     /* Deleting a run from the runs page. */
     gtk_widget_activate_action(win, "win.run-select", "s", "gui-mlp");

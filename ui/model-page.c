@@ -4,14 +4,23 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "finetune.h"
+#include "nnlab/alloc.h"
 #include "nnlab/model.h"
+#include "nnlab/runs.h"
 #include "nnlab/spec.h"
 #include "window.h"
 
 struct model_page {
     NlWindow *win;
     GtkWidget *shipped, *add, *summary, *text, *layers_title, *error, *layers;
+    GtkWidget *init, *init_info;
+    GtkStringList *init_names; /* "Random initialisation", then runs with checkpoints */
     GtkTextTag *error_tag;
+    char *init_run;     /* the run whose weights start training, or NULL */
+    GHashTable *frozen; /* names of the layers ticked frozen */
+    char **frozen_now;  /* those of them with parameters in the model as last built */
+    gboolean init_refreshing;
     char *name; /* a shipped model's name, or "custom" */
     char *spec; /* the text last validated */
     gboolean valid, setting;
@@ -99,23 +108,42 @@ static GtkWidget *cell(const char *text, int chars, float xalign, const char *cs
 }
 
 /* One row: name, the spec line's text, output shape, parameters, and the editing buttons. */
+static void freeze_toggled(GtkCheckButton *b, gpointer data)
+{
+    struct model_page *p = data;
+    const char *name = g_object_get_data(G_OBJECT(b), "nl-name");
+    gtk_widget_activate_action(GTK_WIDGET(p->win), "win.model-freeze", "(sb)", name,
+                               gtk_check_button_get_active(b));
+}
+
 static GtkWidget *layer_row(struct model_page *p, const struct nl_layer *l, const char *line_text,
-                            const char *shape, const char *params, const char *error, int prev_line,
-                            int next_line)
+                            const char *shape, const char *params, const char *source,
+                            const char *error, int prev_line, int next_line)
 {
     GtkWidget *row = gtk_list_box_row_new();
     GtkWidget *v = gtk_box_new(GTK_ORIENTATION_VERTICAL, 2);
-    GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 12);
+    GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 8);
     gtk_widget_set_margin_start(v, 10);
     gtk_widget_set_margin_end(v, 4);
     gtk_widget_set_margin_top(v, 4);
     gtk_widget_set_margin_bottom(v, 4);
-    gtk_box_append(GTK_BOX(h), cell(l->name, 8, 0, "heading"));
-    GtkWidget *desc = cell(line_text, 22, 0, "nl-mono");
+    gtk_box_append(GTK_BOX(h), cell(l->name, 7, 0, "heading"));
+    GtkWidget *desc = cell(line_text, 12, 0, "nl-mono");
     gtk_widget_set_hexpand(desc, TRUE);
     gtk_box_append(GTK_BOX(h), desc);
-    gtk_box_append(GTK_BOX(h), cell(shape, 10, 1, "numeric"));
-    gtk_box_append(GTK_BOX(h), cell(params, 10, 1, "numeric"));
+    gtk_box_append(GTK_BOX(h), cell(shape, 9, 1, "numeric"));
+    gtk_box_append(GTK_BOX(h), cell(params, 8, 1, "numeric"));
+    gtk_box_append(GTK_BOX(h), cell(source, 7, 0.5f, "dim-label"));
+    GtkWidget *freeze = gtk_check_button_new();
+    gtk_widget_set_tooltip_text(freeze, "Freeze: train without updating this layer's weights");
+    /* Layers without weights have nothing to freeze: the box keeps its column, unseen. */
+    gtk_widget_set_sensitive(freeze, l->param_count > 0);
+    gtk_widget_set_opacity(freeze, l->param_count > 0 ? 1.0 : 0.0);
+    gtk_check_button_set_active(GTK_CHECK_BUTTON(freeze),
+                                g_hash_table_contains(p->frozen, l->name));
+    g_object_set_data_full(G_OBJECT(freeze), "nl-name", g_strdup(l->name), g_free);
+    g_signal_connect(freeze, "toggled", G_CALLBACK(freeze_toggled), p);
+    gtk_box_append(GTK_BOX(h), freeze);
     GtkWidget *btns = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 0);
     row_button(btns, "go-up-symbolic", "Move up", l->line, prev_line, p, prev_line > 0);
     row_button(btns, "go-down-symbolic", "Move down", l->line, next_line, p, next_line > 0);
@@ -137,17 +165,19 @@ static GtkWidget *layer_row(struct model_page *p, const struct nl_layer *l, cons
 static GtkWidget *header_row(void)
 {
     GtkWidget *row = gtk_list_box_row_new();
-    GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 12);
+    GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 8);
     gtk_widget_set_margin_start(h, 10);
     gtk_widget_set_margin_end(h, 4);
     gtk_widget_set_margin_top(h, 6);
     gtk_widget_set_margin_bottom(h, 6);
-    gtk_box_append(GTK_BOX(h), cell("Layer", 8, 0, "dim-label"));
-    GtkWidget *d = cell("Definition", 22, 0, "dim-label");
+    gtk_box_append(GTK_BOX(h), cell("Layer", 7, 0, "dim-label"));
+    GtkWidget *d = cell("Definition", 12, 0, "dim-label");
     gtk_widget_set_hexpand(d, TRUE);
     gtk_box_append(GTK_BOX(h), d);
-    gtk_box_append(GTK_BOX(h), cell("Output", 10, 1, "dim-label"));
-    gtk_box_append(GTK_BOX(h), cell("Parameters", 10, 1, "dim-label"));
+    gtk_box_append(GTK_BOX(h), cell("Output", 9, 1, "dim-label"));
+    gtk_box_append(GTK_BOX(h), cell("Params", 8, 1, "dim-label"));
+    gtk_box_append(GTK_BOX(h), cell("Weights", 7, 0.5f, "dim-label"));
+    gtk_box_append(GTK_BOX(h), cell("Frozen", 6, 0.5f, "dim-label"));
     GtkWidget *pad = gtk_label_new("");
     gtk_widget_set_size_request(pad, 3 * 34, -1);
     gtk_box_append(GTK_BOX(h), pad);
@@ -194,6 +224,44 @@ static void validate(struct model_page *p)
     int rc = nl_spec_parse(&spec, p->spec, "spec", NULL, NULL, &err);
     if (rc == 0)
         rc = nl_model_build(&m, spec, in, nclasses, &err);
+
+    /* Which layers a past run's weights would start, and which are frozen. */
+    int *from = NULL, matched = 0, with_params = 0;
+    g_strfreev(p->frozen_now);
+    p->frozen_now = NULL;
+    if (m) {
+        GPtrArray *fz = g_ptr_array_new();
+        for (int i = 0; i < m->nlayers; i++) {
+            with_params += m->layers[i].param_count > 0;
+            if (m->layers[i].param_count > 0 && g_hash_table_contains(p->frozen, m->layers[i].name))
+                g_ptr_array_add(fz, g_strdup(m->layers[i].name));
+        }
+        g_ptr_array_add(fz, NULL);
+        p->frozen_now = (char **)g_ptr_array_free(fz, FALSE);
+    }
+    gtk_widget_remove_css_class(p->init_info, "nl-error");
+    if (m && p->init_run) {
+        struct nl_model *src = NULL;
+        struct nl_error ierr = {0};
+        if (finetune_source(p->win->store, p->init_run, 0, &src, &ierr) == 0) {
+            from = g_new(int, (size_t)m->nlayers);
+            matched = finetune_match(m, src, from);
+            char *t = g_strdup_printf("%d of %d layers with weights start from “%s”; the "
+                                      "others start fresh.",
+                                      matched, with_params, p->init_run);
+            gtk_label_set_text(GTK_LABEL(p->init_info), t);
+            g_free(t);
+            if (matched == 0)
+                gtk_widget_add_css_class(p->init_info, "nl-error");
+        } else {
+            gtk_label_set_text(GTK_LABEL(p->init_info), ierr.msg);
+            gtk_widget_add_css_class(p->init_info, "nl-error");
+        }
+        nl_model_free(src);
+    } else {
+        gtk_label_set_text(GTK_LABEL(p->init_info), "Seeded random weights (Xavier unless the "
+                                                    "spec says init=he or init=zero).");
+    }
     p->valid = rc == 0;
     const int bad_line = rc < 0 ? error_line(err.msg) : 0;
     if (bad_line > 0) {
@@ -203,8 +271,8 @@ static void validate(struct model_page *p)
         gtk_text_iter_forward_to_line_end(&le);
         gtk_text_buffer_apply_tag(buf, p->error_tag, &ls, &le);
     }
-    gtk_widget_set_visible(p->error, rc < 0);
     gtk_label_set_text(GTK_LABEL(p->error), rc < 0 ? err.msg : "");
+    gboolean attached = FALSE; /* the error shows on its layer's row rather than on top */
 
     if (spec) {
         char **lines = g_strsplit(p->spec, "\n", -1);
@@ -229,13 +297,19 @@ static void validate(struct model_page *p)
             }
             int prev = i > 0 ? spec->layers[i - 1].line : 0;
             int next = i + 1 < spec->nlayers ? spec->layers[i + 1].line : 0;
+            attached |= bad_line > 0 && l->line == bad_line;
+            const char *source = !m || l->param_count == 0 ? ""
+                                 : !from                   ? "random"
+                                 : from[i] >= 0            ? "from run"
+                                                           : "new";
             gtk_list_box_append(GTK_LIST_BOX(p->layers),
-                                layer_row(p, l, text, shape, params,
+                                layer_row(p, l, text, shape, params, source,
                                           bad_line > 0 && l->line == bad_line ? err.msg : NULL,
                                           prev, next));
         }
         g_strfreev(lines);
     }
+    gtk_widget_set_visible(p->error, rc < 0 && !attached);
     char sum[160];
     if (m) {
         char n[32];
@@ -246,6 +320,7 @@ static void validate(struct model_page *p)
         snprintf(sum, sizeof sum, "does not build for input %d×%d×%d", in.c, in.h, in.w);
     }
     gtk_label_set_text(GTK_LABEL(p->summary), sum);
+    g_free(from);
     nl_model_free(m);
     nl_spec_free(spec);
     nl_window_update_subtitle(p->win);
@@ -392,6 +467,104 @@ gboolean model_page_valid(struct model_page *p)
     return p->valid;
 }
 
+const char *model_page_init_run(struct model_page *p)
+{
+    return p->init_run;
+}
+
+const char *const *model_page_frozen(struct model_page *p)
+{
+    if (p->timer)
+        validate(p);
+    static const char *const none[] = {NULL};
+    return p->frozen_now ? (const char *const *)p->frozen_now : none;
+}
+
+static void set_init_run(struct model_page *p, const char *run)
+{
+    g_free(p->init_run);
+    p->init_run = run && run[0] ? g_strdup(run) : NULL;
+    validate(p);
+}
+
+/* win.model-init (run): the run whose weights start training; "" for random weights. */
+static void init_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct model_page *p = data;
+    const char *run = g_variant_get_string(param, NULL);
+    guint n = g_list_model_get_n_items(G_LIST_MODEL(p->init_names));
+    for (guint i = 1; i < n; i++)
+        if (strcmp(gtk_string_list_get_string(p->init_names, i), run) == 0) {
+            p->init_refreshing = TRUE;
+            gtk_drop_down_set_selected(GTK_DROP_DOWN(p->init), i);
+            p->init_refreshing = FALSE;
+        }
+    if (!run[0]) {
+        p->init_refreshing = TRUE;
+        gtk_drop_down_set_selected(GTK_DROP_DOWN(p->init), 0);
+        p->init_refreshing = FALSE;
+    }
+    set_init_run(p, run);
+}
+
+/* win.model-freeze (layer, frozen) */
+static void freeze_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct model_page *p = data;
+    const char *name;
+    gboolean on;
+    g_variant_get(param, "(&sb)", &name, &on);
+    if (on == g_hash_table_contains(p->frozen, name))
+        return;
+    if (on)
+        g_hash_table_add(p->frozen, g_strdup(name));
+    else
+        g_hash_table_remove(p->frozen, name);
+    if (p->timer)
+        g_source_remove(p->timer);
+    /* Later, so that the check button that was clicked is not destroyed in its own handler. */
+    p->timer = g_timeout_add(50, validate_later, p);
+}
+
+static void init_selected(GObject *dd, GParamSpec *ps, gpointer data)
+{
+    struct model_page *p = data;
+    if (p->init_refreshing)
+        return;
+    guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(dd));
+    set_init_run(p, i == 0 || i == GTK_INVALID_LIST_POSITION
+                        ? NULL
+                        : gtk_string_list_get_string(p->init_names, i));
+}
+
+/* The runs that have a checkpoint, newest first, as starting points. */
+void model_page_runs_changed(struct model_page *p)
+{
+    struct nl_run_info *list;
+    struct nl_error err = {0};
+    int n;
+    if (!p || nl_run_list(p->win->store, &list, &n, &err) < 0)
+        return;
+    p->init_refreshing = TRUE;
+    gtk_string_list_splice(p->init_names, 0, g_list_model_get_n_items(G_LIST_MODEL(p->init_names)),
+                           NULL);
+    gtk_string_list_append(p->init_names, "Random initialisation");
+    guint sel = 0, at = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        if (list[i].epochs_done < 1)
+            continue;
+        gtk_string_list_append(p->init_names, list[i].name);
+        if (p->init_run && strcmp(p->init_run, list[i].name) == 0)
+            sel = at;
+        at++;
+    }
+    nl_free(list);
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(p->init), sel);
+    p->init_refreshing = FALSE;
+    if (sel == 0 && p->init_run)
+        set_init_run(p, NULL); /* the run was deleted */
+}
+
 void model_page_dataset_changed(struct model_page *p)
 {
     validate(p);
@@ -410,6 +583,8 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
     GET(layers_title);
     GET(error);
     GET(layers);
+    GET(init);
+    GET(init_info);
 #undef GET
     *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
     g_object_unref(b);
@@ -418,7 +593,15 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
         {.name = "model-add-layer", .activate = add_layer, .parameter_type = "s"},
         {.name = "model-shipped", .activate = shipped_action, .parameter_type = "s"},
         {.name = "model-spec", .activate = spec_action, .parameter_type = "s"},
+        {.name = "model-init", .activate = init_action, .parameter_type = "s"},
+        {.name = "model-freeze", .activate = freeze_action, .parameter_type = "(sb)"},
     };
+    p->frozen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    p->init_names = gtk_string_list_new(NULL);
+    gtk_drop_down_set_model(GTK_DROP_DOWN(p->init), G_LIST_MODEL(p->init_names));
+    g_object_unref(p->init_names);
+    model_page_runs_changed(p);
+    g_signal_connect(p->init, "notify::selected", G_CALLBACK(init_selected), p);
     g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
 
     GMenu *menu = g_menu_new();
@@ -452,5 +635,9 @@ void model_page_free(struct model_page *p)
         g_source_remove(p->timer);
     g_free(p->name);
     g_free(p->spec);
+    g_free(p->init_run);
+    g_strfreev(p->frozen_now);
+    if (p->frozen)
+        g_hash_table_unref(p->frozen);
     g_free(p);
 }

@@ -622,6 +622,7 @@ static void delete_action(GSimpleAction *a, GVariant *param, gpointer data)
     p->selected = NULL;
     runs_page_refresh(p);
     predict_page_refresh(p->win->predict);
+    model_page_runs_changed(p->win->model);
 }
 
 struct runs_page *runs_page_new(NlWindow *w, GtkWidget **root)

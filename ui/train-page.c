@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "feed.h"
+#include "finetune.h"
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
@@ -24,6 +25,8 @@ static const struct chart_rgb BLUE = {0.21, 0.52, 0.89}, ORANGE = {0.90, 0.38, 0
 struct train_job {
     NlWindow *win; /* a reference, for the idle callbacks */
     char *db_path, *dataset, *model, *spec, *run_name;
+    char *init_run; /* weights to start from, or NULL */
+    char **frozen;  /* layers trained frozen, NULL-terminated */
     struct nl_train_opts o;
     struct feed feed;
     gint stop;
@@ -95,6 +98,8 @@ static void job_free(struct train_job *j)
     g_free(j->model);
     g_free(j->spec);
     g_free(j->run_name);
+    g_free(j->init_run);
+    g_strfreev(j->frozen);
     g_object_unref(j->win);
     g_free(j);
 }
@@ -145,15 +150,72 @@ static int on_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_err
     return nl_run_save_checkpoint(h->job->store, h->job->run_id, cp, err);
 }
 
-static char *settings_json(const struct nl_train_opts *o)
+static void json_string(GString *s, const char *v)
 {
-    return g_strdup_printf("{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\","
+    g_string_append_c(s, '"');
+    for (const char *c = v; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            g_string_append_c(s, '\\');
+        if ((unsigned char)*c >= 0x20)
+            g_string_append_c(s, *c);
+    }
+    g_string_append_c(s, '"');
+}
+
+/* The run's settings as nnlab train writes them, plus where its weights started and what was
+ * frozen. */
+static char *settings_json(const struct train_job *j)
+{
+    const struct nl_train_opts *o = &j->o;
+    GString *s = g_string_new(NULL);
+    g_string_append_printf(s,
+                           "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\","
                            "\"lr\":%g,\"momentum\":%g,\"nesterov\":%s,\"weight_decay\":%g,"
-                           "\"threads\":%d,\"seed\":%llu}",
+                           "\"threads\":%d,\"seed\":%llu",
                            o->epochs, o->batch, nl_optim_kind_name(o->optim.kind),
                            nl_schedule_name(o->schedule), o->optim.lr, o->optim.momentum,
                            o->optim.nesterov ? "true" : "false", o->optim.weight_decay, o->threads,
                            (unsigned long long)o->seed);
+    if (j->init_run) {
+        g_string_append(s, ",\"init\":");
+        json_string(s, j->init_run);
+    }
+    if (j->frozen && j->frozen[0]) {
+        g_string_append(s, ",\"frozen\":[");
+        for (int i = 0; j->frozen[i]; i++) {
+            if (i)
+                g_string_append_c(s, ',');
+            json_string(s, j->frozen[i]);
+        }
+        g_string_append_c(s, ']');
+    }
+    g_string_append_c(s, '}');
+    return g_string_free(s, FALSE);
+}
+
+/* Starts m from a past run's weights where layers match, and marks the frozen layers. */
+static int prepare_model(struct train_job *j, struct nl_model *m, char *note, size_t size)
+{
+    note[0] = 0;
+    if (j->init_run) {
+        struct nl_model *src = NULL;
+        int rc = finetune_source(j->store, j->init_run, 1, &src, &j->err);
+        if (rc < 0)
+            return rc;
+        int *from = g_new(int, (size_t)m->nlayers);
+        int matched = finetune_match(m, src, from);
+        finetune_copy(m, src, from);
+        g_snprintf(note, size, "; %d layers from “%s”", matched, j->init_run);
+        g_free(from);
+        nl_model_free(src);
+    }
+    for (int i = 0; j->frozen && j->frozen[i]; i++) {
+        int l = nl_model_find_layer(m, j->frozen[i]);
+        if (l < 0)
+            return nl_error_set(&j->err, NL_EINVAL, "no layer '%s' to freeze", j->frozen[i]);
+        m->layers[l].frozen = 1;
+    }
+    return 0;
 }
 
 static gpointer train_thread(gpointer data)
@@ -173,9 +235,13 @@ static gpointer train_thread(gpointer data)
         rc = nl_spec_parse(&spec, j->spec, j->model, NULL, NULL, &j->err);
     if (rc == 0)
         rc = nl_model_build(&m, spec, d->shape, d->nclasses, &j->err);
+    char note[192] = "";
     if (rc == 0) {
         nl_model_init_params(m, j->o.seed);
-        char *settings = settings_json(&j->o);
+        rc = prepare_model(j, m, note, sizeof note);
+    }
+    if (rc == 0) {
+        char *settings = settings_json(j);
         rc = nl_run_create(j->store, j->run_name, j->dataset, j->model, m->spec_text, settings,
                            &run, &j->err);
         g_free(settings);
@@ -185,8 +251,16 @@ static gpointer train_thread(gpointer data)
         j->run_id = run.id;
         g_strlcpy(j->run, run.name, sizeof j->run);
         char text[256];
-        g_snprintf(text, sizeof text, "%s: %zu parameters, %u training samples", run.name,
-                   m->nparams, d->split[NL_TRAIN].n);
+        int nfrozen = 0;
+        for (int i = 0; j->frozen && j->frozen[i]; i++)
+            nfrozen++;
+        g_snprintf(text, sizeof text, "%s: %zu parameters, %u training samples%s%s", run.name,
+                   m->nparams, d->split[NL_TRAIN].n, note, nfrozen ? "; frozen: " : "");
+        if (nfrozen) {
+            char *names = g_strjoinv(", ", j->frozen);
+            g_strlcat(text, names, sizeof text);
+            g_free(names);
+        }
         post(h->page, j, MSG_STARTED, NULL, text);
         struct nl_train_hooks hooks = {on_event, on_checkpoint, h};
         struct nl_error terr = {0};
@@ -394,6 +468,7 @@ static gboolean on_msg(gpointer data)
         update_sensitivity(p);
         runs_page_refresh(p->win->runs);
         predict_page_refresh(p->win->predict);
+        model_page_runs_changed(p->win->model);
         break;
     }
     }
@@ -429,6 +504,8 @@ static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
     j->dataset = g_strdup(p->win->data->name);
     j->model = g_strdup(model_page_name(p->win->model));
     j->spec = g_strdup(model_page_spec(p->win->model));
+    j->init_run = g_strdup(model_page_init_run(p->win->model));
+    j->frozen = g_strdupv((char **)model_page_frozen(p->win->model));
     const char *name = gtk_editable_get_text(GTK_EDITABLE(p->run_name));
     j->run_name = name[0] ? g_strdup(name) : NULL;
     nl_train_defaults(&j->o);

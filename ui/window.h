@@ -74,6 +74,12 @@ const char *model_page_spec(struct model_page *p);
 const char *model_page_name(struct model_page *p);
 /* Whether the spec builds for the selected dataset. */
 gboolean model_page_valid(struct model_page *p);
+/* The run whose weights start training (layers matched by name and shapes), or NULL. */
+const char *model_page_init_run(struct model_page *p);
+/* The layers to train frozen, NULL-terminated, owned by the page. */
+const char *const *model_page_frozen(struct model_page *p);
+/* Runs were added or removed: refreshes the choice of starting weights. */
+void model_page_runs_changed(struct model_page *p);
 
 struct train_page *train_page_new(NlWindow *w, GtkWidget **root);
 void train_page_free(struct train_page *p);
