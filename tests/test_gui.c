@@ -271,6 +271,22 @@ static int frozen_kept(const char *db)
     return same_conv && changed_fc;
 }
 
+static int four_finished(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return finished > 3;
+}
+
+static int some_points(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return points > 20;
+}
+
 static int confusion_ready(void)
 {
     return runs_page_confusion_ready(nw()->runs);
@@ -317,7 +333,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(28);
+    plan(31);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -441,6 +457,24 @@ int main(int argc, char **argv)
     ok(wait_for(three_finished, 500000), "the fine-tuning run finishes");
     ok(frozen_kept(db), "frozen layers kept the first run's weights, the others trained");
 
+    /* Stop: a long run stopped after a few steps is recorded as stopped. */
+    gtk_widget_activate_action(win, "win.model-init", "s", "");
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "200");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-stopped");
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    ok(wait_for(some_points, 60000), "the long run makes progress");
+    gtk_widget_activate_action(win, "win.train-stop", NULL);
+    ok(wait_for(four_finished, 60000), "win.train-stop stops it");
+    rc = nl_store_open(&s, db, &err);
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-stopped", &info, NULL, NULL, &err);
+    ok(rc == 0 && strcmp(info.status, "stopped") == 0 && info.epochs_done < 200,
+       "the run is recorded as stopped (%s)", rc == 0 ? info.status : err.msg);
+    if (rc == 0)
+        nl_run_remove(s, "gui-stopped", &err);
+    nl_store_close(s);
+
     /* Runs: the first two overlaid, and the confusion matrix of the test split. */
     show("runs");
     gtk_widget_activate_action(win, "win.runs-refresh", NULL);
@@ -470,11 +504,16 @@ int main(int argc, char **argv)
     spin(400);
     ok(screenshot("5-predict"), "screenshot of the predict page");
 
-    /* The smallest size the window promises. */
+    /* The smallest size the window promises: every page. */
     gtk_window_set_default_size(GTK_WINDOW(win), 1024, 700);
+    static const char *const pages[] = {"datasets", "model", "train", "runs", "predict"};
+    for (size_t i = 0; i < G_N_ELEMENTS(pages); i++) {
+        char name[64];
+        show(pages[i]);
+        snprintf(name, sizeof name, "%zu-%s-1024x700", i + 1, pages[i]);
+        screenshot(name);
+    }
     show("train");
-    spin(400);
-    screenshot("3-train-1024x700");
 
     /* The same page in the dark variant of the theme. */
     g_object_set(gtk_settings_get_default(), "gtk-application-prefer-dark-theme", TRUE, NULL);

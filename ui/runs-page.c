@@ -419,6 +419,18 @@ static void draw_curves(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointe
 
 /* ---- The list ---- */
 
+/* "2026-11-21T11:04:20Z" as "2026-11-21 11:04:20 UTC" in buf. */
+static const char *tidy_time(char *buf, size_t size, const char *iso)
+{
+    if (!iso[0])
+        return "";
+    char t[32];
+    g_strlcpy(t, iso, sizeof t);
+    g_strdelimit(t, "TZ", ' ');
+    g_snprintf(buf, size, "%s UTC", g_strstrip(t));
+    return buf;
+}
+
 static void show_details(struct runs_page *p)
 {
     struct nl_run_info info;
@@ -441,9 +453,12 @@ static void show_details(struct runs_page *p)
             g_string_append_c(set, *c);
     }
     /* Names come from people: escape everything but the markup added here. */
+    char created[48], finished[48];
     char *esc = g_markup_printf_escaped(
-        "<b>%s</b>  %s on %s · %s · created %s%s%s\n%s", info.name, info.model, info.dataset,
-        info.status, info.created, info.finished[0] ? ", finished " : "", info.finished, set->str);
+        "<b>%s</b>  %s on %s · %s · started %s%s%s\n%s", info.name, info.model, info.dataset,
+        info.status, tidy_time(created, sizeof created, info.created),
+        info.finished[0] ? ", finished " : "", tidy_time(finished, sizeof finished, info.finished),
+        set->str);
     g_string_free(set, TRUE);
     gtk_label_set_markup(GTK_LABEL(p->details), esc);
     g_free(esc);
@@ -522,12 +537,10 @@ static GtkWidget *run_row(struct runs_page *p, const struct nl_run_info *r)
     char val[16], test[16];
     fmt_acc(val, sizeof val, r->val_accuracy);
     fmt_acc(test, sizeof test, r->test_accuracy);
-    char when[32];
-    g_strlcpy(when, r->created, sizeof when);
-    g_strdelimit(when, "TZ", ' '); /* 2026-11-21T11:04:20Z: as date and time */
-    char *sub = g_strdup_printf("%s · %d epoch%s · val %s · test %s\n%s on %s · %s UTC", r->status,
+    char when[48];
+    char *sub = g_strdup_printf("%s · %d epoch%s · val %s · test %s\n%s on %s · %s", r->status,
                                 r->epochs_done, r->epochs_done == 1 ? "" : "s", val, test, r->model,
-                                r->dataset, g_strstrip(when));
+                                r->dataset, tidy_time(when, sizeof when, r->created));
     GtkWidget *s = gtk_label_new(sub);
     g_free(sub);
     gtk_label_set_xalign(GTK_LABEL(s), 0);
