@@ -287,6 +287,11 @@ static int some_points(void)
     return points > 20;
 }
 
+static int predicted(void)
+{
+    return predict_page_top(nw()->predict) != NULL;
+}
+
 static int confusion_ready(void)
 {
     return runs_page_confusion_ready(nw()->runs);
@@ -333,7 +338,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(31);
+    plan(32);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -501,7 +506,10 @@ int main(int argc, char **argv)
 
     /* Predict. */
     gtk_widget_activate_action(win, "win.predict-file", "s", png);
-    spin(400);
+    int got = wait_for(predicted, 60000);
+    const char *top = predict_page_top(nw()->predict);
+    ok(got && strcmp(top, "3") == 0, "the ring is classified as class 3 (%s)", top ? top : "-");
+    spin(300);
     ok(screenshot("5-predict"), "screenshot of the predict page");
 
     /* The smallest size the window promises: every page. */

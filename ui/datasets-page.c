@@ -234,7 +234,7 @@ void datasets_page_refresh(struct datasets_page *p)
     for (int i = 0; i < n; i++)
         gtk_list_box_append(GTK_LIST_BOX(p->list), dataset_row(&list[i]));
     /* The first dataset is selected when none is. */
-    if (!p->win->data && n > 0)
+    if (!p->win->data && !p->win->loading && n > 0)
         nl_window_select_dataset(p->win, list[0].name);
     nl_free(list);
     select_row_of(p);

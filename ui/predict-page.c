@@ -23,7 +23,39 @@ struct predict_page {
     double probs[TOP];
     char *path;
     gboolean refreshing; /* the list of runs is being rebuilt */
+    char *loading;       /* the run whose model is being loaded, or NULL */
 };
+
+/* A run's model and dataset loaded on a worker thread; owned by its GTask. */
+struct load_job {
+    char *db_path, *run;
+    struct nl_model *m;
+    struct nl_dataset *d;
+    struct nl_error err;
+};
+
+static void load_job_free(gpointer data)
+{
+    struct load_job *j = data;
+    g_free(j->db_path);
+    g_free(j->run);
+    nl_model_free(j->m);
+    nl_dataset_free(j->d);
+    g_free(j);
+}
+
+static void load_thread(GTask *task, gpointer source, gpointer data, GCancellable *c)
+{
+    struct load_job *j = data;
+    struct nl_store *s;
+    if (nl_store_open(&s, j->db_path, &j->err) == 0) {
+        nl_ui_load_run(s, j->run, &j->m, &j->d, &j->err);
+        nl_store_close(s);
+    }
+    g_task_return_boolean(task, TRUE);
+}
+
+static void predict(struct predict_page *p);
 
 static void clear_prediction(struct predict_page *p)
 {
@@ -35,18 +67,44 @@ static void clear_prediction(struct predict_page *p)
     gtk_widget_queue_draw(p->bars);
 }
 
-static int load_model(struct predict_page *p, const char *run, struct nl_error *err)
+static void load_done(GObject *source, GAsyncResult *res, gpointer data)
 {
-    if (p->run && strcmp(p->run, run) == 0)
-        return 0;
+    struct predict_page *p = data;
+    struct load_job *j = g_task_get_task_data(G_TASK(res));
+    if (p->win->closed || !p->loading || strcmp(p->loading, j->run) != 0)
+        return; /* the window closed, or another run was chosen meanwhile */
+    g_free(p->loading);
+    p->loading = NULL;
+    if (!j->m) {
+        gtk_label_set_text(GTK_LABEL(p->verdict), j->err.msg);
+        return;
+    }
     nl_model_free(p->m);
     nl_dataset_free(p->d);
     g_free(p->run);
-    p->run = NULL;
-    int rc = nl_ui_load_run(p->win->store, run, &p->m, &p->d, err);
-    if (rc == 0)
-        p->run = g_strdup(run);
-    return rc;
+    p->m = j->m;
+    p->d = j->d;
+    p->run = g_strdup(j->run);
+    j->m = NULL;
+    j->d = NULL;
+    predict(p);
+}
+
+/* Loads run's model and dataset on a worker thread, then predicts. */
+static void load_model(struct predict_page *p, const char *run)
+{
+    if (p->loading && strcmp(p->loading, run) == 0)
+        return;
+    g_free(p->loading);
+    p->loading = g_strdup(run);
+    struct load_job *j = g_new0(struct load_job, 1);
+    j->db_path = g_strdup(p->win->db_path);
+    j->run = g_strdup(run);
+    gtk_label_set_text(GTK_LABEL(p->verdict), "Loading the model…");
+    GTask *task = g_task_new(p->win, NULL, load_done, p);
+    g_task_set_task_data(task, j, load_job_free);
+    g_task_run_in_thread(task, load_thread);
+    g_object_unref(task);
 }
 
 static const char *selected_run(struct predict_page *p)
@@ -68,12 +126,13 @@ static void predict(struct predict_page *p)
         gtk_label_set_text(GTK_LABEL(p->verdict), "Train a model first: no run has a checkpoint.");
         return;
     }
-    int rc = load_model(p, run, &err);
-    const size_t size = rc == 0 ? nl_shape_size(p->d->shape) : 1;
-    float *in = g_new(float, size);
-    float *probs = g_new(float, rc == 0 ? (size_t)p->m->nclasses : 1);
-    if (rc == 0)
-        rc = nl_dataset_sample_from_png(p->d, p->path, in, &err);
+    if (!p->run || strcmp(p->run, run) != 0) {
+        load_model(p, run);
+        return;
+    }
+    float *in = g_new(float, nl_shape_size(p->d->shape));
+    float *probs = g_new(float, (size_t)p->m->nclasses);
+    int rc = nl_dataset_sample_from_png(p->d, p->path, in, &err);
     if (rc == 0)
         rc = nl_exec_new(&x, p->m, 1, &err);
     if (rc == 0) {
@@ -194,6 +253,11 @@ static void run_changed(GObject *dd, GParamSpec *ps, gpointer data)
 }
 
 /* The runs that have a checkpoint, newest first. */
+const char *predict_page_top(struct predict_page *p)
+{
+    return p->n > 0 ? p->labels[0] : NULL;
+}
+
 void predict_page_refresh(struct predict_page *p)
 {
     struct nl_run_info *list;
@@ -220,6 +284,8 @@ void predict_page_refresh(struct predict_page *p)
     /* A deleted or retrained run: forget the loaded model. */
     g_free(p->run);
     p->run = NULL;
+    g_free(p->loading);
+    p->loading = NULL;
     if (p->path)
         predict(p);
 }
@@ -266,6 +332,7 @@ void predict_page_free(struct predict_page *p)
     nl_model_free(p->m);
     nl_dataset_free(p->d);
     g_free(p->run);
+    g_free(p->loading);
     g_free(p->path);
     g_free(p);
 }

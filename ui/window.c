@@ -57,17 +57,8 @@ void nl_window_update_subtitle(NlWindow *w)
     g_free(s);
 }
 
-void nl_window_select_dataset(NlWindow *w, const char *name)
+static void dataset_loaded(NlWindow *w, struct nl_dataset *d)
 {
-    struct nl_error err = {0};
-    struct nl_dataset *d = NULL;
-
-    if (name && w->data && strcmp(w->data->name, name) == 0)
-        return;
-    if (name && nl_dataset_load(w->store, name, &d, &err) < 0) {
-        nl_window_notify(w, "%s", err.msg);
-        return;
-    }
     nl_dataset_free(w->data);
     w->data = d;
     if (w->datasets)
@@ -77,6 +68,72 @@ void nl_window_select_dataset(NlWindow *w, const char *name)
     if (w->train)
         train_page_dataset_changed(w->train);
     nl_window_update_subtitle(w);
+}
+
+/* A dataset load on a worker thread; owned by its GTask. */
+struct load_job {
+    char *db_path, *name;
+    guint generation;
+    struct nl_dataset *d;
+    struct nl_error err;
+};
+
+static void load_job_free(gpointer data)
+{
+    struct load_job *j = data;
+    g_free(j->db_path);
+    g_free(j->name);
+    nl_dataset_free(j->d);
+    g_free(j);
+}
+
+static void load_thread(GTask *task, gpointer source, gpointer data, GCancellable *c)
+{
+    struct load_job *j = data;
+    struct nl_store *s;
+    if (nl_store_open(&s, j->db_path, &j->err) == 0) {
+        nl_dataset_load(s, j->name, &j->d, &j->err);
+        nl_store_close(s);
+    }
+    g_task_return_boolean(task, TRUE);
+}
+
+static void load_done(GObject *source, GAsyncResult *res, gpointer data)
+{
+    NlWindow *w = NL_WINDOW(source);
+    struct load_job *j = g_task_get_task_data(G_TASK(res));
+    /* A later selection, or a closed window, makes this load moot. */
+    if (w->closed || j->generation != w->load_generation)
+        return;
+    w->loading = FALSE;
+    if (!j->d) {
+        nl_window_notify(w, "%s", j->err.msg);
+        return;
+    }
+    dataset_loaded(w, j->d);
+    j->d = NULL;
+}
+
+void nl_window_select_dataset(NlWindow *w, const char *name)
+{
+    w->load_generation++;
+    w->loading = FALSE;
+    if (!name) {
+        dataset_loaded(w, NULL);
+        return;
+    }
+    if (w->data && strcmp(w->data->name, name) == 0)
+        return;
+    /* Samples are read on a worker thread: a large dataset takes a moment. */
+    struct load_job *j = g_new0(struct load_job, 1);
+    j->db_path = g_strdup(w->db_path);
+    j->name = g_strdup(name);
+    j->generation = w->load_generation;
+    w->loading = TRUE;
+    GTask *task = g_task_new(w, NULL, load_done, NULL);
+    g_task_set_task_data(task, j, load_job_free);
+    g_task_run_in_thread(task, load_thread);
+    g_object_unref(task);
 }
 
 static void show_page(GSimpleAction *a, GVariant *param, gpointer data)

@@ -34,7 +34,9 @@ struct _NlWindow {
     struct nl_store *store;  /* the main thread's connection */
     struct nl_dataset *data; /* the selected dataset, or NULL */
     guint toast_timer;
-    gboolean closed; /* disposed: callbacks of finished background work do nothing */
+    gboolean closed;       /* disposed: callbacks of finished background work do nothing */
+    guint load_generation; /* of the latest dataset selection */
+    gboolean loading;      /* a selected dataset is being read */
 
     struct datasets_page *datasets;
     struct model_page *model;
@@ -48,7 +50,8 @@ NlWindow *nl_window_new(GtkApplication *app, const char *db_path);
 /* A short message at the bottom of the window (errors included); it fades after a few
  * seconds. */
 void nl_window_notify(NlWindow *w, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
-/* Selects a dataset by name (loads it; NULL: none) and tells every page. */
+/* Selects a dataset by name (NULL: none): its samples are read on a worker thread, then every
+ * page is told. */
 void nl_window_select_dataset(NlWindow *w, const char *name);
 /* The header's subtitle: dataset and model. */
 void nl_window_update_subtitle(NlWindow *w);
@@ -106,6 +109,8 @@ gboolean runs_page_confusion_ready(struct runs_page *p);
 struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root);
 void predict_page_free(struct predict_page *p);
 void predict_page_refresh(struct predict_page *p);
+/* The top class of the last prediction, or NULL. */
+const char *predict_page_top(struct predict_page *p);
 
 G_END_DECLS
 
