@@ -19,7 +19,9 @@ int main(void)
 
 #include <errno.h>
 #include <png.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -338,7 +340,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(32);
+    plan(34);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -347,6 +349,37 @@ int main(int argc, char **argv)
     write_idx(data_dir, "train", 2400);
     write_idx(data_dir, "t10k", 600);
     ok(write_png(png, 3) == 0, "a PNG to classify");
+
+    /* The binary: usage without a display, the window with one. */
+    const char *bin = getenv("NNLAB_BIN");
+    if (bin) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd,
+                 "env -u DISPLAY -u WAYLAND_DISPLAY '%s' --db '%s' | grep -q '^usage: nnlab'", bin,
+                 db);
+        ok(system(cmd) == 0, "nnlab with no command and no display prints the usage");
+        char *args[] = {(char *)bin, "--db", db, NULL};
+        GPid pid;
+        GError *e = NULL;
+        gboolean spawned =
+            g_spawn_async(NULL, args, NULL, G_SPAWN_DO_NOT_REAP_CHILD, NULL, NULL, &pid, &e);
+        int status = 0, alive = 0;
+        if (spawned) {
+            g_usleep(2500000);
+            alive = waitpid(pid, &status, WNOHANG) == 0;
+            if (alive) {
+                kill(pid, SIGTERM);
+                waitpid(pid, &status, 0);
+            }
+            g_spawn_close_pid(pid);
+        } else {
+            g_error_free(e);
+        }
+        ok(alive, "nnlab with no command and a display keeps a window open");
+    } else {
+        ok(1, "the binary's entry point # SKIP NNLAB_BIN is not set");
+        ok(1, "the binary's window # SKIP NNLAB_BIN is not set");
+    }
 
     GObject *app = nl_app_new(db);
     GError *error = NULL;
