@@ -340,7 +340,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(34);
+    plan(36);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -390,6 +390,13 @@ int main(int argc, char **argv)
     if (!win)
         return 1;
     gtk_window_set_default_size(GTK_WINDOW(win), 1240, 860);
+    ok(gtk_icon_theme_has_icon(gtk_icon_theme_get_for_display(gtk_widget_get_display(win)),
+                               "org.nnlab.Nnlab"),
+       "the application icon is found (from the resources)");
+    char **accels = gtk_application_get_accels_for_action(GTK_APPLICATION(app), "win.train-start");
+    ok(accels && accels[0] && strcmp(accels[0], "<Control>Return") == 0,
+       "Ctrl+Return starts training");
+    g_strfreev(accels);
     spin(500);
     g_timeout_add(10, beat, NULL);
 
