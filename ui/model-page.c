@@ -324,6 +324,8 @@ static void validate(struct model_page *p)
     nl_model_free(m);
     nl_spec_free(spec);
     nl_window_update_subtitle(p->win);
+    if (p->win->train)
+        train_page_dataset_changed(p->win->train); /* whether Start can start */
 }
 
 static gboolean validate_later(gpointer data)

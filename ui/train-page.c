@@ -538,6 +538,10 @@ static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
     h->page = p;
     h->job = j;
     p->thread = g_thread_new("nnlab-train", train_thread, h);
+    /* Focus goes to Stop, not to a field of the form that turns insensitive. */
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "train-stop")), TRUE);
+    gtk_widget_grab_focus(p->stop);
     update_sensitivity(p);
     update_tick(p);
 }
