@@ -45,7 +45,7 @@ struct train_page {
     GtkWidget *stat_epoch, *stat_loss, *stat_acc, *stat_ips, *stat_eta;
     GtkWidget *loss_chart, *acc_chart, *ips_chart;
     GtkAdjustment *epochs, *batch, *lr, *momentum, *threads, *seed;
-    GtkWidget *optim, *schedule, *run_name;
+    GtkWidget *optim, *schedule, *run_name, *momentum_spin;
 
     struct train_job *job; /* the running job, or NULL */
     GThread *thread;
@@ -580,6 +580,18 @@ static void train_option(GSimpleAction *a, GVariant *param, gpointer data)
         nl_window_notify(p->win, "No training option “%s”", key);
 }
 
+/* A change of optimizer brings its default learning rate, as the command line does when --lr
+ * is not given; momentum applies to SGD only. */
+static void optim_changed(GObject *dd, GParamSpec *ps, gpointer data)
+{
+    struct train_page *p = data;
+    struct nl_optim o;
+    gboolean adam = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->optim)) == 1;
+    nl_optim_defaults(&o, adam ? NL_OPTIM_ADAM : NL_OPTIM_SGD);
+    gtk_adjustment_set_value(p->lr, o.lr);
+    gtk_widget_set_sensitive(p->momentum_spin, !adam);
+}
+
 /* ---- Charts ---- */
 
 static struct chart base_chart(GtkWidget *area, const char *title, const char *xlabel)
@@ -746,6 +758,7 @@ struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
     GET(schedule);
     GET(run_name);
 #undef GET
+    p->momentum_spin = GTK_WIDGET(gtk_builder_get_object(b, "momentum"));
 #define ADJ(x) p->x = GTK_ADJUSTMENT(gtk_builder_get_object(b, #x "_adj"))
     ADJ(epochs);
     ADJ(batch);
@@ -783,6 +796,7 @@ struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->loss_chart), draw_loss, p, NULL);
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->acc_chart), draw_acc, p, NULL);
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->ips_chart), draw_ips, p, NULL);
+    g_signal_connect(p->optim, "notify::selected", G_CALLBACK(optim_changed), p);
     g_signal_connect(p->charts, "map", G_CALLBACK(charts_mapped), p);
     g_signal_connect(p->charts, "unmap", G_CALLBACK(charts_unmapped), p);
     g_signal_connect(*root, "map", G_CALLBACK(page_mapped), p);
