@@ -340,7 +340,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(36);
+    plan(39);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -506,9 +506,21 @@ int main(int argc, char **argv)
     gtk_widget_activate_action(win, "win.model-init", "s", "");
     gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "200");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "lr", "0.005");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-stopped");
     gtk_widget_activate_action(win, "win.train-start", NULL);
     ok(wait_for(some_points, 60000), "the long run makes progress");
+    ok(train_page_ticking(nw()->train), "the charts' timer runs while they are shown");
+    show("datasets");
+    long before, after;
+    train_page_stats(nw()->train, &before, &finished);
+    /* Hidden, only epoch ends (through g_idle_add) still drain the ring. */
+    ok(!train_page_ticking(nw()->train), "and stops while they are hidden");
+    spin(300);
+    show("train");
+    train_page_stats(nw()->train, &after, &finished);
+    ok(train_page_ticking(nw()->train) && after > before,
+       "back on screen, they catch up at once (%ld then %ld points)", before, after);
     gtk_widget_activate_action(win, "win.train-stop", NULL);
     ok(wait_for(four_finished, 60000), "win.train-stop stops it");
     rc = nl_store_open(&s, db, &err);

@@ -733,6 +733,11 @@ void train_page_stats(struct train_page *p, long *points, int *finished)
     *finished = p->finished;
 }
 
+gboolean train_page_ticking(struct train_page *p)
+{
+    return p->tick != 0;
+}
+
 struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
 {
     struct train_page *p = g_new0(struct train_page, 1);

@@ -93,6 +93,8 @@ void train_page_stop_and_wait(struct train_page *p);
 /* For tests: chart points received
  * and runs finished since the window opened. */
 void train_page_stats(struct train_page *p, long *points, int *finished);
+/* Whether the charts' timer runs (only during a run, while they are on screen). */
+gboolean train_page_ticking(struct train_page *p);
 
 /* Loads a run's model with its latest checkpoint, and the run's dataset (any thread, with that
  * thread's store). */
