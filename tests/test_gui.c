@@ -299,6 +299,20 @@ static int confusion_ready(void)
     return runs_page_confusion_ready(nw()->runs);
 }
 
+/* The question dialog on screen, or NULL. */
+static GtkWidget *find_question(void)
+{
+    GListModel *tops = gtk_window_get_toplevels();
+    GtkWidget *question = NULL;
+    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
+        GObject *o = g_list_model_get_item(tops, i);
+        if (GTK_IS_MESSAGE_DIALOG(o) && gtk_widget_get_visible(GTK_WIDGET(o)))
+            question = GTK_WIDGET(o);
+        g_object_unref(o);
+    }
+    return question;
+}
+
 static int screenshot(const char *name)
 {
     char path[1200];
@@ -340,7 +354,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(39);
+    plan(40);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -487,14 +501,7 @@ int main(int argc, char **argv)
     gtk_widget_activate_action(win, "win.train-start", NULL);
     gtk_window_close(GTK_WINDOW(win));
     spin(200);
-    GListModel *tops = gtk_window_get_toplevels();
-    GtkWidget *question = NULL;
-    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
-        GObject *o = g_list_model_get_item(tops, i);
-        if (GTK_IS_MESSAGE_DIALOG(o))
-            question = GTK_WIDGET(o);
-        g_object_unref(o);
-    }
+    GtkWidget *question = find_question();
     ok(question && gtk_widget_get_visible(win),
        "closing the window during training asks first and keeps it open");
     if (question)
@@ -585,6 +592,12 @@ int main(int argc, char **argv)
     /* Deleting a run from the runs page. */
     gtk_widget_activate_action(win, "win.run-select", "s", "gui-mlp");
     gtk_widget_activate_action(win, "win.run-delete", NULL);
+    spin(200);
+    question = find_question();
+    ok(question != NULL, "deleting a run asks first");
+    if (question)
+        gtk_dialog_response(GTK_DIALOG(question), GTK_RESPONSE_ACCEPT);
+    spin(100);
     rc = nl_store_open(&s, db, &err);
     if (rc == 0)
         rc = nl_run_get(s, "gui-mlp", &info, NULL, NULL, &err);

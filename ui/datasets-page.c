@@ -154,7 +154,7 @@ static void select_dataset(GSimpleAction *a, GVariant *param, gpointer data)
     nl_window_select_dataset(p->win, g_variant_get_string(param, NULL));
 }
 
-static void remove_dataset(GSimpleAction *a, GVariant *param, gpointer data)
+static void remove_confirmed(gpointer data)
 {
     struct datasets_page *p = data;
     struct nl_error err = {0};
@@ -168,6 +168,20 @@ static void remove_dataset(GSimpleAction *a, GVariant *param, gpointer data)
         nl_window_notify(p->win, "Removed “%s”", name);
     g_free(name);
     datasets_page_refresh(p);
+}
+
+/* win.dataset-remove: the selected dataset, once confirmed. */
+static void remove_dataset(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct datasets_page *p = data;
+    if (!p->win->data)
+        return;
+    char *q = g_strdup_printf("Remove the dataset “%s”?", p->win->data->name);
+    nl_window_confirm(p->win, q,
+                      "Its samples leave the store. Runs trained on it stay, but cannot be "
+                      "evaluated or fine-tuned until it is imported again.",
+                      "_Remove", remove_confirmed, p);
+    g_free(q);
 }
 
 static void row_activated(GtkListBox *box, GtkListBoxRow *row, gpointer data)

@@ -607,6 +607,9 @@ static void compare_action(GSimpleAction *a, GVariant *param, gpointer data)
     runs_page_refresh(p);
 }
 
+static void delete_confirmed(gpointer data);
+
+/* win.run-delete: the selected run, once confirmed. */
 static void delete_action(GSimpleAction *a, GVariant *param, gpointer data)
 {
     struct runs_page *p = data;
@@ -619,6 +622,18 @@ static void delete_action(GSimpleAction *a, GVariant *param, gpointer data)
         nl_window_notify(p->win, "“%s” is training: stop it first", p->selected);
         return;
     }
+    char *q = g_strdup_printf("Delete the run “%s”?", p->selected);
+    nl_window_confirm(p->win, q, "Its metrics and checkpoints are removed from the store.",
+                      "_Delete", delete_confirmed, p);
+    g_free(q);
+}
+
+static void delete_confirmed(gpointer data)
+{
+    struct runs_page *p = data;
+    struct nl_error err = {0};
+    if (!p->selected)
+        return;
     if (nl_run_remove(p->win->store, p->selected, &err) < 0) {
         nl_window_notify(p->win, "%s", err.msg);
         return;

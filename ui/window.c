@@ -136,6 +136,38 @@ void nl_window_select_dataset(NlWindow *w, const char *name)
     g_object_unref(task);
 }
 
+struct confirm {
+    void (*yes)(gpointer data);
+    gpointer data;
+};
+
+static void confirm_response(GtkDialog *dialog, int response, gpointer data)
+{
+    struct confirm *c = data;
+    gtk_window_destroy(GTK_WINDOW(dialog));
+    if (response == GTK_RESPONSE_ACCEPT)
+        c->yes(c->data);
+    g_free(c);
+}
+
+void nl_window_confirm(NlWindow *w, const char *question, const char *detail, const char *accept,
+                       void (*yes)(gpointer data), gpointer data)
+{
+    GtkWidget *d =
+        gtk_message_dialog_new(GTK_WINDOW(w), GTK_DIALOG_MODAL | GTK_DIALOG_DESTROY_WITH_PARENT,
+                               GTK_MESSAGE_QUESTION, GTK_BUTTONS_NONE, "%s", question);
+    gtk_message_dialog_format_secondary_text(GTK_MESSAGE_DIALOG(d), "%s", detail);
+    gtk_dialog_add_buttons(GTK_DIALOG(d), "_Cancel", GTK_RESPONSE_CANCEL, accept,
+                           GTK_RESPONSE_ACCEPT, NULL);
+    gtk_widget_add_css_class(gtk_dialog_get_widget_for_response(GTK_DIALOG(d), GTK_RESPONSE_ACCEPT),
+                             "destructive-action");
+    struct confirm *c = g_new(struct confirm, 1);
+    c->yes = yes;
+    c->data = data;
+    g_signal_connect(d, "response", G_CALLBACK(confirm_response), c);
+    gtk_window_present(GTK_WINDOW(d));
+}
+
 static void show_page(GSimpleAction *a, GVariant *param, gpointer data)
 {
     NlWindow *w = data;

@@ -50,6 +50,9 @@ NlWindow *nl_window_new(GtkApplication *app, const char *db_path);
 /* A short message at the bottom of the window (errors included); it fades after a few
  * seconds. */
 void nl_window_notify(NlWindow *w, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+/* Asks a yes-or-no question in a modal dialog; yes(data) runs when the person accepts. */
+void nl_window_confirm(NlWindow *w, const char *question, const char *detail, const char *accept,
+                       void (*yes)(gpointer data), gpointer data);
 /* Selects a dataset by name (NULL: none): its samples are read on a worker thread, then every
  * page is told. */
 void nl_window_select_dataset(NlWindow *w, const char *name);
