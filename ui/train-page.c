@@ -30,6 +30,7 @@ struct train_job {
     struct nl_train_opts o;
     struct feed feed;
     gint stop;
+    int record_failed;      /* an epoch could not be stored: err says why */
     struct nl_store *store; /* the thread's own connection */
     int64_t run_id;
     /* Filled by the thread before the done callback. */
@@ -137,6 +138,7 @@ static int on_event(void *ud, const struct nl_event *ev)
         struct nl_error err = {0};
         if (nl_run_record_epoch(j->store, j->run_id, ev, &err) < 0) {
             j->err = err;
+            j->record_failed = 1;
             return 1;
         }
         post(h->page, j, MSG_EPOCH, &pt, NULL);
@@ -265,7 +267,9 @@ static gpointer train_thread(gpointer data)
         struct nl_train_hooks hooks = {on_event, on_checkpoint, h};
         struct nl_error terr = {0};
         rc = nl_train(m, d, &j->o, &hooks, &j->res, &terr);
-        if (!j->err.msg[0])
+        if (j->record_failed)
+            rc = j->err.code; /* a failure, not a stop */
+        else
             j->err = terr;
     }
     if (created) {
