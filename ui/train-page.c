@@ -420,13 +420,10 @@ static gboolean on_msg(gpointer data)
     struct train_page *p = m->page;
     struct train_job *j = m->job;
 
-    if (m->kind == MSG_DONE && p->win->closed) {
-        /* The window went away and joined the thread; only the job is left to free. */
-        job_free(j);
-        g_free(m);
-        return G_SOURCE_REMOVE;
-    }
     if (p->win->closed || p->job != j) {
+        /* The window went away and joined the thread: only the job is left to free. */
+        if (m->kind == MSG_DONE)
+            job_free(j);
         g_free(m);
         return G_SOURCE_REMOVE;
     }
@@ -462,7 +459,7 @@ static gboolean on_msg(gpointer data)
             gtk_label_set_text(GTK_LABEL(p->stat_eta), "0:00");
             nl_window_notify(p->win, "Run “%s” finished", j->run);
         } else if (j->rc == NL_ECANCELED) {
-            g_snprintf(buf, sizeof buf, "Stopped; run “%s” keeps its last checkpoint", j->run);
+            g_snprintf(buf, sizeof buf, "Stopped; run “%s” keeps the epochs it finished", j->run);
         } else {
             g_snprintf(buf, sizeof buf, "Failed: %s", j->err.msg);
             nl_window_notify(p->win, "Training failed: %s", j->err.msg);
