@@ -299,18 +299,24 @@ static int confusion_ready(void)
     return runs_page_confusion_ready(nw()->runs);
 }
 
+/* A visible toplevel of that type, or NULL. */
+static GtkWidget *find_toplevel(GType type)
+{
+    GListModel *tops = gtk_window_get_toplevels();
+    GtkWidget *found = NULL;
+    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
+        GObject *o = g_list_model_get_item(tops, i);
+        if (G_TYPE_CHECK_INSTANCE_TYPE(o, type) && gtk_widget_get_visible(GTK_WIDGET(o)))
+            found = GTK_WIDGET(o);
+        g_object_unref(o);
+    }
+    return found;
+}
+
 /* The question dialog on screen, or NULL. */
 static GtkWidget *find_question(void)
 {
-    GListModel *tops = gtk_window_get_toplevels();
-    GtkWidget *question = NULL;
-    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
-        GObject *o = g_list_model_get_item(tops, i);
-        if (GTK_IS_MESSAGE_DIALOG(o) && gtk_widget_get_visible(GTK_WIDGET(o)))
-            question = GTK_WIDGET(o);
-        g_object_unref(o);
-    }
-    return question;
+    return find_toplevel(GTK_TYPE_MESSAGE_DIALOG);
 }
 
 static int screenshot(const char *name)
@@ -354,7 +360,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(40);
+    plan(41);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -424,6 +430,13 @@ int main(int argc, char **argv)
        "about 2160 train, 240 validation and 600 test samples");
     show("datasets");
     ok(screenshot("1-datasets"), "screenshot of the datasets page");
+    gtk_widget_activate_action(win, "win.import", NULL);
+    spin(500);
+    GtkWidget *chooser = find_toplevel(GTK_TYPE_FILE_CHOOSER_DIALOG);
+    ok(chooser != NULL, "win.import opens a folder chooser");
+    if (chooser)
+        gtk_dialog_response(GTK_DIALOG(chooser), GTK_RESPONSE_CANCEL);
+    spin(200);
 
     /* Model: a spec with an error is refused, then lenet with one more layer. */
     show("model");
