@@ -10,6 +10,9 @@
 #include "cli.h"
 #include "nnlab-config.h"
 #include "nnlab/kernels.h"
+#if NNLAB_HAVE_GTK
+#include "nnlab-ui.h"
+#endif
 
 struct globals g;
 volatile sig_atomic_t interrupted;
@@ -223,6 +226,12 @@ int main(int argc, char **argv)
     if (argc < 0)
         return EXIT_USAGE;
     if (argc < 2) {
+#if NNLAB_HAVE_GTK
+        /* No command: the desktop window, when there is a display to show it on. */
+        if ((getenv("DISPLAY") && *getenv("DISPLAY")) ||
+            (getenv("WAYLAND_DISPLAY") && *getenv("WAYLAND_DISPLAY")))
+            return nl_ui_run(argc, argv, g.db_path);
+#endif
         usage(stdout);
         return EXIT_OK;
     }

@@ -332,3 +332,67 @@ int nl_run_load_params(struct nl_store *s, const struct nl_run_info *run, float 
     sqlite3_finalize(st);
     return 0;
 }
+
+int nl_run_epochs(struct nl_store *s, int64_t run, struct nl_run_epoch **out, int *count,
+                  struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    struct nl_run_epoch *v = NULL;
+    int n = 0, cap = 0, rc;
+
+    *out = NULL;
+    *count = 0;
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "SELECT epoch, train_loss, train_accuracy, val_loss, val_accuracy, "
+                           "seconds, images_per_second FROM epochs WHERE run = ? ORDER BY epoch",
+                           -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "reading a run's epochs");
+    sqlite3_bind_int64(st, 1, run);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            struct nl_run_epoch *nv = nl_realloc(v, (size_t)cap * sizeof *v);
+            if (!nv) {
+                nl_free(v);
+                sqlite3_finalize(st);
+                return nl_error_set(err, NL_ENOMEM, "out of memory reading a run's epochs");
+            }
+            v = nv;
+        }
+        struct nl_run_epoch *e = &v[n++];
+        e->epoch = sqlite3_column_int(st, 0);
+        e->train_loss = column_real(st, 1);
+        e->train_accuracy = column_real(st, 2);
+        e->val_loss = column_real(st, 3);
+        e->val_accuracy = column_real(st, 4);
+        e->seconds = column_real(st, 5);
+        e->images_per_second = column_real(st, 6);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        nl_free(v);
+        return nl_store_db_error(s, err, "reading a run's epochs");
+    }
+    *out = v;
+    *count = n;
+    return 0;
+}
+
+int nl_run_remove(struct nl_store *s, const char *name, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    /* Foreign keys cascade to epochs and checkpoints. */
+    if (sqlite3_prepare_v2(nl_store_sqlite(s), "DELETE FROM runs WHERE name = ?", -1, &st, NULL) !=
+        SQLITE_OK)
+        return nl_store_db_error(s, err, "removing a run");
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return nl_store_db_error(s, err, "removing a run");
+    if (sqlite3_changes(nl_store_sqlite(s)) == 0)
+        return nl_error_set(err, NL_ENOENT, "no run named '%s' (see nnlab runs)", name);
+    return 0;
+}

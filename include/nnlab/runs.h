@@ -50,4 +50,17 @@ int nl_run_get(struct nl_store *s, const char *name, struct nl_run_info *info, c
 int nl_run_load_params(struct nl_store *s, const struct nl_run_info *run, float *params,
                        size_t nparams, struct nl_error *err);
 
+/* One epoch of a run as stored by nl_run_record_epoch; NAN where not recorded. */
+struct nl_run_epoch {
+    int epoch;
+    double train_loss, train_accuracy, val_loss, val_accuracy, seconds, images_per_second;
+};
+
+/* A run's epochs in order; *out freed with nl_free. */
+int nl_run_epochs(struct nl_store *s, int64_t run, struct nl_run_epoch **out, int *count,
+                  struct nl_error *err);
+
+/* Removes a run with its epochs and checkpoints, in one transaction. NL_ENOENT when unknown. */
+int nl_run_remove(struct nl_store *s, const char *name, struct nl_error *err);
+
 #endif

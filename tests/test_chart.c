@@ -1,0 +1,188 @@
+/* The window's drawing functions and the training feed, without a display: charts are drawn into
+ * cairo image surfaces and checked for the pixels of their series. */
+#include <math.h>
+#include <pthread.h>
+
+#include "chart.h"
+#include "feed.h"
+#include "tap.h"
+
+static cairo_surface_t *surface;
+static cairo_t *cr;
+
+static void canvas(int w, int h)
+{
+    if (cr) {
+        cairo_destroy(cr);
+        cairo_surface_destroy(surface);
+    }
+    surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
+    cr = cairo_create(surface);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_paint(cr);
+}
+
+/* Pixels close to colour c. */
+static long count_color(struct chart_rgb c)
+{
+    cairo_surface_flush(surface);
+    const unsigned char *d = cairo_image_surface_get_data(surface);
+    const int w = cairo_image_surface_get_width(surface),
+              h = cairo_image_surface_get_height(surface);
+    const int stride = cairo_image_surface_get_stride(surface);
+    long n = 0;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint32_t p = *(const uint32_t *)(const void *)(d + (size_t)y * stride + 4 * (size_t)x);
+            int r = (p >> 16) & 255, g = (p >> 8) & 255, b = p & 255;
+            if (abs(r - (int)(c.r * 255)) < 12 && abs(g - (int)(c.g * 255)) < 12 &&
+                abs(b - (int)(c.b * 255)) < 12)
+                n++;
+        }
+    return n;
+}
+
+static void test_line_chart(void)
+{
+    const struct chart_rgb red = {0.9, 0.1, 0.1}, green = {0.1, 0.7, 0.2};
+    double x[200], y[200], y2[200];
+    for (int i = 0; i < 200; i++) {
+        x[i] = i;
+        y[i] = 2.0 * exp(-i / 50.0);
+        y2[i] = i == 100 ? NAN : 1.0;
+    }
+    struct chart c = {.title = "Loss", .xlabel = "step", .fg = {0, 0, 0}, .nseries = 2};
+    c.ymin = c.ymax = c.xmin = c.xmax = NAN;
+    c.series[0] = (struct chart_series){.label = "raw", .x = x, .y = y, .n = 200, .color = red};
+    c.series[1] = (struct chart_series){
+        .label = "flat", .x = x, .y = y2, .n = 200, .color = green, .width = 3};
+    canvas(640, 300);
+    int drawn = chart_draw(cr, 640, 300, &c);
+    ok(drawn > 100 && drawn <= 400, "points are drawn, thinned per pixel column (%d)", drawn);
+    ok(count_color(red) > 300, "the first series is visible (%ld pixels)", count_color(red));
+    ok(count_color(green) > 300, "the second series is visible");
+
+    /* Nothing to draw: no crash, nothing drawn, the empty text instead. */
+    struct chart e = {.title = "Empty", .fg = {0, 0, 0}, .empty = "Press Start", .nseries = 1};
+    e.ymin = e.ymax = e.xmin = e.xmax = NAN;
+    e.series[0] = (struct chart_series){.x = x, .y = y, .n = 0, .color = red};
+    canvas(300, 200);
+    is_int(chart_draw(cr, 300, 200, &e), 0, "an empty chart draws no points");
+    is_int(count_color(red), 0, "and no series pixels");
+
+    /* A constant series and fixed ranges; too small a surface draws nothing and survives. */
+    c.ymin = 0;
+    c.ymax = 1;
+    c.y_percent = 1;
+    canvas(640, 300);
+    ok(chart_draw(cr, 640, 300, &c) > 0, "fixed ranges draw");
+    canvas(30, 20);
+    is_int(chart_draw(cr, 30, 20, &c), 0, "a tiny surface draws no points");
+}
+
+static void test_smooth(void)
+{
+    double y[5] = {1, 1, 1, 1, 1}, out[5];
+    chart_smooth(out, y, 5, 0.9);
+    is_float(out[0], 1.0, 1e-12, "the first smoothed point is not pulled towards 0");
+    is_float(out[4], 1.0, 1e-12, "a constant stays constant");
+    double z[3] = {0, NAN, 2};
+    chart_smooth(out, z, 3, 0.5);
+    ok(isnan(out[1]) && out[2] > 0 && out[2] < 2, "NaN points are gaps, skipped");
+}
+
+static void test_bars_thumbs_confusion(void)
+{
+    const char *labels[] = {"cat", "dog", "bird"};
+    double v[] = {0.7, 0.2, 0.1};
+    struct chart_bars b = {
+        .n = 3, .labels = labels, .values = v, .fg = {0, 0, 0}, .bar = {0.2, 0.4, 0.9}};
+    canvas(500, 200);
+    is_int(chart_bars_draw(cr, 500, 200, &b), 3, "three bars");
+    ok(count_color(b.bar) > 1000, "the top bar is drawn in full colour");
+
+    uint8_t px[4 * 8 * 8];
+    for (int i = 0; i < 4 * 64; i++)
+        px[i] = (uint8_t)(i % 64 < 32 ? 255 : 0);
+    const char *caps[] = {"a", "b", "c", "d"};
+    struct chart_thumbs t = {.n = 4,
+                             .c = 1,
+                             .h = 8,
+                             .w = 8,
+                             .pixels = px,
+                             .captions = caps,
+                             .cell = 32,
+                             .fg = {0, 0, 0}};
+    canvas(100, 300);
+    is_int(chart_thumbs_draw(cr, 100, 300, &t), 4, "four thumbnails");
+    is_int(chart_thumbs_height(100, &t), 2 * (32 + 18) + 4, "two rows of two at width 100");
+
+    long counts[9] = {50, 3, 0, 2, 40, 8, 0, 0, 47};
+    struct chart_confusion m = {
+        .k = 3, .counts = counts, .names = labels, .sel_row = 1, .sel_col = 2, .fg = {0, 0, 0}};
+    canvas(400, 400);
+    is_int(chart_confusion_draw(cr, 400, 400, &m), 9, "nine cells");
+    int row = -1, col = -1;
+    ok(chart_confusion_hit(400, 400, &m, 84 + 1.5 * 105, 84 + 0.5 * 105, &row, &col) == 0 &&
+           row == 0 && col == 1,
+       "a click finds its cell (%d, %d)", row, col);
+    ok(chart_confusion_hit(400, 400, &m, 10, 10, &row, &col) < 0, "labels are no cell");
+}
+
+static struct feed feed;
+
+static void *producer(void *arg)
+{
+    for (int i = 0; i < 100000; i++) {
+        struct feed_point p = {.kind = FEED_ITER, .iter = i};
+        feed_push(&feed, &p);
+    }
+    return NULL;
+}
+
+static void test_feed(void)
+{
+    struct feed_point out[64];
+    ok(feed_init(&feed, 16) == 0, "a feed of 16");
+    for (int i = 0; i < 20; i++) {
+        struct feed_point p = {.iter = i};
+        feed_push(&feed, &p);
+    }
+    int n = feed_pull(&feed, out, 64);
+    is_int(n, 16, "the ring keeps the newest 16");
+    is_int((int)out[0].iter, 4, "the oldest four were overwritten");
+    is_int((int)feed.dropped, 4, "and counted as dropped");
+    is_int(feed_pull(&feed, out, 64), 0, "pulling empties it");
+    feed_release(&feed);
+
+    /* A producer thread against a pulling consumer: points arrive in order, none invented. */
+    feed_init(&feed, 1024);
+    pthread_t th;
+    pthread_create(&th, NULL, producer, NULL);
+    long got = 0, last = -1, in_order = 1, done = 0;
+    while (!done) {
+        n = feed_pull(&feed, out, 64);
+        for (int i = 0; i < n; i++) {
+            in_order &= out[i].iter > last;
+            last = out[i].iter;
+        }
+        got += n;
+        done = last == 99999;
+    }
+    pthread_join(th, NULL);
+    ok(in_order, "points come out in order");
+    is_int(got + feed.dropped, 100000, "every point is pulled or counted as dropped");
+    feed_release(&feed);
+}
+
+int main(void)
+{
+    plan(24);
+    test_line_chart();
+    test_smooth();
+    test_bars_thumbs_confusion();
+    test_feed();
+    cairo_destroy(cr);
+    cairo_surface_destroy(surface);
+    return done_testing();
+}

@@ -1,0 +1,625 @@
+/* The desktop window end to end, under Xvfb: imports a generated IDX dataset, builds and edits a
+ * model, trains one epoch, opens the runs page with a confusion matrix and classifies a PNG, all
+ * through the window's named actions. Checks that the charts received points and that the main
+ * loop never stalled for more than 200 ms while training, and saves a screenshot of every page
+ * in BUILD/ui-screenshots/.
+ *
+ * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run with
+ * GSK_RENDERER=cairo, GSETTINGS_BACKEND=memory and private XDG folders; it skips when those
+ * programs are missing or the build has no GTK. */
+#include "nnlab-config.h"
+#include "tap.h"
+
+#if !NNLAB_HAVE_GTK
+int main(void)
+{
+    skip_all("built without GTK 4");
+}
+#else
+
+#include <errno.h>
+#include <png.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "nnlab-ui.h"
+#include "nnlab/alloc.h"
+#include "nnlab/model.h"
+#include "nnlab/runs.h"
+#include "window.h"
+
+#define W   28
+#define NCL 6
+
+static char tmp[512], shots[1024];
+static GtkWidget *win;
+
+static int in_path(const char *prog)
+{
+    char *p = g_find_program_in_path(prog);
+    g_free(p);
+    return p != NULL;
+}
+
+/* Re-runs this program inside a private D-Bus session and a virtual X server. */
+static void reexec(char **argv)
+{
+    if (!in_path("xvfb-run") || !in_path("dbus-run-session") || !in_path("xauth"))
+        skip_all("xvfb-run, xauth or dbus-run-session missing (apt-get install xvfb xauth "
+                 "dbus-daemon)");
+    char dir[] = "/tmp/nnlab-gui-XXXXXX";
+    if (!mkdtemp(dir))
+        skip_all("mkdtemp: %s", strerror(errno));
+    static const char *sub[] = {"config", "data", "cache", "runtime"};
+    static const char *var[] = {"XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
+                                "XDG_RUNTIME_DIR"};
+    for (int i = 0; i < 4; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, sub[i]);
+        mkdir(path, 0700);
+        setenv(var[i], path, 1);
+    }
+    setenv("NNLAB_GUI_TMP", dir, 1);
+    setenv("NNLAB_GUI_INNER", "1", 1);
+    setenv("GSK_RENDERER", "cairo", 1);
+    setenv("GSETTINGS_BACKEND", "memory", 1);
+    setenv("GDK_BACKEND", "x11", 1);
+    setenv("GTK_A11Y", "none", 1);
+    setenv("NO_AT_BRIDGE", "1", 1);
+    unsetenv("WAYLAND_DISPLAY");
+    unsetenv("DISPLAY");
+    char *args[] = {"dbus-run-session",       "--",    "xvfb-run", "-a", "-s",
+                    "-screen 0 1280x1024x24", argv[0], NULL};
+    execvp(args[0], args);
+    skip_all("cannot run dbus-run-session: %s", strerror(errno));
+}
+
+/* ---- A generated dataset: six classes of shapes, jittered, with noise ---- */
+
+static uint32_t rnd_state = 12345;
+static int rnd(int n)
+{
+    rnd_state = rnd_state * 1103515245u + 12345u;
+    return (int)((rnd_state >> 16) % (uint32_t)n);
+}
+
+static void draw_shape(uint8_t *px, int k)
+{
+    const int dx = rnd(7) - 3, dy = rnd(7) - 3, t = 2 + rnd(2);
+    for (int y = 0; y < W; y++)
+        for (int x = 0; x < W; x++) {
+            int u = x - 14 - dx, v = y - 14 - dy, on = 0, r2 = u * u + v * v;
+            switch (k) {
+            case 0:
+                on = abs(v) < t && abs(u) < 10;
+                break; /* bar */
+            case 1:
+                on = abs(u) < t && abs(v) < 10;
+                break; /* pillar */
+            case 2:
+                on = abs(u - v) < t + 1 && abs(u) < 9;
+                break; /* slash */
+            case 3:
+                on = r2 < 100 && r2 > 100 - 16 * t;
+                break; /* ring */
+            case 4:
+                on = (abs(u) < t || abs(v) < t) && abs(u) < 9 && abs(v) < 9;
+                break; /* plus */
+            default:
+                on = abs(u) < 7 && abs(v) < 7;
+                break; /* block */
+            }
+            int val = on ? 200 + rnd(55) : rnd(60);
+            px[y * W + x] = (uint8_t)val;
+        }
+}
+
+static void write_be32(gzFile f, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 8), (unsigned char)v};
+    gzwrite(f, b, 4);
+}
+
+static void write_idx(const char *dir, const char *prefix, uint32_t n)
+{
+    char a[700], b[700];
+    uint8_t *px = malloc((size_t)n * W * W), *lab = malloc(n);
+    for (uint32_t i = 0; i < n; i++) {
+        lab[i] = (uint8_t)rnd(NCL);
+        draw_shape(px + (size_t)i * W * W, lab[i]);
+    }
+    snprintf(a, sizeof a, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
+    snprintf(b, sizeof b, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
+    gzFile f = gzopen(a, "wb");
+    write_be32(f, 0x803);
+    write_be32(f, n);
+    write_be32(f, W);
+    write_be32(f, W);
+    gzwrite(f, px, n * W * W);
+    gzclose(f);
+    f = gzopen(b, "wb");
+    write_be32(f, 0x801);
+    write_be32(f, n);
+    gzwrite(f, lab, n);
+    gzclose(f);
+    free(px);
+    free(lab);
+}
+
+static int write_png(const char *path, int k)
+{
+    uint8_t px[W * W];
+    draw_shape(px, k);
+    FILE *f = fopen(path, "wb");
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png_create_info_struct(png);
+    if (!f || setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    png_init_io(png, f);
+    png_set_IHDR(png, info, W, W, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int y = 0; y < W; y++)
+        png_write_row(png, px + y * W);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    fclose(f);
+    return 0;
+}
+
+/* ---- Driving the main loop ---- */
+
+static gint64 last_beat, max_gap;
+static gboolean measuring;
+
+/* A 10 ms heartbeat: the longest gap between two beats is the longest main-loop stall. */
+static gboolean beat(gpointer data)
+{
+    gint64 now = g_get_monotonic_time();
+    if (measuring && last_beat && now - last_beat > max_gap)
+        max_gap = now - last_beat;
+    last_beat = now;
+    return G_SOURCE_CONTINUE;
+}
+
+static void spin(int ms)
+{
+    gint64 end = g_get_monotonic_time() + (gint64)ms * 1000;
+    while (g_get_monotonic_time() < end)
+        if (!g_main_context_iteration(NULL, FALSE))
+            g_usleep(2000);
+}
+
+typedef int (*cond_fn)(void);
+static int wait_for(cond_fn cond, int timeout_ms)
+{
+    gint64 end = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+    while (!cond() && g_get_monotonic_time() < end)
+        if (!g_main_context_iteration(NULL, FALSE))
+            g_usleep(2000);
+    return cond();
+}
+
+static NlWindow *nw(void)
+{
+    return NL_WINDOW(win);
+}
+
+static int have_dataset(void)
+{
+    return nw()->data != NULL;
+}
+
+static int run_finished(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return finished > 0;
+}
+
+static int two_finished(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return finished > 1;
+}
+
+static int three_finished(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return finished > 2;
+}
+
+/* Whether gui-finetune's conv1 equals gui-lenet's and its fc1 differs. */
+static int frozen_kept(const char *db)
+{
+    struct nl_store *s;
+    struct nl_error err = {0};
+    struct nl_model *a = NULL, *b = NULL;
+    struct nl_dataset *da = NULL, *db_ = NULL;
+    int same_conv = 0, changed_fc = 0;
+    if (nl_store_open(&s, db, &err) < 0)
+        return 0;
+    if (nl_ui_load_run(s, "gui-lenet", &a, &da, &err) == 0 &&
+        nl_ui_load_run(s, "gui-finetune", &b, &db_, &err) == 0) {
+        const struct nl_layer *ca = &a->layers[nl_model_find_layer(a, "conv1")];
+        const struct nl_layer *cb = &b->layers[nl_model_find_layer(b, "conv1")];
+        const struct nl_layer *fa = &a->layers[nl_model_find_layer(a, "fc1")];
+        const struct nl_layer *fb = &b->layers[nl_model_find_layer(b, "fc1")];
+        same_conv = memcmp(a->params + ca->param_offset, b->params + cb->param_offset,
+                           ca->param_count * sizeof(float)) == 0;
+        changed_fc = memcmp(a->params + fa->param_offset, b->params + fb->param_offset,
+                            fa->param_count * sizeof(float)) != 0;
+    } else {
+        diag("%s", err.msg);
+    }
+    nl_model_free(a);
+    nl_model_free(b);
+    nl_dataset_free(da);
+    nl_dataset_free(db_);
+    nl_store_close(s);
+    return same_conv && changed_fc;
+}
+
+static int four_finished(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return finished > 3;
+}
+
+static int some_points(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return points > 20;
+}
+
+static int predicted(void)
+{
+    return predict_page_top(nw()->predict) != NULL;
+}
+
+static int confusion_ready(void)
+{
+    return runs_page_confusion_ready(nw()->runs);
+}
+
+/* A visible toplevel of that type, or NULL. */
+static GtkWidget *find_toplevel(GType type)
+{
+    GListModel *tops = gtk_window_get_toplevels();
+    GtkWidget *found = NULL;
+    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
+        GObject *o = g_list_model_get_item(tops, i);
+        if (G_TYPE_CHECK_INSTANCE_TYPE(o, type) && gtk_widget_get_visible(GTK_WIDGET(o)))
+            found = GTK_WIDGET(o);
+        g_object_unref(o);
+    }
+    return found;
+}
+
+/* The question dialog on screen, or NULL. */
+static GtkWidget *find_question(void)
+{
+    return find_toplevel(GTK_TYPE_MESSAGE_DIALOG);
+}
+
+static int screenshot(const char *name)
+{
+    char path[1200];
+    const int w = gtk_widget_get_width(win), h = gtk_widget_get_height(win);
+    GdkPaintable *paint = gtk_widget_paintable_new(win);
+    GtkSnapshot *s = gtk_snapshot_new();
+    gdk_paintable_snapshot(paint, s, w, h);
+    GskRenderNode *node = gtk_snapshot_free_to_node(s);
+    int ok = 0;
+    if (node) {
+        GskRenderer *r = gtk_native_get_renderer(GTK_NATIVE(win));
+        GdkTexture *tex = gsk_renderer_render_texture(r, node, &GRAPHENE_RECT_INIT(0, 0, w, h));
+        snprintf(path, sizeof path, "%s/%s.png", shots, name);
+        ok = gdk_texture_save_to_png(tex, path);
+        g_object_unref(tex);
+        gsk_render_node_unref(node);
+    }
+    g_object_unref(paint);
+    if (ok)
+        diag("screenshot %s (%dx%d)", path, w, h);
+    return ok;
+}
+
+static void show(const char *page)
+{
+    gtk_widget_activate_action(win, "win.show-page", "s", page);
+    spin(400);
+}
+
+int main(int argc, char **argv)
+{
+    if (!getenv("NNLAB_GUI_INNER"))
+        reexec(argv);
+    const char *t = getenv("NNLAB_GUI_TMP");
+    snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
+    const char *build = getenv("NNLAB_BUILD_ROOT");
+    snprintf(shots, sizeof shots, "%s/ui-screenshots", build ? build : tmp);
+    mkdir(shots, 0755);
+    if (!gtk_init_check())
+        skip_all("no display even under xvfb-run");
+
+    plan(41);
+    char data_dir[700], db[700], png[700];
+    snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
+    snprintf(db, sizeof db, "%s/nnlab.db", tmp);
+    snprintf(png, sizeof png, "%s/ring.png", tmp);
+    mkdir(data_dir, 0755);
+    write_idx(data_dir, "train", 2400);
+    write_idx(data_dir, "t10k", 600);
+    ok(write_png(png, 3) == 0, "a PNG to classify");
+
+    /* The binary: usage without a display, the window with one. */
+    const char *bin = getenv("NNLAB_BIN");
+    if (bin) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd,
+                 "env -u DISPLAY -u WAYLAND_DISPLAY '%s' --db '%s' | grep -q '^usage: nnlab'", bin,
+                 db);
+        ok(system(cmd) == 0, "nnlab with no command and no display prints the usage");
+        char *args[] = {(char *)bin, "--db", db, NULL};
+        GPid pid;
+        GError *e = NULL;
+        gboolean spawned =
+            g_spawn_async(NULL, args, NULL, G_SPAWN_DO_NOT_REAP_CHILD, NULL, NULL, &pid, &e);
+        int status = 0, alive = 0;
+        if (spawned) {
+            g_usleep(2500000);
+            alive = waitpid(pid, &status, WNOHANG) == 0;
+            if (alive) {
+                kill(pid, SIGTERM);
+                waitpid(pid, &status, 0);
+            }
+            g_spawn_close_pid(pid);
+        } else {
+            g_error_free(e);
+        }
+        ok(alive, "nnlab with no command and a display keeps a window open");
+    } else {
+        ok(1, "the binary's entry point # SKIP NNLAB_BIN is not set");
+        ok(1, "the binary's window # SKIP NNLAB_BIN is not set");
+    }
+
+    GObject *app = nl_app_new(db);
+    GError *error = NULL;
+    ok(g_application_register(G_APPLICATION(app), NULL, &error), "the application registers");
+    g_application_activate(G_APPLICATION(app));
+    win = GTK_WIDGET(gtk_application_get_active_window(GTK_APPLICATION(app)));
+    ok(win != NULL, "activating opens a window");
+    if (!win)
+        return 1;
+    gtk_window_set_default_size(GTK_WINDOW(win), 1240, 860);
+    ok(gtk_icon_theme_has_icon(gtk_icon_theme_get_for_display(gtk_widget_get_display(win)),
+                               "org.nnlab.Nnlab"),
+       "the application icon is found (from the resources)");
+    char **accels = gtk_application_get_accels_for_action(GTK_APPLICATION(app), "win.train-start");
+    ok(accels && accels[0] && strcmp(accels[0], "<Control>Return") == 0,
+       "Ctrl+Return starts training");
+    g_strfreev(accels);
+    spin(500);
+    g_timeout_add(10, beat, NULL);
+
+    /* Datasets. */
+    ok(gtk_widget_activate_action(win, "win.import-idx", "(ss)", "shapes", data_dir),
+       "win.import-idx runs");
+    ok(wait_for(have_dataset, 60000), "the import finishes and selects the dataset");
+    ok(have_dataset() && strcmp(nw()->data->name, "shapes") == 0 &&
+           nw()->data->split[NL_TRAIN].n + nw()->data->split[NL_VAL].n == 2400 &&
+           nw()->data->split[NL_VAL].n >= 200 && nw()->data->split[NL_TEST].n == 600,
+       "about 2160 train, 240 validation and 600 test samples");
+    show("datasets");
+    ok(screenshot("1-datasets"), "screenshot of the datasets page");
+    gtk_widget_activate_action(win, "win.import", NULL);
+    spin(500);
+    GtkWidget *chooser = find_toplevel(GTK_TYPE_FILE_CHOOSER_DIALOG);
+    ok(chooser != NULL, "win.import opens a folder chooser");
+    if (chooser)
+        gtk_dialog_response(GTK_DIALOG(chooser), GTK_RESPONSE_CANCEL);
+    spin(200);
+
+    /* Model: a spec with an error is refused, then lenet with one more layer. */
+    show("model");
+    gtk_widget_activate_action(
+        win, "win.model-spec", "s",
+        "conv1: conv 8 3x3\nrelu\nfc1: dense 32\npool1: maxpool 2\nfc2: dense N\n");
+    ok(!model_page_valid(nw()->model), "a broken spec is not valid");
+    spin(300);
+    screenshot("2-model-error");
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    ok(model_page_valid(nw()->model), "lenet builds for the dataset");
+    gtk_widget_activate_action(win, "win.model-add-layer", "s", "dropout 0.25");
+    ok(model_page_valid(nw()->model) && strstr(model_page_spec(nw()->model), "dropout 0.25"),
+       "a layer added through win.model-add-layer");
+    spin(300);
+    ok(screenshot("2-model"), "screenshot of the model page");
+
+    /* Train one epoch; the window keeps drawing. */
+    show("train");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "1");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "batch", "16");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "threads", "1");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-lenet");
+    max_gap = 0;
+    last_beat = 0;
+    measuring = TRUE;
+    ok(gtk_widget_activate_action(win, "win.train-start", NULL), "win.train-start runs");
+    ok(train_page_running(nw()->train), "training is running");
+    ok(wait_for(run_finished, 500000), "training finishes");
+    measuring = FALSE;
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    ok(points >= 100, "the charts received every step (%ld points)", points);
+    ok(max_gap < 200000, "no main-loop stall over 200 ms while training (longest %.0f ms)",
+       max_gap / 1000.0);
+    spin(300);
+    ok(screenshot("3-train"), "screenshot of the train page");
+
+    struct nl_store *s;
+    struct nl_run_info info;
+    struct nl_error err = {0};
+    int rc = nl_store_open(&s, db, &err);
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-lenet", &info, NULL, NULL, &err);
+    ok(rc == 0 && strcmp(info.status, "done") == 0 && info.epochs_done == 1 &&
+           isfinite(info.test_accuracy),
+       "the run is recorded as nnlab train records it (%s)", rc == 0 ? info.status : err.msg);
+    nl_store_close(s);
+
+    /* A second run to compare with: the MLP for three epochs. */
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "3");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "batch", "32");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-mlp");
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    ok(wait_for(two_finished, 500000), "a second run, mlp for three epochs, finishes");
+
+    /* Fine-tuning: lenet from the first run's weights, its convolutions frozen; closing the
+     * window meanwhile asks first. */
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    gtk_widget_activate_action(win, "win.model-init", "s", "gui-lenet");
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", TRUE);
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", TRUE);
+    ok(model_page_valid(nw()->model) && model_page_init_run(nw()->model) &&
+           g_strv_length((char **)model_page_frozen(nw()->model)) == 2,
+       "lenet starts from gui-lenet with two frozen layers");
+    show("model");
+    spin(200);
+    screenshot("2-model-finetune");
+    show("train");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "1");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "batch", "16");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-finetune");
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    gtk_window_close(GTK_WINDOW(win));
+    spin(200);
+    GtkWidget *question = find_question();
+    ok(question && gtk_widget_get_visible(win),
+       "closing the window during training asks first and keeps it open");
+    if (question)
+        gtk_dialog_response(GTK_DIALOG(question), GTK_RESPONSE_CANCEL);
+    ok(wait_for(three_finished, 500000), "the fine-tuning run finishes");
+    ok(frozen_kept(db), "frozen layers kept the first run's weights, the others trained");
+
+    /* Stop: a long run stopped after a few steps is recorded as stopped. */
+    gtk_widget_activate_action(win, "win.model-init", "s", "");
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "200");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "lr", "0.005");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-stopped");
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    ok(wait_for(some_points, 60000), "the long run makes progress");
+    ok(train_page_ticking(nw()->train), "the charts' timer runs while they are shown");
+    show("datasets");
+    long before, after;
+    train_page_stats(nw()->train, &before, &finished);
+    /* Hidden, only epoch ends (through g_idle_add) still drain the ring. */
+    ok(!train_page_ticking(nw()->train), "and stops while they are hidden");
+    spin(300);
+    show("train");
+    train_page_stats(nw()->train, &after, &finished);
+    ok(train_page_ticking(nw()->train) && after > before,
+       "back on screen, they catch up at once (%ld then %ld points)", before, after);
+    gtk_widget_activate_action(win, "win.train-stop", NULL);
+    ok(wait_for(four_finished, 60000), "win.train-stop stops it");
+    rc = nl_store_open(&s, db, &err);
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-stopped", &info, NULL, NULL, &err);
+    ok(rc == 0 && strcmp(info.status, "stopped") == 0 && info.epochs_done < 200,
+       "the run is recorded as stopped (%s)", rc == 0 ? info.status : err.msg);
+    if (rc == 0)
+        nl_run_remove(s, "gui-stopped", &err);
+    nl_store_close(s);
+
+    /* Runs: the first two overlaid, and the confusion matrix of the test split. */
+    show("runs");
+    gtk_widget_activate_action(win, "win.runs-refresh", NULL);
+    gtk_widget_activate_action(win, "win.run-compare", "s", "gui-lenet");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "gui-mlp");
+    gtk_widget_activate_action(win, "win.run-select", "s", "gui-lenet");
+    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    ok(wait_for(confusion_ready, 120000), "the confusion matrix is computed");
+    spin(300);
+    ok(screenshot("4-runs"), "screenshot of the runs page");
+
+    /* The store behind the runs page: epochs per run, and deleting. */
+    rc = nl_store_open(&s, db, &err);
+    struct nl_run_epoch *ep = NULL;
+    int nep = 0;
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-mlp", &info, NULL, NULL, &err);
+    if (rc == 0)
+        rc = nl_run_epochs(s, info.id, &ep, &nep, &err);
+    ok(rc == 0 && nep == 3 && ep[2].epoch == 3 && isfinite(ep[2].val_accuracy),
+       "three epochs recorded for the second run");
+    nl_free(ep);
+    nl_store_close(s);
+
+    /* Predict. */
+    gtk_widget_activate_action(win, "win.predict-file", "s", png);
+    int got = wait_for(predicted, 60000);
+    const char *top = predict_page_top(nw()->predict);
+    ok(got && strcmp(top, "3") == 0, "the ring is classified as class 3 (%s)", top ? top : "-");
+    spin(300);
+    ok(screenshot("5-predict"), "screenshot of the predict page");
+
+    /* The smallest size the window promises: every page. */
+    gtk_window_set_default_size(GTK_WINDOW(win), 1024, 700);
+    static const char *const pages[] = {"datasets", "model", "train", "runs", "predict"};
+    for (size_t i = 0; i < G_N_ELEMENTS(pages); i++) {
+        char name[64];
+        show(pages[i]);
+        snprintf(name, sizeof name, "%zu-%s-1024x700", i + 1, pages[i]);
+        screenshot(name);
+    }
+    show("train");
+
+    /* The same page in the dark variant of the theme. */
+    g_object_set(gtk_settings_get_default(), "gtk-application-prefer-dark-theme", TRUE, NULL);
+    spin(400);
+    screenshot("3-train-dark");
+    show("runs");
+    screenshot("4-runs-dark");
+
+    /* Deleting a run from the runs page. */
+    gtk_widget_activate_action(win, "win.run-select", "s", "gui-mlp");
+    gtk_widget_activate_action(win, "win.run-delete", NULL);
+    spin(200);
+    question = find_question();
+    ok(question != NULL, "deleting a run asks first");
+    if (question)
+        gtk_dialog_response(GTK_DIALOG(question), GTK_RESPONSE_ACCEPT);
+    spin(100);
+    rc = nl_store_open(&s, db, &err);
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-mlp", &info, NULL, NULL, &err);
+    is_int(rc, NL_ENOENT, "win.run-delete removes the selected run");
+    nl_store_close(s);
+
+    gtk_window_destroy(GTK_WINDOW(win));
+    spin(200);
+    g_object_unref(app);
+    return done_testing();
+}
+#endif

@@ -1,0 +1,456 @@
+/* Chart drawing with cairo only (see chart.h). Text uses cairo's toy font API so that these
+ * functions need neither Pango nor a display. */
+#include "chart.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define FONT       "Sans"
+#define PAD        8.0
+#define TITLE_SIZE 13.0
+#define TICK_SIZE  10.5
+
+static void set_rgb(cairo_t *cr, struct chart_rgb c, double alpha)
+{
+    cairo_set_source_rgba(cr, c.r, c.g, c.b, alpha);
+}
+
+static void text_at(cairo_t *cr, double x, double y, const char *s, double size, double align)
+{
+    cairo_text_extents_t e;
+    cairo_set_font_size(cr, size);
+    cairo_text_extents(cr, s, &e);
+    cairo_move_to(cr, x - align * e.x_advance, y);
+    cairo_show_text(cr, s);
+}
+
+static double text_width(cairo_t *cr, const char *s, double size)
+{
+    cairo_text_extents_t e;
+    cairo_set_font_size(cr, size);
+    cairo_text_extents(cr, s, &e);
+    return e.x_advance;
+}
+
+/* A "nice" tick step (1, 2 or 5 times a power of ten) for about `want` ticks over span. */
+static double nice_step(double span, int want)
+{
+    double raw = span / want, p = pow(10.0, floor(log10(raw))), f = raw / p;
+    return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * p;
+}
+
+static void format_tick(char *buf, size_t size, double v, double step, int percent)
+{
+    if (percent) {
+        snprintf(buf, size, "%.0f%%", v * 100.0);
+        return;
+    }
+    double a = fabs(v);
+    if (a >= 1e6)
+        snprintf(buf, size, "%.1fM", v / 1e6);
+    else if (a >= 1e3)
+        snprintf(buf, size, step >= 1e3 ? "%.0fk" : "%.1fk", v / 1e3);
+    else if (step >= 1.0 || v == 0.0)
+        snprintf(buf, size, "%.0f", v);
+    else if (step >= 0.1)
+        snprintf(buf, size, "%.1f", v);
+    else if (step >= 0.01)
+        snprintf(buf, size, "%.2f", v);
+    else
+        snprintf(buf, size, "%.3f", v);
+}
+
+int chart_draw(cairo_t *cr, int width, int height, const struct chart *c)
+{
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    int drawn = 0;
+
+    cairo_save(cr);
+    cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    for (int s = 0; s < c->nseries; s++) {
+        const struct chart_series *se = &c->series[s];
+        for (int i = 0; i < se->n; i++) {
+            if (!isfinite(se->x[i]) || !isfinite(se->y[i]))
+                continue;
+            x0 = fmin(x0, se->x[i]);
+            x1 = fmax(x1, se->x[i]);
+            y0 = fmin(y0, se->y[i]);
+            y1 = fmax(y1, se->y[i]);
+        }
+    }
+    const int have = isfinite(x0);
+    if (!isnan(c->xmin))
+        x0 = c->xmin;
+    if (!isnan(c->xmax))
+        x1 = c->xmax;
+    if (!isnan(c->ymin))
+        y0 = c->ymin;
+    if (!isnan(c->ymax))
+        y1 = c->ymax;
+    if (!isfinite(x0) || !isfinite(x1)) {
+        x0 = 0;
+        x1 = 1;
+    }
+    if (!isfinite(y0) || !isfinite(y1)) {
+        y0 = 0;
+        y1 = 1;
+    }
+    if (x1 - x0 < 1e-12)
+        x1 = x0 + 1;
+    if (y1 - y0 < 1e-12) {
+        y0 -= 0.5;
+        y1 += 0.5;
+    } else if (isnan(c->ymin) || isnan(c->ymax)) {
+        double m = 0.05 * (y1 - y0);
+        if (isnan(c->ymin))
+            y0 = y0 - m < 0 && y0 >= 0 ? 0 : y0 - m;
+        if (isnan(c->ymax))
+            y1 += m;
+    }
+
+    /* Layout: title on top, tick labels left and below, legend in the top right corner. */
+    const double ystep = nice_step(y1 - y0, height > 200 ? 5 : 3);
+    double label_w = 0;
+    char buf[32];
+    for (double v = ceil(y0 / ystep) * ystep; v <= y1 + 1e-9 * ystep; v += ystep) {
+        format_tick(buf, sizeof buf, v, ystep, c->y_percent);
+        label_w = fmax(label_w, text_width(cr, buf, TICK_SIZE));
+    }
+    /* The legend goes right of the title, or on a row of its own when they do not fit. */
+    double legend_w = 0;
+    for (int s = 0; s < c->nseries; s++)
+        if (c->series[s].label)
+            legend_w += text_width(cr, c->series[s].label, TICK_SIZE) + 30;
+    cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
+    const double title_w = c->title ? text_width(cr, c->title, TITLE_SIZE) : 0;
+    cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    const int legend_row = legend_w > 0 && title_w + legend_w + 16 > width - 2 * PAD;
+    const double legend_y = PAD + TITLE_SIZE - 2 + (legend_row ? TITLE_SIZE + 4 : 0);
+    const double top = PAD + (c->title ? TITLE_SIZE + 8 : 0) + (legend_row ? TITLE_SIZE + 4 : 0);
+    const double left = PAD + label_w + 6, right = width - PAD;
+    const double bottom = height - PAD - TICK_SIZE - 6 - (c->xlabel ? TICK_SIZE + 4 : 0);
+    const double pw = right - left, ph = bottom - top;
+
+    if (c->title) {
+        set_rgb(cr, c->fg, 0.9);
+        cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
+        text_at(cr, PAD, PAD + TITLE_SIZE - 2, c->title, TITLE_SIZE, 0);
+        cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    }
+    if (pw < 20 || ph < 20) {
+        cairo_restore(cr);
+        return 0;
+    }
+
+    /* Grid and y ticks. */
+    cairo_set_line_width(cr, 1.0);
+    for (double v = ceil(y0 / ystep) * ystep; v <= y1 + 1e-9 * ystep; v += ystep) {
+        double y = round(bottom - (v - y0) / (y1 - y0) * ph) + 0.5;
+        set_rgb(cr, c->fg, 0.12);
+        cairo_move_to(cr, left, y);
+        cairo_line_to(cr, right, y);
+        cairo_stroke(cr);
+        format_tick(buf, sizeof buf, v, ystep, c->y_percent);
+        set_rgb(cr, c->fg, 0.7);
+        text_at(cr, left - 6, y + TICK_SIZE / 2 - 1, buf, TICK_SIZE, 1.0);
+    }
+    const double xstep = nice_step(x1 - x0, width > 400 ? 6 : 3);
+    for (double v = ceil(x0 / xstep) * xstep; v <= x1 + 1e-9 * xstep; v += xstep) {
+        double x = round(left + (v - x0) / (x1 - x0) * pw) + 0.5;
+        set_rgb(cr, c->fg, 0.12);
+        cairo_move_to(cr, x, top);
+        cairo_line_to(cr, x, bottom);
+        cairo_stroke(cr);
+        format_tick(buf, sizeof buf, v, xstep, 0);
+        set_rgb(cr, c->fg, 0.7);
+        text_at(cr, x, bottom + TICK_SIZE + 4, buf, TICK_SIZE, 0.5);
+    }
+    if (c->xlabel) {
+        set_rgb(cr, c->fg, 0.6);
+        text_at(cr, left + pw / 2, height - PAD, c->xlabel, TICK_SIZE, 0.5);
+    }
+    set_rgb(cr, c->fg, 0.35);
+    cairo_rectangle(cr, left + 0.5, top + 0.5, pw - 1, ph - 1);
+    cairo_stroke(cr);
+
+    /* Series, clipped to the plot. */
+    cairo_save(cr);
+    cairo_rectangle(cr, left, top, pw, ph);
+    cairo_clip(cr);
+    cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
+    for (int s = 0; s < c->nseries; s++) {
+        const struct chart_series *se = &c->series[s];
+        int pen = 0;
+        cairo_set_line_width(cr, se->width > 0 ? se->width : 1.5);
+        if (se->dashed) {
+            const double dash[] = {5.0, 3.0};
+            cairo_set_dash(cr, dash, 2, 0);
+        } else {
+            cairo_set_dash(cr, NULL, 0, 0);
+        }
+        set_rgb(cr, se->color, 1.0);
+        /* Many points per pixel column: skip those that land on the previous column's x. */
+        double last_px = -1e9;
+        for (int i = 0; i < se->n; i++) {
+            if (!isfinite(se->x[i]) || !isfinite(se->y[i])) {
+                pen = 0;
+                continue;
+            }
+            double px = left + (se->x[i] - x0) / (x1 - x0) * pw;
+            double py = bottom - (se->y[i] - y0) / (y1 - y0) * ph;
+            if (pen && px - last_px < 0.5 && i + 1 < se->n)
+                continue;
+            if (pen)
+                cairo_line_to(cr, px, py);
+            else
+                cairo_move_to(cr, px, py);
+            pen = 1;
+            last_px = px;
+            drawn++;
+        }
+        cairo_stroke(cr);
+    }
+    cairo_restore(cr);
+
+    /* Markers are not clipped: a point on the plot's edge (the last epoch) stays whole. */
+    for (int s = 0; s < c->nseries; s++) {
+        const struct chart_series *se = &c->series[s];
+        if (!se->markers)
+            continue;
+        set_rgb(cr, se->color, 1.0);
+        for (int i = 0; i < se->n; i++) {
+            if (!isfinite(se->x[i]) || !isfinite(se->y[i]) || se->x[i] < x0 || se->x[i] > x1 ||
+                se->y[i] < y0 || se->y[i] > y1)
+                continue;
+            double px = left + (se->x[i] - x0) / (x1 - x0) * pw;
+            double py = bottom - (se->y[i] - y0) / (y1 - y0) * ph;
+            cairo_new_sub_path(cr);
+            cairo_arc(cr, px, py, 3.5, 0, 2 * M_PI);
+        }
+        cairo_fill(cr);
+    }
+
+    if (!have && c->empty) {
+        set_rgb(cr, c->fg, 0.5);
+        text_at(cr, left + pw / 2, top + ph / 2, c->empty, TICK_SIZE + 1, 0.5);
+    }
+
+    /* Legend, right-aligned in the title row. */
+    double lx = right;
+    cairo_set_dash(cr, NULL, 0, 0);
+    for (int s = c->nseries - 1; s >= 0; s--) {
+        const struct chart_series *se = &c->series[s];
+        if (!se->label)
+            continue;
+        double w = text_width(cr, se->label, TICK_SIZE);
+        lx -= w;
+        set_rgb(cr, c->fg, 0.8);
+        text_at(cr, lx, legend_y, se->label, TICK_SIZE, 0);
+        lx -= 18;
+        set_rgb(cr, se->color, 1.0);
+        cairo_rectangle(cr, lx, legend_y - TITLE_SIZE / 2 - 1, 12, 4);
+        cairo_fill(cr);
+        lx -= 12;
+    }
+    cairo_restore(cr);
+    return drawn;
+}
+
+void chart_smooth(double *out, const double *y, int n, double a)
+{
+    double acc = 0, w = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(y[i])) {
+            out[i] = NAN;
+            continue;
+        }
+        acc = a * acc + (1 - a) * y[i];
+        w = a * w + (1 - a);
+        out[i] = acc / w;
+    }
+}
+
+int chart_bars_draw(cairo_t *cr, int width, int height, const struct chart_bars *b)
+{
+    if (b->n <= 0)
+        return 0;
+    cairo_save(cr);
+    cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    double label_w = 0;
+    for (int i = 0; i < b->n; i++)
+        label_w = fmax(label_w, text_width(cr, b->labels[i], 13));
+    const double row = fmin(44.0, (height - 2 * PAD) / b->n);
+    const double bx = PAD + label_w + 12, bw = width - bx - PAD - 64;
+    char buf[32];
+    for (int i = 0; i < b->n; i++) {
+        double y = PAD + i * row, v = fmax(0.0, fmin(1.0, b->values[i]));
+        set_rgb(cr, b->fg, 1.0);
+        cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL,
+                               i == 0 ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL);
+        text_at(cr, PAD + label_w, y + row / 2 + 4, b->labels[i], 13, 1.0);
+        set_rgb(cr, b->fg, 0.1);
+        cairo_rectangle(cr, bx, y + row * 0.2, fmax(bw, 0), row * 0.6);
+        cairo_fill(cr);
+        set_rgb(cr, b->bar, i == 0 ? 1.0 : 0.6);
+        cairo_rectangle(cr, bx, y + row * 0.2, fmax(bw, 0) * v, row * 0.6);
+        cairo_fill(cr);
+        snprintf(buf, sizeof buf, "%.1f%%", 100.0 * b->values[i]);
+        set_rgb(cr, b->fg, 0.8);
+        text_at(cr, bx + fmax(bw, 0) + 8, y + row / 2 + 4, buf, 12, 0);
+    }
+    cairo_restore(cr);
+    return b->n;
+}
+
+static int thumbs_cols(int width, const struct chart_thumbs *t, int *cell, int *pitch_y)
+{
+    *cell = t->cell > 0 ? t->cell : 64;
+    *pitch_y = *cell + (t->captions ? 18 : 6);
+    int cols = (width - 4) / (*cell + 8);
+    return cols < 1 ? 1 : cols;
+}
+
+int chart_thumbs_height(int width, const struct chart_thumbs *t)
+{
+    int cell, pitch;
+    int cols = thumbs_cols(width, t, &cell, &pitch);
+    return ((t->n + cols - 1) / cols) * pitch + 4;
+}
+
+int chart_thumbs_draw(cairo_t *cr, int width, int height, const struct chart_thumbs *t)
+{
+    int cell, pitch, drawn = 0;
+    int cols = thumbs_cols(width, t, &cell, &pitch);
+    const int stride = cairo_format_stride_for_width(CAIRO_FORMAT_RGB24, t->w);
+    cairo_save(cr);
+    cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    for (int i = 0; i < t->n; i++) {
+        const double x = 4 + (i % cols) * (cell + 8), y = 4 + (i / cols) * pitch;
+        if (y > height)
+            break;
+        cairo_surface_t *img = cairo_image_surface_create(CAIRO_FORMAT_RGB24, t->w, t->h);
+        if (cairo_surface_status(img) != CAIRO_STATUS_SUCCESS) {
+            cairo_surface_destroy(img);
+            break;
+        }
+        cairo_surface_flush(img);
+        unsigned char *d = cairo_image_surface_get_data(img);
+        const uint8_t *px = t->pixels + (size_t)i * t->c * t->h * t->w;
+        const size_t plane = (size_t)t->h * t->w;
+        for (int r = 0; r < t->h; r++)
+            for (int col = 0; col < t->w; col++) {
+                size_t o = (size_t)r * t->w + col;
+                uint32_t v0 = px[o], v1 = t->c >= 3 ? px[plane + o] : v0,
+                         v2 = t->c >= 3 ? px[2 * plane + o] : v0;
+                uint32_t *dst = (uint32_t *)(void *)(d + (size_t)r * stride) + col;
+                *dst = (v0 << 16) | (v1 << 8) | v2;
+            }
+        cairo_surface_mark_dirty(img);
+        cairo_save(cr);
+        cairo_translate(cr, x, y);
+        cairo_scale(cr, (double)cell / t->w, (double)cell / t->h);
+        cairo_set_source_surface(cr, img, 0, 0);
+        cairo_pattern_set_filter(cairo_get_source(cr), CAIRO_FILTER_NEAREST);
+        cairo_paint(cr);
+        cairo_restore(cr);
+        cairo_surface_destroy(img);
+        if (t->captions && t->captions[i]) {
+            char cap[24];
+            snprintf(cap, sizeof cap, "%s", t->captions[i]);
+            set_rgb(cr, t->fg, 0.8);
+            text_at(cr, x + cell / 2.0, y + cell + 13, cap, 10.5, 0.5);
+        }
+        drawn++;
+    }
+    cairo_restore(cr);
+    return drawn;
+}
+
+/* The confusion matrix's geometry: labels on the left and top, square cells. */
+static void confusion_geometry(int width, int height, const struct chart_confusion *m, double *gx,
+                               double *gy, double *cs)
+{
+    const double lab = 84;
+    double avail = fmin(width - lab - PAD, height - lab - PAD);
+    *cs = m->k > 0 ? floor(fmax(avail, 0) / m->k) : 0;
+    *gx = lab;
+    *gy = lab;
+}
+
+int chart_confusion_hit(int width, int height, const struct chart_confusion *m, double x, double y,
+                        int *row, int *col)
+{
+    double gx, gy, cs;
+    confusion_geometry(width, height, m, &gx, &gy, &cs);
+    if (cs <= 0 || x < gx || y < gy)
+        return -1;
+    int c = (int)((x - gx) / cs), r = (int)((y - gy) / cs);
+    if (r >= m->k || c >= m->k)
+        return -1;
+    *row = r;
+    *col = c;
+    return 0;
+}
+
+int chart_confusion_draw(cairo_t *cr, int width, int height, const struct chart_confusion *m)
+{
+    double gx, gy, cs;
+    char buf[32];
+    confusion_geometry(width, height, m, &gx, &gy, &cs);
+    if (m->k <= 0 || cs < 4)
+        return 0;
+    cairo_save(cr);
+    cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    set_rgb(cr, m->fg, 0.6);
+    text_at(cr, gx + cs * m->k / 2, 12, "predicted", 11, 0.5);
+    cairo_save(cr);
+    cairo_translate(cr, 12, gy + cs * m->k / 2);
+    cairo_rotate(cr, -M_PI / 2);
+    text_at(cr, 0, 0, "true class", 11, 0.5);
+    cairo_restore(cr);
+    for (int r = 0; r < m->k; r++) {
+        long row_total = 0;
+        for (int c = 0; c < m->k; c++)
+            row_total += m->counts[r * m->k + c];
+        for (int c = 0; c < m->k; c++) {
+            long n = m->counts[r * m->k + c];
+            double f = row_total > 0 ? (double)n / row_total : 0;
+            double x = gx + c * cs, y = gy + r * cs;
+            /* Correct cells in blue, mistakes in orange, by share of the true class. */
+            if (r == c)
+                cairo_set_source_rgba(cr, 0.21, 0.52, 0.89, 0.12 + 0.88 * f);
+            else
+                cairo_set_source_rgba(cr, 0.90, 0.38, 0.0, n ? 0.15 + 0.85 * fmin(1, 4 * f) : 0.0);
+            cairo_rectangle(cr, x + 1, y + 1, cs - 2, cs - 2);
+            cairo_fill(cr);
+            if (r == m->sel_row && c == m->sel_col) {
+                set_rgb(cr, m->fg, 1.0);
+                cairo_set_line_width(cr, 2.0);
+                cairo_rectangle(cr, x + 1, y + 1, cs - 2, cs - 2);
+                cairo_stroke(cr);
+            }
+            if (cs >= 22) {
+                snprintf(buf, sizeof buf, "%ld", n);
+                if (r == c && f > 0.5)
+                    cairo_set_source_rgb(cr, 1, 1, 1);
+                else
+                    set_rgb(cr, m->fg, n ? 0.9 : 0.35);
+                text_at(cr, x + cs / 2, y + cs / 2 + 4, buf, cs >= 36 ? 11 : 9, 0.5);
+            }
+        }
+    }
+    set_rgb(cr, m->fg, 0.85);
+    for (int i = 0; i < m->k; i++) {
+        char name[12];
+        snprintf(name, sizeof name, "%s", m->names ? m->names[i] : "");
+        text_at(cr, gx - 4, gy + i * cs + cs / 2 + 4, name, 10, 1.0);
+        cairo_save(cr);
+        cairo_translate(cr, gx + i * cs + cs / 2 + 4, gy - 4);
+        cairo_rotate(cr, -M_PI / 4);
+        text_at(cr, 0, 0, name, 10, 0);
+        cairo_restore(cr);
+    }
+    cairo_restore(cr);
+    return m->k * m->k;
+}

@@ -1,0 +1,420 @@
+/* The datasets page: the datasets in the store, importing IDX files on a worker thread with a
+ * progress bar, and the selected dataset's classes per split and sample thumbnails. */
+#include <math.h>
+#include <string.h>
+
+#include "nnlab/alloc.h"
+#include "window.h"
+
+#define THUMBS 96
+
+struct datasets_page {
+    NlWindow *win;
+    GtkWidget *list, *name, *val, *import, *progress;
+    GtkWidget *title, *info, *counts, *samples_title, *thumbs;
+    guint pulse;
+    gboolean importing;
+    /* The thumbnails drawn: copies of the first samples of the train split. */
+    int nthumbs;
+    uint8_t *pixels;
+    char **captions;
+};
+
+/* What an import thread needs; owned by the GTask. */
+struct import_job {
+    char *db_path, *name, *path;
+    double val;
+    char *error; /* NULL on success */
+};
+
+static void import_job_free(gpointer data)
+{
+    struct import_job *j = data;
+    g_free(j->db_path);
+    g_free(j->name);
+    g_free(j->path);
+    g_free(j->error);
+    g_free(j);
+}
+
+static void import_thread(GTask *task, gpointer source, gpointer data, GCancellable *c)
+{
+    struct import_job *j = data;
+    struct nl_error err = {0};
+    struct nl_store *s;
+    const char *paths[] = {j->path};
+    struct nl_import_opts o = {.val_fraction = (float)j->val, .seed = 1};
+
+    /* One connection per thread. */
+    int rc = nl_store_open(&s, j->db_path, &err);
+    if (rc == 0) {
+        rc = nl_import_idx(s, j->name, paths, 1, &o, &err);
+        nl_store_close(s);
+    }
+    if (rc < 0)
+        j->error = g_strdup(err.msg);
+    g_task_return_boolean(task, TRUE);
+}
+
+static gboolean pulse(gpointer data)
+{
+    struct datasets_page *p = data;
+    if (p->win->closed) {
+        p->pulse = 0;
+        return G_SOURCE_REMOVE;
+    }
+    gtk_progress_bar_pulse(GTK_PROGRESS_BAR(p->progress));
+    return G_SOURCE_CONTINUE;
+}
+
+static void import_done(GObject *source, GAsyncResult *res, gpointer data)
+{
+    struct datasets_page *p = data;
+    struct import_job *j = g_task_get_task_data(G_TASK(res));
+
+    if (p->win->closed)
+        return;
+    g_source_remove(p->pulse);
+    p->pulse = 0;
+    p->importing = FALSE;
+    gtk_widget_set_visible(p->progress, FALSE);
+    gtk_widget_set_sensitive(p->import, TRUE);
+    if (j->error) {
+        nl_window_notify(p->win, "Import failed: %s", j->error);
+        return;
+    }
+    datasets_page_refresh(p);
+    nl_window_select_dataset(p->win, j->name);
+    nl_window_notify(p->win, "Imported “%s”", j->name);
+}
+
+static void start_import(struct datasets_page *p, const char *name, const char *path)
+{
+    if (p->importing)
+        return;
+    struct import_job *j = g_new0(struct import_job, 1);
+    j->db_path = g_strdup(p->win->db_path);
+    j->name = g_strdup(name);
+    j->path = g_strdup(path);
+    j->val = gtk_spin_button_get_value(GTK_SPIN_BUTTON(p->val));
+    p->importing = TRUE;
+    gtk_widget_set_sensitive(p->import, FALSE);
+    gtk_widget_set_visible(p->progress, TRUE);
+    char *text = g_strdup_printf("Importing %s…", name);
+    gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), text);
+    g_free(text);
+    p->pulse = g_timeout_add(100, pulse, p);
+    /* The task holds the window until it is done; import_done checks that it is still open. */
+    GTask *task = g_task_new(p->win, NULL, import_done, p);
+    g_task_set_task_data(task, j, import_job_free);
+    g_task_run_in_thread(task, import_thread);
+    g_object_unref(task);
+}
+
+/* win.import-idx (name, path): imports a folder or file pair without asking. */
+static void import_idx(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    const char *name, *path;
+    g_variant_get(param, "(&s&s)", &name, &path);
+    start_import(data, name, path);
+}
+
+static void chooser_response(GtkNativeDialog *dialog, int response, gpointer data)
+{
+    struct datasets_page *p = data;
+    if (response == GTK_RESPONSE_ACCEPT) {
+        GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
+        char *path = g_file_get_path(f);
+        const char *typed = gtk_editable_get_text(GTK_EDITABLE(p->name));
+        char *name = typed[0] ? g_strdup(typed) : g_file_get_basename(f);
+        if (path)
+            gtk_widget_activate_action(GTK_WIDGET(p->win), "win.import-idx", "(ss)", name, path);
+        g_free(name);
+        g_free(path);
+        g_object_unref(f);
+    }
+    g_object_unref(dialog);
+}
+
+/* win.import: asks for a folder, then imports it. */
+static void import_ask(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct datasets_page *p = data;
+    gtk_stack_set_visible_child_name(p->win->stack, "datasets");
+    GtkFileChooserNative *d =
+        gtk_file_chooser_native_new("Import IDX Folder", GTK_WINDOW(p->win),
+                                    GTK_FILE_CHOOSER_ACTION_SELECT_FOLDER, "_Import", "_Cancel");
+    g_signal_connect(d, "response", G_CALLBACK(chooser_response), p);
+    gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
+}
+
+static void select_dataset(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct datasets_page *p = data;
+    nl_window_select_dataset(p->win, g_variant_get_string(param, NULL));
+}
+
+static void remove_confirmed(gpointer data)
+{
+    struct datasets_page *p = data;
+    struct nl_error err = {0};
+    if (!p->win->data)
+        return;
+    char *name = g_strdup(p->win->data->name);
+    nl_window_select_dataset(p->win, NULL);
+    if (nl_dataset_remove(p->win->store, name, &err) < 0)
+        nl_window_notify(p->win, "%s", err.msg);
+    else
+        nl_window_notify(p->win, "Removed “%s”", name);
+    g_free(name);
+    datasets_page_refresh(p);
+}
+
+/* win.dataset-remove: the selected dataset, once confirmed. */
+static void remove_dataset(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct datasets_page *p = data;
+    if (!p->win->data)
+        return;
+    char *q = g_strdup_printf("Remove the dataset “%s”?", p->win->data->name);
+    nl_window_confirm(p->win, q,
+                      "Its samples leave the store. Runs trained on it stay, but cannot be "
+                      "evaluated or fine-tuned until it is imported again.",
+                      "_Remove", remove_confirmed, p);
+    g_free(q);
+}
+
+static void row_activated(GtkListBox *box, GtkListBoxRow *row, gpointer data)
+{
+    struct datasets_page *p = data;
+    const char *name = g_object_get_data(G_OBJECT(row), "nl-name");
+    if (name)
+        nl_window_select_dataset(p->win, name);
+}
+
+static GtkWidget *dataset_row(const struct nl_dataset_info *d)
+{
+    GtkWidget *row = gtk_list_box_row_new();
+    GtkWidget *box = gtk_box_new(GTK_ORIENTATION_VERTICAL, 2);
+    gtk_widget_set_margin_start(box, 12);
+    gtk_widget_set_margin_end(box, 12);
+    gtk_widget_set_margin_top(box, 8);
+    gtk_widget_set_margin_bottom(box, 8);
+    GtkWidget *name = gtk_label_new(d->name);
+    gtk_label_set_xalign(GTK_LABEL(name), 0);
+    gtk_widget_add_css_class(name, "heading");
+    char *text = g_strdup_printf("%s · %d×%d×%d · %d classes\n%u train · %u val · %u test", d->kind,
+                                 d->shape.c, d->shape.h, d->shape.w, d->nclasses,
+                                 d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST]);
+    GtkWidget *sub = gtk_label_new(text);
+    g_free(text);
+    gtk_label_set_xalign(GTK_LABEL(sub), 0);
+    gtk_widget_add_css_class(sub, "dim-label");
+    gtk_widget_add_css_class(sub, "caption");
+    gtk_box_append(GTK_BOX(box), name);
+    gtk_box_append(GTK_BOX(box), sub);
+    gtk_list_box_row_set_child(GTK_LIST_BOX_ROW(row), box);
+    g_object_set_data_full(G_OBJECT(row), "nl-name", g_strdup(d->name), g_free);
+    return row;
+}
+
+static void select_row_of(struct datasets_page *p)
+{
+    const char *cur = p->win->data ? p->win->data->name : NULL;
+    for (GtkWidget *r = gtk_widget_get_first_child(p->list); r;
+         r = gtk_widget_get_next_sibling(r)) {
+        const char *name = g_object_get_data(G_OBJECT(r), "nl-name");
+        if (cur && name && strcmp(name, cur) == 0) {
+            gtk_list_box_select_row(GTK_LIST_BOX(p->list), GTK_LIST_BOX_ROW(r));
+            return;
+        }
+    }
+    gtk_list_box_unselect_all(GTK_LIST_BOX(p->list));
+}
+
+void datasets_page_refresh(struct datasets_page *p)
+{
+    struct nl_error err = {0};
+    struct nl_dataset_info *list;
+    int n;
+    GtkWidget *child;
+
+    while ((child = gtk_widget_get_first_child(p->list)))
+        gtk_list_box_remove(GTK_LIST_BOX(p->list), child);
+    if (nl_dataset_list(p->win->store, &list, &n, &err) < 0) {
+        nl_window_notify(p->win, "%s", err.msg);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        gtk_list_box_append(GTK_LIST_BOX(p->list), dataset_row(&list[i]));
+    /* The first dataset is selected when none is. */
+    if (!p->win->data && !p->win->loading && n > 0)
+        nl_window_select_dataset(p->win, list[0].name);
+    nl_free(list);
+    select_row_of(p);
+}
+
+static void free_thumbs(struct datasets_page *p)
+{
+    g_free(p->pixels);
+    p->pixels = NULL;
+    if (p->captions)
+        g_strfreev(p->captions);
+    p->captions = NULL;
+    p->nthumbs = 0;
+}
+
+static void add_cell(GtkWidget *grid, int col, int row, const char *text, gboolean head)
+{
+    GtkWidget *l = gtk_label_new(text);
+    gtk_label_set_xalign(GTK_LABEL(l), col == 0 ? 0.0f : 1.0f);
+    if (head)
+        gtk_widget_add_css_class(l, "heading");
+    else if (col > 0)
+        gtk_widget_add_css_class(l, "numeric");
+    gtk_grid_attach(GTK_GRID(grid), l, col, row, 1, 1);
+}
+
+void datasets_page_dataset_changed(struct datasets_page *p)
+{
+    const struct nl_dataset *d = p->win->data;
+    GtkWidget *child;
+
+    while ((child = gtk_widget_get_first_child(p->counts)))
+        gtk_grid_remove(GTK_GRID(p->counts), child);
+    free_thumbs(p);
+    gtk_widget_set_sensitive(p->counts, d != NULL);
+    gtk_widget_set_visible(p->counts, d != NULL);
+    gtk_widget_set_sensitive(p->thumbs, d != NULL);
+    GAction *rm = g_action_map_lookup_action(G_ACTION_MAP(p->win), "dataset-remove");
+    g_simple_action_set_enabled(G_SIMPLE_ACTION(rm), d != NULL);
+    if (!d) {
+        gtk_label_set_text(GTK_LABEL(p->title), "No dataset selected");
+        gtk_label_set_text(GTK_LABEL(p->info), "Import a dataset, or run `nnlab demo` once.");
+        gtk_widget_queue_draw(p->thumbs);
+        select_row_of(p);
+        return;
+    }
+    gtk_label_set_text(GTK_LABEL(p->title), d->name);
+    GString *info = g_string_new(NULL);
+    g_string_append_printf(info, "%s from %s\n%d×%d×%d %s samples, %d classes · normalised with",
+                           d->kind, d->source, d->shape.c, d->shape.h, d->shape.w,
+                           d->dtype == NL_U8 ? "8-bit" : "float", d->nclasses);
+    for (int i = 0; i < d->nnorm; i++)
+        g_string_append_printf(info, "%s mean %.3f, std %.3f", i ? ";" : "", d->mean[i], d->std[i]);
+    gtk_label_set_text(GTK_LABEL(p->info), info->str);
+    g_string_free(info, TRUE);
+
+    /* Class counts per split. */
+    add_cell(p->counts, 0, 0, "Class", TRUE);
+    for (int s = 0; s < NL_NSPLITS; s++)
+        add_cell(p->counts, s + 1, 0, nl_split_names[s], TRUE);
+    uint32_t *counts = g_new0(uint32_t, (size_t)d->nclasses * NL_NSPLITS);
+    for (int s = 0; s < NL_NSPLITS; s++)
+        for (uint32_t i = 0; i < d->split[s].n; i++)
+            counts[d->split[s].y[i] * NL_NSPLITS + s]++;
+    for (int k = 0; k < d->nclasses; k++) {
+        add_cell(p->counts, 0, k + 1, d->class_names[k], FALSE);
+        for (int s = 0; s < NL_NSPLITS; s++) {
+            char buf[16];
+            g_snprintf(buf, sizeof buf, "%u", counts[k * NL_NSPLITS + s]);
+            add_cell(p->counts, s + 1, k + 1, buf, FALSE);
+        }
+    }
+    add_cell(p->counts, 0, d->nclasses + 1, "Total", TRUE);
+    for (int s = 0; s < NL_NSPLITS; s++) {
+        char buf[16];
+        g_snprintf(buf, sizeof buf, "%u", d->split[s].n);
+        add_cell(p->counts, s + 1, d->nclasses + 1, buf, TRUE);
+    }
+    g_free(counts);
+
+    /* Thumbnails: the first samples of the train split, 8-bit datasets only. */
+    if (d->dtype == NL_U8 && d->split[NL_TRAIN].n > 0) {
+        const size_t size = nl_shape_size(d->shape);
+        p->nthumbs = (int)MIN(d->split[NL_TRAIN].n, THUMBS);
+        p->pixels = g_memdup2(d->split[NL_TRAIN].x, size * (size_t)p->nthumbs);
+        p->captions = g_new0(char *, (size_t)p->nthumbs + 1);
+        for (int i = 0; i < p->nthumbs; i++)
+            p->captions[i] = g_strdup(d->class_names[d->split[NL_TRAIN].y[i]]);
+    }
+    char *st = g_strdup_printf("The first %d training samples", p->nthumbs);
+    gtk_label_set_text(GTK_LABEL(p->samples_title), st);
+    g_free(st);
+    gtk_widget_queue_resize(p->thumbs);
+    gtk_widget_queue_draw(p->thumbs);
+    select_row_of(p);
+}
+
+static struct chart_thumbs thumbs_of(struct datasets_page *p)
+{
+    const struct nl_dataset *d = p->win->data;
+    struct chart_thumbs t = {0};
+    if (!d || !p->pixels)
+        return t;
+    t.n = p->nthumbs;
+    t.c = d->shape.c;
+    t.h = d->shape.h;
+    t.w = d->shape.w;
+    t.pixels = p->pixels;
+    t.captions = (const char *const *)p->captions;
+    t.cell = 52;
+    t.fg = nl_window_fg(p->thumbs);
+    return t;
+}
+
+static void draw_thumbs(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
+{
+    struct datasets_page *p = data;
+    struct chart_thumbs t = thumbs_of(p);
+    if (t.n == 0)
+        return;
+    chart_thumbs_draw(cr, w, h, &t);
+    int need = chart_thumbs_height(w, &t);
+    if (gtk_drawing_area_get_content_height(area) != need)
+        gtk_drawing_area_set_content_height(area, need);
+}
+
+struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
+{
+    struct datasets_page *p = g_new0(struct datasets_page, 1);
+    GtkBuilder *b = nl_page_builder("datasets-page");
+    p->win = w;
+#define GET(x) p->x = GTK_WIDGET(gtk_builder_get_object(b, #x))
+    GET(list);
+    GET(name);
+    GET(val);
+    GET(import);
+    GET(progress);
+    GET(title);
+    GET(info);
+    GET(counts);
+    GET(samples_title);
+    GET(thumbs);
+#undef GET
+    *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
+    g_object_unref(b);
+
+    static const GActionEntry actions[] = {
+        {.name = "import-idx", .activate = import_idx, .parameter_type = "(ss)"},
+        {.name = "import", .activate = import_ask},
+        {.name = "select-dataset", .activate = select_dataset, .parameter_type = "s"},
+        {.name = "dataset-remove", .activate = remove_dataset},
+    };
+    g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
+    g_signal_connect(p->list, "row-activated", G_CALLBACK(row_activated), p);
+    gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->thumbs), draw_thumbs, p, NULL);
+    gtk_drawing_area_set_content_height(GTK_DRAWING_AREA(p->thumbs), 200);
+    datasets_page_dataset_changed(p);
+    return p;
+}
+
+void datasets_page_free(struct datasets_page *p)
+{
+    if (!p)
+        return;
+    if (p->pulse)
+        g_source_remove(p->pulse);
+    free_thumbs(p);
+    g_free(p);
+}

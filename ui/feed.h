@@ -1,0 +1,33 @@
+/* The feed from a training thread to the window: a locked ring buffer of points. The training
+ * thread pushes (never blocking on the window); the main loop pulls about ten times a second.
+ * When the window falls behind, the oldest points are overwritten and counted as dropped. No GTK
+ * here: tests use it without a display. */
+#ifndef NNLAB_UI_FEED_H
+#define NNLAB_UI_FEED_H
+
+#include <pthread.h>
+
+enum feed_kind { FEED_ITER = 0, FEED_EPOCH = 1 };
+
+struct feed_point {
+    enum feed_kind kind;
+    int epoch, epochs;
+    long iter, iters; /* ITER: 1-based step within the epoch, steps per epoch */
+    double loss, accuracy, val_loss, val_accuracy;
+    double images_per_second, eta_seconds, lr, seconds;
+};
+
+struct feed {
+    pthread_mutex_t lock;
+    struct feed_point *ring; /* (cap) */
+    int cap, head, count;    /* oldest point at head */
+    long pushed, dropped;
+};
+
+int feed_init(struct feed *f, int cap); /* 0, or -1 out of memory */
+void feed_release(struct feed *f);
+void feed_push(struct feed *f, const struct feed_point *p);
+/* Moves up to max of the oldest points into out; returns how many. */
+int feed_pull(struct feed *f, struct feed_point *out, int max);
+
+#endif

@@ -1,0 +1,645 @@
+/* The model page: a spec edited as text or through its list of layers (add, remove, move), built
+ * for the selected dataset after every edit, with each layer's output shape and parameter count,
+ * and errors shown on the offending line and layer. */
+#include <stdio.h>
+#include <string.h>
+
+#include "finetune.h"
+#include "nnlab/alloc.h"
+#include "nnlab/model.h"
+#include "nnlab/runs.h"
+#include "nnlab/spec.h"
+#include "window.h"
+
+struct model_page {
+    NlWindow *win;
+    GtkWidget *shipped, *add, *summary, *text, *layers_title, *error, *layers;
+    GtkWidget *init, *init_info;
+    GtkStringList *init_names; /* "Random initialisation", then runs with checkpoints */
+    GtkTextTag *error_tag;
+    char *init_run;     /* the run whose weights start training, or NULL */
+    GHashTable *frozen; /* names of the layers ticked frozen */
+    char **frozen_now;  /* those of them with parameters in the model as last built */
+    gboolean init_refreshing;
+    char *name; /* a shipped model's name, or "custom" */
+    char *spec; /* the text last validated */
+    gboolean valid, setting;
+    guint timer;
+};
+
+static const char *const layer_choices[][2] = {
+    {"Convolution 32 3×3", "conv 32 3x3 pad=1"},
+    {"Dense 128", "dense 128"},
+    {"ReLU", "relu"},
+    {"Tanh", "tanh"},
+    {"Max pooling 2", "maxpool 2"},
+    {"Average pooling 2", "avgpool 2"},
+    {"Dropout 0.5", "dropout 0.5"},
+    {"Flatten", "flatten"},
+};
+
+static char *buffer_text(struct model_page *p)
+{
+    GtkTextBuffer *b = gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text));
+    GtkTextIter s, e;
+    gtk_text_buffer_get_bounds(b, &s, &e);
+    return gtk_text_buffer_get_text(b, &s, &e, FALSE);
+}
+
+static void set_text(struct model_page *p, const char *text)
+{
+    GtkTextBuffer *b = gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text));
+    gtk_text_buffer_set_text(b, text, -1);
+}
+
+/* The spec line that an error message names: "spec:LINE: ..." or "... (line LINE): ...". */
+static int error_line(const char *msg)
+{
+    int line = 0;
+    const char *l = strstr(msg, "(line ");
+    if (l && sscanf(l, "(line %d)", &line) == 1)
+        return line;
+    if (strncmp(msg, "spec:", 5) == 0 && sscanf(msg + 5, "%d:", &line) == 1)
+        return line;
+    return 0;
+}
+
+static void edit_lines(struct model_page *p, int line, int op, const char *insert);
+
+static void row_button(GtkWidget *box, const char *icon, const char *tip, int line, int op,
+                       struct model_page *p, gboolean sensitive);
+
+static void move_clicked(GtkButton *b, gpointer data)
+{
+    struct model_page *p = data;
+    int line = GPOINTER_TO_INT(g_object_get_data(G_OBJECT(b), "nl-line"));
+    int op = GPOINTER_TO_INT(g_object_get_data(G_OBJECT(b), "nl-op"));
+    int other = GPOINTER_TO_INT(g_object_get_data(G_OBJECT(b), "nl-other"));
+    if (op == 0)
+        edit_lines(p, line, 0, NULL);
+    else
+        edit_lines(p, line, other, NULL);
+}
+
+static void row_button(GtkWidget *box, const char *icon, const char *tip, int line, int other,
+                       struct model_page *p, gboolean sensitive)
+{
+    GtkWidget *b = gtk_button_new_from_icon_name(icon);
+    gtk_widget_set_tooltip_text(b, tip);
+    gtk_widget_add_css_class(b, "flat");
+    gtk_widget_set_sensitive(b, sensitive);
+    g_object_set_data(G_OBJECT(b), "nl-line", GINT_TO_POINTER(line));
+    g_object_set_data(G_OBJECT(b), "nl-op", GINT_TO_POINTER(other != 0));
+    g_object_set_data(G_OBJECT(b), "nl-other", GINT_TO_POINTER(other));
+    g_signal_connect(b, "clicked", G_CALLBACK(move_clicked), p);
+    gtk_box_append(GTK_BOX(box), b);
+}
+
+static GtkWidget *cell(const char *text, int chars, float xalign, const char *css)
+{
+    GtkWidget *l = gtk_label_new(text);
+    gtk_label_set_xalign(GTK_LABEL(l), xalign);
+    gtk_label_set_width_chars(GTK_LABEL(l), chars);
+    gtk_label_set_max_width_chars(GTK_LABEL(l), chars);
+    gtk_label_set_ellipsize(GTK_LABEL(l), PANGO_ELLIPSIZE_END);
+    if (css)
+        gtk_widget_add_css_class(l, css);
+    return l;
+}
+
+/* One row: name, the spec line's text, output shape, parameters, and the editing buttons. */
+static void freeze_toggled(GtkCheckButton *b, gpointer data)
+{
+    struct model_page *p = data;
+    const char *name = g_object_get_data(G_OBJECT(b), "nl-name");
+    gtk_widget_activate_action(GTK_WIDGET(p->win), "win.model-freeze", "(sb)", name,
+                               gtk_check_button_get_active(b));
+}
+
+static GtkWidget *layer_row(struct model_page *p, const struct nl_layer *l, const char *line_text,
+                            const char *shape, const char *params, const char *source,
+                            const char *error, int prev_line, int next_line)
+{
+    GtkWidget *row = gtk_list_box_row_new();
+    GtkWidget *v = gtk_box_new(GTK_ORIENTATION_VERTICAL, 2);
+    GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 8);
+    gtk_widget_set_margin_start(v, 10);
+    gtk_widget_set_margin_end(v, 4);
+    gtk_widget_set_margin_top(v, 4);
+    gtk_widget_set_margin_bottom(v, 4);
+    gtk_box_append(GTK_BOX(h), cell(l->name, 7, 0, "heading"));
+    GtkWidget *desc = cell(line_text, 12, 0, "nl-mono");
+    gtk_widget_set_hexpand(desc, TRUE);
+    gtk_box_append(GTK_BOX(h), desc);
+    gtk_box_append(GTK_BOX(h), cell(shape, 9, 1, "numeric"));
+    gtk_box_append(GTK_BOX(h), cell(params, 8, 1, "numeric"));
+    gtk_box_append(GTK_BOX(h), cell(source, 7, 0.5f, "dim-label"));
+    GtkWidget *freeze = gtk_check_button_new();
+    gtk_widget_set_tooltip_text(freeze, "Freeze: train without updating this layer's weights");
+    /* Layers without weights have nothing to freeze: the box keeps its column, unseen. */
+    gtk_widget_set_sensitive(freeze, l->param_count > 0);
+    gtk_widget_set_opacity(freeze, l->param_count > 0 ? 1.0 : 0.0);
+    gtk_check_button_set_active(GTK_CHECK_BUTTON(freeze),
+                                g_hash_table_contains(p->frozen, l->name));
+    g_object_set_data_full(G_OBJECT(freeze), "nl-name", g_strdup(l->name), g_free);
+    g_signal_connect(freeze, "toggled", G_CALLBACK(freeze_toggled), p);
+    gtk_box_append(GTK_BOX(h), freeze);
+    GtkWidget *btns = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 0);
+    row_button(btns, "go-up-symbolic", "Move up", l->line, prev_line, p, prev_line > 0);
+    row_button(btns, "go-down-symbolic", "Move down", l->line, next_line, p, next_line > 0);
+    row_button(btns, "list-remove-symbolic", "Remove", l->line, 0, p, TRUE);
+    gtk_box_append(GTK_BOX(h), btns);
+    gtk_box_append(GTK_BOX(v), h);
+    if (error) {
+        GtkWidget *e = gtk_label_new(error);
+        gtk_label_set_wrap(GTK_LABEL(e), TRUE);
+        gtk_label_set_xalign(GTK_LABEL(e), 0);
+        gtk_widget_add_css_class(e, "nl-error");
+        gtk_box_append(GTK_BOX(v), e);
+        gtk_widget_add_css_class(row, "nl-error-row");
+    }
+    gtk_list_box_row_set_child(GTK_LIST_BOX_ROW(row), v);
+    return row;
+}
+
+static GtkWidget *header_row(void)
+{
+    GtkWidget *row = gtk_list_box_row_new();
+    GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 8);
+    gtk_widget_set_margin_start(h, 10);
+    gtk_widget_set_margin_end(h, 4);
+    gtk_widget_set_margin_top(h, 6);
+    gtk_widget_set_margin_bottom(h, 6);
+    gtk_box_append(GTK_BOX(h), cell("Layer", 7, 0, "dim-label"));
+    GtkWidget *d = cell("Definition", 12, 0, "dim-label");
+    gtk_widget_set_hexpand(d, TRUE);
+    gtk_box_append(GTK_BOX(h), d);
+    gtk_box_append(GTK_BOX(h), cell("Output", 9, 1, "dim-label"));
+    gtk_box_append(GTK_BOX(h), cell("Params", 8, 1, "dim-label"));
+    gtk_box_append(GTK_BOX(h), cell("Weights", 7, 0.5f, "dim-label"));
+    gtk_box_append(GTK_BOX(h), cell("Frozen", 6, 0.5f, "dim-label"));
+    GtkWidget *pad = gtk_label_new("");
+    gtk_widget_set_size_request(pad, 3 * 34, -1);
+    gtk_box_append(GTK_BOX(h), pad);
+    gtk_list_box_row_set_child(GTK_LIST_BOX_ROW(row), h);
+    gtk_list_box_row_set_activatable(GTK_LIST_BOX_ROW(row), FALSE);
+    return row;
+}
+
+static void format_count(char *buf, size_t size, size_t n)
+{
+    if (n >= 1000000)
+        snprintf(buf, size, "%.2f M", n / 1e6);
+    else if (n >= 10000)
+        snprintf(buf, size, "%.1f k", n / 1e3);
+    else
+        snprintf(buf, size, "%zu", n);
+}
+
+/* Parses and builds the text for the selected dataset (or 1×28×28 with 10 classes when none is
+ * selected) and redraws the list of layers. */
+static void validate(struct model_page *p)
+{
+    struct nl_error err = {0};
+    struct nl_spec *spec = NULL;
+    struct nl_model *m = NULL;
+    GtkTextBuffer *buf = gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text));
+    GtkTextIter s, e;
+    GtkWidget *child;
+    const struct nl_dataset *d = p->win->data;
+    struct nl_shape in = d ? d->shape : (struct nl_shape){1, 28, 28};
+    int nclasses = d ? d->nclasses : 10;
+
+    if (p->timer) {
+        g_source_remove(p->timer);
+        p->timer = 0;
+    }
+    g_free(p->spec);
+    p->spec = buffer_text(p);
+    gtk_text_buffer_get_bounds(buf, &s, &e);
+    gtk_text_buffer_remove_tag(buf, p->error_tag, &s, &e);
+    while ((child = gtk_widget_get_first_child(p->layers)))
+        gtk_list_box_remove(GTK_LIST_BOX(p->layers), child);
+
+    int rc = nl_spec_parse(&spec, p->spec, "spec", NULL, NULL, &err);
+    if (rc == 0)
+        rc = nl_model_build(&m, spec, in, nclasses, &err);
+
+    /* Which layers a past run's weights would start, and which are frozen. */
+    int *from = NULL, matched = 0, with_params = 0;
+    g_strfreev(p->frozen_now);
+    p->frozen_now = NULL;
+    if (m) {
+        GPtrArray *fz = g_ptr_array_new();
+        for (int i = 0; i < m->nlayers; i++) {
+            with_params += m->layers[i].param_count > 0;
+            if (m->layers[i].param_count > 0 && g_hash_table_contains(p->frozen, m->layers[i].name))
+                g_ptr_array_add(fz, g_strdup(m->layers[i].name));
+        }
+        g_ptr_array_add(fz, NULL);
+        p->frozen_now = (char **)g_ptr_array_free(fz, FALSE);
+    }
+    gtk_widget_remove_css_class(p->init_info, "nl-error");
+    if (m && p->init_run) {
+        struct nl_model *src = NULL;
+        struct nl_error ierr = {0};
+        if (finetune_source(p->win->store, p->init_run, 0, &src, &ierr) == 0) {
+            from = g_new(int, (size_t)m->nlayers);
+            matched = finetune_match(m, src, from);
+            char *t = g_strdup_printf("%d of %d layers with weights start from “%s”; the "
+                                      "others start fresh.",
+                                      matched, with_params, p->init_run);
+            gtk_label_set_text(GTK_LABEL(p->init_info), t);
+            g_free(t);
+            if (matched == 0)
+                gtk_widget_add_css_class(p->init_info, "nl-error");
+        } else {
+            gtk_label_set_text(GTK_LABEL(p->init_info), ierr.msg);
+            gtk_widget_add_css_class(p->init_info, "nl-error");
+        }
+        nl_model_free(src);
+    } else {
+        gtk_label_set_text(GTK_LABEL(p->init_info), "Seeded random weights (Xavier unless the "
+                                                    "spec says init=he or init=zero).");
+    }
+    p->valid = rc == 0;
+    const int bad_line = rc < 0 ? error_line(err.msg) : 0;
+    if (bad_line > 0) {
+        GtkTextIter ls, le;
+        gtk_text_buffer_get_iter_at_line(buf, &ls, bad_line - 1);
+        le = ls;
+        gtk_text_iter_forward_to_line_end(&le);
+        gtk_text_buffer_apply_tag(buf, p->error_tag, &ls, &le);
+    }
+    gtk_label_set_text(GTK_LABEL(p->error), rc < 0 ? err.msg : "");
+    gboolean attached = FALSE; /* the error shows on its layer's row rather than on top */
+
+    if (spec) {
+        char **lines = g_strsplit(p->spec, "\n", -1);
+        const guint nlines = g_strv_length(lines);
+        gtk_list_box_append(GTK_LIST_BOX(p->layers), header_row());
+        for (int i = 0; i < spec->nlayers; i++) {
+            const struct nl_layer *l = m ? &m->layers[i] : &spec->layers[i];
+            char shape[48] = "—", params[32] = "—", text[160] = "";
+            if (m) {
+                snprintf(shape, sizeof shape, "%d×%d×%d", l->out.c, l->out.h, l->out.w);
+                format_count(params, sizeof params, l->param_count);
+            }
+            if (l->line > 0 && (guint)l->line <= nlines) {
+                /* The definition without the name and the comment. */
+                char *t = g_strdup(lines[l->line - 1]);
+                char *hash = strchr(t, '#');
+                if (hash)
+                    *hash = 0;
+                char *colon = strchr(t, ':');
+                snprintf(text, sizeof text, "%s", g_strstrip(colon ? colon + 1 : t));
+                g_free(t);
+            }
+            int prev = i > 0 ? spec->layers[i - 1].line : 0;
+            int next = i + 1 < spec->nlayers ? spec->layers[i + 1].line : 0;
+            attached |= bad_line > 0 && l->line == bad_line;
+            const char *source = !m || l->param_count == 0 ? ""
+                                 : !from                   ? "random"
+                                 : from[i] >= 0            ? "from run"
+                                                           : "new";
+            gtk_list_box_append(GTK_LIST_BOX(p->layers),
+                                layer_row(p, l, text, shape, params, source,
+                                          bad_line > 0 && l->line == bad_line ? err.msg : NULL,
+                                          prev, next));
+        }
+        g_strfreev(lines);
+    }
+    gtk_widget_set_visible(p->error, rc < 0 && !attached);
+    char sum[160];
+    if (m) {
+        char n[32];
+        format_count(n, sizeof n, m->nparams);
+        snprintf(sum, sizeof sum, "%d layers · %s parameters · input %d×%d×%d, %d classes%s",
+                 m->nlayers, n, in.c, in.h, in.w, nclasses, d ? "" : " (no dataset selected)");
+    } else {
+        snprintf(sum, sizeof sum, "does not build for input %d×%d×%d", in.c, in.h, in.w);
+    }
+    gtk_label_set_text(GTK_LABEL(p->summary), sum);
+    g_free(from);
+    nl_model_free(m);
+    nl_spec_free(spec);
+    nl_window_update_subtitle(p->win);
+    if (p->win->train)
+        train_page_dataset_changed(p->win->train); /* whether Start can start */
+}
+
+static gboolean validate_later(gpointer data)
+{
+    struct model_page *p = data;
+    p->timer = 0;
+    if (!p->win->closed)
+        validate(p);
+    return G_SOURCE_REMOVE;
+}
+
+static void text_changed(GtkTextBuffer *b, gpointer data)
+{
+    struct model_page *p = data;
+    if (!p->setting) {
+        g_free(p->name);
+        p->name = g_strdup("custom");
+        for (const char *const *n = nl_spec_shipped_names(); *n; n++) {
+            char *t = buffer_text(p);
+            if (strcmp(t, nl_spec_shipped_text(*n)) == 0) {
+                g_free(p->name);
+                p->name = g_strdup(*n);
+            }
+            g_free(t);
+        }
+    }
+    if (p->timer)
+        g_source_remove(p->timer);
+    p->timer = g_timeout_add(200, validate_later, p);
+}
+
+/* Edits the text: op 0 removes line `line`; otherwise swaps it with line `op`; insert (with op
+ * -1) adds a line before `line`. Lines are 1-based. */
+static void edit_lines(struct model_page *p, int line, int op, const char *insert)
+{
+    char *text = buffer_text(p);
+    char **lines = g_strsplit(text, "\n", -1);
+    const int n = (int)g_strv_length(lines);
+    GPtrArray *out = g_ptr_array_new();
+    for (int i = 0; i < n; i++) {
+        if (insert && i == line - 1)
+            g_ptr_array_add(out, (gpointer)insert);
+        if (!insert && op == 0 && i == line - 1)
+            continue;
+        if (!insert && op > 0 && i == line - 1)
+            g_ptr_array_add(out, lines[op - 1]);
+        else if (!insert && op > 0 && i == op - 1)
+            g_ptr_array_add(out, lines[line - 1]);
+        else
+            g_ptr_array_add(out, lines[i]);
+    }
+    if (insert && line > n)
+        g_ptr_array_add(out, (gpointer)insert);
+    g_ptr_array_add(out, NULL);
+    char *joined = g_strjoinv("\n", (char **)out->pdata);
+    set_text(p, joined);
+    g_free(joined);
+    g_ptr_array_free(out, TRUE);
+    g_strfreev(lines);
+    g_free(text);
+    validate(p);
+}
+
+/* win.model-add-layer (definition): inserts a layer before the last one (the classifier). */
+static void add_layer(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct model_page *p = data;
+    struct nl_spec *spec;
+    struct nl_error err = {0};
+    int line = 1 << 20;
+    char *text = buffer_text(p);
+    if (nl_spec_parse(&spec, text, "spec", NULL, NULL, &err) == 0) {
+        line = spec->layers[spec->nlayers - 1].line;
+        nl_spec_free(spec);
+    }
+    g_free(text);
+    edit_lines(p, line, -1, g_variant_get_string(param, NULL));
+}
+
+static void use_shipped(struct model_page *p, const char *name)
+{
+    const char *text = nl_spec_shipped_text(name);
+    if (!text) {
+        nl_window_notify(p->win, "No shipped model named “%s”", name);
+        return;
+    }
+    p->setting = TRUE;
+    set_text(p, text);
+    p->setting = FALSE;
+    g_free(p->name);
+    p->name = g_strdup(name);
+    validate(p);
+}
+
+/* win.model-shipped (name) */
+static void shipped_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct model_page *p = data;
+    const char *name = g_variant_get_string(param, NULL);
+    const char *const *names = nl_spec_shipped_names();
+    for (guint i = 0; names[i]; i++)
+        if (strcmp(names[i], name) == 0)
+            gtk_drop_down_set_selected(GTK_DROP_DOWN(p->shipped), i);
+    use_shipped(p, name);
+}
+
+/* win.model-spec (text): a spec of one's own. */
+static void spec_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct model_page *p = data;
+    set_text(p, g_variant_get_string(param, NULL));
+    validate(p);
+}
+
+static void shipped_selected(GObject *dd, GParamSpec *ps, gpointer data)
+{
+    struct model_page *p = data;
+    guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(dd));
+    const char *const *names = nl_spec_shipped_names();
+    for (guint k = 0; names[k]; k++)
+        if (k == i && strcmp(p->name ? p->name : "", names[k]) != 0)
+            use_shipped(p, names[k]);
+}
+
+const char *model_page_spec(struct model_page *p)
+{
+    if (p->timer)
+        validate(p);
+    return p->spec;
+}
+
+const char *model_page_name(struct model_page *p)
+{
+    return p->name ? p->name : "-";
+}
+
+gboolean model_page_valid(struct model_page *p)
+{
+    if (p->timer)
+        validate(p);
+    return p->valid;
+}
+
+const char *model_page_init_run(struct model_page *p)
+{
+    return p->init_run;
+}
+
+const char *const *model_page_frozen(struct model_page *p)
+{
+    if (p->timer)
+        validate(p);
+    static const char *const none[] = {NULL};
+    return p->frozen_now ? (const char *const *)p->frozen_now : none;
+}
+
+static void set_init_run(struct model_page *p, const char *run)
+{
+    g_free(p->init_run);
+    p->init_run = run && run[0] ? g_strdup(run) : NULL;
+    validate(p);
+}
+
+/* win.model-init (run): the run whose weights start training; "" for random weights. */
+static void init_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct model_page *p = data;
+    const char *run = g_variant_get_string(param, NULL);
+    guint n = g_list_model_get_n_items(G_LIST_MODEL(p->init_names));
+    for (guint i = 1; i < n; i++)
+        if (strcmp(gtk_string_list_get_string(p->init_names, i), run) == 0) {
+            p->init_refreshing = TRUE;
+            gtk_drop_down_set_selected(GTK_DROP_DOWN(p->init), i);
+            p->init_refreshing = FALSE;
+        }
+    if (!run[0]) {
+        p->init_refreshing = TRUE;
+        gtk_drop_down_set_selected(GTK_DROP_DOWN(p->init), 0);
+        p->init_refreshing = FALSE;
+    }
+    set_init_run(p, run);
+}
+
+/* win.model-freeze (layer, frozen) */
+static void freeze_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct model_page *p = data;
+    const char *name;
+    gboolean on;
+    g_variant_get(param, "(&sb)", &name, &on);
+    if (on == g_hash_table_contains(p->frozen, name))
+        return;
+    if (on)
+        g_hash_table_add(p->frozen, g_strdup(name));
+    else
+        g_hash_table_remove(p->frozen, name);
+    if (p->timer)
+        g_source_remove(p->timer);
+    /* Later, so that the check button that was clicked is not destroyed in its own handler. */
+    p->timer = g_timeout_add(50, validate_later, p);
+}
+
+static void init_selected(GObject *dd, GParamSpec *ps, gpointer data)
+{
+    struct model_page *p = data;
+    if (p->init_refreshing)
+        return;
+    guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(dd));
+    set_init_run(p, i == 0 || i == GTK_INVALID_LIST_POSITION
+                        ? NULL
+                        : gtk_string_list_get_string(p->init_names, i));
+}
+
+/* The runs that have a checkpoint, newest first, as starting points. */
+void model_page_runs_changed(struct model_page *p)
+{
+    struct nl_run_info *list;
+    struct nl_error err = {0};
+    int n;
+    if (!p || nl_run_list(p->win->store, &list, &n, &err) < 0)
+        return;
+    p->init_refreshing = TRUE;
+    gtk_string_list_splice(p->init_names, 0, g_list_model_get_n_items(G_LIST_MODEL(p->init_names)),
+                           NULL);
+    gtk_string_list_append(p->init_names, "Random initialisation");
+    guint sel = 0, at = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        if (list[i].epochs_done < 1)
+            continue;
+        gtk_string_list_append(p->init_names, list[i].name);
+        if (p->init_run && strcmp(p->init_run, list[i].name) == 0)
+            sel = at;
+        at++;
+    }
+    nl_free(list);
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(p->init), sel);
+    p->init_refreshing = FALSE;
+    if (sel == 0 && p->init_run)
+        set_init_run(p, NULL); /* the run was deleted */
+}
+
+void model_page_dataset_changed(struct model_page *p)
+{
+    validate(p);
+}
+
+struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
+{
+    struct model_page *p = g_new0(struct model_page, 1);
+    GtkBuilder *b = nl_page_builder("model-page");
+    p->win = w;
+#define GET(x) p->x = GTK_WIDGET(gtk_builder_get_object(b, #x))
+    GET(shipped);
+    GET(add);
+    GET(summary);
+    GET(text);
+    GET(layers_title);
+    GET(error);
+    GET(layers);
+    GET(init);
+    GET(init_info);
+#undef GET
+    *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
+    g_object_unref(b);
+
+    static const GActionEntry actions[] = {
+        {.name = "model-add-layer", .activate = add_layer, .parameter_type = "s"},
+        {.name = "model-shipped", .activate = shipped_action, .parameter_type = "s"},
+        {.name = "model-spec", .activate = spec_action, .parameter_type = "s"},
+        {.name = "model-init", .activate = init_action, .parameter_type = "s"},
+        {.name = "model-freeze", .activate = freeze_action, .parameter_type = "(sb)"},
+    };
+    p->frozen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    p->init_names = gtk_string_list_new(NULL);
+    gtk_drop_down_set_model(GTK_DROP_DOWN(p->init), G_LIST_MODEL(p->init_names));
+    g_object_unref(p->init_names);
+    model_page_runs_changed(p);
+    g_signal_connect(p->init, "notify::selected", G_CALLBACK(init_selected), p);
+    g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
+
+    GMenu *menu = g_menu_new();
+    for (size_t i = 0; i < G_N_ELEMENTS(layer_choices); i++) {
+        GMenuItem *it = g_menu_item_new(layer_choices[i][0], NULL);
+        g_menu_item_set_action_and_target(it, "win.model-add-layer", "s", layer_choices[i][1]);
+        g_menu_append_item(menu, it);
+        g_object_unref(it);
+    }
+    gtk_menu_button_set_menu_model(GTK_MENU_BUTTON(p->add), G_MENU_MODEL(menu));
+    g_object_unref(menu);
+
+    GtkStringList *names = gtk_string_list_new((const char *const *)nl_spec_shipped_names());
+    gtk_drop_down_set_model(GTK_DROP_DOWN(p->shipped), G_LIST_MODEL(names));
+    g_object_unref(names);
+
+    GtkTextBuffer *buf = gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text));
+    p->error_tag = gtk_text_buffer_create_tag(buf, "error", "underline", PANGO_UNDERLINE_ERROR,
+                                              "background", "rgba(224,27,36,0.18)", NULL);
+    g_signal_connect(buf, "changed", G_CALLBACK(text_changed), p);
+    use_shipped(p, nl_spec_shipped_names()[0]);
+    g_signal_connect(p->shipped, "notify::selected", G_CALLBACK(shipped_selected), p);
+    return p;
+}
+
+void model_page_free(struct model_page *p)
+{
+    if (!p)
+        return;
+    if (p->timer)
+        g_source_remove(p->timer);
+    g_free(p->name);
+    g_free(p->spec);
+    g_free(p->init_run);
+    g_strfreev(p->frozen_now);
+    if (p->frozen)
+        g_hash_table_unref(p->frozen);
+    g_free(p);
+}

@@ -1,0 +1,716 @@
+/* The runs page: every run in the store with its settings and results, epoch curves of the runs
+ * ticked for comparison, deleting, and a finished run's confusion matrix on the test split
+ * (computed on a worker thread) with the misclassified samples behind a cell. */
+#include <math.h>
+#include <string.h>
+
+#include "nnlab/alloc.h"
+#include "nnlab/model.h"
+#include "nnlab/runs.h"
+#include "nnlab/spec.h"
+#include "window.h"
+
+#define EVAL_BATCH 256
+#define CELL_MAX   60
+
+static const struct chart_rgb palette[] = {
+    {0.21, 0.52, 0.89}, {0.90, 0.38, 0.0},  {0.18, 0.63, 0.33},
+    {0.57, 0.25, 0.66}, {0.75, 0.11, 0.16}, {0.40, 0.40, 0.40},
+};
+
+struct curve {
+    char *name;
+    int n;
+    double *x, *val, *train, *loss, *val_loss;
+};
+
+/* A confusion matrix and what is needed to show the samples behind a cell. */
+struct confusion {
+    char *run;
+    int k, c, h, w;
+    long *counts;  /* (k, k) */
+    char **names;  /* (k + 1), NULL-terminated */
+    uint32_t n;    /* test samples */
+    int32_t *y;    /* (n) */
+    int32_t *pred; /* (n) */
+    uint8_t *px;   /* (n, c, h, w), or NULL for float datasets */
+    double accuracy;
+};
+
+struct runs_page {
+    NlWindow *win;
+    GtkWidget *list, *details, *acc_chart, *loss_chart, *confusion_title, *confusion;
+    GtkWidget *cell_title, *cell_samples;
+    char *selected;
+    GHashTable *compare; /* run names ticked */
+    GPtrArray *curves;   /* struct curve, the runs drawn */
+    struct confusion *cm;
+    int sel_row, sel_col;
+    uint8_t *cell_px;
+    char **cell_captions;
+    int cell_n;
+    gboolean computing;
+    gboolean refreshing; /* the list is being rebuilt: selections are not the user's */
+};
+
+static void confusion_free(struct confusion *c)
+{
+    if (!c)
+        return;
+    g_free(c->run);
+    g_free(c->counts);
+    g_strfreev(c->names);
+    g_free(c->y);
+    g_free(c->pred);
+    g_free(c->px);
+    g_free(c);
+}
+
+static void curve_free(gpointer data)
+{
+    struct curve *c = data;
+    g_free(c->name);
+    g_free(c->x);
+    g_free(c->val);
+    g_free(c->train);
+    g_free(c->loss);
+    g_free(c->val_loss);
+    g_free(c);
+}
+
+/* Loads a run's model with its latest weights and its dataset. */
+int nl_ui_load_run(struct nl_store *s, const char *run_name, struct nl_model **m,
+                   struct nl_dataset **d, struct nl_error *err)
+{
+    struct nl_run_info run;
+    struct nl_spec *spec = NULL;
+    char *text = NULL;
+
+    *m = NULL;
+    *d = NULL;
+    int rc = nl_run_get(s, run_name, &run, &text, NULL, err);
+    if (rc == 0)
+        rc = nl_dataset_load(s, run.dataset, d, err);
+    if (rc == 0)
+        rc = nl_spec_parse(&spec, text, run.model, NULL, NULL, err);
+    if (rc == 0)
+        rc = nl_model_build(m, spec, (*d)->shape, (*d)->nclasses, err);
+    if (rc == 0)
+        rc = nl_run_load_params(s, &run, (*m)->params, (*m)->nparams, err);
+    nl_spec_free(spec);
+    nl_free(text);
+    if (rc < 0) {
+        nl_model_free(*m);
+        nl_dataset_free(*d);
+        *m = NULL;
+        *d = NULL;
+    }
+    return rc;
+}
+
+/* ---- The confusion matrix, on a worker thread ---- */
+
+struct cm_job {
+    char *db_path, *run;
+    struct confusion *cm;
+    char *error;
+};
+
+static void cm_job_free(gpointer data)
+{
+    struct cm_job *j = data;
+    g_free(j->db_path);
+    g_free(j->run);
+    confusion_free(j->cm);
+    g_free(j->error);
+    g_free(j);
+}
+
+static void cm_thread(GTask *task, gpointer source, gpointer data, GCancellable *cancel)
+{
+    struct cm_job *j = data;
+    struct nl_error err = {0};
+    struct nl_store *s = NULL;
+    struct nl_model *m = NULL;
+    struct nl_dataset *d = NULL;
+    struct nl_exec *x = NULL;
+    float *in = NULL;
+    uint32_t *idx = NULL;
+
+    int rc = nl_store_open(&s, j->db_path, &err);
+    if (rc == 0)
+        rc = nl_ui_load_run(s, j->run, &m, &d, &err);
+    nl_store_close(s);
+    if (rc == 0 && d->split[NL_TEST].n == 0)
+        rc = nl_error_set(&err, NL_EINVAL, "dataset '%s' has no test split", d->name);
+    if (rc == 0)
+        rc = nl_exec_new(&x, m, EVAL_BATCH, &err);
+    if (rc == 0) {
+        const uint32_t n = d->split[NL_TEST].n;
+        const int k = d->nclasses;
+        struct confusion *c = g_new0(struct confusion, 1);
+        struct nl_rng rng;
+        nl_rng_seed(&rng, 1);
+        c->run = g_strdup(j->run);
+        c->k = k;
+        c->c = d->shape.c;
+        c->h = d->shape.h;
+        c->w = d->shape.w;
+        c->n = n;
+        c->counts = g_new0(long, (size_t)k *k);
+        c->names = g_new0(char *, (size_t)k + 1);
+        for (int i = 0; i < k; i++)
+            c->names[i] = g_strdup(d->class_names[i]);
+        c->y = g_memdup2(d->split[NL_TEST].y, n * sizeof(int32_t));
+        c->pred = g_new(int32_t, n);
+        if (d->dtype == NL_U8)
+            c->px = g_memdup2(d->split[NL_TEST].x, n * nl_shape_size(d->shape));
+        in = g_new(float, (size_t)EVAL_BATCH *nl_shape_size(d->shape));
+        idx = g_new(uint32_t, EVAL_BATCH);
+        long correct = 0;
+        for (uint32_t at = 0; at < n; at += EVAL_BATCH) {
+            int b = (int)MIN((uint32_t)EVAL_BATCH, n - at);
+            for (int i = 0; i < b; i++)
+                idx[i] = at + (uint32_t)i;
+            nl_dataset_batch(d, NL_TEST, idx, b, in, NULL);
+            const float *logits = nl_exec_forward(x, m->params, in, b, 0, &rng);
+            for (int i = 0; i < b; i++) {
+                int best = 0;
+                for (int q = 1; q < k; q++)
+                    if (logits[i * k + q] > logits[i * k + best])
+                        best = q;
+                c->pred[at + i] = best;
+                c->counts[c->y[at + i] * k + best]++;
+                correct += best == c->y[at + i];
+            }
+        }
+        c->accuracy = (double)correct / n;
+        j->cm = c;
+    }
+    if (rc < 0)
+        j->error = g_strdup(err.msg);
+    g_free(in);
+    g_free(idx);
+    nl_exec_free(x);
+    nl_model_free(m);
+    nl_dataset_free(d);
+    g_task_return_boolean(task, TRUE);
+}
+
+static void show_cell(struct runs_page *p, int row, int col);
+
+static void cm_done(GObject *source, GAsyncResult *res, gpointer data)
+{
+    struct runs_page *p = data;
+    struct cm_job *j = g_task_get_task_data(G_TASK(res));
+    if (p->win->closed)
+        return;
+    p->computing = FALSE;
+    if (j->error) {
+        nl_window_notify(p->win, "Confusion matrix: %s", j->error);
+        gtk_label_set_text(GTK_LABEL(p->confusion_title), "Confusion matrix");
+        return;
+    }
+    confusion_free(p->cm);
+    p->cm = j->cm;
+    j->cm = NULL;
+    char *t = g_strdup_printf("Confusion matrix of “%s” on the test split: %.2f%% of %u correct",
+                              p->cm->run, 100.0 * p->cm->accuracy, p->cm->n);
+    gtk_label_set_text(GTK_LABEL(p->confusion_title), t);
+    g_free(t);
+    /* The largest mistake is shown first. */
+    int br = -1, bc = -1;
+    long best = 0;
+    for (int r = 0; r < p->cm->k; r++)
+        for (int c = 0; c < p->cm->k; c++)
+            if (r != c && p->cm->counts[r * p->cm->k + c] > best) {
+                best = p->cm->counts[r * p->cm->k + c];
+                br = r;
+                bc = c;
+            }
+    show_cell(p, br, bc);
+}
+
+/* win.run-confusion: for the selected run. */
+static void run_confusion(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct runs_page *p = data;
+    if (!p->selected || p->computing)
+        return;
+    struct cm_job *j = g_new0(struct cm_job, 1);
+    j->db_path = g_strdup(p->win->db_path);
+    j->run = g_strdup(p->selected);
+    p->computing = TRUE;
+    char *t = g_strdup_printf("Evaluating “%s” on the test split…", p->selected);
+    gtk_label_set_text(GTK_LABEL(p->confusion_title), t);
+    g_free(t);
+    GTask *task = g_task_new(p->win, NULL, cm_done, p);
+    g_task_set_task_data(task, j, cm_job_free);
+    g_task_run_in_thread(task, cm_thread);
+    g_object_unref(task);
+}
+
+static void free_cell(struct runs_page *p)
+{
+    g_free(p->cell_px);
+    p->cell_px = NULL;
+    g_strfreev(p->cell_captions);
+    p->cell_captions = NULL;
+    p->cell_n = 0;
+}
+
+/* The samples of true class row predicted as col. */
+static void show_cell(struct runs_page *p, int row, int col)
+{
+    free_cell(p);
+    p->sel_row = row;
+    p->sel_col = col;
+    gtk_widget_queue_draw(p->confusion);
+    gtk_widget_queue_draw(p->cell_samples);
+    const struct confusion *c = p->cm;
+    if (!c || row < 0) {
+        gtk_label_set_text(GTK_LABEL(p->cell_title),
+                           c ? "No mistakes to show." : "Click a cell to see its samples.");
+        return;
+    }
+    const size_t size = (size_t)c->c * c->h * c->w;
+    long total = c->counts[row * c->k + col];
+    int n = (int)MIN(total, CELL_MAX);
+    p->cell_px = c->px ? g_new(uint8_t, size * (size_t)MAX(n, 1)) : NULL;
+    p->cell_captions = g_new0(char *, (size_t)n + 1);
+    int got = 0;
+    for (uint32_t i = 0; i < c->n && got < n; i++) {
+        if (c->y[i] != row || c->pred[i] != col)
+            continue;
+        if (p->cell_px)
+            memcpy(p->cell_px + (size_t)got * size, c->px + (size_t)i * size, size);
+        p->cell_captions[got++] = g_strdup_printf("#%u", i);
+    }
+    p->cell_n = got;
+    char *t =
+        g_strdup_printf("%ld test samples of class “%s” predicted as “%s”%s", total, c->names[row],
+                        c->names[col], total > got ? " (the first shown)" : "");
+    gtk_label_set_text(GTK_LABEL(p->cell_title), t);
+    g_free(t);
+}
+
+static struct chart_confusion confusion_of(struct runs_page *p, GtkWidget *area)
+{
+    struct chart_confusion m = {0};
+    if (!p->cm)
+        return m;
+    m.k = p->cm->k;
+    m.counts = p->cm->counts;
+    m.names = (const char *const *)p->cm->names;
+    m.sel_row = p->sel_row;
+    m.sel_col = p->sel_col;
+    m.fg = nl_window_fg(area);
+    return m;
+}
+
+static void draw_confusion(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
+{
+    struct runs_page *p = data;
+    struct chart_confusion m = confusion_of(p, GTK_WIDGET(area));
+    if (m.k > 0)
+        chart_confusion_draw(cr, w, h, &m);
+}
+
+static void confusion_clicked(GtkGestureClick *g, int n, double x, double y, gpointer data)
+{
+    struct runs_page *p = data;
+    struct chart_confusion m = confusion_of(p, p->confusion);
+    int row, col;
+    if (m.k > 0 &&
+        chart_confusion_hit(gtk_widget_get_width(p->confusion), gtk_widget_get_height(p->confusion),
+                            &m, x, y, &row, &col) == 0)
+        show_cell(p, row, col);
+}
+
+static void draw_cell_samples(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
+{
+    struct runs_page *p = data;
+    if (!p->cm || !p->cell_px || p->cell_n == 0)
+        return;
+    struct chart_thumbs t = {.n = p->cell_n,
+                             .c = p->cm->c,
+                             .h = p->cm->h,
+                             .w = p->cm->w,
+                             .pixels = p->cell_px,
+                             .captions = (const char *const *)p->cell_captions,
+                             .cell = 48,
+                             .fg = nl_window_fg(GTK_WIDGET(area))};
+    chart_thumbs_draw(cr, w, h, &t);
+}
+
+/* ---- Curves ---- */
+
+static void load_curves(struct runs_page *p)
+{
+    g_ptr_array_set_size(p->curves, 0);
+    struct nl_run_info *list;
+    int n;
+    struct nl_error err = {0};
+    if (nl_run_list(p->win->store, &list, &n, &err) < 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        gboolean want = g_hash_table_contains(p->compare, list[i].name) ||
+                        (g_hash_table_size(p->compare) == 0 && p->selected &&
+                         strcmp(p->selected, list[i].name) == 0);
+        if (!want || p->curves->len >= G_N_ELEMENTS(palette))
+            continue;
+        struct nl_run_epoch *ep;
+        int ne;
+        if (nl_run_epochs(p->win->store, list[i].id, &ep, &ne, &err) < 0)
+            continue;
+        struct curve *c = g_new0(struct curve, 1);
+        c->name = g_strdup(list[i].name);
+        c->n = ne;
+        c->x = g_new(double, (size_t)MAX(ne, 1));
+        c->val = g_new(double, (size_t)MAX(ne, 1));
+        c->train = g_new(double, (size_t)MAX(ne, 1));
+        c->loss = g_new(double, (size_t)MAX(ne, 1));
+        c->val_loss = g_new(double, (size_t)MAX(ne, 1));
+        for (int e = 0; e < ne; e++) {
+            c->x[e] = ep[e].epoch;
+            c->val[e] = ep[e].val_accuracy;
+            c->train[e] = ep[e].train_accuracy;
+            c->loss[e] = ep[e].train_loss;
+            c->val_loss[e] = ep[e].val_loss;
+        }
+        nl_free(ep);
+        g_ptr_array_add(p->curves, c);
+    }
+    nl_free(list);
+    gtk_widget_queue_draw(p->acc_chart);
+    gtk_widget_queue_draw(p->loss_chart);
+}
+
+static void draw_curves(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
+{
+    struct runs_page *p = data;
+    const gboolean acc = GTK_WIDGET(area) == p->acc_chart;
+    struct chart c = {.title = acc ? "Accuracy per epoch" : "Loss per epoch",
+                      .xlabel = "epoch",
+                      .fg = nl_window_fg(GTK_WIDGET(area)),
+                      .empty = "Select or tick runs to see their curves"};
+    c.ymin = acc ? NAN : 0;
+    c.ymax = c.xmax = NAN;
+    c.xmin = 0;
+    c.y_percent = acc;
+    for (guint i = 0; i < p->curves->len && c.nseries + 2 <= CHART_MAX_SERIES; i++) {
+        const struct curve *cv = p->curves->pdata[i];
+        c.series[c.nseries++] = (struct chart_series){.label = cv->name,
+                                                      .x = cv->x,
+                                                      .y = acc ? cv->val : cv->val_loss,
+                                                      .n = cv->n,
+                                                      .color = palette[i],
+                                                      .width = 2.0,
+                                                      .markers = 1};
+        c.series[c.nseries++] = (struct chart_series){.x = cv->x,
+                                                      .y = acc ? cv->train : cv->loss,
+                                                      .n = cv->n,
+                                                      .color = palette[i],
+                                                      .width = 1.5,
+                                                      .dashed = 1};
+    }
+    chart_draw(cr, w, h, &c);
+}
+
+/* ---- The list ---- */
+
+/* "2026-11-21T11:04:20Z" as "2026-11-21 11:04:20 UTC" in buf. */
+static const char *tidy_time(char *buf, size_t size, const char *iso)
+{
+    if (!iso[0])
+        return "";
+    char t[32];
+    g_strlcpy(t, iso, sizeof t);
+    g_strdelimit(t, "TZ", ' ');
+    g_snprintf(buf, size, "%s UTC", g_strstrip(t));
+    return buf;
+}
+
+static void show_details(struct runs_page *p)
+{
+    struct nl_run_info info;
+    struct nl_error err = {0};
+    char *settings = NULL;
+    if (!p->selected || nl_run_get(p->win->store, p->selected, &info, NULL, &settings, &err) < 0) {
+        gtk_label_set_text(GTK_LABEL(p->details), "Select a run to see its settings.");
+        return;
+    }
+    /* The settings are flat JSON: shown as "key value · key value". */
+    GString *set = g_string_new(NULL);
+    for (const char *c = settings; *c; c++) {
+        if (*c == '{' || *c == '}' || *c == '"')
+            continue;
+        if (*c == ':')
+            g_string_append_c(set, ' ');
+        else if (*c == ',')
+            g_string_append(set, " · ");
+        else
+            g_string_append_c(set, *c);
+    }
+    /* Names come from people: escape everything but the markup added here. */
+    char created[48], finished[48];
+    char *esc = g_markup_printf_escaped(
+        "<b>%s</b>  %s on %s · %s · started %s%s%s\n%s", info.name, info.model, info.dataset,
+        info.status, tidy_time(created, sizeof created, info.created),
+        info.finished[0] ? ", finished " : "", tidy_time(finished, sizeof finished, info.finished),
+        set->str);
+    g_string_free(set, TRUE);
+    gtk_label_set_markup(GTK_LABEL(p->details), esc);
+    g_free(esc);
+    nl_free(settings);
+}
+
+static void select_run(struct runs_page *p, const char *name)
+{
+    g_free(p->selected);
+    p->selected = name ? g_strdup(name) : NULL;
+    for (GtkWidget *r = gtk_widget_get_first_child(p->list); r;
+         r = gtk_widget_get_next_sibling(r)) {
+        const char *rn = g_object_get_data(G_OBJECT(r), "nl-name");
+        if (rn && name && strcmp(rn, name) == 0)
+            gtk_list_box_select_row(GTK_LIST_BOX(p->list), GTK_LIST_BOX_ROW(r));
+    }
+    gboolean have = p->selected != NULL;
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "run-delete")), have);
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "run-confusion")), have);
+    show_details(p);
+    load_curves(p);
+}
+
+static void row_selected(GtkListBox *box, GtkListBoxRow *row, gpointer data)
+{
+    struct runs_page *p = data;
+    if (p->refreshing)
+        return;
+    const char *name = row ? g_object_get_data(G_OBJECT(row), "nl-name") : NULL;
+    if (name && (!p->selected || strcmp(name, p->selected) != 0))
+        select_run(p, name);
+}
+
+static void compare_toggled(GtkCheckButton *b, gpointer data)
+{
+    struct runs_page *p = data;
+    const char *name = g_object_get_data(G_OBJECT(b), "nl-name");
+    if (gtk_check_button_get_active(b))
+        g_hash_table_add(p->compare, g_strdup(name));
+    else
+        g_hash_table_remove(p->compare, name);
+    load_curves(p);
+}
+
+static void fmt_acc(char *buf, size_t size, double v)
+{
+    if (isfinite(v))
+        g_snprintf(buf, size, "%.2f%%", 100.0 * v);
+    else
+        g_strlcpy(buf, "–", size);
+}
+
+static GtkWidget *run_row(struct runs_page *p, const struct nl_run_info *r)
+{
+    GtkWidget *row = gtk_list_box_row_new();
+    GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 10);
+    gtk_widget_set_margin_start(h, 8);
+    gtk_widget_set_margin_end(h, 10);
+    gtk_widget_set_margin_top(h, 6);
+    gtk_widget_set_margin_bottom(h, 6);
+    GtkWidget *check = gtk_check_button_new();
+    gtk_widget_set_tooltip_text(check, "Overlay this run's curves");
+    gtk_check_button_set_active(GTK_CHECK_BUTTON(check),
+                                g_hash_table_contains(p->compare, r->name));
+    g_object_set_data_full(G_OBJECT(check), "nl-name", g_strdup(r->name), g_free);
+    g_signal_connect(check, "toggled", G_CALLBACK(compare_toggled), p);
+    gtk_box_append(GTK_BOX(h), check);
+    GtkWidget *v = gtk_box_new(GTK_ORIENTATION_VERTICAL, 2);
+    gtk_widget_set_hexpand(v, TRUE);
+    GtkWidget *name = gtk_label_new(r->name);
+    gtk_label_set_xalign(GTK_LABEL(name), 0);
+    gtk_label_set_ellipsize(GTK_LABEL(name), PANGO_ELLIPSIZE_END);
+    gtk_widget_add_css_class(name, "heading");
+    char val[16], test[16];
+    fmt_acc(val, sizeof val, r->val_accuracy);
+    fmt_acc(test, sizeof test, r->test_accuracy);
+    char when[48];
+    char *sub = g_strdup_printf("%s · %d epoch%s · val %s · test %s\n%s on %s · %s", r->status,
+                                r->epochs_done, r->epochs_done == 1 ? "" : "s", val, test, r->model,
+                                r->dataset, tidy_time(when, sizeof when, r->created));
+    GtkWidget *s = gtk_label_new(sub);
+    g_free(sub);
+    gtk_label_set_xalign(GTK_LABEL(s), 0);
+    gtk_label_set_ellipsize(GTK_LABEL(s), PANGO_ELLIPSIZE_END);
+    gtk_widget_add_css_class(s, "dim-label");
+    gtk_widget_add_css_class(s, "caption");
+    gtk_box_append(GTK_BOX(v), name);
+    gtk_box_append(GTK_BOX(v), s);
+    gtk_box_append(GTK_BOX(h), v);
+    GtkWidget *big = gtk_label_new(test);
+    gtk_widget_add_css_class(big, "numeric");
+    gtk_widget_set_tooltip_text(big, "Test accuracy");
+    gtk_box_append(GTK_BOX(h), big);
+    gtk_list_box_row_set_child(GTK_LIST_BOX_ROW(row), h);
+    g_object_set_data_full(G_OBJECT(row), "nl-name", g_strdup(r->name), g_free);
+    return row;
+}
+
+void runs_page_refresh(struct runs_page *p)
+{
+    struct nl_run_info *list;
+    struct nl_error err = {0};
+    GtkWidget *child;
+    int n;
+    if (!p)
+        return;
+    if (nl_run_list(p->win->store, &list, &n, &err) < 0) {
+        nl_window_notify(p->win, "%s", err.msg);
+        return;
+    }
+    p->refreshing = TRUE;
+    while ((child = gtk_widget_get_first_child(p->list)))
+        gtk_list_box_remove(GTK_LIST_BOX(p->list), child);
+    gboolean found = FALSE;
+    /* Newest first. */
+    for (int i = n - 1; i >= 0; i--) {
+        gtk_list_box_append(GTK_LIST_BOX(p->list), run_row(p, &list[i]));
+        found |= p->selected && strcmp(p->selected, list[i].name) == 0;
+    }
+    p->refreshing = FALSE;
+    char *sel = found ? g_strdup(p->selected) : n > 0 ? g_strdup(list[n - 1].name) : NULL;
+    nl_free(list);
+    select_run(p, sel);
+    g_free(sel);
+}
+
+static void refresh_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    runs_page_refresh(data);
+}
+
+static void select_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    select_run(data, g_variant_get_string(param, NULL));
+}
+
+/* win.run-compare (name): ticks or unticks a run. */
+static void compare_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct runs_page *p = data;
+    const char *name = g_variant_get_string(param, NULL);
+    if (!g_hash_table_remove(p->compare, name))
+        g_hash_table_add(p->compare, g_strdup(name));
+    runs_page_refresh(p);
+}
+
+static void delete_confirmed(gpointer data);
+
+/* win.run-delete: the selected run, once confirmed. */
+static void delete_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct runs_page *p = data;
+    struct nl_run_info info;
+    struct nl_error err = {0};
+    if (!p->selected)
+        return;
+    if (nl_run_get(p->win->store, p->selected, &info, NULL, NULL, &err) == 0 &&
+        strcmp(info.status, "running") == 0 && nl_window_training(p->win)) {
+        nl_window_notify(p->win, "“%s” is training: stop it first", p->selected);
+        return;
+    }
+    char *q = g_strdup_printf("Delete the run “%s”?", p->selected);
+    nl_window_confirm(p->win, q, "Its metrics and checkpoints are removed from the store.",
+                      "_Delete", delete_confirmed, p);
+    g_free(q);
+}
+
+static void delete_confirmed(gpointer data)
+{
+    struct runs_page *p = data;
+    struct nl_error err = {0};
+    if (!p->selected)
+        return;
+    if (nl_run_remove(p->win->store, p->selected, &err) < 0) {
+        nl_window_notify(p->win, "%s", err.msg);
+        return;
+    }
+    nl_window_notify(p->win, "Deleted run “%s”", p->selected);
+    g_hash_table_remove(p->compare, p->selected);
+    if (p->cm && strcmp(p->cm->run, p->selected) == 0) {
+        confusion_free(p->cm);
+        p->cm = NULL;
+        show_cell(p, -1, -1);
+        gtk_label_set_text(GTK_LABEL(p->confusion_title), "Confusion matrix");
+    }
+    g_free(p->selected);
+    p->selected = NULL;
+    runs_page_refresh(p);
+    predict_page_refresh(p->win->predict);
+    model_page_runs_changed(p->win->model);
+}
+
+struct runs_page *runs_page_new(NlWindow *w, GtkWidget **root)
+{
+    struct runs_page *p = g_new0(struct runs_page, 1);
+    GtkBuilder *b = nl_page_builder("runs-page");
+    p->win = w;
+#define GET(x) p->x = GTK_WIDGET(gtk_builder_get_object(b, #x))
+    GET(list);
+    GET(details);
+    GET(acc_chart);
+    GET(loss_chart);
+    GET(confusion_title);
+    GET(confusion);
+    GET(cell_title);
+    GET(cell_samples);
+#undef GET
+    *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
+    g_object_unref(b);
+    p->compare = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    p->curves = g_ptr_array_new_with_free_func(curve_free);
+    p->sel_row = p->sel_col = -1;
+
+    static const GActionEntry actions[] = {
+        {.name = "runs-refresh", .activate = refresh_action},
+        {.name = "run-select", .activate = select_action, .parameter_type = "s"},
+        {.name = "run-compare", .activate = compare_action, .parameter_type = "s"},
+        {.name = "run-delete", .activate = delete_action},
+        {.name = "run-confusion", .activate = run_confusion},
+    };
+    g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
+    g_signal_connect(p->list, "row-selected", G_CALLBACK(row_selected), p);
+    gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->acc_chart), draw_curves, p, NULL);
+    gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->loss_chart), draw_curves, p, NULL);
+    gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->confusion), draw_confusion, p, NULL);
+    gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->cell_samples), draw_cell_samples, p, NULL);
+    GtkGesture *click = gtk_gesture_click_new();
+    g_signal_connect(click, "pressed", G_CALLBACK(confusion_clicked), p);
+    gtk_widget_add_controller(p->confusion, GTK_EVENT_CONTROLLER(click));
+    show_cell(p, -1, -1);
+    gtk_label_set_text(GTK_LABEL(p->cell_title),
+                       "Compute the confusion matrix of a finished run, then click a cell to see "
+                       "the test samples behind it.");
+    runs_page_refresh(p);
+    return p;
+}
+
+gboolean runs_page_confusion_ready(struct runs_page *p)
+{
+    return p->cm && !p->computing;
+}
+
+void runs_page_free(struct runs_page *p)
+{
+    if (!p)
+        return;
+    g_free(p->selected);
+    g_hash_table_unref(p->compare);
+    g_ptr_array_unref(p->curves);
+    confusion_free(p->cm);
+    free_cell(p);
+    g_free(p);
+}

@@ -1,0 +1,826 @@
+/* The train page: hyper-parameters, a training run on its own thread, and live charts.
+ *
+ * The training thread never calls GTK. Per-iteration points go into a locked ring buffer (feed.h)
+ * that a 100 ms timeout on the main loop drains while the charts are on screen; epoch ends and
+ * the end of the run come through g_idle_add with a payload the callback owns. The thread opens
+ * its own store connection and records the run as `nnlab train` does. */
+#include <math.h>
+#include <string.h>
+
+#include "feed.h"
+#include "finetune.h"
+#include "nnlab/alloc.h"
+#include "nnlab/model.h"
+#include "nnlab/runs.h"
+#include "nnlab/spec.h"
+#include "nnlab/trainer.h"
+#include "window.h"
+
+#define FEED_CAP (1 << 16)
+#define PULL_MAX 4096
+
+static const struct chart_rgb BLUE = {0.21, 0.52, 0.89}, ORANGE = {0.90, 0.38, 0.0},
+                              GREEN = {0.18, 0.63, 0.33}, LIGHT_BLUE = {0.55, 0.73, 0.95};
+
+struct train_job {
+    NlWindow *win; /* a reference, for the idle callbacks */
+    char *db_path, *dataset, *model, *spec, *run_name;
+    char *init_run; /* weights to start from, or NULL */
+    char **frozen;  /* layers trained frozen, NULL-terminated */
+    struct nl_train_opts o;
+    struct feed feed;
+    gint stop;
+    int record_failed;      /* an epoch could not be stored: err says why */
+    struct nl_store *store; /* the thread's own connection */
+    int64_t run_id;
+    /* Filled by the thread before the done callback. */
+    int rc;
+    struct nl_error err;
+    struct nl_train_result res;
+    char run[128];
+};
+
+struct train_page {
+    NlWindow *win;
+    GtkWidget *what, *form, *where, *start, *stop, *charts, *progress;
+    GtkWidget *stat_epoch, *stat_loss, *stat_acc, *stat_ips, *stat_eta;
+    GtkWidget *loss_chart, *acc_chart, *ips_chart;
+    GtkAdjustment *epochs, *batch, *lr, *momentum, *threads, *seed;
+    GtkWidget *optim, *schedule, *run_name, *momentum_spin;
+
+    struct train_job *job; /* the running job, or NULL */
+    GThread *thread;
+    guint tick;
+    gboolean mapped;
+    struct feed_point *pulled; /* (PULL_MAX) */
+
+    /* Chart data: per step (x in epochs), and per epoch. */
+    GArray *step_x, *step_loss, *step_acc, *step_ips;
+    GArray *ep_x, *ep_acc, *ep_val;
+    double *smooth; /* scratch for the smoothed loss */
+    guint smooth_cap;
+    long points;
+    int finished;
+    struct feed_point last;
+};
+
+/* A one-off event from the training thread, owned by its idle callback. */
+struct train_msg {
+    struct train_page *page;
+    struct train_job *job;
+    enum { MSG_STARTED, MSG_EPOCH, MSG_DONE } kind;
+    struct feed_point point;
+    char text[256];
+};
+
+static gboolean on_msg(gpointer data);
+
+static void post(struct train_page *p, struct train_job *j, int kind, const struct feed_point *pt,
+                 const char *text)
+{
+    struct train_msg *m = g_new0(struct train_msg, 1);
+    m->page = p;
+    m->job = j;
+    m->kind = kind;
+    if (pt)
+        m->point = *pt;
+    if (text)
+        g_strlcpy(m->text, text, sizeof m->text);
+    g_idle_add(on_msg, m);
+}
+
+static void job_free(struct train_job *j)
+{
+    if (!j)
+        return;
+    feed_release(&j->feed);
+    g_free(j->db_path);
+    g_free(j->dataset);
+    g_free(j->model);
+    g_free(j->spec);
+    g_free(j->run_name);
+    g_free(j->init_run);
+    g_strfreev(j->frozen);
+    g_object_unref(j->win);
+    g_free(j);
+}
+
+/* ---- The training thread ---- */
+
+struct hook_ud {
+    struct train_page *page;
+    struct train_job *job;
+};
+
+static int on_event(void *ud, const struct nl_event *ev)
+{
+    struct hook_ud *h = ud;
+    struct train_job *j = h->job;
+    struct feed_point pt = {
+        .epoch = ev->epoch,
+        .epochs = ev->epochs,
+        .iter = ev->iter,
+        .iters = ev->iters,
+        .loss = ev->loss,
+        .accuracy = ev->accuracy,
+        .val_loss = ev->val_loss,
+        .val_accuracy = ev->val_accuracy,
+        .images_per_second = ev->images_per_second,
+        .eta_seconds = ev->eta_seconds,
+        .lr = ev->lr,
+        .seconds = ev->seconds,
+    };
+    if (ev->kind == NL_EVENT_ITER) {
+        pt.kind = FEED_ITER;
+        feed_push(&j->feed, &pt);
+    } else if (ev->kind == NL_EVENT_EPOCH) {
+        pt.kind = FEED_EPOCH;
+        struct nl_error err = {0};
+        if (nl_run_record_epoch(j->store, j->run_id, ev, &err) < 0) {
+            j->err = err;
+            j->record_failed = 1;
+            return 1;
+        }
+        post(h->page, j, MSG_EPOCH, &pt, NULL);
+    }
+    return g_atomic_int_get(&j->stop);
+}
+
+static int on_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err)
+{
+    struct hook_ud *h = ud;
+    return nl_run_save_checkpoint(h->job->store, h->job->run_id, cp, err);
+}
+
+static void json_string(GString *s, const char *v)
+{
+    g_string_append_c(s, '"');
+    for (const char *c = v; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            g_string_append_c(s, '\\');
+        if ((unsigned char)*c >= 0x20)
+            g_string_append_c(s, *c);
+    }
+    g_string_append_c(s, '"');
+}
+
+/* The run's settings as nnlab train writes them, plus where its weights started and what was
+ * frozen. */
+static char *settings_json(const struct train_job *j)
+{
+    const struct nl_train_opts *o = &j->o;
+    GString *s = g_string_new(NULL);
+    char schedule[160];
+    nl_schedule_format(&o->schedule, schedule, sizeof schedule);
+    g_string_append_printf(s,
+                           "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\","
+                           "\"lr\":%g,\"momentum\":%g,\"nesterov\":%s,\"weight_decay\":%g,"
+                           "\"threads\":%d,\"seed\":%llu",
+                           o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), schedule,
+                           o->optim.lr, o->optim.momentum, o->optim.nesterov ? "true" : "false",
+                           o->optim.weight_decay, o->threads, (unsigned long long)o->seed);
+    if (j->init_run) {
+        g_string_append(s, ",\"init\":");
+        json_string(s, j->init_run);
+    }
+    if (j->frozen && j->frozen[0]) {
+        g_string_append(s, ",\"frozen\":[");
+        for (int i = 0; j->frozen[i]; i++) {
+            if (i)
+                g_string_append_c(s, ',');
+            json_string(s, j->frozen[i]);
+        }
+        g_string_append_c(s, ']');
+    }
+    g_string_append_c(s, '}');
+    return g_string_free(s, FALSE);
+}
+
+/* Starts m from a past run's weights where layers match, and marks the frozen layers. */
+static int prepare_model(struct train_job *j, struct nl_model *m, char *note, size_t size)
+{
+    note[0] = 0;
+    if (j->init_run) {
+        struct nl_model *src = NULL;
+        int rc = finetune_source(j->store, j->init_run, 1, &src, &j->err);
+        if (rc < 0)
+            return rc;
+        int *from = g_new(int, (size_t)m->nlayers);
+        int matched = finetune_match(m, src, from);
+        finetune_copy(m, src, from);
+        g_snprintf(note, size, "; %d layers from “%s”", matched, j->init_run);
+        g_free(from);
+        nl_model_free(src);
+    }
+    for (int i = 0; j->frozen && j->frozen[i]; i++) {
+        int l = nl_model_find_layer(m, j->frozen[i]);
+        if (l < 0)
+            return nl_error_set(&j->err, NL_EINVAL, "no layer '%s' to freeze", j->frozen[i]);
+        m->layers[l].frozen = 1;
+    }
+    return 0;
+}
+
+static gpointer train_thread(gpointer data)
+{
+    struct hook_ud *h = data;
+    struct train_job *j = h->job;
+    struct nl_dataset *d = NULL;
+    struct nl_spec *spec = NULL;
+    struct nl_model *m = NULL;
+    struct nl_run_info run;
+    int created = 0;
+
+    int rc = nl_store_open(&j->store, j->db_path, &j->err);
+    if (rc == 0)
+        rc = nl_dataset_load(j->store, j->dataset, &d, &j->err);
+    if (rc == 0)
+        rc = nl_spec_parse(&spec, j->spec, j->model, NULL, NULL, &j->err);
+    if (rc == 0)
+        rc = nl_model_build(&m, spec, d->shape, d->nclasses, &j->err);
+    char note[192] = "";
+    if (rc == 0) {
+        nl_model_init_params(m, j->o.seed);
+        rc = prepare_model(j, m, note, sizeof note);
+    }
+    if (rc == 0) {
+        char *settings = settings_json(j);
+        rc = nl_run_create(j->store, j->run_name, j->dataset, j->model, m->spec_text, settings,
+                           &run, &j->err);
+        g_free(settings);
+    }
+    if (rc == 0) {
+        created = 1;
+        j->run_id = run.id;
+        g_strlcpy(j->run, run.name, sizeof j->run);
+        char text[256];
+        int nfrozen = 0;
+        for (int i = 0; j->frozen && j->frozen[i]; i++)
+            nfrozen++;
+        g_snprintf(text, sizeof text, "%s: %zu parameters, %u training samples%s%s", run.name,
+                   m->nparams, d->split[NL_TRAIN].n, note, nfrozen ? "; frozen: " : "");
+        if (nfrozen) {
+            char *names = g_strjoinv(", ", j->frozen);
+            g_strlcat(text, names, sizeof text);
+            g_free(names);
+        }
+        post(h->page, j, MSG_STARTED, NULL, text);
+        struct nl_train_hooks hooks = {on_event, on_checkpoint, h};
+        struct nl_error terr = {0};
+        rc = nl_train(m, d, &j->o, &hooks, &j->res, &terr);
+        if (j->record_failed)
+            rc = j->err.code; /* a failure, not a stop */
+        else
+            j->err = terr;
+    }
+    if (created) {
+        struct nl_error ferr = {0};
+        nl_run_finish(j->store, j->run_id,
+                      rc == 0              ? "done"
+                      : rc == NL_ECANCELED ? "stopped"
+                                           : "failed",
+                      rc == 0 ? &j->res : NULL, &ferr);
+    }
+    j->rc = rc;
+    nl_model_free(m);
+    nl_spec_free(spec);
+    nl_dataset_free(d);
+    nl_store_close(j->store);
+    j->store = NULL;
+    post(h->page, j, MSG_DONE, NULL, NULL);
+    g_free(h);
+    return NULL;
+}
+
+/* ---- The main loop's side ---- */
+
+static void format_eta(char *buf, size_t size, double s)
+{
+    if (!isfinite(s) || s < 0)
+        g_strlcpy(buf, "–", size);
+    else if (s >= 3600)
+        g_snprintf(buf, size, "%d:%02d:%02d", (int)(s / 3600), (int)fmod(s / 60, 60),
+                   (int)fmod(s, 60));
+    else
+        g_snprintf(buf, size, "%d:%02d", (int)(s / 60), (int)fmod(s, 60));
+}
+
+static void set_stat(GtkWidget *l, const char *fmt, double v)
+{
+    char buf[64];
+    if (isfinite(v))
+        g_snprintf(buf, sizeof buf, fmt, v);
+    else
+        g_strlcpy(buf, "–", sizeof buf);
+    gtk_label_set_text(GTK_LABEL(l), buf);
+}
+
+static void show_point(struct train_page *p, const struct feed_point *pt)
+{
+    char buf[128];
+    g_snprintf(buf, sizeof buf, "%d / %d", pt->epoch, pt->epochs);
+    gtk_label_set_text(GTK_LABEL(p->stat_epoch), buf);
+    set_stat(p->stat_loss, "%.4f", pt->loss);
+    set_stat(p->stat_ips, "%.0f", pt->images_per_second);
+    format_eta(buf, sizeof buf, pt->eta_seconds);
+    gtk_label_set_text(GTK_LABEL(p->stat_eta), buf);
+    if (pt->iters > 0) {
+        double done = ((pt->epoch - 1) + (double)pt->iter / pt->iters) / pt->epochs;
+        gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(p->progress), CLAMP(done, 0, 1));
+        g_snprintf(buf, sizeof buf, "Epoch %d of %d · step %ld of %ld · learning rate %.4g",
+                   pt->epoch, pt->epochs, pt->iter, pt->iters, pt->lr);
+        gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), buf);
+    }
+}
+
+static void append(GArray *a, double v)
+{
+    g_array_append_val(a, v);
+}
+
+/* Drains the feed into the chart arrays; returns the number of points taken. */
+static int pull(struct train_page *p)
+{
+    if (!p->job)
+        return 0;
+    int total = 0, n;
+    while ((n = feed_pull(&p->job->feed, p->pulled, PULL_MAX)) > 0) {
+        for (int i = 0; i < n; i++) {
+            const struct feed_point *pt = &p->pulled[i];
+            double x = pt->iters > 0 ? (pt->epoch - 1) + (double)pt->iter / pt->iters : pt->epoch;
+            append(p->step_x, x);
+            append(p->step_loss, pt->loss);
+            append(p->step_acc, pt->accuracy);
+            append(p->step_ips, pt->images_per_second);
+        }
+        p->last = p->pulled[n - 1];
+        total += n;
+    }
+    if (total > 0) {
+        p->points += total;
+        show_point(p, &p->last);
+        gtk_widget_queue_draw(p->loss_chart);
+        gtk_widget_queue_draw(p->acc_chart);
+        gtk_widget_queue_draw(p->ips_chart);
+    }
+    return total;
+}
+
+static gboolean tick(gpointer data)
+{
+    struct train_page *p = data;
+    if (p->win->closed) {
+        p->tick = 0;
+        return G_SOURCE_REMOVE;
+    }
+    pull(p);
+    return G_SOURCE_CONTINUE;
+}
+
+/* The timer runs only while a run is in progress and the charts are on screen. */
+static void update_tick(struct train_page *p)
+{
+    gboolean want = p->job && p->mapped;
+    if (want && !p->tick) {
+        p->tick = g_timeout_add(100, tick, p);
+        pull(p);
+    } else if (!want && p->tick) {
+        g_source_remove(p->tick);
+        p->tick = 0;
+    }
+}
+
+static void charts_mapped(GtkWidget *w, gpointer data)
+{
+    struct train_page *p = data;
+    p->mapped = TRUE;
+    update_tick(p);
+}
+
+static void charts_unmapped(GtkWidget *w, gpointer data)
+{
+    struct train_page *p = data;
+    p->mapped = FALSE;
+    update_tick(p);
+}
+
+static void update_sensitivity(struct train_page *p)
+{
+    gboolean running = p->job != NULL;
+    gboolean can = !running && p->win->data && p->win->model && model_page_valid(p->win->model);
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "train-start")), can);
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "train-stop")), running);
+    gtk_widget_set_sensitive(p->form, !running);
+}
+
+static gboolean on_msg(gpointer data)
+{
+    struct train_msg *m = data;
+    struct train_page *p = m->page;
+    struct train_job *j = m->job;
+
+    if (p->win->closed || p->job != j) {
+        /* The window went away and joined the thread: only the job is left to free. */
+        if (m->kind == MSG_DONE)
+            job_free(j);
+        g_free(m);
+        return G_SOURCE_REMOVE;
+    }
+    switch (m->kind) {
+    case MSG_STARTED:
+        gtk_label_set_text(GTK_LABEL(p->what), m->text);
+        runs_page_refresh(p->win->runs);
+        break;
+    case MSG_EPOCH:
+        pull(p);
+        append(p->ep_x, m->point.epoch);
+        append(p->ep_acc, m->point.accuracy);
+        append(p->ep_val, m->point.val_accuracy);
+        set_stat(p->stat_acc, "%.2f%%", 100.0 * m->point.val_accuracy);
+        gtk_widget_queue_draw(p->acc_chart);
+        runs_page_refresh(p->win->runs);
+        break;
+    case MSG_DONE: {
+        g_thread_join(p->thread);
+        p->thread = NULL;
+        pull(p);
+        p->job = NULL;
+        update_tick(p);
+        p->finished++;
+        char buf[512];
+        if (j->rc == 0) {
+            if (isfinite(j->res.test_accuracy))
+                g_snprintf(buf, sizeof buf, "Done: test accuracy %.2f%% · %.1f s · %.0f images/s",
+                           100.0 * j->res.test_accuracy, j->res.seconds, j->res.images_per_second);
+            else
+                g_snprintf(buf, sizeof buf, "Done in %.1f s (no test split)", j->res.seconds);
+            gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(p->progress), 1.0);
+            gtk_label_set_text(GTK_LABEL(p->stat_eta), "0:00");
+            nl_window_notify(p->win, "Run “%s” finished", j->run);
+        } else if (j->rc == NL_ECANCELED) {
+            g_snprintf(buf, sizeof buf, "Stopped; run “%s” keeps the epochs it finished", j->run);
+        } else {
+            g_snprintf(buf, sizeof buf, "Failed: %s", j->err.msg);
+            nl_window_notify(p->win, "Training failed: %s", j->err.msg);
+        }
+        gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), buf);
+        job_free(j);
+        update_sensitivity(p);
+        runs_page_refresh(p->win->runs);
+        predict_page_refresh(p->win->predict);
+        model_page_runs_changed(p->win->model);
+        break;
+    }
+    }
+    g_free(m);
+    return G_SOURCE_REMOVE;
+}
+
+static void clear_charts(struct train_page *p)
+{
+    GArray *arrays[] = {p->step_x, p->step_loss, p->step_acc, p->step_ips,
+                        p->ep_x,   p->ep_acc,    p->ep_val};
+    for (size_t i = 0; i < G_N_ELEMENTS(arrays); i++)
+        g_array_set_size(arrays[i], 0);
+    p->points = 0;
+    memset(&p->last, 0, sizeof p->last);
+    gtk_widget_queue_draw(p->loss_chart);
+    gtk_widget_queue_draw(p->acc_chart);
+    gtk_widget_queue_draw(p->ips_chart);
+}
+
+static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct train_page *p = data;
+    if (p->job || !p->win->data || !model_page_valid(p->win->model))
+        return;
+    struct train_job *j = g_new0(struct train_job, 1);
+    if (feed_init(&j->feed, FEED_CAP) < 0) {
+        g_free(j);
+        return;
+    }
+    j->win = g_object_ref(p->win);
+    j->db_path = g_strdup(p->win->db_path);
+    j->dataset = g_strdup(p->win->data->name);
+    j->model = g_strdup(model_page_name(p->win->model));
+    j->spec = g_strdup(model_page_spec(p->win->model));
+    j->init_run = g_strdup(model_page_init_run(p->win->model));
+    j->frozen = g_strdupv((char **)model_page_frozen(p->win->model));
+    const char *name = gtk_editable_get_text(GTK_EDITABLE(p->run_name));
+    j->run_name = name[0] ? g_strdup(name) : NULL;
+    nl_train_defaults(&j->o);
+    j->o.epochs = (int)gtk_adjustment_get_value(p->epochs);
+    j->o.batch = (int)gtk_adjustment_get_value(p->batch);
+    j->o.threads = (int)gtk_adjustment_get_value(p->threads);
+    j->o.seed = (uint64_t)gtk_adjustment_get_value(p->seed);
+    nl_optim_defaults(&j->o.optim, gtk_drop_down_get_selected(GTK_DROP_DOWN(p->optim)) == 1
+                                       ? NL_OPTIM_ADAM
+                                       : NL_OPTIM_SGD);
+    j->o.optim.lr = (float)gtk_adjustment_get_value(p->lr);
+    if (j->o.optim.kind == NL_OPTIM_SGD)
+        j->o.optim.momentum = (float)gtk_adjustment_get_value(p->momentum);
+    j->o.schedule.kind = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->schedule)) == 1
+                             ? NL_SCHEDULE_CONSTANT
+                             : NL_SCHEDULE_COSINE;
+    struct nl_error err = {0};
+    if (nl_optim_validate(&j->o.optim, &err) < 0) {
+        nl_window_notify(p->win, "%s", err.msg);
+        job_free(j);
+        return;
+    }
+    clear_charts(p);
+    p->job = j;
+    gtk_label_set_text(GTK_LABEL(p->what), "Starting…");
+    gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(p->progress), 0);
+    gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), "Loading the dataset…");
+    gtk_label_set_text(GTK_LABEL(p->stat_acc), "–");
+    struct hook_ud *h = g_new0(struct hook_ud, 1);
+    h->page = p;
+    h->job = j;
+    p->thread = g_thread_new("nnlab-train", train_thread, h);
+    /* Focus goes to Stop, not to a field of the form that turns insensitive. */
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "train-stop")), TRUE);
+    gtk_widget_grab_focus(p->stop);
+    update_sensitivity(p);
+    update_tick(p);
+}
+
+static void train_stop(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct train_page *p = data;
+    if (p->job) {
+        g_atomic_int_set(&p->job->stop, 1);
+        gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), "Stopping…");
+    }
+}
+
+/* win.train-option (key, value): sets a field of the form, for tests and scripts. */
+static void train_option(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct train_page *p = data;
+    const char *key, *value;
+    g_variant_get(param, "(&s&s)", &key, &value);
+    GtkAdjustment *adj = strcmp(key, "epochs") == 0     ? p->epochs
+                         : strcmp(key, "batch") == 0    ? p->batch
+                         : strcmp(key, "lr") == 0       ? p->lr
+                         : strcmp(key, "momentum") == 0 ? p->momentum
+                         : strcmp(key, "threads") == 0  ? p->threads
+                         : strcmp(key, "seed") == 0     ? p->seed
+                                                        : NULL;
+    if (adj)
+        gtk_adjustment_set_value(adj, g_ascii_strtod(value, NULL));
+    else if (strcmp(key, "optim") == 0)
+        gtk_drop_down_set_selected(GTK_DROP_DOWN(p->optim), strcmp(value, "adam") == 0);
+    else if (strcmp(key, "schedule") == 0)
+        gtk_drop_down_set_selected(GTK_DROP_DOWN(p->schedule), strcmp(value, "constant") == 0);
+    else if (strcmp(key, "name") == 0)
+        gtk_editable_set_text(GTK_EDITABLE(p->run_name), value);
+    else
+        nl_window_notify(p->win, "No training option “%s”", key);
+}
+
+/* A change of optimizer brings its default learning rate, as the command line does when --lr
+ * is not given; momentum applies to SGD only. */
+static void optim_changed(GObject *dd, GParamSpec *ps, gpointer data)
+{
+    struct train_page *p = data;
+    struct nl_optim o;
+    gboolean adam = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->optim)) == 1;
+    nl_optim_defaults(&o, adam ? NL_OPTIM_ADAM : NL_OPTIM_SGD);
+    gtk_adjustment_set_value(p->lr, o.lr);
+    gtk_widget_set_sensitive(p->momentum_spin, !adam);
+}
+
+/* ---- Charts ---- */
+
+static struct chart base_chart(GtkWidget *area, const char *title, const char *xlabel)
+{
+    struct chart c = {.title = title, .xlabel = xlabel, .fg = nl_window_fg(area)};
+    c.ymin = c.ymax = c.xmin = c.xmax = NAN;
+    c.empty = "Press Start to train";
+    return c;
+}
+
+static void draw_loss(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
+{
+    struct train_page *p = data;
+    struct chart c = base_chart(GTK_WIDGET(area), "Loss per step", "epoch");
+    const guint n = p->step_x->len;
+    if (n > p->smooth_cap) {
+        p->smooth_cap = MAX(n, 2 * p->smooth_cap);
+        p->smooth = g_renew(double, p->smooth, p->smooth_cap);
+    }
+    if (n)
+        chart_smooth(p->smooth, (double *)(void *)p->step_loss->data, (int)n, 0.95);
+    c.nseries = 2;
+    c.series[0] = (struct chart_series){.label = "raw",
+                                        .x = (double *)(void *)p->step_x->data,
+                                        .y = (double *)(void *)p->step_loss->data,
+                                        .n = (int)n,
+                                        .color = LIGHT_BLUE,
+                                        .width = 1.0};
+    c.series[1] = (struct chart_series){.label = "smoothed",
+                                        .x = (double *)(void *)p->step_x->data,
+                                        .y = p->smooth,
+                                        .n = (int)n,
+                                        .color = BLUE,
+                                        .width = 2.0};
+    c.xmin = 0;
+    if (p->last.epochs > 0)
+        c.xmax = p->last.epochs;
+    chart_draw(cr, w, h, &c);
+}
+
+static void draw_acc(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
+{
+    struct train_page *p = data;
+    struct chart c = base_chart(GTK_WIDGET(area), "Accuracy", "epoch");
+    c.ymin = 0;
+    c.ymax = 1;
+    c.y_percent = 1;
+    c.nseries = 3;
+    c.series[0] = (struct chart_series){.label = "train (running)",
+                                        .x = (double *)(void *)p->step_x->data,
+                                        .y = (double *)(void *)p->step_acc->data,
+                                        .n = (int)p->step_x->len,
+                                        .color = LIGHT_BLUE,
+                                        .width = 1.0};
+    c.series[1] = (struct chart_series){.label = "train",
+                                        .x = (double *)(void *)p->ep_x->data,
+                                        .y = (double *)(void *)p->ep_acc->data,
+                                        .n = (int)p->ep_x->len,
+                                        .color = BLUE,
+                                        .width = 2.0,
+                                        .markers = 1};
+    c.series[2] = (struct chart_series){.label = "validation",
+                                        .x = (double *)(void *)p->ep_x->data,
+                                        .y = (double *)(void *)p->ep_val->data,
+                                        .n = (int)p->ep_x->len,
+                                        .color = ORANGE,
+                                        .width = 2.0,
+                                        .markers = 1};
+    c.xmin = 0;
+    if (p->last.epochs > 0)
+        c.xmax = p->last.epochs;
+    chart_draw(cr, w, h, &c);
+}
+
+static void draw_ips(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
+{
+    struct train_page *p = data;
+    struct chart c = base_chart(GTK_WIDGET(area), "Images per second", "epoch");
+    c.ymin = 0;
+    c.nseries = 1;
+    c.series[0] = (struct chart_series){.label = "this computer",
+                                        .x = (double *)(void *)p->step_x->data,
+                                        .y = (double *)(void *)p->step_ips->data,
+                                        .n = (int)p->step_x->len,
+                                        .color = GREEN,
+                                        .width = 1.5};
+    c.xmin = 0;
+    if (p->last.epochs > 0)
+        c.xmax = p->last.epochs;
+    chart_draw(cr, w, h, &c);
+}
+
+/* ---- The page ---- */
+
+void train_page_dataset_changed(struct train_page *p)
+{
+    const struct nl_dataset *d = p->win->data;
+    if (!p->job) {
+        char *t = d ? g_strdup_printf("%s · %u training samples, %u validation", d->name,
+                                      d->split[NL_TRAIN].n, d->split[NL_VAL].n)
+                    : g_strdup("Select a dataset on the Datasets page first.");
+        gtk_label_set_text(GTK_LABEL(p->what), t);
+        g_free(t);
+    }
+    update_sensitivity(p);
+}
+
+static void page_mapped(GtkWidget *w, gpointer data)
+{
+    struct train_page *p = data;
+    if (!p->job)
+        train_page_dataset_changed(p);
+}
+
+gboolean train_page_running(struct train_page *p)
+{
+    return p->job != NULL;
+}
+
+void train_page_stop_and_wait(struct train_page *p)
+{
+    if (!p || !p->thread)
+        return;
+    g_atomic_int_set(&p->job->stop, 1);
+    g_thread_join(p->thread);
+    p->thread = NULL;
+    /* The done message is still queued; with the window closed it frees the job. Before then
+     * the page forgets it. */
+    p->job = NULL;
+    if (p->tick) {
+        g_source_remove(p->tick);
+        p->tick = 0;
+    }
+}
+
+void train_page_stats(struct train_page *p, long *points, int *finished)
+{
+    *points = p->points;
+    *finished = p->finished;
+}
+
+gboolean train_page_ticking(struct train_page *p)
+{
+    return p->tick != 0;
+}
+
+struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
+{
+    struct train_page *p = g_new0(struct train_page, 1);
+    GtkBuilder *b = nl_page_builder("train-page");
+    p->win = w;
+#define GET(x) p->x = GTK_WIDGET(gtk_builder_get_object(b, #x))
+    GET(what);
+    GET(form);
+    GET(where);
+    GET(start);
+    GET(stop);
+    GET(charts);
+    GET(progress);
+    GET(stat_epoch);
+    GET(stat_loss);
+    GET(stat_acc);
+    GET(stat_ips);
+    GET(stat_eta);
+    GET(loss_chart);
+    GET(acc_chart);
+    GET(ips_chart);
+    GET(optim);
+    GET(schedule);
+    GET(run_name);
+#undef GET
+    p->momentum_spin = GTK_WIDGET(gtk_builder_get_object(b, "momentum"));
+#define ADJ(x) p->x = GTK_ADJUSTMENT(gtk_builder_get_object(b, #x "_adj"))
+    ADJ(epochs);
+    ADJ(batch);
+    ADJ(lr);
+    ADJ(momentum);
+    ADJ(threads);
+    ADJ(seed);
+#undef ADJ
+    *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
+    g_object_unref(b);
+
+    p->pulled = g_new(struct feed_point, PULL_MAX);
+    p->step_x = g_array_new(FALSE, FALSE, sizeof(double));
+    p->step_loss = g_array_new(FALSE, FALSE, sizeof(double));
+    p->step_acc = g_array_new(FALSE, FALSE, sizeof(double));
+    p->step_ips = g_array_new(FALSE, FALSE, sizeof(double));
+    p->ep_x = g_array_new(FALSE, FALSE, sizeof(double));
+    p->ep_acc = g_array_new(FALSE, FALSE, sizeof(double));
+    p->ep_val = g_array_new(FALSE, FALSE, sizeof(double));
+
+    int cores = (int)g_get_num_processors();
+    gtk_adjustment_set_value(p->threads, cores);
+    char *where = g_strdup_printf("Trains on this computer: %d cores. Every epoch is checkpointed "
+                                  "and recorded as a run.",
+                                  cores);
+    gtk_label_set_text(GTK_LABEL(p->where), where);
+    g_free(where);
+
+    static const GActionEntry actions[] = {
+        {.name = "train-start", .activate = train_start},
+        {.name = "train-stop", .activate = train_stop},
+        {.name = "train-option", .activate = train_option, .parameter_type = "(ss)"},
+    };
+    g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
+    gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->loss_chart), draw_loss, p, NULL);
+    gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->acc_chart), draw_acc, p, NULL);
+    gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->ips_chart), draw_ips, p, NULL);
+    g_signal_connect(p->optim, "notify::selected", G_CALLBACK(optim_changed), p);
+    g_signal_connect(p->charts, "map", G_CALLBACK(charts_mapped), p);
+    g_signal_connect(p->charts, "unmap", G_CALLBACK(charts_unmapped), p);
+    g_signal_connect(*root, "map", G_CALLBACK(page_mapped), p);
+    train_page_dataset_changed(p);
+    return p;
+}
+
+void train_page_free(struct train_page *p)
+{
+    if (!p)
+        return;
+    train_page_stop_and_wait(p);
+    GArray *arrays[] = {p->step_x, p->step_loss, p->step_acc, p->step_ips,
+                        p->ep_x,   p->ep_acc,    p->ep_val};
+    for (size_t i = 0; i < G_N_ELEMENTS(arrays); i++)
+        g_array_unref(arrays[i]);
+    g_free(p->smooth);
+    g_free(p->pulled);
+    g_free(p);
+}

@@ -1,0 +1,122 @@
+/* The main window and what its pages share. Each page lives in its own file (*-page.c) with its
+ * layout in a GtkBuilder file of the same name; the window owns the store connection of the main
+ * thread, the selected dataset and the model being edited. Private to ui/. */
+#ifndef NNLAB_UI_WINDOW_H
+#define NNLAB_UI_WINDOW_H
+
+#include <gtk/gtk.h>
+
+#include "chart.h"
+#include "nnlab/dataset.h"
+#include "nnlab/store.h"
+
+G_BEGIN_DECLS
+
+#define NL_TYPE_WINDOW (nl_window_get_type())
+G_DECLARE_FINAL_TYPE(NlWindow, nl_window, NL, WINDOW, GtkApplicationWindow)
+
+struct datasets_page;
+struct model_page;
+struct train_page;
+struct runs_page;
+struct predict_page;
+
+struct _NlWindow {
+    GtkApplicationWindow parent_instance;
+
+    /* Template children. */
+    GtkStack *stack;
+    GtkWidget *subtitle;
+    GtkWidget *toast;
+    GtkWidget *toast_label;
+
+    char *db_path;
+    struct nl_store *store;  /* the main thread's connection */
+    struct nl_dataset *data; /* the selected dataset, or NULL */
+    guint toast_timer;
+    gboolean closed;       /* disposed: callbacks of finished background work do nothing */
+    guint load_generation; /* of the latest dataset selection */
+    gboolean loading;      /* a selected dataset is being read */
+
+    struct datasets_page *datasets;
+    struct model_page *model;
+    struct train_page *train;
+    struct runs_page *runs;
+    struct predict_page *predict;
+};
+
+NlWindow *nl_window_new(GtkApplication *app, const char *db_path);
+
+/* A short message at the bottom of the window (errors included); it fades after a few
+ * seconds. */
+void nl_window_notify(NlWindow *w, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+/* Asks a yes-or-no question in a modal dialog; yes(data) runs when the person accepts. */
+void nl_window_confirm(NlWindow *w, const char *question, const char *detail, const char *accept,
+                       void (*yes)(gpointer data), gpointer data);
+/* Selects a dataset by name (NULL: none): its samples are read on a worker thread, then every
+ * page is told. */
+void nl_window_select_dataset(NlWindow *w, const char *name);
+/* The header's subtitle: dataset and model. */
+void nl_window_update_subtitle(NlWindow *w);
+/* Whether a training run is in progress. */
+gboolean nl_window_training(NlWindow *w);
+/* Text, axes and grid colour of the theme, for charts. */
+struct chart_rgb nl_window_fg(GtkWidget *widget);
+/* Loads a page's GtkBuilder file from the resources. Pages return their root widget with a
+ * reference that the window drops once the stack holds it. */
+GtkBuilder *nl_page_builder(const char *name);
+
+/* Pages: each builds its widgets and its window actions. */
+struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root);
+void datasets_page_free(struct datasets_page *p);
+void datasets_page_refresh(struct datasets_page *p);
+void datasets_page_dataset_changed(struct datasets_page *p);
+
+struct model_page *model_page_new(NlWindow *w, GtkWidget **root);
+void model_page_free(struct model_page *p);
+void model_page_dataset_changed(struct model_page *p);
+/* The spec text being edited, and its name (a shipped model's, or "custom"). */
+const char *model_page_spec(struct model_page *p);
+const char *model_page_name(struct model_page *p);
+/* Whether the spec builds for the selected dataset. */
+gboolean model_page_valid(struct model_page *p);
+/* The run whose weights start training (layers matched by name and shapes), or NULL. */
+const char *model_page_init_run(struct model_page *p);
+/* The layers to train frozen, NULL-terminated, owned by the page. */
+const char *const *model_page_frozen(struct model_page *p);
+/* Runs were added or removed: refreshes the choice of starting weights. */
+void model_page_runs_changed(struct model_page *p);
+
+struct train_page *train_page_new(NlWindow *w, GtkWidget **root);
+void train_page_free(struct train_page *p);
+void train_page_dataset_changed(struct train_page *p);
+gboolean train_page_running(struct train_page *p);
+/* Asks a running training to stop and waits for its thread. */
+void train_page_stop_and_wait(struct train_page *p);
+/* For tests: chart points received
+ * and runs finished since the window opened. */
+void train_page_stats(struct train_page *p, long *points, int *finished);
+/* Whether the charts' timer runs (only during a run, while they are on screen). */
+gboolean train_page_ticking(struct train_page *p);
+
+/* Loads a run's model with its latest checkpoint, and the run's dataset (any thread, with that
+ * thread's store). */
+struct nl_model;
+int nl_ui_load_run(struct nl_store *s, const char *run_name, struct nl_model **m,
+                   struct nl_dataset **d, struct nl_error *err);
+
+struct runs_page *runs_page_new(NlWindow *w, GtkWidget **root);
+void runs_page_free(struct runs_page *p);
+void runs_page_refresh(struct runs_page *p);
+/* Whether a confusion matrix is shown and none is being computed. */
+gboolean runs_page_confusion_ready(struct runs_page *p);
+
+struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root);
+void predict_page_free(struct predict_page *p);
+void predict_page_refresh(struct predict_page *p);
+/* The top class of the last prediction, or NULL. */
+const char *predict_page_top(struct predict_page *p);
+
+G_END_DECLS
+
+#endif
