@@ -421,8 +421,8 @@ int main(int argc, char **argv)
     g_timeout_add(10, beat, NULL);
 
     /* Datasets. */
-    ok(gtk_widget_activate_action(win, "win.import-idx", "(ss)", "shapes", data_dir),
-       "win.import-idx runs");
+    ok(gtk_widget_activate_action(win, "win.import-source", "(ss)", "shapes", data_dir),
+       "win.import-source runs");
     ok(wait_for(have_dataset, 60000), "the import finishes and selects the dataset");
     ok(have_dataset() && strcmp(nw()->data->name, "shapes") == 0 &&
            nw()->data->split[NL_TRAIN].n + nw()->data->split[NL_VAL].n == 2400 &&

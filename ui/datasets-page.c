@@ -1,5 +1,6 @@
-/* The datasets page: the datasets in the store, importing IDX files on a worker thread with a
- * progress bar, and the selected dataset's classes per split and sample thumbnails. */
+/* The datasets page: the datasets in the store, importing (IDX files, PNG class folders, CSV
+ * files) on a worker thread with a progress bar, and the selected dataset's classes per split and
+ * sample thumbnails. */
 #include <math.h>
 #include <string.h>
 
@@ -10,10 +11,11 @@
 
 struct datasets_page {
     NlWindow *win;
-    GtkWidget *list, *name, *val, *import, *progress;
+    GtkWidget *list, *name, *val, *test, *channels, *import, *import_csv, *progress;
     GtkWidget *title, *info, *counts, *samples_title, *thumbs;
     guint pulse;
     gboolean importing;
+    struct import_job *job; /* the import under way (owned by its task), or NULL */
     /* The thumbnails drawn: copies of the first samples of the train split. */
     int nthumbs;
     uint8_t *pixels;
@@ -23,9 +25,20 @@ struct datasets_page {
 /* What an import thread needs; owned by the GTask. */
 struct import_job {
     char *db_path, *name, *path;
-    double val;
-    char *error; /* NULL on success */
+    double val, test;
+    int channels;     /* 0: what most files are, 1 gray, 3 RGB (PNG folders) */
+    gint done, total; /* files or rows so far, written by the import thread (atomic) */
+    char *error;      /* NULL on success */
 };
+
+/* Runs on the import thread: publishes how far it got for the main loop's timer. */
+static int import_progress(void *ud, uint64_t done, uint64_t total)
+{
+    struct import_job *j = ud;
+    g_atomic_int_set(&j->total, (gint)(total > G_MAXINT ? G_MAXINT : total));
+    g_atomic_int_set(&j->done, (gint)(done > G_MAXINT ? G_MAXINT : done));
+    return 0;
+}
 
 static void import_job_free(gpointer data)
 {
@@ -43,12 +56,17 @@ static void import_thread(GTask *task, gpointer source, gpointer data, GCancella
     struct nl_error err = {0};
     struct nl_store *s;
     const char *paths[] = {j->path};
-    struct nl_import_opts o = {.val_fraction = (float)j->val, .seed = 1};
+    struct nl_import_opts o = {.val_fraction = (float)j->val,
+                               .test_fraction = (float)j->test,
+                               .seed = 1,
+                               .channels = j->channels,
+                               .progress = import_progress,
+                               .progress_ud = j};
 
     /* One connection per thread. */
     int rc = nl_store_open(&s, j->db_path, &err);
     if (rc == 0) {
-        rc = nl_import_idx(s, j->name, paths, 1, &o, &err);
+        rc = nl_import(s, j->name, paths, 1, &o, &err);
         nl_store_close(s);
     }
     if (rc < 0)
@@ -56,14 +74,23 @@ static void import_thread(GTask *task, gpointer source, gpointer data, GCancella
     g_task_return_boolean(task, TRUE);
 }
 
+/* The progress bar follows the import thread's count; it pulses until the count is known. */
 static gboolean pulse(gpointer data)
 {
     struct datasets_page *p = data;
-    if (p->win->closed) {
+    if (p->win->closed || !p->job) {
         p->pulse = 0;
         return G_SOURCE_REMOVE;
     }
-    gtk_progress_bar_pulse(GTK_PROGRESS_BAR(p->progress));
+    gint done = g_atomic_int_get(&p->job->done), total = g_atomic_int_get(&p->job->total);
+    if (total > 0) {
+        char *text = g_strdup_printf("Importing %s: %d of %d", p->job->name, done, total);
+        gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(p->progress), (double)done / total);
+        gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), text);
+        g_free(text);
+    } else {
+        gtk_progress_bar_pulse(GTK_PROGRESS_BAR(p->progress));
+    }
     return G_SOURCE_CONTINUE;
 }
 
@@ -74,11 +101,14 @@ static void import_done(GObject *source, GAsyncResult *res, gpointer data)
 
     if (p->win->closed)
         return;
-    g_source_remove(p->pulse);
+    if (p->pulse)
+        g_source_remove(p->pulse);
     p->pulse = 0;
+    p->job = NULL;
     p->importing = FALSE;
     gtk_widget_set_visible(p->progress, FALSE);
     gtk_widget_set_sensitive(p->import, TRUE);
+    gtk_widget_set_sensitive(p->import_csv, TRUE);
     if (j->error) {
         nl_window_notify(p->win, "Import failed: %s", j->error);
         return;
@@ -97,8 +127,14 @@ static void start_import(struct datasets_page *p, const char *name, const char *
     j->name = g_strdup(name);
     j->path = g_strdup(path);
     j->val = gtk_spin_button_get_value(GTK_SPIN_BUTTON(p->val));
+    j->test = gtk_spin_button_get_value(GTK_SPIN_BUTTON(p->test));
+    static const int channels[] = {0, 1, 3};
+    guint chosen = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->channels));
+    j->channels = chosen < 3 ? channels[chosen] : 0;
     p->importing = TRUE;
+    p->job = j;
     gtk_widget_set_sensitive(p->import, FALSE);
+    gtk_widget_set_sensitive(p->import_csv, FALSE);
     gtk_widget_set_visible(p->progress, TRUE);
     char *text = g_strdup_printf("Importing %s…", name);
     gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), text);
@@ -111,8 +147,8 @@ static void start_import(struct datasets_page *p, const char *name, const char *
     g_object_unref(task);
 }
 
-/* win.import-idx (name, path): imports a folder or file pair without asking. */
-static void import_idx(GSimpleAction *a, GVariant *param, gpointer data)
+/* win.import-source (name, path): imports a folder or a CSV file without asking. */
+static void import_source(GSimpleAction *a, GVariant *param, gpointer data)
 {
     const char *name, *path;
     g_variant_get(param, "(&s&s)", &name, &path);
@@ -128,7 +164,7 @@ static void chooser_response(GtkNativeDialog *dialog, int response, gpointer dat
         const char *typed = gtk_editable_get_text(GTK_EDITABLE(p->name));
         char *name = typed[0] ? g_strdup(typed) : g_file_get_basename(f);
         if (path)
-            gtk_widget_activate_action(GTK_WIDGET(p->win), "win.import-idx", "(ss)", name, path);
+            gtk_widget_activate_action(GTK_WIDGET(p->win), "win.import-source", "(ss)", name, path);
         g_free(name);
         g_free(path);
         g_object_unref(f);
@@ -136,14 +172,32 @@ static void chooser_response(GtkNativeDialog *dialog, int response, gpointer dat
     g_object_unref(dialog);
 }
 
-/* win.import: asks for a folder, then imports it. */
+/* win.import: asks for a folder (IDX files or PNG class folders), then imports it. */
 static void import_ask(GSimpleAction *a, GVariant *param, gpointer data)
 {
     struct datasets_page *p = data;
     gtk_stack_set_visible_child_name(p->win->stack, "datasets");
+    GtkFileChooserNative *d = gtk_file_chooser_native_new(
+        "Import a Folder of IDX Files or PNG Class Folders", GTK_WINDOW(p->win),
+        GTK_FILE_CHOOSER_ACTION_SELECT_FOLDER, "_Import", "_Cancel");
+    g_signal_connect(d, "response", G_CALLBACK(chooser_response), p);
+    gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
+}
+
+/* win.import-csv: asks for a CSV file, then imports it. */
+static void import_csv_ask(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct datasets_page *p = data;
+    gtk_stack_set_visible_child_name(p->win->stack, "datasets");
     GtkFileChooserNative *d =
-        gtk_file_chooser_native_new("Import IDX Folder", GTK_WINDOW(p->win),
-                                    GTK_FILE_CHOOSER_ACTION_SELECT_FOLDER, "_Import", "_Cancel");
+        gtk_file_chooser_native_new("Import a CSV File", GTK_WINDOW(p->win),
+                                    GTK_FILE_CHOOSER_ACTION_OPEN, "_Import", "_Cancel");
+    GtkFileFilter *filter = gtk_file_filter_new();
+    gtk_file_filter_set_name(filter, "CSV files");
+    gtk_file_filter_add_pattern(filter, "*.csv");
+    gtk_file_filter_add_pattern(filter, "*.tsv");
+    gtk_file_chooser_add_filter(GTK_FILE_CHOOSER(d), filter);
+    g_object_unref(filter);
     g_signal_connect(d, "response", G_CALLBACK(chooser_response), p);
     gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
 }
@@ -384,7 +438,10 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
     GET(list);
     GET(name);
     GET(val);
+    GET(test);
+    GET(channels);
     GET(import);
+    GET(import_csv);
     GET(progress);
     GET(title);
     GET(info);
@@ -396,7 +453,8 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
     g_object_unref(b);
 
     static const GActionEntry actions[] = {
-        {.name = "import-idx", .activate = import_idx, .parameter_type = "(ss)"},
+        {.name = "import-source", .activate = import_source, .parameter_type = "(ss)"},
+        {.name = "import-csv", .activate = import_csv_ask},
         {.name = "import", .activate = import_ask},
         {.name = "select-dataset", .activate = select_dataset, .parameter_type = "s"},
         {.name = "dataset-remove", .activate = remove_dataset},
