@@ -164,6 +164,18 @@ static void json_string(GString *s, const char *v)
     g_string_append_c(s, '"');
 }
 
+/* The optimizer list is in the order of enum nl_optim_kind. */
+static enum nl_optim_kind selected_optim(const struct train_page *p)
+{
+    guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->optim));
+    return i <= NL_OPTIM_ADAGRAD ? (enum nl_optim_kind)i : NL_OPTIM_SGD;
+}
+
+static gboolean takes_momentum(enum nl_optim_kind kind)
+{
+    return kind == NL_OPTIM_SGD || kind == NL_OPTIM_RMSPROP;
+}
+
 /* The run's settings as nnlab train writes them, plus where its weights started and what was
  * frozen. */
 static char *settings_json(const struct train_job *j)
@@ -515,15 +527,14 @@ static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
     j->o.batch = (int)gtk_adjustment_get_value(p->batch);
     j->o.threads = (int)gtk_adjustment_get_value(p->threads);
     j->o.seed = (uint64_t)gtk_adjustment_get_value(p->seed);
-    nl_optim_defaults(&j->o.optim, gtk_drop_down_get_selected(GTK_DROP_DOWN(p->optim)) == 1
-                                       ? NL_OPTIM_ADAM
-                                       : NL_OPTIM_SGD);
+    nl_optim_defaults(&j->o.optim, selected_optim(p));
     j->o.optim.lr = (float)gtk_adjustment_get_value(p->lr);
-    if (j->o.optim.kind == NL_OPTIM_SGD)
+    if (takes_momentum(j->o.optim.kind))
         j->o.optim.momentum = (float)gtk_adjustment_get_value(p->momentum);
-    j->o.schedule.kind = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->schedule)) == 1
-                             ? NL_SCHEDULE_CONSTANT
-                             : NL_SCHEDULE_COSINE;
+    /* The list reads cosine, constant, plateau: each is a schedule's own text. */
+    static const char *const schedules[] = {"cosine", "constant", "plateau"};
+    guint sched = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->schedule));
+    nl_schedule_parse(&j->o.schedule, schedules[sched < 3 ? sched : 0], NULL);
     struct nl_error err = {0};
     if (nl_optim_validate(&j->o.optim, &err) < 0) {
         nl_window_notify(p->win, "%s", err.msg);
@@ -572,10 +583,14 @@ static void train_option(GSimpleAction *a, GVariant *param, gpointer data)
                                                         : NULL;
     if (adj)
         gtk_adjustment_set_value(adj, g_ascii_strtod(value, NULL));
-    else if (strcmp(key, "optim") == 0)
-        gtk_drop_down_set_selected(GTK_DROP_DOWN(p->optim), strcmp(value, "adam") == 0);
-    else if (strcmp(key, "schedule") == 0)
-        gtk_drop_down_set_selected(GTK_DROP_DOWN(p->schedule), strcmp(value, "constant") == 0);
+    else if (strcmp(key, "optim") == 0) {
+        enum nl_optim_kind kind;
+        if (nl_optim_kind_parse(&kind, value, NULL) == 0)
+            gtk_drop_down_set_selected(GTK_DROP_DOWN(p->optim), (guint)kind);
+    } else if (strcmp(key, "schedule") == 0)
+        gtk_drop_down_set_selected(GTK_DROP_DOWN(p->schedule), strcmp(value, "constant") == 0  ? 1
+                                                               : strcmp(value, "plateau") == 0 ? 2
+                                                                                               : 0);
     else if (strcmp(key, "name") == 0)
         gtk_editable_set_text(GTK_EDITABLE(p->run_name), value);
     else
@@ -588,10 +603,9 @@ static void optim_changed(GObject *dd, GParamSpec *ps, gpointer data)
 {
     struct train_page *p = data;
     struct nl_optim o;
-    gboolean adam = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->optim)) == 1;
-    nl_optim_defaults(&o, adam ? NL_OPTIM_ADAM : NL_OPTIM_SGD);
+    nl_optim_defaults(&o, selected_optim(p));
     gtk_adjustment_set_value(p->lr, o.lr);
-    gtk_widget_set_sensitive(p->momentum_spin, !adam);
+    gtk_widget_set_sensitive(p->momentum_spin, takes_momentum(o.kind));
 }
 
 /* ---- Charts ---- */
