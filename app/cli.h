@@ -75,6 +75,9 @@ int run_model(struct nl_store *store, const char *run_name, struct nl_run_info *
               struct nl_model **m, struct nl_error *err);
 int load_init(struct nl_store *store, struct nl_model *m, const char *init, int partial,
               struct nl_error *err);
+/* Freezes the layers a run's settings list under "frozen", so that its stored weights, which
+ * are in the frozen layout (include/nnlab/model.h), load into m. */
+int apply_frozen(struct nl_model *m, const char *settings, struct nl_error *err);
 
 /* The commands. */
 int cmd_demo(int argc, char **argv);

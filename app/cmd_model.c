@@ -68,6 +68,24 @@ static int run_shape(struct nl_store *store, const struct nl_run_info *run, cons
     return 0;
 }
 
+int apply_frozen(struct nl_model *m, const char *settings, struct nl_error *err)
+{
+    struct nl_json_doc *doc;
+    const char *names[256];
+    int n = 0, rc = 0;
+
+    if (!settings || nl_json_parse(&doc, settings, strlen(settings), "run settings", err) < 0)
+        return 0; /* runs recorded before settings carried "frozen" froze nothing */
+    const struct nl_json *list = nl_json_get(nl_json_root(doc), "frozen");
+    for (size_t i = 0; list && list->type == NL_JSON_ARRAY && i < list->count && n < 256; i++)
+        if (list->items[i].type == NL_JSON_STRING)
+            names[n++] = list->items[i].string;
+    if (n > 0)
+        rc = nl_model_freeze(m, names, n, NULL, err);
+    nl_json_free(doc);
+    return rc;
+}
+
 int run_model(struct nl_store *store, const char *run_name, struct nl_run_info *info,
               struct nl_model **m, struct nl_error *err)
 {
@@ -81,6 +99,8 @@ int run_model(struct nl_store *store, const char *run_name, struct nl_run_info *
         rc = run_shape(store, info, settings, &shape, &nclasses, err);
     if (rc == 0)
         rc = build_model(m, info->model, spec, shape, nclasses, err);
+    if (rc == 0)
+        rc = apply_frozen(*m, settings, err);
     if (rc == 0)
         rc = nl_run_load_params(store, info, (*m)->params, (*m)->nparams, err);
     if (rc < 0) {
@@ -214,10 +234,7 @@ int cmd_summary(int argc, char **argv)
     if (build_model(&m, model, NULL, shape, (int)nclasses, &err) < 0)
         return fail(&err);
 
-    size_t total = nl_model_count_params(m), trainable = 0;
-    for (int i = 0; i < m->nlayers; i++)
-        if (!m->layers[i].frozen)
-            trainable += m->layers[i].param_count;
+    size_t total = nl_model_count_params(m), trainable = nl_model_count_trainable(m);
     if (g.json) {
         printf("{\"model\":");
         json_str(stdout, model);

@@ -31,7 +31,8 @@ static const struct command commands[] = {
     {"rm", cmd_rm, "NAME", "remove a dataset and its samples from the store", NULL},
     {"train", cmd_train, "--data NAME --model SPEC [options]", "train a model on a dataset",
      "      --data NAME       dataset to train on (see nnlab datasets)\n"
-     "      --model SPEC      a shipped model (lenet, mlp) or a spec file\n"
+     "      --model SPEC      a shipped model (lenet, mlp, resnet8, mobilenet-tiny) or a spec\n"
+     "                        file\n"
      "      --epochs N        epochs (default 10)\n"
      "      --batch B         global batch size (default 64)\n"
      "      --lr X            learning rate (default 0.05 for sgd, 0.001 for adam)\n"
@@ -49,7 +50,14 @@ static const struct command commands[] = {
      "      --seed S          seed for initialisation, data order and dropout (default 1)\n"
      "      --name RUN        the run's name (default MODEL-DATASET-N)\n"
      "      --init FILE|RUN   start from weights: a .safetensors file or a run's, by name\n"
-     "      --init-partial    load the tensors that match and report the rest\n"},
+     "      --init-partial    load the tensors that match and report the rest\n"
+     "      --replace-head    with --init: re-create the last layer with parameters (for a\n"
+     "                        dataset with other classes) instead of loading it\n"
+     "      --freeze L,...    freeze these layers: no weight gradients, no optimizer state,\n"
+     "                        batchnorm on its running statistics\n"
+     "      --freeze-up-to L  freeze every layer up to and including L\n"
+     "      --clip-value V    clamp every gradient value to [-V, V]\n"
+     "      --clip-norm N     scale the gradient down to a global L2 norm of at most N\n"},
     {"runs", cmd_runs, "", "list training runs with their settings and results", NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
      "evaluate a run's latest checkpoint, or a weights file, on a dataset split",
