@@ -180,16 +180,16 @@ static const char *kind_of(const struct nl_layer *l)
 int cmd_summary(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},
-        {"input", required_argument, NULL, 'i'},
-        {"classes", required_argument, NULL, 'k'},
-        {NULL, 0, NULL, 0},
+        {"data", required_argument, NULL, 'd'},         {"input", required_argument, NULL, 'i'},
+        {"classes", required_argument, NULL, 'k'},      {"freeze", required_argument, NULL, 'F'},
+        {"freeze-up-to", required_argument, NULL, 'U'}, {NULL, 0, NULL, 0},
     };
     struct nl_error err = {0};
     struct nl_shape shape = {1, 28, 28};
     long nclasses = 10;
-    const char *data = NULL;
-    int c;
+    const char *data = NULL, *up_to = NULL, *names[256];
+    char *freeze = NULL;
+    int c, nfreeze = 0;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'd') {
@@ -203,10 +203,17 @@ int cmd_summary(int argc, char **argv)
         } else if (c == 'k') {
             if (!parse_int(optarg, 2, 1000000, &nclasses))
                 return usage_error("summary", "--classes %s: want a whole number from 2", optarg);
+        } else if (c == 'F') {
+            freeze = optarg;
+        } else if (c == 'U') {
+            up_to = optarg;
         } else {
             return usage_error("summary", "unknown option");
         }
     }
+    for (char *save = NULL, *tok = freeze ? strtok_r(freeze, ",", &save) : NULL;
+         tok && nfreeze < 256; tok = strtok_r(NULL, ",", &save))
+        names[nfreeze++] = tok;
     if (argc - optind != 1)
         return usage_error("summary", "needs one MODEL");
     const char *model = argv[optind];
@@ -233,6 +240,10 @@ int cmd_summary(int argc, char **argv)
     struct nl_model *m;
     if (build_model(&m, model, NULL, shape, (int)nclasses, &err) < 0)
         return fail(&err);
+    if ((nfreeze || up_to) && nl_model_freeze(m, names, nfreeze, up_to, &err) < 0) {
+        nl_model_free(m);
+        return fail(&err);
+    }
 
     size_t total = nl_model_count_params(m), trainable = nl_model_count_trainable(m);
     if (g.json) {
@@ -258,15 +269,18 @@ int cmd_summary(int argc, char **argv)
     } else {
         printf("%s for %dx%dx%d inputs, %ld classes\n\n", model, shape.c, shape.h, shape.w,
                nclasses);
-        printf("%-16s %-9s %-16s %-14s %10s  %s\n", "LAYER", "KIND", "INPUT", "OUTPUT", "PARAMS",
+        printf("%-16s %-13s %-16s %-14s %10s  %s\n", "LAYER", "KIND", "INPUT", "OUTPUT", "PARAMS",
                "TRAINABLE");
         for (int i = 0; i < m->nlayers; i++) {
             const struct nl_layer *l = &m->layers[i];
-            char out[48];
+            char out[48], in[NL_MAX_INPUTS * NL_NAME_MAX + 8] = "";
+            size_t len = 0;
             snprintf(out, sizeof out, "%dx%dx%d", l->out.c, l->out.h, l->out.w);
-            printf("%-16s %-9s %-16s %-14s %10zu  %s\n", l->name, kind_of(l),
-                   l->inputs[0] < 0 ? "input" : m->layers[l->inputs[0]].name, out, l->param_count,
-                   l->param_count ? (l->frozen ? "no" : "yes") : "-");
+            for (int j = 0; j < l->ninputs; j++)
+                len += (size_t)snprintf(in + len, sizeof in - len, "%s%s", j ? "," : "",
+                                        l->inputs[j] < 0 ? "input" : m->layers[l->inputs[j]].name);
+            printf("%-16s %-13s %-16s %-14s %10zu  %s\n", l->name, kind_of(l), in, out,
+                   l->param_count, l->param_count ? (l->frozen ? "no" : "yes") : "-");
         }
         printf("\n%zu parameters, %zu trainable\n", total, trainable);
     }

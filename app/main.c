@@ -69,11 +69,13 @@ static const struct command commands[] = {
      "      --top K         classes to show per image (default 3)\n"},
     {"export", cmd_export, "RUN FILE.safetensors",
      "write a run's latest weights as safetensors with PyTorch's tensor names", NULL},
-    {"summary", cmd_summary, "MODEL [--data NAME | --input CxHxW --classes N]",
+    {"summary", cmd_summary, "MODEL [--data NAME | --input CxHxW --classes N] [--freeze L,...]",
      "show a model's layers with output shapes and parameter counts",
      "      --data NAME     take the input shape and class count from a dataset\n"
      "      --input CxHxW   input shape (default 1x28x28)\n"
-     "      --classes N     class count (default 10)\n"},
+     "      --classes N     class count (default 10)\n"
+     "      --freeze L,...  show these layers frozen (as train --freeze)\n"
+     "      --freeze-up-to L  show every layer up to L frozen\n"},
 };
 
 static const char global_help[] =
