@@ -140,6 +140,35 @@ static void share(long n, int t, int count, long *lo, long *hi)
     *hi = n * (t + 1) / count;
 }
 
+/* Gradient clipping of the reduced slice g[a, b) of thread w, as PyTorch's clip_grad_value_ and
+ * clip_grad_norm_ (scale max_norm / (norm + 1e-6) when the norm exceeds max_norm). The global norm
+ * needs every slice: each thread's partial sum, a barrier, then the same sum in thread order on
+ * every thread. Every thread must call it, with an empty slice too. */
+static void clip_slice(struct ctx *c, struct worker *w, float *g, size_t a, size_t b, int count)
+{
+    const float v = c->clip_value;
+
+    if (v > 0.0f)
+        for (size_t i = a; i < b; i++)
+            g[i] = g[i] > v ? v : g[i] < -v ? -v : g[i];
+    if (c->clip_norm <= 0.0f)
+        return;
+    double sumsq = 0.0;
+    for (size_t i = a; i < b; i++)
+        sumsq += (double)g[i] * g[i];
+    w->sumsq = sumsq;
+    nl_pool_barrier(c->pool);
+    sumsq = 0.0;
+    for (int k = 0; k < count; k++)
+        sumsq += c->w[k].sumsq;
+    double norm = sqrt(sumsq);
+    if (norm > c->clip_norm) {
+        float scale = (float)(c->clip_norm / (norm + 1e-6));
+        for (size_t i = a; i < b; i++)
+            g[i] *= scale;
+    }
+}
+
 static void step_thread(void *arg, int t, int count)
 {
     struct ctx *c = arg;
@@ -181,29 +210,8 @@ static void step_thread(void *arg, int t, int count)
     }
     if (b > m->ntrainable)
         b = m->ntrainable;
-    if (c->clip_value > 0.0f)
-        for (size_t i = a; i < b; i++)
-            g[i] = g[i] > c->clip_value    ? c->clip_value
-                   : g[i] < -c->clip_value ? -c->clip_value
-                                           : g[i];
-    if (c->clip_norm > 0.0f) {
-        /* The global norm needs every slice: partial sums, a barrier, then the same sum in
-         * thread order on every thread. */
-        double sumsq = 0.0;
-        for (size_t i = a; i < b; i++)
-            sumsq += (double)g[i] * g[i];
-        w->sumsq = sumsq;
-        nl_pool_barrier(c->pool);
-        sumsq = 0.0;
-        for (int k = 0; k < count; k++)
-            sumsq += c->w[k].sumsq;
-        double norm = sqrt(sumsq);
-        if (norm > c->clip_norm) {
-            float scale = (float)(c->clip_norm / (norm + 1e-6));
-            for (size_t i = a; i < b; i++)
-                g[i] *= scale;
-        }
-    }
+    if (c->clip_value > 0.0f || c->clip_norm > 0.0f)
+        clip_slice(c, w, g, a, b, count);
     if (a >= b)
         return;
     float *state[NL_OPTIM_MAX_STATE];
