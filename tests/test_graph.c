@@ -729,6 +729,62 @@ static void test_shipped_models(void)
     }
 }
 
+static void test_spec_syntax(void)
+{
+    struct nl_spec *spec = NULL;
+    struct nl_error err = {0};
+    static const char text[] = "a: conv 8 3x3 pad=1 groups=4\n"
+                               "b: conv 8 1x1 groups=1\n"
+                               "l: leakyrelu 0.2\n"
+                               "l2: leakyrelu\n"
+                               "bn: batchnorm momentum=0.5 eps=0.001\n"
+                               "s: add in=bn,a\n"
+                               "c: concat in=s,input\n"
+                               "globalavgpool\n"
+                               "softmax\n";
+
+    is_int(nl_spec_parse(&spec, text, "t", NULL, NULL, &err), 0, "the new syntax parses%s%s",
+           err.msg[0] ? ": " : "", err.msg);
+    if (spec) {
+        ok(strcmp(spec->layers[0].ops->kind, "gconv") == 0 && spec->layers[0].groups == 4,
+           "conv groups=4 becomes gconv");
+        ok(strcmp(spec->layers[1].ops->kind, "conv") == 0, "conv groups=1 stays conv");
+        is_float(spec->layers[2].slope, 0.2, 1e-7, "leakyrelu takes a slope");
+        is_float(spec->layers[3].slope, 0.01, 1e-7, "which defaults to 0.01");
+        is_float(spec->layers[4].momentum, 0.5, 1e-7, "batchnorm momentum=");
+        is_float(spec->layers[4].eps, 0.001, 1e-9, "batchnorm eps=");
+        ok(spec->layers[5].ninputs == 2 && spec->layers[5].inputs[0] == 4 &&
+               spec->layers[5].inputs[1] == 0,
+           "add in=bn,a reads both");
+        ok(spec->layers[6].ninputs == 2 && spec->layers[6].inputs[1] == -1,
+           "concat may read the model's input");
+        is_str(spec->layers[7].name, "globalavgpool1", "unnamed layers are named by kind");
+    }
+    nl_spec_free(spec);
+    struct {
+        const char *text, *want;
+    } bad[] = {
+        {"add\n", "add takes 2 to 4 inputs"},
+        {"leakyrelu 1.5\n", "slope 1.5 not in [0, 1)"},
+        {"batchnorm momentum=0\n", "momentum 0 not in (0, 1]"},
+        {"conv 8 3x3 groups=0\n", "group count"},
+        {"relu\nadd in=relu1,nope\n", "no layer named 'nope'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        spec = NULL;
+        ok(nl_spec_parse(&spec, bad[i].text, "t", NULL, NULL, &err) < 0 && !spec, "refused: %s",
+           bad[i].want);
+        like(err.msg, bad[i].want, "with a message that says so");
+    }
+    /* Shapes that do not fit fail at build, naming the layer. */
+    struct nl_model *m =
+        build("a: conv 6 3x3 groups=4\nfc: dense N\n", (struct nl_shape){4, 5, 5}, 2);
+    ok(m == NULL, "groups must divide the filters");
+    m = build("a: conv 3 1x1\nb: conv 4 1x1 in=input\ns: add in=a,b\nfc: dense N\n",
+              (struct nl_shape){2, 3, 3}, 2);
+    ok(m == NULL, "add needs one shape");
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -743,5 +799,6 @@ int main(void)
     test_clipping();
     test_pytorch_batchnorm_file();
     test_shipped_models();
+    test_spec_syntax();
     return done_testing();
 }
