@@ -260,6 +260,22 @@ static void test_gconv_is_conv(void)
     unmake(&b);
 }
 
+/* PyTorch's grouped layout: weight [F, C/G, kh, kw], filter f sees the channels of group
+ * f / (F/G). With C = 4, F = 2, G = 2 and 1x1 windows: out0 = w0 x0 + w1 x1 (+ b0), out1 = w2 x2
+ * + w3 x3 (+ b1). */
+static void test_gconv_layout(void)
+{
+    struct harness h = {.l = {.filters = 2, .kh = 1, .kw = 1, .groups = 2, .in = {{4, 1, 1}}}};
+    make(&h, "gconv", 1, 1);
+    const float w[] = {1, 2, 3, 4, 0.5f, -0.5f}, x[] = {10, 20, 30, 40};
+    memcpy(h.w, w, sizeof w);
+    memcpy(h.in[0], x, sizeof x);
+    loss_of(&h);
+    is_float(h.out[0], 10 + 40 + 0.5, 1e-5, "gconv filter 0 reads channels 0 and 1");
+    is_float(h.out[1], 90 + 160 - 0.5, 1e-5, "gconv filter 1 reads channels 2 and 3");
+    unmake(&h);
+}
+
 /* ---- models ---- */
 
 static struct nl_model *build(const char *text, struct nl_shape in, int classes)
@@ -791,6 +807,7 @@ int main(void)
     nl_rng_seed(&rng, 12345);
     test_layer_gradients();
     test_gconv_is_conv();
+    test_gconv_layout();
     test_residual_gradient();
     test_freeze_layout();
     test_running_stats();
