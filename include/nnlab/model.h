@@ -43,7 +43,8 @@ void nl_model_free(struct nl_model *m);
  * it to PyTorch's accuracy. */
 void nl_model_init_params(struct nl_model *m, uint64_t seed);
 
-/* Parameters of all layers (nparams also counts the alignment between layers' blocks). */
+/* Floats of every tensor of every layer, statistics included (nparams also counts the alignment
+ * between blocks). */
 size_t nl_model_count_params(const struct nl_model *m);
 
 /* Index of the layer of that name, or -1. */
