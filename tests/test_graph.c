@@ -597,9 +597,12 @@ static void test_frozen_training(void)
     struct nl_train_result res;
     struct nl_model *init = build(small_spec, d->shape, d->nclasses);
     nl_model_init_params(init, 4);
-    struct nl_model *m = train_steps(small_spec, d, 2, 3, NULL, "conv2", &res);
+    struct nl_train_opts o;
+    nl_train_defaults(&o);
+    o.optim.weight_decay = 5e-4f; /* weight decay and frozen layers go together */
+    struct nl_model *m = train_steps(small_spec, d, 2, 3, &o, "conv2", &res);
 
-    ok(m != NULL, "training with conv1, bn1 and conv2 frozen runs");
+    ok(m != NULL, "training with conv1, bn1 and conv2 frozen, and weight decay, runs");
     if (m) {
         int same = 1;
         const char *frozen[] = {"conv1", "bn1", "conv2"};
