@@ -237,6 +237,11 @@ static void test_layer_gradients(void)
                                  .no_bias = 1,
                                  .in = {{3, 7, 7}}},
                2, 1, "depthwise gconv 6 3x3 groups=3 stride 2, no bias");
+    check_kind(
+        "gconv",
+        (struct nl_layer){
+            .filters = 4, .kh = 3, .kw = 3, .ph = 1, .pw = 1, .groups = 4, .in = {{4, 5, 5}}},
+        2, 1, "depthwise gconv 4 3x3 groups=4 pad 1, bias");
 }
 
 /* gconv with one group computes what conv computes. */
@@ -274,6 +279,53 @@ static void test_gconv_layout(void)
     is_float(h.out[0], 10 + 40 + 0.5, 1e-5, "gconv filter 0 reads channels 0 and 1");
     is_float(h.out[1], 90 + 160 - 0.5, 1e-5, "gconv filter 1 reads channels 2 and 3");
     unmake(&h);
+}
+
+/* A grouped convolution is a convolution whose weight is zero outside the diagonal blocks:
+ * compares gconv (the depthwise loops and the per-group GEMMs) with conv on such a weight, in
+ * output, input gradient and weight gradient. */
+static void gconv_vs_block_diagonal(int c, int f, int groups, const char *what)
+{
+    struct nl_layer base = {
+        .filters = f, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .in = {{c, 7, 6}}};
+    struct harness a = {.l = base}, b = {.l = base};
+    const int cg = c / groups, fg = f / groups;
+    b.l.groups = groups;
+    make(&a, "conv", 2, 1);
+    make(&b, "gconv", 2, 1);
+    memcpy(a.in[0], b.in[0], b.in_count[0] * sizeof(float));
+    memcpy(a.r, b.r, b.out_count * sizeof(float));
+    memset(a.w, 0, a.l.param_count * sizeof(float));
+    for (int fo = 0; fo < f; fo++)
+        for (int k = 0; k < cg; k++)
+            memcpy(a.w + ((size_t)fo * c + (size_t)(fo / fg) * cg + k) * 9,
+                   b.w + ((size_t)fo * cg + k) * 9, 9 * sizeof(float));
+    memcpy(a.w + a.l.params[1].offset, b.w + b.l.params[1].offset, (size_t)f * sizeof(float));
+    loss_of(&a);
+    loss_of(&b);
+    double dout = 0.0, din = 0.0, dw = 0.0;
+    for (size_t i = 0; i < a.out_count; i++)
+        dout = fmax(dout, fabs(a.out[i] - b.out[i]));
+    memset(a.din[0], 0, a.in_count[0] * sizeof(float));
+    memset(b.din[0], 0, b.in_count[0] * sizeof(float));
+    memset(a.dw, 0, a.l.param_count * sizeof(float));
+    memset(b.dw, 0, b.l.param_count * sizeof(float));
+    backward(&a, 1, a.dw);
+    backward(&b, 1, b.dw);
+    for (size_t i = 0; i < a.in_count[0]; i++)
+        din = fmax(din, fabs(a.din[0][i] - b.din[0][i]));
+    for (int fo = 0; fo < f; fo++) {
+        for (int k = 0; k < cg; k++)
+            for (int j = 0; j < 9; j++)
+                dw = fmax(dw, fabs(a.dw[((size_t)fo * c + (size_t)(fo / fg) * cg + k) * 9 + j] -
+                                   b.dw[((size_t)fo * cg + k) * 9 + j]));
+        dw = fmax(dw, fabs(a.dw[a.l.params[1].offset + fo] - b.dw[b.l.params[1].offset + fo]));
+    }
+    ok(dout < 1e-5 && din < 1e-5 && dw < 1e-4,
+       "%s equals conv with block-diagonal weights (max diffs %.2g, %.2g, %.2g)", what, dout, din,
+       dw);
+    unmake(&a);
+    unmake(&b);
 }
 
 /* ---- models ---- */
@@ -811,6 +863,9 @@ int main(void)
     test_layer_gradients();
     test_gconv_is_conv();
     test_gconv_layout();
+    gconv_vs_block_diagonal(3, 6, 3, "depthwise gconv (2 filters per channel)");
+    gconv_vs_block_diagonal(4, 4, 4, "depthwise gconv (1 filter per channel)");
+    gconv_vs_block_diagonal(4, 6, 2, "gconv groups=2");
     test_residual_gradient();
     test_freeze_layout();
     test_running_stats();
