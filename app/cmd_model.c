@@ -1,6 +1,7 @@
 /* The model commands — summary, export — and what the training commands share for building
  * models and loading weights into them (--init). */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -71,17 +72,22 @@ static int run_shape(struct nl_store *store, const struct nl_run_info *run, cons
 int apply_frozen(struct nl_model *m, const char *settings, struct nl_error *err)
 {
     struct nl_json_doc *doc;
-    const char *names[256];
     int n = 0, rc = 0;
 
     if (!settings || nl_json_parse(&doc, settings, strlen(settings), "run settings", err) < 0)
         return 0; /* runs recorded before settings carried "frozen" froze nothing */
     const struct nl_json *list = nl_json_get(nl_json_root(doc), "frozen");
-    for (size_t i = 0; list && list->type == NL_JSON_ARRAY && i < list->count && n < 256; i++)
-        if (list->items[i].type == NL_JSON_STRING)
-            names[n++] = list->items[i].string;
-    if (n > 0)
-        rc = nl_model_freeze(m, names, n, NULL, err);
+    if (list && list->type == NL_JSON_ARRAY && list->count > 0) {
+        const char **names = nl_calloc(list->count, sizeof *names);
+        if (!names)
+            rc = nl_error_set(err, NL_ENOMEM, "out of memory");
+        for (size_t i = 0; names && i < list->count; i++)
+            if (list->items[i].type == NL_JSON_STRING && n < INT_MAX)
+                names[n++] = list->items[i].string;
+        if (n > 0)
+            rc = nl_model_freeze(m, names, n, NULL, err);
+        nl_free(names);
+    }
     nl_json_free(doc);
     return rc;
 }
@@ -211,9 +217,12 @@ int cmd_summary(int argc, char **argv)
             return usage_error("summary", "unknown option");
         }
     }
-    for (char *save = NULL, *tok = freeze ? strtok_r(freeze, ",", &save) : NULL;
-         tok && nfreeze < 256; tok = strtok_r(NULL, ",", &save))
+    for (char *save = NULL, *tok = freeze ? strtok_r(freeze, ",", &save) : NULL; tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (nfreeze == 256)
+            return usage_error("summary", "--freeze: more than 256 layers");
         names[nfreeze++] = tok;
+    }
     if (argc - optind != 1)
         return usage_error("summary", "needs one MODEL");
     const char *model = argv[optind];

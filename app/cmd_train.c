@@ -77,7 +77,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     struct nl_model *m = NULL;
     struct nl_run_info run;
     struct nl_train_result res;
-    char settings[1536], schedule[160];
+    char schedule[160];
     int rc;
 
     rc = nl_dataset_load(store, dataset, &d, &err);
@@ -100,18 +100,26 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         return fail(&err);
     }
     /* The frozen layers, for the settings: a run's weights are stored in the frozen layout,
-     * which run_model and load_run rebuild from this list. */
-    char frozen[512] = "[";
-    size_t flen = 1;
+     * which run_model and load_run rebuild from this list. Names are plain identifiers. */
+    const size_t frozen_cap = (size_t)m->nlayers * (NL_NAME_MAX + 3) + 3;
+    char *frozen = nl_malloc(frozen_cap), *settings = nl_malloc(frozen_cap + 1024);
+    if (!frozen || !settings) {
+        nl_free(frozen);
+        nl_free(settings);
+        nl_model_free(m);
+        nl_dataset_free(d);
+        return failf("out of memory");
+    }
+    size_t flen = (size_t)snprintf(frozen, frozen_cap, "[");
     for (int i = 0; i < m->nlayers; i++)
-        if (m->layers[i].frozen && flen < sizeof frozen - NL_NAME_MAX - 8)
-            flen += (size_t)snprintf(frozen + flen, sizeof frozen - flen, "%s\"%s\"",
+        if (m->layers[i].frozen)
+            flen += (size_t)snprintf(frozen + flen, frozen_cap - flen, "%s\"%s\"",
                                      flen > 1 ? "," : "", m->layers[i].name);
-    snprintf(frozen + flen, sizeof frozen - flen, "]");
+    snprintf(frozen + flen, frozen_cap - flen, "]");
     const int threads = o->threads > 0 ? o->threads : 0;
     nl_schedule_format(&o->schedule, schedule, sizeof schedule);
     snprintf(
-        settings, sizeof settings,
+        settings, frozen_cap + 1024,
         "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"warmup\":%g,\"lr\":%g,"
         "\"momentum\":%g,"
         "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu,"
@@ -121,6 +129,8 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         threads, (unsigned long long)o->seed, d->shape.c, d->shape.h, d->shape.w, d->nclasses,
         (double)o->clip_value, (double)o->clip_norm, frozen);
     rc = nl_run_create(store, run_name, dataset, model, m->spec_text, settings, &run, &err);
+    nl_free(frozen);
+    nl_free(settings);
     if (rc < 0) {
         nl_model_free(m);
         nl_dataset_free(d);
