@@ -65,14 +65,11 @@ int progress_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_erro
 
 /* Models for commands (app/cmd_model.c). build_model loads the spec named model (a shipped name
  * or a path), or parses spec_text when given, and builds it for the shape and class count.
- * run_model builds a run's model from its recorded spec and shape, with its latest weights.
  * load_init loads --init: a .safetensors file, or a run's weights, matched by tensor name. */
 struct nl_model;
 struct nl_run_info;
 int build_model(struct nl_model **m, const char *model, const char *spec_text,
                 struct nl_shape shape, int nclasses, struct nl_error *err);
-int run_model(struct nl_store *store, const char *run_name, struct nl_run_info *info,
-              struct nl_model **m, struct nl_error *err);
 int load_init(struct nl_store *store, struct nl_model *m, const char *init, int partial,
               struct nl_error *err);
 

@@ -1,6 +1,7 @@
 /* The model commands — summary, export — and what the training commands share for building
  * models and loading weights into them (--init). */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -27,82 +28,6 @@ int build_model(struct nl_model **m, const char *model, const char *spec_text,
     return rc;
 }
 
-/* A dataset's summary by name; NL_ENOENT when there is none. */
-static int dataset_info(struct nl_store *store, const char *name, struct nl_dataset_info *info,
-                        struct nl_error *err)
-{
-    struct nl_dataset_info *list;
-    int n, found = 0;
-    int rc = nl_dataset_list(store, &list, &n, err);
-
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < n && !found; i++) {
-        if (strcmp(list[i].name, name) == 0) {
-            *info = list[i];
-            found = 1;
-        }
-    }
-    nl_free(list);
-    return found ? 0
-                 : nl_error_set(err, NL_ENOENT, "no dataset named '%s' (see nnlab datasets)", name);
-}
-
-/* The shape and class count a run was trained for: from its settings, or (for runs recorded
- * before settings carried them) from its dataset. */
-static int run_shape(struct nl_store *store, const struct nl_run_info *run, const char *settings,
-                     struct nl_shape *shape, int *nclasses, struct nl_error *err)
-{
-    struct nl_json_doc *doc;
-    int found = 0;
-
-    if (nl_json_parse(&doc, settings, strlen(settings), "run settings", err) == 0) {
-        const struct nl_json *in = nl_json_get(nl_json_root(doc), "input");
-        const struct nl_json *k = nl_json_get(nl_json_root(doc), "classes");
-        if (in && in->type == NL_JSON_ARRAY && in->count == 3 && k && k->is_integer) {
-            shape->c = (int)in->items[0].integer;
-            shape->h = (int)in->items[1].integer;
-            shape->w = (int)in->items[2].integer;
-            *nclasses = (int)k->integer;
-            found = 1;
-        }
-        nl_json_free(doc);
-    }
-    if (found)
-        return 0;
-    struct nl_dataset_info info;
-    if (dataset_info(store, run->dataset, &info, err) < 0)
-        return nl_error_set(err, NL_ENOENT, "run '%s': its dataset '%s' is gone", run->name,
-                            run->dataset);
-    *shape = info.shape;
-    *nclasses = info.nclasses;
-    return 0;
-}
-
-int run_model(struct nl_store *store, const char *run_name, struct nl_run_info *info,
-              struct nl_model **m, struct nl_error *err)
-{
-    char *spec = NULL, *settings = NULL;
-    struct nl_shape shape;
-    int nclasses = 0;
-    int rc = nl_run_get(store, run_name, info, &spec, &settings, err);
-
-    *m = NULL;
-    if (rc == 0)
-        rc = run_shape(store, info, settings, &shape, &nclasses, err);
-    if (rc == 0)
-        rc = build_model(m, info->model, spec, shape, nclasses, err);
-    if (rc == 0)
-        rc = nl_run_load_params(store, info, (*m)->params, (*m)->nparams, err);
-    if (rc < 0) {
-        nl_model_free(*m);
-        *m = NULL;
-    }
-    nl_free(spec);
-    nl_free(settings);
-    return rc;
-}
-
 int load_init(struct nl_store *store, struct nl_model *m, const char *init, int partial,
               struct nl_error *err)
 {
@@ -116,7 +41,7 @@ int load_init(struct nl_store *store, struct nl_model *m, const char *init, int 
         struct nl_run_info run;
         struct nl_model *src;
         char what[160];
-        rc = run_model(store, init, &run, &src, err);
+        rc = nl_run_model(store, init, 1, warn_cb, NULL, &run, &src, err);
         if (rc < 0)
             return nl_error_prefix(err, "--init");
         snprintf(what, sizeof what, "run '%s'", run.name);
@@ -142,7 +67,7 @@ int cmd_export(int argc, char **argv)
         return usage_error("export", "needs a RUN and a FILE.safetensors");
     if (open_store(&store, &err) < 0)
         return fail(&err);
-    int rc = run_model(store, argv[1], &run, &m, &err);
+    int rc = nl_run_model(store, argv[1], 1, warn_cb, NULL, &run, &m, &err);
     nl_store_close(store);
     if (rc < 0)
         return fail(&err);
@@ -171,16 +96,16 @@ static const char *kind_of(const struct nl_layer *l)
 int cmd_summary(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},
-        {"input", required_argument, NULL, 'i'},
-        {"classes", required_argument, NULL, 'k'},
-        {NULL, 0, NULL, 0},
+        {"data", required_argument, NULL, 'd'},         {"input", required_argument, NULL, 'i'},
+        {"classes", required_argument, NULL, 'k'},      {"freeze", required_argument, NULL, 'F'},
+        {"freeze-up-to", required_argument, NULL, 'U'}, {NULL, 0, NULL, 0},
     };
     struct nl_error err = {0};
     struct nl_shape shape = {1, 28, 28};
     long nclasses = 10;
-    const char *data = NULL;
-    int c;
+    const char *data = NULL, *up_to = NULL, *names[256];
+    char *freeze = NULL;
+    int c, nfreeze = 0;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'd') {
@@ -194,9 +119,19 @@ int cmd_summary(int argc, char **argv)
         } else if (c == 'k') {
             if (!parse_int(optarg, 2, 1000000, &nclasses))
                 return usage_error("summary", "--classes %s: want a whole number from 2", optarg);
+        } else if (c == 'F') {
+            freeze = optarg;
+        } else if (c == 'U') {
+            up_to = optarg;
         } else {
             return usage_error("summary", "unknown option");
         }
+    }
+    for (char *save = NULL, *tok = freeze ? strtok_r(freeze, ",", &save) : NULL; tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (nfreeze == 256)
+            return usage_error("summary", "--freeze: more than 256 layers");
+        names[nfreeze++] = tok;
     }
     if (argc - optind != 1)
         return usage_error("summary", "needs one MODEL");
@@ -206,7 +141,7 @@ int cmd_summary(int argc, char **argv)
         struct nl_dataset_info info;
         if (open_store(&store, &err) < 0)
             return fail(&err);
-        int rc = dataset_info(store, data, &info, &err);
+        int rc = nl_dataset_info(store, data, &info, &err);
         nl_store_close(store);
         if (rc < 0)
             return fail(&err);
@@ -216,11 +151,12 @@ int cmd_summary(int argc, char **argv)
     struct nl_model *m;
     if (build_model(&m, model, NULL, shape, (int)nclasses, &err) < 0)
         return fail(&err);
+    if ((nfreeze || up_to) && nl_model_freeze(m, names, nfreeze, up_to, &err) < 0) {
+        nl_model_free(m);
+        return fail(&err);
+    }
 
-    size_t total = nl_model_count_params(m), trainable = 0;
-    for (int i = 0; i < m->nlayers; i++)
-        if (!m->layers[i].frozen)
-            trainable += m->layers[i].param_count;
+    size_t total = nl_model_count_params(m), trainable = nl_model_count_trainable(m);
     if (g.json) {
         printf("{\"model\":");
         json_str(stdout, model);
@@ -244,15 +180,18 @@ int cmd_summary(int argc, char **argv)
     } else {
         printf("%s for %dx%dx%d inputs, %ld classes\n\n", model, shape.c, shape.h, shape.w,
                nclasses);
-        printf("%-16s %-9s %-16s %-14s %10s  %s\n", "LAYER", "KIND", "INPUT", "OUTPUT", "PARAMS",
+        printf("%-16s %-13s %-16s %-14s %10s  %s\n", "LAYER", "KIND", "INPUT", "OUTPUT", "PARAMS",
                "TRAINABLE");
         for (int i = 0; i < m->nlayers; i++) {
             const struct nl_layer *l = &m->layers[i];
-            char out[48];
+            char out[48], in[NL_MAX_INPUTS * NL_NAME_MAX + 8] = "";
+            size_t len = 0;
             snprintf(out, sizeof out, "%dx%dx%d", l->out.c, l->out.h, l->out.w);
-            printf("%-16s %-9s %-16s %-14s %10zu  %s\n", l->name, kind_of(l),
-                   l->inputs[0] < 0 ? "input" : m->layers[l->inputs[0]].name, out, l->param_count,
-                   l->param_count ? (l->frozen ? "no" : "yes") : "-");
+            for (int j = 0; j < l->ninputs; j++)
+                len += (size_t)snprintf(in + len, sizeof in - len, "%s%s", j ? "," : "",
+                                        l->inputs[j] < 0 ? "input" : m->layers[l->inputs[j]].name);
+            printf("%-16s %-13s %-16s %-14s %10zu  %s\n", l->name, kind_of(l), in, out,
+                   l->param_count, l->param_count ? (l->frozen ? "no" : "yes") : "-");
         }
         printf("\n%zu parameters, %zu trainable\n", total, trainable);
     }

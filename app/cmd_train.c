@@ -39,17 +39,45 @@ static void print_done(const char *run, const struct nl_train_result *res)
     fflush(stdout);
 }
 
+/* Fine-tuning options: layers to freeze (a comma-separated list, and/or every layer up to one),
+ * and whether to re-create the head instead of loading it from --init. */
+struct finetune {
+    char *freeze; /* modified in place; NULL: none */
+    const char *up_to;
+    int replace_head;
+};
+
+#define MAX_FREEZE 256
+
+/* Applies ft to m: the head keeps its fresh initialisation on loads; the layers are frozen. */
+static int apply_finetune(struct nl_model *m, const struct finetune *ft, struct nl_error *err)
+{
+    const char *names[MAX_FREEZE];
+    int n = 0;
+
+    for (char *p = ft->freeze, *save = NULL; p; p = NULL) {
+        for (char *tok = strtok_r(p, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (n == MAX_FREEZE)
+                return nl_error_set(err, NL_EINVAL, "--freeze: more than %d layers", MAX_FREEZE);
+            names[n++] = tok;
+        }
+    }
+    if (n == 0 && !ft->up_to)
+        return 0;
+    return nl_model_freeze(m, names, n, ft->up_to, err);
+}
+
 /* Trains model on dataset as a new run named run_name (NULL: generated) and reports. */
 static int train_session(struct nl_store *store, const char *dataset, const char *model,
                          const struct nl_train_opts *o, const char *run_name, const char *init,
-                         int init_partial)
+                         int init_partial, const struct finetune *ft)
 {
     struct nl_error err = {0};
     struct nl_dataset *d = NULL;
     struct nl_model *m = NULL;
     struct nl_run_info run;
     struct nl_train_result res;
-    char settings[768], schedule[160];
+    char schedule[160];
     int rc;
 
     rc = nl_dataset_load(store, dataset, &d, &err);
@@ -63,32 +91,57 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         return fail(&err);
     }
     nl_model_init_params(m, o->seed);
-    if (init && (rc = load_init(store, m, init, init_partial, &err)) < 0) {
+    if (ft && ft->replace_head && nl_model_head(m) >= 0)
+        m->layers[nl_model_head(m)].fresh = 1;
+    if ((init && (rc = load_init(store, m, init, init_partial, &err)) < 0) ||
+        (ft && (rc = apply_finetune(m, ft, &err)) < 0)) {
         nl_model_free(m);
         nl_dataset_free(d);
         return fail(&err);
     }
+    /* The frozen layers, for the settings: a run's weights are stored in the frozen layout,
+     * which nl_run_model rebuilds from this list. Names are plain identifiers. */
+    const size_t frozen_cap = (size_t)m->nlayers * (NL_NAME_MAX + 3) + 3;
+    char *frozen = nl_malloc(frozen_cap), *settings = nl_malloc(frozen_cap + 1024);
+    if (!frozen || !settings) {
+        nl_free(frozen);
+        nl_free(settings);
+        nl_model_free(m);
+        nl_dataset_free(d);
+        return failf("out of memory");
+    }
+    size_t flen = (size_t)snprintf(frozen, frozen_cap, "[");
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].frozen)
+            flen += (size_t)snprintf(frozen + flen, frozen_cap - flen, "%s\"%s\"",
+                                     flen > 1 ? "," : "", m->layers[i].name);
+    snprintf(frozen + flen, frozen_cap - flen, "]");
     const int threads = o->threads > 0 ? o->threads : 0;
     nl_schedule_format(&o->schedule, schedule, sizeof schedule);
     snprintf(
-        settings, sizeof settings,
+        settings, frozen_cap + 1024,
         "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"warmup\":%g,\"lr\":%g,"
         "\"momentum\":%g,"
         "\"nesterov\":%s,\"weight_decay\":%g,\"threads\":%d,\"seed\":%llu,"
-        "\"input\":[%d,%d,%d],\"classes\":%d,\"augment\":{\"flip\":%s,\"crop\":%d}}",
+        "\"input\":[%d,%d,%d],\"classes\":%d,\"clip_value\":%g,\"clip_norm\":%g,\"frozen\":%s,"
+        "\"augment\":{\"flip\":%s,\"crop\":%d}}",
         o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), schedule, o->schedule.warmup_epochs,
         o->optim.lr, o->optim.momentum, o->optim.nesterov ? "true" : "false", o->optim.weight_decay,
         threads, (unsigned long long)o->seed, d->shape.c, d->shape.h, d->shape.w, d->nclasses,
-        o->augment.flip ? "true" : "false", o->augment.crop);
+        (double)o->clip_value, (double)o->clip_norm, frozen, o->augment.flip ? "true" : "false",
+        o->augment.crop);
     rc = nl_run_create(store, run_name, dataset, model, m->spec_text, settings, &run, &err);
+    nl_free(frozen);
+    nl_free(settings);
     if (rc < 0) {
         nl_model_free(m);
         nl_dataset_free(d);
         return fail(&err);
     }
     if (!g.json && !g.quiet)
-        printf("run '%s': %s on %s, %zu parameters, %u training samples\n", run.name, model,
-               dataset, nl_model_count_params(m), d->split[NL_TRAIN].n);
+        printf("run '%s': %s on %s, %zu parameters (%zu trainable), %u training samples\n",
+               run.name, model, dataset, nl_model_count_params(m), nl_model_count_trainable(m),
+               d->split[NL_TRAIN].n);
 
     struct progress p = {.store = store, .run_id = run.id, .tty = isatty(STDOUT_FILENO)};
     struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
@@ -200,6 +253,16 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
         if (!parse_float(optarg, 0.0, 1.0, &a->o.target_accuracy))
             return usage_error(cmd, "--early-stop-acc %s: want an accuracy in [0, 1]", optarg);
         return 0;
+    case 'C':
+        if (!parse_float(optarg, 1e-12, 1e12, &f))
+            return usage_error(cmd, "--clip-value %s: want a positive number", optarg);
+        a->o.clip_value = (float)f;
+        return 0;
+    case 'K':
+        if (!parse_float(optarg, 1e-12, 1e12, &f))
+            return usage_error(cmd, "--clip-norm %s: want a positive number", optarg);
+        a->o.clip_norm = (float)f;
+        return 0;
     case 'p':
         if (!parse_int(optarg, 1, 100000, &v))
             return usage_error(cmd, "--patience %s: want a whole number of epochs from 1", optarg);
@@ -236,11 +299,17 @@ int cmd_train(int argc, char **argv)
         {"init", required_argument, NULL, 'i'},
         {"init-partial", no_argument, NULL, 'P'},
         {"augment", required_argument, NULL, 'A'},
+        {"clip-value", required_argument, NULL, 'C'},
+        {"clip-norm", required_argument, NULL, 'K'},
+        {"freeze", required_argument, NULL, 'F'},
+        {"freeze-up-to", required_argument, NULL, 'U'},
+        {"replace-head", no_argument, NULL, 'R'},
         {NULL, 0, NULL, 0},
     };
     struct train_args a;
     struct nl_error err = {0};
     const char *data = NULL, *model = NULL, *name = NULL, *init = NULL;
+    struct finetune ft = {0};
     int c, rc, init_partial = 0;
 
     train_args_init(&a);
@@ -255,6 +324,12 @@ int cmd_train(int argc, char **argv)
             init = optarg;
         } else if (c == 'P') {
             init_partial = 1;
+        } else if (c == 'F') {
+            ft.freeze = optarg;
+        } else if (c == 'U') {
+            ft.up_to = optarg;
+        } else if (c == 'R') {
+            ft.replace_head = 1;
         } else {
             rc = parse_train_opt("train", c, &a);
             if (rc)
@@ -267,6 +342,8 @@ int cmd_train(int argc, char **argv)
         return usage_error("train", "needs --data NAME and --model SPEC");
     if (init_partial && !init)
         return usage_error("train", "--init-partial needs --init FILE|RUN");
+    if (ft.replace_head && !init)
+        return usage_error("train", "--replace-head needs --init FILE|RUN");
     train_args_apply(&a);
     if (nl_optim_validate(&a.o.optim, &err) < 0)
         return usage_error("train", "%s", err.msg);
@@ -274,7 +351,7 @@ int cmd_train(int argc, char **argv)
     struct nl_store *store;
     if (open_store(&store, &err) < 0)
         return fail(&err);
-    rc = train_session(store, data, model, &a.o, name, init, init_partial);
+    rc = train_session(store, data, model, &a.o, name, init, init_partial, &ft);
     nl_store_close(store);
     return rc;
 }
@@ -329,7 +406,7 @@ int cmd_demo(int argc, char **argv)
         nl_store_close(store);
         return fail(&err);
     }
-    rc = train_session(store, "fashion", "lenet", &a.o, NULL, NULL, 0);
+    rc = train_session(store, "fashion", "lenet", &a.o, NULL, NULL, 0, NULL);
     nl_store_close(store);
     return rc;
 }
@@ -399,24 +476,14 @@ static int load_run(struct nl_store *store, const char *run_name, const char *da
                     struct nl_run_info *run, struct nl_model **m, struct nl_dataset **d,
                     struct nl_error *err)
 {
-    char *spec = NULL;
-    int rc = nl_run_get(store, run_name, run, &spec, NULL, err);
+    int rc = nl_run_model(store, run_name, 1, warn_cb, NULL, run, m, err);
 
-    *m = NULL;
     *d = NULL;
-    if (rc < 0)
-        return rc;
-    rc = nl_dataset_load(store, dataset ? dataset : run->dataset, d, err);
     if (rc == 0)
-        rc = build_model(m, run->model, spec, (*d)->shape, (*d)->nclasses, err);
-    if (rc == 0)
-        rc = nl_run_load_params(store, run, (*m)->params, (*m)->nparams, err);
-    nl_free(spec);
+        rc = nl_dataset_load(store, dataset ? dataset : run->dataset, d, err);
     if (rc < 0) {
         nl_model_free(*m);
-        nl_dataset_free(*d);
         *m = NULL;
-        *d = NULL;
     }
     return rc;
 }

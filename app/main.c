@@ -39,7 +39,8 @@ static const struct command commands[] = {
     {"rm", cmd_rm, "NAME", "remove a dataset and its samples from the store", NULL},
     {"train", cmd_train, "--data NAME --model SPEC [options]", "train a model on a dataset",
      "      --data NAME       dataset to train on (see nnlab datasets)\n"
-     "      --model SPEC      a shipped model (lenet, mlp) or a spec file\n"
+     "      --model SPEC      a shipped model (lenet, mlp, resnet8, mobilenet-tiny) or a spec\n"
+     "                        file\n"
      "      --epochs N        epochs (default 10)\n"
      "      --batch B         global batch size (default 64)\n"
      "      --lr X            learning rate (default 0.05 for sgd, 0.001 for adam)\n"
@@ -58,7 +59,14 @@ static const struct command commands[] = {
      "      --augment LIST    training-batch augmentation: flip, crop:P (e.g. flip,crop:4)\n"
      "      --name RUN        the run's name (default MODEL-DATASET-N)\n"
      "      --init FILE|RUN   start from weights: a .safetensors file or a run's, by name\n"
-     "      --init-partial    load the tensors that match and report the rest\n"},
+     "      --init-partial    load the tensors that match and report the rest\n"
+     "      --replace-head    with --init: re-create the last layer with parameters (for a\n"
+     "                        dataset with other classes) instead of loading it\n"
+     "      --freeze L,...    freeze these layers: no weight gradients, no optimizer state,\n"
+     "                        batchnorm on its running statistics\n"
+     "      --freeze-up-to L  freeze every layer up to and including L\n"
+     "      --clip-value V    clamp every gradient value to [-V, V]\n"
+     "      --clip-norm N     scale the gradient down to a global L2 norm of at most N\n"},
     {"runs", cmd_runs, "", "list training runs with their settings and results", NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
      "evaluate a run's latest checkpoint, or a weights file, on a dataset split",
@@ -70,11 +78,13 @@ static const struct command commands[] = {
      "      --top K         classes to show per image (default 3)\n"},
     {"export", cmd_export, "RUN FILE.safetensors",
      "write a run's latest weights as safetensors with PyTorch's tensor names", NULL},
-    {"summary", cmd_summary, "MODEL [--data NAME | --input CxHxW --classes N]",
+    {"summary", cmd_summary, "MODEL [--data NAME | --input CxHxW --classes N] [--freeze L,...]",
      "show a model's layers with output shapes and parameter counts",
      "      --data NAME     take the input shape and class count from a dataset\n"
      "      --input CxHxW   input shape (default 1x28x28)\n"
-     "      --classes N     class count (default 10)\n"},
+     "      --classes N     class count (default 10)\n"
+     "      --freeze L,...  show these layers frozen (as train --freeze)\n"
+     "      --freeze-up-to L  show every layer up to L frozen\n"},
 };
 
 static const char global_help[] =

@@ -408,3 +408,24 @@ void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uin
         }
     }
 }
+
+int nl_dataset_info(struct nl_store *s, const char *name, struct nl_dataset_info *info,
+                    struct nl_error *err)
+{
+    struct nl_dataset_info *list;
+    int n, found = 0;
+    int rc = nl_dataset_list(s, &list, &n, err);
+
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < n && !found; i++) {
+        if (strcmp(list[i].name, name) == 0) {
+            *info = list[i];
+            found = 1;
+        }
+    }
+    nl_free(list);
+    if (!found)
+        return nl_error_set(err, NL_ENOENT, "no dataset named '%s' (see nnlab datasets)", name);
+    return 0;
+}

@@ -1,5 +1,13 @@
 /* Model building, initialisation and the forward/backward executor.
  *
+ * Layout (include/nnlab/model.h): trainable blocks first, then the statistics of those layers,
+ * then the frozen layers' blocks, so that what the optimizer updates, and what the reduction and
+ * a cluster exchange, are each one contiguous range starting at 0. A layer's statistics are
+ * moved out of its block by giving their params[].offset the distance from param_offset to where
+ * they lie; layers only ever address a tensor as w + params[k].offset, so they do not notice.
+ * Every block starts 16-float aligned. A model without frozen layers or statistics keeps the
+ * plain layer-after-layer layout.
+ *
  * Memory: the flat parameter buffer belongs to the model. Each executor owns, per layer, an
  * activation buffer and an activation-gradient buffer of max_n samples, the layer's aux block,
  * and one scratch block as large as the largest layer needs (layers run one at a time). */
@@ -16,6 +24,69 @@ static int layer_error(struct nl_error *err, const struct nl_layer *l, int code,
     if (l->line > 0)
         return nl_error_set(err, code, "layer '%s' (line %d): %s", l->name, l->line, what);
     return nl_error_set(err, code, "layer '%s': %s", l->name, what);
+}
+
+static size_t align16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+/* The offsets setup gave: the params one after another. */
+static void plain_offsets(struct nl_layer *l)
+{
+    size_t off = 0;
+    for (int k = 0; k < l->nparams; k++) {
+        l->params[k].offset = off;
+        off += l->params[k].count;
+    }
+}
+
+/* Floats of the layer's trainable parameters (the statistics come after them in params[]). */
+static size_t trainable_count(const struct nl_layer *l)
+{
+    size_t n = 0;
+    for (int k = 0; k < l->nparams; k++)
+        if (!l->params[k].stat)
+            n += l->params[k].count;
+    return n;
+}
+
+/* Sets every layer's param_offset and params[].offset, and the model's ranges, from the layers'
+ * frozen flags. */
+static void lay_out(struct nl_model *m)
+{
+    size_t pos = 0;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        struct nl_layer *l = &m->layers[i];
+        plain_offsets(l);
+        if (l->frozen)
+            continue;
+        l->param_offset = pos;
+        pos += align16(trainable_count(l));
+    }
+    m->ntrainable = pos;
+    for (int i = 0; i < m->nlayers; i++) {
+        struct nl_layer *l = &m->layers[i];
+        size_t start = pos;
+        if (l->frozen)
+            continue;
+        for (int k = 0; k < l->nparams; k++)
+            if (l->params[k].stat) {
+                l->params[k].offset = pos - l->param_offset;
+                pos += l->params[k].count;
+            }
+        pos = start + align16(pos - start);
+    }
+    m->nreduce = pos;
+    for (int i = 0; i < m->nlayers; i++) {
+        struct nl_layer *l = &m->layers[i];
+        if (!l->frozen)
+            continue;
+        l->param_offset = pos;
+        pos += align16(l->param_count);
+    }
+    m->nparams = pos;
 }
 
 void nl_model_free(struct nl_model *m)
@@ -74,10 +145,8 @@ int nl_model_build(struct nl_model **out, const struct nl_spec *spec, struct nl_
             nl_model_free(m);
             return rc;
         }
-        l->param_offset = m->nparams;
-        /* Keep every layer's block 16-float aligned so its weights start on a cache line. */
-        m->nparams += (l->param_count + 15) & ~(size_t)15;
     }
+    lay_out(m);
     struct nl_layer *last = &m->layers[m->nlayers - 1];
     if (nl_shape_size(last->out) != (size_t)nclasses) {
         snprintf(what, sizeof what,
@@ -95,6 +164,86 @@ int nl_model_build(struct nl_model **out, const struct nl_spec *spec, struct nl_
     }
     *out = m;
     return 0;
+}
+
+int nl_model_freeze(struct nl_model *m, const char *const *names, int count, const char *up_to,
+                    struct nl_error *err)
+{
+    int *frozen = nl_calloc((size_t)m->nlayers + 1, sizeof *frozen);
+    size_t *old = nl_calloc((size_t)m->nlayers * NL_MAX_PARAMS + 1, sizeof *old);
+    float *params = NULL;
+    int rc = 0;
+
+    if (!frozen || !old) {
+        rc = nl_error_set(err, NL_ENOMEM, "out of memory freezing layers");
+        goto out;
+    }
+    for (int k = 0; k < count; k++) {
+        int i = nl_model_find_layer(m, names[k]);
+        if (i < 0) {
+            rc = nl_error_set(err, NL_EINVAL, "--freeze: the model has no layer '%s'", names[k]);
+            goto out;
+        }
+        frozen[i] = 1;
+    }
+    if (up_to) {
+        int last = nl_model_find_layer(m, up_to);
+        if (last < 0) {
+            rc = nl_error_set(err, NL_EINVAL, "--freeze-up-to: the model has no layer '%s'", up_to);
+            goto out;
+        }
+        for (int i = 0; i <= last; i++)
+            frozen[i] = 1;
+    }
+    for (int i = 0; i < m->nlayers; i++)
+        for (int k = 0; k < m->layers[i].nparams; k++)
+            old[i * NL_MAX_PARAMS + k] = m->layers[i].param_offset + m->layers[i].params[k].offset;
+    for (int i = 0; i < m->nlayers; i++)
+        m->layers[i].frozen = frozen[i];
+    lay_out(m);
+    params = nl_alloc_floats(m->nparams);
+    if (!params) {
+        rc = nl_error_set(err, NL_ENOMEM, "out of memory for %zu parameters", m->nparams);
+        goto out; /* unreachable in practice: the layout has the same size */
+    }
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        for (int k = 0; k < l->nparams; k++)
+            memcpy(params + l->param_offset + l->params[k].offset,
+                   m->params + old[i * NL_MAX_PARAMS + k], l->params[k].count * sizeof(float));
+    }
+    nl_free(m->params);
+    m->params = params;
+out:
+    nl_free(frozen);
+    nl_free(old);
+    return rc;
+}
+
+int nl_model_head(const struct nl_model *m)
+{
+    for (int i = m->nlayers - 1; i >= 0; i--)
+        if (m->layers[i].param_count > 0)
+            return i;
+    return -1;
+}
+
+size_t nl_model_count_trainable(const struct nl_model *m)
+{
+    size_t n = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (!m->layers[i].frozen)
+            n += trainable_count(&m->layers[i]);
+    return n;
+}
+
+void nl_model_update_stats(const struct nl_model *m, float *params, const float *grad, int batch)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (!l->frozen && l->ops->update_stats)
+            l->ops->update_stats(l, params + l->param_offset, grad + l->param_offset, batch);
+    }
 }
 
 size_t nl_model_count_params(const struct nl_model *m)
@@ -131,6 +280,11 @@ void nl_model_init_params(struct nl_model *m, uint64_t seed)
                 init = l->init != NL_INIT_DEFAULT ? l->init : NL_INIT_XAVIER;
             if (init == NL_INIT_ZERO)
                 continue;
+            if (init == NL_INIT_ONE) {
+                for (size_t k = 0; k < pd->count; k++)
+                    w[k] = 1.0f;
+                continue;
+            }
             if (init == NL_INIT_HE)
                 bound = sqrt(6.0 / (pd->fan_in > 0 ? pd->fan_in : 1));
             else
@@ -147,6 +301,7 @@ struct nl_exec {
     float **act;  /* (nlayers) outputs, (max_n, out) each */
     float **dact; /* (nlayers) gradients of the outputs */
     unsigned char **aux;
+    char *need; /* (nlayers) 1 where backward runs: trainable, or reads a layer that needs it */
     float *scratch;
     const float *input; /* of the last forward */
     struct nl_rng *rng;
@@ -164,6 +319,7 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->act);
     nl_free(x->dact);
     nl_free(x->aux);
+    nl_free(x->need);
     nl_free(x->scratch);
     nl_free(x);
 }
@@ -181,8 +337,16 @@ int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struc
     x->act = nl_calloc((size_t)m->nlayers, sizeof *x->act);
     x->dact = nl_calloc((size_t)m->nlayers, sizeof *x->dact);
     x->aux = nl_calloc((size_t)m->nlayers, sizeof *x->aux);
-    if (!x->act || !x->dact || !x->aux)
+    x->need = nl_calloc((size_t)m->nlayers, 1);
+    if (!x->act || !x->dact || !x->aux || !x->need)
         goto oom;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        x->need[i] = !l->frozen && trainable_count(l) > 0;
+        for (int j = 0; j < l->ninputs; j++)
+            if (l->inputs[j] >= 0 && x->need[l->inputs[j]])
+                x->need[i] = 1;
+    }
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
         size_t outn = (size_t)max_n * nl_shape_size(l->out);
@@ -239,10 +403,13 @@ void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogi
     /* Activation gradients accumulate from every consumer: start them at zero, except the
      * logits', which is dlogits itself. */
     for (int i = 0; i < last; i++)
-        memset(x->dact[i], 0, (size_t)n * nl_shape_size(m->layers[i].out) * sizeof(float));
+        if (x->need[i])
+            memset(x->dact[i], 0, (size_t)n * nl_shape_size(m->layers[i].out) * sizeof(float));
 
     for (int i = last; i >= 0; i--) {
         const struct nl_layer *l = &m->layers[i];
+        if (!x->need[i])
+            continue; /* nothing below it, nor it, is trained */
         struct nl_bwd b = {
             .n = n,
             .out = x->act[i],
@@ -255,8 +422,22 @@ void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogi
         for (int j = 0; j < l->ninputs; j++) {
             int src = l->inputs[j];
             b.in[j] = src < 0 ? x->input : x->act[src];
-            b.din[j] = src < 0 ? NULL : x->dact[src];
+            b.din[j] = src < 0 || !x->need[src] ? NULL : x->dact[src];
         }
         l->ops->backward(l, &b);
+    }
+}
+
+void nl_exec_backward_cost(const struct nl_exec *x, int *layers, size_t *weight_floats)
+{
+    *layers = 0;
+    *weight_floats = 0;
+    for (int i = 0; i < x->m->nlayers; i++) {
+        const struct nl_layer *l = &x->m->layers[i];
+        if (!x->need[i])
+            continue;
+        (*layers)++;
+        if (!l->frozen)
+            *weight_floats += trainable_count(l);
     }
 }

@@ -360,6 +360,8 @@ static int load_matching(struct nl_model *m, struct source *src, int partial, nl
                     e = &src->entries[j];
                     used[j] = 1;
                 }
+            if (l->fresh)
+                continue; /* --replace-head: keeps its fresh initialisation */
             size_t mark = problems.len;
             if (!e) {
                 put(&problems, "%s: missing, model wants ", name);
@@ -388,7 +390,9 @@ static int load_matching(struct nl_model *m, struct source *src, int partial, nl
         }
     }
     for (size_t j = 0; j < src->count; j++) {
-        if (used[j])
+        /* PyTorch's batchnorm counter (an int64 scalar) has no use here: not an error. */
+        const char *suffix = strrchr(src->entries[j].name, '.');
+        if (used[j] || (suffix && strcmp(suffix, ".num_batches_tracked") == 0))
             continue;
         r.unused++;
         nproblems++;

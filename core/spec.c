@@ -16,7 +16,13 @@
  *                             keys: bias= init= in=
  *     maxpool K, avgpool K    window K or KxK; keys: stride= pad= in=
  *     dropout [P]             probability of dropping a value, 0 <= P < 1, default 0.5; key: in=
- *     relu, tanh, sigmoid, flatten, and any other kind of core/layer.c: no arguments; key: in=
+ *     leakyrelu [SLOPE]       slope for negative inputs, 0 <= SLOPE < 1, default 0.01; key: in=
+ *     batchnorm               keys: momentum=M (0 < M <= 1, default 0.1) eps=E (default 1e-5) in=
+ *     conv ... groups=G       G > 1 makes a grouped convolution (kind gconv; G = C: depthwise);
+ *                             gconv FILTERS KxK takes conv's keys and groups=
+ *     add, concat             2 to 4 inputs, named with in=a,b (concat: along the channels)
+ *     relu, tanh, sigmoid, flatten, gelu, softmax, globalavgpool, and any other kind of
+ *     core/layer.c: no arguments; key: in=
  *
  * Numbers are decimal digits, at most NUM_MAX. Strides are >= 1; pads >= 0; 0 in a layer's
  * sh/sw means the kind's default stride (conv 1, pools the window).
@@ -62,17 +68,20 @@ enum key {
     KEY_BIAS = 1 << 2,
     KEY_INIT = 1 << 3,
     KEY_IN = 1 << 4,
+    KEY_GROUPS = 1 << 5,
+    KEY_MOMENTUM = 1 << 6,
+    KEY_EPS = 1 << 7,
 };
 
 static const struct {
     const char *word;
     unsigned key;
 } keys[] = {
-    {"stride", KEY_STRIDE}, {"pad", KEY_PAD}, {"bias", KEY_BIAS},
-    {"init", KEY_INIT},     {"in", KEY_IN},
+    {"stride", KEY_STRIDE}, {"pad", KEY_PAD},       {"bias", KEY_BIAS},         {"init", KEY_INIT},
+    {"in", KEY_IN},         {"groups", KEY_GROUPS}, {"momentum", KEY_MOMENTUM}, {"eps", KEY_EPS},
 };
 
-enum args { ARGS_NONE, ARGS_CONV, ARGS_DENSE, ARGS_POOL, ARGS_DROPOUT };
+enum args { ARGS_NONE, ARGS_CONV, ARGS_DENSE, ARGS_POOL, ARGS_DROPOUT, ARGS_SLOPE };
 
 /* What a kind's line looks like. A kind of core/layer.c that is not listed takes no positional
  * arguments and only in=. */
@@ -85,8 +94,12 @@ struct syntax {
 };
 
 static const struct syntax syntaxes[] = {
-    {"conv", ARGS_CONV, 2, KEY_STRIDE | KEY_PAD | KEY_BIAS | KEY_INIT | KEY_IN,
+    {"conv", ARGS_CONV, 2, KEY_STRIDE | KEY_PAD | KEY_BIAS | KEY_INIT | KEY_IN | KEY_GROUPS,
      "a filter count and a window"},
+    {"gconv", ARGS_CONV, 2, KEY_STRIDE | KEY_PAD | KEY_BIAS | KEY_INIT | KEY_IN | KEY_GROUPS,
+     "a filter count and a window"},
+    {"leakyrelu", ARGS_SLOPE, 1, KEY_IN, "at most a slope"},
+    {"batchnorm", ARGS_NONE, 0, KEY_MOMENTUM | KEY_EPS | KEY_IN, "no arguments"},
     {"dense", ARGS_DENSE, 1, KEY_BIAS | KEY_INIT | KEY_IN, "a unit count"},
     {"maxpool", ARGS_POOL, 1, KEY_STRIDE | KEY_PAD | KEY_IN, "a window"},
     {"avgpool", ARGS_POOL, 1, KEY_STRIDE | KEY_PAD | KEY_IN, "a window"},
@@ -477,6 +490,25 @@ static int set_key(struct parser *ps, int index, const struct syntax *syn, char 
             return fail(ps, NL_EINVAL, "bad value '%s' for init (he, xavier or zero)",
                         quote(q, value));
         return 0;
+    case KEY_GROUPS:
+        rc = parse_count(ps, value, "group count", 1, &l->groups);
+        if (rc == 0 && l->groups > 1)
+            l->ops = nl_layer_kind("gconv"); /* conv groups=G: the grouped kind */
+        return rc;
+    case KEY_MOMENTUM:
+    case KEY_EPS: {
+        double v;
+        int is_eps = key == KEY_EPS;
+        if (parse_decimal(value, &v) < 0)
+            return fail(ps, NL_EINVAL, "bad number '%s' for %s", quote(q, value), tok);
+        if (is_eps ? !(v > 0.0 && v < 1.0) : !(v > 0.0 && v <= 1.0))
+            return fail(ps, NL_EINVAL, "%s %s not in %s", tok, value, is_eps ? "(0, 1)" : "(0, 1]");
+        if (is_eps)
+            l->eps = (float)v;
+        else
+            l->momentum = (float)v;
+        return 0;
+    }
     case KEY_IN:
         rc = count_inputs(ps, value, &l->ninputs);
         if (rc < 0)
@@ -528,6 +560,16 @@ static int set_positional(struct parser *ps, struct nl_layer *l, const struct sy
         if (!(p >= 0.0 && p < 1.0))
             return fail(ps, NL_EINVAL, "dropout probability %s not in [0, 1)", pos[0]);
         l->p = (float)p;
+        return 0;
+    case ARGS_SLOPE:
+        l->slope = 0.01f;
+        if (npos < 1)
+            return 0;
+        if (parse_decimal(pos[0], &p) < 0)
+            return fail(ps, NL_EINVAL, "bad number '%s' for the leakyrelu slope", quote(q, pos[0]));
+        if (!(p >= 0.0 && p < 1.0))
+            return fail(ps, NL_EINVAL, "leakyrelu slope %s not in [0, 1)", pos[0]);
+        l->slope = (float)p;
         return 0;
     }
     return 0;

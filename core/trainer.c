@@ -20,7 +20,8 @@ struct worker {
     int32_t *y;     /* (max_n) */
     uint32_t *idx;  /* (max_n) sample indices when evaluating */
     float *dlogits; /* (max_n, nclasses) */
-    float *grad;    /* (nparams); NULL when only evaluating */
+    float *grad;    /* (nreduce); NULL when only evaluating */
+    double sumsq;   /* clipping: the squared norm of this thread's slice of the gradient */
     double loss;    /* sum over the samples this thread saw in the current call */
     long correct;
     struct nl_rng rng;
@@ -45,6 +46,7 @@ struct ctx {
 
     /* The optimizer. */
     const struct nl_optim *optim;
+    float clip_value, clip_norm;
     float *state_block;
     float *state[NL_OPTIM_MAX_STATE];
     long step;
@@ -123,7 +125,7 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
         if (!w->x || !w->y || !w->idx || !w->dlogits)
             goto oom;
         if (training) {
-            w->grad = nl_alloc_floats(m->nparams);
+            w->grad = nl_alloc_floats(m->nreduce ? m->nreduce : 1);
             if (!w->grad)
                 goto oom;
         }
@@ -141,6 +143,35 @@ static void share(long n, int t, int count, long *lo, long *hi)
     *hi = n * (t + 1) / count;
 }
 
+/* Gradient clipping of the reduced slice g[a, b) of thread w, as PyTorch's clip_grad_value_ and
+ * clip_grad_norm_ (scale max_norm / (norm + 1e-6) when the norm exceeds max_norm). The global norm
+ * needs every slice: each thread's partial sum, a barrier, then the same sum in thread order on
+ * every thread. Every thread must call it, with an empty slice too. */
+static void clip_slice(struct ctx *c, struct worker *w, float *g, size_t a, size_t b, int count)
+{
+    const float v = c->clip_value;
+
+    if (v > 0.0f)
+        for (size_t i = a; i < b; i++)
+            g[i] = g[i] > v ? v : g[i] < -v ? -v : g[i];
+    if (c->clip_norm <= 0.0f)
+        return;
+    double sumsq = 0.0;
+    for (size_t i = a; i < b; i++)
+        sumsq += (double)g[i] * g[i];
+    w->sumsq = sumsq;
+    nl_pool_barrier(c->pool);
+    sumsq = 0.0;
+    for (int k = 0; k < count; k++)
+        sumsq += c->w[k].sumsq;
+    double norm = sqrt(sumsq);
+    if (norm > c->clip_norm) {
+        float scale = (float)(c->clip_norm / (norm + 1e-6));
+        for (size_t i = a; i < b; i++)
+            g[i] *= scale;
+    }
+}
+
 static void step_thread(void *arg, int t, int count)
 {
     struct ctx *c = arg;
@@ -150,7 +181,7 @@ static void step_thread(void *arg, int t, int count)
 
     share(c->batch, t, count, &lo, &hi);
     const int n = (int)(hi - lo);
-    memset(w->grad, 0, m->nparams * sizeof(float));
+    memset(w->grad, 0, m->nreduce * sizeof(float));
     w->loss = 0.0;
     w->correct = 0;
     if (n > 0) {
@@ -165,23 +196,27 @@ static void step_thread(void *arg, int t, int count)
     }
     nl_pool_barrier(c->pool);
 
-    /* Reduce and update slice t of the parameters, in thread order. Slices are multiples of 16
-     * floats so that no two threads write the same cache line. */
-    const long blocks = (long)((m->nparams + 15) / 16);
+    /* Reduce and update slice t of the gradient range [0, nreduce), in thread order. Slices are
+     * multiples of 16 floats so that no two threads write the same cache line. The optimizer
+     * takes the trainable part [0, ntrainable); the statistics after it are updated by
+     * nl_model_update_stats once every slice is reduced. */
+    const long blocks = (long)((m->nreduce + 15) / 16);
     share(blocks, t, count, &lo, &hi);
     size_t a = (size_t)lo * 16, b = (size_t)hi * 16;
-    if (b > m->nparams)
-        b = m->nparams;
-    if (a >= b)
-        return;
+    if (b > m->nreduce)
+        b = m->nreduce;
     float *g = c->w[0].grad;
-    for (int k = 1; k < count; k++) {
+    for (int k = 1; k < count && a < b; k++) {
         const float *gk = c->w[k].grad;
         for (size_t i = a; i < b; i++)
             g[i] += gk[i];
     }
-    if (c->sync)
-        return; /* the synchroniser updates the parameters */
+    if (b > m->ntrainable)
+        b = m->ntrainable;
+    if (c->clip_value > 0.0f || c->clip_norm > 0.0f)
+        clip_slice(c, w, g, a, b, count);
+    if (a >= b || c->sync)
+        return; /* a synchroniser updates the parameters itself */
     float *state[NL_OPTIM_MAX_STATE];
     for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
         state[k] = c->state[k] ? c->state[k] + a : NULL;
@@ -257,6 +292,10 @@ static int validate_opts(const struct nl_train_opts *o, const struct nl_dataset 
         return nl_error_set(err, NL_EINVAL,
                             "early stopping wants a target accuracy in [0, 1] and a patience of "
                             "0 or more epochs");
+    if (!(o->clip_value >= 0.0f) || !(o->clip_norm >= 0.0f))
+        return nl_error_set(err, NL_EINVAL,
+                            "gradient clipping wants a value and a norm of 0 (off) "
+                            "or more");
     if (d->split[NL_TRAIN].n == 0)
         return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
     return nl_optim_validate(&o->optim, err);
@@ -283,6 +322,16 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     rc = validate_opts(o, d, err);
     if (rc < 0)
         return rc;
+    /* A member's gradient is only its share: clipping it is not clipping the global gradient,
+     * and the synchroniser exchanges and optimises the whole flat vector. */
+    if (o->sync && (o->clip_value > 0.0f || o->clip_norm > 0.0f))
+        return nl_error_set(err, NL_EINVAL,
+                            "gradient clipping runs on one machine only; drop --clip-value and "
+                            "--clip-norm for a cluster run");
+    if (o->sync && m->ntrainable != m->nparams)
+        return nl_error_set(err, NL_EINVAL,
+                            "a cluster run cannot train a model with frozen layers or batch "
+                            "normalisation statistics yet; train it on one machine");
     iters = o->sync ? o->sync->iters : (ntrain + o->batch - 1) / o->batch;
     nl_plateau_init(&plateau);
     /* More threads than samples in a batch would leave some idle. */
@@ -295,16 +344,18 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     c.optim = &o->optim;
     c.sync = o->sync;
     c.augment = &o->augment;
+    c.clip_value = o->clip_value;
+    c.clip_norm = o->clip_norm;
     int nstate = nl_optim_state_arrays(&o->optim);
     /* A cluster member keeps only its share's indices there. */
     order = nl_calloc((size_t)(o->sync ? o->batch : ntrain), sizeof *order);
-    c.state_block = nl_alloc_floats(m->nparams * (size_t)(nstate > 0 ? nstate : 1));
+    c.state_block = nl_alloc_floats(m->ntrainable * (size_t)(nstate > 0 ? nstate : 1) + 1);
     if (!order || !c.state_block) {
         rc = nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
         goto out;
     }
     for (int k = 0; k < nstate; k++)
-        c.state[k] = c.state_block + (size_t)k * m->nparams;
+        c.state[k] = c.state_block + (size_t)k * m->ntrainable;
 
     for (int epoch = 1; epoch <= o->epochs; epoch++) {
         double loss_sum = 0.0, t0 = now();
@@ -342,6 +393,8 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                 rc = o->sync->step(o->sync->ud, c.params, c.w[0].grad, c.step, c.lr, err);
                 if (rc < 0)
                     goto out;
+            } else {
+                nl_model_update_stats(m, c.params, c.w[0].grad, c.batch);
             }
             for (int t = 0; t < threads; t++) {
                 batch_loss += c.w[t].loss;
@@ -404,7 +457,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                 .params = c.params,
                 .nparams = m->nparams,
                 .optim_state = nstate > 0 && !o->sync ? c.state_block : NULL,
-                .optim_floats = o->sync ? 0 : (size_t)nstate * m->nparams,
+                .optim_floats = o->sync ? 0 : (size_t)nstate * m->ntrainable,
                 .rng = &order_rng,
             };
             rc = hooks->checkpoint(hooks->ud, &cp, err);

@@ -266,6 +266,24 @@ static void test_synthetic(void)
     like(out, "initialised 6 tensors from syn1", "reports what it loaded");
     is_int(nnlab("train --data syn --model mlp --epochs 1 --init '%s' --name syn4", st), 0,
            "train --init FILE");
+    /* Fine-tuning: the head re-created, fc1 frozen; the run's weights (stored in the frozen
+     * layout) evaluate and export as they trained. */
+    is_int(nnlab("train --data syn --model mlp --epochs 1 --init syn1 --replace-head --freeze fc1 "
+                 "--clip-norm 5 --name syn5 --json"),
+           0, "train --replace-head --freeze --clip-norm");
+    double ft_acc = json_number("test_accuracy");
+    is_int(nnlab("--json eval syn5"), 0, "eval the fine-tuned run");
+    is_float(json_number("test_accuracy"), ft_acc, 1e-4, "agrees with its training's test");
+    snprintf(st, sizeof st, "%s/syn5.safetensors", dir);
+    is_int(nnlab("export syn5 '%s'", st), 0, "export the fine-tuned run");
+    is_int(nnlab("eval '%s' --model mlp --data syn --json", st), 0, "and evaluate the file");
+    is_float(json_number("test_accuracy"), ft_acc, 1e-4, "with the same accuracy");
+    is_int(nnlab("train --data syn --model mlp --epochs 1 --freeze nope"), 1,
+           "freezing an unknown layer fails");
+    like(errtext, "no layer 'nope'", "naming it");
+    is_int(nnlab("train --data syn --model mlp --replace-head"), 2, "--replace-head needs --init");
+    is_int(nnlab("summary mlp --data syn --freeze-up-to fc3"), 0, "summary --freeze-up-to");
+    like(out, "0 trainable", "shows nothing trainable");
     is_int(nnlab("summary mlp --data syn"), 0, "summary");
     like(out, "fc1", "lists the layers");
     like(out, "165636 parameters", "with the total (64*512+512 + 512*256+256 + 256*4+4)");

@@ -520,15 +520,20 @@ static void test_pool_semantics(void)
 
 static void test_kinds(void)
 {
-    static const char *names[] = {"conv", "dense",   "maxpool", "avgpool", "relu",
-                                  "tanh", "sigmoid", "flatten", "dropout"};
+    static const char *names[] = {"conv",      "dense",   "maxpool", "avgpool", "relu",
+                                  "tanh",      "sigmoid", "flatten", "dropout", "leakyrelu",
+                                  "gelu",      "softmax", "add",     "concat",  "globalavgpool",
+                                  "batchnorm", "gconv"};
     size_t count = sizeof names / sizeof names[0];
     int found = 0;
 
     for (size_t i = 0; i < count; i++) {
         const struct nl_layer_ops *ops = nl_layer_kind(names[i]);
         found += ops && strcmp(ops->kind, names[i]) == 0 && ops->setup && ops->forward &&
-                 ops->backward && ops->min_inputs == 1 && ops->max_inputs == 1;
+                 ops->backward &&
+                 (strcmp(names[i], "add") == 0 || strcmp(names[i], "concat") == 0
+                      ? ops->min_inputs == 2 && ops->max_inputs == NL_MAX_INPUTS
+                      : ops->min_inputs == 1 && ops->max_inputs == 1);
     }
     is_int(found, (long long)count, "all %zu kinds are in the table, complete", count);
     ok(nl_layer_kind("conv2d") == NULL && nl_layer_kind("") == NULL && nl_layer_kind(NULL) == NULL,

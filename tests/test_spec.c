@@ -555,7 +555,9 @@ static void test_load(void)
     is_str(err.msg, "models/none: No such file or directory", "relative path message");
 
     is_int(nl_spec_load(&s, "foo", NULL, NULL, &err), NL_ENOENT, "unknown name: NL_ENOENT");
-    is_str(err.msg, "unknown model 'foo': not a file, and not a shipped model (lenet, mlp)",
+    is_str(err.msg,
+           "unknown model 'foo': not a file, and not a shipped model (lenet, mlp, "
+           "mobilenet-tiny, resnet8)",
            "unknown name message");
     ok(s == NULL, "unknown name: *out NULL");
     is_int(nl_spec_load(&s, "", NULL, NULL, &err), NL_EINVAL, "empty name: NL_EINVAL");

@@ -12,36 +12,7 @@ int finetune_source(struct nl_store *s, const char *run, int with_params, struct
                     struct nl_error *err)
 {
     struct nl_run_info info;
-    struct nl_dataset_info *list = NULL;
-    struct nl_spec *spec = NULL;
-    char *text = NULL;
-    int n = 0, found = -1;
-
-    *out = NULL;
-    int rc = nl_run_get(s, run, &info, &text, NULL, err);
-    if (rc == 0)
-        rc = nl_dataset_list(s, &list, &n, err);
-    for (int i = 0; rc == 0 && i < n; i++)
-        if (strcmp(list[i].name, info.dataset) == 0)
-            found = i;
-    if (rc == 0 && found < 0)
-        rc = nl_error_set(err, NL_ENOENT,
-                          "run '%s' was trained on dataset '%s', which is no longer in the store",
-                          run, info.dataset);
-    if (rc == 0)
-        rc = nl_spec_parse(&spec, text, info.model, NULL, NULL, err);
-    if (rc == 0)
-        rc = nl_model_build(out, spec, list[found].shape, list[found].nclasses, err);
-    if (rc == 0 && with_params)
-        rc = nl_run_load_params(s, &info, (*out)->params, (*out)->nparams, err);
-    if (rc < 0) {
-        nl_model_free(*out);
-        *out = NULL;
-    }
-    nl_spec_free(spec);
-    nl_free(list);
-    nl_free(text);
-    return rc;
+    return nl_run_model(s, run, with_params, NULL, NULL, &info, out, err);
 }
 
 static int same_params(const struct nl_layer *a, const struct nl_layer *b)
@@ -70,11 +41,16 @@ int finetune_match(const struct nl_model *dst, const struct nl_model *src, int *
     return matched;
 }
 
+/* Tensor by tensor: a layer's statistics may live outside its block (include/nnlab/model.h). */
 void finetune_copy(struct nl_model *dst, const struct nl_model *src, const int *from)
 {
-    for (int i = 0; i < dst->nlayers; i++)
-        if (from[i] >= 0)
-            memcpy(dst->params + dst->layers[i].param_offset,
-                   src->params + src->layers[from[i]].param_offset,
-                   dst->layers[i].param_count * sizeof(float));
+    for (int i = 0; i < dst->nlayers; i++) {
+        if (from[i] < 0)
+            continue;
+        const struct nl_layer *d = &dst->layers[i], *s = &src->layers[from[i]];
+        for (int k = 0; k < d->nparams; k++)
+            memcpy(dst->params + d->param_offset + d->params[k].offset,
+                   src->params + s->param_offset + s->params[k].offset,
+                   d->params[k].count * sizeof(float));
+    }
 }

@@ -83,27 +83,14 @@ int nl_ui_load_run(struct nl_store *s, const char *run_name, struct nl_model **m
                    struct nl_dataset **d, struct nl_error *err)
 {
     struct nl_run_info run;
-    struct nl_spec *spec = NULL;
-    char *text = NULL;
+    int rc = nl_run_model(s, run_name, 1, NULL, NULL, &run, m, err);
 
-    *m = NULL;
     *d = NULL;
-    int rc = nl_run_get(s, run_name, &run, &text, NULL, err);
     if (rc == 0)
         rc = nl_dataset_load(s, run.dataset, d, err);
-    if (rc == 0)
-        rc = nl_spec_parse(&spec, text, run.model, NULL, NULL, err);
-    if (rc == 0)
-        rc = nl_model_build(m, spec, (*d)->shape, (*d)->nclasses, err);
-    if (rc == 0)
-        rc = nl_run_load_params(s, &run, (*m)->params, (*m)->nparams, err);
-    nl_spec_free(spec);
-    nl_free(text);
     if (rc < 0) {
         nl_model_free(*m);
-        nl_dataset_free(*d);
         *m = NULL;
-        *d = NULL;
     }
     return rc;
 }

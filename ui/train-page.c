@@ -208,7 +208,7 @@ static char *settings_json(const struct train_job *j)
     return g_string_free(s, FALSE);
 }
 
-/* Starts m from a past run's weights where layers match, and marks the frozen layers. */
+/* Starts m from a past run's weights where layers match, and freezes the chosen layers. */
 static int prepare_model(struct train_job *j, struct nl_model *m, char *note, size_t size)
 {
     note[0] = 0;
@@ -224,13 +224,12 @@ static int prepare_model(struct train_job *j, struct nl_model *m, char *note, si
         g_free(from);
         nl_model_free(src);
     }
-    for (int i = 0; j->frozen && j->frozen[i]; i++) {
-        int l = nl_model_find_layer(m, j->frozen[i]);
-        if (l < 0)
-            return nl_error_set(&j->err, NL_EINVAL, "no layer '%s' to freeze", j->frozen[i]);
-        m->layers[l].frozen = 1;
-    }
-    return 0;
+    /* Freezing lays the flat buffer out again: the trainable layers first, so that only they
+     * reach the optimizer. */
+    int nfrozen = j->frozen ? (int)g_strv_length(j->frozen) : 0;
+    if (nfrozen == 0)
+        return 0;
+    return nl_model_freeze(m, (const char *const *)j->frozen, nfrozen, NULL, &j->err);
 }
 
 static gpointer train_thread(gpointer data)

@@ -15,6 +15,14 @@ extern const struct nl_layer_ops nl__tanh_ops;
 extern const struct nl_layer_ops nl__sigmoid_ops;
 extern const struct nl_layer_ops nl__flatten_ops;
 extern const struct nl_layer_ops nl__dropout_ops;
+extern const struct nl_layer_ops nl__leakyrelu_ops;
+extern const struct nl_layer_ops nl__gelu_ops;
+extern const struct nl_layer_ops nl__softmax_ops;
+extern const struct nl_layer_ops nl__add_ops;
+extern const struct nl_layer_ops nl__concat_ops;
+extern const struct nl_layer_ops nl__globalavgpool_ops;
+extern const struct nl_layer_ops nl__batchnorm_ops;
+extern const struct nl_layer_ops nl__gconv_ops;
 
 /* Fills err with "layer 'NAME' (line L): " and the formatted text (no line part when l->line is
  * 0) and returns NL_EINVAL. */

@@ -81,6 +81,9 @@ int nl_import_idx(struct nl_store *s, const char *name, const char *const *paths
 int nl_dataset_exists(struct nl_store *s, const char *name, struct nl_error *err); /* 1, 0, <0 */
 int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count,
                     struct nl_error *err); /* *out freed with nl_free */
+/* One dataset's summary by name; NL_ENOENT naming it when there is none. */
+int nl_dataset_info(struct nl_store *s, const char *name, struct nl_dataset_info *info,
+                    struct nl_error *err);
 int nl_dataset_remove(struct nl_store *s, const char *name, struct nl_error *err);
 
 int nl_dataset_load(struct nl_store *s, const char *name, struct nl_dataset **out,

@@ -36,6 +36,7 @@ enum nl_init {
     NL_INIT_ZERO,
     NL_INIT_HE,     /* uniform, bound sqrt(6 / fan_in) */
     NL_INIT_XAVIER, /* uniform, bound sqrt(6 / (fan_in + fan_out)) */
+    NL_INIT_ONE,    /* batchnorm's weight and running_var */
 };
 
 struct nl_param {
@@ -46,6 +47,10 @@ struct nl_param {
     size_t offset; /* floats from the start of the layer's parameters */
     int fan_in, fan_out;
     enum nl_init init;
+    /* A statistic (batchnorm's running_mean, running_var): saved and loaded like any tensor but
+     * never trained. It comes after the layer's trainable parameters in params[]; the model may
+     * place it outside the layer's block (offset then reaches past the block). */
+    int stat;
 };
 
 struct nl_layer_ops;
@@ -64,6 +69,10 @@ struct nl_layer {
     float p;     /* dropout: probability of dropping a value */
     int no_bias; /* conv, dense: no bias term */
     enum nl_init init;
+    int groups;     /* gconv: channel groups (0 or 1: one group) */
+    float slope;    /* leakyrelu: slope for negative inputs */
+    float momentum; /* batchnorm: weight of the new batch in the running statistics */
+    float eps;      /* batchnorm: added to the variance */
 
     /* Wiring: indices of earlier layers, -1 for the model's input. */
     int ninputs;
@@ -81,7 +90,8 @@ struct nl_layer {
 
     /* Filled by the model. */
     size_t param_offset; /* into the model's flat buffer */
-    int frozen;
+    int frozen;          /* no weight gradient; batchnorm uses its running statistics */
+    int fresh;           /* loads skip this layer's tensors (--replace-head) */
 };
 
 struct nl_fwd {
@@ -115,6 +125,10 @@ struct nl_layer_ops {
     int (*setup)(struct nl_layer *l, struct nl_error *err);
     void (*forward)(const struct nl_layer *l, const struct nl_fwd *f);
     void (*backward)(const struct nl_layer *l, const struct nl_bwd *b);
+    /* Kinds with statistics (params[].stat): backward adds the shard's sums into dw at the
+     * statistics' positions; after the sums of the whole batch of `batch` samples are reduced
+     * into sums, this replaces the optimizer for them, updating w. NULL for other kinds. */
+    void (*update_stats)(const struct nl_layer *l, float *w, const float *sums, int batch);
 };
 
 /* The table of kinds; NULL for an unknown word. */

@@ -20,7 +20,13 @@ struct nl_model {
     struct nl_shape input;
     int nclasses;
     size_t nparams; /* floats in params */
-    float *params;  /* every layer's parameters, layer after layer, 64-byte aligned */
+    float *params;  /* every layer's parameters, 64-byte aligned, laid out as below */
+    /* The layout: [0, ntrainable) the trainable blocks of the layers that are not frozen, layer
+     * after layer; [ntrainable, nreduce) their statistics (batchnorm's running_mean and
+     * running_var); [nreduce, nparams) the frozen layers' whole blocks. Gradients, their
+     * reduction and (in a cluster) their exchange cover [0, nreduce); the optimizer and its
+     * state [0, ntrainable). Without frozen layers nreduce = nparams. */
+    size_t ntrainable, nreduce;
     char *spec_text;
     char *spec_origin;
 };
@@ -37,11 +43,29 @@ void nl_model_free(struct nl_model *m);
  * it to PyTorch's accuracy. */
 void nl_model_init_params(struct nl_model *m, uint64_t seed);
 
-/* Parameters of all layers (nparams also counts the alignment between layers' blocks). */
+/* Floats of every tensor of every layer, statistics included (nparams also counts the alignment
+ * between blocks). */
 size_t nl_model_count_params(const struct nl_model *m);
 
 /* Index of the layer of that name, or -1. */
 int nl_model_find_layer(const struct nl_model *m, const char *name);
+
+/* Freezes the named layers (names, count of them) and, when up_to is not NULL, every layer up
+ * to and including the one named up_to; the others become trainable. The flat buffer is laid
+ * out again (see above) with every tensor's values kept. Unknown names fail naming them, and
+ * leave the model as it was. */
+int nl_model_freeze(struct nl_model *m, const char *const *names, int count, const char *up_to,
+                    struct nl_error *err);
+
+/* Index of the last layer with parameters (the head that --replace-head re-creates), or -1. */
+int nl_model_head(const struct nl_model *m);
+
+/* Parameters (statistics excluded) of the layers that are not frozen. */
+size_t nl_model_count_trainable(const struct nl_model *m);
+
+/* After the gradients of a batch of `batch` samples are reduced into grad (nreduce floats):
+ * updates the statistics in [ntrainable, nreduce) of params from the sums there. */
+void nl_model_update_stats(const struct nl_model *m, float *params, const float *grad, int batch);
 
 /* An executor holds one thread's activations, activation gradients, aux and scratch for shards
  * of up to max_n samples. Creating it allocates everything; forward and backward allocate
@@ -57,8 +81,14 @@ void nl_exec_free(struct nl_exec *x);
 const float *nl_exec_forward(struct nl_exec *x, const float *params, const float *in, int n,
                              int training, struct nl_rng *rng);
 
-/* Backward pass of the last forward (same n and params): dparams (nparams) += the gradient of
- * sum(logits * dlogits). Frozen layers get no weight gradient. */
+/* Backward pass of the last forward (same n and params): dparams (nreduce floats) += the
+ * gradient of sum(logits * dlogits), and batchnorm's sums for its statistics. Frozen layers get
+ * no weight gradient, and no backward runs for a layer that neither has trainable parameters nor
+ * reads (through any path) a layer that has. */
 void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogits, float *dparams);
+
+/* How many layers nl_exec_backward runs, and how many weight-gradient floats it computes: a
+ * measure of a backward pass's cost that does not depend on timing. */
+void nl_exec_backward_cost(const struct nl_exec *x, int *layers, size_t *weight_floats);
 
 #endif

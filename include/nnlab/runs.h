@@ -63,4 +63,14 @@ int nl_run_epochs(struct nl_store *s, int64_t run, struct nl_run_epoch **out, in
 /* Removes a run with its epochs and checkpoints, in one transaction. NL_ENOENT when unknown. */
 int nl_run_remove(struct nl_store *s, const char *name, struct nl_error *err);
 
+struct nl_model;
+
+/* Builds a run's model as it was trained — its recorded spec, input shape, class count and
+ * frozen layers, so the flat buffer has the run's layout — and, when with_params, loads its
+ * latest checkpoint. Runs recorded before their settings carried the shape take it from their
+ * dataset. warn (may be NULL) gets the spec's warnings. */
+int nl_run_model(struct nl_store *s, const char *name, int with_params, nl_warn_fn warn,
+                 void *warn_ud, struct nl_run_info *info, struct nl_model **out,
+                 struct nl_error *err);
+
 #endif

@@ -1,7 +1,10 @@
 /* Weights in and out as .safetensors files with PyTorch's tensor names and layouts, so that a
  * state_dict saved from the equivalent PyTorch model loads here and ours loads there. A layer
  * named conv1 holds conv1.weight [out, in, kh, kw] and conv1.bias [out]; dense layers hold
- * weight [out, in] and bias [out]. The format and its checks are described at the top of
+ * weight [out, in] and bias [out]; grouped convolutions weight [out, in/groups, kh, kw];
+ * batchnorm weight, bias, running_mean and running_var [C]. Loads ignore PyTorch's
+ * NAME.num_batches_tracked, and skip the tensors of a layer marked fresh (--replace-head), which
+ * keeps its initialisation. The format and its checks are described at the top of
  * core/safetensors.c. */
 #ifndef NNLAB_SAFETENSORS_H
 #define NNLAB_SAFETENSORS_H

@@ -34,6 +34,11 @@ struct nl_train_opts {
      * improving (0: never). */
     double target_accuracy;
     int patience;
+    /* Gradient clipping, after the reduction and before the optimizer (weight decay comes after
+     * it, as in PyTorch): each value clamped to [-clip_value, clip_value], then the whole
+     * trainable gradient scaled by clip_norm / norm where its global L2 norm exceeds clip_norm.
+     * 0: off. */
+    float clip_value, clip_norm;
     struct nl_augment augment;  /* of training batches; zero: none */
     const struct nl_sync *sync; /* NULL: a local run */
 };
@@ -89,8 +94,8 @@ struct nl_checkpoint {
     long iteration; /* optimizer steps completed */
     const float *params;
     size_t nparams;
-    const float
-        *optim_state; /* nl_optim_state_arrays() arrays of nparams floats, one after another */
+    /* nl_optim_state_arrays() arrays of the model's ntrainable floats, one after another */
+    const float *optim_state;
     size_t optim_floats;
     const struct nl_rng *rng; /* the data-order generator at this point */
 };

@@ -1,0 +1,170 @@
+/* "add", "concat" and "globalavgpool": the layers that join and reduce branches of a graph.
+ *
+ *   add in=a,b[,...]      out = the sum of 2 to NL_MAX_INPUTS inputs of one shape (residuals)
+ *   concat in=a,b[,...]   out (C1 + C2 + ..., H, W): the inputs one after another along the
+ *                         channels, as torch.cat(dim=1); all inputs share H and W
+ *   globalavgpool         out (C, 1, 1): the mean of each channel's plane, as
+ *                         AdaptiveAvgPool2d(1)
+ *   no parameters, no aux, no scratch. */
+#include "layers.h"
+
+static int add_setup(struct nl_layer *l, struct nl_error *err)
+{
+    int rc = nl__layer_begin(l, err);
+
+    if (rc < 0)
+        return rc;
+    for (int j = 1; j < l->ninputs; j++) {
+        struct nl_shape a = l->in[0], b = l->in[j];
+        if (a.c != b.c || a.h != b.h || a.w != b.w)
+            return nl__layer_fail(l, err, "add needs inputs of one shape: %dx%dx%d and %dx%dx%d",
+                                  a.c, a.h, a.w, b.c, b.h, b.w);
+    }
+    l->out = l->in[0];
+    return 0;
+}
+
+static void add_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    size_t count = f->n > 0 ? (size_t)f->n * nl_shape_size(l->out) : 0;
+
+    for (size_t i = 0; i < count; i++) {
+        float s = f->in[0][i];
+        for (int j = 1; j < l->ninputs; j++)
+            s += f->in[j][i];
+        f->out[i] = s;
+    }
+}
+
+static void add_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    size_t count = b->n > 0 ? (size_t)b->n * nl_shape_size(l->out) : 0;
+
+    for (int j = 0; j < l->ninputs; j++) {
+        float *din = b->din[j];
+        if (!din)
+            continue;
+        for (size_t i = 0; i < count; i++)
+            din[i] += b->dout[i];
+    }
+}
+
+static int concat_setup(struct nl_layer *l, struct nl_error *err)
+{
+    int rc = nl__layer_begin(l, err);
+    long c = 0;
+
+    if (rc < 0)
+        return rc;
+    for (int j = 0; j < l->ninputs; j++) {
+        struct nl_shape a = l->in[0], b = l->in[j];
+        if (a.h != b.h || a.w != b.w)
+            return nl__layer_fail(l, err,
+                                  "concat joins channels of one plane size: %dx%d and %dx%d", a.h,
+                                  a.w, b.h, b.w);
+        c += b.c;
+    }
+    if ((size_t)c * (size_t)l->in[0].h * (size_t)l->in[0].w > (size_t)1 << 30)
+        return nl__layer_fail(l, err, "concatenated output is too large");
+    l->out = (struct nl_shape){(int)c, l->in[0].h, l->in[0].w};
+    return 0;
+}
+
+/* Each sample's output is its inputs' samples one after another (NCHW). */
+static void concat_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    float *out = f->out;
+
+    for (int s = 0; s < f->n; s++)
+        for (int j = 0; j < l->ninputs; j++) {
+            size_t size = nl_shape_size(l->in[j]);
+            const float *x = f->in[j] + (size_t)s * size;
+            for (size_t i = 0; i < size; i++)
+                *out++ = x[i];
+        }
+}
+
+static void concat_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    const float *dout = b->dout;
+
+    for (int s = 0; s < b->n; s++)
+        for (int j = 0; j < l->ninputs; j++) {
+            size_t size = nl_shape_size(l->in[j]);
+            float *din = b->din[j];
+            if (din) {
+                din += (size_t)s * size;
+                for (size_t i = 0; i < size; i++)
+                    din[i] += dout[i];
+            }
+            dout += size;
+        }
+}
+
+static int gap_setup(struct nl_layer *l, struct nl_error *err)
+{
+    int rc = nl__layer_begin(l, err);
+
+    if (rc < 0)
+        return rc;
+    l->out = (struct nl_shape){l->in[0].c, 1, 1};
+    return 0;
+}
+
+static void gap_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    const size_t plane = (size_t)l->in[0].h * (size_t)l->in[0].w;
+    const int c = l->in[0].c;
+
+    for (int s = 0; s < f->n; s++)
+        for (int k = 0; k < c; k++) {
+            const float *x = f->in[0] + ((size_t)s * c + k) * plane;
+            double sum = 0.0;
+            for (size_t i = 0; i < plane; i++)
+                sum += x[i];
+            f->out[(size_t)s * c + k] = (float)(sum / (double)plane);
+        }
+}
+
+static void gap_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    const size_t plane = (size_t)l->in[0].h * (size_t)l->in[0].w;
+    const int c = l->in[0].c;
+
+    if (!b->din[0])
+        return;
+    for (int s = 0; s < b->n; s++)
+        for (int k = 0; k < c; k++) {
+            float *dx = b->din[0] + ((size_t)s * c + k) * plane;
+            float v = b->dout[(size_t)s * c + k] / (float)plane;
+            for (size_t i = 0; i < plane; i++)
+                dx[i] += v;
+        }
+}
+
+const struct nl_layer_ops nl__add_ops = {
+    .kind = "add",
+    .min_inputs = 2,
+    .max_inputs = NL_MAX_INPUTS,
+    .setup = add_setup,
+    .forward = add_forward,
+    .backward = add_backward,
+};
+
+const struct nl_layer_ops nl__concat_ops = {
+    .kind = "concat",
+    .min_inputs = 2,
+    .max_inputs = NL_MAX_INPUTS,
+    .setup = concat_setup,
+    .forward = concat_forward,
+    .backward = concat_backward,
+};
+
+const struct nl_layer_ops nl__globalavgpool_ops = {
+    .kind = "globalavgpool",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .setup = gap_setup,
+    .forward = gap_forward,
+    .backward = gap_backward,
+};

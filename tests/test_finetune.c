@@ -1,0 +1,209 @@
+/* Fine-tuning on Fashion-MNIST, as the issue asks: a base model trained on classes 0-4, then
+ * fine-tuned on classes 5-9 with its convolutions frozen and its head re-created. Checks that
+ * the frozen weights are bit-identical afterwards, that a fine-tuning step is cheaper than a full
+ * one (counted: layers backward runs and weight gradients it computes, and the floats the
+ * optimizer and the reduction cover), and that accuracy on 5-9 reaches 0.90. Epoch times of
+ * fine-tuning and of full training are printed as diagnostics, never asserted.
+ *
+ * Needs /usr/share/datasets/fashion-mnist (or $NNLAB_FASHION); skips without it. Subsets keep it
+ * to seconds: 10000 training images per half, two epochs each. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "nnlab/alloc.h"
+#include "nnlab/dataset.h"
+#include "nnlab/kernels.h"
+#include "nnlab/model.h"
+#include "nnlab/safetensors.h"
+#include "nnlab/spec.h"
+#include "nnlab/store.h"
+#include "nnlab/trainer.h"
+#include "tap.h"
+
+#define PER_HALF 10000
+
+static const char spec_text[] = "conv1: conv 16 5x5\n"
+                                "pool1: maxpool 2\n"
+                                "relu\n"
+                                "conv2: conv 32 5x5\n"
+                                "pool2: maxpool 2\n"
+                                "relu\n"
+                                "fc1: dense 128\n"
+                                "relu\n"
+                                "fc2: dense N\n";
+
+/* The samples of d with labels in [lo, lo + 5), relabelled from 0, at most max per split. */
+static struct nl_dataset *half(const struct nl_dataset *d, int lo, uint32_t max_train)
+{
+    struct nl_dataset *h = nl_calloc(1, sizeof *h);
+    const size_t size = nl_shape_size(d->shape);
+
+    h->name = nl_strdup(lo ? "fashion-5-9" : "fashion-0-4");
+    h->source = nl_strdup(d->source);
+    h->kind = nl_strdup(d->kind);
+    h->shape = d->shape;
+    h->dtype = d->dtype;
+    h->nclasses = 5;
+    h->class_names = nl_calloc(5, sizeof *h->class_names);
+    for (int k = 0; k < 5; k++)
+        h->class_names[k] = nl_strdup(d->class_names[lo + k]);
+    h->nnorm = d->nnorm;
+    h->mean = nl_calloc((size_t)d->nnorm, sizeof(float));
+    h->std = nl_calloc((size_t)d->nnorm, sizeof(float));
+    memcpy(h->mean, d->mean, (size_t)d->nnorm * sizeof(float));
+    memcpy(h->std, d->std, (size_t)d->nnorm * sizeof(float));
+    for (int s = 0; s < NL_NSPLITS; s++) {
+        uint32_t n = 0, max = s == NL_TRAIN ? max_train : UINT32_MAX;
+        uint8_t *x = nl_calloc((size_t)d->split[s].n * size + 1, 1);
+        int32_t *y = nl_calloc((size_t)d->split[s].n + 1, sizeof *y);
+        for (uint32_t i = 0; i < d->split[s].n && n < max; i++) {
+            int label = d->split[s].y[i];
+            if (label < lo || label >= lo + 5)
+                continue;
+            memcpy(x + (size_t)n * size, (const uint8_t *)d->split[s].x + (size_t)i * size, size);
+            y[n++] = label - lo;
+        }
+        h->split[s].n = n;
+        h->split[s].x = x;
+        h->split[s].y = y;
+    }
+    return h;
+}
+
+static struct nl_model *build(const struct nl_dataset *d)
+{
+    struct nl_spec *spec;
+    struct nl_model *m = NULL;
+    struct nl_error err = {0};
+
+    if (nl_spec_parse(&spec, spec_text, "finetune", NULL, NULL, &err) < 0 ||
+        nl_model_build(&m, spec, d->shape, d->nclasses, &err) < 0)
+        diag("build: %s", err.msg);
+    nl_spec_free(spec);
+    return m;
+}
+
+static void cost(const struct nl_model *m, int *layers, size_t *weights)
+{
+    struct nl_exec *x;
+    struct nl_error err = {0};
+    nl_exec_new(&x, m, 1, &err);
+    nl_exec_backward_cost(x, layers, weights);
+    nl_exec_free(x);
+}
+
+int main(void)
+{
+    const char *dir = getenv("NNLAB_FASHION");
+    struct stat st;
+    char tmp[] = "/tmp/nnlab-finetune-XXXXXX", db[256];
+    struct nl_error err = {0};
+    struct nl_store *store;
+    struct nl_dataset *all;
+
+    if (!dir)
+        dir = "/usr/share/datasets/fashion-mnist";
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        printf("1..0 # SKIP no Fashion-MNIST at %s\n", dir);
+        return 0;
+    }
+    nl_kernels_init();
+    if (!mkdtemp(tmp))
+        return 1;
+    snprintf(db, sizeof db, "%s/nnlab.db", tmp);
+    struct nl_import_opts io = {.seed = 1};
+    const char *paths[] = {dir};
+    int rc = nl_store_open(&store, db, &err);
+    if (rc == 0)
+        rc = nl_import_idx(store, "fashion", paths, 1, &io, &err);
+    if (rc == 0)
+        rc = nl_dataset_load(store, "fashion", &all, &err);
+    is_int(rc, 0, "Fashion-MNIST imports and loads%s%s", rc ? ": " : "", rc ? err.msg : "");
+    if (rc < 0)
+        return done_testing();
+    nl_store_close(store);
+    struct nl_dataset *a = half(all, 0, PER_HALF), *b = half(all, 5, PER_HALF);
+    nl_dataset_free(all);
+    diag("classes 0-4: %u train, %u test; 5-9: %u train, %u test", a->split[NL_TRAIN].n,
+         a->split[NL_TEST].n, b->split[NL_TRAIN].n, b->split[NL_TEST].n);
+
+    struct nl_train_opts o;
+    struct nl_train_result res;
+    nl_train_defaults(&o);
+    o.epochs = 2;
+
+    /* The base model, on 0-4. */
+    struct nl_model *base = build(a);
+    nl_model_init_params(base, 1);
+    rc = nl_train(base, a, &o, NULL, &res, &err);
+    is_int(rc, 0, "the base model trains on classes 0-4%s%s", rc ? ": " : "", rc ? err.msg : "");
+    diag("base on 0-4: test accuracy %.4f, %.2f s per epoch", res.test_accuracy,
+         res.seconds / res.epochs);
+
+    /* Fine-tuning on 5-9: the base's weights, a fresh head, conv1 and conv2 frozen. */
+    struct nl_model *ft = build(b);
+    nl_model_init_params(ft, 2);
+    ft->layers[nl_model_head(ft)].fresh = 1;
+    struct nl_safetensors_report rep;
+    rc = nl_weights_copy(ft, base, "the base model", 0, NULL, NULL, &rep, &err);
+    is_int(rc, 0, "the base's weights load, head excepted%s%s", rc ? ": " : "", rc ? err.msg : "");
+    is_int(rep.loaded, 6, "six tensors loaded (conv1, conv2, fc1), the head left fresh");
+    const char *frozen[] = {"conv1", "conv2"};
+    is_int(nl_model_freeze(ft, frozen, 2, NULL, &err), 0, "conv1 and conv2 frozen");
+
+    int ft_layers, full_layers;
+    size_t ft_weights, full_weights;
+    struct nl_model *full = build(b);
+    nl_model_init_params(full, 2);
+    cost(ft, &ft_layers, &ft_weights);
+    cost(full, &full_layers, &full_weights);
+    ok(ft_layers < full_layers && ft_weights < full_weights,
+       "a fine-tuning step is cheaper: backward runs %d of %d layers, computes %zu of %zu weight "
+       "gradients",
+       ft_layers, full_layers, ft_weights, full_weights);
+    ok(ft->nreduce < full->nreduce,
+       "the optimizer and the gradient reduction cover %zu of %zu floats", ft->nreduce,
+       full->nreduce);
+
+    size_t cbytes[2];
+    float *saved[2];
+    for (int k = 0; k < 2; k++) {
+        const struct nl_layer *l = &ft->layers[nl_model_find_layer(ft, frozen[k])];
+        cbytes[k] = l->param_count * sizeof(float);
+        saved[k] = nl_malloc(cbytes[k]);
+        memcpy(saved[k], ft->params + l->param_offset, cbytes[k]);
+    }
+    rc = nl_train(ft, b, &o, NULL, &res, &err);
+    is_int(rc, 0, "fine-tuning on classes 5-9 runs%s%s", rc ? ": " : "", rc ? err.msg : "");
+    double ft_seconds = res.seconds / res.epochs;
+    int same = 1;
+    for (int k = 0; k < 2; k++) {
+        const struct nl_layer *l = &ft->layers[nl_model_find_layer(ft, frozen[k])];
+        same &= memcmp(saved[k], ft->params + l->param_offset, cbytes[k]) == 0;
+        nl_free(saved[k]);
+    }
+    ok(same, "the frozen conv1 and conv2 are bit-identical after fine-tuning");
+    ok(res.test_accuracy >= 0.90, "fine-tuned accuracy on classes 5-9: %.4f >= 0.90",
+       res.test_accuracy);
+
+    rc = nl_train(full, b, &o, NULL, &res, &err);
+    is_int(rc, 0, "full training on 5-9 from scratch, for comparison");
+    diag("epoch seconds: fine-tuning %.3f, full training %.3f (test accuracy %.4f)", ft_seconds,
+         res.seconds / res.epochs, res.test_accuracy);
+
+    nl_model_free(base);
+    nl_model_free(ft);
+    nl_model_free(full);
+    nl_dataset_free(a);
+    nl_dataset_free(b);
+    unlink(db);
+    char side[300];
+    snprintf(side, sizeof side, "%s-wal", db);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", db);
+    unlink(side);
+    rmdir(tmp);
+    return done_testing();
+}
