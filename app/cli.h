@@ -63,6 +63,14 @@ struct progress {
 int progress_event(void *ud, const struct nl_event *ev);
 int progress_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err);
 
+/* Cluster options of train (empty when nhosts is 0). */
+struct cluster_args {
+    const char *hosts, *hostfile, *ssh_config, *remote_nnlab, *bind;
+    int accept_new, port_lo, port_hi, bf16;
+};
+/* "A-B" with 1 <= A <= B <= 65535: non-zero on success. */
+int parse_port_range(const char *s, int *lo, int *hi);
+
 /* The commands. */
 int cmd_demo(int argc, char **argv);
 int cmd_import(int argc, char **argv);
@@ -73,5 +81,7 @@ int cmd_train(int argc, char **argv);
 int cmd_runs(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
+int cmd_hosts(int argc, char **argv); /* with NNLAB_HAVE_SSH only */
 
 #endif

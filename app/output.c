@@ -91,6 +91,23 @@ static void print_epoch(const struct nl_event *ev, int tty)
         json_num(stdout, ev->seconds);
         printf(",\"images_per_second\":");
         json_num(stdout, ev->images_per_second);
+        if (ev->nworkers > 0) {
+            /* A cluster run: each worker's totals so far. */
+            printf(",\"workers\":[");
+            for (int i = 0; i < ev->nworkers; i++) {
+                const struct nl_worker_metrics *w = &ev->workers[i];
+                printf("%s{\"host\":", i ? "," : "");
+                json_str(stdout, w->host);
+                printf(",\"samples\":%ld,\"loss\":", w->samples);
+                json_num(stdout, w->loss);
+                printf(",\"compute_seconds\":");
+                json_num(stdout, w->compute_seconds);
+                printf(",\"comm_seconds\":");
+                json_num(stdout, w->comm_seconds);
+                printf(",\"bytes_sent\":%llu}", w->bytes_sent);
+            }
+            printf("]");
+        }
         printf("}\n");
     } else if (!g.quiet) {
         if (tty)
