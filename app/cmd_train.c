@@ -143,6 +143,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
             .port_lo = ca->port_lo,
             .port_hi = ca->port_hi,
             .bf16 = ca->bf16,
+            .stop = &interrupted,
             .log = worker_log,
         };
         rc = ca->hostfile ? nl_hosts_load(ca->hostfile, &hosts, &nworkers, &err)

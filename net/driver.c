@@ -224,7 +224,7 @@ static int pump(struct run *run, struct peer *p, uint32_t *type, unsigned char *
         if (n == SSH_ERROR)
             return nl_error_set(err, NL_ENET, "%s: the connection failed: %s", p->r.host,
                                 ssh_get_error(p->r.s));
-        if (n == 0) {
+        if (n <= 0) { /* nothing now (0, SSH_AGAIN), or the end (SSH_EOF) */
             if (ssh_channel_is_eof(p->r.ch) && !p->eof) {
                 p->eof = 1;
                 flush_line(run, p);
@@ -261,6 +261,8 @@ static int next_frame(struct run *run, struct peer *p, uint32_t *type, unsigned 
             return rc < 0 ? rc : 0;
         if (p->eof)
             return worker_gone(p, err);
+        if (run->co->stop && *run->co->stop)
+            return nl_error_set(err, NL_ECANCELED, "stopped while starting the workers");
         if (now() > deadline)
             return nl_error_set(err, NL_ETIMEDOUT, "%s: the worker did not answer within %d ms",
                                 p->r.host, timeout_ms);
@@ -724,6 +726,10 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
             }
             sl->step = -1;
             next_emit++;
+        }
+        if (co->stop && *co->stop) {
+            rc = nl_error_set(err, NL_ECANCELED, "training stopped");
+            goto out;
         }
         if (!progressed) {
             struct pollfd pf[64];

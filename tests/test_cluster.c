@@ -274,6 +274,25 @@ int main(void)
     is_int(nnlab("%s --hosts node1 --remote-nnlab /nonexistent/nnlab", train_args()), 1,
            "a missing remote binary fails");
     like(errtext, "node1: launch:", "the message: %s", errtext);
+    /* A binary that cannot start there: the loader's complaint becomes a package to install. */
+    sshd_write(sd.dir, "broken-nnlab",
+               "#!/bin/sh\necho 'nnlab: error while loading shared libraries: "
+               "libopenblas.so.0: cannot open shared object file: No such file or directory' "
+               ">&2\nexit 127\n");
+    snprintf(path, sizeof path, "%s/broken-nnlab", sd.dir);
+    chmod(path, 0755);
+    is_int(nnlab("%s --hosts node1 --remote-nnlab '%s'", train_args(), path), 1,
+           "a binary missing a library fails");
+    like(errtext, "libopenblas.so.0 is missing there (Debian package libopenblas0",
+         "the message names the library and its package: %s", errtext);
+    /* A worker that fails: its stderr comes back prefixed with the host, and the first failing
+     * host's message ends the run. 192.0.2.1 (TEST-NET-1) is no address of this machine. */
+    is_int(nnlab("%s --hosts node1,node2 --bind 192.0.2.1", train_args()), 1,
+           "a worker that cannot listen fails the run");
+    like(errtext, "node1: nnlab worker: cannot listen on 192.0.2.1",
+         "its stderr comes back prefixed with the host: %s", errtext);
+    like(errtext, "nnlab: node1: the worker exited (status 1): nnlab worker: cannot listen",
+         "the run's error names the first failing host");
     ok(no_workers_left(), "no worker is left after the failures");
 
     /* Ctrl-C in the middle of a run. */

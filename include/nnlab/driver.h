@@ -4,6 +4,8 @@
 #ifndef NNLAB_DRIVER_H
 #define NNLAB_DRIVER_H
 
+#include <signal.h>
+
 #include "nnlab/dataset.h"
 #include "nnlab/error.h"
 #include "nnlab/model.h"
@@ -46,6 +48,8 @@ struct nl_cluster_opts {
     const char *bind;     /* address the workers listen on; NULL: where the driver reached them */
     int port_lo, port_hi; /* 0, 0: any port */
     int bf16;
+    /* Set (by a signal handler) to stop the run at the next chance; may be NULL. */
+    const volatile sig_atomic_t *stop;
     /* Each line a worker writes to stderr; may be NULL. */
     void (*log)(void *ud, const char *host, const char *line);
     void *log_ud;
