@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "nnlab/error.h"
+#include "nnlab/runs.h"
 #include "nnlab/store.h"
 #include "nnlab/trainer.h"
 
@@ -59,8 +60,12 @@ struct progress {
     double last_draw;
     struct nl_error err; /* a failure to record */
     int failed;
+    struct nl_worker_step *steps; /* cluster runs: worker reports not yet stored */
+    size_t nsteps, cap;
 };
 int progress_event(void *ud, const struct nl_event *ev);
+/* Stores the worker reports still buffered and frees the buffer; 0 or an error in p->err. */
+int progress_flush(struct progress *p);
 int progress_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err);
 
 /* Cluster options of train (empty when nhosts is 0). */

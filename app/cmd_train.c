@@ -158,6 +158,12 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
 #endif
     }
+    /* What a stopped or failed cluster run reported since its last epoch. */
+    if (progress_flush(&p) < 0 && rc == 0) {
+        rc = NL_EDB;
+        p.failed = 1;
+    }
+    nl_free(p.steps);
     if (p.failed)
         err = p.err;
     if (p.tty && !g.json && !g.quiet && rc < 0)

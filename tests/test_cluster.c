@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "nnlab/model.h"
 #include "nnlab/spec.h"
 #include "sshd.h"
@@ -133,6 +135,28 @@ static void write_idx(void)
     fclose(fl);
 }
 
+/* Rows of worker_steps of the latest run in the test's database. */
+static long long stored_worker_steps(void)
+{
+    char path[600];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    long long n = -1;
+    snprintf(path, sizeof path, "%s/db", sd.dir);
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT count(*) FROM worker_steps WHERE run = "
+                           "(SELECT max(id) FROM runs)",
+                           -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return n;
+}
+
 static const char spec_text[] = "fc1: dense 24\nrelu\nfc2: dense N\n";
 
 /* The "train_loss" values of the epoch lines in out. */
@@ -234,6 +258,8 @@ int main(void)
         ok(most > 0 && most <= bound, "%d workers: %.0f bytes per worker per step (bound %.0f)", n,
            most, bound);
         ok(no_workers_left(), "no worker is left after the %d-worker run", n);
+        is_int(stored_worker_steps(), (long long)n * EPOCHS * iters,
+               "%d workers: every worker's every step is stored", n);
     }
     /* 1 + 2 + 3 partitions, each under its content hash. */
     snprintf(path, sizeof path, "%s/home/.cache/nnlab/data/*", sd.dir);
