@@ -346,7 +346,17 @@ int cmd_train(int argc, char **argv)
     if (!ca.hosts && !ca.hostfile &&
         (ca.ssh_config || ca.remote_nnlab || ca.bind || ca.accept_new || ca.port_lo || ca.bf16))
         return usage_error("train", "cluster options need --hosts or --hostfile");
-#if !NNLAB_HAVE_SSH
+#if NNLAB_HAVE_SSH
+    if (ca.hosts || ca.hostfile) {
+        /* Checked here so that a mistake is a usage error before any run is recorded. */
+        struct nl_host *hosts;
+        int nhosts;
+        if ((ca.hostfile ? nl_hosts_load(ca.hostfile, &hosts, &nhosts, &err)
+                         : nl_hosts_parse(ca.hosts, &hosts, &nhosts, &err)) < 0)
+            return usage_error("train", "%s", err.msg);
+        nl_free(hosts);
+    }
+#else
     if (ca.hosts || ca.hostfile)
         return usage_error("train", "this nnlab was built without cluster mode (libssh)");
 #endif

@@ -321,34 +321,52 @@ int main(void)
          "the run's error names the first failing host");
     ok(no_workers_left(), "no worker is left after the failures");
 
-    /* Ctrl-C in the middle of a run. */
-    pid_t pid = fork();
-    if (pid == 0) {
-        char db[600], spec_path[600], cfg[600];
-        snprintf(db, sizeof db, "%s/db", sd.dir);
-        snprintf(spec_path, sizeof spec_path, "%s/spec", sd.dir);
-        snprintf(cfg, sizeof cfg, "%s/ssh_config", sd.dir);
-        freopen("/dev/null", "w", stdout);
-        snprintf(path, sizeof path, "%s/int_err", sd.dir);
-        freopen(path, "w", stderr);
-        unsetenv("SSH_AUTH_SOCK");
-        execl(bin, bin, "--db", db, "--json", "train", "--data", "syn", "--model", spec_path,
-              "--epochs", "1000", "--batch", "4", "--hosts", "node1,node2", "--ssh-config", cfg,
-              (char *)NULL);
-        _exit(127);
+    /* A hostfile, with a comment and a host listed twice. */
+    sshd_write(sd.dir, "hosts", "# the lab\nnode1:1\n\nnode1:1  # again: a second worker\n");
+    is_int(nnlab("%s --hostfile '%s/hosts'", train_args(), sd.dir), 0,
+           "a hostfile naming one host twice trains: %s", errtext);
+    const int nhf = losses(got, EPOCHS);
+    ok(nhf == EPOCHS && fabs(got[EPOCHS - 1] - base[EPOCHS - 1]) < 1e-4, "on the same loss curve");
+    sshd_write(sd.dir, "badhosts", "node1\nnode2:zero\n");
+    is_int(nnlab("%s --hostfile '%s/badhosts'", train_args(), sd.dir), 2,
+           "a malformed hostfile is a usage error");
+    like(errtext, "badhosts:2", "naming the file and line: %s", errtext);
+
+    /* The driver killed outright: its workers see their stdin end and exit. */
+    for (int round = 0; round < 2; round++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            char db[600], spec_path[600], cfg[600];
+            snprintf(db, sizeof db, "%s/db", sd.dir);
+            snprintf(spec_path, sizeof spec_path, "%s/spec", sd.dir);
+            snprintf(cfg, sizeof cfg, "%s/ssh_config", sd.dir);
+            freopen("/dev/null", "w", stdout);
+            freopen("/dev/null", "w", stderr);
+            unsetenv("SSH_AUTH_SOCK");
+            execl(bin, bin, "--db", db, "--json", "train", "--data", "syn", "--model", spec_path,
+                  "--epochs", "1000", "--batch", "4", "--hosts", "node1,node2", "--ssh-config", cfg,
+                  (char *)NULL);
+            _exit(127);
+        }
+        int up = 0;
+        for (int i = 0; i < 100 && !up; i++) {
+            usleep(100000);
+            up = workers_alive() == 2;
+        }
+        ok(up, "a long run has its 2 workers up");
+        usleep(300000);
+        int status;
+        if (round == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            ok(no_workers_left(), "the driver killed: no worker is left");
+            continue;
+        }
+        kill(pid, SIGINT);
+        waitpid(pid, &status, 0);
+        is_int(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 130, "Ctrl-C ends it with status 130");
+        ok(no_workers_left(), "and no worker is left");
     }
-    int up = 0;
-    for (int i = 0; i < 100 && !up; i++) {
-        usleep(100000);
-        up = workers_alive() == 2;
-    }
-    ok(up, "a long run has its 2 workers up");
-    usleep(300000);
-    kill(pid, SIGINT);
-    int status;
-    waitpid(pid, &status, 0);
-    is_int(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 130, "Ctrl-C ends it with status 130");
-    ok(no_workers_left(), "and no worker is left");
 
     sshd_stop(&sd);
     return done_testing();
