@@ -29,7 +29,7 @@ struct sshd {
     char user[64];
 };
 
-static int sshd_free_port(void)
+static inline int sshd_free_port(void)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t l = sizeof a;
@@ -42,7 +42,7 @@ static int sshd_free_port(void)
     return port;
 }
 
-static int sshd_write(const char *dir, const char *name, const char *text)
+static inline int sshd_write(const char *dir, const char *name, const char *text)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -53,7 +53,7 @@ static int sshd_write(const char *dir, const char *name, const char *text)
     return fclose(f);
 }
 
-static char *sshd_read(const char *path)
+static inline char *sshd_read(const char *path)
 {
     FILE *f = fopen(path, "r");
     static char buf[1 << 16];
@@ -67,8 +67,8 @@ static char *sshd_read(const char *path)
 }
 
 /* Writes an ssh config for node1..node3 with the given identity and known_hosts files. */
-static void sshd_ssh_config(const struct sshd *s, const char *name, const char *identity,
-                            const char *known_hosts)
+static inline void sshd_ssh_config(const struct sshd *s, const char *name, const char *identity,
+                                   const char *known_hosts)
 {
     char text[2048];
     snprintf(text, sizeof text,
@@ -83,7 +83,7 @@ static void sshd_ssh_config(const struct sshd *s, const char *name, const char *
 }
 
 /* Sets everything up and starts sshd; returns NULL (with why) when this machine cannot. */
-static const char *sshd_start(struct sshd *s)
+static inline const char *sshd_start(struct sshd *s)
 {
     char cmd[1024], text[2048];
     struct passwd *pw = getpwuid(getuid());
@@ -161,7 +161,7 @@ static const char *sshd_start(struct sshd *s)
     return "sshd did not listen within 5 s";
 }
 
-static void sshd_stop(struct sshd *s)
+static inline void sshd_stop(struct sshd *s)
 {
     char cmd[600];
     if (s->pid > 0) {
