@@ -94,8 +94,8 @@ static inline const char *sshd_start(struct sshd *s)
     if (!pw)
         return "no passwd entry for this user";
     snprintf(s->user, sizeof s->user, "%s", pw->pw_name);
-    /* sshd insists on its privilege-separation folder. */
-    if (access("/run/sshd", F_OK) != 0 && mkdir("/run/sshd", 0755) != 0)
+    /* Run as root, sshd insists on its privilege-separation folder. */
+    if (geteuid() == 0 && access("/run/sshd", F_OK) != 0 && mkdir("/run/sshd", 0755) != 0)
         return "no /run/sshd, and it cannot be created";
     snprintf(s->dir, sizeof s->dir, "/tmp/nnlab-sshd-XXXXXX");
     if (!mkdtemp(s->dir))
