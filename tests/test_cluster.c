@@ -199,7 +199,7 @@ int main(void)
         skip_all("NNLAB_BIN does not name the nnlab binary");
     signal(SIGPIPE, SIG_IGN);
     char probe[700];
-    snprintf(probe, sizeof probe, "'%s' help hosts >/dev/null 2>&1", bin);
+    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
     if (system(probe) != 0)
         skip_all("this nnlab was built without cluster mode (libssh)");
     why = sshd_start(&sd);

@@ -78,7 +78,7 @@ int main(void)
 
     if (!bin || access(bin, X_OK) != 0)
         skip_all("NNLAB_BIN does not name the nnlab binary");
-    snprintf(cmd, sizeof cmd, "'%s' help hosts >/dev/null 2>&1", bin);
+    snprintf(cmd, sizeof cmd, "'%s' hosts --help >/dev/null 2>&1", bin);
     if (system(cmd) != 0)
         skip_all("this nnlab was built without cluster mode (libssh)");
     if (geteuid() != 0 || access("/usr/sbin/ip", X_OK) != 0 || access(SSHD_BIN, X_OK) != 0 ||
