@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "nnlab/error.h"
+#include "nnlab/runs.h"
 #include "nnlab/store.h"
 #include "nnlab/trainer.h"
 
@@ -59,8 +60,12 @@ struct progress {
     double last_draw;
     struct nl_error err; /* a failure to record */
     int failed;
+    struct nl_worker_step *steps; /* cluster runs: worker reports not yet stored */
+    size_t nsteps, cap;
 };
 int progress_event(void *ud, const struct nl_event *ev);
+/* Stores the worker reports still buffered and frees the buffer; 0 or an error in p->err. */
+int progress_flush(struct progress *p);
 int progress_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err);
 
 /* Models for commands (app/cmd_model.c). build_model loads the spec named model (a shipped name
@@ -72,6 +77,13 @@ int build_model(struct nl_model **m, const char *model, const char *spec_text,
                 struct nl_shape shape, int nclasses, struct nl_error *err);
 int load_init(struct nl_store *store, struct nl_model *m, const char *init, int partial,
               struct nl_error *err);
+/* Cluster options of train (empty when nhosts is 0). */
+struct cluster_args {
+    const char *hosts, *hostfile, *ssh_config, *remote_nnlab, *bind;
+    int accept_new, port_lo, port_hi, bf16;
+};
+/* "A-B" with 1 <= A <= B <= 65535: non-zero on success. */
+int parse_port_range(const char *s, int *lo, int *hi);
 
 /* The commands. */
 int cmd_demo(int argc, char **argv);
@@ -85,5 +97,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
+int cmd_hosts(int argc, char **argv); /* with NNLAB_HAVE_SSH only */
 
 #endif

@@ -7,16 +7,34 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "nnlab-config.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
+#if NNLAB_HAVE_SSH
+#include "nnlab/driver.h"
+#endif
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
 #include "nnlab/safetensors.h"
 #include "nnlab/spec.h"
 
+/* Long-only options of train's cluster mode, outside the range of short option letters. */
+enum {
+    OPT_HOSTS = 0x100,
+    OPT_HOSTFILE,
+    OPT_SSH_CONFIG,
+    OPT_ACCEPT_NEW,
+    OPT_REMOTE_NNLAB,
+    OPT_PORT_RANGE,
+    OPT_BIND,
+    OPT_COMPRESS,
+};
+
 #define DEMO_DATA "/usr/share/datasets/fashion-mnist"
 
-static void print_done(const char *run, const struct nl_train_result *res)
+/* stats: each worker's totals of a cluster run (nworkers 0 for a local run). */
+static void print_done(const char *run, const struct nl_train_result *res,
+                       const struct nl_worker_metrics *stats, int nworkers)
 {
     if (g.json) {
         printf("{\"event\":\"done\",\"run\":");
@@ -26,6 +44,21 @@ static void print_done(const char *run, const struct nl_train_result *res)
         printf(",\"epochs\":%d,\"stopped_early\":%s,\"seconds\":", res->epochs,
                res->stopped_early ? "true" : "false");
         json_num(stdout, res->seconds);
+        if (nworkers > 0) {
+            printf(",\"workers\":[");
+            for (int i = 0; i < nworkers; i++) {
+                const struct nl_worker_metrics *w = &stats[i];
+                const double busy = w->compute_seconds + w->comm_seconds;
+                printf("%s{\"host\":", i ? "," : "");
+                json_str(stdout, w->host);
+                printf(",\"bytes_sent\":%llu,\"images_per_second\":", w->bytes_sent);
+                json_num(stdout, busy > 0 ? (double)w->samples / busy : NAN);
+                printf(",\"comm_fraction\":");
+                json_num(stdout, busy > 0 ? w->comm_seconds / busy : NAN);
+                printf("}");
+            }
+            printf("]");
+        }
         printf("}\n");
     } else {
         if (isfinite(res->test_accuracy))
@@ -68,9 +101,20 @@ static int apply_finetune(struct nl_model *m, const struct finetune *ft, struct 
 }
 
 /* Trains model on dataset as a new run named run_name (NULL: generated) and reports. */
+
+#if NNLAB_HAVE_SSH
+static void worker_log(void *ud, const char *host, const char *line)
+{
+    (void)ud;
+    fprintf(stderr, "%s: %s\n", host, line);
+}
+#endif
+
+/* Trains model on dataset as a new run named run_name (NULL: generated), from init when given
+ * and with ft's frozen layers, and reports; on the hosts of ca when it names any. */
 static int train_session(struct nl_store *store, const char *dataset, const char *model,
                          const struct nl_train_opts *o, const char *run_name, const char *init,
-                         int init_partial, const struct finetune *ft)
+                         int init_partial, const struct finetune *ft, const struct cluster_args *ca)
 {
     struct nl_error err = {0};
     struct nl_dataset *d = NULL;
@@ -145,7 +189,45 @@ static int train_session(struct nl_store *store, const char *dataset, const char
 
     struct progress p = {.store = store, .run_id = run.id, .tty = isatty(STDOUT_FILENO)};
     struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
-    rc = nl_train(m, d, o, &hooks, &res, &err);
+    struct nl_worker_metrics *stats = NULL;
+    void *hosts_mem = NULL; /* the hosts, which stats name */
+    int nworkers = 0;
+    if (!ca || (!ca->hosts && !ca->hostfile)) {
+        rc = nl_train(m, d, o, &hooks, &res, &err);
+    } else {
+#if NNLAB_HAVE_SSH
+        struct nl_host *hosts = NULL;
+        struct nl_cluster_opts co = {
+            .ssh = {.config = ca->ssh_config,
+                    .accept_new = ca->accept_new,
+                    .remote_nnlab = ca->remote_nnlab,
+                    .version = "nnlab " NNLAB_VERSION,
+                    .timeout_ms = 30000},
+            .bind = ca->bind,
+            .port_lo = ca->port_lo,
+            .port_hi = ca->port_hi,
+            .bf16 = ca->bf16,
+            .stop = &interrupted,
+            .log = worker_log,
+        };
+        rc = ca->hostfile ? nl_hosts_load(ca->hostfile, &hosts, &nworkers, &err)
+                          : nl_hosts_parse(ca->hosts, &hosts, &nworkers, &err);
+        if (rc == 0) {
+            stats = nl_calloc((size_t)nworkers, sizeof *stats);
+            rc = stats ? nl_cluster_train(hosts, nworkers, &co, m, d, o, &hooks, &res, stats, &err)
+                       : nl_error_set(&err, NL_ENOMEM, "out of memory");
+        }
+        hosts_mem = hosts;
+#else
+        rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
+#endif
+    }
+    /* What a stopped or failed cluster run reported since its last epoch. */
+    if (progress_flush(&p) < 0 && rc == 0) {
+        rc = NL_EDB;
+        p.failed = 1;
+    }
+    nl_free(p.steps);
     if (p.failed)
         err = p.err;
     if (p.tty && !g.json && !g.quiet && rc < 0)
@@ -158,9 +240,14 @@ static int train_session(struct nl_store *store, const char *dataset, const char
                   rc == 0 ? &res : NULL, &ferr);
     nl_model_free(m);
     nl_dataset_free(d);
-    if (rc < 0)
+    if (rc < 0) {
+        nl_free(stats);
+        nl_free(hosts_mem);
         return fail(&err);
-    print_done(run.name, &res);
+    }
+    print_done(run.name, &res, stats, nworkers);
+    nl_free(stats);
+    nl_free(hosts_mem);
     return EXIT_OK;
 }
 
@@ -304,8 +391,20 @@ int cmd_train(int argc, char **argv)
         {"freeze", required_argument, NULL, 'F'},
         {"freeze-up-to", required_argument, NULL, 'U'},
         {"replace-head", no_argument, NULL, 'R'},
+        {"threads", required_argument, NULL, 't'},
+        {"seed", required_argument, NULL, 's'},
+        {"name", required_argument, NULL, 'n'},
+        {"hosts", required_argument, NULL, OPT_HOSTS},
+        {"hostfile", required_argument, NULL, OPT_HOSTFILE},
+        {"ssh-config", required_argument, NULL, OPT_SSH_CONFIG},
+        {"accept-new-host-keys", no_argument, NULL, OPT_ACCEPT_NEW},
+        {"remote-nnlab", required_argument, NULL, OPT_REMOTE_NNLAB},
+        {"port-range", required_argument, NULL, OPT_PORT_RANGE},
+        {"bind", required_argument, NULL, OPT_BIND},
+        {"compress", required_argument, NULL, OPT_COMPRESS},
         {NULL, 0, NULL, 0},
     };
+    struct cluster_args ca = {0};
     struct train_args a;
     struct nl_error err = {0};
     const char *data = NULL, *model = NULL, *name = NULL, *init = NULL;
@@ -330,6 +429,26 @@ int cmd_train(int argc, char **argv)
             ft.up_to = optarg;
         } else if (c == 'R') {
             ft.replace_head = 1;
+        } else if (c == OPT_HOSTS) {
+            ca.hosts = optarg;
+        } else if (c == OPT_HOSTFILE) {
+            ca.hostfile = optarg;
+        } else if (c == OPT_SSH_CONFIG) {
+            ca.ssh_config = optarg;
+        } else if (c == OPT_ACCEPT_NEW) {
+            ca.accept_new = 1;
+        } else if (c == OPT_REMOTE_NNLAB) {
+            ca.remote_nnlab = optarg;
+        } else if (c == OPT_BIND) {
+            ca.bind = optarg;
+        } else if (c == OPT_PORT_RANGE) {
+            if (!parse_port_range(optarg, &ca.port_lo, &ca.port_hi))
+                return usage_error("train", "--port-range %s: want A-B, ports from 1 to 65535",
+                                   optarg);
+        } else if (c == OPT_COMPRESS) {
+            if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "none") != 0)
+                return usage_error("train", "--compress %s: want bf16 or none", optarg);
+            ca.bf16 = strcmp(optarg, "bf16") == 0;
         } else {
             rc = parse_train_opt("train", c, &a);
             if (rc)
@@ -344,6 +463,25 @@ int cmd_train(int argc, char **argv)
         return usage_error("train", "--init-partial needs --init FILE|RUN");
     if (ft.replace_head && !init)
         return usage_error("train", "--replace-head needs --init FILE|RUN");
+    if (ca.hosts && ca.hostfile)
+        return usage_error("train", "give --hosts or --hostfile, not both");
+    if (!ca.hosts && !ca.hostfile &&
+        (ca.ssh_config || ca.remote_nnlab || ca.bind || ca.accept_new || ca.port_lo || ca.bf16))
+        return usage_error("train", "cluster options need --hosts or --hostfile");
+#if NNLAB_HAVE_SSH
+    if (ca.hosts || ca.hostfile) {
+        /* Checked here so that a mistake is a usage error before any run is recorded. */
+        struct nl_host *hosts;
+        int nhosts;
+        if ((ca.hostfile ? nl_hosts_load(ca.hostfile, &hosts, &nhosts, &err)
+                         : nl_hosts_parse(ca.hosts, &hosts, &nhosts, &err)) < 0)
+            return usage_error("train", "%s", err.msg);
+        nl_free(hosts);
+    }
+#else
+    if (ca.hosts || ca.hostfile)
+        return usage_error("train", "this nnlab was built without cluster mode (libssh)");
+#endif
     train_args_apply(&a);
     if (nl_optim_validate(&a.o.optim, &err) < 0)
         return usage_error("train", "%s", err.msg);
@@ -351,7 +489,7 @@ int cmd_train(int argc, char **argv)
     struct nl_store *store;
     if (open_store(&store, &err) < 0)
         return fail(&err);
-    rc = train_session(store, data, model, &a.o, name, init, init_partial, &ft);
+    rc = train_session(store, data, model, &a.o, name, init, init_partial, &ft, &ca);
     nl_store_close(store);
     return rc;
 }
@@ -406,7 +544,7 @@ int cmd_demo(int argc, char **argv)
         nl_store_close(store);
         return fail(&err);
     }
-    rc = train_session(store, "fashion", "lenet", &a.o, NULL, NULL, 0, NULL);
+    rc = train_session(store, "fashion", "lenet", &a.o, NULL, NULL, 0, NULL, NULL);
     nl_store_close(store);
     return rc;
 }

@@ -66,7 +66,21 @@ static const struct command commands[] = {
      "                        batchnorm on its running statistics\n"
      "      --freeze-up-to L  freeze every layer up to and including L\n"
      "      --clip-value V    clamp every gradient value to [-V, V]\n"
-     "      --clip-norm N     scale the gradient down to a global L2 norm of at most N\n"},
+     "      --clip-norm N     scale the gradient down to a global L2 norm of at most N\n"
+#if NNLAB_HAVE_SSH
+     "Cluster mode (one worker per host, reached over SSH):\n"
+     "      --hosts H[:CORES],...  the hosts, in rank order; a host may repeat\n"
+     "      --hostfile FILE   one HOST[:CORES] a line, # comments\n"
+     "      --ssh-config FILE the OpenSSH config to resolve hosts with (default ~/.ssh/config)\n"
+     "      --accept-new-host-keys  add unknown host keys to known_hosts (changed keys are\n"
+     "                        always refused)\n"
+     "      --remote-nnlab PATH  the nnlab to run on the hosts (default: nnlab on their PATH\n"
+     "                        when it is this version, else this binary, uploaded)\n"
+     "      --port-range A-B  ports the workers may listen on (default: any)\n"
+     "      --bind ADDR       address the workers listen on (default: the one reached)\n"
+     "      --compress bf16   send gradients and parameters as bf16 (sums stay fp32)\n"
+#endif
+    },
     {"runs", cmd_runs, "", "list training runs with their settings and results", NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
      "evaluate a run's latest checkpoint, or a weights file, on a dataset split",
@@ -85,6 +99,16 @@ static const struct command commands[] = {
      "      --classes N     class count (default 10)\n"
      "      --freeze L,...  show these layers frozen (as train --freeze)\n"
      "      --freeze-up-to L  show every layer up to L frozen\n"},
+#if NNLAB_HAVE_SSH
+    {"hosts", cmd_hosts, "check H1[:CORES],H2,... | check --hostfile FILE",
+     "check hosts before a run: nnlab version, cores, memory, upload needed",
+     "      --hostfile FILE   one HOST[:CORES] a line, # comments\n"
+     "      --ssh-config FILE the OpenSSH config (default ~/.ssh/config)\n"
+     "      --accept-new-host-keys  add unknown host keys to known_hosts\n"
+     "      --remote-nnlab PATH  the nnlab to run on the hosts\n"},
+#endif
+    {"worker", cmd_worker, "[--bind ADDR] [--port-range A-B]",
+     "a cluster worker, started by a driver over SSH (not for people)", NULL},
 };
 
 static const char global_help[] =

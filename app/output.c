@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "nnlab/alloc.h"
 #include "nnlab/runs.h"
 
 void json_str(FILE *f, const char *s)
@@ -75,6 +76,16 @@ static void draw_bar(const struct nl_event *ev)
     fprintf(stdout, "] %3d%% loss %.4f acc %.4f %.0f img/s ETA %s",
             (int)(100.0 * (double)ev->iter / (double)ev->iters), ev->loss, ev->accuracy,
             ev->images_per_second, eta);
+    if (ev->nworkers > 0) {
+        /* A cluster run: the share of this step the workers spent communicating. */
+        double comm = 0.0, busy = 0.0;
+        for (int i = 0; i < ev->nworkers; i++) {
+            comm += ev->workers[i].comm_seconds;
+            busy += ev->workers[i].compute_seconds + ev->workers[i].comm_seconds;
+        }
+        fprintf(stdout, " %d workers, comm %.0f%%", ev->nworkers,
+                busy > 0 ? 100.0 * comm / busy : 0.0);
+    }
     fflush(stdout);
 }
 
@@ -91,6 +102,23 @@ static void print_epoch(const struct nl_event *ev, int tty)
         json_num(stdout, ev->seconds);
         printf(",\"images_per_second\":");
         json_num(stdout, ev->images_per_second);
+        if (ev->nworkers > 0) {
+            /* A cluster run: each worker's totals so far. */
+            printf(",\"workers\":[");
+            for (int i = 0; i < ev->nworkers; i++) {
+                const struct nl_worker_metrics *w = &ev->workers[i];
+                printf("%s{\"host\":", i ? "," : "");
+                json_str(stdout, w->host);
+                printf(",\"samples\":%ld,\"loss\":", w->samples);
+                json_num(stdout, w->loss);
+                printf(",\"compute_seconds\":");
+                json_num(stdout, w->compute_seconds);
+                printf(",\"comm_seconds\":");
+                json_num(stdout, w->comm_seconds);
+                printf(",\"bytes_sent\":%llu}", w->bytes_sent);
+            }
+            printf("]");
+        }
         printf("}\n");
     } else if (!g.quiet) {
         if (tty)
@@ -103,11 +131,58 @@ static void print_epoch(const struct nl_event *ev, int tty)
     fflush(stdout);
 }
 
+/* Buffers a cluster step's worker reports; they are stored an epoch at a time. */
+static int keep_worker_steps(struct progress *p, const struct nl_event *ev)
+{
+    if (!p->store || p->run_id <= 0 || ev->nworkers <= 0)
+        return 0;
+    if (p->nsteps + (size_t)ev->nworkers > p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 1024;
+        while (cap < p->nsteps + (size_t)ev->nworkers)
+            cap *= 2;
+        struct nl_worker_step *n = nl_realloc(p->steps, cap * sizeof *n);
+        if (!n) {
+            nl_error_set(&p->err, NL_ENOMEM, "out of memory for the workers' metrics");
+            return -1;
+        }
+        p->steps = n;
+        p->cap = cap;
+    }
+    for (int i = 0; i < ev->nworkers; i++) {
+        const struct nl_worker_metrics *w = &ev->workers[i];
+        p->steps[p->nsteps++] = (struct nl_worker_step){
+            .step = (long)(ev->epoch - 1) * ev->iters + ev->iter,
+            .worker = i,
+            .host = w->host,
+            .epoch = ev->epoch,
+            .samples = w->samples,
+            .loss = w->loss,
+            .compute_seconds = w->compute_seconds,
+            .comm_seconds = w->comm_seconds,
+            .bytes_sent = w->bytes_sent,
+        };
+    }
+    return 0;
+}
+
+int progress_flush(struct progress *p)
+{
+    int rc = 0;
+    if (p->store && p->run_id > 0 && p->nsteps > 0)
+        rc = nl_run_record_worker_steps(p->store, p->run_id, p->steps, p->nsteps, &p->err);
+    p->nsteps = 0;
+    return rc;
+}
+
 int progress_event(void *ud, const struct nl_event *ev)
 {
     struct progress *p = ud;
 
     if (ev->kind == NL_EVENT_ITER) {
+        if (keep_worker_steps(p, ev) < 0) {
+            p->failed = 1;
+            return 1;
+        }
         /* Redraw at most ten times a second, and on the last step. */
         if (p->tty && !g.json && !g.quiet) {
             double t = now();
@@ -118,6 +193,10 @@ int progress_event(void *ud, const struct nl_event *ev)
         }
     } else if (ev->kind == NL_EVENT_EPOCH) {
         print_epoch(ev, p->tty);
+        if (progress_flush(p) < 0) {
+            p->failed = 1;
+            return 1;
+        }
         if (p->store && p->run_id > 0 &&
             nl_run_record_epoch(p->store, p->run_id, ev, &p->err) < 0) {
             p->failed = 1;

@@ -152,6 +152,48 @@ int nl_run_record_epoch(struct nl_store *s, int64_t run, const struct nl_event *
     return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "recording an epoch");
 }
 
+int nl_run_record_worker_steps(struct nl_store *s, int64_t run, const struct nl_worker_step *rows,
+                               size_t n, struct nl_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc;
+
+    if (n == 0)
+        return 0;
+    rc = nl_store_exec(s, "BEGIN IMMEDIATE", err);
+    if (rc < 0)
+        return rc;
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "INSERT OR REPLACE INTO worker_steps (run, step, worker, host, epoch, "
+                           "samples, loss, compute_seconds, comm_seconds, bytes_sent) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        const struct nl_worker_step *r = &rows[i];
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, run);
+        sqlite3_bind_int64(st, 2, r->step);
+        sqlite3_bind_int(st, 3, r->worker);
+        sqlite3_bind_text(st, 4, r->host ? r->host : "", -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 5, r->epoch);
+        sqlite3_bind_int64(st, 6, r->samples);
+        bind_real(st, 7, r->loss);
+        bind_real(st, 8, r->compute_seconds);
+        bind_real(st, 9, r->comm_seconds);
+        sqlite3_bind_int64(st, 10, (sqlite3_int64)r->bytes_sent);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            goto fail;
+    }
+    sqlite3_finalize(st);
+    return nl_store_exec(s, "COMMIT", err);
+fail:
+    rc = nl_store_db_error(s, err, "recording the workers' steps");
+    sqlite3_finalize(st);
+    nl_store_exec(s, "ROLLBACK", NULL);
+    return rc;
+}
+
 int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_checkpoint *cp,
                            struct nl_error *err)
 {

@@ -2,7 +2,8 @@
  * the helpers the other core files use to run statements with errors that name the database.
  *
  * The schema below is the documentation of the database. Its version is PRAGMA user_version;
- * this build writes version NL_STORE_SCHEMA_VERSION and refuses a database of a newer one.
+ * this build writes version NL_STORE_SCHEMA_VERSION, upgrades older ones (1 -> 2 adds
+ * worker_steps) and refuses a database of a newer one.
  * Conventions:
  *   - times are UTC ISO-8601 text, "2026-01-31T12:00:00Z";
  *   - BLOBs of numbers are little-endian (float32 unless said otherwise);
@@ -30,6 +31,22 @@
 #include "nnlab/alloc.h"
 
 #define NOW_UTC "(strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))"
+
+/* Cluster runs: what each worker reported for each step (version 2). */
+#define WORKER_STEPS_SQL                                                                           \
+    "CREATE TABLE worker_steps (\n"                                                                \
+    "    run             INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"                \
+    "    step            INTEGER NOT NULL,        -- from 1, over the whole run\n"                 \
+    "    worker          INTEGER NOT NULL,        -- rank, from 0\n"                               \
+    "    host            TEXT NOT NULL,\n"                                                         \
+    "    epoch           INTEGER NOT NULL,\n"                                                      \
+    "    samples         INTEGER NOT NULL,\n"                                                      \
+    "    loss            REAL,                    -- mean over the worker's samples\n"             \
+    "    compute_seconds REAL,\n"                                                                  \
+    "    comm_seconds    REAL,\n"                                                                  \
+    "    bytes_sent      INTEGER NOT NULL,\n"                                                      \
+    "    PRIMARY KEY (run, step, worker)\n"                                                        \
+    ") WITHOUT ROWID;\n"
 
 static const char schema_sql[] =
     "CREATE TABLE datasets (\n"
@@ -97,7 +114,7 @@ static const char schema_sql[] =
     "    rng       BLOB,                          -- RNG state\n"
     "    created   TEXT DEFAULT " NOW_UTC ",\n"
     "    PRIMARY KEY (run, iteration)\n"
-    ");\n";
+    ");\n" WORKER_STEPS_SQL;
 
 struct nl_store {
     sqlite3 *db;
@@ -266,6 +283,11 @@ static int ensure_schema(struct nl_store *s, struct nl_error *err)
         rc = nl_store_exec(s, schema_sql, err);
         if (rc == 0)
             rc = nl_store_exec(s, sql, err);
+    } else if (rc == 0 && version == 1) {
+        /* Version 1 lacked worker_steps. */
+        rc = nl_store_exec(s, WORKER_STEPS_SQL, err);
+        if (rc == 0)
+            rc = nl_store_exec(s, "PRAGMA user_version = 2", err);
     }
     if (rc) {
         nl_store_rollback(s);

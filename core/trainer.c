@@ -322,16 +322,21 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     rc = validate_opts(o, d, err);
     if (rc < 0)
         return rc;
-    /* A member's gradient is only its share: clipping it is not clipping the global gradient,
-     * and the synchroniser exchanges and optimises the whole flat vector. */
+    /* A member's gradient is only its share: clipping it is not clipping the global gradient;
+     * batch statistics and validation-driven decisions would differ between members. */
     if (o->sync && (o->clip_value > 0.0f || o->clip_norm > 0.0f))
         return nl_error_set(err, NL_EINVAL,
                             "gradient clipping runs on one machine only; drop --clip-value and "
                             "--clip-norm for a cluster run");
-    if (o->sync && m->ntrainable != m->nparams)
+    if (o->sync && m->nreduce != m->ntrainable)
         return nl_error_set(err, NL_EINVAL,
-                            "a cluster run cannot train a model with frozen layers or batch "
-                            "normalisation statistics yet; train it on one machine");
+                            "a cluster run cannot keep batch normalisation statistics in step "
+                            "yet; train this model on one machine");
+    if (o->sync &&
+        (o->schedule.kind == NL_SCHEDULE_PLATEAU || o->target_accuracy > 0.0 || o->patience > 0))
+        return nl_error_set(err, NL_EINVAL,
+                            "a cluster member cannot follow validation accuracy (plateau "
+                            "schedule, early stopping)");
     iters = o->sync ? o->sync->iters : (ntrain + o->batch - 1) / o->batch;
     nl_plateau_init(&plateau);
     /* More threads than samples in a batch would leave some idle. */

@@ -36,12 +36,13 @@ struct nl_allreduce {
     float *sum;         /* (own slice) */
     float *state_block; /* (nstate x own slice) optimizer state */
     float *state[NL_OPTIM_MAX_STATE];
-    unsigned char *pieces; /* (size x own slice) received gradient pieces, fp32 or bf16 */
-    uint16_t *stage;       /* bf16: (n) outgoing gradient, then (n) incoming parameters */
-    uint16_t *stage_own;   /* bf16: (own slice) outgoing parameters */
-    struct xfer *x;        /* (size) */
-    struct pollfd *pfd;    /* (size) */
-    int *pidx;             /* (size) */
+    unsigned char *pieces;   /* (size x own slice) received gradient pieces, fp32 or bf16 */
+    uint16_t *stage;         /* bf16: (n) outgoing gradient, then (n) incoming parameters */
+    uint16_t *stage_own;     /* bf16: (own slice) outgoing parameters */
+    struct xfer *x;          /* (size) */
+    struct pollfd *pfd;      /* (size) */
+    int *pidx;               /* (size) */
+    double exchange_seconds; /* of the last step, in the two exchanges */
 };
 
 uint16_t nl_bf16_from_float(float f)
@@ -221,6 +222,18 @@ static int pump_in(int fd, struct xfer *x, struct nl_conn *c, struct nl_error *e
     return 0;
 }
 
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double nl_allreduce_exchange_seconds(const struct nl_allreduce *a)
+{
+    return a->exchange_seconds;
+}
+
 /* Runs every peer's transfer to the end. */
 static int exchange(struct nl_allreduce *a, struct nl_error *err)
 {
@@ -289,7 +302,9 @@ int nl_allreduce_step(struct nl_allreduce *a, float *params, const float *grad, 
         xfer_set(&a->x[k], NL_FRAME_GRAD, src, klen * elem, a->pieces + (size_t)k * own * elem,
                  own * elem);
     }
+    double t0 = now();
     rc = exchange(a, err);
+    a->exchange_seconds = now() - t0;
     if (rc < 0)
         return rc;
 
@@ -334,7 +349,9 @@ int nl_allreduce_step(struct nl_allreduce *a, float *params, const float *grad, 
         void *dst = a->bf16 ? (void *)(a->stage + a->n + klo) : (void *)(params + klo);
         xfer_set(&a->x[k], NL_FRAME_PARAM, mine, own * elem, dst, klen * elem);
     }
+    t0 = now();
     rc = exchange(a, err);
+    a->exchange_seconds += now() - t0;
     if (rc < 0)
         return rc;
     if (a->bf16)

@@ -3,14 +3,6 @@
 #include "nnlab/cluster.h"
 
 #include <string.h>
-#include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int share(void *ud, int epoch, long iter, uint32_t *idx, int *global)
 {
@@ -26,10 +18,9 @@ static int step(void *ud, float *params, const float *grad, long n, float lr, st
 {
     struct nl_member_sync *s = ud;
     const unsigned long long before = nl_mesh_bytes_sent(s->mesh);
-    const double t0 = now();
     int rc = nl_allreduce_step(s->ar, params, grad, n, lr, err);
 
-    s->last_comm_seconds = now() - t0;
+    s->last_comm_seconds = nl_allreduce_exchange_seconds(s->ar);
     s->comm_seconds += s->last_comm_seconds;
     s->last_bytes = nl_mesh_bytes_sent(s->mesh) - before;
     return rc;

@@ -17,7 +17,9 @@
  * Each side sends its HELLO, reads the peer's, sends its AUTH and reads the peer's; a first
  * frame that is not a HELLO of the right size, magic and version, or a second that is not an
  * AUTH with the right proof, ends the connection with NL_EAUTH. Nothing else is read before.
- * Payload formats of the later frames belong to their users (net/allreduce.c). */
+ * Payload formats of the later frames belong to their users (net/allreduce.c, net/worker.c).
+ * The same framing (without the handshake, which SSH stands in for) runs over a worker's stdin
+ * and stdout; on pipes a write that has started may outlast the timeout. */
 #include "nnlab/wire.h"
 
 #include <errno.h>
@@ -91,10 +93,21 @@ int nl_wire_write_all(int fd, const void *p, size_t n, int timeout_ms)
         }
         if (w < 0 && errno == EINTR)
             continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOTSOCK)) {
+            const int not_socket = errno == ENOTSOCK;
             int rc = wait_fd(fd, POLLOUT, timeout_ms);
             if (rc < 0)
                 return rc;
+            if (not_socket) {
+                /* A pipe (a worker's stdout): write() once it is writable. */
+                w = write(fd, b, n);
+                if (w < 0 && errno != EINTR && errno != EAGAIN)
+                    return NL_ENET;
+                if (w > 0) {
+                    b += w;
+                    n -= (size_t)w;
+                }
+            }
             continue;
         }
         return NL_ENET;
@@ -119,10 +132,25 @@ int nl_wire_read_all(int fd, void *p, size_t n, int timeout_ms)
         }
         if (errno == EINTR)
             continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOTSOCK) {
+            const int not_socket = errno == ENOTSOCK;
             int rc = wait_fd(fd, POLLIN, timeout_ms);
             if (rc < 0)
                 return rc;
+            if (not_socket) {
+                /* A pipe (a worker's stdin): read() once it is readable. */
+                r = read(fd, b, n);
+                if (r == 0) {
+                    errno = 0;
+                    return NL_ENET;
+                }
+                if (r < 0 && errno != EINTR && errno != EAGAIN)
+                    return NL_ENET;
+                if (r > 0) {
+                    b += r;
+                    n -= (size_t)r;
+                }
+            }
             continue;
         }
         return NL_ENET;

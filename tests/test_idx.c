@@ -530,6 +530,21 @@ static void check_store(void)
         succeeds(rc, err, "an existing store opens again");
     }
     if (rc == 0) {
+        /* A version 1 store (before worker_steps) is upgraded on open. */
+        sqlite3_stmt *st;
+        sqlite3_exec(nl_store_sqlite(s), "DROP TABLE worker_steps; PRAGMA user_version = 1", NULL,
+                     NULL, NULL);
+        nl_store_close(s);
+        rc = nl_store_open(&s, path, &err);
+        succeeds(rc, err, "a version 1 store opens");
+        if (rc == 0) {
+            sqlite3_prepare_v2(nl_store_sqlite(s), "SELECT count(*) FROM worker_steps", -1, &st,
+                               NULL);
+            ok(sqlite3_step(st) == SQLITE_ROW, "and gains the worker_steps table");
+            sqlite3_finalize(st);
+        }
+    }
+    if (rc == 0) {
         sqlite3_exec(nl_store_sqlite(s), "PRAGMA user_version = 99", NULL, NULL, NULL);
         nl_store_close(s);
     }

@@ -36,6 +36,10 @@ void nl_allreduce_free(struct nl_allreduce *a);
 int nl_allreduce_step(struct nl_allreduce *a, float *params, const float *grad, long step, float lr,
                       struct nl_error *err);
 
+/* Seconds the last step spent moving bytes (both exchanges, waits for peers included); the
+ * rest of the step is the owner's sums, optimizer and conversions. */
+double nl_allreduce_exchange_seconds(const struct nl_allreduce *a);
+
 /* The [lo, hi) floats of member r's slice. */
 void nl_allreduce_slice(const struct nl_allreduce *a, int r, size_t *lo, size_t *hi);
 

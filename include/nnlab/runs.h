@@ -31,6 +31,21 @@ int nl_run_create(struct nl_store *s, const char *name, const char *dataset, con
 int nl_run_record_epoch(struct nl_store *s, int64_t run, const struct nl_event *ev,
                         struct nl_error *err);
 
+/* One worker's report of one step of a cluster run. */
+struct nl_worker_step {
+    long step; /* from 1, over the whole run */
+    int worker;
+    const char *host;
+    int epoch;
+    long samples;
+    double loss, compute_seconds, comm_seconds;
+    unsigned long long bytes_sent;
+};
+
+/* Stores n worker reports in one transaction. */
+int nl_run_record_worker_steps(struct nl_store *s, int64_t run, const struct nl_worker_step *rows,
+                               size_t n, struct nl_error *err);
+
 /* Stores a checkpoint and the run's progress in one transaction; keeps the two latest. */
 int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_checkpoint *cp,
                            struct nl_error *err);

@@ -72,6 +72,17 @@ enum nl_event_kind {
     NL_EVENT_DONE,  /* after the final test evaluation */
 };
 
+/* One worker of a cluster run, as the driver reports it: for an ITER event that step, for EPOCH
+ * the epoch, for DONE the whole run. */
+struct nl_worker_metrics {
+    const char *host;
+    long samples;
+    double loss;            /* mean over its samples */
+    double compute_seconds; /* forward, backward and the local reduction */
+    double comm_seconds;    /* in the allreduce */
+    unsigned long long bytes_sent;
+};
+
 struct nl_event {
     enum nl_event_kind kind;
     int epoch, epochs;        /* 1-based epoch in progress (or finished) */
@@ -87,6 +98,8 @@ struct nl_event {
     double eta_seconds;       /* ITER: estimated seconds left for the whole run */
     double lr;                /* ITER: the learning rate of this step; EPOCH: of its last */
     long samples;             /* ITER, EPOCH: samples seen in the epoch */
+    int nworkers;             /* cluster runs: the workers' own metrics; 0 for local runs */
+    const struct nl_worker_metrics *workers;
 };
 
 struct nl_checkpoint {

@@ -1,0 +1,256 @@
+/* The driver-worker messages. See net/proto.h; the conversation itself is described at the top
+ * of net/worker.c. */
+#include "proto.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nnlab/alloc.h"
+
+int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl_error *err)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    const struct nl_optim *op = &s->o.optim;
+
+    if (!f)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for a worker's setup");
+    fprintf(f, "rank %d\nsize %d\nepochs %d\nbatch %d\nthreads %d\nseed %llu\n", s->rank, s->size,
+            s->o.epochs, s->o.batch, s->o.threads, (unsigned long long)s->o.seed);
+    fprintf(f, "optim %d\nlr %a\nmomentum %a\nnesterov %d\nweight_decay %a\n", (int)op->kind,
+            (double)op->lr, (double)op->momentum, op->nesterov, (double)op->weight_decay);
+    char schedule[160];
+    nl_schedule_format(&s->o.schedule, schedule, sizeof schedule);
+    fprintf(f, "beta1 %a\nbeta2 %a\neps %a\nalpha %a\nschedule %s\nwarmup %a\nbf16 %d\n",
+            (double)op->beta1, (double)op->beta2, (double)op->eps, (double)op->alpha, schedule,
+            (double)s->o.schedule.warmup_epochs, s->bf16);
+    fprintf(f, "timeout %d\naugment %d %d\n", s->timeout_ms, s->o.augment.flip, s->o.augment.crop);
+    /* One frozen layer a line: names are identifiers, and lines are short. */
+    for (const char *name = s->frozen; name && *name;) {
+        size_t l = strcspn(name, ",");
+        fprintf(f, "frozen %.*s\n", (int)l, name);
+        name += l + (name[l] == ',');
+    }
+    fprintf(f, "ntrain %u\nshape %d %d %d\nclasses %d\ndtype %d\nhash %s\n", s->ntrain, s->shape.c,
+            s->shape.h, s->shape.w, s->nclasses, s->dtype, s->data_hash);
+    for (int i = 0; i < s->nnorm; i++)
+        fprintf(f, "norm %a %a\n", (double)s->mean[i], (double)s->std[i]);
+    for (int i = 0; i < s->size; i++)
+        fprintf(f, "member %s %s %d\n", s->members[i].name, s->members[i].addr, s->members[i].port);
+    fprintf(f, "spec\n%s", s->spec);
+    if (fclose(f) != 0) {
+        free(buf);
+        return nl_error_set(err, NL_ENOMEM, "out of memory for a worker's setup");
+    }
+    *out = nl_malloc(n + 1);
+    if (!*out) {
+        free(buf);
+        return nl_error_set(err, NL_ENOMEM, "out of memory for a worker's setup");
+    }
+    memcpy(*out, buf, n + 1);
+    *len = n;
+    free(buf);
+    return 0;
+}
+
+void nl_setup_release(struct nl_setup *s)
+{
+    nl_free(s->members);
+    nl_free(s->spec);
+    nl_free(s->frozen);
+    s->members = NULL;
+    s->spec = NULL;
+    s->frozen = NULL;
+}
+
+/* Appends ",name" (or "name") to *list. */
+static int append_name(char **list, const char *name)
+{
+    size_t old = *list ? strlen(*list) : 0, n = strlen(name);
+    char *l = nl_realloc(*list, old + n + 2);
+    if (!l)
+        return -1;
+    if (old)
+        l[old++] = ',';
+    memcpy(l + old, name, n + 1);
+    *list = l;
+    return 0;
+}
+
+int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_error *err)
+{
+    const char *p = text, *end = text + len;
+    int line = 0, nmembers = 0;
+    char key[32], a[80], b[80], c[80];
+
+    memset(s, 0, sizeof *s);
+    nl_train_defaults(&s->o);
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        char buf[256];
+        line++;
+        if (l >= sizeof buf)
+            goto bad;
+        memcpy(buf, p, l);
+        buf[l] = '\0';
+        p += l + (nl ? 1 : 0);
+        if (strcmp(buf, "spec") == 0) {
+            s->spec = nl_malloc((size_t)(end - p) + 1);
+            if (!s->spec)
+                return nl_error_set(err, NL_ENOMEM, "out of memory for the setup");
+            memcpy(s->spec, p, (size_t)(end - p));
+            s->spec[end - p] = '\0';
+            break;
+        }
+        a[0] = b[0] = c[0] = '\0';
+        int got = sscanf(buf, "%31s %79s %79s %79s", key, a, b, c);
+        if (got < 2)
+            goto bad;
+        if (strcmp(key, "rank") == 0) {
+            s->rank = atoi(a);
+        } else if (strcmp(key, "size") == 0) {
+            s->size = atoi(a);
+            if (s->size < 1 || s->size > 4096 || s->members)
+                goto bad;
+            s->members = nl_calloc((size_t)s->size, sizeof *s->members);
+            if (!s->members)
+                return nl_error_set(err, NL_ENOMEM, "out of memory for the setup");
+        } else if (strcmp(key, "epochs") == 0) {
+            s->o.epochs = atoi(a);
+        } else if (strcmp(key, "batch") == 0) {
+            s->o.batch = atoi(a);
+        } else if (strcmp(key, "threads") == 0) {
+            s->o.threads = atoi(a);
+        } else if (strcmp(key, "seed") == 0) {
+            s->o.seed = strtoull(a, NULL, 10);
+        } else if (strcmp(key, "optim") == 0) {
+            s->o.optim.kind = (enum nl_optim_kind)atoi(a);
+        } else if (strcmp(key, "lr") == 0) {
+            s->o.optim.lr = strtof(a, NULL);
+        } else if (strcmp(key, "momentum") == 0) {
+            s->o.optim.momentum = strtof(a, NULL);
+        } else if (strcmp(key, "nesterov") == 0) {
+            s->o.optim.nesterov = atoi(a);
+        } else if (strcmp(key, "weight_decay") == 0) {
+            s->o.optim.weight_decay = strtof(a, NULL);
+        } else if (strcmp(key, "beta1") == 0) {
+            s->o.optim.beta1 = strtof(a, NULL);
+        } else if (strcmp(key, "beta2") == 0) {
+            s->o.optim.beta2 = strtof(a, NULL);
+        } else if (strcmp(key, "eps") == 0) {
+            s->o.optim.eps = strtof(a, NULL);
+        } else if (strcmp(key, "alpha") == 0) {
+            s->o.optim.alpha = strtof(a, NULL);
+        } else if (strcmp(key, "schedule") == 0) {
+            if (nl_schedule_parse(&s->o.schedule, a, NULL) < 0)
+                goto bad;
+        } else if (strcmp(key, "warmup") == 0) {
+            s->o.schedule.warmup_epochs = strtof(a, NULL);
+        } else if (strcmp(key, "augment") == 0 && got == 3) {
+            s->o.augment.flip = atoi(a);
+            s->o.augment.crop = atoi(b);
+        } else if (strcmp(key, "frozen") == 0) {
+            if (append_name(&s->frozen, a) < 0)
+                return nl_error_set(err, NL_ENOMEM, "out of memory for the setup");
+        } else if (strcmp(key, "bf16") == 0) {
+            s->bf16 = atoi(a);
+        } else if (strcmp(key, "timeout") == 0) {
+            s->timeout_ms = atoi(a);
+        } else if (strcmp(key, "ntrain") == 0) {
+            s->ntrain = (uint32_t)strtoul(a, NULL, 10);
+        } else if (strcmp(key, "shape") == 0 && got == 4) {
+            s->shape = (struct nl_shape){atoi(a), atoi(b), atoi(c)};
+        } else if (strcmp(key, "classes") == 0) {
+            s->nclasses = atoi(a);
+        } else if (strcmp(key, "dtype") == 0) {
+            s->dtype = atoi(a);
+        } else if (strcmp(key, "hash") == 0) {
+            snprintf(s->data_hash, sizeof s->data_hash, "%s", a);
+        } else if (strcmp(key, "norm") == 0 && got >= 3) {
+            if (s->nnorm >= NL_PROTO_MAX_NORM)
+                goto bad;
+            s->mean[s->nnorm] = strtof(a, NULL);
+            s->std[s->nnorm++] = strtof(b, NULL);
+        } else if (strcmp(key, "member") == 0 && got == 4) {
+            if (!s->members || nmembers >= s->size)
+                goto bad;
+            struct nl_member *m = &s->members[nmembers++];
+            snprintf(m->name, sizeof m->name, "%s", a);
+            snprintf(m->addr, sizeof m->addr, "%s", b);
+            m->port = atoi(c);
+        } else {
+            goto bad;
+        }
+    }
+    if (!s->spec || !s->members || nmembers != s->size || s->rank < 0 || s->rank >= s->size ||
+        s->o.batch < 1 || s->o.epochs < 1 || s->ntrain == 0 || s->nclasses < 2 || s->shape.c < 1 ||
+        s->shape.h < 1 || s->shape.w < 1 || (s->dtype != 0 && s->dtype != 1) ||
+        s->nnorm != s->shape.c) {
+        nl_setup_release(s);
+        return nl_error_set(err, NL_EFORMAT, "the driver's setup is incomplete");
+    }
+    return 0;
+bad:
+    nl_setup_release(s);
+    return nl_error_set(err, NL_EFORMAT, "the driver's setup: line %d is not understood", line);
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void putd(unsigned char *p, double d)
+{
+    uint64_t v;
+    memcpy(&v, &d, sizeof v);
+    put64(p, v);
+}
+
+static double getd(const unsigned char *p)
+{
+    uint64_t v = get64(p);
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+
+void nl_metric_encode(unsigned char out[NL_METRIC_SIZE], const struct nl_metric *m)
+{
+    put64(out, (uint64_t)(uint32_t)m->epoch | (uint64_t)(uint32_t)m->iter << 32);
+    put64(out + 8, (uint64_t)(uint32_t)m->samples | (uint64_t)(uint32_t)m->correct << 32);
+    putd(out + 16, m->loss_sum);
+    putd(out + 24, m->compute_seconds);
+    putd(out + 32, m->comm_seconds);
+    put64(out + 40, m->bytes_sent);
+}
+
+void nl_metric_decode(struct nl_metric *m, const unsigned char in[NL_METRIC_SIZE])
+{
+    uint64_t a = get64(in), b = get64(in + 8);
+    m->epoch = (int32_t)(uint32_t)a;
+    m->iter = (int32_t)(uint32_t)(a >> 32);
+    m->samples = (int32_t)(uint32_t)b;
+    m->correct = (int32_t)(uint32_t)(b >> 32);
+    m->loss_sum = getd(in + 16);
+    m->compute_seconds = getd(in + 24);
+    m->comm_seconds = getd(in + 32);
+    m->bytes_sent = get64(in + 40);
+}
+
+size_t nl_setup_sample_bytes(const struct nl_setup *s)
+{
+    return nl_shape_size(s->shape) * (s->dtype == NL_U8 ? 1 : sizeof(float));
+}

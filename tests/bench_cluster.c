@@ -1,0 +1,137 @@
+/* Cluster benchmark (meson benchmark, not a timed test): lenet on a Fashion-MNIST subset, one
+ * epoch on 1 worker x 1 core and on 2 workers x 1 core, through the private sshd of
+ * tests/sshd.h. Reports images per second, the scaling efficiency (2-worker throughput over
+ * twice the 1-worker throughput) and each worker's fraction of time spent communicating.
+ * NNLAB_BENCH_SAMPLES sets the subset's size (default 6000). On one machine the two workers
+ * share its cores and memory bandwidth: the numbers say what the protocol costs, not what two
+ * machines would give. */
+#include <stdint.h>
+#include <zlib.h>
+
+#include "sshd.h"
+
+#define FASHION "/usr/share/datasets/fashion-mnist"
+
+static struct sshd sd;
+static const char *bin;
+static char out[1 << 16];
+
+static int run(const char *args)
+{
+    char cmd[4096], path[600];
+    snprintf(cmd, sizeof cmd, "env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", bin,
+             sd.dir, args, sd.dir, sd.dir);
+    int st = system(cmd);
+    snprintf(path, sizeof path, "%s/out", sd.dir);
+    char *t = sshd_read(path);
+    snprintf(out, sizeof out, "%s", t ? t : "");
+    if (st != 0) {
+        snprintf(path, sizeof path, "%s/err", sd.dir);
+        t = sshd_read(path);
+        fprintf(stderr, "nnlab %s: %s\n", args, t ? t : "?");
+    }
+    return st;
+}
+
+static void put32(FILE *f, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 8), (unsigned char)v};
+    fwrite(b, 1, 4, f);
+}
+
+static int subset(uint32_t n)
+{
+    char path[600];
+    unsigned char hdr[16];
+    uint8_t *px = malloc((size_t)n * 784), *lab = malloc(n);
+    gzFile a = gzopen(FASHION "/train-images-idx3-ubyte.gz", "rb");
+    gzFile b = gzopen(FASHION "/train-labels-idx1-ubyte.gz", "rb");
+    int ok = a && b && px && lab && gzread(a, hdr, 16) == 16 && gzread(b, hdr, 8) == 8 &&
+             gzread(a, px, n * 784) == (int)(n * 784) && gzread(b, lab, n) == (int)n;
+    if (ok) {
+        snprintf(path, sizeof path, "%s/fashion", sd.dir);
+        mkdir(path, 0755);
+        snprintf(path, sizeof path, "%s/fashion/train-images-idx3-ubyte", sd.dir);
+        FILE *f = fopen(path, "wb");
+        put32(f, 0x803), put32(f, n), put32(f, 28), put32(f, 28);
+        fwrite(px, 1, (size_t)n * 784, f);
+        fclose(f);
+        snprintf(path, sizeof path, "%s/fashion/train-labels-idx1-ubyte", sd.dir);
+        f = fopen(path, "wb");
+        put32(f, 0x801), put32(f, n);
+        fwrite(lab, 1, n, f);
+        fclose(f);
+    }
+    if (a)
+        gzclose(a);
+    if (b)
+        gzclose(b);
+    free(px);
+    free(lab);
+    return ok ? 0 : -1;
+}
+
+/* From the done line: total images per second over the run's training seconds, and each
+ * worker's comm_fraction. */
+static double done_field(const char *key, int nth)
+{
+    const char *p = strstr(out, "\"event\":\"done\"");
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    for (int i = 0; p && i <= nth; i++) {
+        p = strstr(p, k);
+        if (p && i < nth)
+            p++;
+    }
+    return p ? strtod(p + strlen(k), NULL) : -1;
+}
+
+int main(void)
+{
+    char args[2048];
+    const char *why;
+    long samples = getenv("NNLAB_BENCH_SAMPLES") ? atol(getenv("NNLAB_BENCH_SAMPLES")) : 6000;
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(FASHION, R_OK) != 0 || samples < 100 || samples > 60000) {
+        printf("bench_cluster: needs NNLAB_BIN and dataset-fashion-mnist\n");
+        return 0;
+    }
+    why = sshd_start(&sd);
+    if (why) {
+        printf("bench_cluster: skipped: %s\n", why);
+        sshd_stop(&sd);
+        return 0;
+    }
+    if (subset((uint32_t)samples) != 0) {
+        printf("bench_cluster: cannot read Fashion-MNIST\n");
+        sshd_stop(&sd);
+        return 1;
+    }
+    snprintf(args, sizeof args, "import fashion '%s/fashion'", sd.dir);
+    run(args);
+    double ips[3] = {0}, comm[3][2] = {{0}};
+    for (int n = 1; n <= 2; n++) {
+        snprintf(args, sizeof args,
+                 "--json train --data fashion --model lenet --epochs 1 --batch 64 --hosts %s "
+                 "--ssh-config '%s/ssh_config'",
+                 n == 1 ? "node1:1" : "node1:1,node2:1", sd.dir);
+        if (run(args) != 0)
+            break;
+        const char *e = strstr(out, "\"event\":\"epoch\"");
+        const char *k = e ? strstr(e, "\"images_per_second\":") : NULL;
+        ips[n] = k ? strtod(k + 20, NULL) : 0;
+        for (int w = 0; w < n; w++)
+            comm[n][w] = done_field("comm_fraction", w);
+    }
+    printf("lenet, %ld Fashion-MNIST images, 1 epoch, batch 64, workers on 127.0.0.1 via sshd\n",
+           samples);
+    printf("1 worker  x 1 core: %8.0f images/s, comm_fraction %.3f\n", ips[1], comm[1][0]);
+    printf("2 workers x 1 core: %8.0f images/s, comm_fraction %.3f %.3f\n", ips[2], comm[2][0],
+           comm[2][1]);
+    printf("scaling efficiency (2 x 1 against 1 x 1): %.2f\n",
+           ips[1] > 0 ? ips[2] / (2.0 * ips[1]) : 0.0);
+    sshd_stop(&sd);
+    return 0;
+}

@@ -1,0 +1,373 @@
+/* Cluster mode end to end, through the real binary and a private sshd on 127.0.0.1
+ * (tests/sshd.h): `hosts check`, training on 1, 2 and 3 workers with the binary uploaded to a
+ * host that has no nnlab, the same loss curve on each, bytes per worker per step within
+ * 2(N-1)/N of the parameter bytes plus framing, bf16 compression, the partition cache, refusals
+ * (changed host key, unknown host key, failed authentication, unresolvable host, missing remote
+ * binary) each naming host and step, Ctrl-C, and no worker left behind after any of it.
+ * (Connections without the run secret are refused in test_wire and test_allreduce.) */
+#include <dirent.h>
+#include <glob.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "nnlab/model.h"
+#include "nnlab/spec.h"
+#include "sshd.h"
+#include "tap.h"
+
+enum { SIDE = 12, NTRAIN = 600, EPOCHS = 2, BATCH = 32 };
+
+static struct sshd sd;
+static const char *bin;
+static char out[1 << 16], errtext[1 << 16];
+
+/* Runs nnlab with the test's database and arguments; stdout and stderr land in out and
+ * errtext. Returns the exit status. */
+static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int nnlab(const char *fmt, ...)
+{
+    char args[2048], cmd[4096], path[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", bin,
+             sd.dir, args, sd.dir, sd.dir);
+    int st = system(cmd);
+    snprintf(path, sizeof path, "%s/out", sd.dir);
+    char *t = sshd_read(path);
+    snprintf(out, sizeof out, "%s", t ? t : "");
+    snprintf(path, sizeof path, "%s/err", sd.dir);
+    t = sshd_read(path);
+    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
+    /* One line, for TAP descriptions. */
+    for (char *c = errtext; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Worker processes started from this fixture's folder (the uploaded binary lives there). */
+static int workers_alive(void)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d))) {
+        char path[300], cmd[1024];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[len] = '\0';
+        /* argv[0] NUL argv[1]... */
+        if (strncmp(cmd, sd.dir, strlen(sd.dir)) == 0 && strlen(cmd) + 1 < len &&
+            strcmp(cmd + strlen(cmd) + 1, "worker") == 0)
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int no_workers_left(void)
+{
+    for (int i = 0; i < 50; i++) {
+        if (workers_alive() == 0)
+            return 1;
+        usleep(100000);
+    }
+    return 0;
+}
+
+static void write_idx(void)
+{
+    char path[600];
+    struct nl_rng r;
+    unsigned char hdr[16];
+    nl_rng_seed(&r, 1);
+    snprintf(path, sizeof path, "%s/data", sd.dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/data/train-images-idx3-ubyte", sd.dir);
+    FILE *fi = fopen(path, "wb");
+    snprintf(path, sizeof path, "%s/data/train-labels-idx1-ubyte", sd.dir);
+    FILE *fl = fopen(path, "wb");
+    const unsigned ih[4] = {0x803, NTRAIN, SIDE, SIDE}, lh[2] = {0x801, NTRAIN};
+    for (int i = 0; i < 4; i++) {
+        hdr[4 * i] = (unsigned char)(ih[i] >> 24);
+        hdr[4 * i + 1] = (unsigned char)(ih[i] >> 16);
+        hdr[4 * i + 2] = (unsigned char)(ih[i] >> 8);
+        hdr[4 * i + 3] = (unsigned char)ih[i];
+    }
+    fwrite(hdr, 1, 16, fi);
+    for (int i = 0; i < 2; i++) {
+        hdr[4 * i] = (unsigned char)(lh[i] >> 24);
+        hdr[4 * i + 1] = (unsigned char)(lh[i] >> 16);
+        hdr[4 * i + 2] = (unsigned char)(lh[i] >> 8);
+        hdr[4 * i + 3] = (unsigned char)lh[i];
+    }
+    fwrite(hdr, 1, 8, fl);
+    for (int i = 0; i < NTRAIN; i++) {
+        unsigned char img[SIDE * SIDE];
+        int k = (int)nl_rng_below(&r, 4);
+        int oy = (k / 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
+        int ox = (k % 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
+        for (int p = 0; p < SIDE * SIDE; p++)
+            img[p] = (unsigned char)nl_rng_below(&r, 80);
+        for (int y = 0; y < 4; y++)
+            for (int x = 0; x < 4; x++)
+                img[(oy + y) * SIDE + ox + x] = (unsigned char)(150 + nl_rng_below(&r, 106));
+        fwrite(img, 1, sizeof img, fi);
+        fputc(k, fl);
+    }
+    fclose(fi);
+    fclose(fl);
+}
+
+/* Rows of worker_steps of the latest run in the test's database. */
+static long long stored_worker_steps(void)
+{
+    char path[600];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    long long n = -1;
+    snprintf(path, sizeof path, "%s/db", sd.dir);
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT count(*) FROM worker_steps WHERE run = "
+                           "(SELECT max(id) FROM runs)",
+                           -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return n;
+}
+
+static const char spec_text[] = "fc1: dense 24\nrelu\nfc2: dense N\n";
+
+/* The "train_loss" values of the epoch lines in out. */
+static int losses(double *v, int max)
+{
+    int n = 0;
+    for (const char *p = out; n < max && (p = strstr(p, "\"train_loss\":")); p++)
+        v[n++] = strtod(p + 13, NULL);
+    return n;
+}
+
+/* The bytes_sent of each worker in the done line. */
+static int done_bytes(unsigned long long *v, int max)
+{
+    const char *done = strstr(out, "\"event\":\"done\"");
+    int n = 0;
+    for (const char *p = done; p && n < max && (p = strstr(p, "\"bytes_sent\":")); p++)
+        v[n++] = strtoull(p + 13, NULL, 10);
+    return n;
+}
+
+static const char *train_args(void)
+{
+    static char a[1024];
+    snprintf(a, sizeof a,
+             "--json train --data syn --model '%s/spec' --epochs %d --batch %d --seed 3 "
+             "--ssh-config '%s/ssh_config'",
+             sd.dir, EPOCHS, BATCH, sd.dir);
+    return a;
+}
+
+int main(void)
+{
+    const char *why;
+    char path[600];
+    double base[EPOCHS] = {0}, got[EPOCHS] = {0};
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        skip_all("NNLAB_BIN does not name the nnlab binary");
+    signal(SIGPIPE, SIG_IGN);
+    char probe[700];
+    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
+    if (system(probe) != 0)
+        skip_all("this nnlab was built without cluster mode (libssh)");
+    why = sshd_start(&sd);
+    if (why) {
+        sshd_stop(&sd);
+        skip_all("%s", why);
+    }
+    write_idx();
+    sshd_write(sd.dir, "spec", spec_text);
+    is_int(nnlab("import syn '%s/data' --val 0.1", sd.dir), 0, "import a synthetic dataset");
+
+    /* hosts check before anything is there. */
+    is_int(nnlab("hosts check node1,node2 --ssh-config '%s/ssh_config'", sd.dir), 0,
+           "hosts check connects: %s", errtext);
+    like(out, "would upload", "it says the binary would be uploaded");
+
+    /* One worker; the binary is uploaded. */
+    is_int(nnlab("%s --hosts node1", train_args()), 0, "1 worker trains: %s", errtext);
+    is_int(losses(base, EPOCHS), EPOCHS, "one epoch line per epoch");
+    like(out, "\"workers\":[{\"host\":\"node1\"", "the epoch lines carry per-worker fields");
+    like(out, "\"comm_fraction\":", "the done line carries comm_fraction");
+    glob_t gl;
+    snprintf(path, sizeof path, "%s/home/.cache/nnlab/bin/*/nnlab", sd.dir);
+    ok(glob(path, 0, NULL, &gl) == 0 && gl.gl_pathc == 1, "the binary was uploaded to the cache");
+    globfree(&gl);
+    ok(no_workers_left(), "no worker is left after the run");
+    is_int(nnlab("hosts check node1 --ssh-config '%s/ssh_config'", sd.dir), 0, "hosts check");
+    like(out, "ready", "now the uploaded binary is ready");
+
+    /* 2 and 3 workers: the same mathematics. */
+    struct nl_spec *spec;
+    struct nl_model *m = NULL;
+    struct nl_error err = {0};
+    nl_spec_parse(&spec, spec_text, "spec", NULL, NULL, &err);
+    nl_model_build(&m, spec, (struct nl_shape){1, SIDE, SIDE}, 4, &err);
+    const double pbytes = (double)m->nparams * 4.0;
+    const long iters = (540 + BATCH - 1) / BATCH; /* 540 train samples after --val 0.1 */
+    nl_model_free(m);
+    nl_spec_free(spec);
+    for (int n = 2; n <= 3; n++) {
+        is_int(
+            nnlab("%s --hosts %s", train_args(), n == 2 ? "node1:1,node2:1" : "node1,node2,node3"),
+            0, "%d workers train: %s", n, errtext);
+        const int nl = losses(got, EPOCHS);
+        ok(nl == EPOCHS && fabs(got[0] - base[0]) < 1e-4 &&
+               fabs(got[EPOCHS - 1] - base[EPOCHS - 1]) < 1e-4,
+           "%d workers: the loss curve matches 1 worker's (%.6f %.6f vs %.6f %.6f)", n, got[0],
+           got[EPOCHS - 1], base[0], base[EPOCHS - 1]);
+        unsigned long long b[3];
+        int nb = done_bytes(b, 3);
+        is_int(nb, n, "%d workers report bytes_sent", n);
+        const double bound = 1.02 * 2.0 * (n - 1) / n * pbytes + 2.0 * (n - 1) * 12;
+        double most = 0;
+        for (int i = 0; i < nb; i++)
+            most = fmax(most, (double)b[i] / (double)(EPOCHS * iters));
+        ok(most > 0 && most <= bound, "%d workers: %.0f bytes per worker per step (bound %.0f)", n,
+           most, bound);
+        ok(no_workers_left(), "no worker is left after the %d-worker run", n);
+        is_int(stored_worker_steps(), (long long)n * EPOCHS * iters,
+               "%d workers: every worker's every step is stored", n);
+    }
+    /* 1 + 2 + 3 partitions, each under its content hash. */
+    snprintf(path, sizeof path, "%s/home/.cache/nnlab/data/*", sd.dir);
+    int g1 = glob(path, 0, NULL, &gl) == 0 ? (int)gl.gl_pathc : 0;
+    globfree(&gl);
+    is_int(g1, 6, "partitions are cached by content hash");
+    is_int(nnlab("%s --hosts node1,node2", train_args()), 0, "a repeated run");
+    int g2 = glob(path, 0, NULL, &gl) == 0 ? (int)gl.gl_pathc : 0;
+    globfree(&gl);
+    is_int(g2, 6, "reuses the cached partitions");
+
+    is_int(nnlab("%s --hosts node1,node2 --compress bf16", train_args()), 0,
+           "bf16 compression trains: %s", errtext);
+    const int nbf = losses(got, EPOCHS);
+    ok(nbf == EPOCHS && fabs(got[0] - base[0]) < 0.05,
+       "bf16 stays near the fp32 curve (%.4f vs %.4f)", got[0], base[0]);
+
+    /* Refusals, each naming the host and the step. */
+    is_int(nnlab("%s --hosts node1 --ssh-config '%s/ssh_config_badkey'", train_args(), sd.dir), 1,
+           "a changed host key is refused");
+    like(errtext, "node1: host key:", "the message names host and step: %s", errtext);
+    like(errtext, "differs", "and says the key differs");
+    is_int(nnlab("hosts check node1 --ssh-config '%s/ssh_config_unknown'", sd.dir), 1,
+           "an unknown host key is refused");
+    like(errtext, "not in known_hosts", "the message: %s", errtext);
+    is_int(nnlab("hosts check node1 --accept-new-host-keys --ssh-config '%s/ssh_config_unknown'",
+                 sd.dir),
+           0, "--accept-new-host-keys accepts it: %s", errtext);
+    snprintf(path, sizeof path, "%s/empty_known_hosts", sd.dir);
+    struct stat st;
+    ok(stat(path, &st) == 0 && st.st_size > 0, "and records it in known_hosts");
+    is_int(nnlab("%s --hosts node1 --ssh-config '%s/ssh_config_badauth'", train_args(), sd.dir), 1,
+           "a key the host does not accept is refused");
+    like(errtext, "node1: auth:", "the message names host and step: %s", errtext);
+    is_int(nnlab("hosts check no-such-host.invalid --ssh-config '%s/ssh_config'", sd.dir), 1,
+           "an unresolvable host fails");
+    like(errtext, "no-such-host.invalid: resolve:", "the message: %s", errtext);
+    is_int(nnlab("%s --hosts node1 --remote-nnlab /nonexistent/nnlab", train_args()), 1,
+           "a missing remote binary fails");
+    like(errtext, "node1: launch:", "the message: %s", errtext);
+    /* A binary that cannot start there: the loader's complaint becomes a package to install. */
+    sshd_write(sd.dir, "broken-nnlab",
+               "#!/bin/sh\necho 'nnlab: error while loading shared libraries: "
+               "libopenblas.so.0: cannot open shared object file: No such file or directory' "
+               ">&2\nexit 127\n");
+    snprintf(path, sizeof path, "%s/broken-nnlab", sd.dir);
+    chmod(path, 0755);
+    is_int(nnlab("%s --hosts node1 --remote-nnlab '%s'", train_args(), path), 1,
+           "a binary missing a library fails");
+    like(errtext, "libopenblas.so.0 is missing there (Debian package libopenblas0",
+         "the message names the library and its package: %s", errtext);
+    /* A worker that fails: its stderr comes back prefixed with the host, and the first failing
+     * host's message ends the run. 192.0.2.1 (TEST-NET-1) is no address of this machine. */
+    is_int(nnlab("%s --hosts node1,node2 --bind 192.0.2.1", train_args()), 1,
+           "a worker that cannot listen fails the run");
+    like(errtext, "node1: nnlab worker: cannot listen on 192.0.2.1",
+         "its stderr comes back prefixed with the host: %s", errtext);
+    like(errtext, "nnlab: node1: the worker exited (status 1): nnlab worker: cannot listen",
+         "the run's error names the first failing host");
+    ok(no_workers_left(), "no worker is left after the failures");
+
+    /* A hostfile, with a comment and a host listed twice. */
+    sshd_write(sd.dir, "hosts", "# the lab\nnode1:1\n\nnode1:1  # again: a second worker\n");
+    is_int(nnlab("%s --hostfile '%s/hosts'", train_args(), sd.dir), 0,
+           "a hostfile naming one host twice trains: %s", errtext);
+    const int nhf = losses(got, EPOCHS);
+    ok(nhf == EPOCHS && fabs(got[EPOCHS - 1] - base[EPOCHS - 1]) < 1e-4, "on the same loss curve");
+    sshd_write(sd.dir, "badhosts", "node1\nnode2:zero\n");
+    is_int(nnlab("%s --hostfile '%s/badhosts'", train_args(), sd.dir), 2,
+           "a malformed hostfile is a usage error");
+    like(errtext, "badhosts:2", "naming the file and line: %s", errtext);
+
+    /* The driver killed outright: its workers see their stdin end and exit. */
+    for (int round = 0; round < 2; round++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            char db[600], spec_path[600], cfg[600];
+            snprintf(db, sizeof db, "%s/db", sd.dir);
+            snprintf(spec_path, sizeof spec_path, "%s/spec", sd.dir);
+            snprintf(cfg, sizeof cfg, "%s/ssh_config", sd.dir);
+            freopen("/dev/null", "w", stdout);
+            freopen("/dev/null", "w", stderr);
+            unsetenv("SSH_AUTH_SOCK");
+            execl(bin, bin, "--db", db, "--json", "train", "--data", "syn", "--model", spec_path,
+                  "--epochs", "1000", "--batch", "4", "--hosts", "node1,node2", "--ssh-config", cfg,
+                  (char *)NULL);
+            _exit(127);
+        }
+        int up = 0;
+        for (int i = 0; i < 100 && !up; i++) {
+            usleep(100000);
+            up = workers_alive() == 2;
+        }
+        ok(up, "a long run has its 2 workers up");
+        usleep(300000);
+        int status;
+        if (round == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            ok(no_workers_left(), "the driver killed: no worker is left");
+            continue;
+        }
+        kill(pid, SIGINT);
+        waitpid(pid, &status, 0);
+        is_int(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 130, "Ctrl-C ends it with status 130");
+        ok(no_workers_left(), "and no worker is left");
+    }
+
+    sshd_stop(&sd);
+    return done_testing();
+}
