@@ -277,6 +277,29 @@ int main(void)
     ok(nbf == EPOCHS && fabs(got[0] - base[0]) < 0.05,
        "bf16 stays near the fp32 curve (%.4f vs %.4f)", got[0], base[0]);
 
+    /* Fine-tuning on two workers: they start from the run's weights, freeze fc1, and exchange
+     * only fc2's parameters (24*4+4 floats, padded to 112 for alignment). */
+    is_int(nnlab("%s --hosts node1 --name base1", train_args()), 0, "a base run: %s", errtext);
+    is_int(nnlab("%s --hosts node1,node2 --init base1 --freeze fc1", train_args()), 0,
+           "fine-tuning with fc1 frozen on 2 workers: %s", errtext);
+    unsigned long long fb[2];
+    is_int(done_bytes(fb, 2), 2, "both workers report bytes_sent");
+    const double frozen_bound = 1.02 * 2.0 * 1 / 2 * (112 * 4.0) + 2.0 * 12;
+    const double frozen_most = fmax((double)fb[0], (double)fb[1]) / (double)(EPOCHS * iters);
+    ok(frozen_most > 0 && frozen_most <= frozen_bound,
+       "frozen layers cost no bytes: %.0f bytes per worker per step (bound %.0f, %.0f unfrozen)",
+       frozen_most, frozen_bound, 1.02 * pbytes / 2.0 * 2.0);
+    is_int(nnlab("%s --hosts node1 --init base1 --freeze fc1", train_args()), 0,
+           "and on one worker");
+    int n1 = losses(got, EPOCHS);
+    ok(n1 == EPOCHS && got[0] < base[0] - 0.05,
+       "a worker starts from the run's weights: first-epoch loss %.4f, against %.4f from "
+       "scratch",
+       got[0], base[0]);
+    is_int(nnlab("%s --hosts node1,node2 --schedule plateau", train_args()), 1,
+           "a plateau schedule is refused on a cluster");
+    like(errtext, "validation accuracy", "saying why: %s", errtext);
+
     /* Refusals, each naming the host and the step. */
     is_int(nnlab("%s --hosts node1 --ssh-config '%s/ssh_config_badkey'", train_args(), sd.dir), 1,
            "a changed host key is refused");
