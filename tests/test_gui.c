@@ -29,6 +29,7 @@ int main(void)
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
+#include "nnlab/safetensors.h"
 #include "window.h"
 
 #define W   28
@@ -360,7 +361,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(41);
+    plan(43);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -562,6 +563,28 @@ int main(int argc, char **argv)
     ok(wait_for(confusion_ready, 120000), "the confusion matrix is computed");
     spin(300);
     ok(screenshot("4-runs"), "screenshot of the runs page");
+
+    /* Export: the selected run's weights as safetensors, which load back into its model. */
+    char st[760];
+    snprintf(st, sizeof st, "%s/gui-lenet.safetensors", tmp);
+    gtk_widget_activate_action(win, "win.run-export-to", "s", st);
+    spin(100);
+    struct nl_model *em = NULL;
+    rc = nl_store_open(&s, db, &err);
+    if (rc == 0)
+        rc = nl_run_model(s, "gui-lenet", 1, NULL, NULL, &info, &em, &err);
+    nl_store_close(s);
+    float *kept = NULL;
+    if (rc == 0) {
+        kept = g_memdup2(em->params, em->nparams * sizeof(float));
+        memset(em->params, 0, em->nparams * sizeof(float));
+        rc = nl_safetensors_load(em, st, 0, NULL, NULL, NULL, &err);
+    }
+    ok(rc == 0, "win.run-export-to writes a safetensors file that loads: %s", err.msg);
+    ok(rc == 0 && memcmp(kept, em->params, em->nparams * sizeof(float)) == 0,
+       "with the run's weights");
+    g_free(kept);
+    nl_model_free(em);
 
     /* The store behind the runs page: epochs per run, and deleting. */
     rc = nl_store_open(&s, db, &err);

@@ -7,6 +7,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
+#include "nnlab/safetensors.h"
 #include "nnlab/spec.h"
 #include "window.h"
 
@@ -467,6 +468,8 @@ static void select_run(struct runs_page *p, const char *name)
         G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "run-delete")), have);
     g_simple_action_set_enabled(
         G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "run-confusion")), have);
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "run-export")), have);
     show_details(p);
     load_curves(p);
 }
@@ -594,6 +597,59 @@ static void compare_action(GSimpleAction *a, GVariant *param, gpointer data)
     runs_page_refresh(p);
 }
 
+/* Writes the selected run's latest weights to path as safetensors. */
+static void export_to(struct runs_page *p, const char *path)
+{
+    struct nl_run_info info;
+    struct nl_model *m = NULL;
+    struct nl_error err = {0};
+
+    if (!p->selected)
+        return;
+    if (nl_run_model(p->win->store, p->selected, 1, NULL, NULL, &info, &m, &err) < 0 ||
+        nl_safetensors_save(m, path, &err) < 0)
+        nl_window_notify(p->win, "Export failed: %s", err.msg);
+    else
+        nl_window_notify(p->win, "Wrote “%s” to %s", p->selected, path);
+    nl_model_free(m);
+}
+
+/* win.run-export-to (path): exports the selected run without asking. */
+static void export_to_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    export_to(data, g_variant_get_string(param, NULL));
+}
+
+static void export_response(GtkNativeDialog *dialog, int response, gpointer data)
+{
+    struct runs_page *p = data;
+    if (response == GTK_RESPONSE_ACCEPT) {
+        GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
+        char *path = g_file_get_path(f);
+        if (path)
+            export_to(p, path);
+        g_free(path);
+        g_object_unref(f);
+    }
+    g_object_unref(dialog);
+}
+
+/* win.run-export: asks where, then writes the selected run's weights as safetensors with
+ * PyTorch's tensor names. */
+static void export_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct runs_page *p = data;
+    if (!p->selected)
+        return;
+    GtkFileChooserNative *d = gtk_file_chooser_native_new(
+        "Export Weights", GTK_WINDOW(p->win), GTK_FILE_CHOOSER_ACTION_SAVE, "_Export", "_Cancel");
+    char *name = g_strdup_printf("%s.safetensors", p->selected);
+    gtk_file_chooser_set_current_name(GTK_FILE_CHOOSER(d), name);
+    g_free(name);
+    g_signal_connect(d, "response", G_CALLBACK(export_response), p);
+    gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
+}
+
 static void delete_confirmed(gpointer data);
 
 /* win.run-delete: the selected run, once confirmed. */
@@ -666,6 +722,8 @@ struct runs_page *runs_page_new(NlWindow *w, GtkWidget **root)
         {.name = "run-select", .activate = select_action, .parameter_type = "s"},
         {.name = "run-compare", .activate = compare_action, .parameter_type = "s"},
         {.name = "run-delete", .activate = delete_action},
+        {.name = "run-export", .activate = export_action},
+        {.name = "run-export-to", .activate = export_to_action, .parameter_type = "s"},
         {.name = "run-confusion", .activate = run_confusion},
     };
     g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
