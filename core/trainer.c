@@ -12,7 +12,8 @@
 #include "nnlab/alloc.h"
 #include "pool.h"
 
-#define EVAL_SHARD 128 /* samples per thread per forward pass when evaluating */
+#define EVAL_SHARD   128  /* samples per thread per forward pass when evaluating */
+#define REDUCE_CHUNK 2048 /* floats reduced and updated at a time, a multiple of 16 */
 
 struct worker {
     struct nl_exec *exec;
@@ -147,7 +148,7 @@ static void step_thread(void *arg, int t, int count)
 
     share(c->batch, t, count, &lo, &hi);
     const int n = (int)(hi - lo);
-    memset(w->grad, 0, m->nparams * sizeof(float));
+    /* w->grad is all zeros here: allocated so, and cleared by the reduction of every step. */
     w->loss = 0.0;
     w->correct = 0;
     if (n > 0) {
@@ -171,16 +172,23 @@ static void step_thread(void *arg, int t, int count)
         b = m->nparams;
     if (a >= b)
         return;
+    /* Chunk by chunk, while it is in cache: sum into thread 0's buffer, update, and clear every
+     * thread's buffer for the next step. */
     float *g = c->w[0].grad;
-    for (int k = 1; k < count; k++) {
-        const float *gk = c->w[k].grad;
-        for (size_t i = a; i < b; i++)
-            g[i] += gk[i];
+    for (size_t lo_i = a; lo_i < b; lo_i += REDUCE_CHUNK) {
+        size_t hi_i = lo_i + REDUCE_CHUNK < b ? lo_i + REDUCE_CHUNK : b;
+        for (int k = 1; k < count; k++) {
+            float *gk = c->w[k].grad;
+            for (size_t i = lo_i; i < hi_i; i++)
+                g[i] += gk[i];
+            memset(gk + lo_i, 0, (hi_i - lo_i) * sizeof *gk);
+        }
+        float *state[NL_OPTIM_MAX_STATE];
+        for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
+            state[k] = c->state[k] ? c->state[k] + lo_i : NULL;
+        nl_optim_step(c->optim, c->params + lo_i, g + lo_i, state, hi_i - lo_i, c->step, c->lr);
+        memset(g + lo_i, 0, (hi_i - lo_i) * sizeof *g);
     }
-    float *state[NL_OPTIM_MAX_STATE];
-    for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
-        state[k] = c->state[k] ? c->state[k] + a : NULL;
-    nl_optim_step(c->optim, c->params + a, g + a, state, b - a, c->step, c->lr);
 }
 
 static void eval_thread(void *arg, int t, int count)
