@@ -73,5 +73,6 @@ int cmd_train(int argc, char **argv);
 int cmd_runs(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -52,6 +52,15 @@ static const struct command commands[] = {
      "      --threads T     threads (default: all cores)\n"},
     {"predict", cmd_predict, "RUN FILE.png...", "classify images with a run's model (top 3)",
      "      --top K         classes to show per image (default 3)\n"},
+    {"bench", cmd_bench, "[options]",
+     "measure training speed (lenet, mlp on Fashion-MNIST) against this machine's sgemm rate",
+     "      --steps N       timed training steps per row (default 50)\n"
+     "      --warmup N      untimed steps before them (default 5)\n"
+     "      --model NAME    only this model (default: lenet and mlp)\n"
+     "      --batch B       only this batch size (default: 64 and 256)\n"
+     "      --threads T     the many-thread rows use T threads (default: all cores)\n"
+     "      --data-dir DIR  Fashion-MNIST IDX files, used when the store has no 'fashion'\n"
+     "                      dataset (default /usr/share/datasets/fashion-mnist)\n"},
 };
 
 static const char global_help[] =
