@@ -52,9 +52,16 @@ static struct nl_dataset *synthetic(uint32_t ntrain, uint32_t ntest, uint64_t se
             uint8_t *img = x + (size_t)i * SIDE * SIDE;
             for (int p = 0; p < SIDE * SIDE; p++)
                 img[p] = (uint8_t)nl_rng_below(&r, 80);
+            /* A square jittered to the far edge runs past the image; what runs past is dropped
+             * (it used to land in the next image, which then overwrote it, or past the end of
+             * the buffer for the last one). The draws stay the same. */
             for (int yy = 0; yy < 4; yy++)
-                for (int xx = 0; xx < 4; xx++)
-                    img[(oy + yy) * SIDE + ox + xx] = (uint8_t)(150 + nl_rng_below(&r, 106));
+                for (int xx = 0; xx < 4; xx++) {
+                    uint8_t v = (uint8_t)(150 + nl_rng_below(&r, 106));
+                    int at = (oy + yy) * SIDE + ox + xx;
+                    if (at < SIDE * SIDE)
+                        img[at] = v;
+                }
             y[i] = k;
         }
         d->split[s].n = n[s];
