@@ -51,24 +51,24 @@ static void clip(int *y0, int *y1, int o, int s, int p, int k, int size)
  * without data-dependent branches, which random data mispredicts half the time. */
 static void maxpool_2x2(const struct nl__window *g, const float *x, float *out, int32_t *arg)
 {
-    const int w = g->w;
+    const int w = g->w, ow = g->ow; /* locals: arg might alias *g for all the compiler knows */
 
     for (int c = 0; c < g->c; c++) {
         for (int oy = 0; oy < g->oh; oy++) {
             const int row = (c * g->h + 2 * oy) * w;
             const float *r0 = x + row, *r1 = r0 + w;
-            for (int ox = 0; ox < g->ow; ox++) {
+            for (int ox = 0; ox < ow; ox++) {
                 float a = r0[2 * ox], b = r0[2 * ox + 1], cc = r1[2 * ox], d = r1[2 * ox + 1];
                 int right_top = b > a, right_bottom = d > cc;
                 float top = b > a ? b : a, bottom = d > cc ? d : cc;
                 int down = bottom > top;
+                int nan = (a != a) | (b != b) | (cc != cc) | (d != d);
+                float m = bottom > top ? bottom : top;
                 arg[ox] = row + 2 * ox + right_top + down * (w + right_bottom - right_top);
-                out[ox] = bottom > top ? bottom : top;
-                if ((a != a) | (b != b) | (cc != cc) | (d != d))
-                    out[ox] = NAN;
+                out[ox] = nan ? NAN : m;
             }
-            out += g->ow;
-            arg += g->ow;
+            out += ow;
+            arg += ow;
         }
     }
 }
