@@ -230,16 +230,22 @@ int cmd_bench(int argc, char **argv)
     rc = load_data(&d, dir, source, sizeof source, &err);
     if (rc < 0)
         return fail(&err);
-    rc = nl_bench_sgemm(&sg, SGEMM_SIZE, (int)threads, 0.3, &err);
+    struct nl_model *built[2] = {NULL, NULL};
+    for (int mi = 0; rc == 0 && mi < nmodels; mi++)
+        rc = build(&built[mi], models[mi], d, &err);
+    if (rc == 0)
+        rc = nl_bench_sgemm(&sg, SGEMM_SIZE, (int)threads, 0.3, &err);
     if (rc < 0) {
+        nl_model_free(built[0]);
+        nl_model_free(built[1]);
         nl_dataset_free(d);
         return fail(&err);
     }
     threads = sg.threads; /* 0 became all cores */
     if (!g.json) {
         printf("data: %s (%u training images)\n", source, d->split[NL_TRAIN].n);
-        printf("machine: %s, %d cores; load average %.2f %.2f %.2f\n", cpu, sg.cores,
-               load[0][0], load[0][1], load[0][2]);
+        printf("machine: %s, %d cores; load average %.2f %.2f %.2f\n", cpu, sg.cores, load[0][0],
+               load[0][1], load[0][2]);
         printf("OpenBLAS sgemm %dx%d: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg.size,
                sg.size, sg.one_gflops, sg.all_gflops, sg.threads);
         printf("training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps\n\n",
@@ -250,10 +256,7 @@ int cmd_bench(int argc, char **argv)
     }
 
     for (int mi = 0; rc == 0 && mi < nmodels; mi++) {
-        struct nl_model *m;
-        rc = build(&m, models[mi], d, &err);
-        if (rc < 0)
-            break;
+        struct nl_model *m = built[mi];
         for (int bi = 0; rc == 0 && bi < nbatches; bi++) {
             const int counts[2] = {1, (int)threads};
             for (int ti = 0; rc == 0 && ti < (threads > 1 ? 2 : 1); ti++) {
@@ -278,8 +281,9 @@ int cmd_bench(int argc, char **argv)
                 }
             }
         }
-        nl_model_free(m);
     }
+    nl_model_free(built[0]);
+    nl_model_free(built[1]);
     if (getloadavg(load[1], 3) < 0)
         memset(load[1], 0, sizeof load[1]);
     if (rc == 0) {
