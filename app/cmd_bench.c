@@ -17,12 +17,45 @@
 #define BENCH_DATA  "/usr/share/datasets/fashion-mnist"
 #define SGEMM_SIZE  512
 #define MAX_RESULTS 16
+#define MAX_REPEAT  9
 
 struct row {
     const char *model;
+    struct nl_model *m;
     double flops; /* per sample */
-    struct nl_bench_train r;
+    int batch, threads;
+    struct nl_bench_train runs[MAX_REPEAT]; /* one per round */
+    struct nl_bench_train r;                /* the round of median speed */
 };
+
+/* The run of median images/s among n (the lower middle one when n is even). */
+static struct nl_bench_train median_run(const struct nl_bench_train *runs, int n)
+{
+    int order[MAX_REPEAT];
+
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i;
+             j > 0 && runs[order[j]].images_per_second < runs[order[j - 1]].images_per_second;
+             j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    return runs[order[(n - 1) / 2]];
+}
+
+static void print_row(const struct row *w, const struct nl_bench_train *r,
+                      const struct nl_bench_sgemm *sg)
+{
+    double peak = r->threads > 1 ? sg->all_gflops : sg->one_gflops;
+
+    printf("%-8s %6d %8d %10.0f %10.2f %9.1f %7.0f%% %12.0f\n", w->model, r->batch, r->threads,
+           r->images_per_second, w->flops / 1e6, r->gflops, 100.0 * r->gflops / peak,
+           r->peak_rss_mb);
+    fflush(stdout);
+}
 
 /* The CPU's model name from /proc/cpuinfo, or "unknown". */
 static void cpu_model(char *buf, size_t size)
@@ -125,15 +158,15 @@ static int build(struct nl_model **m, const char *name, const struct nl_dataset 
 }
 
 static void print_json(const char *cpu, int cores, const char *source, const struct nl_dataset *d,
-                       int steps, int warmup, const struct nl_bench_sgemm *sg,
+                       int steps, int warmup, int repeat, const struct nl_bench_sgemm *sg,
                        const struct row *rows, int nrows, const double load[2][3])
 {
     printf("{\"event\":\"bench\",\"cpu\":");
     json_str(stdout, cpu);
     printf(",\"cores\":%d,\"data\":", cores);
     json_str(stdout, source);
-    printf(",\"train_samples\":%u,\"steps\":%d,\"warmup_steps\":%d", d->split[NL_TRAIN].n, steps,
-           warmup);
+    printf(",\"train_samples\":%u,\"steps\":%d,\"warmup_steps\":%d,\"rounds\":%d",
+           d->split[NL_TRAIN].n, steps, warmup, repeat);
     printf(",\"sgemm\":{\"size\":%d,\"gflops_1_thread\":", sg->size);
     json_num(stdout, sg->one_gflops);
     printf(",\"threads\":%d,\"gflops_all_threads\":", sg->threads);
@@ -156,7 +189,12 @@ static void print_json(const char *cpu, int cores, const char *source, const str
         json_num(stdout, w->r.peak_rss_mb);
         printf(",\"allocations_per_step\":");
         json_num(stdout, w->r.allocs_per_step);
-        printf("}");
+        printf(",\"images_per_second_rounds\":[");
+        for (int k = 0; k < repeat; k++) {
+            printf("%s", k ? "," : "");
+            json_num(stdout, w->runs[k].images_per_second);
+        }
+        printf("]}");
     }
     printf("],\"process_peak_rss_mb\":");
     json_num(stdout, nl_peak_rss_mb());
@@ -167,17 +205,14 @@ static void print_json(const char *cpu, int cores, const char *source, const str
 int cmd_bench(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"steps", required_argument, NULL, 's'},
-        {"warmup", required_argument, NULL, 'w'},
-        {"model", required_argument, NULL, 'm'},
-        {"batch", required_argument, NULL, 'b'},
-        {"threads", required_argument, NULL, 't'},
-        {"data-dir", required_argument, NULL, 'D'},
-        {NULL, 0, NULL, 0},
+        {"steps", required_argument, NULL, 's'},   {"warmup", required_argument, NULL, 'w'},
+        {"model", required_argument, NULL, 'm'},   {"batch", required_argument, NULL, 'b'},
+        {"threads", required_argument, NULL, 't'}, {"data-dir", required_argument, NULL, 'D'},
+        {"repeat", required_argument, NULL, 'r'},  {NULL, 0, NULL, 0},
     };
     const char *models[2] = {"lenet", "mlp"};
     int nmodels = 2, batches[2] = {64, 256}, nbatches = 2;
-    long steps = 50, warmup = 5, threads = 0;
+    long steps = 50, warmup = 5, threads = 0, repeat = 1;
     const char *dir = BENCH_DATA;
     struct nl_error err = {0};
     long v;
@@ -209,6 +244,11 @@ int cmd_bench(int argc, char **argv)
             break;
         case 'D':
             dir = optarg;
+            break;
+        case 'r':
+            if (!parse_int(optarg, 1, MAX_REPEAT, &repeat))
+                return usage_error("bench", "--repeat %s: want a whole number from 1 to %d", optarg,
+                                   MAX_REPEAT);
             break;
         default:
             return usage_error("bench", "unknown option");
@@ -248,39 +288,45 @@ int cmd_bench(int argc, char **argv)
                load[0][1], load[0][2]);
         printf("OpenBLAS sgemm %dx%d: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg.size,
                sg.size, sg.one_gflops, sg.all_gflops, sg.threads);
-        printf("training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps\n\n",
-               steps, warmup);
+        printf(
+            "training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps%s\n\n",
+            steps, warmup, repeat > 1 ? ", median of the rounds" : "");
         printf("%-8s %6s %8s %10s %10s %9s %8s %12s\n", "MODEL", "BATCH", "THREADS", "IMAGES/S",
                "MFLOP/IMG", "GFLOP/S", "OF_PEAK", "PEAK_RSS_MB");
         fflush(stdout);
     }
 
-    for (int mi = 0; rc == 0 && mi < nmodels; mi++) {
-        struct nl_model *m = built[mi];
-        for (int bi = 0; rc == 0 && bi < nbatches; bi++) {
-            const int counts[2] = {1, (int)threads};
-            for (int ti = 0; rc == 0 && ti < (threads > 1 ? 2 : 1); ti++) {
-                struct row *w = &rows[nrows];
-                if (interrupted) {
-                    rc = nl_error_set(&err, NL_ECANCELED, "bench: interrupted");
-                    break;
-                }
+    /* The grid, then `repeat` rounds over it: a load that comes and goes on a shared machine
+     * then touches every row alike, and each row reports its median round. */
+    for (int mi = 0; mi < nmodels; mi++)
+        for (int bi = 0; bi < nbatches; bi++)
+            for (int ti = 0; ti < (threads > 1 ? 2 : 1); ti++) {
+                struct row *w = &rows[nrows++];
+                memset(w, 0, sizeof *w);
                 w->model = models[mi];
-                w->flops = nl_model_train_flops(m);
-                rc = nl_bench_train(&w->r, m, d, batches[bi], counts[ti], (int)warmup, (int)steps,
-                                    &err);
-                if (rc < 0)
-                    break;
-                nrows++;
-                if (!g.json) {
-                    double peak = w->r.threads > 1 ? sg.all_gflops : sg.one_gflops;
-                    printf("%-8s %6d %8d %10.0f %10.2f %9.1f %7.0f%% %12.0f\n", w->model,
-                           w->r.batch, w->r.threads, w->r.images_per_second, w->flops / 1e6,
-                           w->r.gflops, 100.0 * w->r.gflops / peak, w->r.peak_rss_mb);
-                    fflush(stdout);
-                }
+                w->m = built[mi];
+                w->flops = nl_model_train_flops(built[mi]);
+                w->batch = batches[bi];
+                w->threads = ti == 0 ? 1 : (int)threads;
             }
+    for (int rep = 0; rc == 0 && rep < repeat; rep++) {
+        for (int i = 0; rc == 0 && i < nrows; i++) {
+            struct row *w = &rows[i];
+            if (interrupted) {
+                rc = nl_error_set(&err, NL_ECANCELED, "bench: interrupted");
+                break;
+            }
+            rc = nl_bench_train(&w->runs[rep], w->m, d, w->batch, w->threads, (int)warmup,
+                                (int)steps, &err);
+            if (rc == 0 && repeat == 1 && !g.json)
+                print_row(w, &w->runs[0], &sg);
         }
+    }
+    for (int i = 0; rc == 0 && i < nrows; i++) {
+        struct row *w = &rows[i];
+        w->r = median_run(w->runs, repeat);
+        if (repeat > 1 && !g.json)
+            print_row(w, &w->r, &sg);
     }
     nl_model_free(built[0]);
     nl_model_free(built[1]);
@@ -288,8 +334,8 @@ int cmd_bench(int argc, char **argv)
         memset(load[1], 0, sizeof load[1]);
     if (rc == 0) {
         if (g.json) {
-            print_json(cpu, sg.cores, source, d, (int)steps, (int)warmup, &sg, rows, nrows,
-                       (const double(*)[3])load);
+            print_json(cpu, sg.cores, source, d, (int)steps, (int)warmup, (int)repeat, &sg, rows,
+                       nrows, (const double(*)[3])load);
         } else {
             printf("\nOF_PEAK: achieved GFLOP/s of the conv and dense products over the sgemm rate "
                    "on as many threads.\npeak RSS of this process: %.0f MB; load average after: "

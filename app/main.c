@@ -59,6 +59,7 @@ static const struct command commands[] = {
      "      --model NAME    only this model (default: lenet and mlp)\n"
      "      --batch B       only this batch size (default: 64 and 256)\n"
      "      --threads T     the many-thread rows use T threads (default: all cores)\n"
+     "      --repeat N      rounds over all rows, each row showing its median (default 1)\n"
      "      --data-dir DIR  Fashion-MNIST IDX files, used when the store has no 'fashion'\n"
      "                      dataset (default /usr/share/datasets/fashion-mnist)\n"},
 };
