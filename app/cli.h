@@ -99,5 +99,6 @@ int cmd_export(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_hosts(int argc, char **argv); /* with NNLAB_HAVE_SSH only */
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -109,6 +109,16 @@ static const struct command commands[] = {
 #endif
     {"worker", cmd_worker, "[--bind ADDR] [--port-range A-B]",
      "a cluster worker, started by a driver over SSH (not for people)", NULL},
+    {"bench", cmd_bench, "[options]",
+     "measure training speed (lenet, mlp on Fashion-MNIST) against this machine's sgemm rate",
+     "      --steps N       timed training steps per row (default 50)\n"
+     "      --warmup N      untimed steps before them (default 5)\n"
+     "      --model NAME    only this model (default: lenet and mlp)\n"
+     "      --batch B       only this batch size (default: 64 and 256)\n"
+     "      --threads T     the many-thread rows use T threads (default: all cores)\n"
+     "      --repeat N      rounds over all rows, each row showing its median (default 1)\n"
+     "      --data-dir DIR  Fashion-MNIST IDX files, used when the store has no 'fashion'\n"
+     "                      dataset (default /usr/share/datasets/fashion-mnist)\n"},
 };
 
 static const char global_help[] =

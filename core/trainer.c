@@ -12,7 +12,8 @@
 #include "nnlab/alloc.h"
 #include "pool.h"
 
-#define EVAL_SHARD 128 /* samples per thread per forward pass when evaluating */
+#define EVAL_SHARD   128  /* samples per thread per forward pass when evaluating */
+#define REDUCE_CHUNK 2048 /* floats reduced and updated at a time, a multiple of 16 */
 
 struct worker {
     struct nl_exec *exec;
@@ -52,6 +53,7 @@ struct ctx {
     long step;
     float lr; /* of the current step */
     const struct nl_sync *sync;
+    size_t keep_from; /* thread 0's gradient from here on is left for readers after a step */
 };
 
 static double now(void)
@@ -181,7 +183,11 @@ static void step_thread(void *arg, int t, int count)
 
     share(c->batch, t, count, &lo, &hi);
     const int n = (int)(hi - lo);
-    memset(w->grad, 0, m->nreduce * sizeof(float));
+    /* The other threads' buffers are all zeros here: allocated so, and cleared by the reduction
+     * of every step. Thread 0's keeps what its readers after the step needed (the statistics,
+     * and with a synchroniser the whole reduced gradient): clear that now. */
+    if (t == 0 && c->keep_from < m->nreduce)
+        memset(w->grad + c->keep_from, 0, (m->nreduce - c->keep_from) * sizeof(float));
     w->loss = 0.0;
     w->correct = 0;
     if (n > 0) {
@@ -206,21 +212,53 @@ static void step_thread(void *arg, int t, int count)
     if (b > m->nreduce)
         b = m->nreduce;
     float *g = c->w[0].grad;
-    for (int k = 1; k < count && a < b; k++) {
-        const float *gk = c->w[k].grad;
-        for (size_t i = a; i < b; i++)
-            g[i] += gk[i];
+    const size_t tb = b < m->ntrainable ? b : m->ntrainable; /* the trainable part of the slice */
+
+    if (!c->sync && c->clip_value <= 0.0f && c->clip_norm <= 0.0f) {
+        /* Chunk by chunk, while it is in cache: sum into thread 0's buffer, update, and clear
+         * every thread's buffer for the next step. */
+        for (size_t lo_i = a; lo_i < tb; lo_i += REDUCE_CHUNK) {
+            size_t hi_i = lo_i + REDUCE_CHUNK < tb ? lo_i + REDUCE_CHUNK : tb;
+            for (int k = 1; k < count; k++) {
+                float *gk = c->w[k].grad;
+                for (size_t i = lo_i; i < hi_i; i++)
+                    g[i] += gk[i];
+                memset(gk + lo_i, 0, (hi_i - lo_i) * sizeof *gk);
+            }
+            float *state[NL_OPTIM_MAX_STATE];
+            for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
+                state[k] = c->state[k] ? c->state[k] + lo_i : NULL;
+            nl_optim_step(c->optim, c->params + lo_i, g + lo_i, state, hi_i - lo_i, c->step, c->lr);
+            memset(g + lo_i, 0, (hi_i - lo_i) * sizeof *g);
+        }
+        /* Statistics: summed into thread 0's buffer for nl_model_update_stats. */
+        for (int k = 1; k < count; k++) {
+            float *gk = c->w[k].grad;
+            for (size_t i = a > tb ? a : tb; i < b; i++) {
+                g[i] += gk[i];
+                gk[i] = 0.0f;
+            }
+        }
+        return;
     }
-    if (b > m->ntrainable)
-        b = m->ntrainable;
+    /* Clipping needs the whole reduced slice (and, for the norm, every slice); a synchroniser
+     * reads the reduced gradient after the step. */
+    for (int k = 1; k < count; k++) {
+        float *gk = c->w[k].grad;
+        for (size_t i = a; i < b; i++) {
+            g[i] += gk[i];
+            gk[i] = 0.0f;
+        }
+    }
     if (c->clip_value > 0.0f || c->clip_norm > 0.0f)
-        clip_slice(c, w, g, a, b, count);
-    if (a >= b || c->sync)
+        clip_slice(c, w, g, a, tb, count);
+    if (c->sync || a >= tb)
         return; /* a synchroniser updates the parameters itself */
     float *state[NL_OPTIM_MAX_STATE];
     for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
         state[k] = c->state[k] ? c->state[k] + a : NULL;
-    nl_optim_step(c->optim, c->params + a, g + a, state, b - a, c->step, c->lr);
+    nl_optim_step(c->optim, c->params + a, g + a, state, tb - a, c->step, c->lr);
+    memset(g + a, 0, (tb - a) * sizeof *g);
 }
 
 static void eval_thread(void *arg, int t, int count)
@@ -348,6 +386,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
         return rc;
     c.optim = &o->optim;
     c.sync = o->sync;
+    c.keep_from = o->sync ? 0 : m->ntrainable;
     c.augment = &o->augment;
     c.clip_value = o->clip_value;
     c.clip_norm = o->clip_norm;

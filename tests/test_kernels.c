@@ -106,6 +106,20 @@ static void check_sgemm(int ta, int tb, int m, int n, int k)
     free(c2);
 }
 
+static void test_sum(void)
+{
+    static const int sizes[] = {0, 1, 7, 8, 9, 64, 576, 1001};
+    float *x = floats(1001);
+
+    fill(x, 1001, -1, 1);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        int n = sizes[i];
+        is_float(nl_sum(x, n), nl_sum_naive(x, n), 1e-5 * (1 + n),
+                 "sum of %d matches the naive sum", n);
+    }
+    free(x);
+}
+
 static void test_sgemm(void)
 {
     static const int sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {17, 3, 29}, {33, 65, 31}, {5, 2, 300}};
@@ -459,6 +473,7 @@ int main(void)
     nl_rng_seed(&rng, 20240601);
 
     test_sgemm();
+    test_sum();
 
     static const struct geom geoms[] = {
         {2, 5, 6, 3, 3, 1, 1, 0, 0}, {3, 7, 9, 3, 3, 2, 2, 1, 1}, {2, 8, 7, 3, 2, 2, 3, 2, 0},
@@ -484,6 +499,7 @@ int main(void)
     const char *pools[] = {"maxpool", "avgpool"};
     for (int i = 0; i < 2; i++) {
         test_pool(pools[i], 2, (struct nl_shape){3, 8, 8}, 2, 2, 0, 0, 0, 0);
+        test_pool(pools[i], 3, (struct nl_shape){4, 9, 7}, 2, 2, 2, 2, 0, 0);
         test_pool(pools[i], 2, (struct nl_shape){2, 9, 10}, 3, 3, 2, 2, 1, 1);
         test_pool(pools[i], 3, (struct nl_shape){2, 7, 9}, 2, 3, 1, 2, 0, 0);
         test_pool(pools[i], 2, (struct nl_shape){1, 5, 7}, 3, 2, 2, 3, 1, 1);

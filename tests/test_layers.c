@@ -587,9 +587,9 @@ static void test_shapes(void)
            b->init == NL_INIT_ZERO,
        "conv: fan_in C*kh*kw, fan_out F*kh*kw, default init, zero bias");
     is_int((long long)c1.param_count, 520, "conv: 520 parameters");
-    is_int((long long)c1.scratch_per_sample, (25 + 20) * 576,
-           "conv: scratch (K + F) * P per sample");
-    is_int((long long)(c1.aux_bytes + c1.scratch_fixed), 0, "conv: no aux, no fixed scratch");
+    is_int((long long)c1.scratch_fixed, 25 * 576, "conv: scratch K * P, one image's columns");
+    is_int((long long)(c1.aux_bytes + c1.scratch_per_sample), 0,
+           "conv: no aux, no scratch per sample");
 
     struct nl_layer p1 = layer("maxpool", c1.out);
     p1.kh = p1.kw = 2;

@@ -8,6 +8,7 @@
 
 #include "core/store_internal.h"
 #include "nnlab/alloc.h"
+#include "nnlab/bench.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
 #include "nnlab/trainer.h"
@@ -51,9 +52,16 @@ static struct nl_dataset *synthetic(uint32_t ntrain, uint32_t ntest, uint64_t se
             uint8_t *img = x + (size_t)i * SIDE * SIDE;
             for (int p = 0; p < SIDE * SIDE; p++)
                 img[p] = (uint8_t)nl_rng_below(&r, 80);
+            /* A square jittered to the far edge runs past the image; what runs past is dropped
+             * (it used to land in the next image, which then overwrote it, or past the end of
+             * the buffer for the last one). The draws stay the same. */
             for (int yy = 0; yy < 4; yy++)
-                for (int xx = 0; xx < 4; xx++)
-                    img[(oy + yy) * SIDE + ox + xx] = (uint8_t)(150 + nl_rng_below(&r, 106));
+                for (int xx = 0; xx < 4; xx++) {
+                    uint8_t v = (uint8_t)(150 + nl_rng_below(&r, 106));
+                    int at = (oy + yy) * SIDE + ox + xx;
+                    if (at < SIDE * SIDE)
+                        img[at] = v;
+                }
             y[i] = k;
         }
         d->split[s].n = n[s];
@@ -414,6 +422,45 @@ static void test_checkpoints(void)
         diag("could not remove %s", dir);
 }
 
+/* The benchmark's FLOP count against a hand count, and its timed steps: real training steps
+ * that allocate nothing, on one thread and on three. */
+static void test_bench(void)
+{
+    struct nl_dataset *d = synthetic(600, 10, 5);
+    struct nl_model *m = build(conv_spec, d->shape, d->nclasses);
+    struct nl_bench_train r;
+    struct nl_error err = {0};
+
+    if (!m)
+        return;
+    /* conv1 4x3x3 pad 1 on 1x12x12: 4*144*9 multiply-adds, forward and weight gradient only (it
+     * reads the model's input); fc1 16 on 4x6x6: 16*144; fc2 4 on 16: 64; three products each. */
+    double want = 2.0 * (4.0 * 144 * 9 * 2 + 16.0 * 144 * 3 + 64.0 * 3);
+    is_float(nl_model_train_flops(m), want, 1e-9, "conv model: FLOPs per sample");
+    for (int threads = 1; threads <= 3; threads += 2) {
+        /* 600 samples at batch 32: 19 steps an epoch, so 40 steps cross two epochs. */
+        is_int(nl_bench_train(&r, m, d, 32, threads, 3, 40, &err), 0, "%d thread(s): bench runs",
+               threads);
+        is_int(r.steps, 40, "%d thread(s): 40 steps timed", threads);
+        ok(r.images_per_second > 0 && r.seconds > 0, "%d thread(s): %.0f images/s", threads,
+           r.images_per_second);
+        is_float(r.gflops, nl_model_train_flops(m) * r.images_per_second / 1e9, 1e-9,
+                 "%d thread(s): GFLOP/s from FLOPs and images/s", threads);
+        is_float(r.allocs_per_step, 0.0, 0.0,
+                 "%d thread(s): no allocation in the timed steps, epoch boundaries included",
+                 threads);
+        ok(r.peak_rss_mb > 0, "%d thread(s): peak RSS %.1f MB", threads, r.peak_rss_mb);
+    }
+    is_int(nl_bench_train(&r, m, d, 32, 1, 0, 0, &err), NL_EINVAL, "zero steps refused");
+    nl_model_free(m);
+    nl_dataset_free(d);
+
+    struct nl_bench_sgemm sg;
+    is_int(nl_bench_sgemm(&sg, 64, 2, 0.01, &err), 0, "sgemm benchmark runs");
+    ok(sg.one_gflops > 0 && sg.all_gflops > 0 && sg.threads == 2, "sgemm: %.1f and %.1f GFLOP/s",
+       sg.one_gflops, sg.all_gflops);
+}
+
 int main(void)
 {
     test_model_gradient();
@@ -421,5 +468,6 @@ int main(void)
     test_failures();
     test_early_stop();
     test_checkpoints();
+    test_bench();
     return done_testing();
 }

@@ -63,12 +63,12 @@ static void dense_backward(const struct nl_layer *l, const struct nl_bwd *b)
         /* dweight (U, I) += dout^T (U, n) in (n, I); dbias (U) += column sums of dout. */
         nl_sgemm(1, 0, units, in, n, 1.0f, b->dout, units, b->in[0], in, 1.0f, b->dw, in);
         if (!l->no_bias) {
+            /* Row after row, so that the units' sums are independent (and vectorise). */
             float *db = b->dw + l->params[1].offset;
-            for (int u = 0; u < units; u++) {
-                double sum = 0.0;
-                for (int s = 0; s < n; s++)
-                    sum += b->dout[(size_t)s * units + u];
-                db[u] += (float)sum;
+            for (int s = 0; s < n; s++) {
+                const float *row = b->dout + (size_t)s * units;
+                for (int u = 0; u < units; u++)
+                    db[u] += row[u];
             }
         }
     }

@@ -46,11 +46,45 @@ static void clip(int *y0, int *y1, int o, int s, int p, int k, int size)
     *y1 = start + k > size ? size : start + k;
 }
 
+/* The common 2x2 window with stride 2 and no padding, on one sample: the same choices as the
+ * general scan below (the first maximum in row-major order wins, a NaN gives NaN), computed
+ * without data-dependent branches, which random data mispredicts half the time. */
+static void maxpool_2x2(const struct nl__window *g, const float *x, float *out, int32_t *arg)
+{
+    const int w = g->w, ow = g->ow; /* locals: arg might alias *g for all the compiler knows */
+
+    for (int c = 0; c < g->c; c++) {
+        for (int oy = 0; oy < g->oh; oy++) {
+            const int row = (c * g->h + 2 * oy) * w;
+            const float *r0 = x + row, *r1 = r0 + w;
+            for (int ox = 0; ox < ow; ox++) {
+                float a = r0[2 * ox], b = r0[2 * ox + 1], cc = r1[2 * ox], d = r1[2 * ox + 1];
+                int right_top = b > a, right_bottom = d > cc;
+                float top = b > a ? b : a, bottom = d > cc ? d : cc;
+                int down = bottom > top;
+                int nan = (a != a) | (b != b) | (cc != cc) | (d != d);
+                float m = bottom > top ? bottom : top;
+                arg[ox] = row + 2 * ox + right_top + down * (w + right_bottom - right_top);
+                out[ox] = nan ? NAN : m;
+            }
+            out += ow;
+            arg += ow;
+        }
+    }
+}
+
 static void maxpool_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct nl__window g;
     nl__window_get(l, 1, &g);
     size_t in_size = nl_shape_size(l->in[0]), out_size = nl_shape_size(l->out);
+
+    if (g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0) {
+        for (int s = 0; s < f->n; s++)
+            maxpool_2x2(&g, f->in[0] + (size_t)s * in_size, f->out + (size_t)s * out_size,
+                        (int32_t *)f->aux + (size_t)s * out_size);
+        return;
+    }
 
     for (int s = 0; s < f->n; s++) {
         const float *x = f->in[0] + (size_t)s * in_size;

@@ -26,6 +26,11 @@ void nl_im2col_ld(float *cols, int ldc, const float *img, int c, int h, int w, i
 void nl_col2im_ld(float *img, const float *cols, int ldc, int c, int h, int w, int kh, int kw,
                   int sh, int sw, int ph, int pw, int oh, int ow);
 
+/* The sum of x (n): eight interleaved float partial sums, added in double at the end, so the
+ * additions do not wait on one another. Its twin adds one element after another in double. */
+float nl_sum(const float *x, int n);
+float nl_sum_naive(const float *x, int n);
+
 /* Makes OpenBLAS run single-threaded inside the calling threads; call once at start. */
 void nl_kernels_init(void);
 

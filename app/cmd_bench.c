@@ -1,0 +1,348 @@
+/* The bench command: training speed of the shipped models on Fashion-MNIST, on one thread and on
+ * all, beside this machine's OpenBLAS sgemm rate. The measuring is in core/bench.c; this file
+ * finds the data, runs the grid and prints a table or one JSON object. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "nnlab/alloc.h"
+#include "nnlab/bench.h"
+#include "nnlab/dataset.h"
+#include "nnlab/model.h"
+#include "nnlab/spec.h"
+
+#define BENCH_DATA  "/usr/share/datasets/fashion-mnist"
+#define SGEMM_SIZE  512
+#define MAX_RESULTS 16
+#define MAX_REPEAT  9
+
+struct row {
+    const char *model;
+    struct nl_model *m;
+    double flops; /* per sample */
+    int batch, threads;
+    struct nl_bench_train runs[MAX_REPEAT]; /* one per round */
+    struct nl_bench_train r;                /* the round of median speed */
+};
+
+/* The run of median images/s among n (the lower middle one when n is even). */
+static struct nl_bench_train median_run(const struct nl_bench_train *runs, int n)
+{
+    int order[MAX_REPEAT];
+
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i;
+             j > 0 && runs[order[j]].images_per_second < runs[order[j - 1]].images_per_second;
+             j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    return runs[order[(n - 1) / 2]];
+}
+
+static void print_row(const struct row *w, const struct nl_bench_train *r,
+                      const struct nl_bench_sgemm *sg)
+{
+    double peak = r->threads > 1 ? sg->all_gflops : sg->one_gflops;
+
+    printf("%-8s %6d %8d %10.0f %10.2f %9.1f %7.0f%% %12.0f\n", w->model, r->batch, r->threads,
+           r->images_per_second, w->flops / 1e6, r->gflops, 100.0 * r->gflops / peak,
+           r->peak_rss_mb);
+    fflush(stdout);
+}
+
+/* The CPU's model name from /proc/cpuinfo, or "unknown". */
+static void cpu_model(char *buf, size_t size)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+
+    snprintf(buf, size, "unknown");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            colon += 1 + strspn(colon + 1, " \t");
+            colon[strcspn(colon, "\n")] = '\0';
+            snprintf(buf, size, "%s", colon);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* The data: the store's 'fashion' dataset when the store exists and holds one; otherwise
+ * Fashion-MNIST imported from dir into a temporary store that is removed again. *source says
+ * which, for the report. */
+static int load_data(struct nl_dataset **d, const char *dir, char *source, size_t size,
+                     struct nl_error *err)
+{
+    char path[4200], tmp[4096];
+    struct nl_store *store;
+    struct stat st;
+    int rc;
+
+    *d = NULL;
+    if (g.db_path) {
+        snprintf(path, sizeof path, "%s", g.db_path);
+    } else {
+        rc = nl_store_default_path(path, sizeof path, err);
+        if (rc < 0)
+            return rc;
+    }
+    if (stat(path, &st) == 0) {
+        rc = nl_store_open(&store, path, err);
+        if (rc < 0)
+            return rc;
+        rc = nl_dataset_exists(store, "fashion", err);
+        if (rc > 0)
+            rc = nl_dataset_load(store, "fashion", d, err);
+        nl_store_close(store);
+        if (rc < 0)
+            return rc;
+        if (*d) {
+            snprintf(source, size, "dataset 'fashion' of %s", path);
+            return 0;
+        }
+    }
+
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return nl_error_set(err, NL_ENOENT,
+                            "bench: no 'fashion' dataset in the store and no Fashion-MNIST in %s "
+                            "(apt-get install dataset-fashion-mnist, or give --data-dir)",
+                            dir);
+    const char *tmpdir = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/nnlab-bench-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+    if (!mkdtemp(tmp))
+        return nl_error_set(err, NL_EIO, "bench: cannot create a temporary folder %s", tmp);
+    snprintf(path, sizeof path, "%s/bench.db", tmp);
+    rc = nl_store_open(&store, path, err);
+    if (rc == 0) {
+        struct nl_import_opts io = {.seed = 1, .warn = warn_cb};
+        const char *paths[] = {dir};
+        rc = nl_import_idx(store, "fashion", paths, 1, &io, err);
+        if (rc == 0)
+            rc = nl_dataset_load(store, "fashion", d, err);
+        nl_store_close(store);
+    }
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        char file[4300];
+        snprintf(file, sizeof file, "%s%s", path, suffixes[i]);
+        unlink(file);
+    }
+    rmdir(tmp);
+    if (rc == 0)
+        snprintf(source, size, "Fashion-MNIST from %s, imported into a temporary store", dir);
+    return rc;
+}
+
+static int build(struct nl_model **m, const char *name, const struct nl_dataset *d,
+                 struct nl_error *err)
+{
+    struct nl_spec *spec;
+    int rc = nl_spec_load(&spec, name, warn_cb, NULL, err);
+
+    if (rc < 0)
+        return rc;
+    rc = nl_model_build(m, spec, d->shape, d->nclasses, err);
+    nl_spec_free(spec);
+    return rc;
+}
+
+static void print_json(const char *cpu, int cores, const char *source, const struct nl_dataset *d,
+                       int steps, int warmup, int repeat, const struct nl_bench_sgemm *sg,
+                       const struct row *rows, int nrows, const double load[2][3])
+{
+    printf("{\"event\":\"bench\",\"cpu\":");
+    json_str(stdout, cpu);
+    printf(",\"cores\":%d,\"data\":", cores);
+    json_str(stdout, source);
+    printf(",\"train_samples\":%u,\"steps\":%d,\"warmup_steps\":%d,\"rounds\":%d",
+           d->split[NL_TRAIN].n, steps, warmup, repeat);
+    printf(",\"sgemm\":{\"size\":%d,\"gflops_1_thread\":", sg->size);
+    json_num(stdout, sg->one_gflops);
+    printf(",\"threads\":%d,\"gflops_all_threads\":", sg->threads);
+    json_num(stdout, sg->all_gflops);
+    printf("},\"results\":[");
+    for (int i = 0; i < nrows; i++) {
+        const struct row *w = &rows[i];
+        printf("%s{\"model\":", i ? "," : "");
+        json_str(stdout, w->model);
+        printf(",\"batch\":%d,\"threads\":%d,\"steps\":%d,\"seconds\":", w->r.batch, w->r.threads,
+               w->r.steps);
+        json_num(stdout, w->r.seconds);
+        printf(",\"images_per_second\":");
+        json_num(stdout, w->r.images_per_second);
+        printf(",\"mflop_per_image\":");
+        json_num(stdout, w->flops / 1e6);
+        printf(",\"gflops\":");
+        json_num(stdout, w->r.gflops);
+        printf(",\"peak_rss_mb\":");
+        json_num(stdout, w->r.peak_rss_mb);
+        printf(",\"allocations_per_step\":");
+        json_num(stdout, w->r.allocs_per_step);
+        printf(",\"images_per_second_rounds\":[");
+        for (int k = 0; k < repeat; k++) {
+            printf("%s", k ? "," : "");
+            json_num(stdout, w->runs[k].images_per_second);
+        }
+        printf("]}");
+    }
+    printf("],\"process_peak_rss_mb\":");
+    json_num(stdout, nl_peak_rss_mb());
+    printf(",\"load_average_before\":[%.2f,%.2f,%.2f],\"load_average_after\":[%.2f,%.2f,%.2f]}\n",
+           load[0][0], load[0][1], load[0][2], load[1][0], load[1][1], load[1][2]);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"steps", required_argument, NULL, 's'},   {"warmup", required_argument, NULL, 'w'},
+        {"model", required_argument, NULL, 'm'},   {"batch", required_argument, NULL, 'b'},
+        {"threads", required_argument, NULL, 't'}, {"data-dir", required_argument, NULL, 'D'},
+        {"repeat", required_argument, NULL, 'r'},  {NULL, 0, NULL, 0},
+    };
+    const char *models[2] = {"lenet", "mlp"};
+    int nmodels = 2, batches[2] = {64, 256}, nbatches = 2;
+    long steps = 50, warmup = 5, threads = 0, repeat = 1;
+    const char *dir = BENCH_DATA;
+    struct nl_error err = {0};
+    long v;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            if (!parse_int(optarg, 1, 1000000, &steps))
+                return usage_error("bench", "--steps %s: want a whole number from 1", optarg);
+            break;
+        case 'w':
+            if (!parse_int(optarg, 0, 1000000, &warmup))
+                return usage_error("bench", "--warmup %s: want a whole number from 0", optarg);
+            break;
+        case 'm':
+            models[0] = optarg;
+            nmodels = 1;
+            break;
+        case 'b':
+            if (!parse_int(optarg, 1, 1 << 20, &v))
+                return usage_error("bench", "--batch %s: want a whole number from 1", optarg);
+            batches[0] = (int)v;
+            nbatches = 1;
+            break;
+        case 't':
+            if (!parse_int(optarg, 1, 1024, &threads))
+                return usage_error("bench", "--threads %s: want a whole number from 1", optarg);
+            break;
+        case 'D':
+            dir = optarg;
+            break;
+        case 'r':
+            if (!parse_int(optarg, 1, MAX_REPEAT, &repeat))
+                return usage_error("bench", "--repeat %s: want a whole number from 1 to %d", optarg,
+                                   MAX_REPEAT);
+            break;
+        default:
+            return usage_error("bench", "unknown option");
+        }
+    }
+    if (optind < argc)
+        return usage_error("bench", "unexpected argument '%s'", argv[optind]);
+
+    char cpu[256], source[4400];
+    double load[2][3] = {{0}};
+    struct nl_dataset *d;
+    struct nl_bench_sgemm sg;
+    struct row rows[MAX_RESULTS];
+    int nrows = 0, rc;
+
+    cpu_model(cpu, sizeof cpu);
+    if (getloadavg(load[0], 3) < 0)
+        memset(load[0], 0, sizeof load[0]);
+    rc = load_data(&d, dir, source, sizeof source, &err);
+    if (rc < 0)
+        return fail(&err);
+    struct nl_model *built[2] = {NULL, NULL};
+    for (int mi = 0; rc == 0 && mi < nmodels; mi++)
+        rc = build(&built[mi], models[mi], d, &err);
+    if (rc == 0)
+        rc = nl_bench_sgemm(&sg, SGEMM_SIZE, (int)threads, 0.3, &err);
+    if (rc < 0) {
+        nl_model_free(built[0]);
+        nl_model_free(built[1]);
+        nl_dataset_free(d);
+        return fail(&err);
+    }
+    threads = sg.threads; /* 0 became all cores */
+    if (!g.json) {
+        printf("data: %s (%u training images)\n", source, d->split[NL_TRAIN].n);
+        printf("machine: %s, %d cores; load average %.2f %.2f %.2f\n", cpu, sg.cores, load[0][0],
+               load[0][1], load[0][2]);
+        printf("OpenBLAS sgemm %dx%d: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg.size,
+               sg.size, sg.one_gflops, sg.all_gflops, sg.threads);
+        printf(
+            "training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps%s\n\n",
+            steps, warmup, repeat > 1 ? ", median of the rounds" : "");
+        printf("%-8s %6s %8s %10s %10s %9s %8s %12s\n", "MODEL", "BATCH", "THREADS", "IMAGES/S",
+               "MFLOP/IMG", "GFLOP/S", "OF_PEAK", "PEAK_RSS_MB");
+        fflush(stdout);
+    }
+
+    /* The grid, then `repeat` rounds over it: a load that comes and goes on a shared machine
+     * then touches every row alike, and each row reports its median round. */
+    for (int mi = 0; mi < nmodels; mi++)
+        for (int bi = 0; bi < nbatches; bi++)
+            for (int ti = 0; ti < (threads > 1 ? 2 : 1); ti++) {
+                struct row *w = &rows[nrows++];
+                memset(w, 0, sizeof *w);
+                w->model = models[mi];
+                w->m = built[mi];
+                w->flops = nl_model_train_flops(built[mi]);
+                w->batch = batches[bi];
+                w->threads = ti == 0 ? 1 : (int)threads;
+            }
+    for (int rep = 0; rc == 0 && rep < repeat; rep++) {
+        for (int i = 0; rc == 0 && i < nrows; i++) {
+            struct row *w = &rows[i];
+            if (interrupted) {
+                rc = nl_error_set(&err, NL_ECANCELED, "bench: interrupted");
+                break;
+            }
+            rc = nl_bench_train(&w->runs[rep], w->m, d, w->batch, w->threads, (int)warmup,
+                                (int)steps, &err);
+            if (rc == 0 && repeat == 1 && !g.json)
+                print_row(w, &w->runs[0], &sg);
+        }
+    }
+    for (int i = 0; rc == 0 && i < nrows; i++) {
+        struct row *w = &rows[i];
+        w->r = median_run(w->runs, repeat);
+        if (repeat > 1 && !g.json)
+            print_row(w, &w->r, &sg);
+    }
+    nl_model_free(built[0]);
+    nl_model_free(built[1]);
+    if (getloadavg(load[1], 3) < 0)
+        memset(load[1], 0, sizeof load[1]);
+    if (rc == 0) {
+        if (g.json) {
+            print_json(cpu, sg.cores, source, d, (int)steps, (int)warmup, (int)repeat, &sg, rows,
+                       nrows, (const double(*)[3])load);
+        } else {
+            printf("\nOF_PEAK: achieved GFLOP/s of the conv and dense products over the sgemm rate "
+                   "on as many threads.\npeak RSS of this process: %.0f MB; load average after: "
+                   "%.2f %.2f %.2f\n",
+                   nl_peak_rss_mb(), load[1][0], load[1][1], load[1][2]);
+        }
+    }
+    nl_dataset_free(d);
+    return rc < 0 ? fail(&err) : EXIT_OK;
+}

@@ -1,0 +1,249 @@
+/* Speed measurements for `nnlab bench`: see include/nnlab/bench.h. Training is measured through
+ * nl_train itself, with an event hook that times the steps, so the numbers are those of real
+ * training runs. */
+#include "nnlab/bench.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nnlab/alloc.h"
+#include "nnlab/kernels.h"
+#include "nnlab/trainer.h"
+#include "pool.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct sgemm_run {
+    struct nl_pool *pool;
+    int size;
+    double seconds;
+    double *gflops; /* (threads) */
+    int failed;
+};
+
+static void sgemm_thread(void *arg, int t, int count)
+{
+    struct sgemm_run *r = arg;
+    const size_t n = (size_t)r->size;
+    float *a = nl_alloc_floats(n * n), *b = nl_alloc_floats(n * n), *c = nl_alloc_floats(n * n);
+
+    if (a && b && c) {
+        for (size_t i = 0; i < n * n; i++) {
+            a[i] = (float)(i % 13) / 13.0f - 0.5f;
+            b[i] = (float)(i % 7) / 7.0f - 0.5f;
+        }
+        nl_sgemm(0, 0, r->size, r->size, r->size, 1.0f, a, r->size, b, r->size, 0.0f, c, r->size);
+    } else {
+        r->failed = 1;
+    }
+    /* Start together, so that with several threads every product runs beside the others. */
+    nl_pool_barrier(r->pool);
+    if (a && b && c) {
+        long reps = 0;
+        double t0 = now(), elapsed;
+        do {
+            nl_sgemm(0, 0, r->size, r->size, r->size, 1.0f, a, r->size, b, r->size, 0.0f, c,
+                     r->size);
+            reps++;
+            elapsed = now() - t0;
+        } while (elapsed < r->seconds);
+        r->gflops[t] = 2.0 * (double)n * (double)n * (double)n * (double)reps / elapsed / 1e9;
+    }
+    (void)count;
+    nl_free(a);
+    nl_free(b);
+    nl_free(c);
+}
+
+static int sgemm_on(struct sgemm_run *r, int threads, double *total, struct nl_error *err)
+{
+    int rc = nl_pool_new(&r->pool, threads, err);
+
+    if (rc < 0)
+        return rc;
+    r->gflops = nl_calloc((size_t)threads, sizeof *r->gflops);
+    if (!r->gflops) {
+        nl_pool_free(r->pool);
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the sgemm benchmark");
+    }
+    r->failed = 0;
+    nl_pool_run(r->pool, sgemm_thread, r);
+    *total = 0.0;
+    for (int t = 0; t < threads; t++)
+        *total += r->gflops[t];
+    nl_free(r->gflops);
+    nl_pool_free(r->pool);
+    if (r->failed)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %dx%d matrices", r->size, r->size);
+    return 0;
+}
+
+int nl_bench_sgemm(struct nl_bench_sgemm *out, int size, int threads, double seconds,
+                   struct nl_error *err)
+{
+    struct sgemm_run r = {.size = size, .seconds = seconds};
+    int rc;
+
+    memset(out, 0, sizeof *out);
+    if (size < 1 || seconds <= 0)
+        return nl_error_set(err, NL_EINVAL, "sgemm benchmark: size %d, %g s", size, seconds);
+    out->size = size;
+    out->cores = nl_cpu_count();
+    out->threads = threads > 0 ? threads : nl_cpu_count();
+    rc = sgemm_on(&r, 1, &out->one_gflops, err);
+    if (rc == 0)
+        rc = sgemm_on(&r, out->threads, &out->all_gflops, err);
+    return rc;
+}
+
+double nl_model_train_flops(const struct nl_model *m)
+{
+    double flops = 0.0;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        double madds; /* multiply-adds of the forward product */
+        if (strcmp(l->ops->kind, "conv") == 0)
+            madds = (double)nl_shape_size(l->out) * l->in[0].c * l->kh * l->kw;
+        else if (strcmp(l->ops->kind, "dense") == 0)
+            madds = (double)l->units * (double)nl_shape_size(l->in[0]);
+        else
+            continue;
+        int products = 1;              /* forward */
+        products += !l->frozen;        /* weight gradient */
+        products += l->inputs[0] >= 0; /* input gradient, unless the input is the model's */
+        flops += 2.0 * madds * products;
+    }
+    return flops;
+}
+
+double nl_peak_rss_mb(void)
+{
+    struct rusage ru;
+
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0.0;
+    return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
+}
+
+/* Linux: writing 5 to clear_refs resets the peak resident size (VmHWM) to the current one. */
+static int reset_peak_rss(void)
+{
+    int fd = open("/proc/self/clear_refs", O_WRONLY);
+
+    if (fd < 0)
+        return -1;
+    int ok = write(fd, "5", 1) == 1;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+/* VmHWM from /proc/self/status in MiB, or -1. */
+static double vm_hwm_mb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = -1.0;
+
+    if (!f)
+        return -1.0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb < 0 ? -1.0 : kb / 1024.0;
+}
+
+struct watch {
+    int warmup, steps;
+    long events; /* steps done */
+    int counted; /* steps measured */
+    double t_prev;
+    int epoch_prev;
+    long samples_prev;
+    double seconds;
+    long images;
+    uint64_t allocs0, allocs1;
+};
+
+/* After every step: a step is measured as the time from the previous step's event to this one,
+ * when both are in the same epoch (the gap between epochs holds the shuffle and evaluation). */
+static int watch_event(void *ud, const struct nl_event *ev)
+{
+    struct watch *w = ud;
+
+    if (ev->kind != NL_EVENT_ITER)
+        return 0;
+    double t = now();
+    w->events++;
+    if (w->events > w->warmup && ev->epoch == w->epoch_prev) {
+        w->seconds += t - w->t_prev;
+        w->images += ev->samples - w->samples_prev;
+        w->counted++;
+    }
+    if (w->events == (w->warmup > 0 ? w->warmup : 1))
+        w->allocs0 = nl_alloc_count();
+    w->t_prev = t;
+    w->epoch_prev = ev->epoch;
+    w->samples_prev = ev->samples;
+    if (w->counted >= w->steps) {
+        w->allocs1 = nl_alloc_count();
+        return 1;
+    }
+    return 0;
+}
+
+int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct nl_dataset *d,
+                   int batch, int threads, int warmup, int steps, struct nl_error *err)
+{
+    struct nl_train_opts o;
+    struct nl_train_result res;
+    struct watch w = {.warmup = warmup, .steps = steps};
+    struct nl_train_hooks hooks = {watch_event, NULL, &w};
+
+    memset(out, 0, sizeof *out);
+    if (batch < 1 || steps < 1 || warmup < 0 || threads < 0)
+        return nl_error_set(err, NL_EINVAL, "benchmark: batch %d, %d steps, %d warm-up steps",
+                            batch, steps, warmup);
+    if (d->split[NL_TRAIN].n == 0)
+        return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
+    nl_train_defaults(&o);
+    o.batch = batch;
+    o.threads = threads;
+    o.schedule.kind = NL_SCHEDULE_CONSTANT;
+    long iters = ((long)d->split[NL_TRAIN].n + batch - 1) / batch;
+    /* Enough epochs for the steps and one lost at each epoch boundary. */
+    o.epochs = (int)((warmup + steps + 1) / iters + 2);
+    nl_model_init_params(m, 1);
+
+    int reset = reset_peak_rss() == 0;
+    int rc = nl_train(m, d, &o, &hooks, &res, err);
+    if (rc == NL_ECANCELED && w.counted >= steps)
+        rc = 0;
+    if (rc < 0)
+        return rc;
+    if (w.counted < steps || w.seconds <= 0)
+        return nl_error_set(err, NL_EINVAL, "benchmark: only %d of %d steps could be timed",
+                            w.counted, steps);
+    double hwm = reset ? vm_hwm_mb() : -1.0;
+    out->batch = batch;
+    out->threads = threads > 0 ? threads : nl_cpu_count();
+    if (out->threads > batch)
+        out->threads = batch;
+    out->steps = w.counted;
+    out->seconds = w.seconds;
+    out->images_per_second = (double)w.images / w.seconds;
+    out->gflops = nl_model_train_flops(m) * out->images_per_second / 1e9;
+    out->peak_rss_mb = hwm > 0 ? hwm : nl_peak_rss_mb();
+    out->allocs_per_step = (double)(w.allocs1 - w.allocs0) / (double)w.counted;
+    return 0;
+}

@@ -1,0 +1,52 @@
+/* Measuring speed: the machine's OpenBLAS sgemm rate, the arithmetic a model's training costs per
+ * sample, training throughput over a fixed number of steps, and resident memory. What `nnlab
+ * bench` prints is computed here; app/ only formats it. */
+#ifndef NNLAB_BENCH_H
+#define NNLAB_BENCH_H
+
+#include <stdint.h>
+
+#include "nnlab/dataset.h"
+#include "nnlab/error.h"
+#include "nnlab/model.h"
+
+struct nl_bench_sgemm {
+    int size;          /* square matrices, size x size */
+    int cores;         /* cores online */
+    int threads;       /* for all_gflops */
+    double one_gflops; /* one thread alone */
+    double all_gflops; /* every thread at once, each on its own matrices, summed */
+};
+
+/* Times single-threaded OpenBLAS sgemm on size x size matrices for about `seconds` seconds on one
+ * thread, then on `threads` threads at once (0: one per core). */
+int nl_bench_sgemm(struct nl_bench_sgemm *out, int size, int threads, double seconds,
+                   struct nl_error *err);
+
+/* Floating-point operations of one training sample through m, forward and backward: 2 per
+ * multiply-add of the conv and dense products (forward, weight gradient, and input gradient
+ * except for layers that read the model's input, which get none); elementwise layers, pooling,
+ * the loss and the optimizer are not counted. */
+double nl_model_train_flops(const struct nl_model *m);
+
+struct nl_bench_train {
+    int batch, threads, steps;
+    double seconds;           /* of the measured steps, warm-up excluded */
+    double images_per_second; /* steps * batch / seconds */
+    double gflops;            /* nl_model_train_flops * images_per_second / 1e9 */
+    double peak_rss_mb;       /* while training (see nl_bench_train) */
+    double allocs_per_step;   /* allocations during the measured steps, per step */
+};
+
+/* Trains m (re-initialised with seed 1) on d's train split with SGD (lr 0.05, momentum 0.9,
+ * constant rate) for `warmup` steps and then `steps` measured steps, on `threads` threads (0: one
+ * per core). The steps may cross epochs; the data order is the trainer's. Where Linux allows it,
+ * the peak resident memory is reset before training, so peak_rss_mb is this run's peak (the
+ * dataset in memory included); elsewhere it is the process's peak so far. */
+int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct nl_dataset *d,
+                   int batch, int threads, int warmup, int steps, struct nl_error *err);
+
+/* The process's peak resident memory so far, in MiB (getrusage). */
+double nl_peak_rss_mb(void);
+
+#endif

@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""nnlab against PyTorch on Fashion-MNIST: a benchmark, not a test (meson test does not run it).
+
+Trains the same model with the same settings (batch, SGD lr 0.05 momentum 0.9 at a constant rate,
+threads) for one epoch in PyTorch (torch_reference.py beside this file) and in nnlab
+(`nnlab train --schedule constant`), alternating the two, RUNS times each, and prints every run,
+then the medians and the ratio nnlab / PyTorch in images per second for each model and thread
+count. Each run's peak resident memory comes from wait4(); "others" is the average number of
+cores that other processes kept busy during the run (from /proc/stat), so a loaded machine shows.
+
+  tests/bench/compare_torch.py                      # lenet and mlp, 1 and 2 threads, 3 runs each
+  tests/bench/compare_torch.py --models lenet --threads 2 --runs 5
+
+PyTorch must import in some Python: /usr/bin/python3 (Debian's python3-torch) is tried first,
+then --python, then python3 on PATH.
+"""
+import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def find_torch_python(extra):
+    tried = []
+    for py in [extra, "/usr/bin/python3", shutil.which("python3")]:
+        if not py or py in tried:
+            continue
+        tried.append(py)
+        try:
+            ok = subprocess.run([py, "-c", "import torch, numpy"], capture_output=True).returncode == 0
+        except OSError:
+            ok = False
+        if ok:
+            return py
+    sys.exit("compare_torch: no Python that imports torch and numpy (tried %s); "
+             "install python3-torch (apt-get install python3-torch) or give --python" % ", ".join(tried))
+
+
+def busy_jiffies():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v) - v[3] - v[4]  # all but idle and iowait
+
+
+def run_measured(cmd):
+    """Runs cmd; returns (stdout lines, peak RSS MB, cores kept busy by other processes)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    b0, t0 = busy_jiffies(), time.monotonic()
+    with tempfile.TemporaryFile() as errf:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf)
+        out = p.stdout.read().decode()
+        _, status, ru = os.wait4(p.pid, 0)
+        errf.seek(0)
+        err = errf.read().decode(errors="replace")
+    p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - t0
+    busy = (busy_jiffies() - b0) / hz
+    if p.returncode != 0:
+        sys.exit("compare_torch: %s failed (%d):\n%s" % (" ".join(cmd), p.returncode, err))
+    own = ru.ru_utime + ru.ru_stime
+    others = max(0.0, busy - own) / wall if wall > 0 else 0.0
+    return out.splitlines(), ru.ru_maxrss / 1024.0, others
+
+
+def torch_run(py, model, threads, batch):
+    lines, rss, others = run_measured([py, os.path.join(HERE, "torch_reference.py"), "--model", model,
+                                       "--threads", str(threads), "--batch", str(batch), "--epochs", "1"])
+    r = json.loads(lines[-1])
+    return {"ips": r["images_per_second"], "seconds": r["train_seconds"],
+            "acc": r["test_accuracy"], "rss": rss, "others": others}
+
+
+def nnlab_run(exe, db, model, threads, batch):
+    lines, rss, others = run_measured([exe, "--db", db, "--json", "train", "--data", "fashion",
+                                       "--model", model, "--epochs", "1", "--batch", str(batch),
+                                       "--threads", str(threads), "--optim", "sgd", "--lr", "0.05",
+                                       "--momentum", "0.9", "--schedule", "constant", "--seed", "1"])
+    events = [json.loads(l) for l in lines if l.startswith("{")]
+    epoch = [e for e in events if e.get("event") == "epoch"][-1]
+    done = [e for e in events if e.get("event") == "done"][-1]
+    return {"ips": epoch["images_per_second"], "seconds": epoch["train_seconds"],
+            "acc": done["test_accuracy"], "rss": rss, "others": others}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nnlab", default=os.path.join(ROOT, "build", "app", "nnlab"))
+    ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--python", help="a Python that imports torch")
+    ap.add_argument("--models", default="lenet,mlp")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    a = ap.parse_args()
+    if not os.access(a.nnlab, os.X_OK):
+        sys.exit("compare_torch: %s is not an executable; build nnlab first (meson setup build && "
+                 "ninja -C build) or give --nnlab" % a.nnlab)
+    py = find_torch_python(a.python)
+    models = a.models.split(",")
+    threads = [int(t) for t in a.threads.split(",")]
+
+    tmp = tempfile.mkdtemp(prefix="nnlab-compare-")
+    db = os.path.join(tmp, "bench.db")
+    try:
+        subprocess.run([a.nnlab, "--db", db, "--quiet", "import", "fashion", a.data_dir], check=True,
+                       stdout=subprocess.DEVNULL)
+        print("machine: %s; load average %.2f %.2f %.2f; torch from %s" %
+              ((machine(),) + os.getloadavg() + (py,)), flush=True)
+        print("%-6s %-6s %3s %4s %10s %8s %7s %8s %7s" %
+              ("RUN", "WHO", "T", "#", "IMAGES/S", "SECONDS", "TEST", "RSS_MB", "OTHERS"), flush=True)
+        results = {}
+        for model in models:
+            for t in threads:
+                for i in range(a.runs):
+                    for who in ("torch", "nnlab"):
+                        r = (torch_run(py, model, t, a.batch) if who == "torch"
+                             else nnlab_run(a.nnlab, db, model, t, a.batch))
+                        results.setdefault((model, t, who), []).append(r)
+                        print("%-6s %-6s %3d %4d %10.0f %8.2f %7.4f %8.0f %7.2f" %
+                              (model, who, t, i + 1, r["ips"], r["seconds"], r["acc"], r["rss"],
+                               r["others"]), flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    med = lambda rs, k: statistics.median(r[k] for r in rs)
+    summary = []
+    print("\nmedians of %d alternating runs, batch %d, SGD lr 0.05 momentum 0.9 constant, 1 epoch" %
+          (a.runs, a.batch))
+    print("%-6s %3s %12s %12s %7s %10s %10s %9s %9s" % ("MODEL", "T", "TORCH_IMG/S", "NNLAB_IMG/S",
+          "RATIO", "TORCH_ACC", "NNLAB_ACC", "TORCH_MB", "NNLAB_MB"))
+    for model in models:
+        for t in threads:
+            tr, nr = results[(model, t, "torch")], results[(model, t, "nnlab")]
+            row = {"model": model, "threads": t, "batch": a.batch, "runs": a.runs,
+                   "torch_images_per_second": med(tr, "ips"), "nnlab_images_per_second": med(nr, "ips"),
+                   "torch_test_accuracy": med(tr, "acc"), "nnlab_test_accuracy": med(nr, "acc"),
+                   "torch_peak_rss_mb": med(tr, "rss"), "nnlab_peak_rss_mb": med(nr, "rss"),
+                   "others_cores": statistics.mean(r["others"] for r in tr + nr)}
+            row["ratio"] = row["nnlab_images_per_second"] / row["torch_images_per_second"]
+            summary.append(row)
+            print("%-6s %3d %12.0f %12.0f %6.2fx %10.4f %10.4f %9.0f %9.0f" %
+                  (model, t, row["torch_images_per_second"], row["nnlab_images_per_second"],
+                   row["ratio"], row["torch_test_accuracy"], row["nnlab_test_accuracy"],
+                   row["torch_peak_rss_mb"], row["nnlab_peak_rss_mb"]))
+    for model in models:
+        if 1 in threads and len(threads) > 1:
+            hi = max(threads)
+            n1 = med(results[(model, 1, "nnlab")], "ips")
+            nh = med(results[(model, hi, "nnlab")], "ips")
+            print("nnlab %s: %d threads are %.2fx faster than 1" % (model, hi, nh / n1))
+    print("average cores kept busy by other processes during the runs: %.2f" %
+          statistics.mean(r["others"] for rs in results.values() for r in rs))
+    if a.json:
+        print(json.dumps({"machine": machine(), "summary": summary}))
+
+
+def machine():
+    name = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return "%s, %d cores" % (name, os.cpu_count() or 1)
+
+
+if __name__ == "__main__":
+    main()

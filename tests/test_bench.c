@@ -1,0 +1,116 @@
+/* `nnlab bench` end to end through the real binary: usage errors, and with the Fashion-MNIST
+ * package installed, a short JSON run on a temporary store that leaves nothing behind. The
+ * measuring itself (FLOP counts, timed steps without allocation) is tested in test_train. */
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+
+#define FASHION "/usr/share/datasets/fashion-mnist"
+
+static char dir[64], db[128], out_path[160], err_path[160];
+static const char *bin;
+static char out[1 << 16], errtext[1 << 14];
+
+static void slurp(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Runs `nnlab --db DB ARGS`; returns the exit status, output in out and errtext. */
+static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int nnlab(const char *fmt, ...)
+{
+    char args[1024], cmd[2048];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' --db '%s' %s >'%s' 2>'%s' </dev/null", bin, db, args, out_path,
+             err_path);
+    int status = system(cmd);
+    slurp(out_path, out, sizeof out);
+    slurp(err_path, errtext, sizeof errtext);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int count(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* Entries of dir other than . and the test's own output files. */
+static int leftovers(void)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && strcmp(e->d_name, "out") != 0 && strcmp(e->d_name, "err") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+int main(void)
+{
+    struct stat st;
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin) {
+        printf("1..0 # SKIP NNLAB_BIN is not set (run through meson test)\n");
+        return 0;
+    }
+    snprintf(dir, sizeof dir, "/tmp/nnlab-test-bench-XXXXXX");
+    if (!mkdtemp(dir)) {
+        printf("1..0 # SKIP cannot create a temporary folder\n");
+        return 0;
+    }
+    snprintf(db, sizeof db, "%s/none.db", dir);
+    snprintf(out_path, sizeof out_path, "%s/out", dir);
+    snprintf(err_path, sizeof err_path, "%s/err", dir);
+    setenv("TMPDIR", dir, 1); /* where bench makes its temporary store */
+
+    is_int(nnlab("bench --steps 0"), 2, "--steps 0 is a usage error");
+    like(errtext, "--steps 0", "naming the option");
+    is_int(nnlab("bench --model nope.spec"), 1, "an unknown model fails");
+    like(errtext, "nope.spec", "naming it");
+
+    if (stat(FASHION, &st) != 0) {
+        diag("Fashion-MNIST is not installed in " FASHION ": no run of the benchmark itself");
+    } else {
+        is_int(nnlab("--json bench --steps 2 --warmup 1 --model mlp --batch 32 --threads 2"), 0,
+               "a short bench runs");
+        like(out, "\"data\":\"Fashion-MNIST from " FASHION ", imported into a temporary store\"",
+             "with no store, it imports Fashion-MNIST into a temporary one and says so");
+        like(out, "\"gflops_1_thread\":", "the sgemm rate is reported");
+        like(out, "{\"model\":\"mlp\",\"batch\":32,\"threads\":1,\"steps\":2,",
+             "a row on one thread");
+        like(out, "{\"model\":\"mlp\",\"batch\":32,\"threads\":2,\"steps\":2,",
+             "and one on two threads");
+        is_int(count(out, "\"allocations_per_step\":0,"), 2, "timed steps allocate nothing");
+        is_int(leftovers(), 0, "no store created at --db, no temporary store left behind");
+    }
+
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        diag("could not remove %s", dir);
+    return done_testing();
+}
