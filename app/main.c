@@ -139,8 +139,11 @@ static const struct command *find_command(const char *name)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nnlab [--db PATH] [--json] [--quiet] COMMAND [ARGS]\n\n"
-               "nnlab trains neural networks on this machine's cores.\n\nCommands:\n");
+    fprintf(
+        f,
+        "usage: nnlab [--db PATH] [--json] [--quiet] COMMAND [ARGS]\n\n"
+        "nnlab trains neural networks on this machine's cores, or on hosts it reaches over SSH.\n"
+        "With no command and a display, it opens the desktop window.\n\nCommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n%s\nRun 'nnlab COMMAND --help' for a command's options.\n", global_help);
