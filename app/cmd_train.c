@@ -424,6 +424,14 @@ static int resume_session(struct nl_store *store, const char *run_name,
                                                ? epochs[i].val_accuracy
                                                : epochs[i].train_accuracy;
     nl_free(epochs);
+    /* A kill between the last checkpoint and its epoch's record leaves that epoch without one;
+     * its validation accuracy is the checkpoint's, exactly (a count over a fixed split). */
+    if (rc == 0 && cp.epoch > 0 && isnan(watched[cp.epoch - 1]) &&
+        cp.iteration % ((d->split[NL_TRAIN].n + (uint32_t)o.batch - 1) / (uint32_t)o.batch) == 0 &&
+        d->split[NL_VAL].n > 0) {
+        double loss;
+        rc = nl_evaluate(m, d, NL_VAL, o.threads, &loss, &watched[cp.epoch - 1], &err);
+    }
     if (rc == 0 && !(settings = format_settings(&o, m, d->shape, d->nclasses, 0, skipped)))
         rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
     if (rc == 0)

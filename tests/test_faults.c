@@ -271,6 +271,36 @@ static void test_kills(void)
     ok(query_int("SELECT epochs_done FROM runs WHERE name = 'full'") == 5, "5 epochs done");
 }
 
+/* A plateau schedule follows validation accuracy: a run resumed after its epoch's record was
+ * lost (a kill between checkpoint and record) recovers it from the checkpoint and decides the
+ * same. A run of 2 epochs extended to 3 equals one of 3 (the plateau schedule does not depend on
+ * the run's length). */
+static void test_plateau(void)
+{
+    char a[256], b[256];
+
+    is_int(nnlab("train --data syn --model mlp --epochs 3 --batch 32 --threads 2 --lr 0.3 "
+                 "--schedule plateau:1:0.1 --name pl-full --quiet"),
+           0, "a plateau run of 3 epochs");
+    is_int(nnlab("train --data syn --model mlp --epochs 2 --batch 32 --threads 2 --lr 0.3 "
+                 "--schedule plateau:1:0.1 --name pl-part --quiet"),
+           0, "the same run, 2 epochs");
+    sqlite3 *h = NULL;
+    ok(sqlite3_open(db, &h) == SQLITE_OK &&
+           sqlite3_exec(h,
+                        "DELETE FROM epochs WHERE epoch = 2 AND run = (SELECT id FROM runs "
+                        "WHERE name = 'pl-part')",
+                        NULL, NULL, NULL) == SQLITE_OK,
+       "its last epoch's record lost");
+    sqlite3_close(h);
+    is_int(nnlab("train --resume pl-part --epochs 3 --quiet"), 0, "resumed to 3 epochs");
+    snprintf(a, sizeof a, "%s/pl-full.safetensors", dir);
+    snprintf(b, sizeof b, "%s/pl-part.safetensors", dir);
+    nnlab("export pl-full '%s'", a);
+    nnlab("export pl-part '%s'", b);
+    ok(same_file(a, b), "it ends byte-identical to the run of 3");
+}
+
 int main(void)
 {
     char images[256], labels[256], cmd[300];
@@ -298,6 +328,7 @@ int main(void)
     test_options();
     test_on_nan();
     test_kills();
+    test_plateau();
 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
