@@ -299,6 +299,17 @@ static void test_plateau(void)
     nnlab("export pl-full '%s'", a);
     nnlab("export pl-part '%s'", b);
     ok(same_file(a, b), "it ends byte-identical to the run of 3");
+
+    /* A cluster run's optimizer state lived on its workers: resuming one is refused. */
+    ok(sqlite3_open(db, &h) == SQLITE_OK &&
+           sqlite3_exec(h,
+                        "UPDATE runs SET settings = replace(settings, '\"cluster\":false', "
+                        "'\"cluster\":true') WHERE name = 'pl-full'",
+                        NULL, NULL, NULL) == SQLITE_OK,
+       "a run marked as trained on a cluster");
+    sqlite3_close(h);
+    is_int(nnlab("train --resume pl-full --epochs 4"), 1, "does not resume");
+    like(errtext, "cluster runs is not supported yet", "saying so");
 }
 
 int main(void)
