@@ -315,7 +315,8 @@ static int validate_opts(const struct nl_train_opts *o, const struct nl_dataset 
                             o->checkpoint_every);
     if (o->sync && (o->on_nan == NL_ON_NAN_SKIP_BATCH || o->resume))
         return nl_error_set(err, NL_EINVAL,
-                            "skipping batches and resuming run on one machine only");
+                            "skipping batches (on-nan skip-batch) and resuming run on one machine "
+                            "only");
     return nl_optim_validate(&o->optim, err);
 }
 
@@ -516,7 +517,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                     .epochs = o->epochs,
                     .iter = it + 1,
                     .iters = iters,
-                    .loss = c.batch > 0 ? batch_loss / c.batch : 0.0, /* NaN when skipped */
+                    .loss = c.batch > 0 ? batch_loss / c.batch : 0.0, /* not finite: skipped */
                     .accuracy = seen > 0 ? (double)correct / (double)seen : 0.0,
                     .val_loss = NAN,
                     .val_accuracy = NAN,
