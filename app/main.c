@@ -37,7 +37,8 @@ static const struct command commands[] = {
     {"show", cmd_show, "NAME", "show a dataset: classes and counts per split, shape, statistics",
      NULL},
     {"rm", cmd_rm, "NAME", "remove a dataset and its samples from the store", NULL},
-    {"train", cmd_train, "--data NAME --model SPEC [options]", "train a model on a dataset",
+    {"train", cmd_train, "--data NAME --model SPEC [options] | --resume RUN",
+     "train a model on a dataset",
      "      --data NAME       dataset to train on (see nnlab datasets)\n"
      "      --model SPEC      a shipped model (lenet, mlp, resnet8, mobilenet-tiny) or a spec\n"
      "                        file\n"
@@ -67,6 +68,12 @@ static const struct command commands[] = {
      "      --freeze-up-to L  freeze every layer up to and including L\n"
      "      --clip-value V    clamp every gradient value to [-V, V]\n"
      "      --clip-norm N     scale the gradient down to a global L2 norm of at most N\n"
+     "      --on-nan stop|skip-batch  on a NaN or infinite loss: stop (keeping the last\n"
+     "                        checkpoint) or discard that step's update and go on (default stop)\n"
+     "      --checkpoint-every N  also checkpoint every N steps (default: after every epoch)\n"
+     "      --resume RUN      continue a run that was stopped or killed from its latest\n"
+     "                        checkpoint, with its own settings; --epochs N trains it to N\n"
+     "                        epochs in all (also a finished run)\n"
 #if NNLAB_HAVE_SSH
      "Cluster mode (one worker per host, reached over SSH):\n"
      "      --hosts H[:CORES],...  the hosts, in rank order; a host may repeat\n"

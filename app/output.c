@@ -102,6 +102,7 @@ static void print_epoch(const struct nl_event *ev, int tty)
         json_num(stdout, ev->seconds);
         printf(",\"images_per_second\":");
         json_num(stdout, ev->images_per_second);
+        printf(",\"skipped_batches\":%ld", ev->skipped_batches);
         if (ev->nworkers > 0) {
             /* A cluster run: each worker's totals so far. */
             printf(",\"workers\":[");
@@ -126,7 +127,10 @@ static void print_epoch(const struct nl_event *ev, int tty)
         printf("epoch %d/%d  loss %.4f  acc %.4f", ev->epoch, ev->epochs, ev->loss, ev->accuracy);
         if (isfinite(ev->val_accuracy))
             printf("  val_acc %.4f", ev->val_accuracy);
-        printf("  %.1f s  %.0f img/s\n", ev->seconds, ev->images_per_second);
+        printf("  %.1f s  %.0f img/s", ev->seconds, ev->images_per_second);
+        if (ev->skipped_batches > 0)
+            printf("  skipped %ld batches", ev->skipped_batches);
+        printf("\n");
     }
     fflush(stdout);
 }

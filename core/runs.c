@@ -375,6 +375,85 @@ int nl_run_load_params(struct nl_store *s, const struct nl_run_info *run, float 
     return 0;
 }
 
+int nl_run_load_checkpoint(struct nl_store *s, const struct nl_run_info *run, float *params,
+                           size_t nparams, struct nl_run_checkpoint *cp, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    memset(cp, 0, sizeof *cp);
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "SELECT params, optim, epoch, iteration FROM checkpoints WHERE run = ? "
+                           "ORDER BY iteration DESC LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "loading a checkpoint");
+    sqlite3_bind_int64(st, 1, run->id);
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        if (rc == SQLITE_DONE)
+            return nl_error_set(err, NL_ENOENT, "run '%s' has no checkpoint (status %s)", run->name,
+                                run->status);
+        return nl_store_db_error(s, err, "loading a checkpoint");
+    }
+    const size_t bytes = (size_t)sqlite3_column_bytes(st, 0);
+    const size_t obytes = (size_t)sqlite3_column_bytes(st, 1);
+    if (bytes != nparams * sizeof(float) || obytes % sizeof(float) != 0) {
+        sqlite3_finalize(st);
+        return nl_error_set(err, NL_EFORMAT,
+                            "run '%s': its checkpoint holds %zu parameters and %zu bytes of "
+                            "optimizer state, the model has %zu parameters",
+                            run->name, bytes / sizeof(float), obytes, nparams);
+    }
+    if (obytes > 0) {
+        cp->optim = nl_malloc(obytes);
+        if (!cp->optim) {
+            sqlite3_finalize(st);
+            return nl_error_set(err, NL_ENOMEM, "out of memory for a checkpoint");
+        }
+        memcpy(cp->optim, sqlite3_column_blob(st, 1), obytes);
+        cp->optim_floats = obytes / sizeof(float);
+    }
+    memcpy(params, sqlite3_column_blob(st, 0), bytes);
+    cp->epoch = sqlite3_column_int(st, 2);
+    cp->iteration = (long)sqlite3_column_int64(st, 3);
+    sqlite3_finalize(st);
+    return 0;
+}
+
+int nl_run_set_settings(struct nl_store *s, int64_t run, const char *settings_json,
+                        struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    if (sqlite3_prepare_v2(nl_store_sqlite(s), "UPDATE runs SET settings = ? WHERE id = ?", -1, &st,
+                           NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "updating a run's settings");
+    sqlite3_bind_text(st, 1, settings_json, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, run);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "updating a run's settings");
+}
+
+int nl_run_reopen(struct nl_store *s, int64_t run, const char *settings_json, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    if (settings_json && (rc = nl_run_set_settings(s, run, settings_json, err)) < 0)
+        return rc;
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "UPDATE runs SET status = 'running', finished = NULL WHERE id = ?", -1,
+                           &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "reopening a run");
+    sqlite3_bind_int64(st, 1, run);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "reopening a run");
+}
+
 int nl_run_epochs(struct nl_store *s, int64_t run, struct nl_run_epoch **out, int *count,
                   struct nl_error *err)
 {

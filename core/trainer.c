@@ -317,6 +317,15 @@ int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_sp
     return 0;
 }
 
+/* Whether none of p[0, n) is NaN or infinite. */
+static int all_finite(const float *p, size_t n)
+{
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        acc *= p[i]; /* NaN stays NaN; an infinity times 0 is NaN */
+    return acc == 0.0f;
+}
+
 static int validate_opts(const struct nl_train_opts *o, const struct nl_dataset *d,
                          struct nl_error *err)
 {
@@ -336,7 +345,50 @@ static int validate_opts(const struct nl_train_opts *o, const struct nl_dataset 
                             "or more");
     if (d->split[NL_TRAIN].n == 0)
         return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
+    if (o->on_nan != NL_ON_NAN_STOP && o->on_nan != NL_ON_NAN_SKIP_BATCH)
+        return nl_error_set(err, NL_EINVAL, "on-nan %d is neither stop nor skip-batch",
+                            (int)o->on_nan);
+    if (o->checkpoint_every < 0)
+        return nl_error_set(err, NL_EINVAL, "checkpoint-every %ld must be 0 (off) or more",
+                            o->checkpoint_every);
+    if (o->sync && (o->on_nan == NL_ON_NAN_SKIP_BATCH || o->resume))
+        return nl_error_set(err, NL_EINVAL,
+                            "skipping batches (on-nan skip-batch) and resuming run on one machine "
+                            "only");
     return nl_optim_validate(&o->optim, err);
+}
+
+/* Picks up where r left off: the optimizer state and step count into c, the plateau and early
+ * stopping state replayed over the completed epochs. iters: steps per epoch. */
+static int resume_state(struct ctx *c, const struct nl_resume *r, const struct nl_train_opts *o,
+                        long iters, size_t state_floats, struct nl_plateau *plateau,
+                        double *best_acc, int *epochs_since_best, struct nl_error *err)
+{
+    if (r->epoch < 0 || r->epoch > o->epochs || r->iteration < (long)r->epoch * iters ||
+        r->iteration >= (long)(r->epoch + 1) * iters ||
+        (r->epoch == o->epochs && r->iteration != (long)r->epoch * iters))
+        return nl_error_set(err, NL_EFORMAT,
+                            "the checkpoint (epoch %d, step %ld) does not fit a run of %d epochs "
+                            "of %ld steps",
+                            r->epoch, r->iteration, o->epochs, iters);
+    if (r->optim_floats != (r->optim_state ? state_floats : 0) ||
+        (state_floats > 0 && !r->optim_state))
+        return nl_error_set(err, NL_EFORMAT,
+                            "the checkpoint holds %zu floats of optimizer state, %s wants %zu",
+                            r->optim_floats, nl_optim_kind_name(o->optim.kind), state_floats);
+    if (state_floats > 0)
+        memcpy(c->state_block, r->optim_state, state_floats * sizeof(float));
+    c->step = r->iteration;
+    for (int e = 0; r->watched && e < r->epoch; e++) {
+        nl_plateau_update(plateau, &o->schedule, r->watched[e]);
+        if (r->watched[e] > *best_acc + 1e-4) {
+            *best_acc = r->watched[e];
+            *epochs_since_best = 0;
+        } else {
+            (*epochs_since_best)++;
+        }
+    }
+    return 0;
 }
 
 int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,
@@ -347,6 +399,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     int threads = o->threads > 0 ? o->threads : nl_cpu_count();
     struct ctx c;
     uint32_t *order = NULL;
+    float *undo = NULL; /* skip-batch: the parameters and optimizer state before the step */
     struct nl_rng order_rng;
     struct nl_plateau plateau;
     double best_acc = -1.0;
@@ -400,10 +453,37 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     }
     for (int k = 0; k < nstate; k++)
         c.state[k] = c.state_block + (size_t)k * m->ntrainable;
+    const size_t state_floats = (size_t)nstate * m->ntrainable;
+    if (o->on_nan == NL_ON_NAN_SKIP_BATCH) {
+        undo = nl_alloc_floats(m->nparams + state_floats + 1);
+        if (!undo) {
+            rc = nl_error_set(err, NL_ENOMEM, "out of memory for --on-nan skip-batch");
+            goto out;
+        }
+    }
+    int first_epoch = 1;
+    long first_it = 0;
+    if (o->resume) {
+        rc = resume_state(&c, o->resume, o, iters, state_floats, &plateau, &best_acc,
+                          &epochs_since_best, err);
+        if (rc < 0)
+            goto out;
+        first_epoch = o->resume->epoch + 1;
+        first_it = o->resume->iteration - (long)o->resume->epoch * iters;
+        res->epochs = o->resume->epoch;
+    }
+    const long first_step = c.step;
+    /* Within an epoch a checkpoint cannot hold the epoch's training accuracy so far: a run that
+     * judges its epochs by training accuracy (no validation split) for a plateau schedule or
+     * early stopping checkpoints at epoch ends only, so that a resumed run decides the same. */
+    const int mid_checkpoints =
+        o->checkpoint_every > 0 &&
+        (d->split[NL_VAL].n > 0 ||
+         !(o->schedule.kind == NL_SCHEDULE_PLATEAU || o->target_accuracy > 0.0 || o->patience > 0));
 
-    for (int epoch = 1; epoch <= o->epochs; epoch++) {
+    for (int epoch = first_epoch; epoch <= o->epochs; epoch++) {
         double loss_sum = 0.0, t0 = now();
-        long correct = 0, seen = 0;
+        long correct = 0, seen = 0, skipped = 0;
 
         /* Each epoch's order depends only on the seed and the epoch number. */
         nl_rng_seed(&order_rng, o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch);
@@ -413,7 +493,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
             nl_rng_shuffle(&order_rng, order, (size_t)ntrain);
         }
 
-        for (long it = 0; it < iters; it++) {
+        for (long it = epoch == first_epoch ? first_it : 0; it < iters; it++) {
             double batch_loss = 0.0;
             long batch_correct = 0;
 
@@ -432,40 +512,51 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                                   plateau.factor);
             c.step_seed = (o->seed ^ 0xd1b54a32d192ed03ULL) * 0x100000001b3ULL +
                           (uint64_t)c.step * (uint64_t)threads;
+            if (undo) {
+                memcpy(undo, c.params, m->nparams * sizeof(float));
+                memcpy(undo + m->nparams, c.state_block, state_floats * sizeof(float));
+            }
             nl_pool_run(c.pool, step_thread, &c);
             if (o->sync) {
                 rc = o->sync->step(o->sync->ud, c.params, c.w[0].grad, c.step, c.lr, err);
                 if (rc < 0)
                     goto out;
-            } else {
-                nl_model_update_stats(m, c.params, c.w[0].grad, c.batch);
             }
             for (int t = 0; t < threads; t++) {
                 batch_loss += c.w[t].loss;
                 batch_correct += c.w[t].correct;
             }
-            if (!isfinite(batch_loss)) {
+            if (undo && (!isfinite(batch_loss) || !all_finite(c.params, m->nparams))) {
+                memcpy(c.params, undo, m->nparams * sizeof(float));
+                memcpy(c.state_block, undo + m->nparams, state_floats * sizeof(float));
+                skipped++;
+                res->skipped_batches++;
+            } else if (!isfinite(batch_loss)) {
                 rc = nl_error_set(err, NL_ENAN,
-                                  "epoch %d, step %ld: the loss is %s; lower the learning rate "
-                                  "(now %g)",
+                                  "epoch %d, step %ld: the loss is %s; the run keeps its last "
+                                  "checkpoint; lower the learning rate (now %g), or skip such "
+                                  "batches (on-nan skip-batch)",
                                   epoch, it + 1, isnan(batch_loss) ? "NaN" : "infinite",
                                   o->optim.lr);
                 goto out;
+            } else {
+                if (!o->sync)
+                    nl_model_update_stats(m, c.params, c.w[0].grad, c.batch);
+                loss_sum += batch_loss;
+                correct += batch_correct;
+                seen += c.batch;
             }
-            loss_sum += batch_loss;
-            correct += batch_correct;
-            seen += c.batch;
 
             if (hooks && hooks->event) {
                 double elapsed = now() - t0;
-                double per_step = (train_seconds + elapsed) / (double)c.step;
+                double per_step = (train_seconds + elapsed) / (double)(c.step - first_step);
                 struct nl_event ev = {
                     .kind = NL_EVENT_ITER,
                     .epoch = epoch,
                     .epochs = o->epochs,
                     .iter = it + 1,
                     .iters = iters,
-                    .loss = c.batch > 0 ? batch_loss / c.batch : 0.0,
+                    .loss = c.batch > 0 ? batch_loss / c.batch : 0.0, /* not finite: skipped */
                     .accuracy = seen > 0 ? (double)correct / (double)seen : 0.0,
                     .val_loss = NAN,
                     .val_accuracy = NAN,
@@ -481,6 +572,22 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                     rc = nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d", epoch);
                     goto out;
                 }
+            }
+            /* Checkpoints within the epoch; its last step's is the epoch's own, below. */
+            if (mid_checkpoints && c.step % o->checkpoint_every == 0 && it + 1 < iters && hooks &&
+                hooks->checkpoint) {
+                struct nl_checkpoint cp = {
+                    .epoch = epoch - 1,
+                    .iteration = c.step,
+                    .params = c.params,
+                    .nparams = m->nparams,
+                    .optim_state = nstate > 0 && !o->sync ? c.state_block : NULL,
+                    .optim_floats = o->sync ? 0 : state_floats,
+                    .rng = &order_rng,
+                };
+                rc = hooks->checkpoint(hooks->ud, &cp, err);
+                if (rc < 0)
+                    goto out;
             }
         }
         double seconds = now() - t0;
@@ -524,6 +631,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                 .seconds = seconds,
                 .images_per_second = (double)seen / (seconds > 0 ? seconds : 1e-9),
                 .samples = seen,
+                .skipped_batches = skipped,
                 .lr = c.lr,
             };
             if (hooks->event(hooks->ud, &ev)) {
@@ -564,11 +672,13 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
             .test_loss = res->test_loss,
             .seconds = res->seconds,
             .images_per_second = res->images_per_second,
+            .skipped_batches = res->skipped_batches,
         };
         hooks->event(hooks->ud, &ev);
     }
     rc = 0;
 out:
+    nl_free(undo);
     nl_free(order);
     ctx_release(&c);
     return rc;

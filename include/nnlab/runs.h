@@ -65,6 +65,28 @@ int nl_run_get(struct nl_store *s, const char *name, struct nl_run_info *info, c
 int nl_run_load_params(struct nl_store *s, const struct nl_run_info *run, float *params,
                        size_t nparams, struct nl_error *err);
 
+/* The latest checkpoint whole, for resuming a run. */
+struct nl_run_checkpoint {
+    int epoch;      /* epochs completed */
+    long iteration; /* steps completed */
+    float *optim;   /* the optimizer's state arrays, optim_floats floats; NULL when not stored
+                     * (an optimizer without state, or a cluster run); freed with nl_free */
+    size_t optim_floats;
+};
+
+/* Copies the latest checkpoint's parameters into params (nparams floats, which must match) and
+ * gives its position and optimizer state. NL_ENOENT when the run has none. */
+int nl_run_load_checkpoint(struct nl_store *s, const struct nl_run_info *run, float *params,
+                           size_t nparams, struct nl_run_checkpoint *cp, struct nl_error *err);
+
+/* Marks a run as running again (no finish time) and replaces its settings when settings_json is
+ * not NULL: a resumed run continues in its own record. */
+int nl_run_reopen(struct nl_store *s, int64_t run, const char *settings_json, struct nl_error *err);
+
+/* Replaces a run's settings (JSON). */
+int nl_run_set_settings(struct nl_store *s, int64_t run, const char *settings_json,
+                        struct nl_error *err);
+
 /* One epoch of a run as stored by nl_run_record_epoch; NAN where not recorded. */
 struct nl_run_epoch {
     int epoch;

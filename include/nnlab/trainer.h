@@ -21,6 +21,14 @@
 #include "nnlab/rng.h"
 
 struct nl_sync;
+struct nl_resume;
+
+/* What a non-finite batch loss does: stop the run with NL_ENAN (the checkpoints written so far
+ * stay), or discard that step's update and go on. */
+enum nl_on_nan {
+    NL_ON_NAN_STOP = 0,
+    NL_ON_NAN_SKIP_BATCH = 1,
+};
 
 struct nl_train_opts {
     int epochs;  /* >= 1 */
@@ -41,6 +49,34 @@ struct nl_train_opts {
     float clip_value, clip_norm;
     struct nl_augment augment;  /* of training batches; zero: none */
     const struct nl_sync *sync; /* NULL: a local run */
+    /* skip-batch restores the parameters and optimizer state from a copy taken before the step
+     * when the loss or any new parameter is not finite (a copy of both and a scan of the
+     * parameters per step; local runs only). The skipped step still counts for the schedule,
+     * the data order and the optimizer's step number. */
+    enum nl_on_nan on_nan;
+    /* A checkpoint every this many steps as well as after every epoch; 0: per epoch only. A run
+     * without a validation split that follows training accuracy (plateau schedule, early
+     * stopping) checkpoints at epoch ends only: a checkpoint cannot hold an epoch's accuracy so
+     * far. */
+    long checkpoint_every;
+    const struct nl_resume *resume; /* NULL: a fresh run */
+};
+
+/* Where a resumed local run picks up, from one of its checkpoints: the model's parameters are
+ * the checkpoint's, the options the run's own. Each epoch's sample order depends only on the
+ * seed and the epoch, and each step's dropout and augmentation only on the seed, the step and
+ * the thread count, so with the same thread count the run ends as the uninterrupted one would,
+ * bit for bit. */
+struct nl_resume {
+    int epoch;      /* epochs completed */
+    long iteration; /* steps completed: at least epoch whole epochs, less than epoch + 1 */
+    /* The optimizer's state (nl_checkpoint's layout); NULL when the optimizer keeps none. */
+    const float *optim_state;
+    size_t optim_floats;
+    /* For the plateau schedule and early stopping: the accuracy each completed epoch was judged
+     * on (validation, or training without a validation split), epoch values; NULL: unknown,
+     * those start afresh. */
+    const double *watched;
 };
 
 /* A gradient synchroniser makes the trainer one member of a cluster run. Each step the member
@@ -98,6 +134,7 @@ struct nl_event {
     double eta_seconds;       /* ITER: estimated seconds left for the whole run */
     double lr;                /* ITER: the learning rate of this step; EPOCH: of its last */
     long samples;             /* ITER, EPOCH: samples seen in the epoch */
+    long skipped_batches;     /* EPOCH: steps of the epoch skipped for a non-finite loss */
     int nworkers;             /* cluster runs: the workers' own metrics; 0 for local runs */
     const struct nl_worker_metrics *workers;
 };
@@ -129,6 +166,7 @@ struct nl_train_result {
     double test_accuracy, test_loss;   /* NAN without a test split */
     double seconds;                    /* training time, evaluation excluded */
     double images_per_second;
+    long skipped_batches; /* over the run (this session of it, when resumed) */
 };
 
 /* Trains m (its parameters as initialised or loaded) on d's train split. The model must have

@@ -1,0 +1,348 @@
+/* Faults through the real binary: --resume, --on-nan and --checkpoint-every on the command line,
+ * and kill -9 at seeded random moments of a run that checkpoints every few steps. After every
+ * kill the database passes PRAGMA integrity_check and the latest checkpoint loads (nnlab eval);
+ * the run, resumed after each kill and at last to its end, ends with the same weights, byte for
+ * byte, as the same run never interrupted. */
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "tap.h"
+
+enum { KILLS = 8, SIDE = 8 };
+
+static char dir[64], db[128], out_path[160], err_path[160];
+static const char *bin;
+static char out[1 << 16], errtext[1 << 14];
+
+static void slurp(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Runs `nnlab ARGS` with the test's database; returns the exit status, output in out/errtext. */
+static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int nnlab(const char *fmt, ...)
+{
+    char args[2048], cmd[4096];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' --db '%s' %s >'%s' 2>'%s' </dev/null", bin, db, args, out_path,
+             err_path);
+    int status = system(cmd);
+    slurp(out_path, out, sizeof out);
+    slurp(err_path, errtext, sizeof errtext);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void write_be32(gzFile f, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 8), (unsigned char)v};
+    gzwrite(f, b, 4);
+}
+
+/* An IDX pair of n 8x8 images, class k lighting row band k, with some noise. */
+static void write_idx(const char *images, const char *labels, uint32_t n, unsigned seed)
+{
+    gzFile f = gzopen(images, "wb"), g = gzopen(labels, "wb");
+    write_be32(f, 0x803);
+    write_be32(f, n);
+    write_be32(f, SIDE);
+    write_be32(f, SIDE);
+    write_be32(g, 0x801);
+    write_be32(g, n);
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t px[SIDE * SIDE], k = (uint8_t)((i * 7 + seed) % 4);
+        for (int p = 0; p < SIDE * SIDE; p++)
+            px[p] = (uint8_t)((p / SIDE / 2 == k ? 180 : 20) + (p * 13 + i * 5) % 70);
+        gzwrite(f, px, sizeof px);
+        gzwrite(g, &k, 1);
+    }
+    gzclose(f);
+    gzclose(g);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One integer from a query on the test's database (-1 on error), read-only. */
+static long long query_int(const char *sql)
+{
+    sqlite3 *h = NULL;
+    sqlite3_stmt *st = NULL;
+    long long v = -1;
+
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_busy_timeout(h, 5000) == SQLITE_OK &&
+        sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return v;
+}
+
+/* PRAGMA integrity_check's answer (its first row), into buf. */
+static void integrity(char *buf, size_t size)
+{
+    sqlite3 *h = NULL;
+    sqlite3_stmt *st = NULL;
+
+    snprintf(buf, size, "(no answer)");
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
+        sqlite3_busy_timeout(h, 5000) == SQLITE_OK &&
+        sqlite3_prepare_v2(h, "PRAGMA integrity_check", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        snprintf(buf, size, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+}
+
+/* Starts nnlab with args (NULL-terminated, after --db) in the background; its pid. */
+static pid_t spawn(const char *const *args)
+{
+    const char *argv[32];
+    int n = 0;
+
+    argv[n++] = bin;
+    argv[n++] = "--db";
+    argv[n++] = db;
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *o = freopen("/dev/null", "w", stdout);
+        FILE *e = freopen(err_path, "w", stderr);
+        (void)o;
+        (void)e;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static int same_file(const char *a, const char *b)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+#define TRAIN_ARGS                                                                                 \
+    "--epochs", "4", "--batch", "8", "--threads", "2", "--optim", "adam", "--checkpoint-every",    \
+        "5", "--quiet"
+
+static void test_options(void)
+{
+    is_int(nnlab("train --resume nope --data syn"), 2, "--resume with --data is a usage error");
+    like(errtext, "--data", "naming the option");
+    is_int(nnlab("train --resume nope --batch 4"), 2, "--resume with --batch too");
+    like(errtext, "run's own settings", "saying why");
+    is_int(nnlab("train --resume nope --hosts a,b"), 2, "--resume with --hosts too");
+    like(errtext, "cluster", "saying cluster runs do not resume yet");
+    is_int(nnlab("train --on-nan maybe --data syn --model mlp"), 2, "--on-nan wants stop|skip");
+    like(errtext, "--on-nan", "naming the option");
+    is_int(nnlab("train --checkpoint-every 0 --data syn --model mlp"), 2,
+           "--checkpoint-every 0 is a usage error");
+    is_int(nnlab("train --resume nope"), 1, "resuming an unknown run fails");
+    like(errtext, "nope", "naming it");
+}
+
+static void test_on_nan(void)
+{
+    is_int(nnlab("train --data syn --model mlp --epochs 2 --lr 1e5 --momentum 0 --schedule "
+                 "constant --name nan1 --json"),
+           1, "a diverging run stops (on-nan stop)");
+    like(errtext, "epoch 1, step ", "naming the epoch and step");
+    like(errtext, "checkpoint", "and saying the last checkpoint is kept");
+    is_int(nnlab("train --data syn --model mlp --epochs 2 --lr 1e5 --momentum 0 --schedule "
+                 "constant --name nan2 --json --on-nan skip-batch"),
+           0, "with --on-nan skip-batch it goes on");
+    like(out, "\"skipped_batches\":", "the epoch and done lines count skipped batches");
+    ok(strstr(out, "\"skipped_batches\":0,") == NULL || strstr(out, "\"done\"") != NULL,
+       "and a done line");
+    char *done = strstr(out, "\"event\":\"done\"");
+    char *sk = done ? strstr(done, "\"skipped_batches\":") : NULL;
+    long n = sk ? strtol(sk + 18, NULL, 10) : -1;
+    ok(n > 0, "%ld batches skipped", n);
+    ok(query_int("SELECT count(*) FROM runs WHERE name = 'nan2' AND settings LIKE "
+                 "'%\"on_nan\":\"skip-batch\"%' AND settings NOT LIKE "
+                 "'%\"skipped_batches\":0}%'") == 1,
+       "the run's settings record the option and the count");
+}
+
+static void test_kills(void)
+{
+    char a[256], b[256], check[256];
+    const char *full[] = {"train",  "--data", "syn",      "--model", "mlp",
+                          "--name", "full",   TRAIN_ARGS, NULL};
+    const char *part[] = {"train",  "--data", "syn",      "--model", "mlp",
+                          "--name", "part",   TRAIN_ARGS, NULL};
+    const char *resume[] = {"train", "--resume", "part", "--quiet", NULL};
+    int status;
+
+    double t0 = now();
+    pid_t pid = spawn(full);
+    waitpid(pid, &status, 0);
+    const double seconds = now() - t0;
+    ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the uninterrupted run (%.2f s)", seconds);
+
+    /* Kill moments: seeded, a few percent of a whole run each, after the first checkpoint. */
+    srand(20261121);
+    int kills = 0, finished = 0, intact = 0, loads = 0, statuses = 0;
+    pid = spawn(part);
+    for (int i = 0; i < KILLS && !finished; i++) {
+        double wait_from = now();
+        while (query_int("SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE "
+                         "name = 'part'") < 1 &&
+               now() - wait_from < 30)
+            sleep_s(0.005);
+        sleep_s(seconds * (0.02 + 0.08 * (double)rand() / RAND_MAX));
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            finished = 1; /* it ended before this kill */
+            break;
+        }
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        kills++;
+        integrity(check, sizeof check);
+        intact += strcmp(check, "ok") == 0;
+        if (strcmp(check, "ok") != 0)
+            diag("kill %d: integrity_check: %s", i + 1, check);
+        loads += nnlab("eval part --json") == 0;
+        statuses += query_int("SELECT count(*) FROM runs WHERE name = 'part' AND "
+                              "status = 'running'") == 1;
+        if (i + 1 < KILLS)
+            pid = spawn(resume);
+    }
+    diag("%d kills at random moments", kills);
+    ok(kills >= KILLS / 2, "killed %d times (at least %d)", kills, KILLS / 2);
+    is_int(intact, kills, "integrity_check ok after every kill");
+    is_int(loads, kills, "the latest checkpoint loads after every kill (nnlab eval)");
+    is_int(statuses, kills, "a killed run stays 'running'");
+    if (finished)
+        diag("the run ended before the last kills");
+    is_int(nnlab("train --resume part"), finished ? 1 : 0, "resumed to its end");
+    if (finished)
+        like(errtext, "is done", "a run that finished cannot resume without more epochs");
+    is_int(nnlab("runs --json"), 0, "runs");
+    like(out,
+         "\"name\":\"part\",\"dataset\":\"syn\",\"model\":\"mlp\",\"status\":\"done\","
+         "\"epochs\":4",
+         "the resumed run is done, in its own record, with 4 epochs");
+    ok(query_int("SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = 'part'") == 4,
+       "its epochs recorded once each");
+
+    snprintf(a, sizeof a, "%s/full.safetensors", dir);
+    snprintf(b, sizeof b, "%s/part.safetensors", dir);
+    is_int(nnlab("export full '%s'", a), 0, "export the uninterrupted run");
+    is_int(nnlab("export part '%s'", b), 0, "export the interrupted one");
+    ok(same_file(a, b), "killed %d times and resumed, it ends byte-identical", kills);
+
+    /* A finished run trains on with more epochs; the same epochs again are refused. */
+    is_int(nnlab("train --resume full"), 1, "a done run does not resume as it is");
+    like(errtext, "--epochs", "saying to give more epochs");
+    is_int(nnlab("train --resume full --epochs 5 --quiet"), 0, "it trains on to 5 epochs");
+    ok(query_int("SELECT epochs_done FROM runs WHERE name = 'full'") == 5, "5 epochs done");
+}
+
+/* A plateau schedule follows validation accuracy: a run resumed after its epoch's record was
+ * lost (a kill between checkpoint and record) recovers it from the checkpoint and decides the
+ * same. A run of 2 epochs extended to 3 equals one of 3 (the plateau schedule does not depend on
+ * the run's length). */
+static void test_plateau(void)
+{
+    char a[256], b[256];
+
+    is_int(nnlab("train --data syn --model mlp --epochs 3 --batch 32 --threads 2 --lr 0.3 "
+                 "--schedule plateau:1:0.1 --name pl-full --quiet"),
+           0, "a plateau run of 3 epochs");
+    is_int(nnlab("train --data syn --model mlp --epochs 2 --batch 32 --threads 2 --lr 0.3 "
+                 "--schedule plateau:1:0.1 --name pl-part --quiet"),
+           0, "the same run, 2 epochs");
+    sqlite3 *h = NULL;
+    ok(sqlite3_open(db, &h) == SQLITE_OK &&
+           sqlite3_exec(h,
+                        "DELETE FROM epochs WHERE epoch = 2 AND run = (SELECT id FROM runs "
+                        "WHERE name = 'pl-part')",
+                        NULL, NULL, NULL) == SQLITE_OK,
+       "its last epoch's record lost");
+    sqlite3_close(h);
+    is_int(nnlab("train --resume pl-part --epochs 3 --quiet"), 0, "resumed to 3 epochs");
+    snprintf(a, sizeof a, "%s/pl-full.safetensors", dir);
+    snprintf(b, sizeof b, "%s/pl-part.safetensors", dir);
+    nnlab("export pl-full '%s'", a);
+    nnlab("export pl-part '%s'", b);
+    ok(same_file(a, b), "it ends byte-identical to the run of 3");
+
+    /* A cluster run's optimizer state lived on its workers: resuming one is refused. */
+    ok(sqlite3_open(db, &h) == SQLITE_OK &&
+           sqlite3_exec(h,
+                        "UPDATE runs SET settings = replace(settings, '\"cluster\":false', "
+                        "'\"cluster\":true') WHERE name = 'pl-full'",
+                        NULL, NULL, NULL) == SQLITE_OK,
+       "a run marked as trained on a cluster");
+    sqlite3_close(h);
+    is_int(nnlab("train --resume pl-full --epochs 4"), 1, "does not resume");
+    like(errtext, "cluster runs is not supported yet", "saying so");
+}
+
+int main(void)
+{
+    char images[256], labels[256], cmd[300];
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        skip_all("NNLAB_BIN does not name the nnlab binary");
+    snprintf(dir, sizeof dir, "/tmp/nnlab-faults-XXXXXX");
+    if (!mkdtemp(dir))
+        skip_all("cannot make a temporary directory");
+    snprintf(db, sizeof db, "%s/nnlab.db", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/syn'", dir);
+    if (system(cmd) != 0)
+        skip_all("cannot make a folder");
+    snprintf(images, sizeof images, "%s/syn/train-images-idx3-ubyte.gz", dir);
+    snprintf(labels, sizeof labels, "%s/syn/train-labels-idx1-ubyte.gz", dir);
+    write_idx(images, labels, 1500, 1);
+    snprintf(images, sizeof images, "%s/syn/t10k-images-idx3-ubyte.gz", dir);
+    snprintf(labels, sizeof labels, "%s/syn/t10k-labels-idx1-ubyte.gz", dir);
+    write_idx(images, labels, 200, 3);
+    is_int(nnlab("import syn '%s/syn' --val 0.2", dir), 0, "import a synthetic IDX folder");
+
+    test_options();
+    test_on_nan();
+    test_kills();
+    test_plateau();
+
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        diag("could not remove %s", dir);
+    return done_testing();
+}
