@@ -346,33 +346,11 @@ int nl_run_get(struct nl_store *s, const char *name, struct nl_run_info *info, c
 int nl_run_load_params(struct nl_store *s, const struct nl_run_info *run, float *params,
                        size_t nparams, struct nl_error *err)
 {
-    sqlite3_stmt *st;
-    int rc;
+    struct nl_run_checkpoint cp;
+    int rc = nl_run_load_checkpoint(s, run, params, nparams, &cp, err);
 
-    if (sqlite3_prepare_v2(nl_store_sqlite(s),
-                           "SELECT params FROM checkpoints WHERE run = ? "
-                           "ORDER BY iteration DESC LIMIT 1",
-                           -1, &st, NULL) != SQLITE_OK)
-        return nl_store_db_error(s, err, "loading a checkpoint");
-    sqlite3_bind_int64(st, 1, run->id);
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        sqlite3_finalize(st);
-        if (rc == SQLITE_DONE)
-            return nl_error_set(err, NL_ENOENT, "run '%s' has no checkpoint (status %s)", run->name,
-                                run->status);
-        return nl_store_db_error(s, err, "loading a checkpoint");
-    }
-    size_t bytes = (size_t)sqlite3_column_bytes(st, 0);
-    if (bytes != nparams * sizeof(float)) {
-        sqlite3_finalize(st);
-        return nl_error_set(err, NL_EFORMAT,
-                            "run '%s': its checkpoint holds %zu parameters, the model has %zu",
-                            run->name, bytes / sizeof(float), nparams);
-    }
-    memcpy(params, sqlite3_column_blob(st, 0), bytes);
-    sqlite3_finalize(st);
-    return 0;
+    nl_free(cp.optim);
+    return rc;
 }
 
 int nl_run_load_checkpoint(struct nl_store *s, const struct nl_run_info *run, float *params,
