@@ -12,40 +12,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "nnlab_cli.h"
 #include "tap.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist"
-
-static char dir[64], db[128], out_path[160], err_path[160];
-static const char *bin;
-static char out[1 << 16], errtext[1 << 14];
-
-static void slurp(const char *path, char *buf, size_t size)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
-/* Runs `nnlab ARGS` with the test's database; returns the exit status, output in out/errtext. */
-static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int nnlab(const char *fmt, ...)
-{
-    char args[2048], cmd[4096];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' --db '%s' %s >'%s' 2>'%s' </dev/null", bin, db, args, out_path,
-             err_path);
-    int status = system(cmd);
-    slurp(out_path, out, sizeof out);
-    slurp(err_path, errtext, sizeof errtext);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 /* Whether every line of out parses as a JSON object (Python's parser, which meson brings). */
 static int json_lines(void)
