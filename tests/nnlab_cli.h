@@ -1,7 +1,7 @@
 /* Running the real nnlab binary from a TAP test: nnlab("ARGS") runs `$NNLAB_BIN --db DB ARGS`
  * with no standard input and returns its exit status (128 + signal when killed), leaving its
  * stdout in out and its stderr in errtext. The test fills bin, db, out_path and err_path (under
- * its own temporary folder, dir) before the first call. Include after tap.h. */
+ * its own temporary folder, dir) before the first call. */
 #ifndef NNLAB_TESTS_CLI_H
 #define NNLAB_TESTS_CLI_H
 
