@@ -21,26 +21,11 @@
 #include "nnlab/spec.h"
 #include "nnlab/trainer.h"
 #include "tap.h"
+#include "test_util.h"
 
 #define H     1e-2
 #define FLOOR 0.1
 #define BOUND 1e-2
-
-static struct nl_rng rng;
-
-static float *floats(size_t count)
-{
-    float *p = calloc(count ? count : 1, sizeof *p);
-    if (!p)
-        exit(1);
-    return p;
-}
-
-static void fill(float *x, size_t count, float lo, float hi)
-{
-    for (size_t i = 0; i < count; i++)
-        x[i] = lo + (hi - lo) * nl_rng_uniform(&rng);
-}
 
 /* ---- one layer with several inputs ---- */
 
@@ -329,22 +314,6 @@ static void gconv_vs_block_diagonal(int c, int f, int groups, const char *what)
 }
 
 /* ---- models ---- */
-
-static struct nl_model *build(const char *text, struct nl_shape in, int classes)
-{
-    struct nl_spec *spec;
-    struct nl_model *m = NULL;
-    struct nl_error err = {0};
-
-    if (nl_spec_parse(&spec, text, "test-spec", NULL, NULL, &err) < 0) {
-        diag("spec: %s", err.msg);
-        return NULL;
-    }
-    if (nl_model_build(&m, spec, in, classes, &err) < 0)
-        diag("build: %s", err.msg);
-    nl_spec_free(spec);
-    return m;
-}
 
 /* A residual block with batchnorm, a concatenated branch and a grouped convolution. Smooth
  * activations only: batchnorm couples every value of a channel, so a perturbation of an early

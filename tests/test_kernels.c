@@ -9,30 +9,7 @@
 #include "nnlab/layer.h"
 #include "nnlab/rng.h"
 #include "tap.h"
-
-static struct nl_rng rng;
-
-static float *floats(size_t count)
-{
-    float *p = calloc(count ? count : 1, sizeof *p);
-    if (!p) {
-        diag("out of memory");
-        exit(1);
-    }
-    return p;
-}
-
-static void fill(float *x, size_t count, float lo, float hi)
-{
-    for (size_t i = 0; i < count; i++)
-        x[i] = lo + (hi - lo) * nl_rng_uniform(&rng);
-}
-
-static void fill_value(float *x, size_t count, float v)
-{
-    for (size_t i = 0; i < count; i++)
-        x[i] = v;
-}
+#include "test_util.h"
 
 /* max |a - b| over count values; NaN when either holds one. */
 static double max_diff(const float *a, const float *b, size_t count)

@@ -20,35 +20,13 @@
 #include "nnlab/layer.h"
 #include "nnlab/rng.h"
 #include "tap.h"
+#include "test_util.h"
 
 #define H     1e-2
 #define FLOOR 0.1
 #define BOUND 1e-2
 
-static struct nl_rng rng;
 static int allocated_in_steps; /* set when a forward or backward allocated through nl_alloc */
-
-static float *floats(size_t count)
-{
-    float *p = calloc(count ? count : 1, sizeof *p);
-    if (!p) {
-        diag("out of memory");
-        exit(1);
-    }
-    return p;
-}
-
-static void fill(float *x, size_t count, float lo, float hi)
-{
-    for (size_t i = 0; i < count; i++)
-        x[i] = lo + (hi - lo) * nl_rng_uniform(&rng);
-}
-
-static void fill_value(float *x, size_t count, float v)
-{
-    for (size_t i = 0; i < count; i++)
-        x[i] = v;
-}
 
 /* Distinct values (k + 0.5 - count/2) * spacing in shuffled order: none closer than spacing to
  * another, none closer than spacing/2 to 0. */

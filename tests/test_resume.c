@@ -12,6 +12,7 @@
 #include "nnlab/spec.h"
 #include "nnlab/trainer.h"
 #include "tap.h"
+#include "test_util.h"
 
 enum { SIDE = 12, CLASSES = 4, MAX_CP = 32, EPOCHS = 3 };
 
@@ -58,22 +59,6 @@ static struct nl_dataset *synthetic(uint32_t ntrain, uint32_t nval, uint64_t see
         d->split[s].y = y;
     }
     return d;
-}
-
-static struct nl_model *build(const char *text, const struct nl_dataset *d)
-{
-    struct nl_spec *spec;
-    struct nl_model *m = NULL;
-    struct nl_error err = {0};
-
-    if (nl_spec_parse(&spec, text, "test-spec", NULL, NULL, &err) < 0) {
-        diag("spec: %s", err.msg);
-        return NULL;
-    }
-    if (nl_model_build(&m, spec, d->shape, d->nclasses, &err) < 0)
-        diag("build: %s", err.msg);
-    nl_spec_free(spec);
-    return m;
 }
 
 static const char spec_text[] = "fc1: dense 32\nrelu\ndropout 0.2\nfc2: dense 4\n";
@@ -128,7 +113,7 @@ static void saved_free(struct saved *s)
 static void check_resume(const char *what, const struct nl_dataset *d, struct nl_train_opts *o,
                          int mid_epoch)
 {
-    struct nl_model *m = build(spec_text, d);
+    struct nl_model *m = build(spec_text, d->shape, d->nclasses);
     struct nl_train_result res;
     struct nl_error err = {0};
     struct saved s = {0};
@@ -155,7 +140,7 @@ static void check_resume(const char *what, const struct nl_dataset *d, struct nl
         struct nl_train_opts ro = *o;
         struct nl_train_result rres;
         ro.resume = &r;
-        m = build(spec_text, d);
+        m = build(spec_text, d->shape, d->nclasses);
         nl_model_init_params(m, o->seed + 99); /* overwritten: the checkpoint's weights */
         memcpy(m->params, s.cp[i].params, m->nparams * sizeof(float));
         int rc = nl_train(m, d, &ro, NULL, &rres, &err);
@@ -204,7 +189,7 @@ static void test_resume(void)
     check_resume("sgd momentum, plateau on validation accuracy", d, &o, 1);
 
     /* A checkpoint that does not fit the run is refused. */
-    struct nl_model *m = build(spec_text, d);
+    struct nl_model *m = build(spec_text, d->shape, d->nclasses);
     struct nl_train_result res;
     struct nl_resume r = {.epoch = 1, .iteration = 3};
     o.resume = &r;
@@ -244,7 +229,7 @@ static int nan_event(void *ud, const struct nl_event *ev)
 static void test_on_nan(void)
 {
     struct nl_dataset *d = synthetic(300, 0, 7);
-    struct nl_model *m = build("fc1: dense 32\ntanh\nfc2: dense 4\n", d);
+    struct nl_model *m = build("fc1: dense 32\ntanh\nfc2: dense 4\n", d->shape, d->nclasses);
     struct nl_train_opts o;
     struct nl_train_result res;
     struct nl_error err = {0};

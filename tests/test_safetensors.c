@@ -11,20 +11,9 @@
 #include "nnlab/alloc.h"
 #include "nnlab/safetensors.h"
 #include "tap.h"
+#include "test_util.h"
 
 static char dir[64];
-
-static struct nl_model *build(const char *text, struct nl_shape in, int classes)
-{
-    struct nl_spec *spec;
-    struct nl_model *m = NULL;
-    struct nl_error err = {0};
-    if (nl_spec_parse(&spec, text, "t", NULL, NULL, &err) < 0 ||
-        nl_model_build(&m, spec, in, classes, &err) < 0)
-        diag("build: %s", err.msg);
-    nl_spec_free(spec);
-    return m;
-}
 
 static const char small[] = "conv1: conv 2 3x3\nrelu\nfc1: dense N\n";
 

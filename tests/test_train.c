@@ -13,6 +13,7 @@
 #include "nnlab/runs.h"
 #include "nnlab/trainer.h"
 #include "tap.h"
+#include "test_util.h"
 
 enum { SIDE = 12, CLASSES = 4 };
 
@@ -71,22 +72,6 @@ static struct nl_dataset *synthetic(uint32_t ntrain, uint32_t ntest, uint64_t se
     return d;
 }
 
-static struct nl_model *build(const char *text, struct nl_shape in, int classes)
-{
-    struct nl_spec *spec;
-    struct nl_model *m = NULL;
-    struct nl_error err = {0};
-
-    if (nl_spec_parse(&spec, text, "test-spec", NULL, NULL, &err) < 0) {
-        diag("spec: %s", err.msg);
-        return NULL;
-    }
-    if (nl_model_build(&m, spec, in, classes, &err) < 0)
-        diag("build: %s", err.msg);
-    nl_spec_free(spec);
-    return m;
-}
-
 static const char conv_spec[] = "conv1: conv 4 3x3 pad=1\n"
                                 "pool1: maxpool 2\n"
                                 "relu\n"
@@ -97,9 +82,9 @@ static const char mlp_spec[] = "fc1: dense 32\nrelu\nfc2: dense N\n";
 
 /* sum(logits * r) for the model's parameters p. */
 static double objective(struct nl_exec *x, const float *p, const float *in, int n, const float *r,
-                        int k, struct nl_rng *rng)
+                        int k, struct nl_rng *gen)
 {
-    const float *logits = nl_exec_forward(x, p, in, n, 0, rng);
+    const float *logits = nl_exec_forward(x, p, in, n, 0, gen);
     double s = 0.0;
     for (int i = 0; i < n * k; i++)
         s += (double)logits[i] * r[i];
@@ -113,7 +98,6 @@ static void test_model_gradient(void)
     struct nl_model *m = build(conv_spec, in, k);
     struct nl_exec *x;
     struct nl_error err = {0};
-    struct nl_rng rng;
 
     ok(m != NULL, "a conv model builds");
     if (!m)
