@@ -197,12 +197,8 @@ int progress_event(void *ud, const struct nl_event *ev)
         }
     } else if (ev->kind == NL_EVENT_EPOCH) {
         print_epoch(ev, p->tty);
+        /* The epoch's metrics were stored with its checkpoint. */
         if (progress_flush(p) < 0) {
-            p->failed = 1;
-            return 1;
-        }
-        if (p->store && p->run_id > 0 &&
-            nl_run_record_epoch(p->store, p->run_id, ev, &p->err) < 0) {
             p->failed = 1;
             return 1;
         }

@@ -127,6 +127,7 @@ int nl_run_create(struct nl_store *s, const char *name, const char *dataset, con
     return nl_run_get(s, chosen, info, NULL, NULL, err);
 }
 
+/* Also used inside nl_run_save_checkpoint's transaction. */
 int nl_run_record_epoch(struct nl_store *s, int64_t run, const struct nl_event *ev,
                         struct nl_error *err)
 {
@@ -148,8 +149,10 @@ int nl_run_record_epoch(struct nl_store *s, int64_t run, const struct nl_event *
     bind_real(st, 7, ev->seconds);
     bind_real(st, 8, ev->images_per_second);
     rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE)
+        rc = nl_store_db_error(s, err, "recording an epoch");
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "recording an epoch");
+    return rc == SQLITE_DONE ? 0 : rc;
 }
 
 int nl_run_record_worker_steps(struct nl_store *s, int64_t run, const struct nl_worker_step *rows,
@@ -223,6 +226,14 @@ int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_chec
         goto fail;
     sqlite3_finalize(st);
     st = NULL;
+    /* The epoch's metrics with its checkpoint: a crash leaves both or neither. */
+    if (cp->metrics) {
+        rc = nl_run_record_epoch(s, run, cp->metrics, err);
+        if (rc < 0) {
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+            return rc;
+        }
+    }
     if (sqlite3_prepare_v2(db,
                            "DELETE FROM checkpoints WHERE run = ?1 AND iteration NOT IN "
                            "(SELECT iteration FROM checkpoints WHERE run = ?1 "

@@ -601,6 +601,24 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
         evaluate(&c, NL_VAL, &val_loss, &val_acc);
         res->val_accuracy = val_acc;
 
+        struct nl_event ev = {
+            .kind = NL_EVENT_EPOCH,
+            .epoch = epoch,
+            .epochs = o->epochs,
+            .iter = iters,
+            .iters = iters,
+            .loss = res->train_loss,
+            .accuracy = res->train_accuracy,
+            .val_loss = val_loss,
+            .val_accuracy = val_acc,
+            .test_accuracy = NAN,
+            .test_loss = NAN,
+            .seconds = seconds,
+            .images_per_second = (double)seen / (seconds > 0 ? seconds : 1e-9),
+            .samples = seen,
+            .skipped_batches = skipped,
+            .lr = c.lr,
+        };
         if (hooks && hooks->checkpoint) {
             struct nl_checkpoint cp = {
                 .epoch = epoch,
@@ -610,34 +628,15 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                 .optim_state = nstate > 0 && !o->sync ? c.state_block : NULL,
                 .optim_floats = o->sync ? 0 : (size_t)nstate * m->ntrainable,
                 .rng = &order_rng,
+                .metrics = &ev,
             };
             rc = hooks->checkpoint(hooks->ud, &cp, err);
             if (rc < 0)
                 goto out;
         }
-        if (hooks && hooks->event) {
-            struct nl_event ev = {
-                .kind = NL_EVENT_EPOCH,
-                .epoch = epoch,
-                .epochs = o->epochs,
-                .iter = iters,
-                .iters = iters,
-                .loss = res->train_loss,
-                .accuracy = res->train_accuracy,
-                .val_loss = val_loss,
-                .val_accuracy = val_acc,
-                .test_accuracy = NAN,
-                .test_loss = NAN,
-                .seconds = seconds,
-                .images_per_second = (double)seen / (seconds > 0 ? seconds : 1e-9),
-                .samples = seen,
-                .skipped_batches = skipped,
-                .lr = c.lr,
-            };
-            if (hooks->event(hooks->ud, &ev)) {
-                rc = nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
-                goto out;
-            }
+        if (hooks && hooks->event && hooks->event(hooks->ud, &ev)) {
+            rc = nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
+            goto out;
         }
 
         /* Plateaus and early stopping watch validation accuracy, or training accuracy when

@@ -379,6 +379,28 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
             return rc;
     }
     res->val_accuracy = val_acc;
+    for (int i = 0; i < run->n; i++) {
+        step_w[i] = run->p[i].total;
+        step_w[i].loss = step_w[i].samples > 0 ? step_w[i].loss / step_w[i].samples : 0.0;
+    }
+    struct nl_event ev = {
+        .kind = NL_EVENT_EPOCH,
+        .epoch = epoch,
+        .epochs = o->epochs,
+        .iter = iters,
+        .iters = iters,
+        .loss = res->train_loss,
+        .accuracy = res->train_accuracy,
+        .val_loss = val_loss,
+        .val_accuracy = val_acc,
+        .test_accuracy = NAN,
+        .test_loss = NAN,
+        .seconds = seconds,
+        .images_per_second = (double)es->samples / (seconds > 0 ? seconds : 1e-9),
+        .samples = es->samples,
+        .nworkers = run->n,
+        .workers = step_w,
+    };
     if (hooks && hooks->checkpoint) {
         /* The data order of a cluster run follows from the seed and the epoch alone
          * (net/partition.c); the generator stored is seeded from them. */
@@ -390,37 +412,14 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
             .params = m->params,
             .nparams = m->nparams,
             .rng = &rng,
+            .metrics = &ev,
         };
         rc = hooks->checkpoint(hooks->ud, &cp, err);
         if (rc < 0)
             return rc;
     }
-    for (int i = 0; i < run->n; i++) {
-        step_w[i] = run->p[i].total;
-        step_w[i].loss = step_w[i].samples > 0 ? step_w[i].loss / step_w[i].samples : 0.0;
-    }
-    if (hooks && hooks->event) {
-        struct nl_event ev = {
-            .kind = NL_EVENT_EPOCH,
-            .epoch = epoch,
-            .epochs = o->epochs,
-            .iter = iters,
-            .iters = iters,
-            .loss = res->train_loss,
-            .accuracy = res->train_accuracy,
-            .val_loss = val_loss,
-            .val_accuracy = val_acc,
-            .test_accuracy = NAN,
-            .test_loss = NAN,
-            .seconds = seconds,
-            .images_per_second = (double)es->samples / (seconds > 0 ? seconds : 1e-9),
-            .samples = es->samples,
-            .nworkers = run->n,
-            .workers = step_w,
-        };
-        if (hooks->event(hooks->ud, &ev))
-            return nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
-    }
+    if (hooks && hooks->event && hooks->event(hooks->ud, &ev))
+        return nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
     es->samples = es->correct = 0;
     es->loss = es->busy = 0;
     return 0;

@@ -393,6 +393,10 @@ static void test_checkpoints(void)
     sqlite3_step(st);
     is_int(sqlite3_column_int(st, 0), 2, "the two latest checkpoints are kept");
     sqlite3_finalize(st);
+    sqlite3_prepare_v2(nl_store_sqlite(store), "SELECT count(*) FROM epochs", -1, &st, NULL);
+    sqlite3_step(st);
+    is_int(sqlite3_column_int(st, 0), 3, "each epoch's metrics are stored with its checkpoint");
+    sqlite3_finalize(st);
     is_int(nl_run_get(store, "nope", &got, NULL, NULL, &err), NL_ENOENT, "unknown run");
     like(err.msg, "nope", "message names it");
 

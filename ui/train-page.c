@@ -30,7 +30,6 @@ struct train_job {
     struct nl_train_opts o;
     struct feed feed;
     gint stop;
-    int record_failed;      /* an epoch could not be stored: err says why */
     struct nl_store *store; /* the thread's own connection */
     int64_t run_id;
     /* Filled by the thread before the done callback. */
@@ -134,13 +133,8 @@ static int on_event(void *ud, const struct nl_event *ev)
         pt.kind = FEED_ITER;
         feed_push(&j->feed, &pt);
     } else if (ev->kind == NL_EVENT_EPOCH) {
+        /* Its metrics were stored with its checkpoint (on_checkpoint). */
         pt.kind = FEED_EPOCH;
-        struct nl_error err = {0};
-        if (nl_run_record_epoch(j->store, j->run_id, ev, &err) < 0) {
-            j->err = err;
-            j->record_failed = 1;
-            return 1;
-        }
         post(h->page, j, MSG_EPOCH, &pt, NULL);
     }
     return g_atomic_int_get(&j->stop);
@@ -279,10 +273,7 @@ static gpointer train_thread(gpointer data)
         struct nl_train_hooks hooks = {on_event, on_checkpoint, h};
         struct nl_error terr = {0};
         rc = nl_train(m, d, &j->o, &hooks, &j->res, &terr);
-        if (j->record_failed)
-            rc = j->err.code; /* a failure, not a stop */
-        else
-            j->err = terr;
+        j->err = terr;
     }
     if (created) {
         struct nl_error ferr = {0};

@@ -46,7 +46,8 @@ struct nl_worker_step {
 int nl_run_record_worker_steps(struct nl_store *s, int64_t run, const struct nl_worker_step *rows,
                                size_t n, struct nl_error *err);
 
-/* Stores a checkpoint and the run's progress in one transaction; keeps the two latest. */
+/* Stores a checkpoint, the run's progress and, when cp->metrics is set, the epoch's metrics in one
+ * transaction; keeps the two latest checkpoints. */
 int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_checkpoint *cp,
                            struct nl_error *err);
 

@@ -148,6 +148,9 @@ struct nl_checkpoint {
     const float *optim_state;
     size_t optim_floats;
     const struct nl_rng *rng; /* the data-order generator at this point */
+    /* At the end of an epoch, its metrics (the NL_EVENT_EPOCH event that follows), to be stored
+     * with the checkpoint in one transaction; NULL for checkpoints within an epoch. */
+    const struct nl_event *metrics;
 };
 
 struct nl_train_hooks {
