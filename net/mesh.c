@@ -4,7 +4,28 @@
  * r+1..size-1 have all joined. Member 0 accepts at once, and a member connects only to members
  * that have finished connecting, so the order cannot deadlock. An accepted connection proves its
  * rank in the handshake; one that fails the handshake, names a rank not expected or a rank
- * already joined is closed and the wait goes on. */
+ * already joined is closed and the wait goes on.
+ *
+ * Anyone can reach a member's port, so the accepting side assumes nothing of a connection:
+ * - It takes every queued connection at once (the listening socket is made non-blocking) and
+ *   runs the handshakes of all of them side by side with poll, each in steps
+ *   (nl_wire_handshake_step), so a silent, half-open or slowly dripping connection never delays
+ *   another's handshake.
+ * - Each accepted connection has HANDSHAKE_MS (or the mesh's timeout when shorter) for its whole
+ *   handshake, then it is closed; at most MAX_PENDING handshakes are open at once, and when a
+ *   new connection comes with all of them taken, the oldest is closed (a member's handshake on
+ *   the same network takes milliseconds, so it is never the oldest for long).
+ * - Lengths are bounded by the handshake frames' sizes before anything is read (net/wire.c).
+ * The connecting side dials with a non-blocking connect bounded by the deadline, and when the
+ * member it dialled closes the connection before the handshake ends (it was busy with junk, or
+ * had not yet reached this mesh and its guard answered), it dials again until the deadline. A
+ * wrong proof is not retried: that is a member without this run's secret.
+ *
+ * After the mesh is formed, the listening socket stays open (the caller owns it, and may form a
+ * mesh on it again). A guard thread then accepts whatever connects there and closes it at once,
+ * so a connection made while the run trains is answered by a close rather than left waiting in
+ * the kernel's queue. nl_mesh_free stops the guard, and so does nl_mesh_connect on the same
+ * socket (the guards are kept in a list by socket, one per socket). */
 #include "nnlab/mesh.h"
 
 #include <arpa/inet.h>
@@ -13,6 +34,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -20,6 +42,9 @@
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
+
+#define HANDSHAKE_MS 3000 /* an accepted connection's whole handshake, at most */
+#define MAX_PENDING  32   /* accepted connections in their handshake at once */
 
 static double now_ms(void)
 {
@@ -98,7 +123,22 @@ static void tune(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-/* Connects to a member, retrying refused connections until the deadline. */
+static int set_blocking(int fd, int blocking)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -1;
+    return fcntl(fd, F_SETFL, blocking ? fl & ~O_NONBLOCK : fl | O_NONBLOCK);
+}
+
+static int wait_ms(double deadline)
+{
+    double left = deadline - now_ms();
+    return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left + 1;
+}
+
+/* Connects to a member, retrying refused connections until the deadline; the connect itself is
+ * bounded by the deadline too (a host that drops packets does not hold it for minutes). */
 static int dial(int *out, const struct nl_member *m, double deadline, struct nl_error *err)
 {
     struct sockaddr_storage ss;
@@ -108,28 +148,148 @@ static int dial(int *out, const struct nl_member *m, double deadline, struct nl_
         return nl_error_set(err, NL_EINVAL, "%s: '%s' is not a numeric IP address", m->name,
                             m->addr);
     for (;;) {
-        int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (s < 0)
             return nl_error_set(err, NL_ENET, "socket: %s", strerror(errno));
-        if (connect(s, (struct sockaddr *)&ss, len) == 0) {
+        int e = 0;
+        if (connect(s, (struct sockaddr *)&ss, len) != 0) {
+            e = errno;
+            if (e == EINPROGRESS || e == EINTR) {
+                struct pollfd p = {.fd = s, .events = POLLOUT};
+                int r;
+                do
+                    r = poll(&p, 1, wait_ms(deadline));
+                while (r < 0 && errno == EINTR);
+                socklen_t el = sizeof e;
+                if (r == 0)
+                    e = ETIMEDOUT;
+                else if (r < 0)
+                    e = errno;
+                else if (getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &el) != 0)
+                    e = errno;
+            }
+        }
+        if (e == 0 && set_blocking(s, 1) == 0) {
             tune(s);
             *out = s;
             return 0;
         }
-        int e = errno;
         close(s);
-        if ((e != ECONNREFUSED && e != EINTR) || now_ms() > deadline)
-            return nl_error_set(err, NL_ENET, "%s (%s:%d): connect: %s", m->name, m->addr, m->port,
-                                strerror(e));
+        if (e == 0)
+            e = errno;
+        if (e != ECONNREFUSED || now_ms() > deadline)
+            return nl_error_set(err, e == ETIMEDOUT ? NL_ETIMEDOUT : NL_ENET,
+                                "%s (%s:%d): connect: %s", m->name, m->addr, m->port, strerror(e));
         struct timespec ts = {0, 20000000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* The guards of listening sockets whose mesh is formed: a thread that accepts and closes. */
+struct guard {
+    int fd;      /* the listening socket */
+    int wake[2]; /* a byte on wake[1] stops the thread */
+    unsigned long id;
+    pthread_t thread;
+    struct guard *next;
+};
+
+static pthread_mutex_t guards_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct guard *guards;
+static unsigned long guards_made;
+
+static void *guard_main(void *arg)
+{
+    struct guard *g = arg;
+
+    for (;;) {
+        struct pollfd p[2] = {{.fd = g->fd, .events = POLLIN},
+                              {.fd = g->wake[0], .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return NULL;
+        }
+        if (p[1].revents)
+            return NULL;
+        for (;;) {
+            int fd = accept(g->fd, NULL, NULL);
+            if (fd >= 0) {
+                close(fd);
+                continue;
+            }
+            const int e = errno;
+            if (e == EINTR || e == ECONNABORTED)
+                continue;
+            if (e != EAGAIN && e != EWOULDBLOCK) {
+                /* Out of descriptors or memory: let the pressure pass rather than spin. */
+                struct timespec ts = {0, 10000000};
+                nanosleep(&ts, NULL);
+            }
+            break;
+        }
+    }
+}
+
+/* Stops and frees the guard with that id (0: none), or with that socket (fd >= 0). */
+static void guard_stop(unsigned long id, int fd)
+{
+    struct guard *g = NULL;
+
+    pthread_mutex_lock(&guards_lock);
+    for (struct guard **pp = &guards; *pp; pp = &(*pp)->next) {
+        if ((id && (*pp)->id == id) || (fd >= 0 && (*pp)->fd == fd)) {
+            g = *pp;
+            *pp = g->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&guards_lock);
+    if (!g)
+        return;
+    char c = 1;
+    while (write(g->wake[1], &c, 1) < 0 && errno == EINTR)
+        ;
+    pthread_join(g->thread, NULL);
+    close(g->wake[0]);
+    close(g->wake[1]);
+    nl_free(g);
+}
+
+/* Starts a guard on a listening socket; its id, or 0 when it could not (then connections wait
+ * in the kernel's queue as they would without one). */
+static unsigned long guard_start(int fd)
+{
+    struct guard *g = nl_calloc(1, sizeof *g);
+
+    if (!g)
+        return 0;
+    g->fd = fd;
+    if (pipe(g->wake) != 0) {
+        nl_free(g);
+        return 0;
+    }
+    fcntl(g->wake[0], F_SETFD, FD_CLOEXEC);
+    fcntl(g->wake[1], F_SETFD, FD_CLOEXEC);
+    if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
+        close(g->wake[0]);
+        close(g->wake[1]);
+        nl_free(g);
+        return 0;
+    }
+    pthread_mutex_lock(&guards_lock);
+    g->id = ++guards_made;
+    g->next = guards;
+    guards = g;
+    pthread_mutex_unlock(&guards_lock);
+    return g->id;
 }
 
 void nl_mesh_free(struct nl_mesh *m)
 {
     if (!m)
         return;
+    guard_stop(m->guard, -1);
     for (int i = 0; m->peers && i < m->size; i++)
         nl_conn_close(&m->peers[i]);
     nl_free(m->peers);
@@ -149,23 +309,119 @@ static void peer_name(char *out, size_t n, const struct nl_member *m)
     snprintf(out, n, "%s (%s:%d)", m->name, m->addr, m->port);
 }
 
+/* Connects to member k and runs the handshake as client, dialling again while k closes the
+ * connection before the handshake ends, until the deadline. */
+static int join(struct nl_conn *c, int rank, int k, const struct nl_member *members,
+                const void *secret, size_t secret_len, int timeout_ms, double deadline,
+                struct nl_error *err)
+{
+    char name[160];
+    int rc;
+
+    peer_name(name, sizeof name, &members[k]);
+    for (;;) {
+        int fd = -1;
+        int32_t id = -1;
+        rc = dial(&fd, &members[k], deadline, err);
+        if (rc < 0)
+            return rc;
+        const int left = wait_ms(deadline);
+        nl_conn_init(c, fd, name, left > 0 ? left : 1);
+        rc = nl_wire_handshake(c, NL_WIRE_CLIENT, secret, secret_len, rank, &id, err);
+        c->timeout_ms = timeout_ms;
+        if (rc == 0 && id != k)
+            rc = nl_error_set(err, NL_EAUTH, "%s: answered as member %d, not %d", name, id, k);
+        if (rc == 0)
+            return 0;
+        nl_conn_close(c);
+        if (rc != NL_ENET || now_ms() > deadline)
+            return rc;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* An accepted connection whose handshake is under way. */
+struct pending {
+    struct nl_conn c;
+    struct nl_wire_hs hs;
+    double deadline;
+};
+
+/* Takes every connection queued on listen_fd into pend (*np of MAX_PENDING), each with its
+ * HELLO sent; the oldest pending one makes room when all are taken. */
+static void accept_all(int listen_fd, struct pending *pend, int *np, int rank, const void *secret,
+                       size_t secret_len, int hs_ms)
+{
+    for (;;) {
+        struct sockaddr_storage from;
+        socklen_t fl = sizeof from;
+        int fd = accept(listen_fd, (struct sockaddr *)&from, &fl);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            return; /* EAGAIN: all taken; anything else: the next poll says more */
+        }
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+        if (*np == MAX_PENDING) {
+            int oldest = 0;
+            for (int i = 1; i < *np; i++)
+                if (pend[i].deadline < pend[oldest].deadline)
+                    oldest = i;
+            nl_conn_close(&pend[oldest].c);
+            pend[oldest] = pend[--*np];
+        }
+        char host[64] = "?", name[160];
+        if (from.ss_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&from)->sin_addr, host, sizeof host);
+        else if (from.ss_family == AF_INET6)
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&from)->sin6_addr, host, sizeof host);
+        tune(fd);
+        snprintf(name, sizeof name, "a connection from %s", host);
+        struct pending *p = &pend[*np];
+        struct nl_error herr = {0};
+        nl_conn_init(&p->c, fd, name, hs_ms);
+        p->deadline = now_ms() + hs_ms;
+        if (nl_wire_handshake_start(&p->hs, &p->c, NL_WIRE_SERVER, secret, secret_len, rank,
+                                    &herr) < 0) {
+            nl_conn_close(&p->c);
+            continue;
+        }
+        ++*np;
+    }
+}
+
 int nl_mesh_connect(struct nl_mesh **out, int rank, int size, int listen_fd,
                     const struct nl_member *members, const void *secret, size_t secret_len,
                     int timeout_ms, struct nl_error *err)
 {
     struct nl_mesh *m;
-    char name[160];
-    int rc = 0;
+    struct pending *pend = NULL;
+    struct pollfd *pfd = NULL;
+    int rc = 0, np = 0;
     const double deadline = now_ms() + timeout_ms;
+    const int hs_ms = timeout_ms < HANDSHAKE_MS ? timeout_ms : HANDSHAKE_MS;
 
     *out = NULL;
     if (size < 1 || rank < 0 || rank >= size)
         return nl_error_set(err, NL_EINVAL, "rank %d of %d members", rank, size);
+    if (secret_len < NL_WIRE_SECRET_MIN)
+        return nl_error_set(err, NL_EINVAL, "the run secret is shorter than %d bytes",
+                            NL_WIRE_SECRET_MIN);
+    /* A mesh formed on this socket before hands it back: its guard stops accepting. */
+    if (listen_fd >= 0)
+        guard_stop(0, listen_fd);
     m = nl_calloc(1, sizeof *m);
     if (m)
         m->peers = nl_calloc((size_t)size, sizeof *m->peers);
-    if (!m || !m->peers) {
+    pend = nl_calloc(MAX_PENDING, sizeof *pend);
+    pfd = nl_calloc(MAX_PENDING + 1, sizeof *pfd);
+    if (!m || !m->peers || !pend || !pfd) {
+        if (m)
+            nl_free(m->peers);
         nl_free(m);
+        nl_free(pend);
+        nl_free(pfd);
         return nl_error_set(err, NL_ENOMEM, "out of memory for a mesh of %d", size);
     }
     m->rank = rank;
@@ -174,62 +430,74 @@ int nl_mesh_connect(struct nl_mesh **out, int rank, int size, int listen_fd,
         m->peers[i].fd = -1;
 
     for (int k = 0; k < rank; k++) {
-        int fd = -1;
-        int32_t id;
-        peer_name(name, sizeof name, &members[k]);
-        rc = dial(&fd, &members[k], deadline, err);
-        if (rc < 0)
-            goto fail;
-        nl_conn_init(&m->peers[k], fd, name, timeout_ms);
-        rc = nl_wire_handshake(&m->peers[k], NL_WIRE_CLIENT, secret, secret_len, rank, &id, err);
-        if (rc == 0 && id != k)
-            rc = nl_error_set(err, NL_EAUTH, "%s: answered as member %d, not %d", name, id, k);
+        rc = join(&m->peers[k], rank, k, members, secret, secret_len, timeout_ms, deadline, err);
         if (rc < 0)
             goto fail;
     }
 
+    if (rank < size - 1 && set_blocking(listen_fd, 0) != 0) {
+        rc = nl_error_set(err, NL_ENET, "%s: listening socket: %s", members[rank].name,
+                          strerror(errno));
+        goto fail;
+    }
     for (int joined = 0; joined < size - 1 - rank;) {
-        struct pollfd p = {.fd = listen_fd, .events = POLLIN};
-        double left = deadline - now_ms();
-        int r = left > 0 ? poll(&p, 1, (int)left) : 0;
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            rc = nl_error_set(err, r == 0 ? NL_ETIMEDOUT : NL_ENET,
-                              "%s: %d of %d members did not connect within %d ms",
-                              members[rank].name, size - 1 - rank - joined, size - 1 - rank,
-                              timeout_ms);
+        /* Wait for a new connection, or more from a pending one, or the next deadline. */
+        double until = deadline;
+        pfd[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        for (int i = 0; i < np; i++) {
+            pfd[1 + i] = (struct pollfd){.fd = pend[i].c.fd, .events = POLLIN};
+            if (pend[i].deadline < until)
+                until = pend[i].deadline;
+        }
+        if (now_ms() >= deadline) {
+            rc = nl_error_set(
+                err, NL_ETIMEDOUT, "%s: %d of %d members did not connect within %d ms",
+                members[rank].name, size - 1 - rank - joined, size - 1 - rank, timeout_ms);
             goto fail;
         }
-        struct sockaddr_storage from;
-        socklen_t fl = sizeof from;
-        int fd = accept(listen_fd, (struct sockaddr *)&from, &fl);
-        if (fd < 0)
-            continue;
-        char host[64] = "?";
-        if (from.ss_family == AF_INET)
-            inet_ntop(AF_INET, &((struct sockaddr_in *)&from)->sin_addr, host, sizeof host);
-        else if (from.ss_family == AF_INET6)
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&from)->sin6_addr, host, sizeof host);
-        tune(fd);
-        struct nl_conn c;
-        struct nl_error herr = {0};
-        int32_t id = -1;
-        snprintf(name, sizeof name, "a connection from %s", host);
-        nl_conn_init(&c, fd, name, timeout_ms);
-        if (nl_wire_handshake(&c, NL_WIRE_SERVER, secret, secret_len, rank, &id, &herr) < 0 ||
-            id <= rank || id >= size || m->peers[id].fd >= 0) {
-            /* Not one of ours: drop it and keep waiting for the members. */
-            nl_conn_close(&c);
-            continue;
+        int r = poll(pfd, (nfds_t)np + 1, wait_ms(until));
+        if (r < 0 && errno != EINTR) {
+            rc = nl_error_set(err, NL_ENET, "%s: waiting for members: %s", members[rank].name,
+                              strerror(errno));
+            goto fail;
         }
-        peer_name(c.peer, sizeof c.peer, &members[id]);
-        m->peers[id] = c;
-        joined++;
+        /* Move every pending handshake on; drop the failed and the late. */
+        const double now = now_ms();
+        for (int i = np - 1; i >= 0; i--) {
+            struct nl_error herr = {0};
+            int32_t id = -1;
+            int step = 0;
+            if (r > 0 && pfd[1 + i].revents)
+                step = nl_wire_handshake_step(&pend[i].hs, &pend[i].c, &id, &herr);
+            if (step == 0 && now < pend[i].deadline)
+                continue;
+            if (step == 1 && id > rank && id < size && m->peers[id].fd < 0) {
+                m->peers[id] = pend[i].c;
+                m->peers[id].timeout_ms = timeout_ms;
+                peer_name(m->peers[id].peer, sizeof m->peers[id].peer, &members[id]);
+                joined++;
+            } else {
+                /* Not one of ours, or not in time: drop it and keep waiting for the members. */
+                nl_conn_close(&pend[i].c);
+            }
+            pend[i] = pend[--np];
+        }
+        if (r > 0 && pfd[0].revents)
+            accept_all(listen_fd, pend, &np, rank, secret, secret_len, hs_ms);
     }
+    for (int i = 0; i < np; i++)
+        nl_conn_close(&pend[i].c);
+    nl_free(pend);
+    nl_free(pfd);
+    if (listen_fd >= 0 && set_blocking(listen_fd, 0) == 0)
+        m->guard = guard_start(listen_fd);
     *out = m;
     return 0;
 fail:
+    for (int i = 0; i < np; i++)
+        nl_conn_close(&pend[i].c);
+    nl_free(pend);
+    nl_free(pfd);
     nl_mesh_free(m);
     return rc;
 }

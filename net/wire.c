@@ -16,7 +16,11 @@
  *                     proof cannot be reflected back to the side that made it.
  * Each side sends its HELLO, reads the peer's, sends its AUTH and reads the peer's; a first
  * frame that is not a HELLO of the right size, magic and version, or a second that is not an
- * AUTH with the right proof, ends the connection with NL_EAUTH. Nothing else is read before.
+ * AUTH with the right proof, ends the connection with NL_EAUTH. Nothing else is read before: a
+ * header announcing more than a HELLO's (then an AUTH's) bytes is refused before its payload is
+ * read, and the whole handshake has one deadline, so a peer that sends a byte now and then holds
+ * it no longer than a silent one. The handshake also runs in steps (nl_wire_handshake_step), so
+ * that a listener can take many connections at once and none of them waits for another.
  * Payload formats of the later frames belong to their users (net/allreduce.c, net/worker.c).
  * The same framing (without the handshake, which SSH stands in for) runs over a worker's stdin
  * and stdout; on pipes a write that has started may outlast the timeout. */
@@ -28,13 +32,13 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "net/sha256.h"
 #include "nnlab/alloc.h"
 
-#define HELLO_SIZE 48
 static const char magic[8] = {'N', 'N', 'L', 'A', 'B', 'W', 'I', 'R'};
 
 static void put32(unsigned char *p, uint32_t v)
@@ -303,69 +307,160 @@ int nl_wire_random(void *p, size_t n, struct nl_error *err)
 }
 
 static void proof(unsigned char out[NL_SHA256_SIZE], enum nl_wire_role sender,
-                  const unsigned char client_hello[HELLO_SIZE],
-                  const unsigned char server_hello[HELLO_SIZE], const void *secret,
+                  const unsigned char client_hello[NL_WIRE_HELLO],
+                  const unsigned char server_hello[NL_WIRE_HELLO], const void *secret,
                   size_t secret_len)
 {
     static const char labels[2][18] = {"nnlab-wire client", "nnlab-wire server"};
-    unsigned char msg[17 + 2 * HELLO_SIZE];
+    unsigned char msg[17 + 2 * NL_WIRE_HELLO];
 
     memcpy(msg, labels[sender], 17);
-    memcpy(msg + 17, client_hello, HELLO_SIZE);
-    memcpy(msg + 17 + HELLO_SIZE, server_hello, HELLO_SIZE);
+    memcpy(msg + 17, client_hello, NL_WIRE_HELLO);
+    memcpy(msg + 17 + NL_WIRE_HELLO, server_hello, NL_WIRE_HELLO);
     nl_hmac_sha256(out, secret, secret_len, msg, sizeof msg);
+}
+
+static int not_wire(struct nl_conn *c, struct nl_error *err)
+{
+    return nl_error_set(err, NL_EAUTH,
+                        "%s: handshake: the peer does not speak nnlab's wire protocol", c->peer);
+}
+
+static int failed_proof(struct nl_conn *c, struct nl_error *err)
+{
+    return nl_error_set(err, NL_EAUTH,
+                        "%s: handshake: the peer failed the challenge-response (it does not "
+                        "hold this run's secret)",
+                        c->peer);
+}
+
+/* Reads, without waiting, what the peer has sent of the handshake's current frame into
+ * hs->frame: its header, then a payload of at most cap bytes (a longer one is refused before it
+ * is read). 1 when the whole frame is in and its checksum holds, 0 when the peer has sent no more
+ * yet, or an error. */
+static int hs_read(struct nl_wire_hs *hs, struct nl_conn *c, uint32_t cap, uint32_t *type,
+                   uint32_t *len, struct nl_error *err)
+{
+    for (;;) {
+        uint32_t want = NL_WIRE_HEADER, crc;
+        if (hs->have >= NL_WIRE_HEADER) {
+            if (nl_wire_parse_header(hs->frame, type, len, &crc, cap) < 0)
+                return hs->stage == 0 ? not_wire(c, err) : failed_proof(c, err);
+            want += *len;
+            if (hs->have == want) {
+                if (!nl_wire_check(crc, *type, hs->frame + NL_WIRE_HEADER, *len))
+                    return hs->stage == 0 ? not_wire(c, err) : failed_proof(c, err);
+                c->bytes_received += want;
+                hs->have = 0;
+                return 1;
+            }
+        }
+        ssize_t r = recv(c->fd, hs->frame + hs->have, want - hs->have, MSG_DONTWAIT);
+        if (r > 0) {
+            hs->have += (uint32_t)r;
+            continue;
+        }
+        if (r == 0)
+            return nl_error_set(err, NL_ENET, "%s: handshake: the peer closed the connection",
+                                c->peer);
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        return nl_error_set(err, NL_ENET, "%s: handshake: %s", c->peer, strerror(errno));
+    }
+}
+
+int nl_wire_handshake_start(struct nl_wire_hs *hs, struct nl_conn *c, enum nl_wire_role role,
+                            const void *secret, size_t secret_len, int32_t my_id,
+                            struct nl_error *err)
+{
+    int rc;
+
+    memset(hs, 0, sizeof *hs);
+    hs->role = role;
+    hs->secret = secret;
+    hs->secret_len = secret_len;
+    if (secret_len < NL_WIRE_SECRET_MIN)
+        return nl_error_set(err, NL_EINVAL, "%s: the run secret is shorter than %d bytes", c->peer,
+                            NL_WIRE_SECRET_MIN);
+    memcpy(hs->mine, magic, sizeof magic);
+    put32(hs->mine + 8, NL_WIRE_VERSION);
+    put32(hs->mine + 12, (uint32_t)my_id);
+    rc = nl_wire_random(hs->mine + 16, NL_WIRE_NONCE, err);
+    if (rc == 0)
+        rc = nl_wire_send(c, NL_FRAME_HELLO, hs->mine, sizeof hs->mine, err);
+    return rc;
+}
+
+int nl_wire_handshake_step(struct nl_wire_hs *hs, struct nl_conn *c, int32_t *peer_id,
+                           struct nl_error *err)
+{
+    const int client = hs->role == NL_WIRE_CLIENT;
+    unsigned char want[NL_SHA256_SIZE];
+    uint32_t type, len;
+    int rc;
+
+    if (hs->stage == 0) {
+        rc = hs_read(hs, c, NL_WIRE_HELLO, &type, &len, err);
+        if (rc <= 0)
+            return rc;
+        const unsigned char *p = hs->frame + NL_WIRE_HEADER;
+        if (type != NL_FRAME_HELLO || len != NL_WIRE_HELLO || memcmp(p, magic, sizeof magic) != 0)
+            return not_wire(c, err);
+        if (get32(p + 8) != NL_WIRE_VERSION)
+            return nl_error_set(err, NL_EAUTH,
+                                "%s: handshake: the peer speaks wire version %u, this nnlab %d "
+                                "(run the same nnlab version everywhere)",
+                                c->peer, get32(p + 8), NL_WIRE_VERSION);
+        memcpy(hs->theirs, p, NL_WIRE_HELLO);
+        proof(want, hs->role, client ? hs->mine : hs->theirs, client ? hs->theirs : hs->mine,
+              hs->secret, hs->secret_len);
+        rc = nl_wire_send(c, NL_FRAME_AUTH, want, sizeof want, err);
+        if (rc < 0)
+            return rc;
+        hs->stage = 1;
+    }
+    if (hs->stage == 1) {
+        rc = hs_read(hs, c, NL_WIRE_PROOF, &type, &len, err);
+        if (rc <= 0)
+            return rc;
+        proof(want, client ? NL_WIRE_SERVER : NL_WIRE_CLIENT, client ? hs->mine : hs->theirs,
+              client ? hs->theirs : hs->mine, hs->secret, hs->secret_len);
+        if (type != NL_FRAME_AUTH || len != sizeof want ||
+            !nl_mem_equal_ct(hs->frame + NL_WIRE_HEADER, want, sizeof want))
+            return failed_proof(c, err);
+        hs->stage = 2;
+    }
+    *peer_id = (int32_t)get32(hs->theirs + 12);
+    return 1;
+}
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 int nl_wire_handshake(struct nl_conn *c, enum nl_wire_role role, const void *secret,
                       size_t secret_len, int32_t my_id, int32_t *peer_id, struct nl_error *err)
 {
-    unsigned char mine[HELLO_SIZE], theirs[HELLO_SIZE], want[NL_SHA256_SIZE], got[NL_SHA256_SIZE];
-    uint32_t type, len;
-    int rc;
+    struct nl_wire_hs hs;
+    const double deadline = mono_ms() + c->timeout_ms;
+    int rc = nl_wire_handshake_start(&hs, c, role, secret, secret_len, my_id, err);
 
-    if (secret_len < NL_WIRE_SECRET_MIN)
-        return nl_error_set(err, NL_EINVAL, "%s: the run secret is shorter than %d bytes", c->peer,
-                            NL_WIRE_SECRET_MIN);
-    memcpy(mine, magic, sizeof magic);
-    put32(mine + 8, NL_WIRE_VERSION);
-    put32(mine + 12, (uint32_t)my_id);
-    rc = nl_wire_random(mine + 16, NL_WIRE_NONCE, err);
-    if (rc == 0)
-        rc = nl_wire_send(c, NL_FRAME_HELLO, mine, sizeof mine, err);
-    if (rc < 0)
-        return rc;
-
-    rc = nl_wire_recv(c, &type, theirs, sizeof theirs, &len, err);
-    if (rc == NL_EFORMAT)
-        return nl_error_set(
-            err, NL_EAUTH, "%s: handshake: the peer does not speak nnlab's wire protocol", c->peer);
-    if (rc < 0)
-        return rc;
-    if (type != NL_FRAME_HELLO || len != HELLO_SIZE || memcmp(theirs, magic, sizeof magic) != 0)
-        return nl_error_set(
-            err, NL_EAUTH, "%s: handshake: the peer does not speak nnlab's wire protocol", c->peer);
-    if (get32(theirs + 8) != NL_WIRE_VERSION)
-        return nl_error_set(err, NL_EAUTH,
-                            "%s: handshake: the peer speaks wire version %u, this nnlab %d "
-                            "(run the same nnlab version everywhere)",
-                            c->peer, get32(theirs + 8), NL_WIRE_VERSION);
-
-    const unsigned char *ch = role == NL_WIRE_CLIENT ? mine : theirs;
-    const unsigned char *sh = role == NL_WIRE_CLIENT ? theirs : mine;
-    proof(got, role, ch, sh, secret, secret_len);
-    rc = nl_wire_send(c, NL_FRAME_AUTH, got, sizeof got, err);
-    if (rc < 0)
-        return rc;
-    rc = nl_wire_recv(c, &type, got, sizeof got, &len, err);
-    if (rc < 0)
-        return rc;
-    proof(want, role == NL_WIRE_CLIENT ? NL_WIRE_SERVER : NL_WIRE_CLIENT, ch, sh, secret,
-          secret_len);
-    if (type != NL_FRAME_AUTH || len != sizeof got || !nl_mem_equal_ct(got, want, sizeof want))
-        return nl_error_set(err, NL_EAUTH,
-                            "%s: handshake: the peer failed the challenge-response (it does not "
-                            "hold this run's secret)",
-                            c->peer);
-    *peer_id = (int32_t)get32(theirs + 12);
-    return 0;
+    while (rc == 0) {
+        rc = nl_wire_handshake_step(&hs, c, peer_id, err);
+        if (rc != 0)
+            break;
+        const double left = deadline - mono_ms();
+        rc = left > 0 ? wait_fd(c->fd, POLLIN, (int)left + 1) : NL_ETIMEDOUT;
+        if (rc == NL_ETIMEDOUT)
+            return nl_error_set(err, rc, "%s: handshake: no answer within %d ms", c->peer,
+                                c->timeout_ms);
+        if (rc < 0)
+            return nl_error_set(err, rc, "%s: handshake: %s", c->peer, strerror(errno));
+    }
+    return rc < 0 ? rc : 0;
 }

@@ -1,6 +1,7 @@
 /* The full mesh of a cluster run: every worker listens, then connects to every worker of lower
  * rank and accepts every worker of higher rank, each connection opened by the wire handshake on
- * the run's secret. A connection that fails the handshake is dropped and the wait goes on. */
+ * the run's secret. A connection that fails the handshake is dropped and the wait goes on; how a
+ * member's port stands up to connections from anyone is told at the top of net/mesh.c. */
 #ifndef NNLAB_MESH_H
 #define NNLAB_MESH_H
 
@@ -19,6 +20,7 @@ struct nl_member {
 struct nl_mesh {
     int rank, size;
     struct nl_conn *peers; /* (size); peers[rank].fd is -1 */
+    unsigned long guard;   /* private: the listening socket's guard (net/mesh.c), 0 if none */
 };
 
 /* Opens a listening TCP socket on addr (numeric; NULL or "" for every IPv4 address) at the first
@@ -27,7 +29,11 @@ int nl_net_listen(int *fd, const char *addr, int port_lo, int port_hi, int *port
                   struct nl_error *err);
 
 /* Builds the mesh for member `rank` of `size`, listening on listen_fd (kept open; the caller
- * closes it). Every wait lasts at most timeout_ms. Errors name the member and the step. */
+ * closes it, after nl_mesh_free). The whole of it lasts at most timeout_ms; an accepted
+ * connection that has not passed the handshake within a few seconds is closed, and a slow or
+ * silent one delays no other. listen_fd is left non-blocking, and until nl_mesh_free (or the
+ * next nl_mesh_connect on it) a thread accepts and closes whatever else connects there. Errors
+ * name the member and the step. */
 int nl_mesh_connect(struct nl_mesh **out, int rank, int size, int listen_fd,
                     const struct nl_member *members, const void *secret, size_t secret_len,
                     int timeout_ms, struct nl_error *err);

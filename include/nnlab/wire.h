@@ -14,6 +14,8 @@
 #define NL_WIRE_MAX_PAYLOAD (1u << 30) /* no frame is ever longer; checked before allocation */
 #define NL_WIRE_SECRET_MIN  16         /* bytes of run secret at the least */
 #define NL_WIRE_NONCE       32
+#define NL_WIRE_HELLO       48 /* bytes of a HELLO payload */
+#define NL_WIRE_PROOF       32 /* bytes of an AUTH payload */
 
 enum nl_frame_type {
     NL_FRAME_HELLO = 1,  /* handshake: magic, version, sender id, nonce */
@@ -72,9 +74,30 @@ enum nl_wire_role { NL_WIRE_CLIENT = 0, NL_WIRE_SERVER = 1 };
 
 /* The first exchange on every connection: both sides send HELLO (my_id, a fresh nonce) and AUTH
  * (an HMAC of both HELLOs keyed by the secret); a peer whose first frames are not exactly these,
- * or whose proof is wrong, is refused with NL_EAUTH. *peer_id is what the peer said it is. */
+ * or whose proof is wrong, is refused with NL_EAUTH. *peer_id is what the peer said it is. The
+ * whole handshake lasts at most c->timeout_ms (NL_ETIMEDOUT), however slowly the peer sends. */
 int nl_wire_handshake(struct nl_conn *c, enum nl_wire_role role, const void *secret,
                       size_t secret_len, int32_t my_id, int32_t *peer_id, struct nl_error *err);
+
+/* The same handshake in steps, for a caller that waits on many connections at once with poll
+ * (net/mesh.c). Start sends this side's HELLO; step reads what the peer has sent so far without
+ * waiting and answers: 1 when the handshake is complete (*peer_id set), 0 when it needs more from
+ * the peer (wait until c->fd is readable, and keep your own deadline), or an error as
+ * nl_wire_handshake's. secret must outlive the handshake. */
+struct nl_wire_hs {
+    enum nl_wire_role role;
+    const void *secret;
+    size_t secret_len;
+    int stage;     /* 0: reading the peer's HELLO, 1: its AUTH, 2: done */
+    uint32_t have; /* bytes of the current frame read so far */
+    unsigned char mine[NL_WIRE_HELLO], theirs[NL_WIRE_HELLO];
+    unsigned char frame[NL_WIRE_HEADER + NL_WIRE_HELLO];
+};
+int nl_wire_handshake_start(struct nl_wire_hs *hs, struct nl_conn *c, enum nl_wire_role role,
+                            const void *secret, size_t secret_len, int32_t my_id,
+                            struct nl_error *err);
+int nl_wire_handshake_step(struct nl_wire_hs *hs, struct nl_conn *c, int32_t *peer_id,
+                           struct nl_error *err);
 
 /* Fills p with n bytes from the kernel's generator (run secrets, nonces). */
 int nl_wire_random(void *p, size_t n, struct nl_error *err);
