@@ -1,8 +1,9 @@
 /* Faults through the real binary: --resume, --on-nan and --checkpoint-every on the command line,
- * and kill -9 at seeded random moments of a run that checkpoints every few steps. After every
- * kill the database passes PRAGMA integrity_check and the latest checkpoint loads (nnlab eval);
- * the run, resumed after each kill and at last to its end, ends with the same weights, byte for
- * byte, as the same run never interrupted. */
+ * and kill -9 at seeded random moments (seed and delays printed as TAP diagnostics) of a run
+ * that checkpoints every few steps, so that kills land in checkpoint writes and between them. After
+ * every kill the database passes PRAGMA integrity_check and the latest checkpoint loads (nnlab
+ * eval); the run, resumed after each kill and at last to its end, ends with the same weights, byte
+ * for byte, as the same run never interrupted. */
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -182,8 +183,12 @@ static void test_kills(void)
     const double seconds = now() - t0;
     ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the uninterrupted run (%.2f s)", seconds);
 
-    /* Kill moments: seeded, a few percent of a whole run each, after the first checkpoint. */
-    srand(20261121);
+    /* Kill moments: seeded (NNLAB_FAULTS_SEED picks another seed to replay a failure), a few
+     * percent of a whole run each, after the first checkpoint. */
+    const char *seed_env = getenv("NNLAB_FAULTS_SEED");
+    const unsigned seed = seed_env && *seed_env ? (unsigned)strtoul(seed_env, NULL, 10) : 20261121;
+    srand(seed);
+    diag("kill moments from seed %u (NNLAB_FAULTS_SEED=%u replays them)", seed, seed);
     int kills = 0, finished = 0, intact = 0, loads = 0, statuses = 0;
     pid = spawn(part);
     for (int i = 0; i < KILLS && !finished; i++) {
@@ -192,7 +197,9 @@ static void test_kills(void)
                          "name = 'part'") < 1 &&
                now() - wait_from < 30)
             sleep_s(0.005);
-        sleep_s(seconds * (0.02 + 0.08 * (double)rand() / RAND_MAX));
+        const double delay = seconds * (0.02 + 0.08 * (double)rand() / RAND_MAX);
+        diag("kill %d: %.3f s after the run has a checkpoint stored", i + 1, delay);
+        sleep_s(delay);
         if (waitpid(pid, &status, WNOHANG) == pid) {
             finished = 1; /* it ended before this kill */
             break;
