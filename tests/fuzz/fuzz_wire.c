@@ -1,11 +1,21 @@
 /* libFuzzer target for the wire protocol's receiving side: the input, after a first byte that
  * picks the case, is what a peer sends on a connection (a socketpair whose far end is then shut
- * for writing). Cases: the handshake as server, the handshake as client, and frames read one
- * after another with nl_wire_recv_alloc under a 4 KiB bound and with nl_wire_recv into a fixed
- * buffer. Any input must end in a clean error (or, for frames, in frames within the bound):
- * never a crash, a leak, an allocation over the bound or a wait, as the peer's side is closed.
- * The secret is fixed (FUZZ_SECRET), so a seed may carry a well-formed AUTH; the local nonce is
- * fresh on every run, so no input can pass the proof itself. */
+ * for writing). Cases (first byte modulo 6):
+ *   0, 1  the handshake as server, as client (nl_wire_handshake, the peer's bytes all there);
+ *   2, 3  frames read one after another with nl_wire_recv_alloc under a 4 KiB bound, and with
+ *         nl_wire_recv into a fixed buffer;
+ *   4     the handshake in steps (nl_wire_handshake_step, as a member's listener runs it): the
+ *         second byte picks the role and seeds the sizes of the pieces the peer's bytes arrive
+ *         in, one piece per step, so every way of stopping in a header or payload and going on
+ *         is tried; once all is sent and the far end shut, a step must not ask for more;
+ *   5     the handshake with a secret from the input: the second byte is its length (its low
+ *         bit the role), those bytes the secret (short ones must be refused), the rest the
+ *         peer's bytes.
+ * Any input must end in a clean error that says why (or, for frames, in frames within the
+ * bound): never a crash, a leak, an allocation over the bound or a wait, as the peer's side is
+ * closed. In cases 0, 1 and 4 the secret is fixed (FUZZ_SECRET), so a seed may carry a
+ * well-formed AUTH; the local nonce is fresh on every run, so no input can pass the proof
+ * itself. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +70,51 @@ static void read_frames(struct nl_conn *c, int fixed)
     }
 }
 
+/* Case 4: the handshake in steps, the peer's bytes arriving in pieces. */
+static void stepwise(int sv[2], struct nl_conn *c, const uint8_t *data, size_t size)
+{
+    struct nl_error err = {0};
+    struct nl_wire_hs hs;
+    uint32_t x = size > 0 ? data[0] | 0x100u : 0x100u; /* xorshift state, never 0 */
+    const enum nl_wire_role role = size > 0 && data[0] & 1 ? NL_WIRE_CLIENT : NL_WIRE_SERVER;
+    size_t off = size > 0 ? 1 : 0;
+    int32_t peer = -1;
+    int rc;
+
+    if (nl_wire_handshake_start(&hs, c, role, FUZZ_SECRET, strlen(FUZZ_SECRET), 0, &err) < 0)
+        abort(); /* sending a HELLO into an empty socket buffer cannot fail */
+    for (;;) {
+        rc = nl_wire_handshake_step(&hs, c, &peer, &err);
+        if (rc != 0)
+            break;
+        if (off == size) {
+            /* Everything is sent: the next step sees the end and must not wait for more. */
+            shutdown(sv[1], SHUT_WR);
+            rc = nl_wire_handshake_step(&hs, c, &peer, &err);
+            if (rc == 0)
+                abort();
+            break;
+        }
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        size_t piece = 1 + x % 24;
+        if (piece > size - off)
+            piece = size - off;
+        if (put_all(sv[1], data + off, piece) != 0)
+            abort();
+        off += piece;
+    }
+    if (rc == 1) {
+        /* (Not reached while no input can pass the proof.) The rest, then frames. */
+        if (put_all(sv[1], data + off, size - off) != 0)
+            abort();
+        shutdown(sv[1], SHUT_WR);
+        read_frames(c, 0);
+    } else if (err.msg[0] == '\0')
+        abort(); /* every failure says why */
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct nl_error err = {0};
@@ -68,26 +123,46 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (size < 1 || size > INPUT_MAX)
         return 0;
-    const int mode = data[0] % 4;
+    const int mode = data[0] % 6;
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
         abort();
     int sndbuf = 2 * INPUT_MAX;
     setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
-    if (put_all(sv[1], data + 1, size - 1) != 0)
+    nl_conn_init(&c, sv[0], "fuzz peer", 1000);
+    if (mode == 4) {
+        stepwise(sv, &c, data + 1, size - 1);
+        nl_conn_close(&c);
+        close(sv[1]);
+        return 0;
+    }
+    const uint8_t *secret = (const uint8_t *)FUZZ_SECRET;
+    size_t secret_len = strlen(FUZZ_SECRET), skip = 1;
+    if (mode == 5) {
+        secret_len = size > 1 ? data[1] : 0;
+        if (secret_len > size - 2)
+            secret_len = size > 2 ? size - 2 : 0;
+        secret = size > 2 ? data + 2 : data;
+        skip = 2 + secret_len;
+        if (skip > size)
+            skip = size;
+    }
+    if (put_all(sv[1], data + skip, size - skip) != 0)
         abort();
     /* The peer has said everything: reads end in EOF, never in a wait. Our own frames still go
      * out to sv[1], which stays open (no SIGPIPE). */
     shutdown(sv[1], SHUT_WR);
-    nl_conn_init(&c, sv[0], "fuzz peer", 1000);
 
-    if (mode < 2) {
+    if (mode < 2 || mode == 5) {
         int32_t peer = -1;
-        int rc = nl_wire_handshake(&c, mode == 0 ? NL_WIRE_SERVER : NL_WIRE_CLIENT, FUZZ_SECRET,
-                                   strlen(FUZZ_SECRET), 0, &peer, &err);
+        const enum nl_wire_role role =
+            mode == 0 || (mode == 5 && !(secret_len & 1)) ? NL_WIRE_SERVER : NL_WIRE_CLIENT;
+        int rc = nl_wire_handshake(&c, role, secret, secret_len, 0, &peer, &err);
         if (rc == 0)
             read_frames(&c, 0);
         else if (err.msg[0] == '\0')
             abort(); /* every failure says why */
+        if (mode == 5 && secret_len < NL_WIRE_SECRET_MIN && rc != NL_EINVAL)
+            abort(); /* a short secret is refused before anything is sent */
     } else {
         read_frames(&c, mode == 3);
     }
