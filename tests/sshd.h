@@ -5,6 +5,7 @@
 #ifndef NNLAB_TESTS_SSHD_H
 #define NNLAB_TESTS_SSHD_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pwd.h>
@@ -17,6 +18,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "nnlab/rng.h"
 
 #define SSHD_BIN "/usr/sbin/sshd"
 #define SFTP_BIN "/usr/lib/openssh/sftp-server"
@@ -174,6 +177,91 @@ static inline void sshd_stop(struct sshd *s)
         if (system(cmd) != 0)
             fprintf(stderr, "cannot remove %s\n", s->dir);
     }
+}
+
+/* Worker processes started from this fixture's folder (the uploaded binary lives there): their
+ * command line is "DIR/.../nnlab worker ...". */
+static inline int sshd_workers_alive(const struct sshd *s)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d))) {
+        char path[300], cmd[1024];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[len] = '\0';
+        /* argv[0] NUL argv[1]... */
+        if (strncmp(cmd, s->dir, strlen(s->dir)) == 0 && strlen(cmd) + 1 < len &&
+            strcmp(cmd + strlen(cmd) + 1, "worker") == 0)
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* 1 once no worker of this fixture is left, waiting up to seconds. */
+static inline int sshd_no_workers_left(const struct sshd *s, double seconds)
+{
+    for (double waited = 0.0;; waited += 0.1) {
+        if (sshd_workers_alive(s) == 0)
+            return 1;
+        if (waited >= seconds)
+            return 0;
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* An uncompressed IDX pair in DIR/data (train-images-idx3-ubyte, train-labels-idx1-ubyte): n
+ * side x side images in 4 classes, a bright 4x4 square in one quadrant over dim noise. */
+static inline void sshd_write_quadrants(const struct sshd *s, unsigned n, unsigned side)
+{
+    char path[600];
+    struct nl_rng r;
+    nl_rng_seed(&r, 1);
+    snprintf(path, sizeof path, "%s/data", s->dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/data/train-images-idx3-ubyte", s->dir);
+    FILE *fi = fopen(path, "wb");
+    snprintf(path, sizeof path, "%s/data/train-labels-idx1-ubyte", s->dir);
+    FILE *fl = fopen(path, "wb");
+    if (!fi || !fl) {
+        if (fi)
+            fclose(fi);
+        if (fl)
+            fclose(fl);
+        return;
+    }
+    const unsigned ih[4] = {0x803, n, side, side}, lh[2] = {0x801, n};
+    for (int i = 0; i < 4; i++)
+        for (int b = 3; b >= 0; b--)
+            fputc((int)(ih[i] >> (8 * b)) & 255, fi);
+    for (int i = 0; i < 2; i++)
+        for (int b = 3; b >= 0; b--)
+            fputc((int)(lh[i] >> (8 * b)) & 255, fl);
+    const unsigned half = side / 2;
+    unsigned char *img = malloc((size_t)side * side);
+    for (unsigned i = 0; img && i < n; i++) {
+        int k = (int)nl_rng_below(&r, 4);
+        unsigned oy = (unsigned)(k / 2) * half + 1 + (unsigned)nl_rng_below(&r, 2);
+        unsigned ox = (unsigned)(k % 2) * half + 1 + (unsigned)nl_rng_below(&r, 2);
+        for (unsigned p = 0; p < side * side; p++)
+            img[p] = (unsigned char)nl_rng_below(&r, 80);
+        for (unsigned y = 0; y < 4; y++)
+            for (unsigned x = 0; x < 4; x++)
+                img[(oy + y) * side + ox + x] = (unsigned char)(150 + nl_rng_below(&r, 106));
+        fwrite(img, 1, (size_t)side * side, fi);
+        fputc(k, fl);
+    }
+    free(img);
+    fclose(fi);
+    fclose(fl);
 }
 
 #endif

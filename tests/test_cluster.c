@@ -5,7 +5,6 @@
  * (changed host key, unknown host key, failed authentication, unresolvable host, missing remote
  * binary) each naming host and step, Ctrl-C, and no worker left behind after any of it.
  * (Connections without the run secret are refused in test_wire and test_allreduce.) */
-#include <dirent.h>
 #include <glob.h>
 #include <math.h>
 #include <signal.h>
@@ -54,85 +53,6 @@ static int nnlab(const char *fmt, ...)
         if (*c == '\n')
             *c = ' ';
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* Worker processes started from this fixture's folder (the uploaded binary lives there). */
-static int workers_alive(void)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    int n = 0;
-    while (d && (e = readdir(d))) {
-        char path[300], cmd[1024];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        cmd[len] = '\0';
-        /* argv[0] NUL argv[1]... */
-        if (strncmp(cmd, sd.dir, strlen(sd.dir)) == 0 && strlen(cmd) + 1 < len &&
-            strcmp(cmd + strlen(cmd) + 1, "worker") == 0)
-            n++;
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
-
-static int no_workers_left(void)
-{
-    for (int i = 0; i < 50; i++) {
-        if (workers_alive() == 0)
-            return 1;
-        usleep(100000);
-    }
-    return 0;
-}
-
-static void write_idx(void)
-{
-    char path[600];
-    struct nl_rng r;
-    unsigned char hdr[16];
-    nl_rng_seed(&r, 1);
-    snprintf(path, sizeof path, "%s/data", sd.dir);
-    mkdir(path, 0755);
-    snprintf(path, sizeof path, "%s/data/train-images-idx3-ubyte", sd.dir);
-    FILE *fi = fopen(path, "wb");
-    snprintf(path, sizeof path, "%s/data/train-labels-idx1-ubyte", sd.dir);
-    FILE *fl = fopen(path, "wb");
-    const unsigned ih[4] = {0x803, NTRAIN, SIDE, SIDE}, lh[2] = {0x801, NTRAIN};
-    for (int i = 0; i < 4; i++) {
-        hdr[4 * i] = (unsigned char)(ih[i] >> 24);
-        hdr[4 * i + 1] = (unsigned char)(ih[i] >> 16);
-        hdr[4 * i + 2] = (unsigned char)(ih[i] >> 8);
-        hdr[4 * i + 3] = (unsigned char)ih[i];
-    }
-    fwrite(hdr, 1, 16, fi);
-    for (int i = 0; i < 2; i++) {
-        hdr[4 * i] = (unsigned char)(lh[i] >> 24);
-        hdr[4 * i + 1] = (unsigned char)(lh[i] >> 16);
-        hdr[4 * i + 2] = (unsigned char)(lh[i] >> 8);
-        hdr[4 * i + 3] = (unsigned char)lh[i];
-    }
-    fwrite(hdr, 1, 8, fl);
-    for (int i = 0; i < NTRAIN; i++) {
-        unsigned char img[SIDE * SIDE];
-        int k = (int)nl_rng_below(&r, 4);
-        int oy = (k / 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
-        int ox = (k % 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
-        for (int p = 0; p < SIDE * SIDE; p++)
-            img[p] = (unsigned char)nl_rng_below(&r, 80);
-        for (int y = 0; y < 4; y++)
-            for (int x = 0; x < 4; x++)
-                img[(oy + y) * SIDE + ox + x] = (unsigned char)(150 + nl_rng_below(&r, 106));
-        fwrite(img, 1, sizeof img, fi);
-        fputc(k, fl);
-    }
-    fclose(fi);
-    fclose(fl);
 }
 
 /* Rows of worker_steps of the latest run in the test's database. */
@@ -207,7 +127,7 @@ int main(void)
         sshd_stop(&sd);
         skip_all("%s", why);
     }
-    write_idx();
+    sshd_write_quadrants(&sd, NTRAIN, SIDE);
     sshd_write(sd.dir, "spec", spec_text);
     is_int(nnlab("import syn '%s/data' --val 0.1", sd.dir), 0, "import a synthetic dataset");
 
@@ -225,7 +145,7 @@ int main(void)
     snprintf(path, sizeof path, "%s/home/.cache/nnlab/bin/*/nnlab", sd.dir);
     ok(glob(path, 0, NULL, &gl) == 0 && gl.gl_pathc == 1, "the binary was uploaded to the cache");
     globfree(&gl);
-    ok(no_workers_left(), "no worker is left after the run");
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left after the run");
     is_int(nnlab("hosts check node1 --ssh-config '%s/ssh_config'", sd.dir), 0, "hosts check");
     like(out, "ready", "now the uploaded binary is ready");
 
@@ -257,7 +177,7 @@ int main(void)
             most = fmax(most, (double)b[i] / (double)(EPOCHS * iters));
         ok(most > 0 && most <= bound, "%d workers: %.0f bytes per worker per step (bound %.0f)", n,
            most, bound);
-        ok(no_workers_left(), "no worker is left after the %d-worker run", n);
+        ok(sshd_no_workers_left(&sd, 5), "no worker is left after the %d-worker run", n);
         is_int(stored_worker_steps(), (long long)n * EPOCHS * iters,
                "%d workers: every worker's every step is stored", n);
     }
@@ -342,7 +262,7 @@ int main(void)
          "its stderr comes back prefixed with the host: %s", errtext);
     like(errtext, "nnlab: node1: the worker exited (status 1): nnlab worker: cannot listen",
          "the run's error names the first failing host");
-    ok(no_workers_left(), "no worker is left after the failures");
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left after the failures");
 
     /* A hostfile, with a comment and a host listed twice. */
     sshd_write(sd.dir, "hosts", "# the lab\nnode1:1\n\nnode1:1  # again: a second worker\n");
@@ -374,7 +294,7 @@ int main(void)
         int up = 0;
         for (int i = 0; i < 100 && !up; i++) {
             usleep(100000);
-            up = workers_alive() == 2;
+            up = sshd_workers_alive(&sd) == 2;
         }
         ok(up, "a long run has its 2 workers up");
         usleep(300000);
@@ -382,13 +302,13 @@ int main(void)
         if (round == 0) {
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
-            ok(no_workers_left(), "the driver killed: no worker is left");
+            ok(sshd_no_workers_left(&sd, 5), "the driver killed: no worker is left");
             continue;
         }
         kill(pid, SIGINT);
         waitpid(pid, &status, 0);
         is_int(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 130, "Ctrl-C ends it with status 130");
-        ok(no_workers_left(), "and no worker is left");
+        ok(sshd_no_workers_left(&sd, 5), "and no worker is left");
     }
 
     sshd_stop(&sd);

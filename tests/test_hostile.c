@@ -96,40 +96,6 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* An IDX pair of NTRAIN SIDExSIDE images in 4 classes (a bright square in one quadrant). */
-static void write_idx(void)
-{
-    char path[600];
-    struct nl_rng r;
-    nl_rng_seed(&r, 1);
-    snprintf(path, sizeof path, "%s/data", sd.dir);
-    mkdir(path, 0755);
-    snprintf(path, sizeof path, "%s/data/train-images-idx3-ubyte", sd.dir);
-    FILE *fi = fopen(path, "wb");
-    snprintf(path, sizeof path, "%s/data/train-labels-idx1-ubyte", sd.dir);
-    FILE *fl = fopen(path, "wb");
-    const unsigned char ih[16] = {0, 0, 8, 3,    0, 0, NTRAIN >> 8, NTRAIN & 255,
-                                  0, 0, 0, SIDE, 0, 0, 0,           SIDE};
-    const unsigned char lh[8] = {0, 0, 8, 1, 0, 0, NTRAIN >> 8, NTRAIN & 255};
-    fwrite(ih, 1, sizeof ih, fi);
-    fwrite(lh, 1, sizeof lh, fl);
-    for (int i = 0; i < NTRAIN; i++) {
-        unsigned char img[SIDE * SIDE];
-        int k = (int)nl_rng_below(&r, 4);
-        int oy = (k / 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
-        int ox = (k % 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
-        for (int p = 0; p < SIDE * SIDE; p++)
-            img[p] = (unsigned char)nl_rng_below(&r, 80);
-        for (int y = 0; y < 4; y++)
-            for (int x = 0; x < 4; x++)
-                img[(oy + y) * SIDE + ox + x] = (unsigned char)(150 + nl_rng_below(&r, 106));
-        fwrite(img, 1, sizeof img, fi);
-        fputc(k, fl);
-    }
-    fclose(fi);
-    fclose(fl);
-}
-
 /* NPORTS consecutive ports, all free now, below the kernel's ephemeral range (so that no
  * outgoing connection of this test takes one of them). */
 static int free_range(void)
@@ -151,40 +117,6 @@ static int free_range(void)
             return lo;
     }
     return -1;
-}
-
-/* Worker processes started from this fixture's folder (the uploaded binary lives there). */
-static int workers_alive(void)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    int n = 0;
-    while (d && (e = readdir(d))) {
-        char path[300], cmd[1024];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        cmd[len] = '\0';
-        if (strncmp(cmd, sd.dir, strlen(sd.dir)) == 0 && strlen(cmd) + 1 < len &&
-            strcmp(cmd + strlen(cmd) + 1, "worker") == 0)
-            n++;
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
-
-static int no_workers_left(void)
-{
-    for (int i = 0; i < 100; i++) {
-        if (workers_alive() == 0)
-            return 1;
-        sleep_ms(100);
-    }
-    return 0;
 }
 
 /* ---- the attackers ---- */
@@ -209,13 +141,11 @@ static struct attack {
     int half_open[MAX_HALF_OPEN], nhalf;
 } att = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static int workers_alive(void);
-
 /* Notes an attacker connection; when it was closed, whether the workers still ran then (a
  * process's command line is gone before its descriptors are closed at exit). */
 static void record(enum kind k, double made, double closed)
 {
-    const int alive = closed >= 0 && workers_alive() == 2;
+    const int alive = closed >= 0 && sshd_workers_alive(&sd) == 2;
     pthread_mutex_lock(&att.lock);
     if (att.nrec < MAX_RECORDS)
         att.rec[att.nrec++] = (struct record){k, made, closed, alive};
@@ -441,7 +371,7 @@ static void test_attacked_run(void)
            errtext);
     const double plain_s = now_s() - t0;
     is_int(losses(out, plain, EPOCHS), EPOCHS, "it reports %d epochs (%.1f s)", EPOCHS, plain_s);
-    ok(no_workers_left(), "no worker is left after it");
+    ok(sshd_no_workers_left(&sd, 10), "no worker is left after it");
 
     pthread_t t[KINDS];
     for (int k = 0; k < KINDS; k++)
@@ -478,7 +408,7 @@ static void test_attacked_run(void)
        "both runs export: %s", errtext);
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
     ok(system(cmd) == 0, "and end with the same weights, byte for byte");
-    ok(no_workers_left(), "no worker is left after the attacked run");
+    ok(sshd_no_workers_left(&sd, 10), "no worker is left after the attacked run");
 
     /* What the attackers saw. */
     int made[KINDS] = {0}, closed[KINDS] = {0}, early[KINDS] = {0}, prompt[KINDS] = {0};
@@ -686,7 +616,7 @@ static void test_secret_hygiene(void)
     slurp(out_path, out, sizeof out);
     slurp(err_path, errtext, sizeof errtext);
     is_int(exit_code(status), 0, "a run through the wrapper: %s", errtext);
-    ok(no_workers_left(), "no worker is left after it");
+    ok(sshd_no_workers_left(&sd, 10), "no worker is left after it");
 
     /* The secret the workers read. */
     char secret[2][80] = {"", ""};
@@ -821,7 +751,7 @@ int main(void)
         sshd_stop(&sd);
         skip_all("no %d free consecutive ports below the ephemeral range", NPORTS);
     }
-    write_idx();
+    sshd_write_quadrants(&sd, NTRAIN, SIDE);
     sshd_write(sd.dir, "spec", spec_text);
     is_int(nnlab("import syn '%s/data' --val 0.1", sd.dir), 0, "import a synthetic dataset");
 
