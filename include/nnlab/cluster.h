@@ -14,13 +14,17 @@ struct nl_member_sync {
     struct nl_partition *part;
     struct nl_allreduce *ar;
     struct nl_mesh *mesh;
-    int epoch;                     /* of the partition's current order */
-    double comm_seconds;           /* in the allreduce, all steps so far */
-    double last_comm_seconds;      /* of the last step */
+    int epoch; /* of the partition's current order */
+    /* Communication the computation did not hide (nl_allreduce_wait_seconds), all steps so far
+     * and the last; and the whole exchange (nl_allreduce_exchange_seconds), hidden or not. */
+    double comm_seconds, last_comm_seconds;
+    double exchange_seconds, last_exchange_seconds;
     unsigned long long last_bytes; /* sent during the last step */
+    unsigned long long bytes_before;
 };
 
-/* Ties the pieces together; they stay the caller's. */
+/* Ties the pieces together; they stay the caller's. The exchange overlaps the backward pass
+ * when the allreduce was made with overlap. */
 void nl_member_sync_init(struct nl_member_sync *s, struct nl_partition *part,
                          struct nl_allreduce *ar, struct nl_mesh *mesh);
 
