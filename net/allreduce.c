@@ -51,7 +51,7 @@ struct xfer {
     size_t in_len, in_done;
     uint32_t in_type, in_crc;
     int out_active, in_active; /* a frame under way */
-    int out_next, in_next;     /* the step's frames started so far, in F_ order */
+    int out_next, in_next;     /* the step's frames started so far (frame_kind gives each) */
 };
 
 enum { PHASE_IDLE, PHASE_RUN, PHASE_DONE, PHASE_QUIT };
@@ -192,17 +192,17 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
 {
     const int size = mesh->size, rank = mesh->rank;
     const size_t n = o->n;
-    struct nl_allreduce *a = nl_calloc(1, sizeof *a);
+    struct nl_allreduce *a;
 
     *out = NULL;
+    if (o->ntrainable > n)
+        return nl_error_set(err, NL_EINVAL,
+                            "the allreduce's %zu trainable floats exceed the %zu it exchanges",
+                            o->ntrainable, n);
+    a = nl_calloc(1, sizeof *a);
     if (!a)
         goto oom;
     a->efd = -1;
-    if (o->ntrainable > n)
-        return nl_allreduce_free(a), nl_error_set(err, NL_EINVAL,
-                                                  "the allreduce's %zu trainable floats exceed "
-                                                  "the %zu it exchanges",
-                                                  o->ntrainable, n);
     a->mesh = mesh;
     a->n = n;
     a->nt = o->ntrainable;
@@ -466,17 +466,21 @@ static void owner_update(struct nl_allreduce *a)
     }
 }
 
+/* What the i-th frame of a step between two members is. */
+static int frame_kind(const struct nl_allreduce *a, int i)
+{
+    return i == 0 ? F_GRAD : i == a->nframes - 1 ? F_PARAM : F_NORM;
+}
+
 /* Starts the next frame to peer k when its content exists. */
 static void next_out(struct nl_allreduce *a, int k, size_t frontier)
 {
     struct xfer *x = &a->x[k];
     const size_t klo = a->lo[k], khi = a->hi[k];
-    int f = x->out_next;
 
-    if (x->out_active || f >= a->nframes)
+    if (x->out_active || x->out_next >= a->nframes)
         return;
-    if (f == F_NORM && a->nframes == 2)
-        f = F_PARAM;
+    const int f = frame_kind(a, x->out_next);
     if (f == F_GRAD && frontier <= klo) {
         if (a->bf16) {
             const size_t t = trainable_part(a, klo, khi);
@@ -501,12 +505,10 @@ static void next_in(struct nl_allreduce *a, int k)
 {
     struct xfer *x = &a->x[k];
     const size_t klo = a->lo[k], khi = a->hi[k];
-    int f = x->in_next;
 
-    if (x->in_active || f >= a->nframes)
+    if (x->in_active || x->in_next >= a->nframes)
         return;
-    if (f == F_NORM && a->nframes == 2)
-        f = F_PARAM;
+    const int f = frame_kind(a, x->in_next);
     if (f == F_GRAD) {
         in_set(x, NL_FRAME_GRAD, a->pieces + (size_t)k * a->own_bytes, a->own_bytes);
     } else if (f == F_NORM) {
@@ -517,13 +519,12 @@ static void next_in(struct nl_allreduce *a, int k)
         float *dst = khi <= a->nt ? a->params + klo : a->stagef_in + klo;
         in_set(x, NL_FRAME_PARAM, dst, wire_bytes(a, klo, khi));
     }
-    x->in_next = f + 1;
 }
 
 /* A frame from peer k has come in whole: count it, and put parameters where they belong. */
 static void in_done(struct nl_allreduce *a, int k)
 {
-    const int f = a->x[k].in_next - 1;
+    const int f = frame_kind(a, a->x[k].in_next - 1);
     const size_t klo = a->lo[k], khi = a->hi[k], t = trainable_part(a, klo, khi);
 
     if (f == F_GRAD) {
