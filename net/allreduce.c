@@ -1,17 +1,21 @@
 /* The sliced allreduce. See include/nnlab/allreduce.h for the scheme.
  *
- * A step is a small state machine over the member's connections. Each peer k has its frames of
- * the step in a fixed order, in both directions:
+ * A step is a small state machine over the member's connections. With each peer k a member
+ * exchanges, in each direction, one frame of each kind per step:
  *   GRAD   slice k of my gradient to k; from k, its piece of my slice;
  *   NORM   (clip-norm only) the sum of squares of my summed slice; from k, that of its slice;
  *   PARAM  my updated slice (parameters, then statistics sums); from k, its slice.
- * A frame to a peer starts once the previous one is sent and its content exists: GRAD k once
- * grad[lo_k, n) is final (the frontier is at or below lo_k), NORM once my pieces are summed,
- * PARAM once my slice is updated. Frames from a peer are received in that order whenever they
- * come. One poll() loop moves whichever bytes can move, so no member blocks in a send while its
- * peers block in theirs. Nothing here depends on arrival order: pieces are summed in rank order
- * into fp32 once all are there, and norms likewise, so an overlapped step gives the same bits as
- * a synchronous one.
+ * A frame to a peer starts once the one before it on that connection is sent and its content
+ * exists: GRAD k once grad[lo_k, n) is final (the frontier is at or below lo_k), NORM once my
+ * pieces are summed, PARAM once my slice is updated; when several could go, GRAD first (an owner
+ * waits for it), then NORM, then PARAM. So an owner of high layers may broadcast its slice to a
+ * peer before its gradient for that peer's lower slice is final, and frames arrive in whichever
+ * order their contents came to exist: the receiver routes each by the type in its header, and
+ * refuses a type that is not due (or comes twice) and a length that is not the slice's. One
+ * poll() loop moves whichever bytes can move, so no member blocks in a send while its peers
+ * block in theirs. Nothing here depends on arrival order: pieces are summed in rank order into
+ * fp32 once all are there, and norms likewise, so an overlapped step gives the same bits as a
+ * synchronous one.
  *
  * Payloads: fp32 floats (received straight into the parameters, except for slices holding
  * statistics, which go through a staging array since their sums belong in grad), or with bf16
@@ -42,7 +46,8 @@
 enum { F_GRAD, F_NORM, F_PARAM };
 
 struct xfer {
-    /* Out: header and payload to send; in: header, then payload into in. */
+    /* Out: header and payload to send; in: header, then payload into in (chosen by the header's
+     * type). */
     unsigned char out_h[NL_WIRE_HEADER];
     const unsigned char *out;
     size_t out_len, out_done; /* out_done counts the header too */
@@ -50,8 +55,9 @@ struct xfer {
     unsigned char *in;
     size_t in_len, in_done;
     uint32_t in_type, in_crc;
-    int out_active, in_active; /* a frame under way */
-    int out_next, in_next;     /* the step's frames started so far (frame_kind gives each) */
+    int in_kind;                /* F_ kind of the frame coming in */
+    int out_active, in_active;  /* a frame under way (in: or its header awaited) */
+    unsigned out_mask, in_mask; /* 1 << F_ kind of the step's frames started */
 };
 
 enum { PHASE_IDLE, PHASE_RUN, PHASE_DONE, PHASE_QUIT };
@@ -77,7 +83,6 @@ struct nl_allreduce {
     float *stagef_in;      /* fp32 with statistics: (n) incoming slices that hold some */
     uint16_t *stage_own;   /* bf16: (own_bytes / 2) my outgoing parameters and sums */
     double *norms;         /* (size) clip-norm: each owner's sum of squares */
-    int nframes;           /* per peer and direction: 2, or 3 with clip-norm */
     struct xfer *x;        /* (size) */
     struct pollfd *pfd;    /* (size + 1) */
     int *pidx;             /* (size + 1) */
@@ -210,7 +215,6 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
     a->optim = o->optim;
     a->clip_value = o->clip_value;
     a->clip_norm = o->clip_norm;
-    a->nframes = o->clip_norm > 0.0f ? 3 : 2;
     a->lo = nl_calloc((size_t)size, sizeof *a->lo);
     a->hi = nl_calloc((size_t)size, sizeof *a->hi);
     if (!a->lo || !a->hi)
@@ -283,17 +287,51 @@ static void out_set(struct xfer *x, uint32_t type, const void *out, size_t len)
     x->out_len = len;
     x->out_done = 0;
     x->out_active = 1;
-    x->out_next++;
 }
 
-static void in_set(struct xfer *x, uint32_t type, void *in, size_t len)
+/* The frames of a step between two members, as a mask of F_ kinds. */
+static unsigned all_frames(const struct nl_allreduce *a)
 {
-    x->in = in;
-    x->in_len = len;
-    x->in_done = 0;
+    return 1u << F_GRAD | 1u << F_PARAM | (a->clip_norm > 0.0f ? 1u << F_NORM : 0u);
+}
+
+/* Where a frame from peer k with that header goes: sets x->in and its kind, or refuses it. */
+static int in_route(struct nl_allreduce *a, int k, uint32_t type, uint32_t len,
+                    struct nl_error *err)
+{
+    struct xfer *x = &a->x[k];
+    const size_t klo = a->lo[k], khi = a->hi[k];
+    int f = -1;
+    size_t want = 0;
+    void *dst = NULL;
+
+    if (type == NL_FRAME_GRAD) {
+        f = F_GRAD;
+        dst = a->pieces + (size_t)k * a->own_bytes;
+        want = a->own_bytes;
+    } else if (type == NL_FRAME_NORM) {
+        f = F_NORM;
+        dst = &a->norms[k];
+        want = sizeof(double);
+    } else if (type == NL_FRAME_PARAM) {
+        f = F_PARAM;
+        want = wire_bytes(a, klo, khi);
+        if (a->bf16)
+            dst = a->stage_in + pos(a, klo);
+        else
+            dst = khi <= a->nt ? a->params + klo : a->stagef_in + klo;
+    }
+    if (f < 0 || !(all_frames(a) & 1u << f) || (x->in_mask & 1u << f) || len != want)
+        return nl_error_set(err, NL_EFORMAT,
+                            "%s: sent a frame of type %u and %u bytes, which was not due in this "
+                            "step of the exchange",
+                            a->mesh->peers[k].peer, type, len);
+    x->in = dst;
+    x->in_len = want;
     x->in_type = type;
-    x->in_active = 1;
-    x->in_next++;
+    x->in_kind = f;
+    x->in_mask |= 1u << f;
+    return 0;
 }
 
 /* Moves bytes on one socket without blocking: 0 (progress or none), or NL_ENET. */
@@ -326,8 +364,12 @@ static int pump_out(int fd, struct xfer *x, struct nl_conn *c)
 }
 
 /* 1 when the frame is complete, 0 when more is to come, or an error. */
-static int pump_in(int fd, struct xfer *x, struct nl_conn *c, struct nl_error *err)
+static int pump_in(struct nl_allreduce *a, int k, struct nl_error *err)
 {
+    struct nl_conn *c = &a->mesh->peers[k];
+    struct xfer *x = &a->x[k];
+    const int fd = c->fd;
+
     while (x->in_done < NL_WIRE_HEADER + x->in_len) {
         unsigned char *p;
         size_t left;
@@ -345,11 +387,9 @@ static int pump_in(int fd, struct xfer *x, struct nl_conn *c, struct nl_error *e
             if (x->in_done == NL_WIRE_HEADER) {
                 uint32_t type, len;
                 nl_wire_parse_header(x->in_h, &type, &len, &x->in_crc, NL_WIRE_MAX_PAYLOAD);
-                if (type != x->in_type || len != x->in_len)
-                    return nl_error_set(err, NL_EFORMAT,
-                                        "%s: sent a frame of type %u and %u bytes where type %u "
-                                        "and %zu bytes were due",
-                                        c->peer, type, len, x->in_type, x->in_len);
+                int rc = in_route(a, k, type, len, err);
+                if (rc < 0)
+                    return rc;
             }
             continue;
         }
@@ -466,22 +506,17 @@ static void owner_update(struct nl_allreduce *a)
     }
 }
 
-/* What the i-th frame of a step between two members is. */
-static int frame_kind(const struct nl_allreduce *a, int i)
-{
-    return i == 0 ? F_GRAD : i == a->nframes - 1 ? F_PARAM : F_NORM;
-}
-
-/* Starts the next frame to peer k when its content exists. */
+/* Starts the next frame to peer k whose content exists. */
 static void next_out(struct nl_allreduce *a, int k, size_t frontier)
 {
     struct xfer *x = &a->x[k];
     const size_t klo = a->lo[k], khi = a->hi[k];
+    const unsigned todo = all_frames(a) & ~x->out_mask;
 
-    if (x->out_active || x->out_next >= a->nframes)
+    if (x->out_active)
         return;
-    const int f = frame_kind(a, x->out_next);
-    if (f == F_GRAD && frontier <= klo) {
+    if ((todo & 1u << F_GRAD) && frontier <= klo) {
+        x->out_mask |= 1u << F_GRAD;
         if (a->bf16) {
             const size_t t = trainable_part(a, klo, khi);
             for (size_t i = klo; i < klo + t; i++)
@@ -492,39 +527,33 @@ static void next_out(struct nl_allreduce *a, int k, size_t frontier)
         } else {
             out_set(x, NL_FRAME_GRAD, a->grad + klo, wire_bytes(a, klo, khi));
         }
-    } else if (f == F_NORM && a->reduced) {
+    } else if ((todo & 1u << F_NORM) && a->reduced) {
+        x->out_mask |= 1u << F_NORM;
         out_set(x, NL_FRAME_NORM, &a->norms[a->mesh->rank], sizeof(double));
-    } else if (f == F_PARAM && a->updated) {
+    } else if ((todo & 1u << F_PARAM) && a->updated) {
+        x->out_mask |= 1u << F_PARAM;
         const void *mine = a->bf16 ? (const void *)a->stage_own : (const void *)a->master;
         out_set(x, NL_FRAME_PARAM, mine, a->own_bytes);
     }
 }
 
-/* Starts receiving the next frame from peer k. */
+/* Awaits the next frame from peer k, whichever it is. */
 static void next_in(struct nl_allreduce *a, int k)
 {
     struct xfer *x = &a->x[k];
-    const size_t klo = a->lo[k], khi = a->hi[k];
 
-    if (x->in_active || x->in_next >= a->nframes)
+    if (x->in_active || x->in_mask == all_frames(a))
         return;
-    const int f = frame_kind(a, x->in_next);
-    if (f == F_GRAD) {
-        in_set(x, NL_FRAME_GRAD, a->pieces + (size_t)k * a->own_bytes, a->own_bytes);
-    } else if (f == F_NORM) {
-        in_set(x, NL_FRAME_NORM, &a->norms[k], sizeof(double));
-    } else if (a->bf16) {
-        in_set(x, NL_FRAME_PARAM, a->stage_in + pos(a, klo), wire_bytes(a, klo, khi));
-    } else {
-        float *dst = khi <= a->nt ? a->params + klo : a->stagef_in + klo;
-        in_set(x, NL_FRAME_PARAM, dst, wire_bytes(a, klo, khi));
-    }
+    x->in = NULL;
+    x->in_len = 0;
+    x->in_done = 0;
+    x->in_active = 1;
 }
 
 /* A frame from peer k has come in whole: count it, and put parameters where they belong. */
 static void in_done(struct nl_allreduce *a, int k)
 {
-    const int f = frame_kind(a, a->x[k].in_next - 1);
+    const int f = a->x[k].in_kind;
     const size_t klo = a->lo[k], khi = a->hi[k], t = trainable_part(a, klo, khi);
 
     if (f == F_GRAD) {
@@ -563,7 +592,7 @@ static void step_reset(struct nl_allreduce *a, float *params, float *grad, long 
     for (int k = 0; k < a->mesh->size; k++) {
         struct xfer *x = &a->x[k];
         x->out_active = x->in_active = 0;
-        x->out_next = x->in_next = 0;
+        x->out_mask = x->in_mask = 0;
     }
 }
 
@@ -585,7 +614,7 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
             a->reduced = 1;
             a->owner_seconds += now() - t0;
         }
-        if (a->reduced && !a->updated && (a->nframes == 2 || a->got_norms == size - 1)) {
+        if (a->reduced && !a->updated && (a->clip_norm <= 0.0f || a->got_norms == size - 1)) {
             double t0 = now();
             owner_update(a);
             a->updated = 1;
@@ -598,8 +627,8 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
             struct xfer *x = &a->x[k];
             next_out(a, k, frontier);
             next_in(a, k);
-            done &= !x->out_active && x->out_next >= a->nframes && !x->in_active &&
-                    x->in_next >= a->nframes;
+            done &= !x->out_active && x->out_mask == all_frames(a) && !x->in_active &&
+                    x->in_mask == all_frames(a);
             short ev = (short)((x->out_active ? POLLOUT : 0) | (x->in_active ? POLLIN : 0));
             if (!ev)
                 continue;
@@ -640,7 +669,7 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
             }
             struct nl_conn *c = &m->peers[k];
             if (a->pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-                int rc = pump_in(c->fd, &a->x[k], c, err);
+                int rc = pump_in(a, k, err);
                 if (rc < 0)
                     return rc;
                 if (rc == 1)
