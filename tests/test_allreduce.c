@@ -4,7 +4,8 @@
  * framing, a connection without the secret dropped while the mesh still forms, and a member
  * that never comes reported by name. Also: statistics after the trainable range (summed, not
  * optimized, returned in the gradient), clipping of the summed gradient, and overlapped steps
- * whose gradient becomes final piece by piece from the top while slices already travel. */
+ * whose gradient becomes final piece by piece from the top while slices already travel; frames
+ * that are not due (wrong length, or twice in a step) refused naming the peer. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
@@ -292,6 +293,70 @@ static void test_missing_member(void)
     close(fd);
 }
 
+/* A member whose frames are not those due: a PARAM of the wrong length, a GRAD twice. Member 0
+ * (this process, overlapped or not) must refuse them, naming the peer. */
+static void test_undue_frames(void)
+{
+    for (int c = 0; c < 2; c++) {
+        struct nl_member members[2];
+        struct nl_error err = {0};
+        struct nl_optim o;
+        int fds[2];
+        nl_optim_defaults(&o, NL_OPTIM_SGD);
+        for (int r = 0; r < 2; r++) {
+            snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
+            snprintf(members[r].addr, sizeof members[r].addr, "127.0.0.1");
+            if (nl_net_listen(&fds[r], "127.0.0.1", 0, 0, &members[r].port, &err) < 0)
+                abort();
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            struct nl_mesh *mesh = NULL;
+            static float buf[NPARAMS];
+            close(fds[0]);
+            if (nl_mesh_connect(&mesh, 1, 2, fds[1], members, secret, strlen(secret), 5000, &err) <
+                0)
+                _exit(1);
+            if (c == 0) {
+                nl_wire_send(&mesh->peers[0], NL_FRAME_PARAM, buf, 12, &err);
+            } else {
+                /* Member 0 owns the first half of the 16-float blocks. */
+                const uint32_t own = (uint32_t)((NPARAMS + 15) / 16 / 2 * 16 * sizeof(float));
+                nl_wire_send(&mesh->peers[0], NL_FRAME_GRAD, buf, own, &err);
+                nl_wire_send(&mesh->peers[0], NL_FRAME_GRAD, buf, own, &err);
+            }
+            char b;
+            (void)!read(mesh->peers[0].fd, &b, 1); /* until member 0 gives up */
+            nl_mesh_free(mesh);
+            _exit(0);
+        }
+        close(fds[1]);
+        struct nl_mesh *mesh = NULL;
+        struct nl_allreduce *a = NULL;
+        float *p = nl_alloc_floats(NPARAMS), *g = nl_alloc_floats(NPARAMS);
+        int rc = nl_mesh_connect(&mesh, 0, 2, fds[0], members, secret, strlen(secret), 5000, &err);
+        if (rc == 0)
+            rc = nl_allreduce_new(
+                &a, mesh, p,
+                &(struct nl_allreduce_opts){
+                    .n = NPARAMS, .ntrainable = NPARAMS, .optim = &o, .overlap = c},
+                &err);
+        if (rc == 0)
+            rc = nl_allreduce_step(a, p, g, 1, o.lr, &err);
+        is_int(rc, NL_EFORMAT, "%s is refused",
+               c == 0 ? "a parameter slice of the wrong length"
+                      : "a second gradient piece in one step");
+        like(err.msg, "node2 (127.0.0.1", "naming the peer: %s", err.msg);
+        like(err.msg, "not due", "and saying the frame was not due");
+        nl_allreduce_free(a);
+        nl_mesh_free(mesh);
+        close(fds[0]);
+        wait_child(pid);
+        nl_free(p);
+        nl_free(g);
+    }
+}
+
 static void test_bf16(void)
 {
     is_int(nl_bf16_from_float(1.0f), 0x3f80, "bf16(1)");
@@ -322,5 +387,6 @@ int main(void)
     run(&(struct mode){.size = 3, .o = &sgd, .stats = 1, .clip_value = 0.02f, .clip_norm = 0.5f});
     run(&(struct mode){.size = 2, .o = &adam, .clip_norm = 0.5f, .overlap = 1});
     test_missing_member();
+    test_undue_frames();
     return done_testing();
 }
