@@ -1,7 +1,8 @@
 /* The sliced allreduce of a cluster run (BigDL's shuffle and broadcast), over a full mesh.
  *
- * The flat vector of trainable parameters is cut into one slice per member, in whole blocks of
- * 16 floats; member j owns slice j, its fp32 master copy and its optimizer state. Each step:
+ * The flat vector of trainable parameters and statistics is cut into one slice per member, in
+ * whole blocks of 16 floats; member j owns slice j, its fp32 master copy and its optimizer state.
+ * Each step:
  *   shuffle:   every member sends slice j of its gradient to member j;
  *   reduce:    owner j sums the pieces in fp32 in rank order (so arrival order does not matter)
  *              and applies the optimizer to its slice;
@@ -17,8 +18,16 @@
  * member then updates its running statistics from the global sums itself. Clipping happens on
  * the owner's summed slice: clip-value elementwise, clip-norm with the global norm, for which
  * every owner sends the sum of squares of its slice (a double) to every member and each sums
- * them in rank order, so all scale alike. Payloads are in the host's byte order: members must share
- * it (every Linux host nnlab targets is little-endian). */
+ * them in rank order, so all scale alike.
+ *
+ * With overlap the shuffle of a slice starts as soon as the caller says that part of the
+ * gradient is final, while it still computes the rest (the trainer's backward pass runs from the
+ * last layers, which lie in the highest slices), and owners sum, update and broadcast as pieces
+ * arrive; the sums are the same, in the same order, so the bits are too. net/allreduce.c
+ * describes the frames.
+ *
+ * Payloads are in the host's byte order: members must share it (every Linux host nnlab targets
+ * is little-endian). */
 #ifndef NNLAB_ALLREDUCE_H
 #define NNLAB_ALLREDUCE_H
 
