@@ -19,8 +19,8 @@ struct nl_member_sync {
      * and the last; and the whole exchange (nl_allreduce_exchange_seconds), hidden or not. */
     double comm_seconds, last_comm_seconds;
     double exchange_seconds, last_exchange_seconds;
-    unsigned long long last_bytes; /* sent during the last step */
-    unsigned long long bytes_before;
+    unsigned long long last_bytes;   /* sent during the last step */
+    unsigned long long bytes_before; /* sent before the step under way */
 };
 
 /* Ties the pieces together; they stay the caller's. The exchange overlaps the backward pass
