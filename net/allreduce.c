@@ -95,6 +95,7 @@ struct nl_allreduce {
     int got_grads, got_norms, reduced, updated;
     double t_first, owner_seconds;
     double exchange_seconds, wait_seconds; /* of the last step */
+    unsigned long long bytes, early_bytes; /* sent in the last step; of them before frontier 0 */
 
     /* Overlap: the communication thread and what it shares with the caller. */
     int overlap, thread_started, efd;
@@ -419,6 +420,11 @@ double nl_allreduce_wait_seconds(const struct nl_allreduce *a)
     return a->wait_seconds;
 }
 
+double nl_allreduce_early_fraction(const struct nl_allreduce *a)
+{
+    return a->bytes > 0 ? (double)a->early_bytes / (double)a->bytes : 0.0;
+}
+
 int nl_allreduce_overlaps(const struct nl_allreduce *a)
 {
     return a->overlap;
@@ -589,6 +595,7 @@ static void step_reset(struct nl_allreduce *a, float *params, float *grad, long 
     a->got_grads = a->got_norms = a->reduced = a->updated = 0;
     a->t_first = -1.0;
     a->owner_seconds = 0.0;
+    a->bytes = a->early_bytes = 0;
     for (int k = 0; k < a->mesh->size; k++) {
         struct xfer *x = &a->x[k];
         x->out_active = x->in_active = 0;
@@ -676,8 +683,12 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
                     in_done(a, k);
             }
             if (a->x[k].out_active && (a->pfd[i].revents & (POLLOUT | POLLERR))) {
+                const uint64_t before = c->bytes_sent;
                 if (pump_out(c->fd, &a->x[k], c) < 0)
                     return nl_error_set(err, NL_ENET, "%s: sending: %s", c->peer, strerror(errno));
+                a->bytes += c->bytes_sent - before;
+                if (frontier > 0)
+                    a->early_bytes += c->bytes_sent - before;
             }
         }
     }

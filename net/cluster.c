@@ -43,6 +43,7 @@ static int step(void *ud, float *params, float *grad, long n, float lr, struct n
     s->comm_seconds += s->last_comm_seconds;
     s->last_exchange_seconds = nl_allreduce_exchange_seconds(s->ar);
     s->exchange_seconds += s->last_exchange_seconds;
+    s->early_fraction += nl_allreduce_early_fraction(s->ar);
     s->last_bytes = nl_mesh_bytes_sent(s->mesh) - s->bytes_before;
     return rc;
 }

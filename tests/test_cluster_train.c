@@ -62,6 +62,7 @@ struct result {
     long samples[MAXSTEPS];
     unsigned long long max_step_bytes;
     double comm, exchange; /* seconds over the run: waited, and exchanged in all */
+    double early;          /* the share of bytes sent during backward, summed over the steps */
     long steps;
     float params[MAXPARAMS];
 };
@@ -209,6 +210,7 @@ static int member(const struct cfg *c, int rank, int fd, const struct nl_member 
         rc = nl_train(m, part_d, &o, &hooks, &tr, &err);
         res->comm = ms.comm_seconds;
         res->exchange = ms.exchange_seconds;
+        res->early = ms.early_fraction;
     }
     if (rc == 0)
         keep(res, m);
@@ -367,7 +369,7 @@ static void test_overlap(void)
         {bn_spec, "batchnorm", 12, 192},
     };
     static double curve[2][MAXSTEPS];
-    double comm[2] = {0}, exchange[2] = {0};
+    double comm[2] = {0}, exchange[2] = {0}, early = 0;
     long steps_timed = 0;
 
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++)
@@ -407,6 +409,7 @@ static void test_overlap(void)
                     for (int r = 0; r < n; r++) {
                         comm[ov] += res[ov][r].comm;
                         exchange[ov] += res[ov][r].exchange;
+                        early += ov ? res[ov][r].early : 0.0;
                         steps_timed += ov == 0 ? res[ov][r].steps : 0;
                     }
                 release(res[0], n);
@@ -416,10 +419,11 @@ static void test_overlap(void)
      * from the first slice ready to the end, so it takes in backward time too. */
     diag("per member-step: synchronous steps wait %.3f ms (exchanging %.3f ms); overlapped "
          "steps wait %.3f ms after the backward pass (exchange span %.3f ms): %.0f%% of the "
-         "wait hidden",
+         "wait hidden; %.0f%% of the bytes went out during the backward pass",
          1e3 * comm[0] / (double)steps_timed, 1e3 * exchange[0] / (double)steps_timed,
          1e3 * comm[1] / (double)steps_timed, 1e3 * exchange[1] / (double)steps_timed,
-         comm[0] > 0 ? 100.0 * (1.0 - comm[1] / comm[0]) : 0.0);
+         comm[0] > 0 ? 100.0 * (1.0 - comm[1] / comm[0]) : 0.0,
+         100.0 * early / (double)steps_timed);
 }
 
 /* Batch normalisation: N members of T threads each against one member of N T threads (the same

@@ -85,6 +85,10 @@ double nl_allreduce_exchange_seconds(const struct nl_allreduce *a);
  * communication (and the owner's update) that the computation did not hide. */
 double nl_allreduce_wait_seconds(const struct nl_allreduce *a);
 
+/* Of the bytes the last step sent, the share that went out before the whole gradient was final:
+ * while the caller still computed (0 for synchronous steps). */
+double nl_allreduce_early_fraction(const struct nl_allreduce *a);
+
 /* The [lo, hi) floats of member r's slice. */
 void nl_allreduce_slice(const struct nl_allreduce *a, int r, size_t *lo, size_t *hi);
 

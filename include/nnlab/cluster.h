@@ -19,6 +19,7 @@ struct nl_member_sync {
      * and the last; and the whole exchange (nl_allreduce_exchange_seconds), hidden or not. */
     double comm_seconds, last_comm_seconds;
     double exchange_seconds, last_exchange_seconds;
+    double early_fraction;           /* nl_allreduce_early_fraction, summed over the steps so far */
     unsigned long long last_bytes;   /* sent during the last step */
     unsigned long long bytes_before; /* sent before the step under way */
 };
