@@ -10,16 +10,14 @@
  * below the lowest trainable layer, so that the ranges cover [0, ntrainable) exactly once) and
  * s_lo likewise over [ntrainable, nreduce). Each thread counts down pending[i] as its backward
  * passes layer i; the thread that brings it to 0 sums layer i's ranges over the threads in thread
- * order into thread 0's buffer, exactly the sums the reduction without overlap forms. The
- * reduced layers from the top down form a suffix grad[from[i], nreduce): from[i] = t_lo[i] once
- * no statistics lie below layer i, else nreduce (the statistics come after every trainable
- * block, so batch-normalised models announce little before their lowest such layer is done). */
+ * order into thread 0's buffer, exactly the sums the reduction without overlap forms. Once layers
+ * i and above are reduced, grad[t_lo[i], ntrainable) and grad[s_lo[i], nreduce) are final, and
+ * the synchroniser hears so. */
 #include "nnlab/trainer.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -72,7 +70,7 @@ struct ctx {
 
     /* Overlap: per layer (nlayers + 1 bounds), see the top of the file. */
     int overlap;
-    size_t *t_lo, *s_lo, *from;
+    size_t *t_lo, *s_lo;
     atomic_int *pending;
     char *reduced;
     int next; /* layers [next, nlayers) are reduced and announced; under lock */
@@ -114,7 +112,6 @@ static void ctx_release(struct ctx *c)
         pthread_mutex_destroy(&c->lock);
     nl_free(c->t_lo);
     nl_free(c->s_lo);
-    nl_free(c->from);
     nl_free(c->pending);
     nl_free(c->reduced);
 }
@@ -128,10 +125,9 @@ static int overlap_init(struct ctx *c, struct nl_error *err)
 
     c->t_lo = nl_calloc((size_t)nl + 1, sizeof *c->t_lo);
     c->s_lo = nl_calloc((size_t)nl + 1, sizeof *c->s_lo);
-    c->from = nl_calloc((size_t)nl + 1, sizeof *c->from);
     c->pending = nl_calloc((size_t)nl + 1, sizeof *c->pending);
     c->reduced = nl_calloc((size_t)nl + 1, 1);
-    if (!c->t_lo || !c->s_lo || !c->from || !c->pending || !c->reduced)
+    if (!c->t_lo || !c->s_lo || !c->pending || !c->reduced)
         return nl_error_set(err, NL_ENOMEM, "out of memory for the overlap of %d layers", nl);
     pthread_mutex_init(&c->lock, NULL);
     c->overlap = 1;
@@ -160,7 +156,6 @@ static int overlap_init(struct ctx *c, struct nl_error *err)
             c->t_lo[i] = 0;
         if (i <= lowest_s)
             c->s_lo[i] = m->ntrainable;
-        c->from[i] = i <= lowest_s ? c->t_lo[i] : m->nreduce;
     }
     return 0;
 }
@@ -188,16 +183,14 @@ static void layer_done(void *ud, int i)
         return;
     reduce_range(c, c->t_lo[i], c->t_lo[i + 1], count);
     reduce_range(c, c->s_lo[i], c->s_lo[i + 1], count);
-    size_t from = SIZE_MAX;
+    int top = -1;
     pthread_mutex_lock(&c->lock);
     c->reduced[i] = 1;
-    while (c->next > 0 && c->reduced[c->next - 1]) {
-        c->next--;
-        from = c->from[c->next];
-    }
+    while (c->next > 0 && c->reduced[c->next - 1])
+        top = --c->next;
     pthread_mutex_unlock(&c->lock);
-    if (from != SIZE_MAX)
-        c->sync->ready(c->sync->ud, from);
+    if (top >= 0)
+        c->sync->ready(c->sync->ud, c->t_lo[top], c->s_lo[top]);
 }
 
 static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dataset *d,

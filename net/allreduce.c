@@ -6,8 +6,9 @@
  *   NORM   (clip-norm only) the sum of squares of my summed slice; from k, that of its slice;
  *   PARAM  my updated slice (parameters, then statistics sums); from k, its slice.
  * A frame to a peer starts once the one before it on that connection is sent and its content
- * exists: GRAD k once grad[lo_k, n) is final (the frontier is at or below lo_k), NORM once my
- * pieces are summed, PARAM once my slice is updated; when several could go, GRAD first (an owner
+ * exists: GRAD k once grad[lo_k, hi_k) is final (the caller says so with two frontiers: its
+ * trainable part lies in grad[front.t, ntrainable), its statistics in grad[front.s, n)), NORM once
+ * my pieces are summed, PARAM once my slice is updated; when several could go, GRAD first (an owner
  * waits for it), then NORM, then PARAM. So an owner of high layers may broadcast its slice to a
  * peer before its gradient for that peer's lower slice is final, and frames arrive in whichever
  * order their contents came to exist: the receiver routes each by the type in its header, and
@@ -26,7 +27,7 @@
  *
  * Synchronous steps run the loop in the caller with the whole gradient final. Overlapped steps
  * run it on the allreduce's communication thread, started at nl_allreduce_new: begin hands it the
- * step, ready lowers the frontier and wakes it through an eventfd, finish waits for its result.
+ * step, ready lowers the frontiers and wakes it through an eventfd, finish waits for its result.
  * Memory is allocated once in nl_allreduce_new; a step allocates nothing. */
 #define _GNU_SOURCE
 #include "nnlab/allreduce.h"
@@ -62,6 +63,11 @@ struct xfer {
 
 enum { PHASE_IDLE, PHASE_RUN, PHASE_DONE, PHASE_QUIT };
 
+/* What of the gradient is final: grad[t, ntrainable) and grad[s, n). */
+struct front {
+    size_t t, s;
+};
+
 struct nl_allreduce {
     struct nl_mesh *mesh;
     size_t n, nt; /* floats exchanged; the trainable ones */
@@ -91,11 +97,11 @@ struct nl_allreduce {
     float *params, *grad;
     long step;
     float lr;
-    size_t frontier; /* grad[frontier, n) is final; under lock when overlapping */
+    struct front front; /* what of grad is final; under lock when overlapping */
     int got_grads, got_norms, reduced, updated;
     double t_first, owner_seconds;
     double exchange_seconds, wait_seconds; /* of the last step */
-    unsigned long long bytes, early_bytes; /* sent in the last step; of them before frontier 0 */
+    unsigned long long bytes, early_bytes; /* sent in the last step; of them before all was final */
 
     /* Overlap: the communication thread and what it shares with the caller. */
     int overlap, thread_started, efd;
@@ -513,7 +519,22 @@ static void owner_update(struct nl_allreduce *a)
 }
 
 /* Starts the next frame to peer k whose content exists. */
-static void next_out(struct nl_allreduce *a, int k, size_t frontier)
+/* Whether slice k of the gradient is final. */
+static int slice_final(const struct nl_allreduce *a, int k, struct front f)
+{
+    const size_t lo = a->lo[k], hi = a->hi[k];
+    const int t_ok = lo >= a->nt || lo >= f.t;
+    const int s_ok = hi <= a->nt || (lo > a->nt ? lo : a->nt) >= f.s;
+    return t_ok && s_ok;
+}
+
+/* Whether the whole gradient is final. */
+static int all_final(const struct nl_allreduce *a, struct front f)
+{
+    return f.t == 0 && f.s <= a->nt;
+}
+
+static void next_out(struct nl_allreduce *a, int k, struct front f)
 {
     struct xfer *x = &a->x[k];
     const size_t klo = a->lo[k], khi = a->hi[k];
@@ -521,7 +542,7 @@ static void next_out(struct nl_allreduce *a, int k, size_t frontier)
 
     if (x->out_active)
         return;
-    if ((todo & 1u << F_GRAD) && frontier <= klo) {
+    if ((todo & 1u << F_GRAD) && slice_final(a, k, f)) {
         x->out_mask |= 1u << F_GRAD;
         if (a->bf16) {
             const size_t t = trainable_part(a, klo, khi);
@@ -576,12 +597,12 @@ static void in_done(struct nl_allreduce *a, int k)
     }
 }
 
-static size_t frontier_get(struct nl_allreduce *a)
+static struct front front_get(struct nl_allreduce *a)
 {
     if (!a->overlap)
-        return a->frontier;
+        return a->front;
     pthread_mutex_lock(&a->lock);
-    size_t f = a->frontier;
+    struct front f = a->front;
     pthread_mutex_unlock(&a->lock);
     return f;
 }
@@ -610,12 +631,12 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
     const int size = m->size, rank = m->rank;
 
     for (;;) {
-        const size_t frontier = frontier_get(a);
-        if (a->t_first < 0.0 && frontier < a->n)
+        const struct front f = front_get(a);
+        if (a->t_first < 0.0 && (f.t <= a->nt || f.s <= a->n))
             a->t_first = now();
 
         /* What this member can do by itself. */
-        if (!a->reduced && frontier <= a->lo[rank] && a->got_grads == size - 1) {
+        if (!a->reduced && slice_final(a, rank, f) && a->got_grads == size - 1) {
             double t0 = now();
             owner_reduce(a);
             a->reduced = 1;
@@ -632,7 +653,7 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
             if (k == rank)
                 continue;
             struct xfer *x = &a->x[k];
-            next_out(a, k, frontier);
+            next_out(a, k, f);
             next_in(a, k);
             done &= !x->out_active && x->out_mask == all_frames(a) && !x->in_active &&
                     x->in_mask == all_frames(a);
@@ -647,7 +668,7 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
         if (done)
             return 0;
         /* Waiting for the rest of the gradient as well: the computation, not the peers. */
-        const int local = a->overlap && frontier > 0;
+        const int local = a->overlap && !all_final(a, f);
         if (local) {
             a->pfd[np] = (struct pollfd){.fd = a->efd, .events = POLLIN};
             a->pidx[np++] = -1;
@@ -687,7 +708,7 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
                 if (pump_out(c->fd, &a->x[k], c) < 0)
                     return nl_error_set(err, NL_ENET, "%s: sending: %s", c->peer, strerror(errno));
                 a->bytes += c->bytes_sent - before;
-                if (frontier > 0)
+                if (!all_final(a, f))
                     a->early_bytes += c->bytes_sent - before;
             }
         }
@@ -706,12 +727,12 @@ int nl_allreduce_step(struct nl_allreduce *a, float *params, float *grad, long s
 {
     if (a->overlap) {
         nl_allreduce_begin(a, params, grad, step, lr);
-        nl_allreduce_ready(a, 0);
+        nl_allreduce_ready(a, 0, 0);
         return nl_allreduce_finish(a, err);
     }
     const double t0 = now();
     step_reset(a, params, grad, step, lr);
-    a->frontier = 0;
+    a->front = (struct front){0, a->nt};
     int rc = step_loop(a, err);
     const double t1 = now();
     step_times(a, t1);
@@ -750,22 +771,26 @@ int nl_allreduce_begin(struct nl_allreduce *a, float *params, float *grad, long 
         return NL_EINVAL;
     pthread_mutex_lock(&a->lock);
     step_reset(a, params, grad, step, lr);
-    a->frontier = a->n + 1; /* nothing is final yet, not even an empty last slice */
+    a->front = (struct front){a->nt + 1, a->n + 1}; /* nothing is final yet */
     a->phase = PHASE_RUN;
     pthread_cond_broadcast(&a->cond);
     pthread_mutex_unlock(&a->lock);
     return 0;
 }
 
-void nl_allreduce_ready(struct nl_allreduce *a, size_t from)
+void nl_allreduce_ready(struct nl_allreduce *a, size_t from, size_t stats_from)
 {
     int lowered = 0;
 
     if (!a->overlap)
         return;
     pthread_mutex_lock(&a->lock);
-    if (from < a->frontier) {
-        a->frontier = from;
+    if (from < a->front.t) {
+        a->front.t = from;
+        lowered = 1;
+    }
+    if (stats_from < a->front.s) {
+        a->front.s = stats_from;
         lowered = 1;
     }
     pthread_mutex_unlock(&a->lock);

@@ -22,10 +22,10 @@ static int begin(void *ud, float *params, float *grad, long n, float lr)
     return nl_allreduce_begin(s->ar, params, grad, n, lr);
 }
 
-static void ready(void *ud, size_t from)
+static void ready(void *ud, size_t from, size_t stats_from)
 {
     struct nl_member_sync *s = ud;
-    nl_allreduce_ready(s->ar, from);
+    nl_allreduce_ready(s->ar, from, stats_from);
 }
 
 static int step(void *ud, float *params, float *grad, long n, float lr, struct nl_error *err)

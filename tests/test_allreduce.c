@@ -61,6 +61,7 @@ struct mode {
     const struct nl_optim *o;
     int bf16, rogue;
     int stats, overlap; /* statistics after the trainable range; overlapped steps */
+    int stats_last;     /* overlapped: the statistics become final after the trainable part */
     float clip_value, clip_norm;
 };
 
@@ -69,18 +70,28 @@ static size_t ntrainable(const struct mode *md)
     return md->stats ? NPARAMS - NSTATS : NPARAMS;
 }
 
-/* The gradient made final from the top down in chunks, as a backward pass would, each announced
- * while the slices above it may already be on their way. */
-static void overlapped_gradient(struct nl_allreduce *a, float *g, const float *p, int r, long s)
+/* The gradient made final in chunks, as a backward pass would, each announced while the slices
+ * before it may already be on their way: from the top down, or (stats_last) the trainable part
+ * from the top down and the statistics at the end, as batch normalisation's come. */
+static void overlapped_gradient(struct nl_allreduce *a, float *g, const float *p, int r, long s,
+                                size_t nt, int stats_last)
 {
     static float full[NPARAMS];
     gradient(full, p, r, s);
-    for (size_t hi = NPARAMS; hi > 0;) {
+    const size_t top = stats_last ? nt : NPARAMS;
+    for (size_t hi = top; hi > 0;) {
         size_t lo = hi > 1500 ? hi - 1500 : 0;
         memcpy(g + lo, full + lo, (hi - lo) * sizeof(float));
-        nl_allreduce_ready(a, lo);
+        if (stats_last)
+            nl_allreduce_ready(a, lo, NPARAMS);
+        else
+            nl_allreduce_ready(a, lo < nt ? lo : nt, lo > nt ? lo : nt);
         usleep(200);
         hi = lo;
+    }
+    if (stats_last) {
+        memcpy(g + nt, full + nt, (NPARAMS - nt) * sizeof(float));
+        nl_allreduce_ready(a, 0, nt);
     }
 }
 
@@ -111,7 +122,7 @@ static void member(int rank, int listen_fd, const struct nl_member *members, con
         unsigned long long before = nl_mesh_bytes_sent(mesh);
         if (md->overlap) {
             nl_allreduce_begin(a, res->params, g, s, o->lr);
-            overlapped_gradient(a, g, res->params, rank, s);
+            overlapped_gradient(a, g, res->params, rank, s, ntrainable(md), md->stats_last);
             rc = nl_allreduce_finish(a, &err);
         } else {
             gradient(g, res->params, rank, s);
@@ -148,12 +159,13 @@ static void run(const struct mode *md)
     int fds[MAXN];
     pid_t pids[MAXN];
     char what[128];
-    snprintf(what, sizeof what, "%s%s%s%s%s",
+    snprintf(what, sizeof what, "%s%s%s%s%s%s",
              bf16                       ? "bf16"
              : o->kind == NL_OPTIM_ADAM ? "adam"
                                         : "sgd",
              md->stats ? ", statistics" : "", md->clip_value > 0 ? ", clip-value" : "",
-             md->clip_norm > 0 ? ", clip-norm" : "", md->overlap ? ", overlapped" : "");
+             md->clip_norm > 0 ? ", clip-norm" : "", md->overlap ? ", overlapped" : "",
+             md->stats_last ? " (statistics last)" : "");
 
     for (int r = 0; r < size; r++) {
         snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
@@ -384,6 +396,8 @@ int main(void)
     run(&(struct mode){.size = 3, .o = &sgd, .stats = 1});
     run(&(struct mode){.size = 3, .o = &adam, .stats = 1, .overlap = 1});
     run(&(struct mode){.size = 2, .o = &sgd, .bf16 = 1, .stats = 1, .overlap = 1});
+    run(&(struct mode){.size = 3, .o = &sgd, .stats = 1, .overlap = 1, .stats_last = 1});
+    run(&(struct mode){.size = 3, .o = &sgd, .bf16 = 1, .stats = 1, .overlap = 1, .stats_last = 1});
     run(&(struct mode){.size = 3, .o = &sgd, .stats = 1, .clip_value = 0.02f, .clip_norm = 0.5f});
     run(&(struct mode){.size = 2, .o = &adam, .clip_norm = 0.5f, .overlap = 1});
     test_missing_member();

@@ -69,12 +69,12 @@ int nl_allreduce_step(struct nl_allreduce *a, float *params, float *grad, long s
                       struct nl_error *err);
 
 /* The same step, overlapped with the computation of grad (overlap only): begin before grad is
- * computed; ready(from) once grad[from, n) is final (from only ever falls; any thread may call
- * it; slices wholly above from go out at once); finish once grad is whole, which waits for the
- * end of the step and has nl_allreduce_step's result. Neither params nor grad below from may
- * be read by the exchange, nor params of slices not yet sent written, until finish returns. */
+ * computed; ready(from, stats_from) once grad[from, ntrainable) and grad[stats_from, n) are final
+ * (each only ever falls; any thread may call it; slices wholly final go out at once); finish once
+ * grad is whole, which waits for the end of the step and has nl_allreduce_step's result. Until
+ * finish returns, params may change in slices that were final, and nowhere else. */
 int nl_allreduce_begin(struct nl_allreduce *a, float *params, float *grad, long step, float lr);
-void nl_allreduce_ready(struct nl_allreduce *a, size_t from);
+void nl_allreduce_ready(struct nl_allreduce *a, size_t from, size_t stats_from);
 int nl_allreduce_finish(struct nl_allreduce *a, struct nl_error *err);
 int nl_allreduce_overlaps(const struct nl_allreduce *a);
 

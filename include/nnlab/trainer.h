@@ -93,11 +93,11 @@ struct nl_resume {
  * Overlap (begin and ready not NULL): begin() comes before the step's forward pass with the
  * buffers step() will get; then, while the threads run backward from the last layer down, the
  * trainer reduces each layer's range of the gradient over the threads (in thread order, as
- * without overlap) as soon as every thread is past that layer, and calls ready(from) once
- * grad[from, nreduce) is final; from falls to 0 by the end of the pass (calls may come from any
- * thread, and a later call may carry a higher from than an earlier one). step() then waits for
- * the exchange to end. The parameters of layers the threads are past may change before step()
- * returns; no others. */
+ * without overlap) as soon as every thread is past that layer, and calls ready(from, stats_from)
+ * once grad[from, ntrainable) and grad[stats_from, nreduce) are final; they fall to 0 and
+ * ntrainable by the end of the pass (calls may come from any thread, and a later call may carry
+ * higher values than an earlier one). step() then waits for the exchange to end. The parameters
+ * of layers the threads are past may change before step() returns; no others. */
 struct nl_sync {
     long iters; /* steps per epoch of the global run */
     /* The train-split indices of this member's share of step iter (0-based) of epoch (1-based),
@@ -107,7 +107,7 @@ struct nl_sync {
     /* grad and params have the model's nparams floats; step is 1-based. */
     int (*step)(void *ud, float *params, float *grad, long step, float lr, struct nl_error *err);
     int (*begin)(void *ud, float *params, float *grad, long step, float lr);
-    void (*ready)(void *ud, size_t from);
+    void (*ready)(void *ud, size_t from, size_t stats_from);
     void *ud;
 };
 
