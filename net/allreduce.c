@@ -29,7 +29,6 @@
  * run it on the allreduce's communication thread, started at nl_allreduce_new: begin hands it the
  * step, ready lowers the frontiers and wakes it through an eventfd, finish waits for its result.
  * Memory is allocated once in nl_allreduce_new; a step allocates nothing. */
-#define _GNU_SOURCE
 #include "nnlab/allreduce.h"
 
 #include <errno.h>
