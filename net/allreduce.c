@@ -435,7 +435,7 @@ int nl_allreduce_overlaps(const struct nl_allreduce *a)
     return a->overlap;
 }
 
-/* The value of float i of piece k as a float. */
+/* Adds member k's piece of my slice into dst_sum as floats (copies it there when first). */
 static void piece_floats(const struct nl_allreduce *a, int k, float *dst_sum, int first)
 {
     const int rank = a->mesh->rank;
