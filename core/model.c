@@ -397,6 +397,12 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
 
 void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogits, float *dparams)
 {
+    nl_exec_backward_hook(x, params, dlogits, dparams, NULL, NULL);
+}
+
+void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *dlogits,
+                           float *dparams, void (*done)(void *ud, int layer), void *ud)
+{
     const struct nl_model *m = x->m;
     const int n = x->n, last = m->nlayers - 1;
 
@@ -408,8 +414,11 @@ void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogi
 
     for (int i = last; i >= 0; i--) {
         const struct nl_layer *l = &m->layers[i];
-        if (!x->need[i])
+        if (!x->need[i]) {
+            if (done)
+                done(ud, i);
             continue; /* nothing below it, nor it, is trained */
+        }
         struct nl_bwd b = {
             .n = n,
             .out = x->act[i],
@@ -425,6 +434,8 @@ void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogi
             b.din[j] = src < 0 || !x->need[src] ? NULL : x->dact[src];
         }
         l->ops->backward(l, &b);
+        if (done)
+            done(ud, i);
     }
 }
 

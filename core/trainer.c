@@ -2,10 +2,22 @@
  *
  * Everything a step touches is allocated before the first step: per thread an executor, an input
  * and label buffer for its shard, the logits' gradient and a full-size gradient buffer; for the
- * run the optimizer state and the sample order. A step allocates nothing. */
+ * run the optimizer state and the sample order. A step allocates nothing.
+ *
+ * Overlap with a synchroniser (include/nnlab/trainer.h): layer i's completion finishes the
+ * gradient ranges [t_lo[i], t_lo[i + 1]) of the trainable part and [s_lo[i], s_lo[i + 1]) of the
+ * statistics, where t_lo[i] is where the trainable blocks of layers i and above begin (0 at and
+ * below the lowest trainable layer, so that the ranges cover [0, ntrainable) exactly once) and
+ * s_lo likewise over [ntrainable, nreduce). Each thread counts down pending[i] as its backward
+ * passes layer i; the thread that brings it to 0 sums layer i's ranges over the threads in thread
+ * order into thread 0's buffer, exactly the sums the reduction without overlap forms. Once layers
+ * i and above are reduced, grad[t_lo[i], ntrainable) and grad[s_lo[i], nreduce) are final, and
+ * the synchroniser hears so. */
 #include "nnlab/trainer.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -54,6 +66,15 @@ struct ctx {
     float lr; /* of the current step */
     const struct nl_sync *sync;
     size_t keep_from; /* thread 0's gradient from here on is left for readers after a step */
+    int global;       /* the step's global batch: for the statistics */
+
+    /* Overlap: per layer (nlayers + 1 bounds), see the top of the file. */
+    int overlap;
+    size_t *t_lo, *s_lo;
+    atomic_int *pending;
+    char *reduced;
+    int next; /* layers [next, nlayers) are reduced and announced; under lock */
+    pthread_mutex_t lock;
 };
 
 static double now(void)
@@ -87,6 +108,89 @@ static void ctx_release(struct ctx *c)
     }
     nl_free(c->w);
     nl_free(c->state_block);
+    if (c->overlap)
+        pthread_mutex_destroy(&c->lock);
+    nl_free(c->t_lo);
+    nl_free(c->s_lo);
+    nl_free(c->pending);
+    nl_free(c->reduced);
+}
+
+/* The ranges each layer's completion finishes; see the top of the file. */
+static int overlap_init(struct ctx *c, struct nl_error *err)
+{
+    const struct nl_model *m = c->m;
+    const int nl = m->nlayers;
+    int lowest_t = nl, lowest_s = nl;
+
+    c->t_lo = nl_calloc((size_t)nl + 1, sizeof *c->t_lo);
+    c->s_lo = nl_calloc((size_t)nl + 1, sizeof *c->s_lo);
+    c->pending = nl_calloc((size_t)nl + 1, sizeof *c->pending);
+    c->reduced = nl_calloc((size_t)nl + 1, 1);
+    if (!c->t_lo || !c->s_lo || !c->pending || !c->reduced)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the overlap of %d layers", nl);
+    pthread_mutex_init(&c->lock, NULL);
+    c->overlap = 1;
+    c->t_lo[nl] = m->ntrainable;
+    c->s_lo[nl] = m->nreduce;
+    for (int i = nl - 1; i >= 0; i--) {
+        const struct nl_layer *l = &m->layers[i];
+        size_t t = c->t_lo[i + 1], st = c->s_lo[i + 1];
+        for (int k = 0; !l->frozen && k < l->nparams; k++) {
+            const size_t off = l->param_offset + l->params[k].offset;
+            if (l->params[k].count == 0)
+                continue;
+            if (l->params[k].stat) {
+                st = off < st ? off : st;
+                lowest_s = i;
+            } else {
+                t = off < t ? off : t;
+                lowest_t = i;
+            }
+        }
+        c->t_lo[i] = t;
+        c->s_lo[i] = st;
+    }
+    for (int i = 0; i < nl; i++) {
+        if (i <= lowest_t)
+            c->t_lo[i] = 0;
+        if (i <= lowest_s)
+            c->s_lo[i] = m->ntrainable;
+    }
+    return 0;
+}
+
+/* Sums g[a, b) of every thread into thread 0's buffer in thread order, clearing the others. */
+static void reduce_range(struct ctx *c, size_t a, size_t b, int count)
+{
+    float *g = c->w[0].grad;
+    for (int k = 1; k < count; k++) {
+        float *gk = c->w[k].grad;
+        for (size_t i = a; i < b; i++) {
+            g[i] += gk[i];
+            gk[i] = 0.0f;
+        }
+    }
+}
+
+/* A thread's backward is past layer i (nl_exec_backward_hook). */
+static void layer_done(void *ud, int i)
+{
+    struct ctx *c = ud;
+    const int count = c->threads;
+
+    if (atomic_fetch_sub(&c->pending[i], 1) != 1)
+        return;
+    reduce_range(c, c->t_lo[i], c->t_lo[i + 1], count);
+    reduce_range(c, c->s_lo[i], c->s_lo[i + 1], count);
+    int top = -1;
+    pthread_mutex_lock(&c->lock);
+    c->reduced[i] = 1;
+    while (c->next > 0 && c->reduced[c->next - 1])
+        top = --c->next;
+    pthread_mutex_unlock(&c->lock);
+    if (top >= 0)
+        c->sync->ready(c->sync->ud, c->t_lo[top], c->s_lo[top]);
 }
 
 static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dataset *d,
@@ -198,8 +302,16 @@ static void step_thread(void *arg, int t, int count)
         const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
         w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, c->scale, &correct);
         w->correct = correct;
-        nl_exec_backward(w->exec, c->params, w->dlogits, w->grad);
+        if (c->overlap)
+            nl_exec_backward_hook(w->exec, c->params, w->dlogits, w->grad, layer_done, c);
+        else
+            nl_exec_backward(w->exec, c->params, w->dlogits, w->grad);
+    } else if (c->overlap) {
+        for (int i = m->nlayers - 1; i >= 0; i--)
+            layer_done(c, i);
     }
+    if (c->overlap)
+        return; /* every range was reduced as the threads passed it */
     nl_pool_barrier(c->pool);
 
     /* Reduce and update slice t of the gradient range [0, nreduce), in thread order. Slices are
@@ -250,8 +362,8 @@ static void step_thread(void *arg, int t, int count)
             gk[i] = 0.0f;
         }
     }
-    if (c->clip_value > 0.0f || c->clip_norm > 0.0f)
-        clip_slice(c, w, g, a, tb, count);
+    if (!c->sync && (c->clip_value > 0.0f || c->clip_norm > 0.0f))
+        clip_slice(c, w, g, a, tb, count); /* a synchroniser clips the global gradient */
     if (c->sync || a >= tb)
         return; /* a synchroniser updates the parameters itself */
     float *state[NL_OPTIM_MAX_STATE];
@@ -413,16 +525,8 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     rc = validate_opts(o, d, err);
     if (rc < 0)
         return rc;
-    /* A member's gradient is only its share: clipping it is not clipping the global gradient;
-     * batch statistics and validation-driven decisions would differ between members. */
-    if (o->sync && (o->clip_value > 0.0f || o->clip_norm > 0.0f))
-        return nl_error_set(err, NL_EINVAL,
-                            "gradient clipping runs on one machine only; drop --clip-value and "
-                            "--clip-norm for a cluster run");
-    if (o->sync && m->nreduce != m->ntrainable)
-        return nl_error_set(err, NL_EINVAL,
-                            "a cluster run cannot keep batch normalisation statistics in step "
-                            "yet; train this model on one machine");
+    /* Validation-driven decisions would differ between members (clipping and batch statistics
+     * are the synchroniser's, on the global gradient and sums). */
     if (o->sync &&
         (o->schedule.kind == NL_SCHEDULE_PLATEAU || o->target_accuracy > 0.0 || o->patience > 0))
         return nl_error_set(err, NL_EINVAL,
@@ -443,6 +547,11 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     c.augment = &o->augment;
     c.clip_value = o->clip_value;
     c.clip_norm = o->clip_norm;
+    if (o->sync && o->sync->begin && o->sync->ready) {
+        rc = overlap_init(&c, err);
+        if (rc < 0)
+            goto out;
+    }
     int nstate = nl_optim_state_arrays(&o->optim);
     /* A cluster member keeps only its share's indices there. */
     order = nl_calloc((size_t)(o->sync ? o->batch : ntrain), sizeof *order);
@@ -502,10 +611,12 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                 c.idx = order;
                 c.batch = o->sync->share(o->sync->ud, epoch, it, order, &global);
                 c.scale = 1.0f / (float)global;
+                c.global = global;
             } else {
                 c.idx = order + it * o->batch;
                 c.batch = (int)(it == iters - 1 ? ntrain - it * o->batch : o->batch);
                 c.scale = 1.0f / (float)c.batch;
+                c.global = c.batch;
             }
             c.step++;
             c.lr = nl_schedule_lr(&o->schedule, o->optim.lr, c.step, iters, (long)o->epochs * iters,
@@ -515,6 +626,18 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
             if (undo) {
                 memcpy(undo, c.params, m->nparams * sizeof(float));
                 memcpy(undo + m->nparams, c.state_block, state_floats * sizeof(float));
+            }
+            if (c.overlap) {
+                for (int i = 0; i < m->nlayers; i++) {
+                    atomic_store(&c.pending[i], c.threads);
+                    c.reduced[i] = 0;
+                }
+                c.next = m->nlayers;
+                rc = o->sync->begin(o->sync->ud, c.params, c.w[0].grad, c.step, c.lr);
+                if (rc < 0) {
+                    rc = nl_error_set(err, rc, "the synchroniser cannot begin step %ld", c.step);
+                    goto out;
+                }
             }
             nl_pool_run(c.pool, step_thread, &c);
             if (o->sync) {
@@ -540,8 +663,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
                                   o->optim.lr);
                 goto out;
             } else {
-                if (!o->sync)
-                    nl_model_update_stats(m, c.params, c.w[0].grad, c.batch);
+                nl_model_update_stats(m, c.params, c.w[0].grad, c.global);
                 loss_sum += batch_loss;
                 correct += batch_correct;
                 seen += c.batch;

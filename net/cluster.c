@@ -1,5 +1,6 @@
 /* A cluster member's gradient synchroniser: the partition gives each step's share, the
- * allreduce the step itself. See include/nnlab/cluster.h. */
+ * allreduce the step itself, overlapped with the backward pass when the allreduce has its
+ * communication thread. See include/nnlab/cluster.h. */
 #include "nnlab/cluster.h"
 
 #include <string.h>
@@ -14,15 +15,36 @@ static int share(void *ud, int epoch, long iter, uint32_t *idx, int *global)
     return nl_partition_share(s->part, iter, idx, global);
 }
 
-static int step(void *ud, float *params, const float *grad, long n, float lr, struct nl_error *err)
+static int begin(void *ud, float *params, float *grad, long n, float lr)
 {
     struct nl_member_sync *s = ud;
-    const unsigned long long before = nl_mesh_bytes_sent(s->mesh);
-    int rc = nl_allreduce_step(s->ar, params, grad, n, lr, err);
+    s->bytes_before = nl_mesh_bytes_sent(s->mesh);
+    return nl_allreduce_begin(s->ar, params, grad, n, lr);
+}
 
-    s->last_comm_seconds = nl_allreduce_exchange_seconds(s->ar);
+static void ready(void *ud, size_t from, size_t stats_from)
+{
+    struct nl_member_sync *s = ud;
+    nl_allreduce_ready(s->ar, from, stats_from);
+}
+
+static int step(void *ud, float *params, float *grad, long n, float lr, struct nl_error *err)
+{
+    struct nl_member_sync *s = ud;
+    int rc;
+
+    if (s->sync.begin) {
+        rc = nl_allreduce_finish(s->ar, err);
+    } else {
+        s->bytes_before = nl_mesh_bytes_sent(s->mesh);
+        rc = nl_allreduce_step(s->ar, params, grad, n, lr, err);
+    }
+    s->last_comm_seconds = nl_allreduce_wait_seconds(s->ar);
     s->comm_seconds += s->last_comm_seconds;
-    s->last_bytes = nl_mesh_bytes_sent(s->mesh) - before;
+    s->last_exchange_seconds = nl_allreduce_exchange_seconds(s->ar);
+    s->exchange_seconds += s->last_exchange_seconds;
+    s->early_fraction += nl_allreduce_early_fraction(s->ar);
+    s->last_bytes = nl_mesh_bytes_sent(s->mesh) - s->bytes_before;
     return rc;
 }
 
@@ -37,5 +59,9 @@ void nl_member_sync_init(struct nl_member_sync *s, struct nl_partition *part,
     s->sync.iters = nl_partition_iters(part);
     s->sync.share = share;
     s->sync.step = step;
+    if (nl_allreduce_overlaps(ar)) {
+        s->sync.begin = begin;
+        s->sync.ready = ready;
+    }
     s->sync.ud = s;
 }

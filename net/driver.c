@@ -453,22 +453,13 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     rc = nl_optim_validate(&o->optim, err);
     if (rc < 0)
         return rc;
-    /* What members cannot yet keep in step: batch statistics (each member sees only its share),
-     * decisions on validation accuracy (the driver validates, the members schedule), and
-     * clipping (a member's gradient is only its share of the global one). */
-    if (m->nreduce != m->ntrainable)
-        return nl_error_set(err, NL_EINVAL,
-                            "a cluster run cannot keep batch normalisation statistics in step "
-                            "yet; train this model on one machine");
+    /* What members cannot yet keep in step: decisions on validation accuracy (the driver
+     * validates, the members schedule). */
     if (o->schedule.kind == NL_SCHEDULE_PLATEAU || o->target_accuracy > 0.0 || o->patience > 0)
         return nl_error_set(err, NL_EINVAL,
                             "a cluster run cannot follow validation accuracy yet (plateau "
                             "schedule, --early-stop-acc, --patience); train on one machine or "
                             "drop them");
-    if (o->clip_value > 0.0f || o->clip_norm > 0.0f)
-        return nl_error_set(err, NL_EINVAL,
-                            "gradient clipping runs on one machine only; drop --clip-value and "
-                            "--clip-norm for a cluster run");
     run.p = nl_calloc((size_t)n, sizeof *run.p);
     members = nl_calloc((size_t)n, sizeof *members);
     weights = nl_alloc_floats(m->nparams);

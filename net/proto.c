@@ -27,6 +27,7 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
             (double)op->beta1, (double)op->beta2, (double)op->eps, (double)op->alpha, schedule,
             (double)s->o.schedule.warmup_epochs, s->bf16);
     fprintf(f, "timeout %d\naugment %d %d\n", s->timeout_ms, s->o.augment.flip, s->o.augment.crop);
+    fprintf(f, "clip %a %a\n", (double)s->o.clip_value, (double)s->o.clip_norm);
     /* One frozen layer a line: names are identifiers, and lines are short. */
     for (const char *name = s->frozen; name && *name;) {
         size_t l = strcspn(name, ",");
@@ -149,6 +150,9 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
                 goto bad;
         } else if (strcmp(key, "warmup") == 0) {
             s->o.schedule.warmup_epochs = strtof(a, NULL);
+        } else if (strcmp(key, "clip") == 0 && got == 3) {
+            s->o.clip_value = strtof(a, NULL);
+            s->o.clip_norm = strtof(b, NULL);
         } else if (strcmp(key, "augment") == 0 && got == 3) {
             s->o.augment.flip = atoi(a);
             s->o.augment.crop = atoi(b);

@@ -297,9 +297,19 @@ static int train(const struct nl_setup *s, const unsigned char *data, const floa
     if (rc == 0)
         rc = nl_mesh_connect(&mesh, s->rank, s->size, listen_fd, s->members, secret, 32,
                              s->timeout_ms, err);
-    if (rc == 0)
-        /* Only the trainable range travels: frozen layers cost no bytes. */
-        rc = nl_allreduce_new(&ar, mesh, m->params, m->ntrainable, &o.optim, s->bf16, err);
+    if (rc == 0) {
+        /* The trainable range and the statistics travel: frozen layers cost no bytes. */
+        struct nl_allreduce_opts ao = {
+            .n = m->nreduce,
+            .ntrainable = m->ntrainable,
+            .optim = &o.optim,
+            .bf16 = s->bf16,
+            .clip_value = o.clip_value,
+            .clip_norm = o.clip_norm,
+            .overlap = 1,
+        };
+        rc = nl_allreduce_new(&ar, mesh, m->params, &ao, err);
+    }
     if (rc == 0) {
         nl_member_sync_init(&ms, part, ar, mesh);
         o.sync = &ms.sync;

@@ -2,7 +2,10 @@
  * single-process reference (bit for bit in fp32, within bf16 rounding with compression), the same
  * parameters on every member, bytes sent per step within 2(N-1)/N of the parameter bytes plus
  * framing, a connection without the secret dropped while the mesh still forms, and a member
- * that never comes reported by name. */
+ * that never comes reported by name. Also: statistics after the trainable range (summed, not
+ * optimized, returned in the gradient), clipping of the summed gradient, and overlapped steps
+ * whose gradient becomes final piece by piece from the top while slices already travel; frames
+ * that are not due (wrong length, or twice in a step) refused naming the peer. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
@@ -21,6 +24,7 @@
 #include "tap.h"
 
 #define NPARAMS 10007 /* not a multiple of 16: the last slice is short */
+#define NSTATS  300   /* with statistics: the last NSTATS floats */
 #define STEPS   6
 #define MAXN    4
 
@@ -31,6 +35,7 @@ struct result {
     char msg[NL_ERR_MAX];
     unsigned long long step_bytes; /* sent during the last step */
     float params[NPARAMS];
+    float stat_sums[NSTATS]; /* with statistics: the summed statistics of the last step */
 };
 
 static void init_params(float *p)
@@ -51,9 +56,50 @@ static void gradient(float *g, const float *p, int r, long s)
         g[i] = 0.05f * (float)(r + 1) * p[i] + 0.01f * (nl_rng_uniform(&rng) - 0.5f);
 }
 
-static void member(int rank, int size, int listen_fd, const struct nl_member *members,
-                   const struct nl_optim *o, int bf16, struct result *res)
+struct mode {
+    int size;
+    const struct nl_optim *o;
+    int bf16, rogue;
+    int stats, overlap; /* statistics after the trainable range; overlapped steps */
+    int stats_last;     /* overlapped: the statistics become final after the trainable part */
+    float clip_value, clip_norm;
+};
+
+static size_t ntrainable(const struct mode *md)
 {
+    return md->stats ? NPARAMS - NSTATS : NPARAMS;
+}
+
+/* The gradient made final in chunks, as a backward pass would, each announced while the slices
+ * before it may already be on their way: from the top down, or (stats_last) the trainable part
+ * from the top down and the statistics at the end, as batch normalisation's come. */
+static void overlapped_gradient(struct nl_allreduce *a, float *g, const float *p, int r, long s,
+                                size_t nt, int stats_last)
+{
+    static float full[NPARAMS];
+    gradient(full, p, r, s);
+    const size_t top = stats_last ? nt : NPARAMS;
+    for (size_t hi = top; hi > 0;) {
+        size_t lo = hi > 1500 ? hi - 1500 : 0;
+        memcpy(g + lo, full + lo, (hi - lo) * sizeof(float));
+        if (stats_last)
+            nl_allreduce_ready(a, lo, NPARAMS);
+        else
+            nl_allreduce_ready(a, lo < nt ? lo : nt, lo > nt ? lo : nt);
+        usleep(200);
+        hi = lo;
+    }
+    if (stats_last) {
+        memcpy(g + nt, full + nt, (NPARAMS - nt) * sizeof(float));
+        nl_allreduce_ready(a, 0, nt);
+    }
+}
+
+static void member(int rank, int listen_fd, const struct nl_member *members, const struct mode *md,
+                   struct result *res)
+{
+    const int size = md->size;
+    const struct nl_optim *o = md->o;
     struct nl_error err = {0};
     struct nl_mesh *mesh = NULL;
     struct nl_allreduce *a = NULL;
@@ -63,12 +109,28 @@ static void member(int rank, int size, int listen_fd, const struct nl_member *me
     init_params(res->params);
     rc = nl_mesh_connect(&mesh, rank, size, listen_fd, members, secret, strlen(secret), 5000, &err);
     if (rc == 0)
-        rc = nl_allreduce_new(&a, mesh, res->params, NPARAMS, o, bf16, &err);
+        rc = nl_allreduce_new(&a, mesh, res->params,
+                              &(struct nl_allreduce_opts){.n = NPARAMS,
+                                                          .ntrainable = ntrainable(md),
+                                                          .optim = o,
+                                                          .bf16 = md->bf16,
+                                                          .clip_value = md->clip_value,
+                                                          .clip_norm = md->clip_norm,
+                                                          .overlap = md->overlap},
+                              &err);
     for (long s = 1; rc == 0 && s <= STEPS; s++) {
         unsigned long long before = nl_mesh_bytes_sent(mesh);
-        gradient(g, res->params, rank, s);
-        rc = nl_allreduce_step(a, res->params, g, s, o->lr, &err);
+        if (md->overlap) {
+            nl_allreduce_begin(a, res->params, g, s, o->lr);
+            overlapped_gradient(a, g, res->params, rank, s, ntrainable(md), md->stats_last);
+            rc = nl_allreduce_finish(a, &err);
+        } else {
+            gradient(g, res->params, rank, s);
+            rc = nl_allreduce_step(a, res->params, g, s, o->lr, &err);
+        }
         res->step_bytes = nl_mesh_bytes_sent(mesh) - before;
+        /* Statistics: what came back is the members' sums; the test keeps the last step's. */
+        memcpy(res->stat_sums, g + ntrainable(md), (NPARAMS - ntrainable(md)) * sizeof(float));
     }
     res->rc = rc;
     memcpy(res->msg, err.msg, sizeof res->msg);
@@ -85,15 +147,25 @@ static int wait_child(pid_t pid)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static void run(int size, const struct nl_optim *o, int bf16, int rogue)
+static void run(const struct mode *md)
 {
+    const int size = md->size, bf16 = md->bf16;
+    const struct nl_optim *o = md->o;
+    const size_t nt = ntrainable(md);
     struct result *res =
         mmap(NULL, sizeof *res * size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     struct nl_member members[MAXN];
     struct nl_error err = {0};
     int fds[MAXN];
     pid_t pids[MAXN];
-    const char *what = bf16 ? "bf16" : o->kind == NL_OPTIM_ADAM ? "adam" : "sgd";
+    char what[128];
+    snprintf(what, sizeof what, "%s%s%s%s%s%s",
+             bf16                       ? "bf16"
+             : o->kind == NL_OPTIM_ADAM ? "adam"
+                                        : "sgd",
+             md->stats ? ", statistics" : "", md->clip_value > 0 ? ", clip-value" : "",
+             md->clip_norm > 0 ? ", clip-norm" : "", md->overlap ? ", overlapped" : "",
+             md->stats_last ? " (statistics last)" : "");
 
     for (int r = 0; r < size; r++) {
         snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
@@ -104,10 +176,10 @@ static void run(int size, const struct nl_optim *o, int bf16, int rogue)
     for (int r = 0; r < size; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
-            member(r, size, fds[r], members, o, bf16, &res[r]);
+            member(r, fds[r], members, md, &res[r]);
             _exit(0);
         }
-        if (r == 0 && rogue) {
+        if (r == 0 && md->rogue) {
             /* Someone without the secret knocks at member 0 before the others. */
             struct nl_conn c;
             struct nl_error e2 = {0};
@@ -137,10 +209,12 @@ static void run(int size, const struct nl_optim *o, int bf16, int rogue)
         all_ok &= res[r].rc == 0;
     ok(all_ok, "%s N=%d: every member completed %d steps", what, size, STEPS);
 
-    /* The reference: one process, the same sums in rank order, one optimizer over everything. */
+    /* The reference: one process, the same sums in rank order, clipping, one optimizer over the
+     * trainable range; the statistics summed and left out of the parameters. */
     float *p = nl_alloc_floats(NPARAMS), *g = nl_alloc_floats(NPARAMS);
     float *sum = nl_alloc_floats(NPARAMS), *st = nl_alloc_floats(2 * NPARAMS);
     float *state[NL_OPTIM_MAX_STATE] = {st, st + NPARAMS};
+    double clipped = 0;
     init_params(p);
     for (long s = 1; s <= STEPS; s++) {
         for (int r = 0; r < size; r++) {
@@ -148,24 +222,50 @@ static void run(int size, const struct nl_optim *o, int bf16, int rogue)
             for (size_t i = 0; i < NPARAMS; i++)
                 sum[i] = r == 0 ? g[i] : sum[i] + g[i];
         }
-        nl_optim_step(o, p, sum, state, NPARAMS, s, o->lr);
+        const float v = md->clip_value;
+        for (size_t i = 0; v > 0 && i < nt; i++)
+            sum[i] = sum[i] > v ? v : sum[i] < -v ? -v : sum[i];
+        double sq = 0;
+        for (size_t i = 0; i < nt; i++)
+            sq += (double)sum[i] * sum[i];
+        if (md->clip_norm > 0 && sqrt(sq) > md->clip_norm) {
+            clipped++;
+            for (size_t i = 0; i < nt; i++)
+                sum[i] *= (float)(md->clip_norm / (sqrt(sq) + 1e-6));
+        }
+        nl_optim_step(o, p, sum, state, nt, s, o->lr);
     }
-    double worst = 0, spread = 0;
-    for (int r = 0; r < size; r++)
+    double worst = 0, spread = 0, sworst = 0;
+    for (int r = 0; r < size; r++) {
         for (size_t i = 0; i < NPARAMS; i++) {
             worst = fmax(worst, fabs((double)res[r].params[i] - p[i]));
             spread = fmax(spread, fabs((double)res[r].params[i] - res[0].params[i]));
         }
+        for (size_t i = nt; i < NPARAMS; i++)
+            sworst = fmax(sworst, fabs((double)res[r].stat_sums[i - nt] - sum[i]));
+    }
     if (bf16)
-        ok(worst < 0.02, "bf16 N=%d: within bf16 rounding of the fp32 reference (%.3g)", size,
+        ok(worst < 0.02, "%s N=%d: within bf16 rounding of the fp32 reference (%.3g)", what, size,
+           worst);
+    else if (md->clip_norm > 0)
+        ok(worst < 1e-6, "%s N=%d: within 1e-6 of the single-process reference (%.3g)", what, size,
            worst);
     else
         is_float(worst, 0.0, 0.0, "%s N=%d: equal to the single-process reference", what, size);
     is_float(spread, 0.0, 0.0, "%s N=%d: every member holds the same parameters", what, size);
+    if (md->clip_norm > 0)
+        ok(clipped == STEPS, "%s N=%d: the norm was clipped at every step", what, size);
+    if (md->stats)
+        is_float(sworst, 0.0, 0.0,
+                 "%s N=%d: the statistics come back as the members' sums, in fp32, and the "
+                 "parameters there stay as they were",
+                 what, size);
 
-    const double elem = bf16 ? 2.0 : 4.0;
-    const double bound =
-        1.02 * 2.0 * (size - 1) / size * NPARAMS * elem + 2.0 * (size - 1) * NL_WIRE_HEADER;
+    /* Statistics travel in fp32 even with bf16; a NORM frame is a header and a double. */
+    const double bytes = (double)nt * (bf16 ? 2.0 : 4.0) + (double)(NPARAMS - nt) * 4.0;
+    const double bound = 1.02 * 2.0 * (size - 1) / size * bytes +
+                         (md->clip_norm > 0 ? 3.0 : 2.0) * (size - 1) * NL_WIRE_HEADER +
+                         (md->clip_norm > 0 ? 8.0 * (size - 1) : 0.0);
     unsigned long long most = 0;
     for (int r = 0; r < size; r++)
         if (res[r].step_bytes > most)
@@ -205,6 +305,70 @@ static void test_missing_member(void)
     close(fd);
 }
 
+/* A member whose frames are not those due: a PARAM of the wrong length, a GRAD twice. Member 0
+ * (this process, overlapped or not) must refuse them, naming the peer. */
+static void test_undue_frames(void)
+{
+    for (int c = 0; c < 2; c++) {
+        struct nl_member members[2];
+        struct nl_error err = {0};
+        struct nl_optim o;
+        int fds[2];
+        nl_optim_defaults(&o, NL_OPTIM_SGD);
+        for (int r = 0; r < 2; r++) {
+            snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
+            snprintf(members[r].addr, sizeof members[r].addr, "127.0.0.1");
+            if (nl_net_listen(&fds[r], "127.0.0.1", 0, 0, &members[r].port, &err) < 0)
+                abort();
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            struct nl_mesh *mesh = NULL;
+            static float buf[NPARAMS];
+            close(fds[0]);
+            if (nl_mesh_connect(&mesh, 1, 2, fds[1], members, secret, strlen(secret), 5000, &err) <
+                0)
+                _exit(1);
+            if (c == 0) {
+                nl_wire_send(&mesh->peers[0], NL_FRAME_PARAM, buf, 12, &err);
+            } else {
+                /* Member 0 owns the first half of the 16-float blocks. */
+                const uint32_t own = (uint32_t)((NPARAMS + 15) / 16 / 2 * 16 * sizeof(float));
+                nl_wire_send(&mesh->peers[0], NL_FRAME_GRAD, buf, own, &err);
+                nl_wire_send(&mesh->peers[0], NL_FRAME_GRAD, buf, own, &err);
+            }
+            char b;
+            (void)!read(mesh->peers[0].fd, &b, 1); /* until member 0 gives up */
+            nl_mesh_free(mesh);
+            _exit(0);
+        }
+        close(fds[1]);
+        struct nl_mesh *mesh = NULL;
+        struct nl_allreduce *a = NULL;
+        float *p = nl_alloc_floats(NPARAMS), *g = nl_alloc_floats(NPARAMS);
+        int rc = nl_mesh_connect(&mesh, 0, 2, fds[0], members, secret, strlen(secret), 5000, &err);
+        if (rc == 0)
+            rc = nl_allreduce_new(
+                &a, mesh, p,
+                &(struct nl_allreduce_opts){
+                    .n = NPARAMS, .ntrainable = NPARAMS, .optim = &o, .overlap = c},
+                &err);
+        if (rc == 0)
+            rc = nl_allreduce_step(a, p, g, 1, o.lr, &err);
+        is_int(rc, NL_EFORMAT, "%s is refused",
+               c == 0 ? "a parameter slice of the wrong length"
+                      : "a second gradient piece in one step");
+        like(err.msg, "node2 (127.0.0.1", "naming the peer: %s", err.msg);
+        like(err.msg, "not due", "and saying the frame was not due");
+        nl_allreduce_free(a);
+        nl_mesh_free(mesh);
+        close(fds[0]);
+        wait_child(pid);
+        nl_free(p);
+        nl_free(g);
+    }
+}
+
 static void test_bf16(void)
 {
     is_int(nl_bf16_from_float(1.0f), 0x3f80, "bf16(1)");
@@ -223,11 +387,20 @@ int main(void)
     nl_optim_defaults(&sgd, NL_OPTIM_SGD);
     nl_optim_defaults(&adam, NL_OPTIM_ADAM);
     test_bf16();
-    run(1, &sgd, 0, 0);
-    run(2, &sgd, 0, 0);
-    run(3, &sgd, 0, 1);
-    run(4, &adam, 0, 0);
-    run(3, &sgd, 1, 0);
+    run(&(struct mode){.size = 1, .o = &sgd});
+    run(&(struct mode){.size = 2, .o = &sgd});
+    run(&(struct mode){.size = 3, .o = &sgd, .rogue = 1});
+    run(&(struct mode){.size = 4, .o = &adam});
+    run(&(struct mode){.size = 3, .o = &sgd, .bf16 = 1});
+    run(&(struct mode){.size = 1, .o = &sgd, .stats = 1, .overlap = 1});
+    run(&(struct mode){.size = 3, .o = &sgd, .stats = 1});
+    run(&(struct mode){.size = 3, .o = &adam, .stats = 1, .overlap = 1});
+    run(&(struct mode){.size = 2, .o = &sgd, .bf16 = 1, .stats = 1, .overlap = 1});
+    run(&(struct mode){.size = 3, .o = &sgd, .stats = 1, .overlap = 1, .stats_last = 1});
+    run(&(struct mode){.size = 3, .o = &sgd, .bf16 = 1, .stats = 1, .overlap = 1, .stats_last = 1});
+    run(&(struct mode){.size = 3, .o = &sgd, .stats = 1, .clip_value = 0.02f, .clip_norm = 0.5f});
+    run(&(struct mode){.size = 2, .o = &adam, .clip_norm = 0.5f, .overlap = 1});
     test_missing_member();
+    test_undue_frames();
     return done_testing();
 }

@@ -1,7 +1,8 @@
 /* Cluster mode end to end, through the real binary and a private sshd on 127.0.0.1
  * (tests/sshd.h): `hosts check`, training on 1, 2 and 3 workers with the binary uploaded to a
  * host that has no nnlab, the same loss curve on each, bytes per worker per step within
- * 2(N-1)/N of the parameter bytes plus framing, bf16 compression, the partition cache, refusals
+ * 2(N-1)/N of the parameter bytes plus framing, bf16 compression, the partition cache, gradient
+ * clipping and batch normalisation on 2 workers (the curves of 1 worker), refusals
  * (changed host key, unknown host key, failed authentication, unresolvable host, missing remote
  * binary) each naming host and step, Ctrl-C, and no worker left behind after any of it.
  * (Connections without the run secret are refused in test_wire and test_allreduce.) */
@@ -78,6 +79,8 @@ static long long stored_worker_steps(void)
 }
 
 static const char spec_text[] = "fc1: dense 24\nrelu\nfc2: dense N\n";
+static const char bn_text[] = "c1: conv 4 3x3 pad=1 bias=no\nb1: batchnorm\nrelu\n"
+                              "pool: globalavgpool\nfc: dense N\n";
 
 /* The "train_loss" values of the epoch lines in out. */
 static int losses(double *v, int max)
@@ -196,6 +199,38 @@ int main(void)
     const int nbf = losses(got, EPOCHS);
     ok(nbf == EPOCHS && fabs(got[0] - base[0]) < 0.05,
        "bf16 stays near the fp32 curve (%.4f vs %.4f)", got[0], base[0]);
+
+    /* Clipping: 2 workers clip the global gradient as 1 worker does. */
+    double clip1[EPOCHS] = {0}, clip2[EPOCHS] = {0};
+    is_int(nnlab("%s --hosts node1 --clip-norm 0.1 --clip-value 0.01", train_args()), 0,
+           "clipping on 1 worker: %s", errtext);
+    const int nc1 = losses(clip1, EPOCHS);
+    is_int(nnlab("%s --hosts node1,node2 --clip-norm 0.1 --clip-value 0.01", train_args()), 0,
+           "clipping on 2 workers: %s", errtext);
+    const int nc2 = losses(clip2, EPOCHS);
+    ok(nc1 == EPOCHS && nc2 == EPOCHS && fabs(clip1[0] - base[0]) > 1e-3,
+       "clipping changes the curve (%.4f against %.4f)", clip1[0], base[0]);
+    ok(nc2 == EPOCHS && fabs(clip2[0] - clip1[0]) < 1e-4 &&
+           fabs(clip2[EPOCHS - 1] - clip1[EPOCHS - 1]) < 1e-4,
+       "2 clipping workers follow 1 (%.6f %.6f vs %.6f %.6f)", clip2[0], clip2[EPOCHS - 1],
+       clip1[0], clip1[EPOCHS - 1]);
+
+    /* Batch normalisation: 2 workers of 1 core normalise the shards 1 worker of 2 cores does
+     * (with batch 36 every step but the last, of 1 sample, splits alike) and keep the running
+     * statistics of the global batch. */
+    sshd_write(sd.dir, "bnspec", bn_text);
+    double bn1[EPOCHS] = {0}, bn2[EPOCHS] = {0};
+    for (int n = 1; n <= 2; n++) {
+        is_int(nnlab("--json train --data syn --model '%s/bnspec' --epochs %d --batch 36 --seed 3 "
+                     "--ssh-config '%s/ssh_config' --hosts %s",
+                     sd.dir, EPOCHS, sd.dir, n == 1 ? "node1:2" : "node1:1,node2:1"),
+               0, "batch normalisation on %d worker%s: %s", n, n > 1 ? "s" : "", errtext);
+        losses(n == 1 ? bn1 : bn2, EPOCHS);
+    }
+    ok(bn1[0] > 0 && fabs(bn2[0] - bn1[0]) < 1e-4 && fabs(bn2[EPOCHS - 1] - bn1[EPOCHS - 1]) < 1e-4,
+       "2 workers follow 1 with batch normalisation (%.6f %.6f vs %.6f %.6f)", bn2[0],
+       bn2[EPOCHS - 1], bn1[0], bn1[EPOCHS - 1]);
+    like(out, "\"val_accuracy\":0.", "and validate with the running statistics");
 
     /* Fine-tuning on two workers: they start from the run's weights, freeze fc1, and exchange
      * only fc2's parameters (24*4+4 floats, padded to 112 for alignment). */

@@ -1,7 +1,8 @@
 /* The sliced allreduce of a cluster run (BigDL's shuffle and broadcast), over a full mesh.
  *
- * The flat vector of trainable parameters is cut into one slice per member, in whole blocks of
- * 16 floats; member j owns slice j, its fp32 master copy and its optimizer state. Each step:
+ * The flat vector of trainable parameters and statistics is cut into one slice per member, in
+ * whole blocks of 16 floats; member j owns slice j, its fp32 master copy and its optimizer state.
+ * Each step:
  *   shuffle:   every member sends slice j of its gradient to member j;
  *   reduce:    owner j sums the pieces in fp32 in rank order (so arrival order does not matter)
  *              and applies the optimizer to its slice;
@@ -10,8 +11,23 @@
  * frame header per peer and phase. With bf16 compression the gradients and parameters travel as
  * bf16 rounded to nearest even; sums and the optimizer stay fp32 on the owner's master copy, and
  * every member (the owner too) computes with the same rounded parameters, so replicas stay
- * identical. Payloads are in the host's byte order: members must share it (every Linux host
- * nnlab targets is little-endian). */
+ * identical.
+ *
+ * Statistics (batch normalisation's sums, after the trainable range) travel like gradients but
+ * always in fp32: owners sum them in rank order and broadcast the sums, not parameters; every
+ * member then updates its running statistics from the global sums itself. Clipping happens on
+ * the owner's summed slice: clip-value elementwise, clip-norm with the global norm, for which
+ * every owner sends the sum of squares of its slice (a double) to every member and each sums
+ * them in rank order, so all scale alike.
+ *
+ * With overlap the shuffle of a slice starts as soon as the caller says that part of the
+ * gradient is final, while it still computes the rest (the trainer's backward pass runs from the
+ * last layers, which lie in the highest slices), and owners sum, update and broadcast as pieces
+ * arrive; the sums are the same, in the same order, so the bits are too. net/allreduce.c
+ * describes the frames.
+ *
+ * Payloads are in the host's byte order: members must share it (every Linux host nnlab targets
+ * is little-endian). */
 #ifndef NNLAB_ALLREDUCE_H
 #define NNLAB_ALLREDUCE_H
 
@@ -24,21 +40,54 @@
 
 struct nl_allreduce;
 
-/* For the mesh's members and n parameters starting at params (identical on every member). The
- * mesh stays the caller's and must outlive the allreduce. */
-int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const float *params, size_t n,
-                     const struct nl_optim *optim, int bf16, struct nl_error *err);
+struct nl_allreduce_opts {
+    size_t n;          /* floats exchanged: a model's [0, nreduce) */
+    size_t ntrainable; /* of them [0, ntrainable) the optimizer's; the rest statistics sums */
+    const struct nl_optim *optim;
+    int bf16;
+    /* Gradient clipping of the summed gradient, before the optimizer, as the trainer's own
+     * (include/nnlab/trainer.h); 0: off. */
+    float clip_value, clip_norm;
+    /* 1: a communication thread runs each step from nl_allreduce_begin on, sending each slice as
+     * nl_allreduce_ready says it is final, while the caller still computes the rest. */
+    int overlap;
+};
+
+/* For the mesh's members and o->n parameters starting at params (identical on every member).
+ * The mesh stays the caller's and must outlive the allreduce; so must o->optim. */
+int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const float *params,
+                     const struct nl_allreduce_opts *o, struct nl_error *err);
 void nl_allreduce_free(struct nl_allreduce *a);
 
 /* One synchronous step. grad (n floats) is this member's gradient, scaled so that the members'
- * gradients sum to the global one (the trainer scales by 1/global batch). On return params holds
- * the updated parameters, the same on every member. step is 1-based; lr the rate of this step. */
-int nl_allreduce_step(struct nl_allreduce *a, float *params, const float *grad, long step, float lr,
+ * gradients sum to the global one (the trainer scales by 1/global batch), followed by its
+ * statistics sums. On return params[0, ntrainable) holds the updated parameters, the same on
+ * every member, and grad[ntrainable, n) the members' summed statistics (params[ntrainable, n) is
+ * not touched: the caller updates its statistics from those sums). step is 1-based; lr the rate
+ * of this step. */
+int nl_allreduce_step(struct nl_allreduce *a, float *params, float *grad, long step, float lr,
                       struct nl_error *err);
 
-/* Seconds the last step spent moving bytes (both exchanges, waits for peers included); the
- * rest of the step is the owner's sums, optimizer and conversions. */
+/* The same step, overlapped with the computation of grad (overlap only): begin before grad is
+ * computed; ready(from, stats_from) once grad[from, ntrainable) and grad[stats_from, n) are final
+ * (each only ever falls; any thread may call it; slices wholly final go out at once); finish once
+ * grad is whole, which waits for the end of the step and has nl_allreduce_step's result. Until
+ * finish returns, params may change in slices that were final, and nowhere else. */
+int nl_allreduce_begin(struct nl_allreduce *a, float *params, float *grad, long step, float lr);
+void nl_allreduce_ready(struct nl_allreduce *a, size_t from, size_t stats_from);
+int nl_allreduce_finish(struct nl_allreduce *a, struct nl_error *err);
+int nl_allreduce_overlaps(const struct nl_allreduce *a);
+
+/* Seconds the last step spent communicating: from the first slice ready to the end of the
+ * exchange, the owner's sums and optimizer excluded. */
 double nl_allreduce_exchange_seconds(const struct nl_allreduce *a);
+/* The seconds the caller spent in nl_allreduce_step or waiting in nl_allreduce_finish: the
+ * communication (and the owner's update) that the computation did not hide. */
+double nl_allreduce_wait_seconds(const struct nl_allreduce *a);
+
+/* Of the bytes the last step sent, the share that went out before the whole gradient was final:
+ * while the caller still computed (0 for synchronous steps). */
+double nl_allreduce_early_fraction(const struct nl_allreduce *a);
 
 /* The [lo, hi) floats of member r's slice. */
 void nl_allreduce_slice(const struct nl_allreduce *a, int r, size_t *lo, size_t *hi);

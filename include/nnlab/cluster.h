@@ -14,13 +14,18 @@ struct nl_member_sync {
     struct nl_partition *part;
     struct nl_allreduce *ar;
     struct nl_mesh *mesh;
-    int epoch;                     /* of the partition's current order */
-    double comm_seconds;           /* in the allreduce, all steps so far */
-    double last_comm_seconds;      /* of the last step */
-    unsigned long long last_bytes; /* sent during the last step */
+    int epoch; /* of the partition's current order */
+    /* Communication the computation did not hide (nl_allreduce_wait_seconds), all steps so far
+     * and the last; and the whole exchange (nl_allreduce_exchange_seconds), hidden or not. */
+    double comm_seconds, last_comm_seconds;
+    double exchange_seconds, last_exchange_seconds;
+    double early_fraction;           /* nl_allreduce_early_fraction, summed over the steps so far */
+    unsigned long long last_bytes;   /* sent during the last step */
+    unsigned long long bytes_before; /* sent before the step under way */
 };
 
-/* Ties the pieces together; they stay the caller's. */
+/* Ties the pieces together; they stay the caller's. The exchange overlaps the backward pass
+ * when the allreduce was made with overlap. */
 void nl_member_sync_init(struct nl_member_sync *s, struct nl_partition *part,
                          struct nl_allreduce *ar, struct nl_mesh *mesh);
 

@@ -87,6 +87,12 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
  * reads (through any path) a layer that has. */
 void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogits, float *dparams);
 
+/* The same, calling done(ud, i) once layer i's backward has run (or been skipped), from the last
+ * layer down to layer 0: from then on dparams of layers i and above (trainable blocks and
+ * statistics) is final, since a layer's weight gradient comes only from its own backward. */
+void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *dlogits,
+                           float *dparams, void (*done)(void *ud, int layer), void *ud);
+
 /* How many layers nl_exec_backward runs, and how many weight-gradient floats it computes: a
  * measure of a backward pass's cost that does not depend on timing. */
 void nl_exec_backward_cost(const struct nl_exec *x, int *layers, size_t *weight_floats);

@@ -82,10 +82,22 @@ struct nl_resume {
 /* A gradient synchroniser makes the trainer one member of a cluster run. Each step the member
  * takes its share of the global batch (share()), computes the gradient of those samples on all
  * its threads, scaled by 1/global batch so that the members' gradients sum to the global
- * gradient, and hands the thread-summed gradient to step(), which replaces the local optimizer
- * and must leave the new parameters in params. Steps per epoch come from the synchroniser; the
- * local sample order is not used. The ITER events report the member's own samples and loss;
- * checkpoints carry no optimizer state (each owner keeps its slice's). */
+ * gradient, and hands the thread-summed gradient (nreduce floats: the trainable part, then the
+ * statistics sums) to step(), which replaces the local optimizer and clipping: it must leave the
+ * new parameters in params[0, ntrainable) and the members' summed statistics in
+ * grad[ntrainable, nreduce), from which the trainer updates the running statistics with the
+ * global batch, as a local run does. Steps per epoch come from the synchroniser; the local
+ * sample order is not used. The ITER events report the member's own samples and loss;
+ * checkpoints carry no optimizer state (each owner keeps its slice's).
+ *
+ * Overlap (begin and ready not NULL): begin() comes before the step's forward pass with the
+ * buffers step() will get; then, while the threads run backward from the last layer down, the
+ * trainer reduces each layer's range of the gradient over the threads (in thread order, as
+ * without overlap) as soon as every thread is past that layer, and calls ready(from, stats_from)
+ * once grad[from, ntrainable) and grad[stats_from, nreduce) are final; they fall to 0 and
+ * ntrainable by the end of the pass (calls may come from any thread, and a later call may carry
+ * higher values than an earlier one). step() then waits for the exchange to end. The parameters
+ * of layers the threads are past may change before step() returns; no others. */
 struct nl_sync {
     long iters; /* steps per epoch of the global run */
     /* The train-split indices of this member's share of step iter (0-based) of epoch (1-based),
@@ -93,8 +105,9 @@ struct nl_sync {
      * of the whole step's batch across members. */
     int (*share)(void *ud, int epoch, long iter, uint32_t *idx, int *global);
     /* grad and params have the model's nparams floats; step is 1-based. */
-    int (*step)(void *ud, float *params, const float *grad, long step, float lr,
-                struct nl_error *err);
+    int (*step)(void *ud, float *params, float *grad, long step, float lr, struct nl_error *err);
+    int (*begin)(void *ud, float *params, float *grad, long step, float lr);
+    void (*ready)(void *ud, size_t from, size_t stats_from);
     void *ud;
 };
 

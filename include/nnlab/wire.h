@@ -22,6 +22,7 @@ enum nl_frame_type {
     NL_FRAME_AUTH = 2,   /* handshake: HMAC-SHA256 proof */
     NL_FRAME_GRAD = 16,  /* allreduce shuffle: a gradient slice for its owner */
     NL_FRAME_PARAM = 17, /* allreduce broadcast: an updated parameter slice from its owner */
+    NL_FRAME_NORM = 18,  /* allreduce, clip-norm: the sum of squares of an owner's slice */
     /* Between the driver and a worker, over the SSH channel (net/worker.c documents them). */
     NL_FRAME_LISTEN = 32,  /* worker -> driver: where it listens */
     NL_FRAME_SETUP = 33,   /* driver -> worker: rank, members, options, model, data layout */

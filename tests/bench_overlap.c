@@ -1,0 +1,242 @@
+/* Overlap benchmark (meson benchmark, not a timed test): N cluster members as processes on
+ * 127.0.0.1 (no SSH), each of T threads, train a shipped model on synthetic 28x28 images with the
+ * exchange synchronous and then overlapped with the backward pass, and report per step: the
+ * wall time, the seconds members waited for the exchange after their backward pass, how much of
+ * that wait the overlap hid, and the share of the bytes sent before the backward pass ended.
+ * NNLAB_BENCH_MODEL (default lenet), NNLAB_BENCH_MEMBERS (2), NNLAB_BENCH_THREADS (1),
+ * NNLAB_BENCH_STEPS (60), NNLAB_BENCH_BATCH (64) and NNLAB_BENCH_REPEAT (5: synchronous and
+ * overlapped runs alternate, and the medians are reported) change the set-up. On one machine the
+ * members share its cores: with more threads than cores the numbers say little about two machines.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nnlab/alloc.h"
+#include "nnlab/cluster.h"
+#include "nnlab/model.h"
+
+#define MAXN   8
+#define MAXREP 32
+
+static const char secret[] = "bench-overlap-secret-0123456789abcdef";
+
+struct cfg {
+    const char *model;
+    int size, threads, steps, batch, overlap;
+};
+
+struct result {
+    int rc;
+    char msg[NL_ERR_MAX];
+    double seconds, wait, exchange, early;
+    long steps;
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static struct nl_dataset *synthetic(int n)
+{
+    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_rng r;
+    enum { SIDE = 28 };
+
+    nl_rng_seed(&r, 3);
+    d->name = nl_strdup("synthetic");
+    d->shape = (struct nl_shape){1, SIDE, SIDE};
+    d->dtype = NL_U8;
+    d->nclasses = 10;
+    d->nnorm = 1;
+    d->mean = nl_calloc(1, sizeof(float));
+    d->std = nl_calloc(1, sizeof(float));
+    d->mean[0] = 0.3f;
+    d->std[0] = 0.3f;
+    uint8_t *x = nl_calloc((size_t)n * SIDE * SIDE, 1);
+    int32_t *y = nl_calloc((size_t)n, sizeof *y);
+    for (int i = 0; i < n; i++) {
+        y[i] = (int32_t)nl_rng_below(&r, 10);
+        for (int p = 0; p < SIDE * SIDE; p++)
+            x[(size_t)i * SIDE * SIDE + p] = (uint8_t)(nl_rng_below(&r, 60) + 19 * y[i]);
+    }
+    d->split[NL_TRAIN].n = (size_t)n;
+    d->split[NL_TRAIN].x = x;
+    d->split[NL_TRAIN].y = y;
+    return d;
+}
+
+static int member(const struct cfg *c, int rank, int fd, const struct nl_member *members,
+                  struct result *res)
+{
+    struct nl_error err = {0};
+    const int ntrain = c->steps * c->batch;
+    struct nl_dataset *d = synthetic(ntrain), *part_d = NULL;
+    struct nl_spec *spec = NULL;
+    struct nl_model *m = NULL;
+    struct nl_partition *part = NULL;
+    struct nl_mesh *mesh = NULL;
+    struct nl_allreduce *ar = NULL;
+    struct nl_member_sync ms;
+    struct nl_train_opts o;
+    struct nl_train_result tr;
+    int rc;
+
+    nl_train_defaults(&o);
+    o.epochs = 1;
+    o.batch = c->batch;
+    o.threads = c->threads;
+    rc = nl_spec_load(&spec, c->model, NULL, NULL, &err);
+    if (rc == 0)
+        rc = nl_model_build(&m, spec, d->shape, d->nclasses, &err);
+    if (rc == 0) {
+        nl_model_init_params(m, o.seed);
+        rc = nl_partition_new(&part, (uint32_t)ntrain, c->batch, c->size, rank, o.seed, &err);
+    }
+    if (rc == 0)
+        rc = nl_dataset_subset(&part_d, d, nl_partition_global(part), nl_partition_count(part),
+                               &err);
+    if (rc == 0)
+        rc =
+            nl_mesh_connect(&mesh, rank, c->size, fd, members, secret, strlen(secret), 60000, &err);
+    if (rc == 0)
+        rc = nl_allreduce_new(&ar, mesh, m->params,
+                              &(struct nl_allreduce_opts){.n = m->nreduce,
+                                                          .ntrainable = m->ntrainable,
+                                                          .optim = &o.optim,
+                                                          .overlap = c->overlap},
+                              &err);
+    if (rc == 0) {
+        nl_member_sync_init(&ms, part, ar, mesh);
+        o.sync = &ms.sync;
+        double t0 = now();
+        rc = nl_train(m, part_d, &o, NULL, &tr, &err);
+        res->seconds = now() - t0;
+        res->wait = ms.comm_seconds;
+        res->exchange = ms.exchange_seconds;
+        res->early = ms.early_fraction;
+        res->steps = ms.sync.iters;
+    }
+    res->rc = rc;
+    memcpy(res->msg, err.msg, sizeof res->msg);
+    nl_allreduce_free(ar);
+    nl_mesh_free(mesh);
+    nl_partition_free(part);
+    nl_dataset_free(part_d);
+    nl_model_free(m);
+    nl_spec_free(spec);
+    nl_dataset_free(d);
+    return rc == 0 ? 0 : 1;
+}
+
+/* Per step, averaged over the members: wall seconds, waits, exchange span. 0, or -1. */
+static int run(const struct cfg *c, double *step, double *wait, double *exchange, double *early)
+{
+    struct result *res = mmap(NULL, sizeof *res * (size_t)c->size, PROT_READ | PROT_WRITE,
+                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    struct nl_member members[MAXN];
+    struct nl_error err = {0};
+    int fds[MAXN], all = 1;
+    pid_t pids[MAXN];
+
+    if (res == MAP_FAILED)
+        return -1;
+    for (int r = 0; r < c->size; r++) {
+        snprintf(members[r].name, sizeof members[r].name, "member%d", r);
+        snprintf(members[r].addr, sizeof members[r].addr, "127.0.0.1");
+        if (nl_net_listen(&fds[r], "127.0.0.1", 0, 0, &members[r].port, &err) < 0) {
+            fprintf(stderr, "bench_overlap: %s\n", err.msg);
+            return -1;
+        }
+    }
+    for (int r = 0; r < c->size; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0)
+            _exit(member(c, r, fds[r], members, &res[r]));
+    }
+    *step = *wait = *exchange = *early = 0;
+    for (int r = 0; r < c->size; r++) {
+        int st;
+        close(fds[r]);
+        while (waitpid(pids[r], &st, 0) < 0 && errno == EINTR)
+            ;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || res[r].steps == 0) {
+            fprintf(stderr, "bench_overlap: member %d: %s\n", r, res[r].msg);
+            all = 0;
+            continue;
+        }
+        *step += res[r].seconds / (double)res[r].steps / c->size;
+        *wait += res[r].wait / (double)res[r].steps / c->size;
+        *exchange += res[r].exchange / (double)res[r].steps / c->size;
+        *early += res[r].early / (double)res[r].steps / c->size;
+    }
+    munmap(res, sizeof *res * (size_t)c->size);
+    return all ? 0 : -1;
+}
+
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int env_int(const char *name, int def, int lo, int hi)
+{
+    const char *v = getenv(name);
+    int n = v ? atoi(v) : def;
+    return n < lo || n > hi ? def : n;
+}
+
+int main(void)
+{
+    struct cfg c = {
+        .model = getenv("NNLAB_BENCH_MODEL") ? getenv("NNLAB_BENCH_MODEL") : "lenet",
+        .size = env_int("NNLAB_BENCH_MEMBERS", 2, 1, MAXN),
+        .threads = env_int("NNLAB_BENCH_THREADS", 1, 1, 64),
+        .steps = env_int("NNLAB_BENCH_STEPS", 60, 2, 100000),
+        .batch = env_int("NNLAB_BENCH_BATCH", 64, 1, 100000),
+    };
+    const int reps = env_int("NNLAB_BENCH_REPEAT", 5, 1, MAXREP);
+    double steps[2][MAXREP], waits[2][MAXREP], exchanges[2][MAXREP], earlies[2][MAXREP];
+    double step[2], wait[2], exchange[2], early[2];
+
+    signal(SIGPIPE, SIG_IGN);
+    for (int k = 0; k < reps; k++)
+        for (int ov = 0; ov <= 1; ov++) {
+            c.overlap = ov;
+            if (run(&c, &steps[ov][k], &waits[ov][k], &exchanges[ov][k], &earlies[ov][k]) < 0)
+                return 1;
+        }
+    for (int ov = 0; ov <= 1; ov++) {
+        step[ov] = median(steps[ov], reps);
+        wait[ov] = median(waits[ov], reps);
+        exchange[ov] = median(exchanges[ov], reps);
+        early[ov] = median(earlies[ov], reps);
+    }
+    printf("%s, %d members x %d thread%s on 127.0.0.1, batch %d, %d steps, fp32, medians of %d\n",
+           c.model, c.size, c.threads, c.threads > 1 ? "s" : "", c.batch, c.steps, reps);
+    printf("synchronous: %7.2f ms per step, of which %6.2f ms waiting for the exchange\n",
+           1e3 * step[0], 1e3 * wait[0]);
+    printf("overlapped:  %7.2f ms per step, of which %6.2f ms waiting for the exchange "
+           "(exchange span %.2f ms)\n",
+           1e3 * step[1], 1e3 * wait[1], 1e3 * exchange[1]);
+    printf("bytes sent while the backward pass still ran: %.0f%%\n", 100.0 * early[1]);
+    printf("wait hidden by the overlap: %.0f%%; step time %+.1f%%\n",
+           wait[0] > 0 ? 100.0 * (1.0 - wait[1] / wait[0]) : 0.0,
+           step[0] > 0 ? 100.0 * (step[1] / step[0] - 1.0) : 0.0);
+    return 0;
+}
