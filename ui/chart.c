@@ -257,6 +257,44 @@ int chart_draw(cairo_t *cr, int width, int height, const struct chart *c)
     return drawn;
 }
 
+struct chart_rgb chart_worker_color(int i)
+{
+    /* Distinct from the total's green and from each other, in light and dark themes. */
+    static const struct chart_rgb palette[CHART_MAX_WORKERS] = {
+        {0.21, 0.52, 0.89}, {0.90, 0.38, 0.00}, {0.57, 0.25, 0.67}, {0.88, 0.11, 0.14},
+        {0.00, 0.62, 0.65}, {0.75, 0.55, 0.05}, {0.55, 0.35, 0.20},
+    };
+    return palette[(i % CHART_MAX_WORKERS + CHART_MAX_WORKERS) % CHART_MAX_WORKERS];
+}
+
+int chart_throughput_draw(cairo_t *cr, int width, int height, const struct chart_throughput *t)
+{
+    struct chart c = {.title = t->title, .xlabel = "epoch", .empty = t->empty, .fg = t->fg};
+    const int nw = t->nworkers < 0                   ? 0
+                   : t->nworkers > CHART_MAX_WORKERS ? CHART_MAX_WORKERS
+                                                     : t->nworkers;
+
+    c.xmin = 0;
+    c.xmax = t->xmax;
+    c.ymin = 0;
+    c.ymax = NAN;
+    c.series[0] = (struct chart_series){.label = nw > 0 ? "all workers" : "this computer",
+                                        .x = t->x,
+                                        .y = t->total,
+                                        .n = t->n,
+                                        .color = {0.18, 0.63, 0.33},
+                                        .width = 2.0};
+    for (int i = 0; i < nw; i++)
+        c.series[1 + i] = (struct chart_series){.label = t->hosts ? t->hosts[i] : NULL,
+                                                .x = t->x,
+                                                .y = t->workers[i],
+                                                .n = t->n,
+                                                .color = chart_worker_color(i),
+                                                .width = 1.25};
+    c.nseries = 1 + nw;
+    return chart_draw(cr, width, height, &c);
+}
+
 void chart_smooth(double *out, const double *y, int n, double a)
 {
     double acc = 0, w = 0;
