@@ -113,6 +113,15 @@ static void test_throughput(void)
     long c2 = count_color(chart_worker_color(2));
     ok(c2 > 0 && c2 < 100, "a worker without reports has a legend entry and no line (%ld)", c2);
     ok(chart_worker_color(0).r != chart_worker_color(1).r, "workers' colours differ");
+    /* Narrow and without points: the legend wraps onto rows of its own and keeps every entry,
+     * the first (leftmost) included. */
+    t.n = 0;
+    canvas(200, 220);
+    is_int(chart_throughput_draw(cr, 200, 220, &t), 0, "a narrow chart without points");
+    ok(count_color(green) > 20 && count_color(chart_worker_color(0)) > 20 &&
+           count_color(chart_worker_color(2)) > 20,
+       "shows every legend entry, the first one included (%ld pixels)", count_color(green));
+    t.n = 120;
 
     /* A local run: the total alone. */
     t.nworkers = 0;
@@ -219,7 +228,7 @@ static void test_feed(void)
 
 int main(void)
 {
-    plan(31);
+    plan(33);
     test_line_chart();
     test_throughput();
     test_smooth();

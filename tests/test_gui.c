@@ -555,7 +555,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(49 + 7 + CLUSTER_TESTS);
+    plan(50 + 7 + CLUSTER_TESTS);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -882,6 +882,17 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "%zu-%s-1024x700", i + 1, pages[i]);
         screenshot(name);
     }
+    /* The window's contents and its header bar, measured without the window's default size. */
+    GtkWidget *content = gtk_window_get_child(GTK_WINDOW(win));
+    GtkWidget *header = gtk_window_get_titlebar(GTK_WINDOW(win));
+    int min_w, min_h, header_h = 0;
+    gtk_widget_measure(content, GTK_ORIENTATION_HORIZONTAL, -1, &min_w, NULL, NULL, NULL);
+    gtk_widget_measure(content, GTK_ORIENTATION_VERTICAL, 1024, &min_h, NULL, NULL, NULL);
+    if (header)
+        gtk_widget_measure(header, GTK_ORIENTATION_VERTICAL, 1024, &header_h, NULL, NULL, NULL);
+    ok(min_w <= 1024 && min_h + header_h <= 700,
+       "every page fits in 1024x700 (the contents need %dx%d, the header bar %d more)", min_w,
+       min_h, header_h);
     show("train");
 
     /* The same page in the dark variant of the theme. */

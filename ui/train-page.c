@@ -943,6 +943,7 @@ static void report_line(struct train_page *p, const char *text, gboolean error)
     gtk_label_set_xalign(GTK_LABEL(l), 0);
     gtk_label_set_wrap(GTK_LABEL(l), TRUE);
     gtk_label_set_selectable(GTK_LABEL(l), TRUE);
+    gtk_label_set_max_width_chars(GTK_LABEL(l), 36);
     gtk_widget_add_css_class(l, "caption");
     if (error)
         gtk_widget_add_css_class(l, "nl-error");
@@ -1181,7 +1182,7 @@ static void draw_ips(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer d
     for (int i = 0; i < p->nworkers; i++)
         workers[i] = (double *)(void *)p->step_worker[i]->data;
     struct chart_throughput t = {
-        .title = p->nworkers > 0 ? "Images per second, per worker" : "Images per second",
+        .title = p->nworkers > 0 ? "Images/s, per worker" : "Images per second",
         .empty = "Press Start to train",
         .x = (double *)(void *)p->step_x->data,
         .total = (double *)(void *)p->step_ips->data,
