@@ -555,7 +555,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(50 + 7 + CLUSTER_TESTS);
+    plan(52 + 7 + CLUSTER_TESTS);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -853,6 +853,14 @@ int main(int argc, char **argv)
        "win.model-init-file chooses the file");
     ok(wait_for(file_read, 60000), "the file is matched against the model on a worker thread");
     is_int(model_page_init_loaded(nw()->model), 8, "all 8 of lenet's tensors match");
+    gtk_widget_activate_action(win, "win.model-new-head", "b", TRUE);
+    int fresh = model_page_fresh_head(nw()->model) && wait_for(file_read, 60000);
+    int loaded = model_page_init_loaded(nw()->model);
+    ok(fresh && loaded == 6, "with New head, the head's 2 tensors start fresh (%d load)", loaded);
+    gtk_widget_activate_action(win, "win.model-new-head", "b", FALSE);
+    fresh = wait_for(file_read, 60000);
+    loaded = model_page_init_loaded(nw()->model);
+    ok(fresh && loaded == 8, "and without, all 8 load again (%d)", loaded);
     gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", TRUE);
     gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", TRUE);
     spin(300);

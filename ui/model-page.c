@@ -5,7 +5,8 @@
  * Training may start from a past run's latest checkpoint (layers with the same name and
  * parameter shapes are copied) or from a .safetensors file (tensors with the same name and
  * shape are loaded, as `nnlab train --init FILE --init-partial`); the layers that do not match,
- * such as a head for another class count, start fresh. A file is read on a worker thread for
+ * such as a head for another class count, start fresh; New Head makes the head start fresh even
+ * where it matches (as --replace-head). A file is read on a worker thread for
  * each model it is matched against; the result is kept under a key of the file, the spec and the
  * input, so that re-drawing the list does not read it again. */
 #include <stdio.h>
@@ -38,6 +39,8 @@ struct model_page {
     int file_tensors;      /* of the model */
     char *file_error;      /* why the file did not load, or NULL */
     GHashTable *file_new;  /* layers with a tensor that did not match */
+    GtkWidget *new_head;   /* the check button */
+    gboolean fresh_head;   /* the head starts fresh even where it matches */
     char *name;            /* a shipped model's name, or "custom" */
     char *spec;            /* the text last validated */
     gboolean valid, setting;
@@ -219,7 +222,7 @@ static void format_count(char *buf, size_t size, size_t n)
 struct file_job {
     char *key, *path, *spec;
     struct nl_shape in;
-    int nclasses;
+    int nclasses, fresh_head;
     int rc, tensors;
     struct nl_safetensors_report rep;
     GHashTable *bad; /* layer names */
@@ -261,6 +264,8 @@ static void file_thread(GTask *task, gpointer source, gpointer data, GCancellabl
     if (j->rc == 0) {
         for (int i = 0; i < m->nlayers; i++)
             j->tensors += m->layers[i].nparams;
+        if (j->fresh_head && nl_model_head(m) >= 0)
+            m->layers[nl_model_head(m)].fresh = 1;
         j->rc = nl_safetensors_load(m, j->path, 1, file_warn, j, &j->rep, &j->err);
     }
     nl_model_free(m);
@@ -291,8 +296,8 @@ static void file_done(GObject *source, GAsyncResult *res, gpointer data)
 
 static char *file_key(struct model_page *p, struct nl_shape in, int nclasses)
 {
-    return g_strdup_printf("%s\n%d %d %d %d\n%s", p->init_file, in.c, in.h, in.w, nclasses,
-                           p->spec);
+    return g_strdup_printf("%s\n%d %d %d %d %d\n%s", p->init_file, in.c, in.h, in.w, nclasses,
+                           p->fresh_head, p->spec);
 }
 
 /* Whether the result for the model as it is now is there; starts reading the file if not. */
@@ -316,6 +321,7 @@ static gboolean file_result(struct model_page *p, struct nl_shape in, int nclass
     j->spec = g_strdup(p->spec);
     j->in = in;
     j->nclasses = nclasses;
+    j->fresh_head = p->fresh_head;
     j->bad = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
     GTask *task = g_task_new(p->win, NULL, file_done, NULL);
     g_task_set_task_data(task, j, file_job_free);
@@ -374,6 +380,11 @@ static void validate(struct model_page *p)
         if (finetune_source(p->win->store, p->init_run, 0, &src, &ierr) == 0) {
             from = g_new(int, (size_t)m->nlayers);
             matched = finetune_match(m, src, from);
+            const int head = nl_model_head(m);
+            if (p->fresh_head && head >= 0 && from[head] >= 0) {
+                from[head] = -1;
+                matched--;
+            }
             char *t = g_strdup_printf("%d of %d layers with weights start from “%s”; the "
                                       "others start fresh.",
                                       matched, with_params, p->init_run);
@@ -401,6 +412,8 @@ static void validate(struct model_page *p)
             for (int i = 0; i < m->nlayers; i++)
                 from[i] =
                     p->file_new && g_hash_table_contains(p->file_new, m->layers[i].name) ? -1 : i;
+            if (p->fresh_head && nl_model_head(m) >= 0)
+                from[nl_model_head(m)] = -1;
             if (p->file_loaded == 0)
                 gtk_widget_add_css_class(p->init_info, "nl-error");
         }
@@ -731,6 +744,26 @@ static void init_action(GSimpleAction *a, GVariant *param, gpointer data)
     set_init_run(p, run);
 }
 
+gboolean model_page_fresh_head(struct model_page *p)
+{
+    return p->fresh_head;
+}
+
+static void new_head_toggled(GtkCheckButton *b, gpointer data)
+{
+    struct model_page *p = data;
+    p->fresh_head = gtk_check_button_get_active(b);
+    validate(p);
+}
+
+/* win.model-new-head (bool): the head starts fresh even where the weights have a matching one
+ * (a dataset with as many classes, but other ones), as --replace-head. */
+static void new_head_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct model_page *p = data;
+    gtk_check_button_set_active(GTK_CHECK_BUTTON(p->new_head), g_variant_get_boolean(param));
+}
+
 /* win.model-init-file (path): a .safetensors file whose tensors start training; "" for none. */
 static void init_file_action(GSimpleAction *a, GVariant *param, gpointer data)
 {
@@ -837,6 +870,7 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
     GET(init);
     GET(init_info);
     GET(init_open);
+    GET(new_head);
 #undef GET
     *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
     g_object_unref(b);
@@ -849,6 +883,7 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
         {.name = "model-freeze", .activate = freeze_action, .parameter_type = "(sb)"},
         {.name = "model-init-file", .activate = init_file_action, .parameter_type = "s"},
         {.name = "model-init-open", .activate = init_open_action},
+        {.name = "model-new-head", .activate = new_head_action, .parameter_type = "b"},
     };
     p->frozen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
     p->init_names = gtk_string_list_new(NULL);
@@ -856,6 +891,7 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
     g_object_unref(p->init_names);
     model_page_runs_changed(p);
     g_signal_connect(p->init, "notify::selected", G_CALLBACK(init_selected), p);
+    g_signal_connect(p->new_head, "toggled", G_CALLBACK(new_head_toggled), p);
     g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
 
     GMenu *menu = g_menu_new();

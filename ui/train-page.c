@@ -43,10 +43,11 @@ struct cluster_opts {
 struct train_job {
     NlWindow *win; /* a reference, for the idle callbacks */
     char *db_path, *dataset, *model, *spec, *run_name;
-    char *init_run;  /* weights to start from, or NULL */
-    char *init_file; /* a .safetensors file to start from, or NULL */
-    char **frozen;   /* layers trained frozen, NULL-terminated */
-    char *resume;    /* a run to continue instead of a new one, or NULL */
+    char *init_run;      /* weights to start from, or NULL */
+    char *init_file;     /* a .safetensors file to start from, or NULL */
+    char **frozen;       /* layers trained frozen, NULL-terminated */
+    char *resume;        /* a run to continue instead of a new one, or NULL */
+    gboolean fresh_head; /* the head keeps its fresh initialisation (--replace-head) */
     struct cluster_opts cl;
     struct nl_train_opts o;
     struct feed feed;
@@ -305,13 +306,23 @@ static int prepare_model(struct train_job *j, struct nl_model *m, char *note, si
             return rc;
         int *from = g_new(int, (size_t)m->nlayers);
         int matched = finetune_match(m, src, from);
+        const int head = nl_model_head(m);
+        if (j->fresh_head && head >= 0 && from[head] >= 0) {
+            from[head] = -1;
+            matched--;
+        }
         finetune_copy(m, src, from);
         g_snprintf(note, size, "; %d layers from “%s”", matched, j->init_run);
         g_free(from);
         nl_model_free(src);
     } else if (j->init_file) {
         struct nl_safetensors_report rep = {0};
+        const int head = nl_model_head(m);
+        if (j->fresh_head && head >= 0)
+            m->layers[head].fresh = 1;
         int rc = nl_safetensors_load(m, j->init_file, 1, NULL, NULL, &rep, &j->err);
+        if (head >= 0)
+            m->layers[head].fresh = 0;
         if (rc < 0)
             return rc;
         char *base = g_path_get_basename(j->init_file);
@@ -833,6 +844,7 @@ static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
     j->init_run = g_strdup(model_page_init_run(p->win->model));
     j->init_file = g_strdup(model_page_init_file(p->win->model));
     j->frozen = g_strdupv((char **)model_page_frozen(p->win->model));
+    j->fresh_head = model_page_fresh_head(p->win->model);
     const char *name = gtk_editable_get_text(GTK_EDITABLE(p->run_name));
     j->run_name = name[0] ? g_strdup(name) : NULL;
     read_cluster_opts(p, &j->cl);

@@ -87,6 +87,8 @@ const char *model_page_init_file(struct model_page *p);
 /* Tensors of that file that match the model as last built; -1 while it is being read or
  * when it does not load. */
 int model_page_init_loaded(struct model_page *p);
+/* Whether the head starts fresh even where the starting weights have a matching one. */
+gboolean model_page_fresh_head(struct model_page *p);
 /* The layers to train frozen, NULL-terminated, owned by the page. */
 const char *const *model_page_frozen(struct model_page *p);
 /* Runs were added or removed: refreshes the choice of starting weights. */
