@@ -148,7 +148,7 @@ static GtkWidget *layer_row(struct model_page *p, const struct nl_layer *l, cons
     gtk_widget_set_margin_top(v, 4);
     gtk_widget_set_margin_bottom(v, 4);
     gtk_box_append(GTK_BOX(h), cell(l->name, 7, 0, "heading"));
-    GtkWidget *desc = cell(line_text, 12, 0, "nl-mono");
+    GtkWidget *desc = cell(line_text, 8, 0, "nl-mono");
     gtk_widget_set_hexpand(desc, TRUE);
     gtk_box_append(GTK_BOX(h), desc);
     gtk_box_append(GTK_BOX(h), cell(shape, 9, 1, "numeric"));
@@ -191,7 +191,7 @@ static GtkWidget *header_row(void)
     gtk_widget_set_margin_top(h, 6);
     gtk_widget_set_margin_bottom(h, 6);
     gtk_box_append(GTK_BOX(h), cell("Layer", 7, 0, "dim-label"));
-    GtkWidget *d = cell("Definition", 12, 0, "dim-label");
+    GtkWidget *d = cell("Definition", 8, 0, "dim-label");
     gtk_widget_set_hexpand(d, TRUE);
     gtk_box_append(GTK_BOX(h), d);
     gtk_box_append(GTK_BOX(h), cell("Output", 9, 1, "dim-label"));
