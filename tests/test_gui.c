@@ -372,7 +372,7 @@ static int weights_from_file(const char *db, const char *file, const char *run)
 static int screenshot(const char *name);
 static void show(const char *page);
 
-#define CLUSTER_TESTS 11
+#define CLUSTER_TESTS 12
 
 static int hosts_checked(void)
 {
@@ -428,6 +428,8 @@ static void cluster_checks(const char *bin)
     ok(n1 && strstr(n1, want) && n2 && strstr(n2, want),
        "the report gives each host's nnlab version (%s)", want);
     ok(n1 && strstr(n1, cores) && n2 && strstr(n2, cores), "and its cores (%s)", cores);
+    spin(200);
+    screenshot("3-train-hosts-checked");
 
     gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "1");
@@ -461,6 +463,11 @@ static void cluster_checks(const char *bin)
     ok(w0 >= 30 && w1 >= 30 && w0 <= points && w1 <= points,
        "the per-worker images/s series got points for both workers (%d, %d of %ld steps)", w0, w1,
        points);
+    train_page_hosts_report(nw()->train, &done, &report);
+    n1 = strstr(report, "node1: ");
+    n2 = strstr(report, "node2: ");
+    ok(n1 && strstr(n1, "images/s") && n2 && strstr(n2, "communicating"),
+       "each worker's totals are listed under the hosts");
     spin(300);
     ok(screenshot("3-train-cluster"), "screenshot of the train page with hosts and workers");
     show("runs");

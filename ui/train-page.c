@@ -64,6 +64,7 @@ struct train_job {
     struct nl_error err;
     struct nl_train_result res;
     char run[128];
+    char *workers; /* a cluster run's per-worker totals, one line each, or NULL */
 };
 
 struct train_page {
@@ -140,6 +141,7 @@ static void job_free(struct train_job *j)
     cluster_opts_clear(&j->cl);
     g_free(j->init_file);
     g_free(j->resume);
+    g_free(j->workers);
     nl_free(j->steps);
     g_free(j->db_path);
     g_free(j->dataset);
@@ -369,6 +371,18 @@ static int train_cluster(struct train_job *j, struct nl_model *m, const struct n
                : nl_error_set(&j->err, NL_ENOMEM, "out of memory");
     /* What a stopped or failed run reported since its last epoch; the reports name hosts. */
     flush_worker_steps(j);
+    if (rc == 0 && stats) {
+        /* Each worker's share of the work, as the command line's done line gives it. */
+        GString *w = g_string_new(NULL);
+        for (int i = 0; i < n; i++) {
+            const double busy = stats[i].compute_seconds + stats[i].comm_seconds;
+            g_string_append_printf(
+                w, "%s%s: %.0f images/s, %.0f%% communicating, %.1f MB sent", i ? "\n" : "",
+                hosts[i].name, busy > 0 ? stats[i].samples / busy : 0.0,
+                busy > 0 ? 100.0 * stats[i].comm_seconds / busy : 0.0, stats[i].bytes_sent / 1e6);
+        }
+        j->workers = g_string_free(w, FALSE);
+    }
     nl_free(stats);
     nl_free(hosts);
     return rc;
@@ -621,6 +635,9 @@ static void update_sensitivity(struct train_page *p)
         gtk_widget_set_sensitive(p->check_hosts, TRUE);
 }
 
+static void report_line(struct train_page *p, const char *text, gboolean error);
+static void clear_report(struct train_page *p);
+
 /* A resumed run's epochs before this session, on the accuracy chart. */
 static void show_past_epochs(struct train_page *p, int64_t run)
 {
@@ -683,6 +700,17 @@ static gboolean on_msg(gpointer data)
                 g_snprintf(buf, sizeof buf, "Done in %.1f s (no test split)", j->res.seconds);
             gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(p->progress), 1.0);
             gtk_label_set_text(GTK_LABEL(p->stat_eta), "0:00");
+            if (j->workers) {
+                /* Under the hosts: what each did in this run. */
+                clear_report(p);
+                char *t = g_strdup_printf("Run “%s”:", j->run);
+                report_line(p, t, FALSE);
+                g_free(t);
+                char **lines = g_strsplit(j->workers, "\n", -1);
+                for (int i = 0; lines[i]; i++)
+                    report_line(p, lines[i], FALSE);
+                g_strfreev(lines);
+            }
             nl_window_notify(p->win, "Run “%s” finished", j->run);
         } else if (j->rc == NL_ECANCELED) {
             g_snprintf(buf, sizeof buf, "Stopped; run “%s” keeps the epochs it finished", j->run);
