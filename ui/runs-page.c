@@ -508,15 +508,20 @@ static void show_details(struct runs_page *p)
     nl_free(settings);
 }
 
-/* Resume goes with a run that stopped, failed or was killed (still marked running), with no
- * run in progress in this window. */
+/* Resume goes with a local run that stopped, failed or was killed (still marked running), with
+ * no run in progress in this window; one without a checkpoint says so when asked. */
 static void update_resume(struct runs_page *p)
 {
     struct nl_run_info info;
+    struct nl_train_opts o;
     struct nl_error err = {0};
+    char *settings = NULL;
+    int cluster = 0;
     gboolean can = p->selected && !nl_window_training(p->win) &&
-                   nl_run_get(p->win->store, p->selected, &info, NULL, NULL, &err) == 0 &&
-                   strcmp(info.status, "done") != 0 && info.epochs_done > 0;
+                   nl_run_get(p->win->store, p->selected, &info, NULL, &settings, &err) == 0 &&
+                   strcmp(info.status, "done") != 0 &&
+                   nl_run_settings_parse(settings, info.name, &o, NULL, &cluster, &err) == 0;
+    nl_free(settings);
     g_simple_action_set_enabled(
         G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "run-resume")), can);
 }
