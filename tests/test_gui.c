@@ -317,14 +317,6 @@ static int six_finished(void)
     return finished > 5;
 }
 
-static int seven_finished(void)
-{
-    long points;
-    int finished;
-    train_page_stats(nw()->train, &points, &finished);
-    return finished > 6;
-}
-
 static int file_read(void)
 {
     return model_page_init_loaded(nw()->model) >= 0;
@@ -374,6 +366,15 @@ static void show(const char *page);
 
 #define CLUSTER_TESTS 12
 
+#if NNLAB_HAVE_SSH
+static int seven_finished(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return finished > 6;
+}
+
 static int hosts_checked(void)
 {
     int done;
@@ -381,6 +382,7 @@ static int hosts_checked(void)
     train_page_hosts_report(nw()->train, &done, &text);
     return done > 0;
 }
+#endif
 
 /* Check Hosts against node1 and node2 of a private sshd, then one epoch on both from the
  * window; the workers run the nnlab binary under test (the remote nnlab option). */
@@ -388,10 +390,14 @@ static void cluster_checks(const char *bin)
 {
 #if NNLAB_HAVE_SSH
     struct sshd sd;
-    const char *why = bin && access(bin, X_OK) == 0 ? sshd_start(&sd) : "NNLAB_BIN is not set";
-    if (why) {
-        if (bin)
+    const char *why =
+        !bin || access(bin, X_OK) != 0 ? "NNLAB_BIN does not name the nnlab binary" : NULL;
+    if (!why) {
+        why = sshd_start(&sd);
+        if (why)
             sshd_stop(&sd);
+    }
+    if (why) {
         for (int i = 0; i < CLUSTER_TESTS; i++)
             ok(1, "cluster # SKIP %s", why);
         return;

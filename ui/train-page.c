@@ -12,6 +12,7 @@
  * images/s chart shows a cluster run's total and each worker's own rate (its samples over its
  * compute and communication seconds in each step, from the ITER events' workers[]). */
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 #include "feed.h"
@@ -173,6 +174,7 @@ static void keep_worker_steps(struct train_job *j, const struct nl_event *ev)
             cap *= 2;
         struct nl_worker_step *n = nl_realloc(j->steps, cap * sizeof *n);
         if (!n) {
+            g_warning("out of memory for the workers' metrics: they are not stored");
             j->step_failed = 1;
             return;
         }
