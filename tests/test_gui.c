@@ -1,8 +1,11 @@
 /* The desktop window end to end, under Xvfb: imports a generated IDX dataset, builds and edits a
- * model, trains one epoch, opens the runs page with a confusion matrix and classifies a PNG, all
- * through the window's named actions. Checks that the charts received points and that the main
- * loop never stalled for more than 200 ms while training, and saves a screenshot of every page
- * in BUILD/ui-screenshots/.
+ * model, trains one epoch, fine-tunes, stops a run and resumes it from the runs page, opens the
+ * runs page with a confusion matrix, classifies a PNG, starts training from an exported
+ * .safetensors file, and — with a private sshd on 127.0.0.1 (tests/sshd.h) — checks hosts and
+ * trains on node1 and node2 with the nnlab under test as the workers' binary, all through the
+ * window's named actions. Checks that the charts received points (per worker for the cluster
+ * run), that the main loop never stalled for more than 200 ms while training or connecting, that
+ * every page fits 1024x700, and saves screenshots in BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run with
  * GSK_RENDERER=cairo, GSETTINGS_BACKEND=memory and private XDG folders; it skips when those
