@@ -295,6 +295,22 @@ static int five_finished(void)
     return finished > 4;
 }
 
+/* Runs finished since the window opened, at least n. */
+static int finished_at_least(int n)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return finished >= n;
+}
+
+/* For wait_for: runs finished reach `want`. */
+static int want_finished;
+static int enough_finished(void)
+{
+    return finished_at_least(want_finished);
+}
+
 static char db_path[700];
 
 /* Whether gui-stopped has a checkpointed epoch. */
@@ -310,14 +326,6 @@ static int stopped_has_epoch(void)
         n = info.epochs_done;
     nl_store_close(s);
     return n >= 1;
-}
-
-static int six_finished(void)
-{
-    long points;
-    int finished;
-    train_page_stats(nw()->train, &points, &finished);
-    return finished > 5;
 }
 
 static int file_read(void)
@@ -370,14 +378,6 @@ static void show(const char *page);
 #define CLUSTER_TESTS 12
 
 #if NNLAB_HAVE_SSH
-static int seven_finished(void)
-{
-    long points;
-    int finished;
-    train_page_stats(nw()->train, &points, &finished);
-    return finished > 6;
-}
-
 static int hosts_checked(void)
 {
     int done;
@@ -448,7 +448,8 @@ static void cluster_checks(const char *bin)
     last_beat = 0;
     measuring = TRUE;
     gtk_widget_activate_action(win, "win.train-start", NULL);
-    ok(wait_for(seven_finished, 500000), "one epoch on node1 and node2 finishes");
+    want_finished = 9;
+    ok(wait_for(enough_finished, 500000), "one epoch on node1 and node2 finishes");
     measuring = FALSE;
     ok(max_gap < 200000, "no main-loop stall over 200 ms while training on the hosts (%.0f ms)",
        max_gap / 1000.0);
@@ -571,7 +572,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(52 + 7 + CLUSTER_TESTS);
+    plan(55 + 7 + CLUSTER_TESTS);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -806,6 +807,30 @@ int main(int argc, char **argv)
     nl_free(rep);
     nl_store_close(s);
 
+    /* A run stopped before its first checkpoint: Resume says there is nothing to resume from and
+     * leaves the run as it was. */
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-early");
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    wait_for(some_points, 60000);
+    gtk_widget_activate_action(win, "win.train-stop", NULL);
+    want_finished = 6;
+    wait_for(enough_finished, 120000);
+    show("runs");
+    gtk_widget_activate_action(win, "win.run-select", "s", "gui-early");
+    gtk_widget_activate_action(win, "win.run-resume", NULL);
+    want_finished = 7;
+    ok(wait_for(enough_finished, 120000), "resuming it ends at once");
+    const char *toast = gtk_label_get_text(GTK_LABEL(nw()->toast_label));
+    ok(strstr(toast, "no checkpoint to resume from") != NULL, "saying why: %s", toast);
+    rc = nl_store_open(&s, db, &err);
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-early", &info, NULL, NULL, &err);
+    ok(rc == 0 && strcmp(info.status, "stopped") == 0 && info.epochs_done == 0,
+       "and the run stays stopped (%s)", rc == 0 ? info.status : err.msg);
+    if (rc == 0)
+        nl_run_remove(s, "gui-early", &err);
+    nl_store_close(s);
+
     /* Runs: the first two overlaid, and the confusion matrix of the test split. */
     show("runs");
     gtk_widget_activate_action(win, "win.runs-refresh", NULL);
@@ -886,7 +911,8 @@ int main(int argc, char **argv)
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "batch", "16");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-from-file");
     gtk_widget_activate_action(win, "win.train-start", NULL);
-    ok(wait_for(six_finished, 500000), "a run from the file finishes");
+    want_finished = 8;
+    ok(wait_for(enough_finished, 500000), "a run from the file finishes");
     ok(weights_from_file(db, st, "gui-from-file"),
        "its frozen layers hold the file's weights and its other layers trained");
     gtk_widget_activate_action(win, "win.model-init-file", "s", "");
