@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/json.h"
 #include "cli.h"
 #include "nnlab-config.h"
 #include "nnlab/alloc.h"
@@ -106,56 +105,13 @@ static int apply_finetune(struct nl_model *m, const struct finetune *ft, struct 
     return nl_model_freeze(m, names, n, ft->up_to, err);
 }
 
-/* A run's settings as JSON, as nl_run_model and --resume read them back (floats with 9
- * significant digits, which give the same float again); m gives the frozen layers, cluster
- * whether it runs on hosts, skipped the batches skipped so far. NULL when out of memory; freed
- * with nl_free. */
-static char *format_settings(const struct nl_train_opts *o, const struct nl_model *m,
-                             struct nl_shape shape, int nclasses, int cluster, long skipped)
-{
-    const size_t frozen_cap = (size_t)m->nlayers * (NL_NAME_MAX + 3) + 3;
-    char *frozen = nl_malloc(frozen_cap), *settings = nl_malloc(frozen_cap + 1536);
-    char schedule[160];
-
-    if (!frozen || !settings) {
-        nl_free(frozen);
-        nl_free(settings);
-        return NULL;
-    }
-    /* Names are plain identifiers. */
-    size_t flen = (size_t)snprintf(frozen, frozen_cap, "[");
-    for (int i = 0; i < m->nlayers; i++)
-        if (m->layers[i].frozen)
-            flen += (size_t)snprintf(frozen + flen, frozen_cap - flen, "%s\"%s\"",
-                                     flen > 1 ? "," : "", m->layers[i].name);
-    snprintf(frozen + flen, frozen_cap - flen, "]");
-    nl_schedule_format(&o->schedule, schedule, sizeof schedule);
-    snprintf(settings, frozen_cap + 1536,
-             "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"warmup\":%.9g,"
-             "\"lr\":%.9g,\"momentum\":%.9g,\"nesterov\":%s,\"weight_decay\":%.9g,\"threads\":%d,"
-             "\"seed\":%llu,\"input\":[%d,%d,%d],\"classes\":%d,\"clip_value\":%.9g,"
-             "\"clip_norm\":%.9g,\"frozen\":%s,\"augment\":{\"flip\":%s,\"crop\":%d},"
-             "\"early_stop_acc\":%.17g,\"patience\":%d,\"on_nan\":\"%s\","
-             "\"checkpoint_every\":%ld,\"cluster\":%s,\"skipped_batches\":%ld}",
-             o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), schedule,
-             (double)o->schedule.warmup_epochs, (double)o->optim.lr, (double)o->optim.momentum,
-             o->optim.nesterov ? "true" : "false", (double)o->optim.weight_decay,
-             o->threads > 0 ? o->threads : 0, (unsigned long long)o->seed, shape.c, shape.h,
-             shape.w, nclasses, (double)o->clip_value, (double)o->clip_norm, frozen,
-             o->augment.flip ? "true" : "false", o->augment.crop, o->target_accuracy, o->patience,
-             o->on_nan == NL_ON_NAN_SKIP_BATCH ? "skip-batch" : "stop", o->checkpoint_every,
-             cluster ? "true" : "false", skipped);
-    nl_free(frozen);
-    return settings;
-}
-
 /* Records the batches a run skipped in its settings (a failure to is only warned about). */
 static void record_skipped(struct nl_store *store, int64_t run, const struct nl_train_opts *o,
                            const struct nl_model *m, struct nl_shape shape, int nclasses,
                            int cluster, long skipped)
 {
     struct nl_error err = {0};
-    char *settings = format_settings(o, m, shape, nclasses, cluster, skipped);
+    char *settings = nl_run_settings_format(o, m, shape, nclasses, cluster, skipped);
 
     if (!settings || nl_run_set_settings(store, run, settings, &err) < 0)
         fprintf(stderr, "nnlab: warning: the count of skipped batches was not recorded: %s\n",
@@ -206,7 +162,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     /* The frozen layers are in the settings: a run's weights are stored in the frozen layout,
      * which nl_run_model rebuilds from that list. */
     const int cluster = ca && (ca->hosts || ca->hostfile);
-    char *settings = format_settings(o, m, d->shape, d->nclasses, cluster, 0);
+    char *settings = nl_run_settings_format(o, m, d->shape, d->nclasses, cluster, 0);
     if (!settings) {
         nl_model_free(m);
         nl_dataset_free(d);
@@ -290,175 +246,25 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     return EXIT_OK;
 }
 
-/* What --resume may change of a run's settings; < 0: keep the run's. */
-struct resume_args {
-    int epochs;
-    int on_nan;
-    long checkpoint_every;
-};
-
-static double json_number(const struct nl_json *root, const char *key, double dflt)
-{
-    const struct nl_json *v = nl_json_get(root, key);
-    return v && v->type == NL_JSON_NUMBER ? v->number : dflt;
-}
-
-static int json_flag(const struct nl_json *root, const char *key)
-{
-    const struct nl_json *v = nl_json_get(root, key);
-    return v && v->type == NL_JSON_BOOL && v->boolean;
-}
-
-/* A run's training options back from its settings (as format_settings wrote them). */
-static int settings_opts(const struct nl_json *root, const char *run, struct nl_train_opts *o,
-                         long *skipped, struct nl_error *err)
-{
-    const struct nl_json *optim = nl_json_get(root, "optim");
-    const struct nl_json *schedule = nl_json_get(root, "schedule");
-    const struct nl_json *augment = nl_json_get(root, "augment");
-    const struct nl_json *on_nan = nl_json_get(root, "on_nan");
-    enum nl_optim_kind kind;
-
-    nl_train_defaults(o);
-    if (!root || root->type != NL_JSON_OBJECT || !optim || optim->type != NL_JSON_STRING ||
-        !schedule || schedule->type != NL_JSON_STRING || !nl_json_get(root, "epochs") ||
-        !nl_json_get(root, "batch") || !nl_json_get(root, "lr") || !nl_json_get(root, "seed"))
-        return nl_error_set(err, NL_EFORMAT, "run '%s': its settings lack the training options",
-                            run);
-    if (nl_optim_kind_parse(&kind, optim->string, err) < 0 ||
-        nl_schedule_parse(&o->schedule, schedule->string, err) < 0)
-        return nl_error_set(err, NL_EFORMAT, "run '%s': its settings: %s", run, err->msg);
-    nl_optim_defaults(&o->optim, kind);
-    o->epochs = (int)json_number(root, "epochs", 0);
-    o->batch = (int)json_number(root, "batch", 0);
-    o->threads = (int)json_number(root, "threads", 0);
-    o->seed = (uint64_t)json_number(root, "seed", 1);
-    o->optim.lr = (float)json_number(root, "lr", o->optim.lr);
-    o->optim.momentum = (float)json_number(root, "momentum", o->optim.momentum);
-    o->optim.weight_decay = (float)json_number(root, "weight_decay", o->optim.weight_decay);
-    o->optim.nesterov = json_flag(root, "nesterov");
-    o->schedule.warmup_epochs = (float)json_number(root, "warmup", 0);
-    o->clip_value = (float)json_number(root, "clip_value", 0);
-    o->clip_norm = (float)json_number(root, "clip_norm", 0);
-    o->target_accuracy = json_number(root, "early_stop_acc", 0);
-    o->patience = (int)json_number(root, "patience", 0);
-    o->checkpoint_every = (long)json_number(root, "checkpoint_every", 0);
-    o->on_nan =
-        on_nan && on_nan->type == NL_JSON_STRING && strcmp(on_nan->string, "skip-batch") == 0
-            ? NL_ON_NAN_SKIP_BATCH
-            : NL_ON_NAN_STOP;
-    o->augment.flip = json_flag(augment, "flip");
-    o->augment.crop = (int)json_number(augment, "crop", 0);
-    *skipped = (long)json_number(root, "skipped_batches", 0);
-    if (json_flag(root, "cluster"))
-        return nl_error_set(err, NL_EINVAL,
-                            "run '%s' trained on a cluster; resuming cluster runs is not "
-                            "supported yet (train it again, or --init %s on one machine)",
-                            run, run);
-    return nl_optim_validate(&o->optim, err);
-}
-
 /* Continues the run named run_name from its latest checkpoint in its own record, with its own
- * settings but for what ra changes, and reports. */
+ * settings but for what req changes, and reports. */
 static int resume_session(struct nl_store *store, const char *run_name,
-                          const struct resume_args *ra)
+                          const struct nl_resume_request *req)
 {
     struct nl_error err = {0};
-    struct nl_dataset *d = NULL;
-    struct nl_model *m = NULL;
-    struct nl_run_info run;
-    struct nl_train_opts o;
     struct nl_train_result res = {0};
-    struct nl_run_checkpoint cp = {0};
-    struct nl_json_doc *doc = NULL;
-    struct nl_run_epoch *epochs = NULL;
-    double *watched = NULL;
-    char *settings = NULL;
-    long skipped = 0;
-    int nepochs = 0, rc;
+    struct nl_run_resumed *r = NULL;
+    int rc = nl_run_resume_open(store, run_name, req, warn_cb, NULL, &r, &err);
 
-    rc = nl_run_model(store, run_name, 0, warn_cb, NULL, &run, &m, &err);
-    if (rc == 0)
-        rc = nl_run_get(store, run_name, &run, NULL, &settings, &err);
-    if (rc == 0)
-        rc = nl_json_parse(&doc, settings, strlen(settings), "run settings", &err);
-    if (rc == 0)
-        rc = settings_opts(nl_json_root(doc), run.name, &o, &skipped, &err);
-    nl_json_free(doc);
-    nl_free(settings);
-    settings = NULL;
-    if (rc == 0 && strcmp(run.status, "done") == 0 && (ra->epochs < 0 || ra->epochs <= o.epochs))
-        rc = nl_error_set(&err, NL_EINVAL,
-                          "run '%s' is done (%d epochs); give --epochs N, more, to train it "
-                          "further",
-                          run.name, run.epochs_done);
-    if (ra->epochs > 0)
-        o.epochs = ra->epochs;
-    if (ra->on_nan >= 0)
-        o.on_nan = (enum nl_on_nan)ra->on_nan;
-    if (ra->checkpoint_every >= 0)
-        o.checkpoint_every = ra->checkpoint_every;
-    if (rc == 0) {
-        rc = nl_run_load_checkpoint(store, &run, m->params, m->nparams, &cp, &err);
-        if (rc == NL_ENOENT)
-            nl_error_set(&err, rc, "run '%s' has no checkpoint to resume from; train it again",
-                         run.name);
-    }
-    if (rc == 0 && nl_optim_state_arrays(&o.optim) > 0 && !cp.optim)
-        rc = nl_error_set(&err, NL_EINVAL,
-                          "run '%s': its checkpoints carry no optimizer state (a cluster run); "
-                          "resuming cluster runs is not supported yet",
-                          run.name);
-    if (rc == 0)
-        rc = nl_dataset_load(store, run.dataset, &d, &err);
-    if (rc == 0)
-        rc = nl_run_epochs(store, run.id, &epochs, &nepochs, &err);
-    /* The accuracy each completed epoch was judged on, for plateaus and early stopping. */
-    if (rc == 0 && !(watched = nl_calloc((size_t)cp.epoch + 1, sizeof *watched)))
-        rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
-    for (int e = 0; rc == 0 && e < cp.epoch; e++)
-        watched[e] = NAN;
-    for (int i = 0; rc == 0 && i < nepochs; i++)
-        if (epochs[i].epoch >= 1 && epochs[i].epoch <= cp.epoch)
-            watched[epochs[i].epoch - 1] = isfinite(epochs[i].val_accuracy)
-                                               ? epochs[i].val_accuracy
-                                               : epochs[i].train_accuracy;
-    nl_free(epochs);
-    /* A kill between the last checkpoint and its epoch's record leaves that epoch without one;
-     * its validation accuracy is the checkpoint's, exactly (a count over a fixed split). */
-    if (rc == 0 && cp.epoch > 0 && isnan(watched[cp.epoch - 1]) &&
-        cp.iteration % ((d->split[NL_TRAIN].n + (uint32_t)o.batch - 1) / (uint32_t)o.batch) == 0 &&
-        d->split[NL_VAL].n > 0) {
-        double loss;
-        rc = nl_evaluate(m, d, NL_VAL, o.threads, &loss, &watched[cp.epoch - 1], &err);
-    }
-    if (rc == 0 && !(settings = format_settings(&o, m, d->shape, d->nclasses, 0, skipped)))
-        rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = nl_run_reopen(store, run.id, settings, &err);
-    nl_free(settings);
-    if (rc < 0) {
-        nl_free(watched);
-        nl_free(cp.optim);
-        nl_model_free(m);
-        nl_dataset_free(d);
+    if (rc < 0)
         return fail(&err);
-    }
     if (!g.json && !g.quiet)
-        printf("run '%s': resuming after epoch %d, step %ld, to epoch %d\n", run.name, cp.epoch,
-               cp.iteration, o.epochs);
+        printf("run '%s': resuming after epoch %d, step %ld, to epoch %d\n", r->run.name,
+               r->resume.epoch, r->resume.iteration, r->opts.epochs);
 
-    struct nl_resume r = {
-        .epoch = cp.epoch,
-        .iteration = cp.iteration,
-        .optim_state = cp.optim,
-        .optim_floats = cp.optim_floats,
-        .watched = watched,
-    };
-    o.resume = &r;
-    struct progress p = {.store = store, .run_id = run.id, .tty = isatty(STDOUT_FILENO)};
+    struct progress p = {.store = store, .run_id = r->run.id, .tty = isatty(STDOUT_FILENO)};
     struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
-    rc = nl_train(m, d, &o, &hooks, &res, &err);
+    rc = nl_train(r->model, r->data, &r->opts, &hooks, &res, &err);
     nl_free(p.steps);
     if (p.failed)
         err = p.err;
@@ -466,20 +272,19 @@ static int resume_session(struct nl_store *store, const char *run_name,
         fputc('\n', stdout);
     struct nl_error ferr = {0};
     if (res.skipped_batches > 0)
-        record_skipped(store, run.id, &o, m, d->shape, d->nclasses, 0,
-                       skipped + res.skipped_batches);
-    nl_run_finish(store, run.id,
+        record_skipped(store, r->run.id, &r->opts, r->model, r->data->shape, r->data->nclasses, 0,
+                       r->skipped + res.skipped_batches);
+    nl_run_finish(store, r->run.id,
                   rc == 0              ? "done"
                   : rc == NL_ECANCELED ? "stopped"
                                        : "failed",
                   rc == 0 ? &res : NULL, &ferr);
-    nl_free(watched);
-    nl_free(cp.optim);
-    nl_model_free(m);
-    nl_dataset_free(d);
+    char name[sizeof r->run.name];
+    snprintf(name, sizeof name, "%s", r->run.name);
+    nl_run_resumed_free(r);
     if (rc < 0)
         return fail(&err);
-    print_done(run.name, &res, NULL, 0);
+    print_done(name, &res, NULL, 0);
     return EXIT_OK;
 }
 
@@ -644,7 +449,7 @@ int cmd_train(int argc, char **argv)
     struct nl_error err = {0};
     const char *data = NULL, *model = NULL, *name = NULL, *init = NULL, *resume = NULL;
     struct finetune ft = {0};
-    struct resume_args ra = {.epochs = -1, .on_nan = -1, .checkpoint_every = -1};
+    struct nl_resume_request ra = {.epochs = -1, .on_nan = -1, .checkpoint_every = -1};
     int c, rc, init_partial = 0, li = -1;
     /* The first option that fixes a setting of a new run, which --resume takes from the run. */
     const char *setting = NULL;

@@ -80,6 +80,57 @@ static void test_line_chart(void)
     is_int(chart_draw(cr, 30, 20, &c), 0, "a tiny surface draws no points");
 }
 
+/* Images per second of a cluster run: the total and one line per worker, each in its colour. */
+static void test_throughput(void)
+{
+    double x[120], total[120], w0[120], w1[120], w2[120];
+    for (int i = 0; i < 120; i++) {
+        x[i] = i / 60.0;
+        w0[i] = 400 + 20 * sin(i / 7.0);
+        w1[i] = 250 + 15 * cos(i / 5.0);
+        w2[i] = NAN; /* a worker that has not reported */
+        total[i] = w0[i] + w1[i];
+    }
+    const char *hosts[] = {"node1", "node2", "node3"};
+    const double *workers[] = {w0, w1, w2};
+    struct chart_throughput t = {.title = "Images per second",
+                                 .x = x,
+                                 .total = total,
+                                 .n = 120,
+                                 .nworkers = 3,
+                                 .hosts = hosts,
+                                 .workers = workers,
+                                 .xmax = 2,
+                                 .fg = {0, 0, 0}};
+    const struct chart_rgb green = {0.18, 0.63, 0.33};
+    canvas(640, 300);
+    int drawn = chart_throughput_draw(cr, 640, 300, &t);
+    ok(drawn >= 3 * 100, "the total and two workers' series are drawn (%d points)", drawn);
+    ok(count_color(green) > 300, "the total is visible (%ld pixels)", count_color(green));
+    long c0 = count_color(chart_worker_color(0)), c1 = count_color(chart_worker_color(1));
+    ok(c0 > 150 && c1 > 150, "each worker's line in its own colour (%ld, %ld pixels)", c0, c1);
+    /* Only its legend swatch (12x4 pixels) shows the third worker's colour. */
+    long c2 = count_color(chart_worker_color(2));
+    ok(c2 > 0 && c2 < 100, "a worker without reports has a legend entry and no line (%ld)", c2);
+    ok(chart_worker_color(0).r != chart_worker_color(1).r, "workers' colours differ");
+    /* Narrow and without points: the legend wraps onto rows of its own and keeps every entry,
+     * the first (leftmost) included. */
+    t.n = 0;
+    canvas(200, 220);
+    is_int(chart_throughput_draw(cr, 200, 220, &t), 0, "a narrow chart without points");
+    ok(count_color(green) > 20 && count_color(chart_worker_color(0)) > 20 &&
+           count_color(chart_worker_color(2)) > 20,
+       "shows every legend entry, the first one included (%ld pixels)", count_color(green));
+    t.n = 120;
+
+    /* A local run: the total alone. */
+    t.nworkers = 0;
+    canvas(640, 300);
+    int alone = chart_throughput_draw(cr, 640, 300, &t);
+    ok(alone >= 100 && alone < drawn, "a local run draws the total only (%d points)", alone);
+    is_int(count_color(chart_worker_color(0)), 0, "and no worker colour");
+}
+
 static void test_smooth(void)
 {
     double y[5] = {1, 1, 1, 1, 1}, out[5];
@@ -177,8 +228,9 @@ static void test_feed(void)
 
 int main(void)
 {
-    plan(24);
+    plan(33);
     test_line_chart();
+    test_throughput();
     test_smooth();
     test_bars_thumbs_confusion();
     test_feed();

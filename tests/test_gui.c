@@ -1,8 +1,11 @@
 /* The desktop window end to end, under Xvfb: imports a generated IDX dataset, builds and edits a
- * model, trains one epoch, opens the runs page with a confusion matrix and classifies a PNG, all
- * through the window's named actions. Checks that the charts received points and that the main
- * loop never stalled for more than 200 ms while training, and saves a screenshot of every page
- * in BUILD/ui-screenshots/.
+ * model, trains one epoch, fine-tunes, stops a run and resumes it from the runs page, opens the
+ * runs page with a confusion matrix, classifies a PNG, starts training from an exported
+ * .safetensors file, and — with a private sshd on 127.0.0.1 (tests/sshd.h) — checks hosts and
+ * trains on node1 and node2 with the nnlab under test as the workers' binary, all through the
+ * window's named actions. Checks that the charts received points (per worker for the cluster
+ * run), that the main loop never stalled for more than 200 ms while training or connecting, that
+ * every page fits 1024x700, and saves screenshots in BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run with
  * GSK_RENDERER=cairo, GSETTINGS_BACKEND=memory and private XDG folders; it skips when those
@@ -30,6 +33,8 @@ int main(void)
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
 #include "nnlab/safetensors.h"
+#include "nnlab/spec.h"
+#include "sshd.h"
 #include "window.h"
 
 #define W   28
@@ -282,6 +287,212 @@ static int four_finished(void)
     return finished > 3;
 }
 
+static int five_finished(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return finished > 4;
+}
+
+/* Runs finished since the window opened, at least n. */
+static int finished_at_least(int n)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return finished >= n;
+}
+
+/* For wait_for: runs finished reach `want`. */
+static int want_finished;
+static int enough_finished(void)
+{
+    return finished_at_least(want_finished);
+}
+
+static char db_path[700];
+
+/* Whether gui-stopped has a checkpointed epoch. */
+static int stopped_has_epoch(void)
+{
+    struct nl_store *s;
+    struct nl_run_info info;
+    struct nl_error err = {0};
+    int n = 0;
+    if (nl_store_open(&s, db_path, &err) < 0)
+        return 0;
+    if (nl_run_get(s, "gui-stopped", &info, NULL, NULL, &err) == 0)
+        n = info.epochs_done;
+    nl_store_close(s);
+    return n >= 1;
+}
+
+static int file_read(void)
+{
+    return model_page_init_loaded(nw()->model) >= 0;
+}
+
+/* Whether run's conv1 and conv2 are the file's, bit for bit, and its fc1 differs from it. */
+static int weights_from_file(const char *db, const char *file, const char *run)
+{
+    struct nl_store *s;
+    struct nl_error err = {0};
+    struct nl_model *m = NULL, *f = NULL;
+    struct nl_dataset *d = NULL;
+    struct nl_spec *spec = NULL;
+    int same = 0, changed = 0;
+    if (nl_store_open(&s, db, &err) < 0)
+        return 0;
+    if (nl_ui_load_run(s, run, &m, &d, &err) == 0 &&
+        nl_spec_load(&spec, "lenet", NULL, NULL, &err) == 0 &&
+        nl_model_build(&f, spec, d->shape, d->nclasses, &err) == 0 &&
+        nl_safetensors_load(f, file, 0, NULL, NULL, NULL, &err) == 0) {
+        same = 1;
+        static const char *const frozen[] = {"conv1", "conv2"};
+        for (int k = 0; k < 2; k++) {
+            const struct nl_layer *a = &m->layers[nl_model_find_layer(m, frozen[k])];
+            const struct nl_layer *b = &f->layers[nl_model_find_layer(f, frozen[k])];
+            same &= a->param_count == b->param_count &&
+                    memcmp(m->params + a->param_offset, f->params + b->param_offset,
+                           a->param_count * sizeof(float)) == 0;
+        }
+        const struct nl_layer *a = &m->layers[nl_model_find_layer(m, "fc1")];
+        const struct nl_layer *b = &f->layers[nl_model_find_layer(f, "fc1")];
+        changed = memcmp(m->params + a->param_offset, f->params + b->param_offset,
+                         a->param_count * sizeof(float)) != 0;
+    } else {
+        diag("%s", err.msg);
+    }
+    nl_model_free(m);
+    nl_model_free(f);
+    nl_spec_free(spec);
+    nl_dataset_free(d);
+    nl_store_close(s);
+    return same && changed;
+}
+
+static int screenshot(const char *name);
+static void show(const char *page);
+
+#define CLUSTER_TESTS 12
+
+#if NNLAB_HAVE_SSH
+static int hosts_checked(void)
+{
+    int done;
+    const char *text;
+    train_page_hosts_report(nw()->train, &done, &text);
+    return done > 0;
+}
+#endif
+
+/* Check Hosts against node1 and node2 of a private sshd, then one epoch on both from the
+ * window; the workers run the nnlab binary under test (the remote nnlab option). */
+static void cluster_checks(const char *bin)
+{
+#if NNLAB_HAVE_SSH
+    struct sshd sd;
+    const char *why =
+        !bin || access(bin, X_OK) != 0 ? "NNLAB_BIN does not name the nnlab binary" : NULL;
+    if (!why) {
+        why = sshd_start(&sd);
+        if (why)
+            sshd_stop(&sd);
+    }
+    if (why) {
+        for (int i = 0; i < CLUSTER_TESTS; i++)
+            ok(1, "cluster # SKIP %s", why);
+        return;
+    }
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/ssh_config", sd.dir);
+    show("train");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "hosts", "node1:1, node2:1");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "ssh-config", cfg);
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "remote-nnlab", bin);
+    max_gap = 0;
+    last_beat = 0;
+    measuring = TRUE;
+    ok(gtk_widget_activate_action(win, "win.train-check-hosts", NULL),
+       "win.train-check-hosts runs");
+    ok(wait_for(hosts_checked, 120000), "the hosts are checked");
+    measuring = FALSE;
+    ok(max_gap < 200000, "the window kept drawing while connecting (longest stall %.0f ms)",
+       max_gap / 1000.0);
+    int done;
+    const char *report;
+    train_page_hosts_report(nw()->train, &done, &report);
+    char **lines = g_strsplit(report, "\n", -1);
+    for (int i = 0; lines[i]; i++)
+        if (lines[i][0])
+            diag("hosts report: %s", lines[i]);
+    g_strfreev(lines);
+    char want[64];
+    snprintf(want, sizeof want, "nnlab %s", NNLAB_VERSION);
+    char cores[32];
+    snprintf(cores, sizeof cores, "%ld cores", sysconf(_SC_NPROCESSORS_ONLN));
+    const char *n1 = strstr(report, "✓ node1"), *n2 = strstr(report, "✓ node2");
+    ok(n1 && n2 && !strstr(report, "✗"), "both hosts answer");
+    ok(n1 && strstr(n1, want) && n2 && strstr(n2, want),
+       "the report gives each host's nnlab version (%s)", want);
+    ok(n1 && strstr(n1, cores) && n2 && strstr(n2, cores), "and its cores (%s)", cores);
+    spin(200);
+    screenshot("3-train-hosts-checked");
+
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "1");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "batch", "32");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-cluster");
+    max_gap = 0;
+    last_beat = 0;
+    measuring = TRUE;
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    want_finished = 9;
+    ok(wait_for(enough_finished, 500000), "one epoch on node1 and node2 finishes");
+    measuring = FALSE;
+    ok(max_gap < 200000, "no main-loop stall over 200 ms while training on the hosts (%.0f ms)",
+       max_gap / 1000.0);
+    struct nl_store *s;
+    struct nl_run_info info;
+    struct nl_error err = {0};
+    char *settings = NULL;
+    int rc = nl_store_open(&s, db_path, &err);
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-cluster", &info, NULL, &settings, &err);
+    ok(rc == 0 && strcmp(info.status, "done") == 0 && info.epochs_done == 1 && settings &&
+           strstr(settings, "\"cluster\":true"),
+       "the run is recorded as a cluster run, done (%s)", rc == 0 ? info.status : err.msg);
+    nl_free(settings);
+    nl_store_close(s);
+    int w0 = train_page_worker_points(nw()->train, 0),
+        w1 = train_page_worker_points(nw()->train, 1);
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    ok(w0 >= 30 && w1 >= 30 && w0 <= points && w1 <= points,
+       "the per-worker images/s series got points for both workers (%d, %d of %ld steps)", w0, w1,
+       points);
+    train_page_hosts_report(nw()->train, &done, &report);
+    n1 = strstr(report, "node1: ");
+    n2 = strstr(report, "node2: ");
+    ok(n1 && strstr(n1, "images/s") && n2 && strstr(n2, "communicating"),
+       "each worker's totals are listed under the hosts");
+    spin(300);
+    ok(screenshot("3-train-cluster"), "screenshot of the train page with hosts and workers");
+    show("runs");
+    gtk_widget_activate_action(win, "win.run-select", "s", "gui-cluster");
+    spin(200);
+    screenshot("4-runs-cluster");
+    show("train");
+    sshd_stop(&sd);
+#else
+    (void)bin;
+    for (int i = 0; i < CLUSTER_TESTS; i++)
+        ok(1, "cluster # SKIP built without libssh");
+#endif
+}
+
 static int some_points(void)
 {
     long points;
@@ -361,10 +572,11 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(43);
+    plan(55 + 7 + CLUSTER_TESTS);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
+    snprintf(db_path, sizeof db_path, "%s", db);
     snprintf(png, sizeof png, "%s/ring.png", tmp);
     mkdir(data_dir, 0755);
     write_idx(data_dir, "train", 2400);
@@ -523,14 +735,20 @@ int main(int argc, char **argv)
     ok(wait_for(three_finished, 500000), "the fine-tuning run finishes");
     ok(frozen_kept(db), "frozen layers kept the first run's weights, the others trained");
 
-    /* Stop: a long run stopped after a few steps is recorded as stopped. */
+    /* Stop, then resume: a slower model, stopped once an epoch is checkpointed, is recorded as
+     * stopped; Resume on the runs page continues it to its last epoch in the same record. */
     gtk_widget_activate_action(win, "win.model-init", "s", "");
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
-    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "200");
-    gtk_widget_activate_action(win, "win.train-option", "(ss)", "lr", "0.005");
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", FALSE);
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", FALSE);
+    gtk_widget_activate_action(win, "win.model-spec", "s",
+                               "conv1: conv 16 3x3 pad=1\nrelu\nconv2: conv 32 3x3 pad=1\n"
+                               "pool1: maxpool 2\nrelu\nfc1: dense N\n");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "8");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "lr", "0.01");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-stopped");
     gtk_widget_activate_action(win, "win.train-start", NULL);
-    ok(wait_for(some_points, 60000), "the long run makes progress");
+    ok(wait_for(some_points, 60000) && wait_for(stopped_has_epoch, 300000),
+       "the long run makes progress and checkpoints its first epoch");
     ok(train_page_ticking(nw()->train), "the charts' timer runs while they are shown");
     show("datasets");
     long before, after;
@@ -543,14 +761,74 @@ int main(int argc, char **argv)
     ok(train_page_ticking(nw()->train) && after > before,
        "back on screen, they catch up at once (%ld then %ld points)", before, after);
     gtk_widget_activate_action(win, "win.train-stop", NULL);
-    ok(wait_for(four_finished, 60000), "win.train-stop stops it");
+    ok(wait_for(four_finished, 120000), "win.train-stop stops it");
     rc = nl_store_open(&s, db, &err);
     if (rc == 0)
         rc = nl_run_get(s, "gui-stopped", &info, NULL, NULL, &err);
-    ok(rc == 0 && strcmp(info.status, "stopped") == 0 && info.epochs_done < 200,
-       "the run is recorded as stopped (%s)", rc == 0 ? info.status : err.msg);
+    ok(rc == 0 && strcmp(info.status, "stopped") == 0 && info.epochs_done >= 1 &&
+           info.epochs_done < 8,
+       "the run is recorded as stopped (%s after %d epochs)", rc == 0 ? info.status : err.msg,
+       rc == 0 ? info.epochs_done : -1);
+    nl_store_close(s);
+
+    show("runs");
+    gtk_widget_activate_action(win, "win.runs-refresh", NULL);
+    gtk_widget_activate_action(win, "win.run-select", "s", "gui-stopped");
+    ok(g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume"),
+       "Resume is offered for the stopped run");
+    spin(200);
+    screenshot("4-runs-stopped");
+    max_gap = 0;
+    last_beat = 0;
+    measuring = TRUE;
+    gtk_widget_activate_action(win, "win.run-resume", NULL);
+    ok(train_page_running(nw()->train), "win.run-resume starts it on the train page");
+    ok(!g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume"),
+       "and is not offered while a run is in progress");
+    ok(wait_for(five_finished, 500000), "the resumed run finishes");
+    measuring = FALSE;
+    ok(max_gap < 200000, "no main-loop stall over 200 ms while resuming (longest %.0f ms)",
+       max_gap / 1000.0);
+    spin(300);
+    screenshot("3-train-resumed");
+    rc = nl_store_open(&s, db, &err);
+    struct nl_run_epoch *rep = NULL;
+    int nrep = 0, in_order = 1;
     if (rc == 0)
-        nl_run_remove(s, "gui-stopped", &err);
+        rc = nl_run_get(s, "gui-stopped", &info, NULL, NULL, &err);
+    if (rc == 0)
+        rc = nl_run_epochs(s, info.id, &rep, &nrep, &err);
+    for (int i = 0; rc == 0 && i < nrep; i++)
+        in_order &= rep[i].epoch == i + 1;
+    ok(rc == 0 && strcmp(info.status, "done") == 0 && info.epochs_done == 8 && nrep == 8 &&
+           in_order && isfinite(info.test_accuracy),
+       "it ends done with its 8 epochs, each recorded once (%s, %d epochs, %d records)",
+       rc == 0 ? info.status : err.msg, rc == 0 ? info.epochs_done : -1, nrep);
+    nl_free(rep);
+    nl_store_close(s);
+
+    /* A run stopped before its first checkpoint: Resume says there is nothing to resume from and
+     * leaves the run as it was. */
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-early");
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    wait_for(some_points, 60000);
+    gtk_widget_activate_action(win, "win.train-stop", NULL);
+    want_finished = 6;
+    wait_for(enough_finished, 120000);
+    show("runs");
+    gtk_widget_activate_action(win, "win.run-select", "s", "gui-early");
+    gtk_widget_activate_action(win, "win.run-resume", NULL);
+    want_finished = 7;
+    ok(wait_for(enough_finished, 120000), "resuming it ends at once");
+    const char *toast = gtk_label_get_text(GTK_LABEL(nw()->toast_label));
+    ok(strstr(toast, "no checkpoint to resume from") != NULL, "saying why: %s", toast);
+    rc = nl_store_open(&s, db, &err);
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-early", &info, NULL, NULL, &err);
+    ok(rc == 0 && strcmp(info.status, "stopped") == 0 && info.epochs_done == 0,
+       "and the run stays stopped (%s)", rc == 0 ? info.status : err.msg);
+    if (rc == 0)
+        nl_run_remove(s, "gui-early", &err);
     nl_store_close(s);
 
     /* Runs: the first two overlaid, and the confusion matrix of the test split. */
@@ -607,6 +885,44 @@ int main(int argc, char **argv)
     spin(300);
     ok(screenshot("5-predict"), "screenshot of the predict page");
 
+    /* Weights from a .safetensors file on the model page: the exported gui-lenet, with its
+     * convolutions frozen, so that the run trained from it keeps them as the file has them. */
+    show("model");
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    gtk_widget_activate_action(win, "win.model-init-file", "s", st);
+    ok(model_page_init_file(nw()->model) && !model_page_init_run(nw()->model),
+       "win.model-init-file chooses the file");
+    ok(wait_for(file_read, 60000), "the file is matched against the model on a worker thread");
+    is_int(model_page_init_loaded(nw()->model), 8, "all 8 of lenet's tensors match");
+    gtk_widget_activate_action(win, "win.model-new-head", "b", TRUE);
+    int fresh = model_page_fresh_head(nw()->model) && wait_for(file_read, 60000);
+    int loaded = model_page_init_loaded(nw()->model);
+    ok(fresh && loaded == 6, "with New head, the head's 2 tensors start fresh (%d load)", loaded);
+    gtk_widget_activate_action(win, "win.model-new-head", "b", FALSE);
+    fresh = wait_for(file_read, 60000);
+    loaded = model_page_init_loaded(nw()->model);
+    ok(fresh && loaded == 8, "and without, all 8 load again (%d)", loaded);
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", TRUE);
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", TRUE);
+    spin(300);
+    ok(screenshot("2-model-safetensors"), "screenshot of the model page starting from a file");
+    show("train");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "1");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "batch", "16");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-from-file");
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    want_finished = 8;
+    ok(wait_for(enough_finished, 500000), "a run from the file finishes");
+    ok(weights_from_file(db, st, "gui-from-file"),
+       "its frozen layers hold the file's weights and its other layers trained");
+    gtk_widget_activate_action(win, "win.model-init-file", "s", "");
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", FALSE);
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", FALSE);
+    ok(!model_page_init_file(nw()->model), "an empty path goes back to random weights");
+
+    /* Cluster: Check Hosts and a run on node1 and node2 of a private sshd on 127.0.0.1. */
+    cluster_checks(bin);
+
     /* The smallest size the window promises: every page. */
     gtk_window_set_default_size(GTK_WINDOW(win), 1024, 700);
     static const char *const pages[] = {"datasets", "model", "train", "runs", "predict"};
@@ -616,6 +932,17 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "%zu-%s-1024x700", i + 1, pages[i]);
         screenshot(name);
     }
+    /* The window's contents and its header bar, measured without the window's default size. */
+    GtkWidget *content = gtk_window_get_child(GTK_WINDOW(win));
+    GtkWidget *header = gtk_window_get_titlebar(GTK_WINDOW(win));
+    int min_w, min_h, header_h = 0;
+    gtk_widget_measure(content, GTK_ORIENTATION_HORIZONTAL, -1, &min_w, NULL, NULL, NULL);
+    gtk_widget_measure(content, GTK_ORIENTATION_VERTICAL, 1024, &min_h, NULL, NULL, NULL);
+    if (header)
+        gtk_widget_measure(header, GTK_ORIENTATION_VERTICAL, 1024, &header_h, NULL, NULL, NULL);
+    ok(min_w <= 1024 && min_h + header_h <= 700,
+       "every page fits in 1024x700 (the contents need %dx%d, the header bar %d more)", min_w,
+       min_h, header_h);
     show("train");
 
     /* The same page in the dark variant of the theme. */

@@ -410,6 +410,65 @@ static void test_checkpoints(void)
         diag("could not remove %s", dir);
 }
 
+/* A run's settings as the store keeps them read back as the options that wrote them, as
+ * resuming needs; a cluster run and settings without the training options are refused. */
+static void test_settings(void)
+{
+    struct nl_dataset *d = synthetic(60, 10, 3);
+    struct nl_model *m = build(mlp_spec, d->shape, d->nclasses);
+    struct nl_error err = {0};
+    struct nl_train_opts o, back;
+    long skipped = -1;
+    int cluster = -1;
+
+    const char *frozen[] = {"fc1"};
+    nl_model_freeze(m, frozen, 1, NULL, &err);
+    nl_train_defaults(&o);
+    o.epochs = 7;
+    o.batch = 24;
+    o.threads = 3;
+    o.seed = 11;
+    nl_optim_defaults(&o.optim, NL_OPTIM_ADAMW);
+    o.optim.lr = 0.0123f;
+    o.optim.weight_decay = 0.02f;
+    nl_schedule_parse(&o.schedule, "step:2:0.5", &err);
+    o.schedule.warmup_epochs = 1.5f;
+    o.clip_norm = 2.5f;
+    o.target_accuracy = 0.97;
+    o.patience = 4;
+    o.on_nan = NL_ON_NAN_SKIP_BATCH;
+    o.checkpoint_every = 50;
+    o.augment.flip = 1;
+    o.augment.crop = 3;
+    char *json = nl_run_settings_format(&o, m, d->shape, d->nclasses, 0, 5);
+    ok(json && strstr(json, "\"frozen\":[\"fc1\"]") && strstr(json, "\"input\":[1,12,12]"),
+       "the settings name the frozen layers and the input: %s", json ? json : "(none)");
+    is_int(nl_run_settings_parse(json, "r", &back, &skipped, &cluster, &err), 0,
+           "they parse back: %s", err.msg);
+    ok(back.epochs == 7 && back.batch == 24 && back.threads == 3 && back.seed == 11 &&
+           back.optim.kind == NL_OPTIM_ADAMW && back.optim.lr == o.optim.lr &&
+           back.optim.weight_decay == o.optim.weight_decay &&
+           back.schedule.kind == o.schedule.kind && back.schedule.gamma == o.schedule.gamma &&
+           back.schedule.warmup_epochs == 1.5f && back.clip_norm == 2.5f &&
+           back.target_accuracy == 0.97 && back.patience == 4 &&
+           back.on_nan == NL_ON_NAN_SKIP_BATCH && back.checkpoint_every == 50 &&
+           back.augment.flip == 1 && back.augment.crop == 3,
+       "into the same options, floats exactly");
+    ok(skipped == 5 && cluster == 0, "with the skipped batches and not a cluster run");
+    nl_free(json);
+
+    json = nl_run_settings_format(&o, m, d->shape, d->nclasses, 1, 0);
+    is_int(nl_run_settings_parse(json, "c", &back, NULL, &cluster, &err), NL_EINVAL,
+           "a cluster run's settings do not resume");
+    ok(cluster == 1 && strstr(err.msg, "cluster"), "saying why: %s", err.msg);
+    nl_free(json);
+    is_int(nl_run_settings_parse("{\"epochs\":3}", "old", &back, NULL, NULL, &err), NL_EFORMAT,
+           "settings without the training options are refused");
+    like(err.msg, "'old'", "naming the run");
+    nl_model_free(m);
+    nl_dataset_free(d);
+}
+
 /* The benchmark's FLOP count against a hand count, and its timed steps: real training steps
  * that allocate nothing, on one thread and on three. */
 static void test_bench(void)
@@ -456,6 +515,7 @@ int main(void)
     test_failures();
     test_early_stop();
     test_checkpoints();
+    test_settings();
     test_bench();
     return done_testing();
 }

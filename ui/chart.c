@@ -117,17 +117,33 @@ int chart_draw(cairo_t *cr, int width, int height, const struct chart *c)
         format_tick(buf, sizeof buf, v, ystep, c->y_percent);
         label_w = fmax(label_w, text_width(cr, buf, TICK_SIZE));
     }
-    /* The legend goes right of the title, or on a row of its own when they do not fit. */
-    double legend_w = 0;
+    /* The legend goes right of the title, or on rows of its own when they do not fit: entries
+     * fill a row from the right, and a row that is full starts the next. row[s] is series s's
+     * legend row (0: the title's). */
+    double legend_w = 0, row_w = 0;
+    int row[CHART_MAX_SERIES] = {0}, nrows = 0;
     for (int s = 0; s < c->nseries; s++)
         if (c->series[s].label)
             legend_w += text_width(cr, c->series[s].label, TICK_SIZE) + 30;
     cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
     const double title_w = c->title ? text_width(cr, c->title, TITLE_SIZE) : 0;
     cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-    const int legend_row = legend_w > 0 && title_w + legend_w + 16 > width - 2 * PAD;
-    const double legend_y = PAD + TITLE_SIZE - 2 + (legend_row ? TITLE_SIZE + 4 : 0);
-    const double top = PAD + (c->title ? TITLE_SIZE + 8 : 0) + (legend_row ? TITLE_SIZE + 4 : 0);
+    if (legend_w > 0 && title_w + legend_w + 16 > width - 2 * PAD) {
+        nrows = 1;
+        for (int s = 0; s < c->nseries; s++) {
+            if (!c->series[s].label)
+                continue;
+            const double w = text_width(cr, c->series[s].label, TICK_SIZE) + 30;
+            if (row_w > 0 && row_w + w > width - 2 * PAD) {
+                nrows++;
+                row_w = 0;
+            }
+            row_w += w;
+            row[s] = nrows;
+        }
+    }
+    const double legend_y = PAD + TITLE_SIZE - 2;
+    const double top = PAD + (c->title ? TITLE_SIZE + 8 : 0) + nrows * (TITLE_SIZE + 4);
     const double left = PAD + label_w + 6, right = width - PAD;
     const double bottom = height - PAD - TICK_SIZE - 6 - (c->xlabel ? TICK_SIZE + 4 : 0);
     const double pw = right - left, ph = bottom - top;
@@ -236,25 +252,66 @@ int chart_draw(cairo_t *cr, int width, int height, const struct chart *c)
         text_at(cr, left + pw / 2, top + ph / 2, c->empty, TICK_SIZE + 1, 0.5);
     }
 
-    /* Legend, right-aligned in the title row. */
-    double lx = right;
+    /* Legend, right-aligned in the title row or in its own rows. */
     cairo_set_dash(cr, NULL, 0, 0);
-    for (int s = c->nseries - 1; s >= 0; s--) {
-        const struct chart_series *se = &c->series[s];
-        if (!se->label)
-            continue;
-        double w = text_width(cr, se->label, TICK_SIZE);
-        lx -= w;
-        set_rgb(cr, c->fg, 0.8);
-        text_at(cr, lx, legend_y, se->label, TICK_SIZE, 0);
-        lx -= 18;
-        set_rgb(cr, se->color, 1.0);
-        cairo_rectangle(cr, lx, legend_y - TITLE_SIZE / 2 - 1, 12, 4);
-        cairo_fill(cr);
-        lx -= 12;
+    for (int r = 0; r <= nrows; r++) {
+        double lx = right;
+        const double y = legend_y + r * (TITLE_SIZE + 4);
+        for (int s = c->nseries - 1; s >= 0; s--) {
+            const struct chart_series *se = &c->series[s];
+            if (!se->label || row[s] != r)
+                continue;
+            double w = text_width(cr, se->label, TICK_SIZE);
+            lx -= w;
+            set_rgb(cr, c->fg, 0.8);
+            text_at(cr, lx, y, se->label, TICK_SIZE, 0);
+            lx -= 18;
+            set_rgb(cr, se->color, 1.0);
+            cairo_rectangle(cr, lx, y - TITLE_SIZE / 2 - 1, 12, 4);
+            cairo_fill(cr);
+            lx -= 12;
+        }
     }
     cairo_restore(cr);
     return drawn;
+}
+
+struct chart_rgb chart_worker_color(int i)
+{
+    /* Distinct from the total's green and from each other, in light and dark themes. */
+    static const struct chart_rgb palette[CHART_MAX_WORKERS] = {
+        {0.21, 0.52, 0.89}, {0.90, 0.38, 0.00}, {0.57, 0.25, 0.67}, {0.88, 0.11, 0.14},
+        {0.00, 0.62, 0.65}, {0.75, 0.55, 0.05}, {0.55, 0.35, 0.20},
+    };
+    return palette[(i % CHART_MAX_WORKERS + CHART_MAX_WORKERS) % CHART_MAX_WORKERS];
+}
+
+int chart_throughput_draw(cairo_t *cr, int width, int height, const struct chart_throughput *t)
+{
+    struct chart c = {.title = t->title, .xlabel = "epoch", .empty = t->empty, .fg = t->fg};
+    const int nw = t->nworkers < 0                   ? 0
+                   : t->nworkers > CHART_MAX_WORKERS ? CHART_MAX_WORKERS
+                                                     : t->nworkers;
+
+    c.xmin = 0;
+    c.xmax = t->xmax;
+    c.ymin = 0;
+    c.ymax = NAN;
+    c.series[0] = (struct chart_series){.label = nw > 0 ? "all workers" : "this computer",
+                                        .x = t->x,
+                                        .y = t->total,
+                                        .n = t->n,
+                                        .color = {0.18, 0.63, 0.33},
+                                        .width = 2.0};
+    for (int i = 0; i < nw; i++)
+        c.series[1 + i] = (struct chart_series){.label = t->hosts ? t->hosts[i] : NULL,
+                                                .x = t->x,
+                                                .y = t->workers[i],
+                                                .n = t->n,
+                                                .color = chart_worker_color(i),
+                                                .width = 1.25};
+    c.nseries = 1 + nw;
+    return chart_draw(cr, width, height, &c);
 }
 
 void chart_smooth(double *out, const double *y, int n, double a)

@@ -39,6 +39,25 @@ struct chart {
  * legend. Returns the number of points drawn (tests check it). */
 int chart_draw(cairo_t *cr, int width, int height, const struct chart *c);
 
+/* Images per second over a run: the whole run's (this computer's, or all workers' together)
+ * and, for a cluster run, each worker's own (its samples over its compute and communication
+ * seconds, per step), each worker in a colour of its own (chart_worker_color). */
+#define CHART_MAX_WORKERS (CHART_MAX_SERIES - 1)
+struct chart_throughput {
+    const char *title, *empty;
+    const double *x;     /* (n) in epochs */
+    const double *total; /* (n) */
+    int n;
+    int nworkers;                 /* 0 (a local run) to CHART_MAX_WORKERS */
+    const char *const *hosts;     /* (nworkers) legend labels */
+    const double *const *workers; /* (nworkers) arrays of (n); NAN: no report for that step */
+    double xmax;                  /* NAN: from the data */
+    struct chart_rgb fg;
+};
+struct chart_rgb chart_worker_color(int i);
+/* Returns the number of points drawn, as chart_draw. */
+int chart_throughput_draw(cairo_t *cr, int width, int height, const struct chart_throughput *t);
+
 /* Horizontal probability bars, best first (the predict page's top-k). */
 struct chart_bars {
     int n;

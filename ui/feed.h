@@ -7,14 +7,22 @@
 
 #include <pthread.h>
 
+#define FEED_MAX_WORKERS 7 /* as many as the throughput chart shows */
+
 enum feed_kind { FEED_ITER = 0, FEED_EPOCH = 1 };
 
 struct feed_point {
+#define FEED_MAX_WORKERS 7 /* as many as the throughput chart shows */
+
     enum feed_kind kind;
     int epoch, epochs;
     long iter, iters; /* ITER: 1-based step within the epoch, steps per epoch */
     double loss, accuracy, val_loss, val_accuracy;
     double images_per_second, eta_seconds, lr, seconds;
+    /* ITER of a cluster run: each worker's images per second in that step (its samples over its
+     * compute and communication seconds), in rank order; nworkers 0 for a local run. */
+    int nworkers;
+    double worker_ips[FEED_MAX_WORKERS];
 };
 
 struct feed {

@@ -1,6 +1,14 @@
 /* The model page: a spec edited as text or through its list of layers (add, remove, move), built
  * for the selected dataset after every edit, with each layer's output shape and parameter count,
- * and errors shown on the offending line and layer. */
+ * and errors shown on the offending line and layer.
+ *
+ * Training may start from a past run's latest checkpoint (layers with the same name and
+ * parameter shapes are copied) or from a .safetensors file (tensors with the same name and
+ * shape are loaded, as `nnlab train --init FILE --init-partial`); the layers that do not match,
+ * such as a head for another class count, start fresh; New Head makes the head start fresh even
+ * where it matches (as --replace-head). A file is read on a worker thread for
+ * each model it is matched against; the result is kept under a key of the file, the spec and the
+ * input, so that re-drawing the list does not read it again. */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,6 +16,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
+#include "nnlab/safetensors.h"
 #include "nnlab/spec.h"
 #include "window.h"
 
@@ -21,8 +30,19 @@ struct model_page {
     GHashTable *frozen; /* names of the layers ticked frozen */
     char **frozen_now;  /* those of them with parameters in the model as last built */
     gboolean init_refreshing;
-    char *name; /* a shipped model's name, or "custom" */
-    char *spec; /* the text last validated */
+    GtkWidget *init_open;
+    char *init_file;       /* the .safetensors file that starts training, or NULL */
+    guint file_item;       /* its entry in init_names (0: none) */
+    char *file_key;        /* of the read started last */
+    char *file_result_key; /* of the read whose result is below */
+    int file_loaded;       /* tensors that matched; -1: not known (yet) */
+    int file_tensors;      /* of the model */
+    char *file_error;      /* why the file did not load, or NULL */
+    GHashTable *file_new;  /* layers with a tensor that did not match */
+    GtkWidget *new_head;   /* the check button */
+    gboolean fresh_head;   /* the head starts fresh even where it matches */
+    char *name;            /* a shipped model's name, or "custom" */
+    char *spec;            /* the text last validated */
     gboolean valid, setting;
     guint timer;
 };
@@ -128,7 +148,7 @@ static GtkWidget *layer_row(struct model_page *p, const struct nl_layer *l, cons
     gtk_widget_set_margin_top(v, 4);
     gtk_widget_set_margin_bottom(v, 4);
     gtk_box_append(GTK_BOX(h), cell(l->name, 7, 0, "heading"));
-    GtkWidget *desc = cell(line_text, 12, 0, "nl-mono");
+    GtkWidget *desc = cell(line_text, 8, 0, "nl-mono");
     gtk_widget_set_hexpand(desc, TRUE);
     gtk_box_append(GTK_BOX(h), desc);
     gtk_box_append(GTK_BOX(h), cell(shape, 9, 1, "numeric"));
@@ -171,7 +191,7 @@ static GtkWidget *header_row(void)
     gtk_widget_set_margin_top(h, 6);
     gtk_widget_set_margin_bottom(h, 6);
     gtk_box_append(GTK_BOX(h), cell("Layer", 7, 0, "dim-label"));
-    GtkWidget *d = cell("Definition", 12, 0, "dim-label");
+    GtkWidget *d = cell("Definition", 8, 0, "dim-label");
     gtk_widget_set_hexpand(d, TRUE);
     gtk_box_append(GTK_BOX(h), d);
     gtk_box_append(GTK_BOX(h), cell("Output", 9, 1, "dim-label"));
@@ -194,6 +214,120 @@ static void format_count(char *buf, size_t size, size_t n)
         snprintf(buf, size, "%.1f k", n / 1e3);
     else
         snprintf(buf, size, "%zu", n);
+}
+
+/* ---- Weights from a .safetensors file, matched on a worker thread ---- */
+
+/* Owned by its GTask. */
+struct file_job {
+    char *key, *path, *spec;
+    struct nl_shape in;
+    int nclasses, fresh_head;
+    int rc, tensors;
+    struct nl_safetensors_report rep;
+    GHashTable *bad; /* layer names */
+    struct nl_error err;
+};
+
+static void file_job_free(gpointer data)
+{
+    struct file_job *j = data;
+    g_free(j->key);
+    g_free(j->path);
+    g_free(j->spec);
+    if (j->bad)
+        g_hash_table_unref(j->bad);
+    g_free(j);
+}
+
+/* "PATH: skipped LAYER.TENSOR: why": the layer starts fresh. */
+static void file_warn(void *ud, const char *msg)
+{
+    struct file_job *j = ud;
+    const char *s = strstr(msg, ": skipped ");
+    if (!s)
+        return;
+    s += strlen(": skipped ");
+    const char *dot = strchr(s, '.');
+    if (dot)
+        g_hash_table_add(j->bad, g_strndup(s, (gsize)(dot - s)));
+}
+
+static void file_thread(GTask *task, gpointer source, gpointer data, GCancellable *c)
+{
+    struct file_job *j = data;
+    struct nl_spec *spec = NULL;
+    struct nl_model *m = NULL;
+    j->rc = nl_spec_parse(&spec, j->spec, "spec", NULL, NULL, &j->err);
+    if (j->rc == 0)
+        j->rc = nl_model_build(&m, spec, j->in, j->nclasses, &j->err);
+    if (j->rc == 0) {
+        for (int i = 0; i < m->nlayers; i++)
+            j->tensors += m->layers[i].nparams;
+        if (j->fresh_head && nl_model_head(m) >= 0)
+            m->layers[nl_model_head(m)].fresh = 1;
+        j->rc = nl_safetensors_load(m, j->path, 1, file_warn, j, &j->rep, &j->err);
+    }
+    nl_model_free(m);
+    nl_spec_free(spec);
+    g_task_return_boolean(task, TRUE);
+}
+
+static void validate(struct model_page *p);
+
+static void file_done(GObject *source, GAsyncResult *res, gpointer data)
+{
+    NlWindow *w = NL_WINDOW(source);
+    struct file_job *j = g_task_get_task_data(G_TASK(res));
+    struct model_page *p = w->model;
+    if (w->closed || !p || !p->file_key || strcmp(j->key, p->file_key) != 0)
+        return;
+    g_free(p->file_result_key);
+    p->file_result_key = g_strdup(j->key);
+    g_free(p->file_error);
+    p->file_error = j->rc < 0 ? g_strdup(j->err.msg) : NULL;
+    p->file_loaded = j->rc < 0 ? -1 : j->rep.loaded;
+    p->file_tensors = j->tensors;
+    if (p->file_new)
+        g_hash_table_unref(p->file_new);
+    p->file_new = g_hash_table_ref(j->bad);
+    validate(p);
+}
+
+static char *file_key(struct model_page *p, struct nl_shape in, int nclasses)
+{
+    return g_strdup_printf("%s\n%d %d %d %d %d\n%s", p->init_file, in.c, in.h, in.w, nclasses,
+                           p->fresh_head, p->spec);
+}
+
+/* Whether the result for the model as it is now is there; starts reading the file if not. */
+static gboolean file_result(struct model_page *p, struct nl_shape in, int nclasses)
+{
+    char *key = file_key(p, in, nclasses);
+    if (p->file_result_key && strcmp(key, p->file_result_key) == 0) {
+        g_free(key);
+        return TRUE;
+    }
+    if (p->file_key && strcmp(key, p->file_key) == 0) {
+        g_free(key);
+        return FALSE; /* being read */
+    }
+    g_free(p->file_key);
+    p->file_key = key;
+    p->file_loaded = -1;
+    struct file_job *j = g_new0(struct file_job, 1);
+    j->key = g_strdup(key);
+    j->path = g_strdup(p->init_file);
+    j->spec = g_strdup(p->spec);
+    j->in = in;
+    j->nclasses = nclasses;
+    j->fresh_head = p->fresh_head;
+    j->bad = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    GTask *task = g_task_new(p->win, NULL, file_done, NULL);
+    g_task_set_task_data(task, j, file_job_free);
+    g_task_run_in_thread(task, file_thread);
+    g_object_unref(task);
+    return FALSE;
 }
 
 /* Parses and builds the text for the selected dataset (or 1×28×28 with 10 classes when none is
@@ -246,6 +380,11 @@ static void validate(struct model_page *p)
         if (finetune_source(p->win->store, p->init_run, 0, &src, &ierr) == 0) {
             from = g_new(int, (size_t)m->nlayers);
             matched = finetune_match(m, src, from);
+            const int head = nl_model_head(m);
+            if (p->fresh_head && head >= 0 && from[head] >= 0) {
+                from[head] = -1;
+                matched--;
+            }
             char *t = g_strdup_printf("%d of %d layers with weights start from “%s”; the "
                                       "others start fresh.",
                                       matched, with_params, p->init_run);
@@ -258,6 +397,29 @@ static void validate(struct model_page *p)
             gtk_widget_add_css_class(p->init_info, "nl-error");
         }
         nl_model_free(src);
+    } else if (m && p->init_file) {
+        char *base = g_path_get_basename(p->init_file);
+        char *t;
+        if (!file_result(p, in, nclasses)) {
+            t = g_strdup_printf("Reading %s…", base);
+        } else if (p->file_error) {
+            t = g_strdup(p->file_error);
+            gtk_widget_add_css_class(p->init_info, "nl-error");
+        } else {
+            t = g_strdup_printf("%d of %d tensors start from %s; the others start fresh.",
+                                p->file_loaded, p->file_tensors, base);
+            from = g_new(int, (size_t)m->nlayers);
+            for (int i = 0; i < m->nlayers; i++)
+                from[i] =
+                    p->file_new && g_hash_table_contains(p->file_new, m->layers[i].name) ? -1 : i;
+            if (p->fresh_head && nl_model_head(m) >= 0)
+                from[nl_model_head(m)] = -1;
+            if (p->file_loaded == 0)
+                gtk_widget_add_css_class(p->init_info, "nl-error");
+        }
+        gtk_label_set_text(GTK_LABEL(p->init_info), t);
+        g_free(t);
+        g_free(base);
     } else {
         gtk_label_set_text(GTK_LABEL(p->init_info), "Seeded random weights (Xavier unless the "
                                                     "spec says init=he or init=zero).");
@@ -300,8 +462,8 @@ static void validate(struct model_page *p)
             attached |= bad_line > 0 && l->line == bad_line;
             const char *source = !m || l->param_count == 0 ? ""
                                  : !from                   ? "random"
-                                 : from[i] >= 0            ? "from run"
-                                                           : "new";
+                                 : from[i] >= 0 ? (p->init_file ? "from file" : "from run")
+                                                : "new";
             gtk_list_box_append(GTK_LIST_BOX(p->layers),
                                 layer_row(p, l, text, shape, params, source,
                                           bad_line > 0 && l->line == bad_line ? err.msg : NULL,
@@ -482,10 +644,81 @@ const char *const *model_page_frozen(struct model_page *p)
     return p->frozen_now ? (const char *const *)p->frozen_now : none;
 }
 
+const char *model_page_init_file(struct model_page *p)
+{
+    return p->init_file;
+}
+
+int model_page_init_loaded(struct model_page *p)
+{
+    if (p->timer)
+        validate(p);
+    return p->init_file && p->file_result_key && p->file_key &&
+                   strcmp(p->file_key, p->file_result_key) == 0
+               ? p->file_loaded
+               : -1;
+}
+
 static void set_init_run(struct model_page *p, const char *run)
 {
     g_free(p->init_run);
     p->init_run = run && run[0] ? g_strdup(run) : NULL;
+    validate(p);
+}
+
+/* The choices: random weights, the runs with a checkpoint (newest first), and the file when one
+ * was opened; the current one selected. */
+static void fill_init_choices(struct model_page *p)
+{
+    struct nl_run_info *list = NULL;
+    struct nl_error err = {0};
+    int n = 0;
+    if (nl_run_list(p->win->store, &list, &n, &err) < 0)
+        n = 0;
+    p->init_refreshing = TRUE;
+    gtk_string_list_splice(p->init_names, 0, g_list_model_get_n_items(G_LIST_MODEL(p->init_names)),
+                           NULL);
+    gtk_string_list_append(p->init_names, "Random initialisation");
+    guint sel = 0, at = 1;
+    gboolean found = FALSE;
+    for (int i = n - 1; i >= 0; i--) {
+        if (list[i].epochs_done < 1)
+            continue;
+        gtk_string_list_append(p->init_names, list[i].name);
+        if (p->init_run && strcmp(p->init_run, list[i].name) == 0) {
+            sel = at;
+            found = TRUE;
+        }
+        at++;
+    }
+    nl_free(list);
+    p->file_item = 0;
+    if (p->init_file) {
+        char *base = g_path_get_basename(p->init_file);
+        gtk_string_list_append(p->init_names, base);
+        g_free(base);
+        sel = p->file_item = at;
+    }
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(p->init), sel);
+    p->init_refreshing = FALSE;
+    if (!found && p->init_run)
+        set_init_run(p, NULL); /* the run was deleted */
+}
+
+/* Starts training from a file's tensors (NULL or "": not from a file). */
+static void set_init_file(struct model_page *p, const char *path)
+{
+    g_free(p->init_file);
+    p->init_file = path && path[0] ? g_strdup(path) : NULL;
+    g_free(p->file_key);
+    g_free(p->file_result_key);
+    p->file_key = p->file_result_key = NULL;
+    p->file_loaded = -1;
+    if (p->init_file) {
+        g_free(p->init_run);
+        p->init_run = NULL;
+    }
+    fill_init_choices(p);
     validate(p);
 }
 
@@ -494,9 +727,11 @@ static void init_action(GSimpleAction *a, GVariant *param, gpointer data)
 {
     struct model_page *p = data;
     const char *run = g_variant_get_string(param, NULL);
+    if (p->init_file)
+        set_init_file(p, NULL);
     guint n = g_list_model_get_n_items(G_LIST_MODEL(p->init_names));
     for (guint i = 1; i < n; i++)
-        if (strcmp(gtk_string_list_get_string(p->init_names, i), run) == 0) {
+        if (i != p->file_item && strcmp(gtk_string_list_get_string(p->init_names, i), run) == 0) {
             p->init_refreshing = TRUE;
             gtk_drop_down_set_selected(GTK_DROP_DOWN(p->init), i);
             p->init_refreshing = FALSE;
@@ -507,6 +742,62 @@ static void init_action(GSimpleAction *a, GVariant *param, gpointer data)
         p->init_refreshing = FALSE;
     }
     set_init_run(p, run);
+}
+
+gboolean model_page_fresh_head(struct model_page *p)
+{
+    return p->fresh_head;
+}
+
+static void new_head_toggled(GtkCheckButton *b, gpointer data)
+{
+    struct model_page *p = data;
+    p->fresh_head = gtk_check_button_get_active(b);
+    validate(p);
+}
+
+/* win.model-new-head (bool): the head starts fresh even where the weights have a matching one
+ * (a dataset with as many classes, but other ones), as --replace-head. */
+static void new_head_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct model_page *p = data;
+    gtk_check_button_set_active(GTK_CHECK_BUTTON(p->new_head), g_variant_get_boolean(param));
+}
+
+/* win.model-init-file (path): a .safetensors file whose tensors start training; "" for none. */
+static void init_file_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    set_init_file(data, g_variant_get_string(param, NULL));
+}
+
+static void open_response(GtkNativeDialog *dialog, int response, gpointer data)
+{
+    struct model_page *p = data;
+    if (response == GTK_RESPONSE_ACCEPT && !p->win->closed) {
+        GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
+        char *path = f ? g_file_get_path(f) : NULL;
+        if (path)
+            set_init_file(p, path);
+        g_free(path);
+        if (f)
+            g_object_unref(f);
+    }
+    g_object_unref(dialog);
+}
+
+/* win.model-init-open: chooses a .safetensors file. */
+static void init_open_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct model_page *p = data;
+    GtkFileChooserNative *d = gtk_file_chooser_native_new(
+        "Start from Weights", GTK_WINDOW(p->win), GTK_FILE_CHOOSER_ACTION_OPEN, "_Open", "_Cancel");
+    GtkFileFilter *f = gtk_file_filter_new();
+    gtk_file_filter_set_name(f, "Weights (.safetensors)");
+    gtk_file_filter_add_pattern(f, "*.safetensors");
+    gtk_file_chooser_add_filter(GTK_FILE_CHOOSER(d), f);
+    g_object_unref(f);
+    g_signal_connect(d, "response", G_CALLBACK(open_response), p);
+    gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
 }
 
 /* win.model-freeze (layer, frozen) */
@@ -534,37 +825,27 @@ static void init_selected(GObject *dd, GParamSpec *ps, gpointer data)
     if (p->init_refreshing)
         return;
     guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(dd));
-    set_init_run(p, i == 0 || i == GTK_INVALID_LIST_POSITION
-                        ? NULL
-                        : gtk_string_list_get_string(p->init_names, i));
+    if (p->file_item && i == p->file_item)
+        return;
+    char *run = i == 0 || i == GTK_INVALID_LIST_POSITION
+                    ? NULL
+                    : g_strdup(gtk_string_list_get_string(p->init_names, i));
+    if (p->init_file) {
+        /* Dropping the file's entry from the list: the run is chosen after. */
+        g_free(p->init_run);
+        p->init_run = g_strdup(run);
+        set_init_file(p, NULL);
+    } else {
+        set_init_run(p, run);
+    }
+    g_free(run);
 }
 
 /* The runs that have a checkpoint, newest first, as starting points. */
 void model_page_runs_changed(struct model_page *p)
 {
-    struct nl_run_info *list;
-    struct nl_error err = {0};
-    int n;
-    if (!p || nl_run_list(p->win->store, &list, &n, &err) < 0)
-        return;
-    p->init_refreshing = TRUE;
-    gtk_string_list_splice(p->init_names, 0, g_list_model_get_n_items(G_LIST_MODEL(p->init_names)),
-                           NULL);
-    gtk_string_list_append(p->init_names, "Random initialisation");
-    guint sel = 0, at = 1;
-    for (int i = n - 1; i >= 0; i--) {
-        if (list[i].epochs_done < 1)
-            continue;
-        gtk_string_list_append(p->init_names, list[i].name);
-        if (p->init_run && strcmp(p->init_run, list[i].name) == 0)
-            sel = at;
-        at++;
-    }
-    nl_free(list);
-    gtk_drop_down_set_selected(GTK_DROP_DOWN(p->init), sel);
-    p->init_refreshing = FALSE;
-    if (sel == 0 && p->init_run)
-        set_init_run(p, NULL); /* the run was deleted */
+    if (p)
+        fill_init_choices(p);
 }
 
 void model_page_dataset_changed(struct model_page *p)
@@ -577,6 +858,7 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
     struct model_page *p = g_new0(struct model_page, 1);
     GtkBuilder *b = nl_page_builder("model-page");
     p->win = w;
+    p->file_loaded = -1;
 #define GET(x) p->x = GTK_WIDGET(gtk_builder_get_object(b, #x))
     GET(shipped);
     GET(add);
@@ -587,6 +869,8 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
     GET(layers);
     GET(init);
     GET(init_info);
+    GET(init_open);
+    GET(new_head);
 #undef GET
     *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
     g_object_unref(b);
@@ -597,6 +881,9 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
         {.name = "model-spec", .activate = spec_action, .parameter_type = "s"},
         {.name = "model-init", .activate = init_action, .parameter_type = "s"},
         {.name = "model-freeze", .activate = freeze_action, .parameter_type = "(sb)"},
+        {.name = "model-init-file", .activate = init_file_action, .parameter_type = "s"},
+        {.name = "model-init-open", .activate = init_open_action},
+        {.name = "model-new-head", .activate = new_head_action, .parameter_type = "b"},
     };
     p->frozen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
     p->init_names = gtk_string_list_new(NULL);
@@ -604,6 +891,7 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
     g_object_unref(p->init_names);
     model_page_runs_changed(p);
     g_signal_connect(p->init, "notify::selected", G_CALLBACK(init_selected), p);
+    g_signal_connect(p->new_head, "toggled", G_CALLBACK(new_head_toggled), p);
     g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
 
     GMenu *menu = g_menu_new();
@@ -638,6 +926,12 @@ void model_page_free(struct model_page *p)
     g_free(p->name);
     g_free(p->spec);
     g_free(p->init_run);
+    g_free(p->init_file);
+    g_free(p->file_key);
+    g_free(p->file_result_key);
+    g_free(p->file_error);
+    if (p->file_new)
+        g_hash_table_unref(p->file_new);
     g_strfreev(p->frozen_now);
     if (p->frozen)
         g_hash_table_unref(p->frozen);

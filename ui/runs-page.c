@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/json.h"
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
@@ -419,6 +420,71 @@ static const char *tidy_time(char *buf, size_t size, const char *iso)
     return buf;
 }
 
+/* A value of the settings as people read it: numbers with 6 significant digits (the stored
+ * floats carry 9), arrays joined. */
+static void json_value(GString *s, const struct nl_json *v, const char *sep)
+{
+    switch (v->type) {
+    case NL_JSON_NUMBER:
+        g_string_append_printf(s, "%g", v->number);
+        break;
+    case NL_JSON_STRING:
+        g_string_append(s, v->string);
+        break;
+    case NL_JSON_BOOL:
+        g_string_append(s, v->boolean ? "yes" : "no");
+        break;
+    case NL_JSON_ARRAY:
+        for (size_t i = 0; i < v->count; i++) {
+            if (i)
+                g_string_append(s, sep);
+            json_value(s, &v->items[i], sep);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/* Whether a setting holds its "off" value (0, false, an empty list), which is not shown. */
+static gboolean setting_off(const struct nl_json *v)
+{
+    return (v->type == NL_JSON_NUMBER && v->number == 0) ||
+           (v->type == NL_JSON_BOOL && !v->boolean) || (v->type == NL_JSON_ARRAY && !v->count) ||
+           v->type == NL_JSON_NULL;
+}
+
+/* A run's settings as "key value · key value", leaving out those that are off. */
+static GString *settings_text(const char *settings)
+{
+    GString *s = g_string_new(NULL);
+    struct nl_json_doc *doc = NULL;
+    struct nl_error err = {0};
+    if (nl_json_parse(&doc, settings, strlen(settings), "run settings", &err) < 0) {
+        g_string_append(s, settings);
+        return s;
+    }
+    const struct nl_json *root = nl_json_root(doc);
+    for (size_t i = 0; root->type == NL_JSON_OBJECT && i < root->count; i++) {
+        const struct nl_json *v = &root->items[i];
+        const gboolean always = strcmp(v->key, "seed") == 0 || strcmp(v->key, "momentum") == 0;
+        if (!always && (setting_off(v) || v->type == NL_JSON_OBJECT))
+            continue;
+        if (s->len)
+            g_string_append(s, " · ");
+        g_string_append_printf(s, "%s ", v->key);
+        json_value(s, v, strcmp(v->key, "input") == 0 ? "×" : ", ");
+    }
+    const struct nl_json *aug = nl_json_get(root, "augment");
+    for (size_t i = 0; aug && aug->type == NL_JSON_OBJECT && i < aug->count; i++)
+        if (!setting_off(&aug->items[i])) {
+            g_string_append_printf(s, " · augment %s ", aug->items[i].key);
+            json_value(s, &aug->items[i], ", ");
+        }
+    nl_json_free(doc);
+    return s;
+}
+
 static void show_details(struct runs_page *p)
 {
     struct nl_run_info info;
@@ -428,18 +494,7 @@ static void show_details(struct runs_page *p)
         gtk_label_set_text(GTK_LABEL(p->details), "Select a run to see its settings.");
         return;
     }
-    /* The settings are flat JSON: shown as "key value · key value". */
-    GString *set = g_string_new(NULL);
-    for (const char *c = settings; *c; c++) {
-        if (*c == '{' || *c == '}' || *c == '"')
-            continue;
-        if (*c == ':')
-            g_string_append_c(set, ' ');
-        else if (*c == ',')
-            g_string_append(set, " · ");
-        else
-            g_string_append_c(set, *c);
-    }
+    GString *set = settings_text(settings);
     /* Names come from people: escape everything but the markup added here. */
     char created[48], finished[48];
     char *esc = g_markup_printf_escaped(
@@ -453,6 +508,32 @@ static void show_details(struct runs_page *p)
     nl_free(settings);
 }
 
+/* Resume goes with a local run that stopped, failed or was killed (still marked running), with
+ * no run in progress in this window; one without a checkpoint says so when asked. */
+static void update_resume(struct runs_page *p)
+{
+    struct nl_run_info info;
+    struct nl_train_opts o;
+    struct nl_error err = {0};
+    char *settings = NULL;
+    int cluster = 0;
+    gboolean can = p->selected && !nl_window_training(p->win) &&
+                   nl_run_get(p->win->store, p->selected, &info, NULL, &settings, &err) == 0 &&
+                   strcmp(info.status, "done") != 0 &&
+                   nl_run_settings_parse(settings, info.name, &o, NULL, &cluster, &err) == 0;
+    nl_free(settings);
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "run-resume")), can);
+}
+
+/* win.run-resume: continues the selected run from its latest checkpoint on the train page. */
+static void resume_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct runs_page *p = data;
+    if (p->selected)
+        train_page_resume(p->win->train, p->selected);
+}
+
 static void select_run(struct runs_page *p, const char *name)
 {
     g_free(p->selected);
@@ -464,6 +545,7 @@ static void select_run(struct runs_page *p, const char *name)
             gtk_list_box_select_row(GTK_LIST_BOX(p->list), GTK_LIST_BOX_ROW(r));
     }
     gboolean have = p->selected != NULL;
+    update_resume(p);
     g_simple_action_set_enabled(
         G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "run-delete")), have);
     g_simple_action_set_enabled(
@@ -722,6 +804,7 @@ struct runs_page *runs_page_new(NlWindow *w, GtkWidget **root)
         {.name = "run-select", .activate = select_action, .parameter_type = "s"},
         {.name = "run-compare", .activate = compare_action, .parameter_type = "s"},
         {.name = "run-delete", .activate = delete_action},
+        {.name = "run-resume", .activate = resume_action},
         {.name = "run-export", .activate = export_action},
         {.name = "run-export-to", .activate = export_to_action, .parameter_type = "s"},
         {.name = "run-confusion", .activate = run_confusion},

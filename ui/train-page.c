@@ -3,15 +3,28 @@
  * The training thread never calls GTK. Per-iteration points go into a locked ring buffer (feed.h)
  * that a 100 ms timeout on the main loop drains while the charts are on screen; epoch ends and
  * the end of the run come through g_idle_add with a payload the callback owns. The thread opens
- * its own store connection and records the run as `nnlab train` does. */
+ * its own store connection and records the run as `nnlab train` does: locally with nl_train, on
+ * the hosts of the Hosts field with nl_cluster_train (one worker each, the SSH options of the
+ * form), or, for a run resumed from the runs page, from its latest checkpoint as
+ * `nnlab train --resume` does (nl_run_resume_open).
+ *
+ * Check Hosts runs nl_host_check for each host on a worker thread and lists what it found. The
+ * images/s chart shows a cluster run's total and each worker's own rate (its samples over its
+ * compute and communication seconds in each step, from the ITER events' workers[]). */
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 #include "feed.h"
 #include "finetune.h"
+#include "nnlab-config.h"
 #include "nnlab/alloc.h"
+#if NNLAB_HAVE_SSH
+#include "nnlab/driver.h"
+#endif
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
+#include "nnlab/safetensors.h"
 #include "nnlab/spec.h"
 #include "nnlab/trainer.h"
 #include "window.h"
@@ -20,23 +33,39 @@
 #define PULL_MAX 4096
 
 static const struct chart_rgb BLUE = {0.21, 0.52, 0.89}, ORANGE = {0.90, 0.38, 0.0},
-                              GREEN = {0.18, 0.63, 0.33}, LIGHT_BLUE = {0.55, 0.73, 0.95};
+                              LIGHT_BLUE = {0.55, 0.73, 0.95};
+
+/* Where a run trains beyond this computer (all strings owned; hosts NULL: locally). */
+struct cluster_opts {
+    char *hosts, *ssh_config, *remote_nnlab;
+    gboolean accept_new, bf16;
+};
 
 struct train_job {
     NlWindow *win; /* a reference, for the idle callbacks */
     char *db_path, *dataset, *model, *spec, *run_name;
-    char *init_run; /* weights to start from, or NULL */
-    char **frozen;  /* layers trained frozen, NULL-terminated */
+    char *init_run;      /* weights to start from, or NULL */
+    char *init_file;     /* a .safetensors file to start from, or NULL */
+    char **frozen;       /* layers trained frozen, NULL-terminated */
+    char *resume;        /* a run to continue instead of a new one, or NULL */
+    gboolean fresh_head; /* the head keeps its fresh initialisation (--replace-head) */
+    struct cluster_opts cl;
     struct nl_train_opts o;
     struct feed feed;
     gint stop;
-    struct nl_store *store; /* the thread's own connection */
+    volatile sig_atomic_t cstop; /* the same, for nl_cluster_train while it starts workers */
+    struct nl_store *store;      /* the thread's own connection */
     int64_t run_id;
+    /* Cluster runs: worker reports not yet stored, one row per worker and step. */
+    struct nl_worker_step *steps;
+    size_t nsteps, cap;
+    int step_failed;
     /* Filled by the thread before the done callback. */
     int rc;
     struct nl_error err;
     struct nl_train_result res;
     char run[128];
+    char *workers; /* a cluster run's per-worker totals, one line each, or NULL */
 };
 
 struct train_page {
@@ -46,6 +75,12 @@ struct train_page {
     GtkWidget *loss_chart, *acc_chart, *ips_chart;
     GtkAdjustment *epochs, *batch, *lr, *momentum, *threads, *seed;
     GtkWidget *optim, *schedule, *run_name, *momentum_spin;
+    GtkWidget *cluster_form, *hosts, *ssh_config, *remote_nnlab, *accept_new, *bf16, *check_hosts;
+    GtkWidget *host_report;
+    guint check_generation;
+    gboolean checking;
+    int checks_done;
+    GString *report_text; /* the last report, for tests */
 
     struct train_job *job; /* the running job, or NULL */
     GThread *thread;
@@ -56,7 +91,10 @@ struct train_page {
     /* Chart data: per step (x in epochs), and per epoch. */
     GArray *step_x, *step_loss, *step_acc, *step_ips;
     GArray *ep_x, *ep_acc, *ep_val;
-    double *smooth; /* scratch for the smoothed loss */
+    int nworkers; /* of the run shown: 0 for a local run */
+    char *worker_names[FEED_MAX_WORKERS];
+    GArray *step_worker[FEED_MAX_WORKERS]; /* images/s, aligned with step_x; NAN: no report */
+    double *smooth;                        /* scratch for the smoothed loss */
     guint smooth_cap;
     long points;
     int finished;
@@ -88,11 +126,24 @@ static void post(struct train_page *p, struct train_job *j, int kind, const stru
     g_idle_add(on_msg, m);
 }
 
+static void cluster_opts_clear(struct cluster_opts *c)
+{
+    g_free(c->hosts);
+    g_free(c->ssh_config);
+    g_free(c->remote_nnlab);
+    memset(c, 0, sizeof *c);
+}
+
 static void job_free(struct train_job *j)
 {
     if (!j)
         return;
     feed_release(&j->feed);
+    cluster_opts_clear(&j->cl);
+    g_free(j->init_file);
+    g_free(j->resume);
+    g_free(j->workers);
+    nl_free(j->steps);
     g_free(j->db_path);
     g_free(j->dataset);
     g_free(j->model);
@@ -110,6 +161,50 @@ struct hook_ud {
     struct train_page *page;
     struct train_job *job;
 };
+
+/* Keeps a cluster step's worker reports for the store (as the command line does); they are
+ * written an epoch at a time. */
+static void keep_worker_steps(struct train_job *j, const struct nl_event *ev)
+{
+    if (j->run_id <= 0 || ev->nworkers <= 0 || j->step_failed)
+        return;
+    if (j->nsteps + (size_t)ev->nworkers > j->cap) {
+        size_t cap = j->cap ? 2 * j->cap : 1024;
+        while (cap < j->nsteps + (size_t)ev->nworkers)
+            cap *= 2;
+        struct nl_worker_step *n = nl_realloc(j->steps, cap * sizeof *n);
+        if (!n) {
+            g_warning("out of memory for the workers' metrics: they are not stored");
+            j->step_failed = 1;
+            return;
+        }
+        j->steps = n;
+        j->cap = cap;
+    }
+    for (int i = 0; i < ev->nworkers; i++) {
+        const struct nl_worker_metrics *w = &ev->workers[i];
+        j->steps[j->nsteps++] = (struct nl_worker_step){
+            .step = (long)(ev->epoch - 1) * ev->iters + ev->iter,
+            .worker = i,
+            .host = w->host,
+            .epoch = ev->epoch,
+            .samples = w->samples,
+            .loss = w->loss,
+            .compute_seconds = w->compute_seconds,
+            .comm_seconds = w->comm_seconds,
+            .bytes_sent = w->bytes_sent,
+        };
+    }
+}
+
+static void flush_worker_steps(struct train_job *j)
+{
+    struct nl_error err = {0};
+    if (j->nsteps > 0 && j->run_id > 0 &&
+        nl_run_record_worker_steps(j->store, j->run_id, j->steps, j->nsteps, &err) < 0)
+        g_warning("the workers' metrics were not stored: %s", err.msg);
+    j->nsteps = 0;
+}
 
 static int on_event(void *ud, const struct nl_event *ev)
 {
@@ -131,9 +226,18 @@ static int on_event(void *ud, const struct nl_event *ev)
     };
     if (ev->kind == NL_EVENT_ITER) {
         pt.kind = FEED_ITER;
+        pt.nworkers = MIN(ev->nworkers, FEED_MAX_WORKERS);
+        for (int i = 0; i < pt.nworkers; i++) {
+            const struct nl_worker_metrics *w = &ev->workers[i];
+            const double busy = w->compute_seconds + w->comm_seconds;
+            /* A step that gave a worker no samples (the last, short one) has no rate. */
+            pt.worker_ips[i] = busy > 0 && w->samples > 0 ? (double)w->samples / busy : NAN;
+        }
+        keep_worker_steps(j, ev);
         feed_push(&j->feed, &pt);
     } else if (ev->kind == NL_EVENT_EPOCH) {
         /* Its metrics were stored with its checkpoint (on_checkpoint). */
+        flush_worker_steps(j);
         pt.kind = FEED_EPOCH;
         post(h->page, j, MSG_EPOCH, &pt, NULL);
     }
@@ -170,39 +274,32 @@ static gboolean takes_momentum(enum nl_optim_kind kind)
     return kind == NL_OPTIM_SGD || kind == NL_OPTIM_RMSPROP;
 }
 
-/* The run's settings as nnlab train writes them, plus where its weights started and what was
- * frozen. */
-static char *settings_json(const struct train_job *j)
+/* The run's settings as nnlab train writes them (nl_run_settings_format, so that the command
+ * line and the window resume it alike), plus where its weights started and, for a cluster run,
+ * its hosts. NULL when out of memory. */
+static char *settings_json(const struct train_job *j, const struct nl_model *m,
+                           const struct nl_dataset *d)
 {
-    const struct nl_train_opts *o = &j->o;
-    GString *s = g_string_new(NULL);
-    char schedule[160];
-    nl_schedule_format(&o->schedule, schedule, sizeof schedule);
-    g_string_append_printf(s,
-                           "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\","
-                           "\"lr\":%g,\"momentum\":%g,\"nesterov\":%s,\"weight_decay\":%g,"
-                           "\"threads\":%d,\"seed\":%llu",
-                           o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), schedule,
-                           o->optim.lr, o->optim.momentum, o->optim.nesterov ? "true" : "false",
-                           o->optim.weight_decay, o->threads, (unsigned long long)o->seed);
-    if (j->init_run) {
+    char *base = nl_run_settings_format(&j->o, m, d->shape, d->nclasses, j->cl.hosts != NULL, 0);
+    if (!base)
+        return NULL;
+    GString *s = g_string_new(base);
+    nl_free(base);
+    g_string_truncate(s, s->len - 1); /* the closing brace */
+    if (j->init_run || j->init_file) {
         g_string_append(s, ",\"init\":");
-        json_string(s, j->init_run);
+        json_string(s, j->init_run ? j->init_run : j->init_file);
     }
-    if (j->frozen && j->frozen[0]) {
-        g_string_append(s, ",\"frozen\":[");
-        for (int i = 0; j->frozen[i]; i++) {
-            if (i)
-                g_string_append_c(s, ',');
-            json_string(s, j->frozen[i]);
-        }
-        g_string_append_c(s, ']');
+    if (j->cl.hosts) {
+        g_string_append(s, ",\"hosts\":");
+        json_string(s, j->cl.hosts);
     }
     g_string_append_c(s, '}');
     return g_string_free(s, FALSE);
 }
 
-/* Starts m from a past run's weights where layers match, and freezes the chosen layers. */
+/* Starts m from a past run's weights where layers match, or from a safetensors file's tensors
+ * where names and shapes match, and freezes the chosen layers. */
 static int prepare_model(struct train_job *j, struct nl_model *m, char *note, size_t size)
 {
     note[0] = 0;
@@ -213,10 +310,28 @@ static int prepare_model(struct train_job *j, struct nl_model *m, char *note, si
             return rc;
         int *from = g_new(int, (size_t)m->nlayers);
         int matched = finetune_match(m, src, from);
+        const int head = nl_model_head(m);
+        if (j->fresh_head && head >= 0 && from[head] >= 0) {
+            from[head] = -1;
+            matched--;
+        }
         finetune_copy(m, src, from);
         g_snprintf(note, size, "; %d layers from “%s”", matched, j->init_run);
         g_free(from);
         nl_model_free(src);
+    } else if (j->init_file) {
+        struct nl_safetensors_report rep = {0};
+        const int head = nl_model_head(m);
+        if (j->fresh_head && head >= 0)
+            m->layers[head].fresh = 1;
+        int rc = nl_safetensors_load(m, j->init_file, 1, NULL, NULL, &rep, &j->err);
+        if (head >= 0)
+            m->layers[head].fresh = 0;
+        if (rc < 0)
+            return rc;
+        char *base = g_path_get_basename(j->init_file);
+        g_snprintf(note, size, "; %d tensors from %s", rep.loaded, base);
+        g_free(base);
     }
     /* Freezing lays the flat buffer out again: the trainable layers first, so that only they
      * reach the optimizer. */
@@ -226,55 +341,156 @@ static int prepare_model(struct train_job *j, struct nl_model *m, char *note, si
     return nl_model_freeze(m, (const char *const *)j->frozen, nfrozen, NULL, &j->err);
 }
 
+#if NNLAB_HAVE_SSH
+static void worker_log(void *ud, const char *host, const char *line)
+{
+    g_message("%s: %s", host, line);
+}
+#endif
+
+/* Trains on the job's hosts as `nnlab train --hosts` does. */
+static int train_cluster(struct train_job *j, struct nl_model *m, const struct nl_dataset *d,
+                         const struct nl_train_hooks *hooks)
+{
+#if NNLAB_HAVE_SSH
+    struct nl_host *hosts = NULL;
+    int n = 0;
+    struct nl_cluster_opts co = {
+        .ssh = {.config = j->cl.ssh_config,
+                .accept_new = j->cl.accept_new,
+                .remote_nnlab = j->cl.remote_nnlab,
+                .version = "nnlab " NNLAB_VERSION,
+                .timeout_ms = 30000},
+        .bf16 = j->cl.bf16,
+        .stop = &j->cstop,
+        .log = worker_log,
+    };
+    int rc = nl_hosts_parse(j->cl.hosts, &hosts, &n, &j->err);
+    if (rc < 0)
+        return rc;
+    struct nl_worker_metrics *stats = nl_calloc((size_t)n, sizeof *stats);
+    rc = stats ? nl_cluster_train(hosts, n, &co, m, d, &j->o, hooks, &j->res, stats, &j->err)
+               : nl_error_set(&j->err, NL_ENOMEM, "out of memory");
+    /* What a stopped or failed run reported since its last epoch; the reports name hosts. */
+    flush_worker_steps(j);
+    if (rc == 0 && stats) {
+        /* Each worker's share of the work, as the command line's done line gives it. */
+        GString *w = g_string_new(NULL);
+        for (int i = 0; i < n; i++) {
+            const double busy = stats[i].compute_seconds + stats[i].comm_seconds;
+            g_string_append_printf(
+                w, "%s%s: %.0f images/s, %.0f%% communicating, %.1f MB sent", i ? "\n" : "",
+                hosts[i].name, busy > 0 ? stats[i].samples / busy : 0.0,
+                busy > 0 ? 100.0 * stats[i].comm_seconds / busy : 0.0, stats[i].bytes_sent / 1e6);
+        }
+        j->workers = g_string_free(w, FALSE);
+    }
+    nl_free(stats);
+    nl_free(hosts);
+    return rc;
+#else
+    return nl_error_set(&j->err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
+#endif
+}
+
+/* A new run: the model of the model page on the selected dataset. */
+static int train_new(struct hook_ud *h, struct nl_dataset **d, struct nl_model **m, int *created)
+{
+    struct train_job *j = h->job;
+    struct nl_spec *spec = NULL;
+    struct nl_run_info run;
+    char note[192] = "";
+    int rc = nl_dataset_load(j->store, j->dataset, d, &j->err);
+    if (rc == 0)
+        rc = nl_spec_parse(&spec, j->spec, j->model, NULL, NULL, &j->err);
+    if (rc == 0)
+        rc = nl_model_build(m, spec, (*d)->shape, (*d)->nclasses, &j->err);
+    nl_spec_free(spec);
+    if (rc == 0) {
+        nl_model_init_params(*m, j->o.seed);
+        rc = prepare_model(j, *m, note, sizeof note);
+    }
+    if (rc == 0) {
+        char *settings = settings_json(j, *m, *d);
+        rc = settings ? nl_run_create(j->store, j->run_name, j->dataset, j->model, (*m)->spec_text,
+                                      settings, &run, &j->err)
+                      : nl_error_set(&j->err, NL_ENOMEM, "out of memory");
+        g_free(settings);
+    }
+    if (rc < 0)
+        return rc;
+    *created = 1;
+    j->run_id = run.id;
+    g_strlcpy(j->run, run.name, sizeof j->run);
+    char text[256];
+    int nfrozen = j->frozen ? (int)g_strv_length(j->frozen) : 0;
+    g_snprintf(text, sizeof text, "%s: %zu parameters, %u training samples%s%s", run.name,
+               (*m)->nparams, (*d)->split[NL_TRAIN].n, note, nfrozen ? "; frozen: " : "");
+    if (nfrozen) {
+        char *names = g_strjoinv(", ", j->frozen);
+        g_strlcat(text, names, sizeof text);
+        g_free(names);
+    }
+    if (j->cl.hosts) {
+        g_strlcat(text, "; on ", sizeof text);
+        g_strlcat(text, j->cl.hosts, sizeof text);
+    }
+    post(h->page, j, MSG_STARTED, NULL, text);
+    struct nl_train_hooks hooks = {on_event, on_checkpoint, h};
+    if (j->cl.hosts)
+        return train_cluster(j, *m, *d, &hooks);
+    struct nl_error terr = {0};
+    rc = nl_train(*m, *d, &j->o, &hooks, &j->res, &terr);
+    j->err = terr;
+    return rc;
+}
+
+/* A stopped run continued from its latest checkpoint (nl_run_resume_open). */
+static int train_resume(struct hook_ud *h, int *created)
+{
+    struct train_job *j = h->job;
+    const struct nl_resume_request req = {.epochs = -1, .on_nan = -1, .checkpoint_every = -1};
+    struct nl_run_resumed *r = NULL;
+    int rc = nl_run_resume_open(j->store, j->resume, &req, NULL, NULL, &r, &j->err);
+    if (rc < 0)
+        return rc;
+    *created = 1;
+    j->run_id = r->run.id;
+    g_strlcpy(j->run, r->run.name, sizeof j->run);
+    j->o = r->opts;
+    char text[256];
+    g_snprintf(text, sizeof text, "%s: resumed after epoch %d, step %ld, to epoch %d", r->run.name,
+               r->resume.epoch, r->resume.iteration, r->opts.epochs);
+    post(h->page, j, MSG_STARTED, NULL, text);
+    struct nl_train_hooks hooks = {on_event, on_checkpoint, h};
+    struct nl_error terr = {0};
+    rc = nl_train(r->model, r->data, &r->opts, &hooks, &j->res, &terr);
+    j->err = terr;
+    /* The batches skipped over the run go into its settings, as the command line does. */
+    if (j->res.skipped_batches > 0) {
+        char *settings =
+            nl_run_settings_format(&r->opts, r->model, r->data->shape, r->data->nclasses, 0,
+                                   r->skipped + j->res.skipped_batches);
+        struct nl_error serr = {0};
+        if (settings)
+            nl_run_set_settings(j->store, j->run_id, settings, &serr);
+        nl_free(settings);
+    }
+    nl_run_resumed_free(r);
+    return rc;
+}
+
 static gpointer train_thread(gpointer data)
 {
     struct hook_ud *h = data;
     struct train_job *j = h->job;
     struct nl_dataset *d = NULL;
-    struct nl_spec *spec = NULL;
     struct nl_model *m = NULL;
-    struct nl_run_info run;
     int created = 0;
 
     int rc = nl_store_open(&j->store, j->db_path, &j->err);
     if (rc == 0)
-        rc = nl_dataset_load(j->store, j->dataset, &d, &j->err);
-    if (rc == 0)
-        rc = nl_spec_parse(&spec, j->spec, j->model, NULL, NULL, &j->err);
-    if (rc == 0)
-        rc = nl_model_build(&m, spec, d->shape, d->nclasses, &j->err);
-    char note[192] = "";
-    if (rc == 0) {
-        nl_model_init_params(m, j->o.seed);
-        rc = prepare_model(j, m, note, sizeof note);
-    }
-    if (rc == 0) {
-        char *settings = settings_json(j);
-        rc = nl_run_create(j->store, j->run_name, j->dataset, j->model, m->spec_text, settings,
-                           &run, &j->err);
-        g_free(settings);
-    }
-    if (rc == 0) {
-        created = 1;
-        j->run_id = run.id;
-        g_strlcpy(j->run, run.name, sizeof j->run);
-        char text[256];
-        int nfrozen = 0;
-        for (int i = 0; j->frozen && j->frozen[i]; i++)
-            nfrozen++;
-        g_snprintf(text, sizeof text, "%s: %zu parameters, %u training samples%s%s", run.name,
-                   m->nparams, d->split[NL_TRAIN].n, note, nfrozen ? "; frozen: " : "");
-        if (nfrozen) {
-            char *names = g_strjoinv(", ", j->frozen);
-            g_strlcat(text, names, sizeof text);
-            g_free(names);
-        }
-        post(h->page, j, MSG_STARTED, NULL, text);
-        struct nl_train_hooks hooks = {on_event, on_checkpoint, h};
-        struct nl_error terr = {0};
-        rc = nl_train(m, d, &j->o, &hooks, &j->res, &terr);
-        j->err = terr;
-    }
+        rc = j->resume ? train_resume(h, &created) : train_new(h, &d, &m, &created);
     if (created) {
         struct nl_error ferr = {0};
         nl_run_finish(j->store, j->run_id,
@@ -285,7 +501,6 @@ static gpointer train_thread(gpointer data)
     }
     j->rc = rc;
     nl_model_free(m);
-    nl_spec_free(spec);
     nl_dataset_free(d);
     nl_store_close(j->store);
     j->store = NULL;
@@ -354,6 +569,8 @@ static int pull(struct train_page *p)
             append(p->step_loss, pt->loss);
             append(p->step_acc, pt->accuracy);
             append(p->step_ips, pt->images_per_second);
+            for (int w = 0; w < p->nworkers; w++)
+                append(p->step_worker[w], w < pt->nworkers ? pt->worker_ips[w] : NAN);
         }
         p->last = p->pulled[n - 1];
         total += n;
@@ -415,6 +632,29 @@ static void update_sensitivity(struct train_page *p)
     g_simple_action_set_enabled(
         G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "train-stop")), running);
     gtk_widget_set_sensitive(p->form, !running);
+    gtk_widget_set_sensitive(p->cluster_form, !running);
+    if (!running && !p->checking)
+        gtk_widget_set_sensitive(p->check_hosts, TRUE);
+}
+
+static void report_line(struct train_page *p, const char *text, gboolean error);
+static void clear_report(struct train_page *p);
+
+/* A resumed run's epochs before this session, on the accuracy chart. */
+static void show_past_epochs(struct train_page *p, int64_t run)
+{
+    struct nl_run_epoch *ep = NULL;
+    struct nl_error err = {0};
+    int n = 0;
+    if (nl_run_epochs(p->win->store, run, &ep, &n, &err) < 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        append(p->ep_x, ep[i].epoch);
+        append(p->ep_acc, ep[i].train_accuracy);
+        append(p->ep_val, ep[i].val_accuracy);
+    }
+    nl_free(ep);
+    gtk_widget_queue_draw(p->acc_chart);
 }
 
 static gboolean on_msg(gpointer data)
@@ -433,6 +673,8 @@ static gboolean on_msg(gpointer data)
     switch (m->kind) {
     case MSG_STARTED:
         gtk_label_set_text(GTK_LABEL(p->what), m->text);
+        if (j->resume)
+            show_past_epochs(p, j->run_id);
         runs_page_refresh(p->win->runs);
         break;
     case MSG_EPOCH:
@@ -460,6 +702,17 @@ static gboolean on_msg(gpointer data)
                 g_snprintf(buf, sizeof buf, "Done in %.1f s (no test split)", j->res.seconds);
             gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(p->progress), 1.0);
             gtk_label_set_text(GTK_LABEL(p->stat_eta), "0:00");
+            if (j->workers) {
+                /* Under the hosts: what each did in this run. */
+                clear_report(p);
+                char *t = g_strdup_printf("Run “%s”:", j->run);
+                report_line(p, t, FALSE);
+                g_free(t);
+                char **lines = g_strsplit(j->workers, "\n", -1);
+                for (int i = 0; lines[i]; i++)
+                    report_line(p, lines[i], FALSE);
+                g_strfreev(lines);
+            }
             nl_window_notify(p->win, "Run “%s” finished", j->run);
         } else if (j->rc == NL_ECANCELED) {
             g_snprintf(buf, sizeof buf, "Stopped; run “%s” keeps the epochs it finished", j->run);
@@ -486,6 +739,12 @@ static void clear_charts(struct train_page *p)
                         p->ep_x,   p->ep_acc,    p->ep_val};
     for (size_t i = 0; i < G_N_ELEMENTS(arrays); i++)
         g_array_set_size(arrays[i], 0);
+    for (int w = 0; w < FEED_MAX_WORKERS; w++) {
+        g_array_set_size(p->step_worker[w], 0);
+        g_free(p->worker_names[w]);
+        p->worker_names[w] = NULL;
+    }
+    p->nworkers = 0;
     p->points = 0;
     memset(&p->last, 0, sizeof p->last);
     gtk_widget_queue_draw(p->loss_chart);
@@ -493,25 +752,132 @@ static void clear_charts(struct train_page *p)
     gtk_widget_queue_draw(p->ips_chart);
 }
 
+/* The hosts field as a list for nl_hosts_parse ("a,b c" -> "a,b,c"), or NULL when empty. */
+static char *hosts_list(struct train_page *p)
+{
+    const char *t = gtk_editable_get_text(GTK_EDITABLE(p->hosts));
+    char **parts = g_strsplit_set(t, ", \t\n", -1);
+    GString *s = g_string_new(NULL);
+    for (int i = 0; parts[i]; i++) {
+        if (!parts[i][0])
+            continue;
+        if (s->len)
+            g_string_append_c(s, ',');
+        g_string_append(s, parts[i]);
+    }
+    g_strfreev(parts);
+    if (s->len == 0) {
+        g_string_free(s, TRUE);
+        return NULL;
+    }
+    return g_string_free(s, FALSE);
+}
+
+static char *entry_or_null(GtkWidget *e)
+{
+    const char *t = gtk_editable_get_text(GTK_EDITABLE(e));
+    char *s = g_strstrip(g_strdup(t));
+    if (!s[0]) {
+        g_free(s);
+        return NULL;
+    }
+    /* ~/ as a shell would say it. */
+    if (s[0] == '~' && s[1] == '/') {
+        char *full = g_build_filename(g_get_home_dir(), s + 2, NULL);
+        g_free(s);
+        return full;
+    }
+    return s;
+}
+
+/* The SSH side of the form. */
+static void read_cluster_opts(struct train_page *p, struct cluster_opts *c)
+{
+    c->hosts = hosts_list(p);
+    c->ssh_config = entry_or_null(p->ssh_config);
+    c->remote_nnlab = entry_or_null(p->remote_nnlab);
+    c->accept_new = gtk_check_button_get_active(GTK_CHECK_BUTTON(p->accept_new));
+    c->bf16 = gtk_check_button_get_active(GTK_CHECK_BUTTON(p->bf16));
+}
+
+/* Names the workers of a cluster run for the chart's legend, from its host list. */
+static int name_workers(struct train_page *p, const char *hosts, struct nl_error *err)
+{
+#if NNLAB_HAVE_SSH
+    struct nl_host *list = NULL;
+    int n = 0;
+    if (nl_hosts_parse(hosts, &list, &n, err) < 0)
+        return -1;
+    p->nworkers = MIN(n, FEED_MAX_WORKERS);
+    for (int i = 0; i < p->nworkers; i++) {
+        int same = 0;
+        for (int k = 0; k < i; k++)
+            same += strcmp(list[k].name, list[i].name) == 0;
+        p->worker_names[i] =
+            same ? g_strdup_printf("%s #%d", list[i].name, same + 1) : g_strdup(list[i].name);
+    }
+    nl_free(list);
+    return 0;
+#else
+    nl_error_set(err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
+    return -1;
+#endif
+}
+
+/* Starts the job's thread and turns the page to a run in progress. */
+static void start_job(struct train_page *p, struct train_job *j)
+{
+    p->job = j;
+    gtk_label_set_text(GTK_LABEL(p->what), "Starting…");
+    gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(p->progress), 0);
+    gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress),
+                              j->resume     ? "Loading the run's checkpoint…"
+                              : j->cl.hosts ? "Starting the workers…"
+                                            : "Loading the dataset…");
+    gtk_label_set_text(GTK_LABEL(p->stat_acc), "–");
+    struct hook_ud *h = g_new0(struct hook_ud, 1);
+    h->page = p;
+    h->job = j;
+    p->thread = g_thread_new("nnlab-train", train_thread, h);
+    /* Focus goes to Stop, not to a field of the form that turns insensitive. */
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "train-stop")), TRUE);
+    gtk_widget_grab_focus(p->stop);
+    update_sensitivity(p);
+    update_tick(p);
+    runs_page_refresh(p->win->runs);
+}
+
+static struct train_job *job_new(struct train_page *p)
+{
+    struct train_job *j = g_new0(struct train_job, 1);
+    if (feed_init(&j->feed, FEED_CAP) < 0) {
+        g_free(j);
+        return NULL;
+    }
+    j->win = g_object_ref(p->win);
+    j->db_path = g_strdup(p->win->db_path);
+    return j;
+}
+
 static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
 {
     struct train_page *p = data;
     if (p->job || !p->win->data || !model_page_valid(p->win->model))
         return;
-    struct train_job *j = g_new0(struct train_job, 1);
-    if (feed_init(&j->feed, FEED_CAP) < 0) {
-        g_free(j);
+    struct train_job *j = job_new(p);
+    if (!j)
         return;
-    }
-    j->win = g_object_ref(p->win);
-    j->db_path = g_strdup(p->win->db_path);
     j->dataset = g_strdup(p->win->data->name);
     j->model = g_strdup(model_page_name(p->win->model));
     j->spec = g_strdup(model_page_spec(p->win->model));
     j->init_run = g_strdup(model_page_init_run(p->win->model));
+    j->init_file = g_strdup(model_page_init_file(p->win->model));
     j->frozen = g_strdupv((char **)model_page_frozen(p->win->model));
+    j->fresh_head = model_page_fresh_head(p->win->model);
     const char *name = gtk_editable_get_text(GTK_EDITABLE(p->run_name));
     j->run_name = name[0] ? g_strdup(name) : NULL;
+    read_cluster_opts(p, &j->cl);
     nl_train_defaults(&j->o);
     j->o.epochs = (int)gtk_adjustment_get_value(p->epochs);
     j->o.batch = (int)gtk_adjustment_get_value(p->batch);
@@ -526,27 +892,195 @@ static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
     guint sched = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->schedule));
     nl_schedule_parse(&j->o.schedule, schedules[sched < 3 ? sched : 0], NULL);
     struct nl_error err = {0};
-    if (nl_optim_validate(&j->o.optim, &err) < 0) {
+    clear_charts(p);
+    /* A mistake in the form is said before any run is recorded. */
+    if (nl_optim_validate(&j->o.optim, &err) < 0 ||
+        (j->cl.hosts && name_workers(p, j->cl.hosts, &err) < 0)) {
         nl_window_notify(p->win, "%s", err.msg);
         job_free(j);
         return;
     }
+    if (j->cl.hosts && j->o.schedule.kind == NL_SCHEDULE_PLATEAU) {
+        nl_window_notify(p->win, "The plateau schedule does not run on hosts yet: it follows "
+                                 "validation accuracy, which only this computer measures");
+        job_free(j);
+        return;
+    }
+    start_job(p, j);
+}
+
+/* Continues a stopped run from its latest checkpoint (the runs page's Resume). */
+void train_page_resume(struct train_page *p, const char *run)
+{
+    if (p->job) {
+        nl_window_notify(p->win, "A run is in progress; stop it first");
+        return;
+    }
+    struct train_job *j = job_new(p);
+    if (!j)
+        return;
+    j->resume = g_strdup(run);
     clear_charts(p);
-    p->job = j;
-    gtk_label_set_text(GTK_LABEL(p->what), "Starting…");
-    gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(p->progress), 0);
-    gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), "Loading the dataset…");
-    gtk_label_set_text(GTK_LABEL(p->stat_acc), "–");
-    struct hook_ud *h = g_new0(struct hook_ud, 1);
-    h->page = p;
-    h->job = j;
-    p->thread = g_thread_new("nnlab-train", train_thread, h);
-    /* Focus goes to Stop, not to a field of the form that turns insensitive. */
-    g_simple_action_set_enabled(
-        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "train-stop")), TRUE);
-    gtk_widget_grab_focus(p->stop);
-    update_sensitivity(p);
-    update_tick(p);
+    gtk_widget_activate_action(GTK_WIDGET(p->win), "win.show-page", "s", "train");
+    start_job(p, j);
+}
+
+/* ---- Check Hosts: nl_host_check for each host on a worker thread ---- */
+
+struct host_result {
+    char name[256];
+    int rc;
+    char msg[512];
+#if NNLAB_HAVE_SSH
+    struct nl_host_report r;
+#endif
+};
+
+/* Owned by its GTask. */
+struct check_job {
+    struct cluster_opts cl;
+    guint generation;
+    struct host_result *res;
+    int n;
+    struct nl_error err; /* the host list's own mistake */
+};
+
+static void check_job_free(gpointer data)
+{
+    struct check_job *c = data;
+    cluster_opts_clear(&c->cl);
+    g_free(c->res);
+    g_free(c);
+}
+
+static void check_thread(GTask *task, gpointer source, gpointer data, GCancellable *cancel)
+{
+    struct check_job *c = data;
+#if NNLAB_HAVE_SSH
+    struct nl_host *hosts = NULL;
+    if (nl_hosts_parse(c->cl.hosts, &hosts, &c->n, &c->err) == 0) {
+        struct nl_ssh_opts so = {.config = c->cl.ssh_config,
+                                 .accept_new = c->cl.accept_new,
+                                 .remote_nnlab = c->cl.remote_nnlab,
+                                 .version = "nnlab " NNLAB_VERSION,
+                                 .timeout_ms = 15000};
+        c->res = g_new0(struct host_result, (size_t)c->n);
+        for (int i = 0; i < c->n; i++) {
+            struct nl_error err = {0};
+            g_strlcpy(c->res[i].name, hosts[i].name, sizeof c->res[i].name);
+            c->res[i].rc = nl_host_check(&hosts[i], &so, &c->res[i].r, &err);
+            g_strlcpy(c->res[i].msg, err.msg, sizeof c->res[i].msg);
+        }
+        nl_free(hosts);
+    }
+#else
+    nl_error_set(&c->err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
+#endif
+    g_task_return_boolean(task, TRUE);
+}
+
+static void report_line(struct train_page *p, const char *text, gboolean error)
+{
+    GtkWidget *l = gtk_label_new(text);
+    gtk_label_set_xalign(GTK_LABEL(l), 0);
+    gtk_label_set_wrap(GTK_LABEL(l), TRUE);
+    gtk_label_set_selectable(GTK_LABEL(l), TRUE);
+    gtk_label_set_max_width_chars(GTK_LABEL(l), 36);
+    gtk_widget_add_css_class(l, "caption");
+    if (error)
+        gtk_widget_add_css_class(l, "nl-error");
+    gtk_box_append(GTK_BOX(p->host_report), l);
+    g_string_append(p->report_text, text);
+    g_string_append_c(p->report_text, '\n');
+}
+
+static void clear_report(struct train_page *p)
+{
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(p->host_report)))
+        gtk_box_remove(GTK_BOX(p->host_report), child);
+    g_string_truncate(p->report_text, 0);
+}
+
+static void check_done(GObject *source, GAsyncResult *res, gpointer data)
+{
+    NlWindow *w = NL_WINDOW(source);
+    struct check_job *c = g_task_get_task_data(G_TASK(res));
+    struct train_page *p = w->train;
+    if (w->closed || !p || c->generation != p->check_generation)
+        return;
+    p->checking = FALSE;
+    gtk_widget_set_sensitive(p->check_hosts, TRUE);
+    clear_report(p);
+    if (!c->res)
+        report_line(p, c->err.msg, TRUE);
+    for (int i = 0; c->res && i < c->n; i++) {
+        const struct host_result *h = &c->res[i];
+        char *t;
+        if (h->rc < 0) {
+            t = g_strdup_printf("✗ %s", h->msg);
+        } else {
+#if NNLAB_HAVE_SSH
+            const struct nl_host_report *r = &h->r;
+            t = g_strdup_printf(
+                "✓ %s (%s@%s:%d): %s · %d cores · %.1f GiB · %s", h->name, r->user, r->address,
+                r->port, r->remote_version[0] ? r->remote_version : "no nnlab", r->cores,
+                r->mem_kb / 1048576.0, r->would_upload ? "this nnlab would be uploaded" : "ready");
+#else
+            t = g_strdup(h->name);
+#endif
+        }
+        report_line(p, t, h->rc < 0);
+        g_free(t);
+    }
+    p->checks_done++;
+}
+
+/* win.train-check-hosts */
+static void check_hosts(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct train_page *p = data;
+    struct check_job *c = g_new0(struct check_job, 1);
+    read_cluster_opts(p, &c->cl);
+    clear_report(p);
+    if (!c->cl.hosts) {
+        report_line(p, "Name the hosts first (e.g. node1:4,node2:4); empty trains here.", TRUE);
+        check_job_free(c);
+        p->checks_done++;
+        return;
+    }
+    c->generation = ++p->check_generation;
+    p->checking = TRUE;
+    gtk_widget_set_sensitive(p->check_hosts, FALSE);
+    char *t = g_strdup_printf("Connecting to %s…", c->cl.hosts);
+    report_line(p, t, FALSE);
+    g_free(t);
+    GTask *task = g_task_new(p->win, NULL, check_done, NULL);
+    g_task_set_task_data(task, c, check_job_free);
+    g_task_run_in_thread(task, check_thread);
+    g_object_unref(task);
+}
+
+void train_page_hosts_report(struct train_page *p, int *checks_done, const char **text)
+{
+    *checks_done = p->checks_done;
+    *text = p->report_text->str;
+}
+
+/* The place line under the form follows the hosts field. */
+static void hosts_changed(GtkEditable *e, gpointer data)
+{
+    struct train_page *p = data;
+    char *hosts = hosts_list(p);
+    char *where = hosts ? g_strdup_printf("Trains on %s, one worker each (threads: each host's "
+                                          "cores or :CORES); validation and test run here.",
+                                          hosts)
+                        : g_strdup_printf("Trains on this computer: %d cores. Every epoch is "
+                                          "checkpointed and recorded as a run.",
+                                          (int)g_get_num_processors());
+    gtk_label_set_text(GTK_LABEL(p->where), where);
+    g_free(where);
+    g_free(hosts);
 }
 
 static void train_stop(GSimpleAction *a, GVariant *param, gpointer data)
@@ -554,6 +1088,7 @@ static void train_stop(GSimpleAction *a, GVariant *param, gpointer data)
     struct train_page *p = data;
     if (p->job) {
         g_atomic_int_set(&p->job->stop, 1);
+        p->job->cstop = 1;
         gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), "Stopping…");
     }
 }
@@ -583,6 +1118,16 @@ static void train_option(GSimpleAction *a, GVariant *param, gpointer data)
                                                                                                : 0);
     else if (strcmp(key, "name") == 0)
         gtk_editable_set_text(GTK_EDITABLE(p->run_name), value);
+    else if (strcmp(key, "hosts") == 0)
+        gtk_editable_set_text(GTK_EDITABLE(p->hosts), value);
+    else if (strcmp(key, "ssh-config") == 0)
+        gtk_editable_set_text(GTK_EDITABLE(p->ssh_config), value);
+    else if (strcmp(key, "remote-nnlab") == 0)
+        gtk_editable_set_text(GTK_EDITABLE(p->remote_nnlab), value);
+    else if (strcmp(key, "accept-new-host-keys") == 0)
+        gtk_check_button_set_active(GTK_CHECK_BUTTON(p->accept_new), strcmp(value, "true") == 0);
+    else if (strcmp(key, "compress") == 0)
+        gtk_check_button_set_active(GTK_CHECK_BUTTON(p->bf16), strcmp(value, "bf16") == 0);
     else
         nl_window_notify(p->win, "No training option “%s”", key);
 }
@@ -675,19 +1220,22 @@ static void draw_acc(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer d
 static void draw_ips(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
 {
     struct train_page *p = data;
-    struct chart c = base_chart(GTK_WIDGET(area), "Images per second", "epoch");
-    c.ymin = 0;
-    c.nseries = 1;
-    c.series[0] = (struct chart_series){.label = "this computer",
-                                        .x = (double *)(void *)p->step_x->data,
-                                        .y = (double *)(void *)p->step_ips->data,
-                                        .n = (int)p->step_x->len,
-                                        .color = GREEN,
-                                        .width = 1.5};
-    c.xmin = 0;
-    if (p->last.epochs > 0)
-        c.xmax = p->last.epochs;
-    chart_draw(cr, w, h, &c);
+    const double *workers[FEED_MAX_WORKERS];
+    for (int i = 0; i < p->nworkers; i++)
+        workers[i] = (double *)(void *)p->step_worker[i]->data;
+    struct chart_throughput t = {
+        .title = p->nworkers > 0 ? "Images/s, per worker" : "Images per second",
+        .empty = "Press Start to train",
+        .x = (double *)(void *)p->step_x->data,
+        .total = (double *)(void *)p->step_ips->data,
+        .n = (int)p->step_x->len,
+        .nworkers = MIN(p->nworkers, CHART_MAX_WORKERS),
+        .hosts = (const char *const *)p->worker_names,
+        .workers = workers,
+        .xmax = p->last.epochs > 0 ? p->last.epochs : NAN,
+        .fg = nl_window_fg(GTK_WIDGET(area)),
+    };
+    chart_throughput_draw(cr, w, h, &t);
 }
 
 /* ---- The page ---- */
@@ -722,6 +1270,7 @@ void train_page_stop_and_wait(struct train_page *p)
     if (!p || !p->thread)
         return;
     g_atomic_int_set(&p->job->stop, 1);
+    p->job->cstop = 1;
     g_thread_join(p->thread);
     p->thread = NULL;
     /* The done message is still queued; with the window closed it frees the job. Before then
@@ -731,6 +1280,17 @@ void train_page_stop_and_wait(struct train_page *p)
         g_source_remove(p->tick);
         p->tick = 0;
     }
+}
+
+int train_page_worker_points(struct train_page *p, int worker)
+{
+    if (worker < 0 || worker >= p->nworkers)
+        return 0;
+    int n = 0;
+    const GArray *a = p->step_worker[worker];
+    for (guint i = 0; i < a->len; i++)
+        n += isfinite(g_array_index(a, double, i));
+    return n;
 }
 
 void train_page_stats(struct train_page *p, long *points, int *finished)
@@ -768,6 +1328,14 @@ struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
     GET(optim);
     GET(schedule);
     GET(run_name);
+    GET(cluster_form);
+    GET(hosts);
+    GET(ssh_config);
+    GET(remote_nnlab);
+    GET(accept_new);
+    GET(bf16);
+    GET(check_hosts);
+    GET(host_report);
 #undef GET
     p->momentum_spin = GTK_WIDGET(gtk_builder_get_object(b, "momentum"));
 #define ADJ(x) p->x = GTK_ADJUSTMENT(gtk_builder_get_object(b, #x "_adj"))
@@ -789,19 +1357,19 @@ struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
     p->ep_x = g_array_new(FALSE, FALSE, sizeof(double));
     p->ep_acc = g_array_new(FALSE, FALSE, sizeof(double));
     p->ep_val = g_array_new(FALSE, FALSE, sizeof(double));
+    for (int i = 0; i < FEED_MAX_WORKERS; i++)
+        p->step_worker[i] = g_array_new(FALSE, FALSE, sizeof(double));
+    p->report_text = g_string_new(NULL);
 
-    int cores = (int)g_get_num_processors();
-    gtk_adjustment_set_value(p->threads, cores);
-    char *where = g_strdup_printf("Trains on this computer: %d cores. Every epoch is checkpointed "
-                                  "and recorded as a run.",
-                                  cores);
-    gtk_label_set_text(GTK_LABEL(p->where), where);
-    g_free(where);
+    gtk_adjustment_set_value(p->threads, (int)g_get_num_processors());
+    hosts_changed(NULL, p);
+    g_signal_connect(p->hosts, "changed", G_CALLBACK(hosts_changed), p);
 
     static const GActionEntry actions[] = {
         {.name = "train-start", .activate = train_start},
         {.name = "train-stop", .activate = train_stop},
         {.name = "train-option", .activate = train_option, .parameter_type = "(ss)"},
+        {.name = "train-check-hosts", .activate = check_hosts},
     };
     g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->loss_chart), draw_loss, p, NULL);
@@ -824,6 +1392,11 @@ void train_page_free(struct train_page *p)
                         p->ep_x,   p->ep_acc,    p->ep_val};
     for (size_t i = 0; i < G_N_ELEMENTS(arrays); i++)
         g_array_unref(arrays[i]);
+    for (int i = 0; i < FEED_MAX_WORKERS; i++) {
+        g_array_unref(p->step_worker[i]);
+        g_free(p->worker_names[i]);
+    }
+    g_string_free(p->report_text, TRUE);
     g_free(p->smooth);
     g_free(p->pulled);
     g_free(p);

@@ -82,6 +82,13 @@ const char *model_page_name(struct model_page *p);
 gboolean model_page_valid(struct model_page *p);
 /* The run whose weights start training (layers matched by name and shapes), or NULL. */
 const char *model_page_init_run(struct model_page *p);
+/* The .safetensors file whose tensors start training (matched by name and shape), or NULL. */
+const char *model_page_init_file(struct model_page *p);
+/* Tensors of that file that match the model as last built; -1 while it is being read or
+ * when it does not load. */
+int model_page_init_loaded(struct model_page *p);
+/* Whether the head starts fresh even where the starting weights have a matching one. */
+gboolean model_page_fresh_head(struct model_page *p);
 /* The layers to train frozen, NULL-terminated, owned by the page. */
 const char *const *model_page_frozen(struct model_page *p);
 /* Runs were added or removed: refreshes the choice of starting weights. */
@@ -98,6 +105,13 @@ void train_page_stop_and_wait(struct train_page *p);
 void train_page_stats(struct train_page *p, long *points, int *finished);
 /* Whether the charts' timer runs (only during a run, while they are on screen). */
 gboolean train_page_ticking(struct train_page *p);
+/* Continues a stopped run from its latest checkpoint, as `nnlab train --resume RUN`. */
+void train_page_resume(struct train_page *p, const char *run);
+/* For tests: how many host checks have finished, and the last one's report (one line a
+ * host). */
+void train_page_hosts_report(struct train_page *p, int *checks_done, const char **text);
+/* For tests: the points of worker i's images/s series in the run shown. */
+int train_page_worker_points(struct train_page *p, int worker);
 
 /* Loads a run's model with its latest checkpoint, and the run's dataset (any thread, with that
  * thread's store). */

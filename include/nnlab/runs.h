@@ -111,4 +111,48 @@ int nl_run_model(struct nl_store *s, const char *name, int with_params, nl_warn_
                  void *warn_ud, struct nl_run_info *info, struct nl_model **out,
                  struct nl_error *err);
 
+/* A run's training settings as JSON, as nl_run_model and nl_run_settings_parse read them back
+ * (the keys are described at the top of core/run_resume.c); m gives the frozen layers, cluster
+ * whether it runs on hosts, skipped the batches skipped so far. NULL when out of memory; freed
+ * with nl_free. */
+char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_model *m,
+                             struct nl_shape shape, int nclasses, int cluster, long skipped);
+
+/* The training options back from a run's settings (run names it in messages); skipped and
+ * cluster (either may be NULL) get the batches skipped so far and whether it trained on hosts.
+ * A cluster run is NL_EINVAL: it cannot be resumed. */
+int nl_run_settings_parse(const char *settings_json, const char *run, struct nl_train_opts *o,
+                          long *skipped, int *cluster, struct nl_error *err);
+
+/* What a resume may change of a run's settings; each < 0 keeps the run's. A finished run needs
+ * more epochs than it was set to train. */
+struct nl_resume_request {
+    int epochs;
+    int on_nan; /* enum nl_on_nan */
+    long checkpoint_every;
+};
+
+/* A run ready to continue from its latest checkpoint. */
+struct nl_run_resumed {
+    struct nl_run_info run;
+    struct nl_model *model;    /* the run's model with the checkpoint's parameters */
+    struct nl_dataset *data;   /* the run's dataset */
+    struct nl_train_opts opts; /* the run's options; opts.resume points at resume */
+    struct nl_resume resume;
+    long skipped; /* batches skipped before this session */
+    /* Owned here; resume points into them. */
+    float *optim_state;
+    double *watched;
+};
+
+/* Prepares the run named name to resume, as `nnlab train --resume` does: rebuilds its model,
+ * loads its latest checkpoint with the optimizer state, its dataset and its settings (with req's
+ * changes), and marks it running again with those settings. Then nl_train(r->model, r->data,
+ * &r->opts, ...) continues it; the caller finishes it with nl_run_finish. warn (may be NULL)
+ * gets the spec's warnings. *out freed with nl_run_resumed_free. */
+int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_resume_request *req,
+                       nl_warn_fn warn, void *warn_ud, struct nl_run_resumed **out,
+                       struct nl_error *err);
+void nl_run_resumed_free(struct nl_run_resumed *r);
+
 #endif

@@ -1,0 +1,257 @@
+/* A run's training settings as the store keeps them, and resuming a run from its latest
+ * checkpoint: what `nnlab train --resume RUN` and the desktop window's Resume share.
+ *
+ * The settings are one flat JSON object (but for "input", "frozen" and "augment"):
+ *   epochs, batch, optim ("sgd", ...), schedule (nl_schedule_format's text), warmup (epochs),
+ *   lr, momentum, nesterov, weight_decay, threads (0: all cores), seed, input [c, h, w],
+ *   classes, clip_value, clip_norm, frozen [layer names], augment {flip, crop},
+ *   early_stop_acc, patience, on_nan ("stop" | "skip-batch"), checkpoint_every (steps; 0: per
+ *   epoch), cluster (trained on hosts), skipped_batches (over the run so far).
+ * Floats are written with 9 significant digits, which give the same float back; a reader takes
+ * a missing key as its default, so older runs still resume. nl_run_model reads input, classes
+ * and frozen; nl_run_settings_parse the rest.
+ *
+ * A resumed run continues in its own record: its model (spec, shape, frozen layers) and
+ * settings are the run's, its weights, optimizer state and step count the latest checkpoint's.
+ * The accuracy each completed epoch was judged on comes from the stored epochs (for plateau
+ * schedules and early stopping); an epoch whose record a kill lost gets its validation accuracy
+ * from the checkpoint again (a count over a fixed split, so exact). Cluster runs keep their
+ * optimizer state on the workers and are refused. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "json.h"
+#include "nnlab/alloc.h"
+#include "nnlab/model.h"
+#include "nnlab/runs.h"
+
+char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_model *m,
+                             struct nl_shape shape, int nclasses, int cluster, long skipped)
+{
+    const size_t frozen_cap = (size_t)m->nlayers * (NL_NAME_MAX + 3) + 3;
+    char *frozen = nl_malloc(frozen_cap), *settings = nl_malloc(frozen_cap + 1536);
+    char schedule[160];
+
+    if (!frozen || !settings) {
+        nl_free(frozen);
+        nl_free(settings);
+        return NULL;
+    }
+    /* Names are plain identifiers. */
+    size_t flen = (size_t)snprintf(frozen, frozen_cap, "[");
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].frozen)
+            flen += (size_t)snprintf(frozen + flen, frozen_cap - flen, "%s\"%s\"",
+                                     flen > 1 ? "," : "", m->layers[i].name);
+    snprintf(frozen + flen, frozen_cap - flen, "]");
+    nl_schedule_format(&o->schedule, schedule, sizeof schedule);
+    snprintf(settings, frozen_cap + 1536,
+             "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"warmup\":%.9g,"
+             "\"lr\":%.9g,\"momentum\":%.9g,\"nesterov\":%s,\"weight_decay\":%.9g,\"threads\":%d,"
+             "\"seed\":%llu,\"input\":[%d,%d,%d],\"classes\":%d,\"clip_value\":%.9g,"
+             "\"clip_norm\":%.9g,\"frozen\":%s,\"augment\":{\"flip\":%s,\"crop\":%d},"
+             "\"early_stop_acc\":%.17g,\"patience\":%d,\"on_nan\":\"%s\","
+             "\"checkpoint_every\":%ld,\"cluster\":%s,\"skipped_batches\":%ld}",
+             o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), schedule,
+             (double)o->schedule.warmup_epochs, (double)o->optim.lr, (double)o->optim.momentum,
+             o->optim.nesterov ? "true" : "false", (double)o->optim.weight_decay,
+             o->threads > 0 ? o->threads : 0, (unsigned long long)o->seed, shape.c, shape.h,
+             shape.w, nclasses, (double)o->clip_value, (double)o->clip_norm, frozen,
+             o->augment.flip ? "true" : "false", o->augment.crop, o->target_accuracy, o->patience,
+             o->on_nan == NL_ON_NAN_SKIP_BATCH ? "skip-batch" : "stop", o->checkpoint_every,
+             cluster ? "true" : "false", skipped);
+    nl_free(frozen);
+    return settings;
+}
+
+static double json_number(const struct nl_json *root, const char *key, double dflt)
+{
+    const struct nl_json *v = nl_json_get(root, key);
+    return v && v->type == NL_JSON_NUMBER ? v->number : dflt;
+}
+
+static int json_flag(const struct nl_json *root, const char *key)
+{
+    const struct nl_json *v = nl_json_get(root, key);
+    return v && v->type == NL_JSON_BOOL && v->boolean;
+}
+
+/* The options from a parsed settings object; cluster runs are refused here. */
+static int settings_opts(const struct nl_json *root, const char *run, struct nl_train_opts *o,
+                         long *skipped, int *cluster, struct nl_error *err)
+{
+    const struct nl_json *optim = nl_json_get(root, "optim");
+    const struct nl_json *schedule = nl_json_get(root, "schedule");
+    const struct nl_json *augment = nl_json_get(root, "augment");
+    const struct nl_json *on_nan = nl_json_get(root, "on_nan");
+    enum nl_optim_kind kind;
+
+    nl_train_defaults(o);
+    if (!root || root->type != NL_JSON_OBJECT || !optim || optim->type != NL_JSON_STRING ||
+        !schedule || schedule->type != NL_JSON_STRING || !nl_json_get(root, "epochs") ||
+        !nl_json_get(root, "batch") || !nl_json_get(root, "lr") || !nl_json_get(root, "seed"))
+        return nl_error_set(err, NL_EFORMAT, "run '%s': its settings lack the training options",
+                            run);
+    if (nl_optim_kind_parse(&kind, optim->string, err) < 0 ||
+        nl_schedule_parse(&o->schedule, schedule->string, err) < 0)
+        return nl_error_set(err, NL_EFORMAT, "run '%s': its settings: %s", run, err->msg);
+    nl_optim_defaults(&o->optim, kind);
+    o->epochs = (int)json_number(root, "epochs", 0);
+    o->batch = (int)json_number(root, "batch", 0);
+    o->threads = (int)json_number(root, "threads", 0);
+    o->seed = (uint64_t)json_number(root, "seed", 1);
+    o->optim.lr = (float)json_number(root, "lr", o->optim.lr);
+    o->optim.momentum = (float)json_number(root, "momentum", o->optim.momentum);
+    o->optim.weight_decay = (float)json_number(root, "weight_decay", o->optim.weight_decay);
+    o->optim.nesterov = json_flag(root, "nesterov");
+    o->schedule.warmup_epochs = (float)json_number(root, "warmup", 0);
+    o->clip_value = (float)json_number(root, "clip_value", 0);
+    o->clip_norm = (float)json_number(root, "clip_norm", 0);
+    o->target_accuracy = json_number(root, "early_stop_acc", 0);
+    o->patience = (int)json_number(root, "patience", 0);
+    o->checkpoint_every = (long)json_number(root, "checkpoint_every", 0);
+    o->on_nan =
+        on_nan && on_nan->type == NL_JSON_STRING && strcmp(on_nan->string, "skip-batch") == 0
+            ? NL_ON_NAN_SKIP_BATCH
+            : NL_ON_NAN_STOP;
+    o->augment.flip = json_flag(augment, "flip");
+    o->augment.crop = (int)json_number(augment, "crop", 0);
+    *skipped = (long)json_number(root, "skipped_batches", 0);
+    *cluster = json_flag(root, "cluster");
+    if (*cluster)
+        return nl_error_set(err, NL_EINVAL,
+                            "run '%s' trained on a cluster; resuming cluster runs is not "
+                            "supported yet (train it again, or --init %s on one machine)",
+                            run, run);
+    return nl_optim_validate(&o->optim, err);
+}
+
+int nl_run_settings_parse(const char *settings_json, const char *run, struct nl_train_opts *o,
+                          long *skipped, int *cluster, struct nl_error *err)
+{
+    struct nl_json_doc *doc = NULL;
+    long sk = 0;
+    int cl = 0;
+    int rc = nl_json_parse(&doc, settings_json, strlen(settings_json), "run settings", err);
+
+    if (rc == 0)
+        rc = settings_opts(nl_json_root(doc), run, o, &sk, &cl, err);
+    nl_json_free(doc);
+    if (skipped)
+        *skipped = sk;
+    if (cluster)
+        *cluster = cl;
+    return rc;
+}
+
+void nl_run_resumed_free(struct nl_run_resumed *r)
+{
+    if (!r)
+        return;
+    nl_model_free(r->model);
+    nl_dataset_free(r->data);
+    nl_free(r->optim_state);
+    nl_free(r->watched);
+    nl_free(r);
+}
+
+/* The accuracy each completed epoch was judged on (r->watched, cp_epoch values). */
+static int watched_epochs(struct nl_store *s, struct nl_run_resumed *r, struct nl_error *err)
+{
+    const int done = r->resume.epoch;
+    const struct nl_train_opts *o = &r->opts;
+    struct nl_run_epoch *epochs = NULL;
+    int nepochs = 0;
+    int rc = nl_run_epochs(s, r->run.id, &epochs, &nepochs, err);
+
+    if (rc == 0 && !(r->watched = nl_calloc((size_t)done + 1, sizeof *r->watched)))
+        rc = nl_error_set(err, NL_ENOMEM, "out of memory");
+    for (int e = 0; rc == 0 && e < done; e++)
+        r->watched[e] = NAN;
+    for (int i = 0; rc == 0 && i < nepochs; i++)
+        if (epochs[i].epoch >= 1 && epochs[i].epoch <= done)
+            r->watched[epochs[i].epoch - 1] = isfinite(epochs[i].val_accuracy)
+                                                  ? epochs[i].val_accuracy
+                                                  : epochs[i].train_accuracy;
+    nl_free(epochs);
+    /* A kill between the last checkpoint and its epoch's record leaves that epoch without one;
+     * its validation accuracy is the checkpoint's, exactly (a count over a fixed split). */
+    const struct nl_dataset *d = r->data;
+    if (rc == 0 && done > 0 && isnan(r->watched[done - 1]) &&
+        r->resume.iteration %
+                ((d->split[NL_TRAIN].n + (uint32_t)o->batch - 1) / (uint32_t)o->batch) ==
+            0 &&
+        d->split[NL_VAL].n > 0) {
+        double loss;
+        rc = nl_evaluate(r->model, d, NL_VAL, o->threads, &loss, &r->watched[done - 1], err);
+    }
+    return rc;
+}
+
+int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_resume_request *req,
+                       nl_warn_fn warn, void *warn_ud, struct nl_run_resumed **out,
+                       struct nl_error *err)
+{
+    struct nl_run_resumed *r = nl_calloc(1, sizeof *r);
+    struct nl_run_checkpoint cp = {0};
+    char *settings = NULL;
+    int cluster = 0, rc;
+
+    *out = NULL;
+    if (!r)
+        return nl_error_set(err, NL_ENOMEM, "out of memory");
+    rc = nl_run_model(s, name, 0, warn, warn_ud, &r->run, &r->model, err);
+    if (rc == 0)
+        rc = nl_run_get(s, name, &r->run, NULL, &settings, err);
+    if (rc == 0)
+        rc = nl_run_settings_parse(settings, r->run.name, &r->opts, &r->skipped, &cluster, err);
+    nl_free(settings);
+    settings = NULL;
+    if (rc == 0 && strcmp(r->run.status, "done") == 0 &&
+        (req->epochs < 0 || req->epochs <= r->opts.epochs))
+        rc = nl_error_set(err, NL_EINVAL,
+                          "run '%s' is done (%d epochs); give --epochs N, more, to train it "
+                          "further",
+                          r->run.name, r->run.epochs_done);
+    if (req->epochs > 0)
+        r->opts.epochs = req->epochs;
+    if (req->on_nan >= 0)
+        r->opts.on_nan = (enum nl_on_nan)req->on_nan;
+    if (req->checkpoint_every >= 0)
+        r->opts.checkpoint_every = req->checkpoint_every;
+    if (rc == 0) {
+        rc = nl_run_load_checkpoint(s, &r->run, r->model->params, r->model->nparams, &cp, err);
+        if (rc == NL_ENOENT)
+            nl_error_set(err, rc, "run '%s' has no checkpoint to resume from; train it again",
+                         r->run.name);
+    }
+    r->optim_state = cp.optim;
+    if (rc == 0 && nl_optim_state_arrays(&r->opts.optim) > 0 && !cp.optim)
+        rc = nl_error_set(err, NL_EINVAL,
+                          "run '%s': its checkpoints carry no optimizer state (a cluster run); "
+                          "resuming cluster runs is not supported yet",
+                          r->run.name);
+    if (rc == 0)
+        rc = nl_dataset_load(s, r->run.dataset, &r->data, err);
+    r->resume.epoch = cp.epoch;
+    r->resume.iteration = cp.iteration;
+    r->resume.optim_state = cp.optim;
+    r->resume.optim_floats = cp.optim_floats;
+    if (rc == 0)
+        rc = watched_epochs(s, r, err);
+    r->resume.watched = r->watched;
+    if (rc == 0 && !(settings = nl_run_settings_format(&r->opts, r->model, r->data->shape,
+                                                       r->data->nclasses, 0, r->skipped)))
+        rc = nl_error_set(err, NL_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = nl_run_reopen(s, r->run.id, settings, err);
+    nl_free(settings);
+    if (rc < 0) {
+        nl_run_resumed_free(r);
+        return rc;
+    }
+    r->opts.resume = &r->resume;
+    *out = r;
+    return 0;
+}
