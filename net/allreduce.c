@@ -43,6 +43,11 @@ struct nl_allreduce {
     struct pollfd *pfd;      /* (size) */
     int *pidx;               /* (size) */
     double exchange_seconds; /* of the last step, in the two exchanges */
+    /* Recovery (see nl_allreduce_export): the own slice's master and state as they were before
+     * the latest optimizer step, and the steps both copies are "after". */
+    float *bak; /* ((1 + nstate) x own slice): master, then the state arrays */
+    long cur_step, bak_step;
+    int cancel_fd; /* readable: give up the exchange with NL_ECANCELED; -1: none */
 };
 
 uint16_t nl_bf16_from_float(float f)
@@ -78,6 +83,7 @@ void nl_allreduce_free(struct nl_allreduce *a)
     nl_free(a->x);
     nl_free(a->pfd);
     nl_free(a->pidx);
+    nl_free(a->bak);
     nl_free(a);
 }
 
@@ -104,13 +110,9 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
     a->hi = nl_calloc((size_t)size, sizeof *a->hi);
     if (!a->lo || !a->hi)
         goto oom;
-    const size_t blocks = (n + 15) / 16;
-    for (int r = 0; r < size; r++) {
-        size_t lo = blocks * (size_t)r / (size_t)size * 16;
-        size_t hi = blocks * (size_t)(r + 1) / (size_t)size * 16;
-        a->lo[r] = lo < n ? lo : n;
-        a->hi[r] = hi < n ? hi : n;
-    }
+    for (int r = 0; r < size; r++)
+        nl_allreduce_bounds(n, size, r, &a->lo[r], &a->hi[r]);
+    a->cancel_fd = -1;
     const size_t own = a->hi[rank] - a->lo[rank];
     const int nstate = nl_optim_state_arrays(optim);
     const size_t elem = bf16 ? sizeof(uint16_t) : sizeof(float);
@@ -119,9 +121,11 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
     a->state_block = nl_alloc_floats(own * (size_t)(nstate > 0 ? nstate : 1) + 1);
     a->pieces = nl_calloc((size_t)size * own * elem + 1, 1);
     a->x = nl_calloc((size_t)size, sizeof *a->x);
-    a->pfd = nl_calloc((size_t)size, sizeof *a->pfd);
-    a->pidx = nl_calloc((size_t)size, sizeof *a->pidx);
-    if (!a->master || !a->sum || !a->state_block || !a->pieces || !a->x || !a->pfd || !a->pidx)
+    a->pfd = nl_calloc((size_t)size + 1, sizeof *a->pfd);
+    a->pidx = nl_calloc((size_t)size + 1, sizeof *a->pidx);
+    a->bak = nl_alloc_floats(own * (size_t)(1 + nstate) + 1);
+    if (!a->master || !a->sum || !a->state_block || !a->pieces || !a->x || !a->pfd || !a->pidx ||
+        !a->bak)
         goto oom;
     if (bf16) {
         a->stage = nl_calloc(2 * n + 1, sizeof *a->stage);
@@ -132,6 +136,7 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
     for (int k = 0; k < nstate; k++)
         a->state[k] = a->state_block + (size_t)k * own;
     memcpy(a->master, params + a->lo[rank], own * sizeof(float));
+    memcpy(a->bak, a->master, own * sizeof(float));
     *out = a;
     return 0;
 oom:
@@ -259,7 +264,9 @@ static int exchange(struct nl_allreduce *a, struct nl_error *err)
         }
         if (np == 0)
             return 0;
-        int r = poll(a->pfd, (nfds_t)np, timeout);
+        if (a->cancel_fd >= 0)
+            a->pfd[np] = (struct pollfd){.fd = a->cancel_fd, .events = POLLIN};
+        int r = poll(a->pfd, (nfds_t)np + (a->cancel_fd >= 0), timeout);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
@@ -267,6 +274,8 @@ static int exchange(struct nl_allreduce *a, struct nl_error *err)
         if (r == 0)
             return nl_error_set(err, NL_ETIMEDOUT, "%s: no progress in the exchange within %d ms",
                                 m->peers[a->pidx[0]].peer, timeout);
+        if (a->cancel_fd >= 0 && (a->pfd[np].revents & (POLLIN | POLLHUP | POLLERR)))
+            return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
         for (int i = 0; i < np; i++) {
             const int k = a->pidx[i];
             struct nl_conn *c = &m->peers[k];
@@ -281,6 +290,18 @@ static int exchange(struct nl_allreduce *a, struct nl_error *err)
             }
         }
     }
+}
+
+/* The slice's state before its optimizer step `step`, for nl_allreduce_export. */
+static void keep_rollback(struct nl_allreduce *a, long step)
+{
+    const size_t own = a->hi[a->mesh->rank] - a->lo[a->mesh->rank];
+    const int nstate = nl_optim_state_arrays(a->optim);
+    memcpy(a->bak, a->master, own * sizeof(float));
+    if (nstate > 0)
+        memcpy(a->bak + own, a->state_block, (size_t)nstate * own * sizeof(float));
+    a->bak_step = a->cur_step;
+    a->cur_step = step;
 }
 
 int nl_allreduce_step(struct nl_allreduce *a, float *params, const float *grad, long step, float lr,
@@ -331,6 +352,7 @@ int nl_allreduce_step(struct nl_allreduce *a, float *params, const float *grad, 
                     a->sum[i] += f[i];
         }
     }
+    keep_rollback(a, step);
     nl_optim_step(a->optim, a->master, a->sum, a->state, own, step, lr);
 
     /* Broadcast: my updated slice to everyone; slice k from member k. */
@@ -360,4 +382,49 @@ int nl_allreduce_step(struct nl_allreduce *a, float *params, const float *grad, 
                 for (size_t i = a->lo[k]; i < a->hi[k]; i++)
                     params[i] = nl_bf16_to_float(a->stage[a->n + i]);
     return 0;
+}
+
+void nl_allreduce_bounds(size_t n, int size, int r, size_t *lo, size_t *hi)
+{
+    const size_t blocks = (n + 15) / 16;
+    size_t l = blocks * (size_t)r / (size_t)size * 16;
+    size_t h = blocks * (size_t)(r + 1) / (size_t)size * 16;
+    *lo = l < n ? l : n;
+    *hi = h < n ? h : n;
+}
+
+void nl_allreduce_set_cancel_fd(struct nl_allreduce *a, int fd)
+{
+    a->cancel_fd = fd;
+}
+
+size_t nl_allreduce_state_floats(const struct nl_allreduce *a)
+{
+    const size_t own = a->hi[a->mesh->rank] - a->lo[a->mesh->rank];
+    return own * (size_t)(1 + nl_optim_state_arrays(a->optim));
+}
+
+void nl_allreduce_import(struct nl_allreduce *a, const float *slice, long step)
+{
+    const size_t own = a->hi[a->mesh->rank] - a->lo[a->mesh->rank];
+    const int nstate = nl_optim_state_arrays(a->optim);
+    memcpy(a->master, slice, own * sizeof(float));
+    if (nstate > 0)
+        memcpy(a->state_block, slice + own, (size_t)nstate * own * sizeof(float));
+    memcpy(a->bak, slice, nl_allreduce_state_floats(a) * sizeof(float));
+    a->cur_step = a->bak_step = step;
+}
+
+long nl_allreduce_export(const struct nl_allreduce *a, int before, float *out)
+{
+    const size_t own = a->hi[a->mesh->rank] - a->lo[a->mesh->rank];
+    const int nstate = nl_optim_state_arrays(a->optim);
+    if (before) {
+        memcpy(out, a->bak, nl_allreduce_state_floats(a) * sizeof(float));
+        return a->bak_step;
+    }
+    memcpy(out, a->master, own * sizeof(float));
+    if (nstate > 0)
+        memcpy(out + own, a->state_block, (size_t)nstate * own * sizeof(float));
+    return a->cur_step;
 }

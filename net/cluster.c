@@ -23,6 +23,13 @@ static int step(void *ud, float *params, const float *grad, long n, float lr, st
     s->last_comm_seconds = nl_allreduce_exchange_seconds(s->ar);
     s->comm_seconds += s->last_comm_seconds;
     s->last_bytes = nl_mesh_bytes_sent(s->mesh) - before;
+    if (rc < 0) {
+        s->failed = 1;
+        return rc;
+    }
+    if (s->keep)
+        memcpy(s->keep, params, s->nkeep * sizeof(float));
+    s->done = n;
     return rc;
 }
 
@@ -38,4 +45,13 @@ void nl_member_sync_init(struct nl_member_sync *s, struct nl_partition *part,
     s->sync.share = share;
     s->sync.step = step;
     s->sync.ud = s;
+}
+
+void nl_member_sync_keep(struct nl_member_sync *s, float *keep, const float *params, size_t n,
+                         long done)
+{
+    s->keep = keep;
+    s->nkeep = n;
+    s->done = done;
+    memcpy(keep, params, n * sizeof(float));
 }

@@ -18,10 +18,21 @@ struct nl_member_sync {
     double comm_seconds;           /* in the allreduce, all steps so far */
     double last_comm_seconds;      /* of the last step */
     unsigned long long last_bytes; /* sent during the last step */
+    /* Recovery: a copy of the complete parameters after the last completed step (NULL: none
+     * kept), that step, and whether a step failed (the allreduce lost a peer or was called off). */
+    float *keep;
+    size_t nkeep;
+    long done;
+    int failed;
 };
 
 /* Ties the pieces together; they stay the caller's. */
 void nl_member_sync_init(struct nl_member_sync *s, struct nl_partition *part,
                          struct nl_allreduce *ar, struct nl_mesh *mesh);
+
+/* Keeps a copy of params (n floats, the caller's buffer keep) after every completed step, from
+ * `done` completed steps on. */
+void nl_member_sync_keep(struct nl_member_sync *s, float *keep, const float *params, size_t n,
+                         long done);
 
 #endif
