@@ -46,6 +46,24 @@ struct nl_worker_step {
 int nl_run_record_worker_steps(struct nl_store *s, int64_t run, const struct nl_worker_step *rows,
                                size_t n, struct nl_error *err);
 
+/* Stores a cluster run's recovery (an NL_EVENT_RECOVERY event's). */
+int nl_run_record_recovery(struct nl_store *s, int64_t run, const struct nl_recovery *r,
+                           struct nl_error *err);
+
+/* One stored recovery. */
+struct nl_run_recovery {
+    long step;
+    char host[256];
+    char what[400];
+    char action[16];
+    int restarts, workers;
+    char created[32];
+};
+
+/* A run's recoveries in order; *out freed with nl_free. */
+int nl_run_recoveries(struct nl_store *s, int64_t run, struct nl_run_recovery **out, int *count,
+                      struct nl_error *err);
+
 /* Stores a checkpoint, the run's progress and, when cp->metrics is set, the epoch's metrics in one
  * transaction; keeps the two latest checkpoints. */
 int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_checkpoint *cp,
