@@ -32,6 +32,8 @@ enum {
     OPT_RESUME,
     OPT_ON_NAN,
     OPT_CHECKPOINT_EVERY,
+    OPT_HEARTBEAT,
+    OPT_MAX_RESTARTS,
 };
 
 #define DEMO_DATA "/usr/share/datasets/fashion-mnist"
@@ -244,6 +246,8 @@ static int train_session(struct nl_store *store, const char *dataset, const char
             .port_lo = ca->port_lo,
             .port_hi = ca->port_hi,
             .bf16 = ca->bf16,
+            .heartbeat_ms = ca->heartbeat_ms,
+            .max_restarts = ca->max_restarts >= 0 ? ca->max_restarts : 3,
             .stop = &interrupted,
             .log = worker_log,
         };
@@ -637,9 +641,11 @@ int cmd_train(int argc, char **argv)
         {"resume", required_argument, NULL, OPT_RESUME},
         {"on-nan", required_argument, NULL, OPT_ON_NAN},
         {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
+        {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
+        {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
         {NULL, 0, NULL, 0},
     };
-    struct cluster_args ca = {0};
+    struct cluster_args ca = {.max_restarts = -1};
     struct train_args a;
     struct nl_error err = {0};
     const char *data = NULL, *model = NULL, *name = NULL, *init = NULL, *resume = NULL;
@@ -704,6 +710,17 @@ int cmd_train(int argc, char **argv)
             if (!parse_port_range(optarg, &ca.port_lo, &ca.port_hi))
                 return usage_error("train", "--port-range %s: want A-B, ports from 1 to 65535",
                                    optarg);
+        } else if (c == OPT_HEARTBEAT) {
+            double sec;
+            if (!parse_float(optarg, 0.1, 3600.0, &sec))
+                return usage_error("train", "--heartbeat-timeout %s: want seconds, 0.1 to 3600",
+                                   optarg);
+            ca.heartbeat_ms = (int)(sec * 1000.0 + 0.5);
+        } else if (c == OPT_MAX_RESTARTS) {
+            if (!parse_int(optarg, 0, 1000000, &v))
+                return usage_error("train", "--max-restarts %s: want a whole number from 0",
+                                   optarg);
+            ca.max_restarts = (int)v;
         } else if (c == OPT_COMPRESS) {
             if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "none") != 0)
                 return usage_error("train", "--compress %s: want bf16 or none", optarg);
@@ -747,7 +764,8 @@ int cmd_train(int argc, char **argv)
     if (ca.hosts && ca.hostfile)
         return usage_error("train", "give --hosts or --hostfile, not both");
     if (!ca.hosts && !ca.hostfile &&
-        (ca.ssh_config || ca.remote_nnlab || ca.bind || ca.accept_new || ca.port_lo || ca.bf16))
+        (ca.ssh_config || ca.remote_nnlab || ca.bind || ca.accept_new || ca.port_lo || ca.bf16 ||
+         ca.heartbeat_ms || ca.max_restarts >= 0))
         return usage_error("train", "cluster options need --hosts or --hostfile");
 #if NNLAB_HAVE_SSH
     if (ca.hosts || ca.hostfile) {

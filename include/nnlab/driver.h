@@ -50,6 +50,12 @@ struct nl_cluster_opts {
     int bf16;
     /* Set (by a signal handler) to stop the run at the next chance; may be NULL. */
     const volatile sig_atomic_t *stop;
+    /* Faults: a worker is lost when its channel ends or fails, or when nothing (not even a
+     * heartbeat) came from it for heartbeat_ms (0: 10 s); workers exit when the driver is silent
+     * that long. A lost worker is restarted on its host, up to max_restarts times per run, or
+     * dropped, and the run goes on from its last completed step (net/worker.c). */
+    int heartbeat_ms;
+    int max_restarts;
     /* Each line a worker writes to stderr; may be NULL. */
     void (*log)(void *ud, const char *host, const char *line);
     void *log_ud;

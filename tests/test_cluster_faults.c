@@ -1,0 +1,412 @@
+/* Cluster fault tolerance end to end, through the real binary and a private sshd on 127.0.0.1
+ * (tests/sshd.h): a worker killed with SIGKILL in the middle of a 2-worker and of a 3-worker run
+ * is restarted on its host and the run finishes within a point of the same run undisturbed, the
+ * recovery shown on stdout and stored in the database; with --max-restarts 0 the lost worker is
+ * dropped and the others finish; a stalled worker (SIGSTOP) is found by its missing heartbeats;
+ * a driver killed outright or stalled leaves no worker behind after the heartbeat timeout; and a
+ * cluster run killed in the middle continues with --resume on the same data order. Workers are
+ * found as descendants of the sshd this test started, never by name. */
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "nnlab/rng.h"
+#include "sshd.h"
+#include "tap.h"
+
+enum { SIDE = 12, NTRAIN = 2000, EPOCHS = 8, BATCH = 4 };
+#define HEARTBEAT "2" /* seconds */
+
+static struct sshd sd;
+static const char *bin;
+static char out[1 << 17], errtext[1 << 16];
+
+static void slurp(const char *name, char *buf, size_t size)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", sd.dir, name);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+static void one_line(char *s)
+{
+    for (char *c = s; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
+}
+
+/* The nnlab command line with the test's database; fmt gives the arguments. */
+static void command(char *cmd, size_t n, const char *name, const char *args)
+{
+    snprintf(cmd, n, "exec env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/%s.out' 2>'%s/%s.err'",
+             bin, sd.dir, args, sd.dir, name, sd.dir, name);
+}
+
+/* Runs nnlab to its end; stdout and stderr land in out and errtext. Returns the exit status. */
+static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int nnlab(const char *fmt, ...)
+{
+    char args[2048], cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    command(cmd, sizeof cmd, "run", args);
+    int st = system(cmd);
+    slurp("run.out", out, sizeof out);
+    slurp("run.err", errtext, sizeof errtext);
+    one_line(errtext);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Starts nnlab in the background (output in DIR/bg.out and bg.err); its pid. */
+static pid_t start(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static pid_t start(const char *fmt, ...)
+{
+    char args[2048], cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    command(cmd, sizeof cmd, "bg", args);
+    char path[600];
+    snprintf(path, sizeof path, "%s/bg.out", sd.dir);
+    unlink(path); /* not to be read for the new run's */
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for a background nnlab; its exit status, with out and errtext filled. */
+static int finish(pid_t pid)
+{
+    int st;
+    waitpid(pid, &st, 0);
+    slurp("bg.out", out, sizeof out);
+    slurp("bg.err", errtext, sizeof errtext);
+    one_line(errtext);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static long parent_of(long pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold anything */
+    long ppid = -1;
+    char state;
+    if (!p || sscanf(p + 1, " %c %ld", &state, &ppid) != 2 || state == 'Z')
+        return -1;
+    return ppid;
+}
+
+/* The `nnlab worker` processes under the sshd this test started: up to max pids into pids. */
+static int workers(long *pids, int max)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        char path[300], cmd[1024];
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[len] = '\0';
+        if (!(strlen(cmd) + 1 < len && strcmp(cmd + strlen(cmd) + 1, "worker") == 0))
+            continue;
+        long a = pid;
+        for (int depth = 0; depth < 16 && a > 1 && a != sd.pid; depth++)
+            a = parent_of(a);
+        if (a == sd.pid && parent_of(pid) > 0 && n < max)
+            pids[n++] = pid;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Waits up to seconds for no worker to be left. */
+static int no_workers_within(double seconds)
+{
+    long pids[8];
+    for (int i = 0; i < (int)(seconds * 10); i++) {
+        if (workers(pids, 8) == 0)
+            return 1;
+        usleep(100000);
+    }
+    return workers(pids, 8) == 0;
+}
+
+/* Waits up to seconds for the background run's stdout to hold count lines with needle, or one
+ * with other (may be NULL). */
+static int wait_for(const char *needle, int count, const char *other, double seconds)
+{
+    for (int i = 0; i < (int)(seconds * 50); i++) {
+        slurp("bg.out", out, sizeof out);
+        int k = 0;
+        for (const char *p = out; (p = strstr(p, needle)); p++)
+            k++;
+        if (k >= count || (other && strstr(out, other)))
+            return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+static double json_field(const char *text, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(text, k);
+    return p ? strtod(p + strlen(k), NULL) : NAN;
+}
+
+static double test_accuracy(void)
+{
+    const char *done = strstr(out, "\"event\":\"done\"");
+    return done ? json_field(done, "test_accuracy") : NAN;
+}
+
+/* An integer from the test's database. */
+static long long db_int(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static long long db_int(const char *fmt, ...)
+{
+    char path[600], sql[1024];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    long long v = -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    snprintf(path, sizeof path, "%s/db", sd.dir);
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            v = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return v;
+}
+
+static void write_idx(void)
+{
+    char path[600];
+    struct nl_rng r;
+    unsigned char hdr[16];
+    nl_rng_seed(&r, 7);
+    snprintf(path, sizeof path, "%s/data", sd.dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/data/train-images-idx3-ubyte", sd.dir);
+    FILE *fi = fopen(path, "wb");
+    snprintf(path, sizeof path, "%s/data/train-labels-idx1-ubyte", sd.dir);
+    FILE *fl = fopen(path, "wb");
+    const unsigned ih[4] = {0x803, NTRAIN, SIDE, SIDE}, lh[2] = {0x801, NTRAIN};
+    for (int i = 0; i < 4; i++)
+        for (int b = 0; b < 4; b++)
+            hdr[4 * i + b] = (unsigned char)(ih[i] >> (24 - 8 * b));
+    fwrite(hdr, 1, 16, fi);
+    for (int i = 0; i < 2; i++)
+        for (int b = 0; b < 4; b++)
+            hdr[4 * i + b] = (unsigned char)(lh[i] >> (24 - 8 * b));
+    fwrite(hdr, 1, 8, fl);
+    /* Four classes: a bright 4x4 square in one of four quadrants, on noise, some faint. */
+    for (int i = 0; i < NTRAIN; i++) {
+        unsigned char img[SIDE * SIDE];
+        int k = (int)nl_rng_below(&r, 4);
+        int oy = (k / 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
+        int ox = (k % 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
+        int bright = 90 + (int)nl_rng_below(&r, 100);
+        for (int p = 0; p < SIDE * SIDE; p++)
+            img[p] = (unsigned char)nl_rng_below(&r, 120);
+        for (int y = 0; y < 4; y++)
+            for (int x = 0; x < 4; x++)
+                img[(oy + y) * SIDE + ox + x] = (unsigned char)(bright + nl_rng_below(&r, 60));
+        fwrite(img, 1, sizeof img, fi);
+        fputc(k, fl);
+    }
+    fclose(fi);
+    fclose(fl);
+}
+
+static const char *train_args_for(int epochs)
+{
+    static char a[1024];
+    snprintf(a, sizeof a,
+             "train --data syn --model '%s/spec' --epochs %d --batch %d --seed 3 --lr 0.02 "
+             "--ssh-config '%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
+             sd.dir, epochs, BATCH, sd.dir);
+    return a;
+}
+
+static const char *train_args(void)
+{
+    return train_args_for(EPOCHS);
+}
+
+/* Kills one worker of a background run with sig once `after` epoch lines are out (JSON lines
+ * or text). */
+static int kill_a_worker(int after, int sig, long *victim)
+{
+    long pids[8];
+    char text[32];
+    snprintf(text, sizeof text, "epoch %d/", after);
+    if (!wait_for("\"event\":\"epoch\"", after, text, 60))
+        return 0;
+    int n = workers(pids, 8);
+    if (n == 0)
+        return 0;
+    *victim = pids[n - 1];
+    return kill((pid_t)*victim, sig) == 0;
+}
+
+int main(void)
+{
+    const char *why;
+    char path[600];
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        skip_all("NNLAB_BIN does not name the nnlab binary");
+    signal(SIGPIPE, SIG_IGN);
+    char probe[700];
+    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
+    if (system(probe) != 0)
+        skip_all("this nnlab was built without cluster mode (libssh)");
+    why = sshd_start(&sd);
+    if (why) {
+        sshd_stop(&sd);
+        skip_all("%s", why);
+    }
+    write_idx();
+    sshd_write(sd.dir, "spec", "fc1: dense 32\nrelu\nfc2: dense N\n");
+    is_int(nnlab("import syn '%s/data' --val 0.1 --test 0.2", sd.dir), 0,
+           "import a synthetic dataset");
+
+    /* Undisturbed runs on 2 and 3 workers: the accuracy to match. */
+    double base[4] = {NAN, NAN, NAN, NAN};
+    for (int n = 2; n <= 3; n++) {
+        is_int(nnlab("--json %s --hosts %s --name base%d", train_args(),
+                     n == 2 ? "node1,node2" : "node1,node2,node3", n),
+               0, "an undisturbed %d-worker run: %s", n, errtext);
+        base[n] = test_accuracy();
+        ok(base[n] > 0.5, "it learns (test accuracy %.4f)", base[n]);
+        ok(!strstr(out, "\"event\":\"recovery\""), "and reports no recovery");
+    }
+
+    /* SIGKILL one worker in the middle: restarted on its host, the run finishes. */
+    for (int n = 2; n <= 3; n++) {
+        long victim = 0;
+        pid_t pid = start("%s %s --hosts %s --name kill%d", n == 2 ? "--json" : "", train_args(),
+                          n == 2 ? "node1,node2" : "node1,node2,node3", n);
+        ok(kill_a_worker(2, SIGKILL, &victim), "%d workers: one killed after epoch 2", n);
+        is_int(finish(pid), 0, "%d workers: the run finishes: %s", n, errtext);
+        if (n == 2) {
+            like(out, "{\"event\":\"recovery\",\"host\":\"node", "the recovery is a JSON line");
+            like(out, "\"action\":\"restarted\",\"restarts\":1,\"max_restarts\":3",
+                 "the worker was restarted, the first of 3");
+            like(out, "worker died (", "saying what happened");
+            const double acc = test_accuracy();
+            ok(fabs(acc - base[n]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[n]);
+        } else {
+            like(out, ": worker died (", "the recovery is shown on its own line");
+            like(out, "; restarted (1 of 3), continuing from step ", "with what was done");
+            const char *t = strstr(out, "test accuracy ");
+            const double acc = t ? strtod(t + 14, NULL) : NAN;
+            ok(fabs(acc - base[n]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[n]);
+        }
+        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                      "'kill%d' AND action = 'restarted'",
+                      n),
+               1, "%d workers: the recovery is stored with the run", n);
+        is_int(db_int("SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = "
+                      "'kill%d'",
+                      n),
+               EPOCHS, "%d workers: every epoch is stored", n);
+        ok(no_workers_within(5), "%d workers: no worker is left", n);
+    }
+
+    /* No restarts allowed: the lost worker is dropped and the other two finish. */
+    {
+        long victim = 0;
+        pid_t pid =
+            start("--json %s --hosts node1,node2,node3 --max-restarts 0 --name drop", train_args());
+        ok(kill_a_worker(2, SIGKILL, &victim), "a worker of 3 killed");
+        is_int(finish(pid), 0, "with --max-restarts 0 the run finishes: %s", errtext);
+        like(out, "\"action\":\"dropped\"", "the worker was dropped");
+        like(out, "\"workers\":2}", "2 workers went on");
+        const double acc = test_accuracy();
+        ok(fabs(acc - base[3]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[3]);
+        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                      "'drop' AND action = 'dropped' AND workers = 2"),
+               1, "the drop is stored");
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* A stalled worker: no heartbeat, found within the timeout, ended and restarted. */
+    {
+        long victim = 0;
+        pid_t pid = start("--json %s --hosts node1,node2 --name stall", train_args());
+        ok(kill_a_worker(1, SIGSTOP, &victim), "a worker stopped with SIGSTOP");
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        like(out, "worker stalled (no heartbeat for ", "the stall is found by heartbeat");
+        like(out, "\"action\":\"restarted\"", "and the worker restarted");
+        /* It was killed on its host; were it not, nothing must be left either way. */
+        int gone = kill((pid_t)victim, 0) != 0 || parent_of(victim) < 0;
+        kill((pid_t)victim, SIGCONT);
+        kill((pid_t)victim, SIGKILL);
+        ok(gone, "the stalled worker was ended on its host");
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* The driver killed outright, or stalled: its workers exit within the heartbeat timeout. */
+    for (int round = 0; round < 2; round++) {
+        long pids[8];
+        pid_t pid =
+            start("--json %s --hosts node1,node2 --name driver%d", train_args_for(1000), round);
+        int up = wait_for("\"event\":\"epoch\"", 1, NULL, 60) && workers(pids, 8) == 2;
+        ok(up, "a long run has its 2 workers up");
+        kill(pid, round == 0 ? SIGKILL : SIGSTOP);
+        ok(no_workers_within(2.0 + 4.0), "the driver %s: no worker is left after the timeout",
+           round == 0 ? "killed" : "stalled");
+        if (round == 1)
+            kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+
+    snprintf(path, sizeof path, "%s/db", sd.dir);
+    sshd_stop(&sd);
+    return done_testing();
+}
