@@ -173,6 +173,27 @@ static void worker_log(void *ud, const char *host, const char *line)
 }
 #endif
 
+#if NNLAB_HAVE_SSH
+static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *ca)
+{
+    *co = (struct nl_cluster_opts){
+        .ssh = {.config = ca->ssh_config,
+                .accept_new = ca->accept_new,
+                .remote_nnlab = ca->remote_nnlab,
+                .version = "nnlab " NNLAB_VERSION,
+                .timeout_ms = 30000},
+        .bind = ca->bind,
+        .port_lo = ca->port_lo,
+        .port_hi = ca->port_hi,
+        .bf16 = ca->bf16,
+        .heartbeat_ms = ca->heartbeat_ms,
+        .max_restarts = ca->max_restarts >= 0 ? ca->max_restarts : 3,
+        .stop = &interrupted,
+        .log = worker_log,
+    };
+}
+#endif
+
 /* Trains model on dataset as a new run named run_name (NULL: generated), from init when given
  * and with ft's frozen layers, and reports; on the hosts of ca when it names any. */
 static int train_session(struct nl_store *store, const char *dataset, const char *model,
@@ -236,21 +257,8 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     } else {
 #if NNLAB_HAVE_SSH
         struct nl_host *hosts = NULL;
-        struct nl_cluster_opts co = {
-            .ssh = {.config = ca->ssh_config,
-                    .accept_new = ca->accept_new,
-                    .remote_nnlab = ca->remote_nnlab,
-                    .version = "nnlab " NNLAB_VERSION,
-                    .timeout_ms = 30000},
-            .bind = ca->bind,
-            .port_lo = ca->port_lo,
-            .port_hi = ca->port_hi,
-            .bf16 = ca->bf16,
-            .heartbeat_ms = ca->heartbeat_ms,
-            .max_restarts = ca->max_restarts >= 0 ? ca->max_restarts : 3,
-            .stop = &interrupted,
-            .log = worker_log,
-        };
+        struct nl_cluster_opts co;
+        cluster_opts(&co, ca);
         rc = ca->hostfile ? nl_hosts_load(ca->hostfile, &hosts, &nworkers, &err)
                           : nl_hosts_parse(ca->hosts, &hosts, &nworkers, &err);
         if (rc == 0) {
@@ -315,7 +323,7 @@ static int json_flag(const struct nl_json *root, const char *key)
 
 /* A run's training options back from its settings (as format_settings wrote them). */
 static int settings_opts(const struct nl_json *root, const char *run, struct nl_train_opts *o,
-                         long *skipped, struct nl_error *err)
+                         long *skipped, int *cluster, struct nl_error *err)
 {
     const struct nl_json *optim = nl_json_get(root, "optim");
     const struct nl_json *schedule = nl_json_get(root, "schedule");
@@ -354,19 +362,18 @@ static int settings_opts(const struct nl_json *root, const char *run, struct nl_
     o->augment.flip = json_flag(augment, "flip");
     o->augment.crop = (int)json_number(augment, "crop", 0);
     *skipped = (long)json_number(root, "skipped_batches", 0);
-    if (json_flag(root, "cluster"))
-        return nl_error_set(err, NL_EINVAL,
-                            "run '%s' trained on a cluster; resuming cluster runs is not "
-                            "supported yet (train it again, or --init %s on one machine)",
-                            run, run);
+    *cluster = json_flag(root, "cluster");
     return nl_optim_validate(&o->optim, err);
 }
 
 /* Continues the run named run_name from its latest checkpoint in its own record, with its own
- * settings but for what ra changes, and reports. */
+ * settings but for what ra changes, and reports; a cluster run on the hosts of ca (the hosts
+ * may differ from the first time: the data order does not depend on them). */
 static int resume_session(struct nl_store *store, const char *run_name,
-                          const struct resume_args *ra)
+                          const struct resume_args *ra, const struct cluster_args *ca)
 {
+    const int on_hosts = ca->hosts || ca->hostfile;
+    int cluster = 0;
     struct nl_error err = {0};
     struct nl_dataset *d = NULL;
     struct nl_model *m = NULL;
@@ -387,7 +394,14 @@ static int resume_session(struct nl_store *store, const char *run_name,
     if (rc == 0)
         rc = nl_json_parse(&doc, settings, strlen(settings), "run settings", &err);
     if (rc == 0)
-        rc = settings_opts(nl_json_root(doc), run.name, &o, &skipped, &err);
+        rc = settings_opts(nl_json_root(doc), run.name, &o, &skipped, &cluster, &err);
+    if (rc == 0 && cluster && !on_hosts)
+        rc = nl_error_set(&err, NL_EINVAL,
+                          "run '%s' trained on a cluster; give --hosts or --hostfile to resume it",
+                          run.name);
+    if (rc == 0 && !cluster && on_hosts)
+        rc = nl_error_set(&err, NL_EINVAL,
+                          "run '%s' trained on one machine; resume it without --hosts", run.name);
     nl_json_free(doc);
     nl_free(settings);
     settings = NULL;
@@ -408,10 +422,10 @@ static int resume_session(struct nl_store *store, const char *run_name,
             nl_error_set(&err, rc, "run '%s' has no checkpoint to resume from; train it again",
                          run.name);
     }
-    if (rc == 0 && nl_optim_state_arrays(&o.optim) > 0 && !cp.optim)
-        rc = nl_error_set(&err, NL_EINVAL,
-                          "run '%s': its checkpoints carry no optimizer state (a cluster run); "
-                          "resuming cluster runs is not supported yet",
+    /* A cluster run's checkpoints from before they carried the optimizer state resume with a
+     * fresh one. */
+    if (rc == 0 && nl_optim_state_arrays(&o.optim) > 0 && !cp.optim && !cluster)
+        rc = nl_error_set(&err, NL_EINVAL, "run '%s': its checkpoints carry no optimizer state",
                           run.name);
     if (rc == 0)
         rc = nl_dataset_load(store, run.dataset, &d, &err);
@@ -436,7 +450,7 @@ static int resume_session(struct nl_store *store, const char *run_name,
         double loss;
         rc = nl_evaluate(m, d, NL_VAL, o.threads, &loss, &watched[cp.epoch - 1], &err);
     }
-    if (rc == 0 && !(settings = format_settings(&o, m, d->shape, d->nclasses, 0, skipped)))
+    if (rc == 0 && !(settings = format_settings(&o, m, d->shape, d->nclasses, cluster, skipped)))
         rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
     if (rc == 0)
         rc = nl_run_reopen(store, run.id, settings, &err);
@@ -462,7 +476,30 @@ static int resume_session(struct nl_store *store, const char *run_name,
     o.resume = &r;
     struct progress p = {.store = store, .run_id = run.id, .tty = isatty(STDOUT_FILENO)};
     struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
-    rc = nl_train(m, d, &o, &hooks, &res, &err);
+    struct nl_worker_metrics *stats = NULL;
+    struct nl_host *hosts = NULL;
+    int nworkers = 0;
+    if (!cluster) {
+        rc = nl_train(m, d, &o, &hooks, &res, &err);
+    } else {
+#if NNLAB_HAVE_SSH
+        struct nl_cluster_opts co;
+        cluster_opts(&co, ca);
+        rc = ca->hostfile ? nl_hosts_load(ca->hostfile, &hosts, &nworkers, &err)
+                          : nl_hosts_parse(ca->hosts, &hosts, &nworkers, &err);
+        if (rc == 0) {
+            stats = nl_calloc((size_t)nworkers, sizeof *stats);
+            rc = stats ? nl_cluster_train(hosts, nworkers, &co, m, d, &o, &hooks, &res, stats, &err)
+                       : nl_error_set(&err, NL_ENOMEM, "out of memory");
+        }
+#else
+        rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
+#endif
+    }
+    if (progress_flush(&p) < 0 && rc == 0) {
+        rc = NL_EDB;
+        p.failed = 1;
+    }
     nl_free(p.steps);
     if (p.failed)
         err = p.err;
@@ -470,7 +507,7 @@ static int resume_session(struct nl_store *store, const char *run_name,
         fputc('\n', stdout);
     struct nl_error ferr = {0};
     if (res.skipped_batches > 0)
-        record_skipped(store, run.id, &o, m, d->shape, d->nclasses, 0,
+        record_skipped(store, run.id, &o, m, d->shape, d->nclasses, cluster,
                        skipped + res.skipped_batches);
     nl_run_finish(store, run.id,
                   rc == 0              ? "done"
@@ -481,9 +518,14 @@ static int resume_session(struct nl_store *store, const char *run_name,
     nl_free(cp.optim);
     nl_model_free(m);
     nl_dataset_free(d);
-    if (rc < 0)
+    if (rc < 0) {
+        nl_free(stats);
+        nl_free(hosts);
         return fail(&err);
-    print_done(run.name, &res, NULL, 0);
+    }
+    print_done(run.name, &res, stats, nworkers);
+    nl_free(stats);
+    nl_free(hosts);
     return EXIT_OK;
 }
 
@@ -661,7 +703,8 @@ int cmd_train(int argc, char **argv)
         if (c == 'e')
             ra.epochs = 0; /* given: set below */
         else if (c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY && c != '?' &&
-                 !setting && li >= 0)
+                 !(c >= OPT_HOSTS && c <= OPT_BIND) && c != OPT_HEARTBEAT &&
+                 c != OPT_MAX_RESTARTS && !setting && li >= 0)
             setting = opts[li].name;
         li = -1;
         if (c == OPT_RESUME) {
@@ -733,13 +776,11 @@ int cmd_train(int argc, char **argv)
     }
     if (optind < argc)
         return usage_error("train", "unexpected argument '%s'", argv[optind]);
-    if (resume && (ca.hosts || ca.hostfile))
-        return usage_error("train", "--resume continues a run on this machine; resuming cluster "
-                                    "runs is not supported yet");
     if (resume && setting)
         return usage_error("train",
                            "--resume RUN takes the run's own settings; --%s does not go with it "
-                           "(only --epochs, --on-nan and --checkpoint-every do)",
+                           "(only --epochs, --on-nan, --checkpoint-every and the cluster options "
+                           "do)",
                            setting);
     if (resume) {
         if (ra.epochs == 0)
@@ -747,16 +788,15 @@ int cmd_train(int argc, char **argv)
         struct nl_store *store;
         if (open_store(&store, &err) < 0)
             return fail(&err);
-        rc = resume_session(store, resume, &ra);
+        rc = resume_session(store, resume, &ra, &ca);
         nl_store_close(store);
         return rc;
     }
     if (!data || !model)
         return usage_error("train", "needs --data NAME and --model SPEC (or --resume RUN)");
-    if ((ca.hosts || ca.hostfile) && (a.o.on_nan != NL_ON_NAN_STOP || a.o.checkpoint_every > 0))
-        return usage_error("train", "--on-nan skip-batch and --checkpoint-every run on one machine "
-                                    "only; a cluster run stops on a non-finite loss and "
-                                    "checkpoints after every epoch");
+    if ((ca.hosts || ca.hostfile) && a.o.on_nan != NL_ON_NAN_STOP)
+        return usage_error("train", "--on-nan skip-batch runs on one machine only; a cluster run "
+                                    "stops on a non-finite loss");
     if (init_partial && !init)
         return usage_error("train", "--init-partial needs --init FILE|RUN");
     if (ft.replace_head && !init)

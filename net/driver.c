@@ -199,6 +199,20 @@ struct peer {
     float *fault_params;
     unsigned char *fault_state;
     uint32_t fault_state_len;
+    /* A frame read but not handled yet (a checkpoint's piece for a later step). */
+    int held;
+    uint32_t held_type, held_len;
+};
+
+/* A checkpoint being put together from the members' pieces: each member's slice of the master
+ * weights and optimizer state (STATE), and within an epoch rank 0's parameters (PARAMS; at an
+ * epoch's end its WEIGHTS). One at a time: a piece of a later step waits in its channel. */
+struct ckpt {
+    long step;     /* -1: none */
+    int count;     /* members whose slice came */
+    int params;    /* the parameters came */
+    float *state;  /* (nstate x ntrainable) */
+    float *values; /* (nparams) */
 };
 
 struct run {
@@ -232,6 +246,7 @@ struct run {
     float *master;     /* (ntrainable) the fp32 master weights after the start step */
     float *state;      /* (nstate x ntrainable) the optimizer state after it */
     float *ckpt_state; /* (nstate x ntrainable) of the latest checkpoint; zeros before one */
+    struct ckpt cp;
 };
 
 static int fault_complete(const struct peer *p)
@@ -504,11 +519,18 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
          * (net/partition.c); the generator stored is seeded from them. */
         struct nl_rng rng;
         nl_rng_seed(&rng, o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch);
+        /* The optimizer state, when every member's slice of it came for this step. */
+        const size_t sfloats = (size_t)run->nstate * m->ntrainable;
+        const int have = run->nstate > 0 && run->cp.step == steps_done && run->cp.count == run->n;
+        if (have)
+            memcpy(run->ckpt_state, run->cp.state, sfloats * sizeof(float));
         struct nl_checkpoint cp = {
             .epoch = epoch,
             .iteration = steps_done,
             .params = m->params,
             .nparams = m->nparams,
+            .optim_state = have ? run->cp.state : NULL,
+            .optim_floats = have ? sfloats : 0,
             .rng = &rng,
             .metrics = &ev,
         };
@@ -516,6 +538,8 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
         if (rc < 0)
             return rc;
     }
+    if (run->cp.step == steps_done)
+        run->cp.step = -1;
     if (hooks && hooks->event && hooks->event(hooks->ud, &ev))
         return nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
     es->samples = es->correct = 0;
@@ -596,6 +620,89 @@ static void end_worker(struct peer *p)
     }
 }
 
+#define HOLD 2 /* handle_frame(): the frame waits until the checkpoint in progress is written */
+
+static int slice_header(const unsigned char *b, uint64_t h[5])
+{
+    for (int k = 0; k < 5; k++) {
+        h[k] = 0;
+        for (int j = 0; j < 8; j++)
+            h[k] |= (uint64_t)b[8 * k + j] << (8 * j);
+    }
+    return 0;
+}
+
+/* Within an epoch the checkpoint is written once its pieces are in; at an epoch's end, by
+ * end_epoch with the epoch's metrics. */
+static int mid_checkpoint(struct run *run, struct nl_error *err)
+{
+    struct ckpt *c = &run->cp;
+    if (c->step % run->iters == 0 || !c->params || (run->nstate > 0 && c->count < run->n))
+        return 0;
+    const size_t sfloats = (size_t)run->nstate * run->m->ntrainable;
+    memcpy(run->ckpt_state, c->state, sfloats * sizeof(float));
+    if (run->hooks && run->hooks->checkpoint) {
+        const int epoch = (int)(c->step / run->iters);
+        struct nl_rng rng;
+        nl_rng_seed(&rng, run->o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)(epoch + 1));
+        struct nl_checkpoint cp = {
+            .epoch = epoch,
+            .iteration = c->step,
+            .params = c->values,
+            .nparams = run->m->nparams,
+            .optim_state = run->nstate > 0 ? c->state : NULL,
+            .optim_floats = sfloats,
+            .rng = &rng,
+        };
+        beat(run, NULL);
+        int rc = run->hooks->checkpoint(run->hooks->ud, &cp, err);
+        beat(run, NULL);
+        if (rc < 0)
+            return rc;
+    }
+    c->step = -1;
+    return 0;
+}
+
+/* A member's piece of the checkpoint after its latest reported step. */
+static int checkpoint_piece(struct run *run, int i, uint32_t type, const unsigned char *pl,
+                            uint32_t len, struct nl_error *err)
+{
+    struct peer *p = &run->p[i];
+    struct ckpt *c = &run->cp;
+    const size_t nt = run->m->ntrainable;
+    const long step = p->next_step; /* pieces follow the step's METRIC */
+
+    if (c->step >= 0 && c->step != step)
+        return HOLD;
+    if (c->step < 0) {
+        c->step = step;
+        c->count = c->params = 0;
+    }
+    if (type == NL_FRAME_PARAMS) {
+        if (len != run->m->nparams * sizeof(float))
+            return nl_error_set(err, NL_EFORMAT, "%s: a checkpoint's parameters of %u bytes",
+                                p->r.host, len);
+        memcpy(c->values, pl, len);
+        c->params = 1;
+        return mid_checkpoint(run, err);
+    }
+    uint64_t h[5];
+    if (len < NL_STATE_HEADER)
+        return nl_error_set(err, NL_EFORMAT, "%s: a malformed optimizer state", p->r.host);
+    slice_header(pl, h);
+    const size_t lo = (size_t)h[0], hi = (size_t)h[1], own = hi - lo;
+    if (lo > hi || hi > nt || h[2] != 1 || (long)h[3] != step ||
+        len != NL_STATE_HEADER + own * (size_t)(1 + run->nstate) * sizeof(float))
+        return nl_error_set(err, NL_EFORMAT, "%s: a malformed optimizer state for step %ld",
+                            p->r.host, step);
+    const float *f = (const float *)(const void *)(pl + NL_STATE_HEADER);
+    for (int k = 0; k < run->nstate; k++)
+        memcpy(c->state + (size_t)k * nt + lo, f + own * (size_t)(1 + k), own * sizeof(float));
+    c->count++;
+    return mid_checkpoint(run, err);
+}
+
 /* One frame from member i. */
 static int handle_frame(struct run *run, int i, uint32_t type, const unsigned char *pl,
                         uint32_t len, struct nl_error *err)
@@ -647,6 +754,8 @@ static int handle_frame(struct run *run, int i, uint32_t type, const unsigned ch
         p->fault_done = strtol(text, &end, 10);
         p->faulted = 1;
         snprintf(p->fault_msg, sizeof p->fault_msg, "%s", *end == ' ' ? end + 1 : end);
+    } else if ((type == NL_FRAME_STATE || (type == NL_FRAME_PARAMS && i == 0)) && !p->faulted) {
+        return checkpoint_piece(run, i, type, pl, len, err);
     } else if (type == NL_FRAME_PARAMS && p->faulted && len == pbytes) {
         if (!p->fault_params && !(p->fault_params = nl_alloc_floats(run->m->nparams)))
             return nl_error_set(err, NL_ENOMEM, "out of memory for %s's parameters", p->r.host);
@@ -679,7 +788,19 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
             p->last_frame = now(); /* not read now: its silence says nothing */
             return progressed;
         }
-        int got = pump(run, p, &type, &pl, &len, err);
+        int got;
+        if (p->held) {
+            if (recovering) {
+                p->held = 0; /* a checkpoint that will not be written */
+                continue;
+            }
+            type = p->held_type;
+            len = p->held_len;
+            pl = p->buf + NL_WIRE_HEADER;
+            got = 1;
+        } else {
+            got = pump(run, p, &type, &pl, &len, err);
+        }
         if (got == NL_ENET) {
             mark_dead(p, "host lost (%s during step %ld)", err->msg, p->next_step + 1);
             return progressed;
@@ -704,10 +825,21 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
             }
             return progressed;
         }
-        progressed = 1;
-        int rc = handle_frame(run, i, type, pl, len, err);
+        int rc;
+        if (recovering && !p->faulted && (type == NL_FRAME_STATE || type == NL_FRAME_PARAMS))
+            rc = 0; /* a checkpoint's piece: no checkpoint is made while recovering */
+        else
+            rc = handle_frame(run, i, type, pl, len, err);
         if (rc < 0)
             return rc;
+        p->held = rc == HOLD;
+        if (p->held) {
+            p->held_type = type;
+            p->held_len = len;
+            p->last_frame = now();
+            return progressed;
+        }
+        progressed = 1;
         if (p->done)
             return progressed; /* it ends its channel now */
     }
@@ -727,6 +859,10 @@ static int emit(struct run *run, long force_to, struct nl_error *err)
         const long ne = run->next_emit;
         if (ne > 0 && ne % iters == 0 && ne / iters > run->epochs_done) {
             if (run->pending_epoch == 0)
+                break;
+            /* The checkpoint's optimizer state: every member's slice (lost when forced). */
+            if (run->nstate > 0 && !(run->cp.step == ne && run->cp.count == run->n) &&
+                ne >= force_to)
                 break;
             beat(run, NULL);
             rc = end_epoch(run, run->m, run->d, o, run->hooks, run->res, run->weights, run->step_w,
@@ -1074,6 +1210,16 @@ static int recover(struct run *run, struct nl_error *err)
         memcpy(run->weights, run->params, m->nparams * sizeof(float));
         run->pending_epoch = 1;
     }
+    /* A checkpoint in the making keeps its pieces only for the next epoch's end; at R the
+     * state is the one just gathered. */
+    if (run->cp.step >= 0 && !(run->cp.step == (long)(run->epochs_done + 1) * run->iters &&
+                               run->cp.step < R && run->cp.count == run->n))
+        run->cp.step = -1;
+    if (R % run->iters == 0 && run->nstate > 0 && run->cp.step < 0) {
+        memcpy(run->cp.state, run->state, (size_t)run->nstate * nt * sizeof(float));
+        run->cp.step = R;
+        run->cp.count = run->n;
+    }
     rc = emit(run, R, err);
     if (rc < 0)
         return rc;
@@ -1084,6 +1230,9 @@ static int recover(struct run *run, struct nl_error *err)
                             R, run->epochs_done + 1, run->p[first_dead].r.host);
     for (int k = 0; k < WINDOW; k++)
         run->slots[k].step = -1;
+    run->cp.step = -1;
+    for (int i = 0; i < run->n; i++)
+        run->p[i].held = 0;
 
     /* Restart or drop. */
     struct nl_recovery rec[64];
@@ -1200,6 +1349,15 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
                             "gradient clipping runs on one machine only; drop --clip-value and "
                             "--clip-norm for a cluster run");
     run.iters = (ntrain + o->batch - 1) / o->batch;
+    if (o->resume &&
+        (o->resume->epoch < 0 || o->resume->epoch > o->epochs ||
+         o->resume->iteration < (long)o->resume->epoch * run.iters ||
+         o->resume->iteration >= (long)(o->resume->epoch + 1) * run.iters ||
+         (o->resume->epoch == o->epochs && o->resume->iteration != (long)o->epochs * run.iters)))
+        return nl_error_set(err, NL_EFORMAT,
+                            "the checkpoint (epoch %d, step %ld) does not fit a run of %d epochs "
+                            "of %ld steps",
+                            o->resume->epoch, o->resume->iteration, o->epochs, run.iters);
     run.timeout = co->ssh.timeout_ms > 0 ? co->ssh.timeout_ms : 30000;
     run.hb_ms = co->heartbeat_ms > 0 ? co->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
     run.nstate = nl_optim_state_arrays(&o->optim);
@@ -1211,6 +1369,9 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     run.master = nl_alloc_floats(nt + 1);
     run.state = nl_alloc_floats(sfloats + 1);
     run.ckpt_state = nl_alloc_floats(sfloats + 1);
+    run.cp.state = nl_alloc_floats(sfloats + 1);
+    run.cp.values = nl_alloc_floats(m->nparams + 1);
+    run.cp.step = -1;
     run.step_w = nl_calloc((size_t)n, sizeof *run.step_w);
     run.slot_metrics = nl_calloc((size_t)WINDOW * (size_t)n, sizeof *run.slot_metrics);
     /* The largest frame a worker sends: its parameters, or two copies of its slice's state. */
@@ -1232,7 +1393,8 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
         strcat(run.frozen, m->layers[i].name);
     }
     if (!run.p || !run.members || !run.weights || !run.params || !run.master || !run.state ||
-        !run.ckpt_state || !run.step_w || !run.slot_metrics || !run.frozen) {
+        !run.ckpt_state || !run.cp.state || !run.cp.values || !run.step_w || !run.slot_metrics ||
+        !run.frozen) {
         rc = nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
         goto out;
     }
@@ -1273,10 +1435,23 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
             goto out;
     }
 
-    /* Every member starts from the driver's weights (initialised, or loaded by --init). */
+    /* Every member starts from the driver's weights (initialised, or loaded by --init, or a
+     * checkpoint's with its optimizer state when resuming). */
     memcpy(run.params, m->params, pbytes);
     memcpy(run.master, m->params, nt * sizeof(float));
-    rc = setup_generation(&run, 0, 0, err);
+    long start = 0;
+    if (o->resume) {
+        const struct nl_resume *r = o->resume;
+        start = r->iteration;
+        if (r->optim_state && r->optim_floats == sfloats) {
+            memcpy(run.state, r->optim_state, sfloats * sizeof(float));
+            memcpy(run.ckpt_state, r->optim_state, sfloats * sizeof(float));
+        }
+        run.next_emit = start;
+        run.epochs_done = r->epoch;
+        res->epochs = r->epoch;
+    }
+    rc = setup_generation(&run, start, o->resume != NULL, err);
     while (rc == 0) {
         rc = follow(&run, err);
         if (rc == FAULTED)
@@ -1340,6 +1515,8 @@ out:
     nl_free(run.master);
     nl_free(run.state);
     nl_free(run.ckpt_state);
+    nl_free(run.cp.state);
+    nl_free(run.cp.values);
     nl_free(run.step_w);
     nl_free(run.slot_metrics);
     nl_free(run.frozen);

@@ -27,8 +27,8 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
             (double)op->beta1, (double)op->beta2, (double)op->eps, (double)op->alpha, schedule,
             (double)s->o.schedule.warmup_epochs, s->bf16);
     fprintf(f, "timeout %d\naugment %d %d\n", s->timeout_ms, s->o.augment.flip, s->o.augment.crop);
-    fprintf(f, "generation %d\nstart %ld\nstate %d\nheartbeat %d\n", s->generation, s->start,
-            s->has_state, s->heartbeat_ms);
+    fprintf(f, "generation %d\nstart %ld\nstate %d\nheartbeat %d\ncheckpoint_every %ld\n",
+            s->generation, s->start, s->has_state, s->heartbeat_ms, s->o.checkpoint_every);
     /* One frozen layer a line: names are identifiers, and lines are short. */
     for (const char *name = s->frozen; name && *name;) {
         size_t l = strcspn(name, ",");
@@ -167,6 +167,8 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
             s->start = strtol(a, NULL, 10);
         } else if (strcmp(key, "state") == 0) {
             s->has_state = atoi(a);
+        } else if (strcmp(key, "checkpoint_every") == 0) {
+            s->o.checkpoint_every = strtol(a, NULL, 10);
         } else if (strcmp(key, "heartbeat") == 0) {
             s->heartbeat_ms = atoi(a);
         } else if (strcmp(key, "ntrain") == 0) {

@@ -297,11 +297,32 @@ static void cache_store(const char *hash, const unsigned char *buf, size_t size)
         unlink(tmp);
 }
 
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
 struct worker_hook {
     struct link *l;
     struct nl_member_sync *ms;
     const struct nl_model *m;
     int rank;
+    /* Checkpoints: at every epoch's end and every `every` steps (0: epochs only), each member
+     * sends its slice's state (when the optimizer keeps any), rank 0 within an epoch its
+     * parameters (at an epoch's end its WEIGHTS follow anyway). */
+    long every, iters;
+    int nstate;
+    size_t lo, hi, nslice;
+    unsigned char *state; /* NL_STATE_HEADER + nslice floats */
     long prev_samples, prev_correct;
     double last;
     struct nl_error err;
@@ -333,6 +354,25 @@ static int on_event(void *ud, const struct nl_event *ev)
         h->prev_correct = correct_so_far;
         nl_metric_encode(buf, &m);
         if (link_send(h->l, NL_FRAME_METRIC, buf, sizeof buf, &h->err) < 0) {
+            h->failed = 1;
+            return 1;
+        }
+        const long step = (long)(ev->epoch - 1) * h->iters + ev->iter;
+        if (step % h->iters != 0 && !(h->every > 0 && step % h->every == 0))
+            return 0;
+        int rc = 0;
+        if (h->nstate > 0) {
+            const uint64_t head[5] = {h->lo, h->hi, 1, (uint64_t)step, 0};
+            for (int k = 0; k < 5; k++)
+                put_u64(h->state + 8 * k, head[k]);
+            nl_allreduce_export(h->ms->ar, 0, (float *)(void *)(h->state + NL_STATE_HEADER));
+            rc = link_send(h->l, NL_FRAME_STATE, h->state,
+                           (uint32_t)(NL_STATE_HEADER + h->nslice * sizeof(float)), &h->err);
+        }
+        if (rc == 0 && h->rank == 0 && step % h->iters != 0)
+            rc = link_send(h->l, NL_FRAME_PARAMS, h->m->params,
+                           (uint32_t)(h->m->nparams * sizeof(float)), &h->err);
+        if (rc < 0) {
             h->failed = 1;
             return 1;
         }
@@ -374,20 +414,6 @@ struct carry {
     unsigned char *data;
     char hash[65];
 };
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* The secret of generation g's mesh: SHA-256 of the run secret and g. */
 static void generation_secret(unsigned char out[32], const unsigned char secret[32], int g)
@@ -487,7 +513,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     struct nl_train_opts o = s->o;
     struct nl_train_result res;
     float *init = NULL, *slice = NULL, *keep = NULL, *copies = NULL;
-    unsigned char *st = NULL;
+    unsigned char *st = NULL, *ckpt = NULL;
     size_t lo = 0, hi = 0, nslice = 0;
     uint32_t type, len;
     int rc, fault = 0;
@@ -516,7 +542,8 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         slice = nl_alloc_floats(nslice + 1);
         copies = nl_alloc_floats(2 * nslice + 1);
         keep = nl_alloc_floats(m->nparams + 1);
-        if (!slice || !copies || !keep)
+        ckpt = nl_malloc(NL_STATE_HEADER + nslice * sizeof(float));
+        if (!slice || !copies || !keep || !ckpt)
             rc = nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
     }
     if (rc == 0 && s->has_state) {
@@ -586,7 +613,20 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         o.sync = &ms.sync;
         struct nl_resume r = {.epoch = (int)(s->start / ms.sync.iters), .iteration = s->start};
         o.resume = s->start > 0 ? &r : NULL;
-        struct worker_hook h = {.l = l, .ms = &ms, .m = m, .rank = s->rank, .last = now()};
+        struct worker_hook h = {
+            .l = l,
+            .ms = &ms,
+            .m = m,
+            .rank = s->rank,
+            .every = s->o.checkpoint_every,
+            .iters = ms.sync.iters,
+            .nstate = nstate,
+            .lo = lo,
+            .hi = hi,
+            .nslice = nslice,
+            .state = ckpt,
+            .last = now(),
+        };
         struct nl_train_hooks hooks = {on_event, NULL, &h};
         rc = nl_train(m, d, &o, &hooks, &res, err);
         if (h.failed)
@@ -620,6 +660,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     nl_free(copies);
     nl_free(keep);
     nl_free(st);
+    nl_free(ckpt);
     return rc;
 }
 

@@ -197,6 +197,15 @@ static double test_accuracy(void)
     return done ? json_field(done, "test_accuracy") : NAN;
 }
 
+/* The train_loss of the last epoch line in out. */
+static double last_loss(void)
+{
+    const char *last = NULL;
+    for (const char *p = out; (p = strstr(p, "\"event\":\"epoch\"")); p++)
+        last = p;
+    return last ? json_field(last, "train_loss") : NAN;
+}
+
 /* An integer from the test's database. */
 static long long db_int(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static long long db_int(const char *fmt, ...)
@@ -295,7 +304,6 @@ static int kill_a_worker(int after, int sig, long *victim)
 int main(void)
 {
     const char *why;
-    char path[600];
 
     bin = getenv("NNLAB_BIN");
     if (!bin || access(bin, X_OK) != 0)
@@ -316,12 +324,14 @@ int main(void)
            "import a synthetic dataset");
 
     /* Undisturbed runs on 2 and 3 workers: the accuracy to match. */
-    double base[4] = {NAN, NAN, NAN, NAN};
+    double base[4] = {NAN, NAN, NAN, NAN}, base_loss = NAN;
     for (int n = 2; n <= 3; n++) {
         is_int(nnlab("--json %s --hosts %s --name base%d", train_args(),
                      n == 2 ? "node1,node2" : "node1,node2,node3", n),
                0, "an undisturbed %d-worker run: %s", n, errtext);
         base[n] = test_accuracy();
+        if (n == 2)
+            base_loss = last_loss();
         ok(base[n] > 0.5, "it learns (test accuracy %.4f)", base[n]);
         ok(!strstr(out, "\"event\":\"recovery\""), "and reports no recovery");
     }
@@ -406,7 +416,37 @@ int main(void)
         waitpid(pid, NULL, 0);
     }
 
-    snprintf(path, sizeof path, "%s/db", sd.dir);
+    /* A cluster run whose driver is killed in the middle resumes from its latest checkpoint,
+     * optimizer state included, on the same data order: it ends as the undisturbed run. */
+    {
+        pid_t pid = start("--json %s --hosts node1,node2 --checkpoint-every 100 --name resumed",
+                          train_args());
+        ok(wait_for("\"event\":\"epoch\"", 3, NULL, 60), "a run to be resumed is past epoch 3");
+        usleep(150000);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        ok(no_workers_within(6), "its driver killed, no worker is left");
+        ok(db_int("SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE name = "
+                  "'resumed' AND optim IS NOT NULL") > 0,
+           "its checkpoints hold the optimizer state");
+        is_int(nnlab("--json train --resume resumed --hosts node1,node2 --ssh-config "
+                     "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
+                     sd.dir),
+               0, "--resume continues it on the cluster: %s", errtext);
+        const double acc = test_accuracy(), loss = last_loss();
+        ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
+        ok(fabs(loss - base_loss) <= 1e-5 + 1e-3 * fabs(base_loss),
+           "the last epoch's loss %.6g is the undisturbed run's %.6g: the same data order", loss,
+           base_loss);
+        is_int(db_int("SELECT epochs_done FROM runs WHERE name = 'resumed'"), EPOCHS,
+               "the run is done with its %d epochs", EPOCHS);
+        is_int(nnlab("--json train --resume resumed --epochs %d --ssh-config '%s/ssh_config'",
+                     EPOCHS + 1, sd.dir),
+               1, "resuming a cluster run without hosts is refused");
+        like(errtext, "give --hosts or --hostfile", "saying why: %s", errtext);
+        ok(no_workers_within(5), "no worker is left");
+    }
+
     sshd_stop(&sd);
     return done_testing();
 }

@@ -62,9 +62,11 @@ struct nl_cluster_opts {
 };
 
 /* Trains m on d's train split on the hosts (one worker each, in order; ranks follow the list),
- * with o's options (o->threads is ignored: each host's cores count). m's parameters as
- * initialised from o->seed are what the workers start from. Events and checkpoints go through
- * hooks as for nl_train; validation and test run here on the driver. stats (n) gets each
+ * with o's options (o->threads is ignored: each host's cores count). With o->resume, m holds
+ * the checkpoint's parameters and the members start after its step with its optimizer state
+ * (zeros when it has none). Checkpoints carry the optimizer state, gathered from the members. m's
+ * parameters as initialised from o->seed are what the workers start from. Events and checkpoints go
+ * through hooks as for nl_train; validation and test run here on the driver. stats (n) gets each
  * worker's totals. */
 int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster_opts *co,
                      struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,
