@@ -888,6 +888,65 @@ int cmd_demo(int argc, char **argv)
     return rc;
 }
 
+/* `nnlab runs RUN`: one run's record and what its cluster did about lost workers. */
+static int show_run(struct nl_store *store, const char *name)
+{
+    struct nl_error err = {0};
+    struct nl_run_info r;
+    struct nl_run_recovery *rec = NULL;
+    int n = 0;
+    int rc = nl_run_get(store, name, &r, NULL, NULL, &err);
+    if (rc == NL_ENOENT)
+        nl_error_set(&err, rc, "no run named '%s' (see nnlab runs)", name);
+    if (rc == 0)
+        rc = nl_run_recoveries(store, r.id, &rec, &n, &err);
+    if (rc < 0)
+        return fail(&err);
+    if (g.json) {
+        printf("{\"name\":");
+        json_str(stdout, r.name);
+        printf(",\"dataset\":");
+        json_str(stdout, r.dataset);
+        printf(",\"model\":");
+        json_str(stdout, r.model);
+        printf(",\"status\":");
+        json_str(stdout, r.status);
+        printf(",\"epochs\":%d,\"val_accuracy\":", r.epochs_done);
+        json_num(stdout, r.val_accuracy);
+        printf(",\"test_accuracy\":");
+        json_num(stdout, r.test_accuracy);
+        printf(",\"recoveries\":[");
+        for (int i = 0; i < n; i++) {
+            printf("%s{\"step\":%ld,\"host\":", i ? "," : "", rec[i].step);
+            json_str(stdout, rec[i].host);
+            printf(",\"what\":");
+            json_str(stdout, rec[i].what);
+            printf(",\"action\":");
+            json_str(stdout, rec[i].action);
+            printf(",\"restarts\":%d,\"workers\":%d,\"time\":", rec[i].restarts, rec[i].workers);
+            json_str(stdout, rec[i].created);
+            printf("}");
+        }
+        printf("]}\n");
+    } else {
+        printf("run '%s': %s on %s, %s, %d epochs", r.name, r.model, r.dataset, r.status,
+               r.epochs_done);
+        if (isfinite(r.val_accuracy))
+            printf(", val_acc %.4f", r.val_accuracy);
+        if (isfinite(r.test_accuracy))
+            printf(", test_acc %.4f", r.test_accuracy);
+        printf("\n");
+        if (n == 0)
+            printf("no worker was lost\n");
+        for (int i = 0; i < n; i++)
+            printf("%s  %s: %s; %s, continued from step %ld on %d worker%s\n", rec[i].created,
+                   rec[i].host, rec[i].what, rec[i].action, rec[i].step, rec[i].workers,
+                   rec[i].workers == 1 ? "" : "s");
+    }
+    nl_free(rec);
+    return EXIT_OK;
+}
+
 int cmd_runs(int argc, char **argv)
 {
     struct nl_error err = {0};
@@ -895,10 +954,15 @@ int cmd_runs(int argc, char **argv)
     struct nl_run_info *list;
     int n;
 
-    if (argc > 1)
-        return usage_error("runs", "takes no arguments");
+    if (argc > 2)
+        return usage_error("runs", "takes at most one RUN");
     if (open_store(&store, &err) < 0)
         return fail(&err);
+    if (argc == 2) {
+        int rc = show_run(store, argv[1]);
+        nl_store_close(store);
+        return rc;
+    }
     int rc = nl_run_list(store, &list, &n, &err);
     nl_store_close(store);
     if (rc < 0)

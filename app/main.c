@@ -94,7 +94,10 @@ static const struct command commands[] = {
      "      --resume RUN      also continues a cluster run (give --hosts again)\n"
 #endif
     },
-    {"runs", cmd_runs, "", "list training runs with their settings and results", NULL},
+    {"runs", cmd_runs, "[RUN]",
+     "list training runs with their settings and results; with RUN, that run and the workers its "
+     "cluster lost",
+     NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
      "evaluate a run's latest checkpoint, or a weights file, on a dataset split",
      "      --data NAME     dataset (default: the run's own; needed with a file)\n"

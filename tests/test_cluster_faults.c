@@ -366,7 +366,14 @@ int main(void)
                       n),
                EPOCHS, "%d workers: every epoch is stored", n);
         ok(no_workers_within(5), "%d workers: no worker is left", n);
+        is_int(nnlab("runs kill%d", n), 0, "nnlab runs kill%d", n);
+        like(out, "worker died (", "lists the recovery: %s", out);
+        like(out, "restarted, continued from step ", "with what was done");
     }
+    is_int(nnlab("--json runs kill2"), 0, "nnlab --json runs kill2");
+    like(out, "\"recoveries\":[{\"step\":", "lists the recoveries as JSON");
+    is_int(nnlab("runs base2"), 0, "nnlab runs base2");
+    like(out, "no worker was lost", "says when nothing happened");
 
     /* No restarts allowed: the lost worker is dropped and the other two finish. */
     {
