@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,6 +388,58 @@ static void beat(struct run *run, const struct peer *except)
     }
 }
 
+/* Heartbeats from a thread while the driver validates or writes a checkpoint (which touch no
+ * channel), however long that takes. */
+struct keepalive {
+    struct run *run;
+    pthread_t t;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, started;
+};
+
+static void *keepalive_main(void *arg)
+{
+    struct keepalive *k = arg;
+    pthread_mutex_lock(&k->mu);
+    while (!k->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        const long ns = ts.tv_nsec + (long)k->run->hb_ms * 250000L / 2; /* an eighth */
+        ts.tv_sec += ns / 1000000000L;
+        ts.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+        if (!k->stop)
+            beat(k->run, NULL);
+    }
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
+}
+
+static void keepalive_start(struct keepalive *k, struct run *run)
+{
+    memset(k, 0, sizeof *k);
+    k->run = run;
+    beat(run, NULL);
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv, NULL);
+    k->started = pthread_create(&k->t, NULL, keepalive_main, k) == 0;
+}
+
+static void keepalive_stop(struct keepalive *k)
+{
+    if (k->started) {
+        pthread_mutex_lock(&k->mu);
+        k->stop = 1;
+        pthread_cond_signal(&k->cv);
+        pthread_mutex_unlock(&k->mu);
+        pthread_join(k->t, NULL);
+    }
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+    beat(k->run, NULL);
+}
+
 /* Waits up to timeout_ms for p's next frame; the others keep their heartbeats. */
 static int next_frame(struct run *run, struct peer *p, uint32_t *type, unsigned char **payload,
                       uint32_t *len, int timeout_ms, struct nl_error *err)
@@ -654,9 +707,10 @@ static int mid_checkpoint(struct run *run, struct nl_error *err)
             .optim_floats = sfloats,
             .rng = &rng,
         };
-        beat(run, NULL);
+        struct keepalive k;
+        keepalive_start(&k, run);
         int rc = run->hooks->checkpoint(run->hooks->ud, &cp, err);
-        beat(run, NULL);
+        keepalive_stop(&k);
         if (rc < 0)
             return rc;
     }
@@ -864,10 +918,11 @@ static int emit(struct run *run, long force_to, struct nl_error *err)
             if (run->nstate > 0 && !(run->cp.step == ne && run->cp.count == run->n) &&
                 ne >= force_to)
                 break;
-            beat(run, NULL);
+            struct keepalive k;
+            keepalive_start(&k, run);
             rc = end_epoch(run, run->m, run->d, o, run->hooks, run->res, run->weights, run->step_w,
                            iters, ne, &run->es, err);
-            beat(run, NULL);
+            keepalive_stop(&k);
             if (rc < 0)
                 return rc;
             run->pending_epoch--;
