@@ -664,7 +664,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     return rc;
 }
 
-/* Waits for the next generation's SETUP; ABORT frames that come before it are done with. */
+/* Waits for the next generation's SETUP; ABORT (and HEARTBEAT) frames before it are done with. */
 static int next_setup(struct link *l, struct nl_setup *s, struct nl_error *err)
 {
     for (;;) {
@@ -673,7 +673,7 @@ static int next_setup(struct link *l, struct nl_setup *s, struct nl_error *err)
         int rc = link_recv(l, &type, (void **)&text, &len, err);
         if (rc < 0)
             return rc;
-        if (type == NL_FRAME_ABORT) {
+        if (type == NL_FRAME_ABORT || type == NL_FRAME_HEARTBEAT) {
             nl_free(text);
             continue;
         }
