@@ -375,6 +375,25 @@ int main(void)
     is_int(nnlab("runs base2"), 0, "nnlab runs base2");
     like(out, "no worker was lost", "says when nothing happened");
 
+    /* Without optimizer state (SGD without momentum) nothing is lost with a worker: the run
+     * goes on from the very parameters the undisturbed run had, on the same data order, and
+     * ends as it does. */
+    {
+        long victim = 0;
+        is_int(nnlab("--json %s --hosts node1,node2 --momentum 0 --name plain", train_args()), 0,
+               "an undisturbed run without momentum: %s", errtext);
+        const double plain = last_loss();
+        pid_t pid =
+            start("--json %s --hosts node1,node2 --momentum 0 --name plain-kill", train_args());
+        ok(kill_a_worker(2, SIGKILL, &victim), "a worker killed after epoch 2");
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        like(out, "\"action\":\"restarted\"", "the worker was restarted");
+        const double loss = last_loss();
+        ok(isfinite(plain) && fabs(loss - plain) <= 1e-6 + 1e-5 * fabs(plain),
+           "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, plain);
+        ok(no_workers_within(5), "no worker is left");
+    }
+
     /* No restarts allowed: the lost worker is dropped and the other two finish. */
     {
         long victim = 0;
