@@ -7,7 +7,23 @@
  * METRIC frames of each step into one ITER event once every worker has reported it, and turns
  * rank 0's WEIGHTS into the epoch's validation, checkpoint and EPOCH event. It carries no
  * parameter traffic. On the end of the run, an error or a stop, it closes every channel: the
- * workers read the end of their stdin and exit. */
+ * workers read the end of their stdin and exit.
+ *
+ * Checkpoints: at each checkpoint step every worker sends its slice of the master weights and
+ * optimizer state (STATE) after that step's METRIC, and within an epoch rank 0 its parameters
+ * (PARAMS); the driver puts one checkpoint together at a time (a piece of a later one waits,
+ * unread, in its channel) and writes it in one transaction, with the epoch's metrics at an
+ * epoch's end.
+ *
+ * Faults: every heartbeat timeout / 4 the driver sends each worker a HEARTBEAT (from a thread
+ * while it validates or writes a checkpoint). A worker whose channel ends or fails, or that sent
+ * nothing for the heartbeat timeout, is lost; so is one that reports a FAULT of its own (its
+ * mesh lost a peer first). Then recover() runs the recovery of net/worker.c: ABORT to the
+ * others, their FAULT, PARAMS and STATE, the steps up to R reported with what is known of them,
+ * the lost worker ended on its host (kill -9 of its pid, when the host answers) and restarted
+ * there over a new channel of the same SSH session while --max-restarts lasts, else dropped, and
+ * a new generation set up for every member with the state after R. A worker that exits with
+ * status 1 after saying why (a non-finite loss, say) is not a loss but the run's error. */
 #include "nnlab/driver.h"
 
 #include <ctype.h>
