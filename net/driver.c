@@ -872,7 +872,8 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
             got = pump(run, p, &type, &pl, &len, err);
         }
         if (got == NL_ENET) {
-            mark_dead(p, "host lost (%s during step %ld)", err->msg, p->next_step + 1);
+            mark_dead(p, "connection lost (%s, during step %ld)", ssh_get_error(p->r.s),
+                      p->next_step + 1);
             return progressed;
         }
         if (got < 0)
@@ -1317,14 +1318,28 @@ static int recover(struct run *run, struct nl_error *err)
         }
         end_worker(p);
         const char *action = "dropped";
-        if (run->restarts < co->max_restarts && p->r.s && ssh_is_connected(p->r.s)) {
+        if (run->restarts < co->max_restarts) {
             struct nl_error lerr = {0};
+            int rc2 = 0;
             run->restarts++;
             p->eof = 0;
             p->fill = p->line_fill = 0;
             p->last_line[0] = '\0';
             p->live = 0;
-            if (launch(run, p, &lerr) == 0 && read_listen(run, p, &lerr) == 0) {
+            if (!p->r.s || !ssh_is_connected(p->r.s)) {
+                /* Its connection is gone: reach the host again (the others keep their
+                 * heartbeats meanwhile; this peer is out of their way, dead and not live). */
+                struct keepalive k;
+                char rv[64];
+                int would;
+                keepalive_start(&k, run);
+                nl_remote_close(&p->r);
+                rc2 = nl_remote_open(&p->r, run->hosts[p->hosti].name, &co->ssh, &lerr);
+                if (rc2 == 0)
+                    rc2 = nl_remote_prepare(&p->r, &co->ssh, 1, &would, rv, sizeof rv, &lerr);
+                keepalive_stop(&k);
+            }
+            if (rc2 == 0 && launch(run, p, &lerr) == 0 && read_listen(run, p, &lerr) == 0) {
                 action = "restarted";
             } else {
                 size_t l = strlen(p->why);

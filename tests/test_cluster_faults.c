@@ -155,6 +155,23 @@ static int workers(long *pids, int max)
     return n;
 }
 
+/* The nearest sshd process above pid (its SSH session); 0 when none. */
+static long session_of(long pid)
+{
+    for (long a = parent_of(pid); a > 1 && a != sd.pid; a = parent_of(a)) {
+        char path[64], cmd[256];
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", a);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(cmd, 1, sizeof cmd - 1, f) : 0;
+        if (f)
+            fclose(f);
+        cmd[n] = '\0';
+        if (strncmp(cmd, "sshd:", 5) == 0)
+            return a;
+    }
+    return 0;
+}
+
 /* Waits up to seconds for no worker to be left. */
 static int no_workers_within(double seconds)
 {
@@ -391,6 +408,22 @@ int main(void)
         const double loss = last_loss();
         ok(isfinite(plain) && fabs(loss - plain) <= 1e-6 + 1e-5 * fabs(plain),
            "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, plain);
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* A worker's SSH connection cut (its sshd session killed): the driver reaches the host
+     * again and restarts the worker there. */
+    {
+        long pids[8];
+        pid_t pid = start("--json %s --hosts node1,node2 --name cut", train_args());
+        int up = wait_for("\"event\":\"epoch\"", 2, NULL, 60) && workers(pids, 8) == 2;
+        const long session = up ? session_of(pids[0]) : 0;
+        ok(session > 0 && kill((pid_t)session, SIGKILL) == 0,
+           "the SSH session (pid %ld) of a worker killed", session);
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        const char *what = strstr(out, "\"what\":");
+        like(out, "\"action\":\"restarted\"",
+             "the worker was restarted on a new connection (%.80s)", what ? what : "");
         ok(no_workers_within(5), "no worker is left");
     }
 
