@@ -816,10 +816,11 @@ static int handle_frame(struct run *run, int i, uint32_t type, const unsigned ch
     } else if (type == NL_FRAME_DONE && len == 0) {
         p->done = 1;
         run->ndone++;
-    } else if (type == NL_FRAME_FAULT && len < sizeof p->fault_msg) {
+    } else if (type == NL_FRAME_FAULT) {
         char text[sizeof p->fault_msg];
-        memcpy(text, pl, len);
-        text[len] = '\0';
+        const size_t l = len < sizeof text - 1 ? len : sizeof text - 1;
+        memcpy(text, pl, l);
+        text[l] = '\0';
         char *end;
         p->fault_done = strtol(text, &end, 10);
         p->faulted = 1;

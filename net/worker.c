@@ -15,13 +15,17 @@
  *                     frozen layers, after `start` steps; every member starts from them
  *   driver -> worker  STATE, when SETUP says so: the worker's slice of the fp32 master weights
  *                     and optimizer state after `start` steps (layout below)
- *   worker -> driver  METRIC after every step; WEIGHTS (rank 0, after every epoch); DONE
+ *   worker -> driver  METRIC after every step; WEIGHTS (rank 0, after every epoch); DONE; and
+ *                     at each checkpoint step (every epoch's end, every SETUP checkpoint_every
+ *                     steps) after its METRIC: STATE of its slice (copies 1; not when the
+ *                     optimizer keeps no state) and, within an epoch, rank 0's PARAMS
  *   both ways         HEARTBEAT (empty) every heartbeat timeout / 4, from the first SETUP on
  *
- * STATE's payload: four uint64 LE (lo, hi, step, copies), then `copies` times the slice [lo, hi)
- * of the trainable parameters as (1 + nstate) float arrays of hi - lo values: the fp32 master,
- * then nl_optim_state_arrays() state arrays; each copy is the state after `step` steps, the
- * second one (when copies is 2) after the step before the owner's latest optimizer step.
+ * STATE's payload: five uint64 LE (lo, hi, copies, step, step2), then `copies` times the slice
+ * [lo, hi) of the trainable parameters as (1 + nstate) float arrays of hi - lo values: the fp32
+ * master, then nl_optim_state_arrays() state arrays. The first copy is the state after `step`
+ * steps; a second one (a FAULT's report) the state after `step2`, from before the owner's latest
+ * optimizer step (step2 is 0 when copies is 1).
  *
  * Liveness. After the first SETUP a thread of the worker is the only reader of stdin: HEARTBEAT
  * frames reset its clock; the end of stdin or no frame within the heartbeat timeout means the
@@ -477,7 +481,7 @@ static int report_fault(struct link *l, long done, const char *why, const float 
                         size_t n, struct nl_error *err)
 {
     char text[NL_ERR_MAX + 32];
-    int k = snprintf(text, sizeof text, "%ld %s", done, why);
+    int k = snprintf(text, sizeof text, "%ld %.300s", done, why);
     int rc = link_send(l, NL_FRAME_FAULT, text, (uint32_t)(k < (int)sizeof text ? k : 0), err);
     if (rc == 0)
         rc = link_send(l, NL_FRAME_PARAMS, params, (uint32_t)(nparams * sizeof(float)), err);
