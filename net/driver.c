@@ -932,9 +932,10 @@ static int emit(struct run *run, long force_to, struct nl_error *err)
         if (ne > 0 && ne % iters == 0 && ne / iters > run->epochs_done) {
             if (run->pending_epoch == 0)
                 break;
-            /* The checkpoint's optimizer state: every member's slice (lost when forced). */
+            /* The checkpoint's optimizer state: every member's slice (lost when forced: the
+             * epoch's last step is done, ne <= force_to). */
             if (run->nstate > 0 && !(run->cp.step == ne && run->cp.count == run->n) &&
-                ne >= force_to)
+                ne > force_to)
                 break;
             struct keepalive k;
             keepalive_start(&k, run);
