@@ -264,6 +264,8 @@ struct run {
     float *state;      /* (nstate x ntrainable) the optimizer state after it */
     float *ckpt_state; /* (nstate x ntrainable) of the latest checkpoint; zeros before one */
     struct ckpt cp;
+    int recovering; /* gathering the survivors' reports */
+    long force_to;  /* a recovery reports every step before this one (0: none) */
 };
 
 static int fault_complete(const struct peer *p)
@@ -538,7 +540,11 @@ static int partition_payload(const struct nl_dataset *d, const struct nl_train_o
     return 0;
 }
 
-/* An epoch is complete: rank 0's weights are its end. Validation, checkpoint, EPOCH event. */
+/* An epoch is complete: rank 0's weights are its end. Validation, checkpoint, EPOCH event.
+ * During a recovery to step run->force_to, weights NULL means they were lost with rank 0 (the
+ * others went past the epoch's end before the loss was seen): the epoch is reported without
+ * validation, and its metrics go with a checkpoint at force_to when that step is in the next
+ * epoch (the parameters and state after it are known), else with none. */
 static int end_epoch(struct run *run, struct nl_model *m, const struct nl_dataset *d,
                      const struct nl_train_opts *o, const struct nl_train_hooks *hooks,
                      struct nl_train_result *res, const float *weights,
@@ -551,11 +557,12 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
 
     es->train_seconds += seconds;
     es->total_samples += es->samples;
-    memcpy(m->params, weights, m->nparams * sizeof(float));
+    if (weights)
+        memcpy(m->params, weights, m->nparams * sizeof(float));
     res->epochs = epoch;
     res->train_loss = es->loss / (double)es->samples;
     res->train_accuracy = (double)es->correct / (double)es->samples;
-    if (d->split[NL_VAL].n > 0) {
+    if (weights && d->split[NL_VAL].n > 0) {
         rc = nl_evaluate(m, d, NL_VAL, 0, &val_loss, &val_acc, err);
         if (rc < 0)
             return rc;
@@ -583,23 +590,29 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
         .nworkers = run->n,
         .workers = step_w,
     };
-    if (hooks && hooks->checkpoint) {
+    const int at_force = run->force_to > 0 && !weights && steps_done + iters > run->force_to;
+    if (hooks && hooks->checkpoint && (weights || at_force)) {
         /* The data order of a cluster run follows from the seed and the epoch alone
          * (net/partition.c); the generator stored is seeded from them. */
         struct nl_rng rng;
-        nl_rng_seed(&rng, o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch);
-        /* The optimizer state, when every member's slice of it came for this step. */
+        nl_rng_seed(&rng, o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)(epoch + at_force));
+        /* The optimizer state: every member's slice of it for this step, or what a recovery
+         * gathered for the step it goes on from. */
         const size_t sfloats = (size_t)run->nstate * m->ntrainable;
-        const int have = run->nstate > 0 && run->cp.step == steps_done && run->cp.count == run->n;
-        if (have)
-            memcpy(run->ckpt_state, run->cp.state, sfloats * sizeof(float));
+        const float *state = NULL;
+        if (run->nstate > 0 && run->cp.step == steps_done && run->cp.count == run->n)
+            state = run->cp.state;
+        else if (run->nstate > 0 && run->force_to > 0 && (at_force || steps_done == run->force_to))
+            state = run->state;
+        if (state)
+            memcpy(run->ckpt_state, state, sfloats * sizeof(float));
         struct nl_checkpoint cp = {
             .epoch = epoch,
-            .iteration = steps_done,
-            .params = m->params,
+            .iteration = at_force ? run->force_to : steps_done,
+            .params = at_force ? run->params : m->params,
             .nparams = m->nparams,
-            .optim_state = have ? run->cp.state : NULL,
-            .optim_floats = have ? sfloats : 0,
+            .optim_state = state,
+            .optim_floats = state ? sfloats : 0,
             .rng = &rng,
             .metrics = &ev,
         };
@@ -671,15 +684,35 @@ static int read_listen(struct run *run, struct peer *p, struct nl_error *err)
     return 0;
 }
 
-/* Ends a lost worker's process when its host still answers (a stalled one would linger), and
- * closes its channel; the session stays for a restart. */
-static void end_worker(struct peer *p)
+/* Ends a lost worker's process when its host still answers (a stalled one would linger) and
+ * closes its channel, each wait at most the heartbeat timeout; a session that does not answer
+ * in that time is closed too (a restart reconnects). Run with the others' keepalive. */
+static void end_worker(struct run *run, struct peer *p)
 {
     if (p->pid > 0 && !p->eof && p->r.s && ssh_is_connected(p->r.s)) {
-        char cmd[64], out[64], errb[256];
-        int status;
+        long t = run->hb_ms / 1000 + 1, restore = run->timeout / 1000 + 1;
+        char cmd[64];
+        int ok = 0;
+        ssh_options_set(p->r.s, SSH_OPTIONS_TIMEOUT, &t);
         snprintf(cmd, sizeof cmd, "kill -9 %ld", p->pid);
-        nl_remote_exec(&p->r, cmd, out, sizeof out, errb, sizeof errb, &status, NULL);
+        ssh_channel ch = ssh_channel_new(p->r.s);
+        if (ch && ssh_channel_open_session(ch) == SSH_OK &&
+            ssh_channel_request_exec(ch, cmd) == SSH_OK) {
+            const double deadline = now() + 1e-3 * run->hb_ms;
+            while (!ssh_channel_is_eof(ch) && ssh_channel_is_open(ch) && now() < deadline) {
+                char b[256];
+                if (ssh_channel_read_timeout(ch, b, sizeof b, 0, 100) == SSH_ERROR)
+                    break;
+            }
+            ok = ssh_channel_is_eof(ch);
+        }
+        if (ch)
+            ssh_channel_free(ch);
+        ssh_options_set(p->r.s, SSH_OPTIONS_TIMEOUT, &restore);
+        if (!ok) {
+            nl_remote_close(&p->r); /* frees the worker's channel too */
+            return;
+        }
     }
     if (p->r.ch) {
         if (ssh_channel_is_open(p->r.ch))
@@ -785,12 +818,16 @@ static int handle_frame(struct run *run, int i, uint32_t type, const unsigned ch
         nl_metric_decode(&mt, pl);
         const long step = (long)(mt.epoch - 1) * run->iters + mt.iter - 1;
         if (mt.epoch < 1 || mt.epoch > run->o->epochs || mt.iter < 1 || mt.iter > run->iters ||
-            step != p->next_step || step >= run->next_emit + WINDOW)
+            step != p->next_step || (step >= run->next_emit + WINDOW && !run->recovering))
             return nl_error_set(err, NL_EFORMAT,
                                 "%s: a metric for epoch %d step %d, while step %ld of the run is "
                                 "due",
                                 p->r.host, mt.epoch, mt.iter, run->next_emit + 1);
         p->next_step++;
+        /* While recovering, reports far ahead (a member the driver lost touch with went on
+         * for a while) are past what is kept: the steps are reported without them. */
+        if (step >= run->next_emit + WINDOW)
+            return 0;
         struct slot *sl = &run->slots[step % WINDOW];
         if (sl->step != step) {
             struct nl_metric *keep = sl->w;
@@ -809,6 +846,8 @@ static int handle_frame(struct run *run, int i, uint32_t type, const unsigned ch
             sl->busy = mt.compute_seconds + mt.comm_seconds;
         sl->w[i] = mt;
     } else if (type == NL_FRAME_WEIGHTS && i == 0 && len == pbytes) {
+        if (run->pending_epoch > 0 && run->recovering)
+            return 0; /* a later epoch's, far ahead: that epoch ends without them */
         if (run->pending_epoch > 0)
             return nl_error_set(err, NL_EFORMAT, "%s: an epoch's weights came twice", p->r.host);
         memcpy(run->weights, pl, len);
@@ -927,24 +966,32 @@ static int emit(struct run *run, long force_to, struct nl_error *err)
     const long iters = run->iters;
     int rc;
 
+    run->force_to = force_to;
+
     for (;;) {
         const long ne = run->next_emit;
         if (ne > 0 && ne % iters == 0 && ne / iters > run->epochs_done) {
-            if (run->pending_epoch == 0)
+            /* The epoch's weights: rank 0's; in a recovery to this very step, the parameters
+             * gathered; before it, lost with rank 0 (NULL). */
+            const float *w = run->weights;
+            if (run->pending_epoch == 0 && force_to > 0 && ne <= force_to)
+                w = ne == force_to ? run->params : NULL;
+            else if (run->pending_epoch == 0)
                 break;
-            /* The checkpoint's optimizer state: every member's slice (lost when forced: the
-             * epoch's last step is done, ne <= force_to). */
+            /* The checkpoint's optimizer state: every member's slice (not waited for when
+             * forced: the epoch's last step is done, ne <= force_to). */
             if (run->nstate > 0 && !(run->cp.step == ne && run->cp.count == run->n) &&
                 ne > force_to)
                 break;
             struct keepalive k;
             keepalive_start(&k, run);
-            rc = end_epoch(run, run->m, run->d, o, run->hooks, run->res, run->weights, run->step_w,
-                           iters, ne, &run->es, err);
+            rc = end_epoch(run, run->m, run->d, o, run->hooks, run->res, w, run->step_w, iters, ne,
+                           &run->es, err);
             keepalive_stop(&k);
             if (rc < 0)
                 return rc;
-            run->pending_epoch--;
+            if (w == run->weights)
+                run->pending_epoch--;
             run->epochs_done++;
             continue;
         }
@@ -1181,6 +1228,7 @@ static int recover(struct run *run, struct nl_error *err)
     /* Survivors may be rebuilding a mesh when they learn of the loss: they give up within the
      * mesh's own timeout. */
     const double deadline = now() + 1e-3 * (run->timeout + 2 * run->hb_ms);
+    run->recovering = 1;
     for (;;) {
         int waiting = 0, progressed = 0;
         for (int i = 0; i < run->n; i++) {
@@ -1188,8 +1236,10 @@ static int recover(struct run *run, struct nl_error *err)
             if (p->dead || p->done || fault_complete(p))
                 continue;
             int got = serve(run, i, 1, err);
-            if (got < 0)
+            if (got < 0) {
+                run->recovering = 0;
                 return got;
+            }
             progressed |= got;
             waiting += !p->dead && !p->done && !fault_complete(p);
         }
@@ -1202,12 +1252,15 @@ static int recover(struct run *run, struct nl_error *err)
                               run->p[i].next_step);
             break;
         }
-        if (co->stop && *co->stop)
+        if (co->stop && *co->stop) {
+            run->recovering = 0;
             return nl_error_set(err, NL_ECANCELED, "training stopped");
+        }
         beat(run, NULL);
         if (!progressed)
             wait_a_little(run);
     }
+    run->recovering = 0;
 
     int nsurv = 0, ndead = 0, first_dead = -1;
     for (int i = 0; i < run->n; i++) {
@@ -1280,21 +1333,12 @@ static int recover(struct run *run, struct nl_error *err)
      * end; reports of later steps are void, those steps are done again. */
     if (run->pending_epoch > 0 && (long)(run->epochs_done + 1) * run->iters > R)
         run->pending_epoch = 0;
-    if (R % run->iters == 0 && R / run->iters == run->epochs_done + 1 && run->pending_epoch == 0) {
-        memcpy(run->weights, run->params, m->nparams * sizeof(float));
-        run->pending_epoch = 1;
-    }
-    /* A checkpoint in the making keeps its pieces only for the next epoch's end; at R the
-     * state is the one just gathered. */
+    /* A checkpoint in the making keeps its pieces only for the next epoch's end. */
     if (run->cp.step >= 0 && !(run->cp.step == (long)(run->epochs_done + 1) * run->iters &&
-                               run->cp.step < R && run->cp.count == run->n))
+                               run->cp.step <= R && run->cp.count == run->n))
         run->cp.step = -1;
-    if (R % run->iters == 0 && run->nstate > 0 && run->cp.step < 0) {
-        memcpy(run->cp.state, run->state, (size_t)run->nstate * nt * sizeof(float));
-        run->cp.step = R;
-        run->cp.count = run->n;
-    }
     rc = emit(run, R, err);
+    run->force_to = 0;
     if (rc < 0)
         return rc;
     if (run->next_emit != R || run->pending_epoch != 0)
@@ -1318,35 +1362,40 @@ static int recover(struct run *run, struct nl_error *err)
             run->p[keep++] = *p;
             continue;
         }
-        end_worker(p);
+        /* The others keep their heartbeats meanwhile (this peer, dead and not live, is out of
+         * the keepalive's way); the driver's own waits are bounded. */
+        struct keepalive k;
         const char *action = "dropped";
-        if (run->restarts < co->max_restarts) {
-            struct nl_error lerr = {0};
-            int rc2 = 0;
+        const int restart = run->restarts < co->max_restarts;
+        struct nl_error lerr = {0};
+        int rc2 = 0;
+        keepalive_start(&k, run);
+        end_worker(run, p);
+        p->live = 0;
+        if (restart && (!p->r.s || !ssh_is_connected(p->r.s))) {
+            /* Its connection is gone: reach the host again. */
+            char rv[64];
+            int would;
+            nl_remote_close(&p->r);
+            rc2 = nl_remote_open(&p->r, run->hosts[p->hosti].name, &co->ssh, &lerr);
+            if (rc2 == 0)
+                rc2 = nl_remote_prepare(&p->r, &co->ssh, 1, &would, rv, sizeof rv, &lerr);
+        }
+        keepalive_stop(&k);
+        if (restart) {
             run->restarts++;
+            p->pid = 0; /* the new worker's comes with its LISTEN */
             p->eof = 0;
             p->fill = p->line_fill = 0;
             p->last_line[0] = '\0';
-            p->live = 0;
-            if (!p->r.s || !ssh_is_connected(p->r.s)) {
-                /* Its connection is gone: reach the host again (the others keep their
-                 * heartbeats meanwhile; this peer is out of their way, dead and not live). */
-                struct keepalive k;
-                char rv[64];
-                int would;
-                keepalive_start(&k, run);
-                nl_remote_close(&p->r);
-                rc2 = nl_remote_open(&p->r, run->hosts[p->hosti].name, &co->ssh, &lerr);
-                if (rc2 == 0)
-                    rc2 = nl_remote_prepare(&p->r, &co->ssh, 1, &would, rv, sizeof rv, &lerr);
-                keepalive_stop(&k);
-            }
             if (rc2 == 0 && launch(run, p, &lerr) == 0 && read_listen(run, p, &lerr) == 0) {
                 action = "restarted";
             } else {
                 size_t l = strlen(p->why);
                 snprintf(p->why + l, sizeof p->why - l, "; restarting it failed: %s", lerr.msg);
-                end_worker(p);
+                keepalive_start(&k, run);
+                end_worker(run, p);
+                keepalive_stop(&k);
             }
         }
         if (nrec < 64) {

@@ -427,6 +427,27 @@ int main(void)
         ok(no_workers_within(5), "no worker is left");
     }
 
+    /* A worker's SSH session stalled (its sshd stopped): the driver hears nothing from the
+     * worker, which trains on with the others for a while; it is found by heartbeat, its host
+     * reached again and the worker restarted, and the run finishes as it should. */
+    {
+        long pids[8];
+        pid_t pid = start("--json %s --hosts node1,node2 --name frozen", train_args());
+        int up = wait_for("\"event\":\"epoch\"", 2, NULL, 60) && workers(pids, 8) == 2;
+        const long session = up ? session_of(pids[0]) : 0;
+        ok(session > 0 && kill((pid_t)session, SIGSTOP) == 0,
+           "the SSH session (pid %ld) of a worker stopped", session);
+        const int st = finish(pid);
+        kill((pid_t)session, SIGKILL);
+        kill((pid_t)session, SIGCONT);
+        is_int(st, 0, "the run finishes: %s", errtext);
+        const char *what = strstr(out, "\"what\":");
+        like(out, "\"action\":\"restarted\"", "the worker was restarted (%.90s)", what ? what : "");
+        const double acc = test_accuracy();
+        ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
+        ok(no_workers_within(atof(HEARTBEAT) + 4.0), "no worker is left");
+    }
+
     /* No restarts allowed: the lost worker is dropped and the other two finish. */
     {
         long victim = 0;
