@@ -81,6 +81,8 @@ int load_init(struct nl_store *store, struct nl_model *m, const char *init, int 
 struct cluster_args {
     const char *hosts, *hostfile, *ssh_config, *remote_nnlab, *bind;
     int accept_new, port_lo, port_hi, bf16;
+    int heartbeat_ms; /* 0: the default */
+    int max_restarts; /* < 0: the default */
 };
 /* "A-B" with 1 <= A <= B <= 65535: non-zero on success. */
 int parse_port_range(const char *s, int *lo, int *hi);

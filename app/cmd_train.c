@@ -31,6 +31,8 @@ enum {
     OPT_RESUME,
     OPT_ON_NAN,
     OPT_CHECKPOINT_EVERY,
+    OPT_HEARTBEAT,
+    OPT_MAX_RESTARTS,
 };
 
 #define DEMO_DATA "/usr/share/datasets/fashion-mnist"
@@ -127,6 +129,27 @@ static void worker_log(void *ud, const char *host, const char *line)
 }
 #endif
 
+#if NNLAB_HAVE_SSH
+static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *ca)
+{
+    *co = (struct nl_cluster_opts){
+        .ssh = {.config = ca->ssh_config,
+                .accept_new = ca->accept_new,
+                .remote_nnlab = ca->remote_nnlab,
+                .version = "nnlab " NNLAB_VERSION,
+                .timeout_ms = 30000},
+        .bind = ca->bind,
+        .port_lo = ca->port_lo,
+        .port_hi = ca->port_hi,
+        .bf16 = ca->bf16,
+        .heartbeat_ms = ca->heartbeat_ms,
+        .max_restarts = ca->max_restarts >= 0 ? ca->max_restarts : 3,
+        .stop = &interrupted,
+        .log = worker_log,
+    };
+}
+#endif
+
 /* Trains model on dataset as a new run named run_name (NULL: generated), from init when given
  * and with ft's frozen layers, and reports; on the hosts of ca when it names any. */
 static int train_session(struct nl_store *store, const char *dataset, const char *model,
@@ -190,19 +213,8 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     } else {
 #if NNLAB_HAVE_SSH
         struct nl_host *hosts = NULL;
-        struct nl_cluster_opts co = {
-            .ssh = {.config = ca->ssh_config,
-                    .accept_new = ca->accept_new,
-                    .remote_nnlab = ca->remote_nnlab,
-                    .version = "nnlab " NNLAB_VERSION,
-                    .timeout_ms = 30000},
-            .bind = ca->bind,
-            .port_lo = ca->port_lo,
-            .port_hi = ca->port_hi,
-            .bf16 = ca->bf16,
-            .stop = &interrupted,
-            .log = worker_log,
-        };
+        struct nl_cluster_opts co;
+        cluster_opts(&co, ca);
         rc = ca->hostfile ? nl_hosts_load(ca->hostfile, &hosts, &nworkers, &err)
                           : nl_hosts_parse(ca->hosts, &hosts, &nworkers, &err);
         if (rc == 0) {
@@ -247,15 +259,20 @@ static int train_session(struct nl_store *store, const char *dataset, const char
 }
 
 /* Continues the run named run_name from its latest checkpoint in its own record, with its own
- * settings but for what req changes, and reports. */
+ * settings but for what req changes, and reports; a cluster run on the hosts of ca (the hosts
+ * may differ from the first time: the data order does not depend on them). */
 static int resume_session(struct nl_store *store, const char *run_name,
-                          const struct nl_resume_request *req)
+                          struct nl_resume_request *req, const struct cluster_args *ca)
 {
     struct nl_error err = {0};
     struct nl_train_result res = {0};
     struct nl_run_resumed *r = NULL;
-    int rc = nl_run_resume_open(store, run_name, req, warn_cb, NULL, &r, &err);
+    struct nl_worker_metrics *stats = NULL;
+    struct nl_host *hosts = NULL;
+    int nworkers = 0;
 
+    req->on_hosts = ca->hosts || ca->hostfile;
+    int rc = nl_run_resume_open(store, run_name, req, warn_cb, NULL, &r, &err);
     if (rc < 0)
         return fail(&err);
     if (!g.json && !g.quiet)
@@ -264,7 +281,28 @@ static int resume_session(struct nl_store *store, const char *run_name,
 
     struct progress p = {.store = store, .run_id = r->run.id, .tty = isatty(STDOUT_FILENO)};
     struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
-    rc = nl_train(r->model, r->data, &r->opts, &hooks, &res, &err);
+    if (!r->cluster) {
+        rc = nl_train(r->model, r->data, &r->opts, &hooks, &res, &err);
+    } else {
+#if NNLAB_HAVE_SSH
+        struct nl_cluster_opts co;
+        cluster_opts(&co, ca);
+        rc = ca->hostfile ? nl_hosts_load(ca->hostfile, &hosts, &nworkers, &err)
+                          : nl_hosts_parse(ca->hosts, &hosts, &nworkers, &err);
+        if (rc == 0) {
+            stats = nl_calloc((size_t)nworkers, sizeof *stats);
+            rc = stats ? nl_cluster_train(hosts, nworkers, &co, r->model, r->data, &r->opts, &hooks,
+                                          &res, stats, &err)
+                       : nl_error_set(&err, NL_ENOMEM, "out of memory");
+        }
+#else
+        rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
+#endif
+    }
+    if (progress_flush(&p) < 0 && rc == 0) {
+        rc = NL_EDB;
+        p.failed = 1;
+    }
     nl_free(p.steps);
     if (p.failed)
         err = p.err;
@@ -272,8 +310,8 @@ static int resume_session(struct nl_store *store, const char *run_name,
         fputc('\n', stdout);
     struct nl_error ferr = {0};
     if (res.skipped_batches > 0)
-        record_skipped(store, r->run.id, &r->opts, r->model, r->data->shape, r->data->nclasses, 0,
-                       r->skipped + res.skipped_batches);
+        record_skipped(store, r->run.id, &r->opts, r->model, r->data->shape, r->data->nclasses,
+                       r->cluster, r->skipped + res.skipped_batches);
     nl_run_finish(store, r->run.id,
                   rc == 0              ? "done"
                   : rc == NL_ECANCELED ? "stopped"
@@ -282,10 +320,11 @@ static int resume_session(struct nl_store *store, const char *run_name,
     char name[sizeof r->run.name];
     snprintf(name, sizeof name, "%s", r->run.name);
     nl_run_resumed_free(r);
-    if (rc < 0)
-        return fail(&err);
-    print_done(name, &res, NULL, 0);
-    return EXIT_OK;
+    if (rc == 0)
+        print_done(name, &res, stats, nworkers);
+    nl_free(stats);
+    nl_free(hosts);
+    return rc < 0 ? fail(&err) : EXIT_OK;
 }
 
 /* Training options as given, before the optimizer's defaults are applied. */
@@ -442,9 +481,11 @@ int cmd_train(int argc, char **argv)
         {"resume", required_argument, NULL, OPT_RESUME},
         {"on-nan", required_argument, NULL, OPT_ON_NAN},
         {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
+        {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
+        {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
         {NULL, 0, NULL, 0},
     };
-    struct cluster_args ca = {0};
+    struct cluster_args ca = {.max_restarts = -1};
     struct train_args a;
     struct nl_error err = {0};
     const char *data = NULL, *model = NULL, *name = NULL, *init = NULL, *resume = NULL;
@@ -460,7 +501,8 @@ int cmd_train(int argc, char **argv)
         if (c == 'e')
             ra.epochs = 0; /* given: set below */
         else if (c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY && c != '?' &&
-                 !setting && li >= 0)
+                 !(c >= OPT_HOSTS && c <= OPT_BIND) && c != OPT_HEARTBEAT &&
+                 c != OPT_MAX_RESTARTS && !setting && li >= 0)
             setting = opts[li].name;
         li = -1;
         if (c == OPT_RESUME) {
@@ -509,6 +551,17 @@ int cmd_train(int argc, char **argv)
             if (!parse_port_range(optarg, &ca.port_lo, &ca.port_hi))
                 return usage_error("train", "--port-range %s: want A-B, ports from 1 to 65535",
                                    optarg);
+        } else if (c == OPT_HEARTBEAT) {
+            double sec;
+            if (!parse_float(optarg, 0.1, 3600.0, &sec))
+                return usage_error("train", "--heartbeat-timeout %s: want seconds, 0.1 to 3600",
+                                   optarg);
+            ca.heartbeat_ms = (int)(sec * 1000.0 + 0.5);
+        } else if (c == OPT_MAX_RESTARTS) {
+            if (!parse_int(optarg, 0, 1000000, &v))
+                return usage_error("train", "--max-restarts %s: want a whole number from 0",
+                                   optarg);
+            ca.max_restarts = (int)v;
         } else if (c == OPT_COMPRESS) {
             if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "none") != 0)
                 return usage_error("train", "--compress %s: want bf16 or none", optarg);
@@ -521,13 +574,11 @@ int cmd_train(int argc, char **argv)
     }
     if (optind < argc)
         return usage_error("train", "unexpected argument '%s'", argv[optind]);
-    if (resume && (ca.hosts || ca.hostfile))
-        return usage_error("train", "--resume continues a run on this machine; resuming cluster "
-                                    "runs is not supported yet");
     if (resume && setting)
         return usage_error("train",
                            "--resume RUN takes the run's own settings; --%s does not go with it "
-                           "(only --epochs, --on-nan and --checkpoint-every do)",
+                           "(only --epochs, --on-nan, --checkpoint-every and the cluster options "
+                           "do)",
                            setting);
     if (resume) {
         if (ra.epochs == 0)
@@ -535,16 +586,15 @@ int cmd_train(int argc, char **argv)
         struct nl_store *store;
         if (open_store(&store, &err) < 0)
             return fail(&err);
-        rc = resume_session(store, resume, &ra);
+        rc = resume_session(store, resume, &ra, &ca);
         nl_store_close(store);
         return rc;
     }
     if (!data || !model)
         return usage_error("train", "needs --data NAME and --model SPEC (or --resume RUN)");
-    if ((ca.hosts || ca.hostfile) && (a.o.on_nan != NL_ON_NAN_STOP || a.o.checkpoint_every > 0))
-        return usage_error("train", "--on-nan skip-batch and --checkpoint-every run on one machine "
-                                    "only; a cluster run stops on a non-finite loss and "
-                                    "checkpoints after every epoch");
+    if ((ca.hosts || ca.hostfile) && a.o.on_nan != NL_ON_NAN_STOP)
+        return usage_error("train", "--on-nan skip-batch runs on one machine only; a cluster run "
+                                    "stops on a non-finite loss");
     if (init_partial && !init)
         return usage_error("train", "--init-partial needs --init FILE|RUN");
     if (ft.replace_head && !init)
@@ -552,7 +602,8 @@ int cmd_train(int argc, char **argv)
     if (ca.hosts && ca.hostfile)
         return usage_error("train", "give --hosts or --hostfile, not both");
     if (!ca.hosts && !ca.hostfile &&
-        (ca.ssh_config || ca.remote_nnlab || ca.bind || ca.accept_new || ca.port_lo || ca.bf16))
+        (ca.ssh_config || ca.remote_nnlab || ca.bind || ca.accept_new || ca.port_lo || ca.bf16 ||
+         ca.heartbeat_ms || ca.max_restarts >= 0))
         return usage_error("train", "cluster options need --hosts or --hostfile");
 #if NNLAB_HAVE_SSH
     if (ca.hosts || ca.hostfile) {
@@ -635,6 +686,65 @@ int cmd_demo(int argc, char **argv)
     return rc;
 }
 
+/* `nnlab runs RUN`: one run's record and what its cluster did about lost workers. */
+static int show_run(struct nl_store *store, const char *name)
+{
+    struct nl_error err = {0};
+    struct nl_run_info r;
+    struct nl_run_recovery *rec = NULL;
+    int n = 0;
+    int rc = nl_run_get(store, name, &r, NULL, NULL, &err);
+    if (rc == NL_ENOENT)
+        nl_error_set(&err, rc, "no run named '%s' (see nnlab runs)", name);
+    if (rc == 0)
+        rc = nl_run_recoveries(store, r.id, &rec, &n, &err);
+    if (rc < 0)
+        return fail(&err);
+    if (g.json) {
+        printf("{\"name\":");
+        json_str(stdout, r.name);
+        printf(",\"dataset\":");
+        json_str(stdout, r.dataset);
+        printf(",\"model\":");
+        json_str(stdout, r.model);
+        printf(",\"status\":");
+        json_str(stdout, r.status);
+        printf(",\"epochs\":%d,\"val_accuracy\":", r.epochs_done);
+        json_num(stdout, r.val_accuracy);
+        printf(",\"test_accuracy\":");
+        json_num(stdout, r.test_accuracy);
+        printf(",\"recoveries\":[");
+        for (int i = 0; i < n; i++) {
+            printf("%s{\"step\":%ld,\"host\":", i ? "," : "", rec[i].step);
+            json_str(stdout, rec[i].host);
+            printf(",\"what\":");
+            json_str(stdout, rec[i].what);
+            printf(",\"action\":");
+            json_str(stdout, rec[i].action);
+            printf(",\"restarts\":%d,\"workers\":%d,\"time\":", rec[i].restarts, rec[i].workers);
+            json_str(stdout, rec[i].created);
+            printf("}");
+        }
+        printf("]}\n");
+    } else {
+        printf("run '%s': %s on %s, %s, %d epochs", r.name, r.model, r.dataset, r.status,
+               r.epochs_done);
+        if (isfinite(r.val_accuracy))
+            printf(", val_acc %.4f", r.val_accuracy);
+        if (isfinite(r.test_accuracy))
+            printf(", test_acc %.4f", r.test_accuracy);
+        printf("\n");
+        if (n == 0)
+            printf("no worker was lost\n");
+        for (int i = 0; i < n; i++)
+            printf("%s  %s: %s; %s, continued from step %ld on %d worker%s\n", rec[i].created,
+                   rec[i].host, rec[i].what, rec[i].action, rec[i].step, rec[i].workers,
+                   rec[i].workers == 1 ? "" : "s");
+    }
+    nl_free(rec);
+    return EXIT_OK;
+}
+
 int cmd_runs(int argc, char **argv)
 {
     struct nl_error err = {0};
@@ -642,10 +752,15 @@ int cmd_runs(int argc, char **argv)
     struct nl_run_info *list;
     int n;
 
-    if (argc > 1)
-        return usage_error("runs", "takes no arguments");
+    if (argc > 2)
+        return usage_error("runs", "takes at most one RUN");
     if (open_store(&store, &err) < 0)
         return fail(&err);
+    if (argc == 2) {
+        int rc = show_run(store, argv[1]);
+        nl_store_close(store);
+        return rc;
+    }
     int rc = nl_run_list(store, &list, &n, &err);
     nl_store_close(store);
     if (rc < 0)

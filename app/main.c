@@ -86,9 +86,18 @@ static const struct command commands[] = {
      "      --port-range A-B  ports the workers may listen on (default: any)\n"
      "      --bind ADDR       address the workers listen on (default: the one reached)\n"
      "      --compress bf16   send gradients and parameters as bf16 (sums stay fp32)\n"
+     "      --heartbeat-timeout S  a worker silent for S seconds is lost, and workers exit\n"
+     "                        when the driver is silent that long (default 10)\n"
+     "      --max-restarts N  restart a lost worker on its host up to N times per run, then\n"
+     "                        drop it and share its data among the others (default 3); the\n"
+     "                        run goes on from its last completed step either way\n"
+     "      --resume RUN      also continues a cluster run (give --hosts again)\n"
 #endif
     },
-    {"runs", cmd_runs, "", "list training runs with their settings and results", NULL},
+    {"runs", cmd_runs, "[RUN]",
+     "list training runs with their settings and results; with RUN, that run and the workers its "
+     "cluster lost",
+     NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
      "evaluate a run's latest checkpoint, or a weights file, on a dataset split",
      "      --data NAME     dataset (default: the run's own; needed with a file)\n"

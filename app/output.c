@@ -135,6 +135,31 @@ static void print_epoch(const struct nl_event *ev, int tty)
     fflush(stdout);
 }
 
+/* A cluster run lost a worker: "node2: worker died (...); restarted (1 of 3), continuing from
+ * step 36 on 2 workers", or a JSON line. */
+static void print_recovery(const struct nl_recovery *r, int tty)
+{
+    if (g.json) {
+        printf("{\"event\":\"recovery\",\"host\":");
+        json_str(stdout, r->host);
+        printf(",\"what\":");
+        json_str(stdout, r->what);
+        printf(",\"action\":");
+        json_str(stdout, r->action);
+        printf(",\"restarts\":%d,\"max_restarts\":%d,\"step\":%ld,\"workers\":%d}\n", r->restarts,
+               r->max_restarts, r->step, r->workers);
+    } else if (!g.quiet) {
+        if (tty)
+            fputs("\r\033[K", stdout);
+        printf("%s: %s; %s", r->host, r->what, r->action);
+        if (strcmp(r->action, "restarted") == 0)
+            printf(" (%d of %d)", r->restarts, r->max_restarts);
+        printf(", continuing from step %ld on %d worker%s\n", r->step, r->workers,
+               r->workers == 1 ? "" : "s");
+    }
+    fflush(stdout);
+}
+
 /* Buffers a cluster step's worker reports; they are stored an epoch at a time. */
 static int keep_worker_steps(struct progress *p, const struct nl_event *ev)
 {
@@ -194,6 +219,13 @@ int progress_event(void *ud, const struct nl_event *ev)
                 p->last_draw = t;
                 draw_bar(ev);
             }
+        }
+    } else if (ev->kind == NL_EVENT_RECOVERY && ev->recovery) {
+        print_recovery(ev->recovery, p->tty);
+        if (p->store && p->run_id > 0 &&
+            nl_run_record_recovery(p->store, p->run_id, ev->recovery, &p->err) < 0) {
+            p->failed = 1;
+            return 1;
         }
     } else if (ev->kind == NL_EVENT_EPOCH) {
         print_epoch(ev, p->tty);

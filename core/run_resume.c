@@ -77,7 +77,7 @@ static int json_flag(const struct nl_json *root, const char *key)
     return v && v->type == NL_JSON_BOOL && v->boolean;
 }
 
-/* The options from a parsed settings object; cluster runs are refused here. */
+/* The options from a parsed settings object. */
 static int settings_opts(const struct nl_json *root, const char *run, struct nl_train_opts *o,
                          long *skipped, int *cluster, struct nl_error *err)
 {
@@ -119,11 +119,6 @@ static int settings_opts(const struct nl_json *root, const char *run, struct nl_
     o->augment.crop = (int)json_number(augment, "crop", 0);
     *skipped = (long)json_number(root, "skipped_batches", 0);
     *cluster = json_flag(root, "cluster");
-    if (*cluster)
-        return nl_error_set(err, NL_EINVAL,
-                            "run '%s' trained on a cluster; resuming cluster runs is not "
-                            "supported yet (train it again, or --init %s on one machine)",
-                            run, run);
     return nl_optim_validate(&o->optim, err);
 }
 
@@ -196,7 +191,7 @@ int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_res
     struct nl_run_resumed *r = nl_calloc(1, sizeof *r);
     struct nl_run_checkpoint cp = {0};
     char *settings = NULL;
-    int cluster = 0, rc;
+    int rc;
 
     *out = NULL;
     if (!r)
@@ -205,9 +200,17 @@ int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_res
     if (rc == 0)
         rc = nl_run_get(s, name, &r->run, NULL, &settings, err);
     if (rc == 0)
-        rc = nl_run_settings_parse(settings, r->run.name, &r->opts, &r->skipped, &cluster, err);
+        rc = nl_run_settings_parse(settings, r->run.name, &r->opts, &r->skipped, &r->cluster, err);
     nl_free(settings);
     settings = NULL;
+    if (rc == 0 && r->cluster && !req->on_hosts)
+        rc = nl_error_set(err, NL_EINVAL,
+                          "run '%s' trained on a cluster; give --hosts or --hostfile to "
+                          "resume it",
+                          r->run.name);
+    if (rc == 0 && !r->cluster && req->on_hosts)
+        rc = nl_error_set(err, NL_EINVAL,
+                          "run '%s' trained on one machine; resume it without hosts", r->run.name);
     if (rc == 0 && strcmp(r->run.status, "done") == 0 &&
         (req->epochs < 0 || req->epochs <= r->opts.epochs))
         rc = nl_error_set(err, NL_EINVAL,
@@ -227,10 +230,10 @@ int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_res
                          r->run.name);
     }
     r->optim_state = cp.optim;
-    if (rc == 0 && nl_optim_state_arrays(&r->opts.optim) > 0 && !cp.optim)
-        rc = nl_error_set(err, NL_EINVAL,
-                          "run '%s': its checkpoints carry no optimizer state (a cluster run); "
-                          "resuming cluster runs is not supported yet",
+    /* A cluster run's checkpoints from before they carried the optimizer state resume with a
+     * fresh one. */
+    if (rc == 0 && nl_optim_state_arrays(&r->opts.optim) > 0 && !cp.optim && !r->cluster)
+        rc = nl_error_set(err, NL_EINVAL, "run '%s': its checkpoints carry no optimizer state",
                           r->run.name);
     if (rc == 0)
         rc = nl_dataset_load(s, r->run.dataset, &r->data, err);
@@ -242,7 +245,7 @@ int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_res
         rc = watched_epochs(s, r, err);
     r->resume.watched = r->watched;
     if (rc == 0 && !(settings = nl_run_settings_format(&r->opts, r->model, r->data->shape,
-                                                       r->data->nclasses, 0, r->skipped)))
+                                                       r->data->nclasses, r->cluster, r->skipped)))
         rc = nl_error_set(err, NL_ENOMEM, "out of memory");
     if (rc == 0)
         rc = nl_run_reopen(s, r->run.id, settings, err);

@@ -197,6 +197,74 @@ fail:
     return rc;
 }
 
+int nl_run_record_recovery(struct nl_store *s, int64_t run, const struct nl_recovery *r,
+                           struct nl_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = nl_store_prepare(s, &st,
+                              "INSERT INTO recoveries (run, seq, step, host, what, action, "
+                              "restarts, workers) VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 "
+                              "FROM recoveries WHERE run = ?1), ?2, ?3, ?4, ?5, ?6, ?7)",
+                              err);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_int64(st, 2, r->step);
+    sqlite3_bind_text(st, 3, r->host ? r->host : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, r->what ? r->what : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, r->action ? r->action : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 6, r->restarts);
+    sqlite3_bind_int(st, 7, r->workers);
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "recording a recovery");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int nl_run_recoveries(struct nl_store *s, int64_t run, struct nl_run_recovery **out, int *count,
+                      struct nl_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    struct nl_run_recovery *v = NULL;
+    int n = 0, cap = 0;
+    int rc = nl_store_prepare(s, &st,
+                              "SELECT step, host, what, action, restarts, workers, created "
+                              "FROM recoveries WHERE run = ? ORDER BY seq",
+                              err);
+    *out = NULL;
+    *count = 0;
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, run);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 8;
+            struct nl_run_recovery *g = nl_realloc(v, (size_t)cap * sizeof *v);
+            if (!g) {
+                sqlite3_finalize(st);
+                nl_free(v);
+                return nl_error_set(err, NL_ENOMEM, "out of memory for a run's recoveries");
+            }
+            v = g;
+        }
+        struct nl_run_recovery *r = &v[n++];
+        r->step = (long)sqlite3_column_int64(st, 0);
+        copy_text(r->host, sizeof r->host, st, 1);
+        copy_text(r->what, sizeof r->what, st, 2);
+        copy_text(r->action, sizeof r->action, st, 3);
+        r->restarts = sqlite3_column_int(st, 4);
+        r->workers = sqlite3_column_int(st, 5);
+        copy_text(r->created, sizeof r->created, st, 6);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        nl_free(v);
+        return nl_store_db_error(s, err, "reading a run's recoveries");
+    }
+    *out = v;
+    *count = n;
+    return 0;
+}
+
 int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_checkpoint *cp,
                            struct nl_error *err)
 {

@@ -3,7 +3,7 @@
  *
  * The schema below is the documentation of the database. Its version is PRAGMA user_version;
  * this build writes version NL_STORE_SCHEMA_VERSION, upgrades older ones (1 -> 2 adds
- * worker_steps) and refuses a database of a newer one.
+ * worker_steps, 2 -> 3 adds recoveries) and refuses a database of a newer one.
  * Conventions:
  *   - times are UTC ISO-8601 text, "2026-01-31T12:00:00Z";
  *   - BLOBs of numbers are little-endian (float32 unless said otherwise);
@@ -47,6 +47,21 @@
     "    bytes_sent      INTEGER NOT NULL,\n"                                                      \
     "    PRIMARY KEY (run, step, worker)\n"                                                        \
     ") WITHOUT ROWID;\n"
+
+/* Cluster runs: each lost worker and what the run did about it (version 3). */
+#define RECOVERIES_SQL                                                                             \
+    "CREATE TABLE recoveries (\n"                                                                  \
+    "    run      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"                       \
+    "    seq      INTEGER NOT NULL,               -- from 1, in the order they happened\n"         \
+    "    step     INTEGER NOT NULL,               -- completed steps the run went on from\n"       \
+    "    host     TEXT NOT NULL,\n"                                                                \
+    "    what     TEXT NOT NULL,                  -- how it was lost\n"                            \
+    "    action   TEXT NOT NULL,                  -- 'restarted' or 'dropped'\n"                   \
+    "    restarts INTEGER NOT NULL,               -- restarts used in the run so far\n"            \
+    "    workers  INTEGER NOT NULL,               -- workers after it\n"                           \
+    "    created  TEXT DEFAULT " NOW_UTC ",\n"                                                     \
+    "    PRIMARY KEY (run, seq)\n"                                                                 \
+    ");\n"
 
 static const char schema_sql[] =
     "CREATE TABLE datasets (\n"
@@ -114,7 +129,7 @@ static const char schema_sql[] =
     "    rng       BLOB,                          -- RNG state\n"
     "    created   TEXT DEFAULT " NOW_UTC ",\n"
     "    PRIMARY KEY (run, iteration)\n"
-    ");\n" WORKER_STEPS_SQL;
+    ");\n" WORKER_STEPS_SQL RECOVERIES_SQL;
 
 struct nl_store {
     sqlite3 *db;
@@ -283,11 +298,15 @@ static int ensure_schema(struct nl_store *s, struct nl_error *err)
         rc = nl_store_exec(s, schema_sql, err);
         if (rc == 0)
             rc = nl_store_exec(s, sql, err);
-    } else if (rc == 0 && version == 1) {
-        /* Version 1 lacked worker_steps. */
-        rc = nl_store_exec(s, WORKER_STEPS_SQL, err);
+    } else if (rc == 0 && version < NL_STORE_SCHEMA_VERSION) {
+        /* Version 1 lacked worker_steps, 2 recoveries. */
+        if (version < 2)
+            rc = nl_store_exec(s, WORKER_STEPS_SQL, err);
         if (rc == 0)
-            rc = nl_store_exec(s, "PRAGMA user_version = 2", err);
+            rc = nl_store_exec(s, RECOVERIES_SQL, err);
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", NL_STORE_SCHEMA_VERSION);
+        if (rc == 0)
+            rc = nl_store_exec(s, sql, err);
     }
     if (rc) {
         nl_store_rollback(s);

@@ -463,10 +463,10 @@ static int validate_opts(const struct nl_train_opts *o, const struct nl_dataset 
     if (o->checkpoint_every < 0)
         return nl_error_set(err, NL_EINVAL, "checkpoint-every %ld must be 0 (off) or more",
                             o->checkpoint_every);
-    if (o->sync && (o->on_nan == NL_ON_NAN_SKIP_BATCH || o->resume))
+    if (o->sync && o->on_nan == NL_ON_NAN_SKIP_BATCH)
         return nl_error_set(err, NL_EINVAL,
-                            "skipping batches (on-nan skip-batch) and resuming run on one machine "
-                            "only");
+                            "skipping batches (on-nan skip-batch) runs on one "
+                            "machine only");
     return nl_optim_validate(&o->optim, err);
 }
 
@@ -483,6 +483,9 @@ static int resume_state(struct ctx *c, const struct nl_resume *r, const struct n
                             "the checkpoint (epoch %d, step %ld) does not fit a run of %d epochs "
                             "of %ld steps",
                             r->epoch, r->iteration, o->epochs, iters);
+    /* A cluster member's optimizer state lives in its synchroniser, not here. */
+    if (o->sync)
+        state_floats = 0;
     if (r->optim_floats != (r->optim_state ? state_floats : 0) ||
         (state_floats > 0 && !r->optim_state))
         return nl_error_set(err, NL_EFORMAT,

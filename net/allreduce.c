@@ -89,8 +89,8 @@ struct nl_allreduce {
     uint16_t *stage_own;   /* bf16: (own_bytes / 2) my outgoing parameters and sums */
     double *norms;         /* (size) clip-norm: each owner's sum of squares */
     struct xfer *x;        /* (size) */
-    struct pollfd *pfd;    /* (size + 1) */
-    int *pidx;             /* (size + 1) */
+    struct pollfd *pfd;    /* (size + 2): the peers, the eventfd, the cancel fd */
+    int *pidx;             /* (size + 2) */
 
     /* The step under way. */
     float *params, *grad;
@@ -109,6 +109,12 @@ struct nl_allreduce {
     pthread_cond_t cond;
     int phase, rc;
     struct nl_error err;
+
+    /* Recovery (see nl_allreduce_export): the own slice's trainable master and optimizer state
+     * as they were before the latest optimizer step, and the steps both copies are "after". */
+    float *bak; /* ((1 + nstate) x own_t): master, then the state arrays */
+    long cur_step, bak_step;
+    int cancel_fd; /* readable: give up the exchange with NL_ECANCELED; -1: none */
 };
 
 uint16_t nl_bf16_from_float(float f)
@@ -189,6 +195,7 @@ void nl_allreduce_free(struct nl_allreduce *a)
     nl_free(a->x);
     nl_free(a->pfd);
     nl_free(a->pidx);
+    nl_free(a->bak);
     nl_free(a);
 }
 
@@ -225,13 +232,9 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
     a->hi = nl_calloc((size_t)size, sizeof *a->hi);
     if (!a->lo || !a->hi)
         goto oom;
-    const size_t blocks = (n + 15) / 16;
-    for (int r = 0; r < size; r++) {
-        size_t lo = blocks * (size_t)r / (size_t)size * 16;
-        size_t hi = blocks * (size_t)(r + 1) / (size_t)size * 16;
-        a->lo[r] = lo < n ? lo : n;
-        a->hi[r] = hi < n ? hi : n;
-    }
+    for (int r = 0; r < size; r++)
+        nl_allreduce_bounds(n, size, r, &a->lo[r], &a->hi[r]);
+    a->cancel_fd = -1;
     a->own = a->hi[rank] - a->lo[rank];
     a->own_t = trainable_part(a, a->lo[rank], a->hi[rank]);
     a->own_bytes = wire_bytes(a, a->lo[rank], a->hi[rank]);
@@ -242,10 +245,11 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
     a->pieces = nl_calloc((size_t)size * a->own_bytes + 1, 1);
     a->norms = nl_calloc((size_t)size, sizeof *a->norms);
     a->x = nl_calloc((size_t)size, sizeof *a->x);
-    a->pfd = nl_calloc((size_t)size + 1, sizeof *a->pfd);
-    a->pidx = nl_calloc((size_t)size + 1, sizeof *a->pidx);
+    a->pfd = nl_calloc((size_t)size + 2, sizeof *a->pfd);
+    a->pidx = nl_calloc((size_t)size + 2, sizeof *a->pidx);
+    a->bak = nl_alloc_floats(a->own_t * (size_t)(1 + nstate) + 1);
     if (!a->master || !a->sum || !a->state_block || !a->pieces || !a->norms || !a->x || !a->pfd ||
-        !a->pidx)
+        !a->pidx || !a->bak)
         goto oom;
     if (a->bf16) {
         a->stage_out = nl_calloc(pos(a, n) + 1, sizeof *a->stage_out);
@@ -261,6 +265,7 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
     for (int k = 0; k < nstate; k++)
         a->state[k] = a->state_block + (size_t)k * a->own_t;
     memcpy(a->master, params + a->lo[rank], a->own_t * sizeof(float));
+    memcpy(a->bak, a->master, a->own_t * sizeof(float));
     if (o->overlap) {
         a->overlap = 1;
         pthread_mutex_init(&a->lock, NULL);
@@ -482,6 +487,17 @@ static void owner_reduce(struct nl_allreduce *a)
     }
 }
 
+/* The slice's master and state before the optimizer step under way, for nl_allreduce_export. */
+static void keep_rollback(struct nl_allreduce *a)
+{
+    const int nstate = nl_optim_state_arrays(a->optim);
+    memcpy(a->bak, a->master, a->own_t * sizeof(float));
+    if (nstate > 0)
+        memcpy(a->bak + a->own_t, a->state_block, (size_t)nstate * a->own_t * sizeof(float));
+    a->bak_step = a->cur_step;
+    a->cur_step = a->step;
+}
+
 /* The owner's update of its slice, once its pieces are summed (and with clip-norm every owner's
  * sum of squares is in): the clip-norm scale, then the optimizer on the trainable part, then the
  * broadcast's payload and this member's own copy of the result. The master copy and the state
@@ -502,6 +518,7 @@ static void owner_update(struct nl_allreduce *a)
                 a->sum[i] *= scale;
         }
     }
+    keep_rollback(a);
     nl_optim_step(a->optim, a->master, a->sum, a->state, own_t, a->step, a->lr);
 
     memcpy(a->master + own_t, a->sum + own_t, (own - own_t) * sizeof(float));
@@ -676,6 +693,10 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
         }
         if (np == 0)
             return nl_error_set(err, NL_EINVAL, "the allreduce's step is stuck (a bug)");
+        if (a->cancel_fd >= 0) {
+            a->pfd[np] = (struct pollfd){.fd = a->cancel_fd, .events = POLLIN};
+            a->pidx[np++] = -2;
+        }
         int r = poll(a->pfd, (nfds_t)np, timeout);
         if (r < 0 && errno == EINTR)
             continue;
@@ -688,6 +709,11 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
                                 m->peers[a->pidx[0]].peer, timeout);
         for (int i = 0; i < np; i++) {
             const int k = a->pidx[i];
+            if (k == -2) {
+                if (a->pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
+                    return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
+                continue;
+            }
             if (k < 0) {
                 uint64_t v;
                 if (a->pfd[i].revents & POLLIN)
@@ -816,4 +842,55 @@ int nl_allreduce_finish(struct nl_allreduce *a, struct nl_error *err)
     pthread_mutex_unlock(&a->lock);
     a->wait_seconds = now() - t0;
     return rc;
+}
+
+void nl_allreduce_bounds(size_t n, int size, int r, size_t *lo, size_t *hi)
+{
+    const size_t blocks = (n + 15) / 16;
+    size_t l = blocks * (size_t)r / (size_t)size * 16;
+    size_t h = blocks * (size_t)(r + 1) / (size_t)size * 16;
+    *lo = l < n ? l : n;
+    *hi = h < n ? h : n;
+}
+
+void nl_allreduce_state_bounds(size_t n, size_t ntrainable, int size, int r, size_t *lo, size_t *hi)
+{
+    nl_allreduce_bounds(n, size, r, lo, hi);
+    if (*lo > ntrainable)
+        *lo = ntrainable;
+    if (*hi > ntrainable)
+        *hi = ntrainable;
+}
+
+void nl_allreduce_set_cancel_fd(struct nl_allreduce *a, int fd)
+{
+    a->cancel_fd = fd;
+}
+
+size_t nl_allreduce_state_floats(const struct nl_allreduce *a)
+{
+    return a->own_t * (size_t)(1 + nl_optim_state_arrays(a->optim));
+}
+
+void nl_allreduce_import(struct nl_allreduce *a, const float *slice, long step)
+{
+    const int nstate = nl_optim_state_arrays(a->optim);
+    memcpy(a->master, slice, a->own_t * sizeof(float));
+    if (nstate > 0)
+        memcpy(a->state_block, slice + a->own_t, (size_t)nstate * a->own_t * sizeof(float));
+    memcpy(a->bak, slice, nl_allreduce_state_floats(a) * sizeof(float));
+    a->cur_step = a->bak_step = step;
+}
+
+long nl_allreduce_export(const struct nl_allreduce *a, int before, float *out)
+{
+    const int nstate = nl_optim_state_arrays(a->optim);
+    if (before) {
+        memcpy(out, a->bak, nl_allreduce_state_floats(a) * sizeof(float));
+        return a->bak_step;
+    }
+    memcpy(out, a->master, a->own_t * sizeof(float));
+    if (nstate > 0)
+        memcpy(out + a->own_t, a->state_block, (size_t)nstate * a->own_t * sizeof(float));
+    return a->cur_step;
 }

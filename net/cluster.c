@@ -5,9 +5,18 @@
 
 #include <string.h>
 
+void nl_member_sync_settle(struct nl_member_sync *s)
+{
+    if (s->keep && s->kept != s->done) {
+        memcpy(s->keep, s->params, s->nkeep * sizeof(float));
+        s->kept = s->done;
+    }
+}
+
 static int share(void *ud, int epoch, long iter, uint32_t *idx, int *global)
 {
     struct nl_member_sync *s = ud;
+    nl_member_sync_settle(s);
     if (epoch != s->epoch) {
         nl_partition_epoch(s->part, epoch);
         s->epoch = epoch;
@@ -45,6 +54,10 @@ static int step(void *ud, float *params, float *grad, long n, float lr, struct n
     s->exchange_seconds += s->last_exchange_seconds;
     s->early_fraction += nl_allreduce_early_fraction(s->ar);
     s->last_bytes = nl_mesh_bytes_sent(s->mesh) - s->bytes_before;
+    if (rc < 0)
+        s->failed = 1;
+    else
+        s->done = n;
     return rc;
 }
 
@@ -64,4 +77,14 @@ void nl_member_sync_init(struct nl_member_sync *s, struct nl_partition *part,
         s->sync.ready = ready;
     }
     s->sync.ud = s;
+}
+
+void nl_member_sync_keep(struct nl_member_sync *s, float *keep, const float *params, size_t n,
+                         long done)
+{
+    s->keep = keep;
+    s->params = params;
+    s->nkeep = n;
+    s->done = s->kept = done;
+    memcpy(keep, params, n * sizeof(float));
 }

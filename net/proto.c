@@ -28,6 +28,8 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
             (double)s->o.schedule.warmup_epochs, s->bf16);
     fprintf(f, "timeout %d\naugment %d %d\n", s->timeout_ms, s->o.augment.flip, s->o.augment.crop);
     fprintf(f, "clip %a %a\n", (double)s->o.clip_value, (double)s->o.clip_norm);
+    fprintf(f, "generation %d\nstart %ld\nstate %d\nheartbeat %d\ncheckpoint_every %ld\n",
+            s->generation, s->start, s->has_state, s->heartbeat_ms, s->o.checkpoint_every);
     /* One frozen layer a line: names are identifiers, and lines are short. */
     for (const char *name = s->frozen; name && *name;) {
         size_t l = strcspn(name, ",");
@@ -163,6 +165,16 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
             s->bf16 = atoi(a);
         } else if (strcmp(key, "timeout") == 0) {
             s->timeout_ms = atoi(a);
+        } else if (strcmp(key, "generation") == 0) {
+            s->generation = atoi(a);
+        } else if (strcmp(key, "start") == 0) {
+            s->start = strtol(a, NULL, 10);
+        } else if (strcmp(key, "state") == 0) {
+            s->has_state = atoi(a);
+        } else if (strcmp(key, "checkpoint_every") == 0) {
+            s->o.checkpoint_every = strtol(a, NULL, 10);
+        } else if (strcmp(key, "heartbeat") == 0) {
+            s->heartbeat_ms = atoi(a);
         } else if (strcmp(key, "ntrain") == 0) {
             s->ntrain = (uint32_t)strtoul(a, NULL, 10);
         } else if (strcmp(key, "shape") == 0 && got == 4) {
@@ -192,7 +204,7 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
     if (!s->spec || !s->members || nmembers != s->size || s->rank < 0 || s->rank >= s->size ||
         s->o.batch < 1 || s->o.epochs < 1 || s->ntrain == 0 || s->nclasses < 2 || s->shape.c < 1 ||
         s->shape.h < 1 || s->shape.w < 1 || (s->dtype != 0 && s->dtype != 1) ||
-        s->nnorm != s->shape.c) {
+        s->nnorm != s->shape.c || s->start < 0 || s->generation < 0 || s->heartbeat_ms < 0) {
         nl_setup_release(s);
         return nl_error_set(err, NL_EFORMAT, "the driver's setup is incomplete");
     }

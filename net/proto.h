@@ -9,14 +9,23 @@
 #include "nnlab/mesh.h"
 #include "nnlab/trainer.h"
 
-#define NL_PROTO_MAX_NORM  16
-#define NL_PROTO_MAX_SETUP (16u << 20) /* bytes of a SETUP frame at most */
+#define NL_PROTO_MAX_NORM       16
+#define NL_PROTO_MAX_SETUP      (16u << 20) /* bytes of a SETUP frame at most */
+#define NL_HEARTBEAT_DEFAULT_MS 10000       /* the heartbeat timeout when none is given */
+#define NL_STATE_HEADER         40          /* bytes before a STATE frame's floats (net/worker.c) */
 
 struct nl_setup {
     int rank, size;
     struct nl_train_opts o; /* sync unused */
     int bf16;
     int timeout_ms;
+    /* Recovery: the generation (0 for the first membership, +1 at each recovery), the steps
+     * completed that the members start from, whether a STATE frame follows INIT, and the
+     * heartbeat timeout both sides keep. */
+    int generation;
+    long start;
+    int has_state;
+    int heartbeat_ms;
     uint32_t ntrain; /* of the whole train split */
     struct nl_shape shape;
     int nclasses, dtype, nnorm;

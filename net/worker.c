@@ -2,20 +2,61 @@
  * framing of net/wire.c:
  *
  *   driver -> worker  the run secret: 64 hex digits and a newline (never on a command line)
- *   worker -> driver  LISTEN: "PORT ADDR" (ADDR empty unless --bind named one)
- *   driver -> worker  SETUP: rank, members, options, model spec, data layout (net/proto.h)
+ *   worker -> driver  LISTEN: "PORT PID ADDR" (ADDR empty unless --bind named one; PID is the
+ *                     worker's process id, which the driver kills when it gives up on it)
+ *   driver -> worker  SETUP: rank, members, options, model spec, data layout, and for recovery
+ *                     the generation, the start step, whether STATE follows, the heartbeat
+ *                     timeout (net/proto.h)
  *   worker -> driver  HAVE: one byte, 1 when ~/.cache/nnlab/data/HASH holds the partition
  *   driver -> worker  DATA, only after HAVE 0: the partition's samples then labels (int32 LE),
  *                     in the order nl_partition_global() lists them; the worker checks the
  *                     hash and keeps a copy in the cache
- *   driver -> worker  INIT: the initial parameters (float32 LE) in the layout of the model
- *                     with SETUP's frozen layers; every member starts from them
- *   worker -> driver  METRIC after every step; WEIGHTS (rank 0, after every epoch); DONE
+ *   driver -> worker  INIT: the parameters (float32 LE) in the layout of the model with SETUP's
+ *                     frozen layers, after `start` steps; every member starts from them
+ *   driver -> worker  STATE, when SETUP says so: the worker's slice of the fp32 master weights
+ *                     and optimizer state after `start` steps (layout below)
+ *   worker -> driver  METRIC after every step; WEIGHTS (rank 0, after every epoch); DONE; and
+ *                     at each checkpoint step (every epoch's end, every SETUP checkpoint_every
+ *                     steps) after its METRIC: STATE of its slice (copies 1; not when the
+ *                     optimizer keeps no state) and, within an epoch, rank 0's PARAMS
+ *   both ways         HEARTBEAT (empty) every heartbeat timeout / 4, from the first SETUP on
  *
- * Workers then join the mesh (net/mesh.c) and train with the sliced allreduce. From the moment
- * the data is in, a thread watches stdin: its end (the driver died, or stopped the run) ends
- * the process, so no worker outlives its driver. Messages go to stderr, which the driver shows
- * prefixed with the host's name. */
+ * STATE's payload: five uint64 LE (lo, hi, copies, step, step2), then `copies` times the slice
+ * [lo, hi) of the trainable parameters as (1 + nstate) float arrays of hi - lo values: the fp32
+ * master, then nl_optim_state_arrays() state arrays. The first copy is the state after `step`
+ * steps; a second one (a FAULT's report) the state after `step2`, from before the owner's latest
+ * optimizer step (step2 is 0 when copies is 1).
+ *
+ * Liveness. After the first SETUP a thread of the worker is the only reader of stdin: HEARTBEAT
+ * frames reset its clock; the end of stdin or no frame within the heartbeat timeout means the
+ * driver is gone, and the process exits at once (status 3), so no worker outlives its driver;
+ * every other frame goes to a mailbox (a queue with a pipe that is readable while the queue is
+ * not empty) from which the training thread takes SETUP, DATA, INIT and STATE. Another thread
+ * sends HEARTBEAT; writes to stdout are serialised by a mutex. Messages go to stderr, which the
+ * driver shows prefixed with the host's name.
+ *
+ * Recovery. When the driver loses a member (its channel ends, or it sends nothing within the
+ * heartbeat timeout), it sends ABORT to the others. The mailbox's pipe is the allreduce's cancel
+ * fd, so a member waiting in an exchange gives up at once; any member whose step fails (a peer
+ * closed, a timeout, the abort) does not exit: it reports
+ *   worker -> driver  FAULT: "C L message", C the steps it completed
+ *   worker -> driver  PARAMS: its complete parameters after step C
+ *   worker -> driver  STATE: its slice, copies 2: the state after its latest optimizer step,
+ *                     then before it
+ * and waits for a new SETUP (a new generation: new members, ranks and start step), which
+ * proceeds as above. Members of a generation mix the generation into the mesh secret, so a
+ * connection left over from an earlier one fails the handshake.
+ *
+ * Why this is consistent: members run in lockstep, so the completed steps C of the survivors
+ * differ by at most one; let R be the largest. Someone completed step R, so every owner
+ * broadcast step R: every owner has applied its optimizer for step R, and at most for R + 1
+ * (step R + 2 needs everyone's gradient of R + 2, hence everyone past R + 1). So each owner's
+ * state after R is either its current one or the copy from before its latest optimizer step,
+ * and a survivor with C = R holds the complete parameters after R (members keep a copy after
+ * every completed step: a step in progress overwrites its parameters slice by slice). The lost
+ * member's slice of the optimizer state comes from the run's latest checkpoint (zeros before
+ * the first), its master from the parameters. The driver hands every member of the new
+ * generation these, and training goes on from step R as if nothing happened. */
 #include "nnlab/worker.h"
 
 #include <errno.h>
@@ -76,21 +117,120 @@ static int read_secret(int fd, unsigned char secret[32], struct nl_error *err)
     return 0;
 }
 
-static void *watch_stdin(void *arg)
+/* A frame from the driver, queued for the training thread. */
+struct mail {
+    struct mail *next;
+    uint32_t type, len;
+    void *buf;
+};
+
+/* The worker's side of the SSH channel. */
+struct link {
+    struct nl_conn in, out;
+    pthread_mutex_t out_lock; /* every write to stdout */
+    pthread_mutex_t lock;     /* the mailbox */
+    pthread_cond_t cond;
+    struct mail *head, *tail;
+    int wake[2]; /* one byte in the pipe per queued frame */
+    int heartbeat_ms;
+    int started; /* the reader and heartbeat threads run */
+};
+
+static int link_send(struct link *l, uint32_t type, const void *p, uint32_t len,
+                     struct nl_error *err)
 {
-    int fd = *(int *)arg;
-    char c;
+    pthread_mutex_lock(&l->out_lock);
+    int rc = nl_wire_send(&l->out, type, p, len, err);
+    pthread_mutex_unlock(&l->out_lock);
+    return rc;
+}
+
+static void *reader(void *arg)
+{
+    struct link *l = arg;
     for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, -1) < 0 && errno == EINTR)
+        uint32_t type, len;
+        void *buf;
+        struct nl_error e = {0};
+        if (nl_wire_recv_alloc(&l->in, &type, &buf, &len, NL_WIRE_MAX_PAYLOAD, &e) < 0) {
+            if (e.code == NL_ETIMEDOUT)
+                fprintf(stderr,
+                        "nnlab worker: no heartbeat from the driver within %d ms; exiting\n",
+                        l->heartbeat_ms);
+            _exit(3); /* the driver is gone (or closed the channel to stop the run) */
+        }
+        if (type == NL_FRAME_HEARTBEAT) {
+            nl_free(buf);
             continue;
-        ssize_t r = read(fd, &c, 1);
-        if (r < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        /* End of stdin, or anything at all from the driver: stop now. */
-        _exit(3);
+        }
+        struct mail *m = nl_malloc(sizeof *m);
+        if (!m)
+            _exit(3);
+        *m = (struct mail){NULL, type, len, buf};
+        pthread_mutex_lock(&l->lock);
+        if (l->tail)
+            l->tail->next = m;
+        else
+            l->head = m;
+        l->tail = m;
+        while (write(l->wake[1], "m", 1) < 0 && errno == EINTR)
+            ;
+        pthread_cond_signal(&l->cond);
+        pthread_mutex_unlock(&l->lock);
     }
     return NULL;
+}
+
+static void *heartbeat(void *arg)
+{
+    struct link *l = arg;
+    const long ns = (long)l->heartbeat_ms * 250000L; /* a quarter of the timeout */
+    for (;;) {
+        struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+        nanosleep(&ts, NULL);
+        if (link_send(l, NL_FRAME_HEARTBEAT, NULL, 0, NULL) < 0)
+            _exit(3);
+    }
+    return NULL;
+}
+
+static int link_start(struct link *l, int heartbeat_ms, struct nl_error *err)
+{
+    pthread_t t;
+    l->heartbeat_ms = heartbeat_ms > 0 ? heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
+    l->in.timeout_ms = l->heartbeat_ms;
+    if (pthread_create(&t, NULL, reader, l) != 0)
+        return nl_error_set(err, NL_ENOMEM, "cannot start a thread");
+    pthread_detach(t);
+    if (pthread_create(&t, NULL, heartbeat, l) != 0)
+        return nl_error_set(err, NL_ENOMEM, "cannot start a thread");
+    pthread_detach(t);
+    l->started = 1;
+    return 0;
+}
+
+/* The driver's next frame: from stdin before the threads run, from the mailbox after. */
+static int link_recv(struct link *l, uint32_t *type, void **buf, uint32_t *len,
+                     struct nl_error *err)
+{
+    if (!l->started)
+        return nl_wire_recv_alloc(&l->in, type, buf, len, NL_WIRE_MAX_PAYLOAD, err);
+    pthread_mutex_lock(&l->lock);
+    while (!l->head)
+        pthread_cond_wait(&l->cond, &l->lock);
+    struct mail *m = l->head;
+    l->head = m->next;
+    if (!l->head)
+        l->tail = NULL;
+    char c;
+    while (read(l->wake[0], &c, 1) < 0 && errno == EINTR)
+        ;
+    pthread_mutex_unlock(&l->lock);
+    *type = m->type;
+    *buf = m->buf;
+    *len = m->len;
+    nl_free(m);
+    return 0;
 }
 
 static int cache_path(char *out, size_t n, const char *hash)
@@ -161,11 +301,32 @@ static void cache_store(const char *hash, const unsigned char *buf, size_t size)
         unlink(tmp);
 }
 
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
 struct worker_hook {
-    struct nl_conn *out;
+    struct link *l;
     struct nl_member_sync *ms;
     const struct nl_model *m;
     int rank;
+    /* Checkpoints: at every epoch's end and every `every` steps (0: epochs only), each member
+     * sends its slice's state (when the optimizer keeps any), rank 0 within an epoch its
+     * parameters (at an epoch's end its WEIGHTS follow anyway). */
+    long every, iters;
+    int nstate;
+    size_t lo, hi, nslice;
+    unsigned char *state; /* NL_STATE_HEADER + nslice floats */
     long prev_samples, prev_correct;
     double last;
     struct nl_error err;
@@ -196,13 +357,32 @@ static int on_event(void *ud, const struct nl_event *ev)
         h->prev_samples = ev->samples;
         h->prev_correct = correct_so_far;
         nl_metric_encode(buf, &m);
-        if (nl_wire_send(h->out, NL_FRAME_METRIC, buf, sizeof buf, &h->err) < 0) {
+        if (link_send(h->l, NL_FRAME_METRIC, buf, sizeof buf, &h->err) < 0) {
+            h->failed = 1;
+            return 1;
+        }
+        const long step = (long)(ev->epoch - 1) * h->iters + ev->iter;
+        if (step % h->iters != 0 && !(h->every > 0 && step % h->every == 0))
+            return 0;
+        int rc = 0;
+        if (h->nstate > 0) {
+            const uint64_t head[5] = {h->lo, h->hi, 1, (uint64_t)step, 0};
+            for (int k = 0; k < 5; k++)
+                put_u64(h->state + 8 * k, head[k]);
+            nl_allreduce_export(h->ms->ar, 0, (float *)(void *)(h->state + NL_STATE_HEADER));
+            rc = link_send(h->l, NL_FRAME_STATE, h->state,
+                           (uint32_t)(NL_STATE_HEADER + h->nslice * sizeof(float)), &h->err);
+        }
+        if (rc == 0 && h->rank == 0 && step % h->iters != 0)
+            rc = link_send(h->l, NL_FRAME_PARAMS, h->m->params,
+                           (uint32_t)(h->m->nparams * sizeof(float)), &h->err);
+        if (rc < 0) {
             h->failed = 1;
             return 1;
         }
     } else if (ev->kind == NL_EVENT_EPOCH && h->rank == 0) {
-        if (nl_wire_send(h->out, NL_FRAME_WEIGHTS, h->m->params,
-                         (uint32_t)(h->m->nparams * sizeof(float)), &h->err) < 0) {
+        if (link_send(h->l, NL_FRAME_WEIGHTS, h->m->params,
+                      (uint32_t)(h->m->nparams * sizeof(float)), &h->err) < 0) {
             h->failed = 1;
             return 1;
         }
@@ -231,9 +411,101 @@ static int freeze(struct nl_model *m, const char *list, struct nl_error *err)
     return nl_model_freeze(m, names, n, NULL, err);
 }
 
-static int train(const struct nl_setup *s, const unsigned char *data, const float *init,
-                 size_t init_bytes, const unsigned char *secret, int listen_fd, struct nl_conn *out,
-                 struct nl_error *err)
+#define FAULTED 1 /* generation(): a step failed and the fault is reported */
+
+/* What one generation leaves to the next: the partition, when it stays the same. */
+struct carry {
+    unsigned char *data;
+    char hash[65];
+};
+
+/* The secret of generation g's mesh: SHA-256 of the run secret and g. */
+static void generation_secret(unsigned char out[32], const unsigned char secret[32], int g)
+{
+    unsigned char buf[36];
+    memcpy(buf, secret, 32);
+    buf[32] = (unsigned char)g;
+    buf[33] = (unsigned char)(g >> 8);
+    buf[34] = (unsigned char)(g >> 16);
+    buf[35] = (unsigned char)(g >> 24);
+    nl_sha256(out, buf, sizeof buf);
+}
+
+/* The partition: kept from the last generation, from the cache, or from the driver. */
+static int get_data(struct link *l, const struct nl_setup *s, uint32_t count, struct carry *c,
+                    struct nl_error *err)
+{
+    const size_t size = (size_t)count * (nl_setup_sample_bytes(s) + sizeof(int32_t));
+    uint32_t type, len;
+    int rc;
+
+    if (!c->data || strcmp(c->hash, s->data_hash) != 0) {
+        nl_free(c->data);
+        c->hash[0] = '\0';
+        c->data = cache_load(s->data_hash, size);
+    }
+    unsigned char have = c->data != NULL;
+    rc = link_send(l, NL_FRAME_HAVE, &have, 1, err);
+    if (rc < 0 || have) {
+        if (have)
+            snprintf(c->hash, sizeof c->hash, "%s", s->data_hash);
+        return rc;
+    }
+    if (size > NL_WIRE_MAX_PAYLOAD)
+        return nl_error_set(err, NL_EINVAL, "a partition of %zu bytes is too large", size);
+    rc = link_recv(l, &type, (void **)&c->data, &len, err);
+    if (rc == 0 && (type != NL_FRAME_DATA || len != size))
+        rc = nl_error_set(err, NL_EFORMAT, "the driver's data is not the partition");
+    if (rc == 0) {
+        unsigned char d[NL_SHA256_SIZE];
+        char hex[65];
+        nl_sha256(d, c->data, size);
+        hexify(hex, d, sizeof d);
+        if (strcmp(hex, s->data_hash) != 0)
+            rc = nl_error_set(err, NL_EFORMAT, "the partition does not match its hash");
+        else
+            cache_store(s->data_hash, c->data, size);
+    }
+    if (rc < 0) {
+        nl_free(c->data);
+        c->data = NULL;
+        return rc;
+    }
+    snprintf(c->hash, sizeof c->hash, "%s", s->data_hash);
+    return 0;
+}
+
+/* FAULT, PARAMS and STATE (two copies of the slice, n floats each, after steps st[0], st[1]). */
+static int report_fault(struct link *l, long done, const char *why, const float *params,
+                        size_t nparams, size_t lo, size_t hi, const long st[2], const float *copies,
+                        size_t n, struct nl_error *err)
+{
+    char text[NL_ERR_MAX + 32];
+    int k = snprintf(text, sizeof text, "%ld %.300s", done, why);
+    int rc = link_send(l, NL_FRAME_FAULT, text, (uint32_t)(k < (int)sizeof text ? k : 0), err);
+    if (rc == 0)
+        rc = link_send(l, NL_FRAME_PARAMS, params, (uint32_t)(nparams * sizeof(float)), err);
+    if (rc < 0)
+        return rc;
+    const size_t bytes = NL_STATE_HEADER + 2 * n * sizeof(float);
+    unsigned char *b = nl_malloc(bytes);
+    if (!b)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
+    put_u64(b, lo);
+    put_u64(b + 8, hi);
+    put_u64(b + 16, 2);
+    put_u64(b + 24, (uint64_t)st[0]);
+    put_u64(b + 32, (uint64_t)st[1]);
+    memcpy(b + NL_STATE_HEADER, copies, 2 * n * sizeof(float));
+    rc = link_send(l, NL_FRAME_STATE, b, (uint32_t)bytes, err);
+    nl_free(b);
+    return rc;
+}
+
+/* One generation: data, weights and state, the mesh, training. 0 when the run is over,
+ * FAULTED when a step failed and the fault went to the driver, or an error. */
+static int generation(struct link *l, const struct nl_setup *s, struct carry *cr,
+                      const unsigned char *secret, int listen_fd, struct nl_error *err)
 {
     struct nl_spec *spec = NULL;
     struct nl_model *m = NULL;
@@ -244,21 +516,54 @@ static int train(const struct nl_setup *s, const unsigned char *data, const floa
     struct nl_member_sync ms;
     struct nl_train_opts o = s->o;
     struct nl_train_result res;
-    int rc;
+    float *init = NULL, *slice = NULL, *keep = NULL, *copies = NULL;
+    unsigned char *st = NULL, *ckpt = NULL;
+    size_t lo = 0, hi = 0, nslice = 0;
+    uint32_t type, len;
+    int rc, fault = 0;
 
-    rc = nl_spec_parse(&spec, s->spec, "the driver's model", NULL, NULL, err);
+    memset(&ms, 0, sizeof ms);
+    rc = nl_partition_new(&part, s->ntrain, s->o.batch, s->size, s->rank, s->o.seed, err);
+    if (rc == 0)
+        rc = get_data(l, s, nl_partition_count(part), cr, err);
+    if (rc == 0)
+        rc = nl_spec_parse(&spec, s->spec, "the driver's model", NULL, NULL, err);
     if (rc == 0)
         rc = nl_model_build(&m, spec, s->shape, s->nclasses, err);
     if (rc == 0)
         rc = freeze(m, s->frozen, err);
-    if (rc == 0 && init_bytes != m->nparams * sizeof(float))
-        rc = nl_error_set(err, NL_EFORMAT,
-                          "the driver's initial weights hold %zu values, the model has %zu",
-                          init_bytes / sizeof(float), m->nparams);
     if (rc == 0)
-        rc = nl_partition_new(&part, s->ntrain, s->o.batch, s->size, s->rank, s->o.seed, err);
+        rc = link_recv(l, &type, (void **)&init, &len, err);
+    if (rc == 0 && (type != NL_FRAME_INIT || len != m->nparams * sizeof(float)))
+        rc = nl_error_set(err, NL_EFORMAT,
+                          "the driver's weights (frame type %u) hold %zu values, the model has "
+                          "%zu",
+                          type, len / sizeof(float), m->nparams);
+    const int nstate = nl_optim_state_arrays(&o.optim);
     if (rc == 0) {
-        memcpy(m->params, init, init_bytes);
+        nl_allreduce_state_bounds(m->nreduce, m->ntrainable, s->size, s->rank, &lo, &hi);
+        nslice = (hi - lo) * (size_t)(1 + nstate);
+        slice = nl_alloc_floats(nslice + 1);
+        copies = nl_alloc_floats(2 * nslice + 1);
+        keep = nl_alloc_floats(m->nparams + 1);
+        ckpt = nl_malloc(NL_STATE_HEADER + nslice * sizeof(float));
+        if (!slice || !copies || !keep || !ckpt)
+            rc = nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
+    }
+    if (rc == 0 && s->has_state) {
+        rc = link_recv(l, &type, (void **)&st, &len, err);
+        if (rc == 0 && (type != NL_FRAME_STATE || len != NL_STATE_HEADER + nslice * sizeof(float) ||
+                        get_u64(st) != lo || get_u64(st + 8) != hi || get_u64(st + 16) != 1))
+            rc = nl_error_set(err, NL_EFORMAT,
+                              "the driver's optimizer state is not that of slice [%zu, %zu)", lo,
+                              hi);
+        if (rc == 0)
+            memcpy(slice, st + NL_STATE_HEADER, nslice * sizeof(float));
+    } else if (rc == 0) {
+        memcpy(slice, init + lo, (hi - lo) * sizeof(float)); /* and a zero state */
+    }
+    if (rc == 0) {
+        memcpy(m->params, init, m->nparams * sizeof(float));
         d = nl_calloc(1, sizeof *d);
         const uint32_t n = nl_partition_count(part);
         const size_t sample = nl_setup_sample_bytes(s);
@@ -279,8 +584,8 @@ static int train(const struct nl_setup *s, const unsigned char *data, const floa
         } else {
             memcpy(d->mean, s->mean, (size_t)s->nnorm * sizeof(float));
             memcpy(d->std, s->std, (size_t)s->nnorm * sizeof(float));
-            memcpy(d->split[NL_TRAIN].x, data, (size_t)n * sample);
-            const unsigned char *y = data + (size_t)n * sample;
+            memcpy(d->split[NL_TRAIN].x, cr->data, (size_t)n * sample);
+            const unsigned char *y = cr->data + (size_t)n * sample;
             for (uint32_t i = 0; i < n; i++) {
                 uint32_t v = (uint32_t)y[4 * i] | (uint32_t)y[4 * i + 1] << 8 |
                              (uint32_t)y[4 * i + 2] << 16 | (uint32_t)y[4 * i + 3] << 24;
@@ -294,9 +599,13 @@ static int train(const struct nl_setup *s, const unsigned char *data, const floa
             d->split[NL_TRAIN].n = n;
         }
     }
-    if (rc == 0)
-        rc = nl_mesh_connect(&mesh, s->rank, s->size, listen_fd, s->members, secret, 32,
+    if (rc == 0) {
+        unsigned char gs[32];
+        generation_secret(gs, secret, s->generation);
+        rc = nl_mesh_connect(&mesh, s->rank, s->size, listen_fd, s->members, gs, sizeof gs,
                              s->timeout_ms, err);
+        fault = rc < 0; /* a member lost before the mesh stood */
+    }
     if (rc == 0) {
         /* The trainable range and the statistics travel: frozen layers cost no bytes. */
         struct nl_allreduce_opts ao = {
@@ -311,103 +620,135 @@ static int train(const struct nl_setup *s, const unsigned char *data, const floa
         rc = nl_allreduce_new(&ar, mesh, m->params, &ao, err);
     }
     if (rc == 0) {
+        nl_allreduce_import(ar, slice, s->start);
+        nl_allreduce_set_cancel_fd(ar, l->wake[0]);
         nl_member_sync_init(&ms, part, ar, mesh);
+        nl_member_sync_keep(&ms, keep, m->params, m->nparams, s->start);
         o.sync = &ms.sync;
-        struct worker_hook h = {.out = out, .ms = &ms, .m = m, .rank = s->rank, .last = now()};
+        struct nl_resume r = {.epoch = (int)(s->start / ms.sync.iters), .iteration = s->start};
+        o.resume = s->start > 0 ? &r : NULL;
+        struct worker_hook h = {
+            .l = l,
+            .ms = &ms,
+            .m = m,
+            .rank = s->rank,
+            .every = s->o.checkpoint_every,
+            .iters = ms.sync.iters,
+            .nstate = nstate,
+            .lo = lo,
+            .hi = hi,
+            .nslice = nslice,
+            .state = ckpt,
+            .last = now(),
+        };
         struct nl_train_hooks hooks = {on_event, NULL, &h};
         rc = nl_train(m, d, &o, &hooks, &res, err);
         if (h.failed)
             *err = h.err;
+        fault = rc < 0 && ms.failed;
     }
-    if (rc == 0)
-        rc = nl_wire_send(out, NL_FRAME_DONE, NULL, 0, err);
+    if (fault) {
+        char why[NL_ERR_MAX];
+        long steps[2] = {s->start, s->start};
+        snprintf(why, sizeof why, "%s", err->msg);
+        if (ar) {
+            steps[0] = nl_allreduce_export(ar, 0, copies);
+            steps[1] = nl_allreduce_export(ar, 1, copies + nslice);
+        } else {
+            memcpy(copies, slice, nslice * sizeof(float));
+            memcpy(copies + nslice, slice, nslice * sizeof(float));
+        }
+        rc = report_fault(l, ar ? ms.done : s->start, why, ar ? keep : init, m->nparams, lo, hi,
+                          steps, copies, nslice, err);
+        if (rc == 0)
+            rc = FAULTED;
+    }
     nl_allreduce_free(ar);
     nl_mesh_free(mesh);
     nl_dataset_free(d);
     nl_partition_free(part);
     nl_model_free(m);
     nl_spec_free(spec);
+    nl_free(init);
+    nl_free(slice);
+    nl_free(copies);
+    nl_free(keep);
+    nl_free(st);
+    nl_free(ckpt);
     return rc;
+}
+
+/* Waits for the next generation's SETUP; ABORT (and HEARTBEAT) frames before it are done with. */
+static int next_setup(struct link *l, struct nl_setup *s, struct nl_error *err)
+{
+    for (;;) {
+        uint32_t type, len;
+        char *text;
+        int rc = link_recv(l, &type, (void **)&text, &len, err);
+        if (rc < 0)
+            return rc;
+        if (type == NL_FRAME_ABORT || type == NL_FRAME_HEARTBEAT) {
+            nl_free(text);
+            continue;
+        }
+        if (type != NL_FRAME_SETUP || len > NL_PROTO_MAX_SETUP) {
+            nl_free(text);
+            return nl_error_set(err, NL_EFORMAT, "the driver sent frame type %u, not a setup",
+                                type);
+        }
+        rc = nl_setup_decode(s, text, len, err);
+        nl_free(text);
+        return rc;
+    }
 }
 
 int nl_worker_run(int in_fd, int out_fd, const struct nl_worker_opts *wo, struct nl_error *err)
 {
+    /* The reader and heartbeat threads use it until the process ends. */
+    static struct link l;
     unsigned char secret[32];
-    struct nl_conn in, out;
     struct nl_setup s;
-    char *text = NULL;
-    unsigned char *data = NULL;
+    struct carry cr = {0};
     int listen_fd = -1, port = 0, rc;
-    uint32_t type, len;
 
     memset(&s, 0, sizeof s);
-    nl_conn_init(&in, in_fd, "the driver (stdin)", DRIVER_TIMEOUT_MS);
-    nl_conn_init(&out, out_fd, "the driver (stdout)", DRIVER_TIMEOUT_MS);
+    memset(&l, 0, sizeof l);
+    pthread_mutex_init(&l.out_lock, NULL);
+    pthread_mutex_init(&l.lock, NULL);
+    pthread_cond_init(&l.cond, NULL);
+    if (pipe(l.wake) < 0)
+        return nl_error_set(err, NL_EIO, "pipe: %s", strerror(errno));
+    fcntl(l.wake[0], F_SETFD, FD_CLOEXEC);
+    fcntl(l.wake[1], F_SETFD, FD_CLOEXEC);
+    nl_conn_init(&l.in, in_fd, "the driver (stdin)", DRIVER_TIMEOUT_MS);
+    nl_conn_init(&l.out, out_fd, "the driver (stdout)", DRIVER_TIMEOUT_MS);
     rc = read_secret(in_fd, secret, err);
     if (rc == 0)
         rc = nl_net_listen(&listen_fd, wo->bind, wo->port_lo, wo->port_hi, &port, err);
     if (rc == 0) {
         char msg[128];
-        int n = snprintf(msg, sizeof msg, "%d %s", port, wo->bind ? wo->bind : "");
-        rc = nl_wire_send(&out, NL_FRAME_LISTEN, msg, (uint32_t)n, err);
+        int n =
+            snprintf(msg, sizeof msg, "%d %ld %s", port, (long)getpid(), wo->bind ? wo->bind : "");
+        rc = link_send(&l, NL_FRAME_LISTEN, msg, (uint32_t)n, err);
     }
     if (rc == 0)
-        rc = nl_wire_recv_alloc(&in, &type, (void **)&text, &len, NL_PROTO_MAX_SETUP, err);
-    if (rc == 0 && type != NL_FRAME_SETUP)
-        rc = nl_error_set(err, NL_EFORMAT, "the driver sent frame type %u, not its setup", type);
+        rc = next_setup(&l, &s, err);
+    /* From here on the driver and this worker watch each other. */
     if (rc == 0)
-        rc = nl_setup_decode(&s, text, len, err);
-    nl_free(text);
-    if (rc == 0) {
-        struct nl_partition *p;
-        rc = nl_partition_new(&p, s.ntrain, s.o.batch, s.size, s.rank, s.o.seed, err);
+        rc = link_start(&l, s.heartbeat_ms, err);
+    while (rc == 0) {
+        rc = generation(&l, &s, &cr, secret, listen_fd, err);
+        nl_setup_release(&s);
         if (rc == 0) {
-            const size_t size =
-                (size_t)nl_partition_count(p) * (nl_setup_sample_bytes(&s) + sizeof(int32_t));
-            nl_partition_free(p);
-            data = cache_load(s.data_hash, size);
-            unsigned char have = data != NULL;
-            rc = nl_wire_send(&out, NL_FRAME_HAVE, &have, 1, err);
-            if (rc == 0 && !data) {
-                if (size > NL_WIRE_MAX_PAYLOAD)
-                    rc =
-                        nl_error_set(err, NL_EINVAL, "a partition of %zu bytes is too large", size);
-                if (rc == 0)
-                    rc = nl_wire_recv_alloc(&in, &type, (void **)&data, &len, (uint32_t)size, err);
-                if (rc == 0 && (type != NL_FRAME_DATA || len != size))
-                    rc = nl_error_set(err, NL_EFORMAT, "the driver's data is not the partition");
-                if (rc == 0) {
-                    unsigned char d[NL_SHA256_SIZE];
-                    char hex[65];
-                    nl_sha256(d, data, size);
-                    hexify(hex, d, sizeof d);
-                    if (strcmp(hex, s.data_hash) != 0)
-                        rc = nl_error_set(err, NL_EFORMAT, "the partition does not match its hash");
-                    else
-                        cache_store(s.data_hash, data, size);
-                }
-            }
+            rc = link_send(&l, NL_FRAME_DONE, NULL, 0, err);
+            break;
         }
+        if (rc == FAULTED)
+            rc = next_setup(&l, &s, err);
     }
-    /* The initial weights, before anything else watches stdin. */
-    float *init = NULL;
-    uint32_t init_len = 0;
-    if (rc == 0)
-        rc = nl_wire_recv_alloc(&in, &type, (void **)&init, &init_len, NL_WIRE_MAX_PAYLOAD, err);
-    if (rc == 0 && type != NL_FRAME_INIT)
-        rc = nl_error_set(err, NL_EFORMAT, "the driver sent frame type %u, not the weights", type);
-    if (rc == 0) {
-        pthread_t t;
-        static int watched;
-        watched = in_fd;
-        if (pthread_create(&t, NULL, watch_stdin, &watched) == 0)
-            pthread_detach(t);
-        rc = train(&s, data, init, init_len, secret, listen_fd, &out, err);
-    }
-    nl_free(init);
+    nl_setup_release(&s);
     if (listen_fd >= 0)
         close(listen_fd);
-    nl_free(data);
-    nl_setup_release(&s);
+    nl_free(cr.data);
     return rc;
 }

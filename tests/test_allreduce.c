@@ -5,7 +5,9 @@
  * that never comes reported by name. Also: statistics after the trainable range (summed, not
  * optimized, returned in the gradient), clipping of the summed gradient, and overlapped steps
  * whose gradient becomes final piece by piece from the top while slices already travel; frames
- * that are not due (wrong length, or twice in a step) refused naming the peer. */
+ * that are not due (wrong length, or twice in a step) refused naming the peer; and recovery's
+ * pieces: a step called off by its cancel fd, a slice's state exported after its latest step and
+ * the one before, and imported. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
@@ -15,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
@@ -369,6 +372,168 @@ static void test_undue_frames(void)
     }
 }
 
+/* Recovery's pieces: after STEPS steps each member exports its slice's state after the last
+ * step and after the one before (equal to the reference's), a readable cancel fd calls a step
+ * off at once, and an imported state is what the next step starts from. */
+struct pieces {
+    int rc;
+    long steps[2];
+    size_t lo, hi;
+    double cancel_seconds;
+    float copies[2][2 * NPARAMS]; /* master, then the momentum */
+};
+
+static void pieces_member(int rank, int listen_fd, const struct nl_member *members,
+                          const struct nl_optim *o, struct pieces *res)
+{
+    struct nl_error err = {0};
+    struct nl_mesh *mesh = NULL;
+    struct nl_allreduce *a = NULL;
+    float *p = nl_alloc_floats(NPARAMS), *g = nl_alloc_floats(NPARAMS);
+    int rc, fds[2];
+
+    init_params(p);
+    rc = nl_mesh_connect(&mesh, rank, 2, listen_fd, members, secret, strlen(secret), 5000, &err);
+    if (rc == 0)
+        rc = nl_allreduce_new(
+            &a, mesh, p,
+            &(struct nl_allreduce_opts){.n = NPARAMS, .ntrainable = NPARAMS, .optim = o}, &err);
+    for (long s = 1; rc == 0 && s <= STEPS; s++) {
+        gradient(g, p, rank, s);
+        rc = nl_allreduce_step(a, p, g, s, o->lr, &err);
+    }
+    if (rc == 0) {
+        nl_allreduce_slice(a, rank, &res->lo, &res->hi);
+        res->steps[0] = nl_allreduce_export(a, 0, res->copies[0]);
+        res->steps[1] = nl_allreduce_export(a, 1, res->copies[1]);
+        /* Called off: a byte waits on the cancel fd. */
+        if (pipe(fds) == 0 && write(fds[1], "x", 1) == 1) {
+            struct timespec t0, t1;
+            nl_allreduce_set_cancel_fd(a, fds[0]);
+            gradient(g, p, rank, STEPS + 1);
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            rc = nl_allreduce_step(a, p, g, STEPS + 1, o->lr, &err);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            res->cancel_seconds =
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            close(fds[0]);
+            close(fds[1]);
+        }
+    }
+    res->rc = rc;
+    nl_allreduce_free(a);
+    nl_mesh_free(mesh);
+    nl_free(p);
+    nl_free(g);
+}
+
+static void test_recovery_pieces(const struct nl_optim *o)
+{
+    struct pieces *res =
+        mmap(NULL, 2 * sizeof *res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    struct nl_member members[2];
+    struct nl_error err = {0};
+    int fds[2];
+    pid_t pids[2];
+
+    for (int r = 0; r < 2; r++) {
+        snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
+        snprintf(members[r].addr, sizeof members[r].addr, "127.0.0.1");
+        if (nl_net_listen(&fds[r], "127.0.0.1", 0, 0, &members[r].port, &err) < 0)
+            abort();
+    }
+    for (int r = 0; r < 2; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            pieces_member(r, fds[r], members, o, &res[r]);
+            _exit(0);
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        close(fds[r]);
+        is_int(wait_child(pids[r]), 0, "recovery: member %d exited", r);
+        is_int(res[r].rc, NL_ECANCELED, "member %d: a readable cancel fd calls the step off", r);
+        ok(res[r].cancel_seconds < 1.0, "at once (%.3f s)", res[r].cancel_seconds);
+        is_int(res[r].steps[0], STEPS, "member %d: its current state is after step %d", r, STEPS);
+        is_int(res[r].steps[1], STEPS - 1, "and the copy before after step %d", STEPS - 1);
+    }
+
+    /* The reference, after STEPS - 1 and after STEPS steps. */
+    float *p = nl_alloc_floats(NPARAMS), *g = nl_alloc_floats(NPARAMS);
+    float *sum = nl_alloc_floats(NPARAMS), *st = nl_alloc_floats(NPARAMS);
+    float *ref[2] = {nl_alloc_floats(2 * NPARAMS), nl_alloc_floats(2 * NPARAMS)};
+    float *state[NL_OPTIM_MAX_STATE] = {st};
+    init_params(p);
+    for (long s = 1; s <= STEPS; s++) {
+        for (int r = 0; r < 2; r++) {
+            gradient(g, p, r, s);
+            for (size_t i = 0; i < NPARAMS; i++)
+                sum[i] = r == 0 ? g[i] : sum[i] + g[i];
+        }
+        nl_optim_step(o, p, sum, state, NPARAMS, s, o->lr);
+        if (s >= STEPS - 1) {
+            float *dst = ref[s == STEPS ? 0 : 1];
+            memcpy(dst, p, NPARAMS * sizeof(float));
+            memcpy(dst + NPARAMS, st, NPARAMS * sizeof(float));
+        }
+    }
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 2; c++) {
+            const size_t lo = res[r].lo, own = res[r].hi - lo;
+            const float *got = res[r].copies[c];
+            double worst = 0;
+            for (size_t i = 0; i < own; i++) {
+                worst = fmax(worst, fabs((double)got[i] - ref[c][lo + i]));
+                worst = fmax(worst, fabs((double)got[own + i] - ref[c][NPARAMS + lo + i]));
+            }
+            is_float(worst, 0.0, 0.0,
+                     "member %d: its %s copy of master and momentum is the "
+                     "reference's",
+                     r, c == 0 ? "current" : "earlier");
+        }
+
+    /* Import into a member of one, then a step: the optimizer goes on from the imported state. */
+    struct nl_mesh *mesh = NULL;
+    struct nl_allreduce *a = NULL;
+    int fd, port;
+    nl_net_listen(&fd, "127.0.0.1", 0, 0, &port, &err);
+    struct nl_member one = {"node1", "127.0.0.1", port};
+    int rc = nl_mesh_connect(&mesh, 0, 1, fd, &one, secret, strlen(secret), 1000, &err);
+    float *q = nl_alloc_floats(NPARAMS), *slice = nl_alloc_floats(2 * NPARAMS);
+    memcpy(q, ref[1], NPARAMS * sizeof(float));
+    if (rc == 0)
+        rc = nl_allreduce_new(
+            &a, mesh, q,
+            &(struct nl_allreduce_opts){.n = NPARAMS, .ntrainable = NPARAMS, .optim = o}, &err);
+    if (rc == 0) {
+        nl_allreduce_import(a, ref[1], STEPS - 1);
+        is_int(nl_allreduce_export(a, 1, slice), STEPS - 1, "an imported state is after its step");
+        for (int r = 0; r < 2; r++) {
+            gradient(g, ref[1], r, STEPS);
+            for (size_t i = 0; i < NPARAMS; i++)
+                sum[i] = r == 0 ? g[i] : sum[i] + g[i];
+        }
+        rc = nl_allreduce_step(a, q, sum, STEPS, o->lr, &err);
+    }
+    is_int(rc, 0, "a step after the import: %s", err.msg);
+    double worst = 0;
+    for (size_t i = 0; i < NPARAMS; i++)
+        worst = fmax(worst, fabs((double)q[i] - ref[0][i]));
+    is_float(worst, 0.0, 0.0, "it gives the reference's next parameters");
+    nl_allreduce_free(a);
+    nl_mesh_free(mesh);
+    close(fd);
+    nl_free(q);
+    nl_free(slice);
+    nl_free(p);
+    nl_free(g);
+    nl_free(sum);
+    nl_free(st);
+    nl_free(ref[0]);
+    nl_free(ref[1]);
+    munmap(res, 2 * sizeof *res);
+}
+
 static void test_bf16(void)
 {
     is_int(nl_bf16_from_float(1.0f), 0x3f80, "bf16(1)");
@@ -402,5 +567,6 @@ int main(void)
     run(&(struct mode){.size = 2, .o = &adam, .clip_norm = 0.5f, .overlap = 1});
     test_missing_member();
     test_undue_frames();
+    test_recovery_pieces(&sgd);
     return done_testing();
 }

@@ -134,8 +134,8 @@ static void test_options(void)
     like(errtext, "--data", "naming the option");
     is_int(nnlab("train --resume nope --batch 4"), 2, "--resume with --batch too");
     like(errtext, "run's own settings", "saying why");
-    is_int(nnlab("train --resume nope --hosts a,b"), 2, "--resume with --hosts too");
-    like(errtext, "cluster", "saying cluster runs do not resume yet");
+    is_int(nnlab("train --resume nope --hosts a,b"), 1, "--resume with --hosts is accepted");
+    like(errtext, "no run named 'nope'", "and looks for the run");
     is_int(nnlab("train --on-nan maybe --data syn --model mlp"), 2, "--on-nan wants stop|skip");
     like(errtext, "--on-nan", "naming the option");
     is_int(nnlab("train --checkpoint-every 0 --data syn --model mlp"), 2,
@@ -277,7 +277,7 @@ static void test_plateau(void)
     nnlab("export pl-part '%s'", b);
     ok(same_file(a, b), "it ends byte-identical to the run of 3");
 
-    /* A cluster run's optimizer state lived on its workers: resuming one is refused. */
+    /* A cluster run resumes on hosts only (tests/test_cluster_faults.c resumes one). */
     ok(sqlite3_open(db, &h) == SQLITE_OK &&
            sqlite3_exec(h,
                         "UPDATE runs SET settings = replace(settings, '\"cluster\":false', "
@@ -285,8 +285,8 @@ static void test_plateau(void)
                         NULL, NULL, NULL) == SQLITE_OK,
        "a run marked as trained on a cluster");
     sqlite3_close(h);
-    is_int(nnlab("train --resume pl-full --epochs 4"), 1, "does not resume");
-    like(errtext, "cluster runs is not supported yet", "saying so");
+    is_int(nnlab("train --resume pl-full --epochs 4"), 1, "does not resume without hosts");
+    like(errtext, "give --hosts or --hostfile to resume it", "saying so");
 }
 
 int main(void)

@@ -530,10 +530,12 @@ static void check_store(void)
         succeeds(rc, err, "an existing store opens again");
     }
     if (rc == 0) {
-        /* A version 1 store (before worker_steps) is upgraded on open. */
+        /* A version 1 store (before worker_steps and recoveries) and a version 2 store (before
+         * recoveries) are upgraded on open. */
         sqlite3_stmt *st;
-        sqlite3_exec(nl_store_sqlite(s), "DROP TABLE worker_steps; PRAGMA user_version = 1", NULL,
-                     NULL, NULL);
+        sqlite3_exec(nl_store_sqlite(s),
+                     "DROP TABLE worker_steps; DROP TABLE recoveries; PRAGMA user_version = 1",
+                     NULL, NULL, NULL);
         nl_store_close(s);
         rc = nl_store_open(&s, path, &err);
         succeeds(rc, err, "a version 1 store opens");
@@ -541,6 +543,21 @@ static void check_store(void)
             sqlite3_prepare_v2(nl_store_sqlite(s), "SELECT count(*) FROM worker_steps", -1, &st,
                                NULL);
             ok(sqlite3_step(st) == SQLITE_ROW, "and gains the worker_steps table");
+            sqlite3_finalize(st);
+            sqlite3_prepare_v2(nl_store_sqlite(s), "SELECT count(*) FROM recoveries", -1, &st,
+                               NULL);
+            ok(sqlite3_step(st) == SQLITE_ROW, "and the recoveries table");
+            sqlite3_finalize(st);
+            sqlite3_exec(nl_store_sqlite(s), "DROP TABLE recoveries; PRAGMA user_version = 2", NULL,
+                         NULL, NULL);
+            nl_store_close(s);
+            rc = nl_store_open(&s, path, &err);
+            succeeds(rc, err, "a version 2 store opens");
+        }
+        if (rc == 0) {
+            sqlite3_prepare_v2(nl_store_sqlite(s), "SELECT count(*) FROM recoveries", -1, &st,
+                               NULL);
+            ok(sqlite3_step(st) == SQLITE_ROW, "and gains the recoveries table");
             sqlite3_finalize(st);
         }
     }

@@ -92,6 +92,26 @@ double nl_allreduce_early_fraction(const struct nl_allreduce *a);
 /* The [lo, hi) floats of member r's slice. */
 void nl_allreduce_slice(const struct nl_allreduce *a, int r, size_t *lo, size_t *hi);
 
+/* The [lo, hi) floats of member r's slice of n exchanged floats among size members (what
+ * nl_allreduce_slice gives, without an allreduce). */
+void nl_allreduce_bounds(size_t n, int size, int r, size_t *lo, size_t *hi);
+/* The trainable part of that slice, [lo, hi) within [0, ntrainable): what the member's optimizer
+ * state covers (empty when the slice holds only statistics). */
+void nl_allreduce_state_bounds(size_t n, size_t ntrainable, int size, int r, size_t *lo,
+                               size_t *hi);
+
+/* Recovery of a cluster run (net/worker.c). A readable cancel_fd (-1: none) makes a step give up
+ * its exchange at once with NL_ECANCELED. The own slice's state travels as (1 + nstate) arrays
+ * of the length of its trainable part (nl_allreduce_state_bounds): the fp32 master, then the
+ * optimizer's state arrays (nl_allreduce_state_floats floats in all). import sets it (both
+ * copies below) as the state after step `step`; export gives the current state (before 0) or the
+ * state before the latest optimizer step (before 1), and returns the step that copy is
+ * "after". */
+void nl_allreduce_set_cancel_fd(struct nl_allreduce *a, int fd);
+size_t nl_allreduce_state_floats(const struct nl_allreduce *a);
+void nl_allreduce_import(struct nl_allreduce *a, const float *slice, long step);
+long nl_allreduce_export(const struct nl_allreduce *a, int before, float *out);
+
 /* fp32 <-> bf16, rounding to nearest even (NaN stays NaN). */
 uint16_t nl_bf16_from_float(float f);
 float nl_bf16_to_float(uint16_t h);

@@ -22,11 +22,27 @@ struct nl_member_sync {
     double early_fraction;           /* nl_allreduce_early_fraction, summed over the steps so far */
     unsigned long long last_bytes;   /* sent during the last step */
     unsigned long long bytes_before; /* sent before the step under way */
+    /* Recovery: a copy of the complete parameters after the last completed step (NULL: none
+     * kept), that step, and whether a step failed (the allreduce lost a peer or was called off).
+     * The copy is taken when the next step asks for its share, so that it holds the batch
+     * statistics the trainer updates after a step. */
+    float *keep;
+    const float *params;
+    size_t nkeep;
+    long done, kept;
+    int failed;
 };
 
 /* Ties the pieces together; they stay the caller's. The exchange overlaps the backward pass
  * when the allreduce was made with overlap. */
 void nl_member_sync_init(struct nl_member_sync *s, struct nl_partition *part,
                          struct nl_allreduce *ar, struct nl_mesh *mesh);
+
+/* Keeps a copy of params (n floats, the caller's buffer keep) after every completed step, from
+ * `done` completed steps on. */
+void nl_member_sync_keep(struct nl_member_sync *s, float *keep, const float *params, size_t n,
+                         long done);
+/* Brings the copy up to the last completed step (the trainer is between steps). */
+void nl_member_sync_settle(struct nl_member_sync *s);
 
 #endif

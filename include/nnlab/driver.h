@@ -50,15 +50,23 @@ struct nl_cluster_opts {
     int bf16;
     /* Set (by a signal handler) to stop the run at the next chance; may be NULL. */
     const volatile sig_atomic_t *stop;
+    /* Faults: a worker is lost when its channel ends or fails, or when nothing (not even a
+     * heartbeat) came from it for heartbeat_ms (0: 10 s); workers exit when the driver is silent
+     * that long. A lost worker is restarted on its host, up to max_restarts times per run, or
+     * dropped, and the run goes on from its last completed step (net/worker.c). */
+    int heartbeat_ms;
+    int max_restarts;
     /* Each line a worker writes to stderr; may be NULL. */
     void (*log)(void *ud, const char *host, const char *line);
     void *log_ud;
 };
 
 /* Trains m on d's train split on the hosts (one worker each, in order; ranks follow the list),
- * with o's options (o->threads is ignored: each host's cores count). m's parameters as
- * initialised from o->seed are what the workers start from. Events and checkpoints go through
- * hooks as for nl_train; validation and test run here on the driver. stats (n) gets each
+ * with o's options (o->threads is ignored: each host's cores count). With o->resume, m holds
+ * the checkpoint's parameters and the members start after its step with its optimizer state
+ * (zeros when it has none). Checkpoints carry the optimizer state, gathered from the members. m's
+ * parameters as initialised from o->seed are what the workers start from. Events and checkpoints go
+ * through hooks as for nl_train; validation and test run here on the driver. stats (n) gets each
  * worker's totals. */
 int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster_opts *co,
                      struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,

@@ -46,6 +46,24 @@ struct nl_worker_step {
 int nl_run_record_worker_steps(struct nl_store *s, int64_t run, const struct nl_worker_step *rows,
                                size_t n, struct nl_error *err);
 
+/* Stores a cluster run's recovery (an NL_EVENT_RECOVERY event's). */
+int nl_run_record_recovery(struct nl_store *s, int64_t run, const struct nl_recovery *r,
+                           struct nl_error *err);
+
+/* One stored recovery. */
+struct nl_run_recovery {
+    long step;
+    char host[256];
+    char what[400];
+    char action[16];
+    int restarts, workers;
+    char created[32];
+};
+
+/* A run's recoveries in order; *out freed with nl_free. */
+int nl_run_recoveries(struct nl_store *s, int64_t run, struct nl_run_recovery **out, int *count,
+                      struct nl_error *err);
+
 /* Stores a checkpoint, the run's progress and, when cp->metrics is set, the epoch's metrics in one
  * transaction; keeps the two latest checkpoints. */
 int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_checkpoint *cp,
@@ -119,8 +137,7 @@ char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_mode
                              struct nl_shape shape, int nclasses, int cluster, long skipped);
 
 /* The training options back from a run's settings (run names it in messages); skipped and
- * cluster (either may be NULL) get the batches skipped so far and whether it trained on hosts.
- * A cluster run is NL_EINVAL: it cannot be resumed. */
+ * cluster (either may be NULL) get the batches skipped so far and whether it trained on hosts. */
 int nl_run_settings_parse(const char *settings_json, const char *run, struct nl_train_opts *o,
                           long *skipped, int *cluster, struct nl_error *err);
 
@@ -130,6 +147,7 @@ struct nl_resume_request {
     int epochs;
     int on_nan; /* enum nl_on_nan */
     long checkpoint_every;
+    int on_hosts; /* 1: it goes on on hosts, so it must be a cluster run; 0: a local run */
 };
 
 /* A run ready to continue from its latest checkpoint. */
@@ -140,6 +158,7 @@ struct nl_run_resumed {
     struct nl_train_opts opts; /* the run's options; opts.resume points at resume */
     struct nl_resume resume;
     long skipped; /* batches skipped before this session */
+    int cluster;  /* it trained on hosts: continue it with nl_cluster_train */
     /* Owned here; resume points into them. */
     float *optim_state;
     double *watched;

@@ -62,7 +62,8 @@ struct nl_train_opts {
     const struct nl_resume *resume; /* NULL: a fresh run */
 };
 
-/* Where a resumed local run picks up, from one of its checkpoints: the model's parameters are
+/* Where a resumed run picks up (a cluster member's too: its synchroniser holds the optimizer
+ * state, and optim_state is NULL), from one of its checkpoints: the model's parameters are
  * the checkpoint's, the options the run's own. Each epoch's sample order depends only on the
  * seed and the epoch, and each step's dropout and augmentation only on the seed, the step and
  * the thread count, so with the same thread count the run ends as the uninterrupted one would,
@@ -116,9 +117,21 @@ struct nl_sync {
 void nl_train_defaults(struct nl_train_opts *o);
 
 enum nl_event_kind {
-    NL_EVENT_ITER,  /* after every step */
-    NL_EVENT_EPOCH, /* after an epoch and its validation */
-    NL_EVENT_DONE,  /* after the final test evaluation */
+    NL_EVENT_ITER,     /* after every step */
+    NL_EVENT_EPOCH,    /* after an epoch and its validation */
+    NL_EVENT_DONE,     /* after the final test evaluation */
+    NL_EVENT_RECOVERY, /* cluster runs: a worker was lost, and the run goes on without a gap */
+};
+
+/* What a cluster run did about a lost worker (NL_EVENT_RECOVERY). */
+struct nl_recovery {
+    const char *host;
+    const char *what;   /* "worker died (connection closed during step 37)" */
+    const char *action; /* "restarted" (on its host) or "dropped" (its data shared out) */
+    int restarts;       /* restarts used in the run so far, this one included */
+    int max_restarts;
+    long step;   /* completed steps the run continues from */
+    int workers; /* workers from now on */
 };
 
 /* One worker of a cluster run, as the driver reports it: for an ITER event that step, for EPOCH
@@ -150,6 +163,7 @@ struct nl_event {
     long skipped_batches;     /* EPOCH: steps of the epoch skipped for a non-finite loss */
     int nworkers;             /* cluster runs: the workers' own metrics; 0 for local runs */
     const struct nl_worker_metrics *workers;
+    const struct nl_recovery *recovery; /* RECOVERY only */
 };
 
 struct nl_checkpoint {

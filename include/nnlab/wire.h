@@ -24,14 +24,19 @@ enum nl_frame_type {
     NL_FRAME_PARAM = 17, /* allreduce broadcast: an updated parameter slice from its owner */
     NL_FRAME_NORM = 18,  /* allreduce, clip-norm: the sum of squares of an owner's slice */
     /* Between the driver and a worker, over the SSH channel (net/worker.c documents them). */
-    NL_FRAME_LISTEN = 32,  /* worker -> driver: where it listens */
-    NL_FRAME_SETUP = 33,   /* driver -> worker: rank, members, options, model, data layout */
-    NL_FRAME_DATA = 34,    /* driver -> worker: the worker's partition */
-    NL_FRAME_METRIC = 35,  /* worker -> driver: one step's metrics */
-    NL_FRAME_WEIGHTS = 36, /* worker 0 -> driver: the parameters after an epoch */
-    NL_FRAME_DONE = 37,    /* worker -> driver: training finished */
-    NL_FRAME_HAVE = 38,    /* worker -> driver: whether the partition is cached (1 byte) */
-    NL_FRAME_INIT = 39,    /* driver -> worker: the initial parameters, in the model's layout */
+    NL_FRAME_LISTEN = 32,    /* worker -> driver: where it listens */
+    NL_FRAME_SETUP = 33,     /* driver -> worker: rank, members, options, model, data layout */
+    NL_FRAME_DATA = 34,      /* driver -> worker: the worker's partition */
+    NL_FRAME_METRIC = 35,    /* worker -> driver: one step's metrics */
+    NL_FRAME_WEIGHTS = 36,   /* worker 0 -> driver: the parameters after an epoch */
+    NL_FRAME_DONE = 37,      /* worker -> driver: training finished */
+    NL_FRAME_HAVE = 38,      /* worker -> driver: whether the partition is cached (1 byte) */
+    NL_FRAME_INIT = 39,      /* driver -> worker: the initial parameters, in the model's layout */
+    NL_FRAME_HEARTBEAT = 40, /* both ways: empty; the sender is alive */
+    NL_FRAME_ABORT = 41,     /* driver -> worker: a member is lost; stop the step, report */
+    NL_FRAME_FAULT = 42,     /* worker -> driver: "COMPLETED_STEP message" after a failed step */
+    NL_FRAME_PARAMS = 43,    /* worker -> driver: the complete parameters after that step */
+    NL_FRAME_STATE = 44,     /* both ways: a slice's fp32 master and optimizer state */
 };
 
 /* One connection. peer names it in every error ("node2 (127.0.0.1:41234)"). */

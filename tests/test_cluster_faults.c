@@ -1,0 +1,532 @@
+/* Cluster fault tolerance end to end, through the real binary and a private sshd on 127.0.0.1
+ * (tests/sshd.h): a worker killed with SIGKILL in the middle of a 2-worker and of a 3-worker run
+ * is restarted on its host and the run finishes within a point of the same run undisturbed, the
+ * recovery shown on stdout and stored in the database; with --max-restarts 0 the lost worker is
+ * dropped and the others finish; a stalled worker (SIGSTOP) is found by its missing heartbeats;
+ * a driver killed outright or stalled leaves no worker behind after the heartbeat timeout; and a
+ * cluster run killed in the middle continues with --resume on the same data order. Workers are
+ * found as descendants of the sshd this test started, never by name. */
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "nnlab/rng.h"
+#include "sshd.h"
+#include "tap.h"
+
+enum { SIDE = 12, NTRAIN = 2000, EPOCHS = 8, BATCH = 4 };
+#define HEARTBEAT "3" /* seconds: short, and generous on a loaded machine */
+
+static struct sshd sd;
+static const char *bin;
+static char out[1 << 17], errtext[1 << 16];
+
+static void slurp(const char *name, char *buf, size_t size)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", sd.dir, name);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+static void one_line(char *s)
+{
+    for (char *c = s; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
+}
+
+/* The nnlab command line with the test's database; fmt gives the arguments. */
+static void command(char *cmd, size_t n, const char *name, const char *args)
+{
+    snprintf(cmd, n, "exec env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/%s.out' 2>'%s/%s.err'",
+             bin, sd.dir, args, sd.dir, name, sd.dir, name);
+}
+
+/* Runs nnlab to its end; stdout and stderr land in out and errtext. Returns the exit status. */
+static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int nnlab(const char *fmt, ...)
+{
+    char args[2048], cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    command(cmd, sizeof cmd, "run", args);
+    int st = system(cmd);
+    slurp("run.out", out, sizeof out);
+    slurp("run.err", errtext, sizeof errtext);
+    one_line(errtext);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Starts nnlab in the background (output in DIR/bg.out and bg.err); its pid. */
+static pid_t start(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static pid_t start(const char *fmt, ...)
+{
+    char args[2048], cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    command(cmd, sizeof cmd, "bg", args);
+    char path[600];
+    snprintf(path, sizeof path, "%s/bg.out", sd.dir);
+    unlink(path); /* not to be read for the new run's */
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for a background nnlab; its exit status, with out and errtext filled. */
+static int finish(pid_t pid)
+{
+    int st;
+    waitpid(pid, &st, 0);
+    slurp("bg.out", out, sizeof out);
+    slurp("bg.err", errtext, sizeof errtext);
+    one_line(errtext);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static long parent_of(long pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold anything */
+    long ppid = -1;
+    char state;
+    if (!p || sscanf(p + 1, " %c %ld", &state, &ppid) != 2 || state == 'Z')
+        return -1;
+    return ppid;
+}
+
+/* The `nnlab worker` processes under the sshd this test started: up to max pids into pids. */
+static int workers(long *pids, int max)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        char path[300], cmd[1024];
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[len] = '\0';
+        if (!(strlen(cmd) + 1 < len && strcmp(cmd + strlen(cmd) + 1, "worker") == 0))
+            continue;
+        long a = pid;
+        for (int depth = 0; depth < 16 && a > 1 && a != sd.pid; depth++)
+            a = parent_of(a);
+        if (a == sd.pid && parent_of(pid) > 0 && n < max)
+            pids[n++] = pid;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The nearest sshd process above pid (its SSH session); 0 when none. */
+static long session_of(long pid)
+{
+    for (long a = parent_of(pid); a > 1 && a != sd.pid; a = parent_of(a)) {
+        char path[64], cmd[256];
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", a);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(cmd, 1, sizeof cmd - 1, f) : 0;
+        if (f)
+            fclose(f);
+        cmd[n] = '\0';
+        if (strncmp(cmd, "sshd:", 5) == 0)
+            return a;
+    }
+    return 0;
+}
+
+/* Waits up to seconds for no worker to be left. */
+static int no_workers_within(double seconds)
+{
+    long pids[8];
+    for (int i = 0; i < (int)(seconds * 10); i++) {
+        if (workers(pids, 8) == 0)
+            return 1;
+        usleep(100000);
+    }
+    return workers(pids, 8) == 0;
+}
+
+/* Waits up to seconds for the background run's stdout to hold count lines with needle, or one
+ * with other (may be NULL). */
+static int wait_for(const char *needle, int count, const char *other, double seconds)
+{
+    for (int i = 0; i < (int)(seconds * 50); i++) {
+        slurp("bg.out", out, sizeof out);
+        int k = 0;
+        for (const char *p = out; (p = strstr(p, needle)); p++)
+            k++;
+        if (k >= count || (other && strstr(out, other)))
+            return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+static double json_field(const char *text, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(text, k);
+    return p ? strtod(p + strlen(k), NULL) : NAN;
+}
+
+static double test_accuracy(void)
+{
+    const char *done = strstr(out, "\"event\":\"done\"");
+    return done ? json_field(done, "test_accuracy") : NAN;
+}
+
+/* The train_loss of the last epoch line in out. */
+static double last_loss(void)
+{
+    const char *last = NULL;
+    for (const char *p = out; (p = strstr(p, "\"event\":\"epoch\"")); p++)
+        last = p;
+    return last ? json_field(last, "train_loss") : NAN;
+}
+
+/* An integer from the test's database. */
+static long long db_int(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static long long db_int(const char *fmt, ...)
+{
+    char path[600], sql[1024];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    long long v = -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    snprintf(path, sizeof path, "%s/db", sd.dir);
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            v = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return v;
+}
+
+static void write_idx(void)
+{
+    char path[600];
+    struct nl_rng r;
+    unsigned char hdr[16];
+    nl_rng_seed(&r, 7);
+    snprintf(path, sizeof path, "%s/data", sd.dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/data/train-images-idx3-ubyte", sd.dir);
+    FILE *fi = fopen(path, "wb");
+    snprintf(path, sizeof path, "%s/data/train-labels-idx1-ubyte", sd.dir);
+    FILE *fl = fopen(path, "wb");
+    const unsigned ih[4] = {0x803, NTRAIN, SIDE, SIDE}, lh[2] = {0x801, NTRAIN};
+    for (int i = 0; i < 4; i++)
+        for (int b = 0; b < 4; b++)
+            hdr[4 * i + b] = (unsigned char)(ih[i] >> (24 - 8 * b));
+    fwrite(hdr, 1, 16, fi);
+    for (int i = 0; i < 2; i++)
+        for (int b = 0; b < 4; b++)
+            hdr[4 * i + b] = (unsigned char)(lh[i] >> (24 - 8 * b));
+    fwrite(hdr, 1, 8, fl);
+    /* Four classes: a bright 4x4 square in one of four quadrants, on noise, some faint. */
+    for (int i = 0; i < NTRAIN; i++) {
+        unsigned char img[SIDE * SIDE];
+        int k = (int)nl_rng_below(&r, 4);
+        int oy = (k / 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
+        int ox = (k % 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
+        int bright = 90 + (int)nl_rng_below(&r, 100);
+        for (int p = 0; p < SIDE * SIDE; p++)
+            img[p] = (unsigned char)nl_rng_below(&r, 120);
+        for (int y = 0; y < 4; y++)
+            for (int x = 0; x < 4; x++)
+                img[(oy + y) * SIDE + ox + x] = (unsigned char)(bright + nl_rng_below(&r, 60));
+        fwrite(img, 1, sizeof img, fi);
+        fputc(k, fl);
+    }
+    fclose(fi);
+    fclose(fl);
+}
+
+static const char *train_args_for(int epochs)
+{
+    static char a[1024];
+    snprintf(a, sizeof a,
+             "train --data syn --model '%s/spec' --epochs %d --batch %d --seed 3 --lr 0.02 "
+             "--ssh-config '%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
+             sd.dir, epochs, BATCH, sd.dir);
+    return a;
+}
+
+static const char *train_args(void)
+{
+    return train_args_for(EPOCHS);
+}
+
+/* Kills one worker of a background run with sig once `after` epoch lines are out (JSON lines
+ * or text). */
+static int kill_a_worker(int after, int sig, long *victim)
+{
+    long pids[8];
+    char text[32];
+    snprintf(text, sizeof text, "epoch %d/", after);
+    if (!wait_for("\"event\":\"epoch\"", after, text, 60))
+        return 0;
+    int n = workers(pids, 8);
+    if (n == 0)
+        return 0;
+    *victim = pids[n - 1];
+    return kill((pid_t)*victim, sig) == 0;
+}
+
+int main(void)
+{
+    const char *why;
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        skip_all("NNLAB_BIN does not name the nnlab binary");
+    signal(SIGPIPE, SIG_IGN);
+    char probe[700];
+    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
+    if (system(probe) != 0)
+        skip_all("this nnlab was built without cluster mode (libssh)");
+    why = sshd_start(&sd);
+    if (why) {
+        sshd_stop(&sd);
+        skip_all("%s", why);
+    }
+    write_idx();
+    sshd_write(sd.dir, "spec", "fc1: dense 32\nrelu\nfc2: dense N\n");
+    is_int(nnlab("import syn '%s/data' --val 0.1 --test 0.2", sd.dir), 0,
+           "import a synthetic dataset");
+
+    /* Undisturbed runs on 2 and 3 workers: the accuracy to match. */
+    double base[4] = {NAN, NAN, NAN, NAN}, base_loss = NAN;
+    for (int n = 2; n <= 3; n++) {
+        is_int(nnlab("--json %s --hosts %s --name base%d", train_args(),
+                     n == 2 ? "node1,node2" : "node1,node2,node3", n),
+               0, "an undisturbed %d-worker run: %s", n, errtext);
+        base[n] = test_accuracy();
+        if (n == 2)
+            base_loss = last_loss();
+        ok(base[n] > 0.5, "it learns (test accuracy %.4f)", base[n]);
+        ok(!strstr(out, "\"event\":\"recovery\""), "and reports no recovery");
+    }
+
+    /* SIGKILL one worker in the middle: restarted on its host, the run finishes. */
+    for (int n = 2; n <= 3; n++) {
+        long victim = 0;
+        pid_t pid = start("%s %s --hosts %s --name kill%d", n == 2 ? "--json" : "", train_args(),
+                          n == 2 ? "node1,node2" : "node1,node2,node3", n);
+        ok(kill_a_worker(2, SIGKILL, &victim), "%d workers: one killed after epoch 2", n);
+        is_int(finish(pid), 0, "%d workers: the run finishes: %s", n, errtext);
+        if (n == 2) {
+            like(out, "{\"event\":\"recovery\",\"host\":\"node", "the recovery is a JSON line");
+            like(out, "\"action\":\"restarted\",\"restarts\":1,\"max_restarts\":3",
+                 "the worker was restarted, the first of 3");
+            like(out, "worker died (", "saying what happened");
+            const double acc = test_accuracy();
+            ok(fabs(acc - base[n]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[n]);
+        } else {
+            like(out, ": worker died (", "the recovery is shown on its own line");
+            like(out, "; restarted (1 of 3), continuing from step ", "with what was done");
+            const char *t = strstr(out, "test accuracy ");
+            const double acc = t ? strtod(t + 14, NULL) : NAN;
+            ok(fabs(acc - base[n]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[n]);
+        }
+        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                      "'kill%d' AND action = 'restarted'",
+                      n),
+               1, "%d workers: the recovery is stored with the run", n);
+        is_int(db_int("SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = "
+                      "'kill%d'",
+                      n),
+               EPOCHS, "%d workers: every epoch is stored", n);
+        ok(no_workers_within(5), "%d workers: no worker is left", n);
+        is_int(nnlab("runs kill%d", n), 0, "nnlab runs kill%d", n);
+        like(out, "worker died (", "lists the recovery: %s", out);
+        like(out, "restarted, continued from step ", "with what was done");
+    }
+    is_int(nnlab("--json runs kill2"), 0, "nnlab --json runs kill2");
+    like(out, "\"recoveries\":[{\"step\":", "lists the recoveries as JSON");
+    is_int(nnlab("runs base2"), 0, "nnlab runs base2");
+    like(out, "no worker was lost", "says when nothing happened");
+
+    /* Without optimizer state (SGD without momentum) nothing is lost with a worker: the run
+     * goes on from the very parameters the undisturbed run had, on the same data order, and
+     * ends as it does. */
+    {
+        long victim = 0;
+        is_int(nnlab("--json %s --hosts node1,node2 --momentum 0 --name plain", train_args()), 0,
+               "an undisturbed run without momentum: %s", errtext);
+        const double plain = last_loss();
+        pid_t pid =
+            start("--json %s --hosts node1,node2 --momentum 0 --name plain-kill", train_args());
+        ok(kill_a_worker(2, SIGKILL, &victim), "a worker killed after epoch 2");
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        like(out, "\"action\":\"restarted\"", "the worker was restarted");
+        const double loss = last_loss();
+        ok(isfinite(plain) && fabs(loss - plain) <= 1e-6 + 1e-5 * fabs(plain),
+           "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, plain);
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* A worker's SSH connection cut (its sshd session killed): the driver reaches the host
+     * again and restarts the worker there. */
+    {
+        long pids[8];
+        pid_t pid = start("--json %s --hosts node1,node2 --name cut", train_args());
+        int up = wait_for("\"event\":\"epoch\"", 2, NULL, 60) && workers(pids, 8) == 2;
+        const long session = up ? session_of(pids[0]) : 0;
+        ok(session > 0 && kill((pid_t)session, SIGKILL) == 0,
+           "the SSH session (pid %ld) of a worker killed", session);
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        const char *what = strstr(out, "\"what\":");
+        like(out, "\"action\":\"restarted\"",
+             "the worker was restarted on a new connection (%.80s)", what ? what : "");
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* A worker's SSH session stalled (its sshd stopped): the driver hears nothing from the
+     * worker, which trains on with the others for a while; it is found by heartbeat, its host
+     * reached again and the worker restarted, and the run finishes as it should. */
+    {
+        long pids[8];
+        pid_t pid = start("--json %s --hosts node1,node2 --name frozen", train_args());
+        int up = wait_for("\"event\":\"epoch\"", 2, NULL, 60) && workers(pids, 8) == 2;
+        const long session = up ? session_of(pids[0]) : 0;
+        ok(session > 0 && kill((pid_t)session, SIGSTOP) == 0,
+           "the SSH session (pid %ld) of a worker stopped", session);
+        const int st = finish(pid);
+        kill((pid_t)session, SIGKILL);
+        kill((pid_t)session, SIGCONT);
+        is_int(st, 0, "the run finishes: %s", errtext);
+        const char *what = strstr(out, "\"what\":");
+        like(out, "\"action\":\"restarted\"", "the worker was restarted (%.90s)", what ? what : "");
+        const double acc = test_accuracy();
+        ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
+        ok(no_workers_within(atof(HEARTBEAT) + 4.0), "no worker is left");
+    }
+
+    /* No restarts allowed: the lost worker is dropped and the other two finish. */
+    {
+        long victim = 0;
+        pid_t pid =
+            start("--json %s --hosts node1,node2,node3 --max-restarts 0 --name drop", train_args());
+        ok(kill_a_worker(2, SIGKILL, &victim), "a worker of 3 killed");
+        is_int(finish(pid), 0, "with --max-restarts 0 the run finishes: %s", errtext);
+        like(out, "\"action\":\"dropped\"", "the worker was dropped");
+        like(out, "\"workers\":2}", "2 workers went on");
+        const double acc = test_accuracy();
+        ok(fabs(acc - base[3]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[3]);
+        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                      "'drop' AND action = 'dropped' AND workers = 2"),
+               1, "the drop is stored");
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* A stalled worker: no heartbeat, found within the timeout, ended and restarted. */
+    {
+        long victim = 0;
+        pid_t pid = start("--json %s --hosts node1,node2 --name stall", train_args());
+        ok(kill_a_worker(1, SIGSTOP, &victim), "a worker stopped with SIGSTOP");
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        like(out, "worker stalled (no heartbeat for ", "the stall is found by heartbeat");
+        like(out, "\"action\":\"restarted\"", "and the worker restarted");
+        /* It was killed on its host; were it not, nothing must be left either way. */
+        int gone = kill((pid_t)victim, 0) != 0 || parent_of(victim) < 0;
+        kill((pid_t)victim, SIGCONT);
+        kill((pid_t)victim, SIGKILL);
+        ok(gone, "the stalled worker was ended on its host");
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* The driver killed outright, or stalled: its workers exit within the heartbeat timeout. */
+    for (int round = 0; round < 2; round++) {
+        long pids[8];
+        pid_t pid =
+            start("--json %s --hosts node1,node2 --name driver%d", train_args_for(1000), round);
+        int up = wait_for("\"event\":\"epoch\"", 1, NULL, 60) && workers(pids, 8) == 2;
+        ok(up, "a long run has its 2 workers up");
+        kill(pid, round == 0 ? SIGKILL : SIGSTOP);
+        ok(no_workers_within(atof(HEARTBEAT) + 4.0),
+           "the driver %s: no worker is left after the timeout", round == 0 ? "killed" : "stalled");
+        if (round == 1)
+            kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+
+    /* A cluster run whose driver is killed in the middle resumes from its latest checkpoint,
+     * optimizer state included, on the same data order: it ends as the undisturbed run. */
+    {
+        pid_t pid = start("--json %s --hosts node1,node2 --checkpoint-every 100 --name resumed",
+                          train_args());
+        ok(wait_for("\"event\":\"epoch\"", 3, NULL, 60), "a run to be resumed is past epoch 3");
+        usleep(150000);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        ok(no_workers_within(6), "its driver killed, no worker is left");
+        ok(db_int("SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE name = "
+                  "'resumed' AND optim IS NOT NULL") > 0,
+           "its checkpoints hold the optimizer state");
+        is_int(nnlab("--json train --resume resumed --hosts node1,node2 --ssh-config "
+                     "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
+                     sd.dir),
+               0, "--resume continues it on the cluster: %s", errtext);
+        const double acc = test_accuracy(), loss = last_loss();
+        ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
+        ok(fabs(loss - base_loss) <= 1e-5 + 1e-3 * fabs(base_loss),
+           "the last epoch's loss %.6g is the undisturbed run's %.6g: the same data order", loss,
+           base_loss);
+        is_int(db_int("SELECT epochs_done FROM runs WHERE name = 'resumed'"), EPOCHS,
+               "the run is done with its %d epochs", EPOCHS);
+        is_int(nnlab("--json train --resume resumed --epochs %d --ssh-config '%s/ssh_config'",
+                     EPOCHS + 1, sd.dir),
+               1, "resuming a cluster run without hosts is refused");
+        like(errtext, "give --hosts or --hostfile", "saying why: %s", errtext);
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    sshd_stop(&sd);
+    return done_testing();
+}
