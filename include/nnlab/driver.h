@@ -25,7 +25,7 @@ struct nl_ssh_opts {
     const char *config;       /* NULL: ~/.ssh/config */
     int accept_new;           /* add unknown host keys to known_hosts instead of refusing */
     const char *remote_nnlab; /* NULL: `nnlab` on the remote PATH, or an upload */
-    const char *version;      /* this nnlab's `--version` line, e.g. "nnlab 0.1.0" */
+    const char *version;      /* this nnlab's `--version` line, e.g. "nnlab 0.2.0" */
     int timeout_ms;           /* connecting, and every wait for a worker */
 };
 

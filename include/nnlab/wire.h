@@ -9,7 +9,11 @@
 
 #include "nnlab/error.h"
 
-#define NL_WIRE_VERSION     1
+/* Members refuse a peer of another wire version in the handshake; the driver reaches only workers
+ * of its own `nnlab --version` (else it uploads itself), so a change of any frame's meaning
+ * goes with a new wire version and a new release. 2: NORM frames, statistics in the exchange,
+ * heartbeats and recovery. */
+#define NL_WIRE_VERSION     2
 #define NL_WIRE_HEADER      12         /* bytes before every payload */
 #define NL_WIRE_MAX_PAYLOAD (1u << 30) /* no frame is ever longer; checked before allocation */
 #define NL_WIRE_SECRET_MIN  16         /* bytes of run secret at the least */
