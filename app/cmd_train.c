@@ -150,6 +150,69 @@ static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *
 }
 #endif
 
+/* Trains the run's model m on d, locally or on the hosts of ca when cluster, recording steps,
+ * epochs and checkpoints in run_id's record; then finishes the record (done, stopped or failed;
+ * skipped_before batches skipped in earlier sessions) and reports. Frees m and d. */
+static int train_and_finish(struct nl_store *store, int64_t run_id, const char *run_name,
+                            struct nl_model *m, struct nl_dataset *d, const struct nl_train_opts *o,
+                            int cluster, const struct cluster_args *ca, long skipped_before)
+{
+    struct nl_error err = {0};
+    struct nl_train_result res = {0};
+    struct progress p = {.store = store, .run_id = run_id, .tty = isatty(STDOUT_FILENO)};
+    struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
+    struct nl_worker_metrics *stats = NULL;
+    void *hosts_mem = NULL; /* the hosts, which stats name */
+    int nworkers = 0, rc;
+
+    if (!cluster) {
+        rc = nl_train(m, d, o, &hooks, &res, &err);
+    } else {
+#if NNLAB_HAVE_SSH
+        struct nl_host *hosts = NULL;
+        struct nl_cluster_opts co;
+        cluster_opts(&co, ca);
+        rc = ca->hostfile ? nl_hosts_load(ca->hostfile, &hosts, &nworkers, &err)
+                          : nl_hosts_parse(ca->hosts, &hosts, &nworkers, &err);
+        if (rc == 0) {
+            stats = nl_calloc((size_t)nworkers, sizeof *stats);
+            rc = stats ? nl_cluster_train(hosts, nworkers, &co, m, d, o, &hooks, &res, stats, &err)
+                       : nl_error_set(&err, NL_ENOMEM, "out of memory");
+        }
+        hosts_mem = hosts;
+#else
+        (void)ca;
+        rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
+#endif
+    }
+    /* What a stopped or failed cluster run reported since its last epoch. */
+    if (progress_flush(&p) < 0 && rc == 0) {
+        rc = NL_EDB;
+        p.failed = 1;
+    }
+    nl_free(p.steps);
+    if (p.failed)
+        err = p.err;
+    if (p.tty && !g.json && !g.quiet && rc < 0)
+        fputc('\n', stdout);
+    struct nl_error ferr = {0};
+    if (res.skipped_batches > 0)
+        record_skipped(store, run_id, o, m, d->shape, d->nclasses, cluster,
+                       skipped_before + res.skipped_batches);
+    nl_run_finish(store, run_id,
+                  rc == 0              ? "done"
+                  : rc == NL_ECANCELED ? "stopped"
+                                       : "failed",
+                  rc == 0 ? &res : NULL, &ferr);
+    nl_model_free(m);
+    nl_dataset_free(d);
+    if (rc == 0)
+        print_done(run_name, &res, stats, nworkers);
+    nl_free(stats);
+    nl_free(hosts_mem);
+    return rc < 0 ? fail(&err) : EXIT_OK;
+}
+
 /* Trains model on dataset as a new run named run_name (NULL: generated), from init when given
  * and with ft's frozen layers, and reports; on the hosts of ca when it names any. */
 static int train_session(struct nl_store *store, const char *dataset, const char *model,
@@ -160,7 +223,6 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     struct nl_dataset *d = NULL;
     struct nl_model *m = NULL;
     struct nl_run_info run;
-    struct nl_train_result res = {0};
     int rc;
 
     rc = nl_dataset_load(store, dataset, &d, &err);
@@ -203,59 +265,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
                run.name, model, dataset, nl_model_count_params(m), nl_model_count_trainable(m),
                d->split[NL_TRAIN].n);
 
-    struct progress p = {.store = store, .run_id = run.id, .tty = isatty(STDOUT_FILENO)};
-    struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
-    struct nl_worker_metrics *stats = NULL;
-    void *hosts_mem = NULL; /* the hosts, which stats name */
-    int nworkers = 0;
-    if (!ca || (!ca->hosts && !ca->hostfile)) {
-        rc = nl_train(m, d, o, &hooks, &res, &err);
-    } else {
-#if NNLAB_HAVE_SSH
-        struct nl_host *hosts = NULL;
-        struct nl_cluster_opts co;
-        cluster_opts(&co, ca);
-        rc = ca->hostfile ? nl_hosts_load(ca->hostfile, &hosts, &nworkers, &err)
-                          : nl_hosts_parse(ca->hosts, &hosts, &nworkers, &err);
-        if (rc == 0) {
-            stats = nl_calloc((size_t)nworkers, sizeof *stats);
-            rc = stats ? nl_cluster_train(hosts, nworkers, &co, m, d, o, &hooks, &res, stats, &err)
-                       : nl_error_set(&err, NL_ENOMEM, "out of memory");
-        }
-        hosts_mem = hosts;
-#else
-        rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
-#endif
-    }
-    /* What a stopped or failed cluster run reported since its last epoch. */
-    if (progress_flush(&p) < 0 && rc == 0) {
-        rc = NL_EDB;
-        p.failed = 1;
-    }
-    nl_free(p.steps);
-    if (p.failed)
-        err = p.err;
-    if (p.tty && !g.json && !g.quiet && rc < 0)
-        fputc('\n', stdout);
-    struct nl_error ferr = {0};
-    if (res.skipped_batches > 0)
-        record_skipped(store, run.id, o, m, d->shape, d->nclasses, cluster, res.skipped_batches);
-    nl_run_finish(store, run.id,
-                  rc == 0              ? "done"
-                  : rc == NL_ECANCELED ? "stopped"
-                                       : "failed",
-                  rc == 0 ? &res : NULL, &ferr);
-    nl_model_free(m);
-    nl_dataset_free(d);
-    if (rc < 0) {
-        nl_free(stats);
-        nl_free(hosts_mem);
-        return fail(&err);
-    }
-    print_done(run.name, &res, stats, nworkers);
-    nl_free(stats);
-    nl_free(hosts_mem);
-    return EXIT_OK;
+    return train_and_finish(store, run.id, run.name, m, d, o, cluster, ca, 0);
 }
 
 /* Continues the run named run_name from its latest checkpoint in its own record, with its own
@@ -265,11 +275,7 @@ static int resume_session(struct nl_store *store, const char *run_name,
                           struct nl_resume_request *req, const struct cluster_args *ca)
 {
     struct nl_error err = {0};
-    struct nl_train_result res = {0};
     struct nl_run_resumed *r = NULL;
-    struct nl_worker_metrics *stats = NULL;
-    struct nl_host *hosts = NULL;
-    int nworkers = 0;
 
     req->on_hosts = ca->hosts || ca->hostfile;
     int rc = nl_run_resume_open(store, run_name, req, warn_cb, NULL, &r, &err);
@@ -278,53 +284,13 @@ static int resume_session(struct nl_store *store, const char *run_name,
     if (!g.json && !g.quiet)
         printf("run '%s': resuming after epoch %d, step %ld, to epoch %d\n", r->run.name,
                r->resume.epoch, r->resume.iteration, r->opts.epochs);
-
-    struct progress p = {.store = store, .run_id = r->run.id, .tty = isatty(STDOUT_FILENO)};
-    struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
-    if (!r->cluster) {
-        rc = nl_train(r->model, r->data, &r->opts, &hooks, &res, &err);
-    } else {
-#if NNLAB_HAVE_SSH
-        struct nl_cluster_opts co;
-        cluster_opts(&co, ca);
-        rc = ca->hostfile ? nl_hosts_load(ca->hostfile, &hosts, &nworkers, &err)
-                          : nl_hosts_parse(ca->hosts, &hosts, &nworkers, &err);
-        if (rc == 0) {
-            stats = nl_calloc((size_t)nworkers, sizeof *stats);
-            rc = stats ? nl_cluster_train(hosts, nworkers, &co, r->model, r->data, &r->opts, &hooks,
-                                          &res, stats, &err)
-                       : nl_error_set(&err, NL_ENOMEM, "out of memory");
-        }
-#else
-        rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
-#endif
-    }
-    if (progress_flush(&p) < 0 && rc == 0) {
-        rc = NL_EDB;
-        p.failed = 1;
-    }
-    nl_free(p.steps);
-    if (p.failed)
-        err = p.err;
-    if (p.tty && !g.json && !g.quiet && rc < 0)
-        fputc('\n', stdout);
-    struct nl_error ferr = {0};
-    if (res.skipped_batches > 0)
-        record_skipped(store, r->run.id, &r->opts, r->model, r->data->shape, r->data->nclasses,
-                       r->cluster, r->skipped + res.skipped_batches);
-    nl_run_finish(store, r->run.id,
-                  rc == 0              ? "done"
-                  : rc == NL_ECANCELED ? "stopped"
-                                       : "failed",
-                  rc == 0 ? &res : NULL, &ferr);
-    char name[sizeof r->run.name];
-    snprintf(name, sizeof name, "%s", r->run.name);
+    /* The model and data pass to train_and_finish; the rest of r is released here. */
+    rc = train_and_finish(store, r->run.id, r->run.name, r->model, r->data, &r->opts, r->cluster,
+                          ca, r->skipped);
+    r->model = NULL;
+    r->data = NULL;
     nl_run_resumed_free(r);
-    if (rc == 0)
-        print_done(name, &res, stats, nworkers);
-    nl_free(stats);
-    nl_free(hosts);
-    return rc < 0 ? fail(&err) : EXIT_OK;
+    return rc;
 }
 
 /* Training options as given, before the optimizer's defaults are applied. */
