@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-static char dir[64], db[128], out_path[160], err_path[160];
+static char dir[64] __attribute__((unused)), db[320], out_path[320], err_path[320];
 static const char *bin;
 static char out[1 << 16], errtext[1 << 14];
 

@@ -45,10 +45,10 @@ static inline int sshd_free_port(void)
     return port;
 }
 
-static inline int sshd_write(const char *dir, const char *name, const char *text)
+static inline int sshd_write(const char *folder, const char *name, const char *text)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(path, sizeof path, "%s/%s", folder, name);
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;

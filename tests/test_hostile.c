@@ -39,6 +39,7 @@
 
 #include "nnlab/rng.h"
 #include "nnlab/wire.h"
+#include "nnlab_cli.h"
 #include "sshd.h"
 #include "tap.h"
 
@@ -50,38 +51,6 @@ enum { SIDE = 12, NTRAIN = 600, EPOCHS = 30, NPORTS = 3, MAX_RECORDS = 8192, MAX
 
 static struct sshd sd;
 static int port_lo;
-static const char *bin;
-static char db[300], out_path[300], err_path[300];
-static char out[1 << 16], errtext[1 << 14];
-
-/* The file's first size - 1 bytes into buf, NUL-terminated; empty when it cannot be read. */
-static void slurp(const char *path, char *buf, size_t size)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
-/* Runs `nnlab --db DB ARGS` with no standard input; its exit status (128 + signal when killed),
- * its stdout in out and its stderr in errtext. */
-static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int nnlab(const char *fmt, ...)
-{
-    char args[2048], cmd[4096];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' --db '%s' %s >'%s' 2>'%s' </dev/null", bin, db, args, out_path,
-             err_path);
-    int status = system(cmd);
-    slurp(out_path, out, sizeof out);
-    slurp(err_path, errtext, sizeof errtext);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 static double now_s(void)
 {
