@@ -14,9 +14,10 @@
  *
  * A cluster run's recoveries (NL_EVENT_RECOVERY: a lost worker restarted or dropped) are stored
  * in the run's recoveries table by the thread and pushed as feed events; the main loop pulls
- * them with the points and shows each as a notice, a line under the hosts (as the command line
- * prints it) and a marker on the loss chart at its step. The Heartbeat timeout and Max restarts
- * fields go to nl_cluster_opts.
+ * them with the points (and at once on a nudge through g_idle_add, should the charts' timer be
+ * off) and shows each as a notice, a line under the hosts (as the command line prints it) and a
+ * marker on the loss chart at its step. The Heartbeat timeout and Max restarts fields go to
+ * nl_cluster_opts.
  *
  * Resume continues a run in its own record with its own settings, which the form then shows; a
  * cluster run goes on on the hosts its settings name (the window records them as "hosts"; a run
@@ -126,7 +127,7 @@ struct train_page {
 struct train_msg {
     struct train_page *page;
     struct train_job *job;
-    enum { MSG_STARTED, MSG_EPOCH, MSG_DONE } kind;
+    enum { MSG_STARTED, MSG_EPOCH, MSG_RECOVERY, MSG_DONE } kind;
     struct feed_point point;
     char text[256];
 };
@@ -272,6 +273,8 @@ static int on_event(void *ud, const struct nl_event *ev)
         g_strlcpy(e.what, r->what ? r->what : "", sizeof e.what);
         g_strlcpy(e.action, r->action ? r->action : "", sizeof e.action);
         feed_push_event(&j->feed, &e);
+        /* Shown at once, even while the charts' timer is off (another page on screen). */
+        post(h->page, j, MSG_RECOVERY, NULL, NULL);
     } else if (ev->kind == NL_EVENT_EPOCH) {
         /* Its metrics were stored with its checkpoint (on_checkpoint). */
         flush_worker_steps(j);
@@ -755,6 +758,9 @@ static gboolean on_msg(gpointer data)
         set_stat(p->stat_acc, "%.2f%%", 100.0 * m->point.val_accuracy);
         gtk_widget_queue_draw(p->acc_chart);
         runs_page_refresh(p->win->runs);
+        break;
+    case MSG_RECOVERY:
+        pull_events(p);
         break;
     case MSG_DONE: {
         g_thread_join(p->thread);
