@@ -15,8 +15,14 @@
  * settings are the run's, its weights, optimizer state and step count the latest checkpoint's.
  * The accuracy each completed epoch was judged on comes from the stored epochs (for plateau
  * schedules and early stopping); an epoch whose record a kill lost gets its validation accuracy
- * from the checkpoint again (a count over a fixed split, so exact). Cluster runs keep their
- * optimizer state on the workers and are refused. */
+ * from the checkpoint again (a count over a fixed split, so exact). A cluster run resumes on
+ * hosts only (its checkpoints carry the optimizer state gathered from the workers), a local run
+ * only locally.
+ *
+ * Front ends may add keys of their own to a run's settings (the window adds "init", where its
+ * weights started, and "hosts", the hosts it trained on). Rewriting the settings keeps them:
+ * nl_run_set_settings, and so nl_run_reopen, keeps every key of the stored settings that the new
+ * ones lack (nl_run_settings_keep), in its stored order after the new ones. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -138,6 +144,134 @@ int nl_run_settings_parse(const char *settings_json, const char *run, struct nl_
     if (cluster)
         *cluster = cl;
     return rc;
+}
+
+/* A growing string for nl_run_settings_keep; failed once an allocation fails. */
+struct sbuf {
+    char *s;
+    size_t len, cap;
+    int failed;
+};
+
+static void sb_add(struct sbuf *b, const char *t, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *s = nl_realloc(b->s, cap);
+        if (!s) {
+            b->failed = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, t, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+static void sb_str(struct sbuf *b, const char *t)
+{
+    sb_add(b, t, strlen(t));
+}
+
+static void sb_json_string(struct sbuf *b, const char *t)
+{
+    sb_add(b, "\"", 1);
+    for (const unsigned char *c = (const unsigned char *)t; *c; c++) {
+        char esc[8];
+        if (*c == '"' || *c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)*c;
+            sb_add(b, esc, 2);
+        } else if (*c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", *c);
+            sb_str(b, esc);
+        } else {
+            sb_add(b, (const char *)c, 1);
+        }
+    }
+    sb_add(b, "\"", 1);
+}
+
+/* A parsed value written back as JSON. */
+static void sb_json(struct sbuf *b, const struct nl_json *v)
+{
+    char num[40];
+    switch (v->type) {
+    case NL_JSON_NULL:
+        sb_str(b, "null");
+        break;
+    case NL_JSON_BOOL:
+        sb_str(b, v->boolean ? "true" : "false");
+        break;
+    case NL_JSON_NUMBER:
+        if (v->is_integer)
+            snprintf(num, sizeof num, "%lld", (long long)v->integer);
+        else
+            snprintf(num, sizeof num, "%.17g", v->number);
+        sb_str(b, num);
+        break;
+    case NL_JSON_STRING:
+        sb_json_string(b, v->string);
+        break;
+    case NL_JSON_ARRAY:
+    case NL_JSON_OBJECT:
+        sb_str(b, v->type == NL_JSON_ARRAY ? "[" : "{");
+        for (size_t i = 0; i < v->count; i++) {
+            if (i)
+                sb_str(b, ",");
+            if (v->type == NL_JSON_OBJECT) {
+                sb_json_string(b, v->items[i].key);
+                sb_str(b, ":");
+            }
+            sb_json(b, &v->items[i]);
+        }
+        sb_str(b, v->type == NL_JSON_ARRAY ? "]" : "}");
+        break;
+    }
+}
+
+char *nl_run_settings_keep(const char *settings_json, const char *old_json)
+{
+    struct nl_json_doc *now = NULL, *old = NULL;
+    struct nl_error err = {0};
+    struct sbuf b = {0};
+
+    if (old_json &&
+        nl_json_parse(&now, settings_json, strlen(settings_json), "settings", &err) == 0 &&
+        nl_json_parse(&old, old_json, strlen(old_json), "settings", &err) == 0 &&
+        nl_json_root(now)->type == NL_JSON_OBJECT && nl_json_root(old)->type == NL_JSON_OBJECT) {
+        const struct nl_json *n = nl_json_root(now), *o = nl_json_root(old);
+        /* The new object up to its closing brace, then the old keys it lacks. */
+        const char *end = strrchr(settings_json, '}');
+        sb_add(&b, settings_json, (size_t)(end - settings_json));
+        int members = n->count > 0;
+        for (size_t i = 0; i < o->count; i++) {
+            if (nl_json_get(n, o->items[i].key))
+                continue;
+            if (members)
+                sb_str(&b, ",");
+            members = 1;
+            sb_json_string(&b, o->items[i].key);
+            sb_str(&b, ":");
+            sb_json(&b, &o->items[i]);
+        }
+        sb_str(&b, "}");
+    } else {
+        sb_str(&b, settings_json);
+    }
+    nl_json_free(now);
+    nl_json_free(old);
+    if (b.failed) {
+        nl_free(b.s);
+        return NULL;
+    }
+    return b.s;
 }
 
 void nl_run_resumed_free(struct nl_run_resumed *r)

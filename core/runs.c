@@ -482,15 +482,39 @@ int nl_run_set_settings(struct nl_store *s, int64_t run, const char *settings_js
                         struct nl_error *err)
 {
     sqlite3_stmt *st;
+    char *old = NULL, *merged;
     int rc;
 
-    if (sqlite3_prepare_v2(nl_store_sqlite(s), "UPDATE runs SET settings = ? WHERE id = ?", -1, &st,
+    /* The stored settings, whose keys the new ones lack are kept. */
+    if (sqlite3_prepare_v2(nl_store_sqlite(s), "SELECT settings FROM runs WHERE id = ?", -1, &st,
                            NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "reading a run's settings");
+    sqlite3_bind_int64(st, 1, run);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0) &&
+        !(old = nl_strdup((const char *)sqlite3_column_text(st, 0)))) {
+        sqlite3_finalize(st);
+        return nl_error_set(err, NL_ENOMEM, "out of memory");
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        nl_free(old);
+        return nl_store_db_error(s, err, "reading a run's settings");
+    }
+    merged = nl_run_settings_keep(settings_json, old);
+    nl_free(old);
+    if (!merged)
+        return nl_error_set(err, NL_ENOMEM, "out of memory");
+    if (sqlite3_prepare_v2(nl_store_sqlite(s), "UPDATE runs SET settings = ? WHERE id = ?", -1, &st,
+                           NULL) != SQLITE_OK) {
+        nl_free(merged);
         return nl_store_db_error(s, err, "updating a run's settings");
-    sqlite3_bind_text(st, 1, settings_json, -1, SQLITE_TRANSIENT);
+    }
+    sqlite3_bind_text(st, 1, merged, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, run);
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
+    nl_free(merged);
     return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "updating a run's settings");
 }
 

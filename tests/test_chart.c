@@ -2,6 +2,8 @@
  * cairo image surfaces and checked for the pixels of their series. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "chart.h"
 #include "feed.h"
@@ -78,6 +80,65 @@ static void test_line_chart(void)
     ok(chart_draw(cr, 640, 300, &c) > 0, "fixed ranges draw");
     canvas(30, 20);
     is_int(chart_draw(cr, 30, 20, &c), 0, "a tiny surface draws no points");
+}
+
+/* Events on the x axis (a cluster run's recoveries): a line at each x inside the range, in the
+ * events' colour, in the pixel column that x maps to. */
+static void test_events(void)
+{
+    const struct chart_rgb blue = {0.1, 0.3, 0.9}, magenta = {0.85, 0.1, 0.75};
+    double x[100], y[100];
+    for (int i = 0; i < 100; i++) {
+        x[i] = i / 50.0; /* two epochs */
+        y[i] = 1.0 - i / 200.0;
+    }
+    const double at[3] = {0.5, 1.5, 7.0}; /* the last is outside the range */
+    const char *const labels[3] = {"node2 restarted", NULL, "never"};
+    struct chart c = {.title = "Loss per step", .fg = {0, 0, 0}, .nseries = 1};
+    c.ymin = c.ymax = NAN;
+    c.xmin = 0;
+    c.xmax = 2;
+    c.series[0] = (struct chart_series){.x = x, .y = y, .n = 100, .color = blue};
+    canvas(600, 300);
+    const int plain = chart_draw(cr, 600, 300, &c);
+    is_int(count_color(magenta), 0, "without events, no event colour");
+    c.nevents = 3;
+    c.event_x = at;
+    c.event_labels = labels;
+    c.event_color = magenta;
+    canvas(600, 300);
+    is_int(chart_draw(cr, 600, 300, &c), plain + 2, "the two events inside the range are drawn");
+    /* The plot spans the columns between the first and last series pixels. */
+    cairo_surface_flush(surface);
+    const unsigned char *d = cairo_image_surface_get_data(surface);
+    const int stride = cairo_image_surface_get_stride(surface);
+    int cols[600] = {0}, lo = 600, hi = -1;
+    for (int yy = 0; yy < 300; yy++)
+        for (int xx = 0; xx < 600; xx++) {
+            uint32_t p =
+                *(const uint32_t *)(const void *)(d + (size_t)yy * stride + 4 * (size_t)xx);
+            int r = (p >> 16) & 255, g = (p >> 8) & 255, b = p & 255;
+            if (abs(r - 217) < 12 && abs(g - 25) < 12 && abs(b - 191) < 12)
+                cols[xx]++;
+            if (abs(r - 25) < 12 && abs(g - 76) < 12 && abs(b - 229) < 12) {
+                lo = xx < lo ? xx : lo;
+                hi = xx > hi ? xx : hi;
+            }
+        }
+    /* The series runs from x 0 to 1.98 over columns lo to hi. */
+    const int quarter = lo + (int)lround(0.5 / 1.98 * (hi - lo)),
+              three = lo + (int)lround(1.5 / 1.98 * (hi - lo));
+    int near_q = 0, near_t = 0, tall = 0;
+    for (int xx = quarter - 2; xx <= quarter + 2; xx++)
+        near_q = cols[xx] > near_q ? cols[xx] : near_q;
+    for (int xx = three - 2; xx <= three + 2; xx++)
+        near_t = cols[xx] > near_t ? cols[xx] : near_t;
+    for (int xx = 0; xx < 600; xx++)
+        tall += cols[xx] > 100;
+    ok(near_q > 100 && near_t > 100,
+       "a line at epoch 0.5 (column %d: %d pixels) and at 1.5 (column %d: %d pixels)", quarter,
+       near_q, three, near_t);
+    ok(tall <= 4, "and nowhere else (%d tall columns)", tall);
 }
 
 /* Images per second of a cluster run: the total and one line per worker, each in its colour. */
@@ -224,12 +285,33 @@ static void test_feed(void)
     ok(in_order, "points come out in order");
     is_int(got + feed.dropped, 100000, "every point is pulled or counted as dropped");
     feed_release(&feed);
+
+    /* Events: kept in order beside the points, the newest dropped when the queue is full. */
+    static struct feed_event ev[FEED_EVENTS + 8];
+    feed_init(&feed, 4);
+    for (int i = 0; i < FEED_EVENTS + 5; i++) {
+        struct feed_event e = {.step = i, .workers = 2};
+        snprintf(e.host, sizeof e.host, "node%d", i);
+        feed_push_event(&feed, &e);
+        struct feed_point p = {.iter = i};
+        feed_push(&feed, &p);
+    }
+    is_int(feed_pull_events(&feed, ev, 3), 3, "three events pulled");
+    ok(ev[0].step == 0 && ev[2].step == 2 && strcmp(ev[1].host, "node1") == 0,
+       "the oldest first, whole");
+    n = feed_pull_events(&feed, ev, FEED_EVENTS + 8);
+    is_int(n, FEED_EVENTS - 3, "then the rest of those that fitted");
+    ok(n > 0 && ev[n - 1].step == FEED_EVENTS - 1, "in order, up to the last that fitted");
+    is_int((int)feed.events_dropped, 5, "the newer ones counted as dropped");
+    is_int(feed_pull(&feed, out, 64), 4, "points are unaffected");
+    feed_release(&feed);
 }
 
 int main(void)
 {
-    plan(33);
+    plan(43);
     test_line_chart();
+    test_events();
     test_throughput();
     test_smooth();
     test_bars_thumbs_confusion();

@@ -20,6 +20,7 @@ int main(void)
 }
 #else
 
+#include <dirent.h>
 #include <errno.h>
 #include <png.h>
 #include <signal.h>
@@ -375,7 +376,7 @@ static int weights_from_file(const char *db, const char *file, const char *run)
 static int screenshot(const char *name);
 static void show(const char *page);
 
-#define CLUSTER_TESTS 12
+#define CLUSTER_TESTS 34
 
 #if NNLAB_HAVE_SSH
 static int hosts_checked(void)
@@ -384,6 +385,228 @@ static int hosts_checked(void)
     const char *text;
     train_page_hosts_report(nw()->train, &done, &text);
     return done > 0;
+}
+#endif
+
+#if NNLAB_HAVE_SSH
+static long parent_of(long pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold anything */
+    long ppid = -1;
+    char state;
+    if (!p || sscanf(p + 1, " %c %ld", &state, &ppid) != 2 || state == 'Z')
+        return -1;
+    return ppid;
+}
+
+/* The `nnlab worker` processes under the sshd this test started (never found by name): up to
+ * max pids. */
+static int sshd_workers(const struct sshd *sd, long *pids, int max)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        char path[300], cmd[1024];
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[len] = '\0';
+        if (!(strlen(cmd) + 1 < len && strcmp(cmd + strlen(cmd) + 1, "worker") == 0))
+            continue;
+        long a = pid;
+        for (int depth = 0; depth < 16 && a > 1 && a != sd->pid; depth++)
+            a = parent_of(a);
+        if (a == sd->pid && n < max)
+            pids[n++] = pid;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int recovered(void)
+{
+    int count, markers;
+    const char *last;
+    train_page_recoveries(nw()->train, &count, &markers, &last);
+    return count > 0;
+}
+
+static int cluster_points(void)
+{
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    return points >= 15;
+}
+
+/* Whether gui-cluster-stop has a checkpointed epoch. */
+static int cluster_stop_has_epoch(void)
+{
+    struct nl_store *s;
+    struct nl_run_info info;
+    struct nl_error err = {0};
+    int n = 0;
+    if (nl_store_open(&s, db_path, &err) < 0)
+        return 0;
+    if (nl_run_get(s, "gui-cluster-stop", &info, NULL, NULL, &err) == 0)
+        n = info.epochs_done;
+    nl_store_close(s);
+    return n >= 1;
+}
+
+/* A lost worker: a run on node1 and node2 whose second worker is killed (SIGKILL) after a few
+ * steps goes on with a restarted one and finishes; the train page shows the recovery as a
+ * notice, a line under the hosts and a marker on the loss chart, the runs page lists it. Then
+ * a run stopped after its first epoch is resumed from the runs page on the hosts it recorded. */
+static void cluster_faults(const struct sshd *sd)
+{
+    struct nl_store *s;
+    struct nl_run_info info;
+    struct nl_error err = {0};
+    char *settings = NULL;
+    long pids[8];
+    int count = 0, markers = 0;
+    const char *last = NULL;
+
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "heartbeat-timeout", "4");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "max-restarts", "2");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "2");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-recovered");
+    long points;
+    int finished;
+    train_page_stats(nw()->train, &points, &finished);
+    want_finished = finished + 1;
+    max_gap = 0;
+    last_beat = 0;
+    measuring = TRUE;
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    int n = wait_for(cluster_points, 120000) ? sshd_workers(sd, pids, 8) : 0;
+    ok(n == 2 && kill((pid_t)pids[1], SIGKILL) == 0,
+       "one of the run's two workers is killed after %ld steps (%d workers found)",
+       (train_page_stats(nw()->train, &points, &finished), points), n);
+    ok(wait_for(recovered, 120000), "the window hears of the recovery");
+    const char *toast = gtk_label_get_text(GTK_LABEL(nw()->toast_label));
+    ok(strstr(toast, "restarted (1 of 2), continuing from step") != NULL, "a notice says so: %s",
+       toast);
+    ok(wait_for(enough_finished, 300000), "the run finishes");
+    measuring = FALSE;
+    ok(max_gap < 200000, "no main-loop stall over 200 ms through the recovery (%.0f ms)",
+       max_gap / 1000.0);
+    train_page_recoveries(nw()->train, &count, &markers, &last);
+    ok(count == 1 && markers == 1, "one recovery, one marker on the loss chart (%d, %d)", count,
+       markers);
+    int done;
+    const char *report;
+    train_page_hosts_report(nw()->train, &done, &report);
+    ok(last && strstr(last, ": worker died") && strstr(report, last),
+       "its line stays under the hosts: %s", last ? last : "(none)");
+    int rc = nl_store_open(&s, db_path, &err);
+    struct nl_run_recovery *rec = NULL;
+    int nrec = 0;
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-recovered", &info, NULL, NULL, &err);
+    if (rc == 0)
+        rc = nl_run_recoveries(s, info.id, &rec, &nrec, &err);
+    ok(rc == 0 && strcmp(info.status, "done") == 0 && info.epochs_done == 2,
+       "the run is done with its 2 epochs (%s)", rc == 0 ? info.status : err.msg);
+    ok(rc == 0 && nrec == 1 && strcmp(rec[0].action, "restarted") == 0 && rec[0].workers == 2,
+       "its recovery is stored (%d)", nrec);
+    nl_free(rec);
+    nl_store_close(s);
+    spin(300);
+    ok(screenshot("3-train-recovered"), "screenshot of the train page after a recovery");
+    show("runs");
+    gtk_widget_activate_action(win, "win.run-select", "s", "gui-recovered");
+    spin(200);
+    const char *details = runs_page_details(nw()->runs);
+    ok(strstr(details, "Recoveries:") && strstr(details, "worker died") &&
+           strstr(details, "restarted (restart 1), on 2 workers"),
+       "the runs page lists it in the run's details");
+    screenshot("4-runs-recovered");
+    show("train");
+
+    /* Stop a cluster run after its first epoch, then Resume it from the runs page. */
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "3");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-cluster-stop");
+    train_page_stats(nw()->train, &points, &finished);
+    want_finished = finished + 1;
+    gtk_widget_activate_action(win, "win.train-start", NULL);
+    ok(wait_for(cluster_stop_has_epoch, 300000), "a 3-epoch cluster run checkpoints an epoch");
+    gtk_widget_activate_action(win, "win.train-stop", NULL);
+    ok(wait_for(enough_finished, 120000), "and stops");
+    rc = nl_store_open(&s, db_path, &err);
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-cluster-stop", &info, NULL, NULL, &err);
+    ok(rc == 0 && strcmp(info.status, "stopped") == 0 && info.epochs_done >= 1 &&
+           info.epochs_done < 3,
+       "recorded as stopped (%s after %d epochs)", rc == 0 ? info.status : err.msg,
+       rc == 0 ? info.epochs_done : -1);
+    nl_store_close(s);
+    /* The form now holds other settings: the resumed run must take its own. */
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "hosts", "");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "1");
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "other");
+    show("runs");
+    gtk_widget_activate_action(win, "win.runs-refresh", NULL);
+    gtk_widget_activate_action(win, "win.run-select", "s", "gui-cluster-stop");
+    ok(g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume"),
+       "Resume is offered for the stopped cluster run");
+    train_page_stats(nw()->train, &points, &finished);
+    want_finished = finished + 1;
+    max_gap = 0;
+    last_beat = 0;
+    measuring = TRUE;
+    gtk_widget_activate_action(win, "win.run-resume", NULL);
+    int epochs;
+    const char *hosts, *name;
+    train_page_form(nw()->train, &epochs, &hosts, &name);
+    ok(train_page_running(nw()->train) && epochs == 3 && strcmp(hosts, "node1:1,node2:1") == 0 &&
+           strcmp(name, "gui-cluster-stop") == 0,
+       "it resumes, the form showing its settings (%d epochs on %s, %s)", epochs, hosts, name);
+    ok(wait_for(enough_finished, 300000), "the resumed cluster run finishes");
+    measuring = FALSE;
+    ok(max_gap < 200000, "no main-loop stall over 200 ms while it resumes (%.0f ms)",
+       max_gap / 1000.0);
+    spin(300);
+    screenshot("3-train-cluster-resumed");
+    rc = nl_store_open(&s, db_path, &err);
+    struct nl_run_epoch *rep = NULL;
+    int nrep = 0, in_order = 1;
+    if (rc == 0)
+        rc = nl_run_get(s, "gui-cluster-stop", &info, NULL, &settings, &err);
+    if (rc == 0)
+        rc = nl_run_epochs(s, info.id, &rep, &nrep, &err);
+    for (int i = 0; rc == 0 && i < nrep; i++)
+        in_order &= rep[i].epoch == i + 1;
+    ok(rc == 0 && strcmp(info.status, "done") == 0 && info.epochs_done == 3 && nrep == 3 &&
+           in_order && isfinite(info.test_accuracy),
+       "it ends done with its 3 epochs, each recorded once (%s, %d epochs, %d records)",
+       rc == 0 ? info.status : err.msg, rc == 0 ? info.epochs_done : -1, nrep);
+    ok(settings && strstr(settings, "\"hosts\":\"node1:1,node2:1\"") &&
+           strstr(settings, "\"cluster\":true"),
+       "its settings still name its hosts: %s", settings ? settings : err.msg);
+    nl_free(settings);
+    nl_free(rep);
+    nl_store_close(s);
+    train_page_form(nw()->train, &epochs, &hosts, &name);
+    ok(name[0] == '\0', "the run name is cleared for the next run (%s)", name);
 }
 #endif
 
@@ -485,6 +708,14 @@ static void cluster_checks(const char *bin)
     spin(200);
     screenshot("4-runs-cluster");
     show("train");
+    cluster_faults(&sd);
+    long left[8];
+    int nleft = sshd_workers(&sd, left, 8);
+    for (int i = 0; i < 300 && nleft > 0; i++) {
+        spin(100);
+        nleft = sshd_workers(&sd, left, 8);
+    }
+    ok(nleft == 0, "no worker is left on the hosts (%d)", nleft);
     sshd_stop(&sd);
 #else
     (void)bin;

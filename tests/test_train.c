@@ -400,6 +400,25 @@ static void test_checkpoints(void)
     is_int(nl_run_get(store, "nope", &got, NULL, NULL, &err), NL_ENOENT, "unknown run");
     like(err.msg, "nope", "message names it");
 
+    /* Resuming rewrites the settings in the core's format; the keys a front end added (the
+     * window's init and hosts) stay, the core's take their new values. */
+    char *settings = NULL;
+    is_int(
+        nl_run_set_settings(store, run.id,
+                            "{\"epochs\":3,\"batch\":64,\"init\":\"gui-lenet\","
+                            "\"hosts\":\"node1:1,node2:1\",\"extra\":{\"a\":[1,2.5,\"x\\\"y\"]}}",
+                            &err),
+        0, "settings with a front end's keys stored: %s", err.msg);
+    is_int(nl_run_reopen(store, run.id, "{\"epochs\":5,\"batch\":64,\"cluster\":true}", &err), 0,
+           "the run reopens with new settings: %s", err.msg);
+    is_int(nl_run_get(store, run.name, &got, NULL, &settings, &err), 0, "and reads back");
+    is_str(settings ? settings : "",
+           "{\"epochs\":5,\"batch\":64,\"cluster\":true,\"init\":\"gui-lenet\","
+           "\"hosts\":\"node1:1,node2:1\",\"extra\":{\"a\":[1,2.5,\"x\\\"y\"]}}",
+           "the new keys first, then the old ones they lack, as they were");
+    is_str(got.status, "running", "the reopened run is running again");
+    nl_free(settings);
+
     nl_free(p);
     nl_store_close(store);
     nl_model_free(m);
@@ -462,6 +481,13 @@ static void test_settings(void)
            "a cluster run's settings parse back: %s", err.msg);
     ok(cluster == 1 && back.epochs == 7, "and say it trained on hosts");
     nl_free(json);
+    char *kept = nl_run_settings_keep("{}", "{\"hosts\":\"a\\u0001b\"}");
+    is_str(kept ? kept : "", "{\"hosts\":\"a\\u0001b\"}",
+           "keys are kept into an empty object, control characters escaped");
+    nl_free(kept);
+    kept = nl_run_settings_keep("{\"epochs\":2}", "not json");
+    is_str(kept ? kept : "", "{\"epochs\":2}", "old settings that do not parse are left out");
+    nl_free(kept);
     is_int(nl_run_settings_parse("{\"epochs\":3}", "old", &back, NULL, NULL, &err), NL_EFORMAT,
            "settings without the training options are refused");
     like(err.msg, "'old'", "naming the run");

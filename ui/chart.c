@@ -247,6 +247,36 @@ int chart_draw(cairo_t *cr, int width, int height, const struct chart *c)
         cairo_fill(cr);
     }
 
+    /* Events: a dashed line across the plot, a triangle on its top edge, a label beside it
+     * (right of the line, or left of it near the right edge). */
+    for (int k = 0; k < c->nevents; k++) {
+        const double ex = c->event_x[k];
+        if (!isfinite(ex) || ex < x0 || ex > x1)
+            continue;
+        const double px = round(left + (ex - x0) / (x1 - x0) * pw) + 0.5;
+        set_rgb(cr, c->event_color, 1.0);
+        cairo_set_line_width(cr, 1.5);
+        const double dash[] = {4.0, 3.0};
+        cairo_set_dash(cr, dash, 2, 0);
+        cairo_move_to(cr, px, top + 6);
+        cairo_line_to(cr, px, bottom);
+        cairo_stroke(cr);
+        cairo_set_dash(cr, NULL, 0, 0);
+        cairo_move_to(cr, px - 5, top);
+        cairo_line_to(cr, px + 5, top);
+        cairo_line_to(cr, px, top + 7);
+        cairo_close_path(cr);
+        cairo_fill(cr);
+        const char *label = c->event_labels ? c->event_labels[k] : NULL;
+        if (label && pw > 160) {
+            const double lw = text_width(cr, label, TICK_SIZE);
+            const int before = px + 6 + lw > right - 2;
+            text_at(cr, before ? px - 6 : px + 6, top + TICK_SIZE + 6, label, TICK_SIZE,
+                    before ? 1.0 : 0.0);
+        }
+        drawn++;
+    }
+
     if (!have && c->empty) {
         set_rgb(cr, c->fg, 0.5);
         text_at(cr, left + pw / 2, top + ph / 2, c->empty, TICK_SIZE + 1, 0.5);

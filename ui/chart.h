@@ -33,10 +33,18 @@ struct chart {
     int y_percent;       /* y tick labels as percentages of 1 */
     int nseries;
     struct chart_series series[CHART_MAX_SERIES];
+    /* Events at points of the x axis (a cluster run's recoveries, at their step): a dashed
+     * vertical line across the plot at each, in event_color, with a triangle on the plot's top
+     * edge and, where the plot is wide enough, the label beside it. */
+    int nevents;
+    const double *event_x;           /* (nevents) */
+    const char *const *event_labels; /* (nevents), NULL or NULL entries: no label */
+    struct chart_rgb event_color;
 };
 
-/* Draws a line chart filling width x height: title, axes with ticks, a grid, each series and a
- * legend. Returns the number of points drawn (tests check it). */
+/* Draws a line chart filling width x height: title, axes with ticks, a grid, each series, the
+ * events and a legend. Returns the number of points drawn (tests check it); events inside the
+ * x range add one each. */
 int chart_draw(cairo_t *cr, int width, int height, const struct chart *c);
 
 /* Images per second over a run: the whole run's (this computer's, or all workers' together)

@@ -50,3 +50,24 @@ int feed_pull(struct feed *f, struct feed_point *out, int max)
     pthread_mutex_unlock(&f->lock);
     return n;
 }
+
+void feed_push_event(struct feed *f, const struct feed_event *e)
+{
+    pthread_mutex_lock(&f->lock);
+    if (f->nevents < FEED_EVENTS)
+        f->events[f->nevents++] = *e;
+    else
+        f->events_dropped++;
+    pthread_mutex_unlock(&f->lock);
+}
+
+int feed_pull_events(struct feed *f, struct feed_event *out, int max)
+{
+    pthread_mutex_lock(&f->lock);
+    int n = f->nevents < max ? f->nevents : max;
+    memcpy(out, f->events, (size_t)n * sizeof *out);
+    memmove(f->events, f->events + n, (size_t)(f->nevents - n) * sizeof *out);
+    f->nevents -= n;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}

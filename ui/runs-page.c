@@ -495,6 +495,22 @@ static void show_details(struct runs_page *p)
         return;
     }
     GString *set = settings_text(settings);
+    /* A cluster run's lost workers, as the train page showed them. */
+    struct nl_run_recovery *rec = NULL;
+    int nrec = 0;
+    if (nl_run_recoveries(p->win->store, info.id, &rec, &nrec, &err) < 0)
+        nrec = 0;
+    for (int i = 0; i < nrec; i++) {
+        const struct nl_run_recovery *r = &rec[i];
+        if (i == 0)
+            g_string_append(set, "\nRecoveries:");
+        g_string_append_printf(set, "\n• step %ld · %s: %s; %s", r->step, r->host, r->what,
+                               r->action);
+        if (strcmp(r->action, "restarted") == 0)
+            g_string_append_printf(set, " (restart %d)", r->restarts);
+        g_string_append_printf(set, ", on %d worker%s", r->workers, r->workers == 1 ? "" : "s");
+    }
+    nl_free(rec);
     /* Names come from people: escape everything but the markup added here. */
     char created[48], finished[48];
     char *esc = g_markup_printf_escaped(
@@ -508,8 +524,9 @@ static void show_details(struct runs_page *p)
     nl_free(settings);
 }
 
-/* Resume goes with a local run that stopped, failed or was killed (still marked running), with
- * no run in progress in this window; one without a checkpoint says so when asked. */
+/* Resume goes with a run, local or on hosts, that stopped, failed or was killed (still marked
+ * running), with no run in progress in this window; one without a checkpoint says so when
+ * asked. */
 static void update_resume(struct runs_page *p)
 {
     struct nl_run_info info;
@@ -824,6 +841,11 @@ struct runs_page *runs_page_new(NlWindow *w, GtkWidget **root)
                        "the test samples behind it.");
     runs_page_refresh(p);
     return p;
+}
+
+const char *runs_page_details(struct runs_page *p)
+{
+    return gtk_label_get_text(GTK_LABEL(p->details));
 }
 
 gboolean runs_page_confusion_ready(struct runs_page *p)

@@ -10,11 +10,24 @@
  *
  * Check Hosts runs nl_host_check for each host on a worker thread and lists what it found. The
  * images/s chart shows a cluster run's total and each worker's own rate (its samples over its
- * compute and communication seconds in each step, from the ITER events' workers[]). */
+ * compute and communication seconds in each step, from the ITER events' workers[]).
+ *
+ * A cluster run's recoveries (NL_EVENT_RECOVERY: a lost worker restarted or dropped) are stored
+ * in the run's recoveries table by the thread and pushed as feed events; the main loop pulls
+ * them with the points (and at once on a nudge through g_idle_add, should the charts' timer be
+ * off) and shows each as a notice, a line under the hosts (as the command line prints it) and a
+ * marker on the loss chart at its step. The Heartbeat timeout and Max restarts fields go to
+ * nl_cluster_opts.
+ *
+ * Resume continues a run in its own record with its own settings, which the form then shows; a
+ * cluster run goes on on the hosts its settings name (the window records them as "hosts"; a run
+ * the command line started, which lacks them, on those of the Hosts field), with the form's SSH
+ * options. */
 #include <math.h>
 #include <signal.h>
 #include <string.h>
 
+#include "../core/json.h"
 #include "feed.h"
 #include "finetune.h"
 #include "nnlab-config.h"
@@ -33,12 +46,13 @@
 #define PULL_MAX 4096
 
 static const struct chart_rgb BLUE = {0.21, 0.52, 0.89}, ORANGE = {0.90, 0.38, 0.0},
-                              LIGHT_BLUE = {0.55, 0.73, 0.95};
+                              LIGHT_BLUE = {0.55, 0.73, 0.95}, RED = {0.88, 0.11, 0.14};
 
 /* Where a run trains beyond this computer (all strings owned; hosts NULL: locally). */
 struct cluster_opts {
     char *hosts, *ssh_config, *remote_nnlab;
     gboolean accept_new, bf16;
+    int heartbeat_s, max_restarts;
 };
 
 struct train_job {
@@ -76,6 +90,7 @@ struct train_page {
     GtkAdjustment *epochs, *batch, *lr, *momentum, *threads, *seed;
     GtkWidget *optim, *schedule, *run_name, *momentum_spin;
     GtkWidget *cluster_form, *hosts, *ssh_config, *remote_nnlab, *accept_new, *bf16, *check_hosts;
+    GtkAdjustment *heartbeat, *max_restarts;
     GtkWidget *host_report;
     guint check_generation;
     gboolean checking;
@@ -99,13 +114,20 @@ struct train_page {
     long points;
     int finished;
     struct feed_point last;
+    /* The run's recoveries: x on the charts' axis, the chart's label and the line under the
+     * hosts (both owned), in order. */
+    GArray *ev_x;
+    GPtrArray *ev_labels, *ev_lines;
+    struct feed_event *pulled_events; /* (FEED_EVENTS) */
+    int recoveries;                   /* since the window opened, for tests */
+    char *resumed_name;               /* the run name the form shows for a resumed run */
 };
 
 /* A one-off event from the training thread, owned by its idle callback. */
 struct train_msg {
     struct train_page *page;
     struct train_job *job;
-    enum { MSG_STARTED, MSG_EPOCH, MSG_DONE } kind;
+    enum { MSG_STARTED, MSG_EPOCH, MSG_RECOVERY, MSG_DONE } kind;
     struct feed_point point;
     char text[256];
 };
@@ -235,6 +257,24 @@ static int on_event(void *ud, const struct nl_event *ev)
         }
         keep_worker_steps(j, ev);
         feed_push(&j->feed, &pt);
+    } else if (ev->kind == NL_EVENT_RECOVERY && ev->recovery) {
+        const struct nl_recovery *r = ev->recovery;
+        struct nl_error err = {0};
+        if (j->run_id > 0 && nl_run_record_recovery(j->store, j->run_id, r, &err) < 0)
+            g_warning("a recovery was not stored: %s", err.msg);
+        struct feed_event e = {
+            .x = ev->iters > 0 ? (ev->epoch - 1) + (double)ev->iter / ev->iters : ev->epoch - 1,
+            .step = r->step,
+            .restarts = r->restarts,
+            .max_restarts = r->max_restarts,
+            .workers = r->workers,
+        };
+        g_strlcpy(e.host, r->host ? r->host : "", sizeof e.host);
+        g_strlcpy(e.what, r->what ? r->what : "", sizeof e.what);
+        g_strlcpy(e.action, r->action ? r->action : "", sizeof e.action);
+        feed_push_event(&j->feed, &e);
+        /* Shown at once, even while the charts' timer is off (another page on screen). */
+        post(h->page, j, MSG_RECOVERY, NULL, NULL);
     } else if (ev->kind == NL_EVENT_EPOCH) {
         /* Its metrics were stored with its checkpoint (on_checkpoint). */
         flush_worker_steps(j);
@@ -363,6 +403,8 @@ static int train_cluster(struct train_job *j, struct nl_model *m, const struct n
                 .timeout_ms = 30000},
         .bf16 = j->cl.bf16,
         .stop = &j->cstop,
+        .heartbeat_ms = j->cl.heartbeat_s * 1000,
+        .max_restarts = j->cl.max_restarts,
         .log = worker_log,
     };
     int rc = nl_hosts_parse(j->cl.hosts, &hosts, &n, &j->err);
@@ -445,11 +487,13 @@ static int train_new(struct hook_ud *h, struct nl_dataset **d, struct nl_model *
     return rc;
 }
 
-/* A stopped run continued from its latest checkpoint (nl_run_resume_open). */
+/* A stopped run continued from its latest checkpoint (nl_run_resume_open): locally, or on the
+ * job's hosts for a cluster run. */
 static int train_resume(struct hook_ud *h, int *created)
 {
     struct train_job *j = h->job;
-    const struct nl_resume_request req = {.epochs = -1, .on_nan = -1, .checkpoint_every = -1};
+    const struct nl_resume_request req = {
+        .epochs = -1, .on_nan = -1, .checkpoint_every = -1, .on_hosts = j->cl.hosts != NULL};
     struct nl_run_resumed *r = NULL;
     int rc = nl_run_resume_open(j->store, j->resume, &req, NULL, NULL, &r, &j->err);
     if (rc < 0)
@@ -457,20 +501,25 @@ static int train_resume(struct hook_ud *h, int *created)
     *created = 1;
     j->run_id = r->run.id;
     g_strlcpy(j->run, r->run.name, sizeof j->run);
-    j->o = r->opts;
+    j->o = r->opts; /* its resume points into r, which outlives the training */
     char text[256];
-    g_snprintf(text, sizeof text, "%s: resumed after epoch %d, step %ld, to epoch %d", r->run.name,
-               r->resume.epoch, r->resume.iteration, r->opts.epochs);
+    g_snprintf(text, sizeof text, "%s: resumed after epoch %d, step %ld, to epoch %d%s%s",
+               r->run.name, r->resume.epoch, r->resume.iteration, r->opts.epochs,
+               r->cluster ? "; on " : "", r->cluster ? j->cl.hosts : "");
     post(h->page, j, MSG_STARTED, NULL, text);
     struct nl_train_hooks hooks = {on_event, on_checkpoint, h};
-    struct nl_error terr = {0};
-    rc = nl_train(r->model, r->data, &r->opts, &hooks, &j->res, &terr);
-    j->err = terr;
+    if (r->cluster) {
+        rc = train_cluster(j, r->model, r->data, &hooks);
+    } else {
+        struct nl_error terr = {0};
+        rc = nl_train(r->model, r->data, &j->o, &hooks, &j->res, &terr);
+        j->err = terr;
+    }
     /* The batches skipped over the run go into its settings, as the command line does. */
     if (j->res.skipped_batches > 0) {
         char *settings =
-            nl_run_settings_format(&r->opts, r->model, r->data->shape, r->data->nclasses, 0,
-                                   r->skipped + j->res.skipped_batches);
+            nl_run_settings_format(&r->opts, r->model, r->data->shape, r->data->nclasses,
+                                   r->cluster, r->skipped + j->res.skipped_batches);
         struct nl_error serr = {0};
         if (settings)
             nl_run_set_settings(j->store, j->run_id, settings, &serr);
@@ -555,6 +604,32 @@ static void append(GArray *a, double v)
     g_array_append_val(a, v);
 }
 
+static void report_line(struct train_page *p, const char *text, gboolean error);
+static void clear_report(struct train_page *p);
+
+/* The run's recoveries from the feed: each a notice, a line under the hosts and a marker. */
+static void pull_events(struct train_page *p)
+{
+    const int n = feed_pull_events(&p->job->feed, p->pulled_events, FEED_EVENTS);
+    for (int i = 0; i < n; i++) {
+        const struct feed_event *e = &p->pulled_events[i];
+        GString *line = g_string_new(NULL);
+        g_string_printf(line, "%s: %s; %s", e->host, e->what, e->action);
+        if (strcmp(e->action, "restarted") == 0)
+            g_string_append_printf(line, " (%d of %d)", e->restarts, e->max_restarts);
+        g_string_append_printf(line, ", continuing from step %ld on %d worker%s", e->step,
+                               e->workers, e->workers == 1 ? "" : "s");
+        append(p->ev_x, e->x);
+        g_ptr_array_add(p->ev_labels, g_strdup_printf("%s %s", e->host, e->action));
+        report_line(p, line->str, TRUE);
+        nl_window_notify(p->win, "%s", line->str);
+        g_ptr_array_add(p->ev_lines, g_string_free(line, FALSE));
+        p->recoveries++;
+    }
+    if (n > 0)
+        gtk_widget_queue_draw(p->loss_chart);
+}
+
 /* Drains the feed into the chart arrays; returns the number of points taken. */
 static int pull(struct train_page *p)
 {
@@ -575,6 +650,7 @@ static int pull(struct train_page *p)
         p->last = p->pulled[n - 1];
         total += n;
     }
+    pull_events(p);
     if (total > 0) {
         p->points += total;
         show_point(p, &p->last);
@@ -637,9 +713,6 @@ static void update_sensitivity(struct train_page *p)
         gtk_widget_set_sensitive(p->check_hosts, TRUE);
 }
 
-static void report_line(struct train_page *p, const char *text, gboolean error);
-static void clear_report(struct train_page *p);
-
 /* A resumed run's epochs before this session, on the accuracy chart. */
 static void show_past_epochs(struct train_page *p, int64_t run)
 {
@@ -686,6 +759,9 @@ static gboolean on_msg(gpointer data)
         gtk_widget_queue_draw(p->acc_chart);
         runs_page_refresh(p->win->runs);
         break;
+    case MSG_RECOVERY:
+        pull_events(p);
+        break;
     case MSG_DONE: {
         g_thread_join(p->thread);
         p->thread = NULL;
@@ -712,6 +788,8 @@ static gboolean on_msg(gpointer data)
                 for (int i = 0; lines[i]; i++)
                     report_line(p, lines[i], FALSE);
                 g_strfreev(lines);
+                for (guint i = 0; i < p->ev_lines->len; i++)
+                    report_line(p, g_ptr_array_index(p->ev_lines, i), TRUE);
             }
             nl_window_notify(p->win, "Run “%s” finished", j->run);
         } else if (j->rc == NL_ECANCELED) {
@@ -721,6 +799,11 @@ static gboolean on_msg(gpointer data)
             nl_window_notify(p->win, "Training failed: %s", j->err.msg);
         }
         gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), buf);
+        /* The form showed the resumed run's name; a new run needs another. */
+        if (p->resumed_name &&
+            strcmp(gtk_editable_get_text(GTK_EDITABLE(p->run_name)), p->resumed_name) == 0)
+            gtk_editable_set_text(GTK_EDITABLE(p->run_name), "");
+        g_clear_pointer(&p->resumed_name, g_free);
         job_free(j);
         update_sensitivity(p);
         runs_page_refresh(p->win->runs);
@@ -747,6 +830,9 @@ static void clear_charts(struct train_page *p)
     p->nworkers = 0;
     p->points = 0;
     memset(&p->last, 0, sizeof p->last);
+    g_array_set_size(p->ev_x, 0);
+    g_ptr_array_set_size(p->ev_labels, 0);
+    g_ptr_array_set_size(p->ev_lines, 0);
     gtk_widget_queue_draw(p->loss_chart);
     gtk_widget_queue_draw(p->acc_chart);
     gtk_widget_queue_draw(p->ips_chart);
@@ -798,6 +884,8 @@ static void read_cluster_opts(struct train_page *p, struct cluster_opts *c)
     c->remote_nnlab = entry_or_null(p->remote_nnlab);
     c->accept_new = gtk_check_button_get_active(GTK_CHECK_BUTTON(p->accept_new));
     c->bf16 = gtk_check_button_get_active(GTK_CHECK_BUTTON(p->bf16));
+    c->heartbeat_s = (int)gtk_adjustment_get_value(p->heartbeat);
+    c->max_restarts = (int)gtk_adjustment_get_value(p->max_restarts);
 }
 
 /* Names the workers of a cluster run for the chart's legend, from its host list. */
@@ -909,20 +997,107 @@ static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
     start_job(p, j);
 }
 
-/* Continues a stopped run from its latest checkpoint (the runs page's Resume). */
+/* The "hosts" a run's settings name (the window records them), or NULL. */
+static char *settings_hosts(const char *settings)
+{
+    struct nl_json_doc *doc = NULL;
+    struct nl_error err = {0};
+    char *hosts = NULL;
+    if (nl_json_parse(&doc, settings, strlen(settings), "run settings", &err) == 0) {
+        const struct nl_json *v = nl_json_get(nl_json_root(doc), "hosts");
+        if (v && v->type == NL_JSON_STRING && v->string[0])
+            hosts = g_strdup(v->string);
+    }
+    nl_json_free(doc);
+    return hosts;
+}
+
+/* The form shows a resumed run's settings: what it trains with, not what the form last held. */
+static void show_settings(struct train_page *p, const struct nl_train_opts *o, const char *name,
+                          const char *hosts)
+{
+    gtk_adjustment_set_value(p->epochs, o->epochs);
+    gtk_adjustment_set_value(p->batch, o->batch);
+    gtk_adjustment_set_value(p->threads, o->threads > 0 ? o->threads : (int)g_get_num_processors());
+    gtk_adjustment_set_value(p->seed, (double)o->seed);
+    /* The optimizer first: choosing it sets its default rate. */
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(p->optim), (guint)o->optim.kind);
+    gtk_adjustment_set_value(p->lr, o->optim.lr);
+    gtk_adjustment_set_value(p->momentum, o->optim.momentum);
+    const enum nl_schedule_kind k = o->schedule.kind;
+    if (k == NL_SCHEDULE_COSINE || k == NL_SCHEDULE_CONSTANT || k == NL_SCHEDULE_PLATEAU)
+        gtk_drop_down_set_selected(GTK_DROP_DOWN(p->schedule), k == NL_SCHEDULE_COSINE     ? 0
+                                                               : k == NL_SCHEDULE_CONSTANT ? 1
+                                                                                           : 2);
+    gtk_editable_set_text(GTK_EDITABLE(p->run_name), name);
+    if (hosts)
+        gtk_editable_set_text(GTK_EDITABLE(p->hosts), hosts);
+}
+
+/* Continues a stopped run from its latest checkpoint (the runs page's Resume): a cluster run on
+ * the hosts it recorded, with the form's SSH options. */
 void train_page_resume(struct train_page *p, const char *run)
 {
     if (p->job) {
         nl_window_notify(p->win, "A run is in progress; stop it first");
         return;
     }
-    struct train_job *j = job_new(p);
-    if (!j)
+    struct nl_run_info info;
+    struct nl_train_opts o;
+    struct nl_error err = {0};
+    char *settings = NULL;
+    int cluster = 0;
+    if (nl_run_get(p->win->store, run, &info, NULL, &settings, &err) < 0 ||
+        nl_run_settings_parse(settings, info.name, &o, NULL, &cluster, &err) < 0) {
+        nl_window_notify(p->win, "%s", err.msg);
+        nl_free(settings);
         return;
-    j->resume = g_strdup(run);
+    }
+    char *hosts = cluster ? settings_hosts(settings) : NULL;
+    nl_free(settings);
+    /* A cluster run the command line started names no hosts: those of the form, if any. */
+    char *field = hosts_list(p);
+    if (cluster && !hosts && !field) {
+        nl_window_notify(p->win,
+                         "“%s” trained on hosts it did not record: name them under Hosts, then "
+                         "resume it",
+                         info.name);
+        return;
+    }
+    g_free(field);
+    struct train_job *j = job_new(p);
+    if (!j) {
+        g_free(hosts);
+        return;
+    }
+    j->resume = g_strdup(info.name);
+    show_settings(p, &o, info.name, cluster ? hosts : "");
+    g_free(hosts);
+    g_free(p->resumed_name);
+    p->resumed_name = g_strdup(info.name);
+    read_cluster_opts(p, &j->cl);
     clear_charts(p);
+    if (j->cl.hosts && name_workers(p, j->cl.hosts, &err) < 0) {
+        nl_window_notify(p->win, "%s", err.msg);
+        job_free(j);
+        return;
+    }
     gtk_widget_activate_action(GTK_WIDGET(p->win), "win.show-page", "s", "train");
     start_job(p, j);
+}
+
+void train_page_recoveries(struct train_page *p, int *count, int *markers, const char **last)
+{
+    *count = p->recoveries;
+    *markers = (int)p->ev_x->len;
+    *last = p->ev_lines->len ? g_ptr_array_index(p->ev_lines, p->ev_lines->len - 1) : NULL;
+}
+
+void train_page_form(struct train_page *p, int *epochs, const char **hosts, const char **name)
+{
+    *epochs = (int)gtk_adjustment_get_value(p->epochs);
+    *hosts = gtk_editable_get_text(GTK_EDITABLE(p->hosts));
+    *name = gtk_editable_get_text(GTK_EDITABLE(p->run_name));
 }
 
 /* ---- Check Hosts: nl_host_check for each host on a worker thread ---- */
@@ -1126,6 +1301,10 @@ static void train_option(GSimpleAction *a, GVariant *param, gpointer data)
         gtk_editable_set_text(GTK_EDITABLE(p->remote_nnlab), value);
     else if (strcmp(key, "accept-new-host-keys") == 0)
         gtk_check_button_set_active(GTK_CHECK_BUTTON(p->accept_new), strcmp(value, "true") == 0);
+    else if (strcmp(key, "heartbeat-timeout") == 0)
+        gtk_adjustment_set_value(p->heartbeat, g_ascii_strtod(value, NULL));
+    else if (strcmp(key, "max-restarts") == 0)
+        gtk_adjustment_set_value(p->max_restarts, g_ascii_strtod(value, NULL));
     else if (strcmp(key, "compress") == 0)
         gtk_check_button_set_active(GTK_CHECK_BUTTON(p->bf16), strcmp(value, "bf16") == 0);
     else
@@ -1177,6 +1356,10 @@ static void draw_loss(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer 
                                         .n = (int)n,
                                         .color = BLUE,
                                         .width = 2.0};
+    c.nevents = (int)p->ev_x->len;
+    c.event_x = (double *)(void *)p->ev_x->data;
+    c.event_labels = (const char *const *)p->ev_labels->pdata;
+    c.event_color = RED;
     c.xmin = 0;
     if (p->last.epochs > 0)
         c.xmax = p->last.epochs;
@@ -1345,7 +1528,9 @@ struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
     ADJ(momentum);
     ADJ(threads);
     ADJ(seed);
+    ADJ(heartbeat);
 #undef ADJ
+    p->max_restarts = GTK_ADJUSTMENT(gtk_builder_get_object(b, "restarts_adj"));
     *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
     g_object_unref(b);
 
@@ -1360,6 +1545,10 @@ struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
     for (int i = 0; i < FEED_MAX_WORKERS; i++)
         p->step_worker[i] = g_array_new(FALSE, FALSE, sizeof(double));
     p->report_text = g_string_new(NULL);
+    p->ev_x = g_array_new(FALSE, FALSE, sizeof(double));
+    p->ev_labels = g_ptr_array_new_with_free_func(g_free);
+    p->ev_lines = g_ptr_array_new_with_free_func(g_free);
+    p->pulled_events = g_new(struct feed_event, FEED_EVENTS);
 
     gtk_adjustment_set_value(p->threads, (int)g_get_num_processors());
     hosts_changed(NULL, p);
@@ -1397,6 +1586,11 @@ void train_page_free(struct train_page *p)
         g_free(p->worker_names[i]);
     }
     g_string_free(p->report_text, TRUE);
+    g_array_unref(p->ev_x);
+    g_ptr_array_unref(p->ev_labels);
+    g_ptr_array_unref(p->ev_lines);
+    g_free(p->pulled_events);
+    g_free(p->resumed_name);
     g_free(p->smooth);
     g_free(p->pulled);
     g_free(p);

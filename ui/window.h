@@ -105,13 +105,20 @@ void train_page_stop_and_wait(struct train_page *p);
 void train_page_stats(struct train_page *p, long *points, int *finished);
 /* Whether the charts' timer runs (only during a run, while they are on screen). */
 gboolean train_page_ticking(struct train_page *p);
-/* Continues a stopped run from its latest checkpoint, as `nnlab train --resume RUN`. */
+/* Continues a stopped run from its latest checkpoint, as `nnlab train --resume RUN` does; a
+ * cluster run on the hosts it recorded, with the form's SSH options. The form shows the run's
+ * settings. */
 void train_page_resume(struct train_page *p, const char *run);
 /* For tests: how many host checks have finished, and the last one's report (one line a
  * host). */
 void train_page_hosts_report(struct train_page *p, int *checks_done, const char **text);
 /* For tests: the points of worker i's images/s series in the run shown. */
 int train_page_worker_points(struct train_page *p, int worker);
+/* For tests: the recoveries shown since the window opened, the markers on the loss chart and
+ * the last one's line (NULL: none in the run shown). */
+void train_page_recoveries(struct train_page *p, int *count, int *markers, const char **last);
+/* For tests: the form's epochs, hosts and run name. */
+void train_page_form(struct train_page *p, int *epochs, const char **hosts, const char **name);
 
 /* Loads a run's model with its latest checkpoint, and the run's dataset (any thread, with that
  * thread's store). */
@@ -122,6 +129,8 @@ int nl_ui_load_run(struct nl_store *s, const char *run_name, struct nl_model **m
 struct runs_page *runs_page_new(NlWindow *w, GtkWidget **root);
 void runs_page_free(struct runs_page *p);
 void runs_page_refresh(struct runs_page *p);
+/* The selected run's details as shown (settings, recoveries), for tests. */
+const char *runs_page_details(struct runs_page *p);
 /* Whether a confusion matrix is shown and none is being computed. */
 gboolean runs_page_confusion_ready(struct runs_page *p);
 

@@ -99,10 +99,12 @@ int nl_run_load_checkpoint(struct nl_store *s, const struct nl_run_info *run, fl
                            size_t nparams, struct nl_run_checkpoint *cp, struct nl_error *err);
 
 /* Marks a run as running again (no finish time) and replaces its settings when settings_json is
- * not NULL: a resumed run continues in its own record. */
+ * not NULL, as nl_run_set_settings does: a resumed run continues in its own record. */
 int nl_run_reopen(struct nl_store *s, int64_t run, const char *settings_json, struct nl_error *err);
 
-/* Replaces a run's settings (JSON). */
+/* Replaces a run's settings (a JSON object). Keys of its stored settings that the new ones lack
+ * are kept (after them): what a front end adds, such as the window's "init" and "hosts", outlives
+ * a rewrite in the core's format. */
 int nl_run_set_settings(struct nl_store *s, int64_t run, const char *settings_json,
                         struct nl_error *err);
 
@@ -140,6 +142,11 @@ char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_mode
  * cluster (either may be NULL) get the batches skipped so far and whether it trained on hosts. */
 int nl_run_settings_parse(const char *settings_json, const char *run, struct nl_train_opts *o,
                           long *skipped, int *cluster, struct nl_error *err);
+
+/* settings_json (a JSON object) with the members of old_json that it lacks added at its end, in
+ * their order; a copy of settings_json when old_json is NULL or either is not a JSON object. NULL
+ * when out of memory; freed with nl_free. */
+char *nl_run_settings_keep(const char *settings_json, const char *old_json);
 
 /* What a resume may change of a run's settings; each < 0 keeps the run's. A finished run needs
  * more epochs than it was set to train. */
