@@ -60,11 +60,10 @@ struct progress {
     double last_draw;
     struct nl_error err; /* a failure to record */
     int failed;
-    struct nl_worker_step *steps; /* cluster runs: worker reports not yet stored */
-    size_t nsteps, cap;
+    struct nl_worker_steps steps; /* cluster runs: worker reports not yet stored */
 };
 int progress_event(void *ud, const struct nl_event *ev);
-/* Stores the worker reports still buffered and frees the buffer; 0 or an error in p->err. */
+/* Stores the worker reports still buffered; 0 or an error in p->err. */
 int progress_flush(struct progress *p);
 int progress_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err);
 

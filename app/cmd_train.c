@@ -190,7 +190,7 @@ static int train_and_finish(struct nl_store *store, int64_t run_id, const char *
         rc = NL_EDB;
         p.failed = 1;
     }
-    nl_free(p.steps);
+    nl_worker_steps_release(&p.steps);
     if (p.failed)
         err = p.err;
     if (p.tty && !g.json && !g.quiet && rc < 0)

@@ -160,46 +160,11 @@ static void print_recovery(const struct nl_recovery *r, int tty)
     fflush(stdout);
 }
 
-/* Buffers a cluster step's worker reports; they are stored an epoch at a time. */
-static int keep_worker_steps(struct progress *p, const struct nl_event *ev)
-{
-    if (!p->store || p->run_id <= 0 || ev->nworkers <= 0)
-        return 0;
-    if (p->nsteps + (size_t)ev->nworkers > p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 1024;
-        while (cap < p->nsteps + (size_t)ev->nworkers)
-            cap *= 2;
-        struct nl_worker_step *n = nl_realloc(p->steps, cap * sizeof *n);
-        if (!n) {
-            nl_error_set(&p->err, NL_ENOMEM, "out of memory for the workers' metrics");
-            return -1;
-        }
-        p->steps = n;
-        p->cap = cap;
-    }
-    for (int i = 0; i < ev->nworkers; i++) {
-        const struct nl_worker_metrics *w = &ev->workers[i];
-        p->steps[p->nsteps++] = (struct nl_worker_step){
-            .step = (long)(ev->epoch - 1) * ev->iters + ev->iter,
-            .worker = i,
-            .host = w->host,
-            .epoch = ev->epoch,
-            .samples = w->samples,
-            .loss = w->loss,
-            .compute_seconds = w->compute_seconds,
-            .comm_seconds = w->comm_seconds,
-            .bytes_sent = w->bytes_sent,
-        };
-    }
-    return 0;
-}
-
 int progress_flush(struct progress *p)
 {
     int rc = 0;
-    if (p->store && p->run_id > 0 && p->nsteps > 0)
-        rc = nl_run_record_worker_steps(p->store, p->run_id, p->steps, p->nsteps, &p->err);
-    p->nsteps = 0;
+    if (p->store && p->run_id > 0)
+        rc = nl_worker_steps_flush(&p->steps, p->store, p->run_id, &p->err);
     return rc;
 }
 
@@ -208,7 +173,7 @@ int progress_event(void *ud, const struct nl_event *ev)
     struct progress *p = ud;
 
     if (ev->kind == NL_EVENT_ITER) {
-        if (keep_worker_steps(p, ev) < 0) {
+        if (p->store && p->run_id > 0 && nl_worker_steps_add(&p->steps, ev, &p->err) < 0) {
             p->failed = 1;
             return 1;
         }

@@ -197,6 +197,51 @@ fail:
     return rc;
 }
 
+int nl_worker_steps_add(struct nl_worker_steps *b, const struct nl_event *ev, struct nl_error *err)
+{
+    if (ev->nworkers <= 0)
+        return 0;
+    if (b->n + (size_t)ev->nworkers > b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 1024;
+        while (cap < b->n + (size_t)ev->nworkers)
+            cap *= 2;
+        struct nl_worker_step *v = nl_realloc(b->v, cap * sizeof *v);
+        if (!v)
+            return nl_error_set(err, NL_ENOMEM, "out of memory for the workers' metrics");
+        b->v = v;
+        b->cap = cap;
+    }
+    for (int i = 0; i < ev->nworkers; i++) {
+        const struct nl_worker_metrics *w = &ev->workers[i];
+        b->v[b->n++] = (struct nl_worker_step){
+            .step = (long)(ev->epoch - 1) * ev->iters + ev->iter,
+            .worker = i,
+            .host = w->host,
+            .epoch = ev->epoch,
+            .samples = w->samples,
+            .loss = w->loss,
+            .compute_seconds = w->compute_seconds,
+            .comm_seconds = w->comm_seconds,
+            .bytes_sent = w->bytes_sent,
+        };
+    }
+    return 0;
+}
+
+int nl_worker_steps_flush(struct nl_worker_steps *b, struct nl_store *s, int64_t run,
+                          struct nl_error *err)
+{
+    int rc = nl_run_record_worker_steps(s, run, b->v, b->n, err);
+    b->n = 0;
+    return rc;
+}
+
+void nl_worker_steps_release(struct nl_worker_steps *b)
+{
+    nl_free(b->v);
+    *b = (struct nl_worker_steps){0};
+}
+
 int nl_run_record_recovery(struct nl_store *s, int64_t run, const struct nl_recovery *r,
                            struct nl_error *err)
 {

@@ -71,8 +71,7 @@ struct train_job {
     struct nl_store *store;      /* the thread's own connection */
     int64_t run_id;
     /* Cluster runs: worker reports not yet stored, one row per worker and step. */
-    struct nl_worker_step *steps;
-    size_t nsteps, cap;
+    struct nl_worker_steps steps;
     int step_failed;
     /* Filled by the thread before the done callback. */
     int rc;
@@ -165,7 +164,7 @@ static void job_free(struct train_job *j)
     g_free(j->init_file);
     g_free(j->resume);
     g_free(j->workers);
-    nl_free(j->steps);
+    nl_worker_steps_release(&j->steps);
     g_free(j->db_path);
     g_free(j->dataset);
     g_free(j->model);
@@ -188,44 +187,20 @@ struct hook_ud {
  * written an epoch at a time. */
 static void keep_worker_steps(struct train_job *j, const struct nl_event *ev)
 {
-    if (j->run_id <= 0 || ev->nworkers <= 0 || j->step_failed)
+    struct nl_error err = {0};
+    if (j->run_id <= 0 || j->step_failed)
         return;
-    if (j->nsteps + (size_t)ev->nworkers > j->cap) {
-        size_t cap = j->cap ? 2 * j->cap : 1024;
-        while (cap < j->nsteps + (size_t)ev->nworkers)
-            cap *= 2;
-        struct nl_worker_step *n = nl_realloc(j->steps, cap * sizeof *n);
-        if (!n) {
-            g_warning("out of memory for the workers' metrics: they are not stored");
-            j->step_failed = 1;
-            return;
-        }
-        j->steps = n;
-        j->cap = cap;
-    }
-    for (int i = 0; i < ev->nworkers; i++) {
-        const struct nl_worker_metrics *w = &ev->workers[i];
-        j->steps[j->nsteps++] = (struct nl_worker_step){
-            .step = (long)(ev->epoch - 1) * ev->iters + ev->iter,
-            .worker = i,
-            .host = w->host,
-            .epoch = ev->epoch,
-            .samples = w->samples,
-            .loss = w->loss,
-            .compute_seconds = w->compute_seconds,
-            .comm_seconds = w->comm_seconds,
-            .bytes_sent = w->bytes_sent,
-        };
+    if (nl_worker_steps_add(&j->steps, ev, &err) < 0) {
+        g_warning("the workers' metrics are not stored: %s", err.msg);
+        j->step_failed = 1;
     }
 }
 
 static void flush_worker_steps(struct train_job *j)
 {
     struct nl_error err = {0};
-    if (j->nsteps > 0 && j->run_id > 0 &&
-        nl_run_record_worker_steps(j->store, j->run_id, j->steps, j->nsteps, &err) < 0)
+    if (j->run_id > 0 && nl_worker_steps_flush(&j->steps, j->store, j->run_id, &err) < 0)
         g_warning("the workers' metrics were not stored: %s", err.msg);
-    j->nsteps = 0;
 }
 
 static int on_event(void *ud, const struct nl_event *ev)

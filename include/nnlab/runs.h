@@ -46,6 +46,19 @@ struct nl_worker_step {
 int nl_run_record_worker_steps(struct nl_store *s, int64_t run, const struct nl_worker_step *rows,
                                size_t n, struct nl_error *err);
 
+/* A cluster run's worker reports not yet stored: the ITER events' workers, gathered step by step
+ * and stored an epoch at a time. Zero-initialised is empty. */
+struct nl_worker_steps {
+    struct nl_worker_step *v;
+    size_t n, cap;
+};
+/* Adds an ITER event's worker reports (nothing for a local run's). */
+int nl_worker_steps_add(struct nl_worker_steps *b, const struct nl_event *ev, struct nl_error *err);
+/* Stores what b holds in run's record (one transaction) and empties b. */
+int nl_worker_steps_flush(struct nl_worker_steps *b, struct nl_store *s, int64_t run,
+                          struct nl_error *err);
+void nl_worker_steps_release(struct nl_worker_steps *b);
+
 /* Stores a cluster run's recovery (an NL_EVENT_RECOVERY event's). */
 int nl_run_record_recovery(struct nl_store *s, int64_t run, const struct nl_recovery *r,
                            struct nl_error *err);
