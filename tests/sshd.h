@@ -179,16 +179,39 @@ static inline void sshd_stop(struct sshd *s)
     }
 }
 
-/* Worker processes started from this fixture's folder (the uploaded binary lives there): their
- * command line is "DIR/.../nnlab worker ...". */
-static inline int sshd_workers_alive(const struct sshd *s)
+/* The parent of pid, or -1 when it is gone or a zombie. */
+static inline long sshd_parent_of(long pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold anything */
+    long ppid = -1;
+    char state;
+    if (!p || sscanf(p + 1, " %c %ld", &state, &ppid) != 2 || state == 'Z')
+        return -1;
+    return ppid;
+}
+
+/* The `nnlab worker` processes descended from this fixture's sshd (found by its pid, never by
+ * name): their count, and up to max of their pids into pids (which may be NULL). */
+static inline int sshd_worker_pids(const struct sshd *s, long *pids, int max)
 {
     DIR *d = opendir("/proc");
     struct dirent *e;
     int n = 0;
-    while (d && (e = readdir(d))) {
+    while (s->pid > 0 && d && (e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
         char path[300], cmd[1024];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
         FILE *f = fopen(path, "r");
         if (!f)
             continue;
@@ -196,13 +219,25 @@ static inline int sshd_workers_alive(const struct sshd *s)
         fclose(f);
         cmd[len] = '\0';
         /* argv[0] NUL argv[1]... */
-        if (strncmp(cmd, s->dir, strlen(s->dir)) == 0 && strlen(cmd) + 1 < len &&
-            strcmp(cmd + strlen(cmd) + 1, "worker") == 0)
-            n++;
+        if (!(strlen(cmd) + 1 < len && strcmp(cmd + strlen(cmd) + 1, "worker") == 0))
+            continue;
+        long a = pid;
+        for (int depth = 0; depth < 16 && a > 1 && a != (long)s->pid; depth++)
+            a = sshd_parent_of(a);
+        if (a != (long)s->pid)
+            continue;
+        if (pids && n < max)
+            pids[n] = pid;
+        n++;
     }
     if (d)
         closedir(d);
     return n;
+}
+
+static inline int sshd_workers_alive(const struct sshd *s)
+{
+    return sshd_worker_pids(s, NULL, 0);
 }
 
 /* 1 once no worker of this fixture is left, waiting up to seconds. */

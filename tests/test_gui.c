@@ -389,56 +389,6 @@ static int hosts_checked(void)
 #endif
 
 #if NNLAB_HAVE_SSH
-static long parent_of(long pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the command name may hold anything */
-    long ppid = -1;
-    char state;
-    if (!p || sscanf(p + 1, " %c %ld", &state, &ppid) != 2 || state == 'Z')
-        return -1;
-    return ppid;
-}
-
-/* The `nnlab worker` processes under the sshd this test started (never found by name): up to
- * max pids. */
-static int sshd_workers(const struct sshd *sd, long *pids, int max)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    int n = 0;
-    while (d && (e = readdir(d))) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
-        if (*end || pid <= 0)
-            continue;
-        char path[300], cmd[1024];
-        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        cmd[len] = '\0';
-        if (!(strlen(cmd) + 1 < len && strcmp(cmd + strlen(cmd) + 1, "worker") == 0))
-            continue;
-        long a = pid;
-        for (int depth = 0; depth < 16 && a > 1 && a != sd->pid; depth++)
-            a = parent_of(a);
-        if (a == sd->pid && n < max)
-            pids[n++] = pid;
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
 
 static int recovered(void)
 {
@@ -497,7 +447,7 @@ static void cluster_faults(const struct sshd *sd)
     last_beat = 0;
     measuring = TRUE;
     gtk_widget_activate_action(win, "win.train-start", NULL);
-    int n = wait_for(cluster_points, 120000) ? sshd_workers(sd, pids, 8) : 0;
+    int n = wait_for(cluster_points, 120000) ? sshd_worker_pids(sd, pids, 8) : 0;
     ok(n == 2 && kill((pid_t)pids[1], SIGKILL) == 0,
        "one of the run's two workers is killed after %ld steps (%d workers found)",
        (train_page_stats(nw()->train, &points, &finished), points), n);
@@ -710,10 +660,10 @@ static void cluster_checks(const char *bin)
     show("train");
     cluster_faults(&sd);
     long left[8];
-    int nleft = sshd_workers(&sd, left, 8);
+    int nleft = sshd_worker_pids(&sd, left, 8);
     for (int i = 0; i < 300 && nleft > 0; i++) {
         spin(100);
-        nleft = sshd_workers(&sd, left, 8);
+        nleft = sshd_worker_pids(&sd, left, 8);
     }
     ok(nleft == 0, "no worker is left on the hosts (%d)", nleft);
     sshd_stop(&sd);
