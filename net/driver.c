@@ -23,7 +23,16 @@
  * the lost worker ended on its host (kill -9 of its pid, when the host answers) and restarted
  * there over a new channel of the same SSH session while --max-restarts lasts, else dropped, and
  * a new generation set up for every member with the state after R. A worker that exits with
- * status 1 after saying why (a non-finite loss, say) is not a loss but the run's error. */
+ * status 1 after saying why (a non-finite loss, say) is not a loss but the run's error.
+ *
+ * Judging: in a run that follows its epochs' accuracy (plateau schedule, early stopping) the
+ * driver, which alone validates and sums the global training accuracy, keeps an nl_judge of its
+ * own and the watched accuracy of every epoch; after validating an epoch it sends each member
+ * JUDGE, for which the members wait, so all apply the same plateau factor and stop after the
+ * same epoch (their DONE then comes early, and the run reports stopped_early). A new
+ * generation's SETUP, and a resumed run's first, carry the watched accuracy of the epochs before
+ * its start step. An early stop decided, the run needs nothing more of its members: one lost
+ * after that ends the run instead of a recovery. */
 #include "nnlab/driver.h"
 
 #include <ctype.h>
@@ -266,6 +275,11 @@ struct run {
     struct ckpt cp;
     int recovering; /* gathering the survivors' reports */
     long force_to;  /* a recovery reports every step before this one (0: none) */
+    /* Judging (nl_train_judges): the plateau and early-stopping state, and each completed
+     * epoch's watched accuracy (o->epochs of them). */
+    int judges;
+    struct nl_judge judge;
+    double *watched;
 };
 
 static int fault_complete(const struct peer *p)
@@ -587,6 +601,8 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
         .seconds = seconds,
         .images_per_second = (double)es->samples / (seconds > 0 ? seconds : 1e-9),
         .samples = es->samples,
+        .lr = nl_schedule_lr(&o->schedule, o->optim.lr, steps_done, iters, (long)o->epochs * iters,
+                             run->judge.plateau.factor),
         .nworkers = run->n,
         .workers = step_w,
     };
@@ -626,6 +642,12 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
         return nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
     es->samples = es->correct = 0;
     es->loss = es->busy = 0;
+    /* What a local run watches: validation accuracy, or training accuracy without a
+     * validation split. */
+    const double watched = isfinite(val_acc) ? val_acc : res->train_accuracy;
+    run->watched[epoch - 1] = watched;
+    if (nl_judge_epoch(&run->judge, o, epoch, watched))
+        res->stopped_early = 1;
     return 0;
 }
 
@@ -743,7 +765,10 @@ static int mid_checkpoint(struct run *run, struct nl_error *err)
         return 0;
     const size_t sfloats = (size_t)run->nstate * run->m->ntrainable;
     memcpy(run->ckpt_state, c->state, sfloats * sizeof(float));
-    if (run->hooks && run->hooks->checkpoint) {
+    /* As a local run: one judged on training accuracy (no validation split) checkpoints at
+     * epoch ends only, for a checkpoint cannot hold an epoch's accuracy so far. */
+    const int epoch_ends_only = run->judges && run->d->split[NL_VAL].n == 0;
+    if (run->hooks && run->hooks->checkpoint && !epoch_ends_only) {
         const int epoch = (int)(c->step / run->iters);
         struct nl_rng rng;
         nl_rng_seed(&rng, run->o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)(epoch + 1));
@@ -993,6 +1018,20 @@ static int emit(struct run *run, long force_to, struct nl_error *err)
             if (w == run->weights)
                 run->pending_epoch--;
             run->epochs_done++;
+            /* The members wait for the epoch's judgement; in a recovery the next SETUP
+             * carries it. */
+            if (force_to == 0 && run->judges && run->epochs_done < o->epochs) {
+                unsigned char j[NL_JUDGE_SIZE];
+                nl_judge_encode(j, run->epochs_done, run->watched[run->epochs_done - 1]);
+                for (int i = 0; i < run->n; i++) {
+                    struct peer *p = &run->p[i];
+                    if (!p->live || p->dead || p->done || p->eof || !p->r.ch)
+                        continue;
+                    if (send_raw(p, NL_FRAME_JUDGE, j, sizeof j, NULL) < 0)
+                        mark_dead(p, "worker lost (sending to it failed after epoch %d)",
+                                  run->epochs_done);
+                }
+            }
             continue;
         }
         struct slot *sl = &run->slots[ne % WINDOW];
@@ -1043,7 +1082,7 @@ static int emit(struct run *run, long force_to, struct nl_error *err)
                     .images_per_second = (double)run->es.samples / (elapsed > 0 ? elapsed : 1e-9),
                     .eta_seconds = per_step * (double)((long)o->epochs * iters - gstep),
                     .lr = nl_schedule_lr(&o->schedule, o->optim.lr, gstep, iters,
-                                         (long)o->epochs * iters, 1.0f),
+                                         (long)o->epochs * iters, run->judge.plateau.factor),
                     .samples = run->es.samples,
                     .nworkers = run->n,
                     .workers = run->step_w,
@@ -1070,6 +1109,7 @@ static void wait_a_little(struct run *run)
 }
 
 #define FAULTED 1 /* follow(): a member was lost or reported a fault */
+#define OVER    2 /* recover(): early stopping ended the run at the recovery's step */
 
 /* Follows the members until all are done (0), one is lost or reports a fault (FAULTED), or an
  * error. */
@@ -1094,6 +1134,8 @@ static int follow(struct run *run, struct nl_error *err)
         beat(run, NULL);
         for (int i = 0; i < run->n; i++)
             lost |= run->p[i].dead || run->p[i].faulted;
+        if (lost && run->res->stopped_early)
+            return 0; /* the run is over: the driver has the last epoch's weights */
         if (lost)
             return FAULTED;
         if (co->stop && *co->stop)
@@ -1131,6 +1173,8 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         .members = run->members,
         .spec = m->spec_text,
         .frozen = run->frozen[0] ? run->frozen : NULL,
+        .watched = run->judges ? run->watched : NULL,
+        .nwatched = run->judges ? (int)(start / run->iters) : 0,
     };
     unsigned char *data = NULL, *pl;
     size_t dlen;
@@ -1341,6 +1385,8 @@ static int recover(struct run *run, struct nl_error *err)
     run->force_to = 0;
     if (rc < 0)
         return rc;
+    if (run->res->stopped_early)
+        return OVER; /* the epoch up to R ended the run */
     if (run->next_emit != R || run->pending_epoch != 0)
         return nl_error_set(err, NL_EIO,
                             "the run cannot go on from step %ld: the weights of epoch %d were lost "
@@ -1469,13 +1515,6 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     rc = nl_optim_validate(&o->optim, err);
     if (rc < 0)
         return rc;
-    /* What members cannot yet keep in step: decisions on validation accuracy (the driver
-     * validates, the members schedule). */
-    if (o->schedule.kind == NL_SCHEDULE_PLATEAU || o->target_accuracy > 0.0 || o->patience > 0)
-        return nl_error_set(err, NL_EINVAL,
-                            "a cluster run cannot follow validation accuracy yet (plateau "
-                            "schedule, --early-stop-acc, --patience); train on one machine or "
-                            "drop them");
     run.iters = (ntrain + o->batch - 1) / o->batch;
     if (o->resume &&
         (o->resume->epoch < 0 || o->resume->epoch > o->epochs ||
@@ -1501,6 +1540,9 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     run.cp.values = nl_alloc_floats(m->nparams + 1);
     run.cp.step = -1;
     run.step_w = nl_calloc((size_t)n, sizeof *run.step_w);
+    run.judges = nl_train_judges(o);
+    nl_judge_init(&run.judge);
+    run.watched = nl_calloc((size_t)o->epochs + 1, sizeof *run.watched);
     run.slot_metrics = nl_calloc((size_t)WINDOW * (size_t)n, sizeof *run.slot_metrics);
     /* The largest frame a worker sends: its parameters, or two copies of its slice's state. */
     const size_t pbytes = m->nparams * sizeof(float);
@@ -1522,7 +1564,7 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     }
     if (!run.p || !run.members || !run.weights || !run.params || !run.master || !run.state ||
         !run.ckpt_state || !run.cp.state || !run.cp.values || !run.step_w || !run.slot_metrics ||
-        !run.frozen) {
+        !run.frozen || !run.watched) {
         rc = nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
         goto out;
     }
@@ -1578,6 +1620,11 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
         run.next_emit = start;
         run.epochs_done = r->epoch;
         res->epochs = r->epoch;
+        /* The epochs judged so far, as a local resume replays them (unknown: NaN). */
+        for (int e = 0; e < r->epoch; e++) {
+            run.watched[e] = r->watched ? r->watched[e] : NAN;
+            nl_judge_epoch(&run.judge, o, e + 1, run.watched[e]);
+        }
     }
     rc = setup_generation(&run, start, o->resume != NULL, err);
     while (rc == 0) {
@@ -1587,9 +1634,11 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
         else
             break;
     }
+    if (rc == OVER)
+        rc = 0;
     if (rc < 0)
         goto out;
-    if (res->epochs != o->epochs) {
+    if (res->epochs != o->epochs && !res->stopped_early) {
         rc = nl_error_set(err, NL_EIO, "the workers finished after %d of %d epochs", res->epochs,
                           o->epochs);
         goto out;
@@ -1648,5 +1697,6 @@ out:
     nl_free(run.step_w);
     nl_free(run.slot_metrics);
     nl_free(run.frozen);
+    nl_free(run.watched);
     return rc;
 }

@@ -4,7 +4,8 @@
  * recovery shown on stdout and stored in the database; with --max-restarts 0 the lost worker is
  * dropped and the others finish; a stalled worker (SIGSTOP) is found by its missing heartbeats;
  * a driver killed outright or stalled leaves no worker behind after the heartbeat timeout; and a
- * cluster run killed in the middle continues with --resume on the same data order. Workers are
+ * cluster run killed in the middle continues with --resume on the same data order; a plateau
+ * schedule goes through a lost worker and a resumed driver unchanged. Workers are
  * found as descendants of the sshd this test started, never by name. */
 #include <dirent.h>
 #include <math.h>
@@ -408,6 +409,51 @@ int main(void)
         const double loss = last_loss();
         ok(isfinite(plain) && fabs(loss - plain) <= 1e-6 + 1e-5 * fabs(plain),
            "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, plain);
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* A plateau schedule (the rate halved after every epoch from the second on: validation
+     * accuracy is 1 from the first) through a lost worker and through a lost driver: the new
+     * generation's members, and the resumed run's, learn the watched accuracy of the epochs
+     * before their start, apply the same rate, and (without optimizer state) end as the
+     * undisturbed run. */
+    {
+        long victim = 0;
+        const char *plateau = "--momentum 0 --schedule plateau:1:0.5";
+        is_int(nnlab("--json %s --hosts node1,node2 %s --name plateau", train_args(), plateau), 0,
+               "an undisturbed plateau run: %s", errtext);
+        const double undisturbed = last_loss();
+        is_int(
+            nnlab("--json %s --hosts node1,node2 --momentum 0 --schedule constant", train_args()),
+            0, "the same at a constant rate: %s", errtext);
+        ok(last_loss() < 0.8 * undisturbed, "the plateau lowered the rate (%.6g against %.6g)",
+           undisturbed, last_loss());
+        pid_t pid =
+            start("--json %s --hosts node1,node2 %s --name plateau-kill", train_args(), plateau);
+        ok(kill_a_worker(2, SIGKILL, &victim), "a plateau run's worker killed after epoch 2");
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        like(out, "\"action\":\"restarted\"", "the worker was restarted");
+        double loss = last_loss();
+        ok(isfinite(undisturbed) && fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
+           "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
+        ok(no_workers_within(5), "no worker is left");
+
+        pid = start("--json %s --hosts node1,node2 %s --checkpoint-every 100 --name "
+                    "plateau-resumed",
+                    train_args(), plateau);
+        ok(wait_for("\"event\":\"epoch\"", 3, NULL, 60), "a plateau run to be resumed is past "
+                                                         "epoch 3");
+        usleep(150000);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        ok(no_workers_within(6), "its driver killed, no worker is left");
+        is_int(nnlab("--json train --resume plateau-resumed --hosts node1,node2 --ssh-config "
+                     "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
+                     sd.dir),
+               0, "--resume continues it on the cluster: %s", errtext);
+        loss = last_loss();
+        ok(fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
+           "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
         ok(no_workers_within(5), "no worker is left");
     }
 
