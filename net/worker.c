@@ -48,7 +48,8 @@
  *
  * Recovery. When the driver loses a member (its channel ends, or it sends nothing within the
  * heartbeat timeout), it sends ABORT to the others. The mailbox's pipe is the allreduce's cancel
- * fd, so a member waiting in an exchange gives up at once (JUDGE cannot be mistaken for that: it
+ * fd, and the mesh's while it forms, so a member waiting in an exchange, or for a lost member to
+ * join its mesh, gives up at once (JUDGE cannot be mistaken for that: it
  * comes only while every member waits for it, outside any exchange); a member waiting for JUDGE
  * that gets ABORT has completed the epoch's steps. Any member whose step (or wait) fails (a peer
  * closed, a timeout, the abort) does not exit: it reports
@@ -648,8 +649,9 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     if (rc == 0) {
         unsigned char gs[32];
         generation_secret(gs, secret, s->generation);
-        rc = nl_mesh_connect(&mesh, s->rank, s->size, listen_fd, s->members, gs, sizeof gs,
-                             s->timeout_ms, err);
+        /* ABORT in the mailbox calls it off. */
+        rc = nl_mesh_connect_cancel(&mesh, s->rank, s->size, listen_fd, s->members, gs, sizeof gs,
+                                    s->timeout_ms, l->wake[0], err);
         fault = rc < 0; /* a member lost before the mesh stood */
     }
     if (rc == 0) {

@@ -5,7 +5,8 @@
  * dropped and the others finish; a stalled worker (SIGSTOP) is found by its missing heartbeats;
  * a driver killed outright or stalled leaves no worker behind after the heartbeat timeout; and a
  * cluster run killed in the middle continues with --resume on the same data order; a plateau
- * schedule goes through a lost worker and a resumed driver unchanged. Workers are
+ * schedule goes through a lost worker and a resumed driver unchanged; a worker lost again while
+ * the driver recovers from a first loss is recovered from in turn. Workers are
  * found as descendants of the sshd this test started, never by name. */
 #include <dirent.h>
 #include <math.h>
@@ -171,6 +172,48 @@ static long session_of(long pid)
             return a;
     }
     return 0;
+}
+
+/* 1 when process pid has a TCP socket in the LISTEN state (/proc/net/tcp, tcp6). */
+static int listening(long pid)
+{
+    unsigned long inodes[64];
+    int n = 0;
+    for (int v = 0; v < 2; v++) {
+        FILE *f = fopen(v ? "/proc/net/tcp6" : "/proc/net/tcp", "r");
+        char line[512];
+        while (f && fgets(line, sizeof line, f) && n < 64) {
+            char local[128], remote[128];
+            unsigned st;
+            unsigned long inode;
+            if (sscanf(line, " %*d: %127s %127s %x %*s %*s %*s %*s %*s %lu", local, remote, &st,
+                       &inode) == 4 &&
+                st == 0x0A)
+                inodes[n++] = inode;
+        }
+        if (f)
+            fclose(f);
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/fd", pid);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d))) {
+        char link[320], target[128];
+        snprintf(link, sizeof link, "%s/%s", path, e->d_name);
+        ssize_t l = readlink(link, target, sizeof target - 1);
+        unsigned long inode;
+        if (l <= 0)
+            continue;
+        target[l] = '\0';
+        if (sscanf(target, "socket:[%lu]", &inode) == 1)
+            for (int i = 0; i < n && !found; i++)
+                found = inodes[i] == inode;
+    }
+    if (d)
+        closedir(d);
+    return found;
 }
 
 /* Waits up to seconds for no worker to be left. */
@@ -454,6 +497,62 @@ int main(void)
         loss = last_loss();
         ok(fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
            "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* A second loss during the recovery: the restarted worker killed as soon as it appears
+     * (the driver waits for it to say where it listens), or as soon as it listens (the driver
+     * sets the new generation up, or the mesh forms again). The driver recovers again,
+     * restarting it while restarts last and dropping it after; the run finishes either way. */
+    static const struct {
+        int max, listening;
+    } twice[] = {{3, 0}, {3, 1}, {1, 1}};
+    for (int t = 0; t < 3; t++) {
+        const int max = twice[t].max;
+        long pids[8], before[8], second = 0;
+        pid_t pid = start("--json %s --hosts node1,node2 --max-restarts %d --name twice%d",
+                          train_args(), max, t);
+        int nb = wait_for("\"event\":\"epoch\"", 2, NULL, 60) ? workers(before, 8) : 0;
+        ok(nb == 2 && kill((pid_t)before[1], SIGKILL) == 0,
+           "max-restarts %d: a worker (pid %ld) killed after epoch 2", max, nb ? before[1] : 0L);
+        for (int i = 0; nb == 2 && i < 20000 && !second; i++) {
+            const int n = workers(pids, 8);
+            for (int k = 0; k < n && !second; k++)
+                if (pids[k] != before[0] && pids[k] != before[1] &&
+                    (!twice[t].listening || listening(pids[k])))
+                    second = pids[k];
+            if (!second)
+                usleep(500);
+        }
+        ok(second > 0 && kill((pid_t)second, SIGKILL) == 0,
+           "its restarted worker (pid %ld) killed as soon as it %s", second,
+           twice[t].listening ? "listened" : "appeared");
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        int nrec = 0;
+        for (const char *q = out; (q = strstr(q, "{\"event\":\"recovery\"")); q++) {
+            diag("%.*s", (int)strcspn(q, "\n"), q);
+            nrec++;
+        }
+        if (max == 3) {
+            like(out, "\"restarts\":2,", "both losses were recovered from by restarts");
+            ok(!strstr(out, "\"action\":\"dropped\""), "none was dropped");
+            const double acc = test_accuracy();
+            ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
+        } else {
+            like(out, "\"action\":\"dropped\",\"restarts\":1,",
+                 "with 1 restart, the worker is dropped after its second loss");
+            like(out, "\"workers\":1}", "1 worker went on");
+            const double acc = test_accuracy();
+            ok(fabs(acc - base[2]) <= 0.02, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
+        }
+        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                      "'twice%d'",
+                      t),
+               nrec, "the %d recoveries are stored", nrec);
+        is_int(db_int("SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = "
+                      "'twice%d'",
+                      t),
+               EPOCHS, "every epoch is stored");
         ok(no_workers_within(5), "no worker is left");
     }
 
