@@ -6,7 +6,8 @@
  * a driver killed outright or stalled leaves no worker behind after the heartbeat timeout; and a
  * cluster run killed in the middle continues with --resume on the same data order; a plateau
  * schedule goes through a lost worker and a resumed driver unchanged; a worker lost again while
- * the driver recovers from a first loss is recovered from in turn. Workers are
+ * the driver recovers from a first loss is recovered from in turn; a batch-normalised model goes
+ * through a lost worker with its running statistics. Workers are
  * found as descendants of the sshd this test started, never by name. */
 #include <dirent.h>
 #include <math.h>
@@ -553,6 +554,47 @@ int main(void)
                       "'twice%d'",
                       t),
                EPOCHS, "every epoch is stored");
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* Batch normalisation through a lost worker: the running statistics (exchanged beside the
+     * gradient, outside the optimizer's slices) come back with the parameters. Without
+     * optimizer state the run ends exactly as the undisturbed one; with momentum (one slice's
+     * lost since the last checkpoint) close to it. */
+    sshd_write(sd.dir, "bnspec",
+               "c1: conv 8 3x3 pad=1 bias=no\nb1: batchnorm\nrelu\npool: maxpool 3\n"
+               "fc: dense N\n");
+    for (int momentum = 0; momentum <= 1; momentum++) {
+        char args[1600];
+        long victim = 0;
+        snprintf(
+            args, sizeof args,
+            "--json train --data syn --model '%s/bnspec' --epochs %d --batch %d --seed 3 "
+            "--lr 0.02 --momentum %s --ssh-config '%s/ssh_config' --heartbeat-timeout " HEARTBEAT
+            " --hosts node1,node2",
+            sd.dir, EPOCHS, BATCH, momentum ? "0.9" : "0", sd.dir);
+        is_int(nnlab("%s --name bn%d", args, momentum), 0, "an undisturbed batch-norm run: %s",
+               errtext);
+        const double loss0 = last_loss(), acc0 = test_accuracy();
+        ok(acc0 > 0.5, "it learns (test accuracy %.4f)", acc0);
+        pid_t pid = start("%s --name bn%d-kill", args, momentum);
+        ok(kill_a_worker(2, SIGKILL, &victim), "a worker of a batch-norm run killed after epoch 2");
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        like(out, "\"action\":\"restarted\"", "the worker was restarted");
+        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                      "'bn%d-kill'",
+                      momentum),
+               1, "the recovery is stored");
+        const double loss = last_loss(), acc = test_accuracy();
+        if (momentum == 0)
+            ok(isfinite(loss0) && fabs(loss - loss0) <= 1e-6 + 1e-5 * fabs(loss0),
+               "without momentum, the last epoch's loss %.9g is the undisturbed run's %.9g", loss,
+               loss0);
+        else
+            ok(isfinite(loss0) && fabs(loss - loss0) <= 0.2 * fabs(loss0) + 0.01,
+               "with momentum, the last epoch's loss %.6g is close to the undisturbed run's %.6g",
+               loss, loss0);
+        ok(fabs(acc - acc0) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, acc0);
         ok(no_workers_within(5), "no worker is left");
     }
 
