@@ -1489,7 +1489,7 @@ static int recover(struct run *run, struct nl_error *err)
             }
             size_t l = strlen(p->why);
             snprintf(p->why + l, sizeof p->why - l, "; restarting it failed: %s", lerr.msg);
-            if (rc2 < 0)
+            if (rc2 < 0 || lerr.code == NL_ECANCELED)
                 break;
         }
         if (strcmp(action, "dropped") == 0) {

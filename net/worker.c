@@ -42,17 +42,16 @@
  * every other frame goes to a mailbox (a queue with a pipe that is readable while the queue is
  * not empty) from which the training thread takes SETUP, DATA, INIT, STATE and JUDGE (its wait
  * for JUDGE needs no clock of its own: a driver silent for the heartbeat timeout ends the
- * process through the reader). Another thread
- * sends HEARTBEAT; writes to stdout are serialised by a mutex. Messages go to stderr, which the
- * driver shows prefixed with the host's name.
+ * process through the reader). Another thread sends HEARTBEAT; writes to stdout are serialised
+ * by a mutex. Messages go to stderr, which the driver shows prefixed with the host's name.
  *
  * Recovery. When the driver loses a member (its channel ends, or it sends nothing within the
  * heartbeat timeout), it sends ABORT to the others. The mailbox's pipe is the allreduce's cancel
  * fd, and the mesh's while it forms, so a member waiting in an exchange, or for a lost member to
- * join its mesh, gives up at once (JUDGE cannot be mistaken for that: it
- * comes only while every member waits for it, outside any exchange); a member waiting for JUDGE
- * that gets ABORT has completed the epoch's steps. Any member whose step (or wait) fails (a peer
- * closed, a timeout, the abort) does not exit: it reports
+ * join its mesh, gives up at once (JUDGE cannot be mistaken for that: it comes only while every
+ * member waits for it, outside any exchange); a member waiting for JUDGE that gets ABORT has
+ * completed the epoch's steps. Any member whose step (or wait) fails (a peer closed, a timeout,
+ * the abort) does not exit: it reports
  *   worker -> driver  FAULT: "C L message", C the steps it completed
  *   worker -> driver  PARAMS: its complete parameters after step C
  *   worker -> driver  STATE: its slice, copies 2: the state after its latest optimizer step,
