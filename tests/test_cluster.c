@@ -79,8 +79,8 @@ static long long stored_worker_steps(void)
     return n;
 }
 
-/* Rows of epochs of the latest run in the test's database. */
-static long long stored_epochs(void)
+/* An integer that sql (about the test's database) selects; -1 on failure. */
+static long long db_int(const char *sql)
 {
     char path[600];
     sqlite3 *db;
@@ -89,8 +89,7 @@ static long long stored_epochs(void)
     snprintf(path, sizeof path, "%s/db", sd.dir);
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
         return -1;
-    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM epochs WHERE run = (SELECT max(id) FROM runs)",
-                           -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
         if (sqlite3_step(st) == SQLITE_ROW)
             n = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
@@ -327,13 +326,35 @@ int main(void)
     ok(stop_at[0] > 1 && stop_at[0] < 10, "the local run stops after epoch %d", stop_at[0]);
     is_int(stop_at[1], stop_at[0], "1 worker stops after the same epoch");
     is_int(stop_at[2], stop_at[0], "2 workers stop after the same epoch");
-    is_int(stored_epochs(), stop_at[0], "the run stores %d epochs", stop_at[0]);
+    is_int(db_int("SELECT count(*) FROM epochs WHERE run = (SELECT max(id) FROM runs)"), stop_at[0],
+           "the run stores %d epochs", stop_at[0]);
     /* --patience: validation accuracy is 1 after epoch 1 at the default rate, so a patience of 2
      * ends the run after epoch 3. */
     is_int(nnlab("%s --hosts node1:1,node2:1 --epochs 6 --patience 2", train_args()), 0,
            "--patience 2 on 2 workers: %s", errtext);
     is_int(done_epochs(), 3, "stops after epoch 3");
     ok(sshd_no_workers_left(&sd, 5), "no worker is left after the early stops");
+    /* Without a validation split a judged run follows training accuracy, which a checkpoint
+     * within an epoch cannot hold: as a local run, it checkpoints at epoch ends only (600
+     * samples, 19 steps an epoch; the two latest checkpoints are kept). */
+    is_int(nnlab("import synall '%s/data'", sd.dir), 0,
+           "the data again, without a validation "
+           "split");
+    long long mid[2] = {-1, -1};
+    for (int judged = 0; judged <= 1; judged++) {
+        is_int(nnlab("--json train --data synall --model '%s/spec' --epochs 2 --batch 32 --seed 3 "
+                     "--ssh-config '%s/ssh_config' --hosts node1:1,node2:1 --checkpoint-every 5 "
+                     "%s",
+                     sd.dir, sd.dir, judged ? "--patience 5" : ""),
+               0, "%s on 2 workers without a validation split: %s",
+               judged ? "--patience" : "no early stopping", errtext);
+        mid[judged] = db_int("SELECT count(*) FROM checkpoints WHERE iteration % 19 != 0 AND run = "
+                             "(SELECT max(id) FROM runs)");
+    }
+    ok(mid[0] > 0 && mid[1] == 0,
+       "a judged run without a validation split keeps no checkpoint within an epoch (%lld, "
+       "against %lld for one that is not judged)",
+       mid[1], mid[0]);
 
     /* Refusals, each naming the host and the step. */
     is_int(nnlab("%s --hosts node1 --ssh-config '%s/ssh_config_badkey'", train_args(), sd.dir), 1,
