@@ -470,11 +470,36 @@ static int validate_opts(const struct nl_train_opts *o, const struct nl_dataset 
     return nl_optim_validate(&o->optim, err);
 }
 
+int nl_train_judges(const struct nl_train_opts *o)
+{
+    return o->schedule.kind == NL_SCHEDULE_PLATEAU || o->target_accuracy > 0.0 || o->patience > 0;
+}
+
+void nl_judge_init(struct nl_judge *j)
+{
+    nl_plateau_init(&j->plateau);
+    j->best = -1.0;
+    j->since_best = 0;
+}
+
+int nl_judge_epoch(struct nl_judge *j, const struct nl_train_opts *o, int epoch, double watched)
+{
+    nl_plateau_update(&j->plateau, &o->schedule, watched);
+    if (watched > j->best + 1e-4) {
+        j->best = watched;
+        j->since_best = 0;
+    } else {
+        j->since_best++;
+    }
+    return epoch < o->epochs && ((o->target_accuracy > 0.0 && watched >= o->target_accuracy) ||
+                                 (o->patience > 0 && j->since_best >= o->patience));
+}
+
 /* Picks up where r left off: the optimizer state and step count into c, the plateau and early
  * stopping state replayed over the completed epochs. iters: steps per epoch. */
 static int resume_state(struct ctx *c, const struct nl_resume *r, const struct nl_train_opts *o,
-                        long iters, size_t state_floats, struct nl_plateau *plateau,
-                        double *best_acc, int *epochs_since_best, struct nl_error *err)
+                        long iters, size_t state_floats, struct nl_judge *judge,
+                        struct nl_error *err)
 {
     if (r->epoch < 0 || r->epoch > o->epochs || r->iteration < (long)r->epoch * iters ||
         r->iteration >= (long)(r->epoch + 1) * iters ||
@@ -494,15 +519,8 @@ static int resume_state(struct ctx *c, const struct nl_resume *r, const struct n
     if (state_floats > 0)
         memcpy(c->state_block, r->optim_state, state_floats * sizeof(float));
     c->step = r->iteration;
-    for (int e = 0; r->watched && e < r->epoch; e++) {
-        nl_plateau_update(plateau, &o->schedule, r->watched[e]);
-        if (r->watched[e] > *best_acc + 1e-4) {
-            *best_acc = r->watched[e];
-            *epochs_since_best = 0;
-        } else {
-            (*epochs_since_best)++;
-        }
-    }
+    for (int e = 0; r->watched && e < r->epoch; e++)
+        nl_judge_epoch(judge, o, e + 1, r->watched[e]);
     return 0;
 }
 
@@ -516,9 +534,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     uint32_t *order = NULL;
     float *undo = NULL; /* skip-batch: the parameters and optimizer state before the step */
     struct nl_rng order_rng;
-    struct nl_plateau plateau;
-    double best_acc = -1.0;
-    int epochs_since_best = 0;
+    struct nl_judge judge;
     double train_seconds = 0.0;
     long train_samples = 0;
     int rc;
@@ -528,15 +544,14 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     rc = validate_opts(o, d, err);
     if (rc < 0)
         return rc;
-    /* Validation-driven decisions would differ between members (clipping and batch statistics
-     * are the synchroniser's, on the global gradient and sums). */
-    if (o->sync &&
-        (o->schedule.kind == NL_SCHEDULE_PLATEAU || o->target_accuracy > 0.0 || o->patience > 0))
+    /* A member's own accuracy is not the run's: it is told the watched one (judge). */
+    const int judges = nl_train_judges(o);
+    if (o->sync && judges && !o->sync->judge)
         return nl_error_set(err, NL_EINVAL,
                             "a cluster member cannot follow validation accuracy (plateau "
-                            "schedule, early stopping)");
+                            "schedule, early stopping) without being told it");
     iters = o->sync ? o->sync->iters : (ntrain + o->batch - 1) / o->batch;
-    nl_plateau_init(&plateau);
+    nl_judge_init(&judge);
     /* More threads than samples in a batch would leave some idle. */
     if (threads > o->batch)
         threads = o->batch;
@@ -576,8 +591,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     int first_epoch = 1;
     long first_it = 0;
     if (o->resume) {
-        rc = resume_state(&c, o->resume, o, iters, state_floats, &plateau, &best_acc,
-                          &epochs_since_best, err);
+        rc = resume_state(&c, o->resume, o, iters, state_floats, &judge, err);
         if (rc < 0)
             goto out;
         first_epoch = o->resume->epoch + 1;
@@ -588,10 +602,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     /* Within an epoch a checkpoint cannot hold the epoch's training accuracy so far: a run that
      * judges its epochs by training accuracy (no validation split) for a plateau schedule or
      * early stopping checkpoints at epoch ends only, so that a resumed run decides the same. */
-    const int mid_checkpoints =
-        o->checkpoint_every > 0 &&
-        (d->split[NL_VAL].n > 0 ||
-         !(o->schedule.kind == NL_SCHEDULE_PLATEAU || o->target_accuracy > 0.0 || o->patience > 0));
+    const int mid_checkpoints = o->checkpoint_every > 0 && (d->split[NL_VAL].n > 0 || !judges);
 
     for (int epoch = first_epoch; epoch <= o->epochs; epoch++) {
         double loss_sum = 0.0, t0 = now();
@@ -623,7 +634,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
             }
             c.step++;
             c.lr = nl_schedule_lr(&o->schedule, o->optim.lr, c.step, iters, (long)o->epochs * iters,
-                                  plateau.factor);
+                                  judge.plateau.factor);
             c.step_seed = (o->seed ^ 0xd1b54a32d192ed03ULL) * 0x100000001b3ULL +
                           (uint64_t)c.step * (uint64_t)threads;
             if (undo) {
@@ -765,17 +776,15 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
         }
 
         /* Plateaus and early stopping watch validation accuracy, or training accuracy when
-         * there is no validation split. */
+         * there is no validation split; a cluster member is told the run's. After the last
+         * epoch nothing is left to decide. */
         double watched = isfinite(val_acc) ? val_acc : res->train_accuracy;
-        nl_plateau_update(&plateau, &o->schedule, watched);
-        if (watched > best_acc + 1e-4) {
-            best_acc = watched;
-            epochs_since_best = 0;
-        } else {
-            epochs_since_best++;
+        if (o->sync && judges && epoch < o->epochs) {
+            rc = o->sync->judge(o->sync->ud, epoch, &watched, err);
+            if (rc < 0)
+                goto out;
         }
-        if (epoch < o->epochs && ((o->target_accuracy > 0.0 && watched >= o->target_accuracy) ||
-                                  (o->patience > 0 && epochs_since_best >= o->patience))) {
+        if (nl_judge_epoch(&judge, o, epoch, watched)) {
             res->stopped_early = 1;
             break;
         }

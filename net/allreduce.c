@@ -646,6 +646,13 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
     struct nl_mesh *m = a->mesh;
     const int size = m->size, rank = m->rank;
 
+    /* Called off before it began: nothing is sent (a peer called off too may be gone). */
+    if (a->cancel_fd >= 0) {
+        struct pollfd c = {.fd = a->cancel_fd, .events = POLLIN};
+        if (poll(&c, 1, 0) > 0 && (c.revents & (POLLIN | POLLHUP | POLLERR)))
+            return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
+    }
+
     for (;;) {
         const struct front f = front_get(a);
         if (a->t_first < 0.0 && (f.t <= a->nt || f.s <= a->n))
@@ -707,13 +714,13 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
         if (r == 0)
             return nl_error_set(err, NL_ETIMEDOUT, "%s: no progress in the exchange within %d ms",
                                 m->peers[a->pidx[0]].peer, timeout);
+        /* Called off, whatever else came: a peer called off too may have closed already. */
+        if (a->pidx[np - 1] == -2 && (a->pfd[np - 1].revents & (POLLIN | POLLHUP | POLLERR)))
+            return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
         for (int i = 0; i < np; i++) {
             const int k = a->pidx[i];
-            if (k == -2) {
-                if (a->pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
-                    return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
+            if (k == -2)
                 continue;
-            }
             if (k < 0) {
                 uint64_t v;
                 if (a->pfd[i].revents & POLLIN)

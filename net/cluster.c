@@ -61,6 +61,25 @@ static int step(void *ud, float *params, float *grad, long n, float lr, struct n
     return rc;
 }
 
+static int judge(void *ud, int epoch, double *watched, struct nl_error *err)
+{
+    struct nl_member_sync *s = ud;
+    nl_member_sync_settle(s);
+    int rc = s->judge(s->judge_ud, epoch, watched, err);
+    if (rc == NL_ECANCELED)
+        s->failed = 1;
+    return rc;
+}
+
+void nl_member_sync_judge(struct nl_member_sync *s,
+                          int (*fn)(void *ud, int epoch, double *watched, struct nl_error *err),
+                          void *ud)
+{
+    s->judge = fn;
+    s->judge_ud = ud;
+    s->sync.judge = fn ? judge : NULL;
+}
+
 void nl_member_sync_init(struct nl_member_sync *s, struct nl_partition *part,
                          struct nl_allreduce *ar, struct nl_mesh *mesh)
 {

@@ -23,7 +23,24 @@
  * the lost worker ended on its host (kill -9 of its pid, when the host answers) and restarted
  * there over a new channel of the same SSH session while --max-restarts lasts, else dropped, and
  * a new generation set up for every member with the state after R. A worker that exits with
- * status 1 after saying why (a non-finite loss, say) is not a loss but the run's error. */
+ * status 1 after saying why (a non-finite loss, say) is not a loss but the run's error.
+ *
+ * A loss during a recovery is recovered from in turn: a restarted worker lost before it says
+ * where it listens is restarted again while restarts last; a member lost while the generation
+ * is set up ends setup_generation() with FAULTED, and recover() runs again: the members already
+ * set up are called off (ABORT also ends a mesh that is forming) and report, those not yet set
+ * up have nothing to report, and since no member got past the generation's start the driver
+ * already holds the parameters, master weights and optimizer state to go on from, the lost
+ * member's slice included.
+ *
+ * Judging: in a run that follows its epochs' accuracy (plateau schedule, early stopping) the
+ * driver, which alone validates and sums the global training accuracy, keeps an nl_judge of its
+ * own and the watched accuracy of every epoch; after validating an epoch it sends each member
+ * JUDGE, for which the members wait, so all apply the same plateau factor and stop after the
+ * same epoch (their DONE then comes early, and the run reports stopped_early). A new
+ * generation's SETUP, and a resumed run's first, carry the watched accuracy of the epochs before
+ * its start step. An early stop decided, the run needs nothing more of its members: one lost
+ * after that ends the run instead of a recovery. */
 #include "nnlab/driver.h"
 
 #include <ctype.h>
@@ -207,6 +224,7 @@ struct peer {
     char addr[64]; /* where it listens */
     int port;
     int live;          /* it has its SETUP: heartbeats go both ways */
+    int gen;           /* the generation of its latest SETUP; -1: none yet */
     double last_frame; /* when its last frame (any, heartbeats too) came */
     int dead;          /* lost in this generation */
     char why[400];     /* how it was lost */
@@ -215,6 +233,7 @@ struct peer {
     char fault_msg[400];
     float *fault_params;
     unsigned char *fault_state;
+    int fault_parts; /* of its latest FAULT's report: 1 the parameters came, 2 the state */
     uint32_t fault_state_len;
     /* A frame read but not handled yet (a checkpoint's piece for a later step). */
     int held;
@@ -259,6 +278,7 @@ struct run {
     struct nl_worker_metrics *step_w; /* (hosts) */
     /* Recovery. */
     int generation, restarts, nstate;
+    long start;        /* the steps completed that the current generation started from */
     float *params;     /* (nparams) what the members of a generation start from */
     float *master;     /* (ntrainable) the fp32 master weights after the start step */
     float *state;      /* (nstate x ntrainable) the optimizer state after it */
@@ -266,11 +286,16 @@ struct run {
     struct ckpt cp;
     int recovering; /* gathering the survivors' reports */
     long force_to;  /* a recovery reports every step before this one (0: none) */
+    /* Judging (nl_train_judges): the plateau and early-stopping state, and each completed
+     * epoch's watched accuracy (o->epochs of them). */
+    int judges;
+    struct nl_judge judge;
+    double *watched;
 };
 
 static int fault_complete(const struct peer *p)
 {
-    return p->faulted && p->fault_params && p->fault_state;
+    return p->faulted && p->fault_parts == 3;
 }
 
 static void mark_dead(struct peer *p, const char *fmt, ...) NL_PRINTF(2, 3);
@@ -587,6 +612,8 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
         .seconds = seconds,
         .images_per_second = (double)es->samples / (seconds > 0 ? seconds : 1e-9),
         .samples = es->samples,
+        .lr = nl_schedule_lr(&o->schedule, o->optim.lr, steps_done, iters, (long)o->epochs * iters,
+                             run->judge.plateau.factor),
         .nworkers = run->n,
         .workers = step_w,
     };
@@ -626,6 +653,12 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
         return nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
     es->samples = es->correct = 0;
     es->loss = es->busy = 0;
+    /* What a local run watches: validation accuracy, or training accuracy without a
+     * validation split. */
+    const double watched = isfinite(val_acc) ? val_acc : res->train_accuracy;
+    run->watched[epoch - 1] = watched;
+    if (nl_judge_epoch(&run->judge, o, epoch, watched))
+        res->stopped_early = 1;
     return 0;
 }
 
@@ -743,7 +776,10 @@ static int mid_checkpoint(struct run *run, struct nl_error *err)
         return 0;
     const size_t sfloats = (size_t)run->nstate * run->m->ntrainable;
     memcpy(run->ckpt_state, c->state, sfloats * sizeof(float));
-    if (run->hooks && run->hooks->checkpoint) {
+    /* As a local run: one judged on training accuracy (no validation split) checkpoints at
+     * epoch ends only, for a checkpoint cannot hold an epoch's accuracy so far. */
+    const int epoch_ends_only = run->judges && run->d->split[NL_VAL].n == 0;
+    if (run->hooks && run->hooks->checkpoint && !epoch_ends_only) {
         const int epoch = (int)(c->step / run->iters);
         struct nl_rng rng;
         nl_rng_seed(&rng, run->o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)(epoch + 1));
@@ -863,6 +899,7 @@ static int handle_frame(struct run *run, int i, uint32_t type, const unsigned ch
         char *end;
         p->fault_done = strtol(text, &end, 10);
         p->faulted = 1;
+        p->fault_parts = 0; /* a report of its own follows: not an earlier recovery's */
         snprintf(p->fault_msg, sizeof p->fault_msg, "%s", *end == ' ' ? end + 1 : end);
     } else if ((type == NL_FRAME_STATE || (type == NL_FRAME_PARAMS && i == 0)) && !p->faulted) {
         return checkpoint_piece(run, i, type, pl, len, err);
@@ -870,11 +907,13 @@ static int handle_frame(struct run *run, int i, uint32_t type, const unsigned ch
         if (!p->fault_params && !(p->fault_params = nl_alloc_floats(run->m->nparams)))
             return nl_error_set(err, NL_ENOMEM, "out of memory for %s's parameters", p->r.host);
         memcpy(p->fault_params, pl, len);
+        p->fault_parts |= 1;
     } else if (type == NL_FRAME_STATE && p->faulted && len >= NL_STATE_HEADER) {
         nl_free(p->fault_state);
         if (!(p->fault_state = nl_malloc(len)))
             return nl_error_set(err, NL_ENOMEM, "out of memory for %s's state", p->r.host);
         memcpy(p->fault_state, pl, len);
+        p->fault_parts |= 2;
         p->fault_state_len = len;
     } else {
         return nl_error_set(err, NL_EFORMAT, "%s: an unexpected frame (type %u)", p->r.host, type);
@@ -993,6 +1032,20 @@ static int emit(struct run *run, long force_to, struct nl_error *err)
             if (w == run->weights)
                 run->pending_epoch--;
             run->epochs_done++;
+            /* The members wait for the epoch's judgement; in a recovery the next SETUP
+             * carries it. */
+            if (force_to == 0 && run->judges && run->epochs_done < o->epochs) {
+                unsigned char j[NL_JUDGE_SIZE];
+                nl_judge_encode(j, run->epochs_done, run->watched[run->epochs_done - 1]);
+                for (int i = 0; i < run->n; i++) {
+                    struct peer *p = &run->p[i];
+                    if (!p->live || p->dead || p->done || p->eof || !p->r.ch)
+                        continue;
+                    if (send_raw(p, NL_FRAME_JUDGE, j, sizeof j, NULL) < 0)
+                        mark_dead(p, "worker lost (sending to it failed after epoch %d)",
+                                  run->epochs_done);
+                }
+            }
             continue;
         }
         struct slot *sl = &run->slots[ne % WINDOW];
@@ -1043,7 +1096,7 @@ static int emit(struct run *run, long force_to, struct nl_error *err)
                     .images_per_second = (double)run->es.samples / (elapsed > 0 ? elapsed : 1e-9),
                     .eta_seconds = per_step * (double)((long)o->epochs * iters - gstep),
                     .lr = nl_schedule_lr(&o->schedule, o->optim.lr, gstep, iters,
-                                         (long)o->epochs * iters, 1.0f),
+                                         (long)o->epochs * iters, run->judge.plateau.factor),
                     .samples = run->es.samples,
                     .nworkers = run->n,
                     .workers = run->step_w,
@@ -1070,6 +1123,7 @@ static void wait_a_little(struct run *run)
 }
 
 #define FAULTED 1 /* follow(): a member was lost or reported a fault */
+#define OVER    2 /* recover(): early stopping ended the run at the recovery's step */
 
 /* Follows the members until all are done (0), one is lost or reports a fault (FAULTED), or an
  * error. */
@@ -1094,6 +1148,8 @@ static int follow(struct run *run, struct nl_error *err)
         beat(run, NULL);
         for (int i = 0; i < run->n; i++)
             lost |= run->p[i].dead || run->p[i].faulted;
+        if (lost && run->res->stopped_early)
+            return 0; /* the run is over: the driver has the last epoch's weights */
         if (lost)
             return FAULTED;
         if (co->stop && *co->stop)
@@ -1131,9 +1187,11 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         .members = run->members,
         .spec = m->spec_text,
         .frozen = run->frozen[0] ? run->frozen : NULL,
+        .watched = run->judges ? run->watched : NULL,
+        .nwatched = run->judges ? (int)(start / run->iters) : 0,
     };
     unsigned char *data = NULL, *pl;
-    size_t dlen;
+    size_t dlen = 0;
     char *text;
     size_t tlen;
     uint32_t type, len;
@@ -1152,13 +1210,16 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         nl_free(text);
     }
     p->live = 1;
+    p->gen = run->generation;
     p->last_frame = now();
     p->next_step = start;
     p->done = 0;
     if (rc == 0)
         rc = next_frame(run, p, &type, &pl, &len, run->timeout, err);
     if (rc == 0 && (type != NL_FRAME_HAVE || len != 1))
-        rc = nl_error_set(err, NL_EFORMAT, "%s: the worker did not answer its setup", p->r.host);
+        rc = nl_error_set(err, NL_EFORMAT,
+                          "%s: the worker did not answer its setup (frame type %u of %u bytes)",
+                          p->r.host, type, len);
     if (rc == 0 && pl[0] == 0)
         rc = send_frame(run, p, NL_FRAME_DATA, data, dlen, err);
     nl_free(data);
@@ -1187,9 +1248,22 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
     return rc;
 }
 
-/* A generation: the member list as it stands, then every member's setup. */
+/* Whether a member whose setup failed with rc is lost (its process or connection ended, or it
+ * did not answer) rather than the run failing: a worker that exited with status 1 after saying
+ * why stopped on an error of its own. */
+static int lost_in_setup(struct peer *p, int rc)
+{
+    if (rc == NL_ENET || rc == NL_ETIMEDOUT)
+        return 1;
+    return rc == NL_EIO && p->eof && !(exit_status(p) == 1 && p->last_line[0]);
+}
+
+/* A generation: the member list as it stands, then every member's setup. FAULTED when a member
+ * was lost on the way (it is marked dead; the members set up before it are left to be called
+ * off by a recovery, those after it still wait for their SETUP). */
 static int setup_generation(struct run *run, long start, int has_state, struct nl_error *err)
 {
+    run->start = start;
     for (int i = 0; i < run->n; i++) {
         struct peer *p = &run->p[i];
         snprintf(run->members[i].name, sizeof run->members[i].name, "%.63s",
@@ -1201,7 +1275,12 @@ static int setup_generation(struct run *run, long start, int has_state, struct n
     }
     run->ndone = 0;
     for (int i = 0; i < run->n; i++) {
+        struct peer *p = &run->p[i];
         int rc = setup_member(run, i, start, has_state, err);
+        if (rc < 0 && lost_in_setup(p, rc)) {
+            mark_dead(p, "worker lost while being set up for step %ld (%s)", start, err->msg);
+            return FAULTED;
+        }
         if (rc < 0)
             return rc;
     }
@@ -1220,9 +1299,12 @@ static int recover(struct run *run, struct nl_error *err)
     const size_t nt = m->ntrainable;
     int rc;
 
+    /* Members still waiting for this generation's SETUP (its setup lost a member before
+     * theirs) have nothing to call off or report. */
     for (int i = 0; i < run->n; i++) {
         struct peer *p = &run->p[i];
-        if (!p->dead && !p->done && send_raw(p, NL_FRAME_ABORT, NULL, 0, NULL) < 0)
+        if (!p->dead && !p->done && p->gen == run->generation &&
+            send_raw(p, NL_FRAME_ABORT, NULL, 0, NULL) < 0)
             mark_dead(p, "worker lost (sending to it failed during step %ld)", p->next_step + 1);
     }
     /* Survivors may be rebuilding a mesh when they learn of the loss: they give up within the
@@ -1233,7 +1315,7 @@ static int recover(struct run *run, struct nl_error *err)
         int waiting = 0, progressed = 0;
         for (int i = 0; i < run->n; i++) {
             struct peer *p = &run->p[i];
-            if (p->dead || p->done || fault_complete(p))
+            if (p->dead || p->done || fault_complete(p) || p->gen != run->generation)
                 continue;
             int got = serve(run, i, 1, err);
             if (got < 0) {
@@ -1247,7 +1329,8 @@ static int recover(struct run *run, struct nl_error *err)
             break;
         if (now() > deadline) {
             for (int i = 0; i < run->n; i++)
-                if (!run->p[i].done && !fault_complete(&run->p[i]))
+                if (!run->p[i].done && !fault_complete(&run->p[i]) &&
+                    run->p[i].gen == run->generation)
                     mark_dead(&run->p[i], "worker lost (it did not report after step %ld)",
                               run->p[i].next_step);
             break;
@@ -1289,23 +1372,31 @@ static int recover(struct run *run, struct nl_error *err)
                             run->p[first_dead].r.host, run->p[first_dead].why);
 
     /* R, the parameters after it, and the master weights and state after it: the survivors'
-     * slices from them, the lost ones' from the parameters and the latest checkpoint. */
-    long R = -1;
+     * slices from them, the lost ones' from the parameters and the latest checkpoint. When no
+     * member got past the generation's start (it was lost before the mesh stood, or in its
+     * first step) the driver holds all of that already: what it set the generation up with,
+     * the lost members' slices included. */
+    long R = run->start;
     int from = -1;
     for (int i = 0; i < run->n; i++) {
         const struct peer *p = &run->p[i];
-        if (!p->dead && p->fault_done > R) {
+        if (!p->dead && p->gen == run->generation && p->fault_done > R) {
             R = p->fault_done;
             from = i;
         }
     }
-    memcpy(run->params, run->p[from].fault_params, m->nparams * sizeof(float));
-    memcpy(run->master, run->params, nt * sizeof(float));
-    memcpy(run->state, run->ckpt_state, (size_t)run->nstate * nt * sizeof(float));
-    for (int i = 0; i < run->n; i++) {
+    if (from >= 0) {
+        memcpy(run->params, run->p[from].fault_params, m->nparams * sizeof(float));
+        memcpy(run->master, run->params, nt * sizeof(float));
+        memcpy(run->state, run->ckpt_state, (size_t)run->nstate * nt * sizeof(float));
+    }
+    for (int i = 0; from >= 0 && i < run->n; i++) {
         const struct peer *p = &run->p[i];
         if (p->dead)
             continue;
+        if (p->gen != run->generation || !fault_complete(p))
+            return nl_error_set(err, NL_EIO, "%s: no report of its state after step %ld", p->r.host,
+                                R);
         const unsigned char *b = p->fault_state;
         uint64_t h[5] = {0};
         for (int k = 0; k < 5; k++)
@@ -1341,6 +1432,8 @@ static int recover(struct run *run, struct nl_error *err)
     run->force_to = 0;
     if (rc < 0)
         return rc;
+    if (run->res->stopped_early)
+        return OVER; /* the epoch up to R ended the run */
     if (run->next_emit != R || run->pending_epoch != 0)
         return nl_error_set(err, NL_EIO,
                             "the run cannot go on from step %ld: the weights of epoch %d were lost "
@@ -1363,26 +1456,28 @@ static int recover(struct run *run, struct nl_error *err)
             continue;
         }
         /* The others keep their heartbeats meanwhile (this peer, dead and not live, is out of
-         * the keepalive's way); the driver's own waits are bounded. */
-        struct keepalive k;
+         * the keepalive's way); the driver's own waits are bounded. A new worker lost before
+         * it said where it listens is restarted again while restarts last; a host that cannot
+         * be reached is dropped. */
         const char *action = "dropped";
-        const int restart = run->restarts < co->max_restarts;
-        struct nl_error lerr = {0};
-        int rc2 = 0;
-        keepalive_start(&k, run);
-        end_worker(run, p);
-        p->live = 0;
-        if (restart && (!p->r.s || !ssh_is_connected(p->r.s))) {
-            /* Its connection is gone: reach the host again. */
-            char rv[64];
-            int would;
-            nl_remote_close(&p->r);
-            rc2 = nl_remote_open(&p->r, run->hosts[p->hosti].name, &co->ssh, &lerr);
-            if (rc2 == 0)
-                rc2 = nl_remote_prepare(&p->r, &co->ssh, 1, &would, rv, sizeof rv, &lerr);
-        }
-        keepalive_stop(&k);
-        if (restart) {
+        while (run->restarts < co->max_restarts) {
+            struct keepalive k;
+            struct nl_error lerr = {0};
+            int rc2 = 0;
+            keepalive_start(&k, run);
+            end_worker(run, p);
+            p->live = 0;
+            p->gen = -1;
+            if (!p->r.s || !ssh_is_connected(p->r.s)) {
+                /* Its connection is gone: reach the host again. */
+                char rv[64];
+                int would;
+                nl_remote_close(&p->r);
+                rc2 = nl_remote_open(&p->r, run->hosts[p->hosti].name, &co->ssh, &lerr);
+                if (rc2 == 0)
+                    rc2 = nl_remote_prepare(&p->r, &co->ssh, 1, &would, rv, sizeof rv, &lerr);
+            }
+            keepalive_stop(&k);
             run->restarts++;
             p->pid = 0; /* the new worker's comes with its LISTEN */
             p->eof = 0;
@@ -1390,13 +1485,19 @@ static int recover(struct run *run, struct nl_error *err)
             p->last_line[0] = '\0';
             if (rc2 == 0 && launch(run, p, &lerr) == 0 && read_listen(run, p, &lerr) == 0) {
                 action = "restarted";
-            } else {
-                size_t l = strlen(p->why);
-                snprintf(p->why + l, sizeof p->why - l, "; restarting it failed: %s", lerr.msg);
-                keepalive_start(&k, run);
-                end_worker(run, p);
-                keepalive_stop(&k);
+                break;
             }
+            size_t l = strlen(p->why);
+            snprintf(p->why + l, sizeof p->why - l, "; restarting it failed: %s", lerr.msg);
+            if (rc2 < 0 || lerr.code == NL_ECANCELED)
+                break;
+        }
+        if (strcmp(action, "dropped") == 0) {
+            struct keepalive k;
+            keepalive_start(&k, run);
+            end_worker(run, p);
+            p->live = 0;
+            keepalive_stop(&k);
         }
         if (nrec < 64) {
             snprintf(what[nrec], sizeof what[nrec], "%s", p->why);
@@ -1469,13 +1570,6 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     rc = nl_optim_validate(&o->optim, err);
     if (rc < 0)
         return rc;
-    /* What members cannot yet keep in step: decisions on validation accuracy (the driver
-     * validates, the members schedule). */
-    if (o->schedule.kind == NL_SCHEDULE_PLATEAU || o->target_accuracy > 0.0 || o->patience > 0)
-        return nl_error_set(err, NL_EINVAL,
-                            "a cluster run cannot follow validation accuracy yet (plateau "
-                            "schedule, --early-stop-acc, --patience); train on one machine or "
-                            "drop them");
     run.iters = (ntrain + o->batch - 1) / o->batch;
     if (o->resume &&
         (o->resume->epoch < 0 || o->resume->epoch > o->epochs ||
@@ -1501,6 +1595,9 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     run.cp.values = nl_alloc_floats(m->nparams + 1);
     run.cp.step = -1;
     run.step_w = nl_calloc((size_t)n, sizeof *run.step_w);
+    run.judges = nl_train_judges(o);
+    nl_judge_init(&run.judge);
+    run.watched = nl_calloc((size_t)o->epochs + 1, sizeof *run.watched);
     run.slot_metrics = nl_calloc((size_t)WINDOW * (size_t)n, sizeof *run.slot_metrics);
     /* The largest frame a worker sends: its parameters, or two copies of its slice's state. */
     const size_t pbytes = m->nparams * sizeof(float);
@@ -1522,7 +1619,7 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     }
     if (!run.p || !run.members || !run.weights || !run.params || !run.master || !run.state ||
         !run.ckpt_state || !run.cp.state || !run.cp.values || !run.step_w || !run.slot_metrics ||
-        !run.frozen) {
+        !run.frozen || !run.watched) {
         rc = nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
         goto out;
     }
@@ -1543,6 +1640,7 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
         char rv[64];
         int would;
         p->hosti = i;
+        p->gen = -1;
         p->cap = NL_WIRE_HEADER + run.max_frame;
         p->buf = nl_malloc(p->cap);
         if (!p->buf) {
@@ -1578,18 +1676,27 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
         run.next_emit = start;
         run.epochs_done = r->epoch;
         res->epochs = r->epoch;
+        /* The epochs judged so far, as a local resume replays them (unknown: NaN). */
+        for (int e = 0; e < r->epoch; e++) {
+            run.watched[e] = r->watched ? r->watched[e] : NAN;
+            nl_judge_epoch(&run.judge, o, e + 1, run.watched[e]);
+        }
     }
+    /* A member lost while a generation is set up (FAULTED) is recovered from as one lost while
+     * training. */
     rc = setup_generation(&run, start, o->resume != NULL, err);
-    while (rc == 0) {
-        rc = follow(&run, err);
-        if (rc == FAULTED)
-            rc = recover(&run, err);
-        else
+    for (;;) {
+        if (rc == 0)
+            rc = follow(&run, err);
+        if (rc != FAULTED)
             break;
+        rc = recover(&run, err);
     }
+    if (rc == OVER)
+        rc = 0;
     if (rc < 0)
         goto out;
-    if (res->epochs != o->epochs) {
+    if (res->epochs != o->epochs && !res->stopped_early) {
         rc = nl_error_set(err, NL_EIO, "the workers finished after %d of %d epochs", res->epochs,
                           o->epochs);
         goto out;
@@ -1648,5 +1755,6 @@ out:
     nl_free(run.step_w);
     nl_free(run.slot_metrics);
     nl_free(run.frozen);
+    nl_free(run.watched);
     return rc;
 }

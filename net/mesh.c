@@ -137,9 +137,28 @@ static int wait_ms(double deadline)
     return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left + 1;
 }
 
+/* Waits up to ms for cancel_fd (-1: none) to become readable: 1 when it did. */
+static int cancelled(int cancel_fd, int ms)
+{
+    if (cancel_fd < 0) {
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        return 0;
+    }
+    struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
+    return poll(&p, 1, ms) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
+static int cancel_error(struct nl_error *err, const struct nl_member *m)
+{
+    return nl_error_set(err, NL_ECANCELED, "%s: forming the mesh was called off", m->name);
+}
+
 /* Connects to a member, retrying refused connections until the deadline; the connect itself is
- * bounded by the deadline too (a host that drops packets does not hold it for minutes). */
-static int dial(int *out, const struct nl_member *m, double deadline, struct nl_error *err)
+ * bounded by the deadline too (a host that drops packets does not hold it for minutes). Gives
+ * up when cancel_fd is readable. */
+static int dial(int *out, const struct nl_member *m, double deadline, int cancel_fd,
+                struct nl_error *err)
 {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -155,12 +174,17 @@ static int dial(int *out, const struct nl_member *m, double deadline, struct nl_
         if (connect(s, (struct sockaddr *)&ss, len) != 0) {
             e = errno;
             if (e == EINPROGRESS || e == EINTR) {
-                struct pollfd p = {.fd = s, .events = POLLOUT};
+                struct pollfd p[2] = {{.fd = s, .events = POLLOUT},
+                                      {.fd = cancel_fd, .events = POLLIN}};
                 int r;
                 do
-                    r = poll(&p, 1, wait_ms(deadline));
+                    r = poll(p, cancel_fd >= 0 ? 2 : 1, wait_ms(deadline));
                 while (r < 0 && errno == EINTR);
                 socklen_t el = sizeof e;
+                if (r > 0 && cancel_fd >= 0 && p[1].revents) {
+                    close(s);
+                    return cancel_error(err, m);
+                }
                 if (r == 0)
                     e = ETIMEDOUT;
                 else if (r < 0)
@@ -180,8 +204,8 @@ static int dial(int *out, const struct nl_member *m, double deadline, struct nl_
         if (e != ECONNREFUSED || now_ms() > deadline)
             return nl_error_set(err, e == ETIMEDOUT ? NL_ETIMEDOUT : NL_ENET,
                                 "%s (%s:%d): connect: %s", m->name, m->addr, m->port, strerror(e));
-        struct timespec ts = {0, 20000000};
-        nanosleep(&ts, NULL);
+        if (cancelled(cancel_fd, 20))
+            return cancel_error(err, m);
     }
 }
 
@@ -313,7 +337,7 @@ static void peer_name(char *out, size_t n, const struct nl_member *m)
  * connection before the handshake ends, until the deadline. */
 static int join(struct nl_conn *c, int rank, int k, const struct nl_member *members,
                 const void *secret, size_t secret_len, int timeout_ms, double deadline,
-                struct nl_error *err)
+                int cancel_fd, struct nl_error *err)
 {
     char name[160];
     int rc;
@@ -322,7 +346,7 @@ static int join(struct nl_conn *c, int rank, int k, const struct nl_member *memb
     for (;;) {
         int fd = -1;
         int32_t id = -1;
-        rc = dial(&fd, &members[k], deadline, err);
+        rc = dial(&fd, &members[k], deadline, cancel_fd, err);
         if (rc < 0)
             return rc;
         const int left = wait_ms(deadline);
@@ -336,8 +360,8 @@ static int join(struct nl_conn *c, int rank, int k, const struct nl_member *memb
         nl_conn_close(c);
         if (rc != NL_ENET || now_ms() > deadline)
             return rc;
-        struct timespec ts = {0, 20000000};
-        nanosleep(&ts, NULL);
+        if (cancelled(cancel_fd, 20))
+            return cancel_error(err, &members[k]);
     }
 }
 
@@ -395,6 +419,14 @@ int nl_mesh_connect(struct nl_mesh **out, int rank, int size, int listen_fd,
                     const struct nl_member *members, const void *secret, size_t secret_len,
                     int timeout_ms, struct nl_error *err)
 {
+    return nl_mesh_connect_cancel(out, rank, size, listen_fd, members, secret, secret_len,
+                                  timeout_ms, -1, err);
+}
+
+int nl_mesh_connect_cancel(struct nl_mesh **out, int rank, int size, int listen_fd,
+                           const struct nl_member *members, const void *secret, size_t secret_len,
+                           int timeout_ms, int cancel_fd, struct nl_error *err)
+{
     struct nl_mesh *m;
     struct pending *pend = NULL;
     struct pollfd *pfd = NULL;
@@ -415,7 +447,7 @@ int nl_mesh_connect(struct nl_mesh **out, int rank, int size, int listen_fd,
     if (m)
         m->peers = nl_calloc((size_t)size, sizeof *m->peers);
     pend = nl_calloc(MAX_PENDING, sizeof *pend);
-    pfd = nl_calloc(MAX_PENDING + 1, sizeof *pfd);
+    pfd = nl_calloc(MAX_PENDING + 2, sizeof *pfd);
     if (!m || !m->peers || !pend || !pfd) {
         if (m)
             nl_free(m->peers);
@@ -430,7 +462,8 @@ int nl_mesh_connect(struct nl_mesh **out, int rank, int size, int listen_fd,
         m->peers[i].fd = -1;
 
     for (int k = 0; k < rank; k++) {
-        rc = join(&m->peers[k], rank, k, members, secret, secret_len, timeout_ms, deadline, err);
+        rc = join(&m->peers[k], rank, k, members, secret, secret_len, timeout_ms, deadline,
+                  cancel_fd, err);
         if (rc < 0)
             goto fail;
     }
@@ -455,10 +488,16 @@ int nl_mesh_connect(struct nl_mesh **out, int rank, int size, int listen_fd,
                 members[rank].name, size - 1 - rank - joined, size - 1 - rank, timeout_ms);
             goto fail;
         }
-        int r = poll(pfd, (nfds_t)np + 1, wait_ms(until));
+        /* The cancel fd last, after the pending connections. */
+        pfd[1 + np] = (struct pollfd){.fd = cancel_fd, .events = POLLIN};
+        int r = poll(pfd, (nfds_t)np + 1 + (cancel_fd >= 0), wait_ms(until));
         if (r < 0 && errno != EINTR) {
             rc = nl_error_set(err, NL_ENET, "%s: waiting for members: %s", members[rank].name,
                               strerror(errno));
+            goto fail;
+        }
+        if (r > 0 && cancel_fd >= 0 && pfd[1 + np].revents) {
+            rc = cancel_error(err, &members[rank]);
             goto fail;
         }
         /* Move every pending handshake on; drop the failed and the late. */

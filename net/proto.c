@@ -28,6 +28,9 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
             (double)s->o.schedule.warmup_epochs, s->bf16);
     fprintf(f, "timeout %d\naugment %d %d\n", s->timeout_ms, s->o.augment.flip, s->o.augment.crop);
     fprintf(f, "clip %a %a\n", (double)s->o.clip_value, (double)s->o.clip_norm);
+    fprintf(f, "early_stop %a %d\n", s->o.target_accuracy, s->o.patience);
+    for (int e = 0; e < s->nwatched; e++)
+        fprintf(f, "watched %a\n", s->watched[e]);
     fprintf(f, "generation %d\nstart %ld\nstate %d\nheartbeat %d\ncheckpoint_every %ld\n",
             s->generation, s->start, s->has_state, s->heartbeat_ms, s->o.checkpoint_every);
     /* One frozen layer a line: names are identifiers, and lines are short. */
@@ -63,9 +66,12 @@ void nl_setup_release(struct nl_setup *s)
     nl_free(s->members);
     nl_free(s->spec);
     nl_free(s->frozen);
+    nl_free(s->watched);
     s->members = NULL;
     s->spec = NULL;
     s->frozen = NULL;
+    s->watched = NULL;
+    s->nwatched = 0;
 }
 
 /* Appends ",name" (or "name") to *list. */
@@ -155,6 +161,20 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
         } else if (strcmp(key, "clip") == 0 && got == 3) {
             s->o.clip_value = strtof(a, NULL);
             s->o.clip_norm = strtof(b, NULL);
+        } else if (strcmp(key, "early_stop") == 0 && got == 3) {
+            s->o.target_accuracy = strtod(a, NULL);
+            s->o.patience = atoi(b);
+        } else if (strcmp(key, "watched") == 0) {
+            /* One a line, in epoch order; no run has more epochs than an int counts. */
+            if (s->nwatched >= 1 << 24)
+                goto bad;
+            double *w = nl_realloc(s->watched, (size_t)(s->nwatched + 1) * sizeof *w);
+            if (!w) {
+                nl_setup_release(s);
+                return nl_error_set(err, NL_ENOMEM, "out of memory for the setup");
+            }
+            s->watched = w;
+            s->watched[s->nwatched++] = strtod(a, NULL);
         } else if (strcmp(key, "augment") == 0 && got == 3) {
             s->o.augment.flip = atoi(a);
             s->o.augment.crop = atoi(b);
@@ -264,6 +284,18 @@ void nl_metric_decode(struct nl_metric *m, const unsigned char in[NL_METRIC_SIZE
     m->compute_seconds = getd(in + 24);
     m->comm_seconds = getd(in + 32);
     m->bytes_sent = get64(in + 40);
+}
+
+void nl_judge_encode(unsigned char out[NL_JUDGE_SIZE], int epoch, double watched)
+{
+    put64(out, (uint64_t)(uint32_t)epoch);
+    putd(out + 8, watched);
+}
+
+void nl_judge_decode(const unsigned char in[NL_JUDGE_SIZE], int *epoch, double *watched)
+{
+    *epoch = (int)(int32_t)(uint32_t)get64(in);
+    *watched = getd(in + 8);
 }
 
 size_t nl_setup_sample_bytes(const struct nl_setup *s)

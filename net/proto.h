@@ -34,6 +34,10 @@ struct nl_setup {
     struct nl_member *members; /* (size) */
     char *spec;                /* the model spec's text */
     char *frozen;              /* the frozen layers' names, comma-separated; NULL: none */
+    /* A run that follows its epochs' accuracy (nl_train_judges): the watched accuracy of each
+     * epoch completed before `start`, epoch order (NaN: unknown); NULL when nwatched is 0. */
+    double *watched;
+    int nwatched;
 };
 
 /* SETUP as text: "key value" lines, floats in C99 hex so they travel exactly, the members one a
@@ -55,6 +59,11 @@ struct nl_metric {
 #define NL_METRIC_SIZE 48
 void nl_metric_encode(unsigned char out[NL_METRIC_SIZE], const struct nl_metric *m);
 void nl_metric_decode(struct nl_metric *m, const unsigned char in[NL_METRIC_SIZE]);
+
+/* JUDGE: the epoch (1-based) and its watched accuracy, little-endian, 16 bytes. */
+#define NL_JUDGE_SIZE 16
+void nl_judge_encode(unsigned char out[NL_JUDGE_SIZE], int epoch, double watched);
+void nl_judge_decode(const unsigned char in[NL_JUDGE_SIZE], int *epoch, double *watched);
 
 /* Bytes of one sample in the DATA payload (pixels only; labels follow as int32). */
 size_t nl_setup_sample_bytes(const struct nl_setup *s);

@@ -19,6 +19,15 @@
  *                     at each checkpoint step (every epoch's end, every SETUP checkpoint_every
  *                     steps) after its METRIC: STATE of its slice (copies 1; not when the
  *                     optimizer keeps no state) and, within an epoch, rank 0's PARAMS
+ *   driver -> worker  JUDGE, in a run that follows its epochs' accuracy (a plateau schedule,
+ *                     early stopping: nl_train_judges), after every epoch but the last: the
+ *                     epoch and its watched accuracy (net/proto.h), once the driver has
+ *                     validated rank 0's WEIGHTS. Every member waits for it before its next
+ *                     epoch, and applies the same plateau factor and early-stopping decision;
+ *                     when that ends the run, the members' DONE comes after fewer epochs.
+ *                     SETUP carries the watched accuracy of every epoch completed before its
+ *                     start step, so a restarted or new member (or a resumed run) decides as
+ *                     the others
  *   both ways         HEARTBEAT (empty) every heartbeat timeout / 4, from the first SETUP on
  *
  * STATE's payload: five uint64 LE (lo, hi, copies, step, step2), then `copies` times the slice
@@ -31,14 +40,18 @@
  * frames reset its clock; the end of stdin or no frame within the heartbeat timeout means the
  * driver is gone, and the process exits at once (status 3), so no worker outlives its driver;
  * every other frame goes to a mailbox (a queue with a pipe that is readable while the queue is
- * not empty) from which the training thread takes SETUP, DATA, INIT and STATE. Another thread
- * sends HEARTBEAT; writes to stdout are serialised by a mutex. Messages go to stderr, which the
- * driver shows prefixed with the host's name.
+ * not empty) from which the training thread takes SETUP, DATA, INIT, STATE and JUDGE (its wait
+ * for JUDGE needs no clock of its own: a driver silent for the heartbeat timeout ends the
+ * process through the reader). Another thread sends HEARTBEAT; writes to stdout are serialised
+ * by a mutex. Messages go to stderr, which the driver shows prefixed with the host's name.
  *
  * Recovery. When the driver loses a member (its channel ends, or it sends nothing within the
  * heartbeat timeout), it sends ABORT to the others. The mailbox's pipe is the allreduce's cancel
- * fd, so a member waiting in an exchange gives up at once; any member whose step fails (a peer
- * closed, a timeout, the abort) does not exit: it reports
+ * fd, and the mesh's while it forms, so a member waiting in an exchange, or for a lost member to
+ * join its mesh, gives up at once (JUDGE cannot be mistaken for that: it comes only while every
+ * member waits for it, outside any exchange); a member waiting for JUDGE that gets ABORT has
+ * completed the epoch's steps. Any member whose step (or wait) fails (a peer closed, a timeout,
+ * the abort) does not exit: it reports
  *   worker -> driver  FAULT: "C L message", C the steps it completed
  *   worker -> driver  PARAMS: its complete parameters after step C
  *   worker -> driver  STATE: its slice, copies 2: the state after its latest optimizer step,
@@ -411,6 +424,37 @@ static int freeze(struct nl_model *m, const char *list, struct nl_error *err)
     return nl_model_freeze(m, names, n, NULL, err);
 }
 
+/* The judge of a member (nl_member_sync_judge): JUDGE from the mailbox; ABORT instead means the
+ * run's step is called off. */
+struct judge_ctx {
+    struct link *l;
+};
+
+static int wait_judge(void *ud, int epoch, double *watched, struct nl_error *err)
+{
+    struct judge_ctx *j = ud;
+    uint32_t type, len;
+    unsigned char *buf;
+    int rc = link_recv(j->l, &type, (void **)&buf, &len, err);
+    if (rc < 0)
+        return rc;
+    if (type == NL_FRAME_ABORT) {
+        nl_free(buf);
+        return nl_error_set(err, NL_ECANCELED, "the driver called the run off after epoch %d",
+                            epoch);
+    }
+    int got = 0;
+    if (type == NL_FRAME_JUDGE && len == NL_JUDGE_SIZE)
+        nl_judge_decode(buf, &got, watched);
+    nl_free(buf);
+    if (got != epoch)
+        return nl_error_set(err, NL_EFORMAT,
+                            "the driver sent frame type %u (epoch %d), not the judgement of epoch "
+                            "%d",
+                            type, got, epoch);
+    return 0;
+}
+
 #define FAULTED 1 /* generation(): a step failed and the fault is reported */
 
 /* What one generation leaves to the next: the partition, when it stays the same. */
@@ -516,6 +560,8 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     struct nl_member_sync ms;
     struct nl_train_opts o = s->o;
     struct nl_train_result res;
+    struct nl_resume r = {0};
+    struct judge_ctx jc = {l};
     float *init = NULL, *slice = NULL, *keep = NULL, *copies = NULL;
     unsigned char *st = NULL, *ckpt = NULL;
     size_t lo = 0, hi = 0, nslice = 0;
@@ -602,8 +648,9 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     if (rc == 0) {
         unsigned char gs[32];
         generation_secret(gs, secret, s->generation);
-        rc = nl_mesh_connect(&mesh, s->rank, s->size, listen_fd, s->members, gs, sizeof gs,
-                             s->timeout_ms, err);
+        /* ABORT in the mailbox calls it off. */
+        rc = nl_mesh_connect_cancel(&mesh, s->rank, s->size, listen_fd, s->members, gs, sizeof gs,
+                                    s->timeout_ms, l->wake[0], err);
         fault = rc < 0; /* a member lost before the mesh stood */
     }
     if (rc == 0) {
@@ -624,9 +671,21 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         nl_allreduce_set_cancel_fd(ar, l->wake[0]);
         nl_member_sync_init(&ms, part, ar, mesh);
         nl_member_sync_keep(&ms, keep, m->params, m->nparams, s->start);
+        nl_member_sync_judge(&ms, wait_judge, &jc);
         o.sync = &ms.sync;
-        struct nl_resume r = {.epoch = (int)(s->start / ms.sync.iters), .iteration = s->start};
+        r.epoch = (int)(s->start / ms.sync.iters);
+        r.iteration = s->start;
+        /* The watched accuracy of the epochs before the start, for the plateau schedule and
+         * early stopping. */
+        if (s->nwatched >= r.epoch)
+            r.watched = s->watched;
+        else if (nl_train_judges(&o))
+            rc = nl_error_set(err, NL_EFORMAT,
+                              "the driver's setup judges %d of the %d epochs before step %ld",
+                              s->nwatched, r.epoch, s->start);
         o.resume = s->start > 0 ? &r : NULL;
+    }
+    if (rc == 0) {
         struct worker_hook h = {
             .l = l,
             .ms = &ms,
@@ -678,7 +737,8 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     return rc;
 }
 
-/* Waits for the next generation's SETUP; ABORT (and HEARTBEAT) frames before it are done with. */
+/* Waits for the next generation's SETUP; ABORT (and HEARTBEAT, and a JUDGE of an epoch the member
+ * did not wait for) frames before it are done with. */
 static int next_setup(struct link *l, struct nl_setup *s, struct nl_error *err)
 {
     for (;;) {
@@ -687,7 +747,7 @@ static int next_setup(struct link *l, struct nl_setup *s, struct nl_error *err)
         int rc = link_recv(l, &type, (void **)&text, &len, err);
         if (rc < 0)
             return rc;
-        if (type == NL_FRAME_ABORT || type == NL_FRAME_HEARTBEAT) {
+        if (type == NL_FRAME_ABORT || type == NL_FRAME_HEARTBEAT || type == NL_FRAME_JUDGE) {
             nl_free(text);
             continue;
         }

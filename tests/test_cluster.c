@@ -2,7 +2,8 @@
  * (tests/sshd.h): `hosts check`, training on 1, 2 and 3 workers with the binary uploaded to a
  * host that has no nnlab, the same loss curve on each, bytes per worker per step within
  * 2(N-1)/N of the parameter bytes plus framing, bf16 compression, the partition cache, gradient
- * clipping and batch normalisation on 2 workers (the curves of 1 worker), refusals
+ * clipping and batch normalisation on 2 workers (the curves of 1 worker), a plateau schedule on
+ * 2 workers (the curve of 1 worker), early stopping (after the epoch a local run stops), refusals
  * (changed host key, unknown host key, failed authentication, unresolvable host, missing remote
  * binary) each naming host and step, Ctrl-C, and no worker left behind after any of it.
  * (Connections without the run secret are refused in test_wire and test_allreduce.) */
@@ -76,6 +77,33 @@ static long long stored_worker_steps(void)
     }
     sqlite3_close(db);
     return n;
+}
+
+/* An integer that sql (about the test's database) selects; -1 on failure. */
+static long long db_int(const char *sql)
+{
+    char path[600];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    long long n = -1;
+    snprintf(path, sizeof path, "%s/db", sd.dir);
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return n;
+}
+
+/* The epochs the done line in out reports; -1 without one. */
+static int done_epochs(void)
+{
+    const char *done = strstr(out, "\"event\":\"done\"");
+    const char *e = done ? strstr(done, "\"epochs\":") : NULL;
+    return e ? atoi(e + 9) : -1;
 }
 
 static const char spec_text[] = "fc1: dense 24\nrelu\nfc2: dense N\n";
@@ -251,9 +279,82 @@ int main(void)
        "a worker starts from the run's weights: first-epoch loss %.4f, against %.4f from "
        "scratch",
        got[0], base[0]);
-    is_int(nnlab("%s --hosts node1,node2 --schedule plateau", train_args()), 1,
-           "a plateau schedule is refused on a cluster");
-    like(errtext, "validation accuracy", "saying why: %s", errtext);
+
+    /* Following validation accuracy, which only the driver measures. A plateau schedule of
+     * patience 1 and gamma 0.1 lowers the rate after epoch 2 (validation accuracy is 1 from the
+     * first epoch on): 2 workers follow 1 worker's curve, which leaves the constant rate's. */
+    double pl1[4] = {0}, pl2[4] = {0}, cst[4] = {0};
+    const char *slow = "--json train --data syn --model '%s/spec' --epochs 4 --batch 32 --seed 3 "
+                       "--lr 0.002 --ssh-config '%s/ssh_config' --hosts %s --schedule %s";
+    is_int(nnlab(slow, sd.dir, sd.dir, "node1", "constant"), 0, "a constant rate on 1 worker: %s",
+           errtext);
+    const int ncst = losses(cst, 4);
+    is_int(nnlab(slow, sd.dir, sd.dir, "node1", "plateau:1:0.1"), 0,
+           "a plateau schedule on 1 worker: %s", errtext);
+    const int npl1 = losses(pl1, 4);
+    is_int(nnlab(slow, sd.dir, sd.dir, "node1:1,node2:1", "plateau:1:0.1"), 0,
+           "a plateau schedule on 2 workers: %s", errtext);
+    const int npl2 = losses(pl2, 4);
+    ok(ncst == 4 && npl1 == 4 && fabs(pl1[1] - cst[1]) < 1e-6 && pl1[2] > cst[2] + 0.01,
+       "the plateau lowers the rate after epoch 2 (epoch 3's loss %.4f, at a constant rate %.4f)",
+       pl1[2], cst[2]);
+    ok(npl2 == 4 && fabs(pl2[0] - pl1[0]) < 1e-4 && fabs(pl2[2] - pl1[2]) < 1e-4 &&
+           fabs(pl2[3] - pl1[3]) < 1e-4,
+       "2 workers follow 1 under the plateau schedule (%.6f %.6f vs %.6f %.6f)", pl2[2], pl2[3],
+       pl1[2], pl1[3]);
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left after the plateau runs");
+
+    /* Early stopping: a slow rate, validation accuracy rising epoch by epoch past 0.7; a local
+     * run (another data order, the same mathematics), 1 worker and 2 workers stop after the same
+     * epoch, well before the 10th. */
+    const char *early = "--json train --data syn --model '%s/spec' --epochs 10 --batch 32 --seed 3 "
+                        "--lr 0.001 --momentum 0 --schedule constant %s %s";
+    char hosts_arg[700];
+    int stop_at[3] = {0};
+    for (int n = 0; n <= 2; n++) {
+        snprintf(hosts_arg, sizeof hosts_arg, "--ssh-config '%s/ssh_config' --hosts %s", sd.dir,
+                 n == 1 ? "node1" : "node1:1,node2:1");
+        is_int(nnlab(early, sd.dir, "--early-stop-acc 0.7", n == 0 ? "" : hosts_arg), 0,
+               "--early-stop-acc 0.7 %s: %s",
+               n == 0   ? "locally"
+               : n == 1 ? "on 1 worker"
+                        : "on 2 workers",
+               errtext);
+        stop_at[n] = done_epochs();
+        like(out, "\"stopped_early\":true", "it stops early");
+    }
+    ok(stop_at[0] > 1 && stop_at[0] < 10, "the local run stops after epoch %d", stop_at[0]);
+    is_int(stop_at[1], stop_at[0], "1 worker stops after the same epoch");
+    is_int(stop_at[2], stop_at[0], "2 workers stop after the same epoch");
+    is_int(db_int("SELECT count(*) FROM epochs WHERE run = (SELECT max(id) FROM runs)"), stop_at[0],
+           "the run stores %d epochs", stop_at[0]);
+    /* --patience: validation accuracy is 1 after epoch 1 at the default rate, so a patience of 2
+     * ends the run after epoch 3. */
+    is_int(nnlab("%s --hosts node1:1,node2:1 --epochs 6 --patience 2", train_args()), 0,
+           "--patience 2 on 2 workers: %s", errtext);
+    is_int(done_epochs(), 3, "stops after epoch 3");
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left after the early stops");
+    /* Without a validation split a judged run follows training accuracy, which a checkpoint
+     * within an epoch cannot hold: as a local run, it checkpoints at epoch ends only (600
+     * samples, 19 steps an epoch; the two latest checkpoints are kept). */
+    is_int(nnlab("import synall '%s/data'", sd.dir), 0,
+           "the data again, without a validation "
+           "split");
+    long long mid[2] = {-1, -1};
+    for (int judged = 0; judged <= 1; judged++) {
+        is_int(nnlab("--json train --data synall --model '%s/spec' --epochs 2 --batch 32 --seed 3 "
+                     "--ssh-config '%s/ssh_config' --hosts node1:1,node2:1 --checkpoint-every 5 "
+                     "%s",
+                     sd.dir, sd.dir, judged ? "--patience 5" : ""),
+               0, "%s on 2 workers without a validation split: %s",
+               judged ? "--patience" : "no early stopping", errtext);
+        mid[judged] = db_int("SELECT count(*) FROM checkpoints WHERE iteration % 19 != 0 AND run = "
+                             "(SELECT max(id) FROM runs)");
+    }
+    ok(mid[0] > 0 && mid[1] == 0,
+       "a judged run without a validation split keeps no checkpoint within an epoch (%lld, "
+       "against %lld for one that is not judged)",
+       mid[1], mid[0]);
 
     /* Refusals, each naming the host and the step. */
     is_int(nnlab("%s --hosts node1 --ssh-config '%s/ssh_config_badkey'", train_args(), sd.dir), 1,

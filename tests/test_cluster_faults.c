@@ -4,7 +4,10 @@
  * recovery shown on stdout and stored in the database; with --max-restarts 0 the lost worker is
  * dropped and the others finish; a stalled worker (SIGSTOP) is found by its missing heartbeats;
  * a driver killed outright or stalled leaves no worker behind after the heartbeat timeout; and a
- * cluster run killed in the middle continues with --resume on the same data order. Workers are
+ * cluster run killed in the middle continues with --resume on the same data order; a plateau
+ * schedule goes through a lost worker and a resumed driver unchanged; a worker lost again while
+ * the driver recovers from a first loss is recovered from in turn; a batch-normalised model goes
+ * through a lost worker with its running statistics. Workers are
  * found as descendants of the sshd this test started, never by name. */
 #include <dirent.h>
 #include <math.h>
@@ -170,6 +173,48 @@ static long session_of(long pid)
             return a;
     }
     return 0;
+}
+
+/* 1 when process pid has a TCP socket in the LISTEN state (/proc/net/tcp, tcp6). */
+static int listening(long pid)
+{
+    unsigned long inodes[64];
+    int n = 0;
+    for (int v = 0; v < 2; v++) {
+        FILE *f = fopen(v ? "/proc/net/tcp6" : "/proc/net/tcp", "r");
+        char line[512];
+        while (f && fgets(line, sizeof line, f) && n < 64) {
+            char local[128], remote[128];
+            unsigned st;
+            unsigned long inode;
+            if (sscanf(line, " %*d: %127s %127s %x %*s %*s %*s %*s %*s %lu", local, remote, &st,
+                       &inode) == 4 &&
+                st == 0x0A)
+                inodes[n++] = inode;
+        }
+        if (f)
+            fclose(f);
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/fd", pid);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d))) {
+        char link[320], target[128];
+        snprintf(link, sizeof link, "%s/%s", path, e->d_name);
+        ssize_t l = readlink(link, target, sizeof target - 1);
+        unsigned long inode;
+        if (l <= 0)
+            continue;
+        target[l] = '\0';
+        if (sscanf(target, "socket:[%lu]", &inode) == 1)
+            for (int i = 0; i < n && !found; i++)
+                found = inodes[i] == inode;
+    }
+    if (d)
+        closedir(d);
+    return found;
 }
 
 /* Waits up to seconds for no worker to be left. */
@@ -408,6 +453,148 @@ int main(void)
         const double loss = last_loss();
         ok(isfinite(plain) && fabs(loss - plain) <= 1e-6 + 1e-5 * fabs(plain),
            "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, plain);
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* A plateau schedule (the rate halved after every epoch from the second on: validation
+     * accuracy is 1 from the first) through a lost worker and through a lost driver: the new
+     * generation's members, and the resumed run's, learn the watched accuracy of the epochs
+     * before their start, apply the same rate, and (without optimizer state) end as the
+     * undisturbed run. */
+    {
+        long victim = 0;
+        const char *plateau = "--momentum 0 --schedule plateau:1:0.5";
+        is_int(nnlab("--json %s --hosts node1,node2 %s --name plateau", train_args(), plateau), 0,
+               "an undisturbed plateau run: %s", errtext);
+        const double undisturbed = last_loss();
+        is_int(
+            nnlab("--json %s --hosts node1,node2 --momentum 0 --schedule constant", train_args()),
+            0, "the same at a constant rate: %s", errtext);
+        ok(last_loss() < 0.8 * undisturbed, "the plateau lowered the rate (%.6g against %.6g)",
+           undisturbed, last_loss());
+        pid_t pid =
+            start("--json %s --hosts node1,node2 %s --name plateau-kill", train_args(), plateau);
+        ok(kill_a_worker(2, SIGKILL, &victim), "a plateau run's worker killed after epoch 2");
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        like(out, "\"action\":\"restarted\"", "the worker was restarted");
+        double loss = last_loss();
+        ok(isfinite(undisturbed) && fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
+           "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
+        ok(no_workers_within(5), "no worker is left");
+
+        pid = start("--json %s --hosts node1,node2 %s --checkpoint-every 100 --name "
+                    "plateau-resumed",
+                    train_args(), plateau);
+        ok(wait_for("\"event\":\"epoch\"", 3, NULL, 60), "a plateau run to be resumed is past "
+                                                         "epoch 3");
+        usleep(150000);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        ok(no_workers_within(6), "its driver killed, no worker is left");
+        is_int(nnlab("--json train --resume plateau-resumed --hosts node1,node2 --ssh-config "
+                     "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
+                     sd.dir),
+               0, "--resume continues it on the cluster: %s", errtext);
+        loss = last_loss();
+        ok(fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
+           "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* A second loss during the recovery: the restarted worker killed as soon as it appears
+     * (the driver waits for it to say where it listens), or as soon as it listens (the driver
+     * sets the new generation up, or the mesh forms again). The driver recovers again,
+     * restarting it while restarts last and dropping it after; the run finishes either way. */
+    static const struct {
+        int max, listening;
+    } twice[] = {{3, 0}, {3, 1}, {1, 1}};
+    for (int t = 0; t < 3; t++) {
+        const int max = twice[t].max;
+        long pids[8], before[8], second = 0;
+        pid_t pid = start("--json %s --hosts node1,node2 --max-restarts %d --name twice%d",
+                          train_args(), max, t);
+        int nb = wait_for("\"event\":\"epoch\"", 2, NULL, 60) ? workers(before, 8) : 0;
+        ok(nb == 2 && kill((pid_t)before[1], SIGKILL) == 0,
+           "max-restarts %d: a worker (pid %ld) killed after epoch 2", max, nb ? before[1] : 0L);
+        for (int i = 0; nb == 2 && i < 20000 && !second; i++) {
+            const int n = workers(pids, 8);
+            for (int k = 0; k < n && !second; k++)
+                if (pids[k] != before[0] && pids[k] != before[1] &&
+                    (!twice[t].listening || listening(pids[k])))
+                    second = pids[k];
+            if (!second)
+                usleep(500);
+        }
+        ok(second > 0 && kill((pid_t)second, SIGKILL) == 0,
+           "its restarted worker (pid %ld) killed as soon as it %s", second,
+           twice[t].listening ? "listened" : "appeared");
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        int nrec = 0;
+        for (const char *q = out; (q = strstr(q, "{\"event\":\"recovery\"")); q++) {
+            diag("%.*s", (int)strcspn(q, "\n"), q);
+            nrec++;
+        }
+        if (max == 3) {
+            like(out, "\"restarts\":2,", "both losses were recovered from by restarts");
+            ok(!strstr(out, "\"action\":\"dropped\""), "none was dropped");
+            const double acc = test_accuracy();
+            ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
+        } else {
+            like(out, "\"action\":\"dropped\",\"restarts\":1,",
+                 "with 1 restart, the worker is dropped after its second loss");
+            like(out, "\"workers\":1}", "1 worker went on");
+            const double acc = test_accuracy();
+            ok(fabs(acc - base[2]) <= 0.02, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
+        }
+        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                      "'twice%d'",
+                      t),
+               nrec, "the %d recoveries are stored", nrec);
+        is_int(db_int("SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = "
+                      "'twice%d'",
+                      t),
+               EPOCHS, "every epoch is stored");
+        ok(no_workers_within(5), "no worker is left");
+    }
+
+    /* Batch normalisation through a lost worker: the running statistics (exchanged beside the
+     * gradient, outside the optimizer's slices) come back with the parameters. Without
+     * optimizer state the run ends exactly as the undisturbed one; with momentum (one slice's
+     * lost since the last checkpoint) close to it. */
+    sshd_write(sd.dir, "bnspec",
+               "c1: conv 8 3x3 pad=1 bias=no\nb1: batchnorm\nrelu\npool: maxpool 3\n"
+               "fc: dense N\n");
+    for (int momentum = 0; momentum <= 1; momentum++) {
+        char args[1600];
+        long victim = 0;
+        snprintf(
+            args, sizeof args,
+            "--json train --data syn --model '%s/bnspec' --epochs %d --batch %d --seed 3 "
+            "--lr 0.02 --momentum %s --ssh-config '%s/ssh_config' --heartbeat-timeout " HEARTBEAT
+            " --hosts node1,node2",
+            sd.dir, EPOCHS, BATCH, momentum ? "0.9" : "0", sd.dir);
+        is_int(nnlab("%s --name bn%d", args, momentum), 0, "an undisturbed batch-norm run: %s",
+               errtext);
+        const double loss0 = last_loss(), acc0 = test_accuracy();
+        ok(acc0 > 0.5, "it learns (test accuracy %.4f)", acc0);
+        pid_t pid = start("%s --name bn%d-kill", args, momentum);
+        ok(kill_a_worker(2, SIGKILL, &victim), "a worker of a batch-norm run killed after epoch 2");
+        is_int(finish(pid), 0, "the run finishes: %s", errtext);
+        like(out, "\"action\":\"restarted\"", "the worker was restarted");
+        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                      "'bn%d-kill'",
+                      momentum),
+               1, "the recovery is stored");
+        const double loss = last_loss(), acc = test_accuracy();
+        if (momentum == 0)
+            ok(isfinite(loss0) && fabs(loss - loss0) <= 1e-6 + 1e-5 * fabs(loss0),
+               "without momentum, the last epoch's loss %.9g is the undisturbed run's %.9g", loss,
+               loss0);
+        else
+            ok(isfinite(loss0) && fabs(loss - loss0) <= 0.2 * fabs(loss0) + 0.01,
+               "with momentum, the last epoch's loss %.6g is close to the undisturbed run's %.6g",
+               loss, loss0);
+        ok(fabs(acc - acc0) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, acc0);
         ok(no_workers_within(5), "no worker is left");
     }
 

@@ -14,7 +14,9 @@
  * - Batch normalisation: N members of T threads each (the same shards as one member of N T
  *   threads) follow one member's loss curve and end with its running statistics.
  * - Clipping (value and norm) on 2 members matches a clipped local run (full batches, so that
- *   the local run sees the same samples per step), as does an unclipped overlapped 1-member run. */
+ *   the local run sees the same samples per step), as does an unclipped overlapped 1-member run.
+ * - Judging, the trainer's side: a member told each epoch's watched accuracy lowers its rate on
+ *   a plateau and stops early as the values say, and a resumed one replays the earlier ones. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
@@ -651,9 +653,117 @@ static void test_announcements(void)
     }
 }
 
+/* A member that follows a run's watched accuracy: the probe's share and SGD step, and a judge
+ * that hands out scripted values (or fails) and records the epochs it was asked about. */
+struct judged {
+    struct probe p;
+    const double *script;
+    int asked[16], nasked;
+    int fail_at;  /* the judge fails at this epoch; 0: never */
+    float lr[16]; /* the rate of each epoch's first step */
+};
+
+static int judged_judge(void *ud, int epoch, double *watched, struct nl_error *err)
+{
+    struct judged *j = ud;
+    if (j->nasked < 16)
+        j->asked[j->nasked++] = epoch;
+    if (epoch == j->fail_at)
+        return nl_error_set(err, NL_ECANCELED, "the driver called the run off after epoch %d",
+                            epoch);
+    *watched = j->script[epoch - 1];
+    return 0;
+}
+
+static int judged_event(void *ud, const struct nl_event *ev)
+{
+    struct judged *j = ud;
+    if (ev->kind == NL_EVENT_ITER && ev->iter == 1 && ev->epoch < 16)
+        j->lr[ev->epoch] = (float)ev->lr;
+    return 0;
+}
+
+static int judged_run(struct judged *j, const struct nl_resume *resume, int with_judge,
+                      struct nl_train_result *tr, struct nl_error *err)
+{
+    enum { NTRAIN = 60, BATCH = 15 };
+    struct cfg c = {mlp_small, 12, NTRAIN, BATCH, 6, 1, 2, 0, 0, 0, 0};
+    struct nl_dataset *d = synthetic(c.side, NTRAIN);
+    struct nl_model *m = model(&c, d, err);
+    struct nl_train_opts o;
+    train_opts(&o, &c);
+    o.optim.momentum = 0.0f;
+    o.optim.lr = 0.1f;
+    nl_schedule_parse(&o.schedule, "plateau:1:0.1", NULL);
+    o.target_accuracy = 0.85;
+    memset(&j->p, 0, sizeof j->p);
+    j->p.nt = m->ntrainable;
+    j->p.nr = m->nreduce;
+    j->p.batch = BATCH;
+    j->p.ntrain = NTRAIN;
+    j->p.sync = (struct nl_sync){.iters = 4,
+                                 .share = probe_share,
+                                 .step = probe_step,
+                                 .judge = with_judge ? judged_judge : NULL,
+                                 .ud = j};
+    o.sync = &j->p.sync;
+    o.resume = resume;
+    struct nl_train_hooks hooks = {judged_event, NULL, j};
+    int rc = nl_train(m, d, &o, &hooks, tr, err);
+    nl_model_free(m);
+    nl_dataset_free(d);
+    return rc;
+}
+
+/* The trainer's side of judging: a member asks for each epoch's watched accuracy (but the
+ * last's), lowers the rate on a plateau and stops early as the values say; a resumed member
+ * replays the values of the epochs before its start; a judge's error ends the run; a member
+ * that cannot be told is refused. */
+static void test_judge(void)
+{
+    /* Epoch 2 does not improve on epoch 1 (plateau, patience 1: the rate drops tenfold for
+     * epoch 3); epoch 4 reaches the target 0.85. */
+    static const double script[6] = {0.5, 0.5, 0.6, 0.9, 0.95, 0.99};
+    struct judged j = {.script = script};
+    struct nl_train_result tr;
+    struct nl_error err = {0};
+
+    int rc = judged_run(&j, NULL, 1, &tr, &err);
+    ok(rc == 0, "a judged member trains: %s", rc ? err.msg : "");
+    is_int(tr.epochs, 4, "it stops after the epoch that reaches the target");
+    is_int(tr.stopped_early, 1, "early");
+    ok(j.nasked == 4 && j.asked[0] == 1 && j.asked[1] == 2 && j.asked[2] == 3 && j.asked[3] == 4,
+       "it asked about epochs 1 to 4 in order (%d asks)", j.nasked);
+    ok(j.lr[1] == 0.1f && j.lr[2] == 0.1f && fabsf(j.lr[3] - 0.01f) < 1e-9f &&
+           fabsf(j.lr[4] - 0.01f) < 1e-9f,
+       "the plateau lowered the rate after epoch 2 (%g %g %g %g)", j.lr[1], j.lr[2], j.lr[3],
+       j.lr[4]);
+
+    /* Resumed after epoch 2: the factor of the replayed epochs from the first step on. */
+    struct judged jr = {.script = script};
+    struct nl_resume r = {.epoch = 2, .iteration = 8, .watched = script};
+    rc = judged_run(&jr, &r, 1, &tr, &err);
+    ok(rc == 0 && tr.epochs == 4 && tr.stopped_early,
+       "a resumed judged member stops after epoch %d", tr.epochs);
+    ok(jr.nasked == 2 && jr.asked[0] == 3 && fabsf(jr.lr[3] - 0.01f) < 1e-9f,
+       "it asks from epoch 3 on (%d), at the lowered rate %g", jr.nasked ? jr.asked[0] : 0,
+       jr.lr[3]);
+
+    struct judged jf = {.script = script, .fail_at = 2};
+    rc = judged_run(&jf, NULL, 1, &tr, &err);
+    is_int(rc, NL_ECANCELED, "a judge's error ends the run");
+    like(err.msg, "after epoch 2", "with its message: %s", err.msg);
+
+    struct judged jn = {.script = script};
+    rc = judged_run(&jn, NULL, 0, &tr, &err);
+    is_int(rc, NL_EINVAL, "a member that cannot be told the watched accuracy is refused");
+    like(err.msg, "validation accuracy", "saying why: %s", err.msg);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    test_judge();
     test_announcements();
     test_members();
     test_batchnorm();

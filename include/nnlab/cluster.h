@@ -31,6 +31,9 @@ struct nl_member_sync {
     size_t nkeep;
     long done, kept;
     int failed;
+    /* Judging (nl_member_sync_judge): where the watched accuracy of an epoch comes from. */
+    int (*judge)(void *ud, int epoch, double *watched, struct nl_error *err);
+    void *judge_ud;
 };
 
 /* Ties the pieces together; they stay the caller's. The exchange overlaps the backward pass
@@ -44,5 +47,13 @@ void nl_member_sync_keep(struct nl_member_sync *s, float *keep, const float *par
                          long done);
 /* Brings the copy up to the last completed step (the trainer is between steps). */
 void nl_member_sync_settle(struct nl_member_sync *s);
+
+/* Lets the member follow a run's watched accuracy (include/nnlab/trainer.h): at an epoch's end
+ * the synchroniser brings its copy of the parameters up to date (a recovery may start from
+ * there) and asks judge(ud, ...) for the epoch's value. A judge that returns NL_ECANCELED (the
+ * driver called the run's step off) sets s->failed, as a failed step does. */
+void nl_member_sync_judge(struct nl_member_sync *s,
+                          int (*judge)(void *ud, int epoch, double *watched, struct nl_error *err),
+                          void *ud);
 
 #endif

@@ -98,7 +98,14 @@ struct nl_resume {
  * once grad[from, ntrainable) and grad[stats_from, nreduce) are final; they fall to 0 and
  * ntrainable by the end of the pass (calls may come from any thread, and a later call may carry
  * higher values than an earlier one). step() then waits for the exchange to end. The parameters
- * of layers the threads are past may change before step() returns; no others. */
+ * of layers the threads are past may change before step() returns; no others.
+ *
+ * Judging (judge not NULL): a member cannot measure the accuracy an epoch is judged on (the
+ * validation split and the global training accuracy are the driver's), so for a run that
+ * follows it (nl_train_judges()) the trainer calls judge() at the end of every epoch but the
+ * last, after its EPOCH event, and waits for the watched accuracy of that epoch (1-based); the
+ * plateau schedule and early stopping then decide as a local run would on that value. A member
+ * without judge() cannot run such a run. */
 struct nl_sync {
     long iters; /* steps per epoch of the global run */
     /* The train-split indices of this member's share of step iter (0-based) of epoch (1-based),
@@ -109,8 +116,26 @@ struct nl_sync {
     int (*step)(void *ud, float *params, float *grad, long step, float lr, struct nl_error *err);
     int (*begin)(void *ud, float *params, float *grad, long step, float lr);
     void (*ready)(void *ud, size_t from, size_t stats_from);
+    int (*judge)(void *ud, int epoch, double *watched, struct nl_error *err);
     void *ud;
 };
+
+/* 1 when o's run follows the accuracy of its epochs: a plateau schedule, a target accuracy or a
+ * patience. */
+int nl_train_judges(const struct nl_train_opts *o);
+
+/* What the plateau schedule and early stopping make of a run's epochs so far, fed each epoch's
+ * watched accuracy (validation, or training without a validation split) in order. A cluster's
+ * driver keeps one beside its members' so that all decide alike. */
+struct nl_judge {
+    struct nl_plateau plateau; /* its factor scales the rate */
+    double best;               /* the best watched accuracy so far (-1: none yet) */
+    int since_best;            /* epochs since it improved by more than 1e-4 */
+};
+void nl_judge_init(struct nl_judge *j);
+/* Takes the watched accuracy of epoch (1-based; NaN: unknown, no improvement); returns 1 when
+ * early stopping ends the run after it (never after o->epochs). */
+int nl_judge_epoch(struct nl_judge *j, const struct nl_train_opts *o, int epoch, double watched);
 
 /* Defaults that train the shipped models well: 10 epochs, batch 64, all cores, seed 1, SGD with
  * lr 0.05 and momentum 0.9, decayed to 0 by a cosine schedule over the run. */

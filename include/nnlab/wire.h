@@ -41,6 +41,7 @@ enum nl_frame_type {
     NL_FRAME_FAULT = 42,     /* worker -> driver: "COMPLETED_STEP message" after a failed step */
     NL_FRAME_PARAMS = 43,    /* worker -> driver: the complete parameters after that step */
     NL_FRAME_STATE = 44,     /* both ways: a slice's fp32 master and optimizer state */
+    NL_FRAME_JUDGE = 45,     /* driver -> worker: an epoch's watched accuracy */
 };
 
 /* One connection. peer names it in every error ("node2 (127.0.0.1:41234)"). */
