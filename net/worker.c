@@ -66,10 +66,13 @@
  * (step R + 2 needs everyone's gradient of R + 2, hence everyone past R + 1). So each owner's
  * state after R is either its current one or the copy from before its latest optimizer step,
  * and a survivor with C = R holds the complete parameters after R (members keep a copy after
- * every completed step: a step in progress overwrites its parameters slice by slice). The lost
- * member's slice of the optimizer state comes from the run's latest checkpoint (zeros before
- * the first), its master from the parameters. The driver hands every member of the new
- * generation these, and training goes on from step R as if nothing happened. */
+ * every completed step, taken when the next step asks for its share so that it holds the batch
+ * statistics the trainer updates after a step: a step in progress overwrites its parameters
+ * slice by slice). The exchange carries the statistics sums too, but the optimizer state covers
+ * only the trainable part of each slice (nl_allreduce_state_bounds), and that is what STATE
+ * holds. The lost member's slice of the optimizer state comes from the run's latest checkpoint
+ * (zeros before the first), its master from the parameters. The driver hands every member of
+ * the new generation these, and training goes on from step R as if nothing happened. */
 #include "nnlab/worker.h"
 
 #include <errno.h>

@@ -108,60 +108,10 @@ static int finish(pid_t pid)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static long parent_of(long pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the command name may hold anything */
-    long ppid = -1;
-    char state;
-    if (!p || sscanf(p + 1, " %c %ld", &state, &ppid) != 2 || state == 'Z')
-        return -1;
-    return ppid;
-}
-
-/* The `nnlab worker` processes under the sshd this test started: up to max pids into pids. */
-static int workers(long *pids, int max)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    int n = 0;
-    while (d && (e = readdir(d))) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
-        if (*end || pid <= 0)
-            continue;
-        char path[300], cmd[1024];
-        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        cmd[len] = '\0';
-        if (!(strlen(cmd) + 1 < len && strcmp(cmd + strlen(cmd) + 1, "worker") == 0))
-            continue;
-        long a = pid;
-        for (int depth = 0; depth < 16 && a > 1 && a != sd.pid; depth++)
-            a = parent_of(a);
-        if (a == sd.pid && parent_of(pid) > 0 && n < max)
-            pids[n++] = pid;
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
-
 /* The nearest sshd process above pid (its SSH session); 0 when none. */
 static long session_of(long pid)
 {
-    for (long a = parent_of(pid); a > 1 && a != sd.pid; a = parent_of(a)) {
+    for (long a = sshd_parent_of(pid); a > 1 && a != sd.pid; a = sshd_parent_of(a)) {
         char path[64], cmd[256];
         snprintf(path, sizeof path, "/proc/%ld/cmdline", a);
         FILE *f = fopen(path, "r");
@@ -222,11 +172,11 @@ static int no_workers_within(double seconds)
 {
     long pids[8];
     for (int i = 0; i < (int)(seconds * 10); i++) {
-        if (workers(pids, 8) == 0)
+        if (sshd_worker_pids(&sd, pids, 8) == 0)
             return 1;
         usleep(100000);
     }
-    return workers(pids, 8) == 0;
+    return sshd_worker_pids(&sd, pids, 8) == 0;
 }
 
 /* Waits up to seconds for the background run's stdout to hold count lines with needle, or one
@@ -356,7 +306,7 @@ static int kill_a_worker(int after, int sig, long *victim)
     snprintf(text, sizeof text, "epoch %d/", after);
     if (!wait_for("\"event\":\"epoch\"", after, text, 60))
         return 0;
-    int n = workers(pids, 8);
+    int n = sshd_worker_pids(&sd, pids, 8);
     if (n == 0)
         return 0;
     *victim = pids[n - 1];
@@ -429,7 +379,7 @@ int main(void)
                EPOCHS, "%d workers: every epoch is stored", n);
         ok(no_workers_within(5), "%d workers: no worker is left", n);
         is_int(nnlab("runs kill%d", n), 0, "nnlab runs kill%d", n);
-        like(out, "worker died (", "lists the recovery: %s", out);
+        like(out, "worker died (", "lists the recovery");
         like(out, "restarted, continued from step ", "with what was done");
     }
     is_int(nnlab("--json runs kill2"), 0, "nnlab --json runs kill2");
@@ -513,11 +463,12 @@ int main(void)
         long pids[8], before[8], second = 0;
         pid_t pid = start("--json %s --hosts node1,node2 --max-restarts %d --name twice%d",
                           train_args(), max, t);
-        int nb = wait_for("\"event\":\"epoch\"", 2, NULL, 60) ? workers(before, 8) : 0;
+        int nb =
+            wait_for("\"event\":\"epoch\"", 2, NULL, 60) ? sshd_worker_pids(&sd, before, 8) : 0;
         ok(nb == 2 && kill((pid_t)before[1], SIGKILL) == 0,
            "max-restarts %d: a worker (pid %ld) killed after epoch 2", max, nb ? before[1] : 0L);
         for (int i = 0; nb == 2 && i < 20000 && !second; i++) {
-            const int n = workers(pids, 8);
+            const int n = sshd_worker_pids(&sd, pids, 8);
             for (int k = 0; k < n && !second; k++)
                 if (pids[k] != before[0] && pids[k] != before[1] &&
                     (!twice[t].listening || listening(pids[k])))
@@ -603,7 +554,8 @@ int main(void)
     {
         long pids[8];
         pid_t pid = start("--json %s --hosts node1,node2 --name cut", train_args());
-        int up = wait_for("\"event\":\"epoch\"", 2, NULL, 60) && workers(pids, 8) == 2;
+        int up =
+            wait_for("\"event\":\"epoch\"", 2, NULL, 60) && sshd_worker_pids(&sd, pids, 8) == 2;
         const long session = up ? session_of(pids[0]) : 0;
         ok(session > 0 && kill((pid_t)session, SIGKILL) == 0,
            "the SSH session (pid %ld) of a worker killed", session);
@@ -620,7 +572,8 @@ int main(void)
     {
         long pids[8];
         pid_t pid = start("--json %s --hosts node1,node2 --name frozen", train_args());
-        int up = wait_for("\"event\":\"epoch\"", 2, NULL, 60) && workers(pids, 8) == 2;
+        int up =
+            wait_for("\"event\":\"epoch\"", 2, NULL, 60) && sshd_worker_pids(&sd, pids, 8) == 2;
         const long session = up ? session_of(pids[0]) : 0;
         ok(session > 0 && kill((pid_t)session, SIGSTOP) == 0,
            "the SSH session (pid %ld) of a worker stopped", session);
@@ -661,7 +614,7 @@ int main(void)
         like(out, "worker stalled (no heartbeat for ", "the stall is found by heartbeat");
         like(out, "\"action\":\"restarted\"", "and the worker restarted");
         /* It was killed on its host; were it not, nothing must be left either way. */
-        int gone = kill((pid_t)victim, 0) != 0 || parent_of(victim) < 0;
+        int gone = kill((pid_t)victim, 0) != 0 || sshd_parent_of(victim) < 0;
         kill((pid_t)victim, SIGCONT);
         kill((pid_t)victim, SIGKILL);
         ok(gone, "the stalled worker was ended on its host");
@@ -673,7 +626,8 @@ int main(void)
         long pids[8];
         pid_t pid =
             start("--json %s --hosts node1,node2 --name driver%d", train_args_for(1000), round);
-        int up = wait_for("\"event\":\"epoch\"", 1, NULL, 60) && workers(pids, 8) == 2;
+        int up =
+            wait_for("\"event\":\"epoch\"", 1, NULL, 60) && sshd_worker_pids(&sd, pids, 8) == 2;
         ok(up, "a long run has its 2 workers up");
         kill(pid, round == 0 ? SIGKILL : SIGSTOP);
         ok(no_workers_within(atof(HEARTBEAT) + 4.0),

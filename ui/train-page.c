@@ -963,12 +963,6 @@ static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
         job_free(j);
         return;
     }
-    if (j->cl.hosts && j->o.schedule.kind == NL_SCHEDULE_PLATEAU) {
-        nl_window_notify(p->win, "The plateau schedule does not run on hosts yet: it follows "
-                                 "validation accuracy, which only this computer measures");
-        job_free(j);
-        return;
-    }
     start_job(p, j);
 }
 
