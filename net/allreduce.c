@@ -554,11 +554,11 @@ static void next_out(struct nl_allreduce *a, int k, struct front f)
 {
     struct xfer *x = &a->x[k];
     const size_t klo = a->lo[k], khi = a->hi[k];
-    const unsigned todo = all_frames(a) & ~x->out_mask;
+    const unsigned pending = all_frames(a) & ~x->out_mask;
 
     if (x->out_active)
         return;
-    if ((todo & 1u << F_GRAD) && slice_final(a, k, f)) {
+    if ((pending & 1u << F_GRAD) && slice_final(a, k, f)) {
         x->out_mask |= 1u << F_GRAD;
         if (a->bf16) {
             const size_t t = trainable_part(a, klo, khi);
@@ -570,10 +570,10 @@ static void next_out(struct nl_allreduce *a, int k, struct front f)
         } else {
             out_set(x, NL_FRAME_GRAD, a->grad + klo, wire_bytes(a, klo, khi));
         }
-    } else if ((todo & 1u << F_NORM) && a->reduced) {
+    } else if ((pending & 1u << F_NORM) && a->reduced) {
         x->out_mask |= 1u << F_NORM;
         out_set(x, NL_FRAME_NORM, &a->norms[a->mesh->rank], sizeof(double));
-    } else if ((todo & 1u << F_PARAM) && a->updated) {
+    } else if ((pending & 1u << F_PARAM) && a->updated) {
         x->out_mask |= 1u << F_PARAM;
         const void *mine = a->bf16 ? (const void *)a->stage_own : (const void *)a->master;
         out_set(x, NL_FRAME_PARAM, mine, a->own_bytes);

@@ -225,30 +225,6 @@ static int have_dataset(void)
     return nw()->data != NULL;
 }
 
-static int run_finished(void)
-{
-    long points;
-    int finished;
-    train_page_stats(nw()->train, &points, &finished);
-    return finished > 0;
-}
-
-static int two_finished(void)
-{
-    long points;
-    int finished;
-    train_page_stats(nw()->train, &points, &finished);
-    return finished > 1;
-}
-
-static int three_finished(void)
-{
-    long points;
-    int finished;
-    train_page_stats(nw()->train, &points, &finished);
-    return finished > 2;
-}
-
 /* Whether gui-finetune's conv1 equals gui-lenet's and its fc1 differs. */
 static int frozen_kept(const char *db)
 {
@@ -280,22 +256,6 @@ static int frozen_kept(const char *db)
     return same_conv && changed_fc;
 }
 
-static int four_finished(void)
-{
-    long points;
-    int finished;
-    train_page_stats(nw()->train, &points, &finished);
-    return finished > 3;
-}
-
-static int five_finished(void)
-{
-    long points;
-    int finished;
-    train_page_stats(nw()->train, &points, &finished);
-    return finished > 4;
-}
-
 /* Runs finished since the window opened, at least n. */
 static int finished_at_least(int n)
 {
@@ -314,8 +274,9 @@ static int enough_finished(void)
 
 static char db_path[700];
 
-/* Whether gui-stopped has a checkpointed epoch. */
-static int stopped_has_epoch(void)
+/* For wait_for: whether the run named epoch_run has a checkpointed epoch. */
+static const char *epoch_run;
+static int has_epoch(void)
 {
     struct nl_store *s;
     struct nl_run_info info;
@@ -323,7 +284,7 @@ static int stopped_has_epoch(void)
     int n = 0;
     if (nl_store_open(&s, db_path, &err) < 0)
         return 0;
-    if (nl_run_get(s, "gui-stopped", &info, NULL, NULL, &err) == 0)
+    if (nl_run_get(s, epoch_run, &info, NULL, NULL, &err) == 0)
         n = info.epochs_done;
     nl_store_close(s);
     return n >= 1;
@@ -406,21 +367,6 @@ static int cluster_points(void)
     return points >= 15;
 }
 
-/* Whether gui-cluster-stop has a checkpointed epoch. */
-static int cluster_stop_has_epoch(void)
-{
-    struct nl_store *s;
-    struct nl_run_info info;
-    struct nl_error err = {0};
-    int n = 0;
-    if (nl_store_open(&s, db_path, &err) < 0)
-        return 0;
-    if (nl_run_get(s, "gui-cluster-stop", &info, NULL, NULL, &err) == 0)
-        n = info.epochs_done;
-    nl_store_close(s);
-    return n >= 1;
-}
-
 /* A lost worker: a run on node1 and node2 whose second worker is killed (SIGKILL) after a few
  * steps goes on with a restarted one and finishes; the train page shows the recovery as a
  * notice, a line under the hosts and a marker on the loss chart, the runs page lists it. Then
@@ -498,7 +444,8 @@ static void cluster_faults(const struct sshd *sd)
     train_page_stats(nw()->train, &points, &finished);
     want_finished = finished + 1;
     gtk_widget_activate_action(win, "win.train-start", NULL);
-    ok(wait_for(cluster_stop_has_epoch, 300000), "a 3-epoch cluster run checkpoints an epoch");
+    epoch_run = "gui-cluster-stop";
+    ok(wait_for(has_epoch, 300000), "a 3-epoch cluster run checkpoints an epoch");
     gtk_widget_activate_action(win, "win.train-stop", NULL);
     ok(wait_for(enough_finished, 120000), "and stops");
     rc = nl_store_open(&s, db_path, &err);
@@ -859,7 +806,8 @@ int main(int argc, char **argv)
     measuring = TRUE;
     ok(gtk_widget_activate_action(win, "win.train-start", NULL), "win.train-start runs");
     ok(train_page_running(nw()->train), "training is running");
-    ok(wait_for(run_finished, 500000), "training finishes");
+    want_finished = 1;
+    ok(wait_for(enough_finished, 500000), "training finishes");
     measuring = FALSE;
     long points;
     int finished;
@@ -887,7 +835,8 @@ int main(int argc, char **argv)
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "batch", "32");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-mlp");
     gtk_widget_activate_action(win, "win.train-start", NULL);
-    ok(wait_for(two_finished, 500000), "a second run, mlp for three epochs, finishes");
+    want_finished = 2;
+    ok(wait_for(enough_finished, 500000), "a second run, mlp for three epochs, finishes");
 
     /* Fine-tuning: lenet from the first run's weights, its convolutions frozen; closing the
      * window meanwhile asks first. */
@@ -913,7 +862,8 @@ int main(int argc, char **argv)
        "closing the window during training asks first and keeps it open");
     if (question)
         gtk_dialog_response(GTK_DIALOG(question), GTK_RESPONSE_CANCEL);
-    ok(wait_for(three_finished, 500000), "the fine-tuning run finishes");
+    want_finished = 3;
+    ok(wait_for(enough_finished, 500000), "the fine-tuning run finishes");
     ok(frozen_kept(db), "frozen layers kept the first run's weights, the others trained");
 
     /* Stop, then resume: a slower model, stopped once an epoch is checkpointed, is recorded as
@@ -928,7 +878,8 @@ int main(int argc, char **argv)
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "lr", "0.01");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-stopped");
     gtk_widget_activate_action(win, "win.train-start", NULL);
-    ok(wait_for(some_points, 60000) && wait_for(stopped_has_epoch, 300000),
+    epoch_run = "gui-stopped";
+    ok(wait_for(some_points, 60000) && wait_for(has_epoch, 300000),
        "the long run makes progress and checkpoints its first epoch");
     ok(train_page_ticking(nw()->train), "the charts' timer runs while they are shown");
     show("datasets");
@@ -942,7 +893,8 @@ int main(int argc, char **argv)
     ok(train_page_ticking(nw()->train) && after > before,
        "back on screen, they catch up at once (%ld then %ld points)", before, after);
     gtk_widget_activate_action(win, "win.train-stop", NULL);
-    ok(wait_for(four_finished, 120000), "win.train-stop stops it");
+    want_finished = 4;
+    ok(wait_for(enough_finished, 120000), "win.train-stop stops it");
     rc = nl_store_open(&s, db, &err);
     if (rc == 0)
         rc = nl_run_get(s, "gui-stopped", &info, NULL, NULL, &err);
@@ -966,7 +918,8 @@ int main(int argc, char **argv)
     ok(train_page_running(nw()->train), "win.run-resume starts it on the train page");
     ok(!g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume"),
        "and is not offered while a run is in progress");
-    ok(wait_for(five_finished, 500000), "the resumed run finishes");
+    want_finished = 5;
+    ok(wait_for(enough_finished, 500000), "the resumed run finishes");
     measuring = FALSE;
     ok(max_gap < 200000, "no main-loop stall over 200 ms while resuming (longest %.0f ms)",
        max_gap / 1000.0);
