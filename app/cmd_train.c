@@ -652,6 +652,28 @@ int cmd_demo(int argc, char **argv)
     return rc;
 }
 
+/* A run's record as JSON members (no braces): name, dataset, model, status, epochs,
+ * val_accuracy, test_accuracy, seconds, created. */
+static void json_run_members(const struct nl_run_info *r)
+{
+    printf("\"name\":");
+    json_str(stdout, r->name);
+    printf(",\"dataset\":");
+    json_str(stdout, r->dataset);
+    printf(",\"model\":");
+    json_str(stdout, r->model);
+    printf(",\"status\":");
+    json_str(stdout, r->status);
+    printf(",\"epochs\":%d,\"val_accuracy\":", r->epochs_done);
+    json_num(stdout, r->val_accuracy);
+    printf(",\"test_accuracy\":");
+    json_num(stdout, r->test_accuracy);
+    printf(",\"seconds\":");
+    json_num(stdout, r->seconds);
+    printf(",\"created\":");
+    json_str(stdout, r->created);
+}
+
 /* `nnlab runs RUN`: one run's record and what its cluster did about lost workers. */
 static int show_run(struct nl_store *store, const char *name)
 {
@@ -667,18 +689,8 @@ static int show_run(struct nl_store *store, const char *name)
     if (rc < 0)
         return fail(&err);
     if (g.json) {
-        printf("{\"name\":");
-        json_str(stdout, r.name);
-        printf(",\"dataset\":");
-        json_str(stdout, r.dataset);
-        printf(",\"model\":");
-        json_str(stdout, r.model);
-        printf(",\"status\":");
-        json_str(stdout, r.status);
-        printf(",\"epochs\":%d,\"val_accuracy\":", r.epochs_done);
-        json_num(stdout, r.val_accuracy);
-        printf(",\"test_accuracy\":");
-        json_num(stdout, r.test_accuracy);
+        printf("{");
+        json_run_members(&r);
         printf(",\"recoveries\":[");
         for (int i = 0; i < n; i++) {
             printf("%s{\"step\":%ld,\"host\":", i ? "," : "", rec[i].step);
@@ -734,23 +746,8 @@ int cmd_runs(int argc, char **argv)
     if (g.json) {
         printf("{\"runs\":[");
         for (int i = 0; i < n; i++) {
-            const struct nl_run_info *r = &list[i];
-            printf("%s{\"name\":", i ? "," : "");
-            json_str(stdout, r->name);
-            printf(",\"dataset\":");
-            json_str(stdout, r->dataset);
-            printf(",\"model\":");
-            json_str(stdout, r->model);
-            printf(",\"status\":");
-            json_str(stdout, r->status);
-            printf(",\"epochs\":%d,\"val_accuracy\":", r->epochs_done);
-            json_num(stdout, r->val_accuracy);
-            printf(",\"test_accuracy\":");
-            json_num(stdout, r->test_accuracy);
-            printf(",\"seconds\":");
-            json_num(stdout, r->seconds);
-            printf(",\"created\":");
-            json_str(stdout, r->created);
+            printf("%s{", i ? "," : "");
+            json_run_members(&list[i]);
             printf("}");
         }
         printf("]}\n");
