@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <sqlite3.h>
 
 #include "nnlab/rng.h"
 
@@ -297,6 +300,32 @@ static inline void sshd_write_quadrants(const struct sshd *s, unsigned n, unsign
     free(img);
     fclose(fi);
     fclose(fl);
+}
+
+/* An integer that the SQL (printf-style) selects from the fixture's database, DIR/db; -1 when
+ * it cannot be read. */
+static inline long long sshd_db_int(const struct sshd *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline long long sshd_db_int(const struct sshd *s, const char *fmt, ...)
+{
+    char path[600], sql[1024];
+    sqlite3 *conn;
+    sqlite3_stmt *st;
+    long long v = -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    snprintf(path, sizeof path, "%s/db", s->dir);
+    if (sqlite3_open_v2(path, &conn, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_prepare_v2(conn, sql, -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            v = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(conn);
+    return v;
 }
 
 #endif

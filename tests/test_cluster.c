@@ -57,47 +57,6 @@ static int nnlab(const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Rows of worker_steps of the latest run in the test's database. */
-static long long stored_worker_steps(void)
-{
-    char path[600];
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    long long n = -1;
-    snprintf(path, sizeof path, "%s/db", sd.dir);
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
-        return -1;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT count(*) FROM worker_steps WHERE run = "
-                           "(SELECT max(id) FROM runs)",
-                           -1, &st, NULL) == SQLITE_OK) {
-        if (sqlite3_step(st) == SQLITE_ROW)
-            n = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
-    }
-    sqlite3_close(db);
-    return n;
-}
-
-/* An integer that sql (about the test's database) selects; -1 on failure. */
-static long long db_int(const char *sql)
-{
-    char path[600];
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    long long n = -1;
-    snprintf(path, sizeof path, "%s/db", sd.dir);
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
-        return -1;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
-        if (sqlite3_step(st) == SQLITE_ROW)
-            n = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
-    }
-    sqlite3_close(db);
-    return n;
-}
-
 /* The epochs the done line in out reports; -1 without one. */
 static int done_epochs(void)
 {
@@ -209,8 +168,9 @@ int main(void)
         ok(most > 0 && most <= bound, "%d workers: %.0f bytes per worker per step (bound %.0f)", n,
            most, bound);
         ok(sshd_no_workers_left(&sd, 5), "no worker is left after the %d-worker run", n);
-        is_int(stored_worker_steps(), (long long)n * EPOCHS * iters,
-               "%d workers: every worker's every step is stored", n);
+        is_int(sshd_db_int(
+                   &sd, "SELECT count(*) FROM worker_steps WHERE run = (SELECT max(id) FROM runs)"),
+               (long long)n * EPOCHS * iters, "%d workers: every worker's every step is stored", n);
     }
     /* 1 + 2 + 3 partitions, each under its content hash. */
     snprintf(path, sizeof path, "%s/home/.cache/nnlab/data/*", sd.dir);
@@ -326,8 +286,8 @@ int main(void)
     ok(stop_at[0] > 1 && stop_at[0] < 10, "the local run stops after epoch %d", stop_at[0]);
     is_int(stop_at[1], stop_at[0], "1 worker stops after the same epoch");
     is_int(stop_at[2], stop_at[0], "2 workers stop after the same epoch");
-    is_int(db_int("SELECT count(*) FROM epochs WHERE run = (SELECT max(id) FROM runs)"), stop_at[0],
-           "the run stores %d epochs", stop_at[0]);
+    is_int(sshd_db_int(&sd, "SELECT count(*) FROM epochs WHERE run = (SELECT max(id) FROM runs)"),
+           stop_at[0], "the run stores %d epochs", stop_at[0]);
     /* --patience: validation accuracy is 1 after epoch 1 at the default rate, so a patience of 2
      * ends the run after epoch 3. */
     is_int(nnlab("%s --hosts node1:1,node2:1 --epochs 6 --patience 2", train_args()), 0,
@@ -348,8 +308,9 @@ int main(void)
                      sd.dir, sd.dir, judged ? "--patience 5" : ""),
                0, "%s on 2 workers without a validation split: %s",
                judged ? "--patience" : "no early stopping", errtext);
-        mid[judged] = db_int("SELECT count(*) FROM checkpoints WHERE iteration % 19 != 0 AND run = "
-                             "(SELECT max(id) FROM runs)");
+        mid[judged] = sshd_db_int(
+            &sd, "SELECT count(*) FROM checkpoints WHERE iteration %% 19 != 0 AND run = "
+                 "(SELECT max(id) FROM runs)");
     }
     ok(mid[0] > 0 && mid[1] == 0,
        "a judged run without a validation split keeps no checkpoint within an epoch (%lld, "

@@ -218,30 +218,6 @@ static double last_loss(void)
     return last ? json_field(last, "train_loss") : NAN;
 }
 
-/* An integer from the test's database. */
-static long long db_int(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static long long db_int(const char *fmt, ...)
-{
-    char path[600], sql[1024];
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    long long v = -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    snprintf(path, sizeof path, "%s/db", sd.dir);
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
-        return -1;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
-        if (sqlite3_step(st) == SQLITE_ROW)
-            v = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
-    }
-    sqlite3_close(db);
-    return v;
-}
-
 static void write_idx(void)
 {
     char path[600];
@@ -369,13 +345,16 @@ int main(void)
             const double acc = t ? strtod(t + 14, NULL) : NAN;
             ok(fabs(acc - base[n]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[n]);
         }
-        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
-                      "'kill%d' AND action = 'restarted'",
-                      n),
-               1, "%d workers: the recovery is stored with the run", n);
-        is_int(db_int("SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = "
-                      "'kill%d'",
-                      n),
+        is_int(
+            sshd_db_int(&sd,
+                        "SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                        "'kill%d' AND action = 'restarted'",
+                        n),
+            1, "%d workers: the recovery is stored with the run", n);
+        is_int(sshd_db_int(&sd,
+                           "SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = "
+                           "'kill%d'",
+                           n),
                EPOCHS, "%d workers: every epoch is stored", n);
         ok(no_workers_within(5), "%d workers: no worker is left", n);
         is_int(nnlab("runs kill%d", n), 0, "nnlab runs kill%d", n);
@@ -497,13 +476,16 @@ int main(void)
             const double acc = test_accuracy();
             ok(fabs(acc - base[2]) <= 0.02, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
         }
-        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
-                      "'twice%d'",
-                      t),
-               nrec, "the %d recoveries are stored", nrec);
-        is_int(db_int("SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = "
-                      "'twice%d'",
-                      t),
+        is_int(
+            sshd_db_int(&sd,
+                        "SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                        "'twice%d'",
+                        t),
+            nrec, "the %d recoveries are stored", nrec);
+        is_int(sshd_db_int(&sd,
+                           "SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = "
+                           "'twice%d'",
+                           t),
                EPOCHS, "every epoch is stored");
         ok(no_workers_within(5), "no worker is left");
     }
@@ -532,10 +514,12 @@ int main(void)
         ok(kill_a_worker(2, SIGKILL, &victim), "a worker of a batch-norm run killed after epoch 2");
         is_int(finish(pid), 0, "the run finishes: %s", errtext);
         like(out, "\"action\":\"restarted\"", "the worker was restarted");
-        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
-                      "'bn%d-kill'",
-                      momentum),
-               1, "the recovery is stored");
+        is_int(
+            sshd_db_int(&sd,
+                        "SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                        "'bn%d-kill'",
+                        momentum),
+            1, "the recovery is stored");
         const double loss = last_loss(), acc = test_accuracy();
         if (momentum == 0)
             ok(isfinite(loss0) && fabs(loss - loss0) <= 1e-6 + 1e-5 * fabs(loss0),
@@ -599,8 +583,9 @@ int main(void)
         like(out, "\"workers\":2}", "2 workers went on");
         const double acc = test_accuracy();
         ok(fabs(acc - base[3]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[3]);
-        is_int(db_int("SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
-                      "'drop' AND action = 'dropped' AND workers = 2"),
+        is_int(sshd_db_int(
+                   &sd, "SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                        "'drop' AND action = 'dropped' AND workers = 2"),
                1, "the drop is stored");
         ok(no_workers_within(5), "no worker is left");
     }
@@ -647,8 +632,9 @@ int main(void)
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         ok(no_workers_within(6), "its driver killed, no worker is left");
-        ok(db_int("SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE name = "
-                  "'resumed' AND optim IS NOT NULL") > 0,
+        ok(sshd_db_int(&sd,
+                       "SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE name = "
+                       "'resumed' AND optim IS NOT NULL") > 0,
            "its checkpoints hold the optimizer state");
         is_int(nnlab("--json train --resume resumed --hosts node1,node2 --ssh-config "
                      "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
@@ -659,7 +645,7 @@ int main(void)
         ok(fabs(loss - base_loss) <= 1e-5 + 1e-3 * fabs(base_loss),
            "the last epoch's loss %.6g is the undisturbed run's %.6g: the same data order", loss,
            base_loss);
-        is_int(db_int("SELECT epochs_done FROM runs WHERE name = 'resumed'"), EPOCHS,
+        is_int(sshd_db_int(&sd, "SELECT epochs_done FROM runs WHERE name = 'resumed'"), EPOCHS,
                "the run is done with its %d epochs", EPOCHS);
         is_int(nnlab("--json train --resume resumed --epochs %d --ssh-config '%s/ssh_config'",
                      EPOCHS + 1, sd.dir),
