@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "idx_writer.h"
 #include "nnlab_cli.h"
 #include "tap.h"
 
@@ -43,31 +44,6 @@ static double json_number(const char *key)
     snprintf(pat, sizeof pat, "\"%s\":", key);
     const char *p = strstr(out, pat);
     return p ? strtod(p + strlen(pat), NULL) : -1.0;
-}
-
-static void write_be32(gzFile f, uint32_t v)
-{
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-                          (unsigned char)(v >> 8), (unsigned char)v};
-    gzwrite(f, b, 4);
-}
-
-/* Writes an IDX pair: n images of rows x cols and their labels. */
-static void write_idx(const char *images, const char *labels, const uint8_t *px, const uint8_t *lab,
-                      uint32_t n, uint32_t rows, uint32_t cols)
-{
-    gzFile f = gzopen(images, "wb");
-    write_be32(f, 0x803);
-    write_be32(f, n);
-    write_be32(f, rows);
-    write_be32(f, cols);
-    gzwrite(f, px, n * rows * cols);
-    gzclose(f);
-    f = gzopen(labels, "wb");
-    write_be32(f, 0x801);
-    write_be32(f, n);
-    gzwrite(f, lab, n);
-    gzclose(f);
 }
 
 static int write_png_gray(const char *path, const uint8_t *px, int w, int h)
@@ -115,7 +91,7 @@ static int subset(const char *src_images, const char *src_labels, const char *ds
     int ok = a && b && px && lab && gzread(a, hdr, 16) == 16 && gzread(b, lab_hdr, 8) == 8 &&
              gzread(a, px, n * 784) == (int)(n * 784) && gzread(b, lab, n) == (int)n;
     if (ok) {
-        write_idx(dst_images, dst_labels, px, lab, n, 28, 28);
+        idx_write(dst_images, dst_labels, px, lab, n, 28, 28);
         memcpy(first_image, px, 784);
     }
     if (a)
@@ -157,10 +133,10 @@ static void test_synthetic(void)
     snprintf(labels, sizeof labels, "%s/syn/train-labels-idx1-ubyte.gz", dir);
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/syn'", dir);
     ok(system(cmd) == 0, "made a folder");
-    write_idx(images, labels, px, lab, 500, 8, 8);
+    idx_write(images, labels, px, lab, 500, 8, 8);
     snprintf(images, sizeof images, "%s/syn/t10k-images-idx3-ubyte.gz", dir);
     snprintf(labels, sizeof labels, "%s/syn/t10k-labels-idx1-ubyte.gz", dir);
-    write_idx(images, labels, px + 500 * 64, lab + 500, 100, 8, 8);
+    idx_write(images, labels, px + 500 * 64, lab + 500, 100, 8, 8);
 
     is_int(nnlab("import syn '%s/syn' --val 0.2", dir), 0, "import an IDX folder");
     like(out, "400 train, 100 val, 100 test", "with a validation split carved from train");
@@ -170,10 +146,7 @@ static void test_synthetic(void)
     /* A truncated images file: a clear error naming the file; nothing left behind. */
     snprintf(bad, sizeof bad, "%s/bad-images.gz", dir);
     gzFile f = gzopen(bad, "wb");
-    write_be32(f, 0x803);
-    write_be32(f, 100);
-    write_be32(f, 8);
-    write_be32(f, 8);
+    idx_images_header(f, 100, 8, 8);
     gzwrite(f, px, 1000);
     gzclose(f);
     snprintf(labels, sizeof labels, "%s/syn/train-labels-idx1-ubyte.gz", dir);

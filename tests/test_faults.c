@@ -15,28 +15,18 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "idx_writer.h"
 #include "nnlab_cli.h"
 #include "tap.h"
 
 enum { KILLS = 8, SIDE = 8 };
 
-static void write_be32(gzFile f, uint32_t v)
-{
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-                          (unsigned char)(v >> 8), (unsigned char)v};
-    gzwrite(f, b, 4);
-}
-
 /* An IDX pair of n 8x8 images, class k lighting row band k, with some noise. */
 static void write_idx(const char *images, const char *labels, uint32_t n, unsigned seed)
 {
     gzFile f = gzopen(images, "wb"), g = gzopen(labels, "wb");
-    write_be32(f, 0x803);
-    write_be32(f, n);
-    write_be32(f, SIDE);
-    write_be32(f, SIDE);
-    write_be32(g, 0x801);
-    write_be32(g, n);
+    idx_images_header(f, n, SIDE, SIDE);
+    idx_labels_header(g, n);
     for (uint32_t i = 0; i < n; i++) {
         uint8_t px[SIDE * SIDE], k = (uint8_t)((i * 7 + seed) % 4);
         for (int p = 0; p < SIDE * SIDE; p++)

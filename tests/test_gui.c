@@ -29,6 +29,7 @@ int main(void)
 #include <unistd.h>
 #include <zlib.h>
 
+#include "idx_writer.h"
 #include "nnlab-ui.h"
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
@@ -124,13 +125,6 @@ static void draw_shape(uint8_t *px, int k)
         }
 }
 
-static void write_be32(gzFile f, uint32_t v)
-{
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-                          (unsigned char)(v >> 8), (unsigned char)v};
-    gzwrite(f, b, 4);
-}
-
 static void write_idx(const char *dir, const char *prefix, uint32_t n)
 {
     char a[700], b[700];
@@ -141,18 +135,7 @@ static void write_idx(const char *dir, const char *prefix, uint32_t n)
     }
     snprintf(a, sizeof a, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
     snprintf(b, sizeof b, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
-    gzFile f = gzopen(a, "wb");
-    write_be32(f, 0x803);
-    write_be32(f, n);
-    write_be32(f, W);
-    write_be32(f, W);
-    gzwrite(f, px, n * W * W);
-    gzclose(f);
-    f = gzopen(b, "wb");
-    write_be32(f, 0x801);
-    write_be32(f, n);
-    gzwrite(f, lab, n);
-    gzclose(f);
+    idx_write(a, b, px, lab, n, W, W);
     free(px);
     free(lab);
 }
