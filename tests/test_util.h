@@ -53,4 +53,16 @@ static inline struct nl_model *build(const char *text, struct nl_shape in, int c
     return m;
 }
 
+/* sum(logits * r) of the executor's forward pass over n inputs with k classes: the objective
+ * whose gradient backward(r) gives, for checks against finite differences. */
+static inline double logits_dot(struct nl_exec *x, const float *p, const float *in, int n,
+                                const float *r, int k, int training, struct nl_rng *gen)
+{
+    const float *logits = nl_exec_forward(x, p, in, n, training, gen);
+    double s = 0.0;
+    for (int i = 0; i < n * k; i++)
+        s += (double)logits[i] * r[i];
+    return s;
+}
+
 #endif
