@@ -180,8 +180,20 @@ int cmd_summary(int argc, char **argv)
     } else {
         printf("%s for %dx%dx%d inputs, %ld classes\n\n", model, shape.c, shape.h, shape.w,
                nclasses);
-        printf("%-16s %-13s %-16s %-14s %10s  %s\n", "LAYER", "KIND", "INPUT", "OUTPUT", "PARAMS",
-               "TRAINABLE");
+        /* Columns as wide as the longest name (module paths such as layer2.0.downsample.1). */
+        int wname = 16, win = 16;
+        for (int i = 0; i < m->nlayers; i++) {
+            const struct nl_layer *l = &m->layers[i];
+            int len = -1;
+            if ((int)strlen(l->name) > wname)
+                wname = (int)strlen(l->name);
+            for (int j = 0; j < l->ninputs; j++)
+                len += 1 + (int)strlen(l->inputs[j] < 0 ? "input" : m->layers[l->inputs[j]].name);
+            if (len > win)
+                win = len;
+        }
+        printf("%-*s %-13s %-*s %-14s %10s  %s\n", wname, "LAYER", "KIND", win, "INPUT", "OUTPUT",
+               "PARAMS", "TRAINABLE");
         for (int i = 0; i < m->nlayers; i++) {
             const struct nl_layer *l = &m->layers[i];
             char out[48], in[NL_MAX_INPUTS * NL_NAME_MAX + 8] = "";
@@ -190,7 +202,7 @@ int cmd_summary(int argc, char **argv)
             for (int j = 0; j < l->ninputs; j++)
                 len += (size_t)snprintf(in + len, sizeof in - len, "%s%s", j ? "," : "",
                                         l->inputs[j] < 0 ? "input" : m->layers[l->inputs[j]].name);
-            printf("%-16s %-13s %-16s %-14s %10zu  %s\n", l->name, kind_of(l), in, out,
+            printf("%-*s %-13s %-*s %-14s %10zu  %s\n", wname, l->name, kind_of(l), win, in, out,
                    l->param_count, l->param_count ? (l->frozen ? "no" : "yes") : "-");
         }
         printf("\n%zu parameters, %zu trainable\n", total, trainable);
