@@ -40,8 +40,8 @@ static const struct command commands[] = {
     {"train", cmd_train, "--data NAME --model SPEC [options] | --resume RUN",
      "train a model on a dataset",
      "      --data NAME       dataset to train on (see nnlab datasets)\n"
-     "      --model SPEC      a shipped model (lenet, mlp, resnet8, mobilenet-tiny) or a spec\n"
-     "                        file\n"
+     "      --model SPEC      a shipped model (lenet, mlp, resnet8, mobilenet-tiny, resnet18,\n"
+     "                        mobilenet_v2) or a spec file\n"
      "      --epochs N        epochs (default 10)\n"
      "      --batch B         global batch size (default 64)\n"
      "      --lr X            learning rate (default 0.05 for sgd, 0.001 for adam)\n"
@@ -99,7 +99,8 @@ static const struct command commands[] = {
      "cluster lost",
      NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
-     "evaluate a run's latest checkpoint, or a weights file, on a dataset split",
+     "evaluate a run's latest checkpoint, or a weights file, on a dataset split (accuracy, "
+     "top-5, per-class precision, recall, F1)",
      "      --data NAME     dataset (default: the run's own; needed with a file)\n"
      "      --model SPEC    the model of a weights file\n"
      "      --split SPLIT   test, val or train (default test)\n"
