@@ -107,8 +107,16 @@ static const struct command commands[] = {
      "      --threads T     threads (default: all cores)\n"},
     {"predict", cmd_predict, "RUN FILE.png...", "classify images with a run's model (top 3)",
      "      --top K         classes to show per image (default 3)\n"},
-    {"export", cmd_export, "RUN FILE.safetensors",
-     "write a run's latest weights as safetensors with PyTorch's tensor names", NULL},
+    {"export", cmd_export, "RUN FILE.safetensors|FILE.onnx",
+     "write a run's latest weights as safetensors with PyTorch's tensor names, or the model as "
+     "ONNX",
+     "  FILE.safetensors  the weights, named as PyTorch names them (conv1.weight, ...)\n"
+     "  FILE.onnx         the graph and weights, ONNX opset 10: input 'input', float\n"
+     "                    [batch, C, H, W] of pixel values 0-255 in the dataset's channel order\n"
+     "                    (RGB or gray; CSV: the raw features as [batch, F, 1, 1]), normalised\n"
+     "                    inside the graph with the dataset's statistics; outputs 'logits' and\n"
+     "                    'probabilities' [batch, classes]; class names in the metadata\n"
+     "                    (nnlab.classes). A layer kind with no ONNX form is refused by name.\n"},
     {"summary", cmd_summary, "MODEL [--data NAME | --input CxHxW --classes N] [--freeze L,...]",
      "show a model's layers with output shapes and parameter counts",
      "      --data NAME     take the input shape and class count from a dataset\n"
