@@ -928,14 +928,14 @@ int cmd_eval(int argc, char **argv)
             print_class_json(&mt.macro, 1);
             printf("},\"weighted\":{");
             print_class_json(&mt.weighted, 1);
-            printf("},\"confusion\":[");
-            for (int r = 0; r < mt.nclasses; r++) {
+            printf("},\"confusion\":%s", mt.confusion ? "[" : "null");
+            for (int r = 0; mt.confusion && r < mt.nclasses; r++) {
                 printf("%s[", r ? "," : "");
                 for (int c2 = 0; c2 < mt.nclasses; c2++)
                     printf("%s%ld", c2 ? "," : "", mt.confusion[(size_t)r * mt.nclasses + c2]);
                 printf("]");
             }
-            printf("]}\n");
+            printf("%s}\n", mt.confusion ? "]" : "");
         } else {
             printf("%s accuracy %.4f (loss %.4f) on %u samples of '%s'\n", nl_split_names[split],
                    acc, loss, n, d->name);

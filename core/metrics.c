@@ -8,12 +8,14 @@
 int nl_metrics_init(struct nl_metrics *mt, int nclasses, struct nl_error *err)
 {
     memset(mt, 0, sizeof *mt);
-    if (nclasses < 1 || nclasses > 1 << 15)
+    if (nclasses < 1 || nclasses > 1 << 20)
         return nl_error_set(err, NL_EINVAL, "metrics: %d classes", nclasses);
     mt->nclasses = nclasses;
-    mt->confusion = nl_calloc((size_t)nclasses * (size_t)nclasses, sizeof *mt->confusion);
+    if (nclasses <= NL_METRICS_CONFUSION_MAX)
+        mt->confusion = nl_calloc((size_t)nclasses * (size_t)nclasses, sizeof *mt->confusion);
+    mt->tp = nl_calloc((size_t)nclasses, sizeof *mt->tp);
     mt->classes = nl_calloc((size_t)nclasses, sizeof *mt->classes);
-    if (!mt->confusion || !mt->classes) {
+    if (!mt->tp || !mt->classes || (nclasses <= NL_METRICS_CONFUSION_MAX && !mt->confusion)) {
         nl_metrics_release(mt);
         return nl_error_set(err, NL_ENOMEM, "out of memory for the metrics of %d classes",
                             nclasses);
@@ -26,6 +28,7 @@ void nl_metrics_release(struct nl_metrics *mt)
     if (!mt)
         return;
     nl_free(mt->confusion);
+    nl_free(mt->tp);
     nl_free(mt->classes);
     memset(mt, 0, sizeof *mt);
 }
@@ -43,7 +46,11 @@ void nl_metrics_add(struct nl_metrics *mt, const float *logits, const int32_t *l
                 best = j;
         for (int j = 0; j < k; j++)
             above += row[j] > row[y];
-        mt->confusion[(size_t)y * (size_t)k + (size_t)best]++;
+        if (mt->confusion)
+            mt->confusion[(size_t)y * (size_t)k + (size_t)best]++;
+        mt->classes[y].support++;
+        mt->classes[best].predicted++;
+        mt->tp[y] += best == y;
         mt->top1 += best == y;
         mt->topk += above < NL_TOPK;
         mt->samples++;
@@ -54,8 +61,13 @@ void nl_metrics_merge(struct nl_metrics *dst, const struct nl_metrics *src)
 {
     const size_t cells = (size_t)dst->nclasses * (size_t)dst->nclasses;
 
-    for (size_t i = 0; i < cells; i++)
+    for (size_t i = 0; dst->confusion && src->confusion && i < cells; i++)
         dst->confusion[i] += src->confusion[i];
+    for (int c = 0; c < dst->nclasses; c++) {
+        dst->tp[c] += src->tp[c];
+        dst->classes[c].support += src->classes[c].support;
+        dst->classes[c].predicted += src->classes[c].predicted;
+    }
     dst->samples += src->samples;
     dst->top1 += src->top1;
     dst->topk += src->topk;
@@ -66,24 +78,28 @@ void nl_metrics_finish(struct nl_metrics *mt)
     const int k = mt->nclasses;
     double n;
 
-    mt->samples = mt->top1 = 0;
-    for (int c = 0; c < k; c++)
-        for (int j = 0; j < k; j++) {
-            mt->samples += mt->confusion[(size_t)c * (size_t)k + (size_t)j];
-            mt->top1 += c == j ? mt->confusion[(size_t)c * (size_t)k + (size_t)c] : 0;
+    if (mt->confusion) {
+        mt->samples = mt->top1 = 0;
+        for (int c = 0; c < k; c++) {
+            mt->tp[c] = mt->confusion[(size_t)c * (size_t)k + (size_t)c];
+            mt->classes[c].support = mt->classes[c].predicted = 0;
+            mt->top1 += mt->tp[c];
         }
+        for (int c = 0; c < k; c++)
+            for (int j = 0; j < k; j++) {
+                long v = mt->confusion[(size_t)c * (size_t)k + (size_t)j];
+                mt->classes[c].support += v;
+                mt->classes[j].predicted += v;
+                mt->samples += v;
+            }
+    }
     n = (double)mt->samples;
     memset(&mt->macro, 0, sizeof mt->macro);
     memset(&mt->weighted, 0, sizeof mt->weighted);
     mt->occurring = 0;
     for (int c = 0; c < k; c++) {
         struct nl_class_metrics *cm = &mt->classes[c];
-        long tp = mt->confusion[(size_t)c * (size_t)k + (size_t)c];
-        cm->support = cm->predicted = 0;
-        for (int j = 0; j < k; j++) {
-            cm->support += mt->confusion[(size_t)c * (size_t)k + (size_t)j];
-            cm->predicted += mt->confusion[(size_t)j * (size_t)k + (size_t)c];
-        }
+        long tp = mt->tp[c];
         cm->precision = cm->predicted ? (double)tp / (double)cm->predicted : 0.0;
         cm->recall = cm->support ? (double)tp / (double)cm->support : 0.0;
         cm->f1 = cm->precision + cm->recall > 0.0

@@ -49,7 +49,9 @@
  *   dropout        Dropout (ratio; the identity at inference)
  * A layer of any other kind is refused by name. Tensors of rank 2 ([batch, F], after dense or
  * flatten) are reshaped to [batch, F, 1, 1] where a layer needs rank 4 or meets a rank-4
- * tensor. */
+ * tensor. Helper tensors are named LAYER/what ('/' is never in a layer's name); a layer named as
+ * a fixed tensor (logits, probabilities, input.mean, ...) or as another layer's parameter
+ * (conv1.weight) is refused, since ONNX names every tensor once. */
 #include "nnlab/onnx.h"
 
 #include <errno.h>
@@ -579,6 +581,40 @@ static void metadata(struct buf *b, struct buf *tmp, const char *key, const char
     field_msg(b, 14, tmp);
 }
 
+/* Every tensor of the graph needs its own name. Helper tensors hold '/', which layer names do
+ * not; what may clash is a layer named as a fixed tensor or as another layer's parameter
+ * (a layer called "conv1.weight" beside conv1). Returns the index of such a layer, or -1;
+ * *what the name it clashes with. */
+static int name_clash(const struct nl_model *m, const char **what)
+{
+    static const char *const fixed[] = {"logits", "probabilities", "input.scale", "input.mean",
+                                        "input.std"};
+    char tensor[2 * NL_NAME_MAX + 8];
+
+    for (int i = 0; i < m->nlayers; i++) {
+        const char *name = m->layers[i].name;
+        for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++)
+            if (strcmp(name, fixed[k]) == 0) {
+                *what = fixed[k];
+                return i;
+            }
+        for (int j = 0; j < m->nlayers; j++) {
+            const struct nl_layer *l = &m->layers[j];
+            size_t len = strlen(l->name);
+            if (strncmp(name, l->name, len) != 0 || name[len] != '.')
+                continue;
+            for (int k = 0; k < l->nparams; k++) {
+                snprintf(tensor, sizeof tensor, "%s.%s", l->name, l->params[k].name);
+                if (strcmp(name, tensor) == 0) {
+                    *what = "a parameter of another layer";
+                    return i;
+                }
+            }
+        }
+    }
+    return -1;
+}
+
 int nl_onnx_save(const struct nl_model *m, const struct nl_onnx_opts *o, const char *path,
                  struct nl_error *err)
 {
@@ -592,6 +628,12 @@ int nl_onnx_save(const struct nl_model *m, const struct nl_onnx_opts *o, const c
         return nl_error_set(err, NL_EINVAL,
                             "%s: the normalisation has %d channels, the model's input %d", path,
                             o->nnorm, s.c);
+    const char *clash_what = NULL;
+    int clash = name_clash(m, &clash_what);
+    if (clash >= 0)
+        return nl_error_set(err, NL_EINVAL,
+                            "%s: layer '%s' is named as %s in the ONNX graph ('%s'); rename it",
+                            path, m->layers[clash].name, clash_what, m->layers[clash].name);
     g.rank = nl_calloc((size_t)m->nlayers, sizeof *g.rank);
     g.names = nl_calloc((size_t)m->nlayers, sizeof *g.names);
     if (!g.rank || !g.names) {

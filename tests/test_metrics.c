@@ -101,6 +101,26 @@ static void test_topk(void)
     is_float(mt.accuracy, 1.0 / 3.0, TOL, "top-1: only the all-equal row (argmax 0)");
     nl_metrics_release(&mt);
     ok(nl_metrics_init(&mt, 0, &err) == NL_EINVAL, "0 classes refused");
+
+    /* Above NL_METRICS_CONFUSION_MAX classes: no matrix, the same per-class numbers. */
+    enum { BIG = NL_METRICS_CONFUSION_MAX + 1 };
+    float *big = nl_calloc(3 * (size_t)BIG, sizeof *big);
+    const int32_t big_labels[3] = {0, 1, BIG - 1};
+    big[0 * BIG + 0] = 1.0f;       /* right */
+    big[1 * BIG + 0] = 1.0f;       /* label 1 taken for 0 */
+    big[2 * BIG + BIG - 1] = 1.0f; /* right */
+    is_int(nl_metrics_init(&mt, BIG, &err), 0, "init of %d classes", BIG);
+    ok(mt.confusion == NULL, "no confusion matrix above %d classes", NL_METRICS_CONFUSION_MAX);
+    nl_metrics_add(&mt, big, big_labels, 3);
+    nl_metrics_finish(&mt);
+    is_int(mt.samples, 3, "samples counted without the matrix");
+    is_float(mt.accuracy, 2.0 / 3.0, TOL, "accuracy 2/3");
+    is_float(mt.classes[0].precision, 0.5, TOL, "class 0 precision 1/2");
+    is_float(mt.classes[1].recall, 0.0, TOL, "class 1 recall 0");
+    is_int(mt.occurring, 3, "three classes occur");
+    is_float(mt.macro.f1, (2.0 / 3.0 + 0.0 + 1.0) / 3.0, TOL, "macro f1 over the three");
+    nl_metrics_release(&mt);
+    nl_free(big);
 }
 
 enum { SIDE = 6, CLASSES = 8, NTEST = 150 };

@@ -184,6 +184,14 @@ static void test_every_kind(void)
     is_int(nl_onnx_save(m, &o, path, &err), NL_EINVAL, "a kind with no ONNX form: NL_EINVAL");
     like(err.msg, "layer 'lr' (line 3): kind 'mystery' has no ONNX form", "names layer and kind");
     ok(access(path, F_OK) != 0, "and writes no file");
+    m->layers[2].ops = m->layers[1].ops; /* any kind with an ONNX form; the name is the point */
+    snprintf(m->layers[2].name, sizeof m->layers[2].name, "c1.weight");
+    is_int(nl_onnx_save(m, &o, path, &err), NL_EINVAL, "a layer named as a parameter: refused");
+    like(err.msg, "layer 'c1.weight' is named as a parameter of another layer", "says so");
+    snprintf(m->layers[2].name, sizeof m->layers[2].name, "logits");
+    is_int(nl_onnx_save(m, &o, path, &err), NL_EINVAL, "a layer named logits: refused");
+    like(err.msg, "layer 'logits' is named as logits", "says so");
+    ok(access(path, F_OK) != 0, "and no file");
     struct nl_onnx_opts bad = o;
     bad.nnorm = 1;
     is_int(nl_onnx_save(m, &bad, path, &err), NL_EINVAL, "normalisation of the wrong width");

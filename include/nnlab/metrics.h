@@ -20,6 +20,9 @@
 #include "nnlab/error.h"
 
 #define NL_TOPK 5
+/* The largest class count with a confusion matrix (8 MiB of counts); above it the per-class
+ * counts are kept without one. */
+#define NL_METRICS_CONFUSION_MAX 1024
 
 struct nl_class_metrics {
     double precision, recall, f1;
@@ -30,7 +33,10 @@ struct nl_class_metrics {
 struct nl_metrics {
     int nclasses;
     long samples;
-    long *confusion; /* (nclasses, nclasses): row the label, column the prediction (argmax) */
+    /* (nclasses, nclasses): row the label, column the prediction (argmax); NULL above
+     * NL_METRICS_CONFUSION_MAX classes */
+    long *confusion;
+    long *tp;        /* (nclasses) samples of each class predicted as it */
     long top1, topk; /* samples right at top-1 and within the top NL_TOPK */
     /* Filled by nl_metrics_finish: */
     double accuracy, topk_accuracy;
@@ -47,8 +53,9 @@ void nl_metrics_release(struct nl_metrics *mt);
 void nl_metrics_add(struct nl_metrics *mt, const float *logits, const int32_t *labels, int n);
 /* Adds src's counts into dst (of the same class count). */
 void nl_metrics_merge(struct nl_metrics *dst, const struct nl_metrics *src);
-/* Computes samples and top1 from the confusion matrix, then the rates and averages; callable on
- * a confusion matrix filled elsewhere (topk then as the caller set it). */
+/* Computes the rates and averages. With a confusion matrix, the counts (samples, top1, each
+ * class's support, predictions and true positives) are first taken from it, so this may be
+ * called on a matrix filled elsewhere (topk then as the caller set it). */
 void nl_metrics_finish(struct nl_metrics *mt);
 
 #endif
