@@ -47,6 +47,10 @@ static void test_shipped_models(void)
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' tree '%s/tree'", script, dir);
     ok(run(cmd) == 0, "PIL wrote an RGB PNG tree");
     is_int(nnlab("import rgb '%s/tree' --test 0.25 --quiet", dir), 0, "imported: %s", errtext);
+    is_int(nnlab("summary resnet18 --data rgb --freeze-up-to layer4.1.bn2"), 0,
+           "summary resnet18 --data rgb: %s", errtext);
+    like(out, "layer2.0.downsample.1", "lists torchvision's module paths");
+    like(out, "11187651 parameters, 1539 trainable", "with the head for 3 classes trainable");
     len =
         (size_t)snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' images '%s/results'", script, dir);
     for (int i = 0; i < NMODELS; i++) {
