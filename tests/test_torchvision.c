@@ -183,6 +183,24 @@ static void check_model(const char *name, const char *head)
     free(want);
     nl_exec_free(x);
     nl_model_free(m);
+
+    /* Fine-tuning for 3 classes: --replace-head keeps the head fresh, --freeze-up-to the rest. */
+    struct nl_model *ft = NULL;
+    ok(nl_spec_load(&spec, name, NULL, NULL, &err) == 0 &&
+           nl_model_build(&ft, spec, (struct nl_shape){3, SIZE, SIZE}, 3, &err) == 0,
+       "%s: builds for 3 classes: %s", name, err.msg);
+    nl_spec_free(spec);
+    if (!ft)
+        return;
+    h = nl_model_head(ft);
+    ft->layers[h].fresh = 1;
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+    memset(&rep, 0, sizeof rep);
+    ok(nl_safetensors_load(ft, path, 0, NULL, NULL, &rep, &err) == 0,
+       "%s: loads with the head replaced: %s", name, err.msg);
+    is_int(rep.loaded, tensors - ft->layers[h].nparams, "%s: every tensor but the head's", name);
+    is_int(rep.unused, 0, "%s: the file's head is not reported unused", name);
+    nl_model_free(ft);
 }
 
 int main(void)
