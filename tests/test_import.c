@@ -298,7 +298,7 @@ static void check_png_kinds(struct nl_store *s)
         float *a = nl_alloc_floats(H * W), *b = nl_alloc_floats(H * W);
         uint32_t idx = 13; /* k06-graya16 #1 */
         snprintf(path, sizeof path, "%s/kinds/%s/img1.png", tmp, kinds[6].name);
-        rc = nl_dataset_sample_from_png(d, path, a, &err);
+        rc = nl_dataset_sample_from_image(d, path, a, &err);
         nl_dataset_batch(d, NL_TRAIN, &idx, 1, b, NULL);
         double diff = 0;
         for (int p = 0; p < H * W; p++)
@@ -587,7 +587,7 @@ static void check_csv(struct nl_store *s)
     write_text(at("first.csv"), "kind,a,b\ncat,1,2\ndog,3,4\n");
     struct nl_import_opts resize = {.seed = 1, .width = 8, .height = 8};
     expect_failure(s, "--resize on a CSV file", at("first.csv"), &resize, NL_EINVAL, "--resize",
-                   "PNG folders");
+                   "image folders");
     struct nl_import_opts label = {.seed = 1, .label = "kind"};
     expect_failure(s, "--label on a PNG folder", at("bad1"), &label, NL_EINVAL, "--label",
                    "CSV files");

@@ -1,4 +1,4 @@
-/* The datasets page: the datasets in the store, importing (IDX files, PNG class folders, CSV
+/* The datasets page: the datasets in the store, importing (IDX files, PNG/JPEG class folders, CSV
  * files) on a worker thread with a progress bar, and the selected dataset's classes per split and
  * sample thumbnails. */
 #include <math.h>
@@ -172,13 +172,13 @@ static void chooser_response(GtkNativeDialog *dialog, int response, gpointer dat
     g_object_unref(dialog);
 }
 
-/* win.import: asks for a folder (IDX files or PNG class folders), then imports it. */
+/* win.import: asks for a folder (IDX files or PNG/JPEG class folders), then imports it. */
 static void import_ask(GSimpleAction *a, GVariant *param, gpointer data)
 {
     struct datasets_page *p = data;
     gtk_stack_set_visible_child_name(p->win->stack, "datasets");
     GtkFileChooserNative *d = gtk_file_chooser_native_new(
-        "Import a Folder of IDX Files or PNG Class Folders", GTK_WINDOW(p->win),
+        "Import a Folder of IDX Files or Image Class Folders", GTK_WINDOW(p->win),
         GTK_FILE_CHOOSER_ACTION_SELECT_FOLDER, "_Import", "_Cancel");
     g_signal_connect(d, "response", G_CALLBACK(chooser_response), p);
     gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
