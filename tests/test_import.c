@@ -697,7 +697,7 @@ static void check_augment(void)
     int flipped = 0, same = 0;
     for (int t = 0; t < 20; t++) {
         memcpy(x, y, sizeof x);
-        nl_augment_batch(&a, shape, x, 2, &rng);
+        nl_augment_batch(&a, shape, NULL, NULL, x, 2, &rng);
         for (int i = 0; i < 2; i++) {
             const float *p = x + 12 * i, *q = y + 12 * i;
             int is_same = memcmp(p, q, 12 * sizeof *p) == 0;
@@ -719,7 +719,7 @@ static void check_augment(void)
     int good = 1;
     for (int t = 0; t < 20; t++) {
         memcpy(x, y, sizeof x);
-        nl_augment_batch(&a, shape, x, 1, &rng);
+        nl_augment_batch(&a, shape, NULL, NULL, x, 1, &rng);
         int found = 0;
         for (int dy = -1; dy <= 1 && !found; dy++)
             for (int dx = -1; dx <= 1 && !found; dx++) {

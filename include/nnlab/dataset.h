@@ -122,17 +122,30 @@ void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uin
 int nl_dataset_sample_from_image(const struct nl_dataset *d, const char *path, float *x,
                                  struct nl_error *err);
 
-/* Training-time augmentation, applied to normalised training batches only. */
+/* Training-time augmentation, applied to normalised training batches only, in torchvision's
+ * order: random resized crop, horizontal flip, colour jitter, then the shift (crop:P). */
 struct nl_augment {
     int flip; /* mirror left-right with probability 1/2 */
     int crop; /* shift by up to this many pixels each way, filling with 0 (the mean) */
+    /* Random resized crop (torchvision's RandomResizedCrop): a box of a uniform share in
+     * [scale_min, scale_max] of the area and a log-uniform aspect in [ratio_min, ratio_max],
+     * resized bilinearly back to the sample's size. scale_max 0: off. */
+    float scale_min, scale_max, ratio_min, ratio_max;
+    /* Colour jitter (torchvision's ColorJitter): factors uniform in [max(0, 1 - v), 1 + v], applied
+     * in a random order on pixels in [0, 1]. 0: off. */
+    float brightness, contrast, saturation;
 };
 
-/* Parses "flip,crop:4" (either part optional; "none" or "" for nothing). */
+/* Parses a comma-separated list: "flip", "crop:P", "resized-crop" (scale 0.08-1, ratio 3/4-4/3),
+ * "resized-crop:SMIN-SMAX" or "resized-crop:SMIN-SMAX:RMIN-RMAX", "brightness:B",
+ * "contrast:C", "saturation:S" ("none" or "" for nothing). nl_augment_format writes the same
+ * text back (floats exactly), for run settings and cluster workers. */
 int nl_augment_parse(struct nl_augment *a, const char *text, struct nl_error *err);
+void nl_augment_format(const struct nl_augment *a, char *buf, size_t size);
 int nl_augment_active(const struct nl_augment *a);
-/* x (n, shape) in place, with rng; allocates nothing. */
-void nl_augment_batch(const struct nl_augment *a, struct nl_shape shape, float *x, int n,
-                      struct nl_rng *rng);
+/* x (n, shape) in place, with rng; mean and std (shape.c) are the dataset's normalisation, for
+ * the colour jitter, which works on pixels. Allocates nothing. */
+void nl_augment_batch(const struct nl_augment *a, struct nl_shape shape, const float *mean,
+                      const float *std, float *x, int n, struct nl_rng *rng);
 
 #endif
