@@ -479,13 +479,13 @@ int nl_png_probe(const char *path, uint32_t *w, uint32_t *h, int *color, struct 
 
 /* ---- reading a file ---- */
 
-int nl_image_probe(const char *path, struct nl_image_info *info, struct nl_error *err)
+/* NL_IMAGE_PNG or NL_IMAGE_JPEG by the file's signature, or an error naming the file. */
+static int sniff(const char *path, int *format, struct nl_error *err)
 {
     unsigned char sig[8];
     FILE *f = fopen(path, "rb");
     size_t got;
 
-    memset(info, 0, sizeof *info);
     if (!f)
         return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s", path,
                             strerror(errno));
@@ -497,18 +497,33 @@ int nl_image_probe(const char *path, struct nl_image_info *info, struct nl_error
     }
     fclose(f);
     if (got >= 2 && sig[0] == 0xff && sig[1] == 0xd8) {
-        struct nl_jpeg *j;
-        int rc = nl_jpeg_open(&j, path, info, err);
-        nl_jpeg_close(j);
-        return rc;
+        *format = NL_IMAGE_JPEG;
+        return 0;
     }
     if (got == 0)
         return nl_error_set(err, NL_EFORMAT, "%s: empty file, not a PNG or JPEG image", path);
     if (got < 8 || png_sig_cmp(sig, 0, 8) != 0)
         return nl_error_set(err, NL_EFORMAT, "%s: not a PNG or JPEG image", path);
-    info->format = NL_IMAGE_PNG;
-    info->orientation = 1;
-    return nl_png_probe(path, &info->w, &info->h, &info->color, err);
+    *format = NL_IMAGE_PNG;
+    return 0;
+}
+
+int nl_image_probe(const char *path, struct nl_image_info *info, struct nl_error *err)
+{
+    int format = 0, rc;
+
+    memset(info, 0, sizeof *info);
+    rc = sniff(path, &format, err);
+    if (rc == 0 && format == NL_IMAGE_JPEG) {
+        struct nl_jpeg *j;
+        rc = nl_jpeg_open(&j, path, info, err);
+        nl_jpeg_close(j);
+    } else if (rc == 0) {
+        info->format = NL_IMAGE_PNG;
+        info->orientation = 1;
+        rc = nl_png_probe(path, &info->w, &info->h, &info->color, err);
+    }
+    return rc;
 }
 
 int nl_image_read(const char *path, int channels, const struct nl_resize *r, int out_h, int out_w,
@@ -516,17 +531,16 @@ int nl_image_read(const char *path, int channels, const struct nl_resize *r, int
 {
     struct nl_image_info info;
     struct nl_image img = {0};
-    int rc, rw, rh, denom = 1;
+    int rc, rw = 0, rh = 0, denom = 1, format = 0;
 
     if (dct_denom)
         *dct_denom = 1;
-    rc = nl_image_probe(path, &info, err);
-    if (rc)
-        return rc;
-    resized_size(r, (int)info.w, (int)info.h, out_w, out_h, &rw, &rh);
-    if (info.format == NL_IMAGE_JPEG) {
+    rc = sniff(path, &format, err);
+    if (rc == 0 && format == NL_IMAGE_JPEG) {
         struct nl_jpeg *j;
         rc = nl_jpeg_open(&j, path, &info, err);
+        if (rc == 0)
+            resized_size(r, (int)info.w, (int)info.h, out_w, out_h, &rw, &rh);
         /* The largest DCT reduction whose result still covers the resize target. */
         for (int d = 8; rc == 0 && d > 1 && (rw != (int)info.w || rh != (int)info.h); d /= 2)
             if ((info.w + d - 1) / d >= (uint32_t)rw && (info.h + d - 1) / d >= (uint32_t)rh) {
@@ -536,13 +550,14 @@ int nl_image_read(const char *path, int channels, const struct nl_resize *r, int
         if (rc == 0)
             rc = nl_jpeg_decode(j, denom, channels, &img, err);
         nl_jpeg_close(j);
-    } else {
+    } else if (rc == 0) {
         rc = read_png_image(path, channels, &img, err);
+        if (rc == 0)
+            resized_size(r, img.w, img.h, out_w, out_h, &rw, &rh);
     }
-    if (rc == 0 &&
-        transform(&img, rw, rh, r && (r->crop_w || r->shorter) ? crop_offset(rw, out_w) : 0,
-                  r && (r->crop_w || r->shorter) ? crop_offset(rh, out_h) : 0, out_w, out_h,
-                  out) != 0)
+    /* Then the centre of the resized image, at the dataset's size. */
+    if (rc == 0 && transform(&img, rw, rh, crop_offset(rw, out_w), crop_offset(rh, out_h), out_w,
+                             out_h, out) != 0)
         rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory resizing", path);
     if (rc == 0 && dct_denom)
         *dct_denom = denom;
