@@ -290,8 +290,12 @@ int nl_jpeg_decode(struct nl_jpeg *j, int denom, int channels, struct nl_image *
     while (ci->output_scanline < h) {
         JSAMPROW rows[1] = {j->row};
         uint32_t y = ci->output_scanline;
-        if (jpeg_read_scanlines(ci, rows, 1) != 1)
-            continue;
+        if (jpeg_read_scanlines(ci, rows, 1) != 1) { /* only a suspending source does this */
+            nl_free(img->px);
+            img->px = NULL;
+            return nl_error_set(err, NL_EFORMAT, "%s: corrupt JPEG: no data for row %u", j->path,
+                                y);
+        }
         for (uint32_t x = 0; x < w; x++) {
             const uint8_t *p = j->row + (size_t)x * ci->output_components;
             uint8_t rgb[3];
