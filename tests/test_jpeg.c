@@ -1,12 +1,13 @@
 /* Tests of JPEG reading and photo preprocessing against Pillow and torchvision: the variants of
  * tests/jpeg_fixtures.py (baseline, progressive, gray, CMYK, restart markers, arithmetic coding,
- * EXIF orientations 1-8) decode to Pillow's exact bytes; stretch, centre crop with padding and
- * Resize + CenterCrop give Pillow's and torchvision's bytes; a mixed PNG/JPEG class tree imported
- * with --resize shorter:48,center-crop:40x40 --normalize imagenet gives torchvision's normalised
- * tensors within 1e-5, in training batches and in predict's path; truncated, corrupt and
- * non-JPEG files are refused naming the file with nothing stored, or skipped with --skip-bad;
- * big photos are decoded at reduced DCT scale. The fixtures need Debian's /usr/bin/python3 with
- * python3-pil, python3-torchvision and cjpeg (libjpeg-turbo-progs); without them the test skips. */
+ * EXIF orientations 1-8) and a YCCK file written here decode to Pillow's exact bytes; stretch,
+ * centre crop with padding and Resize + CenterCrop give Pillow's and torchvision's bytes; a mixed
+ * PNG/JPEG class tree imported with --resize shorter:48,center-crop:40x40 --normalize imagenet
+ * gives torchvision's normalised tensors within 1e-5, in training batches and in predict's path;
+ * truncated, corrupt and non-JPEG files are refused naming the file with nothing stored, or skipped
+ * with --skip-bad; big photos are decoded at reduced DCT scale. The fixtures need Debian's
+ * /usr/bin/python3 with python3-pil, python3-torchvision and cjpeg (libjpeg-turbo-progs); without
+ * them the test skips. */
 #define _XOPEN_SOURCE 700 /* nftw */
 
 #include <ftw.h>
@@ -17,6 +18,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <jpeglib.h>
 
 #include "core/import_internal.h"
 #include "core/store_internal.h"
@@ -150,6 +153,64 @@ static void check_variants(void)
     }
     fclose(f);
     is_int(n, 18, "every variant checked");
+}
+
+/* A YCCK JPEG (Adobe transform 2), written here with libjpeg since neither Pillow nor cjpeg
+ * makes one, decodes to Pillow's RGB bytes. */
+static void check_ycck(void)
+{
+    enum { YW = 19, YH = 13 };
+    uint8_t cmyk[YH][YW * 4], got[3 * YW * YH], *want = NULL;
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr jerr;
+    struct nl_error err = {0};
+    char cmd[1500];
+    size_t n = 0;
+    FILE *f = fopen(at("ycck.jpg"), "wb");
+
+    if (!f) {
+        ok(0, "write ycck.jpg");
+        return;
+    }
+    for (int y = 0; y < YH; y++)
+        for (int x = 0; x < YW; x++) {
+            cmyk[y][4 * x + 0] = (uint8_t)(x * 13);
+            cmyk[y][4 * x + 1] = (uint8_t)(y * 19);
+            cmyk[y][4 * x + 2] = (uint8_t)((x + y) * 7);
+            cmyk[y][4 * x + 3] = (uint8_t)(x * y % 200);
+        }
+    c.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&c);
+    jpeg_stdio_dest(&c, f);
+    c.image_width = YW;
+    c.image_height = YH;
+    c.input_components = 4;
+    c.in_color_space = JCS_CMYK;
+    jpeg_set_defaults(&c);
+    jpeg_set_colorspace(&c, JCS_YCCK);
+    jpeg_set_quality(&c, 95, TRUE);
+    jpeg_start_compress(&c, TRUE);
+    for (int y = 0; y < YH; y++) {
+        JSAMPROW row = cmyk[y];
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c 'import sys, numpy; from PIL import Image; "
+             "im = Image.open(sys.argv[1]); assert im.mode == \"CMYK\"; "
+             "open(sys.argv[2], \"wb\").write(numpy.asarray(im.convert(\"RGB\"))"
+             ".transpose(2, 0, 1).tobytes())' '%s' '%s'",
+             at("ycck.jpg"), at("ycck.rgb"));
+    ok(run(cmd) == 0, "Pillow reads the YCCK file as CMYK");
+    want = slurp(at("ycck.rgb"), &n);
+    int rc = nl_image_read(at("ycck.jpg"), 3, NULL, YH, YW, got, NULL, &err);
+    succeeds(rc, err, "a YCCK JPEG decodes");
+    int maxd = 0;
+    ok(rc == 0 && want && n == sizeof got && differ(got, want, n, &maxd) == 0,
+       "YCCK: Pillow's exact RGB bytes (differ by up to %d)", maxd);
+    free(want);
 }
 
 /* Truncated, corrupt and non-JPEG files are refused, naming the file and the trouble. */
@@ -412,6 +473,7 @@ int main(void)
         return 1;
     }
     check_variants();
+    check_ycck();
     check_bad_files();
     check_resize_modes();
     int rc = nl_store_open(&s, at("nnlab.db"), &err);
