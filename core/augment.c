@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nnlab/alloc.h"
+
 #define MAX_SIDE 16384 /* the longest row or column resized-crop handles (a stack buffer) */
 
 /* "A-B" with lo <= A <= B <= hi. */
@@ -341,4 +343,44 @@ void nl_augment_batch(const struct nl_augment *a, struct nl_shape shape, const f
         for (int c = 0; c < shape.c; c++)
             move_plane(x + ((size_t)i * shape.c + c) * plane, shape.h, shape.w, dy, dx, flip);
     }
+}
+
+int nl_augment_preview(const struct nl_dataset *d, const struct nl_augment *a, uint64_t seed, int n,
+                       uint8_t *pixels, struct nl_error *err)
+{
+    const size_t size = nl_shape_size(d->shape), plane = (size_t)d->shape.h * d->shape.w;
+    uint32_t *idx;
+    float *x;
+    struct nl_rng rng;
+
+    if (d->dtype != NL_U8)
+        return nl_error_set(err, NL_EINVAL, "dataset '%s' holds float samples, not pixels",
+                            d->name);
+    if (n < 0 || (uint32_t)n > d->split[NL_TRAIN].n)
+        return nl_error_set(err, NL_EINVAL, "dataset '%s' has %u train samples, not %d", d->name,
+                            d->split[NL_TRAIN].n, n);
+    if (n == 0)
+        return 0;
+    idx = nl_malloc((size_t)n * sizeof *idx);
+    x = nl_alloc_floats((size_t)n * size);
+    if (!idx || !x) {
+        nl_free(idx);
+        nl_free(x);
+        return nl_error_set(err, NL_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        idx[i] = (uint32_t)i;
+    nl_dataset_batch(d, NL_TRAIN, idx, n, x, NULL);
+    nl_rng_seed(&rng, seed);
+    nl_augment_batch(a, d->shape, d->mean, d->std, x, n, &rng);
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < d->shape.c; c++)
+            for (size_t p = 0; p < plane; p++) {
+                size_t at = (size_t)i * size + (size_t)c * plane + p;
+                float v = (x[at] * d->std[c] + d->mean[c]) * 255.0f + 0.5f;
+                pixels[at] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    nl_free(idx);
+    nl_free(x);
+    return 0;
 }

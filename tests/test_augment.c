@@ -1,8 +1,8 @@
 /* Tests of the photo augmentations (core/augment.c): parsing and writing back, random resized
  * crop against a naive twin (two-dimensional bilinear sampling of the box torchvision's
  * get_params draws), colour jitter's laws (brightness scales, contrast keeps the gray mean,
- * saturation leaves gray alone, all within the factor ranges), reproducibility by seed, and the
- * run settings and cluster setup that carry the options. */
+ * saturation leaves gray alone, all within the factor ranges), reproducibility by seed, the run
+ * settings that carry the options, and the window's preview of augmented samples. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -272,11 +272,57 @@ static void check_settings(void)
     nl_model_free(m);
 }
 
+/* The window's preview: no augmentation gives the stored pixels back; a flip gives each sample
+ * or its mirror; another draw, another batch. */
+static void check_preview(void)
+{
+    struct nl_dataset d = {
+        .name = "t", .shape = {3, 4, 5}, .dtype = NL_U8, .nclasses = 2, .nnorm = 3};
+    float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    uint8_t x[6 * 60], out[6 * 60], out2[6 * 60];
+    int32_t y[6] = {0, 1, 0, 1, 0, 1};
+    struct nl_augment a = {0};
+    struct nl_error err = {0};
+    int rc;
+
+    for (int i = 0; i < 6 * 60; i++)
+        x[i] = (uint8_t)(i * 37 % 256);
+    d.mean = mean;
+    d.std = std;
+    d.split[NL_TRAIN].n = 6;
+    d.split[NL_TRAIN].x = x;
+    d.split[NL_TRAIN].y = y;
+    rc = nl_augment_preview(&d, &a, 1, 6, out, &err);
+    ok(rc == 0 && memcmp(out, x, sizeof x) == 0, "no augmentation: the stored pixels back");
+    a.flip = 1;
+    rc = nl_augment_preview(&d, &a, 2, 6, out, &err);
+    int good = rc == 0, mirrored = 0;
+    for (int i = 0; i < 6 && good; i++) {
+        int same = memcmp(out + 60 * i, x + 60 * i, 60) == 0, mirror = 1;
+        for (int c = 0; c < 3; c++)
+            for (int r = 0; r < 4; r++)
+                for (int col = 0; col < 5; col++)
+                    mirror &=
+                        out[60 * i + c * 20 + r * 5 + col] == x[60 * i + c * 20 + r * 5 + 4 - col];
+        good &= same || mirror;
+        mirrored += mirror && !same;
+    }
+    ok(good, "flip: each sample or its mirror (%d mirrored)", mirrored);
+    nl_augment_parse(&a, "resized-crop,brightness:0.5", NULL);
+    rc = nl_augment_preview(&d, &a, 3, 6, out, &err);
+    rc = rc ? rc : nl_augment_preview(&d, &a, 4, 6, out2, &err);
+    ok(rc == 0 && memcmp(out, out2, sizeof out) != 0, "another draw, another batch");
+    is_int(nl_augment_preview(&d, &a, 1, 7, out, &err), NL_EINVAL, "more samples than train has");
+    d.dtype = NL_F32;
+    is_int(nl_augment_preview(&d, &a, 1, 2, out, &err), NL_EINVAL, "a float dataset is refused");
+}
+
 int main(void)
 {
     check_parse();
     check_resized_crop();
     check_jitter();
     check_settings();
+    check_preview();
     return done_testing();
 }

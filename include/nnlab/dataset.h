@@ -147,5 +147,10 @@ int nl_augment_active(const struct nl_augment *a);
  * the colour jitter, which works on pixels. Allocates nothing. */
 void nl_augment_batch(const struct nl_augment *a, struct nl_shape shape, const float *mean,
                       const float *std, float *x, int n, struct nl_rng *rng);
+/* A preview of what training sees: the first n train samples of an 8-bit dataset, normalised,
+ * augmented by a with a generator seeded by seed, and turned back into 8-bit pixels (n, shape)
+ * (values outside [0, 255] clamped), for the window's Datasets page. */
+int nl_augment_preview(const struct nl_dataset *d, const struct nl_augment *a, uint64_t seed, int n,
+                       uint8_t *pixels, struct nl_error *err);
 
 #endif
