@@ -965,7 +965,7 @@ int cmd_predict(int argc, char **argv)
                                c == 'k' ? "--top: want a whole number from 1" : "unknown option");
     }
     if (argc - optind < 2)
-        return usage_error("predict", "needs a RUN and at least one FILE.png");
+        return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG)");
 
     struct nl_store *store;
     struct nl_run_info run;
@@ -1006,7 +1006,7 @@ int cmd_predict(int argc, char **argv)
         fprintf(out, ",\"predictions\":[");
     }
     for (int f = optind + 1; rc == 0 && f < argc; f++) {
-        rc = nl_dataset_sample_from_png(d, argv[f], in, &err);
+        rc = nl_dataset_sample_from_image(d, argv[f], in, &err);
         if (rc < 0)
             break;
         nl_softmax(probs, nl_exec_forward(x, m->params, in, 1, 0, &rng), 1, m->nclasses);

@@ -299,7 +299,7 @@ static void step_thread(void *arg, int t, int count)
         int correct = 0;
         nl_rng_seed(&w->rng, c->step_seed + (uint64_t)t);
         nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
-        nl_augment_batch(c->augment, c->d->shape, w->x, n, &w->rng);
+        nl_augment_batch(c->augment, c->d->shape, c->d->mean, c->d->std, w->x, n, &w->rng);
         const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
         w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, c->scale, &correct);
         w->correct = correct;
