@@ -114,6 +114,9 @@ double nl_model_train_flops(const struct nl_model *m)
         double madds; /* multiply-adds of the forward product */
         if (strcmp(l->ops->kind, "conv") == 0)
             madds = (double)nl_shape_size(l->out) * l->in[0].c * l->kh * l->kw;
+        else if (strcmp(l->ops->kind, "gconv") == 0)
+            madds = (double)nl_shape_size(l->out) * (l->in[0].c / (l->groups > 1 ? l->groups : 1)) *
+                    l->kh * l->kw;
         else if (strcmp(l->ops->kind, "dense") == 0)
             madds = (double)l->units * (double)nl_shape_size(l->in[0]);
         else

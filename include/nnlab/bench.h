@@ -24,7 +24,7 @@ int nl_bench_sgemm(struct nl_bench_sgemm *out, int size, int threads, double sec
                    struct nl_error *err);
 
 /* Floating-point operations of one training sample through m, forward and backward: 2 per
- * multiply-add of the conv and dense products (forward, weight gradient, and input gradient
+ * multiply-add of the conv, gconv and dense products (forward, weight gradient, and input gradient
  * except for layers that read the model's input, which get none); elementwise layers, pooling,
  * the loss and the optimizer are not counted. */
 double nl_model_train_flops(const struct nl_model *m);
