@@ -422,7 +422,7 @@ static void infer_thread(void *arg, int t, int count)
     float *in = nl_alloc_floats((size_t)(n > 0 ? n : 1) * nl_shape_size(r->d->shape));
     uint32_t *idx = nl_calloc((size_t)(n > 0 ? n : 1), sizeof *idx);
 
-    if (!in || !idx || (n > 0 && nl_exec_new(&x, r->m, n, &err) < 0))
+    if (!in || !idx || (n > 0 && nl_exec_new_forward(&x, r->m, n, &err) < 0))
         r->failed = 1;
     nl_pool_barrier(r->pool);
     double t0 = 0.0;

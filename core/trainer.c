@@ -219,7 +219,8 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
         goto oom;
     for (int t = 0; t < c->threads; t++) {
         struct worker *w = &c->w[t];
-        rc = nl_exec_new(&w->exec, m, max_n, err);
+        rc = training ? nl_exec_new(&w->exec, m, max_n, err)
+                      : nl_exec_new_forward(&w->exec, m, max_n, err);
         if (rc < 0) {
             ctx_release(c);
             return rc;
