@@ -3,7 +3,8 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Two lowerings, chosen by setup from the shape (l->lower; a spec or test may force one):
+ * Two lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
  *   its own, out_s (F, P) = weight (F, K) cols_s (K, P). One image's columns stay in cache
@@ -16,25 +17,28 @@
  *   Backward gathers dout into (F, n*P) the same way (the bias gradient summed in that pass).
  *   scratch: (K + F)*P floats per sample.
  *
- * The rule, from timings of single-threaded OpenBLAS 0.3 sgemm on this project's machine
- * (AVX-512, about 100 GFLOP/s on 512x512), forward (F, K)x(K, P) per image against one
- * (F, K)x(K, 16P) product with its scatter, 16 images:
- *      F     K     P   per image   shard (GFLOP/s)
- *    512  4608     4      31.5      97.3     ResNet-18 layer4 on 64x64
- *    256  2304    16      82.3     105.4     layer3 on 64x64
- *    512  4608    49      75.2     104.3     layer4 on 224x224
- *    128  1152    64      97.5     102.8     layer2 on 64x64
- *     64   576    49      92.0      97.6     resnet8 stage 3
- *     50   500    64      92.1      93.2     lenet conv2 (weight gradient 91.6 against 89.7)
- *     32   288   196      93.7      95.7
- *     16   144   784      83.1      75.5
- *     20    25   576      83.8      74.3     lenet conv1
- * Re-packing the (F, K) weights for every image costs in proportion to F*K and pays back over P
- * columns: it hurts when the plane is small and the weights leave the L1/L2 caches. Hence SHARD
- * where P <= 64 and F*K >= 32768 floats (128 KiB), and n > 1; SAMPLE elsewhere (lenet keeps
- * it on both convolutions, so its results are unchanged bit for bit). SHARD sums the weight and
- * bias gradients over the shard inside one product instead of image after image, so its results
- * differ from SAMPLE's in the last bits; tests/test_kernels.c holds both against direct loops. */
+ * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
+ * forward and backward of 16 images, thread CPU time, single-threaded OpenBLAS 0.3.21 on this
+ * project's 2-core AMD EPYC (AVX-512, 1 MiB L2 per core; about 100 GFLOP/s on 512x512 sgemm):
+ *                                   F     K     P   per image   per shard (GFLOP/s)
+ *    lenet conv2                   50   500    64      72.5      68.4
+ *    resnet8 stage 1               16   144   784      46.6      39.4
+ *    resnet8 stage 3               64   576    49      65.2      62.1
+ *    ResNet-18 64x64 layer2       128  1152    64      77.1      71.1
+ *    ResNet-18 64x64 layer3       256  2304    16      67.3      71.0
+ *    ResNet-18 64x64 layer4       512  4608     4      24.6      66.0
+ *    ResNet-18 64x64 4 1x1 s2     512   256     4      33.2      63.0
+ *    ResNet-18 224x224 layer3     256  2304   196      87.6      79.8
+ *    ResNet-18 224x224 layer4     512  4608    49      75.2      88.5
+ * OpenBLAS packs the (F, K) weights at every call; per image that costs in proportion to F*K
+ * and pays back over only P columns, and once the weights outgrow the L2 cache (256K floats)
+ * every image reads them again from L3. The gathering and scattering of the shard path costs a
+ * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 262144 floats,
+ * and n > 1; SAMPLE elsewhere (lenet keeps it on both convolutions, so its results are
+ * unchanged bit for bit). SHARD sums the weight and bias gradients over the shard inside one
+ * product instead of image after image, so its results differ from SAMPLE's in the last bits;
+ * tests/test_kernels.c holds both against direct loops.
+ */
 #include <limits.h>
 #include <string.h>
 
@@ -90,7 +94,7 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = l->lowering;
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
-    else if (p <= 64 && (size_t)l->filters * k >= 32768)
+    else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 262144))
         l->lower = NL_LOWER_SHARD; /* the rule at the top of this file */
     else
         l->lower = NL_LOWER_SAMPLE;
