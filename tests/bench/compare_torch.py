@@ -10,6 +10,10 @@ cores that other processes kept busy during the run (from /proc/stat), so a load
 
   tests/bench/compare_torch.py                      # lenet and mlp, 1 and 2 threads, 3 runs each
   tests/bench/compare_torch.py --models lenet --threads 2 --runs 5
+  tests/bench/compare_torch.py --models resnet8,mobilenet-tiny --batch 32 --threads 2
+
+Models: lenet, mlp, resnet8 and mobilenet-tiny (data/models; torch_reference.py builds the same
+layers in PyTorch, with PyTorch's own initialisation).
 
 PyTorch must import in some Python: /usr/bin/python3 (Debian's python3-torch) is tried first,
 then --python, then python3 on PATH.
