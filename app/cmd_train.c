@@ -988,7 +988,7 @@ int cmd_predict(int argc, char **argv)
     if (!in || !probs || !rank)
         rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = nl_exec_new(&x, m, 1, &err);
+        rc = nl_exec_new_forward(&x, m, 1, &err);
     /* JSON goes out whole or not at all: it is gathered in memory first. */
     char *json = NULL;
     size_t json_len = 0;

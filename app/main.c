@@ -144,10 +144,13 @@ static const struct command commands[] = {
     {"worker", cmd_worker, "[--bind ADDR] [--port-range A-B]",
      "a cluster worker, started by a driver over SSH (not for people)", NULL},
     {"bench", cmd_bench, "[options]",
-     "measure training speed (lenet, mlp on Fashion-MNIST) against this machine's sgemm rate",
-     "      --steps N       timed training steps per row (default 50)\n"
+     "measure training and inference speed against this machine's sgemm rate",
+     "      --steps N       timed steps per row (default 50)\n"
      "      --warmup N      untimed steps before them (default 5)\n"
-     "      --model NAME    only this model (default: lenet and mlp)\n"
+     "      --model LIST    these models, separated by commas (default: lenet,mlp); a spec\n"
+     "                      name or file runs on Fashion-MNIST; resnet18-S is torchvision's\n"
+     "                      ResNet-18 on synthetic 3xSxS images (resnet18-64, resnet18-224)\n"
+     "      --mode M        train (default), infer (forward passes only) or both\n"
      "      --batch B       only this batch size (default: 64 and 256)\n"
      "      --threads T     the many-thread rows use T threads (default: all cores)\n"
      "      --repeat N      rounds over all rows, each row showing its median (default 1)\n"

@@ -24,8 +24,9 @@
 #include "nnlab/alloc.h"
 #include "pool.h"
 
-#define EVAL_SHARD   128  /* samples per thread per forward pass when evaluating */
-#define REDUCE_CHUNK 2048 /* floats reduced and updated at a time, a multiple of 16 */
+#define EVAL_SHARD   128         /* samples per thread per forward pass when evaluating */
+#define EVAL_BYTES   (64u << 20) /* ... unless the training executors would then exceed this */
+#define REDUCE_CHUNK 2048        /* floats reduced and updated at a time, a multiple of 16 */
 
 struct worker {
     struct nl_exec *exec;
@@ -220,7 +221,8 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
         goto oom;
     for (int t = 0; t < c->threads; t++) {
         struct worker *w = &c->w[t];
-        rc = nl_exec_new(&w->exec, m, max_n, err);
+        rc = training ? nl_exec_new(&w->exec, m, max_n, err)
+                      : nl_exec_new_forward(&w->exec, m, max_n, err);
         if (rc < 0) {
             ctx_release(c);
             return rc;
@@ -468,6 +470,24 @@ int nl_evaluate_metrics(const struct nl_model *m, const struct nl_dataset *d, en
     return rc;
 }
 
+/* Samples per thread the training executors hold: the training shard, or EVAL_SHARD when that is
+ * larger and its activations and gradients stay under EVAL_BYTES, so that evaluating a small
+ * model between epochs runs in large forward passes while a large one (ResNet-18 at 64x64: 2.6
+ * MiB a sample) is not held at 128 samples per thread, most of them only for evaluation.
+ * Evaluation goes through the same executors, max_n samples at a time. */
+static int train_exec_samples(const struct nl_model *m, int shard)
+{
+    size_t floats = 0;
+
+    if (shard >= EVAL_SHARD)
+        return shard;
+    for (int i = 0; i < m->nlayers; i++)
+        floats += nl_shape_size(m->layers[i].out);
+    return (double)EVAL_SHARD * (double)floats * 2.0 * sizeof(float) <= (double)EVAL_BYTES
+               ? EVAL_SHARD
+               : shard;
+}
+
 /* Whether none of p[0, n) is NaN or infinite. */
 static int all_finite(const float *p, size_t n)
 {
@@ -595,7 +615,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     if (threads > o->batch)
         threads = o->batch;
     int shard = (o->batch + threads - 1) / threads;
-    rc = ctx_init(&c, m, d, threads, shard > EVAL_SHARD ? shard : EVAL_SHARD, 1, err);
+    rc = ctx_init(&c, m, d, threads, train_exec_samples(m, shard), 1, err);
     if (rc < 0)
         return rc;
     c.optim = &o->optim;

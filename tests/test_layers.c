@@ -217,10 +217,11 @@ static void gradcheck(struct harness *h, const char *what)
 
 /* ---- gradient checks of every kind ---- */
 
-static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int kw, int sh, int sw,
-                           int ph, int pw, int no_bias)
+static void gradcheck_conv_as(enum nl_lowering lowering, int n, struct nl_shape in, int filters,
+                              int kh, int kw, int sh, int sw, int ph, int pw, int no_bias)
 {
-    struct harness h = {.l = {.filters = filters,
+    struct harness h = {.l = {.lowering = lowering,
+                              .filters = filters,
                               .kh = kh,
                               .kw = kw,
                               .sh = sh,
@@ -231,10 +232,19 @@ static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int k
                               .in = {in}}};
     char what[128];
     harness_make(&h, "conv", n);
-    snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d", filters,
-             kh, kw, sh, sw, ph, pw, no_bias ? " no bias" : "", n, in.c, in.h, in.w);
+    snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d%s", filters,
+             kh, kw, sh, sw, ph, pw, no_bias ? " no bias" : "", n, in.c, in.h, in.w,
+             h.l.lower == NL_LOWER_SHARD ? ", one GEMM per shard" : "");
     gradcheck(&h, what);
     harness_free(&h);
+}
+
+/* Every case under both lowerings of core/layers/conv.c. */
+static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int kw, int sh, int sw,
+                           int ph, int pw, int no_bias)
+{
+    gradcheck_conv_as(NL_LOWER_SAMPLE, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
+    gradcheck_conv_as(NL_LOWER_SHARD, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
 }
 
 static void gradcheck_dense(int n, struct nl_shape in, int units, int no_bias)
@@ -289,6 +299,7 @@ static void test_gradients(void)
     gradcheck_conv(3, (struct nl_shape){2, 8, 7}, 3, 3, 2, 2, 1, 1, 0, 0);
     gradcheck_conv(1, (struct nl_shape){2, 5, 5}, 2, 2, 2, 1, 1, 2, 2, 1);
     gradcheck_conv(2, (struct nl_shape){4, 3, 3}, 5, 1, 1, 2, 2, 0, 0, 0);
+    gradcheck_conv(3, (struct nl_shape){3, 3, 4}, 4, 1, 1, 1, 1, 0, 0, 0);
 
     gradcheck_dense(3, (struct nl_shape){3, 2, 2}, 5, 0);
     gradcheck_dense(1, (struct nl_shape){7, 1, 1}, 4, 1);
