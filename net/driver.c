@@ -54,8 +54,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "net/crypto.h"
 #include "net/proto.h"
-#include "net/sha256.h"
 #include "net/ssh.h"
 #include "nnlab/alloc.h"
 #include "nnlab/allreduce.h"
@@ -558,10 +558,7 @@ static int partition_payload(const struct nl_dataset *d, const struct nl_train_o
         q[3] = (unsigned char)(y >> 24);
     }
     nl_partition_free(part);
-    unsigned char dg[NL_SHA256_SIZE];
-    nl_sha256(dg, *out, *len);
-    for (int i = 0; i < NL_SHA256_SIZE; i++)
-        sprintf(hash + 2 * i, "%02x", dg[i]);
+    nl_sha256_hex(hash, *out, *len);
     return 0;
 }
 

@@ -36,7 +36,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "net/sha256.h"
+#include "net/crypto.h"
 #include "nnlab/alloc.h"
 
 static const char magic[8] = {'N', 'N', 'L', 'A', 'B', 'W', 'I', 'R'};

@@ -86,8 +86,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "net/crypto.h"
 #include "net/proto.h"
-#include "net/sha256.h"
 #include "nnlab/alloc.h"
 #include "nnlab/cluster.h"
 #include "nnlab/model.h"
@@ -100,12 +100,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void hexify(char *out, const unsigned char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", p[i]);
 }
 
 /* Reads the secret line: 64 hex digits. */
@@ -262,7 +256,6 @@ static int cache_path(char *out, size_t n, const char *hash)
 static unsigned char *cache_load(const char *hash, size_t size)
 {
     char path[4096];
-    unsigned char d[NL_SHA256_SIZE];
     char hex[65];
     unsigned char *buf;
 
@@ -279,8 +272,7 @@ static unsigned char *cache_load(const char *hash, size_t size)
     fclose(f);
     if (!buf)
         return NULL;
-    nl_sha256(d, buf, size);
-    hexify(hex, d, sizeof d);
+    nl_sha256_hex(hex, buf, size);
     if (strcmp(hex, hash) != 0) {
         nl_free(buf);
         return NULL;
@@ -504,10 +496,8 @@ static int get_data(struct link *l, const struct nl_setup *s, uint32_t count, st
     if (rc == 0 && (type != NL_FRAME_DATA || len != size))
         rc = nl_error_set(err, NL_EFORMAT, "the driver's data is not the partition");
     if (rc == 0) {
-        unsigned char d[NL_SHA256_SIZE];
         char hex[65];
-        nl_sha256(d, c->data, size);
-        hexify(hex, d, sizeof d);
+        nl_sha256_hex(hex, c->data, size);
         if (strcmp(hex, s->data_hash) != 0)
             rc = nl_error_set(err, NL_EFORMAT, "the partition does not match its hash");
         else
