@@ -1171,6 +1171,7 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         .size = n,
         .o = *run->o,
         .bf16 = run->co->bf16,
+        .plaintext = run->co->insecure_plaintext,
         .timeout_ms = run->timeout,
         .generation = run->generation,
         .start = start,

@@ -26,6 +26,7 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
     fprintf(f, "beta1 %a\nbeta2 %a\neps %a\nalpha %a\nschedule %s\nwarmup %a\nbf16 %d\n",
             (double)op->beta1, (double)op->beta2, (double)op->eps, (double)op->alpha, schedule,
             (double)s->o.schedule.warmup_epochs, s->bf16);
+    fprintf(f, "plaintext %d\n", s->plaintext);
     fprintf(f, "timeout %d\naugment %d %d\n", s->timeout_ms, s->o.augment.flip, s->o.augment.crop);
     fprintf(f, "clip %a %a\n", (double)s->o.clip_value, (double)s->o.clip_norm);
     fprintf(f, "early_stop %a %d\n", s->o.target_accuracy, s->o.patience);
@@ -183,6 +184,8 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
                 return nl_error_set(err, NL_ENOMEM, "out of memory for the setup");
         } else if (strcmp(key, "bf16") == 0) {
             s->bf16 = atoi(a);
+        } else if (strcmp(key, "plaintext") == 0) {
+            s->plaintext = atoi(a) != 0;
         } else if (strcmp(key, "timeout") == 0) {
             s->timeout_ms = atoi(a);
         } else if (strcmp(key, "generation") == 0) {

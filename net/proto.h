@@ -18,6 +18,7 @@ struct nl_setup {
     int rank, size;
     struct nl_train_opts o; /* sync unused */
     int bf16;
+    int plaintext; /* the mesh's frames are checksummed, not sealed (--insecure-plaintext) */
     int timeout_ms;
     /* Recovery: the generation (0 for the first membership, +1 at each recovery), the steps
      * completed that the members start from, whether a STATE frame follows INIT, and the

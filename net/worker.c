@@ -643,7 +643,8 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         generation_secret(gs, secret, s->generation);
         /* ABORT in the mailbox calls it off. */
         rc = nl_mesh_connect_cancel(&mesh, s->rank, s->size, listen_fd, s->members, gs, sizeof gs,
-                                    s->timeout_ms, l->wake[0], err);
+                                    s->plaintext ? NL_WIRE_PLAINTEXT : 0, s->timeout_ms, l->wake[0],
+                                    err);
         fault = rc < 0; /* a member lost before the mesh stood */
     }
     if (rc == 0) {

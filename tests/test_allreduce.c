@@ -194,8 +194,8 @@ static void run(const struct mode *md)
             inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
             connect(s, (struct sockaddr *)&sin, sizeof sin);
             nl_conn_init(&c, s, "member 0", 3000);
-            is_int(nl_wire_handshake(&c, NL_WIRE_CLIENT, "a-wrong-secret-of-16-bytes", 26, 1, &id,
-                                     &e2),
+            is_int(nl_wire_handshake(&c, NL_WIRE_CLIENT, "a-wrong-secret-of-16-bytes", 26, 0, 1,
+                                     &id, &e2),
                    NL_EAUTH, "a connection without the secret is refused");
             like(e2.msg, "failed the challenge-response", "with the reason: %s", e2.msg);
             nl_conn_close(&c);

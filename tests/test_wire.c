@@ -219,12 +219,12 @@ static int handshake(const char *server_secret, const char *raw, int32_t *peer_i
                 ;
             _exit(0);
         }
-        int rc = nl_wire_handshake(&b, NL_WIRE_SERVER, server_secret, strlen(server_secret), 42,
+        int rc = nl_wire_handshake(&b, NL_WIRE_SERVER, server_secret, strlen(server_secret), 0, 42,
                                    &id, NULL);
         _exit(rc == 0 && id == 7 ? 0 : 1);
     }
     nl_conn_close(&b);
-    int rc = nl_wire_handshake(&a, NL_WIRE_CLIENT, secret, strlen(secret), 7, peer_id, err);
+    int rc = nl_wire_handshake(&a, NL_WIRE_CLIENT, secret, strlen(secret), 0, 7, peer_id, err);
     nl_conn_close(&a);
     int status = wait_child(pid);
     if (!raw && (rc == 0) != (status == 0))
@@ -248,7 +248,7 @@ static void test_handshake(void)
     like(err.msg, "does not speak nnlab's wire protocol", "the message: %s", err.msg);
     struct nl_conn a, b;
     pair(&a, &b, 100);
-    is_int(nl_wire_handshake(&a, NL_WIRE_CLIENT, "short", 5, 0, &id, &err), NL_EINVAL,
+    is_int(nl_wire_handshake(&a, NL_WIRE_CLIENT, "short", 5, 0, 0, &id, &err), NL_EINVAL,
            "a short secret is refused");
     nl_conn_close(&a);
     nl_conn_close(&b);
@@ -300,7 +300,7 @@ static void test_handshake_stalls(void)
     hello_frame(f, 1);
     nl_wire_write_all(b.fd, f, sizeof f, 1000);
     double t0 = now_s();
-    is_int(nl_wire_handshake(&a, NL_WIRE_SERVER, secret, strlen(secret), 0, &id, &err),
+    is_int(nl_wire_handshake(&a, NL_WIRE_SERVER, secret, strlen(secret), 0, 0, &id, &err),
            NL_ETIMEDOUT, "a peer that says HELLO and stalls times out");
     like(err.msg, "peer-a: handshake: no answer within 300 ms", "the message: %s", err.msg);
     nl_conn_close(&a);
@@ -321,7 +321,7 @@ static void test_handshake_stalls(void)
     }
     nl_conn_close(&b);
     t0 = now_s();
-    is_int(nl_wire_handshake(&a, NL_WIRE_SERVER, secret, strlen(secret), 0, &id, &err),
+    is_int(nl_wire_handshake(&a, NL_WIRE_SERVER, secret, strlen(secret), 0, 0, &id, &err),
            NL_ETIMEDOUT, "a peer that drips a byte every 50 ms times out");
     const double took = now_s() - t0;
     ok(took < 2.0,
@@ -336,7 +336,7 @@ static void test_handshake_stalls(void)
     nl_wire_header(f, NL_FRAME_HELLO, NULL, 0);
     memset(f + 4, 0xff, 4);
     nl_wire_write_all(b.fd, f, NL_WIRE_HEADER, 1000);
-    is_int(nl_wire_handshake(&a, NL_WIRE_SERVER, secret, strlen(secret), 0, &id, &err), NL_EAUTH,
+    is_int(nl_wire_handshake(&a, NL_WIRE_SERVER, secret, strlen(secret), 0, 0, &id, &err), NL_EAUTH,
            "a HELLO of 0xffffffff bytes is refused");
     like(err.msg, "does not speak nnlab's wire protocol", "the message: %s", err.msg);
     nl_conn_close(&a);

@@ -81,7 +81,7 @@ static void stepwise(int sv[2], struct nl_conn *c, const uint8_t *data, size_t s
     int32_t peer = -1;
     int rc;
 
-    if (nl_wire_handshake_start(&hs, c, role, FUZZ_SECRET, strlen(FUZZ_SECRET), 0, &err) < 0)
+    if (nl_wire_handshake_start(&hs, c, role, FUZZ_SECRET, strlen(FUZZ_SECRET), 0, 0, &err) < 0)
         abort(); /* sending a HELLO into an empty socket buffer cannot fail */
     for (;;) {
         rc = nl_wire_handshake_step(&hs, c, &peer, &err);
@@ -156,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int32_t peer = -1;
         const enum nl_wire_role role =
             mode == 0 || (mode == 5 && !(secret_len & 1)) ? NL_WIRE_SERVER : NL_WIRE_CLIENT;
-        int rc = nl_wire_handshake(&c, role, secret, secret_len, 0, &peer, &err);
+        int rc = nl_wire_handshake(&c, role, secret, secret_len, 0, 0, &peer, &err);
         if (rc == 0)
             read_frames(&c, 0);
         else if (err.msg[0] == '\0')
