@@ -1,4 +1,7 @@
-/* The wire protocol: SHA-256 and HMAC-SHA256 against the FIPS 180-4 and RFC 4231 vectors, frame
+/* The wire protocol: SHA-256, HMAC-SHA256 and HKDF against the FIPS 180-4, RFC 4231 and RFC 5869
+ * vectors; sealed frames (both ciphers) carried through a relay that alters, replays, reorders,
+ * injects, truncates and reflects them, and keys that differ at either end, each ending in a
+ * named error; the handshake's plaintext option on both sides, on one side only; frame
  * round trips over socketpairs (also written a byte at a time), lengths refused before
  * allocation, checksums, timeouts, and the challenge-response with the right secret, a wrong
  * one, a peer that does not speak the protocol, one that says HELLO and stalls, and one that
@@ -522,12 +525,334 @@ static void test_mesh_under_attack(void)
     close(fds[1]);
 }
 
+/* A sealed link through a relay this test controls: a (client) writes into ra, whose bytes the
+ * test reads and passes on (or not) into rb, which b (server) reads; and b -> a likewise. */
+struct link {
+    struct nl_conn a, ra, rb, b;
+};
+
+/* Whether text occurs in the n bytes at p. */
+static int contains(const unsigned char *p, size_t n, const char *text)
+{
+    const size_t t = strlen(text);
+    for (size_t i = 0; i + t <= n; i++)
+        if (memcmp(p + i, text, t) == 0)
+            return 1;
+    return 0;
+}
+
+static void bail(const char *what, const struct nl_error *err)
+{
+    printf("Bail out! %s: %s\n", what, err->msg);
+    exit(1);
+}
+
+static const unsigned char nonce_c[NL_WIRE_NONCE] = {1, 2, 3}, nonce_s[NL_WIRE_NONCE] = {4, 5, 6};
+
+static void link_open(struct link *l, int aes_a, int aes_b, const char *secret_b)
+{
+    struct nl_error err = {0};
+    pair(&l->a, &l->ra, 2000);
+    pair(&l->rb, &l->b, 300);
+    snprintf(l->b.peer, sizeof l->b.peer, "node1 (127.0.0.1:5001)");
+    if (nl_wire_seal_start(&l->a, NL_WIRE_CLIENT, secret, strlen(secret), nonce_c, nonce_s, aes_a,
+                           &err) < 0 ||
+        nl_wire_seal_start(&l->b, NL_WIRE_SERVER, secret_b, strlen(secret_b), nonce_c, nonce_s,
+                           aes_b, &err) < 0)
+        bail("sealing a link", &err);
+}
+
+static void link_close(struct link *l)
+{
+    nl_conn_close(&l->a);
+    nl_conn_close(&l->ra);
+    nl_conn_close(&l->rb);
+    nl_conn_close(&l->b);
+}
+
+/* Sends a frame from a and takes its bytes off the relay into out (its size returned). */
+static size_t send_capture(struct link *l, uint32_t type, const char *payload, unsigned char *out)
+{
+    struct nl_error err = {0};
+    const size_t n = NL_WIRE_SEALED_HEADER + strlen(payload) + NL_WIRE_TAG;
+    if (nl_wire_send(&l->a, type, payload, (uint32_t)strlen(payload), &err) < 0 ||
+        nl_wire_read_all(l->ra.fd, out, n, 1000) < 0)
+        bail("sending through the relay", &err);
+    return n;
+}
+
+static void deliver(struct link *l, const unsigned char *p, size_t n)
+{
+    nl_wire_write_all(l->rb.fd, p, n, 1000);
+}
+
+/* b receives one frame: its result, the message in err. */
+static int recv_b(struct link *l, char *buf, uint32_t *len, struct nl_error *err)
+{
+    uint32_t type;
+    err->msg[0] = '\0';
+    return nl_wire_recv(&l->b, &type, buf, 256, len, err);
+}
+
+static void test_sealed_cipher(int aes)
+{
+    const char *name = aes ? "AES-256-GCM" : "ChaCha20-Poly1305";
+    const char *msg = "gradient slice 0123456789";
+    unsigned char f1[256], f2[256], g[256];
+    struct nl_error err = {0};
+    struct link l;
+    char buf[256];
+    uint32_t len;
+
+    /* Intact, and nothing of it readable on the way. */
+    link_open(&l, aes, aes, secret);
+    size_t n = send_capture(&l, NL_FRAME_GRAD, msg, f1);
+    unsigned char plain_h[NL_WIRE_HEADER];
+    nl_wire_header(plain_h, NL_FRAME_GRAD, msg, (uint32_t)strlen(msg));
+    ok(!contains(f1, n, "gradient") && memcmp(f1, plain_h, 8) != 0,
+       "%s: neither payload nor header travel in clear", name);
+    deliver(&l, f1, n);
+    ok(recv_b(&l, buf, &len, &err) == 0 && len == strlen(msg) && memcmp(buf, msg, len) == 0,
+       "%s: a sealed frame arrives intact: %s", name, err.msg);
+    is_int((long long)l.b.bytes_received, (long long)n, "%s: bytes_received counts the seal", name);
+    /* b answers a; the directions have their own keys and counts. */
+    ok(nl_wire_send(&l.b, NL_FRAME_PARAM, "back", 4, &err) == 0, "%s: b answers", name);
+    n = NL_WIRE_SEALED_HEADER + 4 + NL_WIRE_TAG;
+    nl_wire_read_all(l.rb.fd, g, n, 1000);
+    nl_wire_write_all(l.ra.fd, g, n, 1000);
+    uint32_t type;
+    ok(nl_wire_recv(&l.a, &type, buf, sizeof buf, &len, &err) == 0 && type == NL_FRAME_PARAM &&
+           len == 4 && memcmp(buf, "back", 4) == 0,
+       "%s: and a reads the answer: %s", name, err.msg);
+    /* An empty frame and one longer than a sealing chunk (the cipher streams). */
+    const uint32_t big = 200000;
+    unsigned char *p = nl_malloc(big), *q = NULL;
+    for (uint32_t i = 0; i < big; i++)
+        p[i] = (unsigned char)(i * 2654435761u >> 24);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct nl_error e2 = {0};
+        _exit(nl_wire_send(&l.a, NL_FRAME_STATE, NULL, 0, &e2) == 0 &&
+                      nl_wire_send(&l.a, NL_FRAME_STATE, p, big, &e2) == 0
+                  ? 0
+                  : 1);
+    }
+    /* The relay (another child) passes it on as it comes. */
+    const size_t total = 2 * (NL_WIRE_SEALED_HEADER + NL_WIRE_TAG) + big;
+    pid_t relay = fork();
+    if (relay == 0) {
+        unsigned char chunk[4096];
+        for (size_t moved = 0; moved < total;) {
+            size_t k = total - moved < sizeof chunk ? total - moved : sizeof chunk;
+            if (nl_wire_read_all(l.ra.fd, chunk, k, 2000) < 0 ||
+                nl_wire_write_all(l.rb.fd, chunk, k, 2000) < 0)
+                _exit(1);
+            moved += k;
+        }
+        _exit(0);
+    }
+    l.b.timeout_ms = 2000;
+    ok(nl_wire_recv(&l.b, &type, buf, sizeof buf, &len, &err) == 0 && len == 0,
+       "%s: an empty sealed frame", name);
+    ok(nl_wire_recv_alloc(&l.b, &type, (void **)&q, &len, big, &err) == 0 && len == big &&
+           memcmp(p, q, big) == 0,
+       "%s: 200 kB sealed in chunks arrive intact: %s", name, err.msg);
+    is_int(wait_child(pid), 0, "%s: the writer finished", name);
+    is_int(wait_child(relay), 0, "%s: the relay finished", name);
+    nl_free(p);
+    nl_free(q);
+    link_close(&l);
+
+    /* A byte altered anywhere: in the sealed header, the payload, the tag. */
+    const size_t where[3] = {2, NL_WIRE_SEALED_HEADER + 3,
+                             NL_WIRE_SEALED_HEADER + strlen(msg) + NL_WIRE_TAG - 1};
+    const char *part[3] = {"header", "payload", "tag"};
+    for (int i = 0; i < 3; i++) {
+        link_open(&l, aes, aes, secret);
+        n = send_capture(&l, NL_FRAME_GRAD, msg, f1);
+        f1[where[i]] ^= 0x01;
+        deliver(&l, f1, n);
+        is_int(recv_b(&l, buf, &len, &err), NL_EAUTH, "%s: a flipped bit in the %s is refused",
+               name, part[i]);
+        is_str(err.msg, "node1 (127.0.0.1:5001): frame 1 failed authentication",
+               "%s: the error names the peer and the frame", name);
+        /* The connection is over: an intact frame after it fails too. */
+        n = send_capture(&l, NL_FRAME_GRAD, msg, f2);
+        deliver(&l, f2, n);
+        is_int(recv_b(&l, buf, &len, &err), NL_EAUTH, "%s: nothing is read after it (%s)", name,
+               part[i]);
+        link_close(&l);
+    }
+
+    /* Replayed. */
+    link_open(&l, aes, aes, secret);
+    n = send_capture(&l, NL_FRAME_GRAD, msg, f1);
+    deliver(&l, f1, n);
+    deliver(&l, f1, n);
+    ok(recv_b(&l, buf, &len, &err) == 0, "%s: the frame once", name);
+    is_int(recv_b(&l, buf, &len, &err), NL_EAUTH, "%s: a replayed frame is refused", name);
+    like(err.msg, "frame 2 failed authentication", "%s: %s", name, err.msg);
+    link_close(&l);
+
+    /* Reordered. */
+    link_open(&l, aes, aes, secret);
+    size_t n1 = send_capture(&l, NL_FRAME_GRAD, msg, f1);
+    size_t n2 = send_capture(&l, NL_FRAME_PARAM, "second frame", f2);
+    deliver(&l, f2, n2);
+    deliver(&l, f1, n1);
+    is_int(recv_b(&l, buf, &len, &err), NL_EAUTH, "%s: frames swapped on the way are refused",
+           name);
+    like(err.msg, "frame 1 failed authentication", "%s: %s", name, err.msg);
+    link_close(&l);
+
+    /* Dropped: the next frame comes under the wrong count. */
+    link_open(&l, aes, aes, secret);
+    send_capture(&l, NL_FRAME_GRAD, msg, f1);
+    n2 = send_capture(&l, NL_FRAME_PARAM, "second frame", f2);
+    deliver(&l, f2, n2);
+    is_int(recv_b(&l, buf, &len, &err), NL_EAUTH, "%s: a frame after a dropped one is refused",
+           name);
+    link_close(&l);
+
+    /* Injected: a well-formed plaintext frame of the same size, and a sealed one under another
+     * run's secret. */
+    link_open(&l, aes, aes, secret);
+    const size_t inj_len = strlen(msg) + NL_WIRE_SEALED_HEADER + NL_WIRE_TAG - NL_WIRE_HEADER;
+    memset(g, 'x', sizeof g);
+    nl_wire_header(g, NL_FRAME_GRAD, g + NL_WIRE_HEADER, (uint32_t)inj_len);
+    deliver(&l, g, NL_WIRE_HEADER + inj_len);
+    is_int(recv_b(&l, buf, &len, &err), NL_EAUTH, "%s: an injected plaintext frame is refused",
+           name);
+    link_close(&l);
+    link_open(&l, aes, aes, "another run's secret, 0123456789");
+    n = send_capture(&l, NL_FRAME_GRAD, msg, f1);
+    deliver(&l, f1, n);
+    is_int(recv_b(&l, buf, &len, &err), NL_EAUTH,
+           "%s: b keyed from another secret refuses a's frame", name);
+    like(err.msg, "node1 (127.0.0.1:5001): frame 1 failed authentication", "%s: %s", name, err.msg);
+    /* And the other end: a refuses what b seals under its wrong key. */
+    ok(nl_wire_send(&l.b, NL_FRAME_PARAM, "back", 4, &err) == 0, "%s: b sends back", name);
+    n = NL_WIRE_SEALED_HEADER + 4 + NL_WIRE_TAG;
+    nl_wire_read_all(l.rb.fd, g, n, 1000);
+    nl_wire_write_all(l.ra.fd, g, n, 1000);
+    l.a.timeout_ms = 300;
+    is_int(nl_wire_recv(&l.a, &type, buf, sizeof buf, &len, &err), NL_EAUTH,
+           "%s: a refuses b's frame under the wrong key", name);
+    like(err.msg, "peer-a: frame 1 failed authentication", "%s: %s", name, err.msg);
+    link_close(&l);
+
+    /* Reflected: a's own frame sent back to it (the directions' keys differ). */
+    link_open(&l, aes, aes, secret);
+    n = send_capture(&l, NL_FRAME_GRAD, msg, f1);
+    nl_wire_write_all(l.ra.fd, f1, n, 1000);
+    l.a.timeout_ms = 300;
+    is_int(nl_wire_recv(&l.a, &type, buf, sizeof buf, &len, &err), NL_EAUTH,
+           "%s: a frame reflected to its sender is refused", name);
+    link_close(&l);
+
+    /* Truncated: the relay passes part of a frame, then closes. */
+    link_open(&l, aes, aes, secret);
+    n = send_capture(&l, NL_FRAME_GRAD, msg, f1);
+    deliver(&l, f1, n - 5);
+    nl_conn_close(&l.rb);
+    is_int(recv_b(&l, buf, &len, &err), NL_ENET, "%s: a truncated frame ends the read", name);
+    like(err.msg, "closed the connection", "%s: %s", name, err.msg);
+    link_close(&l);
+}
+
+static void test_sealed(void)
+{
+    test_sealed_cipher(1);
+    test_sealed_cipher(0);
+
+    /* The two ends disagree on the cipher: nothing opens. */
+    struct link l;
+    struct nl_error err = {0};
+    unsigned char f[256];
+    char buf[256];
+    uint32_t len;
+    link_open(&l, 1, 0, secret);
+    size_t n = send_capture(&l, NL_FRAME_GRAD, "abc", f);
+    deliver(&l, f, n);
+    is_int(recv_b(&l, buf, &len, &err), NL_EAUTH, "AES-GCM frames do not open under ChaCha20");
+    link_close(&l);
+}
+
+/* The handshake's plaintext option, each side's, on a socketpair (the server a thread). */
+struct hs_side {
+    struct nl_conn c;
+    unsigned opts;
+    int rc;
+    struct nl_error err;
+};
+
+static void *hs_server(void *arg)
+{
+    struct hs_side *s = arg;
+    int32_t id;
+    s->rc =
+        nl_wire_handshake(&s->c, NL_WIRE_SERVER, secret, strlen(secret), s->opts, 1, &id, &s->err);
+    return NULL;
+}
+
+static int handshake_opts(unsigned client_opts, unsigned server_opts, struct hs_side *cl,
+                          struct hs_side *sv)
+{
+    pthread_t t;
+    int32_t id;
+    memset(cl, 0, sizeof *cl);
+    memset(sv, 0, sizeof *sv);
+    pair(&cl->c, &sv->c, 2000);
+    cl->opts = client_opts;
+    sv->opts = server_opts;
+    pthread_create(&t, NULL, hs_server, sv);
+    cl->rc = nl_wire_handshake(&cl->c, NL_WIRE_CLIENT, secret, strlen(secret), client_opts, 0, &id,
+                               &cl->err);
+    pthread_join(t, NULL);
+    return cl->rc;
+}
+
+static void test_handshake_opts(void)
+{
+    struct hs_side cl, sv;
+    struct nl_error err = {0};
+    uint32_t type, len;
+    char buf[64];
+
+    const unsigned both[3][2] = {
+        {0, 0}, {NL_WIRE_NO_AES, 0}, {NL_WIRE_PLAINTEXT, NL_WIRE_PLAINTEXT}};
+    const char *what[3] = {"sealed", "sealed, one side without AES (ChaCha20)", "plaintext"};
+    for (int i = 0; i < 3; i++) {
+        is_int(handshake_opts(both[i][0], both[i][1], &cl, &sv), 0, "%s: the handshake passes: %s",
+               what[i], cl.err.msg);
+        is_int(sv.rc, 0, "%s: on both sides", what[i]);
+        ok((cl.c.seal != NULL) == (i < 2) && (sv.c.seal != NULL) == (i < 2),
+           "%s: the connection is %s", what[i], i < 2 ? "sealed" : "not sealed");
+        ok(nl_wire_send(&cl.c, 7, "over", 4, &err) == 0 &&
+               nl_wire_recv(&sv.c, &type, buf, sizeof buf, &len, &err) == 0 && len == 4 &&
+               memcmp(buf, "over", 4) == 0 && nl_wire_send(&sv.c, 8, "back", 4, &err) == 0 &&
+               nl_wire_recv(&cl.c, &type, buf, sizeof buf, &len, &err) == 0 && type == 8,
+           "%s: frames both ways: %s", what[i], err.msg);
+        nl_conn_close(&cl.c);
+        nl_conn_close(&sv.c);
+    }
+    is_int(handshake_opts(NL_WIRE_PLAINTEXT, 0, &cl, &sv), NL_EAUTH,
+           "a plaintext client is refused by a sealing server");
+    like(cl.err.msg, "--insecure-plaintext", "the message names the option: %s", cl.err.msg);
+    like(sv.err.msg, "runs with --insecure-plaintext and this member does not",
+         "and the server's says who runs it: %s", sv.err.msg);
+    nl_conn_close(&cl.c);
+    nl_conn_close(&sv.c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     test_sha256();
     test_frames();
     test_handshake();
+    test_sealed();
+    test_handshake_opts();
     test_handshake_stalls();
     test_mesh_under_attack();
     return done_testing();
