@@ -1,7 +1,10 @@
 /* The wire protocol: SHA-256, HMAC-SHA256 and HKDF against the FIPS 180-4, RFC 4231 and RFC 5869
  * vectors; sealed frames (both ciphers) carried through a relay that alters, replays, reorders,
  * injects, truncates and reflects them, and keys that differ at either end, each ending in a
- * named error; the handshake's plaintext option on both sides, on one side only; frame
+ * named error; the handshake's plaintext option on both sides, on one side only; the mesh and
+ * the sliced allreduce through a recording relay (no frame of a sealed run parses as plaintext,
+ * where a plaintext run's do; a byte flipped on the way ends the exchange, naming the member and
+ * the frame); frame
  * round trips over socketpairs (also written a byte at a time), lengths refused before
  * allocation, checksums, timeouts, and the challenge-response with the right secret, a wrong
  * one, a peer that does not speak the protocol, one that says HELLO and stalls, and one that
@@ -27,6 +30,7 @@
 
 #include "net/crypto.h"
 #include "nnlab/alloc.h"
+#include "nnlab/allreduce.h"
 #include "nnlab/mesh.h"
 #include "nnlab/wire.h"
 #include "tap.h"
@@ -845,6 +849,209 @@ static void test_handshake_opts(void)
     nl_conn_close(&sv.c);
 }
 
+/* The mesh and the sliced allreduce through a relay: member 1 reaches member 0 through a TCP
+ * relay (a thread) that records every byte each way and may flip one byte of member 1's stream
+ * at a given offset. */
+enum { RELAY_CAP = 1 << 20, RELAY_N = 4000, RELAY_STEPS = 3 };
+
+struct relay {
+    int listen_fd, target_port;
+    long flip_at; /* offset in member 1's stream; < 0: none */
+    unsigned char *rec[2];
+    size_t n[2]; /* [0]: member 1 -> 0, [1]: member 0 -> 1 */
+};
+
+static void *relay_main(void *arg)
+{
+    struct relay *r = arg;
+    int in = accept(r->listen_fd, NULL, NULL);
+    int out = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)r->target_port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (in < 0 || connect(out, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        if (in >= 0)
+            close(in);
+        close(out);
+        return NULL;
+    }
+    struct pollfd pf[2] = {{.fd = in, .events = POLLIN}, {.fd = out, .events = POLLIN}};
+    for (;;) {
+        if (poll(pf, 2, 10000) <= 0)
+            break;
+        int closed = 0;
+        for (int d = 0; d < 2; d++) {
+            if (!pf[d].revents)
+                continue;
+            unsigned char buf[65536];
+            ssize_t got = read(pf[d].fd, buf, sizeof buf);
+            if (got <= 0) {
+                closed = 1;
+                continue;
+            }
+            for (ssize_t i = 0; i < got; i++) {
+                if (d == 0 && r->flip_at >= 0 && (long)r->n[0] + i == r->flip_at)
+                    buf[i] ^= 0x20;
+            }
+            size_t keep = r->n[d] + (size_t)got <= RELAY_CAP ? (size_t)got : RELAY_CAP - r->n[d];
+            memcpy(r->rec[d] + r->n[d], buf, keep);
+            r->n[d] += keep;
+            nl_wire_write_all(pf[1 - d].fd, buf, (size_t)got, 2000);
+        }
+        if (closed)
+            break;
+    }
+    close(in);
+    close(out);
+    return NULL;
+}
+
+struct relay_member {
+    int rank, fd;
+    unsigned opts;
+    const struct nl_member *members;
+    int rc;
+    struct nl_error err;
+};
+
+/* The gradient member r computes in every step: recognisable floats. */
+static float relay_grad(int r, size_t i)
+{
+    return 0.25f + (float)(i % 97) * 0.0078125f + (float)r;
+}
+
+static void *relay_member_main(void *arg)
+{
+    struct relay_member *m = arg;
+    struct nl_mesh *mesh = NULL;
+    struct nl_allreduce *a = NULL;
+    struct nl_optim o;
+    float *params = nl_alloc_floats(RELAY_N), *grad = nl_alloc_floats(RELAY_N);
+
+    nl_optim_defaults(&o, NL_OPTIM_SGD);
+    for (size_t i = 0; i < RELAY_N; i++)
+        params[i] = 0.5f;
+    m->rc = nl_mesh_connect_cancel(&mesh, m->rank, 2, m->fd, m->members, secret, strlen(secret),
+                                   m->opts, 5000, -1, &m->err);
+    if (m->rc == 0)
+        m->rc = nl_allreduce_new(
+            &a, mesh, params,
+            &(struct nl_allreduce_opts){
+                .n = RELAY_N, .ntrainable = RELAY_N, .optim = &o, .overlap = m->rank == 0},
+            &m->err);
+    for (long step = 1; m->rc == 0 && step <= RELAY_STEPS; step++) {
+        for (size_t i = 0; i < RELAY_N; i++)
+            grad[i] = relay_grad(m->rank, i);
+        m->rc = nl_allreduce_step(a, params, grad, step, 0.01f, &m->err);
+    }
+    nl_allreduce_free(a);
+    nl_mesh_free(mesh);
+    nl_free(params);
+    nl_free(grad);
+    return NULL;
+}
+
+/* Frames in a recorded stream that parse as plaintext: a header of a GRAD or PARAM whose
+ * length is a slice's and whose checksum holds over the bytes that follow. */
+static int plaintext_frames(const unsigned char *p, size_t n)
+{
+    int found = 0;
+    for (size_t i = 0; i + NL_WIRE_HEADER <= n; i++) {
+        uint32_t type, len, crc;
+        if (nl_wire_parse_header(p + i, &type, &len, &crc, RELAY_N * sizeof(float)) < 0 ||
+            (type != NL_FRAME_GRAD && type != NL_FRAME_PARAM) || len == 0 ||
+            i + NL_WIRE_HEADER + len > n)
+            continue;
+        found += nl_wire_check(crc, type, p + i + NL_WIRE_HEADER, len);
+    }
+    return found;
+}
+
+/* Whether 16 bytes of member r's gradient occur in p. */
+static int has_gradient(const unsigned char *p, size_t n, int r)
+{
+    float g[4];
+    for (int i = 0; i < 4; i++)
+        g[i] = relay_grad(r, 10 + (size_t)i);
+    for (size_t i = 0; i + sizeof g <= n; i++)
+        if (memcmp(p + i, g, sizeof g) == 0)
+            return 1;
+    return 0;
+}
+
+static void relay_run(unsigned opts, long flip_at, struct relay *r, struct relay_member m[2])
+{
+    struct nl_member members[2] = {{"node1", "127.0.0.1", 0}, {"node2", "127.0.0.1", 0}};
+    struct nl_error err = {0};
+    int fds[2], target;
+    pthread_t rt, mt[2];
+
+    memset(r, 0, sizeof *r);
+    r->rec[0] = nl_malloc(RELAY_CAP);
+    r->rec[1] = nl_malloc(RELAY_CAP);
+    r->flip_at = flip_at;
+    if (nl_net_listen(&fds[0], "127.0.0.1", 0, 0, &target, &err) < 0 ||
+        nl_net_listen(&fds[1], "127.0.0.1", 0, 0, &members[1].port, &err) < 0 ||
+        nl_net_listen(&r->listen_fd, "127.0.0.1", 0, 0, &members[0].port, &err) < 0)
+        bail("listening", &err);
+    r->target_port = target;
+    pthread_create(&rt, NULL, relay_main, r);
+    for (int i = 0; i < 2; i++) {
+        m[i] = (struct relay_member){.rank = i, .fd = fds[i], .opts = opts, .members = members};
+        pthread_create(&mt[i], NULL, relay_member_main, &m[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(mt[i], NULL);
+    pthread_join(rt, NULL);
+    close(fds[0]);
+    close(fds[1]);
+    close(r->listen_fd);
+}
+
+static void test_mesh_relay(void)
+{
+    struct relay r;
+    struct relay_member m[2];
+
+    /* Plaintext first: the scan finds the frames, so it can tell. */
+    relay_run(NL_WIRE_PLAINTEXT, -1, &r, m);
+    ok(m[0].rc == 0 && m[1].rc == 0, "plaintext: %d steps through the relay: %s%s", RELAY_STEPS,
+       m[0].err.msg, m[1].err.msg);
+    ok(plaintext_frames(r.rec[0], r.n[0]) >= RELAY_STEPS &&
+           plaintext_frames(r.rec[1], r.n[1]) >= RELAY_STEPS && has_gradient(r.rec[0], r.n[0], 1),
+       "plaintext: the recording shows the frames and the gradient (%d, %d frames)",
+       plaintext_frames(r.rec[0], r.n[0]), plaintext_frames(r.rec[1], r.n[1]));
+    nl_free(r.rec[0]);
+    nl_free(r.rec[1]);
+
+    relay_run(0, -1, &r, m);
+    ok(m[0].rc == 0 && m[1].rc == 0, "sealed: %d steps through the relay: %s%s", RELAY_STEPS,
+       m[0].err.msg, m[1].err.msg);
+    ok(r.n[0] > RELAY_STEPS * RELAY_N * sizeof(float) / 2, "sealed: %zu bytes recorded", r.n[0]);
+    is_int(plaintext_frames(r.rec[0], r.n[0]) + plaintext_frames(r.rec[1], r.n[1]), 0,
+           "sealed: no recorded frame parses as plaintext");
+    ok(!has_gradient(r.rec[0], r.n[0], 1) && !has_gradient(r.rec[1], r.n[1], 0),
+       "sealed: no gradient bytes in the recording");
+    nl_free(r.rec[0]);
+    nl_free(r.rec[1]);
+
+    /* A byte flipped in member 1's first sealed frame (after its HELLO and AUTH), and one far
+     * into the run: member 0 ends the connection, naming member 1 and the frame. */
+    const long hs = 2 * NL_WIRE_HEADER + NL_WIRE_HELLO + NL_WIRE_PROOF;
+    const long at[2] = {hs + NL_WIRE_SEALED_HEADER + 7,
+                        hs + 2 * (long)(RELAY_N * sizeof(float) / 2 + 2 * NL_WIRE_SEALED_HEADER) +
+                            5};
+    for (int i = 0; i < 2; i++) {
+        relay_run(0, at[i], &r, m);
+        is_int(m[0].rc, NL_EAUTH, "flipped at byte %ld: member 0's step fails", at[i]);
+        like(m[0].err.msg, "node2 (127.0.0.1:", "it names the member: %s", m[0].err.msg);
+        like(m[0].err.msg, "failed authentication", "and the failed authentication");
+        ok(m[1].rc < 0, "member 1 sees the connection end: %s", m[1].err.msg);
+        nl_free(r.rec[0]);
+        nl_free(r.rec[1]);
+    }
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -853,6 +1060,7 @@ int main(void)
     test_handshake();
     test_sealed();
     test_handshake_opts();
+    test_mesh_relay();
     test_handshake_stalls();
     test_mesh_under_attack();
     return done_testing();
