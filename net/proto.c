@@ -1,5 +1,4 @@
-/* The driver-worker messages. See net/proto.h; the conversation itself is described at the top
- * of net/worker.c. */
+/* The payload codecs of net/proto.h, whose header comment tables every frame. */
 #include "proto.h"
 
 #include <stdio.h>
@@ -299,6 +298,29 @@ void nl_judge_decode(const unsigned char in[NL_JUDGE_SIZE], int *epoch, double *
 {
     *epoch = (int)(int32_t)(uint32_t)get64(in);
     *watched = getd(in + 8);
+}
+
+void nl_state_head_encode(unsigned char out[NL_STATE_HEADER], const struct nl_state_head *h)
+{
+    put64(out, h->lo);
+    put64(out + 8, h->hi);
+    put64(out + 16, h->copies);
+    put64(out + 24, h->step);
+    put64(out + 32, h->step2);
+}
+
+void nl_state_head_decode(struct nl_state_head *h, const unsigned char in[NL_STATE_HEADER])
+{
+    h->lo = get64(in);
+    h->hi = get64(in + 8);
+    h->copies = get64(in + 16);
+    h->step = get64(in + 24);
+    h->step2 = get64(in + 32);
+}
+
+size_t nl_state_size(size_t own, int nstate, int copies)
+{
+    return NL_STATE_HEADER + (size_t)copies * own * (size_t)(1 + nstate) * sizeof(float);
 }
 
 size_t nl_setup_sample_bytes(const struct nl_setup *s)

@@ -309,20 +309,6 @@ static void cache_store(const char *hash, const unsigned char *buf, size_t size)
         unlink(tmp);
 }
 
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 struct worker_hook {
     struct link *l;
     struct nl_member_sync *ms;
@@ -374,12 +360,11 @@ static int on_event(void *ud, const struct nl_event *ev)
             return 0;
         int rc = 0;
         if (h->nstate > 0) {
-            const uint64_t head[5] = {h->lo, h->hi, 1, (uint64_t)step, 0};
-            for (int k = 0; k < 5; k++)
-                put_u64(h->state + 8 * k, head[k]);
+            nl_state_head_encode(h->state,
+                                 &(struct nl_state_head){h->lo, h->hi, 1, (uint64_t)step, 0});
             nl_allreduce_export(h->ms->ar, 0, (float *)(void *)(h->state + NL_STATE_HEADER));
             rc = link_send(h->l, NL_FRAME_STATE, h->state,
-                           (uint32_t)(NL_STATE_HEADER + h->nslice * sizeof(float)), &h->err);
+                           (uint32_t)nl_state_size(h->hi - h->lo, h->nstate, 1), &h->err);
         }
         if (rc == 0 && h->rank == 0 && step % h->iters != 0)
             rc = link_send(h->l, NL_FRAME_PARAMS, h->m->params,
@@ -512,10 +497,11 @@ static int get_data(struct link *l, const struct nl_setup *s, uint32_t count, st
     return 0;
 }
 
-/* FAULT, PARAMS and STATE (two copies of the slice, n floats each, after steps st[0], st[1]). */
+/* FAULT, PARAMS and STATE (two copies of the slice [lo, hi) and its nstate arrays, after steps
+ * st[0], st[1]). */
 static int report_fault(struct link *l, long done, const char *why, const float *params,
                         size_t nparams, size_t lo, size_t hi, const long st[2], const float *copies,
-                        size_t n, struct nl_error *err)
+                        int nstate, struct nl_error *err)
 {
     char text[NL_ERR_MAX + 32];
     int k = snprintf(text, sizeof text, "%ld %.300s", done, why);
@@ -524,15 +510,12 @@ static int report_fault(struct link *l, long done, const char *why, const float 
         rc = link_send(l, NL_FRAME_PARAMS, params, (uint32_t)(nparams * sizeof(float)), err);
     if (rc < 0)
         return rc;
-    const size_t bytes = NL_STATE_HEADER + 2 * n * sizeof(float);
+    const size_t bytes = nl_state_size(hi - lo, nstate, 2);
+    const size_t n = (hi - lo) * (size_t)(1 + nstate);
     unsigned char *b = nl_malloc(bytes);
     if (!b)
         return nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
-    put_u64(b, lo);
-    put_u64(b + 8, hi);
-    put_u64(b + 16, 2);
-    put_u64(b + 24, (uint64_t)st[0]);
-    put_u64(b + 32, (uint64_t)st[1]);
+    nl_state_head_encode(b, &(struct nl_state_head){lo, hi, 2, (uint64_t)st[0], (uint64_t)st[1]});
     memcpy(b + NL_STATE_HEADER, copies, 2 * n * sizeof(float));
     rc = link_send(l, NL_FRAME_STATE, b, (uint32_t)bytes, err);
     nl_free(b);
@@ -585,14 +568,17 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         slice = nl_alloc_floats(nslice + 1);
         copies = nl_alloc_floats(2 * nslice + 1);
         keep = nl_alloc_floats(m->nparams + 1);
-        ckpt = nl_malloc(NL_STATE_HEADER + nslice * sizeof(float));
+        ckpt = nl_malloc(nl_state_size(hi - lo, nstate, 1));
         if (!slice || !copies || !keep || !ckpt)
             rc = nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
     }
     if (rc == 0 && s->has_state) {
         rc = link_recv(l, &type, (void **)&st, &len, err);
-        if (rc == 0 && (type != NL_FRAME_STATE || len != NL_STATE_HEADER + nslice * sizeof(float) ||
-                        get_u64(st) != lo || get_u64(st + 8) != hi || get_u64(st + 16) != 1))
+        struct nl_state_head sh = {0};
+        if (rc == 0 && type == NL_FRAME_STATE && len >= NL_STATE_HEADER)
+            nl_state_head_decode(&sh, st);
+        if (rc == 0 && (type != NL_FRAME_STATE || len != nl_state_size(hi - lo, nstate, 1) ||
+                        sh.lo != lo || sh.hi != hi || sh.copies != 1))
             rc = nl_error_set(err, NL_EFORMAT,
                               "the driver's optimizer state is not that of slice [%zu, %zu)", lo,
                               hi);
@@ -712,7 +698,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             memcpy(copies + nslice, slice, nslice * sizeof(float));
         }
         rc = report_fault(l, ar ? ms.done : s->start, why, ar ? keep : init, m->nparams, lo, hi,
-                          steps, copies, nslice, err);
+                          steps, copies, nstate, err);
         if (rc == 0)
             rc = FAULTED;
     }
