@@ -30,11 +30,10 @@
  *                     the others
  *   both ways         HEARTBEAT (empty) every heartbeat timeout / 4, from the first SETUP on
  *
- * STATE's payload: five uint64 LE (lo, hi, copies, step, step2), then `copies` times the slice
- * [lo, hi) of the trainable parameters as (1 + nstate) float arrays of hi - lo values: the fp32
- * master, then nl_optim_state_arrays() state arrays. The first copy is the state after `step`
- * steps; a second one (a FAULT's report) the state after `step2`, from before the owner's latest
- * optimizer step (step2 is 0 when copies is 1).
+ * Every frame's payload is in the table at the top of net/proto.h. STATE holds `copies` copies
+ * of the slice: the fp32 master, then nl_optim_state_arrays() state arrays. The first copy is the
+ * state after `step` steps; a second one (a FAULT's report) the state after `step2`, from before
+ * the owner's latest optimizer step (step2 is 0 when copies is 1).
  *
  * Liveness. After the first SETUP a thread of the worker is the only reader of stdin: HEARTBEAT
  * frames reset its clock; the end of stdin or no frame within the heartbeat timeout means the
