@@ -41,7 +41,7 @@
  *            so type and length are authentic when they are checked against what is due.
  * A frame that fails to open ends the connection: NL_EAUTH "<peer>: frame N failed
  * authentication", and every later frame on it fails likewise.
- * Payload formats of the later frames belong to their users (net/allreduce.c, net/worker.c).
+ * Every frame's payload and when it is sent are tabled at the top of net/proto.h.
  * The same framing (without the handshake, which SSH stands in for) runs over a worker's stdin
  * and stdout; on pipes a write that has started may outlast the timeout. */
 #include "nnlab/wire.h"
