@@ -33,6 +33,7 @@ enum {
     OPT_CHECKPOINT_EVERY,
     OPT_HEARTBEAT,
     OPT_MAX_RESTARTS,
+    OPT_INSECURE_PLAINTEXT,
 };
 
 #define DEMO_DATA "/usr/share/datasets/fashion-mnist"
@@ -142,6 +143,7 @@ static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *
         .port_lo = ca->port_lo,
         .port_hi = ca->port_hi,
         .bf16 = ca->bf16,
+        .insecure_plaintext = ca->insecure_plaintext,
         .heartbeat_ms = ca->heartbeat_ms,
         .max_restarts = ca->max_restarts >= 0 ? ca->max_restarts : 3,
         .stop = &interrupted,
@@ -449,6 +451,7 @@ int cmd_train(int argc, char **argv)
         {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
         {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
         {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
+        {"insecure-plaintext", no_argument, NULL, OPT_INSECURE_PLAINTEXT},
         {NULL, 0, NULL, 0},
     };
     struct cluster_args ca = {.max_restarts = -1};
@@ -468,7 +471,7 @@ int cmd_train(int argc, char **argv)
             ra.epochs = 0; /* given: set below */
         else if (c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY && c != '?' &&
                  !(c >= OPT_HOSTS && c <= OPT_BIND) && c != OPT_HEARTBEAT &&
-                 c != OPT_MAX_RESTARTS && !setting && li >= 0)
+                 c != OPT_MAX_RESTARTS && c != OPT_INSECURE_PLAINTEXT && !setting && li >= 0)
             setting = opts[li].name;
         li = -1;
         if (c == OPT_RESUME) {
@@ -528,6 +531,8 @@ int cmd_train(int argc, char **argv)
                 return usage_error("train", "--max-restarts %s: want a whole number from 0",
                                    optarg);
             ca.max_restarts = (int)v;
+        } else if (c == OPT_INSECURE_PLAINTEXT) {
+            ca.insecure_plaintext = 1;
         } else if (c == OPT_COMPRESS) {
             if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "none") != 0)
                 return usage_error("train", "--compress %s: want bf16 or none", optarg);
@@ -569,7 +574,7 @@ int cmd_train(int argc, char **argv)
         return usage_error("train", "give --hosts or --hostfile, not both");
     if (!ca.hosts && !ca.hostfile &&
         (ca.ssh_config || ca.remote_nnlab || ca.bind || ca.accept_new || ca.port_lo || ca.bf16 ||
-         ca.heartbeat_ms || ca.max_restarts >= 0))
+         ca.heartbeat_ms || ca.max_restarts >= 0 || ca.insecure_plaintext))
         return usage_error("train", "cluster options need --hosts or --hostfile");
 #if NNLAB_HAVE_SSH
     if (ca.hosts || ca.hostfile) {

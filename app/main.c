@@ -94,6 +94,7 @@ static const struct command commands[] = {
      "      --port-range A-B  ports the workers may listen on (default: any)\n"
      "      --bind ADDR       address the workers listen on (default: the one reached)\n"
      "      --compress bf16   send gradients and parameters as bf16 (sums stay fp32)\n"
+     "      --insecure-plaintext  frames between workers checksummed, not sealed\n"
      "      --heartbeat-timeout S  a worker silent for S seconds is lost, and workers exit\n"
      "                        when the driver is silent that long (default 10)\n"
      "      --max-restarts N  restart a lost worker on its host up to N times per run, then\n"
