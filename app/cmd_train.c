@@ -152,10 +152,12 @@ static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *
 
 /* Trains the run's model m on d, locally or on the hosts of ca when cluster, recording steps,
  * epochs and checkpoints in run_id's record; then finishes the record (done, stopped or failed;
- * skipped_before batches skipped in earlier sessions) and reports. Frees m and d. */
+ * skipped_before batches skipped in earlier sessions) and reports. A fresh cluster run (not a
+ * resumed one) that fails before its first step loses its record. Frees m and d. */
 static int train_and_finish(struct nl_store *store, int64_t run_id, const char *run_name,
                             struct nl_model *m, struct nl_dataset *d, const struct nl_train_opts *o,
-                            int cluster, const struct cluster_args *ca, long skipped_before)
+                            int cluster, const struct cluster_args *ca, long skipped_before,
+                            int fresh)
 {
     struct nl_error err = {0};
     struct nl_train_result res = {0};
@@ -196,6 +198,16 @@ static int train_and_finish(struct nl_store *store, int64_t run_id, const char *
     if (p.tty && !g.json && !g.quiet && rc < 0)
         fputc('\n', stdout);
     struct nl_error ferr = {0};
+    if (rc < 0 && cluster && fresh && !p.started) {
+        /* The run never started (a host that does not resolve, refuses or fails to launch):
+         * nothing of it is kept, as if it had been refused before its record was made. */
+        nl_run_remove(store, run_name, &ferr);
+        nl_model_free(m);
+        nl_dataset_free(d);
+        nl_free(stats);
+        nl_free(hosts_mem);
+        return fail(&err);
+    }
     if (res.skipped_batches > 0)
         record_skipped(store, run_id, o, m, d->shape, d->nclasses, cluster,
                        skipped_before + res.skipped_batches);
@@ -265,7 +277,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
                run.name, model, dataset, nl_model_count_params(m), nl_model_count_trainable(m),
                d->split[NL_TRAIN].n);
 
-    return train_and_finish(store, run.id, run.name, m, d, o, cluster, ca, 0);
+    return train_and_finish(store, run.id, run.name, m, d, o, cluster, ca, 0, 1);
 }
 
 /* Continues the run named run_name from its latest checkpoint in its own record, with its own
@@ -286,7 +298,7 @@ static int resume_session(struct nl_store *store, const char *run_name,
                r->resume.epoch, r->resume.iteration, r->opts.epochs);
     /* The model and data pass to train_and_finish; the rest of r is released here. */
     rc = train_and_finish(store, r->run.id, r->run.name, r->model, r->data, &r->opts, r->cluster,
-                          ca, r->skipped);
+                          ca, r->skipped, 0);
     r->model = NULL;
     r->data = NULL;
     nl_run_resumed_free(r);
@@ -332,17 +344,17 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
     switch (c) {
     case 'e':
         if (!parse_int(optarg, 1, 100000, &v))
-            return usage_error(cmd, "--epochs %s: want a whole number from 1", optarg);
+            return usage_error(cmd, "--epochs %s: want a whole number from 1 to 100000", optarg);
         a->o.epochs = (int)v;
         return 0;
     case 'b':
         if (!parse_int(optarg, 1, 1 << 20, &v))
-            return usage_error(cmd, "--batch %s: want a whole number from 1", optarg);
+            return usage_error(cmd, "--batch %s: want a whole number from 1 to 1048576", optarg);
         a->o.batch = (int)v;
         return 0;
     case 't':
         if (!parse_int(optarg, 1, 1024, &v))
-            return usage_error(cmd, "--threads %s: want a whole number from 1", optarg);
+            return usage_error(cmd, "--threads %s: want a whole number from 1 to 1024", optarg);
         a->o.threads = (int)v;
         return 0;
     case 's':
@@ -352,7 +364,7 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
         return 0;
     case 'l':
         if (!parse_float(optarg, 1e-12, 1e6, &a->lr))
-            return usage_error(cmd, "--lr %s: want a positive number", optarg);
+            return usage_error(cmd, "--lr %s: want a number in (0, 1e6]", optarg);
         return 0;
     case 'm':
         if (!parse_float(optarg, 0.0, 0.999999, &a->momentum))
@@ -384,12 +396,12 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
         return 0;
     case 'C':
         if (!parse_float(optarg, 1e-12, 1e12, &f))
-            return usage_error(cmd, "--clip-value %s: want a positive number", optarg);
+            return usage_error(cmd, "--clip-value %s: want a number in (0, 1e12]", optarg);
         a->o.clip_value = (float)f;
         return 0;
     case 'K':
         if (!parse_float(optarg, 1e-12, 1e12, &f))
-            return usage_error(cmd, "--clip-norm %s: want a positive number", optarg);
+            return usage_error(cmd, "--clip-norm %s: want a number in (0, 1e12]", optarg);
         a->o.clip_norm = (float)f;
         return 0;
     case 'p':
@@ -402,7 +414,7 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
             return usage_error(cmd, "--augment: %s", err.msg);
         return 0;
     default:
-        return usage_error(cmd, "unknown option");
+        return option_error(cmd);
     }
 }
 
@@ -821,9 +833,10 @@ int cmd_eval(int argc, char **argv)
                 return usage_error("eval", "--split %s: want test, val or train", optarg);
         } else if (c == 't') {
             if (!parse_int(optarg, 1, 1024, &threads))
-                return usage_error("eval", "--threads %s: want a whole number from 1", optarg);
+                return usage_error("eval", "--threads %s: want a whole number from 1 to 1024",
+                                   optarg);
         } else {
-            return usage_error("eval", "unknown option");
+            return option_error("eval");
         }
     }
     if (argc - optind != 1)
@@ -857,6 +870,12 @@ int cmd_eval(int argc, char **argv)
         }
     } else {
         rc = load_run(store, what, data, &run, &m, &d, &err);
+        /* Evaluating a run on a dataset imported again since it trained (with a validation
+         * split carved from what was its training data, say) is warned about. */
+        char why[1024];
+        if (rc == 0 && strcmp(d->name, run.dataset) == 0 && split != NL_TRAIN &&
+            nl_run_data_replaced(store, &run, why, sizeof why, &err) == 1)
+            warn_cb(NULL, why);
     }
     nl_store_close(store);
     if (rc < 0)
@@ -902,9 +921,10 @@ int cmd_predict(int argc, char **argv)
     int c;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c != 'k' || !parse_int(optarg, 1, 1000, &top))
-            return usage_error("predict",
-                               c == 'k' ? "--top: want a whole number from 1" : "unknown option");
+        if (c != 'k')
+            return option_error("predict");
+        if (!parse_int(optarg, 1, 1000, &top))
+            return usage_error("predict", "--top %s: want a whole number from 1 to 1000", optarg);
     }
     if (argc - optind < 2)
         return usage_error("predict", "needs a RUN and at least one FILE.png");

@@ -206,6 +206,16 @@ int usage_error(const char *cmd, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+int option_error(const char *cmd)
+{
+    const char *arg = g.argv && optind > 0 ? g.argv[optind - 1] : "";
+    int len = (int)strcspn(arg, "=");
+
+    if (optopt != 0 && strncmp(arg, "--", 2) == 0)
+        return usage_error(cmd, "option '%.*s' needs a value", len, arg);
+    return usage_error(cmd, "unknown option '%.*s'", len, arg);
+}
+
 void warn_cb(void *ud, const char *msg)
 {
     (void)ud;
@@ -329,5 +339,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     nl_kernels_init();
     optind = 0; /* glibc: a full re-initialisation of getopt for the command's own options */
+    opterr = 0; /* option_error names a bad option in the command's own line */
+    g.argv = argv + 1;
     return c->run(argc - 1, argv + 1);
 }
