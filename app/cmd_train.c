@@ -225,6 +225,34 @@ static int train_and_finish(struct nl_store *store, int64_t run_id, const char *
     return rc < 0 ? fail(&err) : EXIT_OK;
 }
 
+/* NNLAB_EPOCHS_MAX=N and NNLAB_TRAIN_SAMPLES=N shorten every new training run, to try the
+ * README's examples quickly (tests/test_readme runs them so): at most N epochs, and the first N
+ * samples of the train split (validation and test splits stay whole). Each says so on stderr,
+ * and the run records what it did: its epochs in its settings, its sample count in its first
+ * line. Resumed runs are not shortened. Returns 0, or a usage error's exit status. */
+static int shorten(struct nl_train_opts *o, struct nl_dataset *d)
+{
+    const char *names[] = {"NNLAB_EPOCHS_MAX", "NNLAB_TRAIN_SAMPLES"};
+    long v[2] = {0, 0};
+
+    for (int i = 0; i < 2; i++) {
+        const char *s = getenv(names[i]);
+        if (s && *s && !parse_int(s, 1, 0x7fffffffL, &v[i]))
+            return failf("%s=%s: want a whole number from 1", names[i], s);
+    }
+    if (v[0] > 0 && o->epochs > v[0]) {
+        fprintf(stderr, "nnlab: NNLAB_EPOCHS_MAX=%ld: %ld epochs instead of %d\n", v[0], v[0],
+                o->epochs);
+        o->epochs = (int)v[0];
+    }
+    if (v[1] > 0 && d->split[NL_TRAIN].n > (uint32_t)v[1]) {
+        fprintf(stderr, "nnlab: NNLAB_TRAIN_SAMPLES=%ld: the first %ld of %u training samples\n",
+                v[1], v[1], d->split[NL_TRAIN].n);
+        d->split[NL_TRAIN].n = (uint32_t)v[1];
+    }
+    return 0;
+}
+
 /* Trains model on dataset as a new run named run_name (NULL: generated), from init when given
  * and with ft's frozen layers, and reports; on the hosts of ca when it names any. */
 static int train_session(struct nl_store *store, const char *dataset, const char *model,
@@ -235,6 +263,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     struct nl_dataset *d = NULL;
     struct nl_model *m = NULL;
     struct nl_run_info run;
+    struct nl_train_opts shortened = *o;
     int rc;
 
     rc = nl_dataset_load(store, dataset, &d, &err);
@@ -242,6 +271,12 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         nl_error_set(&err, rc, "no dataset named '%s' (see nnlab datasets; nnlab import)", dataset);
     if (rc < 0)
         return fail(&err);
+    rc = shorten(&shortened, d);
+    if (rc) {
+        nl_dataset_free(d);
+        return rc;
+    }
+    o = &shortened;
     rc = build_model(&m, model, NULL, d->shape, d->nclasses, &err);
     if (rc < 0) {
         nl_dataset_free(d);
@@ -651,7 +686,8 @@ int cmd_demo(int argc, char **argv)
         }
         if (!g.json && !g.quiet)
             printf("importing Fashion-MNIST from %s as 'fashion'\n", dir);
-        struct nl_import_opts io = {.seed = 1, .warn = warn_cb};
+        /* With a validation split, as the README's examples use it. */
+        struct nl_import_opts io = {.val_fraction = 0.1f, .seed = 1, .warn = warn_cb};
         const char *paths[] = {dir};
         rc = nl_import_idx(store, "fashion", paths, 1, &io, &err);
     }
