@@ -19,8 +19,7 @@ volatile sig_atomic_t interrupted;
 
 static const struct command commands[] = {
     {"demo", cmd_demo, "",
-     "import Fashion-MNIST if needed (as 'fashion', a tenth for validation), train lenet for one "
-     "epoch, report the test accuracy",
+     "import Fashion-MNIST as 'fashion' if needed, train lenet one epoch, report test accuracy",
      "      --data-dir DIR  where the Fashion-MNIST IDX files are\n"
      "                      (default /usr/share/datasets/fashion-mnist)\n"
      "      --epochs N      epochs to train (default 1)\n"
@@ -97,7 +96,7 @@ static const struct command commands[] = {
 #endif
     },
     {"runs", cmd_runs, "[RUN]",
-     "list training runs with their settings and results; with RUN, that run and the workers its "
+     "list training runs with their status and results; with RUN, that run and the workers its "
      "cluster lost",
      NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
@@ -141,7 +140,8 @@ static const struct command commands[] = {
 
 static const char global_help[] =
     "Global options (before or after the command):\n"
-    "      --db PATH   the database (default $XDG_DATA_HOME/nnlab/nnlab.db)\n"
+    "      --db PATH   the database (default $XDG_DATA_HOME/nnlab/nnlab.db; with\n"
+    "                  XDG_DATA_HOME unset, ~/.local/share/nnlab/nnlab.db)\n"
     "      --json      print one JSON object per line on stdout, nothing else\n"
     "  -q, --quiet     no progress output\n"
     "  -h, --help      help; with a command, that command's help\n"
