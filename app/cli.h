@@ -18,6 +18,7 @@ struct globals {
     const char *db_path; /* NULL: the default */
     int json;            /* stdout carries only JSON objects, one per line */
     int quiet;           /* no progress, no informational lines */
+    char **argv;         /* the command's argv as getopt_long sees it, for option_error */
 };
 
 extern struct globals g;
@@ -36,6 +37,9 @@ int fail(const struct nl_error *err);
 int failf(const char *fmt, ...) NL_PRINTF(1, 2);
 /* Prints a usage error naming the command, with a pointer to its --help; returns EXIT_USAGE. */
 int usage_error(const char *cmd, const char *fmt, ...) NL_PRINTF(2, 3);
+/* After getopt_long returned '?' (opterr is 0): "unknown option '--foo'" or "option '--lr'
+ * needs a value", naming what was typed, as one usage error; returns EXIT_USAGE. */
+int option_error(const char *cmd);
 /* Prints the command's help to stdout; returns EXIT_OK. */
 int command_help(const char *cmd);
 void warn_cb(void *ud, const char *msg);
@@ -60,6 +64,7 @@ struct progress {
     double last_draw;
     struct nl_error err; /* a failure to record */
     int failed;
+    int started;                  /* an event or a checkpoint came: the training began */
     struct nl_worker_steps steps; /* cluster runs: worker reports not yet stored */
 };
 int progress_event(void *ud, const struct nl_event *ev);

@@ -289,11 +289,13 @@ int cmd_bench(int argc, char **argv)
         switch (c) {
         case 's':
             if (!parse_int(optarg, 1, 1000000, &steps))
-                return usage_error("bench", "--steps %s: want a whole number from 1", optarg);
+                return usage_error("bench", "--steps %s: want a whole number from 1 to 1000000",
+                                   optarg);
             break;
         case 'w':
             if (!parse_int(optarg, 0, 1000000, &warmup))
-                return usage_error("bench", "--warmup %s: want a whole number from 0", optarg);
+                return usage_error("bench", "--warmup %s: want a whole number from 0 to 1000000",
+                                   optarg);
             break;
         case 'm':
             snprintf(model_list, sizeof model_list, "%s", optarg);
@@ -304,13 +306,15 @@ int cmd_bench(int argc, char **argv)
             break;
         case 'b':
             if (!parse_int(optarg, 1, 1 << 20, &v))
-                return usage_error("bench", "--batch %s: want a whole number from 1", optarg);
+                return usage_error("bench", "--batch %s: want a whole number from 1 to 1048576",
+                                   optarg);
             batches[0] = (int)v;
             nbatches = 1;
             break;
         case 't':
             if (!parse_int(optarg, 1, 1024, &threads))
-                return usage_error("bench", "--threads %s: want a whole number from 1", optarg);
+                return usage_error("bench", "--threads %s: want a whole number from 1 to 1024",
+                                   optarg);
             break;
         case 'D':
             dir = optarg;
@@ -333,7 +337,7 @@ int cmd_bench(int argc, char **argv)
             }
             break;
         default:
-            return usage_error("bench", "unknown option");
+            return option_error("bench");
         }
     }
     if (optind < argc)

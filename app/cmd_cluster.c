@@ -43,9 +43,10 @@ int cmd_worker(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'B')
             wo.bind = optarg;
-        else if (c != 'P' || !parse_port_range(optarg, &wo.port_lo, &wo.port_hi))
-            return usage_error("worker", c == 'P' ? "--port-range %s: want A-B" : "%s",
-                               c == 'P' ? optarg : "unknown option");
+        else if (c != 'P')
+            return option_error("worker");
+        else if (!parse_port_range(optarg, &wo.port_lo, &wo.port_hi))
+            return usage_error("worker", "--port-range %s: want A-B", optarg);
     }
     if (optind < argc)
         return usage_error("worker", "unexpected argument '%s'", argv[optind]);
@@ -83,7 +84,7 @@ int cmd_hosts(int argc, char **argv)
         else if (c == 'R')
             so.remote_nnlab = optarg;
         else
-            return usage_error("hosts", "unknown option");
+            return option_error("hosts");
     }
     if (optind >= argc || strcmp(argv[optind], "check") != 0)
         return usage_error("hosts", "the one subcommand is 'check'");

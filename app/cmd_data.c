@@ -145,7 +145,7 @@ int cmd_import(int argc, char **argv)
             io.skip_bad = 1;
             break;
         default:
-            return usage_error("import", "unknown option");
+            return option_error("import");
         }
     }
     if (io.val_fraction + io.test_fraction >= 0.95f)

@@ -157,7 +157,7 @@ int cmd_summary(int argc, char **argv)
         } else if (c == 'U') {
             up_to = optarg;
         } else {
-            return usage_error("summary", "unknown option");
+            return option_error("summary");
         }
     }
     for (char *save = NULL, *tok = freeze ? strtok_r(freeze, ",", &save) : NULL; tok;

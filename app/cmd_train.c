@@ -154,10 +154,12 @@ static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *
 
 /* Trains the run's model m on d, locally or on the hosts of ca when cluster, recording steps,
  * epochs and checkpoints in run_id's record; then finishes the record (done, stopped or failed;
- * skipped_before batches skipped in earlier sessions) and reports. Frees m and d. */
+ * skipped_before batches skipped in earlier sessions) and reports. A fresh cluster run (not a
+ * resumed one) that fails before its first step loses its record. Frees m and d. */
 static int train_and_finish(struct nl_store *store, int64_t run_id, const char *run_name,
                             struct nl_model *m, struct nl_dataset *d, const struct nl_train_opts *o,
-                            int cluster, const struct cluster_args *ca, long skipped_before)
+                            int cluster, const struct cluster_args *ca, long skipped_before,
+                            int fresh)
 {
     struct nl_error err = {0};
     struct nl_train_result res = {0};
@@ -198,6 +200,16 @@ static int train_and_finish(struct nl_store *store, int64_t run_id, const char *
     if (p.tty && !g.json && !g.quiet && rc < 0)
         fputc('\n', stdout);
     struct nl_error ferr = {0};
+    if (rc < 0 && cluster && fresh && !p.started) {
+        /* The run never started (a host that does not resolve, refuses or fails to launch):
+         * nothing of it is kept, as if it had been refused before its record was made. */
+        nl_run_remove(store, run_name, &ferr);
+        nl_model_free(m);
+        nl_dataset_free(d);
+        nl_free(stats);
+        nl_free(hosts_mem);
+        return fail(&err);
+    }
     if (res.skipped_batches > 0)
         record_skipped(store, run_id, o, m, d->shape, d->nclasses, cluster,
                        skipped_before + res.skipped_batches);
@@ -215,6 +227,34 @@ static int train_and_finish(struct nl_store *store, int64_t run_id, const char *
     return rc < 0 ? fail(&err) : EXIT_OK;
 }
 
+/* NNLAB_EPOCHS_MAX=N and NNLAB_TRAIN_SAMPLES=N shorten every new training run, to try the
+ * README's examples quickly (tests/test_readme runs them so): at most N epochs, and the first N
+ * samples of the train split (validation and test splits stay whole). Each says so on stderr,
+ * and the run records what it did: its epochs in its settings, its sample count in its first
+ * line. Resumed runs are not shortened. Returns 0, or a usage error's exit status. */
+static int shorten(struct nl_train_opts *o, struct nl_dataset *d)
+{
+    const char *names[] = {"NNLAB_EPOCHS_MAX", "NNLAB_TRAIN_SAMPLES"};
+    long v[2] = {0, 0};
+
+    for (int i = 0; i < 2; i++) {
+        const char *s = getenv(names[i]);
+        if (s && *s && !parse_int(s, 1, 0x7fffffffL, &v[i]))
+            return failf("%s=%s: want a whole number from 1", names[i], s);
+    }
+    if (v[0] > 0 && o->epochs > v[0]) {
+        fprintf(stderr, "nnlab: NNLAB_EPOCHS_MAX=%ld: %ld epochs instead of %d\n", v[0], v[0],
+                o->epochs);
+        o->epochs = (int)v[0];
+    }
+    if (v[1] > 0 && d->split[NL_TRAIN].n > (uint32_t)v[1]) {
+        fprintf(stderr, "nnlab: NNLAB_TRAIN_SAMPLES=%ld: the first %ld of %u training samples\n",
+                v[1], v[1], d->split[NL_TRAIN].n);
+        d->split[NL_TRAIN].n = (uint32_t)v[1];
+    }
+    return 0;
+}
+
 /* Trains model on dataset as a new run named run_name (NULL: generated), from init when given
  * and with ft's frozen layers, and reports; on the hosts of ca when it names any. */
 static int train_session(struct nl_store *store, const char *dataset, const char *model,
@@ -225,6 +265,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     struct nl_dataset *d = NULL;
     struct nl_model *m = NULL;
     struct nl_run_info run;
+    struct nl_train_opts shortened = *o;
     int rc;
 
     rc = nl_dataset_load(store, dataset, &d, &err);
@@ -232,6 +273,12 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         nl_error_set(&err, rc, "no dataset named '%s' (see nnlab datasets; nnlab import)", dataset);
     if (rc < 0)
         return fail(&err);
+    rc = shorten(&shortened, d);
+    if (rc) {
+        nl_dataset_free(d);
+        return rc;
+    }
+    o = &shortened;
     rc = build_model(&m, model, NULL, d->shape, d->nclasses, &err);
     if (rc < 0) {
         nl_dataset_free(d);
@@ -267,7 +314,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
                run.name, model, dataset, nl_model_count_params(m), nl_model_count_trainable(m),
                d->split[NL_TRAIN].n);
 
-    return train_and_finish(store, run.id, run.name, m, d, o, cluster, ca, 0);
+    return train_and_finish(store, run.id, run.name, m, d, o, cluster, ca, 0, 1);
 }
 
 /* Continues the run named run_name from its latest checkpoint in its own record, with its own
@@ -288,7 +335,7 @@ static int resume_session(struct nl_store *store, const char *run_name,
                r->resume.epoch, r->resume.iteration, r->opts.epochs);
     /* The model and data pass to train_and_finish; the rest of r is released here. */
     rc = train_and_finish(store, r->run.id, r->run.name, r->model, r->data, &r->opts, r->cluster,
-                          ca, r->skipped);
+                          ca, r->skipped, 0);
     r->model = NULL;
     r->data = NULL;
     nl_run_resumed_free(r);
@@ -334,17 +381,17 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
     switch (c) {
     case 'e':
         if (!parse_int(optarg, 1, 100000, &v))
-            return usage_error(cmd, "--epochs %s: want a whole number from 1", optarg);
+            return usage_error(cmd, "--epochs %s: want a whole number from 1 to 100000", optarg);
         a->o.epochs = (int)v;
         return 0;
     case 'b':
         if (!parse_int(optarg, 1, 1 << 20, &v))
-            return usage_error(cmd, "--batch %s: want a whole number from 1", optarg);
+            return usage_error(cmd, "--batch %s: want a whole number from 1 to 1048576", optarg);
         a->o.batch = (int)v;
         return 0;
     case 't':
         if (!parse_int(optarg, 1, 1024, &v))
-            return usage_error(cmd, "--threads %s: want a whole number from 1", optarg);
+            return usage_error(cmd, "--threads %s: want a whole number from 1 to 1024", optarg);
         a->o.threads = (int)v;
         return 0;
     case 's':
@@ -354,7 +401,7 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
         return 0;
     case 'l':
         if (!parse_float(optarg, 1e-12, 1e6, &a->lr))
-            return usage_error(cmd, "--lr %s: want a positive number", optarg);
+            return usage_error(cmd, "--lr %s: want a number in (0, 1e6]", optarg);
         return 0;
     case 'm':
         if (!parse_float(optarg, 0.0, 0.999999, &a->momentum))
@@ -386,12 +433,12 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
         return 0;
     case 'C':
         if (!parse_float(optarg, 1e-12, 1e12, &f))
-            return usage_error(cmd, "--clip-value %s: want a positive number", optarg);
+            return usage_error(cmd, "--clip-value %s: want a number in (0, 1e12]", optarg);
         a->o.clip_value = (float)f;
         return 0;
     case 'K':
         if (!parse_float(optarg, 1e-12, 1e12, &f))
-            return usage_error(cmd, "--clip-norm %s: want a positive number", optarg);
+            return usage_error(cmd, "--clip-norm %s: want a number in (0, 1e12]", optarg);
         a->o.clip_norm = (float)f;
         return 0;
     case 'p':
@@ -404,7 +451,7 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
             return usage_error(cmd, "--augment: %s", err.msg);
         return 0;
     default:
-        return usage_error(cmd, "unknown option");
+        return option_error(cmd);
     }
 }
 
@@ -644,7 +691,8 @@ int cmd_demo(int argc, char **argv)
         }
         if (!g.json && !g.quiet)
             printf("importing Fashion-MNIST from %s as 'fashion'\n", dir);
-        struct nl_import_opts io = {.seed = 1, .warn = warn_cb};
+        /* With a validation split, as the README's examples use it. */
+        struct nl_import_opts io = {.val_fraction = 0.1f, .seed = 1, .warn = warn_cb};
         const char *paths[] = {dir};
         rc = nl_import_idx(store, "fashion", paths, 1, &io, &err);
     }
@@ -859,9 +907,10 @@ int cmd_eval(int argc, char **argv)
                 return usage_error("eval", "--split %s: want test, val or train", optarg);
         } else if (c == 't') {
             if (!parse_int(optarg, 1, 1024, &threads))
-                return usage_error("eval", "--threads %s: want a whole number from 1", optarg);
+                return usage_error("eval", "--threads %s: want a whole number from 1 to 1024",
+                                   optarg);
         } else {
-            return usage_error("eval", "unknown option");
+            return option_error("eval");
         }
     }
     if (argc - optind != 1)
@@ -895,6 +944,12 @@ int cmd_eval(int argc, char **argv)
         }
     } else {
         rc = load_run(store, what, data, &run, &m, &d, &err);
+        /* Evaluating a run on a dataset imported again since it trained (with a validation
+         * split carved from what was its training data, say) is warned about. */
+        char why[1024];
+        if (rc == 0 && strcmp(d->name, run.dataset) == 0 && split != NL_TRAIN &&
+            nl_run_data_replaced(store, &run, why, sizeof why, &err) == 1)
+            warn_cb(NULL, why);
     }
     nl_store_close(store);
     if (rc < 0)
@@ -965,9 +1020,10 @@ int cmd_predict(int argc, char **argv)
     int c;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c != 'k' || !parse_int(optarg, 1, 1000, &top))
-            return usage_error("predict",
-                               c == 'k' ? "--top: want a whole number from 1" : "unknown option");
+        if (c != 'k')
+            return option_error("predict");
+        if (!parse_int(optarg, 1, 1000, &top))
+            return usage_error("predict", "--top %s: want a whole number from 1 to 1000", optarg);
     }
     if (argc - optind < 2)
         return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG)");

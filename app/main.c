@@ -19,7 +19,7 @@ volatile sig_atomic_t interrupted;
 
 static const struct command commands[] = {
     {"demo", cmd_demo, "",
-     "import Fashion-MNIST if needed, train lenet for one epoch, report the test accuracy",
+     "import Fashion-MNIST as 'fashion' if needed, train lenet one epoch, report test accuracy",
      "      --data-dir DIR  where the Fashion-MNIST IDX files are\n"
      "                      (default /usr/share/datasets/fashion-mnist)\n"
      "      --epochs N      epochs to train (default 1)\n"
@@ -50,10 +50,11 @@ static const struct command commands[] = {
      "                        mobilenet_v2) or a spec file\n"
      "      --epochs N        epochs (default 10)\n"
      "      --batch B         global batch size (default 64)\n"
-     "      --lr X            learning rate (default 0.05 for sgd, 0.001 for adam)\n"
+     "      --lr X            learning rate (default: sgd 0.05, adam and adamw 0.001,\n"
+     "                        rmsprop and adagrad 0.01)\n"
      "      --momentum M      SGD momentum (default 0.9)\n"
      "      --nesterov        Nesterov momentum\n"
-     "      --weight-decay W  L2 weight decay (default 0)\n"
+     "      --weight-decay W  L2 weight decay (default 0; 0.01 for adamw)\n"
      "      --optim NAME      sgd, adam, adamw, rmsprop or adagrad (default sgd)\n"
      "      --schedule S      learning rate over the run (default cosine: from lr down to 0):\n"
      "                        constant, cosine, step:EPOCHS[:GAMMA], multistep:E1,E2[:GAMMA],\n"
@@ -79,7 +80,7 @@ static const struct command commands[] = {
      "      --on-nan stop|skip-batch  on a NaN or infinite loss: stop (keeping the last\n"
      "                        checkpoint) or discard that step's update and go on (default stop)\n"
      "      --checkpoint-every N  also checkpoint every N steps (default: after every epoch)\n"
-     "      --resume RUN      continue a run that was stopped or killed from its latest\n"
+     "      --resume RUN      continue a run that was stopped, failed or killed from its latest\n"
      "                        checkpoint, with its own settings; --epochs N trains it to N\n"
      "                        epochs in all (also a finished run)\n"
 #if NNLAB_HAVE_SSH
@@ -104,7 +105,7 @@ static const struct command commands[] = {
 #endif
     },
     {"runs", cmd_runs, "[RUN]",
-     "list training runs with their settings and results; with RUN, that run and the workers its "
+     "list training runs with their status and results; with RUN, that run and the workers its "
      "cluster lost",
      NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
@@ -161,7 +162,8 @@ static const struct command commands[] = {
 
 static const char global_help[] =
     "Global options (before or after the command):\n"
-    "      --db PATH   the database (default $XDG_DATA_HOME/nnlab/nnlab.db)\n"
+    "      --db PATH   the database (default $XDG_DATA_HOME/nnlab/nnlab.db; with\n"
+    "                  XDG_DATA_HOME unset, ~/.local/share/nnlab/nnlab.db)\n"
     "      --json      print one JSON object per line on stdout, nothing else\n"
     "  -q, --quiet     no progress output\n"
     "  -h, --help      help; with a command, that command's help\n"
@@ -187,6 +189,12 @@ static void usage(FILE *f)
     fprintf(f, "\n%s\nRun 'nnlab COMMAND --help' for a command's options.\n", global_help);
 }
 
+/* What app/cmd_train.c's shorten() reads, for train and demo. */
+static const char shorten_help[] =
+    "Environment (to try examples quickly; new runs only, each said on stderr):\n"
+    "      NNLAB_EPOCHS_MAX=N     train at most N epochs, whatever --epochs says\n"
+    "      NNLAB_TRAIN_SAMPLES=N  train on the first N samples of the train split\n";
+
 int command_help(const char *cmd)
 {
     const struct command *c = find_command(cmd);
@@ -196,6 +204,8 @@ int command_help(const char *cmd)
     printf("usage: nnlab %s %s\n\n%s.\n", c->name, c->args, c->summary);
     if (c->help)
         printf("\nOptions:\n%s", c->help);
+    if (c->run == cmd_train || c->run == cmd_demo)
+        printf("\n%s", shorten_help);
     printf("\n%s", global_help);
     return EXIT_OK;
 }
@@ -226,6 +236,16 @@ int usage_error(const char *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "\n(see 'nnlab %s --help')\n", cmd);
     return EXIT_USAGE;
+}
+
+int option_error(const char *cmd)
+{
+    const char *arg = g.argv && optind > 0 ? g.argv[optind - 1] : "";
+    int len = (int)strcspn(arg, "=");
+
+    if (optopt != 0 && strncmp(arg, "--", 2) == 0)
+        return usage_error(cmd, "option '%.*s' needs a value", len, arg);
+    return usage_error(cmd, "unknown option '%.*s'", len, arg);
 }
 
 void warn_cb(void *ud, const char *msg)
@@ -351,5 +371,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     nl_kernels_init();
     optind = 0; /* glibc: a full re-initialisation of getopt for the command's own options */
+    opterr = 0; /* option_error names a bad option in the command's own line */
+    g.argv = argv + 1;
     return c->run(argc - 1, argv + 1);
 }

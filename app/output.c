@@ -172,6 +172,7 @@ int progress_event(void *ud, const struct nl_event *ev)
 {
     struct progress *p = ud;
 
+    p->started = 1;
     if (ev->kind == NL_EVENT_ITER) {
         if (p->store && p->run_id > 0 && nl_worker_steps_add(&p->steps, ev, &p->err) < 0) {
             p->failed = 1;
@@ -206,6 +207,7 @@ int progress_event(void *ud, const struct nl_event *ev)
 int progress_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err)
 {
     struct progress *p = ud;
+    p->started = 1;
     if (!p->store || p->run_id <= 0)
         return 0;
     return nl_run_save_checkpoint(p->store, p->run_id, cp, err);

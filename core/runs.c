@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/dataset.h"
 #include "store_internal.h"
 
 static void copy_text(char *dst, size_t size, sqlite3_stmt *st, int col)
@@ -642,4 +643,22 @@ int nl_run_remove(struct nl_store *s, const char *name, struct nl_error *err)
     if (sqlite3_changes(nl_store_sqlite(s)) == 0)
         return nl_error_set(err, NL_ENOENT, "no run named '%s' (see nnlab runs)", name);
     return 0;
+}
+
+int nl_run_data_replaced(struct nl_store *s, const struct nl_run_info *run, char *why, size_t cap,
+                         struct nl_error *err)
+{
+    struct nl_dataset_info info;
+    int rc = nl_dataset_info(s, run->dataset, &info, err);
+
+    if (rc < 0)
+        return rc;
+    /* Both are strftime('%Y-%m-%dT%H:%M:%SZ'): they compare as strings. */
+    if (strcmp(info.created, run->created) <= 0)
+        return 0;
+    snprintf(why, cap,
+             "dataset '%s' was imported at %s, after run '%s' began at %s: it is not the data "
+             "the run trained on, and its splits may hold images the run trained on",
+             info.name, info.created, run->name, run->created);
+    return 1;
 }

@@ -131,6 +131,14 @@ struct nl_run_epoch {
 int nl_run_epochs(struct nl_store *s, int64_t run, struct nl_run_epoch **out, int *count,
                   struct nl_error *err);
 
+/* Whether the dataset the run names was imported after the run began, so that it is not the data
+ * the run trained on and any of its splits (a validation split carved since, say) may hold
+ * images the run trained on: 1 with a sentence saying so in why (cap bytes), 0 when the dataset
+ * is the run's own, < 0 with err (NL_ENOENT when the dataset is gone). Timestamps are seconds
+ * (UTC, ISO 8601): an import in the second the run began counts as the run's own. */
+int nl_run_data_replaced(struct nl_store *s, const struct nl_run_info *run, char *why, size_t cap,
+                         struct nl_error *err);
+
 /* Removes a run with its epochs and checkpoints, in one transaction. NL_ENOENT when unknown. */
 int nl_run_remove(struct nl_store *s, const char *name, struct nl_error *err);
 

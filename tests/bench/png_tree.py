@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Writes a PNG class tree for timing `nnlab import` (not part of the test suite).
+"""Writes a PNG class tree: for timing `nnlab import`, and for README's examples.
 
-usage: png_tree.py OUT_DIR [COUNT]
+usage: png_tree.py [--test] OUT_DIR [COUNT]
 
-OUT_DIR/CLASS/NNNNN.png, COUNT (default 60000) 28x28 8-bit gray PNGs. The pixels and labels
-come from Fashion-MNIST's train split when /usr/share/datasets/fashion-mnist is installed,
-otherwise from a fixed synthetic pattern. Then, for example:
+OUT_DIR/classK/NNNNN.png, COUNT (default 60000) 28x28 8-bit gray PNGs, K the label and NNNNN
+the sample's index. The pixels and labels come from Fashion-MNIST's train split (--test: its
+test split) when /usr/share/datasets/fashion-mnist is installed, otherwise from a fixed
+synthetic pattern. Then, for example:
 
     time build/app/nnlab --db /tmp/bench.db import bench OUT_DIR
 """
@@ -29,9 +30,9 @@ def png_gray(pixels, w, h):
             + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
 
 
-def samples(count):
-    images = os.path.join(FASHION, "train-images-idx3-ubyte.gz")
-    labels = os.path.join(FASHION, "train-labels-idx1-ubyte.gz")
+def samples(count, split):
+    images = os.path.join(FASHION, split + "-images-idx3-ubyte.gz")
+    labels = os.path.join(FASHION, split + "-labels-idx1-ubyte.gz")
     if os.path.exists(images) and os.path.exists(labels):
         with gzip.open(images) as fi, gzip.open(labels) as fl:
             fi.read(16)
@@ -47,10 +48,14 @@ def samples(count):
 
 
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    split = "train"
+    if args and args[0] == "--test":
+        split, args = "t10k", args[1:]
+    if not args:
         sys.exit(__doc__)
-    out, count = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 60000
-    for i, (px, label) in enumerate(samples(count)):
+    out, count = args[0], int(args[1]) if len(args) > 1 else 60000
+    for i, (px, label) in enumerate(samples(count, split)):
         folder = os.path.join(out, "class%d" % label)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "%05d.png" % i), "wb") as f:
