@@ -30,6 +30,7 @@ struct command {
     const char *args;                  /* the synopsis after the name */
     const char *summary;
     const char *help; /* the options, one per line, or NULL */
+    const char *more; /* a further section of options (train's cluster mode), or NULL */
 };
 
 /* Prints "nnlab: MESSAGE" to stderr; returns EXIT_FAIL (EXIT_INTERRUPTED when canceled). */

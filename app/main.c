@@ -23,7 +23,8 @@ static const struct command commands[] = {
      "      --data-dir DIR  where the Fashion-MNIST IDX files are\n"
      "                      (default /usr/share/datasets/fashion-mnist)\n"
      "      --epochs N      epochs to train (default 1)\n"
-     "      --threads T     threads (default: all cores)\n"},
+     "      --threads T     threads (default: all cores)\n",
+     NULL},
     {"import", cmd_import, "NAME SOURCE...",
      "import a dataset: IDX files, a folder of PNG/JPEG class folders, or a CSV file",
      "      --val F         carve a stratified validation split of this fraction from train\n"
@@ -38,11 +39,12 @@ static const struct command commands[] = {
      "                      imagenet (PyTorch's ImageNet mean/std, for pretrained weights) or\n"
      "                      none (pixel / 255); train, eval and predict use it\n"
      "      --label COLUMN  CSV: the label column, a name or 1-based index (default: last)\n"
-     "      --skip-bad      skip bad files or rows, listing them, instead of stopping\n"},
-    {"datasets", cmd_datasets, "", "list the datasets in the store", NULL},
-    {"show", cmd_show, "NAME", "show a dataset: classes and counts per split, shape, statistics",
+     "      --skip-bad      skip bad files or rows, listing them, instead of stopping\n",
      NULL},
-    {"rm", cmd_rm, "NAME", "remove a dataset and its samples from the store", NULL},
+    {"datasets", cmd_datasets, "", "list the datasets in the store", NULL, NULL},
+    {"show", cmd_show, "NAME", "show a dataset: classes and counts per split, shape, statistics",
+     NULL, NULL},
+    {"rm", cmd_rm, "NAME", "remove a dataset and its samples from the store", NULL, NULL},
     {"train", cmd_train, "--data NAME --model SPEC [options] | --resume RUN",
      "train a model on a dataset",
      "      --data NAME       dataset to train on (see nnlab datasets)\n"
@@ -82,7 +84,7 @@ static const struct command commands[] = {
      "      --checkpoint-every N  also checkpoint every N steps (default: after every epoch)\n"
      "      --resume RUN      continue a run that was stopped, failed or killed from its latest\n"
      "                        checkpoint, with its own settings; --epochs N trains it to N\n"
-     "                        epochs in all (also a finished run)\n"
+     "                        epochs in all (also a finished run)\n",
 #if NNLAB_HAVE_SSH
      "Cluster mode (one worker per host, reached over SSH):\n"
      "      --hosts H[:CORES],...  the hosts, in rank order; a host may repeat\n"
@@ -102,22 +104,25 @@ static const struct command commands[] = {
      "                        drop it and share its data among the others (default 3); the\n"
      "                        run goes on from its last completed step either way\n"
      "      --resume RUN      also continues a cluster run (give --hosts again)\n"
+#else
+     NULL
 #endif
     },
     {"runs", cmd_runs, "[RUN]",
      "list training runs with their status and results; with RUN, that run and the workers its "
      "cluster lost",
-     NULL},
+     NULL, NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
      "evaluate a run's latest checkpoint, or a weights file, on a dataset split (accuracy, "
      "top-5, per-class precision, recall, F1)",
      "      --data NAME     dataset (default: the run's own; needed with a file)\n"
      "      --model SPEC    the model of a weights file\n"
      "      --split SPLIT   test, val or train (default test)\n"
-     "      --threads T     threads (default: all cores)\n"},
+     "      --threads T     threads (default: all cores)\n",
+     NULL},
     {"predict", cmd_predict, "RUN IMAGE...",
      "classify PNG or JPEG images with a run's model (top 3)",
-     "      --top K         classes to show per image (default 3)\n"},
+     "      --top K         classes to show per image (default 3)\n", NULL},
     {"export", cmd_export, "RUN FILE.safetensors|FILE.onnx",
      "write a run's latest weights as safetensors with PyTorch's tensor names, or the model as "
      "ONNX",
@@ -127,24 +132,27 @@ static const struct command commands[] = {
      "                    (RGB or gray; CSV: the raw features as [batch, F, 1, 1]), normalised\n"
      "                    inside the graph with the dataset's statistics; outputs 'logits' and\n"
      "                    'probabilities' [batch, classes]; class names in the metadata\n"
-     "                    (nnlab.classes). A layer kind with no ONNX form is refused by name.\n"},
+     "                    (nnlab.classes). A layer kind with no ONNX form is refused by name.\n",
+     NULL},
     {"summary", cmd_summary, "MODEL [--data NAME | --input CxHxW --classes N] [--freeze L,...]",
      "show a model's layers with output shapes and parameter counts",
      "      --data NAME     take the input shape and class count from a dataset\n"
      "      --input CxHxW   input shape (default 1x28x28)\n"
      "      --classes N     class count (default 10)\n"
      "      --freeze L,...  show these layers frozen (as train --freeze)\n"
-     "      --freeze-up-to L  show every layer up to L frozen\n"},
+     "      --freeze-up-to L  show every layer up to L frozen\n",
+     NULL},
 #if NNLAB_HAVE_SSH
     {"hosts", cmd_hosts, "check H1[:CORES],H2,... | check --hostfile FILE",
      "check hosts before a run: nnlab version, cores, memory, upload needed",
      "      --hostfile FILE   one HOST[:CORES] a line, # comments\n"
      "      --ssh-config FILE the OpenSSH config (default ~/.ssh/config)\n"
      "      --accept-new-host-keys  add unknown host keys to known_hosts\n"
-     "      --remote-nnlab PATH  the nnlab to run on the hosts\n"},
+     "      --remote-nnlab PATH  the nnlab to run on the hosts\n",
+     NULL},
 #endif
     {"worker", cmd_worker, "[--bind ADDR] [--port-range A-B]",
-     "a cluster worker, started by a driver over SSH (not for people)", NULL},
+     "a cluster worker, started by a driver over SSH (not for people)", NULL, NULL},
     {"bench", cmd_bench, "[options]",
      "measure training and inference speed against this machine's sgemm rate",
      "      --steps N       timed steps per row (default 50)\n"
@@ -157,7 +165,8 @@ static const struct command commands[] = {
      "      --threads T     the many-thread rows use T threads (default: all cores)\n"
      "      --repeat N      rounds over all rows, each row showing its median (default 1)\n"
      "      --data-dir DIR  Fashion-MNIST IDX files, used when the store has no 'fashion'\n"
-     "                      dataset (default /usr/share/datasets/fashion-mnist)\n"},
+     "                      dataset (default /usr/share/datasets/fashion-mnist)\n",
+     NULL},
 };
 
 static const char global_help[] =
@@ -204,6 +213,8 @@ int command_help(const char *cmd)
     printf("usage: nnlab %s %s\n\n%s.\n", c->name, c->args, c->summary);
     if (c->help)
         printf("\nOptions:\n%s", c->help);
+    if (c->more)
+        fputs(c->more, stdout);
     if (c->run == cmd_train || c->run == cmd_demo)
         printf("\n%s", shorten_help);
     printf("\n%s", global_help);
