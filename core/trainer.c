@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/rng.h"
 #include "pool.h"
 
 #define EVAL_SHARD   128  /* samples per thread per forward pass when evaluating */
@@ -55,7 +56,7 @@ struct ctx {
     int batch;
     float scale;       /* of the loss: 1 / the global batch */
     long first, count; /* evaluation: the range of the split */
-    uint64_t step_seed;
+    uint64_t seed;     /* the run's, for nl_rng_step_seed */
 
     /* The optimizer. */
     const struct nl_optim *optim;
@@ -245,8 +246,11 @@ oom:
 /* The [lo, hi) share of n items that thread t of count takes. */
 static void share(long n, int t, int count, long *lo, long *hi)
 {
-    *lo = n * t / count;
-    *hi = n * (t + 1) / count;
+    size_t a, b;
+
+    nl_block_range((size_t)n, 1, t, count, &a, &b);
+    *lo = (long)a;
+    *hi = (long)b;
 }
 
 /* Gradient clipping of the reduced slice g[a, b) of thread w, as PyTorch's clip_grad_value_ and
@@ -296,7 +300,7 @@ static void step_thread(void *arg, int t, int count)
     w->correct = 0;
     if (n > 0) {
         int correct = 0;
-        nl_rng_seed(&w->rng, c->step_seed + (uint64_t)t);
+        nl_rng_seed(&w->rng, nl_rng_step_seed(c->seed, c->step, t, count));
         nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
         nl_augment_batch(c->augment, c->d->shape, w->x, n, &w->rng);
         const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
@@ -318,11 +322,8 @@ static void step_thread(void *arg, int t, int count)
      * multiples of 16 floats so that no two threads write the same cache line. The optimizer
      * takes the trainable part [0, ntrainable); the statistics after it are updated by
      * nl_model_update_stats once every slice is reduced. */
-    const long blocks = (long)((m->nreduce + 15) / 16);
-    share(blocks, t, count, &lo, &hi);
-    size_t a = (size_t)lo * 16, b = (size_t)hi * 16;
-    if (b > m->nreduce)
-        b = m->nreduce;
+    size_t a, b;
+    nl_block_range(m->nreduce, 16, t, count, &a, &b);
     float *g = c->w[0].grad;
     const size_t tb = b < m->ntrainable ? b : m->ntrainable; /* the trainable part of the slice */
 
@@ -599,6 +600,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
         res->epochs = o->resume->epoch;
     }
     const long first_step = c.step;
+    c.seed = o->seed;
     /* Within an epoch a checkpoint cannot hold the epoch's training accuracy so far: a run that
      * judges its epochs by training accuracy (no validation split) for a plateau schedule or
      * early stopping checkpoints at epoch ends only, so that a resumed run decides the same. */
@@ -609,7 +611,7 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
         long correct = 0, seen = 0, skipped = 0;
 
         /* Each epoch's order depends only on the seed and the epoch number. */
-        nl_rng_seed(&order_rng, o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch);
+        nl_rng_seed(&order_rng, nl_rng_epoch_seed(o->seed, epoch));
         if (!o->sync) {
             for (long i = 0; i < ntrain; i++)
                 order[i] = (uint32_t)i;
@@ -635,8 +637,6 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
             c.step++;
             c.lr = nl_schedule_lr(&o->schedule, o->optim.lr, c.step, iters, (long)o->epochs * iters,
                                   judge.plateau.factor);
-            c.step_seed = (o->seed ^ 0xd1b54a32d192ed03ULL) * 0x100000001b3ULL +
-                          (uint64_t)c.step * (uint64_t)threads;
             if (undo) {
                 memcpy(undo, c.params, m->nparams * sizeof(float));
                 memcpy(undo + m->nparams, c.state_block, state_floats * sizeof(float));

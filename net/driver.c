@@ -60,6 +60,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/allreduce.h"
 #include "nnlab/partition.h"
+#include "nnlab/rng.h"
 #include "nnlab/wire.h"
 
 /* Steps in flight at most. Workers run in lockstep, but their reports may reach the driver
@@ -622,7 +623,7 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
         /* The data order of a cluster run follows from the seed and the epoch alone
          * (net/partition.c); the generator stored is seeded from them. */
         struct nl_rng rng;
-        nl_rng_seed(&rng, o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)(epoch + at_force));
+        nl_rng_seed(&rng, nl_rng_epoch_seed(o->seed, epoch + at_force));
         /* The optimizer state: every member's slice of it for this step, or what a recovery
          * gathered for the step it goes on from. */
         const size_t sfloats = (size_t)run->nstate * m->ntrainable;
@@ -782,7 +783,7 @@ static int mid_checkpoint(struct run *run, struct nl_error *err)
     if (run->hooks && run->hooks->checkpoint && !epoch_ends_only) {
         const int epoch = (int)(c->step / run->iters);
         struct nl_rng rng;
-        nl_rng_seed(&rng, run->o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)(epoch + 1));
+        nl_rng_seed(&rng, nl_rng_epoch_seed(run->o->seed, epoch + 1));
         struct nl_checkpoint cp = {
             .epoch = epoch,
             .iteration = c->step,

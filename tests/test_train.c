@@ -1,6 +1,8 @@
 /* The model executor and the trainer: whole-model gradients against finite differences, batch
  * shares weighted by their sizes, training a synthetic problem to high accuracy, bit-identical
- * reruns, no allocation inside training steps, checkpoints, divergence and cancellation. */
+ * reruns, no allocation inside training steps, checkpoints, divergence and cancellation; the
+ * reproducibility rules (the seeds a run derives, the block split of work) pinned to their values.
+ */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/bench.h"
 #include "nnlab/model.h"
+#include "nnlab/rng.h"
 #include "nnlab/runs.h"
 #include "nnlab/trainer.h"
 #include "tap.h"
@@ -523,8 +526,56 @@ static void test_bench(void)
        sg.one_gflops, sg.all_gflops);
 }
 
+/* Stored runs and checkpoints were made with these seeds: a changed rule would make every resume
+ * of an older run go on with another data order. The values are the rules worked by hand. */
+static void test_rules(void)
+{
+    is_int((long long)nl_rng_epoch_seed(1, 3), (long long)0x9e3779b97f4a7c18ULL, "epoch seed");
+    is_int((long long)nl_rng_partition_seed(1), (long long)(0x9e3779b97f4a7c15ULL ^ 0x5eed0fc1u),
+           "partition seed");
+    is_int((long long)nl_rng_column_seed(2, 1, 5),
+           (long long)((2 * 0x100000001b3ULL + 1) * 0x9e3779b97f4a7c15ULL + 5), "column seed");
+    is_int((long long)nl_rng_step_seed(0, 4, 1, 3),
+           (long long)(0xd1b54a32d192ed03ULL * 0x100000001b3ULL + 13), "step seed");
+
+    /* Every split covers [0, n) in order, in whole blocks but the last, and its parts hold numbers
+     * of blocks (the last one counted whole) within one of each other. */
+    const size_t ns[] = {0, 1, 15, 16, 17, 100, 1000, 4099};
+    const size_t blocks[] = {1, 16};
+    int good = 1;
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+        for (size_t k = 0; k < 2; k++)
+            for (int nth = 1; nth <= 7; nth++) {
+                size_t end = 0, least = (size_t)-1, most = 0;
+                for (int t = 0; t < nth; t++) {
+                    size_t lo, hi;
+                    nl_block_range(ns[i], blocks[k], t, nth, &lo, &hi);
+                    if (lo != end || hi < lo || (hi < ns[i] && hi % blocks[k] != 0)) {
+                        diag("n %zu block %zu part %d of %d: [%zu, %zu) after %zu", ns[i],
+                             blocks[k], t, nth, lo, hi, end);
+                        good = 0;
+                    }
+                    end = hi;
+                    const size_t nb = (hi - lo + blocks[k] - 1) / blocks[k];
+                    least = nb < least ? nb : least;
+                    most = nb > most ? nb : most;
+                }
+                if (end != ns[i] || most - least > 1) {
+                    diag("n %zu block %zu in %d: ends at %zu, parts %zu..%zu", ns[i], blocks[k],
+                         nth, end, least, most);
+                    good = 0;
+                }
+            }
+    ok(good, "block ranges cover [0, n) in whole blocks, evenly");
+    size_t lo, hi;
+    nl_block_range(100, 16, 1, 3, &lo, &hi);
+    ok(lo == 32 && hi == 64, "part 1 of 3 of 100 floats in blocks of 16 is [32, 64): [%zu, %zu)",
+       lo, hi);
+}
+
 int main(void)
 {
+    test_rules();
     test_model_gradient();
     test_training();
     test_failures();
