@@ -16,6 +16,7 @@
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
 #include "nnlab/safetensors.h"
+#include "nnlab/session.h"
 #include "nnlab/spec.h"
 
 /* Long-only options of train's cluster mode, outside the range of short option letters. */
@@ -107,20 +108,6 @@ static int apply_finetune(struct nl_model *m, const struct finetune *ft, struct 
     return nl_model_freeze(m, names, n, ft->up_to, err);
 }
 
-/* Records the batches a run skipped in its settings (a failure to is only warned about). */
-static void record_skipped(struct nl_store *store, int64_t run, const struct nl_train_opts *o,
-                           const struct nl_model *m, struct nl_shape shape, int nclasses,
-                           int cluster, long skipped)
-{
-    struct nl_error err = {0};
-    char *settings = nl_run_settings_format(o, m, shape, nclasses, cluster, skipped);
-
-    if (!settings || nl_run_set_settings(store, run, settings, &err) < 0)
-        fprintf(stderr, "nnlab: warning: the count of skipped batches was not recorded: %s\n",
-                settings ? err.msg : "out of memory");
-    nl_free(settings);
-}
-
 #if NNLAB_HAVE_SSH
 static void worker_log(void *ud, const char *host, const char *line)
 {
@@ -150,23 +137,19 @@ static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *
 }
 #endif
 
-/* Trains the run's model m on d, locally or on the hosts of ca when cluster, recording steps,
- * epochs and checkpoints in run_id's record; then finishes the record (done, stopped or failed;
- * skipped_before batches skipped in earlier sessions) and reports. Frees m and d. */
-static int train_and_finish(struct nl_store *store, int64_t run_id, const char *run_name,
-                            struct nl_model *m, struct nl_dataset *d, const struct nl_train_opts *o,
-                            int cluster, const struct cluster_args *ca, long skipped_before)
+/* Trains the session's model, locally or on the hosts of ca when it is a cluster run, showing its
+ * progress; then finishes its record (done, stopped or failed) and reports. Frees s. */
+static int train_and_finish(struct nl_session *s, const struct cluster_args *ca)
 {
     struct nl_error err = {0};
-    struct nl_train_result res = {0};
-    struct progress p = {.store = store, .run_id = run_id, .tty = isatty(STDOUT_FILENO)};
-    struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
+    struct progress p = {.tty = isatty(STDOUT_FILENO)};
+    struct nl_train_hooks hooks = nl_session_hooks(s, progress_event, &p);
     struct nl_worker_metrics *stats = NULL;
     void *hosts_mem = NULL; /* the hosts, which stats name */
     int nworkers = 0, rc;
 
-    if (!cluster) {
-        rc = nl_train(m, d, o, &hooks, &res, &err);
+    if (!s->cluster) {
+        rc = nl_train(s->model, s->data, &s->opts, &hooks, &s->res, &err);
     } else {
 #if NNLAB_HAVE_SSH
         struct nl_host *hosts = NULL;
@@ -176,7 +159,8 @@ static int train_and_finish(struct nl_store *store, int64_t run_id, const char *
                           : nl_hosts_parse(ca->hosts, &hosts, &nworkers, &err);
         if (rc == 0) {
             stats = nl_calloc((size_t)nworkers, sizeof *stats);
-            rc = stats ? nl_cluster_train(hosts, nworkers, &co, m, d, o, &hooks, &res, stats, &err)
+            rc = stats ? nl_cluster_train(hosts, nworkers, &co, s->model, s->data, &s->opts, &hooks,
+                                          &s->res, stats, &err)
                        : nl_error_set(&err, NL_ENOMEM, "out of memory");
         }
         hosts_mem = hosts;
@@ -185,29 +169,12 @@ static int train_and_finish(struct nl_store *store, int64_t run_id, const char *
         rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
 #endif
     }
-    /* What a stopped or failed cluster run reported since its last epoch. */
-    if (progress_flush(&p) < 0 && rc == 0) {
-        rc = NL_EDB;
-        p.failed = 1;
-    }
-    nl_worker_steps_release(&p.steps);
-    if (p.failed)
-        err = p.err;
+    rc = nl_session_finish(s, rc, &err);
     if (p.tty && !g.json && !g.quiet && rc < 0)
         fputc('\n', stdout);
-    struct nl_error ferr = {0};
-    if (res.skipped_batches > 0)
-        record_skipped(store, run_id, o, m, d->shape, d->nclasses, cluster,
-                       skipped_before + res.skipped_batches);
-    nl_run_finish(store, run_id,
-                  rc == 0              ? "done"
-                  : rc == NL_ECANCELED ? "stopped"
-                                       : "failed",
-                  rc == 0 ? &res : NULL, &ferr);
-    nl_model_free(m);
-    nl_dataset_free(d);
     if (rc == 0)
-        print_done(run_name, &res, stats, nworkers);
+        print_done(s->run.name, &s->res, stats, nworkers);
+    nl_session_free(s);
     nl_free(stats);
     nl_free(hosts_mem);
     return rc < 0 ? fail(&err) : EXIT_OK;
@@ -222,7 +189,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     struct nl_error err = {0};
     struct nl_dataset *d = NULL;
     struct nl_model *m = NULL;
-    struct nl_run_info run;
+    struct nl_session *s = NULL;
     int rc;
 
     rc = nl_dataset_load(store, dataset, &d, &err);
@@ -244,28 +211,20 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         nl_dataset_free(d);
         return fail(&err);
     }
-    /* The frozen layers are in the settings: a run's weights are stored in the frozen layout,
-     * which nl_run_model rebuilds from that list. */
-    const int cluster = ca && (ca->hosts || ca->hostfile);
-    char *settings = nl_run_settings_format(o, m, d->shape, d->nclasses, cluster, 0);
-    if (!settings) {
-        nl_model_free(m);
-        nl_dataset_free(d);
-        return failf("out of memory");
-    }
-    rc = nl_run_create(store, run_name, dataset, model, m->spec_text, settings, &run, &err);
-    nl_free(settings);
-    if (rc < 0) {
-        nl_model_free(m);
-        nl_dataset_free(d);
+    const struct nl_session_new new = {
+        .name = run_name,
+        .dataset = dataset,
+        .model = model,
+        .cluster = ca && (ca->hosts || ca->hostfile),
+    };
+    rc = nl_session_start(store, &new, m, d, o, &s, &err);
+    if (rc < 0)
         return fail(&err);
-    }
     if (!g.json && !g.quiet)
         printf("run '%s': %s on %s, %zu parameters (%zu trainable), %u training samples\n",
-               run.name, model, dataset, nl_model_count_params(m), nl_model_count_trainable(m),
-               d->split[NL_TRAIN].n);
-
-    return train_and_finish(store, run.id, run.name, m, d, o, cluster, ca, 0);
+               s->run.name, model, dataset, nl_model_count_params(s->model),
+               nl_model_count_trainable(s->model), s->data->split[NL_TRAIN].n);
+    return train_and_finish(s, ca);
 }
 
 /* Continues the run named run_name from its latest checkpoint in its own record, with its own
@@ -275,22 +234,16 @@ static int resume_session(struct nl_store *store, const char *run_name,
                           struct nl_resume_request *req, const struct cluster_args *ca)
 {
     struct nl_error err = {0};
-    struct nl_run_resumed *r = NULL;
+    struct nl_session *s = NULL;
 
     req->on_hosts = ca->hosts || ca->hostfile;
-    int rc = nl_run_resume_open(store, run_name, req, warn_cb, NULL, &r, &err);
+    int rc = nl_session_resume(store, run_name, req, warn_cb, NULL, &s, &err);
     if (rc < 0)
         return fail(&err);
     if (!g.json && !g.quiet)
-        printf("run '%s': resuming after epoch %d, step %ld, to epoch %d\n", r->run.name,
-               r->resume.epoch, r->resume.iteration, r->opts.epochs);
-    /* The model and data pass to train_and_finish; the rest of r is released here. */
-    rc = train_and_finish(store, r->run.id, r->run.name, r->model, r->data, &r->opts, r->cluster,
-                          ca, r->skipped);
-    r->model = NULL;
-    r->data = NULL;
-    nl_run_resumed_free(r);
-    return rc;
+        printf("run '%s': resuming after epoch %d, step %ld, to epoch %d\n", s->run.name,
+               s->opts.resume->epoch, s->opts.resume->iteration, s->opts.epochs);
+    return train_and_finish(s, ca);
 }
 
 /* Training options as given, before the optimizer's defaults are applied. */
@@ -653,7 +606,7 @@ int cmd_demo(int argc, char **argv)
 }
 
 /* A run's record as JSON members (no braces): name, dataset, model, status, epochs,
- * val_accuracy, test_accuracy, seconds, created. */
+ * val_accuracy, test_accuracy, seconds, created, and the owner of a running or interrupted run. */
 static void json_run_members(const struct nl_run_info *r)
 {
     printf("\"name\":");
@@ -672,6 +625,12 @@ static void json_run_members(const struct nl_run_info *r)
     json_num(stdout, r->seconds);
     printf(",\"created\":");
     json_str(stdout, r->created);
+    if (r->owner_host[0]) {
+        /* The process training it, or that trained it when it was interrupted. */
+        printf(",\"owner\":{\"host\":");
+        json_str(stdout, r->owner_host);
+        printf(",\"pid\":%ld,\"lives\":%s}", r->owner_pid, r->owner_lives ? "true" : "false");
+    }
 }
 
 /* `nnlab runs RUN`: one run's record and what its cluster did about lost workers. */
@@ -712,6 +671,12 @@ static int show_run(struct nl_store *store, const char *name)
         if (isfinite(r.test_accuracy))
             printf(", test_acc %.4f", r.test_accuracy);
         printf("\n");
+        if (r.owner_lives)
+            printf("trained by process %ld on %s\n", r.owner_pid, r.owner_host);
+        else if (strcmp(r.status, "interrupted") == 0)
+            printf("its process is gone: nnlab train --resume %s goes on from its latest "
+                   "checkpoint\n",
+                   r.name);
         if (n == 0)
             printf("no worker was lost\n");
         for (int i = 0; i < n; i++)
@@ -754,8 +719,8 @@ int cmd_runs(int argc, char **argv)
     } else if (n == 0) {
         printf("no runs yet: nnlab train --data NAME --model lenet, or nnlab demo\n");
     } else {
-        printf("%-28s %-12s %-10s %-8s %6s %8s %8s %8s  %s\n", "NAME", "DATASET", "MODEL", "STATUS",
-               "EPOCHS", "VAL_ACC", "TEST_ACC", "SECONDS", "CREATED");
+        printf("%-28s %-12s %-10s %-11s %6s %8s %8s %8s  %s\n", "NAME", "DATASET", "MODEL",
+               "STATUS", "EPOCHS", "VAL_ACC", "TEST_ACC", "SECONDS", "CREATED");
         for (int i = 0; i < n; i++) {
             const struct nl_run_info *r = &list[i];
             char val[16] = "-", test[16] = "-", secs[16] = "-";
@@ -765,7 +730,7 @@ int cmd_runs(int argc, char **argv)
                 snprintf(test, sizeof test, "%.4f", r->test_accuracy);
             if (isfinite(r->seconds))
                 snprintf(secs, sizeof secs, "%.1f", r->seconds);
-            printf("%-28s %-12s %-10s %-8s %6d %8s %8s %8s  %s\n", r->name, r->dataset, r->model,
+            printf("%-28s %-12s %-10s %-11s %6d %8s %8s %8s  %s\n", r->name, r->dataset, r->model,
                    r->status, r->epochs_done, val, test, secs, r->created);
         }
     }

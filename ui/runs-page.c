@@ -536,7 +536,7 @@ static void update_resume(struct runs_page *p)
     int cluster = 0;
     gboolean can = p->selected && !nl_window_training(p->win) &&
                    nl_run_get(p->win->store, p->selected, &info, NULL, &settings, &err) == 0 &&
-                   strcmp(info.status, "done") != 0 &&
+                   strcmp(info.status, "done") != 0 && strcmp(info.status, "running") != 0 &&
                    nl_run_settings_parse(settings, info.name, &o, NULL, &cluster, &err) == 0;
     nl_free(settings);
     g_simple_action_set_enabled(
