@@ -524,9 +524,8 @@ static void show_details(struct runs_page *p)
     nl_free(settings);
 }
 
-/* Resume goes with a run, local or on hosts, that stopped, failed or was killed (still marked
- * running), with no run in progress in this window; one without a checkpoint says so when
- * asked. */
+/* Resume goes with a run, local or on hosts, that stopped, failed or was interrupted (its owner
+ * gone), with no run in progress in this window; one without a checkpoint says so when asked. */
 static void update_resume(struct runs_page *p)
 {
     struct nl_run_info info;
