@@ -359,193 +359,217 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
     }
 }
 
-int cmd_train(int argc, char **argv)
-{
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},
-        {"model", required_argument, NULL, 'M'},
-        {"epochs", required_argument, NULL, 'e'},
-        {"batch", required_argument, NULL, 'b'},
-        {"lr", required_argument, NULL, 'l'},
-        {"momentum", required_argument, NULL, 'm'},
-        {"nesterov", no_argument, NULL, 'N'},
-        {"weight-decay", required_argument, NULL, 'w'},
-        {"optim", required_argument, NULL, 'o'},
-        {"schedule", required_argument, NULL, 'S'},
-        {"warmup", required_argument, NULL, 'W'},
-        {"early-stop-acc", required_argument, NULL, 'E'},
-        {"patience", required_argument, NULL, 'p'},
-        {"threads", required_argument, NULL, 't'},
-        {"seed", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},
-        {"init", required_argument, NULL, 'i'},
-        {"init-partial", no_argument, NULL, 'P'},
-        {"augment", required_argument, NULL, 'A'},
-        {"clip-value", required_argument, NULL, 'C'},
-        {"clip-norm", required_argument, NULL, 'K'},
-        {"freeze", required_argument, NULL, 'F'},
-        {"freeze-up-to", required_argument, NULL, 'U'},
-        {"replace-head", no_argument, NULL, 'R'},
-        {"threads", required_argument, NULL, 't'},
-        {"seed", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},
-        {"hosts", required_argument, NULL, OPT_HOSTS},
-        {"hostfile", required_argument, NULL, OPT_HOSTFILE},
-        {"ssh-config", required_argument, NULL, OPT_SSH_CONFIG},
-        {"accept-new-host-keys", no_argument, NULL, OPT_ACCEPT_NEW},
-        {"remote-nnlab", required_argument, NULL, OPT_REMOTE_NNLAB},
-        {"port-range", required_argument, NULL, OPT_PORT_RANGE},
-        {"bind", required_argument, NULL, OPT_BIND},
-        {"compress", required_argument, NULL, OPT_COMPRESS},
-        {"resume", required_argument, NULL, OPT_RESUME},
-        {"on-nan", required_argument, NULL, OPT_ON_NAN},
-        {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
-        {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
-        {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
-        {NULL, 0, NULL, 0},
-    };
-    struct cluster_args ca = {.max_restarts = -1};
-    struct train_args a;
-    struct nl_error err = {0};
-    const char *data = NULL, *model = NULL, *name = NULL, *init = NULL, *resume = NULL;
-    struct finetune ft = {0};
-    struct nl_resume_request ra = {.epochs = -1, .on_nan = -1, .checkpoint_every = -1};
-    int c, rc, init_partial = 0, li = -1;
-    /* The first option that fixes a setting of a new run, which --resume takes from the run. */
-    const char *setting = NULL;
+static const struct option train_opts[] = {
+    {"data", required_argument, NULL, 'd'},
+    {"model", required_argument, NULL, 'M'},
+    {"epochs", required_argument, NULL, 'e'},
+    {"batch", required_argument, NULL, 'b'},
+    {"lr", required_argument, NULL, 'l'},
+    {"momentum", required_argument, NULL, 'm'},
+    {"nesterov", no_argument, NULL, 'N'},
+    {"weight-decay", required_argument, NULL, 'w'},
+    {"optim", required_argument, NULL, 'o'},
+    {"schedule", required_argument, NULL, 'S'},
+    {"warmup", required_argument, NULL, 'W'},
+    {"early-stop-acc", required_argument, NULL, 'E'},
+    {"patience", required_argument, NULL, 'p'},
+    {"threads", required_argument, NULL, 't'},
+    {"seed", required_argument, NULL, 's'},
+    {"name", required_argument, NULL, 'n'},
+    {"init", required_argument, NULL, 'i'},
+    {"init-partial", no_argument, NULL, 'P'},
+    {"augment", required_argument, NULL, 'A'},
+    {"clip-value", required_argument, NULL, 'C'},
+    {"clip-norm", required_argument, NULL, 'K'},
+    {"freeze", required_argument, NULL, 'F'},
+    {"freeze-up-to", required_argument, NULL, 'U'},
+    {"replace-head", no_argument, NULL, 'R'},
+    {"hosts", required_argument, NULL, OPT_HOSTS},
+    {"hostfile", required_argument, NULL, OPT_HOSTFILE},
+    {"ssh-config", required_argument, NULL, OPT_SSH_CONFIG},
+    {"accept-new-host-keys", no_argument, NULL, OPT_ACCEPT_NEW},
+    {"remote-nnlab", required_argument, NULL, OPT_REMOTE_NNLAB},
+    {"port-range", required_argument, NULL, OPT_PORT_RANGE},
+    {"bind", required_argument, NULL, OPT_BIND},
+    {"compress", required_argument, NULL, OPT_COMPRESS},
+    {"resume", required_argument, NULL, OPT_RESUME},
+    {"on-nan", required_argument, NULL, OPT_ON_NAN},
+    {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
+    {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
+    {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
+    {NULL, 0, NULL, 0},
+};
 
-    train_args_init(&a);
-    while ((c = getopt_long(argc, argv, "", opts, &li)) != -1) {
-        long v;
-        if (c == 'e')
-            ra.epochs = 0; /* given: set below */
-        else if (c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY && c != '?' &&
-                 !(c >= OPT_HOSTS && c <= OPT_BIND) && c != OPT_HEARTBEAT &&
-                 c != OPT_MAX_RESTARTS && !setting && li >= 0)
-            setting = opts[li].name;
+/* `nnlab train`'s command line. */
+struct train_cmd {
+    struct train_args a;
+    struct cluster_args ca;
+    struct finetune ft;
+    struct nl_resume_request ra;
+    const char *data, *model, *name, *init, *resume;
+    int init_partial;
+    /* The first option that fixes a setting of a new run, which --resume takes from the run. */
+    const char *setting;
+};
+
+/* One option of train's own, or one it shares with demo: 0 or an exit status. */
+static int train_cmd_opt(struct train_cmd *t, int c)
+{
+    long v;
+
+    if (c == 'e')
+        t->ra.epochs = 0; /* given: set once parsed */
+    if (c == OPT_RESUME) {
+        t->resume = optarg;
+    } else if (c == OPT_ON_NAN) {
+        if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "skip-batch") != 0)
+            return usage_error("train", "--on-nan %s: want stop or skip-batch", optarg);
+        t->ra.on_nan = strcmp(optarg, "skip-batch") == 0 ? NL_ON_NAN_SKIP_BATCH : NL_ON_NAN_STOP;
+        t->a.o.on_nan = (enum nl_on_nan)t->ra.on_nan;
+    } else if (c == OPT_CHECKPOINT_EVERY) {
+        if (!parse_int(optarg, 1, 0x7fffffffL, &v))
+            return usage_error("train",
+                               "--checkpoint-every %s: want a whole number of steps "
+                               "from 1",
+                               optarg);
+        t->ra.checkpoint_every = t->a.o.checkpoint_every = v;
+    } else if (c == 'd') {
+        t->data = optarg;
+    } else if (c == 'M') {
+        t->model = optarg;
+    } else if (c == 'n') {
+        t->name = optarg;
+    } else if (c == 'i') {
+        t->init = optarg;
+    } else if (c == 'P') {
+        t->init_partial = 1;
+    } else if (c == 'F') {
+        t->ft.freeze = optarg;
+    } else if (c == 'U') {
+        t->ft.up_to = optarg;
+    } else if (c == 'R') {
+        t->ft.replace_head = 1;
+    } else if (c == OPT_HOSTS) {
+        t->ca.hosts = optarg;
+    } else if (c == OPT_HOSTFILE) {
+        t->ca.hostfile = optarg;
+    } else if (c == OPT_SSH_CONFIG) {
+        t->ca.ssh_config = optarg;
+    } else if (c == OPT_ACCEPT_NEW) {
+        t->ca.accept_new = 1;
+    } else if (c == OPT_REMOTE_NNLAB) {
+        t->ca.remote_nnlab = optarg;
+    } else if (c == OPT_BIND) {
+        t->ca.bind = optarg;
+    } else if (c == OPT_PORT_RANGE) {
+        if (!parse_port_range(optarg, &t->ca.port_lo, &t->ca.port_hi))
+            return usage_error("train", "--port-range %s: want A-B, ports from 1 to 65535", optarg);
+    } else if (c == OPT_HEARTBEAT) {
+        double sec;
+        if (!parse_float(optarg, 0.1, 3600.0, &sec))
+            return usage_error("train", "--heartbeat-timeout %s: want seconds, 0.1 to 3600",
+                               optarg);
+        t->ca.heartbeat_ms = (int)(sec * 1000.0 + 0.5);
+    } else if (c == OPT_MAX_RESTARTS) {
+        if (!parse_int(optarg, 0, 1000000, &v))
+            return usage_error("train", "--max-restarts %s: want a whole number from 0", optarg);
+        t->ca.max_restarts = (int)v;
+    } else if (c == OPT_COMPRESS) {
+        if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "none") != 0)
+            return usage_error("train", "--compress %s: want bf16 or none", optarg);
+        t->ca.bf16 = strcmp(optarg, "bf16") == 0;
+    } else {
+        return parse_train_opt("train", c, &t->a);
+    }
+    return 0;
+}
+
+/* The command line into t, checked as far as it can be without the store: 0 or an exit status. */
+static int train_parse(int argc, char **argv, struct train_cmd *t)
+{
+    int c, li = -1, rc;
+
+    *t = (struct train_cmd){.ca = {.max_restarts = -1},
+                            .ra = {.epochs = -1, .on_nan = -1, .checkpoint_every = -1}};
+    train_args_init(&t->a);
+    while ((c = getopt_long(argc, argv, "", train_opts, &li)) != -1) {
+        if (c != 'e' && c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY &&
+            c != '?' && !(c >= OPT_HOSTS && c <= OPT_COMPRESS) && c != OPT_HEARTBEAT &&
+            c != OPT_MAX_RESTARTS && !t->setting && li >= 0)
+            t->setting = train_opts[li].name;
         li = -1;
-        if (c == OPT_RESUME) {
-            resume = optarg;
-        } else if (c == OPT_ON_NAN) {
-            if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "skip-batch") != 0)
-                return usage_error("train", "--on-nan %s: want stop or skip-batch", optarg);
-            ra.on_nan = strcmp(optarg, "skip-batch") == 0 ? NL_ON_NAN_SKIP_BATCH : NL_ON_NAN_STOP;
-            a.o.on_nan = (enum nl_on_nan)ra.on_nan;
-        } else if (c == OPT_CHECKPOINT_EVERY) {
-            if (!parse_int(optarg, 1, 0x7fffffffL, &v))
-                return usage_error("train",
-                                   "--checkpoint-every %s: want a whole number of steps "
-                                   "from 1",
-                                   optarg);
-            ra.checkpoint_every = a.o.checkpoint_every = v;
-        } else if (c == 'd') {
-            data = optarg;
-        } else if (c == 'M') {
-            model = optarg;
-        } else if (c == 'n') {
-            name = optarg;
-        } else if (c == 'i') {
-            init = optarg;
-        } else if (c == 'P') {
-            init_partial = 1;
-        } else if (c == 'F') {
-            ft.freeze = optarg;
-        } else if (c == 'U') {
-            ft.up_to = optarg;
-        } else if (c == 'R') {
-            ft.replace_head = 1;
-        } else if (c == OPT_HOSTS) {
-            ca.hosts = optarg;
-        } else if (c == OPT_HOSTFILE) {
-            ca.hostfile = optarg;
-        } else if (c == OPT_SSH_CONFIG) {
-            ca.ssh_config = optarg;
-        } else if (c == OPT_ACCEPT_NEW) {
-            ca.accept_new = 1;
-        } else if (c == OPT_REMOTE_NNLAB) {
-            ca.remote_nnlab = optarg;
-        } else if (c == OPT_BIND) {
-            ca.bind = optarg;
-        } else if (c == OPT_PORT_RANGE) {
-            if (!parse_port_range(optarg, &ca.port_lo, &ca.port_hi))
-                return usage_error("train", "--port-range %s: want A-B, ports from 1 to 65535",
-                                   optarg);
-        } else if (c == OPT_HEARTBEAT) {
-            double sec;
-            if (!parse_float(optarg, 0.1, 3600.0, &sec))
-                return usage_error("train", "--heartbeat-timeout %s: want seconds, 0.1 to 3600",
-                                   optarg);
-            ca.heartbeat_ms = (int)(sec * 1000.0 + 0.5);
-        } else if (c == OPT_MAX_RESTARTS) {
-            if (!parse_int(optarg, 0, 1000000, &v))
-                return usage_error("train", "--max-restarts %s: want a whole number from 0",
-                                   optarg);
-            ca.max_restarts = (int)v;
-        } else if (c == OPT_COMPRESS) {
-            if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "none") != 0)
-                return usage_error("train", "--compress %s: want bf16 or none", optarg);
-            ca.bf16 = strcmp(optarg, "bf16") == 0;
-        } else {
-            rc = parse_train_opt("train", c, &a);
-            if (rc)
-                return rc;
-        }
+        rc = train_cmd_opt(t, c);
+        if (rc)
+            return rc;
     }
     if (optind < argc)
         return usage_error("train", "unexpected argument '%s'", argv[optind]);
-    if (resume && setting)
+    if (t->resume && t->setting)
         return usage_error("train",
                            "--resume RUN takes the run's own settings; --%s does not go with it "
                            "(only --epochs, --on-nan, --checkpoint-every and the cluster options "
                            "do)",
-                           setting);
-    if (resume) {
-        if (ra.epochs == 0)
-            ra.epochs = a.o.epochs;
-        struct nl_store *store;
+                           t->setting);
+    if (t->resume)
+        return 0;
+    if (!t->data || !t->model)
+        return usage_error("train", "needs --data NAME and --model SPEC (or --resume RUN)");
+    if ((t->ca.hosts || t->ca.hostfile) && t->a.o.on_nan != NL_ON_NAN_STOP)
+        return usage_error("train", "--on-nan skip-batch runs on one machine only; a cluster run "
+                                    "stops on a non-finite loss");
+    if (t->init_partial && !t->init)
+        return usage_error("train", "--init-partial needs --init FILE|RUN");
+    if (t->ft.replace_head && !t->init)
+        return usage_error("train", "--replace-head needs --init FILE|RUN");
+    if (t->ca.hosts && t->ca.hostfile)
+        return usage_error("train", "give --hosts or --hostfile, not both");
+    if (!t->ca.hosts && !t->ca.hostfile &&
+        (t->ca.ssh_config || t->ca.remote_nnlab || t->ca.bind || t->ca.accept_new ||
+         t->ca.port_lo || t->ca.bf16 || t->ca.heartbeat_ms || t->ca.max_restarts >= 0))
+        return usage_error("train", "cluster options need --hosts or --hostfile");
+    return 0;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    struct train_cmd t;
+    struct nl_error err = {0};
+    struct nl_store *store;
+    int rc = train_parse(argc, argv, &t);
+
+    if (rc)
+        return rc;
+    if (t.resume) {
+        if (t.ra.epochs == 0)
+            t.ra.epochs = t.a.o.epochs;
         if (open_store(&store, &err) < 0)
             return fail(&err);
-        rc = resume_session(store, resume, &ra, &ca);
+        rc = resume_session(store, t.resume, &t.ra, &t.ca);
         nl_store_close(store);
         return rc;
     }
-    if (!data || !model)
-        return usage_error("train", "needs --data NAME and --model SPEC (or --resume RUN)");
-    if ((ca.hosts || ca.hostfile) && a.o.on_nan != NL_ON_NAN_STOP)
-        return usage_error("train", "--on-nan skip-batch runs on one machine only; a cluster run "
-                                    "stops on a non-finite loss");
-    if (init_partial && !init)
-        return usage_error("train", "--init-partial needs --init FILE|RUN");
-    if (ft.replace_head && !init)
-        return usage_error("train", "--replace-head needs --init FILE|RUN");
-    if (ca.hosts && ca.hostfile)
-        return usage_error("train", "give --hosts or --hostfile, not both");
-    if (!ca.hosts && !ca.hostfile &&
-        (ca.ssh_config || ca.remote_nnlab || ca.bind || ca.accept_new || ca.port_lo || ca.bf16 ||
-         ca.heartbeat_ms || ca.max_restarts >= 0))
-        return usage_error("train", "cluster options need --hosts or --hostfile");
 #if NNLAB_HAVE_SSH
-    if (ca.hosts || ca.hostfile) {
+    if (t.ca.hosts || t.ca.hostfile) {
         /* Checked here so that a mistake is a usage error before any run is recorded. */
         struct nl_host *hosts;
         int nhosts;
-        if ((ca.hostfile ? nl_hosts_load(ca.hostfile, &hosts, &nhosts, &err)
-                         : nl_hosts_parse(ca.hosts, &hosts, &nhosts, &err)) < 0)
+        if ((t.ca.hostfile ? nl_hosts_load(t.ca.hostfile, &hosts, &nhosts, &err)
+                           : nl_hosts_parse(t.ca.hosts, &hosts, &nhosts, &err)) < 0)
             return usage_error("train", "%s", err.msg);
         nl_free(hosts);
     }
 #else
-    if (ca.hosts || ca.hostfile)
+    if (t.ca.hosts || t.ca.hostfile)
         return usage_error("train", "this nnlab was built without cluster mode (libssh)");
 #endif
-    train_args_apply(&a);
-    if (nl_optim_validate(&a.o.optim, &err) < 0)
+    train_args_apply(&t.a);
+    if (nl_optim_validate(&t.a.o.optim, &err) < 0)
         return usage_error("train", "%s", err.msg);
 
-    struct nl_store *store;
     if (open_store(&store, &err) < 0)
         return fail(&err);
-    rc = train_session(store, data, model, &a.o, name, init, init_partial, &ft, &ca);
+    rc =
+        train_session(store, t.data, t.model, &t.a.o, t.name, t.init, t.init_partial, &t.ft, &t.ca);
     nl_store_close(store);
     return rc;
 }

@@ -131,6 +131,9 @@ static void test_options(void)
     like(errtext, "run's own settings", "saying why");
     is_int(nnlab("train --resume nope --hosts a,b"), 1, "--resume with --hosts is accepted");
     like(errtext, "no run named 'nope'", "and looks for the run");
+    is_int(nnlab("train --resume nope --hosts a,b --compress bf16"), 1,
+           "--resume with --hosts and --compress is accepted");
+    like(errtext, "no run named 'nope'", "and looks for the run");
     is_int(nnlab("train --on-nan maybe --data syn --model mlp"), 2, "--on-nan wants stop|skip");
     like(errtext, "--on-nan", "naming the option");
     is_int(nnlab("train --checkpoint-every 0 --data syn --model mlp"), 2,
