@@ -557,6 +557,25 @@ double nl_epoch_watched(const struct nl_event *ev)
     return isfinite(ev->val_accuracy) ? ev->val_accuracy : ev->accuracy;
 }
 
+void nl_done_event(const struct nl_train_result *res, const struct nl_train_opts *o,
+                   struct nl_event *ev)
+{
+    *ev = (struct nl_event){
+        .kind = NL_EVENT_DONE,
+        .epoch = res->epochs,
+        .epochs = o->epochs,
+        .loss = res->train_loss,
+        .accuracy = res->train_accuracy,
+        .val_loss = NAN,
+        .val_accuracy = res->val_accuracy,
+        .test_accuracy = res->test_accuracy,
+        .test_loss = res->test_loss,
+        .seconds = res->seconds,
+        .images_per_second = res->images_per_second,
+        .skipped_batches = res->skipped_batches,
+    };
+}
+
 /* One nl_train: what its steps share, and the epoch in progress. */
 struct loop {
     struct nl_model *m;
@@ -855,20 +874,8 @@ static void train_done(struct loop *L)
         (double)L->train_samples / (L->train_seconds > 0 ? L->train_seconds : 1e-9);
     if (!L->hooks || !L->hooks->event)
         return;
-    struct nl_event ev = {
-        .kind = NL_EVENT_DONE,
-        .epoch = res->epochs,
-        .epochs = L->o->epochs,
-        .loss = res->train_loss,
-        .accuracy = res->train_accuracy,
-        .val_loss = NAN,
-        .val_accuracy = res->val_accuracy,
-        .test_accuracy = res->test_accuracy,
-        .test_loss = res->test_loss,
-        .seconds = res->seconds,
-        .images_per_second = res->images_per_second,
-        .skipped_batches = res->skipped_batches,
-    };
+    struct nl_event ev;
+    nl_done_event(res, L->o, &ev);
     L->hooks->event(L->hooks->ud, &ev);
 }
 

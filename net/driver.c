@@ -1717,21 +1717,10 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
             stats[run.p[i].hosti] = run.step_w[i];
     }
     if (hooks && hooks->event) {
-        struct nl_event ev = {
-            .kind = NL_EVENT_DONE,
-            .epoch = res->epochs,
-            .epochs = o->epochs,
-            .loss = res->train_loss,
-            .accuracy = res->train_accuracy,
-            .val_loss = NAN,
-            .val_accuracy = res->val_accuracy,
-            .test_accuracy = res->test_accuracy,
-            .test_loss = res->test_loss,
-            .seconds = res->seconds,
-            .images_per_second = res->images_per_second,
-            .nworkers = run.n,
-            .workers = run.step_w,
-        };
+        struct nl_event ev;
+        nl_done_event(res, o, &ev);
+        ev.nworkers = run.n;
+        ev.workers = run.step_w;
         hooks->event(hooks->ud, &ev);
     }
     rc = 0;

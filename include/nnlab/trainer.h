@@ -248,6 +248,9 @@ int nl_epoch_report(const struct nl_train_hooks *hooks, struct nl_checkpoint *cp
                     const struct nl_event *ev, struct nl_error *err);
 /* Validation accuracy, or training accuracy without a validation split. */
 double nl_epoch_watched(const struct nl_event *ev);
+/* The NL_EVENT_DONE event of a run that ended with res. */
+void nl_done_event(const struct nl_train_result *res, const struct nl_train_opts *o,
+                   struct nl_event *ev);
 
 /* NL_EFORMAT unless r is a point a run of epochs epochs of iters steps can go on from: at least
  * r->epoch whole epochs and less than one more, or exactly its end. */
