@@ -779,6 +779,39 @@ static int load_run(struct nl_store *store, const char *run_name, const char *da
     return rc;
 }
 
+/* The members "precision", "recall", "f1" and "support" of one class's (or an average's)
+ * metrics; first: they open the object, with no comma before. */
+static void print_class_json(const struct nl_class_metrics *cm, int first)
+{
+    printf("%s\"precision\":", first ? "" : ",");
+    json_num(stdout, cm->precision);
+    printf(",\"recall\":");
+    json_num(stdout, cm->recall);
+    printf(",\"f1\":");
+    json_num(stdout, cm->f1);
+    printf(",\"support\":%ld", cm->support);
+}
+
+/* Per class precision, recall, F1 and support, then the macro and weighted averages, as
+ * scikit-learn's classification_report lays them out. */
+static void print_class_table(const struct nl_metrics *mt, const struct nl_dataset *d)
+{
+    int width = 12;
+    for (int k = 0; k < mt->nclasses; k++)
+        if ((int)strlen(d->class_names[k]) > width)
+            width = (int)strlen(d->class_names[k]);
+    printf("%-*s %9s %9s %9s %9s\n", width, "class", "precision", "recall", "f1", "support");
+    for (int k = 0; k < mt->nclasses; k++) {
+        const struct nl_class_metrics *cm = &mt->classes[k];
+        printf("%-*s %9.4f %9.4f %9.4f %9ld\n", width, d->class_names[k], cm->precision, cm->recall,
+               cm->f1, cm->support);
+    }
+    printf("\n%-*s %9.4f %9.4f %9.4f %9ld\n", width, "macro avg", mt->macro.precision,
+           mt->macro.recall, mt->macro.f1, mt->macro.support);
+    printf("%-*s %9.4f %9.4f %9.4f %9ld\n", width, "weighted avg", mt->weighted.precision,
+           mt->weighted.recall, mt->weighted.f1, mt->weighted.support);
+}
+
 int cmd_eval(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -851,13 +884,15 @@ int cmd_eval(int argc, char **argv)
     if (rc < 0)
         return fail(&err);
     double loss = NAN, acc = NAN;
+    struct nl_metrics mt = {0};
     const uint32_t n = d->split[split].n;
     if (n == 0)
         rc = nl_error_set(&err, NL_EINVAL, "dataset '%s' has no %s split", d->name,
                           nl_split_names[split]);
     else
-        rc = nl_evaluate(m, d, split, (int)threads, &loss, &acc, &err);
+        rc = nl_evaluate_metrics(m, d, split, (int)threads, &loss, &mt, &err);
     if (rc == 0) {
+        acc = mt.accuracy;
         if (g.json) {
             printf(from_file ? "{\"weights\":" : "{\"run\":");
             json_str(stdout, from_file ? what : run.name);
@@ -869,12 +904,35 @@ int cmd_eval(int argc, char **argv)
             json_num(stdout, loss);
             printf(",\"%s_accuracy\":", nl_split_names[split]);
             json_num(stdout, acc);
-            printf("}\n");
+            printf(",\"top5_accuracy\":");
+            json_num(stdout, mt.topk_accuracy);
+            printf(",\"classes\":[");
+            for (int k = 0; k < mt.nclasses; k++) {
+                printf("%s{\"label\":%d,\"class\":", k ? "," : "", k);
+                json_str(stdout, d->class_names[k]);
+                print_class_json(&mt.classes[k], 0);
+                printf("}");
+            }
+            printf("],\"macro\":{");
+            print_class_json(&mt.macro, 1);
+            printf("},\"weighted\":{");
+            print_class_json(&mt.weighted, 1);
+            printf("},\"confusion\":%s", mt.confusion ? "[" : "null");
+            for (int r = 0; mt.confusion && r < mt.nclasses; r++) {
+                printf("%s[", r ? "," : "");
+                for (int c2 = 0; c2 < mt.nclasses; c2++)
+                    printf("%s%ld", c2 ? "," : "", mt.confusion[(size_t)r * mt.nclasses + c2]);
+                printf("]");
+            }
+            printf("%s}\n", mt.confusion ? "]" : "");
         } else {
             printf("%s accuracy %.4f (loss %.4f) on %u samples of '%s'\n", nl_split_names[split],
                    acc, loss, n, d->name);
+            printf("top-5 accuracy %.4f\n\n", mt.topk_accuracy);
+            print_class_table(&mt, d);
         }
     }
+    nl_metrics_release(&mt);
     nl_model_free(m);
     nl_dataset_free(d);
     return rc < 0 ? fail(&err) : EXIT_OK;
@@ -896,7 +954,7 @@ int cmd_predict(int argc, char **argv)
                                c == 'k' ? "--top: want a whole number from 1" : "unknown option");
     }
     if (argc - optind < 2)
-        return usage_error("predict", "needs a RUN and at least one FILE.png");
+        return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG)");
 
     struct nl_store *store;
     struct nl_run_info run;
@@ -937,7 +995,7 @@ int cmd_predict(int argc, char **argv)
         fprintf(out, ",\"predictions\":[");
     }
     for (int f = optind + 1; rc == 0 && f < argc; f++) {
-        rc = nl_dataset_sample_from_png(d, argv[f], in, &err);
+        rc = nl_dataset_sample_from_image(d, argv[f], in, &err);
         if (rc < 0)
             break;
         nl_softmax(probs, nl_exec_forward(x, m->params, in, 1, 0, &rng), 1, m->nclasses);

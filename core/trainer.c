@@ -38,6 +38,7 @@ struct worker {
     double sumsq;   /* clipping: the squared norm of this thread's slice of the gradient */
     double loss;    /* sum over the samples this thread saw in the current call */
     long correct;
+    struct nl_metrics *metrics; /* evaluation with metrics: this thread's counts, else NULL */
     struct nl_rng rng;
 };
 
@@ -303,7 +304,7 @@ static void step_thread(void *arg, int t, int count)
         int correct = 0;
         nl_rng_seed(&w->rng, nl_rng_step_seed(c->seed, c->step, t, count));
         nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
-        nl_augment_batch(c->augment, c->d->shape, w->x, n, &w->rng);
+        nl_augment_batch(c->augment, c->d->shape, c->d->mean, c->d->std, w->x, n, &w->rng);
         const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
         w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, c->scale, &correct);
         w->correct = correct;
@@ -393,6 +394,8 @@ static void eval_thread(void *arg, int t, int count)
         const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 0, &w->rng);
         w->loss += nl_softmax_xent(NULL, logits, w->y, n, m->nclasses, 1.0f, &correct);
         w->correct += correct;
+        if (w->metrics)
+            nl_metrics_add(w->metrics, logits, w->y, n);
     }
 }
 
@@ -429,6 +432,42 @@ int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_sp
     evaluate(&c, split, loss, accuracy);
     ctx_release(&c);
     return 0;
+}
+
+int nl_evaluate_metrics(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
+                        int threads, double *loss, struct nl_metrics *out, struct nl_error *err)
+{
+    struct nl_metrics *per = NULL;
+    struct ctx c;
+    double accuracy;
+    int rc = nl_metrics_init(out, m->nclasses, err);
+
+    if (rc == 0)
+        rc = ctx_init(&c, m, d, threads, EVAL_SHARD, 0, err);
+    if (rc < 0) {
+        nl_metrics_release(out);
+        return rc;
+    }
+    per = nl_calloc((size_t)c.threads, sizeof *per);
+    if (!per)
+        rc = nl_error_set(err, NL_ENOMEM, "out of memory for the metrics");
+    for (int t = 0; rc == 0 && t < c.threads; t++) {
+        rc = nl_metrics_init(&per[t], m->nclasses, err);
+        c.w[t].metrics = &per[t];
+    }
+    if (rc == 0) {
+        evaluate(&c, split, loss, &accuracy);
+        for (int t = 0; t < c.threads; t++)
+            nl_metrics_merge(out, &per[t]);
+        nl_metrics_finish(out);
+    }
+    for (int t = 0; per && t < c.threads; t++)
+        nl_metrics_release(&per[t]);
+    nl_free(per);
+    ctx_release(&c);
+    if (rc < 0)
+        nl_metrics_release(out);
+    return rc;
 }
 
 /* Whether none of p[0, n) is NaN or infinite. */

@@ -27,6 +27,11 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
             (double)op->beta1, (double)op->beta2, (double)op->eps, (double)op->alpha, schedule,
             (double)s->o.schedule.warmup_epochs, s->bf16);
     fprintf(f, "timeout %d\naugment %d %d\n", s->timeout_ms, s->o.augment.flip, s->o.augment.crop);
+    fprintf(f, "augment_scale %a %a\naugment_ratio %a %a\naugment_color %a %a %a\n",
+            (double)s->o.augment.scale_min, (double)s->o.augment.scale_max,
+            (double)s->o.augment.ratio_min, (double)s->o.augment.ratio_max,
+            (double)s->o.augment.brightness, (double)s->o.augment.contrast,
+            (double)s->o.augment.saturation);
     fprintf(f, "clip %a %a\n", (double)s->o.clip_value, (double)s->o.clip_norm);
     fprintf(f, "early_stop %a %d\n", s->o.target_accuracy, s->o.patience);
     for (int e = 0; e < s->nwatched; e++)
@@ -178,6 +183,16 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
         } else if (strcmp(key, "augment") == 0 && got == 3) {
             s->o.augment.flip = atoi(a);
             s->o.augment.crop = atoi(b);
+        } else if (strcmp(key, "augment_scale") == 0 && got == 3) {
+            s->o.augment.scale_min = strtof(a, NULL);
+            s->o.augment.scale_max = strtof(b, NULL);
+        } else if (strcmp(key, "augment_ratio") == 0 && got == 3) {
+            s->o.augment.ratio_min = strtof(a, NULL);
+            s->o.augment.ratio_max = strtof(b, NULL);
+        } else if (strcmp(key, "augment_color") == 0 && got == 4) {
+            s->o.augment.brightness = strtof(a, NULL);
+            s->o.augment.contrast = strtof(b, NULL);
+            s->o.augment.saturation = strtof(c, NULL);
         } else if (strcmp(key, "frozen") == 0) {
             if (append_name(&s->frozen, a) < 0)
                 return nl_error_set(err, NL_ENOMEM, "out of memory for the setup");

@@ -269,6 +269,8 @@ static void gradcheck_simple(const char *kind, int n, struct nl_shape in, float 
     harness_make(&h, kind, n);
     if (strcmp(kind, "relu") == 0)
         fill_grid(h.in, h.in_count, 0.05f);
+    else if (strcmp(kind, "relu6") == 0)
+        fill_grid(h.in, h.in_count, 0.13f); /* -7.8 .. 7.8, no value within 0.04 of 0 or 6 */
     else
         fill(h.in, h.in_count, -2, 2);
     if (strcmp(kind, "dropout") == 0)
@@ -301,6 +303,7 @@ static void test_gradients(void)
 
     struct nl_shape s = {3, 4, 5};
     gradcheck_simple("relu", 2, s, 0, 0);
+    gradcheck_simple("relu6", 2, s, 0, 0);
     gradcheck_simple("tanh", 2, s, 0, 0);
     gradcheck_simple("sigmoid", 2, s, 0, 0);
     gradcheck_simple("flatten", 2, (struct nl_shape){2, 3, 4}, 0, 0);
@@ -465,6 +468,23 @@ static void test_dropout(void)
 
 /* ---- pooling at the padding, and NaN ---- */
 
+/* relu6 is min(max(x, 0), 6): values below 0, inside and above 6. */
+static void test_relu6_values(void)
+{
+    struct harness h = {.l = {.in = {{1, 1, 6}}}};
+    const float x[6] = {-3.0f, -0.0f, 0.5f, 5.99f, 6.0f, 1e9f}, want[6] = {0, 0, 0.5f, 5.99f, 6, 6};
+    int same = 1;
+
+    harness_make(&h, "relu6", 1);
+    memcpy(h.in, x, sizeof x);
+    forward(&h);
+    for (int i = 0; i < 6; i++)
+        same &= h.out[i] == want[i];
+    ok(same, "relu6: 0 below 0, x between, 6 above (%g %g %g %g %g %g)", (double)h.out[0],
+       (double)h.out[1], (double)h.out[2], (double)h.out[3], (double)h.out[4], (double)h.out[5]);
+    harness_free(&h);
+}
+
 static void test_pool_semantics(void)
 {
     /* Max pooling never picks the padding: an all-negative input stays negative. */
@@ -501,7 +521,7 @@ static void test_kinds(void)
     static const char *names[] = {"conv",      "dense",   "maxpool", "avgpool", "relu",
                                   "tanh",      "sigmoid", "flatten", "dropout", "leakyrelu",
                                   "gelu",      "softmax", "add",     "concat",  "globalavgpool",
-                                  "batchnorm", "gconv"};
+                                  "batchnorm", "gconv",   "relu6"};
     size_t count = sizeof names / sizeof names[0];
     int found = 0;
 
@@ -627,8 +647,8 @@ static void test_shapes(void)
     struct nl_layer fl = layer("flatten", (struct nl_shape){50, 4, 4});
     setup(&fl);
     is_shape(fl.out, 800, 1, 1, "flatten on 50x4x4");
-    const char *same[] = {"relu", "tanh", "sigmoid", "dropout"};
-    for (int i = 0; i < 4; i++) {
+    const char *same[] = {"relu", "relu6", "tanh", "sigmoid", "dropout"};
+    for (int i = 0; i < 5; i++) {
         struct nl_layer a = layer(same[i], (struct nl_shape){6, 5, 4});
         a.p = 0.5f;
         setup(&a);
@@ -717,6 +737,7 @@ int main(void)
     test_shapes();
     test_errors();
     test_pool_semantics();
+    test_relu6_values();
     test_gradients();
     test_loss();
     test_dropout();
