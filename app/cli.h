@@ -57,21 +57,13 @@ void json_str(FILE *f, const char *s);
 void json_num(FILE *f, double v);
 
 /* Training progress for people and scripts: a terminal progress bar, one line per epoch, or
- * JSON lines; the epoch metrics are also recorded in the store when run_id > 0. */
+ * JSON lines; what it shows is recorded by the run's session (core/session.c). */
 struct progress {
-    struct nl_store *store;
-    long long run_id;
     int tty;
     double last_draw;
-    struct nl_error err; /* a failure to record */
-    int failed;
-    int started;                  /* an event or a checkpoint came: the training began */
-    struct nl_worker_steps steps; /* cluster runs: worker reports not yet stored */
 };
+/* The display of a training session's events (nl_session_hooks); non-zero on Ctrl-C. */
 int progress_event(void *ud, const struct nl_event *ev);
-/* Stores the worker reports still buffered; 0 or an error in p->err. */
-int progress_flush(struct progress *p);
-int progress_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err);
 
 /* Models for commands (app/cmd_model.c). build_model loads the spec named model (a shipped name
  * or a path), or parses spec_text when given, and builds it for the shape and class count.

@@ -16,6 +16,7 @@
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
 #include "nnlab/safetensors.h"
+#include "nnlab/session.h"
 #include "nnlab/spec.h"
 
 /* Long-only options of train's cluster mode, outside the range of short option letters. */
@@ -108,20 +109,6 @@ static int apply_finetune(struct nl_model *m, const struct finetune *ft, struct 
     return nl_model_freeze(m, names, n, ft->up_to, err);
 }
 
-/* Records the batches a run skipped in its settings (a failure to is only warned about). */
-static void record_skipped(struct nl_store *store, int64_t run, const struct nl_train_opts *o,
-                           const struct nl_model *m, struct nl_shape shape, int nclasses,
-                           int cluster, long skipped)
-{
-    struct nl_error err = {0};
-    char *settings = nl_run_settings_format(o, m, shape, nclasses, cluster, skipped);
-
-    if (!settings || nl_run_set_settings(store, run, settings, &err) < 0)
-        fprintf(stderr, "nnlab: warning: the count of skipped batches was not recorded: %s\n",
-                settings ? err.msg : "out of memory");
-    nl_free(settings);
-}
-
 #if NNLAB_HAVE_SSH
 static void worker_log(void *ud, const char *host, const char *line)
 {
@@ -152,25 +139,19 @@ static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *
 }
 #endif
 
-/* Trains the run's model m on d, locally or on the hosts of ca when cluster, recording steps,
- * epochs and checkpoints in run_id's record; then finishes the record (done, stopped or failed;
- * skipped_before batches skipped in earlier sessions) and reports. A fresh cluster run (not a
- * resumed one) that fails before its first step loses its record. Frees m and d. */
-static int train_and_finish(struct nl_store *store, int64_t run_id, const char *run_name,
-                            struct nl_model *m, struct nl_dataset *d, const struct nl_train_opts *o,
-                            int cluster, const struct cluster_args *ca, long skipped_before,
-                            int fresh)
+/* Trains the session's model, locally or on the hosts of ca when it is a cluster run, showing its
+ * progress; then finishes its record (done, stopped or failed) and reports. Frees s. */
+static int train_and_finish(struct nl_session *s, const struct cluster_args *ca)
 {
     struct nl_error err = {0};
-    struct nl_train_result res = {0};
-    struct progress p = {.store = store, .run_id = run_id, .tty = isatty(STDOUT_FILENO)};
-    struct nl_train_hooks hooks = {progress_event, progress_checkpoint, &p};
+    struct progress p = {.tty = isatty(STDOUT_FILENO)};
+    struct nl_train_hooks hooks = nl_session_hooks(s, progress_event, &p);
     struct nl_worker_metrics *stats = NULL;
     void *hosts_mem = NULL; /* the hosts, which stats name */
     int nworkers = 0, rc;
 
-    if (!cluster) {
-        rc = nl_train(m, d, o, &hooks, &res, &err);
+    if (!s->cluster) {
+        rc = nl_train(s->model, s->data, &s->opts, &hooks, &s->res, &err);
     } else {
 #if NNLAB_HAVE_SSH
         struct nl_host *hosts = NULL;
@@ -180,7 +161,8 @@ static int train_and_finish(struct nl_store *store, int64_t run_id, const char *
                           : nl_hosts_parse(ca->hosts, &hosts, &nworkers, &err);
         if (rc == 0) {
             stats = nl_calloc((size_t)nworkers, sizeof *stats);
-            rc = stats ? nl_cluster_train(hosts, nworkers, &co, m, d, o, &hooks, &res, stats, &err)
+            rc = stats ? nl_cluster_train(hosts, nworkers, &co, s->model, s->data, &s->opts, &hooks,
+                                          &s->res, stats, &err)
                        : nl_error_set(&err, NL_ENOMEM, "out of memory");
         }
         hosts_mem = hosts;
@@ -189,39 +171,12 @@ static int train_and_finish(struct nl_store *store, int64_t run_id, const char *
         rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
 #endif
     }
-    /* What a stopped or failed cluster run reported since its last epoch. */
-    if (progress_flush(&p) < 0 && rc == 0) {
-        rc = NL_EDB;
-        p.failed = 1;
-    }
-    nl_worker_steps_release(&p.steps);
-    if (p.failed)
-        err = p.err;
+    rc = nl_session_finish(s, rc, &err);
     if (p.tty && !g.json && !g.quiet && rc < 0)
         fputc('\n', stdout);
-    struct nl_error ferr = {0};
-    if (rc < 0 && cluster && fresh && !p.started) {
-        /* The run never started (a host that does not resolve, refuses or fails to launch):
-         * nothing of it is kept, as if it had been refused before its record was made. */
-        nl_run_remove(store, run_name, &ferr);
-        nl_model_free(m);
-        nl_dataset_free(d);
-        nl_free(stats);
-        nl_free(hosts_mem);
-        return fail(&err);
-    }
-    if (res.skipped_batches > 0)
-        record_skipped(store, run_id, o, m, d->shape, d->nclasses, cluster,
-                       skipped_before + res.skipped_batches);
-    nl_run_finish(store, run_id,
-                  rc == 0              ? "done"
-                  : rc == NL_ECANCELED ? "stopped"
-                                       : "failed",
-                  rc == 0 ? &res : NULL, &ferr);
-    nl_model_free(m);
-    nl_dataset_free(d);
     if (rc == 0)
-        print_done(run_name, &res, stats, nworkers);
+        print_done(s->run.name, &s->res, stats, nworkers);
+    nl_session_free(s);
     nl_free(stats);
     nl_free(hosts_mem);
     return rc < 0 ? fail(&err) : EXIT_OK;
@@ -264,7 +219,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
     struct nl_error err = {0};
     struct nl_dataset *d = NULL;
     struct nl_model *m = NULL;
-    struct nl_run_info run;
+    struct nl_session *s = NULL;
     struct nl_train_opts shortened = *o;
     int rc;
 
@@ -293,28 +248,20 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         nl_dataset_free(d);
         return fail(&err);
     }
-    /* The frozen layers are in the settings: a run's weights are stored in the frozen layout,
-     * which nl_run_model rebuilds from that list. */
-    const int cluster = ca && (ca->hosts || ca->hostfile);
-    char *settings = nl_run_settings_format(o, m, d->shape, d->nclasses, cluster, 0);
-    if (!settings) {
-        nl_model_free(m);
-        nl_dataset_free(d);
-        return failf("out of memory");
-    }
-    rc = nl_run_create(store, run_name, dataset, model, m->spec_text, settings, &run, &err);
-    nl_free(settings);
-    if (rc < 0) {
-        nl_model_free(m);
-        nl_dataset_free(d);
+    const struct nl_session_new new = {
+        .name = run_name,
+        .dataset = dataset,
+        .model = model,
+        .cluster = ca && (ca->hosts || ca->hostfile),
+    };
+    rc = nl_session_start(store, &new, m, d, o, &s, &err);
+    if (rc < 0)
         return fail(&err);
-    }
     if (!g.json && !g.quiet)
         printf("run '%s': %s on %s, %zu parameters (%zu trainable), %u training samples\n",
-               run.name, model, dataset, nl_model_count_params(m), nl_model_count_trainable(m),
-               d->split[NL_TRAIN].n);
-
-    return train_and_finish(store, run.id, run.name, m, d, o, cluster, ca, 0, 1);
+               s->run.name, model, dataset, nl_model_count_params(s->model),
+               nl_model_count_trainable(s->model), s->data->split[NL_TRAIN].n);
+    return train_and_finish(s, ca);
 }
 
 /* Continues the run named run_name from its latest checkpoint in its own record, with its own
@@ -324,22 +271,16 @@ static int resume_session(struct nl_store *store, const char *run_name,
                           struct nl_resume_request *req, const struct cluster_args *ca)
 {
     struct nl_error err = {0};
-    struct nl_run_resumed *r = NULL;
+    struct nl_session *s = NULL;
 
     req->on_hosts = ca->hosts || ca->hostfile;
-    int rc = nl_run_resume_open(store, run_name, req, warn_cb, NULL, &r, &err);
+    int rc = nl_session_resume(store, run_name, req, warn_cb, NULL, &s, &err);
     if (rc < 0)
         return fail(&err);
     if (!g.json && !g.quiet)
-        printf("run '%s': resuming after epoch %d, step %ld, to epoch %d\n", r->run.name,
-               r->resume.epoch, r->resume.iteration, r->opts.epochs);
-    /* The model and data pass to train_and_finish; the rest of r is released here. */
-    rc = train_and_finish(store, r->run.id, r->run.name, r->model, r->data, &r->opts, r->cluster,
-                          ca, r->skipped, 0);
-    r->model = NULL;
-    r->data = NULL;
-    nl_run_resumed_free(r);
-    return rc;
+        printf("run '%s': resuming after epoch %d, step %ld, to epoch %d\n", s->run.name,
+               s->opts.resume->epoch, s->opts.resume->iteration, s->opts.epochs);
+    return train_and_finish(s, ca);
 }
 
 /* Training options as given, before the optimizer's defaults are applied. */
@@ -455,196 +396,221 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
     }
 }
 
-int cmd_train(int argc, char **argv)
-{
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},
-        {"model", required_argument, NULL, 'M'},
-        {"epochs", required_argument, NULL, 'e'},
-        {"batch", required_argument, NULL, 'b'},
-        {"lr", required_argument, NULL, 'l'},
-        {"momentum", required_argument, NULL, 'm'},
-        {"nesterov", no_argument, NULL, 'N'},
-        {"weight-decay", required_argument, NULL, 'w'},
-        {"optim", required_argument, NULL, 'o'},
-        {"schedule", required_argument, NULL, 'S'},
-        {"warmup", required_argument, NULL, 'W'},
-        {"early-stop-acc", required_argument, NULL, 'E'},
-        {"patience", required_argument, NULL, 'p'},
-        {"threads", required_argument, NULL, 't'},
-        {"seed", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},
-        {"init", required_argument, NULL, 'i'},
-        {"init-partial", no_argument, NULL, 'P'},
-        {"augment", required_argument, NULL, 'A'},
-        {"clip-value", required_argument, NULL, 'C'},
-        {"clip-norm", required_argument, NULL, 'K'},
-        {"freeze", required_argument, NULL, 'F'},
-        {"freeze-up-to", required_argument, NULL, 'U'},
-        {"replace-head", no_argument, NULL, 'R'},
-        {"threads", required_argument, NULL, 't'},
-        {"seed", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},
-        {"hosts", required_argument, NULL, OPT_HOSTS},
-        {"hostfile", required_argument, NULL, OPT_HOSTFILE},
-        {"ssh-config", required_argument, NULL, OPT_SSH_CONFIG},
-        {"accept-new-host-keys", no_argument, NULL, OPT_ACCEPT_NEW},
-        {"remote-nnlab", required_argument, NULL, OPT_REMOTE_NNLAB},
-        {"port-range", required_argument, NULL, OPT_PORT_RANGE},
-        {"bind", required_argument, NULL, OPT_BIND},
-        {"compress", required_argument, NULL, OPT_COMPRESS},
-        {"resume", required_argument, NULL, OPT_RESUME},
-        {"on-nan", required_argument, NULL, OPT_ON_NAN},
-        {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
-        {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
-        {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
-        {"insecure-plaintext", no_argument, NULL, OPT_INSECURE_PLAINTEXT},
-        {NULL, 0, NULL, 0},
-    };
-    struct cluster_args ca = {.max_restarts = -1};
-    struct train_args a;
-    struct nl_error err = {0};
-    const char *data = NULL, *model = NULL, *name = NULL, *init = NULL, *resume = NULL;
-    struct finetune ft = {0};
-    struct nl_resume_request ra = {.epochs = -1, .on_nan = -1, .checkpoint_every = -1};
-    int c, rc, init_partial = 0, li = -1;
-    /* The first option that fixes a setting of a new run, which --resume takes from the run. */
-    const char *setting = NULL;
+static const struct option train_opts[] = {
+    {"data", required_argument, NULL, 'd'},
+    {"model", required_argument, NULL, 'M'},
+    {"epochs", required_argument, NULL, 'e'},
+    {"batch", required_argument, NULL, 'b'},
+    {"lr", required_argument, NULL, 'l'},
+    {"momentum", required_argument, NULL, 'm'},
+    {"nesterov", no_argument, NULL, 'N'},
+    {"weight-decay", required_argument, NULL, 'w'},
+    {"optim", required_argument, NULL, 'o'},
+    {"schedule", required_argument, NULL, 'S'},
+    {"warmup", required_argument, NULL, 'W'},
+    {"early-stop-acc", required_argument, NULL, 'E'},
+    {"patience", required_argument, NULL, 'p'},
+    {"threads", required_argument, NULL, 't'},
+    {"seed", required_argument, NULL, 's'},
+    {"name", required_argument, NULL, 'n'},
+    {"init", required_argument, NULL, 'i'},
+    {"init-partial", no_argument, NULL, 'P'},
+    {"augment", required_argument, NULL, 'A'},
+    {"clip-value", required_argument, NULL, 'C'},
+    {"clip-norm", required_argument, NULL, 'K'},
+    {"freeze", required_argument, NULL, 'F'},
+    {"freeze-up-to", required_argument, NULL, 'U'},
+    {"replace-head", no_argument, NULL, 'R'},
+    {"hosts", required_argument, NULL, OPT_HOSTS},
+    {"hostfile", required_argument, NULL, OPT_HOSTFILE},
+    {"ssh-config", required_argument, NULL, OPT_SSH_CONFIG},
+    {"accept-new-host-keys", no_argument, NULL, OPT_ACCEPT_NEW},
+    {"remote-nnlab", required_argument, NULL, OPT_REMOTE_NNLAB},
+    {"port-range", required_argument, NULL, OPT_PORT_RANGE},
+    {"bind", required_argument, NULL, OPT_BIND},
+    {"compress", required_argument, NULL, OPT_COMPRESS},
+    {"resume", required_argument, NULL, OPT_RESUME},
+    {"on-nan", required_argument, NULL, OPT_ON_NAN},
+    {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
+    {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
+    {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
+    {"insecure-plaintext", no_argument, NULL, OPT_INSECURE_PLAINTEXT},
+    {NULL, 0, NULL, 0},
+};
 
-    train_args_init(&a);
-    while ((c = getopt_long(argc, argv, "", opts, &li)) != -1) {
-        long v;
-        if (c == 'e')
-            ra.epochs = 0; /* given: set below */
-        else if (c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY && c != '?' &&
-                 !(c >= OPT_HOSTS && c <= OPT_BIND) && c != OPT_HEARTBEAT &&
-                 c != OPT_MAX_RESTARTS && c != OPT_INSECURE_PLAINTEXT && !setting && li >= 0)
-            setting = opts[li].name;
+/* `nnlab train`'s command line. */
+struct train_cmd {
+    struct train_args a;
+    struct cluster_args ca;
+    struct finetune ft;
+    struct nl_resume_request ra;
+    const char *data, *model, *name, *init, *resume;
+    int init_partial;
+    /* The first option that fixes a setting of a new run, which --resume takes from the run. */
+    const char *setting;
+};
+
+/* One option of train's own, or one it shares with demo: 0 or an exit status. */
+static int train_cmd_opt(struct train_cmd *t, int c)
+{
+    long v;
+
+    if (c == 'e')
+        t->ra.epochs = 0; /* given: set once parsed */
+    if (c == OPT_RESUME) {
+        t->resume = optarg;
+    } else if (c == OPT_ON_NAN) {
+        if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "skip-batch") != 0)
+            return usage_error("train", "--on-nan %s: want stop or skip-batch", optarg);
+        t->ra.on_nan = strcmp(optarg, "skip-batch") == 0 ? NL_ON_NAN_SKIP_BATCH : NL_ON_NAN_STOP;
+        t->a.o.on_nan = (enum nl_on_nan)t->ra.on_nan;
+    } else if (c == OPT_CHECKPOINT_EVERY) {
+        if (!parse_int(optarg, 1, 0x7fffffffL, &v))
+            return usage_error("train",
+                               "--checkpoint-every %s: want a whole number of steps "
+                               "from 1",
+                               optarg);
+        t->ra.checkpoint_every = t->a.o.checkpoint_every = v;
+    } else if (c == 'd') {
+        t->data = optarg;
+    } else if (c == 'M') {
+        t->model = optarg;
+    } else if (c == 'n') {
+        t->name = optarg;
+    } else if (c == 'i') {
+        t->init = optarg;
+    } else if (c == 'P') {
+        t->init_partial = 1;
+    } else if (c == 'F') {
+        t->ft.freeze = optarg;
+    } else if (c == 'U') {
+        t->ft.up_to = optarg;
+    } else if (c == 'R') {
+        t->ft.replace_head = 1;
+    } else if (c == OPT_HOSTS) {
+        t->ca.hosts = optarg;
+    } else if (c == OPT_HOSTFILE) {
+        t->ca.hostfile = optarg;
+    } else if (c == OPT_SSH_CONFIG) {
+        t->ca.ssh_config = optarg;
+    } else if (c == OPT_ACCEPT_NEW) {
+        t->ca.accept_new = 1;
+    } else if (c == OPT_REMOTE_NNLAB) {
+        t->ca.remote_nnlab = optarg;
+    } else if (c == OPT_BIND) {
+        t->ca.bind = optarg;
+    } else if (c == OPT_PORT_RANGE) {
+        if (!parse_port_range(optarg, &t->ca.port_lo, &t->ca.port_hi))
+            return usage_error("train", "--port-range %s: want A-B, ports from 1 to 65535", optarg);
+    } else if (c == OPT_HEARTBEAT) {
+        double sec;
+        if (!parse_float(optarg, 0.1, 3600.0, &sec))
+            return usage_error("train", "--heartbeat-timeout %s: want seconds, 0.1 to 3600",
+                               optarg);
+        t->ca.heartbeat_ms = (int)(sec * 1000.0 + 0.5);
+    } else if (c == OPT_MAX_RESTARTS) {
+        if (!parse_int(optarg, 0, 1000000, &v))
+            return usage_error("train", "--max-restarts %s: want a whole number from 0", optarg);
+        t->ca.max_restarts = (int)v;
+    } else if (c == OPT_COMPRESS) {
+        if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "none") != 0)
+            return usage_error("train", "--compress %s: want bf16 or none", optarg);
+        t->ca.bf16 = strcmp(optarg, "bf16") == 0;
+    } else if (c == OPT_INSECURE_PLAINTEXT) {
+        t->ca.insecure_plaintext = 1;
+    } else {
+        return parse_train_opt("train", c, &t->a);
+    }
+    return 0;
+}
+
+/* The command line into t, checked as far as it can be without the store: 0 or an exit status. */
+static int train_parse(int argc, char **argv, struct train_cmd *t)
+{
+    int c, li = -1, rc;
+
+    *t = (struct train_cmd){.ca = {.max_restarts = -1},
+                            .ra = {.epochs = -1, .on_nan = -1, .checkpoint_every = -1}};
+    train_args_init(&t->a);
+    while ((c = getopt_long(argc, argv, "", train_opts, &li)) != -1) {
+        if (c != 'e' && c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY &&
+            c != '?' && !(c >= OPT_HOSTS && c <= OPT_COMPRESS) && c != OPT_HEARTBEAT &&
+            c != OPT_MAX_RESTARTS && c != OPT_INSECURE_PLAINTEXT && !t->setting && li >= 0)
+            t->setting = train_opts[li].name;
         li = -1;
-        if (c == OPT_RESUME) {
-            resume = optarg;
-        } else if (c == OPT_ON_NAN) {
-            if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "skip-batch") != 0)
-                return usage_error("train", "--on-nan %s: want stop or skip-batch", optarg);
-            ra.on_nan = strcmp(optarg, "skip-batch") == 0 ? NL_ON_NAN_SKIP_BATCH : NL_ON_NAN_STOP;
-            a.o.on_nan = (enum nl_on_nan)ra.on_nan;
-        } else if (c == OPT_CHECKPOINT_EVERY) {
-            if (!parse_int(optarg, 1, 0x7fffffffL, &v))
-                return usage_error("train",
-                                   "--checkpoint-every %s: want a whole number of steps "
-                                   "from 1",
-                                   optarg);
-            ra.checkpoint_every = a.o.checkpoint_every = v;
-        } else if (c == 'd') {
-            data = optarg;
-        } else if (c == 'M') {
-            model = optarg;
-        } else if (c == 'n') {
-            name = optarg;
-        } else if (c == 'i') {
-            init = optarg;
-        } else if (c == 'P') {
-            init_partial = 1;
-        } else if (c == 'F') {
-            ft.freeze = optarg;
-        } else if (c == 'U') {
-            ft.up_to = optarg;
-        } else if (c == 'R') {
-            ft.replace_head = 1;
-        } else if (c == OPT_HOSTS) {
-            ca.hosts = optarg;
-        } else if (c == OPT_HOSTFILE) {
-            ca.hostfile = optarg;
-        } else if (c == OPT_SSH_CONFIG) {
-            ca.ssh_config = optarg;
-        } else if (c == OPT_ACCEPT_NEW) {
-            ca.accept_new = 1;
-        } else if (c == OPT_REMOTE_NNLAB) {
-            ca.remote_nnlab = optarg;
-        } else if (c == OPT_BIND) {
-            ca.bind = optarg;
-        } else if (c == OPT_PORT_RANGE) {
-            if (!parse_port_range(optarg, &ca.port_lo, &ca.port_hi))
-                return usage_error("train", "--port-range %s: want A-B, ports from 1 to 65535",
-                                   optarg);
-        } else if (c == OPT_HEARTBEAT) {
-            double sec;
-            if (!parse_float(optarg, 0.1, 3600.0, &sec))
-                return usage_error("train", "--heartbeat-timeout %s: want seconds, 0.1 to 3600",
-                                   optarg);
-            ca.heartbeat_ms = (int)(sec * 1000.0 + 0.5);
-        } else if (c == OPT_MAX_RESTARTS) {
-            if (!parse_int(optarg, 0, 1000000, &v))
-                return usage_error("train", "--max-restarts %s: want a whole number from 0",
-                                   optarg);
-            ca.max_restarts = (int)v;
-        } else if (c == OPT_INSECURE_PLAINTEXT) {
-            ca.insecure_plaintext = 1;
-        } else if (c == OPT_COMPRESS) {
-            if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "none") != 0)
-                return usage_error("train", "--compress %s: want bf16 or none", optarg);
-            ca.bf16 = strcmp(optarg, "bf16") == 0;
-        } else {
-            rc = parse_train_opt("train", c, &a);
-            if (rc)
-                return rc;
-        }
+        rc = train_cmd_opt(t, c);
+        if (rc)
+            return rc;
     }
     if (optind < argc)
         return usage_error("train", "unexpected argument '%s'", argv[optind]);
-    if (resume && setting)
+    if (t->resume && t->setting)
         return usage_error("train",
                            "--resume RUN takes the run's own settings; --%s does not go with it "
                            "(only --epochs, --on-nan, --checkpoint-every and the cluster options "
                            "do)",
-                           setting);
-    if (resume) {
-        if (ra.epochs == 0)
-            ra.epochs = a.o.epochs;
-        struct nl_store *store;
+                           t->setting);
+    if (t->resume)
+        return 0;
+    if (!t->data || !t->model)
+        return usage_error("train", "needs --data NAME and --model SPEC (or --resume RUN)");
+    if ((t->ca.hosts || t->ca.hostfile) && t->a.o.on_nan != NL_ON_NAN_STOP)
+        return usage_error("train", "--on-nan skip-batch runs on one machine only; a cluster run "
+                                    "stops on a non-finite loss");
+    if (t->init_partial && !t->init)
+        return usage_error("train", "--init-partial needs --init FILE|RUN");
+    if (t->ft.replace_head && !t->init)
+        return usage_error("train", "--replace-head needs --init FILE|RUN");
+    if (t->ca.hosts && t->ca.hostfile)
+        return usage_error("train", "give --hosts or --hostfile, not both");
+    if (!t->ca.hosts && !t->ca.hostfile &&
+        (t->ca.ssh_config || t->ca.remote_nnlab || t->ca.bind || t->ca.accept_new ||
+         t->ca.port_lo || t->ca.bf16 || t->ca.heartbeat_ms || t->ca.max_restarts >= 0 ||
+         t->ca.insecure_plaintext))
+        return usage_error("train", "cluster options need --hosts or --hostfile");
+    return 0;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    struct train_cmd t;
+    struct nl_error err = {0};
+    struct nl_store *store;
+    int rc = train_parse(argc, argv, &t);
+
+    if (rc)
+        return rc;
+    if (t.resume) {
+        if (t.ra.epochs == 0)
+            t.ra.epochs = t.a.o.epochs;
         if (open_store(&store, &err) < 0)
             return fail(&err);
-        rc = resume_session(store, resume, &ra, &ca);
+        rc = resume_session(store, t.resume, &t.ra, &t.ca);
         nl_store_close(store);
         return rc;
     }
-    if (!data || !model)
-        return usage_error("train", "needs --data NAME and --model SPEC (or --resume RUN)");
-    if ((ca.hosts || ca.hostfile) && a.o.on_nan != NL_ON_NAN_STOP)
-        return usage_error("train", "--on-nan skip-batch runs on one machine only; a cluster run "
-                                    "stops on a non-finite loss");
-    if (init_partial && !init)
-        return usage_error("train", "--init-partial needs --init FILE|RUN");
-    if (ft.replace_head && !init)
-        return usage_error("train", "--replace-head needs --init FILE|RUN");
-    if (ca.hosts && ca.hostfile)
-        return usage_error("train", "give --hosts or --hostfile, not both");
-    if (!ca.hosts && !ca.hostfile &&
-        (ca.ssh_config || ca.remote_nnlab || ca.bind || ca.accept_new || ca.port_lo || ca.bf16 ||
-         ca.heartbeat_ms || ca.max_restarts >= 0 || ca.insecure_plaintext))
-        return usage_error("train", "cluster options need --hosts or --hostfile");
 #if NNLAB_HAVE_SSH
-    if (ca.hosts || ca.hostfile) {
+    if (t.ca.hosts || t.ca.hostfile) {
         /* Checked here so that a mistake is a usage error before any run is recorded. */
         struct nl_host *hosts;
         int nhosts;
-        if ((ca.hostfile ? nl_hosts_load(ca.hostfile, &hosts, &nhosts, &err)
-                         : nl_hosts_parse(ca.hosts, &hosts, &nhosts, &err)) < 0)
+        if ((t.ca.hostfile ? nl_hosts_load(t.ca.hostfile, &hosts, &nhosts, &err)
+                           : nl_hosts_parse(t.ca.hosts, &hosts, &nhosts, &err)) < 0)
             return usage_error("train", "%s", err.msg);
         nl_free(hosts);
     }
 #else
-    if (ca.hosts || ca.hostfile)
+    if (t.ca.hosts || t.ca.hostfile)
         return usage_error("train", "this nnlab was built without cluster mode (libssh)");
 #endif
-    train_args_apply(&a);
-    if (nl_optim_validate(&a.o.optim, &err) < 0)
+    train_args_apply(&t.a);
+    if (nl_optim_validate(&t.a.o.optim, &err) < 0)
         return usage_error("train", "%s", err.msg);
 
-    struct nl_store *store;
     if (open_store(&store, &err) < 0)
         return fail(&err);
-    rc = train_session(store, data, model, &a.o, name, init, init_partial, &ft, &ca);
+    rc =
+        train_session(store, t.data, t.model, &t.a.o, t.name, t.init, t.init_partial, &t.ft, &t.ca);
     nl_store_close(store);
     return rc;
 }
@@ -706,7 +672,7 @@ int cmd_demo(int argc, char **argv)
 }
 
 /* A run's record as JSON members (no braces): name, dataset, model, status, epochs,
- * val_accuracy, test_accuracy, seconds, created. */
+ * val_accuracy, test_accuracy, seconds, created, and the owner of a running or interrupted run. */
 static void json_run_members(const struct nl_run_info *r)
 {
     printf("\"name\":");
@@ -725,6 +691,12 @@ static void json_run_members(const struct nl_run_info *r)
     json_num(stdout, r->seconds);
     printf(",\"created\":");
     json_str(stdout, r->created);
+    if (r->owner_host[0]) {
+        /* The process training it, or that trained it when it was interrupted. */
+        printf(",\"owner\":{\"host\":");
+        json_str(stdout, r->owner_host);
+        printf(",\"pid\":%ld,\"lives\":%s}", r->owner_pid, r->owner_lives ? "true" : "false");
+    }
 }
 
 /* `nnlab runs RUN`: one run's record and what its cluster did about lost workers. */
@@ -765,6 +737,12 @@ static int show_run(struct nl_store *store, const char *name)
         if (isfinite(r.test_accuracy))
             printf(", test_acc %.4f", r.test_accuracy);
         printf("\n");
+        if (r.owner_lives)
+            printf("trained by process %ld on %s\n", r.owner_pid, r.owner_host);
+        else if (strcmp(r.status, "interrupted") == 0)
+            printf("its process is gone: nnlab train --resume %s goes on from its latest "
+                   "checkpoint\n",
+                   r.name);
         if (n == 0)
             printf("no worker was lost\n");
         for (int i = 0; i < n; i++)
@@ -807,8 +785,8 @@ int cmd_runs(int argc, char **argv)
     } else if (n == 0) {
         printf("no runs yet: nnlab train --data NAME --model lenet, or nnlab demo\n");
     } else {
-        printf("%-28s %-12s %-10s %-8s %6s %8s %8s %8s  %s\n", "NAME", "DATASET", "MODEL", "STATUS",
-               "EPOCHS", "VAL_ACC", "TEST_ACC", "SECONDS", "CREATED");
+        printf("%-28s %-12s %-10s %-11s %6s %8s %8s %8s  %s\n", "NAME", "DATASET", "MODEL",
+               "STATUS", "EPOCHS", "VAL_ACC", "TEST_ACC", "SECONDS", "CREATED");
         for (int i = 0; i < n; i++) {
             const struct nl_run_info *r = &list[i];
             char val[16] = "-", test[16] = "-", secs[16] = "-";
@@ -818,7 +796,7 @@ int cmd_runs(int argc, char **argv)
                 snprintf(test, sizeof test, "%.4f", r->test_accuracy);
             if (isfinite(r->seconds))
                 snprintf(secs, sizeof secs, "%.1f", r->seconds);
-            printf("%-28s %-12s %-10s %-8s %6d %8s %8s %8s  %s\n", r->name, r->dataset, r->model,
+            printf("%-28s %-12s %-10s %-11s %6d %8s %8s %8s  %s\n", r->name, r->dataset, r->model,
                    r->status, r->epochs_done, val, test, secs, r->created);
         }
     }

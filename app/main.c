@@ -109,8 +109,9 @@ static const struct command commands[] = {
 #endif
     },
     {"runs", cmd_runs, "[RUN]",
-     "list training runs with their status and results; with RUN, that run and the workers its "
-     "cluster lost",
+     "list training runs with their status and results (status running, done, stopped, failed, "
+     "or interrupted: its process is gone, resume it); with RUN, that run, its owner and the "
+     "workers its cluster lost",
      NULL, NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
      "evaluate a run's latest checkpoint, or a weights file, on a dataset split (accuracy, "

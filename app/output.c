@@ -1,5 +1,6 @@
 /* Output for people and for scripts: JSON escaping, and training progress as a terminal bar, one
- * plain line per epoch, or JSON lines. Epoch metrics and checkpoints go to the store from here. */
+ * plain line per epoch, or JSON lines. The store's record of it is the session's
+ * (core/session.c). */
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -160,24 +161,11 @@ static void print_recovery(const struct nl_recovery *r, int tty)
     fflush(stdout);
 }
 
-int progress_flush(struct progress *p)
-{
-    int rc = 0;
-    if (p->store && p->run_id > 0)
-        rc = nl_worker_steps_flush(&p->steps, p->store, p->run_id, &p->err);
-    return rc;
-}
-
 int progress_event(void *ud, const struct nl_event *ev)
 {
     struct progress *p = ud;
 
-    p->started = 1;
     if (ev->kind == NL_EVENT_ITER) {
-        if (p->store && p->run_id > 0 && nl_worker_steps_add(&p->steps, ev, &p->err) < 0) {
-            p->failed = 1;
-            return 1;
-        }
         /* Redraw at most ten times a second, and on the last step. */
         if (p->tty && !g.json && !g.quiet) {
             double t = now();
@@ -188,27 +176,8 @@ int progress_event(void *ud, const struct nl_event *ev)
         }
     } else if (ev->kind == NL_EVENT_RECOVERY && ev->recovery) {
         print_recovery(ev->recovery, p->tty);
-        if (p->store && p->run_id > 0 &&
-            nl_run_record_recovery(p->store, p->run_id, ev->recovery, &p->err) < 0) {
-            p->failed = 1;
-            return 1;
-        }
     } else if (ev->kind == NL_EVENT_EPOCH) {
         print_epoch(ev, p->tty);
-        /* The epoch's metrics were stored with its checkpoint. */
-        if (progress_flush(p) < 0) {
-            p->failed = 1;
-            return 1;
-        }
     }
     return interrupted ? 1 : 0;
-}
-
-int progress_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err)
-{
-    struct progress *p = ud;
-    p->started = 1;
-    if (!p->store || p->run_id <= 0)
-        return 0;
-    return nl_run_save_checkpoint(p->store, p->run_id, cp, err);
 }

@@ -66,6 +66,7 @@ const char *nl_strerror(int code)
         {NL_ETIMEDOUT, "timed out"},
         {NL_ENAN, "training diverged"},
         {NL_ECANCELED, "canceled"},
+        {NL_EBUSY, "in use"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].code == code)

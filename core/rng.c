@@ -1,4 +1,6 @@
-/* xoshiro256** seeded through splitmix64 (both public domain algorithms by Blackman and Vigna). */
+/* xoshiro256** seeded through splitmix64 (both public domain algorithms by Blackman and Vigna), and
+ * the reproducibility rules: which seed each generator of a run takes, and the block split of work.
+ */
 #include "nnlab/rng.h"
 
 #include <math.h>
@@ -73,4 +75,40 @@ void nl_rng_shuffle(struct nl_rng *r, uint32_t *a, size_t n)
         a[i - 1] = a[j];
         a[j] = t;
     }
+}
+
+/* The constants are splitmix64's increment (the golden ratio) and FNV-1a's 64-bit prime: any odd
+ * multipliers would do, these are the ones every stored run and checkpoint was made with. */
+#define GOLDEN    0x9e3779b97f4a7c15ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+uint64_t nl_rng_epoch_seed(uint64_t seed, int epoch)
+{
+    return seed * GOLDEN + (uint64_t)epoch;
+}
+
+uint64_t nl_rng_partition_seed(uint64_t seed)
+{
+    return seed * GOLDEN ^ 0x5eed0fc1u;
+}
+
+uint64_t nl_rng_column_seed(uint64_t seed, int epoch, int column)
+{
+    return (seed * FNV_PRIME + (uint64_t)epoch) * GOLDEN + (uint64_t)column;
+}
+
+uint64_t nl_rng_step_seed(uint64_t seed, long step, int t, int nth)
+{
+    return (seed ^ 0xd1b54a32d192ed03ULL) * FNV_PRIME + (uint64_t)step * (uint64_t)nth +
+           (uint64_t)t;
+}
+
+void nl_block_range(size_t n, size_t block, int t, int nth, size_t *lo, size_t *hi)
+{
+    const size_t blocks = (n + block - 1) / block;
+    const size_t l = blocks * (size_t)t / (size_t)nth * block;
+    const size_t h = blocks * (size_t)(t + 1) / (size_t)nth * block;
+
+    *lo = l < n ? l : n;
+    *hi = h < n ? h : n;
 }

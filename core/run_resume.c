@@ -365,6 +365,8 @@ int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_res
     if (rc == 0)
         rc = nl_run_get(s, name, &r->run, NULL, &settings, err);
     if (rc == 0)
+        rc = nl_run_check_owner(s, r->run.id, err); /* again, atomically, in nl_run_reopen */
+    if (rc == 0)
         rc = nl_run_settings_parse(settings, r->run.name, &r->opts, &r->skipped, &r->cluster, err);
     nl_free(settings);
     settings = NULL;

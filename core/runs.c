@@ -3,13 +3,28 @@
  * Checkpoint blobs: params is the flat parameter vector as float32 in the machine's byte order
  * (little-endian on every platform nnlab runs on), its length checked against the model on load;
  * optim is the optimizer's state arrays one after another, same encoding, the step count being
- * the row's iteration; rng is the 32-byte state of the data-order generator. */
+ * the row's iteration; rng is the 32-byte state of the data-order generator.
+ *
+ * Owners. A run being trained has one owner, the process training it: runs.owner_host,
+ * owner_pid and owner_start (the process's start in clock ticks after boot, field 22 of
+ * /proc/PID/stat, which tells it from a later process given the same pid), and a heartbeat the
+ * owner writes at least every NL_RUN_HEARTBEAT_SECONDS while it trains. nl_run_create records
+ * its caller as the owner; nl_run_reopen takes a run over only when no live process owns it
+ * (NL_EBUSY naming the holder otherwise); nl_run_finish writes only as the owner and clears it.
+ * The owner lives while, on this host, its pid runs with the same start, and on another host
+ * (a store on a shared file system) while its heartbeat is younger than
+ * NL_RUN_OWNER_STALE_SECONDS. A run stored as running whose owner does not live reads back with
+ * status "interrupted": it can be resumed. */
 #include "nnlab/runs.h"
 
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
@@ -34,9 +49,77 @@ static void bind_real(sqlite3_stmt *st, int col, double v)
         sqlite3_bind_null(st, col);
 }
 
+/* ---- Owners ---- */
+
+/* The start of process pid in clock ticks after boot; -1 when it does not run (or is unknown). */
+static long long process_start(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* After the command's closing parenthesis: field 3 (state) ... field 22 (starttime). */
+    const char *p = strrchr(buf, ')');
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoll(p + 1, NULL, 10) : -1;
+}
+
+/* This process as an owner. */
+static void self_owner(char *host, size_t size, long *pid, long long *start)
+{
+    if (gethostname(host, size) != 0)
+        snprintf(host, size, "localhost");
+    host[size - 1] = '\0';
+    *pid = (long)getpid();
+    *start = process_start(*pid);
+}
+
+/* Whether the owner recorded lives (see the top of the file); heartbeat_age in seconds, < 0 when
+ * none was written. */
+static int owner_lives(const char *host, long pid, long long start, double heartbeat_age)
+{
+    char me[256];
+    long my_pid;
+    long long my_start;
+
+    if (!host[0] || pid <= 0)
+        return 0;
+    self_owner(me, sizeof me, &my_pid, &my_start);
+    if (strcmp(host, me) != 0)
+        return heartbeat_age >= 0 && heartbeat_age < NL_RUN_OWNER_STALE_SECONDS;
+    if (kill((pid_t)pid, 0) != 0 && errno != EPERM)
+        return 0;
+    const long long now_start = process_start(pid);
+    return now_start < 0 || now_start == start;
+}
+
+#define OWNER_COLUMNS                                                                              \
+    "coalesce(owner_host, ''), coalesce(owner_pid, 0), coalesce(owner_start, -1), "                \
+    "coalesce(CAST(strftime('%s', 'now') AS INTEGER) - CAST(strftime('%s', heartbeat) AS "         \
+    "INTEGER), -1)"
+
+/* Binds this process as the owner at parameters first .. first + 2 (host, pid, start). */
+static void bind_self(sqlite3_stmt *st, int first)
+{
+    char host[256];
+    long pid;
+    long long start;
+
+    self_owner(host, sizeof host, &pid, &start);
+    sqlite3_bind_text(st, first, host, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, first + 1, pid);
+    sqlite3_bind_int64(st, first + 2, start);
+}
+
 static const char run_columns[] = "id, name, dataset, model, status, created, "
                                   "coalesce(finished, ''), epochs_done, val_accuracy, "
-                                  "test_accuracy, seconds";
+                                  "test_accuracy, seconds, " OWNER_COLUMNS;
+enum { RUN_COLUMNS = 15 };
 
 static void read_info(sqlite3_stmt *st, struct nl_run_info *info)
 {
@@ -52,6 +135,16 @@ static void read_info(sqlite3_stmt *st, struct nl_run_info *info)
     info->val_accuracy = column_real(st, 8);
     info->test_accuracy = column_real(st, 9);
     info->seconds = column_real(st, 10);
+    copy_text(info->owner_host, sizeof info->owner_host, st, 11);
+    info->owner_pid = (long)sqlite3_column_int64(st, 12);
+    const long long start = sqlite3_column_int64(st, 13);
+    info->heartbeat_age = (double)sqlite3_column_int64(st, 14);
+    if (strcmp(info->status, "running") == 0) {
+        info->owner_lives =
+            owner_lives(info->owner_host, info->owner_pid, start, info->heartbeat_age);
+        if (!info->owner_lives)
+            snprintf(info->status, sizeof info->status, "interrupted");
+    }
 }
 
 static int name_taken(struct nl_store *s, const char *name, struct nl_error *err)
@@ -112,7 +205,8 @@ int nl_run_create(struct nl_store *s, const char *name, const char *dataset, con
     }
     if (sqlite3_prepare_v2(nl_store_sqlite(s),
                            "INSERT INTO runs (name, dataset, model, spec, settings, status, "
-                           "created) VALUES (?, ?, ?, ?, ?, 'running', "
+                           "created, owner_host, owner_pid, owner_start, heartbeat) VALUES (?, ?, "
+                           "?, ?, ?, 'running', strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), ?, ?, ?, "
                            "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
                            -1, &st, NULL) != SQLITE_OK)
         return nl_store_db_error(s, err, "recording a run");
@@ -121,6 +215,7 @@ int nl_run_create(struct nl_store *s, const char *name, const char *dataset, con
     sqlite3_bind_text(st, 3, model, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 4, spec_text, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 5, settings_json, -1, SQLITE_TRANSIENT);
+    bind_self(st, 6);
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
@@ -384,7 +479,9 @@ int nl_run_finish(struct nl_store *s, int64_t run, const char *status,
     if (sqlite3_prepare_v2(nl_store_sqlite(s),
                            "UPDATE runs SET status = ?, finished = "
                            "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), val_accuracy = ?, "
-                           "test_accuracy = ?, seconds = ? WHERE id = ?",
+                           "test_accuracy = ?, seconds = ?, owner_host = NULL, owner_pid = NULL, "
+                           "owner_start = NULL WHERE id = ? AND owner_host = ? AND owner_pid = ? "
+                           "AND owner_start = ?",
                            -1, &st, NULL) != SQLITE_OK)
         return nl_store_db_error(s, err, "finishing a run");
     sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
@@ -392,14 +489,22 @@ int nl_run_finish(struct nl_store *s, int64_t run, const char *status,
     bind_real(st, 3, res ? res->test_accuracy : NAN);
     bind_real(st, 4, res ? res->seconds : NAN);
     sqlite3_bind_int64(st, 5, run);
+    bind_self(st, 6);
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "finishing a run");
+    if (rc != SQLITE_DONE)
+        return nl_store_db_error(s, err, "finishing a run");
+    if (sqlite3_changes(nl_store_sqlite(s)) != 1)
+        return nl_error_set(err, NL_EBUSY,
+                            "%s: run %lld is no longer this process's to finish (removed, or "
+                            "taken over by another process)",
+                            nl_store_path(s), (long long)run);
+    return 0;
 }
 
 int nl_run_list(struct nl_store *s, struct nl_run_info **out, int *count, struct nl_error *err)
 {
-    char sql[256];
+    char sql[512];
     sqlite3_stmt *st;
     struct nl_run_info *v = NULL;
     int n = 0, cap = 0, rc;
@@ -435,7 +540,7 @@ int nl_run_list(struct nl_store *s, struct nl_run_info **out, int *count, struct
 int nl_run_get(struct nl_store *s, const char *name, struct nl_run_info *info, char **spec_text,
                char **settings_json, struct nl_error *err)
 {
-    char sql[256];
+    char sql[512];
     sqlite3_stmt *st;
     int rc;
 
@@ -453,13 +558,13 @@ int nl_run_get(struct nl_store *s, const char *name, struct nl_run_info *info, c
     read_info(st, info);
     rc = 0;
     if (spec_text) {
-        const unsigned char *t = sqlite3_column_text(st, 11);
+        const unsigned char *t = sqlite3_column_text(st, RUN_COLUMNS);
         *spec_text = nl_strdup(t ? (const char *)t : "");
         if (!*spec_text)
             rc = nl_error_set(err, NL_ENOMEM, "out of memory");
     }
     if (settings_json && rc == 0) {
-        const unsigned char *t = sqlite3_column_text(st, 12);
+        const unsigned char *t = sqlite3_column_text(st, RUN_COLUMNS + 1);
         *settings_json = nl_strdup(t ? (const char *)t : "{}");
         if (!*settings_json)
             rc = nl_error_set(err, NL_ENOMEM, "out of memory");
@@ -564,21 +669,98 @@ int nl_run_set_settings(struct nl_store *s, int64_t run, const char *settings_js
     return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "updating a run's settings");
 }
 
+/* NL_EBUSY naming the holder when a live process other than this one owns run; 0 when nobody
+ * does. */
+static int check_owner(struct nl_store *s, int64_t run, struct nl_error *err)
+{
+    char sql[512];
+    sqlite3_stmt *st;
+    struct nl_run_info info;
+
+    snprintf(sql, sizeof sql, "SELECT %s FROM runs WHERE id = ?", run_columns);
+    if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "looking up a run's owner");
+    sqlite3_bind_int64(st, 1, run);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        read_info(st, &info);
+    sqlite3_finalize(st);
+    if (rc == SQLITE_DONE)
+        return nl_error_set(err, NL_ENOENT, "no run with id %lld", (long long)run);
+    if (rc != SQLITE_ROW)
+        return nl_store_db_error(s, err, "looking up a run's owner");
+    if (!info.owner_lives)
+        return 0;
+    char age[64] = "";
+    if (info.heartbeat_age >= 0)
+        snprintf(age, sizeof age, ", last heard from %.0f s ago", info.heartbeat_age);
+    return nl_error_set(err, NL_EBUSY,
+                        "run '%s' is being trained by process %ld on %s (since %s%s); stop it "
+                        "there or wait for it to end",
+                        info.name, info.owner_pid, info.owner_host, info.created, age);
+}
+
 int nl_run_reopen(struct nl_store *s, int64_t run, const char *settings_json, struct nl_error *err)
 {
     sqlite3_stmt *st;
-    int rc;
+    int rc = nl_store_begin(s, err);
 
-    if (settings_json && (rc = nl_run_set_settings(s, run, settings_json, err)) < 0)
+    if (rc < 0)
         return rc;
+    rc = check_owner(s, run, err);
+    if (rc == 0 && settings_json)
+        rc = nl_run_set_settings(s, run, settings_json, err);
+    if (rc < 0) {
+        nl_store_rollback(s);
+        return rc;
+    }
     if (sqlite3_prepare_v2(nl_store_sqlite(s),
-                           "UPDATE runs SET status = 'running', finished = NULL WHERE id = ?", -1,
-                           &st, NULL) != SQLITE_OK)
-        return nl_store_db_error(s, err, "reopening a run");
-    sqlite3_bind_int64(st, 1, run);
+                           "UPDATE runs SET status = 'running', finished = NULL, owner_host = ?, "
+                           "owner_pid = ?, owner_start = ?, heartbeat = "
+                           "strftime('%Y-%m-%dT%H:%M:%SZ', 'now') WHERE id = ?",
+                           -1, &st, NULL) != SQLITE_OK) {
+        rc = nl_store_db_error(s, err, "reopening a run");
+        nl_store_rollback(s);
+        return rc;
+    }
+    bind_self(st, 1);
+    sqlite3_bind_int64(st, 4, run);
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "reopening a run");
+    if (rc != SQLITE_DONE) {
+        rc = nl_store_db_error(s, err, "reopening a run");
+        nl_store_rollback(s);
+        return rc;
+    }
+    return nl_store_commit(s, err);
+}
+
+int nl_run_check_owner(struct nl_store *s, int64_t run, struct nl_error *err)
+{
+    return check_owner(s, run, err);
+}
+
+int nl_run_heartbeat(struct nl_store *s, int64_t run, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "UPDATE runs SET heartbeat = strftime('%Y-%m-%dT%H:%M:%SZ', 'now') "
+                           "WHERE id = ? AND owner_host = ? AND owner_pid = ? AND owner_start = ?",
+                           -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "recording a run's heartbeat");
+    sqlite3_bind_int64(st, 1, run);
+    bind_self(st, 2);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return nl_store_db_error(s, err, "recording a run's heartbeat");
+    if (sqlite3_changes(nl_store_sqlite(s)) != 1)
+        return nl_error_set(err, NL_EBUSY,
+                            "%s: run %lld is no longer this process's (removed, or taken over "
+                            "by another process)",
+                            nl_store_path(s), (long long)run);
+    return 0;
 }
 
 int nl_run_epochs(struct nl_store *s, int64_t run, struct nl_run_epoch **out, int *count,

@@ -3,7 +3,8 @@
  *
  * The schema below is the documentation of the database. Its version is PRAGMA user_version;
  * this build writes version NL_STORE_SCHEMA_VERSION, upgrades older ones (1 -> 2 adds
- * worker_steps, 2 -> 3 adds recoveries) and refuses a database of a newer one.
+ * worker_steps, 2 -> 3 adds recoveries, 3 -> 4 adds the runs' owner columns: their running runs
+ * have no owner, so they list as interrupted) and refuses a database of a newer one.
  * Conventions:
  *   - times are UTC ISO-8601 text, "2026-01-31T12:00:00Z";
  *   - BLOBs of numbers are little-endian (float32 unless said otherwise);
@@ -47,6 +48,13 @@
     "    bytes_sent      INTEGER NOT NULL,\n"                                                      \
     "    PRIMARY KEY (run, step, worker)\n"                                                        \
     ") WITHOUT ROWID;\n"
+
+/* The process training a run (version 4; see core/runs.c): its host, pid and start (clock ticks
+ * after boot, from /proc/PID/stat), NULL when none; the time its owner last said it lives. */
+static const char run_owner_sql[] = "ALTER TABLE runs ADD COLUMN owner_host TEXT;\n"
+                                    "ALTER TABLE runs ADD COLUMN owner_pid INTEGER;\n"
+                                    "ALTER TABLE runs ADD COLUMN owner_start INTEGER;\n"
+                                    "ALTER TABLE runs ADD COLUMN heartbeat TEXT;\n";
 
 /* Cluster runs: each lost worker and what the run did about it (version 3). */
 #define RECOVERIES_SQL                                                                             \
@@ -297,13 +305,17 @@ static int ensure_schema(struct nl_store *s, struct nl_error *err)
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", NL_STORE_SCHEMA_VERSION);
         rc = nl_store_exec(s, schema_sql, err);
         if (rc == 0)
+            rc = nl_store_exec(s, run_owner_sql, err);
+        if (rc == 0)
             rc = nl_store_exec(s, sql, err);
     } else if (rc == 0 && version < NL_STORE_SCHEMA_VERSION) {
-        /* Version 1 lacked worker_steps, 2 recoveries. */
+        /* Version 1 lacked worker_steps, 2 recoveries, 3 the runs' owners. */
         if (version < 2)
             rc = nl_store_exec(s, WORKER_STEPS_SQL, err);
-        if (rc == 0)
+        if (rc == 0 && version < 3)
             rc = nl_store_exec(s, RECOVERIES_SQL, err);
+        if (rc == 0)
+            rc = nl_store_exec(s, run_owner_sql, err);
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", NL_STORE_SCHEMA_VERSION);
         if (rc == 0)
             rc = nl_store_exec(s, sql, err);

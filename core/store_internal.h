@@ -10,7 +10,7 @@
 #include "nnlab/store.h"
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define NL_STORE_SCHEMA_VERSION 3
+#define NL_STORE_SCHEMA_VERSION 4
 
 /* The connection; owned by the store, valid until nl_store_close. */
 sqlite3 *nl_store_sqlite(struct nl_store *s);

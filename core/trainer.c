@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/rng.h"
 #include "pool.h"
 
 #define EVAL_SHARD   128         /* samples per thread per forward pass when evaluating */
@@ -57,7 +58,7 @@ struct ctx {
     int batch;
     float scale;       /* of the loss: 1 / the global batch */
     long first, count; /* evaluation: the range of the split */
-    uint64_t step_seed;
+    uint64_t seed;     /* the run's, for nl_rng_step_seed */
 
     /* The optimizer. */
     const struct nl_optim *optim;
@@ -116,6 +117,7 @@ static void ctx_release(struct ctx *c)
     nl_free(c->s_lo);
     nl_free(c->pending);
     nl_free(c->reduced);
+    memset(c, 0, sizeof *c); /* released twice is released once */
 }
 
 /* The ranges each layer's completion finishes; see the top of the file. */
@@ -248,8 +250,11 @@ oom:
 /* The [lo, hi) share of n items that thread t of count takes. */
 static void share(long n, int t, int count, long *lo, long *hi)
 {
-    *lo = n * t / count;
-    *hi = n * (t + 1) / count;
+    size_t a, b;
+
+    nl_block_range((size_t)n, 1, t, count, &a, &b);
+    *lo = (long)a;
+    *hi = (long)b;
 }
 
 /* Gradient clipping of the reduced slice g[a, b) of thread w, as PyTorch's clip_grad_value_ and
@@ -299,7 +304,7 @@ static void step_thread(void *arg, int t, int count)
     w->correct = 0;
     if (n > 0) {
         int correct = 0;
-        nl_rng_seed(&w->rng, c->step_seed + (uint64_t)t);
+        nl_rng_seed(&w->rng, nl_rng_step_seed(c->seed, c->step, t, count));
         nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
         nl_augment_batch(c->augment, c->d->shape, c->d->mean, c->d->std, w->x, n, &w->rng);
         const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
@@ -321,11 +326,8 @@ static void step_thread(void *arg, int t, int count)
      * multiples of 16 floats so that no two threads write the same cache line. The optimizer
      * takes the trainable part [0, ntrainable); the statistics after it are updated by
      * nl_model_update_stats once every slice is reduced. */
-    const long blocks = (long)((m->nreduce + 15) / 16);
-    share(blocks, t, count, &lo, &hi);
-    size_t a = (size_t)lo * 16, b = (size_t)hi * 16;
-    if (b > m->nreduce)
-        b = m->nreduce;
+    size_t a, b;
+    nl_block_range(m->nreduce, 16, t, count, &a, &b);
     float *g = c->w[0].grad;
     const size_t tb = b < m->ntrainable ? b : m->ntrainable; /* the trainable part of the slice */
 
@@ -554,324 +556,414 @@ int nl_judge_epoch(struct nl_judge *j, const struct nl_train_opts *o, int epoch,
                                  (o->patience > 0 && j->since_best >= o->patience));
 }
 
-/* Picks up where r left off: the optimizer state and step count into c, the plateau and early
- * stopping state replayed over the completed epochs. iters: steps per epoch. */
-static int resume_state(struct ctx *c, const struct nl_resume *r, const struct nl_train_opts *o,
-                        long iters, size_t state_floats, struct nl_judge *judge,
-                        struct nl_error *err)
+int nl_resume_check(const struct nl_resume *r, int epochs, long iters, struct nl_error *err)
 {
-    if (r->epoch < 0 || r->epoch > o->epochs || r->iteration < (long)r->epoch * iters ||
+    if (r->epoch < 0 || r->epoch > epochs || r->iteration < (long)r->epoch * iters ||
         r->iteration >= (long)(r->epoch + 1) * iters ||
-        (r->epoch == o->epochs && r->iteration != (long)r->epoch * iters))
+        (r->epoch == epochs && r->iteration != (long)r->epoch * iters))
         return nl_error_set(err, NL_EFORMAT,
                             "the checkpoint (epoch %d, step %ld) does not fit a run of %d epochs "
                             "of %ld steps",
-                            r->epoch, r->iteration, o->epochs, iters);
+                            r->epoch, r->iteration, epochs, iters);
+    return 0;
+}
+
+void nl_epoch_event(const struct nl_epoch_sums *e, const struct nl_train_opts *o,
+                    struct nl_train_result *res, struct nl_event *ev)
+{
+    res->epochs = e->epoch;
+    res->train_loss = e->samples > 0 ? e->loss / (double)e->samples : NAN;
+    res->train_accuracy = e->samples > 0 ? (double)e->correct / (double)e->samples : NAN;
+    res->val_accuracy = e->val_accuracy;
+    *ev = (struct nl_event){
+        .kind = NL_EVENT_EPOCH,
+        .epoch = e->epoch,
+        .epochs = o->epochs,
+        .iter = e->iters,
+        .iters = e->iters,
+        .loss = res->train_loss,
+        .accuracy = res->train_accuracy,
+        .val_loss = e->val_loss,
+        .val_accuracy = e->val_accuracy,
+        .test_accuracy = NAN,
+        .test_loss = NAN,
+        .seconds = e->seconds,
+        .images_per_second = (double)e->samples / (e->seconds > 0 ? e->seconds : 1e-9),
+        .samples = e->samples,
+        .skipped_batches = e->skipped,
+        .lr = e->lr,
+        .nworkers = e->nworkers,
+        .workers = e->workers,
+    };
+}
+
+int nl_epoch_report(const struct nl_train_hooks *hooks, struct nl_checkpoint *cp,
+                    const struct nl_event *ev, struct nl_error *err)
+{
+    if (cp && hooks && hooks->checkpoint) {
+        cp->metrics = ev;
+        int rc = hooks->checkpoint(hooks->ud, cp, err);
+        if (rc < 0)
+            return rc;
+    }
+    if (hooks && hooks->event && hooks->event(hooks->ud, ev))
+        return nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", ev->epoch);
+    return 0;
+}
+
+double nl_epoch_watched(const struct nl_event *ev)
+{
+    return isfinite(ev->val_accuracy) ? ev->val_accuracy : ev->accuracy;
+}
+
+void nl_done_event(const struct nl_train_result *res, const struct nl_train_opts *o,
+                   struct nl_event *ev)
+{
+    *ev = (struct nl_event){
+        .kind = NL_EVENT_DONE,
+        .epoch = res->epochs,
+        .epochs = o->epochs,
+        .loss = res->train_loss,
+        .accuracy = res->train_accuracy,
+        .val_loss = NAN,
+        .val_accuracy = res->val_accuracy,
+        .test_accuracy = res->test_accuracy,
+        .test_loss = res->test_loss,
+        .seconds = res->seconds,
+        .images_per_second = res->images_per_second,
+        .skipped_batches = res->skipped_batches,
+    };
+}
+
+/* One nl_train: what its steps share, and the epoch in progress. */
+struct loop {
+    struct nl_model *m;
+    const struct nl_dataset *d;
+    const struct nl_train_opts *o;
+    const struct nl_train_hooks *hooks;
+    struct nl_train_result *res;
+    struct nl_error *err;
+    struct ctx c;
+    int threads, nstate, judges, mid_checkpoints;
+    long ntrain, iters;
+    size_t state_floats;
+    uint32_t *order;
+    float *undo; /* skip-batch: the parameters and optimizer state before the step */
+    struct nl_rng order_rng;
+    struct nl_judge judge;
+    int first_epoch;
+    long first_it, first_step;
+    double train_seconds;
+    long train_samples;
+    /* The epoch in progress. */
+    int epoch;
+    double t0, loss_sum, batch_loss;
+    long correct, seen, skipped;
+};
+
+/* Picks up where r left off: the optimizer state and step count into L's context, the plateau
+ * and early stopping state replayed over the completed epochs. */
+static int resume_state(struct loop *L, const struct nl_resume *r)
+{
+    const struct nl_train_opts *o = L->o;
+    int rc = nl_resume_check(r, o->epochs, L->iters, L->err);
+    if (rc < 0)
+        return rc;
     /* A cluster member's optimizer state lives in its synchroniser, not here. */
-    if (o->sync)
-        state_floats = 0;
+    const size_t state_floats = o->sync ? 0 : L->state_floats;
     if (r->optim_floats != (r->optim_state ? state_floats : 0) ||
         (state_floats > 0 && !r->optim_state))
-        return nl_error_set(err, NL_EFORMAT,
+        return nl_error_set(L->err, NL_EFORMAT,
                             "the checkpoint holds %zu floats of optimizer state, %s wants %zu",
                             r->optim_floats, nl_optim_kind_name(o->optim.kind), state_floats);
     if (state_floats > 0)
-        memcpy(c->state_block, r->optim_state, state_floats * sizeof(float));
-    c->step = r->iteration;
+        memcpy(L->c.state_block, r->optim_state, state_floats * sizeof(float));
+    L->c.step = r->iteration;
     for (int e = 0; r->watched && e < r->epoch; e++)
-        nl_judge_epoch(judge, o, e + 1, r->watched[e]);
+        nl_judge_epoch(&L->judge, o, e + 1, r->watched[e]);
+    L->first_epoch = r->epoch + 1;
+    L->first_it = r->iteration - (long)r->epoch * L->iters;
+    L->res->epochs = r->epoch;
     return 0;
+}
+
+/* Checks the options, builds the threads' context and the run's buffers, and resumes. */
+static int train_setup(struct loop *L)
+{
+    const struct nl_train_opts *o = L->o;
+    struct nl_model *m = L->m;
+    struct ctx *c = &L->c;
+    int rc = validate_opts(o, L->d, L->err);
+    if (rc < 0)
+        return rc;
+    /* A member's own accuracy is not the run's: it is told the watched one (judge). */
+    L->judges = nl_train_judges(o);
+    if (o->sync && L->judges && !o->sync->judge)
+        return nl_error_set(L->err, NL_EINVAL,
+                            "a cluster member cannot follow validation accuracy (plateau "
+                            "schedule, early stopping) without being told it");
+    L->ntrain = (long)L->d->split[NL_TRAIN].n;
+    L->iters = o->sync ? o->sync->iters : (L->ntrain + o->batch - 1) / o->batch;
+    nl_judge_init(&L->judge);
+    L->threads = o->threads > 0 ? o->threads : nl_cpu_count();
+    /* More threads than samples in a batch would leave some idle. */
+    if (L->threads > o->batch)
+        L->threads = o->batch;
+    int shard = (o->batch + L->threads - 1) / L->threads;
+    rc = ctx_init(c, m, L->d, L->threads, train_exec_samples(m, shard), 1, L->err);
+    if (rc < 0)
+        return rc;
+    c->optim = &o->optim;
+    c->sync = o->sync;
+    c->keep_from = o->sync ? 0 : m->ntrainable;
+    c->augment = &o->augment;
+    c->clip_value = o->clip_value;
+    c->clip_norm = o->clip_norm;
+    c->seed = o->seed;
+    if (o->sync && o->sync->begin && o->sync->ready && (rc = overlap_init(c, L->err)) < 0)
+        return rc;
+    L->nstate = nl_optim_state_arrays(&o->optim);
+    /* A cluster member keeps only its share's indices there. */
+    L->order = nl_calloc((size_t)(o->sync ? o->batch : L->ntrain), sizeof *L->order);
+    c->state_block = nl_alloc_floats(m->ntrainable * (size_t)(L->nstate > 0 ? L->nstate : 1) + 1);
+    if (!L->order || !c->state_block)
+        return nl_error_set(L->err, NL_ENOMEM, "out of memory for the optimizer state");
+    for (int k = 0; k < L->nstate; k++)
+        c->state[k] = c->state_block + (size_t)k * m->ntrainable;
+    L->state_floats = (size_t)L->nstate * m->ntrainable;
+    if (o->on_nan == NL_ON_NAN_SKIP_BATCH &&
+        !(L->undo = nl_alloc_floats(m->nparams + L->state_floats + 1)))
+        return nl_error_set(L->err, NL_ENOMEM, "out of memory for --on-nan skip-batch");
+    L->first_epoch = 1;
+    if (o->resume && (rc = resume_state(L, o->resume)) < 0)
+        return rc;
+    L->first_step = c->step;
+    /* Within an epoch a checkpoint cannot hold the epoch's training accuracy so far: a run that
+     * judges its epochs by training accuracy (no validation split) for a plateau schedule or
+     * early stopping checkpoints at epoch ends only, so that a resumed run decides the same. */
+    L->mid_checkpoints = o->checkpoint_every > 0 && (L->d->split[NL_VAL].n > 0 || !L->judges);
+    return 0;
+}
+
+/* The epoch's data order, which depends only on the seed and the epoch number. */
+static void epoch_begin(struct loop *L, int epoch)
+{
+    L->epoch = epoch;
+    L->t0 = now();
+    L->loss_sum = 0.0;
+    L->correct = L->seen = L->skipped = 0;
+    nl_rng_seed(&L->order_rng, nl_rng_epoch_seed(L->o->seed, epoch));
+    if (!L->o->sync) {
+        for (long i = 0; i < L->ntrain; i++)
+            L->order[i] = (uint32_t)i;
+        nl_rng_shuffle(&L->order_rng, L->order, (size_t)L->ntrain);
+    }
+}
+
+/* Step it of the epoch: its batch, forward and backward on every thread, the reduction and
+ * update (or the synchroniser's), and the non-finite loss rule. */
+static int train_step(struct loop *L, long it)
+{
+    const struct nl_train_opts *o = L->o;
+    struct nl_model *m = L->m;
+    struct ctx *c = &L->c;
+    long batch_correct = 0;
+
+    if (o->sync) {
+        int global = 1;
+        c->idx = L->order;
+        c->batch = o->sync->share(o->sync->ud, L->epoch, it, L->order, &global);
+        c->global = global;
+    } else {
+        c->idx = L->order + it * o->batch;
+        c->batch = (int)(it == L->iters - 1 ? L->ntrain - it * o->batch : o->batch);
+        c->global = c->batch;
+    }
+    c->scale = 1.0f / (float)c->global;
+    c->step++;
+    c->lr = nl_schedule_lr(&o->schedule, o->optim.lr, c->step, L->iters, (long)o->epochs * L->iters,
+                           L->judge.plateau.factor);
+    if (L->undo) {
+        memcpy(L->undo, c->params, m->nparams * sizeof(float));
+        memcpy(L->undo + m->nparams, c->state_block, L->state_floats * sizeof(float));
+    }
+    if (c->overlap) {
+        for (int i = 0; i < m->nlayers; i++) {
+            atomic_store(&c->pending[i], c->threads);
+            c->reduced[i] = 0;
+        }
+        c->next = m->nlayers;
+        int rc = o->sync->begin(o->sync->ud, c->params, c->w[0].grad, c->step, c->lr);
+        if (rc < 0)
+            return nl_error_set(L->err, rc, "the synchroniser cannot begin step %ld", c->step);
+    }
+    nl_pool_run(c->pool, step_thread, c);
+    if (o->sync) {
+        int rc = o->sync->step(o->sync->ud, c->params, c->w[0].grad, c->step, c->lr, L->err);
+        if (rc < 0)
+            return rc;
+    }
+    L->batch_loss = 0.0;
+    for (int t = 0; t < L->threads; t++) {
+        L->batch_loss += c->w[t].loss;
+        batch_correct += c->w[t].correct;
+    }
+    if (L->undo && (!isfinite(L->batch_loss) || !all_finite(c->params, m->nparams))) {
+        memcpy(c->params, L->undo, m->nparams * sizeof(float));
+        memcpy(c->state_block, L->undo + m->nparams, L->state_floats * sizeof(float));
+        L->skipped++;
+        L->res->skipped_batches++;
+    } else if (!isfinite(L->batch_loss)) {
+        return nl_error_set(L->err, NL_ENAN,
+                            "epoch %d, step %ld: the loss is %s; the run keeps its last "
+                            "checkpoint; lower the learning rate (now %g), or skip such batches "
+                            "(on-nan skip-batch)",
+                            L->epoch, it + 1, isnan(L->batch_loss) ? "NaN" : "infinite",
+                            o->optim.lr);
+    } else {
+        nl_model_update_stats(m, c->params, c->w[0].grad, c->global);
+        L->loss_sum += L->batch_loss;
+        L->correct += batch_correct;
+        L->seen += c->batch;
+    }
+    return 0;
+}
+
+/* The ITER event of step it. */
+static int step_event(struct loop *L, long it)
+{
+    const struct ctx *c = &L->c;
+    if (!L->hooks || !L->hooks->event)
+        return 0;
+    const double elapsed = now() - L->t0;
+    const double per_step = (L->train_seconds + elapsed) / (double)(c->step - L->first_step);
+    struct nl_event ev = {
+        .kind = NL_EVENT_ITER,
+        .epoch = L->epoch,
+        .epochs = L->o->epochs,
+        .iter = it + 1,
+        .iters = L->iters,
+        .loss = c->batch > 0 ? L->batch_loss / c->batch : 0.0, /* not finite: skipped */
+        .accuracy = L->seen > 0 ? (double)L->correct / (double)L->seen : 0.0,
+        .val_loss = NAN,
+        .val_accuracy = NAN,
+        .test_accuracy = NAN,
+        .test_loss = NAN,
+        .seconds = elapsed,
+        .images_per_second = (double)L->seen / (elapsed > 0 ? elapsed : 1e-9),
+        .eta_seconds = per_step * (double)((long)L->o->epochs * L->iters - c->step),
+        .lr = c->lr,
+        .samples = L->seen,
+    };
+    if (L->hooks->event(L->hooks->ud, &ev))
+        return nl_error_set(L->err, NL_ECANCELED, "training stopped at epoch %d", L->epoch);
+    return 0;
+}
+
+/* The checkpoint after the current step, epochs_done whole epochs into the run. */
+static struct nl_checkpoint checkpoint_now(const struct loop *L, int epochs_done)
+{
+    const int local_state = L->nstate > 0 && !L->o->sync;
+    return (struct nl_checkpoint){
+        .epoch = epochs_done,
+        .iteration = L->c.step,
+        .params = L->c.params,
+        .nparams = L->m->nparams,
+        .optim_state = local_state ? L->c.state_block : NULL,
+        .optim_floats = L->o->sync ? 0 : L->state_floats,
+        .rng = &L->order_rng,
+    };
+}
+
+/* A checkpoint within the epoch every checkpoint_every steps; its last step's is the epoch's. */
+static int step_checkpoint(struct loop *L, long it)
+{
+    if (!L->mid_checkpoints || L->c.step % L->o->checkpoint_every != 0 || it + 1 >= L->iters ||
+        !L->hooks || !L->hooks->checkpoint)
+        return 0;
+    struct nl_checkpoint cp = checkpoint_now(L, L->epoch - 1);
+    return L->hooks->checkpoint(L->hooks->ud, &cp, L->err);
+}
+
+/* The epoch's end: validation, its checkpoint and event, and the judging (a cluster member is told
+ * the run's watched accuracy). 1 when early stopping ends the run. */
+static int epoch_end(struct loop *L)
+{
+    const struct nl_train_opts *o = L->o;
+    const double seconds = now() - L->t0;
+    struct nl_epoch_sums e = {
+        .epoch = L->epoch,
+        .iters = L->iters,
+        .loss = L->loss_sum,
+        .correct = L->correct,
+        .samples = L->seen,
+        .skipped = L->skipped,
+        .seconds = seconds,
+        .lr = L->c.lr,
+    };
+    struct nl_event ev;
+
+    L->train_seconds += seconds;
+    L->train_samples += L->seen;
+    evaluate(&L->c, NL_VAL, &e.val_loss, &e.val_accuracy);
+    nl_epoch_event(&e, o, L->res, &ev);
+    struct nl_checkpoint cp = checkpoint_now(L, L->epoch);
+    int rc = nl_epoch_report(L->hooks, &cp, &ev, L->err);
+    if (rc < 0)
+        return rc;
+    /* After the last epoch nothing is left to decide. */
+    double watched = nl_epoch_watched(&ev);
+    if (o->sync && L->judges && L->epoch < o->epochs &&
+        (rc = o->sync->judge(o->sync->ud, L->epoch, &watched, L->err)) < 0)
+        return rc;
+    if (nl_judge_epoch(&L->judge, o, L->epoch, watched)) {
+        L->res->stopped_early = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* The test split, the run's totals and the DONE event. */
+static void train_done(struct loop *L)
+{
+    struct nl_train_result *res = L->res;
+    evaluate(&L->c, NL_TEST, &res->test_loss, &res->test_accuracy);
+    res->seconds = L->train_seconds;
+    res->images_per_second =
+        (double)L->train_samples / (L->train_seconds > 0 ? L->train_seconds : 1e-9);
+    if (!L->hooks || !L->hooks->event)
+        return;
+    struct nl_event ev;
+    nl_done_event(res, L->o, &ev);
+    L->hooks->event(L->hooks->ud, &ev);
 }
 
 int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,
              const struct nl_train_hooks *hooks, struct nl_train_result *res, struct nl_error *err)
 {
-    const long ntrain = (long)d->split[NL_TRAIN].n;
-    long iters;
-    int threads = o->threads > 0 ? o->threads : nl_cpu_count();
-    struct ctx c;
-    uint32_t *order = NULL;
-    float *undo = NULL; /* skip-batch: the parameters and optimizer state before the step */
-    struct nl_rng order_rng;
-    struct nl_judge judge;
-    double train_seconds = 0.0;
-    long train_samples = 0;
-    int rc;
+    struct loop L = {.m = m, .d = d, .o = o, .hooks = hooks, .res = res, .err = err};
 
     memset(res, 0, sizeof *res);
     res->val_accuracy = res->test_accuracy = res->test_loss = NAN;
-    rc = validate_opts(o, d, err);
-    if (rc < 0)
-        return rc;
-    /* A member's own accuracy is not the run's: it is told the watched one (judge). */
-    const int judges = nl_train_judges(o);
-    if (o->sync && judges && !o->sync->judge)
-        return nl_error_set(err, NL_EINVAL,
-                            "a cluster member cannot follow validation accuracy (plateau "
-                            "schedule, early stopping) without being told it");
-    iters = o->sync ? o->sync->iters : (ntrain + o->batch - 1) / o->batch;
-    nl_judge_init(&judge);
-    /* More threads than samples in a batch would leave some idle. */
-    if (threads > o->batch)
-        threads = o->batch;
-    int shard = (o->batch + threads - 1) / threads;
-    rc = ctx_init(&c, m, d, threads, train_exec_samples(m, shard), 1, err);
-    if (rc < 0)
-        return rc;
-    c.optim = &o->optim;
-    c.sync = o->sync;
-    c.keep_from = o->sync ? 0 : m->ntrainable;
-    c.augment = &o->augment;
-    c.clip_value = o->clip_value;
-    c.clip_norm = o->clip_norm;
-    if (o->sync && o->sync->begin && o->sync->ready) {
-        rc = overlap_init(&c, err);
-        if (rc < 0)
-            goto out;
+    int rc = train_setup(&L);
+    for (int epoch = L.first_epoch; rc == 0 && epoch <= o->epochs; epoch++) {
+        epoch_begin(&L, epoch);
+        for (long it = epoch == L.first_epoch ? L.first_it : 0; rc == 0 && it < L.iters; it++) {
+            rc = train_step(&L, it);
+            if (rc == 0)
+                rc = step_event(&L, it);
+            if (rc == 0)
+                rc = step_checkpoint(&L, it);
+        }
+        if (rc == 0)
+            rc = epoch_end(&L);
     }
-    int nstate = nl_optim_state_arrays(&o->optim);
-    /* A cluster member keeps only its share's indices there. */
-    order = nl_calloc((size_t)(o->sync ? o->batch : ntrain), sizeof *order);
-    c.state_block = nl_alloc_floats(m->ntrainable * (size_t)(nstate > 0 ? nstate : 1) + 1);
-    if (!order || !c.state_block) {
-        rc = nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
-        goto out;
+    if (rc >= 0) {
+        train_done(&L);
+        rc = 0;
     }
-    for (int k = 0; k < nstate; k++)
-        c.state[k] = c.state_block + (size_t)k * m->ntrainable;
-    const size_t state_floats = (size_t)nstate * m->ntrainable;
-    if (o->on_nan == NL_ON_NAN_SKIP_BATCH) {
-        undo = nl_alloc_floats(m->nparams + state_floats + 1);
-        if (!undo) {
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory for --on-nan skip-batch");
-            goto out;
-        }
-    }
-    int first_epoch = 1;
-    long first_it = 0;
-    if (o->resume) {
-        rc = resume_state(&c, o->resume, o, iters, state_floats, &judge, err);
-        if (rc < 0)
-            goto out;
-        first_epoch = o->resume->epoch + 1;
-        first_it = o->resume->iteration - (long)o->resume->epoch * iters;
-        res->epochs = o->resume->epoch;
-    }
-    const long first_step = c.step;
-    /* Within an epoch a checkpoint cannot hold the epoch's training accuracy so far: a run that
-     * judges its epochs by training accuracy (no validation split) for a plateau schedule or
-     * early stopping checkpoints at epoch ends only, so that a resumed run decides the same. */
-    const int mid_checkpoints = o->checkpoint_every > 0 && (d->split[NL_VAL].n > 0 || !judges);
-
-    for (int epoch = first_epoch; epoch <= o->epochs; epoch++) {
-        double loss_sum = 0.0, t0 = now();
-        long correct = 0, seen = 0, skipped = 0;
-
-        /* Each epoch's order depends only on the seed and the epoch number. */
-        nl_rng_seed(&order_rng, o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch);
-        if (!o->sync) {
-            for (long i = 0; i < ntrain; i++)
-                order[i] = (uint32_t)i;
-            nl_rng_shuffle(&order_rng, order, (size_t)ntrain);
-        }
-
-        for (long it = epoch == first_epoch ? first_it : 0; it < iters; it++) {
-            double batch_loss = 0.0;
-            long batch_correct = 0;
-
-            if (o->sync) {
-                int global = 1;
-                c.idx = order;
-                c.batch = o->sync->share(o->sync->ud, epoch, it, order, &global);
-                c.scale = 1.0f / (float)global;
-                c.global = global;
-            } else {
-                c.idx = order + it * o->batch;
-                c.batch = (int)(it == iters - 1 ? ntrain - it * o->batch : o->batch);
-                c.scale = 1.0f / (float)c.batch;
-                c.global = c.batch;
-            }
-            c.step++;
-            c.lr = nl_schedule_lr(&o->schedule, o->optim.lr, c.step, iters, (long)o->epochs * iters,
-                                  judge.plateau.factor);
-            c.step_seed = (o->seed ^ 0xd1b54a32d192ed03ULL) * 0x100000001b3ULL +
-                          (uint64_t)c.step * (uint64_t)threads;
-            if (undo) {
-                memcpy(undo, c.params, m->nparams * sizeof(float));
-                memcpy(undo + m->nparams, c.state_block, state_floats * sizeof(float));
-            }
-            if (c.overlap) {
-                for (int i = 0; i < m->nlayers; i++) {
-                    atomic_store(&c.pending[i], c.threads);
-                    c.reduced[i] = 0;
-                }
-                c.next = m->nlayers;
-                rc = o->sync->begin(o->sync->ud, c.params, c.w[0].grad, c.step, c.lr);
-                if (rc < 0) {
-                    rc = nl_error_set(err, rc, "the synchroniser cannot begin step %ld", c.step);
-                    goto out;
-                }
-            }
-            nl_pool_run(c.pool, step_thread, &c);
-            if (o->sync) {
-                rc = o->sync->step(o->sync->ud, c.params, c.w[0].grad, c.step, c.lr, err);
-                if (rc < 0)
-                    goto out;
-            }
-            for (int t = 0; t < threads; t++) {
-                batch_loss += c.w[t].loss;
-                batch_correct += c.w[t].correct;
-            }
-            if (undo && (!isfinite(batch_loss) || !all_finite(c.params, m->nparams))) {
-                memcpy(c.params, undo, m->nparams * sizeof(float));
-                memcpy(c.state_block, undo + m->nparams, state_floats * sizeof(float));
-                skipped++;
-                res->skipped_batches++;
-            } else if (!isfinite(batch_loss)) {
-                rc = nl_error_set(err, NL_ENAN,
-                                  "epoch %d, step %ld: the loss is %s; the run keeps its last "
-                                  "checkpoint; lower the learning rate (now %g), or skip such "
-                                  "batches (on-nan skip-batch)",
-                                  epoch, it + 1, isnan(batch_loss) ? "NaN" : "infinite",
-                                  o->optim.lr);
-                goto out;
-            } else {
-                nl_model_update_stats(m, c.params, c.w[0].grad, c.global);
-                loss_sum += batch_loss;
-                correct += batch_correct;
-                seen += c.batch;
-            }
-
-            if (hooks && hooks->event) {
-                double elapsed = now() - t0;
-                double per_step = (train_seconds + elapsed) / (double)(c.step - first_step);
-                struct nl_event ev = {
-                    .kind = NL_EVENT_ITER,
-                    .epoch = epoch,
-                    .epochs = o->epochs,
-                    .iter = it + 1,
-                    .iters = iters,
-                    .loss = c.batch > 0 ? batch_loss / c.batch : 0.0, /* not finite: skipped */
-                    .accuracy = seen > 0 ? (double)correct / (double)seen : 0.0,
-                    .val_loss = NAN,
-                    .val_accuracy = NAN,
-                    .test_accuracy = NAN,
-                    .test_loss = NAN,
-                    .seconds = elapsed,
-                    .images_per_second = (double)seen / (elapsed > 0 ? elapsed : 1e-9),
-                    .eta_seconds = per_step * (double)((long)o->epochs * iters - c.step),
-                    .lr = c.lr,
-                    .samples = seen,
-                };
-                if (hooks->event(hooks->ud, &ev)) {
-                    rc = nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d", epoch);
-                    goto out;
-                }
-            }
-            /* Checkpoints within the epoch; its last step's is the epoch's own, below. */
-            if (mid_checkpoints && c.step % o->checkpoint_every == 0 && it + 1 < iters && hooks &&
-                hooks->checkpoint) {
-                struct nl_checkpoint cp = {
-                    .epoch = epoch - 1,
-                    .iteration = c.step,
-                    .params = c.params,
-                    .nparams = m->nparams,
-                    .optim_state = nstate > 0 && !o->sync ? c.state_block : NULL,
-                    .optim_floats = o->sync ? 0 : state_floats,
-                    .rng = &order_rng,
-                };
-                rc = hooks->checkpoint(hooks->ud, &cp, err);
-                if (rc < 0)
-                    goto out;
-            }
-        }
-        double seconds = now() - t0;
-        train_seconds += seconds;
-        train_samples += seen;
-
-        res->epochs = epoch;
-        res->train_loss = seen > 0 ? loss_sum / (double)seen : NAN;
-        res->train_accuracy = seen > 0 ? (double)correct / (double)seen : NAN;
-        double val_loss, val_acc;
-        evaluate(&c, NL_VAL, &val_loss, &val_acc);
-        res->val_accuracy = val_acc;
-
-        struct nl_event ev = {
-            .kind = NL_EVENT_EPOCH,
-            .epoch = epoch,
-            .epochs = o->epochs,
-            .iter = iters,
-            .iters = iters,
-            .loss = res->train_loss,
-            .accuracy = res->train_accuracy,
-            .val_loss = val_loss,
-            .val_accuracy = val_acc,
-            .test_accuracy = NAN,
-            .test_loss = NAN,
-            .seconds = seconds,
-            .images_per_second = (double)seen / (seconds > 0 ? seconds : 1e-9),
-            .samples = seen,
-            .skipped_batches = skipped,
-            .lr = c.lr,
-        };
-        if (hooks && hooks->checkpoint) {
-            struct nl_checkpoint cp = {
-                .epoch = epoch,
-                .iteration = c.step,
-                .params = c.params,
-                .nparams = m->nparams,
-                .optim_state = nstate > 0 && !o->sync ? c.state_block : NULL,
-                .optim_floats = o->sync ? 0 : (size_t)nstate * m->ntrainable,
-                .rng = &order_rng,
-                .metrics = &ev,
-            };
-            rc = hooks->checkpoint(hooks->ud, &cp, err);
-            if (rc < 0)
-                goto out;
-        }
-        if (hooks && hooks->event && hooks->event(hooks->ud, &ev)) {
-            rc = nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
-            goto out;
-        }
-
-        /* Plateaus and early stopping watch validation accuracy, or training accuracy when
-         * there is no validation split; a cluster member is told the run's. After the last
-         * epoch nothing is left to decide. */
-        double watched = isfinite(val_acc) ? val_acc : res->train_accuracy;
-        if (o->sync && judges && epoch < o->epochs) {
-            rc = o->sync->judge(o->sync->ud, epoch, &watched, err);
-            if (rc < 0)
-                goto out;
-        }
-        if (nl_judge_epoch(&judge, o, epoch, watched)) {
-            res->stopped_early = 1;
-            break;
-        }
-    }
-    evaluate(&c, NL_TEST, &res->test_loss, &res->test_accuracy);
-    res->seconds = train_seconds;
-    res->images_per_second = (double)train_samples / (train_seconds > 0 ? train_seconds : 1e-9);
-    if (hooks && hooks->event) {
-        struct nl_event ev = {
-            .kind = NL_EVENT_DONE,
-            .epoch = res->epochs,
-            .epochs = o->epochs,
-            .loss = res->train_loss,
-            .accuracy = res->train_accuracy,
-            .val_loss = NAN,
-            .val_accuracy = res->val_accuracy,
-            .test_accuracy = res->test_accuracy,
-            .test_loss = res->test_loss,
-            .seconds = res->seconds,
-            .images_per_second = res->images_per_second,
-            .skipped_batches = res->skipped_batches,
-        };
-        hooks->event(hooks->ud, &ev);
-    }
-    rc = 0;
-out:
-    nl_free(undo);
-    nl_free(order);
-    ctx_release(&c);
+    nl_free(L.undo);
+    nl_free(L.order);
+    ctx_release(&L.c);
     return rc;
 }

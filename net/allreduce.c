@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/rng.h"
 
 enum { F_GRAD, F_NORM, F_PARAM };
 
@@ -900,11 +901,7 @@ int nl_allreduce_finish(struct nl_allreduce *a, struct nl_error *err)
 
 void nl_allreduce_bounds(size_t n, int size, int r, size_t *lo, size_t *hi)
 {
-    const size_t blocks = (n + 15) / 16;
-    size_t l = blocks * (size_t)r / (size_t)size * 16;
-    size_t h = blocks * (size_t)(r + 1) / (size_t)size * 16;
-    *lo = l < n ? l : n;
-    *hi = h < n ? h : n;
+    nl_block_range(n, 16, r, size, lo, hi);
 }
 
 void nl_allreduce_state_bounds(size_t n, size_t ntrainable, int size, int r, size_t *lo, size_t *hi)

@@ -60,6 +60,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/allreduce.h"
 #include "nnlab/partition.h"
+#include "nnlab/rng.h"
 #include "nnlab/wire.h"
 
 /* Steps in flight at most. Workers run in lockstep, but their reports may reach the driver
@@ -562,7 +563,8 @@ static int partition_payload(const struct nl_dataset *d, const struct nl_train_o
     return 0;
 }
 
-/* An epoch is complete: rank 0's weights are its end. Validation, checkpoint, EPOCH event.
+/* An epoch is complete: rank 0's weights are its end. Validation, checkpoint, EPOCH event, judging:
+ * a local run's epoch end (nl_epoch_event, nl_epoch_report, nl_epoch_watched, nl_judge_epoch).
  * During a recovery to step run->force_to, weights NULL means they were lost with rank 0 (the
  * others went past the epoch's end before the loss was seen): the epoch is reported without
  * validation, and its metrics go with a checkpoint at force_to when that step is in the next
@@ -574,52 +576,44 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
                      struct epoch_stats *es, struct nl_error *err)
 {
     const int epoch = (int)(steps_done / iters);
-    double seconds = es->busy, val_loss = NAN, val_acc = NAN;
-    int rc;
-
-    es->train_seconds += seconds;
-    es->total_samples += es->samples;
-    if (weights)
-        memcpy(m->params, weights, m->nparams * sizeof(float));
-    res->epochs = epoch;
-    res->train_loss = es->loss / (double)es->samples;
-    res->train_accuracy = (double)es->correct / (double)es->samples;
-    if (weights && d->split[NL_VAL].n > 0) {
-        rc = nl_evaluate(m, d, NL_VAL, 0, &val_loss, &val_acc, err);
-        if (rc < 0)
-            return rc;
-    }
-    res->val_accuracy = val_acc;
-    for (int i = 0; i < run->n; i++) {
-        step_w[i] = run->p[i].total;
-        step_w[i].loss = step_w[i].samples > 0 ? step_w[i].loss / step_w[i].samples : 0.0;
-    }
-    struct nl_event ev = {
-        .kind = NL_EVENT_EPOCH,
+    struct nl_epoch_sums e = {
         .epoch = epoch,
-        .epochs = o->epochs,
-        .iter = iters,
         .iters = iters,
-        .loss = res->train_loss,
-        .accuracy = res->train_accuracy,
-        .val_loss = val_loss,
-        .val_accuracy = val_acc,
-        .test_accuracy = NAN,
-        .test_loss = NAN,
-        .seconds = seconds,
-        .images_per_second = (double)es->samples / (seconds > 0 ? seconds : 1e-9),
+        .loss = es->loss,
+        .correct = es->correct,
         .samples = es->samples,
+        .seconds = es->busy,
+        .val_loss = NAN,
+        .val_accuracy = NAN,
         .lr = nl_schedule_lr(&o->schedule, o->optim.lr, steps_done, iters, (long)o->epochs * iters,
                              run->judge.plateau.factor),
         .nworkers = run->n,
         .workers = step_w,
     };
+    struct nl_event ev;
+    int rc;
+
+    es->train_seconds += es->busy;
+    es->total_samples += es->samples;
+    if (weights)
+        memcpy(m->params, weights, m->nparams * sizeof(float));
+    if (weights && d->split[NL_VAL].n > 0) {
+        rc = nl_evaluate(m, d, NL_VAL, 0, &e.val_loss, &e.val_accuracy, err);
+        if (rc < 0)
+            return rc;
+    }
+    for (int i = 0; i < run->n; i++) {
+        step_w[i] = run->p[i].total;
+        step_w[i].loss = step_w[i].samples > 0 ? step_w[i].loss / step_w[i].samples : 0.0;
+    }
+    nl_epoch_event(&e, o, res, &ev);
     const int at_force = run->force_to > 0 && !weights && steps_done + iters > run->force_to;
-    if (hooks && hooks->checkpoint && (weights || at_force)) {
-        /* The data order of a cluster run follows from the seed and the epoch alone
-         * (net/partition.c); the generator stored is seeded from them. */
-        struct nl_rng rng;
-        nl_rng_seed(&rng, o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)(epoch + at_force));
+    struct nl_checkpoint cp;
+    /* The data order of a cluster run follows from the seed and the epoch alone
+     * (net/partition.c); the generator stored is seeded from them. */
+    struct nl_rng rng;
+    if (weights || at_force) {
+        nl_rng_seed(&rng, nl_rng_epoch_seed(o->seed, epoch + at_force));
         /* The optimizer state: every member's slice of it for this step, or what a recovery
          * gathered for the step it goes on from. */
         const size_t sfloats = (size_t)run->nstate * m->ntrainable;
@@ -630,7 +624,7 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
             state = run->state;
         if (state)
             memcpy(run->ckpt_state, state, sfloats * sizeof(float));
-        struct nl_checkpoint cp = {
+        cp = (struct nl_checkpoint){
             .epoch = epoch,
             .iteration = at_force ? run->force_to : steps_done,
             .params = at_force ? run->params : m->params,
@@ -638,21 +632,20 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
             .optim_state = state,
             .optim_floats = state ? sfloats : 0,
             .rng = &rng,
-            .metrics = &ev,
         };
-        rc = hooks->checkpoint(hooks->ud, &cp, err);
-        if (rc < 0)
-            return rc;
     }
-    if (run->cp.step == steps_done)
+    /* The members' pieces of this step's checkpoint are spent once it is stored (a failed store
+     * keeps them), also when the event then stops the run. */
+    rc = nl_epoch_report(hooks, weights || at_force ? &cp : NULL, &ev, err);
+    if ((rc == 0 || rc == NL_ECANCELED) && run->cp.step == steps_done)
         run->cp.step = -1;
-    if (hooks && hooks->event && hooks->event(hooks->ud, &ev))
-        return nl_error_set(err, NL_ECANCELED, "training stopped after epoch %d", epoch);
+    if (rc < 0)
+        return rc;
     es->samples = es->correct = 0;
     es->loss = es->busy = 0;
     /* What a local run watches: validation accuracy, or training accuracy without a
      * validation split. */
-    const double watched = isfinite(val_acc) ? val_acc : res->train_accuracy;
+    const double watched = nl_epoch_watched(&ev);
     run->watched[epoch - 1] = watched;
     if (nl_judge_epoch(&run->judge, o, epoch, watched))
         res->stopped_early = 1;
@@ -769,7 +762,7 @@ static int mid_checkpoint(struct run *run, struct nl_error *err)
     if (run->hooks && run->hooks->checkpoint && !epoch_ends_only) {
         const int epoch = (int)(c->step / run->iters);
         struct nl_rng rng;
-        nl_rng_seed(&rng, run->o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)(epoch + 1));
+        nl_rng_seed(&rng, nl_rng_epoch_seed(run->o->seed, epoch + 1));
         struct nl_checkpoint cp = {
             .epoch = epoch,
             .iteration = c->step,
@@ -985,7 +978,9 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
 /* Emits, in order, the steps every member reported and the epochs they complete; with force_to,
  * every step before it as well (steps the members completed, whose reports a lost worker took
  * with it). At an epoch's end it waits for rank 0's weights (they precede its next step's
- * metric on its channel). */
+ * metric on its channel).
+ * Longer than a screen (about 110 lines) because its two halves, a step's event and an epoch's
+ * end, share the order of the reports they consume: split, each would need the other's cursor. */
 static int emit(struct run *run, long force_to, struct nl_error *err)
 {
     const struct nl_train_opts *o = run->o;
@@ -1276,7 +1271,11 @@ static int setup_generation(struct run *run, long start, int has_state, struct n
  * reports the steps it completed, its parameters and its slice of the state (net/worker.c says
  * why that is consistent); the run goes on from R, the most steps any survivor completed: each
  * lost worker is restarted on its host while restarts last and its host answers, or dropped and
- * its data shared out among the others. */
+ * its data shared out among the others.
+ * Long (about 260 lines): it is one protocol exchange in phases (abort, gather the survivors'
+ * reports, decide R, restart or drop, report), each of which reads what the previous one
+ * gathered; its test is test_cluster_faults, which exercises every phase with real processes, and
+ * it is left whole until the transport interface (issue 15, item 3) reshapes its frames. */
 static int recover(struct run *run, struct nl_error *err)
 {
     const struct nl_model *m = run->m;
@@ -1533,6 +1532,9 @@ static int recover(struct run *run, struct nl_error *err)
     return setup_generation(run, R, 1, err);
 }
 
+/* Long (about 200 lines): allocation of the run's buffers, starting the workers, the resume
+ * state, the follow/recover loop and the run's totals, in that order with one exit path that
+ * releases everything; its epoch end is shared with nl_train (end_epoch). */
 int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster_opts *co,
                      struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,
                      const struct nl_train_hooks *hooks, struct nl_train_result *res,
@@ -1554,15 +1556,8 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     if (rc < 0)
         return rc;
     run.iters = (ntrain + o->batch - 1) / o->batch;
-    if (o->resume &&
-        (o->resume->epoch < 0 || o->resume->epoch > o->epochs ||
-         o->resume->iteration < (long)o->resume->epoch * run.iters ||
-         o->resume->iteration >= (long)(o->resume->epoch + 1) * run.iters ||
-         (o->resume->epoch == o->epochs && o->resume->iteration != (long)o->epochs * run.iters)))
-        return nl_error_set(err, NL_EFORMAT,
-                            "the checkpoint (epoch %d, step %ld) does not fit a run of %d epochs "
-                            "of %ld steps",
-                            o->resume->epoch, o->resume->iteration, o->epochs, run.iters);
+    if (o->resume && (rc = nl_resume_check(o->resume, o->epochs, run.iters, err)) < 0)
+        return rc;
     run.timeout = co->ssh.timeout_ms > 0 ? co->ssh.timeout_ms : 30000;
     run.hb_ms = co->heartbeat_ms > 0 ? co->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
     run.nstate = nl_optim_state_arrays(&o->optim);
@@ -1704,21 +1699,10 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
             stats[run.p[i].hosti] = run.step_w[i];
     }
     if (hooks && hooks->event) {
-        struct nl_event ev = {
-            .kind = NL_EVENT_DONE,
-            .epoch = res->epochs,
-            .epochs = o->epochs,
-            .loss = res->train_loss,
-            .accuracy = res->train_accuracy,
-            .val_loss = NAN,
-            .val_accuracy = res->val_accuracy,
-            .test_accuracy = res->test_accuracy,
-            .test_loss = res->test_loss,
-            .seconds = res->seconds,
-            .images_per_second = res->images_per_second,
-            .nworkers = run.n,
-            .workers = run.step_w,
-        };
+        struct nl_event ev;
+        nl_done_event(res, o, &ev);
+        ev.nworkers = run.n;
+        ev.workers = run.step_w;
         hooks->event(hooks->ud, &ev);
     }
     rc = 0;

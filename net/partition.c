@@ -91,7 +91,7 @@ int nl_partition_new(struct nl_partition **out, uint32_t ntrain, int batch, int 
         nl_partition_free(p);
         return nl_error_set(err, NL_ENOMEM, "out of memory for a partition of %u samples", ntrain);
     }
-    nl_rng_seed(&rng, seed * 0x9e3779b97f4a7c15ULL ^ 0x5eed0fc1u);
+    nl_rng_seed(&rng, nl_rng_partition_seed(seed));
     for (uint32_t i = 0; i < ntrain; i++)
         all[i] = i;
     nl_rng_shuffle(&rng, all, ntrain);
@@ -129,8 +129,7 @@ void nl_partition_epoch(struct nl_partition *p, int epoch)
     for (int o = p->col_lo; o < p->col_hi; o++) {
         uint32_t *perm = p->perm + p->offset[o - p->col_lo];
         const long rows = col_rows(p, o);
-        nl_rng_seed(&rng, (p->seed * 0x100000001b3ULL + (uint64_t)epoch) * 0x9e3779b97f4a7c15ULL +
-                              (uint64_t)o);
+        nl_rng_seed(&rng, nl_rng_column_seed(p->seed, epoch, o));
         for (long b = 0; b < rows; b++)
             perm[b] = (uint32_t)b;
         nl_rng_shuffle(&rng, perm, (size_t)rows);

@@ -3,13 +3,18 @@
  * that checkpoints every few steps, so that kills land in checkpoint writes and between them. After
  * every kill the database passes PRAGMA integrity_check and the latest checkpoint loads (nnlab
  * eval); the run, resumed after each kill and at last to its end, ends with the same weights, byte
- * for byte, as the same run never interrupted. */
+ * for byte, as the same run never interrupted. A run has one owner: a second process resuming a
+ * run that trains is refused naming the first, and the run of a killed process lists as
+ * interrupted and resumes. On a small tmpfs that fills (in a user and mount namespace of its own;
+ * skipped with the reason where that is not allowed), a run whose checkpoint cannot be written
+ * exits non-zero saying why, and is not left running. */
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -126,6 +131,9 @@ static void test_options(void)
     like(errtext, "run's own settings", "saying why");
     is_int(nnlab("train --resume nope --hosts a,b"), 1, "--resume with --hosts is accepted");
     like(errtext, "no run named 'nope'", "and looks for the run");
+    is_int(nnlab("train --resume nope --hosts a,b --compress bf16"), 1,
+           "--resume with --hosts and --compress is accepted");
+    like(errtext, "no run named 'nope'", "and looks for the run");
     is_int(nnlab("train --on-nan maybe --data syn --model mlp"), 2, "--on-nan wants stop|skip");
     like(errtext, "--on-nan", "naming the option");
     is_int(nnlab("train --checkpoint-every 0 --data syn --model mlp"), 2,
@@ -238,6 +246,137 @@ static void test_kills(void)
     ok(query_int("SELECT epochs_done FROM runs WHERE name = 'full'") == 5, "5 epochs done");
 }
 
+/* Two processes, one run: the second is refused while the first trains, naming it; killed, the
+ * first's run shows as interrupted everywhere and resumes. */
+static void test_owner(void)
+{
+    const char *first[] = {
+        "train",    "--data",  "syn",     "--model", "mlp",       "--name", "owned",
+        "--epochs", "60",      "--batch", "8",       "--threads", "1",      "--checkpoint-every",
+        "3",        "--quiet", NULL};
+    char want[128];
+    int status;
+
+    pid_t pid = spawn(first);
+    double t0 = now();
+    while (query_int("SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE name = "
+                     "'owned'") < 1 &&
+           now() - t0 < 30)
+        sleep_s(0.01);
+    ok(waitpid(pid, &status, WNOHANG) == 0, "the first process trains (pid %d)", (int)pid);
+
+    is_int(nnlab("train --resume owned --epochs 61"), 1,
+           "a second process resuming the run is refused");
+    snprintf(want, sizeof want, "being trained by process %d on ", (int)pid);
+    like(errtext, want, "naming the process that holds it");
+    is_int(nnlab("runs --json"), 0, "runs --json");
+    snprintf(want, sizeof want, "\"status\":\"running\"");
+    like(out, want, "lists it running");
+    snprintf(want, sizeof want, "\"pid\":%d,\"lives\":true}", (int)pid);
+    like(out, want, "with its owner");
+    is_int(nnlab("runs owned"), 0, "runs RUN");
+    snprintf(want, sizeof want, "trained by process %d", (int)pid);
+    like(out, want, "names its owner");
+
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    is_int(nnlab("runs --json"), 0, "after a kill -9, runs --json");
+    like(out, "\"name\":\"owned\",\"dataset\":\"syn\",\"model\":\"mlp\",\"status\":\"interrupted\"",
+         "lists it interrupted");
+    is_int(nnlab("runs"), 0, "runs");
+    like(out, "interrupted", "the table too");
+    is_int(nnlab("runs owned"), 0, "runs RUN");
+    like(out, "--resume owned", "says how to go on");
+    const long long done = query_int("SELECT epochs_done FROM runs WHERE name = 'owned'");
+    is_int(nnlab("train --resume owned --epochs %lld --quiet", done + 1), 0,
+           "the interrupted run resumes: %s", errtext);
+    is_int(nnlab("runs --json"), 0, "runs --json");
+    ok(strstr(out,
+              "\"name\":\"owned\",\"dataset\":\"syn\",\"model\":\"mlp\",\"status\":\"done\"") &&
+           !strstr(out, "\"owner\""),
+       "and is done, with no owner");
+}
+
+/* A checkpoint that does not fit on the store's disk: a tmpfs a little larger than the database,
+ * mounted in a user and mount namespace of a shell script that trains there and copies the store
+ * out for the checks. */
+static void test_full_disk(void)
+{
+    char cmd[1024], spec[256], mnt[256], copy[256], script[256];
+
+    snprintf(spec, sizeof spec, "%s/wide.txt", dir);
+    snprintf(mnt, sizeof mnt, "%s/full", dir);
+    snprintf(copy, sizeof copy, "%s/copy", dir);
+    snprintf(script, sizeof script, "%s/full.sh", dir);
+    FILE *f = fopen(spec, "w");
+    if (f) {
+        fputs("fc1: dense 512\nrelu\nfc2: dense N\n", f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s'", mnt, copy);
+    if (system(cmd) != 0) {
+        ok(0, "folders for the full disk");
+        return;
+    }
+    snprintf(cmd, sizeof cmd,
+             "unshare --user --map-root-user --mount mount -t tmpfs -o size=64k tmpfs '%s' "
+             ">'%s' 2>&1",
+             mnt, err_path);
+    if (system(cmd) != 0) {
+        slurp(err_path, errtext, sizeof errtext);
+        char *nl = strchr(errtext, '\n');
+        if (nl)
+            *nl = '\0';
+        ok(1, "# SKIP cannot mount a tmpfs in a namespace of its own: %s", errtext);
+        return;
+    }
+    /* The store, in one file after the last command closed it, and 96 KiB more: room for the
+     * run's record, not for a checkpoint of the 512-unit model (about 400 KiB with Adam's
+     * moments). */
+    struct stat st;
+    is_int(nnlab("datasets --quiet"), 0, "the store is whole");
+    if (stat(db, &st) != 0) {
+        ok(0, "the store's size");
+        return;
+    }
+    const long kib = (long)(st.st_size / 1024) + 96;
+    f = fopen(script, "w");
+    if (!f) {
+        ok(0, "the script");
+        return;
+    }
+    fprintf(f,
+            "mount -t tmpfs -o size=%ldk tmpfs \"%s\" || exit 100\n"
+            "cp \"%s\" \"%s/nnlab.db\" || exit 101\n"
+            "\"%s\" --db \"%s/nnlab.db\" train --data syn --model \"%s\" --name diskfull "
+            "--optim adam --epochs 2 --quiet\n"
+            "echo $? >\"%s/rc\"\n"
+            "cp \"%s\"/nnlab.db* \"%s\"/\n",
+            kib, mnt, db, mnt, bin, mnt, spec, copy, mnt, copy);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "unshare --user --map-root-user --mount sh '%s' >'%s' 2>'%s'", script,
+             out_path, err_path);
+    int rc = system(cmd);
+    slurp(err_path, errtext, sizeof errtext);
+    char rcpath[300], rctext[16];
+    snprintf(rcpath, sizeof rcpath, "%s/rc", copy);
+    slurp(rcpath, rctext, sizeof rctext);
+    ok(rc == 0 && rctext[0], "train ran on a %ld KiB tmpfs", kib);
+    is_int(atoi(rctext), 1, "it exits 1 when its checkpoint does not fit");
+    like(errtext, "disk is full", "saying the disk is full");
+    like(errtext, "run 'diskfull'", "naming the run");
+    diag("%s", errtext);
+    /* Its record: failed, or when even that could not be written, its owner is gone. */
+    char saved[320];
+    snprintf(saved, sizeof saved, "%s", db);
+    snprintf(db, sizeof db, "%s/nnlab.db", copy);
+    is_int(nnlab("runs --json"), 0, "the store copied out reads");
+    ok(strstr(out, "\"name\":\"diskfull\",\"dataset\":\"syn\",\"model\":") &&
+           (strstr(out, "\"status\":\"failed\"") || strstr(out, "\"status\":\"interrupted\"")),
+       "the run is failed or interrupted, not running: %s", out);
+    snprintf(db, sizeof db, "%s", saved);
+}
+
 /* A plateau schedule follows validation accuracy: a run resumed after its epoch's record was
  * lost (a kill between checkpoint and record) recovers it from the checkpoint and decides the
  * same. A run of 2 epochs extended to 3 equals one of 3 (the plateau schedule does not depend on
@@ -306,6 +445,8 @@ int main(void)
     test_options();
     test_on_nan();
     test_kills();
+    test_owner();
+    test_full_disk();
     test_plateau();
 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

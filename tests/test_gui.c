@@ -948,8 +948,8 @@ int main(int argc, char **argv)
         rc = nl_run_get(s, "gui-early", &info, NULL, NULL, &err);
     ok(rc == 0 && strcmp(info.status, "stopped") == 0 && info.epochs_done == 0,
        "and the run stays stopped (%s)", rc == 0 ? info.status : err.msg);
-    if (rc == 0)
-        nl_run_remove(s, "gui-early", &err);
+    if (rc == 0 && nl_run_remove(s, "gui-early", &err) < 0)
+        diag("could not remove the run: %s", err.msg);
     nl_store_close(s);
 
     /* Runs: the first two overlaid, and the confusion matrix of the test split. */

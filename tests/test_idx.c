@@ -20,8 +20,14 @@
 #include "core/store_internal.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
+#include "nnlab/runs.h"
 #include "nnlab/store.h"
 #include "tap.h"
+
+/* The runs' owner columns of schema version 4, gone as from an older store. */
+#define DROP_OWNERS                                                                                \
+    "ALTER TABLE runs DROP COLUMN owner_host; ALTER TABLE runs DROP COLUMN owner_pid; "            \
+    "ALTER TABLE runs DROP COLUMN owner_start; ALTER TABLE runs DROP COLUMN heartbeat; "
 
 #define ROWS        3
 #define COLS        4
@@ -530,11 +536,13 @@ static void check_store(void)
         succeeds(rc, err, "an existing store opens again");
     }
     if (rc == 0) {
-        /* A version 1 store (before worker_steps and recoveries) and a version 2 store (before
-         * recoveries) are upgraded on open. */
+        /* A version 1 store (before worker_steps, recoveries and the runs' owners), a version 2
+         * store (before recoveries and owners) and a version 3 store (before owners) are
+         * upgraded on open. */
         sqlite3_stmt *st;
         sqlite3_exec(nl_store_sqlite(s),
-                     "DROP TABLE worker_steps; DROP TABLE recoveries; PRAGMA user_version = 1",
+                     "DROP TABLE worker_steps; DROP TABLE recoveries; " DROP_OWNERS
+                     "PRAGMA user_version = 1",
                      NULL, NULL, NULL);
         nl_store_close(s);
         rc = nl_store_open(&s, path, &err);
@@ -548,7 +556,8 @@ static void check_store(void)
                                NULL);
             ok(sqlite3_step(st) == SQLITE_ROW, "and the recoveries table");
             sqlite3_finalize(st);
-            sqlite3_exec(nl_store_sqlite(s), "DROP TABLE recoveries; PRAGMA user_version = 2", NULL,
+            sqlite3_exec(nl_store_sqlite(s),
+                         "DROP TABLE recoveries; " DROP_OWNERS "PRAGMA user_version = 2", NULL,
                          NULL, NULL);
             nl_store_close(s);
             rc = nl_store_open(&s, path, &err);
@@ -559,6 +568,26 @@ static void check_store(void)
                                NULL);
             ok(sqlite3_step(st) == SQLITE_ROW, "and gains the recoveries table");
             sqlite3_finalize(st);
+            /* A version 3 store's running run has no owner: it reads back as interrupted. */
+            sqlite3_exec(nl_store_sqlite(s),
+                         DROP_OWNERS "INSERT INTO runs (name, dataset, model, spec, settings, "
+                                     "status) VALUES ('old', 'd', 'mlp', '', '{}', 'running'); "
+                                     "PRAGMA user_version = 3",
+                         NULL, NULL, NULL);
+            nl_store_close(s);
+            rc = nl_store_open(&s, path, &err);
+            succeeds(rc, err, "a version 3 store opens");
+        }
+        if (rc == 0) {
+            struct nl_run_info info;
+            sqlite3_prepare_v2(nl_store_sqlite(s), "SELECT count(owner_pid) FROM runs", -1, &st,
+                               NULL);
+            ok(sqlite3_step(st) == SQLITE_ROW, "and gains the runs' owner columns");
+            sqlite3_finalize(st);
+            is_int(nl_run_get(s, "old", &info, NULL, NULL, &err), 0, "its run reads back");
+            is_str(info.status, "interrupted", "a running run without an owner is interrupted");
+            if (nl_run_remove(s, "old", &err) < 0)
+                diag("could not remove the run: %s", err.msg);
         }
     }
     if (rc == 0) {

@@ -1,6 +1,9 @@
 /* The model executor and the trainer: whole-model gradients against finite differences, batch
  * shares weighted by their sizes, training a synthetic problem to high accuracy, bit-identical
- * reruns, no allocation inside training steps, checkpoints, divergence and cancellation. */
+ * reruns, no allocation inside training steps, checkpoints, divergence and cancellation; a
+ * training session's record, its owner, and a finish the store refuses reaching the result; the
+ * reproducibility rules (the seeds a run derives, the block split of work) pinned to their values.
+ */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +13,9 @@
 #include "nnlab/alloc.h"
 #include "nnlab/bench.h"
 #include "nnlab/model.h"
+#include "nnlab/rng.h"
 #include "nnlab/runs.h"
+#include "nnlab/session.h"
 #include "nnlab/trainer.h"
 #include "tap.h"
 #include "test_util.h"
@@ -418,6 +423,85 @@ static void test_checkpoints(void)
         diag("could not remove %s", dir);
 }
 
+static int count_epochs(void *ud, const struct nl_event *ev)
+{
+    if (ev->kind == NL_EVENT_EPOCH)
+        (*(int *)ud)++;
+    return 0;
+}
+
+/* A session records its run (epochs with checkpoints) while the front end's display sees every
+ * epoch; it owns the run while it trains; a finish the store refuses is the session's result. */
+static void test_session(void)
+{
+    char dir[] = "/tmp/nnlab-session-XXXXXX", path[256];
+    struct nl_store *store = NULL;
+    struct nl_session *s = NULL;
+    struct nl_error err = {0};
+    struct nl_train_opts o;
+    struct nl_run_info info;
+    int shown = 0;
+
+    ok(mkdtemp(dir) != NULL, "temporary directory");
+    snprintf(path, sizeof path, "%s/t.db", dir);
+    is_int(nl_store_open(&store, path, &err), 0, "store opens");
+    struct nl_dataset *d = synthetic(200, 40, 5);
+    struct nl_model *m = build(mlp_spec, d->shape, d->nclasses);
+    nl_train_defaults(&o);
+    o.epochs = 2;
+    o.batch = 32;
+    nl_model_init_params(m, o.seed);
+    const struct nl_session_new new = {
+        .dataset = "synthetic", .model = "mlp", .settings_extra = "{\"init\":\"x.safetensors\"}"};
+    is_int(nl_session_start(store, &new, m, d, &o, &s, &err), 0, "a session starts: %s", err.msg);
+    if (!s) {
+        nl_store_close(store);
+        return;
+    }
+    is_str(s->run.name, "mlp-synthetic-1", "its run is recorded");
+    is_int(nl_run_get(store, s->run.name, &info, NULL, NULL, &err), 0, "and reads back");
+    ok(info.owner_lives && info.owner_pid == (long)getpid(), "owned by this process (pid %ld)",
+       info.owner_pid);
+    is_int(nl_run_reopen(store, s->run.id, NULL, &err), NL_EBUSY,
+           "a run being trained is not reopened");
+    like(err.msg, "being trained by process", "naming its owner");
+
+    struct nl_train_hooks hooks = nl_session_hooks(s, count_epochs, &shown);
+    int rc = nl_train(s->model, s->data, &s->opts, &hooks, &s->res, &err);
+    is_int(rc, 0, "it trains: %s", err.msg);
+    is_int(shown, 2, "the display saw both epochs");
+    sqlite3_stmt *st;
+    sqlite3_prepare_v2(nl_store_sqlite(store), "SELECT count(*) FROM epochs", -1, &st, NULL);
+    sqlite3_step(st);
+    is_int(sqlite3_column_int(st, 0), 2, "the session stored both epochs");
+    sqlite3_finalize(st);
+
+    /* The finish the store does not take (here, a connection made read-only). */
+    sqlite3_exec(nl_store_sqlite(store), "PRAGMA query_only = 1", NULL, NULL, NULL);
+    rc = nl_session_finish(s, 0, &err);
+    is_int(rc, NL_EDB, "a finish not written fails the session");
+    like(err.msg, "not recorded as done", "saying so: %s", err.msg);
+    sqlite3_exec(nl_store_sqlite(store), "PRAGMA query_only = 0", NULL, NULL, NULL);
+    is_int(nl_run_get(store, s->run.name, &info, NULL, NULL, &err), 0, "the run reads back");
+    is_str(info.status, "running", "still running, with this process its owner");
+    is_int(nl_session_finish(s, 0, &err), 0, "finished once the store takes it: %s", err.msg);
+    is_int(nl_run_get(store, s->run.name, &info, NULL, NULL, &err), 0, "the run reads back");
+    is_str(info.status, "done", "done");
+    ok(info.owner_host[0] == '\0' && !info.owner_lives, "with no owner");
+    char *settings = NULL;
+    if (nl_run_get(store, s->run.name, &info, NULL, &settings, &err) == 0)
+        like(settings, "\"init\":\"x.safetensors\"", "the front end's settings are kept");
+    nl_free(settings);
+    is_int(nl_run_finish(store, s->run.id, "done", &s->res, &err), NL_EBUSY,
+           "a run this process no longer owns is not finished again");
+    nl_session_free(s);
+    nl_store_close(store);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        diag("could not remove %s", dir);
+}
+
 /* A run's settings as the store keeps them read back as the options that wrote them, as
  * resuming needs; a cluster run and settings without the training options are refused. */
 static void test_settings(void)
@@ -523,13 +607,62 @@ static void test_bench(void)
        sg.one_gflops, sg.all_gflops);
 }
 
+/* Stored runs and checkpoints were made with these seeds: a changed rule would make every resume
+ * of an older run go on with another data order. The values are the rules worked by hand. */
+static void test_rules(void)
+{
+    is_int((long long)nl_rng_epoch_seed(1, 3), (long long)0x9e3779b97f4a7c18ULL, "epoch seed");
+    is_int((long long)nl_rng_partition_seed(1), (long long)(0x9e3779b97f4a7c15ULL ^ 0x5eed0fc1u),
+           "partition seed");
+    is_int((long long)nl_rng_column_seed(2, 1, 5),
+           (long long)((2 * 0x100000001b3ULL + 1) * 0x9e3779b97f4a7c15ULL + 5), "column seed");
+    is_int((long long)nl_rng_step_seed(0, 4, 1, 3),
+           (long long)(0xd1b54a32d192ed03ULL * 0x100000001b3ULL + 13), "step seed");
+
+    /* Every split covers [0, n) in order, in whole blocks but the last, and its parts hold numbers
+     * of blocks (the last one counted whole) within one of each other. */
+    const size_t ns[] = {0, 1, 15, 16, 17, 100, 1000, 4099};
+    const size_t blocks[] = {1, 16};
+    int good = 1;
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+        for (size_t k = 0; k < 2; k++)
+            for (int nth = 1; nth <= 7; nth++) {
+                size_t end = 0, least = (size_t)-1, most = 0;
+                for (int t = 0; t < nth; t++) {
+                    size_t lo, hi;
+                    nl_block_range(ns[i], blocks[k], t, nth, &lo, &hi);
+                    if (lo != end || hi < lo || (hi < ns[i] && hi % blocks[k] != 0)) {
+                        diag("n %zu block %zu part %d of %d: [%zu, %zu) after %zu", ns[i],
+                             blocks[k], t, nth, lo, hi, end);
+                        good = 0;
+                    }
+                    end = hi;
+                    const size_t nb = (hi - lo + blocks[k] - 1) / blocks[k];
+                    least = nb < least ? nb : least;
+                    most = nb > most ? nb : most;
+                }
+                if (end != ns[i] || most - least > 1) {
+                    diag("n %zu block %zu in %d: ends at %zu, parts %zu..%zu", ns[i], blocks[k],
+                         nth, end, least, most);
+                    good = 0;
+                }
+            }
+    ok(good, "block ranges cover [0, n) in whole blocks, evenly");
+    size_t lo, hi;
+    nl_block_range(100, 16, 1, 3, &lo, &hi);
+    ok(lo == 32 && hi == 64, "part 1 of 3 of 100 floats in blocks of 16 is [32, 64): [%zu, %zu)",
+       lo, hi);
+}
+
 int main(void)
 {
+    test_rules();
     test_model_gradient();
     test_training();
     test_failures();
     test_early_stop();
     test_checkpoints();
+    test_session();
     test_settings();
     test_bench();
     return done_testing();

@@ -524,9 +524,8 @@ static void show_details(struct runs_page *p)
     nl_free(settings);
 }
 
-/* Resume goes with a run, local or on hosts, that stopped, failed or was killed (still marked
- * running), with no run in progress in this window; one without a checkpoint says so when
- * asked. */
+/* Resume goes with a run, local or on hosts, that stopped, failed or was interrupted (its owner
+ * gone), with no run in progress in this window; one without a checkpoint says so when asked. */
 static void update_resume(struct runs_page *p)
 {
     struct nl_run_info info;
@@ -536,7 +535,7 @@ static void update_resume(struct runs_page *p)
     int cluster = 0;
     gboolean can = p->selected && !nl_window_training(p->win) &&
                    nl_run_get(p->win->store, p->selected, &info, NULL, &settings, &err) == 0 &&
-                   strcmp(info.status, "done") != 0 &&
+                   strcmp(info.status, "done") != 0 && strcmp(info.status, "running") != 0 &&
                    nl_run_settings_parse(settings, info.name, &o, NULL, &cluster, &err) == 0;
     nl_free(settings);
     g_simple_action_set_enabled(

@@ -38,6 +38,7 @@
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
 #include "nnlab/safetensors.h"
+#include "nnlab/session.h"
 #include "nnlab/spec.h"
 #include "nnlab/trainer.h"
 #include "window.h"
@@ -70,9 +71,6 @@ struct train_job {
     volatile sig_atomic_t cstop; /* the same, for nl_cluster_train while it starts workers */
     struct nl_store *store;      /* the thread's own connection */
     int64_t run_id;
-    /* Cluster runs: worker reports not yet stored, one row per worker and step. */
-    struct nl_worker_steps steps;
-    int step_failed;
     /* Filled by the thread before the done callback. */
     int rc;
     struct nl_error err;
@@ -164,7 +162,6 @@ static void job_free(struct train_job *j)
     g_free(j->init_file);
     g_free(j->resume);
     g_free(j->workers);
-    nl_worker_steps_release(&j->steps);
     g_free(j->db_path);
     g_free(j->dataset);
     g_free(j->model);
@@ -183,26 +180,8 @@ struct hook_ud {
     struct train_job *job;
 };
 
-/* Keeps a cluster step's worker reports for the store (as the command line does); they are
- * written an epoch at a time. */
-static void keep_worker_steps(struct train_job *j, const struct nl_event *ev)
-{
-    struct nl_error err = {0};
-    if (j->run_id <= 0 || j->step_failed)
-        return;
-    if (nl_worker_steps_add(&j->steps, ev, &err) < 0) {
-        g_warning("the workers' metrics are not stored: %s", err.msg);
-        j->step_failed = 1;
-    }
-}
-
-static void flush_worker_steps(struct train_job *j)
-{
-    struct nl_error err = {0};
-    if (j->run_id > 0 && nl_worker_steps_flush(&j->steps, j->store, j->run_id, &err) < 0)
-        g_warning("the workers' metrics were not stored: %s", err.msg);
-}
-
+/* The display of the session's events (core/session.c records them): the charts' feed, and
+ * one-off messages to the main loop. */
 static int on_event(void *ud, const struct nl_event *ev)
 {
     struct hook_ud *h = ud;
@@ -230,13 +209,9 @@ static int on_event(void *ud, const struct nl_event *ev)
             /* A step that gave a worker no samples (the last, short one) has no rate. */
             pt.worker_ips[i] = busy > 0 && w->samples > 0 ? (double)w->samples / busy : NAN;
         }
-        keep_worker_steps(j, ev);
         feed_push(&j->feed, &pt);
     } else if (ev->kind == NL_EVENT_RECOVERY && ev->recovery) {
         const struct nl_recovery *r = ev->recovery;
-        struct nl_error err = {0};
-        if (j->run_id > 0 && nl_run_record_recovery(j->store, j->run_id, r, &err) < 0)
-            g_warning("a recovery was not stored: %s", err.msg);
         struct feed_event e = {
             .x = ev->iters > 0 ? (ev->epoch - 1) + (double)ev->iter / ev->iters : ev->epoch - 1,
             .step = r->step,
@@ -251,18 +226,10 @@ static int on_event(void *ud, const struct nl_event *ev)
         /* Shown at once, even while the charts' timer is off (another page on screen). */
         post(h->page, j, MSG_RECOVERY, NULL, NULL);
     } else if (ev->kind == NL_EVENT_EPOCH) {
-        /* Its metrics were stored with its checkpoint (on_checkpoint). */
-        flush_worker_steps(j);
         pt.kind = FEED_EPOCH;
         post(h->page, j, MSG_EPOCH, &pt, NULL);
     }
     return g_atomic_int_get(&j->stop);
-}
-
-static int on_checkpoint(void *ud, const struct nl_checkpoint *cp, struct nl_error *err)
-{
-    struct hook_ud *h = ud;
-    return nl_run_save_checkpoint(h->job->store, h->job->run_id, cp, err);
 }
 
 static void json_string(GString *s, const char *v)
@@ -289,24 +256,20 @@ static gboolean takes_momentum(enum nl_optim_kind kind)
     return kind == NL_OPTIM_SGD || kind == NL_OPTIM_RMSPROP;
 }
 
-/* The run's settings as nnlab train writes them (nl_run_settings_format, so that the command
- * line and the window resume it alike), plus where its weights started and, for a cluster run,
- * its hosts. NULL when out of memory. */
-static char *settings_json(const struct train_job *j, const struct nl_model *m,
-                           const struct nl_dataset *d)
+/* What the window records in a run's settings beside the core's (nl_run_settings_format, so that
+ * the command line and the window resume it alike): where its weights started and, for a cluster
+ * run, its hosts. A JSON object; NULL when there is nothing to add. */
+static char *settings_extra(const struct train_job *j)
 {
-    char *base = nl_run_settings_format(&j->o, m, d->shape, d->nclasses, j->cl.hosts != NULL, 0);
-    if (!base)
+    if (!j->init_run && !j->init_file && !j->cl.hosts)
         return NULL;
-    GString *s = g_string_new(base);
-    nl_free(base);
-    g_string_truncate(s, s->len - 1); /* the closing brace */
+    GString *s = g_string_new("{");
     if (j->init_run || j->init_file) {
-        g_string_append(s, ",\"init\":");
+        g_string_append(s, "\"init\":");
         json_string(s, j->init_run ? j->init_run : j->init_file);
     }
     if (j->cl.hosts) {
-        g_string_append(s, ",\"hosts\":");
+        g_string_append(s, s->len > 1 ? ",\"hosts\":" : "\"hosts\":");
         json_string(s, j->cl.hosts);
     }
     g_string_append_c(s, '}');
@@ -363,8 +326,8 @@ static void worker_log(void *ud, const char *host, const char *line)
 }
 #endif
 
-/* Trains on the job's hosts as `nnlab train --hosts` does. */
-static int train_cluster(struct train_job *j, struct nl_model *m, const struct nl_dataset *d,
+/* Trains the session's run on the job's hosts as `nnlab train --hosts` does. */
+static int train_cluster(struct train_job *j, struct nl_session *s,
                          const struct nl_train_hooks *hooks)
 {
 #if NNLAB_HAVE_SSH
@@ -386,10 +349,9 @@ static int train_cluster(struct train_job *j, struct nl_model *m, const struct n
     if (rc < 0)
         return rc;
     struct nl_worker_metrics *stats = nl_calloc((size_t)n, sizeof *stats);
-    rc = stats ? nl_cluster_train(hosts, n, &co, m, d, &j->o, hooks, &j->res, stats, &j->err)
+    rc = stats ? nl_cluster_train(hosts, n, &co, s->model, s->data, &s->opts, hooks, &s->res, stats,
+                                  &j->err)
                : nl_error_set(&j->err, NL_ENOMEM, "out of memory");
-    /* What a stopped or failed run reported since its last epoch; the reports name hosts. */
-    flush_worker_steps(j);
     if (rc == 0 && stats) {
         /* Each worker's share of the work, as the command line's done line gives it. */
         GString *w = g_string_new(NULL);
@@ -406,43 +368,66 @@ static int train_cluster(struct train_job *j, struct nl_model *m, const struct n
     nl_free(hosts);
     return rc;
 #else
+    (void)s;
+    (void)hooks;
     return nl_error_set(&j->err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
 #endif
 }
 
+/* Trains the session's run, locally or on the job's hosts. */
+static int train_run(struct hook_ud *h, struct nl_session *s)
+{
+    struct nl_train_hooks hooks = nl_session_hooks(s, on_event, h);
+    if (s->cluster)
+        return train_cluster(h->job, s, &hooks);
+    struct nl_error terr = {0};
+    int rc = nl_train(s->model, s->data, &s->opts, &hooks, &s->res, &terr);
+    h->job->err = terr;
+    return rc;
+}
+
 /* A new run: the model of the model page on the selected dataset. */
-static int train_new(struct hook_ud *h, struct nl_dataset **d, struct nl_model **m, int *created)
+static int train_new(struct hook_ud *h, struct nl_session **out)
 {
     struct train_job *j = h->job;
     struct nl_spec *spec = NULL;
-    struct nl_run_info run;
+    struct nl_dataset *d = NULL;
+    struct nl_model *m = NULL;
     char note[192] = "";
-    int rc = nl_dataset_load(j->store, j->dataset, d, &j->err);
+    int rc = nl_dataset_load(j->store, j->dataset, &d, &j->err);
     if (rc == 0)
         rc = nl_spec_parse(&spec, j->spec, j->model, NULL, NULL, &j->err);
     if (rc == 0)
-        rc = nl_model_build(m, spec, (*d)->shape, (*d)->nclasses, &j->err);
+        rc = nl_model_build(&m, spec, d->shape, d->nclasses, &j->err);
     nl_spec_free(spec);
     if (rc == 0) {
-        nl_model_init_params(*m, j->o.seed);
-        rc = prepare_model(j, *m, note, sizeof note);
+        nl_model_init_params(m, j->o.seed);
+        rc = prepare_model(j, m, note, sizeof note);
     }
-    if (rc == 0) {
-        char *settings = settings_json(j, *m, *d);
-        rc = settings ? nl_run_create(j->store, j->run_name, j->dataset, j->model, (*m)->spec_text,
-                                      settings, &run, &j->err)
-                      : nl_error_set(&j->err, NL_ENOMEM, "out of memory");
-        g_free(settings);
+    if (rc < 0) {
+        nl_model_free(m);
+        nl_dataset_free(d);
+        return rc;
     }
+    char *extra = settings_extra(j);
+    const struct nl_session_new new = {
+        .name = j->run_name,
+        .dataset = j->dataset,
+        .model = j->model,
+        .cluster = j->cl.hosts != NULL,
+        .settings_extra = extra,
+    };
+    rc = nl_session_start(j->store, &new, m, d, &j->o, out, &j->err);
+    g_free(extra);
     if (rc < 0)
         return rc;
-    *created = 1;
-    j->run_id = run.id;
-    g_strlcpy(j->run, run.name, sizeof j->run);
+    struct nl_session *s = *out;
+    j->run_id = s->run.id;
+    g_strlcpy(j->run, s->run.name, sizeof j->run);
     char text[256];
     int nfrozen = j->frozen ? (int)g_strv_length(j->frozen) : 0;
-    g_snprintf(text, sizeof text, "%s: %zu parameters, %u training samples%s%s", run.name,
-               (*m)->nparams, (*d)->split[NL_TRAIN].n, note, nfrozen ? "; frozen: " : "");
+    g_snprintf(text, sizeof text, "%s: %zu parameters, %u training samples%s%s", s->run.name,
+               s->model->nparams, s->data->split[NL_TRAIN].n, note, nfrozen ? "; frozen: " : "");
     if (nfrozen) {
         char *names = g_strjoinv(", ", j->frozen);
         g_strlcat(text, names, sizeof text);
@@ -453,79 +438,46 @@ static int train_new(struct hook_ud *h, struct nl_dataset **d, struct nl_model *
         g_strlcat(text, j->cl.hosts, sizeof text);
     }
     post(h->page, j, MSG_STARTED, NULL, text);
-    struct nl_train_hooks hooks = {on_event, on_checkpoint, h};
-    if (j->cl.hosts)
-        return train_cluster(j, *m, *d, &hooks);
-    struct nl_error terr = {0};
-    rc = nl_train(*m, *d, &j->o, &hooks, &j->res, &terr);
-    j->err = terr;
-    return rc;
+    return train_run(h, s);
 }
 
-/* A stopped run continued from its latest checkpoint (nl_run_resume_open): locally, or on the
+/* A stopped run continued from its latest checkpoint (nl_session_resume): locally, or on the
  * job's hosts for a cluster run. */
-static int train_resume(struct hook_ud *h, int *created)
+static int train_resume(struct hook_ud *h, struct nl_session **out)
 {
     struct train_job *j = h->job;
     const struct nl_resume_request req = {
         .epochs = -1, .on_nan = -1, .checkpoint_every = -1, .on_hosts = j->cl.hosts != NULL};
-    struct nl_run_resumed *r = NULL;
-    int rc = nl_run_resume_open(j->store, j->resume, &req, NULL, NULL, &r, &j->err);
+    int rc = nl_session_resume(j->store, j->resume, &req, NULL, NULL, out, &j->err);
     if (rc < 0)
         return rc;
-    *created = 1;
-    j->run_id = r->run.id;
-    g_strlcpy(j->run, r->run.name, sizeof j->run);
-    j->o = r->opts; /* its resume points into r, which outlives the training */
+    struct nl_session *s = *out;
+    j->run_id = s->run.id;
+    g_strlcpy(j->run, s->run.name, sizeof j->run);
+    j->o = s->opts;
     char text[256];
     g_snprintf(text, sizeof text, "%s: resumed after epoch %d, step %ld, to epoch %d%s%s",
-               r->run.name, r->resume.epoch, r->resume.iteration, r->opts.epochs,
-               r->cluster ? "; on " : "", r->cluster ? j->cl.hosts : "");
+               s->run.name, s->opts.resume->epoch, s->opts.resume->iteration, s->opts.epochs,
+               s->cluster ? "; on " : "", s->cluster ? j->cl.hosts : "");
     post(h->page, j, MSG_STARTED, NULL, text);
-    struct nl_train_hooks hooks = {on_event, on_checkpoint, h};
-    if (r->cluster) {
-        rc = train_cluster(j, r->model, r->data, &hooks);
-    } else {
-        struct nl_error terr = {0};
-        rc = nl_train(r->model, r->data, &j->o, &hooks, &j->res, &terr);
-        j->err = terr;
-    }
-    /* The batches skipped over the run go into its settings, as the command line does. */
-    if (j->res.skipped_batches > 0) {
-        char *settings =
-            nl_run_settings_format(&r->opts, r->model, r->data->shape, r->data->nclasses,
-                                   r->cluster, r->skipped + j->res.skipped_batches);
-        struct nl_error serr = {0};
-        if (settings)
-            nl_run_set_settings(j->store, j->run_id, settings, &serr);
-        nl_free(settings);
-    }
-    nl_run_resumed_free(r);
-    return rc;
+    return train_run(h, s);
 }
 
 static gpointer train_thread(gpointer data)
 {
     struct hook_ud *h = data;
     struct train_job *j = h->job;
-    struct nl_dataset *d = NULL;
-    struct nl_model *m = NULL;
-    int created = 0;
+    struct nl_session *s = NULL;
 
     int rc = nl_store_open(&j->store, j->db_path, &j->err);
     if (rc == 0)
-        rc = j->resume ? train_resume(h, &created) : train_new(h, &d, &m, &created);
-    if (created) {
-        struct nl_error ferr = {0};
-        nl_run_finish(j->store, j->run_id,
-                      rc == 0              ? "done"
-                      : rc == NL_ECANCELED ? "stopped"
-                                           : "failed",
-                      rc == 0 ? &j->res : NULL, &ferr);
+        rc = j->resume ? train_resume(h, &s) : train_new(h, &s);
+    if (s) {
+        rc = nl_session_finish(s, rc, &j->err);
+        j->res = s->res;
     }
     j->rc = rc;
-    nl_model_free(m);
-    nl_dataset_free(d);
+    nl_session_free(s);
     nl_store_close(j->store);
     j->store = NULL;
     post(h->page, j, MSG_DONE, NULL, NULL);

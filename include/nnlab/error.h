@@ -8,8 +8,12 @@
 
 #if defined(__GNUC__)
 #define NL_PRINTF(f, a) __attribute__((format(printf, f, a)))
+/* On functions whose failure must reach the user (the store's writes): ignoring the result is a
+ * compiler warning, an error with -Dwerror=true. */
+#define NL_MUST_CHECK __attribute__((warn_unused_result))
 #else
 #define NL_PRINTF(f, a)
+#define NL_MUST_CHECK
 #endif
 
 enum nl_code {
@@ -26,6 +30,7 @@ enum nl_code {
     NL_ETIMEDOUT = -10, /* a peer did not answer in time */
     NL_ENAN = -11,      /* training diverged */
     NL_ECANCELED = -12, /* stopped on request */
+    NL_EBUSY = -13,     /* another process holds it (a run being trained) */
 };
 
 #define NL_ERR_MAX 1024

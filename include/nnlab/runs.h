@@ -14,22 +14,34 @@ struct nl_run_info {
     char name[128];
     char dataset[128];
     char model[256]; /* as given: a shipped name or a path */
-    char status[16]; /* running, done, failed, stopped */
+    char status[16]; /* running, done, failed, stopped, or interrupted: stored as running but
+                      * its owner is gone (see core/runs.c), so it can be resumed */
     char created[32];
     char finished[32];
     int epochs_done;
     double val_accuracy, test_accuracy, seconds; /* NAN when not known */
+    /* The process training it (status running), as its record names it. */
+    char owner_host[256]; /* "" when none */
+    long owner_pid;
+    double heartbeat_age; /* seconds since its owner last wrote; < 0 when never */
+    int owner_lives;      /* status running: the owner still runs */
 };
 
-/* Records a new run with status "running". name NULL or "" picks MODEL-DATASET-N (the model's
- * base name, the first free N). A taken name is NL_EEXIST. info receives the record. */
+/* An owner writes its heartbeat at least this often while it trains (nl_run_heartbeat); an owner
+ * on another host whose heartbeat is older than NL_RUN_OWNER_STALE_SECONDS is taken for dead. */
+#define NL_RUN_HEARTBEAT_SECONDS   30
+#define NL_RUN_OWNER_STALE_SECONDS 300
+
+/* Records a new run with status "running", owned by this process. name NULL or "" picks
+ * MODEL-DATASET-N (the model's base name, the first free N). A taken name is NL_EEXIST. info
+ * receives the record. */
 int nl_run_create(struct nl_store *s, const char *name, const char *dataset, const char *model,
                   const char *spec_text, const char *settings_json, struct nl_run_info *info,
-                  struct nl_error *err);
+                  struct nl_error *err) NL_MUST_CHECK;
 
 /* Stores an epoch's metrics (an NL_EVENT_EPOCH event). */
 int nl_run_record_epoch(struct nl_store *s, int64_t run, const struct nl_event *ev,
-                        struct nl_error *err);
+                        struct nl_error *err) NL_MUST_CHECK;
 
 /* One worker's report of one step of a cluster run. */
 struct nl_worker_step {
@@ -44,7 +56,7 @@ struct nl_worker_step {
 
 /* Stores n worker reports in one transaction. */
 int nl_run_record_worker_steps(struct nl_store *s, int64_t run, const struct nl_worker_step *rows,
-                               size_t n, struct nl_error *err);
+                               size_t n, struct nl_error *err) NL_MUST_CHECK;
 
 /* A cluster run's worker reports not yet stored: the ITER events' workers, gathered step by step
  * and stored an epoch at a time. Zero-initialised is empty. */
@@ -53,15 +65,16 @@ struct nl_worker_steps {
     size_t n, cap;
 };
 /* Adds an ITER event's worker reports (nothing for a local run's). */
-int nl_worker_steps_add(struct nl_worker_steps *b, const struct nl_event *ev, struct nl_error *err);
+int nl_worker_steps_add(struct nl_worker_steps *b, const struct nl_event *ev,
+                        struct nl_error *err) NL_MUST_CHECK;
 /* Stores what b holds in run's record (one transaction) and empties b. */
 int nl_worker_steps_flush(struct nl_worker_steps *b, struct nl_store *s, int64_t run,
-                          struct nl_error *err);
+                          struct nl_error *err) NL_MUST_CHECK;
 void nl_worker_steps_release(struct nl_worker_steps *b);
 
 /* Stores a cluster run's recovery (an NL_EVENT_RECOVERY event's). */
 int nl_run_record_recovery(struct nl_store *s, int64_t run, const struct nl_recovery *r,
-                           struct nl_error *err);
+                           struct nl_error *err) NL_MUST_CHECK;
 
 /* One stored recovery. */
 struct nl_run_recovery {
@@ -80,11 +93,19 @@ int nl_run_recoveries(struct nl_store *s, int64_t run, struct nl_run_recovery **
 /* Stores a checkpoint, the run's progress and, when cp->metrics is set, the epoch's metrics in one
  * transaction; keeps the two latest checkpoints. */
 int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_checkpoint *cp,
-                           struct nl_error *err);
+                           struct nl_error *err) NL_MUST_CHECK;
 
-/* Sets the final status and results (res may be NULL for a failed run). */
+/* Sets the final status and results (res may be NULL for a failed run) and lets go of the run:
+ * NL_EBUSY when this process no longer owns it (removed, or taken over). */
 int nl_run_finish(struct nl_store *s, int64_t run, const char *status,
-                  const struct nl_train_result *res, struct nl_error *err);
+                  const struct nl_train_result *res, struct nl_error *err) NL_MUST_CHECK;
+
+/* The owner's sign of life: NL_EBUSY when this process no longer owns the run. */
+int nl_run_heartbeat(struct nl_store *s, int64_t run, struct nl_error *err) NL_MUST_CHECK;
+
+/* NL_EBUSY, naming the holder (pid, host, since when), when a live process other than this one
+ * owns run; 0 when none does. */
+int nl_run_check_owner(struct nl_store *s, int64_t run, struct nl_error *err) NL_MUST_CHECK;
 
 /* All runs, oldest first; *out freed with nl_free. */
 int nl_run_list(struct nl_store *s, struct nl_run_info **out, int *count, struct nl_error *err);
@@ -111,15 +132,17 @@ struct nl_run_checkpoint {
 int nl_run_load_checkpoint(struct nl_store *s, const struct nl_run_info *run, float *params,
                            size_t nparams, struct nl_run_checkpoint *cp, struct nl_error *err);
 
-/* Marks a run as running again (no finish time) and replaces its settings when settings_json is
- * not NULL, as nl_run_set_settings does: a resumed run continues in its own record. */
-int nl_run_reopen(struct nl_store *s, int64_t run, const char *settings_json, struct nl_error *err);
+/* Marks a run as running again (no finish time), owned by this process, and replaces its settings
+ * when settings_json is not NULL, as nl_run_set_settings does: a resumed run continues in its own
+ * record. NL_EBUSY, naming the holder, while another live process owns it. */
+int nl_run_reopen(struct nl_store *s, int64_t run, const char *settings_json,
+                  struct nl_error *err) NL_MUST_CHECK;
 
 /* Replaces a run's settings (a JSON object). Keys of its stored settings that the new ones lack
  * are kept (after them): what a front end adds, such as the window's "init" and "hosts", outlives
  * a rewrite in the core's format. */
 int nl_run_set_settings(struct nl_store *s, int64_t run, const char *settings_json,
-                        struct nl_error *err);
+                        struct nl_error *err) NL_MUST_CHECK;
 
 /* One epoch of a run as stored by nl_run_record_epoch; NAN where not recorded. */
 struct nl_run_epoch {
@@ -140,7 +163,7 @@ int nl_run_data_replaced(struct nl_store *s, const struct nl_run_info *run, char
                          struct nl_error *err);
 
 /* Removes a run with its epochs and checkpoints, in one transaction. NL_ENOENT when unknown. */
-int nl_run_remove(struct nl_store *s, const char *name, struct nl_error *err);
+int nl_run_remove(struct nl_store *s, const char *name, struct nl_error *err) NL_MUST_CHECK;
 
 struct nl_model;
 
@@ -199,7 +222,7 @@ struct nl_run_resumed {
  * gets the spec's warnings. *out freed with nl_run_resumed_free. */
 int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_resume_request *req,
                        nl_warn_fn warn, void *warn_ud, struct nl_run_resumed **out,
-                       struct nl_error *err);
+                       struct nl_error *err) NL_MUST_CHECK;
 void nl_run_resumed_free(struct nl_run_resumed *r);
 
 #endif

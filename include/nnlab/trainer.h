@@ -225,6 +225,38 @@ struct nl_train_result {
     long skipped_batches; /* over the run (this session of it, when resumed) */
 };
 
+/* The end of an epoch, written once for local runs (nl_train) and cluster runs (net/driver.c):
+ * the epoch's sums become res's epoch fields and its NL_EVENT_EPOCH event (nl_epoch_event); the
+ * checkpoint that carries its metrics is stored and the event reported (nl_epoch_report); the
+ * accuracy the epoch is judged on (nl_epoch_watched) goes to nl_judge_epoch. */
+struct nl_epoch_sums {
+    int epoch;
+    long iters;                    /* steps per epoch */
+    double loss;                   /* summed over its samples */
+    long correct, samples;         /* samples: those its loss and accuracy count */
+    long skipped;                  /* steps skipped for a non-finite loss */
+    double seconds;                /* its training time */
+    double val_loss, val_accuracy; /* NAN without a validation split */
+    double lr;                     /* of its last step */
+    int nworkers;                  /* a cluster run's workers' totals, else 0 */
+    const struct nl_worker_metrics *workers;
+};
+void nl_epoch_event(const struct nl_epoch_sums *e, const struct nl_train_opts *o,
+                    struct nl_train_result *res, struct nl_event *ev);
+/* Stores cp (NULL: none) with ev as its metrics through hooks->checkpoint, then reports ev;
+ * NL_ECANCELED when the event hook asks to stop. */
+int nl_epoch_report(const struct nl_train_hooks *hooks, struct nl_checkpoint *cp,
+                    const struct nl_event *ev, struct nl_error *err);
+/* Validation accuracy, or training accuracy without a validation split. */
+double nl_epoch_watched(const struct nl_event *ev);
+/* The NL_EVENT_DONE event of a run that ended with res. */
+void nl_done_event(const struct nl_train_result *res, const struct nl_train_opts *o,
+                   struct nl_event *ev);
+
+/* NL_EFORMAT unless r is a point a run of epochs epochs of iters steps can go on from: at least
+ * r->epoch whole epochs and less than one more, or exactly its end. */
+int nl_resume_check(const struct nl_resume *r, int epochs, long iters, struct nl_error *err);
+
 /* Trains m (its parameters as initialised or loaded) on d's train split. The model must have
  * been built for d's shape and class count. */
 int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,
