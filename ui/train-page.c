@@ -22,7 +22,12 @@
  * Resume continues a run in its own record with its own settings, which the form then shows; a
  * cluster run goes on on the hosts its settings name (the window records them as "hosts"; a run
  * the command line started, which lacks them, on those of the Hosts field), with the form's SSH
- * options. */
+ * options.
+ *
+ * Start and Stop stay in view under the form. Why Start is refused (no dataset, the model's
+ * error, a run name that exists, with the next free one) shows above them, checked before
+ * anything of the last run's view is cleared; number fields refuse text that is not a number or
+ * is out of range (the field keeps its value, is marked, and the reason shows there too). */
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -81,7 +86,7 @@ struct train_job {
 
 struct train_page {
     NlWindow *win;
-    GtkWidget *what, *form, *where, *start, *stop, *charts, *progress;
+    GtkWidget *what, *form, *where, *start, *stop, *start_reason, *charts, *progress;
     GtkWidget *stat_epoch, *stat_loss, *stat_acc, *stat_ips, *stat_eta;
     GtkWidget *loss_chart, *acc_chart, *ips_chart;
     GtkAdjustment *epochs, *batch, *lr, *momentum, *threads, *seed;
@@ -118,6 +123,12 @@ struct train_page {
     struct feed_event *pulled_events; /* (FEED_EVENTS) */
     int recoveries;                   /* since the window opened, for tests */
     char *resumed_name;               /* the run name the form shows for a resumed run */
+    /* The last text a number field refused ("Learning rate: “fast” is not a number"), the
+     * field (marked with the error class) and whether an update refused one just now. */
+    char *field_error;
+    GtkWidget *field_error_spin;
+    gboolean field_refused;
+    GPtrArray *spins; /* the number fields */
 };
 
 /* A one-off event from the training thread, owned by its idle callback. */
@@ -626,10 +637,64 @@ static void charts_unmapped(GtkWidget *w, gpointer data)
     update_tick(p);
 }
 
+/* The next run name after NAME that no run has: NAME-2, NAME-3, … (NAME-7 goes on to NAME-8). */
+static char *free_run_name(struct nl_store *s, const char *name)
+{
+    const char *dash = strrchr(name, '-');
+    char *end = NULL;
+    long n = dash && dash[1] ? strtol(dash + 1, &end, 10) : 0;
+    gboolean numbered = end && !*end && n > 0 && n < 1000000;
+    char *base = numbered ? g_strndup(name, (gsize)(dash - name)) : g_strdup(name);
+    char *next = NULL;
+    for (long i = numbered ? n + 1 : 2;; i++) {
+        next = g_strdup_printf("%s-%ld", base, i);
+        struct nl_run_info info;
+        struct nl_error err = {0};
+        if (nl_run_get(s, next, &info, NULL, NULL, &err) < 0)
+            break;
+        g_free(next);
+    }
+    g_free(base);
+    return next;
+}
+
+/* Why Start cannot start a run now (a sentence naming the window's own controls), or NULL. The
+ * run name is checked against the store here, before a start clears anything. */
+static char *start_refusal(struct train_page *p)
+{
+    if (p->job)
+        return NULL;
+    if (!p->win->data)
+        return g_strdup("No dataset: import or select one on the Datasets page.");
+    if (!p->win->model || !model_page_valid(p->win->model))
+        return g_strdup("The model has an error: fix it on the Model page.");
+    const char *name = gtk_editable_get_text(GTK_EDITABLE(p->run_name));
+    if (name[0] && p->win->store) {
+        struct nl_run_info info;
+        struct nl_error err = {0};
+        if (nl_run_get(p->win->store, name, &info, NULL, NULL, &err) == 0) {
+            char *next = free_run_name(p->win->store, name);
+            char *t = g_strdup_printf(
+                "A run named “%s” exists: choose another name, such as “%s”, or clear the "
+                "field for an automatic one.",
+                name, next);
+            g_free(next);
+            return t;
+        }
+    }
+    return NULL;
+}
+
 static void update_sensitivity(struct train_page *p)
 {
     gboolean running = p->job != NULL;
-    gboolean can = !running && p->win->data && p->win->model && model_page_valid(p->win->model);
+    char *why = start_refusal(p);
+    gboolean can = !running && !why;
+    /* A refused number is said until the field takes a number again. */
+    const char *said = why ? why : p->field_error;
+    gtk_label_set_text(GTK_LABEL(p->start_reason), said ? said : "");
+    gtk_widget_set_visible(p->start_reason, said != NULL);
+    g_free(why);
     g_simple_action_set_enabled(
         G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "train-start")), can);
     g_simple_action_set_enabled(
@@ -731,6 +796,9 @@ static gboolean on_msg(gpointer data)
             strcmp(gtk_editable_get_text(GTK_EDITABLE(p->run_name)), p->resumed_name) == 0)
             gtk_editable_set_text(GTK_EDITABLE(p->run_name), "");
         g_clear_pointer(&p->resumed_name, g_free);
+        /* A start that failed before its run existed leaves no "Starting…" behind. */
+        if (j->rc < 0 && !j->run[0])
+            train_page_dataset_changed(p);
         job_free(j);
         update_sensitivity(p);
         runs_page_refresh(p->win->runs);
@@ -875,11 +943,45 @@ static struct train_job *job_new(struct train_page *p)
     return j;
 }
 
+static void spin_update(gpointer spin, gpointer data)
+{
+    gtk_spin_button_update(GTK_SPIN_BUTTON(spin));
+}
+
+/* Whether the hosts field parses, said into err when not (nothing of the page changes). */
+static int hosts_valid(const char *hosts, struct nl_error *err)
+{
+#if NNLAB_HAVE_SSH
+    struct nl_host *list = NULL;
+    int n = 0;
+    int rc = nl_hosts_parse(hosts, &list, &n, err);
+    nl_free(list);
+    return rc;
+#else
+    (void)hosts;
+    return nl_error_set(err, NL_EINVAL, "this nnlab was built without cluster mode (libssh)");
+#endif
+}
+
+/* Starts a new run from the form. Everything that can be checked here (the numbers typed but
+ * not yet taken, the dataset, the model, the run name, the optimizer, the hosts) is checked
+ * before the last run's view is cleared; a refusal is said next to Start. */
 static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
 {
     struct train_page *p = data;
-    if (p->job || !p->win->data || !model_page_valid(p->win->model))
+    if (p->job)
         return;
+    /* Text typed into a number field counts only once taken (Ctrl+Return skips the focus-out
+     * that takes it); a refused one stops the start. */
+    p->field_refused = FALSE;
+    g_ptr_array_foreach(p->spins, spin_update, NULL);
+    char *why = start_refusal(p);
+    if (why || p->field_refused) {
+        g_free(why);
+        update_sensitivity(p);
+        gtk_widget_error_bell(p->start);
+        return;
+    }
     struct train_job *j = job_new(p);
     if (!j)
         return;
@@ -907,14 +1009,16 @@ static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
     guint sched = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->schedule));
     nl_schedule_parse(&j->o.schedule, schedules[sched < 3 ? sched : 0], NULL);
     struct nl_error err = {0};
-    clear_charts(p);
-    /* A mistake in the form is said before any run is recorded. */
+    /* A mistake in the form is said before any run is recorded or the view cleared. */
     if (nl_optim_validate(&j->o.optim, &err) < 0 ||
-        (j->cl.hosts && name_workers(p, j->cl.hosts, &err) < 0)) {
+        (j->cl.hosts && hosts_valid(j->cl.hosts, &err) < 0)) {
         nl_window_notify(p->win, "%s", err.msg);
         job_free(j);
         return;
     }
+    clear_charts(p);
+    if (j->cl.hosts)
+        name_workers(p, j->cl.hosts, &err);
     start_job(p, j);
 }
 
@@ -1243,6 +1347,62 @@ static void optim_changed(GObject *dd, GParamSpec *ps, gpointer data)
     gtk_widget_set_sensitive(p->momentum_spin, takes_momentum(o.kind));
 }
 
+/* A number field's text as its value. What is not a number, or is outside the field's range,
+ * is refused: the field keeps its value (update-policy if-valid), is marked with the error
+ * class, and the reason shows next to Start until the field takes a number again. */
+static gint spin_input(GtkSpinButton *spin, double *value, gpointer data)
+{
+    struct train_page *p = data;
+    const char *field = g_object_get_data(G_OBJECT(spin), "nl-field");
+    char *text = g_strstrip(g_strdup(gtk_editable_get_text(GTK_EDITABLE(spin))));
+    char *end = NULL;
+    double v = g_ascii_strtod(text, &end);
+    GtkAdjustment *adj = gtk_spin_button_get_adjustment(spin);
+    const double lo = gtk_adjustment_get_lower(adj), hi = gtk_adjustment_get_upper(adj);
+    char *why = NULL;
+    char kept[G_ASCII_DTOSTR_BUF_SIZE], slo[G_ASCII_DTOSTR_BUF_SIZE], shi[G_ASCII_DTOSTR_BUF_SIZE];
+    g_ascii_formatd(kept, sizeof kept, "%g", gtk_adjustment_get_value(adj));
+    if (!text[0] || end == text || *end || !isfinite(v)) {
+        why = g_strdup_printf("%s: “%s” is not a number; it stays %s.", field, text, kept);
+    } else if (v < lo || v > hi) {
+        g_ascii_formatd(slo, sizeof slo, "%g", lo);
+        g_ascii_formatd(shi, sizeof shi, "%g", hi);
+        why = g_strdup_printf("%s: %s is outside %s to %s; it stays %s.", field, text, slo, shi,
+                              kept);
+    }
+    g_free(text);
+    if (why) {
+        g_free(p->field_error);
+        p->field_error = why;
+        if (p->field_error_spin)
+            gtk_widget_remove_css_class(p->field_error_spin, "error");
+        p->field_error_spin = GTK_WIDGET(spin);
+        gtk_widget_add_css_class(GTK_WIDGET(spin), "error");
+        p->field_refused = TRUE;
+        update_sensitivity(p);
+        return GTK_INPUT_ERROR;
+    }
+    if (p->field_error_spin == GTK_WIDGET(spin)) {
+        gtk_widget_remove_css_class(GTK_WIDGET(spin), "error");
+        p->field_error_spin = NULL;
+        g_clear_pointer(&p->field_error, g_free);
+        update_sensitivity(p);
+    }
+    *value = v;
+    return TRUE;
+}
+
+static void run_name_changed(GtkEditable *e, gpointer data)
+{
+    update_sensitivity(data);
+}
+
+const char *train_page_start_reason(struct train_page *p)
+{
+    return gtk_widget_get_visible(p->start_reason) ? gtk_label_get_text(GTK_LABEL(p->start_reason))
+                                                   : NULL;
+}
+
 /* ---- Charts ---- */
 
 static struct chart base_chart(GtkWidget *area, const char *title, const char *xlabel)
@@ -1419,6 +1579,7 @@ struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
     GET(where);
     GET(start);
     GET(stop);
+    GET(start_reason);
     GET(charts);
     GET(progress);
     GET(stat_epoch);
@@ -1453,6 +1614,23 @@ struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
 #undef ADJ
     p->max_restarts = GTK_ADJUSTMENT(gtk_builder_get_object(b, "restarts_adj"));
     *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
+    static const char *const spins[][2] = {{"epochs", "Epochs"},
+                                           {"batch", "Batch"},
+                                           {"lr", "Learning rate"},
+                                           {"momentum", "Momentum"},
+                                           {"threads", "Threads"},
+                                           {"seed", "Seed"},
+                                           {"heartbeat", "Heartbeat timeout"},
+                                           {"max_restarts", "Max restarts"}};
+    p->spins = g_ptr_array_new();
+    for (size_t i = 0; i < G_N_ELEMENTS(spins); i++) {
+        GObject *spin = gtk_builder_get_object(b, spins[i][0]);
+        g_object_set_data(spin, "nl-field", (gpointer)spins[i][1]);
+        gtk_spin_button_set_update_policy(GTK_SPIN_BUTTON(spin), GTK_UPDATE_IF_VALID);
+        g_signal_connect(spin, "input", G_CALLBACK(spin_input), p);
+        g_ptr_array_add(p->spins, spin);
+    }
+    g_signal_connect(p->run_name, "changed", G_CALLBACK(run_name_changed), p);
     g_object_unref(b);
 
     p->pulled = g_new(struct feed_point, PULL_MAX);
@@ -1512,6 +1690,8 @@ void train_page_free(struct train_page *p)
     g_ptr_array_unref(p->ev_lines);
     g_free(p->pulled_events);
     g_free(p->resumed_name);
+    g_free(p->field_error);
+    g_ptr_array_unref(p->spins);
     g_free(p->smooth);
     g_free(p->pulled);
     g_free(p);

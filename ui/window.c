@@ -22,6 +22,16 @@ struct chart_rgb nl_window_fg(GtkWidget *widget)
     return (struct chart_rgb){c.red, c.green, c.blue};
 }
 
+/* A faded toast leaves the overlay: a revealer whose child is hidden still takes the pointer
+ * over its whole rectangle (a crossfade keeps its size), so it is hidden itself once the fade
+ * ends, and shown again before the next toast. */
+static void toast_revealed(GObject *revealer, GParamSpec *ps, gpointer data)
+{
+    GtkRevealer *r = GTK_REVEALER(revealer);
+    if (!gtk_revealer_get_child_revealed(r) && !gtk_revealer_get_reveal_child(r))
+        gtk_widget_set_visible(GTK_WIDGET(r), FALSE);
+}
+
 static gboolean toast_hide(gpointer data)
 {
     NlWindow *w = data;
@@ -37,6 +47,7 @@ void nl_window_notify(NlWindow *w, const char *fmt, ...)
     char *msg = g_strdup_vprintf(fmt, ap);
     va_end(ap);
     gtk_label_set_text(GTK_LABEL(w->toast_label), msg);
+    gtk_widget_set_visible(w->toast, TRUE);
     gtk_revealer_set_reveal_child(GTK_REVEALER(w->toast), TRUE);
     if (w->toast_timer)
         g_source_remove(w->toast_timer);
@@ -217,6 +228,7 @@ static void add_page(NlWindow *w, GtkWidget *child, const char *name, const char
 static void nl_window_init(NlWindow *w)
 {
     gtk_widget_init_template(GTK_WIDGET(w));
+    g_signal_connect(w->toast, "notify::child-revealed", G_CALLBACK(toast_revealed), NULL);
 }
 
 static void nl_window_dispose(GObject *obj)

@@ -98,6 +98,9 @@ struct train_page *train_page_new(NlWindow *w, GtkWidget **root);
 void train_page_free(struct train_page *p);
 void train_page_dataset_changed(struct train_page *p);
 gboolean train_page_running(struct train_page *p);
+/* Why Start is refused, or why a number field refused its text, as shown next to Start; NULL
+ * when nothing is shown. */
+const char *train_page_start_reason(struct train_page *p);
 /* Asks a running training to stop and waits for its thread. */
 void train_page_stop_and_wait(struct train_page *p);
 /* For tests: chart points received
