@@ -360,6 +360,10 @@ static int run_status(const char *name, const char *status)
         return 0;
     rc = nl_run_get(s, name, &info, NULL, NULL, &err);
     nl_store_close(s);
+    if (rc == 0 && strcmp(info.status, status) != 0)
+        diag("run '%s' is %s", name, info.status);
+    else if (rc < 0)
+        diag("run '%s': %s", name, err.msg);
     return rc == 0 && strcmp(info.status, status) == 0;
 }
 
