@@ -220,8 +220,16 @@ int cmd_datasets(int argc, char **argv)
 
     if (argc > 1)
         return usage_error("datasets", "takes no arguments");
-    if (open_store(&store, &err) < 0)
-        return fail(&err);
+    if (open_store_read(&store, &err) < 0) {
+        /* No store yet: nothing to list, and nothing created. */
+        if (err.code != NL_ENOENT)
+            return fail(&err);
+        if (g.json)
+            printf("{\"datasets\":[]}\n");
+        else
+            printf("no datasets yet: %s\n", err.msg);
+        return EXIT_OK;
+    }
     int rc = nl_dataset_list(store, &list, &n, &err);
     nl_store_close(store);
     if (rc < 0)
@@ -271,7 +279,7 @@ int cmd_show(int argc, char **argv)
 
     if (argc != 2)
         return usage_error("show", "needs one dataset NAME");
-    if (open_store(&store, &err) < 0)
+    if (open_store_read(&store, &err) < 0)
         return fail(&err);
     int rc = nl_dataset_load(store, argv[1], &d, &err);
     nl_store_close(store);

@@ -65,7 +65,7 @@ int cmd_export(int argc, char **argv)
 
     if (argc != 3)
         return usage_error("export", "needs a RUN and a FILE.safetensors");
-    if (open_store(&store, &err) < 0)
+    if (open_store_read(&store, &err) < 0)
         return fail(&err);
     int rc = nl_run_model(store, argv[1], 1, warn_cb, NULL, &run, &m, &err);
     nl_store_close(store);
@@ -139,7 +139,7 @@ int cmd_summary(int argc, char **argv)
     if (data) {
         struct nl_store *store;
         struct nl_dataset_info info;
-        if (open_store(&store, &err) < 0)
+        if (open_store_read(&store, &err) < 0)
             return fail(&err);
         int rc = nl_dataset_info(store, data, &info, &err);
         nl_store_close(store);

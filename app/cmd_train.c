@@ -490,6 +490,9 @@ int cmd_train(int argc, char **argv)
         } else if (c == 'M') {
             model = optarg;
         } else if (c == 'n') {
+            if (!*optarg)
+                return usage_error("train", "--name must not be empty (leave it out for a "
+                                            "generated name)");
             name = optarg;
         } else if (c == 'i') {
             init = optarg;
@@ -732,8 +735,16 @@ int cmd_runs(int argc, char **argv)
 
     if (argc > 2)
         return usage_error("runs", "takes at most one RUN");
-    if (open_store(&store, &err) < 0)
-        return fail(&err);
+    if (open_store_read(&store, &err) < 0) {
+        /* No store yet: no runs, and nothing created. */
+        if (err.code != NL_ENOENT || argc == 2)
+            return fail(&err);
+        if (g.json)
+            printf("{\"runs\":[]}\n");
+        else
+            printf("no runs yet: %s\n", err.msg);
+        return EXIT_OK;
+    }
     if (argc == 2) {
         int rc = show_run(store, argv[1]);
         nl_store_close(store);
@@ -840,7 +851,7 @@ int cmd_eval(int argc, char **argv)
     struct nl_run_info run;
     struct nl_model *m;
     struct nl_dataset *d = NULL;
-    if (open_store(&store, &err) < 0)
+    if (open_store_read(&store, &err) < 0)
         return fail(&err);
     int rc;
     if (from_file) {
@@ -914,7 +925,7 @@ int cmd_predict(int argc, char **argv)
     struct nl_model *m;
     struct nl_dataset *d;
     struct nl_exec *x = NULL;
-    if (open_store(&store, &err) < 0)
+    if (open_store_read(&store, &err) < 0)
         return fail(&err);
     int rc = load_run(store, argv[optind], NULL, &run, &m, &d, &err);
     nl_store_close(store);

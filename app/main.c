@@ -222,6 +222,16 @@ int open_store(struct nl_store **out, struct nl_error *err)
     return rc < 0 ? rc : nl_store_open(out, path, err);
 }
 
+int open_store_read(struct nl_store **out, struct nl_error *err)
+{
+    char path[4096];
+
+    if (g.db_path)
+        return nl_store_open_read(out, g.db_path, err);
+    int rc = nl_store_default_path(path, sizeof path, err);
+    return rc < 0 ? rc : nl_store_open_read(out, path, err);
+}
+
 int parse_int(const char *s, long lo, long hi, long *out)
 {
     char *end;

@@ -1,11 +1,12 @@
-/* What the importers (IDX, PNG folders, CSV) share: a streaming writer that holds one import's
- * transaction and sums the train split's statistics as samples go by, the seeded stratified
+/* What the importers (IDX, PNG folders, CSV) share: a streaming writer that stages one import in
+ * bounded transactions, publishes it at the end, and sums the train split's statistics as samples
+ * go by, the seeded stratified
  * split, and a few helpers for messages. Not part of the public headers.
  *
- * A reader calls nl_writer_begin (which opens the transaction and creates the datasets row), then
- * nl_writer_add once per sample with its final split and label, then nl_writer_commit with the
- * class names and the preprocessing record; on any error it calls nl_writer_abort, which rolls
- * everything back. Memory does not grow with the number of samples. */
+ * A reader calls nl_writer_begin (which creates the staged datasets row), then nl_writer_add
+ * once per sample with its final split and label, then nl_writer_commit with the class names and
+ * the preprocessing record, which publishes the dataset under its name; on any error it calls
+ * nl_writer_abort, which removes everything staged. Memory does not grow with the number of samples. */
 #ifndef NNLAB_IMPORT_INTERNAL_H
 #define NNLAB_IMPORT_INTERNAL_H
 

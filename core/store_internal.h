@@ -12,6 +12,15 @@
 /* The schema version this build creates and understands (PRAGMA user_version). */
 #define NL_STORE_SCHEMA_VERSION 3
 
+/* How long a connection waits for another's write lock before it gives up ("database is
+ * locked"). No writer holds the lock for more than a few seconds (imports commit in chunks), so
+ * a minute is only reached when something is wrong. */
+#define NL_STORE_BUSY_MS 60000
+
+/* The name under which this process stages an import of dataset name (see core/store.c):
+ * "\x1fimport HOST PID NAME". 0, or -1 when buf is too small. */
+int nl_store_staging_name(char *buf, size_t size, const char *name);
+
 /* The connection; owned by the store, valid until nl_store_close. */
 sqlite3 *nl_store_sqlite(struct nl_store *s);
 

@@ -1,0 +1,310 @@
+/* The store under contention and without write access, through the real binary and real
+ * processes: an import stages its samples in bounded transactions (the write lock is free between
+ * them, a training beside it finishes, `nnlab runs` and `datasets` answer and do not show the
+ * staged dataset), an import killed with -9 leaves nothing visible and is cleaned at the next
+ * open, a store this process may not write is listed read-only, a --db path with no store is
+ * refused without creating anything, and run names: empty or taken. */
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "idx_writer.h"
+#include "nnlab_cli.h"
+#include "tap.h"
+
+#define unlike(text, needle, ...) ok(!strstr((text), (needle)), __VA_ARGS__)
+
+/* n checks that cannot run here, as TAP skips. */
+static void skip(int n, const char *why)
+{
+    for (int i = 0; i < n; i++)
+        printf("ok %d # SKIP %s\n", ++tap_count, why);
+    fflush(stdout);
+}
+
+/* n images of side x side, class k brightening band k of 4. */
+static void write_idx(const char *folder, uint32_t n, uint32_t side)
+{
+    char images[400], labels[400];
+    uint8_t *px = malloc((size_t)n * side * side), *lab = malloc(n);
+
+    for (uint32_t i = 0; i < n; i++) {
+        lab[i] = (uint8_t)(i % 4);
+        for (uint32_t p = 0; p < side * side; p++)
+            px[(size_t)i * side * side + p] =
+                (uint8_t)((p / side * 4 / side == lab[i] ? 180 : 20) + (p * 13 + i * 5) % 70);
+    }
+    snprintf(images, sizeof images, "%s/train-images-idx3-ubyte.gz", folder);
+    snprintf(labels, sizeof labels, "%s/train-labels-idx1-ubyte.gz", folder);
+    idx_write(images, labels, px, lab, n, side, side);
+    free(px);
+    free(lab);
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static pid_t spawn(const char *const *args, const char *errfile)
+{
+    const char *argv[32];
+    int n = 0;
+
+    argv[n++] = bin;
+    argv[n++] = "--db";
+    argv[n++] = db;
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *o = freopen("/dev/null", "w", stdout);
+        FILE *e = freopen(errfile, "w", stderr);
+        (void)o;
+        (void)e;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Staged datasets in the store (-1 when it cannot be read). */
+static long long staged(void)
+{
+    sqlite3 *h = NULL;
+    sqlite3_stmt *st = NULL;
+    long long v = -1;
+
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_busy_timeout(h, 5000) == SQLITE_OK &&
+        sqlite3_prepare_v2(h, "SELECT count(*) FROM datasets WHERE substr(name, 1, 1) = char(31)",
+                           -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return v;
+}
+
+/* Whether the write lock can be taken at once (no busy wait). */
+static int write_lock_free(void)
+{
+    sqlite3 *h = NULL;
+    int ok = 0;
+
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
+        sqlite3_exec(h, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK) {
+        ok = 1;
+        sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL);
+    }
+    sqlite3_close(h);
+    return ok;
+}
+
+static int exit_status(pid_t pid)
+{
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* A long import while a training runs and `nnlab runs` lists. */
+static void test_contention(void)
+{
+    char big[300], train_err[320], import_err[320];
+    const char *train[] = {"train", "--data",  "small",  "--model",   "mlp", "--epochs",
+                           "3",     "--batch", "16",     "--threads", "1",   "--checkpoint-every",
+                           "3",     "--name",  "beside", "--quiet",   NULL};
+    const char *import[] = {"import", "big", big, NULL};
+    int seen_staged = 0, lock_free = 0, runs_ok = 0, runs_fail = 0, listed_staged = 0;
+
+    snprintf(big, sizeof big, "%s/big", dir);
+    snprintf(train_err, sizeof train_err, "%s/train.err", dir);
+    snprintf(import_err, sizeof import_err, "%s/import.err", dir);
+    pid_t tp = spawn(train, train_err);
+    pid_t ip = spawn(import, import_err);
+    for (int i = 0; i < 4000; i++) {
+        int status;
+        if (waitpid(ip, &status, WNOHANG) == ip) {
+            ip = -status - 1; /* reaped: keep the status */
+            break;
+        }
+        if (staged() > 0) {
+            seen_staged++;
+            if (write_lock_free())
+                lock_free++;
+            if (nnlab("runs --json") == 0)
+                runs_ok++;
+            else
+                runs_fail++;
+            /* "big" is listed only once published, when nothing is staged any more. */
+            if (nnlab("datasets --json") != 0 || strstr(out, "import ") ||
+                (strstr(out, "\"big\"") && staged() > 0))
+                listed_staged++;
+        }
+        sleep_s(0.005);
+    }
+    int import_rc = ip < 0 ? WEXITSTATUS(-(ip + 1)) : exit_status(ip);
+    int train_rc = exit_status(tp);
+    is_int(import_rc, 0, "the long import succeeds");
+    ok(seen_staged > 0, "its samples were committed in chunks while it ran (%d looks)",
+       seen_staged);
+    ok(lock_free > 0, "the write lock was free between chunks (%d of %d looks)", lock_free,
+       seen_staged);
+    is_int(runs_fail, 0, "nnlab runs answered during the import (%d times)", runs_ok);
+    is_int(listed_staged, 0, "nnlab datasets never listed the dataset before it was whole");
+    is_int(train_rc, 0, "the training beside it finished");
+    slurp(train_err, errtext, sizeof errtext);
+    unlike(errtext, "locked", "without 'database is locked'");
+    is_int(nnlab("runs beside --json"), 0, "the run is listed");
+    like(out, "\"status\":\"done\"", "done");
+    is_int(nnlab("datasets --json"), 0, "datasets lists");
+    like(out,
+         "\"name\":\"big\",\"kind\":\"idx\",\"shape\":[1,28,28],\"classes\":4,"
+         "\"train\":40000",
+         "the whole import, published under its name");
+    is_int(staged(), 0, "nothing staged remains");
+}
+
+/* kill -9 in the middle of an import: nothing visible; the next writer removes the staging. */
+static void test_killed_import(void)
+{
+    char big[300], import_err[320];
+    const char *import[] = {"import", "big2", big, NULL};
+
+    snprintf(big, sizeof big, "%s/big", dir);
+    snprintf(import_err, sizeof import_err, "%s/import2.err", dir);
+    pid_t ip = spawn(import, import_err);
+    int seen = 0;
+    for (int i = 0; i < 4000 && !seen; i++) {
+        if (staged() > 0)
+            seen = 1;
+        else
+            sleep_s(0.005);
+    }
+    kill(ip, SIGKILL);
+    is_int(exit_status(ip), 128 + SIGKILL, "an import killed with -9");
+    ok(seen, "had staged samples when it was killed");
+    is_int(nnlab("datasets --json"), 0, "datasets lists");
+    unlike(out, "big2", "without the killed import");
+    ok(staged() > 0 || !seen, "a read-only command leaves the staging alone");
+    is_int(nnlab("import big2 '%s' --val 0.1", big), 0, "the next import (a writer) succeeds");
+    is_int(staged(), 0, "and the killed import's staging is gone");
+    is_int(nnlab("rm big2"), 0, "rm");
+}
+
+/* A --db path with no store; a store this process may not write. */
+static void test_readonly(void)
+{
+    char ro[120], cmd[4096];
+    struct stat st;
+
+    snprintf(ro, sizeof ro, "%s/nothere/n.db", dir);
+    snprintf(cmd, sizeof cmd, "'%s' --db '%s' datasets >'%s' 2>'%s'", bin, ro, out_path, err_path);
+    int rc = system(cmd);
+    slurp(err_path, errtext, sizeof errtext);
+    slurp(out_path, out, sizeof out);
+    ok(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "datasets on a path with no store lists nothing");
+    like(out, "no store here", "saying there is no store");
+    snprintf(cmd, sizeof cmd, "'%s' --db '%s' show x >'%s' 2>'%s'", bin, ro, out_path, err_path);
+    rc = system(cmd);
+    slurp(err_path, errtext, sizeof errtext);
+    ok(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "show on it fails");
+    like(errtext, "no store here", "saying there is no store");
+    ok(stat(ro, &st) != 0, "and creates nothing");
+    snprintf(ro, sizeof ro, "%s/nothere", dir);
+    ok(stat(ro, &st) != 0, "not even its folder");
+
+    /* Another user's store: as root, run the commands as nobody; otherwise remove write
+     * permission (root ignores it). */
+    snprintf(ro, sizeof ro, "%s/ro", dir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && cp '%s' '%s/n.db' && chmod 0555 '%s' && chmod 0444 '%s/n.db'", ro,
+             db, ro, ro, ro);
+    if (system(cmd) != 0) {
+        skip(4, "cannot copy the store");
+        return;
+    }
+    const char *as = "";
+    if (geteuid() == 0) {
+        if (system("setpriv --reuid=65534 --regid=65534 --clear-groups true 2>/dev/null") != 0) {
+            skip(5, "running as root without setpriv to drop privileges");
+            return;
+        }
+        as = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+    }
+    snprintf(cmd, sizeof cmd, "%s'%s' --db '%s/n.db' datasets --json >'%s' 2>'%s'", as, bin, ro,
+             out_path, err_path);
+    rc = system(cmd);
+    slurp(out_path, out, sizeof out);
+    slurp(err_path, errtext, sizeof errtext);
+    ok(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "a read-only store is listed");
+    like(out, "\"name\":\"small\"", "with its datasets");
+    snprintf(cmd, sizeof cmd, "%s'%s' --db '%s/n.db' runs --json >'%s' 2>'%s'", as, bin, ro,
+             out_path, err_path);
+    rc = system(cmd);
+    slurp(out_path, out, sizeof out);
+    ok(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "and its runs");
+    like(out, "beside", "naming them");
+    snprintf(cmd, sizeof cmd, "%s'%s' --db '%s/n.db' show small >'%s' 2>'%s'", as, bin, ro,
+             out_path, err_path);
+    rc = system(cmd);
+    ok(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "show reads it too");
+    snprintf(cmd, sizeof cmd, "chmod -R u+w '%s'", ro);
+    if (system(cmd) != 0)
+        diag("could not make %s writable again", ro);
+}
+
+static void test_names(void)
+{
+    is_int(nnlab("train --data small --model mlp --epochs 1 --name ''"), 2,
+           "--name '' is a usage error");
+    like(errtext, "must not be empty", "saying why");
+    is_int(nnlab("train --data small --model mlp --epochs 1 --name beside"), 1,
+           "a taken --name is refused");
+    like(errtext, "a run named 'beside' already exists", "saying so");
+    unlike(errtext, "UNIQUE", "not in SQLite's words");
+}
+
+int main(void)
+{
+    char folder[300], cmd[400];
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        skip_all("NNLAB_BIN does not name the nnlab binary");
+    snprintf(dir, sizeof dir, "/tmp/nnlab-store-XXXXXX");
+    if (!mkdtemp(dir) || chmod(dir, 0755) != 0)
+        skip_all("cannot make a temporary directory");
+    snprintf(db, sizeof db, "%s/nnlab.db", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/small' '%s/big'", dir, dir);
+    if (system(cmd) != 0)
+        skip_all("cannot make folders");
+    snprintf(folder, sizeof folder, "%s/small", dir);
+    write_idx(folder, 600, 8);
+    snprintf(folder, sizeof folder, "%s/big", dir);
+    write_idx(folder, 40000, 28);
+    is_int(nnlab("import small '%s/small' --val 0.2", dir), 0, "import a small dataset");
+
+    test_contention();
+    test_killed_import();
+    test_readonly();
+    test_names();
+
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        diag("could not remove %s", dir);
+    return done_testing();
+}
