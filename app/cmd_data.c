@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
+#include "nnlab/text.h"
 
 /* Import progress: a bar with files (or rows) per second on a terminal, nothing otherwise. */
 struct import_progress {
@@ -64,7 +65,7 @@ static void import_warn(void *ud, const char *msg)
     }
     if (strncmp(msg, "skipped ", 8) == 0)
         w->skipped++;
-    fprintf(stderr, "nnlab: warning: %s\n", msg);
+    warn_cb(NULL, msg);
 }
 
 static int parse_size(const char *s, int *w, int *h)
@@ -186,10 +187,11 @@ int cmd_import(int argc, char **argv)
             json_num(stdout, secs);
             printf("}\n");
         } else if (!g.quiet) {
+            char nb[512];
             printf("imported '%s': %u train, %u val, %u test samples of %dx%dx%d, %d classes "
                    "(%.1f s)\n",
-                   d->name, d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST], d->shape.c,
-                   d->shape.h, d->shape.w, d->nclasses, secs);
+                   nl_term_str(nb, sizeof nb, d->name), d->count[NL_TRAIN], d->count[NL_VAL],
+                   d->count[NL_TEST], d->shape.c, d->shape.h, d->shape.w, d->nclasses, secs);
             if (wstate.skipped)
                 printf("skipped %u bad file%s or row%s (listed above)\n", wstate.skipped,
                        wstate.skipped == 1 ? "" : "s", wstate.skipped == 1 ? "" : "s");
@@ -259,12 +261,13 @@ int cmd_datasets(int argc, char **argv)
                "TRAIN", "VAL", "TEST", "SIZE", "SOURCE");
         for (int i = 0; i < n; i++) {
             const struct nl_dataset_info *d = &list[i];
-            char shape[48], size[32];
+            char shape[48], size[32], nb[512], sb[4096];
             snprintf(shape, sizeof shape, "%dx%dx%d", d->shape.c, d->shape.h, d->shape.w);
             format_bytes(size, sizeof size, d->bytes);
-            printf("%-20s %-5s %-10s %7d %7u %6u %6u %9s  %s\n", d->name, d->kind, shape,
-                   d->nclasses, d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST], size,
-                   d->source);
+            printf("%-20s %-5s %-10s %7d %7u %6u %6u %9s  %s\n",
+                   nl_term_str(nb, sizeof nb, d->name), d->kind, shape, d->nclasses,
+                   d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST], size,
+                   nl_term_str(sb, sizeof sb, d->source));
         }
     }
     nl_free(list);
@@ -326,7 +329,9 @@ int cmd_show(int argc, char **argv)
         }
         printf("]}\n");
     } else {
-        printf("%s: %s dataset from %s\n", d->name, d->kind, d->source);
+        char nb[512], sb[4096];
+        printf("%s: %s dataset from %s\n", nl_term_str(nb, sizeof nb, d->name), d->kind,
+               nl_term_str(sb, sizeof sb, d->source));
         printf("shape %dx%dx%d (%s), %d classes\n", d->shape.c, d->shape.h, d->shape.w,
                d->dtype == NL_U8 ? "8-bit" : "float", d->nclasses);
         printf("samples: %u train, %u val, %u test\n", d->split[NL_TRAIN].n, d->split[NL_VAL].n,
@@ -336,10 +341,12 @@ int cmd_show(int argc, char **argv)
                    d->mean[i], d->std[i]);
         if (d->nnorm > 16)
             printf("(%d more; see --json)\n", d->nnorm - 16);
-        printf("preprocessing: %s\n", d->preprocessing);
+        printf("preprocessing: ");
+        nl_term_fputs(stdout, d->preprocessing);
+        printf("\n");
         printf("\n%5s  %-20s %7s %7s %7s\n", "LABEL", "CLASS", "TRAIN", "VAL", "TEST");
         for (int k = 0; k < d->nclasses; k++)
-            printf("%5d  %-20s %7u %7u %7u\n", k, d->class_names[k],
+            printf("%5d  %-20s %7u %7u %7u\n", k, nl_term_str(nb, sizeof nb, d->class_names[k]),
                    counts[k * NL_NSPLITS + NL_TRAIN], counts[k * NL_NSPLITS + NL_VAL],
                    counts[k * NL_NSPLITS + NL_TEST]);
     }
@@ -366,7 +373,8 @@ int cmd_rm(int argc, char **argv)
         json_str(stdout, argv[1]);
         printf("}\n");
     } else if (!g.quiet) {
-        printf("removed dataset '%s'\n", argv[1]);
+        char nb[512];
+        printf("removed dataset '%s'\n", nl_term_str(nb, sizeof nb, argv[1]));
     }
     return EXIT_OK;
 }

@@ -14,6 +14,7 @@
 #include "nnlab/runs.h"
 #include "nnlab/safetensors.h"
 #include "nnlab/spec.h"
+#include "nnlab/text.h"
 
 int build_model(struct nl_model **m, const char *model, const char *spec_text,
                 struct nl_shape shape, int nclasses, struct nl_error *err)
@@ -50,8 +51,9 @@ int load_init(struct nl_store *store, struct nl_model *m, const char *init, int 
     }
     if (rc < 0)
         return rc;
+    char ib[4096];
     if (!g.json && !g.quiet)
-        printf("initialised %d tensors from %s%s\n", rep.loaded, init,
+        printf("initialised %d tensors from %s%s\n", rep.loaded, nl_term_str(ib, sizeof ib, init),
                rep.skipped ? " (the others keep their fresh initialisation)" : "");
     return 0;
 }
@@ -83,7 +85,9 @@ int cmd_export(int argc, char **argv)
         json_str(stdout, argv[2]);
         printf(",\"parameters\":%zu}\n", count);
     } else if (!g.quiet) {
-        printf("wrote %zu parameters of run '%s' to %s\n", count, run.name, argv[2]);
+        char mb[4096];
+        printf("wrote %zu parameters of run '%s' to %s\n", count, run.name,
+               nl_term_str(mb, sizeof mb, argv[2]));
     }
     return EXIT_OK;
 }
@@ -178,8 +182,9 @@ int cmd_summary(int argc, char **argv)
         }
         printf("],\"params\":%zu,\"trainable\":%zu}\n", total, trainable);
     } else {
-        printf("%s for %dx%dx%d inputs, %ld classes\n\n", model, shape.c, shape.h, shape.w,
-               nclasses);
+        char mb[4096];
+        printf("%s for %dx%dx%d inputs, %ld classes\n\n", nl_term_str(mb, sizeof mb, model),
+               shape.c, shape.h, shape.w, nclasses);
         printf("%-16s %-13s %-16s %-14s %10s  %s\n", "LAYER", "KIND", "INPUT", "OUTPUT", "PARAMS",
                "TRAINABLE");
         for (int i = 0; i < m->nlayers; i++) {
@@ -190,8 +195,10 @@ int cmd_summary(int argc, char **argv)
             for (int j = 0; j < l->ninputs; j++)
                 len += (size_t)snprintf(in + len, sizeof in - len, "%s%s", j ? "," : "",
                                         l->inputs[j] < 0 ? "input" : m->layers[l->inputs[j]].name);
-            printf("%-16s %-13s %-16s %-14s %10zu  %s\n", l->name, kind_of(l), in, out,
-                   l->param_count, l->param_count ? (l->frozen ? "no" : "yes") : "-");
+            char nb[256], ib[sizeof in * 4];
+            printf("%-16s %-13s %-16s %-14s %10zu  %s\n", nl_term_str(nb, sizeof nb, l->name),
+                   kind_of(l), nl_term_str(ib, sizeof ib, in), out, l->param_count,
+                   l->param_count ? (l->frozen ? "no" : "yes") : "-");
         }
         printf("\n%zu parameters, %zu trainable\n", total, trainable);
     }

@@ -10,6 +10,7 @@
 #include "nnlab-config.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
+#include "nnlab/text.h"
 #if NNLAB_HAVE_SSH
 #include "nnlab/driver.h"
 #endif
@@ -124,8 +125,11 @@ static void record_skipped(struct nl_store *store, int64_t run, const struct nl_
 #if NNLAB_HAVE_SSH
 static void worker_log(void *ud, const char *host, const char *line)
 {
+    char hb[512];
     (void)ud;
-    fprintf(stderr, "%s: %s\n", host, line);
+    fprintf(stderr, "%s: ", nl_term_str(hb, sizeof hb, host));
+    nl_term_fputs(stderr, line);
+    fputc('\n', stderr);
 }
 #endif
 
@@ -708,8 +712,9 @@ static int show_run(struct nl_store *store, const char *name)
         }
         printf("]}\n");
     } else {
-        printf("run '%s': %s on %s, %s, %d epochs", r.name, r.model, r.dataset, r.status,
-               r.epochs_done);
+        char mb[4096];
+        printf("run '%s': %s on %s, %s, %d epochs", r.name, nl_term_str(mb, sizeof mb, r.model),
+               r.dataset, r.status, r.epochs_done);
         if (isfinite(r.val_accuracy))
             printf(", val_acc %.4f", r.val_accuracy);
         if (isfinite(r.test_accuracy))
@@ -719,8 +724,8 @@ static int show_run(struct nl_store *store, const char *name)
             printf("no worker was lost\n");
         for (int i = 0; i < n; i++)
             printf("%s  %s: %s; %s, continued from step %ld on %d worker%s\n", rec[i].created,
-                   rec[i].host, rec[i].what, rec[i].action, rec[i].step, rec[i].workers,
-                   rec[i].workers == 1 ? "" : "s");
+                   nl_term_str(mb, sizeof mb, rec[i].host), rec[i].what, rec[i].action, rec[i].step,
+                   rec[i].workers, rec[i].workers == 1 ? "" : "s");
     }
     nl_free(rec);
     return EXIT_OK;
@@ -776,8 +781,10 @@ int cmd_runs(int argc, char **argv)
                 snprintf(test, sizeof test, "%.4f", r->test_accuracy);
             if (isfinite(r->seconds))
                 snprintf(secs, sizeof secs, "%.1f", r->seconds);
-            printf("%-28s %-12s %-10s %-8s %6d %8s %8s %8s  %s\n", r->name, r->dataset, r->model,
-                   r->status, r->epochs_done, val, test, secs, r->created);
+            char mb[512];
+            printf("%-28s %-12s %-10s %-8s %6d %8s %8s %8s  %s\n", r->name, r->dataset,
+                   nl_term_str(mb, sizeof mb, r->model), r->status, r->epochs_done, val, test, secs,
+                   r->created);
         }
     }
     nl_free(list);
@@ -986,9 +993,12 @@ int cmd_predict(int argc, char **argv)
             }
             fprintf(out, "]}");
         } else {
-            fprintf(out, "%s:", argv[f]);
+            char cb[512];
+            nl_term_fputs(out, argv[f]);
+            fputc(':', out);
             for (int k = 0; k < top; k++)
-                fprintf(out, "%s %s %.4f", k ? "," : "", d->class_names[rank[k]], probs[rank[k]]);
+                fprintf(out, "%s %s %.4f", k ? "," : "",
+                        nl_term_str(cb, sizeof cb, d->class_names[rank[k]]), probs[rank[k]]);
             fprintf(out, "\n");
         }
     }

@@ -18,9 +18,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "nnlab/alloc.h"
 #include "nnlab/rng.h"
+#include "nnlab/text.h"
 #include "store_internal.h"
 
 enum { CHUNK_SAMPLES = 4096, CHUNK_BYTES = 32 << 20 };
@@ -123,13 +125,21 @@ static int chunk_begin(struct nl_writer *w, struct nl_error *err)
     return 0;
 }
 
-static int chunk_commit(struct nl_writer *w, struct nl_error *err)
+/* Commits a chunk and, unless it is the last, leaves the write lock free for a moment: a
+ * training waiting to record an epoch (polling every 2 ms, core/store.c) takes it then. */
+static int chunk_commit(struct nl_writer *w, int last, struct nl_error *err)
 {
+    struct timespec pause = {0, 10 * 1000000L};
+    int rc;
+
     /* The insert statement must be finished before COMMIT. */
     sqlite3_finalize(w->insert);
     w->insert = NULL;
     w->in_txn = 0;
-    return nl_store_commit(w->s, err);
+    rc = nl_store_commit(w->s, err);
+    if (rc == 0 && !last)
+        nanosleep(&pause, NULL);
+    return rc;
 }
 
 int nl_writer_begin(struct nl_writer **out, struct nl_store *s, const struct nl_writer_spec *spec,
@@ -287,7 +297,7 @@ int nl_writer_add(struct nl_writer *w, enum nl_split split, int label, const voi
         w->count[split]++;
         w->chunk_bytes += w->bytes;
         if (++w->chunk_n >= CHUNK_SAMPLES || w->chunk_bytes >= CHUNK_BYTES)
-            rc = chunk_commit(w, err);
+            rc = chunk_commit(w, 0, err);
     }
     return rc;
 }
@@ -407,7 +417,7 @@ int nl_writer_commit(struct nl_writer *w, int nclasses, const char *const *names
     }
     sqlite3_finalize(st);
     if (rc == 0)
-        rc = chunk_commit(w, err);
+        rc = chunk_commit(w, 1, err);
     if (rc)
         unstage(w);
     nl_free(mean_le);
@@ -495,18 +505,14 @@ void nl_text_printf(struct nl_text *t, const char *fmt, ...)
     }
 }
 
+static void put_text(void *ud, const char *p, size_t n)
+{
+    nl_text_printf(ud, "%.*s", (int)n, p);
+}
+
 void nl_text_json_str(struct nl_text *t, const char *s)
 {
-    nl_text_printf(t, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            nl_text_printf(t, "\\%c", *p);
-        else if (*p < 0x20)
-            nl_text_printf(t, "\\u%04x", *p);
-        else
-            nl_text_printf(t, "%c", *p);
-    }
-    nl_text_printf(t, "\"");
+    nl_json_write(put_text, t, s);
 }
 
 void nl_text_free(struct nl_text *t)

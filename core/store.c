@@ -41,9 +41,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/text.h"
+
+enum { BUSY_SLEEP_MS = 2 };
 
 #define NOW_UTC "(strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))"
 
@@ -232,9 +236,14 @@ int nl_store_check_name(const char *what, const char *name, struct nl_error *err
         if (ch < 0x20 || ch == 0x7f)
             return nl_error_set(err, NL_EINVAL, "%s name has a control character (byte %zu)", what,
                                 i + 1);
+        if (ch == 0xc2 && (unsigned char)name[i + 1] >= 0x80 && (unsigned char)name[i + 1] <= 0x9f)
+            return nl_error_set(err, NL_EINVAL, "%s name has a control character (byte %zu)", what,
+                                i + 1);
         if (ch == '/')
             return nl_error_set(err, NL_EINVAL, "%s name '%s' must not contain '/'", what, name);
     }
+    if (!nl_utf8_valid(name))
+        return nl_error_set(err, NL_EINVAL, "%s name is not valid UTF-8", what);
     if (name[0] == '-' || name[0] == ' ' || name[n - 1] == ' ')
         return nl_error_set(err, NL_EINVAL,
                             "%s name '%s' must not start with '-' or start or end with a space",
@@ -453,6 +462,20 @@ static int clean_staging(struct nl_store *s, struct nl_error *err)
     return nl_store_commit(s, err);
 }
 
+/* Waiting for another connection's lock: short, even sleeps (SQLite's own handler backs off to
+ * 100 ms, and then loses every race against a writer that pauses between its transactions for
+ * less), for NL_STORE_BUSY_MS in all. */
+static int busy_wait(void *ud, int count)
+{
+    struct timespec ts = {0, BUSY_SLEEP_MS * 1000000L};
+
+    (void)ud;
+    if ((long)count * BUSY_SLEEP_MS >= NL_STORE_BUSY_MS)
+        return 0;
+    nanosleep(&ts, NULL);
+    return 1;
+}
+
 static int store_open(struct nl_store **out, const char *path, int mode, struct nl_error *err)
 {
     struct nl_store *s;
@@ -487,7 +510,7 @@ static int store_open(struct nl_store **out, const char *path, int mode, struct 
         nl_store_close(s);
         return rc;
     }
-    sqlite3_busy_timeout(s->db, NL_STORE_BUSY_MS);
+    sqlite3_busy_handler(s->db, busy_wait, NULL);
     rc = nl_store_exec(s, "PRAGMA foreign_keys = ON", err);
     if (rc == 0 && s->readonly) {
         /* A WAL database in a folder SQLite may not write to has no WAL index to share: read

@@ -41,8 +41,9 @@ int nl_store_begin(struct nl_store *s, struct nl_error *err);
 int nl_store_commit(struct nl_store *s, struct nl_error *err);
 void nl_store_rollback(struct nl_store *s);
 
-/* Checks a name a person gives to a dataset or run: 1 to 100 bytes, no control characters, no
- * '/', no leading '-' and no leading or trailing space. what is "dataset", "run"... */
+/* Checks a name a person gives to a dataset or run: 1 to 100 bytes of valid UTF-8 (the one rule
+ * for names, core/text.c), no control characters, no '/', no leading '-' and no leading or
+ * trailing space. what is "dataset", "run"... */
 int nl_store_check_name(const char *what, const char *name, struct nl_error *err);
 
 /* One normalised value: v is a pixel in [0, 255] (uint8 datasets) and mean, std are in units of
