@@ -186,13 +186,13 @@ static void vmessage(const char *prefix, const char *fmt, va_list ap)
 
     vsnprintf(msg, sizeof msg, fmt, ap);
     fputs(prefix, stderr);
-    nl_term_fputs(stderr, msg);
+    nl_term_fputs_lines(stderr, msg);
 }
 
 int fail(const struct nl_error *err)
 {
     fputs("nnlab: ", stderr);
-    nl_term_fputs(stderr, err->msg[0] ? err->msg : nl_strerror(err->code));
+    nl_term_fputs_lines(stderr, err->msg[0] ? err->msg : nl_strerror(err->code));
     fputc('\n', stderr);
     return err->code == NL_ECANCELED ? EXIT_INTERRUPTED : EXIT_FAIL;
 }
@@ -222,7 +222,7 @@ void warn_cb(void *ud, const char *msg)
 {
     (void)ud;
     fputs("nnlab: warning: ", stderr);
-    nl_term_fputs(stderr, msg);
+    nl_term_fputs_lines(stderr, msg);
     fputc('\n', stderr);
 }
 

@@ -113,7 +113,8 @@ void nl_json_fputs(FILE *f, const char *s)
     nl_json_write(put_file, f, s);
 }
 
-void nl_term_write(void (*put)(void *ud, const char *p, size_t n), void *ud, const char *s)
+static void term_write(void (*put)(void *ud, const char *p, size_t n), void *ud, const char *s,
+                       int lines)
 {
     const unsigned char *p = (const unsigned char *)(s ? s : "");
     char esc[8];
@@ -129,7 +130,9 @@ void nl_term_write(void (*put)(void *ud, const char *p, size_t n), void *ud, con
             put(ud, (const char *)run, (size_t)(p - run));
         if (!*p)
             break;
-        if (*p == '\n') {
+        if (lines && (*p == '\n' || *p == '\t')) {
+            put(ud, (const char *)p, 1);
+        } else if (*p == '\n') {
             put(ud, "\\n", 2);
         } else if (*p == '\t') {
             put(ud, "\\t", 2);
@@ -151,9 +154,19 @@ void nl_term_write(void (*put)(void *ud, const char *p, size_t n), void *ud, con
     }
 }
 
+void nl_term_write(void (*put)(void *ud, const char *p, size_t n), void *ud, const char *s)
+{
+    term_write(put, ud, s, 0);
+}
+
 void nl_term_fputs(FILE *f, const char *s)
 {
-    nl_term_write(put_file, f, s);
+    term_write(put_file, f, s, 0);
+}
+
+void nl_term_fputs_lines(FILE *f, const char *s)
+{
+    term_write(put_file, f, s, 1);
 }
 
 struct buf {

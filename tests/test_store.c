@@ -339,6 +339,24 @@ static void test_hostile_csv(const char *corpus)
     is_int(nnlab("rm esc"), 0, "rm");
 }
 
+/* A tensor name with terminal escapes reaches the error escaped. */
+static void test_hostile_tensor_name(void)
+{
+    static const char header[] = "{\"\\u001b]0;pwned\\u0007\\u001b[2Jevil\":{\"dtype\":\"F32\","
+                                 "\"shape\":[1],\"data_offsets\":[0,4]}}";
+    char path[300];
+    unsigned char len[8] = {(unsigned char)(sizeof header - 1)};
+    snprintf(path, sizeof path, "%s/evil.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    fwrite(len, 1, 8, f);
+    fwrite(header, 1, sizeof header - 1, f);
+    fwrite("\0\0\0\0", 1, 4, f);
+    fclose(f);
+    is_int(nnlab("eval '%s' --model mlp --data small", path), 1, "a file of other tensors fails");
+    ok(!has_control(errtext), "its error prints no control character");
+    like(errtext, "\\e]0;pwned\\x07\\e[2Jevil: not in the model", "the tensor name escaped");
+}
+
 static void test_names(void)
 {
     is_int(nnlab("train --data small --model mlp --epochs 1 --name ''"), 2,
@@ -380,6 +398,7 @@ int main(void)
     char corpus[400];
     snprintf(corpus, sizeof corpus, "%s/tests/fuzz/corpus/csv", root ? root : ".");
     test_hostile_csv(corpus);
+    test_hostile_tensor_name();
 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)

@@ -22,6 +22,8 @@ void nl_json_fputs(FILE *f, const char *s);
  * valid printable UTF-8 as it is. */
 void nl_term_write(void (*put)(void *ud, const char *p, size_t n), void *ud, const char *s);
 void nl_term_fputs(FILE *f, const char *s);
+/* The same for a message of several lines (errors, warnings): newlines and tabs are kept. */
+void nl_term_fputs_lines(FILE *f, const char *s);
 /* Into buf (NUL-terminated, cut with "..." when it does not fit); returns buf. For printf. */
 const char *nl_term_str(char *buf, size_t size, const char *s);
 
