@@ -538,10 +538,9 @@ int nl_import_csv(struct nl_store *s, const char *name, const char *path,
 
     if (rc)
         return rc;
-    im.c.f = fopen(path, "rb");
+    im.c.f = nl_fopen_regular(path, err);
     if (!im.c.f)
-        return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s", path,
-                            strerror(errno));
+        return err->code;
     rc = first_pass(&im, err);
     if (rc == 0) {
         /* Classes in numeric or text order. */

@@ -10,6 +10,7 @@
 #include "import_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nnlab/alloc.h"
 #include "nnlab/rng.h"
@@ -520,6 +522,49 @@ void nl_text_free(struct nl_text *t)
     nl_free(t->s);
     t->s = NULL;
     t->len = t->cap = 0;
+}
+
+int nl_open_regular(const char *path, struct nl_error *err)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), flags;
+
+    if (fd < 0)
+        return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        nl_error_set(err, NL_EIO, "%s: %s", path, strerror(errno));
+        close(fd);
+        return err->code;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        nl_error_set(err, NL_EFORMAT, "%s: not a regular file (%s)", path,
+                     S_ISFIFO(st.st_mode)   ? "a FIFO"
+                     : S_ISDIR(st.st_mode)  ? "a folder"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "a device");
+        close(fd);
+        return err->code;
+    }
+    flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
+FILE *nl_fopen_regular(const char *path, struct nl_error *err)
+{
+    int fd = nl_open_regular(path, err);
+    FILE *f;
+
+    if (fd < 0)
+        return NULL;
+    f = fdopen(fd, "rb");
+    if (!f) {
+        nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+        close(fd);
+    }
+    return f;
 }
 
 void nl_import_describe_source(const char *const *paths, int npaths, char *out, size_t size)

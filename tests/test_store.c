@@ -357,6 +357,30 @@ static void test_hostile_tensor_name(void)
     like(errtext, "\\e]0;pwned\\x07\\e[2Jevil: not in the model", "the tensor name escaped");
 }
 
+/* FIFOs where files should be: refused at once, not read forever. */
+static void test_fifo(void)
+{
+    char path[300];
+
+    snprintf(path, sizeof path, "%s/fifo.csv", dir);
+    if (mkfifo(path, 0600) != 0) {
+        skip(4, "cannot make a FIFO");
+        return;
+    }
+    is_int(nnlab("import f '%s'", path), 1, "a FIFO given as the CSV is refused");
+    like(errtext, "fifo.csv: not a regular file (a FIFO)", "saying what it is");
+    snprintf(path, sizeof path, "%s/pngs/cat", dir);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", path);
+    if (system(cmd) != 0 || (snprintf(path, sizeof path, "%s/pngs/cat/a.png", dir), 0) ||
+        mkfifo(path, 0600) != 0) {
+        skip(2, "cannot make a FIFO in a folder");
+        return;
+    }
+    is_int(nnlab("import p '%s/pngs'", dir), 1, "a FIFO named a.png is refused");
+    like(errtext, "a.png: not a regular file (a FIFO)", "saying what it is");
+}
+
 static void test_names(void)
 {
     is_int(nnlab("train --data small --model mlp --epochs 1 --name ''"), 2,
@@ -399,6 +423,7 @@ int main(void)
     snprintf(corpus, sizeof corpus, "%s/tests/fuzz/corpus/csv", root ? root : ".");
     test_hostile_csv(corpus);
     test_hostile_tensor_name();
+    test_fifo();
 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
