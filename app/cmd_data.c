@@ -364,7 +364,10 @@ int cmd_rm(int argc, char **argv)
         return usage_error("rm", "needs one dataset NAME");
     if (open_store(&store, &err) < 0)
         return fail(&err);
+    long long unused = 0;
     int rc = nl_dataset_remove(store, argv[1], &err);
+    if (rc == 0)
+        rc = nl_store_reclaim(store, &unused, &err);
     nl_store_close(store);
     if (rc < 0)
         return fail(&err);
@@ -375,6 +378,10 @@ int cmd_rm(int argc, char **argv)
     } else if (!g.quiet) {
         char nb[512];
         printf("removed dataset '%s'\n", nl_term_str(nb, sizeof nb, argv[1]));
+        if (unused >= (16ll << 20))
+            printf("%.0f MiB stay free inside the store file, which predates incremental vacuum; "
+                   "to shrink it, with no nnlab running: sqlite3 STORE.db 'VACUUM'\n",
+                   (double)unused / (1 << 20));
     }
     return EXIT_OK;
 }

@@ -105,7 +105,12 @@ static int apply_finetune(struct nl_model *m, const struct finetune *ft, struct 
     }
     if (n == 0 && !ft->up_to)
         return 0;
-    return nl_model_freeze(m, names, n, ft->up_to, err);
+    int rc = nl_model_freeze(m, names, n, ft->up_to, err);
+    if (rc == 0 && nl_model_count_trainable(m) == 0)
+        rc = nl_error_set(err, NL_EINVAL,
+                          "--freeze: every layer with parameters would be frozen, so training "
+                          "would change nothing; leave at least one out");
+    return rc;
 }
 
 /* Records the batches a run skipped in its settings (a failure to is only warned about). */

@@ -181,6 +181,8 @@ int command_help(const char *cmd)
 
 /* Messages name files, tensors, classes and labels: all of it goes to the terminal escaped. */
 static void vmessage(const char *prefix, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0), nonnull(2)));
+static void vmessage(const char *prefix, const char *fmt, va_list ap)
 {
     char msg[4096];
 

@@ -19,7 +19,8 @@
  *     label column, feature names, carved split fractions and seed, skipped files or lines;
  *   - runs name their dataset by name, not by id, so that a run's record outlives the dataset;
  *     everything else that belongs to a dataset or a run goes with it (ON DELETE CASCADE, with
- *     foreign_keys on for every connection);
+ *     foreign_keys on for every connection); stores are created with auto_vacuum INCREMENTAL,
+ *     and removing a dataset gives its pages back to the file system (nl_store_reclaim);
  *   - an import in progress is a dataset whose name starts with the byte 0x1f (a name nobody can
  *     give: names have no control characters): "\x1fimport HOST PID NAME". It is filled in
  *     transactions of bounded size and renamed to NAME in the last one, so people see the whole
@@ -530,6 +531,14 @@ static int store_open(struct nl_store **out, const char *path, int mode, struct 
             nl_free(uri);
         }
     }
+    if (rc == 0 && mode == 0) {
+        /* A new file, before its first page: pages freed by rm can be given back
+         * (nl_store_reclaim). */
+        int pages = -1;
+        rc = query_int(s, "PRAGMA page_count", &pages, err);
+        if (rc == 0 && pages == 0)
+            rc = nl_store_exec(s, "PRAGMA auto_vacuum = INCREMENTAL", err);
+    }
     if (rc == 0 && !s->readonly) {
         char mode_now[16] = "";
         sqlite3_stmt *st;
@@ -614,6 +623,24 @@ int nl_store_open_read(struct nl_store **out, const char *path, struct nl_error 
 int nl_store_readonly(const struct nl_store *s)
 {
     return s->readonly;
+}
+
+int nl_store_reclaim(struct nl_store *s, long long *unused, struct nl_error *err)
+{
+    int mode = 0, free_pages = 0, page_size = 0;
+    int rc = query_int(s, "PRAGMA auto_vacuum", &mode, err);
+
+    *unused = 0;
+    if (rc == 0 && mode == 2 && !s->readonly)
+        rc = nl_store_exec(s, "PRAGMA incremental_vacuum", err);
+    if (rc == 0)
+        rc = query_int(s, "PRAGMA freelist_count", &free_pages, err);
+    if (rc == 0)
+        rc = query_int(s, "PRAGMA page_size", &page_size, err);
+    if (rc)
+        return rc;
+    *unused = (long long)free_pages * page_size;
+    return 0;
 }
 
 void nl_store_close(struct nl_store *s)

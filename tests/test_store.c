@@ -187,6 +187,14 @@ static void test_contention(void)
          "\"train\":40000",
          "the whole import, published under its name");
     is_int(staged(), 0, "nothing staged remains");
+
+    struct stat before, after;
+    stat(db, &before);
+    is_int(nnlab("rm big"), 0, "rm of the big dataset");
+    stat(db, &after);
+    ok(after.st_size < before.st_size - (20 << 20),
+       "gives its pages back: the store file shrank from %lld to %lld bytes",
+       (long long)before.st_size, (long long)after.st_size);
 }
 
 /* kill -9 in the middle of an import: nothing visible; the next writer removes the staging. */
@@ -197,6 +205,7 @@ static void test_killed_import(void)
 
     snprintf(big, sizeof big, "%s/big", dir);
     snprintf(import_err, sizeof import_err, "%s/import2.err", dir);
+    is_int(nnlab("import big '%s'", big), 0, "import big again, to kill the next import beside it");
     pid_t ip = spawn(import, import_err);
     int seen = 0;
     for (int i = 0; i < 4000 && !seen; i++) {
@@ -390,6 +399,9 @@ static void test_names(void)
            "a taken --name is refused");
     like(errtext, "a run named 'beside' already exists", "saying so");
     unlike(errtext, "UNIQUE", "not in SQLite's words");
+    is_int(nnlab("train --data small --model mlp --epochs 1 --freeze-up-to fc3"), 1,
+           "--freeze of every layer is refused");
+    like(errtext, "every layer with parameters would be frozen", "saying why");
 }
 
 int main(void)

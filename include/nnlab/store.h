@@ -17,6 +17,10 @@ int nl_store_open(struct nl_store **out, const char *path, struct nl_error *err)
  * write (a read-only mount, another user's store) is opened read-only, and then every write is
  * refused with an error naming the file. */
 int nl_store_open_read(struct nl_store **out, const char *path, struct nl_error *err);
+/* Gives the pages that removals freed back to the file system (stores created since incremental
+ * vacuum was added); *unused is what stays free inside the file (older stores keep their size:
+ * VACUUM reclaims it). */
+int nl_store_reclaim(struct nl_store *s, long long *unused, struct nl_error *err);
 /* Whether the store was opened read-only. */
 int nl_store_readonly(const struct nl_store *s);
 void nl_store_close(struct nl_store *s);
