@@ -152,8 +152,14 @@ int cmd_summary(int argc, char **argv)
         shape = info.shape;
         nclasses = info.nclasses;
     }
+    /* Shapes and counts only: no parameters are allocated, whatever the model's size. */
     struct nl_model *m;
-    if (build_model(&m, model, NULL, shape, (int)nclasses, &err) < 0)
+    struct nl_spec *spec;
+    if (nl_spec_load(&spec, model, warn_cb, NULL, &err) < 0)
+        return fail(&err);
+    int built = nl_model_plan(&m, spec, shape, (int)nclasses, &err);
+    nl_spec_free(spec);
+    if (built < 0)
         return fail(&err);
     if ((nfreeze || up_to) && nl_model_freeze(m, names, nfreeze, up_to, &err) < 0) {
         nl_model_free(m);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -390,6 +391,37 @@ static void test_fifo(void)
     like(errtext, "a.png: not a regular file (a FIFO)", "saying what it is");
 }
 
+/* A model far larger than memory: summary shows it without allocating it, train refuses it with
+ * FILE:LINE and the size. */
+static void test_huge_model(void)
+{
+    char spec[300];
+
+    snprintf(spec, sizeof spec, "%s/huge.spec", dir);
+    FILE *f = fopen(spec, "w");
+    fputs("fc1: dense 1000000\nrelu\nfc2: dense 1000000\nrelu\nout: dense N\n", f);
+    fclose(f);
+    /* 4 TB of parameters: the summary's peak memory (wait4) shows it allocated none of them. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *o = freopen(out_path, "w", stdout);
+        (void)o;
+        execl(bin, bin, "summary", spec, (char *)NULL);
+        _exit(127);
+    }
+    struct rusage ru;
+    int status = 0;
+    memset(&ru, 0, sizeof ru);
+    pid_t got = wait4(pid, &status, 0, &ru);
+    slurp(out_path, out, sizeof out);
+    ok(got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "summary of a 4 TB model");
+    ok(ru.ru_maxrss < 512 * 1024, "at a peak of %ld KiB", ru.ru_maxrss);
+    like(out, "1000796000010 parameters", "with its count");
+    is_int(nnlab("train --data small --model '%s' --epochs 1", spec), 1, "train refuses it");
+    like(errtext, "huge.spec:3: layer 'fc2': the model has", "with FILE:LINE");
+    like(errtext, "GiB as float32", "and the size");
+}
+
 static void test_names(void)
 {
     is_int(nnlab("train --data small --model mlp --epochs 1 --name ''"), 2,
@@ -436,6 +468,7 @@ int main(void)
     test_hostile_csv(corpus);
     test_hostile_tensor_name();
     test_fifo();
+    test_huge_model();
 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
