@@ -226,6 +226,30 @@ static void test_killed_import(void)
     is_int(nnlab("rm big2"), 0, "rm");
 }
 
+/* Ctrl-C in the middle of an import: exit 130, and what it staged is removed. */
+static void test_interrupted_import(void)
+{
+    char big[300], import_err[320];
+    const char *import[] = {"import", "big3", big, NULL};
+
+    snprintf(big, sizeof big, "%s/big", dir);
+    snprintf(import_err, sizeof import_err, "%s/import3.err", dir);
+    pid_t ip = spawn(import, import_err);
+    int seen = 0;
+    for (int i = 0; i < 4000 && !seen; i++) {
+        if (staged() > 0)
+            seen = 1;
+        else
+            sleep_s(0.005);
+    }
+    kill(ip, SIGINT);
+    is_int(exit_status(ip), 130, "an import interrupted with Ctrl-C exits 130");
+    ok(seen, "it had staged samples");
+    is_int(staged(), 0, "and removed them");
+    is_int(nnlab("datasets --json"), 0, "datasets");
+    ok(!strstr(out, "big3"), "without the interrupted import");
+}
+
 /* A --db path with no store; a store this process may not write. */
 static void test_readonly(void)
 {
@@ -460,6 +484,7 @@ int main(void)
 
     test_contention();
     test_killed_import();
+    test_interrupted_import();
     test_readonly();
     test_names();
     const char *root = getenv("NNLAB_SOURCE_ROOT");
