@@ -113,7 +113,8 @@ int main(void)
     ok(!nl_utf8_valid("caf\xe9"), "Latin-1 is not");
     ok(!nl_utf8_valid("\xc0\x80"), "overlong NUL is not");
     is_str(nl_term_str(buf, sizeof buf, "short"), "short", "nl_term_str fits");
-    is_str(nl_term_str(buf, sizeof buf, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"),
+    is_str(nl_term_str(buf, sizeof buf,
+                       "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"),
            "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9...", "cut on a UTF-8 boundary");
     is_str(nl_term_str(buf, sizeof buf, "\x1b\x1b\x1b\x1b\x1b\x1b\x1b\x1b"),
            "\\e\\e\\e\\e\\e\\e...", "escapes count against the room");
