@@ -85,6 +85,7 @@ struct cluster_args {
     int accept_new, port_lo, port_hi, bf16;
     int heartbeat_ms; /* 0: the default */
     int max_restarts; /* < 0: the default */
+    int insecure_plaintext;
 };
 /* "A-B" with 1 <= A <= B <= 65535: non-zero on success. */
 int parse_port_range(const char *s, int *lo, int *hi);

@@ -1,6 +1,8 @@
-/* The bench command: training speed of the shipped models on Fashion-MNIST, on one thread and on
- * all, beside this machine's OpenBLAS sgemm rate. The measuring is in core/bench.c; this file
- * finds the data, runs the grid and prints a table or one JSON object. */
+/* The bench command: training (and with --mode, inference) speed of models on one thread and on
+ * all, beside this machine's OpenBLAS sgemm rate. The shipped models run on Fashion-MNIST;
+ * "resnet18-S" is torchvision's ResNet-18 (core/bench.c's spec) on synthetic 3xSxS images. The
+ * measuring is in core/bench.c; this file finds the data, runs the grid and prints a table or one
+ * JSON object. */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +18,25 @@
 
 #define BENCH_DATA  "/usr/share/datasets/fashion-mnist"
 #define SGEMM_SIZE  512
-#define MAX_RESULTS 16
+#define MAX_MODELS  8
+#define MAX_RESULTS (MAX_MODELS * 2 * 2 * 2) /* models x batches x thread counts x modes */
 #define MAX_REPEAT  9
+#define SYNTH_STEPS 8 /* synthetic datasets hold this many batches */
+
+/* One model of the grid: its spec and the data it runs on (the shared Fashion-MNIST, or a
+ * synthetic dataset of its own). */
+struct bench_model {
+    const char *name;
+    struct nl_model *m;
+    struct nl_dataset *synthetic; /* owned; NULL on Fashion-MNIST */
+    const struct nl_dataset *d;
+};
 
 struct row {
     const char *model;
     struct nl_model *m;
+    const struct nl_dataset *d;
+    int infer;    /* 0: training, 1: inference */
     double flops; /* per sample */
     int batch, threads;
     struct nl_bench_train runs[MAX_REPEAT]; /* one per round */
@@ -51,9 +66,9 @@ static void print_row(const struct row *w, const struct nl_bench_train *r,
 {
     double peak = r->threads > 1 ? sg->all_gflops : sg->one_gflops;
 
-    printf("%-8s %6d %8d %10.0f %10.2f %9.1f %7.0f%% %12.0f\n", w->model, r->batch, r->threads,
-           r->images_per_second, w->flops / 1e6, r->gflops, 100.0 * r->gflops / peak,
-           r->peak_rss_mb);
+    printf("%-14s %-5s %6d %8d %10.0f %10.2f %9.1f %7.0f%% %12.0f\n", w->model,
+           w->infer ? "infer" : "train", r->batch, r->threads, r->images_per_second, w->flops / 1e6,
+           r->gflops, 100.0 * r->gflops / peak, r->peak_rss_mb);
     fflush(stdout);
 }
 
@@ -78,9 +93,9 @@ static void cpu_model(char *buf, size_t size)
     fclose(f);
 }
 
-/* The data: the store's 'fashion' dataset when the store exists and holds one; otherwise
- * Fashion-MNIST imported from dir into a temporary store that is removed again. *source says
- * which, for the report. */
+/* The Fashion-MNIST data (for the rows of models that are not "resnet18-S"): the store's 'fashion'
+ * dataset when the store exists and holds one; otherwise Fashion-MNIST imported from dir into a
+ * temporary store that is removed again. *source says which, for the report. */
 static int load_data(struct nl_dataset **d, const char *dir, char *source, size_t size,
                      struct nl_error *err)
 {
@@ -144,15 +159,37 @@ static int load_data(struct nl_dataset **d, const char *dir, char *source, size_
     return rc;
 }
 
-static int build(struct nl_model **m, const char *name, const struct nl_dataset *d,
+/* "resnet18-S" with 16 <= S <= 1024: the side S of its synthetic images; 0 for other names. */
+static int synthetic_side(const char *name)
+{
+    long side;
+
+    if (strncmp(name, "resnet18-", 9) != 0 || !parse_int(name + 9, 16, 1024, &side))
+        return 0;
+    return (int)side;
+}
+
+/* Builds b's model: core/bench.c's ResNet-18 on a synthetic dataset of max_batch *
+ * SYNTH_STEPS images for "resnet18-S", else a spec by name or path on fashion. */
+static int build(struct bench_model *b, const struct nl_dataset *fashion, int max_batch,
                  struct nl_error *err)
 {
     struct nl_spec *spec;
-    int rc = nl_spec_load(&spec, name, warn_cb, NULL, err);
+    int side = synthetic_side(b->name), rc;
 
+    if (side > 0) {
+        rc = nl_spec_parse(&spec, nl_bench_spec("resnet18"), "resnet18", warn_cb, NULL, err);
+        if (rc == 0)
+            rc = nl_bench_synthetic(&b->synthetic, (struct nl_shape){3, side, side}, 10,
+                                    (uint32_t)max_batch * SYNTH_STEPS, 1, err);
+        b->d = b->synthetic;
+    } else {
+        rc = nl_spec_load(&spec, b->name, warn_cb, NULL, err);
+        b->d = fashion;
+    }
     if (rc < 0)
         return rc;
-    rc = nl_model_build(m, spec, d->shape, d->nclasses, err);
+    rc = nl_model_build(&b->m, spec, b->d->shape, b->d->nclasses, err);
     nl_spec_free(spec);
     return rc;
 }
@@ -166,7 +203,7 @@ static void print_json(const char *cpu, int cores, const char *source, const str
     printf(",\"cores\":%d,\"data\":", cores);
     json_str(stdout, source);
     printf(",\"train_samples\":%u,\"steps\":%d,\"warmup_steps\":%d,\"rounds\":%d",
-           d->split[NL_TRAIN].n, steps, warmup, repeat);
+           d ? d->split[NL_TRAIN].n : 0, steps, warmup, repeat);
     printf(",\"sgemm\":{\"size\":%d,\"gflops_1_thread\":", sg->size);
     json_num(stdout, sg->one_gflops);
     printf(",\"threads\":%d,\"gflops_all_threads\":", sg->threads);
@@ -176,11 +213,13 @@ static void print_json(const char *cpu, int cores, const char *source, const str
         const struct row *w = &rows[i];
         printf("%s{\"model\":", i ? "," : "");
         json_str(stdout, w->model);
-        printf(",\"batch\":%d,\"threads\":%d,\"steps\":%d,\"seconds\":", w->r.batch, w->r.threads,
-               w->r.steps);
+        printf(",\"batch\":%d,\"threads\":%d,\"steps\":%d,\"mode\":\"%s\",\"seconds\":", w->r.batch,
+               w->r.threads, w->r.steps, w->infer ? "infer" : "train");
         json_num(stdout, w->r.seconds);
         printf(",\"images_per_second\":");
         json_num(stdout, w->r.images_per_second);
+        printf(",\"data\":");
+        json_str(stdout, w->d->name);
         printf(",\"mflop_per_image\":");
         json_num(stdout, w->flops / 1e6);
         printf(",\"gflops\":");
@@ -202,16 +241,44 @@ static void print_json(const char *cpu, int cores, const char *source, const str
            load[0][0], load[0][1], load[0][2], load[1][0], load[1][1], load[1][2]);
 }
 
+/* Splits a comma list of model names into names (pointing into list, which is cut). */
+static int split_models(char *list, const char **names, int max)
+{
+    int n = 0;
+
+    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (n == max)
+            return -1;
+        names[n++] = tok;
+    }
+    return n;
+}
+
+static void free_models(struct bench_model *models, int n)
+{
+    for (int i = 0; i < n; i++) {
+        nl_model_free(models[i].m);
+        nl_dataset_free(models[i].synthetic);
+    }
+}
+
 int cmd_bench(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"steps", required_argument, NULL, 's'},   {"warmup", required_argument, NULL, 'w'},
-        {"model", required_argument, NULL, 'm'},   {"batch", required_argument, NULL, 'b'},
-        {"threads", required_argument, NULL, 't'}, {"data-dir", required_argument, NULL, 'D'},
-        {"repeat", required_argument, NULL, 'r'},  {NULL, 0, NULL, 0},
+        {"steps", required_argument, NULL, 's'},
+        {"warmup", required_argument, NULL, 'w'},
+        {"model", required_argument, NULL, 'm'},
+        {"batch", required_argument, NULL, 'b'},
+        {"threads", required_argument, NULL, 't'},
+        {"data-dir", required_argument, NULL, 'D'},
+        {"repeat", required_argument, NULL, 'r'},
+        {"mode", required_argument, NULL, 'M'},
+        {NULL, 0, NULL, 0},
     };
-    const char *models[2] = {"lenet", "mlp"};
-    int nmodels = 2, batches[2] = {64, 256}, nbatches = 2;
+    const char *names[MAX_MODELS] = {"lenet", "mlp"};
+    static char model_list[1024];
+    int nmodels = 2, batches[2] = {64, 256}, nbatches = 2, modes[2] = {0, 1}, nmodes = 1;
     long steps = 50, warmup = 5, threads = 0, repeat = 1;
     const char *dir = BENCH_DATA;
     struct nl_error err = {0};
@@ -229,8 +296,11 @@ int cmd_bench(int argc, char **argv)
                 return usage_error("bench", "--warmup %s: want a whole number from 0", optarg);
             break;
         case 'm':
-            models[0] = optarg;
-            nmodels = 1;
+            snprintf(model_list, sizeof model_list, "%s", optarg);
+            nmodels = split_models(model_list, names, MAX_MODELS);
+            if (nmodels < 1)
+                return usage_error("bench", "--model %s: want 1 to %d names, separated by commas",
+                                   optarg, MAX_MODELS);
             break;
         case 'b':
             if (!parse_int(optarg, 1, 1 << 20, &v))
@@ -250,6 +320,18 @@ int cmd_bench(int argc, char **argv)
                 return usage_error("bench", "--repeat %s: want a whole number from 1 to %d", optarg,
                                    MAX_REPEAT);
             break;
+        case 'M':
+            if (strcmp(optarg, "train") == 0 || strcmp(optarg, "infer") == 0) {
+                modes[0] = optarg[0] == 'i';
+                nmodes = 1;
+            } else if (strcmp(optarg, "both") == 0) {
+                modes[0] = 0;
+                modes[1] = 1;
+                nmodes = 2;
+            } else {
+                return usage_error("bench", "--mode %s: want train, infer or both", optarg);
+            }
+            break;
         default:
             return usage_error("bench", "unknown option");
         }
@@ -257,58 +339,76 @@ int cmd_bench(int argc, char **argv)
     if (optind < argc)
         return usage_error("bench", "unexpected argument '%s'", argv[optind]);
 
-    char cpu[256], source[4400];
+    char cpu[256], source[4400] = "";
     double load[2][3] = {{0}};
-    struct nl_dataset *d;
+    struct nl_dataset *d = NULL;
     struct nl_bench_sgemm sg;
+    struct bench_model models[MAX_MODELS];
     struct row rows[MAX_RESULTS];
-    int nrows = 0, rc;
+    int nrows = 0, rc = 0, fashion = 0, max_batch = 0;
 
+    memset(models, 0, sizeof models);
+    for (int mi = 0; mi < nmodels; mi++) {
+        models[mi].name = names[mi];
+        fashion |= synthetic_side(names[mi]) == 0;
+    }
+    for (int bi = 0; bi < nbatches; bi++)
+        if (batches[bi] > max_batch)
+            max_batch = batches[bi];
     cpu_model(cpu, sizeof cpu);
     if (getloadavg(load[0], 3) < 0)
         memset(load[0], 0, sizeof load[0]);
-    rc = load_data(&d, dir, source, sizeof source, &err);
+    if (fashion)
+        rc = load_data(&d, dir, source, sizeof source, &err);
     if (rc < 0)
         return fail(&err);
-    struct nl_model *built[2] = {NULL, NULL};
     for (int mi = 0; rc == 0 && mi < nmodels; mi++)
-        rc = build(&built[mi], models[mi], d, &err);
+        rc = build(&models[mi], d, max_batch, &err);
     if (rc == 0)
         rc = nl_bench_sgemm(&sg, SGEMM_SIZE, (int)threads, 0.3, &err);
     if (rc < 0) {
-        nl_model_free(built[0]);
-        nl_model_free(built[1]);
+        free_models(models, nmodels);
         nl_dataset_free(d);
         return fail(&err);
     }
     threads = sg.threads; /* 0 became all cores */
     if (!g.json) {
-        printf("data: %s (%u training images)\n", source, d->split[NL_TRAIN].n);
+        if (fashion)
+            printf("data: %s (%u training images)\n", source, d->split[NL_TRAIN].n);
+        for (int mi = 0; mi < nmodels; mi++)
+            if (models[mi].synthetic)
+                printf("data of %s: %u synthetic %dx%dx%d images (uniform random pixels)\n",
+                       models[mi].name, models[mi].d->split[NL_TRAIN].n, models[mi].d->shape.c,
+                       models[mi].d->shape.h, models[mi].d->shape.w);
         printf("machine: %s, %d cores; load average %.2f %.2f %.2f\n", cpu, sg.cores, load[0][0],
                load[0][1], load[0][2]);
         printf("OpenBLAS sgemm %dx%d: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg.size,
                sg.size, sg.one_gflops, sg.all_gflops, sg.threads);
-        printf(
-            "training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps%s\n\n",
-            steps, warmup, repeat > 1 ? ", median of the rounds" : "");
-        printf("%-8s %6s %8s %10s %10s %9s %8s %12s\n", "MODEL", "BATCH", "THREADS", "IMAGES/S",
-               "MFLOP/IMG", "GFLOP/S", "OF_PEAK", "PEAK_RSS_MB");
+        printf("training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps%s\n",
+               steps, warmup, repeat > 1 ? ", median of the rounds" : "");
+        if (nmodes == 2 || modes[0] == 1)
+            printf("inference: forward passes without dropout, batchnorm on running statistics\n");
+        printf("\n%-14s %-5s %6s %8s %10s %10s %9s %8s %12s\n", "MODEL", "MODE", "BATCH", "THREADS",
+               "IMAGES/S", "MFLOP/IMG", "GFLOP/S", "OF_PEAK", "PEAK_RSS_MB");
         fflush(stdout);
     }
 
     /* The grid, then `repeat` rounds over it: a load that comes and goes on a shared machine
      * then touches every row alike, and each row reports its median round. */
     for (int mi = 0; mi < nmodels; mi++)
-        for (int bi = 0; bi < nbatches; bi++)
-            for (int ti = 0; ti < (threads > 1 ? 2 : 1); ti++) {
-                struct row *w = &rows[nrows++];
-                memset(w, 0, sizeof *w);
-                w->model = models[mi];
-                w->m = built[mi];
-                w->flops = nl_model_train_flops(built[mi]);
-                w->batch = batches[bi];
-                w->threads = ti == 0 ? 1 : (int)threads;
-            }
+        for (int ki = 0; ki < nmodes; ki++)
+            for (int bi = 0; bi < nbatches; bi++)
+                for (int ti = 0; ti < (threads > 1 ? 2 : 1); ti++) {
+                    struct row *w = &rows[nrows++];
+                    memset(w, 0, sizeof *w);
+                    w->model = models[mi].name;
+                    w->m = models[mi].m;
+                    w->d = models[mi].d;
+                    w->infer = modes[ki];
+                    w->flops = w->infer ? nl_model_infer_flops(w->m) : nl_model_train_flops(w->m);
+                    w->batch = batches[bi];
+                    w->threads = ti == 0 ? 1 : (int)threads;
+                }
     for (int rep = 0; rc == 0 && rep < repeat; rep++) {
         for (int i = 0; rc == 0 && i < nrows; i++) {
             struct row *w = &rows[i];
@@ -316,8 +416,12 @@ int cmd_bench(int argc, char **argv)
                 rc = nl_error_set(&err, NL_ECANCELED, "bench: interrupted");
                 break;
             }
-            rc = nl_bench_train(&w->runs[rep], w->m, d, w->batch, w->threads, (int)warmup,
-                                (int)steps, &err);
+            if (w->infer)
+                rc = nl_bench_infer(&w->runs[rep], w->m, w->d, w->batch, w->threads, (int)warmup,
+                                    (int)steps, &err);
+            else
+                rc = nl_bench_train(&w->runs[rep], w->m, w->d, w->batch, w->threads, (int)warmup,
+                                    (int)steps, &err);
             if (rc == 0 && repeat == 1 && !g.json)
                 print_row(w, &w->runs[0], &sg);
         }
@@ -328,8 +432,6 @@ int cmd_bench(int argc, char **argv)
         if (repeat > 1 && !g.json)
             print_row(w, &w->r, &sg);
     }
-    nl_model_free(built[0]);
-    nl_model_free(built[1]);
     if (getloadavg(load[1], 3) < 0)
         memset(load[1], 0, sizeof load[1]);
     if (rc == 0) {
@@ -343,6 +445,7 @@ int cmd_bench(int argc, char **argv)
                    nl_peak_rss_mb(), load[1][0], load[1][1], load[1][2]);
         }
     }
+    free_models(models, nmodels);
     nl_dataset_free(d);
     return rc < 0 ? fail(&err) : EXIT_OK;
 }

@@ -68,22 +68,6 @@ static void import_warn(void *ud, const char *msg)
     warn_cb(NULL, msg);
 }
 
-static int parse_size(const char *s, int *w, int *h)
-{
-    char *end;
-    long a = strtol(s, &end, 10), b;
-
-    if (end == s || (*end != 'x' && *end != 'X'))
-        return 0;
-    s = end + 1;
-    b = strtol(s, &end, 10);
-    if (end == s || *end || a < 1 || b < 1 || a > 4096 || b > 4096)
-        return 0;
-    *w = (int)a;
-    *h = (int)b;
-    return 1;
-}
-
 int cmd_import(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -95,6 +79,8 @@ int cmd_import(int argc, char **argv)
         {"resize", required_argument, NULL, 'R'},
         {"label", required_argument, NULL, 'l'},
         {"skip-bad", no_argument, NULL, 'k'},
+        {"normalize", required_argument, NULL, 'N'},
+        {"normalise", required_argument, NULL, 'N'},
         {NULL, 0, NULL, 0},
     };
     struct import_progress prog = {.tty = isatty(STDOUT_FILENO)};
@@ -131,9 +117,27 @@ int cmd_import(int argc, char **argv)
         case 'r':
             io.channels = c == 'g' ? 1 : 3;
             break;
-        case 'R':
-            if (!parse_size(optarg, &io.width, &io.height))
-                return usage_error("import", "--resize %s: want WxH, such as 28x28", optarg);
+        case 'R': {
+            struct nl_resize r;
+            if (nl_resize_parse(&r, optarg, &err) < 0)
+                return usage_error("import", "--resize %s: %s", optarg, err.msg);
+            io.width = r.w;
+            io.height = r.h;
+            io.shorter = r.shorter;
+            io.crop_w = r.crop_w;
+            io.crop_h = r.crop_h;
+            break;
+        }
+        case 'N':
+            if (strcmp(optarg, "dataset") == 0)
+                io.normalize = NL_NORM_DATASET;
+            else if (strcmp(optarg, "imagenet") == 0)
+                io.normalize = NL_NORM_IMAGENET;
+            else if (strcmp(optarg, "none") == 0)
+                io.normalize = NL_NORM_NONE;
+            else
+                return usage_error("import", "--normalize %s: want dataset, imagenet or none",
+                                   optarg);
             break;
         case 'l':
             io.label = optarg;

@@ -8,9 +8,11 @@
 
 #include "../core/json.h"
 #include "cli.h"
+#include "nnlab-config.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/model.h"
+#include "nnlab/onnx.h"
 #include "nnlab/runs.h"
 #include "nnlab/safetensors.h"
 #include "nnlab/spec.h"
@@ -58,36 +60,66 @@ int load_init(struct nl_store *store, struct nl_model *m, const char *init, int 
     return 0;
 }
 
+/* ONNX needs the dataset's normalisation, which the graph applies to its input. */
+static int export_onnx(struct nl_store *store, const struct nl_model *m,
+                       const struct nl_run_info *run, const char *path, struct nl_error *err)
+{
+    struct nl_dataset *d = NULL;
+    char doc[1024];
+    int rc = nl_dataset_load(store, run->dataset, &d, err);
+
+    if (rc < 0)
+        return nl_error_prefix(err, "export");
+    snprintf(doc, sizeof doc, "run '%s' of nnlab: model %s on dataset '%s'", run->name, run->model,
+             run->dataset);
+    struct nl_onnx_opts o = {
+        .nnorm = d->nnorm,
+        .mean = d->mean,
+        .std = d->std,
+        .scale = d->dtype == NL_U8 ? 1.0f / 255.0f : 1.0f,
+        .class_names = (const char *const *)d->class_names,
+        .producer_version = NNLAB_VERSION,
+        .doc = doc,
+    };
+    rc = nl_onnx_save(m, &o, path, err);
+    nl_dataset_free(d);
+    return rc;
+}
+
 int cmd_export(int argc, char **argv)
 {
     struct nl_error err = {0};
     struct nl_store *store;
     struct nl_run_info run;
-    struct nl_model *m;
+    struct nl_model *m = NULL;
 
     if (argc != 3)
-        return usage_error("export", "needs a RUN and a FILE.safetensors");
+        return usage_error("export", "needs a RUN and a FILE.safetensors or FILE.onnx");
+    const char *path = argv[2];
+    const size_t len = strlen(path);
+    const int onnx = len > 5 && strcmp(path + len - 5, ".onnx") == 0;
     if (open_store_read(&store, &err) < 0)
         return fail(&err);
     int rc = nl_run_model(store, argv[1], 1, warn_cb, NULL, &run, &m, &err);
+    if (rc == 0)
+        rc = onnx ? export_onnx(store, m, &run, path, &err) : nl_safetensors_save(m, path, &err);
     nl_store_close(store);
-    if (rc < 0)
+    if (rc < 0) {
+        nl_model_free(m);
         return fail(&err);
-    rc = nl_safetensors_save(m, argv[2], &err);
+    }
     size_t count = nl_model_count_params(m);
     nl_model_free(m);
-    if (rc < 0)
-        return fail(&err);
     if (g.json) {
         printf("{\"run\":");
         json_str(stdout, run.name);
         printf(",\"file\":");
-        json_str(stdout, argv[2]);
-        printf(",\"parameters\":%zu}\n", count);
+        json_str(stdout, path);
+        printf(",\"format\":\"%s\",\"parameters\":%zu}\n", onnx ? "onnx" : "safetensors", count);
     } else if (!g.quiet) {
-        char mb[4096];
-        printf("wrote %zu parameters of run '%s' to %s\n", count, run.name,
-               nl_term_str(mb, sizeof mb, argv[2]));
+        char pb[4096];
+        printf("wrote %zu parameters of run '%s' to %s%s\n", count, run.name,
+               nl_term_str(pb, sizeof pb, path), onnx ? " (ONNX, opset 10)" : "");
     }
     return EXIT_OK;
 }
@@ -191,8 +223,20 @@ int cmd_summary(int argc, char **argv)
         char mb[4096];
         printf("%s for %dx%dx%d inputs, %ld classes\n\n", nl_term_str(mb, sizeof mb, model),
                shape.c, shape.h, shape.w, nclasses);
-        printf("%-16s %-13s %-16s %-14s %10s  %s\n", "LAYER", "KIND", "INPUT", "OUTPUT", "PARAMS",
-               "TRAINABLE");
+        /* Columns as wide as the longest name (module paths such as layer2.0.downsample.1). */
+        int wname = 16, win = 16;
+        for (int i = 0; i < m->nlayers; i++) {
+            const struct nl_layer *l = &m->layers[i];
+            int len = -1;
+            if ((int)strlen(l->name) > wname)
+                wname = (int)strlen(l->name);
+            for (int j = 0; j < l->ninputs; j++)
+                len += 1 + (int)strlen(l->inputs[j] < 0 ? "input" : m->layers[l->inputs[j]].name);
+            if (len > win)
+                win = len;
+        }
+        printf("%-*s %-13s %-*s %-14s %10s  %s\n", wname, "LAYER", "KIND", win, "INPUT", "OUTPUT",
+               "PARAMS", "TRAINABLE");
         for (int i = 0; i < m->nlayers; i++) {
             const struct nl_layer *l = &m->layers[i];
             char out[48], in[NL_MAX_INPUTS * NL_NAME_MAX + 8] = "";
@@ -202,8 +246,8 @@ int cmd_summary(int argc, char **argv)
                 len += (size_t)snprintf(in + len, sizeof in - len, "%s%s", j ? "," : "",
                                         l->inputs[j] < 0 ? "input" : m->layers[l->inputs[j]].name);
             char nb[256], ib[sizeof in * 4];
-            printf("%-16s %-13s %-16s %-14s %10zu  %s\n", nl_term_str(nb, sizeof nb, l->name),
-                   kind_of(l), nl_term_str(ib, sizeof ib, in), out, l->param_count,
+            printf("%-*s %-13s %-*s %-14s %10zu  %s\n", wname, nl_term_str(nb, sizeof nb, l->name),
+                   kind_of(l), win, nl_term_str(ib, sizeof ib, in), out, l->param_count,
                    l->param_count ? (l->frozen ? "no" : "yes") : "-");
         }
         printf("\n%zu parameters, %zu trainable\n", total, trainable);

@@ -34,6 +34,7 @@ enum {
     OPT_CHECKPOINT_EVERY,
     OPT_HEARTBEAT,
     OPT_MAX_RESTARTS,
+    OPT_INSECURE_PLAINTEXT,
 };
 
 #define DEMO_DATA "/usr/share/datasets/fashion-mnist"
@@ -151,6 +152,7 @@ static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *
         .port_lo = ca->port_lo,
         .port_hi = ca->port_hi,
         .bf16 = ca->bf16,
+        .insecure_plaintext = ca->insecure_plaintext,
         .heartbeat_ms = ca->heartbeat_ms,
         .max_restarts = ca->max_restarts >= 0 ? ca->max_restarts : 3,
         .stop = &interrupted,
@@ -458,6 +460,7 @@ int cmd_train(int argc, char **argv)
         {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
         {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
         {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
+        {"insecure-plaintext", no_argument, NULL, OPT_INSECURE_PLAINTEXT},
         {NULL, 0, NULL, 0},
     };
     struct cluster_args ca = {.max_restarts = -1};
@@ -477,7 +480,7 @@ int cmd_train(int argc, char **argv)
             ra.epochs = 0; /* given: set below */
         else if (c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY && c != '?' &&
                  !(c >= OPT_HOSTS && c <= OPT_BIND) && c != OPT_HEARTBEAT &&
-                 c != OPT_MAX_RESTARTS && !setting && li >= 0)
+                 c != OPT_MAX_RESTARTS && c != OPT_INSECURE_PLAINTEXT && !setting && li >= 0)
             setting = opts[li].name;
         li = -1;
         if (c == OPT_RESUME) {
@@ -540,6 +543,8 @@ int cmd_train(int argc, char **argv)
                 return usage_error("train", "--max-restarts %s: want a whole number from 0",
                                    optarg);
             ca.max_restarts = (int)v;
+        } else if (c == OPT_INSECURE_PLAINTEXT) {
+            ca.insecure_plaintext = 1;
         } else if (c == OPT_COMPRESS) {
             if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "none") != 0)
                 return usage_error("train", "--compress %s: want bf16 or none", optarg);
@@ -581,7 +586,7 @@ int cmd_train(int argc, char **argv)
         return usage_error("train", "give --hosts or --hostfile, not both");
     if (!ca.hosts && !ca.hostfile &&
         (ca.ssh_config || ca.remote_nnlab || ca.bind || ca.accept_new || ca.port_lo || ca.bf16 ||
-         ca.heartbeat_ms || ca.max_restarts >= 0))
+         ca.heartbeat_ms || ca.max_restarts >= 0 || ca.insecure_plaintext))
         return usage_error("train", "cluster options need --hosts or --hostfile");
 #if NNLAB_HAVE_SSH
     if (ca.hosts || ca.hostfile) {
@@ -813,6 +818,39 @@ static int load_run(struct nl_store *store, const char *run_name, const char *da
     return rc;
 }
 
+/* The members "precision", "recall", "f1" and "support" of one class's (or an average's)
+ * metrics; first: they open the object, with no comma before. */
+static void print_class_json(const struct nl_class_metrics *cm, int first)
+{
+    printf("%s\"precision\":", first ? "" : ",");
+    json_num(stdout, cm->precision);
+    printf(",\"recall\":");
+    json_num(stdout, cm->recall);
+    printf(",\"f1\":");
+    json_num(stdout, cm->f1);
+    printf(",\"support\":%ld", cm->support);
+}
+
+/* Per class precision, recall, F1 and support, then the macro and weighted averages, as
+ * scikit-learn's classification_report lays them out. */
+static void print_class_table(const struct nl_metrics *mt, const struct nl_dataset *d)
+{
+    int width = 12;
+    for (int k = 0; k < mt->nclasses; k++)
+        if ((int)strlen(d->class_names[k]) > width)
+            width = (int)strlen(d->class_names[k]);
+    printf("%-*s %9s %9s %9s %9s\n", width, "class", "precision", "recall", "f1", "support");
+    for (int k = 0; k < mt->nclasses; k++) {
+        const struct nl_class_metrics *cm = &mt->classes[k];
+        printf("%-*s %9.4f %9.4f %9.4f %9ld\n", width, d->class_names[k], cm->precision, cm->recall,
+               cm->f1, cm->support);
+    }
+    printf("\n%-*s %9.4f %9.4f %9.4f %9ld\n", width, "macro avg", mt->macro.precision,
+           mt->macro.recall, mt->macro.f1, mt->macro.support);
+    printf("%-*s %9.4f %9.4f %9.4f %9ld\n", width, "weighted avg", mt->weighted.precision,
+           mt->weighted.recall, mt->weighted.f1, mt->weighted.support);
+}
+
 int cmd_eval(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -885,13 +923,15 @@ int cmd_eval(int argc, char **argv)
     if (rc < 0)
         return fail(&err);
     double loss = NAN, acc = NAN;
+    struct nl_metrics mt = {0};
     const uint32_t n = d->split[split].n;
     if (n == 0)
         rc = nl_error_set(&err, NL_EINVAL, "dataset '%s' has no %s split", d->name,
                           nl_split_names[split]);
     else
-        rc = nl_evaluate(m, d, split, (int)threads, &loss, &acc, &err);
+        rc = nl_evaluate_metrics(m, d, split, (int)threads, &loss, &mt, &err);
     if (rc == 0) {
+        acc = mt.accuracy;
         if (g.json) {
             printf(from_file ? "{\"weights\":" : "{\"run\":");
             json_str(stdout, from_file ? what : run.name);
@@ -903,12 +943,35 @@ int cmd_eval(int argc, char **argv)
             json_num(stdout, loss);
             printf(",\"%s_accuracy\":", nl_split_names[split]);
             json_num(stdout, acc);
-            printf("}\n");
+            printf(",\"top5_accuracy\":");
+            json_num(stdout, mt.topk_accuracy);
+            printf(",\"classes\":[");
+            for (int k = 0; k < mt.nclasses; k++) {
+                printf("%s{\"label\":%d,\"class\":", k ? "," : "", k);
+                json_str(stdout, d->class_names[k]);
+                print_class_json(&mt.classes[k], 0);
+                printf("}");
+            }
+            printf("],\"macro\":{");
+            print_class_json(&mt.macro, 1);
+            printf("},\"weighted\":{");
+            print_class_json(&mt.weighted, 1);
+            printf("},\"confusion\":%s", mt.confusion ? "[" : "null");
+            for (int r = 0; mt.confusion && r < mt.nclasses; r++) {
+                printf("%s[", r ? "," : "");
+                for (int c2 = 0; c2 < mt.nclasses; c2++)
+                    printf("%s%ld", c2 ? "," : "", mt.confusion[(size_t)r * mt.nclasses + c2]);
+                printf("]");
+            }
+            printf("%s}\n", mt.confusion ? "]" : "");
         } else {
             printf("%s accuracy %.4f (loss %.4f) on %u samples of '%s'\n", nl_split_names[split],
                    acc, loss, n, d->name);
+            printf("top-5 accuracy %.4f\n\n", mt.topk_accuracy);
+            print_class_table(&mt, d);
         }
     }
+    nl_metrics_release(&mt);
     nl_model_free(m);
     nl_dataset_free(d);
     return rc < 0 ? fail(&err) : EXIT_OK;
@@ -930,7 +993,7 @@ int cmd_predict(int argc, char **argv)
                                c == 'k' ? "--top: want a whole number from 1" : "unknown option");
     }
     if (argc - optind < 2)
-        return usage_error("predict", "needs a RUN and at least one FILE.png");
+        return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG)");
 
     struct nl_store *store;
     struct nl_run_info run;
@@ -953,7 +1016,7 @@ int cmd_predict(int argc, char **argv)
     if (!in || !probs || !rank)
         rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = nl_exec_new(&x, m, 1, &err);
+        rc = nl_exec_new_forward(&x, m, 1, &err);
     /* JSON goes out whole or not at all: it is gathered in memory first. */
     char *json = NULL;
     size_t json_len = 0;
@@ -971,7 +1034,7 @@ int cmd_predict(int argc, char **argv)
         fprintf(out, ",\"predictions\":[");
     }
     for (int f = optind + 1; rc == 0 && f < argc; f++) {
-        rc = nl_dataset_sample_from_png(d, argv[f], in, &err);
+        rc = nl_dataset_sample_from_image(d, argv[f], in, &err);
         if (rc < 0)
             break;
         nl_softmax(probs, nl_exec_forward(x, m->params, in, 1, 0, &rng), 1, m->nclasses);

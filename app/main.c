@@ -26,12 +26,18 @@ static const struct command commands[] = {
      "      --epochs N      epochs to train (default 1)\n"
      "      --threads T     threads (default: all cores)\n"},
     {"import", cmd_import, "NAME SOURCE...",
-     "import a dataset: IDX files, a folder of PNG class folders, or a CSV file",
+     "import a dataset: IDX files, a folder of PNG/JPEG class folders, or a CSV file",
      "      --val F         carve a stratified validation split of this fraction from train\n"
      "      --test F        carve a test split likewise when the source has none\n"
      "      --seed S        seed of the carved splits (default 1)\n"
-     "      --gray, --rgb   PNG: channels to store (default: what most files are)\n"
-     "      --resize WxH    PNG: size to store (default: the most common size)\n"
+     "      --gray, --rgb   images: channels to store (default: what most files are)\n"
+     "      --resize MODE   images: stretch:WxH (or WxH), shorter:S (shorter side to S, keeping\n"
+     "                      the aspect), center-crop:WxH, or a resize and a crop together:\n"
+     "                      shorter:256,center-crop:224x224 is torchvision's Resize(256) +\n"
+     "                      CenterCrop(224) (default: the most common size, others stretched)\n"
+     "      --normalize N   images: dataset (the train split's mean/std, the default),\n"
+     "                      imagenet (PyTorch's ImageNet mean/std, for pretrained weights) or\n"
+     "                      none (pixel / 255); train, eval and predict use it\n"
      "      --label COLUMN  CSV: the label column, a name or 1-based index (default: last)\n"
      "      --skip-bad      skip bad files or rows, listing them, instead of stopping\n"},
     {"datasets", cmd_datasets, "", "list the datasets in the store", NULL},
@@ -41,8 +47,8 @@ static const struct command commands[] = {
     {"train", cmd_train, "--data NAME --model SPEC [options] | --resume RUN",
      "train a model on a dataset",
      "      --data NAME       dataset to train on (see nnlab datasets)\n"
-     "      --model SPEC      a shipped model (lenet, mlp, resnet8, mobilenet-tiny) or a spec\n"
-     "                        file\n"
+     "      --model SPEC      a shipped model (lenet, mlp, resnet8, mobilenet-tiny, resnet18,\n"
+     "                        mobilenet_v2) or a spec file\n"
      "      --epochs N        epochs (default 10)\n"
      "      --batch B         global batch size (default 64)\n"
      "      --lr X            learning rate (default 0.05 for sgd, 0.001 for adam)\n"
@@ -58,7 +64,9 @@ static const struct command commands[] = {
      "      --patience P      stop after P epochs without a better validation accuracy\n"
      "      --threads T       threads (default: all cores)\n"
      "      --seed S          seed for initialisation, data order and dropout (default 1)\n"
-     "      --augment LIST    training-batch augmentation: flip, crop:P (e.g. flip,crop:4)\n"
+     "      --augment LIST    training augmentation: flip, crop:P (shift), resized-crop\n"
+     "                        [:SMIN-SMAX[:RMIN-RMAX]] (default 0.08-1:0.75-1.333),\n"
+     "                        brightness:B, contrast:C, saturation:S; e.g. flip,crop:4\n"
      "      --name RUN        the run's name (default MODEL-DATASET-N)\n"
      "      --init FILE|RUN   start from weights: a .safetensors file or a run's, by name\n"
      "      --init-partial    load the tensors that match and report the rest\n"
@@ -87,6 +95,7 @@ static const struct command commands[] = {
      "      --port-range A-B  ports the workers may listen on (default: any)\n"
      "      --bind ADDR       address the workers listen on (default: the one reached)\n"
      "      --compress bf16   send gradients and parameters as bf16 (sums stay fp32)\n"
+     "      --insecure-plaintext  frames between workers checksummed, not sealed\n"
      "      --heartbeat-timeout S  a worker silent for S seconds is lost, and workers exit\n"
      "                        when the driver is silent that long (default 10)\n"
      "      --max-restarts N  restart a lost worker on its host up to N times per run, then\n"
@@ -100,15 +109,25 @@ static const struct command commands[] = {
      "cluster lost",
      NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
-     "evaluate a run's latest checkpoint, or a weights file, on a dataset split",
+     "evaluate a run's latest checkpoint, or a weights file, on a dataset split (accuracy, "
+     "top-5, per-class precision, recall, F1)",
      "      --data NAME     dataset (default: the run's own; needed with a file)\n"
      "      --model SPEC    the model of a weights file\n"
      "      --split SPLIT   test, val or train (default test)\n"
      "      --threads T     threads (default: all cores)\n"},
-    {"predict", cmd_predict, "RUN FILE.png...", "classify images with a run's model (top 3)",
+    {"predict", cmd_predict, "RUN IMAGE...",
+     "classify PNG or JPEG images with a run's model (top 3)",
      "      --top K         classes to show per image (default 3)\n"},
-    {"export", cmd_export, "RUN FILE.safetensors",
-     "write a run's latest weights as safetensors with PyTorch's tensor names", NULL},
+    {"export", cmd_export, "RUN FILE.safetensors|FILE.onnx",
+     "write a run's latest weights as safetensors with PyTorch's tensor names, or the model as "
+     "ONNX",
+     "  FILE.safetensors  the weights, named as PyTorch names them (conv1.weight, ...)\n"
+     "  FILE.onnx         the graph and weights, ONNX opset 10: input 'input', float\n"
+     "                    [batch, C, H, W] of pixel values 0-255 in the dataset's channel order\n"
+     "                    (RGB or gray; CSV: the raw features as [batch, F, 1, 1]), normalised\n"
+     "                    inside the graph with the dataset's statistics; outputs 'logits' and\n"
+     "                    'probabilities' [batch, classes]; class names in the metadata\n"
+     "                    (nnlab.classes). A layer kind with no ONNX form is refused by name.\n"},
     {"summary", cmd_summary, "MODEL [--data NAME | --input CxHxW --classes N] [--freeze L,...]",
      "show a model's layers with output shapes and parameter counts",
      "      --data NAME     take the input shape and class count from a dataset\n"
@@ -127,10 +146,13 @@ static const struct command commands[] = {
     {"worker", cmd_worker, "[--bind ADDR] [--port-range A-B]",
      "a cluster worker, started by a driver over SSH (not for people)", NULL},
     {"bench", cmd_bench, "[options]",
-     "measure training speed (lenet, mlp on Fashion-MNIST) against this machine's sgemm rate",
-     "      --steps N       timed training steps per row (default 50)\n"
+     "measure training and inference speed against this machine's sgemm rate",
+     "      --steps N       timed steps per row (default 50)\n"
      "      --warmup N      untimed steps before them (default 5)\n"
-     "      --model NAME    only this model (default: lenet and mlp)\n"
+     "      --model LIST    these models, separated by commas (default: lenet,mlp); a spec\n"
+     "                      name or file runs on Fashion-MNIST; resnet18-S is torchvision's\n"
+     "                      ResNet-18 on synthetic 3xSxS images (resnet18-64, resnet18-224)\n"
+     "      --mode M        train (default), infer (forward passes only) or both\n"
      "      --batch B       only this batch size (default: 64 and 256)\n"
      "      --threads T     the many-thread rows use T threads (default: all cores)\n"
      "      --repeat N      rounds over all rows, each row showing its median (default 1)\n"

@@ -12,6 +12,7 @@
 
 #include "nnlab/alloc.h"
 #include "nnlab/kernels.h"
+#include "nnlab/rng.h"
 #include "nnlab/trainer.h"
 #include "pool.h"
 
@@ -105,18 +106,167 @@ int nl_bench_sgemm(struct nl_bench_sgemm *out, int size, int threads, double sec
     return rc;
 }
 
+/* torchvision's resnet18 (He et al. 2016) layer for layer: the 7x7 stem, a 3x3 max pool, four
+ * stages of two basic blocks (64, 128, 256, 512 channels; stages 2-4 start with a stride-2
+ * block whose shortcut is a 1x1 projection and batchnorm), global average pooling and the head.
+ * Names are torchvision's module paths with '_' for '.' (layer1.0.conv1 is layer1_0_conv1;
+ * downsample.0 and .1 are downsample_0 and _1), since this spec grammar takes no dots. */
+static const char resnet18_spec[] =
+    "conv1: conv 64 7x7 stride=2 pad=3 bias=no\n"
+    "bn1: batchnorm\n"
+    "relu: relu\n"
+    "maxpool: maxpool 3x3 stride=2 pad=1\n"
+    "layer1_0_conv1: conv 64 3x3 pad=1 bias=no in=maxpool\n"
+    "layer1_0_bn1: batchnorm\n"
+    "layer1_0_relu1: relu\n"
+    "layer1_0_conv2: conv 64 3x3 pad=1 bias=no\n"
+    "layer1_0_bn2: batchnorm\n"
+    "layer1_0_add: add in=layer1_0_bn2,maxpool\n"
+    "layer1_0_relu: relu\n"
+    "layer1_1_conv1: conv 64 3x3 pad=1 bias=no in=layer1_0_relu\n"
+    "layer1_1_bn1: batchnorm\n"
+    "layer1_1_relu1: relu\n"
+    "layer1_1_conv2: conv 64 3x3 pad=1 bias=no\n"
+    "layer1_1_bn2: batchnorm\n"
+    "layer1_1_add: add in=layer1_1_bn2,layer1_0_relu\n"
+    "layer1_1_relu: relu\n"
+    "layer2_0_conv1: conv 128 3x3 stride=2 pad=1 bias=no in=layer1_1_relu\n"
+    "layer2_0_bn1: batchnorm\n"
+    "layer2_0_relu1: relu\n"
+    "layer2_0_conv2: conv 128 3x3 pad=1 bias=no\n"
+    "layer2_0_bn2: batchnorm\n"
+    "layer2_0_downsample_0: conv 128 1x1 stride=2 bias=no in=layer1_1_relu\n"
+    "layer2_0_downsample_1: batchnorm\n"
+    "layer2_0_add: add in=layer2_0_bn2,layer2_0_downsample_1\n"
+    "layer2_0_relu: relu\n"
+    "layer2_1_conv1: conv 128 3x3 pad=1 bias=no in=layer2_0_relu\n"
+    "layer2_1_bn1: batchnorm\n"
+    "layer2_1_relu1: relu\n"
+    "layer2_1_conv2: conv 128 3x3 pad=1 bias=no\n"
+    "layer2_1_bn2: batchnorm\n"
+    "layer2_1_add: add in=layer2_1_bn2,layer2_0_relu\n"
+    "layer2_1_relu: relu\n"
+    "layer3_0_conv1: conv 256 3x3 stride=2 pad=1 bias=no in=layer2_1_relu\n"
+    "layer3_0_bn1: batchnorm\n"
+    "layer3_0_relu1: relu\n"
+    "layer3_0_conv2: conv 256 3x3 pad=1 bias=no\n"
+    "layer3_0_bn2: batchnorm\n"
+    "layer3_0_downsample_0: conv 256 1x1 stride=2 bias=no in=layer2_1_relu\n"
+    "layer3_0_downsample_1: batchnorm\n"
+    "layer3_0_add: add in=layer3_0_bn2,layer3_0_downsample_1\n"
+    "layer3_0_relu: relu\n"
+    "layer3_1_conv1: conv 256 3x3 pad=1 bias=no in=layer3_0_relu\n"
+    "layer3_1_bn1: batchnorm\n"
+    "layer3_1_relu1: relu\n"
+    "layer3_1_conv2: conv 256 3x3 pad=1 bias=no\n"
+    "layer3_1_bn2: batchnorm\n"
+    "layer3_1_add: add in=layer3_1_bn2,layer3_0_relu\n"
+    "layer3_1_relu: relu\n"
+    "layer4_0_conv1: conv 512 3x3 stride=2 pad=1 bias=no in=layer3_1_relu\n"
+    "layer4_0_bn1: batchnorm\n"
+    "layer4_0_relu1: relu\n"
+    "layer4_0_conv2: conv 512 3x3 pad=1 bias=no\n"
+    "layer4_0_bn2: batchnorm\n"
+    "layer4_0_downsample_0: conv 512 1x1 stride=2 bias=no in=layer3_1_relu\n"
+    "layer4_0_downsample_1: batchnorm\n"
+    "layer4_0_add: add in=layer4_0_bn2,layer4_0_downsample_1\n"
+    "layer4_0_relu: relu\n"
+    "layer4_1_conv1: conv 512 3x3 pad=1 bias=no in=layer4_0_relu\n"
+    "layer4_1_bn1: batchnorm\n"
+    "layer4_1_relu1: relu\n"
+    "layer4_1_conv2: conv 512 3x3 pad=1 bias=no\n"
+    "layer4_1_bn2: batchnorm\n"
+    "layer4_1_add: add in=layer4_1_bn2,layer4_0_relu\n"
+    "layer4_1_relu: relu\n"
+    "avgpool: globalavgpool\n"
+    "fc: dense N\n";
+
+const char *nl_bench_spec(const char *name)
+{
+    return name && strcmp(name, "resnet18") == 0 ? resnet18_spec : NULL;
+}
+
+int nl_bench_synthetic(struct nl_dataset **out, struct nl_shape shape, int nclasses, uint32_t n,
+                       uint64_t seed, struct nl_error *err)
+{
+    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    const size_t size = nl_shape_size(shape);
+    struct nl_rng rng;
+
+    *out = NULL;
+    if (!d)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for a synthetic dataset");
+    d->name = nl_strdup("synthetic");
+    d->source = nl_strdup("uniform random pixels");
+    d->kind = nl_strdup("synthetic");
+    d->shape = shape;
+    d->dtype = NL_U8;
+    d->nclasses = nclasses;
+    d->class_names = nl_calloc((size_t)nclasses, sizeof *d->class_names);
+    d->nnorm = shape.c;
+    d->mean = nl_calloc((size_t)shape.c, sizeof *d->mean);
+    d->std = nl_calloc((size_t)shape.c, sizeof *d->std);
+    d->split[NL_TRAIN].x = nl_malloc((size_t)n * size);
+    d->split[NL_TRAIN].y = nl_calloc(n, sizeof *d->split[NL_TRAIN].y);
+    int ok = d->name && d->source && d->kind && d->class_names && d->mean && d->std &&
+             d->split[NL_TRAIN].x && d->split[NL_TRAIN].y;
+    for (int k = 0; ok && k < nclasses; k++) {
+        char label[16];
+        snprintf(label, sizeof label, "%d", k);
+        d->class_names[k] = nl_strdup(label);
+        ok = d->class_names[k] != NULL;
+    }
+    if (!ok) {
+        nl_dataset_free(d);
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %u synthetic samples of %dx%dx%d", n,
+                            shape.c, shape.h, shape.w);
+    }
+    /* Uniform bytes: mean 127.5/255, standard deviation 73.9/255 per channel. */
+    for (int c = 0; c < shape.c; c++) {
+        d->mean[c] = 0.5f;
+        d->std[c] = 0.2898f;
+    }
+    nl_rng_seed(&rng, seed);
+    uint8_t *x = d->split[NL_TRAIN].x;
+    for (size_t i = 0; i < (size_t)n * size; i++)
+        x[i] = (uint8_t)(nl_rng_next(&rng) >> 56);
+    for (uint32_t i = 0; i < n; i++)
+        d->split[NL_TRAIN].y[i] = (int32_t)nl_rng_below(&rng, (uint32_t)nclasses);
+    d->split[NL_TRAIN].n = n;
+    *out = d;
+    return 0;
+}
+
+/* Multiply-adds of one sample's forward product through layer l, or 0 for layers without one. */
+static double forward_madds(const struct nl_layer *l)
+{
+    if (strcmp(l->ops->kind, "conv") == 0)
+        return (double)nl_shape_size(l->out) * l->in[0].c * l->kh * l->kw;
+    if (strcmp(l->ops->kind, "gconv") == 0)
+        return (double)nl_shape_size(l->out) * (l->in[0].c / (l->groups > 1 ? l->groups : 1)) *
+               l->kh * l->kw;
+    if (strcmp(l->ops->kind, "dense") == 0)
+        return (double)l->units * (double)nl_shape_size(l->in[0]);
+    return 0.0;
+}
+
+double nl_model_infer_flops(const struct nl_model *m)
+{
+    double flops = 0.0;
+
+    for (int i = 0; i < m->nlayers; i++)
+        flops += 2.0 * forward_madds(&m->layers[i]);
+    return flops;
+}
+
 double nl_model_train_flops(const struct nl_model *m)
 {
     double flops = 0.0;
 
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
-        double madds; /* multiply-adds of the forward product */
-        if (strcmp(l->ops->kind, "conv") == 0)
-            madds = (double)nl_shape_size(l->out) * l->in[0].c * l->kh * l->kw;
-        else if (strcmp(l->ops->kind, "dense") == 0)
-            madds = (double)l->units * (double)nl_shape_size(l->in[0]);
-        else
+        double madds = forward_madds(l);
+        if (madds == 0.0)
             continue;
         int products = 1;              /* forward */
         products += !l->frozen;        /* weight gradient */
@@ -245,5 +395,90 @@ int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct 
     out->gflops = nl_model_train_flops(m) * out->images_per_second / 1e9;
     out->peak_rss_mb = hwm > 0 ? hwm : nl_peak_rss_mb();
     out->allocs_per_step = (double)(w.allocs1 - w.allocs0) / (double)w.counted;
+    return 0;
+}
+
+struct infer_run {
+    struct nl_pool *pool;
+    const struct nl_model *m;
+    const struct nl_dataset *d;
+    int batch, warmup, steps;
+    double seconds;  /* of the measured steps, from thread 0's clock */
+    uint64_t allocs; /* allocations during them */
+    int failed;
+};
+
+/* One thread's part of every step: its contiguous shard of the batch, normalised from the
+ * dataset and run forward (no dropout), between two barriers. Its executor and input buffer are
+ * allocated and first touched here, on this thread. */
+static void infer_thread(void *arg, int t, int count)
+{
+    struct infer_run *r = arg;
+    const int lo = (int)((long)r->batch * t / count), hi = (int)((long)r->batch * (t + 1) / count);
+    const int n = hi - lo;
+    const uint32_t total = r->d->split[NL_TRAIN].n;
+    struct nl_exec *x = NULL;
+    struct nl_error err = {0};
+    float *in = nl_alloc_floats((size_t)(n > 0 ? n : 1) * nl_shape_size(r->d->shape));
+    uint32_t *idx = nl_calloc((size_t)(n > 0 ? n : 1), sizeof *idx);
+
+    if (!in || !idx || (n > 0 && nl_exec_new_forward(&x, r->m, n, &err) < 0))
+        r->failed = 1;
+    nl_pool_barrier(r->pool);
+    double t0 = 0.0;
+    uint64_t allocs0 = 0;
+    for (int step = 0; step < r->warmup + r->steps; step++) {
+        if (t == 0 && step == r->warmup) {
+            t0 = now();
+            allocs0 = nl_alloc_count();
+        }
+        if (!r->failed && n > 0) {
+            for (int i = 0; i < n; i++)
+                idx[i] =
+                    (uint32_t)(((uint64_t)step * (uint64_t)r->batch + (uint64_t)(lo + i)) % total);
+            nl_dataset_batch(r->d, NL_TRAIN, idx, n, in, NULL);
+            nl_exec_forward(x, r->m->params, in, n, 0, NULL);
+        }
+        nl_pool_barrier(r->pool);
+    }
+    if (t == 0) {
+        r->seconds = now() - t0;
+        r->allocs = nl_alloc_count() - allocs0;
+    }
+    nl_exec_free(x);
+    nl_free(in);
+    nl_free(idx);
+}
+
+int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const struct nl_dataset *d,
+                   int batch, int threads, int warmup, int steps, struct nl_error *err)
+{
+    struct infer_run r = {.m = m, .d = d, .batch = batch, .warmup = warmup, .steps = steps};
+
+    memset(out, 0, sizeof *out);
+    if (batch < 1 || steps < 1 || warmup < 0 || threads < 0)
+        return nl_error_set(err, NL_EINVAL, "benchmark: batch %d, %d steps, %d warm-up steps",
+                            batch, steps, warmup);
+    if (d->split[NL_TRAIN].n == 0)
+        return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
+    out->threads = threads > 0 ? threads : nl_cpu_count();
+    if (out->threads > batch)
+        out->threads = batch;
+    int rc = nl_pool_new(&r.pool, out->threads, err);
+    if (rc < 0)
+        return rc;
+    int reset = reset_peak_rss() == 0;
+    nl_pool_run(r.pool, infer_thread, &r);
+    nl_pool_free(r.pool);
+    if (r.failed)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for inference on %d samples", batch);
+    double hwm = reset ? vm_hwm_mb() : -1.0;
+    out->batch = batch;
+    out->steps = steps;
+    out->seconds = r.seconds;
+    out->images_per_second = (double)batch * steps / r.seconds;
+    out->gflops = nl_model_infer_flops(m) * out->images_per_second / 1e9;
+    out->peak_rss_mb = hwm > 0 ? hwm : nl_peak_rss_mb();
+    out->allocs_per_step = (double)r.allocs / (double)steps;
     return 0;
 }

@@ -320,12 +320,24 @@ static void put_le32f(unsigned char *p, float v)
     p[3] = (unsigned char)(u >> 24);
 }
 
-/* mean and std per channel, little-endian float32 into mean_le and std_le (4 bytes each). */
-static void final_stats(const struct nl_writer *w, unsigned char *mean_le, unsigned char *std_le)
+/* mean and std per channel, little-endian float32 into mean_le and std_le (4 bytes each): the
+ * train split's, or fixed ones (--normalize imagenet or none). */
+static void final_stats(const struct nl_writer *w, enum nl_normalize norm, unsigned char *mean_le,
+                        unsigned char *std_le)
 {
+    static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
+    static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
+
     for (int c = 0; c < w->shape.c; c++) {
         double n = (double)w->nstat * (double)w->plane, mean = 0, std = 1;
-        if (n > 0 && w->dtype == NL_U8) {
+        if (norm == NL_NORM_IMAGENET && w->shape.c == 3) {
+            put_le32f(mean_le + 4 * c, imagenet_mean[c]);
+            put_le32f(std_le + 4 * c, imagenet_std[c]);
+            continue;
+        }
+        if (norm == NL_NORM_NONE) {
+            n = 0;
+        } else if (n > 0 && w->dtype == NL_U8) {
             double m = (double)w->usum[c] / n;
             double var = (double)w->usumsq[c] / n - m * m;
             mean = m / 255.0;
@@ -383,7 +395,7 @@ int nl_writer_commit(struct nl_writer *w, int nclasses, const char *const *names
     sqlite3_finalize(st);
     st = NULL;
     if (rc == 0) {
-        final_stats(w, mean_le, std_le);
+        final_stats(w, opts ? opts->normalize : NL_NORM_DATASET, mean_le, std_le);
         rc = nl_store_prepare(w->s, &st,
                               "UPDATE datasets SET nclasses = ?, norm_mean = ?, norm_std = ?, "
                               "preprocessing = ? WHERE id = ?",
@@ -613,11 +625,12 @@ static int has_idx(const char *dir)
 static int check_options(const struct nl_import_opts *o, const char *path, int png, int csv,
                          struct nl_error *err)
 {
-    const char *kind = png ? "a PNG folder" : csv ? "a CSV file" : "IDX files";
-    if (!png && (o->channels || o->width || o->height))
+    const char *kind = png ? "an image folder" : csv ? "a CSV file" : "IDX files";
+    if (!png && (o->channels || o->width || o->height || o->shorter || o->crop_w || o->normalize))
         return nl_error_set(err, NL_EINVAL,
-                            "%s: --gray, --rgb and --resize apply to PNG folders; this is %s", path,
-                            kind);
+                            "%s: --gray, --rgb, --resize and --normalize apply to image folders; "
+                            "this is %s",
+                            path, kind);
     if (!csv && o->label)
         return nl_error_set(err, NL_EINVAL, "%s: --label applies to CSV files; this is %s", path,
                             kind);
@@ -657,7 +670,7 @@ int nl_import(struct nl_store *s, const char *name, const char *const *paths, in
         if (check_options(opts, paths[0], !idx, 0, err) < 0)
             return err->code;
         return idx ? nl_import_idx(s, name, paths, 1, opts, err)
-                   : nl_import_png_dir(s, name, paths[0], opts, err);
+                   : nl_import_image_dir(s, name, paths[0], opts, err);
     }
     if (ends_with(paths[0], ".csv") || ends_with(paths[0], ".csv.txt") ||
         ends_with(paths[0], ".tsv"))
@@ -669,9 +682,10 @@ int nl_import(struct nl_store *s, const char *name, const char *const *paths, in
                             "%s: an IDX file alone; give its folder, or the images file and the "
                             "labels file",
                             paths[0]);
-    return nl_error_set(err, NL_EINVAL,
-                        "%s: not a source nnlab imports; give a folder of IDX files, an IDX "
-                        "images file and labels file, a folder of PNG class folders, or a .csv "
-                        "file",
-                        paths[0]);
+    return nl_error_set(
+        err, NL_EINVAL,
+        "%s: not a source nnlab imports; give a folder of IDX files, an IDX "
+        "images file and labels file, a folder of PNG/JPEG class folders, or a .csv "
+        "file",
+        paths[0]);
 }

@@ -1,6 +1,6 @@
-/* What the importers (IDX, PNG folders, CSV) share: a streaming writer that stages one import in
- * bounded transactions, publishes it at the end, and sums the train split's statistics as samples
- * go by, the seeded stratified
+/* What the importers (IDX, image folders, CSV) share: a streaming writer that stages one import
+ * in bounded transactions, publishes it at the end, and sums the train split's statistics as
+ * samples go by, the seeded stratified
  * split, and a few helpers for messages. Not part of the public headers.
  *
  * A reader calls nl_writer_begin (which creates the staged datasets row), then nl_writer_add
@@ -20,7 +20,7 @@ struct nl_writer;
 
 struct nl_writer_spec {
     const char *name;   /* the dataset's name, checked with nl_store_check_name */
-    const char *kind;   /* "idx", "png", "csv" */
+    const char *kind;   /* "idx", "png", "jpeg", "image" (both), "csv" */
     const char *source; /* the files or folder, for people */
     struct nl_shape shape;
     enum nl_dtype dtype;
@@ -81,18 +81,53 @@ int nl_open_regular(const char *path, struct nl_error *err);
 void nl_import_describe_source(const char *const *paths, int npaths, char *out, size_t size);
 
 /* The readers behind nl_import. */
-int nl_import_png_dir(struct nl_store *s, const char *name, const char *dir,
-                      const struct nl_import_opts *opts, struct nl_error *err);
+int nl_import_image_dir(struct nl_store *s, const char *name, const char *dir,
+                        const struct nl_import_opts *opts, struct nl_error *err);
 int nl_import_csv(struct nl_store *s, const char *name, const char *path,
                   const struct nl_import_opts *opts, struct nl_error *err);
 
-/* PNG decoding (core/image.c): the image at path as (channels, out_h, out_w) pixel values in
- * [0, 255], converted and resized as nl_dataset_sample_from_png describes. */
-int nl_png_read_planes(const char *path, int channels, int out_h, int out_w, float *out,
-                       struct nl_error *err);
+/* Image files (core/image.c, core/jpeg.c). */
+enum nl_image_format { NL_IMAGE_PNG = 1, NL_IMAGE_JPEG = 2 };
+
+struct nl_image_info {
+    uint32_t w, h;   /* after the EXIF orientation */
+    int color;       /* stored as colour (not gray) */
+    int format;      /* enum nl_image_format */
+    int orientation; /* EXIF 1..8; 1 for PNG */
+};
+
+/* 8-bit pixel planes (c, h, w); px owned by the holder (nl_free). */
+struct nl_image {
+    int c, h, w;
+    uint8_t *px;
+};
+
+/* The header of a PNG or JPEG file, told apart by its signature. */
+int nl_image_probe(const char *path, struct nl_image_info *info, struct nl_error *err);
+
+/* The image at path as out (channels, out_h, out_w) of 8-bit values: decoded, converted to
+ * channels (1 or 3), oriented, resized by r (NULL or all zero: stretched to out_h x out_w) and
+ * cropped to out_h x out_w, as core/image.c describes. *dct_denom (may be NULL) is the JPEG DCT
+ * reduction used (1, 2, 4 or 8). */
+int nl_image_read(const char *path, int channels, const struct nl_resize *r, int out_h, int out_w,
+                  uint8_t *out, int *dct_denom, struct nl_error *err);
+
+/* The size of an image of iw x ih after r, when r fixes it (a crop, or a stretch): *w x *h; with
+ * shorter:S alone, the size after scaling. */
+void nl_resize_size(const struct nl_resize *r, uint32_t iw, uint32_t ih, int *w, int *h);
 
 /* PNG header: width, height, and whether the colour type is colour (palette, RGB, RGBA).
  * Reads only the signature and the IHDR chunk. */
 int nl_png_probe(const char *path, uint32_t *w, uint32_t *h, int *color, struct nl_error *err);
+
+/* JPEG (core/jpeg.c): open reads the header (size after orientation, colour, orientation);
+ * decode reads the pixels at 1/denom scale (1, 2, 4, 8) into img->px (planes of channels, after
+ * orientation), which the caller frees; close accepts NULL. */
+struct nl_jpeg;
+int nl_jpeg_open(struct nl_jpeg **out, const char *path, struct nl_image_info *info,
+                 struct nl_error *err);
+int nl_jpeg_decode(struct nl_jpeg *j, int denom, int channels, struct nl_image *img,
+                   struct nl_error *err);
+void nl_jpeg_close(struct nl_jpeg *j);
 
 #endif

@@ -228,3 +228,88 @@ float nl_sum_naive(const float *x, int n)
         sum += x[i];
     return (float)sum;
 }
+
+/* Direct depthwise convolution: for each filter, tap after tap, one multiply-add sweep over the
+ * output rows whose input row lies inside the image, over the columns [lo, hi) whose input
+ * column does (valid_range); the padding adds nothing. */
+void nl_dwconv(float *restrict out, const float *restrict img, const float *restrict weight,
+               const float *bias, int c, int h, int w, int mult, int kh, int kw, int sh, int sw,
+               int ph, int pw, int oh, int ow)
+{
+    const size_t plane = (size_t)oh * ow;
+
+    for (int f = 0; f < c * mult; f++) {
+        const float *x = img + (size_t)(f / mult) * h * w, *wf = weight + (size_t)f * kh * kw;
+        float *y = out + (size_t)f * plane;
+        const float b = bias ? bias[f] : 0.0f;
+        for (size_t i = 0; i < plane; i++)
+            y[i] = b;
+        for (int ki = 0; ki < kh; ki++)
+            for (int kj = 0; kj < kw; kj++) {
+                const float wv = wf[ki * kw + kj];
+                int lo, hi;
+                valid_range(&lo, &hi, w, kj, sw, pw, ow);
+                for (int oy = 0; oy < oh; oy++) {
+                    int iy = oy * sh - ph + ki;
+                    if (iy < 0 || iy >= h)
+                        continue;
+                    float *yr = y + (size_t)oy * ow;
+                    const float *xr = x + (size_t)iy * w;
+                    const int x0 = kj - pw;
+                    if (sw == 1)
+                        for (int ox = lo; ox < hi; ox++)
+                            yr[ox] += wv * xr[ox + x0];
+                    else
+                        for (int ox = lo; ox < hi; ox++)
+                            yr[ox] += wv * xr[ox * sw + x0];
+                }
+            }
+    }
+}
+
+void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *restrict dout,
+                        const float *restrict img, const float *restrict weight, int c, int h,
+                        int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
+                        int ow)
+{
+    const size_t plane = (size_t)oh * ow;
+
+    for (int f = 0; f < c * mult; f++) {
+        const float *x = img + (size_t)(f / mult) * h * w, *wf = weight + (size_t)f * kh * kw;
+        const float *dy = dout + (size_t)f * plane;
+        float *dx = din ? din + (size_t)(f / mult) * h * w : NULL;
+        if (dbias)
+            dbias[f] += nl_sum(dy, (int)plane);
+        for (int ki = 0; ki < kh; ki++)
+            for (int kj = 0; kj < kw; kj++) {
+                const float wv = wf[ki * kw + kj];
+                float acc = 0.0f;
+                int lo, hi;
+                valid_range(&lo, &hi, w, kj, sw, pw, ow);
+                for (int oy = 0; oy < oh; oy++) {
+                    int iy = oy * sh - ph + ki;
+                    if (iy < 0 || iy >= h)
+                        continue;
+                    const float *dyr = dy + (size_t)oy * ow;
+                    const float *xr = x + (size_t)iy * w;
+                    float *dxr = dx ? dx + (size_t)iy * w : NULL;
+                    const int x0 = kj - pw;
+                    float part = 0.0f;
+                    if (sw == 1) {
+                        for (int ox = lo; ox < hi; ox++)
+                            part += dyr[ox] * xr[ox + x0];
+                        for (int ox = lo; dxr && ox < hi; ox++)
+                            dxr[ox + x0] += wv * dyr[ox];
+                    } else {
+                        for (int ox = lo; ox < hi; ox++)
+                            part += dyr[ox] * xr[ox * sw + x0];
+                        for (int ox = lo; dxr && ox < hi; ox++)
+                            dxr[ox * sw + x0] += wv * dyr[ox];
+                    }
+                    acc += part;
+                }
+                if (dweight)
+                    dweight[(size_t)f * kh * kw + ki * kw + kj] += acc;
+            }
+    }
+}

@@ -10,12 +10,25 @@
 #include "layers/layers.h"
 
 static const struct nl_layer_ops *const kinds[] = {
-    &nl__conv_ops,      &nl__dense_ops,   &nl__maxpool_ops,
-    &nl__avgpool_ops,   &nl__relu_ops,    &nl__tanh_ops,
-    &nl__sigmoid_ops,   &nl__flatten_ops, &nl__dropout_ops,
-    &nl__leakyrelu_ops, &nl__gelu_ops,    &nl__softmax_ops,
-    &nl__add_ops,       &nl__concat_ops,  &nl__globalavgpool_ops,
-    &nl__batchnorm_ops, &nl__gconv_ops,   NULL,
+    &nl__conv_ops,
+    &nl__dense_ops,
+    &nl__maxpool_ops,
+    &nl__avgpool_ops,
+    &nl__relu_ops,
+    &nl__tanh_ops,
+    &nl__sigmoid_ops,
+    &nl__flatten_ops,
+    &nl__dropout_ops,
+    &nl__leakyrelu_ops,
+    &nl__gelu_ops,
+    &nl__softmax_ops,
+    &nl__add_ops,
+    &nl__concat_ops,
+    &nl__globalavgpool_ops,
+    &nl__batchnorm_ops,
+    &nl__gconv_ops,
+    &nl__relu6_ops,
+    NULL,
 };
 
 const struct nl_layer_ops *nl_layer_kind(const char *kind)

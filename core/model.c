@@ -370,7 +370,9 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x);
 }
 
-int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struct nl_error *err)
+/* forward_only: no backward will run, so no layer needs an activation gradient. */
+static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, int forward_only,
+                    struct nl_error *err)
 {
     struct nl_exec *x = nl_calloc(1, sizeof *x);
     size_t scratch = 0;
@@ -388,8 +390,8 @@ int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struc
         goto oom;
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
-        x->need[i] = !l->frozen && trainable_count(l) > 0;
-        for (int j = 0; j < l->ninputs; j++)
+        x->need[i] = !forward_only && !l->frozen && trainable_count(l) > 0;
+        for (int j = 0; !forward_only && j < l->ninputs; j++)
             if (l->inputs[j] >= 0 && x->need[l->inputs[j]])
                 x->need[i] = 1;
     }
@@ -398,10 +400,13 @@ int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struc
         size_t outn = (size_t)max_n * nl_shape_size(l->out);
         size_t need = l->scratch_fixed + (size_t)max_n * l->scratch_per_sample;
 
+        /* Gradients only where backward writes them: a layer that backward skips (frozen, with
+         * nothing trainable below it) gets none, nor does the last (dlogits stands in). */
+        int grad = x->need[i] && i < m->nlayers - 1;
         x->act[i] = nl_alloc_floats(outn);
-        x->dact[i] = nl_alloc_floats(outn);
+        x->dact[i] = grad ? nl_alloc_floats(outn) : NULL;
         x->aux[i] = nl_calloc((size_t)max_n * (l->aux_bytes ? l->aux_bytes : 1), 1);
-        if (!x->act[i] || !x->dact[i] || !x->aux[i])
+        if (!x->act[i] || (grad && !x->dact[i]) || !x->aux[i])
             goto oom;
         if (need > scratch)
             scratch = need;
@@ -414,6 +419,17 @@ int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struc
 oom:
     nl_exec_free(x);
     return nl_error_set(err, NL_ENOMEM, "out of memory for activations of %d samples", max_n);
+}
+
+int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struct nl_error *err)
+{
+    return exec_new(out, m, max_n, 0, err);
+}
+
+int nl_exec_new_forward(struct nl_exec **out, const struct nl_model *m, int max_n,
+                        struct nl_error *err)
+{
+    return exec_new(out, m, max_n, 1, err);
 }
 
 const float *nl_exec_forward(struct nl_exec *x, const float *params, const float *in, int n,

@@ -1,13 +1,14 @@
-/* Importing a folder of PNG class folders: DIR/CLASS/FILE.png, or DIR/train/CLASS/FILE.png with
+/* Importing a folder of image class folders: DIR/CLASS/FILE.png (or .jpg, PNG and JPEG files
+ * mixed in any folder, told apart by their signatures), or DIR/train/CLASS/FILE with
  * DIR/val/... and DIR/test/... beside it.
  *
  * Class names are the folder names, sorted bytewise; files are taken in sorted order, so an
  * import is reproducible. Files whose names start with '.' are ignored. The import runs in two
- * passes over the file list: the first reads only each file's PNG header, to find the most common
- * size and channel kind (the defaults) and to reject non-PNG files early; the second decodes each
- * file (core/image.c), converts and resizes it, and streams it into the store through the
- * import writer. Only the list of paths is held in memory; each image is freed after it is
- * stored. */
+ * passes over the file list: the first reads only each file's header, to find the most common
+ * size and channel kind (the defaults) and to reject files that are neither PNG nor JPEG early;
+ * the second decodes each file (core/image.c, core/jpeg.c), converts, orients, resizes and crops
+ * it (--resize), and streams it into the store through the import writer. Only the list of paths is
+ * held in memory; each image is freed after it is stored. */
 #include "import_internal.h"
 
 #include <dirent.h>
@@ -33,7 +34,8 @@ struct entry {
     int32_t label; /* -1: bad, skipped */
     uint8_t split;
     uint8_t color;
-    uint32_t w, h;
+    uint8_t format; /* enum nl_image_format */
+    uint32_t w, h;  /* after the EXIF orientation */
 };
 
 struct names {
@@ -50,6 +52,8 @@ struct pngdir {
     int has_split[NL_NSPLITS];
     int split_layout;
     uint32_t skipped;
+    uint32_t nformat[3]; /* good files by enum nl_image_format */
+    struct nl_resize resize;
     struct nl_text skipped_json; /* the first MAX_SKIPPED_LISTED, as JSON strings */
 };
 
@@ -318,8 +322,9 @@ static int probe_all(struct pngdir *p, int *channels, int *h, int *w, struct nl_
         return nl_error_set(err, NL_ENOMEM, "out of memory");
     for (size_t i = 0; i < p->n && rc == 0; i++) {
         struct entry *e = &p->e[i];
-        int color = 0;
-        rc = nl_png_probe(e->path, &e->w, &e->h, &color, err);
+        struct nl_image_info info;
+        int dw, dh;
+        rc = nl_image_probe(e->path, &info, err);
         if (rc && p->opts->skip_bad && nl_import_skippable(rc)) {
             note_skipped(p, e->path, err->msg);
             e->label = -1;
@@ -328,17 +333,21 @@ static int probe_all(struct pngdir *p, int *channels, int *h, int *w, struct nl_
         }
         if (rc)
             break;
-        e->color = (uint8_t)color;
-        ncolor += (size_t)color;
-        sizes[ngood++] = (uint64_t)e->w << 32 | e->h;
+        e->w = info.w;
+        e->h = info.h;
+        e->color = (uint8_t)info.color;
+        e->format = (uint8_t)info.format;
+        p->nformat[info.format]++;
+        ncolor += (size_t)info.color;
+        nl_resize_size(&p->resize, e->w, e->h, &dw, &dh);
+        sizes[ngood++] = (uint64_t)dw << 32 | (uint32_t)dh;
     }
     if (rc == 0 && ngood == 0)
-        rc = nl_error_set(err, NL_EFORMAT, "%s: no PNG files to import", p->dir);
+        rc = nl_error_set(err, NL_EFORMAT, "%s: no PNG or JPEG files to import", p->dir);
     if (rc == 0) {
         *channels = p->opts->channels ? p->opts->channels : ncolor * 2 > ngood ? 3 : 1;
-        if (p->opts->width > 0 && p->opts->height > 0) {
-            *w = p->opts->width;
-            *h = p->opts->height;
+        if (p->resize.crop_w || p->resize.w) {
+            nl_resize_size(&p->resize, 1, 1, w, h);
         } else {
             /* The most common size; ties go to the smaller. */
             size_t best = 0, best_n = 0;
@@ -396,28 +405,21 @@ static int carve(struct pngdir *p, struct nl_error *err)
     return rc;
 }
 
-static uint8_t to_u8(float v)
-{
-    v = roundf(v);
-    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-}
-
 /* Decodes and stores every good file. */
 static int store_all(struct pngdir *p, struct nl_writer *w, int c, int h, int wd, uint32_t *resized,
-                     uint32_t *converted, struct nl_error *err)
+                     uint32_t *converted, uint32_t *scaled, struct nl_error *err)
 {
     size_t sample = (size_t)c * h * wd;
-    float *planes = nl_malloc(sample * sizeof *planes);
     uint8_t *px = nl_malloc(sample);
-    int rc = 0;
+    int rc = 0, denom;
 
-    if (!planes || !px)
+    if (!px)
         rc = nl_error_set(err, NL_ENOMEM, "out of memory");
     for (size_t i = 0; i < p->n && rc == 0; i++) {
         struct entry *e = &p->e[i];
         if (e->label < 0)
             continue;
-        rc = nl_png_read_planes(e->path, c, h, wd, planes, err);
+        rc = nl_image_read(e->path, c, &p->resize, h, wd, px, &denom, err);
         if (rc && p->opts->skip_bad && nl_import_skippable(rc)) {
             note_skipped(p, e->path, err->msg);
             e->label = -1;
@@ -426,34 +428,42 @@ static int store_all(struct pngdir *p, struct nl_writer *w, int c, int h, int wd
         }
         if (rc)
             break;
-        for (size_t q = 0; q < sample; q++)
-            px[q] = to_u8(planes[q]);
         *resized += (int)e->w != wd || (int)e->h != h;
+        *scaled += denom > 1;
         *converted += (e->color ? 3 : 1) != c;
         rc = nl_writer_add(w, e->split, e->label, px, err);
         if (rc == 0 && p->opts->progress &&
             p->opts->progress(p->opts->progress_ud, (uint64_t)i + 1, (uint64_t)p->n))
             rc = nl_error_set(err, NL_ECANCELED, "stopped");
     }
-    nl_free(planes);
     nl_free(px);
     return rc;
 }
 
-int nl_import_png_dir(struct nl_store *s, const char *name, const char *dir,
-                      const struct nl_import_opts *opts, struct nl_error *err)
+static const char *const norm_names[] = {"per-channel mean/std of train",
+                                         "imagenet: mean 0.485 0.456 0.406, std 0.229 0.224 0.225",
+                                         "none: pixel / 255"};
+
+int nl_import_image_dir(struct nl_store *s, const char *name, const char *dir,
+                        const struct nl_import_opts *opts, struct nl_error *err)
 {
-    struct pngdir p = {.dir = dir, .opts = opts};
+    struct pngdir p = {
+        .dir = dir,
+        .opts = opts,
+        .resize = {opts->width, opts->height, opts->shorter, opts->crop_w, opts->crop_h}};
+    char resize_text[96];
     struct nl_writer *w = NULL;
     struct nl_text pre = {0};
     char source[PATH_MAX + 8];
-    uint32_t resized = 0, converted = 0;
+    uint32_t resized = 0, converted = 0, scaled = 0;
     int c = 0, h = 0, wd = 0, rc;
 
     rc = nl_store_check_name("dataset", name, err);
     if (rc == 0 && opts->channels != 0 && opts->channels != 1 && opts->channels != 3)
-        rc = nl_error_set(err, NL_EINVAL, "%d channels: PNG import makes 1 (gray) or 3 (RGB)",
+        rc = nl_error_set(err, NL_EINVAL, "%d channels: image import makes 1 (gray) or 3 (RGB)",
                           opts->channels);
+    if (rc == 0 && (unsigned)opts->normalize > NL_NORM_NONE)
+        rc = nl_error_set(err, NL_EINVAL, "unknown normalisation %d", (int)opts->normalize);
     if (rc == 0)
         rc = scan(&p, err);
     if (rc == 0)
@@ -463,32 +473,45 @@ int nl_import_png_dir(struct nl_store *s, const char *name, const char *dir,
                           "%s: samples of %d x %d x %d values are too large to store; choose a "
                           "smaller size with --resize WxH",
                           dir, c, h, wd);
+    if (rc == 0 && opts->normalize == NL_NORM_IMAGENET && c != 3)
+        rc = nl_error_set(err, NL_EINVAL,
+                          "%s: --normalize imagenet needs RGB samples; these have %d channel "
+                          "(add --rgb)",
+                          dir, c);
     if (rc == 0)
         rc = carve(&p, err);
     if (rc == 0) {
         const char *paths[1] = {dir};
         nl_import_describe_source(paths, 1, source, sizeof source);
+        const char *kind = !p.nformat[NL_IMAGE_JPEG]  ? "png"
+                           : !p.nformat[NL_IMAGE_PNG] ? "jpeg"
+                                                      : "image";
         struct nl_writer_spec spec = {
-            .name = name, .kind = "png", .source = source, .shape = {c, h, wd}, .dtype = NL_U8};
+            .name = name, .kind = kind, .source = source, .shape = {c, h, wd}, .dtype = NL_U8};
         rc = nl_writer_begin(&w, s, &spec, err);
     }
     if (rc == 0)
-        rc = store_all(&p, w, c, h, wd, &resized, &converted, err);
+        rc = store_all(&p, w, c, h, wd, &resized, &converted, &scaled, err);
     if (rc == 0 &&
         nl_writer_count(w, NL_TRAIN) + nl_writer_count(w, NL_VAL) + nl_writer_count(w, NL_TEST) ==
             0)
-        rc = nl_error_set(err, NL_EFORMAT, "%s: no PNG file could be imported", dir);
+        rc = nl_error_set(err, NL_EFORMAT, "%s: no image file could be imported", dir);
     if (rc == 0) {
+        nl_resize_format(&p.resize, resize_text, sizeof resize_text);
         nl_text_printf(&pre,
-                       "{\"reader\":\"png\",\"layout\":\"%s\",\"channels\":%d,\"size\":[%d,%d],"
-                       "\"resize\":\"bilinear\",\"resized\":%u,\"converted\":%u,"
-                       "\"alpha\":\"over black\",\"val_fraction\":%g,\"test_fraction\":%g,"
-                       "\"seed\":%llu,\"normalise\":\"per-channel mean/std of train\","
+                       "{\"reader\":\"image\",\"png\":%u,\"jpeg\":%u,\"layout\":\"%s\","
+                       "\"channels\":%d,\"size\":[%d,%d],\"resize\":\"%s\","
+                       "\"filter\":\"bilinear (Pillow's)\",\"resized\":%u,\"dct_scaled\":%u,"
+                       "\"converted\":%u,\"alpha\":\"over black\",\"exif_orientation\":"
+                       "\"applied\",\"val_fraction\":%g,\"test_fraction\":%g,"
+                       "\"seed\":%llu,\"normalise\":\"%s\","
                        "\"skipped\":%u,\"skipped_files\":[%s]}",
-                       p.split_layout ? "train/val/test" : "classes", c, wd, h, resized, converted,
+                       p.nformat[NL_IMAGE_PNG], p.nformat[NL_IMAGE_JPEG],
+                       p.split_layout ? "train/val/test" : "classes", c, wd, h, resize_text,
+                       resized, scaled, converted,
                        p.has_split[NL_VAL] ? 0.0 : (double)opts->val_fraction,
                        p.has_split[NL_TEST] ? 0.0 : (double)opts->test_fraction,
-                       (unsigned long long)opts->seed, p.skipped,
+                       (unsigned long long)opts->seed, norm_names[opts->normalize], p.skipped,
                        p.skipped_json.s ? p.skipped_json.s : "");
         rc = nl_writer_commit(w, (int)p.classes.n, (const char *const *)p.classes.v,
                               pre.failed ? NULL : pre.s, opts, err);

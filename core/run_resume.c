@@ -4,7 +4,8 @@
  * The settings are one flat JSON object (but for "input", "frozen" and "augment"):
  *   epochs, batch, optim ("sgd", ...), schedule (nl_schedule_format's text), warmup (epochs),
  *   lr, momentum, nesterov, weight_decay, threads (0: all cores), seed, input [c, h, w],
- *   classes, clip_value, clip_norm, frozen [layer names], augment {flip, crop},
+ *   classes, clip_value, clip_norm, frozen [layer names], augment {flip, crop, resized_crop,
+ *   brightness, contrast, saturation (the last four only when on)},
  *   early_stop_acc, patience, on_nan ("stop" | "skip-batch"), checkpoint_every (steps; 0: per
  *   epoch), cluster (trained on hosts), skipped_batches (over the run so far).
  * Floats are written with 9 significant digits, which give the same float back; a reader takes
@@ -31,12 +32,13 @@
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
+#include "nnlab/text.h"
 
 char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_model *m,
                              struct nl_shape shape, int nclasses, int cluster, long skipped)
 {
     const size_t frozen_cap = (size_t)m->nlayers * (NL_NAME_MAX + 3) + 3;
-    char *frozen = nl_malloc(frozen_cap), *settings = nl_malloc(frozen_cap + 1536);
+    char *frozen = nl_malloc(frozen_cap), *settings = nl_malloc(frozen_cap + 1792);
     char schedule[160];
 
     if (!frozen || !settings) {
@@ -52,11 +54,26 @@ char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_mode
                                      flen > 1 ? "," : "", m->layers[i].name);
     snprintf(frozen + flen, frozen_cap - flen, "]");
     nl_schedule_format(&o->schedule, schedule, sizeof schedule);
-    snprintf(settings, frozen_cap + 1536,
+    /* The photo augmentations, only when on: "resized_crop":"SMIN-SMAX:RMIN-RMAX" and the
+     * jitter strengths, floats written exactly. */
+    char photo[256];
+    size_t plen = 0;
+    photo[0] = '\0';
+    if (o->augment.scale_max > 0)
+        plen += (size_t)snprintf(photo, sizeof photo, ",\"resized_crop\":\"%.9g-%.9g:%.9g-%.9g\"",
+                                 (double)o->augment.scale_min, (double)o->augment.scale_max,
+                                 (double)o->augment.ratio_min, (double)o->augment.ratio_max);
+    const float jit[3] = {o->augment.brightness, o->augment.contrast, o->augment.saturation};
+    static const char *const jit_names[3] = {"brightness", "contrast", "saturation"};
+    for (int k = 0; k < 3 && plen < sizeof photo; k++)
+        if (jit[k] > 0)
+            plen += (size_t)snprintf(photo + plen, sizeof photo - plen, ",\"%s\":%.9g",
+                                     jit_names[k], (double)jit[k]);
+    snprintf(settings, frozen_cap + 1792,
              "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"warmup\":%.9g,"
              "\"lr\":%.9g,\"momentum\":%.9g,\"nesterov\":%s,\"weight_decay\":%.9g,\"threads\":%d,"
              "\"seed\":%llu,\"input\":[%d,%d,%d],\"classes\":%d,\"clip_value\":%.9g,"
-             "\"clip_norm\":%.9g,\"frozen\":%s,\"augment\":{\"flip\":%s,\"crop\":%d},"
+             "\"clip_norm\":%.9g,\"frozen\":%s,\"augment\":{\"flip\":%s,\"crop\":%d%s},"
              "\"early_stop_acc\":%.17g,\"patience\":%d,\"on_nan\":\"%s\","
              "\"checkpoint_every\":%ld,\"cluster\":%s,\"skipped_batches\":%ld}",
              o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), schedule,
@@ -64,9 +81,9 @@ char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_mode
              o->optim.nesterov ? "true" : "false", (double)o->optim.weight_decay,
              o->threads > 0 ? o->threads : 0, (unsigned long long)o->seed, shape.c, shape.h,
              shape.w, nclasses, (double)o->clip_value, (double)o->clip_norm, frozen,
-             o->augment.flip ? "true" : "false", o->augment.crop, o->target_accuracy, o->patience,
-             o->on_nan == NL_ON_NAN_SKIP_BATCH ? "skip-batch" : "stop", o->checkpoint_every,
-             cluster ? "true" : "false", skipped);
+             o->augment.flip ? "true" : "false", o->augment.crop, photo, o->target_accuracy,
+             o->patience, o->on_nan == NL_ON_NAN_SKIP_BATCH ? "skip-batch" : "stop",
+             o->checkpoint_every, cluster ? "true" : "false", skipped);
     nl_free(frozen);
     return settings;
 }
@@ -123,6 +140,21 @@ static int settings_opts(const struct nl_json *root, const char *run, struct nl_
             : NL_ON_NAN_STOP;
     o->augment.flip = json_flag(augment, "flip");
     o->augment.crop = (int)json_number(augment, "crop", 0);
+    const struct nl_json *rrc = nl_json_get(augment, "resized_crop");
+    if (rrc && rrc->type == NL_JSON_STRING) {
+        char text[160];
+        struct nl_augment a;
+        snprintf(text, sizeof text, "resized-crop:%s", rrc->string);
+        if (nl_augment_parse(&a, text, err) < 0)
+            return nl_error_set(err, NL_EFORMAT, "run '%s': its settings: %s", run, err->msg);
+        o->augment.scale_min = a.scale_min;
+        o->augment.scale_max = a.scale_max;
+        o->augment.ratio_min = a.ratio_min;
+        o->augment.ratio_max = a.ratio_max;
+    }
+    o->augment.brightness = (float)json_number(augment, "brightness", 0);
+    o->augment.contrast = (float)json_number(augment, "contrast", 0);
+    o->augment.saturation = (float)json_number(augment, "saturation", 0);
     *skipped = (long)json_number(root, "skipped_batches", 0);
     *cluster = json_flag(root, "cluster");
     return nl_optim_validate(&o->optim, err);
@@ -179,23 +211,14 @@ static void sb_str(struct sbuf *b, const char *t)
     sb_add(b, t, strlen(t));
 }
 
+static void sb_put(void *ud, const char *p, size_t n)
+{
+    sb_add(ud, p, n);
+}
+
 static void sb_json_string(struct sbuf *b, const char *t)
 {
-    sb_add(b, "\"", 1);
-    for (const unsigned char *c = (const unsigned char *)t; *c; c++) {
-        char esc[8];
-        if (*c == '"' || *c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)*c;
-            sb_add(b, esc, 2);
-        } else if (*c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", *c);
-            sb_str(b, esc);
-        } else {
-            sb_add(b, (const char *)c, 1);
-        }
-    }
-    sb_add(b, "\"", 1);
+    nl_json_write(sb_put, b, t);
 }
 
 /* A parsed value written back as JSON. */

@@ -24,6 +24,7 @@
 
 #include "json.h"
 #include "nnlab/alloc.h"
+#include "nnlab/text.h"
 
 #define MAX_HEADER (64u << 20)
 
@@ -60,21 +61,14 @@ static void put(struct text *t, const char *fmt, ...)
     }
 }
 
+static void put_piece(void *ud, const char *p, size_t n)
+{
+    put(ud, "%.*s", (int)n, p);
+}
+
 static void put_json_string(struct text *t, const char *s)
 {
-    put(t, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            put(t, "\\%c", c);
-        else if (c == '\n')
-            put(t, "\\n");
-        else if (c < 0x20)
-            put(t, "\\u%04x", c);
-        else
-            put(t, "%c", c);
-    }
-    put(t, "\"");
+    nl_json_write(put_piece, t, s);
 }
 
 static void tensor_name(char *buf, size_t size, const struct nl_layer *l, const struct nl_param *p)

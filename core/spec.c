@@ -5,7 +5,13 @@
  * -------
  *     spec    := { line '\n' }            lines end in LF or CRLF; a UTF-8 BOM is skipped
  *     line    := [ NAME ':' ] KIND { POSITIONAL } { KEY '=' VALUE }
- *     NAME    := [A-Za-z_][A-Za-z0-9_-]*  at most NL_NAME_MAX - 1 characters, unique
+ *     NAME    := WORD { '.' SEGMENT }     at most NL_NAME_MAX - 1 characters, unique
+ *     WORD    := [A-Za-z_][A-Za-z0-9_-]*
+ *     SEGMENT := [A-Za-z0-9_-]+
+ *
+ * A dotted name is a PyTorch module path (layer1.0.conv1, features.3.conv.1.0): tensors are
+ * saved and loaded as NAME.weight, NAME.running_var, ..., so a state_dict of torchvision's
+ * models matches a spec that names its layers as the modules are named, with no renaming.
  *
  * '#' starts a comment anywhere on a line; blank lines are ignored; whitespace is spaces and
  * tabs. Positional arguments come before key=value options; no spaces around '='.
@@ -21,7 +27,7 @@
  *     conv ... groups=G       G > 1 makes a grouped convolution (kind gconv; G = C: depthwise);
  *                             gconv FILTERS KxK takes conv's keys and groups=
  *     add, concat             2 to 4 inputs, named with in=a,b (concat: along the channels)
- *     relu, tanh, sigmoid, flatten, gelu, softmax, globalavgpool, and any other kind of
+ *     relu, relu6, tanh, sigmoid, flatten, gelu, softmax, globalavgpool, and any other kind of
  *     core/layer.c: no arguments; key: in=
  *
  * Numbers are decimal digits, at most NUM_MAX. Strides are >= 1; pads >= 0; 0 in a layer's
@@ -245,6 +251,22 @@ static int is_name_char(char c)
     return is_name_start(c) || (c >= '0' && c <= '9') || c == '-';
 }
 
+/* Whether name follows NAME of the grammar: a word, then '.'-separated non-empty segments. */
+static int valid_name(const char *name)
+{
+    if (!is_name_start(name[0]))
+        return 0;
+    for (size_t i = 1; name[i]; i++) {
+        if (name[i] == '.') {
+            if (!is_name_char(name[i + 1]))
+                return 0; /* an empty segment: "a..b" or a trailing '.' */
+        } else if (!is_name_char(name[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Checks a NAME a person gave a layer and records it in layers[index]. */
 static int set_name(struct parser *ps, int index, const char *name)
 {
@@ -254,12 +276,11 @@ static int set_name(struct parser *ps, int index, const char *name)
 
     if (len == 0)
         return fail(ps, NL_EINVAL, "missing name before ':', " EXAMPLE_LINE);
-    for (size_t i = 0; i < len; i++)
-        if (!(i == 0 ? is_name_start(name[i]) : is_name_char(name[i])))
-            return fail(ps, NL_EINVAL,
-                        "invalid name '%s': a name starts with a letter or '_' and holds only "
-                        "letters, digits, '_' and '-'",
-                        quote(q, name));
+    if (!valid_name(name))
+        return fail(ps, NL_EINVAL,
+                    "invalid name '%s': a name starts with a letter or '_' and holds only "
+                    "letters, digits, '_', '-' and '.' between parts (layer1.0.conv1)",
+                    quote(q, name));
     if (len >= NL_NAME_MAX)
         return fail(ps, NL_EINVAL, "name '%s' is longer than %d characters", quote(q, name),
                     NL_NAME_MAX - 1);

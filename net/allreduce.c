@@ -23,7 +23,9 @@
  * compression the trainable part as bf16 followed by the statistics as fp32, so a slice [lo, hi)
  * takes the uint16 positions [pos(lo), pos(hi)) of a staging array where pos(i) = i below
  * ntrainable and ntrainable + 2 (i - ntrainable) above. Received frames must have the expected type
- * and length (checked from the header, before any payload byte is read) and a matching checksum.
+ * and length (checked from the header, before any payload byte is read) and a matching checksum,
+ * or on a sealed connection (net/wire.c) an authentic header and payload: a sealed payload is
+ * encrypted into a per-peer buffer when its frame starts, and decrypted in place on arrival.
  *
  * Synchronous steps run the loop in the caller with the whole gradient final. Overlapped steps
  * run it on the allreduce's communication thread, started at nl_allreduce_new: begin hands it the
@@ -46,12 +48,14 @@
 enum { F_GRAD, F_NORM, F_PARAM };
 
 struct xfer {
-    /* Out: header and payload to send; in: header, then payload into in (chosen by the header's
-     * type). */
-    unsigned char out_h[NL_WIRE_HEADER];
+    /* Out: header, payload and tag to send; in: header, then payload into in (chosen by the
+     * header's type), then tag. A frame is hb + len + tb bytes (the tag only when sealed). */
+    size_t hb, tb;
+    unsigned char out_h[NL_WIRE_HEAD_MAX], out_tag[NL_WIRE_TAG];
     const unsigned char *out;
     size_t out_len, out_done; /* out_done counts the header too */
-    unsigned char in_h[NL_WIRE_HEADER];
+    unsigned char *ct; /* sealed: the outgoing payload's ciphertext (the longest frame to k) */
+    unsigned char in_h[NL_WIRE_HEAD_MAX], in_tag[NL_WIRE_TAG];
     unsigned char *in;
     size_t in_len, in_done;
     uint32_t in_type, in_crc;
@@ -192,6 +196,8 @@ void nl_allreduce_free(struct nl_allreduce *a)
     nl_free(a->stagef_in);
     nl_free(a->stage_own);
     nl_free(a->norms);
+    for (int k = 0; a->x && k < a->mesh->size; k++)
+        nl_free(a->x[k].ct);
     nl_free(a->x);
     nl_free(a->pfd);
     nl_free(a->pidx);
@@ -262,6 +268,18 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
         if (!a->stagef_in)
             goto oom;
     }
+    for (int k = 0; k < size; k++) {
+        struct nl_conn *c = &mesh->peers[k];
+        size_t cap = wire_bytes(a, a->lo[k], a->hi[k]);
+        if (cap < a->own_bytes)
+            cap = a->own_bytes;
+        if (cap < sizeof(double))
+            cap = sizeof(double);
+        a->x[k].hb = nl_wire_head_bytes(c);
+        a->x[k].tb = nl_wire_tail_bytes(c);
+        if (k != rank && c->seal && !(a->x[k].ct = nl_malloc(cap)))
+            goto oom;
+    }
     for (int k = 0; k < nstate; k++)
         a->state[k] = a->state_block + (size_t)k * a->own_t;
     memcpy(a->master, params + a->lo[rank], a->own_t * sizeof(float));
@@ -291,13 +309,25 @@ oom:
     return nl_error_set(err, NL_ENOMEM, "out of memory for the allreduce of %zu parameters", n);
 }
 
-static void out_set(struct xfer *x, uint32_t type, const void *out, size_t len)
+/* Starts a frame to peer k: its header, and on a sealed connection its payload sealed. */
+static int out_set(struct nl_allreduce *a, int k, uint32_t type, const void *out, size_t len,
+                   struct nl_error *err)
 {
-    nl_wire_header(x->out_h, type, out, (uint32_t)len);
+    struct nl_conn *c = &a->mesh->peers[k];
+    struct xfer *x = &a->x[k];
+    int rc = nl_wire_seal_head(c, x->out_h, type, out, (uint32_t)len, err);
+
+    if (rc == 0 && c->seal) {
+        rc = nl_wire_seal_payload(c, x->ct, out, (uint32_t)len, x->out_tag, err);
+        out = x->ct;
+    }
+    if (rc < 0)
+        return rc;
     x->out = out;
     x->out_len = len;
     x->out_done = 0;
     x->out_active = 1;
+    return 0;
 }
 
 /* The frames of a step between two members, as a mask of F_ kinds. */
@@ -348,15 +378,19 @@ static int in_route(struct nl_allreduce *a, int k, uint32_t type, uint32_t len,
 /* Moves bytes on one socket without blocking: 0 (progress or none), or NL_ENET. */
 static int pump_out(int fd, struct xfer *x, struct nl_conn *c)
 {
-    while (x->out_done < NL_WIRE_HEADER + x->out_len) {
+    const size_t hb = x->hb, body = hb + x->out_len;
+    while (x->out_done < body + x->tb) {
         const unsigned char *p;
         size_t left;
-        if (x->out_done < NL_WIRE_HEADER) {
+        if (x->out_done < hb) {
             p = x->out_h + x->out_done;
-            left = NL_WIRE_HEADER - x->out_done;
+            left = hb - x->out_done;
+        } else if (x->out_done < body) {
+            p = x->out + (x->out_done - hb);
+            left = body - x->out_done;
         } else {
-            p = x->out + (x->out_done - NL_WIRE_HEADER);
-            left = x->out_len - (x->out_done - NL_WIRE_HEADER);
+            p = x->out_tag + (x->out_done - body);
+            left = body + x->tb - x->out_done;
         }
         ssize_t w = send(fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) {
@@ -381,24 +415,31 @@ static int pump_in(struct nl_allreduce *a, int k, struct nl_error *err)
     struct xfer *x = &a->x[k];
     const int fd = c->fd;
 
-    while (x->in_done < NL_WIRE_HEADER + x->in_len) {
+    const size_t hb = x->hb;
+    while (x->in_done < hb + x->in_len + x->tb) {
+        const size_t body = hb + x->in_len;
         unsigned char *p;
         size_t left;
-        if (x->in_done < NL_WIRE_HEADER) {
+        if (x->in_done < hb) {
             p = x->in_h + x->in_done;
-            left = NL_WIRE_HEADER - x->in_done;
+            left = hb - x->in_done;
+        } else if (x->in_done < body) {
+            p = x->in + (x->in_done - hb);
+            left = body - x->in_done;
         } else {
-            p = x->in + (x->in_done - NL_WIRE_HEADER);
-            left = x->in_len - (x->in_done - NL_WIRE_HEADER);
+            p = x->in_tag + (x->in_done - body);
+            left = body + x->tb - x->in_done;
         }
         ssize_t r = recv(fd, p, left, MSG_DONTWAIT);
         if (r > 0) {
             x->in_done += (size_t)r;
             c->bytes_received += (uint64_t)r;
-            if (x->in_done == NL_WIRE_HEADER) {
+            if (x->in_done == hb) {
                 uint32_t type, len;
-                nl_wire_parse_header(x->in_h, &type, &len, &x->in_crc, NL_WIRE_MAX_PAYLOAD);
-                int rc = in_route(a, k, type, len, err);
+                int rc = nl_wire_open_head(c, x->in_h, &type, &len, &x->in_crc, NL_WIRE_MAX_PAYLOAD,
+                                           err);
+                if (rc == 0)
+                    rc = in_route(a, k, type, len, err);
                 if (rc < 0)
                     return rc;
             }
@@ -413,9 +454,10 @@ static int pump_in(struct nl_allreduce *a, int k, struct nl_error *err)
             return 0;
         return nl_error_set(err, NL_ENET, "%s: receiving: %s", c->peer, strerror(errno));
     }
-    if (!nl_wire_check(x->in_crc, x->in_type, x->in, (uint32_t)x->in_len))
-        return nl_error_set(err, NL_EFORMAT, "%s: a frame of type %u fails its checksum", c->peer,
-                            x->in_type);
+    int rc =
+        nl_wire_open_payload(c, x->in_type, x->in, (uint32_t)x->in_len, x->in_crc, x->in_tag, err);
+    if (rc < 0)
+        return rc;
     x->in_active = 0;
     return 1;
 }
@@ -550,14 +592,14 @@ static int all_final(const struct nl_allreduce *a, struct front f)
     return f.t == 0 && f.s <= a->nt;
 }
 
-static void next_out(struct nl_allreduce *a, int k, struct front f)
+static int next_out(struct nl_allreduce *a, int k, struct front f, struct nl_error *err)
 {
     struct xfer *x = &a->x[k];
     const size_t klo = a->lo[k], khi = a->hi[k];
     const unsigned pending = all_frames(a) & ~x->out_mask;
 
     if (x->out_active)
-        return;
+        return 0;
     if ((pending & 1u << F_GRAD) && slice_final(a, k, f)) {
         x->out_mask |= 1u << F_GRAD;
         if (a->bf16) {
@@ -566,18 +608,21 @@ static void next_out(struct nl_allreduce *a, int k, struct front f)
                 a->stage_out[i] = nl_bf16_from_float(a->grad[i]);
             memcpy(a->stage_out + pos(a, klo + t), a->grad + klo + t,
                    (khi - klo - t) * sizeof(float));
-            out_set(x, NL_FRAME_GRAD, a->stage_out + pos(a, klo), wire_bytes(a, klo, khi));
-        } else {
-            out_set(x, NL_FRAME_GRAD, a->grad + klo, wire_bytes(a, klo, khi));
+            return out_set(a, k, NL_FRAME_GRAD, a->stage_out + pos(a, klo), wire_bytes(a, klo, khi),
+                           err);
         }
-    } else if ((pending & 1u << F_NORM) && a->reduced) {
+        return out_set(a, k, NL_FRAME_GRAD, a->grad + klo, wire_bytes(a, klo, khi), err);
+    }
+    if ((pending & 1u << F_NORM) && a->reduced) {
         x->out_mask |= 1u << F_NORM;
-        out_set(x, NL_FRAME_NORM, &a->norms[a->mesh->rank], sizeof(double));
-    } else if ((pending & 1u << F_PARAM) && a->updated) {
+        return out_set(a, k, NL_FRAME_NORM, &a->norms[a->mesh->rank], sizeof(double), err);
+    }
+    if ((pending & 1u << F_PARAM) && a->updated) {
         x->out_mask |= 1u << F_PARAM;
         const void *mine = a->bf16 ? (const void *)a->stage_own : (const void *)a->master;
-        out_set(x, NL_FRAME_PARAM, mine, a->own_bytes);
+        return out_set(a, k, NL_FRAME_PARAM, mine, a->own_bytes, err);
     }
+    return 0;
 }
 
 /* Awaits the next frame from peer k, whichever it is. */
@@ -676,7 +721,9 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
             if (k == rank)
                 continue;
             struct xfer *x = &a->x[k];
-            next_out(a, k, f);
+            const int orc = next_out(a, k, f, err);
+            if (orc < 0)
+                return orc;
             next_in(a, k);
             done &= !x->out_active && x->out_mask == all_frames(a) && !x->in_active &&
                     x->in_mask == all_frames(a);

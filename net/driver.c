@@ -54,8 +54,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "net/crypto.h"
 #include "net/proto.h"
-#include "net/sha256.h"
 #include "net/ssh.h"
 #include "nnlab/alloc.h"
 #include "nnlab/allreduce.h"
@@ -558,10 +558,7 @@ static int partition_payload(const struct nl_dataset *d, const struct nl_train_o
         q[3] = (unsigned char)(y >> 24);
     }
     nl_partition_free(part);
-    unsigned char dg[NL_SHA256_SIZE];
-    nl_sha256(dg, *out, *len);
-    for (int i = 0; i < NL_SHA256_SIZE; i++)
-        sprintf(hash + 2 * i, "%02x", dg[i]);
+    nl_sha256_hex(hash, *out, *len);
     return 0;
 }
 
@@ -757,16 +754,6 @@ static void end_worker(struct run *run, struct peer *p)
 
 #define HOLD 2 /* handle_frame(): the frame waits until the checkpoint in progress is written */
 
-static int slice_header(const unsigned char *b, uint64_t h[5])
-{
-    for (int k = 0; k < 5; k++) {
-        h[k] = 0;
-        for (int j = 0; j < 8; j++)
-            h[k] |= (uint64_t)b[8 * k + j] << (8 * j);
-    }
-    return 0;
-}
-
 /* Within an epoch the checkpoint is written once its pieces are in; at an epoch's end, by
  * end_epoch with the epoch's metrics. */
 static int mid_checkpoint(struct run *run, struct nl_error *err)
@@ -826,13 +813,13 @@ static int checkpoint_piece(struct run *run, int i, uint32_t type, const unsigne
         c->params = 1;
         return mid_checkpoint(run, err);
     }
-    uint64_t h[5];
+    struct nl_state_head h;
     if (len < NL_STATE_HEADER)
         return nl_error_set(err, NL_EFORMAT, "%s: a malformed optimizer state", p->r.host);
-    slice_header(pl, h);
-    const size_t lo = (size_t)h[0], hi = (size_t)h[1], own = hi - lo;
-    if (lo > hi || hi > nt || h[2] != 1 || (long)h[3] != step ||
-        len != NL_STATE_HEADER + own * (size_t)(1 + run->nstate) * sizeof(float))
+    nl_state_head_decode(&h, pl);
+    const size_t lo = (size_t)h.lo, hi = (size_t)h.hi, own = hi - lo;
+    if (lo > hi || hi > nt || h.copies != 1 || (long)h.step != step ||
+        len != nl_state_size(own, run->nstate, 1))
         return nl_error_set(err, NL_EFORMAT, "%s: a malformed optimizer state for step %ld",
                             p->r.host, step);
     const float *f = (const float *)(const void *)(pl + NL_STATE_HEADER);
@@ -1174,6 +1161,7 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         .size = n,
         .o = *run->o,
         .bf16 = run->co->bf16,
+        .plaintext = run->co->insecure_plaintext,
         .timeout_ms = run->timeout,
         .generation = run->generation,
         .start = start,
@@ -1229,14 +1217,11 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         size_t lo, hi;
         nl_allreduce_state_bounds(m->nreduce, m->ntrainable, n, i, &lo, &hi);
         const size_t own = hi - lo;
-        const size_t bytes = NL_STATE_HEADER + own * (size_t)(1 + run->nstate) * sizeof(float);
+        const size_t bytes = nl_state_size(own, run->nstate, 1);
         unsigned char *b = nl_malloc(bytes);
         if (!b)
             return nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
-        const uint64_t head[5] = {lo, hi, 1, (uint64_t)start, 0};
-        for (int k = 0; k < 5; k++)
-            for (int j = 0; j < 8; j++)
-                b[8 * k + j] = (unsigned char)(head[k] >> (8 * j));
+        nl_state_head_encode(b, &(struct nl_state_head){lo, hi, 1, (uint64_t)start, 0});
         float *f = (float *)(void *)(b + NL_STATE_HEADER);
         memcpy(f, run->master + lo, own * sizeof(float));
         for (int k = 0; k < run->nstate; k++)
@@ -1398,21 +1383,19 @@ static int recover(struct run *run, struct nl_error *err)
             return nl_error_set(err, NL_EIO, "%s: no report of its state after step %ld", p->r.host,
                                 R);
         const unsigned char *b = p->fault_state;
-        uint64_t h[5] = {0};
-        for (int k = 0; k < 5; k++)
-            for (int j = 0; j < 8; j++)
-                h[k] |= (uint64_t)b[8 * k + j] << (8 * j);
-        const size_t lo = (size_t)h[0], hi = (size_t)h[1];
+        struct nl_state_head h;
+        nl_state_head_decode(&h, b);
+        const size_t lo = (size_t)h.lo, hi = (size_t)h.hi;
         const size_t own = hi - lo, copy = own * (size_t)(1 + run->nstate);
-        if (lo > hi || hi > nt || h[2] != 2 ||
-            p->fault_state_len != NL_STATE_HEADER + 2 * copy * sizeof(float))
+        if (lo > hi || hi > nt || h.copies != 2 ||
+            p->fault_state_len != nl_state_size(own, run->nstate, 2))
             return nl_error_set(err, NL_EFORMAT, "%s: its optimizer state is malformed", p->r.host);
-        const int which = (long)h[3] == R ? 0 : (long)h[4] == R ? 1 : -1;
+        const int which = (long)h.step == R ? 0 : (long)h.step2 == R ? 1 : -1;
         if (which < 0)
             return nl_error_set(err, NL_EIO,
                                 "%s: its optimizer state is after step %ld or %ld, not %ld; the "
                                 "run cannot go on",
-                                p->r.host, (long)h[3], (long)h[4], R);
+                                p->r.host, (long)h.step, (long)h.step2, R);
         const float *f = (const float *)(const void *)(b + NL_STATE_HEADER) + (size_t)which * copy;
         memcpy(run->master + lo, f, own * sizeof(float));
         for (int k = 0; k < run->nstate; k++)
@@ -1601,8 +1584,7 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     run.slot_metrics = nl_calloc((size_t)WINDOW * (size_t)n, sizeof *run.slot_metrics);
     /* The largest frame a worker sends: its parameters, or two copies of its slice's state. */
     const size_t pbytes = m->nparams * sizeof(float);
-    const size_t sbytes =
-        NL_STATE_HEADER + 2 * (nt + 16) * (size_t)(1 + run.nstate) * sizeof(float);
+    const size_t sbytes = nl_state_size(nt + 16, run.nstate, 2);
     run.max_frame = (uint32_t)((pbytes > sbytes ? pbytes : sbytes) + 4096);
     /* The frozen layers' names: the members freeze the same ones, so that the initial weights
      * sent in INIT have their layout and only the trainable range is exchanged. */

@@ -336,8 +336,8 @@ static void peer_name(char *out, size_t n, const struct nl_member *m)
 /* Connects to member k and runs the handshake as client, dialling again while k closes the
  * connection before the handshake ends, until the deadline. */
 static int join(struct nl_conn *c, int rank, int k, const struct nl_member *members,
-                const void *secret, size_t secret_len, int timeout_ms, double deadline,
-                int cancel_fd, struct nl_error *err)
+                const void *secret, size_t secret_len, unsigned wire_opts, int timeout_ms,
+                double deadline, int cancel_fd, struct nl_error *err)
 {
     char name[160];
     int rc;
@@ -351,7 +351,7 @@ static int join(struct nl_conn *c, int rank, int k, const struct nl_member *memb
             return rc;
         const int left = wait_ms(deadline);
         nl_conn_init(c, fd, name, left > 0 ? left : 1);
-        rc = nl_wire_handshake(c, NL_WIRE_CLIENT, secret, secret_len, rank, &id, err);
+        rc = nl_wire_handshake(c, NL_WIRE_CLIENT, secret, secret_len, wire_opts, rank, &id, err);
         c->timeout_ms = timeout_ms;
         if (rc == 0 && id != k)
             rc = nl_error_set(err, NL_EAUTH, "%s: answered as member %d, not %d", name, id, k);
@@ -375,7 +375,7 @@ struct pending {
 /* Takes every connection queued on listen_fd into pend (*np of MAX_PENDING), each with its
  * HELLO sent; the oldest pending one makes room when all are taken. */
 static void accept_all(int listen_fd, struct pending *pend, int *np, int rank, const void *secret,
-                       size_t secret_len, int hs_ms)
+                       size_t secret_len, unsigned wire_opts, int hs_ms)
 {
     for (;;) {
         struct sockaddr_storage from;
@@ -406,8 +406,8 @@ static void accept_all(int listen_fd, struct pending *pend, int *np, int rank, c
         struct nl_error herr = {0};
         nl_conn_init(&p->c, fd, name, hs_ms);
         p->deadline = now_ms() + hs_ms;
-        if (nl_wire_handshake_start(&p->hs, &p->c, NL_WIRE_SERVER, secret, secret_len, rank,
-                                    &herr) < 0) {
+        if (nl_wire_handshake_start(&p->hs, &p->c, NL_WIRE_SERVER, secret, secret_len, wire_opts,
+                                    rank, &herr) < 0) {
             nl_conn_close(&p->c);
             continue;
         }
@@ -419,13 +419,13 @@ int nl_mesh_connect(struct nl_mesh **out, int rank, int size, int listen_fd,
                     const struct nl_member *members, const void *secret, size_t secret_len,
                     int timeout_ms, struct nl_error *err)
 {
-    return nl_mesh_connect_cancel(out, rank, size, listen_fd, members, secret, secret_len,
+    return nl_mesh_connect_cancel(out, rank, size, listen_fd, members, secret, secret_len, 0,
                                   timeout_ms, -1, err);
 }
 
 int nl_mesh_connect_cancel(struct nl_mesh **out, int rank, int size, int listen_fd,
                            const struct nl_member *members, const void *secret, size_t secret_len,
-                           int timeout_ms, int cancel_fd, struct nl_error *err)
+                           unsigned wire_opts, int timeout_ms, int cancel_fd, struct nl_error *err)
 {
     struct nl_mesh *m;
     struct pending *pend = NULL;
@@ -462,8 +462,8 @@ int nl_mesh_connect_cancel(struct nl_mesh **out, int rank, int size, int listen_
         m->peers[i].fd = -1;
 
     for (int k = 0; k < rank; k++) {
-        rc = join(&m->peers[k], rank, k, members, secret, secret_len, timeout_ms, deadline,
-                  cancel_fd, err);
+        rc = join(&m->peers[k], rank, k, members, secret, secret_len, wire_opts, timeout_ms,
+                  deadline, cancel_fd, err);
         if (rc < 0)
             goto fail;
     }
@@ -522,7 +522,7 @@ int nl_mesh_connect_cancel(struct nl_mesh **out, int rank, int size, int listen_
             pend[i] = pend[--np];
         }
         if (r > 0 && pfd[0].revents)
-            accept_all(listen_fd, pend, &np, rank, secret, secret_len, hs_ms);
+            accept_all(listen_fd, pend, &np, rank, secret, secret_len, wire_opts, hs_ms);
     }
     for (int i = 0; i < np; i++)
         nl_conn_close(&pend[i].c);

@@ -1,5 +1,4 @@
-/* The driver-worker messages. See net/proto.h; the conversation itself is described at the top
- * of net/worker.c. */
+/* The payload codecs of net/proto.h, whose header comment tables every frame. */
 #include "proto.h"
 
 #include <stdio.h>
@@ -26,7 +25,13 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
     fprintf(f, "beta1 %a\nbeta2 %a\neps %a\nalpha %a\nschedule %s\nwarmup %a\nbf16 %d\n",
             (double)op->beta1, (double)op->beta2, (double)op->eps, (double)op->alpha, schedule,
             (double)s->o.schedule.warmup_epochs, s->bf16);
+    fprintf(f, "plaintext %d\n", s->plaintext);
     fprintf(f, "timeout %d\naugment %d %d\n", s->timeout_ms, s->o.augment.flip, s->o.augment.crop);
+    fprintf(f, "augment_scale %a %a\naugment_ratio %a %a\naugment_color %a %a %a\n",
+            (double)s->o.augment.scale_min, (double)s->o.augment.scale_max,
+            (double)s->o.augment.ratio_min, (double)s->o.augment.ratio_max,
+            (double)s->o.augment.brightness, (double)s->o.augment.contrast,
+            (double)s->o.augment.saturation);
     fprintf(f, "clip %a %a\n", (double)s->o.clip_value, (double)s->o.clip_norm);
     fprintf(f, "early_stop %a %d\n", s->o.target_accuracy, s->o.patience);
     for (int e = 0; e < s->nwatched; e++)
@@ -178,11 +183,23 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
         } else if (strcmp(key, "augment") == 0 && got == 3) {
             s->o.augment.flip = atoi(a);
             s->o.augment.crop = atoi(b);
+        } else if (strcmp(key, "augment_scale") == 0 && got == 3) {
+            s->o.augment.scale_min = strtof(a, NULL);
+            s->o.augment.scale_max = strtof(b, NULL);
+        } else if (strcmp(key, "augment_ratio") == 0 && got == 3) {
+            s->o.augment.ratio_min = strtof(a, NULL);
+            s->o.augment.ratio_max = strtof(b, NULL);
+        } else if (strcmp(key, "augment_color") == 0 && got == 4) {
+            s->o.augment.brightness = strtof(a, NULL);
+            s->o.augment.contrast = strtof(b, NULL);
+            s->o.augment.saturation = strtof(c, NULL);
         } else if (strcmp(key, "frozen") == 0) {
             if (append_name(&s->frozen, a) < 0)
                 return nl_error_set(err, NL_ENOMEM, "out of memory for the setup");
         } else if (strcmp(key, "bf16") == 0) {
             s->bf16 = atoi(a);
+        } else if (strcmp(key, "plaintext") == 0) {
+            s->plaintext = atoi(a) != 0;
         } else if (strcmp(key, "timeout") == 0) {
             s->timeout_ms = atoi(a);
         } else if (strcmp(key, "generation") == 0) {
@@ -296,6 +313,29 @@ void nl_judge_decode(const unsigned char in[NL_JUDGE_SIZE], int *epoch, double *
 {
     *epoch = (int)(int32_t)(uint32_t)get64(in);
     *watched = getd(in + 8);
+}
+
+void nl_state_head_encode(unsigned char out[NL_STATE_HEADER], const struct nl_state_head *h)
+{
+    put64(out, h->lo);
+    put64(out + 8, h->hi);
+    put64(out + 16, h->copies);
+    put64(out + 24, h->step);
+    put64(out + 32, h->step2);
+}
+
+void nl_state_head_decode(struct nl_state_head *h, const unsigned char in[NL_STATE_HEADER])
+{
+    h->lo = get64(in);
+    h->hi = get64(in + 8);
+    h->copies = get64(in + 16);
+    h->step = get64(in + 24);
+    h->step2 = get64(in + 32);
+}
+
+size_t nl_state_size(size_t own, int nstate, int copies)
+{
+    return NL_STATE_HEADER + (size_t)copies * own * (size_t)(1 + nstate) * sizeof(float);
 }
 
 size_t nl_setup_sample_bytes(const struct nl_setup *s)

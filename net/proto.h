@@ -1,5 +1,41 @@
-/* What the driver and a worker say to each other over the SSH channel: the SETUP frame's text
- * form, the METRIC frame's layout, and helpers both sides use. Private to net/. */
+/* The frames of nnlab's protocol, and the payload codecs both sides use. Private to net/.
+ * Framing, the handshake and sealing are net/wire.c's; the driver-worker conversation and its
+ * recovery are told at the top of net/worker.c, the exchange at the top of net/allreduce.c.
+ *
+ *   frame      direction             payload                                  when
+ *   HELLO      member <-> member     52 bytes (net/wire.c)                    first on a mesh link
+ *   AUTH       member <-> member     HMAC-SHA256 proof, 32 bytes              after HELLO
+ *   GRAD       member -> owner       the owner's slice of my gradient: fp32,  each step, once
+ *                                    or bf16 then fp32 statistics             the slice is final
+ *   NORM       owner -> member       double LE: sum of squares of my summed   clip-norm steps,
+ *                                    slice                                    after GRADs
+ *   PARAM      owner -> member       my updated slice (as GRAD's layout)      each step, last
+ *   LISTEN     worker -> driver      text "PORT PID ADDR"                     once started
+ *   SETUP      driver -> worker      text "key value" lines (nl_setup_*)      each generation
+ *   HAVE       worker -> driver      1 byte: the partition is cached          after SETUP
+ *   DATA       driver -> worker      samples, then int32 LE labels            after HAVE 0
+ *   INIT       driver -> worker      fp32 parameters after `start` steps      after HAVE/DATA
+ *   STATE      driver -> worker      STATE layout below, copies 1             after INIT, when
+ *                                                                             SETUP's state is 1
+ *              worker -> driver      copies 1: at checkpoint steps;           after METRIC;
+ *                                    copies 2: after a FAULT                  after PARAMS
+ *   METRIC     worker -> driver      nl_metric, 48 bytes                      every step
+ *   WEIGHTS    worker 0 -> driver    fp32 parameters                          every epoch's end
+ *   PARAMS     worker -> driver      fp32 parameters                          rank 0 at a mid-
+ *                                                                             epoch checkpoint;
+ *                                                                             every member after
+ *                                                                             FAULT
+ *   JUDGE      driver -> worker      int64 LE epoch, double LE accuracy       after each epoch
+ *                                    (16 bytes)                               but the last, in
+ *                                                                             judged runs
+ *   DONE       worker -> driver      empty                                    training finished
+ *   HEARTBEAT  both ways             empty                                    every timeout / 4
+ *   ABORT      driver -> worker      empty                                    a member is lost
+ *   FAULT      worker -> driver      text "C L message"                       a step failed
+ *
+ * STATE: five uint64 LE (lo, hi, copies, step, step2: struct nl_state_head), then `copies`
+ * times the slice [lo, hi) of the trainable parameters as (1 + nstate) fp32 arrays; its size is
+ * nl_state_size(). Integers are little-endian everywhere. */
 #ifndef NNLAB_NET_PROTO_H
 #define NNLAB_NET_PROTO_H
 
@@ -12,12 +48,13 @@
 #define NL_PROTO_MAX_NORM       16
 #define NL_PROTO_MAX_SETUP      (16u << 20) /* bytes of a SETUP frame at most */
 #define NL_HEARTBEAT_DEFAULT_MS 10000       /* the heartbeat timeout when none is given */
-#define NL_STATE_HEADER         40          /* bytes before a STATE frame's floats (net/worker.c) */
+#define NL_STATE_HEADER         40          /* bytes before a STATE frame's floats */
 
 struct nl_setup {
     int rank, size;
     struct nl_train_opts o; /* sync unused */
     int bf16;
+    int plaintext; /* the mesh's frames are checksummed, not sealed (--insecure-plaintext) */
     int timeout_ms;
     /* Recovery: the generation (0 for the first membership, +1 at each recovery), the steps
      * completed that the members start from, whether a STATE frame follows INIT, and the
@@ -64,6 +101,18 @@ void nl_metric_decode(struct nl_metric *m, const unsigned char in[NL_METRIC_SIZE
 #define NL_JUDGE_SIZE 16
 void nl_judge_encode(unsigned char out[NL_JUDGE_SIZE], int epoch, double watched);
 void nl_judge_decode(const unsigned char in[NL_JUDGE_SIZE], int *epoch, double *watched);
+
+/* STATE's header (see the top of this file). */
+struct nl_state_head {
+    uint64_t lo, hi; /* the slice [lo, hi) of the trainable parameters */
+    uint64_t copies; /* 1, or 2 in a FAULT's report */
+    uint64_t step;   /* the first copy is the state after this many steps */
+    uint64_t step2;  /* the second copy's steps (0 with one copy) */
+};
+void nl_state_head_encode(unsigned char out[NL_STATE_HEADER], const struct nl_state_head *h);
+void nl_state_head_decode(struct nl_state_head *h, const unsigned char in[NL_STATE_HEADER]);
+/* Bytes of a STATE frame: the header and `copies` copies of (1 + nstate) arrays of own floats. */
+size_t nl_state_size(size_t own, int nstate, int copies);
 
 /* Bytes of one sample in the DATA payload (pixels only; labels follow as int32). */
 size_t nl_setup_sample_bytes(const struct nl_setup *s);

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "net/sha256.h"
+#include "net/crypto.h"
 #include "nnlab/alloc.h"
 
 #define UPLOAD_CHUNK (32 * 1024)
@@ -257,7 +257,6 @@ static int launch_error(struct nl_remote *r, const char *path, const char *errb,
 static int self_binary(unsigned char **buf, size_t *len, char hash[65], struct nl_error *err)
 {
     FILE *f = fopen("/proc/self/exe", "rb");
-    unsigned char d[NL_SHA256_SIZE];
     struct stat st;
 
     *buf = NULL;
@@ -276,9 +275,7 @@ static int self_binary(unsigned char **buf, size_t *len, char hash[65], struct n
         return nl_error_set(err, NL_EIO, "cannot read this program (/proc/self/exe)");
     }
     fclose(f);
-    nl_sha256(d, *buf, *len);
-    for (int i = 0; i < NL_SHA256_SIZE; i++)
-        sprintf(hash + 2 * i, "%02x", d[i]);
+    nl_sha256_hex(hash, *buf, *len);
     return 0;
 }
 

@@ -30,11 +30,10 @@
  *                     the others
  *   both ways         HEARTBEAT (empty) every heartbeat timeout / 4, from the first SETUP on
  *
- * STATE's payload: five uint64 LE (lo, hi, copies, step, step2), then `copies` times the slice
- * [lo, hi) of the trainable parameters as (1 + nstate) float arrays of hi - lo values: the fp32
- * master, then nl_optim_state_arrays() state arrays. The first copy is the state after `step`
- * steps; a second one (a FAULT's report) the state after `step2`, from before the owner's latest
- * optimizer step (step2 is 0 when copies is 1).
+ * Every frame's payload is in the table at the top of net/proto.h. STATE holds `copies` copies
+ * of the slice: the fp32 master, then nl_optim_state_arrays() state arrays. The first copy is the
+ * state after `step` steps; a second one (a FAULT's report) the state after `step2`, from before
+ * the owner's latest optimizer step (step2 is 0 when copies is 1).
  *
  * Liveness. After the first SETUP a thread of the worker is the only reader of stdin: HEARTBEAT
  * frames reset its clock; the end of stdin or no frame within the heartbeat timeout means the
@@ -86,8 +85,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "net/crypto.h"
 #include "net/proto.h"
-#include "net/sha256.h"
 #include "nnlab/alloc.h"
 #include "nnlab/cluster.h"
 #include "nnlab/model.h"
@@ -100,12 +99,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void hexify(char *out, const unsigned char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", p[i]);
 }
 
 /* Reads the secret line: 64 hex digits. */
@@ -262,7 +255,6 @@ static int cache_path(char *out, size_t n, const char *hash)
 static unsigned char *cache_load(const char *hash, size_t size)
 {
     char path[4096];
-    unsigned char d[NL_SHA256_SIZE];
     char hex[65];
     unsigned char *buf;
 
@@ -279,8 +271,7 @@ static unsigned char *cache_load(const char *hash, size_t size)
     fclose(f);
     if (!buf)
         return NULL;
-    nl_sha256(d, buf, size);
-    hexify(hex, d, sizeof d);
+    nl_sha256_hex(hex, buf, size);
     if (strcmp(hex, hash) != 0) {
         nl_free(buf);
         return NULL;
@@ -315,20 +306,6 @@ static void cache_store(const char *hash, const unsigned char *buf, size_t size)
     ok &= fclose(f) == 0;
     if (!ok || rename(tmp, path) != 0)
         unlink(tmp);
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
 }
 
 struct worker_hook {
@@ -382,12 +359,11 @@ static int on_event(void *ud, const struct nl_event *ev)
             return 0;
         int rc = 0;
         if (h->nstate > 0) {
-            const uint64_t head[5] = {h->lo, h->hi, 1, (uint64_t)step, 0};
-            for (int k = 0; k < 5; k++)
-                put_u64(h->state + 8 * k, head[k]);
+            nl_state_head_encode(h->state,
+                                 &(struct nl_state_head){h->lo, h->hi, 1, (uint64_t)step, 0});
             nl_allreduce_export(h->ms->ar, 0, (float *)(void *)(h->state + NL_STATE_HEADER));
             rc = link_send(h->l, NL_FRAME_STATE, h->state,
-                           (uint32_t)(NL_STATE_HEADER + h->nslice * sizeof(float)), &h->err);
+                           (uint32_t)nl_state_size(h->hi - h->lo, h->nstate, 1), &h->err);
         }
         if (rc == 0 && h->rank == 0 && step % h->iters != 0)
             rc = link_send(h->l, NL_FRAME_PARAMS, h->m->params,
@@ -504,10 +480,8 @@ static int get_data(struct link *l, const struct nl_setup *s, uint32_t count, st
     if (rc == 0 && (type != NL_FRAME_DATA || len != size))
         rc = nl_error_set(err, NL_EFORMAT, "the driver's data is not the partition");
     if (rc == 0) {
-        unsigned char d[NL_SHA256_SIZE];
         char hex[65];
-        nl_sha256(d, c->data, size);
-        hexify(hex, d, sizeof d);
+        nl_sha256_hex(hex, c->data, size);
         if (strcmp(hex, s->data_hash) != 0)
             rc = nl_error_set(err, NL_EFORMAT, "the partition does not match its hash");
         else
@@ -522,10 +496,11 @@ static int get_data(struct link *l, const struct nl_setup *s, uint32_t count, st
     return 0;
 }
 
-/* FAULT, PARAMS and STATE (two copies of the slice, n floats each, after steps st[0], st[1]). */
+/* FAULT, PARAMS and STATE (two copies of the slice [lo, hi) and its nstate arrays, after steps
+ * st[0], st[1]). */
 static int report_fault(struct link *l, long done, const char *why, const float *params,
                         size_t nparams, size_t lo, size_t hi, const long st[2], const float *copies,
-                        size_t n, struct nl_error *err)
+                        int nstate, struct nl_error *err)
 {
     char text[NL_ERR_MAX + 32];
     int k = snprintf(text, sizeof text, "%ld %.300s", done, why);
@@ -534,15 +509,12 @@ static int report_fault(struct link *l, long done, const char *why, const float 
         rc = link_send(l, NL_FRAME_PARAMS, params, (uint32_t)(nparams * sizeof(float)), err);
     if (rc < 0)
         return rc;
-    const size_t bytes = NL_STATE_HEADER + 2 * n * sizeof(float);
+    const size_t bytes = nl_state_size(hi - lo, nstate, 2);
+    const size_t n = (hi - lo) * (size_t)(1 + nstate);
     unsigned char *b = nl_malloc(bytes);
     if (!b)
         return nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
-    put_u64(b, lo);
-    put_u64(b + 8, hi);
-    put_u64(b + 16, 2);
-    put_u64(b + 24, (uint64_t)st[0]);
-    put_u64(b + 32, (uint64_t)st[1]);
+    nl_state_head_encode(b, &(struct nl_state_head){lo, hi, 2, (uint64_t)st[0], (uint64_t)st[1]});
     memcpy(b + NL_STATE_HEADER, copies, 2 * n * sizeof(float));
     rc = link_send(l, NL_FRAME_STATE, b, (uint32_t)bytes, err);
     nl_free(b);
@@ -595,14 +567,17 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         slice = nl_alloc_floats(nslice + 1);
         copies = nl_alloc_floats(2 * nslice + 1);
         keep = nl_alloc_floats(m->nparams + 1);
-        ckpt = nl_malloc(NL_STATE_HEADER + nslice * sizeof(float));
+        ckpt = nl_malloc(nl_state_size(hi - lo, nstate, 1));
         if (!slice || !copies || !keep || !ckpt)
             rc = nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
     }
     if (rc == 0 && s->has_state) {
         rc = link_recv(l, &type, (void **)&st, &len, err);
-        if (rc == 0 && (type != NL_FRAME_STATE || len != NL_STATE_HEADER + nslice * sizeof(float) ||
-                        get_u64(st) != lo || get_u64(st + 8) != hi || get_u64(st + 16) != 1))
+        struct nl_state_head sh = {0};
+        if (rc == 0 && type == NL_FRAME_STATE && len >= NL_STATE_HEADER)
+            nl_state_head_decode(&sh, st);
+        if (rc == 0 && (type != NL_FRAME_STATE || len != nl_state_size(hi - lo, nstate, 1) ||
+                        sh.lo != lo || sh.hi != hi || sh.copies != 1))
             rc = nl_error_set(err, NL_EFORMAT,
                               "the driver's optimizer state is not that of slice [%zu, %zu)", lo,
                               hi);
@@ -653,7 +628,8 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         generation_secret(gs, secret, s->generation);
         /* ABORT in the mailbox calls it off. */
         rc = nl_mesh_connect_cancel(&mesh, s->rank, s->size, listen_fd, s->members, gs, sizeof gs,
-                                    s->timeout_ms, l->wake[0], err);
+                                    s->plaintext ? NL_WIRE_PLAINTEXT : 0, s->timeout_ms, l->wake[0],
+                                    err);
         fault = rc < 0; /* a member lost before the mesh stood */
     }
     if (rc == 0) {
@@ -721,7 +697,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             memcpy(copies + nslice, slice, nslice * sizeof(float));
         }
         rc = report_fault(l, ar ? ms.done : s->start, why, ar ? keep : init, m->nparams, lo, hi,
-                          steps, copies, nslice, err);
+                          steps, copies, nstate, err);
         if (rc == 0)
             rc = FAULTED;
     }

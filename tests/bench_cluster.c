@@ -111,27 +111,53 @@ int main(void)
     }
     snprintf(args, sizeof args, "import fashion '%s/fashion'", sd.dir);
     run(args);
-    double ips[3] = {0}, comm[3][2] = {{0}};
+    /* 1 worker, then 2 workers with sealed frames and with --insecure-plaintext, alternating
+     * for NNLAB_BENCH_ROUNDS rounds (default 1) so that a noisy machine weighs on both alike. */
+    const int rounds = getenv("NNLAB_BENCH_ROUNDS") ? atoi(getenv("NNLAB_BENCH_ROUNDS")) : 1;
+    double ips[3] = {0}, comm[3][2] = {{0}}, mode_ips[2] = {0}, mode_comm[2] = {0};
     for (int n = 1; n <= 2; n++) {
-        snprintf(args, sizeof args,
-                 "--json train --data fashion --model lenet --epochs 1 --batch 64 --hosts %s "
-                 "--ssh-config '%s/ssh_config'",
-                 n == 1 ? "node1:1" : "node1:1,node2:1", sd.dir);
-        if (run(args) != 0)
-            break;
-        const char *e = strstr(out, "\"event\":\"epoch\"");
-        const char *k = e ? strstr(e, "\"images_per_second\":") : NULL;
-        ips[n] = k ? strtod(k + 20, NULL) : 0;
-        for (int w = 0; w < n; w++)
-            comm[n][w] = done_field("comm_fraction", w);
+        const int runs = n == 1 ? 1 : 2 * (rounds > 0 ? rounds : 1);
+        for (int r = 0; r < runs; r++) {
+            const int plain = n == 2 && r % 2 == 1;
+            snprintf(args, sizeof args,
+                     "--json train --data fashion --model lenet --epochs 1 --batch 64 --hosts %s "
+                     "--ssh-config '%s/ssh_config'%s",
+                     n == 1 ? "node1:1" : "node1:1,node2:1", sd.dir,
+                     plain ? " --insecure-plaintext" : "");
+            if (run(args) != 0)
+                break;
+            const char *e = strstr(out, "\"event\":\"epoch\"");
+            const char *k = e ? strstr(e, "\"images_per_second\":") : NULL;
+            const double v = k ? strtod(k + 20, NULL) : 0;
+            if (n == 1) {
+                ips[1] = v;
+                comm[1][0] = done_field("comm_fraction", 0);
+                continue;
+            }
+            printf("2 workers, %s, round %d: %8.0f images/s\n", plain ? "plaintext" : "sealed",
+                   r / 2 + 1, v);
+            mode_ips[plain] += v / (runs / 2);
+            mode_comm[plain] +=
+                (done_field("comm_fraction", 0) + done_field("comm_fraction", 1)) / 2 / (runs / 2);
+            if (!plain) {
+                ips[2] += v / (runs / 2);
+                for (int w = 0; w < 2; w++)
+                    comm[2][w] += done_field("comm_fraction", w) / (runs / 2);
+            }
+        }
     }
     printf("lenet, %ld Fashion-MNIST images, 1 epoch, batch 64, workers on 127.0.0.1 via sshd\n",
            samples);
     printf("1 worker  x 1 core: %8.0f images/s, comm_fraction %.3f\n", ips[1], comm[1][0]);
-    printf("2 workers x 1 core: %8.0f images/s, comm_fraction %.3f %.3f\n", ips[2], comm[2][0],
-           comm[2][1]);
+    printf("2 workers x 1 core: %8.0f images/s, comm_fraction %.3f %.3f (sealed)\n", ips[2],
+           comm[2][0], comm[2][1]);
     printf("scaling efficiency (2 x 1 against 1 x 1): %.2f\n",
            ips[1] > 0 ? ips[2] / (2.0 * ips[1]) : 0.0);
+    printf("sealed against --insecure-plaintext, 2 workers, mean of %d: %.0f against %.0f "
+           "images/s (step time %+.1f%%), comm_fraction %.3f against %.3f\n",
+           rounds > 0 ? rounds : 1, mode_ips[0], mode_ips[1],
+           mode_ips[0] > 0 ? 100.0 * (mode_ips[1] / mode_ips[0] - 1.0) : 0.0, mode_comm[0],
+           mode_comm[1]);
     sshd_stop(&sd);
     return 0;
 }

@@ -5,7 +5,9 @@
  * that wait the overlap hid, and the share of the bytes sent before the backward pass ended.
  * NNLAB_BENCH_MODEL (default lenet), NNLAB_BENCH_MEMBERS (2), NNLAB_BENCH_THREADS (1),
  * NNLAB_BENCH_STEPS (60), NNLAB_BENCH_BATCH (64) and NNLAB_BENCH_REPEAT (5: synchronous and
- * overlapped runs alternate, and the medians are reported) change the set-up. On one machine the
+ * overlapped runs alternate, and the medians are reported) change the set-up; with
+ * NNLAB_BENCH_PLAINTEXT set, the members' frames are checksummed rather than sealed
+ * (--insecure-plaintext), to weigh what sealing costs. On one machine the
  * members share its cores: with more threads than cores the numbers say little about two machines.
  */
 #include <errno.h>
@@ -106,8 +108,9 @@ static int member(const struct cfg *c, int rank, int fd, const struct nl_member 
         rc = nl_dataset_subset(&part_d, d, nl_partition_global(part), nl_partition_count(part),
                                &err);
     if (rc == 0)
-        rc =
-            nl_mesh_connect(&mesh, rank, c->size, fd, members, secret, strlen(secret), 60000, &err);
+        rc = nl_mesh_connect_cancel(&mesh, rank, c->size, fd, members, secret, strlen(secret),
+                                    getenv("NNLAB_BENCH_PLAINTEXT") ? NL_WIRE_PLAINTEXT : 0, 60000,
+                                    -1, &err);
     if (rc == 0)
         rc = nl_allreduce_new(&ar, mesh, m->params,
                               &(struct nl_allreduce_opts){.n = m->nreduce,

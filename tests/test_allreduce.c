@@ -194,8 +194,8 @@ static void run(const struct mode *md)
             inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
             connect(s, (struct sockaddr *)&sin, sizeof sin);
             nl_conn_init(&c, s, "member 0", 3000);
-            is_int(nl_wire_handshake(&c, NL_WIRE_CLIENT, "a-wrong-secret-of-16-bytes", 26, 1, &id,
-                                     &e2),
+            is_int(nl_wire_handshake(&c, NL_WIRE_CLIENT, "a-wrong-secret-of-16-bytes", 26, 0, 1,
+                                     &id, &e2),
                    NL_EAUTH, "a connection without the secret is refused");
             like(e2.msg, "failed the challenge-response", "with the reason: %s", e2.msg);
             nl_conn_close(&c);
@@ -264,11 +264,13 @@ static void run(const struct mode *md)
                  "parameters there stay as they were",
                  what, size);
 
-    /* Statistics travel in fp32 even with bf16; a NORM frame is a header and a double. */
+    /* Statistics travel in fp32 even with bf16; a NORM frame is a sealed header, a double and a
+     * tag. */
     const double bytes = (double)nt * (bf16 ? 2.0 : 4.0) + (double)(NPARAMS - nt) * 4.0;
-    const double bound = 1.02 * 2.0 * (size - 1) / size * bytes +
-                         (md->clip_norm > 0 ? 3.0 : 2.0) * (size - 1) * NL_WIRE_HEADER +
-                         (md->clip_norm > 0 ? 8.0 * (size - 1) : 0.0);
+    const double bound =
+        1.02 * 2.0 * (size - 1) / size * bytes +
+        (md->clip_norm > 0 ? 3.0 : 2.0) * (size - 1) * (NL_WIRE_SEALED_HEADER + NL_WIRE_TAG) +
+        (md->clip_norm > 0 ? 8.0 * (size - 1) : 0.0);
     unsigned long long most = 0;
     for (int r = 0; r < size; r++)
         if (res[r].step_bytes > most)

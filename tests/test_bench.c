@@ -61,6 +61,22 @@ int main(void)
     like(errtext, "--steps 0", "naming the option");
     is_int(nnlab("bench --model nope.spec"), 1, "an unknown model fails");
     like(errtext, "nope.spec", "naming it");
+    is_int(nnlab("bench --mode fast"), 2, "--mode fast is a usage error");
+    like(errtext, "--mode fast: want train, infer or both", "naming the modes");
+
+    /* ResNet-18 on synthetic 16x16 images needs no dataset: training and inference rows. */
+    is_int(nnlab("--json bench --steps 2 --warmup 1 --model resnet18-16 --batch 4 --threads 2 "
+                 "--mode both"),
+           0, "resnet18 on synthetic images runs in both modes");
+    like(out,
+         "{\"model\":\"resnet18-16\",\"batch\":4,\"threads\":2,\"steps\":2,\"mode\":\"train\",",
+         "a training row");
+    like(out,
+         "{\"model\":\"resnet18-16\",\"batch\":4,\"threads\":1,\"steps\":2,\"mode\":\"infer\",",
+         "an inference row");
+    like(out, "\"data\":\"synthetic\"", "on the synthetic data");
+    is_int(count(out, "\"allocations_per_step\":0,"), 4,
+           "timed steps of both modes allocate nothing");
 
     if (stat(FASHION, &st) != 0) {
         diag("Fashion-MNIST is not installed in " FASHION ": no run of the benchmark itself");

@@ -338,7 +338,7 @@ static void test_csv_png(void)
     fprintf(f, "not a png");
     fclose(f);
     is_int(nnlab("import pngs2 '%s'", tree), 1, "a non-PNG file in the tree fails");
-    snprintf(msg, sizeof msg, "nnlab: import: %s: not a PNG file", path);
+    snprintf(msg, sizeof msg, "nnlab: import: %s: not a PNG or JPEG image", path);
     like(errtext, msg, "naming it");
     nnlab("datasets --json");
     ok(strstr(out, "pngs2") == NULL, "and leaves nothing behind");

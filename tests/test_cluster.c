@@ -3,7 +3,8 @@
  * host that has no nnlab, the same loss curve on each, bytes per worker per step within
  * 2(N-1)/N of the parameter bytes plus framing, bf16 compression, the partition cache, gradient
  * clipping and batch normalisation on 2 workers (the curves of 1 worker), a plateau schedule on
- * 2 workers (the curve of 1 worker), early stopping (after the epoch a local run stops), refusals
+ * 2 workers (the curve of 1 worker), --insecure-plaintext (the same curve as sealed frames, fewer
+ * bytes), early stopping (after the epoch a local run stops), refusals
  * (changed host key, unknown host key, failed authentication, unresolvable host, missing remote
  * binary) each naming host and step, Ctrl-C, and no worker left behind after any of it.
  * (Connections without the run secret are refused in test_wire and test_allreduce.) */
@@ -22,6 +23,7 @@
 
 #include "nnlab/model.h"
 #include "nnlab/spec.h"
+#include "nnlab/wire.h"
 #include "sshd.h"
 #include "tap.h"
 
@@ -161,7 +163,9 @@ int main(void)
         unsigned long long b[3];
         int nb = done_bytes(b, 3);
         is_int(nb, n, "%d workers report bytes_sent", n);
-        const double bound = 1.02 * 2.0 * (n - 1) / n * pbytes + 2.0 * (n - 1) * 12;
+        /* Each frame sealed: header and tags (net/wire.c). */
+        const double frame = NL_WIRE_SEALED_HEADER + NL_WIRE_TAG;
+        const double bound = 1.02 * 2.0 * (n - 1) / n * pbytes + 2.0 * (n - 1) * frame;
         double most = 0;
         for (int i = 0; i < nb; i++)
             most = fmax(most, (double)b[i] / (double)(EPOCHS * iters));
@@ -178,9 +182,24 @@ int main(void)
     globfree(&gl);
     is_int(g1, 6, "partitions are cached by content hash");
     is_int(nnlab("%s --hosts node1,node2", train_args()), 0, "a repeated run");
+    double base2[EPOCHS] = {0};
+    losses(base2, EPOCHS);
     int g2 = glob(path, 0, NULL, &gl) == 0 ? (int)gl.gl_pathc : 0;
     globfree(&gl);
     is_int(g2, 6, "reuses the cached partitions");
+
+    /* On a trusted network, frames unsealed: the same bits, fewer bytes. */
+    unsigned long long sealed_b[2] = {0}, plain_b[2] = {0};
+    done_bytes(sealed_b, 2);
+    is_int(nnlab("%s --hosts node1,node2 --insecure-plaintext", train_args()), 0,
+           "--insecure-plaintext trains on 2 workers: %s", errtext);
+    ok(losses(got, EPOCHS) == EPOCHS && got[0] == base2[0] && got[EPOCHS - 1] == base2[EPOCHS - 1],
+       "the same loss curve as sealed (%.9f %.9f)", got[0], got[EPOCHS - 1]);
+    ok(done_bytes(plain_b, 2) == 2 && plain_b[0] < sealed_b[0] && plain_b[1] < sealed_b[1],
+       "and fewer bytes (%llu against %llu sealed)", plain_b[0], sealed_b[0]);
+    is_int(nnlab("%s --insecure-plaintext", train_args()), 2,
+           "--insecure-plaintext without hosts is a usage error");
+    like(errtext, "cluster options need --hosts", "the message: %s", errtext);
 
     is_int(nnlab("%s --hosts node1,node2 --compress bf16", train_args()), 0,
            "bf16 compression trains: %s", errtext);
@@ -227,7 +246,8 @@ int main(void)
            "fine-tuning with fc1 frozen on 2 workers: %s", errtext);
     unsigned long long fb[2];
     is_int(done_bytes(fb, 2), 2, "both workers report bytes_sent");
-    const double frozen_bound = 1.02 * 2.0 * 1 / 2 * (112 * 4.0) + 2.0 * 12;
+    const double frozen_bound =
+        1.02 * 2.0 * 1 / 2 * (112 * 4.0) + 2.0 * (NL_WIRE_SEALED_HEADER + NL_WIRE_TAG);
     const double frozen_most = fmax((double)fb[0], (double)fb[1]) / (double)(EPOCHS * iters);
     ok(frozen_most > 0 && frozen_most <= frozen_bound,
        "frozen layers cost no bytes: %.0f bytes per worker per step (bound %.0f, %.0f unfrozen)",

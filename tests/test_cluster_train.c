@@ -345,8 +345,8 @@ static void test_members(void)
         for (int r = 0; r < n; r++)
             if (res[n][r].max_step_bytes > most)
                 most = res[n][r].max_step_bytes;
-        const double bound =
-            1.02 * 2.0 * (n - 1) / n * (double)np * 4.0 + 2.0 * (n - 1) * NL_WIRE_HEADER;
+        const double bound = 1.02 * 2.0 * (n - 1) / n * (double)np * 4.0 +
+                             2.0 * (n - 1) * (NL_WIRE_SEALED_HEADER + NL_WIRE_TAG);
         ok(most <= bound, "N=%d: at most %llu bytes per member per step (bound %.0f)", n, most,
            bound);
     }

@@ -380,6 +380,20 @@ static void test_residual_gradient(void)
     size_t wf;
     nl_exec_backward_cost(x, &layers, &wf);
     is_int(layers, m->nlayers, "backward runs every layer of the unfrozen model");
+
+    /* A forward-only executor computes the same logits, bit for bit, and no backward. */
+    struct nl_exec *fx = NULL;
+    is_int(nl_exec_new_forward(&fx, m, n, &err), 0, "forward-only executor");
+    const float *a = nl_exec_forward(x, m->params, input, n, 0, &rng);
+    float *want = nl_alloc_floats((size_t)n * k);
+    memcpy(want, a, (size_t)n * k * sizeof *want);
+    const float *b = nl_exec_forward(fx, m->params, input, n, 0, &rng);
+    ok(memcmp(want, b, (size_t)n * k * sizeof *want) == 0,
+       "forward-only executor: the same logits in evaluation");
+    nl_exec_backward_cost(fx, &layers, &wf);
+    ok(layers == 0 && wf == 0, "forward-only executor: no backward layer (%d)", layers);
+    nl_free(want);
+    nl_exec_free(fx);
     nl_free(input);
     nl_free(r);
     nl_free(grad);

@@ -683,7 +683,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(55 + 7 + CLUSTER_TESTS);
+    plan(57 + 7 + CLUSTER_TESTS);
     char data_dir[700], db[700], png[700];
     snprintf(data_dir, sizeof data_dir, "%s/shapes", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -754,6 +754,10 @@ int main(int argc, char **argv)
        "about 2160 train, 240 validation and 600 test samples");
     show("datasets");
     ok(screenshot("1-datasets"), "screenshot of the datasets page");
+    ok(gtk_widget_activate_action(win, "win.augment-preview", NULL),
+       "win.augment-preview draws augmented training samples");
+    spin(300);
+    ok(screenshot("1-datasets-augmented"), "screenshot of the augmented preview");
     gtk_widget_activate_action(win, "win.import", NULL);
     spin(500);
     GtkWidget *chooser = find_toplevel(GTK_TYPE_FILE_CHOOSER_DIALOG);

@@ -208,7 +208,8 @@ static void strike(enum kind k, int port, struct nl_rng *r, int round)
         int32_t id;
         nl_wire_random(secret, sizeof secret, NULL);
         nl_conn_init(&c, fd, "a worker", 5000);
-        const int rc = nl_wire_handshake(&c, NL_WIRE_CLIENT, secret, sizeof secret, 1, &id, &err);
+        const int rc =
+            nl_wire_handshake(&c, NL_WIRE_CLIENT, secret, sizeof secret, 0, 1, &id, &err);
         pthread_mutex_lock(&att.lock);
         att.admitted += rc == 0;
         att.refused += rc == NL_EAUTH;

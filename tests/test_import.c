@@ -298,7 +298,7 @@ static void check_png_kinds(struct nl_store *s)
         float *a = nl_alloc_floats(H * W), *b = nl_alloc_floats(H * W);
         uint32_t idx = 13; /* k06-graya16 #1 */
         snprintf(path, sizeof path, "%s/kinds/%s/img1.png", tmp, kinds[6].name);
-        rc = nl_dataset_sample_from_png(d, path, a, &err);
+        rc = nl_dataset_sample_from_image(d, path, a, &err);
         nl_dataset_batch(d, NL_TRAIN, &idx, 1, b, NULL);
         double diff = 0;
         for (int p = 0; p < H * W; p++)
@@ -587,7 +587,7 @@ static void check_csv(struct nl_store *s)
     write_text(at("first.csv"), "kind,a,b\ncat,1,2\ndog,3,4\n");
     struct nl_import_opts resize = {.seed = 1, .width = 8, .height = 8};
     expect_failure(s, "--resize on a CSV file", at("first.csv"), &resize, NL_EINVAL, "--resize",
-                   "PNG folders");
+                   "image folders");
     struct nl_import_opts label = {.seed = 1, .label = "kind"};
     expect_failure(s, "--label on a PNG folder", at("bad1"), &label, NL_EINVAL, "--label",
                    "CSV files");
@@ -697,7 +697,7 @@ static void check_augment(void)
     int flipped = 0, same = 0;
     for (int t = 0; t < 20; t++) {
         memcpy(x, y, sizeof x);
-        nl_augment_batch(&a, shape, x, 2, &rng);
+        nl_augment_batch(&a, shape, NULL, NULL, x, 2, &rng);
         for (int i = 0; i < 2; i++) {
             const float *p = x + 12 * i, *q = y + 12 * i;
             int is_same = memcmp(p, q, 12 * sizeof *p) == 0;
@@ -719,7 +719,7 @@ static void check_augment(void)
     int good = 1;
     for (int t = 0; t < 20; t++) {
         memcpy(x, y, sizeof x);
-        nl_augment_batch(&a, shape, x, 1, &rng);
+        nl_augment_batch(&a, shape, NULL, NULL, x, 1, &rng);
         int found = 0;
         for (int dy = -1; dy <= 1 && !found; dy++)
             for (int dx = -1; dx <= 1 && !found; dx++) {

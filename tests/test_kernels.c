@@ -307,9 +307,10 @@ static void conv_direct(const struct conv_case *cc, int oh, int ow, const float 
                 }
 }
 
-static void test_conv(const struct conv_case *cc)
+static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
 {
-    struct run r = {.l = {.filters = cc->f,
+    struct run r = {.l = {.lowering = lowering,
+                          .filters = cc->f,
                           .kh = cc->kh,
                           .kw = cc->kw,
                           .sh = cc->sh,
@@ -321,9 +322,10 @@ static void test_conv(const struct conv_case *cc)
     char what[128];
 
     run_make(&r, "conv", cc->n);
-    snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d", cc->f,
+    snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d, %s", cc->f,
              cc->kh, cc->kw, cc->sh, cc->sw, cc->ph, cc->pw, cc->no_bias ? " no bias" : "", cc->n,
-             cc->c, cc->h, cc->w);
+             cc->c, cc->h, cc->w,
+             r.l.lower == NL_LOWER_SHARD ? "one GEMM per shard" : "one GEMM per image");
     int oh = r.l.out.h, ow = r.l.out.w, k = cc->c * cc->kh * cc->kw;
     const float *wt = r.w, *bias = cc->no_bias ? NULL : r.w + (size_t)cc->f * k;
     float *out = floats(r.out_count), *din = floats(r.in_count), *dw = floats(r.l.param_count);
@@ -347,6 +349,52 @@ static void test_conv(const struct conv_case *cc)
     free(din);
     free(dw);
     run_free(&r);
+}
+
+/* Depthwise gconv (groups = C, F = mult * C): the direct loops against the per-group im2col and
+ * GEMM on the same inputs, weights and output gradient. */
+static void test_depthwise(const struct conv_case *cc)
+{
+    struct run r[2];
+    const enum nl_lowering lowerings[2] = {NL_LOWER_GROUPS, NL_LOWER_DIRECT};
+    char what[128];
+
+    for (int i = 0; i < 2; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        r[i].l = (struct nl_layer){.lowering = lowerings[i],
+                                   .groups = cc->c,
+                                   .filters = cc->f,
+                                   .kh = cc->kh,
+                                   .kw = cc->kw,
+                                   .sh = cc->sh,
+                                   .sw = cc->sw,
+                                   .ph = cc->ph,
+                                   .pw = cc->pw,
+                                   .no_bias = cc->no_bias,
+                                   .in = {{cc->c, cc->h, cc->w}}};
+        run_make(&r[i], "gconv", cc->n);
+    }
+    memcpy(r[1].in, r[0].in, r[0].in_count * sizeof(float));
+    memcpy(r[1].w, r[0].w, r[0].l.param_count * sizeof(float));
+    memcpy(r[1].dout, r[0].dout, r[0].out_count * sizeof(float));
+    snprintf(what, sizeof what, "depthwise %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d", cc->f,
+             cc->kh, cc->kw, cc->sh, cc->sw, cc->ph, cc->pw, cc->no_bias ? " no bias" : "", cc->n,
+             cc->c, cc->h, cc->w);
+    ok(r[0].l.lower == NL_LOWER_GROUPS && r[1].l.lower == NL_LOWER_DIRECT &&
+           r[1].l.scratch_fixed + r[1].l.scratch_per_sample == 0,
+       "%s: per-group GEMMs and direct loops (no scratch) set up", what);
+    for (int i = 0; i < 2; i++) {
+        run_forward(&r[i]);
+        run_backward(&r[i]);
+    }
+    is_float(max_diff(r[1].out, r[0].out, r[0].out_count), 0.0, tol_for(r[0].out, r[0].out_count),
+             "%s: direct forward matches the GEMMs", what);
+    is_float(max_diff(r[1].din, r[0].din, r[0].in_count), 0.0, tol_for(r[0].din, r[0].in_count),
+             "%s: direct input gradient matches", what);
+    is_float(max_diff(r[1].dw, r[0].dw, r[0].l.param_count), 0.0,
+             tol_for(r[0].dw, r[0].l.param_count), "%s: direct weight gradient matches", what);
+    for (int i = 0; i < 2; i++)
+        run_free(&r[i]);
 }
 
 static void test_dense(int n, struct nl_shape in, int units, int no_bias)
@@ -464,9 +512,50 @@ int main(void)
         {3, 3, 12, 10, 4, 3, 5, 2, 1, 1, 2, 0}, {1, 1, 28, 28, 20, 5, 5, 1, 1, 0, 0, 0},
         {4, 2, 9, 9, 3, 3, 3, 2, 2, 1, 1, 1},   {2, 5, 6, 6, 7, 1, 1, 1, 1, 0, 0, 0},
         {2, 2, 4, 5, 3, 2, 2, 1, 1, 3, 3, 0},   {5, 20, 12, 12, 50, 5, 5, 1, 1, 0, 0, 0},
+        {3, 7, 5, 3, 9, 1, 1, 1, 1, 0, 0, 1},   {4, 3, 7, 6, 5, 3, 3, 2, 1, 1, 0, 0},
+        {3, 6, 3, 5, 11, 1, 1, 2, 2, 0, 0, 0},
     };
-    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
-        test_conv(&convs[i]);
+    /* Both lowerings of every shape against the direct loops; one image alone takes the
+     * per-image path whatever the lowering, so those cases run on several. */
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
+        test_conv(&convs[i], NL_LOWER_SAMPLE);
+        test_conv(&convs[i], NL_LOWER_SHARD);
+    }
+    /* Shapes that setup lowers to one GEMM per shard by itself: a 2x2 and a 4x4 plane under
+     * many filters, padded 3x3 and pointwise. */
+    static const struct conv_case small_planes[] = {
+        {3, 64, 4, 4, 128, 3, 3, 1, 1, 1, 1, 1},
+        {2, 128, 2, 2, 256, 1, 1, 1, 1, 0, 0, 0},
+        {3, 40, 5, 5, 100, 3, 3, 2, 2, 1, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof small_planes / sizeof small_planes[0]; i++)
+        test_conv(&small_planes[i], NL_LOWER_AUTO);
+    {
+        struct nl_layer big = {.ops = nl_layer_kind("conv"),
+                               .ninputs = 1,
+                               .filters = 512,
+                               .kh = 3,
+                               .kw = 3,
+                               .ph = 1,
+                               .pw = 1,
+                               .in = {{512, 2, 2}}};
+        struct nl_layer wide = big;
+        struct nl_error err = {0};
+        wide.in[0] = (struct nl_shape){512, 14, 14};
+        ok(big.ops->setup(&big, &err) == 0 && big.lower == NL_LOWER_SHARD &&
+               wide.ops->setup(&wide, &err) == 0 && wide.lower == NL_LOWER_SAMPLE,
+           "conv 512 3x3 on 512x2x2: one GEMM per shard; on 512x14x14: one per image");
+    }
+
+    /* n, C, H, W, F (a multiple of C), kh, kw, sh, sw, ph, pw, no bias */
+    static const struct conv_case depthwise[] = {
+        {2, 4, 7, 9, 4, 3, 3, 1, 1, 1, 1, 0},   {3, 3, 8, 7, 6, 3, 3, 2, 2, 1, 1, 1},
+        {1, 5, 6, 5, 5, 5, 5, 1, 1, 2, 2, 0},   {2, 2, 9, 4, 6, 3, 2, 2, 1, 0, 1, 0},
+        {2, 6, 14, 14, 6, 3, 3, 1, 1, 1, 1, 1}, {2, 3, 5, 5, 3, 1, 1, 1, 1, 0, 0, 0},
+        {2, 4, 11, 13, 8, 3, 5, 3, 2, 2, 0, 0}, {1, 2, 3, 3, 2, 3, 3, 1, 1, 2, 2, 1},
+    };
+    for (size_t i = 0; i < sizeof depthwise / sizeof depthwise[0]; i++)
+        test_depthwise(&depthwise[i]);
 
     test_dense(5, (struct nl_shape){3, 2, 2}, 7, 0);
     test_dense(1, (struct nl_shape){10, 1, 1}, 3, 0);

@@ -217,10 +217,11 @@ static void gradcheck(struct harness *h, const char *what)
 
 /* ---- gradient checks of every kind ---- */
 
-static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int kw, int sh, int sw,
-                           int ph, int pw, int no_bias)
+static void gradcheck_conv_as(enum nl_lowering lowering, int n, struct nl_shape in, int filters,
+                              int kh, int kw, int sh, int sw, int ph, int pw, int no_bias)
 {
-    struct harness h = {.l = {.filters = filters,
+    struct harness h = {.l = {.lowering = lowering,
+                              .filters = filters,
                               .kh = kh,
                               .kw = kw,
                               .sh = sh,
@@ -231,10 +232,19 @@ static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int k
                               .in = {in}}};
     char what[128];
     harness_make(&h, "conv", n);
-    snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d", filters,
-             kh, kw, sh, sw, ph, pw, no_bias ? " no bias" : "", n, in.c, in.h, in.w);
+    snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d%s", filters,
+             kh, kw, sh, sw, ph, pw, no_bias ? " no bias" : "", n, in.c, in.h, in.w,
+             h.l.lower == NL_LOWER_SHARD ? ", one GEMM per shard" : "");
     gradcheck(&h, what);
     harness_free(&h);
+}
+
+/* Every case under both lowerings of core/layers/conv.c. */
+static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int kw, int sh, int sw,
+                           int ph, int pw, int no_bias)
+{
+    gradcheck_conv_as(NL_LOWER_SAMPLE, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
+    gradcheck_conv_as(NL_LOWER_SHARD, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
 }
 
 static void gradcheck_dense(int n, struct nl_shape in, int units, int no_bias)
@@ -269,6 +279,8 @@ static void gradcheck_simple(const char *kind, int n, struct nl_shape in, float 
     harness_make(&h, kind, n);
     if (strcmp(kind, "relu") == 0)
         fill_grid(h.in, h.in_count, 0.05f);
+    else if (strcmp(kind, "relu6") == 0)
+        fill_grid(h.in, h.in_count, 0.13f); /* -7.8 .. 7.8, no value within 0.04 of 0 or 6 */
     else
         fill(h.in, h.in_count, -2, 2);
     if (strcmp(kind, "dropout") == 0)
@@ -287,6 +299,7 @@ static void test_gradients(void)
     gradcheck_conv(3, (struct nl_shape){2, 8, 7}, 3, 3, 2, 2, 1, 1, 0, 0);
     gradcheck_conv(1, (struct nl_shape){2, 5, 5}, 2, 2, 2, 1, 1, 2, 2, 1);
     gradcheck_conv(2, (struct nl_shape){4, 3, 3}, 5, 1, 1, 2, 2, 0, 0, 0);
+    gradcheck_conv(3, (struct nl_shape){3, 3, 4}, 4, 1, 1, 1, 1, 0, 0, 0);
 
     gradcheck_dense(3, (struct nl_shape){3, 2, 2}, 5, 0);
     gradcheck_dense(1, (struct nl_shape){7, 1, 1}, 4, 1);
@@ -301,6 +314,7 @@ static void test_gradients(void)
 
     struct nl_shape s = {3, 4, 5};
     gradcheck_simple("relu", 2, s, 0, 0);
+    gradcheck_simple("relu6", 2, s, 0, 0);
     gradcheck_simple("tanh", 2, s, 0, 0);
     gradcheck_simple("sigmoid", 2, s, 0, 0);
     gradcheck_simple("flatten", 2, (struct nl_shape){2, 3, 4}, 0, 0);
@@ -465,6 +479,23 @@ static void test_dropout(void)
 
 /* ---- pooling at the padding, and NaN ---- */
 
+/* relu6 is min(max(x, 0), 6): values below 0, inside and above 6. */
+static void test_relu6_values(void)
+{
+    struct harness h = {.l = {.in = {{1, 1, 6}}}};
+    const float x[6] = {-3.0f, -0.0f, 0.5f, 5.99f, 6.0f, 1e9f}, want[6] = {0, 0, 0.5f, 5.99f, 6, 6};
+    int same = 1;
+
+    harness_make(&h, "relu6", 1);
+    memcpy(h.in, x, sizeof x);
+    forward(&h);
+    for (int i = 0; i < 6; i++)
+        same &= h.out[i] == want[i];
+    ok(same, "relu6: 0 below 0, x between, 6 above (%g %g %g %g %g %g)", (double)h.out[0],
+       (double)h.out[1], (double)h.out[2], (double)h.out[3], (double)h.out[4], (double)h.out[5]);
+    harness_free(&h);
+}
+
 static void test_pool_semantics(void)
 {
     /* Max pooling never picks the padding: an all-negative input stays negative. */
@@ -501,7 +532,7 @@ static void test_kinds(void)
     static const char *names[] = {"conv",      "dense",   "maxpool", "avgpool", "relu",
                                   "tanh",      "sigmoid", "flatten", "dropout", "leakyrelu",
                                   "gelu",      "softmax", "add",     "concat",  "globalavgpool",
-                                  "batchnorm", "gconv"};
+                                  "batchnorm", "gconv",   "relu6"};
     size_t count = sizeof names / sizeof names[0];
     int found = 0;
 
@@ -627,8 +658,8 @@ static void test_shapes(void)
     struct nl_layer fl = layer("flatten", (struct nl_shape){50, 4, 4});
     setup(&fl);
     is_shape(fl.out, 800, 1, 1, "flatten on 50x4x4");
-    const char *same[] = {"relu", "tanh", "sigmoid", "dropout"};
-    for (int i = 0; i < 4; i++) {
+    const char *same[] = {"relu", "relu6", "tanh", "sigmoid", "dropout"};
+    for (int i = 0; i < 5; i++) {
         struct nl_layer a = layer(same[i], (struct nl_shape){6, 5, 4});
         a.p = 0.5f;
         setup(&a);
@@ -717,6 +748,7 @@ int main(void)
     test_shapes();
     test_errors();
     test_pool_semantics();
+    test_relu6_values();
     test_gradients();
     test_loss();
     test_dropout();

@@ -259,6 +259,19 @@ static void test_names(void)
         nl_spec_free(s);
     }
 
+    /* PyTorch module paths: dotted, with digit segments; in= takes them. */
+    s = parse("layer1.0.conv1: conv 2 3 pad=1\nlayer1.0.bn1: batchnorm\n"
+              "features.17.conv.0.2: relu\nx: add in=layer1.0.conv1,features.17.conv.0.2\n",
+              NULL, &err);
+    ok(s != NULL, "dotted names (PyTorch module paths): %s", err.msg);
+    if (s) {
+        is_str(s->layers[0].name, "layer1.0.conv1", "name layer1.0.conv1 kept as written");
+        is_str(s->layers[2].name, "features.17.conv.0.2", "name features.17.conv.0.2");
+        ok(s->layers[3].ninputs == 2 && s->layers[3].inputs[0] == 0 && s->layers[3].inputs[1] == 2,
+           "in= resolves dotted names");
+        nl_spec_free(s);
+    }
+
     s = parse("c:conv 2 3\nd :dense 3\ne : relu\n", NULL, &err);
     ok(s != NULL, "name with or without spaces around ':': %s", err.msg);
     if (s) {
@@ -390,7 +403,12 @@ static void test_errors(void)
     check_error("# x\nconv1: conv 2 3\nconv1: relu\n", 3, "name 'conv1' already used on line 2");
     check_error("relu\nrelu1: relu\nrelu1: tanh\n", 3, "name 'relu1' already used on line 2");
     check_error("1a: relu\n", 1, "invalid name '1a'");
-    check_error("a.b: relu\n", 1, "invalid name 'a.b'");
+    check_error(".a: relu\n", 1, "invalid name '.a'");
+    check_error("a.: relu\n", 1, "invalid name 'a.'");
+    check_error("a..b: relu\n", 1, "invalid name 'a..b'");
+    check_error("a.b/c: relu\n", 1, "invalid name 'a.b/c'");
+    check_error("a.b: relu\na.b: tanh\n", 2, "name 'a.b' already used on line 1");
+    check_error("a.b: relu\nrelu in=a.c\n", 2, "in=: no layer named 'a.c'");
     check_error(": relu\n", 1, "missing name before ':'");
     check_error("input: relu\n", 1, "name 'input' is reserved");
     check_error("n234567890123456789012345678901234567890123456789: relu\n", 1,
@@ -576,7 +594,7 @@ static void test_load(void)
     is_int(nl_spec_load(&s, "foo", NULL, NULL, &err), NL_ENOENT, "unknown name: NL_ENOENT");
     is_str(err.msg,
            "unknown model 'foo': not a file, and not a shipped model (lenet, mlp, "
-           "mobilenet-tiny, resnet8)",
+           "mobilenet-tiny, mobilenet_v2, resnet18, resnet8)",
            "unknown name message");
     ok(s == NULL, "unknown name: *out NULL");
     is_int(nl_spec_load(&s, "", NULL, NULL, &err), NL_EINVAL, "empty name: NL_EINVAL");

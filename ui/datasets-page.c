@@ -1,18 +1,21 @@
-/* The datasets page: the datasets in the store, importing (IDX files, PNG class folders, CSV
- * files) on a worker thread with a progress bar, and the selected dataset's classes per split and
- * sample thumbnails. */
+/* The datasets page: the datasets in the store, importing (IDX files, PNG/JPEG class folders, CSV
+ * files) on a worker thread with a progress bar, and the selected dataset's classes per split,
+ * sample thumbnails and a preview of augmented training samples (nl_augment_preview, a new
+ * draw each time it is asked for). */
 #include <math.h>
 #include <string.h>
 
 #include "nnlab/alloc.h"
 #include "window.h"
 
-#define THUMBS 96
+#define THUMBS     96
+#define AUG_THUMBS 16
 
 struct datasets_page {
     NlWindow *win;
     GtkWidget *list, *name, *val, *test, *channels, *import, *import_csv, *progress;
     GtkWidget *title, *info, *counts, *samples_title, *thumbs;
+    GtkWidget *augment, *aug_title, *aug_thumbs;
     guint pulse;
     gboolean importing;
     struct import_job *job; /* the import under way (owned by its task), or NULL */
@@ -20,6 +23,10 @@ struct datasets_page {
     int nthumbs;
     uint8_t *pixels;
     char **captions;
+    /* The augmented preview: AUG_THUMBS or fewer samples, and the draw's seed. */
+    int naug;
+    uint8_t *aug_pixels;
+    guint64 aug_seed;
 };
 
 /* What an import thread needs; owned by the GTask. */
@@ -172,13 +179,13 @@ static void chooser_response(GtkNativeDialog *dialog, int response, gpointer dat
     g_object_unref(dialog);
 }
 
-/* win.import: asks for a folder (IDX files or PNG class folders), then imports it. */
+/* win.import: asks for a folder (IDX files or PNG/JPEG class folders), then imports it. */
 static void import_ask(GSimpleAction *a, GVariant *param, gpointer data)
 {
     struct datasets_page *p = data;
     gtk_stack_set_visible_child_name(p->win->stack, "datasets");
     GtkFileChooserNative *d = gtk_file_chooser_native_new(
-        "Import a Folder of IDX Files or PNG Class Folders", GTK_WINDOW(p->win),
+        "Import a Folder of IDX Files or Image Class Folders", GTK_WINDOW(p->win),
         GTK_FILE_CHOOSER_ACTION_SELECT_FOLDER, "_Import", "_Cancel");
     g_signal_connect(d, "response", G_CALLBACK(chooser_response), p);
     gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
@@ -316,6 +323,9 @@ static void free_thumbs(struct datasets_page *p)
         g_strfreev(p->captions);
     p->captions = NULL;
     p->nthumbs = 0;
+    g_free(p->aug_pixels);
+    p->aug_pixels = NULL;
+    p->naug = 0;
 }
 
 static void add_cell(GtkWidget *grid, int col, int row, const char *text, gboolean head)
@@ -397,20 +407,57 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     g_free(st);
     gtk_widget_queue_resize(p->thumbs);
     gtk_widget_queue_draw(p->thumbs);
+    gtk_label_set_text(GTK_LABEL(p->aug_title),
+                       "A training batch as augmentation changes it appears here.");
+    gtk_drawing_area_set_content_height(GTK_DRAWING_AREA(p->aug_thumbs), 0);
     select_row_of(p);
 }
 
-static struct chart_thumbs thumbs_of(struct datasets_page *p)
+/* win.augment-preview: the first training samples as the augmentation in the entry changes
+ * them, a new draw each time. */
+static void augment_preview(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct datasets_page *p = data;
+    const struct nl_dataset *d = p->win->data;
+    struct nl_augment aug;
+    struct nl_error err = {0};
+    char *msg;
+
+    if (!d || d->dtype != NL_U8 || d->split[NL_TRAIN].n == 0)
+        return;
+    if (nl_augment_parse(&aug, gtk_editable_get_text(GTK_EDITABLE(p->augment)), &err) < 0) {
+        gtk_label_set_text(GTK_LABEL(p->aug_title), err.msg);
+        return;
+    }
+    int n = (int)MIN(d->split[NL_TRAIN].n, AUG_THUMBS);
+    g_free(p->aug_pixels);
+    p->aug_pixels = g_malloc(nl_shape_size(d->shape) * (size_t)n);
+    p->naug = 0;
+    if (nl_augment_preview(d, &aug, ++p->aug_seed, n, p->aug_pixels, &err) < 0) {
+        gtk_label_set_text(GTK_LABEL(p->aug_title), err.msg);
+    } else {
+        p->naug = n;
+        msg =
+            g_strdup_printf("The first %d training samples, augmented (draw %" G_GUINT64_FORMAT ")",
+                            n, p->aug_seed);
+        gtk_label_set_text(GTK_LABEL(p->aug_title), msg);
+        g_free(msg);
+    }
+    gtk_widget_queue_resize(p->aug_thumbs);
+    gtk_widget_queue_draw(p->aug_thumbs);
+}
+
+static struct chart_thumbs thumbs_of(struct datasets_page *p, int augmented)
 {
     const struct nl_dataset *d = p->win->data;
     struct chart_thumbs t = {0};
-    if (!d || !p->pixels)
+    if (!d || !(augmented ? p->aug_pixels : p->pixels))
         return t;
-    t.n = p->nthumbs;
+    t.n = augmented ? p->naug : p->nthumbs;
     t.c = d->shape.c;
     t.h = d->shape.h;
     t.w = d->shape.w;
-    t.pixels = p->pixels;
+    t.pixels = augmented ? p->aug_pixels : p->pixels;
     t.captions = (const char *const *)p->captions;
     t.cell = 52;
     t.fg = nl_window_fg(p->thumbs);
@@ -420,7 +467,7 @@ static struct chart_thumbs thumbs_of(struct datasets_page *p)
 static void draw_thumbs(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
 {
     struct datasets_page *p = data;
-    struct chart_thumbs t = thumbs_of(p);
+    struct chart_thumbs t = thumbs_of(p, GTK_WIDGET(area) == p->aug_thumbs);
     if (t.n == 0)
         return;
     chart_thumbs_draw(cr, w, h, &t);
@@ -448,6 +495,9 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
     GET(counts);
     GET(samples_title);
     GET(thumbs);
+    GET(augment);
+    GET(aug_title);
+    GET(aug_thumbs);
 #undef GET
     *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
     g_object_unref(b);
@@ -458,11 +508,13 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
         {.name = "import", .activate = import_ask},
         {.name = "select-dataset", .activate = select_dataset, .parameter_type = "s"},
         {.name = "dataset-remove", .activate = remove_dataset},
+        {.name = "augment-preview", .activate = augment_preview},
     };
     g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
     g_signal_connect(p->list, "row-activated", G_CALLBACK(row_activated), p);
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->thumbs), draw_thumbs, p, NULL);
     gtk_drawing_area_set_content_height(GTK_DRAWING_AREA(p->thumbs), 200);
+    gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->aug_thumbs), draw_thumbs, p, NULL);
     datasets_page_dataset_changed(p);
     return p;
 }

@@ -1,5 +1,5 @@
-/* The predict page: the latest checkpoint of a run classifies a PNG that is opened through a
- * file chooser or dropped on the page; the top five classes are shown with probability bars. */
+/* The predict page: the latest checkpoint of a run classifies a PNG or JPEG that is opened through
+ * a file chooser or dropped on the page; the top five classes are shown with probability bars. */
 #include <string.h>
 
 #include "nnlab/alloc.h"
@@ -132,7 +132,7 @@ static void predict(struct predict_page *p)
     }
     float *in = g_new(float, nl_shape_size(p->d->shape));
     float *probs = g_new(float, (size_t)p->m->nclasses);
-    int rc = nl_dataset_sample_from_png(p->d, p->path, in, &err);
+    int rc = nl_dataset_sample_from_image(p->d, p->path, in, &err);
     if (rc == 0)
         rc = nl_exec_new(&x, p->m, 1, &err);
     if (rc == 0) {
@@ -211,11 +211,12 @@ static void predict_open(GSimpleAction *a, GVariant *param, gpointer data)
     gtk_stack_set_visible_child_name(p->win->stack, "predict");
     GtkFileChooserNative *d = gtk_file_chooser_native_new(
         "Open Image", GTK_WINDOW(p->win), GTK_FILE_CHOOSER_ACTION_OPEN, "_Open", "_Cancel");
-    GtkFileFilter *png = gtk_file_filter_new();
-    gtk_file_filter_set_name(png, "PNG images");
-    gtk_file_filter_add_mime_type(png, "image/png");
-    gtk_file_chooser_add_filter(GTK_FILE_CHOOSER(d), png);
-    g_object_unref(png);
+    GtkFileFilter *images = gtk_file_filter_new();
+    gtk_file_filter_set_name(images, "PNG and JPEG images");
+    gtk_file_filter_add_mime_type(images, "image/png");
+    gtk_file_filter_add_mime_type(images, "image/jpeg");
+    gtk_file_chooser_add_filter(GTK_FILE_CHOOSER(d), images);
+    g_object_unref(images);
     g_signal_connect(d, "response", G_CALLBACK(chooser_response), p);
     gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
 }

@@ -1,4 +1,5 @@
-/* "relu", "tanh" and "sigmoid": elementwise activations. The output has the input's shape; each
+/* "relu", "relu6", "tanh" and "sigmoid": elementwise activations (relu6 is PyTorch's ReLU6,
+ * min(max(x, 0), 6), as MobileNetV2 uses it). The output has the input's shape; each
  * backward reads only the output, which determines the derivative.
  *
  *   in (n, C, H, W)    out (n, C, H, W)
@@ -45,6 +46,31 @@ static void relu_backward(const struct nl_layer *l, const struct nl_bwd *b)
     for (size_t i = 0; i < count; i++) {
         float g = dout[i];
         din[i] += out[i] > 0.0f ? g : 0.0f;
+    }
+}
+
+static void relu6_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    size_t count = total(l, f->n);
+    const float *x = f->in[0];
+
+    for (size_t i = 0; i < count; i++)
+        f->out[i] = x[i] > 0.0f ? (x[i] < 6.0f ? x[i] : 6.0f) : 0.0f;
+}
+
+/* din += dout where 0 < out < 6, which is where 0 < in < 6 (PyTorch's hardtanh_backward: no
+ * gradient at the kinks themselves). */
+static void relu6_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    size_t count = total(l, b->n);
+    float *restrict din = b->din[0];
+    const float *restrict out = b->out, *restrict dout = b->dout;
+
+    if (!din)
+        return;
+    for (size_t i = 0; i < count; i++) {
+        float g = dout[i];
+        din[i] += out[i] > 0.0f && out[i] < 6.0f ? g : 0.0f;
     }
 }
 
@@ -103,6 +129,15 @@ const struct nl_layer_ops nl__relu_ops = {
     .setup = activation_setup,
     .forward = relu_forward,
     .backward = relu_backward,
+};
+
+const struct nl_layer_ops nl__relu6_ops = {
+    .kind = "relu6",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .setup = activation_setup,
+    .forward = relu6_forward,
+    .backward = relu6_backward,
 };
 
 const struct nl_layer_ops nl__tanh_ops = {

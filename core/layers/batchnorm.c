@@ -5,8 +5,16 @@
  *   weight [C] (ones), bias [C] (zeros): trainable
  *   running_mean [C] (zeros), running_var [C] (ones): statistics, never trained
  *   in (n, C, H, W)    out (n, C, H, W)
- *   aux: per sample C*H*W + 2C + 1 floats; forward writes xhat (n, C, H, W), then the mean and
- *   1/sqrt(var + eps) it used per channel, then 1 when it used batch statistics.
+ *   aux: 4C + 1 floats (sized per sample, used once): forward writes the mean and
+ *   1/sqrt(var + eps) it used per channel, the shard's sums of x and x^2 per channel, then 1
+ *   when it used batch statistics. The normalised input xhat is not kept: backward recomputes
+ *   it from the input, (x - mean) * istd, as forward computed it.
+ *
+ * Passes over memory, per channel: forward reads x once for its sums and once to write out;
+ * backward reads dout and x once for its sums and once to write din. The sums go through eight
+ * float lanes per plane (vectorisable), each plane's total added in double; forward sums x - x0
+ * and (x - x0)^2, x0 the channel's first value, so that the variance does not cancel when the
+ * mean is large against the spread.
  *
  * In training a layer that is not frozen normalises with its shard's statistics (biased
  * variance, as PyTorch); in evaluation, and always when frozen, with the running statistics.
@@ -57,8 +65,59 @@ static int bn_setup(struct nl_layer *l, struct nl_error *err)
     nl__layer_add_param(l, "running_var", 1, dims, c, c, NL_INIT_ONE);
     l->params[2].stat = 1;
     l->params[3].stat = 1;
-    l->aux_bytes = (nl_shape_size(l->in[0]) + 2 * (size_t)c + 1) * sizeof(float);
+    l->aux_bytes = (4 * (size_t)c + 1) * sizeof(float);
     return 0;
+}
+
+/* *s1 += sum (x - x0), *s2 += sum (x - x0)^2 over x (n), in eight float lanes. */
+static void shifted_sums(const float *restrict x, size_t n, float x0, double *s1, double *s2)
+{
+    float a[8] = {0}, b[8] = {0};
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float d = x[i + j] - x0;
+            a[j] += d;
+            b[j] += d * d;
+        }
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 8; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    for (; i < n; i++) {
+        double d = (double)x[i] - x0;
+        t1 += d;
+        t2 += d * d;
+    }
+    *s1 += t1;
+    *s2 += t2;
+}
+
+/* *sdy += sum dy, *sdyc += sum dy * (x - mu) over (n), in eight float lanes. */
+static void grad_sums(const float *restrict dy, const float *restrict x, size_t n, float mu,
+                      double *sdy, double *sdyc)
+{
+    float a[8] = {0}, b[8] = {0};
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            a[j] += dy[i + j];
+            b[j] += dy[i + j] * (x[i + j] - mu);
+        }
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 8; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    for (; i < n; i++) {
+        t1 += dy[i];
+        t2 += (double)dy[i] * (x[i] - mu);
+    }
+    *sdy += t1;
+    *sdyc += t2;
 }
 
 static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
@@ -67,7 +126,7 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
     const size_t plane = (size_t)l->in[0].h * l->in[0].w, size = nl_shape_size(l->in[0]);
     const float *gamma = f->w, *beta = f->w + l->params[1].offset;
     const float *rmean = f->w + l->params[2].offset, *rvar = f->w + l->params[3].offset;
-    float *xhat = f->aux, *mean = xhat + (size_t)n * size, *istd = mean + c, *batch = istd + c;
+    float *mean = f->aux, *istd = mean + c, *sum1 = istd + c, *sum2 = sum1 + c, *batch = sum2 + c;
     const int use_batch = f->training && !l->frozen;
     const double m = (double)n * (double)plane;
 
@@ -75,32 +134,28 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
         return;
     *batch = (float)use_batch;
     for (int k = 0; k < c; k++) {
+        const float *xk = f->in[0] + (size_t)k * plane;
         if (use_batch) {
+            const float x0 = xk[0];
             double s1 = 0.0, s2 = 0.0;
-            for (int s = 0; s < n; s++) {
-                const float *x = f->in[0] + (size_t)s * size + (size_t)k * plane;
-                for (size_t i = 0; i < plane; i++)
-                    s1 += x[i];
-            }
-            double mu = s1 / m;
-            for (int s = 0; s < n; s++) {
-                const float *x = f->in[0] + (size_t)s * size + (size_t)k * plane;
-                for (size_t i = 0; i < plane; i++)
-                    s2 += (x[i] - mu) * (x[i] - mu);
-            }
-            mean[k] = (float)mu;
-            istd[k] = (float)(1.0 / sqrt(s2 / m + (double)eps_of(l)));
+            for (int s = 0; s < n; s++)
+                shifted_sums(xk + (size_t)s * size, plane, x0, &s1, &s2);
+            double d = s1 / m, var = s2 / m - d * d;
+            mean[k] = (float)(x0 + d);
+            istd[k] = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + (double)eps_of(l)));
+            /* sum x and sum x^2, for the running statistics (backward passes them on). */
+            sum1[k] = (float)(s1 + m * x0);
+            sum2[k] = (float)(s2 + 2.0 * x0 * s1 + m * (double)x0 * x0);
         } else {
             mean[k] = rmean[k];
             istd[k] = (float)(1.0 / sqrt((double)rvar[k] + (double)eps_of(l)));
         }
+        const float mu = mean[k], is = istd[k], g = gamma[k], bt = beta[k];
         for (int s = 0; s < n; s++) {
-            size_t at = (size_t)s * size + (size_t)k * plane;
-            for (size_t i = 0; i < plane; i++) {
-                float h = (f->in[0][at + i] - mean[k]) * istd[k];
-                xhat[at + i] = h;
-                f->out[at + i] = gamma[k] * h + beta[k];
-            }
+            const float *x = xk + (size_t)s * size;
+            float *y = f->out + (size_t)s * size + (size_t)k * plane;
+            for (size_t i = 0; i < plane; i++)
+                y[i] = g * ((x[i] - mu) * is) + bt;
         }
     }
 }
@@ -110,49 +165,41 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
     const int c = l->in[0].c, n = b->n;
     const size_t plane = (size_t)l->in[0].h * l->in[0].w, size = nl_shape_size(l->in[0]);
     const float *gamma = b->w;
-    const float *xhat = b->aux, *mean = xhat + (size_t)n * size, *istd = mean + c;
-    const int use_batch = istd[c] != 0.0f;
+    const float *mean = b->aux, *istd = mean + c, *sum1 = istd + c, *sum2 = sum1 + c;
+    const int use_batch = sum2[c] != 0.0f;
     const double m = (double)n * (double)plane;
 
     if (n <= 0)
         return;
     for (int k = 0; k < c; k++) {
-        double sdy = 0.0, sdyx = 0.0;
-        for (int s = 0; s < n; s++) {
-            size_t at = (size_t)s * size + (size_t)k * plane;
-            for (size_t i = 0; i < plane; i++) {
-                sdy += b->dout[at + i];
-                sdyx += (double)b->dout[at + i] * xhat[at + i];
-            }
-        }
+        const float mu = mean[k], is = istd[k];
+        const size_t off = (size_t)k * plane;
+        /* sum dy * xhat = istd * sum dy * (x - mean) */
+        double sdy = 0.0, sdyc = 0.0;
+        for (int s = 0; s < n; s++)
+            grad_sums(b->dout + (size_t)s * size + off, b->in[0] + (size_t)s * size + off, plane,
+                      mu, &sdy, &sdyc);
+        double sdyx = (double)is * sdyc;
         if (b->dw) {
             b->dw[k] += (float)sdyx;
             b->dw[l->params[1].offset + k] += (float)sdy;
             if (use_batch) {
                 /* The shard's sums for the running statistics (see the top of the file). */
-                double s1 = 0.0, s2 = 0.0;
-                for (int s = 0; s < n; s++) {
-                    const float *x = b->in[0] + (size_t)s * size + (size_t)k * plane;
-                    for (size_t i = 0; i < plane; i++) {
-                        s1 += x[i];
-                        s2 += (double)x[i] * x[i];
-                    }
-                }
-                b->dw[l->params[2].offset + k] += (float)s1;
-                b->dw[l->params[3].offset + k] += (float)s2;
+                b->dw[l->params[2].offset + k] += sum1[k];
+                b->dw[l->params[3].offset + k] += sum2[k];
             }
         }
         if (!b->din[0])
             continue;
-        float g = gamma[k] * istd[k];
+        float g = gamma[k] * is;
         float a1 = (float)(sdy / m), a2 = (float)(sdyx / m);
         for (int s = 0; s < n; s++) {
-            size_t at = (size_t)s * size + (size_t)k * plane;
+            const size_t at = (size_t)s * size + off;
             float *dx = b->din[0] + at;
-            const float *dy = b->dout + at, *h = xhat + at;
+            const float *dy = b->dout + at, *x = b->in[0] + at;
             if (use_batch)
                 for (size_t i = 0; i < plane; i++)
-                    dx[i] += g * (dy[i] - a1 - h[i] * a2);
+                    dx[i] += g * (dy[i] - a1 - ((x[i] - mu) * is) * a2);
             else
                 for (size_t i = 0; i < plane; i++)
                     dx[i] += g * dy[i];

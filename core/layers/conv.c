@@ -1,13 +1,46 @@
 /* "conv": 2-D convolution (cross-correlation, as PyTorch's Conv2d) with stride and zero padding.
- * Each image is unrolled by im2col into a (K, P) matrix of columns, K = C*kh*kw and P = oh*ow,
- * and goes through one GEMM of its own: per image, the columns stay in cache and the product is
- * already in the output's layout. (Measured on lenet: one GEMM over the whole shard's columns
- * was 1.7x slower, the (K, n*P) matrix being far larger than the caches.)
  *
- *   weight [F, C, kh, kw], read as the matrix (F, K); bias [F]
- *   in  (n, C, H, W)    out (n, F, oh, ow)
- *   scratch: K*P floats of columns, whatever the shard's size; no aux. */
+ *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
+ *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
+ *
+ * Two lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * one through l->lowering):
+ *
+ * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
+ *   its own, out_s (F, P) = weight (F, K) cols_s (K, P). One image's columns stay in cache
+ *   between unrolling and product, and the product lands in the output's layout. A pointwise
+ *   convolution (1x1, stride 1, no padding) skips im2col: the image is its own columns.
+ *   scratch: K*P floats, whatever the shard's size.
+ * - SHARD: the whole shard's columns side by side, cols (K, n*P), image s owning columns
+ *   [s*P, (s+1)*P), and one GEMM y (F, n*P) = weight cols, scattered into out (n, F, P) with the
+ *   bias added in that same pass. The weights are packed once per shard, not once per image.
+ *   Backward gathers dout into (F, n*P) the same way (the bias gradient summed in that pass).
+ *   scratch: (K + F)*P floats per sample.
+ *
+ * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
+ * forward and backward of 16 images, thread CPU time, single-threaded OpenBLAS 0.3.21 on this
+ * project's 2-core AMD EPYC (AVX-512, 1 MiB L2 per core; about 100 GFLOP/s on 512x512 sgemm):
+ *                                   F     K     P   per image   per shard (GFLOP/s)
+ *    lenet conv2                   50   500    64      72.5      68.4
+ *    resnet8 stage 1               16   144   784      46.6      39.4
+ *    resnet8 stage 3               64   576    49      65.2      62.1
+ *    ResNet-18 64x64 layer2       128  1152    64      77.1      71.1
+ *    ResNet-18 64x64 layer3       256  2304    16      67.3      71.0
+ *    ResNet-18 64x64 layer4       512  4608     4      24.6      66.0
+ *    ResNet-18 64x64 4 1x1 s2     512   256     4      33.2      63.0
+ *    ResNet-18 224x224 layer3     256  2304   196      87.6      79.8
+ *    ResNet-18 224x224 layer4     512  4608    49      75.2      88.5
+ * OpenBLAS packs the (F, K) weights at every call; per image that costs in proportion to F*K
+ * and pays back over only P columns, and once the weights outgrow the L2 cache (256K floats)
+ * every image reads them again from L3. The gathering and scattering of the shard path costs a
+ * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 262144 floats,
+ * and n > 1; SAMPLE elsewhere (lenet keeps it on both convolutions, so its results are
+ * unchanged bit for bit). SHARD sums the weight and bias gradients over the shard inside one
+ * product instead of image after image, so its results differ from SAMPLE's in the last bits;
+ * tests/test_kernels.c holds both against direct loops.
+ */
 #include <limits.h>
+#include <string.h>
 
 #include "layers.h"
 #include "nnlab/kernels.h"
@@ -57,7 +90,18 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         int bdims[4] = {l->filters};
         nl__layer_add_param(l, "bias", 1, bdims, fan_in, fan_out, NL_INIT_ZERO);
     }
-    l->scratch_fixed = k * p;
+    if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
+        l->lower = l->lowering;
+    else if (l->lowering != NL_LOWER_AUTO)
+        return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
+    else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 262144))
+        l->lower = NL_LOWER_SHARD; /* the rule at the top of this file */
+    else
+        l->lower = NL_LOWER_SAMPLE;
+    if (l->lower == NL_LOWER_SHARD)
+        l->scratch_per_sample = (k + (size_t)l->filters) * p;
+    else
+        l->scratch_fixed = k * p;
     return 0;
 }
 
@@ -78,59 +122,161 @@ static const float *sample_cols(float *cols, const float *img, const struct conv
     return cols;
 }
 
-/* Sample after sample: out_s (F, P) = weight (F, K) cols_s (K, P) + bias. One sample's columns
- * (K*P floats: 56 KiB for lenet's conv1, 125 KiB for conv2) stay in cache between the unrolling
- * and the product, and the product lands in the output's own layout with no reordering. */
+/* cols (K, n*P): the shard's columns side by side, image s's in columns [s*P, (s+1)*P). */
+static void shard_cols(float *cols, const float *in, int n, const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const size_t ld = (size_t)n * d->p;
+
+    for (int s = 0; s < n; s++) {
+        const float *img = in + (size_t)s * d->in_size;
+        if (pointwise(g)) {
+            for (int c = 0; c < g->c; c++)
+                memcpy(cols + c * ld + (size_t)s * d->p, img + (size_t)c * d->p,
+                       (size_t)d->p * sizeof *cols);
+        } else {
+            nl_im2col_ld(cols + (size_t)s * d->p, (int)ld, img, g->c, g->h, g->w, g->kh, g->kw,
+                         g->sh, g->sw, g->ph, g->pw, g->oh, g->ow);
+        }
+    }
+}
+
+/* SAMPLE: out_s (F, P) = weight (F, K) cols_s (K, P) + bias, image after image. One image's
+ * columns (K*P floats: 56 KiB for lenet's conv1, 125 KiB for conv2) stay in cache between the
+ * unrolling and the product, and the product lands in the output's own layout. */
+static void forward_sample(const struct nl_layer *l, const struct nl_fwd *f,
+                           const struct conv_dims *d)
+{
+    const float *bias = l->no_bias ? NULL : f->w + l->params[1].offset;
+    const size_t out_size = (size_t)d->f * d->p;
+
+    for (int s = 0; s < f->n; s++) {
+        float *out = f->out + (size_t)s * out_size;
+        const float *cols = sample_cols(f->scratch, f->in[0] + (size_t)s * d->in_size, d);
+        if (bias)
+            for (int fo = 0; fo < d->f; fo++)
+                for (int i = 0; i < d->p; i++)
+                    out[(size_t)fo * d->p + i] = bias[fo];
+        nl_sgemm(0, 0, d->f, d->p, d->k, 1.0f, f->w, d->k, cols, d->p, bias ? 1.0f : 0.0f, out,
+                 d->p);
+    }
+}
+
+/* SHARD: y (F, n*P) = weight (F, K) cols (K, n*P), then out_s (F, P) = y's columns of image s
+ * plus the bias, in one pass. */
+static void forward_shard(const struct nl_layer *l, const struct nl_fwd *f,
+                          const struct conv_dims *d)
+{
+    const float *bias = l->no_bias ? NULL : f->w + l->params[1].offset;
+    const int n = f->n, ld = n * d->p;
+    float *cols = f->scratch, *y = f->scratch + (size_t)d->k * ld;
+
+    shard_cols(cols, f->in[0], n, d);
+    nl_sgemm(0, 0, d->f, ld, d->k, 1.0f, f->w, d->k, cols, ld, 0.0f, y, ld);
+    for (int s = 0; s < n; s++)
+        for (int fo = 0; fo < d->f; fo++) {
+            float *dst = f->out + ((size_t)s * d->f + fo) * d->p;
+            const float *src = y + (size_t)fo * ld + (size_t)s * d->p;
+            const float b = bias ? bias[fo] : 0.0f;
+            for (int i = 0; i < d->p; i++)
+                dst[i] = src[i] + b;
+        }
+}
+
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    const float *bias = l->no_bias ? NULL : f->w + l->params[1].offset;
-    const size_t out_size = (size_t)d.f * d.p;
-
-    for (int s = 0; s < f->n; s++) {
-        float *out = f->out + (size_t)s * out_size;
-        const float *cols = sample_cols(f->scratch, f->in[0] + (size_t)s * d.in_size, &d);
-        if (bias)
-            for (int fo = 0; fo < d.f; fo++)
-                for (int i = 0; i < d.p; i++)
-                    out[(size_t)fo * d.p + i] = bias[fo];
-        nl_sgemm(0, 0, d.f, d.p, d.k, 1.0f, f->w, d.k, cols, d.p, bias ? 1.0f : 0.0f, out, d.p);
-    }
+    if (l->lower == NL_LOWER_SHARD && f->n > 1)
+        forward_shard(l, f, &d);
+    else
+        forward_sample(l, f, &d);
 }
 
-/* Sample after sample: dweight (F, K) += dout_s (F, P) cols_s^T (P, K), dbias (F) += row sums of
- * dout_s, then dcols (K, P) = weight^T (K, F) dout_s (F, P) folded back onto din_s. */
-static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
+/* SAMPLE, image after image: dweight (F, K) += dout_s (F, P) cols_s^T (P, K), dbias (F) += row
+ * sums of dout_s, then dcols (K, P) = weight^T (K, F) dout_s (F, P) folded back onto din_s. */
+static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
+                            const struct conv_dims *d)
 {
-    struct conv_dims d;
-    conv_dims(l, &d);
-    const struct nl__window *g = &d.win;
-    const size_t out_size = (size_t)d.f * d.p;
+    const struct nl__window *g = &d->win;
+    const size_t out_size = (size_t)d->f * d->p;
     float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
 
     for (int s = 0; s < b->n; s++) {
         const float *dout = b->dout + (size_t)s * out_size;
         if (b->dw) {
-            const float *cols = sample_cols(b->scratch, b->in[0] + (size_t)s * d.in_size, &d);
-            nl_sgemm(0, 1, d.f, d.k, d.p, 1.0f, dout, d.p, cols, d.p, 1.0f, b->dw, d.k);
+            const float *cols = sample_cols(b->scratch, b->in[0] + (size_t)s * d->in_size, d);
+            nl_sgemm(0, 1, d->f, d->k, d->p, 1.0f, dout, d->p, cols, d->p, 1.0f, b->dw, d->k);
         }
         if (db) {
-            for (int fo = 0; fo < d.f; fo++)
-                db[fo] += nl_sum(dout + (size_t)fo * d.p, d.p);
+            for (int fo = 0; fo < d->f; fo++)
+                db[fo] += nl_sum(dout + (size_t)fo * d->p, d->p);
         }
         if (b->din[0]) {
-            float *din = b->din[0] + (size_t)s * d.in_size;
+            float *din = b->din[0] + (size_t)s * d->in_size;
             if (pointwise(g)) {
                 /* din_s is dcols itself. */
-                nl_sgemm(1, 0, d.k, d.p, d.f, 1.0f, b->w, d.k, dout, d.p, 1.0f, din, d.p);
+                nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 1.0f, din, d->p);
                 continue;
             }
-            nl_sgemm(1, 0, d.k, d.p, d.f, 1.0f, b->w, d.k, dout, d.p, 0.0f, b->scratch, d.p);
+            nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 0.0f, b->scratch, d->p);
             nl_col2im(din, b->scratch, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
                       g->oh, g->ow);
         }
     }
+}
+
+/* SHARD: dy (F, n*P) gathered from dout (with the bias gradient's row sums), then
+ * dweight (F, K) += dy cols^T and dcols (K, n*P) = weight^T dy, each one product for the shard;
+ * dcols is folded back image by image. */
+static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
+                           const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const int n = b->n, ld = n * d->p;
+    float *cols = b->scratch, *dy = b->scratch + (size_t)d->k * ld;
+    float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+
+    for (int fo = 0; fo < d->f; fo++) {
+        float *row = dy + (size_t)fo * ld;
+        for (int s = 0; s < n; s++)
+            memcpy(row + (size_t)s * d->p, b->dout + ((size_t)s * d->f + fo) * d->p,
+                   (size_t)d->p * sizeof *row);
+        if (db)
+            db[fo] += nl_sum(row, ld);
+    }
+    if (b->dw) {
+        shard_cols(cols, b->in[0], n, d);
+        nl_sgemm(0, 1, d->f, d->k, ld, 1.0f, dy, ld, cols, ld, 1.0f, b->dw, d->k);
+    }
+    if (!b->din[0])
+        return;
+    nl_sgemm(1, 0, d->k, ld, d->f, 1.0f, b->w, d->k, dy, ld, 0.0f, cols, ld);
+    for (int s = 0; s < n; s++) {
+        float *din = b->din[0] + (size_t)s * d->in_size;
+        const float *src = cols + (size_t)s * d->p;
+        if (pointwise(g)) {
+            for (int c = 0; c < g->c; c++) {
+                float *dst = din + (size_t)c * d->p;
+                const float *row = src + (size_t)c * ld;
+                for (int i = 0; i < d->p; i++)
+                    dst[i] += row[i];
+            }
+        } else {
+            nl_col2im_ld(din, src, ld, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
+                         g->oh, g->ow);
+        }
+    }
+}
+
+static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    struct conv_dims d;
+    conv_dims(l, &d);
+    if (l->lower == NL_LOWER_SHARD && b->n > 1)
+        backward_shard(l, b, &d);
+    else
+        backward_sample(l, b, &d);
 }
 
 const struct nl_layer_ops nl__conv_ops = {

@@ -11,6 +11,7 @@ extern const struct nl_layer_ops nl__dense_ops;
 extern const struct nl_layer_ops nl__maxpool_ops;
 extern const struct nl_layer_ops nl__avgpool_ops;
 extern const struct nl_layer_ops nl__relu_ops;
+extern const struct nl_layer_ops nl__relu6_ops;
 extern const struct nl_layer_ops nl__tanh_ops;
 extern const struct nl_layer_ops nl__sigmoid_ops;
 extern const struct nl_layer_ops nl__flatten_ops;

@@ -24,7 +24,7 @@ int nl_bench_sgemm(struct nl_bench_sgemm *out, int size, int threads, double sec
                    struct nl_error *err);
 
 /* Floating-point operations of one training sample through m, forward and backward: 2 per
- * multiply-add of the conv and dense products (forward, weight gradient, and input gradient
+ * multiply-add of the conv, gconv and dense products (forward, weight gradient, and input gradient
  * except for layers that read the model's input, which get none); elementwise layers, pooling,
  * the loss and the optimizer are not counted. */
 double nl_model_train_flops(const struct nl_model *m);
@@ -45,6 +45,29 @@ struct nl_bench_train {
  * dataset in memory included); elsewhere it is the process's peak so far. */
 int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct nl_dataset *d,
                    int batch, int threads, int warmup, int steps, struct nl_error *err);
+
+/* Inference throughput: the batch cut into `threads` contiguous shards (0: one per core), each
+ * thread normalising its samples from d's train split and running m forward without dropout
+ * (batchnorm on its running statistics) on an executor of its own, a barrier after every step;
+ * `warmup` untimed steps, then `steps` timed ones. gflops counts nl_model_infer_flops. */
+int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const struct nl_dataset *d,
+                   int batch, int threads, int warmup, int steps, struct nl_error *err);
+
+/* Floating-point operations of one sample's forward pass: 2 per multiply-add of the conv, gconv
+ * and dense products. */
+double nl_model_infer_flops(const struct nl_model *m);
+
+/* The spec text of a model that exists only for benchmarks, by name, or NULL. "resnet18":
+ * torchvision's resnet18, layer for layer, with '_' where torchvision's module paths have '.'
+ * (layer1_0_conv1), and a head of as many classes as the data has. */
+const char *nl_bench_spec(const char *name);
+
+/* A dataset of n samples of the given shape in memory: uniform random bytes (normalised with
+ * mean 0.5 and std 0.29 per channel) and uniform random labels of nclasses classes, from seed;
+ * train split only. For speed measurements, where what the pixels show does not matter. Freed
+ * with nl_dataset_free. */
+int nl_bench_synthetic(struct nl_dataset **out, struct nl_shape shape, int nclasses, uint32_t n,
+                       uint64_t seed, struct nl_error *err);
 
 /* The process's peak resident memory so far, in MiB (getrusage). */
 double nl_peak_rss_mb(void);

@@ -22,7 +22,7 @@ extern const char *const nl_split_names[NL_NSPLITS]; /* "train", "val", "test" *
 struct nl_dataset {
     char *name;
     char *source;          /* where it was imported from */
-    char *kind;            /* "idx", "png" or "csv" */
+    char *kind;            /* "idx", "png", "jpeg", "image" (PNG and JPEG) or "csv" */
     struct nl_shape shape; /* one sample */
     enum nl_dtype dtype;
     int nclasses;
@@ -48,15 +48,36 @@ struct nl_dataset_info {
     uint64_t bytes; /* of all samples */
 };
 
+/* What an import stores as the dataset's mean and std: the train split's per-channel
+ * statistics, ImageNet's (PyTorch's mean 0.485 0.456 0.406 and std 0.229 0.224 0.225, for
+ * pretrained weights; RGB only), or none (mean 0, std 1: inputs are pixel / 255). */
+enum nl_normalize { NL_NORM_DATASET = 0, NL_NORM_IMAGENET = 1, NL_NORM_NONE = 2 };
+
+/* The geometry of image import (--resize): resize by a stretch to w x h or by the shorter side,
+ * then optionally cut the centre; see core/image.c. All zero: none. */
+struct nl_resize {
+    int w, h;           /* stretch:WxH */
+    int shorter;        /* shorter:S */
+    int crop_w, crop_h; /* center-crop:WxH */
+};
+
+/* Parses "stretch:WxH" (or "WxH"), "shorter:S", "center-crop:WxH", a resize and a crop joined by
+ * a comma ("shorter:256,center-crop:224x224"), or "none"; nl_resize_format writes it back. */
+int nl_resize_parse(struct nl_resize *r, const char *text, struct nl_error *err);
+void nl_resize_format(const struct nl_resize *r, char *buf, size_t size);
+
 struct nl_import_opts {
     float val_fraction;  /* carve a stratified validation split of this share from train; 0: none */
     float test_fraction; /* carve a test split likewise, when the source has none; 0: none */
     uint64_t seed;       /* for the carved splits */
     int channels;        /* PNG: 1 (gray) or 3 (RGB); 0: what most files are */
-    int width, height;   /* PNG: resize every image to this; 0: the most common size */
-    const char *label;   /* CSV: the label column, a name or a 1-based index; NULL: the last */
-    int skip_bad;        /* skip bad files or rows (each reported through warn) */
-    nl_warn_fn warn;     /* may be NULL */
+    int width, height;   /* images: stretch every image to this; 0: the most common size */
+    int shorter;         /* images: or scale the shorter side to this, keeping the aspect */
+    int crop_w, crop_h;  /* images: then cut the centre to this size (torchvision's CenterCrop) */
+    enum nl_normalize normalize; /* images: the statistics batches are normalised with */
+    const char *label; /* CSV: the label column, a name or a 1-based index; NULL: the last */
+    int skip_bad;      /* skip bad files or rows (each reported through warn) */
+    nl_warn_fn warn;   /* may be NULL */
     void *warn_ud;
     /* Called as files or rows are imported; a non-zero return stops the import (NL_ECANCELED).
      * May be NULL. */
@@ -65,9 +86,9 @@ struct nl_import_opts {
 };
 
 /* Imports a dataset from what paths name, deciding by the source: a folder of IDX files or an
- * IDX images file and labels file (nl_import_idx), a folder of PNG class folders (optionally under
- * train/, val/ and test/), or a .csv file. One transaction: nothing is stored when it fails, and
- * errors read "PATH[:LINE]: why". */
+ * IDX images file and labels file (nl_import_idx), a folder of PNG/JPEG class folders (optionally
+ * under train/, val/ and test/), or a .csv file. One transaction: nothing is stored when it fails,
+ * and errors read "PATH[:LINE]: why". */
 int nl_import(struct nl_store *s, const char *name, const char *const *paths, int npaths,
               const struct nl_import_opts *opts, struct nl_error *err);
 
@@ -95,22 +116,41 @@ void nl_dataset_free(struct nl_dataset *d);
 void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uint32_t *idx, int n,
                       float *x, int32_t *y);
 
-/* Reads a PNG of any kind libpng reads and turns it into one normalised sample of d's shape
- * (converting channels, resizing bilinearly). x has nl_shape_size(d->shape) floats. */
-int nl_dataset_sample_from_png(const struct nl_dataset *d, const char *path, float *x,
-                               struct nl_error *err);
+/* Reads a PNG or JPEG file and turns it into one normalised sample of d's shape, converted,
+ * oriented, resized and cropped as the dataset's import did. x has nl_shape_size(d->shape)
+ * floats. */
+int nl_dataset_sample_from_image(const struct nl_dataset *d, const char *path, float *x,
+                                 struct nl_error *err);
 
-/* Training-time augmentation, applied to normalised training batches only. */
+/* Training-time augmentation, applied to normalised training batches only, in torchvision's
+ * order: random resized crop, horizontal flip, colour jitter, then the shift (crop:P). */
 struct nl_augment {
     int flip; /* mirror left-right with probability 1/2 */
     int crop; /* shift by up to this many pixels each way, filling with 0 (the mean) */
+    /* Random resized crop (torchvision's RandomResizedCrop): a box of a uniform share in
+     * [scale_min, scale_max] of the area and a log-uniform aspect in [ratio_min, ratio_max],
+     * resized bilinearly back to the sample's size. scale_max 0: off. */
+    float scale_min, scale_max, ratio_min, ratio_max;
+    /* Colour jitter (torchvision's ColorJitter): factors uniform in [max(0, 1 - v), 1 + v], applied
+     * in a random order on pixels in [0, 1]. 0: off. */
+    float brightness, contrast, saturation;
 };
 
-/* Parses "flip,crop:4" (either part optional; "none" or "" for nothing). */
+/* Parses a comma-separated list: "flip", "crop:P", "resized-crop" (scale 0.08-1, ratio 3/4-4/3),
+ * "resized-crop:SMIN-SMAX" or "resized-crop:SMIN-SMAX:RMIN-RMAX", "brightness:B",
+ * "contrast:C", "saturation:S" ("none" or "" for nothing). nl_augment_format writes the same
+ * text back (floats exactly), for run settings and cluster workers. */
 int nl_augment_parse(struct nl_augment *a, const char *text, struct nl_error *err);
+void nl_augment_format(const struct nl_augment *a, char *buf, size_t size);
 int nl_augment_active(const struct nl_augment *a);
-/* x (n, shape) in place, with rng; allocates nothing. */
-void nl_augment_batch(const struct nl_augment *a, struct nl_shape shape, float *x, int n,
-                      struct nl_rng *rng);
+/* x (n, shape) in place, with rng; mean and std (shape.c) are the dataset's normalisation, for
+ * the colour jitter, which works on pixels. Allocates nothing. */
+void nl_augment_batch(const struct nl_augment *a, struct nl_shape shape, const float *mean,
+                      const float *std, float *x, int n, struct nl_rng *rng);
+/* A preview of what training sees: the first n train samples of an 8-bit dataset, normalised,
+ * augmented by a with a generator seeded by seed, and turned back into 8-bit pixels (n, shape)
+ * (values outside [0, 255] clamped), for the window's Datasets page. */
+int nl_augment_preview(const struct nl_dataset *d, const struct nl_augment *a, uint64_t seed, int n,
+                       uint8_t *pixels, struct nl_error *err);
 
 #endif

@@ -48,6 +48,8 @@ struct nl_cluster_opts {
     const char *bind;     /* address the workers listen on; NULL: where the driver reached them */
     int port_lo, port_hi; /* 0, 0: any port */
     int bf16;
+    /* Workers exchange checksummed frames rather than sealed ones (for a trusted network). */
+    int insecure_plaintext;
     /* Set (by a signal handler) to stop the run at the next chance; may be NULL. */
     const volatile sig_atomic_t *stop;
     /* Faults: a worker is lost when its channel ends or fails, or when nothing (not even a

@@ -26,6 +26,18 @@ void nl_im2col_ld(float *cols, int ldc, const float *img, int c, int h, int w, i
 void nl_col2im_ld(float *img, const float *cols, int ldc, int c, int h, int w, int kh, int kw,
                   int sh, int sw, int ph, int pw, int oh, int ow);
 
+/* Depthwise convolution of one image, direct (no im2col): filter f of the c*mult reads only
+ * channel f / mult. out (c*mult, oh, ow) = the taps of weight [c*mult, 1, kh, kw] over img
+ * (c, h, w) with zero padding, plus bias (c*mult) when not NULL. Its twin is the per-group
+ * im2col and GEMM of core/layers/gconv.c (tests/test_kernels.c holds both against loops). */
+void nl_dwconv(float *out, const float *img, const float *weight, const float *bias, int c, int h,
+               int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
+/* Its gradients, each += and skipped when NULL: din (c, h, w), dweight [c*mult, 1, kh, kw] and
+ * dbias (c*mult), from dout (c*mult, oh, ow). */
+void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *dout,
+                        const float *img, const float *weight, int c, int h, int w, int mult,
+                        int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
+
 /* The sum of x (n): eight interleaved float partial sums, added in double at the end, so the
  * additions do not wait on one another. Its twin adds one element after another in double. */
 float nl_sum(const float *x, int n);

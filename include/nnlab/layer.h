@@ -31,6 +31,17 @@ static inline size_t nl_shape_size(struct nl_shape s)
     return (size_t)s.c * (size_t)s.h * (size_t)s.w;
 }
 
+/* How conv and gconv turn the convolution into products (see core/layers/conv.c and gconv.c).
+ * AUTO lets setup choose from the shape; the others force one, so that tests can hold every fast
+ * path against its twin and benchmarks can time each. */
+enum nl_lowering {
+    NL_LOWER_AUTO = 0,
+    NL_LOWER_SAMPLE, /* conv: im2col and one GEMM per sample */
+    NL_LOWER_SHARD,  /* conv: one im2col matrix and one GEMM for the whole shard */
+    NL_LOWER_GROUPS, /* gconv: im2col and one GEMM per sample and group */
+    NL_LOWER_DIRECT, /* gconv with one input channel per group (depthwise): direct loops */
+};
+
 enum nl_init {
     NL_INIT_DEFAULT = 0, /* weights: Xavier; biases: zero */
     NL_INIT_ZERO,
@@ -69,10 +80,11 @@ struct nl_layer {
     float p;     /* dropout: probability of dropping a value */
     int no_bias; /* conv, dense: no bias term */
     enum nl_init init;
-    int groups;     /* gconv: channel groups (0 or 1: one group) */
-    float slope;    /* leakyrelu: slope for negative inputs */
-    float momentum; /* batchnorm: weight of the new batch in the running statistics */
-    float eps;      /* batchnorm: added to the variance */
+    int groups;                /* gconv: channel groups (0 or 1: one group) */
+    float slope;               /* leakyrelu: slope for negative inputs */
+    float momentum;            /* batchnorm: weight of the new batch in the running statistics */
+    float eps;                 /* batchnorm: added to the variance */
+    enum nl_lowering lowering; /* conv, gconv: AUTO, or a forced lowering */
 
     /* Wiring: indices of earlier layers, -1 for the model's input. */
     int ninputs;
@@ -87,6 +99,7 @@ struct nl_layer {
     size_t aux_bytes;          /* per sample, written by forward for backward */
     size_t scratch_fixed;      /* floats of scratch per call ... */
     size_t scratch_per_sample; /* ... plus this many per sample of the shard */
+    enum nl_lowering lower;    /* conv, gconv: the lowering setup chose (never AUTO) */
 
     /* Filled by the model. */
     size_t param_offset; /* into the model's flat buffer */

@@ -37,12 +37,13 @@ int nl_net_listen(int *fd, const char *addr, int port_lo, int port_hi, int *port
 int nl_mesh_connect(struct nl_mesh **out, int rank, int size, int listen_fd,
                     const struct nl_member *members, const void *secret, size_t secret_len,
                     int timeout_ms, struct nl_error *err);
-/* The same, and gives up with NL_ECANCELED as soon as cancel_fd (-1: none) is readable: a
- * member told to stop while the mesh forms (a lost member will never join) does not wait out
- * the timeout. */
+/* The same with the handshake's options (NL_WIRE_PLAINTEXT: checksummed frames, not sealed
+ * ones; nl_mesh_connect seals), giving up with NL_ECANCELED as soon as cancel_fd (-1: none) is
+ * readable: a member told to stop while the mesh forms (a lost member will never join) does not
+ * wait out the timeout. */
 int nl_mesh_connect_cancel(struct nl_mesh **out, int rank, int size, int listen_fd,
                            const struct nl_member *members, const void *secret, size_t secret_len,
-                           int timeout_ms, int cancel_fd, struct nl_error *err);
+                           unsigned wire_opts, int timeout_ms, int cancel_fd, struct nl_error *err);
 void nl_mesh_free(struct nl_mesh *m);
 
 /* Frame bytes this member has sent to all its peers so far. */

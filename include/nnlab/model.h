@@ -79,6 +79,10 @@ void nl_model_update_stats(const struct nl_model *m, float *params, const float 
 struct nl_exec;
 
 int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struct nl_error *err);
+/* An executor for forward passes only (evaluation, prediction): it holds no activation
+ * gradients, and nl_exec_backward on it computes nothing. */
+int nl_exec_new_forward(struct nl_exec **out, const struct nl_model *m, int max_n,
+                        struct nl_error *err);
 void nl_exec_free(struct nl_exec *x);
 
 /* Runs n <= max_n samples x (n, input) through the model with parameters params (the model's own

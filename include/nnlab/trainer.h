@@ -16,6 +16,7 @@
 
 #include "nnlab/dataset.h"
 #include "nnlab/error.h"
+#include "nnlab/metrics.h"
 #include "nnlab/model.h"
 #include "nnlab/optim.h"
 #include "nnlab/rng.h"
@@ -232,5 +233,10 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
 /* Mean loss and accuracy of m on a split, on `threads` threads (0: all cores). */
 int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
                 int threads, double *loss, double *accuracy, struct nl_error *err);
+
+/* The same evaluation with the classification metrics: out is initialised here (release it with
+ * nl_metrics_release) and finished; *loss is the mean loss. The split must not be empty. */
+int nl_evaluate_metrics(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
+                        int threads, double *loss, struct nl_metrics *out, struct nl_error *err);
 
 #endif

@@ -10,6 +10,15 @@ cores that other processes kept busy during the run (from /proc/stat), so a load
 
   tests/bench/compare_torch.py                      # lenet and mlp, 1 and 2 threads, 3 runs each
   tests/bench/compare_torch.py --models lenet --threads 2 --runs 5
+  tests/bench/compare_torch.py --models resnet8,mobilenet-tiny --batch 32 --threads 2
+
+Models: lenet, mlp, resnet8 and mobilenet-tiny (data/models; torch_reference.py builds the same
+layers in PyTorch, with PyTorch's own initialisation), and resnet18: torchvision's resnet18
+against the same network as an nnlab spec (written here, torchvision's names with '_' for '.'),
+on RGB_TRAIN + RGB_TEST synthetic 64x64 RGB PNGs of 10 classes (noise around a colour per class)
+that this script writes and nnlab imports:
+
+  tests/bench/compare_torch.py --models resnet18 --batch 32 --threads 2
 
 PyTorch must import in some Python: /usr/bin/python3 (Debian's python3-torch) is tried first,
 then --python, then python3 on PATH.
@@ -17,6 +26,7 @@ then --python, then python3 on PATH.
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RGB_TRAIN, RGB_TEST, RGB_SIDE = 640, 160, 64
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
@@ -62,17 +72,56 @@ def run_measured(cmd):
     return out.splitlines(), ru.ru_maxrss / 1024.0, others
 
 
-def torch_run(py, model, threads, batch):
-    lines, rss, others = run_measured([py, os.path.join(HERE, "torch_reference.py"), "--model", model,
-                                       "--threads", str(threads), "--batch", str(batch), "--epochs", "1"])
+def resnet18_spec():
+    """torchvision's resnet18 as an nnlab spec, names with '_' where torchvision's have '.'."""
+    lines = ["conv1: conv 64 7x7 stride=2 pad=3 bias=no", "bn1: batchnorm", "relu: relu",
+             "maxpool: maxpool 3x3 stride=2 pad=1"]
+    prev, cin = "maxpool", 64
+    for li, (c, s) in enumerate([(64, 1), (128, 2), (256, 2), (512, 2)], 1):
+        for b in range(2):
+            p, st = "layer%d_%d_" % (li, b), s if b == 0 else 1
+            lines += ["%sconv1: conv %d 3x3%s pad=1 bias=no in=%s" % (p, c, " stride=2" if st > 1 else "", prev),
+                      p + "bn1: batchnorm", p + "relu1: relu",
+                      "%sconv2: conv %d 3x3 pad=1 bias=no" % (p, c), p + "bn2: batchnorm"]
+            short = prev
+            if st != 1 or cin != c:
+                lines += ["%sdownsample_0: conv %d 1x1 stride=%d bias=no in=%s" % (p, c, st, prev),
+                          p + "downsample_1: batchnorm"]
+                short = p + "downsample_1"
+            lines += ["%sadd: add in=%sbn2,%s" % (p, p, short), p + "relu: relu"]
+            prev, cin = p + "relu", c
+    return "\n".join(lines + ["avgpool: globalavgpool", "fc: dense N"]) + "\n"
+
+
+def write_rgb_pngs(folder):
+    """RGB_TRAIN and RGB_TEST 64x64 RGB PNGs in folder/{train,test}/CLASS/, 10 classes."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(1)
+    colours = rng.integers(40, 216, size=(10, 3))
+    for split, n in (("train", RGB_TRAIN), ("test", RGB_TEST)):
+        for i in range(n):
+            k = i % 10
+            img = np.clip(colours[k] + rng.normal(0, 40, size=(RGB_SIDE, RGB_SIDE, 3)), 0, 255)
+            d = os.path.join(folder, split, "c%d" % k)
+            os.makedirs(d, exist_ok=True)
+            Image.fromarray(img.astype(np.uint8), "RGB").save(os.path.join(d, "%04d.png" % i))
+
+
+def torch_run(py, model, threads, batch, png):
+    cmd = [py, os.path.join(HERE, "torch_reference.py"), "--model", model, "--threads", str(threads),
+           "--batch", str(batch), "--epochs", "1"]
+    lines, rss, others = run_measured(cmd + (["--png", png] if model == "resnet18" else []))
     r = json.loads(lines[-1])
     return {"ips": r["images_per_second"], "seconds": r["train_seconds"],
             "acc": r["test_accuracy"], "rss": rss, "others": others}
 
 
-def nnlab_run(exe, db, model, threads, batch):
-    lines, rss, others = run_measured([exe, "--db", db, "--json", "train", "--data", "fashion",
-                                       "--model", model, "--epochs", "1", "--batch", str(batch),
+def nnlab_run(exe, db, model, threads, batch, spec):
+    data = "rgb64" if model == "resnet18" else "fashion"
+    lines, rss, others = run_measured([exe, "--db", db, "--json", "train", "--data", data,
+                                       "--model", spec if model == "resnet18" else model,
+                                       "--epochs", "1", "--batch", str(batch),
                                        "--threads", str(threads), "--optim", "sgd", "--lr", "0.05",
                                        "--momentum", "0.9", "--schedule", "constant", "--seed", "1"])
     events = [json.loads(l) for l in lines if l.startswith("{")]
@@ -105,6 +154,13 @@ def main():
     try:
         subprocess.run([a.nnlab, "--db", db, "--quiet", "import", "fashion", a.data_dir], check=True,
                        stdout=subprocess.DEVNULL)
+        png, spec = os.path.join(tmp, "rgb64"), os.path.join(tmp, "resnet18.spec")
+        if "resnet18" in models:
+            write_rgb_pngs(png)
+            with open(spec, "w") as f:
+                f.write(resnet18_spec())
+            subprocess.run([a.nnlab, "--db", db, "--quiet", "import", "rgb64", png, "--rgb"],
+                           check=True, stdout=subprocess.DEVNULL)
         print("machine: %s; load average %.2f %.2f %.2f; torch from %s" %
               ((machine(),) + os.getloadavg() + (py,)), flush=True)
         print("%-6s %-6s %3s %4s %10s %8s %7s %8s %7s" %
@@ -114,8 +170,8 @@ def main():
             for t in threads:
                 for i in range(a.runs):
                     for who in ("torch", "nnlab"):
-                        r = (torch_run(py, model, t, a.batch) if who == "torch"
-                             else nnlab_run(a.nnlab, db, model, t, a.batch))
+                        r = (torch_run(py, model, t, a.batch, png) if who == "torch"
+                             else nnlab_run(a.nnlab, db, model, t, a.batch, spec))
                         results.setdefault((model, t, who), []).append(r)
                         print("%-6s %-6s %3d %4d %10.0f %8.2f %7.4f %8.0f %7.2f" %
                               (model, who, t, i + 1, r["ips"], r["seconds"], r["acc"], r["rss"],

@@ -1,6 +1,7 @@
 /* libFuzzer target for the PNG reader: the input is written to a file and decoded as the
- * PNG-folder import and predict decode it (header probe, then gray and RGB planes resized to
- * 8x8). Any input must give a clean error or a result, never a crash or a leak. */
+ * image-folder import and predict decode it (header probe, then gray and RGB planes stretched to
+ * 8x8, and the RGB centre cropped after scaling the shorter side to 6). Any input must give a
+ * clean error or a result, never a crash or a leak. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,16 +15,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *path = fuzz_write_file("png", data, size);
+    const struct nl_resize crop = {.shorter = 6, .crop_w = 4, .crop_h = 4};
     struct nl_error err = {0};
-    float out[3 * 8 * 8];
-    uint32_t w, h;
-    int color;
+    struct nl_image_info info;
+    uint8_t out[3 * 8 * 8];
 
     if (!path)
         return 0;
-    if (nl_png_probe(path, &w, &h, &color, &err) == 0) {
-        nl_png_read_planes(path, 1, 8, 8, out, &err);
-        nl_png_read_planes(path, 3, 8, 8, out, &err);
+    if (nl_image_probe(path, &info, &err) == 0) {
+        nl_image_read(path, 1, NULL, 8, 8, out, NULL, &err);
+        nl_image_read(path, 3, NULL, 8, 8, out, NULL, &err);
+        nl_image_read(path, 3, &crop, 4, 4, out, NULL, &err);
     }
     return 0;
 }

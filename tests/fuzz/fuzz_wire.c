@@ -1,6 +1,6 @@
 /* libFuzzer target for the wire protocol's receiving side: the input, after a first byte that
  * picks the case, is what a peer sends on a connection (a socketpair whose far end is then shut
- * for writing). Cases (first byte modulo 6):
+ * for writing). Cases (first byte modulo 7):
  *   0, 1  the handshake as server, as client (nl_wire_handshake, the peer's bytes all there);
  *   2, 3  frames read one after another with nl_wire_recv_alloc under a 4 KiB bound, and with
  *         nl_wire_recv into a fixed buffer;
@@ -10,7 +10,12 @@
  *         is tried; once all is sent and the far end shut, a step must not ask for more;
  *   5     the handshake with a secret from the input: the second byte is its length (its low
  *         bit the role), those bytes the secret (short ones must be refused), the rest the
- *         peer's bytes.
+ *         peer's bytes;
+ *   6     sealed frames (net/wire.c): the connection keyed as after a handshake on FUZZ_SECRET
+ *         with the nonces SEAL_NONCE_C and SEAL_NONCE_S, the second byte's bit 0 picking
+ *         AES-256-GCM (1) or ChaCha20-Poly1305, bit 1 this side's role (1: server); then frames
+ *         as in case 2. Seeds in corpus/wire/sealed-*.bin hold frames sealed under those keys (a
+ *         peer of the other role), so mutations reach past the first frame's authentication.
  * Any input must end in a clean error that says why (or, for frames, in frames within the
  * bound): never a crash, a leak, an allocation over the bound or a wait, as the peer's side is
  * closed. In cases 0, 1 and 4 the secret is fixed (FUZZ_SECRET), so a seed may carry a
@@ -28,6 +33,9 @@
 #define FUZZ_SECRET "nnlab-fuzz-secret-0123456789abcdef"
 #define FRAME_MAX   4096
 #define INPUT_MAX   65536 /* well under a socket's buffer, so that one write takes it all */
+
+static const unsigned char SEAL_NONCE_C[NL_WIRE_NONCE] = "nnlab-fuzz client nonce 0123456",
+                           SEAL_NONCE_S[NL_WIRE_NONCE] = "nnlab-fuzz server nonce 0123456";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -81,7 +89,7 @@ static void stepwise(int sv[2], struct nl_conn *c, const uint8_t *data, size_t s
     int32_t peer = -1;
     int rc;
 
-    if (nl_wire_handshake_start(&hs, c, role, FUZZ_SECRET, strlen(FUZZ_SECRET), 0, &err) < 0)
+    if (nl_wire_handshake_start(&hs, c, role, FUZZ_SECRET, strlen(FUZZ_SECRET), 0, 0, &err) < 0)
         abort(); /* sending a HELLO into an empty socket buffer cannot fail */
     for (;;) {
         rc = nl_wire_handshake_step(&hs, c, &peer, &err);
@@ -123,7 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (size < 1 || size > INPUT_MAX)
         return 0;
-    const int mode = data[0] % 6;
+    const int mode = data[0] % 7;
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
         abort();
     int sndbuf = 2 * INPUT_MAX;
@@ -131,6 +139,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     nl_conn_init(&c, sv[0], "fuzz peer", 1000);
     if (mode == 4) {
         stepwise(sv, &c, data + 1, size - 1);
+        nl_conn_close(&c);
+        close(sv[1]);
+        return 0;
+    }
+    if (mode == 6) {
+        const int opt = size > 1 ? data[1] : 0;
+        if (nl_wire_seal_start(&c, opt & 2 ? NL_WIRE_SERVER : NL_WIRE_CLIENT, FUZZ_SECRET,
+                               strlen(FUZZ_SECRET), SEAL_NONCE_C, SEAL_NONCE_S, opt & 1, &err) < 0)
+            abort();
+        if (size > 2 && put_all(sv[1], data + 2, size - 2) != 0)
+            abort();
+        shutdown(sv[1], SHUT_WR);
+        read_frames(&c, 0);
         nl_conn_close(&c);
         close(sv[1]);
         return 0;
@@ -156,7 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int32_t peer = -1;
         const enum nl_wire_role role =
             mode == 0 || (mode == 5 && !(secret_len & 1)) ? NL_WIRE_SERVER : NL_WIRE_CLIENT;
-        int rc = nl_wire_handshake(&c, role, secret, secret_len, 0, &peer, &err);
+        int rc = nl_wire_handshake(&c, role, secret, secret_len, 0, 0, &peer, &err);
         if (rc == 0)
             read_frames(&c, 0);
         else if (err.msg[0] == '\0')

@@ -1,0 +1,178 @@
+/* Convolution lowering benchmark (meson benchmark, not a timed test): each lowering of
+ * core/layers/conv.c and gconv.c on the shapes of the shipped CNNs and of ResNet-18, one forward
+ * and one backward (input and weight gradients) of a shard of 16 images, the lowerings
+ * alternating. Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), the fastest of
+ * NNLAB_BENCH_REPEAT (default 7) rounds: a shared, loaded machine slows them far less than it
+ * slows wall-clock figures. It prints, per shape, GFLOP/s of each lowering and which one setup
+ * chooses by itself, so the rule at the top of conv.c can be checked on another machine:
+ *
+ *   meson test --benchmark -C build bench_conv -v
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nnlab/alloc.h"
+#include "nnlab/kernels.h"
+#include "nnlab/layer.h"
+
+#define SHARD 16
+
+struct shape {
+    const char *what;
+    int c, h, w, f, k, s, p, groups;
+};
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct setup {
+    struct nl_layer l;
+    float *in, *out, *w, *dw, *din, *dout, *scratch;
+    void *aux;
+};
+
+static int make(struct setup *u, const struct shape *sh, enum nl_lowering lowering)
+{
+    struct nl_error err = {0};
+
+    memset(u, 0, sizeof *u);
+    u->l = (struct nl_layer){.ops = nl_layer_kind(sh->groups > 1 ? "gconv" : "conv"),
+                             .ninputs = 1,
+                             .filters = sh->f,
+                             .kh = sh->k,
+                             .kw = sh->k,
+                             .sh = sh->s,
+                             .sw = sh->s,
+                             .ph = sh->p,
+                             .pw = sh->p,
+                             .groups = sh->groups,
+                             .no_bias = 1,
+                             .lowering = lowering,
+                             .in = {{sh->c, sh->h, sh->w}}};
+    if (u->l.ops->setup(&u->l, &err) != 0) {
+        fprintf(stderr, "bench_conv: %s: %s\n", sh->what, err.msg);
+        return -1;
+    }
+    size_t in = SHARD * nl_shape_size(u->l.in[0]), out = SHARD * nl_shape_size(u->l.out);
+    size_t scratch = u->l.scratch_fixed + SHARD * u->l.scratch_per_sample;
+    u->in = nl_alloc_floats(in);
+    u->din = nl_alloc_floats(in);
+    u->out = nl_alloc_floats(out);
+    u->dout = nl_alloc_floats(out);
+    u->w = nl_alloc_floats(u->l.param_count);
+    u->dw = nl_alloc_floats(u->l.param_count);
+    u->scratch = nl_alloc_floats(scratch ? scratch : 1);
+    u->aux = nl_calloc(SHARD * u->l.aux_bytes + 1, 1);
+    if (!u->in || !u->din || !u->out || !u->dout || !u->w || !u->dw || !u->scratch || !u->aux)
+        return -1;
+    for (size_t i = 0; i < in; i++)
+        u->in[i] = (float)(i % 17) / 17.0f - 0.5f;
+    for (size_t i = 0; i < out; i++)
+        u->dout[i] = (float)(i % 13) / 13.0f - 0.5f;
+    for (size_t i = 0; i < u->l.param_count; i++)
+        u->w[i] = (float)(i % 11) / 110.0f - 0.05f;
+    memset(u->din, 0, in * sizeof(float));
+    memset(u->dw, 0, u->l.param_count * sizeof(float));
+    return 0;
+}
+
+static void release(struct setup *u)
+{
+    nl_free(u->in);
+    nl_free(u->din);
+    nl_free(u->out);
+    nl_free(u->dout);
+    nl_free(u->w);
+    nl_free(u->dw);
+    nl_free(u->scratch);
+    nl_free(u->aux);
+}
+
+/* CPU seconds of one forward and one backward of the shard. */
+static double step(struct setup *u)
+{
+    struct nl_fwd f = {
+        .n = SHARD, .in = {u->in}, .out = u->out, .w = u->w, .aux = u->aux, .scratch = u->scratch};
+    struct nl_bwd b = {.n = SHARD,
+                       .in = {u->in},
+                       .out = u->out,
+                       .dout = u->dout,
+                       .din = {u->din},
+                       .w = u->w,
+                       .dw = u->dw,
+                       .aux = u->aux,
+                       .scratch = u->scratch};
+    double t0 = cpu_now();
+    u->l.ops->forward(&u->l, &f);
+    u->l.ops->backward(&u->l, &b);
+    return cpu_now() - t0;
+}
+
+int main(void)
+{
+    static const struct shape shapes[] = {
+        {"lenet conv1", 1, 28, 28, 20, 5, 1, 0, 1},
+        {"lenet conv2", 20, 12, 12, 50, 5, 1, 0, 1},
+        {"resnet8 stage 1", 16, 28, 28, 16, 3, 1, 1, 1},
+        {"resnet8 stage 2", 32, 14, 14, 32, 3, 1, 1, 1},
+        {"resnet8 stage 3", 64, 7, 7, 64, 3, 1, 1, 1},
+        {"mobilenet-tiny b1e 1x1", 16, 14, 14, 64, 1, 1, 0, 1},
+        {"mobilenet-tiny b3e 1x1", 24, 7, 7, 96, 1, 1, 0, 1},
+        {"mobilenet-tiny b1d depthwise", 64, 14, 14, 64, 3, 1, 1, 64},
+        {"mobilenet-tiny b2d depthwise s2", 64, 14, 14, 64, 3, 2, 1, 64},
+        {"resnet18-64 layer1", 64, 16, 16, 64, 3, 1, 1, 1},
+        {"resnet18-64 layer2", 128, 8, 8, 128, 3, 1, 1, 1},
+        {"resnet18-64 layer3", 256, 4, 4, 256, 3, 1, 1, 1},
+        {"resnet18-64 layer4", 512, 2, 2, 512, 3, 1, 1, 1},
+        {"resnet18-64 layer4 1x1 s2", 256, 4, 4, 512, 1, 2, 0, 1},
+        {"resnet18-224 layer3", 256, 14, 14, 256, 3, 1, 1, 1},
+        {"resnet18-224 layer4", 512, 7, 7, 512, 3, 1, 1, 1},
+    };
+    const char *env = getenv("NNLAB_BENCH_REPEAT");
+    int repeat = env ? atoi(env) : 7;
+
+    if (repeat < 1)
+        repeat = 1;
+    nl_kernels_init();
+    printf("one forward and backward of %d images, thread CPU time, fastest of %d rounds\n", SHARD,
+           repeat);
+    printf("%-34s %9s %9s %9s %9s  %s\n", "SHAPE", "MFLOP", "A_GFLOPS", "B_GFLOPS", "B/A",
+           "SETUP CHOOSES");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const struct shape *sh = &shapes[i];
+        const int grouped = sh->groups > 1;
+        enum nl_lowering a = grouped ? NL_LOWER_GROUPS : NL_LOWER_SAMPLE;
+        enum nl_lowering b = grouped ? NL_LOWER_DIRECT : NL_LOWER_SHARD;
+        struct setup ua, ub, uauto;
+        if (make(&ua, sh, a) < 0 || make(&ub, sh, b) < 0 || make(&uauto, sh, NL_LOWER_AUTO) < 0)
+            return 1;
+        double best[2] = {1e30, 1e30};
+        step(&ua); /* first touch */
+        step(&ub);
+        for (int r = 0; r < repeat; r++) {
+            double ta = step(&ua), tb = step(&ub);
+            if (ta < best[0])
+                best[0] = ta;
+            if (tb < best[1])
+                best[1] = tb;
+        }
+        double madds =
+            (double)SHARD * nl_shape_size(ua.l.out) * (sh->c / sh->groups) * sh->k * sh->k;
+        double flops = 3.0 * 2.0 * madds; /* forward, input and weight gradients */
+        const char *names[] = {"", "per image", "per shard", "per group", "direct"};
+        printf("%-34s %9.1f %9.1f %9.1f %8.2fx  %s\n", sh->what, flops / 1e6, flops / best[0] / 1e9,
+               flops / best[1] / 1e9, best[0] / best[1], names[uauto.l.lower]);
+        release(&ua);
+        release(&ub);
+        release(&uauto);
+    }
+    printf("A: one GEMM per image (grouped: per image and group); B: one GEMM per shard "
+           "(grouped, depthwise: direct loops)\n");
+    return 0;
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""Checks an ONNX file that `nnlab export` wrote, for test_onnx (Debian's python3-onnx and
+python3-opencv).
+
+  onnx_check.py tree DIR                 writes a small RGB PNG class tree (3 classes of 12
+                                         32x32 images: coloured shapes on noise)
+  onnx_check.py images RESULTS FILE.onnx PREDICT.json [FILE.onnx PREDICT.json ...]
+                                         runs every image that `nnlab --json predict` classified
+                                         through cv2.dnn and compares; writes one line per model
+                                         to RESULTS, "ok" or "not ok" (one process for all, as
+                                         importing onnx and cv2 takes a second)
+  onnx_check.py raw FILE.onnx INPUT.f32 C H W PROBS.f32
+                                         runs a raw float32 batch (pixel values) and compares
+                                         with the probabilities nnlab computed
+
+Every mode but tree first runs onnx.checker.check_model (full) and strict shape inference and
+checks that the inferred outputs are [batch, classes]. Comparisons: the same top-1 class and
+every probability within 1e-4. Prints '# ' diagnostics (TAP comments) and exits 1 on failure."""
+import json
+import os
+import sys
+
+import numpy as np
+
+TOL = 1e-4
+
+
+def check_model(path):
+    import onnx
+    model = onnx.load(path)
+    onnx.checker.check_model(model, full_check=True)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    shapes = {}
+    for v in inferred.graph.output:
+        shapes[v.name] = [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
+    print("# %s: checker and strict shape inference pass; outputs %s" % (
+        os.path.basename(path), shapes))
+    probs = shapes.get("probabilities")
+    if not probs or len(probs) != 2 or probs[0] != "batch":
+        print("# unexpected output shape %s" % probs)
+        return False
+    return True
+
+
+def run(path, batch):
+    import cv2
+    net = cv2.dnn.readNetFromONNX(path)
+    net.setInput(batch)
+    return net.forward("probabilities")
+
+
+def compare(got, want, what):
+    worst = float(np.abs(got - want).max())
+    same_top = bool((got.argmax(axis=1) == want.argmax(axis=1)).all())
+    print("# %s: %d samples, top-1 %s, max probability difference %.3g (probabilities "
+          "%.3g to %.3g)" % (what, got.shape[0], "the same" if same_top else "DIFFERS", worst,
+                             float(want.min()), float(want.max())))
+    return same_top and worst <= TOL
+
+
+def tree(out):
+    from PIL import Image, ImageDraw
+    rng = np.random.default_rng(3)
+    colours = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (50, 60, 230)}
+    for k, (name, colour) in enumerate(sorted(colours.items())):
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+        for i in range(12):
+            noise = rng.integers(0, 120, size=(32, 32, 3), dtype=np.uint8)
+            img = Image.fromarray(noise, "RGB")
+            draw = ImageDraw.Draw(img)
+            x, y = rng.integers(2, 14, size=2)
+            s = int(rng.integers(10, 16))
+            if k == 0:
+                draw.ellipse([x, y, x + s, y + s], fill=colour)
+            elif k == 1:
+                draw.rectangle([x, y, x + s, y + s], fill=colour)
+            else:
+                draw.polygon([(x, y + s), (x + s, y + s), (x + s // 2, y)], fill=colour)
+            img.save(os.path.join(out, name, "%02d.png" % i))
+
+
+def images(path, predict_json):
+    from PIL import Image
+    with open(predict_json) as f:
+        pred = json.load(f)["predictions"]
+    batch, want = [], []
+    for p in pred:
+        img = np.asarray(Image.open(p["file"]).convert("RGB"), dtype=np.float32)
+        batch.append(img.transpose(2, 0, 1))
+        row = np.zeros(len(p["top"]), dtype=np.float32)
+        for t in p["top"]:
+            row[t["label"]] = t["probability"]
+        want.append(row)
+    got = run(path, np.stack(batch))
+    return compare(got, np.stack(want), "cv2.dnn against nnlab predict")
+
+
+def raw(path, inp, c, h, w, probs):
+    x = np.fromfile(inp, dtype="<f4").reshape(-1, c, h, w)
+    want = np.fromfile(probs, dtype="<f4").reshape(x.shape[0], -1)
+    return compare(run(path, x), want, "cv2.dnn against nnlab's forward pass")
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "tree":
+        tree(sys.argv[2])
+        return 0
+    if mode == "images":
+        results = []
+        for onnx_path, predict_json in zip(sys.argv[3::2], sys.argv[4::2]):
+            try:
+                ok = check_model(onnx_path)
+                ok = images(onnx_path, predict_json) and ok
+            except Exception as e:  # reported per model; the others still run
+                print("# %s: %s" % (onnx_path, str(e).replace("\n", " ")[:400]))
+                ok = False
+            results.append("ok" if ok else "not ok")
+        with open(sys.argv[2], "w") as f:
+            f.write("\n".join(results) + "\n")
+        return 0 if all(r == "ok" for r in results) else 1
+    ok = check_model(sys.argv[2])
+    if True:
+        a = sys.argv
+        ok = raw(a[2], a[3], int(a[4]), int(a[5]), int(a[6]), a[7]) and ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
