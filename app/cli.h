@@ -47,6 +47,9 @@ void warn_cb(void *ud, const char *msg);
 
 /* Opens the store at --db or the default path. */
 int open_store(struct nl_store **out, struct nl_error *err);
+/* Opens it for a command that only reads: an existing store, read-only where it is not writable;
+ * a missing one is an error and nothing is created. */
+int open_store_read(struct nl_store **out, struct nl_error *err);
 
 /* Parsing numbers from options: non-zero on success; errors are reported by the caller. */
 int parse_int(const char *s, long lo, long hi, long *out);

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
+#include "nnlab/text.h"
 
 /* Import progress: a bar with files (or rows) per second on a terminal, nothing otherwise. */
 struct import_progress {
@@ -64,7 +65,7 @@ static void import_warn(void *ud, const char *msg)
     }
     if (strncmp(msg, "skipped ", 8) == 0)
         w->skipped++;
-    fprintf(stderr, "nnlab: warning: %s\n", msg);
+    warn_cb(NULL, msg);
 }
 
 int cmd_import(int argc, char **argv)
@@ -190,10 +191,11 @@ int cmd_import(int argc, char **argv)
             json_num(stdout, secs);
             printf("}\n");
         } else if (!g.quiet) {
+            char nb[512];
             printf("imported '%s': %u train, %u val, %u test samples of %dx%dx%d, %d classes "
                    "(%.1f s)\n",
-                   d->name, d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST], d->shape.c,
-                   d->shape.h, d->shape.w, d->nclasses, secs);
+                   nl_term_str(nb, sizeof nb, d->name), d->count[NL_TRAIN], d->count[NL_VAL],
+                   d->count[NL_TEST], d->shape.c, d->shape.h, d->shape.w, d->nclasses, secs);
             if (wstate.skipped)
                 printf("skipped %u bad file%s or row%s (listed above)\n", wstate.skipped,
                        wstate.skipped == 1 ? "" : "s", wstate.skipped == 1 ? "" : "s");
@@ -224,8 +226,16 @@ int cmd_datasets(int argc, char **argv)
 
     if (argc > 1)
         return usage_error("datasets", "takes no arguments");
-    if (open_store(&store, &err) < 0)
-        return fail(&err);
+    if (open_store_read(&store, &err) < 0) {
+        /* No store yet: nothing to list, and nothing created. */
+        if (err.code != NL_ENOENT)
+            return fail(&err);
+        if (g.json)
+            printf("{\"datasets\":[]}\n");
+        else
+            printf("no datasets yet: %s\n", err.msg);
+        return EXIT_OK;
+    }
     int rc = nl_dataset_list(store, &list, &n, &err);
     nl_store_close(store);
     if (rc < 0)
@@ -255,12 +265,13 @@ int cmd_datasets(int argc, char **argv)
                "TRAIN", "VAL", "TEST", "SIZE", "SOURCE");
         for (int i = 0; i < n; i++) {
             const struct nl_dataset_info *d = &list[i];
-            char shape[48], size[32];
+            char shape[48], size[32], nb[512], sb[4096];
             snprintf(shape, sizeof shape, "%dx%dx%d", d->shape.c, d->shape.h, d->shape.w);
             format_bytes(size, sizeof size, d->bytes);
-            printf("%-20s %-5s %-10s %7d %7u %6u %6u %9s  %s\n", d->name, d->kind, shape,
-                   d->nclasses, d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST], size,
-                   d->source);
+            printf("%-20s %-5s %-10s %7d %7u %6u %6u %9s  %s\n",
+                   nl_term_str(nb, sizeof nb, d->name), d->kind, shape, d->nclasses,
+                   d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST], size,
+                   nl_term_str(sb, sizeof sb, d->source));
         }
     }
     nl_free(list);
@@ -275,7 +286,7 @@ int cmd_show(int argc, char **argv)
 
     if (argc != 2)
         return usage_error("show", "needs one dataset NAME");
-    if (open_store(&store, &err) < 0)
+    if (open_store_read(&store, &err) < 0)
         return fail(&err);
     int rc = nl_dataset_load(store, argv[1], &d, &err);
     nl_store_close(store);
@@ -322,7 +333,9 @@ int cmd_show(int argc, char **argv)
         }
         printf("]}\n");
     } else {
-        printf("%s: %s dataset from %s\n", d->name, d->kind, d->source);
+        char nb[512], sb[4096];
+        printf("%s: %s dataset from %s\n", nl_term_str(nb, sizeof nb, d->name), d->kind,
+               nl_term_str(sb, sizeof sb, d->source));
         printf("shape %dx%dx%d (%s), %d classes\n", d->shape.c, d->shape.h, d->shape.w,
                d->dtype == NL_U8 ? "8-bit" : "float", d->nclasses);
         printf("samples: %u train, %u val, %u test\n", d->split[NL_TRAIN].n, d->split[NL_VAL].n,
@@ -332,10 +345,12 @@ int cmd_show(int argc, char **argv)
                    d->mean[i], d->std[i]);
         if (d->nnorm > 16)
             printf("(%d more; see --json)\n", d->nnorm - 16);
-        printf("preprocessing: %s\n", d->preprocessing);
+        printf("preprocessing: ");
+        nl_term_fputs(stdout, d->preprocessing);
+        printf("\n");
         printf("\n%5s  %-20s %7s %7s %7s\n", "LABEL", "CLASS", "TRAIN", "VAL", "TEST");
         for (int k = 0; k < d->nclasses; k++)
-            printf("%5d  %-20s %7u %7u %7u\n", k, d->class_names[k],
+            printf("%5d  %-20s %7u %7u %7u\n", k, nl_term_str(nb, sizeof nb, d->class_names[k]),
                    counts[k * NL_NSPLITS + NL_TRAIN], counts[k * NL_NSPLITS + NL_VAL],
                    counts[k * NL_NSPLITS + NL_TEST]);
     }
@@ -353,7 +368,10 @@ int cmd_rm(int argc, char **argv)
         return usage_error("rm", "needs one dataset NAME");
     if (open_store(&store, &err) < 0)
         return fail(&err);
+    long long unused = 0;
     int rc = nl_dataset_remove(store, argv[1], &err);
+    if (rc == 0)
+        rc = nl_store_reclaim(store, &unused, &err);
     nl_store_close(store);
     if (rc < 0)
         return fail(&err);
@@ -362,7 +380,12 @@ int cmd_rm(int argc, char **argv)
         json_str(stdout, argv[1]);
         printf("}\n");
     } else if (!g.quiet) {
-        printf("removed dataset '%s'\n", argv[1]);
+        char nb[512];
+        printf("removed dataset '%s'\n", nl_term_str(nb, sizeof nb, argv[1]));
+        if (unused >= (16ll << 20))
+            printf("%.0f MiB stay free inside the store file, which predates incremental vacuum; "
+                   "to shrink it, with no nnlab running: sqlite3 STORE.db 'VACUUM'\n",
+                   (double)unused / (1 << 20));
     }
     return EXIT_OK;
 }

@@ -16,6 +16,7 @@
 #include "nnlab/runs.h"
 #include "nnlab/safetensors.h"
 #include "nnlab/spec.h"
+#include "nnlab/text.h"
 
 int build_model(struct nl_model **m, const char *model, const char *spec_text,
                 struct nl_shape shape, int nclasses, struct nl_error *err)
@@ -52,8 +53,9 @@ int load_init(struct nl_store *store, struct nl_model *m, const char *init, int 
     }
     if (rc < 0)
         return rc;
+    char ib[4096];
     if (!g.json && !g.quiet)
-        printf("initialised %d tensors from %s%s\n", rep.loaded, init,
+        printf("initialised %d tensors from %s%s\n", rep.loaded, nl_term_str(ib, sizeof ib, init),
                rep.skipped ? " (the others keep their fresh initialisation)" : "");
     return 0;
 }
@@ -96,7 +98,7 @@ int cmd_export(int argc, char **argv)
     const char *path = argv[2];
     const size_t len = strlen(path);
     const int onnx = len > 5 && strcmp(path + len - 5, ".onnx") == 0;
-    if (open_store(&store, &err) < 0)
+    if (open_store_read(&store, &err) < 0)
         return fail(&err);
     int rc = nl_run_model(store, argv[1], 1, warn_cb, NULL, &run, &m, &err);
     if (rc == 0)
@@ -115,8 +117,9 @@ int cmd_export(int argc, char **argv)
         json_str(stdout, path);
         printf(",\"format\":\"%s\",\"parameters\":%zu}\n", onnx ? "onnx" : "safetensors", count);
     } else if (!g.quiet) {
-        printf("wrote %zu parameters of run '%s' to %s%s\n", count, run.name, path,
-               onnx ? " (ONNX, opset 10)" : "");
+        char pb[4096];
+        printf("wrote %zu parameters of run '%s' to %s%s\n", count, run.name,
+               nl_term_str(pb, sizeof pb, path), onnx ? " (ONNX, opset 10)" : "");
     }
     return EXIT_OK;
 }
@@ -172,7 +175,7 @@ int cmd_summary(int argc, char **argv)
     if (data) {
         struct nl_store *store;
         struct nl_dataset_info info;
-        if (open_store(&store, &err) < 0)
+        if (open_store_read(&store, &err) < 0)
             return fail(&err);
         int rc = nl_dataset_info(store, data, &info, &err);
         nl_store_close(store);
@@ -181,8 +184,14 @@ int cmd_summary(int argc, char **argv)
         shape = info.shape;
         nclasses = info.nclasses;
     }
+    /* Shapes and counts only: no parameters are allocated, whatever the model's size. */
     struct nl_model *m;
-    if (build_model(&m, model, NULL, shape, (int)nclasses, &err) < 0)
+    struct nl_spec *spec;
+    if (nl_spec_load(&spec, model, warn_cb, NULL, &err) < 0)
+        return fail(&err);
+    int built = nl_model_plan(&m, spec, shape, (int)nclasses, &err);
+    nl_spec_free(spec);
+    if (built < 0)
         return fail(&err);
     if ((nfreeze || up_to) && nl_model_freeze(m, names, nfreeze, up_to, &err) < 0) {
         nl_model_free(m);
@@ -211,8 +220,9 @@ int cmd_summary(int argc, char **argv)
         }
         printf("],\"params\":%zu,\"trainable\":%zu}\n", total, trainable);
     } else {
-        printf("%s for %dx%dx%d inputs, %ld classes\n\n", model, shape.c, shape.h, shape.w,
-               nclasses);
+        char mb[4096];
+        printf("%s for %dx%dx%d inputs, %ld classes\n\n", nl_term_str(mb, sizeof mb, model),
+               shape.c, shape.h, shape.w, nclasses);
         /* Columns as wide as the longest name (module paths such as layer2.0.downsample.1). */
         int wname = 16, win = 16;
         for (int i = 0; i < m->nlayers; i++) {
@@ -235,8 +245,10 @@ int cmd_summary(int argc, char **argv)
             for (int j = 0; j < l->ninputs; j++)
                 len += (size_t)snprintf(in + len, sizeof in - len, "%s%s", j ? "," : "",
                                         l->inputs[j] < 0 ? "input" : m->layers[l->inputs[j]].name);
-            printf("%-*s %-13s %-*s %-14s %10zu  %s\n", wname, l->name, kind_of(l), win, in, out,
-                   l->param_count, l->param_count ? (l->frozen ? "no" : "yes") : "-");
+            char nb[256], ib[sizeof in * 4];
+            printf("%-*s %-13s %-*s %-14s %10zu  %s\n", wname, nl_term_str(nb, sizeof nb, l->name),
+                   kind_of(l), win, nl_term_str(ib, sizeof ib, in), out, l->param_count,
+                   l->param_count ? (l->frozen ? "no" : "yes") : "-");
         }
         printf("\n%zu parameters, %zu trainable\n", total, trainable);
     }

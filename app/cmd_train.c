@@ -10,6 +10,7 @@
 #include "nnlab-config.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
+#include "nnlab/text.h"
 #if NNLAB_HAVE_SSH
 #include "nnlab/driver.h"
 #endif
@@ -106,14 +107,22 @@ static int apply_finetune(struct nl_model *m, const struct finetune *ft, struct 
     }
     if (n == 0 && !ft->up_to)
         return 0;
-    return nl_model_freeze(m, names, n, ft->up_to, err);
+    int rc = nl_model_freeze(m, names, n, ft->up_to, err);
+    if (rc == 0 && nl_model_count_trainable(m) == 0)
+        rc = nl_error_set(err, NL_EINVAL,
+                          "--freeze: every layer with parameters would be frozen, so training "
+                          "would change nothing; leave at least one out");
+    return rc;
 }
 
 #if NNLAB_HAVE_SSH
 static void worker_log(void *ud, const char *host, const char *line)
 {
+    char hb[512];
     (void)ud;
-    fprintf(stderr, "%s: %s\n", host, line);
+    fprintf(stderr, "%s: ", nl_term_str(hb, sizeof hb, host));
+    nl_term_fputs(stderr, line);
+    fputc('\n', stderr);
 }
 #endif
 
@@ -476,6 +485,9 @@ static int train_cmd_opt(struct train_cmd *t, int c)
     } else if (c == 'M') {
         t->model = optarg;
     } else if (c == 'n') {
+        if (!*optarg)
+            return usage_error("train", "--name must not be empty (leave it out for a "
+                                        "generated name)");
         t->name = optarg;
     } else if (c == 'i') {
         t->init = optarg;
@@ -730,8 +742,9 @@ static int show_run(struct nl_store *store, const char *name)
         }
         printf("]}\n");
     } else {
-        printf("run '%s': %s on %s, %s, %d epochs", r.name, r.model, r.dataset, r.status,
-               r.epochs_done);
+        char mb[4096];
+        printf("run '%s': %s on %s, %s, %d epochs", r.name, nl_term_str(mb, sizeof mb, r.model),
+               r.dataset, r.status, r.epochs_done);
         if (isfinite(r.val_accuracy))
             printf(", val_acc %.4f", r.val_accuracy);
         if (isfinite(r.test_accuracy))
@@ -747,8 +760,8 @@ static int show_run(struct nl_store *store, const char *name)
             printf("no worker was lost\n");
         for (int i = 0; i < n; i++)
             printf("%s  %s: %s; %s, continued from step %ld on %d worker%s\n", rec[i].created,
-                   rec[i].host, rec[i].what, rec[i].action, rec[i].step, rec[i].workers,
-                   rec[i].workers == 1 ? "" : "s");
+                   nl_term_str(mb, sizeof mb, rec[i].host), rec[i].what, rec[i].action, rec[i].step,
+                   rec[i].workers, rec[i].workers == 1 ? "" : "s");
     }
     nl_free(rec);
     return EXIT_OK;
@@ -763,8 +776,16 @@ int cmd_runs(int argc, char **argv)
 
     if (argc > 2)
         return usage_error("runs", "takes at most one RUN");
-    if (open_store(&store, &err) < 0)
-        return fail(&err);
+    if (open_store_read(&store, &err) < 0) {
+        /* No store yet: no runs, and nothing created. */
+        if (err.code != NL_ENOENT || argc == 2)
+            return fail(&err);
+        if (g.json)
+            printf("{\"runs\":[]}\n");
+        else
+            printf("no runs yet: %s\n", err.msg);
+        return EXIT_OK;
+    }
     if (argc == 2) {
         int rc = show_run(store, argv[1]);
         nl_store_close(store);
@@ -796,8 +817,10 @@ int cmd_runs(int argc, char **argv)
                 snprintf(test, sizeof test, "%.4f", r->test_accuracy);
             if (isfinite(r->seconds))
                 snprintf(secs, sizeof secs, "%.1f", r->seconds);
-            printf("%-28s %-12s %-10s %-11s %6d %8s %8s %8s  %s\n", r->name, r->dataset, r->model,
-                   r->status, r->epochs_done, val, test, secs, r->created);
+            char mb[512];
+            printf("%-28s %-12s %-10s %-11s %6d %8s %8s %8s  %s\n", r->name, r->dataset,
+                   nl_term_str(mb, sizeof mb, r->model), r->status, r->epochs_done, val, test, secs,
+                   r->created);
         }
     }
     nl_free(list);
@@ -905,7 +928,7 @@ int cmd_eval(int argc, char **argv)
     struct nl_run_info run;
     struct nl_model *m;
     struct nl_dataset *d = NULL;
-    if (open_store(&store, &err) < 0)
+    if (open_store_read(&store, &err) < 0)
         return fail(&err);
     int rc;
     if (from_file) {
@@ -1011,7 +1034,7 @@ int cmd_predict(int argc, char **argv)
     struct nl_model *m;
     struct nl_dataset *d;
     struct nl_exec *x = NULL;
-    if (open_store(&store, &err) < 0)
+    if (open_store_read(&store, &err) < 0)
         return fail(&err);
     int rc = load_run(store, argv[optind], NULL, &run, &m, &d, &err);
     nl_store_close(store);
@@ -1072,9 +1095,12 @@ int cmd_predict(int argc, char **argv)
             }
             fprintf(out, "]}");
         } else {
-            fprintf(out, "%s:", argv[f]);
+            char cb[512];
+            nl_term_fputs(out, argv[f]);
+            fputc(':', out);
             for (int k = 0; k < top; k++)
-                fprintf(out, "%s %s %.4f", k ? "," : "", d->class_names[rank[k]], probs[rank[k]]);
+                fprintf(out, "%s %s %.4f", k ? "," : "",
+                        nl_term_str(cb, sizeof cb, d->class_names[rank[k]]), probs[rank[k]]);
             fprintf(out, "\n");
         }
     }

@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "nnlab-config.h"
 #include "nnlab/kernels.h"
+#include "nnlab/text.h"
 #if NNLAB_HAVE_GTK
 #include "nnlab-ui.h"
 #endif
@@ -222,18 +223,31 @@ int command_help(const char *cmd)
     return EXIT_OK;
 }
 
+/* Messages name files, tensors, classes and labels: all of it goes to the terminal escaped. */
+static void vmessage(const char *prefix, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0), nonnull(2)));
+static void vmessage(const char *prefix, const char *fmt, va_list ap)
+{
+    char msg[4096];
+
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fputs(prefix, stderr);
+    nl_term_fputs_lines(stderr, msg);
+}
+
 int fail(const struct nl_error *err)
 {
-    fprintf(stderr, "nnlab: %s\n", err->msg[0] ? err->msg : nl_strerror(err->code));
+    fputs("nnlab: ", stderr);
+    nl_term_fputs_lines(stderr, err->msg[0] ? err->msg : nl_strerror(err->code));
+    fputc('\n', stderr);
     return err->code == NL_ECANCELED ? EXIT_INTERRUPTED : EXIT_FAIL;
 }
 
 int failf(const char *fmt, ...)
 {
     va_list ap;
-    fputs("nnlab: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vmessage("nnlab: ", fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
     return EXIT_FAIL;
@@ -244,7 +258,7 @@ int usage_error(const char *cmd, const char *fmt, ...)
     va_list ap;
     fprintf(stderr, "nnlab: %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vmessage("", fmt, ap);
     va_end(ap);
     fprintf(stderr, "\n(see 'nnlab %s --help')\n", cmd);
     return EXIT_USAGE;
@@ -263,7 +277,9 @@ int option_error(const char *cmd)
 void warn_cb(void *ud, const char *msg)
 {
     (void)ud;
-    fprintf(stderr, "nnlab: warning: %s\n", msg);
+    fputs("nnlab: warning: ", stderr);
+    nl_term_fputs_lines(stderr, msg);
+    fputc('\n', stderr);
 }
 
 int open_store(struct nl_store **out, struct nl_error *err)
@@ -274,6 +290,16 @@ int open_store(struct nl_store **out, struct nl_error *err)
         return nl_store_open(out, g.db_path, err);
     int rc = nl_store_default_path(path, sizeof path, err);
     return rc < 0 ? rc : nl_store_open(out, path, err);
+}
+
+int open_store_read(struct nl_store **out, struct nl_error *err)
+{
+    char path[4096];
+
+    if (g.db_path)
+        return nl_store_open_read(out, g.db_path, err);
+    int rc = nl_store_default_path(path, sizeof path, err);
+    return rc < 0 ? rc : nl_store_open_read(out, path, err);
 }
 
 int parse_int(const char *s, long lo, long hi, long *out)

@@ -6,7 +6,9 @@
  * one of its feature fields is not a number (or when the label column is given by name). The
  * label column is the last one unless --label names it (by header name or 1-based index); labels
  * that are all integers become classes in numeric order, other labels become classes in sorted
- * order, their text kept as the class names. Blank lines are ignored.
+ * order, their text kept as the class names. Blank lines are ignored. Numbers are decimal:
+ * hexadecimal ("0x10", which strtod would read as 16) is not a number, and a NUL byte anywhere
+ * (which would cut a number or a label short) is refused with FILE:LINE.
  *
  * Two passes over the file: the first checks every row and collects the labels (4 bytes a row),
  * so that the seeded stratified splits are known before anything is written; the second parses
@@ -84,6 +86,21 @@ static const char *field(const struct csv *c, int i)
     return c->buf + c->off[i];
 }
 
+/* A NUL byte would cut a number or a label short in silence ("x\0y" read as "x"): refused. The
+ * rest of its line is consumed, so that --skip-bad goes on at the next one. */
+static int nul_byte(struct csv *c, struct nl_error *err)
+{
+    long line = c->line;
+    int ch;
+
+    nl_error_set(err, NL_EFORMAT, "%s:%ld: field %d has a NUL byte", c->path, line, c->nf);
+    while ((ch = getc(c->f)) != EOF && ch != '\n')
+        ;
+    if (ch == '\n')
+        c->line++;
+    return err->code;
+}
+
 /* Reads one record into c: 1, 0 at the end of the file, or an error. Blank lines are skipped. */
 static int read_record(struct csv *c, struct nl_error *err)
 {
@@ -113,6 +130,8 @@ static int read_record(struct csv *c, struct nl_error *err)
                     }
                     if (ch == '\n')
                         c->line++;
+                    if (ch == '\0')
+                        return nul_byte(c, err);
                     rc = put_char(c, (char)ch, err);
                     if (rc)
                         return rc;
@@ -133,6 +152,8 @@ static int read_record(struct csv *c, struct nl_error *err)
                     c->line++;
                 rc = put_char(c, '\0', err);
                 break;
+            } else if (ch == '\0') {
+                return nul_byte(c, err);
             } else {
                 rc = put_char(c, (char)ch, err);
             }
@@ -182,7 +203,7 @@ static void detect_separator(struct csv *c)
     c->sep = n[1] > n[0] && n[1] >= n[2] ? ';' : n[2] > n[0] ? '\t' : ',';
 }
 
-/* Parses a number; 0 when s is not one (empty, text, inf or nan). */
+/* Parses a decimal number; 0 when s is not one (empty, text, hexadecimal, inf or nan). */
 static int parse_number(const char *s, char sep, float *out)
 {
     char tmp[128];
@@ -199,6 +220,9 @@ static int parse_number(const char *s, char sep, float *out)
         return 0;
     memcpy(tmp, s, n);
     tmp[n] = '\0';
+    /* strtod reads hexadecimal ("0x10" is 16); a CSV's numbers are decimal. */
+    if (strpbrk(tmp, "xX"))
+        return 0;
     if (sep == ';' && !strchr(tmp, '.')) {
         char *comma = strchr(tmp, ',');
         if (comma && !strchr(comma + 1, ','))
@@ -514,10 +538,9 @@ int nl_import_csv(struct nl_store *s, const char *name, const char *path,
 
     if (rc)
         return rc;
-    im.c.f = fopen(path, "rb");
+    im.c.f = nl_fopen_regular(path, err);
     if (!im.c.f)
-        return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s", path,
-                            strerror(errno));
+        return err->code;
     rc = first_pass(&im, err);
     if (rc == 0) {
         /* Classes in numeric or text order. */

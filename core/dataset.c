@@ -49,7 +49,7 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 0), "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 1), "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 2) "
-        "FROM datasets d ORDER BY name";
+        "FROM datasets d WHERE substr(name, 1, 1) <> char(31) ORDER BY name"; /* not staged */
     struct nl_dataset_info *list = NULL;
     int n = 0, cap = 0, rc, step;
     sqlite3_stmt *st;

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define IDX_IMAGES_MAGIC 0x00000803u
@@ -120,11 +121,14 @@ static int idx_open(struct idx_file *f, const char *path, int images, struct nl_
         return file_error(err, path, "cannot open");
     if (S_ISDIR(st.st_mode))
         return nl_error_set(err, NL_EINVAL, "%s: is a folder, expected an %s", path, what);
-    errno = 0;
-    f->gz = gzopen(path, "rb");
-    if (!f->gz)
-        return errno ? file_error(err, path, "cannot open")
-                     : nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+    int fd = nl_open_regular(path, err);
+    if (fd < 0)
+        return err->code;
+    f->gz = gzdopen(fd, "rb");
+    if (!f->gz) {
+        close(fd);
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+    }
     gzbuffer(f->gz, 1u << 17);
     rc = idx_read(f, h, hlen, &got, err);
     if (rc)

@@ -79,10 +79,9 @@ static int read_png(struct png_read *r, struct nl_error *err)
     int color, has_alpha;
     size_t rowbytes;
 
-    r->f = fopen(r->path, "rb");
+    r->f = nl_fopen_regular(r->path, err);
     if (!r->f)
-        return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s",
-                            r->path, strerror(errno));
+        return err->code;
     if (fread(sig, 1, sizeof sig, r->f) != sizeof sig || png_sig_cmp(sig, 0, sizeof sig) != 0)
         return nl_error_set(err, NL_EFORMAT, "%s: not a PNG file", r->path);
     r->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, r, on_png_error, on_png_warning);
@@ -447,12 +446,11 @@ static uint32_t be32(const unsigned char *p)
 int nl_png_probe(const char *path, uint32_t *w, uint32_t *h, int *color, struct nl_error *err)
 {
     unsigned char b[33];
-    FILE *f = fopen(path, "rb");
+    FILE *f = nl_fopen_regular(path, err);
     size_t got;
 
     if (!f)
-        return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s", path,
-                            strerror(errno));
+        return err->code;
     got = fread(b, 1, sizeof b, f);
     if (got < sizeof b && ferror(f)) {
         int e = errno;
@@ -483,12 +481,11 @@ int nl_png_probe(const char *path, uint32_t *w, uint32_t *h, int *color, struct 
 static int sniff(const char *path, int *format, struct nl_error *err)
 {
     unsigned char sig[8];
-    FILE *f = fopen(path, "rb");
+    FILE *f = nl_fopen_regular(path, err);
     size_t got;
 
     if (!f)
-        return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s", path,
-                            strerror(errno));
+        return err->code;
     got = fread(sig, 1, sizeof sig, f);
     if (got < sizeof sig && ferror(f)) {
         int e = errno;

@@ -1,9 +1,16 @@
 /* The import side that every reader shares: choosing the reader by the source, the streaming
- * writer (one transaction, statistics summed on the way, classes and preprocessing record at the
- * end), and the seeded stratified split. See core/import_internal.h. */
+ * writer (statistics summed on the way, classes and preprocessing record at the end), and the
+ * seeded stratified split. See core/import_internal.h.
+ *
+ * The writer stages the dataset under a name nobody can give (core/store.c) and commits every
+ * CHUNK_SAMPLES samples or CHUNK_BYTES bytes, so the write lock is never held for long and a
+ * training or a listing beside a long import does not wait for it; the last transaction renames
+ * the staged dataset to its name, so people see all of it or nothing. An import that fails or is
+ * interrupted removes what it staged; one killed with -9 is removed at the next open. */
 #include "import_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,13 +19,22 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "nnlab/alloc.h"
 #include "nnlab/rng.h"
+#include "nnlab/text.h"
 #include "store_internal.h"
+
+enum { CHUNK_SAMPLES = 4096, CHUNK_BYTES = 32 << 20 };
 
 struct nl_writer {
     struct nl_store *s;
+    char *name;           /* the dataset's name, given when the import publishes */
+    int in_txn;           /* a chunk's transaction is open */
+    uint32_t chunk_n;     /* samples in it */
+    size_t chunk_bytes;   /* and their bytes */
     sqlite3_stmt *insert; /* (dataset, idx, split, label, data) */
     sqlite3_int64 dataset;
     struct nl_shape shape;
@@ -45,6 +61,7 @@ static void writer_free(struct nl_writer *w)
     if (!w)
         return;
     sqlite3_finalize(w->insert);
+    nl_free(w->name);
     nl_free(w->train_count);
     nl_free(w->usum);
     nl_free(w->usumsq);
@@ -54,12 +71,77 @@ static void writer_free(struct nl_writer *w)
     nl_free(w);
 }
 
+/* Removes the staged dataset (best effort: what is left is removed at the next open). */
+static void unstage(struct nl_writer *w)
+{
+    sqlite3_stmt *st = NULL;
+    struct nl_error ignored = {0};
+
+    sqlite3_finalize(w->insert);
+    w->insert = NULL;
+    nl_store_rollback(w->s);
+    w->in_txn = 0;
+    if (w->dataset <= 0 || nl_store_begin(w->s, &ignored) < 0)
+        return;
+    if (nl_store_prepare(w->s, &st, "DELETE FROM datasets WHERE id = ?", &ignored) == 0) {
+        sqlite3_bind_int64(st, 1, w->dataset);
+        if (sqlite3_step(st) == SQLITE_DONE) {
+            sqlite3_finalize(st);
+            if (nl_store_commit(w->s, &ignored) == 0)
+                return;
+            st = NULL;
+        }
+    }
+    sqlite3_finalize(st);
+    nl_store_rollback(w->s);
+}
+
 void nl_writer_abort(struct nl_writer *w)
 {
     if (!w)
         return;
-    nl_store_rollback(w->s);
+    unstage(w);
     writer_free(w);
+}
+
+/* Opens the next chunk's transaction when none is open. */
+static int chunk_begin(struct nl_writer *w, struct nl_error *err)
+{
+    int rc;
+
+    if (w->in_txn)
+        return 0;
+    rc = nl_store_begin(w->s, err);
+    if (rc == 0 && !w->insert)
+        rc = nl_store_prepare(w->s, &w->insert,
+                              "INSERT INTO samples (dataset, idx, split, label, data) "
+                              "VALUES (?, ?, ?, ?, ?)",
+                              err);
+    if (rc) {
+        nl_store_rollback(w->s);
+        return rc;
+    }
+    w->in_txn = 1;
+    w->chunk_n = 0;
+    w->chunk_bytes = 0;
+    return 0;
+}
+
+/* Commits a chunk and, unless it is the last, leaves the write lock free for a moment: a
+ * training waiting to record an epoch (polling every 2 ms, core/store.c) takes it then. */
+static int chunk_commit(struct nl_writer *w, int last, struct nl_error *err)
+{
+    struct timespec pause = {0, 10 * 1000000L};
+    int rc;
+
+    /* The insert statement must be finished before COMMIT. */
+    sqlite3_finalize(w->insert);
+    w->insert = NULL;
+    w->in_txn = 0;
+    rc = nl_store_commit(w->s, err);
+    if (rc == 0 && !last)
+        nanosleep(&pause, NULL);
+    return rc;
 }
 
 int nl_writer_begin(struct nl_writer **out, struct nl_store *s, const struct nl_writer_spec *spec,
@@ -67,6 +149,7 @@ int nl_writer_begin(struct nl_writer **out, struct nl_store *s, const struct nl_
 {
     struct nl_writer *w;
     sqlite3_stmt *st = NULL;
+    char staged[512];
     int c = spec->shape.c, rc;
 
     *out = NULL;
@@ -100,23 +183,29 @@ int nl_writer_begin(struct nl_writer **out, struct nl_store *s, const struct nl_
             return oom(err);
         }
     }
-    rc = nl_store_begin(s, err);
-    if (rc) {
+    w->name = nl_strdup(spec->name);
+    if (!w->name) {
         writer_free(w);
-        return rc;
+        return oom(err);
     }
     rc = nl_dataset_exists(s, spec->name, err);
     if (rc == 1)
         rc = nl_error_set(err, NL_EEXIST, "dataset '%s' already exists (nnlab rm %s first)",
                           spec->name, spec->name);
+    if (rc == 0 && nl_store_staging_name(staged, sizeof staged, spec->name) < 0)
+        rc = nl_error_set(err, NL_EINVAL, "dataset name '%.40s...' is too long", spec->name);
     if (rc == 0)
-        rc = nl_store_prepare(s, &st,
-                              "INSERT INTO datasets (name, kind, source, channels, height, width, "
-                              "dtype, nclasses, preprocessing) VALUES (?, ?, ?, ?, ?, ?, ?, 0, "
-                              "'{}')",
-                              err);
+        rc = nl_store_begin(s, err);
+    if (rc) {
+        writer_free(w);
+        return rc;
+    }
+    rc = nl_store_prepare(s, &st,
+                          "INSERT INTO datasets (name, kind, source, channels, height, width, "
+                          "dtype, nclasses, preprocessing) VALUES (?, ?, ?, ?, ?, ?, ?, 0, '{}')",
+                          err);
     if (rc == 0) {
-        sqlite3_bind_text(st, 1, spec->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 1, staged, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, spec->kind, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, spec->source, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 4, c);
@@ -125,15 +214,16 @@ int nl_writer_begin(struct nl_writer **out, struct nl_store *s, const struct nl_
         sqlite3_bind_int(st, 7, (int)spec->dtype);
         if (sqlite3_step(st) != SQLITE_DONE)
             rc = nl_store_db_error(s, err, "creating the dataset");
-        else
-            w->dataset = sqlite3_last_insert_rowid(nl_store_sqlite(s));
     }
     sqlite3_finalize(st);
-    if (rc == 0)
-        rc = nl_store_prepare(s, &w->insert,
-                              "INSERT INTO samples (dataset, idx, split, label, data) "
-                              "VALUES (?, ?, ?, ?, ?)",
-                              err);
+    if (rc == 0) {
+        sqlite3_int64 id = sqlite3_last_insert_rowid(nl_store_sqlite(s));
+        rc = nl_store_commit(s, err);
+        if (rc == 0)
+            w->dataset = id;
+    } else {
+        nl_store_rollback(s);
+    }
     if (rc) {
         nl_writer_abort(w);
         return rc;
@@ -173,7 +263,7 @@ static void add_stats(struct nl_writer *w, const void *data)
 int nl_writer_add(struct nl_writer *w, enum nl_split split, int label, const void *data,
                   struct nl_error *err)
 {
-    sqlite3_stmt *st = w->insert;
+    sqlite3_stmt *st;
     int rc = 0;
 
     if (split < 0 || split >= NL_NSPLITS || label < 0 || label >= 65536)
@@ -192,6 +282,10 @@ int nl_writer_add(struct nl_writer *w, enum nl_split split, int label, const voi
         w->train_count[label]++;
         add_stats(w, data);
     }
+    rc = chunk_begin(w, err);
+    if (rc)
+        return rc;
+    st = w->insert;
     sqlite3_bind_int64(st, 1, w->dataset);
     sqlite3_bind_int64(st, 2, w->next_idx);
     sqlite3_bind_int(st, 3, (int)split);
@@ -203,6 +297,9 @@ int nl_writer_add(struct nl_writer *w, enum nl_split split, int label, const voi
     if (rc == 0) {
         w->next_idx++;
         w->count[split]++;
+        w->chunk_bytes += w->bytes;
+        if (++w->chunk_n >= CHUNK_SAMPLES || w->chunk_bytes >= CHUNK_BYTES)
+            rc = chunk_commit(w, 0, err);
     }
     return rc;
 }
@@ -275,6 +372,8 @@ int nl_writer_commit(struct nl_writer *w, int nclasses, const char *const *names
     if (rc == 0 && w->next_idx == 0)
         rc = nl_error_set(err, NL_EFORMAT, "no samples to import");
     if (rc == 0)
+        rc = chunk_begin(w, err);
+    if (rc == 0)
         rc = nl_store_prepare(w->s, &st,
                               "INSERT INTO classes (dataset, label, name) VALUES (?, ?, ?)", err);
     for (int k = 0; k < nclasses && rc == 0; k++) {
@@ -312,13 +411,29 @@ int nl_writer_commit(struct nl_writer *w, int nclasses, const char *const *names
             rc = nl_store_db_error(w->s, err, "storing the dataset's statistics");
     }
     sqlite3_finalize(st);
-    /* The insert statement must be finished before COMMIT. */
-    sqlite3_finalize(w->insert);
-    w->insert = NULL;
+    st = NULL;
+    /* Publish: the staged dataset takes its name, unless another import took it meanwhile. */
+    if (rc == 0) {
+        rc = nl_dataset_exists(w->s, w->name, err);
+        if (rc == 1)
+            rc = nl_error_set(err, NL_EEXIST,
+                              "dataset '%s' was created by another import meanwhile (nnlab rm "
+                              "%s first)",
+                              w->name, w->name);
+    }
     if (rc == 0)
-        rc = nl_store_commit(w->s, err);
-    else
-        nl_store_rollback(w->s);
+        rc = nl_store_prepare(w->s, &st, "UPDATE datasets SET name = ? WHERE id = ?", err);
+    if (rc == 0) {
+        sqlite3_bind_text(st, 1, w->name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, w->dataset);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = nl_store_db_error(w->s, err, "naming the dataset");
+    }
+    sqlite3_finalize(st);
+    if (rc == 0)
+        rc = chunk_commit(w, 1, err);
+    if (rc)
+        unstage(w);
     nl_free(mean_le);
     nl_free(std_le);
     writer_free(w);
@@ -404,18 +519,14 @@ void nl_text_printf(struct nl_text *t, const char *fmt, ...)
     }
 }
 
+static void put_text(void *ud, const char *p, size_t n)
+{
+    nl_text_printf(ud, "%.*s", (int)n, p);
+}
+
 void nl_text_json_str(struct nl_text *t, const char *s)
 {
-    nl_text_printf(t, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            nl_text_printf(t, "\\%c", *p);
-        else if (*p < 0x20)
-            nl_text_printf(t, "\\u%04x", *p);
-        else
-            nl_text_printf(t, "%c", *p);
-    }
-    nl_text_printf(t, "\"");
+    nl_json_write(put_text, t, s);
 }
 
 void nl_text_free(struct nl_text *t)
@@ -423,6 +534,49 @@ void nl_text_free(struct nl_text *t)
     nl_free(t->s);
     t->s = NULL;
     t->len = t->cap = 0;
+}
+
+int nl_open_regular(const char *path, struct nl_error *err)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), flags;
+
+    if (fd < 0)
+        return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        nl_error_set(err, NL_EIO, "%s: %s", path, strerror(errno));
+        close(fd);
+        return err->code;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        nl_error_set(err, NL_EFORMAT, "%s: not a regular file (%s)", path,
+                     S_ISFIFO(st.st_mode)   ? "a FIFO"
+                     : S_ISDIR(st.st_mode)  ? "a folder"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "a device");
+        close(fd);
+        return err->code;
+    }
+    flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
+FILE *nl_fopen_regular(const char *path, struct nl_error *err)
+{
+    int fd = nl_open_regular(path, err);
+    FILE *f;
+
+    if (fd < 0)
+        return NULL;
+    f = fdopen(fd, "rb");
+    if (!f) {
+        nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+        close(fd);
+    }
+    return f;
 }
 
 void nl_import_describe_source(const char *const *paths, int npaths, char *out, size_t size)

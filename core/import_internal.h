@@ -1,15 +1,18 @@
-/* What the importers (IDX, image folders, CSV) share: a streaming writer that holds one import's
- * transaction and sums the train split's statistics as samples go by, the seeded stratified
+/* What the importers (IDX, image folders, CSV) share: a streaming writer that stages one import
+ * in bounded transactions, publishes it at the end, and sums the train split's statistics as
+ * samples go by, the seeded stratified
  * split, and a few helpers for messages. Not part of the public headers.
  *
- * A reader calls nl_writer_begin (which opens the transaction and creates the datasets row), then
- * nl_writer_add once per sample with its final split and label, then nl_writer_commit with the
- * class names and the preprocessing record; on any error it calls nl_writer_abort, which rolls
- * everything back. Memory does not grow with the number of samples. */
+ * A reader calls nl_writer_begin (which creates the staged datasets row), then nl_writer_add
+ * once per sample with its final split and label, then nl_writer_commit with the class names and
+ * the preprocessing record, which publishes the dataset under its name; on any error it calls
+ * nl_writer_abort, which removes everything staged. Memory does not grow with the number of
+ * samples. */
 #ifndef NNLAB_IMPORT_INTERNAL_H
 #define NNLAB_IMPORT_INTERNAL_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "nnlab/dataset.h"
 
@@ -67,6 +70,12 @@ struct nl_text {
 void nl_text_printf(struct nl_text *t, const char *fmt, ...) NL_PRINTF(2, 3);
 void nl_text_json_str(struct nl_text *t, const char *s);
 void nl_text_free(struct nl_text *t);
+
+/* Opens path for reading, refusing what is not a regular file (a FIFO, a device, a folder) before
+ * any read could block on it: open with O_NONBLOCK, fstat, then blocking reads. NULL with err
+ * set ("PATH: not a regular file (a FIFO)"). */
+FILE *nl_fopen_regular(const char *path, struct nl_error *err);
+int nl_open_regular(const char *path, struct nl_error *err);
 
 /* The source column: the paths as absolute paths where they resolve, comma-separated. */
 void nl_import_describe_source(const char *const *paths, int npaths, char *out, size_t size);

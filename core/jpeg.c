@@ -153,12 +153,10 @@ int nl_jpeg_open(struct nl_jpeg **out, const char *path, struct nl_image_info *i
     if (!j)
         return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
     j->path = path;
-    j->f = fopen(path, "rb");
+    j->f = nl_fopen_regular(path, err);
     if (!j->f) {
-        int e = errno;
         nl_jpeg_close(j);
-        return nl_error_set(err, e == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s", path,
-                            strerror(e));
+        return err->code;
     }
     if (fread(sig, 1, sizeof sig, j->f) != sizeof sig || sig[0] != 0xff || sig[1] != 0xd8 ||
         sig[2] != 0xff) {

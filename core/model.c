@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nnlab/alloc.h"
 
@@ -100,8 +101,15 @@ void nl_model_free(struct nl_model *m)
     nl_free(m);
 }
 
-int nl_model_build(struct nl_model **out, const struct nl_spec *spec, struct nl_shape input,
-                   int nclasses, struct nl_error *err)
+/* Bytes of memory this machine has; 0 when unknown. */
+static uint64_t memory_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
+static int build(struct nl_model **out, const struct nl_spec *spec, struct nl_shape input,
+                 int nclasses, int allocate, struct nl_error *err)
 {
     struct nl_model *m;
     char what[256];
@@ -157,13 +165,49 @@ int nl_model_build(struct nl_model **out, const struct nl_spec *spec, struct nl_
         nl_model_free(m);
         return rc;
     }
+    if (!allocate) {
+        *out = m;
+        return 0;
+    }
+    /* Refused before allocating: the parameters alone (training needs a few times more for
+     * gradients and optimizer state) must fit in this machine's memory. Named at the layer
+     * with the most of them. */
+    uint64_t mem = memory_bytes(), need = (uint64_t)m->nparams * sizeof(float);
+    if (mem && need > mem) {
+        int big = 0;
+        for (int i = 1; i < m->nlayers; i++)
+            if (m->layers[i].param_count > m->layers[big].param_count)
+                big = i;
+        snprintf(what, sizeof what,
+                 "the model has %zu parameters (%.1f GiB as float32, this layer %zu), more than "
+                 "this machine's memory (%.1f GiB)",
+                 m->nparams, (double)need / (1u << 30), m->layers[big].param_count,
+                 (double)mem / (1u << 30));
+        rc = nl_error_set(err, NL_ENOMEM, "%s:%d: layer '%s': %s", spec->origin,
+                          m->layers[big].line, m->layers[big].name, what);
+        nl_model_free(m);
+        return rc;
+    }
     m->params = nl_alloc_floats(m->nparams);
     if (!m->params) {
         nl_model_free(m);
-        return nl_error_set(err, NL_ENOMEM, "out of memory for %zu parameters", m->nparams);
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory for %zu parameters (%.1f GiB)",
+                            spec->origin, m->nparams, (double)need / (1u << 30));
     }
     *out = m;
     return 0;
+}
+
+int nl_model_build(struct nl_model **out, const struct nl_spec *spec, struct nl_shape input,
+                   int nclasses, struct nl_error *err)
+{
+    return build(out, spec, input, nclasses, 1, err);
+}
+
+int nl_model_plan(struct nl_model **out, const struct nl_spec *spec, struct nl_shape input,
+                  int nclasses, struct nl_error *err)
+{
+    return build(out, spec, input, nclasses, 0, err);
 }
 
 int nl_model_freeze(struct nl_model *m, const char *const *names, int count, const char *up_to,
@@ -201,6 +245,8 @@ int nl_model_freeze(struct nl_model *m, const char *const *names, int count, con
     for (int i = 0; i < m->nlayers; i++)
         m->layers[i].frozen = frozen[i];
     lay_out(m);
+    if (!m->params)
+        goto out; /* a planned model: the layout only */
     params = nl_alloc_floats(m->nparams);
     if (!params) {
         rc = nl_error_set(err, NL_ENOMEM, "out of memory for %zu parameters", m->nparams);

@@ -32,6 +32,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
+#include "nnlab/text.h"
 
 char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_model *m,
                              struct nl_shape shape, int nclasses, int cluster, long skipped)
@@ -210,23 +211,14 @@ static void sb_str(struct sbuf *b, const char *t)
     sb_add(b, t, strlen(t));
 }
 
+static void sb_put(void *ud, const char *p, size_t n)
+{
+    sb_add(ud, p, n);
+}
+
 static void sb_json_string(struct sbuf *b, const char *t)
 {
-    sb_add(b, "\"", 1);
-    for (const unsigned char *c = (const unsigned char *)t; *c; c++) {
-        char esc[8];
-        if (*c == '"' || *c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)*c;
-            sb_add(b, esc, 2);
-        } else if (*c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", *c);
-            sb_str(b, esc);
-        } else {
-            sb_add(b, (const char *)c, 1);
-        }
-    }
-    sb_add(b, "\"", 1);
+    nl_json_write(sb_put, b, t);
 }
 
 /* A parsed value written back as JSON. */

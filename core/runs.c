@@ -191,7 +191,10 @@ int nl_run_create(struct nl_store *s, const char *name, const char *dataset, con
         if (rc < 0)
             return rc;
         if (rc)
-            return nl_error_set(err, NL_EEXIST, "a run named '%s' already exists", chosen);
+            return nl_error_set(err, NL_EEXIST,
+                                "a run named '%s' already exists; give another --name (nnlab "
+                                "runs lists them)",
+                                chosen);
     } else {
         model_stem(stem, sizeof stem, model);
         for (int n = 1;; n++) {
@@ -218,6 +221,13 @@ int nl_run_create(struct nl_store *s, const char *name, const char *dataset, con
     bind_self(st, 6);
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
+    /* Another process took the name between the check and the insert. */
+    if (rc == SQLITE_CONSTRAINT &&
+        sqlite3_extended_errcode(nl_store_sqlite(s)) == SQLITE_CONSTRAINT_UNIQUE)
+        return nl_error_set(err, NL_EEXIST,
+                            "a run named '%s' was just created by another nnlab; give another "
+                            "--name",
+                            chosen);
     if (rc != SQLITE_DONE)
         return nl_store_db_error(s, err, "recording a run");
     return nl_run_get(s, chosen, info, NULL, NULL, err);

@@ -9,7 +9,8 @@
  * Writing: float32 tensors in the model's order, the header padded with spaces so the data
  * starts 8-byte aligned, metadata {"format": "pt", "nnlab.model": ORIGIN}. Reading: F32, F16,
  * BF16 and F64 become float32; the header is at most 64 MiB; every offset is checked against the
- * file's size and the tensor's shape before any data is read; a load is staged in a copy of the
+ * file's size and the tensor's shape before any data is read, and tensors with the same name or
+ * overlapping bytes are refused; a load is staged in a copy of the
  * parameters, so a failed load leaves the model as it was. */
 #include "nnlab/safetensors.h"
 
@@ -23,6 +24,7 @@
 
 #include "json.h"
 #include "nnlab/alloc.h"
+#include "nnlab/text.h"
 
 #define MAX_HEADER (64u << 20)
 
@@ -59,21 +61,14 @@ static void put(struct text *t, const char *fmt, ...)
     }
 }
 
+static void put_piece(void *ud, const char *p, size_t n)
+{
+    put(ud, "%.*s", (int)n, p);
+}
+
 static void put_json_string(struct text *t, const char *s)
 {
-    put(t, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            put(t, "\\%c", c);
-        else if (c == '\n')
-            put(t, "\\n");
-        else if (c < 0x20)
-            put(t, "\\u%04x", c);
-        else
-            put(t, "%c", c);
-    }
-    put(t, "\"");
+    nl_json_write(put_piece, t, s);
 }
 
 static void tensor_name(char *buf, size_t size, const struct nl_layer *l, const struct nl_param *p)
@@ -275,6 +270,53 @@ static int read_entry(const struct nl_json *v, struct entry *e, uint64_t data_si
                             path, v->key, (unsigned long long)(e->end - e->begin),
                             (unsigned long long)e->count, e->dt->name);
     return 0;
+}
+
+static int by_begin(const void *a, const void *b)
+{
+    const struct entry *x = *(const struct entry *const *)a, *y = *(const struct entry *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(const struct entry *const *)a)->name, (*(const struct entry *const *)b)->name);
+}
+
+/* No two tensors may share a name (a JSON object with a key twice: which one would load?) or a
+ * byte of the data (one tensor's bytes read as another's). */
+static int check_entries(const struct entry *e, size_t n, const char *path, struct nl_error *err)
+{
+    const struct entry **v = nl_malloc((n + 1) * sizeof *v);
+    int rc = 0;
+
+    if (!v)
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+    for (size_t i = 0; i < n; i++)
+        v[i] = &e[i];
+    qsort(v, n, sizeof *v, by_name);
+    for (size_t i = 1; i < n && rc == 0; i++)
+        if (strcmp(v[i - 1]->name, v[i]->name) == 0)
+            rc = nl_error_set(err, NL_EFORMAT, "%s: tensor '%s' appears twice in the header", path,
+                              v[i]->name);
+    if (rc == 0)
+        qsort(v, n, sizeof *v, by_begin);
+    const struct entry *last = NULL; /* the non-empty tensor that ends last so far */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (v[i]->begin == v[i]->end)
+            continue;
+        if (last && last->end > v[i]->begin)
+            rc = nl_error_set(err, NL_EFORMAT,
+                              "%s: tensors '%s' (bytes %llu-%llu) and '%s' (bytes %llu-%llu) "
+                              "overlap",
+                              path, last->name, (unsigned long long)last->begin,
+                              (unsigned long long)last->end, v[i]->name,
+                              (unsigned long long)v[i]->begin, (unsigned long long)v[i]->end);
+        if (!last || v[i]->end > last->end)
+            last = v[i];
+    }
+    nl_free((void *)v);
+    return rc;
 }
 
 static void put_entry_shape(struct text *t, const struct entry *e)
@@ -511,7 +553,9 @@ int nl_safetensors_load(struct nl_model *m, const char *path, int partial, nl_wa
             goto out;
         src.count++;
     }
-    rc = load_matching(m, &src, partial, warn, warn_ud, report, err);
+    rc = check_entries(src.entries, src.count, path, err);
+    if (rc == 0)
+        rc = load_matching(m, &src, partial, warn, warn_ud, report, err);
 out:
     fclose(f);
     nl_free(header);

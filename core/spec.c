@@ -42,7 +42,8 @@
  * relu3. Those names may be used in in=.
  *
  * Errors read "ORIGIN:LINE: what is wrong" (NL_EINVAL). A key that the kind does not use is a
- * warning, "ORIGIN:LINE: unknown key 'foo' for conv (ignored)", through the warn callback.
+ * warning, "ORIGIN:LINE: unknown key 'foo' for conv (ignored)", through the warn callback; a line
+ * with more says so once, "ORIGIN:LINE: 3 unknown keys for conv, the first 'foo' (ignored)".
  *
  * Parsing makes three passes: lines into layers (explicit names checked for clashes as they
  * come), names for the unnamed layers, then in= resolved once every name is known. Names are
@@ -126,6 +127,11 @@ struct parser {
 
     int *slots; /* hash of names: layer index + 1, 0 for an empty slot; nslots a power of 2 */
     size_t nslots, nnames;
+
+    /* Unknown keys of the current line: said once per line, with a count. */
+    long unknown;
+    char unknown_first[QUOTE_MAX + 4];
+    const char *unknown_kind;
 
     char *line; /* the current line, copied so that it can be cut into tokens */
     size_t line_cap;
@@ -464,6 +470,17 @@ static int count_inputs(struct parser *ps, const char *value, int *n)
     }
 }
 
+/* One warning for the unknown keys of a line, however many there are. */
+static void flush_unknown(struct parser *ps)
+{
+    if (ps->unknown == 1)
+        warn(ps, "unknown key '%s' for %s (ignored)", ps->unknown_first, ps->unknown_kind);
+    else if (ps->unknown > 1)
+        warn(ps, "%ld unknown keys for %s, the first '%s' (ignored)", ps->unknown, ps->unknown_kind,
+             ps->unknown_first);
+    ps->unknown = 0;
+}
+
 static int set_key(struct parser *ps, int index, const struct syntax *syn, char *tok,
                    unsigned *seen)
 {
@@ -482,7 +499,10 @@ static int set_key(struct parser *ps, int index, const struct syntax *syn, char 
         if (strcmp(keys[i].word, tok) == 0)
             key = keys[i].key;
     if (!(key & syn->keys)) {
-        warn(ps, "unknown key '%s' for %s (ignored)", quote(q, tok), l->ops->kind);
+        if (ps->unknown++ == 0) {
+            snprintf(ps->unknown_first, sizeof ps->unknown_first, "%s", quote(q, tok));
+            ps->unknown_kind = l->ops->kind;
+        }
         return 0;
     }
     if (*seen & key)
@@ -825,6 +845,7 @@ static int parse_owned(struct nl_spec **out, char *text, const char *origin, nl_
         rc = take_line(&ps, p, nl ? (size_t)(nl - p) : strlen(p));
         if (rc == 0)
             rc = parse_line(&ps);
+        flush_unknown(&ps);
         if (!nl)
             break;
         if (ps.lineno == INT32_MAX && rc == 0)

@@ -20,16 +20,36 @@
  *     label column, feature names, carved split fractions and seed, skipped files or lines;
  *   - runs name their dataset by name, not by id, so that a run's record outlives the dataset;
  *     everything else that belongs to a dataset or a run goes with it (ON DELETE CASCADE, with
- *     foreign_keys on for every connection). */
+ *     foreign_keys on for every connection); stores are created with auto_vacuum INCREMENTAL,
+ *     and removing a dataset gives its pages back to the file system (nl_store_reclaim);
+ *   - an import in progress is a dataset whose name starts with the byte 0x1f (a name nobody can
+ *     give: names have no control characters): "\x1fimport HOST PID NAME". It is filled in
+ *     transactions of bounded size and renamed to NAME in the last one, so people see the whole
+ *     dataset or nothing; listings skip such rows, and opening the store for writing removes the
+ *     ones of this host whose process is gone (an import killed with -9).
+ *
+ * Concurrency. Every connection waits up to NL_STORE_BUSY_MS for the write lock (SQLite's busy
+ * handler retries until then), and no writer holds it for long: imports commit every few
+ * thousand samples, training writes one epoch or checkpoint per transaction. Opening takes no
+ * write lock unless the schema must be created or upgraded, so readers never wait for writers
+ * nor block them (WAL). nl_store_open_read opens an existing store read-only when its file or
+ * folder is not writable (a read-only mount, another user's store), so listing and evaluating
+ * need no write access. */
 #include "store_internal.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/text.h"
+
+enum { BUSY_SLEEP_MS = 2 };
 
 #define NOW_UTC "(strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))"
 
@@ -142,6 +162,7 @@ static const char schema_sql[] =
 struct nl_store {
     sqlite3 *db;
     char *path;
+    int readonly;
 };
 
 sqlite3 *nl_store_sqlite(struct nl_store *s)
@@ -186,6 +207,11 @@ int nl_store_prepare(struct nl_store *s, sqlite3_stmt **st, const char *sql, str
 
 int nl_store_begin(struct nl_store *s, struct nl_error *err)
 {
+    if (s->readonly)
+        return nl_error_set(err, NL_EDB,
+                            "%s: the store is open read-only (the file or its folder is not "
+                            "writable)",
+                            s->path);
     return nl_store_exec(s, "BEGIN IMMEDIATE", err);
 }
 
@@ -219,9 +245,14 @@ int nl_store_check_name(const char *what, const char *name, struct nl_error *err
         if (ch < 0x20 || ch == 0x7f)
             return nl_error_set(err, NL_EINVAL, "%s name has a control character (byte %zu)", what,
                                 i + 1);
+        if (ch == 0xc2 && (unsigned char)name[i + 1] >= 0x80 && (unsigned char)name[i + 1] <= 0x9f)
+            return nl_error_set(err, NL_EINVAL, "%s name has a control character (byte %zu)", what,
+                                i + 1);
         if (ch == '/')
             return nl_error_set(err, NL_EINVAL, "%s name '%s' must not contain '/'", what, name);
     }
+    if (!nl_utf8_valid(name))
+        return nl_error_set(err, NL_EINVAL, "%s name is not valid UTF-8", what);
     if (name[0] == '-' || name[0] == ' ' || name[n - 1] == ' ')
         return nl_error_set(err, NL_EINVAL,
                             "%s name '%s' must not start with '-' or start or end with a space",
@@ -285,6 +316,23 @@ static int ensure_schema(struct nl_store *s, struct nl_error *err)
     int version = 0, ntables = 0, rc;
     char sql[64];
 
+    /* Up to date (the common case): no write lock. */
+    rc = query_int(s, "PRAGMA user_version", &version, err);
+    if (rc)
+        return rc;
+    if (version == NL_STORE_SCHEMA_VERSION)
+        return 0;
+    if (s->readonly && version > NL_STORE_SCHEMA_VERSION)
+        return nl_error_set(err, NL_EFORMAT,
+                            "%s: the database has schema version %d, newer than this nnlab "
+                            "understands (%d); use a newer nnlab",
+                            s->path, version, NL_STORE_SCHEMA_VERSION);
+    if (s->readonly)
+        return nl_error_set(err, NL_EFORMAT,
+                            "%s: the store has schema version %d and is read-only here; this "
+                            "nnlab reads version %d (its owner upgrades it by running any nnlab "
+                            "command that writes, such as nnlab import)",
+                            s->path, version, NL_STORE_SCHEMA_VERSION);
     rc = nl_store_begin(s, err);
     if (rc)
         return rc;
@@ -327,15 +375,129 @@ static int ensure_schema(struct nl_store *s, struct nl_error *err)
     return nl_store_commit(s, err);
 }
 
-int nl_store_open(struct nl_store **out, const char *path, struct nl_error *err)
+/* "file:PATH?immutable=1" with PATH percent-encoded where a URI needs it; NULL when out of
+ * memory. For a read-only store in a folder where SQLite cannot create the WAL index. */
+static char *immutable_uri(const char *path)
+{
+    static const char suffix[] = "?immutable=1";
+    char *uri = nl_malloc(5 + 3 * strlen(path) + sizeof suffix);
+    char *o = uri;
+
+    if (!uri)
+        return NULL;
+    memcpy(o, "file:", 5);
+    o += 5;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#' || *p < 0x20 || *p >= 0x7f) {
+            snprintf(o, 4, "%%%02X", *p);
+            o += 3;
+        } else {
+            *o++ = (char)*p;
+        }
+    }
+    memcpy(o, suffix, sizeof suffix);
+    return uri;
+}
+
+/* The name of a dataset being imported by this process: "\x1fimport HOST PID NAME". */
+static int staging_prefix(char *buf, size_t size, long pid)
+{
+    char host[256];
+
+    if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = '\0';
+    for (char *h = host; *h; h++)
+        if (*h == ' ')
+            *h = '_';
+    return snprintf(buf, size, "\x1fimport %s %ld ", host, pid);
+}
+
+int nl_store_staging_name(char *buf, size_t size, const char *name)
+{
+    int n = staging_prefix(buf, size, (long)getpid());
+
+    if (n < 0 || (size_t)n >= size ||
+        snprintf(buf + n, size - (size_t)n, "%s", name) >= (int)(size - (size_t)n))
+        return -1;
+    return 0;
+}
+
+/* Removes the staged imports of this host whose process is gone. Takes the write lock only when
+ * there is one. */
+static int clean_staging(struct nl_store *s, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    sqlite3_int64 dead[16];
+    int ndead = 0, rc;
+
+    rc = nl_store_prepare(s, &st,
+                          "SELECT id, name FROM datasets WHERE substr(name, 1, 1) = char(31)", err);
+    if (rc)
+        return rc;
+    while (sqlite3_step(st) == SQLITE_ROW && ndead < 16) {
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        char prefix[320];
+        const char *p;
+        long pid;
+        /* "\x1fimport HOST PID NAME": HOST has no space; NAME may have. */
+        if (!name || strncmp(name, "\x1fimport ", 8) != 0)
+            continue;
+        p = strchr(name + 8, ' ');
+        if (!p)
+            continue;
+        pid = strtol(p + 1, NULL, 10);
+        if (pid <= 0 || staging_prefix(prefix, sizeof prefix, pid) < 0 ||
+            strncmp(name, prefix, strlen(prefix)) != 0)
+            continue; /* another host's, or not ours to judge */
+        if (kill((pid_t)pid, 0) == 0 || errno == EPERM)
+            continue; /* its process is still there */
+        dead[ndead++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (ndead == 0)
+        return 0;
+    rc = nl_store_begin(s, err);
+    if (rc == 0)
+        rc = nl_store_prepare(s, &st, "DELETE FROM datasets WHERE id = ?", err);
+    for (int i = 0; i < ndead && rc == 0; i++) {
+        sqlite3_bind_int64(st, 1, dead[i]);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = nl_store_db_error(s, err, "removing an interrupted import");
+        sqlite3_reset(st);
+    }
+    if (rc == 0)
+        sqlite3_finalize(st);
+    if (rc) {
+        nl_store_rollback(s);
+        return rc;
+    }
+    return nl_store_commit(s, err);
+}
+
+/* Waiting for another connection's lock: short, even sleeps (SQLite's own handler backs off to
+ * 100 ms, and then loses every race against a writer that pauses between its transactions for
+ * less), for NL_STORE_BUSY_MS in all. */
+static int busy_wait(void *ud, int count)
+{
+    struct timespec ts = {0, BUSY_SLEEP_MS * 1000000L};
+
+    (void)ud;
+    if ((long)count * BUSY_SLEEP_MS >= NL_STORE_BUSY_MS)
+        return 0;
+    nanosleep(&ts, NULL);
+    return 1;
+}
+
+static int store_open(struct nl_store **out, const char *path, int mode, struct nl_error *err)
 {
     struct nl_store *s;
-    int rc, flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
+    int rc, flags = SQLITE_OPEN_FULLMUTEX;
 
     *out = NULL;
     if (!path || !*path)
         return nl_error_set(err, NL_EINVAL, "no database path given");
-    if (strcmp(path, ":memory:") != 0) {
+    if (mode == 0 && strcmp(path, ":memory:") != 0) {
         rc = make_parent_dirs(path, err);
         if (rc)
             return rc;
@@ -345,6 +507,10 @@ int nl_store_open(struct nl_store **out, const char *path, struct nl_error *err)
         nl_free(s);
         return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
     }
+    s->readonly = mode == 2;
+    flags |= mode == 0   ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+             : mode == 1 ? SQLITE_OPEN_READWRITE
+                         : SQLITE_OPEN_READONLY;
     if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
         int sys = s->db ? sqlite3_system_errno(s->db) : 0;
         if (!s->db)
@@ -357,29 +523,135 @@ int nl_store_open(struct nl_store **out, const char *path, struct nl_error *err)
         nl_store_close(s);
         return rc;
     }
-    sqlite3_busy_timeout(s->db, 5000);
+    sqlite3_busy_handler(s->db, busy_wait, NULL);
     rc = nl_store_exec(s, "PRAGMA foreign_keys = ON", err);
-    if (rc == 0) {
+    if (rc == 0 && s->readonly) {
+        /* A WAL database in a folder SQLite may not write to has no WAL index to share: read
+         * it as an immutable file (nobody can be writing it there either). */
+        int version;
+        if (query_int(s, "PRAGMA user_version", &version, err) < 0) {
+            char *uri = immutable_uri(path);
+            sqlite3_close_v2(s->db);
+            s->db = NULL;
+            if (!uri)
+                rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+            else if (sqlite3_open_v2(uri, &s->db, flags | SQLITE_OPEN_URI, NULL) != SQLITE_OK)
+                rc = s->db ? nl_store_db_error(s, err, NULL)
+                           : nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+            else
+                rc = nl_store_exec(s, "PRAGMA foreign_keys = ON", err);
+            nl_free(uri);
+        }
+    }
+    if (rc == 0 && mode == 0) {
+        /* A new file, before its first page: pages freed by rm can be given back
+         * (nl_store_reclaim). */
+        int pages = -1;
+        rc = query_int(s, "PRAGMA page_count", &pages, err);
+        if (rc == 0 && pages == 0)
+            rc = nl_store_exec(s, "PRAGMA auto_vacuum = INCREMENTAL", err);
+    }
+    if (rc == 0 && !s->readonly) {
+        char mode_now[16] = "";
         sqlite3_stmt *st;
-        /* In-memory databases answer "memory"; both are fine. */
-        rc = nl_store_prepare(s, &st, "PRAGMA journal_mode = WAL", err);
+        /* WAL, set once for the file: asking again would take a lock. In-memory databases
+         * answer "memory"; both are fine. */
+        rc = nl_store_prepare(s, &st, "PRAGMA journal_mode", err);
         if (rc == 0) {
-            if (sqlite3_step(st) != SQLITE_ROW)
-                rc = nl_store_db_error(s, err, NULL);
+            if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+                snprintf(mode_now, sizeof mode_now, "%s", sqlite3_column_text(st, 0));
             sqlite3_finalize(st);
+        }
+        if (rc == 0 && strcmp(mode_now, "wal") != 0 && strcmp(mode_now, "memory") != 0) {
+            rc = nl_store_prepare(s, &st, "PRAGMA journal_mode = WAL", err);
+            if (rc == 0) {
+                if (sqlite3_step(st) != SQLITE_ROW)
+                    rc = nl_store_db_error(s, err, NULL);
+                sqlite3_finalize(st);
+            }
         }
     }
     /* WAL with synchronous NORMAL: a crash loses at most the last transactions, never
      * consistency. */
-    if (rc == 0)
+    if (rc == 0 && !s->readonly)
         rc = nl_store_exec(s, "PRAGMA synchronous = NORMAL", err);
     if (rc == 0)
         rc = ensure_schema(s, err);
+    /* Writers only: commands that read take no write lock. */
+    if (rc == 0 && mode == 0)
+        rc = clean_staging(s, err);
     if (rc) {
         nl_store_close(s);
         return rc;
     }
     *out = s;
+    return 0;
+}
+
+int nl_store_open(struct nl_store **out, const char *path, struct nl_error *err)
+{
+    return store_open(out, path, 0, err);
+}
+
+/* Whether this process may write the file and create files (the WAL) beside it. */
+static int writable(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+
+    if (access(path, W_OK) != 0)
+        return 0;
+    if (!slash)
+        return access(".", W_OK) == 0;
+    if ((size_t)(slash - path) >= sizeof dir)
+        return 1;
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+    return access(slash == path ? "/" : dir, W_OK) == 0;
+}
+
+int nl_store_open_read(struct nl_store **out, const char *path, struct nl_error *err)
+{
+    struct stat st;
+
+    *out = NULL;
+    if (!path || !*path)
+        return nl_error_set(err, NL_EINVAL, "no database path given");
+    if (strcmp(path, ":memory:") == 0)
+        return store_open(out, path, 0, err);
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return nl_error_set(err, NL_ENOENT,
+                                "%s: there is no store here yet (nnlab import or nnlab demo "
+                                "creates one; --db PATH names another)",
+                                path);
+        return nl_error_set(err, NL_EIO, "%s: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return nl_error_set(err, NL_EINVAL, "%s: not a store (not a regular file)", path);
+    return store_open(out, path, writable(path) ? 1 : 2, err);
+}
+
+int nl_store_readonly(const struct nl_store *s)
+{
+    return s->readonly;
+}
+
+int nl_store_reclaim(struct nl_store *s, long long *unused, struct nl_error *err)
+{
+    int mode = 0, free_pages = 0, page_size = 0;
+    int rc = query_int(s, "PRAGMA auto_vacuum", &mode, err);
+
+    *unused = 0;
+    if (rc == 0 && mode == 2 && !s->readonly)
+        rc = nl_store_exec(s, "PRAGMA incremental_vacuum", err);
+    if (rc == 0)
+        rc = query_int(s, "PRAGMA freelist_count", &free_pages, err);
+    if (rc == 0)
+        rc = query_int(s, "PRAGMA page_size", &page_size, err);
+    if (rc)
+        return rc;
+    *unused = (long long)free_pages * page_size;
     return 0;
 }
 

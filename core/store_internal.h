@@ -12,6 +12,15 @@
 /* The schema version this build creates and understands (PRAGMA user_version). */
 #define NL_STORE_SCHEMA_VERSION 4
 
+/* How long a connection waits for another's write lock before it gives up ("database is
+ * locked"). No writer holds the lock for more than a few seconds (imports commit in chunks), so
+ * a minute is only reached when something is wrong. */
+#define NL_STORE_BUSY_MS 60000
+
+/* The name under which this process stages an import of dataset name (see core/store.c):
+ * "\x1fimport HOST PID NAME". 0, or -1 when buf is too small. */
+int nl_store_staging_name(char *buf, size_t size, const char *name);
+
 /* The connection; owned by the store, valid until nl_store_close. */
 sqlite3 *nl_store_sqlite(struct nl_store *s);
 
@@ -32,8 +41,9 @@ int nl_store_begin(struct nl_store *s, struct nl_error *err);
 int nl_store_commit(struct nl_store *s, struct nl_error *err);
 void nl_store_rollback(struct nl_store *s);
 
-/* Checks a name a person gives to a dataset or run: 1 to 100 bytes, no control characters, no
- * '/', no leading '-' and no leading or trailing space. what is "dataset", "run"... */
+/* Checks a name a person gives to a dataset or run: 1 to 100 bytes of valid UTF-8 (the one rule
+ * for names, core/text.c), no control characters, no '/', no leading '-' and no leading or
+ * trailing space. what is "dataset", "run"... */
 int nl_store_check_name(const char *what, const char *name, struct nl_error *err);
 
 /* One normalised value: v is a pixel in [0, 255] (uint8 datasets) and mean, std are in units of

@@ -187,7 +187,7 @@ static void test_corrupt(void)
     char path[128];
     struct nl_error err = {0};
     struct nl_model *m = build(small, (struct nl_shape){1, 5, 5}, 3);
-    float data[64] = {0};
+    float data[64] = {0}; /* 256 bytes, enough for every case */
     static const struct {
         const char *header;
         size_t data;
@@ -202,6 +202,12 @@ static void test_corrupt(void)
          "bad shape"},
         {"{\"conv1.weight\": nope}", 0, "bad JSON"},
         {"[1,2]", 0, "not a JSON object"},
+        {"{\"conv1.weight\":{\"dtype\":\"F32\",\"shape\":[2,1,3,3],\"data_offsets\":[0,72]},"
+         "\"conv1.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[64,72]}}",
+         72, "overlap"},
+        {"{\"conv1.weight\":{\"dtype\":\"F32\",\"shape\":[2,1,3,3],\"data_offsets\":[0,72]},"
+         "\"conv1.weight\":{\"dtype\":\"F32\",\"shape\":[2,1,3,3],\"data_offsets\":[72,144]}}",
+         144, "appears twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(path, sizeof path, "%s/bad%zu.safetensors", dir, i);

@@ -476,17 +476,36 @@ static void test_warnings(void)
               "relu init=he in=conv1\n",
               &w, &err);
     ok(s != NULL, "unknown keys are not errors: %s", err.msg);
-    is_int(w.count, 4, "four warnings");
+    is_int(w.count, 3, "three warnings: one a line");
     is_str(w.text[0], "t:1: unknown key 'foo' for conv (ignored)", "warning for foo on conv");
-    is_str(w.text[1], "t:3: unknown key 'stride' for dense (ignored)",
-           "warning for stride on dense");
-    is_str(w.text[2], "t:3: unknown key 'pad' for dense (ignored)", "warning for pad on dense");
-    is_str(w.text[3], "t:4: unknown key 'init' for relu (ignored)", "warning for init on relu");
+    is_str(w.text[1], "t:3: 2 unknown keys for dense, the first 'stride' (ignored)",
+           "one warning for stride and pad on dense, with the count");
+    is_str(w.text[2], "t:4: unknown key 'init' for relu (ignored)", "warning for init on relu");
     if (s) {
         ok(s->layers[0].sh == 2 && s->layers[1].sh == 0 && s->layers[1].no_bias == 1,
            "known keys still applied; ignored ones not");
         is_int(s->layers[2].inputs[0], 0, "in= on relu applied");
         nl_spec_free(s);
+    }
+    /* A million unknown keys on one line: one warning, not a million. */
+    {
+        const size_t n = 1000000;
+        char *text = malloc(16 + 4 * n), *p = text;
+        memcpy(p, "dense 3", 7);
+        p += 7;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(p, " x=1", 4);
+            p += 4;
+        }
+        *p = '\0';
+        struct warnings w2 = {0};
+        s = parse(text, &w2, &err);
+        ok(s != NULL, "a line of a million unknown keys parses");
+        is_int(w2.count, 1, "with one warning");
+        is_str(w2.text[0], "t:1: 1000000 unknown keys for dense, the first 'x' (ignored)",
+               "that counts them");
+        nl_spec_free(s);
+        free(text);
     }
     s = parse("conv 2 3 foo=1\n", NULL, &err);
     ok(s != NULL, "unknown key without a warning callback");

@@ -45,6 +45,7 @@
 #include "nnlab/safetensors.h"
 #include "nnlab/session.h"
 #include "nnlab/spec.h"
+#include "nnlab/text.h"
 #include "nnlab/trainer.h"
 #include "window.h"
 
@@ -243,16 +244,14 @@ static int on_event(void *ud, const struct nl_event *ev)
     return g_atomic_int_get(&j->stop);
 }
 
+static void put_gstring(void *ud, const char *p, size_t n)
+{
+    g_string_append_len(ud, p, (gssize)n);
+}
+
 static void json_string(GString *s, const char *v)
 {
-    g_string_append_c(s, '"');
-    for (const char *c = v; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            g_string_append_c(s, '\\');
-        if ((unsigned char)*c >= 0x20)
-            g_string_append_c(s, *c);
-    }
-    g_string_append_c(s, '"');
+    nl_json_write(put_gstring, s, v);
 }
 
 /* The optimizer list is in the order of enum nl_optim_kind. */

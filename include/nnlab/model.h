@@ -33,6 +33,12 @@ struct nl_model {
 
 /* Builds the model for samples of shape input and nclasses classes: resolves dense N, runs every
  * layer's setup, lays out the flat buffer (zeroed). Errors name the layer and spec line. */
+/* A model whose parameters would not fit in this machine's memory is refused before allocating,
+ * naming the spec line of its largest layer and the size. nl_model_plan does the same without
+ * the buffer (params NULL): shapes, counts and layout for a summary, whatever the size;
+ * nl_model_freeze works on it, training and loading do not. */
+int nl_model_plan(struct nl_model **out, const struct nl_spec *spec, struct nl_shape input,
+                  int nclasses, struct nl_error *err);
 int nl_model_build(struct nl_model **out, const struct nl_spec *spec, struct nl_shape input,
                    int nclasses, struct nl_error *err);
 void nl_model_free(struct nl_model *m);

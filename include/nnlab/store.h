@@ -12,6 +12,17 @@ struct nl_store;
 /* Opens (creating it, its parent directories and the schema when missing) the database at path,
  * in WAL mode with foreign keys on. A database of a newer schema version is refused. */
 int nl_store_open(struct nl_store **out, const char *path, struct nl_error *err);
+/* Opens an existing database for a command that only reads: a path with no file is refused
+ * ("there is no store here yet") and nothing is created; a file or folder this process may not
+ * write (a read-only mount, another user's store) is opened read-only, and then every write is
+ * refused with an error naming the file. */
+int nl_store_open_read(struct nl_store **out, const char *path, struct nl_error *err);
+/* Gives the pages that removals freed back to the file system (stores created since incremental
+ * vacuum was added); *unused is what stays free inside the file (older stores keep their size:
+ * VACUUM reclaims it). */
+int nl_store_reclaim(struct nl_store *s, long long *unused, struct nl_error *err);
+/* Whether the store was opened read-only. */
+int nl_store_readonly(const struct nl_store *s);
 void nl_store_close(struct nl_store *s);
 const char *nl_store_path(const struct nl_store *s);
 
