@@ -185,7 +185,14 @@ static void show(const char *page)
 static void resize(int w, int h)
 {
     gtk_window_set_default_size(GTK_WINDOW(win), w, h);
-    spin(600);
+    /* A loaded machine takes longer to lay the window out again: wait for the size, up to 5 s. */
+    for (int waited = 0; waited < 5000; waited += 100) {
+        spin(100);
+        const int ww = gtk_widget_get_width(win), wh = gtk_widget_get_height(win);
+        if (ww <= w && ww >= w - 20 && wh <= h && wh >= h - 20)
+            break;
+    }
+    spin(500);
 }
 
 static int screenshot(const char *name)
@@ -361,7 +368,8 @@ static int run_status(const char *name, const char *status)
     rc = nl_run_get(s, name, &info, NULL, NULL, &err);
     nl_store_close(s);
     if (rc == 0 && strcmp(info.status, status) != 0)
-        diag("run '%s' is %s", name, info.status);
+        diag("run '%s' is %s after %d epochs, %.1f s", name, info.status, info.epochs_done,
+             info.seconds);
     else if (rc < 0)
         diag("run '%s': %s", name, err.msg);
     return rc == 0 && strcmp(info.status, status) == 0;
@@ -417,7 +425,9 @@ int main(int argc, char **argv)
     gtk_widget_activate_action(win, "win.import-source", "(ss)", "bands", data_dir);
     if (!wait_for(have_dataset, 60000))
         bail_out("the import did not finish");
-    gtk_widget_activate_action(win, "win.model-spec", "s", "fc1: dense 16\nrelu\nfc2: dense N\n");
+    /* Wide enough that a run of 1000 epochs lasts minutes: the run must outlast a toast. */
+    gtk_widget_activate_action(win, "win.model-spec", "s",
+                               "fc1: dense 512\nrelu\nfc2: dense 512\nrelu\nfc3: dense N\n");
 
     /* Item 1: a faded toast takes no clicks. */
     show("datasets");
@@ -469,6 +479,8 @@ int main(int argc, char **argv)
     /* Start and Stop with the pointer; Stop just after a toast faded. */
     GtkWidget *name = find_entry(win, "automatic");
     type_into(name, "input-run");
+    /* The run must outlast the toast below, whatever the keys typed above reached. */
+    gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "1000");
     ok(gtk_widget_is_sensitive(start) && !train_page_start_reason(nw()->train),
        "with a dataset, a model and a free name Start is enabled and says nothing");
     ok(click(start) && wait_for(running, 3000), "a click on Start starts a run");
