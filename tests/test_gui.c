@@ -4,8 +4,9 @@
  * .safetensors file, and — with a private sshd on 127.0.0.1 (tests/sshd.h) — checks hosts and
  * trains on node1 and node2 with the nnlab under test as the workers' binary, all through the
  * window's named actions. Checks that the charts received points (per worker for the cluster
- * run), that the main loop never stalled for more than 200 ms while training or connecting, that
- * every page fits 1024x700, and saves screenshots in BUILD/ui-screenshots/.
+ * run), that the main loop never stalled for more than 500 ms (1.5 s under the sanitizers) while
+ * training or connecting, that every page fits 1024x700, and saves screenshots in
+ * BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run with
  * GSK_RENDERER=cairo, GSETTINGS_BACKEND=memory and private XDG folders; it skips when those
@@ -170,7 +171,17 @@ static int write_png(const char *path, int k)
 static gint64 last_beat, max_gap;
 static gboolean measuring;
 
-/* A 10 ms heartbeat: the longest gap between two beats is the longest main-loop stall. */
+/* A 10 ms heartbeat: the longest gap between two beats is the longest main-loop stall. What
+ * these checks catch is work that blocks the main loop (a store query, a thread joined, a
+ * connection made on it), which takes seconds; the bound leaves room for a shared machine and for
+ * the sanitizers' slowdown, so that it never measures speed. */
+#if defined(__SANITIZE_ADDRESS__)
+#define STALL_MS "1500"
+#define STALL_US 1500000
+#else
+#define STALL_MS "500"
+#define STALL_US 500000
+#endif
 static gboolean beat(gpointer data)
 {
     gint64 now = g_get_monotonic_time();
@@ -386,7 +397,7 @@ static void cluster_faults(const struct sshd *sd)
        toast);
     ok(wait_for(enough_finished, 300000), "the run finishes");
     measuring = FALSE;
-    ok(max_gap < 200000, "no main-loop stall over 200 ms through the recovery (%.0f ms)",
+    ok(max_gap < STALL_US, "no main-loop stall over " STALL_MS " ms through the recovery (%.0f ms)",
        max_gap / 1000.0);
     train_page_recoveries(nw()->train, &count, &markers, &last);
     ok(count == 1 && markers == 1, "one recovery, one marker on the loss chart (%d, %d)", count,
@@ -462,7 +473,7 @@ static void cluster_faults(const struct sshd *sd)
        "it resumes, the form showing its settings (%d epochs on %s, %s)", epochs, hosts, name);
     ok(wait_for(enough_finished, 300000), "the resumed cluster run finishes");
     measuring = FALSE;
-    ok(max_gap < 200000, "no main-loop stall over 200 ms while it resumes (%.0f ms)",
+    ok(max_gap < STALL_US, "no main-loop stall over " STALL_MS " ms while it resumes (%.0f ms)",
        max_gap / 1000.0);
     spin(300);
     screenshot("3-train-cluster-resumed");
@@ -521,7 +532,7 @@ static void cluster_checks(const char *bin)
        "win.train-check-hosts runs");
     ok(wait_for(hosts_checked, 120000), "the hosts are checked");
     measuring = FALSE;
-    ok(max_gap < 200000, "the window kept drawing while connecting (longest stall %.0f ms)",
+    ok(max_gap < STALL_US, "the window kept drawing while connecting (longest stall %.0f ms)",
        max_gap / 1000.0);
     int done;
     const char *report;
@@ -554,7 +565,8 @@ static void cluster_checks(const char *bin)
     want_finished = 9;
     ok(wait_for(enough_finished, 500000), "one epoch on node1 and node2 finishes");
     measuring = FALSE;
-    ok(max_gap < 200000, "no main-loop stall over 200 ms while training on the hosts (%.0f ms)",
+    ok(max_gap < STALL_US,
+       "no main-loop stall over " STALL_MS " ms while training on the hosts (%.0f ms)",
        max_gap / 1000.0);
     struct nl_store *s;
     struct nl_run_info info;
@@ -800,7 +812,8 @@ int main(int argc, char **argv)
     int finished;
     train_page_stats(nw()->train, &points, &finished);
     ok(points >= 100, "the charts received every step (%ld points)", points);
-    ok(max_gap < 200000, "no main-loop stall over 200 ms while training (longest %.0f ms)",
+    ok(max_gap < STALL_US,
+       "no main-loop stall over " STALL_MS " ms while training (longest %.0f ms)",
        max_gap / 1000.0);
     spin(300);
     ok(screenshot("3-train"), "screenshot of the train page");
@@ -908,7 +921,8 @@ int main(int argc, char **argv)
     want_finished = 5;
     ok(wait_for(enough_finished, 500000), "the resumed run finishes");
     measuring = FALSE;
-    ok(max_gap < 200000, "no main-loop stall over 200 ms while resuming (longest %.0f ms)",
+    ok(max_gap < STALL_US,
+       "no main-loop stall over " STALL_MS " ms while resuming (longest %.0f ms)",
        max_gap / 1000.0);
     spin(300);
     screenshot("3-train-resumed");
