@@ -81,6 +81,9 @@ int cmd_import(int argc, char **argv)
         {"skip-bad", no_argument, NULL, 'k'},
         {"normalize", required_argument, NULL, 'N'},
         {"normalise", required_argument, NULL, 'N'},
+        {"task", required_argument, NULL, 'y'},
+        {"categorical", required_argument, NULL, 'C'},
+        {"missing", required_argument, NULL, 'M'},
         {NULL, 0, NULL, 0},
     };
     struct import_progress prog = {.tty = isatty(STDOUT_FILENO)};
@@ -144,6 +147,21 @@ int cmd_import(int argc, char **argv)
             break;
         case 'k':
             io.skip_bad = 1;
+            break;
+        case 'y':
+            if (strcmp(optarg, "regression") != 0 && strcmp(optarg, "classification") != 0)
+                return usage_error("import", "--task %s: want classification or regression",
+                                   optarg);
+            io.regression = strcmp(optarg, "regression") == 0;
+            break;
+        case 'C':
+            io.categorical = optarg;
+            break;
+        case 'M':
+            if (nl_missing_parse(optarg) < 0)
+                return usage_error("import", "--missing %s: want error, drop, mean, median or mode",
+                                   optarg);
+            io.missing = (enum nl_missing)nl_missing_parse(optarg);
             break;
         default:
             return option_error("import");

@@ -40,6 +40,12 @@ static const struct command commands[] = {
      "                      imagenet (PyTorch's ImageNet mean/std, for pretrained weights) or\n"
      "                      none (pixel / 255); train, eval and predict use it\n"
      "      --label COLUMN  CSV: the label column, a name or 1-based index (default: last)\n"
+     "      --task T        CSV: classification (default) or regression (a numeric target,\n"
+     "                      standardised with the train split's mean and std)\n"
+     "      --categorical COL,...  CSV: feature columns that hold categories (names or 1-based\n"
+     "                      indexes; a column whose first value is not a number is one anyway)\n"
+     "      --missing M     CSV: empty fields: error (default), drop (the row), mean, median or\n"
+     "                      mode (fill from the train split)\n"
      "      --skip-bad      skip bad files or rows, listing them, instead of stopping\n",
      NULL},
     {"datasets", cmd_datasets, "", "list the datasets in the store", NULL, NULL},

@@ -3,9 +3,11 @@
 #include "nnlab/dataset.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "json.h"
 #include "nnlab/alloc.h"
 #include "store_internal.h"
 
@@ -139,6 +141,7 @@ void nl_dataset_free(struct nl_dataset *d)
     for (int k = 0; k < NL_NSPLITS; k++) {
         nl_free(d->split[k].x);
         nl_free(d->split[k].y);
+        nl_free(d->split[k].t);
     }
     nl_free(d);
 }
@@ -307,7 +310,9 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
     for (int k = 0; k < NL_NSPLITS && rc == 0; k++) {
         d->split[k].x = nl_malloc((size_t)d->split[k].n * sample);
         d->split[k].y = nl_malloc((size_t)d->split[k].n * sizeof(int32_t));
-        if (!d->split[k].x || !d->split[k].y)
+        if (d->regression)
+            d->split[k].t = nl_malloc(((size_t)d->split[k].n + 1) * sizeof(float));
+        if (!d->split[k].x || !d->split[k].y || (d->regression && !d->split[k].t))
             rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s' (%u samples)",
                               d->name, d->split[k].n);
     }
@@ -324,6 +329,12 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
         int label = sqlite3_column_int(st, 1);
         const void *data = sqlite3_column_blob(st, 2);
         size_t bytes = (size_t)sqlite3_column_bytes(st, 2);
+        if (split >= 0 && split < NL_NSPLITS && fill[split] < d->split[split].n && d->regression) {
+            float t;
+            memcpy(&t, &label, sizeof t);
+            d->split[split].t[fill[split]] = (float)((t - d->target_mean) / d->target_std);
+            label = isfinite(t) ? 0 : -1;
+        }
         if (split < 0 || split >= NL_NSPLITS || fill[split] >= d->split[split].n || label < 0 ||
             label >= d->nclasses || bytes != sample || !data) {
             rc = nl_error_set(err, NL_EFORMAT,
@@ -342,6 +353,37 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
         if (fill[k] != d->split[k].n)
             rc = nl_error_set(err, NL_EFORMAT, "%s: dataset '%s' changed while it was loaded",
                               nl_store_path(s), d->name);
+    return rc;
+}
+
+/* A regression dataset's task and target statistics, from its preprocessing record. */
+static int load_task(struct nl_dataset *d, struct nl_error *err)
+{
+    struct nl_json_doc *doc = NULL;
+
+    if (strcmp(d->kind, "csv") != 0 || !strstr(d->preprocessing, "\"regression\""))
+        return 0;
+    int rc = nl_json_parse(&doc, d->preprocessing, strlen(d->preprocessing), d->name, err);
+    if (rc)
+        return rc;
+    const struct nl_json *root = nl_json_root(doc), *task = nl_json_get(root, "task");
+    const struct nl_json *target = nl_json_get(root, "target");
+    const struct nl_json *mean = target ? nl_json_get(target, "mean") : NULL;
+    const struct nl_json *std = target ? nl_json_get(target, "std") : NULL;
+    if (task && task->type == NL_JSON_STRING && strcmp(task->string, "regression") == 0) {
+        if (!mean || mean->type != NL_JSON_NUMBER || !std || std->type != NL_JSON_NUMBER ||
+            !(std->number > 0) || d->nclasses != 1)
+            rc = nl_error_set(err, NL_EFORMAT,
+                              "dataset '%s': a regression dataset without valid target "
+                              "statistics; remove it and import it again",
+                              d->name);
+        else {
+            d->regression = 1;
+            d->target_mean = mean->number;
+            d->target_std = std->number;
+        }
+    }
+    nl_json_free(doc);
     return rc;
 }
 
@@ -364,6 +406,8 @@ int nl_dataset_load(struct nl_store *s, const char *name, struct nl_dataset **ou
         return rc;
     }
     rc = load_header(s, name, d, &id, err);
+    if (rc == 0)
+        rc = load_task(d, err);
     if (rc == 0)
         rc = load_classes(s, id, d, err);
     if (rc == 0)
@@ -406,6 +450,16 @@ void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uin
                     dst[c * plane + p] = (src[c * plane + p] - mean) / std;
             }
         }
+    }
+}
+
+void nl_dataset_targets(const struct nl_dataset *d, enum nl_split split, const uint32_t *idx, int n,
+                        float *t)
+{
+    assert(split >= 0 && split < NL_NSPLITS && d->split[split].t);
+    for (int i = 0; i < n; i++) {
+        assert(idx[i] < d->split[split].n);
+        t[i] = d->split[split].t[idx[i]];
     }
 }
 

@@ -260,15 +260,36 @@ static void add_stats(struct nl_writer *w, const void *data)
     w->nstat++;
 }
 
+static int writer_put(struct nl_writer *w, enum nl_split split, int label, int32_t stored,
+                      const void *data, struct nl_error *err);
+
 int nl_writer_add(struct nl_writer *w, enum nl_split split, int label, const void *data,
                   struct nl_error *err)
+{
+    if (split < 0 || split >= NL_NSPLITS || label < 0 || label >= 65536)
+        return nl_error_set(err, NL_EINVAL, "sample %u: bad split %d or label %d", w->next_idx,
+                            (int)split, label);
+    return writer_put(w, split, label, label, data, err);
+}
+
+int nl_writer_add_target(struct nl_writer *w, enum nl_split split, float target, const void *data,
+                         struct nl_error *err)
+{
+    int32_t bits;
+
+    if (split < 0 || split >= NL_NSPLITS || !isfinite(target))
+        return nl_error_set(err, NL_EINVAL, "sample %u: bad split %d or target %g", w->next_idx,
+                            (int)split, (double)target);
+    memcpy(&bits, &target, sizeof bits);
+    return writer_put(w, split, 0, bits, data, err);
+}
+
+static int writer_put(struct nl_writer *w, enum nl_split split, int label, int32_t stored,
+                      const void *data, struct nl_error *err)
 {
     sqlite3_stmt *st;
     int rc = 0;
 
-    if (split < 0 || split >= NL_NSPLITS || label < 0 || label >= 65536)
-        return nl_error_set(err, NL_EINVAL, "sample %u: bad split %d or label %d", w->next_idx,
-                            (int)split, label);
     if (split == NL_TRAIN) {
         if (label >= w->ncount) {
             int n = label + 1 > 2 * w->ncount ? label + 1 : 2 * w->ncount;
@@ -289,7 +310,7 @@ int nl_writer_add(struct nl_writer *w, enum nl_split split, int label, const voi
     sqlite3_bind_int64(st, 1, w->dataset);
     sqlite3_bind_int64(st, 2, w->next_idx);
     sqlite3_bind_int(st, 3, (int)split);
-    sqlite3_bind_int(st, 4, label);
+    sqlite3_bind_int(st, 4, stored);
     sqlite3_bind_blob(st, 5, data, (int)w->bytes, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE)
         rc = nl_store_db_error(w->s, err, "storing a sample");
@@ -634,6 +655,11 @@ static int check_options(const struct nl_import_opts *o, const char *path, int p
     if (!csv && o->label)
         return nl_error_set(err, NL_EINVAL, "%s: --label applies to CSV files; this is %s", path,
                             kind);
+    if (!csv && (o->regression || o->categorical || o->missing))
+        return nl_error_set(err, NL_EINVAL,
+                            "%s: --task, --categorical and --missing apply to CSV files; this is "
+                            "%s",
+                            path, kind);
     return 0;
 }
 

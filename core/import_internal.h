@@ -35,6 +35,11 @@ int nl_writer_begin(struct nl_writer **out, struct nl_store *s, const struct nl_
 int nl_writer_add(struct nl_writer *w, enum nl_split split, int label, const void *data,
                   struct nl_error *err);
 
+/* A regression sample: its float32 target's bits are stored as the label (see core/csv.c); it
+ * counts as class 0 of the train split. */
+int nl_writer_add_target(struct nl_writer *w, enum nl_split split, float target, const void *data,
+                         struct nl_error *err);
+
 uint32_t nl_writer_count(const struct nl_writer *w, enum nl_split split);
 
 /* Stores the classes (names[k] may be NULL: named by its number), the statistics and the

@@ -30,10 +30,16 @@ struct nl_dataset {
     int nnorm;           /* shape.c: one mean/std per channel (per feature for CSV: (F, 1, 1)) */
     float *mean, *std;   /* (nnorm), in units of pixel / 255 for uint8 data */
     char *preprocessing; /* JSON: what the import did (resize, channels, splits, skipped...) */
+    /* A regression dataset (a CSV imported with --task regression): one "class", named after the
+     * target column; labels are all 0 and t holds the targets standardised with target_mean and
+     * target_std, the train split's statistics. 0 and t NULL for classification. */
+    int regression;
+    double target_mean, target_std;
     struct {
         uint32_t n;
         void *x;    /* (n, sample), uint8_t or float by dtype */
         int32_t *y; /* (n) labels in [0, nclasses) */
+        float *t;   /* (n) regression: standardised targets; NULL otherwise */
     } split[NL_NSPLITS];
 };
 
@@ -66,6 +72,21 @@ struct nl_resize {
 int nl_resize_parse(struct nl_resize *r, const char *text, struct nl_error *err);
 void nl_resize_format(const struct nl_resize *r, char *buf, size_t size);
 
+/* What a CSV import does with an empty field (--missing): refuse it with FILE:LINE, drop its row,
+ * or fill it with the train split's mean or median (numeric columns) or most frequent level
+ * (categorical columns; mode fills numeric columns with their most frequent value). An empty
+ * target is refused unless rows are dropped. */
+enum nl_missing {
+    NL_MISSING_ERROR = 0,
+    NL_MISSING_DROP = 1,
+    NL_MISSING_MEAN = 2,
+    NL_MISSING_MEDIAN = 3,
+    NL_MISSING_MODE = 4,
+};
+/* Parses "error", "drop", "mean", "median" or "mode"; -1 for anything else. */
+int nl_missing_parse(const char *text);
+extern const char *const nl_missing_names[5];
+
 struct nl_import_opts {
     float val_fraction;  /* carve a stratified validation split of this share from train; 0: none */
     float test_fraction; /* carve a test split likewise, when the source has none; 0: none */
@@ -76,8 +97,13 @@ struct nl_import_opts {
     int crop_w, crop_h;  /* images: then cut the centre to this size (torchvision's CenterCrop) */
     enum nl_normalize normalize; /* images: the statistics batches are normalised with */
     const char *label; /* CSV: the label column, a name or a 1-based index; NULL: the last */
-    int skip_bad;      /* skip bad files or rows (each reported through warn) */
-    nl_warn_fn warn;   /* may be NULL */
+    int regression;    /* CSV: the label column is a numeric target (--task regression) */
+    /* CSV: feature columns to treat as categorical, comma-separated names or 1-based indexes;
+     * columns holding a non-number are categorical anyway. NULL: none named. */
+    const char *categorical;
+    enum nl_missing missing; /* CSV: what an empty field does */
+    int skip_bad;            /* skip bad files or rows (each reported through warn) */
+    nl_warn_fn warn;         /* may be NULL */
     void *warn_ud;
     /* Called as files or rows are imported; a non-zero return stops the import (NL_ECANCELED).
      * May be NULL. */
@@ -121,6 +147,48 @@ void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uin
  * floats. */
 int nl_dataset_sample_from_image(const struct nl_dataset *d, const char *path, float *x,
                                  struct nl_error *err);
+
+/* x (n) = the standardised regression targets of samples idx[0..n) of the split. */
+void nl_dataset_targets(const struct nl_dataset *d, enum nl_split split, const uint32_t *idx, int n,
+                        float *t);
+
+/* Rows of a table (CSV) dataset for prediction, preprocessed as its import did: the columns
+ * recorded in the dataset's preprocessing (kinds, categorical levels, fill values), then the
+ * per-feature standardisation. A row holds every feature column, in the import's order, and
+ * optionally the target column where the import had it. A categorical level the import did not
+ * see in the train split becomes the column's "other" slot, reported once per column through
+ * warn; an empty field is filled as the import's --missing said (drop and error refuse it). */
+struct nl_table;
+int nl_table_open(struct nl_table **out, const struct nl_dataset *d, nl_warn_fn warn, void *ud,
+                  struct nl_error *err);
+void nl_table_free(struct nl_table *t);
+/* The columns of the source file, in its order: what the import made of each, and the train
+ * split's statistics (numeric columns and the target: of the values present; categorical: the
+ * level count and the levels kept, most frequent first). */
+struct nl_table_column {
+    const char *name; /* the header's, or "column N" */
+    const char *kind; /* "numeric", "categorical", "target" (regression) or "label" */
+    long missing;     /* empty fields over all rows */
+    double mean, std, min, max;
+    int levels;             /* categorical: distinct values in the train split */
+    int kept;               /* categorical: levels with their own one-hot slot */
+    const char *const *top; /* (kept) those levels */
+    const char *fill;       /* what fills an empty field ("3.5", "red"), or NULL */
+    int features;           /* model inputs it becomes (0 for the target) */
+};
+int nl_table_columns(const struct nl_table *t);
+void nl_table_column(const struct nl_table *t, int col, struct nl_table_column *out);
+/* One row given as text ("v1,v2,...", the import's separator or a comma): x (shape) the
+ * normalised sample; *target the row's target when it has one (NAN otherwise; for a
+ * classification dataset the class index as a float, NAN when unknown). where names the row in
+ * errors ("--row", "FILE:LINE"). */
+int nl_table_row_text(struct nl_table *t, const char *text, const char *where, float *x,
+                      double *target, struct nl_error *err);
+/* Every data row of a CSV file (a header row, when the first row is the import's header or has
+ * no number, is skipped): fn(ud, line, x, target) per row; a non-zero return stops with it. */
+int nl_table_read_csv(struct nl_table *t, const char *path,
+                      int (*fn)(void *ud, long line, const float *x, double target), void *ud,
+                      struct nl_error *err);
 
 /* Training-time augmentation, applied to normalised training batches only, in torchvision's
  * order: random resized crop, horizontal flip, colour jitter, then the shift (crop:P). */
