@@ -49,6 +49,14 @@ static void print_done(const char *run, const struct nl_train_result *res,
         json_str(stdout, run);
         printf(",\"test_accuracy\":");
         json_num(stdout, res->test_accuracy);
+        if (res->regression) {
+            printf(",\"test_r2\":");
+            json_num(stdout, res->test_accuracy);
+            printf(",\"test_mae\":");
+            json_num(stdout, res->test_mae);
+            printf(",\"test_rmse\":");
+            json_num(stdout, res->test_rmse);
+        }
         printf(",\"epochs\":%d,\"stopped_early\":%s,\"skipped_batches\":%ld,\"seconds\":",
                res->epochs, res->stopped_early ? "true" : "false", res->skipped_batches);
         json_num(stdout, res->seconds);
@@ -69,7 +77,10 @@ static void print_done(const char *run, const struct nl_train_result *res,
         }
         printf("}\n");
     } else {
-        if (isfinite(res->test_accuracy))
+        if (isfinite(res->test_accuracy) && res->regression)
+            printf("test R2 %.4f, MAE %.4g, RMSE %.4g (loss %.4f)\n", res->test_accuracy,
+                   res->test_mae, res->test_rmse, res->test_loss);
+        else if (isfinite(res->test_accuracy))
             printf("test accuracy %.4f (loss %.4f)\n", res->test_accuracy, res->test_loss);
         else if (!g.quiet)
             printf("no test split to evaluate\n");
@@ -400,6 +411,11 @@ static int parse_train_opt(const char *cmd, int c, struct train_args *a)
         if (nl_augment_parse(&a->o.augment, optarg, &err) < 0)
             return usage_error(cmd, "--augment: %s", err.msg);
         return 0;
+    case 'L':
+        if (nl_loss_parse(optarg) <= 0)
+            return usage_error(cmd, "--loss %s: want xent, mse, mae or huber", optarg);
+        a->o.loss = (enum nl_loss)nl_loss_parse(optarg);
+        return 0;
     default:
         return option_error(cmd);
     }
@@ -425,6 +441,7 @@ static const struct option train_opts[] = {
     {"init", required_argument, NULL, 'i'},
     {"init-partial", no_argument, NULL, 'P'},
     {"augment", required_argument, NULL, 'A'},
+    {"loss", required_argument, NULL, 'L'},
     {"clip-value", required_argument, NULL, 'C'},
     {"clip-norm", required_argument, NULL, 'K'},
     {"freeze", required_argument, NULL, 'F'},
@@ -699,6 +716,22 @@ static void json_run_members(const struct nl_run_info *r)
     json_num(stdout, r->val_accuracy);
     printf(",\"test_accuracy\":");
     json_num(stdout, r->test_accuracy);
+    printf(",\"task\":\"%s\"", r->regression ? "regression" : "classification");
+    if (r->regression) {
+        /* The accuracies above are R^2. */
+        printf(",\"val_r2\":");
+        json_num(stdout, r->val_accuracy);
+        printf(",\"val_mae\":");
+        json_num(stdout, r->val_mae);
+        printf(",\"val_rmse\":");
+        json_num(stdout, r->val_rmse);
+        printf(",\"test_r2\":");
+        json_num(stdout, r->test_accuracy);
+        printf(",\"test_mae\":");
+        json_num(stdout, r->test_mae);
+        printf(",\"test_rmse\":");
+        json_num(stdout, r->test_rmse);
+    }
     printf(",\"seconds\":");
     json_num(stdout, r->seconds);
     printf(",\"created\":");
@@ -745,10 +778,19 @@ static int show_run(struct nl_store *store, const char *name)
         char mb[4096];
         printf("run '%s': %s on %s, %s, %d epochs", r.name, nl_term_str(mb, sizeof mb, r.model),
                r.dataset, r.status, r.epochs_done);
-        if (isfinite(r.val_accuracy))
-            printf(", val_acc %.4f", r.val_accuracy);
-        if (isfinite(r.test_accuracy))
-            printf(", test_acc %.4f", r.test_accuracy);
+        if (r.regression) {
+            if (isfinite(r.val_accuracy))
+                printf(", val R2 %.4f (MAE %.4g, RMSE %.4g)", r.val_accuracy, r.val_mae,
+                       r.val_rmse);
+            if (isfinite(r.test_accuracy))
+                printf(", test R2 %.4f (MAE %.4g, RMSE %.4g)", r.test_accuracy, r.test_mae,
+                       r.test_rmse);
+        } else {
+            if (isfinite(r.val_accuracy))
+                printf(", val_acc %.4f", r.val_accuracy);
+            if (isfinite(r.test_accuracy))
+                printf(", test_acc %.4f", r.test_accuracy);
+        }
         printf("\n");
         if (r.owner_lives)
             printf("trained by process %ld on %s\n", r.owner_pid, r.owner_host);
@@ -811,10 +853,11 @@ int cmd_runs(int argc, char **argv)
         for (int i = 0; i < n; i++) {
             const struct nl_run_info *r = &list[i];
             char val[16] = "-", test[16] = "-", secs[16] = "-";
+            /* A regression run's scores are R^2, marked so. */
             if (isfinite(r->val_accuracy))
-                snprintf(val, sizeof val, "%.4f", r->val_accuracy);
+                snprintf(val, sizeof val, "%s%.4f", r->regression ? "R2 " : "", r->val_accuracy);
             if (isfinite(r->test_accuracy))
-                snprintf(test, sizeof test, "%.4f", r->test_accuracy);
+                snprintf(test, sizeof test, "%s%.4f", r->regression ? "R2 " : "", r->test_accuracy);
             if (isfinite(r->seconds))
                 snprintf(secs, sizeof secs, "%.1f", r->seconds);
             char mb[512];
@@ -875,6 +918,44 @@ static void print_class_table(const struct nl_metrics *mt, const struct nl_datas
            mt->macro.recall, mt->macro.f1, mt->macro.support);
     printf("%-*s %9.4f %9.4f %9.4f %9ld\n", width, "weighted avg", mt->weighted.precision,
            mt->weighted.recall, mt->weighted.f1, mt->weighted.support);
+}
+
+/* eval of a regression run: MAE, RMSE and R^2 of the split, in the target's units. */
+static int eval_regression(const struct nl_model *m, const struct nl_dataset *d,
+                           enum nl_split split, int threads, const char *what, int from_file,
+                           struct nl_error *err)
+{
+    struct nl_reg_sums sums;
+    double loss, r2, mae, rmse;
+    int rc = nl_evaluate_reg(m, d, split, threads, &loss, &r2, &sums, err);
+
+    if (rc < 0)
+        return rc;
+    nl_reg_finish(&sums, d->target_std, &mae, &rmse, &r2);
+    if (g.json) {
+        printf(from_file ? "{\"weights\":" : "{\"run\":");
+        json_str(stdout, what);
+        printf(",\"dataset\":");
+        json_str(stdout, d->name);
+        printf(",\"split\":\"%s\",\"samples\":%u,\"task\":\"regression\",\"r2\":",
+               nl_split_names[split], d->split[split].n);
+        json_num(stdout, r2);
+        printf(",\"mae\":");
+        json_num(stdout, mae);
+        printf(",\"rmse\":");
+        json_num(stdout, rmse);
+        printf(",\"loss\":");
+        json_num(stdout, loss);
+        printf(",\"target\":");
+        json_str(stdout, d->class_names[0]);
+        printf("}\n");
+    } else {
+        char nb[512];
+        printf("%s R2 %.4f, MAE %.4g, RMSE %.4g (loss %.4f) on %u samples of '%s', target '%s'\n",
+               nl_split_names[split], r2, mae, rmse, loss, d->split[split].n, d->name,
+               nl_term_str(nb, sizeof nb, d->class_names[0]));
+    }
+    return 0;
 }
 
 int cmd_eval(int argc, char **argv)
@@ -961,9 +1042,12 @@ int cmd_eval(int argc, char **argv)
     if (n == 0)
         rc = nl_error_set(&err, NL_EINVAL, "dataset '%s' has no %s split", d->name,
                           nl_split_names[split]);
+    else if (d->regression)
+        rc = eval_regression(m, d, split, (int)threads, from_file ? what : run.name, from_file,
+                             &err);
     else
         rc = nl_evaluate_metrics(m, d, split, (int)threads, &loss, &mt, &err);
-    if (rc == 0) {
+    if (rc == 0 && !d->regression) {
         acc = mt.accuracy;
         if (g.json) {
             printf(from_file ? "{\"weights\":" : "{\"run\":");

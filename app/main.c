@@ -76,6 +76,8 @@ static const struct command commands[] = {
      "      --augment LIST    training augmentation: flip, crop:P (shift), resized-crop\n"
      "                        [:SMIN-SMAX[:RMIN-RMAX]] (default 0.08-1:0.75-1.333),\n"
      "                        brightness:B, contrast:C, saturation:S; e.g. flip,crop:4\n"
+     "      --loss L          xent (classification, the default), or for a regression dataset\n"
+     "                        mse (its default), mae or huber\n"
      "      --name RUN        the run's name (default MODEL-DATASET-N)\n"
      "      --init FILE|RUN   start from weights: a .safetensors file or a run's, by name\n"
      "      --init-partial    load the tensors that match and report the rest\n"

@@ -50,9 +50,9 @@ static void draw_bar(const struct nl_event *ev)
     fprintf(stdout, "\r\033[Kepoch %d/%d [", ev->epoch, ev->epochs);
     for (int i = 0; i < width; i++)
         fputc(i < filled ? '#' : '.', stdout);
-    fprintf(stdout, "] %3d%% loss %.4f acc %.4f %.0f img/s ETA %s",
-            (int)(100.0 * (double)ev->iter / (double)ev->iters), ev->loss, ev->accuracy,
-            ev->images_per_second, eta);
+    fprintf(stdout, "] %3d%% loss %.4f %s %.4f %.0f img/s ETA %s",
+            (int)(100.0 * (double)ev->iter / (double)ev->iters), ev->loss,
+            ev->regression ? "R2" : "acc", ev->accuracy, ev->images_per_second, eta);
     if (ev->nworkers > 0) {
         /* A cluster run: the share of this step the workers spent communicating. */
         double comm = 0.0, busy = 0.0;
@@ -75,6 +75,21 @@ static void print_epoch(const struct nl_event *ev, int tty)
         json_num(stdout, ev->accuracy);
         printf(",\"val_accuracy\":");
         json_num(stdout, ev->val_accuracy);
+        if (ev->regression) {
+            /* R^2 where a classification run has accuracy, and the errors in target units. */
+            printf(",\"train_r2\":");
+            json_num(stdout, ev->accuracy);
+            printf(",\"train_mae\":");
+            json_num(stdout, ev->mae);
+            printf(",\"train_rmse\":");
+            json_num(stdout, ev->rmse);
+            printf(",\"val_r2\":");
+            json_num(stdout, ev->val_accuracy);
+            printf(",\"val_mae\":");
+            json_num(stdout, ev->val_mae);
+            printf(",\"val_rmse\":");
+            json_num(stdout, ev->val_rmse);
+        }
         printf(",\"train_seconds\":");
         json_num(stdout, ev->seconds);
         printf(",\"images_per_second\":");
@@ -101,9 +116,18 @@ static void print_epoch(const struct nl_event *ev, int tty)
     } else if (!g.quiet) {
         if (tty)
             fputs("\r\033[K", stdout);
-        printf("epoch %d/%d  loss %.4f  acc %.4f", ev->epoch, ev->epochs, ev->loss, ev->accuracy);
-        if (isfinite(ev->val_accuracy))
-            printf("  val_acc %.4f", ev->val_accuracy);
+        if (ev->regression) {
+            printf("epoch %d/%d  loss %.4f  R2 %.4f  MAE %.4g  RMSE %.4g", ev->epoch, ev->epochs,
+                   ev->loss, ev->accuracy, ev->mae, ev->rmse);
+            if (isfinite(ev->val_accuracy))
+                printf("  val_R2 %.4f  val_MAE %.4g  val_RMSE %.4g", ev->val_accuracy, ev->val_mae,
+                       ev->val_rmse);
+        } else {
+            printf("epoch %d/%d  loss %.4f  acc %.4f", ev->epoch, ev->epochs, ev->loss,
+                   ev->accuracy);
+            if (isfinite(ev->val_accuracy))
+                printf("  val_acc %.4f", ev->val_accuracy);
+        }
         printf("  %.1f s  %.0f img/s", ev->seconds, ev->images_per_second);
         if (ev->skipped_batches > 0)
             printf("  skipped %ld batches", ev->skipped_batches);

@@ -1,6 +1,7 @@
 /* Classification metrics from a confusion matrix (definitions in include/nnlab/metrics.h). */
 #include "nnlab/metrics.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "nnlab/alloc.h"
@@ -128,4 +129,37 @@ void nl_metrics_finish(struct nl_metrics *mt)
     mt->macro.support = mt->weighted.support = mt->samples;
     mt->accuracy = n > 0.0 ? (double)mt->top1 / n : 0.0;
     mt->topk_accuracy = n > 0.0 ? (double)mt->topk / n : 0.0;
+}
+
+void nl_reg_add(struct nl_reg_sums *s, const float *p, const float *t, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const double e = (double)p[i] - t[i];
+        s->n += 1.0;
+        s->abs += fabs(e);
+        s->sq += e * e;
+        s->t += t[i];
+        s->tt += (double)t[i] * t[i];
+    }
+}
+
+void nl_reg_merge(struct nl_reg_sums *dst, const struct nl_reg_sums *src)
+{
+    dst->n += src->n;
+    dst->abs += src->abs;
+    dst->sq += src->sq;
+    dst->t += src->t;
+    dst->tt += src->tt;
+}
+
+void nl_reg_finish(const struct nl_reg_sums *s, double std, double *mae, double *rmse, double *r2)
+{
+    if (!(s->n > 0)) {
+        *mae = *rmse = *r2 = NAN;
+        return;
+    }
+    const double sst = s->tt - s->t * s->t / s->n;
+    *mae = s->abs / s->n * std;
+    *rmse = sqrt(s->sq / s->n) * std;
+    *r2 = sst > 1e-12 * s->n ? 1.0 - s->sq / sst : NAN;
 }

@@ -118,7 +118,7 @@ static int build(struct nl_model **out, const struct nl_spec *spec, struct nl_sh
     *out = NULL;
     if (spec->nlayers <= 0)
         return nl_error_set(err, NL_EINVAL, "%s: no layers", spec->origin);
-    if (input.c <= 0 || input.h <= 0 || input.w <= 0 || nclasses < 2)
+    if (input.c <= 0 || input.h <= 0 || input.w <= 0 || nclasses < 1)
         return nl_error_set(err, NL_EINVAL, "%s: cannot build for input %dx%dx%d with %d classes",
                             spec->origin, input.c, input.h, input.w, nclasses);
     m = nl_calloc(1, sizeof *m);

@@ -7,7 +7,8 @@
  *   classes, clip_value, clip_norm, frozen [layer names], augment {flip, crop, resized_crop,
  *   brightness, contrast, saturation (the last four only when on)},
  *   early_stop_acc, patience, on_nan ("stop" | "skip-batch"), checkpoint_every (steps; 0: per
- *   epoch), cluster (trained on hosts), skipped_batches (over the run so far).
+ *   epoch), cluster (trained on hosts), skipped_batches (over the run so far), loss
+ *   ("default", "xent", "mse", "mae" or "huber").
  * Floats are written with 9 significant digits, which give the same float back; a reader takes
  * a missing key as its default, so older runs still resume. nl_run_model reads input, classes
  * and frozen; nl_run_settings_parse the rest.
@@ -75,7 +76,7 @@ char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_mode
              "\"seed\":%llu,\"input\":[%d,%d,%d],\"classes\":%d,\"clip_value\":%.9g,"
              "\"clip_norm\":%.9g,\"frozen\":%s,\"augment\":{\"flip\":%s,\"crop\":%d%s},"
              "\"early_stop_acc\":%.17g,\"patience\":%d,\"on_nan\":\"%s\","
-             "\"checkpoint_every\":%ld,\"cluster\":%s,\"skipped_batches\":%ld}",
+             "\"checkpoint_every\":%ld,\"cluster\":%s,\"skipped_batches\":%ld,\"loss\":\"%s\"}",
              o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), schedule,
              (double)o->schedule.warmup_epochs, (double)o->optim.lr, (double)o->optim.momentum,
              o->optim.nesterov ? "true" : "false", (double)o->optim.weight_decay,
@@ -83,7 +84,8 @@ char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_mode
              shape.w, nclasses, (double)o->clip_value, (double)o->clip_norm, frozen,
              o->augment.flip ? "true" : "false", o->augment.crop, photo, o->target_accuracy,
              o->patience, o->on_nan == NL_ON_NAN_SKIP_BATCH ? "skip-batch" : "stop",
-             o->checkpoint_every, cluster ? "true" : "false", skipped);
+             o->checkpoint_every, cluster ? "true" : "false", skipped,
+             nl_loss_names[(unsigned)o->loss <= NL_LOSS_HUBER ? o->loss : 0]);
     nl_free(frozen);
     return settings;
 }
@@ -138,6 +140,9 @@ static int settings_opts(const struct nl_json *root, const char *run, struct nl_
         on_nan && on_nan->type == NL_JSON_STRING && strcmp(on_nan->string, "skip-batch") == 0
             ? NL_ON_NAN_SKIP_BATCH
             : NL_ON_NAN_STOP;
+    const struct nl_json *loss = nl_json_get(root, "loss");
+    int lk = loss && loss->type == NL_JSON_STRING ? nl_loss_parse(loss->string) : 0;
+    o->loss = lk > 0 ? (enum nl_loss)lk : NL_LOSS_DEFAULT;
     o->augment.flip = json_flag(augment, "flip");
     o->augment.crop = (int)json_number(augment, "crop", 0);
     const struct nl_json *rrc = nl_json_get(augment, "resized_crop");

@@ -118,8 +118,9 @@ static void bind_self(sqlite3_stmt *st, int first)
 
 static const char run_columns[] = "id, name, dataset, model, status, created, "
                                   "coalesce(finished, ''), epochs_done, val_accuracy, "
-                                  "test_accuracy, seconds, " OWNER_COLUMNS;
-enum { RUN_COLUMNS = 15 };
+                                  "test_accuracy, seconds, " OWNER_COLUMNS
+                                  ", task = 'regression', val_mae, val_rmse, test_mae, test_rmse";
+enum { RUN_COLUMNS = 20 };
 
 static void read_info(sqlite3_stmt *st, struct nl_run_info *info)
 {
@@ -139,6 +140,11 @@ static void read_info(sqlite3_stmt *st, struct nl_run_info *info)
     info->owner_pid = (long)sqlite3_column_int64(st, 12);
     const long long start = sqlite3_column_int64(st, 13);
     info->heartbeat_age = (double)sqlite3_column_int64(st, 14);
+    info->regression = sqlite3_column_int(st, 15);
+    info->val_mae = column_real(st, 16);
+    info->val_rmse = column_real(st, 17);
+    info->test_mae = column_real(st, 18);
+    info->test_rmse = column_real(st, 19);
     if (strcmp(info->status, "running") == 0) {
         info->owner_lives =
             owner_lives(info->owner_host, info->owner_pid, start, info->heartbeat_age);
@@ -242,8 +248,9 @@ int nl_run_record_epoch(struct nl_store *s, int64_t run, const struct nl_event *
 
     if (sqlite3_prepare_v2(nl_store_sqlite(s),
                            "INSERT OR REPLACE INTO epochs (run, epoch, train_loss, "
-                           "train_accuracy, val_loss, val_accuracy, seconds, images_per_second) "
-                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           "train_accuracy, val_loss, val_accuracy, seconds, images_per_second, "
+                           "train_mae, train_rmse, val_mae, val_rmse) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            -1, &st, NULL) != SQLITE_OK)
         return nl_store_db_error(s, err, "recording an epoch");
     sqlite3_bind_int64(st, 1, run);
@@ -254,11 +261,30 @@ int nl_run_record_epoch(struct nl_store *s, int64_t run, const struct nl_event *
     bind_real(st, 6, ev->val_accuracy);
     bind_real(st, 7, ev->seconds);
     bind_real(st, 8, ev->images_per_second);
+    bind_real(st, 9, ev->regression ? ev->mae : NAN);
+    bind_real(st, 10, ev->regression ? ev->rmse : NAN);
+    bind_real(st, 11, ev->regression ? ev->val_mae : NAN);
+    bind_real(st, 12, ev->regression ? ev->val_rmse : NAN);
     rc = sqlite3_step(st);
     if (rc != SQLITE_DONE)
         rc = nl_store_db_error(s, err, "recording an epoch");
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : rc;
+    if (rc != SQLITE_DONE)
+        return rc;
+    if (!ev->regression)
+        return 0;
+    /* The run is a regression run from its first epoch on, for listings while it trains. */
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "UPDATE runs SET task = 'regression', val_mae = ?, val_rmse = ? "
+                           "WHERE id = ?",
+                           -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "recording an epoch");
+    bind_real(st, 1, ev->val_mae);
+    bind_real(st, 2, ev->val_rmse);
+    sqlite3_bind_int64(st, 3, run);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : nl_store_db_error(s, err, "recording an epoch");
 }
 
 int nl_run_record_worker_steps(struct nl_store *s, int64_t run, const struct nl_worker_step *rows,
@@ -490,8 +516,10 @@ int nl_run_finish(struct nl_store *s, int64_t run, const char *status,
                            "UPDATE runs SET status = ?, finished = "
                            "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), val_accuracy = ?, "
                            "test_accuracy = ?, seconds = ?, owner_host = NULL, owner_pid = NULL, "
-                           "owner_start = NULL WHERE id = ? AND owner_host = ? AND owner_pid = ? "
-                           "AND owner_start = ?",
+                           "owner_start = NULL, task = CASE WHEN ?9 THEN 'regression' ELSE task "
+                           "END, val_mae = coalesce(?10, val_mae), val_rmse = coalesce(?11, "
+                           "val_rmse), test_mae = ?12, test_rmse = ?13 WHERE id = ?5 AND "
+                           "owner_host = ?6 AND owner_pid = ?7 AND owner_start = ?8",
                            -1, &st, NULL) != SQLITE_OK)
         return nl_store_db_error(s, err, "finishing a run");
     sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
@@ -500,6 +528,12 @@ int nl_run_finish(struct nl_store *s, int64_t run, const char *status,
     bind_real(st, 4, res ? res->seconds : NAN);
     sqlite3_bind_int64(st, 5, run);
     bind_self(st, 6);
+    const int reg = res && res->regression;
+    sqlite3_bind_int(st, 9, reg);
+    bind_real(st, 10, reg ? res->val_mae : NAN);
+    bind_real(st, 11, reg ? res->val_rmse : NAN);
+    bind_real(st, 12, reg ? res->test_mae : NAN);
+    bind_real(st, 13, reg ? res->test_rmse : NAN);
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)

@@ -4,8 +4,8 @@
  * The schema below is the documentation of the database. Its version is PRAGMA user_version;
  * this build writes version NL_STORE_SCHEMA_VERSION, upgrades older ones (1 -> 2 adds
  * worker_steps, 2 -> 3 adds recoveries, 3 -> 4 adds the runs' owner columns: their running runs
- * have no owner, so they list as interrupted) and refuses a database of a newer one.
- * Conventions:
+ * have no owner, so they list as interrupted; 4 -> 5 adds the regression columns) and refuses a
+ * database of a newer one. Conventions:
  *   - times are UTC ISO-8601 text, "2026-01-31T12:00:00Z";
  *   - BLOBs of numbers are little-endian (float32 unless said otherwise);
  *   - samples.split: 0 train, 1 val, 2 test (enum nl_split); samples.idx numbers the samples of
@@ -71,6 +71,19 @@ enum { BUSY_SLEEP_MS = 2 };
 
 /* The process training a run (version 4; see core/runs.c): its host, pid and start (clock ticks
  * after boot, from /proc/PID/stat), NULL when none; the time its owner last said it lives. */
+/* Regression runs (version 5; see include/nnlab/trainer.h): a run's task, and the MAE and RMSE
+ * beside the accuracy columns, which hold R^2 for a regression run. */
+static const char regression_sql[] =
+    "ALTER TABLE runs ADD COLUMN task TEXT NOT NULL DEFAULT 'classification';\n"
+    "ALTER TABLE runs ADD COLUMN val_mae REAL;\n"
+    "ALTER TABLE runs ADD COLUMN val_rmse REAL;\n"
+    "ALTER TABLE runs ADD COLUMN test_mae REAL;\n"
+    "ALTER TABLE runs ADD COLUMN test_rmse REAL;\n"
+    "ALTER TABLE epochs ADD COLUMN train_mae REAL;\n"
+    "ALTER TABLE epochs ADD COLUMN train_rmse REAL;\n"
+    "ALTER TABLE epochs ADD COLUMN val_mae REAL;\n"
+    "ALTER TABLE epochs ADD COLUMN val_rmse REAL;\n";
+
 static const char run_owner_sql[] = "ALTER TABLE runs ADD COLUMN owner_host TEXT;\n"
                                     "ALTER TABLE runs ADD COLUMN owner_pid INTEGER;\n"
                                     "ALTER TABLE runs ADD COLUMN owner_start INTEGER;\n"
@@ -355,15 +368,20 @@ static int ensure_schema(struct nl_store *s, struct nl_error *err)
         if (rc == 0)
             rc = nl_store_exec(s, run_owner_sql, err);
         if (rc == 0)
+            rc = nl_store_exec(s, regression_sql, err);
+        if (rc == 0)
             rc = nl_store_exec(s, sql, err);
     } else if (rc == 0 && version < NL_STORE_SCHEMA_VERSION) {
-        /* Version 1 lacked worker_steps, 2 recoveries, 3 the runs' owners. */
+        /* Version 1 lacked worker_steps, 2 recoveries, 3 the runs' owners, 4 the regression
+         * columns. */
         if (version < 2)
             rc = nl_store_exec(s, WORKER_STEPS_SQL, err);
         if (rc == 0 && version < 3)
             rc = nl_store_exec(s, RECOVERIES_SQL, err);
-        if (rc == 0)
+        if (rc == 0 && version < 4)
             rc = nl_store_exec(s, run_owner_sql, err);
+        if (rc == 0)
+            rc = nl_store_exec(s, regression_sql, err);
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", NL_STORE_SCHEMA_VERSION);
         if (rc == 0)
             rc = nl_store_exec(s, sql, err);

@@ -31,13 +31,15 @@
 
 struct worker {
     struct nl_exec *exec;
-    float *x;       /* (max_n, input) */
-    int32_t *y;     /* (max_n) */
-    uint32_t *idx;  /* (max_n) sample indices when evaluating */
-    float *dlogits; /* (max_n, nclasses) */
-    float *grad;    /* (nreduce); NULL when only evaluating */
-    double sumsq;   /* clipping: the squared norm of this thread's slice of the gradient */
-    double loss;    /* sum over the samples this thread saw in the current call */
+    float *x;               /* (max_n, input) */
+    int32_t *y;             /* (max_n) */
+    float *t;               /* (max_n) regression targets */
+    struct nl_reg_sums reg; /* regression: this thread's sums in the current call */
+    uint32_t *idx;          /* (max_n) sample indices when evaluating */
+    float *dlogits;         /* (max_n, nclasses) */
+    float *grad;            /* (nreduce); NULL when only evaluating */
+    double sumsq;           /* clipping: the squared norm of this thread's slice of the gradient */
+    double loss;            /* sum over the samples this thread saw in the current call */
     long correct;
     struct nl_metrics *metrics; /* evaluation with metrics: this thread's counts, else NULL */
     struct nl_rng rng;
@@ -59,6 +61,7 @@ struct ctx {
     float scale;       /* of the loss: 1 / the global batch */
     long first, count; /* evaluation: the range of the split */
     uint64_t seed;     /* the run's, for nl_rng_step_seed */
+    enum nl_loss loss; /* resolved: never NL_LOSS_DEFAULT */
 
     /* The optimizer. */
     const struct nl_optim *optim;
@@ -105,6 +108,7 @@ static void ctx_release(struct ctx *c)
         nl_exec_free(c->w[t].exec);
         nl_free(c->w[t].x);
         nl_free(c->w[t].y);
+        nl_free(c->w[t].t);
         nl_free(c->w[t].idx);
         nl_free(c->w[t].dlogits);
         nl_free(c->w[t].grad);
@@ -209,6 +213,7 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
     c->d = d;
     c->threads = threads > 0 ? threads : nl_cpu_count();
     c->max_n = max_n;
+    c->loss = d->regression ? NL_LOSS_MSE : NL_LOSS_XENT;
     if (nl_shape_size(d->shape) != in_size || d->nclasses != m->nclasses)
         return nl_error_set(err, NL_EINVAL,
                             "dataset '%s' (%dx%dx%d, %d classes) does not fit the model "
@@ -232,8 +237,9 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
         w->x = nl_alloc_floats((size_t)max_n * in_size);
         w->y = nl_calloc((size_t)max_n, sizeof *w->y);
         w->idx = nl_calloc((size_t)max_n, sizeof *w->idx);
+        w->t = nl_alloc_floats((size_t)max_n);
         w->dlogits = nl_alloc_floats((size_t)max_n * (size_t)m->nclasses);
-        if (!w->x || !w->y || !w->idx || !w->dlogits)
+        if (!w->x || !w->y || !w->idx || !w->dlogits || !w->t)
             goto oom;
         if (training) {
             w->grad = nl_alloc_floats(m->nreduce ? m->nreduce : 1);
@@ -302,13 +308,20 @@ static void step_thread(void *arg, int t, int count)
         memset(w->grad + c->keep_from, 0, (m->nreduce - c->keep_from) * sizeof(float));
     w->loss = 0.0;
     w->correct = 0;
+    memset(&w->reg, 0, sizeof w->reg);
     if (n > 0) {
         int correct = 0;
         nl_rng_seed(&w->rng, nl_rng_step_seed(c->seed, c->step, t, count));
         nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
         nl_augment_batch(c->augment, c->d->shape, c->d->mean, c->d->std, w->x, n, &w->rng);
         const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
-        w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, c->scale, &correct);
+        if (c->d->regression) {
+            nl_dataset_targets(c->d, NL_TRAIN, c->idx + lo, n, w->t);
+            nl_reg_add(&w->reg, logits, w->t, n);
+            w->loss = nl_regression_loss(w->dlogits, logits, w->t, n, c->loss, c->scale);
+        } else {
+            w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, c->scale, &correct);
+        }
         w->correct = correct;
         if (c->overlap)
             nl_exec_backward_hook(w->exec, c->params, w->dlogits, w->grad, layer_done, c);
@@ -388,12 +401,19 @@ static void eval_thread(void *arg, int t, int count)
     share(c->count, t, count, &lo, &hi);
     w->loss = 0.0;
     w->correct = 0;
+    memset(&w->reg, 0, sizeof w->reg);
     for (long s = lo; s < hi; s += c->max_n) {
         int n = (int)(hi - s < c->max_n ? hi - s : c->max_n), correct = 0;
         for (int i = 0; i < n; i++)
             w->idx[i] = (uint32_t)(c->first + s + i);
         nl_dataset_batch(c->d, c->split, w->idx, n, w->x, w->y);
         const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 0, &w->rng);
+        if (c->d->regression) {
+            nl_dataset_targets(c->d, c->split, w->idx, n, w->t);
+            nl_reg_add(&w->reg, logits, w->t, n);
+            w->loss += nl_regression_loss(NULL, logits, w->t, n, c->loss, 1.0f);
+            continue;
+        }
         w->loss += nl_softmax_xent(NULL, logits, w->y, n, m->nclasses, 1.0f, &correct);
         w->correct += correct;
         if (w->metrics)
@@ -401,12 +421,17 @@ static void eval_thread(void *arg, int t, int count)
     }
 }
 
-static void evaluate(struct ctx *c, enum nl_split split, double *loss, double *accuracy)
+/* The mean loss and the accuracy (R^2 for regression, with the sums in *reg when not NULL). */
+static void evaluate(struct ctx *c, enum nl_split split, double *loss, double *accuracy,
+                     struct nl_reg_sums *reg)
 {
     const long n = (long)c->d->split[split].n;
-    double sum = 0.0;
+    struct nl_reg_sums sums = {0};
+    double sum = 0.0, mae, rmse;
     long correct = 0;
 
+    if (reg)
+        memset(reg, 0, sizeof *reg);
     if (n == 0) {
         *loss = *accuracy = NAN;
         return;
@@ -418,22 +443,34 @@ static void evaluate(struct ctx *c, enum nl_split split, double *loss, double *a
     for (int t = 0; t < c->threads; t++) {
         sum += c->w[t].loss;
         correct += c->w[t].correct;
+        nl_reg_merge(&sums, &c->w[t].reg);
     }
     *loss = sum / (double)n;
     *accuracy = (double)correct / (double)n;
+    if (c->d->regression)
+        nl_reg_finish(&sums, 1.0, &mae, &rmse, accuracy);
+    if (reg)
+        *reg = sums;
 }
 
-int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
-                int threads, double *loss, double *accuracy, struct nl_error *err)
+int nl_evaluate_reg(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
+                    int threads, double *loss, double *accuracy, struct nl_reg_sums *reg,
+                    struct nl_error *err)
 {
     struct ctx c;
     int rc = ctx_init(&c, m, d, threads, EVAL_SHARD, 0, err);
 
     if (rc < 0)
         return rc;
-    evaluate(&c, split, loss, accuracy);
+    evaluate(&c, split, loss, accuracy, reg);
     ctx_release(&c);
     return 0;
+}
+
+int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
+                int threads, double *loss, double *accuracy, struct nl_error *err)
+{
+    return nl_evaluate_reg(m, d, split, threads, loss, accuracy, NULL, err);
 }
 
 int nl_evaluate_metrics(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
@@ -458,7 +495,7 @@ int nl_evaluate_metrics(const struct nl_model *m, const struct nl_dataset *d, en
         c.w[t].metrics = &per[t];
     }
     if (rc == 0) {
-        evaluate(&c, split, loss, &accuracy);
+        evaluate(&c, split, loss, &accuracy, NULL);
         for (int t = 0; t < c.threads; t++)
             nl_metrics_merge(out, &per[t]);
         nl_metrics_finish(out);
@@ -524,6 +561,18 @@ static int validate_opts(const struct nl_train_opts *o, const struct nl_dataset 
     if (o->checkpoint_every < 0)
         return nl_error_set(err, NL_EINVAL, "checkpoint-every %ld must be 0 (off) or more",
                             o->checkpoint_every);
+    if (o->loss < NL_LOSS_DEFAULT || o->loss > NL_LOSS_HUBER)
+        return nl_error_set(err, NL_EINVAL, "loss %d is unknown", (int)o->loss);
+    if (d->regression && o->loss == NL_LOSS_XENT)
+        return nl_error_set(err, NL_EINVAL,
+                            "dataset '%s' is a regression dataset; its losses are mse, mae and "
+                            "huber, not %s",
+                            d->name, nl_loss_names[o->loss]);
+    if (!d->regression && o->loss >= NL_LOSS_MSE)
+        return nl_error_set(err, NL_EINVAL,
+                            "loss %s needs a regression dataset (nnlab import --task regression); "
+                            "'%s' is a classification dataset",
+                            nl_loss_names[o->loss], d->name);
     if (o->sync && o->on_nan == NL_ON_NAN_SKIP_BATCH)
         return nl_error_set(err, NL_EINVAL,
                             "skipping batches (on-nan skip-batch) runs on one "
@@ -575,8 +624,24 @@ void nl_epoch_event(const struct nl_epoch_sums *e, const struct nl_train_opts *o
     res->train_loss = e->samples > 0 ? e->loss / (double)e->samples : NAN;
     res->train_accuracy = e->samples > 0 ? (double)e->correct / (double)e->samples : NAN;
     res->val_accuracy = e->val_accuracy;
+    double mae = NAN, rmse = NAN;
+    if (e->regression) {
+        nl_reg_finish(&e->reg, e->target_std, &mae, &rmse, &res->train_accuracy);
+        res->regression = 1;
+        res->train_mae = mae;
+        res->train_rmse = rmse;
+        res->val_mae = e->val_mae;
+        res->val_rmse = e->val_rmse;
+    }
     *ev = (struct nl_event){
         .kind = NL_EVENT_EPOCH,
+        .regression = e->regression,
+        .mae = mae,
+        .rmse = rmse,
+        .val_mae = e->val_mae,
+        .val_rmse = e->val_rmse,
+        .test_mae = NAN,
+        .test_rmse = NAN,
         .epoch = e->epoch,
         .epochs = o->epochs,
         .iter = e->iters,
@@ -621,6 +686,13 @@ void nl_done_event(const struct nl_train_result *res, const struct nl_train_opts
 {
     *ev = (struct nl_event){
         .kind = NL_EVENT_DONE,
+        .regression = res->regression,
+        .mae = res->train_mae,
+        .rmse = res->train_rmse,
+        .val_mae = res->val_mae,
+        .val_rmse = res->val_rmse,
+        .test_mae = res->test_mae,
+        .test_rmse = res->test_rmse,
         .epoch = res->epochs,
         .epochs = o->epochs,
         .loss = res->train_loss,
@@ -659,6 +731,7 @@ struct loop {
     int epoch;
     double t0, loss_sum, batch_loss;
     long correct, seen, skipped;
+    struct nl_reg_sums reg, batch_reg; /* regression: the epoch's and the step's */
 };
 
 /* Picks up where r left off: the optimizer state and step count into L's context, the plateau
@@ -720,6 +793,8 @@ static int train_setup(struct loop *L)
     c->clip_value = o->clip_value;
     c->clip_norm = o->clip_norm;
     c->seed = o->seed;
+    if (o->loss != NL_LOSS_DEFAULT)
+        c->loss = o->loss;
     if (o->sync && o->sync->begin && o->sync->ready && (rc = overlap_init(c, L->err)) < 0)
         return rc;
     L->nstate = nl_optim_state_arrays(&o->optim);
@@ -752,6 +827,7 @@ static void epoch_begin(struct loop *L, int epoch)
     L->t0 = now();
     L->loss_sum = 0.0;
     L->correct = L->seen = L->skipped = 0;
+    memset(&L->reg, 0, sizeof L->reg);
     nl_rng_seed(&L->order_rng, nl_rng_epoch_seed(L->o->seed, epoch));
     if (!L->o->sync) {
         for (long i = 0; i < L->ntrain; i++)
@@ -804,9 +880,11 @@ static int train_step(struct loop *L, long it)
             return rc;
     }
     L->batch_loss = 0.0;
+    memset(&L->batch_reg, 0, sizeof L->batch_reg);
     for (int t = 0; t < L->threads; t++) {
         L->batch_loss += c->w[t].loss;
         batch_correct += c->w[t].correct;
+        nl_reg_merge(&L->batch_reg, &c->w[t].reg);
     }
     if (L->undo && (!isfinite(L->batch_loss) || !all_finite(c->params, m->nparams))) {
         memcpy(c->params, L->undo, m->nparams * sizeof(float));
@@ -824,6 +902,7 @@ static int train_step(struct loop *L, long it)
         nl_model_update_stats(m, c->params, c->w[0].grad, c->global);
         L->loss_sum += L->batch_loss;
         L->correct += batch_correct;
+        nl_reg_merge(&L->reg, &L->batch_reg);
         L->seen += c->batch;
     }
     return 0;
@@ -837,14 +916,26 @@ static int step_event(struct loop *L, long it)
         return 0;
     const double elapsed = now() - L->t0;
     const double per_step = (L->train_seconds + elapsed) / (double)(c->step - L->first_step);
+    double mae = NAN, rmse = NAN, r2 = NAN;
+    if (L->d->regression)
+        nl_reg_finish(&L->reg, L->d->target_std, &mae, &rmse, &r2);
     struct nl_event ev = {
         .kind = NL_EVENT_ITER,
+        .regression = L->d->regression,
+        .mae = mae,
+        .rmse = rmse,
+        .val_mae = NAN,
+        .val_rmse = NAN,
+        .test_mae = NAN,
+        .test_rmse = NAN,
         .epoch = L->epoch,
         .epochs = L->o->epochs,
         .iter = it + 1,
         .iters = L->iters,
         .loss = c->batch > 0 ? L->batch_loss / c->batch : 0.0, /* not finite: skipped */
-        .accuracy = L->seen > 0 ? (double)L->correct / (double)L->seen : 0.0,
+        .accuracy = L->d->regression ? r2
+                    : L->seen > 0    ? (double)L->correct / (double)L->seen
+                                     : 0.0,
         .val_loss = NAN,
         .val_accuracy = NAN,
         .test_accuracy = NAN,
@@ -905,7 +996,13 @@ static int epoch_end(struct loop *L)
 
     L->train_seconds += seconds;
     L->train_samples += L->seen;
-    evaluate(&L->c, NL_VAL, &e.val_loss, &e.val_accuracy);
+    struct nl_reg_sums val;
+    double r2;
+    evaluate(&L->c, NL_VAL, &e.val_loss, &e.val_accuracy, &val);
+    e.regression = L->d->regression;
+    e.reg = L->reg;
+    e.target_std = L->d->target_std;
+    nl_reg_finish(&val, L->d->target_std, &e.val_mae, &e.val_rmse, &r2);
     nl_epoch_event(&e, o, L->res, &ev);
     struct nl_checkpoint cp = checkpoint_now(L, L->epoch);
     int rc = nl_epoch_report(L->hooks, &cp, &ev, L->err);
@@ -927,7 +1024,10 @@ static int epoch_end(struct loop *L)
 static void train_done(struct loop *L)
 {
     struct nl_train_result *res = L->res;
-    evaluate(&L->c, NL_TEST, &res->test_loss, &res->test_accuracy);
+    struct nl_reg_sums test;
+    double r2;
+    evaluate(&L->c, NL_TEST, &res->test_loss, &res->test_accuracy, &test);
+    nl_reg_finish(&test, L->d->target_std, &res->test_mae, &res->test_rmse, &r2);
     res->seconds = L->train_seconds;
     res->images_per_second =
         (double)L->train_samples / (L->train_seconds > 0 ? L->train_seconds : 1e-9);
@@ -945,6 +1045,9 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
 
     memset(res, 0, sizeof *res);
     res->val_accuracy = res->test_accuracy = res->test_loss = NAN;
+    res->regression = d->regression;
+    res->train_mae = res->train_rmse = res->val_mae = res->val_rmse = NAN;
+    res->test_mae = res->test_rmse = NAN;
     int rc = train_setup(&L);
     for (int epoch = L.first_epoch; rc == 0 && epoch <= o->epochs; epoch++) {
         epoch_begin(&L, epoch);

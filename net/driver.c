@@ -1552,6 +1552,12 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
         return nl_error_set(err, NL_EINVAL, "no hosts to train on");
     if (ntrain == 0)
         return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
+    /* Workers receive labels and compute cross-entropy; regression targets do not travel. */
+    if (d->regression || o->loss > NL_LOSS_XENT)
+        return nl_error_set(err, NL_EINVAL,
+                            "dataset '%s': regression runs train on one machine; cluster runs "
+                            "train classification datasets",
+                            d->name);
     rc = nl_optim_validate(&o->optim, err);
     if (rc < 0)
         return rc;

@@ -156,6 +156,28 @@ const struct nl_layer_ops *const *nl_layer_kinds(void);
 double nl_softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int n, int k,
                        float scale, int *correct);
 
+/* The losses a run may train with. NL_LOSS_DEFAULT: cross-entropy for a classification dataset,
+ * mse for a regression one. The regression losses compare a model's single output with the
+ * standardised target: mse (y - t)^2, mae |y - t|, huber (y - t)^2 / 2 where |y - t| <= 1 and
+ * |y - t| - 1/2 beyond (PyTorch's HuberLoss with delta 1; its gradient is clipped at 1). */
+enum nl_loss {
+    NL_LOSS_DEFAULT = 0,
+    NL_LOSS_XENT = 1,
+    NL_LOSS_MSE = 2,
+    NL_LOSS_MAE = 3,
+    NL_LOSS_HUBER = 4,
+};
+/* "default", "xent", "mse", "mae", "huber"; parse gives -1 for anything else. */
+extern const char *const nl_loss_names[5];
+int nl_loss_parse(const char *text);
+
+/* A regression loss of a shard: out and t are (n) (the model's single output and the target).
+ * Returns the sum of the loss over the shard; writes dout = scale * dloss/dout when dout is not
+ * NULL (it may be out itself). kind is NL_LOSS_MSE, NL_LOSS_MAE or NL_LOSS_HUBER (an other kind
+ * is a programmer's bug). The gradient of mae at 0 is 0. */
+double nl_regression_loss(float *dout, const float *out, const float *t, int n, enum nl_loss kind,
+                          float scale);
+
 /* probs (n, k) = softmax(logits), row by row, numerically stable. */
 void nl_softmax(float *probs, const float *logits, int n, int k);
 

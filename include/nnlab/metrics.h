@@ -58,4 +58,16 @@ void nl_metrics_merge(struct nl_metrics *dst, const struct nl_metrics *src);
  * called on a matrix filled elsewhere (topk then as the caller set it). */
 void nl_metrics_finish(struct nl_metrics *mt);
 
+/* Regression metrics, from sums over standardised predictions p and targets t (the dataset's
+ * target std turns them back into the target's units): MAE = mean |p - t| std, RMSE = sqrt(mean
+ * (p - t)^2) std, R^2 = 1 - sum (p - t)^2 / sum (t - mean t)^2 (scikit-learn's r2_score; NAN when
+ * the targets do not vary). */
+struct nl_reg_sums {
+    double n, abs, sq, t, tt; /* samples, sum |p - t|, sum (p - t)^2, sum t, sum t^2 */
+};
+void nl_reg_add(struct nl_reg_sums *s, const float *p, const float *t, int n);
+void nl_reg_merge(struct nl_reg_sums *dst, const struct nl_reg_sums *src);
+/* NAN for all three when s holds no sample. */
+void nl_reg_finish(const struct nl_reg_sums *s, double std, double *mae, double *rmse, double *r2);
+
 #endif

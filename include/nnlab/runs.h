@@ -25,6 +25,10 @@ struct nl_run_info {
     long owner_pid;
     double heartbeat_age; /* seconds since its owner last wrote; < 0 when never */
     int owner_lives;      /* status running: the owner still runs */
+    /* A regression run (include/nnlab/trainer.h): its accuracies are R^2; the MAE and RMSE in
+     * the target's units, NAN when not known. */
+    int regression;
+    double val_mae, val_rmse, test_mae, test_rmse;
 };
 
 /* An owner writes its heartbeat at least this often while it trains (nl_run_heartbeat); an owner

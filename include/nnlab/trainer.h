@@ -61,6 +61,9 @@ struct nl_train_opts {
      * far. */
     long checkpoint_every;
     const struct nl_resume *resume; /* NULL: a fresh run */
+    /* The loss (include/nnlab/layer.h): NL_LOSS_DEFAULT is cross-entropy for a classification
+     * dataset and mse for a regression one; mse, mae and huber need a regression dataset. */
+    enum nl_loss loss;
 };
 
 /* Where a resumed run picks up (a cluster member's too: its synchroniser holds the optimizer
@@ -171,23 +174,32 @@ struct nl_worker_metrics {
     unsigned long long bytes_sent;
 };
 
+/* A regression run (its dataset's regression flag) reports R^2 where a classification run reports
+ * accuracy: every accuracy field of its events and results holds R^2 (of the targets, as
+ * scikit-learn's r2_score), which is also what the plateau schedule and early stopping follow;
+ * the regression flag and the MAE and RMSE fields (in the target's units) say so. Its losses are
+ * of the standardised target. */
 struct nl_event {
     enum nl_event_kind kind;
-    int epoch, epochs;        /* 1-based epoch in progress (or finished) */
-    long iter, iters;         /* ITER: 1-based step within the epoch, and steps per epoch */
-    double loss;              /* ITER: the batch's mean loss; EPOCH: the epoch's mean */
-    double accuracy;          /* ITER: running over the epoch; EPOCH: the epoch's */
-    double val_loss;          /* EPOCH: NAN without a validation split */
-    double val_accuracy;      /* EPOCH: NAN without a validation split */
-    double test_accuracy;     /* DONE: NAN without a test split */
-    double test_loss;         /* DONE */
-    double seconds;           /* ITER, EPOCH: training seconds of the epoch so far; DONE: all */
-    double images_per_second; /* training samples per training second (epoch, or all for DONE) */
-    double eta_seconds;       /* ITER: estimated seconds left for the whole run */
-    double lr;                /* ITER: the learning rate of this step; EPOCH: of its last */
-    long samples;             /* ITER, EPOCH: samples seen in the epoch */
-    long skipped_batches;     /* EPOCH: steps of the epoch skipped for a non-finite loss */
-    int nworkers;             /* cluster runs: the workers' own metrics; 0 for local runs */
+    int regression;
+    double mae, rmse;           /* regression, ITER: running over the epoch; EPOCH: the epoch's */
+    double val_mae, val_rmse;   /* regression, EPOCH: NAN without a validation split */
+    double test_mae, test_rmse; /* regression, DONE: NAN without a test split */
+    int epoch, epochs;          /* 1-based epoch in progress (or finished) */
+    long iter, iters;           /* ITER: 1-based step within the epoch, and steps per epoch */
+    double loss;                /* ITER: the batch's mean loss; EPOCH: the epoch's mean */
+    double accuracy;            /* ITER: running over the epoch; EPOCH: the epoch's */
+    double val_loss;            /* EPOCH: NAN without a validation split */
+    double val_accuracy;        /* EPOCH: NAN without a validation split */
+    double test_accuracy;       /* DONE: NAN without a test split */
+    double test_loss;           /* DONE */
+    double seconds;             /* ITER, EPOCH: training seconds of the epoch so far; DONE: all */
+    double images_per_second;   /* training samples per training second (epoch, or all for DONE) */
+    double eta_seconds;         /* ITER: estimated seconds left for the whole run */
+    double lr;                  /* ITER: the learning rate of this step; EPOCH: of its last */
+    long samples;               /* ITER, EPOCH: samples seen in the epoch */
+    long skipped_batches;       /* EPOCH: steps of the epoch skipped for a non-finite loss */
+    int nworkers;               /* cluster runs: the workers' own metrics; 0 for local runs */
     const struct nl_worker_metrics *workers;
     const struct nl_recovery *recovery; /* RECOVERY only */
 };
@@ -223,6 +235,9 @@ struct nl_train_result {
     double seconds;                    /* training time, evaluation excluded */
     double images_per_second;
     long skipped_batches; /* over the run (this session of it, when resumed) */
+    /* A regression run: the accuracies above are R^2 (see struct nl_event). */
+    int regression;
+    double train_mae, train_rmse, val_mae, val_rmse, test_mae, test_rmse;
 };
 
 /* The end of an epoch, written once for local runs (nl_train) and cluster runs (net/driver.c):
@@ -240,6 +255,11 @@ struct nl_epoch_sums {
     double lr;                     /* of its last step */
     int nworkers;                  /* a cluster run's workers' totals, else 0 */
     const struct nl_worker_metrics *workers;
+    /* A regression run: the epoch's training sums, and its validation MAE and RMSE (its R^2 in
+     * val_accuracy); target_std turns the sums into the target's units. */
+    int regression;
+    struct nl_reg_sums reg;
+    double target_std, val_mae, val_rmse;
 };
 void nl_epoch_event(const struct nl_epoch_sums *e, const struct nl_train_opts *o,
                     struct nl_train_result *res, struct nl_event *ev);
@@ -261,6 +281,12 @@ int nl_resume_check(const struct nl_resume *r, int epochs, long iters, struct nl
  * been built for d's shape and class count. */
 int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,
              const struct nl_train_hooks *hooks, struct nl_train_result *res, struct nl_error *err);
+
+/* The same with a regression dataset's sums (reg may be NULL; for a regression dataset *accuracy
+ * is R^2). */
+int nl_evaluate_reg(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
+                    int threads, double *loss, double *accuracy, struct nl_reg_sums *reg,
+                    struct nl_error *err);
 
 /* Mean loss and accuracy of m on a split, on `threads` threads (0: all cores). */
 int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
