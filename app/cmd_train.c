@@ -1,5 +1,6 @@
 /* The training commands: train, demo, runs, eval, predict. */
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1094,111 +1095,213 @@ int cmd_eval(int argc, char **argv)
     return rc < 0 ? fail(&err) : EXIT_OK;
 }
 
+/* One prediction's output: the top classes with probabilities, or a regression value; actual is
+ * the row's own target (NAN: none). what names the input (a file, "FILE:LINE", "--row"). */
+struct predict_out {
+    FILE *out;
+    struct nl_exec *x;
+    const struct nl_model *m;
+    const struct nl_dataset *d;
+    float *probs;
+    int *rank;
+    int top, count;
+    struct nl_rng rng;
+    const char *csv; /* the --csv file */
+};
+
+static void predict_one(struct predict_out *p, const char *what, const float *in, double actual)
+{
+    const struct nl_dataset *d = p->d;
+    const int k = p->m->nclasses;
+    FILE *out = p->out;
+    const float *y = nl_exec_forward(p->x, p->m->params, in, 1, 0, &p->rng);
+    char cb[512];
+
+    if (d->regression) {
+        const double v = (double)y[0] * d->target_std + d->target_mean;
+        if (g.json) {
+            fprintf(out, "%s{\"input\":", p->count ? "," : "");
+            json_str(out, what);
+            fprintf(out, ",\"value\":");
+            json_num(out, v);
+            if (isfinite(actual)) {
+                fprintf(out, ",\"actual\":");
+                json_num(out, actual);
+            }
+            fprintf(out, "}");
+        } else {
+            nl_term_fputs(out, what);
+            fprintf(out, ": %s %.6g", nl_term_str(cb, sizeof cb, d->class_names[0]), v);
+            if (isfinite(actual))
+                fprintf(out, " (actual %.6g)", actual);
+            fprintf(out, "\n");
+        }
+        p->count++;
+        return;
+    }
+    nl_softmax(p->probs, y, 1, k);
+    /* The top classes, by selection: top is small. */
+    for (int i = 0; i < k; i++)
+        p->rank[i] = i;
+    for (int i = 0; i < p->top; i++)
+        for (int j = i + 1; j < k; j++)
+            if (p->probs[p->rank[j]] > p->probs[p->rank[i]]) {
+                int t = p->rank[i];
+                p->rank[i] = p->rank[j];
+                p->rank[j] = t;
+            }
+    if (g.json) {
+        fprintf(out, "%s{\"%s\":", p->count ? "," : "",
+                strchr(what, ':') || what[0] == '-' ? "input" : "file");
+        json_str(out, what);
+        if (isfinite(actual)) {
+            fprintf(out, ",\"actual\":");
+            json_str(out, d->class_names[(int)actual]);
+        }
+        fprintf(out, ",\"top\":[");
+        for (int i = 0; i < p->top; i++) {
+            fprintf(out, "%s{\"label\":%d,\"class\":", i ? "," : "", p->rank[i]);
+            json_str(out, d->class_names[p->rank[i]]);
+            fprintf(out, ",\"probability\":");
+            json_num(out, p->probs[p->rank[i]]);
+            fprintf(out, "}");
+        }
+        fprintf(out, "]}");
+    } else {
+        nl_term_fputs(out, what);
+        fputc(':', out);
+        for (int i = 0; i < p->top; i++)
+            fprintf(out, "%s %s %.4f", i ? "," : "",
+                    nl_term_str(cb, sizeof cb, d->class_names[p->rank[i]]), p->probs[p->rank[i]]);
+        if (isfinite(actual))
+            fprintf(out, " (actual %s)", nl_term_str(cb, sizeof cb, d->class_names[(int)actual]));
+        fprintf(out, "\n");
+    }
+    p->count++;
+}
+
+static int predict_csv_row(void *ud, long line, const float *x, double target)
+{
+    struct predict_out *p = ud;
+    char what[PATH_MAX + 32];
+    snprintf(what, sizeof what, "%s:%ld", p->csv, line);
+    predict_one(p, what, x, target);
+    return 0;
+}
+
+#define MAX_ROWS 1024
+
 int cmd_predict(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"top", required_argument, NULL, 'k'},
+        {"csv", required_argument, NULL, 'c'},
+        {"row", required_argument, NULL, 'r'},
         {NULL, 0, NULL, 0},
     };
     struct nl_error err = {0};
+    const char *csv = NULL, *rows[MAX_ROWS];
+    int nrows = 0;
     long top = 3;
     int c;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c != 'k')
+        if (c == 'c') {
+            csv = optarg;
+        } else if (c == 'r') {
+            if (nrows == MAX_ROWS)
+                return usage_error("predict", "at most %d --row options", MAX_ROWS);
+            rows[nrows++] = optarg;
+        } else if (c == 'k') {
+            if (!parse_int(optarg, 1, 1000, &top))
+                return usage_error("predict", "--top %s: want a whole number from 1 to 1000",
+                                   optarg);
+        } else {
             return option_error("predict");
-        if (!parse_int(optarg, 1, 1000, &top))
-            return usage_error("predict", "--top %s: want a whole number from 1 to 1000", optarg);
+        }
     }
-    if (argc - optind < 2)
-        return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG)");
+    const int table = csv || nrows > 0;
+    if (argc - optind < (table ? 1 : 2))
+        return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG), or "
+                                      "--csv FILE or --row VALUES for a table (CSV) run");
+    if (table && argc - optind > 1)
+        return usage_error("predict", "give images, or --csv and --row, not both");
 
     struct nl_store *store;
     struct nl_run_info run;
     struct nl_model *m;
     struct nl_dataset *d;
-    struct nl_exec *x = NULL;
+    struct nl_table *tab = NULL;
     if (open_store_read(&store, &err) < 0)
         return fail(&err);
     int rc = load_run(store, argv[optind], NULL, &run, &m, &d, &err);
     nl_store_close(store);
     if (rc < 0)
         return fail(&err);
-    if (top > m->nclasses)
-        top = m->nclasses;
+    if (!table && strcmp(d->kind, "csv") == 0)
+        rc = nl_error_set(&err, NL_EINVAL,
+                          "run '%s' trained on a table (CSV): predict from --csv FILE or "
+                          "--row VALUES",
+                          run.name);
+    if (rc == 0 && table)
+        rc = nl_table_open(&tab, d, warn_cb, NULL, &err);
+    struct predict_out p = {
+        .m = m, .d = d, .csv = csv, .top = (int)(top > m->nclasses ? m->nclasses : top)};
     float *in = nl_alloc_floats(nl_shape_size(d->shape));
-    float *probs = nl_alloc_floats((size_t)m->nclasses);
-    int *rank = nl_calloc((size_t)m->nclasses, sizeof *rank);
-    struct nl_rng rng;
-    nl_rng_seed(&rng, 1);
-    if (!in || !probs || !rank)
+    p.probs = nl_alloc_floats((size_t)m->nclasses);
+    p.rank = nl_calloc((size_t)m->nclasses, sizeof *p.rank);
+    nl_rng_seed(&p.rng, 1);
+    if (rc == 0 && (!in || !p.probs || !p.rank))
         rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = nl_exec_new_forward(&x, m, 1, &err);
+        rc = nl_exec_new_forward(&p.x, m, 1, &err);
     /* JSON goes out whole or not at all: it is gathered in memory first. */
     char *json = NULL;
     size_t json_len = 0;
-    FILE *out = stdout;
+    p.out = stdout;
     if (rc == 0 && g.json) {
-        out = open_memstream(&json, &json_len);
-        if (!out) {
-            out = stdout;
+        p.out = open_memstream(&json, &json_len);
+        if (!p.out) {
+            p.out = stdout;
             rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
         }
     }
     if (rc == 0 && g.json) {
-        fprintf(out, "{\"run\":");
-        json_str(out, run.name);
-        fprintf(out, ",\"predictions\":[");
-    }
-    for (int f = optind + 1; rc == 0 && f < argc; f++) {
-        rc = nl_dataset_sample_from_image(d, argv[f], in, &err);
-        if (rc < 0)
-            break;
-        nl_softmax(probs, nl_exec_forward(x, m->params, in, 1, 0, &rng), 1, m->nclasses);
-        /* The top classes, by selection: k is small. */
-        for (int k = 0; k < m->nclasses; k++)
-            rank[k] = k;
-        for (int k = 0; k < top; k++)
-            for (int j = k + 1; j < m->nclasses; j++)
-                if (probs[rank[j]] > probs[rank[k]]) {
-                    int t = rank[k];
-                    rank[k] = rank[j];
-                    rank[j] = t;
-                }
-        if (g.json) {
-            fprintf(out, "%s{\"file\":", f > optind + 1 ? "," : "");
-            json_str(out, argv[f]);
-            fprintf(out, ",\"top\":[");
-            for (int k = 0; k < top; k++) {
-                fprintf(out, "%s{\"label\":%d,\"class\":", k ? "," : "", rank[k]);
-                json_str(out, d->class_names[rank[k]]);
-                fprintf(out, ",\"probability\":");
-                json_num(out, probs[rank[k]]);
-                fprintf(out, "}");
-            }
-            fprintf(out, "]}");
-        } else {
-            char cb[512];
-            nl_term_fputs(out, argv[f]);
-            fputc(':', out);
-            for (int k = 0; k < top; k++)
-                fprintf(out, "%s %s %.4f", k ? "," : "",
-                        nl_term_str(cb, sizeof cb, d->class_names[rank[k]]), probs[rank[k]]);
-            fprintf(out, "\n");
+        fprintf(p.out, "{\"run\":");
+        json_str(p.out, run.name);
+        if (d->regression) {
+            fprintf(p.out, ",\"target\":");
+            json_str(p.out, d->class_names[0]);
         }
+        fprintf(p.out, ",\"predictions\":[");
     }
-    if (out != stdout) {
-        fprintf(out, "]}\n");
-        fclose(out);
+    for (int f = optind + 1; rc == 0 && !table && f < argc; f++) {
+        rc = nl_dataset_sample_from_image(d, argv[f], in, &err);
+        if (rc == 0)
+            predict_one(&p, argv[f], in, NAN);
+    }
+    for (int r = 0; rc == 0 && r < nrows; r++) {
+        double target;
+        char what[32];
+        snprintf(what, sizeof what, nrows > 1 ? "--row %d" : "--row", r + 1);
+        rc = nl_table_row_text(tab, rows[r], what, in, &target, &err);
+        if (rc == 0)
+            predict_one(&p, what, in, target);
+    }
+    if (rc == 0 && csv)
+        rc = nl_table_read_csv(tab, csv, predict_csv_row, &p, &err);
+    if (p.out != stdout) {
+        fprintf(p.out, "]}\n");
+        fclose(p.out);
         if (rc == 0)
             fwrite(json, 1, json_len, stdout);
         free(json);
     }
-    nl_exec_free(x);
+    nl_table_free(tab);
+    nl_exec_free(p.x);
     nl_free(in);
-    nl_free(probs);
-    nl_free(rank);
+    nl_free(p.probs);
+    nl_free(p.rank);
     nl_model_free(m);
     nl_dataset_free(d);
     return rc < 0 ? fail(&err) : EXIT_OK;

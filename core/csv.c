@@ -44,8 +44,9 @@
  * (NAME, NAME=LEVEL, NAME=(other)), and "columns": per column of the file in order its name, kind
  * ("numeric", "categorical", "label" or "target"), missing count, the train statistics (numeric
  * and target: mean, std, min, max; categorical: "levels", the count of train levels, and "slots",
- * the kept levels in slot order), "fill" where empty fields are filled, and "first", its first
- * model input. */
+ * the kept levels in slot order), "fill" where empty fields are filled (every feature column
+ * under mean, median and mode, so that predict fills rows alike), and "first", its first model
+ * input. */
 #include "import_internal.h"
 
 #include <errno.h>
@@ -748,7 +749,7 @@ static int stats_pass(struct import_csv *im, const uint8_t *split, struct nl_err
         if (col->kind == COL_CATEGORICAL &&
             !(col->count = nl_calloc((size_t)col->L.n + 1, sizeof *col->count)))
             rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", c->path);
-        if (col->kind == COL_NUMERIC && col->missing &&
+        if (col->kind == COL_NUMERIC &&
             (mode == NL_MISSING_MEDIAN || mode == NL_MISSING_MODE) &&
             !(col->values = nl_malloc(((size_t)im->nrows + 1) * sizeof *col->values)))
             rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", c->path);
@@ -824,7 +825,7 @@ static int stats_pass(struct import_csv *im, const uint8_t *split, struct nl_err
                     }
                 }
             }
-            col->has_fill = col->missing > 0 && mode >= NL_MISSING_MEAN;
+            col->has_fill = mode >= NL_MISSING_MEAN; /* for predict too */
         }
         if (col->kind == COL_NUMERIC && col->n == 0 && col->missing && mode >= NL_MISSING_MEAN)
             rc = nl_error_set(err, NL_EFORMAT,
@@ -877,7 +878,7 @@ static int encode_columns(struct import_csv *im, struct nl_error *err)
         for (int k = 0; k < col->L.n; k++)
             col->slot[order[k]] = k < col->kept ? k : col->kept;
         col->top = order;
-        if (col->missing && im->opts->missing >= NL_MISSING_MEAN && col->kept > 0) {
+        if (im->opts->missing >= NL_MISSING_MEAN && col->kept > 0) {
             col->fill_level = order[0];
             col->has_fill = 1;
         }
@@ -1447,8 +1448,11 @@ int nl_table_row_text(struct nl_table *t, const char *text, const char *where, f
 
     if (!f)
         return nl_error_set(err, NL_ENOMEM, "%s: out of memory", where);
-    /* The import's separator, or a comma when the row has none of it. */
-    c.sep = strchr(text, t->sep) ? t->sep : ',';
+    /* The import's separator, or else the first of ';', tab and ',' that the row has. */
+    c.sep = strchr(text, t->sep) ? t->sep
+            : strchr(text, ';')  ? ';'
+            : strchr(text, '\t') ? '\t'
+                                 : ',';
     rc = n ? read_record(&c, err) : 0;
     if (rc == 0)
         rc = nl_error_set(err, NL_EFORMAT, "%s: an empty row", where);
