@@ -296,6 +296,39 @@ int cmd_datasets(int argc, char **argv)
     return EXIT_OK;
 }
 
+/* A table (CSV) dataset's columns: kind, train statistics, missing values and fills. */
+static void show_columns(const struct nl_dataset *d)
+{
+    struct nl_error err = {0};
+    struct nl_table *t;
+    char nb[512];
+
+    if (strcmp(d->kind, "csv") != 0 || nl_table_open(&t, d, NULL, NULL, &err) < 0)
+        return; /* imported before columns were recorded */
+    printf("\n%-20s %-12s %s\n", "COLUMN", "KIND", "TRAIN STATISTICS");
+    for (int i = 0; i < nl_table_columns(t); i++) {
+        struct nl_table_column c;
+        nl_table_column(t, i, &c);
+        printf("%-20s %-12s ", nl_term_str(nb, sizeof nb, c.name), c.kind);
+        if (strcmp(c.kind, "categorical") == 0) {
+            printf("%d level%s", c.levels, c.levels == 1 ? "" : "s");
+            for (int k = 0; k < c.kept && k < 8; k++)
+                printf("%s%s", k ? ", " : ": ", nl_term_str(nb, sizeof nb, c.top[k]));
+            if (c.kept > 8 || c.levels > c.kept)
+                printf(", ...");
+            printf(" (%d inputs)", c.features);
+        } else if (strcmp(c.kind, "label") != 0) {
+            printf("mean %.4g, std %.4g, min %.4g, max %.4g", c.mean, c.std, c.min, c.max);
+        }
+        if (c.missing)
+            printf("; %ld missing", c.missing);
+        if (c.fill && c.missing)
+            printf(" (filled with %s)", nl_term_str(nb, sizeof nb, c.fill));
+        printf("\n");
+    }
+    nl_table_free(t);
+}
+
 int cmd_show(int argc, char **argv)
 {
     struct nl_error err = {0};
@@ -366,8 +399,14 @@ int cmd_show(int argc, char **argv)
         printf("preprocessing: ");
         nl_term_fputs(stdout, d->preprocessing);
         printf("\n");
-        printf("\n%5s  %-20s %7s %7s %7s\n", "LABEL", "CLASS", "TRAIN", "VAL", "TEST");
-        for (int k = 0; k < d->nclasses; k++)
+        show_columns(d);
+        if (d->regression)
+            printf("\nregression target '%s': %u train, %u val, %u test\n",
+                   nl_term_str(nb, sizeof nb, d->class_names[0]), counts[NL_TRAIN],
+                   counts[NL_VAL], counts[NL_TEST]);
+        else
+            printf("\n%5s  %-20s %7s %7s %7s\n", "LABEL", "CLASS", "TRAIN", "VAL", "TEST");
+        for (int k = 0; k < d->nclasses && !d->regression; k++)
             printf("%5d  %-20s %7u %7u %7u\n", k, nl_term_str(nb, sizeof nb, d->class_names[k]),
                    counts[k * NL_NSPLITS + NL_TRAIN], counts[k * NL_NSPLITS + NL_VAL],
                    counts[k * NL_NSPLITS + NL_TEST]);
