@@ -1,0 +1,444 @@
+/* Tables: CSV datasets with a regression target, categorical columns and missing values, through
+ * the library (the regression losses against finite differences, the metrics) and the real
+ * nnlab binary (import, show, train, eval, predict). The regression data are a known linear
+ * function of the features plus noise, with a categorical column and missing values; a linear
+ * model trained by nnlab must come within 0.02 of the R^2 that ordinary least squares, solved
+ * here by the normal equations on the same inputs, reaches on the test split. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nnlab/dataset.h"
+#include "nnlab/layer.h"
+#include "nnlab/metrics.h"
+#include "nnlab/store.h"
+#include "nnlab_cli.h"
+#include "tap.h"
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+        diag("cannot write %s", path);
+}
+
+static const char *at(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+/* Counts the occurrences of needle in text. */
+static int count(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* The number after "key": in out; NAN when absent. */
+static double json_value(const char *text, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(text, pat);
+    return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+/* ---- The losses and the metrics ---- */
+
+static void test_losses(void)
+{
+    static const enum nl_loss kinds[3] = {NL_LOSS_MSE, NL_LOSS_MAE, NL_LOSS_HUBER};
+    /* Errors away from the kinks at 0 (mae) and +-1 (huber). */
+    const float yhat[6] = {0.3f, -1.7f, 2.4f, 0.05f, -0.6f, 1.2f};
+    const float t[6] = {-0.2f, -0.4f, 0.1f, 0.7f, -0.35f, 2.9f};
+    const float scale = 1.0f / 6.0f;
+
+    for (int k = 0; k < 3; k++) {
+        float d[6], o[6];
+        double worst = 0.0;
+        nl_regression_loss(d, yhat, t, 6, kinds[k], scale);
+        for (int i = 0; i < 6; i++) {
+            const float h = 1e-3f;
+            memcpy(o, yhat, sizeof o);
+            o[i] = yhat[i] + h;
+            double up = nl_regression_loss(NULL, o, t, 6, kinds[k], 1.0f);
+            o[i] = yhat[i] - h;
+            double down = nl_regression_loss(NULL, o, t, 6, kinds[k], 1.0f);
+            double fd = (up - down) / (2.0 * h) * scale;
+            worst = fmax(worst, fabs(fd - d[i]));
+        }
+        ok(worst < 1e-4, "%s: the gradient matches central differences (worst %.2g)",
+           nl_loss_names[kinds[k]], worst);
+    }
+    const float one[1] = {3.0f}, zero[1] = {0.0f};
+    float g[1];
+    is_float(nl_regression_loss(g, one, zero, 1, NL_LOSS_MSE, 1.0f), 9.0, 1e-9, "mse of 3 is 9");
+    is_float(g[0], 6.0, 1e-6, "its gradient 6");
+    is_float(nl_regression_loss(g, one, zero, 1, NL_LOSS_MAE, 0.5f), 3.0, 1e-9, "mae of 3 is 3");
+    is_float(g[0], 0.5, 1e-6, "its gradient the scale");
+    is_float(nl_regression_loss(g, one, zero, 1, NL_LOSS_HUBER, 1.0f), 2.5, 1e-9,
+             "huber of 3 is 3 - 1/2");
+    is_float(g[0], 1.0, 1e-6, "its gradient clipped at 1");
+    const float half[1] = {0.5f};
+    is_float(nl_regression_loss(g, half, zero, 1, NL_LOSS_HUBER, 1.0f), 0.125, 1e-9,
+             "huber of 0.5 is 0.5^2 / 2");
+    is_int(nl_loss_parse("huber"), NL_LOSS_HUBER, "huber parses");
+    is_int(nl_loss_parse("l2"), -1, "an unknown loss does not");
+
+    struct nl_reg_sums s = {0};
+    const float p[4] = {1, 2, 3, 4}, y[4] = {1, 2, 3, 4}, mean[4] = {2.5f, 2.5f, 2.5f, 2.5f};
+    double mae, rmse, r2;
+    nl_reg_add(&s, p, y, 4);
+    nl_reg_finish(&s, 2.0, &mae, &rmse, &r2);
+    ok(mae == 0 && rmse == 0 && r2 == 1.0, "perfect predictions: MAE 0, RMSE 0, R2 1");
+    memset(&s, 0, sizeof s);
+    nl_reg_add(&s, mean, y, 4);
+    nl_reg_finish(&s, 2.0, &mae, &rmse, &r2);
+    is_float(r2, 0.0, 1e-12, "predicting the mean: R2 0");
+    is_float(mae, 2.0 * 1.0, 1e-12, "MAE in the target's units (std 2)");
+    is_float(rmse, 2.0 * sqrt(1.25), 1e-12, "RMSE likewise");
+}
+
+/* ---- Regression against ordinary least squares ---- */
+
+static double gauss(void)
+{
+    double u = (rand() + 1.0) / (RAND_MAX + 2.0), v = (rand() + 1.0) / (RAND_MAX + 2.0);
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* y = 2 + 3 x1 - 2 x2 + 0.5 x3 + colour effect + noise; x1, x3 and the colour are sometimes
+ * missing. */
+static void write_regression(const char *path, int rows, unsigned seed)
+{
+    static const char *const colours[4] = {"red", "green", "blue", "black"};
+    static const double effect[4] = {1.5, -1.0, 0.5, 0.0};
+    FILE *f = fopen(path, "w");
+
+    srand(seed);
+    fprintf(f, "x1,x2,colour,x3,y\n");
+    for (int i = 0; i < rows; i++) {
+        double x1 = gauss(), x2 = gauss(), x3 = 2.0 * gauss();
+        int c = rand() % 4;
+        double y = 2.0 + 3.0 * x1 - 2.0 * x2 + 0.5 * x3 + effect[c] + 0.8 * gauss();
+        char a[32] = "", b[32] = "";
+        if (rand() % 25)
+            snprintf(a, sizeof a, "%.5f", x1);
+        if (rand() % 25)
+            snprintf(b, sizeof b, "%.5f", x3);
+        fprintf(f, "%s,%.5f,%s,%s,%.5f\n", a, x2, rand() % 30 ? colours[c] : "", b, y);
+    }
+    fclose(f);
+}
+
+/* Solves a (n, n) x = b in place by Gaussian elimination with partial pivoting. */
+static int solve(double *a, double *b, int n)
+{
+    for (int col = 0; col < n; col++) {
+        int piv = col;
+        for (int r = col + 1; r < n; r++)
+            if (fabs(a[r * n + col]) > fabs(a[piv * n + col]))
+                piv = r;
+        if (fabs(a[piv * n + col]) < 1e-12)
+            return -1;
+        for (int k = 0; k < n; k++) {
+            double tmp = a[col * n + k];
+            a[col * n + k] = a[piv * n + k];
+            a[piv * n + k] = tmp;
+        }
+        double tb = b[col];
+        b[col] = b[piv];
+        b[piv] = tb;
+        for (int r = col + 1; r < n; r++) {
+            double f = a[r * n + col] / a[col * n + col];
+            for (int k = col; k < n; k++)
+                a[r * n + k] -= f * a[col * n + k];
+            b[r] -= f * b[col];
+        }
+    }
+    for (int r = n - 1; r >= 0; r--) {
+        for (int k = r + 1; k < n; k++)
+            b[r] -= a[r * n + k] * b[k];
+        b[r] /= a[r * n + r];
+    }
+    return 0;
+}
+
+/* The test-split R^2 of least squares fitted on the train split of dataset name, on the inputs
+ * nnlab stores (one-hot columns, filled values), with an intercept; a tiny ridge takes care of
+ * the one-hot blocks' dependence on the intercept. NAN when it cannot. */
+static double ols_r2(const char *name)
+{
+    struct nl_error err = {0};
+    struct nl_store *s;
+    struct nl_dataset *d;
+    double r2 = NAN;
+
+    if (nl_store_open_read(&s, db, &err) < 0)
+        return NAN;
+    int rc = nl_dataset_load(s, name, &d, &err);
+    nl_store_close(s);
+    if (rc < 0)
+        return NAN;
+    const int f = d->shape.c, n = f + 1;
+    double *a = calloc((size_t)n * n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+    double row[256];
+    for (uint32_t i = 0; f < 255 && i < d->split[NL_TRAIN].n; i++) {
+        const float *x = (const float *)d->split[NL_TRAIN].x + (size_t)i * f;
+        double y = d->split[NL_TRAIN].t[i] * d->target_std + d->target_mean;
+        row[0] = 1.0;
+        for (int k = 0; k < f; k++)
+            row[k + 1] = x[k];
+        for (int r = 0; r < n; r++) {
+            for (int c = 0; c < n; c++)
+                a[r * n + c] += row[r] * row[c];
+            b[r] += row[r] * y;
+        }
+    }
+    for (int r = 1; r < n; r++)
+        a[r * n + r] += 1e-6 * d->split[NL_TRAIN].n;
+    if (f < 255 && solve(a, b, n) == 0) {
+        double sse = 0.0, sum = 0.0, sumsq = 0.0;
+        const uint32_t m = d->split[NL_TEST].n;
+        for (uint32_t i = 0; i < m; i++) {
+            const float *x = (const float *)d->split[NL_TEST].x + (size_t)i * f;
+            double y = d->split[NL_TEST].t[i] * d->target_std + d->target_mean, p = b[0];
+            for (int k = 0; k < f; k++)
+                p += b[k + 1] * x[k];
+            sse += (p - y) * (p - y);
+            sum += y;
+            sumsq += y * y;
+        }
+        r2 = 1.0 - sse / (sumsq - sum * sum / m);
+    }
+    free(a);
+    free(b);
+    nl_dataset_free(d);
+    return r2;
+}
+
+static void test_regression(void)
+{
+    static const char *const modes[3] = {"mean", "median", "drop"};
+    static const char *const losses[3] = {"mse", "huber", "mae"};
+
+    write_regression(at("reg.csv"), 2000, 7);
+    write_text(at("linear"), "# one dense layer: a linear model\nfc: dense N\n");
+    is_int(nnlab("import reg '%s' --task regression", at("reg.csv")), 1,
+           "a regression CSV with empty fields is refused by default");
+    like(errtext, "reg.csv:", "naming the file");
+    like(errtext, "is empty", "and saying why");
+    diag("%-8s %-6s %10s %10s %8s", "MISSING", "LOSS", "NNLAB R2", "OLS R2", "DIFF");
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "reg-%s", modes[i]);
+        is_int(nnlab("import %s '%s' --task regression --missing %s --val 0.1 --test 0.2", name,
+                     at("reg.csv"), modes[i]),
+               0, "import --task regression --missing %s", modes[i]);
+        const double ols = ols_r2(name);
+        ok(ols > 0.8 && ols < 1.0, "least squares explains most of it (R2 %.4f)", ols);
+        for (int k = 0; k < (i == 0 ? 3 : 1); k++) {
+            char run[48];
+            snprintf(run, sizeof run, "%s-%s", name, losses[k]);
+            is_int(nnlab("train --data %s --model '%s' --epochs 30 --batch 32 --optim adam "
+                         "--lr 0.01 --loss %s --name %s --quiet",
+                         name, at("linear"), losses[k], run),
+                   0, "a linear model trains on it with --loss %s", losses[k]);
+            is_int(nnlab("--json eval %s", run), 0, "eval --json");
+            const double r2 = json_value(out, "r2");
+            diag("%-8s %-6s %10.4f %10.4f %8.4f", modes[i], losses[k], r2, ols, r2 - ols);
+            if (k == 0)
+                ok(fabs(r2 - ols) <= 0.02, "%s: R2 %.4f within 0.02 of least squares' %.4f",
+                   modes[i], r2, ols);
+            else
+                ok(r2 >= ols - 0.05, "%s with %s: R2 %.4f near least squares' %.4f", modes[i],
+                   losses[k], r2, ols);
+            ok(json_value(out, "mae") > 0.5 && json_value(out, "rmse") > 0.7 &&
+                   json_value(out, "rmse") < 1.5,
+               "MAE and RMSE in the target's units, near the noise's 0.8 and the filled "
+               "values' error (%.3f, %.3f)",
+               json_value(out, "mae"), json_value(out, "rmse"));
+        }
+    }
+    /* The run's record, listing and events. */
+    is_int(nnlab("--json runs reg-mean-mse"), 0, "runs RUN --json");
+    like(out, "\"task\":\"regression\"", "a regression run");
+    ok(isfinite(json_value(out, "test_r2")) && isfinite(json_value(out, "val_mae")),
+       "with its R2, MAE and RMSE");
+    is_int(nnlab("runs"), 0, "runs");
+    like(out, "R2 0.", "lists R2 for it");
+    is_int(nnlab("--json train --data reg-mean --model '%s' --epochs 2 --name reg-events",
+                 at("linear")),
+           0, "train --json");
+    like(out, "\"val_r2\":", "epoch events carry R2");
+    like(out, "\"train_mae\":", "and MAE");
+    like(out, "\"test_rmse\":", "the end, RMSE");
+    is_int(nnlab("train --data reg-mean --model '%s' --epochs 1 --loss xent", at("linear")), 1,
+           "cross-entropy on a regression dataset is refused");
+    like(errtext, "regression dataset", "saying why");
+}
+
+/* ---- Missing values ---- */
+
+/* The stored (unstandardised) input k of train sample i of dataset name; NAN when none. */
+static double stored(const char *name, uint32_t i, int k, int *features)
+{
+    struct nl_error err = {0};
+    struct nl_store *s;
+    struct nl_dataset *d;
+    double v = NAN;
+
+    if (nl_store_open_read(&s, db, &err) < 0)
+        return NAN;
+    if (nl_dataset_load(s, name, &d, &err) == 0) {
+        if (i < d->split[NL_TRAIN].n && k < d->shape.c)
+            v = ((const float *)d->split[NL_TRAIN].x)[(size_t)i * d->shape.c + k];
+        *features = d->shape.c;
+        nl_dataset_free(d);
+    }
+    nl_store_close(s);
+    return v;
+}
+
+static void test_missing(void)
+{
+    int f = 0;
+    /* a: 1 3 3 9 and an empty one: mean 4, median 3, mode 3; colour: x twice, y once. */
+    write_text(at("miss.csv"), "a,colour,b,label\n"
+                               "1,x,10,p\n"
+                               ",y,20,q\n"
+                               "3,,30,p\n"
+                               "3,x,40,q\n"
+                               "9,x,50,p\n");
+    is_int(nnlab("import m-err '%s'", at("miss.csv")), 1, "--missing error (the default)");
+    like(errtext, "miss.csv:3: field 1 is empty (column 'a')", "names FILE:LINE and the column");
+    is_int(nnlab("import m-drop '%s' --missing drop", at("miss.csv")), 0, "--missing drop");
+    like(out, "3 train", "drops the two rows with an empty field");
+    is_int(nnlab("--json show m-drop"), 0, "show --json");
+    like(out, "\"dropped\":2,\"dropped_lines\":[3,4]", "records the dropped lines");
+    static const char *const modes[3] = {"mean", "median", "mode"};
+    static const double want[3] = {4.0, 3.0, 3.0};
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "m-%s", modes[i]);
+        is_int(nnlab("import %s '%s' --missing %s", name, at("miss.csv"), modes[i]), 0,
+               "--missing %s", modes[i]);
+        is_float(stored(name, 1, 0, &f), want[i], 1e-6, "%s fills a with %g", modes[i], want[i]);
+        /* colour: slot 0 is x, the most frequent level, which fills the empty field. */
+        is_float(stored(name, 2, 1, &f), 1.0, 0, "and the empty colour with its mode x");
+        is_float(stored(name, 2, 2, &f), 0.0, 0, "(not y)");
+    }
+    is_int(f, 5, "a, colour (x, y, other) and b: 5 inputs");
+    is_int(nnlab("show m-median"), 0, "show");
+    like(out, "categorical  2 levels: x, y", "lists the categorical column and its levels");
+    like(out, "1 missing (filled with 3)", "and what filled the empty field");
+    write_text(at("notarget.csv"), "a,y\n1,2\n2,\n3,4\n");
+    is_int(nnlab("import nt '%s' --task regression --missing mean", at("notarget.csv")), 1,
+           "an empty target is refused unless rows are dropped");
+    like(errtext, "notarget.csv:3: the target (field 2) is empty", "naming FILE:LINE");
+    is_int(nnlab("import nt '%s' --task regression --missing drop", at("notarget.csv")), 0,
+           "dropped with --missing drop");
+    is_int(nnlab("import nt2 '%s' --missing guess", at("notarget.csv")), 2,
+           "--missing guess is a usage error");
+}
+
+/* ---- Categorical columns, bad input, predict ---- */
+
+static void test_categorical_predict(void)
+{
+    char text[1 << 16];
+    size_t len = 0;
+
+    /* zone looks numeric but is named categorical; city has 40 levels, capped to 16 + other. */
+    len += (size_t)snprintf(text + len, sizeof text - len, "zone,city,x,y\n");
+    for (int i = 0; i < 400; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%d,c%02d,%d.5,%d\n", i % 3 + 1,
+                                i % 40, i % 7, (i % 3) * 10 + i % 7);
+    write_text(at("cat.csv"), text);
+    is_int(nnlab("import cat '%s' --task regression --categorical zone", at("cat.csv")), 0,
+           "--categorical names a numeric-looking column");
+    like(out, "22x1x1", "inputs: zone 3 + 1, city 16 + 1, x 1");
+    is_int(nnlab("show cat"), 0, "show");
+    like(out, "zone                 categorical  3 levels", "zone is categorical");
+    like(out, "city                 categorical  40 levels", "city is detected as categorical");
+    like(out, "(17 inputs)", "capped at 16 levels and an other slot");
+    like(out, "y                    target", "y is the target");
+    is_int(nnlab("train --data cat --model mlp --epochs 3 --name cat-run --quiet"), 0,
+           "an mlp trains on it");
+    write_text(at("rows.csv"), "zone,city,x\n1,c01,2.5\n9,nowhere,1.5\n9,elsewhere,1.5\n");
+    is_int(nnlab("predict cat-run --csv '%s'", at("rows.csv")), 0, "predict --csv without target");
+    is_int(count(out, "\n"), 3, "one line per row");
+    like(out, "rows.csv:2: y ", "naming FILE:LINE and the target");
+    is_int(count(errtext, "warning"), 2, "unseen levels are said once per column");
+    like(errtext, "'9'", "naming the level");
+    is_int(nnlab("--json predict cat-run --row '2,c03,4.5,24' --row '3;c04;1.5;21'"), 0,
+           "predict --row, with the target, --json");
+    is_int(count(out, "\"value\":"), 2, "two values");
+    is_float(json_value(out, "actual"), 24.0, 0, "with the row's target");
+    is_int(nnlab("predict cat-run --row '1,c01'"), 1, "a row with too few fields fails");
+    like(errtext, "--row: 2 fields; dataset 'cat' takes 3", "saying what it takes");
+    is_int(nnlab("predict cat-run '%s'", at("rows.csv")), 1, "images are refused for a table run");
+
+    /* Classification CSVs predict too. */
+    write_text(at("cls.csv"), "u,v,kind\n0,0,a\n0,1,b\n1,0,b\n1,1,a\n0.1,0,a\n0,0.9,b\n");
+    is_int(nnlab("import cls '%s'", at("cls.csv")), 0, "a classification CSV");
+    is_int(nnlab("train --data cls --model mlp --epochs 2 --name cls-run --quiet"), 0, "trains");
+    is_int(nnlab("predict cls-run --csv '%s' --top 2", at("cls.csv")), 0, "predict --csv");
+    like(out, "cls.csv:2: ", "per row");
+    like(out, "(actual a)", "with the row's label");
+    is_int(nnlab("--json predict cls-run --row 0.5,0.5"), 0, "predict --row --json");
+    like(out, "\"probability\":", "with probabilities");
+    is_int(nnlab("train --data cls --model mlp --epochs 1 --loss mse"), 1,
+           "a regression loss on a classification dataset is refused");
+
+    /* Bad input names FILE:LINE. */
+    write_text(at("bad.csv"), "a,b,y\n1,2,3\n4,five,6\n");
+    is_int(nnlab("import bad '%s' --task regression", at("bad.csv")), 1,
+           "a word in a numeric column");
+    like(errtext, "bad.csv:3: field 2 ('five') is not a number", "names FILE:LINE");
+    like(errtext, "--categorical b", "and how to say it is categorical");
+    write_text(at("badt.csv"), "a,y\n1,2\n2,lots\n");
+    is_int(nnlab("import badt '%s' --task regression", at("badt.csv")), 1, "a word as target");
+    like(errtext, "badt.csv:3: the target (field 2, 'lots') is not a number", "names FILE:LINE");
+    is_int(nnlab("import badc '%s' --categorical nope", at("bad.csv")), 1,
+           "--categorical naming no column");
+    like(errtext, "nope", "names it");
+    is_int(nnlab("import badk '%s' --task guess", at("bad.csv")), 2, "--task guess");
+    write_text(at("badrow.csv"), "zone,city,x\n1,c01\n");
+    is_int(nnlab("predict cat-run --csv '%s'", at("badrow.csv")), 1, "a short predict row");
+    like(errtext, "badrow.csv:2:", "names FILE:LINE");
+}
+
+int main(void)
+{
+    bin = getenv("NNLAB_BIN");
+    test_losses();
+    if (!bin || access(bin, X_OK) != 0) {
+        diag("NNLAB_BIN does not name the nnlab binary: the command-line checks are skipped");
+        return done_testing();
+    }
+    snprintf(dir, sizeof dir, "/tmp/nnlab-tables-XXXXXX");
+    if (!mkdtemp(dir))
+        skip_all("cannot make a temporary directory");
+    snprintf(db, sizeof db, "%s/store/nnlab.db", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+
+    test_regression();
+    test_missing();
+    test_categorical_predict();
+
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        diag("could not remove %s", dir);
+    return done_testing();
+}
