@@ -210,10 +210,12 @@ int cmd_import(int argc, char **argv)
             printf("}\n");
         } else if (!g.quiet) {
             char nb[512];
-            printf("imported '%s': %u train, %u val, %u test samples of %dx%dx%d, %d classes "
-                   "(%.1f s)\n",
+            char what[32];
+            snprintf(what, sizeof what, io.regression ? "a regression target" : "%d classes",
+                     d->nclasses);
+            printf("imported '%s': %u train, %u val, %u test samples of %dx%dx%d, %s (%.1f s)\n",
                    nl_term_str(nb, sizeof nb, d->name), d->count[NL_TRAIN], d->count[NL_VAL],
-                   d->count[NL_TEST], d->shape.c, d->shape.h, d->shape.w, d->nclasses, secs);
+                   d->count[NL_TEST], d->shape.c, d->shape.h, d->shape.w, what, secs);
             if (wstate.skipped)
                 printf("skipped %u bad file%s or row%s (listed above)\n", wstate.skipped,
                        wstate.skipped == 1 ? "" : "s", wstate.skipped == 1 ? "" : "s");
@@ -402,8 +404,8 @@ int cmd_show(int argc, char **argv)
         show_columns(d);
         if (d->regression)
             printf("\nregression target '%s': %u train, %u val, %u test\n",
-                   nl_term_str(nb, sizeof nb, d->class_names[0]), counts[NL_TRAIN],
-                   counts[NL_VAL], counts[NL_TEST]);
+                   nl_term_str(nb, sizeof nb, d->class_names[0]), counts[NL_TRAIN], counts[NL_VAL],
+                   counts[NL_TEST]);
         else
             printf("\n%5s  %-20s %7s %7s %7s\n", "LABEL", "CLASS", "TRAIN", "VAL", "TEST");
         for (int k = 0; k < d->nclasses && !d->regression; k++)

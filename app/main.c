@@ -124,15 +124,19 @@ static const struct command commands[] = {
      NULL, NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
      "evaluate a run's latest checkpoint, or a weights file, on a dataset split (accuracy, "
-     "top-5, per-class precision, recall, F1)",
+     "top-5, per-class precision, recall, F1; regression: R2, MAE, RMSE)",
      "      --data NAME     dataset (default: the run's own; needed with a file)\n"
      "      --model SPEC    the model of a weights file\n"
      "      --split SPLIT   test, val or train (default test)\n"
      "      --threads T     threads (default: all cores)\n",
      NULL},
-    {"predict", cmd_predict, "RUN IMAGE...",
-     "classify PNG or JPEG images with a run's model (top 3)",
-     "      --top K         classes to show per image (default 3)\n", NULL},
+    {"predict", cmd_predict, "RUN IMAGE... | RUN --csv FILE | RUN --row V1,V2,...",
+     "classify PNG or JPEG images with a run's model (top 3), or predict rows of a table (CSV)",
+     "      --top K         classes to show per image or row (default 3)\n"
+     "      --csv FILE      table runs: predict every row of a CSV file (with or without the\n"
+     "                      target column), preprocessed as the import did\n"
+     "      --row VALUES    table runs: predict one row given as text (repeatable)\n",
+     NULL},
     {"export", cmd_export, "RUN FILE.safetensors|FILE.onnx",
      "write a run's latest weights as safetensors with PyTorch's tensor names, or the model as "
      "ONNX",
