@@ -575,11 +575,15 @@ static int choose_columns(struct import_csv *im, struct nl_error *err)
     if (!first)
         return nl_error_set(err, NL_ENOMEM, "%s: out of memory", c->path);
     memcpy(first, c->buf, first_len);
+    /* The second record only helps to tell a header; a bad one is reported by the first pass
+     * (and skipped there with --skip-bad). */
     rc = read_record(c, err);
-    if (rc == 0)
+    if (rc <= 0)
         c->nf = 0;
-    if (rc >= 0) {
+    {
         rc = 0;
+        if (err)
+            memset(err, 0, sizeof *err);
         im->header = named || detect_header(im, first, im->ncols);
         const char *f = first;
         for (int i = 0; i < im->ncols && rc == 0; i++, f += strlen(f) + 1) {
