@@ -928,7 +928,7 @@ static int eval_regression(const struct nl_model *m, const struct nl_dataset *d,
 {
     struct nl_reg_sums sums;
     double loss, r2, mae, rmse;
-    int rc = nl_evaluate_reg(m, d, split, threads, &loss, &r2, &sums, err);
+    int rc = nl_evaluate_reg(m, d, split, threads, NL_LOSS_DEFAULT, &loss, &r2, &sums, err);
 
     if (rc < 0)
         return rc;

@@ -454,15 +454,17 @@ static void evaluate(struct ctx *c, enum nl_split split, double *loss, double *a
 }
 
 int nl_evaluate_reg(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
-                    int threads, double *loss, double *accuracy, struct nl_reg_sums *reg,
-                    struct nl_error *err)
+                    int threads, enum nl_loss loss, double *loss_out, double *accuracy,
+                    struct nl_reg_sums *reg, struct nl_error *err)
 {
     struct ctx c;
     int rc = ctx_init(&c, m, d, threads, EVAL_SHARD, 0, err);
 
     if (rc < 0)
         return rc;
-    evaluate(&c, split, loss, accuracy, reg);
+    if (loss != NL_LOSS_DEFAULT && (loss == NL_LOSS_XENT) == !d->regression)
+        c.loss = loss;
+    evaluate(&c, split, loss_out, accuracy, reg);
     ctx_release(&c);
     return 0;
 }
@@ -470,7 +472,7 @@ int nl_evaluate_reg(const struct nl_model *m, const struct nl_dataset *d, enum n
 int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
                 int threads, double *loss, double *accuracy, struct nl_error *err)
 {
-    return nl_evaluate_reg(m, d, split, threads, loss, accuracy, NULL, err);
+    return nl_evaluate_reg(m, d, split, threads, NL_LOSS_DEFAULT, loss, accuracy, NULL, err);
 }
 
 int nl_evaluate_metrics(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,

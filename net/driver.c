@@ -551,7 +551,10 @@ static int partition_payload(const struct nl_dataset *d, const struct nl_train_o
     for (uint32_t i = 0; i < count; i++) {
         memcpy(*out + (size_t)i * sample,
                (const unsigned char *)d->split[NL_TRAIN].x + (size_t)idx[i] * sample, sample);
+        /* A regression sample's label is its standardised target's bits (net/proto.h). */
         uint32_t y = (uint32_t)d->split[NL_TRAIN].y[idx[i]];
+        if (d->regression)
+            memcpy(&y, &d->split[NL_TRAIN].t[idx[i]], sizeof y);
         unsigned char *q = *out + (size_t)count * sample + 4 * (size_t)i;
         q[0] = (unsigned char)y;
         q[1] = (unsigned char)(y >> 8);
@@ -597,10 +600,18 @@ static int end_epoch(struct run *run, struct nl_model *m, const struct nl_datase
     es->total_samples += es->samples;
     if (weights)
         memcpy(m->params, weights, m->nparams * sizeof(float));
+    /* A regression run's training R^2 is not gathered from the members (NaN); its validation
+     * and test metrics are the driver's, as a local run's. */
+    e.regression = d->regression;
+    e.target_std = d->target_std;
+    e.val_mae = e.val_rmse = NAN;
     if (weights && d->split[NL_VAL].n > 0) {
-        rc = nl_evaluate(m, d, NL_VAL, 0, &e.val_loss, &e.val_accuracy, err);
+        struct nl_reg_sums val;
+        double r2;
+        rc = nl_evaluate_reg(m, d, NL_VAL, 0, o->loss, &e.val_loss, &e.val_accuracy, &val, err);
         if (rc < 0)
             return rc;
+        nl_reg_finish(&val, d->target_std, &e.val_mae, &e.val_rmse, &r2);
     }
     for (int i = 0; i < run->n; i++) {
         step_w[i] = run->p[i].total;
@@ -1069,7 +1080,16 @@ static int emit(struct run *run, long force_to, struct nl_error *err)
                     .iter = sl->iter,
                     .iters = iters,
                     .loss = sl->loss_sum / (double)sl->samples,
-                    .accuracy = (double)run->es.correct / (double)run->es.samples,
+                    .accuracy = run->d->regression
+                                    ? NAN
+                                    : (double)run->es.correct / (double)run->es.samples,
+                    .regression = run->d->regression,
+                    .mae = NAN,
+                    .rmse = NAN,
+                    .val_mae = NAN,
+                    .val_rmse = NAN,
+                    .test_mae = NAN,
+                    .test_rmse = NAN,
                     .val_loss = NAN,
                     .val_accuracy = NAN,
                     .test_accuracy = NAN,
@@ -1165,6 +1185,7 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         .ntrain = (uint32_t)d->split[NL_TRAIN].n,
         .shape = d->shape,
         .nclasses = d->nclasses,
+        .regression = d->regression,
         .dtype = (int)d->dtype,
         .nnorm = d->nnorm < NL_PROTO_MAX_NORM ? d->nnorm : NL_PROTO_MAX_NORM,
         .members = run->members,
@@ -1548,16 +1569,13 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
 
     memset(res, 0, sizeof *res);
     res->val_accuracy = res->test_accuracy = res->test_loss = NAN;
+    res->regression = d->regression;
+    res->train_mae = res->train_rmse = res->val_mae = res->val_rmse = NAN;
+    res->test_mae = res->test_rmse = NAN;
     if (n < 1)
         return nl_error_set(err, NL_EINVAL, "no hosts to train on");
     if (ntrain == 0)
         return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
-    /* Workers receive labels and compute cross-entropy; regression targets do not travel. */
-    if (d->regression || o->loss > NL_LOSS_XENT)
-        return nl_error_set(err, NL_EINVAL,
-                            "dataset '%s': regression runs train on one machine; cluster runs "
-                            "train classification datasets",
-                            d->name);
     rc = nl_optim_validate(&o->optim, err);
     if (rc < 0)
         return rc;
@@ -1685,9 +1703,13 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
         goto out;
     }
     if (d->split[NL_TEST].n > 0) {
-        rc = nl_evaluate(m, d, NL_TEST, 0, &res->test_loss, &res->test_accuracy, err);
+        struct nl_reg_sums test;
+        double r2;
+        rc = nl_evaluate_reg(m, d, NL_TEST, 0, o->loss, &res->test_loss, &res->test_accuracy, &test,
+                             err);
         if (rc < 0)
             goto out;
+        nl_reg_finish(&test, d->target_std, &res->test_mae, &res->test_rmse, &r2);
     }
     res->seconds = run.es.train_seconds;
     res->images_per_second =

@@ -33,6 +33,7 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
             (double)s->o.augment.brightness, (double)s->o.augment.contrast,
             (double)s->o.augment.saturation);
     fprintf(f, "clip %a %a\n", (double)s->o.clip_value, (double)s->o.clip_norm);
+    fprintf(f, "loss %d\nregression %d\n", (int)s->o.loss, s->regression);
     fprintf(f, "early_stop %a %d\n", s->o.target_accuracy, s->o.patience);
     for (int e = 0; e < s->nwatched; e++)
         fprintf(f, "watched %a\n", s->watched[e]);
@@ -218,6 +219,10 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
             s->shape = (struct nl_shape){atoi(a), atoi(b), atoi(c)};
         } else if (strcmp(key, "classes") == 0) {
             s->nclasses = atoi(a);
+        } else if (strcmp(key, "loss") == 0) {
+            s->o.loss = (enum nl_loss)atoi(a);
+        } else if (strcmp(key, "regression") == 0) {
+            s->regression = atoi(a) != 0;
         } else if (strcmp(key, "dtype") == 0) {
             s->dtype = atoi(a);
         } else if (strcmp(key, "hash") == 0) {
@@ -239,8 +244,9 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
         }
     }
     if (!s->spec || !s->members || nmembers != s->size || s->rank < 0 || s->rank >= s->size ||
-        s->o.batch < 1 || s->o.epochs < 1 || s->ntrain == 0 || s->nclasses < 2 || s->shape.c < 1 ||
-        s->shape.h < 1 || s->shape.w < 1 || (s->dtype != 0 && s->dtype != 1) ||
+        s->o.batch < 1 || s->o.epochs < 1 || s->ntrain == 0 ||
+        s->nclasses < (s->regression ? 1 : 2) || (unsigned)s->o.loss > NL_LOSS_HUBER ||
+        s->shape.c < 1 || s->shape.h < 1 || s->shape.w < 1 || (s->dtype != 0 && s->dtype != 1) ||
         s->nnorm != s->shape.c || s->start < 0 || s->generation < 0 || s->heartbeat_ms < 0) {
         nl_setup_release(s);
         return nl_error_set(err, NL_EFORMAT, "the driver's setup is incomplete");

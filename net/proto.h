@@ -66,6 +66,9 @@ struct nl_setup {
     uint32_t ntrain; /* of the whole train split */
     struct nl_shape shape;
     int nclasses, dtype, nnorm;
+    /* A regression dataset: its partition's labels are the bits of each sample's standardised
+     * float32 target, and nclasses is 1; the loss travels in o.loss. */
+    int regression;
     float mean[NL_PROTO_MAX_NORM], std[NL_PROTO_MAX_NORM];
     char data_hash[65];        /* SHA-256 of the partition's DATA payload, hex */
     struct nl_member *members; /* (size) */

@@ -76,6 +76,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -596,14 +597,18 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             d->shape = s->shape;
             d->dtype = (enum nl_dtype)s->dtype;
             d->nclasses = s->nclasses;
+            d->regression = s->regression;
+            d->target_std = 1.0; /* the targets arrive standardised */
             d->nnorm = s->nnorm;
             d->mean = nl_calloc((size_t)s->nnorm, sizeof(float));
             d->std = nl_calloc((size_t)s->nnorm, sizeof(float));
             d->split[NL_TRAIN].x = nl_malloc((size_t)n * sample + 1);
             d->split[NL_TRAIN].y = nl_calloc((size_t)n + 1, sizeof(int32_t));
+            if (s->regression)
+                d->split[NL_TRAIN].t = nl_malloc(((size_t)n + 1) * sizeof(float));
         }
         if (!d || !d->name || !d->mean || !d->std || !d->split[NL_TRAIN].x ||
-            !d->split[NL_TRAIN].y) {
+            !d->split[NL_TRAIN].y || (s->regression && !d->split[NL_TRAIN].t)) {
             rc = nl_error_set(err, NL_ENOMEM, "out of memory for the partition");
         } else {
             memcpy(d->mean, s->mean, (size_t)s->nnorm * sizeof(float));
@@ -613,6 +618,17 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             for (uint32_t i = 0; i < n; i++) {
                 uint32_t v = (uint32_t)y[4 * i] | (uint32_t)y[4 * i + 1] << 8 |
                              (uint32_t)y[4 * i + 2] << 16 | (uint32_t)y[4 * i + 3] << 24;
+                if (s->regression) {
+                    float t;
+                    memcpy(&t, &v, sizeof t);
+                    if (!isfinite(t)) {
+                        rc = nl_error_set(err, NL_EFORMAT,
+                                          "target %u of the partition is not a number", i);
+                        break;
+                    }
+                    d->split[NL_TRAIN].t[i] = t;
+                    v = 0;
+                }
                 if (v >= (uint32_t)s->nclasses) {
                     rc = nl_error_set(err, NL_EFORMAT, "label %u of the partition is out of range",
                                       v);

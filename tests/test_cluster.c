@@ -314,6 +314,50 @@ int main(void)
            "--patience 2 on 2 workers: %s", errtext);
     is_int(done_epochs(), 3, "stops after epoch 3");
     ok(sshd_no_workers_left(&sd, 5), "no worker is left after the early stops");
+    /* A regression table (a linear function of two numbers and a category, with noise): 2
+     * workers follow 1 worker's loss curve, and the cluster's test R2 is the local run's within
+     * 0.02 (a local run shuffles its data in another order). */
+    {
+        char csv[1 << 15];
+        size_t len = (size_t)snprintf(csv, sizeof csv, "a,b,kind,y\n");
+        for (int i = 0; i < 500; i++) {
+            const double a = (i * 37 % 101) / 50.0 - 1.0, b = (i * 53 % 97) / 48.0 - 1.0;
+            const double noise = ((i * 7919 % 1000) / 1000.0 - 0.5) * 0.4;
+            len += (size_t)snprintf(csv + len, sizeof csv - len, "%.4f,%.4f,%s,%.4f\n", a, b,
+                                    i % 3 ? "p" : "q", 3 * a - 2 * b + (i % 3 ? 1 : -1) + noise);
+        }
+        sshd_write(sd.dir, "reg.csv", csv);
+        is_int(nnlab("import reg '%s/reg.csv' --task regression --val 0.1 --test 0.2", sd.dir), 0,
+               "a regression table");
+        double r1[3] = {0}, r2[3] = {0}, test[3] = {0};
+        const char *reg = "--json train --data reg --model '%s/spec' --epochs 3 --batch 32 "
+                          "--seed 3 --optim adam --lr 0.01 --loss huber %s%s%s";
+        for (int n = 0; n <= 2; n++) {
+            is_int(nnlab(reg, sd.dir, n ? "--ssh-config '" : "", n ? sd.dir : "",
+                         n == 0   ? ""
+                         : n == 1 ? "/ssh_config' --hosts node1"
+                                  : "/ssh_config' --hosts node1:1,node2:1"),
+                   0, "regression %s: %s",
+                   n == 0   ? "locally"
+                   : n == 1 ? "on 1 worker"
+                            : "on 2",
+                   errtext);
+            if (n == 1)
+                losses(r1, 3);
+            if (n == 2)
+                losses(r2, 3);
+            const char *t = strstr(out, "\"test_r2\":");
+            test[n] = t ? strtod(t + 10, NULL) : NAN;
+        }
+        like(out, "\"val_r2\":", "a cluster regression run reports validation R2");
+        ok(r1[0] > 0 && fabs(r2[0] - r1[0]) < 1e-4 && fabs(r2[2] - r1[2]) < 1e-4,
+           "2 workers follow 1 on a regression table (%.6f %.6f vs %.6f %.6f)", r2[0], r2[2], r1[0],
+           r1[2]);
+        ok(test[0] > 0.9 && fabs(test[1] - test[0]) < 0.02 && fabs(test[2] - test[0]) < 0.02,
+           "the cluster's test R2 is the local run's within 0.02 (%.4f, %.4f; local %.4f)", test[1],
+           test[2], test[0]);
+    }
+
     /* Without a validation split a judged run follows training accuracy, which a checkpoint
      * within an epoch cannot hold: as a local run, it checkpoints at epoch ends only (600
      * samples, 19 steps an epoch; the two latest checkpoints are kept). */

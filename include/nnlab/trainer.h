@@ -283,10 +283,10 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
              const struct nl_train_hooks *hooks, struct nl_train_result *res, struct nl_error *err);
 
 /* The same with a regression dataset's sums (reg may be NULL; for a regression dataset *accuracy
- * is R^2). */
+ * is R^2) and the loss a run trains with (NL_LOSS_DEFAULT: the dataset's default). */
 int nl_evaluate_reg(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
-                    int threads, double *loss, double *accuracy, struct nl_reg_sums *reg,
-                    struct nl_error *err);
+                    int threads, enum nl_loss loss, double *loss_out, double *accuracy,
+                    struct nl_reg_sums *reg, struct nl_error *err);
 
 /* Mean loss and accuracy of m on a split, on `threads` threads (0: all cores). */
 int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
