@@ -753,8 +753,7 @@ static int stats_pass(struct import_csv *im, const uint8_t *split, struct nl_err
         if (col->kind == COL_CATEGORICAL &&
             !(col->count = nl_calloc((size_t)col->L.n + 1, sizeof *col->count)))
             rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", c->path);
-        if (col->kind == COL_NUMERIC &&
-            (mode == NL_MISSING_MEDIAN || mode == NL_MISSING_MODE) &&
+        if (col->kind == COL_NUMERIC && (mode == NL_MISSING_MEDIAN || mode == NL_MISSING_MODE) &&
             !(col->values = nl_malloc(((size_t)im->nrows + 1) * sizeof *col->values)))
             rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", c->path);
     }
@@ -840,15 +839,19 @@ static int stats_pass(struct import_csv *im, const uint8_t *split, struct nl_err
     return rc;
 }
 
-/* The levels of a categorical column by train count, most frequent first, ties in text order. */
-static const struct column *sorting;
+/* A level being ranked: by train count, most frequent first, ties in text order. */
+struct level_key {
+    long count;
+    const char *name;
+    int id;
+};
+
 static int cmp_level(const void *a, const void *b)
 {
-    int x = *(const int *)a, y = *(const int *)b;
-    long cx = sorting->count[x], cy = sorting->count[y];
-    if (cx != cy)
-        return cx > cy ? -1 : 1;
-    return strcmp(sorting->L.name[x], sorting->L.name[y]);
+    const struct level_key *x = a, *y = b;
+    if (x->count != y->count)
+        return x->count > y->count ? -1 : 1;
+    return strcmp(x->name, y->name);
 }
 
 /* Each categorical column's slots: its NL_CSV_ONEHOT_MAX most frequent train levels, then one
@@ -871,10 +874,17 @@ static int encode_columns(struct import_csv *im, struct nl_error *err)
             nl_free(order);
             return nl_error_set(err, NL_ENOMEM, "%s: out of memory", im->c.path);
         }
+        struct level_key *keys = nl_malloc(((size_t)col->L.n + 1) * sizeof *keys);
+        if (!keys) {
+            nl_free(order);
+            return nl_error_set(err, NL_ENOMEM, "%s: out of memory", im->c.path);
+        }
         for (int k = 0; k < col->L.n; k++)
-            order[k] = k;
-        sorting = col;
-        qsort(order, (size_t)col->L.n, sizeof *order, cmp_level);
+            keys[k] = (struct level_key){col->count[k], col->L.name[k], k};
+        qsort(keys, (size_t)col->L.n, sizeof *keys, cmp_level);
+        for (int k = 0; k < col->L.n; k++)
+            order[k] = keys[k].id;
+        nl_free(keys);
         col->ntrain_levels = 0;
         for (int k = 0; k < col->L.n; k++)
             col->ntrain_levels += col->count[k] > 0;

@@ -62,6 +62,7 @@ struct ctx {
     long first, count; /* evaluation: the range of the split */
     uint64_t seed;     /* the run's, for nl_rng_step_seed */
     enum nl_loss loss; /* resolved: never NL_LOSS_DEFAULT */
+    float *values;     /* evaluation of a regression model: its outputs by split index, or NULL */
 
     /* The optimizer. */
     const struct nl_optim *optim;
@@ -412,6 +413,8 @@ static void eval_thread(void *arg, int t, int count)
             nl_dataset_targets(c->d, c->split, w->idx, n, w->t);
             nl_reg_add(&w->reg, logits, w->t, n);
             w->loss += nl_regression_loss(NULL, logits, w->t, n, c->loss, 1.0f);
+            for (int i = 0; c->values && i < n; i++)
+                c->values[w->idx[i]] = logits[i];
             continue;
         }
         w->loss += nl_softmax_xent(NULL, logits, w->y, n, m->nclasses, 1.0f, &correct);
@@ -466,6 +469,27 @@ int nl_evaluate_reg(const struct nl_model *m, const struct nl_dataset *d, enum n
         c.loss = loss;
     evaluate(&c, split, loss_out, accuracy, reg);
     ctx_release(&c);
+    return 0;
+}
+
+int nl_evaluate_values(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
+                       int threads, float *pred, float *actual, struct nl_error *err)
+{
+    struct ctx c;
+    double loss, r2;
+
+    if (!d->regression)
+        return nl_error_set(err, NL_EINVAL, "dataset '%s' is not a regression dataset", d->name);
+    int rc = ctx_init(&c, m, d, threads, EVAL_SHARD, 0, err);
+    if (rc < 0)
+        return rc;
+    c.values = pred;
+    evaluate(&c, split, &loss, &r2, NULL);
+    ctx_release(&c);
+    for (uint32_t i = 0; i < d->split[split].n; i++) {
+        pred[i] = (float)(pred[i] * d->target_std + d->target_mean);
+        actual[i] = (float)(d->split[split].t[i] * d->target_std + d->target_mean);
+    }
     return 0;
 }
 

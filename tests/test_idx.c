@@ -25,7 +25,16 @@
 #include "tap.h"
 
 /* The runs' owner columns of schema version 4, gone as from an older store. */
+/* A store of version 4 and older lacks the regression columns (version 5). */
+#define DROP_REGRESSION                                                                            \
+    "ALTER TABLE runs DROP COLUMN task; ALTER TABLE runs DROP COLUMN val_mae; "                    \
+    "ALTER TABLE runs DROP COLUMN val_rmse; ALTER TABLE runs DROP COLUMN test_mae; "               \
+    "ALTER TABLE runs DROP COLUMN test_rmse; ALTER TABLE epochs DROP COLUMN train_mae; "           \
+    "ALTER TABLE epochs DROP COLUMN train_rmse; ALTER TABLE epochs DROP COLUMN val_mae; "          \
+    "ALTER TABLE epochs DROP COLUMN val_rmse; "
+/* ... and one of version 3 and older the runs' owners (version 4). */
 #define DROP_OWNERS                                                                                \
+    DROP_REGRESSION                                                                                \
     "ALTER TABLE runs DROP COLUMN owner_host; ALTER TABLE runs DROP COLUMN owner_pid; "            \
     "ALTER TABLE runs DROP COLUMN owner_start; ALTER TABLE runs DROP COLUMN heartbeat; "
 
@@ -587,6 +596,23 @@ static void check_store(void)
             is_int(nl_run_get(s, "old", &info, NULL, NULL, &err), 0, "its run reads back");
             is_str(info.status, "interrupted", "a running run without an owner is interrupted");
             if (nl_run_remove(s, "old", &err) < 0)
+                diag("could not remove the run: %s", err.msg);
+            /* A version 4 store gains the regression columns; its runs are classification. */
+            sqlite3_exec(nl_store_sqlite(s),
+                         DROP_REGRESSION "INSERT INTO runs (name, dataset, model, spec, settings, "
+                                         "status) VALUES ('v4', 'd', 'mlp', '', '{}', 'done'); "
+                                         "PRAGMA user_version = 4",
+                         NULL, NULL, NULL);
+            nl_store_close(s);
+            rc = nl_store_open(&s, path, &err);
+            succeeds(rc, err, "a version 4 store opens");
+        }
+        if (rc == 0) {
+            struct nl_run_info info;
+            is_int(nl_run_get(s, "v4", &info, NULL, NULL, &err), 0,
+                   "and its run reads back with the regression columns");
+            ok(!info.regression && isnan(info.test_mae), "as a classification run");
+            if (nl_run_remove(s, "v4", &err) < 0)
                 diag("could not remove the run: %s", err.msg);
         }
     }

@@ -13,7 +13,9 @@
 #include "nnlab/dataset.h"
 #include "nnlab/layer.h"
 #include "nnlab/metrics.h"
+#include "nnlab/runs.h"
 #include "nnlab/store.h"
+#include "nnlab/trainer.h"
 #include "nnlab_cli.h"
 #include "tap.h"
 
@@ -268,6 +270,39 @@ static void test_regression(void)
                json_value(out, "mae"), json_value(out, "rmse"));
         }
     }
+    /* The model's predictions on the test split, for the window's plots, give eval's R2. */
+    {
+        struct nl_error err = {0};
+        struct nl_store *s = NULL;
+        struct nl_dataset *d = NULL;
+        struct nl_model *m = NULL;
+        struct nl_run_info info;
+        double r2 = NAN;
+        is_int(nnlab("--json eval reg-mean-mse"), 0, "eval --json");
+        const double want = json_value(out, "r2");
+        if (nl_store_open_read(&s, db, &err) == 0 &&
+            nl_dataset_load(s, "reg-mean", &d, &err) == 0 &&
+            nl_run_model(s, "reg-mean-mse", 1, NULL, NULL, &info, &m, &err) == 0) {
+            const uint32_t n = d->split[NL_TEST].n;
+            float *pred = calloc(n, sizeof *pred), *actual = calloc(n, sizeof *actual);
+            if (nl_evaluate_values(m, d, NL_TEST, 2, pred, actual, &err) == 0) {
+                double sse = 0, sum = 0, sumsq = 0;
+                for (uint32_t i = 0; i < n; i++) {
+                    sse += ((double)pred[i] - actual[i]) * ((double)pred[i] - actual[i]);
+                    sum += actual[i];
+                    sumsq += (double)actual[i] * actual[i];
+                }
+                r2 = 1.0 - sse / (sumsq - sum * sum / n);
+            }
+            free(pred);
+            free(actual);
+        }
+        is_float(r2, want, 1e-4, "nl_evaluate_values: predicted and actual values give eval's R2");
+        nl_model_free(m);
+        nl_dataset_free(d);
+        nl_store_close(s);
+    }
+
     /* The run's record, listing and events. */
     is_int(nnlab("--json runs reg-mean-mse"), 0, "runs RUN --json");
     like(out, "\"task\":\"regression\"", "a regression run");

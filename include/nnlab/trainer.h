@@ -288,6 +288,12 @@ int nl_evaluate_reg(const struct nl_model *m, const struct nl_dataset *d, enum n
                     int threads, enum nl_loss loss, double *loss_out, double *accuracy,
                     struct nl_reg_sums *reg, struct nl_error *err);
 
+/* A regression model's predictions on a split, for plots of predicted against actual values
+ * and of residuals: pred and actual (the split's n) in the target's units, in the split's order.
+ * NL_EINVAL for a classification dataset. */
+int nl_evaluate_values(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
+                       int threads, float *pred, float *actual, struct nl_error *err);
+
 /* Mean loss and accuracy of m on a split, on `threads` threads (0: all cores). */
 int nl_evaluate(const struct nl_model *m, const struct nl_dataset *d, enum nl_split split,
                 int threads, double *loss, double *accuracy, struct nl_error *err);
