@@ -4,12 +4,30 @@
 #define NNLAB_TESTS_UTIL_H
 
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include "nnlab/model.h"
 #include "nnlab/rng.h"
 #include "nnlab/spec.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
 static struct nl_rng rng; /* each test seeds it */
+
+/* This process's peak resident memory so far, in KiB. (Under AddressSanitizer its quarantine
+ * keeps freed memory: peaks measure little there.) */
+static inline long max_rss_kb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
 
 /* count zeroed floats; the test ends when memory runs out. */
 static inline float *floats(size_t count)
