@@ -561,6 +561,29 @@ static void test_settings(void)
     kept = nl_run_settings_keep("{\"epochs\":2}", "not json");
     is_str(kept ? kept : "", "{\"epochs\":2}", "old settings that do not parse are left out");
     nl_free(kept);
+    /* Every row of the table of settings, each away from its default, comes back as it was;
+     * older settings (without the optimizer's betas, compress) read with the defaults. */
+    settings_distinct(&o);
+    json = nl_run_settings_format(&o, m, d->shape, d->nclasses, 1, 0);
+    is_int(nl_run_settings_parse(json, "t", &back, NULL, NULL, &err), 0,
+           "every setting in the table parses back: %s", err.msg);
+    const char *differs = settings_differ(&o, &back);
+    ok(!differs, "each as it was (%s differs) in %s", differs ? differs : "none", json);
+    ok(json && strstr(json, "\"compress\":\"bf16\"") &&
+           strstr(json, "\"seed\":1152921504606846979"),
+       "bf16 compression and a 61-bit seed stored");
+    nl_free(json);
+    is_int(nl_run_settings_parse("{\"epochs\":3,\"batch\":8,\"optim\":\"adam\",\"schedule\":"
+                                 "\"cosine\",\"lr\":0.5,\"seed\":2}",
+                                 "older", &back, NULL, NULL, &err),
+           0, "settings of an older run parse: %s", err.msg);
+    ok(back.bf16 == 0 && back.optim.beta1 == 0.9f && back.optim.lr == 0.5f,
+       "missing keys keep their defaults");
+    is_int(nl_run_settings_parse("{\"epochs\":3,\"batch\":8,\"optim\":\"sgd\",\"schedule\":"
+                                 "\"cosine\",\"lr\":0.5,\"seed\":2,\"compress\":\"zip\"}",
+                                 "odd", &back, NULL, NULL, &err),
+           NL_EFORMAT, "a setting of a bad value is refused");
+    like(err.msg, "run 'odd': its settings: setting compress: 'zip'", "naming the run and setting");
     is_int(nl_run_settings_parse("{\"epochs\":3}", "old", &back, NULL, NULL, &err), NL_EFORMAT,
            "settings without the training options are refused");
     like(err.msg, "'old'", "naming the run");

@@ -4,11 +4,13 @@
 #define NNLAB_TESTS_UTIL_H
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 #include "nnlab/model.h"
 #include "nnlab/rng.h"
 #include "nnlab/spec.h"
+#include "nnlab/trainer.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -81,6 +83,78 @@ static inline double logits_dot(struct nl_exec *x, const float *p, const float *
     for (int i = 0; i < n * k; i++)
         s += (double)logits[i] * r[i];
     return s;
+}
+
+/* Every row of the table of run settings (nl_settings) set in o to a value unlike its default,
+ * type by type (a seed past 2^53, which a double would not hold), so that a round trip through
+ * a serialiser shows each one kept. */
+static inline void settings_distinct(struct nl_train_opts *o)
+{
+    nl_train_defaults(o);
+    nl_optim_defaults(&o->optim, NL_OPTIM_ADAM);
+    for (int i = 0; i < nl_nsettings; i++) {
+        const struct nl_setting *f = &nl_settings[i];
+        char *p = (char *)o + f->offset;
+        int v = 3 + i;
+        long l = 1000L + i;
+        uint64_t u = (1ULL << 60) + 3;
+        float x = 0.01f * (float)(i + 1) + 0.001f;
+        double d = 0.123456789012345 + i;
+        switch (f->type) {
+        case NL_SETTING_INT:
+            memcpy(p, &v, sizeof v);
+            break;
+        case NL_SETTING_LONG:
+            memcpy(p, &l, sizeof l);
+            break;
+        case NL_SETTING_U64:
+            memcpy(p, &u, sizeof u);
+            break;
+        case NL_SETTING_BOOL:
+        case NL_SETTING_COMPRESS:
+            v = 1;
+            memcpy(p, &v, sizeof v);
+            break;
+        case NL_SETTING_FLOAT:
+            memcpy(p, &x, sizeof x);
+            break;
+        case NL_SETTING_DOUBLE:
+            memcpy(p, &d, sizeof d);
+            break;
+        case NL_SETTING_OPTIM:
+            break; /* Adam, above */
+        case NL_SETTING_SCHEDULE:
+            nl_schedule_parse(&o->schedule, "multistep:2,5:0.5", NULL);
+            break;
+        case NL_SETTING_ON_NAN:
+            o->on_nan = NL_ON_NAN_SKIP_BATCH;
+            break;
+        case NL_SETTING_RESIZED_CROP:
+            o->augment.scale_min = 0.25f;
+            o->augment.scale_max = 0.75f;
+            o->augment.ratio_min = 0.5f;
+            o->augment.ratio_max = 2.0f;
+            break;
+        }
+    }
+}
+
+/* The name of the first setting that differs between a and b, or NULL. */
+static inline const char *settings_differ(const struct nl_train_opts *a,
+                                          const struct nl_train_opts *b)
+{
+    for (int i = 0; i < nl_nsettings; i++) {
+        const struct nl_setting *f = &nl_settings[i];
+        size_t n = f->type == NL_SETTING_LONG           ? sizeof(long)
+                   : f->type == NL_SETTING_U64          ? sizeof(uint64_t)
+                   : f->type == NL_SETTING_DOUBLE       ? sizeof(double)
+                   : f->type == NL_SETTING_SCHEDULE     ? sizeof(struct nl_schedule)
+                   : f->type == NL_SETTING_RESIZED_CROP ? 4 * sizeof(float)
+                                                        : sizeof(int);
+        if (memcmp((const char *)a + f->offset, (const char *)b + f->offset, n) != 0)
+            return f->name;
+    }
+    return NULL;
 }
 
 #endif
