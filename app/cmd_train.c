@@ -565,11 +565,9 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
                            "(only --epochs, --on-nan, --checkpoint-every and the cluster options "
                            "do)",
                            t->setting);
-    if (!t->ca.hosts && !t->ca.hostfile &&
-        (t->ca.ssh_config || t->ca.remote_nnlab || t->ca.bind || t->ca.accept_new ||
-         t->ca.port_lo || t->ra.compress || t->ca.heartbeat_ms || t->ca.max_restarts >= 0 ||
-         t->ca.insecure_plaintext))
-        return usage_error("train", "cluster options need --hosts or --hostfile");
+    if (t->resume && t->ra.compress && !t->ca.hosts && !t->ca.hostfile)
+        return usage_error("train", "--compress sets a cluster run's exchange; it needs --hosts or "
+                                    "--hostfile");
     if (t->resume)
         return 0;
     if (!t->data || !t->model)
@@ -583,6 +581,11 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
         return usage_error("train", "--replace-head needs --init FILE|RUN");
     if (t->ca.hosts && t->ca.hostfile)
         return usage_error("train", "give --hosts or --hostfile, not both");
+    if (!t->ca.hosts && !t->ca.hostfile &&
+        (t->ca.ssh_config || t->ca.remote_nnlab || t->ca.bind || t->ca.accept_new ||
+         t->ca.port_lo || t->ca.bf16 || t->ca.heartbeat_ms || t->ca.max_restarts >= 0 ||
+         t->ca.insecure_plaintext))
+        return usage_error("train", "cluster options need --hosts or --hostfile");
     t->a.o.bf16 = t->ca.bf16;
     return 0;
 }
