@@ -64,6 +64,26 @@ int nl_session_start(struct nl_store *store, const struct nl_session_new *new, s
     return 0;
 }
 
+/* What the run recorded up to epoch done: the seconds of its epochs, and epoch done's
+ * metrics. An epoch resumed in its middle counts its earlier part in its record already. */
+static int resumed_record(struct nl_session *s, int done, struct nl_error *err)
+{
+    struct nl_run_epoch *epochs = NULL;
+    int n = 0;
+    int rc = nl_run_epochs(s->store, s->run.id, &epochs, &n, err);
+
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (epochs[i].epoch > done)
+            continue;
+        if (epochs[i].seconds > 0)
+            s->seconds_before += epochs[i].seconds;
+        if (epochs[i].epoch == done)
+            s->epoch_before = epochs[i];
+    }
+    nl_free(epochs);
+    return rc;
+}
+
 int nl_session_resume(struct nl_store *store, const char *name, const struct nl_resume_request *req,
                       nl_warn_fn warn, void *warn_ud, struct nl_session **out, struct nl_error *err)
 {
@@ -88,6 +108,11 @@ int nl_session_resume(struct nl_store *store, const char *name, const struct nl_
     s->cluster = r->cluster;
     s->skipped_before = r->skipped;
     s->resumed = r;
+    rc = resumed_record(s, r->resume.epoch, err);
+    if (rc < 0) {
+        nl_session_free(s);
+        return rc;
+    }
     s->last_beat = now();
     *out = s;
     return 0;
@@ -202,6 +227,17 @@ int nl_session_finish(struct nl_session *s, int rc, struct nl_error *err)
         *err = s->record_err;
         rc = s->record_err.code < 0 ? s->record_err.code : NL_EDB;
         nl_error_prefix(err, "run '%s' not recorded", s->run.name);
+    }
+    /* A resumed run's result covers the whole run: its time, and its last epoch's metrics
+     * where this session completed none. */
+    if (s->resumed) {
+        s->res.seconds += s->seconds_before;
+        if (s->epoch_before.epoch > 0 && s->res.epochs <= s->epoch_before.epoch) {
+            s->res.epochs = s->epoch_before.epoch;
+            s->res.train_loss = s->epoch_before.train_loss;
+            s->res.train_accuracy = s->epoch_before.train_accuracy;
+            s->res.val_accuracy = s->epoch_before.val_accuracy;
+        }
     }
     const char *status = rc == 0 ? "done" : rc == NL_ECANCELED ? "stopped" : "failed";
     if (nl_run_finish(s->store, s->run.id, status, rc == 0 ? &s->res : NULL, &e) < 0) {
