@@ -28,16 +28,12 @@ static void *keep(struct parser *p, void *block)
     struct nl_json_doc *d = p->doc;
     if (!block)
         return NULL;
-    if (d->nblocks == d->cap) {
-        size_t cap = d->cap ? 2 * d->cap : 64;
-        void **b = nl_realloc(d->blocks, cap * sizeof *b);
-        if (!b) {
-            nl_free(block);
-            return NULL;
-        }
-        d->blocks = b;
-        d->cap = cap;
+    void **b = nl_grow(d->blocks, &d->cap, d->nblocks + 1, sizeof *b, 64);
+    if (!b) {
+        nl_free(block);
+        return NULL;
     }
+    d->blocks = b;
     d->blocks[d->nblocks++] = block;
     return block;
 }
@@ -230,14 +226,10 @@ static int parse_items(struct parser *p, struct nl_json *v, int depth, int objec
         return 0;
     }
     for (;;) {
-        if (v->count == *cap) {
-            size_t ncap = *cap ? 2 * *cap : 8;
-            struct nl_json *items = nl_realloc(v->items, ncap * sizeof *items);
-            if (!items)
-                return nl_error_set(p->err, NL_ENOMEM, "%s: out of memory", p->what);
-            v->items = items;
-            *cap = ncap;
-        }
+        struct nl_json *items = nl_grow(v->items, cap, v->count + 1, sizeof *items, 8);
+        if (!items)
+            return nl_error_set(p->err, NL_ENOMEM, "%s: out of memory", p->what);
+        v->items = items;
         struct nl_json *item = &v->items[v->count];
         memset(item, 0, sizeof *item);
         skip_ws(p);

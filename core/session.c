@@ -11,18 +11,11 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 #include "nnlab/dataset.h"
 #include "nnlab/model.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int nl_session_start(struct nl_store *store, const struct nl_session_new *new, struct nl_model *m,
                      struct nl_dataset *d, const struct nl_train_opts *o, struct nl_session **out,
@@ -59,7 +52,7 @@ int nl_session_start(struct nl_store *store, const struct nl_session_new *new, s
         nl_session_free(s);
         return rc;
     }
-    s->last_beat = now();
+    s->last_beat = nl_now();
     *out = s;
     return 0;
 }
@@ -113,7 +106,7 @@ int nl_session_resume(struct nl_store *store, const char *name, const struct nl_
         nl_session_free(s);
         return rc;
     }
-    s->last_beat = now();
+    s->last_beat = nl_now();
     *out = s;
     return 0;
 }
@@ -131,7 +124,7 @@ static int record_failed(struct nl_session *s, const struct nl_error *e)
 static int heartbeat(struct nl_session *s)
 {
     struct nl_error e = {0};
-    const double t = now();
+    const double t = nl_now();
 
     if (t - s->last_beat < NL_RUN_HEARTBEAT_SECONDS)
         return 0;
@@ -176,7 +169,7 @@ static int session_checkpoint(void *ud, const struct nl_checkpoint *cp, struct n
         record_failed(s, err);
         return rc;
     }
-    s->last_beat = now(); /* the checkpoint is a sign of life; its heartbeat follows in time */
+    s->last_beat = nl_now(); /* the checkpoint is a sign of life; its heartbeat follows in time */
     return 0;
 }
 
