@@ -140,6 +140,16 @@ int main(void)
     ok(sshd_no_workers_left(&sd, 5), "no worker is left after the run");
     is_int(nnlab("hosts check node1 --ssh-config '%s/ssh_config'", sd.dir), 0, "hosts check");
     like(out, "ready", "now the uploaded binary is ready");
+    /* What a host answers is printed with its control characters escaped: a remote nnlab whose
+     * version would retitle and clear the terminal. */
+    sshd_write(sd.dir, "evil-nnlab", "#!/bin/sh\nprintf 'nnlab 9\\033]0;owned\\007\\033[2J\\n'\n");
+    snprintf(path, sizeof path, "chmod +x '%s/evil-nnlab'", sd.dir);
+    ok(system(path) == 0, "a remote nnlab with a hostile version");
+    is_int(nnlab("hosts check node1 --ssh-config '%s/ssh_config' --remote-nnlab '%s/evil-nnlab'",
+                 sd.dir, sd.dir),
+           0, "hosts check runs it: %s", errtext);
+    ok(!strchr(out, '\033') && strstr(out, "nnlab 9\\e]0;owned\\x07\\e[2J"),
+       "its version escaped: %s", out);
 
     /* 2 and 3 workers: the same mathematics. */
     struct nl_spec *spec;
