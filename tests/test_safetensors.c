@@ -308,6 +308,27 @@ static void test_many_tensors(void)
     nl_model_free(m);
 }
 
+/* nl_grow, the growth rule of the readers' arrays: doubling from the first capacity, the
+ * elements kept, and a size that would overflow refused with the array left as it was. */
+static void test_grow(void)
+{
+    size_t cap = 0;
+    int *v = nl_grow(NULL, &cap, 1, sizeof *v, 8);
+    ok(v && cap == 8, "room for 8 first (%zu)", cap);
+    for (int i = 0; v && i < 8; i++)
+        v[i] = i;
+    int *w = v ? nl_grow(v, &cap, 9, sizeof *v, 8) : NULL;
+    ok(w && cap == 16 && w[7] == 7, "then 16, the elements kept (%zu)", cap);
+    v = w ? w : v;
+    w = nl_grow(v, &cap, 100, sizeof *v, 8);
+    ok(w && cap == 128, "to the next power of two past the need (%zu)", cap);
+    v = w ? w : v;
+    ok(nl_grow(v, &cap, 50, sizeof *v, 8) == v && cap == 128, "no growth when it fits");
+    ok(nl_grow(v, &cap, SIZE_MAX / 2, sizeof *v, 8) == NULL && cap == 128,
+       "an overflowing size refused, the array as it was");
+    nl_free(v);
+}
+
 static void test_json(void)
 {
     struct nl_json_doc *doc;
@@ -352,6 +373,7 @@ int main(void)
     test_pytorch_layout();
     test_corrupt();
     test_many_tensors();
+    test_grow();
     test_json();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
