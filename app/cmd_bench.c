@@ -15,6 +15,7 @@
 #include "nnlab/dataset.h"
 #include "nnlab/model.h"
 #include "nnlab/spec.h"
+#include "nnlab/text.h"
 
 #define BENCH_DATA  "/usr/share/datasets/fashion-mnist"
 #define SGEMM_SIZE  512
@@ -66,9 +67,11 @@ static void print_row(const struct row *w, const struct nl_bench_train *r,
 {
     double peak = r->threads > 1 ? sg->all_gflops : sg->one_gflops;
 
-    printf("%-14s %-5s %6d %8d %10.0f %10.2f %9.1f %7.0f%% %12.0f\n", w->model,
-           w->infer ? "infer" : "train", r->batch, r->threads, r->images_per_second, w->flops / 1e6,
-           r->gflops, 100.0 * r->gflops / peak, r->peak_rss_mb);
+    char mb[128];
+    printf("%-14s %-5s %6d %8d %10.0f %10.2f %9.1f %7.0f%% %12.0f\n",
+           nl_term_str(mb, sizeof mb, w->model), w->infer ? "infer" : "train", r->batch, r->threads,
+           r->images_per_second, w->flops / 1e6, r->gflops, 100.0 * r->gflops / peak,
+           r->peak_rss_mb);
     fflush(stdout);
 }
 
@@ -377,15 +380,19 @@ int cmd_bench(int argc, char **argv)
     }
     threads = sg.threads; /* 0 became all cores */
     if (!g.json) {
+        /* Paths, model names and the CPU's name (from /proc/cpuinfo) escaped for the
+         * terminal. */
+        char tb[1024];
         if (fashion)
-            printf("data: %s (%u training images)\n", source, d->split[NL_TRAIN].n);
+            printf("data: %s (%u training images)\n", nl_term_str(tb, sizeof tb, source),
+                   d->split[NL_TRAIN].n);
         for (int mi = 0; mi < nmodels; mi++)
             if (models[mi].synthetic)
                 printf("data of %s: %u synthetic %dx%dx%d images (uniform random pixels)\n",
-                       models[mi].name, models[mi].d->split[NL_TRAIN].n, models[mi].d->shape.c,
-                       models[mi].d->shape.h, models[mi].d->shape.w);
-        printf("machine: %s, %d cores; load average %.2f %.2f %.2f\n", cpu, sg.cores, load[0][0],
-               load[0][1], load[0][2]);
+                       nl_term_str(tb, sizeof tb, models[mi].name), models[mi].d->split[NL_TRAIN].n,
+                       models[mi].d->shape.c, models[mi].d->shape.h, models[mi].d->shape.w);
+        printf("machine: %s, %d cores; load average %.2f %.2f %.2f\n",
+               nl_term_str(tb, sizeof tb, cpu), sg.cores, load[0][0], load[0][1], load[0][2]);
         printf("OpenBLAS sgemm %dx%d: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg.size,
                sg.size, sg.one_gflops, sg.all_gflops, sg.threads);
         printf("training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps%s\n",

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "nnlab-config.h"
 #include "nnlab/alloc.h"
+#include "nnlab/text.h"
 #include "nnlab/worker.h"
 #if NNLAB_HAVE_SSH
 #include "nnlab/driver.h"
@@ -112,7 +113,7 @@ int cmd_hosts(int argc, char **argv)
                 json_str(stdout, err.msg);
                 printf("}\n");
             }
-            fprintf(stderr, "nnlab: %s\n", err.msg);
+            fail(&err); /* control characters from the host escaped */
             continue;
         }
         if (g.json) {
@@ -130,12 +131,15 @@ int cmd_hosts(int argc, char **argv)
             printf(",\"cores\":%d,\"memory_kb\":%lld,\"upload\":%s}\n", r.cores, r.mem_kb,
                    r.would_upload ? "true" : "false");
         } else {
-            char addr[80], mem[16];
+            /* What the user wrote and what the host answered, escaped for the terminal. */
+            char addr[80], mem[16], hb[256], ub[128], ab[256], vb[256];
             snprintf(addr, sizeof addr, "%s:%d", r.address, r.port);
             snprintf(mem, sizeof mem, "%.1f GiB", (double)r.mem_kb / (1024.0 * 1024.0));
-            printf("%-20s %-8s %-22s %-14s %5d %9s  %s\n", hosts[i].name, r.user, addr,
-                   r.remote_version[0] ? r.remote_version : "none", r.cores, mem,
-                   r.would_upload ? "would upload this nnlab" : "ready");
+            printf("%-20s %-8s %-22s %-14s %5d %9s  %s\n",
+                   nl_term_str(hb, sizeof hb, hosts[i].name), nl_term_str(ub, sizeof ub, r.user),
+                   nl_term_str(ab, sizeof ab, addr),
+                   r.remote_version[0] ? nl_term_str(vb, sizeof vb, r.remote_version) : "none",
+                   r.cores, mem, r.would_upload ? "would upload this nnlab" : "ready");
         }
         fflush(stdout);
     }

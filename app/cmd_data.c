@@ -3,11 +3,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 #include "nnlab/dataset.h"
 #include "nnlab/text.h"
 
@@ -18,20 +18,13 @@ struct import_progress {
     int drawn;
 };
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int import_progress(void *ud, uint64_t done, uint64_t total)
 {
     struct import_progress *p = ud;
     const int width = 24;
 
     if (p->tty && !g.json && !g.quiet) {
-        double t = seconds_now();
+        double t = nl_now();
         if (t - p->last_draw >= 0.1 || done == total) {
             double rate = t > p->start ? (double)done / (t - p->start) : 0;
             int filled = total ? (int)((double)done / (double)total * width + 0.5) : 0;
@@ -174,7 +167,7 @@ int cmd_import(int argc, char **argv)
     const char *name = argv[optind];
     if (open_store(&store, &err) < 0)
         return fail(&err);
-    prog.start = seconds_now();
+    prog.start = nl_now();
     rc = nl_import(store, name, (const char *const *)argv + optind + 1, argc - optind - 1, &io,
                    &err);
     if (prog.drawn) {
@@ -186,7 +179,7 @@ int cmd_import(int argc, char **argv)
         nl_error_prefix(&err, "import");
         return fail(&err);
     }
-    double secs = seconds_now() - prog.start;
+    double secs = nl_now() - prog.start;
     struct nl_dataset_info *list;
     int n;
     rc = nl_dataset_list(store, &list, &n, &err);

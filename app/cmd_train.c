@@ -301,7 +301,9 @@ static int resume_session(struct nl_store *store, const char *run_name,
     if (!g.json && !g.quiet)
         printf("run '%s': resuming after epoch %d, step %ld, to epoch %d\n", s->run.name,
                s->opts.resume->epoch, s->opts.resume->iteration, s->opts.epochs);
-    return train_and_finish(s, ca);
+    struct cluster_args run_ca = *ca;
+    run_ca.bf16 = s->opts.bf16; /* the run's own compression, or what --compress changed it to */
+    return train_and_finish(s, &run_ca);
 }
 
 /* Training options as given, before the optimizer's defaults are applied. */
@@ -546,6 +548,7 @@ static int train_cmd_opt(struct train_cmd *t, int c)
         if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "none") != 0)
             return usage_error("train", "--compress %s: want bf16 or none", optarg);
         t->ca.bf16 = strcmp(optarg, "bf16") == 0;
+        t->ra.compress = optarg;
     } else if (c == OPT_INSECURE_PLAINTEXT) {
         t->ca.insecure_plaintext = 1;
     } else {
@@ -580,6 +583,9 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
                            "(only --epochs, --on-nan, --checkpoint-every and the cluster options "
                            "do)",
                            t->setting);
+    if (t->resume && t->ra.compress && !t->ca.hosts && !t->ca.hostfile)
+        return usage_error("train", "--compress sets a cluster run's exchange; it needs --hosts or "
+                                    "--hostfile");
     if (t->resume)
         return 0;
     if (!t->data || !t->model)
@@ -598,6 +604,7 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
          t->ca.port_lo || t->ca.bf16 || t->ca.heartbeat_ms || t->ca.max_restarts >= 0 ||
          t->ca.insecure_plaintext))
         return usage_error("train", "cluster options need --hosts or --hostfile");
+    t->a.o.bf16 = t->ca.bf16;
     return 0;
 }
 

@@ -3,11 +3,11 @@
  * (core/session.c). */
 #include <math.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 #include "nnlab/runs.h"
 #include "nnlab/text.h"
 
@@ -22,13 +22,6 @@ void json_num(FILE *f, double v)
         fprintf(f, "%.6g", v);
     else
         fputs("null", f);
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void format_duration(char *buf, size_t size, double s)
@@ -168,7 +161,7 @@ int progress_event(void *ud, const struct nl_event *ev)
     if (ev->kind == NL_EVENT_ITER) {
         /* Redraw at most ten times a second, and on the last step. */
         if (p->tty && !g.json && !g.quiet) {
-            double t = now();
+            double t = nl_now();
             if (t - p->last_draw >= 0.1 || ev->iter == ev->iters) {
                 p->last_draw = t;
                 draw_bar(ev);

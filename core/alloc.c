@@ -56,6 +56,29 @@ char *nl_strdup(const char *s)
     return d;
 }
 
+void *nl_grow(void *p, size_t *cap, size_t need, size_t elem, size_t first)
+{
+    size_t n = *cap;
+
+    if (need <= n && p)
+        return p;
+    if (n < first)
+        n = first;
+    if (n == 0)
+        n = 1;
+    while (n < need) {
+        if (n > SIZE_MAX / 2)
+            return NULL;
+        n *= 2;
+    }
+    if (elem && n > SIZE_MAX / elem)
+        return NULL;
+    void *q = nl_realloc(p, n * elem);
+    if (q)
+        *cap = n;
+    return q;
+}
+
 uint64_t nl_alloc_count(void)
 {
     return atomic_load_explicit(&alloc_count, memory_order_relaxed);

@@ -7,21 +7,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 #include "nnlab/kernels.h"
 #include "nnlab/rng.h"
 #include "nnlab/trainer.h"
 #include "pool.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 struct sgemm_run {
     struct nl_pool *pool;
@@ -50,12 +43,12 @@ static void sgemm_thread(void *arg, int t, int count)
     nl_pool_barrier(r->pool);
     if (a && b && c) {
         long reps = 0;
-        double t0 = now(), elapsed;
+        double t0 = nl_now(), elapsed;
         do {
             nl_sgemm(0, 0, r->size, r->size, r->size, 1.0f, a, r->size, b, r->size, 0.0f, c,
                      r->size);
             reps++;
-            elapsed = now() - t0;
+            elapsed = nl_now() - t0;
         } while (elapsed < r->seconds);
         r->gflops[t] = 2.0 * (double)n * (double)n * (double)n * (double)reps / elapsed / 1e9;
     }
@@ -333,7 +326,7 @@ static int watch_event(void *ud, const struct nl_event *ev)
 
     if (ev->kind != NL_EVENT_ITER)
         return 0;
-    double t = now();
+    double t = nl_now();
     w->events++;
     if (w->events > w->warmup && ev->epoch == w->epoch_prev) {
         w->seconds += t - w->t_prev;
@@ -429,7 +422,7 @@ static void infer_thread(void *arg, int t, int count)
     uint64_t allocs0 = 0;
     for (int step = 0; step < r->warmup + r->steps; step++) {
         if (t == 0 && step == r->warmup) {
-            t0 = now();
+            t0 = nl_now();
             allocs0 = nl_alloc_count();
         }
         if (!r->failed && n > 0) {
@@ -442,7 +435,7 @@ static void infer_thread(void *arg, int t, int count)
         nl_pool_barrier(r->pool);
     }
     if (t == 0) {
-        r->seconds = now() - t0;
+        r->seconds = nl_now() - t0;
         r->allocs = nl_alloc_count() - allocs0;
     }
     nl_exec_free(x);

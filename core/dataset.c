@@ -53,7 +53,8 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 2) "
         "FROM datasets d WHERE substr(name, 1, 1) <> char(31) ORDER BY name"; /* not staged */
     struct nl_dataset_info *list = NULL;
-    int n = 0, cap = 0, rc, step;
+    int n = 0, rc, step;
+    size_t cap = 0;
     sqlite3_stmt *st;
 
     *out = NULL;
@@ -63,16 +64,12 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         return rc;
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
         struct nl_dataset_info *d;
-        if (n == cap) {
-            int ncap = cap ? 2 * cap : 8;
-            void *p = nl_realloc(list, (size_t)ncap * sizeof *list);
-            if (!p) {
-                rc = nl_error_set(err, NL_ENOMEM, "out of memory listing datasets");
-                break;
-            }
-            list = p;
-            cap = ncap;
+        struct nl_dataset_info *more = nl_grow(list, &cap, (size_t)n + 1, sizeof *list, 8);
+        if (!more) {
+            rc = nl_error_set(err, NL_ENOMEM, "out of memory listing datasets");
+            break;
         }
+        list = more;
         d = &list[n++];
         memset(d, 0, sizeof *d);
         copy_text(d->name, sizeof d->name, sqlite3_column_text(st, 0));

@@ -28,16 +28,12 @@ static void *keep(struct parser *p, void *block)
     struct nl_json_doc *d = p->doc;
     if (!block)
         return NULL;
-    if (d->nblocks == d->cap) {
-        size_t cap = d->cap ? 2 * d->cap : 64;
-        void **b = nl_realloc(d->blocks, cap * sizeof *b);
-        if (!b) {
-            nl_free(block);
-            return NULL;
-        }
-        d->blocks = b;
-        d->cap = cap;
+    void **b = nl_grow(d->blocks, &d->cap, d->nblocks + 1, sizeof *b, 64);
+    if (!b) {
+        nl_free(block);
+        return NULL;
     }
+    d->blocks = b;
     d->blocks[d->nblocks++] = block;
     return block;
 }
@@ -230,14 +226,10 @@ static int parse_items(struct parser *p, struct nl_json *v, int depth, int objec
         return 0;
     }
     for (;;) {
-        if (v->count == *cap) {
-            size_t ncap = *cap ? 2 * *cap : 8;
-            struct nl_json *items = nl_realloc(v->items, ncap * sizeof *items);
-            if (!items)
-                return nl_error_set(p->err, NL_ENOMEM, "%s: out of memory", p->what);
-            v->items = items;
-            *cap = ncap;
-        }
+        struct nl_json *items = nl_grow(v->items, cap, v->count + 1, sizeof *items, 8);
+        if (!items)
+            return nl_error_set(p->err, NL_ENOMEM, "%s: out of memory", p->what);
+        v->items = items;
         struct nl_json *item = &v->items[v->count];
         memset(item, 0, sizeof *item);
         skip_ws(p);
@@ -346,6 +338,80 @@ int nl_json_parse(struct nl_json_doc **out, const char *text, size_t len, const 
     }
     *out = doc;
     return 0;
+}
+
+/* Frees the blocks kept since mark (one member's tree). */
+static void release_from(struct nl_json_doc *d, size_t mark)
+{
+    while (d->nblocks > mark)
+        nl_free(d->blocks[--d->nblocks]);
+}
+
+static int parse_members(struct parser *p, int (*member)(void *ud, const struct nl_json *value),
+                         void *ud)
+{
+    skip_ws(p);
+    if (p->s >= p->end || *p->s != '{')
+        return fail(p, "not a JSON object");
+    p->s++;
+    skip_ws(p);
+    if (p->s < p->end && *p->s == '}') {
+        p->s++;
+        return 0;
+    }
+    for (;;) {
+        size_t mark = p->doc->nblocks;
+        struct nl_json item = {0};
+        int rc = 0;
+        skip_ws(p);
+        if (p->s >= p->end || *p->s != '"')
+            rc = fail(p, "expected a key");
+        if (rc == 0)
+            rc = parse_string(p, &item.key);
+        if (rc == 0) {
+            skip_ws(p);
+            if (p->s >= p->end || *p->s != ':')
+                rc = fail(p, "expected ':'");
+        }
+        if (rc == 0) {
+            p->s++;
+            rc = parse_value(p, &item, 1);
+        }
+        if (rc == 0)
+            rc = member(ud, &item);
+        release_from(p->doc, mark);
+        if (rc < 0)
+            return rc;
+        skip_ws(p);
+        if (p->s < p->end && *p->s == ',') {
+            p->s++;
+            continue;
+        }
+        if (p->s < p->end && *p->s == '}') {
+            p->s++;
+            return 0;
+        }
+        return fail(p, "expected ',' or '}'");
+    }
+}
+
+int nl_json_parse_members(const char *text, size_t len, const char *what,
+                          int (*member)(void *ud, const struct nl_json *value), void *ud,
+                          struct nl_error *err)
+{
+    struct nl_json_doc *doc = nl_calloc(1, sizeof *doc);
+    struct parser p = {text, text + len, text, what, doc, err};
+
+    if (!doc)
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory", what);
+    int rc = parse_members(&p, member, ud);
+    if (rc == 0) {
+        skip_ws(&p);
+        if (p.s != p.end)
+            rc = fail(&p, "text after the value");
+    }
+    nl_json_free(doc);
+    return rc;
 }
 
 const struct nl_json *nl_json_root(const struct nl_json_doc *doc)

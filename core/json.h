@@ -38,6 +38,15 @@ int nl_json_parse(struct nl_json_doc **out, const char *text, size_t len, const 
 void nl_json_free(struct nl_json_doc *doc);
 const struct nl_json *nl_json_root(const struct nl_json_doc *doc);
 
+/* Parses text[0..len) as one object member by member, for documents too large to hold as a
+ * tree (a safetensors header of a million tensors): member(ud, value) is called for each member
+ * in order, value->key set, and the member's tree is freed when it returns, so the parse needs
+ * the memory of one member at a time. The text is checked as strictly as nl_json_parse checks
+ * it. A negative return of member stops the parse and is returned. */
+int nl_json_parse_members(const char *text, size_t len, const char *what,
+                          int (*member)(void *ud, const struct nl_json *value), void *ud,
+                          struct nl_error *err);
+
 /* The member of an object by key, or NULL. */
 const struct nl_json *nl_json_get(const struct nl_json *obj, const char *key);
 

@@ -7,8 +7,11 @@
  *   classes, clip_value, clip_norm, frozen [layer names], augment {flip, crop, resized_crop,
  *   brightness, contrast, saturation (the last four only when on)},
  *   early_stop_acc, patience, on_nan ("stop" | "skip-batch"), checkpoint_every (steps; 0: per
- *   epoch), cluster (trained on hosts), skipped_batches (over the run so far), loss
- *   ("default", "xent", "mse", "mae" or "huber").
+ *   epoch), compress ("bf16" or "none": a cluster run's exchange), cluster (trained on hosts),
+ *   skipped_batches (over the run so far), loss ("default", "xent", "mse", "mae" or
+ *   "huber"); also beta1, beta2, eps and alpha, the optimizer's.
+ * Every member but input, classes, frozen, cluster and skipped_batches is a row of the table of
+ * settings (nl_settings, core/settings.c), which also writes them for cluster workers.
  * Floats are written with 9 significant digits, which give the same float back; a reader takes
  * a missing key as its default, so older runs still resume. nl_run_model reads input, classes
  * and frozen; nl_run_settings_parse the rest.
@@ -35,132 +38,60 @@
 #include "nnlab/runs.h"
 #include "nnlab/text.h"
 
-char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_model *m,
-                             struct nl_shape shape, int nclasses, int cluster, long skipped)
-{
-    const size_t frozen_cap = (size_t)m->nlayers * (NL_NAME_MAX + 3) + 3;
-    char *frozen = nl_malloc(frozen_cap), *settings = nl_malloc(frozen_cap + 1792);
-    char schedule[160];
-
-    if (!frozen || !settings) {
-        nl_free(frozen);
-        nl_free(settings);
-        return NULL;
-    }
-    /* Names are plain identifiers. */
-    size_t flen = (size_t)snprintf(frozen, frozen_cap, "[");
-    for (int i = 0; i < m->nlayers; i++)
-        if (m->layers[i].frozen)
-            flen += (size_t)snprintf(frozen + flen, frozen_cap - flen, "%s\"%s\"",
-                                     flen > 1 ? "," : "", m->layers[i].name);
-    snprintf(frozen + flen, frozen_cap - flen, "]");
-    nl_schedule_format(&o->schedule, schedule, sizeof schedule);
-    /* The photo augmentations, only when on: "resized_crop":"SMIN-SMAX:RMIN-RMAX" and the
-     * jitter strengths, floats written exactly. */
-    char photo[256];
-    size_t plen = 0;
-    photo[0] = '\0';
-    if (o->augment.scale_max > 0)
-        plen += (size_t)snprintf(photo, sizeof photo, ",\"resized_crop\":\"%.9g-%.9g:%.9g-%.9g\"",
-                                 (double)o->augment.scale_min, (double)o->augment.scale_max,
-                                 (double)o->augment.ratio_min, (double)o->augment.ratio_max);
-    const float jit[3] = {o->augment.brightness, o->augment.contrast, o->augment.saturation};
-    static const char *const jit_names[3] = {"brightness", "contrast", "saturation"};
-    for (int k = 0; k < 3 && plen < sizeof photo; k++)
-        if (jit[k] > 0)
-            plen += (size_t)snprintf(photo + plen, sizeof photo - plen, ",\"%s\":%.9g",
-                                     jit_names[k], (double)jit[k]);
-    snprintf(settings, frozen_cap + 1792,
-             "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"warmup\":%.9g,"
-             "\"lr\":%.9g,\"momentum\":%.9g,\"nesterov\":%s,\"weight_decay\":%.9g,\"threads\":%d,"
-             "\"seed\":%llu,\"input\":[%d,%d,%d],\"classes\":%d,\"clip_value\":%.9g,"
-             "\"clip_norm\":%.9g,\"frozen\":%s,\"augment\":{\"flip\":%s,\"crop\":%d%s},"
-             "\"early_stop_acc\":%.17g,\"patience\":%d,\"on_nan\":\"%s\","
-             "\"checkpoint_every\":%ld,\"cluster\":%s,\"skipped_batches\":%ld,\"loss\":\"%s\"}",
-             o->epochs, o->batch, nl_optim_kind_name(o->optim.kind), schedule,
-             (double)o->schedule.warmup_epochs, (double)o->optim.lr, (double)o->optim.momentum,
-             o->optim.nesterov ? "true" : "false", (double)o->optim.weight_decay,
-             o->threads > 0 ? o->threads : 0, (unsigned long long)o->seed, shape.c, shape.h,
-             shape.w, nclasses, (double)o->clip_value, (double)o->clip_norm, frozen,
-             o->augment.flip ? "true" : "false", o->augment.crop, photo, o->target_accuracy,
-             o->patience, o->on_nan == NL_ON_NAN_SKIP_BATCH ? "skip-batch" : "stop",
-             o->checkpoint_every, cluster ? "true" : "false", skipped,
-             nl_loss_names[(unsigned)o->loss <= NL_LOSS_HUBER ? o->loss : 0]);
-    nl_free(frozen);
-    return settings;
-}
-
-static double json_number(const struct nl_json *root, const char *key, double dflt)
-{
-    const struct nl_json *v = nl_json_get(root, key);
-    return v && v->type == NL_JSON_NUMBER ? v->number : dflt;
-}
-
 static int json_flag(const struct nl_json *root, const char *key)
 {
     const struct nl_json *v = nl_json_get(root, key);
     return v && v->type == NL_JSON_BOOL && v->boolean;
 }
 
-/* The options from a parsed settings object. */
+/* A setting's value in the settings object (a member of "augment" for "augment.X"), or NULL. */
+static const struct nl_json *setting_value(const struct nl_json *root, const char *name)
+{
+    const char *dot = strchr(name, '.');
+    char group[32];
+
+    if (!dot)
+        return nl_json_get(root, name);
+    snprintf(group, sizeof group, "%.*s", (int)(dot - name), name);
+    return nl_json_get(nl_json_get(root, group), dot + 1);
+}
+
+/* The options from a parsed settings object, through the table of settings. */
 static int settings_opts(const struct nl_json *root, const char *run, struct nl_train_opts *o,
                          long *skipped, int *cluster, struct nl_error *err)
 {
-    const struct nl_json *optim = nl_json_get(root, "optim");
-    const struct nl_json *schedule = nl_json_get(root, "schedule");
-    const struct nl_json *augment = nl_json_get(root, "augment");
-    const struct nl_json *on_nan = nl_json_get(root, "on_nan");
-    enum nl_optim_kind kind;
-
     nl_train_defaults(o);
-    if (!root || root->type != NL_JSON_OBJECT || !optim || optim->type != NL_JSON_STRING ||
-        !schedule || schedule->type != NL_JSON_STRING || !nl_json_get(root, "epochs") ||
+    if (!root || root->type != NL_JSON_OBJECT || !nl_json_get(root, "optim") ||
+        !nl_json_get(root, "schedule") || !nl_json_get(root, "epochs") ||
         !nl_json_get(root, "batch") || !nl_json_get(root, "lr") || !nl_json_get(root, "seed"))
         return nl_error_set(err, NL_EFORMAT, "run '%s': its settings lack the training options",
                             run);
-    if (nl_optim_kind_parse(&kind, optim->string, err) < 0 ||
-        nl_schedule_parse(&o->schedule, schedule->string, err) < 0)
-        return nl_error_set(err, NL_EFORMAT, "run '%s': its settings: %s", run, err->msg);
-    nl_optim_defaults(&o->optim, kind);
-    o->epochs = (int)json_number(root, "epochs", 0);
-    o->batch = (int)json_number(root, "batch", 0);
-    o->threads = (int)json_number(root, "threads", 0);
-    o->seed = (uint64_t)json_number(root, "seed", 1);
-    o->optim.lr = (float)json_number(root, "lr", o->optim.lr);
-    o->optim.momentum = (float)json_number(root, "momentum", o->optim.momentum);
-    o->optim.weight_decay = (float)json_number(root, "weight_decay", o->optim.weight_decay);
-    o->optim.nesterov = json_flag(root, "nesterov");
-    o->schedule.warmup_epochs = (float)json_number(root, "warmup", 0);
-    o->clip_value = (float)json_number(root, "clip_value", 0);
-    o->clip_norm = (float)json_number(root, "clip_norm", 0);
-    o->target_accuracy = json_number(root, "early_stop_acc", 0);
-    o->patience = (int)json_number(root, "patience", 0);
-    o->checkpoint_every = (long)json_number(root, "checkpoint_every", 0);
-    o->on_nan =
-        on_nan && on_nan->type == NL_JSON_STRING && strcmp(on_nan->string, "skip-batch") == 0
-            ? NL_ON_NAN_SKIP_BATCH
-            : NL_ON_NAN_STOP;
-    const struct nl_json *loss = nl_json_get(root, "loss");
-    int lk = loss && loss->type == NL_JSON_STRING ? nl_loss_parse(loss->string) : 0;
-    o->loss = lk > 0 ? (enum nl_loss)lk : NL_LOSS_DEFAULT;
-    o->augment.flip = json_flag(augment, "flip");
-    o->augment.crop = (int)json_number(augment, "crop", 0);
-    const struct nl_json *rrc = nl_json_get(augment, "resized_crop");
-    if (rrc && rrc->type == NL_JSON_STRING) {
-        char text[160];
-        struct nl_augment a;
-        snprintf(text, sizeof text, "resized-crop:%s", rrc->string);
-        if (nl_augment_parse(&a, text, err) < 0)
-            return nl_error_set(err, NL_EFORMAT, "run '%s': its settings: %s", run, err->msg);
-        o->augment.scale_min = a.scale_min;
-        o->augment.scale_max = a.scale_max;
-        o->augment.ratio_min = a.ratio_min;
-        o->augment.ratio_max = a.ratio_max;
+    for (int i = 0; i < nl_nsettings; i++) {
+        const struct nl_setting *f = &nl_settings[i];
+        const struct nl_json *v = setting_value(root, f->name);
+        char text[64];
+        const char *t = text;
+        if (!v)
+            continue;
+        if (v->type == NL_JSON_STRING && nl_setting_is_text(f))
+            t = v->string;
+        else if (v->type == NL_JSON_BOOL && !nl_setting_is_text(f))
+            t = v->boolean ? "true" : "false";
+        else if (v->type == NL_JSON_NUMBER && v->is_integer)
+            snprintf(text, sizeof text, "%lld", (long long)v->integer);
+        else if (v->type == NL_JSON_NUMBER)
+            snprintf(text, sizeof text, "%.17g", v->number);
+        else
+            return nl_error_set(err, NL_EFORMAT, "run '%s': its settings: %s has the wrong type",
+                                run, f->name);
+        if (nl_setting_parse(f, o, t, err) < 0) {
+            char why[NL_ERR_MAX];
+            snprintf(why, sizeof why, "%s", err->msg);
+            return nl_error_set(err, NL_EFORMAT, "run '%s': its settings: %s", run, why);
+        }
     }
-    o->augment.brightness = (float)json_number(augment, "brightness", 0);
-    o->augment.contrast = (float)json_number(augment, "contrast", 0);
-    o->augment.saturation = (float)json_number(augment, "saturation", 0);
-    *skipped = (long)json_number(root, "skipped_batches", 0);
+    const struct nl_json *sk = nl_json_get(root, "skipped_batches");
+    *skipped = sk && sk->type == NL_JSON_NUMBER ? (long)sk->number : 0;
     *cluster = json_flag(root, "cluster");
     return nl_optim_validate(&o->optim, err);
 }
@@ -224,6 +155,61 @@ static void sb_put(void *ud, const char *p, size_t n)
 static void sb_json_string(struct sbuf *b, const char *t)
 {
     nl_json_write(sb_put, b, t);
+}
+
+char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_model *m,
+                             struct nl_shape shape, int nclasses, int cluster, long skipped)
+{
+    struct sbuf b = {0};
+    char value[192];
+    int in_group = 0, first = 1;
+
+    sb_str(&b, "{");
+    for (int i = 0; i < nl_nsettings; i++) {
+        const struct nl_setting *f = &nl_settings[i];
+        const char *dot = strchr(f->name, '.');
+        if (!nl_setting_format(f, o, value, sizeof value))
+            continue;
+        /* Members of a group ("augment.flip") go in one object, one after the other. */
+        if (in_group && !dot) {
+            sb_str(&b, "}");
+            in_group = 0;
+        }
+        if (!first)
+            sb_str(&b, ",");
+        first = 0;
+        if (dot && !in_group) {
+            sb_add(&b, "\"", 1);
+            sb_add(&b, f->name, (size_t)(dot - f->name));
+            sb_str(&b, "\":{");
+            in_group = 1;
+        }
+        sb_json_string(&b, dot ? dot + 1 : f->name);
+        sb_str(&b, ":");
+        if (nl_setting_is_text(f))
+            sb_json_string(&b, value);
+        else
+            sb_str(&b, value);
+    }
+    if (in_group)
+        sb_str(&b, "}");
+    snprintf(value, sizeof value, ",\"input\":[%d,%d,%d],\"classes\":%d,\"frozen\":[", shape.c,
+             shape.h, shape.w, nclasses);
+    sb_str(&b, value);
+    for (int i = 0, n = 0; i < m->nlayers; i++)
+        if (m->layers[i].frozen) {
+            if (n++)
+                sb_str(&b, ",");
+            sb_json_string(&b, m->layers[i].name);
+        }
+    snprintf(value, sizeof value, "],\"cluster\":%s,\"skipped_batches\":%ld}",
+             cluster ? "true" : "false", skipped);
+    sb_str(&b, value);
+    if (b.failed) {
+        nl_free(b.s);
+        return NULL;
+    }
+    return b.s;
 }
 
 /* A parsed value written back as JSON. */
@@ -387,6 +373,8 @@ int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_res
         r->opts.on_nan = (enum nl_on_nan)req->on_nan;
     if (req->checkpoint_every >= 0)
         r->opts.checkpoint_every = req->checkpoint_every;
+    if (req->compress)
+        r->opts.bf16 = strcmp(req->compress, "bf16") == 0;
     if (rc == 0) {
         rc = nl_run_load_checkpoint(s, &r->run, r->model->params, r->model->nparams, &cp, err);
         if (rc == NL_ENOENT)

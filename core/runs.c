@@ -333,16 +333,10 @@ int nl_worker_steps_add(struct nl_worker_steps *b, const struct nl_event *ev, st
 {
     if (ev->nworkers <= 0)
         return 0;
-    if (b->n + (size_t)ev->nworkers > b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 1024;
-        while (cap < b->n + (size_t)ev->nworkers)
-            cap *= 2;
-        struct nl_worker_step *v = nl_realloc(b->v, cap * sizeof *v);
-        if (!v)
-            return nl_error_set(err, NL_ENOMEM, "out of memory for the workers' metrics");
-        b->v = v;
-        b->cap = cap;
-    }
+    struct nl_worker_step *v = nl_grow(b->v, &b->cap, b->n + (size_t)ev->nworkers, sizeof *v, 1024);
+    if (!v)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the workers' metrics");
+    b->v = v;
     for (int i = 0; i < ev->nworkers; i++) {
         const struct nl_worker_metrics *w = &ev->workers[i];
         b->v[b->n++] = (struct nl_worker_step){
@@ -402,7 +396,8 @@ int nl_run_recoveries(struct nl_store *s, int64_t run, struct nl_run_recovery **
 {
     sqlite3_stmt *st = NULL;
     struct nl_run_recovery *v = NULL;
-    int n = 0, cap = 0;
+    int n = 0;
+    size_t cap = 0;
     int rc = nl_store_prepare(s, &st,
                               "SELECT step, host, what, action, restarts, workers, created "
                               "FROM recoveries WHERE run = ? ORDER BY seq",
@@ -413,16 +408,13 @@ int nl_run_recoveries(struct nl_store *s, int64_t run, struct nl_run_recovery **
         return rc;
     sqlite3_bind_int64(st, 1, run);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 8;
-            struct nl_run_recovery *g = nl_realloc(v, (size_t)cap * sizeof *v);
-            if (!g) {
-                sqlite3_finalize(st);
-                nl_free(v);
-                return nl_error_set(err, NL_ENOMEM, "out of memory for a run's recoveries");
-            }
-            v = g;
+        struct nl_run_recovery *g = nl_grow(v, &cap, (size_t)n + 1, sizeof *v, 8);
+        if (!g) {
+            sqlite3_finalize(st);
+            nl_free(v);
+            return nl_error_set(err, NL_ENOMEM, "out of memory for a run's recoveries");
         }
+        v = g;
         struct nl_run_recovery *r = &v[n++];
         r->step = (long)sqlite3_column_int64(st, 0);
         copy_text(r->host, sizeof r->host, st, 1);
@@ -551,7 +543,8 @@ int nl_run_list(struct nl_store *s, struct nl_run_info **out, int *count, struct
     char sql[512];
     sqlite3_stmt *st;
     struct nl_run_info *v = NULL;
-    int n = 0, cap = 0, rc;
+    int n = 0, rc;
+    size_t cap = 0;
 
     *out = NULL;
     *count = 0;
@@ -559,16 +552,13 @@ int nl_run_list(struct nl_store *s, struct nl_run_info **out, int *count, struct
     if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) != SQLITE_OK)
         return nl_store_db_error(s, err, "listing runs");
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            struct nl_run_info *nv = nl_realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) {
-                nl_free(v);
-                sqlite3_finalize(st);
-                return nl_error_set(err, NL_ENOMEM, "out of memory listing runs");
-            }
-            v = nv;
+        struct nl_run_info *nv = nl_grow(v, &cap, (size_t)n + 1, sizeof *v, 16);
+        if (!nv) {
+            nl_free(v);
+            sqlite3_finalize(st);
+            return nl_error_set(err, NL_ENOMEM, "out of memory listing runs");
         }
+        v = nv;
         read_info(st, &v[n++]);
     }
     sqlite3_finalize(st);
@@ -812,7 +802,8 @@ int nl_run_epochs(struct nl_store *s, int64_t run, struct nl_run_epoch **out, in
 {
     sqlite3_stmt *st;
     struct nl_run_epoch *v = NULL;
-    int n = 0, cap = 0, rc;
+    int n = 0, rc;
+    size_t cap = 0;
 
     *out = NULL;
     *count = 0;
@@ -823,16 +814,13 @@ int nl_run_epochs(struct nl_store *s, int64_t run, struct nl_run_epoch **out, in
         return nl_store_db_error(s, err, "reading a run's epochs");
     sqlite3_bind_int64(st, 1, run);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            struct nl_run_epoch *nv = nl_realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) {
-                nl_free(v);
-                sqlite3_finalize(st);
-                return nl_error_set(err, NL_ENOMEM, "out of memory reading a run's epochs");
-            }
-            v = nv;
+        struct nl_run_epoch *nv = nl_grow(v, &cap, (size_t)n + 1, sizeof *v, 16);
+        if (!nv) {
+            nl_free(v);
+            sqlite3_finalize(st);
+            return nl_error_set(err, NL_ENOMEM, "out of memory reading a run's epochs");
         }
+        v = nv;
         struct nl_run_epoch *e = &v[n++];
         e->epoch = sqlite3_column_int(st, 0);
         e->train_loss = column_real(st, 1);

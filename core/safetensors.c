@@ -11,7 +11,14 @@
  * BF16 and F64 become float32; the header is at most 64 MiB; every offset is checked against the
  * file's size and the tensor's shape before any data is read, and tensors with the same name or
  * overlapping bytes are refused; a load is staged in a copy of the
- * parameters, so a failed load leaves the model as it was. */
+ * parameters, so a failed load leaves the model as it was.
+ *
+ * Memory is bounded by what the file holds, whatever its header claims: the header is read
+ * member by member (one tensor's JSON tree at a time, never the whole document as a tree), each
+ * tensor kept as a small fixed record; the tensors' bytes may not add up to more than the data
+ * section (they would overlap), and at most MAX_EMPTY tensors may have no bytes, so a file
+ * names at most data/2 + MAX_EMPTY tensors. Tensors are found by name in a sorted index, and
+ * partial loads warn about the first MAX_WARN mismatches and count the rest. */
 #include "nnlab/safetensors.h"
 
 #include <errno.h>
@@ -27,6 +34,7 @@
 #include "nnlab/text.h"
 
 #define MAX_HEADER (64u << 20)
+enum { MAX_EMPTY = 1024, MAX_WARN = 20 };
 
 /* A growing text buffer for the header and for lists of mismatches. */
 struct text {
@@ -216,6 +224,7 @@ static void convert(float *out, const unsigned char *raw, size_t n, const struct
 /* One tensor of the header, checked against the file. */
 struct entry {
     const char *name;
+    size_t name_at; /* while the header is read: the name's offset in the names buffer */
     const struct dtype *dt;
     int ndim;
     int64_t dims[8];
@@ -283,9 +292,32 @@ static int by_name(const void *a, const void *b)
     return strcmp((*(const struct entry *const *)a)->name, (*(const struct entry *const *)b)->name);
 }
 
-/* No two tensors may share a name (a JSON object with a key twice: which one would load?) or a
- * byte of the data (one tensor's bytes read as another's). */
-static int check_entries(const struct entry *e, size_t n, const char *path, struct nl_error *err)
+/* The entries sorted by name in *out (for lookups); no two may share a name (a JSON object
+ * with a key twice: which one would load?). */
+static int index_names(const struct entry *e, size_t n, const struct entry ***out, const char *path,
+                       struct nl_error *err)
+{
+    const struct entry **v = nl_malloc((n + 1) * sizeof *v);
+
+    *out = NULL;
+    if (!v)
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+    for (size_t i = 0; i < n; i++)
+        v[i] = &e[i];
+    qsort(v, n, sizeof *v, by_name);
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(v[i - 1]->name, v[i]->name) == 0) {
+            int rc = nl_error_set(err, NL_EFORMAT, "%s: tensor '%s' appears twice in the header",
+                                  path, v[i]->name);
+            nl_free((void *)v);
+            return rc;
+        }
+    *out = v;
+    return 0;
+}
+
+/* No two tensors may share a byte of the data (one tensor's bytes read as another's). */
+static int check_overlap(const struct entry *e, size_t n, const char *path, struct nl_error *err)
 {
     const struct entry **v = nl_malloc((n + 1) * sizeof *v);
     int rc = 0;
@@ -294,13 +326,7 @@ static int check_entries(const struct entry *e, size_t n, const char *path, stru
         return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
     for (size_t i = 0; i < n; i++)
         v[i] = &e[i];
-    qsort(v, n, sizeof *v, by_name);
-    for (size_t i = 1; i < n && rc == 0; i++)
-        if (strcmp(v[i - 1]->name, v[i]->name) == 0)
-            rc = nl_error_set(err, NL_EFORMAT, "%s: tensor '%s' appears twice in the header", path,
-                              v[i]->name);
-    if (rc == 0)
-        qsort(v, n, sizeof *v, by_begin);
+    qsort(v, n, sizeof *v, by_begin);
     const struct entry *last = NULL; /* the non-empty tensor that ends last so far */
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (v[i]->begin == v[i]->end)
@@ -351,7 +377,8 @@ struct source {
     const char *what; /* the file's path, or "run 'NAME'" */
     struct entry *entries;
     size_t count;
-    FILE *f; /* file source */
+    const struct entry **sorted; /* the entries by name */
+    FILE *f;                     /* file source */
     uint64_t data_start;
     const float *params; /* model source: entries' begin is a float offset into params */
     unsigned char *raw;  /* read buffer */
@@ -374,15 +401,57 @@ static int fetch(struct source *src, const struct entry *e, float *out, struct n
     return 0;
 }
 
+static const struct entry *find(const struct source *src, const char *name)
+{
+    size_t lo = 0, hi = src->count;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(src->sorted[mid]->name, name);
+        if (c == 0)
+            return src->sorted[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* The mismatches of a load: listed (as many as an error message holds) for a whole load's
+ * error, each warned about for a partial one up to MAX_WARN, then counted. */
+struct problems {
+    struct text list; /* one a line, cut past NL_ERR_MAX bytes */
+    int count, warned;
+    const struct source *src;
+    int partial;
+    nl_warn_fn warn;
+    void *warn_ud;
+};
+
+static void problem(struct problems *pr, const char *verb, const char *text)
+{
+    char line[512];
+
+    pr->count++;
+    if (pr->list.len < NL_ERR_MAX)
+        put(&pr->list, "%s\n", text);
+    if (pr->partial && pr->warn && pr->warned++ < MAX_WARN) {
+        snprintf(line, sizeof line, "%s: %s %s", pr->src->what, verb, text);
+        pr->warn(pr->warn_ud, line);
+    }
+}
+
 /* Matches m's tensors with the source's by name and shape, stages the matches in a copy of the
  * parameters and commits them when the load is whole (or partial loads are allowed). */
 static int load_matching(struct nl_model *m, struct source *src, int partial, nl_warn_fn warn,
                          void *warn_ud, struct nl_safetensors_report *report, struct nl_error *err)
 {
     struct nl_safetensors_report r = {0};
-    struct text problems = {0};
+    struct problems pr = {.src = src, .partial = partial, .warn = warn, .warn_ud = warn_ud};
+    struct text one = {0};
     char name[2 * NL_NAME_MAX], line[512];
-    int nproblems = 0, rc = 0;
+    int rc = 0;
     char *used = nl_calloc(src->count + 1, 1);
     float *staged = nl_alloc_floats(m->nparams);
 
@@ -395,26 +464,23 @@ static int load_matching(struct nl_model *m, struct source *src, int partial, nl
         const struct nl_layer *l = &m->layers[i];
         for (int k = 0; k < l->nparams; k++) {
             const struct nl_param *p = &l->params[k];
-            struct entry *e = NULL;
             tensor_name(name, sizeof name, l, p);
-            for (size_t j = 0; j < src->count; j++)
-                if (strcmp(src->entries[j].name, name) == 0) {
-                    e = &src->entries[j];
-                    used[j] = 1;
-                }
+            const struct entry *e = find(src, name);
+            if (e)
+                used[e - src->entries] = 1;
             if (l->fresh)
                 continue; /* --replace-head: keeps its fresh initialisation */
-            size_t mark = problems.len;
+            one.len = 0;
             if (!e) {
-                put(&problems, "%s: missing, model wants ", name);
-                put_shape(&problems, p);
+                put(&one, "%s: missing, model wants ", name);
+                put_shape(&one, p);
             } else if (!same_shape(e, p)) {
-                put(&problems, "%s: %s has ", name, src->params ? "run" : "file");
-                put_entry_shape(&problems, e);
-                put(&problems, ", model wants ");
-                put_shape(&problems, p);
+                put(&one, "%s: %s has ", name, src->params ? "run" : "file");
+                put_entry_shape(&one, e);
+                put(&one, ", model wants ");
+                put_shape(&one, p);
             } else if (!e->dt) {
-                put(&problems, "%s: unsupported dtype (F32, F16, BF16 and F64 load)", name);
+                put(&one, "%s: unsupported dtype (F32, F16, BF16 and F64 load)", name);
             } else {
                 rc = fetch(src, e, staged + l->param_offset + p->offset, err);
                 if (rc < 0)
@@ -423,12 +489,7 @@ static int load_matching(struct nl_model *m, struct source *src, int partial, nl
                 continue;
             }
             r.skipped++;
-            nproblems++;
-            if (partial && warn && !problems.oom) {
-                snprintf(line, sizeof line, "%s: skipped %s", src->what, problems.s + mark);
-                warn(warn_ud, line);
-            }
-            put(&problems, "\n");
+            problem(&pr, "skipped", one.oom ? name : one.s);
         }
     }
     for (size_t j = 0; j < src->count; j++) {
@@ -437,26 +498,26 @@ static int load_matching(struct nl_model *m, struct source *src, int partial, nl
         if (used[j] || (suffix && strcmp(suffix, ".num_batches_tracked") == 0))
             continue;
         r.unused++;
-        nproblems++;
-        size_t mark = problems.len;
-        put(&problems, "%s: not in the model", src->entries[j].name);
-        if (partial && warn && !problems.oom) {
-            snprintf(line, sizeof line, "%s: ignored %s", src->what, problems.s + mark);
-            warn(warn_ud, line);
-        }
-        put(&problems, "\n");
+        one.len = 0;
+        put(&one, "%s: not in the model", src->entries[j].name);
+        problem(&pr, "ignored", one.oom ? src->entries[j].name : one.s);
     }
-    if (problems.oom) {
+    if (pr.list.oom) {
         rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", src->what);
         goto out;
     }
-    if (nproblems && !partial) {
+    if (partial && warn && pr.warned > MAX_WARN) {
+        snprintf(line, sizeof line, "%s: and %d more tensors skipped or ignored", src->what,
+                 pr.warned - MAX_WARN);
+        warn(warn_ud, line);
+    }
+    if (pr.count && !partial) {
         /* One mismatch a line, as many as the message holds. */
         char list[NL_ERR_MAX];
         size_t used_len = 0;
         int shown = 0;
         list[0] = '\0';
-        for (char *ln = problems.s; ln && *ln; shown++) {
+        for (char *ln = pr.list.s; ln && *ln; shown++) {
             char *nl = strchr(ln, '\n');
             size_t n = nl ? (size_t)(nl - ln) : strlen(ln);
             if (used_len + n + 4 > sizeof list - 240)
@@ -465,13 +526,13 @@ static int load_matching(struct nl_model *m, struct source *src, int partial, nl
                 (size_t)snprintf(list + used_len, sizeof list - used_len, "\n  %.*s", (int)n, ln);
             ln = nl ? nl + 1 : NULL;
         }
-        if (shown < nproblems)
-            snprintf(list + used_len, sizeof list - used_len, "\n  and %d more", nproblems - shown);
+        if (shown < pr.count)
+            snprintf(list + used_len, sizeof list - used_len, "\n  and %d more", pr.count - shown);
         rc = nl_error_set(err, NL_EINVAL,
                           "%s: %d tensor%s do%s not match the model (--init-partial loads the "
                           "rest):%s",
-                          src->what, nproblems, nproblems == 1 ? "" : "s",
-                          nproblems == 1 ? "es" : "", list);
+                          src->what, pr.count, pr.count == 1 ? "" : "s", pr.count == 1 ? "es" : "",
+                          list);
         goto out;
     }
     if (r.loaded == 0 && m->nparams > 0) {
@@ -484,14 +545,67 @@ static int load_matching(struct nl_model *m, struct source *src, int partial, nl
 out:
     nl_free(used);
     nl_free(staged);
-    nl_free(problems.s);
+    nl_free(pr.list.s);
+    nl_free(one.s);
     return rc;
+}
+
+/* The header, read member by member into entries (see the top of the file). */
+struct header_read {
+    const char *path;
+    uint64_t data_size;
+    struct entry *entries;
+    size_t count, cap;
+    char *names; /* the names, NUL-terminated one after the other */
+    size_t names_len, names_cap;
+    uint64_t bytes; /* the tensors' bytes so far */
+    size_t empty;   /* tensors of no bytes so far */
+    struct nl_error *err;
+};
+
+static int on_member(void *ud, const struct nl_json *v)
+{
+    struct header_read *h = ud;
+    struct entry e;
+    size_t n = strlen(v->key) + 1;
+
+    if (strcmp(v->key, "__metadata__") == 0)
+        return 0;
+    int rc = read_entry(v, &e, h->data_size, h->path, h->err);
+    if (rc < 0)
+        return rc;
+    /* Ranges inside the data that add up to more than it must overlap somewhere. */
+    h->bytes += e.end - e.begin;
+    if (h->bytes > h->data_size)
+        return nl_error_set(h->err, NL_EFORMAT,
+                            "%s: tensors overlap: by tensor '%s' their bytes add up to %llu, more "
+                            "than the %llu bytes of data the file holds",
+                            h->path, v->key, (unsigned long long)h->bytes,
+                            (unsigned long long)h->data_size);
+    if (e.begin == e.end && ++h->empty > MAX_EMPTY)
+        return nl_error_set(h->err, NL_EFORMAT,
+                            "%s: more than %d tensors hold no bytes (tensor '%s'); the header is "
+                            "corrupt",
+                            h->path, MAX_EMPTY, v->key);
+    struct entry *entries = nl_grow(h->entries, &h->cap, h->count + 1, sizeof *entries, 64);
+    char *names = nl_grow(h->names, &h->names_cap, h->names_len + n, 1, 4096);
+    if (entries)
+        h->entries = entries;
+    if (names)
+        h->names = names;
+    if (!entries || !names)
+        return nl_error_set(h->err, NL_ENOMEM, "%s: out of memory reading the header", h->path);
+    memcpy(h->names + h->names_len, v->key, n);
+    e.name = NULL; /* the buffer may still move */
+    e.name_at = h->names_len;
+    h->names_len += n;
+    h->entries[h->count++] = e;
+    return 0;
 }
 
 int nl_safetensors_load(struct nl_model *m, const char *path, int partial, nl_warn_fn warn,
                         void *warn_ud, struct nl_safetensors_report *report, struct nl_error *err)
 {
-    struct nl_json_doc *doc = NULL;
     struct source src = {.what = path};
     unsigned char len[8];
     char *header = NULL;
@@ -532,36 +646,27 @@ int nl_safetensors_load(struct nl_model *m, const char *path, int partial, nl_wa
         rc = nl_error_set(err, NL_EIO, "%s: cannot read the header", path);
         goto out;
     }
-    rc = nl_json_parse(&doc, header, hlen, path, err);
-    if (rc < 0)
-        goto out;
-    const struct nl_json *root = nl_json_root(doc);
-    if (root->type != NL_JSON_OBJECT) {
-        rc = nl_error_set(err, NL_EFORMAT, "%s: the header is not a JSON object", path);
-        goto out;
-    }
-    src.entries = nl_calloc(root->count + 1, sizeof *src.entries);
-    if (!src.entries) {
-        rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
-        goto out;
-    }
-    for (size_t i = 0; i < root->count; i++) {
-        if (strcmp(root->items[i].key, "__metadata__") == 0)
-            continue;
-        rc = read_entry(&root->items[i], &src.entries[src.count], data_size, path, err);
-        if (rc < 0)
-            goto out;
-        src.count++;
-    }
-    rc = check_entries(src.entries, src.count, path, err);
+    struct header_read hr = {.path = path, .data_size = data_size, .err = err};
+    rc = nl_json_parse_members(header, hlen, path, on_member, &hr, err);
+    nl_free(header);
+    header = NULL;
+    src.entries = hr.entries;
+    src.count = hr.count;
+    for (size_t i = 0; i < src.count; i++)
+        src.entries[i].name = hr.names + src.entries[i].name_at;
+    if (rc == 0)
+        rc = index_names(src.entries, src.count, &src.sorted, path, err);
+    if (rc == 0)
+        rc = check_overlap(src.entries, src.count, path, err);
     if (rc == 0)
         rc = load_matching(m, &src, partial, warn, warn_ud, report, err);
+    nl_free(hr.names);
 out:
     fclose(f);
     nl_free(header);
     nl_free(src.raw);
     nl_free(src.entries);
-    nl_json_free(doc);
+    nl_free((void *)src.sorted);
     return rc;
 }
 
@@ -604,7 +709,10 @@ int nl_weights_copy(struct nl_model *dst, const struct nl_model *src_model, cons
     }
     src.entries = entries;
     src.count = n;
-    rc = load_matching(dst, &src, partial, warn, warn_ud, report, err);
+    rc = index_names(entries, n, &src.sorted, what, err);
+    if (rc == 0)
+        rc = load_matching(dst, &src, partial, warn, warn_ud, report, err);
+    nl_free((void *)src.sorted);
     nl_free(entries);
     nl_free(names);
     return rc;

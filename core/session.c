@@ -11,18 +11,11 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 #include "nnlab/dataset.h"
 #include "nnlab/model.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int nl_session_start(struct nl_store *store, const struct nl_session_new *new, struct nl_model *m,
                      struct nl_dataset *d, const struct nl_train_opts *o, struct nl_session **out,
@@ -59,9 +52,29 @@ int nl_session_start(struct nl_store *store, const struct nl_session_new *new, s
         nl_session_free(s);
         return rc;
     }
-    s->last_beat = now();
+    s->last_beat = nl_now();
     *out = s;
     return 0;
+}
+
+/* What the run recorded up to epoch done: the seconds of its epochs, and epoch done's
+ * metrics. An epoch resumed in its middle counts its earlier part in its record already. */
+static int resumed_record(struct nl_session *s, int done, struct nl_error *err)
+{
+    struct nl_run_epoch *epochs = NULL;
+    int n = 0;
+    int rc = nl_run_epochs(s->store, s->run.id, &epochs, &n, err);
+
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (epochs[i].epoch > done)
+            continue;
+        if (epochs[i].seconds > 0)
+            s->seconds_before += epochs[i].seconds;
+        if (epochs[i].epoch == done)
+            s->epoch_before = epochs[i];
+    }
+    nl_free(epochs);
+    return rc;
 }
 
 int nl_session_resume(struct nl_store *store, const char *name, const struct nl_resume_request *req,
@@ -88,7 +101,12 @@ int nl_session_resume(struct nl_store *store, const char *name, const struct nl_
     s->cluster = r->cluster;
     s->skipped_before = r->skipped;
     s->resumed = r;
-    s->last_beat = now();
+    rc = resumed_record(s, r->resume.epoch, err);
+    if (rc < 0) {
+        nl_session_free(s);
+        return rc;
+    }
+    s->last_beat = nl_now();
     *out = s;
     return 0;
 }
@@ -106,7 +124,7 @@ static int record_failed(struct nl_session *s, const struct nl_error *e)
 static int heartbeat(struct nl_session *s)
 {
     struct nl_error e = {0};
-    const double t = now();
+    const double t = nl_now();
 
     if (t - s->last_beat < NL_RUN_HEARTBEAT_SECONDS)
         return 0;
@@ -151,7 +169,7 @@ static int session_checkpoint(void *ud, const struct nl_checkpoint *cp, struct n
         record_failed(s, err);
         return rc;
     }
-    s->last_beat = now(); /* the checkpoint is a sign of life; its heartbeat follows in time */
+    s->last_beat = nl_now(); /* the checkpoint is a sign of life; its heartbeat follows in time */
     return 0;
 }
 
@@ -202,6 +220,17 @@ int nl_session_finish(struct nl_session *s, int rc, struct nl_error *err)
         *err = s->record_err;
         rc = s->record_err.code < 0 ? s->record_err.code : NL_EDB;
         nl_error_prefix(err, "run '%s' not recorded", s->run.name);
+    }
+    /* A resumed run's result covers the whole run: its time, and its last epoch's metrics
+     * where this session completed none. */
+    if (s->resumed) {
+        s->res.seconds += s->seconds_before;
+        if (s->epoch_before.epoch > 0 && s->res.epochs <= s->epoch_before.epoch) {
+            s->res.epochs = s->epoch_before.epoch;
+            s->res.train_loss = s->epoch_before.train_loss;
+            s->res.train_accuracy = s->epoch_before.train_accuracy;
+            s->res.val_accuracy = s->epoch_before.val_accuracy;
+        }
     }
     const char *status = rc == 0 ? "done" : rc == NL_ECANCELED ? "stopped" : "failed";
     if (nl_run_finish(s->store, s->run.id, status, rc == 0 ? &s->res : NULL, &e) < 0) {

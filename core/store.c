@@ -541,6 +541,18 @@ static int store_open(struct nl_store **out, const char *path, int mode, struct 
         nl_store_close(s);
         return rc;
     }
+    /* SQLite opens a file it may not write read-only without a word, and says so only at the
+     * first write ("attempt to write a readonly database"): a command that writes is told now,
+     * in a sentence. */
+    if (mode != 2 && sqlite3_db_readonly(s->db, "main") == 1) {
+        rc = nl_error_set(err, NL_EDB,
+                          "%s: this store is read-only here (the file, its folder or its file "
+                          "system may not be written by this user), and this needs to write "
+                          "to it; listing, showing and evaluating still work",
+                          path);
+        nl_store_close(s);
+        return rc;
+    }
     sqlite3_busy_handler(s->db, busy_wait, NULL);
     rc = nl_store_exec(s, "PRAGMA foreign_keys = ON", err);
     if (rc == 0 && s->readonly) {

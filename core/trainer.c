@@ -19,9 +19,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 #include "nnlab/rng.h"
 #include "pool.h"
 
@@ -83,13 +83,6 @@ struct ctx {
     int next; /* layers [next, nlayers) are reduced and announced; under lock */
     pthread_mutex_t lock;
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void nl_train_defaults(struct nl_train_opts *o)
 {
@@ -850,7 +843,7 @@ static int train_setup(struct loop *L)
 static void epoch_begin(struct loop *L, int epoch)
 {
     L->epoch = epoch;
-    L->t0 = now();
+    L->t0 = nl_now();
     L->loss_sum = 0.0;
     L->correct = L->seen = L->skipped = 0;
     memset(&L->reg, 0, sizeof L->reg);
@@ -940,7 +933,7 @@ static int step_event(struct loop *L, long it)
     const struct ctx *c = &L->c;
     if (!L->hooks || !L->hooks->event)
         return 0;
-    const double elapsed = now() - L->t0;
+    const double elapsed = nl_now() - L->t0;
     const double per_step = (L->train_seconds + elapsed) / (double)(c->step - L->first_step);
     double mae = NAN, rmse = NAN, r2 = NAN;
     if (L->d->regression)
@@ -1007,7 +1000,7 @@ static int step_checkpoint(struct loop *L, long it)
 static int epoch_end(struct loop *L)
 {
     const struct nl_train_opts *o = L->o;
-    const double seconds = now() - L->t0;
+    const double seconds = nl_now() - L->t0;
     struct nl_epoch_sums e = {
         .epoch = L->epoch,
         .iters = L->iters,

@@ -12,33 +12,24 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
     char *buf = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&buf, &n);
-    const struct nl_optim *op = &s->o.optim;
 
     if (!f)
         return nl_error_set(err, NL_ENOMEM, "out of memory for a worker's setup");
-    fprintf(f, "rank %d\nsize %d\nepochs %d\nbatch %d\nthreads %d\nseed %llu\n", s->rank, s->size,
-            s->o.epochs, s->o.batch, s->o.threads, (unsigned long long)s->o.seed);
-    fprintf(f, "optim %d\nlr %a\nmomentum %a\nnesterov %d\nweight_decay %a\n", (int)op->kind,
-            (double)op->lr, (double)op->momentum, op->nesterov, (double)op->weight_decay);
-    char schedule[160];
-    nl_schedule_format(&s->o.schedule, schedule, sizeof schedule);
-    fprintf(f, "beta1 %a\nbeta2 %a\neps %a\nalpha %a\nschedule %s\nwarmup %a\nbf16 %d\n",
-            (double)op->beta1, (double)op->beta2, (double)op->eps, (double)op->alpha, schedule,
-            (double)s->o.schedule.warmup_epochs, s->bf16);
-    fprintf(f, "plaintext %d\n", s->plaintext);
-    fprintf(f, "timeout %d\naugment %d %d\n", s->timeout_ms, s->o.augment.flip, s->o.augment.crop);
-    fprintf(f, "augment_scale %a %a\naugment_ratio %a %a\naugment_color %a %a %a\n",
-            (double)s->o.augment.scale_min, (double)s->o.augment.scale_max,
-            (double)s->o.augment.ratio_min, (double)s->o.augment.ratio_max,
-            (double)s->o.augment.brightness, (double)s->o.augment.contrast,
-            (double)s->o.augment.saturation);
-    fprintf(f, "clip %a %a\n", (double)s->o.clip_value, (double)s->o.clip_norm);
-    fprintf(f, "loss %d\nregression %d\n", (int)s->o.loss, s->regression);
-    fprintf(f, "early_stop %a %d\n", s->o.target_accuracy, s->o.patience);
+    /* The run's settings from their table, then what only a member needs. */
+    struct nl_train_opts o = s->o;
+    o.bf16 = s->bf16;
+    fprintf(f, "rank %d\nsize %d\n", s->rank, s->size);
+    for (int i = 0; i < nl_nsettings; i++) {
+        char value[192];
+        if (nl_setting_format(&nl_settings[i], &o, value, sizeof value))
+            fprintf(f, "%s %s\n", nl_settings[i].name, value);
+    }
+    fprintf(f, "plaintext %d\ntimeout %d\nregression %d\n", s->plaintext, s->timeout_ms,
+            s->regression);
     for (int e = 0; e < s->nwatched; e++)
         fprintf(f, "watched %a\n", s->watched[e]);
-    fprintf(f, "generation %d\nstart %ld\nstate %d\nheartbeat %d\ncheckpoint_every %ld\n",
-            s->generation, s->start, s->has_state, s->heartbeat_ms, s->o.checkpoint_every);
+    fprintf(f, "generation %d\nstart %ld\nstate %d\nheartbeat %d\n", s->generation, s->start,
+            s->has_state, s->heartbeat_ms);
     /* One frozen layer a line: names are identifiers, and lines are short. */
     for (const char *name = s->frozen; name && *name;) {
         size_t l = strcspn(name, ",");
@@ -99,6 +90,7 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
     const char *p = text, *end = text + len;
     int line = 0, nmembers = 0;
     char key[32], a[80], b[80], c[80];
+    const struct nl_setting *f;
 
     memset(s, 0, sizeof *s);
     nl_train_defaults(&s->o);
@@ -133,43 +125,9 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
             s->members = nl_calloc((size_t)s->size, sizeof *s->members);
             if (!s->members)
                 return nl_error_set(err, NL_ENOMEM, "out of memory for the setup");
-        } else if (strcmp(key, "epochs") == 0) {
-            s->o.epochs = atoi(a);
-        } else if (strcmp(key, "batch") == 0) {
-            s->o.batch = atoi(a);
-        } else if (strcmp(key, "threads") == 0) {
-            s->o.threads = atoi(a);
-        } else if (strcmp(key, "seed") == 0) {
-            s->o.seed = strtoull(a, NULL, 10);
-        } else if (strcmp(key, "optim") == 0) {
-            s->o.optim.kind = (enum nl_optim_kind)atoi(a);
-        } else if (strcmp(key, "lr") == 0) {
-            s->o.optim.lr = strtof(a, NULL);
-        } else if (strcmp(key, "momentum") == 0) {
-            s->o.optim.momentum = strtof(a, NULL);
-        } else if (strcmp(key, "nesterov") == 0) {
-            s->o.optim.nesterov = atoi(a);
-        } else if (strcmp(key, "weight_decay") == 0) {
-            s->o.optim.weight_decay = strtof(a, NULL);
-        } else if (strcmp(key, "beta1") == 0) {
-            s->o.optim.beta1 = strtof(a, NULL);
-        } else if (strcmp(key, "beta2") == 0) {
-            s->o.optim.beta2 = strtof(a, NULL);
-        } else if (strcmp(key, "eps") == 0) {
-            s->o.optim.eps = strtof(a, NULL);
-        } else if (strcmp(key, "alpha") == 0) {
-            s->o.optim.alpha = strtof(a, NULL);
-        } else if (strcmp(key, "schedule") == 0) {
-            if (nl_schedule_parse(&s->o.schedule, a, NULL) < 0)
+        } else if ((f = nl_setting_find(key)) != NULL) {
+            if (got != 2 || nl_setting_parse(f, &s->o, a, err) < 0)
                 goto bad;
-        } else if (strcmp(key, "warmup") == 0) {
-            s->o.schedule.warmup_epochs = strtof(a, NULL);
-        } else if (strcmp(key, "clip") == 0 && got == 3) {
-            s->o.clip_value = strtof(a, NULL);
-            s->o.clip_norm = strtof(b, NULL);
-        } else if (strcmp(key, "early_stop") == 0 && got == 3) {
-            s->o.target_accuracy = strtod(a, NULL);
-            s->o.patience = atoi(b);
         } else if (strcmp(key, "watched") == 0) {
             /* One a line, in epoch order; no run has more epochs than an int counts. */
             if (s->nwatched >= 1 << 24)
@@ -181,36 +139,21 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
             }
             s->watched = w;
             s->watched[s->nwatched++] = strtod(a, NULL);
-        } else if (strcmp(key, "augment") == 0 && got == 3) {
-            s->o.augment.flip = atoi(a);
-            s->o.augment.crop = atoi(b);
-        } else if (strcmp(key, "augment_scale") == 0 && got == 3) {
-            s->o.augment.scale_min = strtof(a, NULL);
-            s->o.augment.scale_max = strtof(b, NULL);
-        } else if (strcmp(key, "augment_ratio") == 0 && got == 3) {
-            s->o.augment.ratio_min = strtof(a, NULL);
-            s->o.augment.ratio_max = strtof(b, NULL);
-        } else if (strcmp(key, "augment_color") == 0 && got == 4) {
-            s->o.augment.brightness = strtof(a, NULL);
-            s->o.augment.contrast = strtof(b, NULL);
-            s->o.augment.saturation = strtof(c, NULL);
         } else if (strcmp(key, "frozen") == 0) {
             if (append_name(&s->frozen, a) < 0)
                 return nl_error_set(err, NL_ENOMEM, "out of memory for the setup");
-        } else if (strcmp(key, "bf16") == 0) {
-            s->bf16 = atoi(a);
         } else if (strcmp(key, "plaintext") == 0) {
             s->plaintext = atoi(a) != 0;
         } else if (strcmp(key, "timeout") == 0) {
             s->timeout_ms = atoi(a);
+        } else if (strcmp(key, "regression") == 0) {
+            s->regression = atoi(a) != 0;
         } else if (strcmp(key, "generation") == 0) {
             s->generation = atoi(a);
         } else if (strcmp(key, "start") == 0) {
             s->start = strtol(a, NULL, 10);
         } else if (strcmp(key, "state") == 0) {
             s->has_state = atoi(a);
-        } else if (strcmp(key, "checkpoint_every") == 0) {
-            s->o.checkpoint_every = strtol(a, NULL, 10);
         } else if (strcmp(key, "heartbeat") == 0) {
             s->heartbeat_ms = atoi(a);
         } else if (strcmp(key, "ntrain") == 0) {
@@ -219,10 +162,6 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
             s->shape = (struct nl_shape){atoi(a), atoi(b), atoi(c)};
         } else if (strcmp(key, "classes") == 0) {
             s->nclasses = atoi(a);
-        } else if (strcmp(key, "loss") == 0) {
-            s->o.loss = (enum nl_loss)atoi(a);
-        } else if (strcmp(key, "regression") == 0) {
-            s->regression = atoi(a) != 0;
         } else if (strcmp(key, "dtype") == 0) {
             s->dtype = atoi(a);
         } else if (strcmp(key, "hash") == 0) {
@@ -251,6 +190,7 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
         nl_setup_release(s);
         return nl_error_set(err, NL_EFORMAT, "the driver's setup is incomplete");
     }
+    s->bf16 = s->o.bf16;
     return 0;
 bad:
     nl_setup_release(s);

@@ -92,6 +92,19 @@ int main(void)
              "and one on two threads");
         is_int(count(out, "\"allocations_per_step\":0,"), 2, "timed steps allocate nothing");
         is_int(leftovers(), 0, "no store created at --db, no temporary store left behind");
+
+        /* A model named by a file whose name holds control characters: its row shows them
+         * escaped, as everything that came from a file or a person. */
+        char spec[160];
+        snprintf(spec, sizeof spec, "%s/e\033[2J.spec", dir);
+        FILE *f = fopen(spec, "w");
+        if (f) {
+            fputs("fc1: dense 16\nrelu\nfc2: dense N\n", f);
+            fclose(f);
+        }
+        is_int(nnlab("bench --steps 1 --warmup 0 --model '%s' --batch 8 --threads 1", spec), 0,
+               "a bench of a spec file runs: %s", errtext);
+        ok(!strchr(out, '\033') && strstr(out, "e\\e[2J.spec"), "its name escaped: %s", out);
     }
 
     char cmd[128];

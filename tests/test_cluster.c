@@ -140,6 +140,16 @@ int main(void)
     ok(sshd_no_workers_left(&sd, 5), "no worker is left after the run");
     is_int(nnlab("hosts check node1 --ssh-config '%s/ssh_config'", sd.dir), 0, "hosts check");
     like(out, "ready", "now the uploaded binary is ready");
+    /* What a host answers is printed with its control characters escaped: a remote nnlab whose
+     * version would retitle and clear the terminal. */
+    sshd_write(sd.dir, "evil-nnlab", "#!/bin/sh\nprintf 'nnlab 9\\033]0;owned\\007\\033[2J\\n'\n");
+    snprintf(path, sizeof path, "chmod +x '%s/evil-nnlab'", sd.dir);
+    ok(system(path) == 0, "a remote nnlab with a hostile version");
+    is_int(nnlab("hosts check node1 --ssh-config '%s/ssh_config' --remote-nnlab '%s/evil-nnlab'",
+                 sd.dir, sd.dir),
+           0, "hosts check runs it: %s", errtext);
+    ok(!strchr(out, '\033') && strstr(out, "nnlab 9\\e]0;owned\\x07\\e[2J"),
+       "its version escaped: %s", out);
 
     /* 2 and 3 workers: the same mathematics. */
     struct nl_spec *spec;
@@ -201,11 +211,37 @@ int main(void)
            "--insecure-plaintext without hosts is a usage error");
     like(errtext, "cluster options need --hosts", "the message: %s", errtext);
 
-    is_int(nnlab("%s --hosts node1,node2 --compress bf16", train_args()), 0,
+    is_int(nnlab("%s --hosts node1,node2 --compress bf16 --name bf16", train_args()), 0,
            "bf16 compression trains: %s", errtext);
     const int nbf = losses(got, EPOCHS);
     ok(nbf == EPOCHS && fabs(got[0] - base[0]) < 0.05,
        "bf16 stays near the fp32 curve (%.4f vs %.4f)", got[0], base[0]);
+
+    /* Compression is one of the run's settings: resumed without --compress, the run exchanges
+     * bf16 still (a step sends the bytes its first epoch's steps sent), and --compress none
+     * with --resume changes it. */
+    static const char step_bytes[] =
+        "SELECT bytes_sent FROM worker_steps JOIN runs ON runs.id = run "
+        "WHERE name = 'bf16' AND worker = 0 AND epoch = %d LIMIT 1";
+    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'bf16' AND settings LIKE "
+                        "'%%\"compress\":\"bf16\"%%'") == 1,
+       "bf16 compression is stored with the run");
+    is_int(nnlab("--json train --resume bf16 --epochs %d --hosts node1,node2 --ssh-config "
+                 "'%s/ssh_config'",
+                 EPOCHS + 1, sd.dir),
+           0, "the bf16 run resumed on the cluster: %s", errtext);
+    const long long first = sshd_db_int(&sd, step_bytes, 1);
+    ok(first > 0 && sshd_db_int(&sd, step_bytes, EPOCHS + 1) == first,
+       "resumed, a step sends what a first epoch's step sent (%lld bytes, bf16)", first);
+    is_int(nnlab("--json train --resume bf16 --epochs %d --hosts node1,node2 --compress none "
+                 "--ssh-config '%s/ssh_config'",
+                 EPOCHS + 2, sd.dir),
+           0, "resumed again with --compress none: %s", errtext);
+    ok(sshd_db_int(&sd, step_bytes, EPOCHS + 2) > first, "now a step sends fp32's (%lld bytes)",
+       sshd_db_int(&sd, step_bytes, EPOCHS + 2));
+    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'bf16' AND settings LIKE "
+                        "'%%\"compress\":\"none\"%%'") == 1,
+       "and the run's settings say so");
 
     /* Clipping: 2 workers clip the global gradient as 1 worker does. */
     double clip1[EPOCHS] = {0}, clip2[EPOCHS] = {0};

@@ -418,6 +418,38 @@ static void test_plateau(void)
     like(errtext, "give --hosts or --hostfile to resume it", "saying so");
 }
 
+/* A kill -9 right after the last checkpoint (its epoch's record with it) leaves the run running
+ * with no owner and no result: resumed, it trains nothing more and finishes with the last
+ * epoch's validation accuracy and the whole run's seconds, not the resumed session's. */
+static void test_last_checkpoint(void)
+{
+    is_int(nnlab("train --data syn --model mlp --epochs 2 --batch 32 --threads 2 --name lastcp "
+                 "--quiet"),
+           0, "a run of 2 epochs");
+    const long long val = query_int("SELECT CAST(val_accuracy * 1000000 AS INTEGER) FROM runs "
+                                    "WHERE name = 'lastcp'");
+    const long long ms = query_int("SELECT CAST(seconds * 1000 AS INTEGER) FROM runs WHERE name "
+                                   "= 'lastcp'");
+    sqlite3 *h = NULL;
+    ok(sqlite3_open(db, &h) == SQLITE_OK &&
+           sqlite3_exec(h,
+                        "UPDATE runs SET status = 'running', finished = NULL, val_accuracy = "
+                        "NULL, test_accuracy = NULL, seconds = NULL, owner_host = NULL, "
+                        "owner_pid = NULL, owner_start = NULL WHERE name = 'lastcp'",
+                        NULL, NULL, NULL) == SQLITE_OK,
+       "its process killed after the last checkpoint, before its result");
+    sqlite3_close(h);
+    is_int(nnlab("train --resume lastcp --json"), 0, "resumed: %s", errtext);
+    is_str(query_int("SELECT status = 'done' FROM runs WHERE name = 'lastcp'") == 1 ? "done" : "?",
+           "done", "the run is done");
+    ok(val > 0 && query_int("SELECT CAST(val_accuracy * 1000000 AS INTEGER) FROM runs WHERE name "
+                            "= 'lastcp'") == val,
+       "with the last epoch's validation accuracy (%lld ppm)", val);
+    const long long after =
+        query_int("SELECT CAST(seconds * 1000 AS INTEGER) FROM runs WHERE name = 'lastcp'");
+    ok(ms > 0 && after >= ms * 9 / 10, "and the run's seconds: %lld ms, %lld ms first", after, ms);
+}
+
 int main(void)
 {
     char images[256], labels[256], cmd[300];
@@ -448,6 +480,7 @@ int main(void)
     test_owner();
     test_full_disk();
     test_plateau();
+    test_last_checkpoint();
 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)

@@ -22,17 +22,10 @@
 #include "nnlab/dataset.h"
 #include "nnlab/store.h"
 #include "tap.h"
+#include "test_util.h"
 
 #define W 8
 #define H 6
-
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
 
 #define succeeds(rc, err, ...) (is_int((rc), 0, __VA_ARGS__) || (diag("%s", (err).msg), 0))
 
@@ -677,7 +670,7 @@ static void check_augment(void)
 {
     struct nl_augment a;
     struct nl_error err = {0};
-    struct nl_rng rng;
+    struct nl_rng aug_rng;
     struct nl_shape shape = {1, 3, 4};
     float x[2 * 12], y[2 * 12];
 
@@ -693,11 +686,11 @@ static void check_augment(void)
     for (int i = 0; i < 24; i++)
         x[i] = y[i] = (float)i + 1;
     a = (struct nl_augment){.flip = 1};
-    nl_rng_seed(&rng, 3);
+    nl_rng_seed(&aug_rng, 3);
     int flipped = 0, same = 0;
     for (int t = 0; t < 20; t++) {
         memcpy(x, y, sizeof x);
-        nl_augment_batch(&a, shape, NULL, NULL, x, 2, &rng);
+        nl_augment_batch(&a, shape, NULL, NULL, x, 2, &aug_rng);
         for (int i = 0; i < 2; i++) {
             const float *p = x + 12 * i, *q = y + 12 * i;
             int is_same = memcmp(p, q, 12 * sizeof *p) == 0;
@@ -719,7 +712,7 @@ static void check_augment(void)
     int good = 1;
     for (int t = 0; t < 20; t++) {
         memcpy(x, y, sizeof x);
-        nl_augment_batch(&a, shape, NULL, NULL, x, 1, &rng);
+        nl_augment_batch(&a, shape, NULL, NULL, x, 1, &aug_rng);
         int found = 0;
         for (int dy = -1; dy <= 1 && !found; dy++)
             for (int dx = -1; dx <= 1 && !found; dx++) {
@@ -736,15 +729,6 @@ static void check_augment(void)
     }
     ok(good, "crop: every sample is a shift of at most one pixel");
 }
-
-#ifndef UNDER_ASAN
-static long max_rss_kb(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_maxrss;
-}
-#endif
 
 /* Peak memory must not grow with the number of files: a tree of 3,000 64x64 PNGs (12 MB of
  * pixels) after one of 300. */

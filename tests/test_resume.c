@@ -16,49 +16,11 @@
 
 enum { SIDE = 12, CLASSES = 4, MAX_CP = 32, EPOCHS = 3 };
 
-/* Four classes of 12x12 images, a bright square in one quadrant (the class), as floats in
- * [0, 1]; nval samples of validation. */
+/* The quadrants of test_util.h as floats in [0, 1]; nval samples of validation. */
 static struct nl_dataset *synthetic(uint32_t ntrain, uint32_t nval, uint64_t seed)
 {
-    struct nl_dataset *d = nl_calloc(1, sizeof *d);
     const uint32_t n[NL_NSPLITS] = {ntrain, nval, 50};
-    struct nl_rng r;
-
-    nl_rng_seed(&r, seed);
-    d->name = nl_strdup("synthetic");
-    d->source = nl_strdup("test");
-    d->kind = nl_strdup("idx");
-    d->shape = (struct nl_shape){1, SIDE, SIDE};
-    d->dtype = NL_F32;
-    d->nclasses = CLASSES;
-    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
-    for (int k = 0; k < CLASSES; k++)
-        d->class_names[k] = nl_strdup(k == 0 ? "a" : k == 1 ? "b" : k == 2 ? "c" : "d");
-    d->nnorm = 1;
-    d->mean = nl_calloc(1, sizeof(float));
-    d->std = nl_calloc(1, sizeof(float));
-    d->mean[0] = 0.25f;
-    d->std[0] = 0.3f;
-    for (int s = 0; s < NL_NSPLITS; s++) {
-        float *x = nl_calloc((size_t)n[s] * SIDE * SIDE + 1, sizeof *x);
-        int32_t *y = nl_calloc((size_t)n[s] + 1, sizeof *y);
-        for (uint32_t i = 0; i < n[s]; i++) {
-            int k = (int)nl_rng_below(&r, CLASSES);
-            int oy = (k / 2) * 6 + 1 + (int)nl_rng_below(&r, 2); /* rows oy..oy+3 <= 11 */
-            int ox = (k % 2) * 6 + 1 + (int)nl_rng_below(&r, 2);
-            float *img = x + (size_t)i * SIDE * SIDE;
-            for (int p = 0; p < SIDE * SIDE; p++)
-                img[p] = (float)nl_rng_below(&r, 80) / 255.0f;
-            for (int yy = 0; yy < 4; yy++)
-                for (int xx = 0; xx < 4; xx++)
-                    img[(oy + yy) * SIDE + ox + xx] = (float)(150 + nl_rng_below(&r, 106)) / 255.0f;
-            y[i] = k;
-        }
-        d->split[s].n = n[s];
-        d->split[s].x = x;
-        d->split[s].y = y;
-    }
-    return d;
+    return quadrants(n, seed, NL_F32, 2);
 }
 
 static const char spec_text[] = "fc1: dense 32\nrelu\ndropout 0.2\nfc2: dense 4\n";

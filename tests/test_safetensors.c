@@ -1,6 +1,7 @@
 /* safetensors in and out: a round trip, a file laid out as PyTorch's state_dict written from
  * known values (F32, F16, BF16), mismatches listed one by one, partial loads, corrupt files,
- * copying weights between models, and the JSON reader underneath. */
+ * copying weights between models, a header of a million-tensor kind read in memory bounded by
+ * the file (and its warnings counted, not repeated), and the JSON reader underneath. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -235,6 +236,99 @@ static void test_corrupt(void)
     nl_model_free(m);
 }
 
+/* A header naming n one-float tensors t0, t1, ... laid end to end, with the data they need. */
+static size_t write_many(const char *path, size_t n)
+{
+    size_t cap = n * 80 + 64, len = 0;
+    char *h = malloc(cap);
+    len += (size_t)snprintf(h + len, cap - len, "{");
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(h + len, cap - len,
+                                "%s\"t%zu\":{\"dtype\":\"F32\",\"shape\":[1],"
+                                "\"data_offsets\":[%zu,%zu]}",
+                                i ? "," : "", i, 4 * i, 4 * i + 4);
+    snprintf(h + len, cap - len, "}");
+    float *data = calloc(n, sizeof *data);
+    write_file(path, h, data, n * sizeof *data);
+    len = strlen(h);
+    free(h);
+    free(data);
+    return len;
+}
+
+/* 200,000 tensors (an 11 MB header; the tree of the whole document took about 2 KB a tensor,
+ * 400 MB): refused for not matching the model in memory of the order of the header, listing a
+ * few and counting the rest; a partial load warns about the first ones and counts the rest. */
+static void test_many_tensors(void)
+{
+    char path[128];
+    struct nl_error err = {0};
+    struct nl_model *m = build(small, (struct nl_shape){1, 5, 5}, 3);
+
+    snprintf(path, sizeof path, "%s/many.safetensors", dir);
+    size_t header = write_many(path, 200000);
+    long before = max_rss_kb();
+    is_int(nl_safetensors_load(m, path, 0, NULL, NULL, NULL, &err), NL_EINVAL,
+           "200,000 tensors the model lacks: refused");
+    long grew = max_rss_kb() - before;
+    like(err.msg, "200004 tensors do not match", "counted");
+    like(err.msg, "and 1999", "the list cut short");
+#ifdef UNDER_ASAN
+    (void)grew;
+    (void)header;
+    ok(1, "# SKIP AddressSanitizer's quarantine keeps freed memory");
+#else
+    ok(grew < (long)(6 * header / 1024), "read in %ld KiB for a header of %zu KiB", grew,
+       header / 1024);
+#endif
+    warnings = 0;
+    is_int(nl_safetensors_load(m, path, 1, count_warning, NULL, NULL, &err), NL_EINVAL,
+           "partially: nothing matches");
+    is_int(warnings, 21, "20 mismatches warned about, then one count");
+    like(last_warning, "and 199984 more tensors skipped or ignored", "the rest counted");
+    nl_model_free(m);
+
+    /* Tensors of no bytes cost nothing in the data: a header may name only so many. */
+    size_t cap = 1100 * 80, len = 0;
+    char *h = malloc(cap);
+    len += (size_t)snprintf(h + len, cap - len, "{");
+    for (int i = 0; i < 1100; i++)
+        len += (size_t)snprintf(h + len, cap - len,
+                                "%s\"e%d\":{\"dtype\":\"F32\",\"shape\":[0],"
+                                "\"data_offsets\":[0,0]}",
+                                i ? "," : "", i);
+    snprintf(h + len, cap - len, "}");
+    snprintf(path, sizeof path, "%s/empty.safetensors", dir);
+    write_file(path, h, NULL, 0);
+    free(h);
+    m = build(small, (struct nl_shape){1, 5, 5}, 3);
+    is_int(nl_safetensors_load(m, path, 1, NULL, NULL, NULL, &err), NL_EFORMAT,
+           "1,100 empty tensors refused");
+    like(err.msg, "more than 1024 tensors hold no bytes", "saying why");
+    nl_model_free(m);
+}
+
+/* nl_grow, the growth rule of the readers' arrays: doubling from the first capacity, the
+ * elements kept, and a size that would overflow refused with the array left as it was. */
+static void test_grow(void)
+{
+    size_t cap = 0;
+    int *v = nl_grow(NULL, &cap, 1, sizeof *v, 8);
+    ok(v && cap == 8, "room for 8 first (%zu)", cap);
+    for (int i = 0; v && i < 8; i++)
+        v[i] = i;
+    int *w = v ? nl_grow(v, &cap, 9, sizeof *v, 8) : NULL;
+    ok(w && cap == 16 && w[7] == 7, "then 16, the elements kept (%zu)", cap);
+    v = w ? w : v;
+    w = nl_grow(v, &cap, 100, sizeof *v, 8);
+    ok(w && cap == 128, "to the next power of two past the need (%zu)", cap);
+    v = w ? w : v;
+    ok(nl_grow(v, &cap, 50, sizeof *v, 8) == v && cap == 128, "no growth when it fits");
+    ok(nl_grow(v, &cap, SIZE_MAX / 2, sizeof *v, 8) == NULL && cap == 128,
+       "an overflowing size refused, the array as it was");
+    nl_free(v);
+}
+
 static void test_json(void)
 {
     struct nl_json_doc *doc;
@@ -278,6 +372,8 @@ int main(void)
     test_round_trip();
     test_pytorch_layout();
     test_corrupt();
+    test_many_tensors();
+    test_grow();
     test_json();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -24,57 +24,11 @@ enum { SIDE = 12, CLASSES = 4 };
 
 /* Four classes of 12x12 gray images: a bright 4x4 square in one quadrant (the class), jittered
  * by a pixel, on a noisy background. */
+/* The quadrants of test_util.h as uint8, without a validation split. */
 static struct nl_dataset *synthetic(uint32_t ntrain, uint32_t ntest, uint64_t seed)
 {
-    struct nl_dataset *d = nl_calloc(1, sizeof *d);
-    struct nl_rng r;
     const uint32_t n[NL_NSPLITS] = {ntrain, 0, ntest};
-
-    nl_rng_seed(&r, seed);
-    d->name = nl_strdup("synthetic");
-    d->source = nl_strdup("test");
-    d->kind = nl_strdup("idx");
-    d->shape = (struct nl_shape){1, SIDE, SIDE};
-    d->dtype = NL_U8;
-    d->nclasses = CLASSES;
-    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
-    for (int k = 0; k < CLASSES; k++) {
-        char name[8];
-        snprintf(name, sizeof name, "q%d", k);
-        d->class_names[k] = nl_strdup(name);
-    }
-    d->nnorm = 1;
-    d->mean = nl_calloc(1, sizeof(float));
-    d->std = nl_calloc(1, sizeof(float));
-    d->mean[0] = 0.25f;
-    d->std[0] = 0.3f;
-    for (int s = 0; s < NL_NSPLITS; s++) {
-        uint8_t *x = nl_calloc((size_t)n[s] * SIDE * SIDE + 1, 1);
-        int32_t *y = nl_calloc((size_t)n[s] + 1, sizeof *y);
-        for (uint32_t i = 0; i < n[s]; i++) {
-            int k = (int)nl_rng_below(&r, CLASSES);
-            int oy = (k / 2) * 6 + 1 + (int)nl_rng_below(&r, 3);
-            int ox = (k % 2) * 6 + 1 + (int)nl_rng_below(&r, 3);
-            uint8_t *img = x + (size_t)i * SIDE * SIDE;
-            for (int p = 0; p < SIDE * SIDE; p++)
-                img[p] = (uint8_t)nl_rng_below(&r, 80);
-            /* A square jittered to the far edge runs past the image; what runs past is dropped
-             * (it used to land in the next image, which then overwrote it, or past the end of
-             * the buffer for the last one). The draws stay the same. */
-            for (int yy = 0; yy < 4; yy++)
-                for (int xx = 0; xx < 4; xx++) {
-                    uint8_t v = (uint8_t)(150 + nl_rng_below(&r, 106));
-                    int at = (oy + yy) * SIDE + ox + xx;
-                    if (at < SIDE * SIDE)
-                        img[at] = v;
-                }
-            y[i] = k;
-        }
-        d->split[s].n = n[s];
-        d->split[s].x = x;
-        d->split[s].y = y;
-    }
-    return d;
+    return quadrants(n, seed, NL_U8, 3);
 }
 
 static const char conv_spec[] = "conv1: conv 4 3x3 pad=1\n"
@@ -561,6 +515,29 @@ static void test_settings(void)
     kept = nl_run_settings_keep("{\"epochs\":2}", "not json");
     is_str(kept ? kept : "", "{\"epochs\":2}", "old settings that do not parse are left out");
     nl_free(kept);
+    /* Every row of the table of settings, each away from its default, comes back as it was;
+     * older settings (without the optimizer's betas, compress) read with the defaults. */
+    settings_distinct(&o);
+    json = nl_run_settings_format(&o, m, d->shape, d->nclasses, 1, 0);
+    is_int(nl_run_settings_parse(json, "t", &back, NULL, NULL, &err), 0,
+           "every setting in the table parses back: %s", err.msg);
+    const char *differs = settings_differ(&o, &back);
+    ok(!differs, "each as it was (%s differs) in %s", differs ? differs : "none", json);
+    ok(json && strstr(json, "\"compress\":\"bf16\"") &&
+           strstr(json, "\"seed\":1152921504606846979"),
+       "bf16 compression and a 61-bit seed stored");
+    nl_free(json);
+    is_int(nl_run_settings_parse("{\"epochs\":3,\"batch\":8,\"optim\":\"adam\",\"schedule\":"
+                                 "\"cosine\",\"lr\":0.5,\"seed\":2}",
+                                 "older", &back, NULL, NULL, &err),
+           0, "settings of an older run parse: %s", err.msg);
+    ok(back.bf16 == 0 && back.optim.beta1 == 0.9f && back.optim.lr == 0.5f,
+       "missing keys keep their defaults");
+    is_int(nl_run_settings_parse("{\"epochs\":3,\"batch\":8,\"optim\":\"sgd\",\"schedule\":"
+                                 "\"cosine\",\"lr\":0.5,\"seed\":2,\"compress\":\"zip\"}",
+                                 "odd", &back, NULL, NULL, &err),
+           NL_EFORMAT, "a setting of a bad value is refused");
+    like(err.msg, "run 'odd': its settings: setting compress: 'zip'", "naming the run and setting");
     is_int(nl_run_settings_parse("{\"epochs\":3}", "old", &back, NULL, NULL, &err), NL_EFORMAT,
            "settings without the training options are refused");
     like(err.msg, "'old'", "naming the run");

@@ -29,11 +29,13 @@
 #include <unistd.h>
 
 #include "net/crypto.h"
+#include "net/proto.h"
 #include "nnlab/alloc.h"
 #include "nnlab/allreduce.h"
 #include "nnlab/mesh.h"
 #include "nnlab/wire.h"
 #include "tap.h"
+#include "test_util.h"
 
 static const char secret[] = "0123456789abcdef-run-secret";
 
@@ -1052,9 +1054,50 @@ static void test_mesh_relay(void)
     }
 }
 
+/* A worker's SETUP carries every row of the table of run settings as the run-settings JSON
+ * does (one table drives both), and bf16 compression with them. */
+static void test_setup_settings(void)
+{
+    struct nl_member members[2] = {{"a", "127.0.0.1", 5000}, {"b", "127.0.0.1", 5001}};
+    float mean = 0.5f, std = 0.25f;
+    struct nl_setup s = {.rank = 1,
+                         .size = 2,
+                         .bf16 = 1,
+                         .ntrain = 100,
+                         .shape = {1, 4, 4},
+                         .nclasses = 3,
+                         .nnorm = 1,
+                         .members = members,
+                         .spec = "fc: dense N\n",
+                         .data_hash = "00ff"};
+    struct nl_setup back;
+    struct nl_error err = {0};
+    char *text = NULL;
+    size_t len = 0;
+
+    settings_distinct(&s.o);
+    s.mean[0] = mean;
+    s.std[0] = std;
+    is_int(nl_setup_encode(&s, &text, &len, &err), 0, "a setup encodes: %s", err.msg);
+    is_int(text ? nl_setup_decode(&back, text, len, &err) : -1, 0, "and decodes: %s", err.msg);
+    const char *differs = settings_differ(&s.o, &back.o);
+    ok(!differs, "every setting as it was (%s differs)", differs ? differs : "none");
+    ok(back.bf16 == 1 && back.rank == 1 && back.size == 2 && strcmp(back.spec, s.spec) == 0,
+       "with bf16, the member's rank, the members and the spec");
+    nl_setup_release(&back);
+    s.bf16 = 0;
+    nl_free(text);
+    is_int(nl_setup_encode(&s, &text, &len, &err), 0, "without compression");
+    is_int(text ? nl_setup_decode(&back, text, len, &err) : -1, 0, "decodes");
+    is_int(back.bf16, 0, "fp32 exchange");
+    nl_setup_release(&back);
+    nl_free(text);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    test_setup_settings();
     test_sha256();
     test_frames();
     test_handshake();

@@ -349,7 +349,7 @@ static int train_cluster(struct train_job *j, struct nl_session *s,
                 .remote_nnlab = j->cl.remote_nnlab,
                 .version = "nnlab " NNLAB_VERSION,
                 .timeout_ms = 30000},
-        .bf16 = j->cl.bf16,
+        .bf16 = s->opts.bf16, /* the form's for a new run, the run's own when resumed */
         .stop = &j->cstop,
         .heartbeat_ms = j->cl.heartbeat_s * 1000,
         .max_restarts = j->cl.max_restarts,
@@ -995,6 +995,7 @@ static void train_start(GSimpleAction *a, GVariant *param, gpointer data)
     j->run_name = name[0] ? g_strdup(name) : NULL;
     read_cluster_opts(p, &j->cl);
     nl_train_defaults(&j->o);
+    j->o.bf16 = j->cl.hosts && j->cl.bf16;
     j->o.epochs = (int)gtk_adjustment_get_value(p->epochs);
     j->o.batch = (int)gtk_adjustment_get_value(p->batch);
     j->o.threads = (int)gtk_adjustment_get_value(p->threads);

@@ -14,6 +14,12 @@ float *nl_alloc_floats(size_t count);
 void nl_free(void *p);
 char *nl_strdup(const char *s);
 
+/* The one growth rule for arrays that grow an element at a time: returns p with room for at
+ * least need elements of elem bytes, *cap of which it has now, doubling the capacity (from
+ * first at least) when need exceeds it, and sets *cap. Returns NULL when memory runs out or the
+ * size would overflow; p and *cap are then as they were (p still owned by the caller). */
+void *nl_grow(void *p, size_t *cap, size_t need, size_t elem, size_t first);
+
 /* Number of successful allocations made through this wrapper so far, all threads. */
 uint64_t nl_alloc_count(void);
 

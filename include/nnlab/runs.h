@@ -203,6 +203,9 @@ struct nl_resume_request {
     int on_nan; /* enum nl_on_nan */
     long checkpoint_every;
     int on_hosts; /* 1: it goes on on hosts, so it must be a cluster run; 0: a local run */
+    /* A cluster run's exchange from now on, "bf16" or "none", stored as the run's; NULL: as the
+     * run's settings say. */
+    const char *compress;
 };
 
 /* A run ready to continue from its latest checkpoint. */

@@ -50,7 +50,12 @@ struct nl_session {
     int record_failed;
     struct nl_error record_err;
     double last_beat; /* monotonic seconds of the owner's last heartbeat */
-    int began;        /* training reported an event or a checkpoint */
+    /* A resumed run's record before this session: its training seconds, and its last completed
+     * epoch's metrics (epoch 0 when none), which the run's result keeps where this session
+     * trains no further epoch (a kill right after the last checkpoint). */
+    double seconds_before;
+    struct nl_run_epoch epoch_before;
+    int began; /* training reported an event or a checkpoint */
 };
 
 /* Records a new run of model m on d with options o (all of which the session takes: m and d are

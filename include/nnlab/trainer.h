@@ -60,11 +60,57 @@ struct nl_train_opts {
      * stopping) checkpoints at epoch ends only: a checkpoint cannot hold an epoch's accuracy so
      * far. */
     long checkpoint_every;
+    /* A cluster run's exchange in bf16 (--compress bf16). The trainer does not read it: it is
+     * a setting of the run, stored with it and kept when it resumes. */
+    int bf16;
     const struct nl_resume *resume; /* NULL: a fresh run */
     /* The loss (include/nnlab/layer.h): NL_LOSS_DEFAULT is cross-entropy for a classification
      * dataset and mse for a regression one; mse, mae and huber need a regression dataset. */
     enum nl_loss loss;
 };
+
+/* The run's settings among nl_train_opts's fields, as one table (core/settings.c): each one's
+ * name, type and place. The run-settings JSON (core/run_resume.c) and the SETUP text a cluster's
+ * workers receive (net/proto.c) are both written and read through it, so a new setting is one
+ * row. A name "augment.X" stands for member X of the JSON object "augment". */
+enum nl_setting_type {
+    NL_SETTING_INT,
+    NL_SETTING_LONG,
+    NL_SETTING_U64,
+    NL_SETTING_BOOL,
+    NL_SETTING_FLOAT,
+    NL_SETTING_DOUBLE,
+    NL_SETTING_OPTIM,        /* enum nl_optim_kind as its name; sets that optimizer's defaults */
+    NL_SETTING_SCHEDULE,     /* struct nl_schedule as nl_schedule_format writes it */
+    NL_SETTING_ON_NAN,       /* "stop" | "skip-batch" */
+    NL_SETTING_COMPRESS,     /* an int flag as "bf16" | "none" */
+    NL_SETTING_RESIZED_CROP, /* nl_augment's four floats from scale_min, "SMIN-SMAX:RMIN-RMAX" */
+    NL_SETTING_LOSS,         /* enum nl_loss as its name (nl_loss_names) */
+};
+
+struct nl_setting {
+    const char *name;
+    enum nl_setting_type type;
+    size_t offset; /* in struct nl_train_opts */
+    int omit_off;  /* left out of the JSON when zero (off), as older runs lack it */
+};
+
+extern const struct nl_setting nl_settings[];
+extern const int nl_nsettings;
+
+/* Whether its value is written as a JSON string (the named kinds) rather than a number or a
+ * boolean. */
+int nl_setting_is_text(const struct nl_setting *f);
+/* Its value in o as text: a number (floats with 9 significant digits, doubles 17: each gives
+ * the same value back), true or false, or the string; no spaces. 0 if the setting is off
+ * (zero) and omit_off says to leave it out, 1 otherwise. */
+int nl_setting_format(const struct nl_setting *f, const struct nl_train_opts *o, char *buf,
+                      size_t size);
+/* Sets it in o from such text; the message names the setting and what was wrong. */
+int nl_setting_parse(const struct nl_setting *f, struct nl_train_opts *o, const char *text,
+                     struct nl_error *err);
+/* The row of that name, or NULL. */
+const struct nl_setting *nl_setting_find(const char *name);
 
 /* Where a resumed run picks up (a cluster member's too: its synchroniser holds the optimizer
  * state, and optim_state is NULL), from one of its checkpoints: the model's parameters are
