@@ -348,6 +348,9 @@ struct nl_exec {
     float **dact; /* (nlayers) gradients of the outputs */
     unsigned char **aux;
     char *need; /* (nlayers) 1 where backward runs: trainable, or reads a layer that needs it */
+    char *pre;  /* (nlayers) 1 in the frozen prefix (nl_exec_prefix), 2 there and read from
+                 * outside it (its features), all 0 when there is no prefix */
+    size_t features; /* floats per sample of the prefix's features; 0: no prefix */
     float *scratch;
     const float *input; /* of the last forward */
     struct nl_rng *rng;
@@ -366,8 +369,58 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->dact);
     nl_free(x->aux);
     nl_free(x->need);
+    nl_free(x->pre);
     nl_free(x->scratch);
     nl_free(x);
+}
+
+/* The frozen prefix (include/nnlab/model.h) from x->need, and its features' floats. */
+/* Whether layer i of the prefix is read by a layer outside it (find_prefix marks those 2). */
+static int is_feature(const struct nl_exec *x, int i)
+{
+    return x->pre[i] == 2;
+}
+
+static int reads_prefix(const struct nl_exec *x, int i)
+{
+    const struct nl_model *m = x->m;
+    if (!x->pre[i])
+        return 0;
+    for (int k = i + 1; k < m->nlayers; k++)
+        for (int j = 0; !x->pre[k] && j < m->layers[k].ninputs; j++)
+            if (m->layers[k].inputs[j] == i)
+                return 1;
+    return 0;
+}
+
+static void find_prefix(struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+    int reads_input = 0;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        int in = !x->need[i] && !(l->ops->stochastic && l->p > 0.0f);
+        for (int j = 0; j < l->ninputs; j++)
+            if (l->inputs[j] >= 0 && !x->pre[l->inputs[j]])
+                in = 0;
+        x->pre[i] = (char)in;
+    }
+    x->features = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (x->pre[i])
+            continue;
+        for (int j = 0; j < l->ninputs; j++)
+            reads_input |= l->inputs[j] < 0;
+    }
+    for (int i = 0; i < m->nlayers && !reads_input && !x->pre[m->nlayers - 1]; i++)
+        if (reads_prefix(x, i)) {
+            x->pre[i] = 2;
+            x->features += nl_shape_size(m->layers[i].out);
+        }
+    if (x->features == 0)
+        memset(x->pre, 0, (size_t)m->nlayers);
 }
 
 /* forward_only: no backward will run, so no layer needs an activation gradient. */
@@ -386,7 +439,8 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     x->dact = nl_calloc((size_t)m->nlayers, sizeof *x->dact);
     x->aux = nl_calloc((size_t)m->nlayers, sizeof *x->aux);
     x->need = nl_calloc((size_t)m->nlayers, 1);
-    if (!x->act || !x->dact || !x->aux || !x->need)
+    x->pre = nl_calloc((size_t)m->nlayers, 1);
+    if (!x->act || !x->dact || !x->aux || !x->need || !x->pre)
         goto oom;
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
@@ -414,6 +468,8 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     x->scratch = nl_alloc_floats(scratch);
     if (!x->scratch)
         goto oom;
+    if (!forward_only)
+        find_prefix(x);
     *out = x;
     return 0;
 oom:
@@ -452,6 +508,78 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
         };
         for (int j = 0; j < l->ninputs; j++)
             f.in[j] = l->inputs[j] < 0 ? in : x->act[l->inputs[j]];
+        l->ops->forward(l, &f);
+    }
+    return x->act[m->nlayers - 1];
+}
+
+size_t nl_exec_prefix(const struct nl_exec *x)
+{
+    return x->features;
+}
+
+int nl_exec_prefix_layers(const struct nl_exec *x, int *last)
+{
+    int count = 0;
+    *last = -1;
+    for (int i = 0; x->features && i < x->m->nlayers; i++)
+        if (x->pre[i]) {
+            count++;
+            *last = i;
+        }
+    return count;
+}
+
+int nl_exec_in_prefix(const struct nl_exec *x, int i)
+{
+    return x->pre[i] != 0;
+}
+
+void nl_exec_features(const struct nl_exec *x, int s, float *row)
+{
+    const struct nl_model *m = x->m;
+    for (int i = 0; i < m->nlayers; i++) {
+        if (!is_feature(x, i))
+            continue;
+        const size_t size = nl_shape_size(m->layers[i].out);
+        memcpy(row, x->act[i] + (size_t)s * size, size * sizeof(float));
+        row += size;
+    }
+}
+
+const float *nl_exec_forward_head(struct nl_exec *x, const float *params, const float *features,
+                                  int n, int training, struct nl_rng *rng)
+{
+    const struct nl_model *m = x->m;
+    size_t at = 0;
+
+    /* The features back into the prefix's output buffers, (n, out) each. */
+    for (int i = 0; i < m->nlayers; i++) {
+        if (!is_feature(x, i))
+            continue;
+        const size_t size = nl_shape_size(m->layers[i].out);
+        for (int s = 0; s < n; s++)
+            memcpy(x->act[i] + (size_t)s * size, features + (size_t)s * x->features + at,
+                   size * sizeof(float));
+        at += size;
+    }
+    x->n = n;
+    x->input = NULL; /* no layer outside the prefix reads it */
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (x->pre[i])
+            continue;
+        struct nl_fwd f = {
+            .n = n,
+            .out = x->act[i],
+            .w = params + l->param_offset,
+            .aux = x->aux[i],
+            .scratch = x->scratch,
+            .training = training,
+            .rng = rng,
+        };
+        for (int j = 0; j < l->ninputs; j++)
+            f.in[j] = x->act[l->inputs[j]];
         l->ops->forward(l, &f);
     }
     return x->act[m->nlayers - 1];

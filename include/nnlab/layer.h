@@ -133,6 +133,9 @@ struct nl_bwd {
 struct nl_layer_ops {
     const char *kind; /* the word in a spec: "conv", "dense", ... */
     int min_inputs, max_inputs;
+    /* 1 when forward in training draws from f->rng (dropout): such a layer's output differs from
+     * one epoch to the next, so it never belongs to a cached frozen prefix (nl_exec_prefix). */
+    int stochastic;
     /* Validates the configuration against in[] and fills out, params, aux and scratch sizes.
      * Errors name the layer (and its spec line when it has one). */
     int (*setup)(struct nl_layer *l, struct nl_error *err);

@@ -61,6 +61,21 @@ struct nl_train_opts {
      * far. */
     long checkpoint_every;
     const struct nl_resume *resume; /* NULL: a fresh run */
+    /* Cached frozen features (nl_exec_prefix in include/nnlab/model.h, core/feature_cache.h): when
+     * the model's first layers are frozen, their output for each training sample is kept from
+     * the first epoch that runs whole and read in the later ones, which then run only the
+     * layers after them; the results are those of the uncached run (the prefix computes the
+     * same numbers every epoch: batchnorm is in eval mode there, and dropout and what follows
+     * it stay out of the prefix). Off with augmentation (the input changes every epoch) and in
+     * cluster runs, said once through note. feature_cache_limit bytes may be held in
+     * memory; a larger cache goes to a file under feature_cache_dir (NULL: none, the cache is
+     * then off), where later runs with the same frozen weights and data find it. */
+    int feature_cache; /* 1: on where it applies (the default); 0: off */
+    size_t feature_cache_limit;
+    const char *feature_cache_dir;
+    /* A sentence for the person training, said once (the feature cache's use). May be NULL. */
+    void (*note)(void *ud, const char *text);
+    void *note_ud;
 };
 
 /* Where a resumed run picks up (a cluster member's too: its synchroniser holds the optimizer
@@ -139,7 +154,8 @@ void nl_judge_init(struct nl_judge *j);
 int nl_judge_epoch(struct nl_judge *j, const struct nl_train_opts *o, int epoch, double watched);
 
 /* Defaults that train the shipped models well: 10 epochs, batch 64, all cores, seed 1, SGD with
- * lr 0.05 and momentum 0.9, decayed to 0 by a cosine schedule over the run. */
+ * lr 0.05 and momentum 0.9, decayed to 0 by a cosine schedule over the run; the feature cache on
+ * with 1 GiB in memory and no directory. */
 void nl_train_defaults(struct nl_train_opts *o);
 
 enum nl_event_kind {
@@ -223,6 +239,11 @@ struct nl_train_result {
     double seconds;                    /* training time, evaluation excluded */
     double images_per_second;
     long skipped_batches; /* over the run (this session of it, when resumed) */
+    /* The frozen-feature cache: 0 off, 1 in memory, 2 in a file; its bytes; and the epochs
+     * that read it instead of running the prefix. */
+    int feature_cache;
+    size_t feature_cache_bytes;
+    int cached_epochs;
 };
 
 /* The end of an epoch, written once for local runs (nl_train) and cluster runs (net/driver.c):
