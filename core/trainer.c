@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "nnlab/alloc.h"
 #include "feature_cache.h"
+#include "nnlab/alloc.h"
 #include "nnlab/rng.h"
 #include "pool.h"
 
@@ -337,7 +337,8 @@ static void step_thread(void *arg, int t, int count)
             nl_augment_batch(c->augment, c->d->shape, c->d->mean, c->d->std, w->x, n, &w->rng);
             logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
             for (int i = 0; c->feat_mode == FEAT_FILL && i < n; i++)
-                nl_exec_features(w->exec, i, c->feat.rows + (size_t)c->idx[lo + i] * c->feat.floats);
+                nl_exec_features(w->exec, i,
+                                 c->feat.rows + (size_t)c->idx[lo + i] * c->feat.floats);
         }
         w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, c->scale, &correct);
         w->correct = correct;

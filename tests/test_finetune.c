@@ -11,6 +11,14 @@
  * from a finished file against fine-tuning without it: the same weights. Epoch 1 (filling the
  * cache) against epoch 2 (reading it) is printed, never asserted.
  *
+ * README's photo example at a small size, through the nnlab binary: a JPEG class tree
+ * (tests/bench/jpeg_photos.py), torchvision's resnet18 state_dict (tests/torchvision_models.py),
+ * import with shorter/center-crop and ImageNet normalisation, fine-tuning with --init
+ * --replace-head --freeze-up-to layer4.1.bn2 (the cache said, and the same evaluation as with
+ * --feature-cache off), per-class eval, ONNX export checked by onnx and run by OpenCV's dnn
+ * against nnlab predict (tests/onnx_check.py). That part is skipped without Debian's
+ * python3-torch, -torchvision, -onnx, -opencv and -pil.
+ *
  * Needs /usr/share/datasets/fashion-mnist (or $NNLAB_FASHION); skips without it. Subsets keep it
  * to seconds: 10000 training images per half, two epochs each. */
 #include <dirent.h>
@@ -27,6 +35,7 @@
 #include "nnlab/spec.h"
 #include "nnlab/store.h"
 #include "nnlab/trainer.h"
+#include "nnlab_cli.h"
 #include "tap.h"
 
 #define PER_HALF 10000
@@ -122,14 +131,15 @@ static void check_prefix(void)
         dlogits[i] = (float)nl_rng_uniform(&rng) - 0.5f;
 
     /* Dropout ends the prefix: it draws anew every epoch. */
-    struct nl_model *m = build_text("c1: conv 4 3x3\nr1: relu\nd: dropout 0.5\nfc: dense N\n", in,
-                                    classes);
+    struct nl_model *m =
+        build_text("c1: conv 4 3x3\nr1: relu\nd: dropout 0.5\nfc: dense N\n", in, classes);
     const char *c1[] = {"c1"};
     nl_model_freeze(m, c1, 1, NULL, &err);
     nl_exec_new(&x, m, n, &err);
     int last;
-    is_int((int)nl_exec_prefix(x), 4 * 10 * 10, "conv, relu, dropout, dense: the prefix's "
-                                                 "features are the relu's 400 floats");
+    is_int((int)nl_exec_prefix(x), 4 * 10 * 10,
+           "conv, relu, dropout, dense: the prefix's "
+           "features are the relu's 400 floats");
     is_int(nl_exec_prefix_layers(x, &last), 2, "the prefix is conv and relu, dropout outside");
     nl_exec_free(x);
     nl_model_free(m);
@@ -205,6 +215,87 @@ static double max_diff(const struct nl_model *a, const struct nl_model *b)
     return d;
 }
 
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int status = system(cmd);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/* README's photo classifier, small: see the top of the file. */
+static void photo_flow(void)
+{
+    const char *root = getenv("NNLAB_SOURCE_ROOT");
+    char f[512];
+
+    bin = getenv("NNLAB_BIN");
+    if (!root || !bin ||
+        sh("/usr/bin/python3 -c 'import torch, torchvision, onnx, cv2, PIL' >/dev/null 2>&1")) {
+        diag("the photo example is skipped: no NNLAB_BIN, or /usr/bin/python3 lacks torch, "
+             "torchvision, onnx, cv2 or PIL");
+        return;
+    }
+    snprintf(dir, sizeof dir, "/tmp/nnlab-photos-XXXXXX");
+    if (!mkdtemp(dir))
+        return;
+    snprintf(db, sizeof db, "%s/nnlab.db", dir);
+    snprintf(out_path, sizeof out_path, "%s/out", dir);
+    snprintf(err_path, sizeof err_path, "%s/err", dir);
+    is_int(sh("/usr/bin/python3 '%s/tests/bench/jpeg_photos.py' '%s/photos' 24 400 >/dev/null",
+              root, dir),
+           0, "jpeg_photos.py writes 24 JPEG photos in 3 classes");
+    is_int(sh("/usr/bin/python3 '%s/tests/torchvision_models.py' '%s' 32", root, dir), 0,
+           "PyTorch writes torchvision's resnet18 state_dict as safetensors");
+    int rc = nnlab("import photos '%s/photos' --resize shorter:32,center-crop:32x32 "
+                   "--normalize imagenet --test 0.25",
+                   dir);
+    is_int(rc, 0, "the JPEG tree imports, resized and cropped, ImageNet-normalised%s",
+           rc ? errtext : "");
+    const char *ft = "--model resnet18 --init '%s/resnet18.safetensors' --replace-head "
+                     "--freeze-up-to layer4.1.bn2 --epochs 3 --batch 8 --lr 0.01 --seed 3";
+    char args[1024], eval_on[4096] = "";
+    snprintf(args, sizeof args, ft, dir);
+    rc = nnlab("train --data photos %s --name r18", args);
+    is_int(rc, 0, "resnet18 fine-tunes with its head replaced and layer4.1.bn2 frozen%s",
+           rc ? errtext : "");
+    ok(strstr(errtext, "frozen features cached in memory: 67 layers up to 'avgpool'") != NULL,
+       "the frozen features are cached, and it is said");
+    rc = nnlab("--json eval r18");
+    snprintf(eval_on, sizeof eval_on, "%s",
+             strstr(out, "\"dataset\"") ? strstr(out, "\"dataset\"") : "");
+    ok(rc == 0 && strstr(out, "\"macro\"") && strstr(out, "\"f1\""),
+       "eval reports per-class precision, recall and F1 with macro averages");
+    rc = nnlab("train --data photos %s --name r18-off --feature-cache off", args);
+    is_int(rc, 0, "the same without the feature cache%s", rc ? errtext : "");
+    ok(strstr(errtext, "frozen features") == NULL, "and then nothing is said of it");
+    nnlab("--json eval r18-off");
+    const char *off = strstr(out, "\"dataset\"");
+    ok(eval_on[0] && off && strcmp(eval_on, off) == 0,
+       "the cached and uncached runs evaluate alike: %.200s", eval_on);
+    rc = nnlab("export r18 '%s/r18.onnx'", dir);
+    is_int(rc, 0, "the run exports to ONNX%s", rc ? errtext : "");
+    is_int(sh("/usr/bin/python3 '%s/tests/onnx_check.py' crops '%s/photos' '%s/crops' 32 2", root,
+              dir, dir),
+           0, "photos cut as the import cuts them");
+    rc = nnlab("--json predict r18 '%s'/crops/*/*.png", dir);
+    snprintf(f, sizeof f, "%s/predict.json", dir);
+    is_int(rc == 0 ? rename(out_path, f) : rc, 0, "nnlab predict classifies them%s",
+           rc ? errtext : "");
+    rc = sh("/usr/bin/python3 '%s/tests/onnx_check.py' images '%s/result' '%s/r18.onnx' '%s'", root,
+            dir, dir, f);
+    snprintf(f, sizeof f, "%s/result", dir);
+    char result[64];
+    slurp(f, result, sizeof result);
+    ok(rc == 0 && strcmp(result, "ok\n") == 0,
+       "onnx checks the file, and OpenCV's dnn gives nnlab predict's classes and probabilities");
+    sh("rm -rf '%s'", dir);
+}
+
 static void cost(const struct nl_model *m, int *layers, size_t *weights)
 {
     struct nl_exec *x;
@@ -218,26 +309,27 @@ int main(void)
 {
     nl_kernels_init();
     check_prefix();
+    photo_flow();
 
-    const char *dir = getenv("NNLAB_FASHION");
+    const char *fashion_dir = getenv("NNLAB_FASHION");
     struct stat st;
-    char tmp[] = "/tmp/nnlab-finetune-XXXXXX", db[256];
+    char tmp[] = "/tmp/nnlab-finetune-XXXXXX", dbpath[256];
     struct nl_error err = {0};
     struct nl_store *store;
     struct nl_dataset *all;
 
-    if (!dir)
-        dir = "/usr/share/datasets/fashion-mnist";
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        diag("no Fashion-MNIST at %s: the fine-tuning runs are skipped", dir);
+    if (!fashion_dir)
+        fashion_dir = "/usr/share/datasets/fashion-mnist";
+    if (stat(fashion_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        diag("no Fashion-MNIST at %s: the fine-tuning runs are skipped", fashion_dir);
         return done_testing();
     }
     if (!mkdtemp(tmp))
         return 1;
-    snprintf(db, sizeof db, "%s/nnlab.db", tmp);
+    snprintf(dbpath, sizeof dbpath, "%s/nnlab.dbpath", tmp);
     struct nl_import_opts io = {.seed = 1};
-    const char *paths[] = {dir};
-    int rc = nl_store_open(&store, db, &err);
+    const char *paths[] = {fashion_dir};
+    int rc = nl_store_open(&store, dbpath, &err);
     if (rc == 0)
         rc = nl_import_idx(store, "fashion", paths, 1, &io, &err);
     if (rc == 0)
@@ -348,8 +440,8 @@ int main(void)
         is_int(notes, r > 0, "%s: %s", runs[r], r > 0 ? "said once" : "nothing said");
         if (r > 0 && r < 4) {
             const double d = max_diff(tuned[r], tuned[0]);
-            is_float(d, 0.0, 1e-6, "%s: the weights are those of the run without it (%s)",
-                     runs[r], d == 0.0 ? "bit for bit" : "within 1e-6");
+            is_float(d, 0.0, 1e-6, "%s: the weights are those of the run without it (%s)", runs[r],
+                     d == 0.0 ? "bit for bit" : "within 1e-6");
         }
     }
     memset(&o.augment, 0, sizeof o.augment);
@@ -376,11 +468,11 @@ int main(void)
     nl_model_free(full);
     nl_dataset_free(a);
     nl_dataset_free(b);
-    unlink(db);
+    unlink(dbpath);
     char side[300];
-    snprintf(side, sizeof side, "%s-wal", db);
+    snprintf(side, sizeof side, "%s-wal", dbpath);
     unlink(side);
-    snprintf(side, sizeof side, "%s-shm", db);
+    snprintf(side, sizeof side, "%s-shm", dbpath);
     unlink(side);
     rmdir(tmp);
     return done_testing();
