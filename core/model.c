@@ -351,6 +351,10 @@ struct nl_exec {
     char *pre;  /* (nlayers) 1 in the frozen prefix (nl_exec_prefix), 2 there and read from
                  * outside it (its features), all 0 when there is no prefix */
     size_t features; /* floats per sample of the prefix's features; 0: no prefix */
+    /* Activation gradients: zero[i] when dact[i] is zeroed before backward; else its first
+     * writer (the highest layer reading it) overwrites it, told so by bit j of set[k]. */
+    char *zero;
+    unsigned *set;
     float *scratch;
     const float *input; /* of the last forward */
     struct nl_rng *rng;
@@ -370,6 +374,8 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->aux);
     nl_free(x->need);
     nl_free(x->pre);
+    nl_free(x->zero);
+    nl_free(x->set);
     nl_free(x->scratch);
     nl_free(x);
 }
@@ -423,6 +429,36 @@ static void find_prefix(struct nl_exec *x)
         memset(x->pre, 0, (size_t)m->nlayers);
 }
 
+/* Which activation gradients backward must zero, and which its first writer overwrites: the
+ * layer's highest reader (backward runs from the last layer down), when its kind can overwrite
+ * (ops->overwrites) and it reads the layer once. */
+static void find_writers(struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        if (!x->dact[i])
+            continue;
+        x->zero[i] = 1;
+        for (int k = m->nlayers - 1; k > i; k--) {
+            const struct nl_layer *l = &m->layers[k];
+            int reads = 0, at = -1;
+            for (int j = 0; j < l->ninputs; j++)
+                if (l->inputs[j] == i) {
+                    reads++;
+                    at = j;
+                }
+            if (reads == 0)
+                continue;
+            if (reads == 1 && l->ops->overwrites && x->need[k]) {
+                x->zero[i] = 0;
+                x->set[k] |= 1u << at;
+            }
+            break;
+        }
+    }
+}
+
 /* forward_only: no backward will run, so no layer needs an activation gradient. */
 static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, int forward_only,
                     struct nl_error *err)
@@ -440,7 +476,9 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     x->aux = nl_calloc((size_t)m->nlayers, sizeof *x->aux);
     x->need = nl_calloc((size_t)m->nlayers, 1);
     x->pre = nl_calloc((size_t)m->nlayers, 1);
-    if (!x->act || !x->dact || !x->aux || !x->need || !x->pre)
+    x->zero = nl_calloc((size_t)m->nlayers, 1);
+    x->set = nl_calloc((size_t)m->nlayers, sizeof *x->set);
+    if (!x->act || !x->dact || !x->aux || !x->need || !x->pre || !x->zero || !x->set)
         goto oom;
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
@@ -468,8 +506,10 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     x->scratch = nl_alloc_floats(scratch);
     if (!x->scratch)
         goto oom;
-    if (!forward_only)
+    if (!forward_only) {
         find_prefix(x);
+        find_writers(x);
+    }
     *out = x;
     return 0;
 oom:
@@ -597,9 +637,10 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
     const int n = x->n, last = m->nlayers - 1;
 
     /* Activation gradients accumulate from every consumer: start them at zero, except the
-     * logits', which is dlogits itself. */
+     * logits', which is dlogits itself, and those whose first writer overwrites them
+     * (find_writers). */
     for (int i = 0; i < last; i++)
-        if (x->need[i])
+        if (x->zero[i])
             memset(x->dact[i], 0, (size_t)n * nl_shape_size(m->layers[i].out) * sizeof(float));
 
     for (int i = last; i >= 0; i--) {
@@ -617,6 +658,7 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
             .dw = l->frozen ? NULL : dparams + l->param_offset,
             .aux = x->aux[i],
             .scratch = x->scratch,
+            .set = x->set[i],
         };
         for (int j = 0; j < l->ninputs; j++) {
             int src = l->inputs[j];
