@@ -116,8 +116,8 @@ static void col2im_dense(float *restrict img, const float *restrict cols, int ld
             }
 }
 
-void nl_im2col_ld(float *cols, int ldc, const float *img, int c, int h, int w, int kh, int kw,
-                  int sh, int sw, int ph, int pw, int oh, int ow)
+void nl_im2col_ld(float *restrict cols, int ldc, const float *restrict img, int c, int h, int w,
+                  int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
 {
     size_t row = 0;
 
@@ -168,8 +168,8 @@ void nl_im2col(float *cols, const float *img, int c, int h, int w, int kh, int k
 
 /* The adjoint of nl_im2col_ld: each element of cols is added to the pixel it was read from;
  * elements that were read from the padding are dropped. */
-void nl_col2im_ld(float *img, const float *cols, int ldc, int c, int h, int w, int kh, int kw,
-                  int sh, int sw, int ph, int pw, int oh, int ow)
+void nl_col2im_ld(float *restrict img, const float *restrict cols, int ldc, int c, int h, int w,
+                  int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
 {
     size_t row = 0;
 
@@ -190,8 +190,15 @@ void nl_col2im_ld(float *img, const float *cols, int ldc, int c, int h, int w, i
                     if (iy < 0 || iy >= h)
                         continue;
                     float *dst = plane + (size_t)iy * w;
-                    for (int ox = lo; ox < hi; ox++)
-                        dst[ox * sw - pw + kj] += src[ox];
+                    if (sw == 1) {
+                        /* Contiguous on both sides: a vector loop. */
+                        float *restrict d1 = dst - pw + kj;
+                        for (int ox = lo; ox < hi; ox++)
+                            d1[ox] += src[ox];
+                    } else {
+                        for (int ox = lo; ox < hi; ox++)
+                            dst[ox * sw - pw + kj] += src[ox];
+                    }
                 }
             }
         }
