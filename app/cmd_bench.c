@@ -1,6 +1,6 @@
 /* The bench command: training (and with --mode, inference) speed of models on one thread and on
  * all, beside this machine's OpenBLAS sgemm rate. The shipped models run on Fashion-MNIST;
- * "resnet18-S" is torchvision's ResNet-18 (core/bench.c's spec) on synthetic 3xSxS images. The
+ * "resnet18-S" is torchvision's ResNet-18 (the shipped data/models/resnet18) on synthetic 3xSxS images. The
  * measuring is in core/bench.c; this file finds the data, runs the grid and prints a table or one
  * JSON object. */
 #include <getopt.h>
@@ -172,7 +172,7 @@ static int synthetic_side(const char *name)
     return (int)side;
 }
 
-/* Builds b's model: core/bench.c's ResNet-18 on a synthetic dataset of max_batch *
+/* Builds b's model: the shipped ResNet-18 (data/models/resnet18) on a synthetic dataset of max_batch *
  * SYNTH_STEPS images for "resnet18-S", else a spec by name or path on fashion. */
 static int build(struct bench_model *b, const struct nl_dataset *fashion, int max_batch,
                  struct nl_error *err)
@@ -181,7 +181,7 @@ static int build(struct bench_model *b, const struct nl_dataset *fashion, int ma
     int side = synthetic_side(b->name), rc;
 
     if (side > 0) {
-        rc = nl_spec_parse(&spec, nl_bench_spec("resnet18"), "resnet18", warn_cb, NULL, err);
+        rc = nl_spec_load(&spec, "resnet18", warn_cb, NULL, err); /* data/models/resnet18 */
         if (rc == 0)
             rc = nl_bench_synthetic(&b->synthetic, (struct nl_shape){3, side, side}, 10,
                                     (uint32_t)max_batch * SYNTH_STEPS, 1, err);

@@ -37,7 +37,41 @@ enum {
     OPT_HEARTBEAT,
     OPT_MAX_RESTARTS,
     OPT_INSECURE_PLAINTEXT,
+    OPT_FEATURE_CACHE,
+    OPT_FEATURE_CACHE_LIMIT,
 };
+
+/* The frozen-feature cache (include/nnlab/trainer.h): on or off, and the MiB it may hold in
+ * memory before it goes to a file under $XDG_CACHE_HOME/nnlab/features. It changes no result,
+ * so a resumed run takes it from the command line too. */
+static struct {
+    int on;
+    long limit_mib;
+    char dir[512];
+} features = {1, 1024, ""};
+
+static void feature_note(void *ud, const char *text)
+{
+    (void)ud;
+    if (!g.quiet)
+        fprintf(stderr, "nnlab: %s\n", text);
+}
+
+/* The cache options into o, with the cache directory when one can be named. */
+static void feature_opts(struct nl_train_opts *o)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+
+    if (xdg && xdg[0] == '/')
+        snprintf(features.dir, sizeof features.dir, "%s/nnlab/features", xdg);
+    else if (home && home[0])
+        snprintf(features.dir, sizeof features.dir, "%s/.cache/nnlab/features", home);
+    o->feature_cache = features.on;
+    o->feature_cache_limit = (size_t)features.limit_mib << 20;
+    o->feature_cache_dir = features.dir[0] ? features.dir : NULL;
+    o->note = feature_note;
+    o->note_ud = NULL;
+}
 
 #define DEMO_DATA "/usr/share/datasets/fashion-mnist"
 
@@ -171,6 +205,7 @@ static int train_and_finish(struct nl_session *s, const struct cluster_args *ca)
     void *hosts_mem = NULL; /* the hosts, which stats name */
     int nworkers = 0, rc;
 
+    feature_opts(&s->opts);
     if (!s->cluster) {
         rc = nl_train(s->model, s->data, &s->opts, &hooks, &s->res, &err);
     } else {
@@ -464,6 +499,8 @@ static const struct option train_opts[] = {
     {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
     {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
     {"insecure-plaintext", no_argument, NULL, OPT_INSECURE_PLAINTEXT},
+    {"feature-cache", required_argument, NULL, OPT_FEATURE_CACHE},
+    {"feature-cache-limit", required_argument, NULL, OPT_FEATURE_CACHE_LIMIT},
     {NULL, 0, NULL, 0},
 };
 
@@ -486,6 +523,17 @@ static int train_cmd_opt(struct train_cmd *t, int c)
 
     if (c == 'e')
         t->ra.epochs = 0; /* given: set once parsed */
+    if (c == OPT_FEATURE_CACHE) {
+        if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+            return usage_error("train", "--feature-cache %s: want on or off", optarg);
+        features.on = strcmp(optarg, "on") == 0;
+        return 0;
+    }
+    if (c == OPT_FEATURE_CACHE_LIMIT) {
+        if (!parse_int(optarg, 0, 1L << 30, &features.limit_mib))
+            return usage_error("train", "--feature-cache-limit %s: want MiB, 0 or more", optarg);
+        return 0;
+    }
     if (c == OPT_RESUME) {
         t->resume = optarg;
     } else if (c == OPT_ON_NAN) {
@@ -568,7 +616,8 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
     while ((c = getopt_long(argc, argv, "", train_opts, &li)) != -1) {
         if (c != 'e' && c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY &&
             c != '?' && !(c >= OPT_HOSTS && c <= OPT_COMPRESS) && c != OPT_HEARTBEAT &&
-            c != OPT_MAX_RESTARTS && c != OPT_INSECURE_PLAINTEXT && !t->setting && li >= 0)
+            c != OPT_MAX_RESTARTS && c != OPT_INSECURE_PLAINTEXT && c != OPT_FEATURE_CACHE &&
+            c != OPT_FEATURE_CACHE_LIMIT && !t->setting && li >= 0)
             t->setting = train_opts[li].name;
         li = -1;
         rc = train_cmd_opt(t, c);

@@ -116,8 +116,8 @@ static void col2im_dense(float *restrict img, const float *restrict cols, int ld
             }
 }
 
-void nl_im2col_ld(float *cols, int ldc, const float *img, int c, int h, int w, int kh, int kw,
-                  int sh, int sw, int ph, int pw, int oh, int ow)
+void nl_im2col_ld(float *restrict cols, int ldc, const float *restrict img, int c, int h, int w,
+                  int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
 {
     size_t row = 0;
 
@@ -168,8 +168,8 @@ void nl_im2col(float *cols, const float *img, int c, int h, int w, int kh, int k
 
 /* The adjoint of nl_im2col_ld: each element of cols is added to the pixel it was read from;
  * elements that were read from the padding are dropped. */
-void nl_col2im_ld(float *img, const float *cols, int ldc, int c, int h, int w, int kh, int kw,
-                  int sh, int sw, int ph, int pw, int oh, int ow)
+void nl_col2im_ld(float *restrict img, const float *restrict cols, int ldc, int c, int h, int w,
+                  int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
 {
     size_t row = 0;
 
@@ -190,8 +190,15 @@ void nl_col2im_ld(float *img, const float *cols, int ldc, int c, int h, int w, i
                     if (iy < 0 || iy >= h)
                         continue;
                     float *dst = plane + (size_t)iy * w;
-                    for (int ox = lo; ox < hi; ox++)
-                        dst[ox * sw - pw + kj] += src[ox];
+                    if (sw == 1) {
+                        /* Contiguous on both sides: a vector loop. */
+                        float *restrict d1 = dst - pw + kj;
+                        for (int ox = lo; ox < hi; ox++)
+                            d1[ox] += src[ox];
+                    } else {
+                        for (int ox = lo; ox < hi; ox++)
+                            dst[ox * sw - pw + kj] += src[ox];
+                    }
                 }
             }
         }
@@ -229,12 +236,12 @@ float nl_sum_naive(const float *x, int n)
     return (float)sum;
 }
 
-/* Direct depthwise convolution: for each filter, tap after tap, one multiply-add sweep over the
- * output rows whose input row lies inside the image, over the columns [lo, hi) whose input
+/* The reference depthwise convolution: for each filter, tap after tap, one multiply-add sweep over
+ * the output rows whose input row lies inside the image, over the columns [lo, hi) whose input
  * column does (valid_range); the padding adds nothing. */
-void nl_dwconv(float *restrict out, const float *restrict img, const float *restrict weight,
-               const float *bias, int c, int h, int w, int mult, int kh, int kw, int sh, int sw,
-               int ph, int pw, int oh, int ow)
+void nl_dwconv_ref(float *restrict out, const float *restrict img, const float *restrict weight,
+                   const float *bias, int c, int h, int w, int mult, int kh, int kw, int sh, int sw,
+                   int ph, int pw, int oh, int ow)
 {
     const size_t plane = (size_t)oh * ow;
 
@@ -267,10 +274,10 @@ void nl_dwconv(float *restrict out, const float *restrict img, const float *rest
     }
 }
 
-void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *restrict dout,
-                        const float *restrict img, const float *restrict weight, int c, int h,
-                        int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
-                        int ow)
+void nl_dwconv_backward_ref(float *din, float *dweight, float *dbias, const float *restrict dout,
+                            const float *restrict img, const float *restrict weight, int c, int h,
+                            int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
+                            int ow)
 {
     const size_t plane = (size_t)oh * ow;
 
@@ -311,5 +318,201 @@ void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *r
                 if (dweight)
                     dweight[(size_t)f * kh * kw + ki * kw + kj] += acc;
             }
+    }
+}
+
+/* The fast depthwise convolution adds the same products in the same order, element by element,
+ * as the reference, so their results are the same bit for bit: an output element gets its bias,
+ * then its taps in (ki, kj) order; a tap's weight gradient sums its rows in order, each row's
+ * columns in order; an input-gradient element gets its taps in (ki, kj) order. What changes is
+ * the loop nest: output row by output row (input row by input row for the input gradient), all
+ * taps of a row while it is in L1, and the kw taps of a kernel row in one pass over the columns
+ * that every one of them reads inside the image (dw_inner), the edge columns tap by tap. */
+
+/* The output columns [*a, *b) where every tap kj in [0, kw) reads inside the image. */
+static void dw_inner(int *a, int *b, int w, int kw, int sw, int pw, int ow)
+{
+    int lo0, hi0, lo1, hi1;
+    valid_range(&lo0, &hi0, w, 0, sw, pw, ow);
+    valid_range(&lo1, &hi1, w, kw - 1, sw, pw, ow);
+    *a = lo0;
+    *b = hi1 > lo0 ? hi1 : lo0;
+}
+
+/* yr[ox] += the kw taps wk of output column ox over input row xr, for ox in [from, to), each
+ * tap that reads inside the row (columns outside [a, b) check every tap). */
+static void dw_row(float *restrict yr, const float *restrict xr, const float *restrict wk, int w,
+                   int kw, int sw, int pw, int from, int to, int a, int b)
+{
+    int ox = from;
+    for (; ox < to && ox < a; ox++)
+        for (int kj = 0; kj < kw; kj++) {
+            int ix = ox * sw - pw + kj;
+            if (ix >= 0 && ix < w)
+                yr[ox] += wk[kj] * xr[ix];
+        }
+    if (kw == 3 && sw == 1) {
+        const float w0 = wk[0], w1 = wk[1], w2 = wk[2];
+        const float *xp = xr - pw;
+        for (; ox < b && ox < to; ox++) {
+            float t = yr[ox];
+            t += w0 * xp[ox];
+            t += w1 * xp[ox + 1];
+            t += w2 * xp[ox + 2];
+            yr[ox] = t;
+        }
+    } else if (kw == 3) {
+        const float w0 = wk[0], w1 = wk[1], w2 = wk[2];
+        for (; ox < b && ox < to; ox++) {
+            const float *xp = xr + ox * sw - pw;
+            float t = yr[ox];
+            t += w0 * xp[0];
+            t += w1 * xp[1];
+            t += w2 * xp[2];
+            yr[ox] = t;
+        }
+    } else {
+        for (; ox < b && ox < to; ox++) {
+            const float *xp = xr + ox * sw - pw;
+            float t = yr[ox];
+            for (int kj = 0; kj < kw; kj++)
+                t += wk[kj] * xp[kj];
+            yr[ox] = t;
+        }
+    }
+    for (; ox < to; ox++)
+        for (int kj = 0; kj < kw; kj++) {
+            int ix = ox * sw - pw + kj;
+            if (ix >= 0 && ix < w)
+                yr[ox] += wk[kj] * xr[ix];
+        }
+}
+
+void nl_dwconv(float *restrict out, const float *restrict img, const float *restrict weight,
+               const float *bias, int c, int h, int w, int mult, int kh, int kw, int sh, int sw,
+               int ph, int pw, int oh, int ow)
+{
+    int a, b;
+    dw_inner(&a, &b, w, kw, sw, pw, ow);
+    for (int f = 0; f < c * mult; f++) {
+        const float *x = img + (size_t)(f / mult) * h * w, *wf = weight + (size_t)f * kh * kw;
+        const float bv = bias ? bias[f] : 0.0f;
+        for (int oy = 0; oy < oh; oy++) {
+            float *yr = out + (size_t)f * oh * ow + (size_t)oy * ow;
+            for (int ox = 0; ox < ow; ox++)
+                yr[ox] = bv;
+            for (int ki = 0; ki < kh; ki++) {
+                int iy = oy * sh - ph + ki;
+                if (iy >= 0 && iy < h)
+                    dw_row(yr, x + (size_t)iy * w, wf + ki * kw, w, kw, sw, pw, 0, ow, a, b);
+            }
+        }
+    }
+}
+
+#define DW_MAX_TAPS 64 /* kernels up to 8x8 take the fast backward; larger ones the reference */
+
+void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *restrict dout,
+                        const float *restrict img, const float *restrict weight, int c, int h,
+                        int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
+                        int ow)
+{
+    if (kh * kw > DW_MAX_TAPS) {
+        nl_dwconv_backward_ref(din, dweight, dbias, dout, img, weight, c, h, w, mult, kh, kw, sh,
+                               sw, ph, pw, oh, ow);
+        return;
+    }
+    const size_t plane = (size_t)oh * ow;
+    int lo[DW_MAX_TAPS], hi[DW_MAX_TAPS];
+    for (int kj = 0; kj < kw; kj++)
+        valid_range(&lo[kj], &hi[kj], w, kj, sw, pw, ow);
+
+    for (int f = 0; f < c * mult; f++) {
+        const float *x = img + (size_t)(f / mult) * h * w, *wf = weight + (size_t)f * kh * kw;
+        const float *dy = dout + (size_t)f * plane;
+        if (dbias)
+            dbias[f] += nl_sum(dy, (int)plane);
+        /* The weight gradient: per tap, the rows' partial sums added in row order. */
+        if (dweight) {
+            float acc[DW_MAX_TAPS] = {0};
+            for (int oy = 0; oy < oh; oy++) {
+                const float *dyr = dy + (size_t)oy * ow;
+                for (int ki = 0; ki < kh; ki++) {
+                    int iy = oy * sh - ph + ki;
+                    if (iy < 0 || iy >= h)
+                        continue;
+                    const float *xr = x + (size_t)iy * w;
+                    for (int kj = 0; kj < kw; kj++) {
+                        const float *xp = xr + kj - pw;
+                        float part = 0.0f;
+                        if (sw == 1)
+                            for (int ox = lo[kj]; ox < hi[kj]; ox++)
+                                part += dyr[ox] * xp[ox];
+                        else
+                            for (int ox = lo[kj]; ox < hi[kj]; ox++)
+                                part += dyr[ox] * xp[ox * sw];
+                        acc[ki * kw + kj] += part;
+                    }
+                }
+            }
+            for (int k = 0; k < kh * kw; k++)
+                dweight[(size_t)f * kh * kw + k] += acc[k];
+        }
+        if (!din)
+            continue;
+        /* The input gradient, input row by input row: its taps in (ki, kj) order. */
+        float *dx = din + (size_t)(f / mult) * h * w;
+        for (int iy = 0; iy < h; iy++) {
+            float *dxr = dx + (size_t)iy * w;
+            for (int ki = 0; ki < kh; ki++) {
+                int t = iy + ph - ki;
+                if (t < 0 || t % sh != 0 || t / sh >= oh)
+                    continue;
+                const float *dyr = dy + (size_t)(t / sh) * ow;
+                const float *wk = wf + ki * kw;
+                if (sw == 1 && kw == 3) {
+                    /* dx[ix] += w0 dy[ix + pw] + w1 dy[ix + pw - 1] + w2 dy[ix + pw - 2], each
+                     * term where its output column is in [0, ow). */
+                    int a = 2 - pw, b = ow - pw; /* all three terms valid in [a, b) */
+                    if (a < 0)
+                        a = 0;
+                    if (b > w)
+                        b = w;
+                    int ix = 0;
+                    for (; ix < w && ix < a; ix++)
+                        for (int kj = 0; kj < 3; kj++) {
+                            int ox = ix + pw - kj;
+                            if (ox >= 0 && ox < ow)
+                                dxr[ix] += wk[kj] * dyr[ox];
+                        }
+                    const float w0 = wk[0], w1 = wk[1], w2 = wk[2];
+                    const float *dp = dyr + pw;
+                    for (; ix < b; ix++) {
+                        float v = dxr[ix];
+                        v += w0 * dp[ix];
+                        v += w1 * dp[ix - 1];
+                        v += w2 * dp[ix - 2];
+                        dxr[ix] = v;
+                    }
+                    for (; ix < w; ix++)
+                        for (int kj = 0; kj < 3; kj++) {
+                            int ox = ix + pw - kj;
+                            if (ox >= 0 && ox < ow)
+                                dxr[ix] += wk[kj] * dyr[ox];
+                        }
+                } else {
+                    for (int kj = 0; kj < kw; kj++) {
+                        const float wv = wk[kj];
+                        float *dp = dxr + kj - pw;
+                        if (sw == 1)
+                            for (int ox = lo[kj]; ox < hi[kj]; ox++)
+                                dp[ox] += wv * dyr[ox];
+                        else
+                            for (int ox = lo[kj]; ox < hi[kj]; ox++)
+                                dp[ox * sw] += wv * dyr[ox];
+                    }
+                }
+            }
+        }
     }
 }

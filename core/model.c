@@ -348,6 +348,13 @@ struct nl_exec {
     float **dact; /* (nlayers) gradients of the outputs */
     unsigned char **aux;
     char *need; /* (nlayers) 1 where backward runs: trainable, or reads a layer that needs it */
+    char *pre;  /* (nlayers) 1 in the frozen prefix (nl_exec_prefix), 2 there and read from
+                 * outside it (its features), all 0 when there is no prefix */
+    size_t features; /* floats per sample of the prefix's features; 0: no prefix */
+    /* Activation gradients: zero[i] when dact[i] is zeroed before backward; else its first
+     * writer (the highest layer reading it) overwrites it, told so by bit j of set[k]. */
+    char *zero;
+    unsigned *set;
     float *scratch;
     const float *input; /* of the last forward */
     struct nl_rng *rng;
@@ -366,8 +373,90 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->dact);
     nl_free(x->aux);
     nl_free(x->need);
+    nl_free(x->pre);
+    nl_free(x->zero);
+    nl_free(x->set);
     nl_free(x->scratch);
     nl_free(x);
+}
+
+/* The frozen prefix (include/nnlab/model.h) from x->need, and its features' floats. */
+/* Whether layer i of the prefix is read by a layer outside it (find_prefix marks those 2). */
+static int is_feature(const struct nl_exec *x, int i)
+{
+    return x->pre[i] == 2;
+}
+
+static int reads_prefix(const struct nl_exec *x, int i)
+{
+    const struct nl_model *m = x->m;
+    if (!x->pre[i])
+        return 0;
+    for (int k = i + 1; k < m->nlayers; k++)
+        for (int j = 0; !x->pre[k] && j < m->layers[k].ninputs; j++)
+            if (m->layers[k].inputs[j] == i)
+                return 1;
+    return 0;
+}
+
+static void find_prefix(struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+    int reads_input = 0;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        int in = !x->need[i] && !(l->ops->stochastic && l->p > 0.0f);
+        for (int j = 0; j < l->ninputs; j++)
+            if (l->inputs[j] >= 0 && !x->pre[l->inputs[j]])
+                in = 0;
+        x->pre[i] = (char)in;
+    }
+    x->features = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (x->pre[i])
+            continue;
+        for (int j = 0; j < l->ninputs; j++)
+            reads_input |= l->inputs[j] < 0;
+    }
+    for (int i = 0; i < m->nlayers && !reads_input && !x->pre[m->nlayers - 1]; i++)
+        if (reads_prefix(x, i)) {
+            x->pre[i] = 2;
+            x->features += nl_shape_size(m->layers[i].out);
+        }
+    if (x->features == 0)
+        memset(x->pre, 0, (size_t)m->nlayers);
+}
+
+/* Which activation gradients backward must zero, and which its first writer overwrites: the
+ * layer's highest reader (backward runs from the last layer down), when its kind can overwrite
+ * (ops->overwrites) and it reads the layer once. */
+static void find_writers(struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        if (!x->dact[i])
+            continue;
+        x->zero[i] = 1;
+        for (int k = m->nlayers - 1; k > i; k--) {
+            const struct nl_layer *l = &m->layers[k];
+            int reads = 0, at = -1;
+            for (int j = 0; j < l->ninputs; j++)
+                if (l->inputs[j] == i) {
+                    reads++;
+                    at = j;
+                }
+            if (reads == 0)
+                continue;
+            if (reads == 1 && l->ops->overwrites && x->need[k]) {
+                x->zero[i] = 0;
+                x->set[k] |= 1u << at;
+            }
+            break;
+        }
+    }
 }
 
 /* forward_only: no backward will run, so no layer needs an activation gradient. */
@@ -386,7 +475,10 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     x->dact = nl_calloc((size_t)m->nlayers, sizeof *x->dact);
     x->aux = nl_calloc((size_t)m->nlayers, sizeof *x->aux);
     x->need = nl_calloc((size_t)m->nlayers, 1);
-    if (!x->act || !x->dact || !x->aux || !x->need)
+    x->pre = nl_calloc((size_t)m->nlayers, 1);
+    x->zero = nl_calloc((size_t)m->nlayers, 1);
+    x->set = nl_calloc((size_t)m->nlayers, sizeof *x->set);
+    if (!x->act || !x->dact || !x->aux || !x->need || !x->pre || !x->zero || !x->set)
         goto oom;
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
@@ -414,6 +506,10 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     x->scratch = nl_alloc_floats(scratch);
     if (!x->scratch)
         goto oom;
+    if (!forward_only) {
+        find_prefix(x);
+        find_writers(x);
+    }
     *out = x;
     return 0;
 oom:
@@ -457,6 +553,78 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
     return x->act[m->nlayers - 1];
 }
 
+size_t nl_exec_prefix(const struct nl_exec *x)
+{
+    return x->features;
+}
+
+int nl_exec_prefix_layers(const struct nl_exec *x, int *last)
+{
+    int count = 0;
+    *last = -1;
+    for (int i = 0; x->features && i < x->m->nlayers; i++)
+        if (x->pre[i]) {
+            count++;
+            *last = i;
+        }
+    return count;
+}
+
+int nl_exec_in_prefix(const struct nl_exec *x, int i)
+{
+    return x->pre[i] != 0;
+}
+
+void nl_exec_features(const struct nl_exec *x, int s, float *row)
+{
+    const struct nl_model *m = x->m;
+    for (int i = 0; i < m->nlayers; i++) {
+        if (!is_feature(x, i))
+            continue;
+        const size_t size = nl_shape_size(m->layers[i].out);
+        memcpy(row, x->act[i] + (size_t)s * size, size * sizeof(float));
+        row += size;
+    }
+}
+
+const float *nl_exec_forward_head(struct nl_exec *x, const float *params, const float *features,
+                                  int n, int training, struct nl_rng *rng)
+{
+    const struct nl_model *m = x->m;
+    size_t at = 0;
+
+    /* The features back into the prefix's output buffers, (n, out) each. */
+    for (int i = 0; i < m->nlayers; i++) {
+        if (!is_feature(x, i))
+            continue;
+        const size_t size = nl_shape_size(m->layers[i].out);
+        for (int s = 0; s < n; s++)
+            memcpy(x->act[i] + (size_t)s * size, features + (size_t)s * x->features + at,
+                   size * sizeof(float));
+        at += size;
+    }
+    x->n = n;
+    x->input = NULL; /* no layer outside the prefix reads it */
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (x->pre[i])
+            continue;
+        struct nl_fwd f = {
+            .n = n,
+            .out = x->act[i],
+            .w = params + l->param_offset,
+            .aux = x->aux[i],
+            .scratch = x->scratch,
+            .training = training,
+            .rng = rng,
+        };
+        for (int j = 0; j < l->ninputs; j++)
+            f.in[j] = x->act[l->inputs[j]];
+        l->ops->forward(l, &f);
+    }
+    return x->act[m->nlayers - 1];
+}
+
 void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogits, float *dparams)
 {
     nl_exec_backward_hook(x, params, dlogits, dparams, NULL, NULL);
@@ -469,9 +637,10 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
     const int n = x->n, last = m->nlayers - 1;
 
     /* Activation gradients accumulate from every consumer: start them at zero, except the
-     * logits', which is dlogits itself. */
+     * logits', which is dlogits itself, and those whose first writer overwrites them
+     * (find_writers). */
     for (int i = 0; i < last; i++)
-        if (x->need[i])
+        if (x->zero[i])
             memset(x->dact[i], 0, (size_t)n * nl_shape_size(m->layers[i].out) * sizeof(float));
 
     for (int i = last; i >= 0; i--) {
@@ -489,6 +658,7 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
             .dw = l->frozen ? NULL : dparams + l->param_offset,
             .aux = x->aux[i],
             .scratch = x->scratch,
+            .set = x->set[i],
         };
         for (int j = 0; j < l->ninputs; j++) {
             int src = l->inputs[j];

@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "feature_cache.h"
 #include "nnlab/alloc.h"
 #include "nnlab/clock.h"
 #include "nnlab/rng.h"
@@ -38,8 +39,9 @@ struct worker {
     uint32_t *idx;          /* (max_n) sample indices when evaluating */
     float *dlogits;         /* (max_n, nclasses) */
     float *grad;            /* (nreduce); NULL when only evaluating */
-    double sumsq;           /* clipping: the squared norm of this thread's slice of the gradient */
-    double loss;            /* sum over the samples this thread saw in the current call */
+    float *feat;  /* (max_n, features) rows read from the feature cache; NULL without one */
+    double sumsq; /* clipping: the squared norm of this thread's slice of the gradient */
+    double loss;  /* sum over the samples this thread saw in the current call */
     long correct;
     struct nl_metrics *metrics; /* evaluation with metrics: this thread's counts, else NULL */
     struct nl_rng rng;
@@ -53,6 +55,10 @@ struct ctx {
     struct nl_pool *pool;
     int threads, max_n;
     struct worker *w;
+
+    /* The frozen-feature cache (core/feature_cache.h) and what the current epoch does with it. */
+    struct nl_features feat;
+    enum { FEAT_OFF, FEAT_FILL, FEAT_USE } feat_mode;
 
     /* The current step or evaluation. */
     enum nl_split split;
@@ -93,6 +99,8 @@ void nl_train_defaults(struct nl_train_opts *o)
     o->seed = 1;
     nl_optim_defaults(&o->optim, NL_OPTIM_SGD);
     o->schedule.kind = NL_SCHEDULE_COSINE;
+    o->feature_cache = 1;
+    o->feature_cache_limit = (size_t)1 << 30;
 }
 
 static void ctx_release(struct ctx *c)
@@ -106,7 +114,10 @@ static void ctx_release(struct ctx *c)
         nl_free(c->w[t].idx);
         nl_free(c->w[t].dlogits);
         nl_free(c->w[t].grad);
+        nl_free(c->w[t].feat);
     }
+    if (c->w)
+        nl_features_close(&c->feat);
     nl_free(c->w);
     nl_free(c->state_block);
     if (c->overlap)
@@ -202,6 +213,7 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
     int rc;
 
     memset(c, 0, sizeof *c);
+    c->feat.fd = -1;
     c->m = m;
     c->params = m->params;
     c->d = d;
@@ -286,6 +298,18 @@ static void clip_slice(struct ctx *c, struct worker *w, float *g, size_t a, size
     }
 }
 
+/* The forward pass of samples idx[0, n) of the train split from their cached features. */
+static const float *cached_forward(struct ctx *c, struct worker *w, const uint32_t *idx, int n)
+{
+    const size_t floats = c->feat.floats;
+    for (int i = 0; i < n; i++) {
+        memcpy(w->feat + (size_t)i * floats, c->feat.rows + (size_t)idx[i] * floats,
+               floats * sizeof(float));
+        w->y[i] = c->d->split[NL_TRAIN].y[idx[i]];
+    }
+    return nl_exec_forward_head(w->exec, c->params, w->feat, n, 1, &w->rng);
+}
+
 static void step_thread(void *arg, int t, int count)
 {
     struct ctx *c = arg;
@@ -305,10 +329,18 @@ static void step_thread(void *arg, int t, int count)
     memset(&w->reg, 0, sizeof w->reg);
     if (n > 0) {
         int correct = 0;
+        const float *logits;
         nl_rng_seed(&w->rng, nl_rng_step_seed(c->seed, c->step, t, count));
-        nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
-        nl_augment_batch(c->augment, c->d->shape, c->d->mean, c->d->std, w->x, n, &w->rng);
-        const float *logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
+        if (c->feat_mode == FEAT_USE) {
+            logits = cached_forward(c, w, c->idx + lo, n);
+        } else {
+            nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
+            nl_augment_batch(c->augment, c->d->shape, c->d->mean, c->d->std, w->x, n, &w->rng);
+            logits = nl_exec_forward(w->exec, c->params, w->x, n, 1, &w->rng);
+            for (int i = 0; c->feat_mode == FEAT_FILL && i < n; i++)
+                nl_exec_features(w->exec, i,
+                                 c->feat.rows + (size_t)c->idx[lo + i] * c->feat.floats);
+        }
         if (c->d->regression) {
             nl_dataset_targets(c->d, NL_TRAIN, c->idx + lo, n, w->t);
             nl_reg_add(&w->reg, logits, w->t, n);
@@ -779,6 +811,46 @@ static int resume_state(struct loop *L, const struct nl_resume *r)
     return 0;
 }
 
+static void say(const struct loop *L, const char *text)
+{
+    if (text[0] && L->o->note)
+        L->o->note(L->o->note_ud, text);
+}
+
+/* The frozen-feature cache, where the model has a frozen prefix and the options allow it; what
+ * it holds and where, or why there is none, said once. */
+static int features_setup(struct loop *L)
+{
+    const struct nl_train_opts *o = L->o;
+    struct ctx *c = &L->c;
+    char text[1024];
+
+    if (!o->feature_cache || nl_exec_prefix(c->w[0].exec) == 0)
+        return 0;
+    if (o->sync) {
+        say(L, "frozen features not cached: a cluster member runs the whole model every step");
+        return 0;
+    }
+    if (nl_augment_active(&o->augment)) {
+        say(L, "frozen features not cached: augmentation changes the input every epoch, so every "
+               "step runs the frozen layers");
+        return 0;
+    }
+    nl_features_open(&c->feat, c->w[0].exec, L->m, L->d, o->feature_cache_limit,
+                     o->feature_cache_dir, text, sizeof text);
+    say(L, text);
+    if (c->feat.where == NL_FEATURES_NONE)
+        return 0;
+    for (int t = 0; t < c->threads; t++) {
+        c->w[t].feat = nl_alloc_floats((size_t)c->max_n * c->feat.floats);
+        if (!c->w[t].feat)
+            return nl_error_set(L->err, NL_ENOMEM, "out of memory for the cached features");
+    }
+    L->res->feature_cache = (int)c->feat.where;
+    L->res->feature_cache_bytes = c->feat.n * c->feat.floats * sizeof(float);
+    return 0;
+}
+
 /* Checks the options, builds the threads' context and the run's buffers, and resumes. */
 static int train_setup(struct loop *L)
 {
@@ -836,12 +908,20 @@ static int train_setup(struct loop *L)
      * judges its epochs by training accuracy (no validation split) for a plateau schedule or
      * early stopping checkpoints at epoch ends only, so that a resumed run decides the same. */
     L->mid_checkpoints = o->checkpoint_every > 0 && (L->d->split[NL_VAL].n > 0 || !L->judges);
-    return 0;
+    return features_setup(L);
 }
 
-/* The epoch's data order, which depends only on the seed and the epoch number. */
-static void epoch_begin(struct loop *L, int epoch)
+/* The epoch's data order, which depends only on the seed and the epoch number; and whether it
+ * reads the feature cache, fills it (an epoch that runs whole), or neither. */
+static void epoch_begin(struct loop *L, int epoch, long first_it)
 {
+    struct ctx *c = &L->c;
+    if (c->feat.where == NL_FEATURES_NONE)
+        c->feat_mode = FEAT_OFF;
+    else if (c->feat.complete)
+        c->feat_mode = FEAT_USE;
+    else
+        c->feat_mode = first_it == 0 ? FEAT_FILL : FEAT_OFF;
     L->epoch = epoch;
     L->t0 = nl_now();
     L->loss_sum = 0.0;
@@ -1015,6 +1095,13 @@ static int epoch_end(struct loop *L)
 
     L->train_seconds += seconds;
     L->train_samples += L->seen;
+    if (L->c.feat_mode == FEAT_FILL) {
+        char text[1024];
+        nl_features_finish(&L->c.feat, text, sizeof text);
+        say(L, text);
+    } else if (L->c.feat_mode == FEAT_USE) {
+        L->res->cached_epochs++;
+    }
     struct nl_reg_sums val;
     double r2;
     evaluate(&L->c, NL_VAL, &e.val_loss, &e.val_accuracy, &val);
@@ -1069,8 +1156,9 @@ int nl_train(struct nl_model *m, const struct nl_dataset *d, const struct nl_tra
     res->test_mae = res->test_rmse = NAN;
     int rc = train_setup(&L);
     for (int epoch = L.first_epoch; rc == 0 && epoch <= o->epochs; epoch++) {
-        epoch_begin(&L, epoch);
-        for (long it = epoch == L.first_epoch ? L.first_it : 0; rc == 0 && it < L.iters; it++) {
+        const long first_it = epoch == L.first_epoch ? L.first_it : 0;
+        epoch_begin(&L, epoch, first_it);
+        for (long it = first_it; rc == 0 && it < L.iters; it++) {
             rc = train_step(&L, it);
             if (rc == 0)
                 rc = step_event(&L, it);

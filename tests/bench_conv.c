@@ -7,6 +7,9 @@
  * chooses by itself, so the rule at the top of conv.c can be checked on another machine:
  *
  *   meson test --benchmark -C build bench_conv -v
+ *
+ * Then the depthwise kernels themselves, the fast row-by-row loops against their tap-by-tap
+ * twins (nl_dwconv_ref), on the same shard, alternating likewise.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +117,74 @@ static double step(struct setup *u)
     return cpu_now() - t0;
 }
 
+/* One forward and backward of the shard through the depthwise kernels, fast or reference. */
+static double dw_step(const struct shape *sh, int fast, float *out, float *in, float *w, float *b,
+                      float *dout, float *din, float *dw, float *db)
+{
+    const int o = (sh->h + 2 * sh->p - sh->k) / sh->s + 1;
+    const size_t in_size = (size_t)sh->c * sh->h * sh->w, out_size = (size_t)sh->f * o * o;
+    double t0 = cpu_now();
+    for (int s = 0; s < SHARD; s++) {
+        if (fast) {
+            nl_dwconv(out + s * out_size, in + s * in_size, w, b, sh->c, sh->h, sh->w, 1, sh->k,
+                      sh->k, sh->s, sh->s, sh->p, sh->p, o, o);
+            nl_dwconv_backward(din + s * in_size, dw, db, dout + s * out_size, in + s * in_size, w,
+                               sh->c, sh->h, sh->w, 1, sh->k, sh->k, sh->s, sh->s, sh->p, sh->p, o,
+                               o);
+        } else {
+            nl_dwconv_ref(out + s * out_size, in + s * in_size, w, b, sh->c, sh->h, sh->w, 1, sh->k,
+                          sh->k, sh->s, sh->s, sh->p, sh->p, o, o);
+            nl_dwconv_backward_ref(din + s * in_size, dw, db, dout + s * out_size, in + s * in_size,
+                                   w, sh->c, sh->h, sh->w, 1, sh->k, sh->k, sh->s, sh->s, sh->p,
+                                   sh->p, o, o);
+        }
+    }
+    return cpu_now() - t0;
+}
+
+static void dw_kernels(const struct shape *shapes, size_t count, int repeat)
+{
+    printf("\ndepthwise kernels, one forward and backward of %d images, GFLOP/s\n", SHARD);
+    printf("%-34s %9s %9s %9s\n", "SHAPE", "REF", "FAST", "FAST/REF");
+    for (size_t i = 0; i < count; i++) {
+        const struct shape *sh = &shapes[i];
+        if (sh->groups <= 1)
+            continue;
+        const int o = (sh->h + 2 * sh->p - sh->k) / sh->s + 1;
+        const size_t in_n = (size_t)SHARD * sh->c * sh->h * sh->w,
+                     out_n = (size_t)SHARD * sh->f * o * o;
+        const size_t wn = (size_t)sh->f * sh->k * sh->k;
+        float *in = nl_alloc_floats(in_n), *din = nl_alloc_floats(in_n);
+        float *out = nl_alloc_floats(out_n), *dout = nl_alloc_floats(out_n);
+        float *w = nl_alloc_floats(wn), *dw = nl_alloc_floats(wn);
+        float *b = nl_alloc_floats((size_t)sh->f), *db = nl_alloc_floats((size_t)sh->f);
+        for (size_t k = 0; k < in_n; k++)
+            in[k] = (float)(k % 13) * 0.1f - 0.6f;
+        for (size_t k = 0; k < out_n; k++)
+            dout[k] = (float)(k % 7) * 0.1f - 0.3f;
+        for (size_t k = 0; k < wn; k++)
+            w[k] = (float)(k % 5) * 0.1f - 0.2f;
+        double best[2] = {1e30, 1e30};
+        for (int r = 0; r <= repeat; r++)
+            for (int fast = 0; fast < 2; fast++) {
+                double t = dw_step(sh, fast, out, in, w, b, dout, din, dw, db);
+                if (r > 0 && t < best[fast]) /* round 0 touches the buffers */
+                    best[fast] = t;
+            }
+        double flops = 3.0 * 2.0 * SHARD * (double)sh->f * o * o * sh->k * sh->k;
+        printf("%-34s %9.1f %9.1f %8.2fx\n", sh->what, flops / best[0] / 1e9, flops / best[1] / 1e9,
+               best[0] / best[1]);
+        nl_free(in);
+        nl_free(din);
+        nl_free(out);
+        nl_free(dout);
+        nl_free(w);
+        nl_free(dw);
+        nl_free(b);
+        nl_free(db);
+    }
+}
+
 int main(void)
 {
     static const struct shape shapes[] = {
@@ -174,5 +245,6 @@ int main(void)
     }
     printf("A: one GEMM per image (grouped: per image and group); B: one GEMM per shard "
            "(grouped, depthwise: direct loops)\n");
+    dw_kernels(shapes, sizeof shapes / sizeof shapes[0], repeat);
     return 0;
 }

@@ -4,6 +4,12 @@ python3-opencv).
 
   onnx_check.py tree DIR                 writes a small RGB PNG class tree (3 classes of 12
                                          32x32 images: coloured shapes on noise)
+  onnx_check.py crops SRC DIR SIZE N    the first N photos (JPEG or PNG) of each class folder
+                                         of SRC as nnlab imports them with --resize
+                                         shorter:SIZE,center-crop:SIZExSIZE (EXIF orientation,
+                                         Pillow's bilinear resize, torchvision's centre crop),
+                                         written as PNGs under DIR/CLASS/, so that nnlab predict
+                                         and cv2.dnn see the same pixels
   onnx_check.py images RESULTS FILE.onnx PREDICT.json [FILE.onnx PREDICT.json ...]
                                          runs every image that `nnlab --json predict` classified
                                          through cv2.dnn and compares; writes one line per model
@@ -79,6 +85,24 @@ def tree(out):
             img.save(os.path.join(out, name, "%02d.png" % i))
 
 
+def crops(src, out, size, n):
+    from PIL import Image, ImageOps
+    for cls in sorted(os.listdir(src)):
+        files = sorted(os.listdir(os.path.join(src, cls)))[:n]
+        os.makedirs(os.path.join(out, cls), exist_ok=True)
+        for name in files:
+            img = ImageOps.exif_transpose(Image.open(os.path.join(src, cls, name))).convert("RGB")
+            w, h = img.size
+            if w <= h:
+                rw, rh = size, int(size * h / w)
+            else:
+                rw, rh = int(size * w / h), size
+            img = img.resize((rw, rh), Image.BILINEAR)
+            x, y = round((rw - size) / 2), round((rh - size) / 2)
+            img.crop((x, y, x + size, y + size)).save(
+                os.path.join(out, cls, os.path.splitext(name)[0] + ".png"))
+
+
 def images(path, predict_json):
     from PIL import Image
     with open(predict_json) as f:
@@ -105,6 +129,9 @@ def main():
     mode = sys.argv[1]
     if mode == "tree":
         tree(sys.argv[2])
+        return 0
+    if mode == "crops":
+        crops(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return 0
     if mode == "images":
         results = []

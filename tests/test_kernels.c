@@ -397,6 +397,69 @@ static void test_depthwise(const struct conv_case *cc)
         run_free(&r[i]);
 }
 
+/* The fast depthwise kernels against their reference twins, bit for bit (the same products in
+ * the same order): forward, and every gradient added into the same non-zero starting values. */
+static void test_dwconv_twins(void)
+{
+    static const int cases[][10] = {
+        /* c, h, w, mult, kh, kw, sh, sw, ph, pw */
+        {3, 14, 14, 1, 3, 3, 1, 1, 1, 1}, {2, 14, 13, 1, 3, 3, 2, 2, 1, 1},
+        {2, 7, 9, 2, 3, 3, 1, 1, 0, 0},   {2, 6, 5, 1, 5, 5, 1, 1, 2, 2},
+        {1, 2, 2, 1, 3, 3, 1, 1, 1, 1},   {1, 1, 1, 1, 3, 3, 1, 1, 1, 1},
+        {2, 9, 8, 1, 3, 3, 2, 1, 2, 2},   {1, 5, 7, 3, 2, 3, 1, 2, 0, 1},
+        {1, 3, 3, 1, 3, 3, 1, 1, 2, 2},   {2, 8, 8, 1, 9, 9, 1, 1, 4, 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *k = cases[i];
+        const int c = k[0], h = k[1], w = k[2], mult = k[3], kh = k[4], kw = k[5], sh = k[6],
+                  sw = k[7], ph = k[8], pw = k[9];
+        const int oh = (h + 2 * ph - kh) / sh + 1, ow = (w + 2 * pw - kw) / sw + 1;
+        const size_t in = (size_t)c * h * w, out = (size_t)c * mult * oh * ow,
+                     nw = (size_t)c * mult * kh * kw, nb = (size_t)c * mult;
+        float *x = floats(in), *wt = floats(nw), *bias = floats(nb), *dy = floats(out);
+        float *y[2], *dx[2], *dwt[2], *db[2];
+        for (int j = 0; j < 2; j++) {
+            y[j] = floats(out);
+            dx[j] = floats(in);
+            dwt[j] = floats(nw);
+            db[j] = floats(nb);
+        }
+        fill(x, in, -1, 1);
+        fill(wt, nw, -1, 1);
+        fill(bias, nb, -1, 1);
+        fill(dy, out, -1, 1);
+        fill(dx[0], in, -1, 1);
+        fill(dwt[0], nw, -1, 1);
+        fill(db[0], nb, -1, 1);
+        memcpy(dx[1], dx[0], in * sizeof(float));
+        memcpy(dwt[1], dwt[0], nw * sizeof(float));
+        memcpy(db[1], db[0], nb * sizeof(float));
+        nl_dwconv_ref(y[0], x, wt, bias, c, h, w, mult, kh, kw, sh, sw, ph, pw, oh, ow);
+        nl_dwconv(y[1], x, wt, bias, c, h, w, mult, kh, kw, sh, sw, ph, pw, oh, ow);
+        nl_dwconv_backward_ref(dx[0], dwt[0], db[0], dy, x, wt, c, h, w, mult, kh, kw, sh, sw, ph,
+                               pw, oh, ow);
+        nl_dwconv_backward(dx[1], dwt[1], db[1], dy, x, wt, c, h, w, mult, kh, kw, sh, sw, ph, pw,
+                           oh, ow);
+        ok(memcmp(y[0], y[1], out * sizeof(float)) == 0 &&
+               memcmp(dx[0], dx[1], in * sizeof(float)) == 0 &&
+               memcmp(dwt[0], dwt[1], nw * sizeof(float)) == 0 &&
+               memcmp(db[0], db[1], nb * sizeof(float)) == 0,
+           "depthwise %dx%dx%d x%d, %dx%d stride %dx%d pad %dx%d: the fast kernels give their "
+           "twins' output and gradients bit for bit",
+           c, h, w, mult, kh, kw, sh, sw, ph, pw);
+        for (int j = 0; j < 2; j++) {
+            free(y[j]);
+            free(dx[j]);
+            free(dwt[j]);
+            free(db[j]);
+        }
+        free(x);
+        free(wt);
+        free(bias);
+        free(dy);
+    }
+}
+
 static void test_dense(int n, struct nl_shape in, int units, int no_bias)
 {
     struct run r = {.l = {.units = units, .no_bias = no_bias, .in = {in}}};
@@ -556,6 +619,7 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof depthwise / sizeof depthwise[0]; i++)
         test_depthwise(&depthwise[i]);
+    test_dwconv_twins();
 
     test_dense(5, (struct nl_shape){3, 2, 2}, 7, 0);
     test_dense(1, (struct nl_shape){10, 1, 1}, 3, 0);

@@ -322,6 +322,97 @@ static void test_gradients(void)
     gradcheck_simple("dropout", 2, s, 0.5f, 0);
 }
 
+/* ---- overwriting activation gradients (nl_bwd.set) ---- */
+
+/* Backward of h with dout = r into din, each of din's elements set to start beforehand, with
+ * bits `set`; the weight gradient into a scratch buffer of zeros. */
+static void backward_set(struct harness *h, float *din, float start, unsigned set)
+{
+    float *dw = floats(h->l.param_count);
+    fill_value(din, h->in_count, start);
+    struct nl_bwd b = {.n = h->n,
+                       .in = {h->in},
+                       .out = h->out,
+                       .dout = h->r,
+                       .din = {din},
+                       .w = h->w,
+                       .dw = dw,
+                       .aux = h->aux,
+                       .scratch = h->scratch,
+                       .set = set};
+    h->l.ops->backward(&h->l, &b);
+    free(dw);
+}
+
+/* The first writer of an activation gradient overwrites it when told to: into NaNs with the bit
+ * set, the same values as added into zeros without it. */
+static void check_overwrite(struct harness *h, const char *what)
+{
+    float *added = floats(h->in_count), *set = floats(h->in_count);
+    forward(h);
+    backward_set(h, added, 0.0f, 0);
+    backward_set(h, set, NAN, 1);
+    size_t same = 0;
+    for (size_t i = 0; i < h->in_count; i++)
+        same += set[i] == added[i];
+    is_int((int)same, (int)h->in_count, "%s: backward overwrites din as it would add into zeros",
+           what);
+    free(added);
+    free(set);
+}
+
+static void test_overwrite(void)
+{
+    const char *kinds[] = {"relu", "relu6", "flatten", "globalavgpool", "dense", "batchnorm"};
+    const int nkinds = (int)(sizeof kinds / sizeof kinds[0]);
+    const struct nl_shape s = {3, 4, 5};
+
+    for (int k = 0; k < nkinds; k++)
+        for (int training = 0; training < 2; training++) {
+            struct harness h = {.l = {.in = {s}, .units = 6}, .training = training};
+            char what[64];
+            harness_make(&h, kinds[k], 2);
+            fill(h.w, h.l.param_count, 0.5f, 1.5f); /* batchnorm: a positive running_var */
+            snprintf(what, sizeof what, "%s%s", kinds[k], training ? " (training)" : "");
+            check_overwrite(&h, what);
+            harness_free(&h);
+        }
+
+    /* add: each input on its own bit, the other added to. */
+    const size_t count = 2 * nl_shape_size(s);
+    struct nl_layer l = {.ops = nl_layer_kind("add"), .name = "add1", .ninputs = 2, .in = {s, s}};
+    struct nl_error err = {0};
+    l.ops->setup(&l, &err);
+    float *dout = floats(count), *a = floats(count), *b0 = floats(count), *b1 = floats(count);
+    fill(dout, count, -1, 1);
+    fill(a, count, -1, 1);
+    memcpy(b0, a, count * sizeof *a);
+    fill_value(b1, count, NAN);
+    struct nl_bwd b = {.n = 2, .dout = dout, .din = {b0, b1}, .set = 2u};
+    l.ops->backward(&l, &b);
+    size_t same = 0;
+    for (size_t i = 0; i < count; i++)
+        same += b0[i] == a[i] + dout[i] && b1[i] == dout[i];
+    is_int((int)same, (int)count, "add: input 1 overwritten, input 0 added to");
+    free(dout);
+    free(a);
+    free(b0);
+    free(b1);
+
+    /* Every kind that says it overwrites is checked above. */
+    int unchecked = 0;
+    for (const struct nl_layer_ops *const *o = nl_layer_kinds(); *o; o++) {
+        int listed = strcmp((*o)->kind, "add") == 0;
+        for (int k = 0; k < nkinds; k++)
+            listed |= strcmp((*o)->kind, kinds[k]) == 0;
+        if ((*o)->overwrites && !listed) {
+            diag("%s overwrites but is not checked", (*o)->kind);
+            unchecked++;
+        }
+    }
+    is_int(unchecked, 0, "every kind with ops->overwrites is checked");
+}
+
 /* ---- the loss ---- */
 
 static double loss_naive(const float *logits, const int32_t *labels, int n, int k)
@@ -752,6 +843,7 @@ int main(void)
     test_gradients();
     test_loss();
     test_dropout();
+    test_overwrite();
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     return done_testing();
 }

@@ -43,10 +43,14 @@ static void relu_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
     if (!din)
         return;
-    for (size_t i = 0; i < count; i++) {
-        float g = dout[i];
-        din[i] += out[i] > 0.0f ? g : 0.0f;
-    }
+    if (b->set & 1)
+        for (size_t i = 0; i < count; i++)
+            din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+    else
+        for (size_t i = 0; i < count; i++) {
+            float g = dout[i];
+            din[i] += out[i] > 0.0f ? g : 0.0f;
+        }
 }
 
 static void relu6_forward(const struct nl_layer *l, const struct nl_fwd *f)
@@ -68,10 +72,14 @@ static void relu6_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
     if (!din)
         return;
-    for (size_t i = 0; i < count; i++) {
-        float g = dout[i];
-        din[i] += out[i] > 0.0f && out[i] < 6.0f ? g : 0.0f;
-    }
+    if (b->set & 1)
+        for (size_t i = 0; i < count; i++)
+            din[i] = out[i] > 0.0f && out[i] < 6.0f ? dout[i] : 0.0f;
+    else
+        for (size_t i = 0; i < count; i++) {
+            float g = dout[i];
+            din[i] += out[i] > 0.0f && out[i] < 6.0f ? g : 0.0f;
+        }
 }
 
 static void tanh_forward(const struct nl_layer *l, const struct nl_fwd *f)
@@ -124,6 +132,7 @@ static void sigmoid_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
 const struct nl_layer_ops nl__relu_ops = {
     .kind = "relu",
+    .overwrites = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = activation_setup,
@@ -133,6 +142,7 @@ const struct nl_layer_ops nl__relu_ops = {
 
 const struct nl_layer_ops nl__relu6_ops = {
     .kind = "relu6",
+    .overwrites = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = activation_setup,

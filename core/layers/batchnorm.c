@@ -197,9 +197,15 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
             const size_t at = (size_t)s * size + off;
             float *dx = b->din[0] + at;
             const float *dy = b->dout + at, *x = b->in[0] + at;
-            if (use_batch)
+            if (use_batch && (b->set & 1))
+                for (size_t i = 0; i < plane; i++)
+                    dx[i] = g * (dy[i] - a1 - ((x[i] - mu) * is) * a2);
+            else if (use_batch)
                 for (size_t i = 0; i < plane; i++)
                     dx[i] += g * (dy[i] - a1 - ((x[i] - mu) * is) * a2);
+            else if (b->set & 1)
+                for (size_t i = 0; i < plane; i++)
+                    dx[i] = g * dy[i];
             else
                 for (size_t i = 0; i < plane; i++)
                     dx[i] += g * dy[i];
@@ -230,6 +236,7 @@ static void bn_update_stats(const struct nl_layer *l, float *w, const float *sum
 
 const struct nl_layer_ops nl__batchnorm_ops = {
     .kind = "batchnorm",
+    .overwrites = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = bn_setup,

@@ -57,8 +57,9 @@ static void dense_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
     if (n <= 0)
         return;
-    if (b->din[0]) /* din (n, I) += dout (n, U) weight (U, I) */
-        nl_sgemm(0, 0, n, in, units, 1.0f, b->dout, units, b->w, in, 1.0f, b->din[0], in);
+    if (b->din[0]) /* din (n, I) += dout (n, U) weight (U, I); = when b->set */
+        nl_sgemm(0, 0, n, in, units, 1.0f, b->dout, units, b->w, in, (b->set & 1) ? 0.0f : 1.0f,
+                 b->din[0], in);
     if (b->dw) {
         /* dweight (U, I) += dout^T (U, n) in (n, I); dbias (U) += column sums of dout. */
         nl_sgemm(1, 0, units, in, n, 1.0f, b->dout, units, b->in[0], in, 1.0f, b->dw, in);
@@ -76,6 +77,7 @@ static void dense_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
 const struct nl_layer_ops nl__dense_ops = {
     .kind = "dense",
+    .overwrites = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = dense_setup,

@@ -58,6 +58,7 @@ const struct nl_layer_ops nl__dropout_ops = {
     .kind = "dropout",
     .min_inputs = 1,
     .max_inputs = 1,
+    .stochastic = 1,
     .setup = dropout_setup,
     .forward = dropout_forward,
     .backward = dropout_backward,

@@ -29,12 +29,16 @@ static void flatten_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
     if (!b->din[0])
         return;
-    for (size_t i = 0; i < count; i++)
-        b->din[0][i] += b->dout[i];
+    if (b->set & 1)
+        memcpy(b->din[0], b->dout, count * sizeof(float));
+    else
+        for (size_t i = 0; i < count; i++)
+            b->din[0][i] += b->dout[i];
 }
 
 const struct nl_layer_ops nl__flatten_ops = {
     .kind = "flatten",
+    .overwrites = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = flatten_setup,

@@ -6,6 +6,8 @@
  *   globalavgpool         out (C, 1, 1): the mean of each channel's plane, as
  *                         AdaptiveAvgPool2d(1)
  *   no parameters, no aux, no scratch. */
+#include <string.h>
+
 #include "layers.h"
 
 static int add_setup(struct nl_layer *l, struct nl_error *err)
@@ -44,8 +46,11 @@ static void add_backward(const struct nl_layer *l, const struct nl_bwd *b)
         float *din = b->din[j];
         if (!din)
             continue;
-        for (size_t i = 0; i < count; i++)
-            din[i] += b->dout[i];
+        if (b->set & (1u << j))
+            memcpy(din, b->dout, count * sizeof *din);
+        else
+            for (size_t i = 0; i < count; i++)
+                din[i] += b->dout[i];
     }
 }
 
@@ -137,13 +142,18 @@ static void gap_backward(const struct nl_layer *l, const struct nl_bwd *b)
         for (int k = 0; k < c; k++) {
             float *dx = b->din[0] + ((size_t)s * c + k) * plane;
             float v = b->dout[(size_t)s * c + k] / (float)plane;
-            for (size_t i = 0; i < plane; i++)
-                dx[i] += v;
+            if (b->set & 1)
+                for (size_t i = 0; i < plane; i++)
+                    dx[i] = v;
+            else
+                for (size_t i = 0; i < plane; i++)
+                    dx[i] += v;
         }
 }
 
 const struct nl_layer_ops nl__add_ops = {
     .kind = "add",
+    .overwrites = 1,
     .min_inputs = 2,
     .max_inputs = NL_MAX_INPUTS,
     .setup = add_setup,
@@ -162,6 +172,7 @@ const struct nl_layer_ops nl__concat_ops = {
 
 const struct nl_layer_ops nl__globalavgpool_ops = {
     .kind = "globalavgpool",
+    .overwrites = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = gap_setup,

@@ -57,11 +57,6 @@ int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const s
  * and dense products. */
 double nl_model_infer_flops(const struct nl_model *m);
 
-/* The spec text of a model that exists only for benchmarks, by name, or NULL. "resnet18":
- * torchvision's resnet18, layer for layer, with '_' where torchvision's module paths have '.'
- * (layer1_0_conv1), and a head of as many classes as the data has. */
-const char *nl_bench_spec(const char *name);
-
 /* A dataset of n samples of the given shape in memory: uniform random bytes (normalised with
  * mean 0.5 and std 0.29 per channel) and uniform random labels of nclasses classes, from seed;
  * train split only. For speed measurements, where what the pixels show does not matter. Freed

@@ -37,6 +37,14 @@ void nl_dwconv(float *out, const float *img, const float *weight, const float *b
 void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *dout,
                         const float *img, const float *weight, int c, int h, int w, int mult,
                         int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
+/* Their twins: tap after tap over the whole plane. The fast ones (row by row, a kernel row's
+ * taps in one pass) add the same products in the same order, so they agree bit for bit. */
+void nl_dwconv_ref(float *out, const float *img, const float *weight, const float *bias, int c,
+                   int h, int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
+                   int ow);
+void nl_dwconv_backward_ref(float *din, float *dweight, float *dbias, const float *dout,
+                            const float *img, const float *weight, int c, int h, int w, int mult,
+                            int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
 
 /* The sum of x (n): eight interleaved float partial sums, added in double at the end, so the
  * additions do not wait on one another. Its twin adds one element after another in double. */

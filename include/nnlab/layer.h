@@ -7,7 +7,8 @@
  * A layer's parameters are contiguous in the model's flat buffer, starting at param_offset, in the
  * order of params[], each in PyTorch's layout (conv weight [out, in, kh, kw], linear [out, in],
  * bias [out]). Forward overwrites its output; backward accumulates (+=) into din and dw, which the
- * caller zeroes. Layers keep no state between calls except what they write to aux. */
+ * caller zeroes, except where the caller asks a kind that can to write din (nl_bwd.set). Layers
+ * keep no state between calls except what they write to aux. */
 #ifndef NNLAB_LAYER_H
 #define NNLAB_LAYER_H
 
@@ -124,6 +125,10 @@ struct nl_bwd {
     const float *out;               /* what forward wrote */
     const float *dout;              /* (n, out) */
     float *din[NL_MAX_INPUTS];      /* (n, in[i]), +=; NULL where no gradient is wanted */
+    /* Bit j: din[j] holds nothing yet (this is its first writer), so the layer writes it (=)
+     * instead of adding to it, sparing the caller a pass that zeroes it. Set only for kinds
+     * whose ops->overwrites is 1. */
+    unsigned set;
     const float *w;
     float *dw;       /* +=, laid out as w; NULL when the layer is frozen */
     const void *aux; /* what forward wrote there */
@@ -133,6 +138,11 @@ struct nl_bwd {
 struct nl_layer_ops {
     const char *kind; /* the word in a spec: "conv", "dense", ... */
     int min_inputs, max_inputs;
+    /* 1 when forward in training draws from f->rng (dropout): such a layer's output differs from
+     * one epoch to the next, so it never belongs to a cached frozen prefix (nl_exec_prefix). */
+    int stochastic;
+    /* 1 when backward honours nl_bwd.set. */
+    int overwrites;
     /* Validates the configuration against in[] and fills out, params, aux and scratch sizes.
      * Errors name the layer (and its spec line when it has one). */
     int (*setup)(struct nl_layer *l, struct nl_error *err);

@@ -103,6 +103,26 @@ void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogi
 void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *dlogits,
                            float *dparams, void (*done)(void *ud, int layer), void *ud);
 
+/* The frozen prefix of a training executor: the layers whose output no training step can change
+ * (frozen or without parameters, reading only such layers or the input, and not stochastic:
+ * no dropout), so that their output for a sample is the same in every epoch, batchnorm being in
+ * eval mode there. Its features are the outputs of the prefix's layers that a layer outside it
+ * reads, one after another in layer order: nl_exec_prefix returns their floats per sample, 0
+ * when there is no such prefix (nothing frozen, a trainable layer reads the model's input, the
+ * whole model is in it, or a forward-only executor). The features of sample s of the last
+ * forward go to row (nl_exec_prefix floats) with nl_exec_features; nl_exec_forward_head runs
+ * the layers outside the prefix on n samples' features (n, floats) instead of the input, giving
+ * the same logits as nl_exec_forward on those samples, after which nl_exec_backward runs as
+ * after nl_exec_forward. */
+size_t nl_exec_prefix(const struct nl_exec *x);
+void nl_exec_features(const struct nl_exec *x, int s, float *row);
+const float *nl_exec_forward_head(struct nl_exec *x, const float *params, const float *features,
+                                  int n, int training, struct nl_rng *rng);
+/* Layers in the prefix, for a summary or a note: the count, and the index of the last one; and
+ * whether layer i is one of them. */
+int nl_exec_prefix_layers(const struct nl_exec *x, int *last);
+int nl_exec_in_prefix(const struct nl_exec *x, int i);
+
 /* How many layers nl_exec_backward runs, and how many weight-gradient floats it computes: a
  * measure of a backward pass's cost that does not depend on timing. */
 void nl_exec_backward_cost(const struct nl_exec *x, int *layers, size_t *weight_floats);

@@ -67,6 +67,21 @@ struct nl_train_opts {
     /* The loss (include/nnlab/layer.h): NL_LOSS_DEFAULT is cross-entropy for a classification
      * dataset and mse for a regression one; mse, mae and huber need a regression dataset. */
     enum nl_loss loss;
+    /* Cached frozen features (nl_exec_prefix in include/nnlab/model.h, core/feature_cache.h): when
+     * the model's first layers are frozen, their output for each training sample is kept from
+     * the first epoch that runs whole and read in the later ones, which then run only the
+     * layers after them; the results are those of the uncached run (the prefix computes the
+     * same numbers every epoch: batchnorm is in eval mode there, and dropout and what follows
+     * it stay out of the prefix). Off with augmentation (the input changes every epoch) and in
+     * cluster runs, said once through note. feature_cache_limit bytes may be held in
+     * memory; a larger cache goes to a file under feature_cache_dir (NULL: none, the cache is
+     * then off), where later runs with the same frozen weights and data find it. */
+    int feature_cache; /* 1: on where it applies (the default); 0: off */
+    size_t feature_cache_limit;
+    const char *feature_cache_dir;
+    /* A sentence for the person training, said once (the feature cache's use). May be NULL. */
+    void (*note)(void *ud, const char *text);
+    void *note_ud;
 };
 
 /* The run's settings among nl_train_opts's fields, as one table (core/settings.c): each one's
@@ -188,7 +203,8 @@ void nl_judge_init(struct nl_judge *j);
 int nl_judge_epoch(struct nl_judge *j, const struct nl_train_opts *o, int epoch, double watched);
 
 /* Defaults that train the shipped models well: 10 epochs, batch 64, all cores, seed 1, SGD with
- * lr 0.05 and momentum 0.9, decayed to 0 by a cosine schedule over the run. */
+ * lr 0.05 and momentum 0.9, decayed to 0 by a cosine schedule over the run; the feature cache on
+ * with 1 GiB in memory and no directory. */
 void nl_train_defaults(struct nl_train_opts *o);
 
 enum nl_event_kind {
@@ -284,6 +300,11 @@ struct nl_train_result {
     /* A regression run: the accuracies above are R^2 (see struct nl_event). */
     int regression;
     double train_mae, train_rmse, val_mae, val_rmse, test_mae, test_rmse;
+    /* The frozen-feature cache: 0 off, 1 in memory, 2 in a file; its bytes; and the epochs
+     * that read it instead of running the prefix. */
+    int feature_cache;
+    size_t feature_cache_bytes;
+    int cached_epochs;
 };
 
 /* The end of an epoch, written once for local runs (nl_train) and cluster runs (net/driver.c):

@@ -14,7 +14,7 @@ cores that other processes kept busy during the run (from /proc/stat), so a load
 
 Models: lenet, mlp, resnet8 and mobilenet-tiny (data/models; torch_reference.py builds the same
 layers in PyTorch, with PyTorch's own initialisation), and resnet18: torchvision's resnet18
-against the same network as an nnlab spec (written here, torchvision's names with '_' for '.'),
+against the same network as nnlab's shipped data/models/resnet18 (torchvision's module paths),
 on RGB_TRAIN + RGB_TEST synthetic 64x64 RGB PNGs of 10 classes (noise around a colour per class)
 that this script writes and nnlab imports:
 
@@ -72,27 +72,6 @@ def run_measured(cmd):
     return out.splitlines(), ru.ru_maxrss / 1024.0, others
 
 
-def resnet18_spec():
-    """torchvision's resnet18 as an nnlab spec, names with '_' where torchvision's have '.'."""
-    lines = ["conv1: conv 64 7x7 stride=2 pad=3 bias=no", "bn1: batchnorm", "relu: relu",
-             "maxpool: maxpool 3x3 stride=2 pad=1"]
-    prev, cin = "maxpool", 64
-    for li, (c, s) in enumerate([(64, 1), (128, 2), (256, 2), (512, 2)], 1):
-        for b in range(2):
-            p, st = "layer%d_%d_" % (li, b), s if b == 0 else 1
-            lines += ["%sconv1: conv %d 3x3%s pad=1 bias=no in=%s" % (p, c, " stride=2" if st > 1 else "", prev),
-                      p + "bn1: batchnorm", p + "relu1: relu",
-                      "%sconv2: conv %d 3x3 pad=1 bias=no" % (p, c), p + "bn2: batchnorm"]
-            short = prev
-            if st != 1 or cin != c:
-                lines += ["%sdownsample_0: conv %d 1x1 stride=%d bias=no in=%s" % (p, c, st, prev),
-                          p + "downsample_1: batchnorm"]
-                short = p + "downsample_1"
-            lines += ["%sadd: add in=%sbn2,%s" % (p, p, short), p + "relu: relu"]
-            prev, cin = p + "relu", c
-    return "\n".join(lines + ["avgpool: globalavgpool", "fc: dense N"]) + "\n"
-
-
 def write_rgb_pngs(folder):
     """RGB_TRAIN and RGB_TEST 64x64 RGB PNGs in folder/{train,test}/CLASS/, 10 classes."""
     import numpy as np
@@ -117,10 +96,10 @@ def torch_run(py, model, threads, batch, png):
             "acc": r["test_accuracy"], "rss": rss, "others": others}
 
 
-def nnlab_run(exe, db, model, threads, batch, spec):
+def nnlab_run(exe, db, model, threads, batch):
     data = "rgb64" if model == "resnet18" else "fashion"
     lines, rss, others = run_measured([exe, "--db", db, "--json", "train", "--data", data,
-                                       "--model", spec if model == "resnet18" else model,
+                                       "--model", model,
                                        "--epochs", "1", "--batch", str(batch),
                                        "--threads", str(threads), "--optim", "sgd", "--lr", "0.05",
                                        "--momentum", "0.9", "--schedule", "constant", "--seed", "1"])
@@ -154,11 +133,9 @@ def main():
     try:
         subprocess.run([a.nnlab, "--db", db, "--quiet", "import", "fashion", a.data_dir], check=True,
                        stdout=subprocess.DEVNULL)
-        png, spec = os.path.join(tmp, "rgb64"), os.path.join(tmp, "resnet18.spec")
+        png = os.path.join(tmp, "rgb64")
         if "resnet18" in models:
             write_rgb_pngs(png)
-            with open(spec, "w") as f:
-                f.write(resnet18_spec())
             subprocess.run([a.nnlab, "--db", db, "--quiet", "import", "rgb64", png, "--rgb"],
                            check=True, stdout=subprocess.DEVNULL)
         print("machine: %s; load average %.2f %.2f %.2f; torch from %s" %
@@ -171,7 +148,7 @@ def main():
                 for i in range(a.runs):
                     for who in ("torch", "nnlab"):
                         r = (torch_run(py, model, t, a.batch, png) if who == "torch"
-                             else nnlab_run(a.nnlab, db, model, t, a.batch, spec))
+                             else nnlab_run(a.nnlab, db, model, t, a.batch))
                         results.setdefault((model, t, who), []).append(r)
                         print("%-6s %-6s %3d %4d %10.0f %8.2f %7.4f %8.0f %7.2f" %
                               (model, who, t, i + 1, r["ips"], r["seconds"], r["acc"], r["rss"],
