@@ -27,7 +27,8 @@ static const struct command commands[] = {
      "      --threads T     threads (default: all cores)\n",
      NULL},
     {"import", cmd_import, "NAME SOURCE...",
-     "import a dataset: IDX files, a folder of PNG/JPEG class folders, or a CSV file",
+     "import a dataset: IDX files, a folder of PNG/JPEG class folders, a CSV file, or text (a "
+     "folder of class folders of .txt files, or a CSV file with --text)",
      "      --val F         carve a stratified validation split of this fraction from train\n"
      "      --test F        carve a test split likewise when the source has none\n"
      "      --seed S        seed of the carved splits (default 1)\n"
@@ -40,6 +41,10 @@ static const struct command commands[] = {
      "                      imagenet (PyTorch's ImageNet mean/std, for pretrained weights) or\n"
      "                      none (pixel / 255); train, eval and predict use it\n"
      "      --label COLUMN  CSV: the label column, a name or 1-based index (default: last)\n"
+     "      --text COLUMN   CSV: the text column, a name or 1-based index: a text dataset\n"
+     "      --vocab K       text: keep the K most frequent words of train (default 20000)\n"
+     "      --max-len L     text: tokens per document, cut or padded (default 200)\n"
+     "      --keep start|end  text: which part of a longer document to keep (default start)\n"
      "      --skip-bad      skip bad files or rows, listing them, instead of stopping\n",
      NULL},
     {"datasets", cmd_datasets, "", "list the datasets in the store", NULL, NULL},

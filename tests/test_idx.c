@@ -24,8 +24,10 @@
 #include "nnlab/store.h"
 #include "tap.h"
 
-/* The runs' owner columns of schema version 4, gone as from an older store. */
+/* The runs' owner columns of schema version 4 and the vocab table of version 5, gone as from an
+ * older store. */
 #define DROP_OWNERS                                                                                \
+    "DROP TABLE IF EXISTS vocab; "                                                                 \
     "ALTER TABLE runs DROP COLUMN owner_host; ALTER TABLE runs DROP COLUMN owner_pid; "            \
     "ALTER TABLE runs DROP COLUMN owner_start; ALTER TABLE runs DROP COLUMN heartbeat; "
 
@@ -588,6 +590,16 @@ static void check_store(void)
             is_str(info.status, "interrupted", "a running run without an owner is interrupted");
             if (nl_run_remove(s, "old", &err) < 0)
                 diag("could not remove the run: %s", err.msg);
+            sqlite3_exec(nl_store_sqlite(s), "DROP TABLE vocab; PRAGMA user_version = 4", NULL,
+                         NULL, NULL);
+            nl_store_close(s);
+            rc = nl_store_open(&s, path, &err);
+            succeeds(rc, err, "a version 4 store opens");
+        }
+        if (rc == 0) {
+            sqlite3_prepare_v2(nl_store_sqlite(s), "SELECT count(*) FROM vocab", -1, &st, NULL);
+            ok(sqlite3_step(st) == SQLITE_ROW, "and gains the vocab table");
+            sqlite3_finalize(st);
         }
     }
     if (rc == 0) {

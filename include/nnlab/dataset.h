@@ -30,6 +30,14 @@ struct nl_dataset {
     int nnorm;           /* shape.c: one mean/std per channel (per feature for CSV: (F, 1, 1)) */
     float *mean, *std;   /* (nnorm), in units of pixel / 255 for uint8 data */
     char *preprocessing; /* JSON: what the import did (resize, channels, splits, skipped...) */
+    /* Text datasets (kind "text"): a sample is (1, 1, L) token ids held as float32 (exact: ids
+     * are below 2^24), mean 0 and std 1, so batches carry the ids unchanged; words come first
+     * and padding (id 0) fills the rest. The vocabulary is vocab[id] with its train count; id 0
+     * is padding ("<pad>"), 1 out-of-vocabulary ("<unk>"). nvocab 0 for other kinds. */
+    int nvocab;
+    char **vocab;          /* (nvocab) */
+    int64_t *vocab_count;  /* (nvocab) */
+    int keep_end;          /* longer documents kept their last L words, not their first */
     struct {
         uint32_t n;
         void *x;    /* (n, sample), uint8_t or float by dtype */
@@ -76,6 +84,10 @@ struct nl_import_opts {
     int crop_w, crop_h;  /* images: then cut the centre to this size (torchvision's CenterCrop) */
     enum nl_normalize normalize; /* images: the statistics batches are normalised with */
     const char *label; /* CSV: the label column, a name or a 1-based index; NULL: the last */
+    const char *text;  /* CSV: the text column, a name or a 1-based index: a text dataset */
+    int vocab;         /* text: words in the vocabulary, the train split's most frequent; 0: 20000 */
+    int max_len;       /* text: tokens per document, cut or padded; 0: 200 */
+    int keep_end;      /* text: a longer document keeps its last max_len words */
     int skip_bad;      /* skip bad files or rows (each reported through warn) */
     nl_warn_fn warn;   /* may be NULL */
     void *warn_ud;
@@ -121,6 +133,19 @@ void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uin
  * floats. */
 int nl_dataset_sample_from_image(const struct nl_dataset *d, const char *path, float *x,
                                  struct nl_error *err);
+
+/* Text datasets: text (len bytes of UTF-8) as one sample x (1, 1, L) of d's token ids, split
+ * into words, lower-cased and looked up as the import did (core/textdata.c); *unknown (may be
+ * NULL) receives the number of its words outside the vocabulary. Errors for invalid UTF-8 name
+ * the byte. */
+int nl_dataset_sample_from_text(const struct nl_dataset *d, const char *text, size_t len,
+                                float *x, int *unknown, struct nl_error *err);
+
+/* The tokenizer of text datasets: calls word(ud, w, n) with each word of s (len bytes of UTF-8),
+ * lower-cased, in order. Returns 0, or the 1-based byte offset of the first invalid UTF-8
+ * sequence (no word after it is given). */
+size_t nl_text_words(const char *s, size_t len, void (*word)(void *ud, const char *w, size_t n),
+                     void *ud);
 
 /* Training-time augmentation, applied to normalised training batches only, in torchvision's
  * order: random resized crop, horizontal flip, colour jitter, then the shift (crop:P). */
