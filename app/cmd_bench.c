@@ -189,6 +189,7 @@ static int build(struct bench_model *b, const struct nl_dataset *fashion, int ma
     }
     if (rc < 0)
         return rc;
+    spec->vocab = b->d->nvocab;
     rc = nl_model_build(&b->m, spec, b->d->shape, b->d->nclasses, err);
     nl_spec_free(spec);
     return rc;

@@ -19,13 +19,14 @@
 #include "nnlab/text.h"
 
 int build_model(struct nl_model **m, const char *model, const char *spec_text,
-                struct nl_shape shape, int nclasses, struct nl_error *err)
+                struct nl_shape shape, int nclasses, int vocab, struct nl_error *err)
 {
     struct nl_spec *spec;
     int rc = spec_text ? nl_spec_parse(&spec, spec_text, model, warn_cb, NULL, err)
                        : nl_spec_load(&spec, model, warn_cb, NULL, err);
     if (rc < 0)
         return rc;
+    spec->vocab = vocab;
     rc = nl_model_build(m, spec, shape, nclasses, err);
     nl_spec_free(spec);
     return rc;

@@ -243,7 +243,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         return rc;
     }
     o = &shortened;
-    rc = build_model(&m, model, NULL, d->shape, d->nclasses, &err);
+    rc = build_model(&m, model, NULL, d->shape, d->nclasses, d->nvocab, &err);
     if (rc < 0) {
         nl_dataset_free(d);
         return fail(&err);
@@ -936,7 +936,7 @@ int cmd_eval(int argc, char **argv)
         m = NULL;
         rc = nl_dataset_load(store, data, &d, &err);
         if (rc == 0)
-            rc = build_model(&m, model, NULL, d->shape, d->nclasses, &err);
+            rc = build_model(&m, model, NULL, d->shape, d->nclasses, d->nvocab, &err);
         if (rc == 0)
             rc = nl_safetensors_load(m, what, 0, warn_cb, NULL, NULL, &err);
         if (rc < 0 && d) {

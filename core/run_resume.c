@@ -4,13 +4,13 @@
  * The settings are one flat JSON object (but for "input", "frozen" and "augment"):
  *   epochs, batch, optim ("sgd", ...), schedule (nl_schedule_format's text), warmup (epochs),
  *   lr, momentum, nesterov, weight_decay, threads (0: all cores), seed, input [c, h, w],
- *   classes, clip_value, clip_norm, frozen [layer names], augment {flip, crop, resized_crop,
- *   brightness, contrast, saturation (the last four only when on)},
- *   early_stop_acc, patience, on_nan ("stop" | "skip-batch"), checkpoint_every (steps; 0: per
- *   epoch), cluster (trained on hosts), skipped_batches (over the run so far).
- * Floats are written with 9 significant digits, which give the same float back; a reader takes
- * a missing key as its default, so older runs still resume. nl_run_model reads input, classes
- * and frozen; nl_run_settings_parse the rest.
+ *   classes, vocab (a text dataset's vocabulary size, 0 for others), clip_value, clip_norm, frozen
+ * [layer names], augment {flip, crop, resized_crop, brightness, contrast, saturation (the last four
+ * only when on)}, early_stop_acc, patience, on_nan ("stop" | "skip-batch"), checkpoint_every
+ * (steps; 0: per epoch), cluster (trained on hosts), skipped_batches (over the run so far). Floats
+ * are written with 9 significant digits, which give the same float back; a reader takes a missing
+ * key as its default, so older runs still resume. nl_run_model reads input, classes and frozen;
+ * nl_run_settings_parse the rest.
  *
  * A resumed run continues in its own record: its model (spec, shape, frozen layers) and
  * settings are the run's, its weights, optimizer state and step count the latest checkpoint's.
@@ -72,7 +72,7 @@ char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_mode
     snprintf(settings, frozen_cap + 1792,
              "{\"epochs\":%d,\"batch\":%d,\"optim\":\"%s\",\"schedule\":\"%s\",\"warmup\":%.9g,"
              "\"lr\":%.9g,\"momentum\":%.9g,\"nesterov\":%s,\"weight_decay\":%.9g,\"threads\":%d,"
-             "\"seed\":%llu,\"input\":[%d,%d,%d],\"classes\":%d,\"clip_value\":%.9g,"
+             "\"seed\":%llu,\"input\":[%d,%d,%d],\"classes\":%d,\"vocab\":%d,\"clip_value\":%.9g,"
              "\"clip_norm\":%.9g,\"frozen\":%s,\"augment\":{\"flip\":%s,\"crop\":%d%s},"
              "\"early_stop_acc\":%.17g,\"patience\":%d,\"on_nan\":\"%s\","
              "\"checkpoint_every\":%ld,\"cluster\":%s,\"skipped_batches\":%ld}",
@@ -80,8 +80,8 @@ char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_mode
              (double)o->schedule.warmup_epochs, (double)o->optim.lr, (double)o->optim.momentum,
              o->optim.nesterov ? "true" : "false", (double)o->optim.weight_decay,
              o->threads > 0 ? o->threads : 0, (unsigned long long)o->seed, shape.c, shape.h,
-             shape.w, nclasses, (double)o->clip_value, (double)o->clip_norm, frozen,
-             o->augment.flip ? "true" : "false", o->augment.crop, photo, o->target_accuracy,
+             shape.w, nclasses, m ? m->vocab : 0, (double)o->clip_value, (double)o->clip_norm,
+             frozen, o->augment.flip ? "true" : "false", o->augment.crop, photo, o->target_accuracy,
              o->patience, o->on_nan == NL_ON_NAN_SKIP_BATCH ? "skip-batch" : "stop",
              o->checkpoint_every, cluster ? "true" : "false", skipped);
     nl_free(frozen);

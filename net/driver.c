@@ -1165,6 +1165,7 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         .ntrain = (uint32_t)d->split[NL_TRAIN].n,
         .shape = d->shape,
         .nclasses = d->nclasses,
+        .vocab = d->nvocab,
         .dtype = (int)d->dtype,
         .nnorm = d->nnorm < NL_PROTO_MAX_NORM ? d->nnorm : NL_PROTO_MAX_NORM,
         .members = run->members,

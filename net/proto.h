@@ -66,6 +66,7 @@ struct nl_setup {
     uint32_t ntrain; /* of the whole train split */
     struct nl_shape shape;
     int nclasses, dtype, nnorm;
+    int vocab; /* a text dataset's vocabulary size, for embedding layers ("vocab N"); 0: none */
     float mean[NL_PROTO_MAX_NORM], std[NL_PROTO_MAX_NORM];
     char data_hash[65];        /* SHA-256 of the partition's DATA payload, hex */
     struct nl_member *members; /* (size) */

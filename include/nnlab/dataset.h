@@ -35,9 +35,9 @@ struct nl_dataset {
      * and padding (id 0) fills the rest. The vocabulary is vocab[id] with its train count; id 0
      * is padding ("<pad>"), 1 out-of-vocabulary ("<unk>"). nvocab 0 for other kinds. */
     int nvocab;
-    char **vocab;          /* (nvocab) */
-    int64_t *vocab_count;  /* (nvocab) */
-    int keep_end;          /* longer documents kept their last L words, not their first */
+    char **vocab;         /* (nvocab) */
+    int64_t *vocab_count; /* (nvocab) */
+    int keep_end;         /* longer documents kept their last L words, not their first */
     struct {
         uint32_t n;
         void *x;    /* (n, sample), uint8_t or float by dtype */
@@ -85,11 +85,11 @@ struct nl_import_opts {
     enum nl_normalize normalize; /* images: the statistics batches are normalised with */
     const char *label; /* CSV: the label column, a name or a 1-based index; NULL: the last */
     const char *text;  /* CSV: the text column, a name or a 1-based index: a text dataset */
-    int vocab;         /* text: words in the vocabulary, the train split's most frequent; 0: 20000 */
-    int max_len;       /* text: tokens per document, cut or padded; 0: 200 */
-    int keep_end;      /* text: a longer document keeps its last max_len words */
-    int skip_bad;      /* skip bad files or rows (each reported through warn) */
-    nl_warn_fn warn;   /* may be NULL */
+    int vocab;       /* text: words in the vocabulary, the train split's most frequent; 0: 20000 */
+    int max_len;     /* text: tokens per document, cut or padded; 0: 200 */
+    int keep_end;    /* text: a longer document keeps its last max_len words */
+    int skip_bad;    /* skip bad files or rows (each reported through warn) */
+    nl_warn_fn warn; /* may be NULL */
     void *warn_ud;
     /* Called as files or rows are imported; a non-zero return stops the import (NL_ECANCELED).
      * May be NULL. */
@@ -138,8 +138,8 @@ int nl_dataset_sample_from_image(const struct nl_dataset *d, const char *path, f
  * into words, lower-cased and looked up as the import did (core/textdata.c); *unknown (may be
  * NULL) receives the number of its words outside the vocabulary. Errors for invalid UTF-8 name
  * the byte. */
-int nl_dataset_sample_from_text(const struct nl_dataset *d, const char *text, size_t len,
-                                float *x, int *unknown, struct nl_error *err);
+int nl_dataset_sample_from_text(const struct nl_dataset *d, const char *text, size_t len, float *x,
+                                int *unknown, struct nl_error *err);
 
 /* The tokenizer of text datasets: calls word(ud, w, n) with each word of s (len bytes of UTF-8),
  * lower-cased, in order. Returns 0, or the 1-based byte offset of the first invalid UTF-8
