@@ -11,8 +11,8 @@
  * emoji...) and the punctuation marks of Greek, Cyrillic, Armenian, Hebrew, Arabic and
  * Devanagari; combining marks (U+0300 to U+036F) stay inside a word. Everything else separates
  * words and is dropped. Words are lower-cased one code point to one, for Latin (ASCII, Latin-1,
- * Extended-A, the regular pairs of Extended-B, Extended Additional, fullwidth), Greek (final
- * sigma is kept as it is), Cyrillic and Armenian; capital I with dot becomes i. No Unicode
+ * Extended-A, the regular pairs of Extended-B, Extended Additional, fullwidth), Greek (with the
+ * polytonic capitals of Greek Extended; final sigma is kept as it is), Cyrillic and Armenian; capital I with dot becomes i. No Unicode
  * normalisation: a composed and a decomposed spelling are different words. A word longer than
  * WORD_MAX bytes is cut to its first WORD_MAX bytes at a character boundary.
  *
@@ -190,6 +190,12 @@ static uint32_t to_lower(uint32_t c)
         return c + 48;
     if (c == 0x1e9e)
         return 0xdf;
+    /* Greek Extended (polytonic): capitals sit 8 above their small letters. */
+    if ((c >= 0x1f08 && c <= 0x1f0f) || (c >= 0x1f18 && c <= 0x1f1d) ||
+        (c >= 0x1f28 && c <= 0x1f2f) || (c >= 0x1f38 && c <= 0x1f3f) ||
+        (c >= 0x1f48 && c <= 0x1f4d) || (c >= 0x1f68 && c <= 0x1f6f) ||
+        (c >= 0x1f59 && c <= 0x1f5f && c % 2 == 1))
+        return c - 8;
     return c;
 }
 
