@@ -1014,20 +1014,36 @@ int cmd_predict(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"top", required_argument, NULL, 'k'},
+        {"text", required_argument, NULL, 't'},
         {NULL, 0, NULL, 0},
     };
     struct nl_error err = {0};
     long top = 3;
-    int c;
+    int c, ntexts = 0;
+    /* --text TEXT, as often as given: documents for a text run, classified before the files. */
+    const char **texts = nl_calloc((size_t)argc + 1, sizeof *texts);
 
+    if (!texts)
+        return failf("out of memory");
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c != 'k')
+        if (c == 't') {
+            texts[ntexts++] = optarg;
+            continue;
+        }
+        if (c != 'k') {
+            nl_free(texts);
             return option_error("predict");
-        if (!parse_int(optarg, 1, 1000, &top))
+        }
+        if (!parse_int(optarg, 1, 1000, &top)) {
+            nl_free(texts);
             return usage_error("predict", "--top %s: want a whole number from 1 to 1000", optarg);
+        }
     }
-    if (argc - optind < 2)
-        return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG)");
+    if (argc - optind < 1 || (argc - optind < 2 && ntexts == 0)) {
+        nl_free(texts);
+        return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG) or "
+                                      "--text TEXT");
+    }
 
     struct nl_store *store;
     struct nl_run_info run;
@@ -1038,8 +1054,23 @@ int cmd_predict(int argc, char **argv)
         return fail(&err);
     int rc = load_run(store, argv[optind], NULL, &run, &m, &d, &err);
     nl_store_close(store);
-    if (rc < 0)
+    if (rc < 0) {
+        nl_free(texts);
         return fail(&err);
+    }
+    if (ntexts && !d->nvocab) {
+        nl_free(texts);
+        nl_model_free(m);
+        nl_dataset_free(d);
+        return failf("predict: --text: run '%s' was trained on '%s', which is not a text dataset",
+                     run.name, run.dataset);
+    }
+    if (!ntexts && d->nvocab) {
+        nl_free(texts);
+        nl_model_free(m);
+        nl_dataset_free(d);
+        return usage_error("predict", "run '%s' classifies text: give --text TEXT", run.name);
+    }
     if (top > m->nclasses)
         top = m->nclasses;
     float *in = nl_alloc_floats(nl_shape_size(d->shape));
@@ -1067,10 +1098,15 @@ int cmd_predict(int argc, char **argv)
         json_str(out, run.name);
         fprintf(out, ",\"predictions\":[");
     }
-    for (int f = optind + 1; rc == 0 && f < argc; f++) {
-        rc = nl_dataset_sample_from_image(d, argv[f], in, &err);
-        if (rc < 0)
+    for (int f = optind + 1 - ntexts; rc == 0 && f < argc; f++) {
+        const char *text = f <= optind ? texts[f - (optind + 1 - ntexts)] : NULL;
+        rc = text ? nl_dataset_sample_from_text(d, text, strlen(text), in, NULL, &err)
+                  : nl_dataset_sample_from_image(d, argv[f], in, &err);
+        if (rc < 0) {
+            if (text)
+                nl_error_prefix(&err, "--text");
             break;
+        }
         nl_softmax(probs, nl_exec_forward(x, m->params, in, 1, 0, &rng), 1, m->nclasses);
         /* The top classes, by selection: k is small. */
         for (int k = 0; k < m->nclasses; k++)
@@ -1083,8 +1119,8 @@ int cmd_predict(int argc, char **argv)
                     rank[j] = t;
                 }
         if (g.json) {
-            fprintf(out, "%s{\"file\":", f > optind + 1 ? "," : "");
-            json_str(out, argv[f]);
+            fprintf(out, "%s{\"%s\":", f > optind + 1 - ntexts ? "," : "", text ? "text" : "file");
+            json_str(out, text ? text : argv[f]);
             fprintf(out, ",\"top\":[");
             for (int k = 0; k < top; k++) {
                 fprintf(out, "%s{\"label\":%d,\"class\":", k ? "," : "", rank[k]);
@@ -1096,7 +1132,12 @@ int cmd_predict(int argc, char **argv)
             fprintf(out, "]}");
         } else {
             char cb[512];
-            nl_term_fputs(out, argv[f]);
+            if (text) {
+                char tb[64];
+                fprintf(out, "\"%s\"", nl_term_str(tb, sizeof tb, text));
+            } else {
+                nl_term_fputs(out, argv[f]);
+            }
             fputc(':', out);
             for (int k = 0; k < top; k++)
                 fprintf(out, "%s %s %.4f", k ? "," : "",
@@ -1115,6 +1156,7 @@ int cmd_predict(int argc, char **argv)
     nl_free(in);
     nl_free(probs);
     nl_free(rank);
+    nl_free(texts);
     nl_model_free(m);
     nl_dataset_free(d);
     return rc < 0 ? fail(&err) : EXIT_OK;

@@ -127,9 +127,13 @@ static const struct command commands[] = {
      "      --split SPLIT   test, val or train (default test)\n"
      "      --threads T     threads (default: all cores)\n",
      NULL},
-    {"predict", cmd_predict, "RUN IMAGE...",
-     "classify PNG or JPEG images with a run's model (top 3)",
-     "      --top K         classes to show per image (default 3)\n", NULL},
+    {"predict", cmd_predict, "RUN IMAGE... | RUN --text TEXT...",
+     "classify PNG or JPEG images, or text for a run trained on a text dataset, with a run's "
+     "model (top 3)",
+     "      --top K         classes to show per image or text (default 3)\n"
+     "      --text TEXT     a document to classify (may repeat): tokenised with the run's\n"
+     "                      dataset's vocabulary\n",
+     NULL},
     {"export", cmd_export, "RUN FILE.safetensors|FILE.onnx",
      "write a run's latest weights as safetensors with PyTorch's tensor names, or the model as "
      "ONNX",

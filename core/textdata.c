@@ -12,9 +12,10 @@
  * Devanagari; combining marks (U+0300 to U+036F) stay inside a word. Everything else separates
  * words and is dropped. Words are lower-cased one code point to one, for Latin (ASCII, Latin-1,
  * Extended-A, the regular pairs of Extended-B, Extended Additional, fullwidth), Greek (with the
- * polytonic capitals of Greek Extended; final sigma is kept as it is), Cyrillic and Armenian; capital I with dot becomes i. No Unicode
- * normalisation: a composed and a decomposed spelling are different words. A word longer than
- * WORD_MAX bytes is cut to its first WORD_MAX bytes at a character boundary.
+ * polytonic capitals of Greek Extended; final sigma is kept as it is), Cyrillic and Armenian;
+ * capital I with dot becomes i. No Unicode normalisation: a composed and a decomposed spelling are
+ * different words. A word longer than WORD_MAX bytes is cut to its first WORD_MAX bytes at a
+ * character boundary.
  *
  * Vocabulary. Words are counted over the train split only; the --vocab K most frequent (ties in
  * byte order) get ids 2 .. K+1 by falling count; id 0 is padding and id 1 every other word (see

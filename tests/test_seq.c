@@ -13,9 +13,9 @@
 #include "nnlab/spec.h"
 #include "tap.h"
 
-#define N     4  /* documents */
-#define L     7  /* tokens each */
-#define VOCAB 9  /* ids 0 (padding) .. 8 */
+#define N     4 /* documents */
+#define L     7 /* tokens each */
+#define VOCAB 9 /* ids 0 (padding) .. 8 */
 #define H     1e-3
 #define BOUND 2e-2
 
@@ -48,8 +48,7 @@ static struct nl_model *build(const char *text, int classes)
 }
 
 /* sum(logits * r) */
-static double loss(struct nl_exec *x, const float *params, const float *in, const float *r,
-                   int k)
+static double loss(struct nl_exec *x, const float *params, const float *in, const float *r, int k)
 {
     const float *logits = nl_exec_forward(x, params, in, N, 0, NULL);
     double sum = 0;
@@ -167,8 +166,8 @@ static void test_padding(void)
 /* conv1d (the conv lowering) against direct loops of PyTorch's Conv1d. */
 static void test_conv1d_naive(void)
 {
-    struct nl_model *m = build("e: embedding 3\nc: conv1d 4 3 stride=2 pad=1\nflatten\ndense N\n",
-                               2);
+    struct nl_model *m =
+        build("e: embedding 3\nc: conv1d 4 3 stride=2 pad=1\nflatten\ndense N\n", 2);
     struct nl_exec *x = NULL;
     struct nl_error err = {0};
     float in[N * L];
