@@ -757,6 +757,25 @@ static void free_names(char **names, int n)
     nl_free(names);
 }
 
+/* Whether dir holds a file an image import would read (.png, .jpg, .jpeg). */
+static int has_image_file(const char *dir)
+{
+    DIR *dp = opendir(dir);
+    struct dirent *de;
+    int found = 0;
+
+    if (!dp)
+        return 0;
+    while (!found && (de = readdir(dp))) {
+        size_t n = strlen(de->d_name);
+        found = (n > 4 && (strcasecmp(de->d_name + n - 4, ".png") == 0 ||
+                           strcasecmp(de->d_name + n - 4, ".jpg") == 0)) ||
+                (n > 5 && strcasecmp(de->d_name + n - 5, ".jpeg") == 0);
+    }
+    closedir(dp);
+    return found;
+}
+
 int nl_text_dir_probe(const char *dir)
 {
     char base[PATH_MAX], path[PATH_MAX];
@@ -770,15 +789,20 @@ int nl_text_dir_probe(const char *dir)
         memcpy(base, dir, strlen(dir) + 1);
     if (list_dir(base, 1, &classes, &nc, &ignored) < 0)
         return 0;
-    for (int i = 0; i < nc && !found; i++) {
+    /* Text: .txt files in the class folders, and no image among them. */
+    for (int i = 0; i < nc && found >= 0; i++) {
         if (join(path, sizeof path, base, classes[i]) < 0)
             continue;
-        if (list_dir(path, 0, &files, &nf, &ignored) == 0)
-            found = nf > 0;
+        if (has_image_file(path)) {
+            found = -1;
+            break;
+        }
+        if (list_dir(path, 0, &files, &nf, &ignored) == 0 && nf > 0)
+            found = 1;
         free_names(files, nf);
     }
     free_names(classes, nc);
-    return found;
+    return found > 0;
 }
 
 /* Adds the .txt files of dir's class folders as documents of split; classes holds the class
