@@ -33,6 +33,8 @@ static const struct nl_layer_ops *const kinds[] = {
     &nl__globalmaxpool1d_ops,
     &nl__conv1d_ops,
     &nl__maxpool1d_ops,
+    &nl__lstm_ops,
+    &nl__gru_ops,
     NULL,
 };
 

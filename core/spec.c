@@ -127,6 +127,8 @@ static const struct syntax syntaxes[] = {
     {"conv1d", ARGS_CONV, 2, KEY_STRIDE | KEY_PAD | KEY_BIAS | KEY_INIT | KEY_IN,
      "a filter count and a window"},
     {"maxpool1d", ARGS_POOL, 1, KEY_STRIDE | KEY_PAD | KEY_IN, "a window"},
+    {"lstm", ARGS_DENSE, 1, KEY_INIT | KEY_IN | KEY_STATES, "a unit count"},
+    {"gru", ARGS_DENSE, 1, KEY_INIT | KEY_IN | KEY_STATES, "a unit count"},
 };
 
 static const struct syntax plain_syntax = {NULL, ARGS_NONE, 0, KEY_IN, "no arguments"};

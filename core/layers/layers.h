@@ -29,6 +29,8 @@ extern const struct nl_layer_ops nl__globalavgpool1d_ops;
 extern const struct nl_layer_ops nl__globalmaxpool1d_ops;
 extern const struct nl_layer_ops nl__conv1d_ops;
 extern const struct nl_layer_ops nl__maxpool1d_ops;
+extern const struct nl_layer_ops nl__lstm_ops;
+extern const struct nl_layer_ops nl__gru_ops;
 
 /* Fills err with "layer 'NAME' (line L): " and the formatted text (no line part when l->line is
  * 0) and returns NL_EINVAL. */
