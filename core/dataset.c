@@ -48,7 +48,8 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         "SELECT name, kind, source, created, channels, height, width, nclasses, dtype, "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 0), "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 1), "
-        "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 2) "
+        "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 2), "
+        "(SELECT count(*) FROM vocab WHERE dataset = d.id) "
         "FROM datasets d WHERE substr(name, 1, 1) <> char(31) ORDER BY name"; /* not staged */
     struct nl_dataset_info *list = NULL;
     int n = 0, cap = 0, rc, step;
@@ -83,6 +84,7 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         d->nclasses = sqlite3_column_int(st, 7);
         for (int k = 0; k < NL_NSPLITS; k++)
             d->count[k] = (uint32_t)sqlite3_column_int64(st, 9 + k);
+        d->nvocab = sqlite3_column_int(st, 12);
         d->bytes = ((uint64_t)d->count[0] + d->count[1] + d->count[2]) * nl_shape_size(d->shape) *
                    (sqlite3_column_int(st, 8) == NL_F32 ? 4 : 1);
     }

@@ -180,6 +180,31 @@ int main(void)
        "text that is not UTF-8 is refused");
     like(errtext, "UTF-8", "saying why");
 
+    /* Resume, freeze, export, summary. */
+    ok(nnlab("train --resume eb --epochs 9") == 0, "a text run resumes");
+    like(out, "epoch 9/9", "to the epochs asked for");
+    ok(nnlab("train --data reviews --model embedbag --epochs 1 --freeze embed --init eb "
+             "--name frozen") == 0,
+       "a text model trains with its embedding frozen, from a run's weights");
+    ok(nnlab("export eb %s/eb.safetensors", dir) == 0, "a text run exports to safetensors");
+    ok(nnlab("export eb %s/eb.onnx", dir) != 0, "ONNX export is refused");
+    like(errtext, "kind 'embedding' has no ONNX form", "naming the layer kind");
+    ok(nnlab("summary textcnn --data reviews") == 0, "summary takes the vocabulary from --data");
+    like(out, "conv1d", "and lists the sequence layers");
+
+    /* A recurrent model from a spec file. */
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s/gru.spec", dir);
+    FILE *sf = fopen(spec, "w");
+    fputs("embed: embedding 32\nrnn: gru 32 in=embed,input\nfc: dense N\n", sf);
+    fclose(sf);
+    ok(nnlab("train --data reviews --model %s --epochs 4 --batch 32 --optim adam --lr 0.01 "
+             "--name gru",
+             spec) == 0,
+       "a gru model trains");
+    acc = test_accuracy();
+    ok(acc >= 0.9, "gru reaches %.4f test accuracy (>= 0.9)", acc);
+
     ok(nnlab("train --data reviews --model textcnn --epochs 4 --batch 32 --lr 0.05 --name tc") == 0,
        "textcnn trains");
     acc = test_accuracy();

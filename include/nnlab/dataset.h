@@ -54,6 +54,7 @@ struct nl_dataset_info {
     int nclasses;
     uint32_t count[NL_NSPLITS];
     uint64_t bytes; /* of all samples */
+    int nvocab;     /* text datasets: the vocabulary's size, padding and out-of-vocabulary in */
 };
 
 /* What an import stores as the dataset's mean and std: the train split's per-channel
