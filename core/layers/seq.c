@@ -68,18 +68,29 @@ static void embedding_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     const int len = l->in[0].w, dim = l->units, vocab = l->vocab;
 
+    /* Blocks of BLOCK steps: their rows are gathered, then written out channel after channel,
+     * BLOCK contiguous floats at a time (a transpose of (BLOCK, DIM) into (DIM, BLOCK)). */
+    enum { BLOCK = 16 };
     for (int s = 0; s < f->n; s++) {
         const float *ids = f->in[0] + (size_t)s * len;
         float *out = f->out + (size_t)s * dim * len;
-        for (int t = 0; t < len; t++) {
-            int id = token_id(ids[t], vocab);
-            const float *row = f->w + (size_t)id * dim;
-            if (id == 0)
-                for (int d = 0; d < dim; d++)
-                    out[(size_t)d * len + t] = 0.0f;
-            else
-                for (int d = 0; d < dim; d++)
-                    out[(size_t)d * len + t] = row[d];
+        for (int t0 = 0; t0 < len; t0 += BLOCK) {
+            const float *rows[BLOCK];
+            int nb = len - t0 < BLOCK ? len - t0 : BLOCK;
+            for (int j = 0; j < nb; j++) {
+                int id = token_id(ids[t0 + j], vocab);
+                rows[j] = id == 0 ? NULL : f->w + (size_t)id * dim;
+            }
+            for (int j = 0; j < nb; j++)
+                if (!rows[j])
+                    for (int d = 0; d < dim; d++)
+                        out[(size_t)d * len + t0 + j] = 0.0f;
+            for (int d = 0; d < dim; d++) {
+                float *o = out + (size_t)d * len + t0;
+                for (int j = 0; j < nb; j++)
+                    if (rows[j])
+                        o[j] = rows[j][d];
+            }
         }
     }
 }
@@ -130,6 +141,7 @@ static int gpool1d_setup(struct nl_layer *l, struct nl_error *err)
                               "not %dx%dx%d; a sequence that changed length cannot be masked",
                               l->in[0].w, l->in[1].c, l->in[1].h, l->in[1].w);
     l->out = (struct nl_shape){l->in[0].c, 1, 1};
+    l->scratch_fixed = (size_t)l->in[0].w; /* the steps' weights: 1 / count or 0 */
     if (strcmp(l->ops->kind, "globalmaxpool1d") == 0)
         l->aux_bytes = (size_t)l->in[0].c * sizeof(int32_t);
     return 0;
@@ -141,20 +153,31 @@ static int step_counts(const float *const *in, int ninputs, int s, int len, int 
     return ninputs < 2 || in[1][(size_t)s * len + t] != 0.0f;
 }
 
+/* wt (len) = 1 where step t of sample s counts, else 0; returns how many count. */
+static int step_weights(const float *const *in, int ninputs, int s, int len, float *wt)
+{
+    int count = 0;
+    for (int t = 0; t < len; t++) {
+        int v = step_counts(in, ninputs, s, len, t);
+        wt[t] = (float)v;
+        count += v;
+    }
+    return count;
+}
+
 static void gavg1d_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     const int c = l->in[0].c, len = l->in[0].w;
+    float *wt = f->scratch;
 
     for (int s = 0; s < f->n; s++) {
         const float *x = f->in[0] + (size_t)s * c * len;
-        int count = 0;
-        for (int t = 0; t < len; t++)
-            count += step_counts(f->in, l->ninputs, s, len, t);
+        int count = step_weights(f->in, l->ninputs, s, len, wt);
         for (int ch = 0; ch < c; ch++) {
+            const float *row = x + (size_t)ch * len;
             float sum = 0.0f;
             for (int t = 0; t < len; t++)
-                if (step_counts(f->in, l->ninputs, s, len, t))
-                    sum += x[(size_t)ch * len + t];
+                sum += row[t] * wt[t];
             f->out[(size_t)s * c + ch] = count ? sum / (float)count : 0.0f;
         }
     }
@@ -163,21 +186,19 @@ static void gavg1d_forward(const struct nl_layer *l, const struct nl_fwd *f)
 static void gavg1d_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     const int c = l->in[0].c, len = l->in[0].w;
+    float *wt = b->scratch;
 
     if (!b->din[0])
         return;
     for (int s = 0; s < b->n; s++) {
         float *dx = b->din[0] + (size_t)s * c * len;
-        int count = 0;
-        for (int t = 0; t < len; t++)
-            count += step_counts(b->in, l->ninputs, s, len, t);
+        int count = step_weights(b->in, l->ninputs, s, len, wt);
         if (!count)
             continue;
         for (int ch = 0; ch < c; ch++) {
-            float g = b->dout[(size_t)s * c + ch] / (float)count;
+            float g = b->dout[(size_t)s * c + ch] / (float)count, *row = dx + (size_t)ch * len;
             for (int t = 0; t < len; t++)
-                if (step_counts(b->in, l->ninputs, s, len, t))
-                    dx[(size_t)ch * len + t] += g;
+                row[t] += g * wt[t];
         }
     }
 }
