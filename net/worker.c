@@ -598,6 +598,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             d->shape = s->shape;
             d->dtype = (enum nl_dtype)s->dtype;
             d->nclasses = s->nclasses;
+            d->nvocab = s->vocab;
             d->nnorm = s->nnorm;
             d->mean = nl_calloc((size_t)s->nnorm, sizeof(float));
             d->std = nl_calloc((size_t)s->nnorm, sizeof(float));
