@@ -269,8 +269,35 @@ static void test_words(void)
     is_int((long)nl_text_words("\xc0\xaf", 2, collect, &ws), 1, "an overlong form is invalid");
 }
 
+/* Raw text to a sample: the dataset's vocabulary, its length, and which end it keeps. */
+static void test_sample_from_text(void)
+{
+    char *words[4] = {"<pad>", "<unk>", "a", "b"};
+    struct nl_dataset d = {.name = "t", .shape = {1, 1, 3}, .nvocab = 4, .vocab = words};
+    struct nl_error err = {0};
+    float x[3];
+    int unknown = -1;
+
+    ok(nl_dataset_sample_from_text(&d, "B a, b A x", 10, x, &unknown, &err) == 0 && x[0] == 3 &&
+           x[1] == 2 && x[2] == 3 && unknown == 1,
+       "the first words are kept (3 2 3), one unknown");
+    d.keep_end = 1;
+    ok(nl_dataset_sample_from_text(&d, "B a, b A x", 10, x, NULL, &err) == 0 && x[0] == 3 &&
+           x[1] == 2 && x[2] == 1,
+       "--keep end keeps the last words (3 2 1)");
+    ok(nl_dataset_sample_from_text(&d, "a", 1, x, NULL, &err) == 0 && x[0] == 2 && x[1] == 0 &&
+           x[2] == 0,
+       "a short text is padded after its words");
+    is_int(nl_dataset_sample_from_text(&d, "a \xff", 3, x, NULL, &err), NL_EFORMAT,
+           "invalid UTF-8 is refused");
+    like(err.msg, "byte 3", "naming the byte");
+    d.nvocab = 0;
+    ok(nl_dataset_sample_from_text(&d, "a", 1, x, NULL, &err) < 0, "a dataset without vocabulary");
+}
+
 int main(void)
 {
+    test_sample_from_text();
     test_gradients();
     test_padding();
     test_conv1d_naive();
