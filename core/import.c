@@ -650,6 +650,10 @@ static int check_options(const struct nl_import_opts *o, const char *path, int p
                          struct nl_error *err)
 {
     const char *kind = png ? "an image folder" : csv ? "a CSV file" : "IDX files";
+    if (png < 0) { /* a folder of text class folders */
+        kind = "a folder of text";
+        png = 0;
+    }
     if (!png && (o->channels || o->width || o->height || o->shorter || o->crop_w || o->normalize))
         return nl_error_set(err, NL_EINVAL,
                             "%s: --gray, --rgb, --resize and --normalize apply to image folders; "
@@ -693,7 +697,7 @@ int nl_import(struct nl_store *s, const char *name, const char *const *paths, in
         return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s",
                             paths[0], strerror(errno));
     if (S_ISDIR(st.st_mode) && !has_idx(paths[0]) && nl_text_dir_probe(paths[0]))
-        return check_options(opts, paths[0], 0, 0, err) < 0
+        return check_options(opts, paths[0], -1, 0, err) < 0
                    ? err->code
                    : nl_import_text_dir(s, name, paths[0], opts, err);
     if (!opts->text && (opts->vocab || opts->max_len || opts->keep_end))
