@@ -69,12 +69,13 @@ struct progress {
 int progress_event(void *ud, const struct nl_event *ev);
 
 /* Models for commands (app/cmd_model.c). build_model loads the spec named model (a shipped name
- * or a path), or parses spec_text when given, and builds it for the shape and class count.
+ * or a path), or parses spec_text when given, and builds it for the shape, class count and
+ * vocabulary size (a text dataset's nvocab; 0 for others).
  * load_init loads --init: a .safetensors file, or a run's weights, matched by tensor name. */
 struct nl_model;
 struct nl_run_info;
 int build_model(struct nl_model **m, const char *model, const char *spec_text,
-                struct nl_shape shape, int nclasses, struct nl_error *err);
+                struct nl_shape shape, int nclasses, int vocab, struct nl_error *err);
 int load_init(struct nl_store *store, struct nl_model *m, const char *init, int partial,
               struct nl_error *err);
 /* Cluster options of train (empty when nhosts is 0). */

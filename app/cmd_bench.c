@@ -1,6 +1,7 @@
 /* The bench command: training (and with --mode, inference) speed of models on one thread and on
- * all, beside this machine's OpenBLAS sgemm rate. The shipped models run on Fashion-MNIST;
- * "resnet18-S" is torchvision's ResNet-18 (the shipped data/models/resnet18) on synthetic 3xSxS images. The
+ * all, beside this machine's OpenBLAS sgemm rate. The shipped image models run on Fashion-MNIST,
+ * the text models (embedbag, textcnn) on synthetic documents; "resnet18-S" is torchvision's
+ * ResNet-18 (the shipped data/models/resnet18) on synthetic 3xSxS images. The
  * measuring is in core/bench.c; this file finds the data, runs the grid and prints a table or one
  * JSON object. */
 #include <getopt.h>
@@ -22,7 +23,9 @@
 #define MAX_MODELS  8
 #define MAX_RESULTS (MAX_MODELS * 2 * 2 * 2) /* models x batches x thread counts x modes */
 #define MAX_REPEAT  9
-#define SYNTH_STEPS 8 /* synthetic datasets hold this many batches */
+#define SYNTH_STEPS 8     /* synthetic datasets hold this many batches */
+#define TEXT_LEN    200   /* tokens of a synthetic document (IMDB's reviews: 230 words median) */
+#define TEXT_VOCAB  20002 /* the default --vocab 20000, with padding and out-of-vocabulary */
 
 /* One model of the grid: its spec and the data it runs on (the shared Fashion-MNIST, or a
  * synthetic dataset of its own). */
@@ -172,8 +175,25 @@ static int synthetic_side(const char *name)
     return (int)side;
 }
 
-/* Builds b's model: the shipped ResNet-18 (data/models/resnet18) on a synthetic dataset of max_batch *
- * SYNTH_STEPS images for "resnet18-S", else a spec by name or path on fashion. */
+/* Whether the spec of that name (shipped or a path) starts from token ids: an embedding. */
+static int text_model(const char *name)
+{
+    struct nl_spec *spec;
+    struct nl_error ignored = {0};
+    int text = 0;
+
+    if (synthetic_side(name) || nl_spec_load(&spec, name, NULL, NULL, &ignored) < 0)
+        return 0;
+    for (int i = 0; i < spec->nlayers; i++)
+        text |= strcmp(spec->layers[i].ops->kind, "embedding") == 0;
+    nl_spec_free(spec);
+    return text;
+}
+
+/* Builds b's model: the shipped ResNet-18 (data/models/resnet18) on a synthetic dataset of
+ * max_batch * SYNTH_STEPS images for "resnet18-S", a text model (embedbag, textcnn) on
+ * TEXT_LEN-token synthetic documents of a TEXT_VOCAB vocabulary, else a spec by name or path on
+ * fashion. */
 static int build(struct bench_model *b, const struct nl_dataset *fashion, int max_batch,
                  struct nl_error *err)
 {
@@ -186,12 +206,19 @@ static int build(struct bench_model *b, const struct nl_dataset *fashion, int ma
             rc = nl_bench_synthetic(&b->synthetic, (struct nl_shape){3, side, side}, 10,
                                     (uint32_t)max_batch * SYNTH_STEPS, 1, err);
         b->d = b->synthetic;
+    } else if (text_model(b->name)) {
+        rc = nl_spec_load(&spec, b->name, warn_cb, NULL, err);
+        if (rc == 0)
+            rc = nl_bench_synthetic_text(&b->synthetic, TEXT_LEN, TEXT_VOCAB, 2,
+                                         (uint32_t)max_batch * SYNTH_STEPS, 1, err);
+        b->d = b->synthetic;
     } else {
         rc = nl_spec_load(&spec, b->name, warn_cb, NULL, err);
         b->d = fashion;
     }
     if (rc < 0)
         return rc;
+    spec->vocab = b->d->nvocab;
     rc = nl_model_build(&b->m, spec, b->d->shape, b->d->nclasses, err);
     nl_spec_free(spec);
     return rc;
@@ -357,7 +384,7 @@ int cmd_bench(int argc, char **argv)
     memset(models, 0, sizeof models);
     for (int mi = 0; mi < nmodels; mi++) {
         models[mi].name = names[mi];
-        fashion |= synthetic_side(names[mi]) == 0;
+        fashion |= synthetic_side(names[mi]) == 0 && !text_model(names[mi]);
     }
     for (int bi = 0; bi < nbatches; bi++)
         if (batches[bi] > max_batch)
@@ -387,7 +414,12 @@ int cmd_bench(int argc, char **argv)
             printf("data: %s (%u training images)\n", nl_term_str(tb, sizeof tb, source),
                    d->split[NL_TRAIN].n);
         for (int mi = 0; mi < nmodels; mi++)
-            if (models[mi].synthetic)
+            if (models[mi].synthetic && models[mi].d->nvocab)
+                printf("data of %s: %u synthetic documents of %d token ids (random words of a "
+                       "vocabulary of %d)\n",
+                       models[mi].name, models[mi].d->split[NL_TRAIN].n, models[mi].d->shape.w,
+                       models[mi].d->nvocab);
+            else if (models[mi].synthetic)
                 printf("data of %s: %u synthetic %dx%dx%d images (uniform random pixels)\n",
                        nl_term_str(tb, sizeof tb, models[mi].name), models[mi].d->split[NL_TRAIN].n,
                        models[mi].d->shape.c, models[mi].d->shape.h, models[mi].d->shape.w);

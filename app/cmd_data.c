@@ -77,6 +77,10 @@ int cmd_import(int argc, char **argv)
         {"task", required_argument, NULL, 'y'},
         {"categorical", required_argument, NULL, 'C'},
         {"missing", required_argument, NULL, 'M'},
+        {"text", required_argument, NULL, 'x'},
+        {"vocab", required_argument, NULL, 'V'},
+        {"max-len", required_argument, NULL, 'L'},
+        {"keep", required_argument, NULL, 'K'},
         {NULL, 0, NULL, 0},
     };
     struct import_progress prog = {.tty = isatty(STDOUT_FILENO)};
@@ -155,6 +159,26 @@ int cmd_import(int argc, char **argv)
                 return usage_error("import", "--missing %s: want error, drop, mean, median or mode",
                                    optarg);
             io.missing = (enum nl_missing)nl_missing_parse(optarg);
+            break;
+        case 'x':
+            io.text = optarg;
+            break;
+        case 'V':
+        case 'L': {
+            long v;
+            if (!parse_int(optarg, 1, c == 'V' ? (1L << 22) : 65536L, &v))
+                return usage_error("import", "--%s %s: want a positive integer",
+                                   c == 'V' ? "vocab" : "max-len", optarg);
+            if (c == 'V')
+                io.vocab = (int)v;
+            else
+                io.max_len = (int)v;
+            break;
+        }
+        case 'K':
+            if (strcmp(optarg, "start") != 0 && strcmp(optarg, "end") != 0)
+                return usage_error("import", "--keep %s: want start or end", optarg);
+            io.keep_end = strcmp(optarg, "end") == 0;
             break;
         default:
             return option_error("import");
@@ -324,6 +348,28 @@ static void show_columns(const struct nl_dataset *d)
     nl_table_free(t);
 }
 
+/* A text dataset's vocabulary: size, coverage of the train split (from the preprocessing
+ * record) and the most frequent words with their counts. */
+static void show_vocab(const struct nl_dataset *d)
+{
+    const char *cov = strstr(d->preprocessing, "\"coverage\":");
+    const char *len = strstr(d->preprocessing, "\"max_len\":");
+    char wb[256];
+
+    printf("vocabulary: %d tokens (padding, out-of-vocabulary and %d words)", d->nvocab,
+           d->nvocab - 2);
+    if (cov)
+        printf(", covering %.1f%% of the train split's words", 100 * atof(cov + 11));
+    printf("\n");
+    if (len)
+        printf("documents: %d tokens each, keeping the %s of longer ones\n", atoi(len + 10),
+               d->keep_end ? "end" : "start");
+    printf("most frequent:");
+    for (int i = 2; i < d->nvocab && i < 22; i++)
+        printf(" %s (%lld)", nl_term_str(wb, sizeof wb, d->vocab[i]), (long long)d->vocab_count[i]);
+    printf("\n");
+}
+
 int cmd_show(int argc, char **argv)
 {
     struct nl_error err = {0};
@@ -369,6 +415,15 @@ int cmd_show(int argc, char **argv)
             json_num(stdout, d->std[i]);
         }
         /* The preprocessing record is JSON already. */
+        if (d->nvocab) {
+            /* Text: the vocabulary's size and its most frequent words (ids 2..). */
+            printf("],\"vocab\":%d,\"top_words\":[", d->nvocab);
+            for (int i = 2; i < d->nvocab && i < 22; i++) {
+                printf("%s{\"id\":%d,\"word\":", i > 2 ? "," : "", i);
+                json_str(stdout, d->vocab[i]);
+                printf(",\"count\":%lld}", (long long)d->vocab_count[i]);
+            }
+        }
         printf("],\"preprocessing\":%s,\"classes\":[",
                d->preprocessing[0] == '{' ? d->preprocessing : "{}");
         for (int k = 0; k < d->nclasses; k++) {
@@ -386,7 +441,9 @@ int cmd_show(int argc, char **argv)
                d->dtype == NL_U8 ? "8-bit" : "float", d->nclasses);
         printf("samples: %u train, %u val, %u test\n", d->split[NL_TRAIN].n, d->split[NL_VAL].n,
                d->split[NL_TEST].n);
-        for (int i = 0; i < d->nnorm && i < 16; i++)
+        if (d->nvocab)
+            show_vocab(d);
+        for (int i = 0; i < d->nnorm && i < 16 && !d->nvocab; i++)
             printf("%s %d: mean %.4f, std %.4f\n", d->dtype == NL_F32 ? "feature" : "channel", i,
                    d->mean[i], d->std[i]);
         if (d->nnorm > 16)

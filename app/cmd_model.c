@@ -19,13 +19,14 @@
 #include "nnlab/text.h"
 
 int build_model(struct nl_model **m, const char *model, const char *spec_text,
-                struct nl_shape shape, int nclasses, struct nl_error *err)
+                struct nl_shape shape, int nclasses, int vocab, struct nl_error *err)
 {
     struct nl_spec *spec;
     int rc = spec_text ? nl_spec_parse(&spec, spec_text, model, warn_cb, NULL, err)
                        : nl_spec_load(&spec, model, warn_cb, NULL, err);
     if (rc < 0)
         return rc;
+    spec->vocab = vocab;
     rc = nl_model_build(m, spec, shape, nclasses, err);
     nl_spec_free(spec);
     return rc;
@@ -131,6 +132,7 @@ static const char *kind_of(const struct nl_layer *l)
 
 int cmd_summary(int argc, char **argv)
 {
+    int vocab = 0; /* of --data, when it is text */
     static const struct option opts[] = {
         {"data", required_argument, NULL, 'd'},         {"input", required_argument, NULL, 'i'},
         {"classes", required_argument, NULL, 'k'},      {"freeze", required_argument, NULL, 'F'},
@@ -183,12 +185,14 @@ int cmd_summary(int argc, char **argv)
             return fail(&err);
         shape = info.shape;
         nclasses = info.nclasses;
+        vocab = info.nvocab;
     }
     /* Shapes and counts only: no parameters are allocated, whatever the model's size. */
     struct nl_model *m;
     struct nl_spec *spec;
     if (nl_spec_load(&spec, model, warn_cb, NULL, &err) < 0)
         return fail(&err);
+    spec->vocab = vocab;
     int built = nl_model_plan(&m, spec, shape, (int)nclasses, &err);
     nl_spec_free(spec);
     if (built < 0)

@@ -290,7 +290,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         return rc;
     }
     o = &shortened;
-    rc = build_model(&m, model, NULL, d->shape, d->nclasses, &err);
+    rc = build_model(&m, model, NULL, d->shape, d->nclasses, d->nvocab, &err);
     if (rc < 0) {
         nl_dataset_free(d);
         return fail(&err);
@@ -1074,7 +1074,7 @@ int cmd_eval(int argc, char **argv)
         m = NULL;
         rc = nl_dataset_load(store, data, &d, &err);
         if (rc == 0)
-            rc = build_model(&m, model, NULL, d->shape, d->nclasses, &err);
+            rc = build_model(&m, model, NULL, d->shape, d->nclasses, d->nvocab, &err);
         if (rc == 0)
             rc = nl_safetensors_load(m, what, 0, warn_cb, NULL, NULL, &err);
         if (rc < 0 && d) {
@@ -1163,6 +1163,7 @@ struct predict_out {
     int top, count;
     struct nl_rng rng;
     const char *csv; /* the --csv file */
+    int text;        /* what is a --text document */
 };
 
 static void predict_one(struct predict_out *p, const char *what, const float *in, double actual)
@@ -1208,7 +1209,9 @@ static void predict_one(struct predict_out *p, const char *what, const float *in
             }
     if (g.json) {
         fprintf(out, "%s{\"%s\":", p->count ? "," : "",
-                strchr(what, ':') || what[0] == '-' ? "input" : "file");
+                p->text                               ? "text"
+                : strchr(what, ':') || what[0] == '-' ? "input"
+                                                      : "file");
         json_str(out, what);
         if (isfinite(actual)) {
             fprintf(out, ",\"actual\":");
@@ -1224,7 +1227,12 @@ static void predict_one(struct predict_out *p, const char *what, const float *in
         }
         fprintf(out, "]}");
     } else {
-        nl_term_fputs(out, what);
+        if (p->text) {
+            char tb[64]; /* the document's start, quoted */
+            fprintf(out, "\"%s\"", nl_term_str(tb, sizeof tb, what));
+        } else {
+            nl_term_fputs(out, what);
+        }
         fputc(':', out);
         for (int i = 0; i < p->top; i++)
             fprintf(out, "%s %s %.4f", i ? "," : "",
@@ -1253,11 +1261,12 @@ int cmd_predict(int argc, char **argv)
         {"top", required_argument, NULL, 'k'},
         {"csv", required_argument, NULL, 'c'},
         {"row", required_argument, NULL, 'r'},
+        {"text", required_argument, NULL, 't'},
         {NULL, 0, NULL, 0},
     };
     struct nl_error err = {0};
-    const char *csv = NULL, *rows[MAX_ROWS];
-    int nrows = 0;
+    const char *csv = NULL, *rows[MAX_ROWS], *texts[MAX_ROWS];
+    int nrows = 0, ntexts = 0;
     long top = 3;
     int c;
 
@@ -1268,6 +1277,10 @@ int cmd_predict(int argc, char **argv)
             if (nrows == MAX_ROWS)
                 return usage_error("predict", "at most %d --row options", MAX_ROWS);
             rows[nrows++] = optarg;
+        } else if (c == 't') {
+            if (ntexts == MAX_ROWS)
+                return usage_error("predict", "at most %d --text options", MAX_ROWS);
+            texts[ntexts++] = optarg;
         } else if (c == 'k') {
             if (!parse_int(optarg, 1, 1000, &top))
                 return usage_error("predict", "--top %s: want a whole number from 1 to 1000",
@@ -1277,11 +1290,14 @@ int cmd_predict(int argc, char **argv)
         }
     }
     const int table = csv || nrows > 0;
-    if (argc - optind < (table ? 1 : 2))
-        return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG), or "
-                                      "--csv FILE or --row VALUES for a table (CSV) run");
-    if (table && argc - optind > 1)
-        return usage_error("predict", "give images, or --csv and --row, not both");
+    if (argc - optind < (table || ntexts ? 1 : 2))
+        return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG), "
+                                      "--text TEXT for a text run, or --csv FILE or --row VALUES "
+                                      "for a table (CSV) run");
+    if ((table || ntexts) && argc - optind > 1)
+        return usage_error("predict", "give images, --text, or --csv and --row, not two kinds");
+    if (table && ntexts)
+        return usage_error("predict", "give --text, or --csv and --row, not both");
 
     struct nl_store *store;
     struct nl_run_info run;
@@ -1299,6 +1315,12 @@ int cmd_predict(int argc, char **argv)
                           "run '%s' trained on a table (CSV): predict from --csv FILE or "
                           "--row VALUES",
                           run.name);
+    if (rc == 0 && ntexts && !d->nvocab)
+        rc = nl_error_set(&err, NL_EINVAL,
+                          "--text: run '%s' was trained on '%s', which is not a text dataset",
+                          run.name, run.dataset);
+    if (rc == 0 && !ntexts && d->nvocab)
+        rc = nl_error_set(&err, NL_EINVAL, "run '%s' classifies text: give --text TEXT", run.name);
     if (rc == 0 && table)
         rc = nl_table_open(&tab, d, warn_cb, NULL, &err);
     struct predict_out p = {
@@ -1336,6 +1358,15 @@ int cmd_predict(int argc, char **argv)
         if (rc == 0)
             predict_one(&p, argv[f], in, NAN);
     }
+    p.text = 1;
+    for (int i = 0; rc == 0 && i < ntexts; i++) {
+        rc = nl_dataset_sample_from_text(d, texts[i], strlen(texts[i]), in, NULL, &err);
+        if (rc < 0)
+            nl_error_prefix(&err, "--text");
+        else
+            predict_one(&p, texts[i], in, NAN);
+    }
+    p.text = 0;
     for (int r = 0; rc == 0 && r < nrows; r++) {
         double target;
         char what[32];

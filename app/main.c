@@ -27,7 +27,8 @@ static const struct command commands[] = {
      "      --threads T     threads (default: all cores)\n",
      NULL},
     {"import", cmd_import, "NAME SOURCE...",
-     "import a dataset: IDX files, a folder of PNG/JPEG class folders, or a CSV file",
+     "import a dataset: IDX files, a folder of PNG/JPEG class folders, a CSV file, or text (a "
+     "folder of class folders of .txt files, or a CSV file with --text)",
      "      --val F         carve a stratified validation split of this fraction from train\n"
      "      --test F        carve a test split likewise when the source has none\n"
      "      --seed S        seed of the carved splits (default 1)\n"
@@ -46,6 +47,10 @@ static const struct command commands[] = {
      "                      indexes; a column whose first value is not a number is one anyway)\n"
      "      --missing M     CSV: empty fields: error (default), drop (the row), mean, median or\n"
      "                      mode (fill from the train split)\n"
+     "      --text COLUMN   CSV: the text column, a name or 1-based index: a text dataset\n"
+     "      --vocab K       text: keep the K most frequent words of train (default 20000)\n"
+     "      --max-len L     text: tokens per document, cut or padded (default 200)\n"
+     "      --keep start|end  text: which part of a longer document to keep (default start)\n"
      "      --skip-bad      skip bad files or rows, listing them, instead of stopping\n",
      NULL},
     {"datasets", cmd_datasets, "", "list the datasets in the store", NULL, NULL},
@@ -135,9 +140,13 @@ static const struct command commands[] = {
      "      --split SPLIT   test, val or train (default test)\n"
      "      --threads T     threads (default: all cores)\n",
      NULL},
-    {"predict", cmd_predict, "RUN IMAGE... | RUN --csv FILE | RUN --row V1,V2,...",
-     "classify PNG or JPEG images with a run's model (top 3), or predict rows of a table (CSV)",
-     "      --top K         classes to show per image or row (default 3)\n"
+    {"predict", cmd_predict,
+     "RUN IMAGE... | RUN --text TEXT... | RUN --csv FILE | RUN --row V1,...",
+     "classify PNG or JPEG images, or text for a run on a text dataset, with a run's model (top "
+     "3), or predict rows of a table (CSV)",
+     "      --top K         classes to show per image, text or row (default 3)\n"
+     "      --text TEXT     text runs: a document to classify (repeatable), tokenised with the\n"
+     "                      run's dataset's vocabulary\n"
      "      --csv FILE      table runs: predict every row of a CSV file (with or without the\n"
      "                      target column), preprocessed as the import did\n"
      "      --row VALUES    table runs: predict one row given as text (repeatable)\n",

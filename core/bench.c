@@ -150,10 +150,45 @@ int nl_bench_synthetic(struct nl_dataset **out, struct nl_shape shape, int nclas
     return 0;
 }
 
+int nl_bench_synthetic_text(struct nl_dataset **out, int len, int vocab, int nclasses, uint32_t n,
+                            uint64_t seed, struct nl_error *err)
+{
+    struct nl_rng rng;
+    int rc = nl_bench_synthetic(out, (struct nl_shape){1, 1, len}, nclasses, n, seed, err);
+
+    if (rc)
+        return rc;
+    struct nl_dataset *d = *out;
+    float *x = nl_malloc((size_t)n * (size_t)len * sizeof *x);
+    if (!x) {
+        nl_dataset_free(d);
+        *out = NULL;
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %u synthetic documents", n);
+    }
+    nl_free(d->split[NL_TRAIN].x);
+    d->split[NL_TRAIN].x = x;
+    d->dtype = NL_F32;
+    d->mean[0] = 0.0f;
+    d->std[0] = 1.0f;
+    d->nvocab = vocab;
+    nl_free(d->kind);
+    d->kind = nl_strdup("text");
+    nl_rng_seed(&rng, seed ^ 0x7465787400ull);
+    /* Words: ids of a rough Zipf law (the square of a uniform draw favours small ids), from 2. */
+    for (uint32_t i = 0; i < n; i++) {
+        int words = len / 4 + (int)nl_rng_below(&rng, (uint32_t)(len - len / 4 + 1));
+        for (int t = 0; t < len; t++) {
+            double u = (double)(nl_rng_next(&rng) >> 11) / 9007199254740992.0;
+            x[(size_t)i * len + t] = t < words ? (float)(2 + (int)(u * u * (vocab - 2))) : 0.0f;
+        }
+    }
+    return d->kind ? 0 : nl_error_set(err, NL_ENOMEM, "out of memory");
+}
+
 /* Multiply-adds of one sample's forward product through layer l, or 0 for layers without one. */
 static double forward_madds(const struct nl_layer *l)
 {
-    if (strcmp(l->ops->kind, "conv") == 0)
+    if (strcmp(l->ops->kind, "conv") == 0 || strcmp(l->ops->kind, "conv1d") == 0)
         return (double)nl_shape_size(l->out) * l->in[0].c * l->kh * l->kw;
     if (strcmp(l->ops->kind, "gconv") == 0)
         return (double)nl_shape_size(l->out) * (l->in[0].c / (l->groups > 1 ? l->groups : 1)) *

@@ -50,7 +50,8 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         "SELECT name, kind, source, created, channels, height, width, nclasses, dtype, "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 0), "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 1), "
-        "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 2) "
+        "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 2), "
+        "(SELECT count(*) FROM vocab WHERE dataset = d.id) "
         "FROM datasets d WHERE substr(name, 1, 1) <> char(31) ORDER BY name"; /* not staged */
     struct nl_dataset_info *list = NULL;
     int n = 0, rc, step;
@@ -82,6 +83,7 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         d->nclasses = sqlite3_column_int(st, 7);
         for (int k = 0; k < NL_NSPLITS; k++)
             d->count[k] = (uint32_t)sqlite3_column_int64(st, 9 + k);
+        d->nvocab = sqlite3_column_int(st, 12);
         d->bytes = ((uint64_t)d->count[0] + d->count[1] + d->count[2]) * nl_shape_size(d->shape) *
                    (sqlite3_column_int(st, 8) == NL_F32 ? 4 : 1);
     }
@@ -135,6 +137,11 @@ void nl_dataset_free(struct nl_dataset *d)
     nl_free(d->class_names);
     nl_free(d->mean);
     nl_free(d->std);
+    if (d->vocab)
+        for (int k = 0; k < d->nvocab; k++)
+            nl_free(d->vocab[k]);
+    nl_free(d->vocab);
+    nl_free(d->vocab_count);
     for (int k = 0; k < NL_NSPLITS; k++) {
         nl_free(d->split[k].x);
         nl_free(d->split[k].y);
@@ -384,6 +391,76 @@ static int load_task(struct nl_dataset *d, struct nl_error *err)
     return rc;
 }
 
+/* A text dataset's vocabulary (the vocab table, ids 0 .. n - 1 without gaps). */
+static int load_vocab(struct nl_store *s, sqlite3_int64 id, struct nl_dataset *d,
+                      struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc, step, n = 0;
+
+    if (strcmp(d->kind, "text") != 0)
+        return 0;
+    d->keep_end = strstr(d->preprocessing, "\"keep\":\"end\"") != NULL;
+    rc = nl_store_prepare(s, &st, "SELECT count(*) FROM vocab WHERE dataset = ?", err);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (n < 2 || n > (1 << 24))
+        return nl_error_set(err, NL_EFORMAT,
+                            "%s: text dataset '%s' has no valid vocabulary (%d words); remove it "
+                            "and import it again",
+                            nl_store_path(s), d->name, n);
+    d->vocab = nl_calloc((size_t)n, sizeof *d->vocab);
+    d->vocab_count = nl_calloc((size_t)n, sizeof *d->vocab_count);
+    if (!d->vocab || !d->vocab_count)
+        return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+    d->nvocab = n;
+    rc = nl_store_prepare(s, &st, "SELECT id, word, count FROM vocab WHERE dataset = ? ORDER BY id",
+                          err);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        int k = sqlite3_column_int(st, 0);
+        if (k < 0 || k >= n || d->vocab[k]) {
+            rc = nl_error_set(err, NL_EFORMAT, "%s: text dataset '%s' has a bad vocabulary id %d",
+                              nl_store_path(s), d->name, k);
+            break;
+        }
+        d->vocab[k] = dup_column(st, 1);
+        d->vocab_count[k] = sqlite3_column_int64(st, 2);
+        if (!d->vocab[k]) {
+            rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+            break;
+        }
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = nl_store_db_error(s, err, "loading the vocabulary");
+    sqlite3_finalize(st);
+    for (int k = 0; k < n && rc == 0; k++)
+        if (!d->vocab[k])
+            rc = nl_error_set(err, NL_EFORMAT, "%s: text dataset '%s' lacks vocabulary id %d",
+                              nl_store_path(s), d->name, k);
+    /* Every token id names a word of the vocabulary. */
+    for (int k = 0; k < NL_NSPLITS && rc == 0 && d->dtype == NL_F32; k++) {
+        const float *x = d->split[k].x;
+        size_t m = (size_t)d->split[k].n * nl_shape_size(d->shape);
+        for (size_t i = 0; i < m; i++) {
+            if (!(x[i] >= 0 && x[i] < (float)n && x[i] == (float)(int)x[i])) {
+                rc = nl_error_set(err, NL_EFORMAT,
+                                  "%s: text dataset '%s' has a token id %g outside its "
+                                  "vocabulary of %d; remove it and import it again",
+                                  nl_store_path(s), d->name, (double)x[i], n);
+                break;
+            }
+        }
+    }
+    return rc;
+}
+
 int nl_dataset_load(struct nl_store *s, const char *name, struct nl_dataset **out,
                     struct nl_error *err)
 {
@@ -409,6 +486,8 @@ int nl_dataset_load(struct nl_store *s, const char *name, struct nl_dataset **ou
         rc = load_classes(s, id, d, err);
     if (rc == 0)
         rc = load_samples(s, id, d, err);
+    if (rc == 0)
+        rc = load_vocab(s, id, d, err);
     if (own)
         nl_store_rollback(s);
     if (rc) {

@@ -325,6 +325,30 @@ static int writer_put(struct nl_writer *w, enum nl_split split, int label, int32
     return rc;
 }
 
+int nl_writer_add_word(struct nl_writer *w, int id, const char *word, int64_t count,
+                       struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc = chunk_begin(w, err);
+
+    if (rc)
+        return rc;
+    rc = nl_store_prepare(w->s, &st,
+                          "INSERT INTO vocab (dataset, id, word, count) VALUES (?, ?, ?, ?)", err);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, w->dataset);
+    sqlite3_bind_int(st, 2, id);
+    sqlite3_bind_text(st, 3, word, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, count);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        rc = nl_store_db_error(w->s, err, "storing the vocabulary");
+    sqlite3_finalize(st);
+    if (rc == 0 && ++w->chunk_n >= CHUNK_SAMPLES)
+        rc = chunk_commit(w, 0, err);
+    return rc;
+}
+
 uint32_t nl_writer_count(const struct nl_writer *w, enum nl_split split)
 {
     return w->count[split];
@@ -647,6 +671,10 @@ static int check_options(const struct nl_import_opts *o, const char *path, int p
                          struct nl_error *err)
 {
     const char *kind = png ? "an image folder" : csv ? "a CSV file" : "IDX files";
+    if (png < 0) { /* a folder of text class folders */
+        kind = "a folder of text";
+        png = 0;
+    }
     if (!png && (o->channels || o->width || o->height || o->shorter || o->crop_w || o->normalize))
         return nl_error_set(err, NL_EINVAL,
                             "%s: --gray, --rgb, --resize and --normalize apply to image folders; "
@@ -660,6 +688,9 @@ static int check_options(const struct nl_import_opts *o, const char *path, int p
                             "%s: --task, --categorical and --missing apply to CSV files; this is "
                             "%s",
                             path, kind);
+    if (!csv && o->text)
+        return nl_error_set(err, NL_EINVAL, "%s: --text applies to CSV files; this is %s", path,
+                            kind);
     return 0;
 }
 
@@ -691,6 +722,15 @@ int nl_import(struct nl_store *s, const char *name, const char *const *paths, in
     if (stat(paths[0], &st) != 0)
         return nl_error_set(err, errno == ENOENT ? NL_ENOENT : NL_EIO, "%s: cannot open: %s",
                             paths[0], strerror(errno));
+    if (S_ISDIR(st.st_mode) && !has_idx(paths[0]) && nl_text_dir_probe(paths[0]))
+        return check_options(opts, paths[0], -1, 0, err) < 0
+                   ? err->code
+                   : nl_import_text_dir(s, name, paths[0], opts, err);
+    if (!opts->text && (opts->vocab || opts->max_len || opts->keep_end))
+        return nl_error_set(err, NL_EINVAL,
+                            "%s: --vocab, --max-len and --keep apply to text (a folder of class "
+                            "folders of .txt files, or a CSV file with --text)",
+                            paths[0]);
     if (S_ISDIR(st.st_mode)) {
         int idx = has_idx(paths[0]);
         if (check_options(opts, paths[0], !idx, 0, err) < 0)
@@ -700,9 +740,12 @@ int nl_import(struct nl_store *s, const char *name, const char *const *paths, in
     }
     if (ends_with(paths[0], ".csv") || ends_with(paths[0], ".csv.txt") ||
         ends_with(paths[0], ".tsv"))
-        return check_options(opts, paths[0], 0, 1, err) < 0
-                   ? err->code
-                   : nl_import_csv(s, name, paths[0], opts, err);
+        return check_options(opts, paths[0], 0, 1, err) < 0 ? err->code
+               : opts->text ? nl_import_text_csv(s, name, paths[0], opts, err)
+                            : nl_import_csv(s, name, paths[0], opts, err);
+    if (opts->text)
+        return nl_error_set(err, NL_EINVAL, "%s: --text applies to CSV files (.csv, .tsv)",
+                            paths[0]);
     if (is_idx_name(paths[0]))
         return nl_error_set(err, NL_EINVAL,
                             "%s: an IDX file alone; give its folder, or the images file and the "

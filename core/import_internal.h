@@ -42,6 +42,11 @@ int nl_writer_add_target(struct nl_writer *w, enum nl_split split, float target,
 
 uint32_t nl_writer_count(const struct nl_writer *w, enum nl_split split);
 
+/* Text datasets: one row of the vocabulary (the vocab table of core/store.c), staged with the
+ * samples. */
+int nl_writer_add_word(struct nl_writer *w, int id, const char *word, int64_t count,
+                       struct nl_error *err);
+
 /* Stores the classes (names[k] may be NULL: named by its number), the statistics and the
  * preprocessing record (JSON), commits, and frees w whatever happens. Warns about classes with
  * no train sample. */
@@ -90,6 +95,13 @@ int nl_import_image_dir(struct nl_store *s, const char *name, const char *dir,
                         const struct nl_import_opts *opts, struct nl_error *err);
 int nl_import_csv(struct nl_store *s, const char *name, const char *path,
                   const struct nl_import_opts *opts, struct nl_error *err);
+/* Text (core/textdata.c): a folder of class folders of .txt files, or a CSV/TSV file with a text
+ * column (opts->text). nl_text_dir_probe says whether a folder looks like the first. */
+int nl_import_text_dir(struct nl_store *s, const char *name, const char *dir,
+                       const struct nl_import_opts *opts, struct nl_error *err);
+int nl_import_text_csv(struct nl_store *s, const char *name, const char *path,
+                       const struct nl_import_opts *opts, struct nl_error *err);
+int nl_text_dir_probe(const char *dir);
 
 /* Image files (core/image.c, core/jpeg.c). */
 enum nl_image_format { NL_IMAGE_PNG = 1, NL_IMAGE_JPEG = 2 };

@@ -28,6 +28,13 @@ static const struct nl_layer_ops *const kinds[] = {
     &nl__batchnorm_ops,
     &nl__gconv_ops,
     &nl__relu6_ops,
+    &nl__embedding_ops,
+    &nl__globalavgpool1d_ops,
+    &nl__globalmaxpool1d_ops,
+    &nl__conv1d_ops,
+    &nl__maxpool1d_ops,
+    &nl__lstm_ops,
+    &nl__gru_ops,
     NULL,
 };
 

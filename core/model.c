@@ -135,11 +135,14 @@ static int build(struct nl_model **out, const struct nl_spec *spec, struct nl_sh
     m->nlayers = spec->nlayers;
     m->input = input;
     m->nclasses = nclasses;
+    m->vocab = spec->vocab;
 
     for (int i = 0; i < m->nlayers; i++) {
         struct nl_layer *l = &m->layers[i];
         if (l->units == NL_UNITS_CLASSES)
             l->units = nclasses;
+        if (l->vocab == 0)
+            l->vocab = spec->vocab;
         for (int j = 0; j < l->ninputs; j++) {
             int src = l->inputs[j];
             if (src >= i) {

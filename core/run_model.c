@@ -64,6 +64,7 @@ int nl_run_model(struct nl_store *s, const char *name, int with_params, nl_warn_
     struct nl_spec *spec = NULL;
     struct nl_shape shape = {0};
     int nclasses = 0;
+    const struct nl_json *vocab = NULL;
     int rc = nl_run_get(s, name, info, &text, &settings, err);
 
     *out = NULL;
@@ -73,8 +74,14 @@ int nl_run_model(struct nl_store *s, const char *name, int with_params, nl_warn_
         rc = run_shape(s, info, nl_json_root(doc), &shape, &nclasses, err);
     if (rc == 0)
         rc = nl_spec_parse(&spec, text, info->model, warn, warn_ud, err);
-    if (rc == 0)
+    if (rc == 0) {
+        /* Text runs: the vocabulary size the embedding layers were built for. */
+        vocab = nl_json_get(nl_json_root(doc), "vocab");
+        spec->vocab = vocab && vocab->is_integer && vocab->integer > 0 && vocab->integer < (1 << 24)
+                          ? (int)vocab->integer
+                          : 0;
         rc = nl_model_build(out, spec, shape, nclasses, err);
+    }
     if (rc == 0)
         rc = run_frozen(*out, nl_json_root(doc), err);
     if (rc == 0 && with_params)

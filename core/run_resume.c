@@ -4,7 +4,8 @@
  * The settings are one flat JSON object (but for "input", "frozen" and "augment"):
  *   epochs, batch, optim ("sgd", ...), schedule (nl_schedule_format's text), warmup (epochs),
  *   lr, momentum, nesterov, weight_decay, threads (0: all cores), seed, input [c, h, w],
- *   classes, clip_value, clip_norm, frozen [layer names], augment {flip, crop, resized_crop,
+ *   classes, vocab (a text dataset's vocabulary size; 0 or absent for others), clip_value,
+ *   clip_norm, frozen [layer names], augment {flip, crop, resized_crop,
  *   brightness, contrast, saturation (the last four only when on)},
  *   early_stop_acc, patience, on_nan ("stop" | "skip-batch"), checkpoint_every (steps; 0: per
  *   epoch), compress ("bf16" or "none": a cluster run's exchange), cluster (trained on hosts),
@@ -193,8 +194,8 @@ char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_mode
     }
     if (in_group)
         sb_str(&b, "}");
-    snprintf(value, sizeof value, ",\"input\":[%d,%d,%d],\"classes\":%d,\"frozen\":[", shape.c,
-             shape.h, shape.w, nclasses);
+    snprintf(value, sizeof value, ",\"input\":[%d,%d,%d],\"classes\":%d,\"vocab\":%d,\"frozen\":[",
+             shape.c, shape.h, shape.w, nclasses, m->vocab);
     sb_str(&b, value);
     for (int i = 0, n = 0; i < m->nlayers; i++)
         if (m->layers[i].frozen) {

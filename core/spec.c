@@ -27,6 +27,15 @@
  *     conv ... groups=G       G > 1 makes a grouped convolution (kind gconv; G = C: depthwise);
  *                             gconv FILTERS KxK takes conv's keys and groups=
  *     add, concat             2 to 4 inputs, named with in=a,b (concat: along the channels)
+ *     embedding DIM           token vectors of DIM (text datasets); keys: vocab=V (default: the
+ *                             dataset's vocabulary size) init= in=
+ *     conv1d FILTERS K        1-D convolution over a sequence (C x 1 x L); keys: stride= pad=
+ *                             bias= init= in=
+ *     maxpool1d K             keys: stride= pad= in=
+ *     lstm UNITS, gru UNITS   recurrent layers over a sequence; key: states=last|all (default
+ *                             last: the final hidden state; all: every step's, UNITS x 1 x L) in=
+ *     globalavgpool1d, globalmaxpool1d  over a sequence's steps; in=x,input leaves out the steps
+ *                             whose token is padding
  *     relu, relu6, tanh, sigmoid, flatten, gelu, softmax, globalavgpool, and any other kind of
  *     core/layer.c: no arguments; key: in=
  *
@@ -78,6 +87,8 @@ enum key {
     KEY_GROUPS = 1 << 5,
     KEY_MOMENTUM = 1 << 6,
     KEY_EPS = 1 << 7,
+    KEY_VOCAB = 1 << 8,
+    KEY_STATES = 1 << 9,
 };
 
 static const struct {
@@ -86,6 +97,7 @@ static const struct {
 } keys[] = {
     {"stride", KEY_STRIDE}, {"pad", KEY_PAD},       {"bias", KEY_BIAS},         {"init", KEY_INIT},
     {"in", KEY_IN},         {"groups", KEY_GROUPS}, {"momentum", KEY_MOMENTUM}, {"eps", KEY_EPS},
+    {"vocab", KEY_VOCAB},   {"states", KEY_STATES},
 };
 
 enum args { ARGS_NONE, ARGS_CONV, ARGS_DENSE, ARGS_POOL, ARGS_DROPOUT, ARGS_SLOPE };
@@ -111,6 +123,12 @@ static const struct syntax syntaxes[] = {
     {"maxpool", ARGS_POOL, 1, KEY_STRIDE | KEY_PAD | KEY_IN, "a window"},
     {"avgpool", ARGS_POOL, 1, KEY_STRIDE | KEY_PAD | KEY_IN, "a window"},
     {"dropout", ARGS_DROPOUT, 1, KEY_IN, "at most a probability"},
+    {"embedding", ARGS_DENSE, 1, KEY_INIT | KEY_IN | KEY_VOCAB, "a dimension"},
+    {"conv1d", ARGS_CONV, 2, KEY_STRIDE | KEY_PAD | KEY_BIAS | KEY_INIT | KEY_IN,
+     "a filter count and a window"},
+    {"maxpool1d", ARGS_POOL, 1, KEY_STRIDE | KEY_PAD | KEY_IN, "a window"},
+    {"lstm", ARGS_DENSE, 1, KEY_INIT | KEY_IN | KEY_STATES, "a unit count"},
+    {"gru", ARGS_DENSE, 1, KEY_INIT | KEY_IN | KEY_STATES, "a unit count"},
 };
 
 static const struct syntax plain_syntax = {NULL, ARGS_NONE, 0, KEY_IN, "no arguments"};
@@ -550,6 +568,14 @@ static int set_key(struct parser *ps, int index, const struct syntax *syn, char 
             l->momentum = (float)v;
         return 0;
     }
+    case KEY_VOCAB:
+        return parse_count(ps, value, "vocabulary size", 2, &l->vocab);
+    case KEY_STATES:
+        if (strcmp(value, "last") == 0 || strcmp(value, "all") == 0) {
+            l->all_states = value[0] == 'a';
+            return 0;
+        }
+        return fail(ps, NL_EINVAL, "bad value '%s' for states (last or all)", quote(q, value));
     case KEY_IN:
         rc = count_inputs(ps, value, &l->ninputs);
         if (rc < 0)
@@ -572,15 +598,16 @@ static int set_positional(struct parser *ps, struct nl_layer *l, const struct sy
         return 0;
     case ARGS_CONV:
         if (npos < 2)
-            return fail(ps, NL_EINVAL,
-                        "conv needs a filter count and a window, e.g. 'conv 20 5x5'");
+            return fail(ps, NL_EINVAL, "%s needs a filter count and a window, e.g. '%s 20 %s'",
+                        l->ops->kind, l->ops->kind, strcmp(l->ops->kind, "conv1d") ? "5x5" : "5");
         if (parse_count(ps, pos[0], "filter count", 1, &l->filters) < 0)
             return NL_EINVAL;
         return parse_pair(ps, pos[1], "window", 1, &l->kh, &l->kw);
     case ARGS_DENSE:
         if (npos < 1)
             return fail(ps, NL_EINVAL,
-                        "dense needs a unit count, or N for the class count, e.g. 'dense 500'");
+                        "%s needs a unit count, or N for the class count, e.g. '%s 64'",
+                        l->ops->kind, l->ops->kind);
         if (strcmp(pos[0], "N") == 0) {
             l->units = NL_UNITS_CLASSES;
             return 0;

@@ -4,8 +4,9 @@
  * The schema below is the documentation of the database. Its version is PRAGMA user_version;
  * this build writes version NL_STORE_SCHEMA_VERSION, upgrades older ones (1 -> 2 adds
  * worker_steps, 2 -> 3 adds recoveries, 3 -> 4 adds the runs' owner columns: their running runs
- * have no owner, so they list as interrupted; 4 -> 5 adds the regression columns) and refuses a
- * database of a newer one. Conventions:
+ * have no owner, so they list as interrupted; 4 -> 5 adds the regression columns; 5 -> 6 adds
+ * vocab, empty for the datasets already there, none of which is text) and refuses a database of a
+ * newer one. Conventions:
  *   - times are UTC ISO-8601 text, "2026-01-31T12:00:00Z";
  *   - BLOBs of numbers are little-endian (float32 unless said otherwise);
  *   - samples.split: 0 train, 1 val, 2 test (enum nl_split); samples.idx numbers the samples of
@@ -89,6 +90,19 @@ static const char run_owner_sql[] = "ALTER TABLE runs ADD COLUMN owner_host TEXT
                                     "ALTER TABLE runs ADD COLUMN owner_start INTEGER;\n"
                                     "ALTER TABLE runs ADD COLUMN heartbeat TEXT;\n";
 
+/* Text datasets: the vocabulary (version 6; see core/textdata.c). Token ids are the ids here:
+ * 0 is padding ("<pad>", count 0), 1 stands for every word left out of the vocabulary ("<unk>",
+ * count: the train split's occurrences of those words), 2.. the --vocab K most frequent words of
+ * the train split by falling count (ties in byte order of the word), count their occurrences. */
+#define VOCAB_SQL                                                                                  \
+    "CREATE TABLE vocab (\n"                                                                       \
+    "    dataset INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,\n"                    \
+    "    id      INTEGER NOT NULL,                -- the token id, from 0\n"                       \
+    "    word    TEXT NOT NULL,                   -- lower-cased UTF-8\n"                          \
+    "    count   INTEGER NOT NULL,                -- occurrences in the train split\n"             \
+    "    PRIMARY KEY (dataset, id)\n"                                                              \
+    ") WITHOUT ROWID;\n"
+
 /* Cluster runs: each lost worker and what the run did about it (version 3). */
 #define RECOVERIES_SQL                                                                             \
     "CREATE TABLE recoveries (\n"                                                                  \
@@ -170,7 +184,7 @@ static const char schema_sql[] =
     "    rng       BLOB,                          -- RNG state\n"
     "    created   TEXT DEFAULT " NOW_UTC ",\n"
     "    PRIMARY KEY (run, iteration)\n"
-    ");\n" WORKER_STEPS_SQL RECOVERIES_SQL;
+    ");\n" WORKER_STEPS_SQL RECOVERIES_SQL; /* then run_owner_sql and VOCAB_SQL */
 
 struct nl_store {
     sqlite3 *db;
@@ -370,18 +384,22 @@ static int ensure_schema(struct nl_store *s, struct nl_error *err)
         if (rc == 0)
             rc = nl_store_exec(s, regression_sql, err);
         if (rc == 0)
+            rc = nl_store_exec(s, VOCAB_SQL, err);
+        if (rc == 0)
             rc = nl_store_exec(s, sql, err);
     } else if (rc == 0 && version < NL_STORE_SCHEMA_VERSION) {
         /* Version 1 lacked worker_steps, 2 recoveries, 3 the runs' owners, 4 the regression
-         * columns. */
+         * columns, 5 vocab. */
         if (version < 2)
             rc = nl_store_exec(s, WORKER_STEPS_SQL, err);
         if (rc == 0 && version < 3)
             rc = nl_store_exec(s, RECOVERIES_SQL, err);
         if (rc == 0 && version < 4)
             rc = nl_store_exec(s, run_owner_sql, err);
-        if (rc == 0)
+        if (rc == 0 && version < 5)
             rc = nl_store_exec(s, regression_sql, err);
+        if (rc == 0 && version < 6)
+            rc = nl_store_exec(s, VOCAB_SQL, err);
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", NL_STORE_SCHEMA_VERSION);
         if (rc == 0)
             rc = nl_store_exec(s, sql, err);

@@ -10,7 +10,7 @@
 #include "nnlab/store.h"
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define NL_STORE_SCHEMA_VERSION 5
+#define NL_STORE_SCHEMA_VERSION 6
 
 /* How long a connection waits for another's write lock before it gives up ("database is
  * locked"). No writer holds the lock for more than a few seconds (imports commit in chunks), so

@@ -1186,6 +1186,7 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         .shape = d->shape,
         .nclasses = d->nclasses,
         .regression = d->regression,
+        .vocab = d->nvocab,
         .dtype = (int)d->dtype,
         .nnorm = d->nnorm < NL_PROTO_MAX_NORM ? d->nnorm : NL_PROTO_MAX_NORM,
         .members = run->members,

@@ -163,6 +163,7 @@ int nl_dataset_subset(struct nl_dataset **out, const struct nl_dataset *d, const
         s->shape = d->shape;
         s->dtype = d->dtype;
         s->nclasses = d->nclasses;
+        s->nvocab = d->nvocab; /* the size only: the words stay with the dataset */
         s->nnorm = d->nnorm;
         s->class_names = nl_calloc((size_t)d->nclasses, sizeof *s->class_names);
         s->mean = nl_calloc((size_t)d->nnorm + 1, sizeof(float));

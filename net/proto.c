@@ -38,6 +38,8 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
     }
     fprintf(f, "ntrain %u\nshape %d %d %d\nclasses %d\ndtype %d\nhash %s\n", s->ntrain, s->shape.c,
             s->shape.h, s->shape.w, s->nclasses, s->dtype, s->data_hash);
+    if (s->vocab > 0)
+        fprintf(f, "vocab %d\n", s->vocab);
     for (int i = 0; i < s->nnorm; i++)
         fprintf(f, "norm %a %a\n", (double)s->mean[i], (double)s->std[i]);
     for (int i = 0; i < s->size; i++)
@@ -162,6 +164,10 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
             s->shape = (struct nl_shape){atoi(a), atoi(b), atoi(c)};
         } else if (strcmp(key, "classes") == 0) {
             s->nclasses = atoi(a);
+        } else if (strcmp(key, "vocab") == 0) {
+            s->vocab = atoi(a);
+            if (s->vocab < 0)
+                goto bad;
         } else if (strcmp(key, "dtype") == 0) {
             s->dtype = atoi(a);
         } else if (strcmp(key, "hash") == 0) {

@@ -69,6 +69,7 @@ struct nl_setup {
     /* A regression dataset: its partition's labels are the bits of each sample's standardised
      * float32 target, and nclasses is 1; the loss travels in o.loss. */
     int regression;
+    int vocab; /* a text dataset's vocabulary size, for embedding layers ("vocab N"); 0: none */
     float mean[NL_PROTO_MAX_NORM], std[NL_PROTO_MAX_NORM];
     char data_hash[65];        /* SHA-256 of the partition's DATA payload, hex */
     struct nl_member *members; /* (size) */

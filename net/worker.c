@@ -550,8 +550,10 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         rc = get_data(l, s, nl_partition_count(part), cr, err);
     if (rc == 0)
         rc = nl_spec_parse(&spec, s->spec, "the driver's model", NULL, NULL, err);
-    if (rc == 0)
+    if (rc == 0) {
+        spec->vocab = s->vocab;
         rc = nl_model_build(&m, spec, s->shape, s->nclasses, err);
+    }
     if (rc == 0)
         rc = freeze(m, s->frozen, err);
     if (rc == 0)
@@ -599,6 +601,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             d->nclasses = s->nclasses;
             d->regression = s->regression;
             d->target_std = 1.0; /* the targets arrive standardised */
+            d->nvocab = s->vocab;
             d->nnorm = s->nnorm;
             d->mean = nl_calloc((size_t)s->nnorm, sizeof(float));
             d->std = nl_calloc((size_t)s->nnorm, sizeof(float));

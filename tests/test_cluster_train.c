@@ -16,7 +16,9 @@
  * - Clipping (value and norm) on 2 members matches a clipped local run (full batches, so that
  *   the local run sees the same samples per step), as does an unclipped overlapped 1-member run.
  * - Judging, the trainer's side: a member told each epoch's watched accuracy lowers its rate on
- *   a plateau and stops early as the values say, and a resumed one replays the earlier ones. */
+ *   a plateau and stops early as the values say, and a resumed one replays the earlier ones.
+ * - Text: a small embedbag (embedding, masked average, two dense layers) on token ids, whose
+ *   embedding gradients are exchanged as any other, follows a local run on 2 members. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
@@ -53,8 +55,10 @@ struct cfg {
     const char *spec;
     int side, ntrain, batch, epochs;
     int size, threads, bf16, overlap;
-    float clip_value, clip_norm;
+    float clip_value, clip_norm; /* side 0: token ids of TEXT_LEN, not images */
 };
+
+enum { TEXT_LEN = 16, TEXT_VOCAB = 40 };
 
 struct result {
     int rc;
@@ -69,9 +73,49 @@ struct result {
     float params[MAXPARAMS];
 };
 
+/* Documents of 3 to TEXT_LEN words, padding after: common words (ids 2..23) with, one in three,
+ * a word of the class (4 per class, ids 24..39). */
+static struct nl_dataset *synthetic_text(int ntrain)
+{
+    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_rng r;
+
+    nl_rng_seed(&r, 12);
+    d->name = nl_strdup("synthetic");
+    d->source = nl_strdup("test");
+    d->kind = nl_strdup("text");
+    d->shape = (struct nl_shape){1, 1, TEXT_LEN};
+    d->dtype = NL_F32;
+    d->nclasses = CLASSES;
+    d->nvocab = TEXT_VOCAB;
+    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
+    for (int k = 0; k < CLASSES; k++)
+        d->class_names[k] = nl_strdup("c");
+    d->nnorm = 1;
+    d->mean = nl_calloc(1, sizeof(float));
+    d->std = nl_calloc(1, sizeof(float));
+    d->std[0] = 1.0f;
+    float *x = nl_calloc((size_t)ntrain * TEXT_LEN, sizeof *x);
+    int32_t *y = nl_calloc((size_t)ntrain, sizeof *y);
+    for (int i = 0; i < ntrain; i++) {
+        int k = (int)nl_rng_below(&r, CLASSES), n = 3 + (int)nl_rng_below(&r, TEXT_LEN - 2);
+        for (int t = 0; t < n; t++)
+            x[(size_t)i * TEXT_LEN + t] =
+                (float)(nl_rng_below(&r, 3) == 0 ? 24 + 4 * k + (int)nl_rng_below(&r, 4)
+                                                 : 2 + (int)nl_rng_below(&r, 22));
+        y[i] = k;
+    }
+    d->split[NL_TRAIN].n = (size_t)ntrain;
+    d->split[NL_TRAIN].x = x;
+    d->split[NL_TRAIN].y = y;
+    return d;
+}
+
 /* Four classes, each a bright 4x4 square in its own quadrant of a noisy side x side image. */
 static struct nl_dataset *synthetic(int side, int ntrain)
 {
+    if (side <= 0)
+        return synthetic_text(ntrain);
     struct nl_dataset *d = nl_calloc(1, sizeof *d);
     struct nl_rng r;
 
@@ -153,7 +197,7 @@ static struct nl_model *model(const struct cfg *c, const struct nl_dataset *d, s
     const char *text = nl_spec_shipped_text(c->spec);
 
     if (nl_spec_parse(&spec, text ? text : c->spec, "test", NULL, NULL, err) == 0 &&
-        nl_model_build(&m, spec, d->shape, d->nclasses, err) == 0)
+        (spec->vocab = d->nvocab, nl_model_build(&m, spec, d->shape, d->nclasses, err) == 0))
         nl_model_init_params(m, 5);
     nl_spec_free(spec);
     return m;
@@ -760,9 +804,49 @@ static void test_judge(void)
     like(err.msg, "validation accuracy", "saying why: %s", err.msg);
 }
 
+/* A small embedbag on 2 members against one member (mini-batches: the same data order), and
+ * against a local run of the same seed (full batches, so that every step sees the same samples
+ * whatever the order). */
+static void test_text(void)
+{
+    enum { NTRAIN = 400, BATCH = 40, EPOCHS = 6, FULL_EPOCHS = 20 };
+    static const char spec[] = "embed: embedding 8\npool: globalavgpool1d in=embed,input\n"
+                               "fc1: dense 16\nrelu\nfc2: dense N\n";
+    const int steps = EPOCHS * ((NTRAIN + BATCH - 1) / BATCH);
+    static double curve[4][MAXSTEPS];
+    static struct result loc;
+    struct result *res[4];
+
+    for (int n = 1; n <= 2; n++) {
+        struct cfg c = {spec, 0, NTRAIN, BATCH, EPOCHS, n, 2, 0, 0, 0, 0};
+        res[n] = run(&c, curve[n], "embedbag on token ids");
+    }
+    const size_t np = res[1]->nparams;
+    ok(curve[1][steps - 1] < 0.95 * curve[1][0], "text: the loss falls: %.4f -> %.4f", curve[1][0],
+       curve[1][steps - 1]);
+    double worst = curve_diff(curve[2], curve[1], steps);
+    double pworst = fmax(param_diff(res[2][0].params, res[1][0].params, 0, np),
+                         param_diff(res[2][1].params, res[1][0].params, 0, np));
+    ok(worst < 1e-4, "text: 2 members follow one member's loss curve within 1e-4 (%.3g)", worst);
+    ok(pworst < 1e-4, "text: and end with its parameters within 1e-4 (%.3g)", pworst);
+
+    struct cfg full = {spec, 0, NTRAIN, NTRAIN, FULL_EPOCHS, 2, 2, 0, 0, 0, 0};
+    res[3] = run(&full, curve[3], "embedbag on token ids, full batches");
+    full.size = 1;
+    local(&full, &loc, curve[0]);
+    worst = curve_diff(curve[3], curve[0], FULL_EPOCHS);
+    pworst = param_diff(res[3][0].params, loc.params, 0, np);
+    ok(worst < 1e-4, "text: 2 members follow a local run's loss curve within 1e-4 (%.3g)", worst);
+    ok(pworst < 1e-4, "text: and end with its parameters within 1e-4 (%.3g)", pworst);
+    release(res[1], 1);
+    release(res[2], 2);
+    release(res[3], 2);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    test_text();
     test_judge();
     test_announcements();
     test_members();

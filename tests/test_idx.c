@@ -24,9 +24,10 @@
 #include "nnlab/store.h"
 #include "tap.h"
 
-/* The runs' owner columns of schema version 4, gone as from an older store. */
-/* A store of version 4 and older lacks the regression columns (version 5). */
+/* A store of version 5 and older lacks the vocab table (version 6); one of version 4 and older
+ * the regression columns (version 5). */
 #define DROP_REGRESSION                                                                            \
+    "DROP TABLE IF EXISTS vocab; "                                                                 \
     "ALTER TABLE runs DROP COLUMN task; ALTER TABLE runs DROP COLUMN val_mae; "                    \
     "ALTER TABLE runs DROP COLUMN val_rmse; ALTER TABLE runs DROP COLUMN test_mae; "               \
     "ALTER TABLE runs DROP COLUMN test_rmse; ALTER TABLE epochs DROP COLUMN train_mae; "           \
@@ -614,6 +615,20 @@ static void check_store(void)
             ok(!info.regression && isnan(info.test_mae), "as a classification run");
             if (nl_run_remove(s, "v4", &err) < 0)
                 diag("could not remove the run: %s", err.msg);
+            sqlite3_prepare_v2(nl_store_sqlite(s), "SELECT count(*) FROM vocab", -1, &st, NULL);
+            ok(sqlite3_step(st) == SQLITE_ROW, "and gains the vocab table");
+            sqlite3_finalize(st);
+            /* A version 5 store has the regression columns but not the vocab table. */
+            sqlite3_exec(nl_store_sqlite(s), "DROP TABLE vocab; PRAGMA user_version = 5", NULL,
+                         NULL, NULL);
+            nl_store_close(s);
+            rc = nl_store_open(&s, path, &err);
+            succeeds(rc, err, "a version 5 store opens");
+        }
+        if (rc == 0) {
+            sqlite3_prepare_v2(nl_store_sqlite(s), "SELECT count(*) FROM vocab", -1, &st, NULL);
+            ok(sqlite3_step(st) == SQLITE_ROW, "and gains the vocab table");
+            sqlite3_finalize(st);
         }
     }
     if (rc == 0) {

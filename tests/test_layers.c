@@ -620,10 +620,31 @@ static void test_pool_semantics(void)
 
 static void test_kinds(void)
 {
-    static const char *names[] = {"conv",      "dense",   "maxpool", "avgpool", "relu",
-                                  "tanh",      "sigmoid", "flatten", "dropout", "leakyrelu",
-                                  "gelu",      "softmax", "add",     "concat",  "globalavgpool",
-                                  "batchnorm", "gconv",   "relu6"};
+    static const char *names[] = {"conv",
+                                  "dense",
+                                  "maxpool",
+                                  "avgpool",
+                                  "relu",
+                                  "tanh",
+                                  "sigmoid",
+                                  "flatten",
+                                  "dropout",
+                                  "leakyrelu",
+                                  "gelu",
+                                  "softmax",
+                                  "add",
+                                  "concat",
+                                  "globalavgpool",
+                                  "batchnorm",
+                                  "gconv",
+                                  "relu6",
+                                  "embedding",
+                                  "conv1d",
+                                  "maxpool1d",
+                                  "globalavgpool1d",
+                                  "globalmaxpool1d",
+                                  "lstm",
+                                  "gru"};
     size_t count = sizeof names / sizeof names[0];
     int found = 0;
 
@@ -633,6 +654,9 @@ static void test_kinds(void)
                  ops->backward &&
                  (strcmp(names[i], "add") == 0 || strcmp(names[i], "concat") == 0
                       ? ops->min_inputs == 2 && ops->max_inputs == NL_MAX_INPUTS
+                  : (strncmp(names[i], "global", 6) == 0 && strstr(names[i], "1d")) ||
+                          strcmp(names[i], "lstm") == 0 || strcmp(names[i], "gru") == 0
+                      ? ops->min_inputs == 1 && ops->max_inputs == 2 /* the tokens: a mask */
                       : ops->min_inputs == 1 && ops->max_inputs == 1);
     }
     is_int(found, (long long)count, "all %zu kinds are in the table, complete", count);

@@ -593,8 +593,8 @@ static void test_load(void)
 
     is_int(nl_spec_load(&s, "foo", NULL, NULL, &err), NL_ENOENT, "unknown name: NL_ENOENT");
     is_str(err.msg,
-           "unknown model 'foo': not a file, and not a shipped model (lenet, mlp, "
-           "mobilenet-tiny, mobilenet_v2, resnet18, resnet8)",
+           "unknown model 'foo': not a file, and not a shipped model (embedbag, lenet, mlp, "
+           "mobilenet-tiny, mobilenet_v2, resnet18, resnet8, textcnn)",
            "unknown name message");
     ok(s == NULL, "unknown name: *out NULL");
     is_int(nl_spec_load(&s, "", NULL, NULL, &err), NL_EINVAL, "empty name: NL_EINVAL");

@@ -1094,10 +1094,45 @@ static void test_setup_settings(void)
     nl_free(text);
 }
 
+/* SETUP carries a text dataset's vocabulary size ("vocab N"), and none for other datasets. */
+static void test_setup_vocab(void)
+{
+    struct nl_member members[1] = {{"node1", "127.0.0.1", 4000}};
+    struct nl_setup s = {.rank = 0,
+                         .size = 1,
+                         .ntrain = 10,
+                         .shape = {1, 1, 8},
+                         .nclasses = 2,
+                         .dtype = 1,
+                         .nnorm = 1,
+                         .members = members,
+                         .spec = "embedding 4\n",
+                         .data_hash = "ab"};
+    struct nl_error err = {0};
+
+    nl_train_defaults(&s.o);
+    s.std[0] = 1.0f;
+    for (int v = 0; v <= 1; v++) {
+        struct nl_setup back = {0};
+        char *text = NULL;
+        size_t len = 0;
+        s.vocab = v ? 20002 : 0;
+        int rc = nl_setup_encode(&s, &text, &len, &err);
+        if (rc == 0)
+            rc = nl_setup_decode(&back, text, len, &err);
+        ok(rc == 0, "a SETUP %s a vocabulary encodes and decodes: %s", v ? "with" : "without",
+           err.msg);
+        is_int(back.vocab, s.vocab, "the vocabulary size comes back");
+        nl_setup_release(&back);
+        nl_free(text);
+    }
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     test_setup_settings();
+    test_setup_vocab();
     test_sha256();
     test_frames();
     test_handshake();

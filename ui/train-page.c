@@ -407,8 +407,10 @@ static int train_new(struct hook_ud *h, struct nl_session **out)
     int rc = nl_dataset_load(j->store, j->dataset, &d, &j->err);
     if (rc == 0)
         rc = nl_spec_parse(&spec, j->spec, j->model, NULL, NULL, &j->err);
-    if (rc == 0)
+    if (rc == 0) {
+        spec->vocab = d->nvocab;
         rc = nl_model_build(&m, spec, d->shape, d->nclasses, &j->err);
+    }
     nl_spec_free(spec);
     if (rc == 0) {
         nl_model_init_params(m, j->o.seed);

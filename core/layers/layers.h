@@ -24,6 +24,13 @@ extern const struct nl_layer_ops nl__concat_ops;
 extern const struct nl_layer_ops nl__globalavgpool_ops;
 extern const struct nl_layer_ops nl__batchnorm_ops;
 extern const struct nl_layer_ops nl__gconv_ops;
+extern const struct nl_layer_ops nl__embedding_ops;
+extern const struct nl_layer_ops nl__globalavgpool1d_ops;
+extern const struct nl_layer_ops nl__globalmaxpool1d_ops;
+extern const struct nl_layer_ops nl__conv1d_ops;
+extern const struct nl_layer_ops nl__maxpool1d_ops;
+extern const struct nl_layer_ops nl__lstm_ops;
+extern const struct nl_layer_ops nl__gru_ops;
 
 /* Fills err with "layer 'NAME' (line L): " and the formatted text (no line part when l->line is
  * 0) and returns NL_EINVAL. */

@@ -64,6 +64,12 @@ double nl_model_infer_flops(const struct nl_model *m);
 int nl_bench_synthetic(struct nl_dataset **out, struct nl_shape shape, int nclasses, uint32_t n,
                        uint64_t seed, struct nl_error *err);
 
+/* A text dataset of n documents of len token ids (float32, as imported text is): each of len/4
+ * to len words drawn from ids 2 .. vocab - 1 (smaller ids likelier), padding after; uniform
+ * random labels. nvocab is vocab; there are no words behind the ids. */
+int nl_bench_synthetic_text(struct nl_dataset **out, int len, int vocab, int nclasses, uint32_t n,
+                            uint64_t seed, struct nl_error *err);
+
 /* The process's peak resident memory so far, in MiB (getrusage). */
 double nl_peak_rss_mb(void);
 

@@ -35,6 +35,14 @@ struct nl_dataset {
      * target_std, the train split's statistics. 0 and t NULL for classification. */
     int regression;
     double target_mean, target_std;
+    /* Text datasets (kind "text"): a sample is (1, 1, L) token ids held as float32 (exact: ids
+     * are below 2^24), mean 0 and std 1, so batches carry the ids unchanged; words come first
+     * and padding (id 0) fills the rest. The vocabulary is vocab[id] with its train count; id 0
+     * is padding ("<pad>"), 1 out-of-vocabulary ("<unk>"). nvocab 0 for other kinds. */
+    int nvocab;
+    char **vocab;         /* (nvocab) */
+    int64_t *vocab_count; /* (nvocab) */
+    int keep_end;         /* longer documents kept their last L words, not their first */
     struct {
         uint32_t n;
         void *x;    /* (n, sample), uint8_t or float by dtype */
@@ -52,6 +60,7 @@ struct nl_dataset_info {
     int nclasses;
     uint32_t count[NL_NSPLITS];
     uint64_t bytes; /* of all samples */
+    int nvocab;     /* text datasets: the vocabulary's size, padding and out-of-vocabulary in */
 };
 
 /* What an import stores as the dataset's mean and std: the train split's per-channel
@@ -102,8 +111,12 @@ struct nl_import_opts {
      * columns holding a non-number are categorical anyway. NULL: none named. */
     const char *categorical;
     enum nl_missing missing; /* CSV: what an empty field does */
-    int skip_bad;            /* skip bad files or rows (each reported through warn) */
-    nl_warn_fn warn;         /* may be NULL */
+    const char *text;        /* CSV: the text column, a name or a 1-based index: a text dataset */
+    int vocab;       /* text: words in the vocabulary, the train split's most frequent; 0: 20000 */
+    int max_len;     /* text: tokens per document, cut or padded; 0: 200 */
+    int keep_end;    /* text: a longer document keeps its last max_len words */
+    int skip_bad;    /* skip bad files or rows (each reported through warn) */
+    nl_warn_fn warn; /* may be NULL */
     void *warn_ud;
     /* Called as files or rows are imported; a non-zero return stops the import (NL_ECANCELED).
      * May be NULL. */
@@ -189,6 +202,18 @@ int nl_table_row_text(struct nl_table *t, const char *text, const char *where, f
 int nl_table_read_csv(struct nl_table *t, const char *path,
                       int (*fn)(void *ud, long line, const float *x, double target), void *ud,
                       struct nl_error *err);
+/* Text datasets: text (len bytes of UTF-8) as one sample x (1, 1, L) of d's token ids, split
+ * into words, lower-cased and looked up as the import did (core/textdata.c); *unknown (may be
+ * NULL) receives the number of its words outside the vocabulary. Errors for invalid UTF-8 name
+ * the byte. */
+int nl_dataset_sample_from_text(const struct nl_dataset *d, const char *text, size_t len, float *x,
+                                int *unknown, struct nl_error *err);
+
+/* The tokenizer of text datasets: calls word(ud, w, n) with each word of s (len bytes of UTF-8),
+ * lower-cased, in order. Returns 0, or the 1-based byte offset of the first invalid UTF-8
+ * sequence (no word after it is given). */
+size_t nl_text_words(const char *s, size_t len, void (*word)(void *ud, const char *w, size_t n),
+                     void *ud);
 
 /* Training-time augmentation, applied to normalised training batches only, in torchvision's
  * order: random resized crop, horizontal flip, colour jitter, then the shift (crop:P). */

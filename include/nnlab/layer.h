@@ -86,6 +86,8 @@ struct nl_layer {
     float momentum;            /* batchnorm: weight of the new batch in the running statistics */
     float eps;                 /* batchnorm: added to the variance */
     enum nl_lowering lowering; /* conv, gconv: AUTO, or a forced lowering */
+    int vocab;                 /* embedding: rows (token ids); 0: the model's (the dataset's) */
+    int all_states;            /* lstm, gru: output every step's hidden state, not the last */
 
     /* Wiring: indices of earlier layers, -1 for the model's input. */
     int ninputs;

@@ -20,6 +20,9 @@ struct nl_spec {
     char *text;   /* the whole text, as read */
     int nlayers;
     struct nl_layer *layers; /* configuration, name, line and inputs filled; ops set */
+    /* The vocabulary size of the text dataset the model is built for (its nvocab): embedding
+     * layers without vocab= take it. 0: none (the caller sets it before nl_model_build). */
+    int vocab;
 };
 
 /* Parses text. Errors read "ORIGIN:LINE: what is wrong"; unknown keys are warnings of the same
