@@ -687,20 +687,18 @@ static int read_listen(struct run *run, struct peer *p, struct nl_error *err)
 {
     uint32_t type, len;
     unsigned char *pl;
-    char text[128], addr[64] = "";
+    char addr[64] = "";
     int port = 0;
     long pid = 0;
     int rc = next_frame(run, p, &type, &pl, &len, run->timeout, err);
     if (rc < 0)
         return rc;
-    if (type != NL_FRAME_LISTEN || len >= sizeof text)
+    if (type != NL_FRAME_LISTEN || len >= NL_LISTEN_MAX)
         return nl_error_set(err, NL_EFORMAT, "%s: launch: the worker did not say where it listens",
                             p->r.host);
-    memcpy(text, pl, len);
-    text[len] = '\0';
-    if (sscanf(text, "%d %ld %63s", &port, &pid, addr) < 2 || port < 1 || port > 65535 || pid < 1)
-        return nl_error_set(err, NL_EFORMAT, "%s: launch: the worker listens on '%s'?", p->r.host,
-                            text);
+    if (nl_listen_decode(pl, len, &port, &pid, addr) < 0)
+        return nl_error_set(err, NL_EFORMAT, "%s: launch: the worker listens on '%.*s'?", p->r.host,
+                            (int)len, (const char *)pl);
     p->port = port;
     p->pid = pid;
     snprintf(p->addr, sizeof p->addr, "%s", addr[0] ? addr : p->r.addr);
@@ -872,15 +870,9 @@ static int handle_frame(struct run *run, int i, uint32_t type, const unsigned ch
         p->done = 1;
         run->ndone++;
     } else if (type == NL_FRAME_FAULT) {
-        char text[sizeof p->fault_msg];
-        const size_t l = len < sizeof text - 1 ? len : sizeof text - 1;
-        memcpy(text, pl, l);
-        text[l] = '\0';
-        char *end;
-        p->fault_done = strtol(text, &end, 10);
+        nl_fault_decode(pl, len, &p->fault_done, p->fault_msg, sizeof p->fault_msg);
         p->faulted = 1;
         p->fault_parts = 0; /* a report of its own follows: not an earlier recovery's */
-        snprintf(p->fault_msg, sizeof p->fault_msg, "%s", *end == ' ' ? end + 1 : end);
     } else if ((type == NL_FRAME_STATE || (type == NL_FRAME_PARAMS && i == 0)) && !p->faulted) {
         return checkpoint_piece(run, i, type, pl, len, err);
     } else if (type == NL_FRAME_PARAMS && p->faulted && len == pbytes) {

@@ -503,8 +503,8 @@ static int report_fault(struct link *l, long done, const char *why, const float 
                         int nstate, struct nl_error *err)
 {
     char text[NL_ERR_MAX + 32];
-    int k = snprintf(text, sizeof text, "%ld %.300s", done, why);
-    int rc = link_send(l, NL_FRAME_FAULT, text, (uint32_t)(k < (int)sizeof text ? k : 0), err);
+    int k = nl_fault_encode(text, sizeof text, done, why);
+    int rc = link_send(l, NL_FRAME_FAULT, text, (uint32_t)k, err);
     if (rc == 0)
         rc = link_send(l, NL_FRAME_PARAMS, params, (uint32_t)(nparams * sizeof(float)), err);
     if (rc < 0)
@@ -765,9 +765,8 @@ int nl_worker_run(int in_fd, int out_fd, const struct nl_worker_opts *wo, struct
     if (rc == 0)
         rc = nl_net_listen(&listen_fd, wo->bind, wo->port_lo, wo->port_hi, &port, err);
     if (rc == 0) {
-        char msg[128];
-        int n =
-            snprintf(msg, sizeof msg, "%d %ld %s", port, (long)getpid(), wo->bind ? wo->bind : "");
+        char msg[NL_LISTEN_MAX];
+        int n = nl_listen_encode(msg, port, (long)getpid(), wo->bind);
         rc = link_send(&l, NL_FRAME_LISTEN, msg, (uint32_t)n, err);
     }
     if (rc == 0)
