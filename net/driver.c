@@ -530,39 +530,6 @@ fail:
                         ssh_get_error(p->r.s));
 }
 
-/* The partition of rank r: samples then labels, and its SHA-256 in hex. */
-static int partition_payload(const struct nl_dataset *d, const struct nl_train_opts *o, int n,
-                             int r, unsigned char **out, size_t *len, char hash[65],
-                             struct nl_error *err)
-{
-    struct nl_partition *part;
-    int rc = nl_partition_new(&part, d->split[NL_TRAIN].n, o->batch, n, r, o->seed, err);
-    if (rc < 0)
-        return rc;
-    const uint32_t count = nl_partition_count(part);
-    const uint32_t *idx = nl_partition_global(part);
-    const size_t sample = nl_shape_size(d->shape) * (d->dtype == NL_U8 ? 1 : sizeof(float));
-    *len = (size_t)count * (sample + 4);
-    *out = nl_malloc(*len + 1);
-    if (!*out) {
-        nl_partition_free(part);
-        return nl_error_set(err, NL_ENOMEM, "out of memory for a partition");
-    }
-    for (uint32_t i = 0; i < count; i++) {
-        memcpy(*out + (size_t)i * sample,
-               (const unsigned char *)d->split[NL_TRAIN].x + (size_t)idx[i] * sample, sample);
-        uint32_t y = (uint32_t)d->split[NL_TRAIN].y[idx[i]];
-        unsigned char *q = *out + (size_t)count * sample + 4 * (size_t)i;
-        q[0] = (unsigned char)y;
-        q[1] = (unsigned char)(y >> 8);
-        q[2] = (unsigned char)(y >> 16);
-        q[3] = (unsigned char)(y >> 24);
-    }
-    nl_partition_free(part);
-    nl_sha256_hex(hash, *out, *len);
-    return 0;
-}
-
 /* An epoch is complete: rank 0's weights are its end. Validation, checkpoint, EPOCH event, judging:
  * a local run's epoch end (nl_epoch_event, nl_epoch_report, nl_epoch_watched, nl_judge_epoch).
  * During a recovery to step run->force_to, weights NULL means they were lost with rank 0 (the
@@ -1177,7 +1144,7 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
     s.o.resume = NULL;
     memcpy(s.mean, d->mean, (size_t)s.nnorm * sizeof(float));
     memcpy(s.std, d->std, (size_t)s.nnorm * sizeof(float));
-    rc = partition_payload(d, run->o, n, i, &data, &dlen, s.data_hash, err);
+    rc = nl_partition_payload(d, run->o->batch, run->o->seed, n, i, &data, &dlen, s.data_hash, err);
     if (rc == 0)
         rc = nl_setup_encode(&s, &text, &tlen, err);
     if (rc == 0) {
