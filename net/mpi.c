@@ -1066,7 +1066,7 @@ int nl_mpi_train(struct nl_mpi *mp, const struct nl_mpi_opts *mo, struct nl_mode
         run.slots[k].w = run.slot_metrics + (size_t)k * (size_t)run.n;
     }
     for (int i = 0; i < run.n; i++) {
-        run.step_w[i].host = mp->names[i];
+        run.step_w[i].host = run.r[i].total.host = mp->names[i];
         snprintf(members[i].name, sizeof members[i].name, "rank%d", i);
         snprintf(members[i].addr, sizeof members[i].addr, "mpi");
     }
