@@ -48,15 +48,15 @@
 #include "nnlab/wire.h"
 #include "nnlab/worker.h"
 
-#define NAME_MAX_   96
-#define VERSION_MAX 64
-#define WINDOW      4 /* steps whose metrics may be in flight */
+#define RANK_NAME_MAX 96
+#define VERSION_MAX   64
+#define WINDOW        4 /* steps whose metrics may be in flight */
 
 struct nl_mpi {
     int rank, size;
     MPI_Comm up, down, data;
-    char (*name)[NAME_MAX_]; /* (size) */
-    const char **names;      /* (size) pointers into name */
+    char (*name)[RANK_NAME_MAX]; /* (size) */
+    const char **names;          /* (size) pointers into name */
     int hb_ms;
     pthread_mutex_t lock;
     int stopping; /* the links are closing: calls end with NL_ECANCELED */
@@ -192,13 +192,13 @@ int nl_mpi_start(struct nl_mpi **out, const char *version, struct nl_error *err)
         nl_free(versions);
         return nl_error_set(err, NL_ENOMEM, "out of memory for %d ranks", mp->size);
     }
-    char host[MPI_MAX_PROCESSOR_NAME] = "", mine[NAME_MAX_], v[VERSION_MAX] = "";
+    char host[MPI_MAX_PROCESSOR_NAME] = "", mine[RANK_NAME_MAX], v[VERSION_MAX] = "";
     int hl = 0;
     MPI_Get_processor_name(host, &hl);
     snprintf(mine, sizeof mine, "rank %d (%.60s)", mp->rank, host);
     snprintf(v, sizeof v, "%s wire %d", version, NL_WIRE_VERSION);
-    int mrc =
-        MPI_Allgather(mine, NAME_MAX_, MPI_CHAR, mp->name, NAME_MAX_, MPI_CHAR, MPI_COMM_WORLD);
+    int mrc = MPI_Allgather(mine, RANK_NAME_MAX, MPI_CHAR, mp->name, RANK_NAME_MAX, MPI_CHAR,
+                            MPI_COMM_WORLD);
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Allgather(v, VERSION_MAX, MPI_CHAR, versions, VERSION_MAX, MPI_CHAR,
                             MPI_COMM_WORLD);
@@ -774,8 +774,10 @@ static int serve(struct mrun *run, int i, struct nl_error *err)
     struct mrank *p = &run->r[i];
     int progressed = 0;
     for (;;) {
-        if ((i == 0 && run->have_weights) || p->next_step >= run->next_emit + WINDOW || p->done)
+        if ((i == 0 && run->have_weights) || p->next_step >= run->next_emit + WINDOW || p->done) {
+            p->last = now(); /* not read now: its silence says nothing */
             return progressed;
+        }
         uint32_t type, len;
         void *pl;
         if (p->held) {

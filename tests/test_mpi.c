@@ -195,7 +195,8 @@ static void check_local_and_ranks(double *base, long iters, double tbytes)
     is_int(losses(loc, 3), 3, "one epoch line per epoch");
     snprintf(a, sizeof a, "%s --batch %d --mpi", train_args("mpifull", 3), NTRAIN_TRAIN);
     is_int(mpi(3, "%s", a), 0, "3 ranks, full batches: %s", errtext);
-    ok(losses(full, 3) == 3 && fabs(full[0] - loc[0]) < 1e-5 && fabs(full[2] - loc[2]) < 1e-4,
+    const int nf = losses(full, 3);
+    ok(nf == 3 && fabs(full[0] - loc[0]) < 1e-5 && fabs(full[2] - loc[2]) < 1e-4,
        "3 ranks, full batches: the local run's loss curve (%.6f %.6f vs %.6f %.6f)", full[0],
        full[2], loc[0], loc[2]);
     for (int n = 1; n <= 3; n++) {
@@ -255,8 +256,29 @@ static void check_frozen_and_bf16(long iters, double tbytes, double head_bytes)
     const double per = nb ? (double)b[0] / (double)(EPOCHS * iters) : 0.0;
     ok(nb == 2 && fabs(per - tbytes / 2.0) <= 0.02 * tbytes / 2.0,
        "bf16 halves the bytes: %.0f per step", per);
-    ok(losses(got, EPOCHS) == EPOCHS && fabs(got[0] - base[0]) < 0.05,
-       "bf16: near the fp32 curve (%.4f vs %.4f)", got[0], base[0]);
+    const int nl = losses(got, EPOCHS);
+    ok(nl == EPOCHS && fabs(got[0] - base[0]) < 0.05, "bf16: near the fp32 curve (%.4f vs %.4f)",
+       got[0], base[0]);
+}
+
+/* Clipping by the global norm (NORM frames between the ranks) and early stopping (JUDGE from
+ * rank 0 after each epoch) as on one rank. */
+static void check_clip_and_judge(void)
+{
+    double one[EPOCHS] = {0}, two[EPOCHS] = {0};
+    is_int(mpi(1, "%s --mpi --clip-norm 0.05", train_args("clip1", EPOCHS)), 0,
+           "1 rank with --clip-norm: %s", errtext);
+    losses(one, EPOCHS);
+    is_int(mpi(3, "%s --mpi --clip-norm 0.05", train_args("clip3", EPOCHS)), 0,
+           "3 ranks with --clip-norm: %s", errtext);
+    const int nl = losses(two, EPOCHS);
+    ok(nl == EPOCHS && fabs(two[EPOCHS - 1] - one[EPOCHS - 1]) < 1e-4,
+       "3 ranks clip by the global norm as 1 does (%.6f vs %.6f)", two[EPOCHS - 1],
+       one[EPOCHS - 1]);
+    is_int(mpi(2, "%s --mpi --early-stop-acc 0.5", train_args("early", 4)), 0,
+           "2 ranks with --early-stop-acc: %s", errtext);
+    like(out, "\"stopped_early\":true", "stop early");
+    like(out, "\"epochs\":1,", "after the first epoch");
 }
 
 static void check_ssh_identical(void)
@@ -433,6 +455,7 @@ int main(void)
 
     check_local_and_ranks(base, iters, tbytes);
     check_frozen_and_bf16(iters, tbytes, head_bytes);
+    check_clip_and_judge();
     check_ssh_identical();
     check_resume();
     check_kill();
