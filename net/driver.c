@@ -1169,18 +1169,13 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         rc = send_frame(run, p, NL_FRAME_INIT, run->params, m->nparams * sizeof(float), err);
     if (rc == 0 && has_state) {
         size_t lo, hi;
+        unsigned char *b;
+        size_t bytes;
         nl_allreduce_state_bounds(m->nreduce, m->ntrainable, n, i, &lo, &hi);
-        const size_t own = hi - lo;
-        const size_t bytes = nl_state_size(own, run->nstate, 1);
-        unsigned char *b = nl_malloc(bytes);
-        if (!b)
-            return nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
-        nl_state_head_encode(b, &(struct nl_state_head){lo, hi, 1, (uint64_t)start, 0});
-        float *f = (float *)(void *)(b + NL_STATE_HEADER);
-        memcpy(f, run->master + lo, own * sizeof(float));
-        for (int k = 0; k < run->nstate; k++)
-            memcpy(f + own * (size_t)(1 + k), run->state + (size_t)k * m->ntrainable + lo,
-                   own * sizeof(float));
+        rc = nl_state_encode_slice(&b, &bytes, lo, hi, start, run->master, run->state,
+                                   m->ntrainable, run->nstate, err);
+        if (rc < 0)
+            return rc;
         rc = send_frame(run, p, NL_FRAME_STATE, b, bytes, err);
         nl_free(b);
     }

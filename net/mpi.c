@@ -909,20 +909,13 @@ static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_mem
     if (rc == 0)
         rc = send_to(mp, mp->down, r, NL_FRAME_INIT, m->params, m->nparams * sizeof(float), err);
     if (rc == 0 && state) {
-        size_t lo, hi;
+        unsigned char *b = NULL;
+        size_t lo, hi, bytes;
         nl_allreduce_state_bounds(m->nreduce, m->ntrainable, run->n, r, &lo, &hi);
-        const size_t own = hi - lo;
-        const size_t bytes = nl_state_size(own, run->nstate, 1);
-        unsigned char *b = nl_malloc(bytes);
-        if (!b)
-            return nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
-        nl_state_head_encode(b, &(struct nl_state_head){lo, hi, 1, (uint64_t)start, 0});
-        float *f = (float *)(void *)(b + NL_STATE_HEADER);
-        memcpy(f, m->params + lo, own * sizeof(float));
-        for (int k = 0; k < run->nstate; k++)
-            memcpy(f + own * (size_t)(1 + k), state + (size_t)k * m->ntrainable + lo,
-                   own * sizeof(float));
-        rc = send_to(mp, mp->down, r, NL_FRAME_STATE, b, bytes, err);
+        rc = nl_state_encode_slice(&b, &bytes, lo, hi, start, m->params, state, m->ntrainable,
+                                   run->nstate, err);
+        if (rc == 0)
+            rc = send_to(mp, mp->down, r, NL_FRAME_STATE, b, bytes, err);
         nl_free(b);
     }
     run->r[r].next_step = start;

@@ -387,3 +387,20 @@ int nl_have_decode(const void *payload, size_t len, int *have)
     *have = *(const unsigned char *)payload != 0;
     return 0;
 }
+
+int nl_state_encode_slice(unsigned char **out, size_t *len, size_t lo, size_t hi, long step,
+                          const float *master, const float *state, size_t ntrainable, int nstate,
+                          struct nl_error *err)
+{
+    const size_t own = hi - lo;
+    *len = nl_state_size(own, nstate, 1);
+    *out = nl_malloc(*len);
+    if (!*out)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
+    nl_state_head_encode(*out, &(struct nl_state_head){lo, hi, 1, (uint64_t)step, 0});
+    float *f = (float *)(void *)(*out + NL_STATE_HEADER);
+    memcpy(f, master + lo, own * sizeof(float));
+    for (int k = 0; k < nstate; k++)
+        memcpy(f + own * (size_t)(1 + k), state + (size_t)k * ntrainable + lo, own * sizeof(float));
+    return 0;
+}

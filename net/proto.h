@@ -113,6 +113,12 @@ void nl_state_head_encode(unsigned char out[NL_STATE_HEADER], const struct nl_st
 void nl_state_head_decode(struct nl_state_head *h, const unsigned char in[NL_STATE_HEADER]);
 /* Bytes of a STATE frame: the header and `copies` copies of (1 + nstate) arrays of own floats. */
 size_t nl_state_size(size_t own, int nstate, int copies);
+/* A STATE frame of one copy for the slice [lo, hi): master[lo, hi), then [lo, hi) of each of the
+ * nstate arrays of ntrainable floats in state, the state after `step` steps. *out (*len bytes)
+ * is freed with nl_free. */
+int nl_state_encode_slice(unsigned char **out, size_t *len, size_t lo, size_t hi, long step,
+                          const float *master, const float *state, size_t ntrainable, int nstate,
+                          struct nl_error *err);
 
 /* LISTEN: "PORT PID ADDR" (ADDR empty unless the worker was told where to bind). decode: 0, or
  * NL_EFORMAT for text that is not that (a port out of range, no pid). */
