@@ -58,16 +58,26 @@ struct nl_mpi {
     char (*name)[RANK_NAME_MAX]; /* (size) */
     const char **names;          /* (size) pointers into name */
     int hb_ms;
-    pthread_mutex_t lock;
-    int stopping; /* the links are closing: calls end with NL_ECANCELED */
-    int inflight; /* link calls under way */
     /* Rank 0: its member's thread, and the driver's heartbeat thread. */
     pthread_t member, beat;
     int member_started, beat_started;
     int member_rc;
     struct nl_error member_err;
-    struct nl_worker_link link;
 };
+
+/* What the threads of a member's link share with nl_mpi_end: net/worker.c's reader and
+ * heartbeat threads outlive a run (they are detached), so this is process-wide and never freed.
+ * A call on the links enters before it touches the run (mp, its communicators) and is refused
+ * once they close; nl_mpi_end closes them, waits for the calls under way, and only then frees the
+ * run, so a thread that wakes later finds them closed. */
+enum { COMM_UP, COMM_DOWN };
+static struct {
+    pthread_mutex_t lock;
+    int stopping; /* the links are closing: calls end with NL_ECANCELED */
+    int inflight; /* calls under way */
+    struct nl_mpi *mp;
+    struct nl_worker_link link;
+} links = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static double now(void)
 {
@@ -165,7 +175,6 @@ int nl_mpi_start(struct nl_mpi **out, const char *version, struct nl_error *err)
     struct nl_mpi *mp = nl_calloc(1, sizeof *mp);
     if (!mp)
         return nl_error_set(err, NL_ENOMEM, "out of memory");
-    pthread_mutex_init(&mp->lock, NULL);
     *out = mp;
     MPI_Initialized(&inited);
     if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
@@ -220,68 +229,82 @@ int nl_mpi_start(struct nl_mpi **out, const char *version, struct nl_error *err)
     return 0;
 }
 
-/* A link call begins (0) or is refused because the links are closing. */
-static int enter(struct nl_mpi *mp, struct nl_error *err)
+/* A call on the links begins (0) or is refused because they are closing. */
+static int enter(struct nl_error *err)
 {
-    pthread_mutex_lock(&mp->lock);
-    const int stopping = mp->stopping;
+    pthread_mutex_lock(&links.lock);
+    const int stopping = links.stopping || !links.mp;
     if (!stopping)
-        mp->inflight++;
-    pthread_mutex_unlock(&mp->lock);
+        links.inflight++;
+    pthread_mutex_unlock(&links.lock);
     return stopping ? nl_error_set(err, NL_ECANCELED, "the run is over") : 0;
 }
 
-static void leave(struct nl_mpi *mp)
+static void leave(void)
 {
-    pthread_mutex_lock(&mp->lock);
-    mp->inflight--;
-    pthread_mutex_unlock(&mp->lock);
+    pthread_mutex_lock(&links.lock);
+    links.inflight--;
+    pthread_mutex_unlock(&links.lock);
 }
 
-/* A frame to rank `to` on comm. */
-static int send_to(struct nl_mpi *mp, MPI_Comm comm, int to, uint32_t type, const void *p,
-                   size_t len, struct nl_error *err)
+static MPI_Comm comm_of(const struct nl_mpi *mp, int which)
 {
-    if (len > NL_WIRE_MAX_PAYLOAD)
-        return nl_error_set(err, NL_EINVAL, "%s: a frame of %zu bytes is too long", mp->names[to],
-                            len);
-    int rc = enter(mp, err);
+    return which == COMM_UP ? mp->up : mp->down;
+}
+
+/* A frame to rank `to` on the UP or DOWN communicator of mp (NULL: the links' run). */
+static int send_to(struct nl_mpi *mp, int which, int to, uint32_t type, const void *p, size_t len,
+                   struct nl_error *err)
+{
+    int rc = enter(err);
     if (rc < 0)
         return rc;
-    int mrc = MPI_Send(p, (int)len, MPI_BYTE, to, (int)type, comm);
-    leave(mp);
+    if (!mp)
+        mp = links.mp;
+    if (len > NL_WIRE_MAX_PAYLOAD)
+        rc = nl_error_set(err, NL_EINVAL, "%s: a frame of %zu bytes is too long", mp->names[to],
+                          len);
+    int mrc =
+        rc == 0 ? MPI_Send(p, (int)len, MPI_BYTE, to, (int)type, comm_of(mp, which)) : MPI_SUCCESS;
     if (mrc != MPI_SUCCESS)
-        return mpi_err(err, mp->names[to], mrc);
-    return 0;
+        rc = mpi_err(err, mp->names[to], mrc);
+    leave();
+    return rc;
 }
 
-/* The next frame from `from` (MPI_ANY_SOURCE: any rank, *src set) on comm, into a new block;
- * waits at most timeout_ms (NL_ETIMEDOUT), or not at all when timeout_ms is 0 (1: a frame
- * came, 0: none). */
-static int recv_from(struct nl_mpi *mp, MPI_Comm comm, int from, int *src, uint32_t *type,
-                     void **buf, uint32_t *len, int timeout_ms, struct nl_error *err)
+/* The next frame from `from` (MPI_ANY_SOURCE: any rank, *src set) on the UP or DOWN
+ * communicator of mp (NULL: the links' run), into a new block; waits at most timeout_ms
+ * (NL_ETIMEDOUT), or not at all when timeout_ms is 0 (1: a frame came, 0: none). */
+static int recv_from(struct nl_mpi *mp, int which, int from, int *src, uint32_t *type, void **buf,
+                     uint32_t *len, int timeout_ms, struct nl_error *err)
 {
     const double deadline = now() + 1e-3 * timeout_ms;
     for (long spin = 0;; spin++) {
-        int rc = enter(mp, err);
+        int rc = enter(err);
         if (rc < 0)
             return rc;
+        struct nl_mpi *m = mp ? mp : links.mp;
+        const MPI_Comm comm = comm_of(m, which);
         int flag = 0, count = 0;
         MPI_Status st;
         int mrc = MPI_Iprobe(from, MPI_ANY_TAG, comm, &flag, &st);
         if (mrc == MPI_SUCCESS && flag) {
             MPI_Get_count(&st, MPI_BYTE, &count);
             *buf = nl_malloc((size_t)count + 1);
-            if (!*buf) {
-                leave(mp);
-                return nl_error_set(err, NL_ENOMEM, "out of memory for a frame of %d bytes", count);
-            }
-            mrc =
-                MPI_Recv(*buf, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, comm, MPI_STATUS_IGNORE);
+            if (!*buf)
+                rc = nl_error_set(err, NL_ENOMEM, "out of memory for a frame of %d bytes", count);
+            else
+                mrc = MPI_Recv(*buf, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, comm,
+                               MPI_STATUS_IGNORE);
         }
-        leave(mp);
-        if (mrc != MPI_SUCCESS)
-            return mpi_err(err, "receiving a frame", mrc);
+        if (rc == 0 && mrc != MPI_SUCCESS)
+            rc = mpi_err(err, "receiving a frame", mrc);
+        if (rc == 0 && !flag && timeout_ms > 0 && now() > deadline)
+            rc = nl_error_set(err, NL_ETIMEDOUT, "%s: nothing came within %d ms",
+                              from == MPI_ANY_SOURCE ? "the ranks" : m->names[from], timeout_ms);
+        leave();
+        if (rc < 0)
+            return rc;
         if (flag) {
             *type = (uint32_t)st.MPI_TAG;
             *len = (uint32_t)count;
@@ -291,9 +314,6 @@ static int recv_from(struct nl_mpi *mp, MPI_Comm comm, int from, int *src, uint3
         }
         if (timeout_ms == 0)
             return 0;
-        if (now() > deadline)
-            return nl_error_set(err, NL_ETIMEDOUT, "%s: nothing came within %d ms",
-                                from == MPI_ANY_SOURCE ? "the ranks" : mp->names[from], timeout_ms);
         nap(spin < 100 ? 50 : 1000);
     }
 }
@@ -301,22 +321,23 @@ static int recv_from(struct nl_mpi *mp, MPI_Comm comm, int from, int *src, uint3
 /* The member's link (nl_worker_link) to the driver on rank 0. */
 static int link_send(void *ud, uint32_t type, const void *p, uint32_t len, struct nl_error *err)
 {
-    struct nl_mpi *mp = ud;
-    return send_to(mp, mp->up, 0, type, p, len, err);
+    (void)ud;
+    return send_to(NULL, COMM_UP, 0, type, p, len, err);
 }
 
 static int link_recv(void *ud, uint32_t *type, void **buf, uint32_t *len, int timeout_ms,
                      struct nl_error *err)
 {
-    struct nl_mpi *mp = ud;
-    int rc = recv_from(mp, mp->down, 0, NULL, type, buf, len, timeout_ms, err);
+    (void)ud;
+    int rc = recv_from(NULL, COMM_DOWN, 0, NULL, type, buf, len, timeout_ms, err);
     return rc < 0 ? rc : 0;
 }
 
 static int link_transport(void *ud, int rank, int size, struct nl_transport **out,
                           struct nl_error *err)
 {
-    struct nl_mpi *mp = ud;
+    (void)ud;
+    const struct nl_mpi *mp = links.mp; /* during a generation: the links are open */
     if (rank != mp->rank || size != mp->size)
         return nl_error_set(err, NL_EFORMAT,
                             "the driver made this rank member %d of %d, MPI rank %d of %d", rank,
@@ -325,24 +346,29 @@ static int link_transport(void *ud, int rank, int size, struct nl_transport **ou
 }
 
 /* A member's own error, for the driver to report: FAULT with the steps it knows of as 0. */
-static void report_error(struct nl_mpi *mp, const struct nl_error *e)
+static void report_error(const struct nl_error *e)
 {
     char text[NL_ERR_MAX + 32];
     int k = nl_fault_encode(text, sizeof text, 0, e->msg);
-    (void)link_send(mp, NL_FRAME_FAULT, text, (uint32_t)k, NULL);
+    (void)link_send(NULL, NL_FRAME_FAULT, text, (uint32_t)k, NULL);
 }
 
-static void link_init(struct nl_mpi *mp)
+/* The links of this process's run. */
+static void links_open(struct nl_mpi *mp)
 {
-    mp->link = (struct nl_worker_link){link_send, link_recv, link_transport, mp};
+    pthread_mutex_lock(&links.lock);
+    links.mp = mp;
+    links.stopping = 0;
+    links.link = (struct nl_worker_link){link_send, link_recv, link_transport, NULL};
+    pthread_mutex_unlock(&links.lock);
 }
 
 int nl_mpi_member(struct nl_mpi *mp, struct nl_error *err)
 {
-    link_init(mp);
-    int rc = nl_worker_run_link(&mp->link, err);
+    links_open(mp);
+    int rc = nl_worker_run_link(&links.link, err);
     if (rc < 0 && rc != NL_ECANCELED) {
-        report_error(mp, err);
+        report_error(err);
         /* The driver records the failure and ends the job; it is not waited for longer than a
          * heartbeat timeout. */
         const double until = now() + 1e-3 * mp->hb_ms;
@@ -356,9 +382,9 @@ int nl_mpi_member(struct nl_mpi *mp, struct nl_error *err)
 static void *member_main(void *arg)
 {
     struct nl_mpi *mp = arg;
-    int rc = nl_worker_run_link(&mp->link, &mp->member_err);
+    int rc = nl_worker_run_link(&links.link, &mp->member_err);
     if (rc < 0 && rc != NL_ECANCELED)
-        report_error(mp, &mp->member_err);
+        report_error(&mp->member_err);
     mp->member_rc = rc;
     return NULL;
 }
@@ -370,28 +396,28 @@ static void *beat_main(void *arg)
     for (;;) {
         for (int i = 0; i < 40; i++) {
             nap((long)mp->hb_ms * 25L); /* a quarter of the timeout, in 40 naps */
-            pthread_mutex_lock(&mp->lock);
-            const int stopping = mp->stopping;
-            pthread_mutex_unlock(&mp->lock);
+            pthread_mutex_lock(&links.lock);
+            const int stopping = links.stopping;
+            pthread_mutex_unlock(&links.lock);
             if (stopping)
                 return NULL;
         }
         for (int r = 0; r < mp->size; r++)
-            if (send_to(mp, mp->down, r, NL_FRAME_HEARTBEAT, NULL, 0, NULL) == NL_ECANCELED)
+            if (send_to(mp, COMM_DOWN, r, NL_FRAME_HEARTBEAT, NULL, 0, NULL) == NL_ECANCELED)
                 return NULL;
     }
 }
 
 /* Closes the links: later calls are refused, and calls under way end. */
-static void links_close(struct nl_mpi *mp)
+static void links_close(void)
 {
-    pthread_mutex_lock(&mp->lock);
-    mp->stopping = 1;
-    pthread_mutex_unlock(&mp->lock);
+    pthread_mutex_lock(&links.lock);
+    links.stopping = 1;
+    pthread_mutex_unlock(&links.lock);
     for (;;) {
-        pthread_mutex_lock(&mp->lock);
-        const int n = mp->inflight;
-        pthread_mutex_unlock(&mp->lock);
+        pthread_mutex_lock(&links.lock);
+        const int n = links.inflight;
+        pthread_mutex_unlock(&links.lock);
         if (n == 0)
             break;
         nap(1000);
@@ -410,7 +436,7 @@ void nl_mpi_end(struct nl_mpi *mp, int failed)
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    links_close(mp);
+    links_close();
     if (mp->beat_started)
         pthread_join(mp->beat, NULL);
     if (mp->member_started)
@@ -420,9 +446,11 @@ void nl_mpi_end(struct nl_mpi *mp, int failed)
         MPI_Barrier(MPI_COMM_WORLD);
         MPI_Finalize();
     }
+    pthread_mutex_lock(&links.lock);
+    links.mp = NULL;
+    pthread_mutex_unlock(&links.lock);
     nl_free(mp->name);
     nl_free(mp->names);
-    pthread_mutex_destroy(&mp->lock);
     nl_free(mp);
 }
 
@@ -750,7 +778,7 @@ static int emit(struct mrun *run, struct nl_error *err)
                 unsigned char j[NL_JUDGE_SIZE];
                 nl_judge_encode(j, run->epochs_done, run->watched[run->epochs_done - 1]);
                 for (int i = 0; i < run->n; i++) {
-                    rc = send_to(run->mp, run->mp->down, i, NL_FRAME_JUDGE, j, sizeof j, err);
+                    rc = send_to(run->mp, COMM_DOWN, i, NL_FRAME_JUDGE, j, sizeof j, err);
                     if (rc < 0)
                         return rc;
                 }
@@ -786,7 +814,7 @@ static int serve(struct mrun *run, int i, struct nl_error *err)
             pl = p->held;
             p->held = NULL;
         } else {
-            int got = recv_from(run->mp, run->mp->up, i, NULL, &type, &pl, &len, 0, err);
+            int got = recv_from(run->mp, COMM_UP, i, NULL, &type, &pl, &len, 0, err);
             if (got < 0)
                 return got;
             if (got == 0)
@@ -882,12 +910,12 @@ static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_mem
     if (rc == 0)
         rc = nl_setup_encode(&s, &text, &tlen, err);
     if (rc == 0) {
-        rc = send_to(mp, mp->down, r, NL_FRAME_SETUP, text, tlen, err);
+        rc = send_to(mp, COMM_DOWN, r, NL_FRAME_SETUP, text, tlen, err);
         nl_free(text);
     }
     /* Its HAVE, after heartbeats. */
     while (rc == 0) {
-        rc = recv_from(mp, mp->up, r, NULL, &type, &pl, &len, 60000, err);
+        rc = recv_from(mp, COMM_UP, r, NULL, &type, &pl, &len, 60000, err);
         if (rc < 0)
             break;
         rc = 0;
@@ -904,10 +932,10 @@ static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_mem
                           type, len);
     nl_free(pl);
     if (rc == 0 && !have)
-        rc = send_to(mp, mp->down, r, NL_FRAME_DATA, data, dlen, err);
+        rc = send_to(mp, COMM_DOWN, r, NL_FRAME_DATA, data, dlen, err);
     nl_free(data);
     if (rc == 0)
-        rc = send_to(mp, mp->down, r, NL_FRAME_INIT, m->params, m->nparams * sizeof(float), err);
+        rc = send_to(mp, COMM_DOWN, r, NL_FRAME_INIT, m->params, m->nparams * sizeof(float), err);
     if (rc == 0 && state) {
         unsigned char *b = NULL;
         size_t lo, hi, bytes;
@@ -915,7 +943,7 @@ static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_mem
         rc = nl_state_encode_slice(&b, &bytes, lo, hi, start, m->params, state, m->ntrainable,
                                    run->nstate, err);
         if (rc == 0)
-            rc = send_to(mp, mp->down, r, NL_FRAME_STATE, b, bytes, err);
+            rc = send_to(mp, COMM_DOWN, r, NL_FRAME_STATE, b, bytes, err);
         nl_free(b);
     }
     run->r[r].next_step = start;
@@ -1069,7 +1097,7 @@ int nl_mpi_train(struct nl_mpi *mp, const struct nl_mpi_opts *mo, struct nl_mode
     const float *state = resume_point(&run, &start);
 
     /* Rank 0's member, and the heartbeats that keep every member's reader content. */
-    link_init(mp);
+    links_open(mp);
     mp->member_started = pthread_create(&mp->member, NULL, member_main, mp) == 0;
     mp->beat_started = mp->member_started && pthread_create(&mp->beat, NULL, beat_main, mp) == 0;
     if (!mp->beat_started) {
