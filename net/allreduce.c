@@ -11,8 +11,9 @@
  * my pieces are summed, PARAM once my slice is updated; when several could go, GRAD first (an owner
  * waits for it), then NORM, then PARAM. So an owner of high layers may broadcast its slice to a
  * peer before its gradient for that peer's lower slice is final, and frames arrive in whichever
- * order their contents came to exist: the receiver routes each by the type in its header, and
- * refuses a type that is not due (or comes twice) and a length that is not the slice's. The
+ * order their contents came to exist: each is routed by its type (the TCP transport reads it from
+ * the frame's header, MPI from the message's tag), and a length that is not the slice's is
+ * refused, as is a type not due (or twice) where the transport sees one come. The
  * frames move over a transport (include/nnlab/transport.h: the TCP mesh, or MPI) that never
  * blocks, so no member blocks in a send while its peers block in theirs; at the start of a step
  * every frame due from each peer is expected, with the place its payload goes. Nothing here

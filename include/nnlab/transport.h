@@ -9,8 +9,9 @@
  *   - send starts a frame to a peer; at most one send to each peer is under way, and the
  *     payload stays untouched until the sink hears it is complete;
  *   - expect says a frame of that type may come from that peer, and where its payload of
- *     exactly len bytes goes; a frame of a type not expected (or already received) or of
- *     another length is refused with NL_EFORMAT naming the peer ("... not due ...");
+ *     exactly len bytes goes; a frame of another length is refused with NL_EFORMAT naming the
+ *     peer ("... not due ..."), and so is one of a type not expected (or already received) where
+ *     the transport sees it come (TCP; on MPI it waits unmatched, its tag not being asked for);
  *   - progress moves what can move and reports each completed send and receive to the sink; it
  *     returns after reporting something, when wake_fd (-1: none) is readable, or, when nothing
  *     came within the transport's timeout, with NL_ETIMEDOUT naming a peer (with a wake_fd it
