@@ -79,12 +79,15 @@ int build_model(struct nl_model **m, const char *model, const char *spec_text,
 int load_init(struct nl_store *store, struct nl_model *m, const char *init, int partial,
               struct nl_error *err);
 /* Cluster options of train (empty when nhosts is 0). */
+struct nl_mpi;
 struct cluster_args {
     const char *hosts, *hostfile, *ssh_config, *remote_nnlab, *bind;
     int accept_new, port_lo, port_hi, bf16;
     int heartbeat_ms; /* 0: the default */
     int max_restarts; /* < 0: the default */
     int insecure_plaintext;
+    int mpi;           /* --mpi: the ranks of an MPI launch are the cluster */
+    struct nl_mpi *mp; /* with --mpi, this rank's MPI (rank 0 drives the run) */
 };
 /* "A-B" with 1 <= A <= B <= 65535: non-zero on success. */
 int parse_port_range(const char *s, int *lo, int *hi);

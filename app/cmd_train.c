@@ -15,6 +15,9 @@
 #if NNLAB_HAVE_SSH
 #include "nnlab/driver.h"
 #endif
+#if NNLAB_HAVE_MPI
+#include "nnlab/mpi.h"
+#endif
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
 #include "nnlab/safetensors.h"
@@ -39,6 +42,7 @@ enum {
     OPT_INSECURE_PLAINTEXT,
     OPT_FEATURE_CACHE,
     OPT_FEATURE_CACHE_LIMIT,
+    OPT_MPI,
 };
 
 /* The frozen-feature cache (include/nnlab/trainer.h): on or off, and the MiB it may hold in
@@ -208,6 +212,18 @@ static int train_and_finish(struct nl_session *s, const struct cluster_args *ca)
     feature_opts(&s->opts);
     if (!s->cluster) {
         rc = nl_train(s->model, s->data, &s->opts, &hooks, &s->res, &err);
+    } else if (ca->mpi) {
+#if NNLAB_HAVE_MPI
+        const struct nl_mpi_opts mo = {
+            .bf16 = ca->bf16, .heartbeat_ms = ca->heartbeat_ms, .stop = &interrupted};
+        nworkers = nl_mpi_size(ca->mp);
+        stats = nl_calloc((size_t)nworkers, sizeof *stats);
+        rc = stats ? nl_mpi_train(ca->mp, &mo, s->model, s->data, &s->opts, &hooks, &s->res, stats,
+                                  &err)
+                   : nl_error_set(&err, NL_ENOMEM, "out of memory");
+#else
+        rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without MPI");
+#endif
     } else {
 #if NNLAB_HAVE_SSH
         struct nl_host *hosts = NULL;
@@ -308,7 +324,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         .name = run_name,
         .dataset = dataset,
         .model = model,
-        .cluster = ca && (ca->hosts || ca->hostfile),
+        .cluster = ca && (ca->hosts || ca->hostfile || ca->mpi),
     };
     rc = nl_session_start(store, &new, m, d, o, &s, &err);
     if (rc < 0)
@@ -329,7 +345,7 @@ static int resume_session(struct nl_store *store, const char *run_name,
     struct nl_error err = {0};
     struct nl_session *s = NULL;
 
-    req->on_hosts = ca->hosts || ca->hostfile;
+    req->on_hosts = ca->hosts || ca->hostfile || ca->mpi;
     int rc = nl_session_resume(store, run_name, req, warn_cb, NULL, &s, &err);
     if (rc < 0)
         return fail(&err);
@@ -501,6 +517,7 @@ static const struct option train_opts[] = {
     {"insecure-plaintext", no_argument, NULL, OPT_INSECURE_PLAINTEXT},
     {"feature-cache", required_argument, NULL, OPT_FEATURE_CACHE},
     {"feature-cache-limit", required_argument, NULL, OPT_FEATURE_CACHE_LIMIT},
+    {"mpi", no_argument, NULL, OPT_MPI},
     {NULL, 0, NULL, 0},
 };
 
@@ -599,10 +616,77 @@ static int train_cmd_opt(struct train_cmd *t, int c)
         t->ra.compress = optarg;
     } else if (c == OPT_INSECURE_PLAINTEXT) {
         t->ca.insecure_plaintext = 1;
+    } else if (c == OPT_MPI) {
+        t->ca.mpi = 1;
     } else {
         return parse_train_opt("train", c, &t->a);
     }
     return 0;
+}
+
+/* --mpi: the ranks are the cluster, which SSH's options do not reach. */
+static int mpi_parse_check(const struct train_cmd *t)
+{
+    const struct cluster_args *ca = &t->ca;
+    if (!ca->mpi)
+        return 0;
+#if !NNLAB_HAVE_MPI
+    return usage_error("train", "--mpi: this nnlab was built without MPI");
+#else
+    if (ca->hosts || ca->hostfile)
+        return usage_error("train", "give --hosts, --hostfile or --mpi, not two of them");
+    if (ca->ssh_config || ca->remote_nnlab || ca->bind || ca->accept_new || ca->port_lo ||
+        ca->max_restarts >= 0 || ca->insecure_plaintext)
+        return usage_error("train", "--mpi: the ranks come from the MPI launcher; of the cluster "
+                                    "options only --compress and --heartbeat-timeout go with it");
+    if (t->a.o.on_nan != NL_ON_NAN_STOP)
+        return usage_error("train", "--on-nan skip-batch runs on one machine only; a cluster run "
+                                    "stops on a non-finite loss");
+    return 0;
+#endif
+}
+
+/* --mpi: MPI is started on every rank; every rank but 0 is a member until the run ends, and
+ * returns its exit status in *status (1); rank 0 goes on to drive the run (0). */
+static int mpi_begin(struct train_cmd *t, int *status)
+{
+#if NNLAB_HAVE_MPI
+    struct nl_error err = {0};
+    int rc = nl_mpi_start(&t->ca.mp, "nnlab " NNLAB_VERSION, &err);
+    if (rc < 0) {
+        /* Every rank knows; rank 0 (or a process with no rank) says it. */
+        if (!t->ca.mp || nl_mpi_rank(t->ca.mp) == 0)
+            *status = fail(&err);
+        else
+            *status = EXIT_FAILURE;
+        nl_mpi_end(t->ca.mp, 0);
+        t->ca.mp = NULL;
+        return 1;
+    }
+    if (nl_mpi_rank(t->ca.mp) == 0)
+        return 0;
+    rc = nl_mpi_member(t->ca.mp, &err);
+    *status = rc < 0 && rc != NL_ECANCELED ? fail(&err) : EXIT_OK;
+    nl_mpi_end(t->ca.mp, rc < 0);
+    return 1;
+#else
+    (void)t;
+    *status = EXIT_FAILURE;
+    return 1;
+#endif
+}
+
+/* Rank 0's end of an MPI run: the others end with it (aborted when it failed). */
+static int mpi_finish(struct train_cmd *t, int status)
+{
+#if NNLAB_HAVE_MPI
+    if (t->ca.mp)
+        nl_mpi_end(t->ca.mp, status != EXIT_OK);
+    t->ca.mp = NULL;
+#else
+    (void)t;
+#endif
+    return status;
 }
 
 /* The command line into t, checked as far as it can be without the store: 0 or an exit status. */
@@ -617,7 +701,7 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
         if (c != 'e' && c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY &&
             c != '?' && !(c >= OPT_HOSTS && c <= OPT_COMPRESS) && c != OPT_HEARTBEAT &&
             c != OPT_MAX_RESTARTS && c != OPT_INSECURE_PLAINTEXT && c != OPT_FEATURE_CACHE &&
-            c != OPT_FEATURE_CACHE_LIMIT && !t->setting && li >= 0)
+            c != OPT_FEATURE_CACHE_LIMIT && c != OPT_MPI && !t->setting && li >= 0)
             t->setting = train_opts[li].name;
         li = -1;
         rc = train_cmd_opt(t, c);
@@ -626,6 +710,9 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
     }
     if (optind < argc)
         return usage_error("train", "unexpected argument '%s'", argv[optind]);
+    rc = mpi_parse_check(t);
+    if (rc)
+        return rc;
     if (t->resume && t->setting)
         return usage_error("train",
                            "--resume RUN takes the run's own settings; --%s does not go with it "
@@ -648,7 +735,7 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
         return usage_error("train", "--replace-head needs --init FILE|RUN");
     if (t->ca.hosts && t->ca.hostfile)
         return usage_error("train", "give --hosts or --hostfile, not both");
-    if (!t->ca.hosts && !t->ca.hostfile &&
+    if (!t->ca.hosts && !t->ca.hostfile && !t->ca.mpi &&
         (t->ca.ssh_config || t->ca.remote_nnlab || t->ca.bind || t->ca.accept_new ||
          t->ca.port_lo || t->ca.bf16 || t->ca.heartbeat_ms || t->ca.max_restarts >= 0 ||
          t->ca.insecure_plaintext))
@@ -657,15 +744,32 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
     return 0;
 }
 
+static int train_rank0(struct train_cmd *tp);
+
 int cmd_train(int argc, char **argv)
 {
     struct train_cmd t;
-    struct nl_error err = {0};
-    struct nl_store *store;
     int rc = train_parse(argc, argv, &t);
 
     if (rc)
         return rc;
+    if (t.ca.mpi) {
+        int status;
+        if (mpi_begin(&t, &status))
+            return status; /* a member's part, or MPI could not start */
+        return mpi_finish(&t, train_rank0(&t));
+    }
+    return train_rank0(&t);
+}
+
+/* The driver's side of `nnlab train`: everything but the members of an MPI run. */
+static int train_rank0(struct train_cmd *tp)
+{
+    struct train_cmd t = *tp;
+    struct nl_error err = {0};
+    struct nl_store *store;
+    int rc;
+
     if (t.resume) {
         if (t.ra.epochs == 0)
             t.ra.epochs = t.a.o.epochs;

@@ -18,6 +18,16 @@
 struct globals g;
 volatile sig_atomic_t interrupted;
 
+#if NNLAB_HAVE_MPI
+#define MPI_HELP                                                                                   \
+    "MPI mode (under mpirun -np N, or srun; rank 0 drives the run and keeps the store):\n"         \
+    "      --mpi             train on the launcher's ranks, each on its partition; goes with\n"    \
+    "                        --compress, --heartbeat-timeout and --resume RUN (any number of\n"    \
+    "                        ranks)\n"
+#else
+#define MPI_HELP ""
+#endif
+
 static const struct command commands[] = {
     {"demo", cmd_demo, "",
      "import Fashion-MNIST as 'fashion' if needed, train lenet one epoch, report test accuracy",
@@ -122,7 +132,9 @@ static const struct command commands[] = {
      "      --max-restarts N  restart a lost worker on its host up to N times per run, then\n"
      "                        drop it and share its data among the others (default 3); the\n"
      "                        run goes on from its last completed step either way\n"
-     "      --resume RUN      also continues a cluster run (give --hosts again)\n"
+     "      --resume RUN      also continues a cluster run (give --hosts again)\n" MPI_HELP
+#elif NNLAB_HAVE_MPI
+     MPI_HELP
 #else
      NULL
 #endif

@@ -1,8 +1,10 @@
 /* The thread pool: persistent threads parked on a condition variable between runs; a run bumps a
  * generation counter and wakes them. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
@@ -144,6 +146,11 @@ void nl_pool_barrier(struct nl_pool *p)
 
 int nl_cpu_count(void)
 {
+    /* The cores this process may run on: a launcher (mpirun, srun, taskset) that binds it to
+     * some gets as many threads. */
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }

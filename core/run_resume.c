@@ -357,7 +357,7 @@ int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_res
     if (rc == 0 && r->cluster && !req->on_hosts)
         rc = nl_error_set(err, NL_EINVAL,
                           "run '%s' trained on a cluster; give --hosts or --hostfile to "
-                          "resume it",
+                          "resume it (or --mpi under an MPI launcher)",
                           r->run.name);
     if (rc == 0 && !r->cluster && req->on_hosts)
         rc = nl_error_set(err, NL_EINVAL,

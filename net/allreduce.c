@@ -11,21 +11,22 @@
  * my pieces are summed, PARAM once my slice is updated; when several could go, GRAD first (an owner
  * waits for it), then NORM, then PARAM. So an owner of high layers may broadcast its slice to a
  * peer before its gradient for that peer's lower slice is final, and frames arrive in whichever
- * order their contents came to exist: the receiver routes each by the type in its header, and
- * refuses a type that is not due (or comes twice) and a length that is not the slice's. One
- * poll() loop moves whichever bytes can move, so no member blocks in a send while its peers
- * block in theirs. Nothing here depends on arrival order: pieces are summed in rank order into
- * fp32 once all are there, and norms likewise, so an overlapped step gives the same bits as a
- * synchronous one.
+ * order their contents came to exist: each is routed by its type (the TCP transport reads it from
+ * the frame's header, MPI from the message's tag), and a length that is not the slice's is
+ * refused, as is a type not due (or twice) where the transport sees one come. The
+ * frames move over a transport (include/nnlab/transport.h: the TCP mesh, or MPI) that never
+ * blocks, so no member blocks in a send while its peers block in theirs; at the start of a step
+ * every frame due from each peer is expected, with the place its payload goes. Nothing here
+ * depends on arrival order: pieces are summed in rank order into fp32 once all are there, and
+ * norms likewise, so an overlapped step gives the same bits as a synchronous one, on either
+ * transport.
  *
  * Payloads: fp32 floats (received straight into the parameters, except for slices holding
  * statistics, which go through a staging array since their sums belong in grad), or with bf16
  * compression the trainable part as bf16 followed by the statistics as fp32, so a slice [lo, hi)
  * takes the uint16 positions [pos(lo), pos(hi)) of a staging array where pos(i) = i below
  * ntrainable and ntrainable + 2 (i - ntrainable) above. Received frames must have the expected type
- * and length (checked from the header, before any payload byte is read) and a matching checksum,
- * or on a sealed connection (net/wire.c) an authentic header and payload: a sealed payload is
- * encrypted into a per-peer buffer when its frame starts, and decrypted in place on arrival.
+ * and length; how each transport checks them is told at the top of its file.
  *
  * Synchronous steps run the loop in the caller with the whole gradient final. Overlapped steps
  * run it on the allreduce's communication thread, started at nl_allreduce_new: begin hands it the
@@ -39,30 +40,19 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
 #include "nnlab/rng.h"
+#include "nnlab/transport.h"
 
 enum { F_GRAD, F_NORM, F_PARAM };
 
+/* The step's frames with one peer. */
 struct xfer {
-    /* Out: header, payload and tag to send; in: header, then payload into in (chosen by the
-     * header's type), then tag. A frame is hb + len + tb bytes (the tag only when sealed). */
-    size_t hb, tb;
-    unsigned char out_h[NL_WIRE_HEAD_MAX], out_tag[NL_WIRE_TAG];
-    const unsigned char *out;
-    size_t out_len, out_done; /* out_done counts the header too */
-    unsigned char *ct; /* sealed: the outgoing payload's ciphertext (the longest frame to k) */
-    unsigned char in_h[NL_WIRE_HEAD_MAX], in_tag[NL_WIRE_TAG];
-    unsigned char *in;
-    size_t in_len, in_done;
-    uint32_t in_type, in_crc;
-    int in_kind;                /* F_ kind of the frame coming in */
-    int out_active, in_active;  /* a frame under way (in: or its header awaited) */
-    unsigned out_mask, in_mask; /* 1 << F_ kind of the step's frames started */
+    int out_active;             /* a frame to the peer under way */
+    unsigned out_mask, in_mask; /* 1 << F_ kind of the step's frames started; received */
 };
 
 enum { PHASE_IDLE, PHASE_RUN, PHASE_DONE, PHASE_QUIT };
@@ -73,7 +63,9 @@ struct front {
 };
 
 struct nl_allreduce {
-    struct nl_mesh *mesh;
+    struct nl_transport *tr;
+    int own_tr; /* tr was made here (over a mesh) and is freed here */
+    int rank, size;
     size_t n, nt; /* floats exchanged; the trainable ones */
     int bf16;
     float clip_value, clip_norm;
@@ -94,8 +86,6 @@ struct nl_allreduce {
     uint16_t *stage_own;   /* bf16: (own_bytes / 2) my outgoing parameters and sums */
     double *norms;         /* (size) clip-norm: each owner's sum of squares */
     struct xfer *x;        /* (size) */
-    struct pollfd *pfd;    /* (size + 2): the peers, the eventfd, the cancel fd */
-    int *pidx;             /* (size + 2) */
 
     /* The step under way. */
     float *params, *grad;
@@ -106,6 +96,7 @@ struct nl_allreduce {
     double t_first, owner_seconds;
     double exchange_seconds, wait_seconds; /* of the last step */
     unsigned long long bytes, early_bytes; /* sent in the last step; of them before all was final */
+    int sent_final;                        /* the whole gradient was final at the last look */
 
     /* Overlap: the communication thread and what it shares with the caller. */
     int overlap, thread_started, efd;
@@ -197,11 +188,9 @@ void nl_allreduce_free(struct nl_allreduce *a)
     nl_free(a->stagef_in);
     nl_free(a->stage_own);
     nl_free(a->norms);
-    for (int k = 0; a->x && k < a->mesh->size; k++)
-        nl_free(a->x[k].ct);
     nl_free(a->x);
-    nl_free(a->pfd);
-    nl_free(a->pidx);
+    if (a->own_tr)
+        nl_transport_free(a->tr);
     nl_free(a->bak);
     nl_free(a);
 }
@@ -215,7 +204,23 @@ void nl_allreduce_slice(const struct nl_allreduce *a, int r, size_t *lo, size_t 
 int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const float *params,
                      const struct nl_allreduce_opts *o, struct nl_error *err)
 {
-    const int size = mesh->size, rank = mesh->rank;
+    struct nl_transport *tr;
+    *out = NULL;
+    int rc = nl_transport_tcp_new(&tr, mesh, err);
+    if (rc == 0)
+        rc = nl_allreduce_new_over(out, tr, params, o, err);
+    if (rc < 0) {
+        nl_transport_free(tr);
+        return rc;
+    }
+    (*out)->own_tr = 1;
+    return 0;
+}
+
+int nl_allreduce_new_over(struct nl_allreduce **out, struct nl_transport *tr, const float *params,
+                          const struct nl_allreduce_opts *o, struct nl_error *err)
+{
+    const int size = tr->size, rank = tr->rank;
     const size_t n = o->n;
     struct nl_allreduce *a;
 
@@ -228,7 +233,9 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
     if (!a)
         goto oom;
     a->efd = -1;
-    a->mesh = mesh;
+    a->tr = tr;
+    a->rank = rank;
+    a->size = size;
     a->n = n;
     a->nt = o->ntrainable;
     a->bf16 = o->bf16;
@@ -252,11 +259,8 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
     a->pieces = nl_calloc((size_t)size * a->own_bytes + 1, 1);
     a->norms = nl_calloc((size_t)size, sizeof *a->norms);
     a->x = nl_calloc((size_t)size, sizeof *a->x);
-    a->pfd = nl_calloc((size_t)size + 2, sizeof *a->pfd);
-    a->pidx = nl_calloc((size_t)size + 2, sizeof *a->pidx);
     a->bak = nl_alloc_floats(a->own_t * (size_t)(1 + nstate) + 1);
-    if (!a->master || !a->sum || !a->state_block || !a->pieces || !a->norms || !a->x || !a->pfd ||
-        !a->pidx || !a->bak)
+    if (!a->master || !a->sum || !a->state_block || !a->pieces || !a->norms || !a->x || !a->bak)
         goto oom;
     if (a->bf16) {
         a->stage_out = nl_calloc(pos(a, n) + 1, sizeof *a->stage_out);
@@ -270,16 +274,17 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
             goto oom;
     }
     for (int k = 0; k < size; k++) {
-        struct nl_conn *c = &mesh->peers[k];
+        /* The longest frame to k: its piece of my gradient, or my slice, or a norm. */
         size_t cap = wire_bytes(a, a->lo[k], a->hi[k]);
         if (cap < a->own_bytes)
             cap = a->own_bytes;
         if (cap < sizeof(double))
             cap = sizeof(double);
-        a->x[k].hb = nl_wire_head_bytes(c);
-        a->x[k].tb = nl_wire_tail_bytes(c);
-        if (k != rank && c->seal && !(a->x[k].ct = nl_malloc(cap)))
-            goto oom;
+        const int rc = k != rank ? tr->ops->reserve(tr->impl, k, cap, err) : 0;
+        if (rc < 0) {
+            nl_allreduce_free(a);
+            return rc;
+        }
     }
     for (int k = 0; k < nstate; k++)
         a->state[k] = a->state_block + (size_t)k * a->own_t;
@@ -310,25 +315,14 @@ oom:
     return nl_error_set(err, NL_ENOMEM, "out of memory for the allreduce of %zu parameters", n);
 }
 
-/* Starts a frame to peer k: its header, and on a sealed connection its payload sealed. */
+/* Starts a frame to peer k. */
 static int out_set(struct nl_allreduce *a, int k, uint32_t type, const void *out, size_t len,
                    struct nl_error *err)
 {
-    struct nl_conn *c = &a->mesh->peers[k];
-    struct xfer *x = &a->x[k];
-    int rc = nl_wire_seal_head(c, x->out_h, type, out, (uint32_t)len, err);
-
-    if (rc == 0 && c->seal) {
-        rc = nl_wire_seal_payload(c, x->ct, out, (uint32_t)len, x->out_tag, err);
-        out = x->ct;
-    }
-    if (rc < 0)
-        return rc;
-    x->out = out;
-    x->out_len = len;
-    x->out_done = 0;
-    x->out_active = 1;
-    return 0;
+    int rc = a->tr->ops->send(a->tr->impl, k, type, out, len, err);
+    if (rc == 0)
+        a->x[k].out_active = 1;
+    return rc;
 }
 
 /* The frames of a step between two members, as a mask of F_ kinds. */
@@ -337,130 +331,24 @@ static unsigned all_frames(const struct nl_allreduce *a)
     return 1u << F_GRAD | 1u << F_PARAM | (a->clip_norm > 0.0f ? 1u << F_NORM : 0u);
 }
 
-/* Where a frame from peer k with that header goes: sets x->in and its kind, or refuses it. */
-static int in_route(struct nl_allreduce *a, int k, uint32_t type, uint32_t len,
-                    struct nl_error *err)
+/* Expects every frame of the step from peer k, each where its payload belongs. */
+static int expect_all(struct nl_allreduce *a, int k, struct nl_error *err)
 {
-    struct xfer *x = &a->x[k];
+    struct nl_transport *t = a->tr;
     const size_t klo = a->lo[k], khi = a->hi[k];
-    int f = -1;
-    size_t want = 0;
-    void *dst = NULL;
+    void *param_dst;
 
-    if (type == NL_FRAME_GRAD) {
-        f = F_GRAD;
-        dst = a->pieces + (size_t)k * a->own_bytes;
-        want = a->own_bytes;
-    } else if (type == NL_FRAME_NORM) {
-        f = F_NORM;
-        dst = &a->norms[k];
-        want = sizeof(double);
-    } else if (type == NL_FRAME_PARAM) {
-        f = F_PARAM;
-        want = wire_bytes(a, klo, khi);
-        if (a->bf16)
-            dst = a->stage_in + pos(a, klo);
-        else
-            dst = khi <= a->nt ? a->params + klo : a->stagef_in + klo;
-    }
-    if (f < 0 || !(all_frames(a) & 1u << f) || (x->in_mask & 1u << f) || len != want)
-        return nl_error_set(err, NL_EFORMAT,
-                            "%s: sent a frame of type %u and %u bytes, which was not due in this "
-                            "step of the exchange",
-                            a->mesh->peers[k].peer, type, len);
-    x->in = dst;
-    x->in_len = want;
-    x->in_type = type;
-    x->in_kind = f;
-    x->in_mask |= 1u << f;
-    return 0;
-}
-
-/* Moves bytes on one socket without blocking: 0 (progress or none), or NL_ENET. */
-static int pump_out(int fd, struct xfer *x, struct nl_conn *c)
-{
-    const size_t hb = x->hb, body = hb + x->out_len;
-    while (x->out_done < body + x->tb) {
-        const unsigned char *p;
-        size_t left;
-        if (x->out_done < hb) {
-            p = x->out_h + x->out_done;
-            left = hb - x->out_done;
-        } else if (x->out_done < body) {
-            p = x->out + (x->out_done - hb);
-            left = body - x->out_done;
-        } else {
-            p = x->out_tag + (x->out_done - body);
-            left = body + x->tb - x->out_done;
-        }
-        ssize_t w = send(fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) {
-            x->out_done += (size_t)w;
-            c->bytes_sent += (uint64_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 0;
-        return NL_ENET;
-    }
-    x->out_active = 0;
-    return 0;
-}
-
-/* 1 when the frame is complete, 0 when more is to come, or an error. */
-static int pump_in(struct nl_allreduce *a, int k, struct nl_error *err)
-{
-    struct nl_conn *c = &a->mesh->peers[k];
-    struct xfer *x = &a->x[k];
-    const int fd = c->fd;
-
-    const size_t hb = x->hb;
-    while (x->in_done < hb + x->in_len + x->tb) {
-        const size_t body = hb + x->in_len;
-        unsigned char *p;
-        size_t left;
-        if (x->in_done < hb) {
-            p = x->in_h + x->in_done;
-            left = hb - x->in_done;
-        } else if (x->in_done < body) {
-            p = x->in + (x->in_done - hb);
-            left = body - x->in_done;
-        } else {
-            p = x->in_tag + (x->in_done - body);
-            left = body + x->tb - x->in_done;
-        }
-        ssize_t r = recv(fd, p, left, MSG_DONTWAIT);
-        if (r > 0) {
-            x->in_done += (size_t)r;
-            c->bytes_received += (uint64_t)r;
-            if (x->in_done == hb) {
-                uint32_t type, len;
-                int rc = nl_wire_open_head(c, x->in_h, &type, &len, &x->in_crc, NL_WIRE_MAX_PAYLOAD,
-                                           err);
-                if (rc == 0)
-                    rc = in_route(a, k, type, len, err);
-                if (rc < 0)
-                    return rc;
-            }
-            continue;
-        }
-        if (r == 0)
-            return nl_error_set(err, NL_ENET, "%s: closed the connection during an exchange",
-                                c->peer);
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return 0;
-        return nl_error_set(err, NL_ENET, "%s: receiving: %s", c->peer, strerror(errno));
-    }
-    int rc =
-        nl_wire_open_payload(c, x->in_type, x->in, (uint32_t)x->in_len, x->in_crc, x->in_tag, err);
-    if (rc < 0)
-        return rc;
-    x->in_active = 0;
-    return 1;
+    if (a->bf16)
+        param_dst = a->stage_in + pos(a, klo);
+    else
+        param_dst = khi <= a->nt ? a->params + klo : a->stagef_in + klo;
+    int rc = t->ops->expect(t->impl, k, NL_FRAME_GRAD, a->pieces + (size_t)k * a->own_bytes,
+                            a->own_bytes, err);
+    if (rc == 0 && a->clip_norm > 0.0f)
+        rc = t->ops->expect(t->impl, k, NL_FRAME_NORM, &a->norms[k], sizeof(double), err);
+    if (rc == 0)
+        rc = t->ops->expect(t->impl, k, NL_FRAME_PARAM, param_dst, wire_bytes(a, klo, khi), err);
+    return rc;
 }
 
 double nl_allreduce_exchange_seconds(const struct nl_allreduce *a)
@@ -478,6 +366,11 @@ double nl_allreduce_early_fraction(const struct nl_allreduce *a)
     return a->bytes > 0 ? (double)a->early_bytes / (double)a->bytes : 0.0;
 }
 
+unsigned long long nl_allreduce_bytes_sent(const struct nl_allreduce *a)
+{
+    return nl_transport_bytes_sent(a->tr);
+}
+
 int nl_allreduce_overlaps(const struct nl_allreduce *a)
 {
     return a->overlap;
@@ -486,7 +379,7 @@ int nl_allreduce_overlaps(const struct nl_allreduce *a)
 /* Adds member k's piece of my slice into dst_sum as floats (copies it there when first). */
 static void piece_floats(const struct nl_allreduce *a, int k, float *dst_sum, int first)
 {
-    const int rank = a->mesh->rank;
+    const int rank = a->rank;
     const size_t own = a->own, own_t = a->own_t;
     const unsigned char *p = a->pieces + (size_t)k * a->own_bytes;
 
@@ -517,7 +410,7 @@ static void owner_reduce(struct nl_allreduce *a)
     const size_t own_t = a->own_t;
     const float v = a->clip_value;
 
-    for (int k = 0; k < a->mesh->size; k++)
+    for (int k = 0; k < a->size; k++)
         piece_floats(a, k, a->sum, k == 0);
     if (v > 0.0f)
         for (size_t i = 0; i < own_t; i++)
@@ -526,7 +419,7 @@ static void owner_reduce(struct nl_allreduce *a)
         double sumsq = 0.0;
         for (size_t i = 0; i < own_t; i++)
             sumsq += (double)a->sum[i] * a->sum[i];
-        a->norms[a->mesh->rank] = sumsq;
+        a->norms[a->rank] = sumsq;
     }
 }
 
@@ -547,12 +440,12 @@ static void keep_rollback(struct nl_allreduce *a)
  * are changed here and nowhere else. */
 static void owner_update(struct nl_allreduce *a)
 {
-    const int rank = a->mesh->rank;
+    const int rank = a->rank;
     const size_t lo = a->lo[rank], own = a->own, own_t = a->own_t;
 
     if (a->clip_norm > 0.0f) {
         double sumsq = 0.0;
-        for (int k = 0; k < a->mesh->size; k++)
+        for (int k = 0; k < a->size; k++)
             sumsq += a->norms[k];
         const double norm = sqrt(sumsq);
         if (norm > a->clip_norm) {
@@ -577,7 +470,6 @@ static void owner_update(struct nl_allreduce *a)
     }
 }
 
-/* Starts the next frame to peer k whose content exists. */
 /* Whether slice k of the gradient is final. */
 static int slice_final(const struct nl_allreduce *a, int k, struct front f)
 {
@@ -593,6 +485,7 @@ static int all_final(const struct nl_allreduce *a, struct front f)
     return f.t == 0 && f.s <= a->nt;
 }
 
+/* Starts the next frame to peer k whose content exists. */
 static int next_out(struct nl_allreduce *a, int k, struct front f, struct nl_error *err)
 {
     struct xfer *x = &a->x[k];
@@ -616,7 +509,7 @@ static int next_out(struct nl_allreduce *a, int k, struct front f, struct nl_err
     }
     if ((pending & 1u << F_NORM) && a->reduced) {
         x->out_mask |= 1u << F_NORM;
-        return out_set(a, k, NL_FRAME_NORM, &a->norms[a->mesh->rank], sizeof(double), err);
+        return out_set(a, k, NL_FRAME_NORM, &a->norms[a->rank], sizeof(double), err);
     }
     if ((pending & 1u << F_PARAM) && a->updated) {
         x->out_mask |= 1u << F_PARAM;
@@ -626,23 +519,9 @@ static int next_out(struct nl_allreduce *a, int k, struct front f, struct nl_err
     return 0;
 }
 
-/* Awaits the next frame from peer k, whichever it is. */
-static void next_in(struct nl_allreduce *a, int k)
-{
-    struct xfer *x = &a->x[k];
-
-    if (x->in_active || x->in_mask == all_frames(a))
-        return;
-    x->in = NULL;
-    x->in_len = 0;
-    x->in_done = 0;
-    x->in_active = 1;
-}
-
 /* A frame from peer k has come in whole: count it, and put parameters where they belong. */
-static void in_done(struct nl_allreduce *a, int k)
+static void in_done(struct nl_allreduce *a, int k, int f)
 {
-    const int f = a->x[k].in_kind;
     const size_t klo = a->lo[k], khi = a->hi[k], t = trainable_part(a, klo, khi);
 
     if (f == F_GRAD) {
@@ -679,18 +558,37 @@ static void step_reset(struct nl_allreduce *a, float *params, float *grad, long 
     a->t_first = -1.0;
     a->owner_seconds = 0.0;
     a->bytes = a->early_bytes = 0;
-    for (int k = 0; k < a->mesh->size; k++) {
+    for (int k = 0; k < a->size; k++) {
         struct xfer *x = &a->x[k];
-        x->out_active = x->in_active = 0;
+        x->out_active = 0;
         x->out_mask = x->in_mask = 0;
     }
+}
+
+/* What the transport reports. */
+static void on_sent(void *ud, int k, size_t bytes, int complete)
+{
+    struct nl_allreduce *a = ud;
+    a->bytes += bytes;
+    if (!a->sent_final)
+        a->early_bytes += bytes;
+    if (complete)
+        a->x[k].out_active = 0;
+}
+
+static void on_received(void *ud, int k, uint32_t type)
+{
+    struct nl_allreduce *a = ud;
+    const int f = type == NL_FRAME_GRAD ? F_GRAD : type == NL_FRAME_NORM ? F_NORM : F_PARAM;
+    a->x[k].in_mask |= 1u << f;
+    in_done(a, k, f);
 }
 
 /* Runs the step to its end. */
 static int step_loop(struct nl_allreduce *a, struct nl_error *err)
 {
-    struct nl_mesh *m = a->mesh;
-    const int size = m->size, rank = m->rank;
+    const int size = a->size, rank = a->rank;
+    const struct nl_transport_sink sink = {on_sent, on_received, a};
 
     /* Called off before it began: nothing is sent (a peer called off too may be gone). */
     if (a->cancel_fd >= 0) {
@@ -698,11 +596,25 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
         if (poll(&c, 1, 0) > 0 && (c.revents & (POLLIN | POLLHUP | POLLERR)))
             return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
     }
+    for (int k = 0; k < size; k++) {
+        if (k == rank)
+            continue;
+        int rc = expect_all(a, k, err);
+        if (rc < 0)
+            return rc;
+    }
 
     for (;;) {
+        /* Waiting for the rest of the gradient as well: the computation, not the peers. The
+         * eventfd is read before the frontiers, so a later ready() wakes the wait below. */
+        if (a->overlap) {
+            uint64_t v;
+            (void)!read(a->efd, &v, sizeof v);
+        }
         const struct front f = front_get(a);
         if (a->t_first < 0.0 && (f.t <= a->nt || f.s <= a->n))
             a->t_first = now();
+        a->sent_final = all_final(a, f);
 
         /* What this member can do by itself. */
         if (!a->reduced && slice_final(a, rank, f) && a->got_grads == size - 1) {
@@ -717,7 +629,7 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
             a->updated = 1;
             a->owner_seconds += now() - t0;
         }
-        int done = a->updated, np = 0, timeout = 0;
+        int done = a->updated;
         for (int k = 0; k < size; k++) {
             if (k == rank)
                 continue;
@@ -725,73 +637,14 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
             const int orc = next_out(a, k, f, err);
             if (orc < 0)
                 return orc;
-            next_in(a, k);
-            done &= !x->out_active && x->out_mask == all_frames(a) && !x->in_active &&
-                    x->in_mask == all_frames(a);
-            short ev = (short)((x->out_active ? POLLOUT : 0) | (x->in_active ? POLLIN : 0));
-            if (!ev)
-                continue;
-            a->pfd[np] = (struct pollfd){.fd = m->peers[k].fd, .events = ev};
-            a->pidx[np++] = k;
-            if (m->peers[k].timeout_ms > timeout)
-                timeout = m->peers[k].timeout_ms;
+            done &= !x->out_active && x->out_mask == all_frames(a) && x->in_mask == all_frames(a);
         }
         if (done)
             return 0;
-        /* Waiting for the rest of the gradient as well: the computation, not the peers. */
-        const int local = a->overlap && !all_final(a, f);
-        if (local) {
-            a->pfd[np] = (struct pollfd){.fd = a->efd, .events = POLLIN};
-            a->pidx[np++] = -1;
-            if (timeout == 0)
-                timeout = 1000;
-        }
-        if (np == 0)
-            return nl_error_set(err, NL_EINVAL, "the allreduce's step is stuck (a bug)");
-        if (a->cancel_fd >= 0) {
-            a->pfd[np] = (struct pollfd){.fd = a->cancel_fd, .events = POLLIN};
-            a->pidx[np++] = -2;
-        }
-        int r = poll(a->pfd, (nfds_t)np, timeout);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return nl_error_set(err, NL_ENET, "poll: %s", strerror(errno));
-        if (r == 0 && local)
-            continue;
-        if (r == 0)
-            return nl_error_set(err, NL_ETIMEDOUT, "%s: no progress in the exchange within %d ms",
-                                m->peers[a->pidx[0]].peer, timeout);
-        /* Called off, whatever else came: a peer called off too may have closed already. */
-        if (a->pidx[np - 1] == -2 && (a->pfd[np - 1].revents & (POLLIN | POLLHUP | POLLERR)))
-            return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
-        for (int i = 0; i < np; i++) {
-            const int k = a->pidx[i];
-            if (k == -2)
-                continue;
-            if (k < 0) {
-                uint64_t v;
-                if (a->pfd[i].revents & POLLIN)
-                    (void)!read(a->efd, &v, sizeof v);
-                continue;
-            }
-            struct nl_conn *c = &m->peers[k];
-            if (a->pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-                int rc = pump_in(a, k, err);
-                if (rc < 0)
-                    return rc;
-                if (rc == 1)
-                    in_done(a, k);
-            }
-            if (a->x[k].out_active && (a->pfd[i].revents & (POLLOUT | POLLERR))) {
-                const uint64_t before = c->bytes_sent;
-                if (pump_out(c->fd, &a->x[k], c) < 0)
-                    return nl_error_set(err, NL_ENET, "%s: sending: %s", c->peer, strerror(errno));
-                a->bytes += c->bytes_sent - before;
-                if (!all_final(a, f))
-                    a->early_bytes += c->bytes_sent - before;
-            }
-        }
+        const int local = a->overlap && !a->sent_final;
+        int rc = a->tr->ops->progress(a->tr->impl, local ? a->efd : -1, a->cancel_fd, &sink, err);
+        if (rc < 0)
+            return rc;
     }
 }
 

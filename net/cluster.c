@@ -27,7 +27,7 @@ static int share(void *ud, int epoch, long iter, uint32_t *idx, int *global)
 static int begin(void *ud, float *params, float *grad, long n, float lr)
 {
     struct nl_member_sync *s = ud;
-    s->bytes_before = nl_mesh_bytes_sent(s->mesh);
+    s->bytes_before = nl_allreduce_bytes_sent(s->ar);
     return nl_allreduce_begin(s->ar, params, grad, n, lr);
 }
 
@@ -45,7 +45,7 @@ static int step(void *ud, float *params, float *grad, long n, float lr, struct n
     if (s->sync.begin) {
         rc = nl_allreduce_finish(s->ar, err);
     } else {
-        s->bytes_before = nl_mesh_bytes_sent(s->mesh);
+        s->bytes_before = nl_allreduce_bytes_sent(s->ar);
         rc = nl_allreduce_step(s->ar, params, grad, n, lr, err);
     }
     s->last_comm_seconds = nl_allreduce_wait_seconds(s->ar);
@@ -53,7 +53,7 @@ static int step(void *ud, float *params, float *grad, long n, float lr, struct n
     s->last_exchange_seconds = nl_allreduce_exchange_seconds(s->ar);
     s->exchange_seconds += s->last_exchange_seconds;
     s->early_fraction += nl_allreduce_early_fraction(s->ar);
-    s->last_bytes = nl_mesh_bytes_sent(s->mesh) - s->bytes_before;
+    s->last_bytes = nl_allreduce_bytes_sent(s->ar) - s->bytes_before;
     if (rc < 0)
         s->failed = 1;
     else

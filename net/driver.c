@@ -530,42 +530,6 @@ fail:
                         ssh_get_error(p->r.s));
 }
 
-/* The partition of rank r: samples then labels, and its SHA-256 in hex. */
-static int partition_payload(const struct nl_dataset *d, const struct nl_train_opts *o, int n,
-                             int r, unsigned char **out, size_t *len, char hash[65],
-                             struct nl_error *err)
-{
-    struct nl_partition *part;
-    int rc = nl_partition_new(&part, d->split[NL_TRAIN].n, o->batch, n, r, o->seed, err);
-    if (rc < 0)
-        return rc;
-    const uint32_t count = nl_partition_count(part);
-    const uint32_t *idx = nl_partition_global(part);
-    const size_t sample = nl_shape_size(d->shape) * (d->dtype == NL_U8 ? 1 : sizeof(float));
-    *len = (size_t)count * (sample + 4);
-    *out = nl_malloc(*len + 1);
-    if (!*out) {
-        nl_partition_free(part);
-        return nl_error_set(err, NL_ENOMEM, "out of memory for a partition");
-    }
-    for (uint32_t i = 0; i < count; i++) {
-        memcpy(*out + (size_t)i * sample,
-               (const unsigned char *)d->split[NL_TRAIN].x + (size_t)idx[i] * sample, sample);
-        /* A regression sample's label is its standardised target's bits (net/proto.h). */
-        uint32_t y = (uint32_t)d->split[NL_TRAIN].y[idx[i]];
-        if (d->regression)
-            memcpy(&y, &d->split[NL_TRAIN].t[idx[i]], sizeof y);
-        unsigned char *q = *out + (size_t)count * sample + 4 * (size_t)i;
-        q[0] = (unsigned char)y;
-        q[1] = (unsigned char)(y >> 8);
-        q[2] = (unsigned char)(y >> 16);
-        q[3] = (unsigned char)(y >> 24);
-    }
-    nl_partition_free(part);
-    nl_sha256_hex(hash, *out, *len);
-    return 0;
-}
-
 /* An epoch is complete: rank 0's weights are its end. Validation, checkpoint, EPOCH event, judging:
  * a local run's epoch end (nl_epoch_event, nl_epoch_report, nl_epoch_watched, nl_judge_epoch).
  * During a recovery to step run->force_to, weights NULL means they were lost with rank 0 (the
@@ -698,20 +662,18 @@ static int read_listen(struct run *run, struct peer *p, struct nl_error *err)
 {
     uint32_t type, len;
     unsigned char *pl;
-    char text[128], addr[64] = "";
+    char addr[64] = "";
     int port = 0;
     long pid = 0;
     int rc = next_frame(run, p, &type, &pl, &len, run->timeout, err);
     if (rc < 0)
         return rc;
-    if (type != NL_FRAME_LISTEN || len >= sizeof text)
+    if (type != NL_FRAME_LISTEN || len >= NL_LISTEN_MAX)
         return nl_error_set(err, NL_EFORMAT, "%s: launch: the worker did not say where it listens",
                             p->r.host);
-    memcpy(text, pl, len);
-    text[len] = '\0';
-    if (sscanf(text, "%d %ld %63s", &port, &pid, addr) < 2 || port < 1 || port > 65535 || pid < 1)
-        return nl_error_set(err, NL_EFORMAT, "%s: launch: the worker listens on '%s'?", p->r.host,
-                            text);
+    if (nl_listen_decode(pl, len, &port, &pid, addr) < 0)
+        return nl_error_set(err, NL_EFORMAT, "%s: launch: the worker listens on '%.*s'?", p->r.host,
+                            (int)len, (const char *)pl);
     p->port = port;
     p->pid = pid;
     snprintf(p->addr, sizeof p->addr, "%s", addr[0] ? addr : p->r.addr);
@@ -883,15 +845,9 @@ static int handle_frame(struct run *run, int i, uint32_t type, const unsigned ch
         p->done = 1;
         run->ndone++;
     } else if (type == NL_FRAME_FAULT) {
-        char text[sizeof p->fault_msg];
-        const size_t l = len < sizeof text - 1 ? len : sizeof text - 1;
-        memcpy(text, pl, l);
-        text[l] = '\0';
-        char *end;
-        p->fault_done = strtol(text, &end, 10);
+        nl_fault_decode(pl, len, &p->fault_done, p->fault_msg, sizeof p->fault_msg);
         p->faulted = 1;
         p->fault_parts = 0; /* a report of its own follows: not an earlier recovery's */
-        snprintf(p->fault_msg, sizeof p->fault_msg, "%s", *end == ' ' ? end + 1 : end);
     } else if ((type == NL_FRAME_STATE || (type == NL_FRAME_PARAMS && i == 0)) && !p->faulted) {
         return checkpoint_piece(run, i, type, pl, len, err);
     } else if (type == NL_FRAME_PARAMS && p->faulted && len == pbytes) {
@@ -1207,7 +1163,7 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
     s.o.resume = NULL;
     memcpy(s.mean, d->mean, (size_t)s.nnorm * sizeof(float));
     memcpy(s.std, d->std, (size_t)s.nnorm * sizeof(float));
-    rc = partition_payload(d, run->o, n, i, &data, &dlen, s.data_hash, err);
+    rc = nl_partition_payload(d, run->o->batch, run->o->seed, n, i, &data, &dlen, s.data_hash, err);
     if (rc == 0)
         rc = nl_setup_encode(&s, &text, &tlen, err);
     if (rc == 0) {
@@ -1232,18 +1188,13 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         rc = send_frame(run, p, NL_FRAME_INIT, run->params, m->nparams * sizeof(float), err);
     if (rc == 0 && has_state) {
         size_t lo, hi;
+        unsigned char *b;
+        size_t bytes;
         nl_allreduce_state_bounds(m->nreduce, m->ntrainable, n, i, &lo, &hi);
-        const size_t own = hi - lo;
-        const size_t bytes = nl_state_size(own, run->nstate, 1);
-        unsigned char *b = nl_malloc(bytes);
-        if (!b)
-            return nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
-        nl_state_head_encode(b, &(struct nl_state_head){lo, hi, 1, (uint64_t)start, 0});
-        float *f = (float *)(void *)(b + NL_STATE_HEADER);
-        memcpy(f, run->master + lo, own * sizeof(float));
-        for (int k = 0; k < run->nstate; k++)
-            memcpy(f + own * (size_t)(1 + k), run->state + (size_t)k * m->ntrainable + lo,
-                   own * sizeof(float));
+        rc = nl_state_encode_slice(&b, &bytes, lo, hi, start, run->master, run->state,
+                                   m->ntrainable, run->nstate, err);
+        if (rc < 0)
+            return rc;
         rc = send_frame(run, p, NL_FRAME_STATE, b, bytes, err);
         nl_free(b);
     }

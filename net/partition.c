@@ -25,6 +25,7 @@
 
 #include <string.h>
 
+#include "net/crypto.h"
 #include "nnlab/alloc.h"
 #include "nnlab/rng.h"
 
@@ -195,5 +196,39 @@ int nl_dataset_subset(struct nl_dataset **out, const struct nl_dataset *d, const
     }
     s->split[NL_TRAIN].n = n;
     *out = s;
+    return 0;
+}
+
+int nl_partition_payload(const struct nl_dataset *d, int batch, uint64_t seed, int n, int r,
+                         unsigned char **out, size_t *len, char hash[65], struct nl_error *err)
+{
+    struct nl_partition *part;
+    int rc = nl_partition_new(&part, d->split[NL_TRAIN].n, batch, n, r, seed, err);
+    if (rc < 0)
+        return rc;
+    const uint32_t count = nl_partition_count(part);
+    const uint32_t *idx = nl_partition_global(part);
+    const size_t sample = nl_shape_size(d->shape) * (d->dtype == NL_U8 ? 1 : sizeof(float));
+    *len = (size_t)count * (sample + 4);
+    *out = nl_malloc(*len + 1);
+    if (!*out) {
+        nl_partition_free(part);
+        return nl_error_set(err, NL_ENOMEM, "out of memory for a partition");
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        memcpy(*out + (size_t)i * sample,
+               (const unsigned char *)d->split[NL_TRAIN].x + (size_t)idx[i] * sample, sample);
+        /* A regression sample's label is its standardised target's bits (net/proto.h). */
+        uint32_t y = (uint32_t)d->split[NL_TRAIN].y[idx[i]];
+        if (d->regression)
+            memcpy(&y, &d->split[NL_TRAIN].t[idx[i]], sizeof y);
+        unsigned char *q = *out + (size_t)count * sample + 4 * (size_t)i;
+        q[0] = (unsigned char)y;
+        q[1] = (unsigned char)(y >> 8);
+        q[2] = (unsigned char)(y >> 16);
+        q[3] = (unsigned char)(y >> 24);
+    }
+    nl_partition_free(part);
+    nl_sha256_hex(hash, *out, *len);
     return 0;
 }

@@ -294,3 +294,65 @@ size_t nl_setup_sample_bytes(const struct nl_setup *s)
 {
     return nl_shape_size(s->shape) * (s->dtype == NL_U8 ? 1 : sizeof(float));
 }
+
+int nl_listen_encode(char out[NL_LISTEN_MAX], int port, long pid, const char *addr)
+{
+    return snprintf(out, NL_LISTEN_MAX, "%d %ld %s", port, pid, addr ? addr : "");
+}
+
+int nl_listen_decode(const void *payload, size_t len, int *port, long *pid, char addr[64])
+{
+    char text[NL_LISTEN_MAX];
+    if (len >= sizeof text)
+        return NL_EFORMAT;
+    memcpy(text, payload, len);
+    text[len] = '\0';
+    addr[0] = '\0';
+    *port = 0;
+    *pid = 0;
+    if (sscanf(text, "%d %ld %63s", port, pid, addr) < 2 || *port < 1 || *port > 65535 || *pid < 1)
+        return NL_EFORMAT;
+    return 0;
+}
+
+int nl_fault_encode(char *out, size_t cap, long done, const char *why)
+{
+    int k = snprintf(out, cap, "%ld %.300s", done, why);
+    return k < (int)cap ? k : 0;
+}
+
+void nl_fault_decode(const void *payload, size_t len, long *done, char *msg, size_t msg_cap)
+{
+    char text[NL_ERR_MAX + 32];
+    const size_t l = len < sizeof text - 1 ? len : sizeof text - 1;
+    memcpy(text, payload, l);
+    text[l] = '\0';
+    char *end;
+    *done = strtol(text, &end, 10);
+    snprintf(msg, msg_cap, "%s", *end == ' ' ? end + 1 : end);
+}
+
+int nl_have_decode(const void *payload, size_t len, int *have)
+{
+    if (len != 1)
+        return NL_EFORMAT;
+    *have = *(const unsigned char *)payload != 0;
+    return 0;
+}
+
+int nl_state_encode_slice(unsigned char **out, size_t *len, size_t lo, size_t hi, long step,
+                          const float *master, const float *state, size_t ntrainable, int nstate,
+                          struct nl_error *err)
+{
+    const size_t own = hi - lo;
+    *len = nl_state_size(own, nstate, 1);
+    *out = nl_malloc(*len);
+    if (!*out)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
+    nl_state_head_encode(*out, &(struct nl_state_head){lo, hi, 1, (uint64_t)step, 0});
+    float *f = (float *)(void *)(*out + NL_STATE_HEADER);
+    memcpy(f, master + lo, own * sizeof(float));
+    for (int k = 0; k < nstate; k++)
+        memcpy(f + own * (size_t)(1 + k), state + (size_t)k * ntrainable + lo, own * sizeof(float));
+    return 0;
+}

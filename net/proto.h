@@ -31,7 +31,7 @@
  *   DONE       worker -> driver      empty                                    training finished
  *   HEARTBEAT  both ways             empty                                    every timeout / 4
  *   ABORT      driver -> worker      empty                                    a member is lost
- *   FAULT      worker -> driver      text "C L message"                       a step failed
+ *   FAULT      worker -> driver      text "C message", C steps completed      a step failed
  *
  * STATE: five uint64 LE (lo, hi, copies, step, step2: struct nl_state_head), then `copies`
  * times the slice [lo, hi) of the trainable parameters as (1 + nstate) fp32 arrays; its size is
@@ -117,6 +117,26 @@ void nl_state_head_encode(unsigned char out[NL_STATE_HEADER], const struct nl_st
 void nl_state_head_decode(struct nl_state_head *h, const unsigned char in[NL_STATE_HEADER]);
 /* Bytes of a STATE frame: the header and `copies` copies of (1 + nstate) arrays of own floats. */
 size_t nl_state_size(size_t own, int nstate, int copies);
+/* A STATE frame of one copy for the slice [lo, hi): master[lo, hi), then [lo, hi) of each of the
+ * nstate arrays of ntrainable floats in state, the state after `step` steps. *out (*len bytes)
+ * is freed with nl_free. */
+int nl_state_encode_slice(unsigned char **out, size_t *len, size_t lo, size_t hi, long step,
+                          const float *master, const float *state, size_t ntrainable, int nstate,
+                          struct nl_error *err);
+
+/* LISTEN: "PORT PID ADDR" (ADDR empty unless the worker was told where to bind). decode: 0, or
+ * NL_EFORMAT for text that is not that (a port out of range, no pid). */
+#define NL_LISTEN_MAX 128
+int nl_listen_encode(char out[NL_LISTEN_MAX], int port, long pid, const char *addr);
+int nl_listen_decode(const void *payload, size_t len, int *port, long *pid, char addr[64]);
+
+/* FAULT: "C message", C the steps the member completed. decode keeps at most msg_cap - 1 bytes
+ * of the message. */
+int nl_fault_encode(char *out, size_t cap, long done, const char *why);
+void nl_fault_decode(const void *payload, size_t len, long *done, char *msg, size_t msg_cap);
+
+/* HAVE: one byte, 1 when the member holds the partition. */
+int nl_have_decode(const void *payload, size_t len, int *have);
 
 /* Bytes of one sample in the DATA payload (pixels only; labels follow as int32). */
 size_t nl_setup_sample_bytes(const struct nl_setup *s);

@@ -144,15 +144,28 @@ struct link {
     int wake[2]; /* one byte in the pipe per queued frame */
     int heartbeat_ms;
     int started; /* the reader and heartbeat threads run */
+    /* NULL: the SSH channel (in, out); else the frames go over this link (MPI). */
+    const struct nl_worker_link *ext;
 };
 
 static int link_send(struct link *l, uint32_t type, const void *p, uint32_t len,
                      struct nl_error *err)
 {
     pthread_mutex_lock(&l->out_lock);
-    int rc = nl_wire_send(&l->out, type, p, len, err);
+    int rc = l->ext ? l->ext->send(l->ext->ud, type, p, len, err)
+                    : nl_wire_send(&l->out, type, p, len, err);
     pthread_mutex_unlock(&l->out_lock);
     return rc;
+}
+
+/* A frame from the driver, straight from the channel (or link). */
+static int link_read(struct link *l, uint32_t *type, void **buf, uint32_t *len, int timeout_ms,
+                     struct nl_error *err)
+{
+    if (l->ext)
+        return l->ext->recv(l->ext->ud, type, buf, len, timeout_ms, err);
+    l->in.timeout_ms = timeout_ms;
+    return nl_wire_recv_alloc(&l->in, type, buf, len, NL_WIRE_MAX_PAYLOAD, err);
 }
 
 static void *reader(void *arg)
@@ -162,7 +175,9 @@ static void *reader(void *arg)
         uint32_t type, len;
         void *buf;
         struct nl_error e = {0};
-        if (nl_wire_recv_alloc(&l->in, &type, &buf, &len, NL_WIRE_MAX_PAYLOAD, &e) < 0) {
+        if (link_read(l, &type, &buf, &len, l->heartbeat_ms, &e) < 0) {
+            if (e.code == NL_ECANCELED)
+                return NULL; /* the link is closing: the run is over */
             if (e.code == NL_ETIMEDOUT)
                 fprintf(stderr,
                         "nnlab worker: no heartbeat from the driver within %d ms; exiting\n",
@@ -198,8 +213,12 @@ static void *heartbeat(void *arg)
     for (;;) {
         struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
         nanosleep(&ts, NULL);
-        if (link_send(l, NL_FRAME_HEARTBEAT, NULL, 0, NULL) < 0)
+        struct nl_error e = {0};
+        if (link_send(l, NL_FRAME_HEARTBEAT, NULL, 0, &e) < 0) {
+            if (e.code == NL_ECANCELED)
+                return NULL;
             _exit(3);
+        }
     }
     return NULL;
 }
@@ -208,7 +227,6 @@ static int link_start(struct link *l, int heartbeat_ms, struct nl_error *err)
 {
     pthread_t t;
     l->heartbeat_ms = heartbeat_ms > 0 ? heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
-    l->in.timeout_ms = l->heartbeat_ms;
     if (pthread_create(&t, NULL, reader, l) != 0)
         return nl_error_set(err, NL_ENOMEM, "cannot start a thread");
     pthread_detach(t);
@@ -224,7 +242,7 @@ static int link_recv(struct link *l, uint32_t *type, void **buf, uint32_t *len,
                      struct nl_error *err)
 {
     if (!l->started)
-        return nl_wire_recv_alloc(&l->in, type, buf, len, NL_WIRE_MAX_PAYLOAD, err);
+        return link_read(l, type, buf, len, DRIVER_TIMEOUT_MS, err);
     pthread_mutex_lock(&l->lock);
     while (!l->head)
         pthread_cond_wait(&l->cond, &l->lock);
@@ -504,8 +522,8 @@ static int report_fault(struct link *l, long done, const char *why, const float 
                         int nstate, struct nl_error *err)
 {
     char text[NL_ERR_MAX + 32];
-    int k = snprintf(text, sizeof text, "%ld %.300s", done, why);
-    int rc = link_send(l, NL_FRAME_FAULT, text, (uint32_t)(k < (int)sizeof text ? k : 0), err);
+    int k = nl_fault_encode(text, sizeof text, done, why);
+    int rc = link_send(l, NL_FRAME_FAULT, text, (uint32_t)k, err);
     if (rc == 0)
         rc = link_send(l, NL_FRAME_PARAMS, params, (uint32_t)(nparams * sizeof(float)), err);
     if (rc < 0)
@@ -532,6 +550,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     struct nl_partition *part = NULL;
     struct nl_dataset *d = NULL;
     struct nl_mesh *mesh = NULL;
+    struct nl_transport *tr = NULL;
     struct nl_allreduce *ar = NULL;
     struct nl_member_sync ms;
     struct nl_train_opts o = s->o;
@@ -642,7 +661,9 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             d->split[NL_TRAIN].n = n;
         }
     }
-    if (rc == 0) {
+    if (rc == 0 && l->ext) {
+        rc = l->ext->transport(l->ext->ud, s->rank, s->size, &tr, err);
+    } else if (rc == 0) {
         unsigned char gs[32];
         generation_secret(gs, secret, s->generation);
         /* ABORT in the mailbox calls it off. */
@@ -662,7 +683,8 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             .clip_norm = o.clip_norm,
             .overlap = 1,
         };
-        rc = nl_allreduce_new(&ar, mesh, m->params, &ao, err);
+        rc = tr ? nl_allreduce_new_over(&ar, tr, m->params, &ao, err)
+                : nl_allreduce_new(&ar, mesh, m->params, &ao, err);
     }
     if (rc == 0) {
         nl_allreduce_import(ar, slice, s->start);
@@ -721,6 +743,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             rc = FAULTED;
     }
     nl_allreduce_free(ar);
+    nl_transport_free(tr);
     nl_mesh_free(mesh);
     nl_dataset_free(d);
     nl_partition_free(part);
@@ -760,53 +783,80 @@ static int next_setup(struct link *l, struct nl_setup *s, struct nl_error *err)
     }
 }
 
+/* The link's mailbox and locks. */
+static int link_init(struct link *l, struct nl_error *err)
+{
+    memset(l, 0, sizeof *l);
+    pthread_mutex_init(&l->out_lock, NULL);
+    pthread_mutex_init(&l->lock, NULL);
+    pthread_cond_init(&l->cond, NULL);
+    if (pipe(l->wake) < 0)
+        return nl_error_set(err, NL_EIO, "pipe: %s", strerror(errno));
+    fcntl(l->wake[0], F_SETFD, FD_CLOEXEC);
+    fcntl(l->wake[1], F_SETFD, FD_CLOEXEC);
+    return 0;
+}
+
+/* From the first SETUP to the end of the run: generations until one ends it. */
+static int follow_driver(struct link *l, const unsigned char *secret, int listen_fd,
+                         struct nl_error *err)
+{
+    struct nl_setup s;
+    struct carry cr = {0};
+
+    memset(&s, 0, sizeof s);
+    int rc = next_setup(l, &s, err);
+    /* From here on the driver and this worker watch each other. */
+    if (rc == 0)
+        rc = link_start(l, s.heartbeat_ms, err);
+    while (rc == 0) {
+        rc = generation(l, &s, &cr, secret, listen_fd, err);
+        nl_setup_release(&s);
+        if (rc == 0) {
+            rc = link_send(l, NL_FRAME_DONE, NULL, 0, err);
+            break;
+        }
+        if (rc == FAULTED)
+            rc = next_setup(l, &s, err);
+    }
+    nl_setup_release(&s);
+    nl_free(cr.data);
+    return rc;
+}
+
 int nl_worker_run(int in_fd, int out_fd, const struct nl_worker_opts *wo, struct nl_error *err)
 {
     /* The reader and heartbeat threads use it until the process ends. */
     static struct link l;
     unsigned char secret[32];
-    struct nl_setup s;
-    struct carry cr = {0};
-    int listen_fd = -1, port = 0, rc;
+    int listen_fd = -1, port = 0;
 
-    memset(&s, 0, sizeof s);
-    memset(&l, 0, sizeof l);
-    pthread_mutex_init(&l.out_lock, NULL);
-    pthread_mutex_init(&l.lock, NULL);
-    pthread_cond_init(&l.cond, NULL);
-    if (pipe(l.wake) < 0)
-        return nl_error_set(err, NL_EIO, "pipe: %s", strerror(errno));
-    fcntl(l.wake[0], F_SETFD, FD_CLOEXEC);
-    fcntl(l.wake[1], F_SETFD, FD_CLOEXEC);
+    int rc = link_init(&l, err);
+    if (rc < 0)
+        return rc;
     nl_conn_init(&l.in, in_fd, "the driver (stdin)", DRIVER_TIMEOUT_MS);
     nl_conn_init(&l.out, out_fd, "the driver (stdout)", DRIVER_TIMEOUT_MS);
     rc = read_secret(in_fd, secret, err);
     if (rc == 0)
         rc = nl_net_listen(&listen_fd, wo->bind, wo->port_lo, wo->port_hi, &port, err);
     if (rc == 0) {
-        char msg[128];
-        int n =
-            snprintf(msg, sizeof msg, "%d %ld %s", port, (long)getpid(), wo->bind ? wo->bind : "");
+        char msg[NL_LISTEN_MAX];
+        int n = nl_listen_encode(msg, port, (long)getpid(), wo->bind);
         rc = link_send(&l, NL_FRAME_LISTEN, msg, (uint32_t)n, err);
     }
     if (rc == 0)
-        rc = next_setup(&l, &s, err);
-    /* From here on the driver and this worker watch each other. */
-    if (rc == 0)
-        rc = link_start(&l, s.heartbeat_ms, err);
-    while (rc == 0) {
-        rc = generation(&l, &s, &cr, secret, listen_fd, err);
-        nl_setup_release(&s);
-        if (rc == 0) {
-            rc = link_send(&l, NL_FRAME_DONE, NULL, 0, err);
-            break;
-        }
-        if (rc == FAULTED)
-            rc = next_setup(&l, &s, err);
-    }
-    nl_setup_release(&s);
+        rc = follow_driver(&l, secret, listen_fd, err);
     if (listen_fd >= 0)
         close(listen_fd);
-    nl_free(cr.data);
     return rc;
+}
+
+int nl_worker_run_link(const struct nl_worker_link *wl, struct nl_error *err)
+{
+    static struct link l;
+    int rc = link_init(&l, err);
+    if (rc < 0)
+        return rc;
+    l.ext = wl;
+    return follow_driver(&l, NULL, -1, err);
 }

@@ -1,7 +1,8 @@
 /* Cluster benchmark (meson benchmark, not a timed test): lenet on a Fashion-MNIST subset, one
  * epoch on 1 worker x 1 core and on 2 workers x 1 core, through the private sshd of
- * tests/sshd.h. Reports images per second, the scaling efficiency (2-worker throughput over
- * twice the 1-worker throughput) and each worker's fraction of time spent communicating.
+ * tests/sshd.h, and on 2 MPI ranks x 1 core under mpirun when this nnlab has MPI mode. Reports
+ * images per second, the scaling efficiency (2-worker throughput over twice the 1-worker
+ * throughput) and each worker's fraction of time spent communicating, for both transports.
  * NNLAB_BENCH_SAMPLES sets the subset's size (default 6000). On one machine the two workers
  * share its cores and memory bandwidth: the numbers say what the protocol costs, not what two
  * machines would give. */
@@ -16,11 +17,12 @@ static struct sshd sd;
 static const char *bin;
 static char out[1 << 16];
 
-static int run(const char *args)
+/* nnlab ARGS, under prefix (a launcher, or env). */
+static int run_with(const char *prefix, const char *args)
 {
     char cmd[4096], path[600];
-    snprintf(cmd, sizeof cmd, "env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", bin,
-             sd.dir, args, sd.dir, sd.dir);
+    snprintf(cmd, sizeof cmd, "%s '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", prefix, bin, sd.dir,
+             args, sd.dir, sd.dir);
     int st = system(cmd);
     snprintf(path, sizeof path, "%s/out", sd.dir);
     char *t = sshd_read(path);
@@ -31,6 +33,11 @@ static int run(const char *args)
         fprintf(stderr, "nnlab %s: %s\n", args, t ? t : "?");
     }
     return st;
+}
+
+static int run(const char *args)
+{
+    return run_with("env -u SSH_AUTH_SOCK", args);
 }
 
 static void put32(FILE *f, uint32_t v)
@@ -85,6 +92,35 @@ static double done_field(const char *key, int nth)
             p++;
     }
     return p ? strtod(p + strlen(k), NULL) : -1;
+}
+
+/* 2 MPI ranks x 1 core on the same data, against the 1-worker SSH run's one_ips. */
+static void bench_mpi(int rounds, double one_ips)
+{
+    char probe[700], args[2048];
+    snprintf(probe, sizeof probe, "'%s' train --help | grep -q -- --mpi", bin);
+    if (system("command -v mpirun >/dev/null 2>&1") != 0 || system(probe) != 0) {
+        printf("MPI transport: skipped (no mpirun, or nnlab built without MPI)\n");
+        return;
+    }
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    double ips = 0, comm = 0;
+    const int n = rounds > 0 ? rounds : 1;
+    for (int r = 0; r < n; r++) {
+        snprintf(args, sizeof args,
+                 "--json train --data fashion --model lenet --epochs 1 --batch 64 --threads 1 "
+                 "--mpi");
+        if (run_with("mpirun --oversubscribe --bind-to none -np 2", args) != 0)
+            return;
+        const char *e = strstr(out, "\"event\":\"epoch\"");
+        const char *k = e ? strstr(e, "\"images_per_second\":") : NULL;
+        ips += (k ? strtod(k + 20, NULL) : 0) / n;
+        comm += (done_field("comm_fraction", 0) + done_field("comm_fraction", 1)) / 2 / n;
+    }
+    printf("2 MPI ranks x 1 core (mpirun, mean of %d): %8.0f images/s, comm_fraction %.3f, "
+           "scaling efficiency against 1 x 1: %.2f\n",
+           n, ips, comm, one_ips > 0 ? ips / (2.0 * one_ips) : 0.0);
 }
 
 int main(void)
@@ -158,6 +194,7 @@ int main(void)
            rounds > 0 ? rounds : 1, mode_ips[0], mode_ips[1],
            mode_ips[0] > 0 ? 100.0 * (mode_ips[1] / mode_ips[0] - 1.0) : 0.0, mode_comm[0],
            mode_comm[1]);
+    bench_mpi(rounds, ips[1]);
     sshd_stop(&sd);
     return 0;
 }

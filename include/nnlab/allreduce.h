@@ -1,4 +1,5 @@
-/* The sliced allreduce of a cluster run (BigDL's shuffle and broadcast), over a full mesh.
+/* The sliced allreduce of a cluster run (BigDL's shuffle and broadcast), over a full mesh of
+ * members: the TCP mesh of the SSH mode, or MPI's ranks (include/nnlab/transport.h).
  *
  * The flat vector of trainable parameters and statistics is cut into one slice per member, in
  * whole blocks of 16 floats; member j owns slice j, its fp32 master copy and its optimizer state.
@@ -37,6 +38,7 @@
 #include "nnlab/error.h"
 #include "nnlab/mesh.h"
 #include "nnlab/optim.h"
+#include "nnlab/transport.h"
 
 struct nl_allreduce;
 
@@ -57,7 +59,14 @@ struct nl_allreduce_opts {
  * The mesh stays the caller's and must outlive the allreduce; so must o->optim. */
 int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const float *params,
                      const struct nl_allreduce_opts *o, struct nl_error *err);
+/* The same over any transport (include/nnlab/transport.h), which stays the caller's and must
+ * outlive the allreduce. */
+int nl_allreduce_new_over(struct nl_allreduce **out, struct nl_transport *tr, const float *params,
+                          const struct nl_allreduce_opts *o, struct nl_error *err);
 void nl_allreduce_free(struct nl_allreduce *a);
+
+/* Bytes this member has sent to its peers so far, on its transport. */
+unsigned long long nl_allreduce_bytes_sent(const struct nl_allreduce *a);
 
 /* One synchronous step. grad (n floats) is this member's gradient, scaled so that the members'
  * gradients sum to the global one (the trainer scales by 1/global batch), followed by its

@@ -36,7 +36,8 @@ struct nl_member_sync {
     void *judge_ud;
 };
 
-/* Ties the pieces together; they stay the caller's. The exchange overlaps the backward pass
+/* Ties the pieces together; they stay the caller's (mesh may be NULL: an MPI member's). Bytes
+ * sent are counted on the allreduce's transport. The exchange overlaps the backward pass
  * when the allreduce was made with overlap. */
 void nl_member_sync_init(struct nl_member_sync *s, struct nl_partition *part,
                          struct nl_allreduce *ar, struct nl_mesh *mesh);

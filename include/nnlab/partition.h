@@ -31,6 +31,12 @@ void nl_partition_epoch(struct nl_partition *p, int epoch);
  * of the global batch; returns their count and sets *global to the whole step's batch size. */
 int nl_partition_share(const struct nl_partition *p, long it, uint32_t *idx, int *global);
 
+/* The DATA payload of member r of n (net/proto.h): its samples as stored, then their labels as
+ * int32 LE, in the order nl_partition_global() lists them, and the payload's SHA-256 in hex (the
+ * name members cache it under). *out is freed with nl_free. */
+int nl_partition_payload(const struct nl_dataset *d, int batch, uint64_t seed, int n, int r,
+                         unsigned char **out, size_t *len, char hash[65], struct nl_error *err);
+
 /* A dataset holding d's samples idx[0..n) of the train split, in that order, as its train split
  * (no val or test), with d's shape, classes and normalisation. Freed with nl_dataset_free. */
 int nl_dataset_subset(struct nl_dataset **out, const struct nl_dataset *d, const uint32_t *idx,

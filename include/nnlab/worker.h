@@ -3,7 +3,10 @@
 #ifndef NNLAB_WORKER_H
 #define NNLAB_WORKER_H
 
+#include <stdint.h>
+
 #include "nnlab/error.h"
+#include "nnlab/transport.h"
 
 struct nl_worker_opts {
     const char *bind;     /* numeric address to listen on; NULL: every address */
@@ -14,5 +17,26 @@ struct nl_worker_opts {
  * and streams metrics; returns when the run is over. The end of in_fd after the setup means the
  * driver is gone or wants the run stopped: the process exits at once (status 3). */
 int nl_worker_run(int in_fd, int out_fd, const struct nl_worker_opts *wo, struct nl_error *err);
+
+/* A member's link to its driver where that is not an SSH channel (an MPI rank's, net/mpi.c),
+ * and the transport of its exchange. The frames and their order are the SSH channel's
+ * (net/worker.c) from SETUP on: there is no secret to read and no LISTEN to send, members need
+ * no mesh. send is called by one thread at a time; recv only ever by one thread.
+ *   send       one frame to the driver;
+ *   recv       the driver's next frame into a new block (freed with nl_free), waiting at most
+ *              timeout_ms (NL_ETIMEDOUT); NL_ECANCELED once the link is being closed;
+ *   transport  the exchange's transport for member rank of size (freed with
+ *              nl_transport_free). */
+struct nl_worker_link {
+    int (*send)(void *ud, uint32_t type, const void *p, uint32_t len, struct nl_error *err);
+    int (*recv)(void *ud, uint32_t *type, void **buf, uint32_t *len, int timeout_ms,
+                struct nl_error *err);
+    int (*transport)(void *ud, int rank, int size, struct nl_transport **out, struct nl_error *err);
+    void *ud;
+};
+
+/* nl_worker_run over such a link: a driver that is silent for the heartbeat timeout ends the
+ * process (status 3), as it does a worker's. One per process. */
+int nl_worker_run_link(const struct nl_worker_link *wl, struct nl_error *err);
 
 #endif

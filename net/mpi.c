@@ -1,0 +1,1120 @@
+/* A cluster run on MPI (include/nnlab/mpi.h): the launch checks, the ranks' links to the driver,
+ * and rank 0's driver.
+ *
+ * Communicators. Three duplicates of MPI_COMM_WORLD, so that no message can be taken for
+ * another: DOWN carries frames from the driver (rank 0's main thread) to the members, UP from
+ * the members to the driver (rank 0's own member, a thread, sends to its own process on it), and
+ * DATA the exchange (net/transport_mpi.c). A frame on DOWN or UP is one message whose tag is its
+ * type and whose payload is the SSH channel's payload (net/proto.h), so the member's side is the
+ * worker of net/worker.c over a link (nl_worker_link) and not a copy of it:
+ *
+ *   driver -> rank r   SETUP (rank r of N, members "rank R (HOST)"), then after the member's
+ *                      HAVE the partition (DATA) unless its ~/.cache/nnlab/data holds it, INIT,
+ *                      and STATE (its slice of the optimizer state) when resuming
+ *   rank r -> driver   METRIC every step; STATE at checkpoint steps; PARAMS (rank 0, mid-epoch
+ *                      checkpoints); WEIGHTS (rank 0, every epoch's end); DONE
+ *   driver -> rank r   JUDGE after every epoch but the last in a judged run
+ *   both ways          HEARTBEAT every heartbeat timeout / 4 (a thread on each side)
+ *   rank r -> driver   FAULT "C message" when its step or its own work failed
+ *
+ * Rank 0 reads each rank's frames in order (MPI_Iprobe by source, never ahead of what it can
+ * use, as the SSH driver reads its channels), sums each step's METRICs into one ITER event, and
+ * at an epoch's end validates rank 0's WEIGHTS, stores the checkpoint with every rank's STATE
+ * and judges: the core's epoch end (nl_epoch_event, nl_epoch_report, nl_judge_epoch).
+ *
+ * Faults. MPI jobs are fail-stop: there is no restart or re-partitioning, as the SSH mode has.
+ * A rank that dies is normally ended with the whole job by the launcher; whatever else goes
+ * wrong, nothing waits forever: the driver fails the run when a rank sends FAULT or nothing (not
+ * even a heartbeat) for the heartbeat timeout, members fail their step when the exchange makes
+ * no progress for it (net/transport_mpi.c) and exit when the driver is silent for it. Rank 0
+ * then records the run as failed (resumable from its last checkpoint, with any N) and ends the
+ * job with MPI_Abort. */
+#include "nnlab/mpi.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "net/proto.h"
+#include "net/transport_mpi.h"
+#include "nnlab/alloc.h"
+#include "nnlab/allreduce.h"
+#include "nnlab/partition.h"
+#include "nnlab/wire.h"
+#include "nnlab/worker.h"
+
+#define RANK_NAME_MAX 96
+#define VERSION_MAX   64
+#define WINDOW        4 /* steps whose metrics may be in flight */
+
+struct nl_mpi {
+    int rank, size;
+    MPI_Comm up, down, data;
+    char (*name)[RANK_NAME_MAX]; /* (size) */
+    const char **names;          /* (size) pointers into name */
+    int hb_ms;
+    /* Rank 0: its member's thread, and the driver's heartbeat thread. */
+    pthread_t member, beat;
+    int member_started, beat_started;
+    int member_rc;
+    struct nl_error member_err;
+};
+
+/* What the threads of a member's link share with nl_mpi_end: net/worker.c's reader and
+ * heartbeat threads outlive a run (they are detached), so this is process-wide and never freed.
+ * A call on the links enters before it touches the run (mp, its communicators) and is refused
+ * once they close; nl_mpi_end closes them, waits for the calls under way, and only then frees the
+ * run, so a thread that wakes later finds them closed. */
+enum { COMM_UP, COMM_DOWN };
+static struct {
+    pthread_mutex_t lock;
+    int stopping; /* the links are closing: calls end with NL_ECANCELED */
+    int inflight; /* calls under way */
+    struct nl_mpi *mp;
+    struct nl_worker_link link;
+} links = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void nap(long us)
+{
+    struct timespec ts = {us / 1000000L, (us % 1000000L) * 1000L};
+    nanosleep(&ts, NULL);
+}
+
+int nl_mpi_rank(const struct nl_mpi *mp)
+{
+    return mp->rank;
+}
+
+int nl_mpi_size(const struct nl_mpi *mp)
+{
+    return mp->size;
+}
+
+const char *nl_mpi_name(const struct nl_mpi *mp, int rank)
+{
+    return mp->names[rank];
+}
+
+static long env_long(const char *name)
+{
+    const char *s = getenv(name);
+    return s && *s ? strtol(s, NULL, 10) : -1;
+}
+
+/* The tasks the launcher says it started (-1: it does not say), and whether it wired them up
+ * for MPI (an Open MPI, PMI or PMIx launch). */
+static long launched_tasks(int *wired)
+{
+    static const char *const wired_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
+                                             "PMI_RANK", "MPI_LOCALNRANKS"};
+    *wired = 0;
+    for (size_t i = 0; i < sizeof wired_vars / sizeof *wired_vars; i++)
+        if (getenv(wired_vars[i]))
+            *wired = 1;
+    long n = env_long("OMPI_COMM_WORLD_SIZE");
+    if (n < 0)
+        n = env_long("PMI_SIZE");
+    if (n < 0)
+        n = env_long("SLURM_STEP_NUM_TASKS");
+    if (n < 0)
+        n = env_long("SLURM_NTASKS");
+    return n;
+}
+
+int nl_mpi_check_versions(const char *versions, int n, size_t stride, const char *const *names,
+                          struct nl_error *err)
+{
+    for (int r = 1; r < n; r++) {
+        const char *v = versions + (size_t)r * stride;
+        if (strncmp(v, versions, stride) != 0)
+            return nl_error_set(err, NL_EINVAL,
+                                "%s runs %.*s, rank 0 runs %.*s: every rank must run the same "
+                                "nnlab",
+                                names[r], (int)strnlen(v, stride), v,
+                                (int)strnlen(versions, stride), versions);
+    }
+    return 0;
+}
+
+static int mpi_err(struct nl_error *err, const char *what, int mrc)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    MPI_Error_string(mrc, s, &n);
+    return nl_error_set(err, NL_ENET, "MPI: %s: %s", what, s);
+}
+
+int nl_mpi_start(struct nl_mpi **out, const char *version, struct nl_error *err)
+{
+    int wired, provided = 0, inited = 0;
+    const long tasks = launched_tasks(&wired);
+
+    *out = NULL;
+    if (!wired && tasks > 1)
+        return nl_error_set(err, NL_EINVAL,
+                            "--mpi: the launcher started %ld tasks but did not connect them for "
+                            "MPI: each would run alone as rank 0 (with Slurm: srun --mpi=pmix or "
+                            "--mpi=pmi2, or mpirun inside the allocation)",
+                            tasks);
+    if (!wired)
+        return nl_error_set(err, NL_EINVAL,
+                            "--mpi: this process was not started by an MPI launcher; run it as "
+                            "mpirun -np N nnlab train ... --mpi (or srun --mpi=pmix under Slurm)");
+    struct nl_mpi *mp = nl_calloc(1, sizeof *mp);
+    if (!mp)
+        return nl_error_set(err, NL_ENOMEM, "out of memory");
+    *out = mp;
+    MPI_Initialized(&inited);
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+        return nl_error_set(err, NL_ENET, "--mpi: MPI_Init_thread failed");
+    if (inited)
+        MPI_Query_thread(&provided);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &mp->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &mp->size);
+    if (provided < MPI_THREAD_MULTIPLE)
+        return nl_error_set(err, NL_EINVAL,
+                            "--mpi: this MPI library does not support MPI_THREAD_MULTIPLE, which "
+                            "nnlab's ranks need");
+    if (mp->size == 1 && tasks > 1)
+        return nl_error_set(err, NL_EINVAL,
+                            "--mpi: the launcher started %ld tasks, but MPI sees this one alone "
+                            "as rank 0 of 1: the tasks are singletons (with Slurm: srun "
+                            "--mpi=pmix or --mpi=pmi2)",
+                            tasks);
+    mp->name = nl_calloc((size_t)mp->size, sizeof *mp->name);
+    mp->names = nl_calloc((size_t)mp->size, sizeof *mp->names);
+    char *versions = nl_calloc((size_t)mp->size, VERSION_MAX);
+    if (!mp->name || !mp->names || !versions) {
+        nl_free(versions);
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %d ranks", mp->size);
+    }
+    char host[MPI_MAX_PROCESSOR_NAME] = "", mine[RANK_NAME_MAX], v[VERSION_MAX] = "";
+    int hl = 0;
+    MPI_Get_processor_name(host, &hl);
+    snprintf(mine, sizeof mine, "rank %d (%.60s)", mp->rank, host);
+    snprintf(v, sizeof v, "%s wire %d", version, NL_WIRE_VERSION);
+    int mrc = MPI_Allgather(mine, RANK_NAME_MAX, MPI_CHAR, mp->name, RANK_NAME_MAX, MPI_CHAR,
+                            MPI_COMM_WORLD);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Allgather(v, VERSION_MAX, MPI_CHAR, versions, VERSION_MAX, MPI_CHAR,
+                            MPI_COMM_WORLD);
+    if (mrc != MPI_SUCCESS) {
+        nl_free(versions);
+        return mpi_err(err, "exchanging the ranks' names and versions", mrc);
+    }
+    for (int r = 0; r < mp->size; r++)
+        mp->names[r] = mp->name[r];
+    int rc = nl_mpi_check_versions(versions, mp->size, VERSION_MAX, mp->names, err);
+    nl_free(versions);
+    if (rc < 0)
+        return rc;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &mp->up) != MPI_SUCCESS ||
+        MPI_Comm_dup(MPI_COMM_WORLD, &mp->down) != MPI_SUCCESS ||
+        MPI_Comm_dup(MPI_COMM_WORLD, &mp->data) != MPI_SUCCESS)
+        return nl_error_set(err, NL_ENET, "MPI: cannot make the run's communicators");
+    mp->hb_ms = NL_HEARTBEAT_DEFAULT_MS;
+    return 0;
+}
+
+/* A call on the links begins (0) or is refused because they are closing. */
+static int enter(struct nl_error *err)
+{
+    pthread_mutex_lock(&links.lock);
+    const int stopping = links.stopping || !links.mp;
+    if (!stopping)
+        links.inflight++;
+    pthread_mutex_unlock(&links.lock);
+    return stopping ? nl_error_set(err, NL_ECANCELED, "the run is over") : 0;
+}
+
+static void leave(void)
+{
+    pthread_mutex_lock(&links.lock);
+    links.inflight--;
+    pthread_mutex_unlock(&links.lock);
+}
+
+static MPI_Comm comm_of(const struct nl_mpi *mp, int which)
+{
+    return which == COMM_UP ? mp->up : mp->down;
+}
+
+/* A frame to rank `to` on the UP or DOWN communicator of mp (NULL: the links' run). */
+static int send_to(struct nl_mpi *mp, int which, int to, uint32_t type, const void *p, size_t len,
+                   struct nl_error *err)
+{
+    int rc = enter(err);
+    if (rc < 0)
+        return rc;
+    if (!mp)
+        mp = links.mp;
+    if (len > NL_WIRE_MAX_PAYLOAD)
+        rc = nl_error_set(err, NL_EINVAL, "%s: a frame of %zu bytes is too long", mp->names[to],
+                          len);
+    int mrc =
+        rc == 0 ? MPI_Send(p, (int)len, MPI_BYTE, to, (int)type, comm_of(mp, which)) : MPI_SUCCESS;
+    if (mrc != MPI_SUCCESS)
+        rc = mpi_err(err, mp->names[to], mrc);
+    leave();
+    return rc;
+}
+
+/* The next frame from `from` (MPI_ANY_SOURCE: any rank, *src set) on the UP or DOWN
+ * communicator of mp (NULL: the links' run), into a new block; waits at most timeout_ms
+ * (NL_ETIMEDOUT), or not at all when timeout_ms is 0 (1: a frame came, 0: none). */
+static int recv_from(struct nl_mpi *mp, int which, int from, int *src, uint32_t *type, void **buf,
+                     uint32_t *len, int timeout_ms, struct nl_error *err)
+{
+    const double deadline = now() + 1e-3 * timeout_ms;
+    for (long spin = 0;; spin++) {
+        int rc = enter(err);
+        if (rc < 0)
+            return rc;
+        struct nl_mpi *m = mp ? mp : links.mp;
+        const MPI_Comm comm = comm_of(m, which);
+        int flag = 0, count = 0;
+        MPI_Status st;
+        int mrc = MPI_Iprobe(from, MPI_ANY_TAG, comm, &flag, &st);
+        if (mrc == MPI_SUCCESS && flag) {
+            MPI_Get_count(&st, MPI_BYTE, &count);
+            *buf = nl_malloc((size_t)count + 1);
+            if (!*buf)
+                rc = nl_error_set(err, NL_ENOMEM, "out of memory for a frame of %d bytes", count);
+            else
+                mrc = MPI_Recv(*buf, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, comm,
+                               MPI_STATUS_IGNORE);
+        }
+        if (rc == 0 && mrc != MPI_SUCCESS)
+            rc = mpi_err(err, "receiving a frame", mrc);
+        if (rc == 0 && !flag && timeout_ms > 0 && now() > deadline)
+            rc = nl_error_set(err, NL_ETIMEDOUT, "%s: nothing came within %d ms",
+                              from == MPI_ANY_SOURCE ? "the ranks" : m->names[from], timeout_ms);
+        leave();
+        if (rc < 0)
+            return rc;
+        if (flag) {
+            *type = (uint32_t)st.MPI_TAG;
+            *len = (uint32_t)count;
+            if (src)
+                *src = st.MPI_SOURCE;
+            return 1;
+        }
+        if (timeout_ms == 0)
+            return 0;
+        nap(spin < 100 ? 50 : 1000);
+    }
+}
+
+/* The member's link (nl_worker_link) to the driver on rank 0. */
+static int link_send(void *ud, uint32_t type, const void *p, uint32_t len, struct nl_error *err)
+{
+    (void)ud;
+    return send_to(NULL, COMM_UP, 0, type, p, len, err);
+}
+
+static int link_recv(void *ud, uint32_t *type, void **buf, uint32_t *len, int timeout_ms,
+                     struct nl_error *err)
+{
+    (void)ud;
+    int rc = recv_from(NULL, COMM_DOWN, 0, NULL, type, buf, len, timeout_ms, err);
+    return rc < 0 ? rc : 0;
+}
+
+static int link_transport(void *ud, int rank, int size, struct nl_transport **out,
+                          struct nl_error *err)
+{
+    (void)ud;
+    const struct nl_mpi *mp = links.mp; /* during a generation: the links are open */
+    if (rank != mp->rank || size != mp->size)
+        return nl_error_set(err, NL_EFORMAT,
+                            "the driver made this rank member %d of %d, MPI rank %d of %d", rank,
+                            size, mp->rank, mp->size);
+    return nl_transport_mpi_new(out, mp->data, mp->names, mp->hb_ms, err);
+}
+
+/* A member's own error, for the driver to report: FAULT with the steps it knows of as 0. */
+static void report_error(const struct nl_error *e)
+{
+    char text[NL_ERR_MAX + 32];
+    int k = nl_fault_encode(text, sizeof text, 0, e->msg);
+    (void)link_send(NULL, NL_FRAME_FAULT, text, (uint32_t)k, NULL);
+}
+
+/* The links of this process's run. */
+static void links_open(struct nl_mpi *mp)
+{
+    pthread_mutex_lock(&links.lock);
+    links.mp = mp;
+    links.stopping = 0;
+    links.link = (struct nl_worker_link){link_send, link_recv, link_transport, NULL};
+    pthread_mutex_unlock(&links.lock);
+}
+
+int nl_mpi_member(struct nl_mpi *mp, struct nl_error *err)
+{
+    links_open(mp);
+    int rc = nl_worker_run_link(&links.link, err);
+    if (rc < 0 && rc != NL_ECANCELED) {
+        report_error(err);
+        /* The driver records the failure and ends the job; it is not waited for longer than a
+         * heartbeat timeout. */
+        const double until = now() + 1e-3 * mp->hb_ms;
+        while (now() < until)
+            nap(20000);
+    }
+    return rc;
+}
+
+/* Rank 0's member. */
+static void *member_main(void *arg)
+{
+    struct nl_mpi *mp = arg;
+    int rc = nl_worker_run_link(&links.link, &mp->member_err);
+    if (rc < 0 && rc != NL_ECANCELED)
+        report_error(&mp->member_err);
+    mp->member_rc = rc;
+    return NULL;
+}
+
+/* The driver's heartbeats to every rank. */
+static void *beat_main(void *arg)
+{
+    struct nl_mpi *mp = arg;
+    for (;;) {
+        for (int i = 0; i < 40; i++) {
+            nap((long)mp->hb_ms * 25L); /* a quarter of the timeout, in 40 naps */
+            pthread_mutex_lock(&links.lock);
+            const int stopping = links.stopping;
+            pthread_mutex_unlock(&links.lock);
+            if (stopping)
+                return NULL;
+        }
+        for (int r = 0; r < mp->size; r++)
+            if (send_to(mp, COMM_DOWN, r, NL_FRAME_HEARTBEAT, NULL, 0, NULL) == NL_ECANCELED)
+                return NULL;
+    }
+}
+
+/* Closes the links: later calls are refused, and calls under way end. */
+static void links_close(void)
+{
+    pthread_mutex_lock(&links.lock);
+    links.stopping = 1;
+    pthread_mutex_unlock(&links.lock);
+    for (;;) {
+        pthread_mutex_lock(&links.lock);
+        const int n = links.inflight;
+        pthread_mutex_unlock(&links.lock);
+        if (n == 0)
+            break;
+        nap(1000);
+    }
+}
+
+void nl_mpi_end(struct nl_mpi *mp, int failed)
+{
+    int inited = 0, finalized = 0;
+    if (!mp)
+        return;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized && failed) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    links_close();
+    if (mp->beat_started)
+        pthread_join(mp->beat, NULL);
+    if (mp->member_started)
+        pthread_join(mp->member, NULL);
+    if (inited && !finalized) {
+        /* Every rank is done with the others before any leaves. */
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
+    }
+    pthread_mutex_lock(&links.lock);
+    links.mp = NULL;
+    pthread_mutex_unlock(&links.lock);
+    nl_free(mp->name);
+    nl_free(mp->names);
+    nl_free(mp);
+}
+
+/* ---- Rank 0: the driver ---- */
+
+/* One step's metrics from every rank, summed when all have come. */
+struct slot {
+    long step; /* 0-based global step, -1 when free */
+    int count, epoch;
+    long iter, samples, correct;
+    double loss_sum, busy;
+    struct nl_metric *w; /* (size) */
+};
+
+/* One rank as the driver follows it. */
+struct mrank {
+    long next_step; /* 0-based step of its next METRIC */
+    int done;
+    double last; /* when its last frame came */
+    struct nl_worker_metrics total;
+    /* A frame read but not handled yet (a checkpoint's piece for a later step). */
+    void *held;
+    uint32_t held_type, held_len;
+};
+
+struct mrun {
+    struct nl_mpi *mp;
+    const struct nl_mpi_opts *mo;
+    int n;
+    struct nl_model *m;
+    const struct nl_dataset *d;
+    const struct nl_train_opts *o;
+    const struct nl_train_hooks *hooks;
+    struct nl_train_result *res;
+    long iters, next_emit;
+    int nstate, epochs_done, have_weights, ndone, judges;
+    struct mrank *r;
+    struct slot slots[WINDOW];
+    struct nl_metric *slot_metrics;
+    struct nl_worker_metrics *step_w;
+    float *weights;
+    /* The checkpoint being put together: every rank's optimizer slice, rank 0's parameters. */
+    long cp_step; /* -1: none */
+    int cp_count, cp_params;
+    float *cp_state, *cp_values;
+    /* The epoch's sums. */
+    long es_samples, es_correct, total_samples;
+    double es_loss, es_busy, train_seconds;
+    struct nl_judge judge;
+    double *watched;
+};
+
+#define HOLD 2
+
+/* Within an epoch the checkpoint is stored once its pieces are in; at an epoch's end, with the
+ * epoch's metrics. */
+static int mid_checkpoint(struct mrun *run, struct nl_error *err)
+{
+    if (run->cp_step % run->iters == 0 || !run->cp_params ||
+        (run->nstate > 0 && run->cp_count < run->n))
+        return 0;
+    const int epoch_ends_only = run->judges && run->d->split[NL_VAL].n == 0;
+    if (run->hooks && run->hooks->checkpoint && !epoch_ends_only) {
+        const int epoch = (int)(run->cp_step / run->iters);
+        struct nl_rng rng;
+        nl_rng_seed(&rng, nl_rng_epoch_seed(run->o->seed, epoch + 1));
+        struct nl_checkpoint cp = {
+            .epoch = epoch,
+            .iteration = run->cp_step,
+            .params = run->cp_values,
+            .nparams = run->m->nparams,
+            .optim_state = run->nstate > 0 ? run->cp_state : NULL,
+            .optim_floats = (size_t)run->nstate * run->m->ntrainable,
+            .rng = &rng,
+        };
+        int rc = run->hooks->checkpoint(run->hooks->ud, &cp, err);
+        if (rc < 0)
+            return rc;
+    }
+    run->cp_step = -1;
+    return 0;
+}
+
+static int checkpoint_piece(struct mrun *run, int i, uint32_t type, const unsigned char *pl,
+                            uint32_t len, struct nl_error *err)
+{
+    const char *who = run->mp->names[i];
+    const size_t nt = run->m->ntrainable;
+    const long step = run->r[i].next_step; /* pieces follow the step's METRIC */
+
+    if (run->cp_step >= 0 && run->cp_step != step)
+        return HOLD;
+    if (run->cp_step < 0) {
+        run->cp_step = step;
+        run->cp_count = run->cp_params = 0;
+    }
+    if (type == NL_FRAME_PARAMS) {
+        if (len != run->m->nparams * sizeof(float))
+            return nl_error_set(err, NL_EFORMAT, "%s: a checkpoint's parameters of %u bytes", who,
+                                len);
+        memcpy(run->cp_values, pl, len);
+        run->cp_params = 1;
+        return mid_checkpoint(run, err);
+    }
+    struct nl_state_head h;
+    if (len < NL_STATE_HEADER)
+        return nl_error_set(err, NL_EFORMAT, "%s: a malformed optimizer state", who);
+    nl_state_head_decode(&h, pl);
+    const size_t lo = (size_t)h.lo, hi = (size_t)h.hi, own = hi - lo;
+    if (lo > hi || hi > nt || h.copies != 1 || (long)h.step != step ||
+        len != nl_state_size(own, run->nstate, 1))
+        return nl_error_set(err, NL_EFORMAT, "%s: a malformed optimizer state for step %ld", who,
+                            step);
+    const float *f = (const float *)(const void *)(pl + NL_STATE_HEADER);
+    for (int k = 0; k < run->nstate; k++)
+        memcpy(run->cp_state + (size_t)k * nt + lo, f + own * (size_t)(1 + k), own * sizeof(float));
+    run->cp_count++;
+    return mid_checkpoint(run, err);
+}
+
+static int on_metric(struct mrun *run, int i, const unsigned char *pl, uint32_t len,
+                     struct nl_error *err)
+{
+    struct nl_metric mt;
+    if (len != NL_METRIC_SIZE)
+        return nl_error_set(err, NL_EFORMAT, "%s: a metric of %u bytes", run->mp->names[i], len);
+    nl_metric_decode(&mt, pl);
+    const long step = (long)(mt.epoch - 1) * run->iters + mt.iter - 1;
+    if (mt.epoch < 1 || mt.epoch > run->o->epochs || mt.iter < 1 || mt.iter > run->iters ||
+        step != run->r[i].next_step || step >= run->next_emit + WINDOW)
+        return nl_error_set(err, NL_EFORMAT,
+                            "%s: a metric for epoch %d step %d, while step %ld of the run is due",
+                            run->mp->names[i], mt.epoch, mt.iter, run->next_emit + 1);
+    run->r[i].next_step++;
+    struct slot *sl = &run->slots[step % WINDOW];
+    if (sl->step != step) {
+        struct nl_metric *keep = sl->w;
+        memset(sl, 0, sizeof *sl);
+        memset(keep, 0, (size_t)run->n * sizeof *keep);
+        sl->w = keep;
+        sl->step = step;
+        sl->epoch = mt.epoch;
+        sl->iter = mt.iter;
+    }
+    sl->count++;
+    sl->samples += mt.samples;
+    sl->correct += mt.correct;
+    sl->loss_sum += mt.loss_sum;
+    if (mt.compute_seconds + mt.comm_seconds > sl->busy)
+        sl->busy = mt.compute_seconds + mt.comm_seconds;
+    sl->w[i] = mt;
+    return 0;
+}
+
+/* One frame from rank i: 0, HOLD (it waits for the checkpoint in progress), or an error. */
+static int handle_frame(struct mrun *run, int i, uint32_t type, const unsigned char *pl,
+                        uint32_t len, struct nl_error *err)
+{
+    const char *who = run->mp->names[i];
+    if (type == NL_FRAME_HEARTBEAT)
+        return 0;
+    if (type == NL_FRAME_METRIC)
+        return on_metric(run, i, pl, len, err);
+    if (type == NL_FRAME_WEIGHTS && i == 0 && len == run->m->nparams * sizeof(float)) {
+        if (run->have_weights)
+            return nl_error_set(err, NL_EFORMAT, "%s: an epoch's weights came twice", who);
+        memcpy(run->weights, pl, len);
+        run->have_weights = 1;
+        return 0;
+    }
+    if (type == NL_FRAME_DONE && len == 0) {
+        run->r[i].done = 1;
+        run->ndone++;
+        return 0;
+    }
+    if (type == NL_FRAME_FAULT) {
+        char msg[400];
+        long done;
+        nl_fault_decode(pl, len, &done, msg, sizeof msg);
+        return nl_error_set(err, NL_ENET, "%s: %s", who, msg);
+    }
+    if (type == NL_FRAME_STATE || (type == NL_FRAME_PARAMS && i == 0))
+        return checkpoint_piece(run, i, type, pl, len, err);
+    return nl_error_set(err, NL_EFORMAT, "%s: an unexpected frame (type %u)", who, type);
+}
+
+/* An epoch is complete: validation on rank 0's weights, the checkpoint with every rank's
+ * optimizer slice, the EPOCH event, judging. */
+static int end_epoch(struct mrun *run, long steps_done, struct nl_error *err)
+{
+    const struct nl_train_opts *o = run->o;
+    struct nl_model *m = run->m;
+    const int epoch = (int)(steps_done / run->iters);
+    struct nl_epoch_sums e = {
+        .epoch = epoch,
+        .iters = run->iters,
+        .loss = run->es_loss,
+        .correct = run->es_correct,
+        .samples = run->es_samples,
+        .seconds = run->es_busy,
+        .val_loss = NAN,
+        .val_accuracy = NAN,
+        .lr = nl_schedule_lr(&o->schedule, o->optim.lr, steps_done, run->iters,
+                             (long)o->epochs * run->iters, run->judge.plateau.factor),
+        .nworkers = run->n,
+        .workers = run->step_w,
+    };
+    struct nl_event ev;
+
+    run->train_seconds += run->es_busy;
+    run->total_samples += run->es_samples;
+    memcpy(m->params, run->weights, m->nparams * sizeof(float));
+    if (run->d->split[NL_VAL].n > 0) {
+        int rc = nl_evaluate(m, run->d, NL_VAL, 0, &e.val_loss, &e.val_accuracy, err);
+        if (rc < 0)
+            return rc;
+    }
+    for (int i = 0; i < run->n; i++) {
+        run->step_w[i] = run->r[i].total;
+        run->step_w[i].loss =
+            run->step_w[i].samples > 0 ? run->step_w[i].loss / run->step_w[i].samples : 0.0;
+    }
+    nl_epoch_event(&e, o, run->res, &ev);
+    struct nl_rng rng;
+    nl_rng_seed(&rng, nl_rng_epoch_seed(o->seed, epoch));
+    const int state = run->nstate > 0 && run->cp_step == steps_done && run->cp_count == run->n;
+    struct nl_checkpoint cp = {
+        .epoch = epoch,
+        .iteration = steps_done,
+        .params = m->params,
+        .nparams = m->nparams,
+        .optim_state = state ? run->cp_state : NULL,
+        .optim_floats = state ? (size_t)run->nstate * m->ntrainable : 0,
+        .rng = &rng,
+    };
+    int rc = nl_epoch_report(run->hooks, &cp, &ev, err);
+    if ((rc == 0 || rc == NL_ECANCELED) && run->cp_step == steps_done)
+        run->cp_step = -1;
+    if (rc < 0)
+        return rc;
+    run->es_samples = run->es_correct = 0;
+    run->es_loss = run->es_busy = 0;
+    const double watched = nl_epoch_watched(&ev);
+    run->watched[epoch - 1] = watched;
+    if (nl_judge_epoch(&run->judge, o, epoch, watched))
+        run->res->stopped_early = 1;
+    return 0;
+}
+
+/* A step every rank reported: its totals and its ITER event. */
+static int emit_step(struct mrun *run, struct slot *sl, long ne, struct nl_error *err)
+{
+    const struct nl_train_opts *o = run->o;
+    for (int i = 0; i < run->n; i++) {
+        const struct nl_metric *mt = &sl->w[i];
+        struct nl_worker_metrics *t = &run->r[i].total, *w = &run->step_w[i];
+        t->samples += mt->samples;
+        t->loss += mt->loss_sum;
+        t->compute_seconds += mt->compute_seconds;
+        t->comm_seconds += mt->comm_seconds;
+        t->bytes_sent += mt->bytes_sent;
+        w->samples = mt->samples;
+        w->loss = mt->samples > 0 ? mt->loss_sum / mt->samples : 0.0;
+        w->compute_seconds = mt->compute_seconds;
+        w->comm_seconds = mt->comm_seconds;
+        w->bytes_sent = mt->bytes_sent;
+    }
+    run->es_samples += sl->samples;
+    run->es_correct += sl->correct;
+    run->es_loss += sl->loss_sum;
+    run->es_busy += sl->busy;
+    if (!isfinite(sl->loss_sum))
+        return nl_error_set(err, NL_ENAN,
+                            "epoch %d, step %ld: the loss is not finite; lower the learning rate "
+                            "(now %g)",
+                            sl->epoch, sl->iter, o->optim.lr);
+    if (!run->hooks || !run->hooks->event || sl->samples == 0)
+        return 0;
+    const double elapsed = run->es_busy;
+    const long gstep = ne + 1, total = (long)o->epochs * run->iters;
+    const double per_step = (run->train_seconds + elapsed) / (double)gstep;
+    struct nl_event ev = {
+        .kind = NL_EVENT_ITER,
+        .epoch = sl->epoch,
+        .epochs = o->epochs,
+        .iter = sl->iter,
+        .iters = run->iters,
+        .loss = sl->loss_sum / (double)sl->samples,
+        .accuracy = (double)run->es_correct / (double)run->es_samples,
+        .val_loss = NAN,
+        .val_accuracy = NAN,
+        .test_accuracy = NAN,
+        .test_loss = NAN,
+        .seconds = elapsed,
+        .images_per_second = (double)run->es_samples / (elapsed > 0 ? elapsed : 1e-9),
+        .eta_seconds = per_step * (double)(total - gstep),
+        .lr = nl_schedule_lr(&o->schedule, o->optim.lr, gstep, run->iters, total,
+                             run->judge.plateau.factor),
+        .samples = run->es_samples,
+        .nworkers = run->n,
+        .workers = run->step_w,
+    };
+    if (run->hooks->event(run->hooks->ud, &ev))
+        return nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d", sl->epoch);
+    return 0;
+}
+
+/* Emits, in order, the steps every rank reported and the epochs they complete. */
+static int emit(struct mrun *run, struct nl_error *err)
+{
+    for (;;) {
+        const long ne = run->next_emit;
+        if (ne > 0 && ne % run->iters == 0 && ne / run->iters > run->epochs_done) {
+            if (!run->have_weights ||
+                (run->nstate > 0 && !(run->cp_step == ne && run->cp_count == run->n)))
+                return 0;
+            int rc = end_epoch(run, ne, err);
+            if (rc < 0)
+                return rc;
+            run->have_weights = 0;
+            run->epochs_done++;
+            for (int i = 0; i < run->n; i++)
+                run->r[i].last = now(); /* what came meanwhile is not read yet */
+            if (run->judges && run->epochs_done < run->o->epochs) {
+                unsigned char j[NL_JUDGE_SIZE];
+                nl_judge_encode(j, run->epochs_done, run->watched[run->epochs_done - 1]);
+                for (int i = 0; i < run->n; i++) {
+                    rc = send_to(run->mp, COMM_DOWN, i, NL_FRAME_JUDGE, j, sizeof j, err);
+                    if (rc < 0)
+                        return rc;
+                }
+            }
+            continue;
+        }
+        struct slot *sl = &run->slots[ne % WINDOW];
+        if (!(sl->step == ne && sl->count == run->n))
+            return 0;
+        int rc = emit_step(run, sl, ne, err);
+        if (rc < 0)
+            return rc;
+        sl->step = -1;
+        run->next_emit++;
+    }
+}
+
+/* Reads what rank i sent, as far as the driver can use it: 1 when a frame was handled. */
+static int serve(struct mrun *run, int i, struct nl_error *err)
+{
+    struct mrank *p = &run->r[i];
+    int progressed = 0;
+    for (;;) {
+        if ((i == 0 && run->have_weights) || p->next_step >= run->next_emit + WINDOW || p->done) {
+            p->last = now(); /* not read now: its silence says nothing */
+            return progressed;
+        }
+        uint32_t type, len;
+        void *pl;
+        if (p->held) {
+            type = p->held_type;
+            len = p->held_len;
+            pl = p->held;
+            p->held = NULL;
+        } else {
+            int got = recv_from(run->mp, COMM_UP, i, NULL, &type, &pl, &len, 0, err);
+            if (got < 0)
+                return got;
+            if (got == 0)
+                return progressed;
+            p->last = now();
+        }
+        int rc = handle_frame(run, i, type, pl, len, err);
+        if (rc == HOLD) {
+            p->held = pl;
+            p->held_type = type;
+            p->held_len = len;
+            return progressed;
+        }
+        nl_free(pl);
+        if (rc < 0)
+            return rc;
+        progressed = 1;
+    }
+}
+
+/* The driver's side of the run after the setup: until every rank is done. */
+static int follow(struct mrun *run, struct nl_error *err)
+{
+    while (run->ndone < run->n) {
+        int progressed = 0;
+        for (int i = 0; i < run->n; i++) {
+            int rc = serve(run, i, err);
+            if (rc < 0)
+                return rc;
+            progressed |= rc;
+        }
+        int rc = emit(run, err);
+        if (rc < 0)
+            return rc;
+        if (run->mo->stop && *run->mo->stop)
+            return nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d",
+                                run->epochs_done + 1);
+        if (progressed)
+            continue;
+        const double t = now();
+        for (int i = 0; i < run->n; i++) {
+            struct mrank *p = &run->r[i];
+            if (!p->done && !p->held && t - p->last > 1e-3 * run->mp->hb_ms)
+                return nl_error_set(err, NL_ETIMEDOUT,
+                                    "%s: lost (no heartbeat for %.1f s during step %ld)",
+                                    run->mp->names[i], t - p->last, p->next_step + 1);
+        }
+        nap(500);
+    }
+    return 0;
+}
+
+/* Rank r's setup: SETUP, its partition unless cached, INIT, and its STATE when resuming. */
+static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_member *members,
+                      const float *state, long start, struct nl_error *err)
+{
+    const struct nl_dataset *d = run->d;
+    const struct nl_model *m = run->m;
+    struct nl_mpi *mp = run->mp;
+    struct nl_setup s = {
+        .rank = r,
+        .size = run->n,
+        .o = *run->o,
+        .bf16 = run->mo->bf16,
+        .timeout_ms = mp->hb_ms,
+        .start = start,
+        .has_state = state != NULL,
+        .heartbeat_ms = mp->hb_ms,
+        .ntrain = (uint32_t)d->split[NL_TRAIN].n,
+        .shape = d->shape,
+        .nclasses = d->nclasses,
+        .regression = d->regression,
+        .vocab = d->nvocab,
+        .dtype = (int)d->dtype,
+        .nnorm = d->nnorm < NL_PROTO_MAX_NORM ? d->nnorm : NL_PROTO_MAX_NORM,
+        .members = members,
+        .spec = m->spec_text,
+        .frozen = frozen[0] ? (char *)frozen : NULL,
+        .watched = run->judges ? run->watched : NULL,
+        .nwatched = run->judges ? (int)(start / run->iters) : 0,
+    };
+    unsigned char *data = NULL;
+    size_t dlen = 0, tlen;
+    char *text;
+    void *pl = NULL;
+    uint32_t type, len;
+    int have = 0;
+
+    s.o.sync = NULL;
+    s.o.resume = NULL;
+    memcpy(s.mean, d->mean, (size_t)s.nnorm * sizeof(float));
+    memcpy(s.std, d->std, (size_t)s.nnorm * sizeof(float));
+    int rc = nl_partition_payload(d, run->o->batch, run->o->seed, run->n, r, &data, &dlen,
+                                  s.data_hash, err);
+    if (rc == 0)
+        rc = nl_setup_encode(&s, &text, &tlen, err);
+    if (rc == 0) {
+        rc = send_to(mp, COMM_DOWN, r, NL_FRAME_SETUP, text, tlen, err);
+        nl_free(text);
+    }
+    /* Its HAVE, after heartbeats. */
+    while (rc == 0) {
+        rc = recv_from(mp, COMM_UP, r, NULL, &type, &pl, &len, 60000, err);
+        if (rc < 0)
+            break;
+        rc = 0;
+        if (type != NL_FRAME_HEARTBEAT)
+            break;
+        nl_free(pl);
+        pl = NULL;
+    }
+    if (rc == 0 && type == NL_FRAME_FAULT)
+        rc = handle_frame(run, r, type, pl, len, err);
+    else if (rc == 0 && (type != NL_FRAME_HAVE || nl_have_decode(pl, len, &have) < 0))
+        rc = nl_error_set(err, NL_EFORMAT,
+                          "%s: did not answer its setup (frame type %u of %u bytes)", mp->names[r],
+                          type, len);
+    nl_free(pl);
+    if (rc == 0 && !have)
+        rc = send_to(mp, COMM_DOWN, r, NL_FRAME_DATA, data, dlen, err);
+    nl_free(data);
+    if (rc == 0)
+        rc = send_to(mp, COMM_DOWN, r, NL_FRAME_INIT, m->params, m->nparams * sizeof(float), err);
+    if (rc == 0 && state) {
+        unsigned char *b = NULL;
+        size_t lo, hi, bytes;
+        nl_allreduce_state_bounds(m->nreduce, m->ntrainable, run->n, r, &lo, &hi);
+        rc = nl_state_encode_slice(&b, &bytes, lo, hi, start, m->params, state, m->ntrainable,
+                                   run->nstate, err);
+        if (rc == 0)
+            rc = send_to(mp, COMM_DOWN, r, NL_FRAME_STATE, b, bytes, err);
+        nl_free(b);
+    }
+    run->r[r].next_step = start;
+    run->r[r].last = now();
+    return rc;
+}
+
+/* The frozen layers' names, comma-separated ("" for none): members freeze the same. */
+static char *frozen_names(const struct nl_model *m)
+{
+    size_t cap = 1;
+    for (int i = 0; i < m->nlayers; i++)
+        cap += strlen(m->layers[i].name) + 1;
+    char *f = nl_calloc(cap, 1);
+    for (int i = 0; f && i < m->nlayers; i++) {
+        if (!m->layers[i].frozen)
+            continue;
+        if (f[0])
+            strcat(f, ",");
+        strcat(f, m->layers[i].name);
+    }
+    return f;
+}
+
+static void run_free(struct mrun *run)
+{
+    for (int i = 0; run->r && i < run->n; i++)
+        nl_free(run->r[i].held);
+    nl_free(run->r);
+    nl_free(run->slot_metrics);
+    nl_free(run->step_w);
+    nl_free(run->weights);
+    nl_free(run->cp_state);
+    nl_free(run->cp_values);
+    nl_free(run->watched);
+}
+
+/* Where a resumed run starts: its epochs judged so far, its optimizer state. */
+static const float *resume_point(struct mrun *run, long *start)
+{
+    const struct nl_resume *r = run->o->resume;
+    *start = 0;
+    if (!r)
+        return NULL;
+    *start = r->iteration;
+    run->next_emit = r->iteration;
+    run->epochs_done = r->epoch;
+    run->res->epochs = r->epoch;
+    for (int e = 0; e < r->epoch; e++) {
+        run->watched[e] = r->watched ? r->watched[e] : NAN;
+        nl_judge_epoch(&run->judge, run->o, e + 1, run->watched[e]);
+    }
+    const size_t sfloats = (size_t)run->nstate * run->m->ntrainable;
+    return r->optim_state && r->optim_floats == sfloats && sfloats > 0 ? r->optim_state : NULL;
+}
+
+/* The run's end: the test split, the DONE event, each rank's totals. */
+static int finish(struct mrun *run, struct nl_worker_metrics *stats, struct nl_error *err)
+{
+    struct nl_train_result *res = run->res;
+    const struct nl_train_opts *o = run->o;
+    if (res->epochs != o->epochs && !res->stopped_early)
+        return nl_error_set(err, NL_EIO, "the ranks finished after %d of %d epochs", res->epochs,
+                            o->epochs);
+    if (run->d->split[NL_TEST].n > 0) {
+        int rc = nl_evaluate(run->m, run->d, NL_TEST, 0, &res->test_loss, &res->test_accuracy, err);
+        if (rc < 0)
+            return rc;
+    }
+    res->seconds = run->train_seconds;
+    res->images_per_second =
+        (double)run->total_samples / (run->train_seconds > 0 ? run->train_seconds : 1e-9);
+    for (int i = 0; i < run->n; i++) {
+        run->step_w[i] = run->r[i].total;
+        run->step_w[i].host = run->mp->names[i];
+        run->step_w[i].loss =
+            run->step_w[i].samples > 0 ? run->step_w[i].loss / run->step_w[i].samples : 0.0;
+        if (stats)
+            stats[i] = run->step_w[i];
+    }
+    if (run->hooks && run->hooks->event) {
+        struct nl_event ev;
+        nl_done_event(res, o, &ev);
+        ev.nworkers = run->n;
+        ev.workers = run->step_w;
+        run->hooks->event(run->hooks->ud, &ev);
+    }
+    return 0;
+}
+
+int nl_mpi_train(struct nl_mpi *mp, const struct nl_mpi_opts *mo, struct nl_model *m,
+                 const struct nl_dataset *d, const struct nl_train_opts *o,
+                 const struct nl_train_hooks *hooks, struct nl_train_result *res,
+                 struct nl_worker_metrics *stats, struct nl_error *err)
+{
+    struct mrun run = {.mp = mp,
+                       .mo = mo,
+                       .n = mp->size,
+                       .m = m,
+                       .d = d,
+                       .o = o,
+                       .hooks = hooks,
+                       .res = res,
+                       .cp_step = -1};
+    const long ntrain = (long)d->split[NL_TRAIN].n;
+    char *frozen = NULL;
+    struct nl_member *members = NULL;
+    int rc;
+
+    memset(res, 0, sizeof *res);
+    res->val_accuracy = res->test_accuracy = res->test_loss = NAN;
+    if (mp->rank != 0)
+        return nl_error_set(err, NL_EINVAL, "only rank 0 drives an MPI run");
+    if (ntrain == 0)
+        return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
+    rc = nl_optim_validate(&o->optim, err);
+    if (rc < 0)
+        return rc;
+    run.iters = (ntrain + o->batch - 1) / o->batch;
+    if (o->resume && (rc = nl_resume_check(o->resume, o->epochs, run.iters, err)) < 0)
+        return rc;
+    mp->hb_ms = mo->heartbeat_ms > 0 ? mo->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
+    run.nstate = nl_optim_state_arrays(&o->optim);
+    run.judges = nl_train_judges(o);
+    nl_judge_init(&run.judge);
+    const size_t sfloats = (size_t)run.nstate * m->ntrainable;
+    run.r = nl_calloc((size_t)run.n, sizeof *run.r);
+    run.slot_metrics = nl_calloc((size_t)WINDOW * (size_t)run.n, sizeof *run.slot_metrics);
+    run.step_w = nl_calloc((size_t)run.n, sizeof *run.step_w);
+    run.weights = nl_alloc_floats(m->nparams);
+    run.cp_state = nl_alloc_floats(sfloats + 1);
+    run.cp_values = nl_alloc_floats(m->nparams);
+    run.watched = nl_calloc((size_t)o->epochs + 1, sizeof *run.watched);
+    frozen = frozen_names(m);
+    members = nl_calloc((size_t)run.n, sizeof *members);
+    if (!run.r || !run.slot_metrics || !run.step_w || !run.weights || !run.cp_state ||
+        !run.cp_values || !run.watched || !frozen || !members) {
+        rc = nl_error_set(err, NL_ENOMEM, "out of memory for %d ranks", run.n);
+        goto out;
+    }
+    for (int k = 0; k < WINDOW; k++) {
+        run.slots[k].step = -1;
+        run.slots[k].w = run.slot_metrics + (size_t)k * (size_t)run.n;
+    }
+    for (int i = 0; i < run.n; i++) {
+        run.step_w[i].host = run.r[i].total.host = mp->names[i];
+        snprintf(members[i].name, sizeof members[i].name, "rank%d", i);
+        snprintf(members[i].addr, sizeof members[i].addr, "mpi");
+    }
+    long start;
+    const float *state = resume_point(&run, &start);
+
+    /* Rank 0's member, and the heartbeats that keep every member's reader content. */
+    links_open(mp);
+    mp->member_started = pthread_create(&mp->member, NULL, member_main, mp) == 0;
+    mp->beat_started = mp->member_started && pthread_create(&mp->beat, NULL, beat_main, mp) == 0;
+    if (!mp->beat_started) {
+        rc = nl_error_set(err, NL_ENOMEM, "cannot start the driver's threads");
+        goto out;
+    }
+    for (int r = 0; r < run.n && rc == 0; r++)
+        rc = setup_rank(&run, r, frozen, members, state, start, err);
+    if (rc == 0)
+        rc = follow(&run, err);
+    if (rc == 0)
+        rc = finish(&run, stats, err);
+out:
+    run_free(&run);
+    nl_free(frozen);
+    nl_free(members);
+    return rc;
+}

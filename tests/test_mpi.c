@@ -1,0 +1,465 @@
+/* MPI mode end to end, through the real binary under Open MPI's mpirun (--oversubscribe, on
+ * 127.0.0.1): 1, 2 and 3 ranks reach the loss curve of one local run of the same seed and global
+ * batch; an MPI run and an SSH run (the private sshd of tests/sshd.h) of a seed end with
+ * bit-identical weights; bytes per rank per step within 1.02x of 2(N-1)/N of the trainable
+ * bytes, frozen layers costing nothing and bf16 about half; the run is recorded with each rank's
+ * worker steps; a run of 3 ranks resumed on 2; a rank killed with SIGKILL ends the job within
+ * the heartbeat timeout, no rank left, the run resumable; and the misconfigurations: --mpi
+ * outside a launcher, singletons, --mpi with --hosts, ranks of different versions. */
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nnlab-config.h"
+#include "nnlab/model.h"
+#include "nnlab/spec.h"
+#if NNLAB_HAVE_MPI
+#include "nnlab/mpi.h"
+#endif
+#include "sshd.h"
+#include "tap.h"
+
+/* 541 training samples after --val 0.1. */
+enum { SIDE = 12, NTRAIN = 600, NTRAIN_TRAIN = 541, EPOCHS = 2, BATCH = 32 };
+
+static struct sshd sd;
+static int have_sshd;
+static const char *bin;
+static char out[1 << 16], errtext[1 << 16];
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void read_outputs(void)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/out", sd.dir);
+    char *t = sshd_read(path);
+    snprintf(out, sizeof out, "%s", t ? t : "");
+    snprintf(path, sizeof path, "%s/err", sd.dir);
+    t = sshd_read(path);
+    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
+    for (char *c = errtext; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
+}
+
+/* The command line of `PREFIX nnlab --db DB ARGS` with its output to DIR/out and DIR/err. */
+static void command(char *cmd, size_t cap, const char *prefix, const char *args)
+{
+    snprintf(cmd, cap, "%s '%s' --db '%s/db' %s >'%s/out' 2>'%s/err' </dev/null", prefix, bin,
+             sd.dir, args, sd.dir, sd.dir);
+}
+
+static int run_cmd(const char *prefix, const char *fmt, va_list ap)
+{
+    char args[2048], cmd[4096];
+    vsnprintf(args, sizeof args, fmt, ap);
+    command(cmd, sizeof cmd, prefix, args);
+    int st = system(cmd);
+    read_outputs();
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* nnlab ARGS, alone. */
+static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int nnlab(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int st = run_cmd("env -u SSH_AUTH_SOCK", fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+#define MPIRUN "mpirun --oversubscribe --bind-to none"
+
+/* nnlab ARGS under mpirun -np n. */
+static int mpi(int n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int mpi(int n, const char *fmt, ...)
+{
+    char prefix[128];
+    va_list ap;
+    snprintf(prefix, sizeof prefix, MPIRUN " -np %d", n);
+    va_start(ap, fmt);
+    int st = run_cmd(prefix, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* The "train_loss" values of the epoch lines in out. */
+static int losses(double *v, int max)
+{
+    int n = 0;
+    for (const char *p = out; n < max && (p = strstr(p, "\"train_loss\":")); p++)
+        v[n++] = strtod(p + 13, NULL);
+    return n;
+}
+
+/* The bytes_sent of each worker in the done line. */
+static int done_bytes(unsigned long long *v, int max)
+{
+    const char *done = strstr(out, "\"event\":\"done\"");
+    int n = 0;
+    for (const char *p = done; p && n < max && (p = strstr(p, "\"bytes_sent\":")); p++)
+        v[n++] = strtoull(p + 13, NULL, 10);
+    return n;
+}
+
+static const char spec_text[] = "fc1: dense 24\nrelu\nfc2: dense N\n";
+
+static const char *train_args(const char *name, int epochs)
+{
+    static char a[1024];
+    snprintf(a, sizeof a,
+             "--json train --data syn --model '%s/spec' --epochs %d --batch %d --seed 3 "
+             "--threads 1 --name %s",
+             sd.dir, epochs, BATCH, name);
+    return a;
+}
+
+/* Whether two files hold the same bytes (and are not empty). */
+static int same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int ca = 0, cb = 0;
+    long n = 0;
+    while (fa && fb && ca == cb && ca != EOF) {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+        n++;
+    }
+    const int same = fa && fb && ca == cb && n > 1;
+    if (fa)
+        fclose(fa);
+    if (fb)
+        fclose(fb);
+    return same;
+}
+
+/* The process ids of pid's children. */
+static int children(long pid, long *kids, int max)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) && n < max) {
+        long p = strtol(e->d_name, NULL, 10);
+        if (p > 0 && sshd_parent_of(p) == pid)
+            kids[n++] = p;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Whether process pid has NAME=VALUE in its environment. */
+static int has_env(long pid, const char *name_value)
+{
+    char path[64], buf[1 << 15];
+    snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+        if (strcmp(buf + i, name_value) == 0)
+            return 1;
+    return 0;
+}
+
+/* A cluster's data order is not a local run's (net/partition.c): a step's global batch holds the
+ * same samples on any number of members, but only a run whose batch is the whole train split
+ * sees a local run's batches. So N ranks follow one rank's curve, and with full batches a local
+ * run's. */
+static void check_local_and_ranks(double *base, long iters, double tbytes)
+{
+    double loc[3] = {0}, full[3] = {0};
+    char a[1200];
+    snprintf(a, sizeof a, "%s --batch %d", train_args("localfull", 3), NTRAIN_TRAIN);
+    is_int(nnlab("%s", a), 0, "a local full-batch run trains: %s", errtext);
+    is_int(losses(loc, 3), 3, "one epoch line per epoch");
+    snprintf(a, sizeof a, "%s --batch %d --mpi", train_args("mpifull", 3), NTRAIN_TRAIN);
+    is_int(mpi(3, "%s", a), 0, "3 ranks, full batches: %s", errtext);
+    const int nf = losses(full, 3);
+    ok(nf == 3 && fabs(full[0] - loc[0]) < 1e-5 && fabs(full[2] - loc[2]) < 1e-4,
+       "3 ranks, full batches: the local run's loss curve (%.6f %.6f vs %.6f %.6f)", full[0],
+       full[2], loc[0], loc[2]);
+    for (int n = 1; n <= 3; n++) {
+        char name[16];
+        double got[EPOCHS] = {0};
+        unsigned long long b[4] = {0};
+        snprintf(name, sizeof name, "mpi%d", n);
+        is_int(mpi(n, "%s --mpi", train_args(name, EPOCHS)), 0, "%d ranks train: %s", n, errtext);
+        const int nl = losses(got, EPOCHS);
+        if (n == 1)
+            memcpy(base, got, sizeof got);
+        ok(nl == EPOCHS && fabs(got[0] - base[0]) < 1e-4 &&
+               fabs(got[EPOCHS - 1] - base[EPOCHS - 1]) < 1e-4,
+           "%d ranks: the loss curve of 1 (%.6f %.6f vs %.6f %.6f)", n, got[0], got[EPOCHS - 1],
+           base[0], base[EPOCHS - 1]);
+        is_int(done_bytes(b, 4), n, "%d ranks: the done line names each rank", n);
+        const double want = 2.0 * (n - 1) / n * tbytes;
+        int within = 1;
+        for (int r = 0; r < n; r++) {
+            const double per = (double)b[r] / (double)(EPOCHS * iters);
+            within &= n == 1 ? b[r] == 0 : per >= want / 1.02 && per <= want * 1.02;
+            if (n > 1)
+                diag("%d ranks: rank %d sends %.0f bytes per step, 2(N-1)/N of the trainable "
+                     "bytes is %.0f",
+                     n, r, per, want);
+        }
+        ok(within, "%d ranks: bytes per rank per step within 1.02x of 2(N-1)/N of %.0f", n, tbytes);
+        const long long ranks = sshd_db_int(
+            &sd,
+            "SELECT COUNT(DISTINCT worker) FROM worker_steps WHERE run = (SELECT id FROM runs "
+            "WHERE name = '%s') AND host LIKE 'rank %%'",
+            name);
+        is_int(ranks, n, "%d ranks: each rank's worker steps are recorded", n);
+    }
+    like(out, "\"host\":\"rank 2 (", "workers are named by rank and host");
+    is_int(nnlab("--json runs"), 0, "runs lists the runs");
+    like(out, "\"name\":\"mpi3\"", "the MPI run is a run of the store");
+}
+
+static void check_frozen_and_bf16(long iters, double tbytes, double head_bytes)
+{
+    unsigned long long b[4] = {0};
+    double got[EPOCHS] = {0}, base[EPOCHS] = {0};
+
+    is_int(mpi(2, "%s --mpi --freeze fc1", train_args("frozen", EPOCHS)), 0,
+           "2 ranks with fc1 frozen: %s", errtext);
+    int nb = done_bytes(b, 4);
+    ok(nb == 2 && fabs((double)b[0] / (double)(EPOCHS * iters) - head_bytes) <= 0.02 * head_bytes,
+       "frozen layers cost nothing: %.0f bytes per step, 2(N-1)/N of fc2's is %.0f",
+       nb ? (double)b[0] / (double)(EPOCHS * iters) : 0.0, head_bytes);
+
+    is_int(mpi(1, "%s --mpi", train_args("one", EPOCHS)), 0, "1 rank again");
+    losses(base, EPOCHS);
+    is_int(mpi(2, "%s --mpi --compress bf16", train_args("bf16", EPOCHS)), 0,
+           "2 ranks with bf16: %s", errtext);
+    nb = done_bytes(b, 4);
+    const double per = nb ? (double)b[0] / (double)(EPOCHS * iters) : 0.0;
+    ok(nb == 2 && fabs(per - tbytes / 2.0) <= 0.02 * tbytes / 2.0,
+       "bf16 halves the bytes: %.0f per step", per);
+    const int nl = losses(got, EPOCHS);
+    ok(nl == EPOCHS && fabs(got[0] - base[0]) < 0.05, "bf16: near the fp32 curve (%.4f vs %.4f)",
+       got[0], base[0]);
+}
+
+/* Clipping by the global norm (NORM frames between the ranks) and early stopping (JUDGE from
+ * rank 0 after each epoch) as on one rank. */
+static void check_clip_and_judge(void)
+{
+    double one[EPOCHS] = {0}, two[EPOCHS] = {0};
+    is_int(mpi(1, "%s --mpi --clip-norm 0.05", train_args("clip1", EPOCHS)), 0,
+           "1 rank with --clip-norm: %s", errtext);
+    losses(one, EPOCHS);
+    is_int(mpi(3, "%s --mpi --clip-norm 0.05", train_args("clip3", EPOCHS)), 0,
+           "3 ranks with --clip-norm: %s", errtext);
+    const int nl = losses(two, EPOCHS);
+    ok(nl == EPOCHS && fabs(two[EPOCHS - 1] - one[EPOCHS - 1]) < 1e-4,
+       "3 ranks clip by the global norm as 1 does (%.6f vs %.6f)", two[EPOCHS - 1],
+       one[EPOCHS - 1]);
+    is_int(mpi(2, "%s --mpi --early-stop-acc 0.5", train_args("early", 4)), 0,
+           "2 ranks with --early-stop-acc: %s", errtext);
+    like(out, "\"stopped_early\":true", "stop early");
+    like(out, "\"epochs\":1,", "after the first epoch");
+}
+
+static void check_ssh_identical(void)
+{
+    char a[600], b[600];
+    if (!have_sshd) {
+        ok(1, "# SKIP MPI vs SSH: no sshd");
+        return;
+    }
+    is_int(nnlab("%s --hosts node1:1,node2:1 --ssh-config '%s/ssh_config'",
+                 train_args("ssh2", EPOCHS), sd.dir),
+           0, "2 SSH workers train: %s", errtext);
+    snprintf(a, sizeof a, "%s/ssh2.safetensors", sd.dir);
+    snprintf(b, sizeof b, "%s/mpi2.safetensors", sd.dir);
+    is_int(nnlab("export ssh2 '%s'", a), 0, "export the SSH run: %s", errtext);
+    is_int(nnlab("export mpi2 '%s'", b), 0, "export the MPI run: %s", errtext);
+    ok(same_file(a, b), "an MPI run and an SSH run of a seed end with bit-identical weights");
+}
+
+/* 3 ranks train 2 epochs with adam; resumed on 2 ranks, the third epoch is that of a run of 3
+ * epochs straight (on 1 rank: the same data order): the adam moments were gathered into the
+ * checkpoint and re-cut into 2 slices (restarting them from zeros changes the epoch's loss by far
+ * more than the 1% allowed). */
+static void check_resume(void)
+{
+    double got[4] = {0}, base[4] = {0};
+    is_int(mpi(3, "%s --mpi --optim adam --lr 0.003 --schedule constant", train_args("re", 2)), 0,
+           "3 ranks train 2 epochs with adam: %s", errtext);
+    is_int(mpi(1, "%s --mpi --optim adam --lr 0.003 --schedule constant", train_args("adam3", 3)),
+           0, "1 rank trains 3 epochs with adam: %s", errtext);
+    is_int(losses(base, 3), 3, "3 epoch lines");
+    is_int(mpi(2, "--json train --resume re --epochs 3 --mpi"), 0,
+           "resumed on 2 ranks to epoch 3: %s", errtext);
+    const int nl = losses(got, 4);
+    ok(nl == 1 && fabs(got[0] - base[2]) <= 0.01 * base[2],
+       "its third epoch is the straight run's, optimizer state re-cut (%.6f vs %.6f)", got[0],
+       base[2]);
+    like(out, "\"epochs\":3", "the run has 3 epochs");
+}
+
+static void check_kill(void)
+{
+    char args[1024], cmd[4096];
+    snprintf(args, sizeof args, "%s --mpi --heartbeat-timeout 2", train_args("killed", 40));
+    command(cmd, sizeof cmd, "exec " MPIRUN " -np 3", args);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    /* After the first epoch, kill rank 1. */
+    long victim = -1;
+    const double t0 = mono();
+    while (mono() - t0 < 30 && victim < 0) {
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+        if (sshd_db_int(&sd, "SELECT COUNT(*) FROM epochs WHERE run = (SELECT id FROM runs "
+                             "WHERE name = 'killed')") < 1)
+            continue;
+        long kids[16];
+        const int nk = children(pid, kids, 16);
+        for (int i = 0; i < nk; i++)
+            if (has_env(kids[i], "OMPI_COMM_WORLD_RANK=1"))
+                victim = kids[i];
+    }
+    ok(victim > 0 && kill((pid_t)victim, SIGKILL) == 0, "rank 1 killed after an epoch");
+    const double tk = mono();
+    int status = 0, ended = 0;
+    while (mono() - tk < 20 && !ended) {
+        ended = waitpid(pid, &status, WNOHANG) == pid;
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+    }
+    if (!ended) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    ok(ended, "the job ended %.1f s after the kill (heartbeat timeout 2 s)", mono() - tk);
+    read_outputs();
+    ok(!WIFEXITED(status) || WEXITSTATUS(status) != 0, "with a failure status");
+    long kids[16];
+    ok(children(pid, kids, 16) == 0, "no rank is left");
+    const long long done =
+        sshd_db_int(&sd, "SELECT COUNT(*) FROM runs WHERE name = 'killed' AND status = 'done'");
+    is_int(done, 0, "the run is not done");
+    is_int(nnlab("--json runs killed"), 0, "runs shows it");
+    /* The launcher ends the other ranks with SIGTERM: rank 0 stops the run on it (were it
+     * killed first, its process gone, the run would list as interrupted). */
+    ok(strstr(out, "\"status\":\"stopped\"") || strstr(out, "\"status\":\"failed\"") ||
+           strstr(out, "\"status\":\"interrupted\""),
+       "stopped, failed or interrupted, so resumable: %.200s", out);
+    const long long at = sshd_db_int(&sd, "SELECT MAX(epoch) FROM checkpoints WHERE run = "
+                                          "(SELECT id FROM runs WHERE name = 'killed')");
+    is_int(mpi(2, "--json train --resume killed --epochs %lld --mpi", at + 1), 0,
+           "it resumes on 2 ranks from epoch %lld: %s", at, errtext);
+    like(out, "\"event\":\"done\"", "and finishes");
+}
+
+static void check_misconfigurations(void)
+{
+    is_int(nnlab("%s --mpi", train_args("alone", 1)) != 0, 1, "--mpi outside a launcher fails");
+    like(errtext, "not started by an MPI launcher", "saying so: %s", errtext);
+    setenv("SLURM_NTASKS", "3", 1);
+    setenv("SLURM_PROCID", "0", 1);
+    is_int(nnlab("%s --mpi", train_args("single", 1)) != 0, 1, "a Slurm task without PMI fails");
+    unsetenv("SLURM_NTASKS");
+    unsetenv("SLURM_PROCID");
+    like(errtext, "3 tasks", "naming the singletons: %s", errtext);
+    ok(nnlab("%s --mpi --hosts node1", train_args("both", 1)) == 2, "--mpi with --hosts: usage");
+    like(errtext, "not two of them", "saying so");
+#if NNLAB_HAVE_MPI
+    const char *names[] = {"rank 0 (a)", "rank 1 (b)", "rank 2 (c)"};
+    char v[3][32] = {"nnlab 0.2.0 wire 3", "nnlab 0.2.0 wire 3", "nnlab 0.1.9 wire 3"};
+    struct nl_error err = {0};
+    is_int(nl_mpi_check_versions(&v[0][0], 2, sizeof v[0], names, &err), 0,
+           "ranks of one version pass");
+    is_int(nl_mpi_check_versions(&v[0][0], 3, sizeof v[0], names, &err), NL_EINVAL,
+           "a rank of another version is refused");
+    like(err.msg, "rank 2 (c) runs nnlab 0.1.9", "naming it: %s", err.msg);
+#endif
+}
+
+int main(void)
+{
+    double base[EPOCHS] = {0};
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        skip_all("NNLAB_BIN does not name the nnlab binary");
+    if (system("command -v mpirun >/dev/null 2>&1") != 0)
+        skip_all("no mpirun (apt-get install openmpi-bin)");
+    char probe[700];
+    snprintf(probe, sizeof probe, "'%s' train --help | grep -q -- --mpi", bin);
+    if (system(probe) != 0)
+        skip_all("this nnlab was built without MPI");
+    signal(SIGPIPE, SIG_IGN);
+    /* OpenBLAS picks its kernels from OPENBLAS_CORETYPE and the like, which the SSH workers'
+     * sessions (sshd's clean environment) do not get: the ranks must compute as they do. */
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("OPENBLAS_L2_SIZE");
+    unsetenv("OPENBLAS_VERBOSE");
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    const char *why = sshd_start(&sd);
+    have_sshd = why == NULL;
+    if (!have_sshd) {
+        diag("no SSH comparison: %s", why);
+        sshd_stop(&sd);
+        snprintf(sd.dir, sizeof sd.dir, "/tmp/nnlab-mpi-XXXXXX");
+        if (!mkdtemp(sd.dir))
+            skip_all("cannot make a temporary folder");
+    }
+    /* The ranks' partition cache lands in the test's folder. */
+    char home[600];
+    snprintf(home, sizeof home, "%s/home", sd.dir);
+    mkdir(home, 0755);
+    setenv("HOME", home, 1);
+    sshd_write_quadrants(&sd, NTRAIN, SIDE);
+    sshd_write(sd.dir, "spec", spec_text);
+    is_int(nnlab("import syn '%s/data' --val 0.1", sd.dir), 0, "import a synthetic dataset");
+
+    struct nl_spec *spec;
+    struct nl_model *m = NULL;
+    struct nl_error err = {0};
+    nl_spec_parse(&spec, spec_text, "spec", NULL, NULL, &err);
+    nl_model_build(&m, spec, (struct nl_shape){1, SIDE, SIDE}, 4, &err);
+    const double tbytes = (double)m->ntrainable * 4.0;
+    const char *frozen[] = {"fc1"};
+    nl_model_freeze(m, frozen, 1, NULL, &err);
+    const double head_bytes = (double)m->ntrainable * 4.0; /* fc2's, 2(N-1)/N = 1 of it */
+    const long iters = (NTRAIN_TRAIN + BATCH - 1) / BATCH;
+    nl_model_free(m);
+    nl_spec_free(spec);
+
+    check_local_and_ranks(base, iters, tbytes);
+    check_frozen_and_bf16(iters, tbytes, head_bytes);
+    check_clip_and_judge();
+    check_ssh_identical();
+    check_resume();
+    check_kill();
+    check_misconfigurations();
+    sshd_stop(&sd);
+    return done_testing();
+}
