@@ -405,6 +405,20 @@ int chart_thumbs_height(int width, const struct chart_thumbs *t)
     return ((t->n + cols - 1) / cols) * pitch + 4;
 }
 
+int chart_thumbs_hit(int width, const struct chart_thumbs *t, double x, double y)
+{
+    int cell, pitch;
+    const int cols = thumbs_cols(width, t, &cell, &pitch);
+    if (x < 4 || y < 4)
+        return -1;
+    const int col = (int)((x - 4) / (cell + 8)), row = (int)((y - 4) / pitch);
+    const double cx = x - 4 - col * (cell + 8), cy = y - 4 - row * pitch;
+    const int i = row * cols + col;
+    if (col >= cols || cx > cell || cy > pitch - 4 || i >= t->n)
+        return -1;
+    return i;
+}
+
 int chart_thumbs_draw(cairo_t *cr, int width, int height, const struct chart_thumbs *t)
 {
     int cell, pitch, drawn = 0;

@@ -136,6 +136,20 @@ void runs_page_refresh(struct runs_page *p);
 const char *runs_page_details(struct runs_page *p);
 /* Whether a confusion matrix is shown and none is being computed. */
 gboolean runs_page_confusion_ready(struct runs_page *p);
+/* For tests: the run selected; the settings of the runs compared as shown (tab-separated rows,
+ * "≠ " before a setting that differs; NULL when fewer than two are ticked); the per-class table
+ * (tab-separated rows: class, precision, recall, F1, support); the caption under the i-th
+ * sample of the cell shown; the text of the sample opened larger (NULL: none open); why Resume
+ * or Confusion Matrix is refused (NULL: nothing is); the store polls finished; the epochs drawn
+ * for run (-1: not drawn). */
+const char *runs_page_selected(struct runs_page *p);
+const char *runs_page_comparison(struct runs_page *p);
+const char *runs_page_class_table(struct runs_page *p);
+const char *runs_page_cell_caption(struct runs_page *p, int i);
+const char *runs_page_sample_shown(struct runs_page *p);
+const char *runs_page_reason(struct runs_page *p);
+int runs_page_polls(struct runs_page *p);
+int runs_page_curve_points(struct runs_page *p, const char *run);
 
 struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root);
 void predict_page_free(struct predict_page *p);

@@ -1,0 +1,556 @@
+/* The Runs page as a person meets it, under Xvfb, on a store filled by the command line
+ * (`nnlab import`, `nnlab train`, `nnlab eval`, run as child processes, as a person would in a
+ * terminal beside the window). Checks that:
+ *  - the newest run is selected when the page opens, and stays selected as newer ones come;
+ *  - a run with no checkpoint has Resume and Confusion Matrix disabled, with the reason shown;
+ *  - a stopped run's row shows its last validation accuracy;
+ *  - the per-class precision, recall and F1 beside the confusion matrix are those `nnlab eval`
+ *    prints for the same run;
+ *  - the misclassified samples carry their probabilities, and one opens larger with its
+ *    likeliest classes;
+ *  - ticking two runs shows their settings side by side, the differing ones marked;
+ *  - a run started by `nnlab train` in another process is listed as running, its curve gains
+ *    points epoch by epoch while the window follows the store, and it ends as done — with the
+ *    main loop never stalled by the following.
+ * Screenshots of the page go to BUILD/ui-screenshots/.
+ *
+ * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run; it skips
+ * when those programs or GTK are missing, or NNLAB_BIN is not set. */
+#include "nnlab-config.h"
+#include "tap.h"
+
+#if !NNLAB_HAVE_GTK
+int main(void)
+{
+    skip_all("built without GTK 4");
+}
+#else
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "idx_writer.h"
+#include "nnlab-ui.h"
+#include "nnlab/runs.h"
+#include "window.h"
+
+#define W 28
+
+static char tmp[512], shots[1024], db[700];
+static const char *bin;
+static GtkWidget *win;
+
+static void bail_out(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void bail_out(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("Bail out! ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    exit(1);
+}
+
+static int in_path(const char *prog)
+{
+    char *p = g_find_program_in_path(prog);
+    g_free(p);
+    return p != NULL;
+}
+
+/* Re-runs this program inside a private D-Bus session and a virtual X server. */
+static void reexec(char **argv)
+{
+    if (!in_path("xvfb-run") || !in_path("dbus-run-session") || !in_path("xauth") ||
+        !in_path("xdotool"))
+        skip_all("xvfb-run, xauth, dbus-run-session or xdotool missing (apt-get install xvfb "
+                 "xauth dbus-daemon xdotool)");
+    char dir[] = "/tmp/nnlab-runs-XXXXXX";
+    if (!mkdtemp(dir))
+        skip_all("mkdtemp: %s", strerror(errno));
+    static const char *sub[] = {"config", "data", "cache", "runtime"};
+    static const char *var[] = {"XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
+                                "XDG_RUNTIME_DIR"};
+    for (int i = 0; i < 4; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, sub[i]);
+        mkdir(path, 0700);
+        setenv(var[i], path, 1);
+    }
+    setenv("NNLAB_GUI_TMP", dir, 1);
+    setenv("NNLAB_GUI_INNER", "1", 1);
+    setenv("GSK_RENDERER", "cairo", 1);
+    setenv("GSETTINGS_BACKEND", "memory", 1);
+    setenv("GDK_BACKEND", "x11", 1);
+    setenv("GTK_A11Y", "none", 1);
+    setenv("NO_AT_BRIDGE", "1", 1);
+    unsetenv("WAYLAND_DISPLAY");
+    unsetenv("DISPLAY");
+    char *args[] = {"dbus-run-session",       "--",    "xvfb-run", "-a", "-s",
+                    "-screen 0 1920x1080x24", argv[0], NULL};
+    execvp(args[0], args);
+    skip_all("cannot run dbus-run-session: %s", strerror(errno));
+}
+
+/* Six classes of 28x28 images: a bright band at a class's own rows, with noise; one sample in
+ * eight has its band at another class's rows, so that a trained model makes mistakes. */
+static void write_dataset(const char *dir, const char *prefix, uint32_t n)
+{
+    uint8_t *px = malloc((size_t)n * W * W), *lab = malloc(n);
+    uint32_t r = 7;
+    for (uint32_t i = 0; i < n; i++) {
+        lab[i] = (uint8_t)(i % 6);
+        for (int k = 0; k < W * W; k++) {
+            r = r * 1103515245u + 12345u;
+            const int row = k / W, band = 2 + 4 * (i % 8 == 7 ? (lab[i] + 1) % 6 : lab[i]);
+            px[(size_t)i * W * W + k] =
+                (uint8_t)((row >= band && row < band + 3 ? 200 : 0) + ((r >> 16) % 50));
+        }
+    }
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
+    snprintf(b, sizeof b, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
+    idx_write(a, b, px, lab, n, W, W);
+    free(px);
+    free(lab);
+}
+
+/* ---- Driving the main loop ---- */
+
+static void spin(int ms)
+{
+    gint64 end = g_get_monotonic_time() + (gint64)ms * 1000;
+    while (g_get_monotonic_time() < end)
+        if (!g_main_context_iteration(NULL, FALSE))
+            g_usleep(2000);
+}
+
+typedef int (*cond_fn)(void);
+static int wait_for(cond_fn cond, int timeout_ms)
+{
+    gint64 end = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+    while (!cond() && g_get_monotonic_time() < end)
+        if (!g_main_context_iteration(NULL, FALSE))
+            g_usleep(2000);
+    return cond();
+}
+
+static void show(const char *page)
+{
+    gtk_widget_activate_action(win, "win.show-page", "s", page);
+    spin(400);
+}
+
+/* Resizes the window and lets it settle (no window manager: the size is taken as asked, less
+ * the client-side decorations' margins). */
+static void resize(int w, int h)
+{
+    gtk_window_set_default_size(GTK_WINDOW(win), w, h);
+    /* A loaded machine takes longer to lay the window out again: wait for the size, up to 5 s. */
+    for (int waited = 0; waited < 5000; waited += 100) {
+        spin(100);
+        const int ww = gtk_widget_get_width(win), wh = gtk_widget_get_height(win);
+        if (ww <= w && ww >= w - 20 && wh <= h && wh >= h - 20)
+            break;
+    }
+    spin(500);
+}
+
+/* The window as drawn, into BUILD/ui-screenshots/NAME.png. A window laid out anew since its
+ * last frame (the runs list rebuilt) gives no picture until it is drawn: up to 2 s. */
+static int screenshot(const char *name)
+{
+    char path[1200];
+    const int w = gtk_widget_get_width(win), h = gtk_widget_get_height(win);
+    GskRenderNode *node = NULL;
+    for (int tries = 0; !node && tries < 20; tries++) {
+        GdkPaintable *paint = gtk_widget_paintable_new(win);
+        GtkSnapshot *s = gtk_snapshot_new();
+        gdk_paintable_snapshot(paint, s, w, h);
+        node = gtk_snapshot_free_to_node(s);
+        g_object_unref(paint);
+        if (!node)
+            spin(100);
+    }
+    int ok = 0;
+    if (node) {
+        GskRenderer *r = gtk_native_get_renderer(GTK_NATIVE(win));
+        GdkTexture *tex = gsk_renderer_render_texture(r, node, &GRAPHENE_RECT_INIT(0, 0, w, h));
+        snprintf(path, sizeof path, "%s/%s.png", shots, name);
+        ok = gdk_texture_save_to_png(tex, path);
+        g_object_unref(tex);
+        gsk_render_node_unref(node);
+    }
+    if (ok)
+        diag("screenshot %s (%dx%d)", path, w, h);
+    return ok;
+}
+
+static NlWindow *nw(void)
+{
+    return NL_WINDOW(win);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define STALL_MS "1500"
+#define STALL_US 1500000
+#else
+#define STALL_MS "500"
+#define STALL_US 500000
+#endif
+static gint64 last_beat, max_gap;
+static gboolean measuring;
+static gboolean beat(gpointer data)
+{
+    gint64 now = g_get_monotonic_time();
+    if (measuring && last_beat && now - last_beat > max_gap)
+        max_gap = now - last_beat;
+    last_beat = now;
+    return G_SOURCE_CONTINUE;
+}
+
+/* Runs nnlab with these arguments on the test's store; its stdout into out (may be NULL). */
+static int nnlab(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int nnlab(char **out, const char *fmt, ...)
+{
+    char args[1500];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    char *cmd = g_strdup_printf("%s --db %s --quiet %s", bin, db, args);
+    char *err = NULL, *text = NULL;
+    int status = -1;
+    GError *e = NULL;
+    gboolean ran = g_spawn_command_line_sync(cmd, &text, &err, &status, &e);
+    if (out)
+        *out = text;
+    else
+        g_free(text);
+    if (!ran || !g_spawn_check_wait_status(status, NULL))
+        diag("%s: %s", cmd, ran ? err : e->message);
+    g_free(cmd);
+    g_free(err);
+    g_clear_error(&e);
+    return ran && g_spawn_check_wait_status(status, NULL);
+}
+
+/* The Runs page's row of run: the list box row that carries its name. */
+static GtkWidget *row_under(GtkWidget *w, const char *run)
+{
+    const char *name = g_object_get_data(G_OBJECT(w), "nl-name");
+    if (GTK_IS_LIST_BOX_ROW(w) && name && strcmp(name, run) == 0)
+        return w;
+    for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *r = row_under(c, run);
+        if (r)
+            return r;
+    }
+    return NULL;
+}
+
+static GtkWidget *row_of(const char *run)
+{
+    return row_under(win, run);
+}
+
+/* The texts of the labels under w, joined by newlines. */
+static void label_texts(GtkWidget *w, GString *out)
+{
+    if (GTK_IS_LABEL(w))
+        g_string_append_printf(out, "%s\n", gtk_label_get_text(GTK_LABEL(w)));
+    for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c))
+        label_texts(c, out);
+}
+
+static char *row_text(const char *run)
+{
+    GtkWidget *r = row_of(run);
+    if (!r)
+        return g_strdup("");
+    GString *s = g_string_new(NULL);
+    label_texts(r, s);
+    return g_string_free(s, FALSE);
+}
+
+/* text on one line (newlines as " / "), for a test's description; the last 4 stay valid. */
+static const char *oneline(const char *text)
+{
+    static char buf[4][600];
+    static int at;
+    char *b = buf[at++ % 4];
+    size_t o = 0;
+    for (const char *p = text ? text : "(none)"; *p && o + 4 < sizeof buf[0]; p++) {
+        if (*p == '\n') {
+            memcpy(b + o, " / ", 3);
+            o += 3;
+        } else {
+            b[o++] = *p;
+        }
+    }
+    b[o] = '\0';
+    return b;
+}
+
+static int enabled(const char *action)
+{
+    return g_action_group_get_action_enabled(G_ACTION_GROUP(win), action);
+}
+
+static int confusion_ready(void)
+{
+    return runs_page_confusion_ready(nw()->runs);
+}
+
+/* The class's precision, recall and F1 in `nnlab eval`'s table (text) and in the window's
+ * (tab-separated) agree to the window's 3 decimals. */
+static int same_metrics(const char *eval, const char *table, const char *cls)
+{
+    double e[3] = {NAN, NAN, NAN}, t[3] = {NAN, NAN, NAN};
+    char **lines = g_strsplit(eval, "\n", -1);
+    for (char **l = lines; *l; l++) {
+        char name[64];
+        if (sscanf(*l, "%63s %lf %lf %lf", name, &e[0], &e[1], &e[2]) == 4 &&
+            strcmp(name, cls) == 0)
+            break;
+        e[0] = NAN;
+    }
+    g_strfreev(lines);
+    lines = g_strsplit(table, "\n", -1);
+    for (char **l = lines; *l; l++) {
+        char **f = g_strsplit(*l, "\t", -1);
+        if (g_strv_length(f) == 5 && strcmp(f[0], cls) == 0)
+            for (int i = 0; i < 3; i++)
+                t[i] = g_ascii_strtod(f[i + 1], NULL);
+        g_strfreev(f);
+    }
+    g_strfreev(lines);
+    for (int i = 0; i < 3; i++)
+        if (!(fabs(e[i] - t[i]) < 0.0006)) {
+            diag("class %s: eval %.4f, window %.3f", cls, e[i], t[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static const char *watched = "live-run";
+static pid_t child;
+
+static int live_listed(void)
+{
+    char *t = row_text(watched);
+    int r = strstr(t, "running") != NULL;
+    g_free(t);
+    return r;
+}
+
+static int live_points_seen;
+static int live_gained(void)
+{
+    return runs_page_curve_points(nw()->runs, watched) > live_points_seen;
+}
+
+static int live_done(void)
+{
+    char *t = row_text(watched);
+    int r = strstr(t, "done") != NULL;
+    g_free(t);
+    return r;
+}
+
+static int child_gone(void)
+{
+    int status = 0;
+    if (child <= 0)
+        return 1;
+    if (waitpid(child, &status, WNOHANG) != child)
+        return 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        diag("nnlab train ended with status %d", status);
+    child = 0;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (!getenv("NNLAB_GUI_INNER"))
+        reexec(argv);
+    const char *t = getenv("NNLAB_GUI_TMP");
+    snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
+    const char *build = getenv("NNLAB_BUILD_ROOT");
+    snprintf(shots, sizeof shots, "%s/ui-screenshots", build ? build : tmp);
+    mkdir(shots, 0755);
+    bin = getenv("NNLAB_BIN");
+    if (!bin)
+        skip_all("NNLAB_BIN is not set");
+    if (!gtk_init_check())
+        skip_all("no display even under xvfb-run");
+
+    plan(24);
+    char data_dir[700], spec[700];
+    snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
+    snprintf(db, sizeof db, "%s/nnlab.db", tmp);
+    snprintf(spec, sizeof spec, "%s/small.nn", tmp);
+    mkdir(data_dir, 0755);
+    write_dataset(data_dir, "train", 3000);
+    write_dataset(data_dir, "t10k", 300);
+    FILE *f = fopen(spec, "w");
+    fputs("fc1: dense 32\nrelu\nfc2: dense N\n", f);
+    fclose(f);
+    /* Wide enough that each epoch of the run followed live lasts a second or more. */
+    char wide[700];
+    snprintf(wide, sizeof wide, "%s/wide.nn", tmp);
+    f = fopen(wide, "w");
+    fputs("fc1: dense 512\nrelu\nfc2: dense 512\nrelu\nfc3: dense N\n", f);
+    fclose(f);
+
+    /* The store as the command line leaves it. */
+    if (!nnlab(NULL, "import bands %s --val 0.1", data_dir) ||
+        !nnlab(NULL, "train --data bands --model %s --epochs 1 --threads 1 --name run-a", spec) ||
+        !nnlab(NULL,
+               "train --data bands --model %s --epochs 2 --lr 0.01 --batch 32 --threads 1 "
+               "--name run-b",
+               spec))
+        bail_out("the command line could not fill the store");
+    /* run-b as a run stopped after its epochs (no final results), then a run stopped before its
+     * first checkpoint. */
+    struct nl_store *s = NULL;
+    struct nl_error err = {0};
+    struct nl_run_info info;
+    if (nl_store_open(&s, db, &err) < 0 || nl_run_get(s, "run-b", &info, NULL, NULL, &err) < 0 ||
+        nl_run_reopen(s, info.id, NULL, &err) < 0 ||
+        nl_run_finish(s, info.id, "stopped", NULL, &err) < 0 ||
+        nl_run_create(s, "no-checkpoint", "bands", spec, "fc1: dense 32\nrelu\nfc2: dense N\n",
+                      "{}", &info, &err) < 0 ||
+        nl_run_finish(s, info.id, "stopped", NULL, &err) < 0)
+        bail_out("%s", err.msg);
+    nl_store_close(s);
+
+    GObject *app = nl_app_new(db);
+    GError *error = NULL;
+    if (!g_application_register(G_APPLICATION(app), NULL, &error))
+        bail_out("the application does not register: %s", error->message);
+    g_application_activate(G_APPLICATION(app));
+    win = GTK_WIDGET(gtk_application_get_active_window(GTK_APPLICATION(app)));
+    if (!win)
+        bail_out("no window");
+    resize(1024, 700);
+    show("runs");
+
+    /* Item 9: the newest run, and a run with no checkpoint. */
+    const char *sel = runs_page_selected(nw()->runs);
+    ok(sel && strcmp(sel, "no-checkpoint") == 0, "the newest run is selected (%s)",
+       sel ? sel : "none");
+    const char *why = runs_page_reason(nw()->runs);
+    ok(!enabled("run-resume") && !enabled("run-confusion") && why && strstr(why, "no checkpoint"),
+       "with no checkpoint, Resume and Confusion Matrix are disabled and say why (%s)",
+       why ? why : "no reason");
+    ok(screenshot("runs-no-checkpoint-1024x700"), "screenshot of the refused run");
+    char *rt = row_text("run-b");
+    ok(strstr(rt, "stopped") && strstr(rt, "val ") && !strstr(rt, "val –"),
+       "a stopped run's row shows its validation accuracy (%s)", oneline(rt));
+    g_free(rt);
+
+    /* The confusion matrix with its per-class table, as `nnlab eval` computes it. */
+    gtk_widget_activate_action(win, "win.run-select", "s", "run-a");
+    ok(enabled("run-confusion") && !runs_page_reason(nw()->runs),
+       "a run with a checkpoint can have its confusion matrix, with no reason shown");
+    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    ok(wait_for(confusion_ready, 60000), "the confusion matrix is computed");
+    char *eval = NULL;
+    ok(nnlab(&eval, "eval run-a --threads 1"), "nnlab eval run-a runs");
+    const char *table = runs_page_class_table(nw()->runs);
+    ok(table && eval, "the per-class table is shown");
+    int same = table && eval;
+    for (int k = 0; k < 6 && same; k++) {
+        char cls[8];
+        snprintf(cls, sizeof cls, "%d", k);
+        same = same_metrics(eval, table, cls);
+    }
+    ok(same, "its precision, recall and F1 are those of nnlab eval");
+    ok(table && strstr(table, "macro average") && strstr(table, "weighted average"),
+       "with the macro and weighted averages");
+    g_free(eval);
+    const char *cap = runs_page_cell_caption(nw()->runs, 0);
+    ok(cap && strchr(cap, '%'), "a misclassified sample's caption gives probabilities (%s)",
+       cap ? cap : "no sample");
+    gtk_widget_activate_action(win, "win.run-sample", "i", 0);
+    spin(300);
+    const char *big = runs_page_sample_shown(nw()->runs);
+    ok(big && strstr(big, "True class") && strstr(big, "1. ") && strstr(big, "%"),
+       "a click opens it larger with its likeliest classes (%s)", oneline(big));
+    ok(screenshot("runs-confusion-1024x700"), "screenshot of the confusion matrix");
+    gtk_widget_activate_action(win, "win.run-sample-close", NULL);
+    spin(200);
+    ok(!runs_page_sample_shown(nw()->runs), "and it closes");
+
+    /* Two runs side by side. */
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-b");
+    spin(200);
+    const char *cmp = runs_page_comparison(nw()->runs);
+    ok(cmp && strstr(cmp, "\n≠ lr\t") && strstr(cmp, "\n≠ epochs\t") &&
+           strstr(cmp, "\n≠ batch\t") && strstr(cmp, "\nseed\t") && !strstr(cmp, "≠ seed"),
+       "two runs ticked show their settings side by side, the differences marked");
+    ok(screenshot("runs-compare-1024x700"), "screenshot of two runs compared");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-b");
+    ok(runs_page_comparison(nw()->runs) == NULL, "unticking them hides the comparison");
+
+    /* Item 10: a run started in a terminal is followed live; the newest run selected, the
+     * selection follows to it. */
+    gtk_widget_activate_action(win, "win.run-select", "s", "no-checkpoint");
+    char *cmd = g_strdup_printf("%s --db %s --quiet train --data bands --model %s --epochs 5 "
+                                "--threads 1 --batch 8 --lr 0.01 --name %s",
+                                bin, db, wide, watched);
+    char **args = NULL;
+    g_shell_parse_argv(cmd, NULL, &args, NULL);
+    GPid pid = 0;
+    gboolean spawned =
+        g_spawn_async(NULL, args, NULL, G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL,
+                      NULL, NULL, &pid, &error);
+    g_strfreev(args);
+    g_free(cmd);
+    child = spawned ? pid : 0;
+    guint beat_id = g_timeout_add(10, beat, NULL);
+    max_gap = 0;
+    last_beat = 0;
+    measuring = TRUE;
+    ok(spawned && wait_for(live_listed, 30000),
+       "a run started by nnlab train in another process is listed as running");
+    sel = runs_page_selected(nw()->runs);
+    ok(sel && strcmp(sel, watched) == 0, "and selected, as the newest run (%s)", sel ? sel : "");
+    wait_for(live_gained, 60000);
+    live_points_seen = runs_page_curve_points(nw()->runs, watched);
+    rt = row_text(watched);
+    ok(live_points_seen >= 1 && strstr(rt, "running"), "its curve has a point while it runs (%d)",
+       live_points_seen);
+    g_free(rt);
+    measuring = FALSE; /* a screenshot is the test's own work on the main loop */
+    ok(screenshot("runs-live-1024x700"), "screenshot of a run followed live");
+    last_beat = 0;
+    measuring = TRUE;
+    const int gained = wait_for(live_gained, 60000);
+    ok(gained, "and gains points as epochs end (%d, then %d)", live_points_seen,
+       runs_page_curve_points(nw()->runs, watched));
+    const int ended = wait_for(child_gone, 120000) && wait_for(live_done, 10000);
+    ok(ended && runs_page_curve_points(nw()->runs, watched) == 5,
+       "it ends as done with its 5 epochs drawn (%d)", runs_page_curve_points(nw()->runs, watched));
+    g_source_remove(beat_id);
+    ok(max_gap < STALL_US, "no main-loop stall over " STALL_MS " ms while following (%.0f ms)",
+       max_gap / 1000.0);
+    if (child > 0 && !child_gone())
+        kill(child, SIGTERM);
+
+    gtk_window_destroy(GTK_WINDOW(win));
+    spin(200);
+    g_object_unref(app);
+    return done_testing();
+}
+#endif
