@@ -1,6 +1,11 @@
-/* The Runs page as a person meets it, under Xvfb, on a store filled by the command line
- * (`nnlab import`, `nnlab train`, `nnlab eval`, run as child processes, as a person would in a
- * terminal beside the window). Checks that:
+/* The Datasets page's Name field and the Runs page as a person meets them, under Xvfb, on a
+ * store filled by the command line (`nnlab import`, `nnlab train`, `nnlab eval`, run as child
+ * processes, as a person would in a terminal beside the window). Checks that:
+ *  - a name of spaces only, or one the store holds, marks the Name field and says why under it
+ *    in the window's terms (the bin button, a free name offered), and no file chooser opens;
+ *  - an import under a taken name is refused at the field, nothing started;
+ *  - "Skip bad files or rows" imports a CSV with a bad row, saying so, and the field is cleared
+ *    for the next import;
  *  - the newest run is selected when the page opens, and stays selected as newer ones come;
  *  - a run with no checkpoint has Resume and Confusion Matrix disabled, with the reason shown;
  *  - a stopped run's row shows its last validation accuracy;
@@ -298,6 +303,45 @@ static const char *oneline(const char *text)
     return b;
 }
 
+/* The first widget under root of that type whose label (a button's, a check button's) or
+ * placeholder (an entry's) is text. */
+static GtkWidget *find_text(GtkWidget *root, GType type, const char *text)
+{
+    if (G_TYPE_CHECK_INSTANCE_TYPE(root, type)) {
+        const char *t = GTK_IS_CHECK_BUTTON(root)
+                            ? gtk_check_button_get_label(GTK_CHECK_BUTTON(root))
+                        : GTK_IS_ENTRY(root)  ? gtk_entry_get_placeholder_text(GTK_ENTRY(root))
+                        : GTK_IS_BUTTON(root) ? gtk_button_get_label(GTK_BUTTON(root))
+                                              : NULL;
+        if (t && strcmp(t, text) == 0)
+            return root;
+    }
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *f = find_text(c, type, text);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
+
+static int chooser_open(void)
+{
+    GListModel *tops = gtk_window_get_toplevels();
+    int found = 0;
+    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
+        GObject *o = g_list_model_get_item(tops, i);
+        found |= GTK_IS_FILE_CHOOSER_DIALOG(o) && gtk_widget_get_visible(GTK_WIDGET(o));
+        g_object_unref(o);
+    }
+    return found;
+}
+
+static int importing_done(void)
+{
+    const char *t = gtk_label_get_text(GTK_LABEL(nw()->toast_label));
+    return gtk_widget_get_visible(nw()->toast) && strstr(t, "Imported");
+}
+
 static int enabled(const char *action)
 {
     return g_action_group_get_action_enabled(G_ACTION_GROUP(win), action);
@@ -392,7 +436,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(24);
+    plan(32);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -441,6 +485,58 @@ int main(int argc, char **argv)
     if (!win)
         bail_out("no window");
     resize(1024, 700);
+
+    /* Item 5: the Name field of an import, checked as it is typed. */
+    show("datasets");
+    GtkWidget *name = find_text(win, GTK_TYPE_ENTRY, "the folder or file name");
+    GtkWidget *skip = find_text(win, GTK_TYPE_CHECK_BUTTON, "Skip bad files or rows");
+    if (!name || !skip)
+        bail_out("no Name field or skip check on the Datasets page");
+    gtk_editable_set_text(GTK_EDITABLE(name), "   ");
+    const char *hint = datasets_page_name_hint(nw()->datasets);
+    ok(hint && strstr(hint, "only spaces") && gtk_widget_has_css_class(name, "error") &&
+           !enabled("import") && !enabled("import-csv"),
+       "a name of spaces is marked, said under the field, and the import buttons wait (%s)",
+       oneline(hint));
+    gtk_widget_activate_action(win, "win.import", NULL);
+    spin(300);
+    ok(!chooser_open(), "and no file chooser opens");
+    gtk_editable_set_text(GTK_EDITABLE(name), "bands");
+    hint = datasets_page_name_hint(nw()->datasets);
+    ok(hint && strstr(hint, "“bands” exists") && strstr(hint, "bin button") &&
+           strstr(hint, "“bands-2”") && !strstr(hint, "nnlab"),
+       "a taken name names the bin button and offers a free name (%s)", oneline(hint));
+    ok(screenshot("datasets-name-taken-1024x700"), "screenshot of the taken name");
+    gtk_editable_set_text(GTK_EDITABLE(name), "");
+    ok(!datasets_page_name_hint(nw()->datasets) && !gtk_widget_has_css_class(name, "error") &&
+           enabled("import"),
+       "an empty name is fine (the file's own is taken)");
+    char csv[700];
+    snprintf(csv, sizeof csv, "%s/table.csv", tmp);
+    f = fopen(csv, "w");
+    fputs("width,height,kind\n", f);
+    for (int i = 0; i < 60; i++)
+        fprintf(f, "%d,%d,%s\n", i % 7, i % 5, i % 2 ? "wide" : "tall");
+    fputs("many,3,wide\n", f);
+    fclose(f);
+    gtk_widget_activate_action(win, "win.import-source", "(ss)", "bands", csv);
+    spin(500);
+    hint = datasets_page_name_hint(nw()->datasets);
+    ok(hint && strstr(hint, "“bands” exists") &&
+           strcmp(gtk_editable_get_text(GTK_EDITABLE(name)), "bands") == 0,
+       "an import under a taken name is refused at the field (%s)", oneline(hint));
+    gtk_editable_set_text(GTK_EDITABLE(name), "table");
+    gtk_check_button_set_active(GTK_CHECK_BUTTON(skip), TRUE);
+    gtk_widget_activate_action(win, "win.import-source", "(ss)", "table", csv);
+    ok(wait_for(importing_done, 30000) &&
+           strstr(gtk_label_get_text(GTK_LABEL(nw()->toast_label)), "leaving out 1 bad"),
+       "with Skip bad files or rows, a CSV with a bad row imports and says so (%s)",
+       oneline(gtk_label_get_text(GTK_LABEL(nw()->toast_label))));
+    ok(strcmp(gtk_editable_get_text(GTK_EDITABLE(name)), "") == 0 &&
+           !datasets_page_name_hint(nw()->datasets),
+       "the Name field is cleared for the next import");
+    gtk_check_button_set_active(GTK_CHECK_BUTTON(skip), FALSE);
+
     show("runs");
 
     /* Item 9: the newest run, and a run with no checkpoint. */

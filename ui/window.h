@@ -71,6 +71,8 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root);
 void datasets_page_free(struct datasets_page *p);
 void datasets_page_refresh(struct datasets_page *p);
 void datasets_page_dataset_changed(struct datasets_page *p);
+/* Why the Name field's text cannot name a new dataset, as shown under it; NULL when it can. */
+const char *datasets_page_name_hint(struct datasets_page *p);
 
 struct model_page *model_page_new(NlWindow *w, GtkWidget **root);
 void model_page_free(struct model_page *p);
