@@ -6,6 +6,9 @@
  *  - an import under a taken name is refused at the field, nothing started;
  *  - "Skip bad files or rows" imports a CSV with a bad row, saying so, and the field is cleared
  *    for the next import;
+ *  - the model's name stays honest: a blank line keeps "lenet", an edit makes "lenet (edited)",
+ *    choosing another model in the drop-down asks before the edits are lost (and Cancel keeps
+ *    them), and a frozen layer that starts from random weights is warned of;
  *  - the newest run is selected when the page opens, and stays selected as newer ones come;
  *  - a run with no checkpoint has Resume and Confusion Matrix disabled, with the reason shown;
  *  - a stopped run's row shows its last validation accuracy;
@@ -336,6 +339,60 @@ static int chooser_open(void)
     return found;
 }
 
+/* The visible message dialog (a question), or NULL. */
+static GtkWidget *question(void)
+{
+    GListModel *tops = gtk_window_get_toplevels();
+    GtkWidget *found = NULL;
+    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
+        GObject *o = g_list_model_get_item(tops, i);
+        if (GTK_IS_MESSAGE_DIALOG(o) && gtk_widget_get_visible(GTK_WIDGET(o)))
+            found = GTK_WIDGET(o);
+        g_object_unref(o);
+    }
+    return found;
+}
+
+static const char *question_text(GtkWidget *d)
+{
+    static char buf[600];
+    char *t = NULL;
+    g_object_get(d, "text", &t, NULL);
+    snprintf(buf, sizeof buf, "%s", t ? t : "");
+    g_free(t);
+    return buf;
+}
+
+/* The first mapped widget of that type under root. */
+static GtkWidget *find_mapped(GtkWidget *root, GType type)
+{
+    if (G_TYPE_CHECK_INSTANCE_TYPE(root, type) && gtk_widget_get_mapped(root))
+        return root;
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *f = find_mapped(c, type);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
+
+/* The drop-down under root that offers item among its choices. */
+static GtkWidget *find_choice(GtkWidget *root, const char *item)
+{
+    if (GTK_IS_DROP_DOWN(root)) {
+        GListModel *m = gtk_drop_down_get_model(GTK_DROP_DOWN(root));
+        for (guint i = 0; m && GTK_IS_STRING_LIST(m) && i < g_list_model_get_n_items(m); i++)
+            if (strcmp(gtk_string_list_get_string(GTK_STRING_LIST(m), i), item) == 0)
+                return root;
+    }
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *f = find_choice(c, item);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
+
 static int importing_done(void)
 {
     const char *t = gtk_label_get_text(GTK_LABEL(nw()->toast_label));
@@ -436,7 +493,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(32);
+    plan(40);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -536,6 +593,60 @@ int main(int argc, char **argv)
            !datasets_page_name_hint(nw()->datasets),
        "the Name field is cleared for the next import");
     gtk_check_button_set_active(GTK_CHECK_BUTTON(skip), FALSE);
+    gtk_widget_activate_action(win, "win.select-dataset", "s", "bands");
+    spin(1000);
+
+    /* Item 7: the model's name. */
+    show("model");
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    GtkWidget *view = find_mapped(win, GTK_TYPE_TEXT_VIEW);
+    GtkWidget *dd = find_choice(win, "mlp");
+    if (!view || !dd)
+        bail_out("no spec editor or model drop-down on the Model page");
+    GtkTextBuffer *buf = gtk_text_view_get_buffer(GTK_TEXT_VIEW(view));
+    GtkTextIter end;
+    gtk_text_buffer_get_end_iter(buf, &end);
+    gtk_text_buffer_insert(buf, &end, "\n\n", -1);
+    ok(strcmp(model_page_name(nw()->model), "lenet") == 0, "a blank line keeps the name (%s)",
+       model_page_name(nw()->model));
+    gtk_text_buffer_get_end_iter(buf, &end);
+    gtk_text_buffer_insert(buf, &end, "extra: relu\n", -1);
+    spin(400);
+    ok(strcmp(model_page_name(nw()->model), "lenet (edited)") == 0,
+       "an edit names it after what it was built from (%s)", model_page_name(nw()->model));
+    const guint lenet_at = gtk_drop_down_get_selected(GTK_DROP_DOWN(dd));
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(dd), lenet_at == 0 ? 1 : 0);
+    spin(300);
+    GtkWidget *q = question();
+    ok(q && strstr(question_text(q), "lenet (edited)") &&
+           gtk_drop_down_get_selected(GTK_DROP_DOWN(dd)) == lenet_at,
+       "choosing another model asks first, the drop-down still on lenet (%s)",
+       q ? question_text(q) : "no question");
+    ok(screenshot("model-switch-question-1024x700"), "screenshot of the question");
+    if (q)
+        gtk_dialog_response(GTK_DIALOG(q), GTK_RESPONSE_CANCEL);
+    spin(300);
+    ok(strcmp(model_page_name(nw()->model), "lenet (edited)") == 0, "Cancel keeps the edits (%s)",
+       model_page_name(nw()->model));
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(dd), lenet_at == 0 ? 1 : 0);
+    spin(300);
+    q = question();
+    if (q)
+        gtk_dialog_response(GTK_DIALOG(q), GTK_RESPONSE_ACCEPT);
+    spin(300);
+    ok(q && strcmp(model_page_name(nw()->model), "lenet") != 0 &&
+           !strstr(model_page_name(nw()->model), "edited") &&
+           gtk_drop_down_get_selected(GTK_DROP_DOWN(dd)) != lenet_at,
+       "Replace switches (%s)", model_page_name(nw()->model));
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
+    gtk_widget_activate_action(win, "win.model-init", "s", "");
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "fc1", TRUE);
+    const char *init = model_page_init_text(nw()->model);
+    ok(strstr(init, "fc1") && strstr(init, "random weights"),
+       "a frozen layer starting from random weights is warned of (%s)", init);
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "fc1", FALSE);
+    init = model_page_init_text(nw()->model);
+    ok(!strstr(init, "Frozen"), "and unticking it ends the warning (%s)", init);
 
     show("runs");
 

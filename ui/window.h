@@ -77,9 +77,13 @@ const char *datasets_page_name_hint(struct datasets_page *p);
 struct model_page *model_page_new(NlWindow *w, GtkWidget **root);
 void model_page_free(struct model_page *p);
 void model_page_dataset_changed(struct model_page *p);
-/* The spec text being edited, and its name (a shipped model's, or "custom"). */
+/* The spec text being edited, and its name: a shipped model's when it says the same (blank lines
+ * aside), "NAME (edited)" when edited from one, or "custom". */
 const char *model_page_spec(struct model_page *p);
 const char *model_page_name(struct model_page *p);
+/* What the model starts from as shown (random weights, a run, a file), with the warning when
+ * frozen layers start from random weights. */
+const char *model_page_init_text(struct model_page *p);
 /* Whether the spec builds for the selected dataset. */
 gboolean model_page_valid(struct model_page *p);
 /* The run whose weights start training (layers matched by name and shapes), or NULL. */
