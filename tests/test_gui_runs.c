@@ -17,6 +17,11 @@
  *  - the misclassified samples carry their probabilities, and one opens larger with its
  *    likeliest classes;
  *  - ticking two runs shows their settings side by side, the differing ones marked;
+ *  - the Predict page's picker says each run's dataset and input; an image is described as
+ *    converted, with a warning when it is far from the run's images (colour for a gray run);
+ *    a CSV run takes a row typed into fields named by the CSV's header, standardised as its
+ *    batches were (the same class as the model gives the stored sample), and a field that is
+ *    not a number is named;
  *  - a run started by `nnlab train` in another process is listed as running, its curve gains
  *    points epoch by epoch while the window follows the store, and it ends as done — with the
  *    main loop never stalled by the following.
@@ -42,8 +47,11 @@ int main(void)
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <png.h>
+
 #include "idx_writer.h"
 #include "nnlab-ui.h"
+#include "nnlab/model.h"
 #include "nnlab/runs.h"
 #include "window.h"
 
@@ -311,7 +319,8 @@ static const char *oneline(const char *text)
 static GtkWidget *find_text(GtkWidget *root, GType type, const char *text)
 {
     if (G_TYPE_CHECK_INSTANCE_TYPE(root, type)) {
-        const char *t = GTK_IS_CHECK_BUTTON(root)
+        const char *t = GTK_IS_LABEL(root) ? gtk_label_get_text(GTK_LABEL(root))
+                        : GTK_IS_CHECK_BUTTON(root)
                             ? gtk_check_button_get_label(GTK_CHECK_BUTTON(root))
                         : GTK_IS_ENTRY(root)  ? gtk_entry_get_placeholder_text(GTK_ENTRY(root))
                         : GTK_IS_BUTTON(root) ? gtk_button_get_label(GTK_BUTTON(root))
@@ -391,6 +400,108 @@ static GtkWidget *find_choice(GtkWidget *root, const char *item)
             return f;
     }
     return NULL;
+}
+
+/* A w x h PNG, RGB with a colour gradient or gray with a band. */
+static int write_png(const char *path, int w, int h, int colour)
+{
+    FILE *f = fopen(path, "wb");
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png_create_info_struct(png);
+    uint8_t *row = malloc((size_t)w * 3);
+    if (!f || !row || setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        if (f)
+            fclose(f);
+        free(row);
+        return -1;
+    }
+    png_init_io(png, f);
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
+                 colour ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int y = 0; y < h; y++) {
+        for (int x = 0; x < w; x++) {
+            if (colour) {
+                row[3 * x] = (uint8_t)(255 * x / w);
+                row[3 * x + 1] = (uint8_t)(255 * y / h);
+                row[3 * x + 2] = 90;
+            } else {
+                row[x] = (uint8_t)(y >= 6 && y < 9 ? 220 : 10);
+            }
+        }
+        png_write_row(png, row);
+    }
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    fclose(f);
+    free(row);
+    return 0;
+}
+
+static int predicted(void)
+{
+    return predict_page_top(nw()->predict) != NULL;
+}
+
+static int row_fields(void)
+{
+    return predict_page_fields(nw()->predict) == 2;
+}
+
+/* Selects the run in the Predict page's picker; its label, or NULL. */
+static const char *pick_run(const char *run)
+{
+    GtkWidget *dd = NULL;
+    const char *label = NULL;
+    guint at = 0;
+    for (guint i = 0; (label = predict_page_run_label(nw()->predict, i)); i++)
+        if (g_str_has_prefix(label, run) && label[strlen(run)] == ' ') {
+            at = i;
+            break;
+        }
+    if (label)
+        dd = find_choice(win, label);
+    if (dd)
+        gtk_drop_down_set_selected(GTK_DROP_DOWN(dd), at);
+    return dd ? label : NULL;
+}
+
+/* The class the run's model gives the stored train sample whose features are v (2 values). */
+static char *model_class(const char *run, const float *v)
+{
+    struct nl_store *s = NULL;
+    struct nl_model *m = NULL;
+    struct nl_dataset *d = NULL;
+    struct nl_exec *x = NULL;
+    struct nl_error err = {0};
+    char *cls = NULL;
+    if (nl_store_open(&s, db, &err) == 0 && nl_ui_load_run(s, run, &m, &d, &err) == 0 &&
+        nl_exec_new(&x, m, 1, &err) == 0) {
+        const float *xs = d->split[NL_TRAIN].x;
+        for (uint32_t i = 0; i < d->split[NL_TRAIN].n && !cls; i++) {
+            if (xs[2 * i] != v[0] || xs[2 * i + 1] != v[1])
+                continue;
+            float in[2];
+            struct nl_rng rng;
+            nl_rng_seed(&rng, 1);
+            nl_dataset_batch(d, NL_TRAIN, &i, 1, in, NULL);
+            const float *logits = nl_exec_forward(x, m->params, in, 1, 0, &rng);
+            int best = 0;
+            for (int k = 1; k < m->nclasses; k++)
+                if (logits[k] > logits[best])
+                    best = k;
+            cls = g_strdup(d->class_names[best]);
+        }
+    }
+    if (err.msg[0])
+        diag("%s", err.msg);
+    nl_exec_free(x);
+    nl_model_free(m);
+    nl_dataset_free(d);
+    nl_store_close(s);
+    return cls;
 }
 
 static int importing_done(void)
@@ -493,7 +604,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(40);
+    plan(52);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -754,6 +865,56 @@ int main(int argc, char **argv)
        max_gap / 1000.0);
     if (child > 0 && !child_gone())
         kill(child, SIGTERM);
+
+    /* Item 8: Predict for every dataset. */
+    char csv_spec[700];
+    snprintf(csv_spec, sizeof csv_spec, "%s/csv.nn", tmp);
+    f = fopen(csv_spec, "w");
+    fputs("fc1: dense 16\nrelu\nfc2: dense N\n", f);
+    fclose(f);
+    ok(nnlab(NULL, "train --data table --model %s --epochs 3 --threads 1 --name run-t", csv_spec),
+       "a run on the CSV dataset trains");
+    predict_page_refresh(nw()->predict);
+    show("predict");
+    const char *label = pick_run("run-a");
+    ok(label && strstr(label, "bands, 28×28 gray"),
+       "the picker says a run's dataset and input (%s)", label ? label : "run-a not offered");
+    char png[700];
+    snprintf(png, sizeof png, "%s/photo.png", tmp);
+    write_png(png, 320, 240, 1);
+    gtk_widget_activate_action(win, "win.predict-file", "s", png);
+    ok(wait_for(predicted, 30000), "a colour photo is classified");
+    const char *note = predict_page_note(nw()->predict);
+    ok(strstr(note, "320×240 colour") && strstr(note, "28×28 gray") &&
+           strstr(note, "may mean little"),
+       "saying how it was converted, and that it is far from the run's images (%s)", oneline(note));
+    ok(screenshot("predict-colour-photo-1024x700"), "screenshot of the warning");
+    snprintf(png, sizeof png, "%s/band.png", tmp);
+    write_png(png, 28, 28, 0);
+    gtk_widget_activate_action(win, "win.predict-file", "s", png);
+    wait_for(predicted, 30000);
+    note = predict_page_note(nw()->predict);
+    ok(strstr(note, "Read as 28×28 gray") && !strstr(note, "may mean little"),
+       "a gray image of the run's size is not warned of (%s)", oneline(note));
+    label = pick_run("run-t");
+    ok(label && strstr(label, "table, 2 features"), "a CSV run is offered with its features (%s)",
+       label ? label : "run-t not offered");
+    ok(wait_for(row_fields, 30000), "it takes a row: a field per feature");
+    GtkWidget *wl = find_text(win, GTK_TYPE_LABEL, "width");
+    ok(wl && gtk_widget_get_mapped(wl) && find_text(win, GTK_TYPE_LABEL, "height"),
+       "named by the CSV's header");
+    const float row[2] = {3, 4};
+    char *want = model_class("run-t", row);
+    gtk_widget_activate_action(win, "win.predict-values", "s", "3, 4");
+    ok(wait_for(predicted, 30000) && want && strcmp(predict_page_top(nw()->predict), want) == 0,
+       "a typed row gets the class the model gives the stored sample (%s, %s)",
+       predicted() ? predict_page_top(nw()->predict) : "none", want ? want : "none");
+    g_free(want);
+    ok(screenshot("predict-csv-row-1024x700"), "screenshot of a row predicted");
+    gtk_widget_activate_action(win, "win.predict-values", "s", "3 abc");
+    note = predict_page_note(nw()->predict);
+    ok(!predicted() && strstr(note, "“abc” in height is not a number"),
+       "a field that is not a number is named (%s)", oneline(note));
 
     gtk_window_destroy(GTK_WINDOW(win));
     spin(200);

@@ -122,6 +122,12 @@ void nl_dataset_batch(const struct nl_dataset *d, enum nl_split split, const uin
 int nl_dataset_sample_from_image(const struct nl_dataset *d, const char *path, float *x,
                                  struct nl_error *err);
 
+/* Turns n raw feature values (a CSV row's, in the file's units) into one normalised sample of a
+ * float dataset, standardised as its batches are: x = (v - mean) / std per feature. n must be
+ * the dataset's feature count. */
+int nl_dataset_sample_from_values(const struct nl_dataset *d, const float *v, int n, float *x,
+                                  struct nl_error *err);
+
 /* Training-time augmentation, applied to normalised training batches only, in torchvision's
  * order: random resized crop, horizontal flip, colour jitter, then the shift (crop:P). */
 struct nl_augment {
