@@ -504,6 +504,11 @@ static char *model_class(const char *run, const float *v)
     return cls;
 }
 
+static int table_shown(void)
+{
+    return strstr(datasets_page_samples_title(nw()->datasets), "rows") != NULL;
+}
+
 static int importing_done(void)
 {
     const char *t = gtk_label_get_text(GTK_LABEL(nw()->toast_label));
@@ -604,7 +609,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(52);
+    plan(58);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -704,8 +709,37 @@ int main(int argc, char **argv)
            !datasets_page_name_hint(nw()->datasets),
        "the Name field is cleared for the next import");
     gtk_check_button_set_active(GTK_CHECK_BUTTON(skip), FALSE);
+
+    /* Item 11: a CSV dataset shows its features and first rows; Train says samples/s. */
+    wait_for(table_shown, 30000);
+    const char *title = datasets_page_samples_title(nw()->datasets);
+    GtkWidget *feature = find_text(win, GTK_TYPE_LABEL, "height");
+    ok(strstr(title, "first 20 training rows") && feature && gtk_widget_get_mapped(feature),
+       "a CSV dataset shows a table of its first rows under its feature names (%s)", title);
+    ok(screenshot("datasets-csv-1024x700"), "screenshot of a CSV dataset");
+    GtkWidget *pane = find_mapped(win, GTK_TYPE_PANED);
+    const int divider = pane ? gtk_paned_get_position(GTK_PANED(pane)) : -1;
+    show("train");
+    GtkWidget *rate = find_text(win, GTK_TYPE_LABEL, "Samples/s");
+    ok(rate && gtk_widget_get_mapped(rate), "the Train page counts a CSV's samples/s");
+    show("datasets");
     gtk_widget_activate_action(win, "win.select-dataset", "s", "bands");
     spin(1000);
+    ok(pane && gtk_paned_get_position(GTK_PANED(pane)) == divider,
+       "the divider stays where it was when another dataset is selected (%d, %d)", divider,
+       pane ? gtk_paned_get_position(GTK_PANED(pane)) : -1);
+    const char *const *caps = NULL;
+    const int nthumbs = datasets_page_thumbs(nw()->datasets, &caps);
+    int per[6] = {0};
+    for (int i = 0; i < nthumbs; i++)
+        if (caps[i] && caps[i][0] >= '0' && caps[i][0] <= '5')
+            per[caps[i][0] - '0']++;
+    ok(nthumbs == 48 && per[0] == 8 && per[5] == 8,
+       "the thumbnails show a few of each class (%d: %d of class 0, %d of class 5)", nthumbs,
+       per[0], per[5]);
+    show("train");
+    rate = find_text(win, GTK_TYPE_LABEL, "Images/s");
+    ok(rate && gtk_widget_get_mapped(rate), "and images/s for an image dataset");
 
     /* Item 7: the model's name. */
     show("model");

@@ -10,17 +10,20 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/json.h"
 #include "nnlab/alloc.h"
 #include "window.h"
 
 #define THUMBS     96
+#define PER_CLASS  8  /* thumbnails of each class, at most */
+#define FIRST_ROWS 20 /* rows of a CSV dataset shown */
 #define AUG_THUMBS 16
 
 struct datasets_page {
     NlWindow *win;
     GtkWidget *list, *name, *name_hint, *skip_bad, *val, *test, *channels, *import, *import_csv;
     GtkWidget *progress;
-    GtkWidget *title, *info, *counts, *samples_title, *thumbs;
+    GtkWidget *title, *info, *counts, *samples_title, *thumbs, *rows_table;
     GtkWidget *augment, *aug_title, *aug_thumbs;
     guint pulse;
     gboolean importing;
@@ -217,6 +220,17 @@ static gboolean check_name(struct datasets_page *p)
 static void name_changed(GtkEditable *e, gpointer data)
 {
     check_name(data);
+}
+
+int datasets_page_thumbs(struct datasets_page *p, const char *const **captions)
+{
+    *captions = (const char *const *)p->captions;
+    return p->nthumbs;
+}
+
+const char *datasets_page_samples_title(struct datasets_page *p)
+{
+    return gtk_label_get_text(GTK_LABEL(p->samples_title));
 }
 
 const char *datasets_page_name_hint(struct datasets_page *p)
@@ -460,6 +474,51 @@ static void add_cell(GtkWidget *grid, int col, int row, const char *text, gboole
     gtk_grid_attach(GTK_GRID(grid), l, col, row, 1, 1);
 }
 
+/* A CSV dataset's first training rows under its feature names, with their class. */
+static void fill_rows_table(struct datasets_page *p, const struct nl_dataset *d)
+{
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(p->rows_table)))
+        gtk_grid_remove(GTK_GRID(p->rows_table), child);
+    const gboolean is_rows = d && d->dtype == NL_F32;
+    gtk_widget_set_visible(p->rows_table, is_rows);
+    /* Rows have no pictures: no thumbnails, nothing to augment. */
+    gtk_widget_set_visible(p->thumbs, !is_rows);
+    gtk_widget_set_visible(gtk_widget_get_parent(p->augment), !is_rows);
+    gtk_widget_set_visible(p->aug_title, !is_rows);
+    gtk_widget_set_visible(p->aug_thumbs, !is_rows);
+    if (!d || d->dtype != NL_F32)
+        return;
+    const int nf = (int)nl_shape_size(d->shape);
+    struct nl_json_doc *doc = NULL;
+    struct nl_error err = {0};
+    const struct nl_json *names = NULL;
+    if (d->preprocessing &&
+        nl_json_parse(&doc, d->preprocessing, strlen(d->preprocessing), "preprocessing", &err) == 0)
+        names = nl_json_get(nl_json_root(doc), "feature_names");
+    for (int f = 0; f <= nf; f++) {
+        char fallback[32];
+        g_snprintf(fallback, sizeof fallback, "feature %d", f + 1);
+        const char *name = f == nf ? "class"
+                           : names && names->type == NL_JSON_ARRAY && (size_t)f < names->count &&
+                                   names->items[f].type == NL_JSON_STRING
+                               ? names->items[f].string
+                               : fallback;
+        add_cell(p->rows_table, f, 0, name, TRUE);
+    }
+    const float *x = d->split[NL_TRAIN].x;
+    const uint32_t rows = MIN(d->split[NL_TRAIN].n, FIRST_ROWS);
+    for (uint32_t r = 0; r < rows; r++) {
+        for (int f = 0; f < nf; f++) {
+            char buf[32];
+            g_snprintf(buf, sizeof buf, "%g", x[(size_t)r * nf + f]);
+            add_cell(p->rows_table, f, (int)r + 1, buf, FALSE);
+        }
+        add_cell(p->rows_table, nf, (int)r + 1, d->class_names[d->split[NL_TRAIN].y[r]], FALSE);
+    }
+    nl_json_free(doc);
+}
+
 void datasets_page_dataset_changed(struct datasets_page *p)
 {
     const struct nl_dataset *d = p->win->data;
@@ -474,6 +533,7 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     GAction *rm = g_action_map_lookup_action(G_ACTION_MAP(p->win), "dataset-remove");
     g_simple_action_set_enabled(G_SIMPLE_ACTION(rm), d != NULL);
     if (!d) {
+        fill_rows_table(p, NULL);
         gtk_label_set_text(GTK_LABEL(p->title), "No dataset selected");
         gtk_label_set_text(GTK_LABEL(p->info),
                            "No dataset yet: import a folder of IDX files or of image class "
@@ -485,11 +545,19 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     }
     gtk_label_set_text(GTK_LABEL(p->title), d->name);
     GString *info = g_string_new(NULL);
-    g_string_append_printf(info, "%s from %s\n%d×%d×%d %s samples, %d classes · normalised with",
-                           d->kind, d->source, d->shape.c, d->shape.h, d->shape.w,
-                           d->dtype == NL_U8 ? "8-bit" : "float", d->nclasses);
-    for (int i = 0; i < d->nnorm; i++)
-        g_string_append_printf(info, "%s mean %.3f, std %.3f", i ? ";" : "", d->mean[i], d->std[i]);
+    if (d->dtype == NL_F32) {
+        g_string_append_printf(info,
+                               "%s from %s\nRows of %d features, %d classes · each feature "
+                               "standardised with the train split's mean and deviation",
+                               d->kind, d->source, (int)nl_shape_size(d->shape), d->nclasses);
+    } else {
+        g_string_append_printf(info,
+                               "%s from %s\n%d×%d×%d 8-bit samples, %d classes · normalised with",
+                               d->kind, d->source, d->shape.c, d->shape.h, d->shape.w, d->nclasses);
+        for (int i = 0; i < d->nnorm; i++)
+            g_string_append_printf(info, "%s mean %.3f, std %.3f", i ? ";" : "", d->mean[i],
+                                   d->std[i]);
+    }
     gtk_label_set_text(GTK_LABEL(p->info), info->str);
     g_string_free(info, TRUE);
 
@@ -517,16 +585,32 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     }
     g_free(counts);
 
-    /* Thumbnails: the first samples of the train split, 8-bit datasets only. */
+    /* Thumbnails: a few training samples of each class, in class order, 8-bit datasets only. */
+    const int per = MIN(PER_CLASS, MAX(1, THUMBS / MAX(d->nclasses, 1)));
     if (d->dtype == NL_U8 && d->split[NL_TRAIN].n > 0) {
         const size_t size = nl_shape_size(d->shape);
-        p->nthumbs = (int)MIN(d->split[NL_TRAIN].n, THUMBS);
-        p->pixels = g_memdup2(d->split[NL_TRAIN].x, size * (size_t)p->nthumbs);
-        p->captions = g_new0(char *, (size_t)p->nthumbs + 1);
-        for (int i = 0; i < p->nthumbs; i++)
-            p->captions[i] = g_strdup(d->class_names[d->split[NL_TRAIN].y[i]]);
+        const uint32_t n = d->split[NL_TRAIN].n;
+        const uint8_t *x = d->split[NL_TRAIN].x;
+        const int32_t *y = d->split[NL_TRAIN].y;
+        const int cap = MIN(THUMBS, per * d->nclasses);
+        p->pixels = g_new(uint8_t, size * (size_t)cap);
+        p->captions = g_new0(char *, (size_t)cap + 1);
+        for (int k = 0; k < d->nclasses && p->nthumbs < cap; k++) {
+            int got = 0;
+            for (uint32_t i = 0; i < n && got < per && p->nthumbs < cap; i++) {
+                if (y[i] != k)
+                    continue;
+                memcpy(p->pixels + size * (size_t)p->nthumbs, x + size * i, size);
+                p->captions[p->nthumbs++] = g_strdup(d->class_names[k]);
+                got++;
+            }
+        }
     }
-    char *st = g_strdup_printf("The first %d training samples", p->nthumbs);
+    fill_rows_table(p, d);
+    char *st = d->dtype == NL_F32
+                   ? g_strdup_printf("The first %d training rows",
+                                     (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
+                   : g_strdup_printf("Training samples, up to %d of each class", per);
     gtk_label_set_text(GTK_LABEL(p->samples_title), st);
     g_free(st);
     gtk_widget_queue_resize(p->thumbs);
@@ -582,7 +666,9 @@ static struct chart_thumbs thumbs_of(struct datasets_page *p, int augmented)
     t.h = d->shape.h;
     t.w = d->shape.w;
     t.pixels = augmented ? p->aug_pixels : p->pixels;
-    t.captions = (const char *const *)p->captions;
+    /* The augmented preview draws the first training samples, whose classes are not those of
+     * the thumbnails above it. */
+    t.captions = augmented ? NULL : (const char *const *)p->captions;
     t.cell = 52;
     t.fg = nl_window_fg(p->thumbs);
     return t;
@@ -621,6 +707,7 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
     GET(counts);
     GET(samples_title);
     GET(thumbs);
+    GET(rows_table);
     GET(augment);
     GET(aug_title);
     GET(aug_thumbs);

@@ -73,6 +73,9 @@ void datasets_page_refresh(struct datasets_page *p);
 void datasets_page_dataset_changed(struct datasets_page *p);
 /* Why the Name field's text cannot name a new dataset, as shown under it; NULL when it can. */
 const char *datasets_page_name_hint(struct datasets_page *p);
+/* For tests: the thumbnails shown and their captions (class names); the title above them. */
+int datasets_page_thumbs(struct datasets_page *p, const char *const **captions);
+const char *datasets_page_samples_title(struct datasets_page *p);
 
 struct model_page *model_page_new(NlWindow *w, GtkWidget **root);
 void model_page_free(struct model_page *p);
