@@ -509,6 +509,31 @@ static int table_shown(void)
     return strstr(datasets_page_samples_title(nw()->datasets), "rows") != NULL;
 }
 
+/* Buttons and entries on screen outside any scrolled area that the window cuts: their names
+ * appended to out. */
+static int cut_controls(GtkWidget *w, GString *out)
+{
+    if (!gtk_widget_get_mapped(w) || GTK_IS_SCROLLED_WINDOW(w))
+        return 0;
+    int n = 0;
+    if (GTK_IS_BUTTON(w) || GTK_IS_ENTRY(w) || GTK_IS_DROP_DOWN(w) || GTK_IS_SPIN_BUTTON(w)) {
+        graphene_rect_t r;
+        if (gtk_widget_compute_bounds(w, win, &r) &&
+            (r.origin.x < -0.5 || r.origin.y < -0.5 ||
+             r.origin.x + r.size.width > gtk_widget_get_width(win) + 0.5 ||
+             r.origin.y + r.size.height > gtk_widget_get_height(win) + 0.5)) {
+            const char *label = GTK_IS_BUTTON(w) ? gtk_button_get_label(GTK_BUTTON(w)) : NULL;
+            g_string_append_printf(out, " %s“%s”", G_OBJECT_TYPE_NAME(w), label ? label : "");
+            return 1;
+        }
+        if (!GTK_IS_DROP_DOWN(w) && !GTK_IS_SPIN_BUTTON(w))
+            return 0;
+    }
+    for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c))
+        n += cut_controls(c, out);
+    return n;
+}
+
 static int importing_done(void)
 {
     const char *t = gtk_label_get_text(GTK_LABEL(nw()->toast_label));
@@ -609,7 +634,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(58);
+    plan(60);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -949,6 +974,38 @@ int main(int argc, char **argv)
     note = predict_page_note(nw()->predict);
     ok(!predicted() && strstr(note, "“abc” in height is not a number"),
        "a field that is not a number is named (%s)", oneline(note));
+
+    /* Item 11: every page at both sizes, light and dark, into BUILD/ui-screenshots/; no control
+     * outside a scrolled area is cut by the window. */
+    static const char *const pages[] = {"datasets", "model", "train", "runs", "predict"};
+    static const int sizes[][2] = {{1024, 700}, {1920, 1080}};
+    GtkSettings *gs = gtk_settings_get_default();
+    int shots_ok = 0, cut = 0;
+    GString *cuts = g_string_new(NULL);
+    for (int dark = 0; dark < 2; dark++) {
+        g_object_set(gs, "gtk-application-prefer-dark-theme", dark, NULL);
+        for (size_t z = 0; z < G_N_ELEMENTS(sizes); z++) {
+            resize(sizes[z][0], sizes[z][1]);
+            for (size_t i = 0; i < G_N_ELEMENTS(pages); i++) {
+                char shot[64];
+                show(pages[i]);
+                snprintf(shot, sizeof shot, "page-%s-%dx%d-%s", pages[i], sizes[z][0], sizes[z][1],
+                         dark ? "dark" : "light");
+                shots_ok += screenshot(shot);
+                GString *here = g_string_new(NULL);
+                if (cut_controls(win, here) > 0) {
+                    cut++;
+                    g_string_append_printf(cuts, " %s:%s", shot, here->str);
+                }
+                g_string_free(here, TRUE);
+            }
+        }
+    }
+    g_object_set(gs, "gtk-application-prefer-dark-theme", FALSE, NULL);
+    ok(shots_ok == 20, "screenshots of every page at 1024x700 and 1920x1080, light and dark (%d)",
+       shots_ok);
+    ok(cut == 0, "no control is cut by the window on any page (%s)", cuts->str);
+    g_string_free(cuts, TRUE);
 
     gtk_window_destroy(GTK_WINDOW(win));
     spin(200);

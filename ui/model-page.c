@@ -47,6 +47,7 @@ struct model_page {
     guint pending;         /* the choice waiting for the person's answer */
     gboolean reverting;    /* the drop-down is being set back: not the person's choice */
     guint asking;          /* the question about edits is about to be asked */
+    int name_chars;        /* width of the layers' name column */
     char *spec;            /* the text last validated */
     gboolean valid, setting;
     guint timer;
@@ -152,7 +153,9 @@ static GtkWidget *layer_row(struct model_page *p, const struct nl_layer *l, cons
     gtk_widget_set_margin_end(v, 4);
     gtk_widget_set_margin_top(v, 4);
     gtk_widget_set_margin_bottom(v, 4);
-    gtk_box_append(GTK_BOX(h), cell(l->name, 7, 0, "heading"));
+    GtkWidget *name = cell(l->name, p->name_chars, 0, "heading");
+    gtk_widget_set_tooltip_text(name, l->name);
+    gtk_box_append(GTK_BOX(h), name);
     GtkWidget *desc = cell(line_text, 8, 0, "nl-mono");
     gtk_widget_set_hexpand(desc, TRUE);
     gtk_box_append(GTK_BOX(h), desc);
@@ -187,7 +190,7 @@ static GtkWidget *layer_row(struct model_page *p, const struct nl_layer *l, cons
     return row;
 }
 
-static GtkWidget *header_row(void)
+static GtkWidget *header_row(int name_chars)
 {
     GtkWidget *row = gtk_list_box_row_new();
     GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 8);
@@ -195,7 +198,7 @@ static GtkWidget *header_row(void)
     gtk_widget_set_margin_end(h, 4);
     gtk_widget_set_margin_top(h, 6);
     gtk_widget_set_margin_bottom(h, 6);
-    gtk_box_append(GTK_BOX(h), cell("Layer", 7, 0, "dim-label"));
+    gtk_box_append(GTK_BOX(h), cell("Layer", name_chars, 0, "dim-label"));
     GtkWidget *d = cell("Definition", 8, 0, "dim-label");
     gtk_widget_set_hexpand(d, TRUE);
     gtk_box_append(GTK_BOX(h), d);
@@ -455,7 +458,11 @@ static void validate(struct model_page *p)
     if (spec) {
         char **lines = g_strsplit(p->spec, "\n", -1);
         const guint nlines = g_strv_length(lines);
-        gtk_list_box_append(GTK_LIST_BOX(p->layers), header_row());
+        /* The name column as wide as the longest name, within reason (a tooltip says more). */
+        p->name_chars = 7;
+        for (int i = 0; i < spec->nlayers; i++)
+            p->name_chars = MAX(p->name_chars, (int)MIN(strlen(spec->layers[i].name), 14));
+        gtk_list_box_append(GTK_LIST_BOX(p->layers), header_row(p->name_chars));
         for (int i = 0; i < spec->nlayers; i++) {
             const struct nl_layer *l = m ? &m->layers[i] : &spec->layers[i];
             char shape[48] = "—", params[32] = "—", text[160] = "";
