@@ -634,7 +634,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(60);
+    plan(61);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -974,6 +974,27 @@ int main(int argc, char **argv)
     note = predict_page_note(nw()->predict);
     ok(!predicted() && strstr(note, "“abc” in height is not a number"),
        "a field that is not a number is named (%s)", oneline(note));
+
+    /* With two runs compared and a confusion matrix shown, every page still fits 1024x700. */
+    show("runs");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-t");
+    gtk_widget_activate_action(win, "win.run-select", "s", "run-a");
+    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    wait_for(confusion_ready, 60000);
+    GString *widths = g_string_new(NULL);
+    static const char *const all[] = {"datasets", "model", "train", "runs", "predict"};
+    for (size_t i = 0; i < G_N_ELEMENTS(all); i++) {
+        int mw = 0;
+        gtk_widget_measure(gtk_stack_get_child_by_name(nw()->stack, all[i]),
+                           GTK_ORIENTATION_HORIZONTAL, -1, &mw, NULL, NULL, NULL);
+        g_string_append_printf(widths, " %s %d", all[i], mw);
+    }
+    int min_w = 0;
+    gtk_widget_measure(gtk_window_get_child(GTK_WINDOW(win)), GTK_ORIENTATION_HORIZONTAL, -1,
+                       &min_w, NULL, NULL, NULL);
+    ok(min_w <= 1024, "every page fits 1024 wide (%d:%s)", min_w, widths->str);
+    g_string_free(widths, TRUE);
 
     /* Item 11: every page at both sizes, light and dark, into BUILD/ui-screenshots/; no control
      * outside a scrolled area is cut by the window. */

@@ -525,12 +525,16 @@ static const char *unit(struct train_page *p)
     return d && d->dtype == NL_F32 ? "samples" : "images";
 }
 
+/* The rate's caption; its tooltip says over what it is measured (the caption stays short: the
+ * figures above the charts share their width). */
 static void set_rate_title(struct train_page *p, gboolean whole_run)
 {
-    char *t = g_strdup_printf("%s/s%s", strcmp(unit(p), "samples") == 0 ? "Samples" : "Images",
-                              whole_run ? ", whole run" : "");
-    gtk_label_set_text(GTK_LABEL(p->stat_ips_title), t);
-    g_free(t);
+    gtk_label_set_text(GTK_LABEL(p->stat_ips_title),
+                       strcmp(unit(p), "samples") == 0 ? "Samples/s" : "Images/s");
+    gtk_widget_set_tooltip_text(p->stat_ips_title, whole_run
+                                                       ? "Over the whole run, as the Done line says"
+                                                       : "Over the last steps");
+    gtk_widget_set_tooltip_text(p->stat_ips, gtk_widget_get_tooltip_text(p->stat_ips_title));
 }
 
 static void show_point(struct train_page *p, const struct feed_point *pt)
