@@ -534,6 +534,20 @@ static int cut_controls(GtkWidget *w, GString *out)
     return n;
 }
 
+/* The mapped label whose text starts with prefix. */
+static GtkWidget *find_prefix(GtkWidget *root, const char *prefix)
+{
+    if (GTK_IS_LABEL(root) && gtk_widget_get_mapped(root) &&
+        g_str_has_prefix(gtk_label_get_text(GTK_LABEL(root)), prefix))
+        return root;
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *f = find_prefix(c, prefix);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
+
 static int importing_done(void)
 {
     const char *t = gtk_label_get_text(GTK_LABEL(nw()->toast_label));
@@ -634,7 +648,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(61);
+    plan(62);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -829,6 +843,10 @@ int main(int argc, char **argv)
        "with no checkpoint, Resume and Confusion Matrix are disabled and say why (%s)",
        why ? why : "no reason");
     ok(screenshot("runs-no-checkpoint-1024x700"), "screenshot of the refused run");
+    GtkWidget *cm_hint = find_prefix(win, "Compute the confusion matrix");
+    ok(cm_hint && gtk_widget_get_width(cm_hint) >= 400,
+       "the confusion matrix's hint runs the width of the pane at 1024x700 (%d px)",
+       cm_hint ? gtk_widget_get_width(cm_hint) : -1);
     char *rt = row_text("run-b");
     ok(strstr(rt, "stopped") && strstr(rt, "val ") && !strstr(rt, "val –"),
        "a stopped run's row shows its validation accuracy (%s)", oneline(rt));

@@ -954,6 +954,18 @@ static void select_run(struct runs_page *p, const char *name)
         G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "run-export")), have);
     show_details(p);
     load_curves(p);
+    /* A matrix shown is said to be another run's. */
+    if (p->cm && !p->computing && p->selected) {
+        char *t = strcmp(p->cm->run, p->selected) == 0
+                      ? g_strdup_printf("Confusion matrix of “%s” on the test split: %.2f%% of %u "
+                                        "correct",
+                                        p->cm->run, 100.0 * p->cm->accuracy, p->cm->n)
+                      : g_strdup_printf("Confusion matrix of “%s” (another run: press Confusion "
+                                        "Matrix for “%s”)",
+                                        p->cm->run, p->selected);
+        gtk_label_set_text(GTK_LABEL(p->confusion_title), t);
+        g_free(t);
+    }
 }
 
 static void row_selected(GtkListBox *box, GtkListBoxRow *row, gpointer data)
@@ -1224,14 +1236,20 @@ static void poll_thread(GTask *task, gpointer source, gpointer data, GCancellabl
         GString *t = g_string_new(NULL);
         for (int i = 0; i < n; i++) {
             struct nl_run_epoch *ep = NULL;
-            int ne = 0;
-            /* A running run records epochs before its checkpoint counts them. */
-            if (strcmp(list[i].status, "running") == 0 &&
-                nl_run_epochs(s, list[i].id, &ep, &ne, &err) < 0)
-                ne = -1;
+            struct nl_run_recovery *rec = NULL;
+            int ne = 0, nrec = 0;
+            /* A running run records epochs before its checkpoint counts them, and a cluster
+             * run its recoveries as they happen. */
+            if (strcmp(list[i].status, "running") == 0) {
+                if (nl_run_epochs(s, list[i].id, &ep, &ne, &err) < 0)
+                    ne = -1;
+                if (nl_run_recoveries(s, list[i].id, &rec, &nrec, &err) < 0)
+                    nrec = -1;
+            }
             nl_free(ep);
-            g_string_append_printf(t, "%s|%s|%d|%d|%d\n", list[i].name, list[i].status,
-                                   list[i].epochs_done, list[i].owner_lives, ne);
+            nl_free(rec);
+            g_string_append_printf(t, "%s|%s|%d|%d|%d|%d\n", list[i].name, list[i].status,
+                                   list[i].epochs_done, list[i].owner_lives, ne, nrec);
         }
         j->seen = g_string_free(t, FALSE);
     }
