@@ -548,6 +548,15 @@ static GtkWidget *find_prefix(GtkWidget *root, const char *prefix)
     return NULL;
 }
 
+/* The mapped entries under root, in the widget tree's order. */
+static void mapped_entries(GtkWidget *root, GPtrArray *out)
+{
+    if (GTK_IS_ENTRY(root) && gtk_widget_get_mapped(root))
+        g_ptr_array_add(out, root);
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c))
+        mapped_entries(c, out);
+}
+
 static int importing_done(void)
 {
     const char *t = gtk_label_get_text(GTK_LABEL(nw()->toast_label));
@@ -648,7 +657,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(62);
+    plan(63);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -988,6 +997,15 @@ int main(int argc, char **argv)
        predicted() ? predict_page_top(nw()->predict) : "none", want ? want : "none");
     g_free(want);
     ok(screenshot("predict-csv-row-1024x700"), "screenshot of a row predicted");
+    GPtrArray *entries = g_ptr_array_new();
+    mapped_entries(win, entries);
+    if (entries->len == 2)
+        gtk_editable_set_text(GTK_EDITABLE(entries->pdata[0]), "5,2");
+    ok(entries->len == 2 &&
+           strcmp(gtk_editable_get_text(GTK_EDITABLE(entries->pdata[0])), "5") == 0 &&
+           strcmp(gtk_editable_get_text(GTK_EDITABLE(entries->pdata[1])), "2") == 0,
+       "a row pasted into the first field is spread over the fields");
+    g_ptr_array_unref(entries);
     gtk_widget_activate_action(win, "win.predict-values", "s", "3 abc");
     note = predict_page_note(nw()->predict);
     ok(!predicted() && strstr(note, "“abc” in height is not a number"),

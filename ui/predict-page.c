@@ -112,8 +112,7 @@ static void load_done(GObject *source, GAsyncResult *res, gpointer data)
     j->d = NULL;
     if (p->d->dtype == NL_F32)
         build_fields(p, p->d);
-    if (!row_mode(p) || p->row_wanted)
-        gtk_label_set_text(GTK_LABEL(p->verdict), "");
+    gtk_label_set_text(GTK_LABEL(p->verdict), "");
     predict(p);
 }
 
@@ -245,7 +244,7 @@ static int classify(struct predict_page *p, const float *in, struct nl_error *er
     return rc;
 }
 
-static void spread_row(struct predict_page *p, const char *text);
+static void spread_row(struct predict_page *p, const char *text, guint from);
 
 static void field_changed(GtkEditable *e, gpointer data)
 {
@@ -253,8 +252,13 @@ static void field_changed(GtkEditable *e, gpointer data)
     const char *t = gtk_editable_get_text(e);
     gtk_widget_remove_css_class(GTK_WIDGET(e), "error");
     /* A whole row pasted into one field is spread over the fields. */
-    if (!p->spreading && p->fields->len > 1 && strpbrk(t, ",;\t ") && strlen(t) > 1)
-        spread_row(p, t);
+    guint at = 0;
+    if (!p->spreading && p->fields->len > 1 && strpbrk(t, ",;\t ") && strlen(t) > 1 &&
+        g_ptr_array_find(p->fields, e, &at)) {
+        char *row = g_strdup(t);
+        spread_row(p, row, at);
+        g_free(row);
+    }
 }
 
 static void field_activated(GtkEntry *e, gpointer data)
@@ -309,11 +313,11 @@ static void build_fields(struct predict_page *p, const struct nl_dataset *d)
     nl_json_free(doc);
 }
 
-/* Puts the values of a pasted or given row into the fields, in order. */
-static void spread_row(struct predict_page *p, const char *text)
+/* Puts the values of a pasted or given row into the fields, in order from field from. */
+static void spread_row(struct predict_page *p, const char *text, guint from)
 {
     char **v = g_regex_split_simple("[,;\\t ]+", text, 0, 0);
-    guint at = 0;
+    guint at = from;
     p->spreading = TRUE;
     for (char **q = v; *q && at < p->fields->len; q++)
         if ((*q)[0])
@@ -344,7 +348,9 @@ static void predict_row(struct predict_page *p)
         const char *t = gtk_editable_get_text(GTK_EDITABLE(e));
         char *end = NULL;
         const double x = g_ascii_strtod(t, &end);
-        if (!t[0] || !end || *g_strchug(end) || !isfinite(x)) {
+        while (end && g_ascii_isspace(*end))
+            end++;
+        if (!t[0] || !end || *end || end == t || !isfinite(x)) {
             gtk_widget_add_css_class(e, "error");
             if (!bad)
                 bad = t[0]
@@ -547,7 +553,7 @@ static void predict_values_action(GSimpleAction *a, GVariant *param, gpointer da
     struct predict_page *p = data;
     gtk_stack_set_visible_child_name(p->win->stack, "predict");
     if (p->fields->len)
-        spread_row(p, g_variant_get_string(param, NULL));
+        spread_row(p, g_variant_get_string(param, NULL), 0);
     predict_row(p);
 }
 
