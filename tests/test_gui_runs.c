@@ -362,6 +362,16 @@ static GtkWidget *question(void)
     return found;
 }
 
+static int asked(void)
+{
+    return question() != NULL;
+}
+
+static int not_asked(void)
+{
+    return question() == NULL;
+}
+
 static const char *question_text(GtkWidget *d)
 {
     static char buf[600];
@@ -657,7 +667,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(63);
+    plan(64);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -809,7 +819,7 @@ int main(int argc, char **argv)
        "an edit names it after what it was built from (%s)", model_page_name(nw()->model));
     const guint lenet_at = gtk_drop_down_get_selected(GTK_DROP_DOWN(dd));
     gtk_drop_down_set_selected(GTK_DROP_DOWN(dd), lenet_at == 0 ? 1 : 0);
-    spin(300);
+    wait_for(asked, 5000);
     GtkWidget *q = question();
     ok(q && strstr(question_text(q), "lenet (edited)") &&
            gtk_drop_down_get_selected(GTK_DROP_DOWN(dd)) == lenet_at,
@@ -821,8 +831,9 @@ int main(int argc, char **argv)
     spin(300);
     ok(strcmp(model_page_name(nw()->model), "lenet (edited)") == 0, "Cancel keeps the edits (%s)",
        model_page_name(nw()->model));
+    wait_for(not_asked, 5000);
     gtk_drop_down_set_selected(GTK_DROP_DOWN(dd), lenet_at == 0 ? 1 : 0);
-    spin(300);
+    wait_for(asked, 5000);
     q = question();
     if (q)
         gtk_dialog_response(GTK_DIALOG(q), GTK_RESPONSE_ACCEPT);
@@ -935,6 +946,9 @@ int main(int argc, char **argv)
     rt = row_text(watched);
     ok(live_points_seen >= 1 && strstr(rt, "running"), "its curve has a point while it runs (%d)",
        live_points_seen);
+    const char *live_details = runs_page_details(nw()->runs);
+    ok(strstr(live_details, "followed live") && strstr(live_details, "samples/s"),
+       "its details say which process trains it and how fast (%s)", oneline(live_details));
     g_free(rt);
     measuring = FALSE; /* a screenshot is the test's own work on the main loop */
     ok(screenshot("runs-live-1024x700"), "screenshot of a run followed live");

@@ -869,6 +869,19 @@ static void show_details(struct runs_page *p)
         g_string_append_printf(set, ", on %d worker%s", r->workers, r->workers == 1 ? "" : "s");
     }
     nl_free(rec);
+    /* A run another process trains: who, and how far it has got, from the store. */
+    if (strcmp(info.status, "running") == 0 && info.owner_host[0] && !nl_window_training(p->win)) {
+        struct nl_run_epoch *ep = NULL;
+        int ne = 0;
+        if (nl_run_epochs(p->win->store, info.id, &ep, &ne, &err) < 0)
+            ne = 0;
+        g_string_append_printf(set, "\nTraining in process %ld on %s, followed live from the store",
+                               info.owner_pid, info.owner_host);
+        if (ne > 0 && isfinite(ep[ne - 1].images_per_second))
+            g_string_append_printf(set, ": epoch %d done, %.0f samples/s", ep[ne - 1].epoch,
+                                   ep[ne - 1].images_per_second);
+        nl_free(ep);
+    }
     /* Names come from people: escape everything but the markup added here. */
     char created[48], finished[48];
     char *esc = g_markup_printf_escaped(
