@@ -492,6 +492,13 @@ static void sample_close(GtkWidget *b, gpointer data)
     gtk_widget_set_visible(GTK_WIDGET(data), FALSE);
 }
 
+/* The sample's window went with the main window. */
+static void sample_destroyed(GtkWidget *w, gpointer data)
+{
+    struct runs_page *p = data;
+    p->sample_pop = NULL;
+}
+
 /* Opens test sample i larger, in a window of its own, with the likeliest classes. */
 static void show_sample(struct runs_page *p, uint32_t i)
 {
@@ -525,7 +532,7 @@ static void show_sample(struct runs_page *p, uint32_t i)
         gtk_box_append(GTK_BOX(box), close);
         gtk_window_set_child(GTK_WINDOW(win), box);
         p->sample_pop = win;
-        g_object_add_weak_pointer(G_OBJECT(win), (gpointer *)&p->sample_pop);
+        g_signal_connect(win, "destroy", G_CALLBACK(sample_destroyed), p);
     }
     p->sample = (int)i;
     GString *t = g_string_new(NULL);
