@@ -539,6 +539,24 @@ void nl_dataset_targets(const struct nl_dataset *d, enum nl_split split, const u
     }
 }
 
+int nl_dataset_sample_from_values(const struct nl_dataset *d, const float *v, int n, float *x,
+                                  struct nl_error *err)
+{
+    const size_t size = nl_shape_size(d->shape);
+    if (d->dtype != NL_F32)
+        return nl_error_set(err, NL_EINVAL,
+                            "dataset '%s' holds images: give it an image, not a row of values",
+                            d->name);
+    if (n < 0 || (size_t)n != size)
+        return nl_error_set(err, NL_EINVAL, "dataset '%s' has %zu features; the row has %d",
+                            d->name, size, n);
+    const size_t plane = (size_t)d->shape.h * d->shape.w;
+    for (int c = 0; c < d->shape.c; c++)
+        for (size_t p = 0; p < plane; p++)
+            x[c * plane + p] = (v[c * plane + p] - d->mean[c]) / d->std[c];
+    return 0;
+}
+
 int nl_dataset_info(struct nl_store *s, const char *name, struct nl_dataset_info *info,
                     struct nl_error *err)
 {

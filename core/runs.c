@@ -617,6 +617,25 @@ int nl_run_load_params(struct nl_store *s, const struct nl_run_info *run, float 
     return rc;
 }
 
+int nl_run_checkpoint_epoch(struct nl_store *s, int64_t run, int *epoch, struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    *epoch = 0;
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "SELECT epoch FROM checkpoints WHERE run = ? "
+                           "ORDER BY iteration DESC LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "looking for a checkpoint");
+    sqlite3_bind_int64(st, 1, run);
+    const int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *epoch = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return nl_store_db_error(s, err, "looking for a checkpoint");
+    return rc == SQLITE_ROW;
+}
+
 int nl_run_load_checkpoint(struct nl_store *s, const struct nl_run_info *run, float *params,
                            size_t nparams, struct nl_run_checkpoint *cp, struct nl_error *err)
 {

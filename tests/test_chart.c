@@ -228,6 +228,11 @@ static void test_bars_thumbs_confusion(void)
     canvas(100, 300);
     is_int(chart_thumbs_draw(cr, 100, 300, &t), 4, "four thumbnails");
     is_int(chart_thumbs_height(100, &t), 2 * (32 + 18) + 4, "two rows of two at width 100");
+    /* Cells start at 4 and are 40 apart across, 50 down (32 + 18 for the caption). */
+    is_int(chart_thumbs_hit(100, &t, 20, 20), 0, "a click on the first thumbnail finds it");
+    is_int(chart_thumbs_hit(100, &t, 4 + 40 + 16, 4 + 50 + 16), 3, "and on the fourth");
+    is_int(chart_thumbs_hit(100, &t, 40, 20), -1, "the gap between two finds none");
+    is_int(chart_thumbs_hit(100, &t, 20, 4 + 100 + 16), -1, "nor a row past the last");
 
     long counts[9] = {50, 3, 0, 2, 40, 8, 0, 0, 47};
     struct chart_confusion m = {
@@ -309,7 +314,7 @@ static void test_feed(void)
 
 int main(void)
 {
-    plan(43);
+    plan(47);
     test_line_chart();
     test_events();
     test_throughput();

@@ -10,6 +10,9 @@
  *  - a click on Start starts a run, a click on Stop just after a toast faded stops it;
  *  - a number field refuses text that is not a number, visibly (error mark, reason shown), and
  *    keeps its value; Ctrl+Return with such text typed does not start.
+ *  - the main flow works from the keyboard alone: Alt+1…5 change pages, Tab reaches Start and
+ *    Enter presses it, Ctrl+. stops the run, Ctrl+I opens the import chooser and Escape closes
+ *    it.
  * Screenshots of the train page at 1024x700 and 1920x1080 go to BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run (a
@@ -357,6 +360,11 @@ static int chooser_open(void)
     return file_chooser() != NULL;
 }
 
+static int chooser_gone(void)
+{
+    return file_chooser() == NULL;
+}
+
 static int run_status(const char *name, const char *status)
 {
     struct nl_store *s;
@@ -373,6 +381,11 @@ static int run_status(const char *name, const char *status)
     else if (rc < 0)
         diag("run '%s': %s", name, err.msg);
     return rc == 0 && strcmp(info.status, status) == 0;
+}
+
+static const char *page_shown(void)
+{
+    return gtk_stack_get_visible_child_name(nw()->stack);
 }
 
 static int reason_has(const char *text)
@@ -393,7 +406,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(27);
+    plan(36);
     char data_dir[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -519,6 +532,39 @@ int main(int argc, char **argv)
     screenshot("input-train-1920x1080");
     resize(1024, 700);
     ok(in_view(start) && in_view(stop), "Start and Stop are in view at 1024x700 again");
+
+    /* The main flow from the keyboard alone. */
+    click(name); /* the window takes the keyboard */
+    xdotool("key --clearmodifiers alt+1");
+    spin(300);
+    const char *shown = page_shown();
+    ok(shown && strcmp(shown, "datasets") == 0, "Alt+1 shows the Datasets page (%s)", shown);
+    xdotool("key --clearmodifiers alt+4");
+    spin(300);
+    shown = page_shown();
+    ok(shown && strcmp(shown, "runs") == 0, "Alt+4 shows the Runs page (%s)", shown);
+    xdotool("key --clearmodifiers alt+3");
+    spin(300);
+    shown = page_shown();
+    ok(shown && strcmp(shown, "train") == 0, "Alt+3 shows the Train page (%s)", shown);
+    int tabs = 0;
+    while (gtk_window_get_focus(GTK_WINDOW(win)) != start && tabs < 80) {
+        xdotool("key Tab");
+        tabs++;
+    }
+    ok(gtk_window_get_focus(GTK_WINDOW(win)) == start, "Tab reaches Start (%d presses)", tabs);
+    xdotool("key Return");
+    ok(wait_for(running, 5000), "Enter on Start starts a run");
+    ok(wait_for(some_points, 60000), "which trains");
+    xdotool("key --clearmodifiers ctrl+period");
+    ok(wait_for(stopped, 30000), "Ctrl+. stops it");
+    xdotool("key --clearmodifiers ctrl+i");
+    ok(wait_for(chooser_open, 3000), "Ctrl+I opens the import chooser");
+    if (file_chooser())
+        xdotool("key Escape");
+    ok(wait_for(chooser_gone, 3000), "and Escape closes it");
+    if (file_chooser())
+        gtk_dialog_response(GTK_DIALOG(file_chooser()), GTK_RESPONSE_CANCEL);
 
     gtk_window_destroy(GTK_WINDOW(win));
     spin(200);

@@ -405,6 +405,20 @@ int chart_thumbs_height(int width, const struct chart_thumbs *t)
     return ((t->n + cols - 1) / cols) * pitch + 4;
 }
 
+int chart_thumbs_hit(int width, const struct chart_thumbs *t, double x, double y)
+{
+    int cell, pitch;
+    const int cols = thumbs_cols(width, t, &cell, &pitch);
+    if (x < 4 || y < 4)
+        return -1;
+    const int col = (int)((x - 4) / (cell + 8)), row = (int)((y - 4) / pitch);
+    const double cx = x - 4 - col * (cell + 8), cy = y - 4 - row * pitch;
+    const int i = row * cols + col;
+    if (col >= cols || cx > cell || cy > pitch - 4 || i >= t->n)
+        return -1;
+    return i;
+}
+
 int chart_thumbs_draw(cairo_t *cr, int width, int height, const struct chart_thumbs *t)
 {
     int cell, pitch, drawn = 0;
@@ -454,11 +468,53 @@ int chart_thumbs_draw(cairo_t *cr, int width, int height, const struct chart_thu
     return drawn;
 }
 
+/* Room for class names beside and above the matrix: as long as the longest name (at about 6.2
+ * pixels a character of the 10-pixel font), from 40 to 140 pixels; longer names are cut with an
+ * ellipsis. */
+#define CHAR_W 6.2
+static double confusion_label_room(const struct chart_confusion *m)
+{
+    size_t longest = 0;
+    for (int i = 0; m->names && i < m->k; i++) {
+        size_t chars = 0;
+        for (const unsigned char *c = (const unsigned char *)m->names[i]; *c; c++)
+            chars += (*c & 0xc0) != 0x80;
+        if (chars > longest)
+            longest = chars;
+    }
+    const double room = 16 + CHAR_W * (double)longest;
+    return room < 40 ? 40 : room > 140 ? 140 : room;
+}
+
+/* name cut to at most chars characters, "…" last when cut, into buf (UTF-8 kept whole). */
+static void fit_name(char *buf, size_t size, const char *name, int chars)
+{
+    size_t at = 0;
+    int n = 0;
+    const unsigned char *c = (const unsigned char *)name;
+    while (c[at] && at + 4 < size) {
+        if ((c[at] & 0xc0) != 0x80 && ++n > chars)
+            break;
+        at++;
+    }
+    if (c[at] && at + 4 < size && chars > 1) {
+        /* Make room for the ellipsis: drop the last character. */
+        do
+            at--;
+        while (at > 0 && (c[at] & 0xc0) == 0x80);
+        memcpy(buf, name, at);
+        memcpy(buf + at, "\xe2\x80\xa6", 4);
+        return;
+    }
+    memcpy(buf, name, at);
+    buf[at] = '\0';
+}
+
 /* The confusion matrix's geometry: labels on the left and top, square cells. */
 static void confusion_geometry(int width, int height, const struct chart_confusion *m, double *gx,
                                double *gy, double *cs)
 {
-    const double lab = 84;
+    const double lab = confusion_label_room(m);
     double avail = fmin(width - lab - PAD, height - lab - PAD);
     *cs = m->k > 0 ? floor(fmax(avail, 0) / m->k) : 0;
     *gx = lab;
@@ -529,8 +585,9 @@ int chart_confusion_draw(cairo_t *cr, int width, int height, const struct chart_
     }
     set_rgb(cr, m->fg, 0.85);
     for (int i = 0; i < m->k; i++) {
-        char name[12];
-        snprintf(name, sizeof name, "%s", m->names ? m->names[i] : "");
+        char name[160];
+        fit_name(name, sizeof name, m->names ? m->names[i] : "",
+                 (int)((confusion_label_room(m) - 16) / CHAR_W));
         text_at(cr, gx - 4, gy + i * cs + cs / 2 + 4, name, 10, 1.0);
         cairo_save(cr);
         cairo_translate(cr, gx + i * cs + cs / 2 + 4, gy - 4);

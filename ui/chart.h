@@ -88,6 +88,8 @@ struct chart_thumbs {
 int chart_thumbs_draw(cairo_t *cr, int width, int height, const struct chart_thumbs *t);
 /* The height the grid needs at this width, for a scrolled area. */
 int chart_thumbs_height(int width, const struct chart_thumbs *t);
+/* The image under point (x, y), as drawn at this width, or -1. */
+int chart_thumbs_hit(int width, const struct chart_thumbs *t, double x, double y);
 
 /* A confusion matrix: counts[true * k + predicted], rows are true classes. */
 struct chart_confusion {

@@ -1,20 +1,29 @@
 /* The datasets page: the datasets in the store, importing (IDX files, PNG/JPEG class folders, CSV
  * files) on a worker thread with a progress bar, and the selected dataset's classes per split,
  * sample thumbnails and a preview of augmented training samples (nl_augment_preview, a new
- * draw each time it is asked for). */
+ * draw each time it is asked for).
+ *
+ * The Name field is checked as it is typed, before any file chooser opens: a name of spaces
+ * only, or one the store holds, marks the field, says why under it in the window's terms and
+ * offers a free name, and the import buttons wait. A successful import clears the field so the
+ * next one takes its own file's name. */
 #include <math.h>
 #include <string.h>
 
+#include "../core/json.h"
 #include "nnlab/alloc.h"
 #include "window.h"
 
 #define THUMBS     96
+#define PER_CLASS  8  /* thumbnails of each class, at most */
+#define FIRST_ROWS 20 /* rows of a CSV dataset shown */
 #define AUG_THUMBS 16
 
 struct datasets_page {
     NlWindow *win;
-    GtkWidget *list, *name, *val, *test, *channels, *import, *import_csv, *progress;
-    GtkWidget *title, *info, *counts, *samples_title, *thumbs;
+    GtkWidget *list, *name, *name_hint, *skip_bad, *val, *test, *channels, *import, *import_csv;
+    GtkWidget *progress;
+    GtkWidget *title, *info, *counts, *samples_title, *thumbs, *rows_table;
     GtkWidget *augment, *aug_title, *aug_thumbs;
     guint pulse;
     gboolean importing;
@@ -33,7 +42,10 @@ struct datasets_page {
 struct import_job {
     char *db_path, *name, *path;
     double val, test;
-    int channels;     /* 0: what most files are, 1 gray, 3 RGB (PNG folders) */
+    int channels; /* 0: what most files are, 1 gray, 3 RGB (PNG folders) */
+    int skip_bad; /* skip files or rows that do not read, listing them in skipped */
+    int nskipped;
+    GString *skipped; /* the first few skipped, a line each (the import thread's) */
     gint done, total; /* files or rows so far, written by the import thread (atomic) */
     char *error;      /* NULL on success */
 };
@@ -54,7 +66,17 @@ static void import_job_free(gpointer data)
     g_free(j->name);
     g_free(j->path);
     g_free(j->error);
+    if (j->skipped)
+        g_string_free(j->skipped, TRUE);
     g_free(j);
+}
+
+/* Runs on the import thread: a file or row left out. */
+static void import_warn(void *ud, const char *msg)
+{
+    struct import_job *j = ud;
+    if (j->nskipped++ < 3)
+        g_string_append_printf(j->skipped, "\n%s", msg);
 }
 
 static void import_thread(GTask *task, gpointer source, gpointer data, GCancellable *c)
@@ -67,6 +89,9 @@ static void import_thread(GTask *task, gpointer source, gpointer data, GCancella
                                .test_fraction = (float)j->test,
                                .seed = 1,
                                .channels = j->channels,
+                               .skip_bad = j->skip_bad,
+                               .warn = import_warn,
+                               .warn_ud = j,
                                .progress = import_progress,
                                .progress_ud = j};
 
@@ -101,6 +126,8 @@ static gboolean pulse(gpointer data)
     return G_SOURCE_CONTINUE;
 }
 
+static gboolean check_name(struct datasets_page *p);
+
 static void import_done(GObject *source, GAsyncResult *res, gpointer data)
 {
     struct datasets_page *p = data;
@@ -114,24 +141,125 @@ static void import_done(GObject *source, GAsyncResult *res, gpointer data)
     p->job = NULL;
     p->importing = FALSE;
     gtk_widget_set_visible(p->progress, FALSE);
-    gtk_widget_set_sensitive(p->import, TRUE);
-    gtk_widget_set_sensitive(p->import_csv, TRUE);
+    check_name(p);
     if (j->error) {
         nl_window_notify(p->win, "Import failed: %s", j->error);
         return;
     }
     datasets_page_refresh(p);
     nl_window_select_dataset(p->win, j->name);
-    nl_window_notify(p->win, "Imported “%s”", j->name);
+    if (j->nskipped > 0)
+        nl_window_notify(p->win, "Imported “%s”, leaving out %d bad file%s or row%s:%s%s", j->name,
+                         j->nskipped, j->nskipped == 1 ? "" : "s", j->nskipped == 1 ? "" : "s",
+                         j->skipped->str, j->nskipped > 3 ? "\n…" : "");
+    else
+        nl_window_notify(p->win, "Imported “%s”", j->name);
+    /* The next import takes its own file's name unless one is typed. */
+    gtk_editable_set_text(GTK_EDITABLE(p->name), "");
 }
 
-static void start_import(struct datasets_page *p, const char *name, const char *path)
+/* The first of NAME-2, NAME-3… that the store does not hold (freed with g_free). */
+static char *free_name(struct datasets_page *p, const char *name)
+{
+    struct nl_error err = {0};
+    for (int i = 2;; i++) {
+        char *c = g_strdup_printf("%s-%d", name, i);
+        if (nl_dataset_exists(p->win->store, c, &err) != 1)
+            return c;
+        g_free(c);
+    }
+}
+
+/* What is wrong with name as the name of a new dataset, in the window's terms, or NULL (freed
+ * with g_free). An empty name is fine: the file's own name is taken. */
+static char *name_problem(struct datasets_page *p, const char *name)
+{
+    struct nl_error err = {0};
+    char *t = g_strstrip(g_strdup(name));
+    char *why = NULL;
+    if (name[0] && !t[0]) {
+        why = g_strdup("A name needs a letter or a digit: this one is only spaces. Clear it to "
+                       "use the file's name.");
+    } else if (strlen(t) > 100) {
+        why = g_strdup("Keep the name under 100 characters.");
+    } else if (t[0] && nl_dataset_exists(p->win->store, t, &err) == 1) {
+        char *other = free_name(p, t);
+        why = g_strdup_printf("“%s” exists: delete it with the bin button beside its title, or "
+                              "choose another name, such as “%s”.",
+                              t, other);
+        g_free(other);
+    }
+    g_free(t);
+    return why;
+}
+
+/* Marks the Name field (and holds the import buttons) while its text cannot name a new
+ * dataset; returns whether it can. */
+static gboolean check_name(struct datasets_page *p)
+{
+    char *why = name_problem(p, gtk_editable_get_text(GTK_EDITABLE(p->name)));
+    if (why)
+        gtk_widget_add_css_class(p->name, "error");
+    else
+        gtk_widget_remove_css_class(p->name, "error");
+    gtk_label_set_text(GTK_LABEL(p->name_hint), why ? why : "");
+    gtk_widget_set_visible(p->name_hint, why != NULL);
+    gtk_accessible_update_state(GTK_ACCESSIBLE(p->name), GTK_ACCESSIBLE_STATE_INVALID,
+                                why ? GTK_ACCESSIBLE_INVALID_TRUE : GTK_ACCESSIBLE_INVALID_FALSE,
+                                -1);
+    const gboolean can = why == NULL && !p->importing;
+    const gboolean named = why == NULL;
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "import")), can);
+    g_simple_action_set_enabled(
+        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "import-csv")), can);
+    g_free(why);
+    return named;
+}
+
+static void name_changed(GtkEditable *e, gpointer data)
+{
+    check_name(data);
+}
+
+int datasets_page_thumbs(struct datasets_page *p, const char *const **captions)
+{
+    *captions = (const char *const *)p->captions;
+    return p->nthumbs;
+}
+
+const char *datasets_page_samples_title(struct datasets_page *p)
+{
+    return gtk_label_get_text(GTK_LABEL(p->samples_title));
+}
+
+const char *datasets_page_name_hint(struct datasets_page *p)
+{
+    return gtk_widget_get_visible(p->name_hint) ? gtk_label_get_text(GTK_LABEL(p->name_hint))
+                                                : NULL;
+}
+
+static void start_import(struct datasets_page *p, const char *given, const char *path)
 {
     if (p->importing)
         return;
+    char *name = g_strstrip(g_strdup(given));
+    char *why = name_problem(p, name);
+    if (why || !name[0]) {
+        /* Shown at the field, the name there, nothing started. */
+        gtk_stack_set_visible_child_name(p->win->stack, "datasets");
+        gtk_editable_set_text(GTK_EDITABLE(p->name), given);
+        if (!name[0])
+            nl_window_notify(p->win, "Type a name for the dataset in Name");
+        g_free(why);
+        g_free(name);
+        return;
+    }
     struct import_job *j = g_new0(struct import_job, 1);
     j->db_path = g_strdup(p->win->db_path);
-    j->name = g_strdup(name);
+    j->name = name;
+    j->skip_bad = gtk_check_button_get_active(GTK_CHECK_BUTTON(p->skip_bad));
+    j->skipped = g_string_new(NULL);
     j->path = g_strdup(path);
     j->val = gtk_spin_button_get_value(GTK_SPIN_BUTTON(p->val));
     j->test = gtk_spin_button_get_value(GTK_SPIN_BUTTON(p->test));
@@ -140,10 +268,9 @@ static void start_import(struct datasets_page *p, const char *name, const char *
     j->channels = chosen < 3 ? channels[chosen] : 0;
     p->importing = TRUE;
     p->job = j;
-    gtk_widget_set_sensitive(p->import, FALSE);
-    gtk_widget_set_sensitive(p->import_csv, FALSE);
+    check_name(p);
     gtk_widget_set_visible(p->progress, TRUE);
-    char *text = g_strdup_printf("Importing %s…", name);
+    char *text = g_strdup_printf("Importing %s…", j->name);
     gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), text);
     g_free(text);
     p->pulse = g_timeout_add(100, pulse, p);
@@ -170,6 +297,10 @@ static void chooser_response(GtkNativeDialog *dialog, int response, gpointer dat
         char *path = g_file_get_path(f);
         const char *typed = gtk_editable_get_text(GTK_EDITABLE(p->name));
         char *name = typed[0] ? g_strdup(typed) : g_file_get_basename(f);
+        /* A file's name without its extension (data.csv: data). */
+        char *dot = typed[0] ? NULL : strrchr(name, '.');
+        if (dot && dot != name)
+            *dot = '\0';
         if (path)
             gtk_widget_activate_action(GTK_WIDGET(p->win), "win.import-source", "(ss)", name, path);
         g_free(name);
@@ -184,6 +315,8 @@ static void import_ask(GSimpleAction *a, GVariant *param, gpointer data)
 {
     struct datasets_page *p = data;
     gtk_stack_set_visible_child_name(p->win->stack, "datasets");
+    if (!check_name(p))
+        return;
     GtkFileChooserNative *d = gtk_file_chooser_native_new(
         "Import a Folder of IDX Files or Image Class Folders", GTK_WINDOW(p->win),
         GTK_FILE_CHOOSER_ACTION_SELECT_FOLDER, "_Import", "_Cancel");
@@ -196,6 +329,8 @@ static void import_csv_ask(GSimpleAction *a, GVariant *param, gpointer data)
 {
     struct datasets_page *p = data;
     gtk_stack_set_visible_child_name(p->win->stack, "datasets");
+    if (!check_name(p))
+        return;
     GtkFileChooserNative *d =
         gtk_file_chooser_native_new("Import a CSV File", GTK_WINDOW(p->win),
                                     GTK_FILE_CHOOSER_ACTION_OPEN, "_Import", "_Cancel");
@@ -339,6 +474,51 @@ static void add_cell(GtkWidget *grid, int col, int row, const char *text, gboole
     gtk_grid_attach(GTK_GRID(grid), l, col, row, 1, 1);
 }
 
+/* A CSV dataset's first training rows under its feature names, with their class. */
+static void fill_rows_table(struct datasets_page *p, const struct nl_dataset *d)
+{
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(p->rows_table)))
+        gtk_grid_remove(GTK_GRID(p->rows_table), child);
+    const gboolean is_rows = d && d->dtype == NL_F32;
+    gtk_widget_set_visible(p->rows_table, is_rows);
+    /* Rows have no pictures: no thumbnails, nothing to augment. */
+    gtk_widget_set_visible(p->thumbs, !is_rows);
+    gtk_widget_set_visible(gtk_widget_get_parent(p->augment), !is_rows);
+    gtk_widget_set_visible(p->aug_title, !is_rows);
+    gtk_widget_set_visible(p->aug_thumbs, !is_rows);
+    if (!d || d->dtype != NL_F32)
+        return;
+    const int nf = (int)nl_shape_size(d->shape);
+    struct nl_json_doc *doc = NULL;
+    struct nl_error err = {0};
+    const struct nl_json *names = NULL;
+    if (d->preprocessing &&
+        nl_json_parse(&doc, d->preprocessing, strlen(d->preprocessing), "preprocessing", &err) == 0)
+        names = nl_json_get(nl_json_root(doc), "feature_names");
+    for (int f = 0; f <= nf; f++) {
+        char fallback[32];
+        g_snprintf(fallback, sizeof fallback, "feature %d", f + 1);
+        const char *name = f == nf ? "class"
+                           : names && names->type == NL_JSON_ARRAY && (size_t)f < names->count &&
+                                   names->items[f].type == NL_JSON_STRING
+                               ? names->items[f].string
+                               : fallback;
+        add_cell(p->rows_table, f, 0, name, TRUE);
+    }
+    const float *x = d->split[NL_TRAIN].x;
+    const uint32_t rows = MIN(d->split[NL_TRAIN].n, FIRST_ROWS);
+    for (uint32_t r = 0; r < rows; r++) {
+        for (int f = 0; f < nf; f++) {
+            char buf[32];
+            g_snprintf(buf, sizeof buf, "%g", x[(size_t)r * nf + f]);
+            add_cell(p->rows_table, f, (int)r + 1, buf, FALSE);
+        }
+        add_cell(p->rows_table, nf, (int)r + 1, d->class_names[d->split[NL_TRAIN].y[r]], FALSE);
+    }
+    nl_json_free(doc);
+}
+
 void datasets_page_dataset_changed(struct datasets_page *p)
 {
     const struct nl_dataset *d = p->win->data;
@@ -353,19 +533,31 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     GAction *rm = g_action_map_lookup_action(G_ACTION_MAP(p->win), "dataset-remove");
     g_simple_action_set_enabled(G_SIMPLE_ACTION(rm), d != NULL);
     if (!d) {
+        fill_rows_table(p, NULL);
         gtk_label_set_text(GTK_LABEL(p->title), "No dataset selected");
-        gtk_label_set_text(GTK_LABEL(p->info), "Import a dataset, or run `nnlab demo` once.");
+        gtk_label_set_text(GTK_LABEL(p->info),
+                           "No dataset yet: import a folder of IDX files or of image class "
+                           "folders with Import a Folder…, or a CSV file with Import a CSV "
+                           "File…, on the left.");
         gtk_widget_queue_draw(p->thumbs);
         select_row_of(p);
         return;
     }
     gtk_label_set_text(GTK_LABEL(p->title), d->name);
     GString *info = g_string_new(NULL);
-    g_string_append_printf(info, "%s from %s\n%d×%d×%d %s samples, %d classes · normalised with",
-                           d->kind, d->source, d->shape.c, d->shape.h, d->shape.w,
-                           d->dtype == NL_U8 ? "8-bit" : "float", d->nclasses);
-    for (int i = 0; i < d->nnorm; i++)
-        g_string_append_printf(info, "%s mean %.3f, std %.3f", i ? ";" : "", d->mean[i], d->std[i]);
+    if (d->dtype == NL_F32) {
+        g_string_append_printf(info,
+                               "%s from %s\nRows of %d features, %d classes · each feature "
+                               "standardised with the train split's mean and deviation",
+                               d->kind, d->source, (int)nl_shape_size(d->shape), d->nclasses);
+    } else {
+        g_string_append_printf(info,
+                               "%s from %s\n%d×%d×%d 8-bit samples, %d classes · normalised with",
+                               d->kind, d->source, d->shape.c, d->shape.h, d->shape.w, d->nclasses);
+        for (int i = 0; i < d->nnorm; i++)
+            g_string_append_printf(info, "%s mean %.3f, std %.3f", i ? ";" : "", d->mean[i],
+                                   d->std[i]);
+    }
     gtk_label_set_text(GTK_LABEL(p->info), info->str);
     g_string_free(info, TRUE);
 
@@ -393,16 +585,32 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     }
     g_free(counts);
 
-    /* Thumbnails: the first samples of the train split, 8-bit datasets only. */
+    /* Thumbnails: a few training samples of each class, in class order, 8-bit datasets only. */
+    const int per = MIN(PER_CLASS, MAX(1, THUMBS / MAX(d->nclasses, 1)));
     if (d->dtype == NL_U8 && d->split[NL_TRAIN].n > 0) {
         const size_t size = nl_shape_size(d->shape);
-        p->nthumbs = (int)MIN(d->split[NL_TRAIN].n, THUMBS);
-        p->pixels = g_memdup2(d->split[NL_TRAIN].x, size * (size_t)p->nthumbs);
-        p->captions = g_new0(char *, (size_t)p->nthumbs + 1);
-        for (int i = 0; i < p->nthumbs; i++)
-            p->captions[i] = g_strdup(d->class_names[d->split[NL_TRAIN].y[i]]);
+        const uint32_t n = d->split[NL_TRAIN].n;
+        const uint8_t *x = d->split[NL_TRAIN].x;
+        const int32_t *y = d->split[NL_TRAIN].y;
+        const int cap = MIN(THUMBS, per * d->nclasses);
+        p->pixels = g_new(uint8_t, size * (size_t)cap);
+        p->captions = g_new0(char *, (size_t)cap + 1);
+        for (int k = 0; k < d->nclasses && p->nthumbs < cap; k++) {
+            int got = 0;
+            for (uint32_t i = 0; i < n && got < per && p->nthumbs < cap; i++) {
+                if (y[i] != k)
+                    continue;
+                memcpy(p->pixels + size * (size_t)p->nthumbs, x + size * i, size);
+                p->captions[p->nthumbs++] = g_strdup(d->class_names[k]);
+                got++;
+            }
+        }
     }
-    char *st = g_strdup_printf("The first %d training samples", p->nthumbs);
+    fill_rows_table(p, d);
+    char *st = d->dtype == NL_F32
+                   ? g_strdup_printf("The first %d training rows",
+                                     (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
+                   : g_strdup_printf("Training samples, up to %d of each class", per);
     gtk_label_set_text(GTK_LABEL(p->samples_title), st);
     g_free(st);
     gtk_widget_queue_resize(p->thumbs);
@@ -458,7 +666,9 @@ static struct chart_thumbs thumbs_of(struct datasets_page *p, int augmented)
     t.h = d->shape.h;
     t.w = d->shape.w;
     t.pixels = augmented ? p->aug_pixels : p->pixels;
-    t.captions = (const char *const *)p->captions;
+    /* The augmented preview draws the first training samples, whose classes are not those of
+     * the thumbnails above it. */
+    t.captions = augmented ? NULL : (const char *const *)p->captions;
     t.cell = 52;
     t.fg = nl_window_fg(p->thumbs);
     return t;
@@ -484,6 +694,8 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
 #define GET(x) p->x = GTK_WIDGET(gtk_builder_get_object(b, #x))
     GET(list);
     GET(name);
+    GET(name_hint);
+    GET(skip_bad);
     GET(val);
     GET(test);
     GET(channels);
@@ -495,6 +707,7 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
     GET(counts);
     GET(samples_title);
     GET(thumbs);
+    GET(rows_table);
     GET(augment);
     GET(aug_title);
     GET(aug_thumbs);
@@ -512,6 +725,7 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
     };
     g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
     g_signal_connect(p->list, "row-activated", G_CALLBACK(row_activated), p);
+    g_signal_connect(p->name, "changed", G_CALLBACK(name_changed), p);
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->thumbs), draw_thumbs, p, NULL);
     gtk_drawing_area_set_content_height(GTK_DRAWING_AREA(p->thumbs), 200);
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->aug_thumbs), draw_thumbs, p, NULL);

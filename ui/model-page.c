@@ -41,7 +41,13 @@ struct model_page {
     GHashTable *file_new;  /* layers with a tensor that did not match */
     GtkWidget *new_head;   /* the check button */
     gboolean fresh_head;   /* the head starts fresh even where it matches */
-    char *name;            /* a shipped model's name, or "custom" */
+    char *name;            /* a shipped model's name, "NAME (edited)", or "custom" */
+    char *base;            /* the shipped model the text was built from, or NULL */
+    guint shown;           /* the drop-down's choice last applied */
+    guint pending;         /* the choice waiting for the person's answer */
+    gboolean reverting;    /* the drop-down is being set back: not the person's choice */
+    guint asking;          /* the question about edits is about to be asked */
+    int name_chars;        /* width of the layers' name column */
     char *spec;            /* the text last validated */
     gboolean valid, setting;
     guint timer;
@@ -147,7 +153,9 @@ static GtkWidget *layer_row(struct model_page *p, const struct nl_layer *l, cons
     gtk_widget_set_margin_end(v, 4);
     gtk_widget_set_margin_top(v, 4);
     gtk_widget_set_margin_bottom(v, 4);
-    gtk_box_append(GTK_BOX(h), cell(l->name, 7, 0, "heading"));
+    GtkWidget *name = cell(l->name, p->name_chars, 0, "heading");
+    gtk_widget_set_tooltip_text(name, l->name);
+    gtk_box_append(GTK_BOX(h), name);
     GtkWidget *desc = cell(line_text, 8, 0, "nl-mono");
     gtk_widget_set_hexpand(desc, TRUE);
     gtk_box_append(GTK_BOX(h), desc);
@@ -182,7 +190,7 @@ static GtkWidget *layer_row(struct model_page *p, const struct nl_layer *l, cons
     return row;
 }
 
-static GtkWidget *header_row(void)
+static GtkWidget *header_row(int name_chars)
 {
     GtkWidget *row = gtk_list_box_row_new();
     GtkWidget *h = gtk_box_new(GTK_ORIENTATION_HORIZONTAL, 8);
@@ -190,7 +198,7 @@ static GtkWidget *header_row(void)
     gtk_widget_set_margin_end(h, 4);
     gtk_widget_set_margin_top(h, 6);
     gtk_widget_set_margin_bottom(h, 6);
-    gtk_box_append(GTK_BOX(h), cell("Layer", 7, 0, "dim-label"));
+    gtk_box_append(GTK_BOX(h), cell("Layer", name_chars, 0, "dim-label"));
     GtkWidget *d = cell("Definition", 8, 0, "dim-label");
     gtk_widget_set_hexpand(d, TRUE);
     gtk_box_append(GTK_BOX(h), d);
@@ -420,6 +428,17 @@ static void validate(struct model_page *p)
         gtk_label_set_text(GTK_LABEL(p->init_info), t);
         g_free(t);
         g_free(base);
+    } else if (p->frozen_now && p->frozen_now[0]) {
+        /* Frozen layers that start from random weights learn nothing and keep no weights. */
+        char *list = g_strjoinv(", ", p->frozen_now);
+        char *t = g_strdup_printf("Frozen layers %s start from random weights and stay so: "
+                                  "choose a run or a file to start from above, or untick "
+                                  "Frozen.",
+                                  list);
+        gtk_label_set_text(GTK_LABEL(p->init_info), t);
+        gtk_widget_add_css_class(p->init_info, "nl-error");
+        g_free(t);
+        g_free(list);
     } else {
         gtk_label_set_text(GTK_LABEL(p->init_info), "Seeded random weights (Xavier unless the "
                                                     "spec says init=he or init=zero).");
@@ -439,7 +458,11 @@ static void validate(struct model_page *p)
     if (spec) {
         char **lines = g_strsplit(p->spec, "\n", -1);
         const guint nlines = g_strv_length(lines);
-        gtk_list_box_append(GTK_LIST_BOX(p->layers), header_row());
+        /* The name column as wide as the longest name, within reason (a tooltip says more). */
+        p->name_chars = 7;
+        for (int i = 0; i < spec->nlayers; i++)
+            p->name_chars = MAX(p->name_chars, (int)MIN(strlen(spec->layers[i].name), 14));
+        gtk_list_box_append(GTK_LIST_BOX(p->layers), header_row(p->name_chars));
         for (int i = 0; i < spec->nlayers; i++) {
             const struct nl_layer *l = m ? &m->layers[i] : &spec->layers[i];
             char shape[48] = "—", params[32] = "—", text[160] = "";
@@ -499,21 +522,51 @@ static gboolean validate_later(gpointer data)
     return G_SOURCE_REMOVE;
 }
 
+/* Whether two specs say the same, line by line, blank lines and spaces at line ends aside. */
+static gboolean same_spec(const char *a, const char *b)
+{
+    char **la = g_strsplit(a, "\n", -1), **lb = g_strsplit(b, "\n", -1);
+    char **x = la, **y = lb;
+    gboolean same = TRUE;
+    for (;;) {
+        while (*x && !g_strchomp(*x)[0])
+            x++;
+        while (*y && !g_strchomp(*y)[0])
+            y++;
+        if (!*x || !*y) {
+            same = !*x && !*y;
+            break;
+        }
+        if (strcmp(*x++, *y++) != 0) {
+            same = FALSE;
+            break;
+        }
+    }
+    g_strfreev(la);
+    g_strfreev(lb);
+    return same;
+}
+
+/* The model's name from its text: a shipped model's that it says the same as, else "BASE
+ * (edited)" when it was built from one, else "custom". */
+static void name_from_text(struct model_page *p)
+{
+    char *t = buffer_text(p);
+    g_free(p->name);
+    p->name = NULL;
+    for (const char *const *n = nl_spec_shipped_names(); *n && !p->name; n++)
+        if (same_spec(t, nl_spec_shipped_text(*n)))
+            p->name = g_strdup(*n);
+    if (!p->name)
+        p->name = p->base ? g_strdup_printf("%s (edited)", p->base) : g_strdup("custom");
+    g_free(t);
+}
+
 static void text_changed(GtkTextBuffer *b, gpointer data)
 {
     struct model_page *p = data;
-    if (!p->setting) {
-        g_free(p->name);
-        p->name = g_strdup("custom");
-        for (const char *const *n = nl_spec_shipped_names(); *n; n++) {
-            char *t = buffer_text(p);
-            if (strcmp(t, nl_spec_shipped_text(*n)) == 0) {
-                g_free(p->name);
-                p->name = g_strdup(*n);
-            }
-            g_free(t);
-        }
-    }
+    if (!p->setting)
+        name_from_text(p);
     if (p->timer)
         g_source_remove(p->timer);
     p->timer = g_timeout_add(200, validate_later, p);
@@ -579,7 +632,34 @@ static void use_shipped(struct model_page *p, const char *name)
     p->setting = FALSE;
     g_free(p->name);
     p->name = g_strdup(name);
+    g_free(p->base);
+    p->base = g_strdup(name);
     validate(p);
+}
+
+/* Whether the editor holds text that no shipped model says: edits that a switch would lose. */
+static gboolean unsaved_edits(struct model_page *p)
+{
+    for (const char *const *n = nl_spec_shipped_names(); *n; n++)
+        if (p->name && strcmp(p->name, *n) == 0)
+            return FALSE;
+    return TRUE;
+}
+
+static void set_shown(struct model_page *p, guint i)
+{
+    p->reverting = TRUE;
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(p->shipped), i);
+    p->reverting = FALSE;
+    p->shown = i;
+}
+
+static void switch_confirmed(gpointer data)
+{
+    struct model_page *p = data;
+    const char *const *names = nl_spec_shipped_names();
+    set_shown(p, p->pending);
+    use_shipped(p, names[p->pending]);
 }
 
 /* win.model-shipped (name) */
@@ -590,7 +670,7 @@ static void shipped_action(GSimpleAction *a, GVariant *param, gpointer data)
     const char *const *names = nl_spec_shipped_names();
     for (guint i = 0; names[i]; i++)
         if (strcmp(names[i], name) == 0)
-            gtk_drop_down_set_selected(GTK_DROP_DOWN(p->shipped), i);
+            set_shown(p, i);
     use_shipped(p, name);
 }
 
@@ -598,18 +678,50 @@ static void shipped_action(GSimpleAction *a, GVariant *param, gpointer data)
 static void spec_action(GSimpleAction *a, GVariant *param, gpointer data)
 {
     struct model_page *p = data;
+    g_free(p->base);
+    p->base = NULL;
     set_text(p, g_variant_get_string(param, NULL));
     validate(p);
 }
 
+/* Asks whether the pending choice may replace the edited text; the drop-down meanwhile keeps
+ * saying what the text is (set back here, out of its own signal). */
+static gboolean ask_switch(gpointer data)
+{
+    struct model_page *p = data;
+    const char *const *names = nl_spec_shipped_names();
+    p->asking = 0;
+    if (p->win->closed)
+        return G_SOURCE_REMOVE;
+    set_shown(p, p->shown);
+    char *q = g_strdup_printf("Replace “%s” with %s?", p->name, names[p->pending]);
+    char *detail = g_strdup_printf("The spec in the editor is not saved anywhere: its edits are "
+                                   "lost when %s's spec replaces it. Copy it out first to keep "
+                                   "it.",
+                                   names[p->pending]);
+    nl_window_confirm(p->win, q, detail, "_Replace", switch_confirmed, p);
+    g_free(q);
+    g_free(detail);
+    return G_SOURCE_REMOVE;
+}
+
+/* A shipped model chosen in the drop-down replaces the text; edits are not lost without a
+ * question. */
 static void shipped_selected(GObject *dd, GParamSpec *ps, gpointer data)
 {
     struct model_page *p = data;
     guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(dd));
     const char *const *names = nl_spec_shipped_names();
-    for (guint k = 0; names[k]; k++)
-        if (k == i && strcmp(p->name ? p->name : "", names[k]) != 0)
-            use_shipped(p, names[k]);
+    if (p->reverting || i >= g_strv_length((char **)names) || i == p->shown)
+        return;
+    if (!unsaved_edits(p)) {
+        p->shown = i;
+        use_shipped(p, names[i]);
+        return;
+    }
+    p->pending = i;
+    if (!p->asking)
+        p->asking = g_idle_add(ask_switch, p);
 }
 
 const char *model_page_spec(struct model_page *p)
@@ -622,6 +734,13 @@ const char *model_page_spec(struct model_page *p)
 const char *model_page_name(struct model_page *p)
 {
     return p->name ? p->name : "-";
+}
+
+const char *model_page_init_text(struct model_page *p)
+{
+    if (p->timer)
+        validate(p);
+    return gtk_label_get_text(GTK_LABEL(p->init_info));
 }
 
 gboolean model_page_valid(struct model_page *p)
@@ -921,9 +1040,12 @@ void model_page_free(struct model_page *p)
 {
     if (!p)
         return;
+    if (p->asking)
+        g_source_remove(p->asking);
     if (p->timer)
         g_source_remove(p->timer);
     g_free(p->name);
+    g_free(p->base);
     g_free(p->spec);
     g_free(p->init_run);
     g_free(p->init_file);

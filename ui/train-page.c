@@ -88,7 +88,7 @@ struct train_job {
 struct train_page {
     NlWindow *win;
     GtkWidget *what, *form, *where, *start, *stop, *start_reason, *charts, *progress;
-    GtkWidget *stat_epoch, *stat_loss, *stat_acc, *stat_ips, *stat_eta;
+    GtkWidget *stat_epoch, *stat_loss, *stat_acc, *stat_ips, *stat_eta, *stat_ips_title;
     GtkWidget *loss_chart, *acc_chart, *ips_chart;
     GtkAdjustment *epochs, *batch, *lr, *momentum, *threads, *seed;
     GtkWidget *optim, *schedule, *run_name, *momentum_spin;
@@ -520,6 +520,25 @@ static void set_stat(GtkWidget *l, const char *fmt, double v)
     gtk_label_set_text(GTK_LABEL(l), buf);
 }
 
+/* What a dataset's samples are called in rates: images, or samples for a CSV's rows. */
+static const char *unit(struct train_page *p)
+{
+    const struct nl_dataset *d = p->win->data;
+    return d && d->dtype == NL_F32 ? "samples" : "images";
+}
+
+/* The rate's caption; its tooltip says over what it is measured (the caption stays short: the
+ * figures above the charts share their width). */
+static void set_rate_title(struct train_page *p, gboolean whole_run)
+{
+    gtk_label_set_text(GTK_LABEL(p->stat_ips_title),
+                       strcmp(unit(p), "samples") == 0 ? "Samples/s" : "Images/s");
+    gtk_widget_set_tooltip_text(p->stat_ips_title, whole_run
+                                                       ? "Over the whole run, as the Done line says"
+                                                       : "Over the last steps");
+    gtk_widget_set_tooltip_text(p->stat_ips, gtk_widget_get_tooltip_text(p->stat_ips_title));
+}
+
 static void show_point(struct train_page *p, const struct feed_point *pt)
 {
     char buf[128];
@@ -527,6 +546,7 @@ static void show_point(struct train_page *p, const struct feed_point *pt)
     gtk_label_set_text(GTK_LABEL(p->stat_epoch), buf);
     set_stat(p->stat_loss, "%.4f", pt->loss);
     set_stat(p->stat_ips, "%.0f", pt->images_per_second);
+    set_rate_title(p, FALSE);
     format_eta(buf, sizeof buf, pt->eta_seconds);
     gtk_label_set_text(GTK_LABEL(p->stat_eta), buf);
     if (pt->iters > 0) {
@@ -765,9 +785,14 @@ static gboolean on_msg(gpointer data)
         char buf[512];
         if (j->rc == 0) {
             if (isfinite(j->res.test_accuracy))
-                g_snprintf(buf, sizeof buf, "Done: test accuracy %.2f%% · %.1f s · %.0f images/s",
-                           100.0 * j->res.test_accuracy, j->res.seconds, j->res.images_per_second);
-            else
+                g_snprintf(buf, sizeof buf, "Done: test accuracy %.2f%% · %.1f s · %.0f %s/s",
+                           100.0 * j->res.test_accuracy, j->res.seconds, j->res.images_per_second,
+                           unit(p));
+            /* The figure above the charts agrees with this line: the whole run's. */
+            if (isfinite(j->res.images_per_second) && j->res.images_per_second > 0) {
+                set_stat(p->stat_ips, "%.0f", j->res.images_per_second);
+                set_rate_title(p, TRUE);
+            } else
                 g_snprintf(buf, sizeof buf, "Done in %.1f s (no test split)", j->res.seconds);
             gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(p->progress), 1.0);
             gtk_label_set_text(GTK_LABEL(p->stat_eta), "0:00");
@@ -1490,7 +1515,10 @@ static void draw_ips(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer d
     for (int i = 0; i < p->nworkers; i++)
         workers[i] = (double *)(void *)p->step_worker[i]->data;
     struct chart_throughput t = {
-        .title = p->nworkers > 0 ? "Images/s, per worker" : "Images per second",
+        .title = p->nworkers > 0 ? (strcmp(unit(p), "samples") == 0 ? "Samples/s, per worker"
+                                                                    : "Images/s, per worker")
+                 : strcmp(unit(p), "samples") == 0 ? "Samples per second"
+                                                   : "Images per second",
         .empty = "Press Start to train",
         .x = (double *)(void *)p->step_x->data,
         .total = (double *)(void *)p->step_ips->data,
@@ -1515,6 +1543,7 @@ void train_page_dataset_changed(struct train_page *p)
                     : g_strdup("Select a dataset on the Datasets page first.");
         gtk_label_set_text(GTK_LABEL(p->what), t);
         g_free(t);
+        set_rate_title(p, FALSE);
     }
     update_sensitivity(p);
 }
@@ -1588,6 +1617,7 @@ struct train_page *train_page_new(NlWindow *w, GtkWidget **root)
     GET(stat_loss);
     GET(stat_acc);
     GET(stat_ips);
+    GET(stat_ips_title);
     GET(stat_eta);
     GET(loss_chart);
     GET(acc_chart);

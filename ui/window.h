@@ -71,13 +71,22 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root);
 void datasets_page_free(struct datasets_page *p);
 void datasets_page_refresh(struct datasets_page *p);
 void datasets_page_dataset_changed(struct datasets_page *p);
+/* Why the Name field's text cannot name a new dataset, as shown under it; NULL when it can. */
+const char *datasets_page_name_hint(struct datasets_page *p);
+/* For tests: the thumbnails shown and their captions (class names); the title above them. */
+int datasets_page_thumbs(struct datasets_page *p, const char *const **captions);
+const char *datasets_page_samples_title(struct datasets_page *p);
 
 struct model_page *model_page_new(NlWindow *w, GtkWidget **root);
 void model_page_free(struct model_page *p);
 void model_page_dataset_changed(struct model_page *p);
-/* The spec text being edited, and its name (a shipped model's, or "custom"). */
+/* The spec text being edited, and its name: a shipped model's when it says the same (blank lines
+ * aside), "NAME (edited)" when edited from one, or "custom". */
 const char *model_page_spec(struct model_page *p);
 const char *model_page_name(struct model_page *p);
+/* What the model starts from as shown (random weights, a run, a file), with the warning when
+ * frozen layers start from random weights. */
+const char *model_page_init_text(struct model_page *p);
 /* Whether the spec builds for the selected dataset. */
 gboolean model_page_valid(struct model_page *p);
 /* The run whose weights start training (layers matched by name and shapes), or NULL. */
@@ -136,12 +145,31 @@ void runs_page_refresh(struct runs_page *p);
 const char *runs_page_details(struct runs_page *p);
 /* Whether a confusion matrix is shown and none is being computed. */
 gboolean runs_page_confusion_ready(struct runs_page *p);
+/* For tests: the run selected; the settings of the runs compared as shown (tab-separated rows,
+ * "≠ " before a setting that differs; NULL when fewer than two are ticked); the per-class table
+ * (tab-separated rows: class, precision, recall, F1, support); the caption under the i-th
+ * sample of the cell shown; the text of the sample opened larger (NULL: none open); why Resume
+ * or Confusion Matrix is refused (NULL: nothing is); the store polls finished; the epochs drawn
+ * for run (-1: not drawn). */
+const char *runs_page_selected(struct runs_page *p);
+const char *runs_page_comparison(struct runs_page *p);
+const char *runs_page_class_table(struct runs_page *p);
+const char *runs_page_cell_caption(struct runs_page *p, int i);
+const char *runs_page_sample_shown(struct runs_page *p);
+const char *runs_page_reason(struct runs_page *p);
+int runs_page_polls(struct runs_page *p);
+int runs_page_curve_points(struct runs_page *p, const char *run);
 
 struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root);
 void predict_page_free(struct predict_page *p);
 void predict_page_refresh(struct predict_page *p);
 /* The top class of the last prediction, or NULL. */
 const char *predict_page_top(struct predict_page *p);
+/* For tests: the line under the verdict (how an image was converted, a warning, an error); the
+ * picker's i-th label; the row's fields shown (0: an image run). */
+const char *predict_page_note(struct predict_page *p);
+const char *predict_page_run_label(struct predict_page *p, guint i);
+int predict_page_fields(struct predict_page *p);
 
 G_END_DECLS
 

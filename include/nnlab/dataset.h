@@ -214,6 +214,11 @@ int nl_dataset_sample_from_text(const struct nl_dataset *d, const char *text, si
  * sequence (no word after it is given). */
 size_t nl_text_words(const char *s, size_t len, void (*word)(void *ud, const char *w, size_t n),
                      void *ud);
+/* Turns n raw feature values (a CSV row's, in the file's units) into one normalised sample of a
+ * float dataset, standardised as its batches are: x = (v - mean) / std per feature. n must be
+ * the dataset's feature count. */
+int nl_dataset_sample_from_values(const struct nl_dataset *d, const float *v, int n, float *x,
+                                  struct nl_error *err);
 
 /* Training-time augmentation, applied to normalised training batches only, in torchvision's
  * order: random resized crop, horizontal flip, colour jitter, then the shift (crop:P). */

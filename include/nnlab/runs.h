@@ -136,6 +136,10 @@ struct nl_run_checkpoint {
 int nl_run_load_checkpoint(struct nl_store *s, const struct nl_run_info *run, float *params,
                            size_t nparams, struct nl_run_checkpoint *cp, struct nl_error *err);
 
+/* The epoch of run's latest checkpoint (0: one taken within the first epoch) in *epoch:
+ * 1 when it has one, 0 when none, < 0 with err. */
+int nl_run_checkpoint_epoch(struct nl_store *s, int64_t run, int *epoch, struct nl_error *err);
+
 /* Marks a run as running again (no finish time), owned by this process, and replaces its settings
  * when settings_json is not NULL, as nl_run_set_settings does: a resumed run continues in its own
  * record. NL_EBUSY, naming the holder, while another live process owns it. */

@@ -1,0 +1,1086 @@
+/* The Datasets page's Name field and the Runs page as a person meets them, under Xvfb, on a
+ * store filled by the command line (`nnlab import`, `nnlab train`, `nnlab eval`, run as child
+ * processes, as a person would in a terminal beside the window). Checks that:
+ *  - a name of spaces only, or one the store holds, marks the Name field and says why under it
+ *    in the window's terms (the bin button, a free name offered), and no file chooser opens;
+ *  - an import under a taken name is refused at the field, nothing started;
+ *  - "Skip bad files or rows" imports a CSV with a bad row, saying so, and the field is cleared
+ *    for the next import;
+ *  - the model's name stays honest: a blank line keeps "lenet", an edit makes "lenet (edited)",
+ *    choosing another model in the drop-down asks before the edits are lost (and Cancel keeps
+ *    them), and a frozen layer that starts from random weights is warned of;
+ *  - the newest run is selected when the page opens, and stays selected as newer ones come;
+ *  - a run with no checkpoint has Resume and Confusion Matrix disabled, with the reason shown;
+ *  - a stopped run's row shows its last validation accuracy;
+ *  - the per-class precision, recall and F1 beside the confusion matrix are those `nnlab eval`
+ *    prints for the same run;
+ *  - the misclassified samples carry their probabilities, and one opens larger with its
+ *    likeliest classes;
+ *  - ticking two runs shows their settings side by side, the differing ones marked;
+ *  - the Predict page's picker says each run's dataset and input; an image is described as
+ *    converted, with a warning when it is far from the run's images (colour for a gray run);
+ *    a CSV run takes a row typed into fields named by the CSV's header, standardised as its
+ *    batches were (the same class as the model gives the stored sample), and a field that is
+ *    not a number is named;
+ *  - a run started by `nnlab train` in another process is listed as running, its curve gains
+ *    points epoch by epoch while the window follows the store, and it ends as done — with the
+ *    main loop never stalled by the following.
+ * Screenshots of the page go to BUILD/ui-screenshots/.
+ *
+ * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run; it skips
+ * when those programs or GTK are missing, or NNLAB_BIN is not set. */
+#include "nnlab-config.h"
+#include "tap.h"
+
+#if !NNLAB_HAVE_GTK
+int main(void)
+{
+    skip_all("built without GTK 4");
+}
+#else
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <png.h>
+
+#include "idx_writer.h"
+#include "nnlab-ui.h"
+#include "nnlab/model.h"
+#include "nnlab/runs.h"
+#include "window.h"
+
+#define W 28
+
+static char tmp[512], shots[1024], db[700];
+static const char *bin;
+static GtkWidget *win;
+
+static void bail_out(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void bail_out(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("Bail out! ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    exit(1);
+}
+
+static int in_path(const char *prog)
+{
+    char *p = g_find_program_in_path(prog);
+    g_free(p);
+    return p != NULL;
+}
+
+/* Re-runs this program inside a private D-Bus session and a virtual X server. */
+static void reexec(char **argv)
+{
+    if (!in_path("xvfb-run") || !in_path("dbus-run-session") || !in_path("xauth") ||
+        !in_path("xdotool"))
+        skip_all("xvfb-run, xauth, dbus-run-session or xdotool missing (apt-get install xvfb "
+                 "xauth dbus-daemon xdotool)");
+    char dir[] = "/tmp/nnlab-runs-XXXXXX";
+    if (!mkdtemp(dir))
+        skip_all("mkdtemp: %s", strerror(errno));
+    static const char *sub[] = {"config", "data", "cache", "runtime"};
+    static const char *var[] = {"XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
+                                "XDG_RUNTIME_DIR"};
+    for (int i = 0; i < 4; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, sub[i]);
+        mkdir(path, 0700);
+        setenv(var[i], path, 1);
+    }
+    setenv("NNLAB_GUI_TMP", dir, 1);
+    setenv("NNLAB_GUI_INNER", "1", 1);
+    setenv("GSK_RENDERER", "cairo", 1);
+    setenv("GSETTINGS_BACKEND", "memory", 1);
+    setenv("GDK_BACKEND", "x11", 1);
+    setenv("GTK_A11Y", "none", 1);
+    setenv("NO_AT_BRIDGE", "1", 1);
+    unsetenv("WAYLAND_DISPLAY");
+    unsetenv("DISPLAY");
+    char *args[] = {"dbus-run-session",       "--",    "xvfb-run", "-a", "-s",
+                    "-screen 0 1920x1080x24", argv[0], NULL};
+    execvp(args[0], args);
+    skip_all("cannot run dbus-run-session: %s", strerror(errno));
+}
+
+/* Six classes of 28x28 images: a bright band at a class's own rows, with noise; one sample in
+ * eight has its band at another class's rows, so that a trained model makes mistakes. */
+static void write_dataset(const char *dir, const char *prefix, uint32_t n)
+{
+    uint8_t *px = malloc((size_t)n * W * W), *lab = malloc(n);
+    uint32_t r = 7;
+    for (uint32_t i = 0; i < n; i++) {
+        lab[i] = (uint8_t)(i % 6);
+        for (int k = 0; k < W * W; k++) {
+            r = r * 1103515245u + 12345u;
+            const int row = k / W, band = 2 + 4 * (i % 8 == 7 ? (lab[i] + 1) % 6 : lab[i]);
+            px[(size_t)i * W * W + k] =
+                (uint8_t)((row >= band && row < band + 3 ? 200 : 0) + ((r >> 16) % 50));
+        }
+    }
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
+    snprintf(b, sizeof b, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
+    idx_write(a, b, px, lab, n, W, W);
+    free(px);
+    free(lab);
+}
+
+/* ---- Driving the main loop ---- */
+
+static void spin(int ms)
+{
+    gint64 end = g_get_monotonic_time() + (gint64)ms * 1000;
+    while (g_get_monotonic_time() < end)
+        if (!g_main_context_iteration(NULL, FALSE))
+            g_usleep(2000);
+}
+
+typedef int (*cond_fn)(void);
+static int wait_for(cond_fn cond, int timeout_ms)
+{
+    gint64 end = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+    while (!cond() && g_get_monotonic_time() < end)
+        if (!g_main_context_iteration(NULL, FALSE))
+            g_usleep(2000);
+    return cond();
+}
+
+static void show(const char *page)
+{
+    gtk_widget_activate_action(win, "win.show-page", "s", page);
+    spin(400);
+}
+
+/* Resizes the window and lets it settle (no window manager: the size is taken as asked, less
+ * the client-side decorations' margins). */
+static void resize(int w, int h)
+{
+    gtk_window_set_default_size(GTK_WINDOW(win), w, h);
+    /* A loaded machine takes longer to lay the window out again: wait for the size, up to 5 s. */
+    for (int waited = 0; waited < 5000; waited += 100) {
+        spin(100);
+        const int ww = gtk_widget_get_width(win), wh = gtk_widget_get_height(win);
+        if (ww <= w && ww >= w - 20 && wh <= h && wh >= h - 20)
+            break;
+    }
+    spin(500);
+}
+
+/* The window as drawn, into BUILD/ui-screenshots/NAME.png. A window laid out anew since its
+ * last frame (the runs list rebuilt) gives no picture until it is drawn: up to 2 s. */
+static int screenshot(const char *name)
+{
+    char path[1200];
+    const int w = gtk_widget_get_width(win), h = gtk_widget_get_height(win);
+    GskRenderNode *node = NULL;
+    for (int tries = 0; !node && tries < 20; tries++) {
+        GdkPaintable *paint = gtk_widget_paintable_new(win);
+        GtkSnapshot *s = gtk_snapshot_new();
+        gdk_paintable_snapshot(paint, s, w, h);
+        node = gtk_snapshot_free_to_node(s);
+        g_object_unref(paint);
+        if (!node)
+            spin(100);
+    }
+    int ok = 0;
+    if (node) {
+        GskRenderer *r = gtk_native_get_renderer(GTK_NATIVE(win));
+        GdkTexture *tex = gsk_renderer_render_texture(r, node, &GRAPHENE_RECT_INIT(0, 0, w, h));
+        snprintf(path, sizeof path, "%s/%s.png", shots, name);
+        ok = gdk_texture_save_to_png(tex, path);
+        g_object_unref(tex);
+        gsk_render_node_unref(node);
+    }
+    if (ok)
+        diag("screenshot %s (%dx%d)", path, w, h);
+    return ok;
+}
+
+static NlWindow *nw(void)
+{
+    return NL_WINDOW(win);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define STALL_MS "1500"
+#define STALL_US 1500000
+#else
+#define STALL_MS "500"
+#define STALL_US 500000
+#endif
+static gint64 last_beat, max_gap;
+static gboolean measuring;
+static gboolean beat(gpointer data)
+{
+    gint64 now = g_get_monotonic_time();
+    if (measuring && last_beat && now - last_beat > max_gap)
+        max_gap = now - last_beat;
+    last_beat = now;
+    return G_SOURCE_CONTINUE;
+}
+
+/* Runs nnlab with these arguments on the test's store; its stdout into out (may be NULL). */
+static int nnlab(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int nnlab(char **out, const char *fmt, ...)
+{
+    char args[1500];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    char *cmd = g_strdup_printf("%s --db %s --quiet %s", bin, db, args);
+    char *err = NULL, *text = NULL;
+    int status = -1;
+    GError *e = NULL;
+    gboolean ran = g_spawn_command_line_sync(cmd, &text, &err, &status, &e);
+    if (out)
+        *out = text;
+    else
+        g_free(text);
+    if (!ran || !g_spawn_check_wait_status(status, NULL))
+        diag("%s: %s", cmd, ran ? err : e->message);
+    g_free(cmd);
+    g_free(err);
+    g_clear_error(&e);
+    return ran && g_spawn_check_wait_status(status, NULL);
+}
+
+/* The Runs page's row of run: the list box row that carries its name. */
+static GtkWidget *row_under(GtkWidget *w, const char *run)
+{
+    const char *name = g_object_get_data(G_OBJECT(w), "nl-name");
+    if (GTK_IS_LIST_BOX_ROW(w) && name && strcmp(name, run) == 0)
+        return w;
+    for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *r = row_under(c, run);
+        if (r)
+            return r;
+    }
+    return NULL;
+}
+
+static GtkWidget *row_of(const char *run)
+{
+    return row_under(win, run);
+}
+
+/* The texts of the labels under w, joined by newlines. */
+static void label_texts(GtkWidget *w, GString *out)
+{
+    if (GTK_IS_LABEL(w))
+        g_string_append_printf(out, "%s\n", gtk_label_get_text(GTK_LABEL(w)));
+    for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c))
+        label_texts(c, out);
+}
+
+static char *row_text(const char *run)
+{
+    GtkWidget *r = row_of(run);
+    if (!r)
+        return g_strdup("");
+    GString *s = g_string_new(NULL);
+    label_texts(r, s);
+    return g_string_free(s, FALSE);
+}
+
+/* text on one line (newlines as " / "), for a test's description; the last 4 stay valid. */
+static const char *oneline(const char *text)
+{
+    static char buf[4][600];
+    static int at;
+    char *b = buf[at++ % 4];
+    size_t o = 0;
+    for (const char *p = text ? text : "(none)"; *p && o + 4 < sizeof buf[0]; p++) {
+        if (*p == '\n') {
+            memcpy(b + o, " / ", 3);
+            o += 3;
+        } else {
+            b[o++] = *p;
+        }
+    }
+    b[o] = '\0';
+    return b;
+}
+
+/* The first widget under root of that type whose label (a button's, a check button's) or
+ * placeholder (an entry's) is text. */
+static GtkWidget *find_text(GtkWidget *root, GType type, const char *text)
+{
+    if (G_TYPE_CHECK_INSTANCE_TYPE(root, type)) {
+        const char *t = GTK_IS_LABEL(root) ? gtk_label_get_text(GTK_LABEL(root))
+                        : GTK_IS_CHECK_BUTTON(root)
+                            ? gtk_check_button_get_label(GTK_CHECK_BUTTON(root))
+                        : GTK_IS_ENTRY(root)  ? gtk_entry_get_placeholder_text(GTK_ENTRY(root))
+                        : GTK_IS_BUTTON(root) ? gtk_button_get_label(GTK_BUTTON(root))
+                                              : NULL;
+        if (t && strcmp(t, text) == 0)
+            return root;
+    }
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *f = find_text(c, type, text);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
+
+static int chooser_open(void)
+{
+    GListModel *tops = gtk_window_get_toplevels();
+    int found = 0;
+    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
+        GObject *o = g_list_model_get_item(tops, i);
+        found |= GTK_IS_FILE_CHOOSER_DIALOG(o) && gtk_widget_get_visible(GTK_WIDGET(o));
+        g_object_unref(o);
+    }
+    return found;
+}
+
+/* The visible message dialog (a question), or NULL. */
+static GtkWidget *question(void)
+{
+    GListModel *tops = gtk_window_get_toplevels();
+    GtkWidget *found = NULL;
+    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
+        GObject *o = g_list_model_get_item(tops, i);
+        if (GTK_IS_MESSAGE_DIALOG(o) && gtk_widget_get_visible(GTK_WIDGET(o)))
+            found = GTK_WIDGET(o);
+        g_object_unref(o);
+    }
+    return found;
+}
+
+static int asked(void)
+{
+    return question() != NULL;
+}
+
+static int not_asked(void)
+{
+    return question() == NULL;
+}
+
+static const char *question_text(GtkWidget *d)
+{
+    static char buf[600];
+    char *t = NULL;
+    g_object_get(d, "text", &t, NULL);
+    snprintf(buf, sizeof buf, "%s", t ? t : "");
+    g_free(t);
+    return buf;
+}
+
+/* The first mapped widget of that type under root. */
+static GtkWidget *find_mapped(GtkWidget *root, GType type)
+{
+    if (G_TYPE_CHECK_INSTANCE_TYPE(root, type) && gtk_widget_get_mapped(root))
+        return root;
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *f = find_mapped(c, type);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
+
+/* The drop-down under root that offers item among its choices. */
+static GtkWidget *find_choice(GtkWidget *root, const char *item)
+{
+    if (GTK_IS_DROP_DOWN(root)) {
+        GListModel *m = gtk_drop_down_get_model(GTK_DROP_DOWN(root));
+        for (guint i = 0; m && GTK_IS_STRING_LIST(m) && i < g_list_model_get_n_items(m); i++)
+            if (strcmp(gtk_string_list_get_string(GTK_STRING_LIST(m), i), item) == 0)
+                return root;
+    }
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *f = find_choice(c, item);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
+
+/* A w x h PNG, RGB with a colour gradient or gray with a band. */
+static int write_png(const char *path, int w, int h, int colour)
+{
+    FILE *f = fopen(path, "wb");
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png_create_info_struct(png);
+    uint8_t *row = malloc((size_t)w * 3);
+    if (!f || !row || setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        if (f)
+            fclose(f);
+        free(row);
+        return -1;
+    }
+    png_init_io(png, f);
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
+                 colour ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int y = 0; y < h; y++) {
+        for (int x = 0; x < w; x++) {
+            if (colour) {
+                row[3 * x] = (uint8_t)(255 * x / w);
+                row[3 * x + 1] = (uint8_t)(255 * y / h);
+                row[3 * x + 2] = 90;
+            } else {
+                row[x] = (uint8_t)(y >= 6 && y < 9 ? 220 : 10);
+            }
+        }
+        png_write_row(png, row);
+    }
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    fclose(f);
+    free(row);
+    return 0;
+}
+
+static int predicted(void)
+{
+    return predict_page_top(nw()->predict) != NULL;
+}
+
+static int row_fields(void)
+{
+    return predict_page_fields(nw()->predict) == 2;
+}
+
+/* Selects the run in the Predict page's picker; its label, or NULL. */
+static const char *pick_run(const char *run)
+{
+    GtkWidget *dd = NULL;
+    const char *label = NULL;
+    guint at = 0;
+    for (guint i = 0; (label = predict_page_run_label(nw()->predict, i)); i++)
+        if (g_str_has_prefix(label, run) && label[strlen(run)] == ' ') {
+            at = i;
+            break;
+        }
+    if (label)
+        dd = find_choice(win, label);
+    if (dd)
+        gtk_drop_down_set_selected(GTK_DROP_DOWN(dd), at);
+    return dd ? label : NULL;
+}
+
+/* The class the run's model gives the stored train sample whose features are v (2 values). */
+static char *model_class(const char *run, const float *v)
+{
+    struct nl_store *s = NULL;
+    struct nl_model *m = NULL;
+    struct nl_dataset *d = NULL;
+    struct nl_exec *x = NULL;
+    struct nl_error err = {0};
+    char *cls = NULL;
+    if (nl_store_open(&s, db, &err) == 0 && nl_ui_load_run(s, run, &m, &d, &err) == 0 &&
+        nl_exec_new(&x, m, 1, &err) == 0) {
+        const float *xs = d->split[NL_TRAIN].x;
+        for (uint32_t i = 0; i < d->split[NL_TRAIN].n && !cls; i++) {
+            if (xs[2 * i] != v[0] || xs[2 * i + 1] != v[1])
+                continue;
+            float in[2];
+            struct nl_rng rng;
+            nl_rng_seed(&rng, 1);
+            nl_dataset_batch(d, NL_TRAIN, &i, 1, in, NULL);
+            const float *logits = nl_exec_forward(x, m->params, in, 1, 0, &rng);
+            int best = 0;
+            for (int k = 1; k < m->nclasses; k++)
+                if (logits[k] > logits[best])
+                    best = k;
+            cls = g_strdup(d->class_names[best]);
+        }
+    }
+    if (err.msg[0])
+        diag("%s", err.msg);
+    nl_exec_free(x);
+    nl_model_free(m);
+    nl_dataset_free(d);
+    nl_store_close(s);
+    return cls;
+}
+
+static int table_shown(void)
+{
+    return strstr(datasets_page_samples_title(nw()->datasets), "rows") != NULL;
+}
+
+/* Buttons and entries on screen outside any scrolled area that the window cuts: their names
+ * appended to out. */
+static int cut_controls(GtkWidget *w, GString *out)
+{
+    if (!gtk_widget_get_mapped(w) || GTK_IS_SCROLLED_WINDOW(w))
+        return 0;
+    int n = 0;
+    if (GTK_IS_BUTTON(w) || GTK_IS_ENTRY(w) || GTK_IS_DROP_DOWN(w) || GTK_IS_SPIN_BUTTON(w)) {
+        graphene_rect_t r;
+        if (gtk_widget_compute_bounds(w, win, &r) &&
+            (r.origin.x < -0.5 || r.origin.y < -0.5 ||
+             r.origin.x + r.size.width > gtk_widget_get_width(win) + 0.5 ||
+             r.origin.y + r.size.height > gtk_widget_get_height(win) + 0.5)) {
+            const char *label = GTK_IS_BUTTON(w) ? gtk_button_get_label(GTK_BUTTON(w)) : NULL;
+            g_string_append_printf(out, " %s“%s”", G_OBJECT_TYPE_NAME(w), label ? label : "");
+            return 1;
+        }
+        if (!GTK_IS_DROP_DOWN(w) && !GTK_IS_SPIN_BUTTON(w))
+            return 0;
+    }
+    for (GtkWidget *c = gtk_widget_get_first_child(w); c; c = gtk_widget_get_next_sibling(c))
+        n += cut_controls(c, out);
+    return n;
+}
+
+/* The mapped label whose text starts with prefix. */
+static GtkWidget *find_prefix(GtkWidget *root, const char *prefix)
+{
+    if (GTK_IS_LABEL(root) && gtk_widget_get_mapped(root) &&
+        g_str_has_prefix(gtk_label_get_text(GTK_LABEL(root)), prefix))
+        return root;
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *f = find_prefix(c, prefix);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
+
+/* The mapped entries under root, in the widget tree's order. */
+static void mapped_entries(GtkWidget *root, GPtrArray *out)
+{
+    if (GTK_IS_ENTRY(root) && gtk_widget_get_mapped(root))
+        g_ptr_array_add(out, root);
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c))
+        mapped_entries(c, out);
+}
+
+static int importing_done(void)
+{
+    const char *t = gtk_label_get_text(GTK_LABEL(nw()->toast_label));
+    return gtk_widget_get_visible(nw()->toast) && strstr(t, "Imported");
+}
+
+static int enabled(const char *action)
+{
+    return g_action_group_get_action_enabled(G_ACTION_GROUP(win), action);
+}
+
+static int confusion_ready(void)
+{
+    return runs_page_confusion_ready(nw()->runs);
+}
+
+/* The class's precision, recall and F1 in `nnlab eval`'s table (text) and in the window's
+ * (tab-separated) agree to the window's 3 decimals. */
+static int same_metrics(const char *eval, const char *table, const char *cls)
+{
+    double e[3] = {NAN, NAN, NAN}, t[3] = {NAN, NAN, NAN};
+    char **lines = g_strsplit(eval, "\n", -1);
+    for (char **l = lines; *l; l++) {
+        char name[64];
+        if (sscanf(*l, "%63s %lf %lf %lf", name, &e[0], &e[1], &e[2]) == 4 &&
+            strcmp(name, cls) == 0)
+            break;
+        e[0] = NAN;
+    }
+    g_strfreev(lines);
+    lines = g_strsplit(table, "\n", -1);
+    for (char **l = lines; *l; l++) {
+        char **f = g_strsplit(*l, "\t", -1);
+        if (g_strv_length(f) == 5 && strcmp(f[0], cls) == 0)
+            for (int i = 0; i < 3; i++)
+                t[i] = g_ascii_strtod(f[i + 1], NULL);
+        g_strfreev(f);
+    }
+    g_strfreev(lines);
+    for (int i = 0; i < 3; i++)
+        if (!(fabs(e[i] - t[i]) < 0.0006)) {
+            diag("class %s: eval %.4f, window %.3f", cls, e[i], t[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static const char *watched = "live-run";
+static pid_t child;
+
+static int live_listed(void)
+{
+    char *t = row_text(watched);
+    int r = strstr(t, "running") != NULL;
+    g_free(t);
+    return r;
+}
+
+static int live_points_seen;
+static int live_gained(void)
+{
+    return runs_page_curve_points(nw()->runs, watched) > live_points_seen;
+}
+
+static int live_done(void)
+{
+    char *t = row_text(watched);
+    int r = strstr(t, "done") != NULL;
+    g_free(t);
+    return r;
+}
+
+static int child_gone(void)
+{
+    int status = 0;
+    if (child <= 0)
+        return 1;
+    if (waitpid(child, &status, WNOHANG) != child)
+        return 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        diag("nnlab train ended with status %d", status);
+    child = 0;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (!getenv("NNLAB_GUI_INNER"))
+        reexec(argv);
+    const char *t = getenv("NNLAB_GUI_TMP");
+    snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
+    const char *build = getenv("NNLAB_BUILD_ROOT");
+    snprintf(shots, sizeof shots, "%s/ui-screenshots", build ? build : tmp);
+    mkdir(shots, 0755);
+    bin = getenv("NNLAB_BIN");
+    if (!bin)
+        skip_all("NNLAB_BIN is not set");
+    if (!gtk_init_check())
+        skip_all("no display even under xvfb-run");
+
+    plan(64);
+    char data_dir[700], spec[700];
+    snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
+    snprintf(db, sizeof db, "%s/nnlab.db", tmp);
+    snprintf(spec, sizeof spec, "%s/small.nn", tmp);
+    mkdir(data_dir, 0755);
+    write_dataset(data_dir, "train", 3000);
+    write_dataset(data_dir, "t10k", 300);
+    FILE *f = fopen(spec, "w");
+    fputs("fc1: dense 32\nrelu\nfc2: dense N\n", f);
+    fclose(f);
+    /* Wide enough that each epoch of the run followed live lasts a second or more. */
+    char wide[700];
+    snprintf(wide, sizeof wide, "%s/wide.nn", tmp);
+    f = fopen(wide, "w");
+    fputs("fc1: dense 512\nrelu\nfc2: dense 512\nrelu\nfc3: dense N\n", f);
+    fclose(f);
+
+    /* The store as the command line leaves it. */
+    if (!nnlab(NULL, "import bands %s --val 0.1", data_dir) ||
+        !nnlab(NULL, "train --data bands --model %s --epochs 1 --threads 1 --name run-a", spec) ||
+        !nnlab(NULL,
+               "train --data bands --model %s --epochs 2 --lr 0.01 --batch 32 --threads 1 "
+               "--name run-b",
+               spec))
+        bail_out("the command line could not fill the store");
+    /* run-b as a run stopped after its epochs (no final results), then a run stopped before its
+     * first checkpoint. */
+    struct nl_store *s = NULL;
+    struct nl_error err = {0};
+    struct nl_run_info info;
+    if (nl_store_open(&s, db, &err) < 0 || nl_run_get(s, "run-b", &info, NULL, NULL, &err) < 0 ||
+        nl_run_reopen(s, info.id, NULL, &err) < 0 ||
+        nl_run_finish(s, info.id, "stopped", NULL, &err) < 0 ||
+        nl_run_create(s, "no-checkpoint", "bands", spec, "fc1: dense 32\nrelu\nfc2: dense N\n",
+                      "{}", &info, &err) < 0 ||
+        nl_run_finish(s, info.id, "stopped", NULL, &err) < 0)
+        bail_out("%s", err.msg);
+    nl_store_close(s);
+
+    GObject *app = nl_app_new(db);
+    GError *error = NULL;
+    if (!g_application_register(G_APPLICATION(app), NULL, &error))
+        bail_out("the application does not register: %s", error->message);
+    g_application_activate(G_APPLICATION(app));
+    win = GTK_WIDGET(gtk_application_get_active_window(GTK_APPLICATION(app)));
+    if (!win)
+        bail_out("no window");
+    resize(1024, 700);
+
+    /* Item 5: the Name field of an import, checked as it is typed. */
+    show("datasets");
+    GtkWidget *name = find_text(win, GTK_TYPE_ENTRY, "the folder or file name");
+    GtkWidget *skip = find_text(win, GTK_TYPE_CHECK_BUTTON, "Skip bad files or rows");
+    if (!name || !skip)
+        bail_out("no Name field or skip check on the Datasets page");
+    gtk_editable_set_text(GTK_EDITABLE(name), "   ");
+    const char *hint = datasets_page_name_hint(nw()->datasets);
+    ok(hint && strstr(hint, "only spaces") && gtk_widget_has_css_class(name, "error") &&
+           !enabled("import") && !enabled("import-csv"),
+       "a name of spaces is marked, said under the field, and the import buttons wait (%s)",
+       oneline(hint));
+    gtk_widget_activate_action(win, "win.import", NULL);
+    spin(300);
+    ok(!chooser_open(), "and no file chooser opens");
+    gtk_editable_set_text(GTK_EDITABLE(name), "bands");
+    hint = datasets_page_name_hint(nw()->datasets);
+    ok(hint && strstr(hint, "“bands” exists") && strstr(hint, "bin button") &&
+           strstr(hint, "“bands-2”") && !strstr(hint, "nnlab"),
+       "a taken name names the bin button and offers a free name (%s)", oneline(hint));
+    ok(screenshot("datasets-name-taken-1024x700"), "screenshot of the taken name");
+    gtk_editable_set_text(GTK_EDITABLE(name), "");
+    ok(!datasets_page_name_hint(nw()->datasets) && !gtk_widget_has_css_class(name, "error") &&
+           enabled("import"),
+       "an empty name is fine (the file's own is taken)");
+    char csv[700];
+    snprintf(csv, sizeof csv, "%s/table.csv", tmp);
+    f = fopen(csv, "w");
+    fputs("width,height,kind\n", f);
+    for (int i = 0; i < 60; i++)
+        fprintf(f, "%d,%d,%s\n", i % 7, i % 5, i % 2 ? "wide" : "tall");
+    fputs("many,3,wide\n", f);
+    fclose(f);
+    gtk_widget_activate_action(win, "win.import-source", "(ss)", "bands", csv);
+    spin(500);
+    hint = datasets_page_name_hint(nw()->datasets);
+    ok(hint && strstr(hint, "“bands” exists") &&
+           strcmp(gtk_editable_get_text(GTK_EDITABLE(name)), "bands") == 0,
+       "an import under a taken name is refused at the field (%s)", oneline(hint));
+    gtk_editable_set_text(GTK_EDITABLE(name), "table");
+    gtk_check_button_set_active(GTK_CHECK_BUTTON(skip), TRUE);
+    gtk_widget_activate_action(win, "win.import-source", "(ss)", "table", csv);
+    ok(wait_for(importing_done, 30000) &&
+           strstr(gtk_label_get_text(GTK_LABEL(nw()->toast_label)), "leaving out 1 bad"),
+       "with Skip bad files or rows, a CSV with a bad row imports and says so (%s)",
+       oneline(gtk_label_get_text(GTK_LABEL(nw()->toast_label))));
+    ok(strcmp(gtk_editable_get_text(GTK_EDITABLE(name)), "") == 0 &&
+           !datasets_page_name_hint(nw()->datasets),
+       "the Name field is cleared for the next import");
+    gtk_check_button_set_active(GTK_CHECK_BUTTON(skip), FALSE);
+
+    /* Item 11: a CSV dataset shows its features and first rows; Train says samples/s. */
+    wait_for(table_shown, 30000);
+    const char *title = datasets_page_samples_title(nw()->datasets);
+    GtkWidget *feature = find_text(win, GTK_TYPE_LABEL, "height");
+    ok(strstr(title, "first 20 training rows") && feature && gtk_widget_get_mapped(feature),
+       "a CSV dataset shows a table of its first rows under its feature names (%s)", title);
+    ok(screenshot("datasets-csv-1024x700"), "screenshot of a CSV dataset");
+    GtkWidget *pane = find_mapped(win, GTK_TYPE_PANED);
+    const int divider = pane ? gtk_paned_get_position(GTK_PANED(pane)) : -1;
+    show("train");
+    GtkWidget *rate = find_text(win, GTK_TYPE_LABEL, "Samples/s");
+    ok(rate && gtk_widget_get_mapped(rate), "the Train page counts a CSV's samples/s");
+    show("datasets");
+    gtk_widget_activate_action(win, "win.select-dataset", "s", "bands");
+    spin(1000);
+    ok(pane && gtk_paned_get_position(GTK_PANED(pane)) == divider,
+       "the divider stays where it was when another dataset is selected (%d, %d)", divider,
+       pane ? gtk_paned_get_position(GTK_PANED(pane)) : -1);
+    const char *const *caps = NULL;
+    const int nthumbs = datasets_page_thumbs(nw()->datasets, &caps);
+    int per[6] = {0};
+    for (int i = 0; i < nthumbs; i++)
+        if (caps[i] && caps[i][0] >= '0' && caps[i][0] <= '5')
+            per[caps[i][0] - '0']++;
+    ok(nthumbs == 48 && per[0] == 8 && per[5] == 8,
+       "the thumbnails show a few of each class (%d: %d of class 0, %d of class 5)", nthumbs,
+       per[0], per[5]);
+    show("train");
+    rate = find_text(win, GTK_TYPE_LABEL, "Images/s");
+    ok(rate && gtk_widget_get_mapped(rate), "and images/s for an image dataset");
+
+    /* Item 7: the model's name. */
+    show("model");
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    GtkWidget *view = find_mapped(win, GTK_TYPE_TEXT_VIEW);
+    GtkWidget *dd = find_choice(win, "mlp");
+    if (!view || !dd)
+        bail_out("no spec editor or model drop-down on the Model page");
+    GtkTextBuffer *buf = gtk_text_view_get_buffer(GTK_TEXT_VIEW(view));
+    GtkTextIter end;
+    gtk_text_buffer_get_end_iter(buf, &end);
+    gtk_text_buffer_insert(buf, &end, "\n\n", -1);
+    ok(strcmp(model_page_name(nw()->model), "lenet") == 0, "a blank line keeps the name (%s)",
+       model_page_name(nw()->model));
+    gtk_text_buffer_get_end_iter(buf, &end);
+    gtk_text_buffer_insert(buf, &end, "extra: relu\n", -1);
+    spin(400);
+    ok(strcmp(model_page_name(nw()->model), "lenet (edited)") == 0,
+       "an edit names it after what it was built from (%s)", model_page_name(nw()->model));
+    const guint lenet_at = gtk_drop_down_get_selected(GTK_DROP_DOWN(dd));
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(dd), lenet_at == 0 ? 1 : 0);
+    wait_for(asked, 5000);
+    GtkWidget *q = question();
+    ok(q && strstr(question_text(q), "lenet (edited)") &&
+           gtk_drop_down_get_selected(GTK_DROP_DOWN(dd)) == lenet_at,
+       "choosing another model asks first, the drop-down still on lenet (%s)",
+       q ? question_text(q) : "no question");
+    ok(screenshot("model-switch-question-1024x700"), "screenshot of the question");
+    if (q)
+        gtk_dialog_response(GTK_DIALOG(q), GTK_RESPONSE_CANCEL);
+    spin(300);
+    ok(strcmp(model_page_name(nw()->model), "lenet (edited)") == 0, "Cancel keeps the edits (%s)",
+       model_page_name(nw()->model));
+    wait_for(not_asked, 5000);
+    gtk_drop_down_set_selected(GTK_DROP_DOWN(dd), lenet_at == 0 ? 1 : 0);
+    wait_for(asked, 5000);
+    q = question();
+    if (q)
+        gtk_dialog_response(GTK_DIALOG(q), GTK_RESPONSE_ACCEPT);
+    spin(300);
+    ok(q && strcmp(model_page_name(nw()->model), "lenet") != 0 &&
+           !strstr(model_page_name(nw()->model), "edited") &&
+           gtk_drop_down_get_selected(GTK_DROP_DOWN(dd)) != lenet_at,
+       "Replace switches (%s)", model_page_name(nw()->model));
+    gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
+    gtk_widget_activate_action(win, "win.model-init", "s", "");
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "fc1", TRUE);
+    const char *init = model_page_init_text(nw()->model);
+    ok(strstr(init, "fc1") && strstr(init, "random weights"),
+       "a frozen layer starting from random weights is warned of (%s)", init);
+    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "fc1", FALSE);
+    init = model_page_init_text(nw()->model);
+    ok(!strstr(init, "Frozen"), "and unticking it ends the warning (%s)", init);
+
+    show("runs");
+
+    /* Item 9: the newest run, and a run with no checkpoint. */
+    const char *sel = runs_page_selected(nw()->runs);
+    ok(sel && strcmp(sel, "no-checkpoint") == 0, "the newest run is selected (%s)",
+       sel ? sel : "none");
+    const char *why = runs_page_reason(nw()->runs);
+    ok(!enabled("run-resume") && !enabled("run-confusion") && why && strstr(why, "no checkpoint"),
+       "with no checkpoint, Resume and Confusion Matrix are disabled and say why (%s)",
+       why ? why : "no reason");
+    ok(screenshot("runs-no-checkpoint-1024x700"), "screenshot of the refused run");
+    GtkWidget *cm_hint = find_prefix(win, "Compute the confusion matrix");
+    ok(cm_hint && gtk_widget_get_width(cm_hint) >= 400,
+       "the confusion matrix's hint runs the width of the pane at 1024x700 (%d px)",
+       cm_hint ? gtk_widget_get_width(cm_hint) : -1);
+    char *rt = row_text("run-b");
+    ok(strstr(rt, "stopped") && strstr(rt, "val ") && !strstr(rt, "val –"),
+       "a stopped run's row shows its validation accuracy (%s)", oneline(rt));
+    g_free(rt);
+
+    /* The confusion matrix with its per-class table, as `nnlab eval` computes it. */
+    gtk_widget_activate_action(win, "win.run-select", "s", "run-a");
+    ok(enabled("run-confusion") && !runs_page_reason(nw()->runs),
+       "a run with a checkpoint can have its confusion matrix, with no reason shown");
+    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    ok(wait_for(confusion_ready, 60000), "the confusion matrix is computed");
+    char *eval = NULL;
+    ok(nnlab(&eval, "eval run-a --threads 1"), "nnlab eval run-a runs");
+    const char *table = runs_page_class_table(nw()->runs);
+    ok(table && eval, "the per-class table is shown");
+    int same = table && eval;
+    for (int k = 0; k < 6 && same; k++) {
+        char cls[8];
+        snprintf(cls, sizeof cls, "%d", k);
+        same = same_metrics(eval, table, cls);
+    }
+    ok(same, "its precision, recall and F1 are those of nnlab eval");
+    ok(table && strstr(table, "macro average") && strstr(table, "weighted average"),
+       "with the macro and weighted averages");
+    g_free(eval);
+    const char *cap = runs_page_cell_caption(nw()->runs, 0);
+    ok(cap && strchr(cap, '%'), "a misclassified sample's caption gives probabilities (%s)",
+       cap ? cap : "no sample");
+    gtk_widget_activate_action(win, "win.run-sample", "i", 0);
+    spin(300);
+    const char *big = runs_page_sample_shown(nw()->runs);
+    ok(big && strstr(big, "True class") && strstr(big, "1. ") && strstr(big, "%"),
+       "a click opens it larger with its likeliest classes (%s)", oneline(big));
+    ok(screenshot("runs-confusion-1024x700"), "screenshot of the confusion matrix");
+    gtk_widget_activate_action(win, "win.run-sample-close", NULL);
+    spin(200);
+    ok(!runs_page_sample_shown(nw()->runs), "and it closes");
+
+    /* Two runs side by side. */
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-b");
+    spin(200);
+    const char *cmp = runs_page_comparison(nw()->runs);
+    ok(cmp && strstr(cmp, "\n≠ lr\t") && strstr(cmp, "\n≠ epochs\t") &&
+           strstr(cmp, "\n≠ batch\t") && strstr(cmp, "\nseed\t") && !strstr(cmp, "≠ seed"),
+       "two runs ticked show their settings side by side, the differences marked");
+    ok(screenshot("runs-compare-1024x700"), "screenshot of two runs compared");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-b");
+    ok(runs_page_comparison(nw()->runs) == NULL, "unticking them hides the comparison");
+
+    /* Item 10: a run started in a terminal is followed live; the newest run selected, the
+     * selection follows to it. */
+    gtk_widget_activate_action(win, "win.run-select", "s", "no-checkpoint");
+    char *cmd = g_strdup_printf("%s --db %s --quiet train --data bands --model %s --epochs 5 "
+                                "--threads 1 --batch 8 --lr 0.01 --name %s",
+                                bin, db, wide, watched);
+    char **args = NULL;
+    g_shell_parse_argv(cmd, NULL, &args, NULL);
+    GPid pid = 0;
+    gboolean spawned =
+        g_spawn_async(NULL, args, NULL, G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL,
+                      NULL, NULL, &pid, &error);
+    g_strfreev(args);
+    g_free(cmd);
+    child = spawned ? pid : 0;
+    guint beat_id = g_timeout_add(10, beat, NULL);
+    max_gap = 0;
+    last_beat = 0;
+    measuring = TRUE;
+    ok(spawned && wait_for(live_listed, 30000),
+       "a run started by nnlab train in another process is listed as running");
+    sel = runs_page_selected(nw()->runs);
+    ok(sel && strcmp(sel, watched) == 0, "and selected, as the newest run (%s)", sel ? sel : "");
+    wait_for(live_gained, 60000);
+    live_points_seen = runs_page_curve_points(nw()->runs, watched);
+    rt = row_text(watched);
+    ok(live_points_seen >= 1 && strstr(rt, "running"), "its curve has a point while it runs (%d)",
+       live_points_seen);
+    const char *live_details = runs_page_details(nw()->runs);
+    ok(strstr(live_details, "followed live") && strstr(live_details, "samples/s"),
+       "its details say which process trains it and how fast (%s)", oneline(live_details));
+    g_free(rt);
+    measuring = FALSE; /* a screenshot is the test's own work on the main loop */
+    ok(screenshot("runs-live-1024x700"), "screenshot of a run followed live");
+    last_beat = 0;
+    measuring = TRUE;
+    const int gained = wait_for(live_gained, 60000);
+    ok(gained, "and gains points as epochs end (%d, then %d)", live_points_seen,
+       runs_page_curve_points(nw()->runs, watched));
+    const int ended = wait_for(child_gone, 120000) && wait_for(live_done, 10000);
+    ok(ended && runs_page_curve_points(nw()->runs, watched) == 5,
+       "it ends as done with its 5 epochs drawn (%d)", runs_page_curve_points(nw()->runs, watched));
+    g_source_remove(beat_id);
+    ok(max_gap < STALL_US, "no main-loop stall over " STALL_MS " ms while following (%.0f ms)",
+       max_gap / 1000.0);
+    if (child > 0 && !child_gone())
+        kill(child, SIGTERM);
+
+    /* Item 8: Predict for every dataset. */
+    char csv_spec[700];
+    snprintf(csv_spec, sizeof csv_spec, "%s/csv.nn", tmp);
+    f = fopen(csv_spec, "w");
+    fputs("fc1: dense 16\nrelu\nfc2: dense N\n", f);
+    fclose(f);
+    ok(nnlab(NULL, "train --data table --model %s --epochs 3 --threads 1 --name run-t", csv_spec),
+       "a run on the CSV dataset trains");
+    predict_page_refresh(nw()->predict);
+    show("predict");
+    const char *label = pick_run("run-a");
+    ok(label && strstr(label, "bands, 28×28 gray"),
+       "the picker says a run's dataset and input (%s)", label ? label : "run-a not offered");
+    char png[700];
+    snprintf(png, sizeof png, "%s/photo.png", tmp);
+    write_png(png, 320, 240, 1);
+    gtk_widget_activate_action(win, "win.predict-file", "s", png);
+    ok(wait_for(predicted, 30000), "a colour photo is classified");
+    const char *note = predict_page_note(nw()->predict);
+    ok(strstr(note, "320×240 colour") && strstr(note, "28×28 gray") &&
+           strstr(note, "may mean little"),
+       "saying how it was converted, and that it is far from the run's images (%s)", oneline(note));
+    ok(screenshot("predict-colour-photo-1024x700"), "screenshot of the warning");
+    snprintf(png, sizeof png, "%s/band.png", tmp);
+    write_png(png, 28, 28, 0);
+    gtk_widget_activate_action(win, "win.predict-file", "s", png);
+    wait_for(predicted, 30000);
+    note = predict_page_note(nw()->predict);
+    ok(strstr(note, "Read as 28×28 gray") && !strstr(note, "may mean little"),
+       "a gray image of the run's size is not warned of (%s)", oneline(note));
+    label = pick_run("run-t");
+    ok(label && strstr(label, "table, 2 features"), "a CSV run is offered with its features (%s)",
+       label ? label : "run-t not offered");
+    ok(wait_for(row_fields, 30000), "it takes a row: a field per feature");
+    GtkWidget *wl = find_text(win, GTK_TYPE_LABEL, "width");
+    ok(wl && gtk_widget_get_mapped(wl) && find_text(win, GTK_TYPE_LABEL, "height"),
+       "named by the CSV's header");
+    const float row[2] = {3, 4};
+    char *want = model_class("run-t", row);
+    gtk_widget_activate_action(win, "win.predict-values", "s", "3, 4");
+    ok(wait_for(predicted, 30000) && want && strcmp(predict_page_top(nw()->predict), want) == 0,
+       "a typed row gets the class the model gives the stored sample (%s, %s)",
+       predicted() ? predict_page_top(nw()->predict) : "none", want ? want : "none");
+    g_free(want);
+    ok(screenshot("predict-csv-row-1024x700"), "screenshot of a row predicted");
+    GPtrArray *entries = g_ptr_array_new();
+    mapped_entries(win, entries);
+    if (entries->len == 2)
+        gtk_editable_set_text(GTK_EDITABLE(entries->pdata[0]), "5,2");
+    ok(entries->len == 2 &&
+           strcmp(gtk_editable_get_text(GTK_EDITABLE(entries->pdata[0])), "5") == 0 &&
+           strcmp(gtk_editable_get_text(GTK_EDITABLE(entries->pdata[1])), "2") == 0,
+       "a row pasted into the first field is spread over the fields");
+    g_ptr_array_unref(entries);
+    gtk_widget_activate_action(win, "win.predict-values", "s", "3 abc");
+    note = predict_page_note(nw()->predict);
+    ok(!predicted() && strstr(note, "“abc” in height is not a number"),
+       "a field that is not a number is named (%s)", oneline(note));
+
+    /* With two runs compared and a confusion matrix shown, every page still fits 1024x700. */
+    show("runs");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
+    gtk_widget_activate_action(win, "win.run-compare", "s", "run-t");
+    gtk_widget_activate_action(win, "win.run-select", "s", "run-a");
+    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    wait_for(confusion_ready, 60000);
+    GString *widths = g_string_new(NULL);
+    static const char *const all[] = {"datasets", "model", "train", "runs", "predict"};
+    for (size_t i = 0; i < G_N_ELEMENTS(all); i++) {
+        int mw = 0;
+        gtk_widget_measure(gtk_stack_get_child_by_name(nw()->stack, all[i]),
+                           GTK_ORIENTATION_HORIZONTAL, -1, &mw, NULL, NULL, NULL);
+        g_string_append_printf(widths, " %s %d", all[i], mw);
+    }
+    int min_w = 0;
+    gtk_widget_measure(gtk_window_get_child(GTK_WINDOW(win)), GTK_ORIENTATION_HORIZONTAL, -1,
+                       &min_w, NULL, NULL, NULL);
+    ok(min_w <= 1024, "every page fits 1024 wide (%d:%s)", min_w, widths->str);
+    g_string_free(widths, TRUE);
+
+    /* Item 11: every page at both sizes, light and dark, into BUILD/ui-screenshots/; no control
+     * outside a scrolled area is cut by the window. */
+    static const char *const pages[] = {"datasets", "model", "train", "runs", "predict"};
+    static const int sizes[][2] = {{1024, 700}, {1920, 1080}};
+    GtkSettings *gs = gtk_settings_get_default();
+    int shots_ok = 0, cut = 0;
+    GString *cuts = g_string_new(NULL);
+    for (int dark = 0; dark < 2; dark++) {
+        g_object_set(gs, "gtk-application-prefer-dark-theme", dark, NULL);
+        for (size_t z = 0; z < G_N_ELEMENTS(sizes); z++) {
+            resize(sizes[z][0], sizes[z][1]);
+            for (size_t i = 0; i < G_N_ELEMENTS(pages); i++) {
+                char shot[64];
+                show(pages[i]);
+                snprintf(shot, sizeof shot, "page-%s-%dx%d-%s", pages[i], sizes[z][0], sizes[z][1],
+                         dark ? "dark" : "light");
+                shots_ok += screenshot(shot);
+                GString *here = g_string_new(NULL);
+                if (cut_controls(win, here) > 0) {
+                    cut++;
+                    g_string_append_printf(cuts, " %s:%s", shot, here->str);
+                }
+                g_string_free(here, TRUE);
+            }
+        }
+    }
+    g_object_set(gs, "gtk-application-prefer-dark-theme", FALSE, NULL);
+    ok(shots_ok == 20, "screenshots of every page at 1024x700 and 1920x1080, light and dark (%d)",
+       shots_ok);
+    ok(cut == 0, "no control is cut by the window on any page (%s)", cuts->str);
+    g_string_free(cuts, TRUE);
+
+    gtk_window_destroy(GTK_WINDOW(win));
+    spin(200);
+    g_object_unref(app);
+    return done_testing();
+}
+#endif
