@@ -13,10 +13,20 @@
 
 static int tap_count, tap_failed, tap_planned = -1;
 
+/* Text that holds newlines (a message quoting a command's output) must not read as TAP of its
+ * own: a diagnostic ("# ") continues on lines that start with "# ", a check's name stays on one
+ * line with its newlines shown as "\\n". */
 static inline void tap_vline(const char *prefix, const char *fmt, va_list ap)
 {
+    char buf[8192];
+    vsnprintf(buf, sizeof buf, fmt, ap);
     fputs(prefix, stdout);
-    vprintf(fmt, ap);
+    for (const char *p = buf; *p; p++) {
+        if (*p == '\n' && p[1])
+            fputs(strcmp(prefix, "# ") == 0 ? "\n# " : "\\n", stdout);
+        else if (*p != '\n')
+            fputc(*p, stdout);
+    }
     fputc('\n', stdout);
     fflush(stdout);
 }
@@ -52,10 +62,10 @@ static inline void skip_all(const char *fmt, ...)
 
 static inline int tap_result(int pass, const char *file, int line, const char *fmt, va_list ap)
 {
+    char prefix[48];
     tap_count++;
-    printf("%s %d - ", pass ? "ok" : "not ok", tap_count);
-    vprintf(fmt, ap);
-    putchar('\n');
+    snprintf(prefix, sizeof prefix, "%s %d - ", pass ? "ok" : "not ok", tap_count);
+    tap_vline(prefix, fmt, ap);
     if (!pass) {
         tap_failed++;
         printf("#   failed at %s:%d\n", file, line);
