@@ -163,13 +163,15 @@ int runs_page_curve_points(struct runs_page *p, const char *run);
 struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root);
 void predict_page_free(struct predict_page *p);
 void predict_page_refresh(struct predict_page *p);
-/* The top class of the last prediction, or NULL. */
+/* The top class of the last prediction (a regression run: "target ≈ value"), or NULL. */
 const char *predict_page_top(struct predict_page *p);
 /* For tests: the line under the verdict (how an image was converted, a warning, an error); the
  * picker's i-th label; the row's fields shown (0: an image run). */
 const char *predict_page_note(struct predict_page *p);
 const char *predict_page_run_label(struct predict_page *p, guint i);
 int predict_page_fields(struct predict_page *p);
+/* For tests: the page takes a typed text (a text run). */
+gboolean predict_page_takes_text(struct predict_page *p);
 
 G_END_DECLS
 
