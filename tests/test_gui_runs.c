@@ -677,7 +677,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(77);
+    plan(81);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -1050,7 +1050,8 @@ int main(int argc, char **argv)
             fprintf(f, "%.1f,%s,%.3f\n", x, colours[i % 3], 2.0 * x + 5 * (i % 3) + 0.1 * (i % 7));
     }
     fclose(f);
-    ok(nnlab(NULL, "import cost %s --task regression --missing mean --val 0.1", reg_csv) &&
+    ok(nnlab(NULL, "import cost %s --task regression --missing mean --val 0.1 --test 0.2",
+             reg_csv) &&
            nnlab(NULL, "train --data cost --model %s --epochs 3 --threads 1 --name run-r",
                  csv_spec),
        "a regression run on a table with a categorical column and empty fields trains");
@@ -1128,6 +1129,33 @@ int main(int argc, char **argv)
     ok(strstr(note, "5 words") && strstr(note, "; 1 of them"),
        "the note counts the words and those outside the vocabulary (%s)", oneline(note));
     ok(screenshot("predict-text-1024x700"), "screenshot of a text classified");
+
+    /* The Runs page: a regression run shows R², MAE and RMSE where accuracy is, and predicted
+     * against actual and residual plots instead of a confusion matrix. */
+    show("runs");
+    runs_page_refresh(nw()->runs);
+    rt = row_text("run-r");
+    ok(rt && strstr(rt, "test R² 0.") && strstr(rt, "MAE ") && strstr(rt, "RMSE "),
+       "a regression run's row shows its R², MAE and RMSE (%s)", rt ? oneline(rt) : "no row");
+    g_free(rt);
+    gtk_widget_activate_action(win, "win.run-select", "s", "run-r");
+    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    ok(wait_for(confusion_ready, 60000), "its test predictions are computed");
+    char *reg_eval = NULL;
+    double e_r2 = NAN, e_mae = NAN, e_rmse = NAN, w_r2 = NAN, w_mae = NAN, w_rmse = NAN;
+    nnlab(&reg_eval, "eval run-r --threads 1");
+    const char *rp = reg_eval ? strstr(reg_eval, "R2 ") : NULL;
+    if (rp)
+        sscanf(rp, "R2 %lf, MAE %lf, RMSE %lf", &e_r2, &e_mae, &e_rmse);
+    const char *reg_table = runs_page_class_table(nw()->runs);
+    if (reg_table && strstr(reg_table, "R²\t"))
+        sscanf(strstr(reg_table, "R²\t"), "R²\t%lf\nMAE\t%lf\nRMSE\t%lf", &w_r2, &w_mae, &w_rmse);
+    ok(fabs(w_r2 - e_r2) < 2e-3 && fabs(w_mae - e_mae) <= 2e-3 * (1 + e_mae) &&
+           fabs(w_rmse - e_rmse) <= 2e-3 * (1 + e_rmse),
+       "its R², MAE and RMSE are those `nnlab eval` prints (%g %g %g, %g %g %g)", w_r2, w_mae,
+       w_rmse, e_r2, e_mae, e_rmse);
+    g_free(reg_eval);
+    ok(screenshot("runs-regression-1024x700"), "screenshot of the predicted-against-actual plots");
 
     /* With two runs compared and a confusion matrix shown, every page still fits 1024x700. */
     show("runs");
