@@ -524,6 +524,16 @@ static char *model_class(const char *run, const float *v)
     return cls;
 }
 
+static int cost_columns(void)
+{
+    return strstr(datasets_page_columns(nw()->datasets), "colour\tcategorical") != NULL;
+}
+
+static int docs_shown(void)
+{
+    return strstr(datasets_page_docs(nw()->datasets), "wonderful") != NULL;
+}
+
 static int table_shown(void)
 {
     return strstr(datasets_page_samples_title(nw()->datasets), "rows") != NULL;
@@ -677,7 +687,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(81);
+    plan(87);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -1103,7 +1113,7 @@ int main(int argc, char **argv)
             fclose(f);
         }
     }
-    ok(nnlab(NULL, "import reviews %s/reviews --vocab 100 --max-len 16 --val 0.25", tmp) &&
+    ok(nnlab(NULL, "import reviews %s/reviews --vocab 13 --max-len 16 --val 0.25", tmp) &&
            nnlab(NULL, "train --data reviews --model embedbag --epochs 4 --batch 8 --threads 1 "
                        "--name run-x"),
        "a text run trains");
@@ -1156,6 +1166,30 @@ int main(int argc, char **argv)
        w_rmse, e_r2, e_mae, e_rmse);
     g_free(reg_eval);
     ok(screenshot("runs-regression-1024x700"), "screenshot of the predicted-against-actual plots");
+
+    /* The Datasets page: a CSV dataset's columns with their kinds, a text dataset's documents
+     * as words with the out-of-vocabulary ones marked, and its vocabulary. */
+    show("datasets");
+    datasets_page_refresh(nw()->datasets);
+    gtk_widget_activate_action(win, "win.select-dataset", "s", "cost");
+    ok(wait_for(cost_columns, 30000), "a CSV dataset lists its columns");
+    const char *cols = datasets_page_columns(nw()->datasets);
+    ok(strstr(cols, "size\tnumeric\tmean ") && strstr(cols, "missing, filled with") &&
+           strstr(cols, "colour\tcategorical\t3 levels") && strstr(cols, "cost\ttarget\t"),
+       "each with its kind (numeric, categorical, target), statistics and fill (%s)",
+       oneline(cols));
+    ok(screenshot("datasets-columns-1024x700"), "screenshot of a CSV dataset's columns");
+    gtk_widget_activate_action(win, "win.select-dataset", "s", "reviews");
+    ok(wait_for(docs_shown, 30000), "a text dataset shows its first documents as words");
+    const char *docs = datasets_page_docs(nw()->datasets);
+    const char *dinfo = datasets_page_info(nw()->datasets);
+    ok((strstr(docs, "pos: a wonderful film superb acting ⟨unknown⟩ отлично") ||
+        strstr(docs, "neg: a boring film the script was awful ⟨unknown⟩ ужасно")) &&
+           strstr(dinfo, "vocabulary of 15 words") && strstr(dinfo, "covering"),
+       "its numbers outside the 13-word vocabulary marked, the vocabulary's size and coverage "
+       "said (%s; %s)",
+       oneline(docs), oneline(dinfo));
+    ok(screenshot("datasets-text-1024x700"), "screenshot of a text dataset's documents");
 
     /* With two runs compared and a confusion matrix shown, every page still fits 1024x700. */
     show("runs");

@@ -76,6 +76,12 @@ const char *datasets_page_name_hint(struct datasets_page *p);
 /* For tests: the thumbnails shown and their captions (class names); the title above them. */
 int datasets_page_thumbs(struct datasets_page *p, const char *const **captions);
 const char *datasets_page_samples_title(struct datasets_page *p);
+/* For tests: a CSV dataset's column table (name, kind, statistics, inputs: a line each) and a
+ * text dataset's documents shown (class: words, a line each); "" for other kinds. */
+const char *datasets_page_columns(struct datasets_page *p);
+const char *datasets_page_docs(struct datasets_page *p);
+/* For tests: the line under the dataset's name (kind, source, shape, vocabulary). */
+const char *datasets_page_info(struct datasets_page *p);
 
 struct model_page *model_page_new(NlWindow *w, GtkWidget **root);
 void model_page_free(struct model_page *p);
