@@ -511,9 +511,9 @@ static void fill_columns(struct datasets_page *p, const struct nl_dataset *d)
         g_string_append(p->columns_text, err.msg);
         return;
     }
-    static const char *const head[] = {"Column", "Kind", "Train statistics", "Inputs"};
-    for (int c = 0; c < 4; c++)
-        add_cell(p->columns_table, c, 0, head[c], TRUE);
+    /* A column a line (name, kind), its statistics wrapped under it: narrow panes fit. */
+    add_cell(p->columns_table, 0, 0, "Column", TRUE);
+    add_cell(p->columns_table, 1, 0, "Kind", TRUE);
     for (int col = 0; col < nl_table_columns(t); col++) {
         struct nl_table_column c;
         nl_table_column(t, col, &c);
@@ -531,23 +531,31 @@ static void fill_columns(struct datasets_page *p, const struct nl_dataset *d)
         if (c.missing > 0)
             g_string_append_printf(st, "%s%ld missing%s%s", st->len ? "; " : "", c.missing,
                                    c.fill ? ", filled with " : "", c.fill ? c.fill : "");
-        char inputs[16];
-        g_snprintf(inputs, sizeof inputs, "%d", c.features);
+        char inputs[32];
+        g_snprintf(inputs, sizeof inputs, "%d input%s", c.features, c.features == 1 ? "" : "s");
         GtkWidget *name = gtk_label_new(c.name);
         gtk_label_set_xalign(GTK_LABEL(name), 0);
-        gtk_grid_attach(GTK_GRID(p->columns_table), name, 0, col + 1, 1, 1);
+        gtk_label_set_ellipsize(GTK_LABEL(name), PANGO_ELLIPSIZE_END);
+        gtk_label_set_max_width_chars(GTK_LABEL(name), 16);
+        gtk_widget_set_tooltip_text(name, c.name);
+        gtk_widget_set_margin_top(name, col ? 4 : 0);
+        gtk_grid_attach(GTK_GRID(p->columns_table), name, 0, 2 * col + 1, 1, 1);
         GtkWidget *kind = gtk_label_new(c.kind);
         gtk_label_set_xalign(GTK_LABEL(kind), 0);
+        gtk_widget_set_margin_top(kind, col ? 4 : 0);
         gtk_widget_add_css_class(kind, strcmp(c.kind, "numeric") == 0 ? "dim-label" : "accent");
-        gtk_grid_attach(GTK_GRID(p->columns_table), kind, 1, col + 1, 1, 1);
-        GtkWidget *stats = gtk_label_new(st->str);
+        gtk_grid_attach(GTK_GRID(p->columns_table), kind, 1, 2 * col + 1, 1, 1);
+        char *line = c.features ? g_strdup_printf("%s%s%s", st->str, st->len ? " · " : "", inputs)
+                                : g_strdup(st->str);
+        GtkWidget *stats = gtk_label_new(line);
         gtk_label_set_xalign(GTK_LABEL(stats), 0);
         gtk_label_set_wrap(GTK_LABEL(stats), TRUE);
-        gtk_label_set_max_width_chars(GTK_LABEL(stats), 48);
-        gtk_grid_attach(GTK_GRID(p->columns_table), stats, 2, col + 1, 1, 1);
-        add_cell(p->columns_table, 3, col + 1, inputs, FALSE);
-        g_string_append_printf(p->columns_text, "%s\t%s\t%s\t%s\n", c.name, c.kind, st->str,
-                               inputs);
+        gtk_label_set_max_width_chars(GTK_LABEL(stats), 30);
+        gtk_widget_add_css_class(stats, "caption");
+        gtk_widget_add_css_class(stats, "dim-label");
+        gtk_grid_attach(GTK_GRID(p->columns_table), stats, 0, 2 * col + 2, 2, 1);
+        g_string_append_printf(p->columns_text, "%s\t%s\t%s\n", c.name, c.kind, line);
+        g_free(line);
         g_string_free(st, TRUE);
     }
     nl_table_free(t);

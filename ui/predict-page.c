@@ -453,9 +453,10 @@ static void predict_row(struct predict_page *p)
             int words = 0;
             for (int i = 0; i < (int)nl_shape_size(p->d->shape); i++)
                 words += in[i] != 0;
-            char *t = g_strdup_printf(
-                "%d words looked up in the %d-word vocabulary of “%s”; %d of them are not in it.",
-                words, p->d->nvocab, p->d->name, unknown);
+            char *t = g_strdup_printf("%d words looked up in the %d-word vocabulary of “%s”; %d of "
+                                      "them %s not in it.",
+                                      words, p->d->nvocab, p->d->name, unknown,
+                                      unknown == 1 ? "is" : "are");
             set_note(p, t, FALSE);
             g_free(t);
         }

@@ -36,6 +36,7 @@ struct curve {
     char *name;
     int n;
     double *x, *val, *train, *loss, *val_loss;
+    int regression; /* val and train are R² */
 };
 
 /* A confusion matrix and what is needed to show the samples behind a cell. */
@@ -685,6 +686,7 @@ static void load_curves(struct runs_page *p)
             continue;
         struct curve *c = g_new0(struct curve, 1);
         c->name = g_strdup(list[i].name);
+        c->regression = list[i].regression;
         c->n = ne;
         c->x = g_new(double, (size_t)MAX(ne, 1));
         c->val = g_new(double, (size_t)MAX(ne, 1));
@@ -710,14 +712,22 @@ static void draw_curves(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointe
 {
     struct runs_page *p = data;
     const gboolean acc = GTK_WIDGET(area) == p->acc_chart;
-    struct chart c = {.title = acc ? "Accuracy per epoch" : "Loss per epoch",
+    /* Regression runs' curves are R², not a percentage. */
+    int nreg = 0;
+    for (guint i = 0; i < p->curves->len; i++)
+        nreg += ((const struct curve *)p->curves->pdata[i])->regression;
+    const gboolean all_reg = nreg > 0 && (guint)nreg == p->curves->len;
+    struct chart c = {.title = !acc      ? "Loss per epoch"
+                               : all_reg ? "R² per epoch"
+                               : nreg    ? "Accuracy (R² for regression runs) per epoch"
+                                         : "Accuracy per epoch",
                       .xlabel = "epoch",
                       .fg = nl_window_fg(GTK_WIDGET(area)),
                       .empty = "Select or tick runs to see their curves"};
     c.ymin = acc ? NAN : 0;
     c.ymax = c.xmax = NAN;
     c.xmin = 0;
-    c.y_percent = acc;
+    c.y_percent = acc && !nreg;
     for (guint i = 0; i < p->curves->len && c.nseries + 2 <= CHART_MAX_SERIES; i++) {
         const struct curve *cv = p->curves->pdata[i];
         c.series[c.nseries++] = (struct chart_series){.label = cv->name,
