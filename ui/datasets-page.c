@@ -550,7 +550,7 @@ static void fill_columns(struct datasets_page *p, const struct nl_dataset *d)
         GtkWidget *stats = gtk_label_new(line);
         gtk_label_set_xalign(GTK_LABEL(stats), 0);
         gtk_label_set_wrap(GTK_LABEL(stats), TRUE);
-        gtk_label_set_max_width_chars(GTK_LABEL(stats), 30);
+        gtk_label_set_max_width_chars(GTK_LABEL(stats), 22);
         gtk_widget_add_css_class(stats, "caption");
         gtk_widget_add_css_class(stats, "dim-label");
         gtk_grid_attach(GTK_GRID(p->columns_table), stats, 0, 2 * col + 2, 2, 1);
@@ -784,7 +784,7 @@ void datasets_page_dataset_changed(struct datasets_page *p)
         d->nvocab > 0 ? g_strdup_printf("The first %d training documents, as the words of their "
                                         "tokens; words outside the vocabulary are marked",
                                         (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
-        : d->dtype == NL_F32 ? g_strdup_printf("The first %d training rows",
+        : d->dtype == NL_F32 ? g_strdup_printf("Its columns, and the first %d training rows",
                                                (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
                              : g_strdup_printf("Training samples, up to %d of each class", per);
     gtk_label_set_text(GTK_LABEL(p->samples_title), st);
