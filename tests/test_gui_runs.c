@@ -25,6 +25,11 @@
  *    fields takes a row through the import's preprocessing and shows the value `nnlab predict
  *    --row` prints, in the target's units, saying when a level is unseen; a text run takes typed
  *    text and gives the class `nnlab predict --text` gives, counting out-of-vocabulary words;
+ *  - a regression run's row shows R², MAE and RMSE; its predicted-against-actual and residual
+ *    plots come with the R², MAE and RMSE `nnlab eval` prints;
+ *  - a CSV dataset lists its columns with their kinds (numeric, categorical, target), statistics
+ *    and fills; a text dataset shows its first documents as words with out-of-vocabulary tokens
+ *    marked, and its vocabulary's size and coverage;
  *  - a run started by `nnlab train` in another process is listed as running, its curve gains
  *    points epoch by epoch while the window follows the store, and it ends as done — with the
  *    main loop never stalled by the following.
