@@ -1,7 +1,10 @@
 /* The datasets page: the datasets in the store, importing (IDX files, PNG/JPEG class folders, CSV
  * files) on a worker thread with a progress bar, and the selected dataset's classes per split,
  * sample thumbnails and a preview of augmented training samples (nl_augment_preview, a new
- * draw each time it is asked for).
+ * draw each time it is asked for). A CSV dataset shows its source columns as the import made them
+ * (nl_table_column: kind, statistics, fill) and its first rows; a text dataset its vocabulary's
+ * size and coverage and its first documents as the words of their tokens, the out-of-vocabulary
+ * token marked (the word it stood for is not stored).
  *
  * The Name field is checked as it is typed, before any file chooser opens: a name of spaces
  * only, or one the store holds, marks the field, says why under it in the window's terms and

@@ -2,7 +2,9 @@
  * ticked for comparison with their settings side by side, deleting, and a run's confusion matrix
  * on the test split (computed on a worker thread) with the per-class precision, recall and F1
  * beside it and the misclassified samples behind a cell, each with its probabilities and opened
- * larger on a click.
+ * larger on a click. A regression run shows R² where accuracy stands, and in the matrix's place
+ * its test predictions (nl_evaluate_values) against the actual values and as residuals, drawn
+ * by chart_scatter_draw, with R², MAE and RMSE in the target's units beside them.
  *
  * Runs started anywhere else on the same store — `nnlab train` in a terminal, over SSH, under
  * MPI — are followed: while the page is on screen a timer (POLL_MS) asks a worker thread, with
