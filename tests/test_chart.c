@@ -246,6 +246,40 @@ static void test_bars_thumbs_confusion(void)
     ok(chart_confusion_hit(400, 400, &m, 10, 10, &row, &col) < 0, "labels are no cell");
 }
 
+static void test_scatter(void)
+{
+    const float pred[4] = {1, 2, 3, 9}, actual[4] = {1, 2.5, 2, 10};
+    struct chart_scatter sc = {.n = 4,
+                               .pred = pred,
+                               .actual = actual,
+                               .title = "predicted against actual",
+                               .fg = {0, 0, 0},
+                               .dot = {0.9, 0.1, 0.1}};
+    canvas(300, 240);
+    is_int(chart_scatter_draw(cr, 300, 240, &sc), 4, "four points drawn");
+    double x0, y0, x1, y1, x3, y3;
+    chart_scatter_map(300, 240, &sc, 0, &x0, &y0);
+    chart_scatter_map(300, 240, &sc, 1, &x1, &y1);
+    chart_scatter_map(300, 240, &sc, 3, &x3, &y3);
+    ok(x1 > x0 && y1 < y0 && x3 > x1 && y3 < y1, "larger values go right and up");
+    /* Point 0 (1, 1) lies on the diagonal; one range on both axes puts it on the plot's. */
+    const double fx = (x0 - 54) / (300 - 66), fy = (240 - 36 - y0) / (240 - 60);
+    ok(fabs(fx - fy) < 1e-9, "a perfect prediction lies on the plot's diagonal (%.3f, %.3f)", fx,
+       fy);
+    ok(count_color(sc.dot) > 10, "the points are drawn in their colour");
+    sc.residuals = 1;
+    canvas(300, 240);
+    is_int(chart_scatter_draw(cr, 300, 240, &sc), 4, "four residuals drawn");
+    chart_scatter_map(300, 240, &sc, 0, &x0, &y0);
+    chart_scatter_map(300, 240, &sc, 1, &x1, &y1);
+    chart_scatter_map(300, 240, &sc, 2, &x3, &y3);
+    ok(fabs(y0 - (24 + (240 - 60) / 2.0)) < 1 && y1 < y0 && y3 > y0,
+       "a zero residual sits on the middle line, a positive one above, a negative one below "
+       "(%.1f, %.1f, %.1f)",
+       y0, y1, y3);
+    is_int(chart_scatter_draw(cr, 30, 30, &sc), 0, "nothing in too small a space");
+}
+
 static struct feed feed;
 
 static void *producer(void *arg)
@@ -314,12 +348,13 @@ static void test_feed(void)
 
 int main(void)
 {
-    plan(47);
+    plan(54);
     test_line_chart();
     test_events();
     test_throughput();
     test_smooth();
     test_bars_thumbs_confusion();
+    test_scatter();
     test_feed();
     cairo_destroy(cr);
     cairo_surface_destroy(surface);

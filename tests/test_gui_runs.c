@@ -21,7 +21,15 @@
  *    converted, with a warning when it is far from the run's images (colour for a gray run);
  *    a CSV run takes a row typed into fields named by the CSV's header, standardised as its
  *    batches were (the same class as the model gives the stored sample), and a field that is
- *    not a number is named;
+ *    not a number is named; a regression run on a table with a categorical column and empty
+ *    fields takes a row through the import's preprocessing and shows the value `nnlab predict
+ *    --row` prints, in the target's units, saying when a level is unseen; a text run takes typed
+ *    text and gives the class `nnlab predict --text` gives, counting out-of-vocabulary words;
+ *  - a regression run's row shows R², MAE and RMSE; its predicted-against-actual and residual
+ *    plots come with the R², MAE and RMSE `nnlab eval` prints;
+ *  - a CSV dataset lists its columns with their kinds (numeric, categorical, target), statistics
+ *    and fills; a text dataset shows its first documents as words with out-of-vocabulary tokens
+ *    marked, and its vocabulary's size and coverage;
  *  - a run started by `nnlab train` in another process is listed as running, its curve gains
  *    points epoch by epoch while the window follows the store, and it ends as done — with the
  *    main loop never stalled by the following.
@@ -460,6 +468,13 @@ static int row_fields(void)
     return predict_page_fields(nw()->predict) == 2;
 }
 
+/* The regression table's fields: size and colour, its target left out. */
+static int cost_fields(void)
+{
+    GtkWidget *l = find_text(win, GTK_TYPE_LABEL, "colour");
+    return row_fields() && l && gtk_widget_get_mapped(l) && !find_text(win, GTK_TYPE_LABEL, "cost");
+}
+
 /* Selects the run in the Predict page's picker; its label, or NULL. */
 static const char *pick_run(const char *run)
 {
@@ -512,6 +527,16 @@ static char *model_class(const char *run, const float *v)
     nl_dataset_free(d);
     nl_store_close(s);
     return cls;
+}
+
+static int cost_columns(void)
+{
+    return strstr(datasets_page_columns(nw()->datasets), "colour\tcategorical") != NULL;
+}
+
+static int docs_shown(void)
+{
+    return strstr(datasets_page_docs(nw()->datasets), "wonderful") != NULL;
 }
 
 static int table_shown(void)
@@ -667,7 +692,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(64);
+    plan(87);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -1024,6 +1049,152 @@ int main(int argc, char **argv)
     note = predict_page_note(nw()->predict);
     ok(!predicted() && strstr(note, "“abc” in height is not a number"),
        "a field that is not a number is named (%s)", oneline(note));
+
+    /* Issue 18 item 5: a regression run on a table with a categorical column and missing
+     * values predicts a value in the target's units, through the import's preprocessing. */
+    char reg_csv[700];
+    snprintf(reg_csv, sizeof reg_csv, "%s/cost.csv", tmp);
+    f = fopen(reg_csv, "w");
+    fputs("size,colour,cost\n", f);
+    static const char *const colours[] = {"red", "green", "blue"};
+    for (int i = 0; i < 240; i++) {
+        const double x = (i * 37) % 50 / 5.0;
+        if (i % 17 == 3)
+            fprintf(f, ",%s,%.3f\n", colours[i % 3], 10.0 + 5 * (i % 3));
+        else
+            fprintf(f, "%.1f,%s,%.3f\n", x, colours[i % 3], 2.0 * x + 5 * (i % 3) + 0.1 * (i % 7));
+    }
+    fclose(f);
+    ok(nnlab(NULL, "import cost %s --task regression --missing mean --val 0.1 --test 0.2",
+             reg_csv) &&
+           nnlab(NULL, "train --data cost --model %s --epochs 3 --threads 1 --name run-r",
+                 csv_spec),
+       "a regression run on a table with a categorical column and empty fields trains");
+    predict_page_refresh(nw()->predict);
+    label = pick_run("run-r");
+    ok(label && strstr(label, "regression"), "it is offered as a regression (%s)",
+       label ? label : "run-r not offered");
+    ok(wait_for(cost_fields, 30000),
+       "it takes a row: a field per feature column, the target left out (%d)",
+       predict_page_fields(nw()->predict));
+    static const char *const reg_rows[] = {"4.5, green", ", blue"};
+    for (int r = 0; r < 2; r++) {
+        char *cli = NULL;
+        nnlab(&cli, "--json predict run-r --row \"%s\"", reg_rows[r]);
+        const char *at = cli ? strstr(cli, "\"value\":") : NULL;
+        const double want_v = at ? g_ascii_strtod(at + 8, NULL) : NAN;
+        gtk_widget_activate_action(win, "win.predict-values", "s", reg_rows[r]);
+        const int got = wait_for(predicted, 30000);
+        const char *top = got ? predict_page_top(nw()->predict) : "";
+        const char *v = strstr(top, "≈ ");
+        const double got_v = v ? g_ascii_strtod(v + strlen("≈ "), NULL) : NAN;
+        ok(g_str_has_prefix(top, "cost ≈ ") && fabs(got_v - want_v) <= 1e-4 * (1 + fabs(want_v)),
+           "the row \"%s\" gets the value `nnlab predict --row` prints, in the target's units "
+           "(%s, %g)",
+           reg_rows[r], top, want_v);
+        g_free(cli);
+        if (r == 0)
+            ok(screenshot("predict-regression-1024x700"), "screenshot of a value predicted");
+    }
+    gtk_widget_activate_action(win, "win.predict-values", "s", "4.5, purple");
+    wait_for(predicted, 30000);
+    note = predict_page_note(nw()->predict);
+    ok(predicted() && strstr(note, "level 'purple'") && strstr(note, "other level"),
+       "a level the import never saw is predicted as the other level, and said (%s)",
+       oneline(note));
+
+    /* A text run takes typed text, as `nnlab predict --text` does. */
+    for (int i = 0; i < 24; i++) {
+        char doc[800];
+        for (int k = 0; k < 2; k++) {
+            snprintf(doc, sizeof doc, "%s/reviews/%s", tmp, k ? "neg" : "pos");
+            g_mkdir_with_parents(doc, 0755);
+            snprintf(doc, sizeof doc, "%s/reviews/%s/%d.txt", tmp, k ? "neg" : "pos", i);
+            f = fopen(doc, "w");
+            fprintf(f,
+                    k ? "A boring film, the script was awful (%d). Ужасно.\n"
+                      : "A wonderful film, superb acting (%d). Отлично!\n",
+                    i);
+            fclose(f);
+        }
+    }
+    ok(nnlab(NULL, "import reviews %s/reviews --vocab 13 --max-len 16 --val 0.25", tmp) &&
+           nnlab(NULL, "train --data reviews --model embedbag --epochs 4 --batch 8 --threads 1 "
+                       "--name run-x"),
+       "a text run trains");
+    predict_page_refresh(nw()->predict);
+    label = pick_run("run-x");
+    ok(label && strstr(label, "reviews, text"), "it is offered as taking text (%s)",
+       label ? label : "run-x not offered");
+    ok(predict_page_takes_text(nw()->predict) && predict_page_fields(nw()->predict) == 0,
+       "it shows a text field, not a row of fields");
+    static const char *const review = "A superb, wonderful film zyzzyva";
+    char *cli = NULL;
+    nnlab(&cli, "--json predict run-x --text \"%s\" --top 1", review);
+    const char *cls = cli ? strstr(cli, "\"class\":\"") : NULL;
+    char want_cls[16] = "";
+    if (cls)
+        sscanf(cls + 9, "%15[^\"]", want_cls);
+    gtk_widget_activate_action(win, "win.predict-values", "s", review);
+    const char *text_top = wait_for(predicted, 30000) ? predict_page_top(nw()->predict) : "none";
+    ok(want_cls[0] && strcmp(text_top, want_cls) == 0,
+       "typed text gets the class `nnlab predict --text` gives (%s, %s)", text_top, want_cls);
+    g_free(cli);
+    note = predict_page_note(nw()->predict);
+    ok(strstr(note, "5 words") && strstr(note, "; 1 of them"),
+       "the note counts the words and those outside the vocabulary (%s)", oneline(note));
+    ok(screenshot("predict-text-1024x700"), "screenshot of a text classified");
+
+    /* The Runs page: a regression run shows R², MAE and RMSE where accuracy is, and predicted
+     * against actual and residual plots instead of a confusion matrix. */
+    show("runs");
+    runs_page_refresh(nw()->runs);
+    rt = row_text("run-r");
+    ok(rt && strstr(rt, "test R² 0.") && strstr(rt, "MAE ") && strstr(rt, "RMSE "),
+       "a regression run's row shows its R², MAE and RMSE (%s)", rt ? oneline(rt) : "no row");
+    g_free(rt);
+    gtk_widget_activate_action(win, "win.run-select", "s", "run-r");
+    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    ok(wait_for(confusion_ready, 60000), "its test predictions are computed");
+    char *reg_eval = NULL;
+    double e_r2 = NAN, e_mae = NAN, e_rmse = NAN, w_r2 = NAN, w_mae = NAN, w_rmse = NAN;
+    nnlab(&reg_eval, "eval run-r --threads 1");
+    const char *rp = reg_eval ? strstr(reg_eval, "R2 ") : NULL;
+    if (rp)
+        sscanf(rp, "R2 %lf, MAE %lf, RMSE %lf", &e_r2, &e_mae, &e_rmse);
+    const char *reg_table = runs_page_class_table(nw()->runs);
+    if (reg_table && strstr(reg_table, "R²\t"))
+        sscanf(strstr(reg_table, "R²\t"), "R²\t%lf\nMAE\t%lf\nRMSE\t%lf", &w_r2, &w_mae, &w_rmse);
+    ok(fabs(w_r2 - e_r2) < 2e-3 && fabs(w_mae - e_mae) <= 2e-3 * (1 + e_mae) &&
+           fabs(w_rmse - e_rmse) <= 2e-3 * (1 + e_rmse),
+       "its R², MAE and RMSE are those `nnlab eval` prints (%g %g %g, %g %g %g)", w_r2, w_mae,
+       w_rmse, e_r2, e_mae, e_rmse);
+    g_free(reg_eval);
+    ok(screenshot("runs-regression-1024x700"), "screenshot of the predicted-against-actual plots");
+
+    /* The Datasets page: a CSV dataset's columns with their kinds, a text dataset's documents
+     * as words with the out-of-vocabulary ones marked, and its vocabulary. */
+    show("datasets");
+    datasets_page_refresh(nw()->datasets);
+    gtk_widget_activate_action(win, "win.select-dataset", "s", "cost");
+    ok(wait_for(cost_columns, 30000), "a CSV dataset lists its columns");
+    const char *cols = datasets_page_columns(nw()->datasets);
+    ok(strstr(cols, "size\tnumeric\tmean ") && strstr(cols, "missing, filled with") &&
+           strstr(cols, "colour\tcategorical\t3 levels") && strstr(cols, "cost\ttarget\t"),
+       "each with its kind (numeric, categorical, target), statistics and fill (%s)",
+       oneline(cols));
+    ok(screenshot("datasets-columns-1024x700"), "screenshot of a CSV dataset's columns");
+    gtk_widget_activate_action(win, "win.select-dataset", "s", "reviews");
+    ok(wait_for(docs_shown, 30000), "a text dataset shows its first documents as words");
+    const char *docs = datasets_page_docs(nw()->datasets);
+    const char *dinfo = datasets_page_info(nw()->datasets);
+    ok((strstr(docs, "pos: a wonderful film superb acting ⟨unknown⟩ отлично") ||
+        strstr(docs, "neg: a boring film the script was awful ⟨unknown⟩ ужасно")) &&
+           strstr(dinfo, "vocabulary of 15 words") && strstr(dinfo, "covering"),
+       "its numbers outside the 13-word vocabulary marked, the vocabulary's size and coverage "
+       "said (%s; %s)",
+       oneline(docs), oneline(dinfo));
+    ok(screenshot("datasets-text-1024x700"), "screenshot of a text dataset's documents");
 
     /* With two runs compared and a confusion matrix shown, every page still fits 1024x700. */
     show("runs");

@@ -598,3 +598,142 @@ int chart_confusion_draw(cairo_t *cr, int width, int height, const struct chart_
     cairo_restore(cr);
     return m->k * m->k;
 }
+
+/* ---- Scatter plots of a regression run's predictions ---- */
+
+#define SCATTER_LEFT   54
+#define SCATTER_RIGHT  12
+#define SCATTER_TOP    24
+#define SCATTER_BOTTOM 36
+
+/* Point i's coordinates in data units: (actual, predicted), or (predicted, residual). */
+static void scatter_point(const struct chart_scatter *s, int i, double *u, double *v)
+{
+    if (s->residuals) {
+        *u = s->pred[i];
+        *v = (double)s->actual[i] - s->pred[i];
+    } else {
+        *u = s->actual[i];
+        *v = s->pred[i];
+    }
+}
+
+/* The data ranges of both axes: one range for both in the predicted-against-actual plot (so
+ * the diagonal is at 45 degrees), a range symmetric about 0 for the residuals. */
+static void scatter_range(const struct chart_scatter *s, double *u0, double *u1, double *v0,
+                          double *v1)
+{
+    double a = INFINITY, b = -INFINITY, c = INFINITY, d = -INFINITY;
+    for (int i = 0; i < s->n; i++) {
+        double u, v;
+        scatter_point(s, i, &u, &v);
+        if (!isfinite(u) || !isfinite(v))
+            continue;
+        a = fmin(a, u);
+        b = fmax(b, u);
+        c = fmin(c, v);
+        d = fmax(d, v);
+    }
+    if (!(a <= b)) {
+        a = c = 0;
+        b = d = 1;
+    }
+    if (s->residuals) {
+        const double r = fmax(fmax(fabs(c), fabs(d)), 1e-9);
+        c = -r;
+        d = r;
+    } else {
+        a = c = fmin(a, c);
+        b = d = fmax(b, d);
+    }
+    const double pu = fmax((b - a) * 0.05, 1e-9), pv = fmax((d - c) * 0.05, 1e-9);
+    *u0 = a - pu;
+    *u1 = b + pu;
+    *v0 = c - pv;
+    *v1 = d + pv;
+}
+
+void chart_scatter_map(int width, int height, const struct chart_scatter *s, int i, double *x,
+                       double *y)
+{
+    double u0, u1, v0, v1, u, v;
+    scatter_range(s, &u0, &u1, &v0, &v1);
+    scatter_point(s, i, &u, &v);
+    const double pw = width - SCATTER_LEFT - SCATTER_RIGHT,
+                 ph = height - SCATTER_TOP - SCATTER_BOTTOM;
+    *x = SCATTER_LEFT + (u - u0) / (u1 - u0) * pw;
+    *y = SCATTER_TOP + (v1 - v) / (v1 - v0) * ph;
+}
+
+int chart_scatter_draw(cairo_t *cr, int width, int height, const struct chart_scatter *s)
+{
+    double u0, u1, v0, v1;
+    const double pw = width - SCATTER_LEFT - SCATTER_RIGHT,
+                 ph = height - SCATTER_TOP - SCATTER_BOTTOM;
+    if (pw < 20 || ph < 20)
+        return 0;
+    scatter_range(s, &u0, &u1, &v0, &v1);
+    cairo_save(cr);
+    cairo_select_font_face(cr, FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    char buf[32];
+    /* Ticks and grid. */
+    const double su = nice_step(u1 - u0, 4), sv = nice_step(v1 - v0, 4);
+    cairo_set_line_width(cr, 1);
+    for (double t = ceil(u0 / su) * su; t <= u1; t += su) {
+        const double x = SCATTER_LEFT + (t - u0) / (u1 - u0) * pw;
+        set_rgb(cr, s->fg, 0.12);
+        cairo_move_to(cr, floor(x) + 0.5, SCATTER_TOP);
+        cairo_line_to(cr, floor(x) + 0.5, SCATTER_TOP + ph);
+        cairo_stroke(cr);
+        format_tick(buf, sizeof buf, t, su, 0);
+        set_rgb(cr, s->fg, 0.6);
+        text_at(cr, x, SCATTER_TOP + ph + 14, buf, 10, 0.5);
+    }
+    for (double t = ceil(v0 / sv) * sv; t <= v1; t += sv) {
+        const double y = SCATTER_TOP + (v1 - t) / (v1 - v0) * ph;
+        set_rgb(cr, s->fg, 0.12);
+        cairo_move_to(cr, SCATTER_LEFT, floor(y) + 0.5);
+        cairo_line_to(cr, SCATTER_LEFT + pw, floor(y) + 0.5);
+        cairo_stroke(cr);
+        format_tick(buf, sizeof buf, t, sv, 0);
+        set_rgb(cr, s->fg, 0.6);
+        text_at(cr, SCATTER_LEFT - 4, y + 4, buf, 10, 1);
+    }
+    set_rgb(cr, s->fg, 0.8);
+    text_at(cr, SCATTER_LEFT, 14, s->title ? s->title : "", 12, 0);
+    set_rgb(cr, s->fg, 0.6);
+    text_at(cr, SCATTER_LEFT + pw / 2, height - 6, s->residuals ? "predicted" : "actual", 11, 0.5);
+    cairo_save(cr);
+    cairo_translate(cr, 12, SCATTER_TOP + ph / 2);
+    cairo_rotate(cr, -M_PI / 2);
+    text_at(cr, 0, 0, s->residuals ? "actual − predicted" : "predicted", 11, 0.5);
+    cairo_restore(cr);
+    /* The reference: y = x, or the zero residual. */
+    cairo_rectangle(cr, SCATTER_LEFT, SCATTER_TOP, pw, ph);
+    cairo_clip(cr);
+    set_rgb(cr, s->fg, 0.45);
+    cairo_set_line_width(cr, 1.5);
+    if (s->residuals) {
+        const double y = SCATTER_TOP + v1 / (v1 - v0) * ph;
+        cairo_move_to(cr, SCATTER_LEFT, y);
+        cairo_line_to(cr, SCATTER_LEFT + pw, y);
+    } else {
+        cairo_move_to(cr, SCATTER_LEFT, SCATTER_TOP + ph);
+        cairo_line_to(cr, SCATTER_LEFT + pw, SCATTER_TOP);
+    }
+    cairo_stroke(cr);
+    int drawn = 0;
+    set_rgb(cr, s->dot, 1);
+    for (int i = 0; i < s->n; i++) {
+        double x, y;
+        chart_scatter_map(width, height, s, i, &x, &y);
+        if (!isfinite(x) || !isfinite(y) || x < SCATTER_LEFT || x > SCATTER_LEFT + pw ||
+            y < SCATTER_TOP || y > SCATTER_TOP + ph)
+            continue;
+        cairo_arc(cr, x, y, 3, 0, 2 * M_PI);
+        cairo_fill(cr);
+        drawn++;
+    }
+    cairo_restore(cr);
+    return drawn;
+}

@@ -104,6 +104,22 @@ int chart_confusion_draw(cairo_t *cr, int width, int height, const struct chart_
 int chart_confusion_hit(int width, int height, const struct chart_confusion *m, double x, double y,
                         int *row, int *col);
 
+/* A regression run's predictions: predicted against actual values (the diagonal y = x drawn:
+ * a perfect model's points lie on it), or with residuals set, the residual actual - predicted
+ * against the predicted value (the zero line drawn). Values in the target's units. */
+struct chart_scatter {
+    int n;
+    const float *pred, *actual; /* (n) */
+    int residuals;
+    const char *title;
+    struct chart_rgb fg, dot;
+};
+/* Draws the points (n) and the reference line; returns how many points fell inside the plot. */
+int chart_scatter_draw(cairo_t *cr, int width, int height, const struct chart_scatter *s);
+/* Where point i of s is drawn at this size. */
+void chart_scatter_map(int width, int height, const struct chart_scatter *s, int i, double *x,
+                       double *y);
+
 /* Exponential moving average of y into out (n): out[i] = a * out[i-1] + (1 - a) * y[i], with
  * bias correction so the first points are not pulled towards 0. */
 void chart_smooth(double *out, const double *y, int n, double a);

@@ -1,7 +1,10 @@
 /* The datasets page: the datasets in the store, importing (IDX files, PNG/JPEG class folders, CSV
  * files) on a worker thread with a progress bar, and the selected dataset's classes per split,
  * sample thumbnails and a preview of augmented training samples (nl_augment_preview, a new
- * draw each time it is asked for).
+ * draw each time it is asked for). A CSV dataset shows its source columns as the import made them
+ * (nl_table_column: kind, statistics, fill) and its first rows; a text dataset its vocabulary's
+ * size and coverage and its first documents as the words of their tokens, the out-of-vocabulary
+ * token marked (the word it stood for is not stored).
  *
  * The Name field is checked as it is typed, before any file chooser opens: a name of spaces
  * only, or one the store holds, marks the field, says why under it in the window's terms and
@@ -24,6 +27,9 @@ struct datasets_page {
     GtkWidget *list, *name, *name_hint, *skip_bad, *val, *test, *channels, *import, *import_csv;
     GtkWidget *progress;
     GtkWidget *title, *info, *counts, *samples_title, *thumbs, *rows_table;
+    GtkWidget *columns_table, *docs_box;
+    /* For tests: the column table and the documents shown, as text (a line each). */
+    GString *columns_text, *docs_text;
     GtkWidget *augment, *aug_title, *aug_thumbs;
     guint pulse;
     gboolean importing;
@@ -226,6 +232,21 @@ int datasets_page_thumbs(struct datasets_page *p, const char *const **captions)
 {
     *captions = (const char *const *)p->captions;
     return p->nthumbs;
+}
+
+const char *datasets_page_columns(struct datasets_page *p)
+{
+    return p->columns_text->str;
+}
+
+const char *datasets_page_docs(struct datasets_page *p)
+{
+    return p->docs_text->str;
+}
+
+const char *datasets_page_info(struct datasets_page *p)
+{
+    return gtk_label_get_text(GTK_LABEL(p->info));
 }
 
 const char *datasets_page_samples_title(struct datasets_page *p)
@@ -474,20 +495,144 @@ static void add_cell(GtkWidget *grid, int col, int row, const char *text, gboole
     gtk_grid_attach(GTK_GRID(grid), l, col, row, 1, 1);
 }
 
+/* A CSV dataset's source columns as its import made them (nl_table_column): each one's kind
+ * (numeric, categorical, the target or label), its train statistics and what fills it. */
+static void fill_columns(struct datasets_page *p, const struct nl_dataset *d)
+{
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(p->columns_table)))
+        gtk_grid_remove(GTK_GRID(p->columns_table), child);
+    g_string_truncate(p->columns_text, 0);
+    struct nl_table *t = NULL;
+    struct nl_error err = {0};
+    const gboolean csv = d && strcmp(d->kind, "csv") == 0;
+    gtk_widget_set_visible(p->columns_table, csv);
+    if (!csv)
+        return;
+    if (nl_table_open(&t, d, NULL, NULL, &err) < 0) {
+        add_cell(p->columns_table, 0, 0, err.msg, FALSE);
+        g_string_append(p->columns_text, err.msg);
+        return;
+    }
+    /* A column a line (name, kind), its statistics wrapped under it: narrow panes fit. */
+    add_cell(p->columns_table, 0, 0, "Column", TRUE);
+    add_cell(p->columns_table, 1, 0, "Kind", TRUE);
+    for (int col = 0; col < nl_table_columns(t); col++) {
+        struct nl_table_column c;
+        nl_table_column(t, col, &c);
+        GString *st = g_string_new(NULL);
+        if (strcmp(c.kind, "categorical") == 0) {
+            g_string_append_printf(st, "%d levels", c.levels);
+            for (int k = 0; k < c.kept && k < 5; k++)
+                g_string_append_printf(st, "%s%s", k ? ", " : ": ", c.top[k]);
+            if (c.kept > 5)
+                g_string_append(st, "…");
+        } else if (strcmp(c.kind, "label") != 0) {
+            g_string_append_printf(st, "mean %.4g, std %.4g, min %.4g, max %.4g", c.mean, c.std,
+                                   c.min, c.max);
+        }
+        if (c.missing > 0)
+            g_string_append_printf(st, "%s%ld missing%s%s", st->len ? "; " : "", c.missing,
+                                   c.fill ? ", filled with " : "", c.fill ? c.fill : "");
+        char inputs[32];
+        g_snprintf(inputs, sizeof inputs, "%d input%s", c.features, c.features == 1 ? "" : "s");
+        GtkWidget *name = gtk_label_new(c.name);
+        gtk_label_set_xalign(GTK_LABEL(name), 0);
+        gtk_label_set_ellipsize(GTK_LABEL(name), PANGO_ELLIPSIZE_END);
+        gtk_label_set_max_width_chars(GTK_LABEL(name), 16);
+        gtk_widget_set_tooltip_text(name, c.name);
+        gtk_widget_set_margin_top(name, col ? 4 : 0);
+        gtk_grid_attach(GTK_GRID(p->columns_table), name, 0, 2 * col + 1, 1, 1);
+        GtkWidget *kind = gtk_label_new(c.kind);
+        gtk_label_set_xalign(GTK_LABEL(kind), 0);
+        gtk_widget_set_margin_top(kind, col ? 4 : 0);
+        gtk_widget_add_css_class(kind, strcmp(c.kind, "numeric") == 0 ? "dim-label" : "accent");
+        gtk_grid_attach(GTK_GRID(p->columns_table), kind, 1, 2 * col + 1, 1, 1);
+        char *line = c.features ? g_strdup_printf("%s%s%s", st->str, st->len ? " · " : "", inputs)
+                                : g_strdup(st->str);
+        GtkWidget *stats = gtk_label_new(line);
+        gtk_label_set_xalign(GTK_LABEL(stats), 0);
+        gtk_label_set_wrap(GTK_LABEL(stats), TRUE);
+        gtk_label_set_max_width_chars(GTK_LABEL(stats), 22);
+        gtk_widget_add_css_class(stats, "caption");
+        gtk_widget_add_css_class(stats, "dim-label");
+        gtk_grid_attach(GTK_GRID(p->columns_table), stats, 0, 2 * col + 2, 2, 1);
+        g_string_append_printf(p->columns_text, "%s\t%s\t%s\n", c.name, c.kind, line);
+        g_free(line);
+        g_string_free(st, TRUE);
+    }
+    nl_table_free(t);
+}
+
+/* A text dataset's first training documents as their tokens' words, each with its class; a word
+ * outside the vocabulary (stored as the out-of-vocabulary token) is marked. */
+static void fill_docs(struct datasets_page *p, const struct nl_dataset *d)
+{
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(p->docs_box)))
+        gtk_box_remove(GTK_BOX(p->docs_box), child);
+    g_string_truncate(p->docs_text, 0);
+    const gboolean text = d && d->nvocab > 0;
+    gtk_widget_set_visible(p->docs_box, text);
+    if (!text)
+        return;
+    const int len = (int)nl_shape_size(d->shape);
+    const float *x = d->split[NL_TRAIN].x;
+    const uint32_t docs = MIN(d->split[NL_TRAIN].n, FIRST_ROWS);
+    for (uint32_t r = 0; r < docs; r++) {
+        GString *m = g_string_new(NULL);
+        char *cls = g_markup_escape_text(d->class_names[d->split[NL_TRAIN].y[r]], -1);
+        g_string_append_printf(m, "<b>%s</b>  ", cls);
+        g_string_append_printf(p->docs_text, "%s:", d->class_names[d->split[NL_TRAIN].y[r]]);
+        g_free(cls);
+        int words = 0, unknown = 0;
+        for (int i = 0; i < len; i++) {
+            const int id = (int)x[(size_t)r * len + i];
+            if (id <= 0 || id >= d->nvocab)
+                continue; /* padding */
+            words++;
+            if (id == 1) {
+                unknown++;
+                g_string_append(m, " <span underline=\"error\" alpha=\"70%\">⟨unknown⟩</span>");
+                g_string_append(p->docs_text, " ⟨unknown⟩");
+            } else {
+                char *w = g_markup_escape_text(d->vocab[id], -1);
+                g_string_append_printf(m, " %s", w);
+                g_string_append_printf(p->docs_text, " %s", d->vocab[id]);
+                g_free(w);
+            }
+        }
+        g_string_append_printf(m, "  <small>(%d words, %d out of the vocabulary)</small>", words,
+                               unknown);
+        g_string_append_c(p->docs_text, '\n');
+        GtkWidget *l = gtk_label_new(NULL);
+        gtk_label_set_markup(GTK_LABEL(l), m->str);
+        gtk_label_set_xalign(GTK_LABEL(l), 0);
+        gtk_label_set_wrap(GTK_LABEL(l), TRUE);
+        gtk_label_set_max_width_chars(GTK_LABEL(l), 80);
+        gtk_box_append(GTK_BOX(p->docs_box), l);
+        g_string_free(m, TRUE);
+    }
+}
+
 /* A CSV dataset's first training rows under its feature names, with their class. */
 static void fill_rows_table(struct datasets_page *p, const struct nl_dataset *d)
 {
     GtkWidget *child;
     while ((child = gtk_widget_get_first_child(p->rows_table)))
         gtk_grid_remove(GTK_GRID(p->rows_table), child);
-    const gboolean is_rows = d && d->dtype == NL_F32;
+    fill_columns(p, d);
+    fill_docs(p, d);
+    const gboolean is_text = d && d->nvocab > 0;
+    const gboolean is_rows = d && d->dtype == NL_F32 && !is_text;
     gtk_widget_set_visible(p->rows_table, is_rows);
-    /* Rows have no pictures: no thumbnails, nothing to augment. */
-    gtk_widget_set_visible(p->thumbs, !is_rows);
-    gtk_widget_set_visible(gtk_widget_get_parent(p->augment), !is_rows);
-    gtk_widget_set_visible(p->aug_title, !is_rows);
-    gtk_widget_set_visible(p->aug_thumbs, !is_rows);
-    if (!d || d->dtype != NL_F32)
+    /* Rows and texts have no pictures: no thumbnails, nothing to augment. */
+    const gboolean pictures = !is_rows && !is_text;
+    gtk_widget_set_visible(p->thumbs, pictures);
+    gtk_widget_set_visible(gtk_widget_get_parent(p->augment), pictures);
+    gtk_widget_set_visible(p->aug_title, pictures);
+    gtk_widget_set_visible(p->aug_thumbs, pictures);
+    if (!is_rows)
         return;
     const int nf = (int)nl_shape_size(d->shape);
     struct nl_json_doc *doc = NULL;
@@ -499,7 +644,7 @@ static void fill_rows_table(struct datasets_page *p, const struct nl_dataset *d)
     for (int f = 0; f <= nf; f++) {
         char fallback[32];
         g_snprintf(fallback, sizeof fallback, "feature %d", f + 1);
-        const char *name = f == nf ? "class"
+        const char *name = f == nf ? (d->regression ? d->class_names[0] : "class")
                            : names && names->type == NL_JSON_ARRAY && (size_t)f < names->count &&
                                    names->items[f].type == NL_JSON_STRING
                                ? names->items[f].string
@@ -514,7 +659,12 @@ static void fill_rows_table(struct datasets_page *p, const struct nl_dataset *d)
             g_snprintf(buf, sizeof buf, "%g", x[(size_t)r * nf + f]);
             add_cell(p->rows_table, f, (int)r + 1, buf, FALSE);
         }
-        add_cell(p->rows_table, nf, (int)r + 1, d->class_names[d->split[NL_TRAIN].y[r]], FALSE);
+        char target[32];
+        if (d->regression)
+            g_snprintf(target, sizeof target, "%.6g",
+                       d->split[NL_TRAIN].t[r] * d->target_std + d->target_mean);
+        add_cell(p->rows_table, nf, (int)r + 1,
+                 d->regression ? target : d->class_names[d->split[NL_TRAIN].y[r]], FALSE);
     }
     nl_json_free(doc);
 }
@@ -545,7 +695,33 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     }
     gtk_label_set_text(GTK_LABEL(p->title), d->name);
     GString *info = g_string_new(NULL);
-    if (d->dtype == NL_F32) {
+    if (d->nvocab > 0) {
+        double coverage = NAN;
+        struct nl_json_doc *doc = NULL;
+        struct nl_error err = {0};
+        if (d->preprocessing && nl_json_parse(&doc, d->preprocessing, strlen(d->preprocessing),
+                                              "preprocessing", &err) == 0) {
+            const struct nl_json *cov = nl_json_get(nl_json_root(doc), "coverage");
+            if (cov && cov->type == NL_JSON_NUMBER)
+                coverage = cov->number;
+        }
+        nl_json_free(doc);
+        g_string_append_printf(info,
+                               "%s from %s\nDocuments of %d tokens, %d classes · a vocabulary of "
+                               "%d words (with padding and out-of-vocabulary)",
+                               d->kind, d->source, (int)nl_shape_size(d->shape), d->nclasses,
+                               d->nvocab);
+        if (isfinite(coverage))
+            g_string_append_printf(info, ", covering %.1f%% of the train split's words",
+                                   100 * coverage);
+    } else if (d->dtype == NL_F32 && d->regression) {
+        g_string_append_printf(info,
+                               "%s from %s\nRows of %d features, a regression target “%s” (mean "
+                               "%.4g, std %.4g) · each feature standardised with the train "
+                               "split's mean and deviation",
+                               d->kind, d->source, (int)nl_shape_size(d->shape), d->class_names[0],
+                               d->target_mean, d->target_std);
+    } else if (d->dtype == NL_F32) {
         g_string_append_printf(info,
                                "%s from %s\nRows of %d features, %d classes · each feature "
                                "standardised with the train split's mean and deviation",
@@ -607,10 +783,13 @@ void datasets_page_dataset_changed(struct datasets_page *p)
         }
     }
     fill_rows_table(p, d);
-    char *st = d->dtype == NL_F32
-                   ? g_strdup_printf("The first %d training rows",
-                                     (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
-                   : g_strdup_printf("Training samples, up to %d of each class", per);
+    char *st =
+        d->nvocab > 0 ? g_strdup_printf("The first %d training documents, as the words of their "
+                                        "tokens; words outside the vocabulary are marked",
+                                        (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
+        : d->dtype == NL_F32 ? g_strdup_printf("Its columns, and the first %d training rows",
+                                               (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
+                             : g_strdup_printf("Training samples, up to %d of each class", per);
     gtk_label_set_text(GTK_LABEL(p->samples_title), st);
     g_free(st);
     gtk_widget_queue_resize(p->thumbs);
@@ -708,10 +887,14 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
     GET(samples_title);
     GET(thumbs);
     GET(rows_table);
+    GET(columns_table);
+    GET(docs_box);
     GET(augment);
     GET(aug_title);
     GET(aug_thumbs);
 #undef GET
+    p->columns_text = g_string_new(NULL);
+    p->docs_text = g_string_new(NULL);
     *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
     g_object_unref(b);
 
@@ -740,5 +923,7 @@ void datasets_page_free(struct datasets_page *p)
     if (p->pulse)
         g_source_remove(p->pulse);
     free_thumbs(p);
+    g_string_free(p->columns_text, TRUE);
+    g_string_free(p->docs_text, TRUE);
     g_free(p);
 }

@@ -1,9 +1,12 @@
 /* The predict page: the latest checkpoint of a run classifies a PNG or JPEG that is opened through
- * a file chooser or dropped on the page, or — for a run on a CSV dataset — a row of feature
- * values typed into a row of fields (or pasted whole into the first); the top five classes are
- * shown with probability bars. Each run in the picker says its dataset and input; an image is
- * described as read and as converted for the run, with a warning when it is far from the kind
- * of image the run trained on (colour against gray, or many times its size). */
+ * a file chooser or dropped on the page; for a run on a CSV dataset, a row typed into one field
+ * per source column (or pasted whole into the first) goes through nl_table_row_text, so
+ * categorical columns and empty fields are preprocessed as the import did; for a run on a text
+ * dataset, a typed text goes through nl_dataset_sample_from_text. A classification run's top
+ * five classes are shown with probability bars; a regression run's prediction is one value in
+ * the target's units. Each run in the picker says its dataset and input; an image is described
+ * as read and as converted for the run, with a warning when it is far from the kind of image
+ * the run trained on (colour against gray, or many times its size). */
 #include <math.h>
 #include <string.h>
 
@@ -20,24 +23,30 @@ struct choice {
     char *name, *dataset, *kind; /* kind: the dataset's ("idx", "csv"...), "" when it is gone */
     struct nl_shape shape;
     int nclasses;
+    int regression; /* the run predicts a value of its target */
 };
 
 struct predict_page {
     NlWindow *win;
     GtkWidget *runs, *drop_area, *picture, *file, *verdict, *bars;
     GtkWidget *open, *run_info, *row_box, *row_fields, *image_box, *note;
+    GtkWidget *text_box, *text_view;
     GtkStringList *names; /* the picker's labels */
     GPtrArray *choices;   /* struct choice, in the picker's order */
-    GPtrArray *fields;    /* GtkEntry, one per feature of the loaded CSV dataset */
+    GPtrArray *fields;    /* GtkEntry, one per feature column of the loaded CSV dataset */
     char *fields_for;     /* the dataset the fields are for */
     gboolean row_wanted;  /* a row prediction waits for the model */
     gboolean spreading;   /* a pasted row is being spread over the fields */
+    char *pending;        /* a row given before its run's fields were built, or NULL */
     /* The model loaded for the selected run. */
     char *run;
     struct nl_model *m;
     struct nl_dataset *d;
-    /* The last prediction. */
+    struct nl_table *table; /* a CSV dataset's columns and their preprocessing, or NULL */
+    GString *warnings;      /* what the table said of the last row (unseen levels) */
+    /* The last prediction: n classes with their probabilities, or a regression run's value. */
     int n;
+    char *value; /* "target ≈ 3.25", or NULL */
     char *labels[TOP];
     double probs[TOP];
     char *path;
@@ -77,10 +86,20 @@ static void load_thread(GTask *task, gpointer source, gpointer data, GCancellabl
 static void predict(struct predict_page *p);
 static void set_note(struct predict_page *p, const char *text, gboolean warn);
 static void build_fields(struct predict_page *p, const struct nl_dataset *d);
+static void spread_row(struct predict_page *p, const char *text, guint from);
 static gboolean row_mode(struct predict_page *p);
+
+/* The table's warnings (a level the import did not see) for the note under the verdict. */
+static void table_warn(void *ud, const char *msg)
+{
+    struct predict_page *p = ud;
+    g_string_append_printf(p->warnings, "%s%s.", p->warnings->len ? "\n" : "", msg);
+}
 
 static void clear_prediction(struct predict_page *p)
 {
+    g_free(p->value);
+    p->value = NULL;
     for (int i = 0; i < TOP; i++) {
         g_free(p->labels[i]);
         p->labels[i] = NULL;
@@ -110,8 +129,20 @@ static void load_done(GObject *source, GAsyncResult *res, gpointer data)
     p->run = g_strdup(j->run);
     j->m = NULL;
     j->d = NULL;
-    if (p->d->dtype == NL_F32)
+    nl_table_free(p->table);
+    p->table = NULL;
+    if (strcmp(p->d->kind, "csv") == 0) {
+        struct nl_error err = {0};
+        if (nl_table_open(&p->table, p->d, table_warn, p, &err) < 0) {
+            set_note(p, err.msg, TRUE);
+            return;
+        }
         build_fields(p, p->d);
+        if (p->pending)
+            spread_row(p, p->pending, 0);
+    }
+    g_free(p->pending);
+    p->pending = NULL;
     gtk_label_set_text(GTK_LABEL(p->verdict), "");
     predict(p);
 }
@@ -146,10 +177,17 @@ static const char *selected_run(struct predict_page *p)
     return c ? c->name : NULL;
 }
 
+/* The selected run takes a row of a table (or a text): not an image. */
 static gboolean row_mode(struct predict_page *p)
 {
     const struct choice *c = selected_choice(p);
-    return c && strcmp(c->kind, "csv") == 0;
+    return c && (strcmp(c->kind, "csv") == 0 || strcmp(c->kind, "text") == 0);
+}
+
+static gboolean text_mode(struct predict_page *p)
+{
+    const struct choice *c = selected_choice(p);
+    return c && strcmp(c->kind, "text") == 0;
 }
 
 static void set_note(struct predict_page *p, const char *text, gboolean warn)
@@ -226,7 +264,9 @@ static void show_top(struct predict_page *p, float *probs, int k)
     g_free(v);
 }
 
-/* Runs one normalised sample through the loaded model and shows its top classes. */
+/* Runs one normalised sample through the loaded model and shows its top classes, or a
+ * regression run's value: the model's output, standardised as the targets were, put back in
+ * the target's units. */
 static int classify(struct predict_page *p, const float *in, struct nl_error *err)
 {
     struct nl_exec *x = NULL;
@@ -234,27 +274,34 @@ static int classify(struct predict_page *p, const float *in, struct nl_error *er
     if (rc == 0) {
         struct nl_rng rng;
         nl_rng_seed(&rng, 1);
-        const int k = p->m->nclasses;
-        float *probs = g_new(float, (size_t)k);
-        nl_softmax(probs, nl_exec_forward(x, p->m->params, in, 1, 0, &rng), 1, k);
-        show_top(p, probs, k);
-        g_free(probs);
+        const float *y = nl_exec_forward(x, p->m->params, in, 1, 0, &rng);
+        if (p->d->regression) {
+            const double v = (double)y[0] * p->d->target_std + p->d->target_mean;
+            p->value = g_strdup_printf("%s ≈ %.6g", p->d->class_names[0], v);
+            gtk_label_set_text(GTK_LABEL(p->verdict), p->value);
+        } else {
+            const int k = p->m->nclasses;
+            float *probs = g_new(float, (size_t)k);
+            nl_softmax(probs, y, 1, k);
+            show_top(p, probs, k);
+            g_free(probs);
+        }
     }
     nl_exec_free(x);
     return rc;
 }
-
-static void spread_row(struct predict_page *p, const char *text, guint from);
 
 static void field_changed(GtkEditable *e, gpointer data)
 {
     struct predict_page *p = data;
     const char *t = gtk_editable_get_text(e);
     gtk_widget_remove_css_class(GTK_WIDGET(e), "error");
-    /* A whole row pasted into one field is spread over the fields. */
+    /* A whole row pasted into one field is spread over the fields; a space splits only in a
+     * numeric field (a categorical level may hold one). */
     guint at = 0;
-    if (!p->spreading && p->fields->len > 1 && strpbrk(t, ",;\t ") && strlen(t) > 1 &&
-        g_ptr_array_find(p->fields, e, &at)) {
+    const gboolean cat = GPOINTER_TO_INT(g_object_get_data(G_OBJECT(e), "nl-categorical"));
+    if (!p->spreading && p->fields->len > 1 && strpbrk(t, cat ? ",;\t" : ",;\t ") &&
+        strlen(t) > 1 && g_ptr_array_find(p->fields, e, &at)) {
         char *row = g_strdup(t);
         spread_row(p, row, at);
         g_free(row);
@@ -266,7 +313,9 @@ static void field_activated(GtkEntry *e, gpointer data)
     gtk_widget_activate_action(GTK_WIDGET(e), "win.predict-row", NULL);
 }
 
-/* One field per feature of d, named by the CSV's header when it had one. */
+/* One field per feature column of d's table (the target or label column left out), named by the
+ * CSV's header when it had one; a categorical column's field shows its most frequent levels, and
+ * a column with a fill value says that an empty field is filled. */
 static void build_fields(struct predict_page *p, const struct nl_dataset *d)
 {
     GtkWidget *child;
@@ -277,32 +326,47 @@ static void build_fields(struct predict_page *p, const struct nl_dataset *d)
     g_ptr_array_set_size(p->fields, 0);
     g_free(p->fields_for);
     p->fields_for = g_strdup(d->name);
-    struct nl_json_doc *doc = NULL;
-    struct nl_error err = {0};
-    const struct nl_json *names = NULL;
-    if (d->preprocessing &&
-        nl_json_parse(&doc, d->preprocessing, strlen(d->preprocessing), "preprocessing", &err) == 0)
-        names = nl_json_get(nl_json_root(doc), "feature_names");
-    const int nf = (int)nl_shape_size(d->shape);
-    for (int f = 0; f < nf; f++) {
-        char fallback[32];
-        g_snprintf(fallback, sizeof fallback, "feature %d", f + 1);
-        const char *name = names && names->type == NL_JSON_ARRAY && (size_t)f < names->count &&
-                                   names->items[f].type == NL_JSON_STRING
-                               ? names->items[f].string
-                               : fallback;
+    const int ncols = nl_table_columns(p->table);
+    for (int col = 0; col < ncols; col++) {
+        struct nl_table_column c;
+        nl_table_column(p->table, col, &c);
+        if (strcmp(c.kind, "target") == 0 || strcmp(c.kind, "label") == 0)
+            continue;
+        const gboolean cat = strcmp(c.kind, "categorical") == 0;
         GtkWidget *box = gtk_box_new(GTK_ORIENTATION_VERTICAL, 2);
-        GtkWidget *l = gtk_label_new(name);
+        GtkWidget *l = gtk_label_new(c.name);
         gtk_label_set_xalign(GTK_LABEL(l), 0);
         gtk_label_set_ellipsize(GTK_LABEL(l), PANGO_ELLIPSIZE_END);
         gtk_label_set_max_width_chars(GTK_LABEL(l), 12);
-        gtk_widget_set_tooltip_text(l, name);
         gtk_widget_add_css_class(l, "caption");
+        GString *tip = g_string_new(c.name);
+        if (cat) {
+            g_string_append_printf(tip, ": categorical, %d levels", c.levels);
+            for (int k = 0; k < c.kept && k < 6; k++)
+                g_string_append_printf(tip, "%s%s", k ? ", " : " (", c.top[k]);
+            if (c.kept > 0)
+                g_string_append(tip, c.kept > 6 ? "…)" : ")");
+        } else {
+            g_string_append_printf(tip, ": numeric, %.4g to %.4g in training", c.min, c.max);
+        }
+        if (c.fill)
+            g_string_append_printf(tip, "; left empty, it is %s", c.fill);
+        gtk_widget_set_tooltip_text(l, tip->str);
         GtkWidget *e = gtk_entry_new();
-        gtk_editable_set_width_chars(GTK_EDITABLE(e), 8);
-        gtk_entry_set_input_purpose(GTK_ENTRY(e), GTK_INPUT_PURPOSE_NUMBER);
-        gtk_accessible_update_property(GTK_ACCESSIBLE(e), GTK_ACCESSIBLE_PROPERTY_LABEL, name, -1);
-        g_object_set_data_full(G_OBJECT(e), "nl-feature", g_strdup(name), g_free);
+        gtk_editable_set_width_chars(GTK_EDITABLE(e), cat ? 10 : 8);
+        if (!cat)
+            gtk_entry_set_input_purpose(GTK_ENTRY(e), GTK_INPUT_PURPOSE_NUMBER);
+        if (cat && c.kept > 0)
+            gtk_entry_set_placeholder_text(GTK_ENTRY(e), c.top[0]);
+        else if (c.fill)
+            gtk_entry_set_placeholder_text(GTK_ENTRY(e), c.fill);
+        gtk_widget_set_tooltip_text(e, tip->str);
+        g_string_free(tip, TRUE);
+        gtk_accessible_update_property(GTK_ACCESSIBLE(e), GTK_ACCESSIBLE_PROPERTY_LABEL, c.name,
+                                       -1);
+        g_object_set_data_full(G_OBJECT(e), "nl-feature", g_strdup(c.name), g_free);
+        g_object_set_data(G_OBJECT(e), "nl-categorical", GINT_TO_POINTER(cat));
+        g_object_set_data(G_OBJECT(e), "nl-fill", GINT_TO_POINTER(c.fill != NULL));
         g_signal_connect(e, "changed", G_CALLBACK(field_changed), p);
         g_signal_connect(e, "activate", G_CALLBACK(field_activated), p);
         gtk_box_append(GTK_BOX(box), l);
@@ -310,23 +374,62 @@ static void build_fields(struct predict_page *p, const struct nl_dataset *d)
         gtk_flow_box_append(GTK_FLOW_BOX(p->row_fields), box);
         g_ptr_array_add(p->fields, e);
     }
-    nl_json_free(doc);
 }
 
-/* Puts the values of a pasted or given row into the fields, in order from field from. */
+/* Puts the values of a pasted or given row into the fields, in order from field from. A row
+ * with commas, semicolons or tabs is split at them, an empty value kept as an empty field (a
+ * missing value); a row with none of them at runs of spaces. */
 static void spread_row(struct predict_page *p, const char *text, guint from)
 {
-    char **v = g_regex_split_simple("[,;\\t ]+", text, 0, 0);
+    const gboolean fields = strpbrk(text, ",;\t") != NULL;
+    char **v = g_regex_split_simple(fields ? "\\s*[,;\\t]\\s*" : "\\s+", text, 0, 0);
     guint at = from;
     p->spreading = TRUE;
-    for (char **q = v; *q && at < p->fields->len; q++)
-        if ((*q)[0])
-            gtk_editable_set_text(GTK_EDITABLE(p->fields->pdata[at++]), *q);
+    for (char **q = v; *q && at < p->fields->len; q++) {
+        char *t = g_strstrip(g_strdup(*q));
+        if (t[0] || fields)
+            gtk_editable_set_text(GTK_EDITABLE(p->fields->pdata[at++]), t);
+        g_free(t);
+    }
     p->spreading = FALSE;
     g_strfreev(v);
 }
 
-/* Classifies the row in the fields; a field that is not a number is marked and named. */
+/* A field's text as one CSV field: quoted when it holds a separator or a quote. */
+static void append_field(GString *row, const char *t)
+{
+    if (!strpbrk(t, ",;\t\"")) {
+        g_string_append(row, t);
+        return;
+    }
+    g_string_append_c(row, '"');
+    for (const char *q = t; *q; q++) {
+        if (*q == '"')
+            g_string_append_c(row, '"');
+        g_string_append_c(row, *q);
+    }
+    g_string_append_c(row, '"');
+}
+
+/* The typed text of a text run as one sample; *unknown its words outside the vocabulary. */
+static int text_sample(struct predict_page *p, float *in, int *unknown, struct nl_error *err)
+{
+    GtkTextBuffer *buf = gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text_view));
+    GtkTextIter a, b;
+    gtk_text_buffer_get_bounds(buf, &a, &b);
+    char *text = gtk_text_buffer_get_text(buf, &a, &b, FALSE);
+    int rc = 0;
+    if (!text[0] || strspn(text, " \t\r\n") == strlen(text))
+        rc = nl_error_set(err, NL_EINVAL, "Type a text to classify.");
+    else
+        rc = nl_dataset_sample_from_text(p->d, text, strlen(text), in, unknown, err);
+    g_free(text);
+    return rc;
+}
+
+/* Predicts with the row in the fields (or the typed text of a text run). A numeric field that
+ * is not a number is marked and named; an empty one is filled as the import said, or refused
+ * when the import had nothing to fill it with. */
 static void predict_row(struct predict_page *p)
 {
     struct nl_error err = {0};
@@ -340,44 +443,75 @@ static void predict_row(struct predict_page *p)
         return;
     }
     p->row_wanted = FALSE;
-    const guint nf = p->fields->len;
-    float *v = g_new(float, MAX(nf, 1u)), *in = g_new(float, MAX(nf, 1u));
+    float *in = g_new(float, nl_shape_size(p->d->shape));
+    gtk_label_set_text(GTK_LABEL(p->verdict), "");
+    if (text_mode(p)) {
+        int unknown = 0;
+        if (text_sample(p, in, &unknown, &err) < 0 || classify(p, in, &err) < 0) {
+            set_note(p, err.msg, TRUE);
+        } else {
+            int words = 0;
+            for (int i = 0; i < (int)nl_shape_size(p->d->shape); i++)
+                words += in[i] != 0;
+            char *t = g_strdup_printf("%d words looked up in the %d-word vocabulary of “%s”; %d of "
+                                      "them %s not in it.",
+                                      words, p->d->nvocab, p->d->name, unknown,
+                                      unknown == 1 ? "is" : "are");
+            set_note(p, t, FALSE);
+            g_free(t);
+        }
+        g_free(in);
+        gtk_widget_queue_draw(p->bars);
+        return;
+    }
+    if (!p->table) {
+        g_free(in);
+        return;
+    }
+    GString *row = g_string_new(NULL);
     char *bad = NULL;
-    for (guint f = 0; f < nf; f++) {
+    for (guint f = 0; f < p->fields->len; f++) {
         GtkWidget *e = p->fields->pdata[f];
         const char *t = gtk_editable_get_text(GTK_EDITABLE(e));
+        const char *name = g_object_get_data(G_OBJECT(e), "nl-feature");
+        const gboolean cat = GPOINTER_TO_INT(g_object_get_data(G_OBJECT(e), "nl-categorical"));
+        const gboolean fill = GPOINTER_TO_INT(g_object_get_data(G_OBJECT(e), "nl-fill"));
+        char *trimmed = g_strstrip(g_strdup(t));
+        if (f)
+            g_string_append_c(row, ',');
+        append_field(row, trimmed);
         char *end = NULL;
-        const double x = g_ascii_strtod(t, &end);
-        while (end && g_ascii_isspace(*end))
-            end++;
-        if (!t[0] || !end || *end || end == t || !isfinite(x)) {
+        const double x = trimmed[0] ? g_ascii_strtod(trimmed, &end) : 0;
+        if (!trimmed[0] && !fill) {
             gtk_widget_add_css_class(e, "error");
             if (!bad)
-                bad = t[0]
-                          ? g_strdup_printf(
-                                "“%s” in %s is not a number.", t,
-                                (const char *)g_object_get_data(G_OBJECT(e), "nl-feature"))
-                          : g_strdup_printf("Type a value for %s.", (const char *)g_object_get_data(
-                                                                        G_OBJECT(e), "nl-feature"));
-            continue;
+                bad = g_strdup_printf("Type a value for %s.", name);
+        } else if (trimmed[0] && !cat && (!end || *end || end == trimmed || !isfinite(x))) {
+            gtk_widget_add_css_class(e, "error");
+            if (!bad)
+                bad = g_strdup_printf("“%s” in %s is not a number.", trimmed, name);
         }
-        v[f] = (float)x;
+        g_free(trimmed);
     }
-    gtk_label_set_text(GTK_LABEL(p->verdict), "");
+    g_string_truncate(p->warnings, 0);
+    double target = NAN;
     if (bad) {
         set_note(p, bad, TRUE);
-    } else if (nl_dataset_sample_from_values(p->d, v, (int)nf, in, &err) < 0 ||
+    } else if (nl_table_row_text(p->table, row->str, "the row", in, &target, &err) < 0 ||
                classify(p, in, &err) < 0) {
         set_note(p, err.msg, TRUE);
     } else {
-        char *t = g_strdup_printf("Standardised with the training mean and deviation of each "
-                                  "feature of “%s”.",
-                                  p->d->name);
-        set_note(p, t, FALSE);
-        g_free(t);
+        GString *t = g_string_new(NULL);
+        g_string_printf(t, "Preprocessed as the import of “%s” did: ", p->d->name);
+        g_string_append(t, "numbers standardised with the training mean and deviation, "
+                           "categorical columns as their levels, empty fields filled.");
+        if (p->warnings->len)
+            g_string_append_printf(t, "\n%s", p->warnings->str);
+        set_note(p, t->str, p->warnings->len > 0);
+        g_string_free(t, TRUE);
     }
+    g_string_free(row, TRUE);
     g_free(bad);
-    g_free(v);
     g_free(in);
     gtk_widget_queue_draw(p->bars);
 }
@@ -386,8 +520,9 @@ static void predict_row(struct predict_page *p)
 static void update_mode(struct predict_page *p)
 {
     const struct choice *c = selected_choice(p);
-    const gboolean row = row_mode(p);
-    gtk_widget_set_visible(p->row_box, row);
+    const gboolean row = row_mode(p), text = text_mode(p);
+    gtk_widget_set_visible(p->row_box, row && !text);
+    gtk_widget_set_visible(p->text_box, text);
     gtk_widget_set_visible(p->image_box, !row);
     gtk_widget_set_visible(p->open, !row);
     char *t;
@@ -397,6 +532,13 @@ static void update_mode(struct predict_page *p)
         t = g_strdup_printf("“%s” trained on “%s”, which is no longer in the store: import it "
                             "again to predict with this run.",
                             c->name, c->dataset);
+    else if (text)
+        t = g_strdup_printf("“%s” trained on “%s”: texts of up to %d words, %d classes.", c->name,
+                            c->dataset, c->shape.w, c->nclasses);
+    else if (row && c->regression)
+        t = g_strdup_printf("“%s” trained on “%s”: rows of %d features, a regression: its "
+                            "target is predicted in the target's units.",
+                            c->name, c->dataset, (int)nl_shape_size(c->shape));
     else if (row)
         t = g_strdup_printf("“%s” trained on “%s”: rows of %d features, %d classes.", c->name,
                             c->dataset, (int)nl_shape_size(c->shape), c->nclasses);
@@ -407,7 +549,7 @@ static void update_mode(struct predict_page *p)
                             c->shape.c == 1 ? "gray" : "colour", c->nclasses);
     gtk_label_set_text(GTK_LABEL(p->run_info), t);
     g_free(t);
-    /* A CSV run's fields need its dataset's feature names: loading the model brings them. */
+    /* A CSV run's fields need its dataset's columns: loading the model brings them. */
     if (row && c->kind[0] && (!p->run || strcmp(p->run, c->name) != 0))
         load_model(p, c->name);
 }
@@ -552,8 +694,16 @@ static void predict_values_action(GSimpleAction *a, GVariant *param, gpointer da
 {
     struct predict_page *p = data;
     gtk_stack_set_visible_child_name(p->win->stack, "predict");
-    if (p->fields->len)
+    if (text_mode(p))
+        gtk_text_buffer_set_text(gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text_view)),
+                                 g_variant_get_string(param, NULL), -1);
+    else if (p->run && p->table && selected_run(p) && strcmp(p->run, selected_run(p)) == 0)
         spread_row(p, g_variant_get_string(param, NULL), 0);
+    else {
+        /* The run's fields come with its dataset: the row waits for them. */
+        g_free(p->pending);
+        p->pending = g_strdup(g_variant_get_string(param, NULL));
+    }
     predict_row(p);
 }
 
@@ -574,10 +724,15 @@ int predict_page_fields(struct predict_page *p)
     return row_mode(p) && gtk_widget_get_visible(p->row_box) ? (int)p->fields->len : 0;
 }
 
+gboolean predict_page_takes_text(struct predict_page *p)
+{
+    return text_mode(p) && gtk_widget_get_visible(p->text_box);
+}
+
 /* The runs that have a checkpoint, newest first. */
 const char *predict_page_top(struct predict_page *p)
 {
-    return p->n > 0 ? p->labels[0] : NULL;
+    return p->n > 0 ? p->labels[0] : p->value;
 }
 
 void predict_page_refresh(struct predict_page *p)
@@ -603,6 +758,7 @@ void predict_page_refresh(struct predict_page *p)
         c->name = g_strdup(list[i].name);
         c->dataset = g_strdup(list[i].dataset);
         c->kind = g_strdup("");
+        c->regression = list[i].regression;
         for (int k = 0; k < nsets; k++)
             if (strcmp(sets[k].name, list[i].dataset) == 0) {
                 g_free(c->kind);
@@ -612,6 +768,11 @@ void predict_page_refresh(struct predict_page *p)
             }
         /* "run — dataset, what it takes" */
         char *label = !c->kind[0] ? g_strdup_printf("%s — %s (gone)", c->name, c->dataset)
+                      : strcmp(c->kind, "text") == 0
+                          ? g_strdup_printf("%s — %s, text", c->name, c->dataset)
+                      : strcmp(c->kind, "csv") == 0 && c->regression
+                          ? g_strdup_printf("%s — %s, %d features, regression", c->name, c->dataset,
+                                            (int)nl_shape_size(c->shape))
                       : strcmp(c->kind, "csv") == 0
                           ? g_strdup_printf("%s — %s, %d features", c->name, c->dataset,
                                             (int)nl_shape_size(c->shape))
@@ -666,7 +827,10 @@ struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root)
     GET(row_fields);
     GET(image_box);
     GET(note);
+    GET(text_box);
+    GET(text_view);
 #undef GET
+    p->warnings = g_string_new(NULL);
     p->choices = g_ptr_array_new_with_free_func(choice_free);
     p->fields = g_ptr_array_new();
     *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
@@ -699,6 +863,10 @@ void predict_page_free(struct predict_page *p)
         g_free(p->labels[i]);
     nl_model_free(p->m);
     nl_dataset_free(p->d);
+    nl_table_free(p->table);
+    g_string_free(p->warnings, TRUE);
+    g_free(p->value);
+    g_free(p->pending);
     g_free(p->run);
     g_free(p->loading);
     g_free(p->path);

@@ -2,7 +2,9 @@
  * ticked for comparison with their settings side by side, deleting, and a run's confusion matrix
  * on the test split (computed on a worker thread) with the per-class precision, recall and F1
  * beside it and the misclassified samples behind a cell, each with its probabilities and opened
- * larger on a click.
+ * larger on a click. A regression run shows R² where accuracy stands, and in the matrix's place
+ * its test predictions (nl_evaluate_values) against the actual values and as residuals, drawn
+ * by chart_scatter_draw, with R², MAE and RMSE in the target's units beside them.
  *
  * Runs started anywhere else on the same store — `nnlab train` in a terminal, over SSH, under
  * MPI — are followed: while the page is on screen a timer (POLL_MS) asks a worker thread, with
@@ -36,6 +38,7 @@ struct curve {
     char *name;
     int n;
     double *x, *val, *train, *loss, *val_loss;
+    int regression; /* val and train are R² */
 };
 
 /* A confusion matrix and what is needed to show the samples behind a cell. */
@@ -53,6 +56,12 @@ struct confusion {
     float *ptrue;  /* (n) the probability of the true class */
     double accuracy;
     struct nl_metrics mt; /* per-class precision, recall and F1 */
+    /* A regression run (k 0: no matrix): its predictions and their metrics, in the target's
+     * units, drawn as predicted against actual and as residuals in the matrix's place. */
+    int regression;
+    float *vpred, *vactual; /* (n) */
+    double r2, mae, rmse;
+    char *target;
 };
 
 struct runs_page {
@@ -96,6 +105,9 @@ static void confusion_free(struct confusion *c)
     g_free(c->ptop);
     g_free(c->ptrue);
     nl_metrics_release(&c->mt);
+    g_free(c->vpred);
+    g_free(c->vactual);
+    g_free(c->target);
     g_free(c);
 }
 
@@ -163,9 +175,29 @@ static void cm_thread(GTask *task, gpointer source, gpointer data, GCancellable 
     nl_store_close(s);
     if (rc == 0 && d->split[NL_TEST].n == 0)
         rc = nl_error_set(&err, NL_EINVAL, "dataset '%s' has no test split", d->name);
-    if (rc == 0)
+    if (rc == 0 && d->regression) {
+        /* Predicted and actual values in the target's units, and their R², MAE and RMSE. */
+        struct confusion *c = g_new0(struct confusion, 1);
+        c->run = g_strdup(j->run);
+        c->regression = 1;
+        c->n = d->split[NL_TEST].n;
+        c->target = g_strdup(d->class_names[0]);
+        c->vpred = g_new(float, c->n);
+        c->vactual = g_new(float, c->n);
+        rc = nl_evaluate_values(m, d, NL_TEST, 0, c->vpred, c->vactual, &err);
+        if (rc == 0) {
+            struct nl_reg_sums sums = {0};
+            nl_reg_add(&sums, c->vpred, c->vactual, (int)c->n);
+            nl_reg_finish(&sums, 1.0, &c->mae, &c->rmse, &c->r2);
+            c->accuracy = c->r2;
+            j->cm = c;
+        } else {
+            confusion_free(c);
+        }
+    } else if (rc == 0) {
         rc = nl_exec_new(&x, m, EVAL_BATCH, &err);
-    if (rc == 0) {
+    }
+    if (rc == 0 && !d->regression) {
         const uint32_t n = d->split[NL_TEST].n;
         const int k = d->nclasses;
         struct confusion *c = g_new0(struct confusion, 1);
@@ -273,6 +305,27 @@ static void fill_class_table(struct runs_page *p)
     p->class_text = NULL;
     if (!p->cm)
         return;
+    if (p->cm->regression) {
+        /* The regression metrics, in the target's units, where the per-class table stands. */
+        char v[4][48];
+        g_snprintf(v[0], sizeof v[0], "%.4f", p->cm->r2);
+        g_snprintf(v[1], sizeof v[1], "%.4g", p->cm->mae);
+        g_snprintf(v[2], sizeof v[2], "%.4g", p->cm->rmse);
+        g_snprintf(v[3], sizeof v[3], "%u", p->cm->n);
+        static const char *const names[] = {"R²", "MAE", "RMSE", "Samples"};
+        GString *text = g_string_new("Metric\tValue\n");
+        gtk_grid_attach(GTK_GRID(p->class_table), cell_label("Metric", FALSE, TRUE), 0, 0, 1, 1);
+        gtk_grid_attach(GTK_GRID(p->class_table), cell_label("Value", TRUE, TRUE), 1, 0, 1, 1);
+        for (int r = 0; r < 4; r++) {
+            gtk_grid_attach(GTK_GRID(p->class_table), cell_label(names[r], FALSE, FALSE), 0, r + 1,
+                            1, 1);
+            gtk_grid_attach(GTK_GRID(p->class_table), cell_label(v[r], TRUE, FALSE), 1, r + 1, 1,
+                            1);
+            g_string_append_printf(text, "%s\t%s\n", names[r], v[r]);
+        }
+        p->class_text = g_string_free(text, FALSE);
+        return;
+    }
     const struct nl_metrics *mt = &p->cm->mt;
     static const char *const head[] = {"Class", "Precision", "Recall", "F1", "Support"};
     GString *text = g_string_new(NULL);
@@ -309,6 +362,17 @@ static void fill_class_table(struct runs_page *p)
     p->class_text = g_string_free(text, FALSE);
 }
 
+/* The title over the matrix (or a regression run's plots) of c. */
+static char *cm_title(const struct confusion *c)
+{
+    if (c->regression)
+        return g_strdup_printf("Predictions of “%s” on the test split (%u samples): R² %.4f, "
+                               "MAE %.4g, RMSE %.4g %s",
+                               c->run, c->n, c->r2, c->mae, c->rmse, c->target);
+    return g_strdup_printf("Confusion matrix of “%s” on the test split: %.2f%% of %u correct",
+                           c->run, 100.0 * c->accuracy, c->n);
+}
+
 static void cm_done(GObject *source, GAsyncResult *res, gpointer data)
 {
     struct runs_page *p = data;
@@ -325,10 +389,16 @@ static void cm_done(GObject *source, GAsyncResult *res, gpointer data)
     p->cm = j->cm;
     j->cm = NULL;
     fill_class_table(p);
-    char *t = g_strdup_printf("Confusion matrix of “%s” on the test split: %.2f%% of %u correct",
-                              p->cm->run, 100.0 * p->cm->accuracy, p->cm->n);
+    char *t = cm_title(p->cm);
     gtk_label_set_text(GTK_LABEL(p->confusion_title), t);
     g_free(t);
+    if (p->cm->regression) {
+        show_cell(p, -1, -1);
+        gtk_label_set_text(GTK_LABEL(p->cell_title),
+                           "Left: each test sample's predicted value against its actual one (on "
+                           "the diagonal when exact). Right: the residual, actual − predicted.");
+        return;
+    }
     /* The largest mistake is shown first. */
     int br = -1, bc = -1;
     long best = 0;
@@ -433,6 +503,23 @@ static struct chart_confusion confusion_of(struct runs_page *p, GtkWidget *area)
 static void draw_confusion(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
 {
     struct runs_page *p = data;
+    if (p->cm && p->cm->regression) {
+        /* Predicted against actual on the left, residuals on the right. */
+        struct chart_scatter sc = {.n = (int)p->cm->n,
+                                   .pred = p->cm->vpred,
+                                   .actual = p->cm->vactual,
+                                   .title = "predicted against actual",
+                                   .fg = nl_window_fg(GTK_WIDGET(area)),
+                                   .dot = palette[0]};
+        chart_scatter_draw(cr, w / 2, h, &sc);
+        sc.residuals = 1;
+        sc.title = "residuals";
+        cairo_save(cr);
+        cairo_translate(cr, w / 2, 0);
+        chart_scatter_draw(cr, w - w / 2, h, &sc);
+        cairo_restore(cr);
+        return;
+    }
     struct chart_confusion m = confusion_of(p, GTK_WIDGET(area));
     if (m.k > 0)
         chart_confusion_draw(cr, w, h, &m);
@@ -601,6 +688,7 @@ static void load_curves(struct runs_page *p)
             continue;
         struct curve *c = g_new0(struct curve, 1);
         c->name = g_strdup(list[i].name);
+        c->regression = list[i].regression;
         c->n = ne;
         c->x = g_new(double, (size_t)MAX(ne, 1));
         c->val = g_new(double, (size_t)MAX(ne, 1));
@@ -626,14 +714,22 @@ static void draw_curves(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointe
 {
     struct runs_page *p = data;
     const gboolean acc = GTK_WIDGET(area) == p->acc_chart;
-    struct chart c = {.title = acc ? "Accuracy per epoch" : "Loss per epoch",
+    /* Regression runs' curves are R², not a percentage. */
+    int nreg = 0;
+    for (guint i = 0; i < p->curves->len; i++)
+        nreg += ((const struct curve *)p->curves->pdata[i])->regression;
+    const gboolean all_reg = nreg > 0 && (guint)nreg == p->curves->len;
+    struct chart c = {.title = !acc      ? "Loss per epoch"
+                               : all_reg ? "R² per epoch"
+                               : nreg    ? "Accuracy (R² for regression runs) per epoch"
+                                         : "Accuracy per epoch",
                       .xlabel = "epoch",
                       .fg = nl_window_fg(GTK_WIDGET(area)),
                       .empty = "Select or tick runs to see their curves"};
     c.ymin = acc ? NAN : 0;
     c.ymax = c.xmax = NAN;
     c.xmin = 0;
-    c.y_percent = acc;
+    c.y_percent = acc && !nreg;
     for (guint i = 0; i < p->curves->len && c.nseries + 2 <= CHART_MAX_SERIES; i++) {
         const struct curve *cv = p->curves->pdata[i];
         c.series[c.nseries++] = (struct chart_series){.label = cv->name,
@@ -977,9 +1073,7 @@ static void select_run(struct runs_page *p, const char *name)
     /* A matrix shown is said to be another run's. */
     if (p->cm && !p->computing && p->selected) {
         char *t = strcmp(p->cm->run, p->selected) == 0
-                      ? g_strdup_printf("Confusion matrix of “%s” on the test split: %.2f%% of %u "
-                                        "correct",
-                                        p->cm->run, 100.0 * p->cm->accuracy, p->cm->n)
+                      ? cm_title(p->cm)
                       : g_strdup_printf("Confusion matrix of “%s” (another run: press Confusion "
                                         "Matrix for “%s”)",
                                         p->cm->run, p->selected);
@@ -1010,9 +1104,12 @@ static void compare_toggled(GtkCheckButton *b, gpointer data)
     load_curves(p);
 }
 
-static void fmt_acc(char *buf, size_t size, double v)
+/* An accuracy as a percentage, or a regression run's R². */
+static void fmt_acc(char *buf, size_t size, double v, int regression)
 {
-    if (isfinite(v))
+    if (isfinite(v) && regression)
+        g_snprintf(buf, size, "R² %.3f", v);
+    else if (isfinite(v))
         g_snprintf(buf, size, "%.2f%%", 100.0 * v);
     else
         g_strlcpy(buf, "–", size);
@@ -1052,12 +1149,17 @@ static GtkWidget *run_row(struct runs_page *p, const struct nl_run_info *r)
             nl_free(ep);
         }
     }
-    fmt_acc(val, sizeof val, va);
-    fmt_acc(test, sizeof test, r->test_accuracy);
-    char when[48];
-    char *sub = g_strdup_printf("%s · %d epoch%s · val %s · test %s\n%s on %s · %s", r->status,
-                                r->epochs_done, r->epochs_done == 1 ? "" : "s", val, test, r->model,
-                                r->dataset, tidy_time(when, sizeof when, r->created));
+    fmt_acc(val, sizeof val, va, r->regression);
+    fmt_acc(test, sizeof test, r->test_accuracy, r->regression);
+    char when[48], errs[96] = "";
+    /* A regression run's errors in the target's units: the test split's, else validation's. */
+    if (r->regression && isfinite(r->test_mae))
+        g_snprintf(errs, sizeof errs, " · MAE %.4g · RMSE %.4g", r->test_mae, r->test_rmse);
+    else if (r->regression && isfinite(r->val_mae))
+        g_snprintf(errs, sizeof errs, " · val MAE %.4g · RMSE %.4g", r->val_mae, r->val_rmse);
+    char *sub = g_strdup_printf("%s · %d epoch%s · val %s · test %s%s\n%s on %s · %s", r->status,
+                                r->epochs_done, r->epochs_done == 1 ? "" : "s", val, test, errs,
+                                r->model, r->dataset, tidy_time(when, sizeof when, r->created));
     GtkWidget *s = gtk_label_new(sub);
     g_free(sub);
     gtk_label_set_xalign(GTK_LABEL(s), 0);
@@ -1069,7 +1171,7 @@ static GtkWidget *run_row(struct runs_page *p, const struct nl_run_info *r)
     gtk_box_append(GTK_BOX(h), v);
     GtkWidget *big = gtk_label_new(test);
     gtk_widget_add_css_class(big, "numeric");
-    gtk_widget_set_tooltip_text(big, "Test accuracy");
+    gtk_widget_set_tooltip_text(big, r->regression ? "Test R²" : "Test accuracy");
     gtk_box_append(GTK_BOX(h), big);
     gtk_list_box_row_set_child(GTK_LIST_BOX_ROW(row), h);
     g_object_set_data_full(G_OBJECT(row), "nl-name", g_strdup(r->name), g_free);

@@ -76,6 +76,12 @@ const char *datasets_page_name_hint(struct datasets_page *p);
 /* For tests: the thumbnails shown and their captions (class names); the title above them. */
 int datasets_page_thumbs(struct datasets_page *p, const char *const **captions);
 const char *datasets_page_samples_title(struct datasets_page *p);
+/* For tests: a CSV dataset's column table (name, kind, statistics, inputs: a line each) and a
+ * text dataset's documents shown (class: words, a line each); "" for other kinds. */
+const char *datasets_page_columns(struct datasets_page *p);
+const char *datasets_page_docs(struct datasets_page *p);
+/* For tests: the line under the dataset's name (kind, source, shape, vocabulary). */
+const char *datasets_page_info(struct datasets_page *p);
 
 struct model_page *model_page_new(NlWindow *w, GtkWidget **root);
 void model_page_free(struct model_page *p);
@@ -163,13 +169,15 @@ int runs_page_curve_points(struct runs_page *p, const char *run);
 struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root);
 void predict_page_free(struct predict_page *p);
 void predict_page_refresh(struct predict_page *p);
-/* The top class of the last prediction, or NULL. */
+/* The top class of the last prediction (a regression run: "target ≈ value"), or NULL. */
 const char *predict_page_top(struct predict_page *p);
 /* For tests: the line under the verdict (how an image was converted, a warning, an error); the
  * picker's i-th label; the row's fields shown (0: an image run). */
 const char *predict_page_note(struct predict_page *p);
 const char *predict_page_run_label(struct predict_page *p, guint i);
 int predict_page_fields(struct predict_page *p);
+/* For tests: the page takes a typed text (a text run). */
+gboolean predict_page_takes_text(struct predict_page *p);
 
 G_END_DECLS
 
