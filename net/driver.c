@@ -1106,8 +1106,12 @@ static int follow(struct run *run, struct nl_error *err)
         beat(run, NULL);
         for (int i = 0; i < run->n; i++)
             lost |= run->p[i].dead || run->p[i].faulted;
-        if (lost && run->res->stopped_early)
-            return 0; /* the run is over: the driver has the last epoch's weights */
+        /* A member lost once the run is over (stopped early, or its last epoch ended: weights,
+         * checkpoint and event are the driver's) takes nothing with it: members that finish
+         * close their connections while a slower one still ends its own, so a loss seen here
+         * is not the run's failure. */
+        if (lost && (run->res->stopped_early || run->epochs_done >= run->o->epochs))
+            return 0;
         if (lost)
             return FAULTED;
         if (co->stop && *co->stop)
