@@ -7,7 +7,8 @@
  *   id_t is 0 (padding), which gets no gradient: row 0 is never read nor written, as
  *   nn.Embedding(padding_idx=0) whose row 0 is zero. An id outside [0, V) reads as 1 (the
  *   out-of-vocabulary token); the datasets' loader refuses such ids already. No din: ids are not
- *   differentiable.
+ *   differentiable. Backward marks the rows it adds to in nl_bwd.rows when given, so that the
+ *   trainer reduces, updates and clears only those rows of the table's gradient.
  * globalavgpool1d, globalmaxpool1d: in (n, C, 1, L) [, tokens (n, 1, 1, L)]; out (n, C, 1, 1),
  *   the mean or maximum over the steps. With the tokens as second input (in=x,input) the steps
  *   whose token is padding (id 0) are left out; a document with no token gives 0. max's aux: the
@@ -109,6 +110,8 @@ static void embedding_backward(const struct nl_layer *l, const struct nl_bwd *b)
             float *row = b->dw + (size_t)id * dim;
             if (id == 0)
                 continue;
+            if (b->rows)
+                b->rows[id] = 1;
             for (int d = 0; d < dim; d++)
                 row[d] += dout[(size_t)d * len + t];
         }
