@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "layers.h"
+#include "nnlab/kernels.h"
 
 static int check_sequence(const struct nl_layer *l, struct nl_error *err)
 {
@@ -98,24 +99,9 @@ static void embedding_forward(const struct nl_layer *l, const struct nl_fwd *f)
 
 static void embedding_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
-    const int len = l->in[0].w, dim = l->units, vocab = l->vocab;
-
-    if (!b->dw)
-        return;
-    for (int s = 0; s < b->n; s++) {
-        const float *ids = b->in[0] + (size_t)s * len;
-        const float *dout = b->dout + (size_t)s * dim * len;
-        for (int t = 0; t < len; t++) {
-            int id = token_id(ids[t], vocab);
-            float *row = b->dw + (size_t)id * dim;
-            if (id == 0)
-                continue;
-            if (b->rows)
-                b->rows[id] = 1;
-            for (int d = 0; d < dim; d++)
-                row[d] += dout[(size_t)d * len + t];
-        }
-    }
+    if (b->dw)
+        nl_embedding_backward(b->dw, b->rows, b->dout, b->in[0], b->n, l->in[0].w, l->units,
+                              l->vocab);
 }
 
 const struct nl_layer_ops nl__embedding_ops = {
@@ -193,15 +179,25 @@ static void gavg1d_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
     if (!b->din[0])
         return;
+    /* First writer (b->set): din is written, 0.0f + the term, the floats of adding the term to
+     * zeros (a -0.0f term gives 0.0f) without the pass that would zero din first. */
+    const int set = b->set & 1;
     for (int s = 0; s < b->n; s++) {
         float *dx = b->din[0] + (size_t)s * c * len;
         int count = step_weights(b->in, l->ninputs, s, len, wt);
-        if (!count)
+        if (!count) {
+            if (set)
+                memset(dx, 0, (size_t)c * len * sizeof *dx);
             continue;
+        }
         for (int ch = 0; ch < c; ch++) {
             float g = b->dout[(size_t)s * c + ch] / (float)count, *row = dx + (size_t)ch * len;
-            for (int t = 0; t < len; t++)
-                row[t] += g * wt[t];
+            if (set)
+                for (int t = 0; t < len; t++)
+                    row[t] = 0.0f + g * wt[t];
+            else
+                for (int t = 0; t < len; t++)
+                    row[t] += g * wt[t];
         }
     }
 }
@@ -247,6 +243,7 @@ const struct nl_layer_ops nl__globalavgpool1d_ops = {
     .setup = gpool1d_setup,
     .forward = gavg1d_forward,
     .backward = gavg1d_backward,
+    .overwrites = 1,
 };
 
 const struct nl_layer_ops nl__globalmaxpool1d_ops = {
