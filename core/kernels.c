@@ -549,20 +549,31 @@ void nl_embedding_backward(float *dw, unsigned char *marks, const float *dout, c
     for (int s = 0; s < n; s++) {
         const float *g = dout + (size_t)s * dim * len;
         for (int t0 = 0; t0 < len; t0 += BLOCK) {
+            /* The block's steps that are not padding: nk of them, step t0 + at[k], row rows[k]. */
             float *rows[BLOCK];
+            int at[BLOCK], nk = 0;
             int nb = len - t0 < BLOCK ? len - t0 : BLOCK;
             for (int j = 0; j < nb; j++) {
                 int id = token_row(ids[(size_t)s * len + t0 + j], vocab);
-                rows[j] = id == 0 ? NULL : dw + (size_t)id * dim;
-                if (id != 0 && marks)
+                if (id == 0)
+                    continue;
+                if (marks)
                     marks[id] = 1;
+                rows[nk] = dw + (size_t)id * dim;
+                at[nk++] = j;
             }
-            for (int d = 0; d < dim; d++) {
-                const float *gd = g + (size_t)d * len + t0;
-                for (int j = 0; j < nb; j++)
-                    if (rows[j])
-                        rows[j][d] += gd[j];
-            }
+            if (nk == BLOCK) /* no padding: a fixed count the compiler unrolls */
+                for (int d = 0; d < dim; d++) {
+                    const float *gd = g + (size_t)d * len + t0;
+                    for (int k = 0; k < BLOCK; k++)
+                        rows[k][d] += gd[k];
+                }
+            else
+                for (int d = 0; d < dim; d++) {
+                    const float *gd = g + (size_t)d * len + t0;
+                    for (int k = 0; k < nk; k++)
+                        rows[k][d] += gd[at[k]];
+                }
         }
     }
 }

@@ -77,22 +77,32 @@ static void embedding_forward(const struct nl_layer *l, const struct nl_fwd *f)
         const float *ids = f->in[0] + (size_t)s * len;
         float *out = f->out + (size_t)s * dim * len;
         for (int t0 = 0; t0 < len; t0 += BLOCK) {
+            /* The block's steps that are not padding: nk of them, step t0 + at[k], row rows[k]. */
             const float *rows[BLOCK];
+            int at[BLOCK], nk = 0;
             int nb = len - t0 < BLOCK ? len - t0 : BLOCK;
             for (int j = 0; j < nb; j++) {
                 int id = token_id(ids[t0 + j], vocab);
-                rows[j] = id == 0 ? NULL : f->w + (size_t)id * dim;
-            }
-            for (int j = 0; j < nb; j++)
-                if (!rows[j])
+                if (id == 0) {
                     for (int d = 0; d < dim; d++)
                         out[(size_t)d * len + t0 + j] = 0.0f;
-            for (int d = 0; d < dim; d++) {
-                float *o = out + (size_t)d * len + t0;
-                for (int j = 0; j < nb; j++)
-                    if (rows[j])
-                        o[j] = rows[j][d];
+                    continue;
+                }
+                rows[nk] = f->w + (size_t)id * dim;
+                at[nk++] = j;
             }
+            if (nk == BLOCK) /* no padding: a fixed count the compiler unrolls */
+                for (int d = 0; d < dim; d++) {
+                    float *o = out + (size_t)d * len + t0;
+                    for (int k = 0; k < BLOCK; k++)
+                        o[k] = rows[k][d];
+                }
+            else
+                for (int d = 0; d < dim; d++) {
+                    float *o = out + (size_t)d * len + t0;
+                    for (int k = 0; k < nk; k++)
+                        o[at[k]] = rows[k][d];
+                }
         }
     }
 }
