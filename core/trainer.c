@@ -20,7 +20,8 @@
  * others are zero in every thread's buffer, so the sums it skips are of zeros. The optimizer
  * skips such rows too where a zero gradient leaves a weight exactly as it is (SGD without
  * momentum or weight decay); momentum, weight decay and the adaptive optimizers still move an
- * untouched row, so they step over it with thread 0's zero gradient as before. The results are
+ * untouched row, so they step over it with thread 0's zero gradient as before (SGD with momentum
+ * without reading it: nl_optim_step_zero). The results are
  * the floats of the dense path (opts.dense_tables), which test_train compares. */
 #include "nnlab/trainer.h"
 
@@ -362,7 +363,7 @@ static void update_zero(struct ctx *c, size_t lo, size_t hi)
     float *state[NL_OPTIM_MAX_STATE];
     for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
         state[k] = c->state[k] ? c->state[k] + lo : NULL;
-    nl_optim_step(c->optim, c->params + lo, c->w[0].grad + lo, state, hi - lo, c->step, c->lr);
+    nl_optim_step_zero(c->optim, c->params + lo, c->w[0].grad + lo, state, hi - lo, c->step, c->lr);
 }
 
 static int row_marked(const struct ctx *c, int k, int r, int count)

@@ -304,12 +304,15 @@ static void test_tables(void)
         const char *name;
         enum nl_optim_kind kind;
         float momentum, weight_decay;
+        int nesterov;
     } optims[] = {
-        {"plain SGD", NL_OPTIM_SGD, 0.0f, 0.0f},
-        {"SGD with momentum", NL_OPTIM_SGD, 0.9f, 0.0f},
-        {"SGD with weight decay", NL_OPTIM_SGD, 0.0f, 1e-3f},
-        {"Adam", NL_OPTIM_ADAM, 0.0f, 0.0f},
-        {"Adagrad", NL_OPTIM_ADAGRAD, 0.0f, 0.0f},
+        {"plain SGD", NL_OPTIM_SGD, 0.0f, 0.0f, 0},
+        {"SGD with momentum", NL_OPTIM_SGD, 0.9f, 0.0f, 0},
+        {"SGD with Nesterov momentum", NL_OPTIM_SGD, 0.9f, 0.0f, 1},
+        {"SGD with weight decay", NL_OPTIM_SGD, 0.0f, 1e-3f, 0},
+        {"SGD with momentum and weight decay", NL_OPTIM_SGD, 0.9f, 1e-3f, 0},
+        {"Adam", NL_OPTIM_ADAM, 0.0f, 0.0f, 0},
+        {"Adagrad", NL_OPTIM_ADAGRAD, 0.0f, 0.0f, 0},
     };
     const int threads[] = {1, 3};
 
@@ -320,6 +323,7 @@ static void test_tables(void)
             nl_optim_defaults(&op, optims[i].kind);
             op.momentum = optims[i].momentum;
             op.weight_decay = optims[i].weight_decay;
+            op.nesterov = optims[i].nesterov;
             float *sparse = train_tokens(d, &op, threads[j], 0, 0.0f, 2, &n1);
             float *dense = train_tokens(d, &op, threads[j], 1, 0.0f, 2, &n2);
             ok(sparse && dense && n1 == n2 && memcmp(sparse, dense, n1 * sizeof(float)) == 0,
