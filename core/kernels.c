@@ -516,3 +516,64 @@ void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *r
         }
     }
 }
+
+/* As core/layers/seq.c reads a token: an id outside [0, vocab), or not whole, is 1. */
+static int token_row(float v, int vocab)
+{
+    int id = (int)v;
+    return id >= 0 && id < vocab && (float)id == v ? id : 1;
+}
+
+void nl_embedding_backward_naive(float *dw, unsigned char *marks, const float *dout,
+                                 const float *ids, int n, int len, int dim, int vocab)
+{
+    for (int s = 0; s < n; s++) {
+        const float *g = dout + (size_t)s * dim * len;
+        for (int t = 0; t < len; t++) {
+            int id = token_row(ids[(size_t)s * len + t], vocab);
+            float *row = dw + (size_t)id * dim;
+            if (id == 0)
+                continue;
+            if (marks)
+                marks[id] = 1;
+            for (int d = 0; d < dim; d++)
+                row[d] += g[(size_t)d * len + t];
+        }
+    }
+}
+
+void nl_embedding_backward(float *dw, unsigned char *marks, const float *dout, const float *ids,
+                           int n, int len, int dim, int vocab)
+{
+    enum { BLOCK = 16 };
+    for (int s = 0; s < n; s++) {
+        const float *g = dout + (size_t)s * dim * len;
+        for (int t0 = 0; t0 < len; t0 += BLOCK) {
+            /* The block's steps that are not padding: nk of them, step t0 + at[k], row rows[k]. */
+            float *rows[BLOCK];
+            int at[BLOCK], nk = 0;
+            int nb = len - t0 < BLOCK ? len - t0 : BLOCK;
+            for (int j = 0; j < nb; j++) {
+                int id = token_row(ids[(size_t)s * len + t0 + j], vocab);
+                if (id == 0)
+                    continue;
+                if (marks)
+                    marks[id] = 1;
+                rows[nk] = dw + (size_t)id * dim;
+                at[nk++] = j;
+            }
+            if (nk == BLOCK) /* no padding: a fixed count the compiler unrolls */
+                for (int d = 0; d < dim; d++) {
+                    const float *gd = g + (size_t)d * len + t0;
+                    for (int k = 0; k < BLOCK; k++)
+                        rows[k][d] += gd[k];
+                }
+            else
+                for (int d = 0; d < dim; d++) {
+                    const float *gd = g + (size_t)d * len + t0;
+                    for (int k = 0; k < nk; k++)
+                        rows[k][d] += gd[at[k]];
+                }
+        }
+    }
+}

@@ -361,6 +361,7 @@ struct nl_exec {
     float *scratch;
     const float *input; /* of the last forward */
     struct nl_rng *rng;
+    unsigned char **rows; /* (nlayers) nl_exec_track_rows's maps, NULL where none */
 };
 
 void nl_exec_free(struct nl_exec *x)
@@ -379,6 +380,7 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->pre);
     nl_free(x->zero);
     nl_free(x->set);
+    nl_free(x->rows);
     nl_free(x->scratch);
     nl_free(x);
 }
@@ -481,7 +483,8 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     x->pre = nl_calloc((size_t)m->nlayers, 1);
     x->zero = nl_calloc((size_t)m->nlayers, 1);
     x->set = nl_calloc((size_t)m->nlayers, sizeof *x->set);
-    if (!x->act || !x->dact || !x->aux || !x->need || !x->pre || !x->zero || !x->set)
+    x->rows = nl_calloc((size_t)m->nlayers, sizeof *x->rows);
+    if (!x->act || !x->dact || !x->aux || !x->need || !x->pre || !x->zero || !x->set || !x->rows)
         goto oom;
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
@@ -662,6 +665,7 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
             .aux = x->aux[i],
             .scratch = x->scratch,
             .set = x->set[i],
+            .rows = x->rows ? x->rows[i] : NULL,
         };
         for (int j = 0; j < l->ninputs; j++) {
             int src = l->inputs[j];
@@ -672,6 +676,11 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
         if (done)
             done(ud, i);
     }
+}
+
+void nl_exec_track_rows(struct nl_exec *x, int i, unsigned char *rows)
+{
+    x->rows[i] = rows;
 }
 
 void nl_exec_backward_cost(const struct nl_exec *x, int *layers, size_t *weight_floats)

@@ -193,6 +193,23 @@ void nl_optim_step(const struct nl_optim *o, float *w, const float *g, float *co
     }
 }
 
+void nl_optim_step_zero(const struct nl_optim *o, float *w, const float *g, float *const *state,
+                        size_t n, long step, float lr)
+{
+    if (o->kind != NL_OPTIM_SGD || o->momentum == 0.0f || o->weight_decay != 0.0f) {
+        nl_optim_step(o, w, g, state, n, step, lr);
+        return;
+    }
+    /* sgd_step's gi = 0 + 0 w is +0 for any finite w, and the + 0.0f keep its roundings (a -0
+     * becomes +0 as there). */
+    const float mu = o->momentum;
+    float *v = state[0];
+    for (size_t i = 0; i < n; i++) {
+        v[i] = mu * v[i] + 0.0f;
+        w[i] -= lr * (o->nesterov ? 0.0f + mu * v[i] : v[i]);
+    }
+}
+
 static const char *const schedule_names[] = {"constant",  "cosine",      "step",
                                              "multistep", "exponential", "plateau"};
 

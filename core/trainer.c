@@ -12,7 +12,17 @@
  * passes layer i; the thread that brings it to 0 sums layer i's ranges over the threads in thread
  * order into thread 0's buffer, exactly the sums the reduction without overlap forms. Once layers
  * i and above are reduced, grad[t_lo[i], ntrainable) and grad[s_lo[i], nreduce) are final, and
- * the synchroniser hears so. */
+ * the synchroniser hears so.
+ *
+ * Embedding tables (sparse rows): each thread's executor marks the rows of a trainable
+ * embedding's weight gradient that its backward added to (nl_exec_track_rows). Without a
+ * synchroniser or clipping, the reduction sums, and clears, only rows some thread marked: the
+ * others are zero in every thread's buffer, so the sums it skips are of zeros. The optimizer
+ * skips such rows too where a zero gradient leaves a weight exactly as it is (SGD without
+ * momentum or weight decay); momentum, weight decay and the adaptive optimizers still move an
+ * untouched row, so they step over it with thread 0's zero gradient as before (SGD with momentum
+ * without reading it: nl_optim_step_zero). The results are
+ * the floats of the dense path (opts.dense_tables), which test_train compares. */
 #include "nnlab/trainer.h"
 
 #include <math.h>
@@ -29,6 +39,13 @@
 #define EVAL_SHARD   128         /* samples per thread per forward pass when evaluating */
 #define EVAL_BYTES   (64u << 20) /* ... unless the training executors would then exceed this */
 #define REDUCE_CHUNK 2048        /* floats reduced and updated at a time, a multiple of 16 */
+#define MAX_TABLES   8           /* embedding tables whose rows are tracked; more go dense */
+
+/* A trainable embedding's weight: floats [lo, lo + rows * width) of the flat buffer. */
+struct table {
+    size_t lo;
+    int rows, width, layer;
+};
 
 struct worker {
     struct nl_exec *exec;
@@ -39,7 +56,8 @@ struct worker {
     uint32_t *idx;          /* (max_n) sample indices when evaluating */
     float *dlogits;         /* (max_n, nclasses) */
     float *grad;            /* (nreduce); NULL when only evaluating */
-    float *feat;  /* (max_n, features) rows read from the feature cache; NULL without one */
+    float *feat; /* (max_n, features) rows read from the feature cache; NULL without one */
+    unsigned char *rows[MAX_TABLES]; /* (table rows) 1 where this step's backward added */
     double sumsq; /* clipping: the squared norm of this thread's slice of the gradient */
     double loss;  /* sum over the samples this thread saw in the current call */
     long correct;
@@ -80,6 +98,9 @@ struct ctx {
     const struct nl_sync *sync;
     size_t keep_from; /* thread 0's gradient from here on is left for readers after a step */
     int global;       /* the step's global batch: for the statistics */
+    struct table tables[MAX_TABLES]; /* by offset; see the top of the file */
+    int ntables;
+    int skip_rows; /* 1: the optimizer leaves a row with zero gradient unchanged */
 
     /* Overlap: per layer (nlayers + 1 bounds), see the top of the file. */
     int overlap;
@@ -114,6 +135,8 @@ static void ctx_release(struct ctx *c)
         nl_free(c->w[t].idx);
         nl_free(c->w[t].dlogits);
         nl_free(c->w[t].grad);
+        for (int k = 0; k < MAX_TABLES; k++)
+            nl_free(c->w[t].rows[k]);
         nl_free(c->w[t].feat);
     }
     if (c->w)
@@ -310,6 +333,134 @@ static const float *cached_forward(struct ctx *c, struct worker *w, const uint32
     return nl_exec_forward_head(w->exec, c->params, w->feat, n, 1, &w->rng);
 }
 
+/* Sums [lo, hi) of every thread into thread 0's buffer, clearing the others', updates the
+ * parameters there and clears thread 0's: REDUCE_CHUNK floats at a time, while in cache. */
+static void update_dense(struct ctx *c, size_t lo, size_t hi, int count)
+{
+    float *g = c->w[0].grad;
+    for (size_t lo_i = lo; lo_i < hi; lo_i += REDUCE_CHUNK) {
+        size_t hi_i = lo_i + REDUCE_CHUNK < hi ? lo_i + REDUCE_CHUNK : hi;
+        for (int k = 1; k < count; k++) {
+            float *gk = c->w[k].grad;
+            for (size_t i = lo_i; i < hi_i; i++)
+                g[i] += gk[i];
+            memset(gk + lo_i, 0, (hi_i - lo_i) * sizeof *gk);
+        }
+        float *state[NL_OPTIM_MAX_STATE];
+        for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
+            state[k] = c->state[k] ? c->state[k] + lo_i : NULL;
+        nl_optim_step(c->optim, c->params + lo_i, g + lo_i, state, hi_i - lo_i, c->step, c->lr);
+        memset(g + lo_i, 0, (hi_i - lo_i) * sizeof *g);
+    }
+}
+
+/* The update of [lo, hi), whose gradient is zero in every thread's buffer: none where a zero
+ * gradient changes nothing, else the optimizer's step over thread 0's zeros. */
+static void update_zero(struct ctx *c, size_t lo, size_t hi)
+{
+    if (c->skip_rows || lo >= hi)
+        return;
+    float *state[NL_OPTIM_MAX_STATE];
+    for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
+        state[k] = c->state[k] ? c->state[k] + lo : NULL;
+    nl_optim_step_zero(c->optim, c->params + lo, c->w[0].grad + lo, state, hi - lo, c->step, c->lr);
+}
+
+static int row_marked(const struct ctx *c, int k, int r, int count)
+{
+    for (int t = 0; t < count; t++)
+        if (c->w[t].rows[k][r])
+            return 1;
+    return 0;
+}
+
+/* update_dense over [a, b), except on the tables' rows that no thread marked (update_zero). */
+static void update_range(struct ctx *c, size_t a, size_t b, int count)
+{
+    size_t at = a;
+
+    for (int k = 0; k < c->ntables && at < b; k++) {
+        const struct table *tb = &c->tables[k];
+        const size_t end = tb->lo + (size_t)tb->rows * (size_t)tb->width;
+        if (end <= at)
+            continue;
+        if (tb->lo >= b)
+            break;
+        if (tb->lo > at) {
+            update_dense(c, at, tb->lo, count);
+            at = tb->lo;
+        }
+        /* Runs of rows that are all marked or all unmarked, cut at the end of the range. */
+        const size_t stop = end < b ? end : b;
+        int r = (int)((at - tb->lo) / (size_t)tb->width);
+        while (at < stop) {
+            const int marked = row_marked(c, k, r, count);
+            int r2 = r + 1;
+            while (r2 < tb->rows && tb->lo + (size_t)r2 * (size_t)tb->width < stop &&
+                   row_marked(c, k, r2, count) == marked)
+                r2++;
+            size_t hi = tb->lo + (size_t)r2 * (size_t)tb->width;
+            if (hi > stop)
+                hi = stop;
+            if (marked)
+                update_dense(c, at, hi, count);
+            else
+                update_zero(c, at, hi);
+            at = hi;
+            r = r2;
+        }
+    }
+    if (at < b)
+        update_dense(c, at, b, count);
+}
+
+/* The trainable embedding tables whose rows a step tracks (see the top of the file): none with
+ * a synchroniser or clipping, which read the whole gradient, nor when asked for the dense path. */
+static int tables_init(struct ctx *c, const struct nl_train_opts *o, struct nl_error *err)
+{
+    const struct nl_model *m = c->m;
+
+    c->ntables = 0;
+    if (o->dense_tables || o->sync || o->clip_value > 0.0f || o->clip_norm > 0.0f)
+        return 0;
+    for (int i = 0; i < m->nlayers && c->ntables < MAX_TABLES; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (l->frozen || strcmp(l->ops->kind, "embedding") != 0 || l->nparams != 1)
+            continue;
+        struct table tb = {
+            .lo = l->param_offset + l->params[0].offset,
+            .rows = l->params[0].dims[0],
+            .width = l->params[0].dims[1],
+            .layer = i,
+        };
+        if (tb.rows != l->vocab || tb.lo + (size_t)tb.rows * (size_t)tb.width > m->ntrainable)
+            continue;
+        int k = c->ntables;
+        while (k > 0 && c->tables[k - 1].lo > tb.lo) { /* kept in offset order */
+            c->tables[k] = c->tables[k - 1];
+            for (int t = 0; t < c->threads; t++)
+                c->w[t].rows[k] = c->w[t].rows[k - 1];
+            k--;
+        }
+        c->tables[k] = tb;
+        for (int t = 0; t < c->threads; t++)
+            c->w[t].rows[k] = NULL;
+        c->ntables++;
+        for (int t = 0; t < c->threads; t++) {
+            c->w[t].rows[k] = nl_calloc((size_t)tb.rows, 1);
+            if (!c->w[t].rows[k])
+                return nl_error_set(err, NL_ENOMEM, "out of memory for the row marks of layer '%s'",
+                                    l->name);
+        }
+    }
+    for (int k = 0; k < c->ntables; k++)
+        for (int t = 0; t < c->threads; t++)
+            nl_exec_track_rows(c->w[t].exec, c->tables[k].layer, c->w[t].rows[k]);
+    c->skip_rows =
+        o->optim.kind == NL_OPTIM_SGD && o->optim.momentum == 0.0f && o->optim.weight_decay == 0.0f;
+    return 0;
+}
+
 static void step_thread(void *arg, int t, int count)
 {
     struct ctx *c = arg;
@@ -324,6 +475,9 @@ static void step_thread(void *arg, int t, int count)
      * and with a synchroniser the whole reduced gradient): clear that now. */
     if (t == 0 && c->keep_from < m->nreduce)
         memset(w->grad + c->keep_from, 0, (m->nreduce - c->keep_from) * sizeof(float));
+    /* Every thread read the marks in the last step's reduction, which ended before this step. */
+    for (int k = 0; k < c->ntables; k++)
+        memset(w->rows[k], 0, (size_t)c->tables[k].rows);
     w->loss = 0.0;
     w->correct = 0;
     memset(&w->reg, 0, sizeof w->reg);
@@ -372,21 +526,8 @@ static void step_thread(void *arg, int t, int count)
 
     if (!c->sync && c->clip_value <= 0.0f && c->clip_norm <= 0.0f) {
         /* Chunk by chunk, while it is in cache: sum into thread 0's buffer, update, and clear
-         * every thread's buffer for the next step. */
-        for (size_t lo_i = a; lo_i < tb; lo_i += REDUCE_CHUNK) {
-            size_t hi_i = lo_i + REDUCE_CHUNK < tb ? lo_i + REDUCE_CHUNK : tb;
-            for (int k = 1; k < count; k++) {
-                float *gk = c->w[k].grad;
-                for (size_t i = lo_i; i < hi_i; i++)
-                    g[i] += gk[i];
-                memset(gk + lo_i, 0, (hi_i - lo_i) * sizeof *gk);
-            }
-            float *state[NL_OPTIM_MAX_STATE];
-            for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
-                state[k] = c->state[k] ? c->state[k] + lo_i : NULL;
-            nl_optim_step(c->optim, c->params + lo_i, g + lo_i, state, hi_i - lo_i, c->step, c->lr);
-            memset(g + lo_i, 0, (hi_i - lo_i) * sizeof *g);
-        }
+         * every thread's buffer for the next step; only the marked rows of the tables. */
+        update_range(c, a, tb, count);
         /* Statistics: summed into thread 0's buffer for nl_model_update_stats. */
         for (int k = 1; k < count; k++) {
             float *gk = c->w[k].grad;
@@ -886,6 +1027,8 @@ static int train_setup(struct loop *L)
     c->seed = o->seed;
     if (o->loss != NL_LOSS_DEFAULT)
         c->loss = o->loss;
+    if ((rc = tables_init(c, o, L->err)) < 0)
+        return rc;
     if (o->sync && o->sync->begin && o->sync->ready && (rc = overlap_init(c, L->err)) < 0)
         return rc;
     L->nstate = nl_optim_state_arrays(&o->optim);

@@ -97,6 +97,42 @@ static void test_sum(void)
     free(x);
 }
 
+/* The embedding's weight gradient, blocked against step by step: the same floats, the same rows
+ * marked; lengths below, at and past the block of 16, padding, repeated and out-of-range ids. */
+static void test_embedding_backward(void)
+{
+    static const int lens[] = {1, 5, 16, 37};
+    enum { N = 3, DIM = 7, VOCAB = 11 };
+
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        const int len = lens[i];
+        float *ids = floats((size_t)N * len), *dout = floats((size_t)N * DIM * len);
+        float *a = floats(VOCAB * DIM), *b = floats(VOCAB * DIM);
+        unsigned char ma[VOCAB] = {0}, mb[VOCAB] = {0};
+        fill(dout, N * DIM * len, -1, 1);
+        fill(a, VOCAB * DIM, -1, 1);
+        memcpy(b, a, VOCAB * DIM * sizeof *a);
+        for (int k = 0; k < N * len; k++) {
+            int v = (int)(nl_rng_next(&rng) % (VOCAB + 3)); /* 11..13: out of range */
+            ids[k] = k % 4 == 3 ? 0.0f : v == VOCAB + 2 ? 2.5f : (float)v;
+        }
+        nl_embedding_backward(a, ma, dout, ids, N, len, DIM, VOCAB);
+        nl_embedding_backward_naive(b, mb, dout, ids, N, len, DIM, VOCAB);
+        int marked = 0;
+        for (int r = 0; r < VOCAB; r++)
+            marked += ma[r];
+        ok(memcmp(a, b, VOCAB * DIM * sizeof *a) == 0 && memcmp(ma, mb, sizeof ma) == 0 &&
+               ma[0] == 0 && marked > 0,
+           "embedding backward over %d steps matches the naive one (%d rows marked)", len, marked);
+        nl_embedding_backward(a, NULL, dout, ids, N, len, DIM, VOCAB);
+        ok(memcmp(a, b, VOCAB * DIM * sizeof *a) != 0, "and adds to dw (%d steps)", len);
+        free(ids);
+        free(dout);
+        free(a);
+        free(b);
+    }
+}
+
 static void test_sgemm(void)
 {
     static const int sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {17, 3, 29}, {33, 65, 31}, {5, 2, 300}};
@@ -562,6 +598,7 @@ int main(void)
 
     test_sgemm();
     test_sum();
+    test_embedding_backward();
 
     static const struct geom geoms[] = {
         {2, 5, 6, 3, 3, 1, 1, 0, 0}, {3, 7, 9, 3, 3, 2, 2, 1, 1}, {2, 8, 7, 3, 2, 2, 3, 2, 0},

@@ -378,6 +378,14 @@ static void test_overwrite(void)
             harness_free(&h);
         }
 
+    /* globalavgpool1d on a sequence (C x 1 x L). */
+    for (int training = 0; training < 2; training++) {
+        struct harness h = {.l = {.in = {{3, 1, 7}}}, .training = training};
+        harness_make(&h, "globalavgpool1d", 2);
+        check_overwrite(&h, training ? "globalavgpool1d (training)" : "globalavgpool1d");
+        harness_free(&h);
+    }
+
     /* add: each input on its own bit, the other added to. */
     const size_t count = 2 * nl_shape_size(s);
     struct nl_layer l = {.ops = nl_layer_kind("add"), .name = "add1", .ninputs = 2, .in = {s, s}};
@@ -402,7 +410,7 @@ static void test_overwrite(void)
     /* Every kind that says it overwrites is checked above. */
     int unchecked = 0;
     for (const struct nl_layer_ops *const *o = nl_layer_kinds(); *o; o++) {
-        int listed = strcmp((*o)->kind, "add") == 0;
+        int listed = strcmp((*o)->kind, "add") == 0 || strcmp((*o)->kind, "globalavgpool1d") == 0;
         for (int k = 0; k < nkinds; k++)
             listed |= strcmp((*o)->kind, kinds[k]) == 0;
         if ((*o)->overwrites && !listed) {

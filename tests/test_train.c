@@ -2,7 +2,8 @@
  * shares weighted by their sizes, training a synthetic problem to high accuracy, bit-identical
  * reruns, no allocation inside training steps, checkpoints, divergence and cancellation; a
  * training session's record, its owner, and a finish the store refuses reaching the result; the
- * reproducibility rules (the seeds a run derives, the block split of work) pinned to their values.
+ * reproducibility rules (the seeds a run derives, the block split of work) pinned to their values;
+ * embedding tables updated row by row giving the weights of the dense update.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -206,6 +207,148 @@ static void test_training(void)
     a = train_once(conv_spec, d, 1, 3, &res, NULL, &n1);
     ok(a && res.test_accuracy >= 0.95, "on one thread too: %.4f", res.test_accuracy);
     nl_free(a);
+    nl_dataset_free(d);
+}
+
+/* Token documents for the embedding tables: TOK_LEN ids of a TOK_VOCAB vocabulary, padding at
+ * the end, one in three a word of the class; most rows of the table untouched by a batch. */
+enum { TOK_LEN = 12, TOK_VOCAB = 300 };
+
+static struct nl_dataset *tokens(int ntrain)
+{
+    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_rng r;
+
+    nl_rng_seed(&r, 5);
+    d->name = nl_strdup("tokens");
+    d->source = nl_strdup("test");
+    d->kind = nl_strdup("text");
+    d->shape = (struct nl_shape){1, 1, TOK_LEN};
+    d->dtype = NL_F32;
+    d->nclasses = CLASSES;
+    d->nvocab = TOK_VOCAB;
+    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
+    for (int k = 0; k < CLASSES; k++)
+        d->class_names[k] = nl_strdup("c");
+    d->nnorm = 1;
+    d->mean = nl_calloc(1, sizeof(float));
+    d->std = nl_calloc(1, sizeof(float));
+    d->std[0] = 1.0f;
+    float *x = nl_calloc((size_t)ntrain * TOK_LEN, sizeof *x);
+    int32_t *y = nl_calloc((size_t)ntrain, sizeof *y);
+    for (int i = 0; i < ntrain; i++) {
+        int k = (int)nl_rng_below(&r, CLASSES), n = 2 + (int)nl_rng_below(&r, TOK_LEN - 1);
+        for (int t = 0; t < n; t++)
+            x[(size_t)i * TOK_LEN + t] =
+                (float)(nl_rng_below(&r, 3) == 0 ? 2 + 5 * k + (int)nl_rng_below(&r, 5)
+                                                 : 22 + (int)nl_rng_below(&r, TOK_VOCAB - 22));
+        y[i] = k;
+    }
+    d->split[NL_TRAIN].n = (size_t)ntrain;
+    d->split[NL_TRAIN].x = x;
+    d->split[NL_TRAIN].y = y;
+    return d;
+}
+
+/* The weights after training the token model for epochs (0: its initial weights) with the
+ * embedding tables' rows tracked, or with the tables reduced and updated whole (dense). */
+static float *train_tokens(const struct nl_dataset *d, const struct nl_optim *optim, int threads,
+                           int dense, float clip, int epochs, size_t *nparams)
+{
+    /* Rows of 5 floats: the threads' 16-float slices end inside rows. */
+    static const char spec[] = "embed: embedding 5\npool: globalavgpool1d in=embed,input\n"
+                               "fc1: dense 8\nrelu\nfc2: dense N\n";
+    struct nl_spec *sp;
+    struct nl_model *m = NULL;
+    struct nl_train_opts o;
+    struct nl_train_result res;
+    struct nl_error err = {0};
+
+    if (nl_spec_parse(&sp, spec, "test-spec", NULL, NULL, &err) < 0)
+        return NULL;
+    sp->vocab = TOK_VOCAB;
+    int rc = nl_model_build(&m, sp, d->shape, d->nclasses, &err);
+    nl_spec_free(sp);
+    if (rc < 0) {
+        diag("build: %s", err.msg);
+        return NULL;
+    }
+    nl_model_init_params(m, 3);
+    nl_train_defaults(&o);
+    o.epochs = epochs;
+    o.batch = 24;
+    o.threads = threads;
+    o.seed = 9;
+    o.optim = *optim;
+    o.dense_tables = dense;
+    o.clip_norm = clip;
+    if (epochs > 0 && nl_train(m, d, &o, NULL, &res, &err) < 0) {
+        diag("train: %s", err.msg);
+        nl_model_free(m);
+        return NULL;
+    }
+    float *p = nl_malloc(m->nparams * sizeof(float));
+    memcpy(p, m->params, m->nparams * sizeof(float));
+    *nparams = m->nparams;
+    nl_model_free(m);
+    return p;
+}
+
+/* Tracking the rows a step touched gives the weights of the dense reduction and update, bit for
+ * bit, for every optimizer kind (plain SGD skips untouched rows, the others step over them) and
+ * thread count; and training changes the table, so that the comparison compares something. */
+static void test_tables(void)
+{
+    struct nl_dataset *d = tokens(300);
+    struct {
+        const char *name;
+        enum nl_optim_kind kind;
+        float momentum, weight_decay;
+        int nesterov;
+    } optims[] = {
+        {"plain SGD", NL_OPTIM_SGD, 0.0f, 0.0f, 0},
+        {"SGD with momentum", NL_OPTIM_SGD, 0.9f, 0.0f, 0},
+        {"SGD with Nesterov momentum", NL_OPTIM_SGD, 0.9f, 0.0f, 1},
+        {"SGD with weight decay", NL_OPTIM_SGD, 0.0f, 1e-3f, 0},
+        {"SGD with momentum and weight decay", NL_OPTIM_SGD, 0.9f, 1e-3f, 0},
+        {"Adam", NL_OPTIM_ADAM, 0.0f, 0.0f, 0},
+        {"Adagrad", NL_OPTIM_ADAGRAD, 0.0f, 0.0f, 0},
+    };
+    const int threads[] = {1, 3};
+
+    for (size_t i = 0; i < sizeof optims / sizeof optims[0]; i++)
+        for (int j = 0; j < 2; j++) {
+            struct nl_optim op;
+            size_t n1 = 0, n2 = 0;
+            nl_optim_defaults(&op, optims[i].kind);
+            op.momentum = optims[i].momentum;
+            op.weight_decay = optims[i].weight_decay;
+            op.nesterov = optims[i].nesterov;
+            float *sparse = train_tokens(d, &op, threads[j], 0, 0.0f, 2, &n1);
+            float *dense = train_tokens(d, &op, threads[j], 1, 0.0f, 2, &n2);
+            ok(sparse && dense && n1 == n2 && memcmp(sparse, dense, n1 * sizeof(float)) == 0,
+               "%s, %d thread(s): the tracked rows give the dense path's weights", optims[i].name,
+               threads[j]);
+            if (i == 0 && j == 1 && sparse) {
+                float *still = train_tokens(d, &op, 3, 0, 0.0f, 0, &n2);
+                /* Row 0 (padding) is never trained; the class words' rows are. */
+                ok(still && memcmp(still, sparse, 5 * sizeof(float)) == 0 &&
+                       memcmp(still + 5 * 2, sparse + 5 * 2, 5 * 25 * sizeof(float)) != 0,
+                   "the table's rows of the class words moved, its padding row did not");
+                nl_free(still);
+            }
+            nl_free(sparse);
+            nl_free(dense);
+        }
+    struct nl_optim op;
+    size_t n1 = 0, n2 = 0;
+    nl_optim_defaults(&op, NL_OPTIM_SGD);
+    float *a = train_tokens(d, &op, 2, 0, 0.5f, 2, &n1);
+    float *b = train_tokens(d, &op, 2, 1, 0.5f, 2, &n2);
+    ok(a && b && n1 == n2 && memcmp(a, b, n1 * sizeof(float)) == 0,
+       "with clipping (dense for both) the weights agree too");
+    nl_free(a);
+    nl_free(b);
     nl_dataset_free(d);
 }
 
@@ -636,6 +779,7 @@ int main(void)
     test_rules();
     test_model_gradient();
     test_training();
+    test_tables();
     test_failures();
     test_early_stop();
     test_checkpoints();

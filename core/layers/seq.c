@@ -7,7 +7,8 @@
  *   id_t is 0 (padding), which gets no gradient: row 0 is never read nor written, as
  *   nn.Embedding(padding_idx=0) whose row 0 is zero. An id outside [0, V) reads as 1 (the
  *   out-of-vocabulary token); the datasets' loader refuses such ids already. No din: ids are not
- *   differentiable.
+ *   differentiable. Backward marks the rows it adds to in nl_bwd.rows when given, so that the
+ *   trainer reduces, updates and clears only those rows of the table's gradient.
  * globalavgpool1d, globalmaxpool1d: in (n, C, 1, L) [, tokens (n, 1, 1, L)]; out (n, C, 1, 1),
  *   the mean or maximum over the steps. With the tokens as second input (in=x,input) the steps
  *   whose token is padding (id 0) are left out; a document with no token gives 0. max's aux: the
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "layers.h"
+#include "nnlab/kernels.h"
 
 static int check_sequence(const struct nl_layer *l, struct nl_error *err)
 {
@@ -75,44 +77,41 @@ static void embedding_forward(const struct nl_layer *l, const struct nl_fwd *f)
         const float *ids = f->in[0] + (size_t)s * len;
         float *out = f->out + (size_t)s * dim * len;
         for (int t0 = 0; t0 < len; t0 += BLOCK) {
+            /* The block's steps that are not padding: nk of them, step t0 + at[k], row rows[k]. */
             const float *rows[BLOCK];
+            int at[BLOCK], nk = 0;
             int nb = len - t0 < BLOCK ? len - t0 : BLOCK;
             for (int j = 0; j < nb; j++) {
                 int id = token_id(ids[t0 + j], vocab);
-                rows[j] = id == 0 ? NULL : f->w + (size_t)id * dim;
-            }
-            for (int j = 0; j < nb; j++)
-                if (!rows[j])
+                if (id == 0) {
                     for (int d = 0; d < dim; d++)
                         out[(size_t)d * len + t0 + j] = 0.0f;
-            for (int d = 0; d < dim; d++) {
-                float *o = out + (size_t)d * len + t0;
-                for (int j = 0; j < nb; j++)
-                    if (rows[j])
-                        o[j] = rows[j][d];
+                    continue;
+                }
+                rows[nk] = f->w + (size_t)id * dim;
+                at[nk++] = j;
             }
+            if (nk == BLOCK) /* no padding: a fixed count the compiler unrolls */
+                for (int d = 0; d < dim; d++) {
+                    float *o = out + (size_t)d * len + t0;
+                    for (int k = 0; k < BLOCK; k++)
+                        o[k] = rows[k][d];
+                }
+            else
+                for (int d = 0; d < dim; d++) {
+                    float *o = out + (size_t)d * len + t0;
+                    for (int k = 0; k < nk; k++)
+                        o[at[k]] = rows[k][d];
+                }
         }
     }
 }
 
 static void embedding_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
-    const int len = l->in[0].w, dim = l->units, vocab = l->vocab;
-
-    if (!b->dw)
-        return;
-    for (int s = 0; s < b->n; s++) {
-        const float *ids = b->in[0] + (size_t)s * len;
-        const float *dout = b->dout + (size_t)s * dim * len;
-        for (int t = 0; t < len; t++) {
-            int id = token_id(ids[t], vocab);
-            float *row = b->dw + (size_t)id * dim;
-            if (id == 0)
-                continue;
-            for (int d = 0; d < dim; d++)
-                row[d] += dout[(size_t)d * len + t];
-        }
-    }
+    if (b->dw)
+        nl_embedding_backward(b->dw, b->rows, b->dout, b->in[0], b->n, l->in[0].w, l->units,
+                              l->vocab);
 }
 
 const struct nl_layer_ops nl__embedding_ops = {
@@ -190,15 +189,25 @@ static void gavg1d_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
     if (!b->din[0])
         return;
+    /* First writer (b->set): din is written, 0.0f + the term, the floats of adding the term to
+     * zeros (a -0.0f term gives 0.0f) without the pass that would zero din first. */
+    const int set = b->set & 1;
     for (int s = 0; s < b->n; s++) {
         float *dx = b->din[0] + (size_t)s * c * len;
         int count = step_weights(b->in, l->ninputs, s, len, wt);
-        if (!count)
+        if (!count) {
+            if (set)
+                memset(dx, 0, (size_t)c * len * sizeof *dx);
             continue;
+        }
         for (int ch = 0; ch < c; ch++) {
             float g = b->dout[(size_t)s * c + ch] / (float)count, *row = dx + (size_t)ch * len;
-            for (int t = 0; t < len; t++)
-                row[t] += g * wt[t];
+            if (set)
+                for (int t = 0; t < len; t++)
+                    row[t] = 0.0f + g * wt[t];
+            else
+                for (int t = 0; t < len; t++)
+                    row[t] += g * wt[t];
         }
     }
 }
@@ -244,6 +253,7 @@ const struct nl_layer_ops nl__globalavgpool1d_ops = {
     .setup = gpool1d_setup,
     .forward = gavg1d_forward,
     .backward = gavg1d_backward,
+    .overwrites = 1,
 };
 
 const struct nl_layer_ops nl__globalmaxpool1d_ops = {

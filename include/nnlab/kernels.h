@@ -51,6 +51,16 @@ void nl_dwconv_backward_ref(float *din, float *dweight, float *dbias, const floa
 float nl_sum(const float *x, int n);
 float nl_sum_naive(const float *x, int n);
 
+/* The embedding's weight gradient: dw (vocab, dim) += dout[s, :, t] (dout (n, dim, len)) on row
+ * ids[s, t] (ids (n, len), token ids held as floats; one outside [0, vocab) is 1) for every step
+ * whose id is not 0 (padding); marks[id] = 1 for each row added to, unless marks is NULL. The
+ * fast one reads dout in blocks of 16 steps a channel at a time; the naive one a step's column
+ * (stride len). Both add a row's terms in step order, so they agree bit for bit. */
+void nl_embedding_backward(float *dw, unsigned char *marks, const float *dout, const float *ids,
+                           int n, int len, int dim, int vocab);
+void nl_embedding_backward_naive(float *dw, unsigned char *marks, const float *dout,
+                                 const float *ids, int n, int len, int dim, int vocab);
+
 /* Makes OpenBLAS run single-threaded inside the calling threads; call once at start. */
 void nl_kernels_init(void);
 

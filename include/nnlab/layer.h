@@ -132,7 +132,10 @@ struct nl_bwd {
      * whose ops->overwrites is 1. */
     unsigned set;
     const float *w;
-    float *dw;       /* +=, laid out as w; NULL when the layer is frozen */
+    float *dw; /* +=, laid out as w; NULL when the layer is frozen */
+    /* embedding: rows[r] = 1 for every row r of dw that backward adds to; NULL when the caller
+     * does not track them (nl_exec_track_rows). */
+    unsigned char *rows;
     const void *aux; /* what forward wrote there */
     float *scratch;
 };

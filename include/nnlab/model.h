@@ -104,6 +104,11 @@ void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogi
 void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *dlogits,
                            float *dparams, void (*done)(void *ud, int layer), void *ud);
 
+/* Backward of layer i (an embedding) marks rows[r] = 1 for each row of its weight gradient it
+ * adds to, so that a caller can reduce, update and clear only those rows; rows (the layer's
+ * vocabulary size, bytes) stays the caller's, NULL stops the marking. The caller clears it. */
+void nl_exec_track_rows(struct nl_exec *x, int i, unsigned char *rows);
+
 /* The frozen prefix of a training executor: the layers whose output no training step can change
  * (frozen or without parameters, reading only such layers or the input, and not stochastic:
  * no dropout), so that their output for a sample is the same in every epoch, batchnorm being in

@@ -50,6 +50,11 @@ int nl_optim_state_arrays(const struct nl_optim *o);
  * for this step (schedules may vary it). */
 void nl_optim_step(const struct nl_optim *o, float *w, const float *g, float *const *state,
                    size_t n, long step, float lr);
+/* nl_optim_step with a gradient of zeros, g (n) being those zeros: the same floats for finite
+ * weights. SGD with momentum and no weight decay does not read g (v = mu v + 0, w -= lr v); the
+ * others take nl_optim_step. */
+void nl_optim_step_zero(const struct nl_optim *o, float *w, const float *g, float *const *state,
+                        size_t n, long step, float lr);
 
 /* Learning-rate schedules. The rate of a step is the base rate times the schedule's factor,
  * times a linear warmup factor during the first warmup epochs. Epoch-based kinds change the

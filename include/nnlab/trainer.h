@@ -77,6 +77,10 @@ struct nl_train_opts {
      * memory; a larger cache goes to a file under feature_cache_dir (NULL: none, the cache is
      * then off), where later runs with the same frozen weights and data find it. */
     int feature_cache; /* 1: on where it applies (the default); 0: off */
+    /* 1: reduce, update and clear embedding tables whole, as every other parameter (the
+     * reference for the default, which takes only the rows a step's tokens touched; both give
+     * the same floats). */
+    int dense_tables;
     size_t feature_cache_limit;
     const char *feature_cache_dir;
     /* A sentence for the person training, said once (the feature cache's use). May be NULL. */
