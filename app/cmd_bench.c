@@ -14,6 +14,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/bench.h"
 #include "nnlab/dataset.h"
+#include "nnlab/kernels.h"
 #include "nnlab/model.h"
 #include "nnlab/spec.h"
 #include "nnlab/text.h"
@@ -425,6 +426,7 @@ int cmd_bench(int argc, char **argv)
                        models[mi].d->shape.c, models[mi].d->shape.h, models[mi].d->shape.w);
         printf("machine: %s, %d cores; load average %.2f %.2f %.2f\n",
                nl_term_str(tb, sizeof tb, cpu), sg.cores, load[0][0], load[0][1], load[0][2]);
+        printf("%s\n", nl_kernels_blas_note());
         printf("OpenBLAS sgemm %dx%d: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg.size,
                sg.size, sg.one_gflops, sg.all_gflops, sg.threads);
         printf("training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps%s\n",

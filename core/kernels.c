@@ -4,16 +4,72 @@
 #include "nnlab/kernels.h"
 
 #include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifndef OPENBLAS_VERSION
 void openblas_set_num_threads(int num_threads);
 #endif
+char *openblas_get_corename(void);
+/* Only a DYNAMIC_ARCH OpenBLAS (Debian's) has these; weak, so another build links too. */
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+static char blas_note[160];
+
+/* The kernels an OpenBLAS built for many CPUs (DYNAMIC_ARCH) runs are chosen from the CPU's
+ * family and model numbers. A CPU newer than the library (OpenBLAS 0.3.21 in Debian 12 does not
+ * know Sapphire or Emerald Rapids), or one whose model a hypervisor hides, gets the generic
+ * Prescott (SSE3) kernels: sgemm 4-5 times slower than the CPU's AVX-512 can run it. When the
+ * user has not chosen (OPENBLAS_CORETYPE unset) and the library fell back to such a generic core
+ * while the CPU's feature flags show AVX-512 (F, CD, BW, DQ, VL) or AVX2 with FMA, the core is
+ * chosen again, SkylakeX or Haswell, before any product runs. The choice is said by
+ * nl_kernels_blas_note() (`nnlab bench` prints it). */
+static void choose_blas_core(void)
+{
+    static const char *const generic[] = {"Prescott", "Core2",    "Penryn",      "Dunnington",
+                                          "Nehalem",  "Atom",     "Sandybridge", "Katmai",
+                                          "Banias",   "Northwood"};
+    const char *core = openblas_get_corename();
+    snprintf(blas_note, sizeof blas_note, "OpenBLAS %s kernels", core ? core : "(unknown)");
+    if (!core || getenv("OPENBLAS_CORETYPE") || !gotoblas_dynamic_init || !gotoblas_dynamic_quit)
+        return;
+    int is_generic = 0;
+    for (size_t i = 0; i < sizeof generic / sizeof *generic; i++)
+        is_generic |= strcmp(core, generic[i]) == 0;
+    const char *want = NULL;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        want = "Haswell";
+    if (!is_generic || !want || strcmp(core, want) == 0)
+        return;
+    char was[32];
+    snprintf(was, sizeof was, "%s", core);
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+    core = openblas_get_corename();
+    snprintf(blas_note, sizeof blas_note,
+             "OpenBLAS %s kernels (the library took this CPU for %s; its flags say %s)",
+             core ? core : "(unknown)", was, strcmp(want, "SkylakeX") == 0 ? "AVX-512" : "AVX2");
+}
 
 void nl_kernels_init(void)
 {
+    choose_blas_core();
     /* The trainer runs one shard per thread; a BLAS call must not start threads of its own. */
     openblas_set_num_threads(1);
+}
+
+const char *nl_kernels_blas_note(void)
+{
+    return blas_note;
 }
 
 /* c (m, n) = alpha * op(a) op(b) + beta * c. With beta == 0, c is written without being read, as

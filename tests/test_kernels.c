@@ -4,6 +4,7 @@
  * here (a 7-loop convolution, a dot product per output, a scan of each window). */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nnlab/kernels.h"
 #include "nnlab/layer.h"
@@ -591,10 +592,31 @@ static void test_pool(const char *kind, int n, struct nl_shape in, int kh, int k
     run_free(&r);
 }
 
+/* OpenBLAS must not run its generic SSE3 kernels on a CPU that has AVX2 or AVX-512 (it takes
+ * CPUs newer than itself for Prescott); nl_kernels_init chooses again. */
+static void test_blas_core(void)
+{
+    const char *note = nl_kernels_blas_note();
+    ok(strncmp(note, "OpenBLAS ", 9) == 0, "the BLAS note names the kernels: %s", note);
+    __builtin_cpu_init();
+    if (getenv("OPENBLAS_CORETYPE") || !__builtin_cpu_supports("avx2")) {
+        printf("# the kernel choice is not checked: OPENBLAS_CORETYPE is set or no AVX2\n");
+        return;
+    }
+    static const char *const generic[] = {"Prescott", "Core2",  "Penryn", "Dunnington", "Nehalem",
+                                          "Atom",     "Katmai", "Banias", "Northwood"};
+    int is_generic = 0;
+    for (size_t i = 0; i < sizeof generic / sizeof *generic; i++)
+        is_generic |= strstr(note, generic[i]) == note + 9;
+    ok(!is_generic, "an AVX2 CPU runs OpenBLAS kernels that use it: %s", note);
+}
+
 int main(void)
 {
     nl_kernels_init();
     nl_rng_seed(&rng, 20240601);
+
+    test_blas_core();
 
     test_sgemm();
     test_sum();

@@ -61,7 +61,12 @@ void nl_embedding_backward(float *dw, unsigned char *marks, const float *dout, c
 void nl_embedding_backward_naive(float *dw, unsigned char *marks, const float *dout,
                                  const float *ids, int n, int len, int dim, int vocab);
 
-/* Makes OpenBLAS run single-threaded inside the calling threads; call once at start. */
+/* Makes OpenBLAS run single-threaded inside the calling threads and, where OpenBLAS took a
+ * newer CPU for a generic one, chooses its kernels from the CPU's feature flags (see
+ * core/kernels.c); call once at start, before any other thread. */
 void nl_kernels_init(void);
+
+/* Which OpenBLAS kernels run, and why, after nl_kernels_init: "OpenBLAS SkylakeX kernels ...". */
+const char *nl_kernels_blas_note(void);
 
 #endif
