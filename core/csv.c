@@ -67,62 +67,41 @@
 #define PROGRESS_ROWS     1024
 #define NL_CSV_ONEHOT_MAX 16 /* one-hot slots of a categorical column, "other" aside */
 
-struct csv {
-    const char *path;
-    FILE *f;
-    char sep;
-    long line;     /* of the next character */
-    long rec_line; /* where the current record starts */
-    char *buf;     /* the record's fields, each NUL-terminated */
-    size_t len, cap;
-    size_t *off; /* (nf) field starts in buf */
-    int nf, fcap;
-};
+/* ---- The CSV reader (import_internal.h), shared with core/textdata.c ---- */
 
-static int put_char(struct csv *c, char ch, struct nl_error *err)
+static int put_char(struct nl_csv *c, char ch, struct nl_error *err)
 {
     if (c->len + 1 >= c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 4096;
         char *p;
-        if (cap > MAX_RECORD + 16)
-            return nl_error_set(err, NL_EFORMAT, "%s:%ld: a row longer than %u bytes", c->path,
-                                c->rec_line, MAX_RECORD);
-        p = nl_realloc(c->buf, cap);
+        size_t max = c->max_record ? c->max_record : MAX_RECORD;
+        if (c->len >= max)
+            return nl_error_set(err, NL_EFORMAT, "%s:%ld: a row longer than %zu bytes", c->path,
+                                c->rec_line, max);
+        p = nl_grow(c->buf, &c->cap, c->len + 2, 1, 4096);
         if (!p)
             return nl_error_set(err, NL_ENOMEM, "%s: out of memory", c->path);
         c->buf = p;
-        c->cap = cap;
     }
     c->buf[c->len++] = ch;
     return 0;
 }
 
-static int start_field(struct csv *c, struct nl_error *err)
+static int start_field(struct nl_csv *c, struct nl_error *err)
 {
     if (c->nf > MAX_FIELDS)
         return nl_error_set(err, NL_EFORMAT, "%s:%ld: more than %d fields", c->path, c->rec_line,
                             MAX_FIELDS);
-    if (c->nf == c->fcap) {
-        int cap = c->fcap ? 2 * c->fcap : 64;
-        size_t *p;
-        p = nl_realloc(c->off, (size_t)cap * sizeof *p);
-        if (!p)
-            return nl_error_set(err, NL_ENOMEM, "%s: out of memory", c->path);
-        c->off = p;
-        c->fcap = cap;
-    }
+    size_t *p = nl_grow(c->off, &c->fcap, (size_t)c->nf + 1, sizeof *p, 64);
+    if (!p)
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory", c->path);
+    c->off = p;
     c->off[c->nf++] = c->len;
     return 0;
 }
 
-static const char *field(const struct csv *c, int i)
-{
-    return c->buf + c->off[i];
-}
-
 /* A NUL byte would cut a number or a label short in silence ("x\0y" read as "x"): refused. The
  * rest of its line is consumed, so that --skip-bad goes on at the next one. */
-static int nul_byte(struct csv *c, struct nl_error *err)
+static int nul_byte(struct nl_csv *c, struct nl_error *err)
 {
     long line = c->line;
     int ch;
@@ -136,7 +115,7 @@ static int nul_byte(struct csv *c, struct nl_error *err)
 }
 
 /* Reads one record into c: 1, 0 at the end of the file, or an error. Blank lines are skipped. */
-static int read_record(struct csv *c, struct nl_error *err)
+int nl_csv_read(struct nl_csv *c, struct nl_error *err)
 {
     for (;;) {
         int ch = getc(c->f), rc = 0, quoted_any = 0;
@@ -203,7 +182,7 @@ static int read_record(struct csv *c, struct nl_error *err)
 }
 
 /* Skips a UTF-8 byte-order mark and positions the file at its first record. */
-static int rewind_csv(struct csv *c, struct nl_error *err)
+int nl_csv_rewind(struct nl_csv *c, struct nl_error *err)
 {
     unsigned char bom[3];
 
@@ -216,13 +195,13 @@ static int rewind_csv(struct csv *c, struct nl_error *err)
 }
 
 /* The separator: the most frequent of , ; and tab outside quotes in the first line. */
-static void detect_separator(struct csv *c)
+void nl_csv_detect_separator(struct nl_csv *c)
 {
     long n[3] = {0};
     int quoted = 0, ch;
     size_t seen = 0;
 
-    while ((ch = getc(c->f)) != EOF && seen++ < MAX_RECORD) {
+    while ((ch = getc(c->f)) != EOF && seen++ < (c->max_record ? c->max_record : MAX_RECORD)) {
         if (ch == '"')
             quoted = !quoted;
         else if (!quoted && (ch == '\n' || ch == '\r'))
@@ -235,6 +214,16 @@ static void detect_separator(struct csv *c)
             n[2]++;
     }
     c->sep = n[1] > n[0] && n[1] >= n[2] ? ';' : n[2] > n[0] ? '\t' : ',';
+}
+
+void nl_csv_release(struct nl_csv *c)
+{
+    nl_free(c->buf);
+    nl_free(c->off);
+    c->buf = NULL;
+    c->off = NULL;
+    c->len = c->cap = c->fcap = 0;
+    c->nf = 0;
 }
 
 /* Parses a decimal number; 0 when s is not one (empty, text, hexadecimal, inf or nan). */
@@ -292,7 +281,8 @@ static char *trim(char *s)
  * appearance. */
 struct labels {
     char **name; /* (n) */
-    int n, cap;
+    size_t cap;
+    int n;
     int *slot; /* (nslots) id + 1, 0 empty */
     int nslots;
     int all_int;
@@ -350,14 +340,10 @@ static int label_id(struct labels *L, const char *s, struct nl_error *err, const
         L->slot = slot;
         L->nslots = nslots;
     }
-    if (L->n == L->cap) {
-        int cap = L->cap ? 2 * L->cap : 16;
-        char **p = nl_realloc(L->name, (size_t)cap * sizeof *p);
-        if (!p)
-            return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
-        L->name = p;
-        L->cap = cap;
-    }
+    char **names = nl_grow(L->name, &L->cap, (size_t)L->n + 1, sizeof *names, 16);
+    if (!names)
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+    L->name = names;
     L->name[L->n] = nl_strdup(s);
     if (!L->name[L->n])
         return nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
@@ -426,14 +412,15 @@ struct column {
 };
 
 struct import_csv {
-    struct csv c;
+    struct nl_csv c;
     const struct nl_import_opts *opts;
     int ncols, label_col, header, nfeat;
     struct column *col; /* (ncols) */
     struct labels L;    /* classification labels */
     int32_t *row_label; /* (nrows) first-seen id, then class (0 for regression); -1: not kept */
     float *row_target;  /* (nrows) regression targets */
-    uint32_t nrows, rcap, skipped, dropped;
+    size_t label_cap, target_cap;
+    uint32_t nrows, skipped, dropped;
     double t_n, t_sum, t_sumsq, t_min, t_max; /* regression: the train split's targets */
     struct nl_text skipped_json, dropped_json;
 };
@@ -452,29 +439,24 @@ static const char *kind_name(const struct import_csv *im, int i)
 
 static int push_row(struct import_csv *im, int32_t label, float target, struct nl_error *err)
 {
-    if (im->nrows == im->rcap) {
-        uint32_t cap = im->rcap ? 2 * im->rcap : 1024;
-        int32_t *p;
-        float *q;
-        if (im->rcap >= (1u << 30))
-            return nl_error_set(err, NL_EFORMAT, "%s: too many rows", im->c.path);
-        p = nl_realloc(im->row_label, (size_t)cap * sizeof *p);
-        if (!p)
-            return nl_error_set(err, NL_ENOMEM, "%s: out of memory", im->c.path);
-        im->row_label = p;
-        q = nl_realloc(im->row_target, (size_t)cap * sizeof *q);
-        if (!q)
-            return nl_error_set(err, NL_ENOMEM, "%s: out of memory", im->c.path);
-        im->row_target = q;
-        im->rcap = cap;
-    }
+    if (im->nrows >= (1u << 30))
+        return nl_error_set(err, NL_EFORMAT, "%s: too many rows", im->c.path);
+    /* Both arrays grow together: each keeps its own capacity, the same sequence. */
+    int32_t *p = nl_grow(im->row_label, &im->label_cap, (size_t)im->nrows + 1, sizeof *p, 1024);
+    if (!p)
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory", im->c.path);
+    im->row_label = p;
+    float *q = nl_grow(im->row_target, &im->target_cap, (size_t)im->nrows + 1, sizeof *q, 1024);
+    if (!q)
+        return nl_error_set(err, NL_ENOMEM, "%s: out of memory", im->c.path);
+    im->row_target = q;
     im->row_target[im->nrows] = target;
     im->row_label[im->nrows++] = label;
     return 0;
 }
 
 /* Column by name or 1-based index in the first record (names only where it is a header); -1. */
-static int find_column(const struct csv *c, const char *want, int by_name)
+static int find_column(const struct nl_csv *c, const char *want, int by_name)
 {
     char *end;
     errno = 0;
@@ -482,7 +464,7 @@ static int find_column(const struct csv *c, const char *want, int by_name)
     if (!*end && end != want && !errno)
         return idx >= 1 && idx <= c->nf ? (int)idx - 1 : -2;
     for (int i = 0; by_name && i < c->nf; i++)
-        if (strcmp(field(c, i), want) == 0)
+        if (strcmp(nl_csv_field(c, i), want) == 0)
             return i;
     return -1;
 }
@@ -493,7 +475,7 @@ static int find_column(const struct csv *c, const char *want, int by_name)
  * record's fields (nf of them, NUL-separated), c the second record (c->nf 0 when none). */
 static int detect_header(const struct import_csv *im, const char *first, int nf)
 {
-    const struct csv *c = &im->c;
+    const struct nl_csv *c = &im->c;
     const char *f = first;
     float v;
 
@@ -501,7 +483,7 @@ static int detect_header(const struct import_csv *im, const char *first, int nf)
         int num = parse_number(f, c->sep, &v) || is_blank(f);
         if (c->nf == 0 && i != im->label_col && !num)
             return 1;
-        if (c->nf > i && !num && parse_number(field(c, i), c->sep, &v))
+        if (c->nf > i && !num && parse_number(nl_csv_field(c, i), c->sep, &v))
             return 1;
     }
     return 0;
@@ -512,13 +494,13 @@ static int detect_header(const struct import_csv *im, const char *first, int nf)
  * two records and leaves the file at the start. */
 static int choose_columns(struct import_csv *im, struct nl_error *err)
 {
-    struct csv *c = &im->c;
+    struct nl_csv *c = &im->c;
     const char *want = im->opts->label;
     char *first = NULL;
     size_t first_len;
     int named = 0, rc;
 
-    rc = read_record(c, err);
+    rc = nl_csv_read(c, err);
     if (rc == 0)
         return nl_error_set(err, NL_EFORMAT, "%s: empty file, no rows", c->path);
     if (rc < 0)
@@ -542,7 +524,7 @@ static int choose_columns(struct import_csv *im, struct nl_error *err)
             return nl_error_set(err, NL_EINVAL, "%s:%ld: no column named '%s' in the header",
                                 c->path, c->rec_line, want);
         im->label_col = i;
-        named = strcmp(field(c, i), want) == 0;
+        named = strcmp(nl_csv_field(c, i), want) == 0;
     }
     /* --categorical: each name or index. */
     const char *list = im->opts->categorical;
@@ -567,7 +549,7 @@ static int choose_columns(struct import_csv *im, struct nl_error *err)
                                 c->path, name, im->opts->regression ? "target" : "label");
         im->col[i].named = 1;
         im->col[i].kind = COL_CATEGORICAL;
-        named |= strcmp(field(c, i), name) == 0;
+        named |= strcmp(nl_csv_field(c, i), name) == 0;
     }
     im->col[im->label_col].kind = COL_LABEL;
     first_len = c->len;
@@ -577,7 +559,7 @@ static int choose_columns(struct import_csv *im, struct nl_error *err)
     memcpy(first, c->buf, first_len);
     /* The second record only helps to tell a header; a bad one is reported by the first pass
      * (and skipped there with --skip-bad). */
-    rc = read_record(c, err);
+    rc = nl_csv_read(c, err);
     if (rc <= 0)
         c->nf = 0;
     {
@@ -619,7 +601,7 @@ static void note_skipped(struct import_csv *im, const struct nl_error *err)
  * row is kept, 0 when --missing drop drops it, or an error naming the line. */
 static int check_row(struct import_csv *im, int32_t *label, float *target, struct nl_error *err)
 {
-    struct csv *c = &im->c;
+    struct nl_csv *c = &im->c;
     const struct nl_import_opts *o = im->opts;
     int drop = 0;
     float v;
@@ -629,7 +611,7 @@ static int check_row(struct import_csv *im, int32_t *label, float *target, struc
                             c->rec_line, im->ncols, c->nf);
     for (int i = 0; i < c->nf; i++) {
         struct column *col = &im->col[i];
-        if (is_blank(field(c, i))) {
+        if (is_blank(nl_csv_field(c, i))) {
             if (i == im->label_col && o->missing != NL_MISSING_DROP)
                 return nl_error_set(
                     err, NL_EFORMAT, "%s:%ld: the %s (field %d) is empty%s", c->path, c->rec_line,
@@ -644,25 +626,27 @@ static int check_row(struct import_csv *im, int32_t *label, float *target, struc
             continue;
         }
         if (i == im->label_col) {
-            if (o->regression && !parse_number(field(c, i), c->sep, target))
+            if (o->regression && !parse_number(nl_csv_field(c, i), c->sep, target))
                 return nl_error_set(err, NL_EFORMAT,
                                     "%s:%ld: the target (field %d, '%.40s') is not a number",
-                                    c->path, c->rec_line, i + 1, field(c, i));
+                                    c->path, c->rec_line, i + 1, nl_csv_field(c, i));
             continue;
         }
         /* A column's kind is its first value's: a number or a category. */
         if (col->kind == COL_UNDECIDED)
-            col->kind = parse_number(field(c, i), c->sep, &v) ? COL_NUMERIC : COL_CATEGORICAL;
-        if (col->kind == COL_NUMERIC && !parse_number(field(c, i), c->sep, &v))
+            col->kind =
+                parse_number(nl_csv_field(c, i), c->sep, &v) ? COL_NUMERIC : COL_CATEGORICAL;
+        if (col->kind == COL_NUMERIC && !parse_number(nl_csv_field(c, i), c->sep, &v))
             return nl_error_set(err, NL_EFORMAT,
                                 "%s:%ld: field %d ('%.40s') is not a number (column '%s' is "
                                 "numeric; --categorical %s if it holds categories)",
-                                c->path, c->rec_line, i + 1, field(c, i), col->name, col->name);
+                                c->path, c->rec_line, i + 1, nl_csv_field(c, i), col->name,
+                                col->name);
     }
     /* Every field is good: count the missing ones, collect the levels and the label. */
     for (int i = 0; i < c->nf; i++) {
         struct column *col = &im->col[i];
-        char *f = trim((char *)field(c, i));
+        char *f = trim((char *)nl_csv_field(c, i));
         if (!*f) {
             col->missing++;
             continue;
@@ -693,20 +677,20 @@ static int check_row(struct import_csv *im, int32_t *label, float *target, struc
 /* Pass 1: checks every row; collects the labels or targets and the categorical levels. */
 static int first_pass(struct import_csv *im, struct nl_error *err)
 {
-    struct csv *c = &im->c;
-    int rc = rewind_csv(c, err);
+    struct nl_csv *c = &im->c;
+    int rc = nl_csv_rewind(c, err);
 
     if (rc)
         return rc;
-    detect_separator(c);
-    rc = rewind_csv(c, err);
+    nl_csv_detect_separator(c);
+    rc = nl_csv_rewind(c, err);
     if (rc == 0)
         rc = choose_columns(im, err);
     if (rc == 0)
-        rc = rewind_csv(c, err);
+        rc = nl_csv_rewind(c, err);
     if (rc == 0 && im->header)
-        rc = read_record(c, err) == 1 ? 0 : nl_error_set(err, NL_EIO, "%s: changed", c->path);
-    while (rc == 0 && (rc = read_record(c, err)) == 1) {
+        rc = nl_csv_read(c, err) == 1 ? 0 : nl_error_set(err, NL_EIO, "%s: changed", c->path);
+    while (rc == 0 && (rc = nl_csv_read(c, err)) == 1) {
         int32_t label = -1;
         float target = 0.0f;
         rc = check_row(im, &label, &target, err);
@@ -740,10 +724,10 @@ static int cmp_float(const void *a, const void *b)
 /* Pass 2: the train split's statistics of every column, the target's, and the fill values. */
 static int stats_pass(struct import_csv *im, const uint8_t *split, struct nl_error *err)
 {
-    struct csv *c = &im->c;
+    struct nl_csv *c = &im->c;
     const enum nl_missing mode = im->opts->missing;
     uint32_t row = 0;
-    int rc = rewind_csv(c, err);
+    int rc = nl_csv_rewind(c, err);
 
     for (int i = 0; rc == 0 && i < im->ncols; i++) {
         struct column *col = &im->col[i];
@@ -760,8 +744,8 @@ static int stats_pass(struct import_csv *im, const uint8_t *split, struct nl_err
     im->t_min = INFINITY;
     im->t_max = -INFINITY;
     if (rc == 0 && im->header)
-        rc = read_record(c, err) == 1 ? 0 : nl_error_set(err, NL_EIO, "%s: changed", c->path);
-    while (rc == 0 && row < im->nrows && (rc = read_record(c, err)) == 1) {
+        rc = nl_csv_read(c, err) == 1 ? 0 : nl_error_set(err, NL_EIO, "%s: changed", c->path);
+    while (rc == 0 && row < im->nrows && (rc = nl_csv_read(c, err)) == 1) {
         rc = 0;
         if (im->row_label[row] < 0 || split[row] != NL_TRAIN) {
             row++;
@@ -774,7 +758,7 @@ static int stats_pass(struct import_csv *im, const uint8_t *split, struct nl_err
         }
         for (int i = 0; i < im->ncols; i++) {
             struct column *col = &im->col[i];
-            char *f = trim((char *)field(c, i));
+            char *f = trim((char *)nl_csv_field(c, i));
             float v;
             if (!*f || col->kind == COL_LABEL)
                 continue;
@@ -907,10 +891,10 @@ static int encode_columns(struct import_csv *im, struct nl_error *err)
 /* The features of the current record into x (nfeat). */
 static int encode_row(const struct import_csv *im, float *x, struct nl_error *err)
 {
-    const struct csv *c = &im->c;
+    const struct nl_csv *c = &im->c;
     for (int i = 0; i < im->ncols; i++) {
         const struct column *col = &im->col[i];
-        char *f = trim((char *)field(c, i));
+        char *f = trim((char *)nl_csv_field(c, i));
         if (col->kind == COL_LABEL)
             continue;
         if (col->kind == COL_NUMERIC) {
@@ -932,14 +916,14 @@ static int encode_row(const struct import_csv *im, float *x, struct nl_error *er
 static int write_pass(struct import_csv *im, struct nl_writer *w, const uint8_t *split,
                       struct nl_error *err)
 {
-    struct csv *c = &im->c;
+    struct nl_csv *c = &im->c;
     float *x = nl_malloc((size_t)im->nfeat * sizeof *x);
     uint32_t row = 0;
-    int rc = x ? rewind_csv(c, err) : nl_error_set(err, NL_ENOMEM, "out of memory");
+    int rc = x ? nl_csv_rewind(c, err) : nl_error_set(err, NL_ENOMEM, "out of memory");
 
     if (rc == 0 && im->header)
-        rc = read_record(c, err) == 1 ? 0 : nl_error_set(err, NL_EIO, "%s: changed", c->path);
-    while (rc == 0 && row < im->nrows && (rc = read_record(c, err)) == 1) {
+        rc = nl_csv_read(c, err) == 1 ? 0 : nl_error_set(err, NL_EIO, "%s: changed", c->path);
+    while (rc == 0 && row < im->nrows && (rc = nl_csv_read(c, err)) == 1) {
         int32_t label = im->row_label[row];
         rc = 0;
         if (label >= 0 && c->nf != im->ncols)
@@ -1072,8 +1056,7 @@ static void import_free(struct import_csv *im)
     labels_free(&im->L);
     nl_free(im->row_label);
     nl_free(im->row_target);
-    nl_free(im->c.buf);
-    nl_free(im->c.off);
+    nl_csv_release(&im->c);
     nl_text_free(&im->skipped_json);
     nl_text_free(&im->dropped_json);
 }
@@ -1392,7 +1375,7 @@ void nl_table_column(const struct nl_table *t, int col, struct nl_table_column *
 }
 
 /* One record's fields (nf of them) into x; where names it in errors. */
-static int table_fields(struct nl_table *t, const struct csv *rec, const char *where, float *x,
+static int table_fields(struct nl_table *t, const struct nl_csv *rec, const char *where, float *x,
                         double *target, struct nl_error *err)
 {
     const struct nl_dataset *d = t->d;
@@ -1410,7 +1393,7 @@ static int table_fields(struct nl_table *t, const struct csv *rec, const char *w
         struct table_col *c = &t->col[i];
         if (i == t->label_col) {
             if (with_target) {
-                char *s = trim((char *)field(rec, f++));
+                char *s = trim((char *)nl_csv_field(rec, f++));
                 if (t->regression && parse_number(s, rec->sep, &v))
                     *target = v;
                 for (int k = 0; !t->regression && *s && k < d->nclasses; k++)
@@ -1419,7 +1402,7 @@ static int table_fields(struct nl_table *t, const struct csv *rec, const char *w
             }
             continue;
         }
-        char *s = trim((char *)field(rec, f++));
+        char *s = trim((char *)nl_csv_field(rec, f++));
         if (!*s && !c->has_fill)
             return nl_error_set(err, NL_EFORMAT,
                                 "%s: field %d (column '%s') is empty, and the dataset was imported "
@@ -1457,7 +1440,7 @@ int nl_table_row_text(struct nl_table *t, const char *text, const char *where, f
 {
     size_t n = strlen(text);
     FILE *f = fmemopen((void *)text, n ? n : 1, "r");
-    struct csv c = {.path = where, .f = f, .line = 1};
+    struct nl_csv c = {.path = where, .f = f, .line = 1};
     int rc;
 
     if (!f)
@@ -1467,14 +1450,13 @@ int nl_table_row_text(struct nl_table *t, const char *text, const char *where, f
             : strchr(text, ';')  ? ';'
             : strchr(text, '\t') ? '\t'
                                  : ',';
-    rc = n ? read_record(&c, err) : 0;
+    rc = n ? nl_csv_read(&c, err) : 0;
     if (rc == 0)
         rc = nl_error_set(err, NL_EFORMAT, "%s: an empty row", where);
     if (rc == 1)
         rc = table_fields(t, &c, where, x, target, err);
     fclose(f);
-    nl_free(c.buf);
-    nl_free(c.off);
+    nl_csv_release(&c);
     return rc;
 }
 
@@ -1482,7 +1464,7 @@ int nl_table_read_csv(struct nl_table *t, const char *path,
                       int (*fn)(void *ud, long line, const float *x, double target), void *ud,
                       struct nl_error *err)
 {
-    struct csv c = {.path = path, .line = 1};
+    struct nl_csv c = {.path = path, .line = 1};
     float *x = nl_malloc((size_t)t->nfeat * sizeof *x);
     int rc = 0, first = 1;
 
@@ -1491,12 +1473,12 @@ int nl_table_read_csv(struct nl_table *t, const char *path,
         nl_free(x);
         return x ? err->code : nl_error_set(err, NL_ENOMEM, "out of memory");
     }
-    rc = rewind_csv(&c, err);
+    rc = nl_csv_rewind(&c, err);
     if (rc == 0) {
-        detect_separator(&c);
-        rc = rewind_csv(&c, err);
+        nl_csv_detect_separator(&c);
+        rc = nl_csv_rewind(&c, err);
     }
-    while (rc == 0 && (rc = read_record(&c, err)) == 1) {
+    while (rc == 0 && (rc = nl_csv_read(&c, err)) == 1) {
         char where[PATH_MAX + 32];
         double target;
         rc = 0;
@@ -1509,7 +1491,7 @@ int nl_table_read_csv(struct nl_table *t, const char *path,
             for (int i = 0, f = 0; i < t->ncols && f < c.nf && !header; i++) {
                 if (i == t->label_col && c.nf == t->ncols - 1)
                     continue;
-                const char *s = field(&c, f++);
+                const char *s = nl_csv_field(&c, f++);
                 header =
                     strcmp(s, t->col[i].name) == 0 || (!t->col[i].top && i != t->label_col &&
                                                        !is_blank(s) && !parse_number(s, c.sep, &v));
@@ -1525,8 +1507,7 @@ int nl_table_read_csv(struct nl_table *t, const char *path,
     if (rc == 1)
         rc = 0;
     fclose(c.f);
-    nl_free(c.buf);
-    nl_free(c.off);
+    nl_csv_release(&c);
     nl_free(x);
     return rc;
 }

@@ -90,6 +90,42 @@ int nl_open_regular(const char *path, struct nl_error *err);
 /* The source column: the paths as absolute paths where they resolve, comma-separated. */
 void nl_import_describe_source(const char *const *paths, int npaths, char *out, size_t size);
 
+/* The CSV/TSV reader (core/csv.c) behind both CSV importers and predict's rows. Fields are
+ * separated by sep (a comma, a semicolon or a tab) and may be quoted ("a, b", "say ""hi""");
+ * quoted fields may hold line breaks; a line ends with LF, CRLF or CR; blank lines are skipped. A
+ * row is at most max_record bytes (0: 1 MiB) and 65536 fields; a NUL byte is refused with FILE:LINE
+ * (and the rest of its line consumed, so that a caller may skip the row). The caller fills path, f
+ * and sep (or calls nl_csv_detect_separator), sets line to 1 or calls nl_csv_rewind, and releases
+ * the buffers with nl_csv_release; f stays the caller's. */
+struct nl_csv {
+    const char *path; /* for messages */
+    FILE *f;
+    char sep;
+    long line;     /* of the next character */
+    long rec_line; /* where the current record starts */
+    char *buf;     /* the record's fields, each NUL-terminated */
+    size_t len, cap;
+    size_t *off; /* (nf) field starts in buf */
+    size_t fcap;
+    int nf;
+    size_t max_record; /* bytes in one row; 0: 1 MiB */
+};
+
+/* The next record into c: 1, 0 at the end of the file, or an error. */
+int nl_csv_read(struct nl_csv *c, struct nl_error *err);
+/* Back to the first record, past a UTF-8 byte-order mark; line 1. */
+int nl_csv_rewind(struct nl_csv *c, struct nl_error *err);
+/* c->sep: the most frequent of , ; and tab outside quotes in the first line, read from where the
+ * file is (call nl_csv_rewind after). */
+void nl_csv_detect_separator(struct nl_csv *c);
+/* Frees the record buffers (not f); c may be used again. */
+void nl_csv_release(struct nl_csv *c);
+
+static inline const char *nl_csv_field(const struct nl_csv *c, int i)
+{
+    return c->buf + c->off[i];
+}
+
 /* The readers behind nl_import. */
 int nl_import_image_dir(struct nl_store *s, const char *name, const char *dir,
                         const struct nl_import_opts *opts, struct nl_error *err);

@@ -396,16 +396,12 @@ static void add_token(void *ud, const char *w, size_t n)
 
     if (t->failed)
         return;
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 1024;
-        int32_t *p = nl_realloc(t->ids, cap * sizeof *p);
-        if (!p) {
-            t->failed = 1;
-            return;
-        }
-        t->ids = p;
-        t->cap = cap;
+    int32_t *p = nl_grow(t->ids, &t->cap, t->n + 1, sizeof *p, 1024);
+    if (!p) {
+        t->failed = 1;
+        return;
     }
+    t->ids = p;
     if (id < 2)
         id = 1;
     t->unknown += id == 1;
@@ -436,7 +432,8 @@ struct textimp {
     const struct nl_import_opts *opts;
     const char *source; /* the file or folder, for messages */
     struct doc *docs;
-    uint32_t ndocs, cap;
+    uint32_t ndocs;
+    size_t cap;
     int nclasses;
     char **class_names;
     struct vocab vocab;
@@ -480,16 +477,12 @@ static int push_doc(struct textimp *t, char *path, long line, int32_t label, int
         nl_free(path);
         return nl_error_set(err, NL_EFORMAT, "%s: too many documents", t->source);
     }
-    if (t->ndocs == t->cap) {
-        uint32_t cap = t->cap ? 2 * t->cap : 1024;
-        struct doc *p = nl_realloc(t->docs, (size_t)cap * sizeof *p);
-        if (!p) {
-            nl_free(path);
-            return oom(err);
-        }
-        t->docs = p;
-        t->cap = cap;
+    struct doc *p = nl_grow(t->docs, &t->cap, (size_t)t->ndocs + 1, sizeof *p, 1024);
+    if (!p) {
+        nl_free(path);
+        return oom(err);
     }
+    t->docs = p;
     t->docs[t->ndocs++] = (struct doc){path, line, label, (uint8_t)split, 0};
     return 0;
 }
@@ -709,7 +702,8 @@ static int list_dir(const char *dir, int want_dirs, char ***out, int *count, str
     DIR *dp = opendir(dir);
     struct dirent *de;
     char **names = NULL, path[PATH_MAX];
-    int n = 0, cap = 0;
+    size_t cap = 0;
+    int n = 0;
 
     *out = NULL;
     *count = 0;
@@ -723,14 +717,10 @@ static int list_dir(const char *dir, int want_dirs, char ***out, int *count, str
             continue;
         if (want_dirs ? !is_dir(path) : (!ends_with_txt(de->d_name) || is_dir(path)))
             continue;
-        if (n == cap) {
-            int ncap = cap ? 2 * cap : 64;
-            char **p = nl_realloc(names, (size_t)ncap * sizeof *p);
-            if (!p)
-                break;
-            names = p;
-            cap = ncap;
-        }
+        char **p = nl_grow(names, &cap, (size_t)n + 1, sizeof *p, 64);
+        if (!p)
+            break;
+        names = p;
         names[n] = nl_strdup(de->d_name);
         if (!names[n])
             break;
@@ -844,19 +834,17 @@ static int read_file(struct textimp *t, const char *path, struct nl_error *err)
     t->buf_len = 0;
     for (;;) {
         if (t->buf_cap - t->buf_len < 65536) {
-            size_t cap = t->buf_cap ? 2 * t->buf_cap : 1 << 17;
             char *p;
-            if (cap > DOC_MAX + (1 << 17)) {
+            if (t->buf_len + 65536 > DOC_MAX) {
                 fclose(f);
                 return nl_error_set(err, NL_EFORMAT, "%s: longer than %d MiB", path, DOC_MAX >> 20);
             }
-            p = nl_realloc(t->buf, cap);
+            p = nl_grow(t->buf, &t->buf_cap, t->buf_len + 65536, 1, 1 << 17);
             if (!p) {
                 fclose(f);
                 return oom(err);
             }
             t->buf = p;
-            t->buf_cap = cap;
         }
         got = fread(t->buf + t->buf_len, 1, t->buf_cap - t->buf_len - 1, f);
         t->buf_len += got;
@@ -975,127 +963,6 @@ int nl_import_text_dir(struct nl_store *s, const char *name, const char *dir,
 
 /* ---- a CSV/TSV file with a text column ----------------------------------------------------- */
 
-struct csvsrc {
-    FILE *f;
-    const char *path;
-    char sep;
-    long line, rec_line;
-    char *buf; /* the record, fields NUL-terminated */
-    size_t len, cap;
-    size_t *off;
-    int nf, fcap;
-};
-
-static int csv_put(struct csvsrc *c, char ch, struct nl_error *err)
-{
-    if (c->len + 1 >= c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 4096;
-        char *p;
-        if (cap > MAX_RECORD + 16)
-            return nl_error_set(err, NL_EFORMAT, "%s:%ld: a row longer than %u bytes", c->path,
-                                c->rec_line, MAX_RECORD);
-        p = nl_realloc(c->buf, cap);
-        if (!p)
-            return oom(err);
-        c->buf = p;
-        c->cap = cap;
-    }
-    c->buf[c->len++] = ch;
-    return 0;
-}
-
-static int csv_field(struct csvsrc *c, struct nl_error *err)
-{
-    if (c->nf == c->fcap) {
-        int cap = c->fcap ? 2 * c->fcap : 16;
-        size_t *p;
-        if (cap > 65536)
-            return nl_error_set(err, NL_EFORMAT, "%s:%ld: too many fields", c->path, c->rec_line);
-        p = nl_realloc(c->off, (size_t)cap * sizeof *p);
-        if (!p)
-            return oom(err);
-        c->off = p;
-        c->fcap = cap;
-    }
-    c->off[c->nf++] = c->len;
-    return 0;
-}
-
-/* Reads the next non-blank record: 1, 0 at the end, or an error. */
-static int csv_record(struct csvsrc *c, struct nl_error *err)
-{
-    int ch, rc;
-
-    for (;;) {
-        int quoted = 0, any = 0;
-        c->len = 0;
-        c->nf = 0;
-        c->rec_line = c->line;
-        rc = csv_field(c, err);
-        while (rc == 0) {
-            ch = getc(c->f);
-            if (ch == EOF) {
-                if (quoted)
-                    return nl_error_set(err, NL_EFORMAT, "%s:%ld: a quoted field is not closed",
-                                        c->path, c->rec_line);
-                if (!any)
-                    return ferror(c->f) ? nl_error_set(err, NL_EIO, "%s: cannot read", c->path) : 0;
-                break;
-            }
-            if (ch == '\0')
-                return nl_error_set(err, NL_EFORMAT, "%s:%ld: a NUL byte", c->path, c->line);
-            if (quoted) {
-                if (ch == '"') {
-                    int next = getc(c->f);
-                    if (next == '"') {
-                        rc = csv_put(c, '"', err);
-                        continue;
-                    }
-                    quoted = 0;
-                    if (next != EOF)
-                        ungetc(next, c->f);
-                    continue;
-                }
-                if (ch == '\n')
-                    c->line++;
-                rc = csv_put(c, (char)ch, err);
-                continue;
-            }
-            if (ch == '\n') {
-                c->line++;
-                break;
-            }
-            if (ch == '\r')
-                continue;
-            any = 1;
-            if (ch == '"' && c->len == c->off[c->nf - 1]) {
-                quoted = 1;
-                continue;
-            }
-            if (ch == c->sep) {
-                rc = csv_put(c, '\0', err);
-                if (rc == 0)
-                    rc = csv_field(c, err);
-                continue;
-            }
-            rc = csv_put(c, (char)ch, err);
-        }
-        if (rc == 0)
-            rc = csv_put(c, '\0', err);
-        if (rc)
-            return rc;
-        if (any)
-            return 1;
-        if (ch == EOF)
-            return 0;
-    }
-}
-
-static const char *csv_get(const struct csvsrc *c, int i)
-{
-    return c->buf + c->off[i];
-}
-
 static int is_index(const char *s)
 {
     if (!*s)
@@ -1107,7 +974,7 @@ static int is_index(const char *s)
 }
 
 /* The column a name or a 1-based index names in the header (or the first row). */
-static int find_column(const struct csvsrc *c, const char *what, const char *col, int header,
+static int find_column(const struct nl_csv *c, const char *what, const char *col, int header,
                        struct nl_error *err)
 {
     if (!header || is_index(col)) {
@@ -1119,7 +986,7 @@ static int find_column(const struct csvsrc *c, const char *what, const char *col
                                 c->rec_line, what, col, c->nf);
     }
     for (int i = 0; i < c->nf; i++)
-        if (strcmp(csv_get(c, i), col) == 0)
+        if (strcmp(nl_csv_field(c, i), col) == 0)
             return i;
     return nl_error_set(err, NL_EINVAL, "%s:%ld: no column named '%s' for %s in the header",
                         c->path, c->rec_line, col, what);
@@ -1152,7 +1019,7 @@ static int is_integer(const char *s)
 
 /* Second pass over the CSV: the text of each row in order (the rows kept in the first pass). */
 struct csvpass {
-    struct csvsrc c;
+    struct nl_csv c;
     int text_col, header;
     uint32_t row;
 };
@@ -1163,52 +1030,44 @@ static int csv_second(struct textimp *t, void *src, uint32_t i, struct nl_error 
     int rc;
 
     do {
-        rc = csv_record(&p->c, err);
+        rc = nl_csv_read(&p->c, err);
         if (rc < 0)
             return rc;
         if (rc == 0)
             return nl_error_set(err, NL_EFORMAT, "%s: changed while it was imported", t->source);
     } while (p->c.rec_line != t->docs[i].line);
-    const char *text = csv_get(&p->c, p->text_col);
+    const char *text = nl_csv_field(&p->c, p->text_col);
     t->buf_len = strlen(text);
-    if (t->buf_cap < t->buf_len + 1) {
-        char *q = nl_realloc(t->buf, t->buf_len + 1);
-        if (!q)
-            return oom(err);
-        t->buf = q;
-        t->buf_cap = t->buf_len + 1;
-    }
+    char *q = nl_grow(t->buf, &t->buf_cap, t->buf_len + 1, 1, 4096);
+    if (!q)
+        return oom(err);
+    t->buf = q;
     memcpy(t->buf, text, t->buf_len + 1);
     return 0;
 }
 
-static char detect_sep(FILE *f, const char *path)
+/* The separator: a tab for a .tsv file, else the most frequent of , ; and tab in the first line
+ * (nl_csv_detect_separator); the file is left at its first record. */
+static int detect_sep(struct nl_csv *c, struct nl_error *err)
 {
-    size_t n = strlen(path);
-    int counts[3] = {0}, quoted = 0, ch;
-    const char seps[3] = {',', ';', '\t'};
+    size_t n = strlen(c->path);
+    int rc = nl_csv_rewind(c, err);
 
-    if (n > 4 && strcasecmp(path + n - 4, ".tsv") == 0)
-        return '\t';
-    while ((ch = getc(f)) != EOF && (quoted || ch != '\n')) {
-        if (ch == '"')
-            quoted = !quoted;
-        for (int i = 0; i < 3 && !quoted; i++)
-            counts[i] += ch == seps[i];
+    if (rc)
+        return rc;
+    if (n > 4 && strcasecmp(c->path + n - 4, ".tsv") == 0) {
+        c->sep = '\t';
+        return 0;
     }
-    rewind(f);
-    int best = 0;
-    for (int i = 1; i < 3; i++)
-        if (counts[i] > counts[best])
-            best = i;
-    return seps[best];
+    nl_csv_detect_separator(c);
+    return nl_csv_rewind(c, err);
 }
 
 int nl_import_text_csv(struct nl_store *s, const char *name, const char *path,
                        const struct nl_import_opts *opts, struct nl_error *err)
 {
     struct textimp t = {.opts = opts, .source = path};
-    struct csvpass p = {.c = {.path = path, .line = 1}};
+    struct csvpass p = {.c = {.path = path, .line = 1, .max_record = MAX_RECORD}};
     struct label_list L = {0};
     char **row_labels = NULL;
     int rc, text_col = -1, label_col = -1, first = 1, header;
@@ -1220,12 +1079,13 @@ int nl_import_text_csv(struct nl_store *s, const char *name, const char *path,
     p.c.f = nl_fopen_regular(path, err);
     if (!p.c.f)
         return err->code;
-    p.c.sep = detect_sep(p.c.f, path);
+    rc = detect_sep(&p.c, err);
     header = by_name;
-    uint32_t nrows = 0, rows_cap = 0;
+    uint32_t nrows = 0;
+    size_t rows_cap = 0;
     int all_int = 1;
     while (rc == 0) {
-        rc = csv_record(&p.c, err);
+        rc = nl_csv_read(&p.c, err);
         if (rc <= 0)
             break;
         rc = 0;
@@ -1272,17 +1132,13 @@ int nl_import_text_csv(struct nl_store *s, const char *name, const char *path,
             rc = 0;
             continue;
         }
-        if (nrows == rows_cap) {
-            uint32_t cap = rows_cap ? 2 * rows_cap : 1024;
-            char **q = nl_realloc(row_labels, (size_t)cap * sizeof *q);
-            if (!q) {
-                rc = oom(err);
-                break;
-            }
-            row_labels = q;
-            rows_cap = cap;
+        char **q = nl_grow(row_labels, &rows_cap, (size_t)nrows + 1, sizeof *q, 1024);
+        if (!q) {
+            rc = oom(err);
+            break;
         }
-        row_labels[nrows] = nl_strdup(csv_get(&p.c, label_col));
+        row_labels = q;
+        row_labels[nrows] = nl_strdup(nl_csv_field(&p.c, label_col));
         if (!row_labels[nrows]) {
             rc = oom(err);
             break;
@@ -1294,7 +1150,7 @@ int nl_import_text_csv(struct nl_store *s, const char *name, const char *path,
             break;
         }
         nrows++;
-        const char *text = csv_get(&p.c, text_col);
+        const char *text = nl_csv_field(&p.c, text_col);
         t.buf = (char *)text;
         t.buf_len = strlen(text);
         rc = first_pass_doc(&t, &t.docs[t.ndocs - 1], what, err);
@@ -1338,10 +1194,9 @@ int nl_import_text_csv(struct nl_store *s, const char *name, const char *path,
     }
     if (rc == 0)
         rc = carve(&t, 0, 0, err);
-    if (rc == 0 && fseek(p.c.f, 0, SEEK_SET) != 0)
-        rc = nl_error_set(err, NL_EIO, "%s: cannot read it again: %s", path, strerror(errno));
+    if (rc == 0)
+        rc = nl_csv_rewind(&p.c, err);
     if (rc == 0) {
-        p.c.line = 1;
         p.text_col = text_col;
         t.progress_total = (uint64_t)t.ndocs;
         rc = write_all(&t, s, name, "text-csv", csv_second, &p, err);
@@ -1351,8 +1206,7 @@ int nl_import_text_csv(struct nl_store *s, const char *name, const char *path,
     nl_free(row_labels);
     nl_free(L.names);
     fclose(p.c.f);
-    nl_free(p.c.buf);
-    nl_free(p.c.off);
+    nl_csv_release(&p.c);
     textimp_free(&t);
     return rc;
 }

@@ -225,6 +225,25 @@ int main(void)
     ok(nnlab("import --vocab 10 imgs %s/reviews.csv", dir) != 0,
        "--vocab without --text on a CSV file is refused");
 
+    /* The tables' CSV reader reads text columns too: a byte-order mark before the header and
+     * CRLF line ends are read through, a NUL byte is refused with FILE:LINE and the field. */
+    char csvpath[512];
+    snprintf(csvpath, sizeof csvpath, "%s/bom.csv", dir);
+    FILE *bf = fopen(csvpath, "wb");
+    fputs("\xef\xbb\xbfreview;sentiment\r\n\"a superb, wonderful film\";pos\r\n"
+          "terrible and boring;neg\r\nsuperb cast;pos\r\nthe worst;neg\r\n",
+          bf);
+    fclose(bf);
+    ok(nnlab("import --text review --label sentiment --test 0 bom %s", csvpath) == 0,
+       "a CSV with a byte-order mark imports its text column by name");
+    like(out, "4 train, 0 val, 0 test samples", "all four rows, CRLF ends read through");
+    snprintf(csvpath, sizeof csvpath, "%s/nul.csv", dir);
+    bf = fopen(csvpath, "wb");
+    fwrite("review,sentiment\ngood film,pos\nbad\0film,neg\n", 1, 44, bf);
+    fclose(bf);
+    ok(nnlab("import --text review nul %s", csvpath) != 0, "a NUL byte in a text column");
+    like(errtext, "nul.csv:3: field 1 has a NUL byte", "is refused naming the line and field");
+
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
