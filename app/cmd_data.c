@@ -285,10 +285,19 @@ int cmd_datasets(int argc, char **argv)
             json_str(stdout, d->name);
             printf(",\"kind\":");
             json_str(stdout, d->kind);
-            printf(",\"shape\":[%d,%d,%d],\"classes\":%d,\"train\":%u,\"val\":%u,\"test\":%u,"
-                   "\"bytes\":%llu,\"source\":",
-                   d->shape.c, d->shape.h, d->shape.w, d->nclasses, d->count[NL_TRAIN],
-                   d->count[NL_VAL], d->count[NL_TEST], (unsigned long long)d->bytes);
+            /* A regression dataset has a target where a classification dataset has classes. */
+            printf(",\"shape\":[%d,%d,%d],", d->shape.c, d->shape.h, d->shape.w);
+            if (!d->regression)
+                printf("\"classes\":%d,", d->nclasses);
+            printf("\"train\":%u,\"val\":%u,\"test\":%u,\"bytes\":%llu,\"task\":\"%s\",",
+                   d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST],
+                   (unsigned long long)d->bytes, d->regression ? "regression" : "classification");
+            if (d->regression) {
+                printf("\"target\":");
+                json_str(stdout, d->target);
+                printf(",");
+            }
+            printf("\"source\":");
             json_str(stdout, d->source);
             printf(",\"created\":");
             json_str(stdout, d->created);
@@ -298,16 +307,21 @@ int cmd_datasets(int argc, char **argv)
     } else if (n == 0) {
         printf("no datasets yet: nnlab import NAME SOURCE, or nnlab demo\n");
     } else {
-        printf("%-20s %-5s %-10s %7s %7s %6s %6s %9s  %s\n", "NAME", "KIND", "SHAPE", "CLASSES",
+        printf("%-20s %-5s %-10s %-16s %7s %6s %6s %9s  %s\n", "NAME", "KIND", "SHAPE", "TASK",
                "TRAIN", "VAL", "TEST", "SIZE", "SOURCE");
         for (int i = 0; i < n; i++) {
             const struct nl_dataset_info *d = &list[i];
-            char shape[48], size[32], nb[512], sb[4096];
+            char shape[48], size[32], nb[512], sb[4096], task[192], tb[160];
             snprintf(shape, sizeof shape, "%dx%dx%d", d->shape.c, d->shape.h, d->shape.w);
             format_bytes(size, sizeof size, d->bytes);
-            printf("%-20s %-5s %-10s %7d %7u %6u %6u %9s  %s\n",
-                   nl_term_str(nb, sizeof nb, d->name), d->kind, shape, d->nclasses,
-                   d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST], size,
+            if (d->regression)
+                snprintf(task, sizeof task, "regress %s", nl_term_str(tb, sizeof tb, d->target));
+            else
+                snprintf(task, sizeof task, "%d class%s", d->nclasses,
+                         d->nclasses == 1 ? "" : "es");
+            printf("%-20s %-5s %-10s %-16s %7u %6u %6u %9s  %s\n",
+                   nl_term_str(nb, sizeof nb, d->name), d->kind, shape, task, d->count[NL_TRAIN],
+                   d->count[NL_VAL], d->count[NL_TEST], size,
                    nl_term_str(sb, sizeof sb, d->source));
         }
     }
@@ -437,8 +451,13 @@ int cmd_show(int argc, char **argv)
         char nb[512], sb[4096];
         printf("%s: %s dataset from %s\n", nl_term_str(nb, sizeof nb, d->name), d->kind,
                nl_term_str(sb, sizeof sb, d->source));
-        printf("shape %dx%dx%d (%s), %d classes\n", d->shape.c, d->shape.h, d->shape.w,
-               d->dtype == NL_U8 ? "8-bit" : "float", d->nclasses);
+        if (d->regression)
+            printf("shape %dx%dx%d (%s), regression of '%s'\n", d->shape.c, d->shape.h, d->shape.w,
+                   d->dtype == NL_U8 ? "8-bit" : "float",
+                   nl_term_str(nb, sizeof nb, d->class_names[0]));
+        else
+            printf("shape %dx%dx%d (%s), %d classes\n", d->shape.c, d->shape.h, d->shape.w,
+                   d->dtype == NL_U8 ? "8-bit" : "float", d->nclasses);
         printf("samples: %u train, %u val, %u test\n", d->split[NL_TRAIN].n, d->split[NL_VAL].n,
                d->split[NL_TEST].n);
         if (d->nvocab)

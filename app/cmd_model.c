@@ -81,6 +81,9 @@ static int export_onnx(struct nl_store *store, const struct nl_model *m,
         .class_names = (const char *const *)d->class_names,
         .producer_version = NNLAB_VERSION,
         .doc = doc,
+        .regression = d->regression,
+        .target_mean = d->target_mean,
+        .target_std = d->target_std,
     };
     rc = nl_onnx_save(m, &o, path, err);
     nl_dataset_free(d);

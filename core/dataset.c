@@ -51,7 +51,11 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 0), "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 1), "
         "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 2), "
-        "(SELECT count(*) FROM vocab WHERE dataset = d.id) "
+        "(SELECT count(*) FROM vocab WHERE dataset = d.id), "
+        "CASE WHEN kind = 'csv' AND json_valid(preprocessing) THEN "
+        "json_extract(preprocessing, '$.task') END, "
+        "CASE WHEN kind = 'csv' AND json_valid(preprocessing) THEN "
+        "json_extract(preprocessing, '$.target.column') END "
         "FROM datasets d WHERE substr(name, 1, 1) <> char(31) ORDER BY name"; /* not staged */
     struct nl_dataset_info *list = NULL;
     int n = 0, rc, step;
@@ -84,6 +88,10 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         for (int k = 0; k < NL_NSPLITS; k++)
             d->count[k] = (uint32_t)sqlite3_column_int64(st, 9 + k);
         d->nvocab = sqlite3_column_int(st, 12);
+        const unsigned char *task = sqlite3_column_text(st, 13);
+        d->regression = task && strcmp((const char *)task, "regression") == 0;
+        if (d->regression)
+            copy_text(d->target, sizeof d->target, sqlite3_column_text(st, 14));
         d->bytes = ((uint64_t)d->count[0] + d->count[1] + d->count[2]) * nl_shape_size(d->shape) *
                    (sqlite3_column_int(st, 8) == NL_F32 ? 4 : 1);
     }

@@ -29,8 +29,13 @@
  * for 8-bit image datasets the pixel values 0-255 in the dataset's channel order (RGB or gray), for
  * CSV datasets the raw features as (F, 1, 1). Normalisation is inside the graph, as nnlab computes
  * it: Mul by input.scale (1/255 or 1), Sub input.mean, Div input.std, per channel. Outputs "logits"
- * [batch, classes] and "probabilities", their Softmax. Metadata: nnlab.classes (class names, one a
- * line) and nnlab.input (the sentence above).
+ * [batch, classes] and "probabilities", their Softmax. A regression model (a CSV dataset imported
+ * with --task regression) has one output unit that predicts the standardised target: its outputs
+ * are "logits" [batch, 1] and "prediction" [batch, 1] = logits * target.std + target.mean (a Mul
+ * and an Add with the train split's target statistics), the value `nnlab predict` prints, in the
+ * target's units. Metadata: nnlab.classes (class names, one a line; a regression's one "class"
+ * is its target column), nnlab.task ("classification" or "regression") and nnlab.input (the
+ * sentence above).
  *
  * Each layer becomes nodes whose last output is named as the layer; initializers carry the
  * PyTorch tensor names of the safetensors export (conv1.weight, layer1.0.bn1.running_var):
@@ -587,8 +592,8 @@ static void metadata(struct buf *b, struct buf *tmp, const char *key, const char
  * *what the name it clashes with. */
 static int name_clash(const struct nl_model *m, const char **what)
 {
-    static const char *const fixed[] = {"logits", "probabilities", "input.scale", "input.mean",
-                                        "input.std"};
+    static const char *const fixed[] = {"logits",      "probabilities", "prediction", "target.std",
+                                        "target.mean", "input.scale",   "input.mean", "input.std"};
     char tensor[2 * NL_NAME_MAX + 8];
 
     for (int i = 0; i < m->nlayers; i++) {
@@ -670,8 +675,24 @@ int nl_onnx_save(const struct nl_model *m, const struct nl_onnx_opts *o, const c
     }
     attr_int(&g, "axis", 1);
     node1(&g, "Flatten", "logits", g.names[last], "logits");
-    attr_int(&g, "axis", 1);
-    node1(&g, "Softmax", "probabilities", "logits", "probabilities");
+    const char *output = o->regression ? "prediction" : "probabilities";
+    if (o->regression) {
+        if (m->nclasses != 1 || !(o->target_std > 0) || !isfinite(o->target_mean)) {
+            rc = nl_error_set(err, NL_EINVAL,
+                              "%s: a regression model needs one output and the target's "
+                              "statistics (it has %d outputs)",
+                              path, m->nclasses);
+            goto out;
+        }
+        const char *mul[2] = {"logits", "target.std"}, *add[2] = {"logits/scaled", "target.mean"};
+        init_scalar(&g, "target.std", (float)o->target_std);
+        init_scalar(&g, "target.mean", (float)o->target_mean);
+        node(&g, "Mul", "logits/scaled", mul, 2, "logits/scaled");
+        node(&g, "Add", "prediction", add, 2, "prediction");
+    } else {
+        attr_int(&g, "axis", 1);
+        node1(&g, "Softmax", "probabilities", "logits", "probabilities");
+    }
 
     /* GraphProto: nodes, name, initializers, doc, input, outputs. */
     put_raw(&graph, g.nodes.p, g.nodes.len);
@@ -687,7 +708,7 @@ int nl_onnx_save(const struct nl_model *m, const struct nl_onnx_opts *o, const c
         const int64_t in_dims[3] = {s.c, s.h, s.w}, out_dims[1] = {m->nclasses};
         value_info(&graph, 11, "input", in_dims, 3);
         value_info(&graph, 12, "logits", out_dims, 1);
-        value_info(&graph, 12, "probabilities", out_dims, 1);
+        value_info(&graph, 12, output, out_dims, 1);
     }
 
     /* ModelProto, around the graph. */
@@ -696,6 +717,7 @@ int nl_onnx_save(const struct nl_model *m, const struct nl_onnx_opts *o, const c
     field_str(&head, 3, o->producer_version ? o->producer_version : "");
     field_int(&tmp, 2, OPSET);
     field_msg(&tail, 8, &tmp);
+    metadata(&tail, &tmp, "nnlab.task", o->regression ? "regression" : "classification");
     metadata(&tail, &tmp, "nnlab.input",
              o->scale != 1.0f
                  ? "float [batch, C, H, W]: pixel values 0-255 in the dataset's channel order "

@@ -18,6 +18,12 @@ python3-opencv).
   onnx_check.py raw FILE.onnx INPUT.f32 C H W PROBS.f32
                                          runs a raw float32 batch (pixel values) and compares
                                          with the probabilities nnlab computed
+  onnx_check.py table FILE.onnx ROWS.csv PREDICT.json
+                                         a regression model: runs the rows of a CSV of numeric
+                                         features (a header, the target last) through cv2.dnn and
+                                         compares its "prediction" output with the values of
+                                         `nnlab --json predict RUN --csv ROWS.csv`, within 1e-4
+                                         of the target's scale
 
 Every mode but tree first runs onnx.checker.check_model (full) and strict shape inference and
 checks that the inferred outputs are [batch, classes]. Comparisons: the same top-1 class and
@@ -31,7 +37,7 @@ import numpy as np
 TOL = 1e-4
 
 
-def check_model(path):
+def check_model(path, output="probabilities"):
     import onnx
     model = onnx.load(path)
     onnx.checker.check_model(model, full_check=True)
@@ -41,18 +47,18 @@ def check_model(path):
         shapes[v.name] = [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
     print("# %s: checker and strict shape inference pass; outputs %s" % (
         os.path.basename(path), shapes))
-    probs = shapes.get("probabilities")
+    probs = shapes.get(output)
     if not probs or len(probs) != 2 or probs[0] != "batch":
         print("# unexpected output shape %s" % probs)
         return False
     return True
 
 
-def run(path, batch):
+def run(path, batch, output="probabilities"):
     import cv2
     net = cv2.dnn.readNetFromONNX(path)
     net.setInput(batch)
-    return net.forward("probabilities")
+    return net.forward(output)
 
 
 def compare(got, want, what):
@@ -125,6 +131,23 @@ def raw(path, inp, c, h, w, probs):
     return compare(run(path, x), want, "cv2.dnn against nnlab's forward pass")
 
 
+def table(path, rows_csv, predict_json):
+    rows = np.loadtxt(rows_csv, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
+    x = rows[:, :-1].astype(np.float32).reshape(rows.shape[0], -1, 1, 1)
+    with open(predict_json) as f:
+        want = np.array([p["value"] for p in json.load(f)["predictions"]], dtype=np.float64)
+    got = run(path, x, "prediction").reshape(-1).astype(np.float64)
+    if got.shape != want.shape:
+        print("# %d predictions from cv2.dnn, %d from nnlab" % (got.size, want.size))
+        return False
+    scale = max(1.0, float(np.abs(want).max()))
+    worst = float(np.abs(got - want).max())
+    print("# cv2.dnn against nnlab predict --csv: %d rows, values %.4g to %.4g, max difference "
+          "%.3g (tolerance %.3g)" % (got.size, float(want.min()), float(want.max()), worst,
+                                    TOL * scale))
+    return worst <= TOL * scale
+
+
 def main():
     mode = sys.argv[1]
     if mode == "tree":
@@ -146,6 +169,9 @@ def main():
         with open(sys.argv[2], "w") as f:
             f.write("\n".join(results) + "\n")
         return 0 if all(r == "ok" for r in results) else 1
+    if mode == "table":
+        ok = check_model(sys.argv[2], "prediction")
+        return 0 if table(sys.argv[2], sys.argv[3], sys.argv[4]) and ok else 1
     ok = check_model(sys.argv[2])
     if True:
         a = sys.argv

@@ -452,6 +452,61 @@ static void test_categorical_predict(void)
     like(errtext, "badrow.csv:2:", "names FILE:LINE");
 }
 
+/* ---- A regression dataset in the listing, and its ONNX export ---- */
+
+static void test_listing_and_onnx(void)
+{
+    is_int(nnlab("datasets"), 0, "datasets");
+    like(out, "regress y", "a regression dataset shows its task and target, not a class count");
+    ok(count(out, "1 class") == 0, "no regression dataset is '1 class'");
+    like(out, "2 classes", "a classification dataset shows its classes");
+    is_int(nnlab("--json datasets"), 0, "datasets --json");
+    like(out, "\"name\":\"reg-mean\",\"kind\":\"csv\",\"shape\":[8,1,1],\"train\":",
+         "--json: a regression dataset has no class count");
+    like(out, "\"task\":\"regression\",\"target\":\"y\",\"source\":", "but its task and target");
+    like(out, "\"classes\":2,\"train\":", "a classification dataset has its classes");
+    like(out, "\"task\":\"classification\",\"source\":", "and its task");
+    is_int(nnlab("show reg-mean"), 0, "show");
+    like(out, "regression of 'y'", "show names the task and the target");
+
+    /* Numeric features only, so that the raw rows are the ONNX graph's input as they are. */
+    FILE *f = fopen(at("lin.csv"), "w"), *r = fopen(at("lrows.csv"), "w");
+    srand(11);
+    fprintf(f, "a,b,c,price\n");
+    fprintf(r, "a,b,c,price\n");
+    for (int i = 0; i < 600; i++) {
+        double a = 10.0 + 3.0 * gauss(), b = gauss(), c = 100.0 * gauss();
+        double y = 500.0 + 40.0 * a - 25.0 * b * b + 0.3 * c + 5.0 * gauss();
+        fprintf(i < 40 ? r : f, "%.4f,%.4f,%.4f,%.4f\n", a, b, c, y);
+    }
+    fclose(f);
+    fclose(r);
+    write_text(at("mlp"), "fc1: dense 16\nact: tanh\nfc2: dense N\n");
+    is_int(nnlab("import lin '%s' --task regression --val 0.1 --test 0.1", at("lin.csv")), 0,
+           "import a numeric regression CSV");
+    is_int(nnlab("train --data lin --model '%s' --epochs 10 --batch 32 --optim adam --lr 0.01 "
+                 "--name lin-mlp --quiet",
+                 at("mlp")),
+           0, "an MLP trains on it");
+    is_int(nnlab("--json predict lin-mlp --csv '%s'", at("lrows.csv")), 0, "predict --csv --json");
+    const double first = json_value(out, "value");
+    ok(first > 300.0 && first < 1200.0, "values in the target's units (%.1f)", first);
+    write_text(at("predict.json"), out);
+    is_int(nnlab("export lin-mlp '%s'", at("lin.onnx")), 0, "export a regression run to ONNX");
+    if (system("/usr/bin/python3 -c 'import onnx, cv2, numpy' >/dev/null 2>&1") != 0) {
+        diag("/usr/bin/python3 lacks onnx, cv2 or numpy: the ONNX output is not checked");
+        return;
+    }
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/onnx_check.py' table '%s' '%s' '%s'",
+             getenv("NNLAB_SOURCE_ROOT") ? getenv("NNLAB_SOURCE_ROOT") : ".", at("lin.onnx"),
+             at("lrows.csv"), at("predict.json"));
+    fflush(stdout);
+    ok(system(cmd) == 0,
+       "the ONNX graph's de-standardised prediction equals nnlab predict --csv (onnx checker, "
+       "cv2.dnn)");
+}
+
 int main(void)
 {
     bin = getenv("NNLAB_BIN");
@@ -470,6 +525,7 @@ int main(void)
     test_regression();
     test_missing();
     test_categorical_predict();
+    test_listing_and_onnx();
 
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

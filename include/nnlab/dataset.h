@@ -59,8 +59,10 @@ struct nl_dataset_info {
     struct nl_shape shape;
     int nclasses;
     uint32_t count[NL_NSPLITS];
-    uint64_t bytes; /* of all samples */
-    int nvocab;     /* text datasets: the vocabulary's size, padding and out-of-vocabulary in */
+    uint64_t bytes;   /* of all samples */
+    int nvocab;       /* text datasets: the vocabulary's size, padding and out-of-vocabulary in */
+    int regression;   /* a CSV imported with --task regression: one "class", the target */
+    char target[128]; /* regression: the target column's name */
 };
 
 /* What an import stores as the dataset's mean and std: the train split's per-channel

@@ -17,6 +17,11 @@ struct nl_onnx_opts {
     const char *const *class_names; /* (m->nclasses) stored as metadata; may be NULL */
     const char *producer_version;   /* e.g. "0.9.0"; may be NULL */
     const char *doc;                /* the graph's doc_string (run, dataset); may be NULL */
+    /* A regression model (one output, the standardised target): the graph's output is
+     * "prediction" [batch, 1] = logits * target_std + target_mean, in the target's units, in
+     * place of "probabilities". */
+    int regression;
+    double target_mean, target_std;
 };
 
 /* Writes m as ONNX to path (atomically: a temporary file renamed into place). Refuses, naming
