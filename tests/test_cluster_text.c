@@ -1,0 +1,163 @@
+/* A text dataset on an SSH cluster, end to end, through the real binary and a private sshd on
+ * 127.0.0.1 (tests/sshd.h): a synthetic review corpus (three classes of documents that mix class
+ * words, some Greek and Cyrillic, into common ones) imports from CSV with --text; embedbag trains
+ * on it locally, on 1 worker and on 2 workers. The token ids travel in the partitions and the
+ * embedding's gradient is exchanged like any other: 2 workers follow 1 worker's loss curve within
+ * 1e-4 (the same data order, the same mathematics), and the cluster's test accuracy is the local
+ * run's within 0.03 (a local run shuffles its data in another order). No worker is left. */
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sshd.h"
+#include "tap.h"
+
+enum { NCLASS = 3, NDOCS = 300, EPOCHS = 3 }; /* NDOCS per class */
+
+static struct sshd sd;
+static const char *bin;
+static char out[1 << 16], errtext[1 << 16];
+
+static const char *const class_names[NCLASS] = {"neg", "neutral", "pos"};
+static const char *const common[] = {
+    "the",    "a",     "film",   "movie", "plot", "actor",  "story", "scene", "was",
+    "is",     "and",   "of",     "it",    "this", "really", "just",  "very",  "Film",
+    "camera", "music", "ending", "CAST",  "role", "script", "είναι", "это",   "director",
+};
+static const char *const words[NCLASS][6] = {
+    {"awful", "boring", "terrible", "Worst", "ужасно", "κακό"},
+    {"average", "okay", "fine", "mediocre", "обычно", "μέτριο"},
+    {"great", "wonderful", "superb", "Loved", "отлично", "υπέροχο"},
+};
+
+/* Runs nnlab --db DIR/db ARGS with its output in out and errtext (on one line). Returns the exit
+ * status. */
+static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int nnlab(const char *fmt, ...)
+{
+    char args[2048], cmd[4096], path[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", bin,
+             sd.dir, args, sd.dir, sd.dir);
+    int st = system(cmd);
+    snprintf(path, sizeof path, "%s/out", sd.dir);
+    char *t = sshd_read(path);
+    snprintf(out, sizeof out, "%s", t ? t : "");
+    snprintf(path, sizeof path, "%s/err", sd.dir);
+    t = sshd_read(path);
+    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
+    for (char *c = errtext; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* DIR/reviews.csv (id,review,sentiment): NDOCS documents of each class, 10 to 50 words, about
+ * one word in five a class word, commas inside the quoted text. */
+static void write_corpus(void)
+{
+    const int ncommon = (int)(sizeof common / sizeof common[0]);
+    struct nl_rng r;
+    char path[512];
+    nl_rng_seed(&r, 5);
+    snprintf(path, sizeof path, "%s/reviews.csv", sd.dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return;
+    fputs("id,review,sentiment\n", f);
+    for (int i = 0; i < NDOCS * NCLASS; i++) {
+        const int k = i % NCLASS, nwords = 10 + (int)(nl_rng_next(&r) % 41);
+        fprintf(f, "%d,\"", i);
+        for (int w = 0; w < nwords; w++) {
+            const char *word = nl_rng_next(&r) % 5 == 0 ? words[k][nl_rng_next(&r) % 6]
+                                                        : common[nl_rng_next(&r) % ncommon];
+            fprintf(f, "%s%s", w ? (nl_rng_next(&r) % 7 == 0 ? ", " : " ") : "", word);
+        }
+        fprintf(f, "!\",%s\n", class_names[k]);
+    }
+    fclose(f);
+}
+
+/* The "train_loss" values of the epoch lines in out. */
+static int losses(double *v, int max)
+{
+    int n = 0;
+    for (const char *p = out; n < max && (p = strstr(p, "\"train_loss\":")); p++)
+        v[n++] = strtod(p + 13, NULL);
+    return n;
+}
+
+static double done_value(const char *key)
+{
+    const char *done = strstr(out, "\"event\":\"done\"");
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = done ? strstr(done, pat) : NULL;
+    return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+int main(void)
+{
+    static const char *const where[3] = {"locally", "on 1 worker", "on 2 workers"};
+    double curve[3][EPOCHS] = {{0}}, acc[3] = {0};
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        skip_all("NNLAB_BIN does not name the nnlab binary");
+    signal(SIGPIPE, SIG_IGN);
+    char probe[700];
+    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
+    if (system(probe) != 0)
+        skip_all("this nnlab was built without cluster mode (libssh)");
+    const char *why = sshd_start(&sd);
+    if (why) {
+        sshd_stop(&sd);
+        skip_all("%s", why);
+    }
+    write_corpus();
+    is_int(nnlab("import --text review --label sentiment --vocab 300 --max-len 48 --val 0.1 "
+                 "--test 0.2 reviews '%s/reviews.csv'",
+                 sd.dir),
+           0, "the review corpus imports from CSV: %s", errtext);
+    like(out, "3 classes", "with its three classes");
+
+    for (int n = 0; n < 3; n++) {
+        char hosts[700] = "";
+        if (n)
+            snprintf(hosts, sizeof hosts, "--ssh-config '%s/ssh_config' --hosts %s", sd.dir,
+                     n == 1 ? "node1" : "node1:1,node2:1");
+        is_int(nnlab("--json train --data reviews --model embedbag --epochs %d --batch 32 "
+                     "--lr 0.1 --seed 7 %s",
+                     EPOCHS, hosts),
+               0, "embedbag trains %s: %s", where[n], errtext);
+        is_int(losses(curve[n], EPOCHS), EPOCHS, "%s: one epoch line per epoch", where[n]);
+        acc[n] = done_value("test_accuracy");
+        diag("%-13s train loss %.6f %.6f %.6f, test accuracy %.4f", where[n], curve[n][0],
+             curve[n][1], curve[n][2], acc[n]);
+        if (n)
+            ok(sshd_no_workers_left(&sd, 5), "no worker is left after the run %s", where[n]);
+    }
+    like(out, "\"workers\":[{\"host\":\"node1\"", "the 2-worker run's epochs carry its workers");
+    ok(curve[0][EPOCHS - 1] < 0.9 * curve[0][0], "the loss falls locally: %.4f -> %.4f",
+       curve[0][0], curve[0][EPOCHS - 1]);
+    double worst = 0;
+    for (int e = 0; e < EPOCHS; e++)
+        worst = fmax(worst, fabs(curve[2][e] - curve[1][e]));
+    ok(curve[1][0] > 0 && worst < 1e-4,
+       "2 workers follow 1 worker's loss curve within 1e-4 (largest difference %.3g)", worst);
+    ok(acc[0] >= 0.9, "the local run reaches %.4f test accuracy (>= 0.9)", acc[0]);
+    ok(fabs(acc[1] - acc[0]) <= 0.03 && fabs(acc[2] - acc[0]) <= 0.03,
+       "the cluster's test accuracy is the local run's within 0.03 (%.4f, %.4f; local %.4f)",
+       acc[1], acc[2], acc[0]);
+
+    sshd_stop(&sd);
+    return done_testing();
+}
