@@ -35,6 +35,7 @@ static const struct nl_layer_ops *const kinds[] = {
     &nl__maxpool1d_ops,
     &nl__lstm_ops,
     &nl__gru_ops,
+    &nl__embedcols_ops,
     NULL,
 };
 

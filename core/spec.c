@@ -34,6 +34,9 @@
  *     maxpool1d K             keys: stride= pad= in=
  *     lstm UNITS, gru UNITS   recurrent layers over a sequence; key: states=last|all (default
  *                             last: the final hidden state; all: every step's, UNITS x 1 x L) in=
+ *     embed-columns DIM       a table's embedded categorical columns (core/csv.c): each of the
+ *                             last K inputs, a row id, becomes DIM learned floats; keys:
+ *                             columns=K vocab=R (the rows; both from nnlab show) init= in=
  *     globalavgpool1d, globalmaxpool1d  over a sequence's steps; in=x,input leaves out the steps
  *                             whose token is padding
  *     relu, relu6, tanh, sigmoid, flatten, gelu, softmax, globalavgpool, and any other kind of
@@ -89,6 +92,7 @@ enum key {
     KEY_EPS = 1 << 7,
     KEY_VOCAB = 1 << 8,
     KEY_STATES = 1 << 9,
+    KEY_COLUMNS = 1 << 10,
 };
 
 static const struct {
@@ -97,7 +101,7 @@ static const struct {
 } keys[] = {
     {"stride", KEY_STRIDE}, {"pad", KEY_PAD},       {"bias", KEY_BIAS},         {"init", KEY_INIT},
     {"in", KEY_IN},         {"groups", KEY_GROUPS}, {"momentum", KEY_MOMENTUM}, {"eps", KEY_EPS},
-    {"vocab", KEY_VOCAB},   {"states", KEY_STATES},
+    {"vocab", KEY_VOCAB},   {"states", KEY_STATES}, {"columns", KEY_COLUMNS},
 };
 
 enum args { ARGS_NONE, ARGS_CONV, ARGS_DENSE, ARGS_POOL, ARGS_DROPOUT, ARGS_SLOPE };
@@ -129,6 +133,7 @@ static const struct syntax syntaxes[] = {
     {"maxpool1d", ARGS_POOL, 1, KEY_STRIDE | KEY_PAD | KEY_IN, "a window"},
     {"lstm", ARGS_DENSE, 1, KEY_INIT | KEY_IN | KEY_STATES, "a unit count"},
     {"gru", ARGS_DENSE, 1, KEY_INIT | KEY_IN | KEY_STATES, "a unit count"},
+    {"embed-columns", ARGS_DENSE, 1, KEY_INIT | KEY_IN | KEY_VOCAB | KEY_COLUMNS, "a dimension"},
 };
 
 static const struct syntax plain_syntax = {NULL, ARGS_NONE, 0, KEY_IN, "no arguments"};
@@ -570,6 +575,8 @@ static int set_key(struct parser *ps, int index, const struct syntax *syn, char 
     }
     case KEY_VOCAB:
         return parse_count(ps, value, "vocabulary size", 2, &l->vocab);
+    case KEY_COLUMNS:
+        return parse_count(ps, value, "column count", 1, &l->columns);
     case KEY_STATES:
         if (strcmp(value, "last") == 0 || strcmp(value, "all") == 0) {
             l->all_states = value[0] == 'a';

@@ -452,6 +452,99 @@ static void test_categorical_predict(void)
     like(errtext, "badrow.csv:2:", "names FILE:LINE");
 }
 
+/* ---- embed-columns: the layer against finite differences ---- */
+
+/* sum(y * r) of the layer on in with weights w. */
+static double embed_loss(const struct nl_layer *l, const float *in, const float *w, const float *r,
+                         int n, float *y)
+{
+    struct nl_fwd f = {.n = n, .in = {in}, .out = y, .w = w};
+    l->ops->forward(l, &f);
+    double sum = 0;
+    for (size_t i = 0; i < (size_t)n * nl_shape_size(l->out); i++)
+        sum += (double)y[i] * r[i];
+    return sum;
+}
+
+static void test_embed_columns_layer(void)
+{
+    enum { N = 5, F = 6, K = 2, DIM = 3, ROWS = 7 };
+    struct nl_layer l = {.ninputs = 1, .units = DIM, .columns = K, .vocab = ROWS};
+    struct nl_error err = {0};
+    float in[N * F], w[ROWS * DIM], dw[ROWS * DIM] = {0}, din[N * F] = {0};
+    float y[N * (F - K + K * DIM)], r[N * (F - K + K * DIM)];
+    unsigned char rows[ROWS] = {0};
+
+    snprintf(l.name, sizeof l.name, "emb");
+    l.ops = nl_layer_kind("embed-columns");
+    l.in[0] = (struct nl_shape){F, 1, 1};
+    ok(l.ops && l.ops->setup(&l, &err) == 0, "embed-columns sets up: %s", err.msg);
+    if (!l.ops || err.code)
+        return;
+    is_int(l.out.c, F - K + K * DIM, "out: the features, then DIM floats per column");
+    is_int(l.params[0].dims[0] * 100 + l.params[0].dims[1], ROWS * 100 + DIM,
+           "weight [rows, DIM], as nn.Embedding");
+    /* Features, then row ids: each column's block (column 0: rows 0-3, column 1: rows 4-6), with
+     * an unknown row (0), an id past the table and one that is not an integer (both read 0). */
+    static const float ids[N][K] = {{1, 4}, {3, 6}, {0, 5}, {9, 4}, {2.5f, 6}};
+    for (int s = 0; s < N; s++) {
+        for (int i = 0; i < F - K; i++)
+            in[s * F + i] = (float)((s * 7 + i * 3) % 11 - 5) / 4.0f;
+        in[s * F + F - 2] = ids[s][0];
+        in[s * F + F - 1] = ids[s][1];
+    }
+    for (int i = 0; i < ROWS * DIM; i++)
+        w[i] = (float)((i * 5) % 13 - 6) / 6.0f;
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
+        r[i] = (float)((int)(i * 7 % 11) - 5) / 5.0f;
+    embed_loss(&l, in, w, r, N, y);
+    const int width = F - K + K * DIM;
+    ok(memcmp(y + width + F - K + DIM, w + 6 * DIM, DIM * sizeof *w) == 0 &&
+           memcmp(y + 3 * width + F - K, w, DIM * sizeof *w) == 0,
+       "an id reads its row; an id past the table reads row 0");
+    struct nl_bwd b = {
+        .n = N, .in = {in}, .out = y, .dout = r, .din = {din}, .w = w, .dw = dw, .rows = rows};
+    l.ops->backward(&l, &b);
+    double worst = 0;
+    const double h = 1e-2;
+    float tmp[sizeof y / sizeof y[0]];
+    for (int i = 0; i < ROWS * DIM; i++) {
+        const float saved = w[i];
+        w[i] = saved + (float)h;
+        double lp = embed_loss(&l, in, w, r, N, tmp);
+        w[i] = saved - (float)h;
+        double lm = embed_loss(&l, in, w, r, N, tmp);
+        w[i] = saved;
+        double fd = (lp - lm) / (2 * h);
+        worst = fmax(worst, fabs(fd - dw[i]) / fmax(fmax(fabs(fd), fabs(dw[i])), 1e-2));
+    }
+    ok(worst < 1e-3, "the weight's gradient against central differences (worst %.3g)", worst);
+    worst = 0;
+    for (int s = 0; s < N; s++)
+        for (int i = 0; i < F - K; i++) {
+            float *x = &in[s * F + i];
+            const float saved = *x;
+            *x = saved + (float)h;
+            double lp = embed_loss(&l, in, w, r, N, tmp);
+            *x = saved - (float)h;
+            double lm = embed_loss(&l, in, w, r, N, tmp);
+            *x = saved;
+            double fd = (lp - lm) / (2 * h), g = din[s * F + i];
+            worst = fmax(worst, fabs(fd - g) / fmax(fmax(fabs(fd), fabs(g)), 1e-2));
+        }
+    ok(worst < 1e-3, "the features' gradient against central differences (worst %.3g)", worst);
+    int zero = 1;
+    for (int s = 0; s < N; s++)
+        zero &= din[s * F + F - 2] == 0.0f && din[s * F + F - 1] == 0.0f;
+    ok(zero, "the ids get no gradient");
+    ok(rows[0] && rows[1] && rows[3] && rows[4] && rows[5] && rows[6] && !rows[2],
+       "backward marks the rows it added to");
+    struct nl_layer bad = l;
+    bad.columns = 0;
+    ok(l.ops->setup(&bad, &err) != 0 && strstr(err.msg, "columns=K"),
+       "without columns= the layer says what it needs: %s", err.msg);
+}
+
 /* ---- A regression dataset in the listing, and its ONNX export ---- */
 
 static void test_listing_and_onnx(void)
@@ -511,6 +604,7 @@ int main(void)
 {
     bin = getenv("NNLAB_BIN");
     test_losses();
+    test_embed_columns_layer();
     if (!bin || access(bin, X_OK) != 0) {
         diag("NNLAB_BIN does not name the nnlab binary: the command-line checks are skipped");
         return done_testing();

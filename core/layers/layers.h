@@ -31,6 +31,7 @@ extern const struct nl_layer_ops nl__conv1d_ops;
 extern const struct nl_layer_ops nl__maxpool1d_ops;
 extern const struct nl_layer_ops nl__lstm_ops;
 extern const struct nl_layer_ops nl__gru_ops;
+extern const struct nl_layer_ops nl__embedcols_ops;
 
 /* Fills err with "layer 'NAME' (line L): " and the formatted text (no line part when l->line is
  * 0) and returns NL_EINVAL. */

@@ -16,7 +16,14 @@
  * conv1d FILTERS K: weight [F, C, K] and bias [F] as nn.Conv1d; stride=S, pad=P (both ends).
  *   It is conv (core/layers/conv.c) on (C, 1, L) with a 1 x K window: the same floats, with
  *   PyTorch's three-dimensional weight shape.
- * maxpool1d K: maxpool with a 1 x K window (stride K unless given). */
+ * maxpool1d K: maxpool with a 1 x K window (stride K unless given).
+ * embed-columns DIM columns=K vocab=R: a table's categorical columns of many levels (see the top
+ *   of core/csv.c). in (n, F) (any shape, read flat): F - K features, then K row ids (integers
+ *   held as floats, not standardised) into one table weight [R, DIM] that the K columns share,
+ *   each column its own block of rows; out (n, F - K + K * DIM, 1, 1): the features as they
+ *   are, then each id's row, in column order. An id that is not an integer in [0, R) reads row
+ *   0. din: the features' gradient passes through; the ids get none. Backward adds each row's
+ *   gradient to dw and marks it in nl_bwd.rows when given. */
 #include <string.h>
 
 #include "layers.h"
@@ -344,4 +351,97 @@ const struct nl_layer_ops nl__maxpool1d_ops = {
     .setup = maxpool1d_setup,
     .forward = maxpool1d_forward,
     .backward = maxpool1d_backward,
+};
+
+/* ---- embed-columns -------------------------------------------------------------------------- */
+
+static int embedcols_setup(struct nl_layer *l, struct nl_error *err)
+{
+    int rc = nl__layer_begin(l, err);
+
+    if (rc < 0)
+        return rc;
+    const size_t f = nl_shape_size(l->in[0]);
+    if (l->units <= 0)
+        return nl__layer_fail(l, err, "embed-columns needs a positive dimension, not %d", l->units);
+    if (l->columns < 1 || (size_t)l->columns > f)
+        return nl__layer_fail(l, err,
+                              "embed-columns needs columns=K, the embedded columns of the dataset "
+                              "(1 to its %zu inputs; nnlab show DATASET gives K)",
+                              f);
+    if (l->vocab < 2)
+        return nl__layer_fail(l, err,
+                              "embed-columns needs vocab=R, the rows of the dataset's embedded "
+                              "levels (nnlab show DATASET gives R)");
+    const size_t out = f - (size_t)l->columns + (size_t)l->columns * (size_t)l->units;
+    if (out > (1u << 30) || (size_t)l->vocab * (size_t)l->units > (1ull << 34))
+        return nl__layer_fail(l, err, "embed-columns of %d x %d is too large", l->vocab, l->units);
+    l->out = (struct nl_shape){(int)out, 1, 1};
+    int dims[4] = {l->vocab, l->units};
+    /* Xavier over (1, DIM): one row is read per column. */
+    nl__layer_add_param(l, "weight", 2, dims, 1, l->units, l->init);
+    return 0;
+}
+
+/* The row an id names; 0 (unknown) for anything else. */
+static int column_row(float v, int rows)
+{
+    if (!(v >= 0.0f && v < (float)rows))
+        return 0;
+    int id = (int)v;
+    return (float)id == v ? id : 0;
+}
+
+static void embedcols_forward(const struct nl_layer *l, const struct nl_fwd *f)
+{
+    const size_t in = nl_shape_size(l->in[0]), out = nl_shape_size(l->out);
+    const int k = l->columns, dim = l->units;
+    const size_t plain = in - (size_t)k;
+
+    for (int s = 0; s < f->n; s++) {
+        const float *x = f->in[0] + (size_t)s * in;
+        float *y = f->out + (size_t)s * out;
+        memcpy(y, x, plain * sizeof *y);
+        for (int c = 0; c < k; c++)
+            memcpy(y + plain + (size_t)c * dim,
+                   f->w + (size_t)column_row(x[plain + c], l->vocab) * dim,
+                   (size_t)dim * sizeof *y);
+    }
+}
+
+static void embedcols_backward(const struct nl_layer *l, const struct nl_bwd *b)
+{
+    const size_t in = nl_shape_size(l->in[0]), out = nl_shape_size(l->out);
+    const int k = l->columns, dim = l->units;
+    const size_t plain = in - (size_t)k;
+
+    for (int s = 0; s < b->n; s++) {
+        const float *x = b->in[0] + (size_t)s * in;
+        const float *g = b->dout + (size_t)s * out;
+        if (b->din[0]) {
+            float *dx = b->din[0] + (size_t)s * in;
+            for (size_t i = 0; i < plain; i++)
+                dx[i] += g[i];
+        }
+        if (!b->dw)
+            continue;
+        for (int c = 0; c < k; c++) {
+            const int row = column_row(x[plain + c], l->vocab);
+            float *dw = b->dw + (size_t)row * dim;
+            const float *gc = g + plain + (size_t)c * dim;
+            if (b->rows)
+                b->rows[row] = 1;
+            for (int d = 0; d < dim; d++)
+                dw[d] += gc[d];
+        }
+    }
+}
+
+const struct nl_layer_ops nl__embedcols_ops = {
+    .kind = "embed-columns",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .setup = embedcols_setup,
+    .forward = embedcols_forward,
+    .backward = embedcols_backward,
 };

@@ -88,6 +88,7 @@ struct nl_layer {
     enum nl_lowering lowering; /* conv, gconv: AUTO, or a forced lowering */
     int vocab;                 /* embedding: rows (token ids); 0: the model's (the dataset's) */
     int all_states;            /* lstm, gru: output every step's hidden state, not the last */
+    int columns;               /* embed-columns: the last inputs, row ids of a table's columns */
 
     /* Wiring: indices of earlier layers, -1 for the model's input. */
     int ninputs;
