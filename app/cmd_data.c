@@ -76,6 +76,7 @@ int cmd_import(int argc, char **argv)
         {"normalise", required_argument, NULL, 'N'},
         {"task", required_argument, NULL, 'y'},
         {"categorical", required_argument, NULL, 'C'},
+        {"embed-levels", required_argument, NULL, 'E'},
         {"missing", required_argument, NULL, 'M'},
         {"text", required_argument, NULL, 'x'},
         {"vocab", required_argument, NULL, 'V'},
@@ -154,6 +155,13 @@ int cmd_import(int argc, char **argv)
         case 'C':
             io.categorical = optarg;
             break;
+        case 'E': {
+            long v;
+            if (!parse_int(optarg, 1, 65536L, &v))
+                return usage_error("import", "--embed-levels %s: want a positive integer", optarg);
+            io.embed_levels = (int)v;
+            break;
+        }
         case 'M':
             if (nl_missing_parse(optarg) < 0)
                 return usage_error("import", "--missing %s: want error, drop, mean, median or mode",
@@ -349,7 +357,10 @@ static void show_columns(const struct nl_dataset *d)
                 printf("%s%s", k ? ", " : ": ", nl_term_str(nb, sizeof nb, c.top[k]));
             if (c.kept > 8 || c.levels > c.kept)
                 printf(", ...");
-            printf(" (%d inputs)", c.features);
+            if (c.embedded)
+                printf(" (embedded: rows %d to %d, %d unknown)", c.row + 1, c.row + c.kept, c.row);
+            else
+                printf(" (%d inputs)", c.features);
         } else if (strcmp(c.kind, "label") != 0) {
             printf("mean %.4g, std %.4g, min %.4g, max %.4g", c.mean, c.std, c.min, c.max);
         }
@@ -359,6 +370,11 @@ static void show_columns(const struct nl_dataset *d)
             printf(" (filled with %s)", nl_term_str(nb, sizeof nb, c.fill));
         printf("\n");
     }
+    int first, columns, rows;
+    if (nl_table_embedded(t, &first, &columns, &rows))
+        printf("\nembedded: %d column%s (inputs %d to %d, the last), %d rows; a model starts with "
+               "'embed-columns DIM columns=%d vocab=%d'\n",
+               columns, columns == 1 ? "" : "s", first + 1, first + columns, rows, columns, rows);
     nl_table_free(t);
 }
 

@@ -27,6 +27,25 @@
  * one-hot block is the column's learned encoding. Every model input, one-hot slots included, is
  * then standardised with the train split's per-input mean and std, at train, eval and predict.
  *
+ * Embedded columns (--embed-levels N, nl_import_opts.embed_levels): one-hot for few levels, a
+ * learned embedding for many. A categorical column with more than N train levels becomes one
+ * input instead of a one-hot block: its level's row id in one table that every embedded column
+ * shares, each column its own block of rows. A column's block starts with its "unknown" row
+ * (levels not in the train split, and at predict time levels never seen, reported once per
+ * column; an empty field filled by --missing mean/median/mode takes its most frequent level),
+ * then one row per train level in slot order (most frequent first, ties in text order). The
+ * embedded inputs come after every other input, in column order; the record's "embedded"
+ * {first, columns, rows} says where they are and how many rows the table has, and each such
+ * column says "embedded": true and "row", its block's first row. Row ids are integers held as
+ * floats (exact below 2^24 rows) and are never standardised: nl_dataset_load gives those inputs
+ * mean 0 and std 1 whatever the import's statistics of the ids were. The table lives in the
+ * model: an `embed-columns DIM columns=K vocab=R` layer (core/layers/seq.c) first in the spec,
+ * with K and R from `nnlab show`, maps each id to DIM learned floats after the other inputs;
+ * its weight [R, DIM] is in the flat parameter vector like any layer's, so it trains locally
+ * and on a cluster alike and exports to safetensors as LAYER.weight (it has no ONNX form). The
+ * layer's configuration is in the spec's text, which travels with a run to every worker and is
+ * kept in the run's record, so nothing else has to carry it.
+ *
  * Missing values (an empty field): --missing error (the default) refuses them with FILE:LINE;
  * drop drops the row (listed in the record's dropped_lines); mean, median and mode fill a numeric
  * column with the train split's mean, median or most frequent value, and a categorical column,
@@ -40,13 +59,14 @@
  * into the store as float32 samples of shape (F, 1, 1), F the model inputs.
  *
  * The preprocessing record (JSON) says all of it, for nnlab show and for predicting from rows:
- * "task", "missing", "onehot_max", "target" {column, mean, std} for regression, "feature_names"
- * (NAME, NAME=LEVEL, NAME=(other)), and "columns": per column of the file in order its name, kind
- * ("numeric", "categorical", "label" or "target"), missing count, the train statistics (numeric
- * and target: mean, std, min, max; categorical: "levels", the count of train levels, and "slots",
- * the kept levels in slot order), "fill" where empty fields are filled (every feature column
- * under mean, median and mode, so that predict fills rows alike), and "first", its first model
- * input. */
+ * "task", "missing", "onehot_max", "target" {column, mean, std} for regression, "embed_levels"
+ * and "embedded" {first, columns, rows} where columns are embedded, "feature_names" (NAME,
+ * NAME=LEVEL, NAME=(other), NAME=(row id)), and "columns": per column of the file in order its
+ * name, kind ("numeric", "categorical", "label" or "target"), missing count, the train
+ * statistics (numeric and target: mean, std, min, max; categorical: "levels", the count of train
+ * levels, "slots", the kept levels in slot order, and "embedded" and "row" for an embedded one),
+ * "fill" where empty fields are filled (every feature column under mean, median and mode, so
+ * that predict fills rows alike), and "first", its first model input. */
 #include "import_internal.h"
 
 #include <errno.h>
@@ -409,6 +429,8 @@ struct column {
     int *slot;         /* (L.n) categorical: the slot of each level */
     int *top;          /* (kept) categorical: level ids by slot */
     int ntrain_levels; /* categorical: levels present in the train split */
+    int embedded;      /* categorical: one input, its level's row id (slot: row in its block) */
+    int row;           /* embedded: the first row of its block, the unknown level's */
 };
 
 struct import_csv {
@@ -421,6 +443,7 @@ struct import_csv {
     float *row_target;  /* (nrows) regression targets */
     size_t label_cap, target_cap;
     uint32_t nrows, skipped, dropped;
+    int embed_first, nembed, table_rows;      /* the embedded columns' inputs and their table */
     double t_n, t_sum, t_sumsq, t_min, t_max; /* regression: the train split's targets */
     struct nl_text skipped_json, dropped_json;
 };
@@ -872,16 +895,41 @@ static int encode_columns(struct import_csv *im, struct nl_error *err)
         col->ntrain_levels = 0;
         for (int k = 0; k < col->L.n; k++)
             col->ntrain_levels += col->count[k] > 0;
-        col->kept = col->ntrain_levels < NL_CSV_ONEHOT_MAX ? col->ntrain_levels : NL_CSV_ONEHOT_MAX;
+        col->embedded = im->opts->embed_levels > 0 && col->ntrain_levels > im->opts->embed_levels;
+        col->kept = col->embedded                            ? col->ntrain_levels
+                    : col->ntrain_levels < NL_CSV_ONEHOT_MAX ? col->ntrain_levels
+                                                             : NL_CSV_ONEHOT_MAX;
+        /* One-hot: the slot of each level, kept for the rest ("other"); embedded: the row in
+         * the column's block, 1 + rank for a train level, 0 (unknown) for the others. */
         for (int k = 0; k < col->L.n; k++)
-            col->slot[order[k]] = k < col->kept ? k : col->kept;
+            col->slot[order[k]] = col->embedded   ? (k < col->kept ? k + 1 : 0)
+                                  : k < col->kept ? k
+                                                  : col->kept;
         col->top = order;
         if (im->opts->missing >= NL_MISSING_MEAN && col->kept > 0) {
             col->fill_level = order[0];
             col->has_fill = 1;
         }
-        next += col->kept + 1;
+        if (!col->embedded)
+            next += col->kept + 1;
     }
+    /* The embedded columns' inputs come last, in column order; their blocks of rows follow one
+     * another in one table. */
+    im->embed_first = next;
+    im->table_rows = 0;
+    for (int i = 0; i < im->ncols; i++) {
+        struct column *col = &im->col[i];
+        if (col->kind != COL_CATEGORICAL || !col->embedded)
+            continue;
+        col->first = next++;
+        col->row = im->table_rows;
+        im->table_rows += col->kept + 1;
+        if (im->table_rows > (1 << 24))
+            return nl_error_set(err, NL_EFORMAT,
+                                "%s: the embedded columns have more than %d levels together",
+                                im->c.path, 1 << 24);
+    }
+    im->nembed = next - im->embed_first;
     im->nfeat = next;
     if (next < 1)
         return nl_error_set(err, NL_EFORMAT, "%s: no feature columns", im->c.path);
@@ -906,6 +954,10 @@ static int encode_row(const struct import_csv *im, float *x, struct nl_error *er
             continue;
         }
         int id = *f ? label_find(&col->L, f) : col->fill_level;
+        if (col->embedded) {
+            x[col->first] = (float)(col->row + (id >= 0 ? col->slot[id] : 0));
+            continue;
+        }
         memset(x + col->first, 0, ((size_t)col->kept + 1) * sizeof *x);
         x[col->first + (id >= 0 ? col->slot[id] : col->kept)] = 1.0f;
     }
@@ -961,6 +1013,11 @@ static void describe_columns(const struct import_csv *im, struct nl_text *pre)
     nl_text_printf(pre, ",\"task\":\"%s\",\"missing\":\"%s\",\"onehot_max\":%d",
                    reg ? "regression" : "classification", nl_missing_names[im->opts->missing],
                    NL_CSV_ONEHOT_MAX);
+    if (im->opts->embed_levels > 0)
+        nl_text_printf(pre, ",\"embed_levels\":%d", im->opts->embed_levels);
+    if (im->nembed > 0)
+        nl_text_printf(pre, ",\"embedded\":{\"first\":%d,\"columns\":%d,\"rows\":%d}",
+                       im->embed_first, im->nembed, im->table_rows);
     if (reg) {
         double n = im->t_n > 0 ? im->t_n : 1, mean = im->t_sum / n;
         double var = im->t_sumsq / n - mean * mean;
@@ -1003,6 +1060,8 @@ static void describe_columns(const struct import_csv *im, struct nl_text *pre)
                 nl_text_json_str(pre, col->L.name[col->top[k]]);
             }
             nl_text_printf(pre, "]");
+            if (col->embedded)
+                nl_text_printf(pre, ",\"embedded\":true,\"row\":%d", col->row);
             if (col->has_fill) {
                 nl_text_printf(pre, ",\"fill\":");
                 nl_text_json_str(pre, col->L.name[col->fill_level]);
@@ -1027,6 +1086,14 @@ static void feature_names(const struct import_csv *im, struct nl_text *pre)
         if (col->kind == COL_NUMERIC) {
             nl_text_printf(pre, "%s", any++ ? "," : "");
             nl_text_json_str(pre, col->name);
+            continue;
+        }
+        if (col->embedded) {
+            struct nl_text t = {0};
+            nl_text_printf(&t, "%s=(row id)", col->name);
+            nl_text_printf(pre, "%s", any++ ? "," : "");
+            nl_text_json_str(pre, t.s ? t.s : "");
+            nl_text_free(&t);
             continue;
         }
         for (int k = 0; k <= col->kept; k++) {
@@ -1185,6 +1252,7 @@ struct table_col {
     long missing;
     double mean, std, min, max;
     int levels, kept, first, has_fill, warned;
+    int embedded, row; /* one input: row + 1 + slot, row for a level the import did not keep */
     float fill;
     char *fill_text;
     char **top;      /* (kept) */
@@ -1195,6 +1263,7 @@ struct nl_table {
     const struct nl_dataset *d;
     char sep;
     int header, ncols, label_col, nfeat, regression;
+    int embed_first, nembed, table_rows;
     enum nl_missing missing;
     struct table_col *col; /* (ncols) */
     nl_warn_fn warn;
@@ -1273,7 +1342,14 @@ static int table_column(struct nl_table *t, int i, const struct nl_json *o, stru
             c->fill_text = nl_strdup(fill->string);
             c->has_fill = 1;
         }
-        width = c->kept + 1;
+        const struct nl_json *emb = nl_json_get(o, "embedded");
+        c->embedded = emb && emb->type == NL_JSON_BOOL && emb->boolean;
+        c->row = (int)jnum(o, "row", -1);
+        if (c->embedded && (c->row < 0 || c->row + c->kept + 1 > t->table_rows))
+            return nl_error_set(err, NL_EFORMAT,
+                                "dataset '%s': column '%s' does not fit its table of %d rows", ds,
+                                c->name, t->table_rows);
+        width = c->embedded ? 1 : c->kept + 1;
     } else if (strcmp(c->kind, "numeric") == 0) {
         if (fill && fill->type == NL_JSON_NUMBER) {
             char num[48];
@@ -1319,6 +1395,12 @@ int nl_table_open(struct nl_table **out, const struct nl_dataset *d, nl_warn_fn 
     const struct nl_json *sep = root ? nl_json_get(root, "separator") : NULL;
     const struct nl_json *header = root ? nl_json_get(root, "header") : NULL;
     const struct nl_json *missing = root ? nl_json_get(root, "missing") : NULL;
+    const struct nl_json *emb = root ? nl_json_get(root, "embedded") : NULL;
+    if (emb && emb->type == NL_JSON_OBJECT) {
+        t->embed_first = (int)jnum(emb, "first", 0);
+        t->nembed = (int)jnum(emb, "columns", 0);
+        t->table_rows = (int)jnum(emb, "rows", 0);
+    }
     if (rc == 0 &&
         (!cols || cols->type != NL_JSON_ARRAY || cols->count < 2 || cols->count > MAX_FIELDS))
         rc = nl_error_set(err, NL_EFORMAT,
@@ -1348,6 +1430,14 @@ int nl_table_open(struct nl_table **out, const struct nl_dataset *d, nl_warn_fn 
     return 0;
 }
 
+int nl_table_embedded(const struct nl_table *t, int *first, int *columns, int *rows)
+{
+    *first = t->embed_first;
+    *columns = t->nembed;
+    *rows = t->table_rows;
+    return t->nembed > 0;
+}
+
 int nl_table_columns(const struct nl_table *t)
 {
     return t->ncols;
@@ -1368,9 +1458,11 @@ void nl_table_column(const struct nl_table *t, int col, struct nl_table_column *
         .kept = c->kept,
         .top = (const char *const *)c->top,
         .fill = c->fill_text,
-        .features = col == t->label_col ? 0
-                    : c->top            ? c->kept + 1
-                                        : 1,
+        .features = col == t->label_col      ? 0
+                    : c->top && !c->embedded ? c->kept + 1
+                                             : 1,
+        .embedded = c->embedded,
+        .row = c->row,
     };
 }
 
@@ -1422,10 +1514,14 @@ static int table_fields(struct nl_table *t, const struct nl_csv *rec, const char
             char msg[NL_ERR_MAX];
             snprintf(msg, sizeof msg,
                      "%s: column '%.100s': level '%.60s' was not among the train split's "
-                     "levels the model knows; such levels count as the column's other level",
-                     where, c->name, s);
+                     "levels the model knows; such levels count as the column's %s level",
+                     where, c->name, s, c->embedded ? "unknown" : "other");
             t->warn(t->ud, msg);
             c->warned = 1;
+        }
+        if (c->embedded) {
+            t->raw[c->first] = (float)(c->row + (id >= 0 ? id + 1 : 0));
+            continue;
         }
         memset(t->raw + c->first, 0, ((size_t)c->kept + 1) * sizeof *t->raw);
         t->raw[c->first + (id >= 0 ? id : c->kept)] = 1.0f;

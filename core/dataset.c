@@ -368,17 +368,36 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
     return rc;
 }
 
-/* A regression dataset's task and target statistics, from its preprocessing record. */
+/* A regression dataset's task and target statistics, from its preprocessing record; a table's
+ * embedded columns, whose inputs are row ids (core/csv.c) that no standardisation may touch:
+ * their mean is 0 and their std 1, whatever the import's statistics of the ids were. */
 static int load_task(struct nl_dataset *d, struct nl_error *err)
 {
     struct nl_json_doc *doc = NULL;
 
-    if (strcmp(d->kind, "csv") != 0 || !strstr(d->preprocessing, "\"regression\""))
+    if (strcmp(d->kind, "csv") != 0 ||
+        (!strstr(d->preprocessing, "\"regression\"") && !strstr(d->preprocessing, "\"embedded\"")))
         return 0;
     int rc = nl_json_parse(&doc, d->preprocessing, strlen(d->preprocessing), d->name, err);
     if (rc)
         return rc;
     const struct nl_json *root = nl_json_root(doc), *task = nl_json_get(root, "task");
+    const struct nl_json *emb = nl_json_get(root, "embedded");
+    if (emb && emb->type == NL_JSON_OBJECT) {
+        const struct nl_json *first = nl_json_get(emb, "first"), *n = nl_json_get(emb, "columns");
+        if (!first || !first->is_integer || !n || !n->is_integer || first->integer < 0 ||
+            n->integer < 1 || first->integer + n->integer > d->nnorm) {
+            nl_json_free(doc);
+            return nl_error_set(err, NL_EFORMAT,
+                                "dataset '%s': its embedded columns do not fit its %d inputs; "
+                                "remove it and import it again",
+                                d->name, d->nnorm);
+        }
+        for (int64_t k = first->integer; k < first->integer + n->integer; k++) {
+            d->mean[k] = 0.0f;
+            d->std[k] = 1.0f;
+        }
+    }
     const struct nl_json *target = nl_json_get(root, "target");
     const struct nl_json *mean = target ? nl_json_get(target, "mean") : NULL;
     const struct nl_json *std = target ? nl_json_get(target, "std") : NULL;

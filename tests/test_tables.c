@@ -545,6 +545,79 @@ static void test_embed_columns_layer(void)
        "without columns= the layer says what it needs: %s", err.msg);
 }
 
+/* ---- A column of 200 levels: embedded against one-hot with "other" ---- */
+
+/* y = the city's effect (200 cities, effects of standard deviation 2) + 0.5 x + noise 0.3. */
+static void write_cities(const char *path, int rows)
+{
+    double effect[200];
+    FILE *f = fopen(path, "w");
+    srand(5);
+    for (int c = 0; c < 200; c++)
+        effect[c] = 2.0 * gauss();
+    fprintf(f, "x,city,y\n");
+    for (int i = 0; i < rows; i++) {
+        const int c = rand() % 200;
+        const double x = gauss();
+        fprintf(f, "%.4f,c%03d,%.4f\n", x, c, effect[c] + 0.5 * x + 0.3 * gauss());
+    }
+    fclose(f);
+}
+
+static void test_embedded(void)
+{
+    write_cities(at("cities.csv"), 6000);
+    is_int(
+        nnlab("import cities-onehot '%s' --task regression --val 0.1 --test 0.2", at("cities.csv")),
+        0, "200 levels, one-hot: the 16 most frequent and other");
+    like(out, "18x1x1", "x and 17 one-hot inputs");
+    is_int(nnlab("import cities '%s' --task regression --val 0.1 --test 0.2 --embed-levels 16",
+                 at("cities.csv")),
+           0, "--embed-levels 16: the column of 200 levels is embedded");
+    like(out, "2x1x1", "x and one row id");
+    is_int(nnlab("show cities"), 0, "show");
+    like(out, "200 levels", "the column's levels");
+    like(out, "(embedded: rows 1 to 200, 0 unknown)", "its rows in the table");
+    like(out, "'embed-columns DIM columns=1 vocab=201'", "and the layer that reads them");
+    like(out, "feature 1: mean 0.0000, std 1.0000", "row ids are not standardised");
+    is_int(nnlab("--json show cities"), 0, "show --json");
+    like(out, "\"embedded\":{\"first\":1,\"columns\":1,\"rows\":201}", "the record says so");
+
+    write_text(at("mlp32"), "fc1: dense 32\nrelu\nfc2: dense N\n");
+    write_text(at("emb32"), "emb: embed-columns 4 columns=1 vocab=201\nfc1: dense 32\nrelu\n"
+                            "fc2: dense N\n");
+    const char *train = "train --data %s --model '%s' --epochs 15 --batch 64 --optim adam "
+                        "--lr 0.01 --seed 2 --name %s --quiet";
+    is_int(nnlab(train, "cities-onehot", at("mlp32"), "cities-oh"), 0, "an MLP on one-hot");
+    is_int(nnlab("--json eval cities-oh"), 0, "eval");
+    const double r2_onehot = json_value(out, "r2");
+    is_int(nnlab(train, "cities", at("emb32"), "cities-emb"), 0,
+           "the MLP after embed-columns 4 on the embedded column");
+    is_int(nnlab("--json eval cities-emb"), 0, "eval");
+    const double r2_embed = json_value(out, "r2");
+    diag("test R2: one-hot with other %.4f, embedded %.4f", r2_onehot, r2_embed);
+    ok(r2_embed > 0.9, "the embedding learns every city's effect: R2 %.4f > 0.9", r2_embed);
+    ok(r2_embed > r2_onehot + 0.3, "and beats one-hot with other (R2 %.4f) by more than 0.3",
+       r2_onehot);
+
+    is_int(nnlab("predict cities-emb --row '0.5,c010' --row '0.5,nowhere' --row '1,elsewhere'"), 0,
+           "predict rows, two with levels the import never saw");
+    is_int(count(out, "\n"), 3, "one value per row");
+    is_int(count(errtext, "warning"), 1, "unseen levels are said once");
+    like(errtext, "count as the column's unknown level", "they read the unknown row");
+    is_int(nnlab("export cities-emb '%s'", at("cities.safetensors")), 0, "safetensors export");
+    FILE *f = fopen(at("cities.safetensors"), "rb");
+    char head[512] = {0};
+    if (f) {
+        if (fread(head, 1, sizeof head - 1, f) == 0)
+            head[0] = '\0';
+        fclose(f);
+    }
+    ok(strstr(head + 8, "\"emb.weight\"") != NULL, "the table is the tensor emb.weight");
+    is_int(nnlab("export cities-emb '%s'", at("cities.onnx")), 1, "ONNX export is refused");
+    like(errtext, "kind 'embed-columns' has no ONNX form", "naming the kind");
+}
+
 /* ---- A regression dataset in the listing, and its ONNX export ---- */
 
 static void test_listing_and_onnx(void)
@@ -620,6 +693,7 @@ int main(void)
     test_missing();
     test_categorical_predict();
     test_listing_and_onnx();
+    test_embedded();
 
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

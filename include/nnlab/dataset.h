@@ -112,6 +112,10 @@ struct nl_import_opts {
     /* CSV: feature columns to treat as categorical, comma-separated names or 1-based indexes;
      * columns holding a non-number are categorical anyway. NULL: none named. */
     const char *categorical;
+    /* CSV: a categorical column with more train levels than this becomes one input, its level's
+     * row id, for an embed-columns layer (see core/csv.c); 0: never (one-hot slots and an
+     * "other" slot, whatever the level count). */
+    int embed_levels;
     enum nl_missing missing; /* CSV: what an empty field does */
     const char *text;        /* CSV: the text column, a name or a 1-based index: a text dataset */
     int vocab;       /* text: words in the vocabulary, the train split's most frequent; 0: 20000 */
@@ -190,7 +194,12 @@ struct nl_table_column {
     const char *const *top; /* (kept) those levels */
     const char *fill;       /* what fills an empty field ("3.5", "red"), or NULL */
     int features;           /* model inputs it becomes (0 for the target) */
+    int embedded;           /* categorical: one input, a row id for embed-columns */
+    int row;                /* embedded: its first row (the unknown level's) in the table */
 };
+/* The dataset's embedded columns (core/csv.c): *columns inputs from *first, ids into a table of
+ * *rows rows (an embed-columns layer's columns= and vocab=). 0 when it has none. */
+int nl_table_embedded(const struct nl_table *t, int *first, int *columns, int *rows);
 int nl_table_columns(const struct nl_table *t);
 void nl_table_column(const struct nl_table *t, int col, struct nl_table_column *out);
 /* One row given as text ("v1,v2,...", the import's separator or a comma): x (shape) the
