@@ -4,7 +4,10 @@
  * on it locally, on 1 worker and on 2 workers. The token ids travel in the partitions and the
  * embedding's gradient is exchanged like any other: 2 workers follow 1 worker's loss curve within
  * 1e-4 (the same data order, the same mathematics), and the cluster's test accuracy is the local
- * run's within 0.03 (a local run shuffles its data in another order). No worker is left. */
+ * run's within 0.03 (a local run shuffles its data in another order). A table with a column of
+ * 60 levels imported with --embed-levels trains a model that starts with embed-columns on 1 and
+ * on 2 workers: the table's gradient travels in the flat vector, and the curves agree within
+ * 1e-4. No worker is left. */
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -157,6 +160,44 @@ int main(void)
     ok(fabs(acc[1] - acc[0]) <= 0.03 && fabs(acc[2] - acc[0]) <= 0.03,
        "the cluster's test accuracy is the local run's within 0.03 (%.4f, %.4f; local %.4f)",
        acc[1], acc[2], acc[0]);
+
+    /* A table with an embedded column of 60 levels: y = the level's effect + x. */
+    {
+        static char csv[1 << 16];
+        size_t len = (size_t)snprintf(csv, sizeof csv, "x,shop,y\n");
+        for (int i = 0; i < 1500; i++) {
+            const int shop = (i * 37 + i / 7) % 60;
+            const double x = ((i * 53) % 97) / 48.0 - 1.0;
+            len += (size_t)snprintf(csv + len, sizeof csv - len, "%.4f,s%02d,%.4f\n", x, shop,
+                                    ((shop * 13) % 17) / 4.0 - 2.0 + x);
+        }
+        sshd_write(sd.dir, "shops.csv", csv);
+        sshd_write(sd.dir, "emb.spec",
+                   "emb: embed-columns 4 columns=1 vocab=61\nfc1: dense 16\nrelu\nfc2: dense N\n");
+        is_int(nnlab("import shops '%s/shops.csv' --task regression --embed-levels 16 --val 0.1 "
+                     "--test 0.2",
+                     sd.dir),
+               0, "a table with a column of 60 levels, embedded: %s", errtext);
+        double tc[2][EPOCHS] = {{0}}, r2[2] = {0};
+        for (int n = 1; n <= 2; n++) {
+            is_int(nnlab("--json train --data shops --model '%s/emb.spec' --epochs %d --batch 32 "
+                         "--optim adam --lr 0.01 --seed 3 --ssh-config '%s/ssh_config' --hosts %s",
+                         sd.dir, EPOCHS, sd.dir, n == 1 ? "node1" : "node1:1,node2:1"),
+                   0, "embed-columns trains on %d worker%s: %s", n, n == 1 ? "" : "s", errtext);
+            losses(tc[n - 1], EPOCHS);
+            r2[n - 1] = done_value("test_r2");
+        }
+        diag("embed-columns: 1 worker %.6f .. %.6f (test R2 %.4f), 2 workers %.6f .. %.6f "
+             "(test R2 %.4f)",
+             tc[0][0], tc[0][EPOCHS - 1], r2[0], tc[1][0], tc[1][EPOCHS - 1], r2[1]);
+        worst = 0;
+        for (int e = 0; e < EPOCHS; e++)
+            worst = fmax(worst, fabs(tc[1][e] - tc[0][e]));
+        ok(tc[0][0] > 0 && worst < 1e-4,
+           "embed-columns: 2 workers follow 1 worker's loss curve within 1e-4 (%.3g)", worst);
+        ok(r2[1] > 0.5, "and learn the levels' effects (test R2 %.4f)", r2[1]);
+        ok(sshd_no_workers_left(&sd, 5), "no worker is left after the table runs");
+    }
 
     sshd_stop(&sd);
     return done_testing();
