@@ -652,7 +652,8 @@ static void test_kinds(void)
                                   "globalavgpool1d",
                                   "globalmaxpool1d",
                                   "lstm",
-                                  "gru"};
+                                  "gru",
+                                  "embed-columns"};
     size_t count = sizeof names / sizeof names[0];
     int found = 0;
 
