@@ -144,6 +144,7 @@ int cmd_summary(int argc, char **argv)
     struct nl_error err = {0};
     struct nl_shape shape = {1, 28, 28};
     long nclasses = 10;
+    char target[128] = ""; /* a regression dataset's target column */
     const char *data = NULL, *up_to = NULL, *names[256];
     char *freeze = NULL;
     int c, nfreeze = 0;
@@ -189,6 +190,8 @@ int cmd_summary(int argc, char **argv)
         shape = info.shape;
         nclasses = info.nclasses;
         vocab = info.nvocab;
+        if (info.regression)
+            snprintf(target, sizeof target, "%s", info.target);
     }
     /* Shapes and counts only: no parameters are allocated, whatever the model's size. */
     struct nl_model *m;
@@ -209,8 +212,13 @@ int cmd_summary(int argc, char **argv)
     if (g.json) {
         printf("{\"model\":");
         json_str(stdout, model);
-        printf(",\"input\":[%d,%d,%d],\"classes\":%ld,\"layers\":[", shape.c, shape.h, shape.w,
-               nclasses);
+        printf(",\"input\":[%d,%d,%d],", shape.c, shape.h, shape.w);
+        if (target[0]) {
+            printf("\"target\":");
+            json_str(stdout, target);
+        } else
+            printf("\"classes\":%ld", nclasses);
+        printf(",\"layers\":[");
         for (int i = 0; i < m->nlayers; i++) {
             const struct nl_layer *l = &m->layers[i];
             printf("%s{\"name\":", i ? "," : "");
@@ -228,8 +236,13 @@ int cmd_summary(int argc, char **argv)
         printf("],\"params\":%zu,\"trainable\":%zu}\n", total, trainable);
     } else {
         char mb[4096];
-        printf("%s for %dx%dx%d inputs, %ld classes\n\n", nl_term_str(mb, sizeof mb, model),
-               shape.c, shape.h, shape.w, nclasses);
+        char tb[160];
+        printf("%s for %dx%dx%d inputs, ", nl_term_str(mb, sizeof mb, model), shape.c, shape.h,
+               shape.w);
+        if (target[0])
+            printf("regression of '%s'\n\n", nl_term_str(tb, sizeof tb, target));
+        else
+            printf("%ld classes\n\n", nclasses);
         /* Columns as wide as the longest name (module paths such as layer2.0.downsample.1). */
         int wname = 16, win = 16;
         for (int i = 0; i < m->nlayers; i++) {

@@ -634,6 +634,11 @@ static void test_listing_and_onnx(void)
     like(out, "\"task\":\"classification\",\"source\":", "and its task");
     is_int(nnlab("show reg-mean"), 0, "show");
     like(out, "regression of 'y'", "show names the task and the target");
+    is_int(nnlab("summary mlp --data reg-mean"), 0, "summary of a regression dataset");
+    like(out, "mlp for 8x1x1 inputs, regression of 'y'", "summary names the target");
+    ok(count(out, "classes") == 0, "summary gives a regression dataset no class count");
+    is_int(nnlab("--json summary mlp --data reg-mean"), 0, "summary --json");
+    like(out, "\"input\":[8,1,1],\"target\":\"y\",\"layers\":", "--json: the target, not classes");
 
     /* Numeric features only, so that the raw rows are the ONNX graph's input as they are. */
     FILE *f = fopen(at("lin.csv"), "w"), *r = fopen(at("lrows.csv"), "w");
