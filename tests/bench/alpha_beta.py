@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""Fits the alpha-beta model of a synchronous sliced exchange to tests/bench/netns_cluster.py's
+rows and projects the scaling efficiency to larger clusters (a benchmark tool, not a test).
+
+Model, per step and worker, with N workers, P trainable bytes (fp32; half with bf16) and links
+of R bytes/s:
+
+    step(N) = C + X(N),   X(N) = 2(N-1) * alpha + 2(N-1)/N * P * beta,   beta = 1 / (eta * R)
+
+C is the compute per step (each worker's backward pass and the rest of its step), alpha the cost
+of one message (latency and per-message work; each worker sends N-1 slices in the shuffle and
+N-1 in the broadcast), eta the share of the link rate the exchange reaches. The fit takes the
+rows with --overlap off (their communication seconds are the exchange's whole cost) and solves
+for alpha and 1/eta by least squares over
+
+    comm_s = alpha * 2(N-1) + (1/eta) * bytes_per_step / R
+
+(bytes_per_step is what a worker sent, measured: 2(N-1)/N of the parameter bytes and framing).
+C is the mean compute per step of each model's rows. The projection keeps each worker's share of
+the batch (weak scaling), so the efficiency is C / step(N): the share of a step spent computing.
+
+    tests/bench/alpha_beta.py netbench.jsonl [--nodes 8,32,128] [--gbits 10,100]
+"""
+import argparse
+import json
+import sys
+
+
+def fit(rows):
+    """alpha (s) and 1/eta from least squares on rows with overlap off."""
+    sxx = sxy = syy = sx = sy = 0.0
+    bx = by = 0.0
+    for r in rows:
+        x = 2.0 * (r["members"] - 1)
+        y = r["bytes_per_step"] / (r["rate_mbit"] * 1e6 / 8.0)
+        c = r["comm_s"]
+        sxx += x * x
+        sxy += x * y
+        syy += y * y
+        bx += x * c
+        by += y * c
+        sx += x
+        sy += y
+    det = sxx * syy - sxy * sxy
+    if abs(det) < 1e-30:
+        sys.exit("alpha_beta: the rows do not tell latency from bandwidth (one member count and "
+                 "one rate?)")
+    alpha = (bx * syy - by * sxy) / det
+    inv_eta = (sxx * by - sxy * bx) / det
+    return alpha, inv_eta
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rows", help="netns_cluster.py's --out file")
+    ap.add_argument("--nodes", default="8,32,128")
+    ap.add_argument("--gbits", default="10,100")
+    a = ap.parse_args()
+    rows = [json.loads(l) for l in open(a.rows) if l.strip()]
+    off = [r for r in rows if r["overlap"] == "off"]
+    if not off:
+        sys.exit("alpha_beta: no rows with overlap off in %s" % a.rows)
+    alpha, inv_eta = fit(off)
+    print("fit on %d rows (overlap off): alpha = %.3g ms per message, eta = %.3g "
+          "(the exchange reaches %.0f%% of the link rate; beta = 1/(eta R): %.3g ns/byte at "
+          "1 Gbit/s, %.3g at 10)" % (len(off), 1e3 * alpha, 1 / inv_eta, 100 / inv_eta,
+                                     1e9 * inv_eta * 8 / 1e9, 1e9 * inv_eta * 8 / 1e10))
+    print("%-8s %2s %6s %5s %9s %9s %9s" % ("model", "N", "Gbit/s", "wire", "comm_ms",
+                                              "model_ms", "resid_ms"))
+    for r in off:
+        x = 2.0 * (r["members"] - 1)
+        pred = alpha * x + inv_eta * r["bytes_per_step"] / (r["rate_mbit"] * 1e6 / 8.0)
+        print("%-8s %2d %6g %5s %9.1f %9.1f %+9.1f" % (r["model"], r["members"],
+                                                         r["rate_mbit"] / 1000,
+                                                         "bf16" if r["compress"] == "bf16"
+                                                         else "fp32", 1e3 * r["comm_s"],
+                                                         1e3 * pred,
+                                                         1e3 * (r["comm_s"] - pred)))
+    models = []
+    for r in off:
+        if r["model"] not in models:
+            models.append(r["model"])
+    nodes = [int(x) for x in a.nodes.split(",")]
+    gbits = [float(x) for x in a.gbits.split(",")]
+    print("projected scaling efficiency, C / (C + X(N)), fp32 exchange, synchronous:")
+    print("%-8s %9s %11s %6s  %s" % ("model", "C_ms", "P_MB", "Gbit/s",
+                                     "  ".join("N=%-5d" % n for n in nodes)))
+    for m in models:
+        mr = [r for r in off if r["model"] == m]
+        c = sum(r["compute_s"] for r in mr) / len(mr)
+        fp = [r for r in mr if r["compress"] != "bf16"]
+        # Parameter bytes from what a worker sent: 2(N-1)/N of them (framing included).
+        p = sum(r["bytes_per_step"] * r["members"] / (2.0 * (r["members"] - 1))
+                for r in fp) / max(1, len(fp))
+        for g in gbits:
+            eff = []
+            for n in nodes:
+                x = 2 * (n - 1) * alpha + 2.0 * (n - 1) / n * p * inv_eta / (g * 1e9 / 8)
+                eff.append(c / (c + x))
+            print("%-8s %9.1f %11.2f %6g  %s" % (m, 1e3 * c, p / 1e6, g,
+                                                  "  ".join("%-7.2f" % e for e in eff)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
