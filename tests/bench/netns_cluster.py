@@ -11,7 +11,9 @@ crosses two shapers at the same rate. Where the kernel has sch_netem, netem adds
 delay (--delay-ms) on both ends as well; where it has not (the kernel reports "Specified qdisc
 kind is unknown"), the links carry no added delay and every output line says so.
 
-For each model, member count, link rate, --compress none/bf16 and --overlap off/on it trains
+For each model, member count, link rate, transport (SSH workers, and MPI ranks under Open MPI's
+mpirun, whose rsh agent enters each host's namespace and whose TCP transport is kept to the
+bridge's subnet), --compress none/bf16 and --overlap off/on it trains
 2 epochs on synthetic data (lenet: 28x28 gray IDX; resnet18: the shipped spec on 3x64x64 RGB
 PNGs) and reports, from the second epoch (the first holds start-up and the binary's upload):
 the step time (the mean of the workers' compute plus communication seconds per step), the
@@ -140,6 +142,15 @@ class Lab:
     def start_sshd(self):
         d = self.dir
         os.makedirs(os.path.join(d, "home"))
+        # Open MPI's rsh agent: "HOST COMMAND..." runs COMMAND in HOST's namespace, so mpirun
+        # starts its daemons there and the ranks' TCP traffic crosses the shaped links.
+        with open(f"{d}/nsagent", "w") as f:
+            f.write("#!/bin/sh\nh=$1; shift\ncase $h in\n" +
+                    "".join(f"  {self.addr(k)}) ns={TAG}-h{k};;\n"
+                            for k in range(1, self.hosts + 1)) +
+                    "  *) echo \"no namespace for $h\" >&2; exit 1;;\nesac\n"
+                    "exec ip netns exec \"$ns\" /bin/sh -c \"$*\"\n")
+        os.chmod(f"{d}/nsagent", 0o755)
         for key in ("host_key", "user_key"):
             sh(f"ssh-keygen -q -t ed25519 -N '' -f {d}/{key}")
         shutil.copy(f"{d}/user_key.pub", f"{d}/authorized_keys")
@@ -202,6 +213,9 @@ def main():
     ap.add_argument("--batch", type=int, default=0, help="global (default 64 x members for "
                     "lenet, 16 x members for resnet18)")
     ap.add_argument("--out", default="netbench.jsonl", help="one JSON line per row")
+    ap.add_argument("--transports", default="ssh,mpi", help="mpi: Open MPI's mpirun with an rsh "
+                    "agent that enters each host's namespace (skipped without mpirun or an nnlab "
+                    "built with MPI)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("netns_cluster: needs root (ip netns, tc)")
@@ -219,15 +233,20 @@ def main():
         write_data(lab.dir, 64 * max(members) * 16, 16 * max(members) * 4)
         sh(" ".join(base) + f" import gray {lab.dir}/gray >/dev/null")
         sh(" ".join(base) + f" import rgb {lab.dir}/rgb >/dev/null")
+        transports = a.transports.split(",")
+        if "mpi" in transports and (shutil.which("mpirun") is None or "--mpi" not in sh(
+                f"{nnlab} train --help").stdout):
+            print("# mpi rows skipped: no mpirun, or this nnlab has no MPI mode")
+            transports.remove("mpi")
         delay = "%.3g ms delay" % a.delay_ms if lab.netem else \
             "no added delay (no netem: %s)" % lab.netem_why
         load = open("/proc/loadavg").read().split()[:3]
         print("# %s; %d thread(s) per worker; load average %s at the start; %s UTC" %
               (delay, a.threads, " ".join(load), time.strftime("%Y-%m-%d %H:%M",
                                                                time.gmtime())))
-        print("# %-8s %2s %6s %5s %3s %9s %7s %9s %8s %7s" %
-              ("model", "N", "Gbit/s", "wire", "ov", "step_ms", "comm_%", "MB/step", "wait_ms",
-               "hidden"))
+        print("# %-8s %-3s %2s %6s %5s %3s %9s %7s %9s %8s %7s" %
+              ("model", "via", "N", "Gbit/s", "wire", "ov", "step_ms", "comm_%", "MB/step",
+               "wait_ms", "hidden"))
         out = open(a.out, "w")
         for model in a.models.split(","):
             data = "gray" if model == "lenet" else "rgb"
@@ -236,16 +255,32 @@ def main():
                 hosts = ",".join("lab%d:%d" % (k, a.threads) for k in range(1, n + 1))
                 for rate in [int(x) for x in a.rates.split(",")]:
                     lab.shape(rate, a.delay_ms)
-                    for comp in a.compress.split(","):
+                    for tr, comp in [(t, c) for t in transports
+                                     for c in a.compress.split(",")]:
                         wait_off = None
                         for ov in a.overlap.split(","):
-                            name = "%s-%d-%d-%s-%s" % (model, n, rate, comp, ov)
-                            cmd = base + ["--json", "train", "--data", data, "--model", model,
-                                          "--epochs", "2", "--batch", str(batch), "--seed", "1",
-                                          "--hosts", hosts, "--ssh-config",
-                                          f"{lab.dir}/ssh_config", "--compress", comp,
-                                          "--overlap", ov, "--name", name]
-                            r = subprocess.run(cmd, capture_output=True, text=True)
+                            name = "%s-%s-%d-%d-%s-%s" % (model, tr, n, rate, comp, ov)
+                            args = ["--json", "train", "--data", data, "--model", model,
+                                    "--epochs", "2", "--batch", str(batch), "--seed", "1",
+                                    "--compress", comp, "--overlap", ov, "--name", name]
+                            env = None
+                            if tr == "ssh":
+                                cmd = base + args + ["--hosts", hosts, "--ssh-config",
+                                                     f"{lab.dir}/ssh_config"]
+                            else:
+                                sub = lab.net + ".0/24"
+                                cmd = ["mpirun", "--host",
+                                       ",".join(lab.addr(k) for k in range(1, n + 1)), "-np",
+                                       str(n), "--mca", "plm_rsh_agent", f"{lab.dir}/nsagent",
+                                       "--mca", "plm_rsh_no_tree_spawn", "1", "--mca",
+                                       "oob_tcp_if_include", sub, "--mca", "btl_tcp_if_include",
+                                       sub, "--mca", "btl", "tcp,self", "--bind-to", "none",
+                                       nnlab, "--db", db] + args + [
+                                           "--threads", str(a.threads), "--mpi"]
+                                env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
+                                           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                                           HOME=f"{lab.dir}/home")
+                            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
                             if r.returncode != 0:
                                 raise RuntimeError("%s: %s" % (name, r.stderr.strip()))
                             ep = epoch_lines(r.stdout)
@@ -266,7 +301,8 @@ def main():
                                 wait_off = comm_s
                             elif wait_off:
                                 hidden = 1 - comm_s / wait_off
-                            row = {"model": model, "members": n, "rate_mbit": rate,
+                            row = {"model": model, "transport": tr, "members": n,
+                                   "rate_mbit": rate,
                                    "delay_ms": a.delay_ms if lab.netem else 0.0,
                                    "compress": comp, "overlap": ov, "threads": a.threads,
                                    "batch": batch, "steps": nsteps, "step_s": step,
@@ -276,8 +312,8 @@ def main():
                             rows.append(row)
                             out.write(json.dumps(row) + "\n")
                             out.flush()
-                            print("  %-8s %2d %6g %5s %3s %9.1f %7.1f %9.2f %8.1f %7s" %
-                                  (model, n, rate / 1000, "bf16" if comp == "bf16" else "fp32",
+                            print("  %-8s %-3s %2d %6g %5s %3s %9.1f %7.1f %9.2f %8.1f %7s" %
+                                  (model, tr, n, rate / 1000, "bf16" if comp == "bf16" else "fp32",
                                    ov, 1e3 * step, 100 * comm_s / step, sent / 1e6,
                                    1e3 * comm_s,
                                    "" if hidden is None else "%.0f%%" % (100 * hidden)),
