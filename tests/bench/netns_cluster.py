@@ -213,6 +213,8 @@ def main():
     ap.add_argument("--batch", type=int, default=0, help="global (default 64 x members for "
                     "lenet, 16 x members for resnet18)")
     ap.add_argument("--out", default="netbench.jsonl", help="one JSON line per row")
+    ap.add_argument("--heartbeat-timeout", type=float, default=60, help="seconds (the runs' "
+                    "--heartbeat-timeout: a large model's step on a slow link is long)")
     ap.add_argument("--transports", default="ssh,mpi", help="mpi: Open MPI's mpirun with an rsh "
                     "agent that enters each host's namespace (skipped without mpirun or an nnlab "
                     "built with MPI)")
@@ -224,6 +226,7 @@ def main():
     lab = Lab(max(members), os.getpid() % 250)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     rows = []
+    failed = 0
     try:
         lab.up()
         lab.start_sshd()
@@ -262,7 +265,8 @@ def main():
                             name = "%s-%s-%d-%d-%s-%s" % (model, tr, n, rate, comp, ov)
                             args = ["--json", "train", "--data", data, "--model", model,
                                     "--epochs", "2", "--batch", str(batch), "--seed", "1",
-                                    "--compress", comp, "--overlap", ov, "--name", name]
+                                    "--compress", comp, "--overlap", ov, "--name", name,
+                                    "--heartbeat-timeout", "%g" % a.heartbeat_timeout]
                             env = None
                             if tr == "ssh":
                                 cmd = base + args + ["--hosts", hosts, "--ssh-config",
@@ -281,11 +285,13 @@ def main():
                                            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                                            HOME=f"{lab.dir}/home")
                             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                            if r.returncode != 0:
-                                raise RuntimeError("%s: %s" % (name, r.stderr.strip()))
-                            ep = epoch_lines(r.stdout)
+                            ep = epoch_lines(r.stdout) if r.returncode == 0 else []
                             if len(ep) < 2:
-                                raise RuntimeError("%s: no second epoch" % name)
+                                why = (r.stderr.strip().splitlines() or ["no second epoch"])[0]
+                                print("  %-8s %-3s %2d %6g %5s %3s failed: %s" %
+                                      (model, tr, n, rate / 1000, comp, ov, why), flush=True)
+                                failed += 1
+                                continue
                             ws0, ws1 = ep[0]["workers"], ep[1]["workers"]
                             nsteps = (ep[1]["workers"][0]["samples"] -
                                       ep[0]["workers"][0]["samples"]) * n / batch
@@ -323,7 +329,7 @@ def main():
         print("# load average %s at the end" % " ".join(load))
     finally:
         lab.down()
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
