@@ -30,28 +30,39 @@ import json
 import sys
 
 
+def solve(a, b):
+    """x with a x = b (Gauss-Jordan with partial pivoting); None when a is singular."""
+    n = len(b)
+    m = [a[i][:] + [b[i]] for i in range(n)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[p][c]) < 1e-300:
+            return None
+        m[c], m[p] = m[p], m[c]
+        for r in range(n):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                m[r] = [x - f * y for x, y in zip(m[r], m[c])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def features(r):
+    """The regressors of a row: messages, ideal wire seconds, compute seconds."""
+    return [2.0 * (r["members"] - 1), r["bytes_per_step"] / (r["rate_mbit"] * 1e6 / 8.0),
+            r["compute_s"]]
+
+
 def fit(rows):
-    """alpha (s) and 1/eta from least squares on rows with overlap off."""
-    sxx = sxy = syy = sx = sy = 0.0
-    bx = by = 0.0
-    for r in rows:
-        x = 2.0 * (r["members"] - 1)
-        y = r["bytes_per_step"] / (r["rate_mbit"] * 1e6 / 8.0)
-        c = r["comm_s"]
-        sxx += x * x
-        sxy += x * y
-        syy += y * y
-        bx += x * c
-        by += y * c
-        sx += x
-        sy += y
-    det = sxx * syy - sxy * sxy
-    if abs(det) < 1e-30:
-        sys.exit("alpha_beta: the rows do not tell latency from bandwidth (one member count and "
-                 "one rate?)")
-    alpha = (bx * syy - by * sxy) / det
-    inv_eta = (sxx * by - sxy * bx) / det
-    return alpha, inv_eta
+    """alpha (s), 1/eta and kappa from least squares on rows with overlap off."""
+    x = [features(r) for r in rows]
+    y = [r["comm_s"] for r in rows]
+    a = [[sum(v[i] * v[j] for v in x) for j in range(3)] for i in range(3)]
+    b = [sum(v[i] * c for v, c in zip(x, y)) for i in range(3)]
+    k = solve(a, b)
+    if k is None:
+        sys.exit("alpha_beta: the rows do not tell the terms apart (one member count, one rate "
+                 "and one model?)")
+    return k
 
 
 def main():
@@ -66,16 +77,17 @@ def main():
     off = [r for r in rows if r["overlap"] == "off"]
     if not off:
         sys.exit("alpha_beta: no rows with overlap off in %s" % a.rows)
-    alpha, inv_eta = fit(off)
-    print("fit on %d rows (overlap off): alpha = %.3g ms per message, eta = %.3g "
-          "(the exchange reaches %.0f%% of the link rate; beta = 1/(eta R): %.3g ns/byte at "
-          "1 Gbit/s, %.3g at 10)" % (len(off), 1e3 * alpha, 1 / inv_eta, 100 / inv_eta,
-                                     1e9 * inv_eta * 8 / 1e9, 1e9 * inv_eta * 8 / 1e10))
+    alpha, inv_eta, kappa = fit(off)
+    print("fit on %d rows (overlap off): alpha = %.3g ms per message, eta = %.3g (the exchange "
+          "reaches %.0f%% of the link rate; beta = 1/(eta R): %.3g ns/byte at 1 Gbit/s, %.3g at "
+          "10), kappa = %.3g (waiting for peers that share the cores)" %
+          (len(off), 1e3 * alpha, 1 / inv_eta, 100 / inv_eta, 1e9 * inv_eta * 8 / 1e9,
+           1e9 * inv_eta * 8 / 1e10, kappa))
     print("%-8s %2s %6s %5s %9s %9s %9s" % ("model", "N", "Gbit/s", "wire", "comm_ms",
                                               "model_ms", "resid_ms"))
     for r in off:
-        x = 2.0 * (r["members"] - 1)
-        pred = alpha * x + inv_eta * r["bytes_per_step"] / (r["rate_mbit"] * 1e6 / 8.0)
+        f = features(r)
+        pred = alpha * f[0] + inv_eta * f[1] + kappa * f[2]
         print("%-8s %2d %6g %5s %9.1f %9.1f %+9.1f" % (r["model"], r["members"],
                                                          r["rate_mbit"] / 1000,
                                                          "bf16" if r["compress"] == "bf16"
