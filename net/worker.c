@@ -542,8 +542,6 @@ static int report_fault(struct link *l, long done, const char *why, const float 
     return rc;
 }
 
-/* One generation: data, weights and state, the mesh, training. 0 when the run is over,
- * FAULTED when a step failed and the fault went to the driver, or an error. */
 int nl_worker_overlap(int mode, int threads, int cores, int sharing)
 {
     if (mode == NL_OVERLAP_ON || mode == NL_OVERLAP_OFF)
@@ -571,6 +569,8 @@ static int member_overlaps(const struct nl_setup *s, int alone)
     return nl_worker_overlap(s->o.overlap, s->o.threads, cores, sharing);
 }
 
+/* One generation: data, weights and state, the mesh, training. 0 when the run is over,
+ * FAULTED when a step failed and the fault went to the driver, or an error. */
 static int generation(struct link *l, const struct nl_setup *s, struct carry *cr,
                       const unsigned char *secret, int listen_fd, struct nl_error *err)
 {

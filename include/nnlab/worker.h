@@ -17,8 +17,9 @@ struct nl_worker_opts {
  * include/nnlab/trainer.h): ON and OFF say so; AUTO overlaps only where the host keeps a core
  * free for the exchange's thread, that is where its cores exceed threads x sharing (threads:
  * the member's compute threads; sharing: the members on this host, itself included). With no
- * core free the exchange's thread takes turns with the compute threads, and synchronous steps
- * were the faster on such hosts (README, "Overlap"). 1 or 0. */
+ * core free the exchange's thread takes turns with the compute threads; measured on such a
+ * host, either mode was the faster depending on the model and the member count (README,
+ * Cluster mode), and AUTO keeps the exchange synchronous there. 1 or 0. */
 int nl_worker_overlap(int mode, int threads, int cores, int sharing);
 
 /* Talks to the driver over in_fd and out_fd (stdin and stdout), joins the mesh, trains its share
