@@ -43,6 +43,7 @@ enum {
     OPT_FEATURE_CACHE,
     OPT_FEATURE_CACHE_LIMIT,
     OPT_MPI,
+    OPT_OVERLAP,
 };
 
 /* The frozen-feature cache (include/nnlab/trainer.h): on or off, and the MiB it may hold in
@@ -518,6 +519,7 @@ static const struct option train_opts[] = {
     {"feature-cache", required_argument, NULL, OPT_FEATURE_CACHE},
     {"feature-cache-limit", required_argument, NULL, OPT_FEATURE_CACHE_LIMIT},
     {"mpi", no_argument, NULL, OPT_MPI},
+    {"overlap", required_argument, NULL, OPT_OVERLAP},
     {NULL, 0, NULL, 0},
 };
 
@@ -614,6 +616,13 @@ static int train_cmd_opt(struct train_cmd *t, int c)
             return usage_error("train", "--compress %s: want bf16 or none", optarg);
         t->ca.bf16 = strcmp(optarg, "bf16") == 0;
         t->ra.compress = optarg;
+    } else if (c == OPT_OVERLAP) {
+        int k = NL_OVERLAP_AUTO;
+        while (k <= NL_OVERLAP_OFF && strcmp(optarg, nl_overlap_names[k]) != 0)
+            k++;
+        if (k > NL_OVERLAP_OFF)
+            return usage_error("train", "--overlap %s: want auto, on or off", optarg);
+        t->a.o.overlap = k;
     } else if (c == OPT_INSECURE_PLAINTEXT) {
         t->ca.insecure_plaintext = 1;
     } else if (c == OPT_MPI) {
@@ -638,7 +647,8 @@ static int mpi_parse_check(const struct train_cmd *t)
     if (ca->ssh_config || ca->remote_nnlab || ca->bind || ca->accept_new || ca->port_lo ||
         ca->max_restarts >= 0 || ca->insecure_plaintext)
         return usage_error("train", "--mpi: the ranks come from the MPI launcher; of the cluster "
-                                    "options only --compress and --heartbeat-timeout go with it");
+                                    "options only --compress, --overlap and --heartbeat-timeout "
+                                    "go with it");
     if (t->a.o.on_nan != NL_ON_NAN_STOP)
         return usage_error("train", "--on-nan skip-batch runs on one machine only; a cluster run "
                                     "stops on a non-finite loss");
@@ -738,7 +748,7 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
     if (!t->ca.hosts && !t->ca.hostfile && !t->ca.mpi &&
         (t->ca.ssh_config || t->ca.remote_nnlab || t->ca.bind || t->ca.accept_new ||
          t->ca.port_lo || t->ca.bf16 || t->ca.heartbeat_ms || t->ca.max_restarts >= 0 ||
-         t->ca.insecure_plaintext))
+         t->ca.insecure_plaintext || t->a.o.overlap != NL_OVERLAP_AUTO))
         return usage_error("train", "cluster options need --hosts or --hostfile");
     t->a.o.bf16 = t->ca.bf16;
     return 0;

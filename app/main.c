@@ -22,8 +22,8 @@ volatile sig_atomic_t interrupted;
 #define MPI_HELP                                                                                   \
     "MPI mode (under mpirun -np N, or srun; rank 0 drives the run and keeps the store):\n"         \
     "      --mpi             train on the launcher's ranks, each on its partition; goes with\n"    \
-    "                        --compress, --heartbeat-timeout and --resume RUN (any number of\n"    \
-    "                        ranks)\n"
+    "                        --compress, --overlap, --heartbeat-timeout and --resume RUN (any\n"   \
+    "                        number of ranks)\n"
 #else
 #define MPI_HELP ""
 #endif
@@ -130,6 +130,9 @@ static const struct command commands[] = {
      "      --port-range A-B  ports the workers may listen on (default: any)\n"
      "      --bind ADDR       address the workers listen on (default: the one reached)\n"
      "      --compress bf16   send gradients and parameters as bf16 (sums stay fp32)\n"
+     "      --overlap auto|on|off  exchange the gradient while backward runs (on) or after\n"
+     "                        it (off), the same results either way; auto: on only where a\n"
+     "                        host has a core free beside its workers' threads (default auto)\n"
      "      --insecure-plaintext  frames between workers checksummed, not sealed\n"
      "      --heartbeat-timeout S  a worker silent for S seconds is lost, and workers exit\n"
      "                        when the driver is silent that long (default 10)\n"

@@ -46,8 +46,10 @@ const struct nl_setting nl_settings[] = {
     {"checkpoint_every", NL_SETTING_LONG, AT(checkpoint_every), 0},
     {"compress", NL_SETTING_COMPRESS, AT(bf16), 0},
     {"loss", NL_SETTING_LOSS, AT(loss), 0},
+    {"overlap", NL_SETTING_OVERLAP, AT(overlap), 0},
 };
 const int nl_nsettings = (int)(sizeof nl_settings / sizeof nl_settings[0]);
+const char *const nl_overlap_names[] = {"auto", "on", "off"};
 
 int nl_setting_is_text(const struct nl_setting *f)
 {
@@ -115,6 +117,11 @@ int nl_setting_format(const struct nl_setting *f, const struct nl_train_opts *o,
     case NL_SETTING_LOSS:
         snprintf(buf, size, "%s",
                  nl_loss_names[(unsigned)o->loss <= NL_LOSS_HUBER ? o->loss : NL_LOSS_DEFAULT]);
+        return 1;
+    case NL_SETTING_OVERLAP:
+        snprintf(buf, size, "%s",
+                 nl_overlap_names[(unsigned)o->overlap <= NL_OVERLAP_OFF ? o->overlap
+                                                                         : NL_OVERLAP_AUTO]);
         return 1;
     case NL_SETTING_RESIZED_CROP: {
         const struct nl_augment *a = &o->augment;
@@ -228,6 +235,13 @@ int nl_setting_parse(const struct nl_setting *f, struct nl_train_opts *o, const 
         o->loss = (enum nl_loss)k;
         return 0;
     }
+    case NL_SETTING_OVERLAP:
+        for (int k = NL_OVERLAP_AUTO; k <= NL_OVERLAP_OFF; k++)
+            if (strcmp(text, nl_overlap_names[k]) == 0) {
+                o->overlap = k;
+                return 0;
+            }
+        return bad(f, text, err);
     case NL_SETTING_RESIZED_CROP: {
         char spec[160];
         struct nl_augment a;

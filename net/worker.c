@@ -72,6 +72,7 @@
  * holds. The lost member's slice of the optimizer state comes from the run's latest checkpoint
  * (zeros before the first), its master from the parameters. The driver hands every member of
  * the new generation these, and training goes on from step R as if nothing happened. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "nnlab/worker.h"
 
 #include <errno.h>
@@ -79,6 +80,7 @@
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -540,6 +542,33 @@ static int report_fault(struct link *l, long done, const char *why, const float 
     return rc;
 }
 
+int nl_worker_overlap(int mode, int threads, int cores, int sharing)
+{
+    if (mode == NL_OVERLAP_ON || mode == NL_OVERLAP_OFF)
+        return mode == NL_OVERLAP_ON;
+    if (threads < 1)
+        threads = cores;
+    if (sharing < 1)
+        sharing = 1;
+    return (long)cores > (long)threads * sharing;
+}
+
+/* The overlap for this member: its threads (0: one per core it may run on), and the members
+ * listed at its own address share its host's cores. MPI ranks (alone) count as alone: their
+ * launcher binds each to its cores, or leaves them all to every rank. */
+static int member_overlaps(const struct nl_setup *s, int alone)
+{
+    cpu_set_t set;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    int cores = n > 0 ? (int)n : 1, sharing = 0;
+
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        cores = CPU_COUNT(&set);
+    for (int i = 0; !alone && s->members && s->members[s->rank].addr[0] && i < s->size; i++)
+        sharing += strcmp(s->members[i].addr, s->members[s->rank].addr) == 0;
+    return nl_worker_overlap(s->o.overlap, s->o.threads, cores, sharing);
+}
+
 /* One generation: data, weights and state, the mesh, training. 0 when the run is over,
  * FAULTED when a step failed and the fault went to the driver, or an error. */
 static int generation(struct link *l, const struct nl_setup *s, struct carry *cr,
@@ -681,7 +710,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             .bf16 = s->bf16,
             .clip_value = o.clip_value,
             .clip_norm = o.clip_norm,
-            .overlap = 1,
+            .overlap = member_overlaps(s, l->ext != NULL),
         };
         rc = tr ? nl_allreduce_new_over(&ar, tr, m->params, &ao, err)
                 : nl_allreduce_new(&ar, mesh, m->params, &ao, err);

@@ -9,6 +9,8 @@
  * NNLAB_BENCH_PLAINTEXT set, the members' frames are checksummed rather than sealed
  * (--insecure-plaintext), to weigh what sealing costs. On one machine the
  * members share its cores: with more threads than cores the numbers say little about two machines.
+ * The last line says which mode --overlap auto would pick for these members on this machine
+ * (nl_worker_overlap).
  */
 #include <errno.h>
 #include <signal.h>
@@ -23,6 +25,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/cluster.h"
 #include "nnlab/model.h"
+#include "nnlab/worker.h"
 
 #define MAXN   8
 #define MAXREP 32
@@ -241,5 +244,10 @@ int main(void)
     printf("wait hidden by the overlap: %.0f%%; step time %+.1f%%\n",
            wait[0] > 0 ? 100.0 * (1.0 - wait[1] / wait[0]) : 0.0,
            step[0] > 0 ? 100.0 * (step[1] / step[0] - 1.0) : 0.0);
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("--overlap auto picks %s here (%d members x %d thread%s on %ld cores)\n",
+           nl_worker_overlap(NL_OVERLAP_AUTO, c.threads, (int)ncpu, c.size) ? "overlapped"
+                                                                            : "synchronous",
+           c.size, c.threads, c.threads > 1 ? "s" : "", ncpu);
     return 0;
 }

@@ -208,6 +208,9 @@ static inline void settings_distinct(struct nl_train_opts *o)
         case NL_SETTING_LOSS:
             o->loss = NL_LOSS_HUBER;
             break;
+        case NL_SETTING_OVERLAP:
+            o->overlap = NL_OVERLAP_OFF;
+            break;
         }
     }
 }

@@ -31,6 +31,15 @@ enum nl_on_nan {
     NL_ON_NAN_SKIP_BATCH = 1,
 };
 
+/* When a cluster member exchanges its gradient: AUTO (the default, 0) overlaps where the host
+ * has a core free beside the compute threads of every member it runs (nl_worker_overlap in
+ * include/nnlab/worker.h), ON always overlaps with the backward pass, OFF exchanges after it. */
+enum nl_overlap {
+    NL_OVERLAP_AUTO = 0,
+    NL_OVERLAP_ON = 1,
+    NL_OVERLAP_OFF = 2,
+};
+
 struct nl_train_opts {
     int epochs;  /* >= 1 */
     int batch;   /* global batch size, >= 1 */
@@ -63,6 +72,10 @@ struct nl_train_opts {
     /* A cluster run's exchange in bf16 (--compress bf16). The trainer does not read it: it is
      * a setting of the run, stored with it and kept when it resumes. */
     int bf16;
+    /* A cluster run's exchange overlapped with the backward pass or not (--overlap, enum
+     * nl_overlap); like bf16 a setting of the run that the trainer does not read. Either mode
+     * gives the same bits: it changes when the bytes move, not what is summed. */
+    int overlap;
     const struct nl_resume *resume; /* NULL: a fresh run */
     /* The loss (include/nnlab/layer.h): NL_LOSS_DEFAULT is cross-entropy for a classification
      * dataset and mse for a regression one; mse, mae and huber need a regression dataset. */
@@ -105,6 +118,7 @@ enum nl_setting_type {
     NL_SETTING_COMPRESS,     /* an int flag as "bf16" | "none" */
     NL_SETTING_RESIZED_CROP, /* nl_augment's four floats from scale_min, "SMIN-SMAX:RMIN-RMAX" */
     NL_SETTING_LOSS,         /* enum nl_loss as its name (nl_loss_names) */
+    NL_SETTING_OVERLAP,      /* enum nl_overlap as "auto" | "on" | "off" */
 };
 
 struct nl_setting {
@@ -116,6 +130,8 @@ struct nl_setting {
 
 extern const struct nl_setting nl_settings[];
 extern const int nl_nsettings;
+/* enum nl_overlap's names, as --overlap and the settings write them. */
+extern const char *const nl_overlap_names[];
 
 /* Whether its value is written as a JSON string (the named kinds) rather than a number or a
  * boolean. */

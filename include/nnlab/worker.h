@@ -13,6 +13,15 @@ struct nl_worker_opts {
     int port_lo, port_hi; /* 0, 0: any port */
 };
 
+/* Whether a member overlaps its exchange with the backward pass, for mode (enum nl_overlap in
+ * include/nnlab/trainer.h): ON and OFF say so; AUTO overlaps only where the host keeps a core
+ * free for the exchange's thread, that is where its cores exceed threads x sharing (threads:
+ * the member's compute threads; sharing: the members on this host, itself included). With no
+ * core free the exchange's thread takes turns with the compute threads; measured on such a
+ * host, either mode was the faster depending on the model and the member count (README,
+ * Cluster mode), and AUTO keeps the exchange synchronous there. 1 or 0. */
+int nl_worker_overlap(int mode, int threads, int cores, int sharing);
+
 /* Talks to the driver over in_fd and out_fd (stdin and stdout), joins the mesh, trains its share
  * and streams metrics; returns when the run is over. The end of in_fd after the setup means the
  * driver is gone or wants the run stopped: the process exits at once (status 3). */

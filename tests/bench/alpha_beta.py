@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""Fits the alpha-beta model of a synchronous sliced exchange to tests/bench/netns_cluster.py's
+rows and projects the scaling efficiency to larger clusters (a benchmark tool, not a test).
+
+Model, per step and worker, with N workers, P trainable bytes (fp32; half with bf16) and links
+of R bytes/s:
+
+    step(N) = C + X(N),   X(N) = 2(N-1) * alpha + 2(N-1)/N * P * beta,   beta = 1 / (eta * R)
+
+C is the compute per step (each worker's backward pass and the rest of its step), alpha the cost
+of one message (latency and per-message work; each worker sends N-1 slices in the shuffle and
+N-1 in the broadcast), eta the share of the link rate the exchange reaches. The fit takes the
+rows with --overlap off (their communication seconds are the exchange's whole cost) and solves
+for alpha and 1/eta by least squares over
+
+    comm_s = alpha * 2(N-1) + (1/eta) * bytes_per_step / R
+
+(bytes_per_step is what a worker sent, measured: 2(N-1)/N of the parameter bytes and framing).
+C is the mean compute per step of each model's rows. The projection keeps each worker's share of
+the batch (weak scaling), so the efficiency is C / step(N): the share of a step spent computing.
+
+    tests/bench/alpha_beta.py netbench.jsonl [--nodes 8,32,128] [--gbits 10,100] [--alpha-ms A]
+
+On one machine whose members share busy cores, a worker also waits for peers that are not
+scheduled; that lands in alpha, which is then far above a network's latency. --alpha-ms
+projects with another alpha (a real network's, say) beside the fitted one.
+"""
+import argparse
+import json
+import sys
+
+
+def solve(a, b):
+    """x with a x = b (Gauss-Jordan with partial pivoting); None when a is singular."""
+    n = len(b)
+    m = [a[i][:] + [b[i]] for i in range(n)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[p][c]) < 1e-300:
+            return None
+        m[c], m[p] = m[p], m[c]
+        for r in range(n):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                m[r] = [x - f * y for x, y in zip(m[r], m[c])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def features(r):
+    """The regressors of a row: messages, ideal wire seconds, compute seconds."""
+    return [2.0 * (r["members"] - 1), r["bytes_per_step"] / (r["rate_mbit"] * 1e6 / 8.0),
+            r["compute_s"]]
+
+
+def fit(rows):
+    """alpha (s), 1/eta and kappa from least squares on rows with overlap off."""
+    x = [features(r) for r in rows]
+    y = [r["comm_s"] for r in rows]
+    a = [[sum(v[i] * v[j] for v in x) for j in range(3)] for i in range(3)]
+    b = [sum(v[i] * c for v, c in zip(x, y)) for i in range(3)]
+    k = solve(a, b)
+    if k is None:
+        sys.exit("alpha_beta: the rows do not tell the terms apart (one member count, one rate "
+                 "and one model?)")
+    return k
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rows", help="netns_cluster.py's --out file")
+    ap.add_argument("--nodes", default="8,32,128")
+    ap.add_argument("--gbits", default="10,100")
+    ap.add_argument("--alpha-ms", type=float, default=None, help="also project with this alpha "
+                    "(ms per message) in place of the fitted one, keeping the fitted eta")
+    a = ap.parse_args()
+    rows = [json.loads(l) for l in open(a.rows) if l.strip()]
+    off = [r for r in rows if r["overlap"] == "off"]
+    if not off:
+        sys.exit("alpha_beta: no rows with overlap off in %s" % a.rows)
+    alpha, inv_eta, kappa = fit(off)
+    print("fit on %d rows (overlap off): alpha = %.3g ms per message, eta = %.3g (the exchange "
+          "reaches %.0f%% of the link rate; beta = 1/(eta R): %.3g ns/byte at 1 Gbit/s, %.3g at "
+          "10), kappa = %.3g (waiting for peers that share the cores)" %
+          (len(off), 1e3 * alpha, 1 / inv_eta, 100 / inv_eta, 1e9 * inv_eta * 8 / 1e9,
+           1e9 * inv_eta * 8 / 1e10, kappa))
+    print("%-8s %2s %6s %5s %9s %9s %9s" % ("model", "N", "Gbit/s", "wire", "comm_ms",
+                                              "model_ms", "resid_ms"))
+    for r in off:
+        f = features(r)
+        pred = alpha * f[0] + inv_eta * f[1] + kappa * f[2]
+        print("%-8s %2d %6g %5s %9.1f %9.1f %+9.1f" % (r["model"], r["members"],
+                                                         r["rate_mbit"] / 1000,
+                                                         "bf16" if r["compress"] == "bf16"
+                                                         else "fp32", 1e3 * r["comm_s"],
+                                                         1e3 * pred,
+                                                         1e3 * (r["comm_s"] - pred)))
+    models = []
+    for r in off:
+        if r["model"] not in models:
+            models.append(r["model"])
+    nodes = [int(x) for x in a.nodes.split(",")]
+    gbits = [float(x) for x in a.gbits.split(",")]
+    alphas = [("fitted", alpha)]
+    if a.alpha_ms is not None:
+        alphas.append(("given", a.alpha_ms / 1e3))
+    for label, al in alphas:
+        project(off, models, nodes, gbits, label, al, inv_eta)
+    return 0
+
+
+def project(off, models, nodes, gbits, label, alpha, inv_eta):
+    print("projected scaling efficiency, C / (C + X(N)), fp32 exchange, synchronous, %s alpha "
+          "%.3g ms, eta %.3g:" % (label, 1e3 * alpha, 1 / inv_eta))
+    print("%-8s %9s %11s %6s  %s" % ("model", "C_ms", "P_MB", "Gbit/s",
+                                     "  ".join("N=%-5d" % n for n in nodes)))
+    for m in models:
+        mr = [r for r in off if r["model"] == m]
+        c = sum(r["compute_s"] for r in mr) / len(mr)
+        fp = [r for r in mr if r["compress"] != "bf16"]
+        # Parameter bytes from what a worker sent: 2(N-1)/N of them (framing included).
+        p = sum(r["bytes_per_step"] * r["members"] / (2.0 * (r["members"] - 1))
+                for r in fp) / max(1, len(fp))
+        for g in gbits:
+            eff = []
+            for n in nodes:
+                x = 2 * (n - 1) * alpha + 2.0 * (n - 1) / n * p * inv_eta / (g * 1e9 / 8)
+                eff.append(c / (c + x))
+            print("%-8s %9.1f %11.2f %6g  %s" % (m, 1e3 * c, p / 1e6, g,
+                                                  "  ".join("%-7.2f" % e for e in eff)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

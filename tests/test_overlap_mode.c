@@ -1,0 +1,171 @@
+/* --overlap auto|on|off: the rule auto follows (nl_worker_overlap: overlap only where a host has a
+ * core free beside the compute threads of every member it runs), the option's refusals, and,
+ * through the real binary and the private sshd of tests/sshd.h, that the three modes train 2
+ * workers to the same weights bit for bit (the mode changes when bytes move, not what is
+ * summed), that the run's settings record the mode, and that a resumed run keeps it. */
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+
+#include "nnlab/trainer.h"
+#include "nnlab/worker.h"
+#include "sshd.h"
+#include "tap.h"
+
+enum { NTRAIN = 400, SIDE = 12 };
+
+static struct sshd sd;
+static const char *bin;
+static char out[1 << 16], errtext[1 << 16];
+
+/* nnlab with the test's database; stdout and stderr land in out and errtext (one line). */
+static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int nnlab(const char *fmt, ...)
+{
+    char args[2048], cmd[4096], path[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", bin,
+             sd.dir, args, sd.dir, sd.dir);
+    int st = system(cmd);
+    snprintf(path, sizeof path, "%s/out", sd.dir);
+    char *t = sshd_read(path);
+    snprintf(out, sizeof out, "%s", t ? t : "");
+    snprintf(path, sizeof path, "%s/err", sd.dir);
+    t = sshd_read(path);
+    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
+    for (char *c = errtext; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The whole contents of DIR/name, in a new block (free it), and its size; NULL if unreadable. */
+static unsigned char *slurp(const char *name, size_t *len)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", sd.dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = n > 0 ? malloc((size_t)n) : NULL;
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *len = b ? (size_t)n : 0;
+    return b;
+}
+
+static void test_rule(void)
+{
+    /* on and off are what they say, whatever the host. */
+    is_int(nl_worker_overlap(NL_OVERLAP_ON, 8, 2, 4), 1, "on overlaps with no core free");
+    is_int(nl_worker_overlap(NL_OVERLAP_OFF, 1, 64, 1), 0, "off never overlaps");
+    /* auto: cores > threads x members on the host. */
+    is_int(nl_worker_overlap(NL_OVERLAP_AUTO, 1, 2, 1), 1, "auto: 1 thread on 2 cores overlaps");
+    is_int(nl_worker_overlap(NL_OVERLAP_AUTO, 1, 2, 2), 0,
+           "auto: 2 members of 1 thread on 2 cores do not");
+    is_int(nl_worker_overlap(NL_OVERLAP_AUTO, 0, 16, 1), 0,
+           "auto: all cores computing (threads 0) do not");
+    is_int(nl_worker_overlap(NL_OVERLAP_AUTO, 16, 16, 1), 0, "auto: 16 threads on 16 cores do not");
+    is_int(nl_worker_overlap(NL_OVERLAP_AUTO, 15, 16, 1), 1, "auto: 15 threads on 16 cores do");
+    is_int(nl_worker_overlap(NL_OVERLAP_AUTO, 3, 8, 2), 1, "auto: 2 members of 3 on 8 cores do");
+    is_int(nl_worker_overlap(NL_OVERLAP_AUTO, 4, 8, 2), 0, "auto: 2 members of 4 on 8 do not");
+    is_int(nl_worker_overlap(NL_OVERLAP_AUTO, 1, 1, 0), 0, "auto: 1 thread on 1 core does not");
+}
+
+static const char *train_args(void)
+{
+    static char a[1024];
+    snprintf(a, sizeof a,
+             "--json train --data syn --model '%s/spec' --batch 32 --seed 5 --momentum 0.9 "
+             "--ssh-config '%s/ssh_config' --hosts node1:1,node2:1",
+             sd.dir, sd.dir);
+    return a;
+}
+
+int main(void)
+{
+    static const char *const modes[] = {"off", "on", "auto"};
+    const char *why;
+
+    test_rule();
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0) {
+        diag("NNLAB_BIN does not name the nnlab binary: no runs");
+        return done_testing();
+    }
+    signal(SIGPIPE, SIG_IGN);
+    char probe[700];
+    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
+    if (system(probe) != 0) {
+        diag("built without cluster mode: no runs");
+        return done_testing();
+    }
+    why = sshd_start(&sd);
+    if (why) {
+        sshd_stop(&sd);
+        diag("no runs: %s", why);
+        return done_testing();
+    }
+    sshd_write_quadrants(&sd, NTRAIN, SIDE);
+    sshd_write(sd.dir, "spec", "c1: conv 4 3x3 pad=1\nrelu\nfc1: dense 16\nrelu\nfc2: dense N\n");
+    is_int(nnlab("import syn '%s/data'", sd.dir), 0, "import a synthetic dataset: %s", errtext);
+
+    /* Refusals. */
+    is_int(nnlab("%s --epochs 1 --overlap sometimes", train_args()), 2,
+           "--overlap sometimes is a usage error");
+    like(errtext, "--overlap sometimes: want auto, on or off", "the message: %s", errtext);
+    is_int(nnlab("--json train --data syn --model '%s/spec' --epochs 1 --overlap on", sd.dir), 2,
+           "--overlap without hosts is a usage error");
+    like(errtext, "cluster options need --hosts", "the message: %s", errtext);
+
+    /* The three modes: the same weights, bit for bit; each recorded in the run's settings. */
+    unsigned char *w[3] = {NULL, NULL, NULL};
+    size_t wn[3] = {0, 0, 0};
+    for (int k = 0; k < 3; k++) {
+        is_int(nnlab("%s --epochs 2 --overlap %s --name ov-%s", train_args(), modes[k], modes[k]),
+               0, "2 workers train with --overlap %s: %s", modes[k], errtext);
+        ok(sshd_db_int(&sd,
+                       "SELECT count(*) FROM runs WHERE name = 'ov-%s' AND settings LIKE "
+                       "'%%\"overlap\":\"%s\"%%'",
+                       modes[k], modes[k]) == 1,
+           "the run's settings record overlap %s", modes[k]);
+        is_int(nnlab("export ov-%s '%s/ov-%s.safetensors'", modes[k], sd.dir, modes[k]), 0,
+               "export ov-%s: %s", modes[k], errtext);
+        char name[64];
+        snprintf(name, sizeof name, "ov-%s.safetensors", modes[k]);
+        w[k] = slurp(name, &wn[k]);
+    }
+    ok(w[0] && w[1] && wn[0] == wn[1] && memcmp(w[0], w[1], wn[0]) == 0,
+       "overlapped and synchronous exchanges end with the same weights, bit for bit (%zu bytes)",
+       wn[0]);
+    ok(w[0] && w[2] && wn[0] == wn[2] && memcmp(w[0], w[2], wn[0]) == 0,
+       "and so does auto (%zu bytes)", wn[2]);
+    for (int k = 0; k < 3; k++)
+        free(w[k]);
+
+    /* A resumed run keeps its mode; --overlap does not go with --resume. */
+    is_int(nnlab("--json train --resume ov-off --epochs 3 --overlap on --hosts node1:1,node2:1 "
+                 "--ssh-config '%s/ssh_config'",
+                 sd.dir),
+           2, "--overlap with --resume is a usage error");
+    like(errtext, "--overlap does not go with it", "the message: %s", errtext);
+    is_int(nnlab("--json train --resume ov-off --epochs 3 --hosts node1:1,node2:1 --ssh-config "
+                 "'%s/ssh_config'",
+                 sd.dir),
+           0, "ov-off resumed to 3 epochs: %s", errtext);
+    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-off' AND epochs_done = 3 AND "
+                        "settings LIKE '%%\"overlap\":\"off\"%%'") == 1,
+       "the resumed run keeps overlap off");
+    sshd_stop(&sd);
+    return done_testing();
+}
