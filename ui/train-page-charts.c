@@ -29,7 +29,7 @@ static void append(GArray *a, double v)
     g_array_append_val(a, v);
 }
 
-static void redraw(NlTrainPage *p)
+void train_charts_redraw(NlTrainPage *p)
 {
     gtk_widget_queue_draw(p->loss_chart);
     gtk_widget_queue_draw(p->acc_chart);
@@ -75,7 +75,7 @@ void train_charts_rate_title(NlTrainPage *p, gboolean whole_run)
     gtk_widget_set_tooltip_text(p->stat_ips, gtk_widget_get_tooltip_text(p->stat_ips_title));
 }
 
-static void show_point(NlTrainPage *p, const struct feed_point *pt)
+void train_charts_show_point(NlTrainPage *p, const struct feed_point *pt)
 {
     char buf[128];
     g_snprintf(buf, sizeof buf, "%d / %d", pt->epoch, pt->epochs);
@@ -162,10 +162,54 @@ int train_charts_pull(NlTrainPage *p)
     train_charts_pull_events(p);
     if (total > 0) {
         p->points += total;
-        show_point(p, &p->last);
-        redraw(p);
+        train_charts_show_point(p, &p->last);
+        train_charts_redraw(p);
     }
     return total;
+}
+
+void train_charts_add_step(NlTrainPage *p, double x, double loss, double accuracy, double ips,
+                           const double *worker_ips)
+{
+    append(p->step_x, x);
+    append(p->step_loss, loss);
+    append(p->step_acc, accuracy);
+    append(p->step_ips, ips);
+    for (int w = 0; w < p->nworkers; w++)
+        append(p->step_worker[w], worker_ips ? worker_ips[w] : NAN);
+    p->points++;
+}
+
+void train_charts_set_epochs(NlTrainPage *p, const double *epoch, const double *train_acc,
+                             const double *val_acc, int n)
+{
+    g_array_set_size(p->ep_x, 0);
+    g_array_set_size(p->ep_acc, 0);
+    g_array_set_size(p->ep_val, 0);
+    for (int i = 0; i < n; i++) {
+        append(p->ep_x, epoch[i]);
+        append(p->ep_acc, train_acc[i]);
+        append(p->ep_val, val_acc[i]);
+    }
+    if (n > 0)
+        set_stat(p->stat_acc, "%.2f%%", 100.0 * val_acc[n - 1]);
+    gtk_widget_queue_draw(p->acc_chart);
+}
+
+void train_charts_add_recovery(NlTrainPage *p, double x, const char *label, const char *line)
+{
+    append(p->ev_x, x);
+    g_ptr_array_add(p->ev_labels, g_strdup(label));
+    g_ptr_array_add(p->ev_lines, g_strdup(line));
+    train_report_line(p, line, TRUE);
+    nl_window_notify(p->win, "%s", line);
+    p->recoveries++;
+    gtk_widget_queue_draw(p->loss_chart);
+}
+
+int train_page_epochs_drawn(NlTrainPage *p)
+{
+    return (int)p->ep_x->len;
 }
 
 void train_charts_epoch(NlTrainPage *p, const struct feed_point *pt)
@@ -243,7 +287,7 @@ void train_charts_clear(NlTrainPage *p)
     g_array_set_size(p->ev_x, 0);
     g_ptr_array_set_size(p->ev_labels, 0);
     g_ptr_array_set_size(p->ev_lines, 0);
-    redraw(p);
+    train_charts_redraw(p);
 }
 
 int train_charts_name_workers(NlTrainPage *p, const char *hosts, struct nl_error *err)
@@ -270,11 +314,18 @@ int train_charts_name_workers(NlTrainPage *p, const char *hosts, struct nl_error
 #endif
 }
 
-static struct chart base_chart(GtkWidget *area, const char *title, const char *xlabel)
+/* What an empty chart says: how it fills. */
+static const char *empty_text(NlTrainPage *p)
+{
+    return p->watched ? "Shown as the run stores it" : "Press Start to train";
+}
+
+static struct chart base_chart(NlTrainPage *p, GtkWidget *area, const char *title,
+                               const char *xlabel)
 {
     struct chart c = {.title = title, .xlabel = xlabel, .fg = nl_window_fg(area)};
     c.ymin = c.ymax = c.xmin = c.xmax = NAN;
-    c.empty = "Press Start to train";
+    c.empty = empty_text(p);
     return c;
 }
 
@@ -286,7 +337,7 @@ static double *data_of(GArray *a)
 static void draw_loss(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
 {
     NlTrainPage *p = data;
-    struct chart c = base_chart(GTK_WIDGET(area), "Loss per step", "epoch");
+    struct chart c = base_chart(p, GTK_WIDGET(area), "Loss per step", "epoch");
     const guint n = p->step_x->len;
     if (n > p->smooth_cap) {
         p->smooth_cap = MAX(n, 2 * p->smooth_cap);
@@ -320,7 +371,7 @@ static void draw_loss(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer 
 static void draw_acc(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
 {
     NlTrainPage *p = data;
-    struct chart c = base_chart(GTK_WIDGET(area), "Accuracy", "epoch");
+    struct chart c = base_chart(p, GTK_WIDGET(area), "Accuracy", "epoch");
     c.ymin = 0;
     c.ymax = 1;
     c.y_percent = 1;
@@ -362,7 +413,7 @@ static void draw_ips(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer d
         .title = p->nworkers > 0 ? (samples ? "Samples/s, per worker" : "Images/s, per worker")
                  : samples       ? "Samples per second"
                                  : "Images per second",
-        .empty = "Press Start to train",
+        .empty = empty_text(p),
         .x = data_of(p->step_x),
         .total = data_of(p->step_ips),
         .n = (int)p->step_x->len,

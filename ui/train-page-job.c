@@ -367,6 +367,7 @@ static void run_done(NlTrainPage *p, struct train_job *j)
     train_charts_pull(p);
     p->job = NULL;
     train_charts_update_tick(p);
+    train_watch_update_offer(p);
     p->finished++;
     char buf[512] = "";
     if (j->rc == 0) {
@@ -442,6 +443,7 @@ static gboolean on_msg(gpointer data)
 static void start_job(NlTrainPage *p, struct train_job *j)
 {
     p->job = j;
+    train_watch_update_offer(p);
     gtk_label_set_text(GTK_LABEL(p->what), "Starting…");
     train_charts_starting(p, j->resume     ? "Loading the run's checkpoint…"
                              : j->cl.hosts ? "Starting the workers…"
@@ -507,6 +509,8 @@ void train_job_start(GtkWidget *widget, const char *action, GVariant *param)
         job_free(j);
         return;
     }
+    train_watch_stop(p);
+    g_clear_pointer(&p->watched_last, g_free);
     train_charts_clear(p);
     if (j->cl.hosts)
         train_charts_name_workers(p, j->cl.hosts, &err);
@@ -526,6 +530,8 @@ void train_page_resume(NlTrainPage *p, const char *run)
         return;
     j->resume = g_strdup(p->resumed_name);
     train_form_cluster(p, &j->cl);
+    train_watch_stop(p);
+    g_clear_pointer(&p->watched_last, g_free);
     train_charts_clear(p);
     struct nl_error err = {0};
     if (j->cl.hosts && train_charts_name_workers(p, j->cl.hosts, &err) < 0) {

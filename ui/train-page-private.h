@@ -78,6 +78,7 @@ struct _NlTrainPage {
     GtkWidget *optim, *schedule, *run_name;
     GtkWidget *cluster_form, *hosts, *ssh_config, *remote_nnlab, *accept_new, *bf16, *check_hosts;
     GtkWidget *host_report;
+    GtkWidget *elsewhere, *elsewhere_label, *watch;
     GtkWidget *spins[NSPINS];   /* the number fields */
     GtkAdjustment *adj[NSPINS]; /* their values */
 
@@ -99,6 +100,20 @@ struct _NlTrainPage {
     gboolean can_start;    /* train.start is enabled */
     GThread *thread;
     int finished; /* runs finished since the window opened, for tests */
+
+    /* A run another process trains, followed from the store (train-page-watch.c). */
+    char *watched;      /* its name while it is followed, or NULL */
+    char *watched_last; /* the last one followed, for tests */
+    int64_t watched_id;
+    long watched_step;      /* the last step drawn */
+    long watched_iters;     /* its steps per epoch */
+    int watched_recoveries; /* its recoveries drawn */
+    gboolean watched_cluster;
+    guint watch_timer, watch_generation;
+    gboolean watch_polling;
+    char *watch_status; /* the run's status when following ended, for tests */
+    guint elsewhere_timer;
+    gboolean elsewhere_polling;
 
     /* The charts: per step (x in epochs), and per epoch. */
     guint tick;
@@ -163,6 +178,15 @@ void train_report_clear(NlTrainPage *p);
 void train_job_start(GtkWidget *widget, const char *action, GVariant *param);
 void train_job_stop(GtkWidget *widget, const char *action, GVariant *param);
 
+/* ---- Following a run trained elsewhere (train-page-watch.c) ---- */
+
+void train_watch_action(GtkWidget *widget, const char *action, GVariant *param);
+/* Stops following (the charts stay as they are). */
+void train_watch_stop(NlTrainPage *p);
+/* Looks for runs trained elsewhere while the page is shown, idle and follows none. */
+void train_watch_update_offer(NlTrainPage *p);
+void train_watch_release(NlTrainPage *p);
+
 /* ---- The live charts (train-page-charts.c) ---- */
 
 void train_charts_init(NlTrainPage *p);
@@ -171,6 +195,16 @@ void train_charts_release(NlTrainPage *p);
 void train_charts_clear(NlTrainPage *p);
 /* Names the workers of a cluster run for the images/s legend, from its host list. */
 int train_charts_name_workers(NlTrainPage *p, const char *hosts, struct nl_error *err);
+/* The figures above the charts and the progress bar for a point. */
+void train_charts_show_point(NlTrainPage *p, const struct feed_point *pt);
+/* Appends a step (x in epochs) or an epoch to the charts' series; redraws them. */
+void train_charts_add_step(NlTrainPage *p, double x, double loss, double accuracy, double ips,
+                           const double *worker_ips);
+void train_charts_set_epochs(NlTrainPage *p, const double *epoch, const double *train_acc,
+                             const double *val_acc, int n);
+/* A recovery: a marker on the loss chart at x, a line under the hosts and a notice. */
+void train_charts_add_recovery(NlTrainPage *p, double x, const char *label, const char *line);
+void train_charts_redraw(NlTrainPage *p);
 /* Drains the job's feed into the charts; returns the points taken. */
 int train_charts_pull(NlTrainPage *p);
 /* The job's recoveries from its feed: each a notice, a line under the hosts and a marker. */

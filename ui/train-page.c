@@ -1,7 +1,7 @@
 /* The Train page as a widget (NlTrainPage): its template, its actions and their shortcuts, its
  * lifetime, and what the window asks of it. The form, Check Hosts, the running job and the charts
- * live in train-page-form.c, train-page-hosts.c, train-page-job.c and train-page-charts.c
- * (train-page-private.h says what they share).
+ * live in train-page-form.c, train-page-hosts.c, train-page-job.c, train-page-watch.c and
+ * train-page-charts.c (train-page-private.h says what they share).
  *
  * The shortcuts (Ctrl+Return, Ctrl+., Ctrl+Shift+H) work wherever the focus is in the window, as
  * the application's accelerators do: the page puts a shortcut controller on its window, in the
@@ -48,7 +48,7 @@ static void add_shortcuts(NlTrainPage *p)
 void train_page_dataset_changed(NlTrainPage *p)
 {
     const struct nl_dataset *d = p->win->data;
-    if (!p->job) {
+    if (!p->job && !p->watched && !p->watched_last) {
         char *t = d ? g_strdup_printf("%s · %u training samples, %u validation", d->name,
                                       d->split[NL_TRAIN].n, d->split[NL_VAL].n)
                     : g_strdup("Select a dataset on the Datasets page first.");
@@ -64,6 +64,12 @@ static void page_mapped(GtkWidget *w, gpointer data)
     NlTrainPage *p = NL_TRAIN_PAGE(w);
     if (!p->job)
         train_page_dataset_changed(p);
+    train_watch_update_offer(p);
+}
+
+static void page_unmapped(GtkWidget *w, gpointer data)
+{
+    train_watch_update_offer(NL_TRAIN_PAGE(w));
 }
 
 const char *train_page_start_reason(NlTrainPage *p)
@@ -95,6 +101,7 @@ static void nl_train_page_init(NlTrainPage *p)
     train_form_init(p);
     train_charts_init(p);
     g_signal_connect(p, "map", G_CALLBACK(page_mapped), NULL);
+    g_signal_connect(p, "unmap", G_CALLBACK(page_unmapped), NULL);
 }
 
 static void nl_train_page_dispose(GObject *obj)
@@ -103,6 +110,7 @@ static void nl_train_page_dispose(GObject *obj)
     p->disposed = TRUE;
     train_page_stop_and_wait(p);
     train_charts_update_tick(p);
+    train_watch_release(p);
     if (p->shortcuts) {
         gtk_widget_remove_controller(GTK_WIDGET(p->win), p->shortcuts);
         p->shortcuts = NULL;
@@ -116,6 +124,8 @@ static void nl_train_page_finalize(GObject *obj)
     NlTrainPage *p = NL_TRAIN_PAGE(obj);
     train_charts_release(p);
     train_form_release(p);
+    g_free(p->watched_last);
+    g_free(p->watch_status);
     g_string_free(p->report_text, TRUE);
     G_OBJECT_CLASS(nl_train_page_parent_class)->finalize(obj);
 }
@@ -157,6 +167,9 @@ static void nl_train_page_class_init(NlTrainPageClass *klass)
     CHILD(bf16);
     CHILD(check_hosts);
     CHILD(host_report);
+    CHILD(elsewhere);
+    CHILD(elsewhere_label);
+    CHILD(watch);
 #undef CHILD
     /* The number fields and their adjustments, by their ids in train-page.ui. */
     static const char *const spins[NSPINS][2] = {
@@ -175,4 +188,5 @@ static void nl_train_page_class_init(NlTrainPageClass *klass)
     gtk_widget_class_install_action(wc, "train.stop", NULL, train_job_stop);
     gtk_widget_class_install_action(wc, "train.check-hosts", NULL, train_hosts_check);
     gtk_widget_class_install_action(wc, "train.option", "(ss)", train_form_option);
+    gtk_widget_class_install_action(wc, "train.watch", "s", train_watch_action);
 }

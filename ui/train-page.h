@@ -5,11 +5,13 @@
  *     train.stop                asks the run in progress to stop (Ctrl+.)
  *     train.check-hosts         checks the hosts of the Hosts field (Ctrl+Shift+H)
  *     train.option (ss)         sets a field of the form by key, for tests and scripts
+ *     train.watch (s)           follows a run another process trains on the store ("": stops)
  *
  * The shortcuts act anywhere in the window, as the application's do. The page is split by
  * concern: train-page.c (the widget), train-page-form.c (settings, validation, the reason shown
  * beside Start), train-page-hosts.c (Check Hosts), train-page-job.c (the running job on core's
- * nl_session) and train-page-charts.c (the live charts). Private to ui/. */
+ * nl_session), train-page-watch.c (a run trained elsewhere, followed from the store) and
+ * train-page-charts.c (the live charts). Private to ui/. */
 #ifndef NNLAB_UI_TRAIN_PAGE_H
 #define NNLAB_UI_TRAIN_PAGE_H
 
@@ -47,6 +49,16 @@ int train_page_worker_points(NlTrainPage *p, int worker);
 /* For tests: the recoveries shown since the window opened, the markers on the loss chart and
  * the last one's line (NULL: none in the run shown). */
 void train_page_recoveries(NlTrainPage *p, int *count, int *markers, const char **last);
+/* Follows the run named run, trained by another process (the command line, SSH hosts, mpirun)
+ * on the same store: the charts show its steps, epochs and recoveries as they are stored. */
+void train_page_watch(NlTrainPage *p, const char *run);
+/* For tests: the run followed (NULL: none), the last one followed and how following it ended
+ * (its status; NULL while it goes on), the run offered to watch (NULL: none), and the epochs on
+ * the accuracy chart. */
+const char *train_page_watching(NlTrainPage *p);
+void train_page_watched(NlTrainPage *p, const char **run, const char **ended);
+const char *train_page_offered(NlTrainPage *p);
+int train_page_epochs_drawn(NlTrainPage *p);
 /* For tests: the form's epochs, hosts and run name. */
 void train_page_form(NlTrainPage *p, int *epochs, const char **hosts, const char **name);
 
