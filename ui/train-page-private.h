@@ -109,6 +109,9 @@ struct _NlTrainPage {
     long watched_iters;     /* its steps per epoch */
     int watched_recoveries; /* its recoveries drawn */
     gboolean watched_cluster;
+    /* The last 16 steps' samples and seconds (a ring), for its rate. */
+    double rate_samples[16], rate_seconds[16];
+    int rate_n;
     guint watch_timer, watch_generation;
     gboolean watch_polling;
     char *watch_status; /* the run's status when following ended, for tests */

@@ -7,8 +7,9 @@
  * on a worker thread, never on the main loop: the run's record, its worker steps after the last
  * one drawn (nl_run_worker_steps: the session stores them about once a second, a local run's as
  * one worker's), its epochs and its recoveries. The main loop draws them as for a run of its own:
- * per step the loss (the workers' mean, weighted by their samples), images/s (the step's samples
- * over its slowest worker's seconds) and each worker's own rate for a run of several workers;
+ * per step the loss (the workers' mean, weighted by their samples), images/s (the last 16 steps'
+ * samples over their seconds, a step's seconds being its slowest worker's) and each worker's own
+ * rate in the step for a run of several workers;
  * per epoch the train and validation accuracy (the running accuracy of each step is not stored);
  * each recovery as a marker, a line under the hosts and a notice. Steps are placed at step / steps
  * per epoch, those being the dataset's train count over the run's batch. Following ends when the
@@ -100,6 +101,22 @@ static void name_workers(NlTrainPage *p, const struct watch_poll *w)
             }
 }
 
+/* The images/s of the steps followed, as training reports it: the samples of the last steps
+ * over their seconds (each step's seconds its slowest worker's). */
+static double recent_rate(NlTrainPage *p, double samples, double seconds)
+{
+    const int cap = (int)G_N_ELEMENTS(p->rate_samples);
+    p->rate_samples[p->rate_n % cap] = samples;
+    p->rate_seconds[p->rate_n % cap] = seconds;
+    p->rate_n++;
+    double n = 0, t = 0;
+    for (int i = 0; i < MIN(p->rate_n, cap); i++) {
+        n += p->rate_samples[i];
+        t += p->rate_seconds[i];
+    }
+    return t > 0 && n > 0 ? n / t : NAN;
+}
+
 /* Draws the rows of whole steps: a step's workers are stored together, but the last step read
  * may lack some when the read was cut at MAX_ROWS. */
 static void draw_steps(NlTrainPage *p, const struct watch_poll *w)
@@ -130,7 +147,7 @@ static void draw_steps(NlTrainPage *p, const struct watch_poll *w)
                 worker_ips[r->worker] = (double)r->samples / busy;
         }
         const double mean = samples > 0 ? loss / (double)samples : NAN;
-        const double ips = slowest > 0 && samples > 0 ? (double)samples / slowest : NAN;
+        const double ips = recent_rate(p, (double)samples, slowest);
         train_charts_add_step(p, (double)step / (double)p->watched_iters, mean, NAN, ips,
                               worker_ips);
         p->watched_step = step;
@@ -218,11 +235,13 @@ static void poll_done(GObject *source, GAsyncResult *res, gpointer data)
         p->watched_iters = w->ntrain > 0 ? ((long)w->ntrain + batch - 1) / batch : 1;
         p->watched_id = w->info.id;
         p->watched_cluster = w->cluster;
-        char *what = g_strdup_printf(
-            "Watching “%s”: %s on %s, trained by process %ld on %s", w->info.name, w->info.model,
-            w->info.dataset, w->info.owner_pid, w->info.owner_host[0] ? w->info.owner_host : "?");
+        char *model = g_path_get_basename(w->info.model);
+        char *what = g_strdup_printf("Watching “%s”: %s on %s, trained by process %ld on %s",
+                                     w->info.name, model, w->info.dataset, w->info.owner_pid,
+                                     w->info.owner_host[0] ? w->info.owner_host : "?");
         gtk_label_set_text(GTK_LABEL(p->what), what);
         g_free(what);
+        g_free(model);
     }
     name_workers(p, w);
     draw_steps(p, w);
@@ -280,6 +299,7 @@ void train_page_watch(NlTrainPage *p, const char *run)
     p->watched_step = 0;
     p->watched_iters = 0;
     p->watched_recoveries = 0;
+    p->rate_n = 0;
     gtk_label_set_text(GTK_LABEL(p->what), "Watching…");
     train_charts_starting(p, "Reading the run from the store…");
     train_watch_update_offer(p);
