@@ -4,16 +4,16 @@
  * While the page is shown, idle and following nothing, it looks every two seconds for a run whose
  * status is running and whose owner lives and is not this process, and offers the newest such
  * run with a Watch button (train.watch RUN). Following a run reads the store every half second
- * on a worker thread, never on the main loop: the run's record, its worker steps after the last
- * one drawn (nl_run_worker_steps: the session stores them about once a second, a local run's as
- * one worker's), its epochs and its recoveries. The main loop draws them as for a run of its own:
- * per step the loss (the workers' mean, weighted by their samples), images/s (the last 16 steps'
- * samples over their seconds, a step's seconds being its slowest worker's) and each worker's own
- * rate in the step for a run of several workers;
- * per epoch the train and validation accuracy (the running accuracy of each step is not stored);
- * each recovery as a marker, a line under the hosts and a notice. Steps are placed at step / steps
- * per epoch, those being the dataset's train count over the run's batch. Following ends when the
- * run is no longer running (its status then is said) or on train.watch "". */
+ * while the charts are shown, on a worker thread, never on the main loop: the run's record, its
+ * worker steps after the last one drawn (nl_run_worker_steps: the session stores them about once a
+ * second, a local run's as one worker's), its epochs and its recoveries. The main loop draws them
+ * as for a run of its own: per step the loss (the workers' mean, weighted by their samples),
+ * images/s (the last 16 steps' samples over their seconds, a step's seconds being its slowest
+ * worker's) and each worker's own rate in the step for a run of several workers; per epoch the
+ * train and validation accuracy (the running accuracy of each step is not stored); each recovery as
+ * a marker, a line under the hosts and a notice. Steps are placed at step / steps per epoch, those
+ * being the dataset's train count over the run's batch. Following ends when the run is no longer
+ * running (its status then is said) or on train.watch "". */
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -254,7 +254,8 @@ static void poll_done(GObject *source, GAsyncResult *res, gpointer data)
 static gboolean watch_tick(gpointer data)
 {
     NlTrainPage *p = data;
-    if (p->watch_polling || !p->watched)
+    /* Hidden charts wait; shown again, they catch up at the next tick. */
+    if (p->watch_polling || !p->watched || !p->mapped)
         return G_SOURCE_CONTINUE;
     struct watch_poll *w = g_new0(struct watch_poll, 1);
     w->db_path = g_strdup(p->win->db_path);
