@@ -7,6 +7,9 @@
  *    points than epochs ended, and more at each look), its accuracy chart its epochs;
  *  - following ends when the run does, saying it is done, with every epoch drawn;
  *  - the MPI run's images/s chart has each worker's own series;
+ *  - with openssh-server, a run of `nnlab train --hosts node1:1,node2:1` on a private sshd on
+ *    127.0.0.1 (tests/sshd.h), one of whose workers is killed (SIGKILL): its recovery shows as
+ *    a marker on the loss chart, a line under the hosts and a notice, and the run ends done;
  *  - the main loop never stalls while following.
  * A screenshot of the page following each run goes to BUILD/ui-screenshots/.
  *
@@ -28,6 +31,7 @@ int main(void)
 
 #include "gui_util.h"
 #include "nnlab/runs.h"
+#include "sshd.h"
 
 static char db[700], spec[700];
 static const char *bin;
@@ -118,7 +122,7 @@ static int following_ended(void)
 
 /* Follows run_name, trained by the child, from the offer to its end: n_epochs epochs; workers > 0:
  * the images/s chart has that many workers' series. tests: the number of checks made. */
-#define FOLLOW_TESTS 7
+#define FOLLOW_TESTS  7
 static void follow(const char *what, int n_epochs, int workers)
 {
     show("train");
@@ -167,6 +171,74 @@ static void follow(const char *what, int n_epochs, int workers)
        max_gap / 1000.0);
 }
 
+static int some_points(void)
+{
+    return points() >= 10;
+}
+
+static int recovered(void)
+{
+    int count, markers;
+    const char *last;
+    train_page_recoveries(page(), &count, &markers, &last);
+    return count > 0;
+}
+
+/* A cluster run of the command line on node1 and node2 of a private sshd, one worker killed. */
+#define CLUSTER_TESTS 4
+static void follow_cluster(void)
+{
+#if NNLAB_HAVE_SSH
+    struct sshd sd;
+    const char *why = sshd_start(&sd);
+    if (why) {
+        sshd_stop(&sd);
+        for (int i = 0; i < CLUSTER_TESTS; i++)
+            ok(1, "ssh # SKIP %s", why);
+        return;
+    }
+    unsetenv("SSH_AUTH_SOCK"); /* the sshd's own key, not an agent's */
+    run_name = "ssh-run";
+    char args[1600];
+    snprintf(args, sizeof args,
+             "--hosts node1:1,node2:1 --ssh-config %s/ssh_config --remote-nnlab %s "
+             "--heartbeat-timeout 4 --max-restarts 2 --data bands --model %s --epochs 2 "
+             "--batch 8 --threads 1 --lr 0.01 --name %s",
+             sd.dir, bin, spec, run_name);
+    int started = start_training("", args);
+    show("train");
+    int followed = started && wait_for(offered, 60000) &&
+                   click(find(win, GTK_TYPE_BUTTON, "train.watch")) &&
+                   wait_for(some_points, 120000);
+    long pids[8];
+    const int n = followed ? sshd_worker_pids(&sd, pids, 8) : 0;
+    ok(n == 2 && kill((pid_t)pids[1], SIGKILL) == 0,
+       "a cluster run of the command line is followed, and one of its two workers killed after "
+       "%ld steps (%d workers found)",
+       points(), n);
+    ok(wait_for(recovered, 120000), "the Train page hears of the recovery from the store");
+    int count = 0, markers = 0, done;
+    const char *last = NULL, *report;
+    train_page_recoveries(page(), &count, &markers, &last);
+    train_page_hosts_report(page(), &done, &report);
+    ok(count == 1 && markers == 1 && last && strstr(last, "restarted") && strstr(report, last),
+       "a marker on the loss chart and a line under the hosts: %s", last ? last : "(none)");
+    spin(300);
+    screenshot("train-watch-ssh-1024x700");
+    const int ended = wait_for(child_gone, 300000) && wait_for(following_ended, 10000);
+    const char *run, *how;
+    train_page_watched(page(), &run, &how);
+    ok(ended && how && strcmp(how, "done") == 0, "the run goes on and ends done (%s)",
+       how ? how : "still following");
+    if (child > 0 && !child_gone())
+        kill(child, SIGTERM);
+    sshd_stop(&sd);
+#else
+    for (int i = 0; i < CLUSTER_TESTS; i++)
+        ok(1, "ssh # SKIP built without libssh");
+#endif
+}
+
 int main(int argc, char **argv)
 {
     gui_start(argv, "nnlab-watch", "1920x1080", 1);
@@ -174,7 +246,7 @@ int main(int argc, char **argv)
     if (!bin)
         skip_all("NNLAB_BIN is not set");
 
-    plan(1 + 2 * FOLLOW_TESTS);
+    plan(1 + 2 * FOLLOW_TESTS + CLUSTER_TESTS);
     char data_dir[600];
     snprintf(data_dir, sizeof data_dir, "%s/bands", gui_tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
@@ -231,6 +303,7 @@ int main(int argc, char **argv)
 
     if (child > 0 && !child_gone())
         kill(child, SIGTERM);
+    follow_cluster();
     gtk_window_destroy(GTK_WINDOW(win));
     spin(200);
     g_object_unref(app);
