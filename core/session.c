@@ -6,8 +6,8 @@
  * (NL_SESSION_STEPS_SECONDS) and at each epoch's end, so that a window can follow the run live,
  * and what is left of them when training ends; each recovery as it happens; the owner's heartbeat
  * at least every NL_RUN_HEARTBEAT_SECONDS (on steps, epochs and checkpoints); the batches skipped
- * over the run in its settings; the final status and results. A write that fails stops training and
- * makes the session's result that failure. */
+ * over the run in its settings; the final status and results. A write that fails stops training
+ * and makes the session's result that failure. */
 #include "nnlab/session.h"
 
 #include <stdio.h>

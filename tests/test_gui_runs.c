@@ -169,15 +169,7 @@ static GtkWidget *find_text(GtkWidget *root, GType type, const char *text)
 /* The visible message dialog (a question), or NULL. */
 static GtkWidget *question(void)
 {
-    GListModel *tops = gtk_window_get_toplevels();
-    GtkWidget *found = NULL;
-    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
-        GObject *o = g_list_model_get_item(tops, i);
-        if (GTK_IS_MESSAGE_DIALOG(o) && gtk_widget_get_visible(GTK_WIDGET(o)))
-            found = GTK_WIDGET(o);
-        g_object_unref(o);
-    }
-    return found;
+    return find_toplevel(GTK_TYPE_MESSAGE_DIALOG);
 }
 
 static int asked(void)

@@ -49,7 +49,7 @@ struct nl_session {
     /* What the hooks record. */
     int (*show)(void *ud, const struct nl_event *ev);
     void *show_ud;
-    struct nl_worker_steps steps; /* a cluster run's worker reports not yet stored */
+    struct nl_worker_steps steps; /* the worker reports not yet stored */
     int record_failed;
     struct nl_error record_err;
     double last_beat;  /* monotonic seconds of the owner's last heartbeat */
