@@ -128,6 +128,8 @@ static void follow(const char *what, int n_epochs, int workers)
     show("train");
     const int shown = wait_for(offered, 60000);
     ok(shown, "the Train page offers %s, trained by another process", what);
+    if (workers == 0)
+        screenshot("train-watch-offer-1024x700");
     GtkWidget *watch = find(win, GTK_TYPE_BUTTON, "train.watch");
     seen = 0;
     const int clicked = click(watch);
