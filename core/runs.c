@@ -329,10 +329,38 @@ fail:
     return rc;
 }
 
+/* A local run's step as its one worker's report: its samples and seconds are the growth of the
+ * epoch's totals since the previous step (both start again with each epoch). */
+static int add_local_step(struct nl_worker_steps *b, const struct nl_event *ev,
+                          struct nl_error *err)
+{
+    struct nl_worker_step *v = nl_grow(b->v, &b->cap, b->n + 1, sizeof *v, 1024);
+    if (!v)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the steps' metrics");
+    b->v = v;
+    const int same_epoch = ev->epoch == b->local_epoch && ev->iter > b->local_iter;
+    const long samples = ev->samples - (same_epoch ? b->local_samples : 0);
+    const double seconds = ev->seconds - (same_epoch ? b->local_seconds : 0);
+    b->local_epoch = ev->epoch;
+    b->local_iter = ev->iter;
+    b->local_samples = ev->samples;
+    b->local_seconds = ev->seconds;
+    b->v[b->n++] = (struct nl_worker_step){
+        .step = (long)(ev->epoch - 1) * ev->iters + ev->iter,
+        .worker = 0,
+        .host = b->host,
+        .epoch = ev->epoch,
+        .samples = samples > 0 ? samples : 0,
+        .loss = ev->loss,
+        .compute_seconds = seconds > 0 ? seconds : 0,
+    };
+    return 0;
+}
+
 int nl_worker_steps_add(struct nl_worker_steps *b, const struct nl_event *ev, struct nl_error *err)
 {
     if (ev->nworkers <= 0)
-        return 0;
+        return ev->kind == NL_EVENT_ITER && ev->iters > 0 ? add_local_step(b, ev, err) : 0;
     struct nl_worker_step *v = nl_grow(b->v, &b->cap, b->n + (size_t)ev->nworkers, sizeof *v, 1024);
     if (!v)
         return nl_error_set(err, NL_ENOMEM, "out of memory for the workers' metrics");
@@ -360,6 +388,55 @@ int nl_worker_steps_flush(struct nl_worker_steps *b, struct nl_store *s, int64_t
     int rc = nl_run_record_worker_steps(s, run, b->v, b->n, err);
     b->n = 0;
     return rc;
+}
+
+int nl_run_worker_steps(struct nl_store *s, int64_t run, long after, int max,
+                        struct nl_run_worker_step **out, int *count, struct nl_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    struct nl_run_worker_step *v = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+
+    *out = NULL;
+    *count = 0;
+    if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                           "SELECT step, worker, host, epoch, samples, loss, compute_seconds, "
+                           "comm_seconds, bytes_sent FROM worker_steps WHERE run = ? AND step > ? "
+                           "ORDER BY step, worker LIMIT ?",
+                           -1, &st, NULL) != SQLITE_OK)
+        return nl_store_db_error(s, err, "reading the steps");
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int(st, 3, max > 0 ? max : -1);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct nl_run_worker_step *g = nl_grow(v, &cap, n + 1, sizeof *v, 256);
+        if (!g) {
+            sqlite3_finalize(st);
+            nl_free(v);
+            return nl_error_set(err, NL_ENOMEM, "out of memory for the steps");
+        }
+        v = g;
+        struct nl_run_worker_step *r = &v[n++];
+        const char *host = (const char *)sqlite3_column_text(st, 2);
+        r->step = (long)sqlite3_column_int64(st, 0);
+        r->worker = sqlite3_column_int(st, 1);
+        snprintf(r->host, sizeof r->host, "%s", host ? host : "");
+        r->epoch = sqlite3_column_int(st, 3);
+        r->samples = (long)sqlite3_column_int64(st, 4);
+        r->loss = column_real(st, 5);
+        r->compute_seconds = column_real(st, 6);
+        r->comm_seconds = column_real(st, 7);
+        r->bytes_sent = (unsigned long long)sqlite3_column_int64(st, 8);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        nl_free(v);
+        return nl_store_db_error(s, err, "reading the steps");
+    }
+    *out = v;
+    *count = (int)n;
+    return 0;
 }
 
 void nl_worker_steps_release(struct nl_worker_steps *b)

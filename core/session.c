@@ -2,20 +2,30 @@
  * its finish, written here once for the command line and the window.
  *
  * What goes to the store, and when: an epoch's metrics with its checkpoint (one transaction,
- * nl_run_save_checkpoint); a cluster run's worker steps an epoch at a time, and what is left of
- * them when training ends; each recovery as it happens; the owner's heartbeat at least every
- * NL_RUN_HEARTBEAT_SECONDS (on steps, epochs and checkpoints); the batches skipped over the run
- * in its settings; the final status and results. A write that fails stops training and makes the
- * session's result that failure. */
+ * nl_run_save_checkpoint); the worker steps (a local run's as one worker's) about once a second
+ * (NL_SESSION_STEPS_SECONDS) and at each epoch's end, so that a window can follow the run live,
+ * and what is left of them when training ends; each recovery as it happens; the owner's heartbeat
+ * at least every NL_RUN_HEARTBEAT_SECONDS (on steps, epochs and checkpoints); the batches skipped
+ * over the run in its settings; the final status and results. A write that fails stops training
+ * and makes the session's result that failure. */
 #include "nnlab/session.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nnlab/alloc.h"
 #include "nnlab/clock.h"
 #include "nnlab/dataset.h"
 #include "nnlab/model.h"
+
+/* The host a local run's steps are stored as coming from. */
+static void local_host(struct nl_session *s)
+{
+    if (gethostname(s->steps.host, sizeof s->steps.host) != 0)
+        snprintf(s->steps.host, sizeof s->steps.host, "localhost");
+    s->steps.host[sizeof s->steps.host - 1] = '\0';
+}
 
 int nl_session_start(struct nl_store *store, const struct nl_session_new *new, struct nl_model *m,
                      struct nl_dataset *d, const struct nl_train_opts *o, struct nl_session **out,
@@ -52,7 +62,8 @@ int nl_session_start(struct nl_store *store, const struct nl_session_new *new, s
         nl_session_free(s);
         return rc;
     }
-    s->last_beat = nl_now();
+    s->last_beat = s->last_steps = nl_now();
+    local_host(s);
     *out = s;
     return 0;
 }
@@ -106,7 +117,8 @@ int nl_session_resume(struct nl_store *store, const char *name, const struct nl_
         nl_session_free(s);
         return rc;
     }
-    s->last_beat = nl_now();
+    s->last_beat = s->last_steps = nl_now();
+    local_host(s);
     *out = s;
     return 0;
 }
@@ -145,6 +157,13 @@ static int session_event(void *ud, const struct nl_event *ev)
     if (ev->kind == NL_EVENT_ITER) {
         if (nl_worker_steps_add(&s->steps, ev, &e) < 0)
             return record_failed(s, &e);
+        /* Stored about once a second, for whoever follows the run from the store. */
+        const double t = nl_now();
+        if (t - s->last_steps >= NL_SESSION_STEPS_SECONDS) {
+            if (nl_worker_steps_flush(&s->steps, s->store, s->run.id, &e) < 0)
+                return record_failed(s, &e);
+            s->last_steps = t;
+        }
     } else if (ev->kind == NL_EVENT_RECOVERY && ev->recovery) {
         if (nl_run_record_recovery(s->store, s->run.id, ev->recovery, &e) < 0)
             return record_failed(s, &e);
@@ -152,6 +171,7 @@ static int session_event(void *ud, const struct nl_event *ev)
         /* The epoch's metrics were stored with its checkpoint. */
         if (nl_worker_steps_flush(&s->steps, s->store, s->run.id, &e) < 0)
             return record_failed(s, &e);
+        s->last_steps = nl_now();
     }
     if (heartbeat(s))
         return 1;

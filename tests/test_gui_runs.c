@@ -47,197 +47,19 @@ int main(void)
 }
 #else
 
-#include <errno.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <png.h>
 
-#include "idx_writer.h"
-#include "nnlab-ui.h"
+#include "gui_util.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
-#include "window.h"
 
-#define W 28
-
-static char tmp[512], shots[1024], db[700];
+static char db[700];
 static const char *bin;
-static GtkWidget *win;
-
-static void bail_out(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void bail_out(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("Bail out! ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    exit(1);
-}
-
-static int in_path(const char *prog)
-{
-    char *p = g_find_program_in_path(prog);
-    g_free(p);
-    return p != NULL;
-}
-
-/* Re-runs this program inside a private D-Bus session and a virtual X server. */
-static void reexec(char **argv)
-{
-    if (!in_path("xvfb-run") || !in_path("dbus-run-session") || !in_path("xauth") ||
-        !in_path("xdotool"))
-        skip_all("xvfb-run, xauth, dbus-run-session or xdotool missing (apt-get install xvfb "
-                 "xauth dbus-daemon xdotool)");
-    char dir[] = "/tmp/nnlab-runs-XXXXXX";
-    if (!mkdtemp(dir))
-        skip_all("mkdtemp: %s", strerror(errno));
-    static const char *sub[] = {"config", "data", "cache", "runtime"};
-    static const char *var[] = {"XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
-                                "XDG_RUNTIME_DIR"};
-    for (int i = 0; i < 4; i++) {
-        char path[600];
-        snprintf(path, sizeof path, "%s/%s", dir, sub[i]);
-        mkdir(path, 0700);
-        setenv(var[i], path, 1);
-    }
-    setenv("NNLAB_GUI_TMP", dir, 1);
-    setenv("NNLAB_GUI_INNER", "1", 1);
-    setenv("GSK_RENDERER", "cairo", 1);
-    setenv("GSETTINGS_BACKEND", "memory", 1);
-    setenv("GDK_BACKEND", "x11", 1);
-    setenv("GTK_A11Y", "none", 1);
-    setenv("NO_AT_BRIDGE", "1", 1);
-    unsetenv("WAYLAND_DISPLAY");
-    unsetenv("DISPLAY");
-    char *args[] = {"dbus-run-session",       "--",    "xvfb-run", "-a", "-s",
-                    "-screen 0 1920x1080x24", argv[0], NULL};
-    execvp(args[0], args);
-    skip_all("cannot run dbus-run-session: %s", strerror(errno));
-}
-
-/* Six classes of 28x28 images: a bright band at a class's own rows, with noise; one sample in
- * eight has its band at another class's rows, so that a trained model makes mistakes. */
-static void write_dataset(const char *dir, const char *prefix, uint32_t n)
-{
-    uint8_t *px = malloc((size_t)n * W * W), *lab = malloc(n);
-    uint32_t r = 7;
-    for (uint32_t i = 0; i < n; i++) {
-        lab[i] = (uint8_t)(i % 6);
-        for (int k = 0; k < W * W; k++) {
-            r = r * 1103515245u + 12345u;
-            const int row = k / W, band = 2 + 4 * (i % 8 == 7 ? (lab[i] + 1) % 6 : lab[i]);
-            px[(size_t)i * W * W + k] =
-                (uint8_t)((row >= band && row < band + 3 ? 200 : 0) + ((r >> 16) % 50));
-        }
-    }
-    char a[700], b[700];
-    snprintf(a, sizeof a, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
-    snprintf(b, sizeof b, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
-    idx_write(a, b, px, lab, n, W, W);
-    free(px);
-    free(lab);
-}
-
-/* ---- Driving the main loop ---- */
-
-static void spin(int ms)
-{
-    gint64 end = g_get_monotonic_time() + (gint64)ms * 1000;
-    while (g_get_monotonic_time() < end)
-        if (!g_main_context_iteration(NULL, FALSE))
-            g_usleep(2000);
-}
-
-typedef int (*cond_fn)(void);
-static int wait_for(cond_fn cond, int timeout_ms)
-{
-    gint64 end = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
-    while (!cond() && g_get_monotonic_time() < end)
-        if (!g_main_context_iteration(NULL, FALSE))
-            g_usleep(2000);
-    return cond();
-}
-
-static void show(const char *page)
-{
-    gtk_widget_activate_action(win, "win.show-page", "s", page);
-    spin(400);
-}
-
-/* Resizes the window and lets it settle (no window manager: the size is taken as asked, less
- * the client-side decorations' margins). */
-static void resize(int w, int h)
-{
-    gtk_window_set_default_size(GTK_WINDOW(win), w, h);
-    /* A loaded machine takes longer to lay the window out again: wait for the size, up to 5 s. */
-    for (int waited = 0; waited < 5000; waited += 100) {
-        spin(100);
-        const int ww = gtk_widget_get_width(win), wh = gtk_widget_get_height(win);
-        if (ww <= w && ww >= w - 20 && wh <= h && wh >= h - 20)
-            break;
-    }
-    spin(500);
-}
-
-/* The window as drawn, into BUILD/ui-screenshots/NAME.png. A window laid out anew since its
- * last frame (the runs list rebuilt) gives no picture until it is drawn: up to 2 s. */
-static int screenshot(const char *name)
-{
-    char path[1200];
-    const int w = gtk_widget_get_width(win), h = gtk_widget_get_height(win);
-    GskRenderNode *node = NULL;
-    for (int tries = 0; !node && tries < 20; tries++) {
-        GdkPaintable *paint = gtk_widget_paintable_new(win);
-        GtkSnapshot *s = gtk_snapshot_new();
-        gdk_paintable_snapshot(paint, s, w, h);
-        node = gtk_snapshot_free_to_node(s);
-        g_object_unref(paint);
-        if (!node)
-            spin(100);
-    }
-    int ok = 0;
-    if (node) {
-        GskRenderer *r = gtk_native_get_renderer(GTK_NATIVE(win));
-        GdkTexture *tex = gsk_renderer_render_texture(r, node, &GRAPHENE_RECT_INIT(0, 0, w, h));
-        snprintf(path, sizeof path, "%s/%s.png", shots, name);
-        ok = gdk_texture_save_to_png(tex, path);
-        g_object_unref(tex);
-        gsk_render_node_unref(node);
-    }
-    if (ok)
-        diag("screenshot %s (%dx%d)", path, w, h);
-    return ok;
-}
-
-static NlWindow *nw(void)
-{
-    return NL_WINDOW(win);
-}
-
-#if defined(__SANITIZE_ADDRESS__)
-#define STALL_MS "1500"
-#define STALL_US 1500000
-#else
-#define STALL_MS "500"
-#define STALL_US 500000
-#endif
-static gint64 last_beat, max_gap;
-static gboolean measuring;
-static gboolean beat(gpointer data)
-{
-    gint64 now = g_get_monotonic_time();
-    if (measuring && last_beat && now - last_beat > max_gap)
-        max_gap = now - last_beat;
-    last_beat = now;
-    return G_SOURCE_CONTINUE;
-}
 
 /* Runs nnlab with these arguments on the test's store; its stdout into out (may be NULL). */
 static int nnlab(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -344,30 +166,10 @@ static GtkWidget *find_text(GtkWidget *root, GType type, const char *text)
     return NULL;
 }
 
-static int chooser_open(void)
-{
-    GListModel *tops = gtk_window_get_toplevels();
-    int found = 0;
-    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
-        GObject *o = g_list_model_get_item(tops, i);
-        found |= GTK_IS_FILE_CHOOSER_DIALOG(o) && gtk_widget_get_visible(GTK_WIDGET(o));
-        g_object_unref(o);
-    }
-    return found;
-}
-
 /* The visible message dialog (a question), or NULL. */
 static GtkWidget *question(void)
 {
-    GListModel *tops = gtk_window_get_toplevels();
-    GtkWidget *found = NULL;
-    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
-        GObject *o = g_list_model_get_item(tops, i);
-        if (GTK_IS_MESSAGE_DIALOG(o) && gtk_widget_get_visible(GTK_WIDGET(o)))
-            found = GTK_WIDGET(o);
-        g_object_unref(o);
-    }
-    return found;
+    return find_toplevel(GTK_TYPE_MESSAGE_DIALOG);
 }
 
 static int asked(void)
@@ -679,33 +481,25 @@ static int child_gone(void)
 
 int main(int argc, char **argv)
 {
-    if (!getenv("NNLAB_GUI_INNER"))
-        reexec(argv);
-    const char *t = getenv("NNLAB_GUI_TMP");
-    snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
-    const char *build = getenv("NNLAB_BUILD_ROOT");
-    snprintf(shots, sizeof shots, "%s/ui-screenshots", build ? build : tmp);
-    mkdir(shots, 0755);
+    gui_start(argv, "nnlab-runs", "1920x1080", 1);
     bin = getenv("NNLAB_BIN");
     if (!bin)
         skip_all("NNLAB_BIN is not set");
-    if (!gtk_init_check())
-        skip_all("no display even under xvfb-run");
 
     plan(87);
     char data_dir[700], spec[700];
-    snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
-    snprintf(db, sizeof db, "%s/nnlab.db", tmp);
-    snprintf(spec, sizeof spec, "%s/small.nn", tmp);
+    snprintf(data_dir, sizeof data_dir, "%s/bands", gui_tmp);
+    snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
+    snprintf(spec, sizeof spec, "%s/small.nn", gui_tmp);
     mkdir(data_dir, 0755);
-    write_dataset(data_dir, "train", 3000);
-    write_dataset(data_dir, "t10k", 300);
+    gui_write_bands(data_dir, "train", 3000, 8);
+    gui_write_bands(data_dir, "t10k", 300, 8);
     FILE *f = fopen(spec, "w");
     fputs("fc1: dense 32\nrelu\nfc2: dense N\n", f);
     fclose(f);
     /* Wide enough that each epoch of the run followed live lasts a second or more. */
     char wide[700];
-    snprintf(wide, sizeof wide, "%s/wide.nn", tmp);
+    snprintf(wide, sizeof wide, "%s/wide.nn", gui_tmp);
     f = fopen(wide, "w");
     fputs("fc1: dense 512\nrelu\nfc2: dense 512\nrelu\nfc3: dense N\n", f);
     fclose(f);
@@ -732,14 +526,7 @@ int main(int argc, char **argv)
         bail_out("%s", err.msg);
     nl_store_close(s);
 
-    GObject *app = nl_app_new(db);
-    GError *error = NULL;
-    if (!g_application_register(G_APPLICATION(app), NULL, &error))
-        bail_out("the application does not register: %s", error->message);
-    g_application_activate(G_APPLICATION(app));
-    win = GTK_WIDGET(gtk_application_get_active_window(GTK_APPLICATION(app)));
-    if (!win)
-        bail_out("no window");
+    GObject *app = gui_open(db);
     resize(1024, 700);
 
     /* Item 5: the Name field of an import, checked as it is typed. */
@@ -768,7 +555,7 @@ int main(int argc, char **argv)
            enabled("import"),
        "an empty name is fine (the file's own is taken)");
     char csv[700];
-    snprintf(csv, sizeof csv, "%s/table.csv", tmp);
+    snprintf(csv, sizeof csv, "%s/table.csv", gui_tmp);
     f = fopen(csv, "w");
     fputs("width,height,kind\n", f);
     for (int i = 0; i < 60; i++)
@@ -952,6 +739,7 @@ int main(int argc, char **argv)
     char **args = NULL;
     g_shell_parse_argv(cmd, NULL, &args, NULL);
     GPid pid = 0;
+    GError *error = NULL;
     gboolean spawned =
         g_spawn_async(NULL, args, NULL, G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL,
                       NULL, NULL, &pid, &error);
@@ -993,7 +781,7 @@ int main(int argc, char **argv)
 
     /* Item 8: Predict for every dataset. */
     char csv_spec[700];
-    snprintf(csv_spec, sizeof csv_spec, "%s/csv.nn", tmp);
+    snprintf(csv_spec, sizeof csv_spec, "%s/csv.nn", gui_tmp);
     f = fopen(csv_spec, "w");
     fputs("fc1: dense 16\nrelu\nfc2: dense N\n", f);
     fclose(f);
@@ -1005,7 +793,7 @@ int main(int argc, char **argv)
     ok(label && strstr(label, "bands, 28×28 gray"),
        "the picker says a run's dataset and input (%s)", label ? label : "run-a not offered");
     char png[700];
-    snprintf(png, sizeof png, "%s/photo.png", tmp);
+    snprintf(png, sizeof png, "%s/photo.png", gui_tmp);
     write_png(png, 320, 240, 1);
     gtk_widget_activate_action(win, "win.predict-file", "s", png);
     ok(wait_for(predicted, 30000), "a colour photo is classified");
@@ -1014,7 +802,7 @@ int main(int argc, char **argv)
            strstr(note, "may mean little"),
        "saying how it was converted, and that it is far from the run's images (%s)", oneline(note));
     ok(screenshot("predict-colour-photo-1024x700"), "screenshot of the warning");
-    snprintf(png, sizeof png, "%s/band.png", tmp);
+    snprintf(png, sizeof png, "%s/band.png", gui_tmp);
     write_png(png, 28, 28, 0);
     gtk_widget_activate_action(win, "win.predict-file", "s", png);
     wait_for(predicted, 30000);
@@ -1053,7 +841,7 @@ int main(int argc, char **argv)
     /* Issue 18 item 5: a regression run on a table with a categorical column and missing
      * values predicts a value in the target's units, through the import's preprocessing. */
     char reg_csv[700];
-    snprintf(reg_csv, sizeof reg_csv, "%s/cost.csv", tmp);
+    snprintf(reg_csv, sizeof reg_csv, "%s/cost.csv", gui_tmp);
     f = fopen(reg_csv, "w");
     fputs("size,colour,cost\n", f);
     static const char *const colours[] = {"red", "green", "blue"};
@@ -1107,9 +895,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < 24; i++) {
         char doc[800];
         for (int k = 0; k < 2; k++) {
-            snprintf(doc, sizeof doc, "%s/reviews/%s", tmp, k ? "neg" : "pos");
+            snprintf(doc, sizeof doc, "%s/reviews/%s", gui_tmp, k ? "neg" : "pos");
             g_mkdir_with_parents(doc, 0755);
-            snprintf(doc, sizeof doc, "%s/reviews/%s/%d.txt", tmp, k ? "neg" : "pos", i);
+            snprintf(doc, sizeof doc, "%s/reviews/%s/%d.txt", gui_tmp, k ? "neg" : "pos", i);
             f = fopen(doc, "w");
             fprintf(f,
                     k ? "A boring film, the script was awful (%d). Ужасно.\n"
@@ -1118,7 +906,7 @@ int main(int argc, char **argv)
             fclose(f);
         }
     }
-    ok(nnlab(NULL, "import reviews %s/reviews --vocab 13 --max-len 16 --val 0.25", tmp) &&
+    ok(nnlab(NULL, "import reviews %s/reviews --vocab 13 --max-len 16 --val 0.25", gui_tmp) &&
            nnlab(NULL, "train --data reviews --model embedbag --epochs 4 --batch 8 --threads 1 "
                        "--name run-x"),
        "a text run trains");

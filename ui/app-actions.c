@@ -1,5 +1,5 @@
 /* The application's actions (quit, about) and the keyboard shortcuts of the application's and
- * the window's actions. */
+ * the window's actions (the Train page's own are in ui/train-page.c). */
 #include <gtk/gtk.h>
 
 #include "app-actions.h"
@@ -42,11 +42,8 @@ void nl_app_actions_install(GtkApplication *app)
         {"win.show-page::predict", {"<Alt>5", NULL}},
         {"win.import", {"<Control>i", NULL}},
         {"win.predict-open", {"<Control>o", NULL}},
-        {"win.train-start", {"<Control>Return", NULL}},
-        {"win.train-stop", {"<Control>period", NULL}},
         {"win.runs-refresh", {"F5", NULL}},
         {"win.model-init-open", {"<Control><Shift>o", NULL}},
-        {"win.train-check-hosts", {"<Control><Shift>h", NULL}},
         {"win.run-resume", {"<Control>r", NULL}},
         {"window.close", {"<Control>w", NULL}},
     };

@@ -235,8 +235,8 @@ static void nl_window_dispose(GObject *obj)
 {
     NlWindow *w = NL_WINDOW(obj);
     w->closed = TRUE;
-    if (w->train)
-        train_page_stop_and_wait(w->train);
+    train_page_stop_and_wait(w->train);
+    w->train = NULL; /* disposed with the stack */
     if (w->toast_timer) {
         g_source_remove(w->toast_timer);
         w->toast_timer = 0;
@@ -249,7 +249,6 @@ static void nl_window_finalize(GObject *obj)
 {
     NlWindow *w = NL_WINDOW(obj);
     /* The pages' widgets are gone with the window; their state goes here. */
-    train_page_free(w->train);
     datasets_page_free(w->datasets);
     model_page_free(w->model);
     runs_page_free(w->runs);
@@ -302,8 +301,9 @@ NlWindow *nl_window_new(GtkApplication *app, const char *db_path)
     add_page(w, root, "datasets", "Datasets", "folder-pictures-symbolic");
     w->model = model_page_new(w, &root);
     add_page(w, root, "model", "Model", "view-list-symbolic");
-    w->train = train_page_new(w, &root);
-    add_page(w, root, "train", "Train", "media-playback-start-symbolic");
+    w->train = train_page_new(w);
+    add_page(w, GTK_WIDGET(g_object_ref_sink(w->train)), "train", "Train",
+             "media-playback-start-symbolic");
     w->runs = runs_page_new(w, &root);
     add_page(w, root, "runs", "Runs", "document-open-recent-symbolic");
     w->predict = predict_page_new(w, &root);

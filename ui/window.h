@@ -9,6 +9,7 @@
 #include "chart.h"
 #include "nnlab/dataset.h"
 #include "nnlab/store.h"
+#include "train-page.h"
 
 G_BEGIN_DECLS
 
@@ -17,7 +18,6 @@ G_DECLARE_FINAL_TYPE(NlWindow, nl_window, NL, WINDOW, GtkApplicationWindow)
 
 struct datasets_page;
 struct model_page;
-struct train_page;
 struct runs_page;
 struct predict_page;
 
@@ -40,7 +40,7 @@ struct _NlWindow {
 
     struct datasets_page *datasets;
     struct model_page *model;
-    struct train_page *train;
+    NlTrainPage *train;
     struct runs_page *runs;
     struct predict_page *predict;
 };
@@ -109,34 +109,7 @@ const char *const *model_page_frozen(struct model_page *p);
 /* Runs were added or removed: refreshes the choice of starting weights. */
 void model_page_runs_changed(struct model_page *p);
 
-struct train_page *train_page_new(NlWindow *w, GtkWidget **root);
-void train_page_free(struct train_page *p);
-void train_page_dataset_changed(struct train_page *p);
-gboolean train_page_running(struct train_page *p);
-/* Why Start is refused, or why a number field refused its text, as shown next to Start; NULL
- * when nothing is shown. */
-const char *train_page_start_reason(struct train_page *p);
-/* Asks a running training to stop and waits for its thread. */
-void train_page_stop_and_wait(struct train_page *p);
-/* For tests: chart points received
- * and runs finished since the window opened. */
-void train_page_stats(struct train_page *p, long *points, int *finished);
-/* Whether the charts' timer runs (only during a run, while they are on screen). */
-gboolean train_page_ticking(struct train_page *p);
-/* Continues a stopped run from its latest checkpoint, as `nnlab train --resume RUN` does; a
- * cluster run on the hosts it recorded, with the form's SSH options. The form shows the run's
- * settings. */
-void train_page_resume(struct train_page *p, const char *run);
-/* For tests: how many host checks have finished, and the last one's report (one line a
- * host). */
-void train_page_hosts_report(struct train_page *p, int *checks_done, const char **text);
-/* For tests: the points of worker i's images/s series in the run shown. */
-int train_page_worker_points(struct train_page *p, int worker);
-/* For tests: the recoveries shown since the window opened, the markers on the loss chart and
- * the last one's line (NULL: none in the run shown). */
-void train_page_recoveries(struct train_page *p, int *count, int *markers, const char **last);
-/* For tests: the form's epochs, hosts and run name. */
-void train_page_form(struct train_page *p, int *epochs, const char **hosts, const char **name);
+/* The Train page: train-page.h. */
 
 /* Loads a run's model with its latest checkpoint, and the run's dataset (any thread, with that
  * thread's store). */

@@ -62,19 +62,44 @@ struct nl_worker_step {
 int nl_run_record_worker_steps(struct nl_store *s, int64_t run, const struct nl_worker_step *rows,
                                size_t n, struct nl_error *err) NL_MUST_CHECK;
 
-/* A cluster run's worker reports not yet stored: the ITER events' workers, gathered step by step
- * and stored an epoch at a time. Zero-initialised is empty. */
+/* A run's worker reports not yet stored: the ITER events' workers, gathered step by step and
+ * stored by the session about once a second and at each epoch's end, so that another process can
+ * follow the run's steps (nl_run_worker_steps). A local run's step is stored as the report of
+ * its one worker, on host (its samples and seconds, its loss; no communication). Zero-initialised
+ * is empty, with host "". */
 struct nl_worker_steps {
     struct nl_worker_step *v;
     size_t n, cap;
+    char host[64]; /* a local run's */
+    /* The previous local step: its epoch and step, and the epoch's samples and seconds then. */
+    int local_epoch;
+    long local_iter, local_samples;
+    double local_seconds;
 };
-/* Adds an ITER event's worker reports (nothing for a local run's). */
+/* Adds an ITER event's worker reports, or for a local run's event its one report. */
 int nl_worker_steps_add(struct nl_worker_steps *b, const struct nl_event *ev,
                         struct nl_error *err) NL_MUST_CHECK;
 /* Stores what b holds in run's record (one transaction) and empties b. */
 int nl_worker_steps_flush(struct nl_worker_steps *b, struct nl_store *s, int64_t run,
                           struct nl_error *err) NL_MUST_CHECK;
 void nl_worker_steps_release(struct nl_worker_steps *b);
+
+/* One stored worker report (nl_run_worker_steps). */
+struct nl_run_worker_step {
+    long step; /* from 1, over the whole run: (epoch - 1) * steps per epoch + step in it */
+    int worker;
+    char host[64];
+    int epoch;
+    long samples;
+    double loss, compute_seconds, comm_seconds; /* NAN when not stored */
+    unsigned long long bytes_sent;
+};
+
+/* A run's worker reports of the steps after step `after` (0: from the first), in step then
+ * worker order, at most max rows (max <= 0: all); *out freed with nl_free. What a window
+ * following a run trained by another process draws. */
+int nl_run_worker_steps(struct nl_store *s, int64_t run, long after, int max,
+                        struct nl_run_worker_step **out, int *count, struct nl_error *err);
 
 /* Stores a cluster run's recovery (an NL_EVENT_RECOVERY event's). */
 int nl_run_record_recovery(struct nl_store *s, int64_t run, const struct nl_recovery *r,

@@ -20,6 +20,9 @@
 
 #include "nnlab/runs.h"
 
+/* How often, at most, the steps reported so far are stored (nl_run_worker_steps reads them). */
+#define NL_SESSION_STEPS_SECONDS 1.0
+
 /* A new run. */
 struct nl_session_new {
     const char *name;    /* NULL or "": MODEL-DATASET-N */
@@ -46,10 +49,11 @@ struct nl_session {
     /* What the hooks record. */
     int (*show)(void *ud, const struct nl_event *ev);
     void *show_ud;
-    struct nl_worker_steps steps; /* a cluster run's worker reports not yet stored */
+    struct nl_worker_steps steps; /* the worker reports not yet stored */
     int record_failed;
     struct nl_error record_err;
-    double last_beat; /* monotonic seconds of the owner's last heartbeat */
+    double last_beat;  /* monotonic seconds of the owner's last heartbeat */
+    double last_steps; /* monotonic seconds of the last store of the worker steps */
     /* A resumed run's record before this session: its training seconds, and its last completed
      * epoch's metrics (epoch 0 when none), which the run's result keeps where this session
      * trains no further epoch (a kill right after the last checkpoint). */
