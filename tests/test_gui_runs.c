@@ -48,6 +48,7 @@ int main(void)
 #else
 
 #include <errno.h>
+#include <gdk/x11/gdkx.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -214,6 +215,62 @@ static int screenshot(const char *name)
     if (ok)
         diag("screenshot %s (%dx%d)", path, w, h);
     return ok;
+}
+
+/* ---- Pointer clicks through the X server ---- */
+
+/* Runs xdotool with these arguments (the window's X id substituted for "WIN"), then lets the
+ * main loop take the events. */
+static int xdotool(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int xdotool(const char *fmt, ...)
+{
+    char args[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    unsigned long xid = gdk_x11_surface_get_xid(gtk_native_get_surface(GTK_NATIVE(win)));
+    GString *s = g_string_new("xdotool ");
+    for (const char *p = args; *p; p++) {
+        if (strncmp(p, "WIN", 3) == 0) {
+            g_string_append_printf(s, "%lu", xid);
+            p += 2;
+        } else {
+            g_string_append_c(s, *p);
+        }
+    }
+    int rc = system(s->str);
+    g_string_free(s, TRUE);
+    spin(300);
+    return rc == 0;
+}
+
+/* A left click at w's centre, where a person would click it. */
+static int click(GtkWidget *w)
+{
+    graphene_rect_t r;
+    if (!w || !gtk_widget_get_mapped(w) || !gtk_widget_compute_bounds(w, win, &r))
+        return 0;
+    double sx = 0, sy = 0;
+    gtk_native_get_surface_transform(GTK_NATIVE(win), &sx, &sy);
+    return xdotool("mousemove --window WIN %.0f %.0f click 1", r.origin.x + r.size.width / 2 + sx,
+                   r.origin.y + r.size.height / 2 + sy);
+}
+
+/* The first mapped button under root bound to action ("win.run-confusion"). */
+static GtkWidget *action_button(GtkWidget *root, const char *action)
+{
+    if (GTK_IS_BUTTON(root) && gtk_widget_get_mapped(root)) {
+        const char *a = gtk_actionable_get_action_name(GTK_ACTIONABLE(root));
+        if (a && strcmp(a, action) == 0)
+            return root;
+    }
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *f = action_button(c, action);
+        if (f)
+            return f;
+    }
+    return NULL;
 }
 
 static NlWindow *nw(void)
@@ -677,6 +734,59 @@ static int child_gone(void)
     return 1;
 }
 
+/* The CSV dataset "table" at 1024x700: its first rows have a scroller of their own that shows
+ * the header and the first 8 rows whole, every column in view. */
+static void check_rows_readable(void)
+{
+    GtkWidget *head = find_text(win, GTK_TYPE_LABEL, "class");
+    GtkWidget *sw = head ? gtk_widget_get_ancestor(head, GTK_TYPE_SCROLLED_WINDOW) : NULL;
+    GtkWidget *grid = head ? gtk_widget_get_parent(head) : NULL;
+    GtkWidget *row8 = GTK_IS_GRID(grid) ? gtk_grid_get_child_at(GTK_GRID(grid), 0, 8) : NULL;
+    graphene_rect_t h = {{0, 0}, {0, 0}}, r = {{0, 0}, {0, 0}};
+    const int found = sw && row8 && gtk_widget_get_mapped(head) &&
+                      gtk_widget_compute_bounds(head, sw, &h) &&
+                      gtk_widget_compute_bounds(row8, sw, &r);
+    const int sh = sw ? gtk_widget_get_height(sw) : 0, swd = sw ? gtk_widget_get_width(sw) : 0;
+    ok(found && h.origin.y >= 0 && h.origin.x >= 0 && h.origin.x + h.size.width <= swd &&
+           r.origin.y + r.size.height <= sh,
+       "at 1024x700 a CSV dataset's first rows are readable: the header and 8 rows in view, "
+       "every column too (header at %.0f,%.0f; row 8 ends at %.0f; view %dx%d)",
+       h.origin.x, h.origin.y, r.origin.y + r.size.height, swd, sh);
+}
+
+/* The text dataset "reviews" (its train split sorted by class): a few documents of each class
+ * are shown, as many of one as of the other. */
+static void check_docs_per_class(void)
+{
+    int pos = 0, neg = 0;
+    char **lines = g_strsplit(datasets_page_docs(nw()->datasets), "\n", -1);
+    for (char **l = lines; *l; l++) {
+        pos += g_str_has_prefix(*l, "pos:");
+        neg += g_str_has_prefix(*l, "neg:");
+    }
+    g_strfreev(lines);
+    ok(pos >= 2 && neg >= 2 && abs(pos - neg) <= 1,
+       "a text dataset shows a few documents of each class (%d pos, %d neg)", pos, neg);
+}
+
+/* The Runs page's button over the matrix, for the selected run: named for what it shows. */
+static const char *plots_button(void)
+{
+    GtkWidget *b = action_button(win, "win.run-confusion");
+    return b ? gtk_button_get_label(GTK_BUTTON(b)) : "(no button)";
+}
+
+/* A regression run selected: the button says it plots predicted against actual values, and a
+ * click on it computes them. */
+static void click_regression_plots(void)
+{
+    gtk_widget_activate_action(win, "win.run-select", "s", "run-r");
+    spin(200);
+    ok(strcmp(plots_button(), "Predicted vs Actual") == 0,
+       "on a regression run the button is named for its plots (%s)", plots_button());
+    ok(click(action_button(win, "win.run-confusion")), "a click on it");
+}
+
 int main(int argc, char **argv)
 {
     if (!getenv("NNLAB_GUI_INNER"))
@@ -692,7 +802,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(87);
+    plan(92);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -800,6 +910,7 @@ int main(int argc, char **argv)
     ok(strstr(title, "first 20 training rows") && feature && gtk_widget_get_mapped(feature),
        "a CSV dataset shows a table of its first rows under its feature names (%s)", title);
     ok(screenshot("datasets-csv-1024x700"), "screenshot of a CSV dataset");
+    check_rows_readable();
     GtkWidget *pane = find_mapped(win, GTK_TYPE_PANED);
     const int divider = pane ? gtk_paned_get_position(GTK_PANED(pane)) : -1;
     show("train");
@@ -1153,8 +1264,7 @@ int main(int argc, char **argv)
     ok(rt && strstr(rt, "test R² 0.") && strstr(rt, "MAE ") && strstr(rt, "RMSE "),
        "a regression run's row shows its R², MAE and RMSE (%s)", rt ? oneline(rt) : "no row");
     g_free(rt);
-    gtk_widget_activate_action(win, "win.run-select", "s", "run-r");
-    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    click_regression_plots();
     ok(wait_for(confusion_ready, 60000), "its test predictions are computed");
     char *reg_eval = NULL;
     double e_r2 = NAN, e_mae = NAN, e_rmse = NAN, w_r2 = NAN, w_mae = NAN, w_rmse = NAN;
@@ -1194,6 +1304,7 @@ int main(int argc, char **argv)
        "its numbers outside the 13-word vocabulary marked, the vocabulary's size and coverage "
        "said (%s; %s)",
        oneline(docs), oneline(dinfo));
+    check_docs_per_class();
     ok(screenshot("datasets-text-1024x700"), "screenshot of a text dataset's documents");
 
     /* With two runs compared and a confusion matrix shown, every page still fits 1024x700. */
@@ -1201,6 +1312,8 @@ int main(int argc, char **argv)
     gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
     gtk_widget_activate_action(win, "win.run-compare", "s", "run-t");
     gtk_widget_activate_action(win, "win.run-select", "s", "run-a");
+    ok(strcmp(plots_button(), "Confusion Matrix") == 0,
+       "on a classification run it is Confusion Matrix again (%s)", plots_button());
     gtk_widget_activate_action(win, "win.run-confusion", NULL);
     wait_for(confusion_ready, 60000);
     GString *widths = g_string_new(NULL);

@@ -3,8 +3,8 @@
  * sample thumbnails and a preview of augmented training samples (nl_augment_preview, a new
  * draw each time it is asked for). A CSV dataset shows its source columns as the import made them
  * (nl_table_column: kind, statistics, fill) and its first rows; a text dataset its vocabulary's
- * size and coverage and its first documents as the words of their tokens, the out-of-vocabulary
- * token marked (the word it stood for is not stored).
+ * size and coverage and the first few documents of each class as the words of their tokens, the
+ * out-of-vocabulary token marked (the word it stood for is not stored).
  *
  * The Name field is checked as it is typed, before any file chooser opens: a name of spaces
  * only, or one the store holds, marks the field, says why under it in the window's terms and
@@ -17,10 +17,12 @@
 #include "nnlab/alloc.h"
 #include "window.h"
 
-#define THUMBS     96
-#define PER_CLASS  8  /* thumbnails of each class, at most */
-#define FIRST_ROWS 20 /* rows of a CSV dataset shown */
-#define AUG_THUMBS 16
+#define THUMBS         96
+#define PER_CLASS      8  /* thumbnails of each class, at most */
+#define FIRST_ROWS     20 /* rows of a CSV dataset shown */
+#define DOCS_PER_CLASS 3  /* documents of each class of a text dataset shown, at most */
+#define DOCS           40 /* documents shown in all, at most */
+#define AUG_THUMBS     16
 
 struct datasets_page {
     NlWindow *win;
@@ -28,9 +30,13 @@ struct datasets_page {
     GtkWidget *progress;
     GtkWidget *title, *info, *counts, *samples_title, *thumbs, *rows_table;
     GtkWidget *columns_table, *docs_box;
+    int ndocs; /* documents shown */
     /* For tests: the column table and the documents shown, as text (a line each). */
     GString *columns_text, *docs_text;
     GtkWidget *augment, *aug_title, *aug_thumbs;
+    /* The counts beside the samples (pictures) or above them (rows and texts, which want the
+     * pane's width); a table's first rows in a scroller of their own, under its columns. */
+    GtkWidget *split, *counts_scroll, *samples_scroll, *rows_scroll, *aug_scroll;
     guint pulse;
     gboolean importing;
     struct import_job *job; /* the import under way (owned by its task), or NULL */
@@ -553,7 +559,7 @@ static void fill_columns(struct datasets_page *p, const struct nl_dataset *d)
         GtkWidget *stats = gtk_label_new(line);
         gtk_label_set_xalign(GTK_LABEL(stats), 0);
         gtk_label_set_wrap(GTK_LABEL(stats), TRUE);
-        gtk_label_set_max_width_chars(GTK_LABEL(stats), 22);
+        gtk_label_set_max_width_chars(GTK_LABEL(stats), 56);
         gtk_widget_add_css_class(stats, "caption");
         gtk_widget_add_css_class(stats, "dim-label");
         gtk_grid_attach(GTK_GRID(p->columns_table), stats, 0, 2 * col + 2, 2, 1);
@@ -564,54 +570,71 @@ static void fill_columns(struct datasets_page *p, const struct nl_dataset *d)
     nl_table_free(t);
 }
 
-/* A text dataset's first training documents as their tokens' words, each with its class; a word
- * outside the vocabulary (stored as the out-of-vocabulary token) is marked. */
+/* One training document r of text dataset d as its tokens' words with its class, into the page
+ * (markup) and its text for tests; a word outside the vocabulary (stored as the
+ * out-of-vocabulary token) is marked. */
+static void add_doc(struct datasets_page *p, const struct nl_dataset *d, uint32_t r)
+{
+    const int len = (int)nl_shape_size(d->shape);
+    const float *x = d->split[NL_TRAIN].x;
+    GString *m = g_string_new(NULL);
+    char *cls = g_markup_escape_text(d->class_names[d->split[NL_TRAIN].y[r]], -1);
+    g_string_append_printf(m, "<b>%s</b>  ", cls);
+    g_string_append_printf(p->docs_text, "%s:", d->class_names[d->split[NL_TRAIN].y[r]]);
+    g_free(cls);
+    int words = 0, unknown = 0;
+    for (int i = 0; i < len; i++) {
+        const int id = (int)x[(size_t)r * len + i];
+        if (id <= 0 || id >= d->nvocab)
+            continue; /* padding */
+        words++;
+        if (id == 1) {
+            unknown++;
+            g_string_append(m, " <span underline=\"error\" alpha=\"70%\">⟨unknown⟩</span>");
+            g_string_append(p->docs_text, " ⟨unknown⟩");
+        } else {
+            char *w = g_markup_escape_text(d->vocab[id], -1);
+            g_string_append_printf(m, " %s", w);
+            g_string_append_printf(p->docs_text, " %s", d->vocab[id]);
+            g_free(w);
+        }
+    }
+    g_string_append_printf(m, "  <small>(%d words, %d out of the vocabulary)</small>", words,
+                           unknown);
+    g_string_append_c(p->docs_text, '\n');
+    GtkWidget *l = gtk_label_new(NULL);
+    gtk_label_set_markup(GTK_LABEL(l), m->str);
+    gtk_label_set_xalign(GTK_LABEL(l), 0);
+    gtk_label_set_wrap(GTK_LABEL(l), TRUE);
+    gtk_label_set_max_width_chars(GTK_LABEL(l), 80);
+    gtk_box_append(GTK_BOX(p->docs_box), l);
+    g_string_free(m, TRUE);
+}
+
+/* A text dataset's first training documents of each class (DOCS_PER_CLASS, DOCS in all at most),
+ * class by class: the first documents of a sorted folder are often all of one class. */
 static void fill_docs(struct datasets_page *p, const struct nl_dataset *d)
 {
     GtkWidget *child;
     while ((child = gtk_widget_get_first_child(p->docs_box)))
         gtk_box_remove(GTK_BOX(p->docs_box), child);
     g_string_truncate(p->docs_text, 0);
+    p->ndocs = 0;
     const gboolean text = d && d->nvocab > 0;
     gtk_widget_set_visible(p->docs_box, text);
     if (!text)
         return;
-    const int len = (int)nl_shape_size(d->shape);
-    const float *x = d->split[NL_TRAIN].x;
-    const uint32_t docs = MIN(d->split[NL_TRAIN].n, FIRST_ROWS);
-    for (uint32_t r = 0; r < docs; r++) {
-        GString *m = g_string_new(NULL);
-        char *cls = g_markup_escape_text(d->class_names[d->split[NL_TRAIN].y[r]], -1);
-        g_string_append_printf(m, "<b>%s</b>  ", cls);
-        g_string_append_printf(p->docs_text, "%s:", d->class_names[d->split[NL_TRAIN].y[r]]);
-        g_free(cls);
-        int words = 0, unknown = 0;
-        for (int i = 0; i < len; i++) {
-            const int id = (int)x[(size_t)r * len + i];
-            if (id <= 0 || id >= d->nvocab)
-                continue; /* padding */
-            words++;
-            if (id == 1) {
-                unknown++;
-                g_string_append(m, " <span underline=\"error\" alpha=\"70%\">⟨unknown⟩</span>");
-                g_string_append(p->docs_text, " ⟨unknown⟩");
-            } else {
-                char *w = g_markup_escape_text(d->vocab[id], -1);
-                g_string_append_printf(m, " %s", w);
-                g_string_append_printf(p->docs_text, " %s", d->vocab[id]);
-                g_free(w);
-            }
+    const uint32_t n = d->split[NL_TRAIN].n;
+    const int per = MAX(1, MIN(DOCS_PER_CLASS, DOCS / MAX(1, d->nclasses)));
+    for (int k = 0; k < d->nclasses && p->ndocs < DOCS; k++) {
+        int got = 0;
+        for (uint32_t r = 0; r < n && got < per && p->ndocs < DOCS; r++) {
+            if (d->split[NL_TRAIN].y[r] != k)
+                continue;
+            add_doc(p, d, r);
+            got++;
+            p->ndocs++;
         }
-        g_string_append_printf(m, "  <small>(%d words, %d out of the vocabulary)</small>", words,
-                               unknown);
-        g_string_append_c(p->docs_text, '\n');
-        GtkWidget *l = gtk_label_new(NULL);
-        gtk_label_set_markup(GTK_LABEL(l), m->str);
-        gtk_label_set_xalign(GTK_LABEL(l), 0);
-        gtk_label_set_wrap(GTK_LABEL(l), TRUE);
-        gtk_label_set_max_width_chars(GTK_LABEL(l), 80);
-        gtk_box_append(GTK_BOX(p->docs_box), l);
-        g_string_free(m, TRUE);
     }
 }
 
@@ -625,13 +648,23 @@ static void fill_rows_table(struct datasets_page *p, const struct nl_dataset *d)
     fill_docs(p, d);
     const gboolean is_text = d && d->nvocab > 0;
     const gboolean is_rows = d && d->dtype == NL_F32 && !is_text;
-    gtk_widget_set_visible(p->rows_table, is_rows);
-    /* Rows and texts have no pictures: no thumbnails, nothing to augment. */
+    gtk_widget_set_visible(p->rows_scroll, is_rows);
+    /* Rows and texts have no pictures: no thumbnails, nothing to augment. Their tables and lines
+     * take the pane's width, the counts above them; a table's columns take the height they
+     * need (up to a third of the page), its first rows the rest. */
     const gboolean pictures = !is_rows && !is_text;
     gtk_widget_set_visible(p->thumbs, pictures);
     gtk_widget_set_visible(gtk_widget_get_parent(p->augment), pictures);
     gtk_widget_set_visible(p->aug_title, pictures);
     gtk_widget_set_visible(p->aug_thumbs, pictures);
+    gtk_widget_set_visible(p->aug_scroll, pictures);
+    gtk_orientable_set_orientation(GTK_ORIENTABLE(p->split), pictures ? GTK_ORIENTATION_HORIZONTAL
+                                                                      : GTK_ORIENTATION_VERTICAL);
+    gtk_widget_set_vexpand(p->samples_scroll, !is_rows);
+    gtk_scrolled_window_set_propagate_natural_height(GTK_SCROLLED_WINDOW(p->samples_scroll),
+                                                     is_rows);
+    gtk_scrolled_window_set_max_content_height(GTK_SCROLLED_WINDOW(p->samples_scroll),
+                                               is_rows ? 160 : -1);
     if (!is_rows)
         return;
     const int nf = (int)nl_shape_size(d->shape);
@@ -784,9 +817,10 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     }
     fill_rows_table(p, d);
     char *st =
-        d->nvocab > 0 ? g_strdup_printf("The first %d training documents, as the words of their "
-                                        "tokens; words outside the vocabulary are marked",
-                                        (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
+        d->nvocab > 0 ? g_strdup_printf("Training documents, the first %d of each class, as the "
+                                        "words of their tokens; words outside the vocabulary are "
+                                        "marked",
+                                        MAX(1, MIN(DOCS_PER_CLASS, DOCS / MAX(1, d->nclasses))))
         : d->dtype == NL_F32 ? g_strdup_printf("Its columns, and the first %d training rows",
                                                (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
                              : g_strdup_printf("Training samples, up to %d of each class", per);
@@ -892,6 +926,11 @@ struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
     GET(augment);
     GET(aug_title);
     GET(aug_thumbs);
+    GET(split);
+    GET(counts_scroll);
+    GET(samples_scroll);
+    GET(rows_scroll);
+    GET(aug_scroll);
 #undef GET
     p->columns_text = g_string_new(NULL);
     p->docs_text = g_string_new(NULL);

@@ -78,6 +78,7 @@ struct runs_page {
     uint32_t *cell_idx; /* (cell_n) test sample of each thumbnail */
     int cell_n;
     GtkWidget *reason, *compare_grid, *class_table;
+    GtkWidget *confusion_button; /* named for what it shows: a matrix, or a regression's plots */
     GtkWidget *sample_pop, *sample_area, *sample_label;
     int sample;       /* the test sample shown larger, or -1 */
     char *comparison; /* the settings compared, as text, for tests */
@@ -1015,6 +1016,14 @@ static void update_resume(struct runs_page *p)
                    strcmp(info.status, "done") != 0 && strcmp(info.status, "running") != 0 &&
                    nl_run_settings_parse(settings, info.name, &o, NULL, &cluster, &err) == 0;
     nl_free(settings);
+    const gboolean regression = known && info.regression;
+    const char *what = regression ? "Predicted vs Actual" : "Confusion Matrix";
+    gtk_button_set_label(GTK_BUTTON(p->confusion_button), what);
+    gtk_widget_set_tooltip_text(
+        p->confusion_button,
+        regression ? "Plot the selected run's predictions on the test split against the actual "
+                     "values, with their residuals"
+                   : "Evaluate the selected run's latest checkpoint on the test split");
     g_simple_action_set_enabled(
         G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "run-resume")), can);
     g_simple_action_set_enabled(
@@ -1022,14 +1031,14 @@ static void update_resume(struct runs_page *p)
         known && ckpt > 0);
     char *why = NULL;
     if (known && ckpt == 0 && strcmp(info.status, "running") == 0)
-        why = g_strdup_printf("“%s” has no checkpoint yet: Confusion Matrix and Export can be "
-                              "used once its first epoch ends.",
-                              info.name);
+        why = g_strdup_printf("“%s” has no checkpoint yet: %s and Export can be used once its "
+                              "first epoch ends.",
+                              info.name, what);
     else if (known && ckpt == 0)
         why = g_strdup_printf("“%s” has no checkpoint (it %s before its first epoch ended): "
-                              "Resume and Confusion Matrix need one. Train it again from the "
-                              "Train page.",
-                              info.name, strcmp(info.status, "failed") == 0 ? "failed" : "stopped");
+                              "Resume and %s need one. Train it again from the Train page.",
+                              info.name, strcmp(info.status, "failed") == 0 ? "failed" : "stopped",
+                              what);
     else if (known && ckpt < 0)
         why = g_strdup(err.msg);
     gtk_label_set_text(GTK_LABEL(p->reason), why ? why : "");
@@ -1074,9 +1083,10 @@ static void select_run(struct runs_page *p, const char *name)
     if (p->cm && !p->computing && p->selected) {
         char *t = strcmp(p->cm->run, p->selected) == 0
                       ? cm_title(p->cm)
-                      : g_strdup_printf("Confusion matrix of “%s” (another run: press Confusion "
-                                        "Matrix for “%s”)",
-                                        p->cm->run, p->selected);
+                      : g_strdup_printf(
+                            "%s of “%s” (another run: press %s for “%s”)",
+                            p->cm->regression ? "Predictions" : "Confusion matrix", p->cm->run,
+                            gtk_button_get_label(GTK_BUTTON(p->confusion_button)), p->selected);
         gtk_label_set_text(GTK_LABEL(p->confusion_title), t);
         g_free(t);
     }
@@ -1452,6 +1462,7 @@ struct runs_page *runs_page_new(NlWindow *w, GtkWidget **root)
     GET(reason);
     GET(compare_grid);
     GET(class_table);
+    GET(confusion_button);
 #undef GET
     *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
     g_object_unref(b);
