@@ -28,8 +28,14 @@
  *  - a regression run's row shows R², MAE and RMSE; its predicted-against-actual and residual
  *    plots come with the R², MAE and RMSE `nnlab eval` prints;
  *  - a CSV dataset lists its columns with their kinds (numeric, categorical, target), statistics
- *    and fills; a text dataset shows its first documents as words with out-of-vocabulary tokens
- *    marked, and its vocabulary's size and coverage;
+ *    and fills, and its first rows stay readable at 1024x700 (header and 8 rows in view); a text
+ *    dataset shows a few documents of each class as words with out-of-vocabulary tokens marked,
+ *    and its vocabulary's size and coverage;
+ *  - the Runs page's button reads Predicted vs Actual on a regression run (and is clicked there),
+ *    Confusion Matrix on a classification run;
+ *  - a click on Predict's "Open a CSV File of Rows…" opens a chooser, and the file chosen has its
+ *    rows predicted in a table as `nnlab predict --csv` predicts them; a bad row is refused,
+ *    naming the file and line;
  *  - a run started by `nnlab train` in another process is listed as running, its curve gains
  *    points epoch by epoch while the window follows the store, and it ends as done — with the
  *    main loop never stalled by the following.
@@ -787,6 +793,102 @@ static void click_regression_plots(void)
     ok(click(action_button(win, "win.run-confusion")), "a click on it");
 }
 
+/* The visible file chooser, or NULL. */
+static GtkWidget *file_chooser(void)
+{
+    GListModel *tops = gtk_window_get_toplevels();
+    GtkWidget *found = NULL;
+    for (guint i = 0; i < g_list_model_get_n_items(tops); i++) {
+        GObject *o = g_list_model_get_item(tops, i);
+        if (GTK_IS_FILE_CHOOSER_DIALOG(o) && gtk_widget_get_visible(GTK_WIDGET(o)))
+            found = GTK_WIDGET(o);
+        g_object_unref(o);
+    }
+    return found;
+}
+
+static int csv_table_shown(void)
+{
+    return predict_page_csv_table(nw()->predict) != NULL;
+}
+
+static int csv_refused(void)
+{
+    return strstr(predict_page_note(nw()->predict), "rows-bad.csv:4") != NULL;
+}
+
+/* The CSV run "run-t" selected: a click on "Open a CSV File of Rows…" opens a file chooser; the
+ * file chosen there has each of its rows predicted, shown as a table with the class and its
+ * probability that `nnlab predict --csv` gives; a file with a bad row is refused, naming the
+ * file and line, with no table shown. */
+static void check_csv_file(void)
+{
+    /* In a folder of their own: the chooser lists the folder it opens, and the store's folder
+     * holds its database. */
+    char dir[700], path[800], bad[800];
+    snprintf(dir, sizeof dir, "%s/rows", tmp);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/rows.csv", dir);
+    snprintf(bad, sizeof bad, "%s/rows-bad.csv", dir);
+    FILE *f = fopen(path, "w");
+    fputs("width,height,kind\n3,4,wide\n0,0,tall\n6,1,wide\n2,3\n", f);
+    fclose(f);
+    f = fopen(bad, "w");
+    fputs("width,height\n3,4\n0,0\n5,abc\n", f);
+    fclose(f);
+    GtkWidget *b = find_text(win, GTK_TYPE_BUTTON, "Open a CSV _File of Rows…");
+    ok(click(b) && wait_for(chooser_open, 10000),
+       "a click on Open a CSV File of Rows opens a file chooser");
+    GtkWidget *chooser = file_chooser();
+    if (chooser) {
+        GFile *file = g_file_new_for_path(path);
+        gtk_file_chooser_set_file(GTK_FILE_CHOOSER(chooser), file, NULL);
+        g_object_unref(file);
+        spin(1500);
+        gtk_dialog_response(GTK_DIALOG(chooser), GTK_RESPONSE_ACCEPT);
+    }
+    const int shown = wait_for(csv_table_shown, 30000);
+    const char *table = shown ? predict_page_csv_table(nw()->predict) : "";
+    char *cli = NULL;
+    nnlab(&cli, "--json predict run-t --csv %s --top 1", path);
+    /* Each row's class in both, in the file's order. */
+    GString *want = g_string_new(NULL), *got = g_string_new(NULL);
+    for (const char *at = cli; at && (at = strstr(at, "\"top\":[{\"label\":"));) {
+        const char *c = strstr(at, "\"class\":\"");
+        char cls[32] = "";
+        if (c)
+            sscanf(c + 9, "%31[^\"]", cls);
+        g_string_append_printf(want, "%s ", cls);
+        at += 8;
+    }
+    char **lines = g_strsplit(table, "\n", -1);
+    int rows = 0;
+    for (char **l = lines; *l && **l; l++, rows++) {
+        char **cells = g_strsplit(*l, "\t", -1);
+        const guint n = g_strv_length(cells);
+        if (rows > 0 && n >= 3)
+            g_string_append_printf(got, "%s ", cells[n - 2]);
+        g_strfreev(cells);
+    }
+    g_strfreev(lines);
+    ok(shown && rows == 5 && strstr(table, "Predicted class\tProbability") &&
+           strstr(table, "\n2\t3,4,wide\twide\t") && want->len > 0 &&
+           strcmp(want->str, got->str) == 0,
+       "each row of the file chosen is predicted in a table, its line, row, actual class, "
+       "predicted class and probability, as `nnlab predict --csv` predicts them (%s; %s)",
+       got->str, want->str);
+    ok(screenshot("predict-csv-file-1024x700"), "screenshot of a CSV file's rows predicted");
+    g_string_free(want, TRUE);
+    g_string_free(got, TRUE);
+    g_free(cli);
+    gtk_widget_activate_action(win, "win.predict-csv", "s", bad);
+    const int refused = wait_for(csv_refused, 30000);
+    const char *note = predict_page_note(nw()->predict);
+    ok(refused && strstr(note, "abc") && !csv_table_shown() && !predicted(),
+       "a file with a bad row is refused naming its file and line, nothing shown (%s)",
+       oneline(note));
+}
+
 int main(int argc, char **argv)
 {
     if (!getenv("NNLAB_GUI_INNER"))
@@ -802,7 +904,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(92);
+    plan(96);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -1160,6 +1262,7 @@ int main(int argc, char **argv)
     note = predict_page_note(nw()->predict);
     ok(!predicted() && strstr(note, "“abc” in height is not a number"),
        "a field that is not a number is named (%s)", oneline(note));
+    check_csv_file();
 
     /* Issue 18 item 5: a regression run on a table with a categorical column and missing
      * values predicts a value in the target's units, through the import's preprocessing. */

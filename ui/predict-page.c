@@ -1,7 +1,10 @@
 /* The predict page: the latest checkpoint of a run classifies a PNG or JPEG that is opened through
  * a file chooser or dropped on the page; for a run on a CSV dataset, a row typed into one field
  * per source column (or pasted whole into the first) goes through nl_table_row_text, so
- * categorical columns and empty fields are preprocessed as the import did; for a run on a text
+ * categorical columns and empty fields are preprocessed as the import did, and a CSV file of such
+ * rows, opened through a file chooser, goes through nl_table_read_csv on a worker thread (with
+ * its own store, model and table) into a table of each row's prediction; a bad row stops it with
+ * an error naming the file and line, and nothing of it is shown; for a run on a text
  * dataset, a typed text goes through nl_dataset_sample_from_text. A classification run's top
  * five classes are shown with probability bars; a regression run's prediction is one value in
  * the target's units. Each run in the picker says its dataset and input; an image is described
@@ -16,7 +19,8 @@
 #include "nnlab/runs.h"
 #include "window.h"
 
-#define TOP 5
+#define TOP       5
+#define CSV_SHOWN 500 /* rows of a CSV file shown in its table; all are predicted */
 
 /* A run offered in the picker, with what it trained on. */
 struct choice {
@@ -31,13 +35,16 @@ struct predict_page {
     GtkWidget *runs, *drop_area, *picture, *file, *verdict, *bars;
     GtkWidget *open, *run_info, *row_box, *row_fields, *image_box, *note;
     GtkWidget *text_box, *text_view;
-    GtkStringList *names; /* the picker's labels */
-    GPtrArray *choices;   /* struct choice, in the picker's order */
-    GPtrArray *fields;    /* GtkEntry, one per feature column of the loaded CSV dataset */
-    char *fields_for;     /* the dataset the fields are for */
-    gboolean row_wanted;  /* a row prediction waits for the model */
-    gboolean spreading;   /* a pasted row is being spread over the fields */
-    char *pending;        /* a row given before its run's fields were built, or NULL */
+    GtkWidget *csv_scroll, *csv_table; /* a CSV file's rows and their predictions */
+    GString *csv_text;                 /* that table as text (tab-separated), for tests */
+    char *csv_loading;                 /* the file being predicted, or NULL */
+    GtkStringList *names;              /* the picker's labels */
+    GPtrArray *choices;                /* struct choice, in the picker's order */
+    GPtrArray *fields;   /* GtkEntry, one per feature column of the loaded CSV dataset */
+    char *fields_for;    /* the dataset the fields are for */
+    gboolean row_wanted; /* a row prediction waits for the model */
+    gboolean spreading;  /* a pasted row is being spread over the fields */
+    char *pending;       /* a row given before its run's fields were built, or NULL */
     /* The model loaded for the selected run. */
     char *run;
     struct nl_model *m;
@@ -88,6 +95,7 @@ static void set_note(struct predict_page *p, const char *text, gboolean warn);
 static void build_fields(struct predict_page *p, const struct nl_dataset *d);
 static void spread_row(struct predict_page *p, const char *text, guint from);
 static gboolean row_mode(struct predict_page *p);
+static void clear_csv(struct predict_page *p);
 
 /* The table's warnings (a level the import did not see) for the note under the verdict. */
 static void table_warn(void *ud, const char *msg)
@@ -443,6 +451,7 @@ static void predict_row(struct predict_page *p)
         return;
     }
     p->row_wanted = FALSE;
+    clear_csv(p);
     float *in = g_new(float, nl_shape_size(p->d->shape));
     gtk_label_set_text(GTK_LABEL(p->verdict), "");
     if (text_mode(p)) {
@@ -516,6 +525,304 @@ static void predict_row(struct predict_page *p)
     gtk_widget_queue_draw(p->bars);
 }
 
+/* ---- A CSV file of rows ---- */
+
+/* One row of a CSV file as predicted: its line, the top class and its probability or a
+ * regression run's value, and the target the row carried (NAN: none). */
+struct csv_result {
+    long line;
+    int cls;
+    float prob;
+    double value, actual;
+};
+
+/* A CSV file predicted on a worker thread, with the thread's own store, model, dataset and
+ * table; owned by its GTask. */
+struct csv_job {
+    char *db_path, *run, *path;
+    struct nl_model *m;
+    struct nl_dataset *d;
+    struct nl_exec *x;
+    float *probs;
+    GArray *rows; /* struct csv_result, the first CSV_SHOWN */
+    long total;   /* rows predicted */
+    char **lines; /* the file's lines, for the table (NULL when it does not read) */
+    guint nlines;
+    GString *warnings;
+    int nwarn;
+    struct nl_error err;
+};
+
+static void csv_job_free(gpointer data)
+{
+    struct csv_job *j = data;
+    g_free(j->db_path);
+    g_free(j->run);
+    g_free(j->path);
+    nl_exec_free(j->x);
+    nl_model_free(j->m);
+    nl_dataset_free(j->d);
+    g_free(j->probs);
+    g_array_unref(j->rows);
+    g_strfreev(j->lines);
+    g_string_free(j->warnings, TRUE);
+    g_free(j);
+}
+
+/* The table's warnings (unseen levels), the first few of them word for word. */
+static void csv_warn(void *ud, const char *msg)
+{
+    struct csv_job *j = ud;
+    if (j->nwarn++ < 3)
+        g_string_append_printf(j->warnings, "%s%s.", j->warnings->len ? "\n" : "", msg);
+}
+
+static int csv_row(void *ud, long line, const float *x, double target)
+{
+    struct csv_job *j = ud;
+    struct nl_rng rng;
+    nl_rng_seed(&rng, 1);
+    const float *y = nl_exec_forward(j->x, j->m->params, x, 1, 0, &rng);
+    struct csv_result r = {.line = line, .actual = target, .value = NAN};
+    if (j->d->regression) {
+        r.value = (double)y[0] * j->d->target_std + j->d->target_mean;
+    } else {
+        nl_softmax(j->probs, y, 1, j->m->nclasses);
+        for (int k = 1; k < j->m->nclasses; k++)
+            if (j->probs[k] > j->probs[r.cls])
+                r.cls = k;
+        r.prob = j->probs[r.cls];
+    }
+    if (j->rows->len < CSV_SHOWN)
+        g_array_append_val(j->rows, r);
+    j->total++;
+    return 0;
+}
+
+static void csv_thread(GTask *task, gpointer source, gpointer data, GCancellable *c)
+{
+    struct csv_job *j = data;
+    struct nl_store *s;
+    struct nl_table *t = NULL;
+    int rc = nl_store_open(&s, j->db_path, &j->err);
+    if (rc == 0) {
+        rc = nl_ui_load_run(s, j->run, &j->m, &j->d, &j->err);
+        nl_store_close(s);
+    }
+    if (rc == 0 && strcmp(j->d->kind, "csv") != 0)
+        rc = nl_error_set(&j->err, NL_EINVAL,
+                          "run “%s” trained on “%s”, which is not a table: a CSV file of rows "
+                          "needs a run on a CSV dataset",
+                          j->run, j->d->name);
+    if (rc == 0)
+        rc = nl_table_open(&t, j->d, csv_warn, j, &j->err);
+    if (rc == 0)
+        rc = nl_exec_new(&j->x, j->m, 1, &j->err);
+    if (rc == 0) {
+        j->probs = g_new(float, (size_t)j->m->nclasses);
+        rc = nl_table_read_csv(t, j->path, csv_row, j, &j->err);
+    }
+    if (rc == 0 && j->total == 0)
+        rc = nl_error_set(&j->err, NL_EINVAL, "%s: no rows to predict", j->path);
+    char *text = NULL;
+    if (rc == 0 && g_file_get_contents(j->path, &text, NULL, NULL)) {
+        j->lines = g_strsplit(text, "\n", -1);
+        j->nlines = g_strv_length(j->lines);
+        g_free(text);
+    }
+    nl_table_free(t);
+    g_task_return_boolean(task, rc == 0);
+}
+
+static void add_csv_cell(struct predict_page *p, int col, int row, const char *text, float xalign,
+                         const char *css)
+{
+    GtkWidget *l = gtk_label_new(text);
+    gtk_label_set_xalign(GTK_LABEL(l), xalign);
+    if (col == 1) {
+        gtk_label_set_ellipsize(GTK_LABEL(l), PANGO_ELLIPSIZE_END);
+        gtk_label_set_max_width_chars(GTK_LABEL(l), 40);
+        gtk_widget_set_tooltip_text(l, text);
+    }
+    if (css)
+        gtk_widget_add_css_class(l, css);
+    gtk_grid_attach(GTK_GRID(p->csv_table), l, col, row, 1, 1);
+    g_string_append_printf(p->csv_text, "%s%s", col ? "\t" : "", text);
+}
+
+/* The CSV file's table out of the page (a single row's bars come back). */
+static void clear_csv(struct predict_page *p)
+{
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(p->csv_table)))
+        gtk_grid_remove(GTK_GRID(p->csv_table), child);
+    g_string_truncate(p->csv_text, 0);
+    gtk_widget_set_visible(p->csv_scroll, FALSE);
+    gtk_widget_set_visible(p->bars, TRUE);
+}
+
+static void csv_done(GObject *source, GAsyncResult *res, gpointer data)
+{
+    struct predict_page *p = data;
+    struct csv_job *j = g_task_get_task_data(G_TASK(res));
+    if (p->win->closed || !p->csv_loading || strcmp(p->csv_loading, j->path) != 0 ||
+        !selected_run(p) || strcmp(selected_run(p), j->run) != 0)
+        return; /* the window closed, or another file or run was chosen meanwhile */
+    g_free(p->csv_loading);
+    p->csv_loading = NULL;
+    clear_csv(p);
+    char *base = g_path_get_basename(j->path);
+    if (!g_task_propagate_boolean(G_TASK(res), NULL)) {
+        gtk_label_set_text(GTK_LABEL(p->verdict), "");
+        set_note(p, j->err.msg, TRUE);
+        g_free(base);
+        return;
+    }
+    const struct nl_dataset *d = j->d;
+    gboolean actual = FALSE;
+    for (guint i = 0; i < j->rows->len; i++)
+        actual |= isfinite(g_array_index(j->rows, struct csv_result, i).actual);
+    int col = 0;
+    add_csv_cell(p, col++, 0, "Line", 1, "heading");
+    add_csv_cell(p, col++, 0, "Row", 0, "heading");
+    if (actual)
+        add_csv_cell(p, col++, 0, d->regression ? "Actual" : "Actual class", 0, "heading");
+    if (d->regression) {
+        char *h = g_strdup_printf("Predicted %s", d->class_names[0]);
+        add_csv_cell(p, col++, 0, h, 1, "heading");
+        g_free(h);
+    } else {
+        add_csv_cell(p, col++, 0, "Predicted class", 0, "heading");
+        add_csv_cell(p, col++, 0, "Probability", 1, "heading");
+    }
+    g_string_append_c(p->csv_text, '\n');
+    for (guint i = 0; i < j->rows->len; i++) {
+        const struct csv_result *r = &g_array_index(j->rows, struct csv_result, i);
+        char buf[64];
+        const int row = (int)i + 1;
+        col = 0;
+        g_snprintf(buf, sizeof buf, "%ld", r->line);
+        add_csv_cell(p, col++, row, buf, 1, "numeric");
+        char *text = r->line >= 1 && (guint)r->line <= j->nlines
+                         ? g_strchomp(g_strdup(j->lines[r->line - 1]))
+                         : g_strdup("");
+        add_csv_cell(p, col++, row, text, 0, "dim-label");
+        g_free(text);
+        if (actual && d->regression) {
+            g_snprintf(buf, sizeof buf, "%.6g", r->actual);
+            add_csv_cell(p, col++, row, isfinite(r->actual) ? buf : "", 1, "numeric");
+        } else if (actual) {
+            add_csv_cell(p, col++, row, isfinite(r->actual) ? d->class_names[(int)r->actual] : "",
+                         0, NULL);
+        }
+        if (d->regression) {
+            g_snprintf(buf, sizeof buf, "%.6g", r->value);
+            add_csv_cell(p, col++, row, buf, 1, "numeric");
+        } else {
+            add_csv_cell(p, col++, row, d->class_names[r->cls], 0, NULL);
+            g_snprintf(buf, sizeof buf, "%.1f%%", 100.0 * r->prob);
+            add_csv_cell(p, col++, row, buf, 1, "numeric");
+        }
+        g_string_append_c(p->csv_text, '\n');
+    }
+    gtk_widget_set_visible(p->bars, FALSE);
+    gtk_widget_set_visible(p->csv_scroll, TRUE);
+    char *v = j->total > (long)j->rows->len
+                  ? g_strdup_printf("%ld rows of %s predicted (the first %u shown)", j->total, base,
+                                    j->rows->len)
+                  : g_strdup_printf("%ld row%s of %s predicted", j->total, j->total == 1 ? "" : "s",
+                                    base);
+    gtk_label_set_text(GTK_LABEL(p->verdict), v);
+    g_free(v);
+    GString *t = g_string_new(NULL);
+    g_string_printf(t, "Each row preprocessed as the import of “%s” did.", d->name);
+    if (j->warnings->len)
+        g_string_append_printf(t, "\n%s", j->warnings->str);
+    if (j->nwarn > 3)
+        g_string_append_printf(t, "\n(%d more such warnings)", j->nwarn - 3);
+    set_note(p, t->str, j->nwarn > 0);
+    g_string_free(t, TRUE);
+    g_free(base);
+}
+
+/* Predicts every row of the CSV file at path with the selected run, on a worker thread. */
+static void predict_csv(struct predict_page *p, const char *path)
+{
+    const char *run = selected_run(p);
+    clear_prediction(p);
+    clear_csv(p);
+    if (!run || !row_mode(p) || text_mode(p)) {
+        gtk_label_set_text(GTK_LABEL(p->verdict), "");
+        set_note(p, "Choose a run trained on a CSV dataset to predict a file of rows.", TRUE);
+        return;
+    }
+    struct csv_job *j = g_new0(struct csv_job, 1);
+    j->db_path = g_strdup(p->win->db_path);
+    j->run = g_strdup(run);
+    j->path = g_strdup(path);
+    j->rows = g_array_new(FALSE, FALSE, sizeof(struct csv_result));
+    j->warnings = g_string_new(NULL);
+    g_free(p->csv_loading);
+    p->csv_loading = g_strdup(path);
+    char *base = g_path_get_basename(path);
+    char *v = g_strdup_printf("Predicting the rows of %s…", base);
+    gtk_label_set_text(GTK_LABEL(p->verdict), v);
+    g_free(v);
+    g_free(base);
+    set_note(p, NULL, FALSE);
+    GTask *task = g_task_new(p->win, NULL, csv_done, p);
+    g_task_set_task_data(task, j, csv_job_free);
+    g_task_run_in_thread(task, csv_thread);
+    g_object_unref(task);
+}
+
+/* win.predict-csv (path): predicts every row of a CSV file with the selected run. */
+static void predict_csv_action(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct predict_page *p = data;
+    gtk_stack_set_visible_child_name(p->win->stack, "predict");
+    predict_csv(p, g_variant_get_string(param, NULL));
+}
+
+static void csv_chooser_response(GtkNativeDialog *dialog, int response, gpointer data)
+{
+    struct predict_page *p = data;
+    if (response == GTK_RESPONSE_ACCEPT) {
+        GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
+        char *path = f ? g_file_get_path(f) : NULL;
+        if (path)
+            predict_csv(p, path);
+        g_free(path);
+        if (f)
+            g_object_unref(f);
+    }
+    g_object_unref(dialog);
+}
+
+/* win.predict-csv-open: asks for a CSV file of rows, then predicts them. */
+static void predict_csv_open(GSimpleAction *a, GVariant *param, gpointer data)
+{
+    struct predict_page *p = data;
+    GtkFileChooserNative *d =
+        gtk_file_chooser_native_new("Open a CSV File of Rows", GTK_WINDOW(p->win),
+                                    GTK_FILE_CHOOSER_ACTION_OPEN, "_Open", "_Cancel");
+    GtkFileFilter *csv = gtk_file_filter_new();
+    gtk_file_filter_set_name(csv, "CSV files");
+    gtk_file_filter_add_mime_type(csv, "text/csv");
+    gtk_file_filter_add_pattern(csv, "*.csv");
+    gtk_file_filter_add_pattern(csv, "*.tsv");
+    gtk_file_filter_add_pattern(csv, "*.txt");
+    gtk_file_chooser_add_filter(GTK_FILE_CHOOSER(d), csv);
+    g_object_unref(csv);
+    g_signal_connect(d, "response", G_CALLBACK(csv_chooser_response), p);
+    gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
+}
+
+const char *predict_page_csv_table(struct predict_page *p)
+{
+    return gtk_widget_get_visible(p->csv_scroll) ? p->csv_text->str : NULL;
+}
+
 /* What the picker's run trained on, and which input the page offers for it. */
 static void update_mode(struct predict_page *p)
 {
@@ -565,6 +872,7 @@ static void predict(struct predict_page *p)
         return;
     }
     clear_prediction(p);
+    clear_csv(p);
     if (!p->path)
         return;
     if (!run) {
@@ -678,6 +986,7 @@ static void run_changed(GObject *dd, GParamSpec *ps, gpointer data)
     struct predict_page *p = data;
     if (p->refreshing)
         return;
+    clear_csv(p);
     update_mode(p);
     predict(p);
 }
@@ -829,8 +1138,11 @@ struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root)
     GET(note);
     GET(text_box);
     GET(text_view);
+    GET(csv_scroll);
+    GET(csv_table);
 #undef GET
     p->warnings = g_string_new(NULL);
+    p->csv_text = g_string_new(NULL);
     p->choices = g_ptr_array_new_with_free_func(choice_free);
     p->fields = g_ptr_array_new();
     *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
@@ -844,6 +1156,8 @@ struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root)
         {.name = "predict-open", .activate = predict_open},
         {.name = "predict-row", .activate = predict_row_action},
         {.name = "predict-values", .activate = predict_values_action, .parameter_type = "s"},
+        {.name = "predict-csv", .activate = predict_csv_action, .parameter_type = "s"},
+        {.name = "predict-csv-open", .activate = predict_csv_open},
     };
     g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
     GtkDropTarget *drop = gtk_drop_target_new(G_TYPE_FILE, GDK_ACTION_COPY);
@@ -865,6 +1179,8 @@ void predict_page_free(struct predict_page *p)
     nl_dataset_free(p->d);
     nl_table_free(p->table);
     g_string_free(p->warnings, TRUE);
+    g_string_free(p->csv_text, TRUE);
+    g_free(p->csv_loading);
     g_free(p->value);
     g_free(p->pending);
     g_free(p->run);

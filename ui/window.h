@@ -176,6 +176,10 @@ const char *predict_page_top(struct predict_page *p);
 const char *predict_page_note(struct predict_page *p);
 const char *predict_page_run_label(struct predict_page *p, guint i);
 int predict_page_fields(struct predict_page *p);
+/* For tests: the rows of the CSV file predicted last as shown (tab-separated, a header first:
+ * line, row, the actual class or value when the file has them, the prediction); NULL when no
+ * file's table is shown. */
+const char *predict_page_csv_table(struct predict_page *p);
 /* For tests: the page takes a typed text (a text run). */
 gboolean predict_page_takes_text(struct predict_page *p);
 
