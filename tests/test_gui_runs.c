@@ -38,7 +38,8 @@
  *    naming the file and line;
  *  - a run started by `nnlab train` in another process is listed as running, its curve gains
  *    points epoch by epoch while the window follows the store, and it ends as done — with the
- *    main loop never stalled by the following.
+ *    main loop never stalled by the following; so is a run of `mpirun -np 2 nnlab train --mpi`
+ *    (skipped, saying why, without mpirun).
  * Screenshots of the page go to BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run; it skips
@@ -702,7 +703,7 @@ static int same_metrics(const char *eval, const char *table, const char *cls)
     return 1;
 }
 
-static const char *watched = "live-run";
+static const char *watched = "live-run"; /* the run followed live */
 static pid_t child;
 
 static int live_listed(void)
@@ -889,6 +890,66 @@ static void check_csv_file(void)
        oneline(note));
 }
 
+/* A run trained by `mpirun -np 2 nnlab train --mpi` on the test's store (rank 0 holds the store)
+ * is listed as running, gains points epoch by epoch while it trains, and ends as done. Skipped,
+ * saying why, where mpirun is missing or nnlab was built without MPI. */
+static void check_mpi_live(const char *spec, const char *data_dir)
+{
+    enum { CHECKS = 4 };
+    char probe[800];
+    snprintf(probe, sizeof probe, "'%s' train --help | grep -q -- --mpi", bin);
+    const char *why = !in_path("mpirun")   ? "no mpirun (apt-get install openmpi-bin)"
+                      : system(probe) != 0 ? "this nnlab was built without MPI"
+                                           : NULL;
+    if (why) {
+        for (int i = 0; i < CHECKS; i++)
+            ok(1, "an MPI run followed live # SKIP %s", why);
+        return;
+    }
+    /* Root may run mpirun only when it says so; the ranks' partition cache goes under HOME. A
+     * machine loaded by other work may starve a rank's heartbeat thread for seconds: the
+     * timeout is generous, this check is about the window. */
+    char home[800];
+    snprintf(home, sizeof home, "%s/mpi-home", data_dir);
+    mkdir(home, 0755);
+    char *cmd = g_strdup_printf("env HOME=%s OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+                                "--bind-to none -np 2 %s --db %s --quiet train --data bands "
+                                "--model %s --epochs 4 --threads 1 --batch 8 --lr 0.01 --name "
+                                "mpi-run --mpi --heartbeat-timeout 60",
+                                home, bin, db, spec);
+    char **args = NULL;
+    GError *error = NULL;
+    GPid pid = 0;
+    g_shell_parse_argv(cmd, NULL, &args, NULL);
+    const gboolean spawned =
+        g_spawn_async(NULL, args, NULL,
+                      G_SPAWN_SEARCH_PATH | G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL,
+                      NULL, NULL, &pid, &error);
+    if (!spawned)
+        diag("%s: %s", cmd, error->message);
+    g_clear_error(&error);
+    g_strfreev(args);
+    g_free(cmd);
+    child = spawned ? pid : 0;
+    watched = "mpi-run";
+    live_points_seen = 0;
+    ok(spawned && wait_for(live_listed, 60000),
+       "a run started by mpirun -np 2 nnlab train --mpi is listed as running");
+    wait_for(live_gained, 90000);
+    live_points_seen = runs_page_curve_points(nw()->runs, watched);
+    char *rt = row_text(watched);
+    ok(live_points_seen >= 1 && strstr(rt, "running"),
+       "its curve has a point while it trains (%d: %s)", live_points_seen, oneline(rt));
+    g_free(rt);
+    ok(screenshot("runs-mpi-live-1024x700"), "screenshot of an MPI run followed live");
+    const int ended = wait_for(child_gone, 180000) && wait_for(live_done, 10000);
+    ok(ended && runs_page_curve_points(nw()->runs, watched) == 4,
+       "it ends as done with its 4 epochs drawn (%d)", runs_page_curve_points(nw()->runs, watched));
+    if (child > 0 && !child_gone())
+        kill(child, SIGTERM);
+}
+
 int main(int argc, char **argv)
 {
     if (!getenv("NNLAB_GUI_INNER"))
@@ -904,7 +965,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(96);
+    plan(100);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -1203,6 +1264,7 @@ int main(int argc, char **argv)
        max_gap / 1000.0);
     if (child > 0 && !child_gone())
         kill(child, SIGTERM);
+    check_mpi_live(wide, tmp);
 
     /* Item 8: Predict for every dataset. */
     char csv_spec[700];
