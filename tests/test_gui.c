@@ -1013,7 +1013,7 @@ int main(int argc, char **argv)
     nl_store_close(s);
 
     /* Predict. */
-    gtk_widget_activate_action(win, "win.predict-file", "s", png);
+    gtk_widget_activate_action(GTK_WIDGET(NL_WINDOW(win)->predict), "predict.file", "s", png);
     int got = wait_for(predicted, 60000);
     const char *top = predict_page_top(nw()->predict);
     ok(got && strcmp(top, "3") == 0, "the ring is classified as class 3 (%s)", top ? top : "-");

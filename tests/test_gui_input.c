@@ -12,7 +12,7 @@
  *    keeps its value; Ctrl+Return with such text typed does not start.
  *  - the main flow works from the keyboard alone: Alt+1…5 change pages, Tab reaches Start and
  *    Enter presses it, Ctrl+. stops the run, Ctrl+I opens the import chooser and Escape closes
- *    it.
+ *    it; Ctrl+O on the Train page shows the Predict page and opens its image chooser.
  * Screenshots of the train page at 1024x700 and 1920x1080 go to BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run (a
@@ -394,6 +394,24 @@ static int reason_has(const char *text)
     return r && strstr(r, text);
 }
 
+/* A page's own shortcut works from another page: Ctrl+O on the Train page shows the Predict page
+ * and opens its image chooser; Escape closes it. */
+static void check_page_shortcuts(void)
+{
+    xdotool("key --clearmodifiers alt+3");
+    spin(300);
+    xdotool("key --clearmodifiers ctrl+o");
+    const char *shown = page_shown();
+    ok(wait_for(chooser_open, 3000) && shown && strcmp(shown, "predict") == 0,
+       "Ctrl+O on the Train page shows the Predict page and opens the image chooser (%s)",
+       shown ? shown : "none");
+    if (file_chooser())
+        xdotool("key Escape");
+    ok(wait_for(chooser_gone, 3000), "and Escape closes it");
+    if (file_chooser())
+        gtk_dialog_response(GTK_DIALOG(file_chooser()), GTK_RESPONSE_CANCEL);
+}
+
 int main(int argc, char **argv)
 {
     if (!getenv("NNLAB_GUI_INNER"))
@@ -406,7 +424,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(36);
+    plan(38);
     char data_dir[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -565,6 +583,7 @@ int main(int argc, char **argv)
     ok(wait_for(chooser_gone, 3000), "and Escape closes it");
     if (file_chooser())
         gtk_dialog_response(GTK_DIALOG(file_chooser()), GTK_RESPONSE_CANCEL);
+    check_page_shortcuts();
 
     gtk_window_destroy(GTK_WINDOW(win));
     spin(200);

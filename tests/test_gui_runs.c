@@ -882,7 +882,7 @@ static void check_csv_file(void)
     g_string_free(want, TRUE);
     g_string_free(got, TRUE);
     g_free(cli);
-    gtk_widget_activate_action(win, "win.predict-csv", "s", bad);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.csv", "s", bad);
     const int refused = wait_for(csv_refused, 30000);
     const char *note = predict_page_note(nw()->predict);
     ok(refused && strstr(note, "abc") && !csv_table_shown() && !predicted(),
@@ -1282,7 +1282,7 @@ int main(int argc, char **argv)
     char png[700];
     snprintf(png, sizeof png, "%s/photo.png", tmp);
     write_png(png, 320, 240, 1);
-    gtk_widget_activate_action(win, "win.predict-file", "s", png);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.file", "s", png);
     ok(wait_for(predicted, 30000), "a colour photo is classified");
     const char *note = predict_page_note(nw()->predict);
     ok(strstr(note, "320×240 colour") && strstr(note, "28×28 gray") &&
@@ -1291,7 +1291,7 @@ int main(int argc, char **argv)
     ok(screenshot("predict-colour-photo-1024x700"), "screenshot of the warning");
     snprintf(png, sizeof png, "%s/band.png", tmp);
     write_png(png, 28, 28, 0);
-    gtk_widget_activate_action(win, "win.predict-file", "s", png);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.file", "s", png);
     wait_for(predicted, 30000);
     note = predict_page_note(nw()->predict);
     ok(strstr(note, "Read as 28×28 gray") && !strstr(note, "may mean little"),
@@ -1305,7 +1305,7 @@ int main(int argc, char **argv)
        "named by the CSV's header");
     const float row[2] = {3, 4};
     char *want = model_class("run-t", row);
-    gtk_widget_activate_action(win, "win.predict-values", "s", "3, 4");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.values", "s", "3, 4");
     ok(wait_for(predicted, 30000) && want && strcmp(predict_page_top(nw()->predict), want) == 0,
        "a typed row gets the class the model gives the stored sample (%s, %s)",
        predicted() ? predict_page_top(nw()->predict) : "none", want ? want : "none");
@@ -1320,7 +1320,7 @@ int main(int argc, char **argv)
            strcmp(gtk_editable_get_text(GTK_EDITABLE(entries->pdata[1])), "2") == 0,
        "a row pasted into the first field is spread over the fields");
     g_ptr_array_unref(entries);
-    gtk_widget_activate_action(win, "win.predict-values", "s", "3 abc");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.values", "s", "3 abc");
     note = predict_page_note(nw()->predict);
     ok(!predicted() && strstr(note, "“abc” in height is not a number"),
        "a field that is not a number is named (%s)", oneline(note));
@@ -1359,7 +1359,7 @@ int main(int argc, char **argv)
         nnlab(&cli, "--json predict run-r --row \"%s\"", reg_rows[r]);
         const char *at = cli ? strstr(cli, "\"value\":") : NULL;
         const double want_v = at ? g_ascii_strtod(at + 8, NULL) : NAN;
-        gtk_widget_activate_action(win, "win.predict-values", "s", reg_rows[r]);
+        gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.values", "s", reg_rows[r]);
         const int got = wait_for(predicted, 30000);
         const char *top = got ? predict_page_top(nw()->predict) : "";
         const char *v = strstr(top, "≈ ");
@@ -1372,7 +1372,7 @@ int main(int argc, char **argv)
         if (r == 0)
             ok(screenshot("predict-regression-1024x700"), "screenshot of a value predicted");
     }
-    gtk_widget_activate_action(win, "win.predict-values", "s", "4.5, purple");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.values", "s", "4.5, purple");
     wait_for(predicted, 30000);
     note = predict_page_note(nw()->predict);
     ok(predicted() && strstr(note, "level 'purple'") && strstr(note, "other level"),
@@ -1411,7 +1411,7 @@ int main(int argc, char **argv)
     char want_cls[16] = "";
     if (cls)
         sscanf(cls + 9, "%15[^\"]", want_cls);
-    gtk_widget_activate_action(win, "win.predict-values", "s", review);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.values", "s", review);
     const char *text_top = wait_for(predicted, 30000) ? predict_page_top(nw()->predict) : "none";
     ok(want_cls[0] && strcmp(text_top, want_cls) == 0,
        "typed text gets the class `nnlab predict --text` gives (%s, %s)", text_top, want_cls);

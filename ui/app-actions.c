@@ -1,5 +1,6 @@
 /* The application's actions (quit, about) and the keyboard shortcuts of the application's and
- * the window's actions. */
+ * the window's actions; those of the pages' own actions ("predict.open") are the window's
+ * (window.c), since a page's actions are reached from inside it only. */
 #include <gtk/gtk.h>
 
 #include "app-actions.h"
@@ -41,7 +42,6 @@ void nl_app_actions_install(GtkApplication *app)
         {"win.show-page::runs", {"<Alt>4", NULL}},
         {"win.show-page::predict", {"<Alt>5", NULL}},
         {"win.import", {"<Control>i", NULL}},
-        {"win.predict-open", {"<Control>o", NULL}},
         {"win.train-start", {"<Control>Return", NULL}},
         {"win.train-stop", {"<Control>period", NULL}},
         {"win.runs-refresh", {"F5", NULL}},

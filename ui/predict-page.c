@@ -30,8 +30,10 @@ struct choice {
     int regression; /* the run predicts a value of its target */
 };
 
-struct predict_page {
-    NlWindow *win;
+struct _NlPredictPage {
+    GtkWidget parent_instance;
+
+    NlWindow *win; /* the window it is a page of (set once, by nl_predict_page_new) */
     GtkWidget *runs, *drop_area, *picture, *file, *verdict, *bars;
     GtkWidget *open, *run_info, *row_box, *row_fields, *image_box, *note;
     GtkWidget *text_box, *text_view;
@@ -79,6 +81,13 @@ static void load_job_free(gpointer data)
     g_free(j);
 }
 
+/* The page has left its window (the window closed): work finished since is dropped. Tasks hold
+ * the page, not the window, so the page itself is still there. */
+static gboolean gone(NlPredictPage *p)
+{
+    return gtk_widget_get_root(GTK_WIDGET(p)) == NULL;
+}
+
 static void load_thread(GTask *task, gpointer source, gpointer data, GCancellable *c)
 {
     struct load_job *j = data;
@@ -90,21 +99,21 @@ static void load_thread(GTask *task, gpointer source, gpointer data, GCancellabl
     g_task_return_boolean(task, TRUE);
 }
 
-static void predict(struct predict_page *p);
-static void set_note(struct predict_page *p, const char *text, gboolean warn);
-static void build_fields(struct predict_page *p, const struct nl_dataset *d);
-static void spread_row(struct predict_page *p, const char *text, guint from);
-static gboolean row_mode(struct predict_page *p);
-static void clear_csv(struct predict_page *p);
+static void predict(NlPredictPage *p);
+static void set_note(NlPredictPage *p, const char *text, gboolean warn);
+static void build_fields(NlPredictPage *p, const struct nl_dataset *d);
+static void spread_row(NlPredictPage *p, const char *text, guint from);
+static gboolean row_mode(NlPredictPage *p);
+static void clear_csv(NlPredictPage *p);
 
 /* The table's warnings (a level the import did not see) for the note under the verdict. */
 static void table_warn(void *ud, const char *msg)
 {
-    struct predict_page *p = ud;
+    NlPredictPage *p = ud;
     g_string_append_printf(p->warnings, "%s%s.", p->warnings->len ? "\n" : "", msg);
 }
 
-static void clear_prediction(struct predict_page *p)
+static void clear_prediction(NlPredictPage *p)
 {
     g_free(p->value);
     p->value = NULL;
@@ -118,9 +127,9 @@ static void clear_prediction(struct predict_page *p)
 
 static void load_done(GObject *source, GAsyncResult *res, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(source);
     struct load_job *j = g_task_get_task_data(G_TASK(res));
-    if (p->win->closed || !p->loading || strcmp(p->loading, j->run) != 0)
+    if (gone(p) || !p->loading || strcmp(p->loading, j->run) != 0)
         return; /* the window closed, or another run was chosen meanwhile */
     g_free(p->loading);
     p->loading = NULL;
@@ -156,7 +165,7 @@ static void load_done(GObject *source, GAsyncResult *res, gpointer data)
 }
 
 /* Loads run's model and dataset on a worker thread, then predicts. */
-static void load_model(struct predict_page *p, const char *run)
+static void load_model(NlPredictPage *p, const char *run)
 {
     if (p->loading && strcmp(p->loading, run) == 0)
         return;
@@ -167,38 +176,38 @@ static void load_model(struct predict_page *p, const char *run)
     j->run = g_strdup(run);
     gtk_label_set_text(GTK_LABEL(p->verdict), "Loading the model…");
     set_note(p, NULL, FALSE);
-    GTask *task = g_task_new(p->win, NULL, load_done, p);
+    GTask *task = g_task_new(p, NULL, load_done, NULL);
     g_task_set_task_data(task, j, load_job_free);
     g_task_run_in_thread(task, load_thread);
     g_object_unref(task);
 }
 
-static const struct choice *selected_choice(struct predict_page *p)
+static const struct choice *selected_choice(NlPredictPage *p)
 {
     guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->runs));
     return i < p->choices->len ? p->choices->pdata[i] : NULL;
 }
 
-static const char *selected_run(struct predict_page *p)
+static const char *selected_run(NlPredictPage *p)
 {
     const struct choice *c = selected_choice(p);
     return c ? c->name : NULL;
 }
 
 /* The selected run takes a row of a table (or a text): not an image. */
-static gboolean row_mode(struct predict_page *p)
+static gboolean row_mode(NlPredictPage *p)
 {
     const struct choice *c = selected_choice(p);
     return c && (strcmp(c->kind, "csv") == 0 || strcmp(c->kind, "text") == 0);
 }
 
-static gboolean text_mode(struct predict_page *p)
+static gboolean text_mode(NlPredictPage *p)
 {
     const struct choice *c = selected_choice(p);
     return c && strcmp(c->kind, "text") == 0;
 }
 
-static void set_note(struct predict_page *p, const char *text, gboolean warn)
+static void set_note(NlPredictPage *p, const char *text, gboolean warn)
 {
     gtk_label_set_text(GTK_LABEL(p->note), text ? text : "");
     if (warn)
@@ -255,7 +264,7 @@ static char *describe_image(const struct nl_dataset *d, const char *path, gboole
 }
 
 /* The top classes of probs (k) into the page's bars and verdict. */
-static void show_top(struct predict_page *p, float *probs, int k)
+static void show_top(NlPredictPage *p, float *probs, int k)
 {
     p->n = MIN(TOP, k);
     for (int t = 0; t < p->n; t++) {
@@ -275,7 +284,7 @@ static void show_top(struct predict_page *p, float *probs, int k)
 /* Runs one normalised sample through the loaded model and shows its top classes, or a
  * regression run's value: the model's output, standardised as the targets were, put back in
  * the target's units. */
-static int classify(struct predict_page *p, const float *in, struct nl_error *err)
+static int classify(NlPredictPage *p, const float *in, struct nl_error *err)
 {
     struct nl_exec *x = NULL;
     int rc = nl_exec_new(&x, p->m, 1, err);
@@ -301,7 +310,7 @@ static int classify(struct predict_page *p, const float *in, struct nl_error *er
 
 static void field_changed(GtkEditable *e, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     const char *t = gtk_editable_get_text(e);
     gtk_widget_remove_css_class(GTK_WIDGET(e), "error");
     /* A whole row pasted into one field is spread over the fields; a space splits only in a
@@ -318,13 +327,13 @@ static void field_changed(GtkEditable *e, gpointer data)
 
 static void field_activated(GtkEntry *e, gpointer data)
 {
-    gtk_widget_activate_action(GTK_WIDGET(e), "win.predict-row", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(e), "predict.row", NULL);
 }
 
 /* One field per feature column of d's table (the target or label column left out), named by the
  * CSV's header when it had one; a categorical column's field shows its most frequent levels, and
  * a column with a fill value says that an empty field is filled. */
-static void build_fields(struct predict_page *p, const struct nl_dataset *d)
+static void build_fields(NlPredictPage *p, const struct nl_dataset *d)
 {
     GtkWidget *child;
     if (p->fields_for && strcmp(p->fields_for, d->name) == 0)
@@ -387,7 +396,7 @@ static void build_fields(struct predict_page *p, const struct nl_dataset *d)
 /* Puts the values of a pasted or given row into the fields, in order from field from. A row
  * with commas, semicolons or tabs is split at them, an empty value kept as an empty field (a
  * missing value); a row with none of them at runs of spaces. */
-static void spread_row(struct predict_page *p, const char *text, guint from)
+static void spread_row(NlPredictPage *p, const char *text, guint from)
 {
     const gboolean fields = strpbrk(text, ",;\t") != NULL;
     char **v = g_regex_split_simple(fields ? "\\s*[,;\\t]\\s*" : "\\s+", text, 0, 0);
@@ -420,7 +429,7 @@ static void append_field(GString *row, const char *t)
 }
 
 /* The typed text of a text run as one sample; *unknown its words outside the vocabulary. */
-static int text_sample(struct predict_page *p, float *in, int *unknown, struct nl_error *err)
+static int text_sample(NlPredictPage *p, float *in, int *unknown, struct nl_error *err)
 {
     GtkTextBuffer *buf = gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text_view));
     GtkTextIter a, b;
@@ -438,7 +447,7 @@ static int text_sample(struct predict_page *p, float *in, int *unknown, struct n
 /* Predicts with the row in the fields (or the typed text of a text run). A numeric field that
  * is not a number is marked and named; an empty one is filled as the import said, or refused
  * when the import had nothing to fill it with. */
-static void predict_row(struct predict_page *p)
+static void predict_row(NlPredictPage *p)
 {
     struct nl_error err = {0};
     clear_prediction(p);
@@ -634,7 +643,7 @@ static void csv_thread(GTask *task, gpointer source, gpointer data, GCancellable
     g_task_return_boolean(task, rc == 0);
 }
 
-static void add_csv_cell(struct predict_page *p, int col, int row, const char *text, float xalign,
+static void add_csv_cell(NlPredictPage *p, int col, int row, const char *text, float xalign,
                          const char *css)
 {
     GtkWidget *l = gtk_label_new(text);
@@ -651,7 +660,7 @@ static void add_csv_cell(struct predict_page *p, int col, int row, const char *t
 }
 
 /* The CSV file's table out of the page (a single row's bars come back). */
-static void clear_csv(struct predict_page *p)
+static void clear_csv(NlPredictPage *p)
 {
     GtkWidget *child;
     while ((child = gtk_widget_get_first_child(p->csv_table)))
@@ -663,10 +672,10 @@ static void clear_csv(struct predict_page *p)
 
 static void csv_done(GObject *source, GAsyncResult *res, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(source);
     struct csv_job *j = g_task_get_task_data(G_TASK(res));
-    if (p->win->closed || !p->csv_loading || strcmp(p->csv_loading, j->path) != 0 ||
-        !selected_run(p) || strcmp(selected_run(p), j->run) != 0)
+    if (gone(p) || !p->csv_loading || strcmp(p->csv_loading, j->path) != 0 || !selected_run(p) ||
+        strcmp(selected_run(p), j->run) != 0)
         return; /* the window closed, or another file or run was chosen meanwhile */
     g_free(p->csv_loading);
     p->csv_loading = NULL;
@@ -746,7 +755,7 @@ static void csv_done(GObject *source, GAsyncResult *res, gpointer data)
 }
 
 /* Predicts every row of the CSV file at path with the selected run, on a worker thread. */
-static void predict_csv(struct predict_page *p, const char *path)
+static void predict_csv(NlPredictPage *p, const char *path)
 {
     const char *run = selected_run(p);
     clear_prediction(p);
@@ -770,23 +779,23 @@ static void predict_csv(struct predict_page *p, const char *path)
     g_free(v);
     g_free(base);
     set_note(p, NULL, FALSE);
-    GTask *task = g_task_new(p->win, NULL, csv_done, p);
+    GTask *task = g_task_new(p, NULL, csv_done, NULL);
     g_task_set_task_data(task, j, csv_job_free);
     g_task_run_in_thread(task, csv_thread);
     g_object_unref(task);
 }
 
-/* win.predict-csv (path): predicts every row of a CSV file with the selected run. */
-static void predict_csv_action(GSimpleAction *a, GVariant *param, gpointer data)
+/* predict.csv (path): predicts every row of a CSV file with the selected run. */
+static void predict_csv_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(widget);
     gtk_stack_set_visible_child_name(p->win->stack, "predict");
     predict_csv(p, g_variant_get_string(param, NULL));
 }
 
 static void csv_chooser_response(GtkNativeDialog *dialog, int response, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     if (response == GTK_RESPONSE_ACCEPT) {
         GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
         char *path = f ? g_file_get_path(f) : NULL;
@@ -799,10 +808,10 @@ static void csv_chooser_response(GtkNativeDialog *dialog, int response, gpointer
     g_object_unref(dialog);
 }
 
-/* win.predict-csv-open: asks for a CSV file of rows, then predicts them. */
-static void predict_csv_open(GSimpleAction *a, GVariant *param, gpointer data)
+/* predict.csv-open: asks for a CSV file of rows, then predicts them. */
+static void predict_csv_open(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(widget);
     GtkFileChooserNative *d =
         gtk_file_chooser_native_new("Open a CSV File of Rows", GTK_WINDOW(p->win),
                                     GTK_FILE_CHOOSER_ACTION_OPEN, "_Open", "_Cancel");
@@ -818,13 +827,13 @@ static void predict_csv_open(GSimpleAction *a, GVariant *param, gpointer data)
     gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
 }
 
-const char *predict_page_csv_table(struct predict_page *p)
+const char *predict_page_csv_table(NlPredictPage *p)
 {
     return gtk_widget_get_visible(p->csv_scroll) ? p->csv_text->str : NULL;
 }
 
 /* What the picker's run trained on, and which input the page offers for it. */
-static void update_mode(struct predict_page *p)
+static void update_mode(NlPredictPage *p)
 {
     const struct choice *c = selected_choice(p);
     const gboolean row = row_mode(p), text = text_mode(p);
@@ -861,7 +870,7 @@ static void update_mode(struct predict_page *p)
         load_model(p, c->name);
 }
 
-static void predict(struct predict_page *p)
+static void predict(NlPredictPage *p)
 {
     struct nl_error err = {0};
     const char *run = selected_run(p);
@@ -897,7 +906,7 @@ static void predict(struct predict_page *p)
     gtk_widget_queue_draw(p->bars);
 }
 
-static void set_file(struct predict_page *p, const char *path)
+static void set_file(NlPredictPage *p, const char *path)
 {
     g_free(p->path);
     p->path = g_strdup(path);
@@ -918,17 +927,17 @@ static void set_file(struct predict_page *p, const char *path)
     predict(p);
 }
 
-/* win.predict-file (path) */
-static void predict_file(GSimpleAction *a, GVariant *param, gpointer data)
+/* predict.file (path) */
+static void predict_file(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(widget);
     gtk_stack_set_visible_child_name(p->win->stack, "predict");
     set_file(p, g_variant_get_string(param, NULL));
 }
 
 static void chooser_response(GtkNativeDialog *dialog, int response, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     if (response == GTK_RESPONSE_ACCEPT) {
         GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
         char *path = g_file_get_path(f);
@@ -940,9 +949,9 @@ static void chooser_response(GtkNativeDialog *dialog, int response, gpointer dat
     g_object_unref(dialog);
 }
 
-static void predict_open(GSimpleAction *a, GVariant *param, gpointer data)
+static void predict_open(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(widget);
     gtk_stack_set_visible_child_name(p->win->stack, "predict");
     GtkFileChooserNative *d = gtk_file_chooser_native_new(
         "Open Image", GTK_WINDOW(p->win), GTK_FILE_CHOOSER_ACTION_OPEN, "_Open", "_Cancel");
@@ -958,7 +967,7 @@ static void predict_open(GSimpleAction *a, GVariant *param, gpointer data)
 
 static gboolean on_drop(GtkDropTarget *t, const GValue *value, double x, double y, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     GFile *f = g_value_get_object(value);
     char *path = f ? g_file_get_path(f) : NULL;
     if (!path)
@@ -970,7 +979,7 @@ static gboolean on_drop(GtkDropTarget *t, const GValue *value, double x, double 
 
 static void draw_bars(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     if (p->n == 0)
         return;
     struct chart_bars b = {.n = p->n,
@@ -983,7 +992,7 @@ static void draw_bars(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer 
 
 static void run_changed(GObject *dd, GParamSpec *ps, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     if (p->refreshing)
         return;
     clear_csv(p);
@@ -991,17 +1000,17 @@ static void run_changed(GObject *dd, GParamSpec *ps, gpointer data)
     predict(p);
 }
 
-/* win.predict-row: classifies the row typed in the fields. */
-static void predict_row_action(GSimpleAction *a, GVariant *param, gpointer data)
+/* predict.row: classifies the row typed in the fields. */
+static void predict_row_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    predict_row(data);
+    predict_row(NL_PREDICT_PAGE(widget));
 }
 
-/* win.predict-values (row): puts a row's values (comma-, tab- or space-separated) in the fields
+/* predict.values (row): puts a row's values (comma-, tab- or space-separated) in the fields
  * and classifies it. */
-static void predict_values_action(GSimpleAction *a, GVariant *param, gpointer data)
+static void predict_values_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(widget);
     gtk_stack_set_visible_child_name(p->win->stack, "predict");
     if (text_mode(p))
         gtk_text_buffer_set_text(gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text_view)),
@@ -1016,35 +1025,35 @@ static void predict_values_action(GSimpleAction *a, GVariant *param, gpointer da
     predict_row(p);
 }
 
-const char *predict_page_note(struct predict_page *p)
+const char *predict_page_note(NlPredictPage *p)
 {
     return gtk_label_get_text(GTK_LABEL(p->note));
 }
 
-const char *predict_page_run_label(struct predict_page *p, guint i)
+const char *predict_page_run_label(NlPredictPage *p, guint i)
 {
     return i < g_list_model_get_n_items(G_LIST_MODEL(p->names))
                ? gtk_string_list_get_string(p->names, i)
                : NULL;
 }
 
-int predict_page_fields(struct predict_page *p)
+int predict_page_fields(NlPredictPage *p)
 {
     return row_mode(p) && gtk_widget_get_visible(p->row_box) ? (int)p->fields->len : 0;
 }
 
-gboolean predict_page_takes_text(struct predict_page *p)
+gboolean predict_page_takes_text(NlPredictPage *p)
 {
     return text_mode(p) && gtk_widget_get_visible(p->text_box);
 }
 
 /* The runs that have a checkpoint, newest first. */
-const char *predict_page_top(struct predict_page *p)
+const char *predict_page_top(NlPredictPage *p)
 {
     return p->n > 0 ? p->labels[0] : p->value;
 }
 
-void predict_page_refresh(struct predict_page *p)
+void predict_page_refresh(NlPredictPage *p)
 {
     struct nl_run_info *list;
     struct nl_error err = {0};
@@ -1118,61 +1127,37 @@ static void choice_free(gpointer data)
     g_free(c);
 }
 
-struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root)
+G_DEFINE_FINAL_TYPE(NlPredictPage, nl_predict_page, GTK_TYPE_WIDGET)
+
+static void nl_predict_page_init(NlPredictPage *p)
 {
-    struct predict_page *p = g_new0(struct predict_page, 1);
-    GtkBuilder *b = nl_page_builder("predict-page");
-    p->win = w;
-#define GET(x) p->x = GTK_WIDGET(gtk_builder_get_object(b, #x))
-    GET(runs);
-    GET(drop_area);
-    GET(picture);
-    GET(file);
-    GET(verdict);
-    GET(bars);
-    GET(open);
-    GET(run_info);
-    GET(row_box);
-    GET(row_fields);
-    GET(image_box);
-    GET(note);
-    GET(text_box);
-    GET(text_view);
-    GET(csv_scroll);
-    GET(csv_table);
-#undef GET
+    gtk_widget_init_template(GTK_WIDGET(p));
     p->warnings = g_string_new(NULL);
     p->csv_text = g_string_new(NULL);
     p->choices = g_ptr_array_new_with_free_func(choice_free);
     p->fields = g_ptr_array_new();
-    *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
-    g_object_unref(b);
     p->names = gtk_string_list_new(NULL);
     gtk_drop_down_set_model(GTK_DROP_DOWN(p->runs), G_LIST_MODEL(p->names));
     g_object_unref(p->names);
-
-    static const GActionEntry actions[] = {
-        {.name = "predict-file", .activate = predict_file, .parameter_type = "s"},
-        {.name = "predict-open", .activate = predict_open},
-        {.name = "predict-row", .activate = predict_row_action},
-        {.name = "predict-values", .activate = predict_values_action, .parameter_type = "s"},
-        {.name = "predict-csv", .activate = predict_csv_action, .parameter_type = "s"},
-        {.name = "predict-csv-open", .activate = predict_csv_open},
-    };
-    g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
     GtkDropTarget *drop = gtk_drop_target_new(G_TYPE_FILE, GDK_ACTION_COPY);
     g_signal_connect(drop, "drop", G_CALLBACK(on_drop), p);
     gtk_widget_add_controller(p->drop_area, GTK_EVENT_CONTROLLER(drop));
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->bars), draw_bars, p, NULL);
     g_signal_connect(p->runs, "notify::selected", G_CALLBACK(run_changed), p);
-    predict_page_refresh(p);
-    return p;
 }
 
-void predict_page_free(struct predict_page *p)
+static void nl_predict_page_dispose(GObject *obj)
 {
-    if (!p)
-        return;
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(GTK_WIDGET(obj))))
+        gtk_widget_unparent(child);
+    gtk_widget_dispose_template(GTK_WIDGET(obj), NL_TYPE_PREDICT_PAGE);
+    G_OBJECT_CLASS(nl_predict_page_parent_class)->dispose(obj);
+}
+
+static void nl_predict_page_finalize(GObject *obj)
+{
+    NlPredictPage *p = NL_PREDICT_PAGE(obj);
     for (int i = 0; i < TOP; i++)
         g_free(p->labels[i]);
     nl_model_free(p->m);
@@ -1189,5 +1174,46 @@ void predict_page_free(struct predict_page *p)
     g_free(p->fields_for);
     g_ptr_array_unref(p->fields);
     g_ptr_array_unref(p->choices);
-    g_free(p);
+    G_OBJECT_CLASS(nl_predict_page_parent_class)->finalize(obj);
+}
+
+static void nl_predict_page_class_init(NlPredictPageClass *klass)
+{
+    GtkWidgetClass *wc = GTK_WIDGET_CLASS(klass);
+    G_OBJECT_CLASS(klass)->dispose = nl_predict_page_dispose;
+    G_OBJECT_CLASS(klass)->finalize = nl_predict_page_finalize;
+    gtk_widget_class_set_layout_manager_type(wc, GTK_TYPE_BIN_LAYOUT);
+    gtk_widget_class_set_template_from_resource(wc, "/org/nnlab/Nnlab/predict-page.ui");
+#define BIND(x) gtk_widget_class_bind_template_child(wc, NlPredictPage, x)
+    BIND(runs);
+    BIND(drop_area);
+    BIND(picture);
+    BIND(file);
+    BIND(verdict);
+    BIND(bars);
+    BIND(open);
+    BIND(run_info);
+    BIND(row_box);
+    BIND(row_fields);
+    BIND(image_box);
+    BIND(note);
+    BIND(text_box);
+    BIND(text_view);
+    BIND(csv_scroll);
+    BIND(csv_table);
+#undef BIND
+    gtk_widget_class_install_action(wc, "predict.file", "s", predict_file);
+    gtk_widget_class_install_action(wc, "predict.open", NULL, predict_open);
+    gtk_widget_class_install_action(wc, "predict.row", NULL, predict_row_action);
+    gtk_widget_class_install_action(wc, "predict.values", "s", predict_values_action);
+    gtk_widget_class_install_action(wc, "predict.csv", "s", predict_csv_action);
+    gtk_widget_class_install_action(wc, "predict.csv-open", NULL, predict_csv_open);
+}
+
+NlPredictPage *nl_predict_page_new(NlWindow *w)
+{
+    NlPredictPage *p = g_object_ref_sink(g_object_new(NL_TYPE_PREDICT_PAGE, NULL));
+    p->win = w;
+    predict_page_refresh(p);
+    return p;
 }

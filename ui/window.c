@@ -217,6 +217,39 @@ static gboolean on_close_request(GtkWindow *win, gpointer data)
     return TRUE;
 }
 
+/* Shortcuts to the actions of pages that are widgets of their own: they work from any page (a
+ * page's actions are reached from inside it only), showing the page first. */
+static const struct page_shortcut {
+    const char *accel, *page, *action;
+} page_shortcuts[] = {
+    {"<Control>o", "predict", "predict.open"},
+};
+
+static gboolean page_shortcut(GtkWidget *widget, GVariant *args, gpointer data)
+{
+    NlWindow *w = NL_WINDOW(widget);
+    const struct page_shortcut *s = data;
+    GtkWidget *page = gtk_stack_get_child_by_name(w->stack, s->page);
+    if (!page)
+        return FALSE;
+    gtk_stack_set_visible_child(w->stack, page);
+    return gtk_widget_activate_action(page, s->action, NULL);
+}
+
+static void add_page_shortcuts(NlWindow *w)
+{
+    GtkEventController *c = gtk_shortcut_controller_new();
+    gtk_shortcut_controller_set_scope(GTK_SHORTCUT_CONTROLLER(c), GTK_SHORTCUT_SCOPE_GLOBAL);
+    gtk_event_controller_set_propagation_phase(c, GTK_PHASE_CAPTURE);
+    for (size_t i = 0; i < G_N_ELEMENTS(page_shortcuts); i++)
+        gtk_shortcut_controller_add_shortcut(
+            GTK_SHORTCUT_CONTROLLER(c),
+            gtk_shortcut_new(
+                gtk_shortcut_trigger_parse_string(page_shortcuts[i].accel),
+                gtk_callback_action_new(page_shortcut, (gpointer)&page_shortcuts[i], NULL)));
+    gtk_widget_add_controller(GTK_WIDGET(w), c);
+}
+
 static void add_page(NlWindow *w, GtkWidget *child, const char *name, const char *title,
                      const char *icon)
 {
@@ -253,7 +286,6 @@ static void nl_window_finalize(GObject *obj)
     datasets_page_free(w->datasets);
     model_page_free(w->model);
     runs_page_free(w->runs);
-    predict_page_free(w->predict);
     nl_dataset_free(w->data);
     nl_store_close(w->store);
     g_free(w->db_path);
@@ -306,9 +338,10 @@ NlWindow *nl_window_new(GtkApplication *app, const char *db_path)
     add_page(w, root, "train", "Train", "media-playback-start-symbolic");
     w->runs = runs_page_new(w, &root);
     add_page(w, root, "runs", "Runs", "document-open-recent-symbolic");
-    w->predict = predict_page_new(w, &root);
-    add_page(w, root, "predict", "Predict", "image-x-generic-symbolic");
+    w->predict = nl_predict_page_new(w);
+    add_page(w, GTK_WIDGET(w->predict), "predict", "Predict", "image-x-generic-symbolic");
 
+    add_page_shortcuts(w);
     datasets_page_refresh(w->datasets);
     nl_window_update_subtitle(w);
     return w;

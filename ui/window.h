@@ -19,7 +19,10 @@ struct datasets_page;
 struct model_page;
 struct train_page;
 struct runs_page;
-struct predict_page;
+
+/* The pages that are widgets of their own: each a template and its actions ("predict.open"). */
+#define NL_TYPE_PREDICT_PAGE (nl_predict_page_get_type())
+G_DECLARE_FINAL_TYPE(NlPredictPage, nl_predict_page, NL, PREDICT_PAGE, GtkWidget)
 
 struct _NlWindow {
     GtkApplicationWindow parent_instance;
@@ -42,7 +45,7 @@ struct _NlWindow {
     struct model_page *model;
     struct train_page *train;
     struct runs_page *runs;
-    struct predict_page *predict;
+    NlPredictPage *predict;
 };
 
 NlWindow *nl_window_new(GtkApplication *app, const char *db_path);
@@ -166,22 +169,22 @@ const char *runs_page_reason(struct runs_page *p);
 int runs_page_polls(struct runs_page *p);
 int runs_page_curve_points(struct runs_page *p, const char *run);
 
-struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root);
-void predict_page_free(struct predict_page *p);
-void predict_page_refresh(struct predict_page *p);
+/* The Predict page of w, with a reference the caller owns. */
+NlPredictPage *nl_predict_page_new(NlWindow *w);
+void predict_page_refresh(NlPredictPage *p);
 /* The top class of the last prediction (a regression run: "target ≈ value"), or NULL. */
-const char *predict_page_top(struct predict_page *p);
+const char *predict_page_top(NlPredictPage *p);
 /* For tests: the line under the verdict (how an image was converted, a warning, an error); the
  * picker's i-th label; the row's fields shown (0: an image run). */
-const char *predict_page_note(struct predict_page *p);
-const char *predict_page_run_label(struct predict_page *p, guint i);
-int predict_page_fields(struct predict_page *p);
+const char *predict_page_note(NlPredictPage *p);
+const char *predict_page_run_label(NlPredictPage *p, guint i);
+int predict_page_fields(NlPredictPage *p);
 /* For tests: the rows of the CSV file predicted last as shown (tab-separated, a header first:
  * line, row, the actual class or value when the file has them, the prediction); NULL when no
  * file's table is shown. */
-const char *predict_page_csv_table(struct predict_page *p);
+const char *predict_page_csv_table(NlPredictPage *p);
 /* For tests: the page takes a typed text (a text run). */
-gboolean predict_page_takes_text(struct predict_page *p);
+gboolean predict_page_takes_text(NlPredictPage *p);
 
 G_END_DECLS
 
