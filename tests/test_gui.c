@@ -423,7 +423,7 @@ static void cluster_faults(const struct sshd *sd)
     spin(300);
     ok(screenshot("3-train-recovered"), "screenshot of the train page after a recovery");
     show("runs");
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-recovered");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-recovered");
     spin(200);
     const char *details = runs_page_details(nw()->runs);
     ok(strstr(details, "Recoveries:") && strstr(details, "worker died") &&
@@ -455,16 +455,16 @@ static void cluster_faults(const struct sshd *sd)
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "1");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "other");
     show("runs");
-    gtk_widget_activate_action(win, "win.runs-refresh", NULL);
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-cluster-stop");
-    ok(g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume"),
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.refresh", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-cluster-stop");
+    ok(runs_page_action_enabled(nw()->runs, "runs.resume"),
        "Resume is offered for the stopped cluster run");
     train_page_stats(nw()->train, &points, &finished);
     want_finished = finished + 1;
     max_gap = 0;
     last_beat = 0;
     measuring = TRUE;
-    gtk_widget_activate_action(win, "win.run-resume", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.resume", NULL);
     int epochs;
     const char *hosts, *name;
     train_page_form(nw()->train, &epochs, &hosts, &name);
@@ -596,7 +596,7 @@ static void cluster_checks(const char *bin)
     spin(300);
     ok(screenshot("3-train-cluster"), "screenshot of the train page with hosts and workers");
     show("runs");
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-cluster");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-cluster");
     spin(200);
     screenshot("4-runs-cluster");
     show("train");
@@ -905,18 +905,18 @@ int main(int argc, char **argv)
     nl_store_close(s);
 
     show("runs");
-    gtk_widget_activate_action(win, "win.runs-refresh", NULL);
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-stopped");
-    ok(g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume"),
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.refresh", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-stopped");
+    ok(runs_page_action_enabled(nw()->runs, "runs.resume"),
        "Resume is offered for the stopped run");
     spin(200);
     screenshot("4-runs-stopped");
     max_gap = 0;
     last_beat = 0;
     measuring = TRUE;
-    gtk_widget_activate_action(win, "win.run-resume", NULL);
-    ok(train_page_running(nw()->train), "win.run-resume starts it on the train page");
-    ok(!g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume"),
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.resume", NULL);
+    ok(train_page_running(nw()->train), "runs.resume starts it on the train page");
+    ok(!runs_page_action_enabled(nw()->runs, "runs.resume"),
        "and is not offered while a run is in progress");
     want_finished = 5;
     ok(wait_for(enough_finished, 500000), "the resumed run finishes");
@@ -951,9 +951,9 @@ int main(int argc, char **argv)
     want_finished = 6;
     wait_for(enough_finished, 120000);
     show("runs");
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-early");
-    ok(!g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume") &&
-           !g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-confusion"),
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-early");
+    ok(!runs_page_action_enabled(nw()->runs, "runs.resume") &&
+           !runs_page_action_enabled(nw()->runs, "runs.confusion"),
        "Resume and Confusion Matrix are disabled for it");
     const char *why = runs_page_reason(nw()->runs);
     ok(why && strstr(why, "no checkpoint"), "saying why: %s", why ? why : "nothing shown");
@@ -968,11 +968,11 @@ int main(int argc, char **argv)
 
     /* Runs: the first two overlaid, and the confusion matrix of the test split. */
     show("runs");
-    gtk_widget_activate_action(win, "win.runs-refresh", NULL);
-    gtk_widget_activate_action(win, "win.run-compare", "s", "gui-lenet");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "gui-mlp");
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-lenet");
-    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.refresh", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "gui-lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "gui-mlp");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.confusion", NULL);
     ok(wait_for(confusion_ready, 120000), "the confusion matrix is computed");
     spin(300);
     ok(screenshot("4-runs"), "screenshot of the runs page");
@@ -980,7 +980,7 @@ int main(int argc, char **argv)
     /* Export: the selected run's weights as safetensors, which load back into its model. */
     char st[760];
     snprintf(st, sizeof st, "%s/gui-lenet.safetensors", tmp);
-    gtk_widget_activate_action(win, "win.run-export-to", "s", st);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.export-to", "s", st);
     spin(100);
     struct nl_model *em = NULL;
     rc = nl_store_open(&s, db, &err);
@@ -993,7 +993,7 @@ int main(int argc, char **argv)
         memset(em->params, 0, em->nparams * sizeof(float));
         rc = nl_safetensors_load(em, st, 0, NULL, NULL, NULL, &err);
     }
-    ok(rc == 0, "win.run-export-to writes a safetensors file that loads: %s", err.msg);
+    ok(rc == 0, "runs.export-to writes a safetensors file that loads: %s", err.msg);
     ok(rc == 0 && memcmp(kept, em->params, em->nparams * sizeof(float)) == 0,
        "with the run's weights");
     g_free(kept);
@@ -1088,8 +1088,8 @@ int main(int argc, char **argv)
     screenshot("4-runs-dark");
 
     /* Deleting a run from the runs page. */
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-mlp");
-    gtk_widget_activate_action(win, "win.run-delete", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-mlp");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.delete", NULL);
     spin(200);
     question = find_question();
     ok(question != NULL, "deleting a run asks first");
@@ -1099,7 +1099,7 @@ int main(int argc, char **argv)
     rc = nl_store_open(&s, db, &err);
     if (rc == 0)
         rc = nl_run_get(s, "gui-mlp", &info, NULL, NULL, &err);
-    is_int(rc, NL_ENOENT, "win.run-delete removes the selected run");
+    is_int(rc, NL_ENOENT, "runs.delete removes the selected run");
     nl_store_close(s);
 
     gtk_window_destroy(GTK_WINDOW(win));

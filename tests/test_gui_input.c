@@ -12,7 +12,8 @@
  *    keeps its value; Ctrl+Return with such text typed does not start.
  *  - the main flow works from the keyboard alone: Alt+1…5 change pages, Tab reaches Start and
  *    Enter presses it, Ctrl+. stops the run, Ctrl+I opens the import chooser and Escape closes
- *    it; Ctrl+O on the Train page shows the Predict page and opens its image chooser.
+ *    it; Ctrl+O on the Train page shows the Predict page and opens its image chooser, F5 there
+ *    shows the Runs page.
  * Screenshots of the train page at 1024x700 and 1920x1080 go to BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run (a
@@ -394,6 +395,12 @@ static int reason_has(const char *text)
     return r && strstr(r, text);
 }
 
+static int polls_seen;
+static int polled(void)
+{
+    return runs_page_polls(nw()->runs) > polls_seen;
+}
+
 /* A page's own shortcut works from another page: Ctrl+O on the Train page shows the Predict page
  * and opens its image chooser; Escape closes it. */
 static void check_page_shortcuts(void)
@@ -410,6 +417,15 @@ static void check_page_shortcuts(void)
     ok(wait_for(chooser_gone, 3000), "and Escape closes it");
     if (file_chooser())
         gtk_dialog_response(GTK_DIALOG(file_chooser()), GTK_RESPONSE_CANCEL);
+    xdotool("key --clearmodifiers alt+3");
+    spin(300);
+    const int polls = polls_seen = runs_page_polls(nw()->runs);
+    xdotool("key --clearmodifiers F5");
+    spin(300);
+    shown = page_shown();
+    ok(shown && strcmp(shown, "runs") == 0 && wait_for(polled, 5000),
+       "F5 on the Train page shows the Runs page, which reads the store (%s, %d polls before)",
+       shown ? shown : "none", polls);
 }
 
 int main(int argc, char **argv)
@@ -424,7 +440,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(38);
+    plan(39);
     char data_dir[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);

@@ -264,7 +264,7 @@ static int click(GtkWidget *w)
                    r.origin.y + r.size.height / 2 + sy);
 }
 
-/* The first mapped button under root bound to action ("win.run-confusion"). */
+/* The first mapped button under root bound to action ("runs.confusion"). */
 static GtkWidget *action_button(GtkWidget *root, const char *action)
 {
     if (GTK_IS_BUTTON(root) && gtk_widget_get_mapped(root)) {
@@ -779,7 +779,7 @@ static void check_docs_per_class(void)
 /* The Runs page's button over the matrix, for the selected run: named for what it shows. */
 static const char *plots_button(void)
 {
-    GtkWidget *b = action_button(win, "win.run-confusion");
+    GtkWidget *b = action_button(win, "runs.confusion");
     return b ? gtk_button_get_label(GTK_BUTTON(b)) : "(no button)";
 }
 
@@ -787,11 +787,11 @@ static const char *plots_button(void)
  * click on it computes them. */
 static void click_regression_plots(void)
 {
-    gtk_widget_activate_action(win, "win.run-select", "s", "run-r");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "run-r");
     spin(200);
     ok(strcmp(plots_button(), "Predicted vs Actual") == 0,
        "on a regression run the button is named for its plots (%s)", plots_button());
-    ok(click(action_button(win, "win.run-confusion")), "a click on it");
+    ok(click(action_button(win, "runs.confusion")), "a click on it");
 }
 
 /* The visible file chooser, or NULL. */
@@ -1158,7 +1158,9 @@ int main(int argc, char **argv)
     ok(sel && strcmp(sel, "no-checkpoint") == 0, "the newest run is selected (%s)",
        sel ? sel : "none");
     const char *why = runs_page_reason(nw()->runs);
-    ok(!enabled("run-resume") && !enabled("run-confusion") && why && strstr(why, "no checkpoint"),
+    ok(!runs_page_action_enabled(nw()->runs, "runs.resume") &&
+           !runs_page_action_enabled(nw()->runs, "runs.confusion") && why &&
+           strstr(why, "no checkpoint"),
        "with no checkpoint, Resume and Confusion Matrix are disabled and say why (%s)",
        why ? why : "no reason");
     ok(screenshot("runs-no-checkpoint-1024x700"), "screenshot of the refused run");
@@ -1172,10 +1174,10 @@ int main(int argc, char **argv)
     g_free(rt);
 
     /* The confusion matrix with its per-class table, as `nnlab eval` computes it. */
-    gtk_widget_activate_action(win, "win.run-select", "s", "run-a");
-    ok(enabled("run-confusion") && !runs_page_reason(nw()->runs),
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "run-a");
+    ok(runs_page_action_enabled(nw()->runs, "runs.confusion") && !runs_page_reason(nw()->runs),
        "a run with a checkpoint can have its confusion matrix, with no reason shown");
-    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.confusion", NULL);
     ok(wait_for(confusion_ready, 60000), "the confusion matrix is computed");
     char *eval = NULL;
     ok(nnlab(&eval, "eval run-a --threads 1"), "nnlab eval run-a runs");
@@ -1194,32 +1196,32 @@ int main(int argc, char **argv)
     const char *cap = runs_page_cell_caption(nw()->runs, 0);
     ok(cap && strchr(cap, '%'), "a misclassified sample's caption gives probabilities (%s)",
        cap ? cap : "no sample");
-    gtk_widget_activate_action(win, "win.run-sample", "i", 0);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.sample", "i", 0);
     spin(300);
     const char *big = runs_page_sample_shown(nw()->runs);
     ok(big && strstr(big, "True class") && strstr(big, "1. ") && strstr(big, "%"),
        "a click opens it larger with its likeliest classes (%s)", oneline(big));
     ok(screenshot("runs-confusion-1024x700"), "screenshot of the confusion matrix");
-    gtk_widget_activate_action(win, "win.run-sample-close", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.sample-close", NULL);
     spin(200);
     ok(!runs_page_sample_shown(nw()->runs), "and it closes");
 
     /* Two runs side by side. */
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-b");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-b");
     spin(200);
     const char *cmp = runs_page_comparison(nw()->runs);
     ok(cmp && strstr(cmp, "\n≠ lr\t") && strstr(cmp, "\n≠ epochs\t") &&
            strstr(cmp, "\n≠ batch\t") && strstr(cmp, "\nseed\t") && !strstr(cmp, "≠ seed"),
        "two runs ticked show their settings side by side, the differences marked");
     ok(screenshot("runs-compare-1024x700"), "screenshot of two runs compared");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-b");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-b");
     ok(runs_page_comparison(nw()->runs) == NULL, "unticking them hides the comparison");
 
     /* Item 10: a run started in a terminal is followed live; the newest run selected, the
      * selection follows to it. */
-    gtk_widget_activate_action(win, "win.run-select", "s", "no-checkpoint");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "no-checkpoint");
     char *cmd = g_strdup_printf("%s --db %s --quiet train --data bands --model %s --epochs 5 "
                                 "--threads 1 --batch 8 --lr 0.01 --name %s",
                                 bin, db, wide, watched);
@@ -1474,12 +1476,12 @@ int main(int argc, char **argv)
 
     /* With two runs compared and a confusion matrix shown, every page still fits 1024x700. */
     show("runs");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-t");
-    gtk_widget_activate_action(win, "win.run-select", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-t");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "run-a");
     ok(strcmp(plots_button(), "Confusion Matrix") == 0,
        "on a classification run it is Confusion Matrix again (%s)", plots_button());
-    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.confusion", NULL);
     wait_for(confusion_ready, 60000);
     GString *widths = g_string_new(NULL);
     static const char *const all[] = {"datasets", "model", "train", "runs", "predict"};

@@ -44,10 +44,8 @@ void nl_app_actions_install(GtkApplication *app)
         {"win.import", {"<Control>i", NULL}},
         {"win.train-start", {"<Control>Return", NULL}},
         {"win.train-stop", {"<Control>period", NULL}},
-        {"win.runs-refresh", {"F5", NULL}},
         {"win.model-init-open", {"<Control><Shift>o", NULL}},
         {"win.train-check-hosts", {"<Control><Shift>h", NULL}},
-        {"win.run-resume", {"<Control>r", NULL}},
         {"window.close", {"<Control>w", NULL}},
     };
     g_action_map_add_action_entries(G_ACTION_MAP(app), actions, G_N_ELEMENTS(actions), app);

@@ -223,6 +223,8 @@ static const struct page_shortcut {
     const char *accel, *page, *action;
 } page_shortcuts[] = {
     {"<Control>o", "predict", "predict.open"},
+    {"F5", "runs", "runs.refresh"},
+    {"<Control>r", "runs", "runs.resume"},
 };
 
 static gboolean page_shortcut(GtkWidget *widget, GVariant *args, gpointer data)
@@ -275,6 +277,9 @@ static void nl_window_dispose(GObject *obj)
         w->toast_timer = 0;
     }
     gtk_widget_dispose_template(GTK_WIDGET(w), NL_TYPE_WINDOW);
+    /* The pages that are widgets went with the stack. */
+    w->runs = NULL;
+    w->predict = NULL;
     G_OBJECT_CLASS(nl_window_parent_class)->dispose(obj);
 }
 
@@ -285,7 +290,6 @@ static void nl_window_finalize(GObject *obj)
     train_page_free(w->train);
     datasets_page_free(w->datasets);
     model_page_free(w->model);
-    runs_page_free(w->runs);
     nl_dataset_free(w->data);
     nl_store_close(w->store);
     g_free(w->db_path);
@@ -336,8 +340,8 @@ NlWindow *nl_window_new(GtkApplication *app, const char *db_path)
     add_page(w, root, "model", "Model", "view-list-symbolic");
     w->train = train_page_new(w, &root);
     add_page(w, root, "train", "Train", "media-playback-start-symbolic");
-    w->runs = runs_page_new(w, &root);
-    add_page(w, root, "runs", "Runs", "document-open-recent-symbolic");
+    w->runs = nl_runs_page_new(w);
+    add_page(w, GTK_WIDGET(w->runs), "runs", "Runs", "document-open-recent-symbolic");
     w->predict = nl_predict_page_new(w);
     add_page(w, GTK_WIDGET(w->predict), "predict", "Predict", "image-x-generic-symbolic");
 

@@ -18,11 +18,12 @@ G_DECLARE_FINAL_TYPE(NlWindow, nl_window, NL, WINDOW, GtkApplicationWindow)
 struct datasets_page;
 struct model_page;
 struct train_page;
-struct runs_page;
 
 /* The pages that are widgets of their own: each a template and its actions ("predict.open"). */
 #define NL_TYPE_PREDICT_PAGE (nl_predict_page_get_type())
 G_DECLARE_FINAL_TYPE(NlPredictPage, nl_predict_page, NL, PREDICT_PAGE, GtkWidget)
+#define NL_TYPE_RUNS_PAGE (nl_runs_page_get_type())
+G_DECLARE_FINAL_TYPE(NlRunsPage, nl_runs_page, NL, RUNS_PAGE, GtkWidget)
 
 struct _NlWindow {
     GtkApplicationWindow parent_instance;
@@ -44,7 +45,7 @@ struct _NlWindow {
     struct datasets_page *datasets;
     struct model_page *model;
     struct train_page *train;
-    struct runs_page *runs;
+    NlRunsPage *runs;
     NlPredictPage *predict;
 };
 
@@ -147,27 +148,29 @@ struct nl_model;
 int nl_ui_load_run(struct nl_store *s, const char *run_name, struct nl_model **m,
                    struct nl_dataset **d, struct nl_error *err);
 
-struct runs_page *runs_page_new(NlWindow *w, GtkWidget **root);
-void runs_page_free(struct runs_page *p);
-void runs_page_refresh(struct runs_page *p);
+/* The Runs page of w, with a reference the caller owns. */
+NlRunsPage *nl_runs_page_new(NlWindow *w);
+void runs_page_refresh(NlRunsPage *p);
 /* The selected run's details as shown (settings, recoveries), for tests. */
-const char *runs_page_details(struct runs_page *p);
+const char *runs_page_details(NlRunsPage *p);
 /* Whether a confusion matrix is shown and none is being computed. */
-gboolean runs_page_confusion_ready(struct runs_page *p);
+gboolean runs_page_confusion_ready(NlRunsPage *p);
 /* For tests: the run selected; the settings of the runs compared as shown (tab-separated rows,
  * "≠ " before a setting that differs; NULL when fewer than two are ticked); the per-class table
  * (tab-separated rows: class, precision, recall, F1, support); the caption under the i-th
  * sample of the cell shown; the text of the sample opened larger (NULL: none open); why Resume
  * or Confusion Matrix is refused (NULL: nothing is); the store polls finished; the epochs drawn
  * for run (-1: not drawn). */
-const char *runs_page_selected(struct runs_page *p);
-const char *runs_page_comparison(struct runs_page *p);
-const char *runs_page_class_table(struct runs_page *p);
-const char *runs_page_cell_caption(struct runs_page *p, int i);
-const char *runs_page_sample_shown(struct runs_page *p);
-const char *runs_page_reason(struct runs_page *p);
-int runs_page_polls(struct runs_page *p);
-int runs_page_curve_points(struct runs_page *p, const char *run);
+const char *runs_page_selected(NlRunsPage *p);
+/* For tests: whether the page's action ("runs.resume") is enabled. */
+gboolean runs_page_action_enabled(NlRunsPage *p, const char *action);
+const char *runs_page_comparison(NlRunsPage *p);
+const char *runs_page_class_table(NlRunsPage *p);
+const char *runs_page_cell_caption(NlRunsPage *p, int i);
+const char *runs_page_sample_shown(NlRunsPage *p);
+const char *runs_page_reason(NlRunsPage *p);
+int runs_page_polls(NlRunsPage *p);
+int runs_page_curve_points(NlRunsPage *p, const char *run);
 
 /* The Predict page of w, with a reference the caller owns. */
 NlPredictPage *nl_predict_page_new(NlWindow *w);
