@@ -757,8 +757,9 @@ int main(int argc, char **argv)
     g_timeout_add(10, beat, NULL);
 
     /* Datasets. */
-    ok(gtk_widget_activate_action(win, "win.import-source", "(ss)", "shapes", data_dir),
-       "win.import-source runs");
+    ok(gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import-source", "(ss)",
+                                  "shapes", data_dir),
+       "datasets.import-source runs");
     ok(wait_for(have_dataset, 60000), "the import finishes and selects the dataset");
     ok(have_dataset() && strcmp(nw()->data->name, "shapes") == 0 &&
            nw()->data->split[NL_TRAIN].n + nw()->data->split[NL_VAL].n == 2400 &&
@@ -766,14 +767,14 @@ int main(int argc, char **argv)
        "about 2160 train, 240 validation and 600 test samples");
     show("datasets");
     ok(screenshot("1-datasets"), "screenshot of the datasets page");
-    ok(gtk_widget_activate_action(win, "win.augment-preview", NULL),
-       "win.augment-preview draws augmented training samples");
+    ok(gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.augment-preview", NULL),
+       "datasets.augment-preview draws augmented training samples");
     spin(300);
     ok(screenshot("1-datasets-augmented"), "screenshot of the augmented preview");
-    gtk_widget_activate_action(win, "win.import", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import", NULL);
     spin(500);
     GtkWidget *chooser = find_toplevel(GTK_TYPE_FILE_CHOOSER_DIALOG);
-    ok(chooser != NULL, "win.import opens a folder chooser");
+    ok(chooser != NULL, "datasets.import opens a folder chooser");
     if (chooser)
         gtk_dialog_response(GTK_DIALOG(chooser), GTK_RESPONSE_CANCEL);
     spin(200);

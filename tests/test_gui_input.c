@@ -469,7 +469,8 @@ int main(int argc, char **argv)
     ok(in_view(start) && in_view(stop), "Start and Stop are in view at 1024x700");
     ok(screenshot("input-train-no-dataset-1024x700"), "screenshot of the refused Start");
 
-    gtk_widget_activate_action(win, "win.import-source", "(ss)", "bands", data_dir);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import-source", "(ss)",
+                               "bands", data_dir);
     if (!wait_for(have_dataset, 60000))
         bail_out("the import did not finish");
     /* Wide enough that a run of 1000 epochs lasts minutes: the run must outlast a toast. */
@@ -478,7 +479,7 @@ int main(int argc, char **argv)
 
     /* Item 1: a faded toast takes no clicks. */
     show("datasets");
-    GtkWidget *csv = find(win, GTK_TYPE_BUTTON, "win.import-csv");
+    GtkWidget *csv = find(win, GTK_TYPE_BUTTON, "datasets.import-csv");
     nl_window_notify(nw(), "A notification long enough to lie over the buttons of the page, "
                            "as an error message would");
     spin(500);

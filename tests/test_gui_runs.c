@@ -662,9 +662,12 @@ static int importing_done(void)
     return gtk_widget_get_visible(nw()->toast) && strstr(t, "Imported");
 }
 
+/* Whether the Datasets page's action ("import") is enabled. */
 static int enabled(const char *action)
 {
-    return g_action_group_get_action_enabled(G_ACTION_GROUP(win), action);
+    char name[64];
+    snprintf(name, sizeof name, "datasets.%s", action);
+    return nl_page_action_enabled(GTK_WIDGET(nw()->datasets), name);
 }
 
 static int confusion_ready(void)
@@ -1027,7 +1030,7 @@ int main(int argc, char **argv)
            !enabled("import") && !enabled("import-csv"),
        "a name of spaces is marked, said under the field, and the import buttons wait (%s)",
        oneline(hint));
-    gtk_widget_activate_action(win, "win.import", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import", NULL);
     spin(300);
     ok(!chooser_open(), "and no file chooser opens");
     gtk_editable_set_text(GTK_EDITABLE(name), "bands");
@@ -1048,7 +1051,8 @@ int main(int argc, char **argv)
         fprintf(f, "%d,%d,%s\n", i % 7, i % 5, i % 2 ? "wide" : "tall");
     fputs("many,3,wide\n", f);
     fclose(f);
-    gtk_widget_activate_action(win, "win.import-source", "(ss)", "bands", csv);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import-source", "(ss)",
+                               "bands", csv);
     spin(500);
     hint = datasets_page_name_hint(nw()->datasets);
     ok(hint && strstr(hint, "“bands” exists") &&
@@ -1056,7 +1060,8 @@ int main(int argc, char **argv)
        "an import under a taken name is refused at the field (%s)", oneline(hint));
     gtk_editable_set_text(GTK_EDITABLE(name), "table");
     gtk_check_button_set_active(GTK_CHECK_BUTTON(skip), TRUE);
-    gtk_widget_activate_action(win, "win.import-source", "(ss)", "table", csv);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import-source", "(ss)",
+                               "table", csv);
     ok(wait_for(importing_done, 30000) &&
            strstr(gtk_label_get_text(GTK_LABEL(nw()->toast_label)), "leaving out 1 bad"),
        "with Skip bad files or rows, a CSV with a bad row imports and says so (%s)",
@@ -1080,7 +1085,7 @@ int main(int argc, char **argv)
     GtkWidget *rate = find_text(win, GTK_TYPE_LABEL, "Samples/s");
     ok(rate && gtk_widget_get_mapped(rate), "the Train page counts a CSV's samples/s");
     show("datasets");
-    gtk_widget_activate_action(win, "win.select-dataset", "s", "bands");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.select", "s", "bands");
     spin(1000);
     ok(pane && gtk_paned_get_position(GTK_PANED(pane)) == divider,
        "the divider stays where it was when another dataset is selected (%d, %d)", divider,
@@ -1453,7 +1458,7 @@ int main(int argc, char **argv)
      * as words with the out-of-vocabulary ones marked, and its vocabulary. */
     show("datasets");
     datasets_page_refresh(nw()->datasets);
-    gtk_widget_activate_action(win, "win.select-dataset", "s", "cost");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.select", "s", "cost");
     ok(wait_for(cost_columns, 30000), "a CSV dataset lists its columns");
     const char *cols = datasets_page_columns(nw()->datasets);
     ok(strstr(cols, "size\tnumeric\tmean ") && strstr(cols, "missing, filled with") &&
@@ -1461,7 +1466,7 @@ int main(int argc, char **argv)
        "each with its kind (numeric, categorical, target), statistics and fill (%s)",
        oneline(cols));
     ok(screenshot("datasets-columns-1024x700"), "screenshot of a CSV dataset's columns");
-    gtk_widget_activate_action(win, "win.select-dataset", "s", "reviews");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.select", "s", "reviews");
     ok(wait_for(docs_shown, 30000), "a text dataset shows its first documents as words");
     const char *docs = datasets_page_docs(nw()->datasets);
     const char *dinfo = datasets_page_info(nw()->datasets);

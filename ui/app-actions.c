@@ -41,7 +41,6 @@ void nl_app_actions_install(GtkApplication *app)
         {"win.show-page::train", {"<Alt>3", NULL}},
         {"win.show-page::runs", {"<Alt>4", NULL}},
         {"win.show-page::predict", {"<Alt>5", NULL}},
-        {"win.import", {"<Control>i", NULL}},
         {"win.train-start", {"<Control>Return", NULL}},
         {"win.train-stop", {"<Control>period", NULL}},
         {"win.model-init-open", {"<Control><Shift>o", NULL}},

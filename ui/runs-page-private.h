@@ -61,7 +61,6 @@ struct _NlRunsPage {
     GtkWidget *cell_title, *cell_samples;
     char *selected;
     GHashTable *compare; /* run names ticked */
-    GHashTable *enabled; /* the names of the actions that can be disabled and are enabled */
     GPtrArray *curves;   /* struct curve, the runs drawn */
     struct confusion *cm;
     int sel_row, sel_col;

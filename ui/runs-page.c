@@ -113,22 +113,9 @@ static void draw_curves(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointe
     chart_draw(cr, w, h, &c);
 }
 
-/* Enables or disables one of the page's actions (and so its button), remembered for
- * runs_page_action_enabled. */
-static void set_enabled(NlRunsPage *p, const char *action, gboolean on)
-{
-    gtk_widget_action_set_enabled(GTK_WIDGET(p), action, on);
-    if (on)
-        g_hash_table_add(p->enabled, g_strdup(action));
-    else
-        g_hash_table_remove(p->enabled, action);
-}
-
 gboolean runs_page_action_enabled(NlRunsPage *p, const char *action)
 {
-    return g_hash_table_contains(p->enabled, action) ||
-           (strcmp(action, "runs.resume") != 0 && strcmp(action, "runs.confusion") != 0 &&
-            strcmp(action, "runs.delete") != 0 && strcmp(action, "runs.export") != 0);
+    return nl_page_action_enabled(GTK_WIDGET(p), action);
 }
 
 /* Resume goes with a run, local or on hosts, that stopped, failed or was interrupted (its owner
@@ -156,8 +143,8 @@ static void update_resume(NlRunsPage *p)
         regression ? "Plot the selected run's predictions on the test split against the actual "
                      "values, with their residuals"
                    : "Evaluate the selected run's latest checkpoint on the test split");
-    set_enabled(p, "runs.resume", can);
-    set_enabled(p, "runs.confusion", known && ckpt > 0);
+    nl_page_set_enabled(GTK_WIDGET(p), "runs.resume", can);
+    nl_page_set_enabled(GTK_WIDGET(p), "runs.confusion", known && ckpt > 0);
     char *why = NULL;
     if (known && ckpt == 0 && strcmp(info.status, "running") == 0)
         why = g_strdup_printf("“%s” has no checkpoint yet: %s and Export can be used once its "
@@ -202,8 +189,8 @@ static void select_run(NlRunsPage *p, const char *name)
     gboolean have = p->selected != NULL;
     update_resume(p);
     runs_update_comparison(p);
-    set_enabled(p, "runs.delete", have);
-    set_enabled(p, "runs.export", have);
+    nl_page_set_enabled(GTK_WIDGET(p), "runs.delete", have);
+    nl_page_set_enabled(GTK_WIDGET(p), "runs.export", have);
     runs_show_details(p);
     load_curves(p);
     /* A matrix shown is said to be another run's. */
@@ -579,7 +566,6 @@ static void nl_runs_page_init(NlRunsPage *p)
 {
     gtk_widget_init_template(GTK_WIDGET(p));
     p->compare = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
-    p->enabled = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
     p->curves = g_ptr_array_new_with_free_func(curve_free);
     p->sel_row = p->sel_col = -1;
     p->sample = -1;
@@ -625,7 +611,6 @@ static void nl_runs_page_finalize(GObject *obj)
     g_free(p->comparison);
     g_free(p->class_text);
     g_hash_table_unref(p->compare);
-    g_hash_table_unref(p->enabled);
     g_ptr_array_unref(p->curves);
     runs_confusion_free(p->cm);
     runs_free_cell(p);

@@ -15,6 +15,18 @@ GtkBuilder *nl_page_builder(const char *name)
     return gtk_builder_new_from_resource(path);
 }
 
+void nl_page_set_enabled(GtkWidget *page, const char *action, gboolean enabled)
+{
+    gtk_widget_action_set_enabled(page, action, enabled);
+    g_object_set_data_full(G_OBJECT(page), action, g_strdup(enabled ? "1" : "0"), g_free);
+}
+
+gboolean nl_page_action_enabled(GtkWidget *page, const char *action)
+{
+    const char *on = g_object_get_data(G_OBJECT(page), action);
+    return !on || on[0] == '1';
+}
+
 struct chart_rgb nl_window_fg(GtkWidget *widget)
 {
     GdkRGBA c;
@@ -222,6 +234,7 @@ static gboolean on_close_request(GtkWindow *win, gpointer data)
 static const struct page_shortcut {
     const char *accel, *page, *action;
 } page_shortcuts[] = {
+    {"<Control>i", "datasets", "datasets.import"},
     {"<Control>o", "predict", "predict.open"},
     {"F5", "runs", "runs.refresh"},
     {"<Control>r", "runs", "runs.resume"},
@@ -278,6 +291,7 @@ static void nl_window_dispose(GObject *obj)
     }
     gtk_widget_dispose_template(GTK_WIDGET(w), NL_TYPE_WINDOW);
     /* The pages that are widgets went with the stack. */
+    w->datasets = NULL;
     w->runs = NULL;
     w->predict = NULL;
     G_OBJECT_CLASS(nl_window_parent_class)->dispose(obj);
@@ -288,7 +302,6 @@ static void nl_window_finalize(GObject *obj)
     NlWindow *w = NL_WINDOW(obj);
     /* The pages' widgets are gone with the window; their state goes here. */
     train_page_free(w->train);
-    datasets_page_free(w->datasets);
     model_page_free(w->model);
     nl_dataset_free(w->data);
     nl_store_close(w->store);
@@ -334,8 +347,8 @@ NlWindow *nl_window_new(GtkApplication *app, const char *db_path)
     g_signal_connect(w, "close-request", G_CALLBACK(on_close_request), NULL);
 
     GtkWidget *root;
-    w->datasets = datasets_page_new(w, &root);
-    add_page(w, root, "datasets", "Datasets", "folder-pictures-symbolic");
+    w->datasets = nl_datasets_page_new(w);
+    add_page(w, GTK_WIDGET(w->datasets), "datasets", "Datasets", "folder-pictures-symbolic");
     w->model = model_page_new(w, &root);
     add_page(w, root, "model", "Model", "view-list-symbolic");
     w->train = train_page_new(w, &root);

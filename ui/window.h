@@ -15,13 +15,14 @@ G_BEGIN_DECLS
 #define NL_TYPE_WINDOW (nl_window_get_type())
 G_DECLARE_FINAL_TYPE(NlWindow, nl_window, NL, WINDOW, GtkApplicationWindow)
 
-struct datasets_page;
 struct model_page;
 struct train_page;
 
 /* The pages that are widgets of their own: each a template and its actions ("predict.open"). */
 #define NL_TYPE_PREDICT_PAGE (nl_predict_page_get_type())
 G_DECLARE_FINAL_TYPE(NlPredictPage, nl_predict_page, NL, PREDICT_PAGE, GtkWidget)
+#define NL_TYPE_DATASETS_PAGE (nl_datasets_page_get_type())
+G_DECLARE_FINAL_TYPE(NlDatasetsPage, nl_datasets_page, NL, DATASETS_PAGE, GtkWidget)
 #define NL_TYPE_RUNS_PAGE (nl_runs_page_get_type())
 G_DECLARE_FINAL_TYPE(NlRunsPage, nl_runs_page, NL, RUNS_PAGE, GtkWidget)
 
@@ -42,7 +43,7 @@ struct _NlWindow {
     guint load_generation; /* of the latest dataset selection */
     gboolean loading;      /* a selected dataset is being read */
 
-    struct datasets_page *datasets;
+    NlDatasetsPage *datasets;
     struct model_page *model;
     struct train_page *train;
     NlRunsPage *runs;
@@ -66,26 +67,30 @@ void nl_window_update_subtitle(NlWindow *w);
 gboolean nl_window_training(NlWindow *w);
 /* Text, axes and grid colour of the theme, for charts. */
 struct chart_rgb nl_window_fg(GtkWidget *widget);
+/* Enables or disables a page's own action (and so its buttons), and whether it is enabled (an
+ * action never disabled is). */
+void nl_page_set_enabled(GtkWidget *page, const char *action, gboolean enabled);
+gboolean nl_page_action_enabled(GtkWidget *page, const char *action);
 /* Loads a page's GtkBuilder file from the resources. Pages return their root widget with a
  * reference that the window drops once the stack holds it. */
 GtkBuilder *nl_page_builder(const char *name);
 
 /* Pages: each builds its widgets and its window actions. */
-struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root);
-void datasets_page_free(struct datasets_page *p);
-void datasets_page_refresh(struct datasets_page *p);
-void datasets_page_dataset_changed(struct datasets_page *p);
+/* The Datasets page of w, with a reference the caller owns. */
+NlDatasetsPage *nl_datasets_page_new(NlWindow *w);
+void datasets_page_refresh(NlDatasetsPage *p);
+void datasets_page_dataset_changed(NlDatasetsPage *p);
 /* Why the Name field's text cannot name a new dataset, as shown under it; NULL when it can. */
-const char *datasets_page_name_hint(struct datasets_page *p);
+const char *datasets_page_name_hint(NlDatasetsPage *p);
 /* For tests: the thumbnails shown and their captions (class names); the title above them. */
-int datasets_page_thumbs(struct datasets_page *p, const char *const **captions);
-const char *datasets_page_samples_title(struct datasets_page *p);
+int datasets_page_thumbs(NlDatasetsPage *p, const char *const **captions);
+const char *datasets_page_samples_title(NlDatasetsPage *p);
 /* For tests: a CSV dataset's column table (name, kind, statistics, inputs: a line each) and a
  * text dataset's documents shown (class: words, a line each); "" for other kinds. */
-const char *datasets_page_columns(struct datasets_page *p);
-const char *datasets_page_docs(struct datasets_page *p);
+const char *datasets_page_columns(NlDatasetsPage *p);
+const char *datasets_page_docs(NlDatasetsPage *p);
 /* For tests: the line under the dataset's name (kind, source, shape, vocabulary). */
-const char *datasets_page_info(struct datasets_page *p);
+const char *datasets_page_info(NlDatasetsPage *p);
 
 struct model_page *model_page_new(NlWindow *w, GtkWidget **root);
 void model_page_free(struct model_page *p);
