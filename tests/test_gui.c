@@ -554,7 +554,7 @@ static void cluster_checks(const char *bin)
     spin(200);
     screenshot("3-train-hosts-checked");
 
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "lenet");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "1");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "batch", "32");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-cluster");
@@ -782,16 +782,16 @@ int main(int argc, char **argv)
     /* Model: a spec with an error is refused, then lenet with one more layer. */
     show("model");
     gtk_widget_activate_action(
-        win, "win.model-spec", "s",
+        GTK_WIDGET(nw()->model), "model.spec", "s",
         "conv1: conv 8 3x3\nrelu\nfc1: dense 32\npool1: maxpool 2\nfc2: dense N\n");
     ok(!model_page_valid(nw()->model), "a broken spec is not valid");
     spin(300);
     screenshot("2-model-error");
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "lenet");
     ok(model_page_valid(nw()->model), "lenet builds for the dataset");
-    gtk_widget_activate_action(win, "win.model-add-layer", "s", "dropout 0.25");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.add-layer", "s", "dropout 0.25");
     ok(model_page_valid(nw()->model) && strstr(model_page_spec(nw()->model), "dropout 0.25"),
-       "a layer added through win.model-add-layer");
+       "a layer added through model.add-layer");
     spin(300);
     ok(screenshot("2-model"), "screenshot of the model page");
 
@@ -831,7 +831,7 @@ int main(int argc, char **argv)
     nl_store_close(s);
 
     /* A second run to compare with: the MLP for three epochs. */
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "mlp");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "3");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "batch", "32");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "name", "gui-mlp");
@@ -841,10 +841,10 @@ int main(int argc, char **argv)
 
     /* Fine-tuning: lenet from the first run's weights, its convolutions frozen; closing the
      * window meanwhile asks first. */
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
-    gtk_widget_activate_action(win, "win.model-init", "s", "gui-lenet");
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", TRUE);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.init", "s", "gui-lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv1", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv2", TRUE);
     ok(model_page_valid(nw()->model) && model_page_init_run(nw()->model) &&
            g_strv_length((char **)model_page_frozen(nw()->model)) == 2,
        "lenet starts from gui-lenet with two frozen layers");
@@ -869,10 +869,10 @@ int main(int argc, char **argv)
 
     /* Stop, then resume: a slower model, stopped once an epoch is checkpointed, is recorded as
      * stopped; Resume on the runs page continues it to its last epoch in the same record. */
-    gtk_widget_activate_action(win, "win.model-init", "s", "");
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", FALSE);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", FALSE);
-    gtk_widget_activate_action(win, "win.model-spec", "s",
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.init", "s", "");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv1", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv2", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.spec", "s",
                                "conv1: conv 16 3x3 pad=1\nrelu\nconv2: conv 32 3x3 pad=1\n"
                                "pool1: maxpool 2\nrelu\nfc1: dense N\n");
     gtk_widget_activate_action(win, "win.train-option", "(ss)", "epochs", "8");
@@ -1024,22 +1024,22 @@ int main(int argc, char **argv)
     /* Weights from a .safetensors file on the model page: the exported gui-lenet, with its
      * convolutions frozen, so that the run trained from it keeps them as the file has them. */
     show("model");
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
-    gtk_widget_activate_action(win, "win.model-init-file", "s", st);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.init-file", "s", st);
     ok(model_page_init_file(nw()->model) && !model_page_init_run(nw()->model),
-       "win.model-init-file chooses the file");
+       "model.init-file chooses the file");
     ok(wait_for(file_read, 60000), "the file is matched against the model on a worker thread");
     is_int(model_page_init_loaded(nw()->model), 8, "all 8 of lenet's tensors match");
-    gtk_widget_activate_action(win, "win.model-new-head", "b", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.new-head", "b", TRUE);
     int fresh = model_page_fresh_head(nw()->model) && wait_for(file_read, 60000);
     int loaded = model_page_init_loaded(nw()->model);
     ok(fresh && loaded == 6, "with New head, the head's 2 tensors start fresh (%d load)", loaded);
-    gtk_widget_activate_action(win, "win.model-new-head", "b", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.new-head", "b", FALSE);
     fresh = wait_for(file_read, 60000);
     loaded = model_page_init_loaded(nw()->model);
     ok(fresh && loaded == 8, "and without, all 8 load again (%d)", loaded);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", TRUE);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv1", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv2", TRUE);
     spin(300);
     ok(screenshot("2-model-safetensors"), "screenshot of the model page starting from a file");
     show("train");
@@ -1051,9 +1051,9 @@ int main(int argc, char **argv)
     ok(wait_for(enough_finished, 500000), "a run from the file finishes");
     ok(weights_from_file(db, st, "gui-from-file"),
        "its frozen layers hold the file's weights and its other layers trained");
-    gtk_widget_activate_action(win, "win.model-init-file", "s", "");
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", FALSE);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.init-file", "s", "");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv1", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv2", FALSE);
     ok(!model_page_init_file(nw()->model), "an empty path goes back to random weights");
 
     /* Cluster: Check Hosts and a run on node1 and node2 of a private sshd on 127.0.0.1. */

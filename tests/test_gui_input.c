@@ -12,8 +12,8 @@
  *    keeps its value; Ctrl+Return with such text typed does not start.
  *  - the main flow works from the keyboard alone: Alt+1…5 change pages, Tab reaches Start and
  *    Enter presses it, Ctrl+. stops the run, Ctrl+I opens the import chooser and Escape closes
- *    it; Ctrl+O on the Train page shows the Predict page and opens its image chooser, F5 there
- *    shows the Runs page.
+ *    it; Ctrl+O on the Train page shows the Predict page and opens its image chooser, Ctrl+Shift+O
+ *    the Model page's weights chooser, F5 the Runs page.
  * Screenshots of the train page at 1024x700 and 1920x1080 go to BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run (a
@@ -419,6 +419,18 @@ static void check_page_shortcuts(void)
         gtk_dialog_response(GTK_DIALOG(file_chooser()), GTK_RESPONSE_CANCEL);
     xdotool("key --clearmodifiers alt+3");
     spin(300);
+    xdotool("key --clearmodifiers ctrl+shift+o");
+    shown = page_shown();
+    ok(wait_for(chooser_open, 3000) && shown && strcmp(shown, "model") == 0,
+       "Ctrl+Shift+O on the Train page shows the Model page and opens the weights chooser (%s)",
+       shown ? shown : "none");
+    if (file_chooser())
+        xdotool("key Escape");
+    wait_for(chooser_gone, 3000);
+    if (file_chooser())
+        gtk_dialog_response(GTK_DIALOG(file_chooser()), GTK_RESPONSE_CANCEL);
+    xdotool("key --clearmodifiers alt+3");
+    spin(300);
     const int polls = polls_seen = runs_page_polls(nw()->runs);
     xdotool("key --clearmodifiers F5");
     spin(300);
@@ -440,7 +452,7 @@ int main(int argc, char **argv)
     if (!gtk_init_check())
         skip_all("no display even under xvfb-run");
 
-    plan(39);
+    plan(40);
     char data_dir[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
@@ -474,7 +486,7 @@ int main(int argc, char **argv)
     if (!wait_for(have_dataset, 60000))
         bail_out("the import did not finish");
     /* Wide enough that a run of 1000 epochs lasts minutes: the run must outlast a toast. */
-    gtk_widget_activate_action(win, "win.model-spec", "s",
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.spec", "s",
                                "fc1: dense 512\nrelu\nfc2: dense 512\nrelu\nfc3: dense N\n");
 
     /* Item 1: a faded toast takes no clicks. */

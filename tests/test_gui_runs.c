@@ -1105,7 +1105,7 @@ int main(int argc, char **argv)
 
     /* Item 7: the model's name. */
     show("model");
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "lenet");
     GtkWidget *view = find_mapped(win, GTK_TYPE_TEXT_VIEW);
     GtkWidget *dd = find_choice(win, "mlp");
     if (!view || !dd)
@@ -1146,13 +1146,13 @@ int main(int argc, char **argv)
            !strstr(model_page_name(nw()->model), "edited") &&
            gtk_drop_down_get_selected(GTK_DROP_DOWN(dd)) != lenet_at,
        "Replace switches (%s)", model_page_name(nw()->model));
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
-    gtk_widget_activate_action(win, "win.model-init", "s", "");
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "fc1", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "mlp");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.init", "s", "");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "fc1", TRUE);
     const char *init = model_page_init_text(nw()->model);
     ok(strstr(init, "fc1") && strstr(init, "random weights"),
        "a frozen layer starting from random weights is warned of (%s)", init);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "fc1", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "fc1", FALSE);
     init = model_page_init_text(nw()->model);
     ok(!strstr(init, "Frozen"), "and unticking it ends the warning (%s)", init);
 

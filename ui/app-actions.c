@@ -43,7 +43,6 @@ void nl_app_actions_install(GtkApplication *app)
         {"win.show-page::predict", {"<Alt>5", NULL}},
         {"win.train-start", {"<Control>Return", NULL}},
         {"win.train-stop", {"<Control>period", NULL}},
-        {"win.model-init-open", {"<Control><Shift>o", NULL}},
         {"win.train-check-hosts", {"<Control><Shift>h", NULL}},
         {"window.close", {"<Control>w", NULL}},
     };

@@ -235,6 +235,7 @@ static const struct page_shortcut {
     const char *accel, *page, *action;
 } page_shortcuts[] = {
     {"<Control>i", "datasets", "datasets.import"},
+    {"<Control><Shift>o", "model", "model.init-open"},
     {"<Control>o", "predict", "predict.open"},
     {"F5", "runs", "runs.refresh"},
     {"<Control>r", "runs", "runs.resume"},
@@ -292,6 +293,7 @@ static void nl_window_dispose(GObject *obj)
     gtk_widget_dispose_template(GTK_WIDGET(w), NL_TYPE_WINDOW);
     /* The pages that are widgets went with the stack. */
     w->datasets = NULL;
+    w->model = NULL;
     w->runs = NULL;
     w->predict = NULL;
     G_OBJECT_CLASS(nl_window_parent_class)->dispose(obj);
@@ -302,7 +304,6 @@ static void nl_window_finalize(GObject *obj)
     NlWindow *w = NL_WINDOW(obj);
     /* The pages' widgets are gone with the window; their state goes here. */
     train_page_free(w->train);
-    model_page_free(w->model);
     nl_dataset_free(w->data);
     nl_store_close(w->store);
     g_free(w->db_path);
@@ -349,8 +350,8 @@ NlWindow *nl_window_new(GtkApplication *app, const char *db_path)
     GtkWidget *root;
     w->datasets = nl_datasets_page_new(w);
     add_page(w, GTK_WIDGET(w->datasets), "datasets", "Datasets", "folder-pictures-symbolic");
-    w->model = model_page_new(w, &root);
-    add_page(w, root, "model", "Model", "view-list-symbolic");
+    w->model = nl_model_page_new(w);
+    add_page(w, GTK_WIDGET(w->model), "model", "Model", "view-list-symbolic");
     w->train = train_page_new(w, &root);
     add_page(w, root, "train", "Train", "media-playback-start-symbolic");
     w->runs = nl_runs_page_new(w);

@@ -15,7 +15,6 @@ G_BEGIN_DECLS
 #define NL_TYPE_WINDOW (nl_window_get_type())
 G_DECLARE_FINAL_TYPE(NlWindow, nl_window, NL, WINDOW, GtkApplicationWindow)
 
-struct model_page;
 struct train_page;
 
 /* The pages that are widgets of their own: each a template and its actions ("predict.open"). */
@@ -23,6 +22,8 @@ struct train_page;
 G_DECLARE_FINAL_TYPE(NlPredictPage, nl_predict_page, NL, PREDICT_PAGE, GtkWidget)
 #define NL_TYPE_DATASETS_PAGE (nl_datasets_page_get_type())
 G_DECLARE_FINAL_TYPE(NlDatasetsPage, nl_datasets_page, NL, DATASETS_PAGE, GtkWidget)
+#define NL_TYPE_MODEL_PAGE (nl_model_page_get_type())
+G_DECLARE_FINAL_TYPE(NlModelPage, nl_model_page, NL, MODEL_PAGE, GtkWidget)
 #define NL_TYPE_RUNS_PAGE (nl_runs_page_get_type())
 G_DECLARE_FINAL_TYPE(NlRunsPage, nl_runs_page, NL, RUNS_PAGE, GtkWidget)
 
@@ -44,7 +45,7 @@ struct _NlWindow {
     gboolean loading;      /* a selected dataset is being read */
 
     NlDatasetsPage *datasets;
-    struct model_page *model;
+    NlModelPage *model;
     struct train_page *train;
     NlRunsPage *runs;
     NlPredictPage *predict;
@@ -92,31 +93,31 @@ const char *datasets_page_docs(NlDatasetsPage *p);
 /* For tests: the line under the dataset's name (kind, source, shape, vocabulary). */
 const char *datasets_page_info(NlDatasetsPage *p);
 
-struct model_page *model_page_new(NlWindow *w, GtkWidget **root);
-void model_page_free(struct model_page *p);
-void model_page_dataset_changed(struct model_page *p);
+/* The Model page of w, with a reference the caller owns. */
+NlModelPage *nl_model_page_new(NlWindow *w);
+void model_page_dataset_changed(NlModelPage *p);
 /* The spec text being edited, and its name: a shipped model's when it says the same (blank lines
  * aside), "NAME (edited)" when edited from one, or "custom". */
-const char *model_page_spec(struct model_page *p);
-const char *model_page_name(struct model_page *p);
+const char *model_page_spec(NlModelPage *p);
+const char *model_page_name(NlModelPage *p);
 /* What the model starts from as shown (random weights, a run, a file), with the warning when
  * frozen layers start from random weights. */
-const char *model_page_init_text(struct model_page *p);
+const char *model_page_init_text(NlModelPage *p);
 /* Whether the spec builds for the selected dataset. */
-gboolean model_page_valid(struct model_page *p);
+gboolean model_page_valid(NlModelPage *p);
 /* The run whose weights start training (layers matched by name and shapes), or NULL. */
-const char *model_page_init_run(struct model_page *p);
+const char *model_page_init_run(NlModelPage *p);
 /* The .safetensors file whose tensors start training (matched by name and shape), or NULL. */
-const char *model_page_init_file(struct model_page *p);
+const char *model_page_init_file(NlModelPage *p);
 /* Tensors of that file that match the model as last built; -1 while it is being read or
  * when it does not load. */
-int model_page_init_loaded(struct model_page *p);
+int model_page_init_loaded(NlModelPage *p);
 /* Whether the head starts fresh even where the starting weights have a matching one. */
-gboolean model_page_fresh_head(struct model_page *p);
+gboolean model_page_fresh_head(NlModelPage *p);
 /* The layers to train frozen, NULL-terminated, owned by the page. */
-const char *const *model_page_frozen(struct model_page *p);
+const char *const *model_page_frozen(NlModelPage *p);
 /* Runs were added or removed: refreshes the choice of starting weights. */
-void model_page_runs_changed(struct model_page *p);
+void model_page_runs_changed(NlModelPage *p);
 
 struct train_page *train_page_new(NlWindow *w, GtkWidget **root);
 void train_page_free(struct train_page *p);
