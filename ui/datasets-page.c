@@ -947,6 +947,8 @@ static void nl_datasets_page_class_init(NlDatasetsPageClass *klass)
     GtkWidgetClass *wc = GTK_WIDGET_CLASS(klass);
     G_OBJECT_CLASS(klass)->dispose = nl_datasets_page_dispose;
     G_OBJECT_CLASS(klass)->finalize = nl_datasets_page_finalize;
+    nl_page_class_set_info(wc, "datasets", "Datasets", "folder-pictures-symbolic");
+    nl_page_class_add_shortcut(wc, "<Control>i", "datasets.import");
     gtk_widget_class_set_layout_manager_type(wc, GTK_TYPE_BIN_LAYOUT);
     gtk_widget_class_set_template_from_resource(wc, "/org/nnlab/Nnlab/datasets-page.ui");
 #define BIND(x) gtk_widget_class_bind_template_child(wc, NlDatasetsPage, x)

@@ -1032,6 +1032,8 @@ static void nl_model_page_class_init(NlModelPageClass *klass)
     GtkWidgetClass *wc = GTK_WIDGET_CLASS(klass);
     G_OBJECT_CLASS(klass)->dispose = nl_model_page_dispose;
     G_OBJECT_CLASS(klass)->finalize = nl_model_page_finalize;
+    nl_page_class_set_info(wc, "model", "Model", "view-list-symbolic");
+    nl_page_class_add_shortcut(wc, "<Control><Shift>o", "model.init-open");
     gtk_widget_class_set_layout_manager_type(wc, GTK_TYPE_BIN_LAYOUT);
     gtk_widget_class_set_template_from_resource(wc, "/org/nnlab/Nnlab/model-page.ui");
 #define BIND(x) gtk_widget_class_bind_template_child(wc, NlModelPage, x)

@@ -1182,6 +1182,8 @@ static void nl_predict_page_class_init(NlPredictPageClass *klass)
     GtkWidgetClass *wc = GTK_WIDGET_CLASS(klass);
     G_OBJECT_CLASS(klass)->dispose = nl_predict_page_dispose;
     G_OBJECT_CLASS(klass)->finalize = nl_predict_page_finalize;
+    nl_page_class_set_info(wc, "predict", "Predict", "image-x-generic-symbolic");
+    nl_page_class_add_shortcut(wc, "<Control>o", "predict.open");
     gtk_widget_class_set_layout_manager_type(wc, GTK_TYPE_BIN_LAYOUT);
     gtk_widget_class_set_template_from_resource(wc, "/org/nnlab/Nnlab/predict-page.ui");
 #define BIND(x) gtk_widget_class_bind_template_child(wc, NlPredictPage, x)

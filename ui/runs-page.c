@@ -622,6 +622,9 @@ static void nl_runs_page_class_init(NlRunsPageClass *klass)
     GtkWidgetClass *wc = GTK_WIDGET_CLASS(klass);
     G_OBJECT_CLASS(klass)->dispose = nl_runs_page_dispose;
     G_OBJECT_CLASS(klass)->finalize = nl_runs_page_finalize;
+    nl_page_class_set_info(wc, "runs", "Runs", "document-open-recent-symbolic");
+    nl_page_class_add_shortcut(wc, "F5", "runs.refresh");
+    nl_page_class_add_shortcut(wc, "<Control>r", "runs.resume");
     gtk_widget_class_set_layout_manager_type(wc, GTK_TYPE_BIN_LAYOUT);
     gtk_widget_class_set_template_from_resource(wc, "/org/nnlab/Nnlab/runs-page.ui");
 #define BIND(x) gtk_widget_class_bind_template_child(wc, NlRunsPage, x)

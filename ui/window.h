@@ -1,6 +1,9 @@
 /* The main window and what its pages share. Each page lives in its own file (*-page.c) with its
- * layout in a GtkBuilder file of the same name; the window owns the store connection of the main
- * thread, the selected dataset and the model being edited. Private to ui/. */
+ * layout in a .ui file of the same name: a widget type (G_DEFINE_FINAL_TYPE) whose template is
+ * that file and whose actions are its own ("datasets.import", "runs.resume"), reached from inside
+ * the page; its class says what it is to the window (nl_page_class_set_info) and which actions
+ * have shortcuts from any page (nl_page_class_add_shortcut). The window owns the store connection
+ * of the main thread, the selected dataset and the model being edited. Private to ui/. */
 #ifndef NNLAB_UI_WINDOW_H
 #define NNLAB_UI_WINDOW_H
 
@@ -40,9 +43,10 @@ struct _NlWindow {
     struct nl_store *store;  /* the main thread's connection */
     struct nl_dataset *data; /* the selected dataset, or NULL */
     guint toast_timer;
-    gboolean closed;       /* disposed: callbacks of finished background work do nothing */
-    guint load_generation; /* of the latest dataset selection */
-    gboolean loading;      /* a selected dataset is being read */
+    GtkEventController *page_keys; /* the shortcuts of the pages' actions (nl_window_add_page) */
+    gboolean closed;               /* disposed: callbacks of finished background work do nothing */
+    guint load_generation;         /* of the latest dataset selection */
+    gboolean loading;              /* a selected dataset is being read */
 
     NlDatasetsPage *datasets;
     NlModelPage *model;
@@ -68,6 +72,15 @@ void nl_window_update_subtitle(NlWindow *w);
 gboolean nl_window_training(NlWindow *w);
 /* Text, axes and grid colour of the theme, for charts. */
 struct chart_rgb nl_window_fg(GtkWidget *widget);
+/* What a page type is to the window, said in its class_init: its name in the stack, its title
+ * and icon in the sidebar; and the shortcuts of its actions that work from any page ("<Control>o",
+ * "predict.open"). The strings are static. */
+void nl_page_class_set_info(GtkWidgetClass *wc, const char *name, const char *title,
+                            const char *icon);
+void nl_page_class_add_shortcut(GtkWidgetClass *wc, const char *accel, const char *action);
+/* Adds a page (a widget whose class said what it is) to the window's stack and its shortcuts
+ * to the window's. */
+void nl_window_add_page(NlWindow *w, GtkWidget *page);
 /* Enables or disables a page's own action (and so its buttons), and whether it is enabled (an
  * action never disabled is). */
 void nl_page_set_enabled(GtkWidget *page, const char *action, gboolean enabled);
