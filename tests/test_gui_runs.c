@@ -1466,8 +1466,8 @@ int main(int argc, char **argv)
        "each with its kind (numeric, categorical, target), statistics and fill (%s)",
        oneline(cols));
     ok(screenshot("datasets-columns-1024x700"), "screenshot of a CSV dataset's columns");
-    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.select", "s", "reviews");
-    ok(wait_for(docs_shown, 30000), "a text dataset shows its first documents as words");
+    ok(click(row_of("reviews")) && wait_for(docs_shown, 30000),
+       "a click on a text dataset in the list shows its documents as words");
     const char *docs = datasets_page_docs(nw()->datasets);
     const char *dinfo = datasets_page_info(nw()->datasets);
     ok((strstr(docs, "pos: a wonderful film superb acting ⟨unknown⟩ отлично") ||
