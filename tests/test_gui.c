@@ -327,7 +327,7 @@ static void cluster_faults(const struct sshd *sd)
     spin(300);
     ok(screenshot("3-train-recovered"), "screenshot of the train page after a recovery");
     show("runs");
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-recovered");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-recovered");
     spin(200);
     const char *details = runs_page_details(nw()->runs);
     ok(strstr(details, "Recoveries:") && strstr(details, "worker died") &&
@@ -359,16 +359,16 @@ static void cluster_faults(const struct sshd *sd)
     gtk_widget_activate_action(train_widget(), "train.option", "(ss)", "epochs", "1");
     gtk_widget_activate_action(train_widget(), "train.option", "(ss)", "name", "other");
     show("runs");
-    gtk_widget_activate_action(win, "win.runs-refresh", NULL);
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-cluster-stop");
-    ok(g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume"),
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.refresh", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-cluster-stop");
+    ok(runs_page_action_enabled(nw()->runs, "runs.resume"),
        "Resume is offered for the stopped cluster run");
     train_page_stats(nw()->train, &points, &finished);
     want_finished = finished + 1;
     max_gap = 0;
     last_beat = 0;
     measuring = TRUE;
-    gtk_widget_activate_action(win, "win.run-resume", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.resume", NULL);
     int epochs;
     const char *hosts, *name;
     train_page_form(nw()->train, &epochs, &hosts, &name);
@@ -458,7 +458,7 @@ static void cluster_checks(void)
     spin(200);
     screenshot("3-train-hosts-checked");
 
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "lenet");
     gtk_widget_activate_action(train_widget(), "train.option", "(ss)", "epochs", "1");
     gtk_widget_activate_action(train_widget(), "train.option", "(ss)", "batch", "32");
     gtk_widget_activate_action(train_widget(), "train.option", "(ss)", "name", "gui-cluster");
@@ -500,7 +500,7 @@ static void cluster_checks(void)
     spin(300);
     ok(screenshot("3-train-cluster"), "screenshot of the train page with hosts and workers");
     show("runs");
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-cluster");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-cluster");
     spin(200);
     screenshot("4-runs-cluster");
     show("train");
@@ -613,8 +613,9 @@ static void check_binary(void)
  * folder chooser. */
 static void check_datasets(void)
 {
-    ok(gtk_widget_activate_action(win, "win.import-source", "(ss)", "shapes", data_dir),
-       "win.import-source runs");
+    ok(gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import-source", "(ss)",
+                                  "shapes", data_dir),
+       "datasets.import-source runs");
     ok(wait_for(have_dataset, 60000), "the import finishes and selects the dataset");
     ok(have_dataset() && strcmp(nw()->data->name, "shapes") == 0 &&
            nw()->data->split[NL_TRAIN].n + nw()->data->split[NL_VAL].n == 2400 &&
@@ -622,14 +623,14 @@ static void check_datasets(void)
        "about 2160 train, 240 validation and 600 test samples");
     show("datasets");
     ok(screenshot("1-datasets"), "screenshot of the datasets page");
-    ok(gtk_widget_activate_action(win, "win.augment-preview", NULL),
-       "win.augment-preview draws augmented training samples");
+    ok(gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.augment-preview", NULL),
+       "datasets.augment-preview draws augmented training samples");
     spin(300);
     ok(screenshot("1-datasets-augmented"), "screenshot of the augmented preview");
-    gtk_widget_activate_action(win, "win.import", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import", NULL);
     spin(500);
     GtkWidget *chooser = find_toplevel(GTK_TYPE_FILE_CHOOSER_DIALOG);
-    ok(chooser != NULL, "win.import opens a folder chooser");
+    ok(chooser != NULL, "datasets.import opens a folder chooser");
     if (chooser)
         gtk_dialog_response(GTK_DIALOG(chooser), GTK_RESPONSE_CANCEL);
     spin(200);
@@ -640,16 +641,16 @@ static void check_model(void)
 {
     show("model");
     gtk_widget_activate_action(
-        win, "win.model-spec", "s",
+        GTK_WIDGET(nw()->model), "model.spec", "s",
         "conv1: conv 8 3x3\nrelu\nfc1: dense 32\npool1: maxpool 2\nfc2: dense N\n");
     ok(!model_page_valid(nw()->model), "a broken spec is not valid");
     spin(300);
     screenshot("2-model-error");
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "lenet");
     ok(model_page_valid(nw()->model), "lenet builds for the dataset");
-    gtk_widget_activate_action(win, "win.model-add-layer", "s", "dropout 0.25");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.add-layer", "s", "dropout 0.25");
     ok(model_page_valid(nw()->model) && strstr(model_page_spec(nw()->model), "dropout 0.25"),
-       "a layer added through win.model-add-layer");
+       "a layer added through model.add-layer");
     spin(300);
     ok(screenshot("2-model"), "screenshot of the model page");
 }
@@ -695,7 +696,7 @@ static void check_train(void)
 /* A second run to compare with: the MLP for three epochs. */
 static void check_second_run(void)
 {
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "mlp");
     gtk_widget_activate_action(train_widget(), "train.option", "(ss)", "epochs", "3");
     gtk_widget_activate_action(train_widget(), "train.option", "(ss)", "batch", "32");
     gtk_widget_activate_action(train_widget(), "train.option", "(ss)", "name", "gui-mlp");
@@ -708,10 +709,10 @@ static void check_second_run(void)
  * window meanwhile asks first. */
 static void check_finetune(void)
 {
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
-    gtk_widget_activate_action(win, "win.model-init", "s", "gui-lenet");
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", TRUE);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.init", "s", "gui-lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv1", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv2", TRUE);
     ok(model_page_valid(nw()->model) && model_page_init_run(nw()->model) &&
            g_strv_length((char **)model_page_frozen(nw()->model)) == 2,
        "lenet starts from gui-lenet with two frozen layers");
@@ -744,10 +745,10 @@ static void check_stop_resume(void)
     struct nl_error err = {0};
     int rc;
     int finished;
-    gtk_widget_activate_action(win, "win.model-init", "s", "");
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", FALSE);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", FALSE);
-    gtk_widget_activate_action(win, "win.model-spec", "s",
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.init", "s", "");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv1", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv2", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.spec", "s",
                                "conv1: conv 16 3x3 pad=1\nrelu\nconv2: conv 32 3x3 pad=1\n"
                                "pool1: maxpool 2\nrelu\nfc1: dense N\n");
     gtk_widget_activate_action(train_widget(), "train.option", "(ss)", "epochs", "8");
@@ -782,18 +783,18 @@ static void check_stop_resume(void)
     nl_store_close(s);
 
     show("runs");
-    gtk_widget_activate_action(win, "win.runs-refresh", NULL);
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-stopped");
-    ok(g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume"),
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.refresh", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-stopped");
+    ok(runs_page_action_enabled(nw()->runs, "runs.resume"),
        "Resume is offered for the stopped run");
     spin(200);
     screenshot("4-runs-stopped");
     max_gap = 0;
     last_beat = 0;
     measuring = TRUE;
-    gtk_widget_activate_action(win, "win.run-resume", NULL);
-    ok(train_page_running(nw()->train), "win.run-resume starts it on the train page");
-    ok(!g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume"),
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.resume", NULL);
+    ok(train_page_running(nw()->train), "runs.resume starts it on the train page");
+    ok(!runs_page_action_enabled(nw()->runs, "runs.resume"),
        "and is not offered while a run is in progress");
     want_finished = 5;
     ok(wait_for(enough_finished, 500000), "the resumed run finishes");
@@ -835,9 +836,9 @@ static void check_stopped_early(void)
     want_finished = 6;
     wait_for(enough_finished, 120000);
     show("runs");
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-early");
-    ok(!g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-resume") &&
-           !g_action_group_get_action_enabled(G_ACTION_GROUP(win), "run-confusion"),
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-early");
+    ok(!runs_page_action_enabled(nw()->runs, "runs.resume") &&
+           !runs_page_action_enabled(nw()->runs, "runs.confusion"),
        "Resume and Confusion Matrix are disabled for it");
     const char *why = runs_page_reason(nw()->runs);
     ok(why && strstr(why, "no checkpoint"), "saying why: %s", why ? why : "nothing shown");
@@ -855,11 +856,11 @@ static void check_stopped_early(void)
 static void check_runs(void)
 {
     show("runs");
-    gtk_widget_activate_action(win, "win.runs-refresh", NULL);
-    gtk_widget_activate_action(win, "win.run-compare", "s", "gui-lenet");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "gui-mlp");
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-lenet");
-    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.refresh", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "gui-lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "gui-mlp");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.confusion", NULL);
     ok(wait_for(confusion_ready, 120000), "the confusion matrix is computed");
     spin(300);
     ok(screenshot("4-runs"), "screenshot of the runs page");
@@ -872,7 +873,7 @@ static void check_export(void)
     struct nl_run_info info;
     struct nl_error err = {0};
     int rc;
-    gtk_widget_activate_action(win, "win.run-export-to", "s", st_path);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.export-to", "s", st_path);
     spin(100);
     struct nl_model *em = NULL;
     rc = nl_store_open(&s, db_path, &err);
@@ -885,7 +886,7 @@ static void check_export(void)
         memset(em->params, 0, em->nparams * sizeof(float));
         rc = nl_safetensors_load(em, st_path, 0, NULL, NULL, NULL, &err);
     }
-    ok(rc == 0, "win.run-export-to writes a safetensors file that loads: %s", err.msg);
+    ok(rc == 0, "runs.export-to writes a safetensors file that loads: %s", err.msg);
     ok(rc == 0 && memcmp(kept, em->params, em->nparams * sizeof(float)) == 0,
        "with the run's weights");
     g_free(kept);
@@ -915,7 +916,7 @@ static void check_run_epochs(void)
 /* Predict: the ring is classified. */
 static void check_predict(void)
 {
-    gtk_widget_activate_action(win, "win.predict-file", "s", png_path);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.file", "s", png_path);
     int got = wait_for(predicted, 60000);
     const char *top = predict_page_top(nw()->predict);
     ok(got && strcmp(top, "3") == 0, "the ring is classified as class 3 (%s)", top ? top : "-");
@@ -928,22 +929,22 @@ static void check_predict(void)
 static void check_from_file(void)
 {
     show("model");
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
-    gtk_widget_activate_action(win, "win.model-init-file", "s", st_path);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.init-file", "s", st_path);
     ok(model_page_init_file(nw()->model) && !model_page_init_run(nw()->model),
-       "win.model-init-file chooses the file");
+       "model.init-file chooses the file");
     ok(wait_for(file_read, 60000), "the file is matched against the model on a worker thread");
     is_int(model_page_init_loaded(nw()->model), 8, "all 8 of lenet's tensors match");
-    gtk_widget_activate_action(win, "win.model-new-head", "b", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.new-head", "b", TRUE);
     int fresh = model_page_fresh_head(nw()->model) && wait_for(file_read, 60000);
     int loaded = model_page_init_loaded(nw()->model);
     ok(fresh && loaded == 6, "with New head, the head's 2 tensors start fresh (%d load)", loaded);
-    gtk_widget_activate_action(win, "win.model-new-head", "b", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.new-head", "b", FALSE);
     fresh = wait_for(file_read, 60000);
     loaded = model_page_init_loaded(nw()->model);
     ok(fresh && loaded == 8, "and without, all 8 load again (%d)", loaded);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", TRUE);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv1", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv2", TRUE);
     spin(300);
     ok(screenshot("2-model-safetensors"), "screenshot of the model page starting from a file");
     show("train");
@@ -955,9 +956,9 @@ static void check_from_file(void)
     ok(wait_for(enough_finished, 500000), "a run from the file finishes");
     ok(weights_from_file(db_path, st_path, "gui-from-file"),
        "its frozen layers hold the file's weights and its other layers trained");
-    gtk_widget_activate_action(win, "win.model-init-file", "s", "");
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv1", FALSE);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "conv2", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.init-file", "s", "");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv1", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "conv2", FALSE);
     ok(!model_page_init_file(nw()->model), "an empty path goes back to random weights");
 }
 
@@ -1004,8 +1005,8 @@ static void check_delete(void)
     struct nl_error err = {0};
     int rc;
     GtkWidget *question;
-    gtk_widget_activate_action(win, "win.run-select", "s", "gui-mlp");
-    gtk_widget_activate_action(win, "win.run-delete", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "gui-mlp");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.delete", NULL);
     spin(200);
     question = find_question();
     ok(question != NULL, "deleting a run asks first");
@@ -1015,7 +1016,7 @@ static void check_delete(void)
     rc = nl_store_open(&s, db_path, &err);
     if (rc == 0)
         rc = nl_run_get(s, "gui-mlp", &info, NULL, NULL, &err);
-    is_int(rc, NL_ENOENT, "win.run-delete removes the selected run");
+    is_int(rc, NL_ENOENT, "runs.delete removes the selected run");
     nl_store_close(s);
 }
 

@@ -12,7 +12,8 @@
  *    keeps its value; Ctrl+Return with such text typed does not start.
  *  - the main flow works from the keyboard alone: Alt+1…5 change pages, Tab reaches Start and
  *    Enter presses it, Ctrl+. stops the run, Ctrl+I opens the import chooser and Escape closes
- *    it.
+ *    it; Ctrl+O on the Train page shows the Predict page and opens its image chooser, Ctrl+Shift+O
+ *    the Model page's weights chooser, F5 the Runs page.
  * Screenshots of the train page at 1024x700 and 1920x1080 go to BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run (a
@@ -127,11 +128,56 @@ static int reason_has(const char *text)
     return r && strstr(r, text);
 }
 
+static int polls_seen;
+static int polled(void)
+{
+    return runs_page_polls(nw()->runs) > polls_seen;
+}
+
+/* A page's own shortcut works from another page: Ctrl+O on the Train page shows the Predict page
+ * and opens its image chooser; Escape closes it. */
+static void check_page_shortcuts(void)
+{
+    xdotool("key --clearmodifiers alt+3");
+    spin(300);
+    xdotool("key --clearmodifiers ctrl+o");
+    const char *shown = page_shown();
+    ok(wait_for(chooser_open, 3000) && shown && strcmp(shown, "predict") == 0,
+       "Ctrl+O on the Train page shows the Predict page and opens the image chooser (%s)",
+       shown ? shown : "none");
+    if (file_chooser())
+        xdotool("key Escape");
+    ok(wait_for(chooser_gone, 3000), "and Escape closes it");
+    if (file_chooser())
+        gtk_dialog_response(GTK_DIALOG(file_chooser()), GTK_RESPONSE_CANCEL);
+    xdotool("key --clearmodifiers alt+3");
+    spin(300);
+    xdotool("key --clearmodifiers ctrl+shift+o");
+    shown = page_shown();
+    ok(wait_for(chooser_open, 3000) && shown && strcmp(shown, "model") == 0,
+       "Ctrl+Shift+O on the Train page shows the Model page and opens the weights chooser (%s)",
+       shown ? shown : "none");
+    if (file_chooser())
+        xdotool("key Escape");
+    wait_for(chooser_gone, 3000);
+    if (file_chooser())
+        gtk_dialog_response(GTK_DIALOG(file_chooser()), GTK_RESPONSE_CANCEL);
+    xdotool("key --clearmodifiers alt+3");
+    spin(300);
+    const int polls = polls_seen = runs_page_polls(nw()->runs);
+    xdotool("key --clearmodifiers F5");
+    spin(300);
+    shown = page_shown();
+    ok(shown && strcmp(shown, "runs") == 0 && wait_for(polled, 5000),
+       "F5 on the Train page shows the Runs page, which reads the store (%s, %d polls before)",
+       shown ? shown : "none", polls);
+}
+
 int main(int argc, char **argv)
 {
     gui_start(argv, "nnlab-input", "1920x1080", 1);
 
-    plan(36);
+    plan(40);
     char data_dir[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", gui_tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
@@ -153,16 +199,17 @@ int main(int argc, char **argv)
     ok(in_view(start) && in_view(stop), "Start and Stop are in view at 1024x700");
     ok(screenshot("input-train-no-dataset-1024x700"), "screenshot of the refused Start");
 
-    gtk_widget_activate_action(win, "win.import-source", "(ss)", "bands", data_dir);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import-source", "(ss)",
+                               "bands", data_dir);
     if (!wait_for(have_dataset, 60000))
         bail_out("the import did not finish");
     /* Wide enough that a run of 1000 epochs lasts minutes: the run must outlast a toast. */
-    gtk_widget_activate_action(win, "win.model-spec", "s",
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.spec", "s",
                                "fc1: dense 512\nrelu\nfc2: dense 512\nrelu\nfc3: dense N\n");
 
     /* Item 1: a faded toast takes no clicks. */
     show("datasets");
-    GtkWidget *csv = find(win, GTK_TYPE_BUTTON, "win.import-csv");
+    GtkWidget *csv = find(win, GTK_TYPE_BUTTON, "datasets.import-csv");
     nl_window_notify(nw(), "A notification long enough to lie over the buttons of the page, "
                            "as an error message would");
     spin(500);
@@ -283,6 +330,7 @@ int main(int argc, char **argv)
     ok(wait_for(chooser_gone, 3000), "and Escape closes it");
     if (file_chooser())
         gtk_dialog_response(GTK_DIALOG(file_chooser()), GTK_RESPONSE_CANCEL);
+    check_page_shortcuts();
 
     gtk_window_destroy(GTK_WINDOW(win));
     spin(200);

@@ -28,11 +28,18 @@
  *  - a regression run's row shows R², MAE and RMSE; its predicted-against-actual and residual
  *    plots come with the R², MAE and RMSE `nnlab eval` prints;
  *  - a CSV dataset lists its columns with their kinds (numeric, categorical, target), statistics
- *    and fills; a text dataset shows its first documents as words with out-of-vocabulary tokens
- *    marked, and its vocabulary's size and coverage;
+ *    and fills, and its first rows stay readable at 1024x700 (header and 8 rows in view); a text
+ *    dataset shows a few documents of each class as words with out-of-vocabulary tokens marked,
+ *    and its vocabulary's size and coverage;
+ *  - the Runs page's button reads Predicted vs Actual on a regression run (and is clicked there),
+ *    Confusion Matrix on a classification run;
+ *  - a click on Predict's "Open a CSV File of Rows…" opens a chooser, and the file chosen has its
+ *    rows predicted in a table as `nnlab predict --csv` predicts them; a bad row is refused,
+ *    naming the file and line;
  *  - a run started by `nnlab train` in another process is listed as running, its curve gains
  *    points epoch by epoch while the window follows the store, and it ends as done — with the
- *    main loop never stalled by the following.
+ *    main loop never stalled by the following; so is a run of `mpirun -np 2 nnlab train --mpi`
+ *    (skipped, saying why, without mpirun).
  * Screenshots of the page go to BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run; it skips
@@ -60,6 +67,22 @@ int main(void)
 
 static char db[700];
 static const char *bin;
+
+/* The first mapped button under root bound to action ("runs.confusion"). */
+static GtkWidget *action_button(GtkWidget *root, const char *action)
+{
+    if (GTK_IS_BUTTON(root) && gtk_widget_get_mapped(root)) {
+        const char *a = gtk_actionable_get_action_name(GTK_ACTIONABLE(root));
+        if (a && strcmp(a, action) == 0)
+            return root;
+    }
+    for (GtkWidget *c = gtk_widget_get_first_child(root); c; c = gtk_widget_get_next_sibling(c)) {
+        GtkWidget *f = action_button(c, action);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
 
 /* Runs nnlab with these arguments on the test's store; its stdout into out (may be NULL). */
 static int nnlab(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -400,9 +423,12 @@ static int importing_done(void)
     return gtk_widget_get_visible(nw()->toast) && strstr(t, "Imported");
 }
 
+/* Whether the Datasets page's action ("import") is enabled. */
 static int enabled(const char *action)
 {
-    return g_action_group_get_action_enabled(G_ACTION_GROUP(win), action);
+    char name[64];
+    snprintf(name, sizeof name, "datasets.%s", action);
+    return nl_page_action_enabled(GTK_WIDGET(nw()->datasets), name);
 }
 
 static int confusion_ready(void)
@@ -441,7 +467,7 @@ static int same_metrics(const char *eval, const char *table, const char *cls)
     return 1;
 }
 
-static const char *watched = "live-run";
+static const char *watched = "live-run"; /* the run followed live */
 static pid_t child;
 
 static int live_listed(void)
@@ -479,6 +505,201 @@ static int child_gone(void)
     return 1;
 }
 
+/* The CSV dataset "table" at 1024x700: its first rows have a scroller of their own that shows
+ * the header and the first 8 rows whole, every column in view. */
+static void check_rows_readable(void)
+{
+    GtkWidget *head = find_text(win, GTK_TYPE_LABEL, "class");
+    GtkWidget *sw = head ? gtk_widget_get_ancestor(head, GTK_TYPE_SCROLLED_WINDOW) : NULL;
+    GtkWidget *grid = head ? gtk_widget_get_parent(head) : NULL;
+    GtkWidget *row8 = GTK_IS_GRID(grid) ? gtk_grid_get_child_at(GTK_GRID(grid), 0, 8) : NULL;
+    graphene_rect_t h = {{0, 0}, {0, 0}}, r = {{0, 0}, {0, 0}};
+    const int found = sw && row8 && gtk_widget_get_mapped(head) &&
+                      gtk_widget_compute_bounds(head, sw, &h) &&
+                      gtk_widget_compute_bounds(row8, sw, &r);
+    const int sh = sw ? gtk_widget_get_height(sw) : 0, swd = sw ? gtk_widget_get_width(sw) : 0;
+    ok(found && h.origin.y >= 0 && h.origin.x >= 0 && h.origin.x + h.size.width <= swd &&
+           r.origin.y + r.size.height <= sh,
+       "at 1024x700 a CSV dataset's first rows are readable: the header and 8 rows in view, "
+       "every column too (header at %.0f,%.0f; row 8 ends at %.0f; view %dx%d)",
+       h.origin.x, h.origin.y, r.origin.y + r.size.height, swd, sh);
+}
+
+/* The text dataset "reviews" (its train split sorted by class): a few documents of each class
+ * are shown, as many of one as of the other. */
+static void check_docs_per_class(void)
+{
+    int pos = 0, neg = 0;
+    char **lines = g_strsplit(datasets_page_docs(nw()->datasets), "\n", -1);
+    for (char **l = lines; *l; l++) {
+        pos += g_str_has_prefix(*l, "pos:");
+        neg += g_str_has_prefix(*l, "neg:");
+    }
+    g_strfreev(lines);
+    ok(pos >= 2 && neg >= 2 && abs(pos - neg) <= 1,
+       "a text dataset shows a few documents of each class (%d pos, %d neg)", pos, neg);
+}
+
+/* The Runs page's button over the matrix, for the selected run: named for what it shows. */
+static const char *plots_button(void)
+{
+    GtkWidget *b = action_button(win, "runs.confusion");
+    return b ? gtk_button_get_label(GTK_BUTTON(b)) : "(no button)";
+}
+
+/* A regression run selected: the button says it plots predicted against actual values, and a
+ * click on it computes them. */
+static void click_regression_plots(void)
+{
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "run-r");
+    spin(200);
+    ok(strcmp(plots_button(), "Predicted vs Actual") == 0,
+       "on a regression run the button is named for its plots (%s)", plots_button());
+    ok(click(action_button(win, "runs.confusion")), "a click on it");
+}
+
+static int csv_table_shown(void)
+{
+    return predict_page_csv_table(nw()->predict) != NULL;
+}
+
+static int csv_refused(void)
+{
+    return strstr(predict_page_note(nw()->predict), "rows-bad.csv:4") != NULL;
+}
+
+/* The CSV run "run-t" selected: a click on "Open a CSV File of Rows…" opens a file chooser; the
+ * file chosen there has each of its rows predicted, shown as a table with the class and its
+ * probability that `nnlab predict --csv` gives; a file with a bad row is refused, naming the
+ * file and line, with no table shown. */
+static void check_csv_file(void)
+{
+    /* In a folder of their own: the chooser lists the folder it opens, and the store's folder
+     * holds its database. */
+    char dir[700], path[800], bad[800];
+    snprintf(dir, sizeof dir, "%s/rows", gui_tmp);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/rows.csv", dir);
+    snprintf(bad, sizeof bad, "%s/rows-bad.csv", dir);
+    FILE *f = fopen(path, "w");
+    fputs("width,height,kind\n3,4,wide\n0,0,tall\n6,1,wide\n2,3\n", f);
+    fclose(f);
+    f = fopen(bad, "w");
+    fputs("width,height\n3,4\n0,0\n5,abc\n", f);
+    fclose(f);
+    GtkWidget *b = find_text(win, GTK_TYPE_BUTTON, "Open a CSV _File of Rows…");
+    ok(click(b) && wait_for(chooser_open, 10000),
+       "a click on Open a CSV File of Rows opens a file chooser");
+    GtkWidget *chooser = file_chooser();
+    if (chooser) {
+        GFile *file = g_file_new_for_path(path);
+        gtk_file_chooser_set_file(GTK_FILE_CHOOSER(chooser), file, NULL);
+        g_object_unref(file);
+        spin(1500);
+        gtk_dialog_response(GTK_DIALOG(chooser), GTK_RESPONSE_ACCEPT);
+    }
+    const int shown = wait_for(csv_table_shown, 30000);
+    const char *table = shown ? predict_page_csv_table(nw()->predict) : "";
+    char *cli = NULL;
+    nnlab(&cli, "--json predict run-t --csv %s --top 1", path);
+    /* Each row's class in both, in the file's order. */
+    GString *want = g_string_new(NULL), *got = g_string_new(NULL);
+    for (const char *at = cli; at && (at = strstr(at, "\"top\":[{\"label\":"));) {
+        const char *c = strstr(at, "\"class\":\"");
+        char cls[32] = "";
+        if (c)
+            sscanf(c + 9, "%31[^\"]", cls);
+        g_string_append_printf(want, "%s ", cls);
+        at += 8;
+    }
+    char **lines = g_strsplit(table, "\n", -1);
+    int rows = 0;
+    for (char **l = lines; *l && **l; l++, rows++) {
+        char **cells = g_strsplit(*l, "\t", -1);
+        const guint n = g_strv_length(cells);
+        if (rows > 0 && n >= 3)
+            g_string_append_printf(got, "%s ", cells[n - 2]);
+        g_strfreev(cells);
+    }
+    g_strfreev(lines);
+    ok(shown && rows == 5 && strstr(table, "Predicted class\tProbability") &&
+           strstr(table, "\n2\t3,4,wide\twide\t") && want->len > 0 &&
+           strcmp(want->str, got->str) == 0,
+       "each row of the file chosen is predicted in a table, its line, row, actual class, "
+       "predicted class and probability, as `nnlab predict --csv` predicts them (%s; %s)",
+       got->str, want->str);
+    ok(screenshot("predict-csv-file-1024x700"), "screenshot of a CSV file's rows predicted");
+    g_string_free(want, TRUE);
+    g_string_free(got, TRUE);
+    g_free(cli);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.csv", "s", bad);
+    const int refused = wait_for(csv_refused, 30000);
+    const char *note = predict_page_note(nw()->predict);
+    ok(refused && strstr(note, "abc") && !csv_table_shown() && !predicted(),
+       "a file with a bad row is refused naming its file and line, nothing shown (%s)",
+       oneline(note));
+}
+
+/* A run trained by `mpirun -np 2 nnlab train --mpi` on the test's store (rank 0 holds the store)
+ * is listed as running, gains points epoch by epoch while it trains, and ends as done. Skipped,
+ * saying why, where mpirun is missing or nnlab was built without MPI. */
+static void check_mpi_live(const char *spec, const char *data_dir)
+{
+    enum { CHECKS = 4 };
+    char probe[800];
+    snprintf(probe, sizeof probe, "'%s' train --help | grep -q -- --mpi", bin);
+    const char *why = !in_path("mpirun")   ? "no mpirun (apt-get install openmpi-bin)"
+                      : system(probe) != 0 ? "this nnlab was built without MPI"
+                                           : NULL;
+    if (why) {
+        for (int i = 0; i < CHECKS; i++)
+            ok(1, "an MPI run followed live # SKIP %s", why);
+        return;
+    }
+    /* Root may run mpirun only when it says so; the ranks' partition cache goes under HOME. A
+     * machine loaded by other work may starve a rank's heartbeat thread for seconds: the
+     * timeout is generous, this check is about the window. */
+    char home[800];
+    snprintf(home, sizeof home, "%s/mpi-home", data_dir);
+    mkdir(home, 0755);
+    char *cmd = g_strdup_printf("env HOME=%s OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+                                "--bind-to none -np 2 %s --db %s --quiet train --data bands "
+                                "--model %s --epochs 4 --threads 1 --batch 8 --lr 0.01 --name "
+                                "mpi-run --mpi --heartbeat-timeout 60",
+                                home, bin, db, spec);
+    char **args = NULL;
+    GError *error = NULL;
+    GPid pid = 0;
+    g_shell_parse_argv(cmd, NULL, &args, NULL);
+    const gboolean spawned =
+        g_spawn_async(NULL, args, NULL,
+                      G_SPAWN_SEARCH_PATH | G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL,
+                      NULL, NULL, &pid, &error);
+    if (!spawned)
+        diag("%s: %s", cmd, error->message);
+    g_clear_error(&error);
+    g_strfreev(args);
+    g_free(cmd);
+    child = spawned ? pid : 0;
+    watched = "mpi-run";
+    live_points_seen = 0;
+    ok(spawned && wait_for(live_listed, 60000),
+       "a run started by mpirun -np 2 nnlab train --mpi is listed as running");
+    wait_for(live_gained, 90000);
+    live_points_seen = runs_page_curve_points(nw()->runs, watched);
+    char *rt = row_text(watched);
+    ok(live_points_seen >= 1 && strstr(rt, "running"),
+       "its curve has a point while it trains (%d: %s)", live_points_seen, oneline(rt));
+    g_free(rt);
+    ok(screenshot("runs-mpi-live-1024x700"), "screenshot of an MPI run followed live");
+    const int ended = wait_for(child_gone, 180000) && wait_for(live_done, 10000);
+    ok(ended && runs_page_curve_points(nw()->runs, watched) == 4,
+       "it ends as done with its 4 epochs drawn (%d)", runs_page_curve_points(nw()->runs, watched));
+    if (child > 0 && !child_gone())
+        kill(child, SIGTERM);
+}
+
 int main(int argc, char **argv)
 {
     gui_start(argv, "nnlab-runs", "1920x1080", 1);
@@ -486,7 +707,7 @@ int main(int argc, char **argv)
     if (!bin)
         skip_all("NNLAB_BIN is not set");
 
-    plan(87);
+    plan(100);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", gui_tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
@@ -541,7 +762,7 @@ int main(int argc, char **argv)
            !enabled("import") && !enabled("import-csv"),
        "a name of spaces is marked, said under the field, and the import buttons wait (%s)",
        oneline(hint));
-    gtk_widget_activate_action(win, "win.import", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import", NULL);
     spin(300);
     ok(!chooser_open(), "and no file chooser opens");
     gtk_editable_set_text(GTK_EDITABLE(name), "bands");
@@ -562,7 +783,8 @@ int main(int argc, char **argv)
         fprintf(f, "%d,%d,%s\n", i % 7, i % 5, i % 2 ? "wide" : "tall");
     fputs("many,3,wide\n", f);
     fclose(f);
-    gtk_widget_activate_action(win, "win.import-source", "(ss)", "bands", csv);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import-source", "(ss)",
+                               "bands", csv);
     spin(500);
     hint = datasets_page_name_hint(nw()->datasets);
     ok(hint && strstr(hint, "“bands” exists") &&
@@ -570,7 +792,8 @@ int main(int argc, char **argv)
        "an import under a taken name is refused at the field (%s)", oneline(hint));
     gtk_editable_set_text(GTK_EDITABLE(name), "table");
     gtk_check_button_set_active(GTK_CHECK_BUTTON(skip), TRUE);
-    gtk_widget_activate_action(win, "win.import-source", "(ss)", "table", csv);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.import-source", "(ss)",
+                               "table", csv);
     ok(wait_for(importing_done, 30000) &&
            strstr(gtk_label_get_text(GTK_LABEL(nw()->toast_label)), "leaving out 1 bad"),
        "with Skip bad files or rows, a CSV with a bad row imports and says so (%s)",
@@ -587,13 +810,14 @@ int main(int argc, char **argv)
     ok(strstr(title, "first 20 training rows") && feature && gtk_widget_get_mapped(feature),
        "a CSV dataset shows a table of its first rows under its feature names (%s)", title);
     ok(screenshot("datasets-csv-1024x700"), "screenshot of a CSV dataset");
+    check_rows_readable();
     GtkWidget *pane = find_mapped(win, GTK_TYPE_PANED);
     const int divider = pane ? gtk_paned_get_position(GTK_PANED(pane)) : -1;
     show("train");
     GtkWidget *rate = find_text(win, GTK_TYPE_LABEL, "Samples/s");
     ok(rate && gtk_widget_get_mapped(rate), "the Train page counts a CSV's samples/s");
     show("datasets");
-    gtk_widget_activate_action(win, "win.select-dataset", "s", "bands");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.select", "s", "bands");
     spin(1000);
     ok(pane && gtk_paned_get_position(GTK_PANED(pane)) == divider,
        "the divider stays where it was when another dataset is selected (%d, %d)", divider,
@@ -613,7 +837,7 @@ int main(int argc, char **argv)
 
     /* Item 7: the model's name. */
     show("model");
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "lenet");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "lenet");
     GtkWidget *view = find_mapped(win, GTK_TYPE_TEXT_VIEW);
     GtkWidget *dd = find_choice(win, "mlp");
     if (!view || !dd)
@@ -654,13 +878,13 @@ int main(int argc, char **argv)
            !strstr(model_page_name(nw()->model), "edited") &&
            gtk_drop_down_get_selected(GTK_DROP_DOWN(dd)) != lenet_at,
        "Replace switches (%s)", model_page_name(nw()->model));
-    gtk_widget_activate_action(win, "win.model-shipped", "s", "mlp");
-    gtk_widget_activate_action(win, "win.model-init", "s", "");
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "fc1", TRUE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.shipped", "s", "mlp");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.init", "s", "");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "fc1", TRUE);
     const char *init = model_page_init_text(nw()->model);
     ok(strstr(init, "fc1") && strstr(init, "random weights"),
        "a frozen layer starting from random weights is warned of (%s)", init);
-    gtk_widget_activate_action(win, "win.model-freeze", "(sb)", "fc1", FALSE);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->model), "model.freeze", "(sb)", "fc1", FALSE);
     init = model_page_init_text(nw()->model);
     ok(!strstr(init, "Frozen"), "and unticking it ends the warning (%s)", init);
 
@@ -671,7 +895,9 @@ int main(int argc, char **argv)
     ok(sel && strcmp(sel, "no-checkpoint") == 0, "the newest run is selected (%s)",
        sel ? sel : "none");
     const char *why = runs_page_reason(nw()->runs);
-    ok(!enabled("run-resume") && !enabled("run-confusion") && why && strstr(why, "no checkpoint"),
+    ok(!runs_page_action_enabled(nw()->runs, "runs.resume") &&
+           !runs_page_action_enabled(nw()->runs, "runs.confusion") && why &&
+           strstr(why, "no checkpoint"),
        "with no checkpoint, Resume and Confusion Matrix are disabled and say why (%s)",
        why ? why : "no reason");
     ok(screenshot("runs-no-checkpoint-1024x700"), "screenshot of the refused run");
@@ -685,10 +911,10 @@ int main(int argc, char **argv)
     g_free(rt);
 
     /* The confusion matrix with its per-class table, as `nnlab eval` computes it. */
-    gtk_widget_activate_action(win, "win.run-select", "s", "run-a");
-    ok(enabled("run-confusion") && !runs_page_reason(nw()->runs),
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "run-a");
+    ok(runs_page_action_enabled(nw()->runs, "runs.confusion") && !runs_page_reason(nw()->runs),
        "a run with a checkpoint can have its confusion matrix, with no reason shown");
-    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.confusion", NULL);
     ok(wait_for(confusion_ready, 60000), "the confusion matrix is computed");
     char *eval = NULL;
     ok(nnlab(&eval, "eval run-a --threads 1"), "nnlab eval run-a runs");
@@ -707,32 +933,32 @@ int main(int argc, char **argv)
     const char *cap = runs_page_cell_caption(nw()->runs, 0);
     ok(cap && strchr(cap, '%'), "a misclassified sample's caption gives probabilities (%s)",
        cap ? cap : "no sample");
-    gtk_widget_activate_action(win, "win.run-sample", "i", 0);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.sample", "i", 0);
     spin(300);
     const char *big = runs_page_sample_shown(nw()->runs);
     ok(big && strstr(big, "True class") && strstr(big, "1. ") && strstr(big, "%"),
        "a click opens it larger with its likeliest classes (%s)", oneline(big));
     ok(screenshot("runs-confusion-1024x700"), "screenshot of the confusion matrix");
-    gtk_widget_activate_action(win, "win.run-sample-close", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.sample-close", NULL);
     spin(200);
     ok(!runs_page_sample_shown(nw()->runs), "and it closes");
 
     /* Two runs side by side. */
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-b");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-b");
     spin(200);
     const char *cmp = runs_page_comparison(nw()->runs);
     ok(cmp && strstr(cmp, "\n≠ lr\t") && strstr(cmp, "\n≠ epochs\t") &&
            strstr(cmp, "\n≠ batch\t") && strstr(cmp, "\nseed\t") && !strstr(cmp, "≠ seed"),
        "two runs ticked show their settings side by side, the differences marked");
     ok(screenshot("runs-compare-1024x700"), "screenshot of two runs compared");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-b");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-b");
     ok(runs_page_comparison(nw()->runs) == NULL, "unticking them hides the comparison");
 
     /* Item 10: a run started in a terminal is followed live; the newest run selected, the
      * selection follows to it. */
-    gtk_widget_activate_action(win, "win.run-select", "s", "no-checkpoint");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "no-checkpoint");
     char *cmd = g_strdup_printf("%s --db %s --quiet train --data bands --model %s --epochs 5 "
                                 "--threads 1 --batch 8 --lr 0.01 --name %s",
                                 bin, db, wide, watched);
@@ -778,6 +1004,7 @@ int main(int argc, char **argv)
        max_gap / 1000.0);
     if (child > 0 && !child_gone())
         kill(child, SIGTERM);
+    check_mpi_live(wide, gui_tmp);
 
     /* Item 8: Predict for every dataset. */
     char csv_spec[700];
@@ -795,7 +1022,7 @@ int main(int argc, char **argv)
     char png[700];
     snprintf(png, sizeof png, "%s/photo.png", gui_tmp);
     write_png(png, 320, 240, 1);
-    gtk_widget_activate_action(win, "win.predict-file", "s", png);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.file", "s", png);
     ok(wait_for(predicted, 30000), "a colour photo is classified");
     const char *note = predict_page_note(nw()->predict);
     ok(strstr(note, "320×240 colour") && strstr(note, "28×28 gray") &&
@@ -804,7 +1031,7 @@ int main(int argc, char **argv)
     ok(screenshot("predict-colour-photo-1024x700"), "screenshot of the warning");
     snprintf(png, sizeof png, "%s/band.png", gui_tmp);
     write_png(png, 28, 28, 0);
-    gtk_widget_activate_action(win, "win.predict-file", "s", png);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.file", "s", png);
     wait_for(predicted, 30000);
     note = predict_page_note(nw()->predict);
     ok(strstr(note, "Read as 28×28 gray") && !strstr(note, "may mean little"),
@@ -818,7 +1045,7 @@ int main(int argc, char **argv)
        "named by the CSV's header");
     const float row[2] = {3, 4};
     char *want = model_class("run-t", row);
-    gtk_widget_activate_action(win, "win.predict-values", "s", "3, 4");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.values", "s", "3, 4");
     ok(wait_for(predicted, 30000) && want && strcmp(predict_page_top(nw()->predict), want) == 0,
        "a typed row gets the class the model gives the stored sample (%s, %s)",
        predicted() ? predict_page_top(nw()->predict) : "none", want ? want : "none");
@@ -833,10 +1060,11 @@ int main(int argc, char **argv)
            strcmp(gtk_editable_get_text(GTK_EDITABLE(entries->pdata[1])), "2") == 0,
        "a row pasted into the first field is spread over the fields");
     g_ptr_array_unref(entries);
-    gtk_widget_activate_action(win, "win.predict-values", "s", "3 abc");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.values", "s", "3 abc");
     note = predict_page_note(nw()->predict);
     ok(!predicted() && strstr(note, "“abc” in height is not a number"),
        "a field that is not a number is named (%s)", oneline(note));
+    check_csv_file();
 
     /* Issue 18 item 5: a regression run on a table with a categorical column and missing
      * values predicts a value in the target's units, through the import's preprocessing. */
@@ -871,7 +1099,7 @@ int main(int argc, char **argv)
         nnlab(&cli, "--json predict run-r --row \"%s\"", reg_rows[r]);
         const char *at = cli ? strstr(cli, "\"value\":") : NULL;
         const double want_v = at ? g_ascii_strtod(at + 8, NULL) : NAN;
-        gtk_widget_activate_action(win, "win.predict-values", "s", reg_rows[r]);
+        gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.values", "s", reg_rows[r]);
         const int got = wait_for(predicted, 30000);
         const char *top = got ? predict_page_top(nw()->predict) : "";
         const char *v = strstr(top, "≈ ");
@@ -884,7 +1112,7 @@ int main(int argc, char **argv)
         if (r == 0)
             ok(screenshot("predict-regression-1024x700"), "screenshot of a value predicted");
     }
-    gtk_widget_activate_action(win, "win.predict-values", "s", "4.5, purple");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.values", "s", "4.5, purple");
     wait_for(predicted, 30000);
     note = predict_page_note(nw()->predict);
     ok(predicted() && strstr(note, "level 'purple'") && strstr(note, "other level"),
@@ -923,7 +1151,7 @@ int main(int argc, char **argv)
     char want_cls[16] = "";
     if (cls)
         sscanf(cls + 9, "%15[^\"]", want_cls);
-    gtk_widget_activate_action(win, "win.predict-values", "s", review);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->predict), "predict.values", "s", review);
     const char *text_top = wait_for(predicted, 30000) ? predict_page_top(nw()->predict) : "none";
     ok(want_cls[0] && strcmp(text_top, want_cls) == 0,
        "typed text gets the class `nnlab predict --text` gives (%s, %s)", text_top, want_cls);
@@ -941,8 +1169,7 @@ int main(int argc, char **argv)
     ok(rt && strstr(rt, "test R² 0.") && strstr(rt, "MAE ") && strstr(rt, "RMSE "),
        "a regression run's row shows its R², MAE and RMSE (%s)", rt ? oneline(rt) : "no row");
     g_free(rt);
-    gtk_widget_activate_action(win, "win.run-select", "s", "run-r");
-    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    click_regression_plots();
     ok(wait_for(confusion_ready, 60000), "its test predictions are computed");
     char *reg_eval = NULL;
     double e_r2 = NAN, e_mae = NAN, e_rmse = NAN, w_r2 = NAN, w_mae = NAN, w_rmse = NAN;
@@ -964,7 +1191,7 @@ int main(int argc, char **argv)
      * as words with the out-of-vocabulary ones marked, and its vocabulary. */
     show("datasets");
     datasets_page_refresh(nw()->datasets);
-    gtk_widget_activate_action(win, "win.select-dataset", "s", "cost");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.select", "s", "cost");
     ok(wait_for(cost_columns, 30000), "a CSV dataset lists its columns");
     const char *cols = datasets_page_columns(nw()->datasets);
     ok(strstr(cols, "size\tnumeric\tmean ") && strstr(cols, "missing, filled with") &&
@@ -972,8 +1199,8 @@ int main(int argc, char **argv)
        "each with its kind (numeric, categorical, target), statistics and fill (%s)",
        oneline(cols));
     ok(screenshot("datasets-columns-1024x700"), "screenshot of a CSV dataset's columns");
-    gtk_widget_activate_action(win, "win.select-dataset", "s", "reviews");
-    ok(wait_for(docs_shown, 30000), "a text dataset shows its first documents as words");
+    ok(click(row_of("reviews")) && wait_for(docs_shown, 30000),
+       "a click on a text dataset in the list shows its documents as words");
     const char *docs = datasets_page_docs(nw()->datasets);
     const char *dinfo = datasets_page_info(nw()->datasets);
     ok((strstr(docs, "pos: a wonderful film superb acting ⟨unknown⟩ отлично") ||
@@ -982,14 +1209,17 @@ int main(int argc, char **argv)
        "its numbers outside the 13-word vocabulary marked, the vocabulary's size and coverage "
        "said (%s; %s)",
        oneline(docs), oneline(dinfo));
+    check_docs_per_class();
     ok(screenshot("datasets-text-1024x700"), "screenshot of a text dataset's documents");
 
     /* With two runs compared and a confusion matrix shown, every page still fits 1024x700. */
     show("runs");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-a");
-    gtk_widget_activate_action(win, "win.run-compare", "s", "run-t");
-    gtk_widget_activate_action(win, "win.run-select", "s", "run-a");
-    gtk_widget_activate_action(win, "win.run-confusion", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-t");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "run-a");
+    ok(strcmp(plots_button(), "Confusion Matrix") == 0,
+       "on a classification run it is Confusion Matrix again (%s)", plots_button());
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.confusion", NULL);
     wait_for(confusion_ready, 60000);
     GString *widths = g_string_new(NULL);
     static const char *const all[] = {"datasets", "model", "train", "runs", "predict"};

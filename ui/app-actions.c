@@ -1,5 +1,7 @@
 /* The application's actions (quit, about) and the keyboard shortcuts of the application's and
- * the window's actions (the Train page's own are in ui/train-page.c). */
+ * the window's actions; those of the pages' own actions ("predict.open") are the window's
+ * (window.c; the Train page's in ui/train-page.c), since a page's actions are reached from
+ * inside it only. */
 #include <gtk/gtk.h>
 
 #include "app-actions.h"
@@ -34,17 +36,9 @@ void nl_app_actions_install(GtkApplication *app)
         const char *action;
         const char *accels[3];
     } accels[] = {
-        {"app.quit", {"<Control>q", NULL}},
-        {"win.show-page::datasets", {"<Alt>1", NULL}},
-        {"win.show-page::model", {"<Alt>2", NULL}},
-        {"win.show-page::train", {"<Alt>3", NULL}},
-        {"win.show-page::runs", {"<Alt>4", NULL}},
-        {"win.show-page::predict", {"<Alt>5", NULL}},
-        {"win.import", {"<Control>i", NULL}},
-        {"win.predict-open", {"<Control>o", NULL}},
-        {"win.runs-refresh", {"F5", NULL}},
-        {"win.model-init-open", {"<Control><Shift>o", NULL}},
-        {"win.run-resume", {"<Control>r", NULL}},
+        {"app.quit", {"<Control>q", NULL}},         {"win.show-page::datasets", {"<Alt>1", NULL}},
+        {"win.show-page::model", {"<Alt>2", NULL}}, {"win.show-page::train", {"<Alt>3", NULL}},
+        {"win.show-page::runs", {"<Alt>4", NULL}},  {"win.show-page::predict", {"<Alt>5", NULL}},
         {"window.close", {"<Control>w", NULL}},
     };
     g_action_map_add_action_entries(G_ACTION_MAP(app), actions, G_N_ELEMENTS(actions), app);

@@ -3,8 +3,8 @@
  * sample thumbnails and a preview of augmented training samples (nl_augment_preview, a new
  * draw each time it is asked for). A CSV dataset shows its source columns as the import made them
  * (nl_table_column: kind, statistics, fill) and its first rows; a text dataset its vocabulary's
- * size and coverage and its first documents as the words of their tokens, the out-of-vocabulary
- * token marked (the word it stood for is not stored).
+ * size and coverage and the first few documents of each class as the words of their tokens, the
+ * out-of-vocabulary token marked (the word it stood for is not stored).
  *
  * The Name field is checked as it is typed, before any file chooser opens: a name of spaces
  * only, or one the store holds, marks the field, says why under it in the window's terms and
@@ -17,20 +17,28 @@
 #include "nnlab/alloc.h"
 #include "window.h"
 
-#define THUMBS     96
-#define PER_CLASS  8  /* thumbnails of each class, at most */
-#define FIRST_ROWS 20 /* rows of a CSV dataset shown */
-#define AUG_THUMBS 16
+#define THUMBS         96
+#define PER_CLASS      8  /* thumbnails of each class, at most */
+#define FIRST_ROWS     20 /* rows of a CSV dataset shown */
+#define DOCS_PER_CLASS 3  /* documents of each class of a text dataset shown, at most */
+#define DOCS           40 /* documents shown in all, at most */
+#define AUG_THUMBS     16
 
-struct datasets_page {
-    NlWindow *win;
+struct _NlDatasetsPage {
+    GtkWidget parent_instance;
+
+    NlWindow *win; /* the window it is a page of (set once, by nl_datasets_page_new) */
     GtkWidget *list, *name, *name_hint, *skip_bad, *val, *test, *channels, *import, *import_csv;
     GtkWidget *progress;
     GtkWidget *title, *info, *counts, *samples_title, *thumbs, *rows_table;
     GtkWidget *columns_table, *docs_box;
+    int ndocs; /* documents shown */
     /* For tests: the column table and the documents shown, as text (a line each). */
     GString *columns_text, *docs_text;
     GtkWidget *augment, *aug_title, *aug_thumbs;
+    /* The counts beside the samples (pictures) or above them (rows and texts, which want the
+     * pane's width); a table's first rows in a scroller of their own, under its columns. */
+    GtkWidget *split, *counts_scroll, *samples_scroll, *rows_scroll, *aug_scroll;
     guint pulse;
     gboolean importing;
     struct import_job *job; /* the import under way (owned by its task), or NULL */
@@ -112,11 +120,17 @@ static void import_thread(GTask *task, gpointer source, gpointer data, GCancella
     g_task_return_boolean(task, TRUE);
 }
 
+/* The page has left its window (the window closed): work finished since is dropped. */
+static gboolean datasets_gone(NlDatasetsPage *p)
+{
+    return gtk_widget_get_root(GTK_WIDGET(p)) == NULL;
+}
+
 /* The progress bar follows the import thread's count; it pulses until the count is known. */
 static gboolean pulse(gpointer data)
 {
-    struct datasets_page *p = data;
-    if (p->win->closed || !p->job) {
+    NlDatasetsPage *p = data;
+    if (datasets_gone(p) || !p->job) {
         p->pulse = 0;
         return G_SOURCE_REMOVE;
     }
@@ -132,14 +146,14 @@ static gboolean pulse(gpointer data)
     return G_SOURCE_CONTINUE;
 }
 
-static gboolean check_name(struct datasets_page *p);
+static gboolean check_name(NlDatasetsPage *p);
 
 static void import_done(GObject *source, GAsyncResult *res, gpointer data)
 {
-    struct datasets_page *p = data;
+    NlDatasetsPage *p = NL_DATASETS_PAGE(source);
     struct import_job *j = g_task_get_task_data(G_TASK(res));
 
-    if (p->win->closed)
+    if (datasets_gone(p))
         return;
     if (p->pulse)
         g_source_remove(p->pulse);
@@ -165,7 +179,7 @@ static void import_done(GObject *source, GAsyncResult *res, gpointer data)
 }
 
 /* The first of NAME-2, NAME-3… that the store does not hold (freed with g_free). */
-static char *free_name(struct datasets_page *p, const char *name)
+static char *free_name(NlDatasetsPage *p, const char *name)
 {
     struct nl_error err = {0};
     for (int i = 2;; i++) {
@@ -178,7 +192,7 @@ static char *free_name(struct datasets_page *p, const char *name)
 
 /* What is wrong with name as the name of a new dataset, in the window's terms, or NULL (freed
  * with g_free). An empty name is fine: the file's own name is taken. */
-static char *name_problem(struct datasets_page *p, const char *name)
+static char *name_problem(NlDatasetsPage *p, const char *name)
 {
     struct nl_error err = {0};
     char *t = g_strstrip(g_strdup(name));
@@ -201,7 +215,7 @@ static char *name_problem(struct datasets_page *p, const char *name)
 
 /* Marks the Name field (and holds the import buttons) while its text cannot name a new
  * dataset; returns whether it can. */
-static gboolean check_name(struct datasets_page *p)
+static gboolean check_name(NlDatasetsPage *p)
 {
     char *why = name_problem(p, gtk_editable_get_text(GTK_EDITABLE(p->name)));
     if (why)
@@ -215,10 +229,8 @@ static gboolean check_name(struct datasets_page *p)
                                 -1);
     const gboolean can = why == NULL && !p->importing;
     const gboolean named = why == NULL;
-    g_simple_action_set_enabled(
-        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "import")), can);
-    g_simple_action_set_enabled(
-        G_SIMPLE_ACTION(g_action_map_lookup_action(G_ACTION_MAP(p->win), "import-csv")), can);
+    nl_page_set_enabled(GTK_WIDGET(p), "datasets.import", can);
+    nl_page_set_enabled(GTK_WIDGET(p), "datasets.import-csv", can);
     g_free(why);
     return named;
 }
@@ -228,39 +240,39 @@ static void name_changed(GtkEditable *e, gpointer data)
     check_name(data);
 }
 
-int datasets_page_thumbs(struct datasets_page *p, const char *const **captions)
+int datasets_page_thumbs(NlDatasetsPage *p, const char *const **captions)
 {
     *captions = (const char *const *)p->captions;
     return p->nthumbs;
 }
 
-const char *datasets_page_columns(struct datasets_page *p)
+const char *datasets_page_columns(NlDatasetsPage *p)
 {
     return p->columns_text->str;
 }
 
-const char *datasets_page_docs(struct datasets_page *p)
+const char *datasets_page_docs(NlDatasetsPage *p)
 {
     return p->docs_text->str;
 }
 
-const char *datasets_page_info(struct datasets_page *p)
+const char *datasets_page_info(NlDatasetsPage *p)
 {
     return gtk_label_get_text(GTK_LABEL(p->info));
 }
 
-const char *datasets_page_samples_title(struct datasets_page *p)
+const char *datasets_page_samples_title(NlDatasetsPage *p)
 {
     return gtk_label_get_text(GTK_LABEL(p->samples_title));
 }
 
-const char *datasets_page_name_hint(struct datasets_page *p)
+const char *datasets_page_name_hint(NlDatasetsPage *p)
 {
     return gtk_widget_get_visible(p->name_hint) ? gtk_label_get_text(GTK_LABEL(p->name_hint))
                                                 : NULL;
 }
 
-static void start_import(struct datasets_page *p, const char *given, const char *path)
+static void start_import(NlDatasetsPage *p, const char *given, const char *path)
 {
     if (p->importing)
         return;
@@ -295,24 +307,25 @@ static void start_import(struct datasets_page *p, const char *given, const char 
     gtk_progress_bar_set_text(GTK_PROGRESS_BAR(p->progress), text);
     g_free(text);
     p->pulse = g_timeout_add(100, pulse, p);
-    /* The task holds the window until it is done; import_done checks that it is still open. */
-    GTask *task = g_task_new(p->win, NULL, import_done, p);
+    /* The task holds the page until it is done; import_done checks that it is still in its
+     * window. */
+    GTask *task = g_task_new(p, NULL, import_done, NULL);
     g_task_set_task_data(task, j, import_job_free);
     g_task_run_in_thread(task, import_thread);
     g_object_unref(task);
 }
 
-/* win.import-source (name, path): imports a folder or a CSV file without asking. */
-static void import_source(GSimpleAction *a, GVariant *param, gpointer data)
+/* datasets.import-source (name, path): imports a folder or a CSV file without asking. */
+static void import_source(GtkWidget *widget, const char *action, GVariant *param)
 {
     const char *name, *path;
     g_variant_get(param, "(&s&s)", &name, &path);
-    start_import(data, name, path);
+    start_import(NL_DATASETS_PAGE(widget), name, path);
 }
 
 static void chooser_response(GtkNativeDialog *dialog, int response, gpointer data)
 {
-    struct datasets_page *p = data;
+    NlDatasetsPage *p = data;
     if (response == GTK_RESPONSE_ACCEPT) {
         GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
         char *path = g_file_get_path(f);
@@ -323,7 +336,7 @@ static void chooser_response(GtkNativeDialog *dialog, int response, gpointer dat
         if (dot && dot != name)
             *dot = '\0';
         if (path)
-            gtk_widget_activate_action(GTK_WIDGET(p->win), "win.import-source", "(ss)", name, path);
+            gtk_widget_activate_action(GTK_WIDGET(p), "datasets.import-source", "(ss)", name, path);
         g_free(name);
         g_free(path);
         g_object_unref(f);
@@ -331,10 +344,10 @@ static void chooser_response(GtkNativeDialog *dialog, int response, gpointer dat
     g_object_unref(dialog);
 }
 
-/* win.import: asks for a folder (IDX files or PNG/JPEG class folders), then imports it. */
-static void import_ask(GSimpleAction *a, GVariant *param, gpointer data)
+/* datasets.import: asks for a folder (IDX files or PNG/JPEG class folders), then imports it. */
+static void import_ask(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct datasets_page *p = data;
+    NlDatasetsPage *p = NL_DATASETS_PAGE(widget);
     gtk_stack_set_visible_child_name(p->win->stack, "datasets");
     if (!check_name(p))
         return;
@@ -345,10 +358,10 @@ static void import_ask(GSimpleAction *a, GVariant *param, gpointer data)
     gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
 }
 
-/* win.import-csv: asks for a CSV file, then imports it. */
-static void import_csv_ask(GSimpleAction *a, GVariant *param, gpointer data)
+/* datasets.import-csv: asks for a CSV file, then imports it. */
+static void import_csv_ask(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct datasets_page *p = data;
+    NlDatasetsPage *p = NL_DATASETS_PAGE(widget);
     gtk_stack_set_visible_child_name(p->win->stack, "datasets");
     if (!check_name(p))
         return;
@@ -365,15 +378,15 @@ static void import_csv_ask(GSimpleAction *a, GVariant *param, gpointer data)
     gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
 }
 
-static void select_dataset(GSimpleAction *a, GVariant *param, gpointer data)
+static void select_dataset(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct datasets_page *p = data;
+    NlDatasetsPage *p = NL_DATASETS_PAGE(widget);
     nl_window_select_dataset(p->win, g_variant_get_string(param, NULL));
 }
 
 static void remove_confirmed(gpointer data)
 {
-    struct datasets_page *p = data;
+    NlDatasetsPage *p = data;
     struct nl_error err = {0};
     if (!p->win->data)
         return;
@@ -387,10 +400,10 @@ static void remove_confirmed(gpointer data)
     datasets_page_refresh(p);
 }
 
-/* win.dataset-remove: the selected dataset, once confirmed. */
-static void remove_dataset(GSimpleAction *a, GVariant *param, gpointer data)
+/* datasets.remove: the selected dataset, once confirmed. */
+static void remove_dataset(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct datasets_page *p = data;
+    NlDatasetsPage *p = NL_DATASETS_PAGE(widget);
     if (!p->win->data)
         return;
     char *q = g_strdup_printf("Remove the dataset “%s”?", p->win->data->name);
@@ -403,7 +416,7 @@ static void remove_dataset(GSimpleAction *a, GVariant *param, gpointer data)
 
 static void row_activated(GtkListBox *box, GtkListBoxRow *row, gpointer data)
 {
-    struct datasets_page *p = data;
+    NlDatasetsPage *p = data;
     const char *name = g_object_get_data(G_OBJECT(row), "nl-name");
     if (name)
         nl_window_select_dataset(p->win, name);
@@ -435,7 +448,7 @@ static GtkWidget *dataset_row(const struct nl_dataset_info *d)
     return row;
 }
 
-static void select_row_of(struct datasets_page *p)
+static void select_row_of(NlDatasetsPage *p)
 {
     const char *cur = p->win->data ? p->win->data->name : NULL;
     for (GtkWidget *r = gtk_widget_get_first_child(p->list); r;
@@ -449,7 +462,7 @@ static void select_row_of(struct datasets_page *p)
     gtk_list_box_unselect_all(GTK_LIST_BOX(p->list));
 }
 
-void datasets_page_refresh(struct datasets_page *p)
+void datasets_page_refresh(NlDatasetsPage *p)
 {
     struct nl_error err = {0};
     struct nl_dataset_info *list;
@@ -471,7 +484,7 @@ void datasets_page_refresh(struct datasets_page *p)
     select_row_of(p);
 }
 
-static void free_thumbs(struct datasets_page *p)
+static void free_thumbs(NlDatasetsPage *p)
 {
     g_free(p->pixels);
     p->pixels = NULL;
@@ -497,7 +510,7 @@ static void add_cell(GtkWidget *grid, int col, int row, const char *text, gboole
 
 /* A CSV dataset's source columns as its import made them (nl_table_column): each one's kind
  * (numeric, categorical, the target or label), its train statistics and what fills it. */
-static void fill_columns(struct datasets_page *p, const struct nl_dataset *d)
+static void fill_columns(NlDatasetsPage *p, const struct nl_dataset *d)
 {
     GtkWidget *child;
     while ((child = gtk_widget_get_first_child(p->columns_table)))
@@ -553,7 +566,7 @@ static void fill_columns(struct datasets_page *p, const struct nl_dataset *d)
         GtkWidget *stats = gtk_label_new(line);
         gtk_label_set_xalign(GTK_LABEL(stats), 0);
         gtk_label_set_wrap(GTK_LABEL(stats), TRUE);
-        gtk_label_set_max_width_chars(GTK_LABEL(stats), 22);
+        gtk_label_set_max_width_chars(GTK_LABEL(stats), 56);
         gtk_widget_add_css_class(stats, "caption");
         gtk_widget_add_css_class(stats, "dim-label");
         gtk_grid_attach(GTK_GRID(p->columns_table), stats, 0, 2 * col + 2, 2, 1);
@@ -564,59 +577,76 @@ static void fill_columns(struct datasets_page *p, const struct nl_dataset *d)
     nl_table_free(t);
 }
 
-/* A text dataset's first training documents as their tokens' words, each with its class; a word
- * outside the vocabulary (stored as the out-of-vocabulary token) is marked. */
-static void fill_docs(struct datasets_page *p, const struct nl_dataset *d)
+/* One training document r of text dataset d as its tokens' words with its class, into the page
+ * (markup) and its text for tests; a word outside the vocabulary (stored as the
+ * out-of-vocabulary token) is marked. */
+static void add_doc(NlDatasetsPage *p, const struct nl_dataset *d, uint32_t r)
+{
+    const int len = (int)nl_shape_size(d->shape);
+    const float *x = d->split[NL_TRAIN].x;
+    GString *m = g_string_new(NULL);
+    char *cls = g_markup_escape_text(d->class_names[d->split[NL_TRAIN].y[r]], -1);
+    g_string_append_printf(m, "<b>%s</b>  ", cls);
+    g_string_append_printf(p->docs_text, "%s:", d->class_names[d->split[NL_TRAIN].y[r]]);
+    g_free(cls);
+    int words = 0, unknown = 0;
+    for (int i = 0; i < len; i++) {
+        const int id = (int)x[(size_t)r * len + i];
+        if (id <= 0 || id >= d->nvocab)
+            continue; /* padding */
+        words++;
+        if (id == 1) {
+            unknown++;
+            g_string_append(m, " <span underline=\"error\" alpha=\"70%\">⟨unknown⟩</span>");
+            g_string_append(p->docs_text, " ⟨unknown⟩");
+        } else {
+            char *w = g_markup_escape_text(d->vocab[id], -1);
+            g_string_append_printf(m, " %s", w);
+            g_string_append_printf(p->docs_text, " %s", d->vocab[id]);
+            g_free(w);
+        }
+    }
+    g_string_append_printf(m, "  <small>(%d words, %d out of the vocabulary)</small>", words,
+                           unknown);
+    g_string_append_c(p->docs_text, '\n');
+    GtkWidget *l = gtk_label_new(NULL);
+    gtk_label_set_markup(GTK_LABEL(l), m->str);
+    gtk_label_set_xalign(GTK_LABEL(l), 0);
+    gtk_label_set_wrap(GTK_LABEL(l), TRUE);
+    gtk_label_set_max_width_chars(GTK_LABEL(l), 80);
+    gtk_box_append(GTK_BOX(p->docs_box), l);
+    g_string_free(m, TRUE);
+}
+
+/* A text dataset's first training documents of each class (DOCS_PER_CLASS, DOCS in all at most),
+ * class by class: the first documents of a sorted folder are often all of one class. */
+static void fill_docs(NlDatasetsPage *p, const struct nl_dataset *d)
 {
     GtkWidget *child;
     while ((child = gtk_widget_get_first_child(p->docs_box)))
         gtk_box_remove(GTK_BOX(p->docs_box), child);
     g_string_truncate(p->docs_text, 0);
+    p->ndocs = 0;
     const gboolean text = d && d->nvocab > 0;
     gtk_widget_set_visible(p->docs_box, text);
     if (!text)
         return;
-    const int len = (int)nl_shape_size(d->shape);
-    const float *x = d->split[NL_TRAIN].x;
-    const uint32_t docs = MIN(d->split[NL_TRAIN].n, FIRST_ROWS);
-    for (uint32_t r = 0; r < docs; r++) {
-        GString *m = g_string_new(NULL);
-        char *cls = g_markup_escape_text(d->class_names[d->split[NL_TRAIN].y[r]], -1);
-        g_string_append_printf(m, "<b>%s</b>  ", cls);
-        g_string_append_printf(p->docs_text, "%s:", d->class_names[d->split[NL_TRAIN].y[r]]);
-        g_free(cls);
-        int words = 0, unknown = 0;
-        for (int i = 0; i < len; i++) {
-            const int id = (int)x[(size_t)r * len + i];
-            if (id <= 0 || id >= d->nvocab)
-                continue; /* padding */
-            words++;
-            if (id == 1) {
-                unknown++;
-                g_string_append(m, " <span underline=\"error\" alpha=\"70%\">⟨unknown⟩</span>");
-                g_string_append(p->docs_text, " ⟨unknown⟩");
-            } else {
-                char *w = g_markup_escape_text(d->vocab[id], -1);
-                g_string_append_printf(m, " %s", w);
-                g_string_append_printf(p->docs_text, " %s", d->vocab[id]);
-                g_free(w);
-            }
+    const uint32_t n = d->split[NL_TRAIN].n;
+    const int per = MAX(1, MIN(DOCS_PER_CLASS, DOCS / MAX(1, d->nclasses)));
+    for (int k = 0; k < d->nclasses && p->ndocs < DOCS; k++) {
+        int got = 0;
+        for (uint32_t r = 0; r < n && got < per && p->ndocs < DOCS; r++) {
+            if (d->split[NL_TRAIN].y[r] != k)
+                continue;
+            add_doc(p, d, r);
+            got++;
+            p->ndocs++;
         }
-        g_string_append_printf(m, "  <small>(%d words, %d out of the vocabulary)</small>", words,
-                               unknown);
-        g_string_append_c(p->docs_text, '\n');
-        GtkWidget *l = gtk_label_new(NULL);
-        gtk_label_set_markup(GTK_LABEL(l), m->str);
-        gtk_label_set_xalign(GTK_LABEL(l), 0);
-        gtk_label_set_wrap(GTK_LABEL(l), TRUE);
-        gtk_label_set_max_width_chars(GTK_LABEL(l), 80);
-        gtk_box_append(GTK_BOX(p->docs_box), l);
-        g_string_free(m, TRUE);
     }
 }
 
 /* A CSV dataset's first training rows under its feature names, with their class. */
-static void fill_rows_table(struct datasets_page *p, const struct nl_dataset *d)
+static void fill_rows_table(NlDatasetsPage *p, const struct nl_dataset *d)
 {
     GtkWidget *child;
     while ((child = gtk_widget_get_first_child(p->rows_table)))
@@ -625,13 +655,23 @@ static void fill_rows_table(struct datasets_page *p, const struct nl_dataset *d)
     fill_docs(p, d);
     const gboolean is_text = d && d->nvocab > 0;
     const gboolean is_rows = d && d->dtype == NL_F32 && !is_text;
-    gtk_widget_set_visible(p->rows_table, is_rows);
-    /* Rows and texts have no pictures: no thumbnails, nothing to augment. */
+    gtk_widget_set_visible(p->rows_scroll, is_rows);
+    /* Rows and texts have no pictures: no thumbnails, nothing to augment. Their tables and lines
+     * take the pane's width, the counts above them; a table's columns take the height they
+     * need (up to a third of the page), its first rows the rest. */
     const gboolean pictures = !is_rows && !is_text;
     gtk_widget_set_visible(p->thumbs, pictures);
     gtk_widget_set_visible(gtk_widget_get_parent(p->augment), pictures);
     gtk_widget_set_visible(p->aug_title, pictures);
     gtk_widget_set_visible(p->aug_thumbs, pictures);
+    gtk_widget_set_visible(p->aug_scroll, pictures);
+    gtk_orientable_set_orientation(GTK_ORIENTABLE(p->split), pictures ? GTK_ORIENTATION_HORIZONTAL
+                                                                      : GTK_ORIENTATION_VERTICAL);
+    gtk_widget_set_vexpand(p->samples_scroll, !is_rows);
+    gtk_scrolled_window_set_propagate_natural_height(GTK_SCROLLED_WINDOW(p->samples_scroll),
+                                                     is_rows);
+    gtk_scrolled_window_set_max_content_height(GTK_SCROLLED_WINDOW(p->samples_scroll),
+                                               is_rows ? 160 : -1);
     if (!is_rows)
         return;
     const int nf = (int)nl_shape_size(d->shape);
@@ -669,7 +709,7 @@ static void fill_rows_table(struct datasets_page *p, const struct nl_dataset *d)
     nl_json_free(doc);
 }
 
-void datasets_page_dataset_changed(struct datasets_page *p)
+void datasets_page_dataset_changed(NlDatasetsPage *p)
 {
     const struct nl_dataset *d = p->win->data;
     GtkWidget *child;
@@ -680,8 +720,7 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     gtk_widget_set_sensitive(p->counts, d != NULL);
     gtk_widget_set_visible(p->counts, d != NULL);
     gtk_widget_set_sensitive(p->thumbs, d != NULL);
-    GAction *rm = g_action_map_lookup_action(G_ACTION_MAP(p->win), "dataset-remove");
-    g_simple_action_set_enabled(G_SIMPLE_ACTION(rm), d != NULL);
+    nl_page_set_enabled(GTK_WIDGET(p), "datasets.remove", d != NULL);
     if (!d) {
         fill_rows_table(p, NULL);
         gtk_label_set_text(GTK_LABEL(p->title), "No dataset selected");
@@ -784,9 +823,10 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     }
     fill_rows_table(p, d);
     char *st =
-        d->nvocab > 0 ? g_strdup_printf("The first %d training documents, as the words of their "
-                                        "tokens; words outside the vocabulary are marked",
-                                        (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
+        d->nvocab > 0 ? g_strdup_printf("Training documents, the first %d of each class, as the "
+                                        "words of their tokens; words outside the vocabulary are "
+                                        "marked",
+                                        MAX(1, MIN(DOCS_PER_CLASS, DOCS / MAX(1, d->nclasses))))
         : d->dtype == NL_F32 ? g_strdup_printf("Its columns, and the first %d training rows",
                                                (int)MIN(d->split[NL_TRAIN].n, FIRST_ROWS))
                              : g_strdup_printf("Training samples, up to %d of each class", per);
@@ -800,11 +840,11 @@ void datasets_page_dataset_changed(struct datasets_page *p)
     select_row_of(p);
 }
 
-/* win.augment-preview: the first training samples as the augmentation in the entry changes
+/* datasets.augment-preview: the first training samples as the augmentation in the entry changes
  * them, a new draw each time. */
-static void augment_preview(GSimpleAction *a, GVariant *param, gpointer data)
+static void augment_preview(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct datasets_page *p = data;
+    NlDatasetsPage *p = NL_DATASETS_PAGE(widget);
     const struct nl_dataset *d = p->win->data;
     struct nl_augment aug;
     struct nl_error err = {0};
@@ -834,7 +874,7 @@ static void augment_preview(GSimpleAction *a, GVariant *param, gpointer data)
     gtk_widget_queue_draw(p->aug_thumbs);
 }
 
-static struct chart_thumbs thumbs_of(struct datasets_page *p, int augmented)
+static struct chart_thumbs thumbs_of(NlDatasetsPage *p, int augmented)
 {
     const struct nl_dataset *d = p->win->data;
     struct chart_thumbs t = {0};
@@ -855,7 +895,7 @@ static struct chart_thumbs thumbs_of(struct datasets_page *p, int augmented)
 
 static void draw_thumbs(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
 {
-    struct datasets_page *p = data;
+    NlDatasetsPage *p = data;
     struct chart_thumbs t = thumbs_of(p, GTK_WIDGET(area) == p->aug_thumbs);
     if (t.n == 0)
         return;
@@ -865,65 +905,92 @@ static void draw_thumbs(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointe
         gtk_drawing_area_set_content_height(area, need);
 }
 
-struct datasets_page *datasets_page_new(NlWindow *w, GtkWidget **root)
+G_DEFINE_FINAL_TYPE(NlDatasetsPage, nl_datasets_page, GTK_TYPE_WIDGET)
+
+static void nl_datasets_page_init(NlDatasetsPage *p)
 {
-    struct datasets_page *p = g_new0(struct datasets_page, 1);
-    GtkBuilder *b = nl_page_builder("datasets-page");
-    p->win = w;
-#define GET(x) p->x = GTK_WIDGET(gtk_builder_get_object(b, #x))
-    GET(list);
-    GET(name);
-    GET(name_hint);
-    GET(skip_bad);
-    GET(val);
-    GET(test);
-    GET(channels);
-    GET(import);
-    GET(import_csv);
-    GET(progress);
-    GET(title);
-    GET(info);
-    GET(counts);
-    GET(samples_title);
-    GET(thumbs);
-    GET(rows_table);
-    GET(columns_table);
-    GET(docs_box);
-    GET(augment);
-    GET(aug_title);
-    GET(aug_thumbs);
-#undef GET
+    gtk_widget_init_template(GTK_WIDGET(p));
     p->columns_text = g_string_new(NULL);
     p->docs_text = g_string_new(NULL);
-    *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
-    g_object_unref(b);
-
-    static const GActionEntry actions[] = {
-        {.name = "import-source", .activate = import_source, .parameter_type = "(ss)"},
-        {.name = "import-csv", .activate = import_csv_ask},
-        {.name = "import", .activate = import_ask},
-        {.name = "select-dataset", .activate = select_dataset, .parameter_type = "s"},
-        {.name = "dataset-remove", .activate = remove_dataset},
-        {.name = "augment-preview", .activate = augment_preview},
-    };
-    g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
     g_signal_connect(p->list, "row-activated", G_CALLBACK(row_activated), p);
     g_signal_connect(p->name, "changed", G_CALLBACK(name_changed), p);
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->thumbs), draw_thumbs, p, NULL);
     gtk_drawing_area_set_content_height(GTK_DRAWING_AREA(p->thumbs), 200);
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->aug_thumbs), draw_thumbs, p, NULL);
-    datasets_page_dataset_changed(p);
-    return p;
 }
 
-void datasets_page_free(struct datasets_page *p)
+static void nl_datasets_page_dispose(GObject *obj)
 {
-    if (!p)
-        return;
-    if (p->pulse)
+    NlDatasetsPage *p = NL_DATASETS_PAGE(obj);
+    if (p->pulse) {
         g_source_remove(p->pulse);
+        p->pulse = 0;
+    }
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(GTK_WIDGET(obj))))
+        gtk_widget_unparent(child);
+    gtk_widget_dispose_template(GTK_WIDGET(obj), NL_TYPE_DATASETS_PAGE);
+    G_OBJECT_CLASS(nl_datasets_page_parent_class)->dispose(obj);
+}
+
+static void nl_datasets_page_finalize(GObject *obj)
+{
+    NlDatasetsPage *p = NL_DATASETS_PAGE(obj);
     free_thumbs(p);
     g_string_free(p->columns_text, TRUE);
     g_string_free(p->docs_text, TRUE);
-    g_free(p);
+    G_OBJECT_CLASS(nl_datasets_page_parent_class)->finalize(obj);
+}
+
+static void nl_datasets_page_class_init(NlDatasetsPageClass *klass)
+{
+    GtkWidgetClass *wc = GTK_WIDGET_CLASS(klass);
+    G_OBJECT_CLASS(klass)->dispose = nl_datasets_page_dispose;
+    G_OBJECT_CLASS(klass)->finalize = nl_datasets_page_finalize;
+    nl_page_class_set_info(wc, "datasets", "Datasets", "folder-pictures-symbolic");
+    nl_page_class_add_shortcut(wc, "<Control>i", "datasets.import");
+    gtk_widget_class_set_layout_manager_type(wc, GTK_TYPE_BIN_LAYOUT);
+    gtk_widget_class_set_template_from_resource(wc, "/org/nnlab/Nnlab/datasets-page.ui");
+#define BIND(x) gtk_widget_class_bind_template_child(wc, NlDatasetsPage, x)
+    BIND(list);
+    BIND(name);
+    BIND(name_hint);
+    BIND(skip_bad);
+    BIND(val);
+    BIND(test);
+    BIND(channels);
+    BIND(import);
+    BIND(import_csv);
+    BIND(progress);
+    BIND(title);
+    BIND(info);
+    BIND(counts);
+    BIND(samples_title);
+    BIND(thumbs);
+    BIND(rows_table);
+    BIND(columns_table);
+    BIND(docs_box);
+    BIND(augment);
+    BIND(aug_title);
+    BIND(aug_thumbs);
+    BIND(split);
+    BIND(counts_scroll);
+    BIND(samples_scroll);
+    BIND(rows_scroll);
+    BIND(aug_scroll);
+#undef BIND
+    gtk_widget_class_install_action(wc, "datasets.import-source", "(ss)", import_source);
+    gtk_widget_class_install_action(wc, "datasets.import-csv", NULL, import_csv_ask);
+    gtk_widget_class_install_action(wc, "datasets.import", NULL, import_ask);
+    gtk_widget_class_install_action(wc, "datasets.select", "s", select_dataset);
+    gtk_widget_class_install_action(wc, "datasets.remove", NULL, remove_dataset);
+    gtk_widget_class_install_action(wc, "datasets.augment-preview", NULL, augment_preview);
+}
+
+NlDatasetsPage *nl_datasets_page_new(NlWindow *w)
+{
+    NlDatasetsPage *p = g_object_ref_sink(g_object_new(NL_TYPE_DATASETS_PAGE, NULL));
+    p->win = w;
+    datasets_page_dataset_changed(p);
+    return p;
 }

@@ -20,8 +20,10 @@
 #include "nnlab/spec.h"
 #include "window.h"
 
-struct model_page {
-    NlWindow *win;
+struct _NlModelPage {
+    GtkWidget parent_instance;
+
+    NlWindow *win; /* the window it is a page of (set once, by nl_model_page_new) */
     GtkWidget *shipped, *add, *summary, *text, *layers_title, *error, *layers;
     GtkWidget *init, *init_info;
     GtkStringList *init_names; /* "Random initialisation", then runs with checkpoints */
@@ -64,7 +66,7 @@ static const char *const layer_choices[][2] = {
     {"Flatten", "flatten"},
 };
 
-static char *buffer_text(struct model_page *p)
+static char *buffer_text(NlModelPage *p)
 {
     GtkTextBuffer *b = gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text));
     GtkTextIter s, e;
@@ -72,7 +74,7 @@ static char *buffer_text(struct model_page *p)
     return gtk_text_buffer_get_text(b, &s, &e, FALSE);
 }
 
-static void set_text(struct model_page *p, const char *text)
+static void set_text(NlModelPage *p, const char *text)
 {
     GtkTextBuffer *b = gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text));
     gtk_text_buffer_set_text(b, text, -1);
@@ -90,14 +92,14 @@ static int error_line(const char *msg)
     return 0;
 }
 
-static void edit_lines(struct model_page *p, int line, int op, const char *insert);
+static void edit_lines(NlModelPage *p, int line, int op, const char *insert);
 
 static void row_button(GtkWidget *box, const char *icon, const char *tip, int line, int op,
-                       struct model_page *p, gboolean sensitive);
+                       NlModelPage *p, gboolean sensitive);
 
 static void move_clicked(GtkButton *b, gpointer data)
 {
-    struct model_page *p = data;
+    NlModelPage *p = data;
     int line = GPOINTER_TO_INT(g_object_get_data(G_OBJECT(b), "nl-line"));
     int op = GPOINTER_TO_INT(g_object_get_data(G_OBJECT(b), "nl-op"));
     int other = GPOINTER_TO_INT(g_object_get_data(G_OBJECT(b), "nl-other"));
@@ -108,7 +110,7 @@ static void move_clicked(GtkButton *b, gpointer data)
 }
 
 static void row_button(GtkWidget *box, const char *icon, const char *tip, int line, int other,
-                       struct model_page *p, gboolean sensitive)
+                       NlModelPage *p, gboolean sensitive)
 {
     GtkWidget *b = gtk_button_new_from_icon_name(icon);
     gtk_widget_set_tooltip_text(b, tip);
@@ -136,13 +138,13 @@ static GtkWidget *cell(const char *text, int chars, float xalign, const char *cs
 /* One row: name, the spec line's text, output shape, parameters, and the editing buttons. */
 static void freeze_toggled(GtkCheckButton *b, gpointer data)
 {
-    struct model_page *p = data;
+    NlModelPage *p = data;
     const char *name = g_object_get_data(G_OBJECT(b), "nl-name");
-    gtk_widget_activate_action(GTK_WIDGET(p->win), "win.model-freeze", "(sb)", name,
+    gtk_widget_activate_action(GTK_WIDGET(p), "model.freeze", "(sb)", name,
                                gtk_check_button_get_active(b));
 }
 
-static GtkWidget *layer_row(struct model_page *p, const struct nl_layer *l, const char *line_text,
+static GtkWidget *layer_row(NlModelPage *p, const struct nl_layer *l, const char *line_text,
                             const char *shape, const char *params, const char *source,
                             const char *error, int prev_line, int next_line)
 {
@@ -281,14 +283,20 @@ static void file_thread(GTask *task, gpointer source, gpointer data, GCancellabl
     g_task_return_boolean(task, TRUE);
 }
 
-static void validate(struct model_page *p);
+static void validate(NlModelPage *p);
+
+/* The page has left its window (the window closed): work finished since is dropped. Tasks hold
+ * the page, not the window. */
+static gboolean model_gone(NlModelPage *p)
+{
+    return gtk_widget_get_root(GTK_WIDGET(p)) == NULL;
+}
 
 static void file_done(GObject *source, GAsyncResult *res, gpointer data)
 {
-    NlWindow *w = NL_WINDOW(source);
+    NlModelPage *p = NL_MODEL_PAGE(source);
     struct file_job *j = g_task_get_task_data(G_TASK(res));
-    struct model_page *p = w->model;
-    if (w->closed || !p || !p->file_key || strcmp(j->key, p->file_key) != 0)
+    if (model_gone(p) || !p->file_key || strcmp(j->key, p->file_key) != 0)
         return;
     g_free(p->file_result_key);
     p->file_result_key = g_strdup(j->key);
@@ -302,14 +310,14 @@ static void file_done(GObject *source, GAsyncResult *res, gpointer data)
     validate(p);
 }
 
-static char *file_key(struct model_page *p, struct nl_shape in, int nclasses)
+static char *file_key(NlModelPage *p, struct nl_shape in, int nclasses)
 {
     return g_strdup_printf("%s\n%d %d %d %d %d\n%s", p->init_file, in.c, in.h, in.w, nclasses,
                            p->fresh_head, p->spec);
 }
 
 /* Whether the result for the model as it is now is there; starts reading the file if not. */
-static gboolean file_result(struct model_page *p, struct nl_shape in, int nclasses)
+static gboolean file_result(NlModelPage *p, struct nl_shape in, int nclasses)
 {
     char *key = file_key(p, in, nclasses);
     if (p->file_result_key && strcmp(key, p->file_result_key) == 0) {
@@ -331,7 +339,7 @@ static gboolean file_result(struct model_page *p, struct nl_shape in, int nclass
     j->nclasses = nclasses;
     j->fresh_head = p->fresh_head;
     j->bad = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
-    GTask *task = g_task_new(p->win, NULL, file_done, NULL);
+    GTask *task = g_task_new(p, NULL, file_done, NULL);
     g_task_set_task_data(task, j, file_job_free);
     g_task_run_in_thread(task, file_thread);
     g_object_unref(task);
@@ -340,7 +348,7 @@ static gboolean file_result(struct model_page *p, struct nl_shape in, int nclass
 
 /* Parses and builds the text for the selected dataset (or 1×28×28 with 10 classes when none is
  * selected) and redraws the list of layers. */
-static void validate(struct model_page *p)
+static void validate(NlModelPage *p)
 {
     struct nl_error err = {0};
     struct nl_spec *spec = NULL;
@@ -515,9 +523,9 @@ static void validate(struct model_page *p)
 
 static gboolean validate_later(gpointer data)
 {
-    struct model_page *p = data;
+    NlModelPage *p = data;
     p->timer = 0;
-    if (!p->win->closed)
+    if (!model_gone(p))
         validate(p);
     return G_SOURCE_REMOVE;
 }
@@ -549,7 +557,7 @@ static gboolean same_spec(const char *a, const char *b)
 
 /* The model's name from its text: a shipped model's that it says the same as, else "BASE
  * (edited)" when it was built from one, else "custom". */
-static void name_from_text(struct model_page *p)
+static void name_from_text(NlModelPage *p)
 {
     char *t = buffer_text(p);
     g_free(p->name);
@@ -564,7 +572,7 @@ static void name_from_text(struct model_page *p)
 
 static void text_changed(GtkTextBuffer *b, gpointer data)
 {
-    struct model_page *p = data;
+    NlModelPage *p = data;
     if (!p->setting)
         name_from_text(p);
     if (p->timer)
@@ -574,7 +582,7 @@ static void text_changed(GtkTextBuffer *b, gpointer data)
 
 /* Edits the text: op 0 removes line `line`; otherwise swaps it with line `op`; insert (with op
  * -1) adds a line before `line`. Lines are 1-based. */
-static void edit_lines(struct model_page *p, int line, int op, const char *insert)
+static void edit_lines(NlModelPage *p, int line, int op, const char *insert)
 {
     char *text = buffer_text(p);
     char **lines = g_strsplit(text, "\n", -1);
@@ -604,10 +612,10 @@ static void edit_lines(struct model_page *p, int line, int op, const char *inser
     validate(p);
 }
 
-/* win.model-add-layer (definition): inserts a layer before the last one (the classifier). */
-static void add_layer(GSimpleAction *a, GVariant *param, gpointer data)
+/* model.add-layer (definition): inserts a layer before the last one (the classifier). */
+static void add_layer(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct model_page *p = data;
+    NlModelPage *p = NL_MODEL_PAGE(widget);
     struct nl_spec *spec;
     struct nl_error err = {0};
     int line = 1 << 20;
@@ -620,7 +628,7 @@ static void add_layer(GSimpleAction *a, GVariant *param, gpointer data)
     edit_lines(p, line, -1, g_variant_get_string(param, NULL));
 }
 
-static void use_shipped(struct model_page *p, const char *name)
+static void use_shipped(NlModelPage *p, const char *name)
 {
     const char *text = nl_spec_shipped_text(name);
     if (!text) {
@@ -638,7 +646,7 @@ static void use_shipped(struct model_page *p, const char *name)
 }
 
 /* Whether the editor holds text that no shipped model says: edits that a switch would lose. */
-static gboolean unsaved_edits(struct model_page *p)
+static gboolean unsaved_edits(NlModelPage *p)
 {
     for (const char *const *n = nl_spec_shipped_names(); *n; n++)
         if (p->name && strcmp(p->name, *n) == 0)
@@ -646,7 +654,7 @@ static gboolean unsaved_edits(struct model_page *p)
     return TRUE;
 }
 
-static void set_shown(struct model_page *p, guint i)
+static void set_shown(NlModelPage *p, guint i)
 {
     p->reverting = TRUE;
     gtk_drop_down_set_selected(GTK_DROP_DOWN(p->shipped), i);
@@ -656,16 +664,16 @@ static void set_shown(struct model_page *p, guint i)
 
 static void switch_confirmed(gpointer data)
 {
-    struct model_page *p = data;
+    NlModelPage *p = data;
     const char *const *names = nl_spec_shipped_names();
     set_shown(p, p->pending);
     use_shipped(p, names[p->pending]);
 }
 
-/* win.model-shipped (name) */
-static void shipped_action(GSimpleAction *a, GVariant *param, gpointer data)
+/* model.shipped (name) */
+static void shipped_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct model_page *p = data;
+    NlModelPage *p = NL_MODEL_PAGE(widget);
     const char *name = g_variant_get_string(param, NULL);
     const char *const *names = nl_spec_shipped_names();
     for (guint i = 0; names[i]; i++)
@@ -674,10 +682,10 @@ static void shipped_action(GSimpleAction *a, GVariant *param, gpointer data)
     use_shipped(p, name);
 }
 
-/* win.model-spec (text): a spec of one's own. */
-static void spec_action(GSimpleAction *a, GVariant *param, gpointer data)
+/* model.spec (text): a spec of one's own. */
+static void spec_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct model_page *p = data;
+    NlModelPage *p = NL_MODEL_PAGE(widget);
     g_free(p->base);
     p->base = NULL;
     set_text(p, g_variant_get_string(param, NULL));
@@ -688,10 +696,10 @@ static void spec_action(GSimpleAction *a, GVariant *param, gpointer data)
  * saying what the text is (set back here, out of its own signal). */
 static gboolean ask_switch(gpointer data)
 {
-    struct model_page *p = data;
+    NlModelPage *p = data;
     const char *const *names = nl_spec_shipped_names();
     p->asking = 0;
-    if (p->win->closed)
+    if (model_gone(p))
         return G_SOURCE_REMOVE;
     set_shown(p, p->shown);
     char *q = g_strdup_printf("Replace “%s” with %s?", p->name, names[p->pending]);
@@ -709,7 +717,7 @@ static gboolean ask_switch(gpointer data)
  * question. */
 static void shipped_selected(GObject *dd, GParamSpec *ps, gpointer data)
 {
-    struct model_page *p = data;
+    NlModelPage *p = data;
     guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(dd));
     const char *const *names = nl_spec_shipped_names();
     if (p->reverting || i >= g_strv_length((char **)names) || i == p->shown)
@@ -724,38 +732,38 @@ static void shipped_selected(GObject *dd, GParamSpec *ps, gpointer data)
         p->asking = g_idle_add(ask_switch, p);
 }
 
-const char *model_page_spec(struct model_page *p)
+const char *model_page_spec(NlModelPage *p)
 {
     if (p->timer)
         validate(p);
     return p->spec;
 }
 
-const char *model_page_name(struct model_page *p)
+const char *model_page_name(NlModelPage *p)
 {
     return p->name ? p->name : "-";
 }
 
-const char *model_page_init_text(struct model_page *p)
+const char *model_page_init_text(NlModelPage *p)
 {
     if (p->timer)
         validate(p);
     return gtk_label_get_text(GTK_LABEL(p->init_info));
 }
 
-gboolean model_page_valid(struct model_page *p)
+gboolean model_page_valid(NlModelPage *p)
 {
     if (p->timer)
         validate(p);
     return p->valid;
 }
 
-const char *model_page_init_run(struct model_page *p)
+const char *model_page_init_run(NlModelPage *p)
 {
     return p->init_run;
 }
 
-const char *const *model_page_frozen(struct model_page *p)
+const char *const *model_page_frozen(NlModelPage *p)
 {
     if (p->timer)
         validate(p);
@@ -763,12 +771,12 @@ const char *const *model_page_frozen(struct model_page *p)
     return p->frozen_now ? (const char *const *)p->frozen_now : none;
 }
 
-const char *model_page_init_file(struct model_page *p)
+const char *model_page_init_file(NlModelPage *p)
 {
     return p->init_file;
 }
 
-int model_page_init_loaded(struct model_page *p)
+int model_page_init_loaded(NlModelPage *p)
 {
     if (p->timer)
         validate(p);
@@ -778,7 +786,7 @@ int model_page_init_loaded(struct model_page *p)
                : -1;
 }
 
-static void set_init_run(struct model_page *p, const char *run)
+static void set_init_run(NlModelPage *p, const char *run)
 {
     g_free(p->init_run);
     p->init_run = run && run[0] ? g_strdup(run) : NULL;
@@ -787,7 +795,7 @@ static void set_init_run(struct model_page *p, const char *run)
 
 /* The choices: random weights, the runs with a checkpoint (newest first), and the file when one
  * was opened; the current one selected. */
-static void fill_init_choices(struct model_page *p)
+static void fill_init_choices(NlModelPage *p)
 {
     struct nl_run_info *list = NULL;
     struct nl_error err = {0};
@@ -825,7 +833,7 @@ static void fill_init_choices(struct model_page *p)
 }
 
 /* Starts training from a file's tensors (NULL or "": not from a file). */
-static void set_init_file(struct model_page *p, const char *path)
+static void set_init_file(NlModelPage *p, const char *path)
 {
     g_free(p->init_file);
     p->init_file = path && path[0] ? g_strdup(path) : NULL;
@@ -841,10 +849,10 @@ static void set_init_file(struct model_page *p, const char *path)
     validate(p);
 }
 
-/* win.model-init (run): the run whose weights start training; "" for random weights. */
-static void init_action(GSimpleAction *a, GVariant *param, gpointer data)
+/* model.init (run): the run whose weights start training; "" for random weights. */
+static void init_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct model_page *p = data;
+    NlModelPage *p = NL_MODEL_PAGE(widget);
     const char *run = g_variant_get_string(param, NULL);
     if (p->init_file)
         set_init_file(p, NULL);
@@ -863,36 +871,36 @@ static void init_action(GSimpleAction *a, GVariant *param, gpointer data)
     set_init_run(p, run);
 }
 
-gboolean model_page_fresh_head(struct model_page *p)
+gboolean model_page_fresh_head(NlModelPage *p)
 {
     return p->fresh_head;
 }
 
 static void new_head_toggled(GtkCheckButton *b, gpointer data)
 {
-    struct model_page *p = data;
+    NlModelPage *p = data;
     p->fresh_head = gtk_check_button_get_active(b);
     validate(p);
 }
 
-/* win.model-new-head (bool): the head starts fresh even where the weights have a matching one
+/* model.new-head (bool): the head starts fresh even where the weights have a matching one
  * (a dataset with as many classes, but other ones), as --replace-head. */
-static void new_head_action(GSimpleAction *a, GVariant *param, gpointer data)
+static void new_head_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct model_page *p = data;
+    NlModelPage *p = NL_MODEL_PAGE(widget);
     gtk_check_button_set_active(GTK_CHECK_BUTTON(p->new_head), g_variant_get_boolean(param));
 }
 
-/* win.model-init-file (path): a .safetensors file whose tensors start training; "" for none. */
-static void init_file_action(GSimpleAction *a, GVariant *param, gpointer data)
+/* model.init-file (path): a .safetensors file whose tensors start training; "" for none. */
+static void init_file_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    set_init_file(data, g_variant_get_string(param, NULL));
+    set_init_file(NL_MODEL_PAGE(widget), g_variant_get_string(param, NULL));
 }
 
 static void open_response(GtkNativeDialog *dialog, int response, gpointer data)
 {
-    struct model_page *p = data;
-    if (response == GTK_RESPONSE_ACCEPT && !p->win->closed) {
+    NlModelPage *p = data;
+    if (response == GTK_RESPONSE_ACCEPT && !model_gone(p)) {
         GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
         char *path = f ? g_file_get_path(f) : NULL;
         if (path)
@@ -904,10 +912,10 @@ static void open_response(GtkNativeDialog *dialog, int response, gpointer data)
     g_object_unref(dialog);
 }
 
-/* win.model-init-open: chooses a .safetensors file. */
-static void init_open_action(GSimpleAction *a, GVariant *param, gpointer data)
+/* model.init-open: chooses a .safetensors file. */
+static void init_open_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct model_page *p = data;
+    NlModelPage *p = NL_MODEL_PAGE(widget);
     GtkFileChooserNative *d = gtk_file_chooser_native_new(
         "Start from Weights", GTK_WINDOW(p->win), GTK_FILE_CHOOSER_ACTION_OPEN, "_Open", "_Cancel");
     GtkFileFilter *f = gtk_file_filter_new();
@@ -919,10 +927,10 @@ static void init_open_action(GSimpleAction *a, GVariant *param, gpointer data)
     gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
 }
 
-/* win.model-freeze (layer, frozen) */
-static void freeze_action(GSimpleAction *a, GVariant *param, gpointer data)
+/* model.freeze (layer, frozen) */
+static void freeze_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct model_page *p = data;
+    NlModelPage *p = NL_MODEL_PAGE(widget);
     const char *name;
     gboolean on;
     g_variant_get(param, "(&sb)", &name, &on);
@@ -940,7 +948,7 @@ static void freeze_action(GSimpleAction *a, GVariant *param, gpointer data)
 
 static void init_selected(GObject *dd, GParamSpec *ps, gpointer data)
 {
-    struct model_page *p = data;
+    NlModelPage *p = data;
     if (p->init_refreshing)
         return;
     guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(dd));
@@ -961,49 +969,100 @@ static void init_selected(GObject *dd, GParamSpec *ps, gpointer data)
 }
 
 /* The runs that have a checkpoint, newest first, as starting points. */
-void model_page_runs_changed(struct model_page *p)
+void model_page_runs_changed(NlModelPage *p)
 {
+    if (!p)
+        return;
     if (p)
         fill_init_choices(p);
 }
 
-void model_page_dataset_changed(struct model_page *p)
+void model_page_dataset_changed(NlModelPage *p)
 {
     validate(p);
 }
 
-struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
-{
-    struct model_page *p = g_new0(struct model_page, 1);
-    GtkBuilder *b = nl_page_builder("model-page");
-    p->win = w;
-    p->file_loaded = -1;
-#define GET(x) p->x = GTK_WIDGET(gtk_builder_get_object(b, #x))
-    GET(shipped);
-    GET(add);
-    GET(summary);
-    GET(text);
-    GET(layers_title);
-    GET(error);
-    GET(layers);
-    GET(init);
-    GET(init_info);
-    GET(init_open);
-    GET(new_head);
-#undef GET
-    *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
-    g_object_unref(b);
+G_DEFINE_FINAL_TYPE(NlModelPage, nl_model_page, GTK_TYPE_WIDGET)
 
-    static const GActionEntry actions[] = {
-        {.name = "model-add-layer", .activate = add_layer, .parameter_type = "s"},
-        {.name = "model-shipped", .activate = shipped_action, .parameter_type = "s"},
-        {.name = "model-spec", .activate = spec_action, .parameter_type = "s"},
-        {.name = "model-init", .activate = init_action, .parameter_type = "s"},
-        {.name = "model-freeze", .activate = freeze_action, .parameter_type = "(sb)"},
-        {.name = "model-init-file", .activate = init_file_action, .parameter_type = "s"},
-        {.name = "model-init-open", .activate = init_open_action},
-        {.name = "model-new-head", .activate = new_head_action, .parameter_type = "b"},
-    };
+static void nl_model_page_init(NlModelPage *p)
+{
+    gtk_widget_init_template(GTK_WIDGET(p));
+    p->file_loaded = -1;
+}
+
+static void nl_model_page_dispose(GObject *obj)
+{
+    NlModelPage *p = NL_MODEL_PAGE(obj);
+    if (p->asking) {
+        g_source_remove(p->asking);
+        p->asking = 0;
+    }
+    if (p->timer) {
+        g_source_remove(p->timer);
+        p->timer = 0;
+    }
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(GTK_WIDGET(obj))))
+        gtk_widget_unparent(child);
+    gtk_widget_dispose_template(GTK_WIDGET(obj), NL_TYPE_MODEL_PAGE);
+    G_OBJECT_CLASS(nl_model_page_parent_class)->dispose(obj);
+}
+
+static void nl_model_page_finalize(GObject *obj)
+{
+    NlModelPage *p = NL_MODEL_PAGE(obj);
+    g_free(p->name);
+    g_free(p->base);
+    g_free(p->spec);
+    g_free(p->init_run);
+    g_free(p->init_file);
+    g_free(p->file_key);
+    g_free(p->file_result_key);
+    g_free(p->file_error);
+    if (p->file_new)
+        g_hash_table_unref(p->file_new);
+    g_strfreev(p->frozen_now);
+    if (p->frozen)
+        g_hash_table_unref(p->frozen);
+    G_OBJECT_CLASS(nl_model_page_parent_class)->finalize(obj);
+}
+
+static void nl_model_page_class_init(NlModelPageClass *klass)
+{
+    GtkWidgetClass *wc = GTK_WIDGET_CLASS(klass);
+    G_OBJECT_CLASS(klass)->dispose = nl_model_page_dispose;
+    G_OBJECT_CLASS(klass)->finalize = nl_model_page_finalize;
+    nl_page_class_set_info(wc, "model", "Model", "view-list-symbolic");
+    nl_page_class_add_shortcut(wc, "<Control><Shift>o", "model.init-open");
+    gtk_widget_class_set_layout_manager_type(wc, GTK_TYPE_BIN_LAYOUT);
+    gtk_widget_class_set_template_from_resource(wc, "/org/nnlab/Nnlab/model-page.ui");
+#define BIND(x) gtk_widget_class_bind_template_child(wc, NlModelPage, x)
+    BIND(shipped);
+    BIND(add);
+    BIND(summary);
+    BIND(text);
+    BIND(layers_title);
+    BIND(error);
+    BIND(layers);
+    BIND(init);
+    BIND(init_info);
+    BIND(init_open);
+    BIND(new_head);
+#undef BIND
+    gtk_widget_class_install_action(wc, "model.add-layer", "s", add_layer);
+    gtk_widget_class_install_action(wc, "model.shipped", "s", shipped_action);
+    gtk_widget_class_install_action(wc, "model.spec", "s", spec_action);
+    gtk_widget_class_install_action(wc, "model.init", "s", init_action);
+    gtk_widget_class_install_action(wc, "model.freeze", "(sb)", freeze_action);
+    gtk_widget_class_install_action(wc, "model.init-file", "s", init_file_action);
+    gtk_widget_class_install_action(wc, "model.init-open", NULL, init_open_action);
+    gtk_widget_class_install_action(wc, "model.new-head", "b", new_head_action);
+}
+
+NlModelPage *nl_model_page_new(NlWindow *w)
+{
+    NlModelPage *p = g_object_ref_sink(g_object_new(NL_TYPE_MODEL_PAGE, NULL));
+    p->win = w;
     p->frozen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
     p->init_names = gtk_string_list_new(NULL);
     gtk_drop_down_set_model(GTK_DROP_DOWN(p->init), G_LIST_MODEL(p->init_names));
@@ -1011,12 +1070,11 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
     model_page_runs_changed(p);
     g_signal_connect(p->init, "notify::selected", G_CALLBACK(init_selected), p);
     g_signal_connect(p->new_head, "toggled", G_CALLBACK(new_head_toggled), p);
-    g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
 
     GMenu *menu = g_menu_new();
     for (size_t i = 0; i < G_N_ELEMENTS(layer_choices); i++) {
         GMenuItem *it = g_menu_item_new(layer_choices[i][0], NULL);
-        g_menu_item_set_action_and_target(it, "win.model-add-layer", "s", layer_choices[i][1]);
+        g_menu_item_set_action_and_target(it, "model.add-layer", "s", layer_choices[i][1]);
         g_menu_append_item(menu, it);
         g_object_unref(it);
     }
@@ -1034,28 +1092,4 @@ struct model_page *model_page_new(NlWindow *w, GtkWidget **root)
     use_shipped(p, nl_spec_shipped_names()[0]);
     g_signal_connect(p->shipped, "notify::selected", G_CALLBACK(shipped_selected), p);
     return p;
-}
-
-void model_page_free(struct model_page *p)
-{
-    if (!p)
-        return;
-    if (p->asking)
-        g_source_remove(p->asking);
-    if (p->timer)
-        g_source_remove(p->timer);
-    g_free(p->name);
-    g_free(p->base);
-    g_free(p->spec);
-    g_free(p->init_run);
-    g_free(p->init_file);
-    g_free(p->file_key);
-    g_free(p->file_result_key);
-    g_free(p->file_error);
-    if (p->file_new)
-        g_hash_table_unref(p->file_new);
-    g_strfreev(p->frozen_now);
-    if (p->frozen)
-        g_hash_table_unref(p->frozen);
-    g_free(p);
 }

@@ -1,7 +1,10 @@
 /* The predict page: the latest checkpoint of a run classifies a PNG or JPEG that is opened through
  * a file chooser or dropped on the page; for a run on a CSV dataset, a row typed into one field
  * per source column (or pasted whole into the first) goes through nl_table_row_text, so
- * categorical columns and empty fields are preprocessed as the import did; for a run on a text
+ * categorical columns and empty fields are preprocessed as the import did, and a CSV file of such
+ * rows, opened through a file chooser, goes through nl_table_read_csv on a worker thread (with
+ * its own store, model and table) into a table of each row's prediction; a bad row stops it with
+ * an error naming the file and line, and nothing of it is shown; for a run on a text
  * dataset, a typed text goes through nl_dataset_sample_from_text. A classification run's top
  * five classes are shown with probability bars; a regression run's prediction is one value in
  * the target's units. Each run in the picker says its dataset and input; an image is described
@@ -16,7 +19,8 @@
 #include "nnlab/runs.h"
 #include "window.h"
 
-#define TOP 5
+#define TOP       5
+#define CSV_SHOWN 500 /* rows of a CSV file shown in its table; all are predicted */
 
 /* A run offered in the picker, with what it trained on. */
 struct choice {
@@ -26,18 +30,23 @@ struct choice {
     int regression; /* the run predicts a value of its target */
 };
 
-struct predict_page {
-    NlWindow *win;
+struct _NlPredictPage {
+    GtkWidget parent_instance;
+
+    NlWindow *win; /* the window it is a page of (set once, by nl_predict_page_new) */
     GtkWidget *runs, *drop_area, *picture, *file, *verdict, *bars;
     GtkWidget *open, *run_info, *row_box, *row_fields, *image_box, *note;
     GtkWidget *text_box, *text_view;
-    GtkStringList *names; /* the picker's labels */
-    GPtrArray *choices;   /* struct choice, in the picker's order */
-    GPtrArray *fields;    /* GtkEntry, one per feature column of the loaded CSV dataset */
-    char *fields_for;     /* the dataset the fields are for */
-    gboolean row_wanted;  /* a row prediction waits for the model */
-    gboolean spreading;   /* a pasted row is being spread over the fields */
-    char *pending;        /* a row given before its run's fields were built, or NULL */
+    GtkWidget *csv_scroll, *csv_table; /* a CSV file's rows and their predictions */
+    GString *csv_text;                 /* that table as text (tab-separated), for tests */
+    char *csv_loading;                 /* the file being predicted, or NULL */
+    GtkStringList *names;              /* the picker's labels */
+    GPtrArray *choices;                /* struct choice, in the picker's order */
+    GPtrArray *fields;   /* GtkEntry, one per feature column of the loaded CSV dataset */
+    char *fields_for;    /* the dataset the fields are for */
+    gboolean row_wanted; /* a row prediction waits for the model */
+    gboolean spreading;  /* a pasted row is being spread over the fields */
+    char *pending;       /* a row given before its run's fields were built, or NULL */
     /* The model loaded for the selected run. */
     char *run;
     struct nl_model *m;
@@ -72,6 +81,13 @@ static void load_job_free(gpointer data)
     g_free(j);
 }
 
+/* The page has left its window (the window closed): work finished since is dropped. Tasks hold
+ * the page, not the window, so the page itself is still there. */
+static gboolean gone(NlPredictPage *p)
+{
+    return gtk_widget_get_root(GTK_WIDGET(p)) == NULL;
+}
+
 static void load_thread(GTask *task, gpointer source, gpointer data, GCancellable *c)
 {
     struct load_job *j = data;
@@ -83,20 +99,21 @@ static void load_thread(GTask *task, gpointer source, gpointer data, GCancellabl
     g_task_return_boolean(task, TRUE);
 }
 
-static void predict(struct predict_page *p);
-static void set_note(struct predict_page *p, const char *text, gboolean warn);
-static void build_fields(struct predict_page *p, const struct nl_dataset *d);
-static void spread_row(struct predict_page *p, const char *text, guint from);
-static gboolean row_mode(struct predict_page *p);
+static void predict(NlPredictPage *p);
+static void set_note(NlPredictPage *p, const char *text, gboolean warn);
+static void build_fields(NlPredictPage *p, const struct nl_dataset *d);
+static void spread_row(NlPredictPage *p, const char *text, guint from);
+static gboolean row_mode(NlPredictPage *p);
+static void clear_csv(NlPredictPage *p);
 
 /* The table's warnings (a level the import did not see) for the note under the verdict. */
 static void table_warn(void *ud, const char *msg)
 {
-    struct predict_page *p = ud;
+    NlPredictPage *p = ud;
     g_string_append_printf(p->warnings, "%s%s.", p->warnings->len ? "\n" : "", msg);
 }
 
-static void clear_prediction(struct predict_page *p)
+static void clear_prediction(NlPredictPage *p)
 {
     g_free(p->value);
     p->value = NULL;
@@ -110,9 +127,9 @@ static void clear_prediction(struct predict_page *p)
 
 static void load_done(GObject *source, GAsyncResult *res, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(source);
     struct load_job *j = g_task_get_task_data(G_TASK(res));
-    if (p->win->closed || !p->loading || strcmp(p->loading, j->run) != 0)
+    if (gone(p) || !p->loading || strcmp(p->loading, j->run) != 0)
         return; /* the window closed, or another run was chosen meanwhile */
     g_free(p->loading);
     p->loading = NULL;
@@ -148,7 +165,7 @@ static void load_done(GObject *source, GAsyncResult *res, gpointer data)
 }
 
 /* Loads run's model and dataset on a worker thread, then predicts. */
-static void load_model(struct predict_page *p, const char *run)
+static void load_model(NlPredictPage *p, const char *run)
 {
     if (p->loading && strcmp(p->loading, run) == 0)
         return;
@@ -159,38 +176,38 @@ static void load_model(struct predict_page *p, const char *run)
     j->run = g_strdup(run);
     gtk_label_set_text(GTK_LABEL(p->verdict), "Loading the model…");
     set_note(p, NULL, FALSE);
-    GTask *task = g_task_new(p->win, NULL, load_done, p);
+    GTask *task = g_task_new(p, NULL, load_done, NULL);
     g_task_set_task_data(task, j, load_job_free);
     g_task_run_in_thread(task, load_thread);
     g_object_unref(task);
 }
 
-static const struct choice *selected_choice(struct predict_page *p)
+static const struct choice *selected_choice(NlPredictPage *p)
 {
     guint i = gtk_drop_down_get_selected(GTK_DROP_DOWN(p->runs));
     return i < p->choices->len ? p->choices->pdata[i] : NULL;
 }
 
-static const char *selected_run(struct predict_page *p)
+static const char *selected_run(NlPredictPage *p)
 {
     const struct choice *c = selected_choice(p);
     return c ? c->name : NULL;
 }
 
 /* The selected run takes a row of a table (or a text): not an image. */
-static gboolean row_mode(struct predict_page *p)
+static gboolean row_mode(NlPredictPage *p)
 {
     const struct choice *c = selected_choice(p);
     return c && (strcmp(c->kind, "csv") == 0 || strcmp(c->kind, "text") == 0);
 }
 
-static gboolean text_mode(struct predict_page *p)
+static gboolean text_mode(NlPredictPage *p)
 {
     const struct choice *c = selected_choice(p);
     return c && strcmp(c->kind, "text") == 0;
 }
 
-static void set_note(struct predict_page *p, const char *text, gboolean warn)
+static void set_note(NlPredictPage *p, const char *text, gboolean warn)
 {
     gtk_label_set_text(GTK_LABEL(p->note), text ? text : "");
     if (warn)
@@ -247,7 +264,7 @@ static char *describe_image(const struct nl_dataset *d, const char *path, gboole
 }
 
 /* The top classes of probs (k) into the page's bars and verdict. */
-static void show_top(struct predict_page *p, float *probs, int k)
+static void show_top(NlPredictPage *p, float *probs, int k)
 {
     p->n = MIN(TOP, k);
     for (int t = 0; t < p->n; t++) {
@@ -267,7 +284,7 @@ static void show_top(struct predict_page *p, float *probs, int k)
 /* Runs one normalised sample through the loaded model and shows its top classes, or a
  * regression run's value: the model's output, standardised as the targets were, put back in
  * the target's units. */
-static int classify(struct predict_page *p, const float *in, struct nl_error *err)
+static int classify(NlPredictPage *p, const float *in, struct nl_error *err)
 {
     struct nl_exec *x = NULL;
     int rc = nl_exec_new(&x, p->m, 1, err);
@@ -293,7 +310,7 @@ static int classify(struct predict_page *p, const float *in, struct nl_error *er
 
 static void field_changed(GtkEditable *e, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     const char *t = gtk_editable_get_text(e);
     gtk_widget_remove_css_class(GTK_WIDGET(e), "error");
     /* A whole row pasted into one field is spread over the fields; a space splits only in a
@@ -310,13 +327,13 @@ static void field_changed(GtkEditable *e, gpointer data)
 
 static void field_activated(GtkEntry *e, gpointer data)
 {
-    gtk_widget_activate_action(GTK_WIDGET(e), "win.predict-row", NULL);
+    gtk_widget_activate_action(GTK_WIDGET(e), "predict.row", NULL);
 }
 
 /* One field per feature column of d's table (the target or label column left out), named by the
  * CSV's header when it had one; a categorical column's field shows its most frequent levels, and
  * a column with a fill value says that an empty field is filled. */
-static void build_fields(struct predict_page *p, const struct nl_dataset *d)
+static void build_fields(NlPredictPage *p, const struct nl_dataset *d)
 {
     GtkWidget *child;
     if (p->fields_for && strcmp(p->fields_for, d->name) == 0)
@@ -379,7 +396,7 @@ static void build_fields(struct predict_page *p, const struct nl_dataset *d)
 /* Puts the values of a pasted or given row into the fields, in order from field from. A row
  * with commas, semicolons or tabs is split at them, an empty value kept as an empty field (a
  * missing value); a row with none of them at runs of spaces. */
-static void spread_row(struct predict_page *p, const char *text, guint from)
+static void spread_row(NlPredictPage *p, const char *text, guint from)
 {
     const gboolean fields = strpbrk(text, ",;\t") != NULL;
     char **v = g_regex_split_simple(fields ? "\\s*[,;\\t]\\s*" : "\\s+", text, 0, 0);
@@ -412,7 +429,7 @@ static void append_field(GString *row, const char *t)
 }
 
 /* The typed text of a text run as one sample; *unknown its words outside the vocabulary. */
-static int text_sample(struct predict_page *p, float *in, int *unknown, struct nl_error *err)
+static int text_sample(NlPredictPage *p, float *in, int *unknown, struct nl_error *err)
 {
     GtkTextBuffer *buf = gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text_view));
     GtkTextIter a, b;
@@ -430,7 +447,7 @@ static int text_sample(struct predict_page *p, float *in, int *unknown, struct n
 /* Predicts with the row in the fields (or the typed text of a text run). A numeric field that
  * is not a number is marked and named; an empty one is filled as the import said, or refused
  * when the import had nothing to fill it with. */
-static void predict_row(struct predict_page *p)
+static void predict_row(NlPredictPage *p)
 {
     struct nl_error err = {0};
     clear_prediction(p);
@@ -443,6 +460,7 @@ static void predict_row(struct predict_page *p)
         return;
     }
     p->row_wanted = FALSE;
+    clear_csv(p);
     float *in = g_new(float, nl_shape_size(p->d->shape));
     gtk_label_set_text(GTK_LABEL(p->verdict), "");
     if (text_mode(p)) {
@@ -516,8 +534,306 @@ static void predict_row(struct predict_page *p)
     gtk_widget_queue_draw(p->bars);
 }
 
+/* ---- A CSV file of rows ---- */
+
+/* One row of a CSV file as predicted: its line, the top class and its probability or a
+ * regression run's value, and the target the row carried (NAN: none). */
+struct csv_result {
+    long line;
+    int cls;
+    float prob;
+    double value, actual;
+};
+
+/* A CSV file predicted on a worker thread, with the thread's own store, model, dataset and
+ * table; owned by its GTask. */
+struct csv_job {
+    char *db_path, *run, *path;
+    struct nl_model *m;
+    struct nl_dataset *d;
+    struct nl_exec *x;
+    float *probs;
+    GArray *rows; /* struct csv_result, the first CSV_SHOWN */
+    long total;   /* rows predicted */
+    char **lines; /* the file's lines, for the table (NULL when it does not read) */
+    guint nlines;
+    GString *warnings;
+    int nwarn;
+    struct nl_error err;
+};
+
+static void csv_job_free(gpointer data)
+{
+    struct csv_job *j = data;
+    g_free(j->db_path);
+    g_free(j->run);
+    g_free(j->path);
+    nl_exec_free(j->x);
+    nl_model_free(j->m);
+    nl_dataset_free(j->d);
+    g_free(j->probs);
+    g_array_unref(j->rows);
+    g_strfreev(j->lines);
+    g_string_free(j->warnings, TRUE);
+    g_free(j);
+}
+
+/* The table's warnings (unseen levels), the first few of them word for word. */
+static void csv_warn(void *ud, const char *msg)
+{
+    struct csv_job *j = ud;
+    if (j->nwarn++ < 3)
+        g_string_append_printf(j->warnings, "%s%s.", j->warnings->len ? "\n" : "", msg);
+}
+
+static int csv_row(void *ud, long line, const float *x, double target)
+{
+    struct csv_job *j = ud;
+    struct nl_rng rng;
+    nl_rng_seed(&rng, 1);
+    const float *y = nl_exec_forward(j->x, j->m->params, x, 1, 0, &rng);
+    struct csv_result r = {.line = line, .actual = target, .value = NAN};
+    if (j->d->regression) {
+        r.value = (double)y[0] * j->d->target_std + j->d->target_mean;
+    } else {
+        nl_softmax(j->probs, y, 1, j->m->nclasses);
+        for (int k = 1; k < j->m->nclasses; k++)
+            if (j->probs[k] > j->probs[r.cls])
+                r.cls = k;
+        r.prob = j->probs[r.cls];
+    }
+    if (j->rows->len < CSV_SHOWN)
+        g_array_append_val(j->rows, r);
+    j->total++;
+    return 0;
+}
+
+static void csv_thread(GTask *task, gpointer source, gpointer data, GCancellable *c)
+{
+    struct csv_job *j = data;
+    struct nl_store *s;
+    struct nl_table *t = NULL;
+    int rc = nl_store_open(&s, j->db_path, &j->err);
+    if (rc == 0) {
+        rc = nl_ui_load_run(s, j->run, &j->m, &j->d, &j->err);
+        nl_store_close(s);
+    }
+    if (rc == 0 && strcmp(j->d->kind, "csv") != 0)
+        rc = nl_error_set(&j->err, NL_EINVAL,
+                          "run “%s” trained on “%s”, which is not a table: a CSV file of rows "
+                          "needs a run on a CSV dataset",
+                          j->run, j->d->name);
+    if (rc == 0)
+        rc = nl_table_open(&t, j->d, csv_warn, j, &j->err);
+    if (rc == 0)
+        rc = nl_exec_new(&j->x, j->m, 1, &j->err);
+    if (rc == 0) {
+        j->probs = g_new(float, (size_t)j->m->nclasses);
+        rc = nl_table_read_csv(t, j->path, csv_row, j, &j->err);
+    }
+    if (rc == 0 && j->total == 0)
+        rc = nl_error_set(&j->err, NL_EINVAL, "%s: no rows to predict", j->path);
+    char *text = NULL;
+    if (rc == 0 && g_file_get_contents(j->path, &text, NULL, NULL)) {
+        j->lines = g_strsplit(text, "\n", -1);
+        j->nlines = g_strv_length(j->lines);
+        g_free(text);
+    }
+    nl_table_free(t);
+    g_task_return_boolean(task, rc == 0);
+}
+
+static void add_csv_cell(NlPredictPage *p, int col, int row, const char *text, float xalign,
+                         const char *css)
+{
+    GtkWidget *l = gtk_label_new(text);
+    gtk_label_set_xalign(GTK_LABEL(l), xalign);
+    if (col == 1) {
+        gtk_label_set_ellipsize(GTK_LABEL(l), PANGO_ELLIPSIZE_END);
+        gtk_label_set_max_width_chars(GTK_LABEL(l), 40);
+        gtk_widget_set_tooltip_text(l, text);
+    }
+    if (css)
+        gtk_widget_add_css_class(l, css);
+    gtk_grid_attach(GTK_GRID(p->csv_table), l, col, row, 1, 1);
+    g_string_append_printf(p->csv_text, "%s%s", col ? "\t" : "", text);
+}
+
+/* The CSV file's table out of the page (a single row's bars come back). */
+static void clear_csv(NlPredictPage *p)
+{
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(p->csv_table)))
+        gtk_grid_remove(GTK_GRID(p->csv_table), child);
+    g_string_truncate(p->csv_text, 0);
+    gtk_widget_set_visible(p->csv_scroll, FALSE);
+    gtk_widget_set_visible(p->bars, TRUE);
+}
+
+static void csv_done(GObject *source, GAsyncResult *res, gpointer data)
+{
+    NlPredictPage *p = NL_PREDICT_PAGE(source);
+    struct csv_job *j = g_task_get_task_data(G_TASK(res));
+    if (gone(p) || !p->csv_loading || strcmp(p->csv_loading, j->path) != 0 || !selected_run(p) ||
+        strcmp(selected_run(p), j->run) != 0)
+        return; /* the window closed, or another file or run was chosen meanwhile */
+    g_free(p->csv_loading);
+    p->csv_loading = NULL;
+    clear_csv(p);
+    char *base = g_path_get_basename(j->path);
+    if (!g_task_propagate_boolean(G_TASK(res), NULL)) {
+        gtk_label_set_text(GTK_LABEL(p->verdict), "");
+        set_note(p, j->err.msg, TRUE);
+        g_free(base);
+        return;
+    }
+    const struct nl_dataset *d = j->d;
+    gboolean actual = FALSE;
+    for (guint i = 0; i < j->rows->len; i++)
+        actual |= isfinite(g_array_index(j->rows, struct csv_result, i).actual);
+    int col = 0;
+    add_csv_cell(p, col++, 0, "Line", 1, "heading");
+    add_csv_cell(p, col++, 0, "Row", 0, "heading");
+    if (actual)
+        add_csv_cell(p, col++, 0, d->regression ? "Actual" : "Actual class", 0, "heading");
+    if (d->regression) {
+        char *h = g_strdup_printf("Predicted %s", d->class_names[0]);
+        add_csv_cell(p, col++, 0, h, 1, "heading");
+        g_free(h);
+    } else {
+        add_csv_cell(p, col++, 0, "Predicted class", 0, "heading");
+        add_csv_cell(p, col++, 0, "Probability", 1, "heading");
+    }
+    g_string_append_c(p->csv_text, '\n');
+    for (guint i = 0; i < j->rows->len; i++) {
+        const struct csv_result *r = &g_array_index(j->rows, struct csv_result, i);
+        char buf[64];
+        const int row = (int)i + 1;
+        col = 0;
+        g_snprintf(buf, sizeof buf, "%ld", r->line);
+        add_csv_cell(p, col++, row, buf, 1, "numeric");
+        char *text = r->line >= 1 && (guint)r->line <= j->nlines
+                         ? g_strchomp(g_strdup(j->lines[r->line - 1]))
+                         : g_strdup("");
+        add_csv_cell(p, col++, row, text, 0, "dim-label");
+        g_free(text);
+        if (actual && d->regression) {
+            g_snprintf(buf, sizeof buf, "%.6g", r->actual);
+            add_csv_cell(p, col++, row, isfinite(r->actual) ? buf : "", 1, "numeric");
+        } else if (actual) {
+            add_csv_cell(p, col++, row, isfinite(r->actual) ? d->class_names[(int)r->actual] : "",
+                         0, NULL);
+        }
+        if (d->regression) {
+            g_snprintf(buf, sizeof buf, "%.6g", r->value);
+            add_csv_cell(p, col++, row, buf, 1, "numeric");
+        } else {
+            add_csv_cell(p, col++, row, d->class_names[r->cls], 0, NULL);
+            g_snprintf(buf, sizeof buf, "%.1f%%", 100.0 * r->prob);
+            add_csv_cell(p, col++, row, buf, 1, "numeric");
+        }
+        g_string_append_c(p->csv_text, '\n');
+    }
+    gtk_widget_set_visible(p->bars, FALSE);
+    gtk_widget_set_visible(p->csv_scroll, TRUE);
+    char *v = j->total > (long)j->rows->len
+                  ? g_strdup_printf("%ld rows of %s predicted (the first %u shown)", j->total, base,
+                                    j->rows->len)
+                  : g_strdup_printf("%ld row%s of %s predicted", j->total, j->total == 1 ? "" : "s",
+                                    base);
+    gtk_label_set_text(GTK_LABEL(p->verdict), v);
+    g_free(v);
+    GString *t = g_string_new(NULL);
+    g_string_printf(t, "Each row preprocessed as the import of “%s” did.", d->name);
+    if (j->warnings->len)
+        g_string_append_printf(t, "\n%s", j->warnings->str);
+    if (j->nwarn > 3)
+        g_string_append_printf(t, "\n(%d more such warnings)", j->nwarn - 3);
+    set_note(p, t->str, j->nwarn > 0);
+    g_string_free(t, TRUE);
+    g_free(base);
+}
+
+/* Predicts every row of the CSV file at path with the selected run, on a worker thread. */
+static void predict_csv(NlPredictPage *p, const char *path)
+{
+    const char *run = selected_run(p);
+    clear_prediction(p);
+    clear_csv(p);
+    if (!run || !row_mode(p) || text_mode(p)) {
+        gtk_label_set_text(GTK_LABEL(p->verdict), "");
+        set_note(p, "Choose a run trained on a CSV dataset to predict a file of rows.", TRUE);
+        return;
+    }
+    struct csv_job *j = g_new0(struct csv_job, 1);
+    j->db_path = g_strdup(p->win->db_path);
+    j->run = g_strdup(run);
+    j->path = g_strdup(path);
+    j->rows = g_array_new(FALSE, FALSE, sizeof(struct csv_result));
+    j->warnings = g_string_new(NULL);
+    g_free(p->csv_loading);
+    p->csv_loading = g_strdup(path);
+    char *base = g_path_get_basename(path);
+    char *v = g_strdup_printf("Predicting the rows of %s…", base);
+    gtk_label_set_text(GTK_LABEL(p->verdict), v);
+    g_free(v);
+    g_free(base);
+    set_note(p, NULL, FALSE);
+    GTask *task = g_task_new(p, NULL, csv_done, NULL);
+    g_task_set_task_data(task, j, csv_job_free);
+    g_task_run_in_thread(task, csv_thread);
+    g_object_unref(task);
+}
+
+/* predict.csv (path): predicts every row of a CSV file with the selected run. */
+static void predict_csv_action(GtkWidget *widget, const char *action, GVariant *param)
+{
+    NlPredictPage *p = NL_PREDICT_PAGE(widget);
+    gtk_stack_set_visible_child_name(p->win->stack, "predict");
+    predict_csv(p, g_variant_get_string(param, NULL));
+}
+
+static void csv_chooser_response(GtkNativeDialog *dialog, int response, gpointer data)
+{
+    NlPredictPage *p = data;
+    if (response == GTK_RESPONSE_ACCEPT) {
+        GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
+        char *path = f ? g_file_get_path(f) : NULL;
+        if (path)
+            predict_csv(p, path);
+        g_free(path);
+        if (f)
+            g_object_unref(f);
+    }
+    g_object_unref(dialog);
+}
+
+/* predict.csv-open: asks for a CSV file of rows, then predicts them. */
+static void predict_csv_open(GtkWidget *widget, const char *action, GVariant *param)
+{
+    NlPredictPage *p = NL_PREDICT_PAGE(widget);
+    GtkFileChooserNative *d =
+        gtk_file_chooser_native_new("Open a CSV File of Rows", GTK_WINDOW(p->win),
+                                    GTK_FILE_CHOOSER_ACTION_OPEN, "_Open", "_Cancel");
+    GtkFileFilter *csv = gtk_file_filter_new();
+    gtk_file_filter_set_name(csv, "CSV files");
+    gtk_file_filter_add_mime_type(csv, "text/csv");
+    gtk_file_filter_add_pattern(csv, "*.csv");
+    gtk_file_filter_add_pattern(csv, "*.tsv");
+    gtk_file_filter_add_pattern(csv, "*.txt");
+    gtk_file_chooser_add_filter(GTK_FILE_CHOOSER(d), csv);
+    g_object_unref(csv);
+    g_signal_connect(d, "response", G_CALLBACK(csv_chooser_response), p);
+    gtk_native_dialog_show(GTK_NATIVE_DIALOG(d));
+}
+
+const char *predict_page_csv_table(NlPredictPage *p)
+{
+    return gtk_widget_get_visible(p->csv_scroll) ? p->csv_text->str : NULL;
+}
+
 /* What the picker's run trained on, and which input the page offers for it. */
-static void update_mode(struct predict_page *p)
+static void update_mode(NlPredictPage *p)
 {
     const struct choice *c = selected_choice(p);
     const gboolean row = row_mode(p), text = text_mode(p);
@@ -554,7 +870,7 @@ static void update_mode(struct predict_page *p)
         load_model(p, c->name);
 }
 
-static void predict(struct predict_page *p)
+static void predict(NlPredictPage *p)
 {
     struct nl_error err = {0};
     const char *run = selected_run(p);
@@ -565,6 +881,7 @@ static void predict(struct predict_page *p)
         return;
     }
     clear_prediction(p);
+    clear_csv(p);
     if (!p->path)
         return;
     if (!run) {
@@ -589,7 +906,7 @@ static void predict(struct predict_page *p)
     gtk_widget_queue_draw(p->bars);
 }
 
-static void set_file(struct predict_page *p, const char *path)
+static void set_file(NlPredictPage *p, const char *path)
 {
     g_free(p->path);
     p->path = g_strdup(path);
@@ -610,17 +927,17 @@ static void set_file(struct predict_page *p, const char *path)
     predict(p);
 }
 
-/* win.predict-file (path) */
-static void predict_file(GSimpleAction *a, GVariant *param, gpointer data)
+/* predict.file (path) */
+static void predict_file(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(widget);
     gtk_stack_set_visible_child_name(p->win->stack, "predict");
     set_file(p, g_variant_get_string(param, NULL));
 }
 
 static void chooser_response(GtkNativeDialog *dialog, int response, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     if (response == GTK_RESPONSE_ACCEPT) {
         GFile *f = gtk_file_chooser_get_file(GTK_FILE_CHOOSER(dialog));
         char *path = g_file_get_path(f);
@@ -632,9 +949,9 @@ static void chooser_response(GtkNativeDialog *dialog, int response, gpointer dat
     g_object_unref(dialog);
 }
 
-static void predict_open(GSimpleAction *a, GVariant *param, gpointer data)
+static void predict_open(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(widget);
     gtk_stack_set_visible_child_name(p->win->stack, "predict");
     GtkFileChooserNative *d = gtk_file_chooser_native_new(
         "Open Image", GTK_WINDOW(p->win), GTK_FILE_CHOOSER_ACTION_OPEN, "_Open", "_Cancel");
@@ -650,7 +967,7 @@ static void predict_open(GSimpleAction *a, GVariant *param, gpointer data)
 
 static gboolean on_drop(GtkDropTarget *t, const GValue *value, double x, double y, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     GFile *f = g_value_get_object(value);
     char *path = f ? g_file_get_path(f) : NULL;
     if (!path)
@@ -662,7 +979,7 @@ static gboolean on_drop(GtkDropTarget *t, const GValue *value, double x, double 
 
 static void draw_bars(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     if (p->n == 0)
         return;
     struct chart_bars b = {.n = p->n,
@@ -675,24 +992,25 @@ static void draw_bars(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer 
 
 static void run_changed(GObject *dd, GParamSpec *ps, gpointer data)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = data;
     if (p->refreshing)
         return;
+    clear_csv(p);
     update_mode(p);
     predict(p);
 }
 
-/* win.predict-row: classifies the row typed in the fields. */
-static void predict_row_action(GSimpleAction *a, GVariant *param, gpointer data)
+/* predict.row: classifies the row typed in the fields. */
+static void predict_row_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    predict_row(data);
+    predict_row(NL_PREDICT_PAGE(widget));
 }
 
-/* win.predict-values (row): puts a row's values (comma-, tab- or space-separated) in the fields
+/* predict.values (row): puts a row's values (comma-, tab- or space-separated) in the fields
  * and classifies it. */
-static void predict_values_action(GSimpleAction *a, GVariant *param, gpointer data)
+static void predict_values_action(GtkWidget *widget, const char *action, GVariant *param)
 {
-    struct predict_page *p = data;
+    NlPredictPage *p = NL_PREDICT_PAGE(widget);
     gtk_stack_set_visible_child_name(p->win->stack, "predict");
     if (text_mode(p))
         gtk_text_buffer_set_text(gtk_text_view_get_buffer(GTK_TEXT_VIEW(p->text_view)),
@@ -707,35 +1025,35 @@ static void predict_values_action(GSimpleAction *a, GVariant *param, gpointer da
     predict_row(p);
 }
 
-const char *predict_page_note(struct predict_page *p)
+const char *predict_page_note(NlPredictPage *p)
 {
     return gtk_label_get_text(GTK_LABEL(p->note));
 }
 
-const char *predict_page_run_label(struct predict_page *p, guint i)
+const char *predict_page_run_label(NlPredictPage *p, guint i)
 {
     return i < g_list_model_get_n_items(G_LIST_MODEL(p->names))
                ? gtk_string_list_get_string(p->names, i)
                : NULL;
 }
 
-int predict_page_fields(struct predict_page *p)
+int predict_page_fields(NlPredictPage *p)
 {
     return row_mode(p) && gtk_widget_get_visible(p->row_box) ? (int)p->fields->len : 0;
 }
 
-gboolean predict_page_takes_text(struct predict_page *p)
+gboolean predict_page_takes_text(NlPredictPage *p)
 {
     return text_mode(p) && gtk_widget_get_visible(p->text_box);
 }
 
 /* The runs that have a checkpoint, newest first. */
-const char *predict_page_top(struct predict_page *p)
+const char *predict_page_top(NlPredictPage *p)
 {
     return p->n > 0 ? p->labels[0] : p->value;
 }
 
-void predict_page_refresh(struct predict_page *p)
+void predict_page_refresh(NlPredictPage *p)
 {
     struct nl_run_info *list;
     struct nl_error err = {0};
@@ -809,62 +1127,45 @@ static void choice_free(gpointer data)
     g_free(c);
 }
 
-struct predict_page *predict_page_new(NlWindow *w, GtkWidget **root)
+G_DEFINE_FINAL_TYPE(NlPredictPage, nl_predict_page, GTK_TYPE_WIDGET)
+
+static void nl_predict_page_init(NlPredictPage *p)
 {
-    struct predict_page *p = g_new0(struct predict_page, 1);
-    GtkBuilder *b = nl_page_builder("predict-page");
-    p->win = w;
-#define GET(x) p->x = GTK_WIDGET(gtk_builder_get_object(b, #x))
-    GET(runs);
-    GET(drop_area);
-    GET(picture);
-    GET(file);
-    GET(verdict);
-    GET(bars);
-    GET(open);
-    GET(run_info);
-    GET(row_box);
-    GET(row_fields);
-    GET(image_box);
-    GET(note);
-    GET(text_box);
-    GET(text_view);
-#undef GET
+    gtk_widget_init_template(GTK_WIDGET(p));
     p->warnings = g_string_new(NULL);
+    p->csv_text = g_string_new(NULL);
     p->choices = g_ptr_array_new_with_free_func(choice_free);
     p->fields = g_ptr_array_new();
-    *root = g_object_ref(GTK_WIDGET(gtk_builder_get_object(b, "page")));
-    g_object_unref(b);
     p->names = gtk_string_list_new(NULL);
     gtk_drop_down_set_model(GTK_DROP_DOWN(p->runs), G_LIST_MODEL(p->names));
     g_object_unref(p->names);
-
-    static const GActionEntry actions[] = {
-        {.name = "predict-file", .activate = predict_file, .parameter_type = "s"},
-        {.name = "predict-open", .activate = predict_open},
-        {.name = "predict-row", .activate = predict_row_action},
-        {.name = "predict-values", .activate = predict_values_action, .parameter_type = "s"},
-    };
-    g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), p);
     GtkDropTarget *drop = gtk_drop_target_new(G_TYPE_FILE, GDK_ACTION_COPY);
     g_signal_connect(drop, "drop", G_CALLBACK(on_drop), p);
     gtk_widget_add_controller(p->drop_area, GTK_EVENT_CONTROLLER(drop));
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->bars), draw_bars, p, NULL);
     g_signal_connect(p->runs, "notify::selected", G_CALLBACK(run_changed), p);
-    predict_page_refresh(p);
-    return p;
 }
 
-void predict_page_free(struct predict_page *p)
+static void nl_predict_page_dispose(GObject *obj)
 {
-    if (!p)
-        return;
+    GtkWidget *child;
+    while ((child = gtk_widget_get_first_child(GTK_WIDGET(obj))))
+        gtk_widget_unparent(child);
+    gtk_widget_dispose_template(GTK_WIDGET(obj), NL_TYPE_PREDICT_PAGE);
+    G_OBJECT_CLASS(nl_predict_page_parent_class)->dispose(obj);
+}
+
+static void nl_predict_page_finalize(GObject *obj)
+{
+    NlPredictPage *p = NL_PREDICT_PAGE(obj);
     for (int i = 0; i < TOP; i++)
         g_free(p->labels[i]);
     nl_model_free(p->m);
     nl_dataset_free(p->d);
     nl_table_free(p->table);
     g_string_free(p->warnings, TRUE);
+    g_string_free(p->csv_text, TRUE);
+    g_free(p->csv_loading);
     g_free(p->value);
     g_free(p->pending);
     g_free(p->run);
@@ -873,5 +1174,48 @@ void predict_page_free(struct predict_page *p)
     g_free(p->fields_for);
     g_ptr_array_unref(p->fields);
     g_ptr_array_unref(p->choices);
-    g_free(p);
+    G_OBJECT_CLASS(nl_predict_page_parent_class)->finalize(obj);
+}
+
+static void nl_predict_page_class_init(NlPredictPageClass *klass)
+{
+    GtkWidgetClass *wc = GTK_WIDGET_CLASS(klass);
+    G_OBJECT_CLASS(klass)->dispose = nl_predict_page_dispose;
+    G_OBJECT_CLASS(klass)->finalize = nl_predict_page_finalize;
+    nl_page_class_set_info(wc, "predict", "Predict", "image-x-generic-symbolic");
+    nl_page_class_add_shortcut(wc, "<Control>o", "predict.open");
+    gtk_widget_class_set_layout_manager_type(wc, GTK_TYPE_BIN_LAYOUT);
+    gtk_widget_class_set_template_from_resource(wc, "/org/nnlab/Nnlab/predict-page.ui");
+#define BIND(x) gtk_widget_class_bind_template_child(wc, NlPredictPage, x)
+    BIND(runs);
+    BIND(drop_area);
+    BIND(picture);
+    BIND(file);
+    BIND(verdict);
+    BIND(bars);
+    BIND(open);
+    BIND(run_info);
+    BIND(row_box);
+    BIND(row_fields);
+    BIND(image_box);
+    BIND(note);
+    BIND(text_box);
+    BIND(text_view);
+    BIND(csv_scroll);
+    BIND(csv_table);
+#undef BIND
+    gtk_widget_class_install_action(wc, "predict.file", "s", predict_file);
+    gtk_widget_class_install_action(wc, "predict.open", NULL, predict_open);
+    gtk_widget_class_install_action(wc, "predict.row", NULL, predict_row_action);
+    gtk_widget_class_install_action(wc, "predict.values", "s", predict_values_action);
+    gtk_widget_class_install_action(wc, "predict.csv", "s", predict_csv_action);
+    gtk_widget_class_install_action(wc, "predict.csv-open", NULL, predict_csv_open);
+}
+
+NlPredictPage *nl_predict_page_new(NlWindow *w)
+{
+    NlPredictPage *p = g_object_ref_sink(g_object_new(NL_TYPE_PREDICT_PAGE, NULL));
+    p->win = w;
+    predict_page_refresh(p);
+    return p;
 }

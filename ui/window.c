@@ -15,6 +15,18 @@ GtkBuilder *nl_page_builder(const char *name)
     return gtk_builder_new_from_resource(path);
 }
 
+void nl_page_set_enabled(GtkWidget *page, const char *action, gboolean enabled)
+{
+    gtk_widget_action_set_enabled(page, action, enabled);
+    g_object_set_data_full(G_OBJECT(page), action, g_strdup(enabled ? "1" : "0"), g_free);
+}
+
+gboolean nl_page_action_enabled(GtkWidget *page, const char *action)
+{
+    const char *on = g_object_get_data(G_OBJECT(page), action);
+    return !on || on[0] == '1';
+}
+
 struct chart_rgb nl_window_fg(GtkWidget *widget)
 {
     GdkRGBA c;
@@ -217,6 +229,95 @@ static gboolean on_close_request(GtkWindow *win, gpointer data)
     return TRUE;
 }
 
+/* ---- Pages that are widgets of their own ----
+ * A page type says in its class_init what it is to the window (nl_page_class_set_info: its name
+ * in the stack, title and icon in the sidebar) and which of its actions have shortcuts that work
+ * from any page (nl_page_class_add_shortcut; a page's actions are reached from inside it only,
+ * so the window's shortcut controller shows the page and activates the action there). The window
+ * adds a page with nl_window_add_page and asks the page nothing else. */
+
+struct page_shortcut {
+    const char *accel, *action;
+    struct page_shortcut *next;
+};
+
+struct page_info {
+    const char *name, *title, *icon;
+    struct page_shortcut *shortcuts;
+};
+
+static GQuark page_info_quark(void)
+{
+    return g_quark_from_static_string("nl-page-info");
+}
+
+static struct page_info *page_info_of(GType type, gboolean create)
+{
+    struct page_info *pi = g_type_get_qdata(type, page_info_quark());
+    if (!pi && create) {
+        pi = g_new0(struct page_info, 1); /* lives as long as the type */
+        g_type_set_qdata(type, page_info_quark(), pi);
+    }
+    return pi;
+}
+
+void nl_page_class_set_info(GtkWidgetClass *wc, const char *name, const char *title,
+                            const char *icon)
+{
+    struct page_info *pi = page_info_of(G_TYPE_FROM_CLASS(wc), TRUE);
+    pi->name = name;
+    pi->title = title;
+    pi->icon = icon;
+}
+
+void nl_page_class_add_shortcut(GtkWidgetClass *wc, const char *accel, const char *action)
+{
+    struct page_info *pi = page_info_of(G_TYPE_FROM_CLASS(wc), TRUE);
+    struct page_shortcut *s = g_new0(struct page_shortcut, 1); /* as long as the type */
+    s->accel = accel;
+    s->action = action;
+    s->next = pi->shortcuts;
+    pi->shortcuts = s;
+}
+
+/* A page's shortcut: shows the page and activates its action there. */
+struct shortcut_target {
+    GtkWidget *page; /* held by the window's stack, as the controller is by the window */
+    const char *action;
+};
+
+static gboolean page_shortcut(GtkWidget *widget, GVariant *args, gpointer data)
+{
+    NlWindow *w = NL_WINDOW(widget);
+    const struct shortcut_target *t = data;
+    gtk_stack_set_visible_child(w->stack, t->page);
+    return gtk_widget_activate_action(t->page, t->action, NULL);
+}
+
+void nl_window_add_page(NlWindow *w, GtkWidget *page)
+{
+    const struct page_info *pi = page_info_of(G_OBJECT_TYPE(page), FALSE);
+    g_return_if_fail(pi != NULL && pi->name != NULL);
+    GtkStackPage *sp = gtk_stack_add_titled(w->stack, page, pi->name, pi->title);
+    gtk_stack_page_set_icon_name(sp, pi->icon);
+    if (!w->page_keys) {
+        w->page_keys = gtk_shortcut_controller_new();
+        gtk_shortcut_controller_set_scope(GTK_SHORTCUT_CONTROLLER(w->page_keys),
+                                          GTK_SHORTCUT_SCOPE_GLOBAL);
+        gtk_event_controller_set_propagation_phase(w->page_keys, GTK_PHASE_CAPTURE);
+        gtk_widget_add_controller(GTK_WIDGET(w), w->page_keys);
+    }
+    for (const struct page_shortcut *s = pi->shortcuts; s; s = s->next) {
+        struct shortcut_target *t = g_new(struct shortcut_target, 1);
+        t->page = page;
+        t->action = s->action;
+        gtk_shortcut_controller_add_shortcut(
+            GTK_SHORTCUT_CONTROLLER(w->page_keys),
+            gtk_shortcut_new(gtk_shortcut_trigger_parse_string(s->accel),
+                             gtk_callback_action_new(page_shortcut, t, g_free)));
+    }
+}
+
 static void add_page(NlWindow *w, GtkWidget *child, const char *name, const char *title,
                      const char *icon)
 {
@@ -242,6 +343,11 @@ static void nl_window_dispose(GObject *obj)
         w->toast_timer = 0;
     }
     gtk_widget_dispose_template(GTK_WIDGET(w), NL_TYPE_WINDOW);
+    /* The pages that are widgets went with the stack. */
+    w->datasets = NULL;
+    w->model = NULL;
+    w->runs = NULL;
+    w->predict = NULL;
     G_OBJECT_CLASS(nl_window_parent_class)->dispose(obj);
 }
 
@@ -249,10 +355,6 @@ static void nl_window_finalize(GObject *obj)
 {
     NlWindow *w = NL_WINDOW(obj);
     /* The pages' widgets are gone with the window; their state goes here. */
-    datasets_page_free(w->datasets);
-    model_page_free(w->model);
-    runs_page_free(w->runs);
-    predict_page_free(w->predict);
     nl_dataset_free(w->data);
     nl_store_close(w->store);
     g_free(w->db_path);
@@ -296,18 +398,22 @@ NlWindow *nl_window_new(GtkApplication *app, const char *db_path)
     g_action_map_add_action_entries(G_ACTION_MAP(w), actions, G_N_ELEMENTS(actions), w);
     g_signal_connect(w, "close-request", G_CALLBACK(on_close_request), NULL);
 
-    GtkWidget *root;
-    w->datasets = datasets_page_new(w, &root);
-    add_page(w, root, "datasets", "Datasets", "folder-pictures-symbolic");
-    w->model = model_page_new(w, &root);
-    add_page(w, root, "model", "Model", "view-list-symbolic");
+    w->datasets = nl_datasets_page_new(w);
+    nl_window_add_page(w, GTK_WIDGET(w->datasets));
+    w->model = nl_model_page_new(w);
+    nl_window_add_page(w, GTK_WIDGET(w->model));
     w->train = train_page_new(w);
     add_page(w, GTK_WIDGET(g_object_ref_sink(w->train)), "train", "Train",
              "media-playback-start-symbolic");
-    w->runs = runs_page_new(w, &root);
-    add_page(w, root, "runs", "Runs", "document-open-recent-symbolic");
-    w->predict = predict_page_new(w, &root);
-    add_page(w, root, "predict", "Predict", "image-x-generic-symbolic");
+    w->runs = nl_runs_page_new(w);
+    nl_window_add_page(w, GTK_WIDGET(w->runs));
+    w->predict = nl_predict_page_new(w);
+    nl_window_add_page(w, GTK_WIDGET(w->predict));
+    /* The pages hold their own references until the stack took them. */
+    g_object_unref(w->datasets);
+    g_object_unref(w->model);
+    g_object_unref(w->runs);
+    g_object_unref(w->predict);
 
     datasets_page_refresh(w->datasets);
     nl_window_update_subtitle(w);
