@@ -377,6 +377,58 @@ static void check_kill(void)
     like(out, "\"event\":\"done\"", "and finishes");
 }
 
+/* A regression table (a linear function of two numbers and a category, with noise) under --mpi:
+ * the driver validates and tests as the SSH driver does (net/follow.c), so the run records R2,
+ * MAE and RMSE; 2 ranks follow 1 rank's loss curve, and the test R2 is a local run's within
+ * 0.02 (a local run shuffles its data in another order). */
+static void check_regression(void)
+{
+    char csv[1 << 15];
+    size_t len = (size_t)snprintf(csv, sizeof csv, "a,b,kind,y\n");
+    for (int i = 0; i < 500; i++) {
+        const double a = (i * 37 % 101) / 50.0 - 1.0, b = (i * 53 % 97) / 48.0 - 1.0;
+        const double noise = ((i * 7919 % 1000) / 1000.0 - 0.5) * 0.4;
+        len += (size_t)snprintf(csv + len, sizeof csv - len, "%.4f,%.4f,%s,%.4f\n", a, b,
+                                i % 3 ? "p" : "q", 3 * a - 2 * b + (i % 3 ? 1 : -1) + noise);
+    }
+    sshd_write(sd.dir, "reg.csv", csv);
+    is_int(nnlab("import reg '%s/reg.csv' --task regression --val 0.1 --test 0.2", sd.dir), 0,
+           "a regression table: %s", errtext);
+    double r1[3] = {0}, r2[3] = {0}, test[3] = {NAN, NAN, NAN};
+    char args[1024];
+    for (int n = 0; n <= 2; n++) {
+        snprintf(args, sizeof args,
+                 "--json train --data reg --model '%s/spec' --epochs 3 --batch 32 --seed 3 "
+                 "--threads 1 --optim adam --lr 0.01 --loss huber --name reg%d%s",
+                 sd.dir, n, n ? " --mpi" : "");
+        is_int(n ? mpi(n, "%s", args) : nnlab("%s", args), 0, "regression %s: %s",
+               n == 0   ? "locally"
+               : n == 1 ? "on 1 rank"
+                        : "on 2 ranks",
+               errtext);
+        if (n == 1)
+            losses(r1, 3);
+        if (n == 2)
+            losses(r2, 3);
+        const char *t = strstr(out, "\"test_r2\":");
+        test[n] = t ? strtod(t + 10, NULL) : NAN;
+    }
+    like(out, "\"val_r2\":", "an MPI regression run reports validation R2");
+    like(out, "\"test_mae\":", "and the test MAE");
+    ok(r1[0] > 0 && fabs(r2[0] - r1[0]) < 1e-4 && fabs(r2[2] - r1[2]) < 1e-4,
+       "2 ranks follow 1 on a regression table (%.6f %.6f vs %.6f %.6f)", r2[0], r2[2], r1[0],
+       r1[2]);
+    ok(test[0] > 0.9 && fabs(test[1] - test[0]) < 0.02 && fabs(test[2] - test[0]) < 0.02,
+       "the ranks' test R2 is the local run's within 0.02 (%.4f, %.4f; local %.4f)", test[1],
+       test[2], test[0]);
+    ok(sshd_db_int(&sd, "SELECT COUNT(*) FROM epochs WHERE run = (SELECT id FROM runs WHERE "
+                        "name = 'reg2') AND val_mae IS NOT NULL") == 3,
+       "each epoch of the 2-rank run stores its validation MAE");
+    is_int(nnlab("--json runs reg2"), 0, "runs shows the 2-rank run");
+    ok(strstr(out, "\"task\":\"regression\"") && strstr(out, "\"test_r2\":0."),
+       "as a regression run with its test R2: %.300s", out);
+}
+
 static void check_misconfigurations(void)
 {
     is_int(nnlab("%s --mpi", train_args("alone", 1)) != 0, 1, "--mpi outside a launcher fails");
@@ -459,6 +511,7 @@ int main(void)
     check_ssh_identical();
     check_resume();
     check_kill();
+    check_regression();
     check_misconfigurations();
     sshd_stop(&sd);
     return done_testing();
