@@ -198,6 +198,19 @@ static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *
 }
 #endif
 
+#if NNLAB_HAVE_MPI
+/* Under an MPI launcher SIGTERM is the launcher ending the job (a rank died, or the job was
+ * cancelled): rank 0 records the run as failed, not stopped (include/nnlab/mpi.h). */
+static volatile sig_atomic_t mpi_terminated;
+
+static void on_mpi_term(int sig)
+{
+    (void)sig;
+    mpi_terminated = 1;
+    interrupted = 1;
+}
+#endif
+
 /* Trains the session's model, locally or on the hosts of ca when it is a cluster run, showing its
  * progress; then finishes its record (done, stopped or failed) and reports. Frees s. */
 static int train_and_finish(struct nl_session *s, const struct cluster_args *ca)
@@ -214,8 +227,10 @@ static int train_and_finish(struct nl_session *s, const struct cluster_args *ca)
         rc = nl_train(s->model, s->data, &s->opts, &hooks, &s->res, &err);
     } else if (ca->mpi) {
 #if NNLAB_HAVE_MPI
-        const struct nl_mpi_opts mo = {
-            .bf16 = ca->bf16, .heartbeat_ms = ca->heartbeat_ms, .stop = &interrupted};
+        const struct nl_mpi_opts mo = {.bf16 = ca->bf16,
+                                       .heartbeat_ms = ca->heartbeat_ms,
+                                       .stop = &interrupted,
+                                       .terminated = &mpi_terminated};
         nworkers = nl_mpi_size(ca->mp);
         stats = nl_calloc((size_t)nworkers, sizeof *stats);
         rc = stats ? nl_mpi_train(ca->mp, &mo, s->model, s->data, &s->opts, &hooks, &s->res, stats,
@@ -663,8 +678,13 @@ static int mpi_begin(struct train_cmd *t, int *status)
         t->ca.mp = NULL;
         return 1;
     }
-    if (nl_mpi_rank(t->ca.mp) == 0)
+    if (nl_mpi_rank(t->ca.mp) == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_mpi_term;
+        sigaction(SIGTERM, &sa, NULL);
         return 0;
+    }
     rc = nl_mpi_member(t->ca.mp, &err);
     *status = rc < 0 && rc != NL_ECANCELED ? fail(&err) : EXIT_OK;
     nl_mpi_end(t->ca.mp, rc < 0);

@@ -572,6 +572,12 @@ static int follow(struct mrun *run, struct nl_error *err)
         int rc = nl_follow_emit(&run->f, 0, err);
         if (rc < 0)
             return rc;
+        if (run->mo->terminated && *run->mo->terminated)
+            return nl_error_set(err, NL_EIO,
+                                "the MPI launcher ended the job during epoch %d (SIGTERM): a "
+                                "rank died, or the job was cancelled or ran out of time; resume "
+                                "it with train --resume RUN --mpi",
+                                run->f.epochs_done + 1);
         if (run->mo->stop && *run->mo->stop)
             return nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d",
                                 run->f.epochs_done + 1);
