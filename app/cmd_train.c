@@ -43,6 +43,7 @@ enum {
     OPT_FEATURE_CACHE,
     OPT_FEATURE_CACHE_LIMIT,
     OPT_MPI,
+    OPT_MPI_EXCHANGE,
 };
 
 /* The frozen-feature cache (include/nnlab/trainer.h): on or off, and the MiB it may hold in
@@ -533,6 +534,7 @@ static const struct option train_opts[] = {
     {"feature-cache", required_argument, NULL, OPT_FEATURE_CACHE},
     {"feature-cache-limit", required_argument, NULL, OPT_FEATURE_CACHE_LIMIT},
     {"mpi", no_argument, NULL, OPT_MPI},
+    {"mpi-exchange", required_argument, NULL, OPT_MPI_EXCHANGE},
     {NULL, 0, NULL, 0},
 };
 
@@ -633,6 +635,10 @@ static int train_cmd_opt(struct train_cmd *t, int c)
         t->ca.insecure_plaintext = 1;
     } else if (c == OPT_MPI) {
         t->ca.mpi = 1;
+    } else if (c == OPT_MPI_EXCHANGE) {
+        if (strcmp(optarg, "p2p") != 0 && strcmp(optarg, "collective") != 0)
+            return usage_error("train", "--mpi-exchange %s: want p2p or collective", optarg);
+        t->ca.mpi_exchange = strcmp(optarg, "collective") == 0 ? 2 : 1;
     } else {
         return parse_train_opt("train", c, &t->a);
     }
@@ -643,6 +649,8 @@ static int train_cmd_opt(struct train_cmd *t, int c)
 static int mpi_parse_check(const struct train_cmd *t)
 {
     const struct cluster_args *ca = &t->ca;
+    if (!ca->mpi && ca->mpi_exchange)
+        return usage_error("train", "--mpi-exchange goes with --mpi");
     if (!ca->mpi)
         return 0;
 #if !NNLAB_HAVE_MPI
@@ -657,6 +665,9 @@ static int mpi_parse_check(const struct train_cmd *t)
     if (t->a.o.on_nan != NL_ON_NAN_STOP)
         return usage_error("train", "--on-nan skip-batch runs on one machine only; a cluster run "
                                     "stops on a non-finite loss");
+    if (ca->mpi_exchange == 2 && ca->bf16)
+        return usage_error("train", "--mpi-exchange collective sums fp32 gradients: it does not "
+                                    "go with --compress bf16");
     return 0;
 #endif
 }
@@ -675,6 +686,14 @@ static int mpi_begin(struct train_cmd *t, int *status)
         else
             *status = EXIT_FAILURE;
         nl_mpi_end(t->ca.mp, 0);
+        t->ca.mp = NULL;
+        return 1;
+    }
+    /* Every rank read the same command line; nl_mpi_set_exchange checks that they agree. */
+    rc = nl_mpi_set_exchange(t->ca.mp, t->ca.mpi_exchange == 2, &err);
+    if (rc < 0) {
+        *status = nl_mpi_rank(t->ca.mp) == 0 ? fail(&err) : EXIT_FAILURE;
+        nl_mpi_end(t->ca.mp, 1);
         t->ca.mp = NULL;
         return 1;
     }
@@ -721,7 +740,8 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
         if (c != 'e' && c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY &&
             c != '?' && !(c >= OPT_HOSTS && c <= OPT_COMPRESS) && c != OPT_HEARTBEAT &&
             c != OPT_MAX_RESTARTS && c != OPT_INSECURE_PLAINTEXT && c != OPT_FEATURE_CACHE &&
-            c != OPT_FEATURE_CACHE_LIMIT && c != OPT_MPI && !t->setting && li >= 0)
+            c != OPT_FEATURE_CACHE_LIMIT && c != OPT_MPI && c != OPT_MPI_EXCHANGE && !t->setting &&
+            li >= 0)
             t->setting = train_opts[li].name;
         li = -1;
         rc = train_cmd_opt(t, c);

@@ -61,6 +61,7 @@ struct nl_mpi {
     char (*name)[RANK_NAME_MAX]; /* (size) */
     const char **names;          /* (size) pointers into name */
     int hb_ms;
+    int collective; /* the exchange's form (nl_mpi_set_exchange) */
     /* Rank 0: its member's thread, and the driver's heartbeat thread. */
     pthread_t member, beat;
     int member_started, beat_started;
@@ -232,6 +233,24 @@ int nl_mpi_start(struct nl_mpi **out, const char *version, struct nl_error *err)
     return 0;
 }
 
+int nl_mpi_set_exchange(struct nl_mpi *mp, int collective, struct nl_error *err)
+{
+    int *all = nl_calloc((size_t)mp->size, sizeof *all);
+    if (!all)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %d ranks", mp->size);
+    int mrc = MPI_Allgather(&collective, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+    int rc = mrc == MPI_SUCCESS ? 0 : mpi_err(err, "agreeing on the exchange", mrc);
+    for (int r = 1; rc == 0 && r < mp->size; r++)
+        if (all[r] != all[0])
+            rc = nl_error_set(err, NL_EINVAL,
+                              "%s has --mpi-exchange %s, rank 0 %s: every rank must have the same",
+                              mp->names[r], all[r] ? "collective" : "p2p",
+                              all[0] ? "collective" : "p2p");
+    nl_free(all);
+    mp->collective = collective;
+    return rc;
+}
+
 /* A call on the links begins (0) or is refused because they are closing. */
 static int enter(struct nl_error *err)
 {
@@ -345,7 +364,7 @@ static int link_transport(void *ud, int rank, int size, struct nl_transport **ou
         return nl_error_set(err, NL_EFORMAT,
                             "the driver made this rank member %d of %d, MPI rank %d of %d", rank,
                             size, mp->rank, mp->size);
-    return nl_transport_mpi_new(out, mp->data, mp->names, mp->hb_ms, err);
+    return nl_transport_mpi_new(out, mp->data, mp->names, mp->hb_ms, mp->collective, err);
 }
 
 /* A member's own error, for the driver to report: FAULT with the steps it knows of as 0. */
@@ -738,6 +757,12 @@ int nl_mpi_train(struct nl_mpi *mp, const struct nl_mpi_opts *mo, struct nl_mode
     if (rc < 0)
         goto out;
     mp->hb_ms = mo->heartbeat_ms > 0 ? mo->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
+    if (mp->collective && mo->bf16) {
+        rc = nl_error_set(err, NL_EINVAL,
+                          "--mpi-exchange collective sums fp32 gradients: this run exchanges bf16 "
+                          "(--compress none turns it off)");
+        goto out;
+    }
     frozen = frozen_names(m);
     members = nl_calloc((size_t)run.n, sizeof *members);
     if (!frozen || !members) {

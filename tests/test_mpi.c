@@ -394,6 +394,45 @@ static void check_kill(void)
     like(out, "\"event\":\"done\"", "and finishes");
 }
 
+/* --mpi-exchange collective: MPI_Ireduce_scatter and MPI_Iallgatherv sum in MPI's order, so the
+ * loss curve is p2p's within float rounding (not bit-identical), on 3 ranks, synchronous and
+ * with --clip-norm (the norms gathered too); each rank accounts for the bytes the frames would
+ * carry. bf16 does not go with it. */
+static void check_collective(const double *base, long iters, double tbytes)
+{
+    double p2p[EPOCHS], coll[EPOCHS], clip[2][EPOCHS];
+    unsigned long long b[4];
+    is_int(mpi(3, "%s --mpi --mpi-exchange p2p", train_args("p2p3", EPOCHS)), 0,
+           "3 ranks, --mpi-exchange p2p: %s", errtext);
+    const int np = losses(p2p, EPOCHS);
+    is_int(mpi(3, "%s --mpi --mpi-exchange collective", train_args("coll3", EPOCHS)), 0,
+           "3 ranks, --mpi-exchange collective: %s", errtext);
+    const int nc = losses(coll, EPOCHS);
+    const int nb = done_bytes(b, 4);
+    ok(np == EPOCHS && nc == EPOCHS && fabs(p2p[0] - base[0]) < 1e-4 &&
+           fabs(coll[0] - p2p[0]) <= 1e-4 * fabs(p2p[0]) + 1e-6 &&
+           fabs(coll[EPOCHS - 1] - p2p[EPOCHS - 1]) <= 1e-4 * fabs(p2p[EPOCHS - 1]) + 1e-6,
+       "collective follows p2p within float rounding (%.7f %.7f vs %.7f %.7f)", coll[0],
+       coll[EPOCHS - 1], p2p[0], p2p[EPOCHS - 1]);
+    const double per = nb == 3 ? (double)b[0] / (double)(EPOCHS * iters) : 0.0;
+    ok(nb == 3 && fabs(per - tbytes * 4.0 / 3.0) <= 0.02 * tbytes,
+       "collective: rank 0 accounts for 2(N-1)/N of the trainable bytes per step (%.0f, %.0f)", per,
+       tbytes * 4.0 / 3.0);
+    for (int k = 0; k < 2; k++) {
+        is_int(mpi(3, "%s --mpi --clip-norm 0.05 --mpi-exchange %s",
+                   train_args(k ? "cclip3" : "pclip3", EPOCHS), k ? "collective" : "p2p"),
+               0, "3 ranks, --clip-norm 0.05, %s: %s", k ? "collective" : "p2p", errtext);
+        losses(clip[k], EPOCHS);
+    }
+    ok(fabs(clip[1][EPOCHS - 1] - clip[0][EPOCHS - 1]) <= 1e-4 * fabs(clip[0][EPOCHS - 1]) + 1e-6,
+       "with --clip-norm too (%.7f vs %.7f)", clip[1][EPOCHS - 1], clip[0][EPOCHS - 1]);
+    ok(nnlab("%s --mpi --mpi-exchange collective --compress bf16", train_args("cbf", 1)) == 2,
+       "--mpi-exchange collective with bf16: usage");
+    like(errtext, "does not go with --compress bf16", "saying so: %s", errtext);
+    ok(nnlab("%s --mpi-exchange collective", train_args("cnompi", 1)) == 2,
+       "--mpi-exchange without --mpi: usage");
+}
+
 /* A regression table (a linear function of two numbers and a category, with noise) under --mpi:
  * the driver validates and tests as the SSH driver does (net/follow.c), so the run records R2,
  * MAE and RMSE; 2 ranks follow 1 rank's loss curve, and the test R2 is a local run's within
@@ -533,6 +572,7 @@ int main(void)
     check_ssh_identical();
     check_resume();
     check_kill();
+    check_collective(base, iters, tbytes);
     check_regression();
     check_misconfigurations();
     sshd_stop(&sd);

@@ -31,6 +31,12 @@ struct nl_mpi;
 int nl_mpi_start(struct nl_mpi **out, const char *version, struct nl_error *err);
 int nl_mpi_rank(const struct nl_mpi *mp);
 int nl_mpi_size(const struct nl_mpi *mp);
+/* How the ranks exchange gradients and parameters: the sliced exchange in point-to-point
+ * messages (collective 0: the rank-ordered sums, bit-identical to the SSH mode), or
+ * MPI_Ireduce_scatter and MPI_Iallgatherv (1: MPI's order of summation, equal within float
+ * rounding; no bf16). Every rank calls it after nl_mpi_start with what its command line says;
+ * ranks that differ are refused (NL_EINVAL naming one). */
+int nl_mpi_set_exchange(struct nl_mpi *mp, int collective, struct nl_error *err);
 /* "rank R (HOST)", as errors and worker metrics name a rank. */
 const char *nl_mpi_name(const struct nl_mpi *mp, int rank);
 
