@@ -287,8 +287,7 @@ int nl_allreduce_new_over(struct nl_allreduce **out, struct nl_transport *tr, co
             goto oom;
     }
     if (tr->collective) {
-        if (!tr->ops->reduce_scatter || !tr->ops->allgather || !tr->ops->reduce ||
-            !tr->ops->reduce_wait || a->bf16) {
+        if (!tr->ops->reduce_scatter || !tr->ops->allgather || a->bf16) {
             nl_allreduce_free(a);
             return nl_error_set(err, NL_EINVAL,
                                 "the collective exchange needs a transport with collectives "
@@ -637,53 +636,32 @@ static void on_received(void *ud, int k, uint32_t type)
     in_done(a, k, f);
 }
 
-/* The step through the transport's collectives (include/nnlab/transport.h): the gradient's sum
- * comes to my slice, by one reduce-scatter when it is whole at the start, or overlapped with its
- * computation by one reduction per slice to its owner as each becomes final (from the last slice
- * down, the order in which backward finishes them, on every member alike); then it is clipped,
- * the norms gathered for clip-norm, my slice updated, and every updated slice (parameters, then
- * statistics sums) gathered. */
+/* The step through the transport's collectives (include/nnlab/transport.h): once the whole
+ * gradient is final (overlapped, the computation is waited for: the collectives take the whole
+ * vector), its sum is reduce-scattered into my slice, clipped, the norms gathered for clip-norm,
+ * my slice updated, and every updated slice (parameters, then statistics sums) gathered. */
 static int collective_step(struct nl_allreduce *a, struct nl_error *err)
 {
     const struct nl_transport_ops *ops = a->tr->ops;
-    const unsigned long long b0 = ops->bytes_sent(a->tr->impl);
-    int rc, next = a->size - 1; /* the next slice to reduce, from the last layers down */
     while (a->overlap) {
         uint64_t v;
         (void)!read(a->efd, &v, sizeof v);
         const struct front f = front_get(a);
         if (a->t_first < 0.0 && (f.t <= a->nt || f.s <= a->n))
             a->t_first = now();
-        const int final = all_final(a, f);
-        if (final && next == a->size - 1)
-            break; /* all at once: one reduce-scatter */
-        for (; next >= 0 && slice_final(a, next, f); next--) {
-            if (!final && next != a->rank)
-                a->early_bytes += (unsigned long long)a->c_bytes[next];
-            rc = ops->reduce(a->tr->impl, a->grad + a->lo[next], next == a->rank ? a->sum : NULL,
-                             a->c_floats[next], next, err);
-            if (rc < 0)
-                return rc;
-        }
-        if (next < 0)
+        if (all_final(a, f))
             break;
-        /* Reductions under way move on while the rest is computed. */
-        rc = ops->reduce_wait(a->tr->impl, a->efd, a->cancel_fd, err);
-        if (rc < 0)
-            return rc;
         struct pollfd pf[2] = {{.fd = a->efd, .events = POLLIN},
                                {.fd = a->cancel_fd, .events = POLLIN}};
-        if (rc == 0 && poll(pf, a->cancel_fd >= 0 ? 2 : 1, 1000) > 0 &&
+        if (poll(pf, a->cancel_fd >= 0 ? 2 : 1, 1000) > 0 &&
             (pf[1].revents & (POLLIN | POLLHUP | POLLERR)))
             return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
     }
     if (a->t_first < 0.0)
         a->t_first = now();
     a->sent_final = 1;
-    if (next < 0)
-        rc = ops->reduce_wait(a->tr->impl, -1, a->cancel_fd, err);
-    else
-        rc = ops->reduce_scatter(a->tr->impl, a->grad, a->sum, a->c_floats, a->cancel_fd, err);
+    const unsigned long long b0 = ops->bytes_sent(a->tr->impl);
+    int rc = ops->reduce_scatter(a->tr->impl, a->grad, a->sum, a->c_floats, a->cancel_fd, err);
     if (rc < 0)
         return rc;
     double t0 = now();

@@ -16,13 +16,12 @@
  * job never hangs in an exchange. Bytes counted are payload bytes, at each send's completion.
  *
  * Collective exchange (--mpi-exchange collective): the step's gradient is summed by
- * MPI_Ireduce_scatter into each owner's slice (or, overlapped with the backward pass, slice by
- * slice with MPI_Ireduce to its owner as each becomes final) and the updated slices gathered by
- * MPI_Iallgatherv, each tested as above (MPI_Test, the wake and cancel fds, the timeout). MPI picks
- * the algorithm and the order of summation, so the sums are not the rank-ordered ones of the
- * frames: not bit-identical to an SSH run, equal within float rounding. Bytes counted for them are
- * what the frames would carry (the collective's own traffic is MPI's to choose): every slice but
- * the own one out, the own slice to every other rank. */
+ * MPI_Ireduce_scatter into each owner's slice and the updated slices gathered by MPI_Iallgatherv,
+ * each tested as above (MPI_Test, the cancel fd, the timeout). MPI picks the algorithm and the
+ * order of summation, so the sums are not the rank-ordered ones of the frames: not bit-identical
+ * to an SSH run, equal within float rounding. Bytes counted for them are what the frames would
+ * carry (the collective's own traffic is MPI's to choose): every slice but the own one out, the
+ * own slice to every other rank. */
 #include "net/transport_mpi.h"
 
 #include <limits.h>
@@ -46,8 +45,6 @@ struct mpit {
     int *idx;
     MPI_Status *st;
     int nreq;
-    MPI_Request *creq; /* (size) the step's reductions under way (reduce) */
-    int ncreq;
     unsigned long long bytes;
 };
 
@@ -248,59 +245,6 @@ static int mt_allgather(void *impl, void *buf, const int *counts, const int *dis
     return rc;
 }
 
-static int mt_reduce(void *impl, const float *send, float *recv, int count, int root,
-                     struct nl_error *err)
-{
-    struct mpit *t = impl;
-    if (t->ncreq >= t->size)
-        return nl_error_set(err, NL_EINVAL, "more reductions than ranks in a step (a bug)");
-    int mrc = MPI_Ireduce(send, recv, count, MPI_FLOAT, MPI_SUM, root, t->comm, &t->creq[t->ncreq]);
-    if (mrc != MPI_SUCCESS)
-        return mpi_fail(err, NL_ENET, t->names[root], "MPI_Ireduce", mrc);
-    t->ncreq++;
-    if (root != t->rank)
-        t->bytes += (unsigned long long)count * sizeof(float);
-    return 0;
-}
-
-static int mt_reduce_wait(void *impl, int wake_fd, int cancel_fd, struct nl_error *err)
-{
-    struct mpit *t = impl;
-    const double deadline = mono() + 1e-3 * t->timeout_ms;
-    struct pollfd pf[2];
-    int np = 0, wake_i = -1, cancel_i = -1;
-    if (wake_fd >= 0) {
-        wake_i = np;
-        pf[np++] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
-    }
-    if (cancel_fd >= 0) {
-        cancel_i = np;
-        pf[np++] = (struct pollfd){.fd = cancel_fd, .events = POLLIN};
-    }
-    for (long spin = 0;; spin++) {
-        int flag = 0;
-        int mrc = MPI_Testall(t->ncreq, t->creq, &flag, MPI_STATUSES_IGNORE);
-        if (mrc != MPI_SUCCESS)
-            return mpi_fail(err, NL_ENET, "the exchange", "MPI_Ireduce", mrc);
-        if (flag) {
-            t->ncreq = 0;
-            return 0;
-        }
-        const int r = np > 0 || spin >= 200 ? poll(pf, (nfds_t)np, spin < 200 ? 0 : 1) : 0;
-        if (r > 0 && cancel_i >= 0 && (pf[cancel_i].revents & (POLLIN | POLLHUP | POLLERR)))
-            return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
-        if (r > 0 && wake_i >= 0 && (pf[wake_i].revents & POLLIN))
-            return 1;
-        if ((spin & 63) == 0 && mono() > deadline) {
-            if (wake_fd >= 0)
-                return 1; /* still computing: the peers wait for this member */
-            return nl_error_set(err, NL_ETIMEDOUT,
-                                "the ranks: no progress in the exchange's MPI_Ireduce within %d ms",
-                                t->timeout_ms);
-        }
-    }
-}
-
 static const char *mt_peer_name(const void *impl, int k)
 {
     const struct mpit *t = impl;
@@ -325,7 +269,6 @@ static void mt_free(void *impl)
     nl_free(t->type);
     nl_free(t->idx);
     nl_free(t->st);
-    nl_free(t->creq);
     nl_free(t);
 }
 
@@ -340,8 +283,6 @@ static const struct nl_transport_ops mpi_ops = {
     .free = mt_free,
     .reduce_scatter = mt_reduce_scatter,
     .allgather = mt_allgather,
-    .reduce = mt_reduce,
-    .reduce_wait = mt_reduce_wait,
 };
 
 int nl_transport_mpi_new(struct nl_transport **out, MPI_Comm comm, const char *const *names,
@@ -366,9 +307,8 @@ int nl_transport_mpi_new(struct nl_transport **out, MPI_Comm comm, const char *c
         t->type = nl_calloc((size_t)t->nreq, sizeof *t->type);
         t->idx = nl_calloc((size_t)t->nreq, sizeof *t->idx);
         t->st = nl_calloc((size_t)t->nreq, sizeof *t->st);
-        t->creq = nl_calloc((size_t)size, sizeof *t->creq);
     }
-    if (!tr || !t || !t->req || !t->len || !t->type || !t->idx || !t->st || !t->creq) {
+    if (!tr || !t || !t->req || !t->len || !t->type || !t->idx || !t->st) {
         mt_free(t);
         nl_free(tr);
         return nl_error_set(err, NL_ENOMEM, "out of memory for an MPI transport of %d ranks", size);

@@ -59,14 +59,6 @@ struct nl_transport_ops {
                           struct nl_error *err);
     int (*allgather)(void *t, void *buf, const int *counts, const int *displs, int cancel_fd,
                      struct nl_error *err);
-    /* The same sums slice by slice, to overlap them with the computation: reduce starts the sum
-     * of every member's send (count floats) into root's recv (NULL on the others), every member
-     * starting the step's reductions in the same order; reduce_wait moves them on and returns 0
-     * once every one started is complete, or 1 when wake_fd (-1: none) is readable first; the
-     * timeout and cancel_fd as for progress. */
-    int (*reduce)(void *t, const float *send, float *recv, int count, int root,
-                  struct nl_error *err);
-    int (*reduce_wait)(void *t, int wake_fd, int cancel_fd, struct nl_error *err);
 };
 
 struct nl_transport {
