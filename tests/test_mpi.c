@@ -77,6 +77,18 @@ static int run_cmd(const char *prefix, const char *fmt, va_list ap)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* nnlab ARGS after PREFIX. */
+static int nnlab_under(const char *prefix, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int nnlab_under(const char *prefix, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int st = run_cmd(prefix, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
 /* nnlab ARGS, alone. */
 static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int nnlab(const char *fmt, ...)
@@ -431,6 +443,15 @@ static void check_collective(const double *base, long iters, double tbytes)
     like(errtext, "does not go with --compress bf16", "saying so: %s", errtext);
     ok(nnlab("%s --mpi-exchange collective", train_args("cnompi", 1)) == 2,
        "--mpi-exchange without --mpi: usage");
+    /* Ranks started with different exchanges (an MPMD launch): refused, the rank named. */
+    char prefix[1024], mixed[600];
+    snprintf(mixed, sizeof mixed, "%s --mpi --mpi-exchange p2p", train_args("mixed", 1));
+    snprintf(prefix, sizeof prefix, "%s -np 1 '%s' --db '%s/db' %s : -np 1", mpirun, bin, sd.dir,
+             mixed);
+    const int st =
+        nnlab_under(prefix, "%s --mpi --mpi-exchange collective", train_args("mixed", 1));
+    ok(st != 0, "ranks with different --mpi-exchange fail (status %d)", st);
+    like(errtext, "rank 1 (", "naming the rank that differs: %.300s", errtext);
 }
 
 /* A regression table (a linear function of two numbers and a category, with noise) under --mpi:
