@@ -25,7 +25,9 @@
  * nl_judge_epoch).
  *
  * Faults. MPI jobs are fail-stop: there is no restart or re-partitioning, as the SSH mode has.
- * A rank that dies is normally ended with the whole job by the launcher; whatever else goes
+ * A rank that dies is normally ended with the whole job by the launcher, which sends the others
+ * SIGTERM: rank 0 takes that for the job's end and fails the run (nl_mpi_opts.terminated), where a
+ * person's SIGINT stops it. Whatever else goes
  * wrong, nothing waits forever: the driver fails the run when a rank sends FAULT or nothing (not
  * even a heartbeat) for the heartbeat timeout, members fail their step when the exchange makes
  * no progress for it (net/transport_mpi.c) and exit when the driver is silent for it. Rank 0
