@@ -339,11 +339,11 @@ static void check_resume(void)
     like(out, "\"epochs\":3", "the run has 3 epochs");
 }
 
-static void check_kill(void)
+/* A 3-rank job of 40 epochs named name, under the launcher in the background. */
+static pid_t start_job(const char *name)
 {
-    char args[1024], cmd[4096];
-    snprintf(args, sizeof args, "%s --mpi --heartbeat-timeout 2", train_args("killed", 40));
-    char prefix[300];
+    char args[1024], cmd[4096], prefix[300];
+    snprintf(args, sizeof args, "%s --mpi --heartbeat-timeout 2", train_args(name, 40));
     snprintf(prefix, sizeof prefix, "exec %s -np 3", mpirun);
     command(cmd, sizeof cmd, prefix, args);
     const pid_t pid = fork();
@@ -351,33 +351,73 @@ static void check_kill(void)
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    /* After the first epoch, kill rank 1. */
-    long victim = -1;
+    return pid;
+}
+
+/* Rank r's process of the job pid, once run name has stored an epoch; -1 after 30 s. */
+static long rank_after_an_epoch(pid_t pid, const char *name, int r)
+{
+    char q[300], ompi[64], pmi[64];
+    snprintf(q, sizeof q,
+             "SELECT COUNT(*) FROM epochs WHERE run = (SELECT id FROM runs WHERE name = '%s')",
+             name);
+    snprintf(ompi, sizeof ompi, "OMPI_COMM_WORLD_RANK=%d", r);
+    snprintf(pmi, sizeof pmi, "PMI_RANK=%d", r);
     const double t0 = mono();
-    while (mono() - t0 < 30 && victim < 0) {
+    while (mono() - t0 < 30) {
         struct timespec ts = {0, 100000000};
         nanosleep(&ts, NULL);
-        if (sshd_db_int(&sd, "SELECT COUNT(*) FROM epochs WHERE run = (SELECT id FROM runs "
-                             "WHERE name = 'killed')") < 1)
+        if (sshd_db_int(&sd, q) < 1)
             continue;
         long kids[16];
         const int nk = children(pid, kids, 16);
         for (int i = 0; i < nk; i++)
-            if (has_env(kids[i], "OMPI_COMM_WORLD_RANK=1") || has_env(kids[i], "PMI_RANK=1"))
-                victim = kids[i];
+            if (has_env(kids[i], ompi) || has_env(kids[i], pmi))
+                return kids[i];
     }
-    ok(victim > 0 && kill((pid_t)victim, SIGKILL) == 0, "rank 1 killed after an epoch");
+    return -1;
+}
+
+/* Waits up to 20 s for the job pid (killed after that): whether it ended, its status. */
+static int job_ended(pid_t pid, int *status)
+{
     const double tk = mono();
-    int status = 0, ended = 0;
+    int ended = 0;
     while (mono() - tk < 20 && !ended) {
-        ended = waitpid(pid, &status, WNOHANG) == pid;
+        ended = waitpid(pid, status, WNOHANG) == pid;
         struct timespec ts = {0, 50000000};
         nanosleep(&ts, NULL);
     }
     if (!ended) {
         kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
+        waitpid(pid, status, 0);
     }
+    return ended;
+}
+
+/* A person's SIGINT to rank 0 stops the run (stopped, resumable), where the launcher's SIGTERM
+ * fails it (check_kill). */
+static void check_sigint(void)
+{
+    const pid_t pid = start_job("interrupted");
+    const long r0 = rank_after_an_epoch(pid, "interrupted", 0);
+    ok(r0 > 0 && kill((pid_t)r0, SIGINT) == 0, "rank 0 sent SIGINT after an epoch");
+    int status = 0;
+    ok(job_ended(pid, &status), "the job ends");
+    read_outputs();
+    is_int(nnlab("--json runs interrupted"), 0, "runs shows it");
+    ok(strstr(out, "\"status\":\"stopped\"") != NULL, "the run is stopped: %.200s", out);
+}
+
+static void check_kill(void)
+{
+    const pid_t pid = start_job("killed");
+    /* After the first epoch, kill rank 1. */
+    const long victim = rank_after_an_epoch(pid, "killed", 1);
+    ok(victim > 0 && kill((pid_t)victim, SIGKILL) == 0, "rank 1 killed after an epoch");
+    const double tk = mono();
+    int status = 0;
+    const int ended = job_ended(pid, &status);
     ok(ended, "the job ended %.1f s after the kill (heartbeat timeout 2 s)", mono() - tk);
     read_outputs();
     ok(!WIFEXITED(status) || WEXITSTATUS(status) != 0, "with a failure status");
@@ -593,6 +633,7 @@ int main(void)
     check_ssh_identical();
     check_resume();
     check_kill();
+    check_sigint();
     check_collective(base, iters, tbytes);
     check_regression();
     check_misconfigurations();
