@@ -692,8 +692,10 @@ static int mpi_begin(struct train_cmd *t, int *status)
     /* Every rank read the same command line; nl_mpi_set_exchange checks that they agree. */
     rc = nl_mpi_set_exchange(t->ca.mp, t->ca.mpi_exchange == 2, &err);
     if (rc < 0) {
-        *status = nl_mpi_rank(t->ca.mp) == 0 ? fail(&err) : EXIT_FAILURE;
-        nl_mpi_end(t->ca.mp, 1);
+        /* Rank 0 says why, then ends the job; the others wait for it in nl_mpi_end. */
+        const int rank0 = nl_mpi_rank(t->ca.mp) == 0;
+        *status = rank0 ? fail(&err) : EXIT_FAILURE;
+        nl_mpi_end(t->ca.mp, rank0);
         t->ca.mp = NULL;
         return 1;
     }
