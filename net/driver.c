@@ -730,43 +730,45 @@ static void wait_a_little(struct run *run)
 #define FAULTED 1 /* follow(): a member was lost or reported a fault */
 #define OVER    2 /* recover(): early stopping ended the run at the recovery's step */
 
+/* The members link's loop over the workers' channels (net/follow.h). */
+static int link_serve(void *ud, int i, struct nl_error *err)
+{
+    return serve(ud, i, 0, err);
+}
+
+/* A member lost or faulted ends the follow loop with FAULTED; once the run is over (stopped
+ * early, or its last epoch ended: weights, checkpoint and event are the driver's) a loss takes
+ * nothing with it: members that finish close their connections while a slower one still ends
+ * its own, so a loss seen then is not the run's failure. */
+static int link_check(void *ud, int progressed, struct nl_error *err)
+{
+    struct run *run = ud;
+    int lost = 0;
+    (void)progressed;
+    beat(run, NULL);
+    for (int i = 0; i < run->n; i++)
+        lost |= run->p[i].dead || run->p[i].faulted;
+    if (lost && (run->res->stopped_early || run->f.epochs_done >= run->o->epochs))
+        return NL_FOLLOW_END;
+    if (lost)
+        return FAULTED;
+    if (run->co->stop && *run->co->stop)
+        return nl_error_set(err, NL_ECANCELED, "training stopped");
+    return 0;
+}
+
+static void link_wait(void *ud)
+{
+    wait_a_little(ud);
+}
+
 /* Follows the members until all are done (0), one is lost or reports a fault (FAULTED), or an
  * error. */
 static int follow(struct run *run, struct nl_error *err)
 {
-    const struct nl_cluster_opts *co = run->co;
     for (int i = 0; i < run->n; i++)
         run->p[i].last_frame = now();
-    while (run->f.ndone < run->n) {
-        int progressed = 0, lost = 0;
-        for (int i = 0; i < run->n; i++) {
-            if (run->p[i].fm.done)
-                continue;
-            int got = serve(run, i, 0, err);
-            if (got < 0)
-                return got;
-            progressed |= got;
-        }
-        int rc = nl_follow_emit(&run->f, 0, err);
-        if (rc < 0)
-            return rc;
-        beat(run, NULL);
-        for (int i = 0; i < run->n; i++)
-            lost |= run->p[i].dead || run->p[i].faulted;
-        /* A member lost once the run is over (stopped early, or its last epoch ended: weights,
-         * checkpoint and event are the driver's) takes nothing with it: members that finish
-         * close their connections while a slower one still ends its own, so a loss seen here
-         * is not the run's failure. */
-        if (lost && (run->res->stopped_early || run->f.epochs_done >= run->o->epochs))
-            return 0;
-        if (lost)
-            return FAULTED;
-        if (co->stop && *co->stop)
-            return nl_error_set(err, NL_ECANCELED, "training stopped");
-        if (!progressed)
-            wait_a_little(run);
-    }
-    return 0;
+    return nl_follow_run(&run->f, err);
 }
 
 /* Sends member i its SETUP, its partition unless cached, the parameters, and (has_state) its
@@ -1175,7 +1177,13 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
     if (!run.p)
         return nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
     run.f = (struct nl_follow){
-        .link = {link_name, link_send, link_busy, &run},
+        .link = {.name = link_name,
+                 .send = link_send,
+                 .busy = link_busy,
+                 .serve = link_serve,
+                 .check = link_check,
+                 .wait = link_wait,
+                 .ud = &run},
         .n = n,
         .window = WINDOW,
         .member0 = (unsigned char *)&run.p[0].fm,

@@ -478,6 +478,30 @@ int nl_follow_emit(struct nl_follow *f, long force_to, struct nl_error *err)
     }
 }
 
+int nl_follow_run(struct nl_follow *f, struct nl_error *err)
+{
+    while (f->ndone < f->n) {
+        int progressed = 0;
+        for (int i = 0; i < f->n; i++) {
+            if (nl_follow_member(f, i)->done)
+                continue;
+            int got = f->link.serve(f->link.ud, i, err);
+            if (got < 0)
+                return got;
+            progressed |= got;
+        }
+        int rc = nl_follow_emit(f, 0, err);
+        if (rc < 0)
+            return rc;
+        rc = f->link.check(f->link.ud, progressed, err);
+        if (rc != 0)
+            return rc == NL_FOLLOW_END ? 0 : rc;
+        if (!progressed)
+            f->link.wait(f->link.ud);
+    }
+    return 0;
+}
+
 int nl_follow_finish(struct nl_follow *f, struct nl_error *err)
 {
     struct nl_train_result *res = f->res;

@@ -12,8 +12,9 @@
  *     all are in (one at a time: a piece of a later checkpoint is held by its reader, HOLD);
  *   - the run's end (nl_follow_finish): the test split, the totals, the DONE event.
  * What it needs of the way members are reached is the members link below: a member's name, a
- * frame to member i, and word of the driver's slow work (validation, a store write), during
- * which the link keeps heartbeats going and does not count the members' silence.
+ * frame to member i, word of the driver's slow work (validation, a store write), during which
+ * the link keeps heartbeats going and does not count the members' silence, and for the loop that
+ * follows the run (nl_follow_run) reading a member's frames, judging liveness, and waiting.
  *
  * The SSH driver's recovery also drives it: while `recovering`, reports far ahead of the steps
  * emitted are taken and dropped, and nl_follow_emit(force_to) reports every step before force_to
@@ -33,6 +34,7 @@
 #define NL_FOLLOW_MAX_WINDOW 64
 #define NL_FOLLOW_HOLD       2 /* nl_follow_frame: the frame waits for the checkpoint in progress */
 #define NL_FOLLOW_OTHER      3 /* nl_follow_frame: not a frame the follower takes */
+#define NL_FOLLOW_END        4 /* a members link's check: the run is complete */
 
 struct nl_members_link {
     const char *(*name)(void *ud, int i);
@@ -41,6 +43,15 @@ struct nl_members_link {
     int (*send)(void *ud, int i, uint32_t type, const void *p, size_t len, struct nl_error *err);
     /* The driver starts (begin 1) or ends (0) slow work that reads no frame. May be NULL. */
     void (*busy)(void *ud, int begin);
+    /* nl_follow_run's round, for each member not done: serve reads member i's frames as far as
+     * the follower can use them (nl_follow_readable), each handed to nl_follow_frame: 1 when one
+     * came, 0, or an error; after the round's steps are emitted, check judges the members'
+     * liveness and a stop (progressed: some frame came): 0 goes on, NL_FOLLOW_END ends the run as
+     * complete, another positive value ends it with that value, a negative one is the run's
+     * error; wait, when nothing came, waits a little for more. */
+    int (*serve)(void *ud, int i, struct nl_error *err);
+    int (*check)(void *ud, int progressed, struct nl_error *err);
+    void (*wait)(void *ud);
     void *ud;
 };
 
@@ -112,6 +123,9 @@ int nl_follow_readable(const struct nl_follow *f, int i);
 /* One frame from member i: 0, NL_FOLLOW_HOLD, NL_FOLLOW_OTHER, or an error. */
 int nl_follow_frame(struct nl_follow *f, int i, uint32_t type, const unsigned char *pl,
                     uint32_t len, struct nl_error *err);
+/* Follows the members until every one is done (0), the link's check ends it (its value; 0 for
+ * NL_FOLLOW_END), or an error: rounds of serve, emit, check, wait. */
+int nl_follow_run(struct nl_follow *f, struct nl_error *err);
 /* Emits, in order, the steps every member reported and the epochs they complete; with force_to
  * (> 0), every step before it as well. */
 int nl_follow_emit(struct nl_follow *f, long force_to, struct nl_error *err);

@@ -579,42 +579,43 @@ static int serve(struct mrun *run, int i, struct nl_error *err)
     }
 }
 
-/* The driver's side of the run after the setup: until every rank is done. */
-static int follow(struct mrun *run, struct nl_error *err)
+/* The members link's loop over MPI (net/follow.h). */
+static int link_serve(void *ud, int i, struct nl_error *err)
 {
-    while (run->f.ndone < run->n) {
-        int progressed = 0;
-        for (int i = 0; i < run->n; i++) {
-            int rc = serve(run, i, err);
-            if (rc < 0)
-                return rc;
-            progressed |= rc;
-        }
-        int rc = nl_follow_emit(&run->f, 0, err);
-        if (rc < 0)
-            return rc;
-        if (run->mo->terminated && *run->mo->terminated)
-            return nl_error_set(err, NL_EIO,
-                                "the MPI launcher ended the job during epoch %d (SIGTERM): a "
-                                "rank died, or the job was cancelled or ran out of time; resume "
-                                "it with train --resume RUN --mpi",
-                                run->f.epochs_done + 1);
-        if (run->mo->stop && *run->mo->stop)
-            return nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d",
-                                run->f.epochs_done + 1);
-        if (progressed)
-            continue;
-        const double t = now();
-        for (int i = 0; i < run->n; i++) {
-            struct mrank *p = &run->r[i];
-            if (!p->fm.done && !p->held && t - p->last > 1e-3 * run->mp->hb_ms)
-                return nl_error_set(err, NL_ETIMEDOUT,
-                                    "%s: lost (no heartbeat for %.1f s during step %ld)",
-                                    run->mp->names[i], t - p->last, p->fm.next_step + 1);
-        }
-        nap(500);
+    return serve(ud, i, err);
+}
+
+/* The launcher's SIGTERM fails the run, a stop stops it, and a rank silent for the heartbeat
+ * timeout (nothing came this round) is lost: MPI is fail-stop. */
+static int link_check(void *ud, int progressed, struct nl_error *err)
+{
+    struct mrun *run = ud;
+    if (run->mo->terminated && *run->mo->terminated)
+        return nl_error_set(err, NL_EIO,
+                            "the MPI launcher ended the job during epoch %d (SIGTERM): a rank "
+                            "died, or the job was cancelled or ran out of time; resume it with "
+                            "train --resume RUN --mpi",
+                            run->f.epochs_done + 1);
+    if (run->mo->stop && *run->mo->stop)
+        return nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d",
+                            run->f.epochs_done + 1);
+    if (progressed)
+        return 0;
+    const double t = now();
+    for (int i = 0; i < run->n; i++) {
+        struct mrank *p = &run->r[i];
+        if (!p->fm.done && !p->held && t - p->last > 1e-3 * run->mp->hb_ms)
+            return nl_error_set(err, NL_ETIMEDOUT,
+                                "%s: lost (no heartbeat for %.1f s during step %ld)",
+                                run->mp->names[i], t - p->last, p->fm.next_step + 1);
     }
     return 0;
+}
+
+static void link_wait(void *ud)
+{
+    (void)ud;
+    nap(500);
 }
 
 /* Rank r's setup: SETUP, its partition unless cached, INIT, and its STATE when resuming. */
@@ -744,7 +745,13 @@ int nl_mpi_train(struct nl_mpi *mp, const struct nl_mpi_opts *mo, struct nl_mode
     if (!run.r)
         return nl_error_set(err, NL_ENOMEM, "out of memory for %d ranks", run.n);
     run.f = (struct nl_follow){
-        .link = {link_name, link_judge, link_busy, &run},
+        .link = {.name = link_name,
+                 .send = link_judge,
+                 .busy = link_busy,
+                 .serve = link_serve,
+                 .check = link_check,
+                 .wait = link_wait,
+                 .ud = &run},
         .n = run.n,
         .window = WINDOW,
         .member0 = (unsigned char *)&run.r[0].fm,
@@ -789,7 +796,7 @@ int nl_mpi_train(struct nl_mpi *mp, const struct nl_mpi_opts *mo, struct nl_mode
     for (int r = 0; r < run.n && rc == 0; r++)
         rc = setup_rank(&run, r, frozen, members, state, start, err);
     if (rc == 0)
-        rc = follow(&run, err);
+        rc = nl_follow_run(&run.f, err);
     if (rc == 0)
         rc = nl_follow_finish(&run.f, err);
     for (int i = 0; rc == 0 && stats && i < run.n; i++)
