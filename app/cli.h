@@ -87,6 +87,7 @@ struct cluster_args {
     int max_restarts; /* < 0: the default */
     int insecure_plaintext;
     int mpi;           /* --mpi: the ranks of an MPI launch are the cluster */
+    int mpi_exchange;  /* --mpi-exchange: 0 unset, 1 p2p, 2 collective */
     struct nl_mpi *mp; /* with --mpi, this rank's MPI (rank 0 drives the run) */
 };
 /* "A-B" with 1 <= A <= B <= 65535: non-zero on success. */

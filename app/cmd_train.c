@@ -44,6 +44,7 @@ enum {
     OPT_FEATURE_CACHE_LIMIT,
     OPT_MPI,
     OPT_OVERLAP,
+    OPT_MPI_EXCHANGE,
 };
 
 /* The frozen-feature cache (include/nnlab/trainer.h): on or off, and the MiB it may hold in
@@ -199,6 +200,19 @@ static void cluster_opts(struct nl_cluster_opts *co, const struct cluster_args *
 }
 #endif
 
+#if NNLAB_HAVE_MPI
+/* Under an MPI launcher SIGTERM is the launcher ending the job (a rank died, or the job was
+ * cancelled): rank 0 records the run as failed, not stopped (include/nnlab/mpi.h). */
+static volatile sig_atomic_t mpi_terminated;
+
+static void on_mpi_term(int sig)
+{
+    (void)sig;
+    mpi_terminated = 1;
+    interrupted = 1;
+}
+#endif
+
 /* Trains the session's model, locally or on the hosts of ca when it is a cluster run, showing its
  * progress; then finishes its record (done, stopped or failed) and reports. Frees s. */
 static int train_and_finish(struct nl_session *s, const struct cluster_args *ca)
@@ -215,8 +229,10 @@ static int train_and_finish(struct nl_session *s, const struct cluster_args *ca)
         rc = nl_train(s->model, s->data, &s->opts, &hooks, &s->res, &err);
     } else if (ca->mpi) {
 #if NNLAB_HAVE_MPI
-        const struct nl_mpi_opts mo = {
-            .bf16 = ca->bf16, .heartbeat_ms = ca->heartbeat_ms, .stop = &interrupted};
+        const struct nl_mpi_opts mo = {.bf16 = ca->bf16,
+                                       .heartbeat_ms = ca->heartbeat_ms,
+                                       .stop = &interrupted,
+                                       .terminated = &mpi_terminated};
         nworkers = nl_mpi_size(ca->mp);
         stats = nl_calloc((size_t)nworkers, sizeof *stats);
         rc = stats ? nl_mpi_train(ca->mp, &mo, s->model, s->data, &s->opts, &hooks, &s->res, stats,
@@ -520,6 +536,7 @@ static const struct option train_opts[] = {
     {"feature-cache-limit", required_argument, NULL, OPT_FEATURE_CACHE_LIMIT},
     {"mpi", no_argument, NULL, OPT_MPI},
     {"overlap", required_argument, NULL, OPT_OVERLAP},
+    {"mpi-exchange", required_argument, NULL, OPT_MPI_EXCHANGE},
     {NULL, 0, NULL, 0},
 };
 
@@ -627,6 +644,10 @@ static int train_cmd_opt(struct train_cmd *t, int c)
         t->ca.insecure_plaintext = 1;
     } else if (c == OPT_MPI) {
         t->ca.mpi = 1;
+    } else if (c == OPT_MPI_EXCHANGE) {
+        if (strcmp(optarg, "p2p") != 0 && strcmp(optarg, "collective") != 0)
+            return usage_error("train", "--mpi-exchange %s: want p2p or collective", optarg);
+        t->ca.mpi_exchange = strcmp(optarg, "collective") == 0 ? 2 : 1;
     } else {
         return parse_train_opt("train", c, &t->a);
     }
@@ -637,6 +658,8 @@ static int train_cmd_opt(struct train_cmd *t, int c)
 static int mpi_parse_check(const struct train_cmd *t)
 {
     const struct cluster_args *ca = &t->ca;
+    if (!ca->mpi && ca->mpi_exchange)
+        return usage_error("train", "--mpi-exchange goes with --mpi");
     if (!ca->mpi)
         return 0;
 #if !NNLAB_HAVE_MPI
@@ -652,6 +675,9 @@ static int mpi_parse_check(const struct train_cmd *t)
     if (t->a.o.on_nan != NL_ON_NAN_STOP)
         return usage_error("train", "--on-nan skip-batch runs on one machine only; a cluster run "
                                     "stops on a non-finite loss");
+    if (ca->mpi_exchange == 2 && ca->bf16)
+        return usage_error("train", "--mpi-exchange collective sums fp32 gradients: it does not "
+                                    "go with --compress bf16");
     return 0;
 #endif
 }
@@ -673,8 +699,23 @@ static int mpi_begin(struct train_cmd *t, int *status)
         t->ca.mp = NULL;
         return 1;
     }
-    if (nl_mpi_rank(t->ca.mp) == 0)
+    /* Every rank read the same command line; nl_mpi_set_exchange checks that they agree. */
+    rc = nl_mpi_set_exchange(t->ca.mp, t->ca.mpi_exchange == 2, &err);
+    if (rc < 0) {
+        /* Rank 0 says why, then ends the job; the others wait for it in nl_mpi_end. */
+        const int rank0 = nl_mpi_rank(t->ca.mp) == 0;
+        *status = rank0 ? fail(&err) : EXIT_FAILURE;
+        nl_mpi_end(t->ca.mp, rank0);
+        t->ca.mp = NULL;
+        return 1;
+    }
+    if (nl_mpi_rank(t->ca.mp) == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_mpi_term;
+        sigaction(SIGTERM, &sa, NULL);
         return 0;
+    }
     rc = nl_mpi_member(t->ca.mp, &err);
     *status = rc < 0 && rc != NL_ECANCELED ? fail(&err) : EXIT_OK;
     nl_mpi_end(t->ca.mp, rc < 0);
@@ -711,7 +752,8 @@ static int train_parse(int argc, char **argv, struct train_cmd *t)
         if (c != 'e' && c != OPT_RESUME && c != OPT_ON_NAN && c != OPT_CHECKPOINT_EVERY &&
             c != '?' && !(c >= OPT_HOSTS && c <= OPT_COMPRESS) && c != OPT_HEARTBEAT &&
             c != OPT_MAX_RESTARTS && c != OPT_INSECURE_PLAINTEXT && c != OPT_FEATURE_CACHE &&
-            c != OPT_FEATURE_CACHE_LIMIT && c != OPT_MPI && !t->setting && li >= 0)
+            c != OPT_FEATURE_CACHE_LIMIT && c != OPT_MPI && c != OPT_MPI_EXCHANGE && !t->setting &&
+            li >= 0)
             t->setting = train_opts[li].name;
         li = -1;
         rc = train_cmd_opt(t, c);

@@ -23,7 +23,13 @@ volatile sig_atomic_t interrupted;
     "MPI mode (under mpirun -np N, or srun; rank 0 drives the run and keeps the store):\n"         \
     "      --mpi             train on the launcher's ranks, each on its partition; goes with\n"    \
     "                        --compress, --overlap, --heartbeat-timeout and --resume RUN (any\n"   \
-    "                        number of ranks)\n"
+    "                        number of ranks)\n"                                                   \
+    "      --mpi-exchange p2p|collective\n"                                                        \
+    "                        p2p (default): the sliced exchange in point-to-point messages,\n"     \
+    "                        summed in rank order, bit-identical to SSH runs; collective:\n"       \
+    "                        MPI_Ireduce_scatter and MPI_Iallgatherv, MPI's order of\n"            \
+    "                        summation (equal within float rounding, not bit-identical;\n"         \
+    "                        no --compress bf16)\n"
 #else
 #define MPI_HELP ""
 #endif

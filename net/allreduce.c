@@ -35,6 +35,7 @@
 #include "nnlab/allreduce.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -85,7 +86,13 @@ struct nl_allreduce {
     float *stagef_in;      /* fp32 with statistics: (n) incoming slices that hold some */
     uint16_t *stage_own;   /* bf16: (own_bytes / 2) my outgoing parameters and sums */
     double *norms;         /* (size) clip-norm: each owner's sum of squares */
-    struct xfer *x;        /* (size) */
+    /* Collective exchange (a transport's reduce_scatter and allgather): each slice's floats,
+     * and in bytes its size and offset, of the parameters and of the norms; coll (n) the
+     * gathered slices. */
+    int collective;
+    int *c_floats, *c_bytes, *c_displs, *c_nbytes, *c_ndispls;
+    float *coll;
+    struct xfer *x; /* (size) */
 
     /* The step under way. */
     float *params, *grad;
@@ -189,6 +196,12 @@ void nl_allreduce_free(struct nl_allreduce *a)
     nl_free(a->stage_own);
     nl_free(a->norms);
     nl_free(a->x);
+    nl_free(a->c_floats);
+    nl_free(a->c_bytes);
+    nl_free(a->c_displs);
+    nl_free(a->c_nbytes);
+    nl_free(a->c_ndispls);
+    nl_free(a->coll);
     if (a->own_tr)
         nl_transport_free(a->tr);
     nl_free(a->bak);
@@ -272,6 +285,37 @@ int nl_allreduce_new_over(struct nl_allreduce **out, struct nl_transport *tr, co
         a->stagef_in = nl_alloc_floats(n);
         if (!a->stagef_in)
             goto oom;
+    }
+    if (tr->collective) {
+        if (!tr->ops->reduce_scatter || !tr->ops->allgather || a->bf16) {
+            nl_allreduce_free(a);
+            return nl_error_set(err, NL_EINVAL,
+                                "the collective exchange needs a transport with collectives "
+                                "and takes no bf16 compression");
+        }
+        a->collective = 1;
+        a->c_floats = nl_calloc((size_t)size, sizeof *a->c_floats);
+        a->c_bytes = nl_calloc((size_t)size, sizeof *a->c_bytes);
+        a->c_displs = nl_calloc((size_t)size, sizeof *a->c_displs);
+        a->c_nbytes = nl_calloc((size_t)size, sizeof *a->c_nbytes);
+        a->c_ndispls = nl_calloc((size_t)size, sizeof *a->c_ndispls);
+        a->coll = nl_alloc_floats(n + 1);
+        if (!a->c_floats || !a->c_bytes || !a->c_displs || !a->c_nbytes || !a->c_ndispls ||
+            !a->coll)
+            goto oom;
+        if (n * sizeof(float) > INT_MAX) {
+            nl_allreduce_free(a);
+            return nl_error_set(err, NL_EINVAL,
+                                "the collective exchange takes at most %d bytes of parameters",
+                                INT_MAX);
+        }
+        for (int r = 0; r < size; r++) {
+            a->c_floats[r] = (int)(a->hi[r] - a->lo[r]);
+            a->c_bytes[r] = a->c_floats[r] * (int)sizeof(float);
+            a->c_displs[r] = (int)(a->lo[r] * sizeof(float));
+            a->c_nbytes[r] = (int)sizeof(double);
+            a->c_ndispls[r] = r * (int)sizeof(double);
+        }
     }
     for (int k = 0; k < size; k++) {
         /* The longest frame to k: its piece of my gradient, or my slice, or a norm. */
@@ -405,13 +449,21 @@ static void piece_floats(const struct nl_allreduce *a, int k, float *dst_sum, in
 
 /* The owner's sums: every piece of my slice in rank order, clip-value, and for clip-norm the sum
  * of squares of the clipped trainable part. */
+static void owner_clip(struct nl_allreduce *a);
+
 static void owner_reduce(struct nl_allreduce *a)
+{
+    for (int k = 0; k < a->size; k++)
+        piece_floats(a, k, a->sum, k == 0);
+    owner_clip(a);
+}
+
+/* Clip-value of the summed slice, and for clip-norm its sum of squares. */
+static void owner_clip(struct nl_allreduce *a)
 {
     const size_t own_t = a->own_t;
     const float v = a->clip_value;
 
-    for (int k = 0; k < a->size; k++)
-        piece_floats(a, k, a->sum, k == 0);
     if (v > 0.0f)
         for (size_t i = 0; i < own_t; i++)
             a->sum[i] = a->sum[i] > v ? v : a->sum[i] < -v ? -v : a->sum[i];
@@ -584,6 +636,54 @@ static void on_received(void *ud, int k, uint32_t type)
     in_done(a, k, f);
 }
 
+/* The step through the transport's collectives (include/nnlab/transport.h): once the whole
+ * gradient is final (overlapped, the computation is waited for: the collectives take the whole
+ * vector), its sum is reduce-scattered into my slice, clipped, the norms gathered for clip-norm,
+ * my slice updated, and every updated slice (parameters, then statistics sums) gathered. */
+static int collective_step(struct nl_allreduce *a, struct nl_error *err)
+{
+    const struct nl_transport_ops *ops = a->tr->ops;
+    while (a->overlap) {
+        uint64_t v;
+        (void)!read(a->efd, &v, sizeof v);
+        const struct front f = front_get(a);
+        if (a->t_first < 0.0 && (f.t <= a->nt || f.s <= a->n))
+            a->t_first = now();
+        if (all_final(a, f))
+            break;
+        struct pollfd pf[2] = {{.fd = a->efd, .events = POLLIN},
+                               {.fd = a->cancel_fd, .events = POLLIN}};
+        if (poll(pf, a->cancel_fd >= 0 ? 2 : 1, 1000) > 0 &&
+            (pf[1].revents & (POLLIN | POLLHUP | POLLERR)))
+            return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
+    }
+    if (a->t_first < 0.0)
+        a->t_first = now();
+    a->sent_final = 1;
+    const unsigned long long b0 = ops->bytes_sent(a->tr->impl);
+    int rc = ops->reduce_scatter(a->tr->impl, a->grad, a->sum, a->c_floats, a->cancel_fd, err);
+    if (rc < 0)
+        return rc;
+    double t0 = now();
+    owner_clip(a);
+    a->owner_seconds += now() - t0;
+    if (a->clip_norm > 0.0f && (rc = ops->allgather(a->tr->impl, a->norms, a->c_nbytes,
+                                                    a->c_ndispls, a->cancel_fd, err)) < 0)
+        return rc;
+    t0 = now();
+    owner_update(a);
+    a->owner_seconds += now() - t0;
+    const size_t lo = a->lo[a->rank];
+    memcpy(a->coll + lo, a->master, a->own * sizeof(float));
+    rc = ops->allgather(a->tr->impl, a->coll, a->c_bytes, a->c_displs, a->cancel_fd, err);
+    if (rc < 0)
+        return rc;
+    memcpy(a->params, a->coll, a->nt * sizeof(float));
+    memcpy(a->grad + a->nt, a->coll + a->nt, (a->n - a->nt) * sizeof(float));
+    a->bytes += ops->bytes_sent(a->tr->impl) - b0;
+    return 0;
+}
+
 /* Runs the step to its end. */
 static int step_loop(struct nl_allreduce *a, struct nl_error *err)
 {
@@ -596,6 +696,8 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
         if (poll(&c, 1, 0) > 0 && (c.revents & (POLLIN | POLLHUP | POLLERR)))
             return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
     }
+    if (a->collective)
+        return collective_step(a, err);
     for (int k = 0; k < size; k++) {
         if (k == rank)
             continue;

@@ -3,11 +3,13 @@
  *
  * The driver starts the workers one host at a time, collects where each listens, sends every
  * worker the member list, its setup and (unless its cache holds it) its partition, then follows
- * the run: it reads every worker's channel without blocking, forwards stderr lines, gathers the
+ * the run: it reads every worker's channel without blocking, forwards stderr lines, and hands
+ * each frame to the follower (net/follow.c, shared with the MPI driver), which gathers the
  * METRIC frames of each step into one ITER event once every worker has reported it, and turns
- * rank 0's WEIGHTS into the epoch's validation, checkpoint and EPOCH event. It carries no
- * parameter traffic. On the end of the run, an error or a stop, it closes every channel: the
- * workers read the end of their stdin and exit.
+ * rank 0's WEIGHTS into the epoch's validation, checkpoint and EPOCH event. Here are what only
+ * SSH has: channels, heartbeats, and the recovery below. It carries no parameter traffic. On the
+ * end of the run, an error or a stop, it closes every channel: the workers read the end of their
+ * stdin and exit.
  *
  * Checkpoints: at each checkpoint step every worker sends its slice of the master weights and
  * optimizer state (STATE) after that step's METRIC, and within an epoch rank 0 its parameters
@@ -55,6 +57,7 @@
 #include <time.h>
 
 #include "net/crypto.h"
+#include "net/follow.h"
 #include "net/proto.h"
 #include "net/ssh.h"
 #include "nnlab/alloc.h"
@@ -66,7 +69,7 @@
 /* Steps in flight at most. Workers run in lockstep, but their reports may reach the driver
  * unevenly; a worker this far ahead of the oldest unreported step is not read until the others
  * catch up. */
-#define WINDOW 64
+#define WINDOW NL_FOLLOW_MAX_WINDOW
 
 static double now(void)
 {
@@ -189,25 +192,6 @@ int nl_host_check(const struct nl_host *h, const struct nl_ssh_opts *so, struct 
     return rc;
 }
 
-/* Steps in flight: the sum of every worker's metrics, emitted when all have come. */
-struct slot {
-    long step; /* 0-based global step, -1 when free */
-    int count;
-    int epoch;
-    long iter;
-    long samples, correct;
-    double loss_sum;
-    double busy;         /* the slowest worker's compute and communication seconds */
-    struct nl_metric *w; /* (workers) each one's report */
-};
-
-/* Training time is the workers' own: per step, the slowest worker's compute and communication
- * seconds (the driver may read their reports late). */
-struct epoch_stats {
-    long samples, correct, total_samples;
-    double loss, busy, train_seconds;
-};
-
 /* One worker as the driver follows it. */
 struct peer {
     struct nl_remote r;
@@ -217,9 +201,8 @@ struct peer {
     char line[512]; /* stderr not yet ended by a newline */
     size_t line_fill;
     char last_line[512]; /* the last stderr line, for error messages */
-    int done, eof;
-    long next_step; /* 0-based step of its next METRIC */
-    struct nl_worker_metrics total;
+    int eof;
+    struct nl_follow_member fm; /* what the follower keeps of it (net/follow.h) */
     /* Liveness and recovery. */
     long pid;      /* the worker's process id on its host */
     char addr[64]; /* where it listens */
@@ -241,15 +224,14 @@ struct peer {
     uint32_t held_type, held_len;
 };
 
-/* A checkpoint being put together from the members' pieces: each member's slice of the master
- * weights and optimizer state (STATE), and within an epoch rank 0's parameters (PARAMS; at an
- * epoch's end its WEIGHTS). One at a time: a piece of a later step waits in its channel. */
-struct ckpt {
-    long step;     /* -1: none */
-    int count;     /* members whose slice came */
-    int params;    /* the parameters came */
-    float *state;  /* (nstate x ntrainable) */
-    float *values; /* (nparams) */
+/* Heartbeats from a thread while the driver validates or writes a checkpoint (which touch no
+ * channel), however long that takes. */
+struct keepalive {
+    struct run *run;
+    pthread_t t;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, started;
 };
 
 struct run {
@@ -269,29 +251,16 @@ struct run {
     struct nl_train_result *res;
     char *frozen;
     struct nl_member *members; /* (hosts) */
-    /* Following the steps. */
-    struct slot slots[WINDOW];
-    struct nl_metric *slot_metrics;
-    long iters, next_emit;
-    struct epoch_stats es;
-    int pending_epoch, epochs_done, ndone;
-    float *weights;                   /* rank 0's latest epoch-end weights */
-    struct nl_worker_metrics *step_w; /* (hosts) */
+    /* Following the members (net/follow.h): steps, epochs, checkpoints, judging; heartbeats
+     * from a thread while it validates or stores. */
+    struct nl_follow f;
+    struct keepalive busy;
     /* Recovery. */
-    int generation, restarts, nstate;
-    long start;        /* the steps completed that the current generation started from */
-    float *params;     /* (nparams) what the members of a generation start from */
-    float *master;     /* (ntrainable) the fp32 master weights after the start step */
-    float *state;      /* (nstate x ntrainable) the optimizer state after it */
-    float *ckpt_state; /* (nstate x ntrainable) of the latest checkpoint; zeros before one */
-    struct ckpt cp;
-    int recovering; /* gathering the survivors' reports */
-    long force_to;  /* a recovery reports every step before this one (0: none) */
-    /* Judging (nl_train_judges): the plateau and early-stopping state, and each completed
-     * epoch's watched accuracy (o->epochs of them). */
-    int judges;
-    struct nl_judge judge;
-    double *watched;
+    int generation, restarts;
+    long start;    /* the steps completed that the current generation started from */
+    float *params; /* (nparams) what the members of a generation start from */
+    float *master; /* (ntrainable) the fp32 master weights after the start step */
+    float *state;  /* (nstate x ntrainable) the optimizer state after it */
 };
 
 static int fault_complete(const struct peer *p)
@@ -425,22 +394,12 @@ static void beat(struct run *run, const struct peer *except)
     run->last_beat = t;
     for (int i = 0; i < run->n; i++) {
         struct peer *p = &run->p[i];
-        if (p == except || !p->live || p->dead || p->done || p->eof || !p->r.ch)
+        if (p == except || !p->live || p->dead || p->fm.done || p->eof || !p->r.ch)
             continue;
         if (send_raw(p, NL_FRAME_HEARTBEAT, NULL, 0, NULL) < 0)
-            mark_dead(p, "worker lost (sending to it failed during step %ld)", p->next_step + 1);
+            mark_dead(p, "worker lost (sending to it failed during step %ld)", p->fm.next_step + 1);
     }
 }
-
-/* Heartbeats from a thread while the driver validates or writes a checkpoint (which touch no
- * channel), however long that takes. */
-struct keepalive {
-    struct run *run;
-    pthread_t t;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop, started;
-};
 
 static void *keepalive_main(void *arg)
 {
@@ -482,6 +441,35 @@ static void keepalive_stop(struct keepalive *k)
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->cv);
     beat(k->run, NULL);
+}
+
+/* The members link of the follower (net/follow.h) over the workers' channels. */
+static const char *link_name(void *ud, int i)
+{
+    const struct run *run = ud;
+    return run->hosts[run->p[i].hosti].name;
+}
+
+static int link_send(void *ud, int i, uint32_t type, const void *pl, size_t len,
+                     struct nl_error *err)
+{
+    struct run *run = ud;
+    struct peer *p = &run->p[i];
+    (void)err;
+    if (!p->live || p->dead || p->fm.done || p->eof || !p->r.ch)
+        return 0;
+    if (send_raw(p, type, pl, len, NULL) < 0)
+        mark_dead(p, "worker lost (sending to it failed after epoch %d)", run->f.epochs_done);
+    return 0;
+}
+
+static void link_busy(void *ud, int begin)
+{
+    struct run *run = ud;
+    if (begin)
+        keepalive_start(&run->busy, run);
+    else
+        keepalive_stop(&run->busy);
 }
 
 /* Waits up to timeout_ms for p's next frame; the others keep their heartbeats. */
@@ -528,103 +516,6 @@ static int send_frame(struct run *run, struct peer *p, uint32_t type, const void
 fail:
     return nl_error_set(err, NL_ENET, "%s: sending to the worker: %s", p->r.host,
                         ssh_get_error(p->r.s));
-}
-
-/* An epoch is complete: rank 0's weights are its end. Validation, checkpoint, EPOCH event, judging:
- * a local run's epoch end (nl_epoch_event, nl_epoch_report, nl_epoch_watched, nl_judge_epoch).
- * During a recovery to step run->force_to, weights NULL means they were lost with rank 0 (the
- * others went past the epoch's end before the loss was seen): the epoch is reported without
- * validation, and its metrics go with a checkpoint at force_to when that step is in the next
- * epoch (the parameters and state after it are known), else with none. */
-static int end_epoch(struct run *run, struct nl_model *m, const struct nl_dataset *d,
-                     const struct nl_train_opts *o, const struct nl_train_hooks *hooks,
-                     struct nl_train_result *res, const float *weights,
-                     struct nl_worker_metrics *step_w, long iters, long steps_done,
-                     struct epoch_stats *es, struct nl_error *err)
-{
-    const int epoch = (int)(steps_done / iters);
-    struct nl_epoch_sums e = {
-        .epoch = epoch,
-        .iters = iters,
-        .loss = es->loss,
-        .correct = es->correct,
-        .samples = es->samples,
-        .seconds = es->busy,
-        .val_loss = NAN,
-        .val_accuracy = NAN,
-        .lr = nl_schedule_lr(&o->schedule, o->optim.lr, steps_done, iters, (long)o->epochs * iters,
-                             run->judge.plateau.factor),
-        .nworkers = run->n,
-        .workers = step_w,
-    };
-    struct nl_event ev;
-    int rc;
-
-    es->train_seconds += es->busy;
-    es->total_samples += es->samples;
-    if (weights)
-        memcpy(m->params, weights, m->nparams * sizeof(float));
-    /* A regression run's training R^2 is not gathered from the members (NaN); its validation
-     * and test metrics are the driver's, as a local run's. */
-    e.regression = d->regression;
-    e.target_std = d->target_std;
-    e.val_mae = e.val_rmse = NAN;
-    if (weights && d->split[NL_VAL].n > 0) {
-        struct nl_reg_sums val;
-        double r2;
-        rc = nl_evaluate_reg(m, d, NL_VAL, 0, o->loss, &e.val_loss, &e.val_accuracy, &val, err);
-        if (rc < 0)
-            return rc;
-        nl_reg_finish(&val, d->target_std, &e.val_mae, &e.val_rmse, &r2);
-    }
-    for (int i = 0; i < run->n; i++) {
-        step_w[i] = run->p[i].total;
-        step_w[i].loss = step_w[i].samples > 0 ? step_w[i].loss / step_w[i].samples : 0.0;
-    }
-    nl_epoch_event(&e, o, res, &ev);
-    const int at_force = run->force_to > 0 && !weights && steps_done + iters > run->force_to;
-    struct nl_checkpoint cp;
-    /* The data order of a cluster run follows from the seed and the epoch alone
-     * (net/partition.c); the generator stored is seeded from them. */
-    struct nl_rng rng;
-    if (weights || at_force) {
-        nl_rng_seed(&rng, nl_rng_epoch_seed(o->seed, epoch + at_force));
-        /* The optimizer state: every member's slice of it for this step, or what a recovery
-         * gathered for the step it goes on from. */
-        const size_t sfloats = (size_t)run->nstate * m->ntrainable;
-        const float *state = NULL;
-        if (run->nstate > 0 && run->cp.step == steps_done && run->cp.count == run->n)
-            state = run->cp.state;
-        else if (run->nstate > 0 && run->force_to > 0 && (at_force || steps_done == run->force_to))
-            state = run->state;
-        if (state)
-            memcpy(run->ckpt_state, state, sfloats * sizeof(float));
-        cp = (struct nl_checkpoint){
-            .epoch = epoch,
-            .iteration = at_force ? run->force_to : steps_done,
-            .params = at_force ? run->params : m->params,
-            .nparams = m->nparams,
-            .optim_state = state,
-            .optim_floats = state ? sfloats : 0,
-            .rng = &rng,
-        };
-    }
-    /* The members' pieces of this step's checkpoint are spent once it is stored (a failed store
-     * keeps them), also when the event then stops the run. */
-    rc = nl_epoch_report(hooks, weights || at_force ? &cp : NULL, &ev, err);
-    if ((rc == 0 || rc == NL_ECANCELED) && run->cp.step == steps_done)
-        run->cp.step = -1;
-    if (rc < 0)
-        return rc;
-    es->samples = es->correct = 0;
-    es->loss = es->busy = 0;
-    /* What a local run watches: validation accuracy, or training accuracy without a
-     * validation split. */
-    const double watched = nl_epoch_watched(&ev);
-    run->watched[epoch - 1] = watched;
-    if (nl_judge_epoch(&run->judge, o, epoch, watched))
-        res->stopped_early = 1;
-    return 0;
 }
 
 static void close_all(struct run *run)
@@ -718,154 +609,42 @@ static void end_worker(struct run *run, struct peer *p)
     }
 }
 
-#define HOLD 2 /* handle_frame(): the frame waits until the checkpoint in progress is written */
-
-/* Within an epoch the checkpoint is written once its pieces are in; at an epoch's end, by
- * end_epoch with the epoch's metrics. */
-static int mid_checkpoint(struct run *run, struct nl_error *err)
-{
-    struct ckpt *c = &run->cp;
-    if (c->step % run->iters == 0 || !c->params || (run->nstate > 0 && c->count < run->n))
-        return 0;
-    const size_t sfloats = (size_t)run->nstate * run->m->ntrainable;
-    memcpy(run->ckpt_state, c->state, sfloats * sizeof(float));
-    /* As a local run: one judged on training accuracy (no validation split) checkpoints at
-     * epoch ends only, for a checkpoint cannot hold an epoch's accuracy so far. */
-    const int epoch_ends_only = run->judges && run->d->split[NL_VAL].n == 0;
-    if (run->hooks && run->hooks->checkpoint && !epoch_ends_only) {
-        const int epoch = (int)(c->step / run->iters);
-        struct nl_rng rng;
-        nl_rng_seed(&rng, nl_rng_epoch_seed(run->o->seed, epoch + 1));
-        struct nl_checkpoint cp = {
-            .epoch = epoch,
-            .iteration = c->step,
-            .params = c->values,
-            .nparams = run->m->nparams,
-            .optim_state = run->nstate > 0 ? c->state : NULL,
-            .optim_floats = sfloats,
-            .rng = &rng,
-        };
-        struct keepalive k;
-        keepalive_start(&k, run);
-        int rc = run->hooks->checkpoint(run->hooks->ud, &cp, err);
-        keepalive_stop(&k);
-        if (rc < 0)
-            return rc;
-    }
-    c->step = -1;
-    return 0;
-}
-
-/* A member's piece of the checkpoint after its latest reported step. */
-static int checkpoint_piece(struct run *run, int i, uint32_t type, const unsigned char *pl,
-                            uint32_t len, struct nl_error *err)
-{
-    struct peer *p = &run->p[i];
-    struct ckpt *c = &run->cp;
-    const size_t nt = run->m->ntrainable;
-    const long step = p->next_step; /* pieces follow the step's METRIC */
-
-    if (c->step >= 0 && c->step != step)
-        return HOLD;
-    if (c->step < 0) {
-        c->step = step;
-        c->count = c->params = 0;
-    }
-    if (type == NL_FRAME_PARAMS) {
-        if (len != run->m->nparams * sizeof(float))
-            return nl_error_set(err, NL_EFORMAT, "%s: a checkpoint's parameters of %u bytes",
-                                p->r.host, len);
-        memcpy(c->values, pl, len);
-        c->params = 1;
-        return mid_checkpoint(run, err);
-    }
-    struct nl_state_head h;
-    if (len < NL_STATE_HEADER)
-        return nl_error_set(err, NL_EFORMAT, "%s: a malformed optimizer state", p->r.host);
-    nl_state_head_decode(&h, pl);
-    const size_t lo = (size_t)h.lo, hi = (size_t)h.hi, own = hi - lo;
-    if (lo > hi || hi > nt || h.copies != 1 || (long)h.step != step ||
-        len != nl_state_size(own, run->nstate, 1))
-        return nl_error_set(err, NL_EFORMAT, "%s: a malformed optimizer state for step %ld",
-                            p->r.host, step);
-    const float *f = (const float *)(const void *)(pl + NL_STATE_HEADER);
-    for (int k = 0; k < run->nstate; k++)
-        memcpy(c->state + (size_t)k * nt + lo, f + own * (size_t)(1 + k), own * sizeof(float));
-    c->count++;
-    return mid_checkpoint(run, err);
-}
-
-/* One frame from member i. */
+/* One frame from member i: a FAULT and the report after it are the recovery's, the rest the
+ * follower's (net/follow.h). 0, NL_FOLLOW_HOLD, or an error. */
 static int handle_frame(struct run *run, int i, uint32_t type, const unsigned char *pl,
                         uint32_t len, struct nl_error *err)
 {
     struct peer *p = &run->p[i];
     const size_t pbytes = run->m->nparams * sizeof(float);
 
-    if (type == NL_FRAME_METRIC && len == NL_METRIC_SIZE) {
-        struct nl_metric mt;
-        nl_metric_decode(&mt, pl);
-        const long step = (long)(mt.epoch - 1) * run->iters + mt.iter - 1;
-        if (mt.epoch < 1 || mt.epoch > run->o->epochs || mt.iter < 1 || mt.iter > run->iters ||
-            step != p->next_step || (step >= run->next_emit + WINDOW && !run->recovering))
-            return nl_error_set(err, NL_EFORMAT,
-                                "%s: a metric for epoch %d step %d, while step %ld of the run is "
-                                "due",
-                                p->r.host, mt.epoch, mt.iter, run->next_emit + 1);
-        p->next_step++;
-        /* While recovering, reports far ahead (a member the driver lost touch with went on
-         * for a while) are past what is kept: the steps are reported without them. */
-        if (step >= run->next_emit + WINDOW)
-            return 0;
-        struct slot *sl = &run->slots[step % WINDOW];
-        if (sl->step != step) {
-            struct nl_metric *keep = sl->w;
-            memset(sl, 0, sizeof *sl);
-            memset(keep, 0, (size_t)run->n * sizeof *keep);
-            sl->w = keep;
-            sl->step = step;
-            sl->epoch = mt.epoch;
-            sl->iter = mt.iter;
-        }
-        sl->count++;
-        sl->samples += mt.samples;
-        sl->correct += mt.correct;
-        sl->loss_sum += mt.loss_sum;
-        if (mt.compute_seconds + mt.comm_seconds > sl->busy)
-            sl->busy = mt.compute_seconds + mt.comm_seconds;
-        sl->w[i] = mt;
-    } else if (type == NL_FRAME_WEIGHTS && i == 0 && len == pbytes) {
-        if (run->pending_epoch > 0 && run->recovering)
-            return 0; /* a later epoch's, far ahead: that epoch ends without them */
-        if (run->pending_epoch > 0)
-            return nl_error_set(err, NL_EFORMAT, "%s: an epoch's weights came twice", p->r.host);
-        memcpy(run->weights, pl, len);
-        run->pending_epoch++;
-    } else if (type == NL_FRAME_DONE && len == 0) {
-        p->done = 1;
-        run->ndone++;
-    } else if (type == NL_FRAME_FAULT) {
+    if (type == NL_FRAME_FAULT) {
         nl_fault_decode(pl, len, &p->fault_done, p->fault_msg, sizeof p->fault_msg);
         p->faulted = 1;
         p->fault_parts = 0; /* a report of its own follows: not an earlier recovery's */
-    } else if ((type == NL_FRAME_STATE || (type == NL_FRAME_PARAMS && i == 0)) && !p->faulted) {
-        return checkpoint_piece(run, i, type, pl, len, err);
-    } else if (type == NL_FRAME_PARAMS && p->faulted && len == pbytes) {
+        return 0;
+    }
+    if (type == NL_FRAME_PARAMS && p->faulted && len == pbytes) {
         if (!p->fault_params && !(p->fault_params = nl_alloc_floats(run->m->nparams)))
             return nl_error_set(err, NL_ENOMEM, "out of memory for %s's parameters", p->r.host);
         memcpy(p->fault_params, pl, len);
         p->fault_parts |= 1;
-    } else if (type == NL_FRAME_STATE && p->faulted && len >= NL_STATE_HEADER) {
+        return 0;
+    }
+    if (type == NL_FRAME_STATE && p->faulted && len >= NL_STATE_HEADER) {
         nl_free(p->fault_state);
         if (!(p->fault_state = nl_malloc(len)))
             return nl_error_set(err, NL_ENOMEM, "out of memory for %s's state", p->r.host);
         memcpy(p->fault_state, pl, len);
         p->fault_parts |= 2;
         p->fault_state_len = len;
-    } else {
-        return nl_error_set(err, NL_EFORMAT, "%s: an unexpected frame (type %u)", p->r.host, type);
+        return 0;
     }
-    return 0;
+    int rc = p->faulted && (type == NL_FRAME_STATE || type == NL_FRAME_PARAMS)
+                 ? NL_FOLLOW_OTHER
+                 : nl_follow_frame(&run->f, i, type, pl, len, err);
+    if (rc == NL_FOLLOW_OTHER)
+        return nl_error_set(err, NL_EFORMAT, "%s: an unexpected frame (type %u)", p->r.host, type);
+    return rc;
 }
 
 /* Reads and handles what member i sent. It is lost when its channel ends or fails, or when
@@ -879,8 +658,7 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
     for (;;) {
         uint32_t type, len;
         unsigned char *pl;
-        if (!recovering &&
-            ((i == 0 && run->pending_epoch > 0) || p->next_step >= run->next_emit + WINDOW)) {
+        if (!recovering && !nl_follow_readable(&run->f, i)) {
             p->last_frame = now(); /* not read now: its silence says nothing */
             return progressed;
         }
@@ -899,7 +677,7 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
         }
         if (got == NL_ENET) {
             mark_dead(p, "connection lost (%s, during step %ld)", ssh_get_error(p->r.s),
-                      p->next_step + 1);
+                      p->fm.next_step + 1);
             return progressed;
         }
         if (got < 0)
@@ -912,24 +690,21 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
                     return worker_gone(p, err);
                 if (status >= 0)
                     mark_dead(p, "worker died (exited with status %d during step %ld)", status,
-                              p->next_step + 1);
+                              p->fm.next_step + 1);
                 else
                     mark_dead(p, "worker died (connection closed during step %ld)",
-                              p->next_step + 1);
+                              p->fm.next_step + 1);
             } else if (now() - p->last_frame > 1e-3 * run->hb_ms) {
                 mark_dead(p, "worker stalled (no heartbeat for %.1f s during step %ld)",
-                          now() - p->last_frame, p->next_step + 1);
+                          now() - p->last_frame, p->fm.next_step + 1);
             }
             return progressed;
         }
-        int rc;
-        if (recovering && !p->faulted && (type == NL_FRAME_STATE || type == NL_FRAME_PARAMS))
-            rc = 0; /* a checkpoint's piece: no checkpoint is made while recovering */
-        else
-            rc = handle_frame(run, i, type, pl, len, err);
+        /* While recovering no checkpoint is made: its pieces are dropped (net/follow.c). */
+        int rc = handle_frame(run, i, type, pl, len, err);
         if (rc < 0)
             return rc;
-        p->held = rc == HOLD;
+        p->held = rc == NL_FOLLOW_HOLD;
         if (p->held) {
             p->held_type = type;
             p->held_len = len;
@@ -937,137 +712,9 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
             return progressed;
         }
         progressed = 1;
-        if (p->done)
+        if (p->fm.done)
             return progressed; /* it ends its channel now */
     }
-}
-
-/* Emits, in order, the steps every member reported and the epochs they complete; with force_to,
- * every step before it as well (steps the members completed, whose reports a lost worker took
- * with it). At an epoch's end it waits for rank 0's weights (they precede its next step's
- * metric on its channel).
- * Longer than a screen (about 110 lines) because its two halves, a step's event and an epoch's
- * end, share the order of the reports they consume: split, each would need the other's cursor. */
-static int emit(struct run *run, long force_to, struct nl_error *err)
-{
-    const struct nl_train_opts *o = run->o;
-    const long iters = run->iters;
-    int rc;
-
-    run->force_to = force_to;
-
-    for (;;) {
-        const long ne = run->next_emit;
-        if (ne > 0 && ne % iters == 0 && ne / iters > run->epochs_done) {
-            /* The epoch's weights: rank 0's; in a recovery to this very step, the parameters
-             * gathered; before it, lost with rank 0 (NULL). */
-            const float *w = run->weights;
-            if (run->pending_epoch == 0 && force_to > 0 && ne <= force_to)
-                w = ne == force_to ? run->params : NULL;
-            else if (run->pending_epoch == 0)
-                break;
-            /* The checkpoint's optimizer state: every member's slice (not waited for when
-             * forced: the epoch's last step is done, ne <= force_to). */
-            if (run->nstate > 0 && !(run->cp.step == ne && run->cp.count == run->n) &&
-                ne > force_to)
-                break;
-            struct keepalive k;
-            keepalive_start(&k, run);
-            rc = end_epoch(run, run->m, run->d, o, run->hooks, run->res, w, run->step_w, iters, ne,
-                           &run->es, err);
-            keepalive_stop(&k);
-            if (rc < 0)
-                return rc;
-            if (w == run->weights)
-                run->pending_epoch--;
-            run->epochs_done++;
-            /* The members wait for the epoch's judgement; in a recovery the next SETUP
-             * carries it. */
-            if (force_to == 0 && run->judges && run->epochs_done < o->epochs) {
-                unsigned char j[NL_JUDGE_SIZE];
-                nl_judge_encode(j, run->epochs_done, run->watched[run->epochs_done - 1]);
-                for (int i = 0; i < run->n; i++) {
-                    struct peer *p = &run->p[i];
-                    if (!p->live || p->dead || p->done || p->eof || !p->r.ch)
-                        continue;
-                    if (send_raw(p, NL_FRAME_JUDGE, j, sizeof j, NULL) < 0)
-                        mark_dead(p, "worker lost (sending to it failed after epoch %d)",
-                                  run->epochs_done);
-                }
-            }
-            continue;
-        }
-        struct slot *sl = &run->slots[ne % WINDOW];
-        if (!(sl->step == ne && sl->count == run->n) && ne >= force_to)
-            break;
-        if (sl->step == ne && sl->samples > 0) {
-            for (int i = 0; i < run->n; i++) {
-                const struct nl_metric *mt = &sl->w[i];
-                struct nl_worker_metrics *t = &run->p[i].total;
-                struct nl_worker_metrics *w = &run->step_w[i];
-                t->samples += mt->samples;
-                t->loss += mt->loss_sum;
-                t->compute_seconds += mt->compute_seconds;
-                t->comm_seconds += mt->comm_seconds;
-                t->bytes_sent += mt->bytes_sent;
-                w->samples = mt->samples;
-                w->loss = mt->samples > 0 ? mt->loss_sum / mt->samples : 0.0;
-                w->compute_seconds = mt->compute_seconds;
-                w->comm_seconds = mt->comm_seconds;
-                w->bytes_sent = mt->bytes_sent;
-            }
-            run->es.samples += sl->samples;
-            run->es.correct += sl->correct;
-            run->es.loss += sl->loss_sum;
-            run->es.busy += sl->busy;
-            if (!isfinite(sl->loss_sum))
-                return nl_error_set(err, NL_ENAN,
-                                    "epoch %d, step %ld: the loss is not finite; lower the "
-                                    "learning rate (now %g)",
-                                    sl->epoch, sl->iter, o->optim.lr);
-            if (run->hooks && run->hooks->event) {
-                double elapsed = run->es.busy;
-                long gstep = ne + 1;
-                double per_step = (run->es.train_seconds + elapsed) / (double)gstep;
-                struct nl_event ev = {
-                    .kind = NL_EVENT_ITER,
-                    .epoch = sl->epoch,
-                    .epochs = o->epochs,
-                    .iter = sl->iter,
-                    .iters = iters,
-                    .loss = sl->loss_sum / (double)sl->samples,
-                    .accuracy = run->d->regression
-                                    ? NAN
-                                    : (double)run->es.correct / (double)run->es.samples,
-                    .regression = run->d->regression,
-                    .mae = NAN,
-                    .rmse = NAN,
-                    .val_mae = NAN,
-                    .val_rmse = NAN,
-                    .test_mae = NAN,
-                    .test_rmse = NAN,
-                    .val_loss = NAN,
-                    .val_accuracy = NAN,
-                    .test_accuracy = NAN,
-                    .test_loss = NAN,
-                    .seconds = elapsed,
-                    .images_per_second = (double)run->es.samples / (elapsed > 0 ? elapsed : 1e-9),
-                    .eta_seconds = per_step * (double)((long)o->epochs * iters - gstep),
-                    .lr = nl_schedule_lr(&o->schedule, o->optim.lr, gstep, iters,
-                                         (long)o->epochs * iters, run->judge.plateau.factor),
-                    .samples = run->es.samples,
-                    .nworkers = run->n,
-                    .workers = run->step_w,
-                };
-                if (run->hooks->event(run->hooks->ud, &ev))
-                    return nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d",
-                                        sl->epoch);
-            }
-        }
-        sl->step = -1;
-        run->next_emit++;
-    }
-    return 0;
 }
 
 static void wait_a_little(struct run *run)
@@ -1075,7 +722,7 @@ static void wait_a_little(struct run *run)
     struct pollfd pf[64];
     int np = 0;
     for (int i = 0; i < run->n && np < 64; i++)
-        if (!run->p[i].done && !run->p[i].dead && run->p[i].r.s)
+        if (!run->p[i].fm.done && !run->p[i].dead && run->p[i].r.s)
             pf[np++] = (struct pollfd){.fd = ssh_get_fd(run->p[i].r.s), .events = POLLIN};
     poll(pf, (nfds_t)np, 20);
 }
@@ -1083,43 +730,45 @@ static void wait_a_little(struct run *run)
 #define FAULTED 1 /* follow(): a member was lost or reported a fault */
 #define OVER    2 /* recover(): early stopping ended the run at the recovery's step */
 
+/* The members link's loop over the workers' channels (net/follow.h). */
+static int link_serve(void *ud, int i, struct nl_error *err)
+{
+    return serve(ud, i, 0, err);
+}
+
+/* A member lost or faulted ends the follow loop with FAULTED; once the run is over (stopped
+ * early, or its last epoch ended: weights, checkpoint and event are the driver's) a loss takes
+ * nothing with it: members that finish close their connections while a slower one still ends
+ * its own, so a loss seen then is not the run's failure. */
+static int link_check(void *ud, int progressed, struct nl_error *err)
+{
+    struct run *run = ud;
+    int lost = 0;
+    (void)progressed;
+    beat(run, NULL);
+    for (int i = 0; i < run->n; i++)
+        lost |= run->p[i].dead || run->p[i].faulted;
+    if (lost && (run->res->stopped_early || run->f.epochs_done >= run->o->epochs))
+        return NL_FOLLOW_END;
+    if (lost)
+        return FAULTED;
+    if (run->co->stop && *run->co->stop)
+        return nl_error_set(err, NL_ECANCELED, "training stopped");
+    return 0;
+}
+
+static void link_wait(void *ud)
+{
+    wait_a_little(ud);
+}
+
 /* Follows the members until all are done (0), one is lost or reports a fault (FAULTED), or an
  * error. */
 static int follow(struct run *run, struct nl_error *err)
 {
-    const struct nl_cluster_opts *co = run->co;
     for (int i = 0; i < run->n; i++)
         run->p[i].last_frame = now();
-    while (run->ndone < run->n) {
-        int progressed = 0, lost = 0;
-        for (int i = 0; i < run->n; i++) {
-            if (run->p[i].done)
-                continue;
-            int got = serve(run, i, 0, err);
-            if (got < 0)
-                return got;
-            progressed |= got;
-        }
-        int rc = emit(run, 0, err);
-        if (rc < 0)
-            return rc;
-        beat(run, NULL);
-        for (int i = 0; i < run->n; i++)
-            lost |= run->p[i].dead || run->p[i].faulted;
-        /* A member lost once the run is over (stopped early, or its last epoch ended: weights,
-         * checkpoint and event are the driver's) takes nothing with it: members that finish
-         * close their connections while a slower one still ends its own, so a loss seen here
-         * is not the run's failure. */
-        if (lost && (run->res->stopped_early || run->epochs_done >= run->o->epochs))
-            return 0;
-        if (lost)
-            return FAULTED;
-        if (co->stop && *co->stop)
-            return nl_error_set(err, NL_ECANCELED, "training stopped");
-        if (!progressed)
-            wait_a_little(run);
-    }
-    return 0;
+    return nl_follow_run(&run->f, err);
 }
 
 /* Sends member i its SETUP, its partition unless cached, the parameters, and (has_state) its
@@ -1152,8 +801,8 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         .members = run->members,
         .spec = m->spec_text,
         .frozen = run->frozen[0] ? run->frozen : NULL,
-        .watched = run->judges ? run->watched : NULL,
-        .nwatched = run->judges ? (int)(start / run->iters) : 0,
+        .watched = run->f.judges ? run->f.watched : NULL,
+        .nwatched = run->f.judges ? (int)(start / run->f.iters) : 0,
     };
     unsigned char *data = NULL, *pl;
     size_t dlen = 0;
@@ -1177,8 +826,8 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
     p->live = 1;
     p->gen = run->generation;
     p->last_frame = now();
-    p->next_step = start;
-    p->done = 0;
+    p->fm.next_step = start;
+    p->fm.done = 0;
     if (rc == 0)
         rc = next_frame(run, p, &type, &pl, &len, run->timeout, err);
     if (rc == 0 && (type != NL_FRAME_HAVE || len != 1))
@@ -1196,7 +845,7 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         size_t bytes;
         nl_allreduce_state_bounds(m->nreduce, m->ntrainable, n, i, &lo, &hi);
         rc = nl_state_encode_slice(&b, &bytes, lo, hi, start, run->master, run->state,
-                                   m->ntrainable, run->nstate, err);
+                                   m->ntrainable, run->f.nstate, err);
         if (rc < 0)
             return rc;
         rc = send_frame(run, p, NL_FRAME_STATE, b, bytes, err);
@@ -1227,10 +876,10 @@ static int setup_generation(struct run *run, long start, int has_state, struct n
                  run->hosts[p->hosti].name);
         snprintf(run->members[i].addr, sizeof run->members[i].addr, "%s", p->addr);
         run->members[i].port = p->port;
-        p->total.host = run->hosts[p->hosti].name;
-        run->step_w[i].host = p->total.host;
+        p->fm.total.host = run->hosts[p->hosti].name;
+        run->f.step_w[i].host = p->fm.total.host;
     }
-    run->ndone = 0;
+    run->f.ndone = 0;
     for (int i = 0; i < run->n; i++) {
         struct peer *p = &run->p[i];
         int rc = setup_member(run, i, start, has_state, err);
@@ -1264,47 +913,47 @@ static int recover(struct run *run, struct nl_error *err)
      * theirs) have nothing to call off or report. */
     for (int i = 0; i < run->n; i++) {
         struct peer *p = &run->p[i];
-        if (!p->dead && !p->done && p->gen == run->generation &&
+        if (!p->dead && !p->fm.done && p->gen == run->generation &&
             send_raw(p, NL_FRAME_ABORT, NULL, 0, NULL) < 0)
-            mark_dead(p, "worker lost (sending to it failed during step %ld)", p->next_step + 1);
+            mark_dead(p, "worker lost (sending to it failed during step %ld)", p->fm.next_step + 1);
     }
     /* Survivors may be rebuilding a mesh when they learn of the loss: they give up within the
      * mesh's own timeout. */
     const double deadline = now() + 1e-3 * (run->timeout + 2 * run->hb_ms);
-    run->recovering = 1;
+    run->f.recovering = 1;
     for (;;) {
         int waiting = 0, progressed = 0;
         for (int i = 0; i < run->n; i++) {
             struct peer *p = &run->p[i];
-            if (p->dead || p->done || fault_complete(p) || p->gen != run->generation)
+            if (p->dead || p->fm.done || fault_complete(p) || p->gen != run->generation)
                 continue;
             int got = serve(run, i, 1, err);
             if (got < 0) {
-                run->recovering = 0;
+                run->f.recovering = 0;
                 return got;
             }
             progressed |= got;
-            waiting += !p->dead && !p->done && !fault_complete(p);
+            waiting += !p->dead && !p->fm.done && !fault_complete(p);
         }
         if (!waiting)
             break;
         if (now() > deadline) {
             for (int i = 0; i < run->n; i++)
-                if (!run->p[i].done && !fault_complete(&run->p[i]) &&
+                if (!run->p[i].fm.done && !fault_complete(&run->p[i]) &&
                     run->p[i].gen == run->generation)
                     mark_dead(&run->p[i], "worker lost (it did not report after step %ld)",
-                              run->p[i].next_step);
+                              run->p[i].fm.next_step);
             break;
         }
         if (co->stop && *co->stop) {
-            run->recovering = 0;
+            run->f.recovering = 0;
             return nl_error_set(err, NL_ECANCELED, "training stopped");
         }
         beat(run, NULL);
         if (!progressed)
             wait_a_little(run);
     }
-    run->recovering = 0;
+    run->f.recovering = 0;
 
     int nsurv = 0, ndead = 0, first_dead = -1;
     for (int i = 0; i < run->n; i++) {
@@ -1313,7 +962,7 @@ static int recover(struct run *run, struct nl_error *err)
             ndead++;
             if (first_dead < 0)
                 first_dead = i;
-        } else if (p->done) {
+        } else if (p->fm.done) {
             return nl_error_set(err, NL_EIO, "%s: %s, at the very end of the run",
                                 run->p[first_dead >= 0 ? first_dead : i].r.host,
                                 first_dead >= 0 ? run->p[first_dead].why : "a worker was lost");
@@ -1349,7 +998,7 @@ static int recover(struct run *run, struct nl_error *err)
     if (from >= 0) {
         memcpy(run->params, run->p[from].fault_params, m->nparams * sizeof(float));
         memcpy(run->master, run->params, nt * sizeof(float));
-        memcpy(run->state, run->ckpt_state, (size_t)run->nstate * nt * sizeof(float));
+        memcpy(run->state, run->f.ckpt_state, (size_t)run->f.nstate * nt * sizeof(float));
     }
     for (int i = 0; from >= 0 && i < run->n; i++) {
         const struct peer *p = &run->p[i];
@@ -1362,9 +1011,9 @@ static int recover(struct run *run, struct nl_error *err)
         struct nl_state_head h;
         nl_state_head_decode(&h, b);
         const size_t lo = (size_t)h.lo, hi = (size_t)h.hi;
-        const size_t own = hi - lo, copy = own * (size_t)(1 + run->nstate);
+        const size_t own = hi - lo, copy = own * (size_t)(1 + run->f.nstate);
         if (lo > hi || hi > nt || h.copies != 2 ||
-            p->fault_state_len != nl_state_size(own, run->nstate, 2))
+            p->fault_state_len != nl_state_size(own, run->f.nstate, 2))
             return nl_error_set(err, NL_EFORMAT, "%s: its optimizer state is malformed", p->r.host);
         const int which = (long)h.step == R ? 0 : (long)h.step2 == R ? 1 : -1;
         if (which < 0)
@@ -1374,33 +1023,33 @@ static int recover(struct run *run, struct nl_error *err)
                                 p->r.host, (long)h.step, (long)h.step2, R);
         const float *f = (const float *)(const void *)(b + NL_STATE_HEADER) + (size_t)which * copy;
         memcpy(run->master + lo, f, own * sizeof(float));
-        for (int k = 0; k < run->nstate; k++)
+        for (int k = 0; k < run->f.nstate; k++)
             memcpy(run->state + (size_t)k * nt + lo, f + own * (size_t)(1 + k),
                    own * sizeof(float));
     }
 
     /* The steps up to R are done: report them (with what came of them) and the epochs they
      * end; reports of later steps are void, those steps are done again. */
-    if (run->pending_epoch > 0 && (long)(run->epochs_done + 1) * run->iters > R)
-        run->pending_epoch = 0;
+    if (run->f.pending_epoch > 0 && (long)(run->f.epochs_done + 1) * run->f.iters > R)
+        run->f.pending_epoch = 0;
     /* A checkpoint in the making keeps its pieces only for the next epoch's end. */
-    if (run->cp.step >= 0 && !(run->cp.step == (long)(run->epochs_done + 1) * run->iters &&
-                               run->cp.step <= R && run->cp.count == run->n))
-        run->cp.step = -1;
-    rc = emit(run, R, err);
-    run->force_to = 0;
+    if (run->f.cp.step >= 0 && !(run->f.cp.step == (long)(run->f.epochs_done + 1) * run->f.iters &&
+                                 run->f.cp.step <= R && run->f.cp.count == run->n))
+        run->f.cp.step = -1;
+    rc = nl_follow_emit(&run->f, R, err);
+    run->f.force_to = 0;
     if (rc < 0)
         return rc;
     if (run->res->stopped_early)
         return OVER; /* the epoch up to R ended the run */
-    if (run->next_emit != R || run->pending_epoch != 0)
+    if (run->f.next_emit != R || run->f.pending_epoch != 0)
         return nl_error_set(err, NL_EIO,
                             "the run cannot go on from step %ld: the weights of epoch %d were lost "
                             "with %s",
-                            R, run->epochs_done + 1, run->p[first_dead].r.host);
-    for (int k = 0; k < WINDOW; k++)
-        run->slots[k].step = -1;
-    run->cp.step = -1;
+                            R, run->f.epochs_done + 1, run->p[first_dead].r.host);
+    for (int k = 0; k < run->f.window; k++)
+        run->f.slots[k].step = -1;
+    run->f.cp.step = -1;
     for (int i = 0; i < run->n; i++)
         run->p[i].held = 0;
 
@@ -1480,7 +1129,7 @@ static int recover(struct run *run, struct nl_error *err)
             nl_free(p->fault_state);
         }
     }
-    run->n = keep;
+    run->n = run->f.n = keep;
     if (run->n == 0)
         return nl_error_set(err, NL_EIO, "%s: %s; no worker is left to go on", rec[0].host,
                             rec[0].what);
@@ -1495,10 +1144,10 @@ static int recover(struct run *run, struct nl_error *err)
         if (run->hooks && run->hooks->event) {
             struct nl_event ev = {
                 .kind = NL_EVENT_RECOVERY,
-                .epoch = (int)(R / run->iters) + 1,
+                .epoch = (int)(R / run->f.iters) + 1,
                 .epochs = run->o->epochs,
-                .iter = R % run->iters,
-                .iters = run->iters,
+                .iter = R % run->f.iters,
+                .iters = run->f.iters,
                 .recovery = &rec[k],
             };
             if (run->hooks->event(run->hooks->ud, &ev))
@@ -1521,45 +1170,45 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
         .n = n, .co = co, .hosts = hosts, .m = m, .d = d, .o = o, .hooks = hooks, .res = res};
     unsigned char secret[32];
     int rc = 0;
-    const long ntrain = (long)d->split[NL_TRAIN].n;
 
-    memset(res, 0, sizeof *res);
-    res->val_accuracy = res->test_accuracy = res->test_loss = NAN;
-    res->regression = d->regression;
-    res->train_mae = res->train_rmse = res->val_mae = res->val_rmse = NAN;
-    res->test_mae = res->test_rmse = NAN;
     if (n < 1)
         return nl_error_set(err, NL_EINVAL, "no hosts to train on");
-    if (ntrain == 0)
-        return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
-    rc = nl_optim_validate(&o->optim, err);
+    run.p = nl_calloc((size_t)n, sizeof *run.p);
+    if (!run.p)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
+    run.f = (struct nl_follow){
+        .link = {.name = link_name,
+                 .send = link_send,
+                 .busy = link_busy,
+                 .serve = link_serve,
+                 .check = link_check,
+                 .wait = link_wait,
+                 .ud = &run},
+        .n = n,
+        .window = WINDOW,
+        .member0 = (unsigned char *)&run.p[0].fm,
+        .member_stride = sizeof *run.p,
+        .m = m,
+        .d = d,
+        .o = o,
+        .hooks = hooks,
+        .res = res,
+    };
+    rc = nl_follow_init(&run.f, err);
     if (rc < 0)
-        return rc;
-    run.iters = (ntrain + o->batch - 1) / o->batch;
-    if (o->resume && (rc = nl_resume_check(o->resume, o->epochs, run.iters, err)) < 0)
-        return rc;
+        goto out;
     run.timeout = co->ssh.timeout_ms > 0 ? co->ssh.timeout_ms : 30000;
     run.hb_ms = co->heartbeat_ms > 0 ? co->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
-    run.nstate = nl_optim_state_arrays(&o->optim);
-    const size_t nt = m->ntrainable, sfloats = (size_t)run.nstate * nt;
-    run.p = nl_calloc((size_t)n, sizeof *run.p);
+    const size_t nt = m->ntrainable, sfloats = (size_t)run.f.nstate * nt;
     run.members = nl_calloc((size_t)n, sizeof *run.members);
-    run.weights = nl_alloc_floats(m->nparams);
     run.params = nl_alloc_floats(m->nparams);
     run.master = nl_alloc_floats(nt + 1);
     run.state = nl_alloc_floats(sfloats + 1);
-    run.ckpt_state = nl_alloc_floats(sfloats + 1);
-    run.cp.state = nl_alloc_floats(sfloats + 1);
-    run.cp.values = nl_alloc_floats(m->nparams + 1);
-    run.cp.step = -1;
-    run.step_w = nl_calloc((size_t)n, sizeof *run.step_w);
-    run.judges = nl_train_judges(o);
-    nl_judge_init(&run.judge);
-    run.watched = nl_calloc((size_t)o->epochs + 1, sizeof *run.watched);
-    run.slot_metrics = nl_calloc((size_t)WINDOW * (size_t)n, sizeof *run.slot_metrics);
+    run.f.force_params = run.params;
+    run.f.force_state = run.state;
     /* The largest frame a worker sends: its parameters, or two copies of its slice's state. */
     const size_t pbytes = m->nparams * sizeof(float);
-    const size_t sbytes = nl_state_size(nt + 16, run.nstate, 2);
+    const size_t sbytes = nl_state_size(nt + 16, run.f.nstate, 2);
     run.max_frame = (uint32_t)((pbytes > sbytes ? pbytes : sbytes) + 4096);
     /* The frozen layers' names: the members freeze the same ones, so that the initial weights
      * sent in INIT have their layout and only the trainable range is exchanged. */
@@ -1574,15 +1223,9 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
             strcat(run.frozen, ",");
         strcat(run.frozen, m->layers[i].name);
     }
-    if (!run.p || !run.members || !run.weights || !run.params || !run.master || !run.state ||
-        !run.ckpt_state || !run.cp.state || !run.cp.values || !run.step_w || !run.slot_metrics ||
-        !run.frozen || !run.watched) {
+    if (!run.members || !run.params || !run.master || !run.state || !run.frozen) {
         rc = nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
         goto out;
-    }
-    for (int k = 0; k < WINDOW; k++) {
-        run.slots[k].step = -1;
-        run.slots[k].w = run.slot_metrics + (size_t)k * (size_t)n;
     }
     rc = nl_wire_random(secret, sizeof secret, err);
     if (rc < 0)
@@ -1622,23 +1265,10 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
      * checkpoint's with its optimizer state when resuming). */
     memcpy(run.params, m->params, pbytes);
     memcpy(run.master, m->params, nt * sizeof(float));
-    long start = 0;
-    if (o->resume) {
-        const struct nl_resume *r = o->resume;
-        start = r->iteration;
-        if (r->optim_state && r->optim_floats == sfloats) {
-            memcpy(run.state, r->optim_state, sfloats * sizeof(float));
-            memcpy(run.ckpt_state, r->optim_state, sfloats * sizeof(float));
-        }
-        run.next_emit = start;
-        run.epochs_done = r->epoch;
-        res->epochs = r->epoch;
-        /* The epochs judged so far, as a local resume replays them (unknown: NaN). */
-        for (int e = 0; e < r->epoch; e++) {
-            run.watched[e] = r->watched ? r->watched[e] : NAN;
-            nl_judge_epoch(&run.judge, o, e + 1, run.watched[e]);
-        }
-    }
+    long start;
+    const float *state = nl_follow_resume(&run.f, &start);
+    if (state)
+        memcpy(run.state, state, sfloats * sizeof(float));
     /* A member lost while a generation is set up (FAULTED) is recovered from as one lost while
      * training. */
     rc = setup_generation(&run, start, o->resume != NULL, err);
@@ -1653,41 +1283,15 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
         rc = 0;
     if (rc < 0)
         goto out;
-    if (res->epochs != o->epochs && !res->stopped_early) {
-        rc = nl_error_set(err, NL_EIO, "the workers finished after %d of %d epochs", res->epochs,
-                          o->epochs);
+    rc = nl_follow_finish(&run.f, err);
+    if (rc < 0)
         goto out;
-    }
-    if (d->split[NL_TEST].n > 0) {
-        struct nl_reg_sums test;
-        double r2;
-        rc = nl_evaluate_reg(m, d, NL_TEST, 0, o->loss, &res->test_loss, &res->test_accuracy, &test,
-                             err);
-        if (rc < 0)
-            goto out;
-        nl_reg_finish(&test, d->target_std, &res->test_mae, &res->test_rmse, &r2);
-    }
-    res->seconds = run.es.train_seconds;
-    res->images_per_second =
-        (double)run.es.total_samples / (run.es.train_seconds > 0 ? run.es.train_seconds : 1e-9);
-    for (int i = 0; i < run.n; i++) {
-        run.step_w[i] = run.p[i].total;
-        run.step_w[i].loss =
-            run.step_w[i].samples > 0 ? run.step_w[i].loss / run.step_w[i].samples : 0.0;
-    }
     if (stats) {
         /* Every host the run was given, those dropped on the way included (nothing more). */
         for (int i = 0; i < n; i++)
             stats[i] = (struct nl_worker_metrics){.host = hosts[i].name};
         for (int i = 0; i < run.n; i++)
-            stats[run.p[i].hosti] = run.step_w[i];
-    }
-    if (hooks && hooks->event) {
-        struct nl_event ev;
-        nl_done_event(res, o, &ev);
-        ev.nworkers = run.n;
-        ev.workers = run.step_w;
-        hooks->event(hooks->ud, &ev);
+            stats[run.p[i].hosti] = run.f.step_w[i];
     }
     rc = 0;
 out:
@@ -1695,16 +1299,10 @@ out:
         close_all(&run);
     nl_free(run.p);
     nl_free(run.members);
-    nl_free(run.weights);
+    nl_follow_release(&run.f);
     nl_free(run.params);
     nl_free(run.master);
     nl_free(run.state);
-    nl_free(run.ckpt_state);
-    nl_free(run.cp.state);
-    nl_free(run.cp.values);
-    nl_free(run.step_w);
-    nl_free(run.slot_metrics);
     nl_free(run.frozen);
-    nl_free(run.watched);
     return rc;
 }

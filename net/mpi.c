@@ -18,12 +18,16 @@
  *   rank r -> driver   FAULT "C message" when its step or its own work failed
  *
  * Rank 0 reads each rank's frames in order (MPI_Iprobe by source, never ahead of what it can
- * use, as the SSH driver reads its channels), sums each step's METRICs into one ITER event, and
- * at an epoch's end validates rank 0's WEIGHTS, stores the checkpoint with every rank's STATE
- * and judges: the core's epoch end (nl_epoch_event, nl_epoch_report, nl_judge_epoch).
+ * use, as the SSH driver reads its channels) and hands each to the follower the SSH driver uses
+ * too (net/follow.c): it sums each step's METRICs into one ITER event, and at an epoch's end
+ * validates rank 0's WEIGHTS (classification or regression metrics), stores the checkpoint with
+ * every rank's STATE and judges: the core's epoch end (nl_epoch_event, nl_epoch_report,
+ * nl_judge_epoch).
  *
  * Faults. MPI jobs are fail-stop: there is no restart or re-partitioning, as the SSH mode has.
- * A rank that dies is normally ended with the whole job by the launcher; whatever else goes
+ * A rank that dies is normally ended with the whole job by the launcher, which sends the others
+ * SIGTERM: rank 0 takes that for the job's end and fails the run (nl_mpi_opts.terminated), where a
+ * person's SIGINT stops it. Whatever else goes
  * wrong, nothing waits forever: the driver fails the run when a rank sends FAULT or nothing (not
  * even a heartbeat) for the heartbeat timeout, members fail their step when the exchange makes
  * no progress for it (net/transport_mpi.c) and exit when the driver is silent for it. Rank 0
@@ -40,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "net/follow.h"
 #include "net/proto.h"
 #include "net/transport_mpi.h"
 #include "nnlab/alloc.h"
@@ -58,6 +63,7 @@ struct nl_mpi {
     char (*name)[RANK_NAME_MAX]; /* (size) */
     const char **names;          /* (size) pointers into name */
     int hb_ms;
+    int collective; /* the exchange's form (nl_mpi_set_exchange) */
     /* Rank 0: its member's thread, and the driver's heartbeat thread. */
     pthread_t member, beat;
     int member_started, beat_started;
@@ -229,6 +235,24 @@ int nl_mpi_start(struct nl_mpi **out, const char *version, struct nl_error *err)
     return 0;
 }
 
+int nl_mpi_set_exchange(struct nl_mpi *mp, int collective, struct nl_error *err)
+{
+    int *all = nl_calloc((size_t)mp->size, sizeof *all);
+    if (!all)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %d ranks", mp->size);
+    int mrc = MPI_Allgather(&collective, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+    int rc = mrc == MPI_SUCCESS ? 0 : mpi_err(err, "agreeing on the exchange", mrc);
+    for (int r = 1; rc == 0 && r < mp->size; r++)
+        if (all[r] != all[0])
+            rc = nl_error_set(err, NL_EINVAL,
+                              "%s has --mpi-exchange %s, rank 0 %s: every rank must have the same",
+                              mp->names[r], all[r] ? "collective" : "p2p",
+                              all[0] ? "collective" : "p2p");
+    nl_free(all);
+    mp->collective = collective;
+    return rc;
+}
+
 /* A call on the links begins (0) or is refused because they are closing. */
 static int enter(struct nl_error *err)
 {
@@ -342,7 +366,7 @@ static int link_transport(void *ud, int rank, int size, struct nl_transport **ou
         return nl_error_set(err, NL_EFORMAT,
                             "the driver made this rank member %d of %d, MPI rank %d of %d", rank,
                             size, mp->rank, mp->size);
-    return nl_transport_mpi_new(out, mp->data, mp->names, mp->hb_ms, err);
+    return nl_transport_mpi_new(out, mp->data, mp->names, mp->hb_ms, mp->collective, err);
 }
 
 /* A member's own error, for the driver to report: FAULT with the steps it knows of as 0. */
@@ -395,7 +419,7 @@ static void *beat_main(void *arg)
     struct nl_mpi *mp = arg;
     for (;;) {
         for (int i = 0; i < 40; i++) {
-            nap((long)mp->hb_ms * 25L); /* a quarter of the timeout, in 40 naps */
+            nap((long)mp->hb_ms * 25L / 4); /* a quarter of the timeout (ms), in 40 naps (us) */
             pthread_mutex_lock(&links.lock);
             const int stopping = links.stopping;
             pthread_mutex_unlock(&links.lock);
@@ -456,21 +480,10 @@ void nl_mpi_end(struct nl_mpi *mp, int failed)
 
 /* ---- Rank 0: the driver ---- */
 
-/* One step's metrics from every rank, summed when all have come. */
-struct slot {
-    long step; /* 0-based global step, -1 when free */
-    int count, epoch;
-    long iter, samples, correct;
-    double loss_sum, busy;
-    struct nl_metric *w; /* (size) */
-};
-
 /* One rank as the driver follows it. */
 struct mrank {
-    long next_step; /* 0-based step of its next METRIC */
-    int done;
-    double last; /* when its last frame came */
-    struct nl_worker_metrics total;
+    struct nl_follow_member fm; /* what the follower keeps of it (net/follow.h) */
+    double last;                /* when its last frame came */
     /* A frame read but not handled yet (a checkpoint's piece for a later step). */
     void *held;
     uint32_t held_type, held_len;
@@ -480,320 +493,51 @@ struct mrun {
     struct nl_mpi *mp;
     const struct nl_mpi_opts *mo;
     int n;
-    struct nl_model *m;
-    const struct nl_dataset *d;
-    const struct nl_train_opts *o;
-    const struct nl_train_hooks *hooks;
-    struct nl_train_result *res;
-    long iters, next_emit;
-    int nstate, epochs_done, have_weights, ndone, judges;
     struct mrank *r;
-    struct slot slots[WINDOW];
-    struct nl_metric *slot_metrics;
-    struct nl_worker_metrics *step_w;
-    float *weights;
-    /* The checkpoint being put together: every rank's optimizer slice, rank 0's parameters. */
-    long cp_step; /* -1: none */
-    int cp_count, cp_params;
-    float *cp_state, *cp_values;
-    /* The epoch's sums. */
-    long es_samples, es_correct, total_samples;
-    double es_loss, es_busy, train_seconds;
-    struct nl_judge judge;
-    double *watched;
+    struct nl_follow f; /* steps, epochs, checkpoints, judging: net/follow.c */
 };
 
-#define HOLD 2
-
-/* Within an epoch the checkpoint is stored once its pieces are in; at an epoch's end, with the
- * epoch's metrics. */
-static int mid_checkpoint(struct mrun *run, struct nl_error *err)
+/* The members link of the follower (net/follow.h) over MPI. */
+static const char *link_name(void *ud, int i)
 {
-    if (run->cp_step % run->iters == 0 || !run->cp_params ||
-        (run->nstate > 0 && run->cp_count < run->n))
-        return 0;
-    const int epoch_ends_only = run->judges && run->d->split[NL_VAL].n == 0;
-    if (run->hooks && run->hooks->checkpoint && !epoch_ends_only) {
-        const int epoch = (int)(run->cp_step / run->iters);
-        struct nl_rng rng;
-        nl_rng_seed(&rng, nl_rng_epoch_seed(run->o->seed, epoch + 1));
-        struct nl_checkpoint cp = {
-            .epoch = epoch,
-            .iteration = run->cp_step,
-            .params = run->cp_values,
-            .nparams = run->m->nparams,
-            .optim_state = run->nstate > 0 ? run->cp_state : NULL,
-            .optim_floats = (size_t)run->nstate * run->m->ntrainable,
-            .rng = &rng,
-        };
-        int rc = run->hooks->checkpoint(run->hooks->ud, &cp, err);
-        if (rc < 0)
-            return rc;
-    }
-    run->cp_step = -1;
-    return 0;
+    const struct mrun *run = ud;
+    return run->mp->names[i];
 }
 
-static int checkpoint_piece(struct mrun *run, int i, uint32_t type, const unsigned char *pl,
-                            uint32_t len, struct nl_error *err)
+static int link_judge(void *ud, int i, uint32_t type, const void *p, size_t len,
+                      struct nl_error *err)
 {
-    const char *who = run->mp->names[i];
-    const size_t nt = run->m->ntrainable;
-    const long step = run->r[i].next_step; /* pieces follow the step's METRIC */
-
-    if (run->cp_step >= 0 && run->cp_step != step)
-        return HOLD;
-    if (run->cp_step < 0) {
-        run->cp_step = step;
-        run->cp_count = run->cp_params = 0;
-    }
-    if (type == NL_FRAME_PARAMS) {
-        if (len != run->m->nparams * sizeof(float))
-            return nl_error_set(err, NL_EFORMAT, "%s: a checkpoint's parameters of %u bytes", who,
-                                len);
-        memcpy(run->cp_values, pl, len);
-        run->cp_params = 1;
-        return mid_checkpoint(run, err);
-    }
-    struct nl_state_head h;
-    if (len < NL_STATE_HEADER)
-        return nl_error_set(err, NL_EFORMAT, "%s: a malformed optimizer state", who);
-    nl_state_head_decode(&h, pl);
-    const size_t lo = (size_t)h.lo, hi = (size_t)h.hi, own = hi - lo;
-    if (lo > hi || hi > nt || h.copies != 1 || (long)h.step != step ||
-        len != nl_state_size(own, run->nstate, 1))
-        return nl_error_set(err, NL_EFORMAT, "%s: a malformed optimizer state for step %ld", who,
-                            step);
-    const float *f = (const float *)(const void *)(pl + NL_STATE_HEADER);
-    for (int k = 0; k < run->nstate; k++)
-        memcpy(run->cp_state + (size_t)k * nt + lo, f + own * (size_t)(1 + k), own * sizeof(float));
-    run->cp_count++;
-    return mid_checkpoint(run, err);
+    struct mrun *run = ud;
+    return send_to(run->mp, COMM_DOWN, i, type, p, len, err);
 }
 
-static int on_metric(struct mrun *run, int i, const unsigned char *pl, uint32_t len,
-                     struct nl_error *err)
+/* The driver's own work (validation, a store write) reads nothing meanwhile: what came is not
+ * read yet, and the heartbeat thread keeps the members content. */
+static void link_busy(void *ud, int begin)
 {
-    struct nl_metric mt;
-    if (len != NL_METRIC_SIZE)
-        return nl_error_set(err, NL_EFORMAT, "%s: a metric of %u bytes", run->mp->names[i], len);
-    nl_metric_decode(&mt, pl);
-    const long step = (long)(mt.epoch - 1) * run->iters + mt.iter - 1;
-    if (mt.epoch < 1 || mt.epoch > run->o->epochs || mt.iter < 1 || mt.iter > run->iters ||
-        step != run->r[i].next_step || step >= run->next_emit + WINDOW)
-        return nl_error_set(err, NL_EFORMAT,
-                            "%s: a metric for epoch %d step %d, while step %ld of the run is due",
-                            run->mp->names[i], mt.epoch, mt.iter, run->next_emit + 1);
-    run->r[i].next_step++;
-    struct slot *sl = &run->slots[step % WINDOW];
-    if (sl->step != step) {
-        struct nl_metric *keep = sl->w;
-        memset(sl, 0, sizeof *sl);
-        memset(keep, 0, (size_t)run->n * sizeof *keep);
-        sl->w = keep;
-        sl->step = step;
-        sl->epoch = mt.epoch;
-        sl->iter = mt.iter;
-    }
-    sl->count++;
-    sl->samples += mt.samples;
-    sl->correct += mt.correct;
-    sl->loss_sum += mt.loss_sum;
-    if (mt.compute_seconds + mt.comm_seconds > sl->busy)
-        sl->busy = mt.compute_seconds + mt.comm_seconds;
-    sl->w[i] = mt;
-    return 0;
+    struct mrun *run = ud;
+    for (int i = 0; !begin && i < run->n; i++)
+        run->r[i].last = now();
 }
 
-/* One frame from rank i: 0, HOLD (it waits for the checkpoint in progress), or an error. */
+/* One frame from rank i: 0, NL_FOLLOW_HOLD (it waits for the checkpoint in progress), or an
+ * error. */
 static int handle_frame(struct mrun *run, int i, uint32_t type, const unsigned char *pl,
                         uint32_t len, struct nl_error *err)
 {
     const char *who = run->mp->names[i];
+    int rc = nl_follow_frame(&run->f, i, type, pl, len, err);
+    if (rc != NL_FOLLOW_OTHER)
+        return rc;
     if (type == NL_FRAME_HEARTBEAT)
         return 0;
-    if (type == NL_FRAME_METRIC)
-        return on_metric(run, i, pl, len, err);
-    if (type == NL_FRAME_WEIGHTS && i == 0 && len == run->m->nparams * sizeof(float)) {
-        if (run->have_weights)
-            return nl_error_set(err, NL_EFORMAT, "%s: an epoch's weights came twice", who);
-        memcpy(run->weights, pl, len);
-        run->have_weights = 1;
-        return 0;
-    }
-    if (type == NL_FRAME_DONE && len == 0) {
-        run->r[i].done = 1;
-        run->ndone++;
-        return 0;
-    }
     if (type == NL_FRAME_FAULT) {
         char msg[400];
         long done;
         nl_fault_decode(pl, len, &done, msg, sizeof msg);
         return nl_error_set(err, NL_ENET, "%s: %s", who, msg);
     }
-    if (type == NL_FRAME_STATE || (type == NL_FRAME_PARAMS && i == 0))
-        return checkpoint_piece(run, i, type, pl, len, err);
     return nl_error_set(err, NL_EFORMAT, "%s: an unexpected frame (type %u)", who, type);
-}
-
-/* An epoch is complete: validation on rank 0's weights, the checkpoint with every rank's
- * optimizer slice, the EPOCH event, judging. */
-static int end_epoch(struct mrun *run, long steps_done, struct nl_error *err)
-{
-    const struct nl_train_opts *o = run->o;
-    struct nl_model *m = run->m;
-    const int epoch = (int)(steps_done / run->iters);
-    struct nl_epoch_sums e = {
-        .epoch = epoch,
-        .iters = run->iters,
-        .loss = run->es_loss,
-        .correct = run->es_correct,
-        .samples = run->es_samples,
-        .seconds = run->es_busy,
-        .val_loss = NAN,
-        .val_accuracy = NAN,
-        .lr = nl_schedule_lr(&o->schedule, o->optim.lr, steps_done, run->iters,
-                             (long)o->epochs * run->iters, run->judge.plateau.factor),
-        .nworkers = run->n,
-        .workers = run->step_w,
-    };
-    struct nl_event ev;
-
-    run->train_seconds += run->es_busy;
-    run->total_samples += run->es_samples;
-    memcpy(m->params, run->weights, m->nparams * sizeof(float));
-    if (run->d->split[NL_VAL].n > 0) {
-        int rc = nl_evaluate(m, run->d, NL_VAL, 0, &e.val_loss, &e.val_accuracy, err);
-        if (rc < 0)
-            return rc;
-    }
-    for (int i = 0; i < run->n; i++) {
-        run->step_w[i] = run->r[i].total;
-        run->step_w[i].loss =
-            run->step_w[i].samples > 0 ? run->step_w[i].loss / run->step_w[i].samples : 0.0;
-    }
-    nl_epoch_event(&e, o, run->res, &ev);
-    struct nl_rng rng;
-    nl_rng_seed(&rng, nl_rng_epoch_seed(o->seed, epoch));
-    const int state = run->nstate > 0 && run->cp_step == steps_done && run->cp_count == run->n;
-    struct nl_checkpoint cp = {
-        .epoch = epoch,
-        .iteration = steps_done,
-        .params = m->params,
-        .nparams = m->nparams,
-        .optim_state = state ? run->cp_state : NULL,
-        .optim_floats = state ? (size_t)run->nstate * m->ntrainable : 0,
-        .rng = &rng,
-    };
-    int rc = nl_epoch_report(run->hooks, &cp, &ev, err);
-    if ((rc == 0 || rc == NL_ECANCELED) && run->cp_step == steps_done)
-        run->cp_step = -1;
-    if (rc < 0)
-        return rc;
-    run->es_samples = run->es_correct = 0;
-    run->es_loss = run->es_busy = 0;
-    const double watched = nl_epoch_watched(&ev);
-    run->watched[epoch - 1] = watched;
-    if (nl_judge_epoch(&run->judge, o, epoch, watched))
-        run->res->stopped_early = 1;
-    return 0;
-}
-
-/* A step every rank reported: its totals and its ITER event. */
-static int emit_step(struct mrun *run, struct slot *sl, long ne, struct nl_error *err)
-{
-    const struct nl_train_opts *o = run->o;
-    for (int i = 0; i < run->n; i++) {
-        const struct nl_metric *mt = &sl->w[i];
-        struct nl_worker_metrics *t = &run->r[i].total, *w = &run->step_w[i];
-        t->samples += mt->samples;
-        t->loss += mt->loss_sum;
-        t->compute_seconds += mt->compute_seconds;
-        t->comm_seconds += mt->comm_seconds;
-        t->bytes_sent += mt->bytes_sent;
-        w->samples = mt->samples;
-        w->loss = mt->samples > 0 ? mt->loss_sum / mt->samples : 0.0;
-        w->compute_seconds = mt->compute_seconds;
-        w->comm_seconds = mt->comm_seconds;
-        w->bytes_sent = mt->bytes_sent;
-    }
-    run->es_samples += sl->samples;
-    run->es_correct += sl->correct;
-    run->es_loss += sl->loss_sum;
-    run->es_busy += sl->busy;
-    if (!isfinite(sl->loss_sum))
-        return nl_error_set(err, NL_ENAN,
-                            "epoch %d, step %ld: the loss is not finite; lower the learning rate "
-                            "(now %g)",
-                            sl->epoch, sl->iter, o->optim.lr);
-    if (!run->hooks || !run->hooks->event || sl->samples == 0)
-        return 0;
-    const double elapsed = run->es_busy;
-    const long gstep = ne + 1, total = (long)o->epochs * run->iters;
-    const double per_step = (run->train_seconds + elapsed) / (double)gstep;
-    struct nl_event ev = {
-        .kind = NL_EVENT_ITER,
-        .epoch = sl->epoch,
-        .epochs = o->epochs,
-        .iter = sl->iter,
-        .iters = run->iters,
-        .loss = sl->loss_sum / (double)sl->samples,
-        .accuracy = (double)run->es_correct / (double)run->es_samples,
-        .val_loss = NAN,
-        .val_accuracy = NAN,
-        .test_accuracy = NAN,
-        .test_loss = NAN,
-        .seconds = elapsed,
-        .images_per_second = (double)run->es_samples / (elapsed > 0 ? elapsed : 1e-9),
-        .eta_seconds = per_step * (double)(total - gstep),
-        .lr = nl_schedule_lr(&o->schedule, o->optim.lr, gstep, run->iters, total,
-                             run->judge.plateau.factor),
-        .samples = run->es_samples,
-        .nworkers = run->n,
-        .workers = run->step_w,
-    };
-    if (run->hooks->event(run->hooks->ud, &ev))
-        return nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d", sl->epoch);
-    return 0;
-}
-
-/* Emits, in order, the steps every rank reported and the epochs they complete. */
-static int emit(struct mrun *run, struct nl_error *err)
-{
-    for (;;) {
-        const long ne = run->next_emit;
-        if (ne > 0 && ne % run->iters == 0 && ne / run->iters > run->epochs_done) {
-            if (!run->have_weights ||
-                (run->nstate > 0 && !(run->cp_step == ne && run->cp_count == run->n)))
-                return 0;
-            int rc = end_epoch(run, ne, err);
-            if (rc < 0)
-                return rc;
-            run->have_weights = 0;
-            run->epochs_done++;
-            for (int i = 0; i < run->n; i++)
-                run->r[i].last = now(); /* what came meanwhile is not read yet */
-            if (run->judges && run->epochs_done < run->o->epochs) {
-                unsigned char j[NL_JUDGE_SIZE];
-                nl_judge_encode(j, run->epochs_done, run->watched[run->epochs_done - 1]);
-                for (int i = 0; i < run->n; i++) {
-                    rc = send_to(run->mp, COMM_DOWN, i, NL_FRAME_JUDGE, j, sizeof j, err);
-                    if (rc < 0)
-                        return rc;
-                }
-            }
-            continue;
-        }
-        struct slot *sl = &run->slots[ne % WINDOW];
-        if (!(sl->step == ne && sl->count == run->n))
-            return 0;
-        int rc = emit_step(run, sl, ne, err);
-        if (rc < 0)
-            return rc;
-        sl->step = -1;
-        run->next_emit++;
-    }
 }
 
 /* Reads what rank i sent, as far as the driver can use it: 1 when a frame was handled. */
@@ -802,7 +546,7 @@ static int serve(struct mrun *run, int i, struct nl_error *err)
     struct mrank *p = &run->r[i];
     int progressed = 0;
     for (;;) {
-        if ((i == 0 && run->have_weights) || p->next_step >= run->next_emit + WINDOW || p->done) {
+        if (!nl_follow_readable(&run->f, i) || p->fm.done) {
             p->last = now(); /* not read now: its silence says nothing */
             return progressed;
         }
@@ -822,7 +566,7 @@ static int serve(struct mrun *run, int i, struct nl_error *err)
             p->last = now();
         }
         int rc = handle_frame(run, i, type, pl, len, err);
-        if (rc == HOLD) {
+        if (rc == NL_FOLLOW_HOLD) {
             p->held = pl;
             p->held_type = type;
             p->held_len = len;
@@ -835,49 +579,57 @@ static int serve(struct mrun *run, int i, struct nl_error *err)
     }
 }
 
-/* The driver's side of the run after the setup: until every rank is done. */
-static int follow(struct mrun *run, struct nl_error *err)
+/* The members link's loop over MPI (net/follow.h). */
+static int link_serve(void *ud, int i, struct nl_error *err)
 {
-    while (run->ndone < run->n) {
-        int progressed = 0;
-        for (int i = 0; i < run->n; i++) {
-            int rc = serve(run, i, err);
-            if (rc < 0)
-                return rc;
-            progressed |= rc;
-        }
-        int rc = emit(run, err);
-        if (rc < 0)
-            return rc;
-        if (run->mo->stop && *run->mo->stop)
-            return nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d",
-                                run->epochs_done + 1);
-        if (progressed)
-            continue;
-        const double t = now();
-        for (int i = 0; i < run->n; i++) {
-            struct mrank *p = &run->r[i];
-            if (!p->done && !p->held && t - p->last > 1e-3 * run->mp->hb_ms)
-                return nl_error_set(err, NL_ETIMEDOUT,
-                                    "%s: lost (no heartbeat for %.1f s during step %ld)",
-                                    run->mp->names[i], t - p->last, p->next_step + 1);
-        }
-        nap(500);
+    return serve(ud, i, err);
+}
+
+/* The launcher's SIGTERM fails the run, a stop stops it, and a rank silent for the heartbeat
+ * timeout (nothing came this round) is lost: MPI is fail-stop. */
+static int link_check(void *ud, int progressed, struct nl_error *err)
+{
+    struct mrun *run = ud;
+    if (run->mo->terminated && *run->mo->terminated)
+        return nl_error_set(err, NL_EIO,
+                            "the MPI launcher ended the job during epoch %d (SIGTERM): a rank "
+                            "died, or the job was cancelled or ran out of time; resume it with "
+                            "train --resume RUN --mpi",
+                            run->f.epochs_done + 1);
+    if (run->mo->stop && *run->mo->stop)
+        return nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d",
+                            run->f.epochs_done + 1);
+    if (progressed)
+        return 0;
+    const double t = now();
+    for (int i = 0; i < run->n; i++) {
+        struct mrank *p = &run->r[i];
+        if (!p->fm.done && !p->held && t - p->last > 1e-3 * run->mp->hb_ms)
+            return nl_error_set(err, NL_ETIMEDOUT,
+                                "%s: lost (no heartbeat for %.1f s during step %ld)",
+                                run->mp->names[i], t - p->last, p->fm.next_step + 1);
     }
     return 0;
+}
+
+static void link_wait(void *ud)
+{
+    (void)ud;
+    nap(500);
 }
 
 /* Rank r's setup: SETUP, its partition unless cached, INIT, and its STATE when resuming. */
 static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_member *members,
                       const float *state, long start, struct nl_error *err)
 {
-    const struct nl_dataset *d = run->d;
-    const struct nl_model *m = run->m;
+    const struct nl_dataset *d = run->f.d;
+    const struct nl_model *m = run->f.m;
+    const struct nl_train_opts *o = run->f.o;
     struct nl_mpi *mp = run->mp;
     struct nl_setup s = {
         .rank = r,
         .size = run->n,
-        .o = *run->o,
+        .o = *o,
         .bf16 = run->mo->bf16,
         .timeout_ms = mp->hb_ms,
         .start = start,
@@ -893,8 +645,8 @@ static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_mem
         .members = members,
         .spec = m->spec_text,
         .frozen = frozen[0] ? (char *)frozen : NULL,
-        .watched = run->judges ? run->watched : NULL,
-        .nwatched = run->judges ? (int)(start / run->iters) : 0,
+        .watched = run->f.judges ? run->f.watched : NULL,
+        .nwatched = run->f.judges ? (int)(start / run->f.iters) : 0,
     };
     unsigned char *data = NULL;
     size_t dlen = 0, tlen;
@@ -907,8 +659,7 @@ static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_mem
     s.o.resume = NULL;
     memcpy(s.mean, d->mean, (size_t)s.nnorm * sizeof(float));
     memcpy(s.std, d->std, (size_t)s.nnorm * sizeof(float));
-    int rc = nl_partition_payload(d, run->o->batch, run->o->seed, run->n, r, &data, &dlen,
-                                  s.data_hash, err);
+    int rc = nl_partition_payload(d, o->batch, o->seed, run->n, r, &data, &dlen, s.data_hash, err);
     if (rc == 0)
         rc = nl_setup_encode(&s, &text, &tlen, err);
     if (rc == 0) {
@@ -943,12 +694,12 @@ static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_mem
         size_t lo, hi, bytes;
         nl_allreduce_state_bounds(m->nreduce, m->ntrainable, run->n, r, &lo, &hi);
         rc = nl_state_encode_slice(&b, &bytes, lo, hi, start, m->params, state, m->ntrainable,
-                                   run->nstate, err);
+                                   run->f.nstate, err);
         if (rc == 0)
             rc = send_to(mp, COMM_DOWN, r, NL_FRAME_STATE, b, bytes, err);
         nl_free(b);
     }
-    run->r[r].next_step = start;
+    run->r[r].fm.next_step = start;
     run->r[r].last = now();
     return rc;
 }
@@ -975,65 +726,7 @@ static void run_free(struct mrun *run)
     for (int i = 0; run->r && i < run->n; i++)
         nl_free(run->r[i].held);
     nl_free(run->r);
-    nl_free(run->slot_metrics);
-    nl_free(run->step_w);
-    nl_free(run->weights);
-    nl_free(run->cp_state);
-    nl_free(run->cp_values);
-    nl_free(run->watched);
-}
-
-/* Where a resumed run starts: its epochs judged so far, its optimizer state. */
-static const float *resume_point(struct mrun *run, long *start)
-{
-    const struct nl_resume *r = run->o->resume;
-    *start = 0;
-    if (!r)
-        return NULL;
-    *start = r->iteration;
-    run->next_emit = r->iteration;
-    run->epochs_done = r->epoch;
-    run->res->epochs = r->epoch;
-    for (int e = 0; e < r->epoch; e++) {
-        run->watched[e] = r->watched ? r->watched[e] : NAN;
-        nl_judge_epoch(&run->judge, run->o, e + 1, run->watched[e]);
-    }
-    const size_t sfloats = (size_t)run->nstate * run->m->ntrainable;
-    return r->optim_state && r->optim_floats == sfloats && sfloats > 0 ? r->optim_state : NULL;
-}
-
-/* The run's end: the test split, the DONE event, each rank's totals. */
-static int finish(struct mrun *run, struct nl_worker_metrics *stats, struct nl_error *err)
-{
-    struct nl_train_result *res = run->res;
-    const struct nl_train_opts *o = run->o;
-    if (res->epochs != o->epochs && !res->stopped_early)
-        return nl_error_set(err, NL_EIO, "the ranks finished after %d of %d epochs", res->epochs,
-                            o->epochs);
-    if (run->d->split[NL_TEST].n > 0) {
-        int rc = nl_evaluate(run->m, run->d, NL_TEST, 0, &res->test_loss, &res->test_accuracy, err);
-        if (rc < 0)
-            return rc;
-    }
-    res->seconds = run->train_seconds;
-    res->images_per_second =
-        (double)run->total_samples / (run->train_seconds > 0 ? run->train_seconds : 1e-9);
-    for (int i = 0; i < run->n; i++) {
-        run->step_w[i] = run->r[i].total;
-        run->step_w[i].host = run->mp->names[i];
-        run->step_w[i].loss =
-            run->step_w[i].samples > 0 ? run->step_w[i].loss / run->step_w[i].samples : 0.0;
-        if (stats)
-            stats[i] = run->step_w[i];
-    }
-    if (run->hooks && run->hooks->event) {
-        struct nl_event ev;
-        nl_done_event(res, o, &ev);
-        ev.nworkers = run->n;
-        ev.workers = run->step_w;
-        run->hooks->event(run->hooks->ud, &ev);
-    }
-    return 0;
+    nl_follow_release(&run->f);
 }
 
 int nl_mpi_train(struct nl_mpi *mp, const struct nl_mpi_opts *mo, struct nl_model *m,
@@ -1041,62 +734,56 @@ int nl_mpi_train(struct nl_mpi *mp, const struct nl_mpi_opts *mo, struct nl_mode
                  const struct nl_train_hooks *hooks, struct nl_train_result *res,
                  struct nl_worker_metrics *stats, struct nl_error *err)
 {
-    struct mrun run = {.mp = mp,
-                       .mo = mo,
-                       .n = mp->size,
-                       .m = m,
-                       .d = d,
-                       .o = o,
-                       .hooks = hooks,
-                       .res = res,
-                       .cp_step = -1};
-    const long ntrain = (long)d->split[NL_TRAIN].n;
+    struct mrun run = {.mp = mp, .mo = mo, .n = mp->size};
     char *frozen = NULL;
     struct nl_member *members = NULL;
     int rc;
 
-    memset(res, 0, sizeof *res);
-    res->val_accuracy = res->test_accuracy = res->test_loss = NAN;
     if (mp->rank != 0)
         return nl_error_set(err, NL_EINVAL, "only rank 0 drives an MPI run");
-    if (ntrain == 0)
-        return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
-    rc = nl_optim_validate(&o->optim, err);
-    if (rc < 0)
-        return rc;
-    run.iters = (ntrain + o->batch - 1) / o->batch;
-    if (o->resume && (rc = nl_resume_check(o->resume, o->epochs, run.iters, err)) < 0)
-        return rc;
-    mp->hb_ms = mo->heartbeat_ms > 0 ? mo->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
-    run.nstate = nl_optim_state_arrays(&o->optim);
-    run.judges = nl_train_judges(o);
-    nl_judge_init(&run.judge);
-    const size_t sfloats = (size_t)run.nstate * m->ntrainable;
     run.r = nl_calloc((size_t)run.n, sizeof *run.r);
-    run.slot_metrics = nl_calloc((size_t)WINDOW * (size_t)run.n, sizeof *run.slot_metrics);
-    run.step_w = nl_calloc((size_t)run.n, sizeof *run.step_w);
-    run.weights = nl_alloc_floats(m->nparams);
-    run.cp_state = nl_alloc_floats(sfloats + 1);
-    run.cp_values = nl_alloc_floats(m->nparams);
-    run.watched = nl_calloc((size_t)o->epochs + 1, sizeof *run.watched);
+    if (!run.r)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %d ranks", run.n);
+    run.f = (struct nl_follow){
+        .link = {.name = link_name,
+                 .send = link_judge,
+                 .busy = link_busy,
+                 .serve = link_serve,
+                 .check = link_check,
+                 .wait = link_wait,
+                 .ud = &run},
+        .n = run.n,
+        .window = WINDOW,
+        .member0 = (unsigned char *)&run.r[0].fm,
+        .member_stride = sizeof *run.r,
+        .m = m,
+        .d = d,
+        .o = o,
+        .hooks = hooks,
+        .res = res,
+    };
+    rc = nl_follow_init(&run.f, err);
+    if (rc < 0)
+        goto out;
+    mp->hb_ms = mo->heartbeat_ms > 0 ? mo->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
+    if (mp->collective && mo->bf16) {
+        rc = nl_error_set(err, NL_EINVAL,
+                          "--mpi-exchange collective sums fp32 gradients: this run exchanges bf16 "
+                          "(--compress none turns it off)");
+        goto out;
+    }
     frozen = frozen_names(m);
     members = nl_calloc((size_t)run.n, sizeof *members);
-    if (!run.r || !run.slot_metrics || !run.step_w || !run.weights || !run.cp_state ||
-        !run.cp_values || !run.watched || !frozen || !members) {
+    if (!frozen || !members) {
         rc = nl_error_set(err, NL_ENOMEM, "out of memory for %d ranks", run.n);
         goto out;
     }
-    for (int k = 0; k < WINDOW; k++) {
-        run.slots[k].step = -1;
-        run.slots[k].w = run.slot_metrics + (size_t)k * (size_t)run.n;
-    }
     for (int i = 0; i < run.n; i++) {
-        run.step_w[i].host = run.r[i].total.host = mp->names[i];
         snprintf(members[i].name, sizeof members[i].name, "rank%d", i);
         snprintf(members[i].addr, sizeof members[i].addr, "mpi");
     }
     long start;
-    const float *state = resume_point(&run, &start);
+    const float *state = nl_follow_resume(&run.f, &start);
 
     /* Rank 0's member, and the heartbeats that keep every member's reader content. */
     links_open(mp);
@@ -1109,9 +796,11 @@ int nl_mpi_train(struct nl_mpi *mp, const struct nl_mpi_opts *mo, struct nl_mode
     for (int r = 0; r < run.n && rc == 0; r++)
         rc = setup_rank(&run, r, frozen, members, state, start, err);
     if (rc == 0)
-        rc = follow(&run, err);
+        rc = nl_follow_run(&run.f, err);
     if (rc == 0)
-        rc = finish(&run, stats, err);
+        rc = nl_follow_finish(&run.f, err);
+    for (int i = 0; rc == 0 && stats && i < run.n; i++)
+        stats[i] = run.f.step_w[i];
 out:
     run_free(&run);
     nl_free(frozen);

@@ -13,7 +13,15 @@
  * millisecond at a time (MPI offers no fd to wait on). MPI is fail-stop: a rank that dies is
  * normally ended by the launcher with the whole job, and where it is not (a stalled rank, a
  * launcher that keeps the others alive) no completion within the timeout is NL_ETIMEDOUT, so a
- * job never hangs in an exchange. Bytes counted are payload bytes, at each send's completion. */
+ * job never hangs in an exchange. Bytes counted are payload bytes, at each send's completion.
+ *
+ * Collective exchange (--mpi-exchange collective): the step's gradient is summed by
+ * MPI_Ireduce_scatter into each owner's slice and the updated slices gathered by MPI_Iallgatherv,
+ * each tested as above (MPI_Test, the cancel fd, the timeout). MPI picks the algorithm and the
+ * order of summation, so the sums are not the rank-ordered ones of the frames: not bit-identical
+ * to an SSH run, equal within float rounding. Bytes counted for them are what the frames would
+ * carry (the collective's own traffic is MPI's to choose): every slice but the own one out, the
+ * own slice to every other rank. */
 #include "net/transport_mpi.h"
 
 #include <limits.h>
@@ -181,6 +189,62 @@ static int mt_progress(void *impl, int wake_fd, int cancel_fd, const struct nl_t
     }
 }
 
+/* Waits for a collective's request: NL_ECANCELED when cancel_fd is readable, NL_ETIMEDOUT when
+ * nothing completes within the timeout. */
+static int wait_collective(struct mpit *t, MPI_Request *req, int cancel_fd, const char *what,
+                           struct nl_error *err)
+{
+    const double deadline = mono() + 1e-3 * t->timeout_ms;
+    struct pollfd pf = {.fd = cancel_fd, .events = POLLIN};
+    for (long spin = 0;; spin++) {
+        int flag = 0;
+        int mrc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        if (mrc != MPI_SUCCESS)
+            return mpi_fail(err, NL_ENET, "the exchange", what, mrc);
+        if (flag)
+            return 0;
+        const int r = cancel_fd >= 0 || spin >= 200
+                          ? poll(&pf, cancel_fd >= 0 ? 1 : 0, spin < 200 ? 0 : 1)
+                          : 0;
+        if (r > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR)))
+            return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
+        if ((spin & 63) == 0 && mono() > deadline)
+            return nl_error_set(err, NL_ETIMEDOUT,
+                                "the ranks: no progress in the exchange's %s within %d ms", what,
+                                t->timeout_ms);
+    }
+}
+
+static int mt_reduce_scatter(void *impl, const float *send, float *recv, const int *counts,
+                             int cancel_fd, struct nl_error *err)
+{
+    struct mpit *t = impl;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int mrc = MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, t->comm, &req);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(err, NL_ENET, "the exchange", "MPI_Ireduce_scatter", mrc);
+    int rc = wait_collective(t, &req, cancel_fd, "MPI_Ireduce_scatter", err);
+    for (int r = 0; rc == 0 && r < t->size; r++)
+        if (r != t->rank)
+            t->bytes += (unsigned long long)counts[r] * sizeof(float);
+    return rc;
+}
+
+static int mt_allgather(void *impl, void *buf, const int *counts, const int *displs, int cancel_fd,
+                        struct nl_error *err)
+{
+    struct mpit *t = impl;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int mrc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_BYTE,
+                              t->comm, &req);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(err, NL_ENET, "the exchange", "MPI_Iallgatherv", mrc);
+    int rc = wait_collective(t, &req, cancel_fd, "MPI_Iallgatherv", err);
+    if (rc == 0)
+        t->bytes += (unsigned long long)counts[t->rank] * (unsigned long long)(t->size - 1);
+    return rc;
+}
+
 static const char *mt_peer_name(const void *impl, int k)
 {
     const struct mpit *t = impl;
@@ -217,10 +281,12 @@ static const struct nl_transport_ops mpi_ops = {
     .peer_name = mt_peer_name,
     .bytes_sent = mt_bytes_sent,
     .free = mt_free,
+    .reduce_scatter = mt_reduce_scatter,
+    .allgather = mt_allgather,
 };
 
 int nl_transport_mpi_new(struct nl_transport **out, MPI_Comm comm, const char *const *names,
-                         int timeout_ms, struct nl_error *err)
+                         int timeout_ms, int collective, struct nl_error *err)
 {
     struct nl_transport *tr = nl_calloc(1, sizeof *tr);
     struct mpit *t = nl_calloc(1, sizeof *t);
@@ -249,7 +315,7 @@ int nl_transport_mpi_new(struct nl_transport **out, MPI_Comm comm, const char *c
     }
     for (int i = 0; i < t->nreq; i++)
         t->req[i] = MPI_REQUEST_NULL;
-    *tr = (struct nl_transport){&mpi_ops, t, rank, size};
+    *tr = (struct nl_transport){&mpi_ops, t, rank, size, collective};
     *out = tr;
     return 0;
 }

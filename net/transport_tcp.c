@@ -363,7 +363,7 @@ int nl_transport_tcp_new(struct nl_transport **out, struct nl_mesh *mesh, struct
         t->p[k].hb = nl_wire_head_bytes(&mesh->peers[k]);
         t->p[k].tb = nl_wire_tail_bytes(&mesh->peers[k]);
     }
-    *tr = (struct nl_transport){&tcp_ops, t, mesh->rank, mesh->size};
+    *tr = (struct nl_transport){.ops = &tcp_ops, .impl = t, .rank = mesh->rank, .size = mesh->size};
     *out = tr;
     return 0;
 }

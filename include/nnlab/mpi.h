@@ -31,6 +31,12 @@ struct nl_mpi;
 int nl_mpi_start(struct nl_mpi **out, const char *version, struct nl_error *err);
 int nl_mpi_rank(const struct nl_mpi *mp);
 int nl_mpi_size(const struct nl_mpi *mp);
+/* How the ranks exchange gradients and parameters: the sliced exchange in point-to-point
+ * messages (collective 0: the rank-ordered sums, bit-identical to the SSH mode), or
+ * MPI_Ireduce_scatter and MPI_Iallgatherv (1: MPI's order of summation, equal within float
+ * rounding; no bf16). Every rank calls it after nl_mpi_start with what its command line says;
+ * ranks that differ are refused (NL_EINVAL naming one). */
+int nl_mpi_set_exchange(struct nl_mpi *mp, int collective, struct nl_error *err);
 /* "rank R (HOST)", as errors and worker metrics name a rank. */
 const char *nl_mpi_name(const struct nl_mpi *mp, int rank);
 
@@ -48,12 +54,17 @@ struct nl_mpi_opts {
     int heartbeat_ms; /* 0: 10 s */
     /* Set (by a signal handler) to stop the run at the next chance; may be NULL. */
     const volatile sig_atomic_t *stop;
+    /* Set (by a SIGTERM handler) when the launcher ends the job: mpirun and srun end every rank
+     * with SIGTERM when one of them died, or when the job is cancelled or out of time. The run
+     * then fails (resumable) rather than stopping. May be NULL. */
+    const volatile sig_atomic_t *terminated;
 };
 
 /* Rank 0: trains m on d's train split on every rank, as nl_cluster_train does on hosts
  * (include/nnlab/driver.h): o->resume, checkpoints with every rank's optimizer slice, events
  * through hooks, validation and test here. stats (nl_mpi_size) gets each rank's totals, named
- * by nl_mpi_name. A rank lost or failed fails the run (MPI is fail-stop). */
+ * by nl_mpi_name. A rank lost or failed fails the run (MPI is fail-stop), and so does the
+ * launcher's SIGTERM (mo->terminated). */
 int nl_mpi_train(struct nl_mpi *mp, const struct nl_mpi_opts *mo, struct nl_model *m,
                  const struct nl_dataset *d, const struct nl_train_opts *o,
                  const struct nl_train_hooks *hooks, struct nl_train_result *res,

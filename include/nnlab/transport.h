@@ -49,12 +49,25 @@ struct nl_transport_ops {
     /* Bytes this member has sent to its peers so far, frame headers included. */
     unsigned long long (*bytes_sent)(const void *t);
     void (*free)(void *t);
+    /* Optional (NULL: the transport has none; TCP): a step's exchange as two non-blocking
+     * collectives over every member, each waited for here (the transport's timeout, cancel_fd as
+     * for progress), no frame under way. reduce_scatter sums the members' send (the floats of
+     * every slice, counts[r] of them for member r, in rank order) into recv (counts[rank]
+     * floats) in the library's order of summation; allgather fills every member's part of buf
+     * (counts and displs in bytes) from that member. */
+    int (*reduce_scatter)(void *t, const float *send, float *recv, const int *counts, int cancel_fd,
+                          struct nl_error *err);
+    int (*allgather)(void *t, void *buf, const int *counts, const int *displs, int cancel_fd,
+                     struct nl_error *err);
 };
 
 struct nl_transport {
     const struct nl_transport_ops *ops;
     void *impl;
     int rank, size;
+    /* The allreduce exchanges through the collectives above rather than frames (MPI's
+     * --mpi-exchange collective). */
+    int collective;
 };
 
 /* The TCP mesh as a transport. The mesh stays the caller's and must outlive the transport. */
