@@ -226,6 +226,9 @@ int nl_store_db_error(struct nl_store *s, struct nl_error *err, const char *what
     int code = sqlite3_errcode(s->db);
     const char *hint = code == SQLITE_BUSY || code == SQLITE_LOCKED
                            ? " (another nnlab is using the database; try again when it is done)"
+                       : code == SQLITE_FULL
+                           ? " (the disk is full; free space on it, nnlab rm a dataset, or use "
+                             "a store on another disk with --db PATH)"
                            : "";
 
     if (what)
@@ -745,9 +748,12 @@ static int store_open(struct nl_store **out, const char *path, int mode, struct 
         rc = nl_store_exec(s, "PRAGMA secure_delete = FAST", err);
     if (rc == 0)
         rc = ensure_schema(s, err);
-    /* Writers only: commands that read take no write lock. */
-    if (rc == 0 && mode == 0)
-        rc = clean_staging(s, err);
+    /* Writers only: commands that read take no write lock. Best effort: a store on a full disk
+     * must still open, so that nnlab rm can free it; what is left goes at a later open. */
+    if (rc == 0 && mode == 0) {
+        struct nl_error ignored = {0};
+        clean_staging(s, &ignored);
+    }
     if (rc) {
         nl_store_close(s);
         return rc;
