@@ -286,13 +286,13 @@ static int writer_put(struct nl_writer *w, enum nl_split split, int label, int32
 
     if (split == NL_TRAIN) {
         if (label >= w->ncount) {
-            int n = label + 1 > 2 * w->ncount ? label + 1 : 2 * w->ncount;
-            uint32_t *p = nl_realloc(w->train_count, (size_t)n * sizeof *p);
+            size_t n = (size_t)w->ncount;
+            uint32_t *p = nl_grow(w->train_count, &n, (size_t)label + 1, sizeof *p, 16);
             if (!p)
                 return oom(err);
-            memset(p + w->ncount, 0, (size_t)(n - w->ncount) * sizeof *p);
+            memset(p + w->ncount, 0, (n - (size_t)w->ncount) * sizeof *p);
             w->train_count = p;
-            w->ncount = n;
+            w->ncount = (int)n;
         }
         w->train_count[label]++;
         add_stats(w, data);
@@ -544,16 +544,12 @@ void nl_text_printf(struct nl_text *t, const char *fmt, ...)
             t->len += (size_t)n;
             return;
         }
-        size_t cap = t->cap ? 2 * t->cap : 256;
-        while (cap < t->len + (size_t)n + 1)
-            cap *= 2;
-        char *p = nl_realloc(t->s, cap);
+        char *p = nl_grow(t->s, &t->cap, t->len + (size_t)n + 1, 1, 256);
         if (!p) {
             t->failed = 1;
             return;
         }
         t->s = p;
-        t->cap = cap;
     }
 }
 

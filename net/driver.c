@@ -59,6 +59,7 @@
 #include "net/ssh.h"
 #include "nnlab/alloc.h"
 #include "nnlab/allreduce.h"
+#include "nnlab/clock.h"
 #include "nnlab/partition.h"
 #include "nnlab/rng.h"
 #include "nnlab/wire.h"
@@ -70,9 +71,7 @@
 
 static double now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return nl_now();
 }
 
 static int add_host(struct nl_host **hosts, int *n, const char *text, size_t len, const char *where,

@@ -44,6 +44,7 @@
 #include "net/transport_mpi.h"
 #include "nnlab/alloc.h"
 #include "nnlab/allreduce.h"
+#include "nnlab/clock.h"
 #include "nnlab/partition.h"
 #include "nnlab/wire.h"
 #include "nnlab/worker.h"
@@ -81,9 +82,7 @@ static struct {
 
 static double now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return nl_now();
 }
 
 static void nap(long us)
