@@ -154,7 +154,13 @@ int nl_dataset_remove(struct nl_store *s, const char *name, struct nl_error *err
         nl_store_rollback(s);
         return rc;
     }
-    return nl_store_commit(s, err);
+    rc = nl_store_commit(s, err);
+    if (rc == 0) {
+        struct nl_error ignored = {0};
+        long long unused;
+        (void)nl_store_reclaim(s, &unused, &ignored);
+    }
+    return rc;
 }
 
 void nl_dataset_free(struct nl_dataset *d)
