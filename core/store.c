@@ -463,8 +463,9 @@ static int query_int(struct nl_store *s, const char *sql, int *out, struct nl_er
 }
 
 /* Creates the schema in an empty database and checks the version of an existing one, in one
- * transaction. */
-static int ensure_schema(struct nl_store *s, struct nl_error *err)
+ * transaction. *moved: whether an upgrade moved the samples to a table per dataset (version 6 or
+ * older), leaving the shared table's pages free. */
+static int ensure_schema(struct nl_store *s, int *moved, struct nl_error *err)
 {
     int version = 0, ntables = 0, rc;
     char sql[64];
@@ -526,8 +527,10 @@ static int ensure_schema(struct nl_store *s, struct nl_error *err)
             rc = nl_store_exec(s, regression_sql, err);
         if (rc == 0 && version < 6)
             rc = nl_store_exec(s, VOCAB_SQL, err);
-        if (rc == 0 && version < 7)
+        if (rc == 0 && version < 7) {
             rc = split_samples(s, err);
+            *moved = rc == 0;
+        }
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", NL_STORE_SCHEMA_VERSION);
         if (rc == 0)
             rc = nl_store_exec(s, sql, err);
@@ -651,7 +654,7 @@ static int busy_wait(void *ud, int count)
 static int store_open(struct nl_store **out, const char *path, int mode, struct nl_error *err)
 {
     struct nl_store *s;
-    int rc, flags = SQLITE_OPEN_FULLMUTEX;
+    int rc, flags = SQLITE_OPEN_FULLMUTEX, moved = 0;
 
     *out = NULL;
     if (!path || !*path)
@@ -749,7 +752,14 @@ static int store_open(struct nl_store **out, const char *path, int mode, struct 
     if (rc == 0 && !s->readonly)
         rc = nl_store_exec(s, "PRAGMA secure_delete = FAST", err);
     if (rc == 0)
-        rc = ensure_schema(s, err);
+        rc = ensure_schema(s, &moved, err);
+    /* The shared samples table an upgrade emptied: its pages back to the file system (best
+     * effort, as after a removal), or the file would keep twice its size. */
+    if (rc == 0 && moved) {
+        struct nl_error ignored = {0};
+        long long unused;
+        (void)nl_store_reclaim(s, &unused, &ignored);
+    }
     /* Writers only: commands that read take no write lock. Best effort: a store on a full disk
      * must still open, so that nnlab rm can free it; what is left goes at a later open. */
     if (rc == 0 && mode == 0) {

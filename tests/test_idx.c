@@ -1046,6 +1046,8 @@ static void check_upgrade_6(void)
         is_int(pragma_int(s, "PRAGMA user_version"), 7, "and is version 7");
         is_int(pragma_int(s, "SELECT count(*) FROM sqlite_master WHERE name = 'samples'"), 0,
                "the shared samples table is gone");
+        is_int(pragma_int(s, "PRAGMA freelist_count"), 0,
+               "and its pages are given back to the file system");
         snprintf(sql, sizeof sql, "SELECT count(*) FROM samples_%lld", id);
         is_int(pragma_int(s, sql), 300, "the dataset's table holds its samples");
         rc = nl_dataset_load(s, "six", &after, &err);
