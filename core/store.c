@@ -11,7 +11,7 @@
  *   - times are UTC ISO-8601 text, "2026-01-31T12:00:00Z";
  *   - BLOBs of numbers are little-endian (float32 unless said otherwise);
  *   - each dataset's samples are a table of their own, samples_ID (ID: datasets.id; see
- *     samples_sql), created with the dataset's row and dropped with it in one transaction:
+ *     SAMPLES_SQL), created with the dataset's row and dropped with it in one transaction:
  *     removing a dataset is then a DROP TABLE, which frees its pages without rewriting them,
  *     where deleting its rows from one shared table rewrote nearly every page it had (version 7;
  *     before, one table samples held them all, keyed by (dataset, idx));
