@@ -43,14 +43,35 @@ static void copy_text(char *dst, size_t size, const unsigned char *src)
     snprintf(dst, size, "%s", src ? (const char *)src : "");
 }
 
+/* The samples of dataset id in each split (its table's index, not its samples). */
+static int count_splits(struct nl_store *s, sqlite3_int64 id, uint32_t count[NL_NSPLITS],
+                        struct nl_error *err)
+{
+    sqlite3_stmt *st;
+    int rc, step;
+
+    memset(count, 0, NL_NSPLITS * sizeof *count);
+    rc = nl_store_preparef(s, &st, err, "SELECT split, count(*) FROM samples_%lld GROUP BY split",
+                           (long long)id);
+    if (rc)
+        return rc;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        int split = sqlite3_column_int(st, 0);
+        sqlite3_int64 n = sqlite3_column_int64(st, 1);
+        if (split >= 0 && split < NL_NSPLITS && n >= 0 && n <= UINT32_MAX)
+            count[split] = (uint32_t)n;
+    }
+    if (step != SQLITE_DONE)
+        rc = nl_store_db_error(s, err, "counting samples");
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count,
                     struct nl_error *err)
 {
     static const char sql[] =
-        "SELECT name, kind, source, created, channels, height, width, nclasses, dtype, "
-        "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 0), "
-        "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 1), "
-        "(SELECT count(*) FROM samples WHERE dataset = d.id AND split = 2), "
+        "SELECT name, kind, source, created, channels, height, width, nclasses, dtype, id, "
         "(SELECT count(*) FROM vocab WHERE dataset = d.id), "
         "CASE WHEN kind = 'csv' AND json_valid(preprocessing) THEN "
         "json_extract(preprocessing, '$.task') END, "
@@ -85,13 +106,14 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         d->shape.h = sqlite3_column_int(st, 5);
         d->shape.w = sqlite3_column_int(st, 6);
         d->nclasses = sqlite3_column_int(st, 7);
-        for (int k = 0; k < NL_NSPLITS; k++)
-            d->count[k] = (uint32_t)sqlite3_column_int64(st, 9 + k);
-        d->nvocab = sqlite3_column_int(st, 12);
-        const unsigned char *task = sqlite3_column_text(st, 13);
+        rc = count_splits(s, sqlite3_column_int64(st, 9), d->count, err);
+        if (rc)
+            break;
+        d->nvocab = sqlite3_column_int(st, 10);
+        const unsigned char *task = sqlite3_column_text(st, 11);
         d->regression = task && strcmp((const char *)task, "regression") == 0;
         if (d->regression)
-            copy_text(d->target, sizeof d->target, sqlite3_column_text(st, 14));
+            copy_text(d->target, sizeof d->target, sqlite3_column_text(st, 12));
         d->bytes = ((uint64_t)d->count[0] + d->count[1] + d->count[2]) * nl_shape_size(d->shape) *
                    (sqlite3_column_int(st, 8) == NL_F32 ? 4 : 1);
     }
@@ -107,28 +129,46 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
     return 0;
 }
 
+/* Its row and its samples table go in one transaction (a DROP TABLE: see core/store.c). */
 int nl_dataset_remove(struct nl_store *s, const char *name, struct nl_error *err)
 {
     const char *db = nl_store_path(s);
+    sqlite3_int64 id = 0;
     sqlite3_stmt *st;
-    int rc = nl_store_begin(s, err);
+    int rc = nl_store_begin(s, err), step;
 
     if (rc)
         return rc;
-    rc = nl_store_prepare(s, &st, "DELETE FROM datasets WHERE name = ?", err);
+    rc = nl_store_prepare(s, &st, "SELECT id FROM datasets WHERE name = ?", err);
     if (rc == 0) {
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            rc = nl_store_db_error(s, err, "removing a dataset");
-        else if (sqlite3_changes(nl_store_sqlite(s)) == 0)
+        step = sqlite3_step(st);
+        if (step == SQLITE_ROW)
+            id = sqlite3_column_int64(st, 0);
+        else if (step == SQLITE_DONE)
             rc = nl_error_set(err, NL_ENOENT, "no dataset named '%s' in %s", name, db);
+        else
+            rc = nl_store_db_error(s, err, "removing a dataset");
         sqlite3_finalize(st);
+    }
+    if (rc == 0) {
+        int dropped = nl_store_drop_dataset(s, id, err);
+        if (dropped < 0)
+            rc = dropped;
+        else if (dropped == 1)
+            rc = nl_error_set(err, NL_ENOENT, "no dataset named '%s' in %s", name, db);
     }
     if (rc) {
         nl_store_rollback(s);
         return rc;
     }
-    return nl_store_commit(s, err);
+    rc = nl_store_commit(s, err);
+    if (rc == 0) {
+        struct nl_error ignored = {0};
+        long long unused;
+        (void)nl_store_reclaim(s, &unused, &ignored);
+    }
+    return rc;
 }
 
 void nl_dataset_free(struct nl_dataset *d)
@@ -300,11 +340,10 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
     sqlite3_stmt *st;
     int rc, step;
 
-    rc = nl_store_prepare(
-        s, &st, "SELECT split, count(*) FROM samples WHERE dataset = ? GROUP BY split", err);
+    rc = nl_store_preparef(s, &st, err, "SELECT split, count(*) FROM samples_%lld GROUP BY split",
+                           (long long)id);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, id);
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
         int split = sqlite3_column_int(st, 0);
         sqlite3_int64 n = sqlite3_column_int64(st, 1);
@@ -331,11 +370,10 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
     if (rc)
         return rc;
 
-    rc = nl_store_prepare(
-        s, &st, "SELECT split, label, data FROM samples WHERE dataset = ? ORDER BY idx", err);
+    rc = nl_store_preparef(s, &st, err, "SELECT split, label, data FROM samples_%lld ORDER BY idx",
+                           (long long)id);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, id);
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
         int split = sqlite3_column_int(st, 0);
         int label = sqlite3_column_int(st, 1);

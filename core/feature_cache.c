@@ -109,7 +109,10 @@ static int map_finished(struct nl_features *f, size_t bytes)
     return 1;
 }
 
-/* An unnamed file in f->dir of that size, mapped for writing; 0, or -1 with errno. */
+/* An unnamed file in f->dir of that size, mapped for writing; 0, or -1 with errno. Its blocks
+ * are allocated here (posix_fallocate), not left sparse: a store into a mapped page the file
+ * system cannot back is a SIGBUS, so a disk too full for the rows is ENOSPC now, and the cache
+ * is off. */
 static int map_new(struct nl_features *f, size_t bytes)
 {
     unsigned char h[64];
@@ -118,8 +121,9 @@ static int map_new(struct nl_features *f, size_t bytes)
     if (fd < 0)
         return -1;
     header(h, f->key, f->n, f->floats);
-    if (ftruncate(fd, (off_t)bytes) < 0 || pwrite(fd, h, 64, 0) != 64) {
-        int e = errno;
+    int rc = posix_fallocate(fd, 0, (off_t)bytes);
+    if (rc != 0 || pwrite(fd, h, 64, 0) != 64) {
+        int e = rc ? rc : errno;
         close(fd);
         errno = e ? e : EIO;
         return -1;

@@ -74,7 +74,6 @@ static void writer_free(struct nl_writer *w)
 /* Removes the staged dataset (best effort: what is left is removed at the next open). */
 static void unstage(struct nl_writer *w)
 {
-    sqlite3_stmt *st = NULL;
     struct nl_error ignored = {0};
 
     sqlite3_finalize(w->insert);
@@ -83,16 +82,9 @@ static void unstage(struct nl_writer *w)
     w->in_txn = 0;
     if (w->dataset <= 0 || nl_store_begin(w->s, &ignored) < 0)
         return;
-    if (nl_store_prepare(w->s, &st, "DELETE FROM datasets WHERE id = ?", &ignored) == 0) {
-        sqlite3_bind_int64(st, 1, w->dataset);
-        if (sqlite3_step(st) == SQLITE_DONE) {
-            sqlite3_finalize(st);
-            if (nl_store_commit(w->s, &ignored) == 0)
-                return;
-            st = NULL;
-        }
-    }
-    sqlite3_finalize(st);
+    if (nl_store_drop_dataset(w->s, w->dataset, &ignored) >= 0 &&
+        nl_store_commit(w->s, &ignored) == 0)
+        return;
     nl_store_rollback(w->s);
 }
 
@@ -113,10 +105,10 @@ static int chunk_begin(struct nl_writer *w, struct nl_error *err)
         return 0;
     rc = nl_store_begin(w->s, err);
     if (rc == 0 && !w->insert)
-        rc = nl_store_prepare(w->s, &w->insert,
-                              "INSERT INTO samples (dataset, idx, split, label, data) "
-                              "VALUES (?, ?, ?, ?, ?)",
-                              err);
+        rc = nl_store_preparef(w->s, &w->insert, err,
+                               "INSERT INTO samples_%lld (idx, split, label, data) "
+                               "VALUES (?, ?, ?, ?)",
+                               (long long)w->dataset);
     if (rc) {
         nl_store_rollback(w->s);
         return rc;
@@ -218,7 +210,9 @@ int nl_writer_begin(struct nl_writer **out, struct nl_store *s, const struct nl_
     sqlite3_finalize(st);
     if (rc == 0) {
         sqlite3_int64 id = sqlite3_last_insert_rowid(nl_store_sqlite(s));
-        rc = nl_store_commit(s, err);
+        rc = nl_store_create_samples(s, id, err);
+        if (rc == 0)
+            rc = nl_store_commit(s, err);
         if (rc == 0)
             w->dataset = id;
     } else {
@@ -292,13 +286,13 @@ static int writer_put(struct nl_writer *w, enum nl_split split, int label, int32
 
     if (split == NL_TRAIN) {
         if (label >= w->ncount) {
-            int n = label + 1 > 2 * w->ncount ? label + 1 : 2 * w->ncount;
-            uint32_t *p = nl_realloc(w->train_count, (size_t)n * sizeof *p);
+            size_t n = (size_t)w->ncount;
+            uint32_t *p = nl_grow(w->train_count, &n, (size_t)label + 1, sizeof *p, 16);
             if (!p)
                 return oom(err);
-            memset(p + w->ncount, 0, (size_t)(n - w->ncount) * sizeof *p);
+            memset(p + w->ncount, 0, (n - (size_t)w->ncount) * sizeof *p);
             w->train_count = p;
-            w->ncount = n;
+            w->ncount = (int)n;
         }
         w->train_count[label]++;
         add_stats(w, data);
@@ -307,11 +301,10 @@ static int writer_put(struct nl_writer *w, enum nl_split split, int label, int32
     if (rc)
         return rc;
     st = w->insert;
-    sqlite3_bind_int64(st, 1, w->dataset);
-    sqlite3_bind_int64(st, 2, w->next_idx);
-    sqlite3_bind_int(st, 3, (int)split);
-    sqlite3_bind_int(st, 4, stored);
-    sqlite3_bind_blob(st, 5, data, (int)w->bytes, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 1, w->next_idx);
+    sqlite3_bind_int(st, 2, (int)split);
+    sqlite3_bind_int(st, 3, stored);
+    sqlite3_bind_blob(st, 4, data, (int)w->bytes, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE)
         rc = nl_store_db_error(w->s, err, "storing a sample");
     sqlite3_reset(st);
@@ -551,16 +544,12 @@ void nl_text_printf(struct nl_text *t, const char *fmt, ...)
             t->len += (size_t)n;
             return;
         }
-        size_t cap = t->cap ? 2 * t->cap : 256;
-        while (cap < t->len + (size_t)n + 1)
-            cap *= 2;
-        char *p = nl_realloc(t->s, cap);
+        char *p = nl_grow(t->s, &t->cap, t->len + (size_t)n + 1, 1, 256);
         if (!p) {
             t->failed = 1;
             return;
         }
         t->s = p;
-        t->cap = cap;
     }
 }
 

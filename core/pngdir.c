@@ -68,14 +68,10 @@ static void names_free(struct names *a)
 
 static int names_push(struct names *a, const char *s)
 {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? 2 * a->cap : 16;
-        char **p = nl_realloc(a->v, cap * sizeof *p);
-        if (!p)
-            return -1;
-        a->v = p;
-        a->cap = cap;
-    }
+    char **v = nl_grow(a->v, &a->cap, a->n + 1, sizeof *v, 16);
+    if (!v)
+        return -1;
+    a->v = v;
     a->v[a->n] = nl_strdup(s);
     if (!a->v[a->n])
         return -1;
@@ -155,14 +151,10 @@ static void note_skipped(struct pngdir *p, const char *path, const char *msg)
 
 static int add_entry(struct pngdir *p, const char *path, int split, int label, struct nl_error *err)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 1024;
-        struct entry *e = nl_realloc(p->e, cap * sizeof *e);
-        if (!e)
-            return nl_error_set(err, NL_ENOMEM, "out of memory listing %s", p->dir);
-        p->e = e;
-        p->cap = cap;
-    }
+    struct entry *more = nl_grow(p->e, &p->cap, p->n + 1, sizeof *more, 1024);
+    if (!more)
+        return nl_error_set(err, NL_ENOMEM, "out of memory listing %s", p->dir);
+    p->e = more;
     struct entry *e = &p->e[p->n];
     memset(e, 0, sizeof *e);
     e->path = nl_strdup(path);

@@ -952,6 +952,11 @@ int nl_run_remove(struct nl_store *s, const char *name, struct nl_error *err)
         return nl_store_db_error(s, err, "removing a run");
     if (sqlite3_changes(nl_store_sqlite(s)) == 0)
         return nl_error_set(err, NL_ENOENT, "no run named '%s' (see nnlab runs)", name);
+    /* Its checkpoints' pages back to the file system, as after a dataset's removal (best
+     * effort: later writes reuse what stays free). */
+    struct nl_error ignored = {0};
+    long long unused;
+    (void)nl_store_reclaim(s, &unused, &ignored);
     return 0;
 }
 

@@ -652,21 +652,21 @@ static int set_positional(struct parser *ps, struct nl_layer *l, const struct sy
 
 static int grow_layers(struct parser *ps)
 {
-    int cap = ps->cap ? 2 * ps->cap : 16;
+    size_t cap = (size_t)ps->cap, cap_text = (size_t)ps->cap;
     struct nl_layer *layers;
     char **in_text;
 
     if (ps->cap > INT32_MAX / 4)
         return fail(ps, NL_EINVAL, "too many layers");
-    layers = nl_realloc(ps->layers, (size_t)cap * sizeof *layers);
+    layers = nl_grow(ps->layers, &cap, (size_t)ps->cap + 1, sizeof *layers, 16);
     if (!layers)
         return fail_nomem(ps);
     ps->layers = layers;
-    in_text = nl_realloc(ps->in_text, (size_t)cap * sizeof *in_text);
+    in_text = nl_grow(ps->in_text, &cap_text, (size_t)ps->cap + 1, sizeof *in_text, 16);
     if (!in_text)
         return fail_nomem(ps);
     ps->in_text = in_text;
-    ps->cap = cap;
+    ps->cap = (int)(cap < cap_text ? cap : cap_text);
     return 0;
 }
 
@@ -850,14 +850,10 @@ static int take_line(struct parser *ps, const char *text, size_t len)
         len = (size_t)(hash - text);
     while (len && (is_space(text[len - 1]) || text[len - 1] == '\r'))
         len--;
-    if (len + 1 > ps->line_cap) {
-        size_t cap = len + 1 > 2 * ps->line_cap ? len + 1 : 2 * ps->line_cap;
-        char *line = nl_realloc(ps->line, cap);
-        if (!line)
-            return fail_nomem(ps);
-        ps->line = line;
-        ps->line_cap = cap;
-    }
+    char *line = nl_grow(ps->line, &ps->line_cap, len + 1, 1, 64);
+    if (!line)
+        return fail_nomem(ps);
+    ps->line = line;
     memcpy(ps->line, text, len);
     ps->line[len] = '\0';
     return 0;
@@ -959,17 +955,14 @@ static int read_file(const char *path, char **text, struct nl_error *err)
     }
     for (;;) {
         size_t got;
-        if (cap - len < 4096) {
-            char *more;
-            cap = cap ? 2 * cap : 8192;
-            more = nl_realloc(buf, cap + 1);
-            if (!more) {
-                rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
-                break;
-            }
-            buf = more;
+        /* cap: bytes allocated, one kept for the NUL. */
+        char *more = nl_grow(buf, &cap, len + 4096 + 1, 1, 8192 + 1);
+        if (!more) {
+            rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory", path);
+            break;
         }
-        got = fread(buf + len, 1, cap - len, f);
+        buf = more;
+        got = fread(buf + len, 1, cap - 1 - len, f);
         len += got;
         if (len > FILE_MAX) {
             rc = nl_error_set(err, NL_EFORMAT,

@@ -5,14 +5,21 @@
  * this build writes version NL_STORE_SCHEMA_VERSION, upgrades older ones (1 -> 2 adds
  * worker_steps, 2 -> 3 adds recoveries, 3 -> 4 adds the runs' owner columns: their running runs
  * have no owner, so they list as interrupted; 4 -> 5 adds the regression columns; 5 -> 6 adds
- * vocab, empty for the datasets already there, none of which is text) and refuses a database of a
- * newer one. Conventions:
+ * vocab, empty for the datasets already there, none of which is text; 6 -> 7 moves each dataset's
+ * rows of the one samples table into a table of its own, in the upgrade's transaction) and
+ * refuses a database of a newer one. Conventions:
  *   - times are UTC ISO-8601 text, "2026-01-31T12:00:00Z";
  *   - BLOBs of numbers are little-endian (float32 unless said otherwise);
- *   - samples.split: 0 train, 1 val, 2 test (enum nl_split); samples.idx numbers the samples of
- *     one dataset from 0 across all splits, in the order of the source files;
- *   - samples.data is one sample, (channels, height, width) row-major, uint8 or float32 by
- *     datasets.dtype (0 uint8, 1 float32);
+ *   - each dataset's samples are a table of their own, samples_ID (ID: datasets.id; see
+ *     SAMPLES_SQL), created with the dataset's row and dropped with it in one transaction:
+ *     removing a dataset is then a DROP TABLE, which frees its pages without rewriting them,
+ *     where deleting its rows from one shared table rewrote nearly every page it had (version 7;
+ *     before, one table samples held them all, keyed by (dataset, idx));
+ *   - samples_ID.split: 0 train, 1 val, 2 test (enum nl_split); samples_ID.idx numbers the
+ *     samples of the dataset from 0 across all splits, in the order of the source files;
+ *   - samples_ID.data is one sample, (channels, height, width) row-major, uint8 or float32 by
+ *     datasets.dtype (0 uint8, 1 float32); samples_ID.label of a regression dataset holds the
+ *     float32 target's bits;
  *   - norm_mean and norm_std hold one float32 per channel, in units of pixel / 255 for uint8
  *     data, computed over the train split at import; a CSV dataset's samples are (F, 1, 1)
  *     float32, so its statistics are per feature;
@@ -21,8 +28,13 @@
  *     label column, feature names, carved split fractions and seed, skipped files or lines;
  *   - runs name their dataset by name, not by id, so that a run's record outlives the dataset;
  *     everything else that belongs to a dataset or a run goes with it (ON DELETE CASCADE, with
- *     foreign_keys on for every connection); stores are created with auto_vacuum INCREMENTAL,
- *     and removing a dataset gives its pages back to the file system (nl_store_reclaim);
+ *     foreign_keys on for every connection, and the samples table dropped beside the row);
+ *     stores are created with auto_vacuum INCREMENTAL, and removing a dataset gives its pages
+ *     back to the file system (nl_store_reclaim);
+ *   - writers run with secure_delete FAST: Debian's SQLite is built with secure_delete on, which
+ *     overwrites every freed page with zeros through the WAL and so wrote a removed dataset's
+ *     size twice (WAL, then checkpoint); the freed pages are given back by the incremental
+ *     vacuum that follows a removal, and moved-into pages overwrite what they held;
  *   - an import in progress is a dataset whose name starts with the byte 0x1f (a name nobody can
  *     give: names have no control characters): "\x1fimport HOST PID NAME". It is filled in
  *     transactions of bounded size and renamed to NAME in the last one, so people see the whole
@@ -40,6 +52,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +64,12 @@
 #include "nnlab/text.h"
 
 enum { BUSY_SLEEP_MS = 2 };
+
+/* Pages nl_store_reclaim gives back per transaction, and the page cache (KiB) it uses meanwhile
+ * to hold a step's pages: 2048 pages of 4 KiB, with room for the pages moved. Fewer pages a
+ * step cost more in all (each step has its own overhead: 256 took three times as long). */
+#define RECLAIM_STEP      "2048"
+#define RECLAIM_CACHE_KIB "32768"
 
 #define NOW_UTC "(strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))"
 
@@ -118,6 +137,17 @@ static const char run_owner_sql[] = "ALTER TABLE runs ADD COLUMN owner_host TEXT
     "    PRIMARY KEY (run, seq)\n"                                                                 \
     ");\n"
 
+/* One dataset's samples (version 7), samples_ID for datasets.id ID; the index serves the counts
+ * per split without reading the samples. */
+#define SAMPLES_SQL                                                                                \
+    "CREATE TABLE samples_%lld (\n"                                                                \
+    "    idx     INTEGER PRIMARY KEY,             -- from 0, across the splits\n"                  \
+    "    split   INTEGER NOT NULL,                -- 0 train, 1 val, 2 test\n"                     \
+    "    label   INTEGER NOT NULL,\n"                                                              \
+    "    data    BLOB NOT NULL                    -- one sample, (C, H, W)\n"                      \
+    ");\n"
+#define SAMPLES_INDEX_SQL "CREATE INDEX samples_%lld_by_split ON samples_%lld (split, idx);\n"
+
 static const char schema_sql[] =
     "CREATE TABLE datasets (\n"
     "    id            INTEGER PRIMARY KEY,\n"
@@ -140,15 +170,6 @@ static const char schema_sql[] =
     "    name    TEXT NOT NULL,\n"
     "    PRIMARY KEY (dataset, label)\n"
     ");\n"
-    "CREATE TABLE samples (\n"
-    "    dataset INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,\n"
-    "    idx     INTEGER NOT NULL,\n"
-    "    split   INTEGER NOT NULL,                -- 0 train, 1 val, 2 test\n"
-    "    label   INTEGER NOT NULL,\n"
-    "    data    BLOB NOT NULL,                   -- one sample, (C, H, W)\n"
-    "    PRIMARY KEY (dataset, idx)\n"
-    ") WITHOUT ROWID;\n"
-    "CREATE INDEX samples_by_split ON samples (dataset, split, idx);\n"
     "CREATE TABLE runs (\n"
     "    id            INTEGER PRIMARY KEY,\n"
     "    name          TEXT NOT NULL UNIQUE,\n"
@@ -207,6 +228,9 @@ int nl_store_db_error(struct nl_store *s, struct nl_error *err, const char *what
     int code = sqlite3_errcode(s->db);
     const char *hint = code == SQLITE_BUSY || code == SQLITE_LOCKED
                            ? " (another nnlab is using the database; try again when it is done)"
+                       : code == SQLITE_FULL
+                           ? " (the disk is full; free space on it, nnlab rm a dataset, or use "
+                             "a store on another disk with --db PATH)"
                            : "";
 
     if (what)
@@ -230,6 +254,108 @@ int nl_store_prepare(struct nl_store *s, sqlite3_stmt **st, const char *sql, str
         return nl_store_db_error(s, err, NULL);
     }
     return 0;
+}
+
+int nl_store_preparef(struct nl_store *s, sqlite3_stmt **st, struct nl_error *err, const char *fmt,
+                      ...)
+{
+    char sql[512];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof sql)
+        abort(); /* the callers' statements are short */
+    return nl_store_prepare(s, st, sql, err);
+}
+
+/* Runs one statement built from fmt that returns no rows. */
+static int execf(struct nl_store *s, struct nl_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int execf(struct nl_store *s, struct nl_error *err, const char *fmt, ...)
+{
+    char sql[1024];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof sql)
+        abort();
+    return nl_store_exec(s, sql, err);
+}
+
+int nl_store_create_samples(struct nl_store *s, sqlite3_int64 id, struct nl_error *err)
+{
+    long long i = (long long)id;
+
+    return execf(s, err, SAMPLES_SQL SAMPLES_INDEX_SQL, i, i, i);
+}
+
+int nl_store_drop_dataset(struct nl_store *s, sqlite3_int64 id, struct nl_error *err)
+{
+    int rc = execf(s, err, "DROP TABLE IF EXISTS samples_%lld", (long long)id);
+
+    if (rc == 0)
+        rc = execf(s, err, "DELETE FROM datasets WHERE id = %lld", (long long)id);
+    if (rc == 0 && sqlite3_changes(s->db) == 0)
+        return 1;
+    return rc;
+}
+
+/* Version 6 -> 7: each dataset's rows of the shared samples table move to its own table, in idx
+ * order, and the shared table goes. Inside the upgrade's transaction; a store without the shared
+ * table (a test's older version made from a newer store) has nothing to move. */
+static int split_samples(struct nl_store *s, struct nl_error *err)
+{
+    sqlite3_int64 *ids = NULL;
+    size_t n = 0, cap = 0;
+    sqlite3_stmt *st;
+    int rc, step, shared = 0;
+
+    rc = nl_store_prepare(
+        s, &st, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'samples'",
+        err);
+    if (rc)
+        return rc;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        shared = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (!shared)
+        return 0;
+    rc = nl_store_prepare(s, &st, "SELECT id FROM datasets ORDER BY id", err);
+    if (rc)
+        return rc;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        sqlite3_int64 *more = nl_grow(ids, &cap, n + 1, sizeof *ids, 16);
+        if (!more) {
+            rc = nl_error_set(err, NL_ENOMEM, "%s: out of memory upgrading the store", s->path);
+            break;
+        }
+        ids = more;
+        ids[n++] = sqlite3_column_int64(st, 0);
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = nl_store_db_error(s, err, "upgrading the store");
+    sqlite3_finalize(st);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        long long i = (long long)ids[k];
+        rc = execf(s, err, SAMPLES_SQL, i);
+        if (rc == 0)
+            rc = execf(s, err,
+                       "INSERT INTO samples_%lld (idx, split, label, data) SELECT idx, split, "
+                       "label, data FROM samples WHERE dataset = %lld ORDER BY idx",
+                       i, i);
+        if (rc == 0)
+            rc = execf(s, err, SAMPLES_INDEX_SQL, i, i);
+    }
+    nl_free(ids);
+    if (rc == 0)
+        rc = nl_store_exec(s, "DROP TABLE samples", err);
+    return rc;
 }
 
 int nl_store_begin(struct nl_store *s, struct nl_error *err)
@@ -337,8 +463,9 @@ static int query_int(struct nl_store *s, const char *sql, int *out, struct nl_er
 }
 
 /* Creates the schema in an empty database and checks the version of an existing one, in one
- * transaction. */
-static int ensure_schema(struct nl_store *s, struct nl_error *err)
+ * transaction. *moved: whether an upgrade moved the samples to a table per dataset (version 6 or
+ * older), leaving the shared table's pages free. */
+static int ensure_schema(struct nl_store *s, int *moved, struct nl_error *err)
 {
     int version = 0, ntables = 0, rc;
     char sql[64];
@@ -389,7 +516,7 @@ static int ensure_schema(struct nl_store *s, struct nl_error *err)
             rc = nl_store_exec(s, sql, err);
     } else if (rc == 0 && version < NL_STORE_SCHEMA_VERSION) {
         /* Version 1 lacked worker_steps, 2 recoveries, 3 the runs' owners, 4 the regression
-         * columns, 5 vocab. */
+         * columns, 5 vocab; 6 kept every dataset's samples in one table. */
         if (version < 2)
             rc = nl_store_exec(s, WORKER_STEPS_SQL, err);
         if (rc == 0 && version < 3)
@@ -400,6 +527,10 @@ static int ensure_schema(struct nl_store *s, struct nl_error *err)
             rc = nl_store_exec(s, regression_sql, err);
         if (rc == 0 && version < 6)
             rc = nl_store_exec(s, VOCAB_SQL, err);
+        if (rc == 0 && version < 7) {
+            rc = split_samples(s, err);
+            *moved = rc == 0;
+        }
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", NL_STORE_SCHEMA_VERSION);
         if (rc == 0)
             rc = nl_store_exec(s, sql, err);
@@ -494,16 +625,11 @@ static int clean_staging(struct nl_store *s, struct nl_error *err)
     if (ndead == 0)
         return 0;
     rc = nl_store_begin(s, err);
-    if (rc == 0)
-        rc = nl_store_prepare(s, &st, "DELETE FROM datasets WHERE id = ?", err);
     for (int i = 0; i < ndead && rc == 0; i++) {
-        sqlite3_bind_int64(st, 1, dead[i]);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            rc = nl_store_db_error(s, err, "removing an interrupted import");
-        sqlite3_reset(st);
+        int dropped = nl_store_drop_dataset(s, dead[i], err);
+        if (dropped < 0)
+            rc = dropped;
     }
-    if (rc == 0)
-        sqlite3_finalize(st);
     if (rc) {
         nl_store_rollback(s);
         return rc;
@@ -528,7 +654,7 @@ static int busy_wait(void *ud, int count)
 static int store_open(struct nl_store **out, const char *path, int mode, struct nl_error *err)
 {
     struct nl_store *s;
-    int rc, flags = SQLITE_OPEN_FULLMUTEX;
+    int rc, flags = SQLITE_OPEN_FULLMUTEX, moved = 0;
 
     *out = NULL;
     if (!path || !*path)
@@ -623,11 +749,23 @@ static int store_open(struct nl_store **out, const char *path, int mode, struct 
      * consistency. */
     if (rc == 0 && !s->readonly)
         rc = nl_store_exec(s, "PRAGMA synchronous = NORMAL", err);
+    if (rc == 0 && !s->readonly)
+        rc = nl_store_exec(s, "PRAGMA secure_delete = FAST", err);
     if (rc == 0)
-        rc = ensure_schema(s, err);
-    /* Writers only: commands that read take no write lock. */
-    if (rc == 0 && mode == 0)
-        rc = clean_staging(s, err);
+        rc = ensure_schema(s, &moved, err);
+    /* The shared samples table an upgrade emptied: its pages back to the file system (best
+     * effort, as after a removal), or the file would keep twice its size. */
+    if (rc == 0 && moved) {
+        struct nl_error ignored = {0};
+        long long unused;
+        (void)nl_store_reclaim(s, &unused, &ignored);
+    }
+    /* Writers only: commands that read take no write lock. Best effort: a store on a full disk
+     * must still open, so that nnlab rm can free it; what is left goes at a later open. */
+    if (rc == 0 && mode == 0) {
+        struct nl_error ignored = {0};
+        clean_staging(s, &ignored);
+    }
     if (rc) {
         nl_store_close(s);
         return rc;
@@ -687,14 +825,32 @@ int nl_store_readonly(const struct nl_store *s)
 
 int nl_store_reclaim(struct nl_store *s, long long *unused, struct nl_error *err)
 {
-    int mode = 0, free_pages = 0, page_size = 0;
+    int mode = 0, free_pages = 0, page_size = 0, cache = 0;
     int rc = query_int(s, "PRAGMA auto_vacuum", &mode, err);
+    char sql[64];
 
     *unused = 0;
-    if (rc == 0 && mode == 2 && !s->readonly)
-        rc = nl_store_exec(s, "PRAGMA incremental_vacuum", err);
     if (rc == 0)
         rc = query_int(s, "PRAGMA freelist_count", &free_pages, err);
+    if (rc == 0)
+        rc = query_int(s, "PRAGMA cache_size", &cache, err);
+    if (rc == 0 && mode == 2 && !s->readonly && free_pages > 0)
+        rc = nl_store_exec(s, "PRAGMA cache_size = -" RECLAIM_CACHE_KIB, err);
+    /* RECLAIM_STEP pages at a time, each step its own transaction: taking a free page off the
+     * list makes it dirty, and in one long transaction SQLite spills the dirty pages to the WAL
+     * once its cache is full, so giving back a removed dataset wrote its whole size into the WAL
+     * (and again at the checkpoint); a step's pages stay in the cache and, lying past the
+     * truncated end, are never written. A writer waiting for the lock gets it between steps. */
+    for (int before = -1;
+         rc == 0 && mode == 2 && !s->readonly && free_pages > 0 && free_pages != before;) {
+        before = free_pages;
+        rc = nl_store_exec(s, "PRAGMA incremental_vacuum(" RECLAIM_STEP ")", err);
+        if (rc == 0)
+            rc = query_int(s, "PRAGMA freelist_count", &free_pages, err);
+    }
+    snprintf(sql, sizeof sql, "PRAGMA cache_size = %d", cache);
+    if (cache != 0)
+        sqlite3_exec(s->db, sql, NULL, NULL, NULL);
     if (rc == 0)
         rc = query_int(s, "PRAGMA page_size", &page_size, err);
     if (rc)

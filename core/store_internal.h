@@ -10,7 +10,7 @@
 #include "nnlab/store.h"
 
 /* The schema version this build creates and understands (PRAGMA user_version). */
-#define NL_STORE_SCHEMA_VERSION 6
+#define NL_STORE_SCHEMA_VERSION 7
 
 /* How long a connection waits for another's write lock before it gives up ("database is
  * locked"). No writer holds the lock for more than a few seconds (imports commit in chunks), so
@@ -20,6 +20,19 @@
 /* The name under which this process stages an import of dataset name (see core/store.c):
  * "\x1fimport HOST PID NAME". 0, or -1 when buf is too small. */
 int nl_store_staging_name(char *buf, size_t size, const char *name);
+
+/* Prepares one statement whose text is fmt formatted (the samples tables' names: "samples_%lld"
+ * with the dataset's id); otherwise as nl_store_prepare. */
+int nl_store_preparef(struct nl_store *s, sqlite3_stmt **st, struct nl_error *err, const char *fmt,
+                      ...) __attribute__((format(printf, 4, 5)));
+
+/* Creates dataset id's samples table, samples_ID (see core/store.c), inside the caller's
+ * transaction. */
+int nl_store_create_samples(struct nl_store *s, sqlite3_int64 id, struct nl_error *err);
+
+/* Removes dataset id: drops its samples table and deletes its row (its classes and vocabulary go
+ * with it), inside the caller's transaction. 0 when removed, 1 when there was no such dataset. */
+int nl_store_drop_dataset(struct nl_store *s, sqlite3_int64 id, struct nl_error *err);
 
 /* The connection; owned by the store, valid until nl_store_close. */
 sqlite3 *nl_store_sqlite(struct nl_store *s);

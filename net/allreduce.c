@@ -41,10 +41,10 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 #include "nnlab/rng.h"
 #include "nnlab/transport.h"
 
@@ -136,13 +136,6 @@ float nl_bf16_to_float(uint16_t h)
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* The uint16 position of float i in a bf16 staging array. */
@@ -648,7 +641,7 @@ static int collective_step(struct nl_allreduce *a, struct nl_error *err)
         (void)!read(a->efd, &v, sizeof v);
         const struct front f = front_get(a);
         if (a->t_first < 0.0 && (f.t <= a->nt || f.s <= a->n))
-            a->t_first = now();
+            a->t_first = nl_now();
         if (all_final(a, f))
             break;
         struct pollfd pf[2] = {{.fd = a->efd, .events = POLLIN},
@@ -658,21 +651,21 @@ static int collective_step(struct nl_allreduce *a, struct nl_error *err)
             return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
     }
     if (a->t_first < 0.0)
-        a->t_first = now();
+        a->t_first = nl_now();
     a->sent_final = 1;
     const unsigned long long b0 = ops->bytes_sent(a->tr->impl);
     int rc = ops->reduce_scatter(a->tr->impl, a->grad, a->sum, a->c_floats, a->cancel_fd, err);
     if (rc < 0)
         return rc;
-    double t0 = now();
+    double t0 = nl_now();
     owner_clip(a);
-    a->owner_seconds += now() - t0;
+    a->owner_seconds += nl_now() - t0;
     if (a->clip_norm > 0.0f && (rc = ops->allgather(a->tr->impl, a->norms, a->c_nbytes,
                                                     a->c_ndispls, a->cancel_fd, err)) < 0)
         return rc;
-    t0 = now();
+    t0 = nl_now();
     owner_update(a);
-    a->owner_seconds += now() - t0;
+    a->owner_seconds += nl_now() - t0;
     const size_t lo = a->lo[a->rank];
     memcpy(a->coll + lo, a->master, a->own * sizeof(float));
     rc = ops->allgather(a->tr->impl, a->coll, a->c_bytes, a->c_displs, a->cancel_fd, err);
@@ -715,21 +708,21 @@ static int step_loop(struct nl_allreduce *a, struct nl_error *err)
         }
         const struct front f = front_get(a);
         if (a->t_first < 0.0 && (f.t <= a->nt || f.s <= a->n))
-            a->t_first = now();
+            a->t_first = nl_now();
         a->sent_final = all_final(a, f);
 
         /* What this member can do by itself. */
         if (!a->reduced && slice_final(a, rank, f) && a->got_grads == size - 1) {
-            double t0 = now();
+            double t0 = nl_now();
             owner_reduce(a);
             a->reduced = 1;
-            a->owner_seconds += now() - t0;
+            a->owner_seconds += nl_now() - t0;
         }
         if (a->reduced && !a->updated && (a->clip_norm <= 0.0f || a->got_norms == size - 1)) {
-            double t0 = now();
+            double t0 = nl_now();
             owner_update(a);
             a->updated = 1;
-            a->owner_seconds += now() - t0;
+            a->owner_seconds += nl_now() - t0;
         }
         int done = a->updated;
         for (int k = 0; k < size; k++) {
@@ -765,11 +758,11 @@ int nl_allreduce_step(struct nl_allreduce *a, float *params, float *grad, long s
         nl_allreduce_ready(a, 0, 0);
         return nl_allreduce_finish(a, err);
     }
-    const double t0 = now();
+    const double t0 = nl_now();
     step_reset(a, params, grad, step, lr);
     a->front = (struct front){0, a->nt};
     int rc = step_loop(a, err);
-    const double t1 = now();
+    const double t1 = nl_now();
     step_times(a, t1);
     a->wait_seconds = t1 - t0;
     return rc;
@@ -788,7 +781,7 @@ static void *comm_main(void *arg)
         pthread_mutex_unlock(&a->lock);
         struct nl_error err = {0};
         int rc = step_loop(a, &err);
-        step_times(a, now());
+        step_times(a, nl_now());
         pthread_mutex_lock(&a->lock);
         a->rc = rc;
         a->err = err;
@@ -837,7 +830,7 @@ void nl_allreduce_ready(struct nl_allreduce *a, size_t from, size_t stats_from)
 
 int nl_allreduce_finish(struct nl_allreduce *a, struct nl_error *err)
 {
-    const double t0 = now();
+    const double t0 = nl_now();
     int rc;
 
     if (!a->overlap)
@@ -850,7 +843,7 @@ int nl_allreduce_finish(struct nl_allreduce *a, struct nl_error *err)
     if (rc < 0 && err)
         *err = a->err;
     pthread_mutex_unlock(&a->lock);
-    a->wait_seconds = now() - t0;
+    a->wait_seconds = nl_now() - t0;
     return rc;
 }
 

@@ -62,6 +62,7 @@
 #include "net/ssh.h"
 #include "nnlab/alloc.h"
 #include "nnlab/allreduce.h"
+#include "nnlab/clock.h"
 #include "nnlab/partition.h"
 #include "nnlab/rng.h"
 #include "nnlab/wire.h"
@@ -70,13 +71,6 @@
  * unevenly; a worker this far ahead of the oldest unreported step is not read until the others
  * catch up. */
 #define WINDOW NL_FOLLOW_MAX_WINDOW
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int add_host(struct nl_host **hosts, int *n, const char *text, size_t len, const char *where,
                     struct nl_error *err)
@@ -323,7 +317,7 @@ static int pump(struct run *run, struct peer *p, uint32_t *type, unsigned char *
                                         "%s: a frame from the worker fails its checksum",
                                         p->r.host);
                 p->fill = 0;
-                p->last_frame = now();
+                p->last_frame = nl_now();
                 if (*type == NL_FRAME_HEARTBEAT)
                     continue;
                 *payload = p->buf + NL_WIRE_HEADER;
@@ -388,7 +382,7 @@ static int send_raw(struct peer *p, uint32_t type, const void *payload, size_t l
  * which is in the middle of a frame). */
 static void beat(struct run *run, const struct peer *except)
 {
-    const double t = now();
+    const double t = nl_now();
     if (t - run->last_beat < 0.25e-3 * run->hb_ms)
         return;
     run->last_beat = t;
@@ -476,7 +470,7 @@ static void link_busy(void *ud, int begin)
 static int next_frame(struct run *run, struct peer *p, uint32_t *type, unsigned char **payload,
                       uint32_t *len, int timeout_ms, struct nl_error *err)
 {
-    const double deadline = now() + timeout_ms * 1e-3;
+    const double deadline = nl_now() + timeout_ms * 1e-3;
     for (;;) {
         int rc = pump(run, p, type, payload, len, err);
         if (rc != 0)
@@ -485,7 +479,7 @@ static int next_frame(struct run *run, struct peer *p, uint32_t *type, unsigned 
             return worker_gone(p, err);
         if (run->co->stop && *run->co->stop)
             return nl_error_set(err, NL_ECANCELED, "stopped while starting the workers");
-        if (now() > deadline)
+        if (nl_now() > deadline)
             return nl_error_set(err, NL_ETIMEDOUT, "%s: the worker did not answer within %d ms",
                                 p->r.host, timeout_ms);
         beat(run, p);
@@ -585,8 +579,8 @@ static void end_worker(struct run *run, struct peer *p)
         ssh_channel ch = ssh_channel_new(p->r.s);
         if (ch && ssh_channel_open_session(ch) == SSH_OK &&
             ssh_channel_request_exec(ch, cmd) == SSH_OK) {
-            const double deadline = now() + 1e-3 * run->hb_ms;
-            while (!ssh_channel_is_eof(ch) && ssh_channel_is_open(ch) && now() < deadline) {
+            const double deadline = nl_now() + 1e-3 * run->hb_ms;
+            while (!ssh_channel_is_eof(ch) && ssh_channel_is_open(ch) && nl_now() < deadline) {
                 char b[256];
                 if (ssh_channel_read_timeout(ch, b, sizeof b, 0, 100) == SSH_ERROR)
                     break;
@@ -659,7 +653,7 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
         uint32_t type, len;
         unsigned char *pl;
         if (!recovering && !nl_follow_readable(&run->f, i)) {
-            p->last_frame = now(); /* not read now: its silence says nothing */
+            p->last_frame = nl_now(); /* not read now: its silence says nothing */
             return progressed;
         }
         int got;
@@ -694,9 +688,9 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
                 else
                     mark_dead(p, "worker died (connection closed during step %ld)",
                               p->fm.next_step + 1);
-            } else if (now() - p->last_frame > 1e-3 * run->hb_ms) {
+            } else if (nl_now() - p->last_frame > 1e-3 * run->hb_ms) {
                 mark_dead(p, "worker stalled (no heartbeat for %.1f s during step %ld)",
-                          now() - p->last_frame, p->fm.next_step + 1);
+                          nl_now() - p->last_frame, p->fm.next_step + 1);
             }
             return progressed;
         }
@@ -708,7 +702,7 @@ static int serve(struct run *run, int i, int recovering, struct nl_error *err)
         if (p->held) {
             p->held_type = type;
             p->held_len = len;
-            p->last_frame = now();
+            p->last_frame = nl_now();
             return progressed;
         }
         progressed = 1;
@@ -767,7 +761,7 @@ static void link_wait(void *ud)
 static int follow(struct run *run, struct nl_error *err)
 {
     for (int i = 0; i < run->n; i++)
-        run->p[i].last_frame = now();
+        run->p[i].last_frame = nl_now();
     return nl_follow_run(&run->f, err);
 }
 
@@ -825,7 +819,7 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
     }
     p->live = 1;
     p->gen = run->generation;
-    p->last_frame = now();
+    p->last_frame = nl_now();
     p->fm.next_step = start;
     p->fm.done = 0;
     if (rc == 0)
@@ -919,7 +913,7 @@ static int recover(struct run *run, struct nl_error *err)
     }
     /* Survivors may be rebuilding a mesh when they learn of the loss: they give up within the
      * mesh's own timeout. */
-    const double deadline = now() + 1e-3 * (run->timeout + 2 * run->hb_ms);
+    const double deadline = nl_now() + 1e-3 * (run->timeout + 2 * run->hb_ms);
     run->f.recovering = 1;
     for (;;) {
         int waiting = 0, progressed = 0;
@@ -937,7 +931,7 @@ static int recover(struct run *run, struct nl_error *err)
         }
         if (!waiting)
             break;
-        if (now() > deadline) {
+        if (nl_now() > deadline) {
             for (int i = 0; i < run->n; i++)
                 if (!run->p[i].fm.done && !fault_complete(&run->p[i]) &&
                     run->p[i].gen == run->generation)

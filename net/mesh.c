@@ -42,16 +42,10 @@
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 
 #define HANDSHAKE_MS 3000 /* an accepted connection's whole handshake, at most */
 #define MAX_PENDING  32   /* accepted connections in their handshake at once */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 /* Fills a sockaddr for a numeric address; 0 or NL_EINVAL. */
 static int make_addr(struct sockaddr_storage *ss, socklen_t *len, const char *addr, int port)
@@ -133,7 +127,7 @@ static int set_blocking(int fd, int blocking)
 
 static int wait_ms(double deadline)
 {
-    double left = deadline - now_ms();
+    double left = deadline - 1e3 * nl_now();
     return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left + 1;
 }
 
@@ -201,7 +195,7 @@ static int dial(int *out, const struct nl_member *m, double deadline, int cancel
         close(s);
         if (e == 0)
             e = errno;
-        if (e != ECONNREFUSED || now_ms() > deadline)
+        if (e != ECONNREFUSED || 1e3 * nl_now() > deadline)
             return nl_error_set(err, e == ETIMEDOUT ? NL_ETIMEDOUT : NL_ENET,
                                 "%s (%s:%d): connect: %s", m->name, m->addr, m->port, strerror(e));
         if (cancelled(cancel_fd, 20))
@@ -358,7 +352,7 @@ static int join(struct nl_conn *c, int rank, int k, const struct nl_member *memb
         if (rc == 0)
             return 0;
         nl_conn_close(c);
-        if (rc != NL_ENET || now_ms() > deadline)
+        if (rc != NL_ENET || 1e3 * nl_now() > deadline)
             return rc;
         if (cancelled(cancel_fd, 20))
             return cancel_error(err, &members[k]);
@@ -405,7 +399,7 @@ static void accept_all(int listen_fd, struct pending *pend, int *np, int rank, c
         struct pending *p = &pend[*np];
         struct nl_error herr = {0};
         nl_conn_init(&p->c, fd, name, hs_ms);
-        p->deadline = now_ms() + hs_ms;
+        p->deadline = 1e3 * nl_now() + hs_ms;
         if (nl_wire_handshake_start(&p->hs, &p->c, NL_WIRE_SERVER, secret, secret_len, wire_opts,
                                     rank, &herr) < 0) {
             nl_conn_close(&p->c);
@@ -431,7 +425,7 @@ int nl_mesh_connect_cancel(struct nl_mesh **out, int rank, int size, int listen_
     struct pending *pend = NULL;
     struct pollfd *pfd = NULL;
     int rc = 0, np = 0;
-    const double deadline = now_ms() + timeout_ms;
+    const double deadline = 1e3 * nl_now() + timeout_ms;
     const int hs_ms = timeout_ms < HANDSHAKE_MS ? timeout_ms : HANDSHAKE_MS;
 
     *out = NULL;
@@ -482,7 +476,7 @@ int nl_mesh_connect_cancel(struct nl_mesh **out, int rank, int size, int listen_
             if (pend[i].deadline < until)
                 until = pend[i].deadline;
         }
-        if (now_ms() >= deadline) {
+        if (1e3 * nl_now() >= deadline) {
             rc = nl_error_set(
                 err, NL_ETIMEDOUT, "%s: %d of %d members did not connect within %d ms",
                 members[rank].name, size - 1 - rank - joined, size - 1 - rank, timeout_ms);
@@ -501,7 +495,7 @@ int nl_mesh_connect_cancel(struct nl_mesh **out, int rank, int size, int listen_
             goto fail;
         }
         /* Move every pending handshake on; drop the failed and the late. */
-        const double now = now_ms();
+        const double now = 1e3 * nl_now();
         for (int i = np - 1; i >= 0; i--) {
             struct nl_error herr = {0};
             int32_t id = -1;

@@ -49,6 +49,7 @@
 #include "net/transport_mpi.h"
 #include "nnlab/alloc.h"
 #include "nnlab/allreduce.h"
+#include "nnlab/clock.h"
 #include "nnlab/partition.h"
 #include "nnlab/wire.h"
 #include "nnlab/worker.h"
@@ -84,13 +85,6 @@ static struct {
     struct nl_mpi *mp;
     struct nl_worker_link link;
 } links = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void nap(long us)
 {
@@ -302,7 +296,7 @@ static int send_to(struct nl_mpi *mp, int which, int to, uint32_t type, const vo
 static int recv_from(struct nl_mpi *mp, int which, int from, int *src, uint32_t *type, void **buf,
                      uint32_t *len, int timeout_ms, struct nl_error *err)
 {
-    const double deadline = now() + 1e-3 * timeout_ms;
+    const double deadline = nl_now() + 1e-3 * timeout_ms;
     for (long spin = 0;; spin++) {
         int rc = enter(err);
         if (rc < 0)
@@ -323,7 +317,7 @@ static int recv_from(struct nl_mpi *mp, int which, int from, int *src, uint32_t 
         }
         if (rc == 0 && mrc != MPI_SUCCESS)
             rc = mpi_err(err, "receiving a frame", mrc);
-        if (rc == 0 && !flag && timeout_ms > 0 && now() > deadline)
+        if (rc == 0 && !flag && timeout_ms > 0 && nl_now() > deadline)
             rc = nl_error_set(err, NL_ETIMEDOUT, "%s: nothing came within %d ms",
                               from == MPI_ANY_SOURCE ? "the ranks" : m->names[from], timeout_ms);
         leave();
@@ -395,8 +389,8 @@ int nl_mpi_member(struct nl_mpi *mp, struct nl_error *err)
         report_error(err);
         /* The driver records the failure and ends the job; it is not waited for longer than a
          * heartbeat timeout. */
-        const double until = now() + 1e-3 * mp->hb_ms;
-        while (now() < until)
+        const double until = nl_now() + 1e-3 * mp->hb_ms;
+        while (nl_now() < until)
             nap(20000);
     }
     return rc;
@@ -517,7 +511,7 @@ static void link_busy(void *ud, int begin)
 {
     struct mrun *run = ud;
     for (int i = 0; !begin && i < run->n; i++)
-        run->r[i].last = now();
+        run->r[i].last = nl_now();
 }
 
 /* One frame from rank i: 0, NL_FOLLOW_HOLD (it waits for the checkpoint in progress), or an
@@ -547,7 +541,7 @@ static int serve(struct mrun *run, int i, struct nl_error *err)
     int progressed = 0;
     for (;;) {
         if (!nl_follow_readable(&run->f, i) || p->fm.done) {
-            p->last = now(); /* not read now: its silence says nothing */
+            p->last = nl_now(); /* not read now: its silence says nothing */
             return progressed;
         }
         uint32_t type, len;
@@ -563,7 +557,7 @@ static int serve(struct mrun *run, int i, struct nl_error *err)
                 return got;
             if (got == 0)
                 return progressed;
-            p->last = now();
+            p->last = nl_now();
         }
         int rc = handle_frame(run, i, type, pl, len, err);
         if (rc == NL_FOLLOW_HOLD) {
@@ -601,7 +595,7 @@ static int link_check(void *ud, int progressed, struct nl_error *err)
                             run->f.epochs_done + 1);
     if (progressed)
         return 0;
-    const double t = now();
+    const double t = nl_now();
     for (int i = 0; i < run->n; i++) {
         struct mrank *p = &run->r[i];
         if (!p->fm.done && !p->held && t - p->last > 1e-3 * run->mp->hb_ms)
@@ -700,7 +694,7 @@ static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_mem
         nl_free(b);
     }
     run->r[r].fm.next_step = start;
-    run->r[r].last = now();
+    run->r[r].last = nl_now();
     return rc;
 }
 

@@ -28,9 +28,9 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 
 #define MAX_EXPECT 4 /* frame types expected from one peer at a time */
 
@@ -47,13 +47,6 @@ struct mpit {
     int nreq;
     unsigned long long bytes;
 };
-
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int mpi_fail(struct nl_error *err, int code, const char *who, const char *what, int mrc)
 {
@@ -145,7 +138,7 @@ static int mt_progress(void *impl, int wake_fd, int cancel_fd, const struct nl_t
                        struct nl_error *err)
 {
     struct mpit *t = impl;
-    const double deadline = mono() + 1e-3 * t->timeout_ms;
+    const double deadline = nl_now() + 1e-3 * t->timeout_ms;
     struct pollfd pf[2];
     int np = 0, wake_i = -1, cancel_i = -1;
 
@@ -180,7 +173,7 @@ static int mt_progress(void *impl, int wake_fd, int cancel_fd, const struct nl_t
             return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
         if (r > 0 && wake_i >= 0 && (pf[wake_i].revents & POLLIN))
             return 0;
-        if ((spin & 63) == 0 && mono() > deadline) {
+        if ((spin & 63) == 0 && nl_now() > deadline) {
             if (wake_fd >= 0)
                 return 0; /* still computing: the peers wait for this member */
             return nl_error_set(err, NL_ETIMEDOUT, "%s: no progress in the exchange within %d ms",
@@ -194,7 +187,7 @@ static int mt_progress(void *impl, int wake_fd, int cancel_fd, const struct nl_t
 static int wait_collective(struct mpit *t, MPI_Request *req, int cancel_fd, const char *what,
                            struct nl_error *err)
 {
-    const double deadline = mono() + 1e-3 * t->timeout_ms;
+    const double deadline = nl_now() + 1e-3 * t->timeout_ms;
     struct pollfd pf = {.fd = cancel_fd, .events = POLLIN};
     for (long spin = 0;; spin++) {
         int flag = 0;
@@ -208,7 +201,7 @@ static int wait_collective(struct mpit *t, MPI_Request *req, int cancel_fd, cons
                           : 0;
         if (r > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR)))
             return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
-        if ((spin & 63) == 0 && mono() > deadline)
+        if ((spin & 63) == 0 && nl_now() > deadline)
             return nl_error_set(err, NL_ETIMEDOUT,
                                 "the ranks: no progress in the exchange's %s within %d ms", what,
                                 t->timeout_ms);

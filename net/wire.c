@@ -52,7 +52,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -60,6 +59,7 @@
 
 #include "net/crypto.h"
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 
 #define FLAG_PLAINTEXT 1u
 #define FLAG_AES       2u
@@ -768,26 +768,19 @@ int nl_wire_handshake_step(struct nl_wire_hs *hs, struct nl_conn *c, int32_t *pe
     return 1;
 }
 
-static double mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 int nl_wire_handshake(struct nl_conn *c, enum nl_wire_role role, const void *secret,
                       size_t secret_len, unsigned opts, int32_t my_id, int32_t *peer_id,
                       struct nl_error *err)
 {
     struct nl_wire_hs hs;
-    const double deadline = mono_ms() + c->timeout_ms;
+    const double deadline = 1e3 * nl_now() + c->timeout_ms;
     int rc = nl_wire_handshake_start(&hs, c, role, secret, secret_len, opts, my_id, err);
 
     while (rc == 0) {
         rc = nl_wire_handshake_step(&hs, c, peer_id, err);
         if (rc != 0)
             break;
-        const double left = deadline - mono_ms();
+        const double left = deadline - 1e3 * nl_now();
         rc = left > 0 ? wait_fd(c->fd, POLLIN, (int)left + 1) : NL_ETIMEDOUT;
         if (rc == NL_ETIMEDOUT)
             return nl_error_set(err, rc, "%s: handshake: no answer within %d ms", c->peer,

@@ -91,18 +91,12 @@
 #include "net/crypto.h"
 #include "net/proto.h"
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 #include "nnlab/cluster.h"
 #include "nnlab/model.h"
 #include "nnlab/spec.h"
 
 #define DRIVER_TIMEOUT_MS 600000 /* the driver may take long to upload or ship data */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Reads the secret line: 64 hex digits. */
 static int read_secret(int fd, unsigned char secret[32], struct nl_error *err)
@@ -353,7 +347,7 @@ static int on_event(void *ud, const struct nl_event *ev)
     unsigned char buf[NL_METRIC_SIZE];
 
     if (ev->kind == NL_EVENT_ITER) {
-        const double t = now();
+        const double t = nl_now();
         const long samples = ev->iter == 1 ? ev->samples : ev->samples - h->prev_samples;
         const long correct_so_far = (long)(ev->accuracy * (double)ev->samples + 0.5);
         const long correct = ev->iter == 1 ? correct_so_far : correct_so_far - h->prev_correct;
@@ -399,7 +393,7 @@ static int on_event(void *ud, const struct nl_event *ev)
             h->failed = 1;
             return 1;
         }
-        h->last = now(); /* the epoch's evaluation is not compute time */
+        h->last = nl_now(); /* the epoch's evaluation is not compute time */
     }
     return 0;
 }
@@ -747,7 +741,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             .hi = hi,
             .nslice = nslice,
             .state = ckpt,
-            .last = now(),
+            .last = nl_now(),
         };
         struct nl_train_hooks hooks = {on_event, NULL, &h};
         rc = nl_train(m, d, &o, &hooks, &res, err);

@@ -295,30 +295,13 @@ static int kill_a_worker(int after, int sig, long *victim)
     return kill((pid_t)*victim, sig) == 0;
 }
 
-int main(void)
+/* The undisturbed runs' test accuracy on 2 and 3 workers (base[2], base[3]) and the 2-worker
+ * run's last loss, which the disturbed runs match. */
+static double base[4] = {NAN, NAN, NAN, NAN}, base_loss = NAN;
+
+/* Undisturbed runs on 2 and 3 workers: the accuracy and loss the others match. */
+static void check_undisturbed(void)
 {
-    const char *why;
-
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    signal(SIGPIPE, SIG_IGN);
-    char probe[700];
-    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
-    if (system(probe) != 0)
-        skip_all("this nnlab was built without cluster mode (libssh)");
-    why = sshd_start(&sd);
-    if (why) {
-        sshd_stop(&sd);
-        skip_all("%s", why);
-    }
-    write_idx();
-    sshd_write(sd.dir, "spec", "fc1: dense 32\nrelu\nfc2: dense N\n");
-    is_int(nnlab("import syn '%s/data' --val 0.1 --test 0.2", sd.dir), 0,
-           "import a synthetic dataset");
-
-    /* Undisturbed runs on 2 and 3 workers: the accuracy to match. */
-    double base[4] = {NAN, NAN, NAN, NAN}, base_loss = NAN;
     for (int n = 2; n <= 3; n++) {
         is_int(nnlab("--json %s --hosts %s --name base%d", train_args(),
                      n == 2 ? "node1,node2" : "node1,node2,node3", n),
@@ -329,8 +312,11 @@ int main(void)
         ok(base[n] > 0.5, "it learns (test accuracy %.4f)", base[n]);
         ok(!strstr(out, "\"event\":\"recovery\""), "and reports no recovery");
     }
+}
 
-    /* SIGKILL one worker in the middle: restarted on its host, the run finishes. */
+/* SIGKILL one worker in the middle: restarted on its host, the run finishes. */
+static void check_killed_worker(void)
+{
     for (int n = 2; n <= 3; n++) {
         long victim = 0;
         pid_t pid = start("%s %s --hosts %s --name kill%d", n == 2 ? "--json" : "", train_args(),
@@ -371,75 +357,78 @@ int main(void)
     like(out, "\"recoveries\":[{\"step\":", "lists the recoveries as JSON");
     is_int(nnlab("runs base2"), 0, "nnlab runs base2");
     like(out, "no worker was lost", "says when nothing happened");
+}
 
-    /* Without optimizer state (SGD without momentum) nothing is lost with a worker: the run
-     * goes on from the very parameters the undisturbed run had, on the same data order, and
-     * ends as it does. */
-    {
-        long victim = 0;
-        is_int(nnlab("--json %s --hosts node1,node2 --momentum 0 --name plain", train_args()), 0,
-               "an undisturbed run without momentum: %s", errtext);
-        const double plain = last_loss();
-        pid_t pid =
-            start("--json %s --hosts node1,node2 --momentum 0 --name plain-kill", train_args());
-        ok(kill_a_worker(2, SIGKILL, &victim), "a worker killed after epoch 2");
-        is_int(finish(pid), 0, "the run finishes: %s", errtext);
-        like(out, "\"action\":\"restarted\"", "the worker was restarted");
-        const double loss = last_loss();
-        ok(isfinite(plain) && fabs(loss - plain) <= 1e-6 + 1e-5 * fabs(plain),
-           "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, plain);
-        ok(no_workers_within(5), "no worker is left");
-    }
+/* Without optimizer state (SGD without momentum) nothing is lost with a worker: the run
+ * goes on from the very parameters the undisturbed run had, on the same data order, and
+ * ends as it does. */
+static void check_no_optimizer_state(void)
+{
+    long victim = 0;
+    is_int(nnlab("--json %s --hosts node1,node2 --momentum 0 --name plain", train_args()), 0,
+           "an undisturbed run without momentum: %s", errtext);
+    const double plain = last_loss();
+    pid_t pid = start("--json %s --hosts node1,node2 --momentum 0 --name plain-kill", train_args());
+    ok(kill_a_worker(2, SIGKILL, &victim), "a worker killed after epoch 2");
+    is_int(finish(pid), 0, "the run finishes: %s", errtext);
+    like(out, "\"action\":\"restarted\"", "the worker was restarted");
+    const double loss = last_loss();
+    ok(isfinite(plain) && fabs(loss - plain) <= 1e-6 + 1e-5 * fabs(plain),
+       "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, plain);
+    ok(no_workers_within(5), "no worker is left");
+}
 
-    /* A plateau schedule (the rate halved after every epoch from the second on: validation
-     * accuracy is 1 from the first) through a lost worker and through a lost driver: the new
-     * generation's members, and the resumed run's, learn the watched accuracy of the epochs
-     * before their start, apply the same rate, and (without optimizer state) end as the
-     * undisturbed run. */
-    {
-        long victim = 0;
-        const char *plateau = "--momentum 0 --schedule plateau:1:0.5";
-        is_int(nnlab("--json %s --hosts node1,node2 %s --name plateau", train_args(), plateau), 0,
-               "an undisturbed plateau run: %s", errtext);
-        const double undisturbed = last_loss();
-        is_int(
-            nnlab("--json %s --hosts node1,node2 --momentum 0 --schedule constant", train_args()),
-            0, "the same at a constant rate: %s", errtext);
-        ok(last_loss() < 0.8 * undisturbed, "the plateau lowered the rate (%.6g against %.6g)",
-           undisturbed, last_loss());
-        pid_t pid =
-            start("--json %s --hosts node1,node2 %s --name plateau-kill", train_args(), plateau);
-        ok(kill_a_worker(2, SIGKILL, &victim), "a plateau run's worker killed after epoch 2");
-        is_int(finish(pid), 0, "the run finishes: %s", errtext);
-        like(out, "\"action\":\"restarted\"", "the worker was restarted");
-        double loss = last_loss();
-        ok(isfinite(undisturbed) && fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
-           "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
-        ok(no_workers_within(5), "no worker is left");
+/* A plateau schedule (the rate halved after every epoch from the second on: validation
+ * accuracy is 1 from the first) through a lost worker and through a lost driver: the new
+ * generation's members, and the resumed run's, learn the watched accuracy of the epochs
+ * before their start, apply the same rate, and (without optimizer state) end as the
+ * undisturbed run. */
+static void check_plateau(void)
+{
+    long victim = 0;
+    const char *plateau = "--momentum 0 --schedule plateau:1:0.5";
+    is_int(nnlab("--json %s --hosts node1,node2 %s --name plateau", train_args(), plateau), 0,
+           "an undisturbed plateau run: %s", errtext);
+    const double undisturbed = last_loss();
+    is_int(nnlab("--json %s --hosts node1,node2 --momentum 0 --schedule constant", train_args()), 0,
+           "the same at a constant rate: %s", errtext);
+    ok(last_loss() < 0.8 * undisturbed, "the plateau lowered the rate (%.6g against %.6g)",
+       undisturbed, last_loss());
+    pid_t pid =
+        start("--json %s --hosts node1,node2 %s --name plateau-kill", train_args(), plateau);
+    ok(kill_a_worker(2, SIGKILL, &victim), "a plateau run's worker killed after epoch 2");
+    is_int(finish(pid), 0, "the run finishes: %s", errtext);
+    like(out, "\"action\":\"restarted\"", "the worker was restarted");
+    double loss = last_loss();
+    ok(isfinite(undisturbed) && fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
+       "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
+    ok(no_workers_within(5), "no worker is left");
 
-        pid = start("--json %s --hosts node1,node2 %s --checkpoint-every 100 --name "
-                    "plateau-resumed",
-                    train_args(), plateau);
-        ok(wait_for("\"event\":\"epoch\"", 3, NULL, 60), "a plateau run to be resumed is past "
-                                                         "epoch 3");
-        usleep(150000);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        ok(no_workers_within(6), "its driver killed, no worker is left");
-        is_int(nnlab("--json train --resume plateau-resumed --hosts node1,node2 --ssh-config "
-                     "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
-                     sd.dir),
-               0, "--resume continues it on the cluster: %s", errtext);
-        loss = last_loss();
-        ok(fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
-           "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
-        ok(no_workers_within(5), "no worker is left");
-    }
+    pid = start("--json %s --hosts node1,node2 %s --checkpoint-every 100 --name "
+                "plateau-resumed",
+                train_args(), plateau);
+    ok(wait_for("\"event\":\"epoch\"", 3, NULL, 60), "a plateau run to be resumed is past "
+                                                     "epoch 3");
+    usleep(150000);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    ok(no_workers_within(6), "its driver killed, no worker is left");
+    is_int(nnlab("--json train --resume plateau-resumed --hosts node1,node2 --ssh-config "
+                 "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
+                 sd.dir),
+           0, "--resume continues it on the cluster: %s", errtext);
+    loss = last_loss();
+    ok(fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
+       "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
+    ok(no_workers_within(5), "no worker is left");
+}
 
-    /* A second loss during the recovery: the restarted worker killed as soon as it appears
-     * (the driver waits for it to say where it listens), or as soon as it listens (the driver
-     * sets the new generation up, or the mesh forms again). The driver recovers again,
-     * restarting it while restarts last and dropping it after; the run finishes either way. */
+/* A second loss during the recovery: the restarted worker killed as soon as it appears
+ * (the driver waits for it to say where it listens), or as soon as it listens (the driver
+ * sets the new generation up, or the mesh forms again). The driver recovers again,
+ * restarting it while restarts last and dropping it after; the run finishes either way. */
+static void check_second_loss(void)
+{
     static const struct {
         int max, listening;
     } twice[] = {{3, 0}, {3, 1}, {1, 1}};
@@ -495,11 +484,14 @@ int main(void)
                EPOCHS, "every epoch is stored");
         ok(no_workers_within(5), "no worker is left");
     }
+}
 
-    /* Batch normalisation through a lost worker: the running statistics (exchanged beside the
-     * gradient, outside the optimizer's slices) come back with the parameters. Without
-     * optimizer state the run ends exactly as the undisturbed one; with momentum (one slice's
-     * lost since the last checkpoint) close to it. */
+/* Batch normalisation through a lost worker: the running statistics (exchanged beside the
+ * gradient, outside the optimizer's slices) come back with the parameters. Without
+ * optimizer state the run ends exactly as the undisturbed one; with momentum (one slice's
+ * lost since the last checkpoint) close to it. */
+static void check_batchnorm(void)
+{
     sshd_write(sd.dir, "bnspec",
                "c1: conv 8 3x3 pad=1 bias=no\nb1: batchnorm\nrelu\npool: maxpool 3\n"
                "fc: dense N\n");
@@ -538,81 +530,86 @@ int main(void)
         ok(fabs(acc - acc0) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, acc0);
         ok(no_workers_within(5), "no worker is left");
     }
+}
 
-    /* A worker's SSH connection cut (its sshd session killed): the driver reaches the host
-     * again and restarts the worker there. */
-    {
-        long pids[8];
-        pid_t pid = start("--json %s --hosts node1,node2 --name cut", train_args());
-        int up =
-            wait_for("\"event\":\"epoch\"", 2, NULL, 60) && sshd_worker_pids(&sd, pids, 8) == 2;
-        const long session = up ? session_of(pids[0]) : 0;
-        ok(session > 0 && kill((pid_t)session, SIGKILL) == 0,
-           "the SSH session (pid %ld) of a worker killed", session);
-        is_int(finish(pid), 0, "the run finishes: %s", errtext);
-        const char *what = strstr(out, "\"what\":");
-        like(out, "\"action\":\"restarted\"",
-             "the worker was restarted on a new connection (%.80s)", what ? what : "");
-        ok(no_workers_within(5), "no worker is left");
-    }
+/* A worker's SSH connection cut (its sshd session killed): the driver reaches the host
+ * again and restarts the worker there. */
+static void check_ssh_cut(void)
+{
+    long pids[8];
+    pid_t pid = start("--json %s --hosts node1,node2 --name cut", train_args());
+    int up = wait_for("\"event\":\"epoch\"", 2, NULL, 60) && sshd_worker_pids(&sd, pids, 8) == 2;
+    const long session = up ? session_of(pids[0]) : 0;
+    ok(session > 0 && kill((pid_t)session, SIGKILL) == 0,
+       "the SSH session (pid %ld) of a worker killed", session);
+    is_int(finish(pid), 0, "the run finishes: %s", errtext);
+    const char *what = strstr(out, "\"what\":");
+    like(out, "\"action\":\"restarted\"", "the worker was restarted on a new connection (%.80s)",
+         what ? what : "");
+    ok(no_workers_within(5), "no worker is left");
+}
 
-    /* A worker's SSH session stalled (its sshd stopped): the driver hears nothing from the
-     * worker, which trains on with the others for a while; it is found by heartbeat, its host
-     * reached again and the worker restarted, and the run finishes as it should. */
-    {
-        long pids[8];
-        pid_t pid = start("--json %s --hosts node1,node2 --name frozen", train_args());
-        int up =
-            wait_for("\"event\":\"epoch\"", 2, NULL, 60) && sshd_worker_pids(&sd, pids, 8) == 2;
-        const long session = up ? session_of(pids[0]) : 0;
-        ok(session > 0 && kill((pid_t)session, SIGSTOP) == 0,
-           "the SSH session (pid %ld) of a worker stopped", session);
-        const int st = finish(pid);
-        kill((pid_t)session, SIGKILL);
-        kill((pid_t)session, SIGCONT);
-        is_int(st, 0, "the run finishes: %s", errtext);
-        const char *what = strstr(out, "\"what\":");
-        like(out, "\"action\":\"restarted\"", "the worker was restarted (%.90s)", what ? what : "");
-        const double acc = test_accuracy();
-        ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
-        ok(no_workers_within(atof(HEARTBEAT) + 4.0), "no worker is left");
-    }
+/* A worker's SSH session stalled (its sshd stopped): the driver hears nothing from the
+ * worker, which trains on with the others for a while; it is found by heartbeat, its host
+ * reached again and the worker restarted, and the run finishes as it should. */
+static void check_ssh_stalled(void)
+{
+    long pids[8];
+    pid_t pid = start("--json %s --hosts node1,node2 --name frozen", train_args());
+    int up = wait_for("\"event\":\"epoch\"", 2, NULL, 60) && sshd_worker_pids(&sd, pids, 8) == 2;
+    const long session = up ? session_of(pids[0]) : 0;
+    ok(session > 0 && kill((pid_t)session, SIGSTOP) == 0,
+       "the SSH session (pid %ld) of a worker stopped", session);
+    const int st = finish(pid);
+    kill((pid_t)session, SIGKILL);
+    kill((pid_t)session, SIGCONT);
+    is_int(st, 0, "the run finishes: %s", errtext);
+    const char *what = strstr(out, "\"what\":");
+    like(out, "\"action\":\"restarted\"", "the worker was restarted (%.90s)", what ? what : "");
+    const double acc = test_accuracy();
+    ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
+    ok(no_workers_within(atof(HEARTBEAT) + 4.0), "no worker is left");
+}
 
-    /* No restarts allowed: the lost worker is dropped and the other two finish. */
-    {
-        long victim = 0;
-        pid_t pid =
-            start("--json %s --hosts node1,node2,node3 --max-restarts 0 --name drop", train_args());
-        ok(kill_a_worker(2, SIGKILL, &victim), "a worker of 3 killed");
-        is_int(finish(pid), 0, "with --max-restarts 0 the run finishes: %s", errtext);
-        like(out, "\"action\":\"dropped\"", "the worker was dropped");
-        like(out, "\"workers\":2}", "2 workers went on");
-        const double acc = test_accuracy();
-        ok(fabs(acc - base[3]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[3]);
-        is_int(sshd_db_int(
-                   &sd, "SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
-                        "'drop' AND action = 'dropped' AND workers = 2"),
-               1, "the drop is stored");
-        ok(no_workers_within(5), "no worker is left");
-    }
+/* No restarts allowed: the lost worker is dropped and the other two finish. */
+static void check_drop(void)
+{
+    long victim = 0;
+    pid_t pid =
+        start("--json %s --hosts node1,node2,node3 --max-restarts 0 --name drop", train_args());
+    ok(kill_a_worker(2, SIGKILL, &victim), "a worker of 3 killed");
+    is_int(finish(pid), 0, "with --max-restarts 0 the run finishes: %s", errtext);
+    like(out, "\"action\":\"dropped\"", "the worker was dropped");
+    like(out, "\"workers\":2}", "2 workers went on");
+    const double acc = test_accuracy();
+    ok(fabs(acc - base[3]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[3]);
+    is_int(sshd_db_int(&sd,
+                       "SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
+                       "'drop' AND action = 'dropped' AND workers = 2"),
+           1, "the drop is stored");
+    ok(no_workers_within(5), "no worker is left");
+}
 
-    /* A stalled worker: no heartbeat, found within the timeout, ended and restarted. */
-    {
-        long victim = 0;
-        pid_t pid = start("--json %s --hosts node1,node2 --name stall", train_args());
-        ok(kill_a_worker(1, SIGSTOP, &victim), "a worker stopped with SIGSTOP");
-        is_int(finish(pid), 0, "the run finishes: %s", errtext);
-        like(out, "worker stalled (no heartbeat for ", "the stall is found by heartbeat");
-        like(out, "\"action\":\"restarted\"", "and the worker restarted");
-        /* It was killed on its host; were it not, nothing must be left either way. */
-        int gone = kill((pid_t)victim, 0) != 0 || sshd_parent_of(victim) < 0;
-        kill((pid_t)victim, SIGCONT);
-        kill((pid_t)victim, SIGKILL);
-        ok(gone, "the stalled worker was ended on its host");
-        ok(no_workers_within(5), "no worker is left");
-    }
+/* A stalled worker: no heartbeat, found within the timeout, ended and restarted. */
+static void check_stalled_worker(void)
+{
+    long victim = 0;
+    pid_t pid = start("--json %s --hosts node1,node2 --name stall", train_args());
+    ok(kill_a_worker(1, SIGSTOP, &victim), "a worker stopped with SIGSTOP");
+    is_int(finish(pid), 0, "the run finishes: %s", errtext);
+    like(out, "worker stalled (no heartbeat for ", "the stall is found by heartbeat");
+    like(out, "\"action\":\"restarted\"", "and the worker restarted");
+    /* It was killed on its host; were it not, nothing must be left either way. */
+    int gone = kill((pid_t)victim, 0) != 0 || sshd_parent_of(victim) < 0;
+    kill((pid_t)victim, SIGCONT);
+    kill((pid_t)victim, SIGKILL);
+    ok(gone, "the stalled worker was ended on its host");
+    ok(no_workers_within(5), "no worker is left");
+}
 
-    /* The driver killed outright, or stalled: its workers exit within the heartbeat timeout. */
+/* The driver killed outright, or stalled: its workers exit within the heartbeat timeout. */
+static void check_driver_lost(void)
+{
     for (int round = 0; round < 2; round++) {
         long pids[8];
         pid_t pid =
@@ -627,38 +624,74 @@ int main(void)
             kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
     }
+}
 
-    /* A cluster run whose driver is killed in the middle resumes from its latest checkpoint,
-     * optimizer state included, on the same data order: it ends as the undisturbed run. */
-    {
-        pid_t pid = start("--json %s --hosts node1,node2 --checkpoint-every 100 --name resumed",
-                          train_args());
-        ok(wait_for("\"event\":\"epoch\"", 3, NULL, 60), "a run to be resumed is past epoch 3");
-        usleep(150000);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        ok(no_workers_within(6), "its driver killed, no worker is left");
-        ok(sshd_db_int(&sd,
-                       "SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE name = "
-                       "'resumed' AND optim IS NOT NULL") > 0,
-           "its checkpoints hold the optimizer state");
-        is_int(nnlab("--json train --resume resumed --hosts node1,node2 --ssh-config "
-                     "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
-                     sd.dir),
-               0, "--resume continues it on the cluster: %s", errtext);
-        const double acc = test_accuracy(), loss = last_loss();
-        ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
-        ok(fabs(loss - base_loss) <= 1e-5 + 1e-3 * fabs(base_loss),
-           "the last epoch's loss %.6g is the undisturbed run's %.6g: the same data order", loss,
-           base_loss);
-        is_int(sshd_db_int(&sd, "SELECT epochs_done FROM runs WHERE name = 'resumed'"), EPOCHS,
-               "the run is done with its %d epochs", EPOCHS);
-        is_int(nnlab("--json train --resume resumed --epochs %d --ssh-config '%s/ssh_config'",
-                     EPOCHS + 1, sd.dir),
-               1, "resuming a cluster run without hosts is refused");
-        like(errtext, "give --hosts or --hostfile", "saying why: %s", errtext);
-        ok(no_workers_within(5), "no worker is left");
+/* A cluster run whose driver is killed in the middle resumes from its latest checkpoint,
+ * optimizer state included, on the same data order: it ends as the undisturbed run. */
+static void check_resume(void)
+{
+    pid_t pid =
+        start("--json %s --hosts node1,node2 --checkpoint-every 100 --name resumed", train_args());
+    ok(wait_for("\"event\":\"epoch\"", 3, NULL, 60), "a run to be resumed is past epoch 3");
+    usleep(150000);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    ok(no_workers_within(6), "its driver killed, no worker is left");
+    ok(sshd_db_int(&sd, "SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE name = "
+                        "'resumed' AND optim IS NOT NULL") > 0,
+       "its checkpoints hold the optimizer state");
+    is_int(nnlab("--json train --resume resumed --hosts node1,node2 --ssh-config "
+                 "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
+                 sd.dir),
+           0, "--resume continues it on the cluster: %s", errtext);
+    const double acc = test_accuracy(), loss = last_loss();
+    ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
+    ok(fabs(loss - base_loss) <= 1e-5 + 1e-3 * fabs(base_loss),
+       "the last epoch's loss %.6g is the undisturbed run's %.6g: the same data order", loss,
+       base_loss);
+    is_int(sshd_db_int(&sd, "SELECT epochs_done FROM runs WHERE name = 'resumed'"), EPOCHS,
+           "the run is done with its %d epochs", EPOCHS);
+    is_int(nnlab("--json train --resume resumed --epochs %d --ssh-config '%s/ssh_config'",
+                 EPOCHS + 1, sd.dir),
+           1, "resuming a cluster run without hosts is refused");
+    like(errtext, "give --hosts or --hostfile", "saying why: %s", errtext);
+    ok(no_workers_within(5), "no worker is left");
+}
+
+int main(void)
+{
+    const char *why;
+
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        skip_all("NNLAB_BIN does not name the nnlab binary");
+    signal(SIGPIPE, SIG_IGN);
+    char probe[700];
+    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
+    if (system(probe) != 0)
+        skip_all("this nnlab was built without cluster mode (libssh)");
+    why = sshd_start(&sd);
+    if (why) {
+        sshd_stop(&sd);
+        skip_all("%s", why);
     }
+    write_idx();
+    sshd_write(sd.dir, "spec", "fc1: dense 32\nrelu\nfc2: dense N\n");
+    is_int(nnlab("import syn '%s/data' --val 0.1 --test 0.2", sd.dir), 0,
+           "import a synthetic dataset");
+
+    check_undisturbed();
+    check_killed_worker();
+    check_no_optimizer_state();
+    check_plateau();
+    check_second_loss();
+    check_batchnorm();
+    check_ssh_cut();
+    check_ssh_stalled();
+    check_drop();
+    check_stalled_worker();
+    check_driver_lost();
+    check_resume();
 
     sshd_stop(&sd);
     return done_testing();

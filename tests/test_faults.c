@@ -7,7 +7,9 @@
  * run that trains is refused naming the first, and the run of a killed process lists as
  * interrupted and resumes. On a small tmpfs that fills (in a user and mount namespace of its own;
  * skipped with the reason where that is not allowed), a run whose checkpoint cannot be written
- * exits non-zero saying why, and is not left running. */
+ * exits non-zero saying why, and is not left running; so do a regression CSV import, a text
+ * import and the exports to .onnx and .safetensors, leaving nothing behind, and a run whose
+ * frozen-feature cache file does not fit trains on without it. */
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -377,6 +379,185 @@ static void test_full_disk(void)
     snprintf(db, sizeof db, "%s", saved);
 }
 
+/* One integer from a query on the store file path (-1 on error), read-only. */
+static long long query_file(const char *path, const char *sql)
+{
+    char saved[320];
+    long long v;
+
+    snprintf(saved, sizeof saved, "%s", db);
+    snprintf(db, sizeof db, "%s", path);
+    v = query_int(sql);
+    snprintf(db, sizeof db, "%s", saved);
+    return v;
+}
+
+/* The newer write paths on a full disk, each on a fresh tmpfs in a namespace of its own: a CSV
+ * import with --task regression and a text import (a store with 96 KiB to spare), a training
+ * run whose frozen-feature cache file does not fit (the run goes on computing every epoch, as
+ * documented, saying why; the file was a SIGBUS when its pages were left sparse), and exports
+ * to .onnx and .safetensors. Each fails with an error naming the file, exits non-zero, and
+ * leaves nothing behind: no dataset, no staged rows once a writer opens the store with room
+ * again, no file. */
+static void test_full_disk_paths(void)
+{
+    char cmd[1024], mnt[256], copy[256], script[256], path[320];
+    struct stat st;
+
+    snprintf(mnt, sizeof mnt, "%s/full2", dir);
+    snprintf(copy, sizeof copy, "%s/copy2", dir);
+    snprintf(script, sizeof script, "%s/full2.sh", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s' '%s/txt/pos' '%s/txt/neg'", mnt, copy, dir, dir);
+    if (system(cmd) != 0) {
+        ok(0, "folders for the full disks");
+        return;
+    }
+    snprintf(cmd, sizeof cmd,
+             "unshare --user --map-root-user --mount mount -t tmpfs -o size=64k tmpfs '%s' "
+             ">'%s' 2>&1",
+             mnt, err_path);
+    if (system(cmd) != 0) {
+        slurp(err_path, errtext, sizeof errtext);
+        char *nl = strchr(errtext, '\n');
+        if (nl)
+            *nl = '\0';
+        ok(1, "# SKIP cannot mount a tmpfs in a namespace of its own: %s", errtext);
+        return;
+    }
+    /* A regression CSV of 20000 rows (about 1 MB stored) and 800 text files. */
+    snprintf(path, sizeof path, "%s/reg.csv", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        ok(0, "the CSV");
+        return;
+    }
+    fputs("a,b,c,d,e,f,g,h,y\n", f);
+    for (int r = 0; r < 20000; r++) {
+        double sum = 0;
+        for (int c = 0; c < 8; c++) {
+            double x = (double)((r * 31 + c * 17) % 1000) / 1000.0;
+            sum += x;
+            fprintf(f, "%.3f,", x);
+        }
+        fprintf(f, "%.3f\n", sum);
+    }
+    fclose(f);
+    static const char *const words[] = {"alpha", "beta", "gamma", "delta", "eps",
+                                        "zeta",  "eta",  "theta", "iota",  "kappa"};
+    for (int i = 0; i < 800; i++) {
+        snprintf(path, sizeof path, "%s/txt/%s/%d.txt", dir, i % 2 ? "pos" : "neg", i);
+        f = fopen(path, "w");
+        for (int w = 0; f && w < 150; w++)
+            fprintf(f, "%s%s", w ? " " : "", words[(i * 7 + w * 3 + (w * w) % 5) % 10]);
+        if (f)
+            fclose(f);
+    }
+    is_int(nnlab("datasets --quiet"), 0, "the store is whole");
+    if (stat(db, &st) != 0) {
+        ok(0, "the store's size");
+        return;
+    }
+    const long long tables = query_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+                                       "AND name GLOB 'samples_[0-9]*'");
+    const long long datasets = query_int("SELECT count(*) FROM datasets");
+    const long kib = (long)(st.st_size / 1024) + 96;
+    f = fopen(script, "w");
+    if (!f) {
+        ok(0, "the script");
+        return;
+    }
+    /* import_case NAME SOURCE OPTION...: the import into a copy of the store on a fresh tmpfs,
+     * its exit status and stderr kept in the copy folder, the tmpfs grown back, the store opened
+     * by a writer (nnlab rm of no dataset) and copied out. Then the cache and the exports, their
+     * files on a 64 KiB tmpfs. */
+    fprintf(f,
+            "B='%s'; D='%s'; M='%s'; C='%s'\n"
+            "fresh() { umount \"$M\" 2>/dev/null; mount -t tmpfs -o size=$1k tmpfs \"$M\" || "
+            "exit 100; }\n"
+            "import_case() {\n"
+            "  fresh %ld; cp \"$D/nnlab.db\" \"$M/nnlab.db\" || exit 101\n"
+            "  \"$B\" --db \"$M/nnlab.db\" import \"$@\" >/dev/null 2>\"$C/$1.err\"\n"
+            "  echo $? >\"$C/$1.rc\"\n"
+            "  mount -o remount,size=65536k \"$M\" || exit 102\n"
+            "  \"$B\" --db \"$M/nnlab.db\" rm no-such-dataset 2>/dev/null\n"
+            "  cp \"$M/nnlab.db\" \"$C/$1.db\" || exit 103\n"
+            "}\n"
+            "import_case reg \"$D/reg.csv\" --task regression\n"
+            "import_case words \"$D/txt\"\n"
+            "fresh 64\n"
+            "XDG_CACHE_HOME=\"$M\" \"$B\" --db \"$D/nnlab.db\" train --data syn --model "
+            "\"$D/wide.txt\" --freeze fc1 --feature-cache on --feature-cache-limit 0 --epochs 2 "
+            "--name fcache >/dev/null 2>\"$C/fc.err\"\n"
+            "echo $? >\"$C/fc.rc\"\n"
+            "ls -A \"$M/nnlab/features\" >\"$C/fc.ls\" 2>/dev/null\n"
+            "fresh 64\n"
+            "\"$B\" --db \"$D/nnlab.db\" export fcache \"$M/w.onnx\" 2>\"$C/onnx.err\"\n"
+            "echo $? >\"$C/onnx.rc\"\n"
+            "\"$B\" --db \"$D/nnlab.db\" export fcache \"$M/w.safetensors\" 2>\"$C/st.err\"\n"
+            "echo $? >\"$C/st.rc\"\n"
+            "ls -A \"$M\" >\"$C/export.ls\"\n",
+            bin, dir, mnt, copy, kib);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "unshare --user --map-root-user --mount sh '%s' >'%s' 2>'%s'", script,
+             out_path, err_path);
+    int rc = system(cmd);
+    slurp(err_path, errtext, sizeof errtext);
+    ok(rc == 0, "the full-disk script ran (%d) %s", rc, errtext);
+
+    static const char *const imports[][2] = {{"reg", "a regression CSV import"},
+                                             {"words", "a text import"}};
+    for (int i = 0; i < 2; i++) {
+        const char *name = imports[i][0], *what = imports[i][1];
+        char text[256], store[320];
+        snprintf(path, sizeof path, "%s/%s.rc", copy, name);
+        slurp(path, text, sizeof text);
+        is_int(text[0] ? atoi(text) : -1, 1, "%s exits 1 on a %ld KiB tmpfs", what, kib);
+        snprintf(path, sizeof path, "%s/%s.err", copy, name);
+        slurp(path, errtext, sizeof errtext);
+        like(errtext, "disk is full", "%s: saying the disk is full", what);
+        like(errtext, "nnlab.db", "%s: naming the store", what);
+        diag("%s", errtext);
+        snprintf(store, sizeof store, "%s/%s.db", copy, name);
+        snprintf(text, sizeof text, "SELECT count(*) FROM datasets WHERE name = '%s'", name);
+        is_int(query_file(store, text), 0, "%s: no dataset '%s'", what, name);
+        is_int(query_file(store, "SELECT count(*) FROM datasets"), datasets,
+               "%s: nothing staged is left once a writer opens the store with room", what);
+        is_int(query_file(store, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                                 "name GLOB 'samples_[0-9]*'"),
+               tables, "%s: and no samples table", what);
+    }
+
+    char text[256];
+    snprintf(path, sizeof path, "%s/fc.rc", copy);
+    slurp(path, text, sizeof text);
+    is_int(text[0] ? atoi(text) : -1, 0,
+           "a run whose feature cache does not fit goes on without it (no SIGBUS)");
+    snprintf(path, sizeof path, "%s/fc.err", copy);
+    slurp(path, errtext, sizeof errtext);
+    like(errtext, "cannot hold them (No space left on device)", "saying why the cache is off");
+    diag("%s", errtext);
+    snprintf(path, sizeof path, "%s/fc.ls", copy);
+    slurp(path, text, sizeof text);
+    is_str(text, "", "no cache file is left");
+    ok(query_int("SELECT count(*) FROM runs WHERE name = 'fcache' AND status = 'done'") == 1,
+       "the run is done");
+
+    static const char *const exports[][2] = {{"onnx", "w.onnx"}, {"st", "w.safetensors"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s.rc", copy, exports[i][0]);
+        slurp(path, text, sizeof text);
+        is_int(text[0] ? atoi(text) : -1, 1, "export to %s on a full disk exits 1", exports[i][1]);
+        snprintf(path, sizeof path, "%s/%s.err", copy, exports[i][0]);
+        slurp(path, errtext, sizeof errtext);
+        like(errtext, exports[i][1], "naming the file");
+        like(errtext, "No space left on device", "saying the disk is full");
+        diag("%s", errtext);
+    }
+    snprintf(path, sizeof path, "%s/export.ls", copy);
+    slurp(path, text, sizeof text);
+    is_str(text, "", "no exported file is left, whole or part");
+}
+
 /* A plateau schedule follows validation accuracy: a run resumed after its epoch's record was
  * lost (a kill between checkpoint and record) recovers it from the checkpoint and decides the
  * same. A run of 2 epochs extended to 3 equals one of 3 (the plateau schedule does not depend on
@@ -479,6 +660,7 @@ int main(void)
     test_kills();
     test_owner();
     test_full_disk();
+    test_full_disk_paths();
     test_plateau();
     test_last_checkpoint();
 

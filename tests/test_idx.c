@@ -18,6 +18,7 @@
 #include <zlib.h>
 
 #include "core/store_internal.h"
+#include "idx_writer.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/runs.h"
@@ -154,6 +155,21 @@ static long long count_rows(struct nl_store *s, const char *table)
     sqlite3_stmt *st;
     long long n = -1;
 
+    if (strcmp(table, "samples") == 0) {
+        /* Every dataset's samples table (core/store.c), summed. */
+        long long sum = 0;
+        if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                               "SELECT name FROM sqlite_master WHERE type = 'table' AND "
+                               "name GLOB 'samples_[0-9]*'",
+                               -1, &st, NULL) != SQLITE_OK)
+            return -1;
+        while (sum >= 0 && sqlite3_step(st) == SQLITE_ROW) {
+            long long k = count_rows(s, (const char *)sqlite3_column_text(st, 0));
+            sum = k < 0 ? -1 : sum + k;
+        }
+        sqlite3_finalize(st);
+        return sum;
+    }
     snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
     if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) != SQLITE_OK)
         return -1;
@@ -862,6 +878,193 @@ static void check_fashion(void)
     nl_store_close(s);
 }
 
+/* A larger dataset for the removal checks: n images of 28 x 28 that do not compress. */
+static void write_big_idx(const char *images, const char *labels, uint32_t n, uint32_t seed)
+{
+    uint8_t *px = malloc((size_t)n * 784), *lab = malloc(n);
+    uint32_t x = seed;
+
+    for (size_t i = 0; i < (size_t)n * 784; i++) {
+        x = x * 1664525u + 1013904223u;
+        px[i] = (uint8_t)(x >> 24);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        lab[i] = (uint8_t)(i % NCLASS);
+    idx_write(images, labels, px, lab, n, 28, 28);
+    free(px);
+    free(lab);
+}
+
+static long long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+static long long pragma_int(struct nl_store *s, const char *sql)
+{
+    sqlite3_stmt *st;
+    long long v = -1;
+
+    if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* Whether two loaded datasets hold the same samples and labels. */
+static int same_samples(const struct nl_dataset *a, const struct nl_dataset *b)
+{
+    size_t sample = nl_shape_size(a->shape);
+
+    for (int k = 0; k < NL_NSPLITS; k++)
+        if (a->split[k].n != b->split[k].n ||
+            (a->split[k].n &&
+             (memcmp(a->split[k].x, b->split[k].x, a->split[k].n * sample) != 0 ||
+              memcmp(a->split[k].y, b->split[k].y, a->split[k].n * sizeof(int32_t)) != 0)))
+            return 0;
+    return 1;
+}
+
+/* Removing a dataset drops its table, which frees its pages without writing them again, and
+ * gives them back to the file system a few hundred per transaction (the WAL stays small where
+ * deleting its rows, and then vacuuming in one transaction, each wrote nearly all of them), and
+ * leaves the rest of the store whole. */
+static void check_remove_reclaims(void)
+{
+    enum { BIG = 12000, SMALL = 2000 };
+    const char *db = at("r/nnlab.db");
+    const char *big[2] = {at("r/big-img"), at("r/big-lbl")};
+    const char *small[2] = {at("r/small-img"), at("r/small-lbl")};
+    struct nl_error err = {0};
+    struct nl_store *s = NULL;
+    struct nl_dataset *before = NULL, *after = NULL;
+    long long size0, size1, wal, unused = -1;
+    char wal_path[600];
+    int rc;
+
+    rc = nl_store_open(&s, db, &err);
+    succeeds(rc, err, "removal: a new store");
+    if (rc)
+        return;
+    write_big_idx(big[0], big[1], BIG, 1);
+    write_big_idx(small[0], small[1], SMALL, 2);
+    rc = nl_import_idx(s, "big", big, 2, NULL, &err);
+    succeeds(rc, err, "removal: import %d samples", BIG);
+    if (rc == 0)
+        rc = nl_import_idx(s, "after", small, 2, NULL, &err);
+    succeeds(rc, err, "removal: and a dataset after it in the file");
+    if (rc == 0)
+        rc = nl_dataset_load(s, "after", &before, &err);
+    nl_store_close(s);
+    s = NULL;
+    size0 = file_size(db);
+    if (rc == 0)
+        rc = nl_store_open(&s, db, &err);
+    if (rc == 0) {
+        snprintf(wal_path, sizeof wal_path, "%s-wal", db);
+        is_int(pragma_int(s, "PRAGMA secure_delete"), 2, "writers run with secure_delete FAST");
+        rc = nl_dataset_remove(s, "big", &err);
+        succeeds(rc, err, "remove the large dataset");
+        wal = file_size(wal_path);
+        ok(wal >= 0 && wal < (long long)BIG * 784 / 3,
+           "removing it and giving its pages back wrote %lld bytes to the WAL, under a third of "
+           "its %d (the other dataset's pages moved down)",
+           wal, BIG * 784);
+        is_int(pragma_int(s, "PRAGMA freelist_count"), 0, "no page is left on the free list");
+        if (rc == 0)
+            rc = nl_store_reclaim(s, &unused, &err);
+        succeeds(rc, err, "reclaim");
+        is_int(unused, 0, "no page stays free inside the file");
+        nl_store_close(s);
+        s = NULL;
+    }
+    size1 = file_size(db);
+    ok(size0 > 0 && size1 > 0 && size0 - size1 >= (long long)BIG * 784 * 9 / 10,
+       "the file shrank by the dataset's size (%lld -> %lld bytes)", size0, size1);
+    if (rc == 0)
+        rc = nl_store_open(&s, db, &err);
+    if (rc == 0) {
+        sqlite3_stmt *st;
+        ok(sqlite3_prepare_v2(nl_store_sqlite(s), "PRAGMA integrity_check", -1, &st, NULL) ==
+                   SQLITE_OK &&
+               sqlite3_step(st) == SQLITE_ROW &&
+               strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0,
+           "the store passes SQLite's integrity check");
+        sqlite3_finalize(st);
+        is_int(count_rows(s, "samples"), SMALL, "only the other dataset's samples are left");
+        is_int(nl_dataset_exists(s, "big", &err), 0, "the removed dataset is gone");
+        rc = nl_dataset_load(s, "after", &after, &err);
+        succeeds(rc, err, "the other dataset loads");
+        ok(rc == 0 && before && same_samples(before, after), "with the same samples and labels");
+    }
+    nl_dataset_free(before);
+    nl_dataset_free(after);
+    nl_store_close(s);
+}
+
+/* A version 6 store kept every dataset's samples in one table; opening it for writing moves
+ * them to a table per dataset. */
+static void check_upgrade_6(void)
+{
+    const char *db = at("u/nnlab.db");
+    const char *files[2] = {at("u/img"), at("u/lbl")};
+    struct nl_error err = {0};
+    struct nl_store *s = NULL;
+    struct nl_dataset *before = NULL, *after = NULL;
+    struct nl_dataset_info *list = NULL;
+    long long id = -1;
+    char sql[1024];
+    int n = 0, rc;
+
+    rc = nl_store_open(&s, db, &err);
+    succeeds(rc, err, "upgrade: a new store");
+    if (rc)
+        return;
+    write_big_idx(files[0], files[1], 300, 3);
+    rc = nl_import_idx(s, "six", files, 2, NULL, &err);
+    if (rc == 0)
+        rc = nl_dataset_load(s, "six", &before, &err);
+    succeeds(rc, err, "upgrade: import a dataset");
+    id = pragma_int(s, "SELECT id FROM datasets WHERE name = 'six'");
+    snprintf(sql, sizeof sql,
+             "CREATE TABLE samples (dataset INTEGER NOT NULL REFERENCES datasets(id) ON DELETE "
+             "CASCADE, idx INTEGER NOT NULL, split INTEGER NOT NULL, label INTEGER NOT NULL, "
+             "data BLOB NOT NULL, PRIMARY KEY (dataset, idx)) WITHOUT ROWID; "
+             "CREATE INDEX samples_by_split ON samples (dataset, split, idx); "
+             "INSERT INTO samples SELECT %lld, idx, split, label, data FROM samples_%lld; "
+             "DROP TABLE samples_%lld; PRAGMA user_version = 6",
+             id, id, id);
+    ok(rc == 0 && sqlite3_exec(nl_store_sqlite(s), sql, NULL, NULL, NULL) == SQLITE_OK,
+       "made a version 6 store of it");
+    nl_store_close(s);
+    s = NULL;
+    rc = nl_store_open(&s, db, &err);
+    succeeds(rc, err, "a version 6 store opens");
+    if (rc == 0) {
+        is_int(pragma_int(s, "PRAGMA user_version"), 7, "and is version 7");
+        is_int(pragma_int(s, "SELECT count(*) FROM sqlite_master WHERE name = 'samples'"), 0,
+               "the shared samples table is gone");
+        is_int(pragma_int(s, "PRAGMA freelist_count"), 0,
+               "and its pages are given back to the file system");
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM samples_%lld", id);
+        is_int(pragma_int(s, sql), 300, "the dataset's table holds its samples");
+        rc = nl_dataset_load(s, "six", &after, &err);
+        succeeds(rc, err, "the dataset loads");
+        ok(rc == 0 && before && same_samples(before, after), "with the same samples and labels");
+        rc = nl_dataset_list(s, &list, &n, &err);
+        ok(rc == 0 && n == 1 && list[0].count[NL_TRAIN] + list[0].count[NL_TEST] == 300,
+           "and lists with its counts");
+        nl_free(list);
+        succeeds(nl_dataset_remove(s, "six", &err), err, "and is removed");
+        is_int(count_rows(s, "samples"), 0, "with its samples");
+    }
+    nl_dataset_free(before);
+    nl_dataset_free(after);
+    nl_store_close(s);
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -886,6 +1089,8 @@ int main(void)
         nl_store_close(s);
     }
     check_store();
+    check_upgrade_6();
+    check_remove_reclaims();
     check_fashion();
     nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     return done_testing();

@@ -84,6 +84,21 @@ static long long count_rows(struct nl_store *s, const char *table)
     sqlite3_stmt *st;
     long long n = -1;
 
+    if (strcmp(table, "samples") == 0) {
+        /* Every dataset's samples table (core/store.c), summed. */
+        long long sum = 0;
+        if (sqlite3_prepare_v2(nl_store_sqlite(s),
+                               "SELECT name FROM sqlite_master WHERE type = 'table' AND "
+                               "name GLOB 'samples_[0-9]*'",
+                               -1, &st, NULL) != SQLITE_OK)
+            return -1;
+        while (sum >= 0 && sqlite3_step(st) == SQLITE_ROW) {
+            long long k = count_rows(s, (const char *)sqlite3_column_text(st, 0));
+            sum = k < 0 ? -1 : sum + k;
+        }
+        sqlite3_finalize(st);
+        return sum;
+    }
     snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
     if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) == SQLITE_OK &&
         sqlite3_step(st) == SQLITE_ROW)

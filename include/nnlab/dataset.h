@@ -150,6 +150,9 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
 /* One dataset's summary by name; NL_ENOENT naming it when there is none. */
 int nl_dataset_info(struct nl_store *s, const char *name, struct nl_dataset_info *info,
                     struct nl_error *err);
+/* Removes a dataset (its samples, classes and vocabulary) in one transaction, then gives the
+ * freed pages back to the file system (nl_store_reclaim; best effort: pages it could not give
+ * back are reused by later imports). NL_ENOENT naming it when there is none. */
 int nl_dataset_remove(struct nl_store *s, const char *name, struct nl_error *err);
 
 int nl_dataset_load(struct nl_store *s, const char *name, struct nl_dataset **out,

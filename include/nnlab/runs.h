@@ -195,7 +195,8 @@ int nl_run_epochs(struct nl_store *s, int64_t run, struct nl_run_epoch **out, in
 int nl_run_data_replaced(struct nl_store *s, const struct nl_run_info *run, char *why, size_t cap,
                          struct nl_error *err);
 
-/* Removes a run with its epochs and checkpoints, in one transaction. NL_ENOENT when unknown. */
+/* Removes a run with its epochs and checkpoints, in one transaction, then gives the freed pages
+ * back to the file system (nl_store_reclaim, best effort). NL_ENOENT when unknown. */
 int nl_run_remove(struct nl_store *s, const char *name, struct nl_error *err) NL_MUST_CHECK;
 
 struct nl_model;
