@@ -1,6 +1,7 @@
 /* Fast kernels against their naive twins: nl_sgemm against nl_sgemm_naive for every transpose
  * combination with odd sizes and padded leading dimensions; im2col against its definition and
- * col2im as its adjoint; and the conv, dense and pooling layers against direct loops written
+ * col2im as its adjoint, their vector paths and ReLU's against the scalar loops bit for bit;
+ * and the conv, dense and pooling layers against direct loops written
  * here (a 7-loop convolution, a dot product per output, a scan of each window). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -229,6 +230,126 @@ static void test_im2col(const struct geom *g)
     free(img);
     free(wide);
     free(img_ld);
+}
+
+/* The vector paths (AVX-512, where the CPU has it) against the scalar loops, bit for bit:
+ * im2col and col2im on every row width from 1 to 35 (one, two and three vectors, short tails),
+ * strides 1, 2 and 3 (3 stays scalar), paddings 0 to 3; ReLU on lengths around the vector
+ * width, with NaN, infinities and signed zeros in its input. */
+static void test_vector_twins(void)
+{
+    if (!nl_kernels_vector(1)) {
+        ok(1, "# SKIP this CPU has no AVX-512: the scalar loops are the only path");
+        return;
+    }
+    int wrong_cols = 0, wrong_img = 0, cases = 0;
+    for (int w = 1; w <= 35; w++)
+        for (int s = 1; s <= 3; s++)
+            for (int p = 0; p <= 3; p++)
+                for (int k = 1; k <= 7; k += 2) {
+                    const int c = 2, h = 5, sh = s, ph = p > 1 ? 1 : p;
+                    int oh = out_size(h, 3, sh, ph), ow = out_size(w, k, s, p);
+                    if (oh < 1 || ow < 1 || k > w + 2 * p)
+                        continue;
+                    size_t rows = (size_t)c * 3 * k, isize = (size_t)c * h * w;
+                    size_t ld = (size_t)oh * ow + 5;
+                    float *x = floats(isize), *a = floats(rows * ld), *b = floats(rows * ld);
+                    float *ia = floats(isize), *ib = floats(isize);
+                    fill(x, isize, -1, 1);
+                    fill(a, rows * ld, -1, 1);
+                    memcpy(b, a, rows * ld * sizeof *a);
+                    fill(ia, isize, -1, 1);
+                    ia[0] = -0.0f;
+                    memcpy(ib, ia, isize * sizeof *ia);
+                    nl_kernels_vector(1);
+                    nl_im2col_ld(a, (int)ld, x, c, h, w, 3, k, sh, s, ph, p, oh, ow);
+                    nl_col2im_ld(ia, a, (int)ld, c, h, w, 3, k, sh, s, ph, p, oh, ow);
+                    nl_kernels_vector(0);
+                    nl_im2col_ld(b, (int)ld, x, c, h, w, 3, k, sh, s, ph, p, oh, ow);
+                    nl_col2im_ld(ib, a, (int)ld, c, h, w, 3, k, sh, s, ph, p, oh, ow);
+                    wrong_cols += memcmp(a, b, rows * ld * sizeof *a) != 0;
+                    wrong_img += memcmp(ia, ib, isize * sizeof *ia) != 0;
+                    cases++;
+                    free(x);
+                    free(a);
+                    free(b);
+                    free(ia);
+                    free(ib);
+                }
+    /* A shard of three images at once (row by row) against image by image, scalar. */
+    int wrong_batch = 0;
+    for (int w = 1; w <= 19; w += 3)
+        for (int s = 1; s <= 3; s++) {
+            const int n = 3, c = 2, h = 6, p = 1, oh = out_size(h, 3, s, p),
+                      ow = out_size(w, 3, s, p);
+            if (ow < 1)
+                continue;
+            size_t rows = (size_t)c * 9, ld = (size_t)n * oh * ow, isize = (size_t)c * h * w;
+            size_t stride = isize + 3;
+            float *x = floats(n * stride), *a = floats(rows * ld), *b = floats(rows * ld);
+            float *ia = floats(n * stride), *ib = floats(n * stride);
+            fill(x, n * stride, -1, 1);
+            fill(ia, n * stride, -1, 1);
+            memcpy(ib, ia, n * stride * sizeof *ia);
+            nl_kernels_vector(1);
+            nl_im2col_batch(a, x, n, stride, c, h, w, 3, 3, s, s, p, p, oh, ow);
+            nl_col2im_batch(ia, a, n, stride, c, h, w, 3, 3, s, s, p, p, oh, ow);
+            nl_kernels_vector(0);
+            for (int i = 0; i < n; i++) {
+                nl_im2col_ld(b + (size_t)i * oh * ow, (int)ld, x + i * stride, c, h, w, 3, 3, s, s,
+                             p, p, oh, ow);
+                nl_col2im_ld(ib + i * stride, a + (size_t)i * oh * ow, (int)ld, c, h, w, 3, 3, s, s,
+                             p, p, oh, ow);
+            }
+            wrong_batch += memcmp(a, b, rows * ld * sizeof *a) != 0;
+            wrong_batch += memcmp(ia, ib, n * stride * sizeof *ia) != 0;
+            free(x);
+            free(a);
+            free(b);
+            free(ia);
+            free(ib);
+        }
+    nl_kernels_vector(1);
+    is_int(wrong_batch, 0, "im2col_batch and col2im_batch: image by image's floats");
+    ok(cases > 1000, "%d im2col/col2im geometries compared", cases);
+    is_int(wrong_cols, 0, "im2col: vector and scalar columns the same bit for bit");
+    is_int(wrong_img, 0, "col2im: vector and scalar sums the same bit for bit");
+
+    static const int sizes[] = {0, 1, 15, 16, 17, 31, 33, 100, 1000};
+    const size_t max = 1000;
+    float *x = floats(max), *dy = floats(max), *y1 = floats(max), *y2 = floats(max);
+    float *d1 = floats(max), *d2 = floats(max);
+    fill(x, max, -1, 1);
+    fill(dy, max, -1, 1);
+    x[3] = NAN;
+    x[5] = -0.0f;
+    x[6] = 0.0f;
+    x[7] = INFINITY;
+    x[8] = -INFINITY;
+    int wrong = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = (size_t)sizes[i];
+        fill_value(y1, max, 9.0f);
+        fill_value(y2, max, 9.0f);
+        nl_relu(y1, x, n);
+        nl_relu_naive(y2, x, n);
+        wrong += memcmp(y1, y2, max * sizeof *y1) != 0;
+        for (int set = 0; set <= 1; set++) {
+            fill(d1, max, -1, 1);
+            d1[5] = -0.0f;
+            memcpy(d2, d1, max * sizeof *d1);
+            nl_relu_backward(d1, x, dy, n, set);
+            nl_relu_backward_naive(d2, x, dy, n, set);
+            wrong += memcmp(d1, d2, max * sizeof *d1) != 0;
+        }
+    }
+    is_int(wrong, 0, "relu forward and backward: vector and naive the same bit for bit");
+    free(x);
+    free(dy);
+    free(y1);
+    free(y2);
+    free(d1);
+    free(d2);
 }
 
 /* ---- layers against direct loops ---- */
@@ -627,8 +748,14 @@ int main(void)
         {1, 6, 6, 1, 1, 3, 3, 0, 0}, {2, 4, 5, 2, 2, 1, 1, 3, 3}, {1, 28, 28, 5, 5, 1, 1, 0, 0},
         {3, 5, 5, 5, 5, 1, 1, 0, 0},
     };
-    for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++)
-        test_im2col(&geoms[i]);
+    /* Against the definition on the vector paths (where the CPU has them) and the scalar ones. */
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++)
+            test_im2col(&geoms[i]);
+    }
+    nl_kernels_vector(1);
+    test_vector_twins();
 
     static const struct conv_case convs[] = {
         {3, 3, 12, 10, 4, 3, 5, 2, 1, 1, 2, 0}, {1, 1, 28, 28, 20, 5, 5, 1, 1, 0, 0, 0},

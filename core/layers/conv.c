@@ -122,23 +122,22 @@ static const float *sample_cols(float *cols, const float *img, const struct conv
     return cols;
 }
 
-/* cols (K, n*P): the shard's columns side by side, image s's in columns [s*P, (s+1)*P). */
+/* cols (K, n*P): the shard's columns side by side, image s's in columns [s*P, (s+1)*P), written
+ * row after row (the matrix is often larger than the L2 cache; the shard's images less so). */
 static void shard_cols(float *cols, const float *in, int n, const struct conv_dims *d)
 {
     const struct nl__window *g = &d->win;
     const size_t ld = (size_t)n * d->p;
 
-    for (int s = 0; s < n; s++) {
-        const float *img = in + (size_t)s * d->in_size;
-        if (pointwise(g)) {
-            for (int c = 0; c < g->c; c++)
-                memcpy(cols + c * ld + (size_t)s * d->p, img + (size_t)c * d->p,
-                       (size_t)d->p * sizeof *cols);
-        } else {
-            nl_im2col_ld(cols + (size_t)s * d->p, (int)ld, img, g->c, g->h, g->w, g->kh, g->kw,
-                         g->sh, g->sw, g->ph, g->pw, g->oh, g->ow);
-        }
+    if (!pointwise(g)) {
+        nl_im2col_batch(cols, in, n, d->in_size, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw,
+                        g->ph, g->pw, g->oh, g->ow);
+        return;
     }
+    for (int c = 0; c < g->c; c++)
+        for (int s = 0; s < n; s++)
+            memcpy(cols + c * ld + (size_t)s * d->p, in + (size_t)s * d->in_size + (size_t)c * d->p,
+                   (size_t)d->p * sizeof *cols);
 }
 
 /* SAMPLE: out_s (F, P) = weight (F, K) cols_s (K, P) + bias, image after image. One image's
@@ -252,21 +251,18 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
     if (!b->din[0])
         return;
     nl_sgemm(1, 0, d->k, ld, d->f, 1.0f, b->w, d->k, dy, ld, 0.0f, cols, ld);
-    for (int s = 0; s < n; s++) {
-        float *din = b->din[0] + (size_t)s * d->in_size;
-        const float *src = cols + (size_t)s * d->p;
-        if (pointwise(g)) {
-            for (int c = 0; c < g->c; c++) {
-                float *dst = din + (size_t)c * d->p;
-                const float *row = src + (size_t)c * ld;
-                for (int i = 0; i < d->p; i++)
-                    dst[i] += row[i];
-            }
-        } else {
-            nl_col2im_ld(din, src, ld, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
-                         g->oh, g->ow);
-        }
+    if (!pointwise(g)) {
+        nl_col2im_batch(b->din[0], cols, n, d->in_size, g->c, g->h, g->w, g->kh, g->kw, g->sh,
+                        g->sw, g->ph, g->pw, g->oh, g->ow);
+        return;
     }
+    for (int c = 0; c < g->c; c++)
+        for (int s = 0; s < n; s++) {
+            float *dst = b->din[0] + (size_t)s * d->in_size + (size_t)c * d->p;
+            const float *row = cols + (size_t)c * ld + (size_t)s * d->p;
+            for (int i = 0; i < d->p; i++)
+                dst[i] += row[i];
+        }
 }
 
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
