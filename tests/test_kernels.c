@@ -794,6 +794,17 @@ int main(void)
         ok(big.ops->setup(&big, &err) == 0 && big.lower == NL_LOWER_SHARD &&
                wide.ops->setup(&wide, &err) == 0 && wide.lower == NL_LOWER_SAMPLE,
            "conv 512 3x3 on 512x2x2: one GEMM per shard; on 512x14x14: one per image");
+        struct nl_layer mid = big, lenet2 = big;
+        mid.filters = 128;
+        mid.in[0] = (struct nl_shape){128, 8, 8};
+        lenet2.filters = 50;
+        lenet2.kh = lenet2.kw = 5;
+        lenet2.ph = lenet2.pw = 0;
+        lenet2.in[0] = (struct nl_shape){20, 12, 12};
+        ok(mid.ops->setup(&mid, &err) == 0 && mid.lower == NL_LOWER_SHARD &&
+               lenet2.ops->setup(&lenet2, &err) == 0 && lenet2.lower == NL_LOWER_SAMPLE,
+           "conv 128 3x3 on 128x8x8 (ResNet-18 64x64 layer2): one GEMM per shard; lenet's conv2: "
+           "one per image");
     }
 
     /* n, C, H, W, F (a multiple of C), kh, kw, sh, sw, ph, pw, no bias */

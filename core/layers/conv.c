@@ -18,26 +18,29 @@
  *   scratch: (K + F)*P floats per sample.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
- * forward and backward of 16 images, thread CPU time, single-threaded OpenBLAS 0.3.21 on this
- * project's 2-core AMD EPYC (AVX-512, 1 MiB L2 per core; about 100 GFLOP/s on 512x512 sgemm):
+ * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
+ * OpenBLAS 0.3.21 with its SkylakeX kernels (core/kernels.c) on this project's 2-core Intel Xeon
+ * (family 6 model 207, AVX-512, 2 MiB L2 per core), with im2col and col2im in AVX-512 vectors;
+ * measured 2026-11-26 with the machine shared (load average 12), so indicative:
  *                                   F     K     P   per image   per shard (GFLOP/s)
- *    lenet conv2                   50   500    64      72.5      68.4
- *    resnet8 stage 1               16   144   784      46.6      39.4
- *    resnet8 stage 3               64   576    49      65.2      62.1
- *    ResNet-18 64x64 layer2       128  1152    64      77.1      71.1
- *    ResNet-18 64x64 layer3       256  2304    16      67.3      71.0
- *    ResNet-18 64x64 layer4       512  4608     4      24.6      66.0
- *    ResNet-18 64x64 4 1x1 s2     512   256     4      33.2      63.0
- *    ResNet-18 224x224 layer3     256  2304   196      87.6      79.8
- *    ResNet-18 224x224 layer4     512  4608    49      75.2      88.5
+ *    lenet conv2                   50   500    64      52.0      49.0
+ *    resnet8 stage 1               16   144   784      37.3      31.8
+ *    resnet8 stage 3               64   576    49      54.7      62.0
+ *    ResNet-18 64x64 layer1        64   576   256      94.6      82.8
+ *    ResNet-18 64x64 layer2       128  1152    64      92.5     105.7
+ *    ResNet-18 64x64 layer3       256  2304    16      59.5     117.5
+ *    ResNet-18 64x64 layer4       512  4608     4      20.2      87.6
+ *    ResNet-18 64x64 4 1x1 s2     512   256     4      66.0      77.1
+ *    ResNet-18 224x224 layer3     256  2304   196     121.2     111.8
+ *    ResNet-18 224x224 layer4     512  4608    49      95.5     123.1
  * OpenBLAS packs the (F, K) weights at every call; per image that costs in proportion to F*K
- * and pays back over only P columns, and once the weights outgrow the L2 cache (256K floats)
- * every image reads them again from L3. The gathering and scattering of the shard path costs a
- * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 262144 floats,
+ * and pays back over only P columns. The gathering and scattering of the shard path costs a
+ * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 32768 floats,
  * and n > 1; SAMPLE elsewhere (lenet keeps it on both convolutions, so its results are
- * unchanged bit for bit). SHARD sums the weight and bias gradients over the shard inside one
- * product instead of image after image, so its results differ from SAMPLE's in the last bits;
- * tests/test_kernels.c holds both against direct loops.
+ * unchanged bit for bit; the bound on F*K was 262144 before OpenBLAS ran its SkylakeX kernels
+ * here and im2col its vectors). SHARD sums the weight and bias gradients over the shard inside
+ * one product instead of image after image, so its results differ from SAMPLE's in the last
+ * bits; tests/test_kernels.c holds both against direct loops.
  */
 #include <limits.h>
 #include <string.h>
@@ -94,7 +97,7 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = l->lowering;
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
-    else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 262144))
+    else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
         l->lower = NL_LOWER_SHARD; /* the rule at the top of this file */
     else
         l->lower = NL_LOWER_SAMPLE;
