@@ -13,6 +13,7 @@
 
 #include <cblas.h>
 #include <immintrin.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,11 @@ static int cpu_has_avx512(void)
 int nl_kernels_vector(int on)
 {
     vector_on = on && cpu_has_avx512();
+    return vector_on;
+}
+
+int nl_kernels_vector_on(void)
+{
     return vector_on;
 }
 
@@ -922,4 +928,105 @@ void nl_relu_backward(float *din, const float *out, const float *dout, size_t n,
         relu_backward_avx512(din, out, dout, n, set);
     else
         nl_relu_backward_naive(din, out, dout, n, set);
+}
+
+/* Max pooling of one sample, window after window: the first maximum in row-major order wins,
+ * a window that holds a NaN gives NaN, the padding is never picked. */
+void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
+                      int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    for (int ci = 0; ci < c; ci++) {
+        int plane = ci * h * w;
+        for (int oy = 0; oy < oh; oy++) {
+            int y0 = oy * sh - ph, y1 = y0 + kh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > h ? h : y1;
+            for (int ox = 0; ox < ow; ox++, out++, arg++) {
+                int x0 = ox * sw - pw, x1 = x0 + kw;
+                x0 = x0 < 0 ? 0 : x0;
+                x1 = x1 > w ? w : x1;
+                int best = plane + y0 * w + x0, nan = 0;
+                float m = x[best];
+                for (int y = y0; y < y1; y++) {
+                    const float *row = x + plane + y * w;
+                    for (int xx = x0; xx < x1; xx++) {
+                        float v = row[xx];
+                        int take = v > m;
+                        nan |= v != v;
+                        m = take ? v : m;
+                        best = take ? plane + y * w + xx : best;
+                    }
+                }
+                *out = nan ? NAN : m;
+                *arg = best;
+            }
+        }
+    }
+}
+
+/* 16 output columns at a time, the taps in the same row-major order; a lane takes its first
+ * tap inside the image, then each later one that is greater. Strides of 1 or 2 in x. */
+AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int c, int h, int w,
+                                  int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const __m512i idx = _mm512_loadu_si512(even);
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i step = _mm512_mullo_epi32(iota, _mm512_set1_epi32(sw));
+    const __m512 qnan = _mm512_set1_ps(NAN);
+
+    for (int ci = 0; ci < c; ci++) {
+        const int plane = ci * h * w;
+        for (int oy = 0; oy < oh; oy++) {
+            int y0 = oy * sh - ph, y1 = y0 + kh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > h ? h : y1;
+            for (int o = 0; o < ow; o += 16) {
+                const __mmask16 live = lanes(0, ow - o);
+                __m512 m = _mm512_setzero_ps();
+                __m512i best = _mm512_setzero_si512();
+                __mmask16 seen = 0, nan = 0;
+                for (int y = y0; y < y1; y++) {
+                    const float *row = x + plane + y * w;
+                    for (int kx = 0; kx < kw; kx++) {
+                        const int base = o * sw - pw + kx; /* the input column of lane 0 */
+                        /* lanes j with 0 <= base + sw*j < w */
+                        int jlo = base >= 0 ? 0 : (-base + sw - 1) / sw;
+                        int jhi = w - base <= 0 ? 0 : (w - base + sw - 1) / sw;
+                        const __mmask16 valid = lanes(jlo, jhi) & live;
+                        __m512 v;
+                        if (sw == 1) {
+                            v = _mm512_maskz_loadu_ps(lanes(-base, w - base), row + base);
+                        } else {
+                            __m512 a = _mm512_maskz_loadu_ps(lanes(-base, w - base), row + base);
+                            __m512 b = _mm512_maskz_loadu_ps(lanes(-base - 16, w - base - 16),
+                                                             row + base + 16);
+                            v = _mm512_permutex2var_ps(a, idx, b);
+                        }
+                        const __mmask16 take =
+                            valid & (__mmask16)(~seen | _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ));
+                        nan |= valid & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                        seen |= valid;
+                        m = _mm512_mask_mov_ps(m, take, v);
+                        best = _mm512_mask_mov_epi32(
+                            best, take,
+                            _mm512_add_epi32(_mm512_set1_epi32(plane + y * w + base), step));
+                    }
+                }
+                _mm512_mask_storeu_ps(out + o, live, _mm512_mask_mov_ps(m, nan, qnan));
+                _mm512_mask_storeu_epi32(arg + o, live, best);
+            }
+            out += ow;
+            arg += ow;
+        }
+    }
+}
+
+void nl_maxpool(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
+                int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    if (vector_on && sw <= 2)
+        maxpool_avx512(out, arg, x, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+    else
+        nl_maxpool_naive(out, arg, x, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
 }

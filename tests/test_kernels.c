@@ -1,6 +1,7 @@
 /* Fast kernels against their naive twins: nl_sgemm against nl_sgemm_naive for every transpose
  * combination with odd sizes and padded leading dimensions; im2col against its definition and
- * col2im as its adjoint, their vector paths and ReLU's against the scalar loops bit for bit;
+ * col2im as its adjoint, their vector paths and those of ReLU and max pooling against the scalar
+ * loops bit for bit;
  * and the conv, dense and pooling layers against direct loops written
  * here (a 7-loop convolution, a dot product per output, a scan of each window). */
 #include <stdint.h>
@@ -311,6 +312,39 @@ static void test_vector_twins(void)
         }
     nl_kernels_vector(1);
     is_int(wrong_batch, 0, "im2col_batch and col2im_batch: image by image's floats");
+
+    /* Max pooling: ties (values on a grid of eight), NaNs, -inf; windows 1 to 3, strides 1 to 3,
+     * paddings up to half the window. */
+    int wrong_pool = 0, pools = 0;
+    for (int w = 1; w <= 35; w += 2)
+        for (int k = 1; k <= 3; k++)
+            for (int st = 1; st <= 3; st++)
+                for (int p = 0; 2 * p <= k; p++) {
+                    const int c = 2, h = 7, oh = out_size(h, k, st, p), ow = out_size(w, k, st, p);
+                    if (ow < 1 || k > w + 2 * p)
+                        continue;
+                    size_t isize = (size_t)c * h * w, osize = (size_t)c * oh * ow;
+                    float *x = floats(isize), *o1 = floats(osize), *o2 = floats(osize);
+                    int32_t *a1 = calloc(osize, sizeof *a1), *a2 = calloc(osize, sizeof *a2);
+                    fill(x, isize, -1, 1);
+                    for (size_t i = 0; i < isize; i++)
+                        x[i] = floorf(x[i] * 4.0f) / 4.0f;
+                    x[isize / 3] = NAN;
+                    x[isize / 2] = -INFINITY;
+                    nl_kernels_vector(1);
+                    nl_maxpool(o1, a1, x, c, h, w, k, k, st, st, p, p, oh, ow);
+                    nl_maxpool_naive(o2, a2, x, c, h, w, k, k, st, st, p, p, oh, ow);
+                    wrong_pool += memcmp(o1, o2, osize * sizeof *o1) != 0 ||
+                                  memcmp(a1, a2, osize * sizeof *a1) != 0;
+                    pools++;
+                    free(x);
+                    free(o1);
+                    free(o2);
+                    free(a1);
+                    free(a2);
+                }
+    is_int(wrong_pool, 0, "maxpool: vector and naive the same values and indices (%d shapes)",
+           pools);
     ok(cases > 1000, "%d im2col/col2im geometries compared", cases);
     is_int(wrong_cols, 0, "im2col: vector and scalar columns the same bit for bit");
     is_int(wrong_img, 0, "col2im: vector and scalar sums the same bit for bit");

@@ -4,6 +4,7 @@
 #define NNLAB_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* c (m, n) = alpha * op(a) op(b) + beta * c, op(x) = x or x^T; a is (m, k) or (k, m), b is (k, n)
  * or (n, k). Goes to OpenBLAS cblas_sgemm. */
@@ -79,10 +80,20 @@ void nl_relu_backward(float *din, const float *out, const float *dout, size_t n,
 void nl_relu_naive(float *out, const float *x, size_t n);
 void nl_relu_backward_naive(float *din, const float *out, const float *dout, size_t n, int set);
 
-/* Whether the AVX-512 paths of im2col, col2im and ReLU run (core/kernels.c): on where the CPU
- * has AVX-512 after nl_kernels_init; nl_kernels_vector(0) turns them off, 1 back on where the
- * CPU allows. Returns whether they are on now. For tests and benchmarks, before any thread. */
+/* Max pooling of one sample x (c, h, w), the padding never picked: out (c, oh, ow) the
+ * first maximum of each window in row-major order (NaN where the window holds one), arg the
+ * index in x of the value taken. The vector path (strides of 1 or 2 in x) gives the naive
+ * twin's floats and indices. */
+void nl_maxpool(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
+                int sh, int sw, int ph, int pw, int oh, int ow);
+void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
+                      int sh, int sw, int ph, int pw, int oh, int ow);
+
+/* Whether the AVX-512 paths of im2col, col2im, ReLU and max pooling run (core/kernels.c): on where
+ * the CPU has AVX-512 after nl_kernels_init; nl_kernels_vector(0) turns them off, 1 back on where
+ * the CPU allows. Returns whether they are on now. For tests and benchmarks, before any thread. */
 int nl_kernels_vector(int on);
+int nl_kernels_vector_on(void);
 
 /* Makes OpenBLAS run single-threaded inside the calling threads and, where OpenBLAS took a
  * newer CPU for a generic one, chooses its kernels from the CPU's feature flags (see
