@@ -169,11 +169,22 @@ static inline __mmask16 lanes(int lo, int hi)
 
 /* dst (ow) = the pixels src[ox*sw + x0] (ox in [0, ow)) of an image row of w pixels, 0 where
  * ox*sw + x0 falls outside [0, w); sw is 1 or 2. */
-AVX512 static void row_gather_avx512(float *dst, const float *src, int w, int x0, int sw, int ow)
+AVX512 static inline __attribute__((always_inline)) void
+row_gather_avx512(float *dst, const float *src, int w, int x0, int sw, int ow)
 {
     static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
     const __m512i idx = _mm512_loadu_si512(even);
 
+    if (sw == 1 && x0 >= 0 && x0 + ow <= w) {
+        /* Every tap inside the row: plain copies, a masked one for the tail. */
+        int o = 0;
+        for (; o + 16 <= ow; o += 16)
+            _mm512_storeu_ps(dst + o, _mm512_loadu_ps(src + x0 + o));
+        if (o < ow)
+            _mm512_mask_storeu_ps(dst + o, lanes(0, ow - o),
+                                  _mm512_maskz_loadu_ps(lanes(0, ow - o), src + x0 + o));
+        return;
+    }
     for (int o = 0; o < ow; o += 16) {
         const __mmask16 out = lanes(0, ow - o);
         const int base = o * sw + x0; /* the input column of lane 0 */
@@ -190,9 +201,22 @@ AVX512 static void row_gather_avx512(float *dst, const float *src, int w, int x0
 }
 
 /* The adjoint: dst[ox*sw + x0] += src[ox] where that lies in [0, w). */
-AVX512 static void row_scatter_add_avx512(float *dst, const float *src, int w, int x0, int sw,
-                                          int ow)
+AVX512 static inline __attribute__((always_inline)) void
+row_scatter_add_avx512(float *dst, const float *src, int w, int x0, int sw, int ow)
 {
+    if (sw == 1 && x0 >= 0 && x0 + ow <= w) {
+        int o = 0;
+        for (; o + 16 <= ow; o += 16)
+            _mm512_storeu_ps(dst + x0 + o, _mm512_add_ps(_mm512_loadu_ps(dst + x0 + o),
+                                                         _mm512_loadu_ps(src + o)));
+        if (o < ow) {
+            const __mmask16 m = lanes(0, ow - o);
+            _mm512_mask_storeu_ps(dst + x0 + o, m,
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + x0 + o),
+                                                _mm512_maskz_loadu_ps(m, src + o)));
+        }
+        return;
+    }
     for (int o = 0; o < ow; o += 16) {
         const int n = ow - o < 16 ? ow - o : 16; /* outputs in this block */
         const int base = o * sw + x0;
@@ -256,6 +280,19 @@ AVX512 static void flat_scatter_add_avx512(float *plane, const float *src, int p
         d = _mm512_add_ps(d, _mm512_maskz_loadu_ps(m, src + j));
         _mm512_mask_storeu_ps(plane + shift + j, m, d);
     }
+}
+
+/* Where the vector paths beat the scalar loops (bench_conv): planes that go as one flat run, a
+ * stride of 2 in x, and a shard's columns row by row. One image's rows of a plane without
+ * padding or stride, such as lenet's, copy as fast in the scalar loops (whose short fixed-size
+ * copies compile to vector moves), and their additions, rows that overlap shifted by one
+ * column, as fast as masked vectors, whose loads wait on the masked stores before them. */
+static int vector_wins(int n, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
+                       int ow)
+{
+    if (!vector_on || sw > 2)
+        return 0;
+    return n > 1 || sw == 2 || flat_plane(h, w, kh, kw, sh, sw, ph, pw, oh, ow);
 }
 
 /* nl_im2col_batch for strides of 1 or 2 in x, row by row through row_gather_avx512 (or whole
@@ -375,7 +412,7 @@ void nl_im2col_ld(float *restrict cols, int ldc, const float *restrict img, int 
 {
     size_t row = 0;
 
-    if (vector_on && sw <= 2) {
+    if (vector_wins(1, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
         im2col_avx512(cols, ldc, img, 1, 0, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
         return;
     }
@@ -431,7 +468,7 @@ void nl_col2im_ld(float *restrict img, const float *restrict cols, int ldc, int 
 {
     size_t row = 0;
 
-    if (vector_on && sw <= 2) {
+    if (vector_wins(1, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
         col2im_avx512(img, cols, ldc, 1, 0, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
         return;
     }
@@ -478,7 +515,7 @@ void nl_im2col_batch(float *cols, const float *img, int n, size_t stride, int c,
 {
     const int p = oh * ow;
 
-    if (vector_on && sw <= 2) {
+    if (vector_wins(n, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
         im2col_avx512(cols, n * p, img, n, stride, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
         return;
     }
@@ -492,7 +529,7 @@ void nl_col2im_batch(float *img, const float *cols, int n, size_t stride, int c,
 {
     const int p = oh * ow;
 
-    if (vector_on && sw <= 2) {
+    if (vector_wins(n, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
         col2im_avx512(img, cols, n * p, n, stride, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
         return;
     }

@@ -1,9 +1,8 @@
 /* Fast kernels against their naive twins: nl_sgemm against nl_sgemm_naive for every transpose
  * combination with odd sizes and padded leading dimensions; im2col against its definition and
- * col2im as its adjoint, their vector paths and those of ReLU and max pooling against the scalar
- * loops bit for bit;
- * and the conv, dense and pooling layers against direct loops written
- * here (a 7-loop convolution, a dot product per output, a scan of each window). */
+ * col2im as its adjoint; their vector paths and those of ReLU and max pooling against the scalar
+ * loops, bit for bit; and the conv, dense and pooling layers against direct loops written here
+ * (a 7-loop convolution, a dot product per output, a scan of each window). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,41 +276,46 @@ static void test_vector_twins(void)
                     free(ia);
                     free(ib);
                 }
-    /* A shard of three images at once (row by row) against image by image, scalar. */
-    int wrong_batch = 0;
-    for (int w = 1; w <= 19; w += 3)
-        for (int s = 1; s <= 3; s++) {
-            const int n = 3, c = 2, h = 6, p = 1, oh = out_size(h, 3, s, p),
-                      ow = out_size(w, 3, s, p);
-            if (ow < 1)
-                continue;
-            size_t rows = (size_t)c * 9, ld = (size_t)n * oh * ow, isize = (size_t)c * h * w;
-            size_t stride = isize + 3;
-            float *x = floats(n * stride), *a = floats(rows * ld), *b = floats(rows * ld);
-            float *ia = floats(n * stride), *ib = floats(n * stride);
-            fill(x, n * stride, -1, 1);
-            fill(ia, n * stride, -1, 1);
-            memcpy(ib, ia, n * stride * sizeof *ia);
-            nl_kernels_vector(1);
-            nl_im2col_batch(a, x, n, stride, c, h, w, 3, 3, s, s, p, p, oh, ow);
-            nl_col2im_batch(ia, a, n, stride, c, h, w, 3, 3, s, s, p, p, oh, ow);
-            nl_kernels_vector(0);
-            for (int i = 0; i < n; i++) {
-                nl_im2col_ld(b + (size_t)i * oh * ow, (int)ld, x + i * stride, c, h, w, 3, 3, s, s,
-                             p, p, oh, ow);
-                nl_col2im_ld(ib + i * stride, a + (size_t)i * oh * ow, (int)ld, c, h, w, 3, 3, s, s,
-                             p, p, oh, ow);
-            }
-            wrong_batch += memcmp(a, b, rows * ld * sizeof *a) != 0;
-            wrong_batch += memcmp(ia, ib, n * stride * sizeof *ia) != 0;
-            free(x);
-            free(a);
-            free(b);
-            free(ia);
-            free(ib);
-        }
+    /* A shard of three images at once (row by row, the vector rows on every geometry) against
+     * image by image, scalar: widths 1 to 35, strides 1 to 3, windows 1, 3 and 5 padded 0 to 2. */
+    int wrong_batch = 0, batches = 0;
+    for (int w = 1; w <= 35; w++)
+        for (int s = 1; s <= 3; s++)
+            for (int k = 1; k <= 5; k += 2)
+                for (int p = 0; p <= 2 && p < k; p++) {
+                    const int n = 3, c = 2, h = 6, oh = out_size(h, 3, s, 1),
+                              ow = out_size(w, k, s, p);
+                    if (ow < 1 || k > w + 2 * p)
+                        continue;
+                    size_t rows = (size_t)c * 3 * k, ld = (size_t)n * oh * ow;
+                    size_t isize = (size_t)c * h * w, stride = isize + 3;
+                    float *x = floats(n * stride), *a = floats(rows * ld), *b = floats(rows * ld);
+                    float *ia = floats(n * stride), *ib = floats(n * stride);
+                    fill(x, n * stride, -1, 1);
+                    fill(ia, n * stride, -1, 1);
+                    memcpy(ib, ia, n * stride * sizeof *ia);
+                    nl_kernels_vector(1);
+                    nl_im2col_batch(a, x, n, stride, c, h, w, 3, k, s, s, 1, p, oh, ow);
+                    nl_col2im_batch(ia, a, n, stride, c, h, w, 3, k, s, s, 1, p, oh, ow);
+                    nl_kernels_vector(0);
+                    for (int i = 0; i < n; i++) {
+                        nl_im2col_ld(b + (size_t)i * oh * ow, (int)ld, x + i * stride, c, h, w, 3,
+                                     k, s, s, 1, p, oh, ow);
+                        nl_col2im_ld(ib + i * stride, a + (size_t)i * oh * ow, (int)ld, c, h, w, 3,
+                                     k, s, s, 1, p, oh, ow);
+                    }
+                    wrong_batch += memcmp(a, b, rows * ld * sizeof *a) != 0;
+                    wrong_batch += memcmp(ia, ib, n * stride * sizeof *ia) != 0;
+                    batches++;
+                    free(x);
+                    free(a);
+                    free(b);
+                    free(ia);
+                    free(ib);
+                }
     nl_kernels_vector(1);
-    is_int(wrong_batch, 0, "im2col_batch and col2im_batch: image by image's floats");
+    is_int(wrong_batch, 0, "im2col_batch and col2im_batch: image by image's floats (%d shapes)",
+           batches);
 
     /* Max pooling: ties (values on a grid of eight), NaNs, -inf; windows 1 to 3, strides 1 to 3,
      * paddings up to half the window. */
