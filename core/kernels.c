@@ -1067,3 +1067,57 @@ void nl_maxpool(float *out, int32_t *arg, const float *x, int c, int h, int w, i
     else
         nl_maxpool_naive(out, arg, x, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
 }
+
+/* y (n) = g * ((x - mu) * is) + b: batchnorm's output pass over one plane, the same operations
+ * in the same order in every lane (no fused multiply-add: ISO C mode keeps them apart). */
+AVX512 static void bn_apply_avx512(float *y, const float *x, size_t n, float mu, float is, float g,
+                                   float b)
+{
+    const __m512 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is), vg = _mm512_set1_ps(g),
+                 vb = _mm512_set1_ps(b);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        v = _mm512_add_ps(_mm512_mul_ps(vg, _mm512_mul_ps(_mm512_sub_ps(v, vmu), vis)), vb);
+        _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+
+void nl_bn_apply_naive(float *y, const float *x, size_t n, float mu, float is, float g, float b)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = g * ((x[i] - mu) * is) + b;
+}
+
+void nl_bn_apply(float *y, const float *x, size_t n, float mu, float is, float g, float b)
+{
+    if (vector_on)
+        bn_apply_avx512(y, x, n, mu, is, g, b);
+    else
+        nl_bn_apply_naive(y, x, n, mu, is, g, b);
+}
+
+/* out (n) = a + b. */
+AVX512 static void add_avx512(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        _mm512_mask_storeu_ps(
+            out + i, m,
+            _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+    }
+}
+
+void nl_add_naive(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+void nl_add(float *out, const float *a, const float *b, size_t n)
+{
+    if (vector_on)
+        add_avx512(out, a, b, n);
+    else
+        nl_add_naive(out, a, b, n);
+}

@@ -1,8 +1,9 @@
 /* Fast kernels against their naive twins: nl_sgemm against nl_sgemm_naive for every transpose
  * combination with odd sizes and padded leading dimensions; im2col against its definition and
- * col2im as its adjoint; their vector paths and those of ReLU and max pooling against the scalar
- * loops, bit for bit; and the conv, dense and pooling layers against direct loops written here
- * (a 7-loop convolution, a dot product per output, a scan of each window). */
+ * col2im as its adjoint; their vector paths and those of ReLU, max pooling, batchnorm's output
+ * and add against the scalar loops, bit for bit; and the conv, dense and pooling layers against
+ * direct loops written here (a 7-loop convolution, a dot product per output, a scan of each
+ * window). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -382,6 +383,22 @@ static void test_vector_twins(void)
         }
     }
     is_int(wrong, 0, "relu forward and backward: vector and naive the same bit for bit");
+
+    int wrong_bn = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = (size_t)sizes[i];
+        fill_value(y1, max, 9.0f);
+        fill_value(y2, max, 9.0f);
+        nl_bn_apply(y1, x, n, 0.3f, 1.7f, -0.8f, 0.1f);
+        nl_bn_apply_naive(y2, x, n, 0.3f, 1.7f, -0.8f, 0.1f);
+        wrong_bn += memcmp(y1, y2, max * sizeof *y1) != 0;
+        fill_value(y1, max, 9.0f);
+        fill_value(y2, max, 9.0f);
+        nl_add(y1, x, dy, n);
+        nl_add_naive(y2, x, dy, n);
+        wrong_bn += memcmp(y1, y2, max * sizeof *y1) != 0;
+    }
+    is_int(wrong_bn, 0, "batchnorm's output pass and add: vector and naive the same bit for bit");
     free(x);
     free(dy);
     free(y1);

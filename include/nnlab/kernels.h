@@ -89,7 +89,15 @@ void nl_maxpool(float *out, int32_t *arg, const float *x, int c, int h, int w, i
 void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
                       int sh, int sw, int ph, int pw, int oh, int ow);
 
-/* Whether the AVX-512 paths of im2col, col2im, ReLU and max pooling run (core/kernels.c): on where
+/* Batchnorm's output pass over n floats: y = g * ((x - mu) * is) + b (y may be x). And the sum
+ * of two inputs: out = a + b. The vector paths give the naive twins' floats bit for bit. */
+void nl_bn_apply(float *y, const float *x, size_t n, float mu, float is, float g, float b);
+void nl_bn_apply_naive(float *y, const float *x, size_t n, float mu, float is, float g, float b);
+void nl_add(float *out, const float *a, const float *b, size_t n);
+void nl_add_naive(float *out, const float *a, const float *b, size_t n);
+
+/* Whether the AVX-512 paths of im2col, col2im, ReLU, max pooling, batchnorm's output and add
+ * run (core/kernels.c): on where
  * the CPU has AVX-512 after nl_kernels_init; nl_kernels_vector(0) turns them off, 1 back on where
  * the CPU allows. Returns whether they are on now. For tests and benchmarks, before any thread. */
 int nl_kernels_vector(int on);
