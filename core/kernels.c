@@ -1,9 +1,19 @@
 /* Dense kernels: matrix product through OpenBLAS and the im2col/col2im pair that turns a
  * convolution into one. Each fast path has a naive twin here or in tests/test_kernels.c that the
- * tests compare it against. All matrices are row-major float. */
+ * tests compare it against. All matrices are row-major float.
+ *
+ * Vector paths: nnlab is built for the baseline x86-64 (SSE2), and GCC at -O2 vectorises few
+ * loops, so the row copies of im2col/col2im and the ReLU passes ran one float at a time. Where
+ * the CPU has AVX-512 (F), these run in 16-float vectors, with masked loads and stores for the
+ * rows' ends and the padding (short rows such as ResNet-18's 8 or 4 columns are one masked
+ * operation); a stride of 2 takes the even lanes of two loads. They copy, or add one term to,
+ * each element, as the scalar loops do, so the results are the same bit for bit; the scalar
+ * loops stay for other CPUs and as the twins the tests compare against. */
 #include "nnlab/kernels.h"
 
 #include <cblas.h>
+#include <immintrin.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,8 +70,30 @@ static void choose_blas_core(void)
              core ? core : "(unknown)", was, strcmp(want, "SkylakeX") == 0 ? "AVX-512" : "AVX2");
 }
 
+/* 1 where the AVX-512 paths run: set by nl_kernels_init (before any other thread), changed by
+ * nl_kernels_vector for tests and benchmarks. */
+static int vector_on;
+
+static int cpu_has_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+
+int nl_kernels_vector(int on)
+{
+    vector_on = on && cpu_has_avx512();
+    return vector_on;
+}
+
+int nl_kernels_vector_on(void)
+{
+    return vector_on;
+}
+
 void nl_kernels_init(void)
 {
+    vector_on = cpu_has_avx512();
     choose_blas_core();
     /* The trainer runs one shard per thread; a BLAS call must not start threads of its own. */
     openblas_set_num_threads(1);
@@ -125,6 +157,209 @@ static void valid_range(int *lo, int *hi, int size, int k, int s, int p, int out
         *hi = *lo;
 }
 
+#define AVX512 __attribute__((target("avx512f")))
+
+/* The lanes [lo, hi) of 16, clamped to [0, 16). */
+static inline __mmask16 lanes(int lo, int hi)
+{
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 16 ? 16 : hi;
+    return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+/* dst (ow) = the pixels src[ox*sw + x0] (ox in [0, ow)) of an image row of w pixels, 0 where
+ * ox*sw + x0 falls outside [0, w); sw is 1 or 2. */
+AVX512 static inline __attribute__((always_inline)) void
+row_gather_avx512(float *dst, const float *src, int w, int x0, int sw, int ow)
+{
+    static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const __m512i idx = _mm512_loadu_si512(even);
+
+    if (sw == 1 && x0 >= 0 && x0 + ow <= w) {
+        /* Every tap inside the row: plain copies, a masked one for the tail. */
+        int o = 0;
+        for (; o + 16 <= ow; o += 16)
+            _mm512_storeu_ps(dst + o, _mm512_loadu_ps(src + x0 + o));
+        if (o < ow)
+            _mm512_mask_storeu_ps(dst + o, lanes(0, ow - o),
+                                  _mm512_maskz_loadu_ps(lanes(0, ow - o), src + x0 + o));
+        return;
+    }
+    for (int o = 0; o < ow; o += 16) {
+        const __mmask16 out = lanes(0, ow - o);
+        const int base = o * sw + x0; /* the input column of lane 0 */
+        __m512 v;
+        if (sw == 1) {
+            v = _mm512_maskz_loadu_ps(lanes(-base, w - base), src + base);
+        } else {
+            __m512 a = _mm512_maskz_loadu_ps(lanes(-base, w - base), src + base);
+            __m512 b = _mm512_maskz_loadu_ps(lanes(-base - 16, w - base - 16), src + base + 16);
+            v = _mm512_permutex2var_ps(a, idx, b);
+        }
+        _mm512_mask_storeu_ps(dst + o, out, v);
+    }
+}
+
+/* The adjoint: dst[ox*sw + x0] += src[ox] where that lies in [0, w). */
+AVX512 static inline __attribute__((always_inline)) void
+row_scatter_add_avx512(float *dst, const float *src, int w, int x0, int sw, int ow)
+{
+    if (sw == 1 && x0 >= 0 && x0 + ow <= w) {
+        int o = 0;
+        for (; o + 16 <= ow; o += 16)
+            _mm512_storeu_ps(dst + x0 + o, _mm512_add_ps(_mm512_loadu_ps(dst + x0 + o),
+                                                         _mm512_loadu_ps(src + o)));
+        if (o < ow) {
+            const __mmask16 m = lanes(0, ow - o);
+            _mm512_mask_storeu_ps(dst + x0 + o, m,
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + x0 + o),
+                                                _mm512_maskz_loadu_ps(m, src + o)));
+        }
+        return;
+    }
+    for (int o = 0; o < ow; o += 16) {
+        const int n = ow - o < 16 ? ow - o : 16; /* outputs in this block */
+        const int base = o * sw + x0;
+        if (sw == 1) {
+            const __mmask16 m = lanes(-base, w - base) & lanes(0, n);
+            __m512 d = _mm512_maskz_loadu_ps(m, dst + base);
+            d = _mm512_add_ps(d, _mm512_maskz_loadu_ps(m, src + o));
+            _mm512_mask_storeu_ps(dst + base, m, d);
+            continue;
+        }
+        /* Output j goes to input lane 2j of the 32 from base: the block's first eight outputs
+         * spread over the even lanes of the first vector, the last eight over the second's. */
+        const __m512 s = _mm512_maskz_loadu_ps(lanes(0, n), src + o);
+        const __m512 lo = _mm512_maskz_expand_ps(0x5555, s);
+        const __m512 hi = _mm512_maskz_expand_ps(0x5555, _mm512_shuffle_f32x4(s, s, 0xee));
+        const __mmask16 m0 = 0x5555 & lanes(-base, w - base) & lanes(0, 2 * n - 1);
+        const __mmask16 m1 = 0x5555 & lanes(-base - 16, w - base - 16) & lanes(0, 2 * n - 1 - 16);
+        __m512 d0 = _mm512_maskz_loadu_ps(m0, dst + base);
+        __m512 d1 = _mm512_maskz_loadu_ps(m1, dst + base + 16);
+        _mm512_mask_storeu_ps(dst + base, m0, _mm512_add_ps(d0, lo));
+        _mm512_mask_storeu_ps(dst + base + 16, m1, _mm512_add_ps(d1, hi));
+    }
+}
+
+/* A "same" convolution of stride 1 on a plane whose width divides 16 (ResNet's 16, 8, 4 and 2):
+ * row (ki, kj) of an image's columns is the plane read as one flat run shifted by
+ * (ki - ph) * w + kj - pw, with the same columns zeroed in every 16-lane block (colmask) and the
+ * rows that fall outside the plane zeroed at the run's ends. */
+static int flat_plane(int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    return sh == 1 && sw == 1 && oh == h && ow == w && 16 % w == 0 && ph < kh && pw < kw;
+}
+
+static __mmask16 flat_colmask(int w, int x0)
+{
+    unsigned m = 0;
+    for (int i = 0; i < 16; i++)
+        if (i % w + x0 >= 0 && i % w + x0 < w)
+            m |= 1u << i;
+    return (__mmask16)m;
+}
+
+/* dst (P) = the flat run of plane (P = h*w floats) from shift, lanes of colmask only, 0 elsewhere
+ * and where shift + j falls outside [0, P). */
+AVX512 static void flat_gather_avx512(float *dst, const float *plane, int p, int shift,
+                                      __mmask16 colmask)
+{
+    for (int j = 0; j < p; j += 16) {
+        const __mmask16 m = colmask & lanes(-shift - j, p - shift - j);
+        _mm512_mask_storeu_ps(dst + j, lanes(0, p - j),
+                              _mm512_maskz_loadu_ps(m, plane + shift + j));
+    }
+}
+
+AVX512 static void flat_scatter_add_avx512(float *plane, const float *src, int p, int shift,
+                                           __mmask16 colmask)
+{
+    for (int j = 0; j < p; j += 16) {
+        const __mmask16 m = colmask & lanes(-shift - j, p - shift - j) & lanes(0, p - j);
+        __m512 d = _mm512_maskz_loadu_ps(m, plane + shift + j);
+        d = _mm512_add_ps(d, _mm512_maskz_loadu_ps(m, src + j));
+        _mm512_mask_storeu_ps(plane + shift + j, m, d);
+    }
+}
+
+/* Where the vector paths beat the scalar loops (bench_conv): planes that go as one flat run, a
+ * stride of 2 in x, and a shard's columns row by row. One image's rows of a plane without
+ * padding or stride, such as lenet's, copy as fast in the scalar loops (whose short fixed-size
+ * copies compile to vector moves), and their additions, rows that overlap shifted by one
+ * column, as fast as masked vectors, whose loads wait on the masked stores before them. */
+static int vector_wins(int n, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
+                       int ow)
+{
+    if (!vector_on || sw > 2)
+        return 0;
+    return n > 1 || sw == 2 || flat_plane(h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+}
+
+/* nl_im2col_batch for strides of 1 or 2 in x, row by row through row_gather_avx512 (or whole
+ * planes through flat_gather_avx512): each row of cols is written from its start to its end,
+ * image after image, so a shard's matrix, wider than the cache, is written in one sweep instead
+ * of n sweeps of short pieces. */
+AVX512 static void im2col_avx512(float *cols, int ldc, const float *img, int n, size_t stride,
+                                 int c, int h, int w, int kh, int kw, int sh, int sw, int ph,
+                                 int pw, int oh, int ow)
+{
+    const int flat = flat_plane(h, w, kh, kw, sh, sw, ph, pw, oh, ow), p = oh * ow;
+    size_t row = 0;
+
+    for (int ci = 0; ci < c; ci++)
+        for (int ki = 0; ki < kh; ki++)
+            for (int kj = 0; kj < kw; kj++, row++) {
+                float *dst = cols + row * (size_t)ldc;
+                const __mmask16 colmask = flat ? flat_colmask(w, kj - pw) : 0;
+                for (int s = 0; s < n; s++) {
+                    const float *plane = img + s * stride + (size_t)ci * h * w;
+                    if (flat) {
+                        flat_gather_avx512(dst, plane, p, (ki - ph) * w + kj - pw, colmask);
+                        dst += p;
+                        continue;
+                    }
+                    for (int oy = 0; oy < oh; oy++, dst += ow) {
+                        int iy = oy * sh - ph + ki;
+                        if (iy < 0 || iy >= h)
+                            for (int o = 0; o < ow; o += 16)
+                                _mm512_mask_storeu_ps(dst + o, lanes(0, ow - o),
+                                                      _mm512_setzero_ps());
+                        else
+                            row_gather_avx512(dst, plane + (size_t)iy * w, w, kj - pw, sw, ow);
+                    }
+                }
+            }
+}
+
+/* Each image element gets its terms in row order, as the scalar loop adds them. */
+AVX512 static void col2im_avx512(float *img, const float *cols, int ldc, int n, size_t stride,
+                                 int c, int h, int w, int kh, int kw, int sh, int sw, int ph,
+                                 int pw, int oh, int ow)
+{
+    const int flat = flat_plane(h, w, kh, kw, sh, sw, ph, pw, oh, ow), p = oh * ow;
+    size_t row = 0;
+
+    for (int ci = 0; ci < c; ci++)
+        for (int ki = 0; ki < kh; ki++)
+            for (int kj = 0; kj < kw; kj++, row++) {
+                const float *src = cols + row * (size_t)ldc;
+                const __mmask16 colmask = flat ? flat_colmask(w, kj - pw) : 0;
+                for (int s = 0; s < n; s++) {
+                    float *plane = img + s * stride + (size_t)ci * h * w;
+                    if (flat) {
+                        flat_scatter_add_avx512(plane, src, p, (ki - ph) * w + kj - pw, colmask);
+                        src += p;
+                        continue;
+                    }
+                    for (int oy = 0; oy < oh; oy++, src += ow) {
+                        int iy = oy * sh - ph + ki;
+                        if (iy >= 0 && iy < h)
+                            row_scatter_add_avx512(plane + (size_t)iy * w, src, w, kj - pw, sw, ow);
+                    }
+                }
+            }
+}
+
 /* Row (ci, ki, kj) of cols holds, for each output position (oy, ox), the pixel
  * img[ci, oy*sh - ph + ki, ox*sw - pw + kj], or 0 where that falls in the padding. */
 /* dst (n) = src (n) for short runs: fixed-size copies that compile to vector moves. A plain loop
@@ -177,6 +412,10 @@ void nl_im2col_ld(float *restrict cols, int ldc, const float *restrict img, int 
 {
     size_t row = 0;
 
+    if (vector_wins(1, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
+        im2col_avx512(cols, ldc, img, 1, 0, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+        return;
+    }
     if (sh == 1 && sw == 1 && ph == 0 && pw == 0) {
         im2col_dense(cols, ldc, img, c, h, w, kh, kw, oh, ow);
         return;
@@ -229,6 +468,10 @@ void nl_col2im_ld(float *restrict img, const float *restrict cols, int ldc, int 
 {
     size_t row = 0;
 
+    if (vector_wins(1, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
+        col2im_avx512(img, cols, ldc, 1, 0, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+        return;
+    }
     if (sh == 1 && sw == 1 && ph == 0 && pw == 0) {
         col2im_dense(img, cols, ldc, c, h, w, kh, kw, oh, ow);
         return;
@@ -265,6 +508,34 @@ void nl_col2im(float *img, const float *cols, int c, int h, int w, int kh, int k
                int ph, int pw, int oh, int ow)
 {
     nl_col2im_ld(img, cols, oh * ow, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+}
+
+void nl_im2col_batch(float *cols, const float *img, int n, size_t stride, int c, int h, int w,
+                     int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    const int p = oh * ow;
+
+    if (vector_wins(n, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
+        im2col_avx512(cols, n * p, img, n, stride, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+        return;
+    }
+    for (int s = 0; s < n; s++)
+        nl_im2col_ld(cols + (size_t)s * p, n * p, img + s * stride, c, h, w, kh, kw, sh, sw, ph, pw,
+                     oh, ow);
+}
+
+void nl_col2im_batch(float *img, const float *cols, int n, size_t stride, int c, int h, int w,
+                     int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    const int p = oh * ow;
+
+    if (vector_wins(n, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
+        col2im_avx512(img, cols, n * p, n, stride, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+        return;
+    }
+    for (int s = 0; s < n; s++)
+        nl_col2im_ld(img + s * stride, cols + (size_t)s * p, n * p, c, h, w, kh, kw, sh, sw, ph, pw,
+                     oh, ow);
 }
 
 float nl_sum(const float *x, int n)
@@ -632,4 +903,221 @@ void nl_embedding_backward(float *dw, unsigned char *marks, const float *dout, c
                 }
         }
     }
+}
+
+/* ReLU. The vector paths compare and select as the scalar loops do: 0 where x > 0 is false (NaN
+ * included), and backward adds 0.0f rather than nothing, so -0.0 sums come out the same. */
+AVX512 static void relu_avx512(float *out, const float *x, size_t n)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        _mm512_mask_storeu_ps(out + i, m,
+                              _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), v));
+    }
+}
+
+AVX512 static void relu_backward_avx512(float *din, const float *out, const float *dout, size_t n,
+                                        int set)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __mmask16 pos = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, out + i), zero, _CMP_GT_OQ);
+        __m512 g = _mm512_maskz_loadu_ps(pos & m, dout + i);
+        if (!set)
+            g = _mm512_add_ps(_mm512_maskz_loadu_ps(m, din + i), g);
+        _mm512_mask_storeu_ps(din + i, m, g);
+    }
+}
+
+void nl_relu_naive(float *out, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void nl_relu_backward_naive(float *restrict din, const float *restrict out,
+                            const float *restrict dout, size_t n, int set)
+{
+    if (set)
+        for (size_t i = 0; i < n; i++)
+            din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+    else
+        for (size_t i = 0; i < n; i++) {
+            float g = dout[i];
+            din[i] += out[i] > 0.0f ? g : 0.0f;
+        }
+}
+
+void nl_relu(float *out, const float *x, size_t n)
+{
+    if (vector_on)
+        relu_avx512(out, x, n);
+    else
+        nl_relu_naive(out, x, n);
+}
+
+void nl_relu_backward(float *din, const float *out, const float *dout, size_t n, int set)
+{
+    if (vector_on)
+        relu_backward_avx512(din, out, dout, n, set);
+    else
+        nl_relu_backward_naive(din, out, dout, n, set);
+}
+
+/* Max pooling of one sample, window after window: the first maximum in row-major order wins,
+ * a window that holds a NaN gives NaN, the padding is never picked. */
+void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
+                      int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    for (int ci = 0; ci < c; ci++) {
+        int plane = ci * h * w;
+        for (int oy = 0; oy < oh; oy++) {
+            int y0 = oy * sh - ph, y1 = y0 + kh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > h ? h : y1;
+            for (int ox = 0; ox < ow; ox++, out++, arg++) {
+                int x0 = ox * sw - pw, x1 = x0 + kw;
+                x0 = x0 < 0 ? 0 : x0;
+                x1 = x1 > w ? w : x1;
+                int best = plane + y0 * w + x0, nan = 0;
+                float m = x[best];
+                for (int y = y0; y < y1; y++) {
+                    const float *row = x + plane + y * w;
+                    for (int xx = x0; xx < x1; xx++) {
+                        float v = row[xx];
+                        int take = v > m;
+                        nan |= v != v;
+                        m = take ? v : m;
+                        best = take ? plane + y * w + xx : best;
+                    }
+                }
+                *out = nan ? NAN : m;
+                *arg = best;
+            }
+        }
+    }
+}
+
+/* 16 output columns at a time, the taps in the same row-major order; a lane takes its first
+ * tap inside the image, then each later one that is greater. Strides of 1 or 2 in x. */
+AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int c, int h, int w,
+                                  int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const __m512i idx = _mm512_loadu_si512(even);
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i step = _mm512_mullo_epi32(iota, _mm512_set1_epi32(sw));
+    const __m512 qnan = _mm512_set1_ps(NAN);
+
+    for (int ci = 0; ci < c; ci++) {
+        const int plane = ci * h * w;
+        for (int oy = 0; oy < oh; oy++) {
+            int y0 = oy * sh - ph, y1 = y0 + kh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > h ? h : y1;
+            for (int o = 0; o < ow; o += 16) {
+                const __mmask16 live = lanes(0, ow - o);
+                __m512 m = _mm512_setzero_ps();
+                __m512i best = _mm512_setzero_si512();
+                __mmask16 seen = 0, nan = 0;
+                for (int y = y0; y < y1; y++) {
+                    const float *row = x + plane + y * w;
+                    for (int kx = 0; kx < kw; kx++) {
+                        const int base = o * sw - pw + kx; /* the input column of lane 0 */
+                        /* lanes j with 0 <= base + sw*j < w */
+                        int jlo = base >= 0 ? 0 : (-base + sw - 1) / sw;
+                        int jhi = w - base <= 0 ? 0 : (w - base + sw - 1) / sw;
+                        const __mmask16 valid = lanes(jlo, jhi) & live;
+                        __m512 v;
+                        if (sw == 1) {
+                            v = _mm512_maskz_loadu_ps(lanes(-base, w - base), row + base);
+                        } else {
+                            __m512 a = _mm512_maskz_loadu_ps(lanes(-base, w - base), row + base);
+                            __m512 b = _mm512_maskz_loadu_ps(lanes(-base - 16, w - base - 16),
+                                                             row + base + 16);
+                            v = _mm512_permutex2var_ps(a, idx, b);
+                        }
+                        const __mmask16 take =
+                            valid & (__mmask16)(~seen | _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ));
+                        nan |= valid & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                        seen |= valid;
+                        m = _mm512_mask_mov_ps(m, take, v);
+                        best = _mm512_mask_mov_epi32(
+                            best, take,
+                            _mm512_add_epi32(_mm512_set1_epi32(plane + y * w + base), step));
+                    }
+                }
+                _mm512_mask_storeu_ps(out + o, live, _mm512_mask_mov_ps(m, nan, qnan));
+                _mm512_mask_storeu_epi32(arg + o, live, best);
+            }
+            out += ow;
+            arg += ow;
+        }
+    }
+}
+
+void nl_maxpool(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
+                int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    if (vector_on && sw <= 2)
+        maxpool_avx512(out, arg, x, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+    else
+        nl_maxpool_naive(out, arg, x, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+}
+
+/* y (n) = g * ((x - mu) * is) + b: batchnorm's output pass over one plane, the same operations
+ * in the same order in every lane (no fused multiply-add: ISO C mode keeps them apart). */
+AVX512 static void bn_apply_avx512(float *y, const float *x, size_t n, float mu, float is, float g,
+                                   float b)
+{
+    const __m512 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is), vg = _mm512_set1_ps(g),
+                 vb = _mm512_set1_ps(b);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        v = _mm512_add_ps(_mm512_mul_ps(vg, _mm512_mul_ps(_mm512_sub_ps(v, vmu), vis)), vb);
+        _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+
+void nl_bn_apply_naive(float *y, const float *x, size_t n, float mu, float is, float g, float b)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = g * ((x[i] - mu) * is) + b;
+}
+
+void nl_bn_apply(float *y, const float *x, size_t n, float mu, float is, float g, float b)
+{
+    if (vector_on)
+        bn_apply_avx512(y, x, n, mu, is, g, b);
+    else
+        nl_bn_apply_naive(y, x, n, mu, is, g, b);
+}
+
+/* out (n) = a + b. */
+AVX512 static void add_avx512(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        _mm512_mask_storeu_ps(
+            out + i, m,
+            _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+    }
+}
+
+void nl_add_naive(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+void nl_add(float *out, const float *a, const float *b, size_t n)
+{
+    if (vector_on)
+        add_avx512(out, a, b, n);
+    else
+        nl_add_naive(out, a, b, n);
 }

@@ -1,7 +1,9 @@
 /* Fast kernels against their naive twins: nl_sgemm against nl_sgemm_naive for every transpose
  * combination with odd sizes and padded leading dimensions; im2col against its definition and
- * col2im as its adjoint; and the conv, dense and pooling layers against direct loops written
- * here (a 7-loop convolution, a dot product per output, a scan of each window). */
+ * col2im as its adjoint; their vector paths and those of ReLU, max pooling, batchnorm's output
+ * and add against the scalar loops, bit for bit; and the conv, dense and pooling layers against
+ * direct loops written here (a 7-loop convolution, a dot product per output, a scan of each
+ * window). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +231,180 @@ static void test_im2col(const struct geom *g)
     free(img);
     free(wide);
     free(img_ld);
+}
+
+/* The vector paths (AVX-512, where the CPU has it) against the scalar loops, bit for bit:
+ * im2col and col2im on every row width from 1 to 35 (one, two and three vectors, short tails),
+ * strides 1, 2 and 3 (3 stays scalar), paddings 0 to 3; ReLU on lengths around the vector
+ * width, with NaN, infinities and signed zeros in its input. */
+static void test_vector_twins(void)
+{
+    if (!nl_kernels_vector(1)) {
+        ok(1, "# SKIP this CPU has no AVX-512: the scalar loops are the only path");
+        return;
+    }
+    int wrong_cols = 0, wrong_img = 0, cases = 0;
+    for (int w = 1; w <= 35; w++)
+        for (int s = 1; s <= 3; s++)
+            for (int p = 0; p <= 3; p++)
+                for (int k = 1; k <= 7; k += 2) {
+                    const int c = 2, h = 5, sh = s, ph = p > 1 ? 1 : p;
+                    int oh = out_size(h, 3, sh, ph), ow = out_size(w, k, s, p);
+                    if (oh < 1 || ow < 1 || k > w + 2 * p)
+                        continue;
+                    size_t rows = (size_t)c * 3 * k, isize = (size_t)c * h * w;
+                    size_t ld = (size_t)oh * ow + 5;
+                    float *x = floats(isize), *a = floats(rows * ld), *b = floats(rows * ld);
+                    float *ia = floats(isize), *ib = floats(isize);
+                    fill(x, isize, -1, 1);
+                    fill(a, rows * ld, -1, 1);
+                    memcpy(b, a, rows * ld * sizeof *a);
+                    fill(ia, isize, -1, 1);
+                    ia[0] = -0.0f;
+                    memcpy(ib, ia, isize * sizeof *ia);
+                    nl_kernels_vector(1);
+                    nl_im2col_ld(a, (int)ld, x, c, h, w, 3, k, sh, s, ph, p, oh, ow);
+                    nl_col2im_ld(ia, a, (int)ld, c, h, w, 3, k, sh, s, ph, p, oh, ow);
+                    nl_kernels_vector(0);
+                    nl_im2col_ld(b, (int)ld, x, c, h, w, 3, k, sh, s, ph, p, oh, ow);
+                    nl_col2im_ld(ib, a, (int)ld, c, h, w, 3, k, sh, s, ph, p, oh, ow);
+                    wrong_cols += memcmp(a, b, rows * ld * sizeof *a) != 0;
+                    wrong_img += memcmp(ia, ib, isize * sizeof *ia) != 0;
+                    cases++;
+                    free(x);
+                    free(a);
+                    free(b);
+                    free(ia);
+                    free(ib);
+                }
+    /* A shard of three images at once (row by row, the vector rows on every geometry) against
+     * image by image, scalar: widths 1 to 35, strides 1 to 3, windows 1, 3 and 5 padded 0 to 2. */
+    int wrong_batch = 0, batches = 0;
+    for (int w = 1; w <= 35; w++)
+        for (int s = 1; s <= 3; s++)
+            for (int k = 1; k <= 5; k += 2)
+                for (int p = 0; p <= 2 && p < k; p++) {
+                    const int n = 3, c = 2, h = 6, oh = out_size(h, 3, s, 1),
+                              ow = out_size(w, k, s, p);
+                    if (ow < 1 || k > w + 2 * p)
+                        continue;
+                    size_t rows = (size_t)c * 3 * k, ld = (size_t)n * oh * ow;
+                    size_t isize = (size_t)c * h * w, stride = isize + 3;
+                    float *x = floats(n * stride), *a = floats(rows * ld), *b = floats(rows * ld);
+                    float *ia = floats(n * stride), *ib = floats(n * stride);
+                    fill(x, n * stride, -1, 1);
+                    fill(ia, n * stride, -1, 1);
+                    memcpy(ib, ia, n * stride * sizeof *ia);
+                    nl_kernels_vector(1);
+                    nl_im2col_batch(a, x, n, stride, c, h, w, 3, k, s, s, 1, p, oh, ow);
+                    nl_col2im_batch(ia, a, n, stride, c, h, w, 3, k, s, s, 1, p, oh, ow);
+                    nl_kernels_vector(0);
+                    for (int i = 0; i < n; i++) {
+                        nl_im2col_ld(b + (size_t)i * oh * ow, (int)ld, x + i * stride, c, h, w, 3,
+                                     k, s, s, 1, p, oh, ow);
+                        nl_col2im_ld(ib + i * stride, a + (size_t)i * oh * ow, (int)ld, c, h, w, 3,
+                                     k, s, s, 1, p, oh, ow);
+                    }
+                    wrong_batch += memcmp(a, b, rows * ld * sizeof *a) != 0;
+                    wrong_batch += memcmp(ia, ib, n * stride * sizeof *ia) != 0;
+                    batches++;
+                    free(x);
+                    free(a);
+                    free(b);
+                    free(ia);
+                    free(ib);
+                }
+    nl_kernels_vector(1);
+    is_int(wrong_batch, 0, "im2col_batch and col2im_batch: image by image's floats (%d shapes)",
+           batches);
+
+    /* Max pooling: ties (values on a grid of eight), NaNs, -inf; windows 1 to 3, strides 1 to 3,
+     * paddings up to half the window. */
+    int wrong_pool = 0, pools = 0;
+    for (int w = 1; w <= 35; w += 2)
+        for (int k = 1; k <= 3; k++)
+            for (int st = 1; st <= 3; st++)
+                for (int p = 0; 2 * p <= k; p++) {
+                    const int c = 2, h = 7, oh = out_size(h, k, st, p), ow = out_size(w, k, st, p);
+                    if (ow < 1 || k > w + 2 * p)
+                        continue;
+                    size_t isize = (size_t)c * h * w, osize = (size_t)c * oh * ow;
+                    float *x = floats(isize), *o1 = floats(osize), *o2 = floats(osize);
+                    int32_t *a1 = calloc(osize, sizeof *a1), *a2 = calloc(osize, sizeof *a2);
+                    fill(x, isize, -1, 1);
+                    for (size_t i = 0; i < isize; i++)
+                        x[i] = floorf(x[i] * 4.0f) / 4.0f;
+                    x[isize / 3] = NAN;
+                    x[isize / 2] = -INFINITY;
+                    nl_kernels_vector(1);
+                    nl_maxpool(o1, a1, x, c, h, w, k, k, st, st, p, p, oh, ow);
+                    nl_maxpool_naive(o2, a2, x, c, h, w, k, k, st, st, p, p, oh, ow);
+                    wrong_pool += memcmp(o1, o2, osize * sizeof *o1) != 0 ||
+                                  memcmp(a1, a2, osize * sizeof *a1) != 0;
+                    pools++;
+                    free(x);
+                    free(o1);
+                    free(o2);
+                    free(a1);
+                    free(a2);
+                }
+    is_int(wrong_pool, 0, "maxpool: vector and naive the same values and indices (%d shapes)",
+           pools);
+    ok(cases > 1000, "%d im2col/col2im geometries compared", cases);
+    is_int(wrong_cols, 0, "im2col: vector and scalar columns the same bit for bit");
+    is_int(wrong_img, 0, "col2im: vector and scalar sums the same bit for bit");
+
+    static const int sizes[] = {0, 1, 15, 16, 17, 31, 33, 100, 1000};
+    const size_t max = 1000;
+    float *x = floats(max), *dy = floats(max), *y1 = floats(max), *y2 = floats(max);
+    float *d1 = floats(max), *d2 = floats(max);
+    fill(x, max, -1, 1);
+    fill(dy, max, -1, 1);
+    x[3] = NAN;
+    x[5] = -0.0f;
+    x[6] = 0.0f;
+    x[7] = INFINITY;
+    x[8] = -INFINITY;
+    int wrong = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = (size_t)sizes[i];
+        fill_value(y1, max, 9.0f);
+        fill_value(y2, max, 9.0f);
+        nl_relu(y1, x, n);
+        nl_relu_naive(y2, x, n);
+        wrong += memcmp(y1, y2, max * sizeof *y1) != 0;
+        for (int set = 0; set <= 1; set++) {
+            fill(d1, max, -1, 1);
+            d1[5] = -0.0f;
+            memcpy(d2, d1, max * sizeof *d1);
+            nl_relu_backward(d1, x, dy, n, set);
+            nl_relu_backward_naive(d2, x, dy, n, set);
+            wrong += memcmp(d1, d2, max * sizeof *d1) != 0;
+        }
+    }
+    is_int(wrong, 0, "relu forward and backward: vector and naive the same bit for bit");
+
+    int wrong_bn = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = (size_t)sizes[i];
+        fill_value(y1, max, 9.0f);
+        fill_value(y2, max, 9.0f);
+        nl_bn_apply(y1, x, n, 0.3f, 1.7f, -0.8f, 0.1f);
+        nl_bn_apply_naive(y2, x, n, 0.3f, 1.7f, -0.8f, 0.1f);
+        wrong_bn += memcmp(y1, y2, max * sizeof *y1) != 0;
+        fill_value(y1, max, 9.0f);
+        fill_value(y2, max, 9.0f);
+        nl_add(y1, x, dy, n);
+        nl_add_naive(y2, x, dy, n);
+        wrong_bn += memcmp(y1, y2, max * sizeof *y1) != 0;
+    }
+    is_int(wrong_bn, 0, "batchnorm's output pass and add: vector and naive the same bit for bit");
+    free(x);
+    free(dy);
+    free(y1);
+    free(y2);
+    free(d1);
+    free(d2);
 }
 
 /* ---- layers against direct loops ---- */
@@ -627,8 +803,14 @@ int main(void)
         {1, 6, 6, 1, 1, 3, 3, 0, 0}, {2, 4, 5, 2, 2, 1, 1, 3, 3}, {1, 28, 28, 5, 5, 1, 1, 0, 0},
         {3, 5, 5, 5, 5, 1, 1, 0, 0},
     };
-    for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++)
-        test_im2col(&geoms[i]);
+    /* Against the definition on the vector paths (where the CPU has them) and the scalar ones. */
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++)
+            test_im2col(&geoms[i]);
+    }
+    nl_kernels_vector(1);
+    test_vector_twins();
 
     static const struct conv_case convs[] = {
         {3, 3, 12, 10, 4, 3, 5, 2, 1, 1, 2, 0}, {1, 1, 28, 28, 20, 5, 5, 1, 1, 0, 0, 0},
@@ -667,6 +849,17 @@ int main(void)
         ok(big.ops->setup(&big, &err) == 0 && big.lower == NL_LOWER_SHARD &&
                wide.ops->setup(&wide, &err) == 0 && wide.lower == NL_LOWER_SAMPLE,
            "conv 512 3x3 on 512x2x2: one GEMM per shard; on 512x14x14: one per image");
+        struct nl_layer mid = big, lenet2 = big;
+        mid.filters = 128;
+        mid.in[0] = (struct nl_shape){128, 8, 8};
+        lenet2.filters = 50;
+        lenet2.kh = lenet2.kw = 5;
+        lenet2.ph = lenet2.pw = 0;
+        lenet2.in[0] = (struct nl_shape){20, 12, 12};
+        ok(mid.ops->setup(&mid, &err) == 0 && mid.lower == NL_LOWER_SHARD &&
+               lenet2.ops->setup(&lenet2, &err) == 0 && lenet2.lower == NL_LOWER_SAMPLE,
+           "conv 128 3x3 on 128x8x8 (ResNet-18 64x64 layer2): one GEMM per shard; lenet's conv2: "
+           "one per image");
     }
 
     /* n, C, H, W, F (a multiple of C), kh, kw, sh, sw, ph, pw, no bias */

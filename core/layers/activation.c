@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "layers.h"
+#include "nnlab/kernels.h"
 
 static int activation_setup(struct nl_layer *l, struct nl_error *err)
 {
@@ -25,32 +26,16 @@ static size_t total(const struct nl_layer *l, int n)
 
 static void relu_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
-    size_t count = total(l, f->n);
-    const float *x = f->in[0];
-
-    for (size_t i = 0; i < count; i++)
-        f->out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    nl_relu(f->out, f->in[0], total(l, f->n));
 }
 
-/* din += dout where out > 0, which is where the input was > 0. Written as a select rather than
- * a branch: the sign of an activation is a coin toss that the branch predictor loses, and the
- * select vectorises. */
+/* din += dout where out > 0, which is where the input was > 0: a select, never a branch (the
+ * sign of an activation is a coin toss that the branch predictor loses), in vectors where the
+ * CPU has AVX-512 (core/kernels.c). */
 static void relu_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
-    size_t count = total(l, b->n);
-    float *restrict din = b->din[0];
-    const float *restrict out = b->out, *restrict dout = b->dout;
-
-    if (!din)
-        return;
-    if (b->set & 1)
-        for (size_t i = 0; i < count; i++)
-            din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
-    else
-        for (size_t i = 0; i < count; i++) {
-            float g = dout[i];
-            din[i] += out[i] > 0.0f ? g : 0.0f;
-        }
+    if (b->din[0])
+        nl_relu_backward(b->din[0], b->out, b->dout, total(l, b->n), b->set & 1);
 }
 
 static void relu6_forward(const struct nl_layer *l, const struct nl_fwd *f)

@@ -32,6 +32,7 @@
 #include <math.h>
 
 #include "layers.h"
+#include "nnlab/kernels.h"
 
 #define DEFAULT_MOMENTUM 0.1f
 #define DEFAULT_EPS      1e-5f
@@ -151,12 +152,9 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
             istd[k] = (float)(1.0 / sqrt((double)rvar[k] + (double)eps_of(l)));
         }
         const float mu = mean[k], is = istd[k], g = gamma[k], bt = beta[k];
-        for (int s = 0; s < n; s++) {
-            const float *x = xk + (size_t)s * size;
-            float *y = f->out + (size_t)s * size + (size_t)k * plane;
-            for (size_t i = 0; i < plane; i++)
-                y[i] = g * ((x[i] - mu) * is) + bt;
-        }
+        for (int s = 0; s < n; s++)
+            nl_bn_apply(f->out + (size_t)s * size + (size_t)k * plane, xk + (size_t)s * size, plane,
+                        mu, is, g, bt);
     }
 }
 

@@ -18,26 +18,29 @@
  *   scratch: (K + F)*P floats per sample.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
- * forward and backward of 16 images, thread CPU time, single-threaded OpenBLAS 0.3.21 on this
- * project's 2-core AMD EPYC (AVX-512, 1 MiB L2 per core; about 100 GFLOP/s on 512x512 sgemm):
+ * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
+ * OpenBLAS 0.3.21 with its SkylakeX kernels (core/kernels.c) on this project's 2-core Intel Xeon
+ * (family 6 model 207, AVX-512, 2 MiB L2 per core), with im2col and col2im in AVX-512 vectors;
+ * measured 2026-11-26 with the machine shared (load average 12), so indicative:
  *                                   F     K     P   per image   per shard (GFLOP/s)
- *    lenet conv2                   50   500    64      72.5      68.4
- *    resnet8 stage 1               16   144   784      46.6      39.4
- *    resnet8 stage 3               64   576    49      65.2      62.1
- *    ResNet-18 64x64 layer2       128  1152    64      77.1      71.1
- *    ResNet-18 64x64 layer3       256  2304    16      67.3      71.0
- *    ResNet-18 64x64 layer4       512  4608     4      24.6      66.0
- *    ResNet-18 64x64 4 1x1 s2     512   256     4      33.2      63.0
- *    ResNet-18 224x224 layer3     256  2304   196      87.6      79.8
- *    ResNet-18 224x224 layer4     512  4608    49      75.2      88.5
+ *    lenet conv2                   50   500    64      52.0      49.0
+ *    resnet8 stage 1               16   144   784      37.3      31.8
+ *    resnet8 stage 3               64   576    49      54.7      62.0
+ *    ResNet-18 64x64 layer1        64   576   256      94.6      82.8
+ *    ResNet-18 64x64 layer2       128  1152    64      92.5     105.7
+ *    ResNet-18 64x64 layer3       256  2304    16      59.5     117.5
+ *    ResNet-18 64x64 layer4       512  4608     4      20.2      87.6
+ *    ResNet-18 64x64 4 1x1 s2     512   256     4      66.0      77.1
+ *    ResNet-18 224x224 layer3     256  2304   196     121.2     111.8
+ *    ResNet-18 224x224 layer4     512  4608    49      95.5     123.1
  * OpenBLAS packs the (F, K) weights at every call; per image that costs in proportion to F*K
- * and pays back over only P columns, and once the weights outgrow the L2 cache (256K floats)
- * every image reads them again from L3. The gathering and scattering of the shard path costs a
- * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 262144 floats,
+ * and pays back over only P columns. The gathering and scattering of the shard path costs a
+ * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 32768 floats,
  * and n > 1; SAMPLE elsewhere (lenet keeps it on both convolutions, so its results are
- * unchanged bit for bit). SHARD sums the weight and bias gradients over the shard inside one
- * product instead of image after image, so its results differ from SAMPLE's in the last bits;
- * tests/test_kernels.c holds both against direct loops.
+ * unchanged bit for bit; the bound on F*K was 262144 before OpenBLAS ran its SkylakeX kernels
+ * here and im2col its vectors). SHARD sums the weight and bias gradients over the shard inside
+ * one product instead of image after image, so its results differ from SAMPLE's in the last
+ * bits; tests/test_kernels.c holds both against direct loops.
  */
 #include <limits.h>
 #include <string.h>
@@ -94,7 +97,7 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = l->lowering;
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
-    else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 262144))
+    else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
         l->lower = NL_LOWER_SHARD; /* the rule at the top of this file */
     else
         l->lower = NL_LOWER_SAMPLE;
@@ -122,23 +125,22 @@ static const float *sample_cols(float *cols, const float *img, const struct conv
     return cols;
 }
 
-/* cols (K, n*P): the shard's columns side by side, image s's in columns [s*P, (s+1)*P). */
+/* cols (K, n*P): the shard's columns side by side, image s's in columns [s*P, (s+1)*P), written
+ * row after row (the matrix is often larger than the L2 cache; the shard's images less so). */
 static void shard_cols(float *cols, const float *in, int n, const struct conv_dims *d)
 {
     const struct nl__window *g = &d->win;
     const size_t ld = (size_t)n * d->p;
 
-    for (int s = 0; s < n; s++) {
-        const float *img = in + (size_t)s * d->in_size;
-        if (pointwise(g)) {
-            for (int c = 0; c < g->c; c++)
-                memcpy(cols + c * ld + (size_t)s * d->p, img + (size_t)c * d->p,
-                       (size_t)d->p * sizeof *cols);
-        } else {
-            nl_im2col_ld(cols + (size_t)s * d->p, (int)ld, img, g->c, g->h, g->w, g->kh, g->kw,
-                         g->sh, g->sw, g->ph, g->pw, g->oh, g->ow);
-        }
+    if (!pointwise(g)) {
+        nl_im2col_batch(cols, in, n, d->in_size, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw,
+                        g->ph, g->pw, g->oh, g->ow);
+        return;
     }
+    for (int c = 0; c < g->c; c++)
+        for (int s = 0; s < n; s++)
+            memcpy(cols + c * ld + (size_t)s * d->p, in + (size_t)s * d->in_size + (size_t)c * d->p,
+                   (size_t)d->p * sizeof *cols);
 }
 
 /* SAMPLE: out_s (F, P) = weight (F, K) cols_s (K, P) + bias, image after image. One image's
@@ -252,21 +254,18 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
     if (!b->din[0])
         return;
     nl_sgemm(1, 0, d->k, ld, d->f, 1.0f, b->w, d->k, dy, ld, 0.0f, cols, ld);
-    for (int s = 0; s < n; s++) {
-        float *din = b->din[0] + (size_t)s * d->in_size;
-        const float *src = cols + (size_t)s * d->p;
-        if (pointwise(g)) {
-            for (int c = 0; c < g->c; c++) {
-                float *dst = din + (size_t)c * d->p;
-                const float *row = src + (size_t)c * ld;
-                for (int i = 0; i < d->p; i++)
-                    dst[i] += row[i];
-            }
-        } else {
-            nl_col2im_ld(din, src, ld, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
-                         g->oh, g->ow);
-        }
+    if (!pointwise(g)) {
+        nl_col2im_batch(b->din[0], cols, n, d->in_size, g->c, g->h, g->w, g->kh, g->kw, g->sh,
+                        g->sw, g->ph, g->pw, g->oh, g->ow);
+        return;
     }
+    for (int c = 0; c < g->c; c++)
+        for (int s = 0; s < n; s++) {
+            float *dst = b->din[0] + (size_t)s * d->in_size + (size_t)c * d->p;
+            const float *row = cols + (size_t)c * ld + (size_t)s * d->p;
+            for (int i = 0; i < d->p; i++)
+                dst[i] += row[i];
+        }
 }
 
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)

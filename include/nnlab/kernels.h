@@ -3,6 +3,9 @@
 #ifndef NNLAB_KERNELS_H
 #define NNLAB_KERNELS_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 /* c (m, n) = alpha * op(a) op(b) + beta * c, op(x) = x or x^T; a is (m, k) or (k, m), b is (k, n)
  * or (n, k). Goes to OpenBLAS cblas_sgemm. */
 void nl_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
@@ -25,6 +28,15 @@ void nl_im2col_ld(float *cols, int ldc, const float *img, int c, int h, int w, i
                   int sh, int sw, int ph, int pw, int oh, int ow);
 void nl_col2im_ld(float *img, const float *cols, int ldc, int c, int h, int w, int kh, int kw,
                   int sh, int sw, int ph, int pw, int oh, int ow);
+
+/* The columns of n images side by side: cols (c*kh*kw, n*oh*ow), image i (c, h, w) at
+ * img + i*stride owning columns [i*oh*ow, (i+1)*oh*ow); the same floats as nl_im2col_ld image
+ * by image, written row by row. nl_col2im_batch is its adjoint, each image's sums in the order
+ * of nl_col2im_ld's. */
+void nl_im2col_batch(float *cols, const float *img, int n, size_t stride, int c, int h, int w,
+                     int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
+void nl_col2im_batch(float *img, const float *cols, int n, size_t stride, int c, int h, int w,
+                     int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
 
 /* Depthwise convolution of one image, direct (no im2col): filter f of the c*mult reads only
  * channel f / mult. out (c*mult, oh, ow) = the taps of weight [c*mult, 1, kh, kw] over img
@@ -60,6 +72,36 @@ void nl_embedding_backward(float *dw, unsigned char *marks, const float *dout, c
                            int n, int len, int dim, int vocab);
 void nl_embedding_backward_naive(float *dw, unsigned char *marks, const float *dout,
                                  const float *ids, int n, int len, int dim, int vocab);
+
+/* ReLU over n floats: out = x > 0 ? x : 0 (out may be x). Backward: din = (set) or += (not
+ * set) out > 0 ? dout : 0. The vector paths give the naive twins' floats bit for bit. */
+void nl_relu(float *out, const float *x, size_t n);
+void nl_relu_backward(float *din, const float *out, const float *dout, size_t n, int set);
+void nl_relu_naive(float *out, const float *x, size_t n);
+void nl_relu_backward_naive(float *din, const float *out, const float *dout, size_t n, int set);
+
+/* Max pooling of one sample x (c, h, w), the padding never picked: out (c, oh, ow) the
+ * first maximum of each window in row-major order (NaN where the window holds one), arg the
+ * index in x of the value taken. The vector path (strides of 1 or 2 in x) gives the naive
+ * twin's floats and indices. */
+void nl_maxpool(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
+                int sh, int sw, int ph, int pw, int oh, int ow);
+void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
+                      int sh, int sw, int ph, int pw, int oh, int ow);
+
+/* Batchnorm's output pass over n floats: y = g * ((x - mu) * is) + b (y may be x). And the sum
+ * of two inputs: out = a + b. The vector paths give the naive twins' floats bit for bit. */
+void nl_bn_apply(float *y, const float *x, size_t n, float mu, float is, float g, float b);
+void nl_bn_apply_naive(float *y, const float *x, size_t n, float mu, float is, float g, float b);
+void nl_add(float *out, const float *a, const float *b, size_t n);
+void nl_add_naive(float *out, const float *a, const float *b, size_t n);
+
+/* Whether the AVX-512 paths of im2col, col2im, ReLU, max pooling, batchnorm's output and add
+ * run (core/kernels.c): on where
+ * the CPU has AVX-512 after nl_kernels_init; nl_kernels_vector(0) turns them off, 1 back on where
+ * the CPU allows. Returns whether they are on now. For tests and benchmarks, before any thread. */
+int nl_kernels_vector(int on);
+int nl_kernels_vector_on(void);
 
 /* Makes OpenBLAS run single-threaded inside the calling threads and, where OpenBLAS took a
  * newer CPU for a generic one, chooses its kernels from the CPU's feature flags (see

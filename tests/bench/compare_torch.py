@@ -20,6 +20,15 @@ that this script writes and nnlab imports:
 
   tests/bench/compare_torch.py --models resnet18 --batch 32 --threads 2
 
+With --mode infer it compares inference instead: forward passes of random inputs in eval mode
+(PyTorch under torch.no_grad(); nnlab's `bench --mode infer`, batchnorm on running statistics,
+each thread a shard of the batch), at each of --batches (default 1 and 64), for lenet, resnet8,
+mobilenet-tiny and resnet18 at 3x64x64 (nnlab's resnet18-64) unless --models says otherwise,
+alternating PyTorch and nnlab, RUNS times each, with the ratio nnlab / PyTorch in images per
+second and each side's peak resident memory:
+
+  tests/bench/compare_torch.py --mode infer --threads 2 --runs 3
+
 PyTorch must import in some Python: /usr/bin/python3 (Debian's python3-torch) is tried first,
 then --python, then python3 on PATH.
 """
@@ -110,6 +119,90 @@ def nnlab_run(exe, db, model, threads, batch):
             "acc": done["test_accuracy"], "rss": rss, "others": others}
 
 
+# Images per timed inference run, per model (steps = images / batch, at least 10): a run of a
+# few seconds on a 2-core machine; PyTorch stops after 10 s (on a loaded machine its threads can
+# wait on one another for a long time at batch 1).
+INFER_IMAGES = {"lenet": 3200, "mlp": 3200, "resnet8": 1280, "mobilenet-tiny": 1280,
+                "resnet18": 256}
+
+
+def infer_steps(model, batch):
+    return max(10, INFER_IMAGES.get(model, 1280) // batch)
+
+
+def torch_infer(py, model, threads, batch):
+    cmd = [py, os.path.join(HERE, "torch_reference.py"), "--model", model, "--threads",
+           str(threads), "--batch", str(batch), "--infer", str(infer_steps(model, batch)),
+           "--side", str(RGB_SIDE)]
+    lines, rss, others = run_measured(cmd)
+    r = json.loads(lines[-1])
+    return {"ips": r["images_per_second"], "seconds": r["seconds"], "rss": rss, "others": others}
+
+
+def nnlab_infer(exe, db, model, threads, batch):
+    name = "resnet18-%d" % RGB_SIDE if model == "resnet18" else model
+    lines, rss, others = run_measured([exe, "--db", db, "--json", "bench", "--model", name,
+                                       "--mode", "infer", "--batch", str(batch), "--threads",
+                                       str(threads), "--steps", str(infer_steps(model, batch)),
+                                       "--warmup", "3"])
+    r = [json.loads(l) for l in lines if l.startswith("{")][-1]["results"][-1]
+    return {"ips": r["images_per_second"], "seconds": r["seconds"], "rss": r["peak_rss_mb"],
+            "others": others}
+
+
+def main_infer(a, py):
+    models = (a.models if a.models != "lenet,mlp" else "lenet,resnet8,mobilenet-tiny,resnet18")
+    models = models.split(",")
+    threads = [int(t) for t in a.threads.split(",")]
+    batches = [int(b) for b in a.batches.split(",")]
+    tmp = tempfile.mkdtemp(prefix="nnlab-compare-")
+    db = os.path.join(tmp, "bench.db")
+    results = {}
+    try:
+        subprocess.run([a.nnlab, "--db", db, "--quiet", "import", "fashion", a.data_dir], check=True,
+                       stdout=subprocess.DEVNULL)
+        print("machine: %s; load average %.2f %.2f %.2f; torch from %s" %
+              ((machine(),) + os.getloadavg() + (py,)), flush=True)
+        print("%-15s %-6s %3s %5s %4s %10s %8s %7s" %
+              ("MODEL", "WHO", "T", "BATCH", "#", "IMAGES/S", "RSS_MB", "OTHERS"), flush=True)
+        for model in models:
+            for t in threads:
+                for b in batches:
+                    for i in range(a.runs):
+                        for who in ("torch", "nnlab"):
+                            r = (torch_infer(py, model, t, b) if who == "torch"
+                                 else nnlab_infer(a.nnlab, db, model, t, b))
+                            results.setdefault((model, t, b, who), []).append(r)
+                            print("%-15s %-6s %3d %5d %4d %10.0f %8.0f %7.2f" %
+                                  (model, who, t, b, i + 1, r["ips"], r["rss"], r["others"]),
+                                  flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = lambda rs, k: statistics.median(r[k] for r in rs)
+    summary = []
+    print("\ninference, medians of %d alternating runs (eval mode, random inputs)" % a.runs)
+    print("%-15s %3s %5s %12s %12s %7s %9s %9s" % ("MODEL", "T", "BATCH", "TORCH_IMG/S",
+          "NNLAB_IMG/S", "RATIO", "TORCH_MB", "NNLAB_MB"))
+    for model in models:
+        for t in threads:
+            for b in batches:
+                tr, nr = results[(model, t, b, "torch")], results[(model, t, b, "nnlab")]
+                row = {"model": model, "threads": t, "batch": b, "runs": a.runs, "mode": "infer",
+                       "torch_images_per_second": med(tr, "ips"),
+                       "nnlab_images_per_second": med(nr, "ips"),
+                       "torch_peak_rss_mb": med(tr, "rss"), "nnlab_peak_rss_mb": med(nr, "rss"),
+                       "others_cores": statistics.mean(r["others"] for r in tr + nr)}
+                row["ratio"] = row["nnlab_images_per_second"] / row["torch_images_per_second"]
+                summary.append(row)
+                print("%-15s %3d %5d %12.0f %12.0f %6.2fx %9.0f %9.0f" %
+                      (model, t, b, row["torch_images_per_second"], row["nnlab_images_per_second"],
+                       row["ratio"], row["torch_peak_rss_mb"], row["nnlab_peak_rss_mb"]))
+    print("average cores kept busy by other processes during the runs: %.2f" %
+          statistics.mean(r["others"] for rs in results.values() for r in rs))
+    if a.json:
+        print(json.dumps({"machine": machine(), "summary": summary}))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nnlab", default=os.path.join(ROOT, "build", "app", "nnlab"))
@@ -120,11 +213,15 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    ap.add_argument("--mode", choices=("train", "infer"), default="train")
+    ap.add_argument("--batches", default="1,64", help="with --mode infer: the batch sizes")
     a = ap.parse_args()
     if not os.access(a.nnlab, os.X_OK):
         sys.exit("compare_torch: %s is not an executable; build nnlab first (meson setup build && "
                  "ninja -C build) or give --nnlab" % a.nnlab)
     py = find_torch_python(a.python)
+    if a.mode == "infer":
+        return main_infer(a, py)
     models = a.models.split(",")
     threads = [int(t) for t in a.threads.split(",")]
 
