@@ -32,7 +32,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "../core/json.h"
+#include "core/formats/json.h"
 #include "feed.h"
 #include "finetune.h"
 #include "nnlab-config.h"
