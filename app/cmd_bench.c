@@ -294,7 +294,17 @@ static void free_models(struct bench_model *models, int n)
     }
 }
 
-int cmd_bench(int argc, char **argv)
+/* What bench was asked: the grid of models, batches, thread counts and modes, and how long. */
+struct bench_args {
+    const char *names[MAX_MODELS];
+    char model_list[1024]; /* --model's list, cut into names */
+    int nmodels, batches[2], nbatches, modes[2], nmodes;
+    long steps, warmup, threads, repeat;
+    const char *dir;
+};
+
+/* bench's options into a; EXIT_OK, or the usage error's exit status. */
+static int parse_bench_args(int argc, char **argv, struct bench_args *a)
 {
     static const struct option opts[] = {
         {"steps", required_argument, NULL, 's'},
@@ -307,31 +317,35 @@ int cmd_bench(int argc, char **argv)
         {"mode", required_argument, NULL, 'M'},
         {NULL, 0, NULL, 0},
     };
-    const char *names[MAX_MODELS] = {"lenet", "mlp"};
-    static char model_list[1024];
-    int nmodels = 2, batches[2] = {64, 256}, nbatches = 2, modes[2] = {0, 1}, nmodes = 1;
-    long steps = 50, warmup = 5, threads = 0, repeat = 1;
-    const char *dir = BENCH_DATA;
-    struct nl_error err = {0};
     long v;
     int c;
 
+    *a = (struct bench_args){.names = {"lenet", "mlp"},
+                             .nmodels = 2,
+                             .batches = {64, 256},
+                             .nbatches = 2,
+                             .modes = {0, 1},
+                             .nmodes = 1,
+                             .steps = 50,
+                             .warmup = 5,
+                             .repeat = 1,
+                             .dir = BENCH_DATA};
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 's':
-            if (!parse_int(optarg, 1, 1000000, &steps))
+            if (!parse_int(optarg, 1, 1000000, &a->steps))
                 return usage_error("bench", "--steps %s: want a whole number from 1 to 1000000",
                                    optarg);
             break;
         case 'w':
-            if (!parse_int(optarg, 0, 1000000, &warmup))
+            if (!parse_int(optarg, 0, 1000000, &a->warmup))
                 return usage_error("bench", "--warmup %s: want a whole number from 0 to 1000000",
                                    optarg);
             break;
         case 'm':
-            snprintf(model_list, sizeof model_list, "%s", optarg);
-            nmodels = split_models(model_list, names, MAX_MODELS);
-            if (nmodels < 1)
+            snprintf(a->model_list, sizeof a->model_list, "%s", optarg);
+            a->nmodels = split_models(a->model_list, a->names, MAX_MODELS);
+            if (a->nmodels < 1)
                 return usage_error("bench", "--model %s: want 1 to %d names, separated by commas",
                                    optarg, MAX_MODELS);
             break;
@@ -339,30 +353,30 @@ int cmd_bench(int argc, char **argv)
             if (!parse_int(optarg, 1, 1 << 20, &v))
                 return usage_error("bench", "--batch %s: want a whole number from 1 to 1048576",
                                    optarg);
-            batches[0] = (int)v;
-            nbatches = 1;
+            a->batches[0] = (int)v;
+            a->nbatches = 1;
             break;
         case 't':
-            if (!parse_int(optarg, 1, 1024, &threads))
+            if (!parse_int(optarg, 1, 1024, &a->threads))
                 return usage_error("bench", "--threads %s: want a whole number from 1 to 1024",
                                    optarg);
             break;
         case 'D':
-            dir = optarg;
+            a->dir = optarg;
             break;
         case 'r':
-            if (!parse_int(optarg, 1, MAX_REPEAT, &repeat))
+            if (!parse_int(optarg, 1, MAX_REPEAT, &a->repeat))
                 return usage_error("bench", "--repeat %s: want a whole number from 1 to %d", optarg,
                                    MAX_REPEAT);
             break;
         case 'M':
             if (strcmp(optarg, "train") == 0 || strcmp(optarg, "infer") == 0) {
-                modes[0] = optarg[0] == 'i';
-                nmodes = 1;
+                a->modes[0] = optarg[0] == 'i';
+                a->nmodes = 1;
             } else if (strcmp(optarg, "both") == 0) {
-                modes[0] = 0;
-                modes[1] = 1;
-                nmodes = 2;
+                a->modes[0] = 0;
+                a->modes[1] = 1;
+                a->nmodes = 2;
             } else {
                 return usage_error("bench", "--mode %s: want train, infer or both", optarg);
             }
@@ -373,116 +387,150 @@ int cmd_bench(int argc, char **argv)
     }
     if (optind < argc)
         return usage_error("bench", "unexpected argument '%s'", argv[optind]);
+    return EXIT_OK;
+}
 
-    char cpu[256], source[4400] = "";
-    double load[2][3] = {{0}};
-    struct nl_dataset *d = NULL;
-    struct nl_bench_sgemm sg;
-    struct bench_model models[MAX_MODELS];
-    struct row rows[MAX_RESULTS];
-    int nrows = 0, rc = 0, fashion = 0, max_batch = 0;
+/* The report's head for people: the data, the machine, the sgemm rate, and the table's header.
+ * Paths, model names and the CPU's name (from /proc/cpuinfo) are escaped for the terminal. */
+static void print_header(const struct bench_args *a, const struct bench_model *models,
+                         const struct nl_dataset *d, const char *source, const char *cpu,
+                         const struct nl_bench_sgemm *sg, const double load[3])
+{
+    char tb[1024];
+    if (d)
+        printf("data: %s (%u training images)\n", nl_term_str(tb, sizeof tb, source),
+               d->split[NL_TRAIN].n);
+    for (int mi = 0; mi < a->nmodels; mi++)
+        if (models[mi].synthetic && models[mi].d->nvocab)
+            printf("data of %s: %u synthetic documents of %d token ids (random words of a "
+                   "vocabulary of %d)\n",
+                   models[mi].name, models[mi].d->split[NL_TRAIN].n, models[mi].d->shape.w,
+                   models[mi].d->nvocab);
+        else if (models[mi].synthetic)
+            printf("data of %s: %u synthetic %dx%dx%d images (uniform random pixels)\n",
+                   nl_term_str(tb, sizeof tb, models[mi].name), models[mi].d->split[NL_TRAIN].n,
+                   models[mi].d->shape.c, models[mi].d->shape.h, models[mi].d->shape.w);
+    printf("machine: %s, %d cores; load average %.2f %.2f %.2f\n", nl_term_str(tb, sizeof tb, cpu),
+           sg->cores, load[0], load[1], load[2]);
+    printf("%s\n", nl_kernels_blas_note());
+    printf("OpenBLAS sgemm %dx%d: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg->size,
+           sg->size, sg->one_gflops, sg->all_gflops, sg->threads);
+    printf("training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps%s\n",
+           a->steps, a->warmup, a->repeat > 1 ? ", median of the rounds" : "");
+    if (a->nmodes == 2 || a->modes[0] == 1)
+        printf("inference: forward passes without dropout, batchnorm on running statistics\n");
+    printf("\n%-14s %-5s %6s %8s %10s %10s %9s %8s %12s\n", "MODEL", "MODE", "BATCH", "THREADS",
+           "IMAGES/S", "MFLOP/IMG", "GFLOP/S", "OF_PEAK", "PEAK_RSS_MB");
+    fflush(stdout);
+}
 
-    memset(models, 0, sizeof models);
-    for (int mi = 0; mi < nmodels; mi++) {
-        models[mi].name = names[mi];
-        fashion |= synthetic_side(names[mi]) == 0 && !text_model(names[mi]);
-    }
-    for (int bi = 0; bi < nbatches; bi++)
-        if (batches[bi] > max_batch)
-            max_batch = batches[bi];
-    cpu_model(cpu, sizeof cpu);
-    if (getloadavg(load[0], 3) < 0)
-        memset(load[0], 0, sizeof load[0]);
-    if (fashion)
-        rc = load_data(&d, dir, source, sizeof source, &err);
-    if (rc < 0)
-        return fail(&err);
-    for (int mi = 0; rc == 0 && mi < nmodels; mi++)
-        rc = build(&models[mi], d, max_batch, &err);
-    if (rc == 0)
-        rc = nl_bench_sgemm(&sg, SGEMM_SIZE, (int)threads, 0.3, &err);
-    if (rc < 0) {
-        free_models(models, nmodels);
-        nl_dataset_free(d);
-        return fail(&err);
-    }
-    threads = sg.threads; /* 0 became all cores */
-    if (!g.json) {
-        /* Paths, model names and the CPU's name (from /proc/cpuinfo) escaped for the
-         * terminal. */
-        char tb[1024];
-        if (fashion)
-            printf("data: %s (%u training images)\n", nl_term_str(tb, sizeof tb, source),
-                   d->split[NL_TRAIN].n);
-        for (int mi = 0; mi < nmodels; mi++)
-            if (models[mi].synthetic && models[mi].d->nvocab)
-                printf("data of %s: %u synthetic documents of %d token ids (random words of a "
-                       "vocabulary of %d)\n",
-                       models[mi].name, models[mi].d->split[NL_TRAIN].n, models[mi].d->shape.w,
-                       models[mi].d->nvocab);
-            else if (models[mi].synthetic)
-                printf("data of %s: %u synthetic %dx%dx%d images (uniform random pixels)\n",
-                       nl_term_str(tb, sizeof tb, models[mi].name), models[mi].d->split[NL_TRAIN].n,
-                       models[mi].d->shape.c, models[mi].d->shape.h, models[mi].d->shape.w);
-        printf("machine: %s, %d cores; load average %.2f %.2f %.2f\n",
-               nl_term_str(tb, sizeof tb, cpu), sg.cores, load[0][0], load[0][1], load[0][2]);
-        printf("%s\n", nl_kernels_blas_note());
-        printf("OpenBLAS sgemm %dx%d: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg.size,
-               sg.size, sg.one_gflops, sg.all_gflops, sg.threads);
-        printf("training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps%s\n",
-               steps, warmup, repeat > 1 ? ", median of the rounds" : "");
-        if (nmodes == 2 || modes[0] == 1)
-            printf("inference: forward passes without dropout, batchnorm on running statistics\n");
-        printf("\n%-14s %-5s %6s %8s %10s %10s %9s %8s %12s\n", "MODEL", "MODE", "BATCH", "THREADS",
-               "IMAGES/S", "MFLOP/IMG", "GFLOP/S", "OF_PEAK", "PEAK_RSS_MB");
-        fflush(stdout);
-    }
+/* The grid's rows, models x modes x batches x (1 thread, all threads); returns their count. */
+static int make_rows(struct row *rows, const struct bench_args *a, const struct bench_model *models,
+                     int threads)
+{
+    int nrows = 0;
 
-    /* The grid, then `repeat` rounds over it: a load that comes and goes on a shared machine
-     * then touches every row alike, and each row reports its median round. */
-    for (int mi = 0; mi < nmodels; mi++)
-        for (int ki = 0; ki < nmodes; ki++)
-            for (int bi = 0; bi < nbatches; bi++)
+    for (int mi = 0; mi < a->nmodels; mi++)
+        for (int ki = 0; ki < a->nmodes; ki++)
+            for (int bi = 0; bi < a->nbatches; bi++)
                 for (int ti = 0; ti < (threads > 1 ? 2 : 1); ti++) {
                     struct row *w = &rows[nrows++];
                     memset(w, 0, sizeof *w);
                     w->model = models[mi].name;
                     w->m = models[mi].m;
                     w->d = models[mi].d;
-                    w->infer = modes[ki];
+                    w->infer = a->modes[ki];
                     w->flops = w->infer ? nl_model_infer_flops(w->m) : nl_model_train_flops(w->m);
-                    w->batch = batches[bi];
-                    w->threads = ti == 0 ? 1 : (int)threads;
+                    w->batch = a->batches[bi];
+                    w->threads = ti == 0 ? 1 : threads;
                 }
-    for (int rep = 0; rc == 0 && rep < repeat; rep++) {
+    return nrows;
+}
+
+/* The grid, then `repeat` rounds over it: a load that comes and goes on a shared machine then
+ * touches every row alike, and each row reports its median round. */
+static int run_rows(struct row *rows, int nrows, const struct bench_args *a,
+                    const struct nl_bench_sgemm *sg, struct nl_error *err)
+{
+    int rc = 0;
+
+    for (int rep = 0; rc == 0 && rep < a->repeat; rep++) {
         for (int i = 0; rc == 0 && i < nrows; i++) {
             struct row *w = &rows[i];
             if (interrupted) {
-                rc = nl_error_set(&err, NL_ECANCELED, "bench: interrupted");
+                rc = nl_error_set(err, NL_ECANCELED, "bench: interrupted");
                 break;
             }
             if (w->infer)
-                rc = nl_bench_infer(&w->runs[rep], w->m, w->d, w->batch, w->threads, (int)warmup,
-                                    (int)steps, &err);
+                rc = nl_bench_infer(&w->runs[rep], w->m, w->d, w->batch, w->threads, (int)a->warmup,
+                                    (int)a->steps, err);
             else
-                rc = nl_bench_train(&w->runs[rep], w->m, w->d, w->batch, w->threads, (int)warmup,
-                                    (int)steps, &err);
-            if (rc == 0 && repeat == 1 && !g.json)
-                print_row(w, &w->runs[0], &sg);
+                rc = nl_bench_train(&w->runs[rep], w->m, w->d, w->batch, w->threads, (int)a->warmup,
+                                    (int)a->steps, err);
+            if (rc == 0 && a->repeat == 1 && !g.json)
+                print_row(w, &w->runs[0], sg);
         }
     }
     for (int i = 0; rc == 0 && i < nrows; i++) {
         struct row *w = &rows[i];
-        w->r = median_run(w->runs, repeat);
-        if (repeat > 1 && !g.json)
-            print_row(w, &w->r, &sg);
+        w->r = median_run(w->runs, (int)a->repeat);
+        if (a->repeat > 1 && !g.json)
+            print_row(w, &w->r, sg);
     }
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    struct bench_args a;
+    struct nl_error err = {0};
+    int rc = parse_bench_args(argc, argv, &a);
+
+    if (rc != EXIT_OK)
+        return rc;
+    char cpu[256], source[4400] = "";
+    double load[2][3] = {{0}};
+    struct nl_dataset *d = NULL;
+    struct nl_bench_sgemm sg;
+    struct bench_model models[MAX_MODELS];
+    struct row rows[MAX_RESULTS];
+    int nrows, fashion = 0, max_batch = 0;
+
+    memset(models, 0, sizeof models);
+    for (int mi = 0; mi < a.nmodels; mi++) {
+        models[mi].name = a.names[mi];
+        fashion |= synthetic_side(a.names[mi]) == 0 && !text_model(a.names[mi]);
+    }
+    for (int bi = 0; bi < a.nbatches; bi++)
+        if (a.batches[bi] > max_batch)
+            max_batch = a.batches[bi];
+    cpu_model(cpu, sizeof cpu);
+    if (getloadavg(load[0], 3) < 0)
+        memset(load[0], 0, sizeof load[0]);
+    if (fashion)
+        rc = load_data(&d, a.dir, source, sizeof source, &err);
+    if (rc < 0)
+        return fail(&err);
+    for (int mi = 0; rc == 0 && mi < a.nmodels; mi++)
+        rc = build(&models[mi], d, max_batch, &err);
+    if (rc == 0)
+        rc = nl_bench_sgemm(&sg, SGEMM_SIZE, (int)a.threads, 0.3, &err);
+    if (rc < 0) {
+        free_models(models, a.nmodels);
+        nl_dataset_free(d);
+        return fail(&err);
+    }
+    a.threads = sg.threads; /* 0 became all cores */
+    if (!g.json)
+        print_header(&a, models, d, source, cpu, &sg, load[0]);
+    nrows = make_rows(rows, &a, models, (int)a.threads);
+    rc = run_rows(rows, nrows, &a, &sg, &err);
     if (getloadavg(load[1], 3) < 0)
         memset(load[1], 0, sizeof load[1]);
     if (rc == 0) {
         if (g.json) {
-            print_json(cpu, sg.cores, source, d, (int)steps, (int)warmup, (int)repeat, &sg, rows,
-                       nrows, (const double(*)[3])load);
+            print_json(cpu, sg.cores, source, d, (int)a.steps, (int)a.warmup, (int)a.repeat, &sg,
+                       rows, nrows, (const double(*)[3])load);
         } else {
             printf("\nOF_PEAK: achieved GFLOP/s of the conv and dense products over the sgemm rate "
                    "on as many threads.\npeak RSS of this process: %.0f MB; load average after: "
@@ -490,7 +538,7 @@ int cmd_bench(int argc, char **argv)
                    nl_peak_rss_mb(), load[1][0], load[1][1], load[1][2]);
         }
     }
-    free_models(models, nmodels);
+    free_models(models, a.nmodels);
     nl_dataset_free(d);
     return rc < 0 ? fail(&err) : EXIT_OK;
 }

@@ -61,7 +61,8 @@ static void import_warn(void *ud, const char *msg)
     warn_cb(NULL, msg);
 }
 
-int cmd_import(int argc, char **argv)
+/* import's options into io; EXIT_OK, or the usage error's exit status. */
+static int parse_import_opts(int argc, char **argv, struct nl_import_opts *io)
 {
     static const struct option opts[] = {
         {"val", required_argument, NULL, 'v'},
@@ -84,18 +85,10 @@ int cmd_import(int argc, char **argv)
         {"keep", required_argument, NULL, 'K'},
         {NULL, 0, NULL, 0},
     };
-    struct import_progress prog = {.tty = isatty(STDOUT_FILENO)};
-    struct import_warn wstate = {.progress = &prog};
-    struct nl_import_opts io = {.seed = 1,
-                                .warn = import_warn,
-                                .warn_ud = &wstate,
-                                .progress = import_progress,
-                                .progress_ud = &prog};
     struct nl_error err = {0};
-    struct nl_store *store;
     double f;
     long seed;
-    int c, rc;
+    int c;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -105,55 +98,55 @@ int cmd_import(int argc, char **argv)
                 return usage_error("import", "--%s %s: want a fraction in [0, 0.9]",
                                    c == 'v' ? "val" : "test", optarg);
             if (c == 'v')
-                io.val_fraction = (float)f;
+                io->val_fraction = (float)f;
             else
-                io.test_fraction = (float)f;
+                io->test_fraction = (float)f;
             break;
         case 's':
             if (!parse_int(optarg, 0, 0x7fffffffL, &seed))
                 return usage_error("import", "--seed %s: want a non-negative integer", optarg);
-            io.seed = (uint64_t)seed;
+            io->seed = (uint64_t)seed;
             break;
         case 'g':
         case 'r':
-            io.channels = c == 'g' ? 1 : 3;
+            io->channels = c == 'g' ? 1 : 3;
             break;
         case 'R': {
             struct nl_resize r;
             if (nl_resize_parse(&r, optarg, &err) < 0)
                 return usage_error("import", "--resize %s: %s", optarg, err.msg);
-            io.width = r.w;
-            io.height = r.h;
-            io.shorter = r.shorter;
-            io.crop_w = r.crop_w;
-            io.crop_h = r.crop_h;
+            io->width = r.w;
+            io->height = r.h;
+            io->shorter = r.shorter;
+            io->crop_w = r.crop_w;
+            io->crop_h = r.crop_h;
             break;
         }
         case 'N':
             if (strcmp(optarg, "dataset") == 0)
-                io.normalize = NL_NORM_DATASET;
+                io->normalize = NL_NORM_DATASET;
             else if (strcmp(optarg, "imagenet") == 0)
-                io.normalize = NL_NORM_IMAGENET;
+                io->normalize = NL_NORM_IMAGENET;
             else if (strcmp(optarg, "none") == 0)
-                io.normalize = NL_NORM_NONE;
+                io->normalize = NL_NORM_NONE;
             else
                 return usage_error("import", "--normalize %s: want dataset, imagenet or none",
                                    optarg);
             break;
         case 'l':
-            io.label = optarg;
+            io->label = optarg;
             break;
         case 'k':
-            io.skip_bad = 1;
+            io->skip_bad = 1;
             break;
         case 'y':
             if (strcmp(optarg, "regression") != 0 && strcmp(optarg, "classification") != 0)
                 return usage_error("import", "--task %s: want classification or regression",
                                    optarg);
-            io.regression = strcmp(optarg, "regression") == 0;
+            io->regression = strcmp(optarg, "regression") == 0;
             break;
         case 'C':
-            io.categorical = optarg;
+            io->categorical = optarg;
             break;
         case 'E': {
             long v;
@@ -166,10 +159,10 @@ int cmd_import(int argc, char **argv)
             if (nl_missing_parse(optarg) < 0)
                 return usage_error("import", "--missing %s: want error, drop, mean, median or mode",
                                    optarg);
-            io.missing = (enum nl_missing)nl_missing_parse(optarg);
+            io->missing = (enum nl_missing)nl_missing_parse(optarg);
             break;
         case 'x':
-            io.text = optarg;
+            io->text = optarg;
             break;
         case 'V':
         case 'L': {
@@ -178,24 +171,70 @@ int cmd_import(int argc, char **argv)
                 return usage_error("import", "--%s %s: want a positive integer",
                                    c == 'V' ? "vocab" : "max-len", optarg);
             if (c == 'V')
-                io.vocab = (int)v;
+                io->vocab = (int)v;
             else
-                io.max_len = (int)v;
+                io->max_len = (int)v;
             break;
         }
         case 'K':
             if (strcmp(optarg, "start") != 0 && strcmp(optarg, "end") != 0)
                 return usage_error("import", "--keep %s: want start or end", optarg);
-            io.keep_end = strcmp(optarg, "end") == 0;
+            io->keep_end = strcmp(optarg, "end") == 0;
             break;
         default:
             return option_error("import");
         }
     }
-    if (io.val_fraction + io.test_fraction >= 0.95f)
+    if (io->val_fraction + io->test_fraction >= 0.95f)
         return usage_error("import", "--val and --test leave nothing to train on");
     if (argc - optind < 2)
         return usage_error("import", "needs a NAME and a SOURCE");
+    return EXIT_OK;
+}
+
+/* The imported dataset d as a JSON line or a sentence; skipped files or rows were counted. */
+static void print_imported(const struct nl_dataset_info *d, int regression, unsigned skipped,
+                           double secs)
+{
+    if (g.json) {
+        printf("{\"event\":\"imported\",\"dataset\":");
+        json_str(stdout, d->name);
+        printf(",\"kind\":");
+        json_str(stdout, d->kind);
+        printf(",\"shape\":[%d,%d,%d],\"classes\":%d,\"train\":%u,\"val\":%u,\"test\":%u,"
+               "\"skipped\":%u,\"seconds\":",
+               d->shape.c, d->shape.h, d->shape.w, d->nclasses, d->count[NL_TRAIN],
+               d->count[NL_VAL], d->count[NL_TEST], skipped);
+        json_num(stdout, secs);
+        printf("}\n");
+    } else if (!g.quiet) {
+        char nb[512];
+        char what[32];
+        snprintf(what, sizeof what, regression ? "a regression target" : "%d classes", d->nclasses);
+        printf("imported '%s': %u train, %u val, %u test samples of %dx%dx%d, %s (%.1f s)\n",
+               nl_term_str(nb, sizeof nb, d->name), d->count[NL_TRAIN], d->count[NL_VAL],
+               d->count[NL_TEST], d->shape.c, d->shape.h, d->shape.w, what, secs);
+        if (skipped)
+            printf("skipped %u bad file%s or row%s (listed above)\n", skipped,
+                   skipped == 1 ? "" : "s", skipped == 1 ? "" : "s");
+    }
+}
+
+int cmd_import(int argc, char **argv)
+{
+    struct import_progress prog = {.tty = isatty(STDOUT_FILENO)};
+    struct import_warn wstate = {.progress = &prog};
+    struct nl_import_opts io = {.seed = 1,
+                                .warn = import_warn,
+                                .warn_ud = &wstate,
+                                .progress = import_progress,
+                                .progress_ud = &prog};
+    struct nl_error err = {0};
+    struct nl_store *store;
+    int rc = parse_import_opts(argc, argv, &io);
+
+    if (rc != EXIT_OK)
+        return rc;
     const char *name = argv[optind];
     if (open_store(&store, &err) < 0)
         return fail(&err);
@@ -218,34 +257,9 @@ int cmd_import(int argc, char **argv)
     nl_store_close(store);
     if (rc < 0)
         return fail(&err);
-    for (int i = 0; i < n; i++) {
-        const struct nl_dataset_info *d = &list[i];
-        if (strcmp(d->name, name) != 0)
-            continue;
-        if (g.json) {
-            printf("{\"event\":\"imported\",\"dataset\":");
-            json_str(stdout, d->name);
-            printf(",\"kind\":");
-            json_str(stdout, d->kind);
-            printf(",\"shape\":[%d,%d,%d],\"classes\":%d,\"train\":%u,\"val\":%u,\"test\":%u,"
-                   "\"skipped\":%u,\"seconds\":",
-                   d->shape.c, d->shape.h, d->shape.w, d->nclasses, d->count[NL_TRAIN],
-                   d->count[NL_VAL], d->count[NL_TEST], wstate.skipped);
-            json_num(stdout, secs);
-            printf("}\n");
-        } else if (!g.quiet) {
-            char nb[512];
-            char what[32];
-            snprintf(what, sizeof what, io.regression ? "a regression target" : "%d classes",
-                     d->nclasses);
-            printf("imported '%s': %u train, %u val, %u test samples of %dx%dx%d, %s (%.1f s)\n",
-                   nl_term_str(nb, sizeof nb, d->name), d->count[NL_TRAIN], d->count[NL_VAL],
-                   d->count[NL_TEST], d->shape.c, d->shape.h, d->shape.w, what, secs);
-            if (wstate.skipped)
-                printf("skipped %u bad file%s or row%s (listed above)\n", wstate.skipped,
-                       wstate.skipped == 1 ? "" : "s", wstate.skipped == 1 ? "" : "s");
-        }
-    }
+    for (int i = 0; i < n; i++)
+        if (strcmp(list[i].name, name) == 0)
+            print_imported(&list[i], io.regression, wstate.skipped, secs);
     nl_free(list);
     return EXIT_OK;
 }

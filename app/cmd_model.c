@@ -6,8 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../core/json.h"
 #include "cli.h"
+#include "core/formats/json.h"
 #include "nnlab-config.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"

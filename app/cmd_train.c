@@ -1171,7 +1171,17 @@ static int eval_regression(const struct nl_model *m, const struct nl_dataset *d,
     return 0;
 }
 
-int cmd_eval(int argc, char **argv)
+/* What eval was asked: a run, or a weights file with its --model and --data. */
+struct eval_args {
+    const char *what; /* RUN or FILE.safetensors */
+    const char *data, *model;
+    enum nl_split split;
+    long threads;
+    int from_file;
+};
+
+/* eval's options and argument into a; EXIT_OK, or the usage error's exit status. */
+static int parse_eval_args(int argc, char **argv, struct eval_args *a)
 {
     static const struct option opts[] = {
         {"data", required_argument, NULL, 'd'},
@@ -1180,28 +1190,25 @@ int cmd_eval(int argc, char **argv)
         {"threads", required_argument, NULL, 't'},
         {NULL, 0, NULL, 0},
     };
-    struct nl_error err = {0};
-    const char *data = NULL, *model = NULL;
-    enum nl_split split = NL_TEST;
-    long threads = 0;
     int c;
 
+    *a = (struct eval_args){.split = NL_TEST};
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'd') {
-            data = optarg;
+            a->data = optarg;
         } else if (c == 'M') {
-            model = optarg;
+            a->model = optarg;
         } else if (c == 'S') {
             int found = 0;
             for (int s = 0; s < NL_NSPLITS; s++)
                 if (strcmp(optarg, nl_split_names[s]) == 0) {
-                    split = (enum nl_split)s;
+                    a->split = (enum nl_split)s;
                     found = 1;
                 }
             if (!found)
                 return usage_error("eval", "--split %s: want test, val or train", optarg);
         } else if (c == 't') {
-            if (!parse_int(optarg, 1, 1024, &threads))
+            if (!parse_int(optarg, 1, 1024, &a->threads))
                 return usage_error("eval", "--threads %s: want a whole number from 1 to 1024",
                                    optarg);
         } else {
@@ -1210,93 +1217,124 @@ int cmd_eval(int argc, char **argv)
     }
     if (argc - optind != 1)
         return usage_error("eval", "needs one RUN or FILE.safetensors");
-    const char *what = argv[optind];
-    const size_t wl = strlen(what);
-    const int from_file = wl > 12 && strcmp(what + wl - 12, ".safetensors") == 0;
-    if (from_file && (!model || !data))
+    a->what = argv[optind];
+    const size_t wl = strlen(a->what);
+    a->from_file = wl > 12 && strcmp(a->what + wl - 12, ".safetensors") == 0;
+    if (a->from_file && (!a->model || !a->data))
         return usage_error("eval", "a weights file needs --model SPEC and --data NAME");
-    if (!from_file && model)
+    if (!a->from_file && a->model)
         return usage_error("eval", "--model goes with a FILE.safetensors, not a run");
+    return EXIT_OK;
+}
 
+/* The model and dataset eval measures: a weights file's on --data, or a run's (on --data when
+ * given). run is zeroed for a file. */
+static int eval_load(const struct eval_args *a, struct nl_run_info *run, struct nl_model **m,
+                     struct nl_dataset **d, struct nl_error *err)
+{
     struct nl_store *store;
-    struct nl_run_info run;
-    struct nl_model *m;
-    struct nl_dataset *d = NULL;
-    if (open_store_read(&store, &err) < 0)
-        return fail(&err);
     int rc;
-    if (from_file) {
-        memset(&run, 0, sizeof run);
-        m = NULL;
-        rc = nl_dataset_load(store, data, &d, &err);
+
+    *m = NULL;
+    *d = NULL;
+    rc = open_store_read(&store, err);
+    if (rc < 0)
+        return rc;
+    if (a->from_file) {
+        memset(run, 0, sizeof *run);
+        rc = nl_dataset_load(store, a->data, d, err);
         if (rc == 0)
-            rc = build_model(&m, model, NULL, d->shape, d->nclasses, d->nvocab, &err);
+            rc = build_model(m, a->model, NULL, (*d)->shape, (*d)->nclasses, (*d)->nvocab, err);
         if (rc == 0)
-            rc = nl_safetensors_load(m, what, 0, warn_cb, NULL, NULL, &err);
-        if (rc < 0 && d) {
-            nl_model_free(m);
-            nl_dataset_free(d);
+            rc = nl_safetensors_load(*m, a->what, 0, warn_cb, NULL, NULL, err);
+        if (rc < 0) {
+            nl_model_free(*m);
+            nl_dataset_free(*d);
+            *m = NULL;
+            *d = NULL;
         }
     } else {
-        rc = load_run(store, what, data, &run, &m, &d, &err);
+        rc = load_run(store, a->what, a->data, run, m, d, err);
         /* Evaluating a run on a dataset imported again since it trained (with a validation
          * split carved from what was its training data, say) is warned about. */
         char why[1024];
-        if (rc == 0 && strcmp(d->name, run.dataset) == 0 && split != NL_TRAIN &&
-            nl_run_data_replaced(store, &run, why, sizeof why, &err) == 1)
+        if (rc == 0 && strcmp((*d)->name, run->dataset) == 0 && a->split != NL_TRAIN &&
+            nl_run_data_replaced(store, run, why, sizeof why, err) == 1)
             warn_cb(NULL, why);
     }
     nl_store_close(store);
-    if (rc < 0)
+    return rc;
+}
+
+/* eval of a classification run as one JSON object: accuracy, loss, the per-class table and the
+ * confusion matrix. */
+static void print_eval_json(const struct nl_metrics *mt, const struct nl_dataset *d,
+                            enum nl_split split, const char *what, int from_file, double loss)
+{
+    printf(from_file ? "{\"weights\":" : "{\"run\":");
+    json_str(stdout, what);
+    printf(",\"dataset\":");
+    json_str(stdout, d->name);
+    printf(",\"split\":\"%s\",\"samples\":%u,\"accuracy\":", nl_split_names[split],
+           d->split[split].n);
+    json_num(stdout, mt->accuracy);
+    printf(",\"loss\":");
+    json_num(stdout, loss);
+    printf(",\"%s_accuracy\":", nl_split_names[split]);
+    json_num(stdout, mt->accuracy);
+    printf(",\"top5_accuracy\":");
+    json_num(stdout, mt->topk_accuracy);
+    printf(",\"classes\":[");
+    for (int k = 0; k < mt->nclasses; k++) {
+        printf("%s{\"label\":%d,\"class\":", k ? "," : "", k);
+        json_str(stdout, d->class_names[k]);
+        print_class_json(&mt->classes[k], 0);
+        printf("}");
+    }
+    printf("],\"macro\":{");
+    print_class_json(&mt->macro, 1);
+    printf("},\"weighted\":{");
+    print_class_json(&mt->weighted, 1);
+    printf("},\"confusion\":%s", mt->confusion ? "[" : "null");
+    for (int r = 0; mt->confusion && r < mt->nclasses; r++) {
+        printf("%s[", r ? "," : "");
+        for (int c = 0; c < mt->nclasses; c++)
+            printf("%s%ld", c ? "," : "", mt->confusion[(size_t)r * mt->nclasses + c]);
+        printf("]");
+    }
+    printf("%s}\n", mt->confusion ? "]" : "");
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    struct eval_args a;
+    struct nl_error err = {0};
+    struct nl_run_info run;
+    struct nl_model *m;
+    struct nl_dataset *d;
+    int rc = parse_eval_args(argc, argv, &a);
+
+    if (rc != EXIT_OK)
+        return rc;
+    if (eval_load(&a, &run, &m, &d, &err) < 0)
         return fail(&err);
-    double loss = NAN, acc = NAN;
+    const char *name = a.from_file ? a.what : run.name;
+    const enum nl_split split = a.split;
+    double loss = NAN;
     struct nl_metrics mt = {0};
-    const uint32_t n = d->split[split].n;
-    if (n == 0)
+    if (d->split[split].n == 0)
         rc = nl_error_set(&err, NL_EINVAL, "dataset '%s' has no %s split", d->name,
                           nl_split_names[split]);
     else if (d->regression)
-        rc = eval_regression(m, d, split, (int)threads, from_file ? what : run.name, from_file,
-                             &err);
+        rc = eval_regression(m, d, split, (int)a.threads, name, a.from_file, &err);
     else
-        rc = nl_evaluate_metrics(m, d, split, (int)threads, &loss, &mt, &err);
+        rc = nl_evaluate_metrics(m, d, split, (int)a.threads, &loss, &mt, &err);
     if (rc == 0 && !d->regression) {
-        acc = mt.accuracy;
         if (g.json) {
-            printf(from_file ? "{\"weights\":" : "{\"run\":");
-            json_str(stdout, from_file ? what : run.name);
-            printf(",\"dataset\":");
-            json_str(stdout, d->name);
-            printf(",\"split\":\"%s\",\"samples\":%u,\"accuracy\":", nl_split_names[split], n);
-            json_num(stdout, acc);
-            printf(",\"loss\":");
-            json_num(stdout, loss);
-            printf(",\"%s_accuracy\":", nl_split_names[split]);
-            json_num(stdout, acc);
-            printf(",\"top5_accuracy\":");
-            json_num(stdout, mt.topk_accuracy);
-            printf(",\"classes\":[");
-            for (int k = 0; k < mt.nclasses; k++) {
-                printf("%s{\"label\":%d,\"class\":", k ? "," : "", k);
-                json_str(stdout, d->class_names[k]);
-                print_class_json(&mt.classes[k], 0);
-                printf("}");
-            }
-            printf("],\"macro\":{");
-            print_class_json(&mt.macro, 1);
-            printf("},\"weighted\":{");
-            print_class_json(&mt.weighted, 1);
-            printf("},\"confusion\":%s", mt.confusion ? "[" : "null");
-            for (int r = 0; mt.confusion && r < mt.nclasses; r++) {
-                printf("%s[", r ? "," : "");
-                for (int c2 = 0; c2 < mt.nclasses; c2++)
-                    printf("%s%ld", c2 ? "," : "", mt.confusion[(size_t)r * mt.nclasses + c2]);
-                printf("]");
-            }
-            printf("%s}\n", mt.confusion ? "]" : "");
+            print_eval_json(&mt, d, split, name, a.from_file, loss);
         } else {
             printf("%s accuracy %.4f (loss %.4f) on %u samples of '%s'\n", nl_split_names[split],
-                   acc, loss, n, d->name);
+                   mt.accuracy, loss, d->split[split].n, d->name);
             printf("top-5 accuracy %.4f\n\n", mt.topk_accuracy);
             print_class_table(&mt, d);
         }
@@ -1411,7 +1449,20 @@ static int predict_csv_row(void *ud, long line, const float *x, double target)
 
 #define MAX_ROWS 1024
 
-int cmd_predict(int argc, char **argv)
+/* What predict was asked: a run and its inputs, images (argv[first..argc)), --text documents,
+ * or table rows (--row, --csv). */
+struct predict_args {
+    const char *run;
+    char **images;
+    int nimages;
+    const char *csv, *rows[MAX_ROWS], *texts[MAX_ROWS];
+    int nrows, ntexts;
+    int table; /* --csv or --row */
+    long top;
+};
+
+/* predict's options and arguments into a; EXIT_OK, or the usage error's exit status. */
+static int parse_predict_args(int argc, char **argv, struct predict_args *a)
 {
     static const struct option opts[] = {
         {"top", required_argument, NULL, 'k'},
@@ -1420,41 +1471,105 @@ int cmd_predict(int argc, char **argv)
         {"text", required_argument, NULL, 't'},
         {NULL, 0, NULL, 0},
     };
-    struct nl_error err = {0};
-    const char *csv = NULL, *rows[MAX_ROWS], *texts[MAX_ROWS];
-    int nrows = 0, ntexts = 0;
-    long top = 3;
     int c;
 
+    a->csv = NULL;
+    a->nrows = a->ntexts = 0;
+    a->top = 3;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'c') {
-            csv = optarg;
+            a->csv = optarg;
         } else if (c == 'r') {
-            if (nrows == MAX_ROWS)
+            if (a->nrows == MAX_ROWS)
                 return usage_error("predict", "at most %d --row options", MAX_ROWS);
-            rows[nrows++] = optarg;
+            a->rows[a->nrows++] = optarg;
         } else if (c == 't') {
-            if (ntexts == MAX_ROWS)
+            if (a->ntexts == MAX_ROWS)
                 return usage_error("predict", "at most %d --text options", MAX_ROWS);
-            texts[ntexts++] = optarg;
+            a->texts[a->ntexts++] = optarg;
         } else if (c == 'k') {
-            if (!parse_int(optarg, 1, 1000, &top))
+            if (!parse_int(optarg, 1, 1000, &a->top))
                 return usage_error("predict", "--top %s: want a whole number from 1 to 1000",
                                    optarg);
         } else {
             return option_error("predict");
         }
     }
-    const int table = csv || nrows > 0;
-    if (argc - optind < (table || ntexts ? 1 : 2))
+    a->table = a->csv || a->nrows > 0;
+    if (argc - optind < (a->table || a->ntexts ? 1 : 2))
         return usage_error("predict", "needs a RUN and at least one image (PNG or JPEG), "
                                       "--text TEXT for a text run, or --csv FILE or --row VALUES "
                                       "for a table (CSV) run");
-    if ((table || ntexts) && argc - optind > 1)
+    if ((a->table || a->ntexts) && argc - optind > 1)
         return usage_error("predict", "give images, --text, or --csv and --row, not two kinds");
-    if (table && ntexts)
+    if (a->table && a->ntexts)
         return usage_error("predict", "give --text, or --csv and --row, not both");
+    a->run = argv[optind];
+    a->images = argv + optind + 1;
+    a->nimages = argc - optind - 1;
+    return EXIT_OK;
+}
 
+/* Whether the inputs a gives suit what the run trained on: a table, text, or images. */
+static int predict_check_run(const struct predict_args *a, const struct nl_run_info *run,
+                             const struct nl_dataset *d, struct nl_error *err)
+{
+    if (!a->table && strcmp(d->kind, "csv") == 0)
+        return nl_error_set(err, NL_EINVAL,
+                            "run '%s' trained on a table (CSV): predict from --csv FILE or "
+                            "--row VALUES",
+                            run->name);
+    if (a->ntexts && !d->nvocab)
+        return nl_error_set(err, NL_EINVAL,
+                            "--text: run '%s' was trained on '%s', which is not a text dataset",
+                            run->name, run->dataset);
+    if (!a->ntexts && d->nvocab)
+        return nl_error_set(err, NL_EINVAL, "run '%s' classifies text: give --text TEXT",
+                            run->name);
+    return 0;
+}
+
+/* Every input of a through predict_one, into p->out; in holds one sample. */
+static int predict_inputs(const struct predict_args *a, struct predict_out *p, struct nl_table *tab,
+                          float *in, struct nl_error *err)
+{
+    int rc = 0;
+
+    for (int f = 0; rc == 0 && !a->table && f < a->nimages; f++) {
+        rc = nl_dataset_sample_from_image(p->d, a->images[f], in, err);
+        if (rc == 0)
+            predict_one(p, a->images[f], in, NAN);
+    }
+    p->text = 1;
+    for (int i = 0; rc == 0 && i < a->ntexts; i++) {
+        rc = nl_dataset_sample_from_text(p->d, a->texts[i], strlen(a->texts[i]), in, NULL, err);
+        if (rc < 0)
+            nl_error_prefix(err, "--text");
+        else
+            predict_one(p, a->texts[i], in, NAN);
+    }
+    p->text = 0;
+    for (int r = 0; rc == 0 && r < a->nrows; r++) {
+        double target;
+        char what[32];
+        snprintf(what, sizeof what, a->nrows > 1 ? "--row %d" : "--row", r + 1);
+        rc = nl_table_row_text(tab, a->rows[r], what, in, &target, err);
+        if (rc == 0)
+            predict_one(p, what, in, target);
+    }
+    if (rc == 0 && a->csv)
+        rc = nl_table_read_csv(tab, a->csv, predict_csv_row, p, err);
+    return rc;
+}
+
+int cmd_predict(int argc, char **argv)
+{
+    struct predict_args a;
+    struct nl_error err = {0};
+    int rc = parse_predict_args(argc, argv, &a);
+
+    if (rc != EXIT_OK)
+        return rc;
     struct nl_store *store;
     struct nl_run_info run;
     struct nl_model *m;
@@ -1462,25 +1577,15 @@ int cmd_predict(int argc, char **argv)
     struct nl_table *tab = NULL;
     if (open_store_read(&store, &err) < 0)
         return fail(&err);
-    int rc = load_run(store, argv[optind], NULL, &run, &m, &d, &err);
+    rc = load_run(store, a.run, NULL, &run, &m, &d, &err);
     nl_store_close(store);
     if (rc < 0)
         return fail(&err);
-    if (!table && strcmp(d->kind, "csv") == 0)
-        rc = nl_error_set(&err, NL_EINVAL,
-                          "run '%s' trained on a table (CSV): predict from --csv FILE or "
-                          "--row VALUES",
-                          run.name);
-    if (rc == 0 && ntexts && !d->nvocab)
-        rc = nl_error_set(&err, NL_EINVAL,
-                          "--text: run '%s' was trained on '%s', which is not a text dataset",
-                          run.name, run.dataset);
-    if (rc == 0 && !ntexts && d->nvocab)
-        rc = nl_error_set(&err, NL_EINVAL, "run '%s' classifies text: give --text TEXT", run.name);
-    if (rc == 0 && table)
+    rc = predict_check_run(&a, &run, d, &err);
+    if (rc == 0 && a.table)
         rc = nl_table_open(&tab, d, warn_cb, NULL, &err);
     struct predict_out p = {
-        .m = m, .d = d, .csv = csv, .top = (int)(top > m->nclasses ? m->nclasses : top)};
+        .m = m, .d = d, .csv = a.csv, .top = (int)(a.top > m->nclasses ? m->nclasses : a.top)};
     float *in = nl_alloc_floats(nl_shape_size(d->shape));
     p.probs = nl_alloc_floats((size_t)m->nclasses);
     p.rank = nl_calloc((size_t)m->nclasses, sizeof *p.rank);
@@ -1509,30 +1614,8 @@ int cmd_predict(int argc, char **argv)
         }
         fprintf(p.out, ",\"predictions\":[");
     }
-    for (int f = optind + 1; rc == 0 && !table && f < argc; f++) {
-        rc = nl_dataset_sample_from_image(d, argv[f], in, &err);
-        if (rc == 0)
-            predict_one(&p, argv[f], in, NAN);
-    }
-    p.text = 1;
-    for (int i = 0; rc == 0 && i < ntexts; i++) {
-        rc = nl_dataset_sample_from_text(d, texts[i], strlen(texts[i]), in, NULL, &err);
-        if (rc < 0)
-            nl_error_prefix(&err, "--text");
-        else
-            predict_one(&p, texts[i], in, NAN);
-    }
-    p.text = 0;
-    for (int r = 0; rc == 0 && r < nrows; r++) {
-        double target;
-        char what[32];
-        snprintf(what, sizeof what, nrows > 1 ? "--row %d" : "--row", r + 1);
-        rc = nl_table_row_text(tab, rows[r], what, in, &target, &err);
-        if (rc == 0)
-            predict_one(&p, what, in, target);
-    }
-    if (rc == 0 && csv)
-        rc = nl_table_read_csv(tab, csv, predict_csv_row, &p, &err);
+    if (rc == 0)
+        rc = predict_inputs(&a, &p, tab, in, &err);
     if (p.out != stdout) {
         fprintf(p.out, "]}\n");
         fclose(p.out);

@@ -81,7 +81,7 @@ static const struct command commands[] = {
      "train a model on a dataset",
      "      --data NAME       dataset to train on (see nnlab datasets)\n"
      "      --model SPEC      a shipped model (lenet, mlp, resnet8, mobilenet-tiny, resnet18,\n"
-     "                        mobilenet_v2) or a spec file\n"
+     "                        mobilenet_v2; embedbag, textcnn for text) or a spec file\n"
      "      --epochs N        epochs (default 10)\n"
      "      --batch B         global batch size (default 64)\n"
      "      --lr X            learning rate (default: sgd 0.05, adam and adamw 0.001,\n"
@@ -205,7 +205,11 @@ static const struct command commands[] = {
      NULL},
 #endif
     {"worker", cmd_worker, "[--bind ADDR] [--port-range A-B]",
-     "a cluster worker, started by a driver over SSH (not for people)", NULL, NULL},
+     "a cluster worker, started by a driver over SSH (not for people)",
+     "      --bind ADDR       listen on this numeric address (default: every address; the\n"
+     "                        other workers then use the one the driver reached)\n"
+     "      --port-range A-B  the ports to listen on (default: any)\n",
+     NULL},
     {"bench", cmd_bench, "[options]",
      "measure training and inference speed against this machine's sgemm rate",
      "      --steps N       timed steps per row (default 50)\n"

@@ -59,73 +59,82 @@ static void draw_bar(const struct nl_event *ev)
     fflush(stdout);
 }
 
+/* An epoch as one JSON line: its metrics and, for a cluster run, each worker's totals so far. */
+static void print_epoch_json(const struct nl_event *ev)
+{
+    printf("{\"event\":\"epoch\",\"epoch\":%d,\"train_loss\":", ev->epoch);
+    json_num(stdout, ev->loss);
+    printf(",\"train_accuracy\":");
+    json_num(stdout, ev->accuracy);
+    printf(",\"val_accuracy\":");
+    json_num(stdout, ev->val_accuracy);
+    if (ev->regression) {
+        /* R^2 where a classification run has accuracy, and the errors in target units. */
+        printf(",\"train_r2\":");
+        json_num(stdout, ev->accuracy);
+        printf(",\"train_mae\":");
+        json_num(stdout, ev->mae);
+        printf(",\"train_rmse\":");
+        json_num(stdout, ev->rmse);
+        printf(",\"val_r2\":");
+        json_num(stdout, ev->val_accuracy);
+        printf(",\"val_mae\":");
+        json_num(stdout, ev->val_mae);
+        printf(",\"val_rmse\":");
+        json_num(stdout, ev->val_rmse);
+    }
+    printf(",\"train_seconds\":");
+    json_num(stdout, ev->seconds);
+    printf(",\"images_per_second\":");
+    json_num(stdout, ev->images_per_second);
+    printf(",\"skipped_batches\":%ld", ev->skipped_batches);
+    if (ev->nworkers > 0) {
+        printf(",\"workers\":[");
+        for (int i = 0; i < ev->nworkers; i++) {
+            const struct nl_worker_metrics *w = &ev->workers[i];
+            printf("%s{\"host\":", i ? "," : "");
+            json_str(stdout, w->host);
+            printf(",\"samples\":%ld,\"loss\":", w->samples);
+            json_num(stdout, w->loss);
+            printf(",\"compute_seconds\":");
+            json_num(stdout, w->compute_seconds);
+            printf(",\"comm_seconds\":");
+            json_num(stdout, w->comm_seconds);
+            printf(",\"bytes_sent\":%llu}", w->bytes_sent);
+        }
+        printf("]");
+    }
+    printf("}\n");
+}
+
+/* An epoch as one line for people, over the progress bar on a terminal. */
+static void print_epoch_text(const struct nl_event *ev, int tty)
+{
+    if (tty)
+        fputs("\r\033[K", stdout);
+    if (ev->regression) {
+        printf("epoch %d/%d  loss %.4f  R2 %.4f  MAE %.4g  RMSE %.4g", ev->epoch, ev->epochs,
+               ev->loss, ev->accuracy, ev->mae, ev->rmse);
+        if (isfinite(ev->val_accuracy))
+            printf("  val_R2 %.4f  val_MAE %.4g  val_RMSE %.4g", ev->val_accuracy, ev->val_mae,
+                   ev->val_rmse);
+    } else {
+        printf("epoch %d/%d  loss %.4f  acc %.4f", ev->epoch, ev->epochs, ev->loss, ev->accuracy);
+        if (isfinite(ev->val_accuracy))
+            printf("  val_acc %.4f", ev->val_accuracy);
+    }
+    printf("  %.1f s  %.0f img/s", ev->seconds, ev->images_per_second);
+    if (ev->skipped_batches > 0)
+        printf("  skipped %ld batches", ev->skipped_batches);
+    printf("\n");
+}
+
 static void print_epoch(const struct nl_event *ev, int tty)
 {
-    if (g.json) {
-        printf("{\"event\":\"epoch\",\"epoch\":%d,\"train_loss\":", ev->epoch);
-        json_num(stdout, ev->loss);
-        printf(",\"train_accuracy\":");
-        json_num(stdout, ev->accuracy);
-        printf(",\"val_accuracy\":");
-        json_num(stdout, ev->val_accuracy);
-        if (ev->regression) {
-            /* R^2 where a classification run has accuracy, and the errors in target units. */
-            printf(",\"train_r2\":");
-            json_num(stdout, ev->accuracy);
-            printf(",\"train_mae\":");
-            json_num(stdout, ev->mae);
-            printf(",\"train_rmse\":");
-            json_num(stdout, ev->rmse);
-            printf(",\"val_r2\":");
-            json_num(stdout, ev->val_accuracy);
-            printf(",\"val_mae\":");
-            json_num(stdout, ev->val_mae);
-            printf(",\"val_rmse\":");
-            json_num(stdout, ev->val_rmse);
-        }
-        printf(",\"train_seconds\":");
-        json_num(stdout, ev->seconds);
-        printf(",\"images_per_second\":");
-        json_num(stdout, ev->images_per_second);
-        printf(",\"skipped_batches\":%ld", ev->skipped_batches);
-        if (ev->nworkers > 0) {
-            /* A cluster run: each worker's totals so far. */
-            printf(",\"workers\":[");
-            for (int i = 0; i < ev->nworkers; i++) {
-                const struct nl_worker_metrics *w = &ev->workers[i];
-                printf("%s{\"host\":", i ? "," : "");
-                json_str(stdout, w->host);
-                printf(",\"samples\":%ld,\"loss\":", w->samples);
-                json_num(stdout, w->loss);
-                printf(",\"compute_seconds\":");
-                json_num(stdout, w->compute_seconds);
-                printf(",\"comm_seconds\":");
-                json_num(stdout, w->comm_seconds);
-                printf(",\"bytes_sent\":%llu}", w->bytes_sent);
-            }
-            printf("]");
-        }
-        printf("}\n");
-    } else if (!g.quiet) {
-        if (tty)
-            fputs("\r\033[K", stdout);
-        if (ev->regression) {
-            printf("epoch %d/%d  loss %.4f  R2 %.4f  MAE %.4g  RMSE %.4g", ev->epoch, ev->epochs,
-                   ev->loss, ev->accuracy, ev->mae, ev->rmse);
-            if (isfinite(ev->val_accuracy))
-                printf("  val_R2 %.4f  val_MAE %.4g  val_RMSE %.4g", ev->val_accuracy, ev->val_mae,
-                       ev->val_rmse);
-        } else {
-            printf("epoch %d/%d  loss %.4f  acc %.4f", ev->epoch, ev->epochs, ev->loss,
-                   ev->accuracy);
-            if (isfinite(ev->val_accuracy))
-                printf("  val_acc %.4f", ev->val_accuracy);
-        }
-        printf("  %.1f s  %.0f img/s", ev->seconds, ev->images_per_second);
-        if (ev->skipped_batches > 0)
-            printf("  skipped %ld batches", ev->skipped_batches);
-        printf("\n");
-    }
+    if (g.json)
+        print_epoch_json(ev);
+    else if (!g.quiet)
+        print_epoch_text(ev, tty);
     fflush(stdout);
 }
 

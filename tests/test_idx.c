@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/store_internal.h"
+#include "core/store/store_internal.h"
 #include "idx_writer.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"

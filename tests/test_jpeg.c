@@ -21,8 +21,8 @@
 
 #include <jpeglib.h>
 
-#include "core/import_internal.h"
-#include "core/store_internal.h"
+#include "core/import/import_internal.h"
+#include "core/store/store_internal.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/store.h"

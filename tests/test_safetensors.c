@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/json.h"
+#include "core/formats/json.h"
 #include "nnlab/alloc.h"
 #include "nnlab/safetensors.h"
 #include "tap.h"

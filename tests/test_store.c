@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../core/json.h"
+#include "core/formats/json.h"
 #include "idx_writer.h"
 #include "nnlab_cli.h"
 #include "tap.h"

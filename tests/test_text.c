@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/json.h"
+#include "core/formats/json.h"
 #include "nnlab/text.h"
 #include "tap.h"
 

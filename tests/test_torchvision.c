@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/json.h"
+#include "core/formats/json.h"
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/rng.h"

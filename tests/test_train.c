@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/store_internal.h"
+#include "core/store/store_internal.h"
 #include "nnlab/alloc.h"
 #include "nnlab/bench.h"
 #include "nnlab/model.h"

@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../core/json.h"
+#include "core/formats/json.h"
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"

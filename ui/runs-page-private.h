@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../core/json.h"
+#include "core/formats/json.h"
 #include "nnlab/alloc.h"
 #include "nnlab/layer.h"
 #include "nnlab/metrics.h"

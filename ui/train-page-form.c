@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../core/json.h"
+#include "core/formats/json.h"
 #include "nnlab-config.h"
 #include "nnlab/alloc.h"
 #if NNLAB_HAVE_SSH

@@ -15,7 +15,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../core/json.h"
+#include "core/formats/json.h"
 #include "finetune.h"
 #include "nnlab-config.h"
 #include "nnlab/alloc.h"

@@ -3,7 +3,7 @@
  * must give a clean error or a dataset, never a crash or a leak. */
 #include <stdint.h>
 
-#include "core/import_internal.h"
+#include "core/import/import_internal.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -36,10 +36,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/formats/json.h"
+#include "core/store/store_internal.h"
 #include "import_internal.h"
-#include "json.h"
 #include "nnlab/alloc.h"
-#include "store_internal.h"
 
 #define MAX_SIDE   16384
 #define MAX_PIXELS (1u << 26)

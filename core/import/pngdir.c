@@ -20,8 +20,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/store/store_internal.h"
 #include "nnlab/alloc.h"
-#include "store_internal.h"
 
 #define MAX_CLASSES        65536
 #define MAX_SKIPPED_LISTED 20

@@ -14,7 +14,7 @@
 #include "nnlab/kernels.h"
 #include "nnlab/rng.h"
 #include "nnlab/trainer.h"
-#include "pool.h"
+#include "thread_pool.h"
 
 struct sgemm_run {
     struct nl_pool *pool;

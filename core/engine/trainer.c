@@ -34,7 +34,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/clock.h"
 #include "nnlab/rng.h"
-#include "pool.h"
+#include "thread_pool.h"
 
 #define EVAL_SHARD   128         /* samples per thread per forward pass when evaluating */
 #define EVAL_BYTES   (64u << 20) /* ... unless the training executors would then exceed this */

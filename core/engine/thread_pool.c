@@ -1,7 +1,7 @@
 /* The thread pool: persistent threads parked on a condition variable between runs; a run bumps a
  * generation counter and wakes them. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
-#include "pool.h"
+#include "thread_pool.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -76,9 +76,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "core/formats/json.h"
+#include "core/store/store_internal.h"
 #include "nnlab/alloc.h"
-#include "store_internal.h"
 
 #define MAX_RECORD        (1u << 20) /* bytes in one row */
 #define MAX_FIELDS        65536

@@ -3,7 +3,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include "json.h"
+#include "core/formats/json.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/model.h"

@@ -33,7 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "json.h"
+#include "core/formats/json.h"
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"

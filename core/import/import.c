@@ -22,10 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/store/store_internal.h"
 #include "nnlab/alloc.h"
 #include "nnlab/rng.h"
 #include "nnlab/text.h"
-#include "store_internal.h"
 
 enum { CHUNK_SAMPLES = 4096, CHUNK_BYTES = 32 << 20 };
 

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "json.h"
+#include "core/formats/json.h"
 #include "nnlab/alloc.h"
 #include "store_internal.h"
 

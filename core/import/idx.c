@@ -8,11 +8,11 @@
  * streamed from the file into INSERTs a chunk at a time. The validation split is chosen from the
  * train labels before the images are read, so every sample is written once with its final split
  * and the normalisation statistics are summed on the way. */
+#include "core/store/store_internal.h"
 #include "import_internal.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/rng.h"
-#include "store_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
