@@ -60,7 +60,7 @@ void json_str(FILE *f, const char *s);
 void json_num(FILE *f, double v);
 
 /* Training progress for people and scripts: a terminal progress bar, one line per epoch, or
- * JSON lines; what it shows is recorded by the run's session (core/session.c). */
+ * JSON lines; what it shows is recorded by the run's session (core/store/session.c). */
 struct progress {
     int tty;
     double last_draw;

@@ -2,8 +2,8 @@
  * all, beside this machine's OpenBLAS sgemm rate. The shipped image models run on Fashion-MNIST,
  * the text models (embedbag, textcnn) on synthetic documents; "resnet18-S" is torchvision's
  * ResNet-18 (the shipped data/models/resnet18) on synthetic 3xSxS images. The
- * measuring is in core/bench.c; this file finds the data, runs the grid and prints a table or one
- * JSON object. */
+ * measuring is in core/engine/bench.c; this file finds the data, runs the grid and prints a table
+ * or one JSON object. */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>

@@ -152,7 +152,7 @@ static int parse_import_opts(int argc, char **argv, struct nl_import_opts *io)
             long v;
             if (!parse_int(optarg, 1, 65536L, &v))
                 return usage_error("import", "--embed-levels %s: want a positive integer", optarg);
-            io.embed_levels = (int)v;
+            io->embed_levels = (int)v;
             break;
         }
         case 'M':

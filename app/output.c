@@ -1,6 +1,6 @@
 /* Output for people and for scripts: JSON escaping, and training progress as a terminal bar, one
  * plain line per epoch, or JSON lines. The store's record of it is the session's
- * (core/session.c). */
+ * (core/store/session.c). */
 #include <math.h>
 #include <string.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 /* Convolution lowering benchmark (meson benchmark, not a timed test): each lowering of
- * core/layers/conv.c and gconv.c on the shapes of the shipped CNNs and of ResNet-18, one forward
- * and one backward (input and weight gradients) of a shard of 16 images, the lowerings
+ * core/engine/layers/conv.c and gconv.c on the shapes of the shipped CNNs and of ResNet-18, one
+ * forward and one backward (input and weight gradients) of a shard of 16 images, the lowerings
  * alternating. Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), the fastest of
  * NNLAB_BENCH_REPEAT (default 7) rounds: a shared, loaded machine slows them far less than it
  * slows wall-clock figures. It prints, per shape, GFLOP/s of each lowering and which one setup

@@ -1,5 +1,5 @@
-/* Tests of the photo augmentations (core/augment.c): parsing and writing back, random resized
- * crop against a naive twin (two-dimensional bilinear sampling of the box torchvision's
+/* Tests of the photo augmentations (core/engine/augment.c): parsing and writing back, random
+ * resized crop against a naive twin (two-dimensional bilinear sampling of the box torchvision's
  * get_params draws), colour jitter's laws (brightness scales, contrast keeps the gray mean,
  * saturation leaves gray alone, all within the factor ranges), reproducibility by seed, the run
  * settings that carry the options, and the window's preview of augmented samples. */

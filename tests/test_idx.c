@@ -156,7 +156,7 @@ static long long count_rows(struct nl_store *s, const char *table)
     long long n = -1;
 
     if (strcmp(table, "samples") == 0) {
-        /* Every dataset's samples table (core/store.c), summed. */
+        /* Every dataset's samples table (core/store/store.c), summed. */
         long long sum = 0;
         if (sqlite3_prepare_v2(nl_store_sqlite(s),
                                "SELECT name FROM sqlite_master WHERE type = 'table' AND "

@@ -239,7 +239,7 @@ static void gradcheck_conv_as(enum nl_lowering lowering, int n, struct nl_shape 
     harness_free(&h);
 }
 
-/* Every case under both lowerings of core/layers/conv.c. */
+/* Every case under both lowerings of core/engine/layers/conv.c. */
 static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int kw, int sh, int sw,
                            int ph, int pw, int no_bias)
 {

@@ -1,6 +1,6 @@
-/* ONNX export (core/onnx.c, `nnlab export RUN FILE.onnx`): the files pass onnx.checker (full)
- * and strict shape inference of Debian's python3-onnx, and OpenCV's dnn module (python3-opencv)
- * runs them to the same top-1 class and probabilities within 1e-4 of nnlab's:
+/* ONNX export (core/formats/onnx.c, `nnlab export RUN FILE.onnx`): the files pass onnx.checker
+ * (full) and strict shape inference of Debian's python3-onnx, and OpenCV's dnn module
+ * (python3-opencv) runs them to the same top-1 class and probabilities within 1e-4 of nnlab's:
  *   - lenet, resnet8, mobilenet-tiny, resnet18 and mobilenet_v2, each trained one epoch on a
  *     small RGB PNG tree (3 classes, 32x32) through the command line, exported, and compared with
  *     `nnlab predict` on every image of the tree (tests/onnx_check.py images);

@@ -1,6 +1,6 @@
-/* Sequence layers (core/layers/seq.c) and the tokenizer of text datasets: each layer's gradients
- * against finite differences, through small models built from specs on token ids with padding;
- * padding that gives nothing and gets no gradient; conv1d against direct loops; words,
+/* Sequence layers (core/engine/layers/seq.c) and the tokenizer of text datasets: each layer's
+ * gradients against finite differences, through small models built from specs on token ids with
+ * padding; padding that gives nothing and gets no gradient; conv1d against direct loops; words,
  * lower-casing and invalid UTF-8. */
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,7 @@
-/* Tests of the model spec parser (core/spec.c): the shipped models, every kind and key, wiring
- * with in=, automatic names, comments and line ends, one check per kind of mistake (code, the
- * "ORIGIN:LINE:" prefix and the offending word), unknown-key warnings, and loading from disk. */
+/* Tests of the model spec parser (core/engine/spec.c): the shipped models, every kind and key,
+ * wiring with in=, automatic names, comments and line ends, one check per kind of mistake (code,
+ * the "ORIGIN:LINE:" prefix and the offending word), unknown-key warnings, and loading from disk.
+ */
 #include "nnlab/alloc.h"
 #include "nnlab/spec.h"
 
@@ -193,7 +194,7 @@ static void test_every_key(void)
     nl_spec_free(s);
 }
 
-/* A kind that reads several inputs, if core/layer.c has one that takes no arguments. */
+/* A kind that reads several inputs, if core/engine/layer.c has one that takes no arguments. */
 static void test_multiple_inputs(void)
 {
     static const char *const with_args[] = {"conv", "dense", "maxpool", "avgpool", "dropout"};

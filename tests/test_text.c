@@ -1,7 +1,7 @@
-/* The one JSON string writer and the terminal escaper (core/text.c): every output of hostile
- * strings (control characters, ESC sequences, C1 controls, invalid and overlong UTF-8, surrogates)
- * parses back as JSON to the expected text, and terminal output holds no control byte; the
- * naive twins below say byte by byte what the rule is. */
+/* The one JSON string writer and the terminal escaper (core/formats/text.c): every output of
+ * hostile strings (control characters, ESC sequences, C1 controls, invalid and overlong UTF-8,
+ * surrogates) parses back as JSON to the expected text, and terminal output holds no control byte;
+ * the naive twins below say byte by byte what the rule is. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -74,7 +74,7 @@ static void job_free(struct train_job *j)
 
 /* ---- The training thread ---- */
 
-/* The display of the session's events (core/session.c records them): the charts' feed, and
+/* The display of the session's events (core/store/session.c records them): the charts' feed, and
  * one-off messages to the main loop. */
 static int on_event(void *ud, const struct nl_event *ev)
 {

@@ -10,7 +10,7 @@ import sys
 
 out, specs = sys.argv[1], sorted(sys.argv[2:], key=os.path.basename)
 with open(out, "w", encoding="utf-8") as f:
-    f.write("/* Generated from data/models by core/embed_models.py; do not edit. */\n")
+    f.write("/* Generated from data/models by core/engine/embed_models.py; do not edit. */\n")
     f.write("#include <stddef.h>\n\n")
     for i, path in enumerate(specs):
         with open(path, "rb") as s:

@@ -1,4 +1,4 @@
-/* Cached frozen features; the scheme and the file format are in core/feature_cache.h. */
+/* Cached frozen features; the scheme and the file format are in core/engine/feature_cache.h. */
 #define _GNU_SOURCE
 #include "feature_cache.h"
 

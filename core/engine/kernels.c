@@ -844,7 +844,7 @@ void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *r
     }
 }
 
-/* As core/layers/seq.c reads a token: an id outside [0, vocab), or not whole, is 1. */
+/* As core/engine/layers/seq.c reads a token: an id outside [0, vocab), or not whole, is 1. */
 static int token_row(float v, int vocab)
 {
     int id = (int)v;

@@ -1,5 +1,6 @@
 /* The table of layer kinds, and the checks and messages that every kind's setup shares. A new
- * kind is one file in core/layers/, one line in core/layers/layers.h and one row below. */
+ * kind is one file in core/engine/layers/, one line in core/engine/layers/layers.h and one row
+ * below. */
 #include "nnlab/layer.h"
 
 #include <limits.h>

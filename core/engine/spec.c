@@ -34,13 +34,11 @@
  *     maxpool1d K             keys: stride= pad= in=
  *     lstm UNITS, gru UNITS   recurrent layers over a sequence; key: states=last|all (default
  *                             last: the final hidden state; all: every step's, UNITS x 1 x L) in=
- *     embed-columns DIM       a table's embedded categorical columns (core/csv.c): each of the
- *                             last K inputs, a row id, becomes DIM learned floats; keys:
- *                             columns=K vocab=R (the rows; both from nnlab show) init= in=
- *     globalavgpool1d, globalmaxpool1d  over a sequence's steps; in=x,input leaves out the steps
- *                             whose token is padding
- *     relu, relu6, tanh, sigmoid, flatten, gelu, softmax, globalavgpool, and any other kind of
- *     core/layer.c: no arguments; key: in=
+ *     embed-columns DIM       a table's embedded categorical columns (core/import/csv.c): each of
+ * the last K inputs, a row id, becomes DIM learned floats; keys: columns=K vocab=R (the rows; both
+ * from nnlab show) init= in= globalavgpool1d, globalmaxpool1d  over a sequence's steps; in=x,input
+ * leaves out the steps whose token is padding relu, relu6, tanh, sigmoid, flatten, gelu, softmax,
+ * globalavgpool, and any other kind of core/engine/layer.c: no arguments; key: in=
  *
  * Numbers are decimal digits, at most NUM_MAX. Strides are >= 1; pads >= 0; 0 in a layer's
  * sh/sw means the kind's default stride (conv 1, pools the window).
@@ -72,7 +70,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Written by core/embed_models.py: {name, text} rows, ending with {NULL, NULL}. */
+/* Written by core/engine/embed_models.py: {name, text} rows, ending with {NULL, NULL}. */
 extern const char *const nl_shipped_models[][2];
 
 #define NUM_MAX      (1 << 24)  /* largest count, window, stride or pad a spec may give */
@@ -106,8 +104,8 @@ static const struct {
 
 enum args { ARGS_NONE, ARGS_CONV, ARGS_DENSE, ARGS_POOL, ARGS_DROPOUT, ARGS_SLOPE };
 
-/* What a kind's line looks like. A kind of core/layer.c that is not listed takes no positional
- * arguments and only in=. */
+/* What a kind's line looks like. A kind of core/engine/layer.c that is not listed takes no
+ * positional arguments and only in=. */
 struct syntax {
     const char *kind;
     enum args args;

@@ -74,7 +74,8 @@ struct ctx {
     int threads, max_n;
     struct worker *w;
 
-    /* The frozen-feature cache (core/feature_cache.h) and what the current epoch does with it. */
+    /* The frozen-feature cache (core/engine/feature_cache.h) and what the current epoch does with
+     * it. */
     struct nl_features feat;
     enum { FEAT_OFF, FEAT_FILL, FEAT_USE } feat_mode;
 

@@ -14,8 +14,9 @@
  * order, other labels classes in sorted order, their text kept as the class names. Regression
  * (--task regression): the target column must hold numbers; the dataset has one "class", named
  * after the target column, and each sample's samples.label holds the IEEE-754 bits of its float32
- * target as a signed 32-bit integer (core/dataset.c turns them back into floats and standardises
- * them with the train split's target mean and std, recorded in the preprocessing record).
+ * target as a signed 32-bit integer (core/store/dataset.c turns them back into floats and
+ * standardises them with the train split's target mean and std, recorded in the preprocessing
+ * record).
  *
  * Feature columns. A column is categorical when --categorical names it or when its first
  * non-empty value is not a number; otherwise it is numeric, and a later non-number in it is an
@@ -39,8 +40,8 @@
  * column says "embedded": true and "row", its block's first row. Row ids are integers held as
  * floats (exact below 2^24 rows) and are never standardised: nl_dataset_load gives those inputs
  * mean 0 and std 1 whatever the import's statistics of the ids were. The table lives in the
- * model: an `embed-columns DIM columns=K vocab=R` layer (core/layers/seq.c) first in the spec,
- * with K and R from `nnlab show`, maps each id to DIM learned floats after the other inputs;
+ * model: an `embed-columns DIM columns=K vocab=R` layer (core/engine/layers/seq.c) first in the
+ * spec, with K and R from `nnlab show`, maps each id to DIM learned floats after the other inputs;
  * its weight [R, DIM] is in the flat parameter vector like any layer's, so it trains locally
  * and on a cluster alike and exports to safetensors as LAYER.weight (it has no ONNX form). The
  * layer's configuration is in the spec's text, which travels with a run to every worker and is
@@ -87,7 +88,7 @@
 #define PROGRESS_ROWS     1024
 #define NL_CSV_ONEHOT_MAX 16 /* one-hot slots of a categorical column, "other" aside */
 
-/* ---- The CSV reader (import_internal.h), shared with core/textdata.c ---- */
+/* ---- The CSV reader (import_internal.h), shared with core/import/textdata.c ---- */
 
 static int put_char(struct nl_csv *c, char ch, struct nl_error *err)
 {

@@ -7,7 +7,7 @@
  * samples are scaled to 8 bits, and transparency is composed onto black, the background of
  * MNIST-style data (a transparent pixel reads as 0). Values are used as stored: no gamma
  * correction. Colour becomes luminance, 0.299 R + 0.587 G + 0.114 B rounded, for 1-channel
- * datasets, and gray is replicated for 3-channel ones. JPEG: see core/jpeg.c.
+ * datasets, and gray is replicated for 3-channel ones. JPEG: see core/import/jpeg.c.
  *
  * Geometry (the --resize modes, struct nl_resize): the image is first resized, to a fixed size
  * (stretch:WxH) or so that its shorter side is S keeping the aspect (shorter:S; the longer side

@@ -1,8 +1,8 @@
 /* The import side that every reader shares: choosing the reader by the source, the streaming
  * writer (statistics summed on the way, classes and preprocessing record at the end), and the
- * seeded stratified split. See core/import_internal.h.
+ * seeded stratified split. See core/import/import_internal.h.
  *
- * The writer stages the dataset under a name nobody can give (core/store.c) and commits every
+ * The writer stages the dataset under a name nobody can give (core/store/store.c) and commits every
  * CHUNK_SAMPLES samples or CHUNK_BYTES bytes, so the write lock is never held for long and a
  * training or a listing beside a long import does not wait for it; the last transaction renames
  * the staged dataset to its name, so people see all of it or nothing. An import that fails or is
@@ -120,7 +120,7 @@ static int chunk_begin(struct nl_writer *w, struct nl_error *err)
 }
 
 /* Commits a chunk and, unless it is the last, leaves the write lock free for a moment: a
- * training waiting to record an epoch (polling every 2 ms, core/store.c) takes it then. */
+ * training waiting to record an epoch (polling every 2 ms, core/store/store.c) takes it then. */
 static int chunk_commit(struct nl_writer *w, int last, struct nl_error *err)
 {
     struct timespec pause = {0, 10 * 1000000L};

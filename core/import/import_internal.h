@@ -35,14 +35,14 @@ int nl_writer_begin(struct nl_writer **out, struct nl_store *s, const struct nl_
 int nl_writer_add(struct nl_writer *w, enum nl_split split, int label, const void *data,
                   struct nl_error *err);
 
-/* A regression sample: its float32 target's bits are stored as the label (see core/csv.c); it
- * counts as class 0 of the train split. */
+/* A regression sample: its float32 target's bits are stored as the label (see core/import/csv.c);
+ * it counts as class 0 of the train split. */
 int nl_writer_add_target(struct nl_writer *w, enum nl_split split, float target, const void *data,
                          struct nl_error *err);
 
 uint32_t nl_writer_count(const struct nl_writer *w, enum nl_split split);
 
-/* Text datasets: one row of the vocabulary (the vocab table of core/store.c), staged with the
+/* Text datasets: one row of the vocabulary (the vocab table of core/store/store.c), staged with the
  * samples. */
 int nl_writer_add_word(struct nl_writer *w, int id, const char *word, int64_t count,
                        struct nl_error *err);
@@ -90,7 +90,7 @@ int nl_open_regular(const char *path, struct nl_error *err);
 /* The source column: the paths as absolute paths where they resolve, comma-separated. */
 void nl_import_describe_source(const char *const *paths, int npaths, char *out, size_t size);
 
-/* The CSV/TSV reader (core/csv.c) behind both CSV importers and predict's rows. Fields are
+/* The CSV/TSV reader (core/import/csv.c) behind both CSV importers and predict's rows. Fields are
  * separated by sep (a comma, a semicolon or a tab) and may be quoted ("a, b", "say ""hi""");
  * quoted fields may hold line breaks; a line ends with LF, CRLF or CR; blank lines are skipped. A
  * row is at most max_record bytes (0: 1 MiB) and 65536 fields; a NUL byte is refused with FILE:LINE
@@ -131,15 +131,15 @@ int nl_import_image_dir(struct nl_store *s, const char *name, const char *dir,
                         const struct nl_import_opts *opts, struct nl_error *err);
 int nl_import_csv(struct nl_store *s, const char *name, const char *path,
                   const struct nl_import_opts *opts, struct nl_error *err);
-/* Text (core/textdata.c): a folder of class folders of .txt files, or a CSV/TSV file with a text
- * column (opts->text). nl_text_dir_probe says whether a folder looks like the first. */
+/* Text (core/import/textdata.c): a folder of class folders of .txt files, or a CSV/TSV file with a
+ * text column (opts->text). nl_text_dir_probe says whether a folder looks like the first. */
 int nl_import_text_dir(struct nl_store *s, const char *name, const char *dir,
                        const struct nl_import_opts *opts, struct nl_error *err);
 int nl_import_text_csv(struct nl_store *s, const char *name, const char *path,
                        const struct nl_import_opts *opts, struct nl_error *err);
 int nl_text_dir_probe(const char *dir);
 
-/* Image files (core/image.c, core/jpeg.c). */
+/* Image files (core/import/image.c, core/import/jpeg.c). */
 enum nl_image_format { NL_IMAGE_PNG = 1, NL_IMAGE_JPEG = 2 };
 
 struct nl_image_info {
@@ -160,8 +160,8 @@ int nl_image_probe(const char *path, struct nl_image_info *info, struct nl_error
 
 /* The image at path as out (channels, out_h, out_w) of 8-bit values: decoded, converted to
  * channels (1 or 3), oriented, resized by r (NULL or all zero: stretched to out_h x out_w) and
- * cropped to out_h x out_w, as core/image.c describes. *dct_denom (may be NULL) is the JPEG DCT
- * reduction used (1, 2, 4 or 8). */
+ * cropped to out_h x out_w, as core/import/image.c describes. *dct_denom (may be NULL) is the JPEG
+ * DCT reduction used (1, 2, 4 or 8). */
 int nl_image_read(const char *path, int channels, const struct nl_resize *r, int out_h, int out_w,
                   uint8_t *out, int *dct_denom, struct nl_error *err);
 
@@ -173,7 +173,7 @@ void nl_resize_size(const struct nl_resize *r, uint32_t iw, uint32_t ih, int *w,
  * Reads only the signature and the IHDR chunk. */
 int nl_png_probe(const char *path, uint32_t *w, uint32_t *h, int *color, struct nl_error *err);
 
-/* JPEG (core/jpeg.c): open reads the header (size after orientation, colour, orientation);
+/* JPEG (core/import/jpeg.c): open reads the header (size after orientation, colour, orientation);
  * decode reads the pixels at 1/denom scale (1, 2, 4, 8) into img->px (planes of channels, after
  * orientation), which the caller frees; close accepts NULL. */
 struct nl_jpeg;

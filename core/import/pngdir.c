@@ -6,9 +6,9 @@
  * import is reproducible. Files whose names start with '.' are ignored. The import runs in two
  * passes over the file list: the first reads only each file's header, to find the most common
  * size and channel kind (the defaults) and to reject files that are neither PNG nor JPEG early;
- * the second decodes each file (core/image.c, core/jpeg.c), converts, orients, resizes and crops
- * it (--resize), and streams it into the store through the import writer. Only the list of paths is
- * held in memory; each image is freed after it is stored. */
+ * the second decodes each file (core/import/image.c, core/import/jpeg.c), converts, orients,
+ * resizes and crops it (--resize), and streams it into the store through the import writer. Only
+ * the list of paths is held in memory; each image is freed after it is stored. */
 #include "import_internal.h"
 
 #include <dirent.h>

@@ -19,8 +19,8 @@
  *
  * Vocabulary. Words are counted over the train split only; the --vocab K most frequent (ties in
  * byte order) get ids 2 .. K+1 by falling count; id 0 is padding and id 1 every other word (see
- * the vocab table in core/store.c). Coverage, stored in the preprocessing record, is the share of
- * the train split's words that are in the vocabulary.
+ * the vocab table in core/store/store.c). Coverage, stored in the preprocessing record, is the
+ * share of the train split's words that are in the vocabulary.
  *
  * Samples. A document becomes L = --max-len token ids, its words first and padding after; a
  * longer document keeps its first L words, or its last L with --keep end. Ids are stored as
@@ -33,14 +33,14 @@
  * left out with a warning. Files of other names, and loose files beside the class folders
  * (IMDB's urls_pos.txt, labeledBow.feat), are ignored.
  * A CSV file (separator: the most frequent of comma, semicolon and tab in the first line; a
- * .tsv file is tab-separated) has quoted fields as core/csv.c reads them; --text names the text
- * column and --label the label column (default: the last column that is not the text), by
+ * .tsv file is tab-separated) has quoted fields as core/import/csv.c reads them; --text names the
+ * text column and --label the label column (default: the last column that is not the text), by
  * header name or 1-based index; the first row is a header when either is given by name. Labels
  * that are all integers become classes in numeric order, others in byte order.
  *
  * Both importers read their source twice: the first pass checks every document and counts the
  * train words (memory: the distinct words), the second writes the samples through the staged
- * writer of core/import.c, so the import is one atomic publish and memory does not grow with
+ * writer of core/import/import.c, so the import is one atomic publish and memory does not grow with
  * the number of documents. */
 #include <dirent.h>
 #include <errno.h>

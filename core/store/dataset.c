@@ -129,7 +129,7 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
     return 0;
 }
 
-/* Its row and its samples table go in one transaction (a DROP TABLE: see core/store.c). */
+/* Its row and its samples table go in one transaction (a DROP TABLE: see core/store/store.c). */
 int nl_dataset_remove(struct nl_store *s, const char *name, struct nl_error *err)
 {
     const char *db = nl_store_path(s);
@@ -407,7 +407,7 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
 }
 
 /* A regression dataset's task and target statistics, from its preprocessing record; a table's
- * embedded columns, whose inputs are row ids (core/csv.c) that no standardisation may touch:
+ * embedded columns, whose inputs are row ids (core/import/csv.c) that no standardisation may touch:
  * their mean is 0 and their std 1, whatever the import's statistics of the ids were. */
 static int load_task(struct nl_dataset *d, struct nl_error *err)
 {

@@ -12,7 +12,7 @@
  *   skipped_batches (over the run so far), loss ("default", "xent", "mse", "mae" or
  *   "huber"); also beta1, beta2, eps and alpha, the optimizer's.
  * Every member but input, classes, frozen, cluster and skipped_batches is a row of the table of
- * settings (nl_settings, core/settings.c), which also writes them for cluster workers.
+ * settings (nl_settings, core/store/settings.c), which also writes them for cluster workers.
  * Floats are written with 9 significant digits, which give the same float back; a reader takes
  * a missing key as its default, so older runs still resume. nl_run_model reads input, classes
  * and frozen; nl_run_settings_parse the rest.

@@ -1,4 +1,4 @@
-/* Runs, epochs and checkpoints in the store (tables defined in core/store.c).
+/* Runs, epochs and checkpoints in the store (tables defined in core/store/store.c).
  *
  * Checkpoint blobs: params is the flat parameter vector as float32 in the machine's byte order
  * (little-endian on every platform nnlab runs on), its length checked against the model on load;

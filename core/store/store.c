@@ -89,8 +89,8 @@ enum { BUSY_SLEEP_MS = 2 };
     "    PRIMARY KEY (run, step, worker)\n"                                                        \
     ") WITHOUT ROWID;\n"
 
-/* The process training a run (version 4; see core/runs.c): its host, pid and start (clock ticks
- * after boot, from /proc/PID/stat), NULL when none; the time its owner last said it lives. */
+/* The process training a run (version 4; see core/store/runs.c): its host, pid and start (clock
+ * ticks after boot, from /proc/PID/stat), NULL when none; the time its owner last said it lives. */
 /* Regression runs (version 5; see include/nnlab/trainer.h): a run's task, and the MAE and RMSE
  * beside the accuracy columns, which hold R^2 for a regression run. */
 static const char regression_sql[] =
@@ -109,10 +109,11 @@ static const char run_owner_sql[] = "ALTER TABLE runs ADD COLUMN owner_host TEXT
                                     "ALTER TABLE runs ADD COLUMN owner_start INTEGER;\n"
                                     "ALTER TABLE runs ADD COLUMN heartbeat TEXT;\n";
 
-/* Text datasets: the vocabulary (version 6; see core/textdata.c). Token ids are the ids here:
- * 0 is padding ("<pad>", count 0), 1 stands for every word left out of the vocabulary ("<unk>",
- * count: the train split's occurrences of those words), 2.. the --vocab K most frequent words of
- * the train split by falling count (ties in byte order of the word), count their occurrences. */
+/* Text datasets: the vocabulary (version 6; see core/import/textdata.c). Token ids are the ids
+ * here: 0 is padding ("<pad>", count 0), 1 stands for every word left out of the vocabulary
+ * ("<unk>", count: the train split's occurrences of those words), 2.. the --vocab K most frequent
+ * words of the train split by falling count (ties in byte order of the word), count their
+ * occurrences. */
 #define VOCAB_SQL                                                                                  \
     "CREATE TABLE vocab (\n"                                                                       \
     "    dataset INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,\n"                    \

@@ -17,7 +17,7 @@
  * a minute is only reached when something is wrong. */
 #define NL_STORE_BUSY_MS 60000
 
-/* The name under which this process stages an import of dataset name (see core/store.c):
+/* The name under which this process stages an import of dataset name (see core/store/store.c):
  * "\x1fimport HOST PID NAME". 0, or -1 when buf is too small. */
 int nl_store_staging_name(char *buf, size_t size, const char *name);
 
@@ -26,7 +26,7 @@ int nl_store_staging_name(char *buf, size_t size, const char *name);
 int nl_store_preparef(struct nl_store *s, sqlite3_stmt **st, struct nl_error *err, const char *fmt,
                       ...) __attribute__((format(printf, 4, 5)));
 
-/* Creates dataset id's samples table, samples_ID (see core/store.c), inside the caller's
+/* Creates dataset id's samples table, samples_ID (see core/store/store.c), inside the caller's
  * transaction. */
 int nl_store_create_samples(struct nl_store *s, sqlite3_int64 id, struct nl_error *err);
 
@@ -55,7 +55,7 @@ int nl_store_commit(struct nl_store *s, struct nl_error *err);
 void nl_store_rollback(struct nl_store *s);
 
 /* Checks a name a person gives to a dataset or run: 1 to 100 bytes of valid UTF-8 (the one rule
- * for names, core/text.c), no control characters, no '/', no leading '-' and no leading or
+ * for names, core/formats/text.c), no control characters, no '/', no leading '-' and no leading or
  * trailing space. what is "dataset", "run"... */
 int nl_store_check_name(const char *what, const char *name, struct nl_error *err);
 

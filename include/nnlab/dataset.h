@@ -71,7 +71,7 @@ struct nl_dataset_info {
 enum nl_normalize { NL_NORM_DATASET = 0, NL_NORM_IMAGENET = 1, NL_NORM_NONE = 2 };
 
 /* The geometry of image import (--resize): resize by a stretch to w x h or by the shorter side,
- * then optionally cut the centre; see core/image.c. All zero: none. */
+ * then optionally cut the centre; see core/import/image.c. All zero: none. */
 struct nl_resize {
     int w, h;           /* stretch:WxH */
     int shorter;        /* shorter:S */
@@ -113,7 +113,7 @@ struct nl_import_opts {
      * columns holding a non-number are categorical anyway. NULL: none named. */
     const char *categorical;
     /* CSV: a categorical column with more train levels than this becomes one input, its level's
-     * row id, for an embed-columns layer (see core/csv.c); 0: never (one-hot slots and an
+     * row id, for an embed-columns layer (see core/import/csv.c); 0: never (one-hot slots and an
      * "other" slot, whatever the level count). */
     int embed_levels;
     enum nl_missing missing; /* CSV: what an empty field does */
@@ -200,8 +200,8 @@ struct nl_table_column {
     int embedded;           /* categorical: one input, a row id for embed-columns */
     int row;                /* embedded: its first row (the unknown level's) in the table */
 };
-/* The dataset's embedded columns (core/csv.c): *columns inputs from *first, ids into a table of
- * *rows rows (an embed-columns layer's columns= and vocab=). 0 when it has none. */
+/* The dataset's embedded columns (core/import/csv.c): *columns inputs from *first, ids into a table
+ * of *rows rows (an embed-columns layer's columns= and vocab=). 0 when it has none. */
 int nl_table_embedded(const struct nl_table *t, int *first, int *columns, int *rows);
 int nl_table_columns(const struct nl_table *t);
 void nl_table_column(const struct nl_table *t, int col, struct nl_table_column *out);
@@ -217,8 +217,8 @@ int nl_table_read_csv(struct nl_table *t, const char *path,
                       int (*fn)(void *ud, long line, const float *x, double target), void *ud,
                       struct nl_error *err);
 /* Text datasets: text (len bytes of UTF-8) as one sample x (1, 1, L) of d's token ids, split
- * into words, lower-cased and looked up as the import did (core/textdata.c); *unknown (may be
- * NULL) receives the number of its words outside the vocabulary. Errors for invalid UTF-8 name
+ * into words, lower-cased and looked up as the import did (core/import/textdata.c); *unknown (may
+ * be NULL) receives the number of its words outside the vocabulary. Errors for invalid UTF-8 name
  * the byte. */
 int nl_dataset_sample_from_text(const struct nl_dataset *d, const char *text, size_t len, float *x,
                                 int *unknown, struct nl_error *err);

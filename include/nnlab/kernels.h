@@ -41,7 +41,7 @@ void nl_col2im_batch(float *img, const float *cols, int n, size_t stride, int c,
 /* Depthwise convolution of one image, direct (no im2col): filter f of the c*mult reads only
  * channel f / mult. out (c*mult, oh, ow) = the taps of weight [c*mult, 1, kh, kw] over img
  * (c, h, w) with zero padding, plus bias (c*mult) when not NULL. Its twin is the per-group
- * im2col and GEMM of core/layers/gconv.c (tests/test_kernels.c holds both against loops). */
+ * im2col and GEMM of core/engine/layers/gconv.c (tests/test_kernels.c holds both against loops). */
 void nl_dwconv(float *out, const float *img, const float *weight, const float *bias, int c, int h,
                int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
 /* Its gradients, each += and skipped when NULL: din (c, h, w), dweight [c*mult, 1, kh, kw] and
@@ -97,7 +97,7 @@ void nl_add(float *out, const float *a, const float *b, size_t n);
 void nl_add_naive(float *out, const float *a, const float *b, size_t n);
 
 /* Whether the AVX-512 paths of im2col, col2im, ReLU, max pooling, batchnorm's output and add
- * run (core/kernels.c): on where
+ * run (core/engine/kernels.c): on where
  * the CPU has AVX-512 after nl_kernels_init; nl_kernels_vector(0) turns them off, 1 back on where
  * the CPU allows. Returns whether they are on now. For tests and benchmarks, before any thread. */
 int nl_kernels_vector(int on);
@@ -105,7 +105,7 @@ int nl_kernels_vector_on(void);
 
 /* Makes OpenBLAS run single-threaded inside the calling threads and, where OpenBLAS took a
  * newer CPU for a generic one, chooses its kernels from the CPU's feature flags (see
- * core/kernels.c); call once at start, before any other thread. */
+ * core/engine/kernels.c); call once at start, before any other thread. */
 void nl_kernels_init(void);
 
 /* Which OpenBLAS kernels run, and why, after nl_kernels_init: "OpenBLAS SkylakeX kernels ...". */

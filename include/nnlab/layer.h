@@ -1,5 +1,5 @@
 /* Layers: a layer kind is a small table of functions (setup, forward, backward) over plain float
- * arrays; a new kind is one new file in core/layers/ and one row in core/layer.c.
+ * arrays; a new kind is one new file in core/engine/layers/ and one row in core/engine/layer.c.
  *
  * Shapes are per sample, (C, H, W); a vector of F features is (F, 1, 1). A shard of n samples is
  * stored sample after sample, so an activation is (n, C, H, W) in NCHW order.
@@ -32,9 +32,9 @@ static inline size_t nl_shape_size(struct nl_shape s)
     return (size_t)s.c * (size_t)s.h * (size_t)s.w;
 }
 
-/* How conv and gconv turn the convolution into products (see core/layers/conv.c and gconv.c).
- * AUTO lets setup choose from the shape; the others force one, so that tests can hold every fast
- * path against its twin and benchmarks can time each. */
+/* How conv and gconv turn the convolution into products (see core/engine/layers/conv.c and
+ * gconv.c). AUTO lets setup choose from the shape; the others force one, so that tests can hold
+ * every fast path against its twin and benchmarks can time each. */
 enum nl_lowering {
     NL_LOWER_AUTO = 0,
     NL_LOWER_SAMPLE, /* conv: im2col and one GEMM per sample */

@@ -1,6 +1,6 @@
 /* ONNX export: a model and its input normalisation as an ONNX file (opset 13) that any ONNX
  * runtime runs. The format notes and the mapping of layer kinds to operators are at the top of
- * core/onnx.c. */
+ * core/formats/onnx.c. */
 #ifndef NNLAB_ONNX_H
 #define NNLAB_ONNX_H
 

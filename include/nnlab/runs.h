@@ -15,7 +15,7 @@ struct nl_run_info {
     char dataset[128];
     char model[256]; /* as given: a shipped name or a path */
     char status[16]; /* running, done, failed, stopped, or interrupted: stored as running but
-                      * its owner is gone (see core/runs.c), so it can be resumed */
+                      * its owner is gone (see core/store/runs.c), so it can be resumed */
     char created[32];
     char finished[32];
     int epochs_done;
@@ -210,9 +210,9 @@ int nl_run_model(struct nl_store *s, const char *name, int with_params, nl_warn_
                  struct nl_error *err);
 
 /* A run's training settings as JSON, as nl_run_model and nl_run_settings_parse read them back
- * (the keys are described at the top of core/run_resume.c); m gives the frozen layers, cluster
- * whether it runs on hosts, skipped the batches skipped so far. NULL when out of memory; freed
- * with nl_free. */
+ * (the keys are described at the top of core/store/run_resume.c); m gives the frozen layers,
+ * cluster whether it runs on hosts, skipped the batches skipped so far. NULL when out of memory;
+ * freed with nl_free. */
 char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_model *m,
                              struct nl_shape shape, int nclasses, int cluster, long skipped);
 

@@ -5,7 +5,7 @@
  * batchnorm weight, bias, running_mean and running_var [C]. Loads ignore PyTorch's
  * NAME.num_batches_tracked, and skip the tensors of a layer marked fresh (--replace-head), which
  * keeps its initialisation. The format and its checks are described at the top of
- * core/safetensors.c. */
+ * core/formats/safetensors.c. */
 #ifndef NNLAB_SAFETENSORS_H
 #define NNLAB_SAFETENSORS_H
 

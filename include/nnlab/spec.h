@@ -8,7 +8,7 @@
  *
  * One layer per line: an optional `NAME:`, the kind, positional arguments, then key=value
  * options. `#` starts a comment. Unnamed layers are named kind + running number (relu1, relu2).
- * The grammar, with every kind's arguments and keys, is at the top of core/spec.c. */
+ * The grammar, with every kind's arguments and keys, is at the top of core/engine/spec.c. */
 #ifndef NNLAB_SPEC_H
 #define NNLAB_SPEC_H
 

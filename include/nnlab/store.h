@@ -1,5 +1,5 @@
 /* The SQLite store: one database file holds datasets and their samples, runs, per-epoch metrics
- * and checkpoints. The schema and its version live at the top of core/store.c. */
+ * and checkpoints. The schema and its version live at the top of core/store/store.c. */
 #ifndef NNLAB_STORE_H
 #define NNLAB_STORE_H
 

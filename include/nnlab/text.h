@@ -1,7 +1,7 @@
 /* Writing text that came from files or people where it can do harm: JSON strings and terminals.
  * Everything nnlab writes as a JSON string and everything from a file (tensor, class and layer
  * names, CSV labels, paths) that it prints for people goes through these, so one rule holds
- * everywhere (core/text.c states it). */
+ * everywhere (core/formats/text.c states it). */
 #ifndef NNLAB_TEXT_H
 #define NNLAB_TEXT_H
 

@@ -80,13 +80,13 @@ struct nl_train_opts {
     /* The loss (include/nnlab/layer.h): NL_LOSS_DEFAULT is cross-entropy for a classification
      * dataset and mse for a regression one; mse, mae and huber need a regression dataset. */
     enum nl_loss loss;
-    /* Cached frozen features (nl_exec_prefix in include/nnlab/model.h, core/feature_cache.h): when
-     * the model's first layers are frozen, their output for each training sample is kept from
-     * the first epoch that runs whole and read in the later ones, which then run only the
-     * layers after them; the results are those of the uncached run (the prefix computes the
-     * same numbers every epoch: batchnorm is in eval mode there, and dropout and what follows
-     * it stay out of the prefix). Off with augmentation (the input changes every epoch) and in
-     * cluster runs, said once through note. feature_cache_limit bytes may be held in
+    /* Cached frozen features (nl_exec_prefix in include/nnlab/model.h,
+     * core/engine/feature_cache.h): when the model's first layers are frozen, their output for each
+     * training sample is kept from the first epoch that runs whole and read in the later ones,
+     * which then run only the layers after them; the results are those of the uncached run (the
+     * prefix computes the same numbers every epoch: batchnorm is in eval mode there, and dropout
+     * and what follows it stay out of the prefix). Off with augmentation (the input changes every
+     * epoch) and in cluster runs, said once through note. feature_cache_limit bytes may be held in
      * memory; a larger cache goes to a file under feature_cache_dir (NULL: none, the cache is
      * then off), where later runs with the same frozen weights and data find it. */
     int feature_cache; /* 1: on where it applies (the default); 0: off */
@@ -101,10 +101,10 @@ struct nl_train_opts {
     void *note_ud;
 };
 
-/* The run's settings among nl_train_opts's fields, as one table (core/settings.c): each one's
- * name, type and place. The run-settings JSON (core/run_resume.c) and the SETUP text a cluster's
- * workers receive (net/proto.c) are both written and read through it, so a new setting is one
- * row. A name "augment.X" stands for member X of the JSON object "augment". */
+/* The run's settings among nl_train_opts's fields, as one table (core/store/settings.c): each one's
+ * name, type and place. The run-settings JSON (core/store/run_resume.c) and the SETUP text a
+ * cluster's workers receive (net/proto.c) are both written and read through it, so a new setting is
+ * one row. A name "augment.X" stands for member X of the JSON object "augment". */
 enum nl_setting_type {
     NL_SETTING_INT,
     NL_SETTING_LONG,

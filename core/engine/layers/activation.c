@@ -31,7 +31,7 @@ static void relu_forward(const struct nl_layer *l, const struct nl_fwd *f)
 
 /* din += dout where out > 0, which is where the input was > 0: a select, never a branch (the
  * sign of an activation is a coin toss that the branch predictor loses), in vectors where the
- * CPU has AVX-512 (core/kernels.c). */
+ * CPU has AVX-512 (core/engine/kernels.c). */
 static void relu_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     if (b->din[0])

@@ -19,8 +19,8 @@
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
- * OpenBLAS 0.3.21 with its SkylakeX kernels (core/kernels.c) on this project's 2-core Intel Xeon
- * (family 6 model 207, AVX-512, 2 MiB L2 per core), with im2col and col2im in AVX-512 vectors;
+ * OpenBLAS 0.3.21 with its SkylakeX kernels (core/engine/kernels.c) on this project's 2-core Intel
+ * Xeon (family 6 model 207, AVX-512, 2 MiB L2 per core), with im2col and col2im in AVX-512 vectors;
  * measured 2026-11-26 with the machine shared (load average 12), so indicative:
  *                                   F     K     P   per image   per shard (GFLOP/s)
  *    lenet conv2                   50   500    64      52.0      49.0

@@ -1,6 +1,6 @@
 /* "gconv": grouped and depthwise 2-D convolution, as PyTorch's Conv2d with groups=G. A spec
- * writes it `conv F KxK groups=G` (core/spec.c maps that to this kind when G > 1) or `gconv F
- * KxK groups=G`; groups=C with F = C (or a multiple) is a depthwise convolution. The input's C
+ * writes it `conv F KxK groups=G` (core/engine/spec.c maps that to this kind when G > 1) or `gconv
+ * F KxK groups=G`; groups=C with F = C (or a multiple) is a depthwise convolution. The input's C
  * channels and the F filters are cut into G groups; group g's filters see only its C/G input
  * channels.
  *

@@ -1,5 +1,5 @@
-/* Private to core/: the layer kinds that core/layer.c lists, and the helpers their setup and
- * forward functions share (defined in core/layer.c). Not installed, not for ui/ or app/; the
+/* Private to core/: the layer kinds that core/engine/layer.c lists, and the helpers their setup and
+ * forward functions share (defined in core/engine/layer.c). Not installed, not for ui/ or app/; the
  * nl__ prefix marks names that are global only so that core/ files can share them. */
 #ifndef NNLAB_CORE_LAYERS_H
 #define NNLAB_CORE_LAYERS_H

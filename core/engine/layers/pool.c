@@ -8,7 +8,7 @@
  *   (c*H*W + y*W + x) of the value it copied. avgpool: no aux. No scratch, no parameters.
  * The 2x2 window of stride 2 has a branch-free loop here (in lenet's training it took 3% of the
  * time where the vector path of nl_maxpool took 8%); other windows go to nl_maxpool
- * (core/kernels.c), in AVX-512 vectors where the CPU has them, with the same results. */
+ * (core/engine/kernels.c), in AVX-512 vectors where the CPU has them, with the same results. */
 #include <math.h>
 
 #include "layers.h"

@@ -14,13 +14,13 @@
  *   whose token is padding (id 0) are left out; a document with no token gives 0. max's aux: the
  *   chosen step per (sample, channel), int32, -1 for none.
  * conv1d FILTERS K: weight [F, C, K] and bias [F] as nn.Conv1d; stride=S, pad=P (both ends).
- *   It is conv (core/layers/conv.c) on (C, 1, L) with a 1 x K window: the same floats, with
+ *   It is conv (core/engine/layers/conv.c) on (C, 1, L) with a 1 x K window: the same floats, with
  *   PyTorch's three-dimensional weight shape.
  * maxpool1d K: maxpool with a 1 x K window (stride K unless given).
  * embed-columns DIM columns=K vocab=R: a table's categorical columns of many levels (see the top
- *   of core/csv.c). in (n, F) (any shape, read flat): F - K features, then K row ids (integers
- *   held as floats, not standardised) into one table weight [R, DIM] that the K columns share,
- *   each column its own block of rows; out (n, F - K + K * DIM, 1, 1): the features as they
+ *   of core/import/csv.c). in (n, F) (any shape, read flat): F - K features, then K row ids
+ * (integers held as floats, not standardised) into one table weight [R, DIM] that the K columns
+ * share, each column its own block of rows; out (n, F - K + K * DIM, 1, 1): the features as they
  *   are, then each id's row, in column order. An id that is not an integer in [0, R) reads row
  *   0. din: the features' gradient passes through; the ids get none. Backward adds each row's
  *   gradient to dw and marks it in nl_bwd.rows when given. */
