@@ -6,9 +6,9 @@
  *
  * Start-up: gui_start() re-executes the test under `dbus-run-session -- xvfb-run` with
  * GSK_RENDERER=cairo, GSETTINGS_BACKEND=memory and private XDG folders in a new temporary folder
- * (gui_tmp), skipping when those programs are missing; in the re-executed process it sets gui_tmp
- * and gui_shots (BUILD/ui-screenshots/) and initialises GTK. gui_open() then opens the
- * application's window on a store (the test's `win`). */
+ * (gui_tmp, removed when the test passes), skipping when those programs are missing; in the
+ * re-executed process it sets gui_tmp and gui_shots (BUILD/ui-screenshots/) and initialises GTK.
+ * gui_open() then opens the application's window on a store (the test's `win`). */
 #ifndef NNLAB_TESTS_GUI_UTIL_H
 #define NNLAB_TESTS_GUI_UTIL_H
 
@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "idx_writer.h"
 #include "nnlab-ui.h"
@@ -84,8 +86,26 @@ static G_GNUC_UNUSED void gui_reexec(char **argv, const char *name, const char *
     char server[64];
     snprintf(server, sizeof server, "-screen 0 %sx24", screen);
     char *args[] = {"dbus-run-session", "--", "xvfb-run", "-a", "-s", server, argv[0], NULL};
-    execvp(args[0], args);
-    skip_all("cannot run dbus-run-session: %s", strerror(errno));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        skip_all("fork: %s", strerror(errno));
+    if (pid == 0) {
+        execvp(args[0], args);
+        skip_all("cannot run dbus-run-session: %s", strerror(errno));
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    /* The folder goes when the test passed; it stays, said, for a look at a failure. */
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (rc != 0)
+        fprintf(stderr, "the test's files are in %s\n", dir);
+    else if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    exit(rc);
 }
 
 /* The start of a window test's main(): see the top of this file. */

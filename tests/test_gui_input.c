@@ -13,7 +13,9 @@
  *  - the main flow works from the keyboard alone: Alt+1…5 change pages, Tab reaches Start and
  *    Enter presses it, Ctrl+. stops the run, Ctrl+I opens the import chooser and Escape closes
  *    it; Ctrl+O on the Train page shows the Predict page and opens its image chooser, Ctrl+Shift+O
- *    the Model page's weights chooser, F5 the Runs page.
+ *    the Model page's weights chooser, F5 the Runs page; Ctrl+Return on the Datasets page shows
+ *    the Train page and starts a run (and, with Start refused, does nothing), Ctrl+. on the Runs
+ *    page stops it.
  * Screenshots of the train page at 1024x700 and 1920x1080 go to BUILD/ui-screenshots/.
  *
  * Run by meson directly, it re-executes itself under dbus-run-session and xvfb-run (a
@@ -173,11 +175,41 @@ static void check_page_shortcuts(void)
        shown ? shown : "none", polls);
 }
 
+/* The Train page's shortcuts work from the other pages as theirs do: Ctrl+Return on the Datasets
+ * page shows the Train page and starts a run, Ctrl+. on the Runs page stops it; with Start
+ * refused, Ctrl+Return on the Datasets page leaves the page as it is. */
+static void check_train_shortcuts(void)
+{
+    gtk_widget_activate_action(train_widget(), "train.option", "(ss)", "name", "keys-run");
+    xdotool("key --clearmodifiers alt+1");
+    spin(300);
+    xdotool("key --clearmodifiers ctrl+Return");
+    const int started = wait_for(running, 5000);
+    const char *shown = page_shown();
+    ok(started && shown && strcmp(shown, "train") == 0,
+       "Ctrl+Return on the Datasets page shows the Train page and starts a run (%s)",
+       shown ? shown : "none");
+    xdotool("key --clearmodifiers alt+4");
+    spin(300);
+    xdotool("key --clearmodifiers ctrl+period");
+    ok(wait_for(stopped, 30000) && run_status("keys-run", "stopped"),
+       "Ctrl+. on the Runs page stops it");
+    /* The name is taken now: Start is refused. */
+    xdotool("key --clearmodifiers alt+1");
+    spin(300);
+    xdotool("key --clearmodifiers ctrl+Return");
+    spin(500);
+    shown = page_shown();
+    ok(!running() && shown && strcmp(shown, "datasets") == 0,
+       "with Start refused, Ctrl+Return on the Datasets page starts nothing and stays there (%s)",
+       shown ? shown : "none");
+}
+
 int main(int argc, char **argv)
 {
     gui_start(argv, "nnlab-input", "1920x1080", 1);
 
-    plan(40);
+    plan(43);
     char data_dir[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", gui_tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
@@ -331,6 +363,7 @@ int main(int argc, char **argv)
     if (file_chooser())
         gtk_dialog_response(GTK_DIALOG(file_chooser()), GTK_RESPONSE_CANCEL);
     check_page_shortcuts();
+    check_train_shortcuts();
 
     gtk_window_destroy(GTK_WINDOW(win));
     spin(200);

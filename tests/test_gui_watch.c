@@ -2,6 +2,8 @@
  * real input: `nnlab train` started as a child process (as in a terminal beside the window), and
  * `nnlab train --mpi` under mpirun -np 2 when mpirun and an MPI build are there (skipped, saying
  * why, otherwise). Checks that:
+ *  - the Runs page offers Watch for the run trained elsewhere: a click on it shows the Train page
+ *    following the run; once the run is done, Watch is refused there;
  *  - the shown Train page offers the run trained elsewhere, and a click on Watch follows it;
  *  - its loss and images/s charts gain points step by step from the store while it trains (more
  *    points than epochs ended, and more at each look), its accuracy chart its epochs;
@@ -120,9 +122,44 @@ static int following_ended(void)
     return ended != NULL;
 }
 
+static int runs_selected(void)
+{
+    const char *r = runs_page_selected(nw()->runs);
+    return r && strcmp(r, run_name) == 0;
+}
+
+static int runs_can_watch(void)
+{
+    return runs_selected() && runs_page_action_enabled(nw()->runs, "runs.watch");
+}
+
+static int watching_run(void)
+{
+    const char *r = train_page_watching(page());
+    return r && strcmp(r, run_name) == 0;
+}
+
+/* The Runs page's Watch on run_name, trained by the child: a click shows the Train page following
+ * it; following then stops, for the Train page's own offer. */
+#define RUNS_WATCH_TESTS 2
+static void watch_from_runs(void)
+{
+    show("runs");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", run_name);
+    const int can = wait_for(runs_can_watch, 60000);
+    ok(can, "the Runs page offers Watch for the run trained by another process");
+    GtkWidget *watch = find(win, GTK_TYPE_BUTTON, "runs.watch");
+    const int following = can && click(watch) && wait_for(watching_run, 10000);
+    const char *shown = gtk_stack_get_visible_child_name(nw()->stack);
+    ok(following && shown && strcmp(shown, "train") == 0,
+       "a click on it shows the Train page (%s) following the run (%s)", shown ? shown : "none",
+       train_page_watching(page()) ? train_page_watching(page()) : "none");
+    gtk_widget_activate_action(train_widget(), "train.watch", "s", "");
+}
+
 /* Follows run_name, trained by the child, from the offer to its end: n_epochs epochs; workers > 0:
  * the images/s chart has that many workers' series. tests: the number of checks made. */
-#define FOLLOW_TESTS  7
+#define FOLLOW_TESTS     7
 static void follow(const char *what, int n_epochs, int workers)
 {
     show("train");
@@ -187,7 +224,7 @@ static int recovered(void)
 }
 
 /* A cluster run of the command line on node1 and node2 of a private sshd, one worker killed. */
-#define CLUSTER_TESTS 4
+#define CLUSTER_TESTS    4
 static void follow_cluster(void)
 {
 #if NNLAB_HAVE_SSH
@@ -248,7 +285,7 @@ int main(int argc, char **argv)
     if (!bin)
         skip_all("NNLAB_BIN is not set");
 
-    plan(1 + 2 * FOLLOW_TESTS + CLUSTER_TESTS);
+    plan(1 + RUNS_WATCH_TESTS + 1 + 2 * FOLLOW_TESTS + CLUSTER_TESTS);
     char data_dir[600];
     snprintf(data_dir, sizeof data_dir, "%s/bands", gui_tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
@@ -276,9 +313,16 @@ int main(int argc, char **argv)
              run_name);
     /* Six epochs: on an idle machine two end before the window has looked twice. */
     if (start_training("", args)) {
+        watch_from_runs();
         follow("the command line's run", 6, 0);
+        /* Done: the Runs page has nothing to watch. */
+        show("runs");
+        gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.refresh", NULL);
+        gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", run_name);
+        ok(runs_selected() && !runs_page_action_enabled(nw()->runs, "runs.watch"),
+           "once the run is done the Runs page refuses Watch for it");
     } else {
-        for (int i = 0; i < FOLLOW_TESTS; i++)
+        for (int i = 0; i < RUNS_WATCH_TESTS + FOLLOW_TESTS + 1; i++)
             ok(0, "nnlab train could not start");
     }
 

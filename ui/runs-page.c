@@ -10,7 +10,10 @@
  * MPI — are followed: while the page is on screen a timer (POLL_MS) asks a worker thread, with
  * its own read-only connection, for each run's status and epoch count; when that changes the
  * list, the details and the curves are read again, so a running run's curves gain a point each
- * epoch. The main loop never waits on the store for the poll. */
+ * epoch. The main loop never waits on the store for the poll. Such a run, while its owner lives,
+ * can be watched (runs.watch): the Train page shows and follows it (train_page_watch). */
+#include <unistd.h>
+
 #include "runs-page-private.h"
 
 const struct chart_rgb runs_palette[RUNS_PALETTE] = {
@@ -118,8 +121,19 @@ gboolean runs_page_action_enabled(NlRunsPage *p, const char *action)
     return nl_page_action_enabled(GTK_WIDGET(p), action);
 }
 
+/* Whether a run is trained by another live process: running, its owner alive and not this
+ * process (a run of this window is shown on the Train page already). */
+static gboolean trained_elsewhere(const struct nl_run_info *r)
+{
+    char self[256] = "";
+    gethostname(self, sizeof self - 1);
+    const gboolean mine = r->owner_pid == (long)getpid() && strcmp(r->owner_host, self) == 0;
+    return strcmp(r->status, "running") == 0 && r->owner_lives && !mine;
+}
+
 /* Resume goes with a run, local or on hosts, that stopped, failed or was interrupted (its owner
- * gone), with no run in progress in this window; one without a checkpoint says so when asked. */
+ * gone), with no run in progress in this window; one without a checkpoint says so when asked.
+ * Watch goes with a run another process trains, with no run in progress in this window. */
 static void update_resume(NlRunsPage *p)
 {
     struct nl_run_info info;
@@ -144,6 +158,8 @@ static void update_resume(NlRunsPage *p)
                      "values, with their residuals"
                    : "Evaluate the selected run's latest checkpoint on the test split");
     nl_page_set_enabled(GTK_WIDGET(p), "runs.resume", can);
+    nl_page_set_enabled(GTK_WIDGET(p), "runs.watch",
+                        known && trained_elsewhere(&info) && !nl_window_training(p->win));
     nl_page_set_enabled(GTK_WIDGET(p), "runs.confusion", known && ckpt > 0);
     char *why = NULL;
     if (known && ckpt == 0 && strcmp(info.status, "running") == 0)
@@ -174,6 +190,18 @@ static void resume_action(GtkWidget *widget, const char *action, GVariant *param
     NlRunsPage *p = NL_RUNS_PAGE(widget);
     if (p->selected)
         train_page_resume(p->win->train, p->selected);
+}
+
+/* runs.watch: shows the Train page following the selected run, trained elsewhere. */
+static void watch_action(GtkWidget *widget, const char *action, GVariant *param)
+{
+    NlRunsPage *p = NL_RUNS_PAGE(widget);
+    if (!p->selected)
+        return;
+    char *run = g_strdup(p->selected); /* the page may refresh while the other is shown */
+    gtk_stack_set_visible_child(p->win->stack, GTK_WIDGET(p->win->train));
+    train_page_watch(p->win->train, run);
+    g_free(run);
 }
 
 static void select_run(NlRunsPage *p, const char *name)
@@ -646,6 +674,7 @@ static void nl_runs_page_class_init(NlRunsPageClass *klass)
     gtk_widget_class_install_action(wc, "runs.compare", "s", compare_action);
     gtk_widget_class_install_action(wc, "runs.delete", NULL, delete_action);
     gtk_widget_class_install_action(wc, "runs.resume", NULL, resume_action);
+    gtk_widget_class_install_action(wc, "runs.watch", NULL, watch_action);
     gtk_widget_class_install_action(wc, "runs.export", NULL, export_action);
     gtk_widget_class_install_action(wc, "runs.export-to", "s", export_to_action);
     gtk_widget_class_install_action(wc, "runs.confusion", NULL, runs_confusion_action);

@@ -183,9 +183,8 @@ void train_form_update(NlTrainPage *p)
     gtk_label_set_text(GTK_LABEL(p->start_reason), said ? said : "");
     gtk_widget_set_visible(p->start_reason, said != NULL);
     g_free(why);
-    p->can_start = can;
-    gtk_widget_action_set_enabled(GTK_WIDGET(p), "train.start", can);
-    gtk_widget_action_set_enabled(GTK_WIDGET(p), "train.stop", running);
+    nl_page_set_enabled(GTK_WIDGET(p), "train.start", can);
+    nl_page_set_enabled(GTK_WIDGET(p), "train.stop", running);
     gtk_widget_set_sensitive(p->form, !running);
     gtk_widget_set_sensitive(p->cluster_form, !running);
     if (!running && !p->checking)

@@ -450,7 +450,7 @@ static void start_job(NlTrainPage *p, struct train_job *j)
                                            : "Loading the dataset…");
     p->thread = g_thread_new("nnlab-train", train_thread, j);
     /* Focus goes to Stop, not to a field of the form that turns insensitive. */
-    gtk_widget_action_set_enabled(GTK_WIDGET(p), "train.stop", TRUE);
+    nl_page_set_enabled(GTK_WIDGET(p), "train.stop", TRUE);
     gtk_widget_grab_focus(p->stop);
     train_form_update(p);
     train_charts_update_tick(p);

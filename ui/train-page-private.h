@@ -68,7 +68,6 @@ struct _NlTrainPage {
 
     NlWindow *win; /* the window the page is in; it outlives the page's use of it */
     gboolean disposed;
-    GtkEventController *shortcuts; /* on the window (train-page.c) */
 
     /* Template children. */
     GtkWidget *page;
@@ -97,7 +96,6 @@ struct _NlTrainPage {
 
     /* The run in progress. */
     struct train_job *job; /* NULL when none */
-    gboolean can_start;    /* train.start is enabled */
     GThread *thread;
     int finished; /* runs finished since the window opened, for tests */
 

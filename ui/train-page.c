@@ -3,47 +3,11 @@
  * live in train-page-form.c, train-page-hosts.c, train-page-job.c, train-page-watch.c and
  * train-page-charts.c (train-page-private.h says what they share).
  *
- * The shortcuts (Ctrl+Return, Ctrl+., Ctrl+Shift+H) work wherever the focus is in the window, as
- * the application's accelerators do: the page puts a shortcut controller on its window, in the
- * capture phase, whose shortcuts activate the page's actions while they are enabled and let the
- * key through otherwise. */
-#include <string.h>
-
+ * The shortcuts (Ctrl+Return, Ctrl+., Ctrl+Shift+H) are declared on the class like every page's
+ * (nl_page_class_add_shortcut) and work wherever the focus is in the window (window.c). */
 #include "train-page-private.h"
 
 G_DEFINE_FINAL_TYPE(NlTrainPage, nl_train_page, GTK_TYPE_WIDGET)
-
-/* A shortcut of the window for one of the page's actions; data is the page. */
-static gboolean shortcut_activate(GtkWidget *window, GVariant *args, gpointer data)
-{
-    NlTrainPage *p = data;
-    const char *action = g_variant_get_string(args, NULL);
-    gboolean enabled = strcmp(action, "train.start") == 0  ? p->can_start
-                       : strcmp(action, "train.stop") == 0 ? p->job != NULL
-                                                           : TRUE;
-    if (p->disposed || !enabled)
-        return FALSE;
-    return gtk_widget_activate_action(GTK_WIDGET(p), action, NULL);
-}
-
-static void add_shortcuts(NlTrainPage *p)
-{
-    static const char *const shortcuts[][2] = {
-        {"<Control>Return", "train.start"},
-        {"<Control>period", "train.stop"},
-        {"<Control><Shift>h", "train.check-hosts"},
-    };
-    p->shortcuts = gtk_shortcut_controller_new();
-    gtk_event_controller_set_name(p->shortcuts, "nl-train-page-shortcuts");
-    gtk_event_controller_set_propagation_phase(p->shortcuts, GTK_PHASE_CAPTURE);
-    for (size_t i = 0; i < G_N_ELEMENTS(shortcuts); i++) {
-        GtkShortcut *s = gtk_shortcut_new(gtk_shortcut_trigger_parse_string(shortcuts[i][0]),
-                                          gtk_callback_action_new(shortcut_activate, p, NULL));
-        gtk_shortcut_set_arguments(s, g_variant_new_string(shortcuts[i][1]));
-        gtk_shortcut_controller_add_shortcut(GTK_SHORTCUT_CONTROLLER(p->shortcuts), s);
-    }
-    gtk_widget_add_controller(GTK_WIDGET(p->win), p->shortcuts);
-}
 
 void train_page_dataset_changed(NlTrainPage *p)
 {
@@ -87,9 +51,8 @@ void train_page_form(NlTrainPage *p, int *epochs, const char **hosts, const char
 
 NlTrainPage *train_page_new(NlWindow *w)
 {
-    NlTrainPage *p = g_object_new(NL_TYPE_TRAIN_PAGE, NULL);
+    NlTrainPage *p = g_object_ref_sink(g_object_new(NL_TYPE_TRAIN_PAGE, NULL));
     p->win = w;
-    add_shortcuts(p);
     train_page_dataset_changed(p);
     return p;
 }
@@ -111,10 +74,6 @@ static void nl_train_page_dispose(GObject *obj)
     train_page_stop_and_wait(p);
     train_charts_update_tick(p);
     train_watch_release(p);
-    if (p->shortcuts) {
-        gtk_widget_remove_controller(GTK_WIDGET(p->win), p->shortcuts);
-        p->shortcuts = NULL;
-    }
     gtk_widget_dispose_template(GTK_WIDGET(p), NL_TYPE_TRAIN_PAGE);
     G_OBJECT_CLASS(nl_train_page_parent_class)->dispose(obj);
 }
@@ -189,4 +148,8 @@ static void nl_train_page_class_init(NlTrainPageClass *klass)
     gtk_widget_class_install_action(wc, "train.check-hosts", NULL, train_hosts_check);
     gtk_widget_class_install_action(wc, "train.option", "(ss)", train_form_option);
     gtk_widget_class_install_action(wc, "train.watch", "s", train_watch_action);
+    nl_page_class_set_info(wc, "train", "Train", "media-playback-start-symbolic");
+    nl_page_class_add_shortcut(wc, "<Control>Return", "train.start");
+    nl_page_class_add_shortcut(wc, "<Control>period", "train.stop");
+    nl_page_class_add_shortcut(wc, "<Control><Shift>h", "train.check-hosts");
 }

@@ -7,10 +7,10 @@
  *     train.option (ss)         sets a field of the form by key, for tests and scripts
  *     train.watch (s)           follows a run another process trains on the store ("": stops)
  *
- * The shortcuts act anywhere in the window, as the application's do. The page is split by
- * concern: train-page.c (the widget), train-page-form.c (settings, validation, the reason shown
- * beside Start), train-page-hosts.c (Check Hosts), train-page-job.c (the running job on core's
- * nl_session), train-page-watch.c (a run trained elsewhere, followed from the store) and
+ * The shortcuts act anywhere in the window, as every page's do (nl_page_class_add_shortcut). The
+ * page is split by concern: train-page.c (the widget), train-page-form.c (settings, validation, the
+ * reason shown beside Start), train-page-hosts.c (Check Hosts), train-page-job.c (the running job
+ * on core's nl_session), train-page-watch.c (a run trained elsewhere, followed from the store) and
  * train-page-charts.c (the live charts). Private to ui/. */
 #ifndef NNLAB_UI_TRAIN_PAGE_H
 #define NNLAB_UI_TRAIN_PAGE_H
@@ -24,7 +24,7 @@ typedef struct _NlWindow NlWindow;
 #define NL_TYPE_TRAIN_PAGE (nl_train_page_get_type())
 G_DECLARE_FINAL_TYPE(NlTrainPage, nl_train_page, NL, TRAIN_PAGE, GtkWidget)
 
-/* A new page for w (floating); it also puts its shortcuts on w. */
+/* The Train page of w, with a reference the caller owns. */
 NlTrainPage *train_page_new(NlWindow *w);
 void train_page_dataset_changed(NlTrainPage *p);
 gboolean train_page_running(NlTrainPage *p);

@@ -280,18 +280,19 @@ void nl_page_class_add_shortcut(GtkWidgetClass *wc, const char *accel, const cha
     pi->shortcuts = s;
 }
 
-/* A page's shortcut: shows the page and activates its action there. */
-struct shortcut_target {
-    GtkWidget *page; /* held by the window's stack, as the controller is by the window */
-    const char *action;
-};
-
+/* A page's shortcut: shows the page and activates its action there while the action is enabled
+ * (nl_page_set_enabled); a disabled one lets the key through, to the focused widget. The
+ * shortcut's argument is the action's name; data is the page, held by the window's stack as the
+ * controller is by the window. */
 static gboolean page_shortcut(GtkWidget *widget, GVariant *args, gpointer data)
 {
     NlWindow *w = NL_WINDOW(widget);
-    const struct shortcut_target *t = data;
-    gtk_stack_set_visible_child(w->stack, t->page);
-    return gtk_widget_activate_action(t->page, t->action, NULL);
+    GtkWidget *page = data;
+    const char *action = g_variant_get_string(args, NULL);
+    if (w->closed || !nl_page_action_enabled(page, action))
+        return FALSE;
+    gtk_stack_set_visible_child(w->stack, page);
+    return gtk_widget_activate_action(page, action, NULL);
 }
 
 void nl_window_add_page(NlWindow *w, GtkWidget *page)
@@ -302,28 +303,18 @@ void nl_window_add_page(NlWindow *w, GtkWidget *page)
     gtk_stack_page_set_icon_name(sp, pi->icon);
     if (!w->page_keys) {
         w->page_keys = gtk_shortcut_controller_new();
+        gtk_event_controller_set_name(w->page_keys, "nl-page-shortcuts");
         gtk_shortcut_controller_set_scope(GTK_SHORTCUT_CONTROLLER(w->page_keys),
                                           GTK_SHORTCUT_SCOPE_GLOBAL);
         gtk_event_controller_set_propagation_phase(w->page_keys, GTK_PHASE_CAPTURE);
         gtk_widget_add_controller(GTK_WIDGET(w), w->page_keys);
     }
     for (const struct page_shortcut *s = pi->shortcuts; s; s = s->next) {
-        struct shortcut_target *t = g_new(struct shortcut_target, 1);
-        t->page = page;
-        t->action = s->action;
-        gtk_shortcut_controller_add_shortcut(
-            GTK_SHORTCUT_CONTROLLER(w->page_keys),
-            gtk_shortcut_new(gtk_shortcut_trigger_parse_string(s->accel),
-                             gtk_callback_action_new(page_shortcut, t, g_free)));
+        GtkShortcut *sc = gtk_shortcut_new(gtk_shortcut_trigger_parse_string(s->accel),
+                                           gtk_callback_action_new(page_shortcut, page, NULL));
+        gtk_shortcut_set_arguments(sc, g_variant_new_string(s->action));
+        gtk_shortcut_controller_add_shortcut(GTK_SHORTCUT_CONTROLLER(w->page_keys), sc);
     }
-}
-
-static void add_page(NlWindow *w, GtkWidget *child, const char *name, const char *title,
-                     const char *icon)
-{
-    GtkStackPage *page = gtk_stack_add_titled(w->stack, child, name, title);
-    gtk_stack_page_set_icon_name(page, icon);
-    g_object_unref(child);
 }
 
 static void nl_window_init(NlWindow *w)
@@ -403,8 +394,7 @@ NlWindow *nl_window_new(GtkApplication *app, const char *db_path)
     w->model = nl_model_page_new(w);
     nl_window_add_page(w, GTK_WIDGET(w->model));
     w->train = train_page_new(w);
-    add_page(w, GTK_WIDGET(g_object_ref_sink(w->train)), "train", "Train",
-             "media-playback-start-symbolic");
+    nl_window_add_page(w, GTK_WIDGET(w->train));
     w->runs = nl_runs_page_new(w);
     nl_window_add_page(w, GTK_WIDGET(w->runs));
     w->predict = nl_predict_page_new(w);
@@ -412,6 +402,7 @@ NlWindow *nl_window_new(GtkApplication *app, const char *db_path)
     /* The pages hold their own references until the stack took them. */
     g_object_unref(w->datasets);
     g_object_unref(w->model);
+    g_object_unref(w->train);
     g_object_unref(w->runs);
     g_object_unref(w->predict);
 

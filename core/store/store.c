@@ -47,7 +47,21 @@
  * write lock unless the schema must be created or upgraded, so readers never wait for writers
  * nor block them (WAL). nl_store_open_read opens an existing store read-only when its file or
  * folder is not writable (a read-only mount, another user's store), so listing and evaluating
- * need no write access. */
+ * need no write access.
+ *
+ * Locks lost. SQLite's locks are POSIX advisory locks, which a process loses, all of them, when
+ * it closes ANY descriptor of the file — and GIO opens files to tell their content type when a
+ * file chooser lists their folder. A connection idle in WAL mode holds a shared lock on the
+ * database file; once that is gone, another process's last connection to close takes the
+ * exclusive lock, checkpoints and, by default, deletes the WAL file (and its index), and the next
+ * writer makes new ones: the connection that lost its lock keeps reading the deleted files, sees
+ * the store as it was, and its own commits go to a file nobody else reads. So every connection
+ * keeps the WAL file when it closes (SQLITE_FCNTL_PERSIST_WAL; the checkpoint still runs, and the
+ * file is reused from its start): descriptors stay on the files the others write.
+ * tests/test_gui_store.c reproduces it with open()+close() of the database file. What remains:
+ * a lost lock no longer keeps out a checkpoint on close, which respects the readers' marks in the
+ * WAL index (their own file, -shm, which a chooser may also open: a reader in a transaction at
+ * that moment could then read a page newer than its snapshot). */
 #include "store_internal.h"
 
 #include <errno.h>
@@ -699,6 +713,9 @@ static int store_open(struct nl_store **out, const char *path, int mode, struct 
         return rc;
     }
     sqlite3_busy_handler(s->db, busy_wait, NULL);
+    /* The WAL file stays when the last connection closes (see "Locks lost" above). */
+    int persist = 1;
+    sqlite3_file_control(s->db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
     rc = nl_store_exec(s, "PRAGMA foreign_keys = ON", err);
     if (rc == 0 && s->readonly) {
         /* A WAL database in a folder SQLite may not write to has no WAL index to share: read
