@@ -712,7 +712,7 @@ int main(int argc, char **argv)
     if (!bin)
         skip_all("NNLAB_BIN is not set");
 
-    plan(104);
+    plan(105);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", gui_tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
@@ -1196,6 +1196,15 @@ int main(int argc, char **argv)
        w_rmse, e_r2, e_mae, e_rmse);
     g_free(reg_eval);
     ok(screenshot("runs-regression-1024x700"), "screenshot of the predicted-against-actual plots");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-r");
+    spin(200);
+    const char *rcmp = runs_page_comparison(nw()->runs);
+    ok(rcmp && strstr(rcmp, "\n≠ classes\t") && strstr(rcmp, "\tregress cost"),
+       "beside a classification run, its class count is its task and target too (%s)",
+       rcmp ? oneline(rcmp) : "no comparison");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-r");
 
     /* The Datasets page: a CSV dataset's columns with their kinds, a text dataset's documents
      * as words with the out-of-vocabulary ones marked, and its vocabulary. */
