@@ -69,13 +69,14 @@ struct progress {
 int progress_event(void *ud, const struct nl_event *ev);
 
 /* Models for commands (app/cmd_model.c). build_model loads the spec named model (a shipped name
- * or a path), or parses spec_text when given, and builds it for the shape, class count and
- * vocabulary size (a text dataset's nvocab; 0 for others).
+ * or a path), or parses spec_text when given, and builds it for dataset d (its shape, class
+ * count, vocabulary and embedded columns: nl_spec_use).
  * load_init loads --init: a .safetensors file, or a run's weights, matched by tensor name. */
 struct nl_model;
 struct nl_run_info;
+struct nl_dataset;
 int build_model(struct nl_model **m, const char *model, const char *spec_text,
-                struct nl_shape shape, int nclasses, int vocab, struct nl_error *err);
+                const struct nl_dataset *d, struct nl_error *err);
 int load_init(struct nl_store *store, struct nl_model *m, const char *init, int partial,
               struct nl_error *err);
 /* Cluster options of train (empty when nhosts is 0). */

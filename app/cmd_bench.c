@@ -219,7 +219,7 @@ static int build(struct bench_model *b, const struct nl_dataset *fashion, int ma
     }
     if (rc < 0)
         return rc;
-    spec->vocab = b->d->nvocab;
+    nl_spec_use(spec, b->d);
     rc = nl_model_build(&b->m, spec, b->d->shape, b->d->nclasses, err);
     nl_spec_free(spec);
     return rc;

@@ -150,9 +150,10 @@ static int parse_import_opts(int argc, char **argv, struct nl_import_opts *io)
             break;
         case 'E': {
             long v;
-            if (!parse_int(optarg, 1, 65536L, &v))
-                return usage_error("import", "--embed-levels %s: want a positive integer", optarg);
-            io->embed_levels = (int)v;
+            if (!parse_int(optarg, 0, 65536L, &v))
+                return usage_error(
+                    "import", "--embed-levels %s: want a whole number (0: never embed)", optarg);
+            io->embed_levels = v > 0 ? (int)v : -1; /* 0 says never */
             break;
         }
         case 'M':
@@ -372,7 +373,7 @@ static void show_columns(const struct nl_dataset *d)
             if (c.kept > 8 || c.levels > c.kept)
                 printf(", ...");
             if (c.embedded)
-                printf(" (embedded: rows %d to %d, %d unknown)", c.row + 1, c.row + c.kept, c.row);
+                printf(", embedded (%d rows)", c.kept + 1);
             else
                 printf(" (%d inputs)", c.features);
         } else if (strcmp(c.kind, "label") != 0) {
@@ -385,10 +386,17 @@ static void show_columns(const struct nl_dataset *d)
         printf("\n");
     }
     int first, columns, rows;
-    if (nl_table_embedded(t, &first, &columns, &rows))
-        printf("\nembedded: %d column%s (inputs %d to %d, the last), %d rows; a model starts with "
-               "'embed-columns DIM columns=%d vocab=%d'\n",
-               columns, columns == 1 ? "" : "s", first + 1, first + columns, rows, columns, rows);
+    if (nl_table_embedded(t, &first, &columns, &rows)) {
+        char where[64];
+        if (columns == 1)
+            snprintf(where, sizeof where, "1 column (input %d, the last)", first + 1);
+        else
+            snprintf(where, sizeof where, "%d columns (inputs %d to %d, the last)", columns,
+                     first + 1, first + columns);
+        printf("\nembedded: %s, %d rows in one table, each column's unknown level and train "
+               "levels; a model starts with 'embed-columns DIM'\n",
+               where, rows);
+    }
     nl_table_free(t);
 }
 

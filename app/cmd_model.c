@@ -19,15 +19,15 @@
 #include "nnlab/text.h"
 
 int build_model(struct nl_model **m, const char *model, const char *spec_text,
-                struct nl_shape shape, int nclasses, int vocab, struct nl_error *err)
+                const struct nl_dataset *d, struct nl_error *err)
 {
     struct nl_spec *spec;
     int rc = spec_text ? nl_spec_parse(&spec, spec_text, model, warn_cb, NULL, err)
                        : nl_spec_load(&spec, model, warn_cb, NULL, err);
     if (rc < 0)
         return rc;
-    spec->vocab = vocab;
-    rc = nl_model_build(m, spec, shape, nclasses, err);
+    nl_spec_use(spec, d);
+    rc = nl_model_build(m, spec, d->shape, d->nclasses, err);
     nl_spec_free(spec);
     return rc;
 }
@@ -135,7 +135,8 @@ static const char *kind_of(const struct nl_layer *l)
 
 int cmd_summary(int argc, char **argv)
 {
-    int vocab = 0; /* of --data, when it is text */
+    int vocab = 0;                         /* of --data, when it is text */
+    int embed_columns = 0, embed_rows = 0; /* of --data, when it has embedded columns */
     static const struct option opts[] = {
         {"data", required_argument, NULL, 'd'},         {"input", required_argument, NULL, 'i'},
         {"classes", required_argument, NULL, 'k'},      {"freeze", required_argument, NULL, 'F'},
@@ -190,6 +191,8 @@ int cmd_summary(int argc, char **argv)
         shape = info.shape;
         nclasses = info.nclasses;
         vocab = info.nvocab;
+        embed_columns = info.embed_columns;
+        embed_rows = info.embed_rows;
         if (info.regression)
             snprintf(target, sizeof target, "%s", info.target);
     }
@@ -199,6 +202,9 @@ int cmd_summary(int argc, char **argv)
     if (nl_spec_load(&spec, model, warn_cb, NULL, &err) < 0)
         return fail(&err);
     spec->vocab = vocab;
+    spec->embed_columns = embed_columns;
+    spec->embed_rows = embed_rows;
+    spec->data = data; /* checked against the dataset when there is one */
     int built = nl_model_plan(&m, spec, shape, (int)nclasses, &err);
     nl_spec_free(spec);
     if (built < 0)

@@ -323,7 +323,7 @@ static int train_session(struct nl_store *store, const char *dataset, const char
         return rc;
     }
     o = &shortened;
-    rc = build_model(&m, model, NULL, d->shape, d->nclasses, d->nvocab, &err);
+    rc = build_model(&m, model, NULL, d, &err);
     if (rc < 0) {
         nl_dataset_free(d);
         return fail(&err);
@@ -1244,7 +1244,7 @@ static int eval_load(const struct eval_args *a, struct nl_run_info *run, struct 
         memset(run, 0, sizeof *run);
         rc = nl_dataset_load(store, a->data, d, err);
         if (rc == 0)
-            rc = build_model(m, a->model, NULL, (*d)->shape, (*d)->nclasses, (*d)->nvocab, err);
+            rc = build_model(m, a->model, NULL, *d, err);
         if (rc == 0)
             rc = nl_safetensors_load(*m, a->what, 0, warn_cb, NULL, NULL, err);
         if (rc < 0) {

@@ -790,6 +790,8 @@ static int setup_member(struct run *run, int i, long start, int has_state, struc
         .nclasses = d->nclasses,
         .regression = d->regression,
         .vocab = d->nvocab,
+        .embed_columns = m->embed_columns,
+        .embed_rows = m->embed_rows,
         .dtype = (int)d->dtype,
         .nnorm = d->nnorm < NL_PROTO_MAX_NORM ? d->nnorm : NL_PROTO_MAX_NORM,
         .members = run->members,

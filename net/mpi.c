@@ -634,6 +634,8 @@ static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_mem
         .nclasses = d->nclasses,
         .regression = d->regression,
         .vocab = d->nvocab,
+        .embed_columns = m->embed_columns,
+        .embed_rows = m->embed_rows,
         .dtype = (int)d->dtype,
         .nnorm = d->nnorm < NL_PROTO_MAX_NORM ? d->nnorm : NL_PROTO_MAX_NORM,
         .members = members,

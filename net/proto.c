@@ -40,6 +40,8 @@ int nl_setup_encode(const struct nl_setup *s, char **out, size_t *len, struct nl
             s->shape.h, s->shape.w, s->nclasses, s->dtype, s->data_hash);
     if (s->vocab > 0)
         fprintf(f, "vocab %d\n", s->vocab);
+    if (s->embed_columns > 0)
+        fprintf(f, "embed %d %d\n", s->embed_columns, s->embed_rows);
     for (int i = 0; i < s->nnorm; i++)
         fprintf(f, "norm %a %a\n", (double)s->mean[i], (double)s->std[i]);
     for (int i = 0; i < s->size; i++)
@@ -167,6 +169,11 @@ int nl_setup_decode(struct nl_setup *s, const char *text, size_t len, struct nl_
         } else if (strcmp(key, "vocab") == 0) {
             s->vocab = atoi(a);
             if (s->vocab < 0)
+                goto bad;
+        } else if (strcmp(key, "embed") == 0 && got >= 3) {
+            s->embed_columns = atoi(a);
+            s->embed_rows = atoi(b);
+            if (s->embed_columns < 1 || s->embed_rows < 2 || s->embed_rows > (1 << 24))
                 goto bad;
         } else if (strcmp(key, "dtype") == 0) {
             s->dtype = atoi(a);

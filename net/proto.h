@@ -70,6 +70,8 @@ struct nl_setup {
      * float32 target, and nclasses is 1; the loss travels in o.loss. */
     int regression;
     int vocab; /* a text dataset's vocabulary size, for embedding layers ("vocab N"); 0: none */
+    /* A table's embedded columns and their rows, for embed-columns layers ("embed K R"); 0: none */
+    int embed_columns, embed_rows;
     float mean[NL_PROTO_MAX_NORM], std[NL_PROTO_MAX_NORM];
     char data_hash[65];        /* SHA-256 of the partition's DATA payload, hex */
     struct nl_member *members; /* (size) */

@@ -594,6 +594,8 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         rc = nl_spec_parse(&spec, s->spec, "the driver's model", NULL, NULL, err);
     if (rc == 0) {
         spec->vocab = s->vocab;
+        spec->embed_columns = s->embed_columns;
+        spec->embed_rows = s->embed_rows;
         rc = nl_model_build(&m, spec, s->shape, s->nclasses, err);
     }
     if (rc == 0)

@@ -25,12 +25,13 @@
  *    fields takes a row through the import's preprocessing and shows the value `nnlab predict
  *    --row` prints, in the target's units, saying when a level is unseen; a text run takes typed
  *    text and gives the class `nnlab predict --text` gives, counting out-of-vocabulary words;
- *  - a regression run's row shows R², MAE and RMSE; its predicted-against-actual and residual
- *    plots come with the R², MAE and RMSE `nnlab eval` prints;
+ *  - a regression run's row shows R², MAE and RMSE, and its settings line names the task and
+ *    target ("regress cost"), not "classes 1"; its predicted-against-actual and residual plots
+ *    come with the R², MAE and RMSE `nnlab eval` prints;
  *  - a CSV dataset lists its columns with their kinds (numeric, categorical, target), statistics
  *    and fills, and its first rows stay readable at 1024x700 (header and 8 rows in view); a text
  *    dataset shows a few documents of each class as words with out-of-vocabulary tokens marked,
- *    and its vocabulary's size and coverage;
+ *    and its vocabulary's size and coverage; a column of many levels says "embedded (R rows)";
  *  - the Runs page's button reads Predicted vs Actual on a regression run (and is clicked there),
  *    Confusion Matrix on a classification run;
  *  - a click on Predict's "Open a CSV File of Rows…" opens a chooser, and the file chosen has its
@@ -357,6 +358,11 @@ static char *model_class(const char *run, const float *v)
 static int cost_columns(void)
 {
     return strstr(datasets_page_columns(nw()->datasets), "colour\tcategorical") != NULL;
+}
+
+static int shop_columns(void)
+{
+    return strstr(datasets_page_columns(nw()->datasets), "shop\tcategorical") != NULL;
 }
 
 static int docs_shown(void)
@@ -706,7 +712,7 @@ int main(int argc, char **argv)
     if (!bin)
         skip_all("NNLAB_BIN is not set");
 
-    plan(100);
+    plan(105);
     char data_dir[700], spec[700];
     snprintf(data_dir, sizeof data_dir, "%s/bands", gui_tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
@@ -1169,6 +1175,11 @@ int main(int argc, char **argv)
        "a regression run's row shows its R², MAE and RMSE (%s)", rt ? oneline(rt) : "no row");
     g_free(rt);
     click_regression_plots();
+    const char *reg_details = runs_page_details(nw()->runs);
+    ok(strstr(reg_details, "regress cost") && !strstr(reg_details, "classes 1"),
+       "its settings line names the task and target as `nnlab datasets` does, not a class count "
+       "(%s)",
+       oneline(reg_details));
     ok(wait_for(confusion_ready, 60000), "its test predictions are computed");
     char *reg_eval = NULL;
     double e_r2 = NAN, e_mae = NAN, e_rmse = NAN, w_r2 = NAN, w_mae = NAN, w_rmse = NAN;
@@ -1185,6 +1196,15 @@ int main(int argc, char **argv)
        w_rmse, e_r2, e_mae, e_rmse);
     g_free(reg_eval);
     ok(screenshot("runs-regression-1024x700"), "screenshot of the predicted-against-actual plots");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-r");
+    spin(200);
+    const char *rcmp = runs_page_comparison(nw()->runs);
+    ok(rcmp && strstr(rcmp, "\n≠ classes\t") && strstr(rcmp, "\tregress cost"),
+       "beside a classification run, its class count is its task and target too (%s)",
+       rcmp ? oneline(rcmp) : "no comparison");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-r");
 
     /* The Datasets page: a CSV dataset's columns with their kinds, a text dataset's documents
      * as words with the out-of-vocabulary ones marked, and its vocabulary. */
@@ -1210,6 +1230,22 @@ int main(int argc, char **argv)
        oneline(docs), oneline(dinfo));
     check_docs_per_class();
     ok(screenshot("datasets-text-1024x700"), "screenshot of a text dataset's documents");
+    /* A column of more levels than the one-hot slots is embedded by default: said with its rows. */
+    char shop_csv[700];
+    snprintf(shop_csv, sizeof shop_csv, "%s/shops.csv", gui_tmp);
+    f = fopen(shop_csv, "w");
+    fputs("x,shop,y\n", f);
+    for (int i = 0; i < 200; i++)
+        fprintf(f, "%.2f,s%02d,%.3f\n", (i % 9) / 4.0, i % 20, (i % 20) / 5.0 + (i % 9) / 4.0);
+    fclose(f);
+    ok(nnlab(NULL, "import shops %s --task regression --quiet", shop_csv),
+       "a table with a column of 20 levels imports");
+    datasets_page_refresh(nw()->datasets);
+    gtk_widget_activate_action(GTK_WIDGET(nw()->datasets), "datasets.select", "s", "shops");
+    ok(wait_for(shop_columns, 30000), "its columns are listed");
+    cols = datasets_page_columns(nw()->datasets);
+    ok(strstr(cols, "shop\tcategorical\t20 levels") && strstr(cols, " · embedded (21 rows)\n"),
+       "the column of 20 levels says it is embedded, with its rows (%s)", oneline(cols));
 
     /* With two runs compared and a confusion matrix shown, every page still fits 1024x700. */
     show("runs");

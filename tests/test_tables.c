@@ -13,7 +13,9 @@
 #include "nnlab/dataset.h"
 #include "nnlab/layer.h"
 #include "nnlab/metrics.h"
+#include "nnlab/model.h"
 #include "nnlab/runs.h"
+#include "nnlab/spec.h"
 #include "nnlab/store.h"
 #include "nnlab/trainer.h"
 #include "nnlab_cli.h"
@@ -392,14 +394,16 @@ static void test_categorical_predict(void)
     char text[1 << 16];
     size_t len = 0;
 
-    /* zone looks numeric but is named categorical; city has 40 levels, capped to 16 + other. */
+    /* zone looks numeric but is named categorical; city has 40 levels, which --embed-levels 0
+     * (never embed) caps to 16 + other. */
     len += (size_t)snprintf(text + len, sizeof text - len, "zone,city,x,y\n");
     for (int i = 0; i < 400; i++)
         len += (size_t)snprintf(text + len, sizeof text - len, "%d,c%02d,%d.5,%d\n", i % 3 + 1,
                                 i % 40, i % 7, (i % 3) * 10 + i % 7);
     write_text(at("cat.csv"), text);
-    is_int(nnlab("import cat '%s' --task regression --categorical zone", at("cat.csv")), 0,
-           "--categorical names a numeric-looking column");
+    is_int(nnlab("import cat '%s' --task regression --categorical zone --embed-levels 0",
+                 at("cat.csv")),
+           0, "--categorical names a numeric-looking column");
     like(out, "22x1x1", "inputs: zone 3 + 1, city 16 + 1, x 1");
     is_int(nnlab("show cat"), 0, "show");
     like(out, "zone                 categorical  3 levels", "zone is categorical");
@@ -545,6 +549,82 @@ static void test_embed_columns_layer(void)
        "without columns= the layer says what it needs: %s", err.msg);
 }
 
+/* ---- embed-columns at build: K and R from the dataset, and the checks ---- */
+
+/* Builds text for input (5, 1, 1) of a dataset named data (NULL: none) with k embedded columns
+ * of rows rows; the model, or NULL with err filled. */
+static struct nl_model *build_for(const char *text, const char *data, int k, int rows,
+                                  struct nl_error *err)
+{
+    struct nl_spec *spec = NULL;
+    struct nl_model *m = NULL;
+    *err = (struct nl_error){0};
+    if (nl_spec_parse(&spec, text, "spec", NULL, NULL, err) < 0)
+        return NULL;
+    spec->data = data;
+    spec->embed_columns = k;
+    spec->embed_rows = rows;
+    if (nl_model_build(&m, spec, (struct nl_shape){5, 1, 1}, 1, err) < 0)
+        m = NULL;
+    nl_spec_free(spec);
+    return m;
+}
+
+static void test_embed_columns_build(void)
+{
+    struct nl_error err;
+    struct nl_model *m = build_for("emb: embed-columns 3\nfc: dense N\n", "shops", 2, 40, &err);
+    ok(m != NULL, "embed-columns DIM builds without columns= or vocab=: %s", err.msg);
+    if (m) {
+        is_int(m->layers[0].columns, 2, "it takes K, the embedded columns, from the dataset");
+        is_int(m->layers[0].vocab, 40, "and R, their rows");
+        is_int(m->layers[0].params[0].dims[0], 40, "its table has R rows");
+        is_int(m->layers[0].out.c, 3 + 2 * 3, "the 3 other inputs, then 3 floats per column");
+        is_int(m->embed_columns * 1000 + m->embed_rows, 2040, "the model keeps K and R");
+    }
+    nl_model_free(m);
+    m = build_for("emb: embed-columns 3 columns=2 vocab=40\nfc: dense N\n", "shops", 2, 40, &err);
+    ok(m != NULL, "columns= and vocab= that agree with the dataset are taken: %s", err.msg);
+    nl_model_free(m);
+    m = build_for("fc1: dense 8\nemb: embed-columns 3 columns=3\nfc: dense N\n", "shops", 2, 40,
+                  &err);
+    ok(!m && strstr(err.msg, "layer 'emb' (line 2)") && strstr(err.msg, "columns=3") &&
+           strstr(err.msg, "'shops' has 2 embedded columns"),
+       "columns= that disagrees is refused with the layer's line: %s", err.msg);
+    nl_model_free(m);
+    m = build_for("\nemb: embed-columns 3 vocab=41\nfc: dense N\n", "shops", 2, 40, &err);
+    ok(!m && strstr(err.msg, "layer 'emb' (line 2)") && strstr(err.msg, "vocab=41") &&
+           strstr(err.msg, "40 rows"),
+       "and vocab= likewise: %s", err.msg);
+    nl_model_free(m);
+    m = build_for("fc1: dense 8\nrelu\nfc: dense N\n", "shops", 2, 40, &err);
+    ok(!m && strstr(err.msg, "dataset 'shops' has 2 embedded columns") &&
+           strstr(err.msg, "layer 'fc1' (line 1)") && strstr(err.msg, "embed-columns"),
+       "a model that would read the row ids as numbers is refused, naming the dataset and the "
+       "layer to add: %s",
+       err.msg);
+    nl_model_free(m);
+    m = build_for("emb: embed-columns 3\nfc1: dense 8 in=input\nadd: concat in=emb,fc1\n"
+                  "fc: dense N\n",
+                  "shops", 2, 40, &err);
+    ok(!m && strstr(err.msg, "layer 'fc1' (line 2)"),
+       "so is one whose second branch reads them: %s", err.msg);
+    nl_model_free(m);
+    m = build_for("fc0: dense 4\nemb: embed-columns 3\nfc: dense N\n", "plain", 0, 0, &err);
+    ok(!m && strstr(err.msg, "layer 'emb' (line 2)") &&
+           strstr(err.msg, "dataset 'plain' has no embedded columns"),
+       "embed-columns on a dataset without embedded columns is refused with its line: %s", err.msg);
+    nl_model_free(m);
+    m = build_for("emb: embed-columns 3 columns=1 vocab=9\nfc: dense N\n", NULL, 0, 0, &err);
+    ok(m && m->layers[0].columns == 1 && m->layers[0].vocab == 9,
+       "without a dataset (a summary for a shape) the keys stand: %s", err.msg);
+    nl_model_free(m);
+    m = build_for("emb: embed-columns 3\nfc: dense N\n", NULL, 1, 9, &err);
+    ok(m && m->layers[0].columns == 1 && m->layers[0].vocab == 9,
+       "and a run's recorded K and R build its model without the dataset: %s", err.msg);
+    nl_model_free(m);
+}
+
 /* ---- A column of 200 levels: embedded against one-hot with "other" ---- */
 
 /* y = the city's effect (200 cities, effects of standard deviation 2) + 0.5 x + noise 0.3. */
@@ -567,38 +647,69 @@ static void write_cities(const char *path, int rows)
 static void test_embedded(void)
 {
     write_cities(at("cities.csv"), 6000);
-    is_int(
-        nnlab("import cities-onehot '%s' --task regression --val 0.1 --test 0.2", at("cities.csv")),
-        0, "200 levels, one-hot: the 16 most frequent and other");
-    like(out, "18x1x1", "x and 17 one-hot inputs");
-    is_int(nnlab("import cities '%s' --task regression --val 0.1 --test 0.2 --embed-levels 16",
+    is_int(nnlab("import cities-onehot '%s' --task regression --val 0.1 --test 0.2 "
+                 "--embed-levels 0",
                  at("cities.csv")),
-           0, "--embed-levels 16: the column of 200 levels is embedded");
+           0, "--embed-levels 0: 200 levels, one-hot: the 16 most frequent and other");
+    like(out, "18x1x1", "x and 17 one-hot inputs");
+    is_int(nnlab("show cities-onehot"), 0, "show");
+    like(out, "200 levels: ", "the column's levels");
+    like(out, ", ... (17 inputs)", "one-hot inputs, the levels past 16 in 'other'");
+    is_int(nnlab("import cities '%s' --task regression --val 0.1 --test 0.2", at("cities.csv")), 0,
+           "by default, the column of 200 levels (more than the 16 one-hot slots) is embedded");
     like(out, "2x1x1", "x and one row id");
     is_int(nnlab("show cities"), 0, "show");
     like(out, "200 levels", "the column's levels");
-    like(out, "(embedded: rows 1 to 200, 0 unknown)", "its rows in the table");
-    like(out, "'embed-columns DIM columns=1 vocab=201'", "and the layer that reads them");
+    like(out, ", embedded (201 rows)", "the column is embedded, its rows said");
+    like(out, "201 rows in one table", "so is the table");
+    like(out, "a model starts with 'embed-columns DIM'", "and the layer that reads it, no numbers");
+    ok(count(out, "columns=") == 0 && count(out, "vocab=") == 0, "none to copy");
     like(out, "feature 1: mean 0.0000, std 1.0000", "row ids are not standardised");
     is_int(nnlab("--json show cities"), 0, "show --json");
-    like(out, "\"embedded\":{\"first\":1,\"columns\":1,\"rows\":201}", "the record says so");
+    like(out, "\"embed_levels\":16,\"embedded\":{\"first\":1,\"columns\":1,\"rows\":201}",
+         "the record says so, and the threshold");
+    is_int(nnlab("import cities-20 '%s' --task regression --embed-levels 250 --quiet",
+                 at("cities.csv")),
+           0, "--embed-levels 250 chooses another threshold");
+    is_int(nnlab("show cities-20"), 0, "show");
+    like(out, "(17 inputs)", "200 levels, not more than 250: one-hot");
 
     write_text(at("mlp32"), "fc1: dense 32\nrelu\nfc2: dense N\n");
-    write_text(at("emb32"), "emb: embed-columns 4 columns=1 vocab=201\nfc1: dense 32\nrelu\n"
-                            "fc2: dense N\n");
+    write_text(at("emb32"), "emb: embed-columns 8\nfc1: dense 32\nrelu\nfc2: dense N\n");
+    write_text(at("emb-k2"), "emb: embed-columns 8 columns=2\nfc1: dense 32\nrelu\nfc2: dense N\n");
     const char *train = "train --data %s --model '%s' --epochs 15 --batch 64 --optim adam "
                         "--lr 0.01 --seed 2 --name %s --quiet";
+    is_int(nnlab(train, "cities", at("mlp32"), "cities-ids"), 1,
+           "an MLP on the embedded column's row ids is refused");
+    like(errtext, "dataset 'cities' has 1 embedded column", "naming the dataset");
+    like(errtext, "layer 'fc1' (line 1) reads them", "and the layer that would read the ids");
+    like(errtext, "start the model with an embed-columns layer", "saying which layer to add");
+    is_int(nnlab("runs cities-ids"), 1, "no run is left behind");
+    is_int(nnlab("summary '%s' --data cities", at("mlp32")), 1, "summary refuses it too");
+    is_int(nnlab(train, "cities", at("emb-k2"), "cities-k2"), 1,
+           "columns= that disagrees with the dataset is refused");
+    like(errtext, "layer 'emb' (line 1): columns=2, but dataset 'cities' has 1 embedded column",
+         "naming the layer's line");
+    is_int(nnlab(train, "cities-onehot", at("emb32"), "cities-no"), 1,
+           "embed-columns on a dataset without embedded columns is refused");
+    like(errtext, "layer 'emb' (line 1): dataset 'cities-onehot' has no embedded columns",
+         "naming the layer's line");
+    is_int(nnlab("summary '%s' --data cities", at("emb32")), 0, "summary of embed-columns 8");
+    like(out, "1608", "its table: 201 rows of 8");
+
     is_int(nnlab(train, "cities-onehot", at("mlp32"), "cities-oh"), 0, "an MLP on one-hot");
     is_int(nnlab("--json eval cities-oh"), 0, "eval");
     const double r2_onehot = json_value(out, "r2");
     is_int(nnlab(train, "cities", at("emb32"), "cities-emb"), 0,
-           "the MLP after embed-columns 4 on the embedded column");
+           "the MLP after embed-columns 8 on the default import");
     is_int(nnlab("--json eval cities-emb"), 0, "eval");
     const double r2_embed = json_value(out, "r2");
     diag("test R2: one-hot with other %.4f, embedded %.4f", r2_onehot, r2_embed);
     ok(r2_embed > 0.9, "the embedding learns every city's effect: R2 %.4f > 0.9", r2_embed);
     ok(r2_embed > r2_onehot + 0.3, "and beats one-hot with other (R2 %.4f) by more than 0.3",
        r2_onehot);
+    is_int(nnlab("train --resume cities-emb --epochs 16 --quiet"), 0,
+           "it resumes for one more epoch from its record");
 
     is_int(nnlab("predict cities-emb --row '0.5,c010' --row '0.5,nowhere' --row '1,elsewhere'"), 0,
            "predict rows, two with levels the import never saw");
@@ -614,8 +725,12 @@ static void test_embedded(void)
         fclose(f);
     }
     ok(strstr(head + 8, "\"emb.weight\"") != NULL, "the table is the tensor emb.weight");
+    ok(strstr(head + 8, "\"shape\":[201,8]") != NULL, "of 201 rows of 8");
     is_int(nnlab("export cities-emb '%s'", at("cities.onnx")), 1, "ONNX export is refused");
     like(errtext, "kind 'embed-columns' has no ONNX form", "naming the kind");
+    is_int(nnlab("rm cities"), 0, "the dataset removed");
+    is_int(nnlab("export cities-emb '%s'", at("cities2.safetensors")), 0,
+           "the run's record alone builds its model for export");
 }
 
 /* ---- A regression dataset in the listing, and its ONNX export ---- */
@@ -683,6 +798,7 @@ int main(void)
     bin = getenv("NNLAB_BIN");
     test_losses();
     test_embed_columns_layer();
+    test_embed_columns_build();
     if (!bin || access(bin, X_OK) != 0) {
         diag("NNLAB_BIN does not name the nnlab binary: the command-line checks are skipped");
         return done_testing();

@@ -1094,7 +1094,8 @@ static void test_setup_settings(void)
     nl_free(text);
 }
 
-/* SETUP carries a text dataset's vocabulary size ("vocab N"), and none for other datasets. */
+/* SETUP carries a text dataset's vocabulary size ("vocab N") and a table's embedded columns
+ * ("embed K R"), and none for other datasets. */
 static void test_setup_vocab(void)
 {
     struct nl_member members[1] = {{"node1", "127.0.0.1", 4000}};
@@ -1123,6 +1124,20 @@ static void test_setup_vocab(void)
         ok(rc == 0, "a SETUP %s a vocabulary encodes and decodes: %s", v ? "with" : "without",
            err.msg);
         is_int(back.vocab, s.vocab, "the vocabulary size comes back");
+        nl_setup_release(&back);
+        nl_free(text);
+        text = NULL;
+        /* A table's embedded columns and their rows, for embed-columns ("embed K R"). */
+        s.embed_columns = v ? 3 : 0;
+        s.embed_rows = v ? 517 : 0;
+        memset(&back, 0, sizeof back);
+        rc = nl_setup_encode(&s, &text, &len, &err);
+        if (rc == 0)
+            rc = nl_setup_decode(&back, text, len, &err);
+        ok(rc == 0, "a SETUP %s embedded columns encodes and decodes: %s", v ? "with" : "without",
+           err.msg);
+        is_int(back.embed_columns, s.embed_columns, "the embedded columns come back");
+        is_int(back.embed_rows, s.embed_rows, "and their rows");
         nl_setup_release(&back);
         nl_free(text);
     }

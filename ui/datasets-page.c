@@ -547,8 +547,11 @@ static void fill_columns(NlDatasetsPage *p, const struct nl_dataset *d)
         if (c.missing > 0)
             g_string_append_printf(st, "%s%ld missing%s%s", st->len ? "; " : "", c.missing,
                                    c.fill ? ", filled with " : "", c.fill ? c.fill : "");
-        char inputs[32];
-        g_snprintf(inputs, sizeof inputs, "%d input%s", c.features, c.features == 1 ? "" : "s");
+        char inputs[48];
+        if (c.embedded)
+            g_snprintf(inputs, sizeof inputs, "embedded (%d rows)", c.kept + 1);
+        else
+            g_snprintf(inputs, sizeof inputs, "%d input%s", c.features, c.features == 1 ? "" : "s");
         GtkWidget *name = gtk_label_new(c.name);
         gtk_label_set_xalign(GTK_LABEL(name), 0);
         gtk_label_set_ellipsize(GTK_LABEL(name), PANGO_ELLIPSIZE_END);

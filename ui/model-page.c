@@ -372,6 +372,8 @@ static void validate(NlModelPage *p)
         gtk_list_box_remove(GTK_LIST_BOX(p->layers), child);
 
     int rc = nl_spec_parse(&spec, p->spec, "spec", NULL, NULL, &err);
+    if (rc == 0 && d)
+        nl_spec_use(spec, d);
     if (rc == 0)
         rc = nl_model_build(&m, spec, in, nclasses, &err);
 

@@ -50,8 +50,23 @@ static gboolean setting_off(const struct nl_json *v)
            v->type == NL_JSON_NULL;
 }
 
-/* A run's settings as "key value · key value", leaving out those that are off. */
-static GString *settings_text(const char *settings)
+/* A run's task as `nnlab datasets` names it: "regress TARGET" for a regression run (its target
+ * from the dataset, when the store still has it), NULL for a classification run, whose
+ * "classes N" says it. Freed by the caller. */
+static char *run_task(NlRunsPage *p, const struct nl_run_info *info)
+{
+    struct nl_dataset_info d;
+    struct nl_error err = {0};
+    if (!info->regression)
+        return NULL;
+    if (nl_dataset_info(p->win->store, info->dataset, &d, &err) == 0 && d.regression)
+        return g_strdup_printf("regress %s", d.target);
+    return g_strdup("regression");
+}
+
+/* A run's settings as "key value · key value", leaving out those that are off; task, when not
+ * NULL, stands where the class count would ("classes 1" of a regression run). */
+static GString *settings_text(const char *settings, const char *task)
 {
     GString *s = g_string_new(NULL);
     struct nl_json_doc *doc = NULL;
@@ -68,6 +83,10 @@ static GString *settings_text(const char *settings)
             continue;
         if (s->len)
             g_string_append(s, " · ");
+        if (task && strcmp(v->key, "classes") == 0) {
+            g_string_append(s, task);
+            continue;
+        }
         g_string_append_printf(s, "%s ", v->key);
         json_value(s, v, strcmp(v->key, "input") == 0 ? "×" : ", ");
     }
@@ -140,6 +159,11 @@ void runs_update_comparison(NlRunsPage *p)
         if (nl_json_parse(&doc, settings, strlen(settings), "run settings", &err) == 0)
             flatten(nl_json_root(doc), NULL, keys, vals);
         nl_json_free(doc);
+        char *task = run_task(p, &info); /* a regression run: its target, not "1" */
+        if (task && g_hash_table_contains(vals, "classes"))
+            g_hash_table_replace(vals, g_strdup("classes"), task);
+        else
+            g_free(task);
         nl_free(settings);
         g_ptr_array_add(runs, vals);
         g_ptr_array_add(names, g_strdup(info.name));
@@ -208,7 +232,9 @@ void runs_show_details(NlRunsPage *p)
         gtk_label_set_text(GTK_LABEL(p->details), "Select a run to see its settings.");
         return;
     }
-    GString *set = settings_text(settings);
+    char *task = run_task(p, &info);
+    GString *set = settings_text(settings, task);
+    g_free(task);
     /* A cluster run's lost workers, as the train page showed them. */
     struct nl_run_recovery *rec = NULL;
     int nrec = 0;

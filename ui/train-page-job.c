@@ -271,7 +271,7 @@ static int train_new(struct train_job *j, struct nl_session **out)
     if (rc == 0)
         rc = nl_spec_parse(&spec, j->spec, j->model, NULL, NULL, &j->err);
     if (rc == 0) {
-        spec->vocab = d->nvocab;
+        nl_spec_use(spec, d);
         rc = nl_model_build(&m, spec, d->shape, d->nclasses, &j->err);
     }
     nl_spec_free(spec);

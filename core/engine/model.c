@@ -27,6 +27,70 @@ static int layer_error(struct nl_error *err, const struct nl_layer *l, int code,
     return nl_error_set(err, code, "layer '%s': %s", l->name, what);
 }
 
+/* An embed-columns layer takes the dataset's embedded columns and their table's rows, as an
+ * embedding takes the vocabulary; columns= and vocab= in the spec must agree with them. Without a
+ * dataset (spec->data NULL and nothing recorded) the layer's own keys stand. */
+static int take_columns(const struct nl_spec *spec, struct nl_layer *l, struct nl_error *err)
+{
+    const char *data = spec->data ? spec->data : "the run's dataset";
+    char what[384];
+
+    if (spec->data && spec->embed_columns == 0) {
+        snprintf(what, sizeof what,
+                 "dataset '%s' has no embedded columns (an import embeds a categorical column "
+                 "of more levels than --embed-levels): remove the layer, or import the data "
+                 "again",
+                 spec->data);
+        return layer_error(err, l, NL_EINVAL, what);
+    }
+    if (spec->embed_columns == 0)
+        return 0;
+    if (l->columns && l->columns != spec->embed_columns) {
+        snprintf(what, sizeof what,
+                 "columns=%d, but %s%s%s has %d embedded column%s (leave columns= out: the "
+                 "layer takes the dataset's)",
+                 l->columns, spec->data ? "dataset '" : "", data, spec->data ? "'" : "",
+                 spec->embed_columns, spec->embed_columns == 1 ? "" : "s");
+        return layer_error(err, l, NL_EINVAL, what);
+    }
+    if (l->vocab && l->vocab != spec->embed_rows) {
+        snprintf(what, sizeof what,
+                 "vocab=%d, but the embedded columns of %s%s%s have %d rows (leave vocab= "
+                 "out: the layer takes the dataset's)",
+                 l->vocab, spec->data ? "dataset '" : "", data, spec->data ? "'" : "",
+                 spec->embed_rows);
+        return layer_error(err, l, NL_EINVAL, what);
+    }
+    l->columns = spec->embed_columns;
+    l->vocab = spec->embed_rows;
+    return 0;
+}
+
+/* The row ids of a dataset's embedded columns are never read as numbers: every layer that reads
+ * the model's input must be an embed-columns layer. */
+static int check_embedded_input(const struct nl_spec *spec, const struct nl_model *m,
+                                struct nl_error *err)
+{
+    if (!spec->data || spec->embed_columns == 0)
+        return 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (strcmp(l->ops->kind, "embed-columns") == 0)
+            continue;
+        for (int j = 0; j < l->ninputs; j++)
+            if (l->inputs[j] < 0)
+                return nl_error_set(
+                    err, NL_EINVAL,
+                    "%s: dataset '%s' has %d embedded column%s, row ids into a table of %d "
+                    "rows, not numbers, but layer '%s' (line %d) reads them as its input: start "
+                    "the model with an embed-columns layer ('embed-columns 8': 8 learned floats "
+                    "a level)",
+                    spec->origin, spec->data, spec->embed_columns,
+                    spec->embed_columns == 1 ? "" : "s", spec->embed_rows, l->name, l->line);
+    }
+    return 0;
+}
+
 static size_t align16(size_t n)
 {
     return (n + 15) & ~(size_t)15;
@@ -141,8 +205,15 @@ static int build(struct nl_model **out, const struct nl_spec *spec, struct nl_sh
         struct nl_layer *l = &m->layers[i];
         if (l->units == NL_UNITS_CLASSES)
             l->units = nclasses;
-        if (l->vocab == 0)
+        if (strcmp(l->ops->kind, "embed-columns") == 0) {
+            rc = take_columns(spec, l, err);
+            if (rc < 0) {
+                nl_model_free(m);
+                return rc;
+            }
+        } else if (l->vocab == 0) {
             l->vocab = spec->vocab;
+        }
         for (int j = 0; j < l->ninputs; j++) {
             int src = l->inputs[j];
             if (src >= i) {
@@ -157,6 +228,16 @@ static int build(struct nl_model **out, const struct nl_spec *spec, struct nl_sh
             return rc;
         }
     }
+    rc = check_embedded_input(spec, m, err);
+    if (rc < 0) {
+        nl_model_free(m);
+        return rc;
+    }
+    for (int i = 0; i < m->nlayers; i++)
+        if (strcmp(m->layers[i].ops->kind, "embed-columns") == 0) {
+            m->embed_columns = m->layers[i].columns;
+            m->embed_rows = m->layers[i].vocab;
+        }
     lay_out(m);
     struct nl_layer *last = &m->layers[m->nlayers - 1];
     if (nl_shape_size(last->out) != (size_t)nclasses) {

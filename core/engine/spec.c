@@ -34,11 +34,14 @@
  *     maxpool1d K             keys: stride= pad= in=
  *     lstm UNITS, gru UNITS   recurrent layers over a sequence; key: states=last|all (default
  *                             last: the final hidden state; all: every step's, UNITS x 1 x L) in=
- *     embed-columns DIM       a table's embedded categorical columns (core/import/csv.c): each of
- * the last K inputs, a row id, becomes DIM learned floats; keys: columns=K vocab=R (the rows; both
- * from nnlab show) init= in= globalavgpool1d, globalmaxpool1d  over a sequence's steps; in=x,input
- * leaves out the steps whose token is padding relu, relu6, tanh, sigmoid, flatten, gelu, softmax,
- * globalavgpool, and any other kind of core/engine/layer.c: no arguments; key: in=
+ *     embed-columns DIM       a table's embedded categorical columns (core/import/csv.c): each
+ *                             of the last K inputs, a row id, becomes DIM learned floats; keys:
+ *                             columns=K vocab=R (the rows; default: the dataset's, and when
+ *                             given they must agree with it) init= in=
+ *     globalavgpool1d, globalmaxpool1d  over a sequence's steps; in=x,input leaves out the steps
+ *                             whose token is padding
+ *     relu, relu6, tanh, sigmoid, flatten, gelu, softmax, globalavgpool, and any other kind of
+ *                             core/engine/layer.c: no arguments; key: in=
  *
  * Numbers are decimal digits, at most NUM_MAX. Strides are >= 1; pads >= 0; 0 in a layer's
  * sh/sw means the kind's default stride (conv 1, pools the window).
@@ -61,6 +64,7 @@
 #include "nnlab/spec.h"
 
 #include "nnlab/alloc.h"
+#include "nnlab/dataset.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -1024,6 +1028,14 @@ int nl_spec_load(struct nl_spec **out, const char *name_or_path, nl_warn_fn warn
     return nl_error_set(err, NL_ENOENT,
                         "unknown model '%s': not a file, and not a shipped model (%s)",
                         quote(q, name_or_path), len ? names : "none");
+}
+
+void nl_spec_use(struct nl_spec *s, const struct nl_dataset *d)
+{
+    s->vocab = d->nvocab;
+    s->embed_columns = d->embed_columns;
+    s->embed_rows = d->embed_rows;
+    s->data = d->name;
 }
 
 void nl_spec_free(struct nl_spec *s)

@@ -20,32 +20,38 @@
  *
  * Feature columns. A column is categorical when --categorical names it or when its first
  * non-empty value is not a number; otherwise it is numeric, and a later non-number in it is an
- * error naming FILE:LINE. A categorical column becomes a one-hot block: one slot for each of its
- * NL_CSV_ONEHOT_MAX most frequent levels in the train split (ties in text order), and one "other"
- * slot for the rest: rarer levels, levels seen only in the validation or test split, and at
- * predict time levels never seen (reported once per column). That cap keeps a column of many
- * levels (a postcode) to NL_CSV_ONEHOT_MAX + 1 inputs; the model's first dense layer on the
- * one-hot block is the column's learned encoding. Every model input, one-hot slots included, is
- * then standardised with the train split's per-input mean and std, at train, eval and predict.
+ * error naming FILE:LINE. One-hot for few levels, a learned embedding for many: a categorical
+ * column of at most --embed-levels train levels (nl_import_opts.embed_levels; by default the
+ * one-hot cap, NL_CSV_ONEHOT_MAX) becomes a one-hot block, and one of more an embedded column.
  *
- * Embedded columns (--embed-levels N, nl_import_opts.embed_levels): one-hot for few levels, a
- * learned embedding for many. A categorical column with more than N train levels becomes one
- * input instead of a one-hot block: its level's row id in one table that every embedded column
- * shares, each column its own block of rows. A column's block starts with its "unknown" row
- * (levels not in the train split, and at predict time levels never seen, reported once per
- * column; an empty field filled by --missing mean/median/mode takes its most frequent level),
- * then one row per train level in slot order (most frequent first, ties in text order). The
- * embedded inputs come after every other input, in column order; the record's "embedded"
+ * A one-hot block has one slot for each of the column's NL_CSV_ONEHOT_MAX most frequent levels in
+ * the train split (ties in text order), and one "other" slot for the rest: rarer levels (a column
+ * of more levels imported with --embed-levels 0, never, or above the cap), levels seen only in
+ * the validation or test split, and at predict time levels never seen (reported once per
+ * column). The model's first dense layer on the one-hot block is the column's learned encoding.
+ * Every model input, one-hot slots included, is then standardised with the train split's
+ * per-input mean and std, at train, eval and predict.
+ *
+ * An embedded column becomes one input instead: its level's row id in one table that every
+ * embedded column shares, each column its own block of rows. A column's block starts with its
+ * "unknown" row (levels not in the train split, and at predict time levels never seen, reported
+ * once per column; an empty field filled by --missing mean/median/mode takes its most frequent
+ * level), then one row per train level in slot order (most frequent first, ties in text order).
+ * The embedded inputs come after every other input, in column order; the record's "embedded"
  * {first, columns, rows} says where they are and how many rows the table has, and each such
  * column says "embedded": true and "row", its block's first row. Row ids are integers held as
  * floats (exact below 2^24 rows) and are never standardised: nl_dataset_load gives those inputs
- * mean 0 and std 1 whatever the import's statistics of the ids were. The table lives in the
- * model: an `embed-columns DIM columns=K vocab=R` layer (core/engine/layers/seq.c) first in the
- * spec, with K and R from `nnlab show`, maps each id to DIM learned floats after the other inputs;
- * its weight [R, DIM] is in the flat parameter vector like any layer's, so it trains locally
- * and on a cluster alike and exports to safetensors as LAYER.weight (it has no ONNX form). The
- * layer's configuration is in the spec's text, which travels with a run to every worker and is
- * kept in the run's record, so nothing else has to carry it.
+ * mean 0 and std 1 whatever the import's statistics of the ids were, and fills the dataset's
+ * embed_first, embed_columns and embed_rows from the record. The table lives in the model: an
+ * `embed-columns DIM` layer (core/engine/layers/seq.c) first in the spec maps each id to DIM
+ * learned floats after the other inputs, taking K (columns) and R (rows) from the dataset as an
+ * embedding takes a text dataset's vocabulary (nl_spec_use); a model on such a dataset without
+ * it is refused at build, since its first layer would read the ids as numbers. Its weight
+ * [R, DIM] is in the flat parameter vector like any layer's, so it trains locally and on a
+ * cluster alike and exports to safetensors as LAYER.weight (it has no ONNX form). A run records
+ * K and R beside the vocabulary ("embedded" in its settings) and sends them to cluster workers
+ * in SETUP ("embed K R"), so that eval, predict, resume and export build the model without the
+ * dataset.
  *
  * Missing values (an empty field): --missing error (the default) refuses them with FILE:LINE;
  * drop drops the row (listed in the record's dropped_lines); mean, median and mode fill a numeric
@@ -61,13 +67,13 @@
  *
  * The preprocessing record (JSON) says all of it, for nnlab show and for predicting from rows:
  * "task", "missing", "onehot_max", "target" {column, mean, std} for regression, "embed_levels"
- * and "embedded" {first, columns, rows} where columns are embedded, "feature_names" (NAME,
- * NAME=LEVEL, NAME=(other), NAME=(row id)), and "columns": per column of the file in order its
- * name, kind ("numeric", "categorical", "label" or "target"), missing count, the train
- * statistics (numeric and target: mean, std, min, max; categorical: "levels", the count of train
- * levels, "slots", the kept levels in slot order, and "embedded" and "row" for an embedded one),
- * "fill" where empty fields are filled (every feature column under mean, median and mode, so
- * that predict fills rows alike), and "first", its first model input. */
+ * (the threshold used; 0: never) and "embedded" {first, columns, rows} where columns are
+ * embedded, "feature_names" (NAME, NAME=LEVEL, NAME=(other), NAME=(row id)), and "columns": per
+ * column of the file in order its name, kind ("numeric", "categorical", "label" or "target"),
+ * missing count, the train statistics (numeric and target: mean, std, min, max; categorical:
+ * "levels", the count of train levels, "slots", the kept levels in slot order, and "embedded" and
+ * "row" for an embedded one), "fill" where empty fields are filled (every feature column under
+ * mean, median and mode, so that predict fills rows alike), and "first", its first model input. */
 #include "import_internal.h"
 
 #include <errno.h>
@@ -87,6 +93,12 @@
 #define MAX_LISTED        20
 #define PROGRESS_ROWS     1024
 #define NL_CSV_ONEHOT_MAX 16 /* one-hot slots of a categorical column, "other" aside */
+
+/* The level count above which a categorical column is embedded; 0 or less: never. */
+static int embed_levels(const struct nl_import_opts *o)
+{
+    return o->embed_levels == 0 ? NL_CSV_ONEHOT_MAX : o->embed_levels;
+}
 
 /* ---- The CSV reader (import_internal.h), shared with core/import/textdata.c ---- */
 
@@ -896,7 +908,7 @@ static int encode_columns(struct import_csv *im, struct nl_error *err)
         col->ntrain_levels = 0;
         for (int k = 0; k < col->L.n; k++)
             col->ntrain_levels += col->count[k] > 0;
-        col->embedded = im->opts->embed_levels > 0 && col->ntrain_levels > im->opts->embed_levels;
+        col->embedded = embed_levels(im->opts) > 0 && col->ntrain_levels > embed_levels(im->opts);
         col->kept = col->embedded                            ? col->ntrain_levels
                     : col->ntrain_levels < NL_CSV_ONEHOT_MAX ? col->ntrain_levels
                                                              : NL_CSV_ONEHOT_MAX;
@@ -1014,8 +1026,8 @@ static void describe_columns(const struct import_csv *im, struct nl_text *pre)
     nl_text_printf(pre, ",\"task\":\"%s\",\"missing\":\"%s\",\"onehot_max\":%d",
                    reg ? "regression" : "classification", nl_missing_names[im->opts->missing],
                    NL_CSV_ONEHOT_MAX);
-    if (im->opts->embed_levels > 0)
-        nl_text_printf(pre, ",\"embed_levels\":%d", im->opts->embed_levels);
+    nl_text_printf(pre, ",\"embed_levels\":%d",
+                   embed_levels(im->opts) > 0 ? embed_levels(im->opts) : 0);
     if (im->nembed > 0)
         nl_text_printf(pre, ",\"embedded\":{\"first\":%d,\"columns\":%d,\"rows\":%d}",
                        im->embed_first, im->nembed, im->table_rows);

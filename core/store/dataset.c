@@ -76,7 +76,11 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         "CASE WHEN kind = 'csv' AND json_valid(preprocessing) THEN "
         "json_extract(preprocessing, '$.task') END, "
         "CASE WHEN kind = 'csv' AND json_valid(preprocessing) THEN "
-        "json_extract(preprocessing, '$.target.column') END "
+        "json_extract(preprocessing, '$.target.column') END, "
+        "CASE WHEN kind = 'csv' AND json_valid(preprocessing) THEN "
+        "json_extract(preprocessing, '$.embedded.columns') END, "
+        "CASE WHEN kind = 'csv' AND json_valid(preprocessing) THEN "
+        "json_extract(preprocessing, '$.embedded.rows') END "
         "FROM datasets d WHERE substr(name, 1, 1) <> char(31) ORDER BY name"; /* not staged */
     struct nl_dataset_info *list = NULL;
     int n = 0, rc, step;
@@ -114,6 +118,8 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         d->regression = task && strcmp((const char *)task, "regression") == 0;
         if (d->regression)
             copy_text(d->target, sizeof d->target, sqlite3_column_text(st, 12));
+        d->embed_columns = sqlite3_column_int(st, 13);
+        d->embed_rows = sqlite3_column_int(st, 14);
         d->bytes = ((uint64_t)d->count[0] + d->count[1] + d->count[2]) * nl_shape_size(d->shape) *
                    (sqlite3_column_int(st, 8) == NL_F32 ? 4 : 1);
     }
@@ -408,7 +414,8 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
 
 /* A regression dataset's task and target statistics, from its preprocessing record; a table's
  * embedded columns, whose inputs are row ids (core/import/csv.c) that no standardisation may touch:
- * their mean is 0 and their std 1, whatever the import's statistics of the ids were. */
+ * their mean is 0 and their std 1, whatever the import's statistics of the ids were; where they
+ * are and their table's rows go in embed_first, embed_columns and embed_rows. */
 static int load_task(struct nl_dataset *d, struct nl_error *err)
 {
     struct nl_json_doc *doc = NULL;
@@ -423,8 +430,10 @@ static int load_task(struct nl_dataset *d, struct nl_error *err)
     const struct nl_json *emb = nl_json_get(root, "embedded");
     if (emb && emb->type == NL_JSON_OBJECT) {
         const struct nl_json *first = nl_json_get(emb, "first"), *n = nl_json_get(emb, "columns");
+        const struct nl_json *rows = nl_json_get(emb, "rows");
         if (!first || !first->is_integer || !n || !n->is_integer || first->integer < 0 ||
-            n->integer < 1 || first->integer + n->integer > d->nnorm) {
+            n->integer < 1 || first->integer + n->integer > d->nnorm || !rows ||
+            !rows->is_integer || rows->integer < 2 || rows->integer > (1 << 24)) {
             nl_json_free(doc);
             return nl_error_set(err, NL_EFORMAT,
                                 "dataset '%s': its embedded columns do not fit its %d inputs; "
@@ -435,6 +444,9 @@ static int load_task(struct nl_dataset *d, struct nl_error *err)
             d->mean[k] = 0.0f;
             d->std[k] = 1.0f;
         }
+        d->embed_first = (int)first->integer;
+        d->embed_columns = (int)n->integer;
+        d->embed_rows = (int)rows->integer;
     }
     const struct nl_json *target = nl_json_get(root, "target");
     const struct nl_json *mean = target ? nl_json_get(target, "mean") : NULL;

@@ -80,6 +80,16 @@ int nl_run_model(struct nl_store *s, const char *name, int with_params, nl_warn_
         spec->vocab = vocab && vocab->is_integer && vocab->integer > 0 && vocab->integer < (1 << 24)
                           ? (int)vocab->integer
                           : 0;
+        /* Table runs: the embedded columns and rows their embed-columns layers were built for
+         * (runs recorded before them carry columns= and vocab= in their spec instead). */
+        const struct nl_json *emb = nl_json_get(nl_json_root(doc), "embedded");
+        const struct nl_json *k = emb ? nl_json_get(emb, "columns") : NULL;
+        const struct nl_json *r = emb ? nl_json_get(emb, "rows") : NULL;
+        if (k && k->is_integer && k->integer > 0 && k->integer < (1 << 24) && r && r->is_integer &&
+            r->integer > 1 && r->integer <= (1 << 24)) {
+            spec->embed_columns = (int)k->integer;
+            spec->embed_rows = (int)r->integer;
+        }
         rc = nl_model_build(out, spec, shape, nclasses, err);
     }
     if (rc == 0)

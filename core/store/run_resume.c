@@ -4,18 +4,19 @@
  * The settings are one flat JSON object (but for "input", "frozen" and "augment"):
  *   epochs, batch, optim ("sgd", ...), schedule (nl_schedule_format's text), warmup (epochs),
  *   lr, momentum, nesterov, weight_decay, threads (0: all cores), seed, input [c, h, w],
- *   classes, vocab (a text dataset's vocabulary size; 0 or absent for others), clip_value,
+ *   classes, vocab (a text dataset's vocabulary size; 0 or absent for others), embedded
+ *   {columns, rows} (a table's embedded columns, for embed-columns; absent for none), clip_value,
  *   clip_norm, frozen [layer names], augment {flip, crop, resized_crop,
  *   brightness, contrast, saturation (the last four only when on)},
  *   early_stop_acc, patience, on_nan ("stop" | "skip-batch"), checkpoint_every (steps; 0: per
  *   epoch), compress ("bf16" or "none": a cluster run's exchange), cluster (trained on hosts),
  *   skipped_batches (over the run so far), loss ("default", "xent", "mse", "mae" or
  *   "huber"); also beta1, beta2, eps and alpha, the optimizer's.
- * Every member but input, classes, frozen, cluster and skipped_batches is a row of the table of
- * settings (nl_settings, core/store/settings.c), which also writes them for cluster workers.
- * Floats are written with 9 significant digits, which give the same float back; a reader takes
- * a missing key as its default, so older runs still resume. nl_run_model reads input, classes
- * and frozen; nl_run_settings_parse the rest.
+ * Every member but input, classes, embedded, frozen, cluster and skipped_batches is a row of the
+ * table of settings (nl_settings, core/store/settings.c), which also writes them for cluster
+ * workers. Floats are written with 9 significant digits, which give the same float back; a reader
+ * takes a missing key as its default, so older runs still resume. nl_run_model reads input,
+ * classes, vocab, embedded and frozen; nl_run_settings_parse the rest.
  *
  * A resumed run continues in its own record: its model (spec, shape, frozen layers) and
  * settings are the run's, its weights, optimizer state and step count the latest checkpoint's.
@@ -194,9 +195,15 @@ char *nl_run_settings_format(const struct nl_train_opts *o, const struct nl_mode
     }
     if (in_group)
         sb_str(&b, "}");
-    snprintf(value, sizeof value, ",\"input\":[%d,%d,%d],\"classes\":%d,\"vocab\":%d,\"frozen\":[",
-             shape.c, shape.h, shape.w, nclasses, m->vocab);
+    snprintf(value, sizeof value, ",\"input\":[%d,%d,%d],\"classes\":%d,\"vocab\":%d,", shape.c,
+             shape.h, shape.w, nclasses, m->vocab);
     sb_str(&b, value);
+    if (m->embed_columns > 0) {
+        snprintf(value, sizeof value, "\"embedded\":{\"columns\":%d,\"rows\":%d},",
+                 m->embed_columns, m->embed_rows);
+        sb_str(&b, value);
+    }
+    sb_str(&b, "\"frozen\":[");
     for (int i = 0, n = 0; i < m->nlayers; i++)
         if (m->layers[i].frozen) {
             if (n++)

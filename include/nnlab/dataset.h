@@ -35,6 +35,9 @@ struct nl_dataset {
      * target_std, the train split's statistics. 0 and t NULL for classification. */
     int regression;
     double target_mean, target_std;
+    /* A table's embedded columns (core/import/csv.c): embed_columns inputs from embed_first, row
+     * ids into a table of embed_rows rows, for an embed-columns layer. 0 when it has none. */
+    int embed_first, embed_columns, embed_rows;
     /* Text datasets (kind "text"): a sample is (1, 1, L) token ids held as float32 (exact: ids
      * are below 2^24), mean 0 and std 1, so batches carry the ids unchanged; words come first
      * and padding (id 0) fills the rest. The vocabulary is vocab[id] with its train count; id 0
@@ -63,6 +66,7 @@ struct nl_dataset_info {
     int nvocab;       /* text datasets: the vocabulary's size, padding and out-of-vocabulary in */
     int regression;   /* a CSV imported with --task regression: one "class", the target */
     char target[128]; /* regression: the target column's name */
+    int embed_columns, embed_rows; /* a table's embedded columns and their rows; 0: none */
 };
 
 /* What an import stores as the dataset's mean and std: the train split's per-channel
@@ -113,8 +117,9 @@ struct nl_import_opts {
      * columns holding a non-number are categorical anyway. NULL: none named. */
     const char *categorical;
     /* CSV: a categorical column with more train levels than this becomes one input, its level's
-     * row id, for an embed-columns layer (see core/import/csv.c); 0: never (one-hot slots and an
-     * "other" slot, whatever the level count). */
+     * row id, for an embed-columns layer (see core/import/csv.c). 0: the one-hot cap, 16 (a
+     * column of more levels is embedded); negative: never (one-hot slots for the 16 most
+     * frequent levels and an "other" slot, whatever the level count). */
     int embed_levels;
     enum nl_missing missing; /* CSV: what an empty field does */
     const char *text;        /* CSV: the text column, a name or a 1-based index: a text dataset */

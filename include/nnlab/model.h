@@ -19,7 +19,9 @@ struct nl_model {
     struct nl_layer *layers; /* (nlayers), topological order */
     struct nl_shape input;
     int nclasses;
-    int vocab;      /* the spec's vocabulary size (text datasets), 0 for none */
+    int vocab; /* the spec's vocabulary size (text datasets), 0 for none */
+    /* The embedded columns its embed-columns layers read and their table's rows; 0 for none. */
+    int embed_columns, embed_rows;
     size_t nparams; /* floats in params */
     float *params;  /* every layer's parameters, 64-byte aligned, laid out as below */
     /* The layout: [0, ntrainable) the trainable blocks of the layers that are not frozen, layer

@@ -23,7 +23,21 @@ struct nl_spec {
     /* The vocabulary size of the text dataset the model is built for (its nvocab): embedding
      * layers without vocab= take it. 0: none (the caller sets it before nl_model_build). */
     int vocab;
+    /* A table's embedded columns (nl_dataset.embed_columns, core/import/csv.c): K row-id inputs
+     * into a table of R rows, which embed-columns layers take as they take vocab (columns= and
+     * vocab= may repeat them, and must agree). 0: none. */
+    int embed_columns, embed_rows;
+    /* The dataset the model is built for, borrowed, for the checks at build (NULL: none is made,
+     * as for a run's recorded model): a dataset with embedded columns must be read through an
+     * embed-columns layer, and an embed-columns layer needs a dataset that has them. nl_spec_use
+     * sets this, vocab and the embedded columns from a dataset. */
+    const char *data;
 };
+
+struct nl_dataset;
+/* What the model takes from d, the dataset it is built for: vocab, embed_columns, embed_rows and
+ * data (d's name, borrowed: d must outlive the build). */
+void nl_spec_use(struct nl_spec *s, const struct nl_dataset *d);
 
 /* Parses text. Errors read "ORIGIN:LINE: what is wrong"; unknown keys are warnings of the same
  * form through warn (which may be NULL). */

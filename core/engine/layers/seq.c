@@ -17,13 +17,14 @@
  *   It is conv (core/engine/layers/conv.c) on (C, 1, L) with a 1 x K window: the same floats, with
  *   PyTorch's three-dimensional weight shape.
  * maxpool1d K: maxpool with a 1 x K window (stride K unless given).
- * embed-columns DIM columns=K vocab=R: a table's categorical columns of many levels (see the top
- *   of core/import/csv.c). in (n, F) (any shape, read flat): F - K features, then K row ids
- * (integers held as floats, not standardised) into one table weight [R, DIM] that the K columns
- * share, each column its own block of rows; out (n, F - K + K * DIM, 1, 1): the features as they
- *   are, then each id's row, in column order. An id that is not an integer in [0, R) reads row
- *   0. din: the features' gradient passes through; the ids get none. Backward adds each row's
- *   gradient to dw and marks it in nl_bwd.rows when given. */
+ * embed-columns DIM: a table's categorical columns of many levels (see the top of
+ *   core/import/csv.c); K, the embedded columns, and R, their table's rows, come from the dataset
+ *   (nl_spec.embed_columns, embed_rows) or from columns=K vocab=R. in (n, F) (any shape, read
+ *   flat): F - K features, then K row ids (integers held as floats, not standardised) into one
+ *   table weight [R, DIM] that the K columns share, each column its own block of rows; out
+ *   (n, F - K + K * DIM, 1, 1): the features as they are, then each id's row, in column order. An
+ * id that is not an integer in [0, R) reads row 0. din: the features' gradient passes through; the
+ * ids get none. Backward adds each row's gradient to dw and marks it in nl_bwd.rows when given. */
 #include <string.h>
 
 #include "layers.h"
@@ -366,13 +367,13 @@ static int embedcols_setup(struct nl_layer *l, struct nl_error *err)
         return nl__layer_fail(l, err, "embed-columns needs a positive dimension, not %d", l->units);
     if (l->columns < 1 || (size_t)l->columns > f)
         return nl__layer_fail(l, err,
-                              "embed-columns needs columns=K, the embedded columns of the dataset "
-                              "(1 to its %zu inputs; nnlab show DATASET gives K)",
+                              "embed-columns needs the embedded columns of a table dataset, 1 to "
+                              "its %zu inputs (train on one, or give columns=K)",
                               f);
     if (l->vocab < 2)
         return nl__layer_fail(l, err,
-                              "embed-columns needs vocab=R, the rows of the dataset's embedded "
-                              "levels (nnlab show DATASET gives R)");
+                              "embed-columns needs the rows of a table dataset's embedded levels "
+                              "(train on one, or give vocab=R)");
     const size_t out = f - (size_t)l->columns + (size_t)l->columns * (size_t)l->units;
     if (out > (1u << 30) || (size_t)l->vocab * (size_t)l->units > (1ull << 34))
         return nl__layer_fail(l, err, "embed-columns of %d x %d is too large", l->vocab, l->units);
