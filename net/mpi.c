@@ -156,6 +156,25 @@ static int mpi_err(struct nl_error *err, const char *what, int mrc)
     return nl_error_set(err, NL_ENET, "MPI: %s: %s", what, s);
 }
 
+/* Open MPI's shared-memory transport copies a large message between ranks of one host by
+ * reading the sender's memory (CMA, process_vm_readv). A rank killed while a peer reads from it
+ * makes that read fail ("Read -1, expected N, errno = 3"), and the reader, rank 0 included, then
+ * stops answering until the launcher kills it: the run is left unrecorded. Copying through the
+ * shared segment instead costs little at nnlab's message sizes (README, "MPI"), so it is the
+ * default here, set before MPI reads its parameters; a person's own setting (either name) wins. */
+static void mpi_defaults(void)
+{
+#if defined(OPEN_MPI) && OPEN_MPI
+    if (!getenv("OMPI_MCA_btl_vader_single_copy_mechanism") &&
+        !getenv("OMPI_MCA_btl_sm_single_copy_mechanism"))
+#if OMPI_MAJOR_VERSION >= 5
+        setenv("OMPI_MCA_btl_sm_single_copy_mechanism", "none", 0);
+#else
+        setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+#endif
+#endif
+}
+
 int nl_mpi_start(struct nl_mpi **out, const char *version, struct nl_error *err)
 {
     int wired, provided = 0, inited = 0;
@@ -177,6 +196,8 @@ int nl_mpi_start(struct nl_mpi **out, const char *version, struct nl_error *err)
         return nl_error_set(err, NL_ENOMEM, "out of memory");
     *out = mp;
     MPI_Initialized(&inited);
+    if (!inited)
+        mpi_defaults();
     if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return nl_error_set(err, NL_ENET, "--mpi: MPI_Init_thread failed");
     if (inited)
