@@ -12,8 +12,8 @@
  * (README, "MPICH"). NNLAB_MPI_KILLS=N runs the kill check alone, N times (each with its
  * launcher's stderr as a diagnostic, and how many runs ended failed), for a launcher whose
  * handling of a dead rank is in doubt: with NNLAB_MPIRUN="taskset -c 0 mpirun ..." every rank
- * shares one core, as on a loaded host. The kill check runs with Open MPI's defaults: nnlab
- * sets its own (net/mpi.c, mpi_defaults). */
+ * shares one core, as on a loaded host. The kill check runs with Open MPI's defaults, its
+ * shared-memory single copy (CMA) included. */
 #include <dirent.h>
 #include <math.h>
 #include <signal.h>
