@@ -30,7 +30,12 @@
 #include "nnlab/model.h"
 #include "nnlab/spec.h"
 #if NNLAB_HAVE_MPI
+#include <mpi.h>
+
+#include "net/transport_mpi.h"
+#include "nnlab/allreduce.h"
 #include "nnlab/mpi.h"
+#include "nnlab/optim.h"
 #endif
 #include "sshd.h"
 #include "tap.h"
@@ -478,6 +483,14 @@ static void check_collective(const double *base, long iters, double tbytes)
            fabs(coll[EPOCHS - 1] - p2p[EPOCHS - 1]) <= 1e-4 * fabs(p2p[EPOCHS - 1]) + 1e-6,
        "collective follows p2p within float rounding (%.7f %.7f vs %.7f %.7f)", coll[0],
        coll[EPOCHS - 1], p2p[0], p2p[EPOCHS - 1]);
+    double over[EPOCHS] = {0};
+    is_int(mpi(3, "%s --mpi --mpi-exchange collective --overlap on", train_args("coll3o", EPOCHS)),
+           0, "3 ranks, --mpi-exchange collective --overlap on: %s", errtext);
+    const int no = losses(over, EPOCHS);
+    ok(no == EPOCHS && fabs(over[0] - p2p[0]) <= 1e-4 * fabs(p2p[0]) + 1e-6 &&
+           fabs(over[EPOCHS - 1] - p2p[EPOCHS - 1]) <= 1e-4 * fabs(p2p[EPOCHS - 1]) + 1e-6,
+       "overlapped, it follows p2p too (%.7f %.7f vs %.7f %.7f)", over[0], over[EPOCHS - 1], p2p[0],
+       p2p[EPOCHS - 1]);
     const double per = nb == 3 ? (double)b[0] / (double)(EPOCHS * iters) : 0.0;
     ok(nb == 3 && fabs(per - tbytes * 4.0 / 3.0) <= 0.02 * tbytes,
        "collective: rank 0 accounts for 2(N-1)/N of the trainable bytes per step (%.0f, %.0f)", per,
@@ -582,10 +595,120 @@ static void check_misconfigurations(void)
 #endif
 }
 
-int main(void)
+#if NNLAB_HAVE_MPI
+/* The allreduce alone over MPI, as a rank of `test_mpi --allreduce-child p2p|collective` under
+ * mpirun: 3 overlapped steps of SGD on AR_N floats (AR_NT trainable, then statistics sums) of
+ * which the top quarter of the trainable part is declared final 300 ms before the rest; the last
+ * rank does not overlap (a member's overlap is its own choice; the exchange must not depend on
+ * it). Rank 0 prints the share of bytes sent before its gradient was whole and a checksum of the
+ * parameters and summed statistics. */
+enum { AR_NT = 5200, AR_N = 5240, AR_STEPS = 3 };
+
+static int allreduce_child(const char *mode)
+{
+    int provided = 0, rank = 0, size = 1;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    static char name[8][16];
+    const char *names[8];
+    for (int r = 0; r < size && r < 8; r++) {
+        snprintf(name[r], sizeof name[r], "rank %d", r);
+        names[r] = name[r];
+    }
+    static float params[AR_N], grad[AR_N];
+    for (int i = 0; i < AR_N; i++)
+        params[i] = 0.01f * (float)sin(0.1 * i);
+    struct nl_optim sgd;
+    nl_optim_defaults(&sgd, NL_OPTIM_SGD);
+    struct nl_error err = {0};
+    struct nl_transport *tr = NULL;
+    struct nl_allreduce *a = NULL;
+    const int overlap = rank < size - 1;
+    int rc = nl_transport_mpi_new(&tr, comm, names, 20000, strcmp(mode, "collective") == 0, &err);
+    if (rc == 0)
+        rc = nl_allreduce_new_over(
+            &a, tr, params,
+            &(struct nl_allreduce_opts){
+                .n = AR_N, .ntrainable = AR_NT, .optim = &sgd, .overlap = overlap},
+            &err);
+    double early = 0.0;
+    for (long step = 1; rc == 0 && step <= AR_STEPS; step++) {
+        for (int i = 0; i < AR_N; i++)
+            grad[i] = (float)((i * 7 + rank * 13 + (int)step * 5) % 101 - 50) * 1e-3f;
+        if (!overlap) {
+            rc = nl_allreduce_step(a, params, grad, step, 0.1f, &err);
+            continue;
+        }
+        nl_allreduce_begin(a, params, grad, step, 0.1f);
+        nl_allreduce_ready(a, AR_NT - AR_NT / 4, AR_N);
+        struct timespec ts = {0, 300000000};
+        nanosleep(&ts, NULL);
+        nl_allreduce_ready(a, 0, AR_NT);
+        rc = nl_allreduce_finish(a, &err);
+        early += nl_allreduce_early_fraction(a);
+    }
+    double check = 0.0;
+    for (int i = 0; i < AR_N; i++)
+        check += (i < AR_NT ? params[i] : grad[i]) * (1.0 + (i % 13));
+    if (rc < 0)
+        fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+    else if (rank == 0)
+        printf("early %.4f check %.9g\n", early / AR_STEPS, check);
+    nl_allreduce_free(a);
+    nl_transport_free(tr);
+    MPI_Comm_free(&comm);
+    MPI_Finalize();
+    return rc < 0 ? 1 : 0;
+}
+
+/* The collective exchange overlaps the backward pass: its buckets go as they become final, each
+ * on a communicator of its own, in one order on every rank (one of them not overlapping), and
+ * end where the p2p exchange does within float rounding, on 2 and 3 ranks. */
+static void check_collective_overlap(void)
+{
+    char self[600], cmd[1600];
+    const ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0) {
+        ok(0, "the test's own path");
+        return;
+    }
+    self[k] = '\0';
+    for (int n = 2; n <= 3; n++) {
+        double early[2] = {-1, -1}, check[2] = {0, 0};
+        for (int c = 0; c < 2; c++) {
+            const char *mode = c ? "collective" : "p2p";
+            snprintf(cmd, sizeof cmd, "%s -np %d '%s' --allreduce-child %s >'%s/out' 2>'%s/err'",
+                     mpirun, n, self, mode, sd.dir, sd.dir);
+            const int st = system(cmd);
+            read_outputs();
+            ok(st == 0 && sscanf(out, "early %lf check %lf", &early[c], &check[c]) == 2,
+               "%d ranks, the allreduce over MPI %s, overlapped: %s %s", n, mode, out, errtext);
+        }
+        diag("%d ranks: bytes sent before the gradient was whole: p2p %.0f%%, collective %.0f%%", n,
+             100 * early[0], 100 * early[1]);
+        ok(early[1] > 0.0, "%d ranks: the collective exchange sends before backward ends (%.3f)", n,
+           early[1]);
+        ok(fabs(check[1] - check[0]) <= 1e-5 * fabs(check[0]) + 1e-6,
+           "%d ranks: it ends where p2p does, within float rounding (%.9g vs %.9g)", n, check[1],
+           check[0]);
+    }
+}
+#endif
+
+int main(int argc, char **argv)
 {
     double base[EPOCHS] = {0};
 
+#if NNLAB_HAVE_MPI
+    if (argc == 3 && strcmp(argv[1], "--allreduce-child") == 0)
+        return allreduce_child(argv[2]);
+#else
+    (void)argv;
+#endif
+    (void)argc;
     bin = getenv("NNLAB_BIN");
     if (!bin || access(bin, X_OK) != 0)
         skip_all("NNLAB_BIN does not name the nnlab binary");
@@ -660,6 +783,9 @@ int main(void)
     check_kill("killed");
     check_sigint();
     check_collective(base, iters, tbytes);
+#if NNLAB_HAVE_MPI
+    check_collective_overlap();
+#endif
     check_regression();
     check_misconfigurations();
     sshd_stop(&sd);
