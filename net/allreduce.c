@@ -293,7 +293,6 @@ int nl_allreduce_new_over(struct nl_allreduce **out, struct nl_transport *tr, co
     const int size = tr->size, rank = tr->rank;
     const size_t n = o->n;
     struct nl_allreduce *a;
-    int rc0;
 
     *out = NULL;
     if (o->ntrainable > n)
@@ -367,7 +366,8 @@ int nl_allreduce_new_over(struct nl_allreduce **out, struct nl_transport *tr, co
                                 "the collective exchange takes at most %d bytes of parameters",
                                 INT_MAX);
         }
-        if (tr->ops->lanes && (rc0 = make_buckets(a, err)) < 0) {
+        const int rc0 = tr->ops->lanes ? make_buckets(a, err) : 0;
+        if (rc0 < 0) {
             nl_allreduce_free(a);
             return rc0;
         }
