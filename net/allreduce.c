@@ -92,6 +92,14 @@ struct nl_allreduce {
     int collective;
     int *c_floats, *c_bytes, *c_displs, *c_nbytes, *c_ndispls;
     float *coll;
+    /* Buckets of the collective exchange's reduce-scatter, in the order every member starts
+     * them (the trainable part from its top down, then the statistics): each's floats
+     * [b_lo, b_hi) of the gradient, b_counts (nbuckets x size) each member's part of it, b_recv
+     * where mine lands in sum, b_bytes what the frames would carry, b_done this step's. */
+    int nbuckets;
+    size_t *b_lo, *b_hi, *b_recv;
+    int *b_counts, *b_done;
+    unsigned long long *b_bytes;
     struct xfer *x; /* (size) */
 
     /* The step under way. */
@@ -195,6 +203,12 @@ void nl_allreduce_free(struct nl_allreduce *a)
     nl_free(a->c_nbytes);
     nl_free(a->c_ndispls);
     nl_free(a->coll);
+    nl_free(a->b_lo);
+    nl_free(a->b_hi);
+    nl_free(a->b_recv);
+    nl_free(a->b_counts);
+    nl_free(a->b_done);
+    nl_free(a->b_bytes);
     if (a->own_tr)
         nl_transport_free(a->tr);
     nl_free(a->bak);
@@ -221,6 +235,56 @@ int nl_allreduce_new(struct nl_allreduce **out, struct nl_mesh *mesh, const floa
     }
     (*out)->own_tr = 1;
     return 0;
+}
+
+/* The collective exchange's buckets (struct nl_allreduce) and the transport's lanes for them.
+ * Their bounds depend on n and ntrainable alone, so every member cuts the same: the trainable
+ * part in pieces of about BUCKET_FLOATS (4 MB, as Horovod and PyTorch DDP fuse), at least
+ * MIN_BUCKETS of at least BUCKET_MIN floats, at most MAX_BUCKETS; the statistics one more. */
+enum { BUCKET_FLOATS = 1 << 20, BUCKET_MIN = 1024, MIN_BUCKETS = 8, MAX_BUCKETS = 32 };
+
+static int make_buckets(struct nl_allreduce *a, struct nl_error *err)
+{
+    const size_t nt = a->nt;
+    size_t nb = (nt + BUCKET_FLOATS - 1) / BUCKET_FLOATS;
+    size_t few = (nt + BUCKET_MIN - 1) / BUCKET_MIN;
+    if (few > MIN_BUCKETS)
+        few = MIN_BUCKETS;
+    if (nb < few)
+        nb = few;
+    if (nb > MAX_BUCKETS)
+        nb = MAX_BUCKETS;
+    const int total = (int)nb + (a->n > nt ? 1 : 0);
+    if (total == 0)
+        return 0;
+    a->b_lo = nl_calloc((size_t)total, sizeof *a->b_lo);
+    a->b_hi = nl_calloc((size_t)total, sizeof *a->b_hi);
+    a->b_recv = nl_calloc((size_t)total, sizeof *a->b_recv);
+    a->b_counts = nl_calloc((size_t)total * (size_t)a->size, sizeof *a->b_counts);
+    a->b_done = nl_calloc((size_t)total, sizeof *a->b_done);
+    a->b_bytes = nl_calloc((size_t)total, sizeof *a->b_bytes);
+    if (!a->b_lo || !a->b_hi || !a->b_recv || !a->b_counts || !a->b_done || !a->b_bytes)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %d buckets", total);
+    for (int b = 0; b < total; b++) {
+        if (b < (int)nb) {
+            nl_block_range(nt, 16, (int)nb - 1 - b, (int)nb, &a->b_lo[b], &a->b_hi[b]);
+        } else {
+            a->b_lo[b] = nt;
+            a->b_hi[b] = a->n;
+        }
+        for (int r = 0; r < a->size; r++) {
+            const size_t lo = a->b_lo[b] > a->lo[r] ? a->b_lo[b] : a->lo[r];
+            const size_t hi = a->b_hi[b] < a->hi[r] ? a->b_hi[b] : a->hi[r];
+            const int c = hi > lo ? (int)(hi - lo) : 0;
+            a->b_counts[(size_t)b * (size_t)a->size + (size_t)r] = c;
+            if (r != a->rank)
+                a->b_bytes[b] += (unsigned long long)c * sizeof(float);
+            else if (c > 0)
+                a->b_recv[b] = lo - a->lo[r];
+        }
+    }
+    a->nbuckets = total;
+    return a->tr->ops->lanes(a->tr->impl, total, err);
 }
 
 int nl_allreduce_new_over(struct nl_allreduce **out, struct nl_transport *tr, const float *params,
@@ -301,6 +365,11 @@ int nl_allreduce_new_over(struct nl_allreduce **out, struct nl_transport *tr, co
             return nl_error_set(err, NL_EINVAL,
                                 "the collective exchange takes at most %d bytes of parameters",
                                 INT_MAX);
+        }
+        const int rc0 = tr->ops->lanes ? make_buckets(a, err) : 0;
+        if (rc0 < 0) {
+            nl_allreduce_free(a);
+            return rc0;
         }
         for (int r = 0; r < size; r++) {
             a->c_floats[r] = (int)(a->hi[r] - a->lo[r]);
@@ -629,34 +698,105 @@ static void on_received(void *ud, int k, uint32_t type)
     in_done(a, k, f);
 }
 
-/* The step through the transport's collectives (include/nnlab/transport.h): once the whole
- * gradient is final (overlapped, the computation is waited for: the collectives take the whole
- * vector), its sum is reduce-scattered into my slice, clipped, the norms gathered for clip-norm,
- * my slice updated, and every updated slice (parameters, then statistics sums) gathered. */
-static int collective_step(struct nl_allreduce *a, struct nl_error *err)
+/* Whether bucket b's part of the gradient is final. */
+static int bucket_final(const struct nl_allreduce *a, int b, struct front f)
+{
+    return a->b_lo[b] >= a->nt ? f.s <= a->nt : f.t <= a->b_lo[b];
+}
+
+/* The reduce-scatter in buckets, each on its lane (make_buckets): bucket b starts once its part is
+ * final and every bucket before it has started, so every member starts them in one order, and
+ * while the caller still computes the rest. Bytes of a bucket done before the whole gradient was
+ * final count as sent early. */
+static int bucket_reduce(struct nl_allreduce *a, struct nl_error *err)
 {
     const struct nl_transport_ops *ops = a->tr->ops;
-    while (a->overlap) {
-        uint64_t v;
-        (void)!read(a->efd, &v, sizeof v);
+    void *t = a->tr->impl;
+    int started = 0, done = 0;
+
+    memset(a->b_done, 0, (size_t)a->nbuckets * sizeof *a->b_done);
+    for (long spin = 0;; spin++) {
+        if (a->overlap) {
+            uint64_t v;
+            (void)!read(a->efd, &v, sizeof v);
+        }
         const struct front f = front_get(a);
         if (a->t_first < 0.0 && (f.t <= a->nt || f.s <= a->n))
             a->t_first = nl_now();
-        if (all_final(a, f))
+        const int whole = all_final(a, f);
+        int rc = 0;
+        for (; rc == 0 && started < a->nbuckets && bucket_final(a, started, f); started++) {
+            const int b = started;
+            rc = ops->lane_start(t, b, a->grad + a->b_lo[b], a->sum + a->b_recv[b],
+                                 a->b_counts + (size_t)b * (size_t)a->size, err);
+        }
+        for (int b = 0; rc == 0 && b < started; b++) {
+            if (a->b_done[b])
+                continue;
+            rc = ops->lane_test(t, b, &a->b_done[b], err);
+            if (a->b_done[b]) {
+                done++;
+                if (!whole)
+                    a->early_bytes += a->b_bytes[b];
+            }
+        }
+        if (rc < 0)
+            return rc;
+        if (started == a->nbuckets)
             break;
+        /* The computation's next frontier, testing the buckets under way every millisecond. */
         struct pollfd pf[2] = {{.fd = a->efd, .events = POLLIN},
                                {.fd = a->cancel_fd, .events = POLLIN}};
-        if (poll(pf, a->cancel_fd >= 0 ? 2 : 1, 1000) > 0 &&
+        const int ms = done < started ? (spin < 50 ? 0 : 1) : 1000;
+        if (poll(pf, a->cancel_fd >= 0 ? 2 : 1, ms) > 0 &&
             (pf[1].revents & (POLLIN | POLLHUP | POLLERR)))
             return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
     }
-    if (a->t_first < 0.0)
-        a->t_first = nl_now();
     a->sent_final = 1;
+    for (int b = 0; b < a->nbuckets; b++) {
+        if (a->b_done[b])
+            continue;
+        int rc = ops->lane_wait(t, b, a->cancel_fd, err);
+        if (rc < 0)
+            return rc;
+        a->b_done[b] = 1;
+    }
+    return 0;
+}
+
+/* The step through the transport's collectives (include/nnlab/transport.h): the gradient's sum
+ * reduce-scattered into my slice (in buckets as it becomes final where the transport has lanes,
+ * else at once when it is whole), clipped, the norms gathered for clip-norm, my slice updated, and
+ * every updated slice (parameters, then statistics sums) gathered. */
+static int collective_step(struct nl_allreduce *a, struct nl_error *err)
+{
+    const struct nl_transport_ops *ops = a->tr->ops;
     const unsigned long long b0 = ops->bytes_sent(a->tr->impl);
-    int rc = ops->reduce_scatter(a->tr->impl, a->grad, a->sum, a->c_floats, a->cancel_fd, err);
+    int rc;
+    if (a->nbuckets > 0) {
+        rc = bucket_reduce(a, err);
+    } else {
+        while (a->overlap) {
+            uint64_t v;
+            (void)!read(a->efd, &v, sizeof v);
+            const struct front f = front_get(a);
+            if (a->t_first < 0.0 && (f.t <= a->nt || f.s <= a->n))
+                a->t_first = nl_now();
+            if (all_final(a, f))
+                break;
+            struct pollfd pf[2] = {{.fd = a->efd, .events = POLLIN},
+                                   {.fd = a->cancel_fd, .events = POLLIN}};
+            if (poll(pf, a->cancel_fd >= 0 ? 2 : 1, 1000) > 0 &&
+                (pf[1].revents & (POLLIN | POLLHUP | POLLERR)))
+                return nl_error_set(err, NL_ECANCELED, "the exchange was called off");
+        }
+        a->sent_final = 1;
+        rc = ops->reduce_scatter(a->tr->impl, a->grad, a->sum, a->c_floats, a->cancel_fd, err);
+    }
     if (rc < 0)
         return rc;
+    if (a->t_first < 0.0)
+        a->t_first = nl_now();
     double t0 = nl_now();
     owner_clip(a);
     a->owner_seconds += nl_now() - t0;

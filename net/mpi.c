@@ -27,7 +27,12 @@
  * Faults. MPI jobs are fail-stop: there is no restart or re-partitioning, as the SSH mode has.
  * A rank that dies is normally ended with the whole job by the launcher, which sends the others
  * SIGTERM: rank 0 takes that for the job's end and fails the run (nl_mpi_opts.terminated), where a
- * person's SIGINT stops it. Whatever else goes
+ * person's SIGINT stops it. The launcher kills a rank still there a second after its SIGTERM, so
+ * rank 0 must notice the signal at once: no thread ever blocks in MPI on another rank's frame.
+ * A frame is matched, then received without blocking (recv_from); a rank killed in the middle of
+ * sending one (Open MPI's shared-memory single copy then logs "Read -1, expected N, errno = 3")
+ * leaves that receive unfinished forever, and a blocking MPI_Recv there once kept rank 0 from
+ * recording the failure before the launcher's SIGKILL. Whatever else goes
  * wrong, nothing waits forever: the driver fails the run when a rank sends FAULT or nothing (not
  * even a heartbeat) for the heartbeat timeout, members fail their step when the exchange makes
  * no progress for it (net/transport_mpi.c) and exit when the driver is silent for it. Rank 0
@@ -290,11 +295,54 @@ static int send_to(struct nl_mpi *mp, int which, int to, uint32_t type, const vo
     return rc;
 }
 
+/* Whether a signal handler asked this rank's driver to give up (mo NULL: never). */
+static int quitting(const struct nl_mpi_opts *mo)
+{
+    return mo && ((mo->terminated && *mo->terminated) || (mo->stop && *mo->stop));
+}
+
+/* Waits for the body of a matched frame of count bytes from rank `from` (req): a rank that dies
+ * in the middle of sending one leaves it incomplete forever, so the wait ends at the heartbeat
+ * timeout plus a second per 10 MB, or at once when the links close or mo's flags are set. A
+ * request given up stays MPI's, with its buffer (*buf is then NULL): the process is ending. */
+static int wait_body(struct nl_mpi *mp, MPI_Request *req, int from, int count, void **buf,
+                     const struct nl_mpi_opts *mo, struct nl_error *err)
+{
+    const double deadline = nl_now() + 1e-3 * mp->hb_ms + (double)count / 1e7;
+    for (long spin = 0;; spin++) {
+        int flag = 0, rc = enter(err);
+        if (rc == 0) {
+            int mrc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+            if (mrc != MPI_SUCCESS)
+                rc = mpi_err(err, "receiving a frame", mrc);
+            leave();
+        }
+        if (rc == 0 && flag)
+            return 0;
+        if (rc == 0 && quitting(mo))
+            rc = nl_error_set(err, NL_ECANCELED, "%s: a frame of %d bytes was cut short",
+                              mp->names[from], count);
+        if (rc == 0 && nl_now() > deadline)
+            rc = nl_error_set(err, NL_ETIMEDOUT,
+                              "%s: a frame of %d bytes did not arrive whole within %.1f s",
+                              mp->names[from], count, 1e-3 * mp->hb_ms + (double)count / 1e7);
+        if (rc < 0) {
+            *buf = NULL; /* MPI may still write into it */
+            return rc;
+        }
+        nap(spin < 100 ? 50 : 1000);
+    }
+}
+
 /* The next frame from `from` (MPI_ANY_SOURCE: any rank, *src set) on the UP or DOWN
  * communicator of mp (NULL: the links' run), into a new block; waits at most timeout_ms
- * (NL_ETIMEDOUT), or not at all when timeout_ms is 0 (1: a frame came, 0: none). */
+ * (NL_ETIMEDOUT), or not at all when timeout_ms is 0 (1: a frame came, 0: none). A frame is
+ * matched (MPI_Improbe) and then received without blocking (MPI_Imrecv, wait_body), so that no
+ * thread waits in MPI for a rank that died mid-frame; mo (NULL: none) is the driver's, whose
+ * signals end the wait. */
 static int recv_from(struct nl_mpi *mp, int which, int from, int *src, uint32_t *type, void **buf,
-                     uint32_t *len, int timeout_ms, struct nl_error *err)
+                     uint32_t *len, int timeout_ms, const struct nl_mpi_opts *mo,
+                     struct nl_error *err)
 {
     const double deadline = nl_now() + 1e-3 * timeout_ms;
     for (long spin = 0;; spin++) {
@@ -305,15 +353,17 @@ static int recv_from(struct nl_mpi *mp, int which, int from, int *src, uint32_t 
         const MPI_Comm comm = comm_of(m, which);
         int flag = 0, count = 0;
         MPI_Status st;
-        int mrc = MPI_Iprobe(from, MPI_ANY_TAG, comm, &flag, &st);
+        MPI_Message msg = MPI_MESSAGE_NULL;
+        MPI_Request req = MPI_REQUEST_NULL;
+        int mrc = MPI_Improbe(from, MPI_ANY_TAG, comm, &flag, &msg, &st);
         if (mrc == MPI_SUCCESS && flag) {
             MPI_Get_count(&st, MPI_BYTE, &count);
             *buf = nl_malloc((size_t)count + 1);
+            /* A matched message must be received: without memory, into a scratch byte. */
+            static char scratch;
             if (!*buf)
                 rc = nl_error_set(err, NL_ENOMEM, "out of memory for a frame of %d bytes", count);
-            else
-                mrc = MPI_Recv(*buf, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, comm,
-                               MPI_STATUS_IGNORE);
+            mrc = MPI_Imrecv(*buf ? *buf : &scratch, *buf ? count : 0, MPI_BYTE, &msg, &req);
         }
         if (rc == 0 && mrc != MPI_SUCCESS)
             rc = mpi_err(err, "receiving a frame", mrc);
@@ -321,6 +371,8 @@ static int recv_from(struct nl_mpi *mp, int which, int from, int *src, uint32_t 
             rc = nl_error_set(err, NL_ETIMEDOUT, "%s: nothing came within %d ms",
                               from == MPI_ANY_SOURCE ? "the ranks" : m->names[from], timeout_ms);
         leave();
+        if (rc == 0 && flag)
+            rc = wait_body(m, &req, st.MPI_SOURCE, count, buf, mo, err);
         if (rc < 0)
             return rc;
         if (flag) {
@@ -347,7 +399,7 @@ static int link_recv(void *ud, uint32_t *type, void **buf, uint32_t *len, int ti
                      struct nl_error *err)
 {
     (void)ud;
-    int rc = recv_from(NULL, COMM_DOWN, 0, NULL, type, buf, len, timeout_ms, err);
+    int rc = recv_from(NULL, COMM_DOWN, 0, NULL, type, buf, len, timeout_ms, NULL, err);
     return rc < 0 ? rc : 0;
 }
 
@@ -534,6 +586,8 @@ static int handle_frame(struct mrun *run, int i, uint32_t type, const unsigned c
     return nl_error_set(err, NL_EFORMAT, "%s: an unexpected frame (type %u)", who, type);
 }
 
+static int link_check(void *ud, int progressed, struct nl_error *err);
+
 /* Reads what rank i sent, as far as the driver can use it: 1 when a frame was handled. */
 static int serve(struct mrun *run, int i, struct nl_error *err)
 {
@@ -552,7 +606,9 @@ static int serve(struct mrun *run, int i, struct nl_error *err)
             pl = p->held;
             p->held = NULL;
         } else {
-            int got = recv_from(run->mp, COMM_UP, i, NULL, &type, &pl, &len, 0, err);
+            int got = recv_from(run->mp, COMM_UP, i, NULL, &type, &pl, &len, 0, run->mo, err);
+            if (got < 0 && quitting(run->mo))
+                return link_check(run, 0, err); /* the signal's own message */
             if (got < 0)
                 return got;
             if (got == 0)
@@ -664,7 +720,7 @@ static int setup_rank(struct mrun *run, int r, const char *frozen, struct nl_mem
     }
     /* Its HAVE, after heartbeats. */
     while (rc == 0) {
-        rc = recv_from(mp, COMM_UP, r, NULL, &type, &pl, &len, 60000, err);
+        rc = recv_from(mp, COMM_UP, r, NULL, &type, &pl, &len, 60000, run->mo, err);
         if (rc < 0)
             break;
         rc = 0;

@@ -17,11 +17,21 @@
  *
  * Collective exchange (--mpi-exchange collective): the step's gradient is summed by
  * MPI_Ireduce_scatter into each owner's slice and the updated slices gathered by MPI_Iallgatherv,
- * each tested as above (MPI_Test, the cancel fd, the timeout). MPI picks the algorithm and the
- * order of summation, so the sums are not the rank-ordered ones of the frames: not bit-identical
- * to an SSH run, equal within float rounding. Bytes counted for them are what the frames would
- * carry (the collective's own traffic is MPI's to choose): every slice but the own one out, the
- * own slice to every other rank. */
+ * each tested as above (MPI_Test, the cancel fd, the timeout). The reduce-scatter goes in buckets
+ * (net/allreduce.c: about 4 MB each, at least 8 for a small model, at most 32, and the statistics
+ * sums), each on a lane: a communicator of its own, MPI_Comm_dup'ed once when the exchange is
+ * made, so that one bucket's messages can never be matched by another's. Buckets start as
+ * backward makes them final, last layers first, always in the same order on every rank whatever
+ * each rank's timing or overlap, and every MPI call on them is made by the one thread that runs
+ * the step. An earlier form, one MPI_Ireduce per slice to its owner on the one exchange
+ * communicator, with a single MPI_Ireduce_scatter instead on a rank whose gradient happened to be
+ * whole at the step's start, failed under Open MPI 4.1.4 on every 3-rank run tried
+ * ("NBC_Progress: an error 15", MPI_ERR_TRUNCATE, then a crash in libnbc): ranks could start
+ * different collectives on one communicator. MPI picks the algorithm and the order of
+ * summation, so the sums are not the rank-ordered ones of the frames: not bit-identical to an SSH
+ * run, equal within float rounding. Bytes counted for them are what the frames would carry (the
+ * collective's own traffic is MPI's to choose): every slice but the own one out, the own slice to
+ * every other rank. */
 #include "net/transport_mpi.h"
 
 #include <limits.h>
@@ -46,6 +56,12 @@ struct mpit {
     MPI_Status *st;
     int nreq;
     unsigned long long bytes;
+    /* Lanes of the collective exchange: (nlanes) each's communicator, its reduce-scatter under
+     * way, and the bytes it counts when done. */
+    int nlanes;
+    MPI_Comm *lane_comm;
+    MPI_Request *lane_req;
+    unsigned long long *lane_bytes;
 };
 
 static int mpi_fail(struct nl_error *err, int code, const char *who, const char *what, int mrc)
@@ -238,6 +254,63 @@ static int mt_allgather(void *impl, void *buf, const int *counts, const int *dis
     return rc;
 }
 
+static int mt_lanes(void *impl, int n, struct nl_error *err)
+{
+    struct mpit *t = impl;
+    if (t->nlanes > 0)
+        return nl_error_set(err, NL_EINVAL, "the exchange's lanes are made twice (a bug)");
+    t->lane_comm = nl_calloc((size_t)n, sizeof *t->lane_comm);
+    t->lane_req = nl_calloc((size_t)n, sizeof *t->lane_req);
+    t->lane_bytes = nl_calloc((size_t)n, sizeof *t->lane_bytes);
+    if (!t->lane_comm || !t->lane_req || !t->lane_bytes)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %d lanes of the exchange", n);
+    for (int l = 0; l < n; l++) {
+        t->lane_req[l] = MPI_REQUEST_NULL;
+        int mrc = MPI_Comm_dup(t->comm, &t->lane_comm[l]);
+        if (mrc != MPI_SUCCESS)
+            return mpi_fail(err, NL_ENET, "the exchange", "MPI_Comm_dup for its lanes", mrc);
+        t->nlanes = l + 1;
+    }
+    return 0;
+}
+
+static int mt_lane_start(void *impl, int l, const float *send, float *recv, const int *counts,
+                         struct nl_error *err)
+{
+    struct mpit *t = impl;
+    if (l < 0 || l >= t->nlanes || t->lane_req[l] != MPI_REQUEST_NULL)
+        return nl_error_set(err, NL_EINVAL, "lane %d of the exchange is not free (a bug)", l);
+    int mrc = MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, t->lane_comm[l],
+                                  &t->lane_req[l]);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(err, NL_ENET, "the exchange", "MPI_Ireduce_scatter", mrc);
+    t->lane_bytes[l] = 0;
+    for (int r = 0; r < t->size; r++)
+        if (r != t->rank)
+            t->lane_bytes[l] += (unsigned long long)counts[r] * sizeof(float);
+    return 0;
+}
+
+static int mt_lane_test(void *impl, int l, int *done, struct nl_error *err)
+{
+    struct mpit *t = impl;
+    int mrc = MPI_Test(&t->lane_req[l], done, MPI_STATUS_IGNORE);
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(err, NL_ENET, "the exchange", "MPI_Ireduce_scatter", mrc);
+    if (*done)
+        t->bytes += t->lane_bytes[l];
+    return 0;
+}
+
+static int mt_lane_wait(void *impl, int l, int cancel_fd, struct nl_error *err)
+{
+    struct mpit *t = impl;
+    int rc = wait_collective(t, &t->lane_req[l], cancel_fd, "MPI_Ireduce_scatter", err);
+    if (rc == 0)
+        t->bytes += t->lane_bytes[l];
+    return rc;
+}
+
 static const char *mt_peer_name(const void *impl, int k)
 {
     const struct mpit *t = impl;
@@ -257,6 +330,14 @@ static void mt_free(void *impl)
         return;
     /* Requests still under way (a failed step) are left to MPI_Finalize or MPI_Abort: a
      * receive cannot be taken back from a rank that may be gone. */
+    int busy = 0;
+    for (int l = 0; l < t->nlanes; l++)
+        busy |= t->lane_req[l] != MPI_REQUEST_NULL;
+    for (int l = 0; !busy && l < t->nlanes; l++)
+        MPI_Comm_free(&t->lane_comm[l]);
+    nl_free(t->lane_comm);
+    nl_free(t->lane_req);
+    nl_free(t->lane_bytes);
     nl_free(t->req);
     nl_free(t->len);
     nl_free(t->type);
@@ -276,6 +357,10 @@ static const struct nl_transport_ops mpi_ops = {
     .free = mt_free,
     .reduce_scatter = mt_reduce_scatter,
     .allgather = mt_allgather,
+    .lanes = mt_lanes,
+    .lane_start = mt_lane_start,
+    .lane_test = mt_lane_test,
+    .lane_wait = mt_lane_wait,
 };
 
 int nl_transport_mpi_new(struct nl_transport **out, MPI_Comm comm, const char *const *names,

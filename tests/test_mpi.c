@@ -9,7 +9,11 @@
  *
  * NNLAB_MPIRUN replaces the launcher's command (default: Open MPI's, below), to run the test
  * against another MPI: NNLAB_MPIRUN=mpirun.mpich with a build made with -Dmpi_pkg=mpich
- * (README, "MPICH"). */
+ * (README, "MPICH"). NNLAB_MPI_KILLS=N runs the kill check alone, N times (each with its
+ * launcher's stderr as a diagnostic, and how many runs ended failed), for a launcher whose
+ * handling of a dead rank is in doubt: with NNLAB_MPIRUN="taskset -c 0 mpirun ..." every rank
+ * shares one core, as on a loaded host. The kill check runs with Open MPI's defaults, its
+ * shared-memory single copy (CMA) included. */
 #include <dirent.h>
 #include <math.h>
 #include <signal.h>
@@ -26,7 +30,12 @@
 #include "nnlab/model.h"
 #include "nnlab/spec.h"
 #if NNLAB_HAVE_MPI
+#include <mpi.h>
+
+#include "net/transport_mpi.h"
+#include "nnlab/allreduce.h"
 #include "nnlab/mpi.h"
+#include "nnlab/optim.h"
 #endif
 #include "sshd.h"
 #include "tap.h"
@@ -339,11 +348,11 @@ static void check_resume(void)
     like(out, "\"epochs\":3", "the run has 3 epochs");
 }
 
-/* A 3-rank job of 40 epochs named name, under the launcher in the background. */
+/* A 3-rank job of 400 epochs named name, under the launcher in the background. */
 static pid_t start_job(const char *name)
 {
-    char args[1024], cmd[4096], prefix[300];
-    snprintf(args, sizeof args, "%s --mpi --heartbeat-timeout 2", train_args(name, 40));
+    char args[1200], cmd[4096], prefix[300];
+    snprintf(args, sizeof args, "%s --mpi --heartbeat-timeout 2", train_args(name, 400));
     snprintf(prefix, sizeof prefix, "exec %s -np 3", mpirun);
     command(cmd, sizeof cmd, prefix, args);
     const pid_t pid = fork();
@@ -409,11 +418,12 @@ static void check_sigint(void)
     ok(strstr(out, "\"status\":\"stopped\"") != NULL, "the run is stopped: %.200s", out);
 }
 
-static void check_kill(void)
+/* Kills rank 1 of a job of run name after its first epoch: 1 when the run ended failed. */
+static int check_kill(const char *name)
 {
-    const pid_t pid = start_job("killed");
+    const pid_t pid = start_job(name);
     /* After the first epoch, kill rank 1. */
-    const long victim = rank_after_an_epoch(pid, "killed", 1);
+    const long victim = rank_after_an_epoch(pid, name, 1);
     ok(victim > 0 && kill((pid_t)victim, SIGKILL) == 0, "rank 1 killed after an epoch");
     const double tk = mono();
     int status = 0;
@@ -421,6 +431,9 @@ static void check_kill(void)
     ok(ended, "the job ended %.1f s after the kill (heartbeat timeout 2 s)", mono() - tk);
     read_outputs();
     ok(!WIFEXITED(status) || WEXITSTATUS(status) != 0, "with a failure status");
+    if (getenv("NNLAB_MPI_KILLS") || !strstr(errtext, "the MPI launcher ended the job"))
+        diag("the launcher ended %s %d: %.3000s", WIFEXITED(status) ? "with status" : "by signal",
+             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), errtext);
     /* Open MPI's launcher ends the others with SIGTERM, which rank 0 takes for the job's end
      * and records as a failure. MPICH's Hydra ends every rank at once, before rank 0 can record
      * anything: its run lists as interrupted (its process gone), resumable all the same. */
@@ -432,18 +445,22 @@ static void check_kill(void)
     long kids[16];
     ok(children(pid, kids, 16) == 0, "no rank is left");
     const long long done =
-        sshd_db_int(&sd, "SELECT COUNT(*) FROM runs WHERE name = 'killed' AND status = 'done'");
+        sshd_db_int(&sd, "SELECT COUNT(*) FROM runs WHERE name = '%s' AND status = 'done'", name);
     is_int(done, 0, "the run is not done");
-    is_int(nnlab("--json runs killed"), 0, "runs shows it");
+    is_int(nnlab("--json runs %s", name), 0, "runs shows it");
     /* The launcher ends the other ranks with SIGTERM: rank 0 takes it for the job's end, not a
      * person's stop, and records the run as failed. */
-    ok(strstr(out, "\"status\":\"failed\"") || (hydra && strstr(out, "\"status\":\"interrupted\"")),
+    const int failed = strstr(out, "\"status\":\"failed\"") != NULL;
+    ok(failed || (hydra && strstr(out, "\"status\":\"interrupted\"")),
        "the run is %s, so resumable: %.200s", hydra ? "failed or interrupted" : "failed", out);
-    const long long at = sshd_db_int(&sd, "SELECT MAX(epoch) FROM checkpoints WHERE run = "
-                                          "(SELECT id FROM runs WHERE name = 'killed')");
-    is_int(mpi(2, "--json train --resume killed --epochs %lld --mpi", at + 1), 0,
+    const long long at = sshd_db_int(&sd,
+                                     "SELECT MAX(epoch) FROM checkpoints WHERE run = "
+                                     "(SELECT id FROM runs WHERE name = '%s')",
+                                     name);
+    is_int(mpi(2, "--json train --resume %s --epochs %lld --mpi", name, at + 1), 0,
            "it resumes on 2 ranks from epoch %lld: %s", at, errtext);
     like(out, "\"event\":\"done\"", "and finishes");
+    return failed;
 }
 
 /* --mpi-exchange collective: MPI_Ireduce_scatter and MPI_Iallgatherv sum in MPI's order, so the
@@ -466,6 +483,14 @@ static void check_collective(const double *base, long iters, double tbytes)
            fabs(coll[EPOCHS - 1] - p2p[EPOCHS - 1]) <= 1e-4 * fabs(p2p[EPOCHS - 1]) + 1e-6,
        "collective follows p2p within float rounding (%.7f %.7f vs %.7f %.7f)", coll[0],
        coll[EPOCHS - 1], p2p[0], p2p[EPOCHS - 1]);
+    double over[EPOCHS] = {0};
+    is_int(mpi(3, "%s --mpi --mpi-exchange collective --overlap on", train_args("coll3o", EPOCHS)),
+           0, "3 ranks, --mpi-exchange collective --overlap on: %s", errtext);
+    const int no = losses(over, EPOCHS);
+    ok(no == EPOCHS && fabs(over[0] - p2p[0]) <= 1e-4 * fabs(p2p[0]) + 1e-6 &&
+           fabs(over[EPOCHS - 1] - p2p[EPOCHS - 1]) <= 1e-4 * fabs(p2p[EPOCHS - 1]) + 1e-6,
+       "overlapped, it follows p2p too (%.7f %.7f vs %.7f %.7f)", over[0], over[EPOCHS - 1], p2p[0],
+       p2p[EPOCHS - 1]);
     const double per = nb == 3 ? (double)b[0] / (double)(EPOCHS * iters) : 0.0;
     ok(nb == 3 && fabs(per - tbytes * 4.0 / 3.0) <= 0.02 * tbytes,
        "collective: rank 0 accounts for 2(N-1)/N of the trainable bytes per step (%.0f, %.0f)", per,
@@ -570,10 +595,122 @@ static void check_misconfigurations(void)
 #endif
 }
 
-int main(void)
+#if NNLAB_HAVE_MPI
+/* The allreduce alone over MPI, as a rank of `test_mpi --allreduce-child p2p|collective` under
+ * mpirun: 3 overlapped steps of SGD on AR_N floats (AR_NT trainable, then statistics sums) of
+ * which the statistics and the top two thirds of the trainable part are declared final 300 ms
+ * before the rest; the last
+ * rank does not overlap (a member's overlap is its own choice; the exchange must not depend on
+ * it). Rank 0 prints the share of bytes sent before its gradient was whole and a checksum of the
+ * parameters and summed statistics. */
+enum { AR_NT = 5200, AR_N = 5240, AR_STEPS = 3 };
+
+static int allreduce_child(const char *mode)
+{
+    int provided = 0, rank = 0, size = 1;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    static char name[8][16];
+    const char *names[8];
+    for (int r = 0; r < size && r < 8; r++) {
+        snprintf(name[r], sizeof name[r], "rank %d", r);
+        names[r] = name[r];
+    }
+    static float params[AR_N], grad[AR_N];
+    for (int i = 0; i < AR_N; i++)
+        params[i] = 0.01f * (float)sin(0.1 * i);
+    struct nl_optim sgd;
+    nl_optim_defaults(&sgd, NL_OPTIM_SGD);
+    struct nl_error err = {0};
+    struct nl_transport *tr = NULL;
+    struct nl_allreduce *a = NULL;
+    const int overlap = rank < size - 1;
+    int rc = nl_transport_mpi_new(&tr, comm, names, 20000, strcmp(mode, "collective") == 0, &err);
+    if (rc == 0)
+        rc = nl_allreduce_new_over(
+            &a, tr, params,
+            &(struct nl_allreduce_opts){
+                .n = AR_N, .ntrainable = AR_NT, .optim = &sgd, .overlap = overlap},
+            &err);
+    double early = 0.0;
+    for (long step = 1; rc == 0 && step <= AR_STEPS; step++) {
+        for (int i = 0; i < AR_N; i++)
+            grad[i] = (float)((i * 7 + rank * 13 + (int)step * 5) % 101 - 50) * 1e-3f;
+        if (!overlap) {
+            rc = nl_allreduce_step(a, params, grad, step, 0.1f, &err);
+            continue;
+        }
+        nl_allreduce_begin(a, params, grad, step, 0.1f);
+        nl_allreduce_ready(a, AR_NT / 3, AR_NT);
+        struct timespec ts = {0, 300000000};
+        nanosleep(&ts, NULL);
+        nl_allreduce_ready(a, 0, AR_NT);
+        rc = nl_allreduce_finish(a, &err);
+        early += nl_allreduce_early_fraction(a);
+    }
+    double check = 0.0;
+    for (int i = 0; i < AR_N; i++)
+        check += (i < AR_NT ? params[i] : grad[i]) * (1.0 + (i % 13));
+    if (rc < 0)
+        fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+    else if (rank == 0)
+        printf("early %.4f check %.9g\n", early / AR_STEPS, check);
+    nl_allreduce_free(a);
+    nl_transport_free(tr);
+    MPI_Comm_free(&comm);
+    MPI_Finalize();
+    return rc < 0 ? 1 : 0;
+}
+
+/* The collective exchange overlaps the backward pass: its buckets go as they become final, each
+ * on a communicator of its own, in one order on every rank (one of them not overlapping), and
+ * end where the p2p exchange does within float rounding, on 2 and 3 ranks. */
+static void check_collective_overlap(void)
+{
+    char self[600], cmd[1600];
+    const ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0) {
+        ok(0, "the test's own path");
+        return;
+    }
+    self[k] = '\0';
+    for (int n = 2; n <= 3; n++) {
+        double early[2] = {-1, -1}, check[2] = {0, 0};
+        for (int c = 0; c < 2; c++) {
+            const char *mode = c ? "collective" : "p2p";
+            snprintf(cmd, sizeof cmd, "%s -np %d '%s' --allreduce-child %s >'%s/out' 2>'%s/err'",
+                     mpirun, n, self, mode, sd.dir, sd.dir);
+            const int st = system(cmd);
+            read_outputs();
+            ok(st == 0 && sscanf(out, "early %lf check %lf", &early[c], &check[c]) == 2,
+               "%d ranks, the allreduce over MPI %s, overlapped: %s %s", n, mode, out, errtext);
+        }
+        diag("%d ranks: bytes sent before the gradient was whole: p2p %.0f%%, collective %.0f%%", n,
+             100 * early[0], 100 * early[1]);
+        ok(early[0] > 0.0 && early[1] > 0.0,
+           "%d ranks: both exchanges send before backward ends (p2p %.3f, collective %.3f)", n,
+           early[0], early[1]);
+        ok(fabs(check[1] - check[0]) <= 1e-5 * fabs(check[0]) + 1e-6,
+           "%d ranks: it ends where p2p does, within float rounding (%.9g vs %.9g)", n, check[1],
+           check[0]);
+    }
+}
+#endif
+
+int main(int argc, char **argv)
 {
     double base[EPOCHS] = {0};
 
+#if NNLAB_HAVE_MPI
+    if (argc == 3 && strcmp(argv[1], "--allreduce-child") == 0)
+        return allreduce_child(argv[2]);
+#else
+    (void)argv;
+#endif
+    (void)argc;
     bin = getenv("NNLAB_BIN");
     if (!bin || access(bin, X_OK) != 0)
         skip_all("NNLAB_BIN does not name the nnlab binary");
@@ -596,7 +733,8 @@ int main(void)
     unsetenv("OPENBLAS_VERBOSE");
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    const char *why = sshd_start(&sd);
+    const long kills = getenv("NNLAB_MPI_KILLS") ? strtol(getenv("NNLAB_MPI_KILLS"), NULL, 10) : 0;
+    const char *why = kills > 0 ? "NNLAB_MPI_KILLS runs the kill check alone" : sshd_start(&sd);
     have_sshd = why == NULL;
     if (!have_sshd) {
         diag("no SSH comparison: %s", why);
@@ -613,6 +751,18 @@ int main(void)
     sshd_write_quadrants(&sd, NTRAIN, SIDE);
     sshd_write(sd.dir, "spec", spec_text);
     is_int(nnlab("import syn '%s/data' --val 0.1", sd.dir), 0, "import a synthetic dataset");
+
+    if (kills > 0) {
+        int failed = 0;
+        for (long i = 0; i < kills; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "killed%ld", i);
+            failed += check_kill(name);
+        }
+        diag("%d of %ld killed runs ended failed", failed, kills);
+        sshd_stop(&sd);
+        return done_testing();
+    }
 
     struct nl_spec *spec;
     struct nl_model *m = NULL;
@@ -632,16 +782,12 @@ int main(void)
     check_clip_and_judge();
     check_ssh_identical();
     check_resume();
-    /* Open MPI's shared-memory transport reads a peer's large messages straight from its
-     * memory (CMA); a rank killed in the middle of one makes that read fail, and Open MPI then
-     * aborts the reader itself, rank 0 too, before it can record anything (its run lists as
-     * running, then interrupted once its owner's heartbeat is stale). Without single copy a
-     * killed rank's messages are only missing, and the launcher's SIGTERM is what ends rank 0. */
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
-    check_kill();
-    unsetenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+    check_kill("killed");
     check_sigint();
     check_collective(base, iters, tbytes);
+#if NNLAB_HAVE_MPI
+    check_collective_overlap();
+#endif
     check_regression();
     check_misconfigurations();
     sshd_stop(&sd);

@@ -59,6 +59,18 @@ struct nl_transport_ops {
                           struct nl_error *err);
     int (*allgather)(void *t, void *buf, const int *counts, const int *displs, int cancel_fd,
                      struct nl_error *err);
+    /* Optional, beside the two above: the reduce-scatter cut into lanes, each on a communicator of
+     * its own, so that several run at once and each starts as its part of the gradient becomes
+     * final. lanes makes n of them, once (every member calls it alike, at the same point);
+     * lane_start begins lane l's reduce-scatter (arguments as reduce_scatter's; every member
+     * starts the same lanes in the same order, each at most once per step); lane_test says
+     * whether it is done (*done) without waiting; lane_wait waits for it (the transport's
+     * timeout, cancel_fd as for progress). One thread drives a step's lanes. */
+    int (*lanes)(void *t, int n, struct nl_error *err);
+    int (*lane_start)(void *t, int lane, const float *send, float *recv, const int *counts,
+                      struct nl_error *err);
+    int (*lane_test)(void *t, int lane, int *done, struct nl_error *err);
+    int (*lane_wait)(void *t, int lane, int cancel_fd, struct nl_error *err);
 };
 
 struct nl_transport {
