@@ -1243,9 +1243,167 @@ static int recover(struct run *run, struct nl_error *err)
     return setup_generation(run, R, 1, err);
 }
 
-/* Long (about 200 lines): allocation of the run's buffers, starting the workers, the resume
- * state, the follow/recover loop and the run's totals, in that order with one exit path that
- * releases everything; its epoch end is shared with nl_train (end_epoch). */
+/* The frozen layers' names, comma-separated ("" when none), or NULL when out of memory. The
+ * members freeze the same ones, so that the initial weights sent in INIT have their layout and
+ * only the trainable range is exchanged. */
+static char *frozen_names(const struct nl_model *m)
+{
+    size_t fcap = 1;
+    for (int i = 0; i < m->nlayers; i++)
+        fcap += strlen(m->layers[i].name) + 1;
+    char *frozen = nl_calloc(fcap, 1);
+    for (int i = 0; frozen && i < m->nlayers; i++) {
+        if (!m->layers[i].frozen)
+            continue;
+        if (frozen[0])
+            strcat(frozen, ",");
+        strcat(frozen, m->layers[i].name);
+    }
+    return frozen;
+}
+
+/* Sets up the follower over the members link and allocates the run's buffers (run->p is
+ * allocated, run->n set). What it allocated is released by run_release() however it ends. */
+static int run_alloc(struct run *run, struct nl_error *err)
+{
+    const struct nl_model *m = run->m;
+    run->f = (struct nl_follow){
+        .link = {.name = link_name,
+                 .send = link_send,
+                 .busy = link_busy,
+                 .serve = link_serve,
+                 .check = link_check,
+                 .wait = link_wait,
+                 .ud = run},
+        .n = run->n,
+        .window = WINDOW,
+        .member0 = (unsigned char *)&run->p[0].fm,
+        .member_stride = sizeof *run->p,
+        .m = run->m,
+        .d = run->d,
+        .o = run->o,
+        .hooks = run->hooks,
+        .res = run->res,
+    };
+    int rc = nl_follow_init(&run->f, err);
+    if (rc < 0)
+        return rc;
+    run->timeout = run->co->ssh.timeout_ms > 0 ? run->co->ssh.timeout_ms : 30000;
+    run->hb_ms = run->co->heartbeat_ms > 0 ? run->co->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
+    const size_t nt = m->ntrainable, sfloats = (size_t)run->f.nstate * nt;
+    run->members = nl_calloc((size_t)run->n, sizeof *run->members);
+    run->params = nl_alloc_floats(m->nparams);
+    run->master = nl_alloc_floats(nt + 1);
+    run->state = nl_alloc_floats(sfloats + 1);
+    run->f.force_params = run->params;
+    run->f.force_state = run->state;
+    /* The largest frame a worker sends: its parameters, or two copies of its slice's state. */
+    const size_t pbytes = m->nparams * sizeof(float);
+    const size_t sbytes = nl_state_size(nt + 16, run->f.nstate, 2);
+    run->max_frame = (uint32_t)((pbytes > sbytes ? pbytes : sbytes) + 4096);
+    run->frozen = frozen_names(m);
+    if (!run->members || !run->params || !run->master || !run->state || !run->frozen)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", run->n);
+    return 0;
+}
+
+/* The run's secret, as the 64 hex digits and newline each worker reads first. */
+static int make_secret(struct run *run, struct nl_error *err)
+{
+    unsigned char secret[32];
+    int rc = nl_wire_random(secret, sizeof secret, err);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < 32; i++)
+        sprintf(run->secret_hex + 2 * i, "%02x", secret[i]);
+    run->secret_hex[64] = '\n';
+    return 0;
+}
+
+/* Reaches every host, settles the binary, starts the workers, learns their ports. */
+static int start_workers(struct run *run, struct nl_error *err)
+{
+    for (int i = 0; i < run->n; i++) {
+        struct peer *p = &run->p[i];
+        char rv[64];
+        int would;
+        p->hosti = i;
+        p->gen = -1;
+        p->cap = NL_WIRE_HEADER + run->max_frame;
+        p->buf = nl_malloc(p->cap);
+        if (!p->buf)
+            return nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", run->n);
+        int rc = nl_remote_open(&p->r, run->hosts[i].name, &run->co->ssh, err);
+        if (rc == 0)
+            rc = nl_remote_prepare(&p->r, &run->co->ssh, 1, &would, rv, sizeof rv, err);
+        if (rc == 0)
+            rc = launch(run, p, err);
+        if (rc < 0)
+            return rc;
+    }
+    for (int i = 0; i < run->n; i++) {
+        int rc = read_listen(run, &run->p[i], err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Every member starts from the driver's weights (initialised, or loaded by --init, or a
+ * checkpoint's with its optimizer state when resuming): the steps the run starts after. */
+static long start_state(struct run *run)
+{
+    const struct nl_model *m = run->m;
+    const size_t nt = m->ntrainable;
+    long start;
+    memcpy(run->params, m->params, m->nparams * sizeof(float));
+    memcpy(run->master, m->params, nt * sizeof(float));
+    const float *state = nl_follow_resume(&run->f, &start);
+    if (state)
+        memcpy(run->state, state, (size_t)run->f.nstate * nt * sizeof(float));
+    return start;
+}
+
+/* Sets up the first generation and follows the members, recovering from each loss, until the run
+ * is over: 0 or an error. A member lost while a generation is set up (FAULTED) is recovered from
+ * as one lost while training. */
+static int train(struct run *run, struct nl_error *err)
+{
+    const long start = start_state(run);
+    int rc = setup_generation(run, start, run->o->resume != NULL, err);
+    for (;;) {
+        if (rc == 0)
+            rc = follow(run, err);
+        if (rc != FAULTED)
+            break;
+        rc = recover(run, err);
+    }
+    return rc == OVER ? 0 : rc;
+}
+
+/* Every host the run was given, those dropped on the way included (nothing more). */
+static void fill_stats(const struct run *run, int n, struct nl_worker_metrics *stats)
+{
+    for (int i = 0; i < n; i++)
+        stats[i] = (struct nl_worker_metrics){.host = run->hosts[i].name};
+    for (int i = 0; i < run->n; i++)
+        stats[run->p[i].hosti] = run->f.step_w[i];
+}
+
+static void run_release(struct run *run)
+{
+    close_all(run);
+    nl_free(run->p);
+    nl_free(run->members);
+    nl_follow_release(&run->f);
+    nl_free(run->params);
+    nl_free(run->master);
+    nl_free(run->state);
+    nl_free(run->frozen);
+}
+
+/* The run in its steps: buffers, workers, training with its recoveries, the run's end; one exit
+ * path releases everything. Its epoch end is shared with nl_train (end_epoch). */
 int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster_opts *co,
                      struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,
                      const struct nl_train_hooks *hooks, struct nl_train_result *res,
@@ -1253,141 +1411,23 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
 {
     struct run run = {
         .n = n, .co = co, .hosts = hosts, .m = m, .d = d, .o = o, .hooks = hooks, .res = res};
-    unsigned char secret[32];
-    int rc = 0;
 
     if (n < 1)
         return nl_error_set(err, NL_EINVAL, "no hosts to train on");
     run.p = nl_calloc((size_t)n, sizeof *run.p);
     if (!run.p)
         return nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
-    run.f = (struct nl_follow){
-        .link = {.name = link_name,
-                 .send = link_send,
-                 .busy = link_busy,
-                 .serve = link_serve,
-                 .check = link_check,
-                 .wait = link_wait,
-                 .ud = &run},
-        .n = n,
-        .window = WINDOW,
-        .member0 = (unsigned char *)&run.p[0].fm,
-        .member_stride = sizeof *run.p,
-        .m = m,
-        .d = d,
-        .o = o,
-        .hooks = hooks,
-        .res = res,
-    };
-    rc = nl_follow_init(&run.f, err);
-    if (rc < 0)
-        goto out;
-    run.timeout = co->ssh.timeout_ms > 0 ? co->ssh.timeout_ms : 30000;
-    run.hb_ms = co->heartbeat_ms > 0 ? co->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
-    const size_t nt = m->ntrainable, sfloats = (size_t)run.f.nstate * nt;
-    run.members = nl_calloc((size_t)n, sizeof *run.members);
-    run.params = nl_alloc_floats(m->nparams);
-    run.master = nl_alloc_floats(nt + 1);
-    run.state = nl_alloc_floats(sfloats + 1);
-    run.f.force_params = run.params;
-    run.f.force_state = run.state;
-    /* The largest frame a worker sends: its parameters, or two copies of its slice's state. */
-    const size_t pbytes = m->nparams * sizeof(float);
-    const size_t sbytes = nl_state_size(nt + 16, run.f.nstate, 2);
-    run.max_frame = (uint32_t)((pbytes > sbytes ? pbytes : sbytes) + 4096);
-    /* The frozen layers' names: the members freeze the same ones, so that the initial weights
-     * sent in INIT have their layout and only the trainable range is exchanged. */
-    size_t fcap = 1;
-    for (int i = 0; i < m->nlayers; i++)
-        fcap += strlen(m->layers[i].name) + 1;
-    run.frozen = nl_calloc(fcap, 1);
-    for (int i = 0; run.frozen && i < m->nlayers; i++) {
-        if (!m->layers[i].frozen)
-            continue;
-        if (run.frozen[0])
-            strcat(run.frozen, ",");
-        strcat(run.frozen, m->layers[i].name);
-    }
-    if (!run.members || !run.params || !run.master || !run.state || !run.frozen) {
-        rc = nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
-        goto out;
-    }
-    rc = nl_wire_random(secret, sizeof secret, err);
-    if (rc < 0)
-        goto out;
-    for (int i = 0; i < 32; i++)
-        sprintf(run.secret_hex + 2 * i, "%02x", secret[i]);
-    run.secret_hex[64] = '\n';
-
-    /* Reach every host, settle the binary, start the workers, learn their ports. */
-    for (int i = 0; i < n; i++) {
-        struct peer *p = &run.p[i];
-        char rv[64];
-        int would;
-        p->hosti = i;
-        p->gen = -1;
-        p->cap = NL_WIRE_HEADER + run.max_frame;
-        p->buf = nl_malloc(p->cap);
-        if (!p->buf) {
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
-            goto out;
-        }
-        rc = nl_remote_open(&p->r, hosts[i].name, &co->ssh, err);
-        if (rc == 0)
-            rc = nl_remote_prepare(&p->r, &co->ssh, 1, &would, rv, sizeof rv, err);
-        if (rc == 0)
-            rc = launch(&run, p, err);
-        if (rc < 0)
-            goto out;
-    }
-    for (int i = 0; i < n; i++) {
-        rc = read_listen(&run, &run.p[i], err);
-        if (rc < 0)
-            goto out;
-    }
-
-    /* Every member starts from the driver's weights (initialised, or loaded by --init, or a
-     * checkpoint's with its optimizer state when resuming). */
-    memcpy(run.params, m->params, pbytes);
-    memcpy(run.master, m->params, nt * sizeof(float));
-    long start;
-    const float *state = nl_follow_resume(&run.f, &start);
-    if (state)
-        memcpy(run.state, state, sfloats * sizeof(float));
-    /* A member lost while a generation is set up (FAULTED) is recovered from as one lost while
-     * training. */
-    rc = setup_generation(&run, start, o->resume != NULL, err);
-    for (;;) {
-        if (rc == 0)
-            rc = follow(&run, err);
-        if (rc != FAULTED)
-            break;
-        rc = recover(&run, err);
-    }
-    if (rc == OVER)
-        rc = 0;
-    if (rc < 0)
-        goto out;
-    rc = nl_follow_finish(&run.f, err);
-    if (rc < 0)
-        goto out;
-    if (stats) {
-        /* Every host the run was given, those dropped on the way included (nothing more). */
-        for (int i = 0; i < n; i++)
-            stats[i] = (struct nl_worker_metrics){.host = hosts[i].name};
-        for (int i = 0; i < run.n; i++)
-            stats[run.p[i].hosti] = run.f.step_w[i];
-    }
-    rc = 0;
-out:
-    if (run.p)
-        close_all(&run);
-    nl_free(run.p);
-    nl_free(run.members);
-    nl_follow_release(&run.f);
-    nl_free(run.params);
-    nl_free(run.master);
-    nl_free(run.state);
-    nl_free(run.frozen);
-    return rc;
+    int rc = run_alloc(&run, err);
+    if (rc == 0)
+        rc = make_secret(&run, err);
+    if (rc == 0)
+        rc = start_workers(&run, err);
+    if (rc == 0)
+        rc = train(&run, err);
+    if (rc >= 0)
+        rc = nl_follow_finish(&run.f, err);
+    if (rc >= 0 && stats)
+        fill_stats(&run, n, stats);
+    run_release(&run);
+    return rc < 0 ? rc : 0;
 }
