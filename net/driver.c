@@ -889,47 +889,52 @@ static int setup_generation(struct run *run, long start, int has_state, struct n
     return 0;
 }
 
-/* A member was lost (or reported a fault). Every other member is told to stop (ABORT) and
- * reports the steps it completed, its parameters and its slice of the state (net/worker.c says
- * why that is consistent); the run goes on from R, the most steps any survivor completed: each
- * lost worker is restarted on its host while restarts last and its host answers, or dropped and
- * its data shared out among the others.
- * Long (about 260 lines): it is one protocol exchange in phases (abort, gather the survivors'
- * reports, decide R, restart or drop, report), each of which reads what the previous one
- * gathered; its test is test_cluster_faults, which exercises every phase with real processes, and
- * it is left whole until the transport interface (issue 15, item 3) reshapes its frames. */
-static int recover(struct run *run, struct nl_error *err)
+/* Tells every member set up in this generation to stop (ABORT). Members still waiting for this
+ * generation's SETUP (its setup lost a member before theirs) have nothing to call off or
+ * report. */
+static void call_off(struct run *run)
 {
-    const struct nl_model *m = run->m;
-    const struct nl_cluster_opts *co = run->co;
-    const size_t nt = m->ntrainable;
-    int rc;
-
-    /* Members still waiting for this generation's SETUP (its setup lost a member before
-     * theirs) have nothing to call off or report. */
     for (int i = 0; i < run->n; i++) {
         struct peer *p = &run->p[i];
         if (!p->dead && !p->fm.done && p->gen == run->generation &&
             send_raw(p, NL_FRAME_ABORT, NULL, 0, NULL) < 0)
             mark_dead(p, "worker lost (sending to it failed during step %ld)", p->fm.next_step + 1);
     }
+}
+
+/* One round of gather_reports(): serves every member of the generation that has not reported.
+ * 1 when some still wait for theirs, 0 when none does, or an error; *progressed: a frame came. */
+static int gather_round(struct run *run, int *progressed, struct nl_error *err)
+{
+    int waiting = 0;
+    for (int i = 0; i < run->n; i++) {
+        struct peer *p = &run->p[i];
+        if (p->dead || p->fm.done || fault_complete(p) || p->gen != run->generation)
+            continue;
+        int got = serve(run, i, 1, err);
+        if (got < 0)
+            return got;
+        *progressed |= got;
+        waiting += !p->dead && !p->fm.done && !fault_complete(p);
+    }
+    return waiting > 0;
+}
+
+/* Reads the survivors' FAULT, PARAMS and STATE until each has reported, is lost or done; one that
+ * has not reported by the deadline is lost. 0 or an error. */
+static int gather_reports(struct run *run, struct nl_error *err)
+{
+    const struct nl_cluster_opts *co = run->co;
     /* Survivors may be rebuilding a mesh when they learn of the loss: they give up within the
      * mesh's own timeout. */
     const double deadline = nl_now() + 1e-3 * (run->timeout + 2 * run->hb_ms);
     run->f.recovering = 1;
     for (;;) {
-        int waiting = 0, progressed = 0;
-        for (int i = 0; i < run->n; i++) {
-            struct peer *p = &run->p[i];
-            if (p->dead || p->fm.done || fault_complete(p) || p->gen != run->generation)
-                continue;
-            int got = serve(run, i, 1, err);
-            if (got < 0) {
-                run->f.recovering = 0;
-                return got;
-            }
-            progressed |= got;
-            waiting += !p->dead && !p->fm.done && !fault_complete(p);
+        int progressed = 0;
+        int waiting = gather_round(run, &progressed, err);
+        if (waiting < 0) {
+            run->f.recovering = 0;
+            return waiting;
         }
         if (!waiting)
             break;
@@ -950,18 +955,27 @@ static int recover(struct run *run, struct nl_error *err)
             wait_a_little(run);
     }
     run->f.recovering = 0;
+    return 0;
+}
 
-    int nsurv = 0, ndead = 0, first_dead = -1;
+/* Whether the run can go on after the reports: *first_dead, the first member lost (-1: none), or
+ * an error when a member is already done, when nobody was lost but a member faulted, or when
+ * nobody is left. */
+static int count_lost(const struct run *run, int *first_dead, struct nl_error *err)
+{
+    int nsurv = 0, ndead = 0;
+    *first_dead = -1;
     for (int i = 0; i < run->n; i++) {
-        struct peer *p = &run->p[i];
+        const struct peer *p = &run->p[i];
         if (p->dead) {
             ndead++;
-            if (first_dead < 0)
-                first_dead = i;
+            if (*first_dead < 0)
+                *first_dead = i;
         } else if (p->fm.done) {
+            const int fd = *first_dead;
             return nl_error_set(err, NL_EIO, "%s: %s, at the very end of the run",
-                                run->p[first_dead >= 0 ? first_dead : i].r.host,
-                                first_dead >= 0 ? run->p[first_dead].why : "a worker was lost");
+                                run->p[fd >= 0 ? fd : i].r.host,
+                                fd >= 0 ? run->p[fd].why : "a worker was lost");
         } else {
             nsurv++;
         }
@@ -975,64 +989,83 @@ static int recover(struct run *run, struct nl_error *err)
     }
     if (nsurv == 0)
         return nl_error_set(err, NL_EIO, "%s: %s; no worker is left to go on",
-                            run->p[first_dead].r.host, run->p[first_dead].why);
+                            run->p[*first_dead].r.host, run->p[*first_dead].why);
+    return 0;
+}
 
-    /* R, the parameters after it, and the master weights and state after it: the survivors'
-     * slices from them, the lost ones' from the parameters and the latest checkpoint. When no
-     * member got past the generation's start (it was lost before the mesh stood, or in its
-     * first step) the driver holds all of that already: what it set the generation up with,
-     * the lost members' slices included. */
-    long R = run->start;
+/* Survivor p's slice of the master weights and optimizer state after step R, from the two copies
+ * its report holds, into the run's. */
+static int take_slice(struct run *run, const struct peer *p, long R, struct nl_error *err)
+{
+    const size_t nt = run->m->ntrainable;
+    if (p->gen != run->generation || !fault_complete(p))
+        return nl_error_set(err, NL_EIO, "%s: no report of its state after step %ld", p->r.host, R);
+    const unsigned char *b = p->fault_state;
+    struct nl_state_head h;
+    nl_state_head_decode(&h, b);
+    const size_t lo = (size_t)h.lo, hi = (size_t)h.hi;
+    const size_t own = hi - lo, copy = own * (size_t)(1 + run->f.nstate);
+    if (lo > hi || hi > nt || h.copies != 2 ||
+        p->fault_state_len != nl_state_size(own, run->f.nstate, 2))
+        return nl_error_set(err, NL_EFORMAT, "%s: its optimizer state is malformed", p->r.host);
+    const int which = (long)h.step == R ? 0 : (long)h.step2 == R ? 1 : -1;
+    if (which < 0)
+        return nl_error_set(err, NL_EIO,
+                            "%s: its optimizer state is after step %ld or %ld, not %ld; the run "
+                            "cannot go on",
+                            p->r.host, (long)h.step, (long)h.step2, R);
+    const float *f = (const float *)(const void *)(b + NL_STATE_HEADER) + (size_t)which * copy;
+    memcpy(run->master + lo, f, own * sizeof(float));
+    for (int k = 0; k < run->f.nstate; k++)
+        memcpy(run->state + (size_t)k * nt + lo, f + own * (size_t)(1 + k), own * sizeof(float));
+    return 0;
+}
+
+/* R (*R), the parameters after it, and the master weights and state after it: the survivors'
+ * slices from them, the lost ones' from the parameters and the latest checkpoint. When no member
+ * got past the generation's start (it was lost before the mesh stood, or in its first step) the
+ * driver holds all of that already: what it set the generation up with, the lost members' slices
+ * included. */
+static int restore_start(struct run *run, long *R, struct nl_error *err)
+{
+    const struct nl_model *m = run->m;
+    const size_t nt = m->ntrainable;
     int from = -1;
+    *R = run->start;
     for (int i = 0; i < run->n; i++) {
         const struct peer *p = &run->p[i];
-        if (!p->dead && p->gen == run->generation && p->fault_done > R) {
-            R = p->fault_done;
+        if (!p->dead && p->gen == run->generation && p->fault_done > *R) {
+            *R = p->fault_done;
             from = i;
         }
     }
-    if (from >= 0) {
-        memcpy(run->params, run->p[from].fault_params, m->nparams * sizeof(float));
-        memcpy(run->master, run->params, nt * sizeof(float));
-        memcpy(run->state, run->f.ckpt_state, (size_t)run->f.nstate * nt * sizeof(float));
-    }
-    for (int i = 0; from >= 0 && i < run->n; i++) {
-        const struct peer *p = &run->p[i];
-        if (p->dead)
+    if (from < 0)
+        return 0;
+    memcpy(run->params, run->p[from].fault_params, m->nparams * sizeof(float));
+    memcpy(run->master, run->params, nt * sizeof(float));
+    memcpy(run->state, run->f.ckpt_state, (size_t)run->f.nstate * nt * sizeof(float));
+    for (int i = 0; i < run->n; i++) {
+        if (run->p[i].dead)
             continue;
-        if (p->gen != run->generation || !fault_complete(p))
-            return nl_error_set(err, NL_EIO, "%s: no report of its state after step %ld", p->r.host,
-                                R);
-        const unsigned char *b = p->fault_state;
-        struct nl_state_head h;
-        nl_state_head_decode(&h, b);
-        const size_t lo = (size_t)h.lo, hi = (size_t)h.hi;
-        const size_t own = hi - lo, copy = own * (size_t)(1 + run->f.nstate);
-        if (lo > hi || hi > nt || h.copies != 2 ||
-            p->fault_state_len != nl_state_size(own, run->f.nstate, 2))
-            return nl_error_set(err, NL_EFORMAT, "%s: its optimizer state is malformed", p->r.host);
-        const int which = (long)h.step == R ? 0 : (long)h.step2 == R ? 1 : -1;
-        if (which < 0)
-            return nl_error_set(err, NL_EIO,
-                                "%s: its optimizer state is after step %ld or %ld, not %ld; the "
-                                "run cannot go on",
-                                p->r.host, (long)h.step, (long)h.step2, R);
-        const float *f = (const float *)(const void *)(b + NL_STATE_HEADER) + (size_t)which * copy;
-        memcpy(run->master + lo, f, own * sizeof(float));
-        for (int k = 0; k < run->f.nstate; k++)
-            memcpy(run->state + (size_t)k * nt + lo, f + own * (size_t)(1 + k),
-                   own * sizeof(float));
+        int rc = take_slice(run, &run->p[i], *R, err);
+        if (rc < 0)
+            return rc;
     }
+    return 0;
+}
 
-    /* The steps up to R are done: report them (with what came of them) and the epochs they
-     * end; reports of later steps are void, those steps are done again. */
+/* The steps up to R are done: reports them (with what came of them) and the epochs they end;
+ * reports of later steps are void, those steps are done again. 0, OVER when the epoch up to R
+ * ended the run, or an error (the weights of an epoch that R ends were lost). */
+static int report_to(struct run *run, long R, int first_dead, struct nl_error *err)
+{
     if (run->f.pending_epoch > 0 && (long)(run->f.epochs_done + 1) * run->f.iters > R)
         run->f.pending_epoch = 0;
     /* A checkpoint in the making keeps its pieces only for the next epoch's end. */
     if (run->f.cp.step >= 0 && !(run->f.cp.step == (long)(run->f.epochs_done + 1) * run->f.iters &&
                                  run->f.cp.step <= R && run->f.cp.count == run->n))
         run->f.cp.step = -1;
-    rc = nl_follow_emit(&run->f, R, err);
+    int rc = nl_follow_emit(&run->f, R, err);
     run->f.force_to = 0;
     if (rc < 0)
         return rc;
@@ -1048,11 +1081,78 @@ static int recover(struct run *run, struct nl_error *err)
     run->f.cp.step = -1;
     for (int i = 0; i < run->n; i++)
         run->p[i].held = 0;
+    return 0;
+}
 
-    /* Restart or drop. */
+/* Ends lost worker p and starts a new one on its host, over a new channel of its session (or of
+ * a new session when that one is gone), while --max-restarts lasts: 1 when a new worker said
+ * where it listens, 0 when p is to be dropped (p->why then says why each try failed). */
+static int restart(struct run *run, struct peer *p)
+{
+    const struct nl_cluster_opts *co = run->co;
+    while (run->restarts < co->max_restarts) {
+        struct keepalive k;
+        struct nl_error lerr = {0};
+        int rc2 = 0;
+        keepalive_start(&k, run);
+        end_worker(run, p);
+        p->live = 0;
+        p->gen = -1;
+        if (!p->r.s || !ssh_is_connected(p->r.s)) {
+            /* Its connection is gone: reach the host again. */
+            char rv[64];
+            int would;
+            nl_remote_close(&p->r);
+            rc2 = nl_remote_open(&p->r, run->hosts[p->hosti].name, &co->ssh, &lerr);
+            if (rc2 == 0)
+                rc2 = nl_remote_prepare(&p->r, &co->ssh, 1, &would, rv, sizeof rv, &lerr);
+        }
+        keepalive_stop(&k);
+        run->restarts++;
+        p->pid = 0; /* the new worker's comes with its LISTEN */
+        p->eof = 0;
+        p->fill = p->line_fill = 0;
+        p->last_line[0] = '\0';
+        if (rc2 == 0 && launch(run, p, &lerr) == 0 && read_listen(run, p, &lerr) == 0)
+            return 1;
+        size_t l = strlen(p->why);
+        snprintf(p->why + l, sizeof p->why - l, "; restarting it failed: %s", lerr.msg);
+        if (rc2 < 0 || lerr.code == NL_ECANCELED)
+            break;
+    }
+    return 0;
+}
+
+/* What a recovery did with its lost workers (the first 64), for its RECOVERY events. */
+struct recoveries {
     struct nl_recovery rec[64];
     char what[64][400];
-    int nrec = 0, keep = 0;
+    int n;
+};
+
+/* Records what became of lost worker p: action is "restarted" or "dropped". */
+static void note_recovery(const struct run *run, struct recoveries *rs, const struct peer *p,
+                          const char *action, long R)
+{
+    if (rs->n >= 64)
+        return;
+    snprintf(rs->what[rs->n], sizeof rs->what[rs->n], "%s", p->why);
+    rs->rec[rs->n] = (struct nl_recovery){
+        .host = run->hosts[p->hosti].name,
+        .what = rs->what[rs->n],
+        .action = action,
+        .restarts = run->restarts,
+        .max_restarts = run->co->max_restarts,
+        .step = R,
+    };
+    rs->n++;
+}
+
+/* Restarts every lost worker, or drops it (its data shared out among the others), noting each in
+ * rs; the members that go on keep their order at the front of run->p. */
+static void restart_or_drop(struct run *run, long R, struct recoveries *rs)
+{
+    int keep = 0;
     for (int i = 0; i < run->n; i++) {
         struct peer *p = &run->p[i];
         if (!p->dead) {
@@ -1063,59 +1163,16 @@ static int recover(struct run *run, struct nl_error *err)
          * the keepalive's way); the driver's own waits are bounded. A new worker lost before
          * it said where it listens is restarted again while restarts last; a host that cannot
          * be reached is dropped. */
-        const char *action = "dropped";
-        while (run->restarts < co->max_restarts) {
-            struct keepalive k;
-            struct nl_error lerr = {0};
-            int rc2 = 0;
-            keepalive_start(&k, run);
-            end_worker(run, p);
-            p->live = 0;
-            p->gen = -1;
-            if (!p->r.s || !ssh_is_connected(p->r.s)) {
-                /* Its connection is gone: reach the host again. */
-                char rv[64];
-                int would;
-                nl_remote_close(&p->r);
-                rc2 = nl_remote_open(&p->r, run->hosts[p->hosti].name, &co->ssh, &lerr);
-                if (rc2 == 0)
-                    rc2 = nl_remote_prepare(&p->r, &co->ssh, 1, &would, rv, sizeof rv, &lerr);
-            }
-            keepalive_stop(&k);
-            run->restarts++;
-            p->pid = 0; /* the new worker's comes with its LISTEN */
-            p->eof = 0;
-            p->fill = p->line_fill = 0;
-            p->last_line[0] = '\0';
-            if (rc2 == 0 && launch(run, p, &lerr) == 0 && read_listen(run, p, &lerr) == 0) {
-                action = "restarted";
-                break;
-            }
-            size_t l = strlen(p->why);
-            snprintf(p->why + l, sizeof p->why - l, "; restarting it failed: %s", lerr.msg);
-            if (rc2 < 0 || lerr.code == NL_ECANCELED)
-                break;
-        }
-        if (strcmp(action, "dropped") == 0) {
+        const int restarted = restart(run, p);
+        if (!restarted) {
             struct keepalive k;
             keepalive_start(&k, run);
             end_worker(run, p);
             p->live = 0;
             keepalive_stop(&k);
         }
-        if (nrec < 64) {
-            snprintf(what[nrec], sizeof what[nrec], "%s", p->why);
-            rec[nrec] = (struct nl_recovery){
-                .host = run->hosts[p->hosti].name,
-                .what = what[nrec],
-                .action = action,
-                .restarts = run->restarts,
-                .max_restarts = co->max_restarts,
-                .step = R,
-            };
-            nrec++;
-        }
-        if (strcmp(action, "restarted") == 0) {
+        note_recovery(run, rs, p, restarted ? "restarted" : "dropped", R);
+        if (restarted) {
             p->dead = 0;
             run->p[keep++] = *p;
         } else {
@@ -1126,17 +1183,19 @@ static int recover(struct run *run, struct nl_error *err)
         }
     }
     run->n = run->f.n = keep;
-    if (run->n == 0)
-        return nl_error_set(err, NL_EIO, "%s: %s; no worker is left to go on", rec[0].host,
-                            rec[0].what);
+}
+
+/* The members that go on start clean, and each lost worker's RECOVERY event goes out. */
+static int announce(struct run *run, struct recoveries *rs, long R, struct nl_error *err)
+{
     for (int i = 0; i < run->n; i++) {
         struct peer *p = &run->p[i];
         p->faulted = 0;
         p->dead = 0;
         p->why[0] = '\0';
     }
-    for (int k = 0; k < nrec; k++) {
-        rec[k].workers = run->n;
+    for (int k = 0; k < rs->n; k++) {
+        rs->rec[k].workers = run->n;
         if (run->hooks && run->hooks->event) {
             struct nl_event ev = {
                 .kind = NL_EVENT_RECOVERY,
@@ -1144,19 +1203,209 @@ static int recover(struct run *run, struct nl_error *err)
                 .epochs = run->o->epochs,
                 .iter = R % run->f.iters,
                 .iters = run->f.iters,
-                .recovery = &rec[k],
+                .recovery = &rs->rec[k],
             };
             if (run->hooks->event(run->hooks->ud, &ev))
                 return nl_error_set(err, NL_ECANCELED, "training stopped");
         }
     }
+    return 0;
+}
+
+/* A member was lost (or reported a fault). Every other member is told to stop (ABORT) and
+ * reports the steps it completed, its parameters and its slice of the state (net/worker.c says
+ * why that is consistent); the run goes on from R, the most steps any survivor completed: each
+ * lost worker is restarted on its host while restarts last and its host answers, or dropped and
+ * its data shared out among the others. Each phase reads what the one before it gathered; their
+ * test is test_cluster_faults, which exercises every phase with real processes. */
+static int recover(struct run *run, struct nl_error *err)
+{
+    struct recoveries rs = {.n = 0};
+    int first_dead = -1;
+    long R = 0;
+
+    call_off(run);
+    int rc = gather_reports(run, err);
+    if (rc == 0)
+        rc = count_lost(run, &first_dead, err);
+    if (rc == 0)
+        rc = restore_start(run, &R, err);
+    if (rc == 0)
+        rc = report_to(run, R, first_dead, err);
+    if (rc != 0)
+        return rc; /* an error, or OVER */
+    restart_or_drop(run, R, &rs);
+    if (run->n == 0)
+        return nl_error_set(err, NL_EIO, "%s: %s; no worker is left to go on", rs.rec[0].host,
+                            rs.rec[0].what);
+    rc = announce(run, &rs, R, err);
+    if (rc < 0)
+        return rc;
     run->generation++;
     return setup_generation(run, R, 1, err);
 }
 
-/* Long (about 200 lines): allocation of the run's buffers, starting the workers, the resume
- * state, the follow/recover loop and the run's totals, in that order with one exit path that
- * releases everything; its epoch end is shared with nl_train (end_epoch). */
+/* The frozen layers' names, comma-separated ("" when none), or NULL when out of memory. The
+ * members freeze the same ones, so that the initial weights sent in INIT have their layout and
+ * only the trainable range is exchanged. */
+static char *frozen_names(const struct nl_model *m)
+{
+    size_t fcap = 1;
+    for (int i = 0; i < m->nlayers; i++)
+        fcap += strlen(m->layers[i].name) + 1;
+    char *frozen = nl_calloc(fcap, 1);
+    for (int i = 0; frozen && i < m->nlayers; i++) {
+        if (!m->layers[i].frozen)
+            continue;
+        if (frozen[0])
+            strcat(frozen, ",");
+        strcat(frozen, m->layers[i].name);
+    }
+    return frozen;
+}
+
+/* Sets up the follower over the members link and allocates the run's buffers (run->p is
+ * allocated, run->n set). What it allocated is released by run_release() however it ends. */
+static int run_alloc(struct run *run, struct nl_error *err)
+{
+    const struct nl_model *m = run->m;
+    run->f = (struct nl_follow){
+        .link = {.name = link_name,
+                 .send = link_send,
+                 .busy = link_busy,
+                 .serve = link_serve,
+                 .check = link_check,
+                 .wait = link_wait,
+                 .ud = run},
+        .n = run->n,
+        .window = WINDOW,
+        .member0 = (unsigned char *)&run->p[0].fm,
+        .member_stride = sizeof *run->p,
+        .m = run->m,
+        .d = run->d,
+        .o = run->o,
+        .hooks = run->hooks,
+        .res = run->res,
+    };
+    int rc = nl_follow_init(&run->f, err);
+    if (rc < 0)
+        return rc;
+    run->timeout = run->co->ssh.timeout_ms > 0 ? run->co->ssh.timeout_ms : 30000;
+    run->hb_ms = run->co->heartbeat_ms > 0 ? run->co->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
+    const size_t nt = m->ntrainable, sfloats = (size_t)run->f.nstate * nt;
+    run->members = nl_calloc((size_t)run->n, sizeof *run->members);
+    run->params = nl_alloc_floats(m->nparams);
+    run->master = nl_alloc_floats(nt + 1);
+    run->state = nl_alloc_floats(sfloats + 1);
+    run->f.force_params = run->params;
+    run->f.force_state = run->state;
+    /* The largest frame a worker sends: its parameters, or two copies of its slice's state. */
+    const size_t pbytes = m->nparams * sizeof(float);
+    const size_t sbytes = nl_state_size(nt + 16, run->f.nstate, 2);
+    run->max_frame = (uint32_t)((pbytes > sbytes ? pbytes : sbytes) + 4096);
+    run->frozen = frozen_names(m);
+    if (!run->members || !run->params || !run->master || !run->state || !run->frozen)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", run->n);
+    return 0;
+}
+
+/* The run's secret, as the 64 hex digits and newline each worker reads first. */
+static int make_secret(struct run *run, struct nl_error *err)
+{
+    unsigned char secret[32];
+    int rc = nl_wire_random(secret, sizeof secret, err);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < 32; i++)
+        sprintf(run->secret_hex + 2 * i, "%02x", secret[i]);
+    run->secret_hex[64] = '\n';
+    return 0;
+}
+
+/* Reaches every host, settles the binary, starts the workers, learns their ports. */
+static int start_workers(struct run *run, struct nl_error *err)
+{
+    for (int i = 0; i < run->n; i++) {
+        struct peer *p = &run->p[i];
+        char rv[64];
+        int would;
+        p->hosti = i;
+        p->gen = -1;
+        p->cap = NL_WIRE_HEADER + run->max_frame;
+        p->buf = nl_malloc(p->cap);
+        if (!p->buf)
+            return nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", run->n);
+        int rc = nl_remote_open(&p->r, run->hosts[i].name, &run->co->ssh, err);
+        if (rc == 0)
+            rc = nl_remote_prepare(&p->r, &run->co->ssh, 1, &would, rv, sizeof rv, err);
+        if (rc == 0)
+            rc = launch(run, p, err);
+        if (rc < 0)
+            return rc;
+    }
+    for (int i = 0; i < run->n; i++) {
+        int rc = read_listen(run, &run->p[i], err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Every member starts from the driver's weights (initialised, or loaded by --init, or a
+ * checkpoint's with its optimizer state when resuming): the steps the run starts after. */
+static long start_state(struct run *run)
+{
+    const struct nl_model *m = run->m;
+    const size_t nt = m->ntrainable;
+    long start;
+    memcpy(run->params, m->params, m->nparams * sizeof(float));
+    memcpy(run->master, m->params, nt * sizeof(float));
+    const float *state = nl_follow_resume(&run->f, &start);
+    if (state)
+        memcpy(run->state, state, (size_t)run->f.nstate * nt * sizeof(float));
+    return start;
+}
+
+/* Sets up the first generation and follows the members, recovering from each loss, until the run
+ * is over: 0 or an error. A member lost while a generation is set up (FAULTED) is recovered from
+ * as one lost while training. */
+static int train(struct run *run, struct nl_error *err)
+{
+    const long start = start_state(run);
+    int rc = setup_generation(run, start, run->o->resume != NULL, err);
+    for (;;) {
+        if (rc == 0)
+            rc = follow(run, err);
+        if (rc != FAULTED)
+            break;
+        rc = recover(run, err);
+    }
+    return rc == OVER ? 0 : rc;
+}
+
+/* Every host the run was given, those dropped on the way included (nothing more). */
+static void fill_stats(const struct run *run, int n, struct nl_worker_metrics *stats)
+{
+    for (int i = 0; i < n; i++)
+        stats[i] = (struct nl_worker_metrics){.host = run->hosts[i].name};
+    for (int i = 0; i < run->n; i++)
+        stats[run->p[i].hosti] = run->f.step_w[i];
+}
+
+static void run_release(struct run *run)
+{
+    close_all(run);
+    nl_free(run->p);
+    nl_free(run->members);
+    nl_follow_release(&run->f);
+    nl_free(run->params);
+    nl_free(run->master);
+    nl_free(run->state);
+    nl_free(run->frozen);
+}
+
+/* The run in its steps: buffers, workers, training with its recoveries, the run's end; one exit
+ * path releases everything. Its epoch end is shared with nl_train (end_epoch). */
 int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster_opts *co,
                      struct nl_model *m, const struct nl_dataset *d, const struct nl_train_opts *o,
                      const struct nl_train_hooks *hooks, struct nl_train_result *res,
@@ -1164,141 +1413,23 @@ int nl_cluster_train(const struct nl_host *hosts, int n, const struct nl_cluster
 {
     struct run run = {
         .n = n, .co = co, .hosts = hosts, .m = m, .d = d, .o = o, .hooks = hooks, .res = res};
-    unsigned char secret[32];
-    int rc = 0;
 
     if (n < 1)
         return nl_error_set(err, NL_EINVAL, "no hosts to train on");
     run.p = nl_calloc((size_t)n, sizeof *run.p);
     if (!run.p)
         return nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
-    run.f = (struct nl_follow){
-        .link = {.name = link_name,
-                 .send = link_send,
-                 .busy = link_busy,
-                 .serve = link_serve,
-                 .check = link_check,
-                 .wait = link_wait,
-                 .ud = &run},
-        .n = n,
-        .window = WINDOW,
-        .member0 = (unsigned char *)&run.p[0].fm,
-        .member_stride = sizeof *run.p,
-        .m = m,
-        .d = d,
-        .o = o,
-        .hooks = hooks,
-        .res = res,
-    };
-    rc = nl_follow_init(&run.f, err);
-    if (rc < 0)
-        goto out;
-    run.timeout = co->ssh.timeout_ms > 0 ? co->ssh.timeout_ms : 30000;
-    run.hb_ms = co->heartbeat_ms > 0 ? co->heartbeat_ms : NL_HEARTBEAT_DEFAULT_MS;
-    const size_t nt = m->ntrainable, sfloats = (size_t)run.f.nstate * nt;
-    run.members = nl_calloc((size_t)n, sizeof *run.members);
-    run.params = nl_alloc_floats(m->nparams);
-    run.master = nl_alloc_floats(nt + 1);
-    run.state = nl_alloc_floats(sfloats + 1);
-    run.f.force_params = run.params;
-    run.f.force_state = run.state;
-    /* The largest frame a worker sends: its parameters, or two copies of its slice's state. */
-    const size_t pbytes = m->nparams * sizeof(float);
-    const size_t sbytes = nl_state_size(nt + 16, run.f.nstate, 2);
-    run.max_frame = (uint32_t)((pbytes > sbytes ? pbytes : sbytes) + 4096);
-    /* The frozen layers' names: the members freeze the same ones, so that the initial weights
-     * sent in INIT have their layout and only the trainable range is exchanged. */
-    size_t fcap = 1;
-    for (int i = 0; i < m->nlayers; i++)
-        fcap += strlen(m->layers[i].name) + 1;
-    run.frozen = nl_calloc(fcap, 1);
-    for (int i = 0; run.frozen && i < m->nlayers; i++) {
-        if (!m->layers[i].frozen)
-            continue;
-        if (run.frozen[0])
-            strcat(run.frozen, ",");
-        strcat(run.frozen, m->layers[i].name);
-    }
-    if (!run.members || !run.params || !run.master || !run.state || !run.frozen) {
-        rc = nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
-        goto out;
-    }
-    rc = nl_wire_random(secret, sizeof secret, err);
-    if (rc < 0)
-        goto out;
-    for (int i = 0; i < 32; i++)
-        sprintf(run.secret_hex + 2 * i, "%02x", secret[i]);
-    run.secret_hex[64] = '\n';
-
-    /* Reach every host, settle the binary, start the workers, learn their ports. */
-    for (int i = 0; i < n; i++) {
-        struct peer *p = &run.p[i];
-        char rv[64];
-        int would;
-        p->hosti = i;
-        p->gen = -1;
-        p->cap = NL_WIRE_HEADER + run.max_frame;
-        p->buf = nl_malloc(p->cap);
-        if (!p->buf) {
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory for %d workers", n);
-            goto out;
-        }
-        rc = nl_remote_open(&p->r, hosts[i].name, &co->ssh, err);
-        if (rc == 0)
-            rc = nl_remote_prepare(&p->r, &co->ssh, 1, &would, rv, sizeof rv, err);
-        if (rc == 0)
-            rc = launch(&run, p, err);
-        if (rc < 0)
-            goto out;
-    }
-    for (int i = 0; i < n; i++) {
-        rc = read_listen(&run, &run.p[i], err);
-        if (rc < 0)
-            goto out;
-    }
-
-    /* Every member starts from the driver's weights (initialised, or loaded by --init, or a
-     * checkpoint's with its optimizer state when resuming). */
-    memcpy(run.params, m->params, pbytes);
-    memcpy(run.master, m->params, nt * sizeof(float));
-    long start;
-    const float *state = nl_follow_resume(&run.f, &start);
-    if (state)
-        memcpy(run.state, state, sfloats * sizeof(float));
-    /* A member lost while a generation is set up (FAULTED) is recovered from as one lost while
-     * training. */
-    rc = setup_generation(&run, start, o->resume != NULL, err);
-    for (;;) {
-        if (rc == 0)
-            rc = follow(&run, err);
-        if (rc != FAULTED)
-            break;
-        rc = recover(&run, err);
-    }
-    if (rc == OVER)
-        rc = 0;
-    if (rc < 0)
-        goto out;
-    rc = nl_follow_finish(&run.f, err);
-    if (rc < 0)
-        goto out;
-    if (stats) {
-        /* Every host the run was given, those dropped on the way included (nothing more). */
-        for (int i = 0; i < n; i++)
-            stats[i] = (struct nl_worker_metrics){.host = hosts[i].name};
-        for (int i = 0; i < run.n; i++)
-            stats[run.p[i].hosti] = run.f.step_w[i];
-    }
-    rc = 0;
-out:
-    if (run.p)
-        close_all(&run);
-    nl_free(run.p);
-    nl_free(run.members);
-    nl_follow_release(&run.f);
-    nl_free(run.params);
-    nl_free(run.master);
-    nl_free(run.state);
-    nl_free(run.frozen);
-    return rc;
+    int rc = run_alloc(&run, err);
+    if (rc == 0)
+        rc = make_secret(&run, err);
+    if (rc == 0)
+        rc = start_workers(&run, err);
+    if (rc == 0)
+        rc = train(&run, err);
+    if (rc >= 0)
+        rc = nl_follow_finish(&run.f, err);
+    if (rc >= 0 && stats)
+        fill_stats(&run, n, stats);
+    run_release(&run);
+    return rc < 0 ? rc : 0;
 }

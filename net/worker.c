@@ -536,6 +536,194 @@ static int report_fault(struct link *l, long done, const char *why, const float 
     return rc;
 }
 
+/* A member's slice [lo, hi) of the trainable parameters with its nstate optimizer arrays, and the
+ * weights it starts from and keeps: what a generation hands its allreduce, its checkpoints and a
+ * fault's report. Released by slices_release(). */
+struct slices {
+    float *init;         /* (nparams) INIT: the weights every member starts from */
+    float *slice;        /* (nslice) the slice's fp32 master, then its state arrays */
+    float *copies;       /* (2 x nslice) a fault's two copies of the slice */
+    float *keep;         /* (nparams) the parameters after the latest completed step */
+    unsigned char *ckpt; /* NL_STATE_HEADER + nslice floats: a checkpoint's STATE */
+    size_t lo, hi, nslice;
+    int nstate;
+};
+
+static void slices_release(struct slices *sl)
+{
+    nl_free(sl->init);
+    nl_free(sl->slice);
+    nl_free(sl->copies);
+    nl_free(sl->keep);
+    nl_free(sl->ckpt);
+}
+
+/* INIT, the weights every member starts from, into sl->init. */
+static int recv_init(struct link *l, const struct nl_model *m, struct slices *sl,
+                     struct nl_error *err)
+{
+    uint32_t type, len;
+    int rc = link_recv(l, &type, (void **)&sl->init, &len, err);
+    if (rc == 0 && (type != NL_FRAME_INIT || len != m->nparams * sizeof(float)))
+        rc = nl_error_set(err, NL_EFORMAT,
+                          "the driver's weights (frame type %u) hold %zu values, the model has "
+                          "%zu",
+                          type, len / sizeof(float), m->nparams);
+    return rc;
+}
+
+/* This member's slice bounds (nl_allreduce_state_bounds) and the buffers of sl. */
+static int slices_alloc(struct slices *sl, const struct nl_setup *s, const struct nl_model *m,
+                        struct nl_error *err)
+{
+    nl_allreduce_state_bounds(m->nreduce, m->ntrainable, s->size, s->rank, &sl->lo, &sl->hi);
+    sl->nslice = (sl->hi - sl->lo) * (size_t)(1 + sl->nstate);
+    sl->slice = nl_alloc_floats(sl->nslice + 1);
+    sl->copies = nl_alloc_floats(2 * sl->nslice + 1);
+    sl->keep = nl_alloc_floats(m->nparams + 1);
+    sl->ckpt = nl_malloc(nl_state_size(sl->hi - sl->lo, sl->nstate, 1));
+    if (!sl->slice || !sl->copies || !sl->keep || !sl->ckpt)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
+    return 0;
+}
+
+/* The slice's master weights and optimizer state to start from: STATE when SETUP says one
+ * follows, else the slice of INIT and a zero state. */
+static int recv_state(struct link *l, const struct nl_setup *s, struct slices *sl,
+                      struct nl_error *err)
+{
+    if (!s->has_state) {
+        memcpy(sl->slice, sl->init + sl->lo, (sl->hi - sl->lo) * sizeof(float));
+        return 0;
+    }
+    uint32_t type, len;
+    unsigned char *st = NULL;
+    int rc = link_recv(l, &type, (void **)&st, &len, err);
+    struct nl_state_head sh = {0};
+    if (rc == 0 && type == NL_FRAME_STATE && len >= NL_STATE_HEADER)
+        nl_state_head_decode(&sh, st);
+    if (rc == 0 &&
+        (type != NL_FRAME_STATE || len != nl_state_size(sl->hi - sl->lo, sl->nstate, 1) ||
+         sh.lo != sl->lo || sh.hi != sl->hi || sh.copies != 1))
+        rc = nl_error_set(err, NL_EFORMAT,
+                          "the driver's optimizer state is not that of slice [%zu, %zu)", sl->lo,
+                          sl->hi);
+    if (rc == 0)
+        memcpy(sl->slice, st + NL_STATE_HEADER, sl->nslice * sizeof(float));
+    nl_free(st);
+    return rc;
+}
+
+/* The partition's n labels (int32 LE), or for regression its targets (float32 LE, each with the
+ * label 0), checked into d's training split. */
+static int decode_targets(struct nl_dataset *d, const struct nl_setup *s, const unsigned char *y,
+                          uint32_t n, struct nl_error *err)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)y[4 * i] | (uint32_t)y[4 * i + 1] << 8 |
+                     (uint32_t)y[4 * i + 2] << 16 | (uint32_t)y[4 * i + 3] << 24;
+        if (s->regression) {
+            float t;
+            memcpy(&t, &v, sizeof t);
+            if (!isfinite(t))
+                return nl_error_set(err, NL_EFORMAT, "target %u of the partition is not a number",
+                                    i);
+            d->split[NL_TRAIN].t[i] = t;
+            v = 0;
+        }
+        if (v >= (uint32_t)s->nclasses)
+            return nl_error_set(err, NL_EFORMAT, "label %u of the partition is out of range", v);
+        d->split[NL_TRAIN].y[i] = (int32_t)v;
+    }
+    return 0;
+}
+
+/* The member's partition (data: its samples, then its labels) as a dataset of one training
+ * split, in *dp: the caller's to free, as far as it was made. */
+static int partition_dataset(struct nl_dataset **dp, const struct nl_setup *s,
+                             const struct nl_partition *part, const unsigned char *data,
+                             struct nl_error *err)
+{
+    struct nl_dataset *d = *dp = nl_calloc(1, sizeof *d);
+    const uint32_t n = nl_partition_count(part);
+    const size_t sample = nl_setup_sample_bytes(s);
+    if (d) {
+        d->name = nl_strdup("partition");
+        d->shape = s->shape;
+        d->dtype = (enum nl_dtype)s->dtype;
+        d->nclasses = s->nclasses;
+        d->regression = s->regression;
+        d->target_std = 1.0; /* the targets arrive standardised */
+        d->nvocab = s->vocab;
+        d->nnorm = s->nnorm;
+        d->mean = nl_calloc((size_t)s->nnorm, sizeof(float));
+        d->std = nl_calloc((size_t)s->nnorm, sizeof(float));
+        d->split[NL_TRAIN].x = nl_malloc((size_t)n * sample + 1);
+        d->split[NL_TRAIN].y = nl_calloc((size_t)n + 1, sizeof(int32_t));
+        if (s->regression)
+            d->split[NL_TRAIN].t = nl_malloc(((size_t)n + 1) * sizeof(float));
+    }
+    if (!d || !d->name || !d->mean || !d->std || !d->split[NL_TRAIN].x || !d->split[NL_TRAIN].y ||
+        (s->regression && !d->split[NL_TRAIN].t))
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the partition");
+    memcpy(d->mean, s->mean, (size_t)s->nnorm * sizeof(float));
+    memcpy(d->std, s->std, (size_t)s->nnorm * sizeof(float));
+    memcpy(d->split[NL_TRAIN].x, data, (size_t)n * sample);
+    int rc = decode_targets(d, s, data + (size_t)n * sample, n, err);
+    d->split[NL_TRAIN].n = n;
+    return rc;
+}
+
+/* Trains the generation's steps with o's member sync, each step and epoch reported to the driver
+ * (on_event). A report that failed is the error. */
+static int train_steps(struct link *l, const struct nl_setup *s, struct nl_model *m,
+                       const struct nl_dataset *d, const struct nl_train_opts *o,
+                       struct nl_member_sync *ms, const struct slices *sl, struct nl_error *err)
+{
+    struct nl_train_result res;
+    struct worker_hook h = {
+        .l = l,
+        .ms = ms,
+        .m = m,
+        .rank = s->rank,
+        .every = s->o.checkpoint_every,
+        .iters = ms->sync.iters,
+        .nstate = sl->nstate,
+        .lo = sl->lo,
+        .hi = sl->hi,
+        .nslice = sl->nslice,
+        .state = sl->ckpt,
+        .last = nl_now(),
+    };
+    struct nl_train_hooks hooks = {on_event, NULL, &h};
+    int rc = nl_train(m, d, o, &hooks, &res, err);
+    if (h.failed)
+        *err = h.err;
+    return rc;
+}
+
+/* A step failed, or the mesh did not stand: FAULT, PARAMS and STATE after the steps completed,
+ * from the allreduce (ar) when there is one, else as the generation started. FAULTED once
+ * reported, or an error. */
+static int send_fault(struct link *l, const struct nl_setup *s, const struct nl_model *m,
+                      struct nl_allreduce *ar, long done, const struct slices *sl,
+                      struct nl_error *err)
+{
+    char why[NL_ERR_MAX];
+    long steps[2] = {s->start, s->start};
+    snprintf(why, sizeof why, "%s", err->msg);
+    if (ar) {
+        steps[0] = nl_allreduce_export(ar, 0, sl->copies);
+        steps[1] = nl_allreduce_export(ar, 1, sl->copies + sl->nslice);
+    } else {
+        memcpy(sl->copies, sl->slice, sl->nslice * sizeof(float));
+        memcpy(sl->copies + sl->nslice, sl->slice, sl->nslice * sizeof(float));
+    }
+    int rc = report_fault(l, ar ? done : s->start, why, ar ? sl->keep : sl->init, m->nparams,
+                          sl->lo, sl->hi, steps, sl->copies, sl->nstate, err);
+    return rc == 0 ? FAULTED : rc;
+}
+
 int nl_worker_overlap(int mode, int threads, int cores, int sharing)
 {
     if (mode == NL_OVERLAP_ON || mode == NL_OVERLAP_OFF)
@@ -577,13 +765,9 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     struct nl_allreduce *ar = NULL;
     struct nl_member_sync ms;
     struct nl_train_opts o = s->o;
-    struct nl_train_result res;
     struct nl_resume r = {0};
     struct judge_ctx jc = {l};
-    float *init = NULL, *slice = NULL, *keep = NULL, *copies = NULL;
-    unsigned char *st = NULL, *ckpt = NULL;
-    size_t lo = 0, hi = 0, nslice = 0;
-    uint32_t type, len;
+    struct slices sl = {.nstate = nl_optim_state_arrays(&o.optim)};
     int rc, fault = 0;
 
     memset(&ms, 0, sizeof ms);
@@ -601,90 +785,14 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     if (rc == 0)
         rc = freeze(m, s->frozen, err);
     if (rc == 0)
-        rc = link_recv(l, &type, (void **)&init, &len, err);
-    if (rc == 0 && (type != NL_FRAME_INIT || len != m->nparams * sizeof(float)))
-        rc = nl_error_set(err, NL_EFORMAT,
-                          "the driver's weights (frame type %u) hold %zu values, the model has "
-                          "%zu",
-                          type, len / sizeof(float), m->nparams);
-    const int nstate = nl_optim_state_arrays(&o.optim);
+        rc = recv_init(l, m, &sl, err);
+    if (rc == 0)
+        rc = slices_alloc(&sl, s, m, err);
+    if (rc == 0)
+        rc = recv_state(l, s, &sl, err);
     if (rc == 0) {
-        nl_allreduce_state_bounds(m->nreduce, m->ntrainable, s->size, s->rank, &lo, &hi);
-        nslice = (hi - lo) * (size_t)(1 + nstate);
-        slice = nl_alloc_floats(nslice + 1);
-        copies = nl_alloc_floats(2 * nslice + 1);
-        keep = nl_alloc_floats(m->nparams + 1);
-        ckpt = nl_malloc(nl_state_size(hi - lo, nstate, 1));
-        if (!slice || !copies || !keep || !ckpt)
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory for the optimizer state");
-    }
-    if (rc == 0 && s->has_state) {
-        rc = link_recv(l, &type, (void **)&st, &len, err);
-        struct nl_state_head sh = {0};
-        if (rc == 0 && type == NL_FRAME_STATE && len >= NL_STATE_HEADER)
-            nl_state_head_decode(&sh, st);
-        if (rc == 0 && (type != NL_FRAME_STATE || len != nl_state_size(hi - lo, nstate, 1) ||
-                        sh.lo != lo || sh.hi != hi || sh.copies != 1))
-            rc = nl_error_set(err, NL_EFORMAT,
-                              "the driver's optimizer state is not that of slice [%zu, %zu)", lo,
-                              hi);
-        if (rc == 0)
-            memcpy(slice, st + NL_STATE_HEADER, nslice * sizeof(float));
-    } else if (rc == 0) {
-        memcpy(slice, init + lo, (hi - lo) * sizeof(float)); /* and a zero state */
-    }
-    if (rc == 0) {
-        memcpy(m->params, init, m->nparams * sizeof(float));
-        d = nl_calloc(1, sizeof *d);
-        const uint32_t n = nl_partition_count(part);
-        const size_t sample = nl_setup_sample_bytes(s);
-        if (d) {
-            d->name = nl_strdup("partition");
-            d->shape = s->shape;
-            d->dtype = (enum nl_dtype)s->dtype;
-            d->nclasses = s->nclasses;
-            d->regression = s->regression;
-            d->target_std = 1.0; /* the targets arrive standardised */
-            d->nvocab = s->vocab;
-            d->nnorm = s->nnorm;
-            d->mean = nl_calloc((size_t)s->nnorm, sizeof(float));
-            d->std = nl_calloc((size_t)s->nnorm, sizeof(float));
-            d->split[NL_TRAIN].x = nl_malloc((size_t)n * sample + 1);
-            d->split[NL_TRAIN].y = nl_calloc((size_t)n + 1, sizeof(int32_t));
-            if (s->regression)
-                d->split[NL_TRAIN].t = nl_malloc(((size_t)n + 1) * sizeof(float));
-        }
-        if (!d || !d->name || !d->mean || !d->std || !d->split[NL_TRAIN].x ||
-            !d->split[NL_TRAIN].y || (s->regression && !d->split[NL_TRAIN].t)) {
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory for the partition");
-        } else {
-            memcpy(d->mean, s->mean, (size_t)s->nnorm * sizeof(float));
-            memcpy(d->std, s->std, (size_t)s->nnorm * sizeof(float));
-            memcpy(d->split[NL_TRAIN].x, cr->data, (size_t)n * sample);
-            const unsigned char *y = cr->data + (size_t)n * sample;
-            for (uint32_t i = 0; i < n; i++) {
-                uint32_t v = (uint32_t)y[4 * i] | (uint32_t)y[4 * i + 1] << 8 |
-                             (uint32_t)y[4 * i + 2] << 16 | (uint32_t)y[4 * i + 3] << 24;
-                if (s->regression) {
-                    float t;
-                    memcpy(&t, &v, sizeof t);
-                    if (!isfinite(t)) {
-                        rc = nl_error_set(err, NL_EFORMAT,
-                                          "target %u of the partition is not a number", i);
-                        break;
-                    }
-                    d->split[NL_TRAIN].t[i] = t;
-                    v = 0;
-                }
-                if (v >= (uint32_t)s->nclasses) {
-                    rc = nl_error_set(err, NL_EFORMAT, "label %u of the partition is out of range",
-                                      v);
-                    break;
-                }
-                d->split[NL_TRAIN].y[i] = (int32_t)v;
-            }
-            d->split[NL_TRAIN].n = n;
-        }
+        memcpy(m->params, sl.init, m->nparams * sizeof(float));
+        rc = partition_dataset(&d, s, part, cr->data, err);
     }
     if (rc == 0 && l->ext) {
         rc = l->ext->transport(l->ext->ud, s->rank, s->size, &tr, err);
@@ -712,10 +820,10 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
                 : nl_allreduce_new(&ar, mesh, m->params, &ao, err);
     }
     if (rc == 0) {
-        nl_allreduce_import(ar, slice, s->start);
+        nl_allreduce_import(ar, sl.slice, s->start);
         nl_allreduce_set_cancel_fd(ar, l->wake[0]);
         nl_member_sync_init(&ms, part, ar, mesh);
-        nl_member_sync_keep(&ms, keep, m->params, m->nparams, s->start);
+        nl_member_sync_keep(&ms, sl.keep, m->params, m->nparams, s->start);
         nl_member_sync_judge(&ms, wait_judge, &jc);
         o.sync = &ms.sync;
         r.epoch = (int)(s->start / ms.sync.iters);
@@ -731,42 +839,11 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         o.resume = s->start > 0 ? &r : NULL;
     }
     if (rc == 0) {
-        struct worker_hook h = {
-            .l = l,
-            .ms = &ms,
-            .m = m,
-            .rank = s->rank,
-            .every = s->o.checkpoint_every,
-            .iters = ms.sync.iters,
-            .nstate = nstate,
-            .lo = lo,
-            .hi = hi,
-            .nslice = nslice,
-            .state = ckpt,
-            .last = nl_now(),
-        };
-        struct nl_train_hooks hooks = {on_event, NULL, &h};
-        rc = nl_train(m, d, &o, &hooks, &res, err);
-        if (h.failed)
-            *err = h.err;
+        rc = train_steps(l, s, m, d, &o, &ms, &sl, err);
         fault = rc < 0 && ms.failed;
     }
-    if (fault) {
-        char why[NL_ERR_MAX];
-        long steps[2] = {s->start, s->start};
-        snprintf(why, sizeof why, "%s", err->msg);
-        if (ar) {
-            steps[0] = nl_allreduce_export(ar, 0, copies);
-            steps[1] = nl_allreduce_export(ar, 1, copies + nslice);
-        } else {
-            memcpy(copies, slice, nslice * sizeof(float));
-            memcpy(copies + nslice, slice, nslice * sizeof(float));
-        }
-        rc = report_fault(l, ar ? ms.done : s->start, why, ar ? keep : init, m->nparams, lo, hi,
-                          steps, copies, nstate, err);
-        if (rc == 0)
-            rc = FAULTED;
-    }
+    if (fault)
+        rc = send_fault(l, s, m, ar, ms.done, &sl, err);
     nl_allreduce_free(ar);
     nl_transport_free(tr);
     nl_mesh_free(mesh);
@@ -774,12 +851,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     nl_partition_free(part);
     nl_model_free(m);
     nl_spec_free(spec);
-    nl_free(init);
-    nl_free(slice);
-    nl_free(copies);
-    nl_free(keep);
-    nl_free(st);
-    nl_free(ckpt);
+    slices_release(&sl);
     return rc;
 }
 
