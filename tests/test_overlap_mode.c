@@ -131,6 +131,59 @@ static double overlap_field(const char *key)
     return strtod(at, NULL);
 }
 
+/* Requirement: the same through MPI ranks (net/mpi.c runs the worker's code): 2 ranks with
+ * --overlap auto measure, report, record, and end bit for bit as the SSH workers did (the
+ * exported ov-auto.safetensors of 3 epochs). Skipped without mpirun or an MPI build. */
+static void test_mpi(void)
+{
+    const char *mpirun = "mpirun --oversubscribe --bind-to none";
+    char probe[700];
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        diag("no mpirun: no MPI run");
+        return;
+    }
+    snprintf(probe, sizeof probe, "'%s' train --help | grep -q -- --mpi", bin);
+    if (system(probe) != 0) {
+        diag("built without MPI: no MPI run");
+        return;
+    }
+    /* The ranks compute as the SSH workers, whose sessions get no OpenBLAS settings. */
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("OPENBLAS_L2_SIZE");
+    unsetenv("OPENBLAS_VERBOSE");
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "env ASAN_OPTIONS=detect_leaks=0 %s -np 2 '%s' --db '%s/db' --json train --data syn "
+             "--model '%s/spec' --batch 32 --seed 5 --momentum 0.9 --epochs 3 --threads 1 --mpi "
+             "--name ov-mpi >'%s/out' 2>'%s/err' </dev/null",
+             mpirun, bin, sd.dir, sd.dir, sd.dir, sd.dir);
+    int st = system(cmd);
+    char path[600];
+    snprintf(path, sizeof path, "%s/out", sd.dir);
+    char *t = sshd_read(path);
+    snprintf(out, sizeof out, "%s", t ? t : "");
+    snprintf(path, sizeof path, "%s/err", sd.dir);
+    t = sshd_read(path);
+    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
+    is_int(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "2 MPI ranks train with --overlap auto: %s",
+           errtext);
+    const double sync = overlap_field("sync_ms"), ov = overlap_field("overlapped_ms");
+    is_float(overlap_field("step"), 14, 0, "the ranks chose after step 14");
+    ok(sync > 0 && ov > 0, "they measured %.2f ms synchronous, %.2f ms overlapped", sync, ov);
+    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-mpi' AND "
+                        "json_extract(settings, '$.overlap_step') = 14") == 1,
+       "the MPI run records the choice");
+    is_int(nnlab("export ov-mpi '%s/ov-mpi.safetensors'", sd.dir), 0, "export ov-mpi: %s", errtext);
+    size_t na = 0, nb = 0;
+    unsigned char *a = slurp("ov-auto.safetensors", &na), *b = slurp("ov-mpi.safetensors", &nb);
+    ok(a && b && na == nb && memcmp(a, b, na) == 0,
+       "MPI ranks with auto end as the SSH workers did, bit for bit (%zu bytes)", nb);
+    free(a);
+    free(b);
+}
+
 static const char *train_args(void)
 {
     static char a[1024];
@@ -260,6 +313,7 @@ int main(void)
                         "settings LIKE '%%\"overlap\":\"auto\"%%' AND "
                         "json_extract(settings, '$.overlap_step') = 53") == 1,
        "and records its new measurement, still overlap auto");
+    test_mpi();
     sshd_stop(&sd);
     return done_testing();
 }
