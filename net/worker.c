@@ -608,21 +608,12 @@ static int member_overlaps(const struct nl_setup *s, int alone)
     return nl_worker_overlap(s->o.overlap, s->o.threads, cores, sharing);
 }
 
-/* --overlap auto's measurement (struct nl_overlap_probe): PROBE_WARMUP steps in the static
- * rule's mode (the first steps fault pages in and fill caches), then PROBE_ROUNDS blocks of
- * PROBE_BLOCK steps of each mode, alternating; only a run with at least PROBE_MIN_RUN x that
- * many steps left measures, so that the choice governs most of it. */
-#define PROBE_WARMUP  2
-#define PROBE_BLOCK   2
-#define PROBE_ROUNDS  3
-#define PROBE_MIN_RUN 2
-#define PROBE_STEPS   (PROBE_WARMUP + 2 * PROBE_BLOCK * PROBE_ROUNDS)
-
 /* Whether this generation measures: auto, several members, and enough steps left. */
 static int measures(const struct nl_setup *s, long iters)
 {
     const long left = (long)s->o.epochs * iters - s->start;
-    return s->o.overlap == NL_OVERLAP_AUTO && s->size > 1 && left >= PROBE_MIN_RUN * PROBE_STEPS;
+    return s->o.overlap == NL_OVERLAP_AUTO && s->size > 1 &&
+           left >= NL_OVERLAP_PROBE_MIN_RUN * NL_OVERLAP_PROBE_STEPS;
 }
 
 /* One generation: data, weights and state, the mesh, training. 0 when the run is over,
@@ -781,8 +772,8 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         nl_member_sync_keep(&ms, keep, m->params, m->nparams, s->start);
         nl_member_sync_judge(&ms, wait_judge, &jc);
         if (probe)
-            nl_member_sync_probe(&ms, s->rank, s->size, s->start + PROBE_WARMUP + 1, PROBE_BLOCK,
-                                 PROBE_ROUNDS, warm);
+            nl_member_sync_probe(&ms, s->rank, s->size, s->start + NL_OVERLAP_PROBE_WARMUP + 1,
+                                 NL_OVERLAP_PROBE_BLOCK, NL_OVERLAP_PROBE_ROUNDS, warm);
         o.sync = &ms.sync;
         r.epoch = (int)(s->start / ms.sync.iters);
         r.iteration = s->start;

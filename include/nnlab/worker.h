@@ -30,6 +30,16 @@ int nl_worker_overlap(int mode, int threads, int cores, int sharing);
  * 0 otherwise (a tie keeps the exchange synchronous, which needs no thread of its own). A pure
  * function of its arguments. */
 #define NL_OVERLAP_MARGIN 0.02
+/* What a measuring member does (nl_member_sync_probe in include/nnlab/cluster.h): WARMUP steps
+ * in the static rule's mode (the first steps fault pages in and fill caches), then ROUNDS blocks
+ * of BLOCK steps of each mode, alternating, synchronous first; only a run with at least MIN_RUN
+ * times that many steps left measures, so that the choice governs most of it. */
+#define NL_OVERLAP_PROBE_WARMUP  2
+#define NL_OVERLAP_PROBE_BLOCK   2
+#define NL_OVERLAP_PROBE_ROUNDS  3
+#define NL_OVERLAP_PROBE_MIN_RUN 2
+#define NL_OVERLAP_PROBE_STEPS                                                                     \
+    (NL_OVERLAP_PROBE_WARMUP + 2 * NL_OVERLAP_PROBE_BLOCK * NL_OVERLAP_PROBE_ROUNDS)
 int nl_worker_overlap_decide(const double *times, int members, double *sync_seconds,
                              double *overlap_seconds);
 /* The median of v's n values (v is sorted in place); 0 when n is 0. */
