@@ -49,7 +49,10 @@ static int probe_mode(const struct nl_overlap_probe *p, long n)
         return p->overlapped;
     if (n < p->from || n >= p->from + 2L * p->block * p->rounds)
         return p->warm;
-    return (int)((n - p->from) / p->block) % 2;
+    /* Block b's mode is the low bit of b's Gray code: S O O S S O ..., so that a load that
+     * rises or falls steadily through the measurement weighs on both modes alike. */
+    const long b = (n - p->from) / p->block;
+    return (int)((b ^ (b >> 1)) & 1);
 }
 
 static int overlaps(void *ud, long n)

@@ -10,11 +10,11 @@
 #include "nnlab/trainer.h"
 
 /* --overlap auto's measurement (nl_member_sync_probe). Steps before `from` (1-based) run in the
- * mode `warm`; from `from` on, blocks of `block` steps alternate, synchronous first, `rounds`
- * blocks of each mode; each measured step's wall time (from its share to the end of its
- * exchange) goes to sync or ov. After the last measured step every member takes its medians,
- * the members exchange them (nl_allreduce_agree) and all decide alike
- * (nl_worker_overlap_decide): the rest of the run overlaps or not. */
+ * mode `warm`; from `from` on, `rounds` blocks of `block` steps of each mode, in the order
+ * synchronous, overlapped, overlapped, synchronous, synchronous, overlapped, ...; each measured
+ * step's wall time (from its share to the end of its exchange) goes to sync or ov. After the last
+ * measured step every member takes its medians, the members exchange them (nl_allreduce_agree) and
+ * all decide alike (nl_worker_overlap_decide): the rest of the run overlaps or not. */
 #define NL_PROBE_MAX 32
 struct nl_overlap_probe {
     long from; /* 0: no measurement */

@@ -32,7 +32,7 @@ int nl_worker_overlap(int mode, int threads, int cores, int sharing);
 #define NL_OVERLAP_MARGIN 0.02
 /* What a measuring member does (nl_member_sync_probe in include/nnlab/cluster.h): WARMUP steps
  * in the static rule's mode (the first steps fault pages in and fill caches), then ROUNDS blocks
- * of BLOCK steps of each mode, alternating, synchronous first; only a run with at least MIN_RUN
+ * of BLOCK steps of each mode (S O O S S O for 3); only a run with at least MIN_RUN
  * times that many steps left measures, so that the choice governs most of it. */
 #define NL_OVERLAP_PROBE_WARMUP  2
 #define NL_OVERLAP_PROBE_BLOCK   2
