@@ -750,7 +750,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
     }
     /* --overlap auto on several members measures both modes when the run is long enough. */
     const int warm = member_overlaps(s, l->ext != NULL);
-    const int probe = measures(s, nl_partition_iters(part));
+    const int probe = rc == 0 && measures(s, nl_partition_iters(part));
     if (rc == 0) {
         /* The trainable range and the statistics travel: frozen layers cost no bytes. */
         struct nl_allreduce_opts ao = {

@@ -31,9 +31,11 @@ enum nl_on_nan {
     NL_ON_NAN_SKIP_BATCH = 1,
 };
 
-/* When a cluster member exchanges its gradient: AUTO (the default, 0) overlaps where the host
- * has a core free beside the compute threads of every member it runs (nl_worker_overlap in
- * include/nnlab/worker.h), ON always overlaps with the backward pass, OFF exchanges after it. */
+/* When a cluster member exchanges its gradient: AUTO (the default, 0) times steps of both modes
+ * early in the run and keeps the faster (one member, or a run too short to measure: overlaps
+ * where the host has a core free beside the compute threads of every member it runs;
+ * nl_worker_overlap in include/nnlab/worker.h), ON always overlaps with the backward pass, OFF
+ * exchanges after it. */
 enum nl_overlap {
     NL_OVERLAP_AUTO = 0,
     NL_OVERLAP_ON = 1,
