@@ -114,12 +114,12 @@ static int step(void *ud, float *params, float *grad, long n, float lr, struct n
     s->exchange_seconds += s->last_exchange_seconds;
     s->early_fraction += nl_allreduce_early_fraction(s->ar);
     s->last_bytes = nl_allreduce_bytes_sent(s->ar) - s->bytes_before;
+    if (rc == 0)
+        s->done = n; /* its exchange completed, whatever the probe meets after it */
     if (rc == 0 && s->sync.overlaps)
         rc = probe_step(s, n, err);
     if (rc < 0)
         s->failed = 1;
-    else
-        s->done = n;
     return rc;
 }
 
