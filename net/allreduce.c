@@ -28,9 +28,16 @@
  * ntrainable and ntrainable + 2 (i - ntrainable) above. Received frames must have the expected type
  * and length; how each transport checks them is told at the top of its file.
  *
+ * Outside any step, nl_allreduce_agree sends each peer one TIMES frame (--overlap auto's
+ * measured step times) and waits for each peer's: every frame of the last step came in before
+ * (a peer's next GRAD waits in its connection until the step that expects it), and frames of one
+ * type keep their order.
+ *
  * Synchronous steps run the loop in the caller with the whole gradient final. Overlapped steps
- * run it on the allreduce's communication thread, started at nl_allreduce_new: begin hands it the
- * step, ready lowers the frontiers and wakes it through an eventfd, finish waits for its result.
+ * run it on the allreduce's communication thread, started at nl_allreduce_new (made with
+ * overlap, an allreduce may still run synchronous steps: nl_allreduce_set_overlap): begin hands
+ * it the step, ready lowers the frontiers and wakes it through an eventfd, finish waits for its
+ * result.
  * Memory is allocated once in nl_allreduce_new; a step allocates nothing. */
 #include "nnlab/allreduce.h"
 
@@ -113,8 +120,10 @@ struct nl_allreduce {
     unsigned long long bytes, early_bytes; /* sent in the last step; of them before all was final */
     int sent_final;                        /* the whole gradient was final at the last look */
 
-    /* Overlap: the communication thread and what it shares with the caller. */
-    int overlap, thread_started, efd;
+    /* Overlap: the communication thread and what it shares with the caller. threaded: the
+     * allreduce was made with overlap (the thread, its lock and eventfd exist); overlap: the
+     * steps from now on overlap (nl_allreduce_set_overlap, between steps). */
+    int threaded, overlap, thread_started, efd;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -179,7 +188,7 @@ void nl_allreduce_free(struct nl_allreduce *a)
         pthread_mutex_unlock(&a->lock);
         pthread_join(a->thread, NULL);
     }
-    if (a->overlap) {
+    if (a->threaded) {
         pthread_mutex_destroy(&a->lock);
         pthread_cond_destroy(&a->cond);
     }
@@ -384,8 +393,8 @@ int nl_allreduce_new_over(struct nl_allreduce **out, struct nl_transport *tr, co
         size_t cap = wire_bytes(a, a->lo[k], a->hi[k]);
         if (cap < a->own_bytes)
             cap = a->own_bytes;
-        if (cap < sizeof(double))
-            cap = sizeof(double);
+        if (cap < NL_ALLREDUCE_TIMES * sizeof(double))
+            cap = NL_ALLREDUCE_TIMES * sizeof(double); /* a TIMES frame */
         const int rc = k != rank ? tr->ops->reserve(tr->impl, k, cap, err) : 0;
         if (rc < 0) {
             nl_allreduce_free(a);
@@ -397,7 +406,7 @@ int nl_allreduce_new_over(struct nl_allreduce **out, struct nl_transport *tr, co
     memcpy(a->master, params + a->lo[rank], a->own_t * sizeof(float));
     memcpy(a->bak, a->master, a->own_t * sizeof(float));
     if (o->overlap) {
-        a->overlap = 1;
+        a->threaded = a->overlap = 1;
         pthread_mutex_init(&a->lock, NULL);
         pthread_cond_init(&a->cond, NULL);
         a->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -480,6 +489,57 @@ unsigned long long nl_allreduce_bytes_sent(const struct nl_allreduce *a)
 int nl_allreduce_overlaps(const struct nl_allreduce *a)
 {
     return a->overlap;
+}
+
+int nl_allreduce_set_overlap(struct nl_allreduce *a, int on)
+{
+    if (on && !a->threaded)
+        return NL_EINVAL;
+    a->overlap = on != 0;
+    return 0;
+}
+
+/* What nl_allreduce_agree has sent and received. */
+struct agree {
+    struct nl_allreduce *a;
+    int sent, received;
+};
+
+static void agree_sent(void *ud, int k, size_t bytes, int complete)
+{
+    struct agree *g = ud;
+    (void)bytes;
+    if (complete) {
+        g->a->x[k].out_active = 0;
+        g->sent++;
+    }
+}
+
+static void agree_received(void *ud, int k, uint32_t type)
+{
+    struct agree *g = ud;
+    (void)k;
+    (void)type;
+    g->received++;
+}
+
+int nl_allreduce_agree(struct nl_allreduce *a, double *all, struct nl_error *err)
+{
+    const size_t len = NL_ALLREDUCE_TIMES * sizeof(double);
+    struct agree g = {a, 0, 0};
+    const struct nl_transport_sink sink = {agree_sent, agree_received, &g};
+    int rc = 0;
+
+    for (int k = 0; rc == 0 && k < a->size; k++)
+        if (k != a->rank)
+            rc = a->tr->ops->expect(a->tr->impl, k, NL_FRAME_TIMES, all + NL_ALLREDUCE_TIMES * k,
+                                    len, err);
+    for (int k = 0; rc == 0 && k < a->size; k++)
+        if (k != a->rank)
+            rc = out_set(a, k, NL_FRAME_TIMES, all + NL_ALLREDUCE_TIMES * a->rank, len, err);
+    while (rc == 0 && (g.sent < a->size - 1 || g.received < a->size - 1))
+        rc = a->tr->ops->progress(a->tr->impl, -1, a->cancel_fd, &sink, err);
+    return rc;
 }
 
 /* Adds member k's piece of my slice into dst_sum as floats (copies it there when first). */

@@ -5,6 +5,10 @@
 
 #include <string.h>
 
+#include "nnlab/alloc.h"
+#include "nnlab/clock.h"
+#include "nnlab/worker.h"
+
 void nl_member_sync_settle(struct nl_member_sync *s)
 {
     if (s->keep && s->kept != s->done) {
@@ -21,6 +25,7 @@ static int share(void *ud, int epoch, long iter, uint32_t *idx, int *global)
         nl_partition_epoch(s->part, epoch);
         s->epoch = epoch;
     }
+    s->probe.t0 = nl_now();
     return nl_partition_share(s->part, iter, idx, global);
 }
 
@@ -37,12 +42,67 @@ static void ready(void *ud, size_t from, size_t stats_from)
     nl_allreduce_ready(s->ar, from, stats_from);
 }
 
+/* The probe's mode for step n (1-based). */
+static int probe_mode(const struct nl_overlap_probe *p, long n)
+{
+    if (p->decided)
+        return p->overlapped;
+    if (n < p->from || n >= p->from + 2L * p->block * p->rounds)
+        return p->warm;
+    /* Block b's mode is the low bit of b's Gray code: S O O S S O ..., so that a load that
+     * rises or falls steadily through the measurement weighs on both modes alike. */
+    const long b = (n - p->from) / p->block;
+    return (int)((b ^ (b >> 1)) & 1);
+}
+
+static int overlaps(void *ud, long n)
+{
+    struct nl_member_sync *s = ud;
+    const int on = probe_mode(&s->probe, n);
+    nl_allreduce_set_overlap(s->ar, on);
+    return on;
+}
+
+/* After step n: its time, and after the last measured step the members' choice. */
+static int probe_step(struct nl_member_sync *s, long n, struct nl_error *err)
+{
+    struct nl_overlap_probe *p = &s->probe;
+    const long end = p->from + 2L * p->block * p->rounds;
+
+    if (p->decided || n < p->from || n >= end)
+        return 0;
+    const double t = nl_now() - p->t0;
+    if (nl_allreduce_overlaps(s->ar) && p->nov < NL_PROBE_MAX)
+        p->ov[p->nov++] = t;
+    else if (!nl_allreduce_overlaps(s->ar) && p->nsync < NL_PROBE_MAX)
+        p->sync[p->nsync++] = t;
+    if (n != end - 1)
+        return 0;
+    /* Once in a run: the members' medians, NL_ALLREDUCE_TIMES each. */
+    double *all = nl_calloc((size_t)p->size * NL_ALLREDUCE_TIMES, sizeof *all);
+    if (!all)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the step times of %d members",
+                            p->size);
+    all[NL_ALLREDUCE_TIMES * p->rank] = nl_worker_median(p->sync, p->nsync);
+    all[NL_ALLREDUCE_TIMES * p->rank + 1] = nl_worker_median(p->ov, p->nov);
+    int rc = nl_allreduce_agree(s->ar, all, err);
+    if (rc == 0)
+        p->overlapped =
+            nl_worker_overlap_decide(all, p->size, &p->sync_seconds, &p->overlap_seconds);
+    nl_free(all);
+    if (rc < 0)
+        return rc;
+    p->step = n;
+    p->decided = 1;
+    return 0;
+}
+
 static int step(void *ud, float *params, float *grad, long n, float lr, struct nl_error *err)
 {
     struct nl_member_sync *s = ud;
     int rc;
 
-    if (s->sync.begin) {
+    if (s->sync.begin && nl_allreduce_overlaps(s->ar)) {
         rc = nl_allreduce_finish(s->ar, err);
     } else {
         s->bytes_before = nl_allreduce_bytes_sent(s->ar);
@@ -54,10 +114,12 @@ static int step(void *ud, float *params, float *grad, long n, float lr, struct n
     s->exchange_seconds += s->last_exchange_seconds;
     s->early_fraction += nl_allreduce_early_fraction(s->ar);
     s->last_bytes = nl_allreduce_bytes_sent(s->ar) - s->bytes_before;
+    if (rc == 0)
+        s->done = n; /* its exchange completed, whatever the probe meets after it */
+    if (rc == 0 && s->sync.overlaps)
+        rc = probe_step(s, n, err);
     if (rc < 0)
         s->failed = 1;
-    else
-        s->done = n;
     return rc;
 }
 
@@ -96,6 +158,20 @@ void nl_member_sync_init(struct nl_member_sync *s, struct nl_partition *part,
         s->sync.ready = ready;
     }
     s->sync.ud = s;
+}
+
+void nl_member_sync_probe(struct nl_member_sync *s, int rank, int size, long from, int block,
+                          int rounds, int warm)
+{
+    struct nl_overlap_probe *p = &s->probe;
+    memset(p, 0, sizeof *p);
+    p->rank = rank;
+    p->size = size;
+    p->from = from;
+    p->block = block;
+    p->rounds = block * rounds > NL_PROBE_MAX ? NL_PROBE_MAX / block : rounds;
+    p->warm = warm;
+    s->sync.overlaps = overlaps;
 }
 
 void nl_member_sync_keep(struct nl_member_sync *s, float *keep, const float *params, size_t n,

@@ -151,6 +151,32 @@ static int mid_checkpoint(struct nl_follow *f, struct nl_error *err)
     return 0;
 }
 
+/* What --overlap auto chose, from rank 0 (every member chose the same): an OVERLAP event, which
+ * the session records with the run (a store write: slow work). */
+static int on_overlap(struct nl_follow *f, const unsigned char *pl, struct nl_error *err)
+{
+    struct nl_overlap_choice c;
+    nl_overlap_decode(pl, &c);
+    if (!isfinite(c.sync_seconds) || !isfinite(c.overlap_seconds) || c.step < 1)
+        return nl_error_set(err, NL_EFORMAT, "%s: a malformed overlap report", who(f, 0));
+    if (!f->hooks || !f->hooks->event)
+        return 0;
+    struct nl_event ev = {
+        .kind = NL_EVENT_OVERLAP,
+        .epochs = f->o->epochs,
+        .iters = f->iters,
+        .epoch = (int)((c.step - 1) / f->iters) + 1,
+        .iter = (c.step - 1) % f->iters + 1,
+        .overlap = &c,
+    };
+    busy(f, 1);
+    const int stop = f->hooks->event(f->hooks->ud, &ev);
+    busy(f, 0);
+    if (stop)
+        return nl_error_set(err, NL_ECANCELED, "training stopped at epoch %d", ev.epoch);
+    return 0;
+}
+
 /* A member's piece of the checkpoint after its latest reported step. */
 static int checkpoint_piece(struct nl_follow *f, int i, uint32_t type, const unsigned char *pl,
                             uint32_t len, struct nl_error *err)
@@ -250,6 +276,8 @@ int nl_follow_frame(struct nl_follow *f, int i, uint32_t type, const unsigned ch
             return 0; /* no checkpoint is made while recovering */
         return checkpoint_piece(f, i, type, pl, len, err);
     }
+    if (type == NL_FRAME_OVERLAP && i == 0 && len == NL_OVERLAP_SIZE)
+        return on_overlap(f, pl, err);
     if (type == NL_FRAME_FAULT || type == NL_FRAME_HEARTBEAT || type == NL_FRAME_PARAMS)
         return NL_FOLLOW_OTHER;
     return nl_error_set(err, NL_EFORMAT, "%s: an unexpected frame (type %u)", who(f, i), type);

@@ -262,6 +262,22 @@ void nl_metric_decode(struct nl_metric *m, const unsigned char in[NL_METRIC_SIZE
     m->bytes_sent = get64(in + 40);
 }
 
+void nl_overlap_encode(unsigned char out[NL_OVERLAP_SIZE], const struct nl_overlap_choice *c)
+{
+    put64(out, (uint64_t)c->step);
+    putd(out + 8, c->sync_seconds);
+    putd(out + 16, c->overlap_seconds);
+    put64(out + 24, (uint64_t)(c->overlapped != 0));
+}
+
+void nl_overlap_decode(const unsigned char in[NL_OVERLAP_SIZE], struct nl_overlap_choice *c)
+{
+    c->step = (long)(int64_t)get64(in);
+    c->sync_seconds = getd(in + 8);
+    c->overlap_seconds = getd(in + 16);
+    c->overlapped = get64(in + 24) != 0;
+}
+
 void nl_judge_encode(unsigned char out[NL_JUDGE_SIZE], int epoch, double watched)
 {
     put64(out, (uint64_t)(uint32_t)epoch);

@@ -10,6 +10,9 @@
  *   NORM       owner -> member       double LE: sum of squares of my summed   clip-norm steps,
  *                                    slice                                    after GRADs
  *   PARAM      owner -> member       my updated slice (as GRAD's layout)      each step, last
+ *   TIMES      member <-> member     2 doubles (host order): my median step   once, after the
+ *                                    seconds synchronous, then overlapped     measured steps of
+ *                                    (nl_allreduce_agree)                     --overlap auto
  *   LISTEN     worker -> driver      text "PORT PID ADDR"                     once started
  *   SETUP      driver -> worker      text "key value" lines (nl_setup_*)      each generation
  *   HAVE       worker -> driver      1 byte: the partition is cached          after SETUP
@@ -28,6 +31,10 @@
  *   JUDGE      driver -> worker      int64 LE epoch, double LE accuracy       after each epoch
  *                                    (16 bytes)                               but the last, in
  *                                                                             judged runs
+ *   OVERLAP    worker 0 -> driver    int64 LE step, double LE synchronous     --overlap auto,
+ *                                    and overlapped seconds, int64 LE 1:      after the METRIC
+ *                                    overlapped from step + 1 on (32 bytes)   of its last
+ *                                                                             measured step
  *   DONE       worker -> driver      empty                                    training finished
  *   HEARTBEAT  both ways             empty                                    every timeout / 4
  *   ABORT      driver -> worker      empty                                    a member is lost
@@ -102,6 +109,11 @@ struct nl_metric {
 #define NL_METRIC_SIZE 48
 void nl_metric_encode(unsigned char out[NL_METRIC_SIZE], const struct nl_metric *m);
 void nl_metric_decode(struct nl_metric *m, const unsigned char in[NL_METRIC_SIZE]);
+
+/* OVERLAP: what --overlap auto chose (struct nl_overlap_choice), little-endian, 32 bytes. */
+#define NL_OVERLAP_SIZE 32
+void nl_overlap_encode(unsigned char out[NL_OVERLAP_SIZE], const struct nl_overlap_choice *c);
+void nl_overlap_decode(const unsigned char in[NL_OVERLAP_SIZE], struct nl_overlap_choice *c);
 
 /* JUDGE: the epoch (1-based) and its watched accuracy, little-endian, 16 bytes. */
 #define NL_JUDGE_SIZE 16

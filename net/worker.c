@@ -15,6 +15,9 @@
  *                     frozen layers, after `start` steps; every member starts from them
  *   driver -> worker  STATE, when SETUP says so: the worker's slice of the fp32 master weights
  *                     and optimizer state after `start` steps (layout below)
+ *   worker -> driver  OVERLAP (rank 0, --overlap auto on several members), after the METRIC of
+ *                     the last step it measured: the step times of both modes and the choice,
+ *                     which every member made alike (net/cluster.c, struct nl_overlap_probe)
  *   worker -> driver  METRIC after every step; WEIGHTS (rank 0, after every epoch); DONE; and
  *                     at each checkpoint step (every epoch's end, every SETUP checkpoint_every
  *                     steps) after its METRIC: STATE of its slice (copies 1; not when the
@@ -337,6 +340,7 @@ struct worker_hook {
     unsigned char *state; /* NL_STATE_HEADER + nslice floats */
     long prev_samples, prev_correct;
     double last;
+    int told; /* the driver has --overlap auto's choice (rank 0 sends it) */
     struct nl_error err;
     int failed;
 };
@@ -369,6 +373,17 @@ static int on_event(void *ud, const struct nl_event *ev)
             h->failed = 1;
             return 1;
         }
+        const struct nl_overlap_probe *p = &h->ms->probe;
+        if (p->decided && !h->told && h->rank == 0) {
+            unsigned char ob[NL_OVERLAP_SIZE];
+            nl_overlap_encode(ob, &(struct nl_overlap_choice){p->step, p->sync_seconds,
+                                                              p->overlap_seconds, p->overlapped});
+            if (link_send(h->l, NL_FRAME_OVERLAP, ob, sizeof ob, &h->err) < 0) {
+                h->failed = 1;
+                return 1;
+            }
+        }
+        h->told = p->decided;
         const long step = (long)(ev->epoch - 1) * h->iters + ev->iter;
         if (step % h->iters != 0 && !(h->every > 0 && step % h->every == 0))
             return 0;
@@ -735,6 +750,36 @@ int nl_worker_overlap(int mode, int threads, int cores, int sharing)
     return (long)cores > (long)threads * sharing;
 }
 
+int nl_worker_overlap_decide(const double *times, int members, double *sync_seconds,
+                             double *overlap_seconds)
+{
+    double sync = 0.0, ov = 0.0;
+    for (int r = 0; r < members; r++) {
+        sync += times[NL_ALLREDUCE_TIMES * r];
+        ov += times[NL_ALLREDUCE_TIMES * r + 1];
+    }
+    if (members > 0) {
+        sync /= members;
+        ov /= members;
+    }
+    *sync_seconds = sync;
+    *overlap_seconds = ov;
+    return members > 0 && ov < sync * (1.0 - NL_OVERLAP_MARGIN);
+}
+
+double nl_worker_median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    if (n <= 0)
+        return 0.0;
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* The overlap for this member: its threads (0: one per core it may run on), and the members
  * listed at its own address share its host's cores. MPI ranks (alone) count as alone: their
  * launcher binds each to its cores, or leaves them all to every rank. */
@@ -749,6 +794,14 @@ static int member_overlaps(const struct nl_setup *s, int alone)
     for (int i = 0; !alone && s->members && s->members[s->rank].addr[0] && i < s->size; i++)
         sharing += strcmp(s->members[i].addr, s->members[s->rank].addr) == 0;
     return nl_worker_overlap(s->o.overlap, s->o.threads, cores, sharing);
+}
+
+/* Whether this generation measures: auto, several members, and enough steps left. */
+static int measures(const struct nl_setup *s, long iters)
+{
+    const long left = (long)s->o.epochs * iters - s->start;
+    return s->o.overlap == NL_OVERLAP_AUTO && s->size > 1 &&
+           left >= NL_OVERLAP_PROBE_MIN_RUN * NL_OVERLAP_PROBE_STEPS;
 }
 
 /* One generation: data, weights and state, the mesh, training. 0 when the run is over,
@@ -805,6 +858,9 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
                                     err);
         fault = rc < 0; /* a member lost before the mesh stood */
     }
+    /* --overlap auto on several members measures both modes when the run is long enough. */
+    const int warm = member_overlaps(s, l->ext != NULL);
+    const int probe = rc == 0 && measures(s, nl_partition_iters(part));
     if (rc == 0) {
         /* The trainable range and the statistics travel: frozen layers cost no bytes. */
         struct nl_allreduce_opts ao = {
@@ -814,7 +870,7 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
             .bf16 = s->bf16,
             .clip_value = o.clip_value,
             .clip_norm = o.clip_norm,
-            .overlap = member_overlaps(s, l->ext != NULL),
+            .overlap = warm || probe,
         };
         rc = tr ? nl_allreduce_new_over(&ar, tr, m->params, &ao, err)
                 : nl_allreduce_new(&ar, mesh, m->params, &ao, err);
@@ -825,6 +881,9 @@ static int generation(struct link *l, const struct nl_setup *s, struct carry *cr
         nl_member_sync_init(&ms, part, ar, mesh);
         nl_member_sync_keep(&ms, sl.keep, m->params, m->nparams, s->start);
         nl_member_sync_judge(&ms, wait_judge, &jc);
+        if (probe)
+            nl_member_sync_probe(&ms, s->rank, s->size, s->start + NL_OVERLAP_PROBE_WARMUP + 1,
+                                 NL_OVERLAP_PROBE_BLOCK, NL_OVERLAP_PROBE_ROUNDS, warm);
         o.sync = &ms.sync;
         r.epoch = (int)(s->start / ms.sync.iters);
         r.iteration = s->start;

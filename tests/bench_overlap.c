@@ -1,17 +1,18 @@
 /* Overlap benchmark (meson benchmark, not a timed test): N cluster members as processes on
  * 127.0.0.1 (no SSH), each of T threads, train a shipped model on synthetic 28x28 images with the
- * exchange synchronous and then overlapped with the backward pass, and report per step: the
- * wall time, the seconds members waited for the exchange after their backward pass, how much of
- * that wait the overlap hid, and the share of the bytes sent before the backward pass ended.
+ * exchange synchronous, then overlapped with the backward pass, then with --overlap auto's
+ * measurement (nl_member_sync_probe: a few steps of each mode, then the faster for the rest), and
+ * report per step: the wall time, the seconds members waited for the exchange after their
+ * backward pass, how much of that wait the overlap hid, the share of the bytes sent before the
+ * backward pass ended, and which mode auto chose in each of its runs from what step times.
  * NNLAB_BENCH_MODEL (default lenet), NNLAB_BENCH_MEMBERS (2), NNLAB_BENCH_THREADS (1),
- * NNLAB_BENCH_STEPS (60), NNLAB_BENCH_BATCH (64) and NNLAB_BENCH_REPEAT (5: synchronous and
- * overlapped runs alternate, and the medians are reported) change the set-up; with
+ * NNLAB_BENCH_STEPS (60), NNLAB_BENCH_BATCH (64) and NNLAB_BENCH_REPEAT (5: the three kinds of
+ * run alternate, and the medians are reported) change the set-up; with
  * NNLAB_BENCH_PLAINTEXT set, the members' frames are checksummed rather than sealed
  * (--insecure-plaintext), to weigh what sealing costs. On one machine the
  * members share its cores: with more threads than cores the numbers say little about two machines.
- * The last line says which mode --overlap auto would pick for these members on this machine
- * (nl_worker_overlap).
- */
+ * The last line says which mode --overlap auto's static rule (one member, or a run too short to
+ * measure) would pick for these members on this machine (nl_worker_overlap). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,9 +33,11 @@
 
 static const char secret[] = "bench-overlap-secret-0123456789abcdef";
 
+enum { SYNC, OVERLAPPED, AUTO };
+
 struct cfg {
     const char *model;
-    int size, threads, steps, batch, overlap;
+    int size, threads, steps, batch, mode;
 };
 
 struct result {
@@ -42,6 +45,9 @@ struct result {
     char msg[NL_ERR_MAX];
     double seconds, wait, exchange, early;
     long steps;
+    /* AUTO: whether it decided, its choice, and the members' mean median step seconds. */
+    int decided, overlapped;
+    double sync_seconds, overlap_seconds;
 };
 
 static double now(void)
@@ -95,6 +101,11 @@ static int member(const struct cfg *c, int rank, int fd, const struct nl_member 
     struct nl_train_opts o;
     struct nl_train_result tr;
     int rc;
+    /* auto: the static rule's mode, which it keeps when the run is too short to measure. */
+    const int warm =
+        nl_worker_overlap(NL_OVERLAP_AUTO, c->threads, (int)sysconf(_SC_NPROCESSORS_ONLN), c->size);
+    const int probe =
+        c->mode == AUTO && c->steps >= NL_OVERLAP_PROBE_MIN_RUN * NL_OVERLAP_PROBE_STEPS;
 
     nl_train_defaults(&o);
     o.epochs = 1;
@@ -115,14 +126,19 @@ static int member(const struct cfg *c, int rank, int fd, const struct nl_member 
                                     getenv("NNLAB_BENCH_PLAINTEXT") ? NL_WIRE_PLAINTEXT : 0, 60000,
                                     -1, &err);
     if (rc == 0)
-        rc = nl_allreduce_new(&ar, mesh, m->params,
-                              &(struct nl_allreduce_opts){.n = m->nreduce,
-                                                          .ntrainable = m->ntrainable,
-                                                          .optim = &o.optim,
-                                                          .overlap = c->overlap},
-                              &err);
+        rc = nl_allreduce_new(
+            &ar, mesh, m->params,
+            &(struct nl_allreduce_opts){.n = m->nreduce,
+                                        .ntrainable = m->ntrainable,
+                                        .optim = &o.optim,
+                                        .overlap = c->mode == OVERLAPPED ||
+                                                   (c->mode == AUTO && (probe || warm))},
+            &err);
     if (rc == 0) {
         nl_member_sync_init(&ms, part, ar, mesh);
+        if (probe)
+            nl_member_sync_probe(&ms, rank, c->size, NL_OVERLAP_PROBE_WARMUP + 1,
+                                 NL_OVERLAP_PROBE_BLOCK, NL_OVERLAP_PROBE_ROUNDS, warm);
         o.sync = &ms.sync;
         double t0 = now();
         rc = nl_train(m, part_d, &o, NULL, &tr, &err);
@@ -131,6 +147,10 @@ static int member(const struct cfg *c, int rank, int fd, const struct nl_member 
         res->exchange = ms.exchange_seconds;
         res->early = ms.early_fraction;
         res->steps = ms.sync.iters;
+        res->decided = ms.probe.decided;
+        res->overlapped = ms.probe.overlapped;
+        res->sync_seconds = ms.probe.sync_seconds;
+        res->overlap_seconds = ms.probe.overlap_seconds;
     }
     res->rc = rc;
     memcpy(res->msg, err.msg, sizeof res->msg);
@@ -144,8 +164,16 @@ static int member(const struct cfg *c, int rank, int fd, const struct nl_member 
     return rc == 0 ? 0 : 1;
 }
 
-/* Per step, averaged over the members: wall seconds, waits, exchange span. 0, or -1. */
-static int run(const struct cfg *c, double *step, double *wait, double *exchange, double *early)
+/* What auto measured and chose in one run (rank 0's: every member chose the same). */
+struct choice {
+    int decided, overlapped;
+    double sync_seconds, overlap_seconds;
+};
+
+/* Per step, averaged over the members: wall seconds, waits, exchange span; auto's choice in ch.
+ * 0, or -1. */
+static int run(const struct cfg *c, double *step, double *wait, double *exchange, double *early,
+               struct choice *ch)
 {
     struct result *res = mmap(NULL, sizeof *res * (size_t)c->size, PROT_READ | PROT_WRITE,
                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -185,6 +213,8 @@ static int run(const struct cfg *c, double *step, double *wait, double *exchange
         *exchange += res[r].exchange / (double)res[r].steps / c->size;
         *early += res[r].early / (double)res[r].steps / c->size;
     }
+    *ch = (struct choice){res[0].decided, res[0].overlapped, res[0].sync_seconds,
+                          res[0].overlap_seconds};
     munmap(res, sizeof *res * (size_t)c->size);
     return all ? 0 : -1;
 }
@@ -217,35 +247,55 @@ int main(void)
         .batch = env_int("NNLAB_BENCH_BATCH", 64, 1, 100000),
     };
     const int reps = env_int("NNLAB_BENCH_REPEAT", 5, 1, MAXREP);
-    double steps[2][MAXREP], waits[2][MAXREP], exchanges[2][MAXREP], earlies[2][MAXREP];
-    double step[2], wait[2], exchange[2], early[2];
+    double steps[3][MAXREP], waits[3][MAXREP], exchanges[3][MAXREP], earlies[3][MAXREP];
+    double step[3], wait[3], exchange[3], early[3];
+    struct choice ch[MAXREP], unused;
+    static const char *const names[] = {"synchronous", "overlapped", "auto"};
 
     signal(SIGPIPE, SIG_IGN);
     for (int k = 0; k < reps; k++)
-        for (int ov = 0; ov <= 1; ov++) {
-            c.overlap = ov;
-            if (run(&c, &steps[ov][k], &waits[ov][k], &exchanges[ov][k], &earlies[ov][k]) < 0)
+        for (int mode = SYNC; mode <= AUTO; mode++) {
+            c.mode = mode;
+            if (run(&c, &steps[mode][k], &waits[mode][k], &exchanges[mode][k], &earlies[mode][k],
+                    mode == AUTO ? &ch[k] : &unused) < 0)
                 return 1;
         }
-    for (int ov = 0; ov <= 1; ov++) {
-        step[ov] = median(steps[ov], reps);
-        wait[ov] = median(waits[ov], reps);
-        exchange[ov] = median(exchanges[ov], reps);
-        early[ov] = median(earlies[ov], reps);
+    for (int mode = SYNC; mode <= AUTO; mode++) {
+        step[mode] = median(steps[mode], reps);
+        wait[mode] = median(waits[mode], reps);
+        exchange[mode] = median(exchanges[mode], reps);
+        early[mode] = median(earlies[mode], reps);
     }
     printf("%s, %d members x %d thread%s on 127.0.0.1, batch %d, %d steps, fp32, medians of %d\n",
            c.model, c.size, c.threads, c.threads > 1 ? "s" : "", c.batch, c.steps, reps);
-    printf("synchronous: %7.2f ms per step, of which %6.2f ms waiting for the exchange\n",
-           1e3 * step[0], 1e3 * wait[0]);
-    printf("overlapped:  %7.2f ms per step, of which %6.2f ms waiting for the exchange "
-           "(exchange span %.2f ms)\n",
-           1e3 * step[1], 1e3 * wait[1], 1e3 * exchange[1]);
-    printf("bytes sent while the backward pass still ran: %.0f%%\n", 100.0 * early[1]);
+    for (int mode = SYNC; mode <= AUTO; mode++)
+        printf("%-12s %7.2f ms per step, of which %6.2f ms waiting for the exchange "
+               "(exchange span %.2f ms)\n",
+               names[mode], 1e3 * step[mode], 1e3 * wait[mode], 1e3 * exchange[mode]);
+    printf("bytes sent while the backward pass still ran: %.0f%%\n", 100.0 * early[OVERLAPPED]);
     printf("wait hidden by the overlap: %.0f%%; step time %+.1f%%\n",
-           wait[0] > 0 ? 100.0 * (1.0 - wait[1] / wait[0]) : 0.0,
-           step[0] > 0 ? 100.0 * (step[1] / step[0] - 1.0) : 0.0);
+           wait[SYNC] > 0 ? 100.0 * (1.0 - wait[OVERLAPPED] / wait[SYNC]) : 0.0,
+           step[SYNC] > 0 ? 100.0 * (step[OVERLAPPED] / step[SYNC] - 1.0) : 0.0);
+    int chose = 0, decided = 0;
+    for (int k = 0; k < reps; k++) {
+        decided += ch[k].decided;
+        chose += ch[k].decided && ch[k].overlapped;
+    }
+    if (decided == 0) {
+        printf("auto measured nothing: %d steps are fewer than %d\n", c.steps,
+               NL_OVERLAP_PROBE_MIN_RUN * NL_OVERLAP_PROBE_STEPS);
+    } else {
+        printf("auto chose overlapped in %d of %d runs; measured (synchronous/overlapped ms):",
+               chose, decided);
+        for (int k = 0; k < reps; k++)
+            if (ch[k].decided)
+                printf(" %.1f/%.1f%s", 1e3 * ch[k].sync_seconds, 1e3 * ch[k].overlap_seconds,
+                       ch[k].overlapped ? "*" : "");
+        printf(" (* overlapped)\n");
+    }
     const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    printf("--overlap auto picks %s here (%d members x %d thread%s on %ld cores)\n",
+    printf("--overlap auto's static rule (one member, or too short to measure) picks %s here "
+           "(%d members x %d thread%s on %ld cores)\n",
            nl_worker_overlap(NL_OVERLAP_AUTO, c.threads, (int)ncpu, c.size) ? "overlapped"
                                                                             : "synchronous",
            c.size, c.threads, c.threads > 1 ? "s" : "", ncpu);

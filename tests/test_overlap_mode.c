@@ -1,12 +1,17 @@
-/* --overlap auto|on|off: the rule auto follows (nl_worker_overlap: overlap only where a host has a
- * core free beside the compute threads of every member it runs), the option's refusals, and,
- * through the real binary and the private sshd of tests/sshd.h, that the three modes train 2
- * workers to the same weights bit for bit (the mode changes when bytes move, not what is
- * summed), that the run's settings record the mode, and that a resumed run keeps it. */
+/* --overlap auto|on|off: the static rule auto follows before it measures and where it does not
+ * (nl_worker_overlap: overlap only where a host has a core free beside the compute threads of
+ * every member it runs), the choice it makes from measured step times (nl_worker_overlap_decide),
+ * the option's refusals, and, through the real binary and the private sshd of tests/sshd.h, that
+ * the three modes train 2 workers to the same weights bit for bit (the mode changes when bytes
+ * move, not what is summed; auto measures both modes, then keeps one), that auto reports what it
+ * measured and chose and the run records it, that a run too short to measure reports nothing,
+ * that the run's settings record the mode, and that a resumed run keeps it (auto measures
+ * again). */
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 
+#include "nnlab/allreduce.h"
 #include "nnlab/trainer.h"
 #include "nnlab/worker.h"
 #include "sshd.h"
@@ -81,6 +86,104 @@ static void test_rule(void)
     is_int(nl_worker_overlap(NL_OVERLAP_AUTO, 1, 1, 0), 0, "auto: 1 thread on 1 core does not");
 }
 
+/* nl_worker_overlap_decide: a pure function of the members' medians. */
+static void test_decide(void)
+{
+    double sync, ov;
+    /* resnet8 on 3 members, as bench_overlap measured it: overlapped 17% faster. */
+    const double faster[] = {0.620, 0.512, 0.640, 0.530, 0.600, 0.500};
+    is_int(nl_worker_overlap_decide(faster, 3, &sync, &ov), 1, "overlapped 17%% faster: overlap");
+    is_float(sync, (0.620 + 0.640 + 0.600) / 3, 1e-12, "the synchronous mean of the members");
+    is_float(ov, (0.512 + 0.530 + 0.500) / 3, 1e-12, "the overlapped mean of the members");
+    const double slower[] = {0.105, 0.116, 0.107, 0.118};
+    is_int(nl_worker_overlap_decide(slower, 2, &sync, &ov), 0, "overlapped 10%% slower: do not");
+    const double tie[] = {0.100, 0.099};
+    is_int(nl_worker_overlap_decide(tie, 1, &sync, &ov), 0,
+           "overlapped 1%% faster, within the margin: synchronous");
+    const double past[] = {0.100, 0.0975};
+    is_int(nl_worker_overlap_decide(past, 1, &sync, &ov), 1, "overlapped 2.5%% faster: overlap");
+    /* Members that disagree: the means decide, the same on every member. */
+    const double mixed[] = {0.100, 0.080, 0.100, 0.125};
+    is_int(nl_worker_overlap_decide(mixed, 2, &sync, &ov), 0,
+           "one member faster overlapped, one slower by more: synchronous");
+    is_int(nl_worker_overlap_decide(mixed, 0, &sync, &ov), 0, "no members: synchronous");
+    double v[] = {5, 1, 4, 2, 3}, w[] = {4, 1, 3, 2};
+    is_float(nl_worker_median(v, 5), 3, 0, "the median of 5");
+    is_float(nl_worker_median(w, 4), 2.5, 0, "the median of 4");
+    is_float(nl_worker_median(w, 0), 0, 0, "the median of none");
+}
+
+/* The value of "key": in the line of out that holds "event":"overlap"; NAN when none. */
+static double overlap_field(const char *key)
+{
+    const char *line = strstr(out, "\"event\":\"overlap\"");
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *end = line ? strchr(line, '\n') : NULL;
+    const char *at = line ? strstr(line, k) : NULL;
+    if (!at || (end && at > end))
+        return NAN;
+    at += strlen(k);
+    if (strncmp(at, "true", 4) == 0)
+        return 1;
+    if (strncmp(at, "false", 5) == 0)
+        return 0;
+    return strtod(at, NULL);
+}
+
+/* Requirement: the same through MPI ranks (net/mpi.c runs the worker's code): 2 ranks with
+ * --overlap auto measure, report, record, and end bit for bit as the SSH workers did (the
+ * exported ov-auto.safetensors of 3 epochs). Skipped without mpirun or an MPI build. */
+static void test_mpi(void)
+{
+    const char *mpirun = "mpirun --oversubscribe --bind-to none";
+    char probe[700];
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        diag("no mpirun: no MPI run");
+        return;
+    }
+    snprintf(probe, sizeof probe, "'%s' train --help | grep -q -- --mpi", bin);
+    if (system(probe) != 0) {
+        diag("built without MPI: no MPI run");
+        return;
+    }
+    /* The ranks compute as the SSH workers, whose sessions get no OpenBLAS settings. */
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("OPENBLAS_L2_SIZE");
+    unsetenv("OPENBLAS_VERBOSE");
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "env ASAN_OPTIONS=detect_leaks=0 %s -np 2 '%s' --db '%s/db' --json train --data syn "
+             "--model '%s/spec' --batch 32 --seed 5 --momentum 0.9 --epochs 3 --threads 1 --mpi "
+             "--name ov-mpi >'%s/out' 2>'%s/err' </dev/null",
+             mpirun, bin, sd.dir, sd.dir, sd.dir, sd.dir);
+    int st = system(cmd);
+    char path[600];
+    snprintf(path, sizeof path, "%s/out", sd.dir);
+    char *t = sshd_read(path);
+    snprintf(out, sizeof out, "%s", t ? t : "");
+    snprintf(path, sizeof path, "%s/err", sd.dir);
+    t = sshd_read(path);
+    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
+    is_int(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "2 MPI ranks train with --overlap auto: %s",
+           errtext);
+    const double sync = overlap_field("sync_ms"), ov = overlap_field("overlapped_ms");
+    is_float(overlap_field("step"), 14, 0, "the ranks chose after step 14");
+    ok(sync > 0 && ov > 0, "they measured %.2f ms synchronous, %.2f ms overlapped", sync, ov);
+    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-mpi' AND "
+                        "json_extract(settings, '$.overlap_step') = 14") == 1,
+       "the MPI run records the choice");
+    is_int(nnlab("export ov-mpi '%s/ov-mpi.safetensors'", sd.dir), 0, "export ov-mpi: %s", errtext);
+    size_t na = 0, nb = 0;
+    unsigned char *a = slurp("ov-auto.safetensors", &na), *b = slurp("ov-mpi.safetensors", &nb);
+    ok(a && b && na == nb && memcmp(a, b, na) == 0,
+       "MPI ranks with auto end as the SSH workers did, bit for bit (%zu bytes)", nb);
+    free(a);
+    free(b);
+}
+
 static const char *train_args(void)
 {
     static char a[1024];
@@ -97,6 +200,7 @@ int main(void)
     const char *why;
 
     test_rule();
+    test_decide();
 
     bin = getenv("NNLAB_BIN");
     if (!bin || access(bin, X_OK) != 0) {
@@ -128,17 +232,40 @@ int main(void)
            "--overlap without hosts is a usage error");
     like(errtext, "cluster options need --hosts", "the message: %s", errtext);
 
-    /* The three modes: the same weights, bit for bit; each recorded in the run's settings. */
+    /* The three modes: the same weights, bit for bit; each recorded in the run's settings. 3
+     * epochs of 13 steps: enough for auto to measure (2 warm-up steps, then 3 blocks of 2 steps
+     * of each mode, in a run of at least twice that). */
     unsigned char *w[3] = {NULL, NULL, NULL};
     size_t wn[3] = {0, 0, 0};
     for (int k = 0; k < 3; k++) {
-        is_int(nnlab("%s --epochs 2 --overlap %s --name ov-%s", train_args(), modes[k], modes[k]),
+        is_int(nnlab("%s --epochs 3 --overlap %s --name ov-%s", train_args(), modes[k], modes[k]),
                0, "2 workers train with --overlap %s: %s", modes[k], errtext);
         ok(sshd_db_int(&sd,
                        "SELECT count(*) FROM runs WHERE name = 'ov-%s' AND settings LIKE "
                        "'%%\"overlap\":\"%s\"%%'",
                        modes[k], modes[k]) == 1,
            "the run's settings record overlap %s", modes[k]);
+        if (k < 2) {
+            ok(isnan(overlap_field("step")), "--overlap %s measures nothing", modes[k]);
+        } else {
+            /* auto: both step times, and the choice from step 15 on (2 + 12 steps measured). */
+            const double sync = overlap_field("sync_ms"), ov = overlap_field("overlapped_ms");
+            const double chosen = overlap_field("overlapped");
+            is_float(overlap_field("step"), 14, 0, "auto chose after step 14");
+            ok(sync > 0 && ov > 0, "auto measured %.2f ms synchronous, %.2f ms overlapped", sync,
+               ov);
+            ok(chosen == (ov < sync * (1 - NL_OVERLAP_MARGIN)),
+               "and chose the faster: %s (the rule's margin: %.0f%%)",
+               chosen == 1 ? "overlapped" : "synchronous", 100 * NL_OVERLAP_MARGIN);
+            ok(sshd_db_int(&sd,
+                           "SELECT count(*) FROM runs WHERE name = 'ov-auto' AND "
+                           "json_extract(settings, '$.overlap_chosen') = '%s' AND "
+                           "json_extract(settings, '$.overlap_sync_ms') > 0 AND "
+                           "json_extract(settings, '$.overlap_overlapped_ms') > 0 AND "
+                           "json_extract(settings, '$.overlap_step') = 14",
+                           chosen == 1 ? "overlapped" : "synchronous") == 1,
+               "the run records the choice and both step times");
+        }
         is_int(nnlab("export ov-%s '%s/ov-%s.safetensors'", modes[k], sd.dir, modes[k]), 0,
                "export ov-%s: %s", modes[k], errtext);
         char name[64];
@@ -149,23 +276,44 @@ int main(void)
        "overlapped and synchronous exchanges end with the same weights, bit for bit (%zu bytes)",
        wn[0]);
     ok(w[0] && w[2] && wn[0] == wn[2] && memcmp(w[0], w[2], wn[0]) == 0,
-       "and so does auto (%zu bytes)", wn[2]);
+       "and so does auto, measuring both then keeping one (%zu bytes)", wn[2]);
     for (int k = 0; k < 3; k++)
         free(w[k]);
 
+    /* Too short to measure (26 steps), or one member: the static rule, nothing to report. */
+    is_int(nnlab("%s --epochs 2 --name ov-short", train_args()), 0,
+           "2 workers train 2 epochs with --overlap auto: %s", errtext);
+    ok(isnan(overlap_field("step")), "a run too short to measure measures nothing");
+    is_int(nnlab("--json train --data syn --model '%s/spec' --batch 32 --seed 5 --epochs 3 "
+                 "--ssh-config '%s/ssh_config' --hosts node1:1 --name ov-one",
+                 sd.dir, sd.dir),
+           0, "1 worker trains 3 epochs with --overlap auto: %s", errtext);
+    ok(isnan(overlap_field("step")), "a run of one member measures nothing");
+
     /* A resumed run keeps its mode; --overlap does not go with --resume. */
-    is_int(nnlab("--json train --resume ov-off --epochs 3 --overlap on --hosts node1:1,node2:1 "
+    is_int(nnlab("--json train --resume ov-off --epochs 4 --overlap on --hosts node1:1,node2:1 "
                  "--ssh-config '%s/ssh_config'",
                  sd.dir),
            2, "--overlap with --resume is a usage error");
     like(errtext, "--overlap does not go with it", "the message: %s", errtext);
-    is_int(nnlab("--json train --resume ov-off --epochs 3 --hosts node1:1,node2:1 --ssh-config "
+    is_int(nnlab("--json train --resume ov-off --epochs 4 --hosts node1:1,node2:1 --ssh-config "
                  "'%s/ssh_config'",
                  sd.dir),
-           0, "ov-off resumed to 3 epochs: %s", errtext);
-    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-off' AND epochs_done = 3 AND "
+           0, "ov-off resumed to 4 epochs: %s", errtext);
+    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-off' AND epochs_done = 4 AND "
                         "settings LIKE '%%\"overlap\":\"off\"%%'") == 1,
        "the resumed run keeps overlap off");
+    /* auto measures again in the resumed part: steps 40 and 41 warm up, 42-53 are measured. */
+    is_int(nnlab("--json train --resume ov-auto --epochs 6 --hosts node1:1,node2:1 --ssh-config "
+                 "'%s/ssh_config'",
+                 sd.dir),
+           0, "ov-auto resumed to 6 epochs: %s", errtext);
+    is_float(overlap_field("step"), 53, 0, "the resumed run measured again, from step 42 to 53");
+    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-auto' AND epochs_done = 6 AND "
+                        "settings LIKE '%%\"overlap\":\"auto\"%%' AND "
+                        "json_extract(settings, '$.overlap_step') = 53") == 1,
+       "and records its new measurement, still overlap auto");
+    test_mpi();
     sshd_stop(&sd);
     return done_testing();
 }

@@ -103,8 +103,10 @@ struct ctx {
     int ntables;
     int skip_rows; /* 1: the optimizer leaves a row with zero gradient unchanged */
 
-    /* Overlap: per layer (nlayers + 1 bounds), see the top of the file. */
-    int overlap;
+    /* Overlap: per layer (nlayers + 1 bounds), see the top of the file. can_overlap: the
+     * synchroniser has begin and ready (the bounds exist); overlap: the step under way uses them
+     * (the synchroniser's overlaps() may say no for a step). */
+    int can_overlap, overlap;
     size_t *t_lo, *s_lo;
     atomic_int *pending;
     char *reduced;
@@ -144,7 +146,7 @@ static void ctx_release(struct ctx *c)
         nl_features_close(&c->feat);
     nl_free(c->w);
     nl_free(c->state_block);
-    if (c->overlap)
+    if (c->can_overlap)
         pthread_mutex_destroy(&c->lock);
     nl_free(c->t_lo);
     nl_free(c->s_lo);
@@ -167,7 +169,7 @@ static int overlap_init(struct ctx *c, struct nl_error *err)
     if (!c->t_lo || !c->s_lo || !c->pending || !c->reduced)
         return nl_error_set(err, NL_ENOMEM, "out of memory for the overlap of %d layers", nl);
     pthread_mutex_init(&c->lock, NULL);
-    c->overlap = 1;
+    c->can_overlap = c->overlap = 1;
     c->t_lo[nl] = m->ntrainable;
     c->s_lo[nl] = m->nreduce;
     for (int i = nl - 1; i >= 0; i--) {
@@ -1106,6 +1108,8 @@ static int train_step(struct loop *L, long it)
         memcpy(L->undo, c->params, m->nparams * sizeof(float));
         memcpy(L->undo + m->nparams, c->state_block, L->state_floats * sizeof(float));
     }
+    if (c->can_overlap)
+        c->overlap = !o->sync->overlaps || o->sync->overlaps(o->sync->ud, c->step);
     if (c->overlap) {
         for (int i = 0; i < m->nlayers; i++) {
             atomic_store(&c->pending[i], c->threads);

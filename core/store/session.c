@@ -167,6 +167,17 @@ static int session_event(void *ud, const struct nl_event *ev)
     } else if (ev->kind == NL_EVENT_RECOVERY && ev->recovery) {
         if (nl_run_record_recovery(s->store, s->run.id, ev->recovery, &e) < 0)
             return record_failed(s, &e);
+    } else if (ev->kind == NL_EVENT_OVERLAP && ev->overlap) {
+        /* Beside "overlap": "auto", what it measured and chose; a resumed run measures again. */
+        const struct nl_overlap_choice *c = ev->overlap;
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"overlap_chosen\":\"%s\",\"overlap_sync_ms\":%.3f,"
+                 "\"overlap_overlapped_ms\":%.3f,\"overlap_step\":%ld}",
+                 c->overlapped ? "overlapped" : "synchronous", 1e3 * c->sync_seconds,
+                 1e3 * c->overlap_seconds, c->step);
+        if (nl_run_set_settings(s->store, s->run.id, json, &e) < 0)
+            return record_failed(s, &e);
     } else if (ev->kind == NL_EVENT_EPOCH) {
         /* The epoch's metrics were stored with its checkpoint. */
         if (nl_worker_steps_flush(&s->steps, s->store, s->run.id, &e) < 0)

@@ -85,7 +85,19 @@ int nl_allreduce_step(struct nl_allreduce *a, float *params, float *grad, long s
 int nl_allreduce_begin(struct nl_allreduce *a, float *params, float *grad, long step, float lr);
 void nl_allreduce_ready(struct nl_allreduce *a, size_t from, size_t stats_from);
 int nl_allreduce_finish(struct nl_allreduce *a, struct nl_error *err);
+/* Whether the steps overlap: from nl_allreduce_new's overlap, or set_overlap's on. Between steps
+ * an allreduce made with overlap may run synchronous steps (on 0) and overlapped ones again (1);
+ * one made without cannot overlap (NL_EINVAL). Members may differ in it: the frames and sums
+ * are the same either way. */
 int nl_allreduce_overlaps(const struct nl_allreduce *a);
+int nl_allreduce_set_overlap(struct nl_allreduce *a, int on);
+
+/* Between steps, on every member at the same point of the run: each member's
+ * NL_ALLREDUCE_TIMES doubles, all[NL_ALLREDUCE_TIMES * rank + i] on entry, go to every peer
+ * (TIMES frames), so that on return all[NL_ALLREDUCE_TIMES * r + i] holds member r's on every
+ * member, bit for bit (--overlap auto agrees on its choice from them). */
+#define NL_ALLREDUCE_TIMES 2
+int nl_allreduce_agree(struct nl_allreduce *a, double *all, struct nl_error *err);
 
 /* Seconds the last step spent communicating: from the first slice ready to the end of the
  * exchange, the owner's sums and optimizer excluded. */

@@ -9,6 +9,27 @@
 #include "nnlab/partition.h"
 #include "nnlab/trainer.h"
 
+/* --overlap auto's measurement (nl_member_sync_probe). Steps before `from` (1-based) run in the
+ * mode `warm`; from `from` on, `rounds` blocks of `block` steps of each mode, in the order
+ * synchronous, overlapped, overlapped, synchronous, synchronous, overlapped, ...; each measured
+ * step's wall time (from its share to the end of its exchange) goes to sync or ov. After the last
+ * measured step every member takes its medians, the members exchange them (nl_allreduce_agree) and
+ * all decide alike (nl_worker_overlap_decide): the rest of the run overlaps or not. */
+#define NL_PROBE_MAX 32
+struct nl_overlap_probe {
+    long from; /* 0: no measurement */
+    int block, rounds, warm;
+    int rank, size;
+    double t0; /* when the step under way began */
+    double sync[NL_PROBE_MAX], ov[NL_PROBE_MAX];
+    int nsync, nov;
+    /* The choice, once made (decided): after step `step` the run overlaps or not; the members'
+     * mean median step seconds of each mode. */
+    int decided, overlapped;
+    long step;
+    double sync_seconds, overlap_seconds;
+};
+
 struct nl_member_sync {
     struct nl_sync sync; /* give &s->sync to nl_train_opts.sync */
     struct nl_partition *part;
@@ -34,6 +55,7 @@ struct nl_member_sync {
     /* Judging (nl_member_sync_judge): where the watched accuracy of an epoch comes from. */
     int (*judge)(void *ud, int epoch, double *watched, struct nl_error *err);
     void *judge_ud;
+    struct nl_overlap_probe probe;
 };
 
 /* Ties the pieces together; they stay the caller's (mesh may be NULL: an MPI member's). Bytes
@@ -48,6 +70,12 @@ void nl_member_sync_keep(struct nl_member_sync *s, float *keep, const float *par
                          long done);
 /* Brings the copy up to the last completed step (the trainer is between steps). */
 void nl_member_sync_settle(struct nl_member_sync *s);
+
+/* Measures, then chooses, whether the member's steps overlap (see struct nl_overlap_probe): the
+ * allreduce must have been made with overlap; every member of the run (rank of size) calls it
+ * alike. The probe's steps are from, then 2 x block x rounds (at most NL_PROBE_MAX each). */
+void nl_member_sync_probe(struct nl_member_sync *s, int rank, int size, long from, int block,
+                          int rounds, int warm);
 
 /* Lets the member follow a run's watched accuracy (include/nnlab/trainer.h): at an epoch's end
  * the synchroniser brings its copy of the parameters up to date (a recovery may start from

@@ -31,9 +31,11 @@ enum nl_on_nan {
     NL_ON_NAN_SKIP_BATCH = 1,
 };
 
-/* When a cluster member exchanges its gradient: AUTO (the default, 0) overlaps where the host
- * has a core free beside the compute threads of every member it runs (nl_worker_overlap in
- * include/nnlab/worker.h), ON always overlaps with the backward pass, OFF exchanges after it. */
+/* When a cluster member exchanges its gradient: AUTO (the default, 0) times steps of both modes
+ * early in the run and keeps the faster (one member, or a run too short to measure: overlaps
+ * where the host has a core free beside the compute threads of every member it runs;
+ * nl_worker_overlap in include/nnlab/worker.h), ON always overlaps with the backward pass, OFF
+ * exchanges after it. */
 enum nl_overlap {
     NL_OVERLAP_AUTO = 0,
     NL_OVERLAP_ON = 1,
@@ -183,7 +185,9 @@ struct nl_resume {
  * once grad[from, ntrainable) and grad[stats_from, nreduce) are final; they fall to 0 and
  * ntrainable by the end of the pass (calls may come from any thread, and a later call may carry
  * higher values than an earlier one). step() then waits for the exchange to end. The parameters
- * of layers the threads are past may change before step() returns; no others.
+ * of layers the threads are past may change before step() returns; no others. overlaps (NULL:
+ * every step overlaps) is asked before each step, after share(), whether that step (1-based)
+ * overlaps; a step it says no to runs as without begin and ready.
  *
  * Judging (judge not NULL): a member cannot measure the accuracy an epoch is judged on (the
  * validation split and the global training accuracy are the driver's), so for a run that
@@ -201,6 +205,7 @@ struct nl_sync {
     int (*step)(void *ud, float *params, float *grad, long step, float lr, struct nl_error *err);
     int (*begin)(void *ud, float *params, float *grad, long step, float lr);
     void (*ready)(void *ud, size_t from, size_t stats_from);
+    int (*overlaps)(void *ud, long step);
     int (*judge)(void *ud, int epoch, double *watched, struct nl_error *err);
     void *ud;
 };
@@ -232,6 +237,16 @@ enum nl_event_kind {
     NL_EVENT_EPOCH,    /* after an epoch and its validation */
     NL_EVENT_DONE,     /* after the final test evaluation */
     NL_EVENT_RECOVERY, /* cluster runs: a worker was lost, and the run goes on without a gap */
+    NL_EVENT_OVERLAP,  /* cluster runs, --overlap auto: the members measured and chose */
+};
+
+/* What --overlap auto measured and chose (NL_EVENT_OVERLAP): the members' median step wall
+ * time (share to the end of the exchange, mean over the members) with a synchronous and with an
+ * overlapped exchange, and the mode the run keeps after step `step` (1-based). */
+struct nl_overlap_choice {
+    long step;
+    double sync_seconds, overlap_seconds;
+    int overlapped;
 };
 
 /* What a cluster run did about a lost worker (NL_EVENT_RECOVERY). */
@@ -283,7 +298,8 @@ struct nl_event {
     long skipped_batches;       /* EPOCH: steps of the epoch skipped for a non-finite loss */
     int nworkers;               /* cluster runs: the workers' own metrics; 0 for local runs */
     const struct nl_worker_metrics *workers;
-    const struct nl_recovery *recovery; /* RECOVERY only */
+    const struct nl_recovery *recovery;      /* RECOVERY only */
+    const struct nl_overlap_choice *overlap; /* OVERLAP only */
 };
 
 struct nl_checkpoint {

@@ -33,6 +33,7 @@ enum nl_frame_type {
     NL_FRAME_GRAD = 16,  /* allreduce shuffle: a gradient slice for its owner */
     NL_FRAME_PARAM = 17, /* allreduce broadcast: an updated parameter slice from its owner */
     NL_FRAME_NORM = 18,  /* allreduce, clip-norm: the sum of squares of an owner's slice */
+    NL_FRAME_TIMES = 19, /* allreduce, --overlap auto: a member's measured step times */
     /* Between the driver and a worker, over the SSH channel (net/worker.c documents them). */
     NL_FRAME_LISTEN = 32,    /* worker -> driver: where it listens */
     NL_FRAME_SETUP = 33,     /* driver -> worker: rank, members, options, model, data layout */
@@ -48,6 +49,7 @@ enum nl_frame_type {
     NL_FRAME_PARAMS = 43,    /* worker -> driver: the complete parameters after that step */
     NL_FRAME_STATE = 44,     /* both ways: a slice's fp32 master and optimizer state */
     NL_FRAME_JUDGE = 45,     /* driver -> worker: an epoch's watched accuracy */
+    NL_FRAME_OVERLAP = 46,   /* worker 0 -> driver: what --overlap auto measured and chose */
 };
 
 /* The keys and sequence numbers of a sealed connection (net/wire.c). */

@@ -13,14 +13,37 @@ struct nl_worker_opts {
     int port_lo, port_hi; /* 0, 0: any port */
 };
 
-/* Whether a member overlaps its exchange with the backward pass, for mode (enum nl_overlap in
- * include/nnlab/trainer.h): ON and OFF say so; AUTO overlaps only where the host keeps a core
- * free for the exchange's thread, that is where its cores exceed threads x sharing (threads:
- * the member's compute threads; sharing: the members on this host, itself included). With no
- * core free the exchange's thread takes turns with the compute threads; measured on such a
- * host, either mode was the faster depending on the model and the member count (README,
- * Cluster mode), and AUTO keeps the exchange synchronous there. 1 or 0. */
+/* Whether a member overlaps its exchange with the backward pass before (or without) measuring,
+ * for mode (enum nl_overlap in include/nnlab/trainer.h): ON and OFF say so; AUTO overlaps only
+ * where the host keeps a core free for the exchange's thread, that is where its cores exceed
+ * threads x sharing (threads: the member's compute threads; sharing: the members on this host,
+ * itself included). AUTO's rule for a run of one member, or one too short to measure; longer
+ * runs of several members measure both modes and keep the faster (nl_worker_overlap_decide).
+ * 1 or 0. */
 int nl_worker_overlap(int mode, int threads, int cores, int sharing);
+
+/* --overlap auto's choice from what the members measured: times holds, for each of `members`
+ * members in rank order, its median step wall time synchronous then overlapped (seconds,
+ * NL_ALLREDUCE_TIMES doubles a member). *sync_seconds and *overlap_seconds get their means
+ * (summed in rank order: every member that has the same times gets the same bits). 1 (overlap)
+ * when the overlapped mean is below the synchronous one by more than NL_OVERLAP_MARGIN of it;
+ * 0 otherwise (a tie keeps the exchange synchronous, which needs no thread of its own). A pure
+ * function of its arguments. */
+#define NL_OVERLAP_MARGIN 0.02
+/* What a measuring member does (nl_member_sync_probe in include/nnlab/cluster.h): WARMUP steps
+ * in the static rule's mode (the first steps fault pages in and fill caches), then ROUNDS blocks
+ * of BLOCK steps of each mode (S O O S S O for 3); only a run with at least MIN_RUN
+ * times that many steps left measures, so that the choice governs most of it. */
+#define NL_OVERLAP_PROBE_WARMUP  2
+#define NL_OVERLAP_PROBE_BLOCK   2
+#define NL_OVERLAP_PROBE_ROUNDS  3
+#define NL_OVERLAP_PROBE_MIN_RUN 2
+#define NL_OVERLAP_PROBE_STEPS                                                                     \
+    (NL_OVERLAP_PROBE_WARMUP + 2 * NL_OVERLAP_PROBE_BLOCK * NL_OVERLAP_PROBE_ROUNDS)
+int nl_worker_overlap_decide(const double *times, int members, double *sync_seconds,
+                             double *overlap_seconds);
+/* The median of v's n values (v is sorted in place); 0 when n is 0. */
+double nl_worker_median(double *v, int n);
 
 /* Talks to the driver over in_fd and out_fd (stdin and stdout), joins the mesh, trains its share
  * and streams metrics; returns when the run is over. The end of in_fd after the setup means the
