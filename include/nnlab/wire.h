@@ -14,8 +14,9 @@
 /* Members refuse a peer of another wire version in the handshake; the driver reaches only workers
  * of its own `nnlab --version` (else it uploads itself), so a change of any frame's meaning
  * goes with a new wire version and a new release. 2: NORM frames, statistics in the exchange,
- * heartbeats and recovery. 3: flags in HELLO, sealed frames. */
-#define NL_WIRE_VERSION 3
+ * heartbeats and recovery. 3: flags in HELLO, sealed frames. 4: TIMES and OVERLAP frames
+ * (--overlap auto's measurement), the `embed K R` line in SETUP. */
+#define NL_WIRE_VERSION 4
 #define NL_WIRE_HEADER  12 /* bytes before every payload of a plaintext frame */
 #define NL_WIRE_TAG     16 /* bytes of an AEAD tag */
 /* A sealed frame: its header sealed (NL_WIRE_HEADER + tag), the payload, the payload's tag. */
