@@ -13,7 +13,8 @@
  *
  * Checks, with the window's connection (nl_store_open) open throughout, after open()+close() of
  * the database file and its WAL files: a dataset imported and a run started by other processes are
- * seen by that connection while the run trains, and a write of its own is seen by another process.
+ * seen by that connection while the run trains, and a write of its own is seen by another process;
+ * once every connection is closed, the kept WAL file is empty.
  */
 #include "nnlab-config.h"
 #include "tap.h"
@@ -97,7 +98,7 @@ int main(void)
         skip_all("NNLAB_BIN is not set");
     if (!mkdtemp(tmp))
         skip_all("mkdtemp failed");
-    plan(7);
+    plan(8);
     snprintf(db, sizeof db, "%s/nnlab.db", tmp);
     snprintf(csv, sizeof csv, "%s/rows.csv", tmp);
     snprintf(spec, sizeof spec, "%s/small.nn", tmp);
@@ -169,6 +170,15 @@ int main(void)
     }
     nl_store_close(s);
     s = NULL;
+    /* The WAL file stays, but empty: what the import and the run wrote does not keep its
+     * disk space. */
+    char wal[300];
+    struct stat st;
+    snprintf(wal, sizeof wal, "%s-wal", db);
+    const int kept = stat(wal, &st) == 0;
+    ok(kept && st.st_size == 0,
+       "the last connection closed, the WAL file is kept and empty (%lld bytes)",
+       kept ? (long long)st.st_size : -1LL);
     if (nl_store_open_read(&s, db, &err) < 0)
         diag("%s", err.msg);
     ok(s && datasets(s) == 1 && sees_run(s, "far"),
