@@ -38,16 +38,12 @@
 #include <time.h>
 #include <zlib.h>
 
-#include "sshd.h"
+#include "cluster_util.h"
 #include "tap.h"
 
 #define FASHION   "/usr/share/datasets/fashion-mnist"
 #define BATCH     64
 #define HEARTBEAT "10" /* seconds; a SIGKILLed worker is seen at once by its closed connection */
-
-static struct sshd sd;
-static const char *bin;
-static char out[1 << 17], errtext[1 << 16];
 
 /* What to run. */
 struct plan {
@@ -76,67 +72,6 @@ static double now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void slurp(const char *name, char *buf, size_t size)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s", sd.dir, name);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
-static void one_line(char *s)
-{
-    for (char *c = s; *c; c++)
-        if (*c == '\n')
-            *c = ' ';
-}
-
-/* Starts nnlab with the benchmark's database in the background, stdout and stderr in
- * DIR/run.out and run.err; its pid. */
-static pid_t start(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static pid_t start(const char *fmt, ...)
-{
-    char args[2048], cmd[4096], path[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd,
-             "exec env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/run.out' 2>'%s/run.err'", bin,
-             sd.dir, args, sd.dir, sd.dir);
-    snprintf(path, sizeof path, "%s/run.out", sd.dir);
-    unlink(path);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Waits for nnlab; its exit status, with out and errtext filled. */
-static int finish(pid_t pid)
-{
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid)
-        return -1;
-    slurp("run.out", out, sizeof out);
-    slurp("run.err", errtext, sizeof errtext);
-    one_line(errtext);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static double json_field(const char *text, const char *key)
-{
-    char k[64];
-    snprintf(k, sizeof k, "\"%s\":", key);
-    const char *p = text ? strstr(text, k) : NULL;
-    return p ? strtod(p + strlen(k), NULL) : NAN;
 }
 
 /* Copies the first n images and labels of the package's PREFIX pair into DIR/fashion. */
@@ -178,7 +113,7 @@ static int subset(const char *prefix, uint32_t n)
 static int wait_epochs(pid_t pid, int count, double seconds)
 {
     for (double t0 = now(); now() - t0 < seconds && sshd_parent_of(pid) > 0; usleep(20000)) {
-        slurp("run.out", out, sizeof out);
+        cluster_slurp("bg.out", out, sizeof out);
         int k = 0;
         for (const char *p = out; (p = strstr(p, "\"event\":\"epoch\"")); p++)
             k++;
@@ -282,29 +217,19 @@ static long env_long(const char *name, long dflt, long lo, long hi)
 
 int main(void)
 {
-    char probe[700];
     const long samples = env_long("NNLAB_BENCH_SAMPLES", 6000, 500, 60000);
     const long tests = env_long("NNLAB_BENCH_TEST", 2000, 100, 10000);
     const int epochs = (int)env_long("NNLAB_BENCH_EPOCHS", 3, 2, 100);
     const char *model = getenv("NNLAB_BENCH_MODEL") ? getenv("NNLAB_BENCH_MODEL") : "lenet";
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip("NNLAB_BIN does not name the nnlab binary");
     if (access(FASHION "/train-images-idx3-ubyte.gz", R_OK) != 0 ||
         access(FASHION "/t10k-images-idx3-ubyte.gz", R_OK) != 0)
         skip("Fashion-MNIST is not installed (dataset-fashion-mnist)");
     if (strcmp(model, "lenet") != 0 && strcmp(model, "mlp") != 0)
         skip("NNLAB_BENCH_MODEL is lenet or mlp");
-    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
-    if (system(probe) != 0)
-        skip("this nnlab was built without cluster mode (libssh)");
-    signal(SIGPIPE, SIG_IGN);
-    const char *why = sshd_start(&sd);
-    if (why) {
-        sshd_stop(&sd);
+    const char *why = cluster_start();
+    if (why)
         skip("%s", why);
-    }
 
     char path[600];
     snprintf(path, sizeof path, "%s/fashion", sd.dir);

@@ -21,43 +21,13 @@
 
 #include <sqlite3.h>
 
+#include "cluster_util.h"
 #include "nnlab/model.h"
 #include "nnlab/spec.h"
 #include "nnlab/wire.h"
-#include "sshd.h"
 #include "tap.h"
 
 enum { SIDE = 12, NTRAIN = 600, EPOCHS = 2, BATCH = 32 };
-
-static struct sshd sd;
-static const char *bin;
-static char out[1 << 16], errtext[1 << 16];
-
-/* Runs nnlab with the test's database and arguments; stdout and stderr land in out and
- * errtext. Returns the exit status. */
-static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int nnlab(const char *fmt, ...)
-{
-    char args[2048], cmd[4096], path[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", bin,
-             sd.dir, args, sd.dir, sd.dir);
-    int st = system(cmd);
-    snprintf(path, sizeof path, "%s/out", sd.dir);
-    char *t = sshd_read(path);
-    snprintf(out, sizeof out, "%s", t ? t : "");
-    snprintf(path, sizeof path, "%s/err", sd.dir);
-    t = sshd_read(path);
-    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
-    /* One line, for TAP descriptions. */
-    for (char *c = errtext; *c; c++)
-        if (*c == '\n')
-            *c = ' ';
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 /* The epochs the done line in out reports; -1 without one. */
 static int done_epochs(void)
@@ -70,25 +40,6 @@ static int done_epochs(void)
 static const char spec_text[] = "fc1: dense 24\nrelu\nfc2: dense N\n";
 static const char bn_text[] = "c1: conv 4 3x3 pad=1 bias=no\nb1: batchnorm\nrelu\n"
                               "pool: globalavgpool\nfc: dense N\n";
-
-/* The "train_loss" values of the epoch lines in out. */
-static int losses(double *v, int max)
-{
-    int n = 0;
-    for (const char *p = out; n < max && (p = strstr(p, "\"train_loss\":")); p++)
-        v[n++] = strtod(p + 13, NULL);
-    return n;
-}
-
-/* The bytes_sent of each worker in the done line. */
-static int done_bytes(unsigned long long *v, int max)
-{
-    const char *done = strstr(out, "\"event\":\"done\"");
-    int n = 0;
-    for (const char *p = done; p && n < max && (p = strstr(p, "\"bytes_sent\":")); p++)
-        v[n++] = strtoull(p + 13, NULL, 10);
-    return n;
-}
 
 static const char *train_args(void)
 {
@@ -106,19 +57,9 @@ int main(void)
     char path[600];
     double base[EPOCHS] = {0}, got[EPOCHS] = {0};
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    signal(SIGPIPE, SIG_IGN);
-    char probe[700];
-    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
-    if (system(probe) != 0)
-        skip_all("this nnlab was built without cluster mode (libssh)");
-    why = sshd_start(&sd);
-    if (why) {
-        sshd_stop(&sd);
+    why = cluster_start();
+    if (why)
         skip_all("%s", why);
-    }
     sshd_write_quadrants(&sd, NTRAIN, SIDE);
     sshd_write(sd.dir, "spec", spec_text);
     is_int(nnlab("import syn '%s/data' --val 0.1", sd.dir), 0, "import a synthetic dataset");

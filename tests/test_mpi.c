@@ -28,53 +28,19 @@
 #if NNLAB_HAVE_MPI
 #include "nnlab/mpi.h"
 #endif
-#include "sshd.h"
+#include "cluster_util.h"
 #include "tap.h"
 
 /* 541 training samples after --val 0.1. */
 enum { SIDE = 12, NTRAIN = 600, NTRAIN_TRAIN = 541, EPOCHS = 2, BATCH = 32 };
 
-static struct sshd sd;
 static int have_sshd;
-static const char *bin;
-static char out[1 << 16], errtext[1 << 16];
 
 static double mono(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void read_outputs(void)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/out", sd.dir);
-    char *t = sshd_read(path);
-    snprintf(out, sizeof out, "%s", t ? t : "");
-    snprintf(path, sizeof path, "%s/err", sd.dir);
-    t = sshd_read(path);
-    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
-    for (char *c = errtext; *c; c++)
-        if (*c == '\n')
-            *c = ' ';
-}
-
-/* The command line of `PREFIX nnlab --db DB ARGS` with its output to DIR/out and DIR/err. */
-static void command(char *cmd, size_t cap, const char *prefix, const char *args)
-{
-    snprintf(cmd, cap, "%s '%s' --db '%s/db' %s >'%s/out' 2>'%s/err' </dev/null", prefix, bin,
-             sd.dir, args, sd.dir, sd.dir);
-}
-
-static int run_cmd(const char *prefix, const char *fmt, va_list ap)
-{
-    char args[2048], cmd[4096];
-    vsnprintf(args, sizeof args, fmt, ap);
-    command(cmd, sizeof cmd, prefix, args);
-    int st = system(cmd);
-    read_outputs();
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* nnlab ARGS after PREFIX. */
@@ -84,18 +50,7 @@ static int nnlab_under(const char *prefix, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int st = run_cmd(prefix, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-/* nnlab ARGS, alone. */
-static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int nnlab(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int st = run_cmd("env -u SSH_AUTH_SOCK", fmt, ap);
+    int st = cluster_vrun(prefix, fmt, ap);
     va_end(ap);
     return st;
 }
@@ -111,28 +66,9 @@ static int mpi(int n, const char *fmt, ...)
     va_list ap;
     snprintf(prefix, sizeof prefix, "%s -np %d", mpirun, n);
     va_start(ap, fmt);
-    int st = run_cmd(prefix, fmt, ap);
+    int st = cluster_vrun(prefix, fmt, ap);
     va_end(ap);
     return st;
-}
-
-/* The "train_loss" values of the epoch lines in out. */
-static int losses(double *v, int max)
-{
-    int n = 0;
-    for (const char *p = out; n < max && (p = strstr(p, "\"train_loss\":")); p++)
-        v[n++] = strtod(p + 13, NULL);
-    return n;
-}
-
-/* The bytes_sent of each worker in the done line. */
-static int done_bytes(unsigned long long *v, int max)
-{
-    const char *done = strstr(out, "\"event\":\"done\"");
-    int n = 0;
-    for (const char *p = done; p && n < max && (p = strstr(p, "\"bytes_sent\":")); p++)
-        v[n++] = strtoull(p + 13, NULL, 10);
-    return n;
 }
 
 static const char spec_text[] = "fc1: dense 24\nrelu\nfc2: dense N\n";
@@ -342,16 +278,10 @@ static void check_resume(void)
 /* A 3-rank job of 40 epochs named name, under the launcher in the background. */
 static pid_t start_job(const char *name)
 {
-    char args[1024], cmd[4096], prefix[300];
+    char args[1024], prefix[300];
     snprintf(args, sizeof args, "%s --mpi --heartbeat-timeout 2", train_args(name, 40));
-    snprintf(prefix, sizeof prefix, "exec %s -np 3", mpirun);
-    command(cmd, sizeof cmd, prefix, args);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
+    snprintf(prefix, sizeof prefix, "%s -np 3", mpirun);
+    return cluster_start_as(prefix, "run", args);
 }
 
 /* Rank r's process of the job pid, once run name has stored an epoch; -1 after 30 s. */
@@ -404,7 +334,7 @@ static void check_sigint(void)
     ok(r0 > 0 && kill((pid_t)r0, SIGINT) == 0, "rank 0 sent SIGINT after an epoch");
     int status = 0;
     ok(job_ended(pid, &status), "the job ends");
-    read_outputs();
+    cluster_outputs("run");
     is_int(nnlab("--json runs interrupted"), 0, "runs shows it");
     ok(strstr(out, "\"status\":\"stopped\"") != NULL, "the run is stopped: %.200s", out);
 }
@@ -419,7 +349,7 @@ static void check_kill(void)
     int status = 0;
     const int ended = job_ended(pid, &status);
     ok(ended, "the job ended %.1f s after the kill (heartbeat timeout 2 s)", mono() - tk);
-    read_outputs();
+    cluster_outputs("run");
     ok(!WIFEXITED(status) || WEXITSTATUS(status) != 0, "with a failure status");
     /* Open MPI's launcher ends the others with SIGTERM, which rank 0 takes for the job's end
      * and records as a failure. MPICH's Hydra ends every rank at once, before rank 0 can record
@@ -574,9 +504,9 @@ int main(void)
 {
     double base[EPOCHS] = {0};
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
+    const char *why = cluster_bin();
+    if (why)
+        skip_all("%s", why);
     if (getenv("NNLAB_MPIRUN") && *getenv("NNLAB_MPIRUN"))
         mpirun = getenv("NNLAB_MPIRUN");
     char probe0[400];
@@ -588,7 +518,6 @@ int main(void)
     snprintf(probe, sizeof probe, "'%s' train --help | grep -q -- --mpi", bin);
     if (system(probe) != 0)
         skip_all("this nnlab was built without MPI");
-    signal(SIGPIPE, SIG_IGN);
     /* OpenBLAS picks its kernels from OPENBLAS_CORETYPE and the like, which the SSH workers'
      * sessions (sshd's clean environment) do not get: the ranks must compute as they do. */
     unsetenv("OPENBLAS_CORETYPE");
@@ -596,7 +525,7 @@ int main(void)
     unsetenv("OPENBLAS_VERBOSE");
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    const char *why = sshd_start(&sd);
+    why = sshd_start(&sd);
     have_sshd = why == NULL;
     if (!have_sshd) {
         diag("no SSH comparison: %s", why);
