@@ -19,6 +19,7 @@
 
 #include "core/store/store_internal.h"
 #include "idx_writer.h"
+#include "import_util.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/runs.h"
@@ -51,19 +52,6 @@
 /* A call that must succeed; its error message is shown when it does not. */
 #define succeeds(rc, err, ...) (is_int((rc), 0, __VA_ARGS__) || (diag("%s", (err).msg), 0))
 
-static char tmp[256];
-
-/* Paths inside the temporary folder. */
-static const char *at(const char *name)
-{
-    static char buf[8][512];
-    static int next;
-    char *p = buf[next++ % 8];
-
-    snprintf(p, 512, "%s/%s", tmp, name);
-    return p;
-}
-
 static double now(void)
 {
     struct timespec ts;
@@ -80,14 +68,6 @@ static uint8_t pixel(int i, int p)
 static uint8_t label_of(int i)
 {
     return (uint8_t)(i % NCLASS);
-}
-
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
 }
 
 /* Writes bytes to path, gzipped when gz. */
@@ -139,44 +119,6 @@ static void write_labels(const char *path, int gz, uint32_t n, int first, int ha
         b[8 + i] = label_of(first + i);
     write_bytes(path, gz, b, size);
     free(b);
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static long long count_rows(struct nl_store *s, const char *table)
-{
-    char sql[128];
-    sqlite3_stmt *st;
-    long long n = -1;
-
-    if (strcmp(table, "samples") == 0) {
-        /* Every dataset's samples table (core/store/store.c), summed. */
-        long long sum = 0;
-        if (sqlite3_prepare_v2(nl_store_sqlite(s),
-                               "SELECT name FROM sqlite_master WHERE type = 'table' AND "
-                               "name GLOB 'samples_[0-9]*'",
-                               -1, &st, NULL) != SQLITE_OK)
-            return -1;
-        while (sum >= 0 && sqlite3_step(st) == SQLITE_ROW) {
-            long long k = count_rows(s, (const char *)sqlite3_column_text(st, 0));
-            sum = k < 0 ? -1 : sum + k;
-        }
-        sqlite3_finalize(st);
-        return sum;
-    }
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
-    if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) != SQLITE_OK)
-        return -1;
-    if (sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return n;
 }
 
 struct counts {
@@ -1067,16 +1009,11 @@ static void check_upgrade_6(void)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
     struct nl_error err = {0};
     struct nl_store *s = NULL;
     int rc;
 
-    snprintf(tmp, sizeof tmp, "%s/nnlab-idx-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmp)) {
-        printf("Bail out! cannot create a temporary folder\n");
-        return 1;
-    }
+    tmp_make("nnlab-idx");
     rc = nl_store_open(&s, at("a/b/nnlab.db"), &err);
     succeeds(rc, err, "open a new store in folders that do not exist yet");
     if (rc == 0) {
@@ -1092,6 +1029,6 @@ int main(void)
     check_upgrade_6();
     check_remove_reclaims();
     check_fashion();
-    nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove();
     return done_testing();
 }
