@@ -216,24 +216,12 @@ enum { TOK_LEN = 12, TOK_VOCAB = 300 };
 
 static struct nl_dataset *tokens(int ntrain)
 {
-    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_dataset *d = dataset_new("tokens", "text", (struct nl_shape){1, 1, TOK_LEN}, NL_F32,
+                                       CLASSES, "c", 0.0f, 1.0f);
     struct nl_rng r;
 
     nl_rng_seed(&r, 5);
-    d->name = nl_strdup("tokens");
-    d->source = nl_strdup("test");
-    d->kind = nl_strdup("text");
-    d->shape = (struct nl_shape){1, 1, TOK_LEN};
-    d->dtype = NL_F32;
-    d->nclasses = CLASSES;
     d->nvocab = TOK_VOCAB;
-    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
-    for (int k = 0; k < CLASSES; k++)
-        d->class_names[k] = nl_strdup("c");
-    d->nnorm = 1;
-    d->mean = nl_calloc(1, sizeof(float));
-    d->std = nl_calloc(1, sizeof(float));
-    d->std[0] = 1.0f;
     float *x = nl_calloc((size_t)ntrain * TOK_LEN, sizeof *x);
     int32_t *y = nl_calloc((size_t)ntrain, sizeof *y);
     for (int i = 0; i < ntrain; i++) {
