@@ -1,8 +1,9 @@
 /* Running the real nnlab binary from a TAP test: nnlab("ARGS") runs `$NNLAB_BIN --db DB ARGS`
  * with no standard input and returns its exit status (128 + signal when killed), leaving its
  * stdout in out and its stderr in errtext; nnlab_spawn starts one in the background, and
- * nnlab_db_int reads the store DB as the test goes. The test fills bin, db, out_path and err_path
- * (under its own temporary folder, dir) before the first call. */
+ * nnlab_db_int reads the store DB as the test goes. nnlab_cli_setup fills bin, dir (a temporary
+ * folder of the test's own), db, out_path and err_path before the first call, and
+ * nnlab_cli_cleanup removes dir at the end. */
 #ifndef NNLAB_TESTS_CLI_H
 #define NNLAB_TESTS_CLI_H
 
@@ -14,6 +15,8 @@
 #include <unistd.h>
 
 #include <sqlite3.h>
+
+#include "tap.h"
 
 static char dir[64] __attribute__((unused)), db[320], out_path[320], err_path[320];
 static const char *bin;
@@ -44,6 +47,30 @@ static inline int nnlab(const char *fmt, ...)
     slurp(out_path, out, sizeof out);
     slurp(err_path, errtext, sizeof errtext);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Sets bin from NNLAB_BIN, makes dir (/tmp/nnlab-NAME-XXXXXX) and puts db (DIR/STORE), out_path
+ * and err_path in it; skips the whole test when the binary or the folder cannot be had. */
+static inline void nnlab_cli_setup(const char *name, const char *store)
+{
+    bin = getenv("NNLAB_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        skip_all("NNLAB_BIN does not name the nnlab binary");
+    snprintf(dir, sizeof dir, "/tmp/nnlab-%s-XXXXXX", name);
+    if (!mkdtemp(dir))
+        skip_all("cannot make a temporary directory");
+    snprintf(db, sizeof db, "%s/%s", dir, store);
+    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+}
+
+/* Removes dir and all it holds. */
+static inline void nnlab_cli_cleanup(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        diag("could not remove %s", dir);
 }
 
 /* Starts `$NNLAB_BIN --db DB ARGS...` (args NULL-terminated, at most 28) in the background, its

@@ -595,15 +595,7 @@ int main(void)
 {
     char images[256], labels[256], cmd[300];
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    snprintf(dir, sizeof dir, "/tmp/nnlab-faults-XXXXXX");
-    if (!mkdtemp(dir))
-        skip_all("cannot make a temporary directory");
-    snprintf(db, sizeof db, "%s/nnlab.db", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    nnlab_cli_setup("faults", "nnlab.db");
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/syn'", dir);
     if (system(cmd) != 0)
         skip_all("cannot make a folder");
@@ -624,8 +616,6 @@ int main(void)
     test_plateau();
     test_last_checkpoint();
 
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    nnlab_cli_cleanup();
     return done_testing();
 }

@@ -440,15 +440,9 @@ int main(void)
 {
     char folder[300], cmd[400];
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    snprintf(dir, sizeof dir, "/tmp/nnlab-store-XXXXXX");
-    if (!mkdtemp(dir) || chmod(dir, 0755) != 0)
+    nnlab_cli_setup("store", "nnlab.db");
+    if (chmod(dir, 0755) != 0)
         skip_all("cannot make a temporary directory");
-    snprintf(db, sizeof db, "%s/nnlab.db", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/small' '%s/big'", dir, dir);
     if (system(cmd) != 0)
         skip_all("cannot make folders");
@@ -471,8 +465,6 @@ int main(void)
     test_fifo();
     test_huge_model();
 
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    nnlab_cli_cleanup();
     return done_testing();
 }

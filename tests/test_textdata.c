@@ -125,15 +125,7 @@ static double test_accuracy(void)
 
 int main(void)
 {
-    bin = getenv("NNLAB_BIN");
-    if (!bin)
-        skip_all("NNLAB_BIN is not set (run through meson test)");
-    snprintf(dir, sizeof dir, "/tmp/nnlab-textdata-XXXXXX");
-    if (!mkdtemp(dir))
-        skip_all("no temporary folder: %s", strerror(errno));
-    snprintf(db, sizeof db, "%s/store.db", dir);
-    snprintf(out_path, sizeof out_path, "%s/out", dir);
-    snprintf(err_path, sizeof err_path, "%s/err", dir);
+    nnlab_cli_setup("textdata", "store.db");
     write_corpus();
     write_bad();
 
@@ -244,9 +236,6 @@ int main(void)
     ok(nnlab("import --text review nul %s", csvpath) != 0, "a NUL byte in a text column");
     like(errtext, "nul.csv:3: field 1 has a NUL byte", "is refused naming the line and field");
 
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    nnlab_cli_cleanup();
     return done_testing();
 }
