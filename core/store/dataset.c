@@ -198,6 +198,21 @@ void nl_dataset_free(struct nl_dataset *d)
     nl_free(d);
 }
 
+static int no_memory(const char *name, struct nl_error *err)
+{
+    return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+}
+
+/* Prepares sql, whose one parameter is the dataset's id, with id bound to it. */
+static int prepare_for(struct nl_store *s, sqlite3_stmt **st, const char *sql, sqlite3_int64 id,
+                       struct nl_error *err)
+{
+    int rc = nl_store_prepare(s, st, sql, err);
+    if (rc == 0)
+        sqlite3_bind_int64(*st, 1, id);
+    return rc;
+}
+
 static char *dup_column(sqlite3_stmt *st, int col)
 {
     const unsigned char *t = sqlite3_column_text(st, col);
@@ -248,7 +263,7 @@ static int load_header(struct nl_store *s, const char *name, struct nl_dataset *
     d->dtype = (enum nl_dtype)sqlite3_column_int(st, 6);
     d->nclasses = sqlite3_column_int(st, 7);
     if (!d->name || !d->kind || !d->source || !d->preprocessing) {
-        rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+        rc = no_memory(name, err);
         goto out;
     }
     if (d->shape.c < 1 || d->shape.h < 1 || d->shape.w < 1 || d->shape.c > MAX_DIM ||
@@ -266,7 +281,7 @@ static int load_header(struct nl_store *s, const char *name, struct nl_dataset *
     d->mean = nl_malloc((size_t)d->nnorm * sizeof *d->mean);
     d->std = nl_malloc((size_t)d->nnorm * sizeof *d->std);
     if (!d->mean || !d->std) {
-        rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+        rc = no_memory(name, err);
         goto out;
     }
     for (int i = 0; i < 2; i++) {
@@ -299,18 +314,17 @@ static int load_classes(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
 
     d->class_names = nl_calloc((size_t)d->nclasses, sizeof *d->class_names);
     if (!d->class_names)
-        return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
-    rc = nl_store_prepare(s, &st, "SELECT label, name FROM classes WHERE dataset = ?", err);
+        return no_memory(d->name, err);
+    rc = prepare_for(s, &st, "SELECT label, name FROM classes WHERE dataset = ?", id, err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, id);
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
         int label = sqlite3_column_int(st, 0);
         if (label < 0 || label >= d->nclasses || d->class_names[label])
             continue;
         d->class_names[label] = dup_column(st, 1);
         if (!d->class_names[label]) {
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+            rc = no_memory(d->name, err);
             break;
         }
     }
@@ -325,7 +339,7 @@ static int load_classes(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
         snprintf(digits, sizeof digits, "%d", k);
         d->class_names[k] = nl_strdup(digits);
         if (!d->class_names[k])
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+            rc = no_memory(d->name, err);
     }
     return rc;
 }
@@ -406,6 +420,14 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
     return rc;
 }
 
+/* The member key of the object obj (which may be NULL) when it has that type; NULL otherwise. */
+static const struct nl_json *field(const struct nl_json *obj, const char *key,
+                                   enum nl_json_type type)
+{
+    const struct nl_json *v = nl_json_get(obj, key);
+    return v && v->type == type ? v : NULL;
+}
+
 /* A regression dataset's task and target statistics, from its preprocessing record; a table's
  * embedded columns, whose inputs are row ids (core/import/csv.c) that no standardisation may touch:
  * their mean is 0 and their std 1, whatever the import's statistics of the ids were. */
@@ -419,10 +441,11 @@ static int load_task(struct nl_dataset *d, struct nl_error *err)
     int rc = nl_json_parse(&doc, d->preprocessing, strlen(d->preprocessing), d->name, err);
     if (rc)
         return rc;
-    const struct nl_json *root = nl_json_root(doc), *task = nl_json_get(root, "task");
-    const struct nl_json *emb = nl_json_get(root, "embedded");
-    if (emb && emb->type == NL_JSON_OBJECT) {
-        const struct nl_json *first = nl_json_get(emb, "first"), *n = nl_json_get(emb, "columns");
+    const struct nl_json *root = nl_json_root(doc), *task = field(root, "task", NL_JSON_STRING);
+    const struct nl_json *emb = field(root, "embedded", NL_JSON_OBJECT);
+    if (emb) {
+        const struct nl_json *first = field(emb, "first", NL_JSON_NUMBER);
+        const struct nl_json *n = field(emb, "columns", NL_JSON_NUMBER);
         if (!first || !first->is_integer || !n || !n->is_integer || first->integer < 0 ||
             n->integer < 1 || first->integer + n->integer > d->nnorm) {
             nl_json_free(doc);
@@ -436,12 +459,11 @@ static int load_task(struct nl_dataset *d, struct nl_error *err)
             d->std[k] = 1.0f;
         }
     }
-    const struct nl_json *target = nl_json_get(root, "target");
-    const struct nl_json *mean = target ? nl_json_get(target, "mean") : NULL;
-    const struct nl_json *std = target ? nl_json_get(target, "std") : NULL;
-    if (task && task->type == NL_JSON_STRING && strcmp(task->string, "regression") == 0) {
-        if (!mean || mean->type != NL_JSON_NUMBER || !std || std->type != NL_JSON_NUMBER ||
-            !(std->number > 0) || d->nclasses != 1)
+    const struct nl_json *target = field(root, "target", NL_JSON_OBJECT);
+    const struct nl_json *mean = field(target, "mean", NL_JSON_NUMBER);
+    const struct nl_json *std = field(target, "std", NL_JSON_NUMBER);
+    if (task && strcmp(task->string, "regression") == 0) {
+        if (!mean || !std || !(std->number > 0) || d->nclasses != 1)
             rc = nl_error_set(err, NL_EFORMAT,
                               "dataset '%s': a regression dataset without valid target "
                               "statistics; remove it and import it again",
@@ -466,10 +488,9 @@ static int load_vocab(struct nl_store *s, sqlite3_int64 id, struct nl_dataset *d
     if (strcmp(d->kind, "text") != 0)
         return 0;
     d->keep_end = strstr(d->preprocessing, "\"keep\":\"end\"") != NULL;
-    rc = nl_store_prepare(s, &st, "SELECT count(*) FROM vocab WHERE dataset = ?", err);
+    rc = prepare_for(s, &st, "SELECT count(*) FROM vocab WHERE dataset = ?", id, err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, id);
     if (sqlite3_step(st) == SQLITE_ROW)
         n = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
@@ -481,13 +502,12 @@ static int load_vocab(struct nl_store *s, sqlite3_int64 id, struct nl_dataset *d
     d->vocab = nl_calloc((size_t)n, sizeof *d->vocab);
     d->vocab_count = nl_calloc((size_t)n, sizeof *d->vocab_count);
     if (!d->vocab || !d->vocab_count)
-        return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+        return no_memory(d->name, err);
     d->nvocab = n;
-    rc = nl_store_prepare(s, &st, "SELECT id, word, count FROM vocab WHERE dataset = ? ORDER BY id",
-                          err);
+    rc = prepare_for(s, &st, "SELECT id, word, count FROM vocab WHERE dataset = ? ORDER BY id", id,
+                     err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, id);
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
         int k = sqlite3_column_int(st, 0);
         if (k < 0 || k >= n || d->vocab[k]) {
@@ -498,7 +518,7 @@ static int load_vocab(struct nl_store *s, sqlite3_int64 id, struct nl_dataset *d
         d->vocab[k] = dup_column(st, 1);
         d->vocab_count[k] = sqlite3_column_int64(st, 2);
         if (!d->vocab[k]) {
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+            rc = no_memory(d->name, err);
             break;
         }
     }
@@ -536,7 +556,7 @@ int nl_dataset_load(struct nl_store *s, const char *name, struct nl_dataset **ou
 
     *out = NULL;
     if (!d)
-        return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+        return no_memory(name, err);
     /* One read transaction (unless the caller has one open): the header, counts and samples
      * come from the same snapshot. */
     rc = own ? nl_store_exec(s, "BEGIN", err) : 0;
