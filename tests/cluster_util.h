@@ -197,6 +197,21 @@ static inline int done_bytes(unsigned long long *v, int max)
     return n;
 }
 
+/* DIR/reg.csv (a,b,kind,y): 500 rows of a regression table, y a linear function of two numbers
+ * and a category, with noise. */
+static inline void cluster_write_regression(void)
+{
+    static char csv[1 << 15];
+    size_t len = (size_t)snprintf(csv, sizeof csv, "a,b,kind,y\n");
+    for (int i = 0; i < 500; i++) {
+        const double a = (i * 37 % 101) / 50.0 - 1.0, b = (i * 53 % 97) / 48.0 - 1.0;
+        const double noise = ((i * 7919 % 1000) / 1000.0 - 0.5) * 0.4;
+        len += (size_t)snprintf(csv + len, sizeof csv - len, "%.4f,%.4f,%s,%.4f\n", a, b,
+                                i % 3 ? "p" : "q", 3 * a - 2 * b + (i % 3 ? 1 : -1) + noise);
+    }
+    sshd_write(sd.dir, "reg.csv", csv);
+}
+
 /* Sets bin from NNLAB_BIN and drops the SSH agent; NULL, or why the binary cannot be run. */
 static inline const char *cluster_bin(void)
 {

@@ -295,15 +295,7 @@ int main(void)
      * workers follow 1 worker's loss curve, and the cluster's test R2 is the local run's within
      * 0.02 (a local run shuffles its data in another order). */
     {
-        char csv[1 << 15];
-        size_t len = (size_t)snprintf(csv, sizeof csv, "a,b,kind,y\n");
-        for (int i = 0; i < 500; i++) {
-            const double a = (i * 37 % 101) / 50.0 - 1.0, b = (i * 53 % 97) / 48.0 - 1.0;
-            const double noise = ((i * 7919 % 1000) / 1000.0 - 0.5) * 0.4;
-            len += (size_t)snprintf(csv + len, sizeof csv - len, "%.4f,%.4f,%s,%.4f\n", a, b,
-                                    i % 3 ? "p" : "q", 3 * a - 2 * b + (i % 3 ? 1 : -1) + noise);
-        }
-        sshd_write(sd.dir, "reg.csv", csv);
+        cluster_write_regression();
         is_int(nnlab("import reg '%s/reg.csv' --task regression --val 0.1 --test 0.2", sd.dir), 0,
                "a regression table");
         double r1[3] = {0}, r2[3] = {0}, test[3] = {0};
@@ -323,8 +315,7 @@ int main(void)
                 losses(r1, 3);
             if (n == 2)
                 losses(r2, 3);
-            const char *t = strstr(out, "\"test_r2\":");
-            test[n] = t ? strtod(t + 10, NULL) : NAN;
+            test[n] = json_field(out, "test_r2");
         }
         like(out, "\"val_r2\":", "a cluster regression run reports validation R2");
         ok(r1[0] > 0 && fabs(r2[0] - r1[0]) < 1e-4 && fabs(r2[2] - r1[2]) < 1e-4,
