@@ -157,30 +157,40 @@ static void test_contention(void)
        (long long)before.st_size, (long long)after.st_size);
 }
 
+/* Starts `nnlab import NAME DIR/big` in the background (its pid in *pid, its stderr in
+ * DIR/NAME.err) and waits up to about 20 s for it to stage samples: whether it did. */
+static int import_staging(const char *name, pid_t *pid)
+{
+    char big[300], import_err[320];
+    const char *import[] = {"import", name, big, NULL};
+
+    snprintf(big, sizeof big, "%s/big", dir);
+    snprintf(import_err, sizeof import_err, "%s/%s.err", dir, name);
+    *pid = nnlab_spawn(import, import_err);
+    for (int i = 0; i < 4000; i++) {
+        if (staged() > 0)
+            return 1;
+        nnlab_sleep(0.005);
+    }
+    return 0;
+}
+
 /* kill -9 in the middle of an import: nothing visible; the next writer removes the staging. */
 static void test_killed_import(void)
 {
-    char big[300], import_err[320];
-    const char *import[] = {"import", "big2", big, NULL};
+    pid_t ip;
+    int seen;
 
-    snprintf(big, sizeof big, "%s/big", dir);
-    snprintf(import_err, sizeof import_err, "%s/import2.err", dir);
-    is_int(nnlab("import big '%s'", big), 0, "import big again, to kill the next import beside it");
-    pid_t ip = nnlab_spawn(import, import_err);
-    int seen = 0;
-    for (int i = 0; i < 4000 && !seen; i++) {
-        if (staged() > 0)
-            seen = 1;
-        else
-            nnlab_sleep(0.005);
-    }
+    is_int(nnlab("import big '%s/big'", dir), 0,
+           "import big again, to kill the next import beside it");
+    seen = import_staging("big2", &ip);
     kill(ip, SIGKILL);
     is_int(exit_status(ip), 128 + SIGKILL, "an import killed with -9");
     ok(seen, "had staged samples when it was killed");
     is_int(nnlab("datasets --json"), 0, "datasets lists");
     unlike(out, "big2", "without the killed import");
     ok(staged() > 0 || !seen, "a read-only command leaves the staging alone");
-    is_int(nnlab("import big2 '%s' --val 0.1", big), 0, "the next import (a writer) succeeds");
+    is_int(nnlab("import big2 '%s/big' --val 0.1", dir), 0, "the next import (a writer) succeeds");
     is_int(staged(), 0, "and the killed import's staging is gone");
     is_int(nnlab("rm big2"), 0, "rm");
 }
@@ -188,19 +198,8 @@ static void test_killed_import(void)
 /* Ctrl-C in the middle of an import: exit 130, and what it staged is removed. */
 static void test_interrupted_import(void)
 {
-    char big[300], import_err[320];
-    const char *import[] = {"import", "big3", big, NULL};
-
-    snprintf(big, sizeof big, "%s/big", dir);
-    snprintf(import_err, sizeof import_err, "%s/import3.err", dir);
-    pid_t ip = nnlab_spawn(import, import_err);
-    int seen = 0;
-    for (int i = 0; i < 4000 && !seen; i++) {
-        if (staged() > 0)
-            seen = 1;
-        else
-            nnlab_sleep(0.005);
-    }
+    pid_t ip;
+    const int seen = import_staging("big3", &ip);
     kill(ip, SIGINT);
     is_int(exit_status(ip), 130, "an import interrupted with Ctrl-C exits 130");
     ok(seen, "it had staged samples");
