@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <zlib.h>
 
+#include "idx_writer.h"
 #include "sshd.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist"
@@ -40,43 +41,21 @@ static int run(const char *args)
     return run_with("env -u SSH_AUTH_SOCK", args);
 }
 
-static void put32(FILE *f, uint32_t v)
-{
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-                          (unsigned char)(v >> 8), (unsigned char)v};
-    fwrite(b, 1, 4, f);
-}
-
+/* The first n images of Fashion-MNIST's training pair, uncompressed, in DIR/fashion. */
 static int subset(uint32_t n)
 {
-    char path[600];
-    unsigned char hdr[16];
-    uint8_t *px = malloc((size_t)n * 784), *lab = malloc(n);
-    gzFile a = gzopen(FASHION "/train-images-idx3-ubyte.gz", "rb");
-    gzFile b = gzopen(FASHION "/train-labels-idx1-ubyte.gz", "rb");
-    int ok = a && b && px && lab && gzread(a, hdr, 16) == 16 && gzread(b, hdr, 8) == 8 &&
-             gzread(a, px, n * 784) == (int)(n * 784) && gzread(b, lab, n) == (int)n;
-    if (ok) {
-        snprintf(path, sizeof path, "%s/fashion", sd.dir);
-        mkdir(path, 0755);
-        snprintf(path, sizeof path, "%s/fashion/train-images-idx3-ubyte", sd.dir);
-        FILE *f = fopen(path, "wb");
-        put32(f, 0x803), put32(f, n), put32(f, 28), put32(f, 28);
-        fwrite(px, 1, (size_t)n * 784, f);
-        fclose(f);
-        snprintf(path, sizeof path, "%s/fashion/train-labels-idx1-ubyte", sd.dir);
-        f = fopen(path, "wb");
-        put32(f, 0x801), put32(f, n);
-        fwrite(lab, 1, n, f);
-        fclose(f);
-    }
-    if (a)
-        gzclose(a);
-    if (b)
-        gzclose(b);
+    char images[600], labels[600];
+    uint8_t *px, *lab;
+    if (idx_read_first(FASHION "/train", n, &px, &lab) != 0)
+        return -1;
+    snprintf(images, sizeof images, "%s/fashion", sd.dir);
+    mkdir(images, 0755);
+    snprintf(images, sizeof images, "%s/fashion/train-images-idx3-ubyte", sd.dir);
+    snprintf(labels, sizeof labels, "%s/fashion/train-labels-idx1-ubyte", sd.dir);
+    const int rc = idx_write_raw(images, labels, px, lab, n, 28, 28);
     free(px);
     free(lab);
-    return ok ? 0 : -1;
+    return rc;
 }
 
 /* From the done line: total images per second over the run's training seconds, and each

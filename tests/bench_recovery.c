@@ -39,6 +39,7 @@
 #include <zlib.h>
 
 #include "cluster_util.h"
+#include "idx_writer.h"
 #include "tap.h"
 
 #define FASHION   "/usr/share/datasets/fashion-mnist"
@@ -77,36 +78,17 @@ static double now(void)
 /* Copies the first n images and labels of the package's PREFIX pair into DIR/fashion. */
 static int subset(const char *prefix, uint32_t n)
 {
-    char path[600];
-    unsigned char hdr[16];
-    uint8_t *px = malloc((size_t)n * 784), *lab = malloc(n);
-    snprintf(path, sizeof path, FASHION "/%s-images-idx3-ubyte.gz", prefix);
-    gzFile a = gzopen(path, "rb");
-    snprintf(path, sizeof path, FASHION "/%s-labels-idx1-ubyte.gz", prefix);
-    gzFile b = gzopen(path, "rb");
-    int ok = a && b && px && lab && gzread(a, hdr, 16) == 16 && gzread(b, hdr, 8) == 8 &&
-             gzread(a, px, n * 784) == (int)(n * 784) && gzread(b, lab, n) == (int)n;
-    for (int k = 0; ok && k < 2; k++) {
-        const uint32_t h[4] = {k ? 0x801u : 0x803u, n, 28, 28};
-        snprintf(path, sizeof path, "%s/fashion/%s-%s", sd.dir, prefix,
-                 k ? "labels-idx1-ubyte" : "images-idx3-ubyte");
-        FILE *f = fopen(path, "wb");
-        ok = f != NULL;
-        for (int i = 0; ok && i < (k ? 2 : 4); i++)
-            for (int s = 24; s >= 0; s -= 8)
-                fputc((int)(h[i] >> s) & 255, f);
-        if (ok)
-            fwrite(k ? lab : px, 1, k ? n : (size_t)n * 784, f);
-        if (f && fclose(f) != 0)
-            ok = 0;
-    }
-    if (a)
-        gzclose(a);
-    if (b)
-        gzclose(b);
+    char from[300], images[600], labels[600];
+    uint8_t *px, *lab;
+    snprintf(from, sizeof from, FASHION "/%s", prefix);
+    if (idx_read_first(from, n, &px, &lab) != 0)
+        return -1;
+    snprintf(images, sizeof images, "%s/fashion/%s-images-idx3-ubyte", sd.dir, prefix);
+    snprintf(labels, sizeof labels, "%s/fashion/%s-labels-idx1-ubyte", sd.dir, prefix);
+    const int rc = idx_write_raw(images, labels, px, lab, n, 28, 28);
     free(px);
     free(lab);
-    return ok ? 0 : -1;
+    return rc;
 }
 
 /* Waits up to seconds, while nnlab (pid) runs, for count epoch lines on its stdout. */
