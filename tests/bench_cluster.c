@@ -1,44 +1,31 @@
 /* Cluster benchmark (meson benchmark, not a timed test): lenet on a Fashion-MNIST subset, one
  * epoch on 1 worker x 1 core and on 2 workers x 1 core, through the private sshd of
- * tests/sshd.h, and on 2 MPI ranks x 1 core under mpirun when this nnlab has MPI mode. Reports
- * images per second, the scaling efficiency (2-worker throughput over twice the 1-worker
- * throughput) and each worker's fraction of time spent communicating, for both transports.
+ * tests/sshd.h (tests/cluster_util.h), and on 2 MPI ranks x 1 core under mpirun when this nnlab has
+ * MPI mode. Reports images per second, the scaling efficiency (2-worker throughput over twice the
+ * 1-worker throughput) and each worker's fraction of time spent communicating, for both transports.
  * NNLAB_BENCH_SAMPLES sets the subset's size (default 6000). On one machine the two workers
  * share its cores and memory bandwidth: the numbers say what the protocol costs, not what two
  * machines would give. */
 #include <stdint.h>
 #include <zlib.h>
 
+#include "cluster_util.h"
 #include "idx_writer.h"
-#include "sshd.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist"
 
-static struct sshd sd;
-static const char *bin;
-static char out[1 << 16];
-
-/* nnlab ARGS, under prefix (a launcher, or env). */
+/* nnlab ARGS after prefix (a launcher, or ""); its exit status, its stderr shown when not 0. */
 static int run_with(const char *prefix, const char *args)
 {
-    char cmd[4096], path[600];
-    snprintf(cmd, sizeof cmd, "%s '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", prefix, bin, sd.dir,
-             args, sd.dir, sd.dir);
-    int st = system(cmd);
-    snprintf(path, sizeof path, "%s/out", sd.dir);
-    char *t = sshd_read(path);
-    snprintf(out, sizeof out, "%s", t ? t : "");
-    if (st != 0) {
-        snprintf(path, sizeof path, "%s/err", sd.dir);
-        t = sshd_read(path);
-        fprintf(stderr, "nnlab %s: %s\n", args, t ? t : "?");
-    }
+    const int st = cluster_run(prefix, args);
+    if (st != 0)
+        fprintf(stderr, "nnlab %s: %s\n", args, errtext);
     return st;
 }
 
 static int run(const char *args)
 {
-    return run_with("env -u SSH_AUTH_SOCK", args);
+    return run_with("", args);
 }
 
 /* The first n images of Fashion-MNIST's training pair, uncompressed, in DIR/fashion. */
@@ -108,15 +95,13 @@ int main(void)
     const char *why;
     long samples = getenv("NNLAB_BENCH_SAMPLES") ? atol(getenv("NNLAB_BENCH_SAMPLES")) : 6000;
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(FASHION, R_OK) != 0 || samples < 100 || samples > 60000) {
-        printf("bench_cluster: needs NNLAB_BIN and dataset-fashion-mnist\n");
+    if (access(FASHION, R_OK) != 0 || samples < 100 || samples > 60000) {
+        printf("bench_cluster: needs dataset-fashion-mnist\n");
         return 0;
     }
-    why = sshd_start(&sd);
+    why = cluster_start();
     if (why) {
         printf("bench_cluster: skipped: %s\n", why);
-        sshd_stop(&sd);
         return 0;
     }
     if (subset((uint32_t)samples) != 0) {

@@ -3,8 +3,7 @@
  * A run named NAME writes its stdout and stderr to DIR/NAME.out and DIR/NAME.err, which are read
  * back into out and errtext, errtext on one line (it goes into TAP descriptions): nnlab() runs
  * to the end as "run", start() and finish() run in the background as "bg". The environment's
- * SSH agent is dropped (cluster_bin), so every connection authenticates with the fixture's keys.
- * Include after tap.h. */
+ * SSH agent is dropped (cluster_bin), so every connection authenticates with the fixture's keys. */
 #ifndef NNLAB_TESTS_CLUSTER_UTIL_H
 #define NNLAB_TESTS_CLUSTER_UTIL_H
 
@@ -96,15 +95,22 @@ static inline void cluster_outputs(const char *name)
     one_line(errtext);
 }
 
-/* Runs nnlab ARGS (fmt, ap) after prefix to its end, as "run"; its exit status. */
-static inline int cluster_vrun(const char *prefix, const char *fmt, va_list ap)
+/* Runs nnlab ARGS after prefix to its end, as "run"; its exit status. */
+static inline int cluster_run(const char *prefix, const char *args)
 {
-    char args[2048], cmd[4096];
-    vsnprintf(args, sizeof args, fmt, ap);
+    char cmd[4096];
     cluster_command(cmd, sizeof cmd, prefix, "run", args);
     int st = system(cmd);
     cluster_outputs("run");
     return exit_code(st);
+}
+
+/* cluster_run with the arguments of fmt and ap. */
+static inline int cluster_vrun(const char *prefix, const char *fmt, va_list ap)
+{
+    char args[2048];
+    vsnprintf(args, sizeof args, fmt, ap);
+    return cluster_run(prefix, args);
 }
 
 /* nnlab ARGS to its end; its exit status, with out and errtext filled. */

@@ -1,6 +1,6 @@
 /* What the importer tests share: a temporary folder of their own (tmp: made by tmp_make, removed
  * with all it holds by tmp_remove) and paths in it (at), big-endian words for the headers they
- * forge, and the rows a table of the store holds. Include after tap.h; the file defines
+ * forge, and the rows a table of the store holds. The file that includes it defines
  * _XOPEN_SOURCE 700 (for nftw) before its first include. */
 #ifndef NNLAB_TESTS_IMPORT_UTIL_H
 #define NNLAB_TESTS_IMPORT_UTIL_H
