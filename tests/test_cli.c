@@ -14,6 +14,7 @@
 
 #include "idx_writer.h"
 #include "nnlab_cli.h"
+#include "png_writer.h"
 #include "tap.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist"
@@ -44,29 +45,6 @@ static double json_number(const char *key)
     snprintf(pat, sizeof pat, "\"%s\":", key);
     const char *p = strstr(out, pat);
     return p ? strtod(p + strlen(pat), NULL) : -1.0;
-}
-
-static int write_png_gray(const char *path, const uint8_t *px, int w, int h)
-{
-    FILE *f = fopen(path, "wb");
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    png_infop info = png_create_info_struct(png);
-    if (!f || setjmp(png_jmpbuf(png))) {
-        png_destroy_write_struct(&png, &info);
-        if (f)
-            fclose(f);
-        return -1;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, PNG_COLOR_TYPE_GRAY,
-                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < h; y++)
-        png_write_row(png, (png_bytep)(px + y * w));
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    fclose(f);
-    return 0;
 }
 
 /* Synthetic 8x8 data: class k lights row band k of the image. */
@@ -306,7 +284,7 @@ static void test_csv_png(void)
     }
     for (int i = 0; i < 600; i++) {
         snprintf(path, sizeof path, "%s/%s/%03d.png", tree, names[lab[i]], i);
-        write_png_gray(path, px + i * 64, 8, 8);
+        write_png_8bit(path, px + i * 64, 8, 8, 1);
     }
     is_int(nnlab("--json import pngs '%s' --val 0.2", tree), 0, "import a PNG class tree --json");
     ok(json_lines(), "stdout holds only JSON");
@@ -323,7 +301,7 @@ static void test_csv_png(void)
     for (int p = 0; p < 256; p++)
         big[p] = px[(p / 32) * 8 + (p % 16) / 2];
     snprintf(path, sizeof path, "%s/big.png", dir);
-    write_png_gray(path, big, 16, 16);
+    write_png_8bit(path, big, 16, 16, 1);
     is_int(nnlab("predict pngs1 '%s'", path), 0, "predict a PNG of another size");
     like(out, names[lab[0]], "naming a class");
 
@@ -366,7 +344,7 @@ static void test_fashion_subset(void)
     ok(acc >= 0.6, "2,000-image lenet test accuracy %.4f >= 0.6", acc);
 
     snprintf(png, sizeof png, "%s/first-test.png", dir);
-    is_int(write_png_gray(png, first, 28, 28), 0, "wrote a test image as PNG");
+    is_int(write_png_8bit(png, first, 28, 28, 1), 0, "wrote a test image as PNG");
     is_int(nnlab("predict fs '%s'", png), 0, "predict");
     like(out, png, "names the file");
     int commas = 0;

@@ -64,6 +64,7 @@ int main(void)
 #include "gui_util.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
+#include "png_writer.h"
 
 static char db[700];
 static const char *bin;
@@ -248,39 +249,24 @@ static GtkWidget *find_choice(GtkWidget *root, const char *item)
 /* A w x h PNG, RGB with a colour gradient or gray with a band. */
 static int write_png(const char *path, int w, int h, int colour)
 {
-    FILE *f = fopen(path, "wb");
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    png_infop info = png_create_info_struct(png);
-    uint8_t *row = malloc((size_t)w * 3);
-    if (!f || !row || setjmp(png_jmpbuf(png))) {
-        png_destroy_write_struct(&png, &info);
-        if (f)
-            fclose(f);
-        free(row);
+    const int channels = colour ? 3 : 1;
+    uint8_t *px = malloc((size_t)w * h * channels);
+    if (!px)
         return -1;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
-                 colour ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < h; y++) {
+    for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++) {
+            uint8_t *p = px + ((size_t)y * w + x) * channels;
             if (colour) {
-                row[3 * x] = (uint8_t)(255 * x / w);
-                row[3 * x + 1] = (uint8_t)(255 * y / h);
-                row[3 * x + 2] = 90;
+                p[0] = (uint8_t)(255 * x / w);
+                p[1] = (uint8_t)(255 * y / h);
+                p[2] = 90;
             } else {
-                row[x] = (uint8_t)(y >= 6 && y < 9 ? 220 : 10);
+                p[0] = (uint8_t)(y >= 6 && y < 9 ? 220 : 10);
             }
         }
-        png_write_row(png, row);
-    }
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    fclose(f);
-    free(row);
-    return 0;
+    const int rc = write_png_8bit(path, px, w, h, channels);
+    free(px);
+    return rc;
 }
 
 static int predicted(void)

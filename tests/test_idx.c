@@ -24,6 +24,7 @@
 #include "nnlab/dataset.h"
 #include "nnlab/runs.h"
 #include "nnlab/store.h"
+#include "png_writer.h"
 #include "tap.h"
 
 /* A store of version 5 and older lacks the vocab table (version 6); one of version 4 and older
@@ -622,45 +623,10 @@ static void check_store(void)
 }
 
 /* Writes a PNG of any kind; rows holds h rows of rowbytes. */
-static int write_png_full(const char *path, int w, int h, int color, int bits, const uint8_t *px,
-                          size_t rowbytes, const png_color *palette, const png_byte *alpha,
-                          int ncolors, int interlace)
-{
-    const int method = interlace ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE;
-    FILE *f = fopen(path, "wb");
-    png_structp png;
-    png_infop info;
-
-    if (!f)
-        return -1;
-    png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    info = png_create_info_struct(png);
-    if (setjmp(png_jmpbuf(png))) {
-        png_destroy_write_struct(&png, &info);
-        fclose(f);
-        return -1;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, bits, color, method,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    if (palette)
-        png_set_PLTE(png, info, palette, ncolors);
-    if (alpha)
-        png_set_tRNS(png, info, alpha, ncolors, NULL);
-    png_write_info(png, info);
-    for (int pass = png_set_interlace_handling(png); pass > 0; pass--)
-        for (int y = 0; y < h; y++)
-            png_write_row(png, px + (size_t)y * rowbytes);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    fclose(f);
-    return 0;
-}
-
 static int write_png(const char *path, int w, int h, int color, int depth, const uint8_t *data,
                      size_t rowbytes)
 {
-    return write_png_full(path, w, h, color, depth, data, rowbytes, NULL, NULL, 0, 0);
+    return write_png_file(path, w, h, color, depth, data, rowbytes, NULL, 0, NULL, 0, 0);
 }
 
 static void check_png(struct nl_store *s)
@@ -720,7 +686,7 @@ static void check_png(struct nl_store *s)
         png_color pal[2] = {{0, 0, 0}, {255, 0, 0}};
         png_byte trns[2] = {255, 51};
         memset(data, 0x11, 3 * 5);
-        write_png_full(at("pal.png"), 5, 5, PNG_COLOR_TYPE_PALETTE, 4, data, 3, pal, trns, 2, 1);
+        write_png_file(at("pal.png"), 5, 5, PNG_COLOR_TYPE_PALETTE, 4, data, 3, pal, 2, trns, 2, 1);
         rc = nl_dataset_sample_from_image(d, at("pal.png"), x, &err);
         succeeds(rc, err, "interlaced 4-bit palette PNG with transparency");
         close = 1;

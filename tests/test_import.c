@@ -22,6 +22,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/store.h"
+#include "png_writer.h"
 #include "tap.h"
 #include "test_util.h"
 
@@ -63,16 +64,9 @@ static int write_png(const char *path, int w, int h, int color, int bits, const 
                                                                               : 4;
     size_t rowbytes = ((size_t)w * nch * bits + 7) / 8;
     uint8_t *rows = calloc((size_t)h, rowbytes);
-    FILE *f = fopen(path, "wb");
-    png_structp png;
-    png_infop info;
 
-    if (!f || !rows) {
-        free(rows);
-        if (f)
-            fclose(f);
+    if (!rows)
         return -1;
-    }
     for (int y = 0; y < h; y++) {
         uint8_t *r = rows + (size_t)y * rowbytes;
         for (int x = 0; x < w * nch; x++) {
@@ -88,31 +82,10 @@ static int write_png(const char *path, int w, int h, int color, int bits, const 
             }
         }
     }
-    png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    info = png_create_info_struct(png);
-    if (setjmp(png_jmpbuf(png))) {
-        png_destroy_write_struct(&png, &info);
-        fclose(f);
-        free(rows);
-        return -1;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, bits, color,
-                 interlace ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-                 PNG_FILTER_TYPE_DEFAULT);
-    if (palette)
-        png_set_PLTE(png, info, palette, ncolors);
-    if (trns)
-        png_set_tRNS(png, info, trns, ntrns, NULL);
-    png_write_info(png, info);
-    for (int pass = png_set_interlace_handling(png); pass > 0; pass--)
-        for (int y = 0; y < h; y++)
-            png_write_row(png, rows + (size_t)y * rowbytes);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    fclose(f);
+    const int rc = write_png_file(path, w, h, color, bits, rows, rowbytes, palette, ncolors, trns,
+                                  ntrns, interlace);
     free(rows);
-    return 0;
+    return rc;
 }
 
 /* The kinds of the tree, one class folder each. */
