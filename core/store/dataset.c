@@ -43,6 +43,17 @@ static void copy_text(char *dst, size_t size, const unsigned char *src)
     snprintf(dst, size, "%s", src ? (const char *)src : "");
 }
 
+/* Ends a loop over the rows of st: rc as it was, or where it was 0 and the last step did not
+ * reach the end (step, not SQLITE_DONE), the store's error while what; st is finalized. */
+static int finish_rows(struct nl_store *s, sqlite3_stmt *st, int step, int rc, const char *what,
+                       struct nl_error *err)
+{
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = nl_store_db_error(s, err, what);
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* The samples of dataset id in each split (its table's index, not its samples). */
 static int count_splits(struct nl_store *s, sqlite3_int64 id, uint32_t count[NL_NSPLITS],
                         struct nl_error *err)
@@ -61,10 +72,7 @@ static int count_splits(struct nl_store *s, sqlite3_int64 id, uint32_t count[NL_
         if (split >= 0 && split < NL_NSPLITS && n >= 0 && n <= UINT32_MAX)
             count[split] = (uint32_t)n;
     }
-    if (step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "counting samples");
-    sqlite3_finalize(st);
-    return rc;
+    return finish_rows(s, st, step, rc, "counting samples", err);
 }
 
 int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count,
@@ -117,9 +125,7 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         d->bytes = ((uint64_t)d->count[0] + d->count[1] + d->count[2]) * nl_shape_size(d->shape) *
                    (sqlite3_column_int(st, 8) == NL_F32 ? 4 : 1);
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "listing datasets");
-    sqlite3_finalize(st);
+    rc = finish_rows(s, st, step, rc, "listing datasets", err);
     if (rc) {
         nl_free(list);
         return rc;
@@ -328,9 +334,7 @@ static int load_classes(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
             break;
         }
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "loading class names");
-    sqlite3_finalize(st);
+    rc = finish_rows(s, st, step, rc, "loading class names", err);
     /* A class without a stored name is called by its number. */
     for (int k = 0; k < d->nclasses && rc == 0; k++) {
         char digits[16];
@@ -369,9 +373,7 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
         }
         d->split[split].n = (uint32_t)n;
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "counting samples");
-    sqlite3_finalize(st);
+    rc = finish_rows(s, st, step, rc, "counting samples", err);
     for (int k = 0; k < NL_NSPLITS && rc == 0; k++) {
         d->split[k].x = nl_malloc((size_t)d->split[k].n * sample);
         d->split[k].y = nl_malloc((size_t)d->split[k].n * sizeof(int32_t));
@@ -410,9 +412,7 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
         memcpy((unsigned char *)d->split[split].x + (size_t)fill[split] * sample, data, sample);
         d->split[split].y[fill[split]++] = label;
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "loading samples");
-    sqlite3_finalize(st);
+    rc = finish_rows(s, st, step, rc, "loading samples", err);
     for (int k = 0; k < NL_NSPLITS && rc == 0; k++)
         if (fill[k] != d->split[k].n)
             rc = nl_error_set(err, NL_EFORMAT, "%s: dataset '%s' changed while it was loaded",
@@ -522,9 +522,7 @@ static int load_vocab(struct nl_store *s, sqlite3_int64 id, struct nl_dataset *d
             break;
         }
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "loading the vocabulary");
-    sqlite3_finalize(st);
+    rc = finish_rows(s, st, step, rc, "loading the vocabulary", err);
     for (int k = 0; k < n && rc == 0; k++)
         if (!d->vocab[k])
             rc = nl_error_set(err, NL_EFORMAT, "%s: text dataset '%s' lacks vocabulary id %d",
