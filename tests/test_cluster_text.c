@@ -18,27 +18,15 @@
 #include <unistd.h>
 
 #include "cluster_util.h"
+#include "reviews.h"
 #include "tap.h"
 
-enum { NCLASS = 3, NDOCS = 300, EPOCHS = 3 }; /* NDOCS per class */
-
-static const char *const class_names[NCLASS] = {"neg", "neutral", "pos"};
-static const char *const common[] = {
-    "the",    "a",     "film",   "movie", "plot", "actor",  "story", "scene", "was",
-    "is",     "and",   "of",     "it",    "this", "really", "just",  "very",  "Film",
-    "camera", "music", "ending", "CAST",  "role", "script", "είναι", "это",   "director",
-};
-static const char *const words[NCLASS][6] = {
-    {"awful", "boring", "terrible", "Worst", "ужасно", "κακό"},
-    {"average", "okay", "fine", "mediocre", "обычно", "μέτριο"},
-    {"great", "wonderful", "superb", "Loved", "отлично", "υπέροχο"},
-};
+enum { NCLASS = REVIEW_CLASSES, NDOCS = 300, EPOCHS = 3 }; /* NDOCS per class */
 
 /* DIR/reviews.csv (id,review,sentiment): NDOCS documents of each class, 10 to 50 words, about
  * one word in five a class word, commas inside the quoted text. */
 static void write_corpus(void)
 {
-    const int ncommon = (int)(sizeof common / sizeof common[0]);
     struct nl_rng r;
     char path[512];
     nl_rng_seed(&r, 5);
@@ -50,12 +38,8 @@ static void write_corpus(void)
     for (int i = 0; i < NDOCS * NCLASS; i++) {
         const int k = i % NCLASS, nwords = 10 + (int)(nl_rng_next(&r) % 41);
         fprintf(f, "%d,\"", i);
-        for (int w = 0; w < nwords; w++) {
-            const char *word = nl_rng_next(&r) % 5 == 0 ? words[k][nl_rng_next(&r) % 6]
-                                                        : common[nl_rng_next(&r) % ncommon];
-            fprintf(f, "%s%s", w ? (nl_rng_next(&r) % 7 == 0 ? ", " : " ") : "", word);
-        }
-        fprintf(f, "!\",%s\n", class_names[k]);
+        review_write(f, k, &r, nwords, 1);
+        fprintf(f, "\",%s\n", review_classes[k]);
     }
     fclose(f);
 }
