@@ -16,21 +16,12 @@
 
 #include <sqlite3.h>
 
+#include "slurp.h"
 #include "tap.h"
 
 static char dir[64] __attribute__((unused)), db[320], out_path[320], err_path[320];
 static const char *bin;
 static char out[1 << 16], errtext[1 << 14];
-
-/* The file's first size - 1 bytes into buf, NUL-terminated; empty when it cannot be read. */
-static inline void slurp(const char *path, char *buf, size_t size)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
 
 static inline int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static inline int nnlab(const char *fmt, ...)
