@@ -177,6 +177,14 @@ int nl_dataset_remove(struct nl_store *s, const char *name, struct nl_error *err
     return rc;
 }
 
+/* Frees the n strings of v (which may be NULL) and v. */
+static void free_strings(char **v, int n)
+{
+    for (int k = 0; v && k < n; k++)
+        nl_free(v[k]);
+    nl_free(v);
+}
+
 void nl_dataset_free(struct nl_dataset *d)
 {
     if (!d)
@@ -185,16 +193,10 @@ void nl_dataset_free(struct nl_dataset *d)
     nl_free(d->source);
     nl_free(d->kind);
     nl_free(d->preprocessing);
-    if (d->class_names)
-        for (int k = 0; k < d->nclasses; k++)
-            nl_free(d->class_names[k]);
-    nl_free(d->class_names);
+    free_strings(d->class_names, d->nclasses);
     nl_free(d->mean);
     nl_free(d->std);
-    if (d->vocab)
-        for (int k = 0; k < d->nvocab; k++)
-            nl_free(d->vocab[k]);
-    nl_free(d->vocab);
+    free_strings(d->vocab, d->nvocab);
     nl_free(d->vocab_count);
     for (int k = 0; k < NL_NSPLITS; k++) {
         nl_free(d->split[k].x);
