@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mesh_util.h"
 #include "nnlab/alloc.h"
 #include "nnlab/cluster.h"
 #include "nnlab/model.h"
@@ -268,18 +269,12 @@ static struct result *run(const struct cfg *c, double *curve, const char *what)
     struct result *res =
         mmap(NULL, sizeof *res * size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     struct nl_member members[MAXN];
-    struct nl_error err = {0};
     int fds[MAXN];
     pid_t pids[MAXN];
 
     if (res == MAP_FAILED)
         abort();
-    for (int r = 0; r < size; r++) {
-        snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
-        snprintf(members[r].addr, sizeof members[r].addr, "127.0.0.1");
-        if (nl_net_listen(&fds[r], "127.0.0.1", 0, 0, &members[r].port, &err) < 0)
-            abort();
-    }
+    loopback_members(members, fds, size);
     for (int r = 0; r < size; r++) {
         pids[r] = fork();
         if (pids[r] == 0)
