@@ -1,82 +1,48 @@
 /* Cluster benchmark (meson benchmark, not a timed test): lenet on a Fashion-MNIST subset, one
  * epoch on 1 worker x 1 core and on 2 workers x 1 core, through the private sshd of
- * tests/sshd.h, and on 2 MPI ranks x 1 core under mpirun when this nnlab has MPI mode. Reports
- * images per second, the scaling efficiency (2-worker throughput over twice the 1-worker
- * throughput) and each worker's fraction of time spent communicating, for both transports.
+ * tests/sshd.h (tests/cluster_util.h), and on 2 MPI ranks x 1 core under mpirun when this nnlab has
+ * MPI mode. Reports images per second, the scaling efficiency (2-worker throughput over twice the
+ * 1-worker throughput) and each worker's fraction of time spent communicating, for both transports.
  * NNLAB_BENCH_SAMPLES sets the subset's size (default 6000). On one machine the two workers
  * share its cores and memory bandwidth: the numbers say what the protocol costs, not what two
  * machines would give. */
 #include <stdint.h>
 #include <zlib.h>
 
-#include "sshd.h"
+#include "cluster_util.h"
+#include "idx_writer.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist"
 
-static struct sshd sd;
-static const char *bin;
-static char out[1 << 16];
-
-/* nnlab ARGS, under prefix (a launcher, or env). */
+/* nnlab ARGS after prefix (a launcher, or ""); its exit status, its stderr shown when not 0. */
 static int run_with(const char *prefix, const char *args)
 {
-    char cmd[4096], path[600];
-    snprintf(cmd, sizeof cmd, "%s '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", prefix, bin, sd.dir,
-             args, sd.dir, sd.dir);
-    int st = system(cmd);
-    snprintf(path, sizeof path, "%s/out", sd.dir);
-    char *t = sshd_read(path);
-    snprintf(out, sizeof out, "%s", t ? t : "");
-    if (st != 0) {
-        snprintf(path, sizeof path, "%s/err", sd.dir);
-        t = sshd_read(path);
-        fprintf(stderr, "nnlab %s: %s\n", args, t ? t : "?");
-    }
+    const int st = cluster_run(prefix, args);
+    if (st != 0)
+        fprintf(stderr, "nnlab %s: %s\n", args, errtext);
     return st;
 }
 
 static int run(const char *args)
 {
-    return run_with("env -u SSH_AUTH_SOCK", args);
+    return run_with("", args);
 }
 
-static void put32(FILE *f, uint32_t v)
-{
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-                          (unsigned char)(v >> 8), (unsigned char)v};
-    fwrite(b, 1, 4, f);
-}
-
+/* The first n images of Fashion-MNIST's training pair, uncompressed, in DIR/fashion. */
 static int subset(uint32_t n)
 {
-    char path[600];
-    unsigned char hdr[16];
-    uint8_t *px = malloc((size_t)n * 784), *lab = malloc(n);
-    gzFile a = gzopen(FASHION "/train-images-idx3-ubyte.gz", "rb");
-    gzFile b = gzopen(FASHION "/train-labels-idx1-ubyte.gz", "rb");
-    int ok = a && b && px && lab && gzread(a, hdr, 16) == 16 && gzread(b, hdr, 8) == 8 &&
-             gzread(a, px, n * 784) == (int)(n * 784) && gzread(b, lab, n) == (int)n;
-    if (ok) {
-        snprintf(path, sizeof path, "%s/fashion", sd.dir);
-        mkdir(path, 0755);
-        snprintf(path, sizeof path, "%s/fashion/train-images-idx3-ubyte", sd.dir);
-        FILE *f = fopen(path, "wb");
-        put32(f, 0x803), put32(f, n), put32(f, 28), put32(f, 28);
-        fwrite(px, 1, (size_t)n * 784, f);
-        fclose(f);
-        snprintf(path, sizeof path, "%s/fashion/train-labels-idx1-ubyte", sd.dir);
-        f = fopen(path, "wb");
-        put32(f, 0x801), put32(f, n);
-        fwrite(lab, 1, n, f);
-        fclose(f);
-    }
-    if (a)
-        gzclose(a);
-    if (b)
-        gzclose(b);
+    char images[600], labels[600];
+    uint8_t *px, *lab;
+    if (idx_read_first(FASHION "/train", n, &px, &lab) != 0)
+        return -1;
+    snprintf(images, sizeof images, "%s/fashion", sd.dir);
+    mkdir(images, 0755);
+    snprintf(images, sizeof images, "%s/fashion/train-images-idx3-ubyte", sd.dir);
+    snprintf(labels, sizeof labels, "%s/fashion/train-labels-idx1-ubyte", sd.dir);
+    const int rc = idx_write_raw(images, labels, px, lab, n, 28, 28);
     free(px);
     free(lab);
-    return ok ? 0 : -1;
+    return rc;
 }
 
 /* From the done line: total images per second over the run's training seconds, and each
@@ -129,15 +95,13 @@ int main(void)
     const char *why;
     long samples = getenv("NNLAB_BENCH_SAMPLES") ? atol(getenv("NNLAB_BENCH_SAMPLES")) : 6000;
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(FASHION, R_OK) != 0 || samples < 100 || samples > 60000) {
-        printf("bench_cluster: needs NNLAB_BIN and dataset-fashion-mnist\n");
+    if (access(FASHION, R_OK) != 0 || samples < 100 || samples > 60000) {
+        printf("bench_cluster: needs dataset-fashion-mnist\n");
         return 0;
     }
-    why = sshd_start(&sd);
+    why = cluster_start();
     if (why) {
         printf("bench_cluster: skipped: %s\n", why);
-        sshd_stop(&sd);
         return 0;
     }
     if (subset((uint32_t)samples) != 0) {

@@ -38,16 +38,13 @@
 #include <time.h>
 #include <zlib.h>
 
-#include "sshd.h"
+#include "cluster_util.h"
+#include "idx_writer.h"
 #include "tap.h"
 
 #define FASHION   "/usr/share/datasets/fashion-mnist"
 #define BATCH     64
 #define HEARTBEAT "10" /* seconds; a SIGKILLed worker is seen at once by its closed connection */
-
-static struct sshd sd;
-static const char *bin;
-static char out[1 << 17], errtext[1 << 16];
 
 /* What to run. */
 struct plan {
@@ -78,107 +75,27 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void slurp(const char *name, char *buf, size_t size)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s", sd.dir, name);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
-static void one_line(char *s)
-{
-    for (char *c = s; *c; c++)
-        if (*c == '\n')
-            *c = ' ';
-}
-
-/* Starts nnlab with the benchmark's database in the background, stdout and stderr in
- * DIR/run.out and run.err; its pid. */
-static pid_t start(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static pid_t start(const char *fmt, ...)
-{
-    char args[2048], cmd[4096], path[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd,
-             "exec env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/run.out' 2>'%s/run.err'", bin,
-             sd.dir, args, sd.dir, sd.dir);
-    snprintf(path, sizeof path, "%s/run.out", sd.dir);
-    unlink(path);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Waits for nnlab; its exit status, with out and errtext filled. */
-static int finish(pid_t pid)
-{
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid)
-        return -1;
-    slurp("run.out", out, sizeof out);
-    slurp("run.err", errtext, sizeof errtext);
-    one_line(errtext);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static double json_field(const char *text, const char *key)
-{
-    char k[64];
-    snprintf(k, sizeof k, "\"%s\":", key);
-    const char *p = text ? strstr(text, k) : NULL;
-    return p ? strtod(p + strlen(k), NULL) : NAN;
-}
-
 /* Copies the first n images and labels of the package's PREFIX pair into DIR/fashion. */
 static int subset(const char *prefix, uint32_t n)
 {
-    char path[600];
-    unsigned char hdr[16];
-    uint8_t *px = malloc((size_t)n * 784), *lab = malloc(n);
-    snprintf(path, sizeof path, FASHION "/%s-images-idx3-ubyte.gz", prefix);
-    gzFile a = gzopen(path, "rb");
-    snprintf(path, sizeof path, FASHION "/%s-labels-idx1-ubyte.gz", prefix);
-    gzFile b = gzopen(path, "rb");
-    int ok = a && b && px && lab && gzread(a, hdr, 16) == 16 && gzread(b, hdr, 8) == 8 &&
-             gzread(a, px, n * 784) == (int)(n * 784) && gzread(b, lab, n) == (int)n;
-    for (int k = 0; ok && k < 2; k++) {
-        const uint32_t h[4] = {k ? 0x801u : 0x803u, n, 28, 28};
-        snprintf(path, sizeof path, "%s/fashion/%s-%s", sd.dir, prefix,
-                 k ? "labels-idx1-ubyte" : "images-idx3-ubyte");
-        FILE *f = fopen(path, "wb");
-        ok = f != NULL;
-        for (int i = 0; ok && i < (k ? 2 : 4); i++)
-            for (int s = 24; s >= 0; s -= 8)
-                fputc((int)(h[i] >> s) & 255, f);
-        if (ok)
-            fwrite(k ? lab : px, 1, k ? n : (size_t)n * 784, f);
-        if (f && fclose(f) != 0)
-            ok = 0;
-    }
-    if (a)
-        gzclose(a);
-    if (b)
-        gzclose(b);
+    char from[300], images[600], labels[600];
+    uint8_t *px, *lab;
+    snprintf(from, sizeof from, FASHION "/%s", prefix);
+    if (idx_read_first(from, n, &px, &lab) != 0)
+        return -1;
+    snprintf(images, sizeof images, "%s/fashion/%s-images-idx3-ubyte", sd.dir, prefix);
+    snprintf(labels, sizeof labels, "%s/fashion/%s-labels-idx1-ubyte", sd.dir, prefix);
+    const int rc = idx_write_raw(images, labels, px, lab, n, 28, 28);
     free(px);
     free(lab);
-    return ok ? 0 : -1;
+    return rc;
 }
 
 /* Waits up to seconds, while nnlab (pid) runs, for count epoch lines on its stdout. */
 static int wait_epochs(pid_t pid, int count, double seconds)
 {
     for (double t0 = now(); now() - t0 < seconds && sshd_parent_of(pid) > 0; usleep(20000)) {
-        slurp("run.out", out, sizeof out);
+        cluster_slurp("bg.out", out, sizeof out);
         int k = 0;
         for (const char *p = out; (p = strstr(p, "\"event\":\"epoch\"")); p++)
             k++;
@@ -282,29 +199,19 @@ static long env_long(const char *name, long dflt, long lo, long hi)
 
 int main(void)
 {
-    char probe[700];
     const long samples = env_long("NNLAB_BENCH_SAMPLES", 6000, 500, 60000);
     const long tests = env_long("NNLAB_BENCH_TEST", 2000, 100, 10000);
     const int epochs = (int)env_long("NNLAB_BENCH_EPOCHS", 3, 2, 100);
     const char *model = getenv("NNLAB_BENCH_MODEL") ? getenv("NNLAB_BENCH_MODEL") : "lenet";
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip("NNLAB_BIN does not name the nnlab binary");
     if (access(FASHION "/train-images-idx3-ubyte.gz", R_OK) != 0 ||
         access(FASHION "/t10k-images-idx3-ubyte.gz", R_OK) != 0)
         skip("Fashion-MNIST is not installed (dataset-fashion-mnist)");
     if (strcmp(model, "lenet") != 0 && strcmp(model, "mlp") != 0)
         skip("NNLAB_BENCH_MODEL is lenet or mlp");
-    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
-    if (system(probe) != 0)
-        skip("this nnlab was built without cluster mode (libssh)");
-    signal(SIGPIPE, SIG_IGN);
-    const char *why = sshd_start(&sd);
-    if (why) {
-        sshd_stop(&sd);
+    const char *why = cluster_start();
+    if (why)
         skip("%s", why);
-    }
 
     char path[600];
     snprintf(path, sizeof path, "%s/fashion", sd.dir);

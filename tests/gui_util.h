@@ -1,4 +1,4 @@
-/* What the window's tests (test_gui.c, test_gui_input.c, test_gui_runs.c) share: starting under a
+/* What the window's tests (test_gui*.c) share: starting under a
  * private D-Bus session and Xvfb, opening the window on a store, driving the main loop, finding
  * widgets and giving them real input with xdotool, screenshots, the command line as a child
  * process, and a generated dataset. Each test is one program that includes this header once;
@@ -149,6 +149,62 @@ static G_GNUC_UNUSED void gui_write_bands(const char *dir, const char *prefix, u
     idx_write(a, b, px, lab, n, S, S);
     free(px);
     free(lab);
+}
+
+/* Writes text to path (a spec, a CSV); bails out when it cannot. */
+static G_GNUC_UNUSED void gui_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+        bail_out("cannot write %s", path);
+}
+
+/* The bands dataset the window's tests train on: gui_write_bands' train and t10k pairs, ntrain
+ * and ntest samples, one in 8 confused, in gui_tmp/bands (its path into dir). */
+static G_GNUC_UNUSED void gui_bands(char *dir, size_t size, uint32_t ntrain, uint32_t ntest)
+{
+    snprintf(dir, size, "%s/bands", gui_tmp);
+    mkdir(dir, 0755);
+    gui_write_bands(dir, "train", ntrain, 8);
+    gui_write_bands(dir, "t10k", ntest, 8);
+}
+
+/* ---- The command line beside the window ---- */
+
+static pid_t gui_child G_GNUC_UNUSED; /* the process gui_spawn started; 0: none */
+
+/* Starts the command line cmd (split as a shell would, the program found on PATH, its stdout to
+ * /dev/null) as gui_child; whether it started (why not is shown). */
+static G_GNUC_UNUSED int gui_spawn(const char *cmd)
+{
+    char **argv = NULL;
+    GPid pid = 0;
+    GError *e = NULL;
+    gboolean ok =
+        g_shell_parse_argv(cmd, NULL, &argv, &e) &&
+        g_spawn_async(NULL, argv, NULL,
+                      G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL | G_SPAWN_SEARCH_PATH,
+                      NULL, NULL, &pid, &e);
+    if (!ok)
+        diag("%s: %s", cmd, e ? e->message : "?");
+    g_clear_error(&e);
+    g_strfreev(argv);
+    gui_child = ok ? pid : 0;
+    return ok;
+}
+
+/* Whether gui_child has ended (reaped; an end other than exit 0 is shown), or none runs. */
+static G_GNUC_UNUSED int gui_child_gone(void)
+{
+    int status = 0;
+    if (gui_child <= 0)
+        return 1;
+    if (waitpid(gui_child, &status, WNOHANG) != gui_child)
+        return 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        diag("the child process ended with status %d", status);
+    gui_child = 0;
+    return 1;
 }
 
 /* ---- Driving the main loop ---- */

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mesh_util.h"
 #include "nnlab/alloc.h"
 #include "nnlab/allreduce.h"
 #include "nnlab/mesh.h"
@@ -158,7 +159,6 @@ static void run(const struct mode *md)
     struct result *res =
         mmap(NULL, sizeof *res * size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     struct nl_member members[MAXN];
-    struct nl_error err = {0};
     int fds[MAXN];
     pid_t pids[MAXN];
     char what[128];
@@ -170,12 +170,7 @@ static void run(const struct mode *md)
              md->clip_norm > 0 ? ", clip-norm" : "", md->overlap ? ", overlapped" : "",
              md->stats_last ? " (statistics last)" : "");
 
-    for (int r = 0; r < size; r++) {
-        snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
-        snprintf(members[r].addr, sizeof members[r].addr, "127.0.0.1");
-        if (nl_net_listen(&fds[r], "127.0.0.1", 0, 0, &members[r].port, &err) < 0)
-            abort();
-    }
+    loopback_members(members, fds, size);
     for (int r = 0; r < size; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
@@ -320,12 +315,7 @@ static void test_undue_frames(void)
         struct nl_optim o;
         int fds[2];
         nl_optim_defaults(&o, NL_OPTIM_SGD);
-        for (int r = 0; r < 2; r++) {
-            snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
-            snprintf(members[r].addr, sizeof members[r].addr, "127.0.0.1");
-            if (nl_net_listen(&fds[r], "127.0.0.1", 0, 0, &members[r].port, &err) < 0)
-                abort();
-        }
+        loopback_members(members, fds, 2);
         pid_t pid = fork();
         if (pid == 0) {
             struct nl_mesh *mesh = NULL;
@@ -441,12 +431,7 @@ static void test_recovery_pieces(const struct nl_optim *o)
     int fds[2];
     pid_t pids[2];
 
-    for (int r = 0; r < 2; r++) {
-        snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
-        snprintf(members[r].addr, sizeof members[r].addr, "127.0.0.1");
-        if (nl_net_listen(&fds[r], "127.0.0.1", 0, 0, &members[r].port, &err) < 0)
-            abort();
-    }
+    loopback_members(members, fds, 2);
     for (int r = 0; r < 2; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {

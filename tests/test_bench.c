@@ -107,9 +107,6 @@ int main(void)
         ok(!strchr(out, '\033') && strstr(out, "e\\e[2J.spec"), "its name escaped: %s", out);
     }
 
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    nnlab_cli_cleanup();
     return done_testing();
 }

@@ -14,6 +14,7 @@
 
 #include "idx_writer.h"
 #include "nnlab_cli.h"
+#include "png_writer.h"
 #include "tap.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist"
@@ -46,29 +47,6 @@ static double json_number(const char *key)
     return p ? strtod(p + strlen(pat), NULL) : -1.0;
 }
 
-static int write_png_gray(const char *path, const uint8_t *px, int w, int h)
-{
-    FILE *f = fopen(path, "wb");
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    png_infop info = png_create_info_struct(png);
-    if (!f || setjmp(png_jmpbuf(png))) {
-        png_destroy_write_struct(&png, &info);
-        if (f)
-            fclose(f);
-        return -1;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, PNG_COLOR_TYPE_GRAY,
-                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < h; y++)
-        png_write_row(png, (png_bytep)(px + y * w));
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    fclose(f);
-    return 0;
-}
-
 /* Synthetic 8x8 data: class k lights row band k of the image. */
 static void synthetic(uint8_t *px, uint8_t *lab, uint32_t n, unsigned seed)
 {
@@ -82,25 +60,19 @@ static void synthetic(uint8_t *px, uint8_t *lab, uint32_t n, unsigned seed)
     }
 }
 
-/* Copies the first n images and labels of a Fashion-MNIST pair into new IDX files. */
-static int subset(const char *src_images, const char *src_labels, const char *dst_images,
-                  const char *dst_labels, uint32_t n, uint8_t *first_image)
+/* Copies the first n images and labels of the Fashion-MNIST pair PREFIX (".../train") into new
+ * IDX files, the first image also into first_image. */
+static int subset(const char *prefix, const char *dst_images, const char *dst_labels, uint32_t n,
+                  uint8_t *first_image)
 {
-    uint8_t *px = malloc((size_t)n * 784), hdr[16], lab_hdr[8], *lab = malloc(n);
-    gzFile a = gzopen(src_images, "rb"), b = gzopen(src_labels, "rb");
-    int ok = a && b && px && lab && gzread(a, hdr, 16) == 16 && gzread(b, lab_hdr, 8) == 8 &&
-             gzread(a, px, n * 784) == (int)(n * 784) && gzread(b, lab, n) == (int)n;
-    if (ok) {
-        idx_write(dst_images, dst_labels, px, lab, n, 28, 28);
-        memcpy(first_image, px, 784);
-    }
-    if (a)
-        gzclose(a);
-    if (b)
-        gzclose(b);
+    uint8_t *px, *lab;
+    if (idx_read_first(prefix, n, &px, &lab) != 0)
+        return -1;
+    idx_write(dst_images, dst_labels, px, lab, n, 28, 28);
+    memcpy(first_image, px, 784);
     free(px);
     free(lab);
-    return ok ? 0 : -1;
+    return 0;
 }
 
 static void test_basics(void)
@@ -312,7 +284,7 @@ static void test_csv_png(void)
     }
     for (int i = 0; i < 600; i++) {
         snprintf(path, sizeof path, "%s/%s/%03d.png", tree, names[lab[i]], i);
-        write_png_gray(path, px + i * 64, 8, 8);
+        write_png_8bit(path, px + i * 64, 8, 8, 1);
     }
     is_int(nnlab("--json import pngs '%s' --val 0.2", tree), 0, "import a PNG class tree --json");
     ok(json_lines(), "stdout holds only JSON");
@@ -329,7 +301,7 @@ static void test_csv_png(void)
     for (int p = 0; p < 256; p++)
         big[p] = px[(p / 32) * 8 + (p % 16) / 2];
     snprintf(path, sizeof path, "%s/big.png", dir);
-    write_png_gray(path, big, 16, 16);
+    write_png_8bit(path, big, 16, 16, 1);
     is_int(nnlab("predict pngs1 '%s'", path), 0, "predict a PNG of another size");
     like(out, names[lab[0]], "naming a class");
 
@@ -358,14 +330,10 @@ static void test_fashion_subset(void)
     ok(system(cmd) == 0, "made a folder");
     snprintf(a, sizeof a, "%s/fsub/train-images-idx3-ubyte.gz", dir);
     snprintf(b, sizeof b, "%s/fsub/train-labels-idx1-ubyte.gz", dir);
-    is_int(subset(FASHION "/train-images-idx3-ubyte.gz", FASHION "/train-labels-idx1-ubyte.gz", a,
-                  b, 2000, first),
-           0, "2,000 training images copied");
+    is_int(subset(FASHION "/train", a, b, 2000, first), 0, "2,000 training images copied");
     snprintf(a, sizeof a, "%s/fsub/t10k-images-idx3-ubyte.gz", dir);
     snprintf(b, sizeof b, "%s/fsub/t10k-labels-idx1-ubyte.gz", dir);
-    is_int(subset(FASHION "/t10k-images-idx3-ubyte.gz", FASHION "/t10k-labels-idx1-ubyte.gz", a, b,
-                  500, first),
-           0, "500 test images copied");
+    is_int(subset(FASHION "/t10k", a, b, 500, first), 0, "500 test images copied");
 
     /* The folder name says fashion, so the classes get their names. */
     is_int(nnlab("import fashion-sub '%s/fsub'", dir), 0, "import the subset");
@@ -376,7 +344,7 @@ static void test_fashion_subset(void)
     ok(acc >= 0.6, "2,000-image lenet test accuracy %.4f >= 0.6", acc);
 
     snprintf(png, sizeof png, "%s/first-test.png", dir);
-    is_int(write_png_gray(png, first, 28, 28), 0, "wrote a test image as PNG");
+    is_int(write_png_8bit(png, first, 28, 28, 1), 0, "wrote a test image as PNG");
     is_int(nnlab("predict fs '%s'", png), 0, "predict");
     like(out, png, "names the file");
     int commas = 0;
@@ -393,24 +361,13 @@ static void test_fashion_subset(void)
 
 int main(void)
 {
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    snprintf(dir, sizeof dir, "/tmp/nnlab-cli-XXXXXX");
-    if (!mkdtemp(dir))
-        skip_all("cannot make a temporary directory");
-    snprintf(db, sizeof db, "%s/store/nnlab.db", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    nnlab_cli_setup("cli", "store/nnlab.db");
 
     test_basics();
     test_synthetic();
     test_csv_png();
     test_fashion_subset();
 
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    nnlab_cli_cleanup();
     return done_testing();
 }

@@ -21,43 +21,13 @@
 
 #include <sqlite3.h>
 
+#include "cluster_util.h"
 #include "nnlab/model.h"
 #include "nnlab/spec.h"
 #include "nnlab/wire.h"
-#include "sshd.h"
 #include "tap.h"
 
 enum { SIDE = 12, NTRAIN = 600, EPOCHS = 2, BATCH = 32 };
-
-static struct sshd sd;
-static const char *bin;
-static char out[1 << 16], errtext[1 << 16];
-
-/* Runs nnlab with the test's database and arguments; stdout and stderr land in out and
- * errtext. Returns the exit status. */
-static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int nnlab(const char *fmt, ...)
-{
-    char args[2048], cmd[4096], path[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", bin,
-             sd.dir, args, sd.dir, sd.dir);
-    int st = system(cmd);
-    snprintf(path, sizeof path, "%s/out", sd.dir);
-    char *t = sshd_read(path);
-    snprintf(out, sizeof out, "%s", t ? t : "");
-    snprintf(path, sizeof path, "%s/err", sd.dir);
-    t = sshd_read(path);
-    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
-    /* One line, for TAP descriptions. */
-    for (char *c = errtext; *c; c++)
-        if (*c == '\n')
-            *c = ' ';
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 /* The epochs the done line in out reports; -1 without one. */
 static int done_epochs(void)
@@ -70,25 +40,6 @@ static int done_epochs(void)
 static const char spec_text[] = "fc1: dense 24\nrelu\nfc2: dense N\n";
 static const char bn_text[] = "c1: conv 4 3x3 pad=1 bias=no\nb1: batchnorm\nrelu\n"
                               "pool: globalavgpool\nfc: dense N\n";
-
-/* The "train_loss" values of the epoch lines in out. */
-static int losses(double *v, int max)
-{
-    int n = 0;
-    for (const char *p = out; n < max && (p = strstr(p, "\"train_loss\":")); p++)
-        v[n++] = strtod(p + 13, NULL);
-    return n;
-}
-
-/* The bytes_sent of each worker in the done line. */
-static int done_bytes(unsigned long long *v, int max)
-{
-    const char *done = strstr(out, "\"event\":\"done\"");
-    int n = 0;
-    for (const char *p = done; p && n < max && (p = strstr(p, "\"bytes_sent\":")); p++)
-        v[n++] = strtoull(p + 13, NULL, 10);
-    return n;
-}
 
 static const char *train_args(void)
 {
@@ -106,19 +57,9 @@ int main(void)
     char path[600];
     double base[EPOCHS] = {0}, got[EPOCHS] = {0};
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    signal(SIGPIPE, SIG_IGN);
-    char probe[700];
-    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
-    if (system(probe) != 0)
-        skip_all("this nnlab was built without cluster mode (libssh)");
-    why = sshd_start(&sd);
-    if (why) {
-        sshd_stop(&sd);
+    why = cluster_start();
+    if (why)
         skip_all("%s", why);
-    }
     sshd_write_quadrants(&sd, NTRAIN, SIDE);
     sshd_write(sd.dir, "spec", spec_text);
     is_int(nnlab("import syn '%s/data' --val 0.1", sd.dir), 0, "import a synthetic dataset");
@@ -354,15 +295,7 @@ int main(void)
      * workers follow 1 worker's loss curve, and the cluster's test R2 is the local run's within
      * 0.02 (a local run shuffles its data in another order). */
     {
-        char csv[1 << 15];
-        size_t len = (size_t)snprintf(csv, sizeof csv, "a,b,kind,y\n");
-        for (int i = 0; i < 500; i++) {
-            const double a = (i * 37 % 101) / 50.0 - 1.0, b = (i * 53 % 97) / 48.0 - 1.0;
-            const double noise = ((i * 7919 % 1000) / 1000.0 - 0.5) * 0.4;
-            len += (size_t)snprintf(csv + len, sizeof csv - len, "%.4f,%.4f,%s,%.4f\n", a, b,
-                                    i % 3 ? "p" : "q", 3 * a - 2 * b + (i % 3 ? 1 : -1) + noise);
-        }
-        sshd_write(sd.dir, "reg.csv", csv);
+        cluster_write_regression();
         is_int(nnlab("import reg '%s/reg.csv' --task regression --val 0.1 --test 0.2", sd.dir), 0,
                "a regression table");
         double r1[3] = {0}, r2[3] = {0}, test[3] = {0};
@@ -382,8 +315,7 @@ int main(void)
                 losses(r1, 3);
             if (n == 2)
                 losses(r2, 3);
-            const char *t = strstr(out, "\"test_r2\":");
-            test[n] = t ? strtod(t + 10, NULL) : NAN;
+            test[n] = json_field(out, "test_r2");
         }
         like(out, "\"val_r2\":", "a cluster regression run reports validation R2");
         ok(r1[0] > 0 && fabs(r2[0] - r1[0]) < 1e-4 && fabs(r2[2] - r1[2]) < 1e-4,

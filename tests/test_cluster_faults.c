@@ -23,8 +23,8 @@
 
 #include <sqlite3.h>
 
+#include "cluster_util.h"
 #include "nnlab/rng.h"
-#include "sshd.h"
 #include "tap.h"
 
 enum { SIDE = 12, NTRAIN = 2000, EPOCHS = 8, BATCH = 4 };
@@ -35,84 +35,6 @@ enum { SIDE = 12, NTRAIN = 2000, EPOCHS = 8, BATCH = 4 };
 #else
 #define HEARTBEAT "3"
 #endif
-
-static struct sshd sd;
-static const char *bin;
-static char out[1 << 17], errtext[1 << 16];
-
-static void slurp(const char *name, char *buf, size_t size)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s", sd.dir, name);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
-static void one_line(char *s)
-{
-    for (char *c = s; *c; c++)
-        if (*c == '\n')
-            *c = ' ';
-}
-
-/* The nnlab command line with the test's database; fmt gives the arguments. */
-static void command(char *cmd, size_t n, const char *name, const char *args)
-{
-    snprintf(cmd, n, "exec env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/%s.out' 2>'%s/%s.err'",
-             bin, sd.dir, args, sd.dir, name, sd.dir, name);
-}
-
-/* Runs nnlab to its end; stdout and stderr land in out and errtext. Returns the exit status. */
-static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int nnlab(const char *fmt, ...)
-{
-    char args[2048], cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    command(cmd, sizeof cmd, "run", args);
-    int st = system(cmd);
-    slurp("run.out", out, sizeof out);
-    slurp("run.err", errtext, sizeof errtext);
-    one_line(errtext);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* Starts nnlab in the background (output in DIR/bg.out and bg.err); its pid. */
-static pid_t start(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static pid_t start(const char *fmt, ...)
-{
-    char args[2048], cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    command(cmd, sizeof cmd, "bg", args);
-    char path[600];
-    snprintf(path, sizeof path, "%s/bg.out", sd.dir);
-    unlink(path); /* not to be read for the new run's */
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Waits for a background nnlab; its exit status, with out and errtext filled. */
-static int finish(pid_t pid)
-{
-    int st;
-    waitpid(pid, &st, 0);
-    slurp("bg.out", out, sizeof out);
-    slurp("bg.err", errtext, sizeof errtext);
-    one_line(errtext);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 /* The nearest sshd process above pid (its SSH session); 0 when none. */
 static long session_of(long pid)
@@ -173,24 +95,12 @@ static int listening(long pid)
     return found;
 }
 
-/* Waits up to seconds for no worker to be left. */
-static int no_workers_within(double seconds)
-{
-    long pids[8];
-    for (int i = 0; i < (int)(seconds * 10); i++) {
-        if (sshd_worker_pids(&sd, pids, 8) == 0)
-            return 1;
-        usleep(100000);
-    }
-    return sshd_worker_pids(&sd, pids, 8) == 0;
-}
-
 /* Waits up to seconds for the background run's stdout to hold count lines with needle, or one
  * with other (may be NULL). */
 static int wait_for(const char *needle, int count, const char *other, double seconds)
 {
     for (int i = 0; i < (int)(seconds * 50); i++) {
-        slurp("bg.out", out, sizeof out);
+        cluster_slurp("bg.out", out, sizeof out);
         int k = 0;
         for (const char *p = out; (p = strstr(p, needle)); p++)
             k++;
@@ -199,20 +109,6 @@ static int wait_for(const char *needle, int count, const char *other, double sec
         usleep(20000);
     }
     return 0;
-}
-
-static double json_field(const char *text, const char *key)
-{
-    char k[64];
-    snprintf(k, sizeof k, "\"%s\":", key);
-    const char *p = strstr(text, k);
-    return p ? strtod(p + strlen(k), NULL) : NAN;
-}
-
-static double test_accuracy(void)
-{
-    const char *done = strstr(out, "\"event\":\"done\"");
-    return done ? json_field(done, "test_accuracy") : NAN;
 }
 
 /* The train_loss of the last epoch line in out. */
@@ -306,7 +202,7 @@ static void check_undisturbed(void)
         is_int(nnlab("--json %s --hosts %s --name base%d", train_args(),
                      n == 2 ? "node1,node2" : "node1,node2,node3", n),
                0, "an undisturbed %d-worker run: %s", n, errtext);
-        base[n] = test_accuracy();
+        base[n] = done_value("test_accuracy");
         if (n == 2)
             base_loss = last_loss();
         ok(base[n] > 0.5, "it learns (test accuracy %.4f)", base[n]);
@@ -328,7 +224,7 @@ static void check_killed_worker(void)
             like(out, "\"action\":\"restarted\",\"restarts\":1,\"max_restarts\":3",
                  "the worker was restarted, the first of 3");
             like(out, "worker died (", "saying what happened");
-            const double acc = test_accuracy();
+            const double acc = done_value("test_accuracy");
             ok(fabs(acc - base[n]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[n]);
         } else {
             like(out, ": worker died (", "the recovery is shown on its own line");
@@ -348,7 +244,7 @@ static void check_killed_worker(void)
                            "'kill%d'",
                            n),
                EPOCHS, "%d workers: every epoch is stored", n);
-        ok(no_workers_within(5), "%d workers: no worker is left", n);
+        ok(sshd_no_workers_left(&sd, 5), "%d workers: no worker is left", n);
         is_int(nnlab("runs kill%d", n), 0, "nnlab runs kill%d", n);
         like(out, "worker died (", "lists the recovery");
         like(out, "restarted, continued from step ", "with what was done");
@@ -375,7 +271,7 @@ static void check_no_optimizer_state(void)
     const double loss = last_loss();
     ok(isfinite(plain) && fabs(loss - plain) <= 1e-6 + 1e-5 * fabs(plain),
        "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, plain);
-    ok(no_workers_within(5), "no worker is left");
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left");
 }
 
 /* A plateau schedule (the rate halved after every epoch from the second on: validation
@@ -402,7 +298,7 @@ static void check_plateau(void)
     double loss = last_loss();
     ok(isfinite(undisturbed) && fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
        "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
-    ok(no_workers_within(5), "no worker is left");
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left");
 
     pid = start("--json %s --hosts node1,node2 %s --checkpoint-every 100 --name "
                 "plateau-resumed",
@@ -412,7 +308,7 @@ static void check_plateau(void)
     usleep(150000);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    ok(no_workers_within(6), "its driver killed, no worker is left");
+    ok(sshd_no_workers_left(&sd, 6), "its driver killed, no worker is left");
     is_int(nnlab("--json train --resume plateau-resumed --hosts node1,node2 --ssh-config "
                  "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
                  sd.dir),
@@ -420,7 +316,7 @@ static void check_plateau(void)
     loss = last_loss();
     ok(fabs(loss - undisturbed) <= 1e-6 + 1e-5 * fabs(undisturbed),
        "the last epoch's loss %.9g is the undisturbed run's %.9g", loss, undisturbed);
-    ok(no_workers_within(5), "no worker is left");
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left");
 }
 
 /* A second loss during the recovery: the restarted worker killed as soon as it appears
@@ -462,13 +358,13 @@ static void check_second_loss(void)
         if (max == 3) {
             like(out, "\"restarts\":2,", "both losses were recovered from by restarts");
             ok(!strstr(out, "\"action\":\"dropped\""), "none was dropped");
-            const double acc = test_accuracy();
+            const double acc = done_value("test_accuracy");
             ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
         } else {
             like(out, "\"action\":\"dropped\",\"restarts\":1,",
                  "with 1 restart, the worker is dropped after its second loss");
             like(out, "\"workers\":1}", "1 worker went on");
-            const double acc = test_accuracy();
+            const double acc = done_value("test_accuracy");
             ok(fabs(acc - base[2]) <= 0.02, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
         }
         is_int(
@@ -482,7 +378,7 @@ static void check_second_loss(void)
                            "'twice%d'",
                            t),
                EPOCHS, "every epoch is stored");
-        ok(no_workers_within(5), "no worker is left");
+        ok(sshd_no_workers_left(&sd, 5), "no worker is left");
     }
 }
 
@@ -506,7 +402,7 @@ static void check_batchnorm(void)
             sd.dir, EPOCHS, BATCH, momentum ? "0.9" : "0", sd.dir);
         is_int(nnlab("%s --name bn%d", args, momentum), 0, "an undisturbed batch-norm run: %s",
                errtext);
-        const double loss0 = last_loss(), acc0 = test_accuracy();
+        const double loss0 = last_loss(), acc0 = done_value("test_accuracy");
         ok(acc0 > 0.5, "it learns (test accuracy %.4f)", acc0);
         pid_t pid = start("%s --name bn%d-kill", args, momentum);
         ok(kill_a_worker(2, SIGKILL, &victim), "a worker of a batch-norm run killed after epoch 2");
@@ -518,7 +414,7 @@ static void check_batchnorm(void)
                         "'bn%d-kill'",
                         momentum),
             1, "the recovery is stored");
-        const double loss = last_loss(), acc = test_accuracy();
+        const double loss = last_loss(), acc = done_value("test_accuracy");
         if (momentum == 0)
             ok(isfinite(loss0) && fabs(loss - loss0) <= 1e-6 + 1e-5 * fabs(loss0),
                "without momentum, the last epoch's loss %.9g is the undisturbed run's %.9g", loss,
@@ -528,7 +424,7 @@ static void check_batchnorm(void)
                "with momentum, the last epoch's loss %.6g is close to the undisturbed run's %.6g",
                loss, loss0);
         ok(fabs(acc - acc0) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, acc0);
-        ok(no_workers_within(5), "no worker is left");
+        ok(sshd_no_workers_left(&sd, 5), "no worker is left");
     }
 }
 
@@ -546,7 +442,7 @@ static void check_ssh_cut(void)
     const char *what = strstr(out, "\"what\":");
     like(out, "\"action\":\"restarted\"", "the worker was restarted on a new connection (%.80s)",
          what ? what : "");
-    ok(no_workers_within(5), "no worker is left");
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left");
 }
 
 /* A worker's SSH session stalled (its sshd stopped): the driver hears nothing from the
@@ -566,9 +462,9 @@ static void check_ssh_stalled(void)
     is_int(st, 0, "the run finishes: %s", errtext);
     const char *what = strstr(out, "\"what\":");
     like(out, "\"action\":\"restarted\"", "the worker was restarted (%.90s)", what ? what : "");
-    const double acc = test_accuracy();
+    const double acc = done_value("test_accuracy");
     ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
-    ok(no_workers_within(atof(HEARTBEAT) + 4.0), "no worker is left");
+    ok(sshd_no_workers_left(&sd, atof(HEARTBEAT) + 4.0), "no worker is left");
 }
 
 /* No restarts allowed: the lost worker is dropped and the other two finish. */
@@ -581,13 +477,13 @@ static void check_drop(void)
     is_int(finish(pid), 0, "with --max-restarts 0 the run finishes: %s", errtext);
     like(out, "\"action\":\"dropped\"", "the worker was dropped");
     like(out, "\"workers\":2}", "2 workers went on");
-    const double acc = test_accuracy();
+    const double acc = done_value("test_accuracy");
     ok(fabs(acc - base[3]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[3]);
     is_int(sshd_db_int(&sd,
                        "SELECT count(*) FROM recoveries JOIN runs ON runs.id = run WHERE name = "
                        "'drop' AND action = 'dropped' AND workers = 2"),
            1, "the drop is stored");
-    ok(no_workers_within(5), "no worker is left");
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left");
 }
 
 /* A stalled worker: no heartbeat, found within the timeout, ended and restarted. */
@@ -604,7 +500,7 @@ static void check_stalled_worker(void)
     kill((pid_t)victim, SIGCONT);
     kill((pid_t)victim, SIGKILL);
     ok(gone, "the stalled worker was ended on its host");
-    ok(no_workers_within(5), "no worker is left");
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left");
 }
 
 /* The driver killed outright, or stalled: its workers exit within the heartbeat timeout. */
@@ -618,7 +514,7 @@ static void check_driver_lost(void)
             wait_for("\"event\":\"epoch\"", 1, NULL, 60) && sshd_worker_pids(&sd, pids, 8) == 2;
         ok(up, "a long run has its 2 workers up");
         kill(pid, round == 0 ? SIGKILL : SIGSTOP);
-        ok(no_workers_within(atof(HEARTBEAT) + 4.0),
+        ok(sshd_no_workers_left(&sd, atof(HEARTBEAT) + 4.0),
            "the driver %s: no worker is left after the timeout", round == 0 ? "killed" : "stalled");
         if (round == 1)
             kill(pid, SIGKILL);
@@ -636,7 +532,7 @@ static void check_resume(void)
     usleep(150000);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    ok(no_workers_within(6), "its driver killed, no worker is left");
+    ok(sshd_no_workers_left(&sd, 6), "its driver killed, no worker is left");
     ok(sshd_db_int(&sd, "SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE name = "
                         "'resumed' AND optim IS NOT NULL") > 0,
        "its checkpoints hold the optimizer state");
@@ -644,7 +540,7 @@ static void check_resume(void)
                  "'%s/ssh_config' --heartbeat-timeout " HEARTBEAT,
                  sd.dir),
            0, "--resume continues it on the cluster: %s", errtext);
-    const double acc = test_accuracy(), loss = last_loss();
+    const double acc = done_value("test_accuracy"), loss = last_loss();
     ok(fabs(acc - base[2]) <= 0.01, "test accuracy %.4f, undisturbed %.4f", acc, base[2]);
     ok(fabs(loss - base_loss) <= 1e-5 + 1e-3 * fabs(base_loss),
        "the last epoch's loss %.6g is the undisturbed run's %.6g: the same data order", loss,
@@ -655,26 +551,16 @@ static void check_resume(void)
                  EPOCHS + 1, sd.dir),
            1, "resuming a cluster run without hosts is refused");
     like(errtext, "give --hosts or --hostfile", "saying why: %s", errtext);
-    ok(no_workers_within(5), "no worker is left");
+    ok(sshd_no_workers_left(&sd, 5), "no worker is left");
 }
 
 int main(void)
 {
     const char *why;
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    signal(SIGPIPE, SIG_IGN);
-    char probe[700];
-    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
-    if (system(probe) != 0)
-        skip_all("this nnlab was built without cluster mode (libssh)");
-    why = sshd_start(&sd);
-    if (why) {
-        sshd_stop(&sd);
+    why = cluster_start();
+    if (why)
         skip_all("%s", why);
-    }
     write_idx();
     sshd_write(sd.dir, "spec", "fc1: dense 32\nrelu\nfc2: dense N\n");
     is_int(nnlab("import syn '%s/data' --val 0.1 --test 0.2", sd.dir), 0,

@@ -8,24 +8,13 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
+#include "sh.h"
 #include "sshd.h"
 #include "tap.h"
 
 static char tag[16], dir[256];
 static pid_t sshd_pid[2];
 static int made;
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 static void teardown(void)
 {

@@ -29,38 +29,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster_util.h"
 #include "nnlab/wire.h"
-#include "sshd.h"
 #include "tap.h"
 
 enum { SIDE = 12, NTRAIN = 600, BATCH = 32 };
 
-static struct sshd sd;
-static const char *bin;
-static char errtext[1 << 16];
-
 static const char spec_text[] = "fc1: dense 24\nrelu\nfc2: dense N\n";
-
-/* Runs nnlab with the fixture's database; stderr lands in errtext (one line). */
-static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int nnlab(const char *fmt, ...)
-{
-    char args[2048], cmd[4096], path[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", bin,
-             sd.dir, args, sd.dir, sd.dir);
-    int st = system(cmd);
-    snprintf(path, sizeof path, "%s/err", sd.dir);
-    char *t = sshd_read(path);
-    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
-    for (char *c = errtext; *c; c++)
-        if (*c == '\n')
-            *c = ' ';
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 /* Starts tcpdump on lo for ports [lo, hi] into path; its pid once it listens, or -1. */
 static pid_t capture_start(const char *path, int lo, int hi)
@@ -488,19 +463,9 @@ static void check_flipped_byte(void)
 
 int main(void)
 {
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    signal(SIGPIPE, SIG_IGN);
-    char probe[700];
-    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
-    if (system(probe) != 0)
-        skip_all("this nnlab was built without cluster mode (libssh)");
-    const char *why = sshd_start(&sd);
-    if (why) {
-        sshd_stop(&sd);
+    const char *why = cluster_start();
+    if (why)
         skip_all("%s", why);
-    }
     sshd_write_quadrants(&sd, NTRAIN, SIDE);
     sshd_write(sd.dir, "spec", spec_text);
     is_int(nnlab("import syn '%s/data' --val 0.1", sd.dir), 0, "import a synthetic dataset: %s",

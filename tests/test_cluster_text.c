@@ -17,57 +17,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sshd.h"
+#include "cluster_util.h"
+#include "reviews.h"
 #include "tap.h"
 
-enum { NCLASS = 3, NDOCS = 300, EPOCHS = 3 }; /* NDOCS per class */
-
-static struct sshd sd;
-static const char *bin;
-static char out[1 << 16], errtext[1 << 16];
-
-static const char *const class_names[NCLASS] = {"neg", "neutral", "pos"};
-static const char *const common[] = {
-    "the",    "a",     "film",   "movie", "plot", "actor",  "story", "scene", "was",
-    "is",     "and",   "of",     "it",    "this", "really", "just",  "very",  "Film",
-    "camera", "music", "ending", "CAST",  "role", "script", "είναι", "это",   "director",
-};
-static const char *const words[NCLASS][6] = {
-    {"awful", "boring", "terrible", "Worst", "ужасно", "κακό"},
-    {"average", "okay", "fine", "mediocre", "обычно", "μέτριο"},
-    {"great", "wonderful", "superb", "Loved", "отлично", "υπέροχο"},
-};
-
-/* Runs nnlab --db DIR/db ARGS with its output in out and errtext (on one line). Returns the exit
- * status. */
-static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int nnlab(const char *fmt, ...)
-{
-    char args[2048], cmd[4096], path[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", bin,
-             sd.dir, args, sd.dir, sd.dir);
-    int st = system(cmd);
-    snprintf(path, sizeof path, "%s/out", sd.dir);
-    char *t = sshd_read(path);
-    snprintf(out, sizeof out, "%s", t ? t : "");
-    snprintf(path, sizeof path, "%s/err", sd.dir);
-    t = sshd_read(path);
-    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
-    for (char *c = errtext; *c; c++)
-        if (*c == '\n')
-            *c = ' ';
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+enum { NCLASS = REVIEW_CLASSES, NDOCS = 300, EPOCHS = 3 }; /* NDOCS per class */
 
 /* DIR/reviews.csv (id,review,sentiment): NDOCS documents of each class, 10 to 50 words, about
  * one word in five a class word, commas inside the quoted text. */
 static void write_corpus(void)
 {
-    const int ncommon = (int)(sizeof common / sizeof common[0]);
     struct nl_rng r;
     char path[512];
     nl_rng_seed(&r, 5);
@@ -79,32 +38,10 @@ static void write_corpus(void)
     for (int i = 0; i < NDOCS * NCLASS; i++) {
         const int k = i % NCLASS, nwords = 10 + (int)(nl_rng_next(&r) % 41);
         fprintf(f, "%d,\"", i);
-        for (int w = 0; w < nwords; w++) {
-            const char *word = nl_rng_next(&r) % 5 == 0 ? words[k][nl_rng_next(&r) % 6]
-                                                        : common[nl_rng_next(&r) % ncommon];
-            fprintf(f, "%s%s", w ? (nl_rng_next(&r) % 7 == 0 ? ", " : " ") : "", word);
-        }
-        fprintf(f, "!\",%s\n", class_names[k]);
+        review_write(f, k, &r, nwords, 1);
+        fprintf(f, "\",%s\n", review_classes[k]);
     }
     fclose(f);
-}
-
-/* The "train_loss" values of the epoch lines in out. */
-static int losses(double *v, int max)
-{
-    int n = 0;
-    for (const char *p = out; n < max && (p = strstr(p, "\"train_loss\":")); p++)
-        v[n++] = strtod(p + 13, NULL);
-    return n;
-}
-
-static double done_value(const char *key)
-{
-    const char *done = strstr(out, "\"event\":\"done\"");
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = done ? strstr(done, pat) : NULL;
-    return p ? strtod(p + strlen(pat), NULL) : NAN;
 }
 
 int main(void)
@@ -112,19 +49,9 @@ int main(void)
     static const char *const where[3] = {"locally", "on 1 worker", "on 2 workers"};
     double curve[3][EPOCHS] = {{0}}, acc[3] = {0};
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    signal(SIGPIPE, SIG_IGN);
-    char probe[700];
-    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
-    if (system(probe) != 0)
-        skip_all("this nnlab was built without cluster mode (libssh)");
-    const char *why = sshd_start(&sd);
-    if (why) {
-        sshd_stop(&sd);
+    const char *why = cluster_start();
+    if (why)
         skip_all("%s", why);
-    }
     write_corpus();
     is_int(nnlab("import --text review --label sentiment --vocab 300 --max-len 48 --val 0.1 "
                  "--test 0.2 reviews '%s/reviews.csv'",

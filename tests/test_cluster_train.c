@@ -30,10 +30,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mesh_util.h"
 #include "nnlab/alloc.h"
 #include "nnlab/cluster.h"
 #include "nnlab/model.h"
 #include "tap.h"
+#include "test_util.h"
 
 enum { CLASSES = 4, MAXN = 3, MAXSTEPS = 64 };
 #define MAXPARAMS 600000
@@ -77,24 +79,12 @@ struct result {
  * a word of the class (4 per class, ids 24..39). */
 static struct nl_dataset *synthetic_text(int ntrain)
 {
-    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_dataset *d = dataset_new("synthetic", "text", (struct nl_shape){1, 1, TEXT_LEN},
+                                       NL_F32, CLASSES, "c", 0.0f, 1.0f);
     struct nl_rng r;
 
     nl_rng_seed(&r, 12);
-    d->name = nl_strdup("synthetic");
-    d->source = nl_strdup("test");
-    d->kind = nl_strdup("text");
-    d->shape = (struct nl_shape){1, 1, TEXT_LEN};
-    d->dtype = NL_F32;
-    d->nclasses = CLASSES;
     d->nvocab = TEXT_VOCAB;
-    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
-    for (int k = 0; k < CLASSES; k++)
-        d->class_names[k] = nl_strdup("c");
-    d->nnorm = 1;
-    d->mean = nl_calloc(1, sizeof(float));
-    d->std = nl_calloc(1, sizeof(float));
-    d->std[0] = 1.0f;
     float *x = nl_calloc((size_t)ntrain * TEXT_LEN, sizeof *x);
     int32_t *y = nl_calloc((size_t)ntrain, sizeof *y);
     for (int i = 0; i < ntrain; i++) {
@@ -116,24 +106,11 @@ static struct nl_dataset *synthetic(int side, int ntrain)
 {
     if (side <= 0)
         return synthetic_text(ntrain);
-    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_dataset *d = dataset_new("synthetic", "idx", (struct nl_shape){1, side, side}, NL_U8,
+                                       CLASSES, "c", 0.25f, 0.3f);
     struct nl_rng r;
 
     nl_rng_seed(&r, 11);
-    d->name = nl_strdup("synthetic");
-    d->source = nl_strdup("test");
-    d->kind = nl_strdup("idx");
-    d->shape = (struct nl_shape){1, side, side};
-    d->dtype = NL_U8;
-    d->nclasses = CLASSES;
-    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
-    for (int k = 0; k < CLASSES; k++)
-        d->class_names[k] = nl_strdup("c");
-    d->nnorm = 1;
-    d->mean = nl_calloc(1, sizeof(float));
-    d->std = nl_calloc(1, sizeof(float));
-    d->mean[0] = 0.25f;
-    d->std[0] = 0.3f;
     uint8_t *x = nl_calloc((size_t)ntrain * side * side, 1);
     int32_t *y = nl_calloc((size_t)ntrain, sizeof *y);
     const int half = side / 2;
@@ -292,18 +269,12 @@ static struct result *run(const struct cfg *c, double *curve, const char *what)
     struct result *res =
         mmap(NULL, sizeof *res * size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     struct nl_member members[MAXN];
-    struct nl_error err = {0};
     int fds[MAXN];
     pid_t pids[MAXN];
 
     if (res == MAP_FAILED)
         abort();
-    for (int r = 0; r < size; r++) {
-        snprintf(members[r].name, sizeof members[r].name, "node%d", r + 1);
-        snprintf(members[r].addr, sizeof members[r].addr, "127.0.0.1");
-        if (nl_net_listen(&fds[r], "127.0.0.1", 0, 0, &members[r].port, &err) < 0)
-            abort();
-    }
+    loopback_members(members, fds, size);
     for (int r = 0; r < size; r++) {
         pids[r] = fork();
         if (pids[r] == 0)

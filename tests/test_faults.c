@@ -52,22 +52,6 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* One integer from a query on the test's database (-1 on error), read-only. */
-static long long query_int(const char *sql)
-{
-    sqlite3 *h = NULL;
-    sqlite3_stmt *st = NULL;
-    long long v = -1;
-
-    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_busy_timeout(h, 5000) == SQLITE_OK &&
-        sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-    return v;
-}
-
 /* PRAGMA integrity_check's answer (its first row), into buf. */
 static void integrity(char *buf, size_t size)
 {
@@ -82,36 +66,6 @@ static void integrity(char *buf, size_t size)
         snprintf(buf, size, "%s", (const char *)sqlite3_column_text(st, 0));
     sqlite3_finalize(st);
     sqlite3_close(h);
-}
-
-/* Starts nnlab with args (NULL-terminated, after --db) in the background; its pid. */
-static pid_t spawn(const char *const *args)
-{
-    const char *argv[32];
-    int n = 0;
-
-    argv[n++] = bin;
-    argv[n++] = "--db";
-    argv[n++] = db;
-    for (int i = 0; args[i] && n < 31; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *o = freopen("/dev/null", "w", stdout);
-        FILE *e = freopen(err_path, "w", stderr);
-        (void)o;
-        (void)e;
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
 }
 
 static int same_file(const char *a, const char *b)
@@ -161,9 +115,9 @@ static void test_on_nan(void)
     char *sk = done ? strstr(done, "\"skipped_batches\":") : NULL;
     long n = sk ? strtol(sk + 18, NULL, 10) : -1;
     ok(n > 0, "%ld batches skipped", n);
-    ok(query_int("SELECT count(*) FROM runs WHERE name = 'nan2' AND settings LIKE "
-                 "'%\"on_nan\":\"skip-batch\"%' AND settings NOT LIKE "
-                 "'%\"skipped_batches\":0}%'") == 1,
+    ok(nnlab_db_int("SELECT count(*) FROM runs WHERE name = 'nan2' AND settings LIKE "
+                    "'%\"on_nan\":\"skip-batch\"%' AND settings NOT LIKE "
+                    "'%\"skipped_batches\":0}%'") == 1,
        "the run's settings record the option and the count");
 }
 
@@ -178,7 +132,7 @@ static void test_kills(void)
     int status;
 
     double t0 = now();
-    pid_t pid = spawn(full);
+    pid_t pid = nnlab_spawn(full, err_path);
     waitpid(pid, &status, 0);
     const double seconds = now() - t0;
     ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the uninterrupted run (%.2f s)", seconds);
@@ -190,16 +144,16 @@ static void test_kills(void)
     srand(seed);
     diag("kill moments from seed %u (NNLAB_FAULTS_SEED=%u replays them)", seed, seed);
     int kills = 0, finished = 0, intact = 0, loads = 0, statuses = 0;
-    pid = spawn(part);
+    pid = nnlab_spawn(part, err_path);
     for (int i = 0; i < KILLS && !finished; i++) {
         double wait_from = now();
-        while (query_int("SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE "
-                         "name = 'part'") < 1 &&
+        while (nnlab_db_int("SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE "
+                            "name = 'part'") < 1 &&
                now() - wait_from < 30)
-            sleep_s(0.005);
+            nnlab_sleep(0.005);
         const double delay = seconds * (0.02 + 0.08 * (double)rand() / RAND_MAX);
         diag("kill %d: %.3f s after the run has a checkpoint stored", i + 1, delay);
-        sleep_s(delay);
+        nnlab_sleep(delay);
         if (waitpid(pid, &status, WNOHANG) == pid) {
             finished = 1; /* it ended before this kill */
             break;
@@ -212,10 +166,10 @@ static void test_kills(void)
         if (strcmp(check, "ok") != 0)
             diag("kill %d: integrity_check: %s", i + 1, check);
         loads += nnlab("eval part --json") == 0;
-        statuses += query_int("SELECT count(*) FROM runs WHERE name = 'part' AND "
-                              "status = 'running'") == 1;
+        statuses += nnlab_db_int("SELECT count(*) FROM runs WHERE name = 'part' AND "
+                                 "status = 'running'") == 1;
         if (i + 1 < KILLS)
-            pid = spawn(resume);
+            pid = nnlab_spawn(resume, err_path);
     }
     diag("%d kills at random moments", kills);
     ok(kills >= KILLS / 2, "killed %d times (at least %d)", kills, KILLS / 2);
@@ -232,7 +186,8 @@ static void test_kills(void)
          "\"name\":\"part\",\"dataset\":\"syn\",\"model\":\"mlp\",\"status\":\"done\","
          "\"epochs\":4",
          "the resumed run is done, in its own record, with 4 epochs");
-    ok(query_int("SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = 'part'") == 4,
+    ok(nnlab_db_int("SELECT count(*) FROM epochs JOIN runs ON runs.id = run WHERE name = 'part'") ==
+           4,
        "its epochs recorded once each");
 
     snprintf(a, sizeof a, "%s/full.safetensors", dir);
@@ -245,7 +200,7 @@ static void test_kills(void)
     is_int(nnlab("train --resume full"), 1, "a done run does not resume as it is");
     like(errtext, "--epochs", "saying to give more epochs");
     is_int(nnlab("train --resume full --epochs 5 --quiet"), 0, "it trains on to 5 epochs");
-    ok(query_int("SELECT epochs_done FROM runs WHERE name = 'full'") == 5, "5 epochs done");
+    ok(nnlab_db_int("SELECT epochs_done FROM runs WHERE name = 'full'") == 5, "5 epochs done");
 }
 
 /* Two processes, one run: the second is refused while the first trains, naming it; killed, the
@@ -259,12 +214,12 @@ static void test_owner(void)
     char want[128];
     int status;
 
-    pid_t pid = spawn(first);
+    pid_t pid = nnlab_spawn(first, err_path);
     double t0 = now();
-    while (query_int("SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE name = "
-                     "'owned'") < 1 &&
+    while (nnlab_db_int("SELECT count(*) FROM checkpoints JOIN runs ON runs.id = run WHERE name = "
+                        "'owned'") < 1 &&
            now() - t0 < 30)
-        sleep_s(0.01);
+        nnlab_sleep(0.01);
     ok(waitpid(pid, &status, WNOHANG) == 0, "the first process trains (pid %d)", (int)pid);
 
     is_int(nnlab("train --resume owned --epochs 61"), 1,
@@ -289,7 +244,7 @@ static void test_owner(void)
     like(out, "interrupted", "the table too");
     is_int(nnlab("runs owned"), 0, "runs RUN");
     like(out, "--resume owned", "says how to go on");
-    const long long done = query_int("SELECT epochs_done FROM runs WHERE name = 'owned'");
+    const long long done = nnlab_db_int("SELECT epochs_done FROM runs WHERE name = 'owned'");
     is_int(nnlab("train --resume owned --epochs %lld --quiet", done + 1), 0,
            "the interrupted run resumes: %s", errtext);
     is_int(nnlab("runs --json"), 0, "runs --json");
@@ -297,6 +252,35 @@ static void test_owner(void)
               "\"name\":\"owned\",\"dataset\":\"syn\",\"model\":\"mlp\",\"status\":\"done\"") &&
            !strstr(out, "\"owner\""),
        "and is done, with no owner");
+}
+
+/* Whether a user and mount namespace of this test's own may mount a tmpfs on mnt; where not,
+ * one skipped check says why. */
+static int tmpfs_allowed(const char *mnt)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "unshare --user --map-root-user --mount mount -t tmpfs -o size=64k tmpfs '%s' "
+             ">'%s' 2>&1",
+             mnt, err_path);
+    if (system(cmd) == 0)
+        return 1;
+    slurp(err_path, errtext, sizeof errtext);
+    errtext[strcspn(errtext, "\n")] = '\0';
+    ok(1, "# SKIP cannot mount a tmpfs in a namespace of its own: %s", errtext);
+    return 0;
+}
+
+/* Runs the shell script in a user and mount namespace of its own, its stdout in out_path and its
+ * stderr in err_path and errtext; system()'s status. */
+static int unshared(const char *script)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "unshare --user --map-root-user --mount sh '%s' >'%s' 2>'%s'", script,
+             out_path, err_path);
+    int rc = system(cmd);
+    slurp(err_path, errtext, sizeof errtext);
+    return rc;
 }
 
 /* A checkpoint that does not fit on the store's disk: a tmpfs a little larger than the database,
@@ -320,18 +304,8 @@ static void test_full_disk(void)
         ok(0, "folders for the full disk");
         return;
     }
-    snprintf(cmd, sizeof cmd,
-             "unshare --user --map-root-user --mount mount -t tmpfs -o size=64k tmpfs '%s' "
-             ">'%s' 2>&1",
-             mnt, err_path);
-    if (system(cmd) != 0) {
-        slurp(err_path, errtext, sizeof errtext);
-        char *nl = strchr(errtext, '\n');
-        if (nl)
-            *nl = '\0';
-        ok(1, "# SKIP cannot mount a tmpfs in a namespace of its own: %s", errtext);
+    if (!tmpfs_allowed(mnt))
         return;
-    }
     /* The store, in one file after the last command closed it, and 96 KiB more: room for the
      * run's record, not for a checkpoint of the 512-unit model (about 400 KiB with Adam's
      * moments). */
@@ -356,10 +330,7 @@ static void test_full_disk(void)
             "cp \"%s\"/nnlab.db* \"%s\"/\n",
             kib, mnt, db, mnt, bin, mnt, spec, copy, mnt, copy);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "unshare --user --map-root-user --mount sh '%s' >'%s' 2>'%s'", script,
-             out_path, err_path);
-    int rc = system(cmd);
-    slurp(err_path, errtext, sizeof errtext);
+    int rc = unshared(script);
     char rcpath[300], rctext[16];
     snprintf(rcpath, sizeof rcpath, "%s/rc", copy);
     slurp(rcpath, rctext, sizeof rctext);
@@ -387,7 +358,7 @@ static long long query_file(const char *path, const char *sql)
 
     snprintf(saved, sizeof saved, "%s", db);
     snprintf(db, sizeof db, "%s", path);
-    v = query_int(sql);
+    v = nnlab_db_int(sql);
     snprintf(db, sizeof db, "%s", saved);
     return v;
 }
@@ -412,18 +383,8 @@ static void test_full_disk_paths(void)
         ok(0, "folders for the full disks");
         return;
     }
-    snprintf(cmd, sizeof cmd,
-             "unshare --user --map-root-user --mount mount -t tmpfs -o size=64k tmpfs '%s' "
-             ">'%s' 2>&1",
-             mnt, err_path);
-    if (system(cmd) != 0) {
-        slurp(err_path, errtext, sizeof errtext);
-        char *nl = strchr(errtext, '\n');
-        if (nl)
-            *nl = '\0';
-        ok(1, "# SKIP cannot mount a tmpfs in a namespace of its own: %s", errtext);
+    if (!tmpfs_allowed(mnt))
         return;
-    }
     /* A regression CSV of 20000 rows (about 1 MB stored) and 800 text files. */
     snprintf(path, sizeof path, "%s/reg.csv", dir);
     FILE *f = fopen(path, "w");
@@ -457,9 +418,9 @@ static void test_full_disk_paths(void)
         ok(0, "the store's size");
         return;
     }
-    const long long tables = query_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
-                                       "AND name GLOB 'samples_[0-9]*'");
-    const long long datasets = query_int("SELECT count(*) FROM datasets");
+    const long long tables = nnlab_db_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+                                          "AND name GLOB 'samples_[0-9]*'");
+    const long long datasets = nnlab_db_int("SELECT count(*) FROM datasets");
     const long kib = (long)(st.st_size / 1024) + 96;
     f = fopen(script, "w");
     if (!f) {
@@ -498,10 +459,7 @@ static void test_full_disk_paths(void)
             "ls -A \"$M\" >\"$C/export.ls\"\n",
             bin, dir, mnt, copy, kib);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "unshare --user --map-root-user --mount sh '%s' >'%s' 2>'%s'", script,
-             out_path, err_path);
-    int rc = system(cmd);
-    slurp(err_path, errtext, sizeof errtext);
+    int rc = unshared(script);
     ok(rc == 0, "the full-disk script ran (%d) %s", rc, errtext);
 
     static const char *const imports[][2] = {{"reg", "a regression CSV import"},
@@ -539,7 +497,7 @@ static void test_full_disk_paths(void)
     snprintf(path, sizeof path, "%s/fc.ls", copy);
     slurp(path, text, sizeof text);
     is_str(text, "", "no cache file is left");
-    ok(query_int("SELECT count(*) FROM runs WHERE name = 'fcache' AND status = 'done'") == 1,
+    ok(nnlab_db_int("SELECT count(*) FROM runs WHERE name = 'fcache' AND status = 'done'") == 1,
        "the run is done");
 
     static const char *const exports[][2] = {{"onnx", "w.onnx"}, {"st", "w.safetensors"}};
@@ -607,10 +565,10 @@ static void test_last_checkpoint(void)
     is_int(nnlab("train --data syn --model mlp --epochs 2 --batch 32 --threads 2 --name lastcp "
                  "--quiet"),
            0, "a run of 2 epochs");
-    const long long val = query_int("SELECT CAST(val_accuracy * 1000000 AS INTEGER) FROM runs "
-                                    "WHERE name = 'lastcp'");
-    const long long ms = query_int("SELECT CAST(seconds * 1000 AS INTEGER) FROM runs WHERE name "
-                                   "= 'lastcp'");
+    const long long val = nnlab_db_int("SELECT CAST(val_accuracy * 1000000 AS INTEGER) FROM runs "
+                                       "WHERE name = 'lastcp'");
+    const long long ms = nnlab_db_int("SELECT CAST(seconds * 1000 AS INTEGER) FROM runs WHERE name "
+                                      "= 'lastcp'");
     sqlite3 *h = NULL;
     ok(sqlite3_open(db, &h) == SQLITE_OK &&
            sqlite3_exec(h,
@@ -621,13 +579,15 @@ static void test_last_checkpoint(void)
        "its process killed after the last checkpoint, before its result");
     sqlite3_close(h);
     is_int(nnlab("train --resume lastcp --json"), 0, "resumed: %s", errtext);
-    is_str(query_int("SELECT status = 'done' FROM runs WHERE name = 'lastcp'") == 1 ? "done" : "?",
+    is_str(nnlab_db_int("SELECT status = 'done' FROM runs WHERE name = 'lastcp'") == 1 ? "done"
+                                                                                       : "?",
            "done", "the run is done");
-    ok(val > 0 && query_int("SELECT CAST(val_accuracy * 1000000 AS INTEGER) FROM runs WHERE name "
-                            "= 'lastcp'") == val,
+    ok(val > 0 &&
+           nnlab_db_int("SELECT CAST(val_accuracy * 1000000 AS INTEGER) FROM runs WHERE name "
+                        "= 'lastcp'") == val,
        "with the last epoch's validation accuracy (%lld ppm)", val);
     const long long after =
-        query_int("SELECT CAST(seconds * 1000 AS INTEGER) FROM runs WHERE name = 'lastcp'");
+        nnlab_db_int("SELECT CAST(seconds * 1000 AS INTEGER) FROM runs WHERE name = 'lastcp'");
     ok(ms > 0 && after >= ms * 9 / 10, "and the run's seconds: %lld ms, %lld ms first", after, ms);
 }
 
@@ -635,15 +595,7 @@ int main(void)
 {
     char images[256], labels[256], cmd[300];
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    snprintf(dir, sizeof dir, "/tmp/nnlab-faults-XXXXXX");
-    if (!mkdtemp(dir))
-        skip_all("cannot make a temporary directory");
-    snprintf(db, sizeof db, "%s/nnlab.db", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    nnlab_cli_setup("faults", "nnlab.db");
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/syn'", dir);
     if (system(cmd) != 0)
         skip_all("cannot make a folder");
@@ -664,8 +616,6 @@ int main(void)
     test_plateau();
     test_last_checkpoint();
 
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    nnlab_cli_cleanup();
     return done_testing();
 }

@@ -36,6 +36,7 @@
 #include "nnlab/store.h"
 #include "nnlab/trainer.h"
 #include "nnlab_cli.h"
+#include "sh.h"
 #include "tap.h"
 
 #define PER_HALF 10000
@@ -213,18 +214,6 @@ static double max_diff(const struct nl_model *a, const struct nl_model *b)
         d = e > d ? e : -e > d ? -e : d;
     }
     return d;
-}
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int status = system(cmd);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
 /* README's photo classifier, small: see the top of the file. */

@@ -493,23 +493,10 @@ enum { SIDE = 8, CLASSES = 3 };
 
 static struct nl_dataset *synthetic(uint32_t ntrain, uint32_t ntest)
 {
-    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_dataset *d = dataset_new("synthetic", "idx", (struct nl_shape){1, SIDE, SIDE}, NL_U8,
+                                       CLASSES, "c", 0.3f, 0.3f);
     const uint32_t n[NL_NSPLITS] = {ntrain, 0, ntest};
 
-    d->name = nl_strdup("synthetic");
-    d->source = nl_strdup("test");
-    d->kind = nl_strdup("idx");
-    d->shape = (struct nl_shape){1, SIDE, SIDE};
-    d->dtype = NL_U8;
-    d->nclasses = CLASSES;
-    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
-    for (int k = 0; k < CLASSES; k++)
-        d->class_names[k] = nl_strdup("c");
-    d->nnorm = 1;
-    d->mean = nl_calloc(1, sizeof(float));
-    d->std = nl_calloc(1, sizeof(float));
-    d->mean[0] = 0.3f;
-    d->std[0] = 0.3f;
     for (int s = 0; s < NL_NSPLITS; s++) {
         uint8_t *x = nl_calloc((size_t)n[s] * SIDE * SIDE + 1, 1);
         int32_t *y = nl_calloc((size_t)n[s] + 1, sizeof *y);

@@ -33,6 +33,7 @@ int main(void)
 #include "nnlab/runs.h"
 #include "nnlab/safetensors.h"
 #include "nnlab/spec.h"
+#include "png_writer.h"
 #include "sshd.h"
 
 #define W   28
@@ -102,25 +103,7 @@ static int write_png(const char *path, int k)
 {
     uint8_t px[W * W];
     draw_shape(px, k);
-    FILE *f = fopen(path, "wb");
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    png_infop info = png_create_info_struct(png);
-    if (!f || setjmp(png_jmpbuf(png))) {
-        png_destroy_write_struct(&png, &info);
-        if (f)
-            fclose(f);
-        return -1;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, W, W, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < W; y++)
-        png_write_row(png, px + y * W);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    fclose(f);
-    return 0;
+    return write_png_8bit(path, px, W, W, 1);
 }
 
 static int have_dataset(void)

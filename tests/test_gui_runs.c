@@ -65,6 +65,7 @@ int main(void)
 #include "gui_util.h"
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
+#include "png_writer.h"
 
 static char db[700];
 static const char *bin;
@@ -249,39 +250,24 @@ static GtkWidget *find_choice(GtkWidget *root, const char *item)
 /* A w x h PNG, RGB with a colour gradient or gray with a band. */
 static int write_png(const char *path, int w, int h, int colour)
 {
-    FILE *f = fopen(path, "wb");
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    png_infop info = png_create_info_struct(png);
-    uint8_t *row = malloc((size_t)w * 3);
-    if (!f || !row || setjmp(png_jmpbuf(png))) {
-        png_destroy_write_struct(&png, &info);
-        if (f)
-            fclose(f);
-        free(row);
+    const int channels = colour ? 3 : 1;
+    uint8_t *px = malloc((size_t)w * h * channels);
+    if (!px)
         return -1;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
-                 colour ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < h; y++) {
+    for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++) {
+            uint8_t *p = px + ((size_t)y * w + x) * channels;
             if (colour) {
-                row[3 * x] = (uint8_t)(255 * x / w);
-                row[3 * x + 1] = (uint8_t)(255 * y / h);
-                row[3 * x + 2] = 90;
+                p[0] = (uint8_t)(255 * x / w);
+                p[1] = (uint8_t)(255 * y / h);
+                p[2] = 90;
             } else {
-                row[x] = (uint8_t)(y >= 6 && y < 9 ? 220 : 10);
+                p[0] = (uint8_t)(y >= 6 && y < 9 ? 220 : 10);
             }
         }
-        png_write_row(png, row);
-    }
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    fclose(f);
-    free(row);
-    return 0;
+    const int rc = write_png_8bit(path, px, w, h, channels);
+    free(px);
+    return rc;
 }
 
 static int predicted(void)
@@ -474,7 +460,6 @@ static int same_metrics(const char *eval, const char *table, const char *cls)
 }
 
 static const char *watched = "live-run"; /* the run followed live */
-static pid_t child;
 
 static int live_listed(void)
 {
@@ -496,19 +481,6 @@ static int live_done(void)
     int r = strstr(t, "done") != NULL;
     g_free(t);
     return r;
-}
-
-static int child_gone(void)
-{
-    int status = 0;
-    if (child <= 0)
-        return 1;
-    if (waitpid(child, &status, WNOHANG) != child)
-        return 0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        diag("nnlab train ended with status %d", status);
-    child = 0;
-    return 1;
 }
 
 /* The CSV dataset "table" at 1024x700: its first rows have a scroller of their own that shows
@@ -673,20 +645,8 @@ static void check_mpi_live(const char *spec, const char *data_dir)
                                 "--model %s --epochs 4 --threads 1 --batch 8 --lr 0.01 --name "
                                 "mpi-run --mpi --heartbeat-timeout 60",
                                 home, bin, db, spec);
-    char **args = NULL;
-    GError *error = NULL;
-    GPid pid = 0;
-    g_shell_parse_argv(cmd, NULL, &args, NULL);
-    const gboolean spawned =
-        g_spawn_async(NULL, args, NULL,
-                      G_SPAWN_SEARCH_PATH | G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL,
-                      NULL, NULL, &pid, &error);
-    if (!spawned)
-        diag("%s: %s", cmd, error->message);
-    g_clear_error(&error);
-    g_strfreev(args);
+    const int spawned = gui_spawn(cmd);
     g_free(cmd);
-    child = spawned ? pid : 0;
     watched = "mpi-run";
     live_points_seen = 0;
     ok(spawned && wait_for(live_listed, 60000),
@@ -698,11 +658,11 @@ static void check_mpi_live(const char *spec, const char *data_dir)
        "its curve has a point while it trains (%d: %s)", live_points_seen, oneline(rt));
     g_free(rt);
     ok(screenshot("runs-mpi-live-1024x700"), "screenshot of an MPI run followed live");
-    const int ended = wait_for(child_gone, 180000) && wait_for(live_done, 10000);
+    const int ended = wait_for(gui_child_gone, 180000) && wait_for(live_done, 10000);
     ok(ended && runs_page_curve_points(nw()->runs, watched) == 4,
        "it ends as done with its 4 epochs drawn (%d)", runs_page_curve_points(nw()->runs, watched));
-    if (child > 0 && !child_gone())
-        kill(child, SIGTERM);
+    if (gui_child > 0 && !gui_child_gone())
+        kill(gui_child, SIGTERM);
 }
 
 int main(int argc, char **argv)
@@ -714,21 +674,14 @@ int main(int argc, char **argv)
 
     plan(105);
     char data_dir[700], spec[700];
-    snprintf(data_dir, sizeof data_dir, "%s/bands", gui_tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
     snprintf(spec, sizeof spec, "%s/small.nn", gui_tmp);
-    mkdir(data_dir, 0755);
-    gui_write_bands(data_dir, "train", 3000, 8);
-    gui_write_bands(data_dir, "t10k", 300, 8);
-    FILE *f = fopen(spec, "w");
-    fputs("fc1: dense 32\nrelu\nfc2: dense N\n", f);
-    fclose(f);
+    gui_bands(data_dir, sizeof data_dir, 3000, 300);
+    gui_write_file(spec, "fc1: dense 32\nrelu\nfc2: dense N\n");
     /* Wide enough that each epoch of the run followed live lasts a second or more. */
     char wide[700];
     snprintf(wide, sizeof wide, "%s/wide.nn", gui_tmp);
-    f = fopen(wide, "w");
-    fputs("fc1: dense 512\nrelu\nfc2: dense 512\nrelu\nfc3: dense N\n", f);
-    fclose(f);
+    gui_write_file(wide, "fc1: dense 512\nrelu\nfc2: dense 512\nrelu\nfc3: dense N\n");
 
     /* The store as the command line leaves it. */
     if (!nnlab(NULL, "import bands %s --val 0.1", data_dir) ||
@@ -782,7 +735,7 @@ int main(int argc, char **argv)
        "an empty name is fine (the file's own is taken)");
     char csv[700];
     snprintf(csv, sizeof csv, "%s/table.csv", gui_tmp);
-    f = fopen(csv, "w");
+    FILE *f = fopen(csv, "w");
     fputs("width,height,kind\n", f);
     for (int i = 0; i < 60; i++)
         fprintf(f, "%d,%d,%s\n", i % 7, i % 5, i % 2 ? "wide" : "tall");
@@ -967,16 +920,8 @@ int main(int argc, char **argv)
     char *cmd = g_strdup_printf("%s --db %s --quiet train --data bands --model %s --epochs 5 "
                                 "--threads 1 --batch 8 --lr 0.01 --name %s",
                                 bin, db, wide, watched);
-    char **args = NULL;
-    g_shell_parse_argv(cmd, NULL, &args, NULL);
-    GPid pid = 0;
-    GError *error = NULL;
-    gboolean spawned =
-        g_spawn_async(NULL, args, NULL, G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL,
-                      NULL, NULL, &pid, &error);
-    g_strfreev(args);
+    const int spawned = gui_spawn(cmd);
     g_free(cmd);
-    child = spawned ? pid : 0;
     guint beat_id = g_timeout_add(10, beat, NULL);
     max_gap = 0;
     last_beat = 0;
@@ -1001,14 +946,14 @@ int main(int argc, char **argv)
     const int gained = wait_for(live_gained, 60000);
     ok(gained, "and gains points as epochs end (%d, then %d)", live_points_seen,
        runs_page_curve_points(nw()->runs, watched));
-    const int ended = wait_for(child_gone, 120000) && wait_for(live_done, 10000);
+    const int ended = wait_for(gui_child_gone, 120000) && wait_for(live_done, 10000);
     ok(ended && runs_page_curve_points(nw()->runs, watched) == 5,
        "it ends as done with its 5 epochs drawn (%d)", runs_page_curve_points(nw()->runs, watched));
     g_source_remove(beat_id);
     ok(max_gap < STALL_US, "no main-loop stall over " STALL_MS " ms while following (%.0f ms)",
        max_gap / 1000.0);
-    if (child > 0 && !child_gone())
-        kill(child, SIGTERM);
+    if (gui_child > 0 && !gui_child_gone())
+        kill(gui_child, SIGTERM);
     check_mpi_live(wide, gui_tmp);
 
     /* Item 8: Predict for every dataset. */

@@ -37,7 +37,6 @@ int main(void)
 
 static char db[700], spec[700];
 static const char *bin;
-static pid_t child;
 static const char *run_name; /* the run followed */
 
 /* Starts `[prefix] nnlab --db DB --quiet train ARGS` as a child process, at a lower priority:
@@ -45,34 +44,9 @@ static const char *run_name; /* the run followed */
 static int start_training(const char *prefix, const char *args)
 {
     char *cmd = g_strdup_printf("nice -n 10 %s %s --db %s --quiet train %s", prefix, bin, db, args);
-    char **argv = NULL;
-    GPid pid = 0;
-    GError *e = NULL;
-    gboolean ok =
-        g_shell_parse_argv(cmd, NULL, &argv, &e) &&
-        g_spawn_async(NULL, argv, NULL,
-                      G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL | G_SPAWN_SEARCH_PATH,
-                      NULL, NULL, &pid, &e);
-    if (!ok)
-        diag("%s: %s", cmd, e ? e->message : "?");
-    g_clear_error(&e);
-    g_strfreev(argv);
+    const int ok = gui_spawn(cmd);
     g_free(cmd);
-    child = ok ? pid : 0;
     return ok;
-}
-
-static int child_gone(void)
-{
-    int status = 0;
-    if (child <= 0)
-        return 1;
-    if (waitpid(child, &status, WNOHANG) != child)
-        return 0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        diag("the training process ended with status %d", status);
-    child = 0;
-    return 1;
 }
 
 static NlTrainPage *page(void)
@@ -198,7 +172,7 @@ static void follow(const char *what, int n_epochs, int workers)
         ok(train_page_worker_points(page(), 0) == 0,
            "a local run's images/s chart is the one series of this computer");
     }
-    const int done = wait_for(child_gone, 300000) && wait_for(following_ended, 10000);
+    const int done = wait_for(gui_child_gone, 300000) && wait_for(following_ended, 10000);
     const char *run, *how;
     train_page_watched(page(), &run, &how);
     ok(done && how && strcmp(how, "done") == 0 && !train_page_watching(page()),
@@ -264,13 +238,13 @@ static void follow_cluster(void)
        "a marker on the loss chart and a line under the hosts: %s", last ? last : "(none)");
     spin(300);
     screenshot("train-watch-ssh-1024x700");
-    const int ended = wait_for(child_gone, 300000) && wait_for(following_ended, 10000);
+    const int ended = wait_for(gui_child_gone, 300000) && wait_for(following_ended, 10000);
     const char *run, *how;
     train_page_watched(page(), &run, &how);
     ok(ended && how && strcmp(how, "done") == 0, "the run goes on and ends done (%s)",
        how ? how : "still following");
-    if (child > 0 && !child_gone())
-        kill(child, SIGTERM);
+    if (gui_child > 0 && !gui_child_gone())
+        kill(gui_child, SIGTERM);
     sshd_stop(&sd);
 #else
     for (int i = 0; i < CLUSTER_TESTS; i++)
@@ -287,16 +261,11 @@ int main(int argc, char **argv)
 
     plan(1 + RUNS_WATCH_TESTS + 1 + 2 * FOLLOW_TESTS + CLUSTER_TESTS);
     char data_dir[600];
-    snprintf(data_dir, sizeof data_dir, "%s/bands", gui_tmp);
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
     snprintf(spec, sizeof spec, "%s/wide.nn", gui_tmp);
-    mkdir(data_dir, 0755);
-    gui_write_bands(data_dir, "train", 1500, 8);
-    gui_write_bands(data_dir, "t10k", 150, 8);
+    gui_bands(data_dir, sizeof data_dir, 1500, 150);
     /* Wide enough that an epoch lasts a few seconds: the run is followed while it trains. */
-    FILE *f = fopen(spec, "w");
-    fputs("fc1: dense 1024\nrelu\nfc2: dense 1024\nrelu\nfc3: dense N\n", f);
-    fclose(f);
+    gui_write_file(spec, "fc1: dense 1024\nrelu\nfc2: dense 1024\nrelu\nfc3: dense N\n");
     char *cmd = g_strdup_printf("%s --db %s --quiet import bands %s --val 0.1", bin, db, data_dir);
     ok(system(cmd) == 0, "nnlab import fills the store");
     g_free(cmd);
@@ -348,8 +317,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < FOLLOW_TESTS; i++)
             ok(1, "mpirun # SKIP %s", why);
 
-    if (child > 0 && !child_gone())
-        kill(child, SIGTERM);
+    if (gui_child > 0 && !gui_child_gone())
+        kill(gui_child, SIGTERM);
     follow_cluster();
     gtk_window_destroy(GTK_WINDOW(win));
     spin(200);

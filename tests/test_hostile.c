@@ -37,10 +37,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster_util.h"
 #include "nnlab/rng.h"
 #include "nnlab/wire.h"
-#include "nnlab_cli.h"
-#include "sshd.h"
 #include "tap.h"
 
 enum { SIDE = 12, NTRAIN = 600, EPOCHS = 30, NPORTS = 3, MAX_RECORDS = 8192, MAX_HALF_OPEN = 90 };
@@ -49,7 +48,6 @@ enum { SIDE = 12, NTRAIN = 600, EPOCHS = 30, NPORTS = 3, MAX_RECORDS = 8192, MAX
  * closed while both workers still ran: by the worker, not by its exit. */
 #define MARGIN_S 1.5
 
-static struct sshd sd;
 static int port_lo;
 
 static double now_s(void)
@@ -305,31 +303,6 @@ static const char *train_args(const char *name, int epochs)
     return a;
 }
 
-/* The "train_loss" values of the epoch lines in text. */
-static int losses(const char *text, double *v, int max)
-{
-    int n = 0;
-    for (const char *p = text; n < max && (p = strstr(p, "\"train_loss\":")); p++)
-        v[n++] = strtod(p + 13, NULL);
-    return n;
-}
-
-/* Runs `sh -c CMD` in the background with stdout and stderr to out_path and err_path. */
-static pid_t spawn(const char *cmd)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int exit_code(int status)
-{
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static void test_attacked_run(void)
 {
     double plain[EPOCHS], hit[EPOCHS];
@@ -340,7 +313,7 @@ static void test_attacked_run(void)
            "an undisturbed 2-worker run on ports %d-%d: %s", port_lo, port_lo + NPORTS - 1,
            errtext);
     const double plain_s = now_s() - t0;
-    is_int(losses(out, plain, EPOCHS), EPOCHS, "it reports %d epochs (%.1f s)", EPOCHS, plain_s);
+    is_int(losses(plain, EPOCHS), EPOCHS, "it reports %d epochs (%.1f s)", EPOCHS, plain_s);
     ok(sshd_no_workers_left(&sd, 10), "no worker is left after it");
 
     pthread_t t[KINDS];
@@ -351,21 +324,18 @@ static void test_attacked_run(void)
                                         : striker,
                        (void *)(long)k);
     sleep_ms(300); /* the attack is on before any worker listens */
-    snprintf(cmd, sizeof cmd, "exec '%s' --db '%s' %s >'%s' 2>'%s' </dev/null", bin, db,
-             train_args("attacked", EPOCHS), out_path, err_path);
     const double start = now_s();
-    pid_t pid = spawn(cmd);
+    pid_t pid = cluster_start_as("", "attacked", train_args("attacked", EPOCHS));
     int status = 0;
     waitpid(pid, &status, 0);
     const double end = now_s();
     att.stop = 1;
     for (int k = 0; k < KINDS; k++)
         pthread_join(t[k], NULL);
-    slurp(out_path, out, sizeof out);
-    slurp(err_path, errtext, sizeof errtext);
+    cluster_outputs("attacked");
     is_int(exit_code(status), 0, "the run under attack ends with exit 0 (%.1f s): %s", end - start,
            errtext);
-    const int n = losses(out, hit, EPOCHS);
+    const int n = losses(hit, EPOCHS);
     is_int(n, EPOCHS, "it reports %d epochs", EPOCHS);
     int same = n == EPOCHS;
     for (int i = 0; i < n; i++)
@@ -423,31 +393,12 @@ static void test_attacked_run(void)
 
 /* ---- secret hygiene ---- */
 
-/* The parent of pid from /proc/PID/stat, or -1. */
-static pid_t parent_of(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the command name may hold anything */
-    int ppid = -1;
-    char state;
-    if (!p || sscanf(p + 1, " %c %d", &state, &ppid) != 2)
-        return -1;
-    return ppid;
-}
-
 static int descends_from(pid_t pid, pid_t root)
 {
     for (int depth = 0; depth < 64 && pid > 1; depth++) {
         if (pid == root)
             return 1;
-        pid = parent_of(pid);
+        pid = (pid_t)sshd_parent_of(pid);
     }
     return 0;
 }
@@ -521,27 +472,6 @@ static int holds_hex64(const char *text)
     return 0;
 }
 
-/* The whole of a file into a new block (*n bytes); NULL when it cannot be read. */
-static char *whole(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    *n = 0;
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        rewind(f);
-        buf = size >= 0 ? malloc((size_t)size + 1) : NULL;
-        if (buf) {
-            *n = fread(buf, 1, (size_t)size, f);
-            buf[*n] = '\0';
-        }
-    }
-    fclose(f);
-    return buf;
-}
-
 static int file_holds(const char *path, const char *needle, size_t m)
 {
     size_t n;
@@ -553,7 +483,7 @@ static int file_holds(const char *path, const char *needle, size_t m)
 
 static void test_secret_hygiene(void)
 {
-    char wrapper[600], text[2048], cmd[4096], path[700];
+    char wrapper[600], text[2048], args[2048], path[700];
     glob_t gl;
 
     /* The uploaded binary, started through a wrapper that keeps the secret line it reads. */
@@ -575,16 +505,14 @@ static void test_secret_hygiene(void)
     snprintf(wrapper, sizeof wrapper, "%s/wrapper", sd.dir);
     chmod(wrapper, 0755);
 
-    snprintf(cmd, sizeof cmd, "exec '%s' --db '%s' %s --remote-nnlab '%s' >'%s' 2>'%s' </dev/null",
-             bin, db, train_args("hygiene", 2), wrapper, out_path, err_path);
-    pid_t pid = spawn(cmd);
+    snprintf(args, sizeof args, "%s --remote-nnlab '%s'", train_args("hygiene", 2), wrapper);
+    pid_t pid = cluster_start_as("", "hygiene", args);
     int status = 0;
     while (waitpid(pid, &status, WNOHANG) == 0) {
         look_at_processes(pid);
         sleep_ms(20);
     }
-    slurp(out_path, out, sizeof out);
-    slurp(err_path, errtext, sizeof errtext);
+    cluster_outputs("hygiene");
     is_int(exit_code(status), 0, "a run through the wrapper: %s", errtext);
     ok(sshd_no_workers_left(&sd, 10), "no worker is left after it");
 
@@ -623,7 +551,7 @@ static void test_secret_hygiene(void)
     ok(m == 64 && !file_holds(path, s, m), "sshd's log does not");
     int in_db = 0;
     for (int i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s%s", db, i == 0 ? "" : i == 1 ? "-wal" : "-journal");
+        snprintf(path, sizeof path, "%s/db%s", sd.dir, i == 0 ? "" : i == 1 ? "-wal" : "-journal");
         in_db += file_holds(path, s, m) || file_holds(path, (const char *)raw, sizeof raw);
     }
     ok(m == 64 && in_db == 0, "the database holds it neither in hex nor in binary");
@@ -699,23 +627,9 @@ int main(void)
 {
     const char *why;
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    signal(SIGPIPE, SIG_IGN);
-    unsetenv("SSH_AUTH_SOCK");
-    char probe[700];
-    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
-    if (system(probe) != 0)
-        skip_all("this nnlab was built without cluster mode (libssh)");
-    why = sshd_start(&sd);
-    if (why) {
-        sshd_stop(&sd);
+    why = cluster_start();
+    if (why)
         skip_all("%s", why);
-    }
-    snprintf(db, sizeof db, "%s/db", sd.dir);
-    snprintf(out_path, sizeof out_path, "%s/out", sd.dir);
-    snprintf(err_path, sizeof err_path, "%s/err", sd.dir);
     port_lo = free_range();
     if (port_lo < 0) {
         sshd_stop(&sd);

@@ -19,10 +19,12 @@
 
 #include "core/store/store_internal.h"
 #include "idx_writer.h"
+#include "import_util.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/runs.h"
 #include "nnlab/store.h"
+#include "png_writer.h"
 #include "tap.h"
 
 /* A store of version 5 and older lacks the vocab table (version 6); one of version 4 and older
@@ -51,19 +53,6 @@
 /* A call that must succeed; its error message is shown when it does not. */
 #define succeeds(rc, err, ...) (is_int((rc), 0, __VA_ARGS__) || (diag("%s", (err).msg), 0))
 
-static char tmp[256];
-
-/* Paths inside the temporary folder. */
-static const char *at(const char *name)
-{
-    static char buf[8][512];
-    static int next;
-    char *p = buf[next++ % 8];
-
-    snprintf(p, 512, "%s/%s", tmp, name);
-    return p;
-}
-
 static double now(void)
 {
     struct timespec ts;
@@ -80,14 +69,6 @@ static uint8_t pixel(int i, int p)
 static uint8_t label_of(int i)
 {
     return (uint8_t)(i % NCLASS);
-}
-
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
 }
 
 /* Writes bytes to path, gzipped when gz. */
@@ -139,44 +120,6 @@ static void write_labels(const char *path, int gz, uint32_t n, int first, int ha
         b[8 + i] = label_of(first + i);
     write_bytes(path, gz, b, size);
     free(b);
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static long long count_rows(struct nl_store *s, const char *table)
-{
-    char sql[128];
-    sqlite3_stmt *st;
-    long long n = -1;
-
-    if (strcmp(table, "samples") == 0) {
-        /* Every dataset's samples table (core/store/store.c), summed. */
-        long long sum = 0;
-        if (sqlite3_prepare_v2(nl_store_sqlite(s),
-                               "SELECT name FROM sqlite_master WHERE type = 'table' AND "
-                               "name GLOB 'samples_[0-9]*'",
-                               -1, &st, NULL) != SQLITE_OK)
-            return -1;
-        while (sum >= 0 && sqlite3_step(st) == SQLITE_ROW) {
-            long long k = count_rows(s, (const char *)sqlite3_column_text(st, 0));
-            sum = k < 0 ? -1 : sum + k;
-        }
-        sqlite3_finalize(st);
-        return sum;
-    }
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
-    if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) != SQLITE_OK)
-        return -1;
-    if (sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return n;
 }
 
 struct counts {
@@ -680,45 +623,10 @@ static void check_store(void)
 }
 
 /* Writes a PNG of any kind; rows holds h rows of rowbytes. */
-static int write_png_full(const char *path, int w, int h, int color, int bits, const uint8_t *px,
-                          size_t rowbytes, const png_color *palette, const png_byte *alpha,
-                          int ncolors, int interlace)
-{
-    const int method = interlace ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE;
-    FILE *f = fopen(path, "wb");
-    png_structp png;
-    png_infop info;
-
-    if (!f)
-        return -1;
-    png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    info = png_create_info_struct(png);
-    if (setjmp(png_jmpbuf(png))) {
-        png_destroy_write_struct(&png, &info);
-        fclose(f);
-        return -1;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, bits, color, method,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    if (palette)
-        png_set_PLTE(png, info, palette, ncolors);
-    if (alpha)
-        png_set_tRNS(png, info, alpha, ncolors, NULL);
-    png_write_info(png, info);
-    for (int pass = png_set_interlace_handling(png); pass > 0; pass--)
-        for (int y = 0; y < h; y++)
-            png_write_row(png, px + (size_t)y * rowbytes);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    fclose(f);
-    return 0;
-}
-
 static int write_png(const char *path, int w, int h, int color, int depth, const uint8_t *data,
                      size_t rowbytes)
 {
-    return write_png_full(path, w, h, color, depth, data, rowbytes, NULL, NULL, 0, 0);
+    return write_png_file(path, w, h, color, depth, data, rowbytes, NULL, 0, NULL, 0, 0);
 }
 
 static void check_png(struct nl_store *s)
@@ -778,7 +686,7 @@ static void check_png(struct nl_store *s)
         png_color pal[2] = {{0, 0, 0}, {255, 0, 0}};
         png_byte trns[2] = {255, 51};
         memset(data, 0x11, 3 * 5);
-        write_png_full(at("pal.png"), 5, 5, PNG_COLOR_TYPE_PALETTE, 4, data, 3, pal, trns, 2, 1);
+        write_png_file(at("pal.png"), 5, 5, PNG_COLOR_TYPE_PALETTE, 4, data, 3, pal, 2, trns, 2, 1);
         rc = nl_dataset_sample_from_image(d, at("pal.png"), x, &err);
         succeeds(rc, err, "interlaced 4-bit palette PNG with transparency");
         close = 1;
@@ -1067,16 +975,11 @@ static void check_upgrade_6(void)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
     struct nl_error err = {0};
     struct nl_store *s = NULL;
     int rc;
 
-    snprintf(tmp, sizeof tmp, "%s/nnlab-idx-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmp)) {
-        printf("Bail out! cannot create a temporary folder\n");
-        return 1;
-    }
+    tmp_make("nnlab-idx");
     rc = nl_store_open(&s, at("a/b/nnlab.db"), &err);
     succeeds(rc, err, "open a new store in folders that do not exist yet");
     if (rc == 0) {
@@ -1092,6 +995,6 @@ int main(void)
     check_upgrade_6();
     check_remove_reclaims();
     check_fashion();
-    nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove();
     return done_testing();
 }

@@ -18,9 +18,11 @@
 #include <unistd.h>
 
 #include "core/store/store_internal.h"
+#include "import_util.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/store.h"
+#include "png_writer.h"
 #include "tap.h"
 #include "test_util.h"
 
@@ -28,26 +30,6 @@
 #define H 6
 
 #define succeeds(rc, err, ...) (is_int((rc), 0, __VA_ARGS__) || (diag("%s", (err).msg), 0))
-
-static char tmp[256];
-
-static const char *at(const char *name)
-{
-    static char buf[8][512];
-    static int next;
-    char *p = buf[next++ % 8];
-
-    snprintf(p, 512, "%s/%s", tmp, name);
-    return p;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static void mkdirs(const char *path)
 {
@@ -62,44 +44,6 @@ static void write_text(const char *path, const char *text)
     FILE *f = fopen(path, "wb");
     if (!f || fputs(text, f) < 0 || fclose(f) != 0)
         diag("cannot write %s", path);
-}
-
-static void put_be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static long long count_rows(struct nl_store *s, const char *table)
-{
-    char sql[128];
-    sqlite3_stmt *st;
-    long long n = -1;
-
-    if (strcmp(table, "samples") == 0) {
-        /* Every dataset's samples table (core/store/store.c), summed. */
-        long long sum = 0;
-        if (sqlite3_prepare_v2(nl_store_sqlite(s),
-                               "SELECT name FROM sqlite_master WHERE type = 'table' AND "
-                               "name GLOB 'samples_[0-9]*'",
-                               -1, &st, NULL) != SQLITE_OK)
-            return -1;
-        while (sum >= 0 && sqlite3_step(st) == SQLITE_ROW) {
-            long long k = count_rows(s, (const char *)sqlite3_column_text(st, 0));
-            sum = k < 0 ? -1 : sum + k;
-        }
-        sqlite3_finalize(st);
-        return sum;
-    }
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
-    if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) != SQLITE_OK)
-        return -1;
-    if (sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return n;
 }
 
 static long long db_total(struct nl_store *s)
@@ -120,16 +64,9 @@ static int write_png(const char *path, int w, int h, int color, int bits, const 
                                                                               : 4;
     size_t rowbytes = ((size_t)w * nch * bits + 7) / 8;
     uint8_t *rows = calloc((size_t)h, rowbytes);
-    FILE *f = fopen(path, "wb");
-    png_structp png;
-    png_infop info;
 
-    if (!f || !rows) {
-        free(rows);
-        if (f)
-            fclose(f);
+    if (!rows)
         return -1;
-    }
     for (int y = 0; y < h; y++) {
         uint8_t *r = rows + (size_t)y * rowbytes;
         for (int x = 0; x < w * nch; x++) {
@@ -145,31 +82,10 @@ static int write_png(const char *path, int w, int h, int color, int bits, const 
             }
         }
     }
-    png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    info = png_create_info_struct(png);
-    if (setjmp(png_jmpbuf(png))) {
-        png_destroy_write_struct(&png, &info);
-        fclose(f);
-        free(rows);
-        return -1;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, bits, color,
-                 interlace ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-                 PNG_FILTER_TYPE_DEFAULT);
-    if (palette)
-        png_set_PLTE(png, info, palette, ncolors);
-    if (trns)
-        png_set_tRNS(png, info, trns, ntrns, NULL);
-    png_write_info(png, info);
-    for (int pass = png_set_interlace_handling(png); pass > 0; pass--)
-        for (int y = 0; y < h; y++)
-            png_write_row(png, rows + (size_t)y * rowbytes);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    fclose(f);
+    const int rc = write_png_file(path, w, h, color, bits, rows, rowbytes, palette, ncolors, trns,
+                                  ntrns, interlace);
     free(rows);
-    return 0;
+    return rc;
 }
 
 /* The kinds of the tree, one class folder each. */
@@ -788,15 +704,10 @@ static void check_memory(struct nl_store *s)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
     struct nl_error err = {0};
     struct nl_store *s = NULL;
 
-    snprintf(tmp, sizeof tmp, "%s/nnlab-import-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmp)) {
-        printf("Bail out! cannot create a temporary folder\n");
-        return 1;
-    }
+    tmp_make("nnlab-import");
     int rc = nl_store_open(&s, at("nnlab.db"), &err);
     succeeds(rc, err, "open a store");
     if (rc == 0) {
@@ -810,6 +721,6 @@ int main(void)
         nl_store_close(s);
     }
     check_augment();
-    nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove();
     return done_testing();
 }

@@ -23,32 +23,13 @@
 
 #include "core/import/import_internal.h"
 #include "core/store/store_internal.h"
+#include "import_util.h"
 #include "nnlab/alloc.h"
 #include "nnlab/dataset.h"
 #include "nnlab/store.h"
 #include "tap.h"
 
 #define succeeds(rc, err, ...) (is_int((rc), 0, __VA_ARGS__) || (diag("%s", (err).msg), 0))
-
-static char tmp[256];
-
-static const char *at(const char *name)
-{
-    static char buf[8][512];
-    static int next;
-    char *p = buf[next++ % 8];
-
-    snprintf(p, 512, "%s/%s", tmp, name);
-    return p;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 /* The whole file; NULL when it cannot be read. */
 static uint8_t *slurp(const char *path, size_t *n)
@@ -76,35 +57,6 @@ static int run(const char *cmd)
 {
     int rc = system(cmd);
     return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static long long count_rows(struct nl_store *s, const char *table)
-{
-    char sql[128];
-    sqlite3_stmt *st;
-    long long n = -1;
-
-    if (strcmp(table, "samples") == 0) {
-        /* Every dataset's samples table (core/store/store.c), summed. */
-        long long sum = 0;
-        if (sqlite3_prepare_v2(nl_store_sqlite(s),
-                               "SELECT name FROM sqlite_master WHERE type = 'table' AND "
-                               "name GLOB 'samples_[0-9]*'",
-                               -1, &st, NULL) != SQLITE_OK)
-            return -1;
-        while (sum >= 0 && sqlite3_step(st) == SQLITE_ROW) {
-            long long k = count_rows(s, (const char *)sqlite3_column_text(st, 0));
-            sum = k < 0 ? -1 : sum + k;
-        }
-        sqlite3_finalize(st);
-        return sum;
-    }
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
-    if (sqlite3_prepare_v2(nl_store_sqlite(s), sql, -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return n;
 }
 
 /* Bytes of a that differ from b, and the largest difference. */
@@ -465,7 +417,7 @@ static void check_cli(void)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR"), *srcdir = getenv("NNLAB_SOURCE_ROOT");
+    const char *srcdir = getenv("NNLAB_SOURCE_ROOT");
     struct nl_error err = {0};
     struct nl_store *s = NULL;
     char cmd[1200];
@@ -475,16 +427,12 @@ int main(void)
     if (run("/usr/bin/python3 -c 'import PIL, numpy, torchvision' 2>/dev/null") != 0 ||
         run("command -v cjpeg >/dev/null") != 0)
         skip_all("needs python3-pil, python3-torchvision and cjpeg (libjpeg-turbo-progs)");
-    snprintf(tmp, sizeof tmp, "%s/nnlab-jpeg-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmp)) {
-        printf("Bail out! cannot create a temporary folder\n");
-        return 1;
-    }
+    tmp_make("nnlab-jpeg");
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/jpeg_fixtures.py' '%s/fx' >&2", srcdir,
              tmp);
     if (run(cmd) != 0) {
         printf("Bail out! tests/jpeg_fixtures.py failed\n");
-        nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        tmp_remove();
         return 1;
     }
     check_variants();
@@ -499,6 +447,6 @@ int main(void)
         nl_store_close(s);
     }
     check_cli();
-    nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove();
     return done_testing();
 }

@@ -13,6 +13,7 @@
 #include "nnlab/spec.h"
 #include "nnlab/trainer.h"
 #include "tap.h"
+#include "test_util.h"
 
 #define TOL 1e-12
 
@@ -127,27 +128,11 @@ enum { SIDE = 6, CLASSES = 8, NTEST = 150 };
 
 static struct nl_dataset *dataset(void)
 {
-    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_dataset *d = dataset_new("metrics", "idx", (struct nl_shape){1, SIDE, SIDE}, NL_U8,
+                                       CLASSES, "c%d", 0.5f, 0.25f);
     struct nl_rng r;
 
     nl_rng_seed(&r, 5);
-    d->name = nl_strdup("metrics");
-    d->source = nl_strdup("test");
-    d->kind = nl_strdup("idx");
-    d->shape = (struct nl_shape){1, SIDE, SIDE};
-    d->dtype = NL_U8;
-    d->nclasses = CLASSES;
-    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
-    for (int k = 0; k < CLASSES; k++) {
-        char name[8];
-        snprintf(name, sizeof name, "c%d", k);
-        d->class_names[k] = nl_strdup(name);
-    }
-    d->nnorm = 1;
-    d->mean = nl_calloc(1, sizeof(float));
-    d->std = nl_calloc(1, sizeof(float));
-    d->mean[0] = 0.5f;
-    d->std[0] = 0.25f;
     for (int s = 0; s < NL_NSPLITS; s++) {
         uint32_t n = s == NL_TEST ? NTEST : 0;
         uint8_t *x = nl_calloc((size_t)n * SIDE * SIDE + 1, 1);
@@ -172,7 +157,7 @@ static void test_evaluate(void)
     struct nl_dataset *d = dataset();
     struct nl_exec *x = NULL;
     struct nl_metrics naive, one, three;
-    struct nl_rng rng;
+    struct nl_rng gen;
     float in[SIDE * SIDE];
     int32_t y;
 
@@ -182,11 +167,11 @@ static void test_evaluate(void)
         return;
     }
     nl_model_init_params(m, 3);
-    nl_rng_seed(&rng, 1);
+    nl_rng_seed(&gen, 1);
     nl_metrics_init(&naive, CLASSES, &err);
     for (uint32_t i = 0; i < NTEST; i++) {
         nl_dataset_batch(d, NL_TEST, &i, 1, in, &y);
-        nl_metrics_add(&naive, nl_exec_forward(x, m->params, in, 1, 0, &rng), &y, 1);
+        nl_metrics_add(&naive, nl_exec_forward(x, m->params, in, 1, 0, &gen), &y, 1);
     }
     nl_metrics_finish(&naive);
 

@@ -37,53 +37,19 @@
 #include "nnlab/mpi.h"
 #include "nnlab/optim.h"
 #endif
-#include "sshd.h"
+#include "cluster_util.h"
 #include "tap.h"
 
 /* 541 training samples after --val 0.1. */
 enum { SIDE = 12, NTRAIN = 600, NTRAIN_TRAIN = 541, EPOCHS = 2, BATCH = 32 };
 
-static struct sshd sd;
 static int have_sshd;
-static const char *bin;
-static char out[1 << 16], errtext[1 << 16];
 
 static double mono(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void read_outputs(void)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/out", sd.dir);
-    char *t = sshd_read(path);
-    snprintf(out, sizeof out, "%s", t ? t : "");
-    snprintf(path, sizeof path, "%s/err", sd.dir);
-    t = sshd_read(path);
-    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
-    for (char *c = errtext; *c; c++)
-        if (*c == '\n')
-            *c = ' ';
-}
-
-/* The command line of `PREFIX nnlab --db DB ARGS` with its output to DIR/out and DIR/err. */
-static void command(char *cmd, size_t cap, const char *prefix, const char *args)
-{
-    snprintf(cmd, cap, "%s '%s' --db '%s/db' %s >'%s/out' 2>'%s/err' </dev/null", prefix, bin,
-             sd.dir, args, sd.dir, sd.dir);
-}
-
-static int run_cmd(const char *prefix, const char *fmt, va_list ap)
-{
-    char args[2048], cmd[4096];
-    vsnprintf(args, sizeof args, fmt, ap);
-    command(cmd, sizeof cmd, prefix, args);
-    int st = system(cmd);
-    read_outputs();
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* nnlab ARGS after PREFIX. */
@@ -93,18 +59,7 @@ static int nnlab_under(const char *prefix, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int st = run_cmd(prefix, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-/* nnlab ARGS, alone. */
-static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int nnlab(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int st = run_cmd("env -u SSH_AUTH_SOCK", fmt, ap);
+    int st = cluster_vrun(prefix, fmt, ap);
     va_end(ap);
     return st;
 }
@@ -120,28 +75,9 @@ static int mpi(int n, const char *fmt, ...)
     va_list ap;
     snprintf(prefix, sizeof prefix, "%s -np %d", mpirun, n);
     va_start(ap, fmt);
-    int st = run_cmd(prefix, fmt, ap);
+    int st = cluster_vrun(prefix, fmt, ap);
     va_end(ap);
     return st;
-}
-
-/* The "train_loss" values of the epoch lines in out. */
-static int losses(double *v, int max)
-{
-    int n = 0;
-    for (const char *p = out; n < max && (p = strstr(p, "\"train_loss\":")); p++)
-        v[n++] = strtod(p + 13, NULL);
-    return n;
-}
-
-/* The bytes_sent of each worker in the done line. */
-static int done_bytes(unsigned long long *v, int max)
-{
-    const char *done = strstr(out, "\"event\":\"done\"");
-    int n = 0;
-    for (const char *p = done; p && n < max && (p = strstr(p, "\"bytes_sent\":")); p++)
-        v[n++] = strtoull(p + 13, NULL, 10);
-    return n;
 }
 
 static const char spec_text[] = "fc1: dense 24\nrelu\nfc2: dense N\n";
@@ -351,16 +287,10 @@ static void check_resume(void)
 /* A 3-rank job of 400 epochs named name, under the launcher in the background. */
 static pid_t start_job(const char *name)
 {
-    char args[1200], cmd[4096], prefix[300];
+    char args[1200], prefix[300];
     snprintf(args, sizeof args, "%s --mpi --heartbeat-timeout 2", train_args(name, 400));
-    snprintf(prefix, sizeof prefix, "exec %s -np 3", mpirun);
-    command(cmd, sizeof cmd, prefix, args);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
+    snprintf(prefix, sizeof prefix, "%s -np 3", mpirun);
+    return cluster_start_as(prefix, "run", args);
 }
 
 /* Rank r's process of the job pid, once run name has stored an epoch; -1 after 30 s. */
@@ -413,7 +343,7 @@ static void check_sigint(void)
     ok(r0 > 0 && kill((pid_t)r0, SIGINT) == 0, "rank 0 sent SIGINT after an epoch");
     int status = 0;
     ok(job_ended(pid, &status), "the job ends");
-    read_outputs();
+    cluster_outputs("run");
     is_int(nnlab("--json runs interrupted"), 0, "runs shows it");
     ok(strstr(out, "\"status\":\"stopped\"") != NULL, "the run is stopped: %.200s", out);
 }
@@ -429,7 +359,7 @@ static int check_kill(const char *name)
     int status = 0;
     const int ended = job_ended(pid, &status);
     ok(ended, "the job ended %.1f s after the kill (heartbeat timeout 2 s)", mono() - tk);
-    read_outputs();
+    cluster_outputs("run");
     ok(!WIFEXITED(status) || WEXITSTATUS(status) != 0, "with a failure status");
     if (getenv("NNLAB_MPI_KILLS") || !strstr(errtext, "the MPI launcher ended the job"))
         diag("the launcher ended %s %d: %.3000s", WIFEXITED(status) ? "with status" : "by signal",
@@ -525,15 +455,7 @@ static void check_collective(const double *base, long iters, double tbytes)
  * 0.02 (a local run shuffles its data in another order). */
 static void check_regression(void)
 {
-    char csv[1 << 15];
-    size_t len = (size_t)snprintf(csv, sizeof csv, "a,b,kind,y\n");
-    for (int i = 0; i < 500; i++) {
-        const double a = (i * 37 % 101) / 50.0 - 1.0, b = (i * 53 % 97) / 48.0 - 1.0;
-        const double noise = ((i * 7919 % 1000) / 1000.0 - 0.5) * 0.4;
-        len += (size_t)snprintf(csv + len, sizeof csv - len, "%.4f,%.4f,%s,%.4f\n", a, b,
-                                i % 3 ? "p" : "q", 3 * a - 2 * b + (i % 3 ? 1 : -1) + noise);
-    }
-    sshd_write(sd.dir, "reg.csv", csv);
+    cluster_write_regression();
     is_int(nnlab("import reg '%s/reg.csv' --task regression --val 0.1 --test 0.2", sd.dir), 0,
            "a regression table: %s", errtext);
     double r1[3] = {0}, r2[3] = {0}, test[3] = {NAN, NAN, NAN};
@@ -552,8 +474,7 @@ static void check_regression(void)
             losses(r1, 3);
         if (n == 2)
             losses(r2, 3);
-        const char *t = strstr(out, "\"test_r2\":");
-        test[n] = t ? strtod(t + 10, NULL) : NAN;
+        test[n] = json_field(out, "test_r2");
     }
     like(out, "\"val_r2\":", "an MPI regression run reports validation R2");
     like(out, "\"test_mae\":", "and the test MAE");
@@ -681,10 +602,11 @@ static void check_collective_overlap(void)
         double early[2] = {-1, -1}, check[2] = {0, 0};
         for (int c = 0; c < 2; c++) {
             const char *mode = c ? "collective" : "p2p";
-            snprintf(cmd, sizeof cmd, "%s -np %d '%s' --allreduce-child %s >'%s/out' 2>'%s/err'",
-                     mpirun, n, self, mode, sd.dir, sd.dir);
+            snprintf(cmd, sizeof cmd,
+                     "%s -np %d '%s' --allreduce-child %s >'%s/run.out' 2>'%s/run.err'", mpirun, n,
+                     self, mode, sd.dir, sd.dir);
             const int st = system(cmd);
-            read_outputs();
+            cluster_outputs("run");
             ok(st == 0 && sscanf(out, "early %lf check %lf", &early[c], &check[c]) == 2,
                "%d ranks, the allreduce over MPI %s, overlapped: %s %s", n, mode, out, errtext);
         }
@@ -711,9 +633,9 @@ int main(int argc, char **argv)
     (void)argv;
 #endif
     (void)argc;
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
+    const char *why = cluster_bin();
+    if (why)
+        skip_all("%s", why);
     if (getenv("NNLAB_MPIRUN") && *getenv("NNLAB_MPIRUN"))
         mpirun = getenv("NNLAB_MPIRUN");
     char probe0[400];
@@ -725,7 +647,6 @@ int main(int argc, char **argv)
     snprintf(probe, sizeof probe, "'%s' train --help | grep -q -- --mpi", bin);
     if (system(probe) != 0)
         skip_all("this nnlab was built without MPI");
-    signal(SIGPIPE, SIG_IGN);
     /* OpenBLAS picks its kernels from OPENBLAS_CORETYPE and the like, which the SSH workers'
      * sessions (sshd's clean environment) do not get: the ranks must compute as they do. */
     unsetenv("OPENBLAS_CORETYPE");
@@ -734,7 +655,7 @@ int main(int argc, char **argv)
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     const long kills = getenv("NNLAB_MPI_KILLS") ? strtol(getenv("NNLAB_MPI_KILLS"), NULL, 10) : 0;
-    const char *why = kills > 0 ? "NNLAB_MPI_KILLS runs the kill check alone" : sshd_start(&sd);
+    why = kills > 0 ? "NNLAB_MPI_KILLS runs the kill check alone" : sshd_start(&sd);
     have_sshd = why == NULL;
     if (!have_sshd) {
         diag("no SSH comparison: %s", why);

@@ -210,23 +210,12 @@ int main(void)
     if (system("/usr/bin/python3 -c 'import onnx, cv2, numpy, PIL' >/dev/null 2>&1") != 0)
         skip_all("/usr/bin/python3 lacks onnx, cv2, numpy or PIL (Debian's python3-onnx, "
                  "python3-opencv, python3-numpy, python3-pil)");
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
     snprintf(script, sizeof script, "%s/tests/onnx_check.py", root ? root : ".");
-    snprintf(dir, sizeof dir, "/tmp/nnlab-onnx-XXXXXX");
-    if (!mkdtemp(dir))
-        skip_all("cannot make a temporary directory");
-    snprintf(db, sizeof db, "%s/nnlab.db", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    nnlab_cli_setup("onnx", "nnlab.db");
 
     test_every_kind();
     test_shipped_models();
 
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    nnlab_cli_cleanup();
     return done_testing();
 }

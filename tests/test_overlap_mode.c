@@ -11,62 +11,13 @@
 #include <signal.h>
 #include <stdarg.h>
 
+#include "cluster_util.h"
 #include "nnlab/allreduce.h"
 #include "nnlab/trainer.h"
 #include "nnlab/worker.h"
-#include "sshd.h"
 #include "tap.h"
 
 enum { NTRAIN = 400, SIDE = 12 };
-
-static struct sshd sd;
-static const char *bin;
-static char out[1 << 16], errtext[1 << 16];
-
-/* nnlab with the test's database; stdout and stderr land in out and errtext (one line). */
-static int nnlab(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int nnlab(const char *fmt, ...)
-{
-    char args[2048], cmd[4096], path[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "env -u SSH_AUTH_SOCK '%s' --db '%s/db' %s >'%s/out' 2>'%s/err'", bin,
-             sd.dir, args, sd.dir, sd.dir);
-    int st = system(cmd);
-    snprintf(path, sizeof path, "%s/out", sd.dir);
-    char *t = sshd_read(path);
-    snprintf(out, sizeof out, "%s", t ? t : "");
-    snprintf(path, sizeof path, "%s/err", sd.dir);
-    t = sshd_read(path);
-    snprintf(errtext, sizeof errtext, "%s", t ? t : "");
-    for (char *c = errtext; *c; c++)
-        if (*c == '\n')
-            *c = ' ';
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* The whole contents of DIR/name, in a new block (free it), and its size; NULL if unreadable. */
-static unsigned char *slurp(const char *name, size_t *len)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s", sd.dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = n > 0 ? malloc((size_t)n) : NULL;
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = b ? (size_t)n : 0;
-    return b;
-}
 
 static void test_rule(void)
 {
@@ -177,7 +128,10 @@ static void test_mpi(void)
        "the MPI run records the choice");
     is_int(nnlab("export ov-mpi '%s/ov-mpi.safetensors'", sd.dir), 0, "export ov-mpi: %s", errtext);
     size_t na = 0, nb = 0;
-    unsigned char *a = slurp("ov-auto.safetensors", &na), *b = slurp("ov-mpi.safetensors", &nb);
+    snprintf(path, sizeof path, "%s/ov-auto.safetensors", sd.dir);
+    char *a = whole(path, &na);
+    snprintf(path, sizeof path, "%s/ov-mpi.safetensors", sd.dir);
+    char *b = whole(path, &nb);
     ok(a && b && na == nb && memcmp(a, b, na) == 0,
        "MPI ranks with auto end as the SSH workers did, bit for bit (%zu bytes)", nb);
     free(a);
@@ -202,21 +156,8 @@ int main(void)
     test_rule();
     test_decide();
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0) {
-        diag("NNLAB_BIN does not name the nnlab binary: no runs");
-        return done_testing();
-    }
-    signal(SIGPIPE, SIG_IGN);
-    char probe[700];
-    snprintf(probe, sizeof probe, "'%s' hosts --help >/dev/null 2>&1", bin);
-    if (system(probe) != 0) {
-        diag("built without cluster mode: no runs");
-        return done_testing();
-    }
-    why = sshd_start(&sd);
+    why = cluster_start();
     if (why) {
-        sshd_stop(&sd);
         diag("no runs: %s", why);
         return done_testing();
     }
@@ -235,7 +176,7 @@ int main(void)
     /* The three modes: the same weights, bit for bit; each recorded in the run's settings. 3
      * epochs of 13 steps: enough for auto to measure (2 warm-up steps, then 3 blocks of 2 steps
      * of each mode, in a run of at least twice that). */
-    unsigned char *w[3] = {NULL, NULL, NULL};
+    char *w[3] = {NULL, NULL, NULL};
     size_t wn[3] = {0, 0, 0};
     for (int k = 0; k < 3; k++) {
         is_int(nnlab("%s --epochs 3 --overlap %s --name ov-%s", train_args(), modes[k], modes[k]),
@@ -268,11 +209,11 @@ int main(void)
         }
         is_int(nnlab("export ov-%s '%s/ov-%s.safetensors'", modes[k], sd.dir, modes[k]), 0,
                "export ov-%s: %s", modes[k], errtext);
-        char name[64];
-        snprintf(name, sizeof name, "ov-%s.safetensors", modes[k]);
-        w[k] = slurp(name, &wn[k]);
+        char path[600];
+        snprintf(path, sizeof path, "%s/ov-%s.safetensors", sd.dir, modes[k]);
+        w[k] = whole(path, &wn[k]);
     }
-    ok(w[0] && w[1] && wn[0] == wn[1] && memcmp(w[0], w[1], wn[0]) == 0,
+    ok(w[0] && w[1] && wn[0] > 0 && wn[0] == wn[1] && memcmp(w[0], w[1], wn[0]) == 0,
        "overlapped and synchronous exchanges end with the same weights, bit for bit (%zu bytes)",
        wn[0]);
     ok(w[0] && w[2] && wn[0] == wn[2] && memcmp(w[0], w[2], wn[0]) == 0,

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sh.h"
 #include "sshd.h"
 #include "tap.h"
 
@@ -60,18 +61,6 @@ static void give_up(const char *why)
     stop_daemons();
     sshd_stop(&sd);
     skip_all("%s", why);
-}
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
 static void read_file(const char *name)

@@ -50,51 +50,10 @@ static void write_idx(const char *folder, uint32_t n, uint32_t side)
     free(lab);
 }
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
-static pid_t spawn(const char *const *args, const char *errfile)
-{
-    const char *argv[32];
-    int n = 0;
-
-    argv[n++] = bin;
-    argv[n++] = "--db";
-    argv[n++] = db;
-    for (int i = 0; args[i] && n < 31; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *o = freopen("/dev/null", "w", stdout);
-        FILE *e = freopen(errfile, "w", stderr);
-        (void)o;
-        (void)e;
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
 /* Staged datasets in the store (-1 when it cannot be read). */
 static long long staged(void)
 {
-    sqlite3 *h = NULL;
-    sqlite3_stmt *st = NULL;
-    long long v = -1;
-
-    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_busy_timeout(h, 5000) == SQLITE_OK &&
-        sqlite3_prepare_v2(h, "SELECT count(*) FROM datasets WHERE substr(name, 1, 1) = char(31)",
-                           -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-    return v;
+    return nnlab_db_int("SELECT count(*) FROM datasets WHERE substr(name, 1, 1) = char(31)");
 }
 
 /* Polls every millisecond, for a second at most. */
@@ -103,7 +62,7 @@ static int busy_poll(void *ud, int count)
     (void)ud;
     if (count >= 1000)
         return 0;
-    sleep_s(0.001);
+    nnlab_sleep(0.001);
     return 1;
 }
 
@@ -144,8 +103,8 @@ static void test_contention(void)
     snprintf(big, sizeof big, "%s/big", dir);
     snprintf(train_err, sizeof train_err, "%s/train.err", dir);
     snprintf(import_err, sizeof import_err, "%s/import.err", dir);
-    pid_t tp = spawn(train, train_err);
-    pid_t ip = spawn(import, import_err);
+    pid_t tp = nnlab_spawn(train, train_err);
+    pid_t ip = nnlab_spawn(import, import_err);
     for (int i = 0; i < 4000; i++) {
         int status;
         if (waitpid(ip, &status, WNOHANG) == ip) {
@@ -165,7 +124,7 @@ static void test_contention(void)
                 (strstr(out, "\"big\"") && staged() > 0))
                 listed_staged++;
         }
-        sleep_s(0.005);
+        nnlab_sleep(0.005);
     }
     int import_rc = ip < 0 ? WEXITSTATUS(-(ip + 1)) : exit_status(ip);
     int train_rc = exit_status(tp);
@@ -198,30 +157,40 @@ static void test_contention(void)
        (long long)before.st_size, (long long)after.st_size);
 }
 
+/* Starts `nnlab import NAME DIR/big` in the background (its pid in *pid, its stderr in
+ * DIR/NAME.err) and waits up to about 20 s for it to stage samples: whether it did. */
+static int import_staging(const char *name, pid_t *pid)
+{
+    char big[300], import_err[320];
+    const char *import[] = {"import", name, big, NULL};
+
+    snprintf(big, sizeof big, "%s/big", dir);
+    snprintf(import_err, sizeof import_err, "%s/%s.err", dir, name);
+    *pid = nnlab_spawn(import, import_err);
+    for (int i = 0; i < 4000; i++) {
+        if (staged() > 0)
+            return 1;
+        nnlab_sleep(0.005);
+    }
+    return 0;
+}
+
 /* kill -9 in the middle of an import: nothing visible; the next writer removes the staging. */
 static void test_killed_import(void)
 {
-    char big[300], import_err[320];
-    const char *import[] = {"import", "big2", big, NULL};
+    pid_t ip;
+    int seen;
 
-    snprintf(big, sizeof big, "%s/big", dir);
-    snprintf(import_err, sizeof import_err, "%s/import2.err", dir);
-    is_int(nnlab("import big '%s'", big), 0, "import big again, to kill the next import beside it");
-    pid_t ip = spawn(import, import_err);
-    int seen = 0;
-    for (int i = 0; i < 4000 && !seen; i++) {
-        if (staged() > 0)
-            seen = 1;
-        else
-            sleep_s(0.005);
-    }
+    is_int(nnlab("import big '%s/big'", dir), 0,
+           "import big again, to kill the next import beside it");
+    seen = import_staging("big2", &ip);
     kill(ip, SIGKILL);
     is_int(exit_status(ip), 128 + SIGKILL, "an import killed with -9");
     ok(seen, "had staged samples when it was killed");
     is_int(nnlab("datasets --json"), 0, "datasets lists");
     unlike(out, "big2", "without the killed import");
     ok(staged() > 0 || !seen, "a read-only command leaves the staging alone");
-    is_int(nnlab("import big2 '%s' --val 0.1", big), 0, "the next import (a writer) succeeds");
+    is_int(nnlab("import big2 '%s/big' --val 0.1", dir), 0, "the next import (a writer) succeeds");
     is_int(staged(), 0, "and the killed import's staging is gone");
     is_int(nnlab("rm big2"), 0, "rm");
 }
@@ -229,19 +198,8 @@ static void test_killed_import(void)
 /* Ctrl-C in the middle of an import: exit 130, and what it staged is removed. */
 static void test_interrupted_import(void)
 {
-    char big[300], import_err[320];
-    const char *import[] = {"import", "big3", big, NULL};
-
-    snprintf(big, sizeof big, "%s/big", dir);
-    snprintf(import_err, sizeof import_err, "%s/import3.err", dir);
-    pid_t ip = spawn(import, import_err);
-    int seen = 0;
-    for (int i = 0; i < 4000 && !seen; i++) {
-        if (staged() > 0)
-            seen = 1;
-        else
-            sleep_s(0.005);
-    }
+    pid_t ip;
+    const int seen = import_staging("big3", &ip);
     kill(ip, SIGINT);
     is_int(exit_status(ip), 130, "an import interrupted with Ctrl-C exits 130");
     ok(seen, "it had staged samples");
@@ -481,15 +439,9 @@ int main(void)
 {
     char folder[300], cmd[400];
 
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    snprintf(dir, sizeof dir, "/tmp/nnlab-store-XXXXXX");
-    if (!mkdtemp(dir) || chmod(dir, 0755) != 0)
+    nnlab_cli_setup("store", "nnlab.db");
+    if (chmod(dir, 0755) != 0)
         skip_all("cannot make a temporary directory");
-    snprintf(db, sizeof db, "%s/nnlab.db", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/small' '%s/big'", dir, dir);
     if (system(cmd) != 0)
         skip_all("cannot make folders");
@@ -512,8 +464,6 @@ int main(void)
     test_fifo();
     test_huge_model();
 
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    nnlab_cli_cleanup();
     return done_testing();
 }

@@ -12,39 +12,16 @@
 
 #include "nnlab/rng.h"
 #include "nnlab_cli.h"
+#include "reviews.h"
 #include "tap.h"
 
-#define NCLASS 3
+#define NCLASS REVIEW_CLASSES
 #define NTRAIN 240 /* per class */
 #define NTEST  60
-
-static const char *const class_names[NCLASS] = {"neg", "neutral", "pos"};
-static const char *const common[] = {
-    "the",    "a",     "film",   "movie", "plot", "actor",  "story", "scene", "was",
-    "is",     "and",   "of",     "it",    "this", "really", "just",  "very",  "Film",
-    "camera", "music", "ending", "CAST",  "role", "script", "είναι", "это",   "director",
-};
-static const char *const words[NCLASS][6] = {
-    {"awful", "boring", "terrible", "Worst", "ужасно", "κακό"},
-    {"average", "okay", "fine", "mediocre", "обычно", "μέτριο"},
-    {"great", "wonderful", "superb", "Loved", "отлично", "υπέροχο"},
-};
 
 static uint32_t next(struct nl_rng *r, uint32_t n)
 {
     return (uint32_t)(nl_rng_next(r) % n);
-}
-
-/* One document of class k into f: 10 to 50 words, about one in five a class word. */
-static void write_doc(FILE *f, int k, struct nl_rng *r, int nwords, int csv)
-{
-    const int ncommon = (int)(sizeof common / sizeof common[0]);
-    for (int i = 0; i < nwords; i++) {
-        const char *w = next(r, 5) == 0 ? words[k][next(r, 6)] : common[next(r, ncommon)];
-        fprintf(f, "%s%s", i ? (next(r, 7) == 0 ? (csv ? ", " : ",\n") : " ") : "", w);
-    }
-    if (nwords)
-        fputs(csv ? "!" : ".\n", f);
 }
 
 static void mkdirs(const char *path)
@@ -75,7 +52,7 @@ static void write_corpus(void)
         for (int k = 0; k < NCLASS; k++) {
             char cdir[400];
             snprintf(cdir, sizeof cdir, "%s/imdb/%s/%s", dir, split ? "test" : "train",
-                     class_names[k]);
+                     review_classes[k]);
             mkdirs(cdir);
             int n = split ? NTEST : NTRAIN;
             for (int i = 0; i < n; i++) {
@@ -86,11 +63,11 @@ static void write_corpus(void)
                     nwords = 20000; /* a very long one */
                 snprintf(path, sizeof path, "%s/%d_%d.txt", cdir, i, k);
                 FILE *f = fopen(path, "w");
-                write_doc(f, k, &r, nwords, 0);
+                review_write(f, k, &r, nwords, 0);
                 fclose(f);
                 fprintf(csv, "%d,\"", id++);
-                write_doc(csv, k, &r, nwords < 1000 ? nwords : 100, 1);
-                fprintf(csv, "\",%s\n", class_names[k]);
+                review_write(csv, k, &r, nwords < 1000 ? nwords : 100, 1);
+                fprintf(csv, "\",%s\n", review_classes[k]);
             }
         }
     }
@@ -125,15 +102,7 @@ static double test_accuracy(void)
 
 int main(void)
 {
-    bin = getenv("NNLAB_BIN");
-    if (!bin)
-        skip_all("NNLAB_BIN is not set (run through meson test)");
-    snprintf(dir, sizeof dir, "/tmp/nnlab-textdata-XXXXXX");
-    if (!mkdtemp(dir))
-        skip_all("no temporary folder: %s", strerror(errno));
-    snprintf(db, sizeof db, "%s/store.db", dir);
-    snprintf(out_path, sizeof out_path, "%s/out", dir);
-    snprintf(err_path, sizeof err_path, "%s/err", dir);
+    nnlab_cli_setup("textdata", "store.db");
     write_corpus();
     write_bad();
 
@@ -244,9 +213,6 @@ int main(void)
     ok(nnlab("import --text review nul %s", csvpath) != 0, "a NUL byte in a text column");
     like(errtext, "nul.csv:3: field 1 has a NUL byte", "is refused naming the line and field");
 
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    nnlab_cli_cleanup();
     return done_testing();
 }

@@ -145,12 +145,31 @@ static int watch_event(void *ud, const struct nl_event *ev)
     return 0;
 }
 
+/* m trained on d with o (not at all for 0 epochs), then freed: a copy of its parameters
+ * (*nparams of them, nl_free it), or NULL with the error shown. */
+static float *train_and_copy(struct nl_model *m, const struct nl_dataset *d,
+                             const struct nl_train_opts *o, const struct nl_train_hooks *hooks,
+                             struct nl_train_result *res, size_t *nparams)
+{
+    struct nl_error err = {0};
+
+    if (o->epochs > 0 && nl_train(m, d, o, hooks, res, &err) < 0) {
+        diag("train: %s", err.msg);
+        nl_model_free(m);
+        return NULL;
+    }
+    float *p = nl_malloc(m->nparams * sizeof(float));
+    memcpy(p, m->params, m->nparams * sizeof(float));
+    *nparams = m->nparams;
+    nl_model_free(m);
+    return p;
+}
+
 static float *train_once(const char *spec, const struct nl_dataset *d, int threads, uint64_t seed,
                          struct nl_train_result *res, struct watch *w, size_t *nparams)
 {
     struct nl_model *m = build(spec, d->shape, d->nclasses);
     struct nl_train_opts o;
-    struct nl_error err = {0};
     struct watch local = {0};
     struct nl_train_hooks hooks = {watch_event, NULL, w ? w : &local};
 
@@ -162,16 +181,7 @@ static float *train_once(const char *spec, const struct nl_dataset *d, int threa
     o.threads = threads;
     o.seed = seed;
     nl_model_init_params(m, seed);
-    if (nl_train(m, d, &o, &hooks, res, &err) < 0) {
-        diag("train: %s", err.msg);
-        nl_model_free(m);
-        return NULL;
-    }
-    float *p = nl_malloc(m->nparams * sizeof(float));
-    memcpy(p, m->params, m->nparams * sizeof(float));
-    *nparams = m->nparams;
-    nl_model_free(m);
-    return p;
+    return train_and_copy(m, d, &o, &hooks, res, nparams);
 }
 
 static void test_training(void)
@@ -216,24 +226,12 @@ enum { TOK_LEN = 12, TOK_VOCAB = 300 };
 
 static struct nl_dataset *tokens(int ntrain)
 {
-    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_dataset *d = dataset_new("tokens", "text", (struct nl_shape){1, 1, TOK_LEN}, NL_F32,
+                                       CLASSES, "c", 0.0f, 1.0f);
     struct nl_rng r;
 
     nl_rng_seed(&r, 5);
-    d->name = nl_strdup("tokens");
-    d->source = nl_strdup("test");
-    d->kind = nl_strdup("text");
-    d->shape = (struct nl_shape){1, 1, TOK_LEN};
-    d->dtype = NL_F32;
-    d->nclasses = CLASSES;
     d->nvocab = TOK_VOCAB;
-    d->class_names = nl_calloc(CLASSES, sizeof *d->class_names);
-    for (int k = 0; k < CLASSES; k++)
-        d->class_names[k] = nl_strdup("c");
-    d->nnorm = 1;
-    d->mean = nl_calloc(1, sizeof(float));
-    d->std = nl_calloc(1, sizeof(float));
-    d->std[0] = 1.0f;
     float *x = nl_calloc((size_t)ntrain * TOK_LEN, sizeof *x);
     int32_t *y = nl_calloc((size_t)ntrain, sizeof *y);
     for (int i = 0; i < ntrain; i++) {
@@ -282,16 +280,7 @@ static float *train_tokens(const struct nl_dataset *d, const struct nl_optim *op
     o.optim = *optim;
     o.dense_tables = dense;
     o.clip_norm = clip;
-    if (epochs > 0 && nl_train(m, d, &o, NULL, &res, &err) < 0) {
-        diag("train: %s", err.msg);
-        nl_model_free(m);
-        return NULL;
-    }
-    float *p = nl_malloc(m->nparams * sizeof(float));
-    memcpy(p, m->params, m->nparams * sizeof(float));
-    *nparams = m->nparams;
-    nl_model_free(m);
-    return p;
+    return train_and_copy(m, d, &o, NULL, &res, nparams);
 }
 
 /* Tracking the rows a step touched gives the weights of the dense reduction and update, bit for

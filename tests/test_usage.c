@@ -100,24 +100,13 @@ static void test_unresolved_host(void)
 
 int main(void)
 {
-    bin = getenv("NNLAB_BIN");
-    if (!bin || access(bin, X_OK) != 0)
-        skip_all("NNLAB_BIN does not name the nnlab binary");
-    snprintf(dir, sizeof dir, "/tmp/nnlab-usage-XXXXXX");
-    if (!mkdtemp(dir))
-        skip_all("cannot make a temporary directory");
-    snprintf(db, sizeof db, "%s/store/nnlab.db", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    nnlab_cli_setup("usage", "store/nnlab.db");
     setenv("HOME", dir, 1); /* no ssh config or known_hosts of the user's */
 
     test_options();
     test_replaced_data();
     test_unresolved_host();
 
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    nnlab_cli_cleanup();
     return done_testing();
 }

@@ -1,5 +1,6 @@
-/* Helpers the unit tests share: a seeded generator and float buffers to fill from it, and a
- * model built from spec text. Failures are reported with diag(); include after tap.h. */
+/* Helpers the unit tests share: a seeded generator and float buffers to fill from it, a model
+ * built from spec text, and synthetic datasets. Failures are reported with diag(); include after
+ * tap.h. */
 #ifndef NNLAB_TESTS_UTIL_H
 #define NNLAB_TESTS_UTIL_H
 
@@ -24,7 +25,7 @@
 #endif
 #endif
 
-static struct nl_rng rng; /* each test seeds it */
+static struct nl_rng rng __attribute__((unused)); /* each test that uses it seeds it */
 
 /* This process's peak resident memory so far, in KiB. (Under AddressSanitizer its quarantine
  * keeps freed memory: peaks measure little there.) */
@@ -89,6 +90,35 @@ static inline double logits_dot(struct nl_exec *x, const float *p, const float *
     return s;
 }
 
+/* A dataset from "test" named name, of kind, for samples of shape as dtype, with nclasses classes
+ * named by the printf format names and the class index ("c%d"; "c" names each c) and one
+ * normalisation (mean, std); its splits are empty for the test to fill. */
+static inline struct nl_dataset *dataset_new(const char *name, const char *kind,
+                                             struct nl_shape shape, enum nl_dtype dtype,
+                                             int nclasses, const char *names, float mean, float std)
+{
+    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+
+    d->name = nl_strdup(name);
+    d->source = nl_strdup("test");
+    d->kind = nl_strdup(kind);
+    d->shape = shape;
+    d->dtype = dtype;
+    d->nclasses = nclasses;
+    d->class_names = nl_calloc((size_t)nclasses, sizeof *d->class_names);
+    for (int k = 0; k < nclasses; k++) {
+        char label[32];
+        snprintf(label, sizeof label, names, k);
+        d->class_names[k] = nl_strdup(label);
+    }
+    d->nnorm = 1;
+    d->mean = nl_calloc(1, sizeof(float));
+    d->std = nl_calloc(1, sizeof(float));
+    d->mean[0] = mean;
+    d->std[0] = std;
+    return d;
+}
+
 /* The synthetic dataset of the training tests: 12x12 gray images of four classes, a bright 4x4
  * square in the class's quadrant (jittered by up to jitter - 1 pixels; what a square jittered to
  * the far edge would put past the image is dropped, the draws staying the same) on dim noise,
@@ -98,28 +128,13 @@ enum { QUAD_SIDE = 12, QUAD_CLASSES = 4 };
 static inline struct nl_dataset *quadrants(const uint32_t n[NL_NSPLITS], uint64_t seed,
                                            enum nl_dtype dtype, int jitter)
 {
-    struct nl_dataset *d = nl_calloc(1, sizeof *d);
+    struct nl_dataset *d =
+        dataset_new("synthetic", "idx", (struct nl_shape){1, QUAD_SIDE, QUAD_SIDE}, dtype,
+                    QUAD_CLASSES, "q%d", 0.25f, 0.3f);
     const size_t px = QUAD_SIDE * QUAD_SIDE, item = dtype == NL_U8 ? 1 : sizeof(float);
     struct nl_rng r;
 
     nl_rng_seed(&r, seed);
-    d->name = nl_strdup("synthetic");
-    d->source = nl_strdup("test");
-    d->kind = nl_strdup("idx");
-    d->shape = (struct nl_shape){1, QUAD_SIDE, QUAD_SIDE};
-    d->dtype = dtype;
-    d->nclasses = QUAD_CLASSES;
-    d->class_names = nl_calloc(QUAD_CLASSES, sizeof *d->class_names);
-    for (int k = 0; k < QUAD_CLASSES; k++) {
-        char name[8];
-        snprintf(name, sizeof name, "q%d", k);
-        d->class_names[k] = nl_strdup(name);
-    }
-    d->nnorm = 1;
-    d->mean = nl_calloc(1, sizeof(float));
-    d->std = nl_calloc(1, sizeof(float));
-    d->mean[0] = 0.25f;
-    d->std[0] = 0.3f;
     for (int s = 0; s < NL_NSPLITS; s++) {
         unsigned char *x = nl_calloc((size_t)n[s] * px * item + 1, 1);
         int32_t *y = nl_calloc((size_t)n[s] + 1, sizeof *y);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "runs-page-private.h"
+#include "store-poll.h"
 
 const struct chart_rgb runs_palette[RUNS_PALETTE] = {
     {0.21, 0.52, 0.89}, {0.90, 0.38, 0.0},  {0.18, 0.63, 0.33},
@@ -487,56 +488,46 @@ static void delete_confirmed(gpointer data)
 /* ---- Following the store ---- */
 
 struct poll_job {
-    char *db_path;
     char *seen; /* each run's name, status, owner and epochs, a line a run */
 };
 
 static void poll_job_free(gpointer data)
 {
     struct poll_job *j = data;
-    g_free(j->db_path);
     g_free(j->seen);
     g_free(j);
 }
 
-/* Reads what every run is at, on its own read-only connection. */
-static void poll_thread(GTask *task, gpointer source, gpointer data, GCancellable *cancel)
+/* What every run is at (in the poll's worker thread). */
+static void poll_read(struct nl_store *s, const struct nl_run_info *list, int n, gpointer data)
 {
     struct poll_job *j = data;
-    struct nl_store *s = NULL;
-    struct nl_run_info *list = NULL;
     struct nl_error err = {0};
-    int n = 0;
-    if (nl_store_open_read(&s, j->db_path, &err) == 0 && nl_run_list(s, &list, &n, &err) == 0) {
-        GString *t = g_string_new(NULL);
-        for (int i = 0; i < n; i++) {
-            struct nl_run_epoch *ep = NULL;
-            struct nl_run_recovery *rec = NULL;
-            int ne = 0, nrec = 0;
-            /* A running run records epochs before its checkpoint counts them, and a cluster
-             * run its recoveries as they happen. */
-            if (strcmp(list[i].status, "running") == 0) {
-                if (nl_run_epochs(s, list[i].id, &ep, &ne, &err) < 0)
-                    ne = -1;
-                if (nl_run_recoveries(s, list[i].id, &rec, &nrec, &err) < 0)
-                    nrec = -1;
-            }
-            nl_free(ep);
-            nl_free(rec);
-            g_string_append_printf(t, "%s|%s|%d|%d|%d|%d\n", list[i].name, list[i].status,
-                                   list[i].epochs_done, list[i].owner_lives, ne, nrec);
+    GString *t = g_string_new(NULL);
+    for (int i = 0; i < n; i++) {
+        struct nl_run_epoch *ep = NULL;
+        struct nl_run_recovery *rec = NULL;
+        int ne = 0, nrec = 0;
+        /* A running run records epochs before its checkpoint counts them, and a cluster
+         * run its recoveries as they happen. */
+        if (strcmp(list[i].status, "running") == 0) {
+            if (nl_run_epochs(s, list[i].id, &ep, &ne, &err) < 0)
+                ne = -1;
+            if (nl_run_recoveries(s, list[i].id, &rec, &nrec, &err) < 0)
+                nrec = -1;
         }
-        j->seen = g_string_free(t, FALSE);
+        nl_free(ep);
+        nl_free(rec);
+        g_string_append_printf(t, "%s|%s|%d|%d|%d|%d\n", list[i].name, list[i].status,
+                               list[i].epochs_done, list[i].owner_lives, ne, nrec);
     }
-    nl_free(list);
-    nl_store_close(s);
-    g_task_return_boolean(task, TRUE);
+    j->seen = g_string_free(t, FALSE);
 }
 
 static void poll_done(GObject *source, GAsyncResult *res, gpointer data)
 {
     NlRunsPage *p = NL_RUNS_PAGE(source);
-    struct poll_job *j = g_task_get_task_data(G_TASK(res));
+    struct poll_job *j = store_poll_job(res);
     if (runs_gone(p))
         return;
     p->polling = FALSE;
@@ -558,13 +549,8 @@ static gboolean poll_tick(gpointer data)
     NlRunsPage *p = data;
     if (p->polling || runs_gone(p))
         return G_SOURCE_CONTINUE;
-    struct poll_job *j = g_new0(struct poll_job, 1);
-    j->db_path = g_strdup(p->win->db_path);
     p->polling = TRUE;
-    GTask *task = g_task_new(p, NULL, poll_done, NULL);
-    g_task_set_task_data(task, j, poll_job_free);
-    g_task_run_in_thread(task, poll_thread);
-    g_object_unref(task);
+    store_poll(p, p->win->db_path, poll_read, g_new0(struct poll_job, 1), poll_job_free, poll_done);
     return G_SOURCE_CONTINUE;
 }
 

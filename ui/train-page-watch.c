@@ -20,6 +20,7 @@
 
 #include "nnlab/alloc.h"
 #include "nnlab/runs.h"
+#include "store-poll.h"
 #include "train-page-private.h"
 
 enum { WATCH_MS = 500, OFFER_MS = 2000, MAX_ROWS = 200000 };
@@ -316,7 +317,6 @@ void train_watch_action(GtkWidget *widget, const char *action, GVariant *param)
 /* ---- The offer: a run trained elsewhere ---- */
 
 struct offer_poll {
-    char *db_path;
     char *run; /* the newest run trained by another live process, or NULL */
     long pid;
     char host[256];
@@ -325,34 +325,25 @@ struct offer_poll {
 static void offer_free(gpointer data)
 {
     struct offer_poll *o = data;
-    g_free(o->db_path);
     g_free(o->run);
     g_free(o);
 }
 
-static void offer_thread(GTask *task, gpointer source, gpointer data, GCancellable *cancel)
+/* The newest run training in another live process (in the poll's worker thread). */
+static void offer_read(struct nl_store *s, const struct nl_run_info *list, int n, gpointer data)
 {
     struct offer_poll *o = data;
-    struct nl_store *s = NULL;
-    struct nl_run_info *list = NULL;
-    struct nl_error err = {0};
-    int n = 0;
     char self[256] = "";
     gethostname(self, sizeof self - 1);
-    if (nl_store_open_read(&s, o->db_path, &err) == 0 && nl_run_list(s, &list, &n, &err) == 0)
-        for (int i = n - 1; i >= 0 && !o->run; i--) {
-            const struct nl_run_info *r = &list[i];
-            const gboolean mine =
-                r->owner_pid == (long)getpid() && strcmp(r->owner_host, self) == 0;
-            if (strcmp(r->status, "running") == 0 && r->owner_lives && !mine) {
-                o->run = g_strdup(r->name);
-                o->pid = r->owner_pid;
-                g_strlcpy(o->host, r->owner_host, sizeof o->host);
-            }
+    for (int i = n - 1; i >= 0 && !o->run; i--) {
+        const struct nl_run_info *r = &list[i];
+        const gboolean mine = r->owner_pid == (long)getpid() && strcmp(r->owner_host, self) == 0;
+        if (strcmp(r->status, "running") == 0 && r->owner_lives && !mine) {
+            o->run = g_strdup(r->name);
+            o->pid = r->owner_pid;
+            g_strlcpy(o->host, r->owner_host, sizeof o->host);
         }
-    nl_free(list);
-    nl_store_close(s);
-    g_task_return_boolean(task, TRUE);
+    }
 }
 
 static gboolean offer_wanted(NlTrainPage *p)
@@ -363,7 +354,7 @@ static gboolean offer_wanted(NlTrainPage *p)
 static void offer_done(GObject *source, GAsyncResult *res, gpointer data)
 {
     NlTrainPage *p = NL_TRAIN_PAGE(source);
-    struct offer_poll *o = g_task_get_task_data(G_TASK(res));
+    struct offer_poll *o = store_poll_job(res);
     if (p->disposed)
         return;
     p->elsewhere_polling = FALSE;
@@ -383,13 +374,9 @@ static gboolean offer_tick(gpointer data)
     NlTrainPage *p = data;
     if (p->elsewhere_polling)
         return G_SOURCE_CONTINUE;
-    struct offer_poll *o = g_new0(struct offer_poll, 1);
-    o->db_path = g_strdup(p->win->db_path);
     p->elsewhere_polling = TRUE;
-    GTask *task = g_task_new(p, NULL, offer_done, NULL);
-    g_task_set_task_data(task, o, offer_free);
-    g_task_run_in_thread(task, offer_thread);
-    g_object_unref(task);
+    store_poll(p, p->win->db_path, offer_read, g_new0(struct offer_poll, 1), offer_free,
+               offer_done);
     return G_SOURCE_CONTINUE;
 }
 

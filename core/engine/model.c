@@ -615,6 +615,26 @@ int nl_exec_new_forward(struct nl_exec **out, const struct nl_model *m, int max_
     return exec_new(out, m, max_n, 1, err);
 }
 
+/* Runs layer i forward on the executor's batch (x->n samples), reading the model's input from
+ * x->input and every other input from the activations before it. */
+static void forward_layer(struct nl_exec *x, int i, const float *params, int training,
+                          struct nl_rng *rng)
+{
+    const struct nl_layer *l = &x->m->layers[i];
+    struct nl_fwd f = {
+        .n = x->n,
+        .out = x->act[i],
+        .w = params + l->param_offset,
+        .aux = x->aux[i],
+        .scratch = x->scratch,
+        .training = training,
+        .rng = rng,
+    };
+    for (int j = 0; j < l->ninputs; j++)
+        f.in[j] = l->inputs[j] < 0 ? x->input : x->act[l->inputs[j]];
+    l->ops->forward(l, &f);
+}
+
 const float *nl_exec_forward(struct nl_exec *x, const float *params, const float *in, int n,
                              int training, struct nl_rng *rng)
 {
@@ -622,21 +642,8 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
 
     x->n = n;
     x->input = in;
-    for (int i = 0; i < m->nlayers; i++) {
-        const struct nl_layer *l = &m->layers[i];
-        struct nl_fwd f = {
-            .n = n,
-            .out = x->act[i],
-            .w = params + l->param_offset,
-            .aux = x->aux[i],
-            .scratch = x->scratch,
-            .training = training,
-            .rng = rng,
-        };
-        for (int j = 0; j < l->ninputs; j++)
-            f.in[j] = l->inputs[j] < 0 ? in : x->act[l->inputs[j]];
-        l->ops->forward(l, &f);
-    }
+    for (int i = 0; i < m->nlayers; i++)
+        forward_layer(x, i, params, training, rng);
     return x->act[m->nlayers - 1];
 }
 
@@ -692,23 +699,9 @@ const float *nl_exec_forward_head(struct nl_exec *x, const float *params, const 
     }
     x->n = n;
     x->input = NULL; /* no layer outside the prefix reads it */
-    for (int i = 0; i < m->nlayers; i++) {
-        const struct nl_layer *l = &m->layers[i];
-        if (x->pre[i])
-            continue;
-        struct nl_fwd f = {
-            .n = n,
-            .out = x->act[i],
-            .w = params + l->param_offset,
-            .aux = x->aux[i],
-            .scratch = x->scratch,
-            .training = training,
-            .rng = rng,
-        };
-        for (int j = 0; j < l->ninputs; j++)
-            f.in[j] = x->act[l->inputs[j]];
-        l->ops->forward(l, &f);
-    }
+    for (int i = 0; i < m->nlayers; i++)
+        if (!x->pre[i])
+            forward_layer(x, i, params, training, rng);
     return x->act[m->nlayers - 1];
 }
 

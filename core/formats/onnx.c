@@ -241,18 +241,26 @@ static void node1(struct graph *g, const char *op, const char *name, const char 
     node(g, op, name, &in, 1, out);
 }
 
+/* A TensorProto's fields up to its raw_data into t: dims, data type and name, then raw_data's
+ * key and length (bytes); the bytes are the caller's to add. */
+static void tensor_head(struct buf *t, const char *name, const int64_t *dims, int ndim, int elem,
+                        uint64_t bytes)
+{
+    for (int k = 0; k < ndim; k++)
+        field_int(t, 1, dims[k]);
+    field_int(t, 2, elem);
+    field_str(t, 8, name);
+    put_key(t, 9, WIRE_LEN);
+    put_varint(t, bytes);
+}
+
 /* Adds a float initializer of the given dims, converting data to little-endian. */
 static void init_floats(struct graph *g, const char *name, const int64_t *dims, int ndim,
                         const float *data, size_t count)
 {
     struct buf *t = &g->tmp;
 
-    for (int k = 0; k < ndim; k++)
-        field_int(t, 1, dims[k]);
-    field_int(t, 2, ELEM_FLOAT);
-    field_str(t, 8, name);
-    put_key(t, 9, WIRE_LEN);
-    put_varint(t, count * 4);
+    tensor_head(t, name, dims, ndim, ELEM_FLOAT, count * 4);
     /* The tensor's header is in t; the data goes straight into the graph's buffer behind it. */
     put_key(&g->inits, 5, WIRE_LEN);
     put_varint(&g->inits, t->len + count * 4);
@@ -276,12 +284,7 @@ static void init_zeros(struct graph *g, const char *name, const int64_t *dims, i
     const float zero = 0.0f;
     struct buf *t = &g->tmp;
 
-    for (int k = 0; k < ndim; k++)
-        field_int(t, 1, dims[k]);
-    field_int(t, 2, ELEM_FLOAT);
-    field_str(t, 8, name);
-    put_key(t, 9, WIRE_LEN);
-    put_varint(t, count * 4);
+    tensor_head(t, name, dims, ndim, ELEM_FLOAT, count * 4);
     for (size_t i = 0; i < count; i++)
         put_raw(t, &zero, 4); /* zero has the same bytes in either byte order */
     field_msg(&g->inits, 5, t);
@@ -293,11 +296,7 @@ static void init_int64s(struct graph *g, const char *name, const int64_t *v, int
     unsigned char le[8];
     int64_t dim = n;
 
-    field_int(t, 1, dim);
-    field_int(t, 2, ELEM_INT64);
-    field_str(t, 8, name);
-    put_key(t, 9, WIRE_LEN);
-    put_varint(t, (uint64_t)n * 8);
+    tensor_head(t, name, &dim, 1, ELEM_INT64, (uint64_t)n * 8);
     for (int i = 0; i < n; i++) {
         for (int k = 0; k < 8; k++)
             le[k] = (unsigned char)((uint64_t)v[i] >> (8 * k));

@@ -43,6 +43,17 @@ static void copy_text(char *dst, size_t size, const unsigned char *src)
     snprintf(dst, size, "%s", src ? (const char *)src : "");
 }
 
+/* Ends a loop over the rows of st: rc as it was, or where it was 0 and the last step did not
+ * reach the end (step, not SQLITE_DONE), the store's error while what; st is finalized. */
+static int finish_rows(struct nl_store *s, sqlite3_stmt *st, int step, int rc, const char *what,
+                       struct nl_error *err)
+{
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = nl_store_db_error(s, err, what);
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* The samples of dataset id in each split (its table's index, not its samples). */
 static int count_splits(struct nl_store *s, sqlite3_int64 id, uint32_t count[NL_NSPLITS],
                         struct nl_error *err)
@@ -61,10 +72,7 @@ static int count_splits(struct nl_store *s, sqlite3_int64 id, uint32_t count[NL_
         if (split >= 0 && split < NL_NSPLITS && n >= 0 && n <= UINT32_MAX)
             count[split] = (uint32_t)n;
     }
-    if (step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "counting samples");
-    sqlite3_finalize(st);
-    return rc;
+    return finish_rows(s, st, step, rc, "counting samples", err);
 }
 
 int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count,
@@ -123,9 +131,7 @@ int nl_dataset_list(struct nl_store *s, struct nl_dataset_info **out, int *count
         d->bytes = ((uint64_t)d->count[0] + d->count[1] + d->count[2]) * nl_shape_size(d->shape) *
                    (sqlite3_column_int(st, 8) == NL_F32 ? 4 : 1);
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "listing datasets");
-    sqlite3_finalize(st);
+    rc = finish_rows(s, st, step, rc, "listing datasets", err);
     if (rc) {
         nl_free(list);
         return rc;
@@ -177,6 +183,14 @@ int nl_dataset_remove(struct nl_store *s, const char *name, struct nl_error *err
     return rc;
 }
 
+/* Frees the n strings of v (which may be NULL) and v. */
+static void free_strings(char **v, int n)
+{
+    for (int k = 0; v && k < n; k++)
+        nl_free(v[k]);
+    nl_free(v);
+}
+
 void nl_dataset_free(struct nl_dataset *d)
 {
     if (!d)
@@ -185,16 +199,10 @@ void nl_dataset_free(struct nl_dataset *d)
     nl_free(d->source);
     nl_free(d->kind);
     nl_free(d->preprocessing);
-    if (d->class_names)
-        for (int k = 0; k < d->nclasses; k++)
-            nl_free(d->class_names[k]);
-    nl_free(d->class_names);
+    free_strings(d->class_names, d->nclasses);
     nl_free(d->mean);
     nl_free(d->std);
-    if (d->vocab)
-        for (int k = 0; k < d->nvocab; k++)
-            nl_free(d->vocab[k]);
-    nl_free(d->vocab);
+    free_strings(d->vocab, d->nvocab);
     nl_free(d->vocab_count);
     for (int k = 0; k < NL_NSPLITS; k++) {
         nl_free(d->split[k].x);
@@ -202,6 +210,21 @@ void nl_dataset_free(struct nl_dataset *d)
         nl_free(d->split[k].t);
     }
     nl_free(d);
+}
+
+static int no_memory(const char *name, struct nl_error *err)
+{
+    return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+}
+
+/* Prepares sql, whose one parameter is the dataset's id, with id bound to it. */
+static int prepare_for(struct nl_store *s, sqlite3_stmt **st, const char *sql, sqlite3_int64 id,
+                       struct nl_error *err)
+{
+    int rc = nl_store_prepare(s, st, sql, err);
+    if (rc == 0)
+        sqlite3_bind_int64(*st, 1, id);
+    return rc;
 }
 
 static char *dup_column(sqlite3_stmt *st, int col)
@@ -254,7 +277,7 @@ static int load_header(struct nl_store *s, const char *name, struct nl_dataset *
     d->dtype = (enum nl_dtype)sqlite3_column_int(st, 6);
     d->nclasses = sqlite3_column_int(st, 7);
     if (!d->name || !d->kind || !d->source || !d->preprocessing) {
-        rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+        rc = no_memory(name, err);
         goto out;
     }
     if (d->shape.c < 1 || d->shape.h < 1 || d->shape.w < 1 || d->shape.c > MAX_DIM ||
@@ -272,7 +295,7 @@ static int load_header(struct nl_store *s, const char *name, struct nl_dataset *
     d->mean = nl_malloc((size_t)d->nnorm * sizeof *d->mean);
     d->std = nl_malloc((size_t)d->nnorm * sizeof *d->std);
     if (!d->mean || !d->std) {
-        rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+        rc = no_memory(name, err);
         goto out;
     }
     for (int i = 0; i < 2; i++) {
@@ -305,24 +328,21 @@ static int load_classes(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
 
     d->class_names = nl_calloc((size_t)d->nclasses, sizeof *d->class_names);
     if (!d->class_names)
-        return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
-    rc = nl_store_prepare(s, &st, "SELECT label, name FROM classes WHERE dataset = ?", err);
+        return no_memory(d->name, err);
+    rc = prepare_for(s, &st, "SELECT label, name FROM classes WHERE dataset = ?", id, err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, id);
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
         int label = sqlite3_column_int(st, 0);
         if (label < 0 || label >= d->nclasses || d->class_names[label])
             continue;
         d->class_names[label] = dup_column(st, 1);
         if (!d->class_names[label]) {
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+            rc = no_memory(d->name, err);
             break;
         }
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "loading class names");
-    sqlite3_finalize(st);
+    rc = finish_rows(s, st, step, rc, "loading class names", err);
     /* A class without a stored name is called by its number. */
     for (int k = 0; k < d->nclasses && rc == 0; k++) {
         char digits[16];
@@ -331,7 +351,7 @@ static int load_classes(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
         snprintf(digits, sizeof digits, "%d", k);
         d->class_names[k] = nl_strdup(digits);
         if (!d->class_names[k])
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+            rc = no_memory(d->name, err);
     }
     return rc;
 }
@@ -361,9 +381,7 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
         }
         d->split[split].n = (uint32_t)n;
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "counting samples");
-    sqlite3_finalize(st);
+    rc = finish_rows(s, st, step, rc, "counting samples", err);
     for (int k = 0; k < NL_NSPLITS && rc == 0; k++) {
         d->split[k].x = nl_malloc((size_t)d->split[k].n * sample);
         d->split[k].y = nl_malloc((size_t)d->split[k].n * sizeof(int32_t));
@@ -402,14 +420,20 @@ static int load_samples(struct nl_store *s, sqlite3_int64 id, struct nl_dataset 
         memcpy((unsigned char *)d->split[split].x + (size_t)fill[split] * sample, data, sample);
         d->split[split].y[fill[split]++] = label;
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "loading samples");
-    sqlite3_finalize(st);
+    rc = finish_rows(s, st, step, rc, "loading samples", err);
     for (int k = 0; k < NL_NSPLITS && rc == 0; k++)
         if (fill[k] != d->split[k].n)
             rc = nl_error_set(err, NL_EFORMAT, "%s: dataset '%s' changed while it was loaded",
                               nl_store_path(s), d->name);
     return rc;
+}
+
+/* The member key of the object obj (which may be NULL) when it has that type; NULL otherwise. */
+static const struct nl_json *field(const struct nl_json *obj, const char *key,
+                                   enum nl_json_type type)
+{
+    const struct nl_json *v = nl_json_get(obj, key);
+    return v && v->type == type ? v : NULL;
 }
 
 /* A regression dataset's task and target statistics, from its preprocessing record; a table's
@@ -426,11 +450,12 @@ static int load_task(struct nl_dataset *d, struct nl_error *err)
     int rc = nl_json_parse(&doc, d->preprocessing, strlen(d->preprocessing), d->name, err);
     if (rc)
         return rc;
-    const struct nl_json *root = nl_json_root(doc), *task = nl_json_get(root, "task");
-    const struct nl_json *emb = nl_json_get(root, "embedded");
-    if (emb && emb->type == NL_JSON_OBJECT) {
-        const struct nl_json *first = nl_json_get(emb, "first"), *n = nl_json_get(emb, "columns");
-        const struct nl_json *rows = nl_json_get(emb, "rows");
+    const struct nl_json *root = nl_json_root(doc), *task = field(root, "task", NL_JSON_STRING);
+    const struct nl_json *emb = field(root, "embedded", NL_JSON_OBJECT);
+    if (emb) {
+        const struct nl_json *first = field(emb, "first", NL_JSON_NUMBER);
+        const struct nl_json *n = field(emb, "columns", NL_JSON_NUMBER);
+        const struct nl_json *rows = field(emb, "rows", NL_JSON_NUMBER);
         if (!first || !first->is_integer || !n || !n->is_integer || first->integer < 0 ||
             n->integer < 1 || first->integer + n->integer > d->nnorm || !rows ||
             !rows->is_integer || rows->integer < 2 || rows->integer > (1 << 24)) {
@@ -448,12 +473,11 @@ static int load_task(struct nl_dataset *d, struct nl_error *err)
         d->embed_columns = (int)n->integer;
         d->embed_rows = (int)rows->integer;
     }
-    const struct nl_json *target = nl_json_get(root, "target");
-    const struct nl_json *mean = target ? nl_json_get(target, "mean") : NULL;
-    const struct nl_json *std = target ? nl_json_get(target, "std") : NULL;
-    if (task && task->type == NL_JSON_STRING && strcmp(task->string, "regression") == 0) {
-        if (!mean || mean->type != NL_JSON_NUMBER || !std || std->type != NL_JSON_NUMBER ||
-            !(std->number > 0) || d->nclasses != 1)
+    const struct nl_json *target = field(root, "target", NL_JSON_OBJECT);
+    const struct nl_json *mean = field(target, "mean", NL_JSON_NUMBER);
+    const struct nl_json *std = field(target, "std", NL_JSON_NUMBER);
+    if (task && strcmp(task->string, "regression") == 0) {
+        if (!mean || !std || !(std->number > 0) || d->nclasses != 1)
             rc = nl_error_set(err, NL_EFORMAT,
                               "dataset '%s': a regression dataset without valid target "
                               "statistics; remove it and import it again",
@@ -478,10 +502,9 @@ static int load_vocab(struct nl_store *s, sqlite3_int64 id, struct nl_dataset *d
     if (strcmp(d->kind, "text") != 0)
         return 0;
     d->keep_end = strstr(d->preprocessing, "\"keep\":\"end\"") != NULL;
-    rc = nl_store_prepare(s, &st, "SELECT count(*) FROM vocab WHERE dataset = ?", err);
+    rc = prepare_for(s, &st, "SELECT count(*) FROM vocab WHERE dataset = ?", id, err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, id);
     if (sqlite3_step(st) == SQLITE_ROW)
         n = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
@@ -493,13 +516,12 @@ static int load_vocab(struct nl_store *s, sqlite3_int64 id, struct nl_dataset *d
     d->vocab = nl_calloc((size_t)n, sizeof *d->vocab);
     d->vocab_count = nl_calloc((size_t)n, sizeof *d->vocab_count);
     if (!d->vocab || !d->vocab_count)
-        return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+        return no_memory(d->name, err);
     d->nvocab = n;
-    rc = nl_store_prepare(s, &st, "SELECT id, word, count FROM vocab WHERE dataset = ? ORDER BY id",
-                          err);
+    rc = prepare_for(s, &st, "SELECT id, word, count FROM vocab WHERE dataset = ? ORDER BY id", id,
+                     err);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, id);
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
         int k = sqlite3_column_int(st, 0);
         if (k < 0 || k >= n || d->vocab[k]) {
@@ -510,13 +532,11 @@ static int load_vocab(struct nl_store *s, sqlite3_int64 id, struct nl_dataset *d
         d->vocab[k] = dup_column(st, 1);
         d->vocab_count[k] = sqlite3_column_int64(st, 2);
         if (!d->vocab[k]) {
-            rc = nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", d->name);
+            rc = no_memory(d->name, err);
             break;
         }
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = nl_store_db_error(s, err, "loading the vocabulary");
-    sqlite3_finalize(st);
+    rc = finish_rows(s, st, step, rc, "loading the vocabulary", err);
     for (int k = 0; k < n && rc == 0; k++)
         if (!d->vocab[k])
             rc = nl_error_set(err, NL_EFORMAT, "%s: text dataset '%s' lacks vocabulary id %d",
@@ -548,7 +568,7 @@ int nl_dataset_load(struct nl_store *s, const char *name, struct nl_dataset **ou
 
     *out = NULL;
     if (!d)
-        return nl_error_set(err, NL_ENOMEM, "out of memory loading dataset '%s'", name);
+        return no_memory(name, err);
     /* One read transaction (unless the caller has one open): the header, counts and samples
      * come from the same snapshot. */
     rc = own ? nl_store_exec(s, "BEGIN", err) : 0;

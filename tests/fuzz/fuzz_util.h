@@ -1,5 +1,6 @@
 /* What the fuzz targets share: writing the input to a file of this process (the readers read
- * files), and one in-memory store. */
+ * files), one in-memory store, and the decoding of an image file as the importers and predict
+ * decode it. */
 #ifndef NNLAB_FUZZ_UTIL_H
 #define NNLAB_FUZZ_UTIL_H
 
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/import/import_internal.h"
 #include "nnlab/store.h"
 
 /* Writes data to $TMPDIR/nnlab-fuzz-PID.EXT (the same file every call); NULL on failure. */
@@ -42,6 +44,26 @@ static inline struct nl_store *fuzz_store(void)
         abort();
     }
     return s;
+}
+
+/* Decodes data, written to a file named .EXT, as the image-folder import and predict decode it:
+ * the header probe, then gray and RGB planes stretched to 8x8, and the RGB centre cropped after
+ * scaling the shorter side to 6. Errors are the expected outcome of most inputs. */
+static inline void fuzz_image(const char *ext, const uint8_t *data, size_t size)
+{
+    const char *path = fuzz_write_file(ext, data, size);
+    const struct nl_resize crop = {.shorter = 6, .crop_w = 4, .crop_h = 4};
+    struct nl_error err = {0};
+    struct nl_image_info info;
+    uint8_t out[3 * 8 * 8];
+
+    if (!path)
+        return;
+    if (nl_image_probe(path, &info, &err) == 0) {
+        nl_image_read(path, 1, NULL, 8, 8, out, NULL, &err);
+        nl_image_read(path, 3, NULL, 8, 8, out, NULL, &err);
+        nl_image_read(path, 3, &crop, 4, 4, out, NULL, &err);
+    }
 }
 
 #endif
