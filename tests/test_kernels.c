@@ -399,6 +399,46 @@ static void test_vector_twins(void)
         wrong_bn += memcmp(y1, y2, max * sizeof *y1) != 0;
     }
     is_int(wrong_bn, 0, "batchnorm's output pass and add: vector and naive the same bit for bit");
+
+    /* The folded output passes, with each activation; x holds NaN, +-0 and +-inf, and values
+     * on both sides of 6 after the scaling. */
+    int wrong_fold = 0, differ = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = (size_t)sizes[i];
+        for (int act = NL_ACT_NONE; act <= NL_ACT_RELU6; act++) {
+            fill_value(y1, max, 9.0f);
+            fill_value(y2, max, 9.0f);
+            nl_scale_shift(y1, x, n, 7.3f, -0.4f, act);
+            nl_scale_shift_naive(y2, x, n, 7.3f, -0.4f, act);
+            wrong_fold += memcmp(y1, y2, max * sizeof *y1) != 0;
+            for (size_t j = 0; j < n; j++) {
+                float v = x[j] * 7.3f - 0.4f;
+                float want = act == NL_ACT_NONE ? v
+                             : v > 0.0f         ? (act == 2 && !(v < 6.0f) ? 6.0f : v)
+                                                : 0.0f;
+                differ += memcmp(&want, &y2[j], sizeof want) != 0;
+            }
+            fill_value(y1, max, 9.0f);
+            fill_value(y2, max, 9.0f);
+            nl_add_act(y1, x, dy, n, act);
+            nl_add_act_naive(y2, x, dy, n, act);
+            wrong_fold += memcmp(y1, y2, max * sizeof *y1) != 0;
+            for (size_t j = 0; j < n; j++) {
+                float v = x[j] + dy[j];
+                float want = act == NL_ACT_NONE ? v
+                             : v > 0.0f         ? (act == 2 && !(v < 6.0f) ? 6.0f : v)
+                                                : 0.0f;
+                differ += memcmp(&want, &y2[j], sizeof want) != 0;
+            }
+            /* In place, as conv's per-image pass runs it. */
+            memcpy(y1, x, max * sizeof *y1);
+            nl_scale_shift(y1, y1, n, 0.5f, 0.25f, act);
+            nl_scale_shift_naive(y2, x, n, 0.5f, 0.25f, act);
+            wrong_fold += memcmp(y1, y2, n * sizeof *y1) != 0;
+        }
+    }
+    is_int(wrong_fold, 0, "folded output passes: vector and naive the same bit for bit");
+    is_int(differ, 0, "folded output passes: act(x * s + t) and act(a + b) as written out");
     free(x);
     free(dy);
     free(y1);

@@ -1121,3 +1121,74 @@ void nl_add(float *out, const float *a, const float *b, size_t n)
     else
         nl_add_naive(out, a, b, n);
 }
+
+/* act (NL_ACT_*) of the 16 lanes of v, selecting as the scalar twins compare: 0 where v > 0 is
+ * false (NaN included), then 6 where v < 6 is false. */
+AVX512 static inline __attribute__((always_inline)) __m512 act_avx512(__m512 v, int act)
+{
+    if (act == NL_ACT_NONE)
+        return v;
+    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
+    if (act == NL_ACT_RELU6) {
+        const __m512 six = _mm512_set1_ps(6.0f);
+        v = _mm512_mask_mov_ps(six, _mm512_cmp_ps_mask(v, six, _CMP_LT_OQ), v);
+    }
+    return v;
+}
+
+static inline float act_scalar(float v, int act)
+{
+    if (act == NL_ACT_NONE)
+        return v;
+    v = v > 0.0f ? v : 0.0f;
+    return act == NL_ACT_RELU6 ? (v < 6.0f ? v : 6.0f) : v;
+}
+
+/* y (n) = act(x * s + t): a multiply then an add in every lane, as the scalar loop does. */
+AVX512 static void scale_shift_avx512(float *y, const float *x, size_t n, float s, float t, int act)
+{
+    const __m512 vs = _mm512_set1_ps(s), vt = _mm512_set1_ps(t);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs), vt);
+        _mm512_mask_storeu_ps(y + i, m, act_avx512(v, act));
+    }
+}
+
+void nl_scale_shift_naive(float *y, const float *x, size_t n, float s, float t, int act)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = act_scalar(x[i] * s + t, act);
+}
+
+void nl_scale_shift(float *y, const float *x, size_t n, float s, float t, int act)
+{
+    if (vector_on)
+        scale_shift_avx512(y, x, n, s, t, act);
+    else
+        nl_scale_shift_naive(y, x, n, s, t, act);
+}
+
+/* out (n) = act(a + b). */
+AVX512 static void add_act_avx512(float *out, const float *a, const float *b, size_t n, int act)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
+        _mm512_mask_storeu_ps(out + i, m, act_avx512(v, act));
+    }
+}
+
+void nl_add_act_naive(float *out, const float *a, const float *b, size_t n, int act)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = act_scalar(a[i] + b[i], act);
+}
+
+void nl_add_act(float *out, const float *a, const float *b, size_t n, int act)
+{
+    if (vector_on)
+        add_act_avx512(out, a, b, n, act);
+    else
+        nl_add_act_naive(out, a, b, n, act);
+}

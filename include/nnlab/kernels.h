@@ -96,8 +96,19 @@ void nl_bn_apply_naive(float *y, const float *x, size_t n, float mu, float is, f
 void nl_add(float *out, const float *a, const float *b, size_t n);
 void nl_add_naive(float *out, const float *a, const float *b, size_t n);
 
-/* Whether the AVX-512 paths of im2col, col2im, ReLU, max pooling, batchnorm's output and add
- * run (core/engine/kernels.c): on where
+/* The activations an output pass can apply (the ReLU and ReLU6 layers' functions). */
+enum { NL_ACT_NONE = 0, NL_ACT_RELU = 1, NL_ACT_RELU6 = 2 };
+
+/* An output pass that folds a batchnorm and an activation in inference: y (n) = act(x * s + t),
+ * x * s rounded before t is added (y may be x). And out (n) = act(a + b), a residual add with
+ * the ReLU after it. The vector paths give the naive twins' floats bit for bit. */
+void nl_scale_shift(float *y, const float *x, size_t n, float s, float t, int act);
+void nl_scale_shift_naive(float *y, const float *x, size_t n, float s, float t, int act);
+void nl_add_act(float *out, const float *a, const float *b, size_t n, int act);
+void nl_add_act_naive(float *out, const float *a, const float *b, size_t n, int act);
+
+/* Whether the AVX-512 paths of im2col, col2im, ReLU, max pooling, batchnorm's output, add and
+ * the folded output passes run (core/engine/kernels.c): on where
  * the CPU has AVX-512 after nl_kernels_init; nl_kernels_vector(0) turns them off, 1 back on where
  * the CPU allows. Returns whether they are on now. For tests and benchmarks, before any thread. */
 int nl_kernels_vector(int on);

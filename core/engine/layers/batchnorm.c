@@ -16,6 +16,10 @@
  * and (x - x0)^2, x0 the channel's first value, so that the variance does not cancel when the
  * mean is large against the spread.
  *
+ * In inference the layer is y = x * scale + shift per channel; nl__bn_fold gives the two so
+ * that a forward-only executor can fold them into the output pass of the convolution before it
+ * (core/engine/model.c), exact to rounding.
+ *
  * In training a layer that is not frozen normalises with its shard's statistics (biased
  * variance, as PyTorch); in evaluation, and always when frozen, with the running statistics.
  *
@@ -208,6 +212,19 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
                 for (size_t i = 0; i < plane; i++)
                     dx[i] += g * dy[i];
         }
+    }
+}
+
+void nl__bn_fold(const struct nl_layer *l, const float *w, const float *bias, float *scale,
+                 float *shift)
+{
+    const float *gamma = w, *beta = w + l->params[1].offset;
+    const float *rmean = w + l->params[2].offset, *rvar = w + l->params[3].offset;
+
+    for (int k = 0; k < l->in[0].c; k++) {
+        const float is = (float)(1.0 / sqrt((double)rvar[k] + (double)eps_of(l)));
+        scale[k] = gamma[k] * is;
+        shift[k] = ((bias ? bias[k] : 0.0f) - rmean[k]) * scale[k] + beta[k];
     }
 }
 
