@@ -438,6 +438,39 @@ static void test_vector_twins(void)
         }
     }
     is_int(wrong_fold, 0, "folded output passes: vector and naive the same bit for bit");
+
+    /* Batchnorm's sums and its input gradient pass: lengths around the 8 and 16 lanes. */
+    int wrong_sums = 0, wrong_dx = 0, sums_far = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = (size_t)sizes[i];
+        const float *xs = x + 10; /* past the NaN and infinities */
+        n = n > max - 10 ? max - 10 : n;
+        double v[4] = {0.5, -0.25, 0.5, -0.25}, w[4] = {0.5, -0.25, 0.5, -0.25};
+        nl_bn_shifted_sums(xs, n, 0.3f, &v[0], &v[1]);
+        nl_bn_shifted_sums_naive(xs, n, 0.3f, &w[0], &w[1]);
+        nl_bn_grad_sums(dy, xs, n, -0.2f, &v[2], &v[3]);
+        nl_bn_grad_sums_naive(dy, xs, n, -0.2f, &w[2], &w[3]);
+        wrong_sums += memcmp(v, w, sizeof v) != 0;
+        double e[4] = {0.5, -0.25, 0.5, -0.25};
+        for (size_t j = 0; j < n; j++) {
+            e[0] += (double)xs[j] - 0.3;
+            e[1] += ((double)xs[j] - 0.3) * ((double)xs[j] - 0.3);
+            e[2] += dy[j];
+            e[3] += (double)dy[j] * ((double)xs[j] + 0.2);
+        }
+        for (int j = 0; j < 4; j++)
+            sums_far += fabs(v[j] - e[j]) > 1e-4 * (1.0 + fabs(e[j]));
+        for (int set = 0; set <= 1; set++) {
+            fill(y1, max, -1, 1);
+            memcpy(y2, y1, max * sizeof *y1);
+            nl_bn_backward_apply(y1, dy, xs, n, 0.7f, 0.1f, -0.3f, 0.2f, 1.9f, set);
+            nl_bn_backward_apply_naive(y2, dy, xs, n, 0.7f, 0.1f, -0.3f, 0.2f, 1.9f, set);
+            wrong_dx += memcmp(y1, y2, max * sizeof *y1) != 0;
+        }
+    }
+    is_int(wrong_sums, 0, "batchnorm's sums: vector and naive the same bit for bit");
+    is_int(sums_far, 0, "batchnorm's sums: the sums of the values, to float rounding");
+    is_int(wrong_dx, 0, "batchnorm's input gradient: vector and naive the same bit for bit");
     is_int(differ, 0, "folded output passes: act(x * s + t) and act(a + b) as written out");
     free(x);
     free(dy);

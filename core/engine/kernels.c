@@ -1203,3 +1203,167 @@ void nl_add_act(float *out, const float *a, const float *b, size_t n, int act)
     else
         nl_add_act_naive(out, a, b, n, act);
 }
+
+/* Batchnorm's sums. Each keeps eight float partial sums, lane j taking elements i + j for
+ * i a multiple of 8, adds them in double in lane order, then the tail in double: the vector
+ * paths do the same in one 8-float register, so they agree with the naive twins bit for bit. */
+void nl_bn_shifted_sums_naive(const float *restrict x, size_t n, float x0, double *s1, double *s2)
+{
+    float a[8] = {0}, b[8] = {0};
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float d = x[i + j] - x0;
+            a[j] += d;
+            b[j] += d * d;
+        }
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 8; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    for (; i < n; i++) {
+        double d = (double)x[i] - x0;
+        t1 += d;
+        t2 += d * d;
+    }
+    *s1 += t1;
+    *s2 += t2;
+}
+
+AVX512 static void bn_shifted_sums_avx512(const float *x, size_t n, float x0, double *s1,
+                                          double *s2)
+{
+    __m256 va = _mm256_setzero_ps(), vb = _mm256_setzero_ps();
+    const __m256 v0 = _mm256_set1_ps(x0);
+    float a[8], b[8];
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), v0);
+        va = _mm256_add_ps(va, d);
+        vb = _mm256_add_ps(vb, _mm256_mul_ps(d, d));
+    }
+    _mm256_storeu_ps(a, va);
+    _mm256_storeu_ps(b, vb);
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 8; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    for (; i < n; i++) {
+        double d = (double)x[i] - x0;
+        t1 += d;
+        t2 += d * d;
+    }
+    *s1 += t1;
+    *s2 += t2;
+}
+
+void nl_bn_shifted_sums(const float *x, size_t n, float x0, double *s1, double *s2)
+{
+    if (vector_on)
+        bn_shifted_sums_avx512(x, n, x0, s1, s2);
+    else
+        nl_bn_shifted_sums_naive(x, n, x0, s1, s2);
+}
+
+void nl_bn_grad_sums_naive(const float *restrict dy, const float *restrict x, size_t n, float mu,
+                           double *sdy, double *sdyc)
+{
+    float a[8] = {0}, b[8] = {0};
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            a[j] += dy[i + j];
+            b[j] += dy[i + j] * (x[i + j] - mu);
+        }
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 8; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    for (; i < n; i++) {
+        t1 += dy[i];
+        t2 += (double)dy[i] * (x[i] - mu);
+    }
+    *sdy += t1;
+    *sdyc += t2;
+}
+
+AVX512 static void bn_grad_sums_avx512(const float *dy, const float *x, size_t n, float mu,
+                                       double *sdy, double *sdyc)
+{
+    __m256 va = _mm256_setzero_ps(), vb = _mm256_setzero_ps();
+    const __m256 vmu = _mm256_set1_ps(mu);
+    float a[8], b[8];
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(dy + i);
+        va = _mm256_add_ps(va, g);
+        vb = _mm256_add_ps(vb, _mm256_mul_ps(g, _mm256_sub_ps(_mm256_loadu_ps(x + i), vmu)));
+    }
+    _mm256_storeu_ps(a, va);
+    _mm256_storeu_ps(b, vb);
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 8; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    for (; i < n; i++) {
+        t1 += dy[i];
+        t2 += (double)dy[i] * (x[i] - mu);
+    }
+    *sdy += t1;
+    *sdyc += t2;
+}
+
+void nl_bn_grad_sums(const float *dy, const float *x, size_t n, float mu, double *sdy, double *sdyc)
+{
+    if (vector_on)
+        bn_grad_sums_avx512(dy, x, n, mu, sdy, sdyc);
+    else
+        nl_bn_grad_sums_naive(dy, x, n, mu, sdy, sdyc);
+}
+
+void nl_bn_backward_apply_naive(float *restrict dx, const float *restrict dy,
+                                const float *restrict x, size_t n, float g, float a1, float a2,
+                                float mu, float is, int set)
+{
+    if (set)
+        for (size_t i = 0; i < n; i++)
+            dx[i] = g * (dy[i] - a1 - ((x[i] - mu) * is) * a2);
+    else
+        for (size_t i = 0; i < n; i++)
+            dx[i] += g * (dy[i] - a1 - ((x[i] - mu) * is) * a2);
+}
+
+AVX512 static void bn_backward_apply_avx512(float *dx, const float *dy, const float *x, size_t n,
+                                            float g, float a1, float a2, float mu, float is,
+                                            int set)
+{
+    const __m512 vg = _mm512_set1_ps(g), va1 = _mm512_set1_ps(a1), va2 = _mm512_set1_ps(a2),
+                 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu), vis);
+        __m512 v = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, dy + i), va1),
+                                 _mm512_mul_ps(xh, va2));
+        v = _mm512_mul_ps(vg, v);
+        if (!set)
+            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
+        _mm512_mask_storeu_ps(dx + i, m, v);
+    }
+}
+
+void nl_bn_backward_apply(float *dx, const float *dy, const float *x, size_t n, float g, float a1,
+                          float a2, float mu, float is, int set)
+{
+    if (vector_on)
+        bn_backward_apply_avx512(dx, dy, x, n, g, a1, a2, mu, is, set);
+    else
+        nl_bn_backward_apply_naive(dx, dy, x, n, g, a1, a2, mu, is, set);
+}

@@ -96,6 +96,22 @@ void nl_bn_apply_naive(float *y, const float *x, size_t n, float mu, float is, f
 void nl_add(float *out, const float *a, const float *b, size_t n);
 void nl_add_naive(float *out, const float *a, const float *b, size_t n);
 
+/* Batchnorm's passes over one plane of n floats. shifted_sums: *s1 += sum (x - x0), *s2 +=
+ * sum (x - x0)^2. grad_sums: *sdy += sum dy, *sdyc += sum dy * (x - mu). Both sum in eight
+ * float lanes added in double, then the tail in double. backward_apply: dx = (set) or +=
+ * g * (dy - a1 - ((x - mu) * is) * a2). The vector paths give the naive twins' results bit for
+ * bit. */
+void nl_bn_shifted_sums(const float *x, size_t n, float x0, double *s1, double *s2);
+void nl_bn_shifted_sums_naive(const float *x, size_t n, float x0, double *s1, double *s2);
+void nl_bn_grad_sums(const float *dy, const float *x, size_t n, float mu, double *sdy,
+                     double *sdyc);
+void nl_bn_grad_sums_naive(const float *dy, const float *x, size_t n, float mu, double *sdy,
+                           double *sdyc);
+void nl_bn_backward_apply(float *dx, const float *dy, const float *x, size_t n, float g, float a1,
+                          float a2, float mu, float is, int set);
+void nl_bn_backward_apply_naive(float *dx, const float *dy, const float *x, size_t n, float g,
+                                float a1, float a2, float mu, float is, int set);
+
 /* The activations an output pass can apply (the ReLU and ReLU6 layers' functions). */
 enum { NL_ACT_NONE = 0, NL_ACT_RELU = 1, NL_ACT_RELU6 = 2 };
 
@@ -107,7 +123,7 @@ void nl_scale_shift_naive(float *y, const float *x, size_t n, float s, float t, 
 void nl_add_act(float *out, const float *a, const float *b, size_t n, int act);
 void nl_add_act_naive(float *out, const float *a, const float *b, size_t n, int act);
 
-/* Whether the AVX-512 paths of im2col, col2im, ReLU, max pooling, batchnorm's output, add and
+/* Whether the AVX-512 paths of im2col, col2im, ReLU, max pooling, batchnorm's passes, add and
  * the folded output passes run (core/engine/kernels.c): on where
  * the CPU has AVX-512 after nl_kernels_init; nl_kernels_vector(0) turns them off, 1 back on where
  * the CPU allows. Returns whether they are on now. For tests and benchmarks, before any thread. */
