@@ -750,6 +750,72 @@ void nl_dwconv(float *restrict out, const float *restrict img, const float *rest
 
 #define DW_MAX_TAPS 64 /* kernels up to 8x8 take the fast backward; larger ones the reference */
 
+/* acc (kh*kw) = the weight gradient of one depthwise filter, dy (oh, ow) against its input plane
+ * x (h, w), for strides of 1 or 2 in x: per tap, one 16-lane sum of products over the rows,
+ * lanes [lo, hi) of the tap's valid output columns, added across the lanes at the end. A
+ * mobilenet plane's row (14 or 7 columns) is one masked vector, where the scalar loop adds one
+ * product after another. Its sums go in another order than the reference's (the tests compare
+ * them to rounding). */
+AVX512 static void dw_weight_grad_avx512(float *acc, const float *dy, const float *x, int h, int w,
+                                         int kh, int kw, int sh, int sw, int ph, int pw, int oh,
+                                         int ow, const int *lo, const int *hi)
+{
+    static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const __m512i idx = _mm512_loadu_si512(even);
+
+    if (kh == 3 && kw == 3 && sw == 1 && ow <= 16) {
+        /* The common case, a 3x3 window over rows of one vector: each row of dy is loaded once
+         * and feeds the nine taps' sums, held in registers. */
+        __m512 v[9];
+        __mmask16 m[3];
+        for (int k = 0; k < 9; k++)
+            v[k] = _mm512_setzero_ps();
+        for (int kj = 0; kj < 3; kj++)
+            m[kj] = lanes(lo[kj], hi[kj]) & lanes(0, ow);
+        for (int oy = 0; oy < oh; oy++) {
+            const __m512 g = _mm512_maskz_loadu_ps(lanes(0, ow), dy + (size_t)oy * ow);
+            for (int ki = 0; ki < 3; ki++) {
+                const int iy = oy * sh - ph + ki;
+                if (iy < 0 || iy >= h)
+                    continue;
+                const float *xr = x + (size_t)iy * w - pw;
+                for (int kj = 0; kj < 3; kj++)
+                    v[ki * 3 + kj] = _mm512_mask3_fmadd_ps(g, _mm512_maskz_loadu_ps(m[kj], xr + kj),
+                                                           v[ki * 3 + kj], m[kj]);
+            }
+        }
+        for (int k = 0; k < 9; k++)
+            acc[k] = _mm512_reduce_add_ps(v[k]);
+        return;
+    }
+    for (int ki = 0; ki < kh; ki++)
+        for (int kj = 0; kj < kw; kj++) {
+            __m512 v = _mm512_setzero_ps();
+            const int x0 = kj - pw;
+            for (int oy = 0; oy < oh; oy++) {
+                const int iy = oy * sh - ph + ki;
+                if (iy < 0 || iy >= h)
+                    continue;
+                const float *dyr = dy + (size_t)oy * ow, *xr = x + (size_t)iy * w;
+                for (int o = 0; o < ow; o += 16) {
+                    const __mmask16 m = lanes(lo[kj] - o, hi[kj] - o) & lanes(0, ow - o);
+                    const int base = o * sw + x0; /* the input column of lane 0 */
+                    __m512 xv;
+                    if (sw == 1) {
+                        xv = _mm512_maskz_loadu_ps(m, xr + base);
+                    } else {
+                        __m512 a = _mm512_maskz_loadu_ps(lanes(-base, w - base), xr + base);
+                        __m512 b =
+                            _mm512_maskz_loadu_ps(lanes(-base - 16, w - base - 16), xr + base + 16);
+                        xv = _mm512_maskz_mov_ps(m, _mm512_permutex2var_ps(a, idx, b));
+                    }
+                    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dyr + o), xv, v);
+                }
+            }
+            acc[ki * kw + kj] = _mm512_reduce_add_ps(v);
+        }
+}
+
 void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *restrict dout,
                         const float *restrict img, const float *restrict weight, int c, int h,
                         int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
@@ -770,8 +836,13 @@ void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *r
         const float *dy = dout + (size_t)f * plane;
         if (dbias)
             dbias[f] += nl_sum(dy, (int)plane);
-        /* The weight gradient: per tap, the rows' partial sums added in row order. */
-        if (dweight) {
+        if (dweight && vector_on && sw <= 2) {
+            float acc[DW_MAX_TAPS];
+            dw_weight_grad_avx512(acc, dy, x, h, w, kh, kw, sh, sw, ph, pw, oh, ow, lo, hi);
+            for (int k = 0; k < kh * kw; k++)
+                dweight[(size_t)f * kh * kw + k] += acc[k];
+        } else if (dweight) {
+            /* The weight gradient: per tap, the rows' partial sums added in row order. */
             float acc[DW_MAX_TAPS] = {0};
             for (int oy = 0; oy < oh; oy++) {
                 const float *dyr = dy + (size_t)oy * ow;

@@ -50,7 +50,9 @@ void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *d
                         const float *img, const float *weight, int c, int h, int w, int mult,
                         int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
 /* Their twins: tap after tap over the whole plane. The fast ones (row by row, a kernel row's
- * taps in one pass) add the same products in the same order, so they agree bit for bit. */
+ * taps in one pass) add the same products in the same order, so they agree bit for bit, except
+ * the weight gradient where the AVX-512 path runs (strides of 1 or 2 in x): it sums each tap in
+ * 16 lanes, and agrees to rounding. */
 void nl_dwconv_ref(float *out, const float *img, const float *weight, const float *bias, int c,
                    int h, int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
                    int ow);
