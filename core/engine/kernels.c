@@ -726,11 +726,72 @@ static void dw_row(float *restrict yr, const float *restrict xr, const float *re
         }
 }
 
+#define DW_MAX_TAPS 64 /* kernels up to 8x8 take the fast paths; larger ones the reference */
+
+/* nl_dwconv for strides of 1 or 2 in x, 16 output columns at a time: each output gets the bias,
+ * then its valid taps in (ki, kj) order, a multiply and an add each (lanes of a tap that falls
+ * in the padding are left alone, not added 0), as the scalar loops do: the same floats. */
+AVX512 static void dwconv_avx512(float *out, const float *img, const float *weight,
+                                 const float *bias, int c, int h, int w, int mult, int kh, int kw,
+                                 int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const __m512i idx = _mm512_loadu_si512(even);
+    enum { R = 4 }; /* output rows at a time: four independent chains of additions */
+    int lo[DW_MAX_TAPS], hi[DW_MAX_TAPS];
+    __mmask16 m[DW_MAX_TAPS];
+
+    for (int kj = 0; kj < kw; kj++)
+        valid_range(&lo[kj], &hi[kj], w, kj, sw, pw, ow);
+    for (int f = 0; f < c * mult; f++) {
+        const float *x = img + (size_t)(f / mult) * h * w, *wf = weight + (size_t)f * kh * kw;
+        const __m512 bv = _mm512_set1_ps(bias ? bias[f] : 0.0f);
+        float *y = out + (size_t)f * oh * ow;
+        for (int o = 0; o < ow; o += 16) {
+            const __mmask16 store = lanes(0, ow - o);
+            for (int kj = 0; kj < kw; kj++)
+                m[kj] = lanes(lo[kj] - o, hi[kj] - o) & store;
+            for (int oy0 = 0; oy0 < oh; oy0 += R) {
+                __m512 v[R];
+                for (int r = 0; r < R; r++)
+                    v[r] = bv;
+                for (int ki = 0; ki < kh; ki++)
+                    for (int kj = 0; kj < kw; kj++) {
+                        const __m512 wv = _mm512_set1_ps(wf[ki * kw + kj]);
+                        const int base = o * sw + kj - pw; /* the input column of lane 0 */
+                        for (int r = 0; r < R; r++) {
+                            const int iy = (oy0 + r) * sh - ph + ki;
+                            if (oy0 + r >= oh || iy < 0 || iy >= h)
+                                continue;
+                            const float *xr = x + (size_t)iy * w;
+                            __m512 xv;
+                            if (sw == 1) {
+                                xv = _mm512_maskz_loadu_ps(m[kj], xr + base);
+                            } else {
+                                __m512 a = _mm512_maskz_loadu_ps(lanes(-base, w - base), xr + base);
+                                __m512 b = _mm512_maskz_loadu_ps(lanes(-base - 16, w - base - 16),
+                                                                 xr + base + 16);
+                                xv = _mm512_permutex2var_ps(a, idx, b);
+                            }
+                            v[r] = _mm512_mask_add_ps(v[r], m[kj], v[r], _mm512_mul_ps(wv, xv));
+                        }
+                    }
+                for (int r = 0; r < R && oy0 + r < oh; r++)
+                    _mm512_mask_storeu_ps(y + (size_t)(oy0 + r) * ow + o, store, v[r]);
+            }
+        }
+    }
+}
+
 void nl_dwconv(float *restrict out, const float *restrict img, const float *restrict weight,
                const float *bias, int c, int h, int w, int mult, int kh, int kw, int sh, int sw,
                int ph, int pw, int oh, int ow)
 {
     int a, b;
+    if (vector_on && sw <= 2 && kw <= DW_MAX_TAPS) {
+        dwconv_avx512(out, img, weight, bias, c, h, w, mult, kh, kw, sh, sw, ph, pw, oh, ow);
+        return;
+    }
     dw_inner(&a, &b, w, kw, sw, pw, ow);
     for (int f = 0; f < c * mult; f++) {
         const float *x = img + (size_t)(f / mult) * h * w, *wf = weight + (size_t)f * kh * kw;
@@ -747,8 +808,6 @@ void nl_dwconv(float *restrict out, const float *restrict img, const float *rest
         }
     }
 }
-
-#define DW_MAX_TAPS 64 /* kernels up to 8x8 take the fast backward; larger ones the reference */
 
 /* acc (kh*kw) = the weight gradient of one depthwise filter, dy (oh, ow) against its input plane
  * x (h, w), for strides of 1 or 2 in x: per tap, one 16-lane sum of products over the rows,
