@@ -875,6 +875,41 @@ AVX512 static void dw_weight_grad_avx512(float *acc, const float *dy, const floa
         }
 }
 
+/* dx (h, w) += the input gradient of one depthwise filter wf (kh, kw) from dy (oh, ow), for a
+ * stride of 1 in x: 16 input columns and four input rows at a time, each element's terms in
+ * (ki, kj) order, a multiply and an add each, only where the tap reads an output (the padding's
+ * lanes left alone): the floats of the scalar loops. */
+AVX512 static void dw_input_grad_avx512(float *dx, const float *dy, const float *wf, int h, int w,
+                                        int kh, int kw, int sh, int ph, int pw, int oh, int ow)
+{
+    enum { R = 4 };
+    for (int i = 0; i < w; i += 16) {
+        const __mmask16 store = lanes(0, w - i);
+        for (int iy0 = 0; iy0 < h; iy0 += R) {
+            __m512 v[R];
+            for (int r = 0; r < R; r++)
+                v[r] = iy0 + r < h ? _mm512_maskz_loadu_ps(store, dx + (size_t)(iy0 + r) * w + i)
+                                   : _mm512_setzero_ps();
+            for (int ki = 0; ki < kh; ki++)
+                for (int kj = 0; kj < kw; kj++) {
+                    const __m512 wv = _mm512_set1_ps(wf[ki * kw + kj]);
+                    const int base = i + pw - kj; /* the output column of lane 0 */
+                    const __mmask16 m = lanes(-base, ow - base) & store;
+                    for (int r = 0; r < R; r++) {
+                        const int t = iy0 + r + ph - ki;
+                        if (iy0 + r >= h || t < 0 || t % sh != 0 || t / sh >= oh)
+                            continue;
+                        const __m512 g =
+                            _mm512_maskz_loadu_ps(m, dy + (size_t)(t / sh) * ow + base);
+                        v[r] = _mm512_mask_add_ps(v[r], m, v[r], _mm512_mul_ps(wv, g));
+                    }
+                }
+            for (int r = 0; r < R && iy0 + r < h; r++)
+                _mm512_mask_storeu_ps(dx + (size_t)(iy0 + r) * w + i, store, v[r]);
+        }
+    }
+}
+
 void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *restrict dout,
                         const float *restrict img, const float *restrict weight, int c, int h,
                         int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
@@ -930,6 +965,10 @@ void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *r
             continue;
         /* The input gradient, input row by input row: its taps in (ki, kj) order. */
         float *dx = din + (size_t)(f / mult) * h * w;
+        if (vector_on && sw == 1) {
+            dw_input_grad_avx512(dx, dy, wf, h, w, kh, kw, sh, ph, pw, oh, ow);
+            continue;
+        }
         for (int iy = 0; iy < h; iy++) {
             float *dxr = dx + (size_t)iy * w;
             for (int ki = 0; ki < kh; ki++) {
