@@ -439,27 +439,34 @@ static void test_vector_twins(void)
     }
     is_int(wrong_fold, 0, "folded output passes: vector and naive the same bit for bit");
 
-    /* Batchnorm's sums and its input gradient pass: lengths around the 8 and 16 lanes. */
+    /* Batchnorm's sums over 1 to 3 planes of lengths around the 16 lanes, and its input
+     * gradient pass. */
     int wrong_sums = 0, wrong_dx = 0, sums_far = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         size_t n = (size_t)sizes[i];
         const float *xs = x + 10; /* past the NaN and infinities */
-        n = n > max - 10 ? max - 10 : n;
-        double v[4] = {0.5, -0.25, 0.5, -0.25}, w[4] = {0.5, -0.25, 0.5, -0.25};
-        nl_bn_shifted_sums(xs, n, 0.3f, &v[0], &v[1]);
-        nl_bn_shifted_sums_naive(xs, n, 0.3f, &w[0], &w[1]);
-        nl_bn_grad_sums(dy, xs, n, -0.2f, &v[2], &v[3]);
-        nl_bn_grad_sums_naive(dy, xs, n, -0.2f, &w[2], &w[3]);
-        wrong_sums += memcmp(v, w, sizeof v) != 0;
-        double e[4] = {0.5, -0.25, 0.5, -0.25};
-        for (size_t j = 0; j < n; j++) {
-            e[0] += (double)xs[j] - 0.3;
-            e[1] += ((double)xs[j] - 0.3) * ((double)xs[j] - 0.3);
-            e[2] += dy[j];
-            e[3] += (double)dy[j] * ((double)xs[j] + 0.2);
+        n = n > (max - 10) / 3 ? (max - 10) / 3 : n;
+        for (int planes = 1; planes <= 3; planes++) {
+            const size_t stride = n + 5; /* the planes of one channel, apart */
+            if ((size_t)planes * stride > max - 10)
+                continue;
+            double v[4] = {0.5, -0.25, 0.5, -0.25}, w[4] = {0.5, -0.25, 0.5, -0.25};
+            nl_bn_shifted_sums(xs, planes, stride, n, 0.3f, &v[0], &v[1]);
+            nl_bn_shifted_sums_naive(xs, planes, stride, n, 0.3f, &w[0], &w[1]);
+            nl_bn_grad_sums(dy, xs, planes, stride, n, -0.2f, &v[2], &v[3]);
+            nl_bn_grad_sums_naive(dy, xs, planes, stride, n, -0.2f, &w[2], &w[3]);
+            wrong_sums += memcmp(v, w, sizeof v) != 0;
+            double e[4] = {0.5, -0.25, 0.5, -0.25};
+            for (int p = 0; p < planes; p++)
+                for (size_t j = p * stride; j < p * stride + n; j++) {
+                    e[0] += (double)xs[j] - 0.3;
+                    e[1] += ((double)xs[j] - 0.3) * ((double)xs[j] - 0.3);
+                    e[2] += dy[j];
+                    e[3] += (double)dy[j] * ((double)xs[j] + 0.2);
+                }
+            for (int j = 0; j < 4; j++)
+                sums_far += fabs(v[j] - e[j]) > 1e-4 * (1.0 + fabs(e[j]));
         }
-        for (int j = 0; j < 4; j++)
-            sums_far += fabs(v[j] - e[j]) > 1e-4 * (1.0 + fabs(e[j]));
         for (int set = 0; set <= 1; set++) {
             fill(y1, max, -1, 1);
             memcpy(y2, y1, max * sizeof *y1);

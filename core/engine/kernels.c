@@ -1373,129 +1373,138 @@ void nl_add_act(float *out, const float *a, const float *b, size_t n, int act)
         nl_add_act_naive(out, a, b, n, act);
 }
 
-/* Batchnorm's sums. Each keeps eight float partial sums, lane j taking elements i + j for
- * i a multiple of 8, adds them in double in lane order, then the tail in double: the vector
- * paths do the same in one 8-float register, so they agree with the naive twins bit for bit. */
-void nl_bn_shifted_sums_naive(const float *restrict x, size_t n, float x0, double *s1, double *s2)
+/* Batchnorm's sums over one channel: n planes of `plane` floats, plane s at s * stride. Each keeps
+ * sixteen float partial sums, lane j taking the elements i + j of every plane (i a multiple of
+ * 16), and adds them in double in lane order at the end: the vector paths do the same in one
+ * register with masked tails, so they agree with the naive twins bit for bit. */
+void nl_bn_shifted_sums_naive(const float *restrict x, int n, size_t stride, size_t plane, float x0,
+                              double *s1, double *s2)
 {
-    float a[8] = {0}, b[8] = {0};
-    size_t i = 0;
+    float a[16] = {0}, b[16] = {0};
 
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) {
-            float d = x[i + j] - x0;
-            a[j] += d;
-            b[j] += d * d;
-        }
+    for (int s = 0; s < n; s++) {
+        const float *p = x + (size_t)s * stride;
+        for (size_t i = 0; i < plane; i += 16)
+            for (size_t j = 0; j < 16 && i + j < plane; j++) {
+                float d = p[i + j] - x0;
+                a[j] += d;
+                b[j] += d * d;
+            }
+    }
     double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < 16; j++) {
         t1 += a[j];
         t2 += b[j];
-    }
-    for (; i < n; i++) {
-        double d = (double)x[i] - x0;
-        t1 += d;
-        t2 += d * d;
     }
     *s1 += t1;
     *s2 += t2;
 }
 
-AVX512 static void bn_shifted_sums_avx512(const float *x, size_t n, float x0, double *s1,
-                                          double *s2)
+AVX512 static void bn_shifted_sums_avx512(const float *x, int n, size_t stride, size_t plane,
+                                          float x0, double *s1, double *s2)
 {
-    __m256 va = _mm256_setzero_ps(), vb = _mm256_setzero_ps();
-    const __m256 v0 = _mm256_set1_ps(x0);
-    float a[8], b[8];
-    size_t i = 0;
+    __m512 va = _mm512_setzero_ps(), vb = _mm512_setzero_ps();
+    const __m512 v0 = _mm512_set1_ps(x0);
+    float a[16], b[16];
 
-    for (; i + 8 <= n; i += 8) {
-        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), v0);
-        va = _mm256_add_ps(va, d);
-        vb = _mm256_add_ps(vb, _mm256_mul_ps(d, d));
+    for (int s = 0; s < n; s++) {
+        const float *p = x + (size_t)s * stride;
+        size_t i = 0;
+        for (; i + 16 <= plane; i += 16) {
+            __m512 d = _mm512_sub_ps(_mm512_loadu_ps(p + i), v0);
+            va = _mm512_add_ps(va, d);
+            vb = _mm512_add_ps(vb, _mm512_mul_ps(d, d));
+        }
+        if (i < plane) {
+            const __mmask16 m = lanes(0, (int)(plane - i));
+            __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + i), v0);
+            va = _mm512_mask_add_ps(va, m, va, d);
+            vb = _mm512_mask_add_ps(vb, m, vb, _mm512_mul_ps(d, d));
+        }
     }
-    _mm256_storeu_ps(a, va);
-    _mm256_storeu_ps(b, vb);
+    _mm512_storeu_ps(a, va);
+    _mm512_storeu_ps(b, vb);
     double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < 16; j++) {
         t1 += a[j];
         t2 += b[j];
-    }
-    for (; i < n; i++) {
-        double d = (double)x[i] - x0;
-        t1 += d;
-        t2 += d * d;
     }
     *s1 += t1;
     *s2 += t2;
 }
 
-void nl_bn_shifted_sums(const float *x, size_t n, float x0, double *s1, double *s2)
+void nl_bn_shifted_sums(const float *x, int n, size_t stride, size_t plane, float x0, double *s1,
+                        double *s2)
 {
     if (vector_on)
-        bn_shifted_sums_avx512(x, n, x0, s1, s2);
+        bn_shifted_sums_avx512(x, n, stride, plane, x0, s1, s2);
     else
-        nl_bn_shifted_sums_naive(x, n, x0, s1, s2);
+        nl_bn_shifted_sums_naive(x, n, stride, plane, x0, s1, s2);
 }
 
-void nl_bn_grad_sums_naive(const float *restrict dy, const float *restrict x, size_t n, float mu,
-                           double *sdy, double *sdyc)
+void nl_bn_grad_sums_naive(const float *restrict dy, const float *restrict x, int n, size_t stride,
+                           size_t plane, float mu, double *sdy, double *sdyc)
 {
-    float a[8] = {0}, b[8] = {0};
-    size_t i = 0;
+    float a[16] = {0}, b[16] = {0};
 
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) {
-            a[j] += dy[i + j];
-            b[j] += dy[i + j] * (x[i + j] - mu);
+    for (int s = 0; s < n; s++) {
+        const float *g = dy + (size_t)s * stride, *p = x + (size_t)s * stride;
+        for (size_t i = 0; i < plane; i += 16)
+            for (size_t j = 0; j < 16 && i + j < plane; j++) {
+                a[j] += g[i + j];
+                b[j] += g[i + j] * (p[i + j] - mu);
+            }
+    }
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 16; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    *sdy += t1;
+    *sdyc += t2;
+}
+
+AVX512 static void bn_grad_sums_avx512(const float *dy, const float *x, int n, size_t stride,
+                                       size_t plane, float mu, double *sdy, double *sdyc)
+{
+    __m512 va = _mm512_setzero_ps(), vb = _mm512_setzero_ps();
+    const __m512 vmu = _mm512_set1_ps(mu);
+    float a[16], b[16];
+
+    for (int s = 0; s < n; s++) {
+        const float *g = dy + (size_t)s * stride, *p = x + (size_t)s * stride;
+        size_t i = 0;
+        for (; i + 16 <= plane; i += 16) {
+            __m512 gv = _mm512_loadu_ps(g + i);
+            va = _mm512_add_ps(va, gv);
+            vb = _mm512_add_ps(vb, _mm512_mul_ps(gv, _mm512_sub_ps(_mm512_loadu_ps(p + i), vmu)));
         }
+        if (i < plane) {
+            const __mmask16 m = lanes(0, (int)(plane - i));
+            __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+            va = _mm512_mask_add_ps(va, m, va, gv);
+            vb = _mm512_mask_add_ps(
+                vb, m, vb, _mm512_mul_ps(gv, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + i), vmu)));
+        }
+    }
+    _mm512_storeu_ps(a, va);
+    _mm512_storeu_ps(b, vb);
     double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < 16; j++) {
         t1 += a[j];
         t2 += b[j];
-    }
-    for (; i < n; i++) {
-        t1 += dy[i];
-        t2 += (double)dy[i] * (x[i] - mu);
     }
     *sdy += t1;
     *sdyc += t2;
 }
 
-AVX512 static void bn_grad_sums_avx512(const float *dy, const float *x, size_t n, float mu,
-                                       double *sdy, double *sdyc)
-{
-    __m256 va = _mm256_setzero_ps(), vb = _mm256_setzero_ps();
-    const __m256 vmu = _mm256_set1_ps(mu);
-    float a[8], b[8];
-    size_t i = 0;
-
-    for (; i + 8 <= n; i += 8) {
-        __m256 g = _mm256_loadu_ps(dy + i);
-        va = _mm256_add_ps(va, g);
-        vb = _mm256_add_ps(vb, _mm256_mul_ps(g, _mm256_sub_ps(_mm256_loadu_ps(x + i), vmu)));
-    }
-    _mm256_storeu_ps(a, va);
-    _mm256_storeu_ps(b, vb);
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 8; j++) {
-        t1 += a[j];
-        t2 += b[j];
-    }
-    for (; i < n; i++) {
-        t1 += dy[i];
-        t2 += (double)dy[i] * (x[i] - mu);
-    }
-    *sdy += t1;
-    *sdyc += t2;
-}
-
-void nl_bn_grad_sums(const float *dy, const float *x, size_t n, float mu, double *sdy, double *sdyc)
+void nl_bn_grad_sums(const float *dy, const float *x, int n, size_t stride, size_t plane, float mu,
+                     double *sdy, double *sdyc)
 {
     if (vector_on)
-        bn_grad_sums_avx512(dy, x, n, mu, sdy, sdyc);
+        bn_grad_sums_avx512(dy, x, n, stride, plane, mu, sdy, sdyc);
     else
-        nl_bn_grad_sums_naive(dy, x, n, mu, sdy, sdyc);
+        nl_bn_grad_sums_naive(dy, x, n, stride, plane, mu, sdy, sdyc);
 }
 
 void nl_bn_backward_apply_naive(float *restrict dx, const float *restrict dy,

@@ -98,17 +98,19 @@ void nl_bn_apply_naive(float *y, const float *x, size_t n, float mu, float is, f
 void nl_add(float *out, const float *a, const float *b, size_t n);
 void nl_add_naive(float *out, const float *a, const float *b, size_t n);
 
-/* Batchnorm's passes over one plane of n floats. shifted_sums: *s1 += sum (x - x0), *s2 +=
- * sum (x - x0)^2. grad_sums: *sdy += sum dy, *sdyc += sum dy * (x - mu). Both sum in eight
- * float lanes added in double, then the tail in double. backward_apply: dx = (set) or +=
- * g * (dy - a1 - ((x - mu) * is) * a2). The vector paths give the naive twins' results bit for
- * bit. */
-void nl_bn_shifted_sums(const float *x, size_t n, float x0, double *s1, double *s2);
-void nl_bn_shifted_sums_naive(const float *x, size_t n, float x0, double *s1, double *s2);
-void nl_bn_grad_sums(const float *dy, const float *x, size_t n, float mu, double *sdy,
-                     double *sdyc);
-void nl_bn_grad_sums_naive(const float *dy, const float *x, size_t n, float mu, double *sdy,
-                           double *sdyc);
+/* Batchnorm's passes. The sums run over one channel of a shard: n planes of `plane` floats, plane
+ * s at s * stride. shifted_sums: *s1 += sum (x - x0), *s2 += sum (x - x0)^2. grad_sums: *sdy +=
+ * sum dy, *sdyc += sum dy * (x - mu). Both sum in sixteen float lanes, added in double at the
+ * end. backward_apply, over one plane of n floats: dx = (set) or += g * (dy - a1 - ((x - mu) *
+ * is) * a2). The vector paths give the naive twins' results bit for bit. */
+void nl_bn_shifted_sums(const float *x, int n, size_t stride, size_t plane, float x0, double *s1,
+                        double *s2);
+void nl_bn_shifted_sums_naive(const float *x, int n, size_t stride, size_t plane, float x0,
+                              double *s1, double *s2);
+void nl_bn_grad_sums(const float *dy, const float *x, int n, size_t stride, size_t plane, float mu,
+                     double *sdy, double *sdyc);
+void nl_bn_grad_sums_naive(const float *dy, const float *x, int n, size_t stride, size_t plane,
+                           float mu, double *sdy, double *sdyc);
 void nl_bn_backward_apply(float *dx, const float *dy, const float *x, size_t n, float g, float a1,
                           float a2, float mu, float is, int set);
 void nl_bn_backward_apply_naive(float *dx, const float *dy, const float *x, size_t n, float g,

@@ -12,8 +12,9 @@
  *
  * Passes over memory, per channel: forward reads x once for its sums and once to write out;
  * backward reads dout and x once for its sums and once to write din, each pass a kernel of
- * core/engine/kernels.c with an AVX-512 path and a naive twin. The sums go through eight float
- * lanes per plane, each plane's total added in double; forward sums x - x0
+ * core/engine/kernels.c with an AVX-512 path and a naive twin. The sums go through sixteen float
+ * lanes over the channel's planes, added in double at the end (float lanes hold a few hundred
+ * terms each at the shard sizes here); forward sums x - x0
  * and (x - x0)^2, x0 the channel's first value, so that the variance does not cancel when the
  * mean is large against the spread.
  *
@@ -32,8 +33,8 @@
  * H * W, then running = (1 - momentum) * running + momentum * batch value. The result does not
  * depend on the thread count, and a cluster can sum the same sums like gradients. The shard
  * normalisation itself does depend on the shard (as PyTorch's DataParallel without SyncBatchNorm).
- * Sums are formed in double per shard; S2 / M - mean^2 loses precision only when |mean| is much
- * larger than the standard deviation, which normalised networks avoid. */
+ * Sums are formed in float lanes and double per shard; S2 / M - mean^2 loses precision only when
+ * |mean| is much larger than the standard deviation, which normalised networks avoid. */
 #include <math.h>
 
 #include "layers.h"
@@ -93,8 +94,7 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
         if (use_batch) {
             const float x0 = xk[0];
             double s1 = 0.0, s2 = 0.0;
-            for (int s = 0; s < n; s++)
-                nl_bn_shifted_sums(xk + (size_t)s * size, plane, x0, &s1, &s2);
+            nl_bn_shifted_sums(xk, n, size, plane, x0, &s1, &s2);
             double d = s1 / m, var = s2 / m - d * d;
             mean[k] = (float)(x0 + d);
             istd[k] = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + (double)eps_of(l)));
@@ -128,9 +128,7 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
         const size_t off = (size_t)k * plane;
         /* sum dy * xhat = istd * sum dy * (x - mean) */
         double sdy = 0.0, sdyc = 0.0;
-        for (int s = 0; s < n; s++)
-            nl_bn_grad_sums(b->dout + (size_t)s * size + off, b->in[0] + (size_t)s * size + off,
-                            plane, mu, &sdy, &sdyc);
+        nl_bn_grad_sums(b->dout + off, b->in[0] + off, n, size, plane, mu, &sdy, &sdyc);
         double sdyx = (double)is * sdyc;
         if (b->dw) {
             b->dw[k] += (float)sdyx;
