@@ -876,11 +876,13 @@ AVX512 static void dw_weight_grad_avx512(float *acc, const float *dy, const floa
 }
 
 /* dx (h, w) += the input gradient of one depthwise filter wf (kh, kw) from dy (oh, ow), for a
- * stride of 1 in x: 16 input columns and four input rows at a time, each element's terms in
+ * stride of 1 or 2 in x (at 2, every other lane reads, its outputs expanded from consecutive
+ * columns): 16 input columns and four input rows at a time, each element's terms in
  * (ki, kj) order, a multiply and an add each, only where the tap reads an output (the padding's
  * lanes left alone): the floats of the scalar loops. */
 AVX512 static void dw_input_grad_avx512(float *dx, const float *dy, const float *wf, int h, int w,
-                                        int kh, int kw, int sh, int ph, int pw, int oh, int ow)
+                                        int kh, int kw, int sh, int sw, int ph, int pw, int oh,
+                                        int ow)
 {
     enum { R = 4 };
     for (int i = 0; i < w; i += 16) {
@@ -893,14 +895,25 @@ AVX512 static void dw_input_grad_avx512(float *dx, const float *dy, const float 
             for (int ki = 0; ki < kh; ki++)
                 for (int kj = 0; kj < kw; kj++) {
                     const __m512 wv = _mm512_set1_ps(wf[ki * kw + kj]);
-                    const int base = i + pw - kj; /* the output column of lane 0 */
-                    const __mmask16 m = lanes(-base, ow - base) & store;
+                    /* Lane l reads output column (q + l) / sw, where that divides. */
+                    const int q = i + pw - kj;
+                    __mmask16 m;
+                    int first = q; /* the output column of the first lane read */
+                    if (sw == 1) {
+                        m = lanes(-q, ow - q) & store;
+                    } else {
+                        m = lanes(-q, 2 * ow - q) & store & (q % 2 == 0 ? 0x5555 : 0xaaaa);
+                        if (!m)
+                            continue;
+                        first = (q + __builtin_ctz(m)) / 2;
+                    }
                     for (int r = 0; r < R; r++) {
                         const int t = iy0 + r + ph - ki;
                         if (iy0 + r >= h || t < 0 || t % sh != 0 || t / sh >= oh)
                             continue;
-                        const __m512 g =
-                            _mm512_maskz_loadu_ps(m, dy + (size_t)(t / sh) * ow + base);
+                        const float *dyr = dy + (size_t)(t / sh) * ow;
+                        const __m512 g = sw == 1 ? _mm512_maskz_loadu_ps(m, dyr + first)
+                                                 : _mm512_maskz_expandloadu_ps(m, dyr + first);
                         v[r] = _mm512_mask_add_ps(v[r], m, v[r], _mm512_mul_ps(wv, g));
                     }
                 }
@@ -965,8 +978,8 @@ void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *r
             continue;
         /* The input gradient, input row by input row: its taps in (ki, kj) order. */
         float *dx = din + (size_t)(f / mult) * h * w;
-        if (vector_on && sw == 1) {
-            dw_input_grad_avx512(dx, dy, wf, h, w, kh, kw, sh, ph, pw, oh, ow);
+        if (vector_on && sw <= 2) {
+            dw_input_grad_avx512(dx, dy, wf, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
             continue;
         }
         for (int iy = 0; iy < h; iy++) {
