@@ -954,6 +954,7 @@ static void test_folding(void)
         {"resnet8", {1, 28, 28}, 16},
         {"mobilenet-tiny", {1, 28, 28}, 19},
         {"lenet", {1, 28, 28}, 0}, /* conv -> maxpool: nothing to fold */
+        {"resnet18", {3, 32, 32}, 37},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct nl_error err = {0};
