@@ -15,9 +15,9 @@
  * Folding (forward-only executors, inference only): a conv whose output only a batchnorm reads
  * takes that batchnorm into its output pass, y * scale + shift per channel (nl__bn_fold, from
  * the running statistics, computed at each forward from the parameters passed in, so they may
- * change between calls), and a ReLU or ReLU6 that alone reads the conv, its batchnorm or an
- * add is applied in that same pass. The folded layers do not run; the chain's result
- * lands in the last one's activation buffer, where its readers look. The output equals the
+ * change between calls), and a ReLU or ReLU6 that alone reads the conv, its batchnorm, an
+ * add or a dense layer is applied in that same pass. The folded layers do not run; the chain's
+ * result lands in the last one's activation buffer, where its readers look. The output equals the
  * unfolded layers' to rounding (tests/test_layers.c holds the two against each other); a
  * forward in training mode, and every executor made by nl_exec_new, runs the layers as they are. */
 #include "nnlab/model.h"
@@ -519,7 +519,7 @@ static int activation_kind(const struct nl_layer *l)
 }
 
 /* The folding plan (see the top of the file): conv -> [batchnorm] -> [relu | relu6], and
- * add -> relu | relu6, each link the sole reader of the layer before it. */
+ * add or dense -> relu | relu6, each link the sole reader of the layer before it. */
 static int plan_folds(struct nl_exec *x)
 {
     const struct nl_model *m = x->m;
