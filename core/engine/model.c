@@ -375,7 +375,7 @@ struct nl_exec {
     unsigned char **rows; /* (nlayers) nl_exec_track_rows's maps, NULL where none */
     /* Folding (see the top of the file), forward-only executors only. into[i]: the layer whose
      * activation buffer layer i's output pass writes (i, or the last layer folded into it);
-     * bn[i]: the batchnorm folded into conv i, or -1; act[i]: NL_ACT_* folded into i; skip[i]:
+     * bn[i]: the batchnorm folded into conv i, or -1; actk[i]: NL_ACT_* folded into i; skip[i]:
      * 1 for a folded layer, which does not run; fold: scale and shift (2 * filters floats) of
      * each folding conv, at fold_at[i]. nfolded counts the folded layers. */
     int *into, *bn;
