@@ -399,6 +399,86 @@ static void test_vector_twins(void)
         wrong_bn += memcmp(y1, y2, max * sizeof *y1) != 0;
     }
     is_int(wrong_bn, 0, "batchnorm's output pass and add: vector and naive the same bit for bit");
+
+    /* The folded output passes, with each activation; x holds NaN, +-0 and +-inf, and values
+     * on both sides of 6 after the scaling. */
+    int wrong_fold = 0, differ = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = (size_t)sizes[i];
+        for (int act = NL_ACT_NONE; act <= NL_ACT_RELU6; act++) {
+            fill_value(y1, max, 9.0f);
+            fill_value(y2, max, 9.0f);
+            nl_scale_shift(y1, x, n, 7.3f, -0.4f, act);
+            nl_scale_shift_naive(y2, x, n, 7.3f, -0.4f, act);
+            wrong_fold += memcmp(y1, y2, max * sizeof *y1) != 0;
+            for (size_t j = 0; j < n; j++) {
+                float v = x[j] * 7.3f - 0.4f;
+                float want = act == NL_ACT_NONE ? v
+                             : v > 0.0f         ? (act == 2 && !(v < 6.0f) ? 6.0f : v)
+                                                : 0.0f;
+                differ += memcmp(&want, &y2[j], sizeof want) != 0;
+            }
+            fill_value(y1, max, 9.0f);
+            fill_value(y2, max, 9.0f);
+            nl_add_act(y1, x, dy, n, act);
+            nl_add_act_naive(y2, x, dy, n, act);
+            wrong_fold += memcmp(y1, y2, max * sizeof *y1) != 0;
+            for (size_t j = 0; j < n; j++) {
+                float v = x[j] + dy[j];
+                float want = act == NL_ACT_NONE ? v
+                             : v > 0.0f         ? (act == 2 && !(v < 6.0f) ? 6.0f : v)
+                                                : 0.0f;
+                differ += memcmp(&want, &y2[j], sizeof want) != 0;
+            }
+            /* In place, as conv's per-image pass runs it. */
+            memcpy(y1, x, max * sizeof *y1);
+            nl_scale_shift(y1, y1, n, 0.5f, 0.25f, act);
+            nl_scale_shift_naive(y2, x, n, 0.5f, 0.25f, act);
+            wrong_fold += memcmp(y1, y2, n * sizeof *y1) != 0;
+        }
+    }
+    is_int(wrong_fold, 0, "folded output passes: vector and naive the same bit for bit");
+
+    /* Batchnorm's sums over 1 to 3 planes of lengths around the 16 lanes, and its input
+     * gradient pass. */
+    int wrong_sums = 0, wrong_dx = 0, sums_far = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = (size_t)sizes[i];
+        const float *xs = x + 10; /* past the NaN and infinities */
+        n = n > (max - 10) / 3 ? (max - 10) / 3 : n;
+        for (int planes = 1; planes <= 3; planes++) {
+            const size_t stride = n + 5; /* the planes of one channel, apart */
+            if ((size_t)planes * stride > max - 10)
+                continue;
+            double v[4] = {0.5, -0.25, 0.5, -0.25}, w[4] = {0.5, -0.25, 0.5, -0.25};
+            nl_bn_shifted_sums(xs, planes, stride, n, 0.3f, &v[0], &v[1]);
+            nl_bn_shifted_sums_naive(xs, planes, stride, n, 0.3f, &w[0], &w[1]);
+            nl_bn_grad_sums(dy, xs, planes, stride, n, -0.2f, &v[2], &v[3]);
+            nl_bn_grad_sums_naive(dy, xs, planes, stride, n, -0.2f, &w[2], &w[3]);
+            wrong_sums += memcmp(v, w, sizeof v) != 0;
+            double e[4] = {0.5, -0.25, 0.5, -0.25};
+            for (int p = 0; p < planes; p++)
+                for (size_t j = p * stride; j < p * stride + n; j++) {
+                    e[0] += (double)xs[j] - 0.3;
+                    e[1] += ((double)xs[j] - 0.3) * ((double)xs[j] - 0.3);
+                    e[2] += dy[j];
+                    e[3] += (double)dy[j] * ((double)xs[j] + 0.2);
+                }
+            for (int j = 0; j < 4; j++)
+                sums_far += fabs(v[j] - e[j]) > 1e-4 * (1.0 + fabs(e[j]));
+        }
+        for (int set = 0; set <= 1; set++) {
+            fill(y1, max, -1, 1);
+            memcpy(y2, y1, max * sizeof *y1);
+            nl_bn_backward_apply(y1, dy, xs, n, 0.7f, 0.1f, -0.3f, 0.2f, 1.9f, set);
+            nl_bn_backward_apply_naive(y2, dy, xs, n, 0.7f, 0.1f, -0.3f, 0.2f, 1.9f, set);
+            wrong_dx += memcmp(y1, y2, max * sizeof *y1) != 0;
+        }
+    }
+    is_int(wrong_sums, 0, "batchnorm's sums: vector and naive the same bit for bit");
+    is_int(sums_far, 0, "batchnorm's sums: the sums of the values, to float rounding");
+    is_int(wrong_dx, 0, "batchnorm's input gradient: vector and naive the same bit for bit");
+    is_int(differ, 0, "folded output passes: act(x * s + t) and act(a + b) as written out");
     free(x);
     free(dy);
     free(y1);
@@ -611,7 +691,8 @@ static void test_depthwise(const struct conv_case *cc)
 }
 
 /* The fast depthwise kernels against their reference twins, bit for bit (the same products in
- * the same order): forward, and every gradient added into the same non-zero starting values. */
+ * the same order): forward, and every gradient added into the same non-zero starting values;
+ * the weight gradient's vector path, which sums in lanes, to rounding. */
 static void test_dwconv_twins(void)
 {
     static const int cases[][10] = {
@@ -621,6 +702,7 @@ static void test_dwconv_twins(void)
         {1, 2, 2, 1, 3, 3, 1, 1, 1, 1},   {1, 1, 1, 1, 3, 3, 1, 1, 1, 1},
         {2, 9, 8, 1, 3, 3, 2, 1, 2, 2},   {1, 5, 7, 3, 2, 3, 1, 2, 0, 1},
         {1, 3, 3, 1, 3, 3, 1, 1, 2, 2},   {2, 8, 8, 1, 9, 9, 1, 1, 4, 4},
+        {2, 5, 37, 1, 3, 3, 1, 1, 1, 1},  {2, 6, 40, 1, 3, 3, 2, 2, 1, 1}, /* rows of 2 vectors */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int *k = cases[i];
@@ -653,13 +735,31 @@ static void test_dwconv_twins(void)
                                pw, oh, ow);
         nl_dwconv_backward(dx[1], dwt[1], db[1], dy, x, wt, c, h, w, mult, kh, kw, sh, sw, ph, pw,
                            oh, ow);
+        /* The weight gradient sums in vector lanes where the vector paths run (kh*kw <= 64,
+         * strides of 1 or 2 in x): to rounding there, bit for bit elsewhere. */
+        const int lanes16 = nl_kernels_vector_on() && kh * kw <= 64 && sw <= 2;
         ok(memcmp(y[0], y[1], out * sizeof(float)) == 0 &&
                memcmp(dx[0], dx[1], in * sizeof(float)) == 0 &&
-               memcmp(dwt[0], dwt[1], nw * sizeof(float)) == 0 &&
+               (lanes16 || memcmp(dwt[0], dwt[1], nw * sizeof(float)) == 0) &&
                memcmp(db[0], db[1], nb * sizeof(float)) == 0,
            "depthwise %dx%dx%d x%d, %dx%d stride %dx%d pad %dx%d: the fast kernels give their "
-           "twins' output and gradients bit for bit",
+           "twins' output, input and bias gradients bit for bit",
            c, h, w, mult, kh, kw, sh, sw, ph, pw);
+        is_float(max_diff(dwt[0], dwt[1], nw), 0.0, 1e-5 * (1.0 + (double)oh * ow),
+                 "depthwise %dx%dx%d: the weight gradient to rounding", c, h, w);
+        if (lanes16) {
+            /* and the scalar loops, with the vector paths off, bit for bit */
+            fill(dwt[0], nw, -1, 1);
+            memcpy(dwt[1], dwt[0], nw * sizeof(float));
+            nl_dwconv_backward_ref(NULL, dwt[0], NULL, dy, x, wt, c, h, w, mult, kh, kw, sh, sw, ph,
+                                   pw, oh, ow);
+            nl_kernels_vector(0);
+            nl_dwconv_backward(NULL, dwt[1], NULL, dy, x, wt, c, h, w, mult, kh, kw, sh, sw, ph, pw,
+                               oh, ow);
+            nl_kernels_vector(1);
+            ok(memcmp(dwt[0], dwt[1], nw * sizeof(float)) == 0,
+               "depthwise %dx%dx%d: the scalar weight gradient bit for bit", c, h, w);
+        }
         for (int j = 0; j < 2; j++) {
             free(y[j]);
             free(dx[j]);

@@ -12,13 +12,17 @@
  * absolute terms) and BOUND = 1e-2. Kinks are kept out of reach: inputs of maxpool and relu are a
  * shuffled grid spaced 0.05 (> 2H) apart with no value within H of 0, so no perturbation changes
  * which value is a window's maximum or which side of 0 a value is on. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nnlab/alloc.h"
 #include "nnlab/kernels.h"
 #include "nnlab/layer.h"
+#include "nnlab/model.h"
 #include "nnlab/rng.h"
+#include "nnlab/spec.h"
 #include "tap.h"
 #include "test_util.h"
 
@@ -863,6 +867,130 @@ static void test_errors(void)
     expect_error(&e, "input 0x8x8 is empty", "flatten of an empty input");
 }
 
+/* ---- folding in inference (core/engine/model.c) ---- */
+
+/* A model of every chain the executor folds, and some it must not: conv (with a bias) ->
+ * batchnorm -> relu6; conv -> relu; conv -> batchnorm with the add reading it; a conv read
+ * twice (no fold); a three-input add -> relu; and a batchnorm read by two layers. */
+static const char fold_spec[] = "c1: conv 6 3x3 pad=1\n"
+                                "b1: batchnorm\n"
+                                "r1: relu6\n"
+                                "c2: conv 6 3x3 pad=1 stride=2\n"
+                                "r2: relu\n"
+                                "c3: conv 6 3x3 pad=1 bias=no\n"
+                                "b3: batchnorm\n"
+                                "a3: add in=b3,r2\n"
+                                "o3: relu\n"
+                                "c4: conv 6 1x1 bias=no\n"
+                                "b4: batchnorm in=c4\n"
+                                "t4: tanh in=c4\n"
+                                "a4: add in=b4,t4,o3\n"
+                                "o4: relu\n"
+                                "b5: batchnorm\n"
+                                "r5: relu in=b5\n"
+                                "a5: add in=r5,b5\n"
+                                "pool: globalavgpool\n"
+                                "fc: dense N\n";
+
+/* Running statistics and affine parameters away from their initial values, so that folding
+ * them is not the identity. */
+static void perturb_batchnorms(struct nl_model *m)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (strcmp(l->ops->kind, "batchnorm") != 0)
+            continue;
+        float *w = m->params + l->param_offset;
+        for (int k = 0; k < l->in[0].c; k++) {
+            w[k] = 0.5f + (float)nl_rng_uniform(&rng);
+            w[l->params[1].offset + k] = (float)nl_rng_uniform(&rng) - 0.5f;
+            w[l->params[2].offset + k] = (float)nl_rng_uniform(&rng) - 0.5f;
+            w[l->params[3].offset + k] = 0.2f + (float)nl_rng_uniform(&rng);
+        }
+    }
+}
+
+/* The forward-only executor (folded) against a training executor in evaluation (every layer
+ * as it is), for n samples, on the vector or the scalar kernels; returns the largest
+ * difference of the logits relative to the largest logit, -1 on a failure. */
+static double fold_against_plain(struct nl_model *m, int n, int *folded)
+{
+    struct nl_error err = {0};
+    struct nl_exec *fx = NULL, *px = NULL;
+    const size_t in_size = nl_shape_size(m->input), k = (size_t)m->nclasses;
+    float *in = nl_alloc_floats((size_t)n * in_size);
+    double worst = -1.0;
+
+    if (in && nl_exec_new_forward(&fx, m, n, &err) == 0 && nl_exec_new(&px, m, n, &err) == 0) {
+        fill(in, (size_t)n * in_size, -1.0f, 1.0f);
+        const float *want = nl_exec_forward(px, m->params, in, n, 0, &rng);
+        const float *got = nl_exec_forward(fx, m->params, in, n, 0, &rng);
+        double big = 0.0, diff = 0.0;
+        for (size_t i = 0; i < (size_t)n * k; i++) {
+            if (fabs(want[i]) > big)
+                big = fabs(want[i]);
+            if (!(fabs((double)got[i] - want[i]) <= diff))
+                diff = isnan(got[i]) ? INFINITY : fabs((double)got[i] - want[i]);
+        }
+        worst = big > 0.0 ? diff / big : diff;
+        *folded = nl_exec_folded(fx);
+    } else {
+        diag("%s", err.msg);
+    }
+    nl_exec_free(fx);
+    nl_exec_free(px);
+    nl_free(in);
+    return worst;
+}
+
+static void test_folding(void)
+{
+    static const struct {
+        const char *name; /* shipped model, or NULL for fold_spec */
+        struct nl_shape in;
+        int folded; /* layers folded away */
+    } cases[] = {
+        {NULL, {3, 9, 9}, 6},
+        {"resnet8", {1, 28, 28}, 16},
+        {"mobilenet-tiny", {1, 28, 28}, 19},
+        {"lenet", {1, 28, 28}, 1}, /* conv -> maxpool: only fc1's relu folds */
+        {"resnet18", {3, 32, 32}, 37},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct nl_error err = {0};
+        struct nl_spec *spec = NULL;
+        struct nl_model *m = NULL;
+        const char *name = cases[c].name ? cases[c].name : "fold_spec";
+        int rc = cases[c].name ? nl_spec_load(&spec, cases[c].name, NULL, NULL, &err)
+                               : nl_spec_parse(&spec, fold_spec, "fold_spec", NULL, NULL, &err);
+        if (rc == 0)
+            rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
+        if (rc < 0) {
+            ok(0, "%s builds: %s", name, err.msg);
+            nl_spec_free(spec);
+            continue;
+        }
+        nl_model_init_params(m, 11);
+        perturb_batchnorms(m);
+        for (int vec = 1; vec >= 0; vec--) {
+            int was = nl_kernels_vector_on();
+            nl_kernels_vector(vec && was);
+            for (int n = 1; n <= 5; n += 4) {
+                int folded = -1;
+                double worst = fold_against_plain(m, n, &folded);
+                ok(worst >= 0.0 && worst < 1e-5,
+                   "%s, %d sample(s), %s kernels: folded logits equal the plain ones to rounding "
+                   "(worst %.2g of the largest)",
+                   name, n, vec && was ? "vector" : "scalar", worst);
+                is_int(folded, cases[c].folded, "%s: layers folded away", name);
+            }
+            nl_kernels_vector(was);
+        }
+        nl_model_free(m);
+        nl_spec_free(spec);
+    }
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -877,6 +1005,7 @@ int main(void)
     test_loss();
     test_dropout();
     test_overwrite();
+    test_folding();
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     return done_testing();
 }

@@ -295,6 +295,17 @@ static int vector_wins(int n, int h, int w, int kh, int kw, int sh, int sw, int 
     return n > 1 || sw == 2 || flat_plane(h, w, kh, kw, sh, sw, ph, pw, oh, ow);
 }
 
+/* The same for im2col alone, which also wins on one image's padded rows: the scalar loop's row
+ * copy becomes a memcpy call, and its zeroed ends loops of their own (im2col of 32x14x14, 3x3,
+ * padding 1: 27 us scalar, 16 us vector, thread CPU time; 16x28x28: 24.7 and 24.0). Their
+ * adjoint's masked additions do not: that rule stays vector_wins. */
+static int vector_wins_gather(int n, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw,
+                              int oh, int ow)
+{
+    return vector_wins(n, h, w, kh, kw, sh, sw, ph, pw, oh, ow) ||
+           (vector_on && sw == 1 && (ph > 0 || pw > 0));
+}
+
 /* nl_im2col_batch for strides of 1 or 2 in x, row by row through row_gather_avx512 (or whole
  * planes through flat_gather_avx512): each row of cols is written from its start to its end,
  * image after image, so a shard's matrix, wider than the cache, is written in one sweep instead
@@ -412,7 +423,7 @@ void nl_im2col_ld(float *restrict cols, int ldc, const float *restrict img, int 
 {
     size_t row = 0;
 
-    if (vector_wins(1, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
+    if (vector_wins_gather(1, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
         im2col_avx512(cols, ldc, img, 1, 0, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
         return;
     }
@@ -715,11 +726,72 @@ static void dw_row(float *restrict yr, const float *restrict xr, const float *re
         }
 }
 
+#define DW_MAX_TAPS 64 /* kernels up to 8x8 take the fast paths; larger ones the reference */
+
+/* nl_dwconv for strides of 1 or 2 in x, 16 output columns at a time: each output gets the bias,
+ * then its valid taps in (ki, kj) order, a multiply and an add each (lanes of a tap that falls
+ * in the padding are left alone, not added 0), as the scalar loops do: the same floats. */
+AVX512 static void dwconv_avx512(float *out, const float *img, const float *weight,
+                                 const float *bias, int c, int h, int w, int mult, int kh, int kw,
+                                 int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const __m512i idx = _mm512_loadu_si512(even);
+    enum { R = 4 }; /* output rows at a time: four independent chains of additions */
+    int lo[DW_MAX_TAPS], hi[DW_MAX_TAPS];
+    __mmask16 m[DW_MAX_TAPS];
+
+    for (int kj = 0; kj < kw; kj++)
+        valid_range(&lo[kj], &hi[kj], w, kj, sw, pw, ow);
+    for (int f = 0; f < c * mult; f++) {
+        const float *x = img + (size_t)(f / mult) * h * w, *wf = weight + (size_t)f * kh * kw;
+        const __m512 bv = _mm512_set1_ps(bias ? bias[f] : 0.0f);
+        float *y = out + (size_t)f * oh * ow;
+        for (int o = 0; o < ow; o += 16) {
+            const __mmask16 store = lanes(0, ow - o);
+            for (int kj = 0; kj < kw; kj++)
+                m[kj] = lanes(lo[kj] - o, hi[kj] - o) & store;
+            for (int oy0 = 0; oy0 < oh; oy0 += R) {
+                __m512 v[R];
+                for (int r = 0; r < R; r++)
+                    v[r] = bv;
+                for (int ki = 0; ki < kh; ki++)
+                    for (int kj = 0; kj < kw; kj++) {
+                        const __m512 wv = _mm512_set1_ps(wf[ki * kw + kj]);
+                        const int base = o * sw + kj - pw; /* the input column of lane 0 */
+                        for (int r = 0; r < R; r++) {
+                            const int iy = (oy0 + r) * sh - ph + ki;
+                            if (oy0 + r >= oh || iy < 0 || iy >= h)
+                                continue;
+                            const float *xr = x + (size_t)iy * w;
+                            __m512 xv;
+                            if (sw == 1) {
+                                xv = _mm512_maskz_loadu_ps(m[kj], xr + base);
+                            } else {
+                                __m512 a = _mm512_maskz_loadu_ps(lanes(-base, w - base), xr + base);
+                                __m512 b = _mm512_maskz_loadu_ps(lanes(-base - 16, w - base - 16),
+                                                                 xr + base + 16);
+                                xv = _mm512_permutex2var_ps(a, idx, b);
+                            }
+                            v[r] = _mm512_mask_add_ps(v[r], m[kj], v[r], _mm512_mul_ps(wv, xv));
+                        }
+                    }
+                for (int r = 0; r < R && oy0 + r < oh; r++)
+                    _mm512_mask_storeu_ps(y + (size_t)(oy0 + r) * ow + o, store, v[r]);
+            }
+        }
+    }
+}
+
 void nl_dwconv(float *restrict out, const float *restrict img, const float *restrict weight,
                const float *bias, int c, int h, int w, int mult, int kh, int kw, int sh, int sw,
                int ph, int pw, int oh, int ow)
 {
     int a, b;
+    if (vector_on && sw <= 2 && kw <= DW_MAX_TAPS) {
+        dwconv_avx512(out, img, weight, bias, c, h, w, mult, kh, kw, sh, sw, ph, pw, oh, ow);
+        return;
+    }
     dw_inner(&a, &b, w, kw, sw, pw, ow);
     for (int f = 0; f < c * mult; f++) {
         const float *x = img + (size_t)(f / mult) * h * w, *wf = weight + (size_t)f * kh * kw;
@@ -737,7 +809,119 @@ void nl_dwconv(float *restrict out, const float *restrict img, const float *rest
     }
 }
 
-#define DW_MAX_TAPS 64 /* kernels up to 8x8 take the fast backward; larger ones the reference */
+/* acc (kh*kw) = the weight gradient of one depthwise filter, dy (oh, ow) against its input plane
+ * x (h, w), for strides of 1 or 2 in x: per tap, one 16-lane sum of products over the rows,
+ * lanes [lo, hi) of the tap's valid output columns, added across the lanes at the end. A
+ * mobilenet plane's row (14 or 7 columns) is one masked vector, where the scalar loop adds one
+ * product after another. Its sums go in another order than the reference's (the tests compare
+ * them to rounding). */
+AVX512 static void dw_weight_grad_avx512(float *acc, const float *dy, const float *x, int h, int w,
+                                         int kh, int kw, int sh, int sw, int ph, int pw, int oh,
+                                         int ow, const int *lo, const int *hi)
+{
+    static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const __m512i idx = _mm512_loadu_si512(even);
+
+    if (kh == 3 && kw == 3 && sw == 1 && ow <= 16) {
+        /* The common case, a 3x3 window over rows of one vector: each row of dy is loaded once
+         * and feeds the nine taps' sums, held in registers. */
+        __m512 v[9];
+        __mmask16 m[3];
+        for (int k = 0; k < 9; k++)
+            v[k] = _mm512_setzero_ps();
+        for (int kj = 0; kj < 3; kj++)
+            m[kj] = lanes(lo[kj], hi[kj]) & lanes(0, ow);
+        for (int oy = 0; oy < oh; oy++) {
+            const __m512 g = _mm512_maskz_loadu_ps(lanes(0, ow), dy + (size_t)oy * ow);
+            for (int ki = 0; ki < 3; ki++) {
+                const int iy = oy * sh - ph + ki;
+                if (iy < 0 || iy >= h)
+                    continue;
+                const float *xr = x + (size_t)iy * w - pw;
+                for (int kj = 0; kj < 3; kj++)
+                    v[ki * 3 + kj] = _mm512_mask3_fmadd_ps(g, _mm512_maskz_loadu_ps(m[kj], xr + kj),
+                                                           v[ki * 3 + kj], m[kj]);
+            }
+        }
+        for (int k = 0; k < 9; k++)
+            acc[k] = _mm512_reduce_add_ps(v[k]);
+        return;
+    }
+    for (int ki = 0; ki < kh; ki++)
+        for (int kj = 0; kj < kw; kj++) {
+            __m512 v = _mm512_setzero_ps();
+            const int x0 = kj - pw;
+            for (int oy = 0; oy < oh; oy++) {
+                const int iy = oy * sh - ph + ki;
+                if (iy < 0 || iy >= h)
+                    continue;
+                const float *dyr = dy + (size_t)oy * ow, *xr = x + (size_t)iy * w;
+                for (int o = 0; o < ow; o += 16) {
+                    const __mmask16 m = lanes(lo[kj] - o, hi[kj] - o) & lanes(0, ow - o);
+                    const int base = o * sw + x0; /* the input column of lane 0 */
+                    __m512 xv;
+                    if (sw == 1) {
+                        xv = _mm512_maskz_loadu_ps(m, xr + base);
+                    } else {
+                        __m512 a = _mm512_maskz_loadu_ps(lanes(-base, w - base), xr + base);
+                        __m512 b =
+                            _mm512_maskz_loadu_ps(lanes(-base - 16, w - base - 16), xr + base + 16);
+                        xv = _mm512_maskz_mov_ps(m, _mm512_permutex2var_ps(a, idx, b));
+                    }
+                    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dyr + o), xv, v);
+                }
+            }
+            acc[ki * kw + kj] = _mm512_reduce_add_ps(v);
+        }
+}
+
+/* dx (h, w) += the input gradient of one depthwise filter wf (kh, kw) from dy (oh, ow), for a
+ * stride of 1 or 2 in x (at 2, every other lane reads, its outputs expanded from consecutive
+ * columns): 16 input columns and four input rows at a time, each element's terms in
+ * (ki, kj) order, a multiply and an add each, only where the tap reads an output (the padding's
+ * lanes left alone): the floats of the scalar loops. */
+AVX512 static void dw_input_grad_avx512(float *dx, const float *dy, const float *wf, int h, int w,
+                                        int kh, int kw, int sh, int sw, int ph, int pw, int oh,
+                                        int ow)
+{
+    enum { R = 4 };
+    for (int i = 0; i < w; i += 16) {
+        const __mmask16 store = lanes(0, w - i);
+        for (int iy0 = 0; iy0 < h; iy0 += R) {
+            __m512 v[R];
+            for (int r = 0; r < R; r++)
+                v[r] = iy0 + r < h ? _mm512_maskz_loadu_ps(store, dx + (size_t)(iy0 + r) * w + i)
+                                   : _mm512_setzero_ps();
+            for (int ki = 0; ki < kh; ki++)
+                for (int kj = 0; kj < kw; kj++) {
+                    const __m512 wv = _mm512_set1_ps(wf[ki * kw + kj]);
+                    /* Lane l reads output column (q + l) / sw, where that divides. */
+                    const int q = i + pw - kj;
+                    __mmask16 m;
+                    int first = q; /* the output column of the first lane read */
+                    if (sw == 1) {
+                        m = lanes(-q, ow - q) & store;
+                    } else {
+                        m = lanes(-q, 2 * ow - q) & store & (q % 2 == 0 ? 0x5555 : 0xaaaa);
+                        if (!m)
+                            continue;
+                        first = (q + __builtin_ctz(m)) / 2;
+                    }
+                    for (int r = 0; r < R; r++) {
+                        const int t = iy0 + r + ph - ki;
+                        if (iy0 + r >= h || t < 0 || t % sh != 0 || t / sh >= oh)
+                            continue;
+                        const float *dyr = dy + (size_t)(t / sh) * ow;
+                        const __m512 g = sw == 1 ? _mm512_maskz_loadu_ps(m, dyr + first)
+                                                 : _mm512_maskz_expandloadu_ps(m, dyr + first);
+                        v[r] = _mm512_mask_add_ps(v[r], m, v[r], _mm512_mul_ps(wv, g));
+                    }
+                }
+            for (int r = 0; r < R && iy0 + r < h; r++)
+                _mm512_mask_storeu_ps(dx + (size_t)(iy0 + r) * w + i, store, v[r]);
+        }
+    }
+}
 
 void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *restrict dout,
                         const float *restrict img, const float *restrict weight, int c, int h,
@@ -759,8 +943,13 @@ void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *r
         const float *dy = dout + (size_t)f * plane;
         if (dbias)
             dbias[f] += nl_sum(dy, (int)plane);
-        /* The weight gradient: per tap, the rows' partial sums added in row order. */
-        if (dweight) {
+        if (dweight && vector_on && sw <= 2) {
+            float acc[DW_MAX_TAPS];
+            dw_weight_grad_avx512(acc, dy, x, h, w, kh, kw, sh, sw, ph, pw, oh, ow, lo, hi);
+            for (int k = 0; k < kh * kw; k++)
+                dweight[(size_t)f * kh * kw + k] += acc[k];
+        } else if (dweight) {
+            /* The weight gradient: per tap, the rows' partial sums added in row order. */
             float acc[DW_MAX_TAPS] = {0};
             for (int oy = 0; oy < oh; oy++) {
                 const float *dyr = dy + (size_t)oy * ow;
@@ -789,6 +978,10 @@ void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *r
             continue;
         /* The input gradient, input row by input row: its taps in (ki, kj) order. */
         float *dx = din + (size_t)(f / mult) * h * w;
+        if (vector_on && sw <= 2) {
+            dw_input_grad_avx512(dx, dy, wf, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+            continue;
+        }
         for (int iy = 0; iy < h; iy++) {
             float *dxr = dx + (size_t)iy * w;
             for (int ki = 0; ki < kh; ki++) {
@@ -1120,4 +1313,248 @@ void nl_add(float *out, const float *a, const float *b, size_t n)
         add_avx512(out, a, b, n);
     else
         nl_add_naive(out, a, b, n);
+}
+
+/* act (NL_ACT_*) of the 16 lanes of v, selecting as the scalar twins compare: 0 where v > 0 is
+ * false (NaN included), then 6 where v < 6 is false. */
+AVX512 static inline __attribute__((always_inline)) __m512 act_avx512(__m512 v, int act)
+{
+    if (act == NL_ACT_NONE)
+        return v;
+    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
+    if (act == NL_ACT_RELU6) {
+        const __m512 six = _mm512_set1_ps(6.0f);
+        v = _mm512_mask_mov_ps(six, _mm512_cmp_ps_mask(v, six, _CMP_LT_OQ), v);
+    }
+    return v;
+}
+
+static inline float act_scalar(float v, int act)
+{
+    if (act == NL_ACT_NONE)
+        return v;
+    v = v > 0.0f ? v : 0.0f;
+    return act == NL_ACT_RELU6 ? (v < 6.0f ? v : 6.0f) : v;
+}
+
+/* y (n) = act(x * s + t): a multiply then an add in every lane, as the scalar loop does. */
+AVX512 static void scale_shift_avx512(float *y, const float *x, size_t n, float s, float t, int act)
+{
+    const __m512 vs = _mm512_set1_ps(s), vt = _mm512_set1_ps(t);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs), vt);
+        _mm512_mask_storeu_ps(y + i, m, act_avx512(v, act));
+    }
+}
+
+void nl_scale_shift_naive(float *y, const float *x, size_t n, float s, float t, int act)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = act_scalar(x[i] * s + t, act);
+}
+
+void nl_scale_shift(float *y, const float *x, size_t n, float s, float t, int act)
+{
+    if (vector_on)
+        scale_shift_avx512(y, x, n, s, t, act);
+    else
+        nl_scale_shift_naive(y, x, n, s, t, act);
+}
+
+/* out (n) = act(a + b). */
+AVX512 static void add_act_avx512(float *out, const float *a, const float *b, size_t n, int act)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
+        _mm512_mask_storeu_ps(out + i, m, act_avx512(v, act));
+    }
+}
+
+void nl_add_act_naive(float *out, const float *a, const float *b, size_t n, int act)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = act_scalar(a[i] + b[i], act);
+}
+
+void nl_add_act(float *out, const float *a, const float *b, size_t n, int act)
+{
+    if (vector_on)
+        add_act_avx512(out, a, b, n, act);
+    else
+        nl_add_act_naive(out, a, b, n, act);
+}
+
+/* Batchnorm's sums over one channel: n planes of `plane` floats, plane s at s * stride. Each keeps
+ * sixteen float partial sums, lane j taking the elements i + j of every plane (i a multiple of
+ * 16), and adds them in double in lane order at the end: the vector paths do the same in one
+ * register with masked tails, so they agree with the naive twins bit for bit. */
+void nl_bn_shifted_sums_naive(const float *restrict x, int n, size_t stride, size_t plane, float x0,
+                              double *s1, double *s2)
+{
+    float a[16] = {0}, b[16] = {0};
+
+    for (int s = 0; s < n; s++) {
+        const float *p = x + (size_t)s * stride;
+        for (size_t i = 0; i < plane; i += 16)
+            for (size_t j = 0; j < 16 && i + j < plane; j++) {
+                float d = p[i + j] - x0;
+                a[j] += d;
+                b[j] += d * d;
+            }
+    }
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 16; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    *s1 += t1;
+    *s2 += t2;
+}
+
+AVX512 static void bn_shifted_sums_avx512(const float *x, int n, size_t stride, size_t plane,
+                                          float x0, double *s1, double *s2)
+{
+    __m512 va = _mm512_setzero_ps(), vb = _mm512_setzero_ps();
+    const __m512 v0 = _mm512_set1_ps(x0);
+    float a[16], b[16];
+
+    for (int s = 0; s < n; s++) {
+        const float *p = x + (size_t)s * stride;
+        size_t i = 0;
+        for (; i + 16 <= plane; i += 16) {
+            __m512 d = _mm512_sub_ps(_mm512_loadu_ps(p + i), v0);
+            va = _mm512_add_ps(va, d);
+            vb = _mm512_add_ps(vb, _mm512_mul_ps(d, d));
+        }
+        if (i < plane) {
+            const __mmask16 m = lanes(0, (int)(plane - i));
+            __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + i), v0);
+            va = _mm512_mask_add_ps(va, m, va, d);
+            vb = _mm512_mask_add_ps(vb, m, vb, _mm512_mul_ps(d, d));
+        }
+    }
+    _mm512_storeu_ps(a, va);
+    _mm512_storeu_ps(b, vb);
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 16; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    *s1 += t1;
+    *s2 += t2;
+}
+
+void nl_bn_shifted_sums(const float *x, int n, size_t stride, size_t plane, float x0, double *s1,
+                        double *s2)
+{
+    if (vector_on)
+        bn_shifted_sums_avx512(x, n, stride, plane, x0, s1, s2);
+    else
+        nl_bn_shifted_sums_naive(x, n, stride, plane, x0, s1, s2);
+}
+
+void nl_bn_grad_sums_naive(const float *restrict dy, const float *restrict x, int n, size_t stride,
+                           size_t plane, float mu, double *sdy, double *sdyc)
+{
+    float a[16] = {0}, b[16] = {0};
+
+    for (int s = 0; s < n; s++) {
+        const float *g = dy + (size_t)s * stride, *p = x + (size_t)s * stride;
+        for (size_t i = 0; i < plane; i += 16)
+            for (size_t j = 0; j < 16 && i + j < plane; j++) {
+                a[j] += g[i + j];
+                b[j] += g[i + j] * (p[i + j] - mu);
+            }
+    }
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 16; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    *sdy += t1;
+    *sdyc += t2;
+}
+
+AVX512 static void bn_grad_sums_avx512(const float *dy, const float *x, int n, size_t stride,
+                                       size_t plane, float mu, double *sdy, double *sdyc)
+{
+    __m512 va = _mm512_setzero_ps(), vb = _mm512_setzero_ps();
+    const __m512 vmu = _mm512_set1_ps(mu);
+    float a[16], b[16];
+
+    for (int s = 0; s < n; s++) {
+        const float *g = dy + (size_t)s * stride, *p = x + (size_t)s * stride;
+        size_t i = 0;
+        for (; i + 16 <= plane; i += 16) {
+            __m512 gv = _mm512_loadu_ps(g + i);
+            va = _mm512_add_ps(va, gv);
+            vb = _mm512_add_ps(vb, _mm512_mul_ps(gv, _mm512_sub_ps(_mm512_loadu_ps(p + i), vmu)));
+        }
+        if (i < plane) {
+            const __mmask16 m = lanes(0, (int)(plane - i));
+            __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+            va = _mm512_mask_add_ps(va, m, va, gv);
+            vb = _mm512_mask_add_ps(
+                vb, m, vb, _mm512_mul_ps(gv, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + i), vmu)));
+        }
+    }
+    _mm512_storeu_ps(a, va);
+    _mm512_storeu_ps(b, vb);
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 16; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    *sdy += t1;
+    *sdyc += t2;
+}
+
+void nl_bn_grad_sums(const float *dy, const float *x, int n, size_t stride, size_t plane, float mu,
+                     double *sdy, double *sdyc)
+{
+    if (vector_on)
+        bn_grad_sums_avx512(dy, x, n, stride, plane, mu, sdy, sdyc);
+    else
+        nl_bn_grad_sums_naive(dy, x, n, stride, plane, mu, sdy, sdyc);
+}
+
+void nl_bn_backward_apply_naive(float *restrict dx, const float *restrict dy,
+                                const float *restrict x, size_t n, float g, float a1, float a2,
+                                float mu, float is, int set)
+{
+    if (set)
+        for (size_t i = 0; i < n; i++)
+            dx[i] = g * (dy[i] - a1 - ((x[i] - mu) * is) * a2);
+    else
+        for (size_t i = 0; i < n; i++)
+            dx[i] += g * (dy[i] - a1 - ((x[i] - mu) * is) * a2);
+}
+
+AVX512 static void bn_backward_apply_avx512(float *dx, const float *dy, const float *x, size_t n,
+                                            float g, float a1, float a2, float mu, float is,
+                                            int set)
+{
+    const __m512 vg = _mm512_set1_ps(g), va1 = _mm512_set1_ps(a1), va2 = _mm512_set1_ps(a2),
+                 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu), vis);
+        __m512 v = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, dy + i), va1),
+                                 _mm512_mul_ps(xh, va2));
+        v = _mm512_mul_ps(vg, v);
+        if (!set)
+            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
+        _mm512_mask_storeu_ps(dx + i, m, v);
+    }
+}
+
+void nl_bn_backward_apply(float *dx, const float *dy, const float *x, size_t n, float g, float a1,
+                          float a2, float mu, float is, int set)
+{
+    if (vector_on)
+        bn_backward_apply_avx512(dx, dy, x, n, g, a1, a2, mu, is, set);
+    else
+        nl_bn_backward_apply_naive(dx, dy, x, n, g, a1, a2, mu, is, set);
 }

@@ -10,7 +10,16 @@
  *
  * Memory: the flat parameter buffer belongs to the model. Each executor owns, per layer, an
  * activation buffer and an activation-gradient buffer of max_n samples, the layer's aux block,
- * and one scratch block as large as the largest layer needs (layers run one at a time). */
+ * and one scratch block as large as the largest layer needs (layers run one at a time).
+ *
+ * Folding (forward-only executors, inference only): a conv whose output only a batchnorm reads
+ * takes that batchnorm into its output pass, y * scale + shift per channel (nl__bn_fold, from
+ * the running statistics, computed at each forward from the parameters passed in, so they may
+ * change between calls), and a ReLU or ReLU6 that alone reads the conv, its batchnorm, an
+ * add or a dense layer is applied in that same pass. The folded layers do not run; the chain's
+ * result lands in the last one's activation buffer, where its readers look. The output equals the
+ * unfolded layers' to rounding (tests/test_layers.c holds the two against each other); a
+ * forward in training mode, and every executor made by nl_exec_new, runs the layers as they are. */
 #include "nnlab/model.h"
 
 #include <math.h>
@@ -18,7 +27,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "layers/layers.h"
 #include "nnlab/alloc.h"
+#include "nnlab/kernels.h"
 
 static int layer_error(struct nl_error *err, const struct nl_layer *l, int code, const char *what)
 {
@@ -443,6 +454,16 @@ struct nl_exec {
     const float *input; /* of the last forward */
     struct nl_rng *rng;
     unsigned char **rows; /* (nlayers) nl_exec_track_rows's maps, NULL where none */
+    /* Folding (see the top of the file), forward-only executors only. into[i]: the layer whose
+     * activation buffer layer i's output pass writes (i, or the last layer folded into it);
+     * bn[i]: the batchnorm folded into conv i, or -1; actk[i]: NL_ACT_* folded into i; skip[i]:
+     * 1 for a folded layer, which does not run; fold: scale and shift (2 * filters floats) of
+     * each folding conv, at fold_at[i]. nfolded counts the folded layers. */
+    int *into, *bn;
+    char *actk, *skip;
+    size_t *fold_at;
+    float *fold;
+    int nfolded;
 };
 
 void nl_exec_free(struct nl_exec *x)
@@ -463,6 +484,12 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->set);
     nl_free(x->rows);
     nl_free(x->scratch);
+    nl_free(x->into);
+    nl_free(x->bn);
+    nl_free(x->actk);
+    nl_free(x->skip);
+    nl_free(x->fold_at);
+    nl_free(x->fold);
     nl_free(x);
 }
 
@@ -545,6 +572,82 @@ static void find_writers(struct nl_exec *x)
     }
 }
 
+/* The one layer that reads layer i's output, or -1 when none or several do (or one reads it
+ * twice), or when i is the model's output. */
+static int sole_reader(const struct nl_model *m, int i)
+{
+    int reader = -1;
+
+    if (i == m->nlayers - 1)
+        return -1;
+    for (int k = i + 1; k < m->nlayers; k++)
+        for (int j = 0; j < m->layers[k].ninputs; j++)
+            if (m->layers[k].inputs[j] == i) {
+                if (reader >= 0)
+                    return -1;
+                reader = k;
+            }
+    return reader;
+}
+
+static int activation_kind(const struct nl_layer *l)
+{
+    if (l->ops == &nl__relu_ops)
+        return NL_ACT_RELU;
+    if (l->ops == &nl__relu6_ops)
+        return NL_ACT_RELU6;
+    return NL_ACT_NONE;
+}
+
+/* The folding plan (see the top of the file): conv -> [batchnorm] -> [relu | relu6], and
+ * add or dense -> relu | relu6, each link the sole reader of the layer before it. */
+static int plan_folds(struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+    size_t floats = 0;
+
+    x->into = nl_calloc((size_t)m->nlayers, sizeof *x->into);
+    x->bn = nl_calloc((size_t)m->nlayers, sizeof *x->bn);
+    x->actk = nl_calloc((size_t)m->nlayers, 1);
+    x->skip = nl_calloc((size_t)m->nlayers, 1);
+    x->fold_at = nl_calloc((size_t)m->nlayers, sizeof *x->fold_at);
+    if (!x->into || !x->bn || !x->actk || !x->skip || !x->fold_at)
+        return -1;
+    for (int i = 0; i < m->nlayers; i++) {
+        x->into[i] = i;
+        x->bn[i] = -1;
+    }
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        int end = i, r;
+        if (x->skip[i] || !(l->ops->folds & 2))
+            continue;
+        if (l->ops->folds & 1) {
+            r = sole_reader(m, i);
+            if (r >= 0 && m->layers[r].ops == &nl__batchnorm_ops) {
+                x->bn[i] = r;
+                x->skip[r] = 1;
+                end = r;
+            }
+        }
+        r = sole_reader(m, end);
+        if (r >= 0 && activation_kind(&m->layers[r])) {
+            x->actk[i] = (char)activation_kind(&m->layers[r]);
+            x->skip[r] = 1;
+            end = r;
+        }
+        x->into[i] = end;
+        if (end != i && (l->ops->folds & 1)) {
+            x->fold_at[i] = floats;
+            floats += 2 * (size_t)l->out.c;
+        }
+    }
+    for (int i = 0; i < m->nlayers; i++)
+        x->nfolded += x->skip[i];
+    x->fold = nl_alloc_floats(floats ? floats : 1);
+    return x->fold ? 0 : -1;
+}
+
 /* forward_only: no backward will run, so no layer needs an activation gradient. */
 static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, int forward_only,
                     struct nl_error *err)
@@ -596,6 +699,8 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     if (!forward_only) {
         find_prefix(x);
         find_writers(x);
+    } else if (plan_folds(x) < 0) {
+        goto oom;
     }
     *out = x;
     return 0;
@@ -615,15 +720,40 @@ int nl_exec_new_forward(struct nl_exec **out, const struct nl_model *m, int max_
     return exec_new(out, m, max_n, 1, err);
 }
 
+/* Layer i's folded output pass into f: the activation, and for a conv the scale and shift of
+ * its batchnorm (1 and its bias without one). */
+static void fold_pass(struct nl_exec *x, const float *params, int i, struct nl_fwd *f)
+{
+    const struct nl_layer *l = &x->m->layers[i];
+
+    f->act = x->actk[i];
+    if (!(l->ops->folds & 1))
+        return;
+    float *scale = x->fold + x->fold_at[i], *shift = scale + l->out.c;
+    const float *bias = l->no_bias ? NULL : params + l->param_offset + l->params[1].offset;
+    if (x->bn[i] >= 0) {
+        nl__bn_fold(&x->m->layers[x->bn[i]], params + x->m->layers[x->bn[i]].param_offset, bias,
+                    scale, shift);
+    } else {
+        for (int k = 0; k < l->out.c; k++) {
+            scale[k] = 1.0f;
+            shift[k] = bias ? bias[k] : 0.0f;
+        }
+    }
+    f->scale = scale;
+    f->shift = shift;
+}
+
 /* Runs layer i forward on the executor's batch (x->n samples), reading the model's input from
- * x->input and every other input from the activations before it. */
-static void forward_layer(struct nl_exec *x, int i, const float *params, int training,
+ * x->input and every other input from the activations before it; with fold, into the buffer of
+ * the last layer folded into it, with their output pass. */
+static void forward_layer(struct nl_exec *x, int i, const float *params, int training, int fold,
                           struct nl_rng *rng)
 {
     const struct nl_layer *l = &x->m->layers[i];
     struct nl_fwd f = {
         .n = x->n,
-        .out = x->act[i],
+        .out = x->act[fold ? x->into[i] : i],
         .w = params + l->param_offset,
         .aux = x->aux[i],
         .scratch = x->scratch,
@@ -632,6 +762,8 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
     };
     for (int j = 0; j < l->ninputs; j++)
         f.in[j] = l->inputs[j] < 0 ? x->input : x->act[l->inputs[j]];
+    if (fold && x->into[i] != i)
+        fold_pass(x, params, i, &f);
     l->ops->forward(l, &f);
 }
 
@@ -640,11 +772,19 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
 {
     const struct nl_model *m = x->m;
 
+    const int fold = x->fold && !training;
+
     x->n = n;
     x->input = in;
     for (int i = 0; i < m->nlayers; i++)
-        forward_layer(x, i, params, training, rng);
+        if (!(fold && x->skip[i]))
+            forward_layer(x, i, params, training, fold, rng);
     return x->act[m->nlayers - 1];
+}
+
+int nl_exec_folded(const struct nl_exec *x)
+{
+    return x->nfolded;
 }
 
 size_t nl_exec_prefix(const struct nl_exec *x)
@@ -701,7 +841,7 @@ const float *nl_exec_forward_head(struct nl_exec *x, const float *params, const 
     x->input = NULL; /* no layer outside the prefix reads it */
     for (int i = 0; i < m->nlayers; i++)
         if (!x->pre[i])
-            forward_layer(x, i, params, training, rng);
+            forward_layer(x, i, params, training, 0, rng);
     return x->act[m->nlayers - 1];
 }
 

@@ -50,7 +50,9 @@ void nl_dwconv_backward(float *din, float *dweight, float *dbias, const float *d
                         const float *img, const float *weight, int c, int h, int w, int mult,
                         int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
 /* Their twins: tap after tap over the whole plane. The fast ones (row by row, a kernel row's
- * taps in one pass) add the same products in the same order, so they agree bit for bit. */
+ * taps in one pass) add the same products in the same order, so they agree bit for bit, except
+ * the weight gradient where the AVX-512 path runs (strides of 1 or 2 in x): it sums each tap in
+ * 16 lanes, and agrees to rounding. */
 void nl_dwconv_ref(float *out, const float *img, const float *weight, const float *bias, int c,
                    int h, int w, int mult, int kh, int kw, int sh, int sw, int ph, int pw, int oh,
                    int ow);
@@ -96,8 +98,37 @@ void nl_bn_apply_naive(float *y, const float *x, size_t n, float mu, float is, f
 void nl_add(float *out, const float *a, const float *b, size_t n);
 void nl_add_naive(float *out, const float *a, const float *b, size_t n);
 
-/* Whether the AVX-512 paths of im2col, col2im, ReLU, max pooling, batchnorm's output and add
- * run (core/engine/kernels.c): on where
+/* Batchnorm's passes. The sums run over one channel of a shard: n planes of `plane` floats, plane
+ * s at s * stride. shifted_sums: *s1 += sum (x - x0), *s2 += sum (x - x0)^2. grad_sums: *sdy +=
+ * sum dy, *sdyc += sum dy * (x - mu). Both sum in sixteen float lanes, added in double at the
+ * end. backward_apply, over one plane of n floats: dx = (set) or += g * (dy - a1 - ((x - mu) *
+ * is) * a2). The vector paths give the naive twins' results bit for bit. */
+void nl_bn_shifted_sums(const float *x, int n, size_t stride, size_t plane, float x0, double *s1,
+                        double *s2);
+void nl_bn_shifted_sums_naive(const float *x, int n, size_t stride, size_t plane, float x0,
+                              double *s1, double *s2);
+void nl_bn_grad_sums(const float *dy, const float *x, int n, size_t stride, size_t plane, float mu,
+                     double *sdy, double *sdyc);
+void nl_bn_grad_sums_naive(const float *dy, const float *x, int n, size_t stride, size_t plane,
+                           float mu, double *sdy, double *sdyc);
+void nl_bn_backward_apply(float *dx, const float *dy, const float *x, size_t n, float g, float a1,
+                          float a2, float mu, float is, int set);
+void nl_bn_backward_apply_naive(float *dx, const float *dy, const float *x, size_t n, float g,
+                                float a1, float a2, float mu, float is, int set);
+
+/* The activations an output pass can apply (the ReLU and ReLU6 layers' functions). */
+enum { NL_ACT_NONE = 0, NL_ACT_RELU = 1, NL_ACT_RELU6 = 2 };
+
+/* An output pass that folds a batchnorm and an activation in inference: y (n) = act(x * s + t),
+ * x * s rounded before t is added (y may be x). And out (n) = act(a + b), a residual add with
+ * the ReLU after it. The vector paths give the naive twins' floats bit for bit. */
+void nl_scale_shift(float *y, const float *x, size_t n, float s, float t, int act);
+void nl_scale_shift_naive(float *y, const float *x, size_t n, float s, float t, int act);
+void nl_add_act(float *out, const float *a, const float *b, size_t n, int act);
+void nl_add_act_naive(float *out, const float *a, const float *b, size_t n, int act);
+
+/* Whether the AVX-512 paths of im2col, col2im, ReLU, max pooling, batchnorm's passes, add and
+ * the folded output passes run (core/engine/kernels.c): on where
  * the CPU has AVX-512 after nl_kernels_init; nl_kernels_vector(0) turns them off, 1 back on where
  * the CPU allows. Returns whether they are on now. For tests and benchmarks, before any thread. */
 int nl_kernels_vector(int on);

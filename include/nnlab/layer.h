@@ -120,6 +120,13 @@ struct nl_fwd {
     float *scratch;                 /* scratch_fixed + n * scratch_per_sample floats */
     int training;                   /* dropout drops only when set */
     struct nl_rng *rng;             /* the calling thread's generator */
+    /* A folded output pass, set only by a forward-only executor in inference (core/engine/
+     * model.c) for the kinds that honour it (ops->folds): conv writes channel k of out as
+     * act(y * scale[k] + shift[k]), y its product without the bias (the batchnorm that alone
+     * read it folded in); add writes act(sum). act is NL_ACT_* of nnlab/kernels.h; scale NULL
+     * and act 0: the plain output. */
+    const float *scale, *shift;
+    int act;
 };
 
 struct nl_bwd {
@@ -149,6 +156,8 @@ struct nl_layer_ops {
     int stochastic;
     /* 1 when backward honours nl_bwd.set. */
     int overwrites;
+    /* What of nl_fwd's folded output pass forward honours: bit 0 scale and shift, bit 1 act. */
+    int folds;
     /* Validates the configuration against in[] and fills out, params, aux and scratch sizes.
      * Errors name the layer (and its spec line when it has one). */
     int (*setup)(struct nl_layer *l, struct nl_error *err);

@@ -83,9 +83,13 @@ struct nl_exec;
 
 int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struct nl_error *err);
 /* An executor for forward passes only (evaluation, prediction): it holds no activation
- * gradients, and nl_exec_backward on it computes nothing. */
+ * gradients, and nl_exec_backward on it computes nothing. In inference (training 0) it folds
+ * each conv's batchnorm and the ReLUs after convs and adds into one output pass (see
+ * core/engine/model.c), which gives the same outputs to rounding; nl_exec_folded says how many
+ * layers it folds away. */
 int nl_exec_new_forward(struct nl_exec **out, const struct nl_model *m, int max_n,
                         struct nl_error *err);
+int nl_exec_folded(const struct nl_exec *x);
 void nl_exec_free(struct nl_exec *x);
 
 /* Runs n <= max_n samples x (n, input) through the model with parameters params (the model's own

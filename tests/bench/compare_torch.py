@@ -28,6 +28,10 @@ alternating PyTorch and nnlab, RUNS times each, with the ratio nnlab / PyTorch i
 second and each side's peak resident memory:
 
   tests/bench/compare_torch.py --mode infer --threads 2 --runs 3
+  tests/bench/compare_torch.py --mode infer --models resnet18 --side 224 --batches 1,16
+
+--side sets resnet18's input side in inference (nnlab's resnet18-224 at 224), with as many
+fewer images per run as each is larger.
 
 PyTorch must import in some Python: /usr/bin/python3 (Debian's python3-torch) is tried first,
 then --python, then python3 on PATH.
@@ -126,24 +130,27 @@ INFER_IMAGES = {"lenet": 3200, "mlp": 3200, "resnet8": 1280, "mobilenet-tiny": 1
                 "resnet18": 256}
 
 
-def infer_steps(model, batch):
-    return max(10, INFER_IMAGES.get(model, 1280) // batch)
+def infer_steps(model, batch, side=RGB_SIDE):
+    images = INFER_IMAGES.get(model, 1280)
+    if model == "resnet18":  # the same work at any side: fewer images of a larger plane
+        images = images * RGB_SIDE * RGB_SIDE // (side * side)
+    return max(10, images // batch)
 
 
-def torch_infer(py, model, threads, batch):
+def torch_infer(py, model, threads, batch, side):
     cmd = [py, os.path.join(HERE, "torch_reference.py"), "--model", model, "--threads",
-           str(threads), "--batch", str(batch), "--infer", str(infer_steps(model, batch)),
-           "--side", str(RGB_SIDE)]
+           str(threads), "--batch", str(batch), "--infer", str(infer_steps(model, batch, side)),
+           "--side", str(side)]
     lines, rss, others = run_measured(cmd)
     r = json.loads(lines[-1])
     return {"ips": r["images_per_second"], "seconds": r["seconds"], "rss": rss, "others": others}
 
 
-def nnlab_infer(exe, db, model, threads, batch):
-    name = "resnet18-%d" % RGB_SIDE if model == "resnet18" else model
+def nnlab_infer(exe, db, model, threads, batch, side):
+    name = "resnet18-%d" % side if model == "resnet18" else model
     lines, rss, others = run_measured([exe, "--db", db, "--json", "bench", "--model", name,
                                        "--mode", "infer", "--batch", str(batch), "--threads",
-                                       str(threads), "--steps", str(infer_steps(model, batch)),
+                                       str(threads), "--steps", str(infer_steps(model, batch, side)),
                                        "--warmup", "3"])
     r = [json.loads(l) for l in lines if l.startswith("{")][-1]["results"][-1]
     return {"ips": r["images_per_second"], "seconds": r["seconds"], "rss": r["peak_rss_mb"],
@@ -170,8 +177,8 @@ def main_infer(a, py):
                 for b in batches:
                     for i in range(a.runs):
                         for who in ("torch", "nnlab"):
-                            r = (torch_infer(py, model, t, b) if who == "torch"
-                                 else nnlab_infer(a.nnlab, db, model, t, b))
+                            r = (torch_infer(py, model, t, b, a.side) if who == "torch"
+                                 else nnlab_infer(a.nnlab, db, model, t, b, a.side))
                             results.setdefault((model, t, b, who), []).append(r)
                             print("%-15s %-6s %3d %5d %4d %10.0f %8.0f %7.2f" %
                                   (model, who, t, b, i + 1, r["ips"], r["rss"], r["others"]),
@@ -215,6 +222,8 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     ap.add_argument("--mode", choices=("train", "infer"), default="train")
     ap.add_argument("--batches", default="1,64", help="with --mode infer: the batch sizes")
+    ap.add_argument("--side", type=int, default=RGB_SIDE,
+                    help="with --mode infer: resnet18's input side (64: 3x64x64; 224: ImageNet's)")
     a = ap.parse_args()
     if not os.access(a.nnlab, os.X_OK):
         sys.exit("compare_torch: %s is not an executable; build nnlab first (meson setup build && "

@@ -11,10 +11,16 @@
  *   it from the input, (x - mean) * istd, as forward computed it.
  *
  * Passes over memory, per channel: forward reads x once for its sums and once to write out;
- * backward reads dout and x once for its sums and once to write din. The sums go through eight
- * float lanes per plane (vectorisable), each plane's total added in double; forward sums x - x0
+ * backward reads dout and x once for its sums and once to write din, each pass a kernel of
+ * core/engine/kernels.c with an AVX-512 path and a naive twin. The sums go through sixteen float
+ * lanes over the channel's planes, added in double at the end (float lanes hold a few hundred
+ * terms each at the shard sizes here); forward sums x - x0
  * and (x - x0)^2, x0 the channel's first value, so that the variance does not cancel when the
  * mean is large against the spread.
+ *
+ * In inference the layer is y = x * scale + shift per channel; nl__bn_fold gives the two so
+ * that a forward-only executor can fold them into the output pass of the convolution before it
+ * (core/engine/model.c), exact to rounding.
  *
  * In training a layer that is not frozen normalises with its shard's statistics (biased
  * variance, as PyTorch); in evaluation, and always when frozen, with the running statistics.
@@ -27,8 +33,8 @@
  * H * W, then running = (1 - momentum) * running + momentum * batch value. The result does not
  * depend on the thread count, and a cluster can sum the same sums like gradients. The shard
  * normalisation itself does depend on the shard (as PyTorch's DataParallel without SyncBatchNorm).
- * Sums are formed in double per shard; S2 / M - mean^2 loses precision only when |mean| is much
- * larger than the standard deviation, which normalised networks avoid. */
+ * Sums are formed in float lanes and double per shard; S2 / M - mean^2 loses precision only when
+ * |mean| is much larger than the standard deviation, which normalised networks avoid. */
 #include <math.h>
 
 #include "layers.h"
@@ -70,57 +76,6 @@ static int bn_setup(struct nl_layer *l, struct nl_error *err)
     return 0;
 }
 
-/* *s1 += sum (x - x0), *s2 += sum (x - x0)^2 over x (n), in eight float lanes. */
-static void shifted_sums(const float *restrict x, size_t n, float x0, double *s1, double *s2)
-{
-    float a[8] = {0}, b[8] = {0};
-    size_t i = 0;
-
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) {
-            float d = x[i + j] - x0;
-            a[j] += d;
-            b[j] += d * d;
-        }
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 8; j++) {
-        t1 += a[j];
-        t2 += b[j];
-    }
-    for (; i < n; i++) {
-        double d = (double)x[i] - x0;
-        t1 += d;
-        t2 += d * d;
-    }
-    *s1 += t1;
-    *s2 += t2;
-}
-
-/* *sdy += sum dy, *sdyc += sum dy * (x - mu) over (n), in eight float lanes. */
-static void grad_sums(const float *restrict dy, const float *restrict x, size_t n, float mu,
-                      double *sdy, double *sdyc)
-{
-    float a[8] = {0}, b[8] = {0};
-    size_t i = 0;
-
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) {
-            a[j] += dy[i + j];
-            b[j] += dy[i + j] * (x[i + j] - mu);
-        }
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 8; j++) {
-        t1 += a[j];
-        t2 += b[j];
-    }
-    for (; i < n; i++) {
-        t1 += dy[i];
-        t2 += (double)dy[i] * (x[i] - mu);
-    }
-    *sdy += t1;
-    *sdyc += t2;
-}
-
 static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     const int c = l->in[0].c, n = f->n;
@@ -139,8 +94,7 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
         if (use_batch) {
             const float x0 = xk[0];
             double s1 = 0.0, s2 = 0.0;
-            for (int s = 0; s < n; s++)
-                shifted_sums(xk + (size_t)s * size, plane, x0, &s1, &s2);
+            nl_bn_shifted_sums(xk, n, size, plane, x0, &s1, &s2);
             double d = s1 / m, var = s2 / m - d * d;
             mean[k] = (float)(x0 + d);
             istd[k] = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + (double)eps_of(l)));
@@ -174,9 +128,7 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
         const size_t off = (size_t)k * plane;
         /* sum dy * xhat = istd * sum dy * (x - mean) */
         double sdy = 0.0, sdyc = 0.0;
-        for (int s = 0; s < n; s++)
-            grad_sums(b->dout + (size_t)s * size + off, b->in[0] + (size_t)s * size + off, plane,
-                      mu, &sdy, &sdyc);
+        nl_bn_grad_sums(b->dout + off, b->in[0] + off, n, size, plane, mu, &sdy, &sdyc);
         double sdyx = (double)is * sdyc;
         if (b->dw) {
             b->dw[k] += (float)sdyx;
@@ -195,12 +147,8 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
             const size_t at = (size_t)s * size + off;
             float *dx = b->din[0] + at;
             const float *dy = b->dout + at, *x = b->in[0] + at;
-            if (use_batch && (b->set & 1))
-                for (size_t i = 0; i < plane; i++)
-                    dx[i] = g * (dy[i] - a1 - ((x[i] - mu) * is) * a2);
-            else if (use_batch)
-                for (size_t i = 0; i < plane; i++)
-                    dx[i] += g * (dy[i] - a1 - ((x[i] - mu) * is) * a2);
+            if (use_batch)
+                nl_bn_backward_apply(dx, dy, x, plane, g, a1, a2, mu, is, b->set & 1);
             else if (b->set & 1)
                 for (size_t i = 0; i < plane; i++)
                     dx[i] = g * dy[i];
@@ -208,6 +156,19 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
                 for (size_t i = 0; i < plane; i++)
                     dx[i] += g * dy[i];
         }
+    }
+}
+
+void nl__bn_fold(const struct nl_layer *l, const float *w, const float *bias, float *scale,
+                 float *shift)
+{
+    const float *gamma = w, *beta = w + l->params[1].offset;
+    const float *rmean = w + l->params[2].offset, *rvar = w + l->params[3].offset;
+
+    for (int k = 0; k < l->in[0].c; k++) {
+        const float is = (float)(1.0 / sqrt((double)rvar[k] + (double)eps_of(l)));
+        scale[k] = gamma[k] * is;
+        shift[k] = ((bias ? bias[k] : 0.0f) - rmean[k]) * scale[k] + beta[k];
     }
 }
 

@@ -41,6 +41,12 @@
  * here and im2col its vectors). SHARD sums the weight and bias gradients over the shard inside
  * one product instead of image after image, so its results differ from SAMPLE's in the last
  * bits; tests/test_kernels.c holds both against direct loops.
+ *
+ * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
+ * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
+ * product is written without the bias and each channel then goes once through
+ * act(y * scale + shift), the pass that SHARD's scattering makes anyway, so the batchnorm's and
+ * the ReLU's passes over memory disappear.
  */
 #include <limits.h>
 #include <string.h>
@@ -155,6 +161,14 @@ static void forward_sample(const struct nl_layer *l, const struct nl_fwd *f,
     for (int s = 0; s < f->n; s++) {
         float *out = f->out + (size_t)s * out_size;
         const float *cols = sample_cols(f->scratch, f->in[0] + (size_t)s * d->in_size, d);
+        if (f->scale) {
+            /* The folded output pass, over the image's output while it is still in cache. */
+            nl_sgemm(0, 0, d->f, d->p, d->k, 1.0f, f->w, d->k, cols, d->p, 0.0f, out, d->p);
+            for (int fo = 0; fo < d->f; fo++)
+                nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p,
+                               f->scale[fo], f->shift[fo], f->act);
+            continue;
+        }
         if (bias)
             for (int fo = 0; fo < d->f; fo++)
                 for (int i = 0; i < d->p; i++)
@@ -165,7 +179,7 @@ static void forward_sample(const struct nl_layer *l, const struct nl_fwd *f,
 }
 
 /* SHARD: y (F, n*P) = weight (F, K) cols (K, n*P), then out_s (F, P) = y's columns of image s
- * plus the bias, in one pass. */
+ * plus the bias, in one pass (or through the folded output pass, f->scale). */
 static void forward_shard(const struct nl_layer *l, const struct nl_fwd *f,
                           const struct conv_dims *d)
 {
@@ -180,6 +194,10 @@ static void forward_shard(const struct nl_layer *l, const struct nl_fwd *f,
             float *dst = f->out + ((size_t)s * d->f + fo) * d->p;
             const float *src = y + (size_t)fo * ld + (size_t)s * d->p;
             const float b = bias ? bias[fo] : 0.0f;
+            if (f->scale) {
+                nl_scale_shift(dst, src, (size_t)d->p, f->scale[fo], f->shift[fo], f->act);
+                continue;
+            }
             for (int i = 0; i < d->p; i++)
                 dst[i] = src[i] + b;
         }
@@ -282,6 +300,7 @@ const struct nl_layer_ops nl__conv_ops = {
     .kind = "conv",
     .min_inputs = 1,
     .max_inputs = 1,
+    .folds = 3,
     .setup = conv_setup,
     .forward = conv_forward,
     .backward = conv_backward,

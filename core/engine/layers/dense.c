@@ -49,6 +49,8 @@ static void dense_forward(const struct nl_layer *l, const struct nl_fwd *f)
     }
     /* out (n, U) = in (n, I) weight^T (I, U) [+ bias] */
     nl_sgemm(0, 1, n, units, in, 1.0f, f->in[0], in, f->w, in, beta, f->out, units);
+    if (f->act) /* the ReLU after it, folded in (inference): x * 1 + 0 is x */
+        nl_scale_shift(f->out, f->out, (size_t)n * units, 1.0f, 0.0f, f->act);
 }
 
 static void dense_backward(const struct nl_layer *l, const struct nl_bwd *b)
@@ -77,6 +79,7 @@ static void dense_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
 const struct nl_layer_ops nl__dense_ops = {
     .kind = "dense",
+    .folds = 2,
     .overwrites = 1,
     .min_inputs = 1,
     .max_inputs = 1,

@@ -47,6 +47,12 @@ int nl__layer_begin(struct nl_layer *l, struct nl_error *err);
 void nl__layer_add_param(struct nl_layer *l, const char *name, int ndim, const int dims[4],
                          int fan_in, int fan_out, enum nl_init init);
 
+/* Batchnorm l in inference as one multiply and add per channel (C = l->in[0].c): scale (C) =
+ * weight / sqrt(running_var + eps), shift (C) = (bias - running_mean) * scale + batchnorm's bias,
+ * where bias (C) is the bias of the layer before it, NULL for none. w: l's parameters. */
+void nl__bn_fold(const struct nl_layer *l, const float *w, const float *bias, float *scale,
+                 float *shift);
+
 /* A sliding window over in[0] (conv and pools), with strides resolved. */
 struct nl__window {
     int c, h, w; /* input, per sample */

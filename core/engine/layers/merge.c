@@ -1,6 +1,7 @@
 /* "add", "concat" and "globalavgpool": the layers that join and reduce branches of a graph.
  *
- *   add in=a,b[,...]      out = the sum of 2 to NL_MAX_INPUTS inputs of one shape (residuals)
+ *   add in=a,b[,...]      out = the sum of 2 to NL_MAX_INPUTS inputs of one shape (residuals);
+ *                         in inference the ReLU that alone reads it may be folded in (nl_fwd.act)
  *   concat in=a,b[,...]   out (C1 + C2 + ..., H, W): the inputs one after another along the
  *                         channels, as torch.cat(dim=1); all inputs share H and W
  *   globalavgpool         out (C, 1, 1): the mean of each channel's plane, as
@@ -32,7 +33,10 @@ static void add_forward(const struct nl_layer *l, const struct nl_fwd *f)
     size_t count = f->n > 0 ? (size_t)f->n * nl_shape_size(l->out) : 0;
 
     if (l->ninputs == 2) { /* a residual block's add: in vectors where the CPU allows */
-        nl_add(f->out, f->in[0], f->in[1], count);
+        if (f->act)        /* and its ReLU, folded in (inference) */
+            nl_add_act(f->out, f->in[0], f->in[1], count, f->act);
+        else
+            nl_add(f->out, f->in[0], f->in[1], count);
         return;
     }
     for (size_t i = 0; i < count; i++) {
@@ -41,6 +45,8 @@ static void add_forward(const struct nl_layer *l, const struct nl_fwd *f)
             s += f->in[j][i];
         f->out[i] = s;
     }
+    if (f->act) /* the folded activation: x * 1 + 0 is x */
+        nl_scale_shift(f->out, f->out, count, 1.0f, 0.0f, f->act);
 }
 
 static void add_backward(const struct nl_layer *l, const struct nl_bwd *b)
@@ -159,6 +165,7 @@ static void gap_backward(const struct nl_layer *l, const struct nl_bwd *b)
 const struct nl_layer_ops nl__add_ops = {
     .kind = "add",
     .overwrites = 1,
+    .folds = 2,
     .min_inputs = 2,
     .max_inputs = NL_MAX_INPUTS,
     .setup = add_setup,
