@@ -266,12 +266,12 @@ void nl_run_resumed_free(struct nl_run_resumed *r);
  * "auto", what the members measured and chose (the session records it as overlap_chosen,
  * overlap_sync_ms, overlap_overlapped_ms and overlap_step). */
 struct nl_run_overlap {
-    int cluster;     /* it trained on hosts or MPI ranks; 0: nothing below is set */
-    char mode[8];    /* "auto", "on" or "off" */
-    int measured;    /* auto measured: the three below hold its choice */
-    int overlapped;  /* 1: overlapped, 0: synchronous */
+    int cluster;                   /* it trained on hosts or MPI ranks; 0: a local run */
+    char mode[8];                  /* "auto", "on" or "off" */
+    int measured;                  /* auto measured: the members below hold its choice */
+    int overlapped;                /* 1: overlapped, 0: synchronous */
     double sync_ms, overlapped_ms; /* the members' mean median step times */
-    long step;       /* the mode holds from step step + 1 */
+    long step;                     /* the mode holds from step step + 1 */
 };
 
 /* Reads o from a run's settings JSON (nl_run_get's settings_json). */
