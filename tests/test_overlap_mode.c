@@ -166,6 +166,8 @@ static void test_mpi(void)
     ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-mpi' AND "
                         "json_extract(settings, '$.overlap_step') = 14") == 1,
        "the MPI run records the choice");
+    check_runs("ov-mpi", "auto", NULL,
+               overlap_field("overlapped") == 1 ? "overlapped" : "synchronous", sync, ov);
     is_int(nnlab("export ov-mpi '%s/ov-mpi.safetensors'", sd.dir), 0, "export ov-mpi: %s", errtext);
     size_t na = 0, nb = 0;
     snprintf(path, sizeof path, "%s/ov-auto.safetensors", sd.dir);
