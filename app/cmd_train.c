@@ -957,16 +957,22 @@ static void json_run_members(const struct nl_run_info *r)
     }
 }
 
-/* `nnlab runs RUN`: one run's record and what its cluster did about lost workers. */
+/* `nnlab runs RUN`: one run's record, how its cluster exchanged (--overlap, and what auto chose)
+ * and what it did about lost workers. */
 static int show_run(struct nl_store *store, const char *name)
 {
     struct nl_error err = {0};
     struct nl_run_info r;
     struct nl_run_recovery *rec = NULL;
+    struct nl_run_overlap ov = {0};
+    char *settings = NULL;
     int n = 0;
-    int rc = nl_run_get(store, name, &r, NULL, NULL, &err);
+    int rc = nl_run_get(store, name, &r, NULL, &settings, &err);
     if (rc == NL_ENOENT)
         nl_error_set(&err, rc, "no run named '%s' (see nnlab runs)", name);
+    if (rc == 0 && settings)
+        rc = nl_run_overlap_parse(settings, &ov, &err);
+    nl_free(settings);
     if (rc == 0)
         rc = nl_run_recoveries(store, r.id, &rec, &n, &err);
     if (rc < 0)
@@ -974,6 +980,20 @@ static int show_run(struct nl_store *store, const char *name)
     if (g.json) {
         printf("{");
         json_run_members(&r);
+        if (ov.cluster) {
+            /* The exchange's --overlap mode and what auto measured and chose. */
+            printf(",\"overlap\":{\"mode\":");
+            json_str(stdout, ov.mode);
+            if (ov.measured) {
+                printf(",\"chosen\":\"%s\",\"sync_ms\":",
+                       ov.overlapped ? "overlapped" : "synchronous");
+                json_num(stdout, ov.sync_ms);
+                printf(",\"overlapped_ms\":");
+                json_num(stdout, ov.overlapped_ms);
+                printf(",\"step\":%ld", ov.step);
+            }
+            printf("}");
+        }
         printf(",\"recoveries\":[");
         for (int i = 0; i < n; i++) {
             printf("%s{\"step\":%ld,\"host\":", i ? "," : "", rec[i].step);
@@ -1011,6 +1031,10 @@ static int show_run(struct nl_store *store, const char *name)
             printf("its process is gone: nnlab train --resume %s goes on from its latest "
                    "checkpoint\n",
                    r.name);
+        if (ov.cluster) {
+            char ot[160];
+            printf("overlap       %s\n", nl_run_overlap_text(&ov, ot, sizeof ot));
+        }
         if (n == 0)
             printf("no worker was lost\n");
         for (int i = 0; i < n; i++)

@@ -157,8 +157,8 @@ static const struct command commands[] = {
     },
     {"runs", cmd_runs, "[RUN]",
      "list training runs with their status and results (status running, done, stopped, failed, "
-     "or interrupted: its process is gone, resume it); with RUN, that run, its owner and the "
-     "workers its cluster lost",
+     "or interrupted: its process is gone, resume it); with RUN, that run, its owner, how its "
+     "cluster exchanged (--overlap, and what auto measured and chose) and the workers it lost",
      NULL, NULL},
     {"eval", cmd_eval, "RUN|FILE.safetensors [--data NAME] [--split test|val|train]",
      "evaluate a run's latest checkpoint, or a weights file, on a dataset split (accuracy, "

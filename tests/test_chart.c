@@ -141,6 +141,75 @@ static void test_events(void)
     ok(tall <= 4, "and nowhere else (%d tall columns)", tall);
 }
 
+/* The topmost pixel of colour c more than 8 columns from where it runs tall (an event's line
+ * and the triangle atop it): where its label starts; -1 when it has none. */
+static int label_top(struct chart_rgb c, int w, int h)
+{
+    cairo_surface_flush(surface);
+    const unsigned char *d = cairo_image_surface_get_data(surface);
+    const int stride = cairo_image_surface_get_stride(surface);
+    static int n[4096], first[4096];
+    for (int xx = 0; xx < w; xx++) {
+        n[xx] = 0;
+        first[xx] = -1;
+        for (int yy = 0; yy < h; yy++) {
+            uint32_t p =
+                *(const uint32_t *)(const void *)(d + (size_t)yy * stride + 4 * (size_t)xx);
+            int r = (p >> 16) & 255, g = (p >> 8) & 255, b = p & 255;
+            if (abs(r - (int)(c.r * 255)) < 12 && abs(g - (int)(c.g * 255)) < 12 &&
+                abs(b - (int)(c.b * 255)) < 12) {
+                n[xx]++;
+                first[xx] = first[xx] < 0 ? yy : first[xx];
+            }
+        }
+    }
+    int top = -1;
+    for (int xx = 0; xx < w; xx++) {
+        int near_line = 0;
+        for (int k = xx - 8; k <= xx + 8; k++)
+            near_line |= k >= 0 && k < w && n[k] >= 40;
+        if (n[xx] > 0 && !near_line && (top < 0 || first[xx] < top))
+            top = first[xx];
+    }
+    return top;
+}
+
+/* Events of their own colours (a recovery, and the step from which --overlap auto keeps its
+ * mode) a few pixels apart: each drawn in its colour, the second label in a row below the
+ * first instead of over it. */
+static void test_event_colours(void)
+{
+    const struct chart_rgb blue = {0.1, 0.3, 0.9}, magenta = {0.85, 0.1, 0.75},
+                           green = {0.1, 0.7, 0.2};
+    double x[100], y[100];
+    for (int i = 0; i < 100; i++) {
+        x[i] = i / 50.0;
+        y[i] = 1.0 - i / 200.0;
+    }
+    const double at[2] = {1.0, 1.02};
+    const char *const labels[2] = {"node2 restarted", "synchronous"};
+    const struct chart_rgb colours[2] = {magenta, green};
+    struct chart c = {.title = "Loss per step", .fg = {0, 0, 0}, .nseries = 1};
+    c.ymin = c.ymax = NAN;
+    c.xmin = 0;
+    c.xmax = 2;
+    c.series[0] = (struct chart_series){.x = x, .y = y, .n = 100, .color = blue};
+    c.nevents = 2;
+    c.event_x = at;
+    c.event_labels = labels;
+    c.event_color = magenta;
+    c.event_colors = colours;
+    canvas(600, 300);
+    chart_draw(cr, 600, 300, &c);
+    ok(count_color(green) > 100 && count_color(magenta) > 100,
+       "each event in its own colour (%ld green, %ld magenta pixels)", count_color(green),
+       count_color(magenta));
+    const int first = label_top(magenta, 600, 300), second = label_top(green, 600, 300);
+    ok(first >= 0 && second >= first + 8,
+       "the second label sits a row below the first, not over it (tops at %d and %d)", first,
+       second);
+}
+
 /* Images per second of a cluster run: the total and one line per worker, each in its colour. */
 static void test_throughput(void)
 {
@@ -348,9 +417,10 @@ static void test_feed(void)
 
 int main(void)
 {
-    plan(54);
+    plan(56);
     test_line_chart();
     test_events();
+    test_event_colours();
     test_throughput();
     test_smooth();
     test_bars_thumbs_confusion();

@@ -218,7 +218,7 @@ static int weights_from_file(const char *db, const char *file, const char *run)
     return same && changed;
 }
 
-#define CLUSTER_TESTS 34
+#define CLUSTER_TESTS 35
 
 #if NNLAB_HAVE_SSH
 static int hosts_checked(void)
@@ -250,8 +250,9 @@ static int cluster_points(void)
 
 /* A lost worker: a run on node1 and node2 whose second worker is killed (SIGKILL) after a few
  * steps goes on with a restarted one and finishes; the train page shows the recovery as a
- * notice, a line under the hosts and a marker on the loss chart, the runs page lists it. Then
- * a run stopped after its first epoch is resumed from the runs page on the hosts it recorded. */
+ * notice, a line under the hosts and a marker on the loss chart, the runs page lists it; what
+ * --overlap auto chose, as the run records it, shows as a line and a marker too. Then a run
+ * stopped after its first epoch is resumed from the runs page on the hosts it recorded. */
 static void cluster_faults(const struct sshd *sd)
 {
     struct nl_store *s;
@@ -296,15 +297,30 @@ static void cluster_faults(const struct sshd *sd)
        "its line stays under the hosts: %s", last ? last : "(none)");
     int rc = nl_store_open(&s, db_path, &err);
     struct nl_run_recovery *rec = NULL;
+    struct nl_run_overlap ov = {0};
+    char *ov_settings = NULL;
     int nrec = 0;
     if (rc == 0)
-        rc = nl_run_get(s, "gui-recovered", &info, NULL, NULL, &err);
+        rc = nl_run_get(s, "gui-recovered", &info, NULL, &ov_settings, &err);
     if (rc == 0)
         rc = nl_run_recoveries(s, info.id, &rec, &nrec, &err);
+    if (rc == 0)
+        rc = nl_run_overlap_parse(ov_settings, &ov, &err);
+    nl_free(ov_settings);
     ok(rc == 0 && strcmp(info.status, "done") == 0 && info.epochs_done == 2,
        "the run is done with its 2 epochs (%s)", rc == 0 ? info.status : err.msg);
     ok(rc == 0 && nrec == 1 && strcmp(rec[0].action, "restarted") == 0 && rec[0].workers == 2,
        "its recovery is stored (%d)", nrec);
+    /* What --overlap auto chose (the workers measure again after the recovery), as recorded. */
+    char ov_want[96];
+    snprintf(ov_want, sizeof ov_want, ": %s from step %ld",
+             ov.overlapped ? "overlapping" : "synchronous", ov.step + 1);
+    int ov_marker = 0;
+    const char *ov_line = train_page_overlap(nw()->train, &ov_marker);
+    ok(rc == 0 && ov.measured && ov_line && strstr(ov_line, ov_want) && ov_marker &&
+           strstr(report, ov_line),
+       "auto's recorded choice (%s) shows as a line under the hosts and a marker: %s",
+       ov.measured ? ov_want : "none recorded", ov_line ? ov_line : "(none)");
     nl_free(rec);
     nl_store_close(s);
     spin(300);

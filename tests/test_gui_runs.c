@@ -17,6 +17,7 @@
  *  - the misclassified samples carry their probabilities, and one opens larger with its
  *    likeliest classes;
  *  - ticking two runs shows their settings side by side, the differing ones marked;
+ *  - a cluster run's settings line names what --overlap auto chose, with both step times;
  *  - the Predict page's picker says each run's dataset and input; an image is described as
  *    converted, with a warning when it is far from the run's images (colour for a gray run);
  *    a CSV run takes a row typed into fields named by the CSV's header, standardised as its
@@ -672,7 +673,7 @@ int main(int argc, char **argv)
     if (!bin)
         skip_all("NNLAB_BIN is not set");
 
-    plan(105);
+    plan(107);
     char data_dir[700], spec[700];
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
     snprintf(spec, sizeof spec, "%s/small.nn", gui_tmp);
@@ -691,13 +692,21 @@ int main(int argc, char **argv)
                "--name run-b",
                spec))
         bail_out("the command line could not fill the store");
-    /* run-b as a run stopped after its epochs (no final results), then a run stopped before its
-     * first checkpoint. */
+    /* run-b as a run stopped after its epochs (no final results), a cluster run whose --overlap
+     * auto measured and chose (its settings as core/store/session.c records them), then a run
+     * stopped before its first checkpoint. */
+    static const char overlap_settings[] =
+        "{\"epochs\":3,\"batch\":32,\"overlap\":\"auto\",\"cluster\":true,"
+        "\"overlap_chosen\":\"overlapped\",\"overlap_sync_ms\":41.2,"
+        "\"overlap_overlapped_ms\":35.0,\"overlap_step\":14}";
     struct nl_store *s = NULL;
     struct nl_error err = {0};
     struct nl_run_info info;
     if (nl_store_open(&s, db, &err) < 0 || nl_run_get(s, "run-b", &info, NULL, NULL, &err) < 0 ||
         nl_run_reopen(s, info.id, NULL, &err) < 0 ||
+        nl_run_finish(s, info.id, "stopped", NULL, &err) < 0 ||
+        nl_run_create(s, "run-cluster", "bands", spec, "fc1: dense 32\nrelu\nfc2: dense N\n",
+                      overlap_settings, &info, &err) < 0 ||
         nl_run_finish(s, info.id, "stopped", NULL, &err) < 0 ||
         nl_run_create(s, "no-checkpoint", "bands", spec, "fc1: dense 32\nrelu\nfc2: dense N\n",
                       "{}", &info, &err) < 0 ||
@@ -913,6 +922,22 @@ int main(int argc, char **argv)
     gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-a");
     gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.compare", "s", "run-b");
     ok(runs_page_comparison(nw()->runs) == NULL, "unticking them hides the comparison");
+
+    /* A cluster run's settings line says what --overlap auto chose, with both step times, as
+     * `nnlab runs RUN` does, in place of the raw overlap_* keys; a local run's says auto. */
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "run-cluster");
+    spin(200);
+    const char *ov_details = runs_page_details(nw()->runs);
+    ok(strstr(ov_details,
+              "overlap auto: overlapped from step 15 (41.2 ms synchronous, 35.0 ms overlapped)") &&
+           !strstr(ov_details, "overlap_"),
+       "a cluster run's settings line names auto's choice and both times (%s)",
+       oneline(ov_details));
+    gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "run-a");
+    spin(200);
+    const char *local_details = runs_page_details(nw()->runs);
+    ok(strstr(local_details, "overlap auto") && !strstr(local_details, "overlap auto:"),
+       "a local run's names no choice (%s)", oneline(local_details));
 
     /* Item 10: a run started in a terminal is followed live; the newest run selected, the
      * selection follows to it. */

@@ -12,6 +12,7 @@
  *  - with openssh-server, a run of `nnlab train --hosts node1:1,node2:1` on a private sshd on
  *    127.0.0.1 (tests/sshd.h), one of whose workers is killed (SIGKILL): its recovery shows as
  *    a marker on the loss chart, a line under the hosts and a notice, and the run ends done;
+ *    what its --overlap auto chose, as the run records it, shows as a line and a marker;
  *  - the main loop never stalls while following.
  * A screenshot of the page following each run goes to BUILD/ui-screenshots/.
  *
@@ -32,6 +33,7 @@ int main(void)
 #include <unistd.h>
 
 #include "gui_util.h"
+#include "nnlab/alloc.h"
 #include "nnlab/runs.h"
 #include "sshd.h"
 
@@ -88,6 +90,41 @@ static int epochs_done(void)
     nl_store_close(s);
     return n;
 }
+
+#if NNLAB_HAVE_SSH
+/* What --overlap auto chose, as the run records it and as the page shows it: the page's line
+ * and marker from the recorded step + 1. */
+static void check_overlap_shown(void)
+{
+    struct nl_store *s;
+    struct nl_run_info info;
+    struct nl_error err = {0};
+    struct nl_run_overlap ov = {0};
+    char *settings = NULL;
+    int rc = nl_store_open_read(&s, db, &err);
+    if (rc == 0) {
+        rc = nl_run_get(s, run_name, &info, NULL, &settings, &err);
+        if (rc == 0)
+            rc = nl_run_overlap_parse(settings, &ov, &err);
+        nl_free(settings);
+        nl_store_close(s);
+    }
+    char want[96];
+    snprintf(want, sizeof want, ": %s from step %ld", ov.overlapped ? "overlapping" : "synchronous",
+             ov.step + 1);
+    int marker = 0;
+    const char *line = train_page_overlap(page(), &marker);
+    int done;
+    const char *report;
+    train_page_hosts_report(page(), &done, &report);
+    ok(rc == 0 && ov.measured && line && strstr(line, want) && marker && strstr(report, line),
+       "auto's recorded choice (%s) shows as a line under the hosts and a marker: %s",
+       rc < 0        ? err.msg
+       : ov.measured ? want
+                     : "none recorded",
+       line ? line : "(none)");
+}
+#endif
 
 static int following_ended(void)
 {
@@ -198,7 +235,7 @@ static int recovered(void)
 }
 
 /* A cluster run of the command line on node1 and node2 of a private sshd, one worker killed. */
-#define CLUSTER_TESTS    4
+#define CLUSTER_TESTS    5
 static void follow_cluster(void)
 {
 #if NNLAB_HAVE_SSH
@@ -243,6 +280,7 @@ static void follow_cluster(void)
     train_page_watched(page(), &run, &how);
     ok(ended && how && strcmp(how, "done") == 0, "the run goes on and ends done (%s)",
        how ? how : "still following");
+    check_overlap_shown();
     if (gui_child > 0 && !gui_child_gone())
         kill(gui_child, SIGTERM);
     sshd_stop(&sd);

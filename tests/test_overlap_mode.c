@@ -4,9 +4,9 @@
  * the option's refusals, and, through the real binary and the private sshd of tests/sshd.h, that
  * the three modes train 2 workers to the same weights bit for bit (the mode changes when bytes
  * move, not what is summed; auto measures both modes, then keeps one), that auto reports what it
- * measured and chose and the run records it, that a run too short to measure reports nothing,
- * that the run's settings record the mode, and that a resumed run keeps it (auto measures
- * again). */
+ * measured and chose, the run records it and `nnlab runs RUN` (and --json) shows it, that a
+ * run too short to measure reports nothing, that the run's settings record the mode, and that a
+ * resumed run keeps it (auto measures again). */
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -82,6 +82,46 @@ static double overlap_field(const char *key)
     return strtod(at, NULL);
 }
 
+/* The number after "key": in out (the first), or NAN. */
+static double out_number(const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *at = strstr(out, k);
+    return at ? strtod(at + strlen(k), NULL) : NAN;
+}
+
+/* `nnlab runs RUN` and `runs RUN --json` show how the run exchanged: want is the text after
+ * "overlap" for a fixed or unmeasured mode; NULL for a measured auto run, whose line must carry
+ * the choice (chosen) and the step times that the JSON gives, which must be those measured. */
+static void check_runs(const char *run, const char *mode, const char *want, const char *chosen,
+                       double sync, double ov)
+{
+    char line[256];
+    is_int(nnlab("runs %s", run), 0, "runs %s: %s", run, errtext);
+    static char text[sizeof out];
+    snprintf(text, sizeof text, "%s", out);
+    is_int(nnlab("--json runs %s", run), 0, "--json runs %s: %s", run, errtext);
+    snprintf(line, sizeof line, "\"overlap\":{\"mode\":\"%s\"", mode);
+    like(out, line, "runs %s --json: overlap mode %s", run, mode);
+    if (want) {
+        snprintf(line, sizeof line, "\noverlap       %s\n", want);
+        like(text, line, "runs %s: overlap %s", run, want);
+        ok(!strstr(out, "\"chosen\""), "runs %s --json: no choice", run);
+        return;
+    }
+    snprintf(line, sizeof line, "\"chosen\":\"%s\"", chosen);
+    like(out, line, "runs %s --json: chosen %s", run, chosen);
+    const double jsync = out_number("sync_ms"), jov = out_number("overlapped_ms");
+    is_float(jsync, sync, 1e-3, "runs %s --json: sync_ms as measured", run);
+    is_float(jov, ov, 1e-3, "runs %s --json: overlapped_ms as measured", run);
+    is_float(out_number("step"), 14, 0, "runs %s --json: chose after step 14", run);
+    snprintf(line, sizeof line,
+             "\noverlap       auto: %s from step 15 (%.1f ms synchronous, %.1f ms overlapped)\n",
+             chosen, jsync, jov);
+    like(text, line, "runs %s: the choice and both times", run);
+}
+
 /* Requirement: the same through MPI ranks (net/mpi.c runs the worker's code): 2 ranks with
  * --overlap auto measure, report, record, and end bit for bit as the SSH workers did (the
  * exported ov-auto.safetensors of 3 epochs). Skipped without mpirun or an MPI build. */
@@ -126,6 +166,8 @@ static void test_mpi(void)
     ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-mpi' AND "
                         "json_extract(settings, '$.overlap_step') = 14") == 1,
        "the MPI run records the choice");
+    check_runs("ov-mpi", "auto", NULL,
+               overlap_field("overlapped") == 1 ? "overlapped" : "synchronous", sync, ov);
     is_int(nnlab("export ov-mpi '%s/ov-mpi.safetensors'", sd.dir), 0, "export ov-mpi: %s", errtext);
     size_t na = 0, nb = 0;
     snprintf(path, sizeof path, "%s/ov-auto.safetensors", sd.dir);
@@ -188,6 +230,7 @@ int main(void)
            "the run's settings record overlap %s", modes[k]);
         if (k < 2) {
             ok(isnan(overlap_field("step")), "--overlap %s measures nothing", modes[k]);
+            check_runs(k ? "ov-on" : "ov-off", modes[k], modes[k], NULL, 0, 0);
         } else {
             /* auto: both step times, and the choice from step 15 on (2 + 12 steps measured). */
             const double sync = overlap_field("sync_ms"), ov = overlap_field("overlapped_ms");
@@ -206,6 +249,8 @@ int main(void)
                            "json_extract(settings, '$.overlap_step') = 14",
                            chosen == 1 ? "overlapped" : "synchronous") == 1,
                "the run records the choice and both step times");
+            check_runs("ov-auto", "auto", NULL, chosen == 1 ? "overlapped" : "synchronous", sync,
+                       ov);
         }
         is_int(nnlab("export ov-%s '%s/ov-%s.safetensors'", modes[k], sd.dir, modes[k]), 0,
                "export ov-%s: %s", modes[k], errtext);
@@ -225,6 +270,7 @@ int main(void)
     is_int(nnlab("%s --epochs 2 --name ov-short", train_args()), 0,
            "2 workers train 2 epochs with --overlap auto: %s", errtext);
     ok(isnan(overlap_field("step")), "a run too short to measure measures nothing");
+    check_runs("ov-short", "auto", "auto, not measured", NULL, 0, 0);
     is_int(nnlab("--json train --data syn --model '%s/spec' --batch 32 --seed 5 --epochs 3 "
                  "--ssh-config '%s/ssh_config' --hosts node1:1 --name ov-one",
                  sd.dir, sd.dir),
@@ -254,6 +300,8 @@ int main(void)
                         "settings LIKE '%%\"overlap\":\"auto\"%%' AND "
                         "json_extract(settings, '$.overlap_step') = 53") == 1,
        "and records its new measurement, still overlap auto");
+    is_int(nnlab("runs ov-auto"), 0, "runs ov-auto: %s", errtext);
+    like(out, " from step 54 (", "and shows the new choice, from step 54");
     test_mpi();
     sshd_stop(&sd);
     return done_testing();

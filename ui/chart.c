@@ -248,13 +248,17 @@ int chart_draw(cairo_t *cr, int width, int height, const struct chart *c)
     }
 
     /* Events: a dashed line across the plot, a triangle on its top edge, a label beside it
-     * (right of the line, or left of it near the right edge). */
+     * (right of the line, or left of it near the right edge), in the first row below the top
+     * where it meets no label drawn before (up to 4 rows; those past them overlap the last). */
+    enum { LABEL_ROWS = 4, LABELS_KEPT = 64 };
+    double placed_from[LABELS_KEPT], placed_to[LABELS_KEPT];
+    int placed_row[LABELS_KEPT], nplaced = 0;
     for (int k = 0; k < c->nevents; k++) {
         const double ex = c->event_x[k];
         if (!isfinite(ex) || ex < x0 || ex > x1)
             continue;
         const double px = round(left + (ex - x0) / (x1 - x0) * pw) + 0.5;
-        set_rgb(cr, c->event_color, 1.0);
+        set_rgb(cr, c->event_colors ? c->event_colors[k] : c->event_color, 1.0);
         cairo_set_line_width(cr, 1.5);
         const double dash[] = {4.0, 3.0};
         cairo_set_dash(cr, dash, 2, 0);
@@ -271,8 +275,22 @@ int chart_draw(cairo_t *cr, int width, int height, const struct chart *c)
         if (label && pw > 160) {
             const double lw = text_width(cr, label, TICK_SIZE);
             const int before = px + 6 + lw > right - 2;
-            text_at(cr, before ? px - 6 : px + 6, top + TICK_SIZE + 6, label, TICK_SIZE,
-                    before ? 1.0 : 0.0);
+            const double from = before ? px - 6 - lw : px + 6, to = from + lw;
+            int lrow = 0;
+            for (int i = 0; i < nplaced; i++)
+                if (placed_row[i] == lrow && from < placed_to[i] + 4 && to > placed_from[i] - 4) {
+                    lrow++;
+                    i = -1; /* check the next row against all of them */
+                    if (lrow == LABEL_ROWS - 1)
+                        break;
+                }
+            if (nplaced < LABELS_KEPT) {
+                placed_from[nplaced] = from;
+                placed_to[nplaced] = to;
+                placed_row[nplaced++] = lrow;
+            }
+            text_at(cr, before ? px - 6 : px + 6, top + TICK_SIZE + 6 + lrow * (TICK_SIZE + 4),
+                    label, TICK_SIZE, before ? 1.0 : 0.0);
         }
         drawn++;
     }

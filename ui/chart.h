@@ -33,13 +33,15 @@ struct chart {
     int y_percent;       /* y tick labels as percentages of 1 */
     int nseries;
     struct chart_series series[CHART_MAX_SERIES];
-    /* Events at points of the x axis (a cluster run's recoveries, at their step): a dashed
-     * vertical line across the plot at each, in event_color, with a triangle on the plot's top
-     * edge and, where the plot is wide enough, the label beside it. */
+    /* Events at points of the x axis (a cluster run's recoveries, at their step; the step from
+     * which --overlap auto keeps the mode it chose): a dashed vertical line across the plot at
+     * each, in its colour, with a triangle on the plot's top edge and, where the plot is wide
+     * enough, the label beside it. */
     int nevents;
     const double *event_x;           /* (nevents) */
     const char *const *event_labels; /* (nevents), NULL or NULL entries: no label */
     struct chart_rgb event_color;
+    const struct chart_rgb *event_colors; /* (nevents), or NULL: all in event_color */
 };
 
 /* Draws a line chart filling width x height: title, axes with ticks, a grid, each series, the

@@ -65,13 +65,18 @@ static char *run_task(NlRunsPage *p, const struct nl_run_info *info)
 }
 
 /* A run's settings as "key value · key value", leaving out those that are off; task, when not
- * NULL, stands where the class count would ("classes 1" of a regression run). */
+ * NULL, stands where the class count would ("classes 1" of a regression run). A cluster run's
+ * overlap reads as `nnlab runs RUN` gives it: "overlap auto: overlapped from step 15 (41.2 ms
+ * synchronous, 35.0 ms overlapped)", the members' measurement in place of its overlap_* keys. */
 static GString *settings_text(const char *settings, const char *task)
 {
     GString *s = g_string_new(NULL);
     struct nl_json_doc *doc = NULL;
     struct nl_error err = {0};
-    if (nl_json_parse(&doc, settings, strlen(settings), "run settings", &err) < 0) {
+    struct nl_run_overlap ov;
+    if (nl_json_parse(&doc, settings, strlen(settings), "run settings", &err) < 0 ||
+        nl_run_overlap_parse(settings, &ov, &err) < 0) {
+        nl_json_free(doc);
         g_string_append(s, settings);
         return s;
     }
@@ -81,10 +86,17 @@ static GString *settings_text(const char *settings, const char *task)
         const gboolean always = strcmp(v->key, "seed") == 0 || strcmp(v->key, "momentum") == 0;
         if (!always && (setting_off(v) || v->type == NL_JSON_OBJECT))
             continue;
+        if (g_str_has_prefix(v->key, "overlap_"))
+            continue;
         if (s->len)
             g_string_append(s, " · ");
         if (task && strcmp(v->key, "classes") == 0) {
             g_string_append(s, task);
+            continue;
+        }
+        if (ov.cluster && strcmp(v->key, "overlap") == 0) {
+            char text[160];
+            g_string_append_printf(s, "overlap %s", nl_run_overlap_text(&ov, text, sizeof text));
             continue;
         }
         g_string_append_printf(s, "%s ", v->key);

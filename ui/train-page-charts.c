@@ -7,8 +7,10 @@
  * timer stops while they are hidden and catches up when they show again); epoch ends come
  * through g_idle_add. A cluster run's recoveries are pushed as feed events and pulled with the
  * points (and at once on a nudge, should the timer be off): each shows as a notice, a line under
- * the hosts (as the command line prints it) and a marker on the loss chart at its step. Each
- * chart is a GtkDrawingArea whose draw function calls chart.c. */
+ * the hosts (as the command line prints it) and a marker on the loss chart at its step. What
+ * --overlap auto measured and chose comes through g_idle_add: a line under the hosts and a blue
+ * marker on the loss chart at the step the kept mode starts from. Each chart is a
+ * GtkDrawingArea whose draw function calls chart.c. */
 #include <math.h>
 #include <string.h>
 
@@ -196,6 +198,23 @@ void train_charts_set_epochs(NlTrainPage *p, const double *epoch, const double *
     gtk_widget_queue_draw(p->acc_chart);
 }
 
+void train_charts_set_overlap(NlTrainPage *p, double x, const char *label, const char *line)
+{
+    p->overlap_x = x;
+    g_free(p->overlap_label);
+    p->overlap_label = g_strdup(label);
+    g_free(p->overlap_line);
+    p->overlap_line = g_strdup(line);
+    train_report_line(p, line, FALSE);
+    gtk_widget_queue_draw(p->loss_chart);
+}
+
+const char *train_page_overlap(NlTrainPage *p, int *marker)
+{
+    *marker = isfinite(p->overlap_x) && p->overlap_label;
+    return p->overlap_line;
+}
+
 void train_charts_add_recovery(NlTrainPage *p, double x, const char *label, const char *line)
 {
     append(p->ev_x, x);
@@ -287,6 +306,9 @@ void train_charts_clear(NlTrainPage *p)
     g_array_set_size(p->ev_x, 0);
     g_ptr_array_set_size(p->ev_labels, 0);
     g_ptr_array_set_size(p->ev_lines, 0);
+    p->overlap_x = NAN;
+    g_clear_pointer(&p->overlap_label, g_free);
+    g_clear_pointer(&p->overlap_line, g_free);
     train_charts_redraw(p);
 }
 
@@ -358,10 +380,26 @@ static void draw_loss(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointer 
                                         .n = (int)n,
                                         .color = BLUE,
                                         .width = 2.0};
-    c.nevents = (int)p->ev_x->len;
-    c.event_x = data_of(p->ev_x);
-    c.event_labels = (const char *const *)p->ev_labels->pdata;
+    /* The recoveries in red, then auto's choice of overlap in the series' blue. */
+    const guint nev = p->ev_x->len + (isfinite(p->overlap_x) ? 1 : 0);
+    double *ev_x = g_newa(double, nev + 1);
+    const char **ev_labels = g_newa(const char *, nev + 1);
+    struct chart_rgb *ev_colors = g_newa(struct chart_rgb, nev + 1);
+    for (guint i = 0; i < p->ev_x->len; i++) {
+        ev_x[i] = g_array_index(p->ev_x, double, i);
+        ev_labels[i] = g_ptr_array_index(p->ev_labels, i);
+        ev_colors[i] = RED;
+    }
+    if (nev > p->ev_x->len) {
+        ev_x[nev - 1] = p->overlap_x;
+        ev_labels[nev - 1] = p->overlap_label;
+        ev_colors[nev - 1] = BLUE;
+    }
+    c.nevents = (int)nev;
+    c.event_x = ev_x;
+    c.event_labels = ev_labels;
     c.event_color = RED;
+    c.event_colors = ev_colors;
     c.xmin = 0;
     if (p->last.epochs > 0)
         c.xmax = p->last.epochs;
@@ -470,6 +508,7 @@ void train_charts_init(NlTrainPage *p)
     p->ev_x = doubles();
     p->ev_labels = g_ptr_array_new_with_free_func(g_free);
     p->ev_lines = g_ptr_array_new_with_free_func(g_free);
+    p->overlap_x = NAN;
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->loss_chart), draw_loss, p, NULL);
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->acc_chart), draw_acc, p, NULL);
     gtk_drawing_area_set_draw_func(GTK_DRAWING_AREA(p->ips_chart), draw_ips, p, NULL);
@@ -494,6 +533,8 @@ void train_charts_release(NlTrainPage *p)
     if (p->ev_lines)
         g_ptr_array_unref(p->ev_lines);
     g_free(p->pulled_events);
+    g_free(p->overlap_label);
+    g_free(p->overlap_line);
     g_free(p->smooth);
     g_free(p->pulled);
 }

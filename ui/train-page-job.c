@@ -6,8 +6,9 @@
  * of the Hosts field with nl_cluster_train (one worker each, the form's SSH options, heartbeat
  * timeout and max restarts), or a stopped run continued from its latest checkpoint
  * (nl_session_resume). It never calls GTK: per-step points and recoveries go into the job's feed
- * (train-page-charts.c drains it), and the run's start, each epoch's end, a recovery's nudge and
- * the end of the run reach the main loop through g_idle_add with a payload the callback owns.
+ * (train-page-charts.c drains it), and the run's start, each epoch's end, a recovery's nudge,
+ * what --overlap auto chose and the end of the run reach the main loop through g_idle_add with a
+ * payload the callback owns.
  *
  * Resume continues a run in its own record with its own settings, which the form then shows; a
  * cluster run goes on on the hosts its settings name (the window records them as "hosts"; a run
@@ -32,14 +33,16 @@
 /* A one-off event from the training thread, owned by its idle callback. */
 struct train_msg {
     struct train_job *job;
-    enum { MSG_STARTED, MSG_EPOCH, MSG_RECOVERY, MSG_DONE } kind;
+    enum { MSG_STARTED, MSG_EPOCH, MSG_RECOVERY, MSG_OVERLAP, MSG_DONE } kind;
     struct feed_point point;
     char text[256];
+    int overlapped; /* MSG_OVERLAP: the mode auto chose */
 };
 
 static gboolean on_msg(gpointer data);
 
-static void post(struct train_job *j, int kind, const struct feed_point *pt, const char *text)
+static void post_msg(struct train_job *j, int kind, const struct feed_point *pt, const char *text,
+                     int overlapped)
 {
     struct train_msg *m = g_new0(struct train_msg, 1);
     m->job = j;
@@ -48,7 +51,13 @@ static void post(struct train_job *j, int kind, const struct feed_point *pt, con
         m->point = *pt;
     if (text)
         g_strlcpy(m->text, text, sizeof m->text);
+    m->overlapped = overlapped;
     g_idle_add(on_msg, m);
+}
+
+static void post(struct train_job *j, int kind, const struct feed_point *pt, const char *text)
+{
+    post_msg(j, kind, pt, text, 0);
 }
 
 static void job_free(struct train_job *j)
@@ -118,6 +127,15 @@ static int on_event(void *ud, const struct nl_event *ev)
         feed_push_event(&j->feed, &e);
         /* Shown at once, even while the charts' timer is off (another page on screen). */
         post(j, MSG_RECOVERY, NULL, NULL);
+    } else if (ev->kind == NL_EVENT_OVERLAP && ev->overlap) {
+        /* As the command line prints it; the marker at the first step of the kept mode. */
+        const struct nl_overlap_choice *c = ev->overlap;
+        char line[256];
+        g_snprintf(line, sizeof line,
+                   "Overlap: measured %.1f ms synchronous, %.1f ms overlapped: %s from step %ld",
+                   1e3 * c->sync_seconds, 1e3 * c->overlap_seconds,
+                   c->overlapped ? "overlapping" : "synchronous", c->step + 1);
+        post_msg(j, MSG_OVERLAP, &pt, line, c->overlapped);
     } else if (ev->kind == NL_EVENT_EPOCH) {
         pt.kind = FEED_EPOCH;
         post(j, MSG_EPOCH, &pt, NULL);
@@ -382,6 +400,8 @@ static void run_done(NlTrainPage *p, struct train_job *j)
             for (int i = 0; lines[i]; i++)
                 train_report_line(p, lines[i], FALSE);
             g_strfreev(lines);
+            if (p->overlap_line)
+                train_report_line(p, p->overlap_line, FALSE);
             for (guint i = 0; i < p->ev_lines->len; i++)
                 train_report_line(p, g_ptr_array_index(p->ev_lines, i), TRUE);
         }
@@ -430,6 +450,12 @@ static gboolean on_msg(gpointer data)
     case MSG_RECOVERY:
         train_charts_pull_events(p);
         break;
+    case MSG_OVERLAP: {
+        const struct feed_point *pt = &m->point;
+        const double x = pt->iters > 0 ? (pt->epoch - 1) + (double)pt->iter / pt->iters : NAN;
+        train_charts_set_overlap(p, x, m->overlapped ? "overlapped" : "synchronous", m->text);
+        break;
+    }
     case MSG_DONE:
         run_done(p, j);
         job_free(j);

@@ -135,6 +135,10 @@ struct _NlTrainPage {
     GPtrArray *ev_labels, *ev_lines;
     struct feed_event *pulled_events; /* (FEED_EVENTS) */
     int recoveries;                   /* since the window opened, for tests */
+    /* What --overlap auto chose in the run shown: the step it keeps its mode from, on the
+     * charts' axis (NAN: no choice yet), the loss chart's label and the line under the hosts. */
+    double overlap_x;
+    char *overlap_label, *overlap_line;
 };
 
 /* ---- The form (train-page-form.c) ---- */
@@ -205,6 +209,9 @@ void train_charts_set_epochs(NlTrainPage *p, const double *epoch, const double *
                              const double *val_acc, int n);
 /* A recovery: a marker on the loss chart at x, a line under the hosts and a notice. */
 void train_charts_add_recovery(NlTrainPage *p, double x, const char *label, const char *line);
+/* What --overlap auto chose: a marker on the loss chart at x (the step it keeps the mode from)
+ * and a line under the hosts. */
+void train_charts_set_overlap(NlTrainPage *p, double x, const char *label, const char *line);
 void train_charts_redraw(NlTrainPage *p);
 /* Drains the job's feed into the charts; returns the points taken. */
 int train_charts_pull(NlTrainPage *p);

@@ -11,7 +11,8 @@
  * images/s (the last 16 steps' samples over their seconds, a step's seconds being its slowest
  * worker's) and each worker's own rate in the step for a run of several workers; per epoch the
  * train and validation accuracy (the running accuracy of each step is not stored); each recovery as
- * a marker, a line under the hosts and a notice. Steps are placed at step / steps per epoch, those
+ * a marker, a line under the hosts and a notice; what --overlap auto chose, once the run records
+ * it, as a line under the hosts and a marker. Steps are placed at step / steps per epoch, those
  * being the dataset's train count over the run's batch. Following ends when the run is no longer
  * running (its status then is said) or on train.watch "". */
 #include <math.h>
@@ -42,6 +43,7 @@ struct watch_poll {
     int nepochs;
     struct nl_run_recovery *rec;
     int nrec;
+    struct nl_run_overlap ov; /* what --overlap auto chose, once it has */
 };
 
 static void poll_free(gpointer data)
@@ -66,6 +68,8 @@ static void poll_thread(GTask *task, gpointer source, gpointer data, GCancellabl
         rc = nl_run_get(s, w->run, &w->info, NULL, &settings, &w->err);
     if (rc == 0)
         rc = nl_run_settings_parse(settings, w->info.name, &w->o, NULL, &w->cluster, &w->err);
+    if (rc == 0)
+        rc = nl_run_overlap_parse(settings, &w->ov, &w->err);
     if (rc == 0 && nl_dataset_info(s, w->info.dataset, &d, &w->err) == 0)
         w->ntrain = d.count[NL_TRAIN];
     if (rc == 0)
@@ -203,6 +207,23 @@ static void draw_recoveries(NlTrainPage *p, const struct watch_poll *w)
     p->watched_recoveries = MAX(p->watched_recoveries, w->nrec);
 }
 
+/* What --overlap auto chose, once the run records it (again, after a resume or a lost worker):
+ * the line the command line prints and a marker at the first step of the kept mode. */
+static void draw_overlap(NlTrainPage *p, const struct watch_poll *w)
+{
+    const struct nl_run_overlap *o = &w->ov;
+    if (!o->measured)
+        return;
+    const double x = (double)o->step / (double)p->watched_iters;
+    if (isfinite(p->overlap_x) && p->overlap_x == x)
+        return;
+    char *line = g_strdup_printf(
+        "Overlap: measured %.1f ms synchronous, %.1f ms overlapped: %s from step %ld", o->sync_ms,
+        o->overlapped_ms, o->overlapped ? "overlapping" : "synchronous", o->step + 1);
+    train_charts_set_overlap(p, x, o->overlapped ? "overlapped" : "synchronous", line);
+    g_free(line);
+}
+
 static gboolean watch_tick(gpointer data);
 
 /* Following ends: the run's status is said, the charts stay. */
@@ -248,6 +269,7 @@ static void poll_done(GObject *source, GAsyncResult *res, gpointer data)
     draw_steps(p, w);
     draw_epochs(p, w);
     draw_recoveries(p, w);
+    draw_overlap(p, w);
     if (strcmp(w->info.status, "running") != 0 || !w->info.owner_lives)
         watch_ended(p, w->info.status);
 }

@@ -49,6 +49,9 @@ int train_page_worker_points(NlTrainPage *p, int worker);
 /* For tests: the recoveries shown since the window opened, the markers on the loss chart and
  * the last one's line (NULL: none in the run shown). */
 void train_page_recoveries(NlTrainPage *p, int *count, int *markers, const char **last);
+/* For tests: the line under the hosts of what --overlap auto chose in the run shown, and whether
+ * the loss chart has its marker (NULL, 0: no choice shown). */
+const char *train_page_overlap(NlTrainPage *p, int *marker);
 /* Follows the run named run, trained by another process (the command line, SSH hosts, mpirun)
  * on the same store: the charts show its steps, epochs and recoveries as they are stored. */
 void train_page_watch(NlTrainPage *p, const char *run);

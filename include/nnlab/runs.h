@@ -262,4 +262,25 @@ int nl_run_resume_open(struct nl_store *s, const char *name, const struct nl_res
                        struct nl_error *err) NL_MUST_CHECK;
 void nl_run_resumed_free(struct nl_run_resumed *r);
 
+/* How a cluster run exchanged, from its settings (README "overlap"): the --overlap mode and, for
+ * "auto", what the members measured and chose (the session records it as overlap_chosen,
+ * overlap_sync_ms, overlap_overlapped_ms and overlap_step). */
+struct nl_run_overlap {
+    int cluster;                   /* it trained on hosts or MPI ranks; 0: a local run */
+    char mode[8];                  /* "auto", "on" or "off" */
+    int measured;                  /* auto measured: the members below hold its choice */
+    int overlapped;                /* 1: overlapped, 0: synchronous */
+    double sync_ms, overlapped_ms; /* the members' mean median step times */
+    long step;                     /* the mode holds from step step + 1 */
+};
+
+/* Reads o from a run's settings JSON (nl_run_get's settings_json). */
+int nl_run_overlap_parse(const char *settings_json, struct nl_run_overlap *o,
+                         struct nl_error *err) NL_MUST_CHECK;
+
+/* o as people read it, into buf: "auto: overlapped from step 15 (41.2 ms synchronous, 35.0 ms
+ * overlapped)", "auto, not measured" (a run of one worker or too few steps follows the static
+ * rule; a run in its first steps has not measured yet), "on" or "off"; "" for a local run. */
+const char *nl_run_overlap_text(const struct nl_run_overlap *o, char *buf, size_t size);
+
 #endif
