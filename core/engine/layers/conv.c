@@ -16,6 +16,11 @@
  *   bias added in that same pass. The weights are packed once per shard, not once per image.
  *   Backward gathers dout into (F, n*P) the same way (the bias gradient summed in that pass).
  *   scratch: (K + F)*P floats per sample.
+ * - DIRECT (stride 1 only): out_s straight from in_s by nl_conv_s1 (core/engine/kernels.c),
+ *   eight filters' outputs over 32 pixels held in AVX-512 registers, no im2col. The input
+ *   gradient is the same kernel run as the transposed convolution (weights turned (C, F, kh, kw)
+ *   and flipped, padding kh - 1 - ph), with no col2im; the weight gradient stays SAMPLE's
+ *   im2col and GEMM. scratch: K*P + F*K floats, whatever the shard's size.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -33,14 +38,19 @@
  *    ResNet-18 64x64 4 1x1 s2     512   256     4      66.0      77.1
  *    ResNet-18 224x224 layer3     256  2304   196     121.2     111.8
  *    ResNet-18 224x224 layer4     512  4608    49      95.5     123.1
+ * For narrow layers the products are too small for OpenBLAS to run near its rate, and the
+ * unrolling costs as much as the product: 3x3 stride-1 layers with C and F both at most 32
+ * (resnet8's first two stages) run DIRECT where the vector paths are on. resnet8 training,
+ * `nnlab bench --model resnet8 --batch 32 --threads 1 --steps 10 --warmup 2`, 2026-11-27, load
+ * average 2.6: 729 images/s with these layers SAMPLE, 822 DIRECT.
  * OpenBLAS packs the (F, K) weights at every call; per image that costs in proportion to F*K
  * and pays back over only P columns. The gathering and scattering of the shard path costs a
  * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 32768 floats,
- * and n > 1; SAMPLE elsewhere (lenet keeps it on both convolutions, so its results are
- * unchanged bit for bit; the bound on F*K was 262144 before OpenBLAS ran its SkylakeX kernels
- * here and im2col its vectors). SHARD sums the weight and bias gradients over the shard inside
- * one product instead of image after image, so its results differ from SAMPLE's in the last
- * bits; tests/test_kernels.c holds both against direct loops.
+ * and n > 1 (and the layer is not DIRECT); SAMPLE elsewhere (lenet keeps it on both convolutions,
+ * so its results are unchanged bit for bit; the bound on F*K was 262144 before OpenBLAS ran its
+ * SkylakeX kernels here and im2col its vectors). SHARD sums the weight and bias gradients over the
+ * shard inside one product instead of image after image, so its results differ from SAMPLE's in the
+ * last bits; tests/test_kernels.c holds both against direct loops.
  *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
@@ -99,16 +109,30 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         int bdims[4] = {l->filters};
         nl__layer_add_param(l, "bias", 1, bdims, fan_in, fan_out, NL_INIT_ZERO);
     }
+    const int direct_fits =
+        win.sh == 1 && win.sw == 1 && win.kw <= 8 && win.ph < win.kh && win.pw < win.kw;
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
         l->lower = l->lowering;
+    else if (l->lowering == NL_LOWER_DIRECT && !direct_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d pad %dx%d cannot run direct (stride 1, "
+                              "a window at most 8 wide and padding under the window's size)",
+                              win.kh, win.kw, win.sh, win.sw, win.ph, win.pw);
+    else if (l->lowering == NL_LOWER_DIRECT)
+        l->lower = NL_LOWER_DIRECT;
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
+    else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
+             nl_kernels_vector_on())
+        l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
     else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
-        l->lower = NL_LOWER_SHARD; /* the rule at the top of this file */
+        l->lower = NL_LOWER_SHARD;
     else
         l->lower = NL_LOWER_SAMPLE;
     if (l->lower == NL_LOWER_SHARD)
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
+    else if (l->lower == NL_LOWER_DIRECT)
+        l->scratch_fixed = k * p + (size_t)l->filters * k;
     else
         l->scratch_fixed = k * p;
     return 0;
@@ -203,11 +227,32 @@ static void forward_shard(const struct nl_layer *l, const struct nl_fwd *f,
         }
 }
 
+/* DIRECT: out_s (F, oh, ow) straight from in_s by nl_conv_s1, image after image. */
+static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
+                           const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const size_t out_size = (size_t)d->f * d->p;
+
+    for (int s = 0; s < f->n; s++) {
+        float *out = f->out + (size_t)s * out_size;
+        nl_conv_s1(out, f->in[0] + (size_t)s * d->in_size, f->w, bias, g->c, g->h, g->w, d->f,
+                   g->kh, g->kw, g->ph, g->pw, g->oh, g->ow, 0);
+        if (f->scale)
+            for (int fo = 0; fo < d->f; fo++)
+                nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p,
+                               f->scale[fo], f->shift[fo], f->act);
+    }
+}
+
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_SHARD && f->n > 1)
+    if (l->lower == NL_LOWER_DIRECT)
+        forward_direct(l, f, &d);
+    else if (l->lower == NL_LOWER_SHARD && f->n > 1)
         forward_shard(l, f, &d);
     else
         forward_sample(l, f, &d);
@@ -286,11 +331,46 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
         }
 }
 
+/* DIRECT: the weight and bias gradients as SAMPLE's; din_s += the direct convolution of dout_s
+ * (F, oh, ow) by the weights turned (C, F, kh, kw) and flipped in both axes, padded by
+ * (kh - 1 - ph, kw - 1 - pw): the transposed convolution, with no col2im. */
+static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
+                            const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const size_t out_size = (size_t)d->f * d->p;
+    const int taps = g->kh * g->kw;
+    float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+    float *flip = b->scratch + (size_t)d->k * d->p; /* (C, F, kh, kw) */
+
+    if (b->din[0])
+        for (int fo = 0; fo < d->f; fo++)
+            for (int c = 0; c < g->c; c++)
+                for (int t = 0; t < taps; t++)
+                    flip[((size_t)c * d->f + fo) * taps + (taps - 1 - t)] =
+                        b->w[((size_t)fo * g->c + c) * taps + t];
+    for (int s = 0; s < b->n; s++) {
+        const float *dout = b->dout + (size_t)s * out_size;
+        if (b->dw) {
+            const float *cols = sample_cols(b->scratch, b->in[0] + (size_t)s * d->in_size, d);
+            nl_sgemm(0, 1, d->f, d->k, d->p, 1.0f, dout, d->p, cols, d->p, 1.0f, b->dw, d->k);
+        }
+        if (db)
+            for (int fo = 0; fo < d->f; fo++)
+                db[fo] += nl_sum(dout + (size_t)fo * d->p, d->p);
+        if (b->din[0])
+            nl_conv_s1(b->din[0] + (size_t)s * d->in_size, dout, flip, NULL, d->f, g->oh, g->ow,
+                       g->c, g->kh, g->kw, g->kh - 1 - g->ph, g->kw - 1 - g->pw, g->h, g->w, 1);
+    }
+}
+
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_SHARD && b->n > 1)
+    if (l->lower == NL_LOWER_DIRECT)
+        backward_direct(l, b, &d);
+    else if (l->lower == NL_LOWER_SHARD && b->n > 1)
         backward_shard(l, b, &d);
     else
         backward_sample(l, b, &d);
