@@ -646,6 +646,48 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
     run_free(&r);
 }
 
+/* The direct weight gradient against its naive twin, added into non-zero starting values, to
+ * rounding; with the vector paths off, bit for bit. */
+static void test_conv_s1_dweight_twins(void)
+{
+    static const int cases[][8] = {
+        /* c, h, w, f, kh, kw, ph, pw */
+        {16, 28, 28, 16, 3, 3, 1, 1}, {3, 7, 9, 5, 3, 3, 1, 1}, {2, 6, 5, 9, 3, 5, 2, 1},
+        {5, 14, 14, 7, 3, 3, 1, 1},   {1, 1, 1, 3, 3, 3, 1, 1}, {2, 4, 37, 6, 3, 3, 1, 1},
+        {3, 9, 33, 2, 3, 3, 0, 0},    {2, 8, 8, 4, 5, 3, 2, 2}, {1, 3, 17, 1, 1, 3, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *k = cases[i];
+        const int c = k[0], h = k[1], w = k[2], f = k[3], kh = k[4], kw = k[5], ph = k[6],
+                  pw = k[7];
+        const int oh = h + 2 * ph - kh + 1, ow = w + 2 * pw - kw + 1;
+        const size_t in = (size_t)c * h * w, out = (size_t)f * oh * ow,
+                     nw = (size_t)f * c * kh * kw;
+        float *x = floats(in), *dy = floats(out), *dw[3];
+        fill(x, in, -1, 1);
+        fill(dy, out, -1, 1);
+        for (int j = 0; j < 3; j++)
+            dw[j] = floats(nw);
+        fill(dw[0], nw, -1, 1);
+        memcpy(dw[1], dw[0], nw * sizeof(float));
+        memcpy(dw[2], dw[0], nw * sizeof(float));
+        nl_conv_s1_dweight_naive(dw[0], dy, x, c, h, w, f, kh, kw, ph, pw, oh, ow);
+        nl_conv_s1_dweight(dw[1], dy, x, c, h, w, f, kh, kw, ph, pw, oh, ow);
+        nl_kernels_vector(0);
+        nl_conv_s1_dweight(dw[2], dy, x, c, h, w, f, kh, kw, ph, pw, oh, ow);
+        nl_kernels_vector(1);
+        is_float(max_diff(dw[0], dw[1], nw), 0.0, 1e-5 * (1.0 + (double)oh * ow),
+                 "conv_s1_dweight %dx%dx%d, %d filters %dx%d pad %dx%d: matches the naive twin", c,
+                 h, w, f, kh, kw, ph, pw);
+        ok(memcmp(dw[0], dw[2], nw * sizeof(float)) == 0,
+           "conv_s1_dweight %dx%dx%d: the scalar path is the twin bit for bit", c, h, w);
+        for (int j = 0; j < 3; j++)
+            free(dw[j]);
+        free(x);
+        free(dy);
+    }
+}
+
 /* The direct stride-1 convolution against its naive twin: with a bias, without, and added into
  * non-zero outputs, to rounding (the vector path fuses multiply and add); the floats after the
  * output stay untouched. With the vector paths off it is the twin bit for bit. */
@@ -1000,6 +1042,7 @@ int main(void)
     /* The direct lowering on shapes of resnet8 and on odd ones: rows of one, two and three
      * vectors, filters not a multiple of eight. */
     test_conv_s1_twins();
+    test_conv_s1_dweight_twins();
     static const struct conv_case directs[] = {
         {2, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1}, {3, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 0},
         {2, 3, 5, 37, 11, 3, 3, 1, 1, 1, 1, 0},   {3, 5, 9, 13, 6, 3, 3, 1, 1, 0, 0, 1},

@@ -1710,3 +1710,120 @@ void nl_conv_s1(float *out, const float *img, const float *weight, const float *
     else
         nl_conv_s1_naive(out, img, weight, bias, c, h, w, f, kh, kw, ph, pw, oh, ow, acc);
 }
+
+void nl_conv_s1_dweight_naive(float *dweight, const float *dout, const float *img, int c, int h,
+                              int w, int f, int kh, int kw, int ph, int pw, int oh, int ow)
+{
+    for (int fo = 0; fo < f; fo++)
+        for (int ci = 0; ci < c; ci++)
+            for (int ky = 0; ky < kh; ky++)
+                for (int kx = 0; kx < kw; kx++) {
+                    float s = 0.0f;
+                    for (int oy = 0; oy < oh; oy++) {
+                        const int iy = oy - ph + ky;
+                        if (iy < 0 || iy >= h)
+                            continue;
+                        for (int ox = 0; ox < ow; ox++) {
+                            const int ix = ox - pw + kx;
+                            if (ix < 0 || ix >= w)
+                                continue;
+                            s += dout[((size_t)fo * oh + oy) * ow + ox] *
+                                 img[((size_t)ci * h + iy) * w + ix];
+                        }
+                    }
+                    dweight[(((size_t)fo * c + ci) * kh + ky) * kw + kx] += s;
+                }
+}
+
+#define CONV_DW_DECL(J) __m512 s##J##0 = z, s##J##1 = z, s##J##2 = z, d##J = z
+#define CONV_DW_LOAD(J)                                                                            \
+    do {                                                                                           \
+        if ((J) < fb)                                                                              \
+            d##J = _mm512_maskz_loadu_ps(mo, dout + (fo + (J)) * plane + o);                       \
+    } while (0)
+#define CONV_DW_TAP(J, X)                                                                          \
+    do {                                                                                           \
+        if ((J) < fb)                                                                              \
+            s##J##X = _mm512_fmadd_ps(d##J, v##X, s##J##X);                                        \
+    } while (0)
+#define CONV_DW_PUT(J)                                                                             \
+    do {                                                                                           \
+        if ((J) < fb) {                                                                            \
+            float *dst = dweight + (((size_t)(fo + (J)) * c + ci) * kh + ky) * 3;                  \
+            dst[0] += _mm512_reduce_add_ps(s##J##0);                                               \
+            dst[1] += _mm512_reduce_add_ps(s##J##1);                                               \
+            dst[2] += _mm512_reduce_add_ps(s##J##2);                                               \
+        }                                                                                          \
+    } while (0)
+
+/* Filters [fo, fo + fb) (fb 4 or 1), input channel ci, tap row ky of a 3-wide window. */
+AVX512 static inline __attribute__((always_inline)) void
+conv_dw_block(float *dweight, const float *dout, const float *img, int fb, int fo, int ci, int ky,
+              int c, int h, int w, int kh, int ph, int pw, int oh, int ow)
+{
+    const __m512 z = _mm512_setzero_ps();
+    const size_t plane = (size_t)oh * ow;
+    CONV_DW_DECL(0);
+    CONV_DW_DECL(1);
+    CONV_DW_DECL(2);
+    CONV_DW_DECL(3);
+
+    for (int oy = 0; oy < oh; oy++) {
+        const int iy = oy - ph + ky;
+        if (iy < 0 || iy >= h)
+            continue;
+        const float *row = img + ((size_t)ci * h + iy) * w - pw;
+        for (int x0 = 0; x0 < ow; x0 += 16) {
+            const __mmask16 mo = lanes(0, ow - x0);
+            const size_t o = (size_t)oy * ow + x0;
+            CONV_DW_LOAD(0);
+            CONV_DW_LOAD(1);
+            CONV_DW_LOAD(2);
+            CONV_DW_LOAD(3);
+            const __m512 v0 = _mm512_maskz_loadu_ps(mo & lanes(pw - x0, w + pw - x0), row + x0);
+            const __m512 v1 =
+                _mm512_maskz_loadu_ps(mo & lanes(pw - 1 - x0, w + pw - 1 - x0), row + x0 + 1);
+            const __m512 v2 =
+                _mm512_maskz_loadu_ps(mo & lanes(pw - 2 - x0, w + pw - 2 - x0), row + x0 + 2);
+            CONV_DW_TAP(0, 0);
+            CONV_DW_TAP(0, 1);
+            CONV_DW_TAP(0, 2);
+            CONV_DW_TAP(1, 0);
+            CONV_DW_TAP(1, 1);
+            CONV_DW_TAP(1, 2);
+            CONV_DW_TAP(2, 0);
+            CONV_DW_TAP(2, 1);
+            CONV_DW_TAP(2, 2);
+            CONV_DW_TAP(3, 0);
+            CONV_DW_TAP(3, 1);
+            CONV_DW_TAP(3, 2);
+        }
+    }
+    CONV_DW_PUT(0);
+    CONV_DW_PUT(1);
+    CONV_DW_PUT(2);
+    CONV_DW_PUT(3);
+}
+
+AVX512 static void conv_s1_dweight_avx512(float *dweight, const float *dout, const float *img,
+                                          int c, int h, int w, int f, int kh, int ph, int pw,
+                                          int oh, int ow)
+{
+    for (int ci = 0; ci < c; ci++)
+        for (int ky = 0; ky < kh; ky++) {
+            int fo = 0;
+            for (; fo + 4 <= f; fo += 4)
+                conv_dw_block(dweight, dout, img, 4, fo, ci, ky, c, h, w, kh, ph, pw, oh, ow);
+            for (; fo < f; fo++)
+                conv_dw_block(dweight, dout, img, 1, fo, ci, ky, c, h, w, kh, ph, pw, oh, ow);
+        }
+}
+
+void nl_conv_s1_dweight(float *dweight, const float *dout, const float *img, int c, int h, int w,
+                        int f, int kh, int kw, int ph, int pw, int oh, int ow)
+{
+    if (vector_on && kw == 3)
+        conv_s1_dweight_avx512(dweight, dout, img, c, h, w, f, kh, ph, pw, oh, ow);
+    else
+        nl_conv_s1_dweight_naive(dweight, dout, img, c, h, w, f, kh, kw, ph, pw, oh, ow);
+}

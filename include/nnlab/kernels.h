@@ -50,6 +50,15 @@ void nl_conv_s1(float *out, const float *img, const float *weight, const float *
 void nl_conv_s1_naive(float *out, const float *img, const float *weight, const float *bias, int c,
                       int h, int w, int f, int kh, int kw, int ph, int pw, int oh, int ow, int acc);
 
+/* Its weight gradient, direct: dweight [f, c, kh, kw] += the correlation of dout (f, oh, ow)
+ * with img (c, h, w) zero-padded by (ph, pw). The AVX-512 path (kw = 3) sums four filters'
+ * three taps of a row in 16 lanes over the whole plane, then across the lanes; the naive twin
+ * sums each tap pixel by pixel, and agrees to rounding. */
+void nl_conv_s1_dweight(float *dweight, const float *dout, const float *img, int c, int h, int w,
+                        int f, int kh, int kw, int ph, int pw, int oh, int ow);
+void nl_conv_s1_dweight_naive(float *dweight, const float *dout, const float *img, int c, int h,
+                              int w, int f, int kh, int kw, int ph, int pw, int oh, int ow);
+
 /* Depthwise convolution of one image, direct (no im2col): filter f of the c*mult reads only
  * channel f / mult. out (c*mult, oh, ow) = the taps of weight [c*mult, 1, kh, kw] over img
  * (c, h, w) with zero padding, plus bias (c*mult) when not NULL. Its twin is the per-group

@@ -39,10 +39,12 @@
  *    ResNet-18 224x224 layer3     256  2304   196     121.2     111.8
  *    ResNet-18 224x224 layer4     512  4608    49      95.5     123.1
  * For narrow layers the products are too small for OpenBLAS to run near its rate, and the
- * unrolling costs as much as the product: 3x3 stride-1 layers with C and F both at most 32
- * (resnet8's first two stages) run DIRECT where the vector paths are on. resnet8 training,
- * `nnlab bench --model resnet8 --batch 32 --threads 1 --steps 10 --warmup 2`, 2026-11-27, load
- * average 2.6: 729 images/s with these layers SAMPLE, 822 DIRECT.
+ * unrolling costs as much as the product. With bench_conv's B lowering set to DIRECT for the
+ * 3x3 stride-1 shapes (2026-11-27, load average 3, fastest of 5), GFLOP/s per image against
+ * direct: resnet8 stage 1 (16 -> 16, 28x28) 47.2 against 62.3; stage 2 (32 -> 32, 14x14) 62.6
+ * against 60.0; stage 3 (64 -> 64, 7x7) 65.2 against 28.0; ResNet-18 64x64 layer1 94.4 against
+ * 66.8. Hence DIRECT for 3x3 stride-1 layers with C and F at most 32 and rows wider than 16
+ * (resnet8's first stage), where the vector paths are on.
  * OpenBLAS packs the (F, K) weights at every call; per image that costs in proportion to F*K
  * and pays back over only P columns. The gathering and scattering of the shard path costs a
  * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 32768 floats,
@@ -123,7 +125,7 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
     else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
-             nl_kernels_vector_on())
+             win.ow > 16 && nl_kernels_vector_on())
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
     else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
         l->lower = NL_LOWER_SHARD;
@@ -331,9 +333,10 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
         }
 }
 
-/* DIRECT: the weight and bias gradients as SAMPLE's; din_s += the direct convolution of dout_s
- * (F, oh, ow) by the weights turned (C, F, kh, kw) and flipped in both axes, padded by
- * (kh - 1 - ph, kw - 1 - pw): the transposed convolution, with no col2im. */
+/* DIRECT: dweight += the direct correlation of dout_s with in_s (nl_conv_s1_dweight) where the
+ * window is 3 wide, else SAMPLE's im2col and GEMM; dbias as SAMPLE's; din_s += the direct
+ * convolution of dout_s (F, oh, ow) by the weights turned (C, F, kh, kw) and flipped in both axes,
+ * padded by (kh - 1 - ph, kw - 1 - pw): the transposed convolution, with no col2im. */
 static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
                             const struct conv_dims *d)
 {
@@ -342,6 +345,8 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
     const int taps = g->kh * g->kw;
     float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
     float *flip = b->scratch + (size_t)d->k * d->p; /* (C, F, kh, kw) */
+    /* nl_conv_s1_dweight has a vector path for 3-wide windows; elsewhere the GEMM is faster. */
+    const int direct_dw = g->kw == 3 && nl_kernels_vector_on();
 
     if (b->din[0])
         for (int fo = 0; fo < d->f; fo++)
@@ -351,8 +356,12 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
                         b->w[((size_t)fo * g->c + c) * taps + t];
     for (int s = 0; s < b->n; s++) {
         const float *dout = b->dout + (size_t)s * out_size;
-        if (b->dw) {
-            const float *cols = sample_cols(b->scratch, b->in[0] + (size_t)s * d->in_size, d);
+        const float *in = b->in[0] + (size_t)s * d->in_size;
+        if (b->dw && direct_dw)
+            nl_conv_s1_dweight(b->dw, dout, in, g->c, g->h, g->w, d->f, g->kh, g->kw, g->ph, g->pw,
+                               g->oh, g->ow);
+        else if (b->dw) {
+            const float *cols = sample_cols(b->scratch, in, d);
             nl_sgemm(0, 1, d->f, d->k, d->p, 1.0f, dout, d->p, cols, d->p, 1.0f, b->dw, d->k);
         }
         if (db)
