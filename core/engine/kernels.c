@@ -1768,23 +1768,23 @@ conv_dw_block(float *dweight, const float *dout, const float *img, int fb, int f
     CONV_DW_DECL(2);
     CONV_DW_DECL(3);
 
-    for (int oy = 0; oy < oh; oy++) {
-        const int iy = oy - ph + ky;
-        if (iy < 0 || iy >= h)
-            continue;
-        const float *row = img + ((size_t)ci * h + iy) * w - pw;
-        for (int x0 = 0; x0 < ow; x0 += 16) {
-            const __mmask16 mo = lanes(0, ow - x0);
+    /* Column pieces outside, rows inside: the masks are worked out once per piece. */
+    const int y_lo = ph - ky > 0 ? ph - ky : 0, y_hi = h + ph - ky < oh ? h + ph - ky : oh;
+    for (int x0 = 0; x0 < ow; x0 += 16) {
+        const __mmask16 mo = lanes(0, ow - x0);
+        const __mmask16 m0 = mo & lanes(pw - x0, w + pw - x0);
+        const __mmask16 m1 = mo & lanes(pw - 1 - x0, w + pw - 1 - x0);
+        const __mmask16 m2 = mo & lanes(pw - 2 - x0, w + pw - 2 - x0);
+        for (int oy = y_lo; oy < y_hi; oy++) {
+            const float *row = img + ((size_t)ci * h + oy - ph + ky) * w - pw + x0;
             const size_t o = (size_t)oy * ow + x0;
             CONV_DW_LOAD(0);
             CONV_DW_LOAD(1);
             CONV_DW_LOAD(2);
             CONV_DW_LOAD(3);
-            const __m512 v0 = _mm512_maskz_loadu_ps(mo & lanes(pw - x0, w + pw - x0), row + x0);
-            const __m512 v1 =
-                _mm512_maskz_loadu_ps(mo & lanes(pw - 1 - x0, w + pw - 1 - x0), row + x0 + 1);
-            const __m512 v2 =
-                _mm512_maskz_loadu_ps(mo & lanes(pw - 2 - x0, w + pw - 2 - x0), row + x0 + 2);
+            const __m512 v0 = _mm512_maskz_loadu_ps(m0, row);
+            const __m512 v1 = _mm512_maskz_loadu_ps(m1, row + 1);
+            const __m512 v2 = _mm512_maskz_loadu_ps(m2, row + 2);
             CONV_DW_TAP(0, 0);
             CONV_DW_TAP(0, 1);
             CONV_DW_TAP(0, 2);

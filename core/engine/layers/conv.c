@@ -40,11 +40,11 @@
  *    ResNet-18 224x224 layer4     512  4608    49      95.5     123.1
  * For narrow layers the products are too small for OpenBLAS to run near its rate, and the
  * unrolling costs as much as the product. With bench_conv's B lowering set to DIRECT for the
- * 3x3 stride-1 shapes (2026-11-27, load average 3, fastest of 5), GFLOP/s per image against
- * direct: resnet8 stage 1 (16 -> 16, 28x28) 47.2 against 62.3; stage 2 (32 -> 32, 14x14) 62.6
- * against 60.0; stage 3 (64 -> 64, 7x7) 65.2 against 28.0; ResNet-18 64x64 layer1 94.4 against
- * 66.8. Hence DIRECT for 3x3 stride-1 layers with C and F at most 32 and rows wider than 16
- * (resnet8's first stage), where the vector paths are on.
+ * 3x3 stride-1 shapes (2026-11-27, load average 1.4, fastest of 7), GFLOP/s per image against
+ * direct: resnet8 stage 1 (16 -> 16, 28x28) 48.3 against 82.1; stage 2 (32 -> 32, 14x14) 65.0
+ * against 79.3; stage 3 (64 -> 64, 7x7, rows of 7 in 16 lanes) 67.1 against 35.6. Hence DIRECT
+ * for 3x3 stride-1 layers with C and F at most 32 and rows at least 14 wide (resnet8's first two
+ * stages), where the vector paths are on.
  * OpenBLAS packs the (F, K) weights at every call; per image that costs in proportion to F*K
  * and pays back over only P columns. The gathering and scattering of the shard path costs a
  * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 32768 floats,
@@ -125,7 +125,7 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
     else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
-             win.ow > 16 && nl_kernels_vector_on())
+             win.ow >= 14 && nl_kernels_vector_on())
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
     else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
         l->lower = NL_LOWER_SHARD;
