@@ -3,7 +3,7 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Two lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * Three lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
  * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
@@ -19,8 +19,10 @@
  * - DIRECT (stride 1 only): out_s straight from in_s by nl_conv_s1 (core/engine/kernels.c),
  *   eight filters' outputs over 32 pixels held in AVX-512 registers, no im2col. The input
  *   gradient is the same kernel run as the transposed convolution (weights turned (C, F, kh, kw)
- *   and flipped, padding kh - 1 - ph), with no col2im; the weight gradient stays SAMPLE's
- *   im2col and GEMM. scratch: K*P + F*K floats, whatever the shard's size.
+ *   and flipped, padding kh - 1 - ph), with no col2im; the weight gradient is a direct
+ *   correlation (nl_conv_s1_dweight) for 3-wide windows, SAMPLE's im2col and GEMM otherwise.
+ *   Each sums in another order than the products, so its results differ in the last bits.
+ *   scratch: K*P + F*K floats, whatever the shard's size.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -38,21 +40,23 @@
  *    ResNet-18 64x64 4 1x1 s2     512   256     4      66.0      77.1
  *    ResNet-18 224x224 layer3     256  2304   196     121.2     111.8
  *    ResNet-18 224x224 layer4     512  4608    49      95.5     123.1
- * For narrow layers the products are too small for OpenBLAS to run near its rate, and the
- * unrolling costs as much as the product. With bench_conv's B lowering set to DIRECT for the
- * 3x3 stride-1 shapes (2026-11-27, load average 1.4, fastest of 7), GFLOP/s per image against
- * direct: resnet8 stage 1 (16 -> 16, 28x28) 48.3 against 82.1; stage 2 (32 -> 32, 14x14) 65.0
- * against 79.3; stage 3 (64 -> 64, 7x7, rows of 7 in 16 lanes) 67.1 against 35.6. Hence DIRECT
- * for 3x3 stride-1 layers with C and F at most 32 and rows at least 14 wide (resnet8's first two
- * stages), where the vector paths are on.
  * OpenBLAS packs the (F, K) weights at every call; per image that costs in proportion to F*K
  * and pays back over only P columns. The gathering and scattering of the shard path costs a
  * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 32768 floats,
- * and n > 1 (and the layer is not DIRECT); SAMPLE elsewhere (lenet keeps it on both convolutions,
- * so its results are unchanged bit for bit; the bound on F*K was 262144 before OpenBLAS ran its
- * SkylakeX kernels here and im2col its vectors). SHARD sums the weight and bias gradients over the
- * shard inside one product instead of image after image, so its results differ from SAMPLE's in the
- * last bits; tests/test_kernels.c holds both against direct loops.
+ * and n > 1 (and the layer is not DIRECT); SAMPLE elsewhere (lenet keeps it on both
+ * convolutions, so its results are unchanged bit for bit; the bound on F*K was 262144 before
+ * OpenBLAS ran its SkylakeX kernels here and im2col its vectors). SHARD sums the weight and bias
+ * gradients over the shard inside one product instead of image after image, so its results
+ * differ from SAMPLE's in the last bits; tests/test_kernels.c holds both against direct loops.
+ *
+ * For narrow layers the products are too small for OpenBLAS to run near its rate, and the
+ * unrolling costs as much as the product. With bench_conv's B lowering set to DIRECT for the
+ * 3x3 stride-1 shapes (a one-line change to tests/bench_conv.c; 2026-11-27, load average 1.4,
+ * fastest of 7), GFLOP/s per image against direct: resnet8 stage 1 (16 -> 16, 28x28) 48.3
+ * against 82.1; stage 2 (32 -> 32, 14x14) 65.0 against 79.3; stage 3 (64 -> 64, 7x7, rows of 7
+ * in 16 lanes) 67.1 against 35.6. Hence DIRECT, before the other two, for 3x3 stride-1 layers
+ * with C and F at most 32 and rows at least 14 wide (resnet8's first two stages), where the
+ * vector paths are on.
  *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
