@@ -618,7 +618,9 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
     snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d, %s", cc->f,
              cc->kh, cc->kw, cc->sh, cc->sw, cc->ph, cc->pw, cc->no_bias ? " no bias" : "", cc->n,
              cc->c, cc->h, cc->w,
-             r.l.lower == NL_LOWER_SHARD ? "one GEMM per shard" : "one GEMM per image");
+             r.l.lower == NL_LOWER_SHARD    ? "one GEMM per shard"
+             : r.l.lower == NL_LOWER_DIRECT ? "direct"
+                                            : "one GEMM per image");
     int oh = r.l.out.h, ow = r.l.out.w, k = cc->c * cc->kh * cc->kw;
     const float *wt = r.w, *bias = cc->no_bias ? NULL : r.w + (size_t)cc->f * k;
     float *out = floats(r.out_count), *din = floats(r.in_count), *dw = floats(r.l.param_count);
@@ -642,6 +644,115 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
     free(din);
     free(dw);
     run_free(&r);
+}
+
+/* The direct weight gradient against its naive twin, added into non-zero starting values, to
+ * rounding; with the vector paths off, bit for bit. */
+static void test_conv_s1_dweight_twins(void)
+{
+    static const int cases[][8] = {
+        /* c, h, w, f, kh, kw, ph, pw */
+        {16, 28, 28, 16, 3, 3, 1, 1}, {3, 7, 9, 5, 3, 3, 1, 1}, {2, 6, 5, 9, 3, 5, 2, 1},
+        {5, 14, 14, 7, 3, 3, 1, 1},   {1, 1, 1, 3, 3, 3, 1, 1}, {2, 4, 37, 6, 3, 3, 1, 1},
+        {3, 9, 33, 2, 3, 3, 0, 0},    {2, 8, 8, 4, 5, 3, 2, 2}, {1, 3, 17, 1, 1, 3, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *k = cases[i];
+        const int c = k[0], h = k[1], w = k[2], f = k[3], kh = k[4], kw = k[5], ph = k[6],
+                  pw = k[7];
+        const int oh = h + 2 * ph - kh + 1, ow = w + 2 * pw - kw + 1;
+        const size_t in = (size_t)c * h * w, out = (size_t)f * oh * ow,
+                     nw = (size_t)f * c * kh * kw;
+        float *x = floats(in), *dy = floats(out), *dw[3];
+        fill(x, in, -1, 1);
+        fill(dy, out, -1, 1);
+        for (int j = 0; j < 3; j++)
+            dw[j] = floats(nw);
+        fill(dw[0], nw, -1, 1);
+        memcpy(dw[1], dw[0], nw * sizeof(float));
+        memcpy(dw[2], dw[0], nw * sizeof(float));
+        nl_conv_s1_dweight_naive(dw[0], dy, x, c, h, w, f, kh, kw, ph, pw, oh, ow);
+        nl_conv_s1_dweight(dw[1], dy, x, c, h, w, f, kh, kw, ph, pw, oh, ow);
+        nl_kernels_vector(0);
+        nl_conv_s1_dweight(dw[2], dy, x, c, h, w, f, kh, kw, ph, pw, oh, ow);
+        nl_kernels_vector(1);
+        is_float(max_diff(dw[0], dw[1], nw), 0.0, 1e-5 * (1.0 + (double)oh * ow),
+                 "conv_s1_dweight %dx%dx%d, %d filters %dx%d pad %dx%d: matches the naive twin", c,
+                 h, w, f, kh, kw, ph, pw);
+        ok(memcmp(dw[0], dw[2], nw * sizeof(float)) == 0,
+           "conv_s1_dweight %dx%dx%d: the scalar path is the twin bit for bit", c, h, w);
+        for (int j = 0; j < 3; j++)
+            free(dw[j]);
+        free(x);
+        free(dy);
+    }
+}
+
+/* The direct stride-1 convolution against its naive twin: with a bias, without, and added into
+ * non-zero outputs, to rounding (the vector path fuses multiply and add); the floats after the
+ * output stay untouched. With the vector paths off it is the twin bit for bit. */
+static void test_conv_s1_twins(void)
+{
+    static const int cases[][8] = {
+        /* c, h, w, f, kh, kw, ph, pw */
+        {16, 28, 28, 16, 3, 3, 1, 1}, {3, 7, 9, 5, 3, 3, 1, 1},  {2, 6, 5, 9, 3, 5, 2, 1},
+        {5, 14, 14, 17, 3, 3, 1, 1},  {1, 1, 1, 3, 3, 3, 1, 1},  {2, 4, 37, 8, 3, 3, 1, 1},
+        {3, 9, 33, 2, 3, 3, 0, 0},    {2, 8, 8, 7, 5, 5, 2, 2},  {4, 5, 6, 3, 1, 1, 0, 0},
+        {2, 10, 12, 11, 2, 8, 1, 7},  {1, 3, 17, 1, 3, 3, 1, 1}, {32, 7, 7, 32, 3, 3, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *k = cases[i];
+        const int c = k[0], h = k[1], w = k[2], f = k[3], kh = k[4], kw = k[5], ph = k[6],
+                  pw = k[7];
+        const int oh = h + 2 * ph - kh + 1, ow = w + 2 * pw - kw + 1;
+        const size_t in = (size_t)c * h * w, out = (size_t)f * oh * ow,
+                     nw = (size_t)f * c * kh * kw;
+        float *x = floats(in), *wt = floats(nw), *bias = floats((size_t)f), *start = floats(out);
+        float *y[2];
+        double diff = 0.0, tol = 0.0;
+        int guard = 1, scalar_same = 1;
+        fill(x, in, -1, 1);
+        fill(wt, nw, -1, 1);
+        fill(bias, (size_t)f, -1, 1);
+        fill(start, out, -1, 1);
+        for (int j = 0; j < 2; j++)
+            y[j] = floats(out + 16);
+        for (int mode = 0; mode < 3; mode++) {
+            const float *b = mode == 0 ? bias : NULL;
+            const int acc = mode == 2;
+            for (int j = 0; j < 2; j++) {
+                memcpy(y[j], start, out * sizeof(float));
+                for (int g = 0; g < 16; g++)
+                    y[j][out + g] = 7.0f;
+            }
+            nl_conv_s1_naive(y[0], x, wt, b, c, h, w, f, kh, kw, ph, pw, oh, ow, acc);
+            nl_conv_s1(y[1], x, wt, b, c, h, w, f, kh, kw, ph, pw, oh, ow, acc);
+            const double d = max_diff(y[0], y[1], out), t = tol_for(y[0], out) * (1.0 + c * kh);
+            diff = d > diff ? d : diff;
+            tol = t > tol ? t : tol;
+            for (int g = 0; g < 16; g++)
+                guard &= y[1][out + g] == 7.0f;
+            memcpy(y[1], start, out * sizeof(float));
+            nl_kernels_vector(0);
+            nl_conv_s1(y[1], x, wt, b, c, h, w, f, kh, kw, ph, pw, oh, ow, acc);
+            nl_kernels_vector(1);
+            scalar_same &= memcmp(y[0], y[1], out * sizeof(float)) == 0;
+        }
+        is_float(
+            diff, 0.0, tol,
+            "conv_s1 %dx%dx%d, %d filters %dx%d pad %dx%d: matches the naive twin with a bias, "
+            "without, and added in",
+            c, h, w, f, kh, kw, ph, pw);
+        ok(guard && scalar_same,
+           "conv_s1 %dx%dx%d: nothing written past the output; the scalar path is the twin", c, h,
+           w);
+        free(x);
+        free(wt);
+        free(bias);
+        free(start);
+        free(y[0]);
+        free(y[1]);
+    }
 }
 
 /* Depthwise gconv (groups = C, F = mult * C): the direct loops against the per-group im2col and
@@ -924,7 +1035,21 @@ int main(void)
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
         test_conv(&convs[i], NL_LOWER_SAMPLE);
         test_conv(&convs[i], NL_LOWER_SHARD);
+        if (convs[i].sh == 1 && convs[i].sw == 1 && convs[i].ph < convs[i].kh &&
+            convs[i].pw < convs[i].kw)
+            test_conv(&convs[i], NL_LOWER_DIRECT);
     }
+    /* The direct lowering on shapes of resnet8 and on odd ones: rows of one, two and three
+     * vectors, filters not a multiple of eight. */
+    test_conv_s1_twins();
+    test_conv_s1_dweight_twins();
+    static const struct conv_case directs[] = {
+        {2, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1}, {3, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 0},
+        {2, 3, 5, 37, 11, 3, 3, 1, 1, 1, 1, 0},   {3, 5, 9, 13, 6, 3, 3, 1, 1, 0, 0, 1},
+        {2, 2, 6, 5, 9, 3, 5, 1, 1, 2, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof directs / sizeof directs[0]; i++)
+        test_conv(&directs[i], NL_LOWER_DIRECT);
     /* Shapes that setup lowers to one GEMM per shard by itself: a 2x2 and a 4x4 plane under
      * many filters, padded 3x3 and pointwise. */
     static const struct conv_case small_planes[] = {
@@ -960,6 +1085,22 @@ int main(void)
                lenet2.ops->setup(&lenet2, &err) == 0 && lenet2.lower == NL_LOWER_SAMPLE,
            "conv 128 3x3 on 128x8x8 (ResNet-18 64x64 layer2): one GEMM per shard; lenet's conv2: "
            "one per image");
+        struct nl_layer stage1 = big, stage3 = big, strided = big;
+        stage1.filters = 16;
+        stage1.in[0] = (struct nl_shape){16, 28, 28};
+        stage3.filters = 64;
+        stage3.in[0] = (struct nl_shape){64, 7, 7};
+        strided.filters = 16;
+        strided.sh = strided.sw = 2;
+        strided.lowering = NL_LOWER_DIRECT;
+        strided.in[0] = (struct nl_shape){16, 28, 28};
+        ok(stage1.ops->setup(&stage1, &err) == 0 &&
+               stage1.lower == (nl_kernels_vector_on() ? NL_LOWER_DIRECT : NL_LOWER_SAMPLE) &&
+               stage3.ops->setup(&stage3, &err) == 0 && stage3.lower != NL_LOWER_DIRECT,
+           "conv 16 3x3 on 16x28x28 (resnet8 stage 1): direct where the vector paths run; "
+           "conv 64 on 64x7x7: a GEMM");
+        ok(strided.ops->setup(&strided, &err) < 0 && strstr(err.msg, "cannot run direct"),
+           "conv 3x3 stride 2 asked to run direct fails setup: %s", err.msg);
     }
 
     /* n, C, H, W, F (a multiple of C), kh, kw, sh, sw, ph, pw, no bias */

@@ -1558,3 +1558,272 @@ void nl_bn_backward_apply(float *dx, const float *dy, const float *x, size_t n, 
     else
         nl_bn_backward_apply_naive(dx, dy, x, n, g, a1, a2, mu, is, set);
 }
+
+void nl_conv_s1_naive(float *out, const float *img, const float *weight, const float *bias, int c,
+                      int h, int w, int f, int kh, int kw, int ph, int pw, int oh, int ow, int acc)
+{
+    for (int fo = 0; fo < f; fo++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++) {
+                float s = 0.0f;
+                for (int ci = 0; ci < c; ci++)
+                    for (int ky = 0; ky < kh; ky++) {
+                        const int iy = oy - ph + ky;
+                        if (iy < 0 || iy >= h)
+                            continue;
+                        for (int kx = 0; kx < kw; kx++) {
+                            const int ix = ox - pw + kx;
+                            if (ix < 0 || ix >= w)
+                                continue;
+                            s += weight[(((size_t)fo * c + ci) * kh + ky) * kw + kx] *
+                                 img[((size_t)ci * h + iy) * w + ix];
+                        }
+                    }
+                float *o = out + ((size_t)fo * oh + oy) * ow + ox;
+                *o = (acc ? *o : bias ? bias[fo] : 0.0f) + s;
+            }
+}
+
+/* The filters [fo, fo + fb) over one block of 32 outputs: piece v (0, 1) is the 16 outputs from
+ * (oy + dy[v], x0 + dx[v]), valid in the lanes of mo[v]. mk[v * kw + kx] holds the lanes whose
+ * input column (output column - pw + kx) lies inside the row. fb is 8 or 1; the sixteen sums
+ * are named variables so that they stay in registers. */
+#define CONV_S1_TAP(J)                                                                             \
+    do {                                                                                           \
+        if ((J) < fb) {                                                                            \
+            const __m512 wv = _mm512_set1_ps(wp[(J)*ckk + kx]);                                    \
+            a0##J = _mm512_fmadd_ps(wv, x0v, a0##J);                                               \
+            a1##J = _mm512_fmadd_ps(wv, x1v, a1##J);                                               \
+        }                                                                                          \
+    } while (0)
+#define CONV_S1_INIT(J)                                                                            \
+    __m512 a0##J = _mm512_setzero_ps(), a1##J = _mm512_setzero_ps();                               \
+    if ((J) < fb) {                                                                                \
+        a0##J = conv_s1_start(out, bias, acc, fo + (J), plane, o0, mo[0]);                         \
+        a1##J = conv_s1_start(out, bias, acc, fo + (J), plane, o1, mo[1]);                         \
+    }
+#define CONV_S1_STORE(J)                                                                           \
+    do {                                                                                           \
+        if ((J) < fb) {                                                                            \
+            if (mo[0])                                                                             \
+                _mm512_mask_storeu_ps(out + (fo + (J)) * plane + o0, mo[0], a0##J);                \
+            if (mo[1])                                                                             \
+                _mm512_mask_storeu_ps(out + (fo + (J)) * plane + o1, mo[1], a1##J);                \
+        }                                                                                          \
+    } while (0)
+
+/* The starting sum of filter fo's 16 outputs at offset o of its plane. */
+AVX512 static inline __attribute__((always_inline)) __m512 conv_s1_start(const float *out,
+                                                                         const float *bias, int acc,
+                                                                         int fo, size_t plane,
+                                                                         size_t o, __mmask16 m)
+{
+    if (acc)
+        return m ? _mm512_maskz_loadu_ps(m, out + fo * plane + o) : _mm512_setzero_ps();
+    return bias ? _mm512_set1_ps(bias[fo]) : _mm512_setzero_ps();
+}
+
+AVX512 static inline __attribute__((always_inline)) void
+conv_s1_block(float *out, const float *img, const float *weight, const float *bias, int fb, int fo,
+              int c, int h, int w, int kh, int kw, int ph, int pw, int oh, int ow, int acc, int oy,
+              int x0, const int dy[2], const int dx[2], const __mmask16 mo[2], const __mmask16 *mk)
+{
+    const size_t ckk = (size_t)c * kh * kw, plane = (size_t)oh * ow;
+    const size_t o0 = (size_t)(oy + dy[0]) * ow + x0 + dx[0];
+    const size_t o1 = (size_t)(oy + dy[1]) * ow + x0 + dx[1];
+    CONV_S1_INIT(0)
+    CONV_S1_INIT(1)
+    CONV_S1_INIT(2)
+    CONV_S1_INIT(3)
+    CONV_S1_INIT(4)
+    CONV_S1_INIT(5)
+    CONV_S1_INIT(6)
+    CONV_S1_INIT(7)
+
+    for (int ci = 0; ci < c; ci++)
+        for (int ky = 0; ky < kh; ky++) {
+            const int iy0 = oy + dy[0] - ph + ky, iy1 = oy + dy[1] - ph + ky;
+            const int in0 = mo[0] && iy0 >= 0 && iy0 < h, in1 = mo[1] && iy1 >= 0 && iy1 < h;
+            if (!in0 && !in1)
+                continue;
+            const __mmask16 rm0 = in0 ? 0xffff : 0, rm1 = in1 ? 0xffff : 0;
+            const float *r0 = in0 ? img + ((size_t)ci * h + iy0) * w + x0 + dx[0] - pw : img;
+            const float *r1 = in1 ? img + ((size_t)ci * h + iy1) * w + x0 + dx[1] - pw : img;
+            const float *wp = weight + (size_t)fo * ckk + ((size_t)ci * kh + ky) * kw;
+            for (int kx = 0; kx < kw; kx++) {
+                const __m512 x0v = _mm512_maskz_loadu_ps(mk[kx] & rm0, r0 + kx);
+                const __m512 x1v = _mm512_maskz_loadu_ps(mk[kw + kx] & rm1, r1 + kx);
+                CONV_S1_TAP(0);
+                CONV_S1_TAP(1);
+                CONV_S1_TAP(2);
+                CONV_S1_TAP(3);
+                CONV_S1_TAP(4);
+                CONV_S1_TAP(5);
+                CONV_S1_TAP(6);
+                CONV_S1_TAP(7);
+            }
+        }
+    CONV_S1_STORE(0);
+    CONV_S1_STORE(1);
+    CONV_S1_STORE(2);
+    CONV_S1_STORE(3);
+    CONV_S1_STORE(4);
+    CONV_S1_STORE(5);
+    CONV_S1_STORE(6);
+    CONV_S1_STORE(7);
+}
+
+AVX512 static void conv_s1_avx512(float *out, const float *img, const float *weight,
+                                  const float *bias, int c, int h, int w, int f, int kh, int kw,
+                                  int ph, int pw, int oh, int ow, int acc)
+{
+    /* Rows wider than 16 go 32 columns at a time; narrower ones two rows at a time. */
+    const int wide = ow > 16;
+    const int dy[2] = {0, wide ? 0 : 1}, dx[2] = {0, wide ? 16 : 0};
+
+    for (int oy = 0; oy < oh; oy += wide ? 1 : 2)
+        for (int x0 = 0; x0 < ow; x0 += 32) {
+            __mmask16 mo[2], mk[16];
+            for (int v = 0; v < 2; v++) {
+                const int base = x0 + dx[v];
+                mo[v] = oy + dy[v] < oh ? lanes(0, ow - base) : 0;
+                for (int kx = 0; kx < kw; kx++) {
+                    const int hi = w + pw - kx - base;
+                    mk[v * kw + kx] = mo[v] & lanes(pw - kx - base, hi);
+                }
+            }
+            int fo = 0;
+            for (; fo + 8 <= f; fo += 8)
+                conv_s1_block(out, img, weight, bias, 8, fo, c, h, w, kh, kw, ph, pw, oh, ow, acc,
+                              oy, x0, dy, dx, mo, mk);
+            for (; fo < f; fo++)
+                conv_s1_block(out, img, weight, bias, 1, fo, c, h, w, kh, kw, ph, pw, oh, ow, acc,
+                              oy, x0, dy, dx, mo, mk);
+        }
+}
+
+void nl_conv_s1(float *out, const float *img, const float *weight, const float *bias, int c, int h,
+                int w, int f, int kh, int kw, int ph, int pw, int oh, int ow, int acc)
+{
+    if (vector_on && kw <= 8)
+        conv_s1_avx512(out, img, weight, bias, c, h, w, f, kh, kw, ph, pw, oh, ow, acc);
+    else
+        nl_conv_s1_naive(out, img, weight, bias, c, h, w, f, kh, kw, ph, pw, oh, ow, acc);
+}
+
+void nl_conv_s1_dweight_naive(float *dweight, const float *dout, const float *img, int c, int h,
+                              int w, int f, int kh, int kw, int ph, int pw, int oh, int ow)
+{
+    for (int fo = 0; fo < f; fo++)
+        for (int ci = 0; ci < c; ci++)
+            for (int ky = 0; ky < kh; ky++)
+                for (int kx = 0; kx < kw; kx++) {
+                    float s = 0.0f;
+                    for (int oy = 0; oy < oh; oy++) {
+                        const int iy = oy - ph + ky;
+                        if (iy < 0 || iy >= h)
+                            continue;
+                        for (int ox = 0; ox < ow; ox++) {
+                            const int ix = ox - pw + kx;
+                            if (ix < 0 || ix >= w)
+                                continue;
+                            s += dout[((size_t)fo * oh + oy) * ow + ox] *
+                                 img[((size_t)ci * h + iy) * w + ix];
+                        }
+                    }
+                    dweight[(((size_t)fo * c + ci) * kh + ky) * kw + kx] += s;
+                }
+}
+
+#define CONV_DW_DECL(J) __m512 s##J##0 = z, s##J##1 = z, s##J##2 = z, d##J = z
+#define CONV_DW_LOAD(J)                                                                            \
+    do {                                                                                           \
+        if ((J) < fb)                                                                              \
+            d##J = _mm512_maskz_loadu_ps(mo, dout + (fo + (J)) * plane + o);                       \
+    } while (0)
+#define CONV_DW_TAP(J, X)                                                                          \
+    do {                                                                                           \
+        if ((J) < fb)                                                                              \
+            s##J##X = _mm512_fmadd_ps(d##J, v##X, s##J##X);                                        \
+    } while (0)
+#define CONV_DW_PUT(J)                                                                             \
+    do {                                                                                           \
+        if ((J) < fb) {                                                                            \
+            float *dst = dweight + (((size_t)(fo + (J)) * c + ci) * kh + ky) * 3;                  \
+            dst[0] += _mm512_reduce_add_ps(s##J##0);                                               \
+            dst[1] += _mm512_reduce_add_ps(s##J##1);                                               \
+            dst[2] += _mm512_reduce_add_ps(s##J##2);                                               \
+        }                                                                                          \
+    } while (0)
+
+/* Filters [fo, fo + fb) (fb 4 or 1), input channel ci, tap row ky of a 3-wide window. */
+AVX512 static inline __attribute__((always_inline)) void
+conv_dw_block(float *dweight, const float *dout, const float *img, int fb, int fo, int ci, int ky,
+              int c, int h, int w, int kh, int ph, int pw, int oh, int ow)
+{
+    const __m512 z = _mm512_setzero_ps();
+    const size_t plane = (size_t)oh * ow;
+    CONV_DW_DECL(0);
+    CONV_DW_DECL(1);
+    CONV_DW_DECL(2);
+    CONV_DW_DECL(3);
+
+    /* Column pieces outside, rows inside: the masks are worked out once per piece. */
+    const int y_lo = ph - ky > 0 ? ph - ky : 0, y_hi = h + ph - ky < oh ? h + ph - ky : oh;
+    for (int x0 = 0; x0 < ow; x0 += 16) {
+        const __mmask16 mo = lanes(0, ow - x0);
+        const __mmask16 m0 = mo & lanes(pw - x0, w + pw - x0);
+        const __mmask16 m1 = mo & lanes(pw - 1 - x0, w + pw - 1 - x0);
+        const __mmask16 m2 = mo & lanes(pw - 2 - x0, w + pw - 2 - x0);
+        for (int oy = y_lo; oy < y_hi; oy++) {
+            const float *row = img + ((size_t)ci * h + oy - ph + ky) * w - pw + x0;
+            const size_t o = (size_t)oy * ow + x0;
+            CONV_DW_LOAD(0);
+            CONV_DW_LOAD(1);
+            CONV_DW_LOAD(2);
+            CONV_DW_LOAD(3);
+            const __m512 v0 = _mm512_maskz_loadu_ps(m0, row);
+            const __m512 v1 = _mm512_maskz_loadu_ps(m1, row + 1);
+            const __m512 v2 = _mm512_maskz_loadu_ps(m2, row + 2);
+            CONV_DW_TAP(0, 0);
+            CONV_DW_TAP(0, 1);
+            CONV_DW_TAP(0, 2);
+            CONV_DW_TAP(1, 0);
+            CONV_DW_TAP(1, 1);
+            CONV_DW_TAP(1, 2);
+            CONV_DW_TAP(2, 0);
+            CONV_DW_TAP(2, 1);
+            CONV_DW_TAP(2, 2);
+            CONV_DW_TAP(3, 0);
+            CONV_DW_TAP(3, 1);
+            CONV_DW_TAP(3, 2);
+        }
+    }
+    CONV_DW_PUT(0);
+    CONV_DW_PUT(1);
+    CONV_DW_PUT(2);
+    CONV_DW_PUT(3);
+}
+
+AVX512 static void conv_s1_dweight_avx512(float *dweight, const float *dout, const float *img,
+                                          int c, int h, int w, int f, int kh, int ph, int pw,
+                                          int oh, int ow)
+{
+    for (int ci = 0; ci < c; ci++)
+        for (int ky = 0; ky < kh; ky++) {
+            int fo = 0;
+            for (; fo + 4 <= f; fo += 4)
+                conv_dw_block(dweight, dout, img, 4, fo, ci, ky, c, h, w, kh, ph, pw, oh, ow);
+            for (; fo < f; fo++)
+                conv_dw_block(dweight, dout, img, 1, fo, ci, ky, c, h, w, kh, ph, pw, oh, ow);
+        }
+}
+
+void nl_conv_s1_dweight(float *dweight, const float *dout, const float *img, int c, int h, int w,
+                        int f, int kh, int kw, int ph, int pw, int oh, int ow)
+{
+    if (vector_on && kw == 3)
+        conv_s1_dweight_avx512(dweight, dout, img, c, h, w, f, kh, ph, pw, oh, ow);
+    else
+        nl_conv_s1_dweight_naive(dweight, dout, img, c, h, w, f, kh, kw, ph, pw, oh, ow);
+}

@@ -38,6 +38,27 @@ void nl_im2col_batch(float *cols, const float *img, int n, size_t stride, int c,
 void nl_col2im_batch(float *img, const float *cols, int n, size_t stride, int c, int h, int w,
                      int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
 
+/* Direct convolution of one image with stride 1 (no im2col): out (f, oh, ow) = the taps of
+ * weight [f, c, kh, kw] over img (c, h, w) zero-padded by (ph, pw), oh = h + 2ph - kh + 1,
+ * plus bias (f) when not NULL, or added to out itself when acc is set (bias then unused).
+ * kw <= 8. The AVX-512 path holds eight filters' outputs over 32 pixels (two 16-column pieces of
+ * a row, or two rows of up to 16) in registers and walks the input once per tap; the naive twin
+ * sums the same terms in the same order (channel, tap row, tap column) one pixel at a time, and
+ * agrees to rounding (the vector path fuses each multiply and add). */
+void nl_conv_s1(float *out, const float *img, const float *weight, const float *bias, int c, int h,
+                int w, int f, int kh, int kw, int ph, int pw, int oh, int ow, int acc);
+void nl_conv_s1_naive(float *out, const float *img, const float *weight, const float *bias, int c,
+                      int h, int w, int f, int kh, int kw, int ph, int pw, int oh, int ow, int acc);
+
+/* Its weight gradient, direct: dweight [f, c, kh, kw] += the correlation of dout (f, oh, ow)
+ * with img (c, h, w) zero-padded by (ph, pw). The AVX-512 path (kw = 3) sums four filters'
+ * three taps of a row in 16 lanes over the whole plane, then across the lanes; the naive twin
+ * sums each tap pixel by pixel, and agrees to rounding. */
+void nl_conv_s1_dweight(float *dweight, const float *dout, const float *img, int c, int h, int w,
+                        int f, int kh, int kw, int ph, int pw, int oh, int ow);
+void nl_conv_s1_dweight_naive(float *dweight, const float *dout, const float *img, int c, int h,
+                              int w, int f, int kh, int kw, int ph, int pw, int oh, int ow);
+
 /* Depthwise convolution of one image, direct (no im2col): filter f of the c*mult reads only
  * channel f / mult. out (c*mult, oh, ow) = the taps of weight [c*mult, 1, kh, kw] over img
  * (c, h, w) with zero padding, plus bias (c*mult) when not NULL. Its twin is the per-group

@@ -3,7 +3,7 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Two lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * Three lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
  * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
@@ -16,6 +16,13 @@
  *   bias added in that same pass. The weights are packed once per shard, not once per image.
  *   Backward gathers dout into (F, n*P) the same way (the bias gradient summed in that pass).
  *   scratch: (K + F)*P floats per sample.
+ * - DIRECT (stride 1 only): out_s straight from in_s by nl_conv_s1 (core/engine/kernels.c),
+ *   eight filters' outputs over 32 pixels held in AVX-512 registers, no im2col. The input
+ *   gradient is the same kernel run as the transposed convolution (weights turned (C, F, kh, kw)
+ *   and flipped, padding kh - 1 - ph), with no col2im; the weight gradient is a direct
+ *   correlation (nl_conv_s1_dweight) for 3-wide windows, SAMPLE's im2col and GEMM otherwise.
+ *   Each sums in another order than the products, so its results differ in the last bits.
+ *   scratch: K*P + F*K floats, whatever the shard's size.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -36,11 +43,20 @@
  * OpenBLAS packs the (F, K) weights at every call; per image that costs in proportion to F*K
  * and pays back over only P columns. The gathering and scattering of the shard path costs a
  * few percent everywhere. Hence SHARD where P <= 16, or where P <= 64 and F*K >= 32768 floats,
- * and n > 1; SAMPLE elsewhere (lenet keeps it on both convolutions, so its results are
- * unchanged bit for bit; the bound on F*K was 262144 before OpenBLAS ran its SkylakeX kernels
- * here and im2col its vectors). SHARD sums the weight and bias gradients over the shard inside
- * one product instead of image after image, so its results differ from SAMPLE's in the last
- * bits; tests/test_kernels.c holds both against direct loops.
+ * and n > 1 (and the layer is not DIRECT); SAMPLE elsewhere (lenet keeps it on both
+ * convolutions, so its results are unchanged bit for bit; the bound on F*K was 262144 before
+ * OpenBLAS ran its SkylakeX kernels here and im2col its vectors). SHARD sums the weight and bias
+ * gradients over the shard inside one product instead of image after image, so its results
+ * differ from SAMPLE's in the last bits; tests/test_kernels.c holds both against direct loops.
+ *
+ * For narrow layers the products are too small for OpenBLAS to run near its rate, and the
+ * unrolling costs as much as the product. With bench_conv's B lowering set to DIRECT for the
+ * 3x3 stride-1 shapes (a one-line change to tests/bench_conv.c; 2026-11-27, load average 1.4,
+ * fastest of 7), GFLOP/s per image against direct: resnet8 stage 1 (16 -> 16, 28x28) 48.3
+ * against 82.1; stage 2 (32 -> 32, 14x14) 65.0 against 79.3; stage 3 (64 -> 64, 7x7, rows of 7
+ * in 16 lanes) 67.1 against 35.6. Hence DIRECT, before the other two, for 3x3 stride-1 layers
+ * with C and F at most 32 and rows at least 14 wide (resnet8's first two stages), where the
+ * vector paths are on.
  *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
@@ -99,16 +115,30 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         int bdims[4] = {l->filters};
         nl__layer_add_param(l, "bias", 1, bdims, fan_in, fan_out, NL_INIT_ZERO);
     }
+    const int direct_fits =
+        win.sh == 1 && win.sw == 1 && win.kw <= 8 && win.ph < win.kh && win.pw < win.kw;
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
         l->lower = l->lowering;
+    else if (l->lowering == NL_LOWER_DIRECT && !direct_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d pad %dx%d cannot run direct (stride 1, "
+                              "a window at most 8 wide and padding under the window's size)",
+                              win.kh, win.kw, win.sh, win.sw, win.ph, win.pw);
+    else if (l->lowering == NL_LOWER_DIRECT)
+        l->lower = NL_LOWER_DIRECT;
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
+    else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
+             win.ow >= 14 && nl_kernels_vector_on())
+        l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
     else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
-        l->lower = NL_LOWER_SHARD; /* the rule at the top of this file */
+        l->lower = NL_LOWER_SHARD;
     else
         l->lower = NL_LOWER_SAMPLE;
     if (l->lower == NL_LOWER_SHARD)
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
+    else if (l->lower == NL_LOWER_DIRECT)
+        l->scratch_fixed = k * p + (size_t)l->filters * k;
     else
         l->scratch_fixed = k * p;
     return 0;
@@ -203,11 +233,32 @@ static void forward_shard(const struct nl_layer *l, const struct nl_fwd *f,
         }
 }
 
+/* DIRECT: out_s (F, oh, ow) straight from in_s by nl_conv_s1, image after image. */
+static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
+                           const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const size_t out_size = (size_t)d->f * d->p;
+
+    for (int s = 0; s < f->n; s++) {
+        float *out = f->out + (size_t)s * out_size;
+        nl_conv_s1(out, f->in[0] + (size_t)s * d->in_size, f->w, bias, g->c, g->h, g->w, d->f,
+                   g->kh, g->kw, g->ph, g->pw, g->oh, g->ow, 0);
+        if (f->scale)
+            for (int fo = 0; fo < d->f; fo++)
+                nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p,
+                               f->scale[fo], f->shift[fo], f->act);
+    }
+}
+
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_SHARD && f->n > 1)
+    if (l->lower == NL_LOWER_DIRECT)
+        forward_direct(l, f, &d);
+    else if (l->lower == NL_LOWER_SHARD && f->n > 1)
         forward_shard(l, f, &d);
     else
         forward_sample(l, f, &d);
@@ -286,11 +337,53 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
         }
 }
 
+/* DIRECT: dweight += the direct correlation of dout_s with in_s (nl_conv_s1_dweight) where the
+ * window is 3 wide, else SAMPLE's im2col and GEMM; dbias as SAMPLE's; din_s += the direct
+ * convolution of dout_s (F, oh, ow) by the weights turned (C, F, kh, kw) and flipped in both axes,
+ * padded by (kh - 1 - ph, kw - 1 - pw): the transposed convolution, with no col2im. */
+static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
+                            const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const size_t out_size = (size_t)d->f * d->p;
+    const int taps = g->kh * g->kw;
+    float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+    float *flip = b->scratch + (size_t)d->k * d->p; /* (C, F, kh, kw) */
+    /* nl_conv_s1_dweight has a vector path for 3-wide windows; elsewhere the GEMM is faster. */
+    const int direct_dw = g->kw == 3 && nl_kernels_vector_on();
+
+    if (b->din[0])
+        for (int fo = 0; fo < d->f; fo++)
+            for (int c = 0; c < g->c; c++)
+                for (int t = 0; t < taps; t++)
+                    flip[((size_t)c * d->f + fo) * taps + (taps - 1 - t)] =
+                        b->w[((size_t)fo * g->c + c) * taps + t];
+    for (int s = 0; s < b->n; s++) {
+        const float *dout = b->dout + (size_t)s * out_size;
+        const float *in = b->in[0] + (size_t)s * d->in_size;
+        if (b->dw && direct_dw)
+            nl_conv_s1_dweight(b->dw, dout, in, g->c, g->h, g->w, d->f, g->kh, g->kw, g->ph, g->pw,
+                               g->oh, g->ow);
+        else if (b->dw) {
+            const float *cols = sample_cols(b->scratch, in, d);
+            nl_sgemm(0, 1, d->f, d->k, d->p, 1.0f, dout, d->p, cols, d->p, 1.0f, b->dw, d->k);
+        }
+        if (db)
+            for (int fo = 0; fo < d->f; fo++)
+                db[fo] += nl_sum(dout + (size_t)fo * d->p, d->p);
+        if (b->din[0])
+            nl_conv_s1(b->din[0] + (size_t)s * d->in_size, dout, flip, NULL, d->f, g->oh, g->ow,
+                       g->c, g->kh, g->kw, g->kh - 1 - g->ph, g->kw - 1 - g->pw, g->h, g->w, 1);
+    }
+}
+
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_SHARD && b->n > 1)
+    if (l->lower == NL_LOWER_DIRECT)
+        backward_direct(l, b, &d);
+    else if (l->lower == NL_LOWER_SHARD && b->n > 1)
         backward_shard(l, b, &d);
     else
         backward_sample(l, b, &d);
