@@ -40,7 +40,7 @@ enum nl_lowering {
     NL_LOWER_SAMPLE, /* conv: im2col and one GEMM per sample */
     NL_LOWER_SHARD,  /* conv: one im2col matrix and one GEMM for the whole shard */
     NL_LOWER_GROUPS, /* gconv: im2col and one GEMM per sample and group */
-    NL_LOWER_DIRECT, /* gconv with one input channel per group (depthwise): direct loops */
+    NL_LOWER_DIRECT, /* direct loops: depthwise gconv, and narrow 3x3 stride-1 conv */
 };
 
 enum nl_init {
