@@ -673,7 +673,7 @@ int main(int argc, char **argv)
     if (!bin)
         skip_all("NNLAB_BIN is not set");
 
-    plan(107);
+    plan(108);
     char data_dir[700], spec[700];
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
     snprintf(spec, sizeof spec, "%s/small.nn", gui_tmp);
@@ -1187,6 +1187,10 @@ int main(int argc, char **argv)
            strstr(cols, "colour\tcategorical\t3 levels") && strstr(cols, "cost\ttarget\t"),
        "each with its kind (numeric, categorical, target), statistics and fill (%s)",
        oneline(cols));
+    char *dt = row_text("cost");
+    ok(strstr(dt, "regression of “cost”") && !strstr(dt, "classes"),
+       "the list names a regression dataset's task and target, not classes (%s)", oneline(dt));
+    g_free(dt);
     ok(screenshot("datasets-columns-1024x700"), "screenshot of a CSV dataset's columns");
     ok(click(row_of("reviews")) && wait_for(docs_shown, 30000),
        "a click on a text dataset in the list shows its documents as words");

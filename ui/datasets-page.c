@@ -433,9 +433,13 @@ static GtkWidget *dataset_row(const struct nl_dataset_info *d)
     GtkWidget *name = gtk_label_new(d->name);
     gtk_label_set_xalign(GTK_LABEL(name), 0);
     gtk_widget_add_css_class(name, "heading");
-    char *text = g_strdup_printf("%s · %d×%d×%d · %d classes\n%u train · %u val · %u test", d->kind,
-                                 d->shape.c, d->shape.h, d->shape.w, d->nclasses,
-                                 d->count[NL_TRAIN], d->count[NL_VAL], d->count[NL_TEST]);
+    /* A regression dataset has one "class", its target: name the task instead. */
+    char *task = d->regression ? g_strdup_printf("regression of “%s”", d->target)
+                               : g_strdup_printf("%d classes", d->nclasses);
+    char *text = g_strdup_printf("%s · %d×%d×%d · %s\n%u train · %u val · %u test", d->kind,
+                                 d->shape.c, d->shape.h, d->shape.w, task, d->count[NL_TRAIN],
+                                 d->count[NL_VAL], d->count[NL_TEST]);
+    g_free(task);
     GtkWidget *sub = gtk_label_new(text);
     g_free(text);
     gtk_label_set_xalign(GTK_LABEL(sub), 0);
