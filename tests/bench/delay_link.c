@@ -31,8 +31,10 @@
  * last "stats" and starts a new interval; "rate MBIT" and "delay US" change the link (frames
  * already queued keep their release time). SIGTERM or SIGINT prints the totals as a JSON line
  * and exits 0. A JSON line: {"what":"stats"|"total", "seconds", "frames", "bytes", "dropped",
- * "delay_us":{"min","p50","p99","max"}} where delay is release - arrival of every frame written
- * (queueing behind the rate included), in microseconds (1 us bins). Everything else goes to
+ * "delay_us":{"min","p50","p99","max"}, "late_us":{...}} where delay is release - arrival of
+ * every frame written (queueing behind the rate included) and late is release - due, due being
+ * arrival + D or the later time the downlink's bucket allowed (how late this program was), in
+ * microseconds (1 us bins). Everything else goes to
  * stderr; exit 1 on a bad argument or a TAP that cannot be made. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -80,7 +82,8 @@ struct port {
 };
 
 struct hist {
-    uint32_t *bins;
+    uint32_t *bins; /* release - arrival, 1 us bins */
+    uint32_t *late; /* release - due (due: arrival + D, or later when the rate held it) */
     uint64_t frames, bytes, dropped;
     int64_t since_ns;
 };
@@ -246,44 +249,57 @@ static void head_fix(struct port *p)
     }
 }
 
-static void hist_add(struct hist *h, int64_t delay, size_t bytes)
+static long bin_of(int64_t ns)
 {
-    int64_t us = delay / 1000;
-    if (us < 0)
-        us = 0;
-    if (us >= HIST_US)
-        us = HIST_US - 1;
-    h->bins[us]++;
+    int64_t us = ns / 1000;
+    return us < 0 ? 0 : us >= HIST_US ? HIST_US - 1 : (long)us;
+}
+
+static void hist_add(struct hist *h, int64_t delay, int64_t late, size_t bytes)
+{
+    h->bins[bin_of(delay)]++;
+    h->late[bin_of(late)]++;
     h->frames++;
     h->bytes += bytes;
 }
 
-static void hist_print(struct hist *h, const char *what, int64_t now)
+/* q: min, p50, p99, max of a histogram of frames entries (-1 when empty). */
+static void quantiles(const uint32_t *bins, uint64_t frames, long q[4])
 {
-    long q[4] = {-1, -1, -1, -1}; /* min, p50, p99, max */
     uint64_t seen = 0;
+    q[0] = q[1] = q[2] = q[3] = -1;
     for (long i = 0; i < HIST_US; i++) {
-        if (!h->bins[i])
+        if (!bins[i])
             continue;
         if (q[0] < 0)
             q[0] = i;
-        seen += h->bins[i];
-        if (q[1] < 0 && seen * 2 >= h->frames)
+        seen += bins[i];
+        if (q[1] < 0 && seen * 2 >= frames)
             q[1] = i;
-        if (q[2] < 0 && seen * 100 >= h->frames * 99)
+        if (q[2] < 0 && seen * 100 >= frames * 99)
             q[2] = i;
         q[3] = i;
     }
+}
+
+static void hist_print(struct hist *h, const char *what, int64_t now)
+{
+    long d[4], l[4];
+    quantiles(h->bins, h->frames, d);
+    quantiles(h->late, h->frames, l);
     printf("{\"what\":\"%s\",\"seconds\":%.3f,\"frames\":%llu,\"bytes\":%llu,\"dropped\":%llu,"
-           "\"delay_us\":{\"min\":%ld,\"p50\":%ld,\"p99\":%ld,\"max\":%ld}}\n",
+           "\"delay_us\":{\"min\":%ld,\"p50\":%ld,\"p99\":%ld,\"max\":%ld},"
+           "\"late_us\":{\"min\":%ld,\"p50\":%ld,\"p99\":%ld,\"max\":%ld}}\n",
            what, (double)(now - h->since_ns) / 1e9, (unsigned long long)h->frames,
-           (unsigned long long)h->bytes, (unsigned long long)h->dropped, q[0], q[1], q[2], q[3]);
+           (unsigned long long)h->bytes, (unsigned long long)h->dropped, d[0], d[1], d[2], d[3],
+           l[0], l[1], l[2], l[3]);
     fflush(stdout);
 }
 
 static void hist_reset(struct hist *h, int64_t now)
 {
     memset(h->bins, 0, HIST_US * sizeof *h->bins);
+    memset(h->late, 0, HIST_US * sizeof *h->late);
     h->frames = h->bytes = h->dropped = 0;
     h->since_ns = now;
 }
@@ -315,8 +331,8 @@ static int64_t release(struct port *p, int64_t now)
             interval.dropped++;
         } else {
             p->down.tokens -= cost;
-            hist_add(&total, t - at, cost);
-            hist_add(&interval, t - at, cost);
+            hist_add(&total, t - at, t - due, cost);
+            hist_add(&interval, t - at, t - due, cost);
         }
         size_t need = rec_size(len);
         p->head += need;
@@ -447,7 +463,10 @@ int main(int argc, char **argv)
     char err[256];
     total.bins = calloc(HIST_US, sizeof *total.bins);
     interval.bins = calloc(HIST_US, sizeof *interval.bins);
-    if (sfd < 0 || ep < 0 || !buf || !total.bins || !interval.bins) {
+    total.late = calloc(HIST_US, sizeof *total.late);
+    interval.late = calloc(HIST_US, sizeof *interval.late);
+    if (sfd < 0 || ep < 0 || !buf || !total.bins || !interval.bins || !total.late ||
+        !interval.late) {
         fprintf(stderr, "delay_link: out of resources: %s\n", strerror(errno));
         return 1;
     }
