@@ -20,6 +20,13 @@ C is the mean compute per step of each model's rows. The projection keeps each w
 the batch (weak scaling), so the efficiency is C / step(N): the share of a step spent computing.
 
     tests/bench/alpha_beta.py netbench.jsonl [--nodes 8,32,128] [--gbits 10,100] [--alpha-ms A]
+                              [--rate asked|measured]
+
+R is the rate each row's link reached (rate_measured_mbit: one TCP stream measured before the
+runs at that setting) where the row has it, so eta is the share of what the link really carried,
+not of a rate the shaping asked for and a userspace link could not reach; --rate asked uses
+rate_mbit. Rows from --link tap also carry the delay the link applied (delay_us_applied) and
+ping's round trip; the script prints them beside the fitted alpha, which they bound from below.
 
 On one machine whose members share busy cores, a worker also waits for peers that are not
 scheduled; that lands in alpha, which is then far above a network's latency. --alpha-ms
@@ -46,10 +53,23 @@ def solve(a, b):
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
+RATE_KEY = ["rate_measured_mbit"]
+
+
+def rate_of(r):
+    """The link rate of a row, Mbit/s: the measured one where asked for and present."""
+    return r.get(RATE_KEY[0]) or r["rate_mbit"]
+
+
 def features(r):
     """The regressors of a row: messages, ideal wire seconds, compute seconds."""
-    return [2.0 * (r["members"] - 1), r["bytes_per_step"] / (r["rate_mbit"] * 1e6 / 8.0),
+    return [2.0 * (r["members"] - 1), r["bytes_per_step"] / (rate_of(r) * 1e6 / 8.0),
             r["compute_s"]]
+
+
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
 
 
 def fit(rows):
@@ -72,12 +92,35 @@ def main():
     ap.add_argument("--gbits", default="10,100")
     ap.add_argument("--alpha-ms", type=float, default=None, help="also project with this alpha "
                     "(ms per message) in place of the fitted one, keeping the fitted eta")
+    ap.add_argument("--rate", choices=("measured", "asked"), default="measured",
+                    help="the link rate R of a row: the one measured (where the row has it) or "
+                    "the one asked")
     a = ap.parse_args()
+    if a.rate == "asked":
+        RATE_KEY[0] = "rate_mbit"
     rows = [json.loads(l) for l in open(a.rows) if l.strip()]
     off = [r for r in rows if r["overlap"] == "off"]
     if not off:
         sys.exit("alpha_beta: no rows with overlap off in %s" % a.rows)
     alpha, inv_eta, kappa = fit(off)
+    links = sorted({r.get("link", "veth") for r in rows})
+    asked = sorted({r.get("delay_us_asked", 1e3 * r.get("delay_ms", 0.0)) for r in rows})
+    applied = [r["delay_us_applied"]["p50"] for r in rows if r.get("delay_us_applied")]
+    p99 = [r["delay_us_applied"]["p99"] for r in rows if r.get("delay_us_applied")]
+    print("links: %s; one-way delay asked %s us%s" %
+          (",".join(links), ",".join("%g" % d for d in asked),
+           "; applied to the runs' frames: median over the rows of each run's median %g us "
+           "(%g to %g), of its p99 %g us" % (median(applied), min(applied), max(applied),
+                                             median(p99)) if applied else ""))
+    for rate in sorted({r["rate_mbit"] for r in rows}):
+        got = [r["rate_measured_mbit"] for r in rows
+               if r["rate_mbit"] == rate and r.get("rate_measured_mbit")]
+        rtt = [r["ping_rtt_ms"]["avg"] for r in rows
+               if r["rate_mbit"] == rate and r.get("ping_rtt_ms")]
+        if got:
+            print("link at %g Gbit/s asked: one TCP stream reached %.0f Mbit/s, ping RTT avg "
+                  "%.3f ms%s" % (rate / 1000, got[0], rtt[0] if rtt else float("nan"),
+                                 "" if a.rate == "measured" else " (the fit uses the rate asked)"))
     print("fit on %d rows (overlap off): alpha = %.3g ms per message, eta = %.3g (the exchange "
           "reaches %.0f%% of the link rate; beta = 1/(eta R): %.3g ns/byte at 1 Gbit/s, %.3g at "
           "10), kappa = %.3g (waiting for peers that share the cores)" %
