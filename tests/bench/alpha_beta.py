@@ -16,8 +16,10 @@ for alpha and 1/eta by least squares over
     comm_s = alpha * 2(N-1) + (1/eta) * bytes_per_step / R
 
 (bytes_per_step is what a worker sent, measured: 2(N-1)/N of the parameter bytes and framing).
-C is the mean compute per step of each model's rows. The projection keeps each worker's share of
-the batch (weak scaling), so the efficiency is C / step(N): the share of a step spent computing.
+Where the rows' link applied a delay (delay_us_applied), alpha cannot be below it: a fit that
+puts alpha lower is printed, then redone with alpha held at the median delay applied (1/eta and
+kappa fitted), and the projection uses the second. C is the mean compute per step of each
+model's rows. The projection keeps each worker's share of the batch (weak scaling), so the efficiency is C / step(N): the share of a step spent computing.
 
     tests/bench/alpha_beta.py netbench.jsonl [--nodes 8,32,128] [--gbits 10,100] [--alpha-ms A]
                               [--rate asked|measured]
@@ -72,17 +74,31 @@ def median(v):
     return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
 
 
-def fit(rows):
-    """alpha (s), 1/eta and kappa from least squares on rows with overlap off."""
+def fit(rows, alpha=None):
+    """alpha (s), 1/eta and kappa from least squares on rows with overlap off; with alpha given,
+    only 1/eta and kappa (alpha held there)."""
     x = [features(r) for r in rows]
     y = [r["comm_s"] for r in rows]
-    a = [[sum(v[i] * v[j] for v in x) for j in range(3)] for i in range(3)]
-    b = [sum(v[i] * c for v, c in zip(x, y)) for i in range(3)]
+    first = 0
+    if alpha is not None:
+        y = [c - alpha * v[0] for v, c in zip(x, y)]
+        first = 1
+    n = 3 - first
+    a = [[sum(v[first + i] * v[first + j] for v in x) for j in range(n)] for i in range(n)]
+    b = [sum(v[first + i] * c for v, c in zip(x, y)) for i in range(n)]
     k = solve(a, b)
     if k is None:
         sys.exit("alpha_beta: the rows do not tell the terms apart (one member count, one rate "
                  "and one model?)")
-    return k
+    return k if alpha is None else [alpha] + k
+
+
+def say_fit(what, nrows, alpha, inv_eta, kappa):
+    print("%s on %d rows (overlap off): alpha = %.3g ms per message, eta = %.3g (the exchange "
+          "reaches %.0f%% of the link rate; beta = 1/(eta R): %.3g ns/byte at 1 Gbit/s, %.3g at "
+          "10), kappa = %.3g (waiting for peers that share the cores)" %
+          (what, nrows, 1e3 * alpha, 1 / inv_eta, 100 / inv_eta, 1e9 * inv_eta * 8 / 1e9,
+           1e9 * inv_eta * 8 / 1e10, kappa))
 
 
 def main():
@@ -121,11 +137,13 @@ def main():
             print("link at %g Gbit/s asked: one TCP stream reached %.0f Mbit/s, ping RTT avg "
                   "%.3f ms%s" % (rate / 1000, got[0], rtt[0] if rtt else float("nan"),
                                  "" if a.rate == "measured" else " (the fit uses the rate asked)"))
-    print("fit on %d rows (overlap off): alpha = %.3g ms per message, eta = %.3g (the exchange "
-          "reaches %.0f%% of the link rate; beta = 1/(eta R): %.3g ns/byte at 1 Gbit/s, %.3g at "
-          "10), kappa = %.3g (waiting for peers that share the cores)" %
-          (len(off), 1e3 * alpha, 1 / inv_eta, 100 / inv_eta, 1e9 * inv_eta * 8 / 1e9,
-           1e9 * inv_eta * 8 / 1e10, kappa))
+    say_fit("fit", len(off), alpha, inv_eta, kappa)
+    # A message costs at least the link's one-way delay: a fit below it is held there.
+    floor = median(applied) / 1e6 if applied else 0.0
+    if alpha < floor:
+        alpha, inv_eta, kappa = fit(off, floor)
+        say_fit("alpha below the delay the link applied (%.3g ms): held there, fit" %
+                (1e3 * floor), len(off), alpha, inv_eta, kappa)
     print("%-8s %2s %6s %5s %9s %9s %9s" % ("model", "N", "Gbit/s", "wire", "comm_ms",
                                               "model_ms", "resid_ms"))
     for r in off:
@@ -143,7 +161,7 @@ def main():
             models.append(r["model"])
     nodes = [int(x) for x in a.nodes.split(",")]
     gbits = [float(x) for x in a.gbits.split(",")]
-    alphas = [("fitted", alpha)]
+    alphas = [("held" if alpha == floor else "fitted", alpha)]
     if a.alpha_ms is not None:
         alphas.append(("given", a.alpha_ms / 1e3))
     for label, al in alphas:

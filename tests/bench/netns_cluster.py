@@ -99,13 +99,14 @@ def write_data(root, n28, n64):
 
 
 class Lab:
-    def __init__(self, hosts, subnet, link, delay_us, delay_link, rt):
+    def __init__(self, hosts, subnet, link, delay_us, delay_link, rt, offload=True):
         self.hosts = hosts
         self.net = "10.214.%d" % subnet
         self.link = link
         self.delay_us = delay_us
         self.delay_link = delay_link
         self.rt = rt
+        self.offload = offload
         self.made = False
         self.sshd = []
         self.switch = None
@@ -129,6 +130,8 @@ class Lab:
         t, n = TAG, self.net
         cmd = ([self.delay_link, "--delay-us", "%g" % self.delay_us, f"{t}td"] +
                [f"{t}t{k}" for k in range(1, self.hosts + 1)])
+        if not self.offload:
+            cmd.insert(1, "--no-offload")
         if self.rt:
             cmd = ["chrt", "-f", "1"] + cmd
         self.switch = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -246,12 +249,17 @@ class Lab:
         """The link between hosts 1 and 2 as it is shaped now: ping's round trip (50 pings,
         10 ms apart; ms: min, avg, max) and one TCP stream's throughput over 3 s (Mbit/s)."""
         t = TAG
+        if self.switch:
+            self.switch_say("stats")
         r = sh(f"ip netns exec {t}-h1 ping -q -c 50 -i 0.01 {self.addr(2)}", check=False)
+        pinged = self.switch_say("stats") if self.switch else None
         rtt = None
         for line in r.stdout.splitlines():
             if line.startswith("rtt") or line.startswith("round-trip"):
                 v = line.split("=")[1].split()[0].split("/")
                 rtt = {"min": float(v[0]), "avg": float(v[1]), "max": float(v[2])}
+        if rtt is not None and pinged:
+            rtt["link_delay_us"] = pinged["delay_us"]
         if rtt is None:
             raise RuntimeError("ping between %s-h1 and %s-h2: %s" %
                                (t, t, (r.stderr or r.stdout).strip()))
@@ -345,6 +353,11 @@ def main():
     ap.add_argument("--delay-link", default="build/tests/delay_link", help="delay_link's binary")
     ap.add_argument("--no-rt", action="store_true", help="run delay_link at normal priority, "
                     "not SCHED_FIFO 1")
+    ap.add_argument("--no-offload", action="store_true", help="delay_link's TAPs without TSO "
+                    "and checksum offload: frames of the MTU (1500 bytes) instead of segments "
+                    "of up to 64 KiB")
+    ap.add_argument("--measure-only", action="store_true", help="only measure the link at each "
+                    "rate (ping, one TCP stream), no training runs")
     ap.add_argument("--compress", default="none,bf16")
     ap.add_argument("--overlap", default="off,on")
     ap.add_argument("--threads", type=int, default=1, help="per worker")
@@ -367,7 +380,7 @@ def main():
         sys.exit("netns_cluster: %s: no delay_link binary (meson compile -C build, or "
                  "--delay-link PATH)" % a.delay_link)
     lab = Lab(max(members), os.getpid() % 250, a.link, a.delay_us,
-              os.path.abspath(a.delay_link), not a.no_rt)
+              os.path.abspath(a.delay_link), not a.no_rt, not a.no_offload)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     rows = []
     failed = 0
@@ -375,6 +388,23 @@ def main():
     printed = False
     try:
         lab.up()
+        if a.measure_only:
+            print("# %s link, %g us one-way delay asked%s%s; load average %s; %s UTC" %
+                  (a.link, a.delay_us, "" if a.no_rt or a.link == "veth" else
+                   ", delay_link at SCHED_FIFO 1", ", no offload" if a.no_offload else "",
+                   " ".join(open("/proc/loadavg").read().split()[:3]),
+                   time.strftime("%Y-%m-%d %H:%M", time.gmtime())))
+            for rate in [int(x) for x in a.rates.split(",")]:
+                lab.shape(rate)
+                rtt, mbit, tool = lab.measure()
+                d = rtt.get("link_delay_us")
+                print("  %5g Gbit/s asked: ping RTT min/avg/max %.3f/%.3f/%.3f ms (50 pings)%s; "
+                      "one TCP stream %.0f Mbit/s (%s, 3 s)" %
+                      (rate / 1000, rtt["min"], rtt["avg"], rtt["max"],
+                       "; the pings' delay min/p50/p99 %d/%d/%d us" % (d["min"], d["p50"],
+                                                                        d["p99"]) if d else "",
+                       mbit, tool), flush=True)
+            return 0
         lab.start_sshd()
         db = f"{lab.dir}/db"
         base = ["env", "-u", "SSH_AUTH_SOCK", nnlab, "--db", db]
