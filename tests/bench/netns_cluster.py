@@ -316,7 +316,10 @@ class Lab:
             p.wait()
         total = None
         if self.switch:
-            self.switch.stdin.close()
+            try:
+                self.switch.stdin.close()
+            except OSError:
+                pass  # it has ended already (Ctrl-C reaches it too)
             self.switch.terminate()
             try:
                 total = json.loads(self.switch.stdout.readline() or "null")
