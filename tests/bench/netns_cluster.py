@@ -51,6 +51,12 @@ import zlib
 TAG = "netbench%d" % (os.getpid() % 100000)
 
 
+def parent_death_signal():
+    """In a child before exec: SIGTERM when this script ends, however it ends."""
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def sh(cmd, check=True):
     r = subprocess.run(cmd, shell=True, capture_output=True, text=True)
     if check and r.returncode != 0:
@@ -134,8 +140,11 @@ class Lab:
             cmd.insert(1, "--no-offload")
         if self.rt:
             cmd = ["chrt", "-f", "1"] + cmd
+        # Its own session, so that Ctrl-C does not end the link before the runs' processes
+        # have seen their connections close; it gets SIGTERM when this script dies.
         self.switch = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       text=True)
+                                       text=True, start_new_session=True,
+                                       preexec_fn=parent_death_signal)
         if self.switch.stdout.readline().strip() != "ready":
             raise RuntimeError("delay_link did not start (%s)" % " ".join(cmd))
         sh(f"ip addr add {n}.1/24 dev {t}td && ip link set {t}td up")
@@ -308,12 +317,39 @@ class Lab:
             srv.kill()
             srv.wait()
 
+    def end_hosts_processes(self):
+        """Waits up to 5 s for what runs in the hosts' namespaces (the workers and MPI daemons
+        of a run that was interrupted, their sshd sessions) to end, then ends it by pid."""
+        def pids():
+            found = []
+            for k in range(1, self.hosts + 1):
+                r = sh(f"ip netns pids {TAG}-h{k}", check=False)
+                found += [int(x) for x in r.stdout.split()]
+            return found
+        for _ in range(50):
+            left = pids()
+            if not left:
+                return
+            time.sleep(0.1)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in left:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            time.sleep(1)
+            left = pids()
+            if not left:
+                return
+
     def down(self):
         """Ends the sshds and delay_link (by pid) and removes the namespaces, links and files;
         returns delay_link's totals (None without it)."""
         for p in self.sshd:
             p.terminate()
             p.wait()
+        if self.made:
+            self.end_hosts_processes()
         total = None
         if self.switch:
             try:
