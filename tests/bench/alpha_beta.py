@@ -19,7 +19,8 @@ for alpha and 1/eta by least squares over
 Where the rows' link applied a delay (delay_us_applied), alpha cannot be below it: a fit that
 puts alpha lower is printed, then redone with alpha held at the median delay applied (1/eta and
 kappa fitted), and the projection uses the second. C is the mean compute per step of each
-model's rows. The projection keeps each worker's share of the batch (weak scaling), so the efficiency is C / step(N): the share of a step spent computing.
+model's rows. The projection keeps each worker's share of the batch (weak scaling), so the
+efficiency is C / step(N): the share of a step spent computing.
 
     tests/bench/alpha_beta.py netbench.jsonl [--nodes 8,32,128] [--gbits 10,100] [--alpha-ms A]
                               [--rate asked|measured]
