@@ -2,14 +2,15 @@
 """SSH-mode cluster runs between network namespaces joined by shaped links (a benchmark, not a
 test; needs root, iproute2's ip and tc, ping, and openssh-server).
 
-Two kinds of link (--link):
-- tap (the default): each member host K is a namespace NETBENCH-hK whose eth0 is a TAP device
+Two kinds of link (--link; by default veth with --delay-us 0 and tap otherwise):
+- tap: each member host K is a namespace NETBENCH-hK whose eth0 is a TAP device
   of tests/bench/delay_link (built by meson as build/tests/delay_link), a userspace switch that
   delays every frame by --delay-us (100 us by default, once per crossing, so a ping's round trip
   carries twice that) and shapes each host's port to the link rate in both directions with token
   buckets; the driver (this namespace) has a TAP port of its own at 10.214.S.1. delay_link runs
   at real-time priority (SCHED_FIFO 1, --no-rt: not) so that the machine's busy cores delay its
-  releases less. This kernel has no sch_netem; delay_link is the delay.
+  releases less. Where a kernel has no sch_netem (as the test machine's), delay_link is the only
+  delay.
 - veth: a switch namespace NETBENCH-sw holds bridge br0, each host joins it by a veth pair, the
   driver over a veth of its own; every host link is shaped in both directions with tc tbf (on the
   host's end and the bridge's end), and, where the kernel has sch_netem and --delay-us > 0, netem
@@ -383,10 +384,10 @@ def main():
     ap.add_argument("--models", default="lenet,resnet18")
     ap.add_argument("--members", default="2,3")
     ap.add_argument("--rates", default="1000,10000", help="link rates, Mbit/s")
-    ap.add_argument("--link", choices=("tap", "veth"), default="tap", help="tap: the hosts' "
-                    "links are ports of delay_link, which delays and shapes them (the default); "
-                    "veth: veth pairs on a bridge shaped by tc tbf (and netem where the kernel "
-                    "has it)")
+    ap.add_argument("--link", choices=("tap", "veth"), default=None, help="tap: the hosts' "
+                    "links are ports of delay_link, which delays and shapes them; veth: veth "
+                    "pairs on a bridge shaped by tc tbf (and netem where the kernel has it); "
+                    "default: veth with --delay-us 0, tap otherwise")
     ap.add_argument("--delay-us", type=float, default=None, help="one-way delay per crossing, "
                     "microseconds (default 100 on tap, 0 on veth)")
     ap.add_argument("--delay-link", default="build/tests/delay_link", help="delay_link's binary")
@@ -413,6 +414,8 @@ def main():
         sys.exit("netns_cluster: needs root (ip netns, tc)")
     nnlab = os.path.abspath(a.nnlab)
     members = [int(x) for x in a.members.split(",")]
+    if a.link is None:
+        a.link = "veth" if a.delay_us == 0 else "tap"
     if a.delay_us is None:
         a.delay_us = 100.0 if a.link == "tap" else 0.0
     if a.link == "tap" and not os.access(a.delay_link, os.X_OK):
@@ -581,4 +584,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except RuntimeError as e:
+        sys.exit("netns_cluster: %s" % e)
