@@ -1,9 +1,9 @@
 /* tests/bench/delay_link really delays: two network namespaces whose eth0 are TAP ports of
  * delay_link, pinged through it with --delay-us 2000 (a round trip crosses it twice: >= 4 ms)
  * and then, after "delay 0" on its stdin, without delay (well below). Its "stats" line reports
- * the delay it applied. Skipped where it cannot run (no root, no /dev/net/tun, no ip or ping).
- * The namespaces (netdelay<pid>a/b) and the delay_link process (by pid) are removed at the
- * end. */
+ * the delay it applied. After "rate 20", one TCP stream through it reaches at most 20 Mbit/s.
+ * Skipped where it cannot run (no root, no /dev/net/tun, no ip or ping). The namespaces
+ * (netdelay<pid>a/b) and the delay_link process (by pid) are removed at the end. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <signal.h>
@@ -86,6 +86,37 @@ static int ping(double *min, double *avg)
     return pclose(p) == 0 && found ? 0 : -1;
 }
 
+/* Mbit/s of TCP payload that host b received of 2.5 MB sent by host a (/usr/bin/python3 at each
+ * end), from its first byte to the last; -1 when the transfer failed. */
+static double stream_mbit(void)
+{
+    char out[] = "/tmp/netdelay-rateXXXXXX";
+    double mbit = -1;
+    int fd = mkstemp(out);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    int rc = sh("ip netns exec %sb /usr/bin/python3 -c \""
+                "import socket,time\n"
+                "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+                "s.bind(('10.216.0.2',5201));s.listen(1);c,_=s.accept();n=0;t0=None\n"
+                "while True:\n b=c.recv(1<<16)\n t0=t0 or time.time()\n if not b: break\n"
+                " n+=len(b);t1=time.time()\n"
+                "print(n*8/(t1-t0)/1e6)\" > %s & sleep 0.5; "
+                "ip netns exec %sa /usr/bin/python3 -c \""
+                "import socket\n"
+                "c=socket.create_connection(('10.216.0.2',5201));c.sendall(bytes(2500000))\n"
+                "c.close()\"; wait",
+                tag, out, tag);
+    FILE *f = fopen(out, "r");
+    if (rc != 0 || !f || fscanf(f, "%lf", &mbit) != 1)
+        mbit = -1;
+    if (f)
+        fclose(f);
+    unlink(out);
+    return mbit;
+}
+
 /* The number after "KEY": in a JSON line; -1 when absent. */
 static long json_num(const char *line, const char *key)
 {
@@ -146,6 +177,13 @@ int main(void)
     ok(ping(&min0, &avg0) == 0, "ping crosses delay_link after \"delay 0\"");
     diag("RTT without delay: min %.3f ms, avg %.3f ms", min0, avg0);
     ok(min0 < 2.0 && min0 < min / 2, "without delay the round trip is well below (%.3f ms)", min0);
+
+    say("rate 20");
+    double mbit = stream_mbit();
+    diag("one TCP stream through a 20 Mbit/s link: %.1f Mbit/s", mbit);
+    /* Payload is 1448 of every 1514 bytes on the wire (19.1 of 20 Mbit/s); the two buckets'
+     * first 64 KiB each come at once, which may lift the figure by a few percent. */
+    ok(mbit > 10 && mbit <= 21, "\"rate 20\" holds a TCP stream to 20 Mbit/s (%.1f)", mbit);
 
     fclose(link_in);
     kill(link_pid, SIGTERM);
