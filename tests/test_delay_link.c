@@ -1,9 +1,10 @@
 /* tests/bench/delay_link really delays: two network namespaces whose eth0 are TAP ports of
  * delay_link, pinged through it with --delay-us 2000 (a round trip crosses it twice: >= 4 ms)
  * and then, after "delay 0" on its stdin, without delay (well below). Its "stats" line reports
- * the delay it applied. After "rate 20", one TCP stream through it reaches at most 20 Mbit/s.
- * Skipped where it cannot run (no root, no /dev/net/tun, no ip or ping). The namespaces
- * (netdelay<pid>a/b) and the delay_link process (by pid) are removed at the end. */
+ * the delay it applied. After "rate 20", one TCP stream through it (Python sockets at each end)
+ * reaches at most 20 Mbit/s. Skipped where it cannot run (no root, no /dev/net/tun, no ip, ping
+ * or /usr/bin/python3). The namespaces (netdelay<pid>a/b) and the delay_link process (by pid)
+ * are removed at the end. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <signal.h>
@@ -136,8 +137,9 @@ int main(void)
         skip_all("NNLAB_DELAY_LINK does not name the delay_link binary");
     if (geteuid() != 0 || access("/dev/net/tun", R_OK | W_OK) != 0)
         skip_all("needs root and /dev/net/tun for TAP devices");
-    if (sh("command -v ip >/dev/null && command -v ping >/dev/null") != 0)
-        skip_all("needs ip (iproute2) and ping (iputils-ping)");
+    if (sh("command -v ip >/dev/null && command -v ping >/dev/null") != 0 ||
+        access("/usr/bin/python3", X_OK) != 0)
+        skip_all("needs ip (iproute2), ping (iputils-ping) and /usr/bin/python3");
     snprintf(tag, sizeof tag, "netdelay%05d", (int)(getpid() % 100000));
     signal(SIGPIPE, SIG_IGN);
 
