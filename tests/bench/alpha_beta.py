@@ -16,10 +16,20 @@ for alpha and 1/eta by least squares over
     comm_s = alpha * 2(N-1) + (1/eta) * bytes_per_step / R
 
 (bytes_per_step is what a worker sent, measured: 2(N-1)/N of the parameter bytes and framing).
-C is the mean compute per step of each model's rows. The projection keeps each worker's share of
-the batch (weak scaling), so the efficiency is C / step(N): the share of a step spent computing.
+Where the rows' link applied a delay (delay_us_applied), alpha cannot be below it: a fit that
+puts alpha lower is printed, then redone with alpha held at the median delay applied (1/eta and
+kappa fitted), and the projection uses the second. C is the mean compute per step of each
+model's rows. The projection keeps each worker's share of the batch (weak scaling), so the
+efficiency is C / step(N): the share of a step spent computing.
 
     tests/bench/alpha_beta.py netbench.jsonl [--nodes 8,32,128] [--gbits 10,100] [--alpha-ms A]
+                              [--rate asked|measured]
+
+R is the rate each row's link reached (rate_measured_mbit: one TCP stream measured before the
+runs at that setting) where the row has it, so eta is the share of what the link really carried,
+not of a rate the shaping asked for and a userspace link could not reach; --rate asked uses
+rate_mbit. Rows from --link tap also carry the delay the link applied (delay_us_applied) and
+ping's round trip; the script prints them beside the fitted alpha, which they bound from below.
 
 On one machine whose members share busy cores, a worker also waits for peers that are not
 scheduled; that lands in alpha, which is then far above a network's latency. --alpha-ms
@@ -46,23 +56,50 @@ def solve(a, b):
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
+RATE_KEY = ["rate_measured_mbit"]
+
+
+def rate_of(r):
+    """The link rate of a row, Mbit/s: the measured one where asked for and present."""
+    return r.get(RATE_KEY[0]) or r["rate_mbit"]
+
+
 def features(r):
     """The regressors of a row: messages, ideal wire seconds, compute seconds."""
-    return [2.0 * (r["members"] - 1), r["bytes_per_step"] / (r["rate_mbit"] * 1e6 / 8.0),
+    return [2.0 * (r["members"] - 1), r["bytes_per_step"] / (rate_of(r) * 1e6 / 8.0),
             r["compute_s"]]
 
 
-def fit(rows):
-    """alpha (s), 1/eta and kappa from least squares on rows with overlap off."""
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def fit(rows, alpha=None):
+    """alpha (s), 1/eta and kappa from least squares on rows with overlap off; with alpha given,
+    only 1/eta and kappa (alpha held there)."""
     x = [features(r) for r in rows]
     y = [r["comm_s"] for r in rows]
-    a = [[sum(v[i] * v[j] for v in x) for j in range(3)] for i in range(3)]
-    b = [sum(v[i] * c for v, c in zip(x, y)) for i in range(3)]
+    first = 0
+    if alpha is not None:
+        y = [c - alpha * v[0] for v, c in zip(x, y)]
+        first = 1
+    n = 3 - first
+    a = [[sum(v[first + i] * v[first + j] for v in x) for j in range(n)] for i in range(n)]
+    b = [sum(v[first + i] * c for v, c in zip(x, y)) for i in range(n)]
     k = solve(a, b)
     if k is None:
         sys.exit("alpha_beta: the rows do not tell the terms apart (one member count, one rate "
                  "and one model?)")
-    return k
+    return k if alpha is None else [alpha] + k
+
+
+def say_fit(what, nrows, alpha, inv_eta, kappa):
+    print("%s on %d rows (overlap off): alpha = %.3g ms per message, eta = %.3g (the exchange "
+          "reaches %.0f%% of the link rate; beta = 1/(eta R): %.3g ns/byte at 1 Gbit/s, %.3g at "
+          "10), kappa = %.3g (waiting for peers that share the cores)" %
+          (what, nrows, 1e3 * alpha, 1 / inv_eta, 100 / inv_eta, 1e9 * inv_eta * 8 / 1e9,
+           1e9 * inv_eta * 8 / 1e10, kappa))
 
 
 def main():
@@ -72,17 +109,42 @@ def main():
     ap.add_argument("--gbits", default="10,100")
     ap.add_argument("--alpha-ms", type=float, default=None, help="also project with this alpha "
                     "(ms per message) in place of the fitted one, keeping the fitted eta")
+    ap.add_argument("--rate", choices=("measured", "asked"), default="measured",
+                    help="the link rate R of a row: the one measured (where the row has it) or "
+                    "the one asked")
     a = ap.parse_args()
+    if a.rate == "asked":
+        RATE_KEY[0] = "rate_mbit"
     rows = [json.loads(l) for l in open(a.rows) if l.strip()]
     off = [r for r in rows if r["overlap"] == "off"]
     if not off:
         sys.exit("alpha_beta: no rows with overlap off in %s" % a.rows)
     alpha, inv_eta, kappa = fit(off)
-    print("fit on %d rows (overlap off): alpha = %.3g ms per message, eta = %.3g (the exchange "
-          "reaches %.0f%% of the link rate; beta = 1/(eta R): %.3g ns/byte at 1 Gbit/s, %.3g at "
-          "10), kappa = %.3g (waiting for peers that share the cores)" %
-          (len(off), 1e3 * alpha, 1 / inv_eta, 100 / inv_eta, 1e9 * inv_eta * 8 / 1e9,
-           1e9 * inv_eta * 8 / 1e10, kappa))
+    links = sorted({r.get("link", "veth") for r in rows})
+    asked = sorted({r.get("delay_us_asked", 1e3 * r.get("delay_ms", 0.0)) for r in rows})
+    applied = [r["delay_us_applied"]["p50"] for r in rows if r.get("delay_us_applied")]
+    p99 = [r["delay_us_applied"]["p99"] for r in rows if r.get("delay_us_applied")]
+    print("links: %s; one-way delay asked %s us%s" %
+          (",".join(links), ",".join("%g" % d for d in asked),
+           "; applied to the runs' frames: median over the rows of each run's median %g us "
+           "(%g to %g), of its p99 %g us" % (median(applied), min(applied), max(applied),
+                                             median(p99)) if applied else ""))
+    for rate in sorted({r["rate_mbit"] for r in rows}):
+        got = [r["rate_measured_mbit"] for r in rows
+               if r["rate_mbit"] == rate and r.get("rate_measured_mbit")]
+        rtt = [r["ping_rtt_ms"]["avg"] for r in rows
+               if r["rate_mbit"] == rate and r.get("ping_rtt_ms")]
+        if got:
+            print("link at %g Gbit/s asked: one TCP stream reached %.0f Mbit/s, ping RTT avg "
+                  "%.3f ms%s" % (rate / 1000, got[0], rtt[0] if rtt else float("nan"),
+                                 "" if a.rate == "measured" else " (the fit uses the rate asked)"))
+    say_fit("fit", len(off), alpha, inv_eta, kappa)
+    # A message costs at least the link's one-way delay: a fit below it is held there.
+    floor = median(applied) / 1e6 if applied else 0.0
+    if alpha < floor:
+        alpha, inv_eta, kappa = fit(off, floor)
+        say_fit("alpha below the delay the link applied (%.3g ms): held there, fit" %
+                (1e3 * floor), len(off), alpha, inv_eta, kappa)
     print("%-8s %2s %6s %5s %9s %9s %9s" % ("model", "N", "Gbit/s", "wire", "comm_ms",
                                               "model_ms", "resid_ms"))
     for r in off:
@@ -100,7 +162,7 @@ def main():
             models.append(r["model"])
     nodes = [int(x) for x in a.nodes.split(",")]
     gbits = [float(x) for x in a.gbits.split(",")]
-    alphas = [("fitted", alpha)]
+    alphas = [("held" if alpha == floor else "fitted", alpha)]
     if a.alpha_ms is not None:
         alphas.append(("given", a.alpha_ms / 1e3))
     for label, al in alphas:
