@@ -355,6 +355,18 @@ int main(void)
             printf("\n");
         }
     }
+    /* The runs of one repeat ran back to back: their ratio is less at the mercy of a load that
+     * changes between repeats than the ratio of the medians. */
+    double ratio[MAXREP];
+    int faster = 0;
+    printf("overlapped/synchronous by repeat, steps %d-%d:", skip + 1, c.steps);
+    for (int k = 0; k < reps; k++) {
+        ratio[k] = steadies[SYNC][k] > 0 ? steadies[OVERLAPPED][k] / steadies[SYNC][k] : 0.0;
+        faster += ratio[k] < 1.0;
+        printf(" %.3f", ratio[k]);
+    }
+    printf("; median %.3f, overlapped faster in %d of %d\n", median(ratio, reps), faster, reps);
+    /* (median sorts its values: the ratios first, then the medians.) */
     for (int mode = SYNC; mode <= AUTO; mode++) {
         step[mode] = median(steps[mode], reps);
         steady[mode] = median(steadies[mode], reps);
@@ -373,17 +385,6 @@ int main(void)
            wait[SYNC] > 0 ? 100.0 * (1.0 - wait[OVERLAPPED] / wait[SYNC]) : 0.0,
            step[SYNC] > 0 ? 100.0 * (step[OVERLAPPED] / step[SYNC] - 1.0) : 0.0, skip + 1, c.steps,
            steady[SYNC] > 0 ? 100.0 * (steady[OVERLAPPED] / steady[SYNC] - 1.0) : 0.0);
-    /* The runs of one repeat ran back to back: their ratio is less at the mercy of a load that
-     * changes between repeats than the ratio of the medians. */
-    double ratio[MAXREP];
-    int faster = 0;
-    printf("overlapped/synchronous by repeat, steps %d-%d:", skip + 1, c.steps);
-    for (int k = 0; k < reps; k++) {
-        ratio[k] = steadies[SYNC][k] > 0 ? steadies[OVERLAPPED][k] / steadies[SYNC][k] : 0.0;
-        faster += ratio[k] < 1.0;
-        printf(" %.3f", ratio[k]);
-    }
-    printf("; median %.3f, overlapped faster in %d of %d\n", median(ratio, reps), faster, reps);
     int chose = 0, decided = 0;
     for (int k = 0; k < reps; k++) {
         decided += oc[AUTO][k].decided;
