@@ -32,10 +32,10 @@ int nl_worker_overlap(int mode, int threads, int cores, int sharing);
  * whatever else shares the host); where the modes differ by less than the step times vary, a
  * tie costs next to nothing either way. A pure function of its arguments. */
 #define NL_OVERLAP_MARGIN 0.02
-/* What a measuring member does (nl_member_sync_probe in include/nnlab/cluster.h): WARMUP steps
- * in the static rule's mode (the first steps fault pages in and fill caches: the first takes
- * up to twice a later one, and the second and third are often still slow), then ROUNDS blocks
- * of BLOCK steps of each mode in the Thue-Morse order (S O O S O S S O for 4), whose first
+/* What a measuring member does (nl_member_sync_probe in include/nnlab/cluster.h): WARMUP steps in
+ * the static rule's mode (the first steps fault pages in and fill caches: the first often takes
+ * twice as long as a later one, and the second and third are sometimes still slow), then ROUNDS
+ * blocks of BLOCK steps of each mode in the Thue-Morse order (S O O S O S S O for 4), whose first
  * step is not measured, so that (BLOCK - 1) x ROUNDS steps of each mode are; only a run with at
  * least MIN_RUN times that many steps left measures, so that the choice governs most of it. */
 #define NL_OVERLAP_PROBE_WARMUP  3
