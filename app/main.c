@@ -140,7 +140,7 @@ static const struct command commands[] = {
      "      --overlap auto|on|off  exchange the gradient while backward runs (on) or after\n"
      "                        it (off), the same results either way; auto (default): time a\n"
      "                        few steps of each early in the run and keep the faster (runs\n"
-     "                        of one worker or under 28 steps: on only where a host has a\n"
+     "                        of one worker or under 54 steps: on only where a host has a\n"
      "                        core free beside its workers' threads)\n"
      "      --insecure-plaintext  frames between workers checksummed, not sealed\n"
      "      --heartbeat-timeout S  a worker silent for S seconds is lost, and workers exit\n"

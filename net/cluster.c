@@ -42,23 +42,32 @@ static void ready(void *ud, size_t from, size_t stats_from)
     nl_allreduce_ready(s->ar, from, stats_from);
 }
 
-/* The probe's mode for step n (1-based). */
-static int probe_mode(const struct nl_overlap_probe *p, long n)
+int nl_overlap_probe_mode(const struct nl_overlap_probe *p, long n)
 {
     if (p->decided)
         return p->overlapped;
     if (n < p->from || n >= p->from + 2L * p->block * p->rounds)
         return p->warm;
-    /* Block b's mode is the low bit of b's Gray code: S O O S S O ..., so that a load that
-     * rises or falls steadily through the measurement weighs on both modes alike. */
-    const long b = (n - p->from) / p->block;
-    return (int)((b ^ (b >> 1)) & 1);
+    /* Block b's mode is the parity of b's set bits (the Thue-Morse sequence): S O O S O S S O
+     * ..., each pair of blocks one of each mode, and over 2^k blocks the positions of either
+     * mode have the same sum, and the same sum of squares for k >= 3: a load that changes
+     * linearly or quadratically through the measurement weighs on both modes alike. */
+    int bit = 0;
+    for (long b = (n - p->from) / p->block; b; b &= b - 1)
+        bit ^= 1;
+    return bit;
+}
+
+int nl_overlap_probe_measures(const struct nl_overlap_probe *p, long n)
+{
+    return p->from > 0 && n > p->from && n < p->from + 2L * p->block * p->rounds &&
+           (n - p->from) % p->block != 0;
 }
 
 static int overlaps(void *ud, long n)
 {
     struct nl_member_sync *s = ud;
-    const int on = probe_mode(&s->probe, n);
+    const int on = nl_overlap_probe_mode(&s->probe, n);
     nl_allreduce_set_overlap(s->ar, on);
     return on;
 }
@@ -72,9 +81,10 @@ static int probe_step(struct nl_member_sync *s, long n, struct nl_error *err)
     if (p->decided || n < p->from || n >= end)
         return 0;
     const double t = nl_now() - p->t0;
-    if (nl_allreduce_overlaps(s->ar) && p->nov < NL_PROBE_MAX)
+    const int measured = nl_overlap_probe_measures(p, n);
+    if (measured && nl_allreduce_overlaps(s->ar) && p->nov < NL_PROBE_MAX)
         p->ov[p->nov++] = t;
-    else if (!nl_allreduce_overlaps(s->ar) && p->nsync < NL_PROBE_MAX)
+    else if (measured && !nl_allreduce_overlaps(s->ar) && p->nsync < NL_PROBE_MAX)
         p->sync[p->nsync++] = t;
     if (n != end - 1)
         return 0;
@@ -168,8 +178,8 @@ void nl_member_sync_probe(struct nl_member_sync *s, int rank, int size, long fro
     p->rank = rank;
     p->size = size;
     p->from = from;
-    p->block = block;
-    p->rounds = block * rounds > NL_PROBE_MAX ? NL_PROBE_MAX / block : rounds;
+    p->block = block < 2 ? 2 : block;
+    p->rounds = (p->block - 1) * rounds > NL_PROBE_MAX ? NL_PROBE_MAX / (p->block - 1) : rounds;
     p->warm = warm;
     s->sync.overlaps = overlaps;
 }

@@ -1,6 +1,7 @@
 /* --overlap auto|on|off: the static rule auto follows before it measures and where it does not
  * (nl_worker_overlap: overlap only where a host has a core free beside the compute threads of
  * every member it runs), the choice it makes from measured step times (nl_worker_overlap_decide),
+ * the order of its measurement's blocks and the steps it times (nl_overlap_probe_mode, _measures),
  * the option's refusals, and, through the real binary and the private sshd of tests/sshd.h, that
  * the three modes train 2 workers to the same weights bit for bit (the mode changes when bytes
  * move, not what is summed; auto measures both modes, then keeps one), that auto reports what it
@@ -13,6 +14,7 @@
 
 #include "cluster_util.h"
 #include "nnlab/allreduce.h"
+#include "nnlab/cluster.h"
 #include "nnlab/trainer.h"
 #include "nnlab/worker.h"
 #include "tap.h"
@@ -62,6 +64,95 @@ static void test_decide(void)
     is_float(nl_worker_median(v, 5), 3, 0, "the median of 5");
     is_float(nl_worker_median(w, 4), 2.5, 0, "the median of 4");
     is_float(nl_worker_median(w, 0), 0, 0, "the median of none");
+}
+
+/* nl_overlap_probe_mode and _measures: the order of the blocks and the steps whose times count,
+ * for the probe a worker runs (NL_OVERLAP_PROBE_*) and for a longer one. */
+static void test_probe_order(void)
+{
+    struct nl_overlap_probe p;
+    char modes[64] = "", measured[64] = "";
+    const long from = NL_OVERLAP_PROBE_WARMUP + 1;
+
+    memset(&p, 0, sizeof p);
+    p.from = from;
+    p.block = NL_OVERLAP_PROBE_BLOCK;
+    p.rounds = NL_OVERLAP_PROBE_ROUNDS;
+    p.warm = 0;
+    for (long n = 1; n <= NL_OVERLAP_PROBE_STEPS + 2 && n < 63; n++) {
+        modes[n - 1] = nl_overlap_probe_mode(&p, n) ? 'O' : 'S';
+        measured[n - 1] = nl_overlap_probe_measures(&p, n) ? 'm' : '.';
+    }
+    /* 3 warm-up steps in the static rule's mode, blocks of 3 in the Thue-Morse order S O O S O S
+     * S O, then the static rule's mode again until the choice is made. */
+    is_str(modes,
+           "SSS"
+           "SSS"
+           "OOO"
+           "OOO"
+           "SSS"
+           "OOO"
+           "SSS"
+           "SSS"
+           "OOO"
+           "SS",
+           "the probe's modes, step by step");
+    is_str(measured,
+           "..."
+           ".mm"
+           ".mm"
+           ".mm"
+           ".mm"
+           ".mm"
+           ".mm"
+           ".mm"
+           ".mm"
+           "..",
+           "the steps measured: each block's but its first");
+    int nsync = 0, nov = 0, sum_sync = 0, sum_ov = 0, sq_sync = 0, sq_ov = 0;
+    for (long n = 1; n <= NL_OVERLAP_PROBE_STEPS; n++) {
+        if (!nl_overlap_probe_measures(&p, n))
+            continue;
+        const int b = (int)((n - from) / p.block);
+        if (nl_overlap_probe_mode(&p, n)) {
+            nov++;
+            sum_ov += b;
+            sq_ov += b * b;
+        } else {
+            nsync++;
+            sum_sync += b;
+            sq_sync += b * b;
+        }
+    }
+    is_int(nsync, (NL_OVERLAP_PROBE_BLOCK - 1) * NL_OVERLAP_PROBE_ROUNDS,
+           "synchronous steps measured");
+    is_int(nov, nsync, "as many overlapped");
+    is_int(sum_ov, sum_sync, "the blocks of both modes balance a load that changes linearly");
+    is_int(sq_ov, sq_sync, "and quadratically");
+    is_int(NL_OVERLAP_PROBE_STEPS, 27, "27 steps in all (README and --help say so)");
+    /* Warm overlapped: the static rule's mode before and after; decided: the choice. */
+    p.warm = 1;
+    ok(nl_overlap_probe_mode(&p, 1) && nl_overlap_probe_mode(&p, NL_OVERLAP_PROBE_STEPS + 1) &&
+           !nl_overlap_probe_mode(&p, from),
+       "an overlapping static rule warms up and waits overlapped, measures from a synchronous "
+       "block");
+    p.decided = 1;
+    p.overlapped = 0;
+    ok(!nl_overlap_probe_mode(&p, 1) && !nl_overlap_probe_mode(&p, from + p.block),
+       "once decided, the choice holds");
+    /* A longer probe: 8 rounds of blocks of 2, where the first of 16 blocks is S and the order
+     * the Thue-Morse sequence's. */
+    memset(&p, 0, sizeof p);
+    p.from = 1;
+    p.block = 2;
+    p.rounds = 8;
+    char tm[17] = "";
+    for (int b = 0; b < 16; b++)
+        tm[b] = nl_overlap_probe_mode(&p, 1 + 2L * b) ? 'O' : 'S';
+    is_str(tm, "SOOSOSSOOSSOSOOS", "16 blocks in the Thue-Morse order");
+    ok(!nl_overlap_probe_measures(&p, 1) && nl_overlap_probe_measures(&p, 2) &&
+           !nl_overlap_probe_measures(&p, 33) && !nl_overlap_probe_measures(&p, 0),
+       "the first step of a block, and steps outside the probe, are not measured");
 }
 
 /* The value of "key": in the line of out that holds "event":"overlap"; NAN when none. */
@@ -115,16 +206,17 @@ static void check_runs(const char *run, const char *mode, const char *want, cons
     const double jsync = out_number("sync_ms"), jov = out_number("overlapped_ms");
     is_float(jsync, sync, 1e-3, "runs %s --json: sync_ms as measured", run);
     is_float(jov, ov, 1e-3, "runs %s --json: overlapped_ms as measured", run);
-    is_float(out_number("step"), 14, 0, "runs %s --json: chose after step 14", run);
+    is_float(out_number("step"), NL_OVERLAP_PROBE_STEPS, 0, "runs %s --json: chose after step %d",
+             run, NL_OVERLAP_PROBE_STEPS);
     snprintf(line, sizeof line,
-             "\noverlap       auto: %s from step 15 (%.1f ms synchronous, %.1f ms overlapped)\n",
-             chosen, jsync, jov);
+             "\noverlap       auto: %s from step %d (%.1f ms synchronous, %.1f ms overlapped)\n",
+             chosen, NL_OVERLAP_PROBE_STEPS + 1, jsync, jov);
     like(text, line, "runs %s: the choice and both times", run);
 }
 
 /* Requirement: the same through MPI ranks (net/mpi.c runs the worker's code): 2 ranks with
  * --overlap auto measure, report, record, and end bit for bit as the SSH workers did (the
- * exported ov-auto.safetensors of 3 epochs). Skipped without mpirun or an MPI build. */
+ * exported ov-auto.safetensors of 5 epochs). Skipped without mpirun or an MPI build. */
 static void test_mpi(void)
 {
     const char *mpirun = "mpirun --oversubscribe --bind-to none";
@@ -147,7 +239,7 @@ static void test_mpi(void)
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "env ASAN_OPTIONS=detect_leaks=0 %s -np 2 '%s' --db '%s/db' --json train --data syn "
-             "--model '%s/spec' --batch 32 --seed 5 --momentum 0.9 --epochs 3 --threads 1 --mpi "
+             "--model '%s/spec' --batch 32 --seed 5 --momentum 0.9 --epochs 5 --threads 1 --mpi "
              "--name ov-mpi >'%s/out' 2>'%s/err' </dev/null",
              mpirun, bin, sd.dir, sd.dir, sd.dir, sd.dir);
     int st = system(cmd);
@@ -161,10 +253,13 @@ static void test_mpi(void)
     is_int(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "2 MPI ranks train with --overlap auto: %s",
            errtext);
     const double sync = overlap_field("sync_ms"), ov = overlap_field("overlapped_ms");
-    is_float(overlap_field("step"), 14, 0, "the ranks chose after step 14");
+    is_float(overlap_field("step"), NL_OVERLAP_PROBE_STEPS, 0, "the ranks chose after step %d",
+             NL_OVERLAP_PROBE_STEPS);
     ok(sync > 0 && ov > 0, "they measured %.2f ms synchronous, %.2f ms overlapped", sync, ov);
-    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-mpi' AND "
-                        "json_extract(settings, '$.overlap_step') = 14") == 1,
+    ok(sshd_db_int(&sd,
+                   "SELECT count(*) FROM runs WHERE name = 'ov-mpi' AND "
+                   "json_extract(settings, '$.overlap_step') = %d",
+                   NL_OVERLAP_PROBE_STEPS) == 1,
        "the MPI run records the choice");
     check_runs("ov-mpi", "auto", NULL,
                overlap_field("overlapped") == 1 ? "overlapped" : "synchronous", sync, ov);
@@ -197,6 +292,7 @@ int main(void)
 
     test_rule();
     test_decide();
+    test_probe_order();
 
     why = cluster_start();
     if (why) {
@@ -215,13 +311,13 @@ int main(void)
            "--overlap without hosts is a usage error");
     like(errtext, "cluster options need --hosts", "the message: %s", errtext);
 
-    /* The three modes: the same weights, bit for bit; each recorded in the run's settings. 3
-     * epochs of 13 steps: enough for auto to measure (2 warm-up steps, then 3 blocks of 2 steps
-     * of each mode, in a run of at least twice that). */
+    /* The three modes: the same weights, bit for bit; each recorded in the run's settings. 5
+     * epochs of 13 steps: enough for auto to measure (3 warm-up steps, then 4 blocks of 3 steps
+     * of each mode, 27 steps in a run of at least twice that: 54). */
     char *w[3] = {NULL, NULL, NULL};
     size_t wn[3] = {0, 0, 0};
     for (int k = 0; k < 3; k++) {
-        is_int(nnlab("%s --epochs 3 --overlap %s --name ov-%s", train_args(), modes[k], modes[k]),
+        is_int(nnlab("%s --epochs 5 --overlap %s --name ov-%s", train_args(), modes[k], modes[k]),
                0, "2 workers train with --overlap %s: %s", modes[k], errtext);
         ok(sshd_db_int(&sd,
                        "SELECT count(*) FROM runs WHERE name = 'ov-%s' AND settings LIKE "
@@ -232,10 +328,12 @@ int main(void)
             ok(isnan(overlap_field("step")), "--overlap %s measures nothing", modes[k]);
             check_runs(k ? "ov-on" : "ov-off", modes[k], modes[k], NULL, 0, 0);
         } else {
-            /* auto: both step times, and the choice from step 15 on (2 + 12 steps measured). */
+            /* auto: both step times, and the choice from step 28 on (3 warm-up steps, 24 steps
+             * of blocks, 16 of them measured). */
             const double sync = overlap_field("sync_ms"), ov = overlap_field("overlapped_ms");
             const double chosen = overlap_field("overlapped");
-            is_float(overlap_field("step"), 14, 0, "auto chose after step 14");
+            is_float(overlap_field("step"), NL_OVERLAP_PROBE_STEPS, 0, "auto chose after step %d",
+                     NL_OVERLAP_PROBE_STEPS);
             ok(sync > 0 && ov > 0, "auto measured %.2f ms synchronous, %.2f ms overlapped", sync,
                ov);
             ok(chosen == (ov < sync * (1 - NL_OVERLAP_MARGIN)),
@@ -246,8 +344,8 @@ int main(void)
                            "json_extract(settings, '$.overlap_chosen') = '%s' AND "
                            "json_extract(settings, '$.overlap_sync_ms') > 0 AND "
                            "json_extract(settings, '$.overlap_overlapped_ms') > 0 AND "
-                           "json_extract(settings, '$.overlap_step') = 14",
-                           chosen == 1 ? "overlapped" : "synchronous") == 1,
+                           "json_extract(settings, '$.overlap_step') = %d",
+                           chosen == 1 ? "overlapped" : "synchronous", NL_OVERLAP_PROBE_STEPS) == 1,
                "the run records the choice and both step times");
             check_runs("ov-auto", "auto", NULL, chosen == 1 ? "overlapped" : "synchronous", sync,
                        ov);
@@ -266,42 +364,44 @@ int main(void)
     for (int k = 0; k < 3; k++)
         free(w[k]);
 
-    /* Too short to measure (26 steps), or one member: the static rule, nothing to report. */
-    is_int(nnlab("%s --epochs 2 --name ov-short", train_args()), 0,
-           "2 workers train 2 epochs with --overlap auto: %s", errtext);
+    /* Too short to measure (52 steps, 2 fewer than twice the probe's 27), or one member: the
+     * static rule, nothing to report. */
+    is_int(nnlab("%s --epochs 4 --name ov-short", train_args()), 0,
+           "2 workers train 4 epochs with --overlap auto: %s", errtext);
     ok(isnan(overlap_field("step")), "a run too short to measure measures nothing");
     check_runs("ov-short", "auto", "auto, not measured", NULL, 0, 0);
-    is_int(nnlab("--json train --data syn --model '%s/spec' --batch 32 --seed 5 --epochs 3 "
+    is_int(nnlab("--json train --data syn --model '%s/spec' --batch 32 --seed 5 --epochs 5 "
                  "--ssh-config '%s/ssh_config' --hosts node1:1 --name ov-one",
                  sd.dir, sd.dir),
-           0, "1 worker trains 3 epochs with --overlap auto: %s", errtext);
+           0, "1 worker trains 5 epochs with --overlap auto: %s", errtext);
     ok(isnan(overlap_field("step")), "a run of one member measures nothing");
 
     /* A resumed run keeps its mode; --overlap does not go with --resume. */
-    is_int(nnlab("--json train --resume ov-off --epochs 4 --overlap on --hosts node1:1,node2:1 "
+    is_int(nnlab("--json train --resume ov-off --epochs 6 --overlap on --hosts node1:1,node2:1 "
                  "--ssh-config '%s/ssh_config'",
                  sd.dir),
            2, "--overlap with --resume is a usage error");
     like(errtext, "--overlap does not go with it", "the message: %s", errtext);
-    is_int(nnlab("--json train --resume ov-off --epochs 4 --hosts node1:1,node2:1 --ssh-config "
+    is_int(nnlab("--json train --resume ov-off --epochs 6 --hosts node1:1,node2:1 --ssh-config "
                  "'%s/ssh_config'",
                  sd.dir),
-           0, "ov-off resumed to 4 epochs: %s", errtext);
-    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-off' AND epochs_done = 4 AND "
+           0, "ov-off resumed to 6 epochs: %s", errtext);
+    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-off' AND epochs_done = 6 AND "
                         "settings LIKE '%%\"overlap\":\"off\"%%'") == 1,
        "the resumed run keeps overlap off");
-    /* auto measures again in the resumed part: steps 40 and 41 warm up, 42-53 are measured. */
-    is_int(nnlab("--json train --resume ov-auto --epochs 6 --hosts node1:1,node2:1 --ssh-config "
+    /* auto measures again in the resumed part: steps 66-68 warm up, 69-92 are measured. */
+    is_int(nnlab("--json train --resume ov-auto --epochs 10 --hosts node1:1,node2:1 --ssh-config "
                  "'%s/ssh_config'",
                  sd.dir),
-           0, "ov-auto resumed to 6 epochs: %s", errtext);
-    is_float(overlap_field("step"), 53, 0, "the resumed run measured again, from step 42 to 53");
-    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-auto' AND epochs_done = 6 AND "
+           0, "ov-auto resumed to 10 epochs: %s", errtext);
+    is_float(overlap_field("step"), 65 + NL_OVERLAP_PROBE_STEPS, 0,
+             "the resumed run measured again, from step 69 to 92");
+    ok(sshd_db_int(&sd, "SELECT count(*) FROM runs WHERE name = 'ov-auto' AND epochs_done = 10 AND "
                         "settings LIKE '%%\"overlap\":\"auto\"%%' AND "
-                        "json_extract(settings, '$.overlap_step') = 53") == 1,
+                        "json_extract(settings, '$.overlap_step') = 92") == 1,
        "and records its new measurement, still overlap auto");
     is_int(nnlab("runs ov-auto"), 0, "runs ov-auto: %s", errtext);
-    like(out, " from step 54 (", "and shows the new choice, from step 54");
+    like(out, " from step 93 (", "and shows the new choice, from step 93");
     test_mpi();
     sshd_stop(&sd);
     return done_testing();

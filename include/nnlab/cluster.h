@@ -10,11 +10,12 @@
 #include "nnlab/trainer.h"
 
 /* --overlap auto's measurement (nl_member_sync_probe). Steps before `from` (1-based) run in the
- * mode `warm`; from `from` on, `rounds` blocks of `block` steps of each mode, in the order
- * synchronous, overlapped, overlapped, synchronous, synchronous, overlapped, ...; each measured
- * step's wall time (from its share to the end of its exchange) goes to sync or ov. After the last
- * measured step every member takes its medians, the members exchange them (nl_allreduce_agree) and
- * all decide alike (nl_worker_overlap_decide): the rest of the run overlaps or not. */
+ * mode `warm`; from `from` on, `rounds` blocks of `block` steps of each mode, in the Thue-Morse
+ * order synchronous, overlapped, overlapped, synchronous, overlapped, synchronous, synchronous,
+ * overlapped, ...; the wall time (from its share to the end of its exchange) of each step but a
+ * block's first goes to sync or ov. After the last measured step every member takes its medians,
+ * the members exchange them (nl_allreduce_agree) and all decide alike
+ * (nl_worker_overlap_decide): the rest of the run overlaps or not. */
 #define NL_PROBE_MAX 32
 struct nl_overlap_probe {
     long from; /* 0: no measurement */
@@ -73,9 +74,15 @@ void nl_member_sync_settle(struct nl_member_sync *s);
 
 /* Measures, then chooses, whether the member's steps overlap (see struct nl_overlap_probe): the
  * allreduce must have been made with overlap; every member of the run (rank of size) calls it
- * alike. The probe's steps are from, then 2 x block x rounds (at most NL_PROBE_MAX each). */
+ * alike. The probe's steps are from, then 2 x block x rounds (block at least 2; rounds fewer
+ * where (block - 1) x rounds, the measured steps of a mode, would exceed NL_PROBE_MAX). */
 void nl_member_sync_probe(struct nl_member_sync *s, int rank, int size, long from, int block,
                           int rounds, int warm);
+
+/* The probe's mode for step n (1-based): 1 overlapped, 0 synchronous; and 1 when step n's time
+ * is one of those measured (a step of a block but its first). Pure functions of p and n. */
+int nl_overlap_probe_mode(const struct nl_overlap_probe *p, long n);
+int nl_overlap_probe_measures(const struct nl_overlap_probe *p, long n);
 
 /* Lets the member follow a run's watched accuracy (include/nnlab/trainer.h): at an epoch's end
  * the synchroniser brings its copy of the parameters up to date (a recovery may start from

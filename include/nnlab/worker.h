@@ -27,16 +27,20 @@ int nl_worker_overlap(int mode, int threads, int cores, int sharing);
  * NL_ALLREDUCE_TIMES doubles a member). *sync_seconds and *overlap_seconds get their means
  * (summed in rank order: every member that has the same times gets the same bits). 1 (overlap)
  * when the overlapped mean is below the synchronous one by more than NL_OVERLAP_MARGIN of it;
- * 0 otherwise (a tie keeps the exchange synchronous, which needs no thread of its own). A pure
- * function of its arguments. */
+ * 0 otherwise. The tie rule: within the margin the exchange stays synchronous, which needs no
+ * thread of its own (a core's worth of spinning and waking left to the compute threads and to
+ * whatever else shares the host); where the modes differ by less than the step times vary, a
+ * tie costs next to nothing either way. A pure function of its arguments. */
 #define NL_OVERLAP_MARGIN 0.02
-/* What a measuring member does (nl_member_sync_probe in include/nnlab/cluster.h): WARMUP steps
- * in the static rule's mode (the first steps fault pages in and fill caches), then ROUNDS blocks
- * of BLOCK steps of each mode (S O O S S O for 3); only a run with at least MIN_RUN
- * times that many steps left measures, so that the choice governs most of it. */
-#define NL_OVERLAP_PROBE_WARMUP  2
-#define NL_OVERLAP_PROBE_BLOCK   2
-#define NL_OVERLAP_PROBE_ROUNDS  3
+/* What a measuring member does (nl_member_sync_probe in include/nnlab/cluster.h): WARMUP steps in
+ * the static rule's mode (the first steps fault pages in and fill caches: the first often takes
+ * twice as long as a later one, and the second and third are sometimes still slow), then ROUNDS
+ * blocks of BLOCK steps of each mode in the Thue-Morse order (S O O S O S S O for 4), whose first
+ * step is not measured, so that (BLOCK - 1) x ROUNDS steps of each mode are; only a run with at
+ * least MIN_RUN times that many steps left measures, so that the choice governs most of it. */
+#define NL_OVERLAP_PROBE_WARMUP  3
+#define NL_OVERLAP_PROBE_BLOCK   3
+#define NL_OVERLAP_PROBE_ROUNDS  4
 #define NL_OVERLAP_PROBE_MIN_RUN 2
 #define NL_OVERLAP_PROBE_STEPS                                                                     \
     (NL_OVERLAP_PROBE_WARMUP + 2 * NL_OVERLAP_PROBE_BLOCK * NL_OVERLAP_PROBE_ROUNDS)
