@@ -764,7 +764,7 @@ int nl_worker_overlap_decide(const double *times, int members, double *sync_seco
     }
     *sync_seconds = sync;
     *overlap_seconds = ov;
-    return members > 0 && ov < sync * (1.0 - NL_OVERLAP_MARGIN);
+    return members > 0 && ov <= sync * (1.0 + NL_OVERLAP_MARGIN);
 }
 
 double nl_worker_median(double *v, int n)

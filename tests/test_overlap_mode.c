@@ -50,11 +50,14 @@ static void test_decide(void)
     is_float(ov, (0.512 + 0.530 + 0.500) / 3, 1e-12, "the overlapped mean of the members");
     const double slower[] = {0.105, 0.116, 0.107, 0.118};
     is_int(nl_worker_overlap_decide(slower, 2, &sync, &ov), 0, "overlapped 10%% slower: do not");
-    const double tie[] = {0.100, 0.099};
-    is_int(nl_worker_overlap_decide(tie, 1, &sync, &ov), 0,
-           "overlapped 1%% faster, within the margin: synchronous");
-    const double past[] = {0.100, 0.0975};
-    is_int(nl_worker_overlap_decide(past, 1, &sync, &ov), 1, "overlapped 2.5%% faster: overlap");
+    const double tie[] = {0.100, 0.099}, tie_slow[] = {0.100, 0.101};
+    is_int(nl_worker_overlap_decide(tie, 1, &sync, &ov), 1,
+           "overlapped 1%% faster, within the margin: overlapped");
+    is_int(nl_worker_overlap_decide(tie_slow, 1, &sync, &ov), 1,
+           "overlapped 1%% slower, within the margin: overlapped");
+    const double past[] = {0.100, 0.1025};
+    is_int(nl_worker_overlap_decide(past, 1, &sync, &ov), 0,
+           "overlapped 2.5%% slower: synchronous");
     /* Members that disagree: the means decide, the same on every member. */
     const double mixed[] = {0.100, 0.080, 0.100, 0.125};
     is_int(nl_worker_overlap_decide(mixed, 2, &sync, &ov), 0,
@@ -336,7 +339,7 @@ int main(void)
                      NL_OVERLAP_PROBE_STEPS);
             ok(sync > 0 && ov > 0, "auto measured %.2f ms synchronous, %.2f ms overlapped", sync,
                ov);
-            ok(chosen == (ov < sync * (1 - NL_OVERLAP_MARGIN)),
+            ok(chosen == (ov <= sync * (1 + NL_OVERLAP_MARGIN)),
                "and chose the faster: %s (the rule's margin: %.0f%%)",
                chosen == 1 ? "overlapped" : "synchronous", 100 * NL_OVERLAP_MARGIN);
             ok(sshd_db_int(&sd,

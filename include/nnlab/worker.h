@@ -26,11 +26,12 @@ int nl_worker_overlap(int mode, int threads, int cores, int sharing);
  * members in rank order, its median step wall time synchronous then overlapped (seconds,
  * NL_ALLREDUCE_TIMES doubles a member). *sync_seconds and *overlap_seconds get their means
  * (summed in rank order: every member that has the same times gets the same bits). 1 (overlap)
- * when the overlapped mean is below the synchronous one by more than NL_OVERLAP_MARGIN of it;
- * 0 otherwise. The tie rule: within the margin the exchange stays synchronous, which needs no
- * thread of its own (a core's worth of spinning and waking left to the compute threads and to
- * whatever else shares the host); where the modes differ by less than the step times vary, a
- * tie costs next to nothing either way. A pure function of its arguments. */
+ * unless the overlapped mean is above the synchronous one by more than NL_OVERLAP_MARGIN of it;
+ * 0 then, and 0 for no members. The tie rule: within the margin the exchange overlaps. In
+ * bench_overlap's rotated runs (README, "Cluster mode") overlapped was never measurably slower
+ * where the host was quiet and was the faster mode in most pairs where it was loaded, by more than
+ * the 2% a probe on a loaded host can resolve; so a measurement that cannot tell the modes apart
+ * keeps the mode that has usually won. A pure function of its arguments. */
 #define NL_OVERLAP_MARGIN 0.02
 /* What a measuring member does (nl_member_sync_probe in include/nnlab/cluster.h): WARMUP steps in
  * the static rule's mode (the first steps fault pages in and fill caches: the first often takes
