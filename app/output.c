@@ -164,7 +164,7 @@ static void print_recovery(const struct nl_recovery *r, int tty)
 }
 
 /* What --overlap auto measured and chose: "overlap: measured 41.2 ms synchronous, 35.0 ms
- * overlapped: overlapping from step 15", or a JSON line. */
+ * overlapped: overlapping from step 28", or a JSON line. */
 static void print_overlap(const struct nl_overlap_choice *c, int tty)
 {
     if (g.json) {

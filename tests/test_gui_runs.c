@@ -698,7 +698,7 @@ int main(int argc, char **argv)
     static const char overlap_settings[] =
         "{\"epochs\":3,\"batch\":32,\"overlap\":\"auto\",\"cluster\":true,"
         "\"overlap_chosen\":\"overlapped\",\"overlap_sync_ms\":41.2,"
-        "\"overlap_overlapped_ms\":35.0,\"overlap_step\":14}";
+        "\"overlap_overlapped_ms\":35.0,\"overlap_step\":27}";
     struct nl_store *s = NULL;
     struct nl_error err = {0};
     struct nl_run_info info;
@@ -929,7 +929,7 @@ int main(int argc, char **argv)
     spin(200);
     const char *ov_details = runs_page_details(nw()->runs);
     ok(strstr(ov_details,
-              "overlap auto: overlapped from step 15 (41.2 ms synchronous, 35.0 ms overlapped)") &&
+              "overlap auto: overlapped from step 28 (41.2 ms synchronous, 35.0 ms overlapped)") &&
            !strstr(ov_details, "overlap_"),
        "a cluster run's settings line names auto's choice and both times (%s)",
        oneline(ov_details));

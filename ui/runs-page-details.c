@@ -66,7 +66,7 @@ static char *run_task(NlRunsPage *p, const struct nl_run_info *info)
 
 /* A run's settings as "key value · key value", leaving out those that are off; task, when not
  * NULL, stands where the class count would ("classes 1" of a regression run). A cluster run's
- * overlap reads as `nnlab runs RUN` gives it: "overlap auto: overlapped from step 15 (41.2 ms
+ * overlap reads as `nnlab runs RUN` gives it: "overlap auto: overlapped from step 28 (41.2 ms
  * synchronous, 35.0 ms overlapped)", the members' measurement in place of its overlap_* keys. */
 static GString *settings_text(const char *settings, const char *task)
 {

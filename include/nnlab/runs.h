@@ -278,7 +278,7 @@ struct nl_run_overlap {
 int nl_run_overlap_parse(const char *settings_json, struct nl_run_overlap *o,
                          struct nl_error *err) NL_MUST_CHECK;
 
-/* o as people read it, into buf: "auto: overlapped from step 15 (41.2 ms synchronous, 35.0 ms
+/* o as people read it, into buf: "auto: overlapped from step 28 (41.2 ms synchronous, 35.0 ms
  * overlapped)", "auto, not measured" (a run of one worker or too few steps follows the static
  * rule; a run in its first steps has not measured yet), "on" or "off"; "" for a local run. */
 const char *nl_run_overlap_text(const struct nl_run_overlap *o, char *buf, size_t size);
