@@ -69,14 +69,21 @@
 
 #include "layers.h"
 #include "nnlab/kernels.h"
+#include "nnlab/winograd.h"
 
 struct conv_dims {
     struct nl__window win;
-    int f;          /* filters */
-    int k;          /* C*kh*kw */
-    int p;          /* oh*ow */
-    size_t in_size; /* C*H*W */
+    int f;               /* filters */
+    int k;               /* C*kh*kw */
+    int p;               /* oh*ow */
+    size_t in_size;      /* C*H*W */
+    struct nl_wino wino; /* WINOGRAD, WINOGRAD2: the tiles */
 };
+
+static int wino_tile(enum nl_lowering lower)
+{
+    return lower == NL_LOWER_WINOGRAD ? 4 : 2;
+}
 
 static void conv_dims(const struct nl_layer *l, struct conv_dims *d)
 {
@@ -85,6 +92,9 @@ static void conv_dims(const struct nl_layer *l, struct conv_dims *d)
     d->k = d->win.c * d->win.kh * d->win.kw;
     d->p = d->win.oh * d->win.ow;
     d->in_size = nl_shape_size(l->in[0]);
+    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+        nl_wino_plan(&d->wino, wino_tile(l->lower), d->win.c, d->win.h, d->win.w, d->f, d->win.ph,
+                     d->win.pw, d->win.oh, d->win.ow);
 }
 
 static int conv_setup(struct nl_layer *l, struct nl_error *err)
@@ -117,7 +127,15 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     }
     const int direct_fits =
         win.sh == 1 && win.sw == 1 && win.kw <= 8 && win.ph < win.kh && win.pw < win.kw;
+    const int wino_fits = direct_fits && win.kh == 3 && win.kw == 3;
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
+        l->lower = l->lowering;
+    else if ((l->lowering == NL_LOWER_WINOGRAD || l->lowering == NL_LOWER_WINOGRAD2) && !wino_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d pad %dx%d cannot run Winograd's lowering "
+                              "(3x3, stride 1, padding at most 2)",
+                              win.kh, win.kw, win.sh, win.sw, win.ph, win.pw);
+    else if (l->lowering == NL_LOWER_WINOGRAD || l->lowering == NL_LOWER_WINOGRAD2)
         l->lower = l->lowering;
     else if (l->lowering == NL_LOWER_DIRECT && !direct_fits)
         return nl__layer_fail(l, err,
@@ -135,7 +153,14 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = NL_LOWER_SHARD;
     else
         l->lower = NL_LOWER_SAMPLE;
-    if (l->lower == NL_LOWER_SHARD)
+    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2) {
+        struct nl_wino w;
+        nl_wino_plan(&w, wino_tile(l->lower), win.c, win.h, win.w, l->filters, win.ph, win.pw,
+                     win.oh, win.ow);
+        const size_t aa = (size_t)w.a * w.a;
+        l->scratch_fixed = aa * (size_t)l->filters * win.c;
+        l->scratch_per_sample = aa * w.tiles * ((size_t)win.c + l->filters);
+    } else if (l->lower == NL_LOWER_SHARD)
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
     else if (l->lower == NL_LOWER_DIRECT)
         l->scratch_fixed = k * p + (size_t)l->filters * k;
@@ -252,11 +277,34 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
     }
 }
 
+/* WINOGRAD: u (a*a, F, C) = the filters transformed, v (a*a, C, T) = the shard's T = n*tiles
+ * input tiles transformed, mm[xi] (F, T) = u[xi] (F, C) v[xi] (C, T) for each of the a*a
+ * products of a tile, then the output transform (nnlab/winograd.h) with the bias or the folded
+ * output pass. scratch: u, then v, then mm. */
+static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
+                             const struct conv_dims *d)
+{
+    const struct nl_wino *p = &d->wino;
+    const int aa = p->a * p->a, tt = f->n * p->tiles;
+    const size_t fc = (size_t)d->f * p->c, ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
+    float *u = f->scratch, *v = u + aa * fc, *mm = v + aa * ct;
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+
+    nl_wino_filter(u, f->w, p);
+    nl_wino_input(v, f->in[0], f->n, p);
+    for (int xi = 0; xi < aa; xi++)
+        nl_sgemm(0, 0, d->f, tt, p->c, 1.0f, u + xi * fc, p->c, v + xi * ct, tt, 0.0f, mm + xi * ft,
+                 tt);
+    nl_wino_output(f->out, mm, bias, f->scale, f->shift, f->act, f->n, p);
+}
+
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_DIRECT)
+    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+        forward_winograd(l, f, &d);
+    else if (l->lower == NL_LOWER_DIRECT)
         forward_direct(l, f, &d);
     else if (l->lower == NL_LOWER_SHARD && f->n > 1)
         forward_shard(l, f, &d);
@@ -377,11 +425,50 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
     }
 }
 
+/* WINOGRAD, the exact adjoint of its forward: dmm (a*a, F, T) = the adjoint of the output
+ * transform of dout; dweight += the adjoint of the filter transform of du[xi] (F, C) =
+ * dmm[xi] (F, T) v[xi]^T (T, C), v the input transformed again; din += the adjoint of the input
+ * transform of dv[xi] (C, T) = u[xi]^T (C, F) dmm[xi] (F, T), u the filters transformed again;
+ * dbias as SAMPLE's. scratch as forward's: du, then u, in the first part; v, then dv, in the
+ * second; dmm in the third. */
+static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
+                              const struct conv_dims *d)
+{
+    const struct nl_wino *p = &d->wino;
+    const int aa = p->a * p->a, tt = b->n * p->tiles;
+    const size_t fc = (size_t)d->f * p->c, ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
+    const size_t out_size = (size_t)d->f * d->p;
+    float *u = b->scratch, *v = u + aa * fc, *dmm = v + aa * ct;
+    float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+
+    nl_wino_output_adjoint(dmm, b->dout, b->n, p);
+    if (b->dw) {
+        nl_wino_input(v, b->in[0], b->n, p);
+        for (int xi = 0; xi < aa; xi++)
+            nl_sgemm(0, 1, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, tt, 0.0f,
+                     u + xi * fc, p->c);
+        nl_wino_filter_adjoint(b->dw, u, p);
+    }
+    if (db)
+        for (int s = 0; s < b->n; s++)
+            for (int fo = 0; fo < d->f; fo++)
+                db[fo] += nl_sum(b->dout + (size_t)s * out_size + (size_t)fo * d->p, d->p);
+    if (!b->din[0])
+        return;
+    nl_wino_filter(u, b->w, p);
+    for (int xi = 0; xi < aa; xi++)
+        nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
+                 v + xi * ct, tt);
+    nl_wino_input_adjoint(b->din[0], v, b->n, p);
+}
+
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_DIRECT)
+    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+        backward_winograd(l, b, &d);
+    else if (l->lower == NL_LOWER_DIRECT)
         backward_direct(l, b, &d);
     else if (l->lower == NL_LOWER_SHARD && b->n > 1)
         backward_shard(l, b, &d);
