@@ -1221,8 +1221,9 @@ int main(void)
                five.ops->setup(&five, &err) < 0 && strstr(err.msg, "cannot run Winograd"),
            "conv 3x3 stride 2 and conv 5x5 asked to run Winograd fail setup: %s", err.msg);
     }
-    /* Shapes that setup lowers to one GEMM per shard by itself: a 2x2 and a 4x4 plane under
-     * many filters, padded 3x3 and pointwise. */
+    /* Shapes whose lowering setup chooses by itself: a 2x2 and a 4x4 plane under many filters,
+     * padded 3x3 (one GEMM per shard, the 4x4 one Winograd F(2x2) where the vector paths run)
+     * and pointwise. */
     static const struct conv_case small_planes[] = {
         {3, 64, 4, 4, 128, 3, 3, 1, 1, 1, 1, 1},
         {2, 128, 2, 2, 256, 1, 1, 1, 1, 0, 0, 0},
@@ -1242,9 +1243,17 @@ int main(void)
         struct nl_layer wide = big;
         struct nl_error err = {0};
         wide.in[0] = (struct nl_shape){512, 14, 14};
+        const int vec = nl_kernels_vector_on();
+        struct nl_layer four = big;
+        four.filters = 256;
+        four.in[0] = (struct nl_shape){256, 4, 4};
         ok(big.ops->setup(&big, &err) == 0 && big.lower == NL_LOWER_SHARD &&
-               wide.ops->setup(&wide, &err) == 0 && wide.lower == NL_LOWER_SAMPLE,
-           "conv 512 3x3 on 512x2x2: one GEMM per shard; on 512x14x14: one per image");
+               wide.ops->setup(&wide, &err) == 0 &&
+               wide.lower == (vec ? NL_LOWER_WINOGRAD : NL_LOWER_SAMPLE) &&
+               four.ops->setup(&four, &err) == 0 &&
+               four.lower == (vec ? NL_LOWER_WINOGRAD2 : NL_LOWER_SHARD),
+           "conv 512 3x3 on 512x2x2: one GEMM per shard; on 512x14x14: Winograd F(4x4) where the "
+           "vector paths run, else one GEMM per image; 256 on 256x4x4: F(2x2), else per shard");
         struct nl_layer mid = big, lenet2 = big;
         mid.filters = 128;
         mid.in[0] = (struct nl_shape){128, 8, 8};
@@ -1252,10 +1261,11 @@ int main(void)
         lenet2.kh = lenet2.kw = 5;
         lenet2.ph = lenet2.pw = 0;
         lenet2.in[0] = (struct nl_shape){20, 12, 12};
-        ok(mid.ops->setup(&mid, &err) == 0 && mid.lower == NL_LOWER_SHARD &&
+        ok(mid.ops->setup(&mid, &err) == 0 &&
+               mid.lower == (vec ? NL_LOWER_WINOGRAD : NL_LOWER_SHARD) &&
                lenet2.ops->setup(&lenet2, &err) == 0 && lenet2.lower == NL_LOWER_SAMPLE,
-           "conv 128 3x3 on 128x8x8 (ResNet-18 64x64 layer2): one GEMM per shard; lenet's conv2: "
-           "one per image");
+           "conv 128 3x3 on 128x8x8 (ResNet-18 64x64 layer2): Winograd F(4x4) where the vector "
+           "paths run, else one GEMM per shard; lenet's conv2: one GEMM per image");
         struct nl_layer stage1 = big, stage3 = big, strided = big;
         stage1.filters = 16;
         stage1.in[0] = (struct nl_shape){16, 28, 28};

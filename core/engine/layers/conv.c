@@ -146,6 +146,9 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = NL_LOWER_DIRECT;
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
+    else if (wino_fits && win.c >= 32 && l->filters >= 32 && win.oh >= 3 && win.ow >= 3 &&
+             nl_kernels_vector_on())
+        l->lower = win.oh > 4 && win.ow > 4 ? NL_LOWER_WINOGRAD : NL_LOWER_WINOGRAD2;
     else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
              win.ow >= 14 && nl_kernels_vector_on())
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
