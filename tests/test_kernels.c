@@ -1168,10 +1168,11 @@ int main(void)
     for (size_t i = 0; i < sizeof directs / sizeof directs[0]; i++)
         test_conv(&directs[i], NL_LOWER_DIRECT);
     /* Winograd's lowerings: planes that are and are not multiples of the tile, one image and
-     * several, C and F off multiples of 16, padding 1, 0 and 2, on the vector paths and the
-     * naive ones. In fp32 they are not the direct sum: the transforms scale values up by as much
-     * as 100 (F(4x4)'s points 2 and -2) before the products, so the tolerance is 5e-5 of the
-     * largest value compared, plus 5e-5; the largest error measured is printed. */
+     * several, C and F off multiples of 16, padding 1, 0 and 2, one chunk of images and several, on
+     * the vector paths and the naive ones. In fp32 they are not the direct sum: the transforms
+     * scale values up by as much as 100 (F(4x4)'s points 2 and -2) before the products, so the
+     * tolerance is 5e-5 of the largest value compared, plus 5e-5; the largest error measured is
+     * printed. */
     static const int wino_twins[][8] = {
         /* m, n, c, h, w, f, ph, pw */
         {4, 2, 3, 7, 9, 5, 1, 1},   {2, 2, 3, 7, 9, 5, 1, 1},  {4, 3, 17, 16, 16, 19, 1, 1},
@@ -1179,11 +1180,19 @@ int main(void)
         {4, 7, 16, 4, 4, 16, 1, 1}, {4, 2, 5, 11, 3, 6, 2, 0}, {2, 3, 20, 1, 1, 17, 1, 1},
     };
     static const struct conv_case winos[] = {
-        {2, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1}, {3, 17, 7, 9, 19, 3, 3, 1, 1, 1, 1, 0},
-        {1, 5, 13, 11, 6, 3, 3, 1, 1, 1, 1, 0},   {4, 33, 4, 4, 18, 3, 3, 1, 1, 1, 1, 1},
-        {5, 20, 2, 2, 35, 3, 3, 1, 1, 1, 1, 0},   {3, 6, 10, 7, 5, 3, 3, 1, 1, 0, 0, 0},
-        {2, 3, 5, 6, 4, 3, 3, 1, 1, 2, 2, 0},     {2, 4, 8, 8, 9, 3, 3, 1, 1, 1, 0, 1},
+        {2, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1},
+        {3, 17, 7, 9, 19, 3, 3, 1, 1, 1, 1, 0},
+        {1, 5, 13, 11, 6, 3, 3, 1, 1, 1, 1, 0},
+        {4, 33, 4, 4, 18, 3, 3, 1, 1, 1, 1, 1},
+        {5, 20, 2, 2, 35, 3, 3, 1, 1, 1, 1, 0},
+        {3, 6, 10, 7, 5, 3, 3, 1, 1, 0, 0, 0},
+        {2, 3, 5, 6, 4, 3, 3, 1, 1, 2, 2, 0},
+        {2, 4, 8, 8, 9, 3, 3, 1, 1, 1, 0, 1},
         {3, 9, 1, 1, 7, 3, 3, 1, 1, 1, 1, 0},
+        /* Shards that go through in several chunks of images (conv.c's wino_chunk), the last one
+         * shorter: 4 + 1 images under F(4x4), 3 + 2 under F(2x2); one image a chunk. */
+        {5, 24, 22, 22, 20, 3, 3, 1, 1, 1, 1, 0},
+        {3, 32, 30, 30, 40, 3, 3, 1, 1, 1, 1, 1},
     };
     for (int vec = 1; vec >= 0; vec--) {
         nl_kernels_vector(vec);

@@ -3,7 +3,7 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Three lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * Five lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
  * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
@@ -23,6 +23,21 @@
  *   correlation (nl_conv_s1_dweight) for 3-wide windows, SAMPLE's im2col and GEMM otherwise.
  *   Each sums in another order than the products, so its results differ in the last bits.
  *   scratch: K*P + F*K floats, whatever the shard's size.
+ * - WINOGRAD, WINOGRAD2 (3x3, stride 1, padding at most 2): Winograd's minimal filtering
+ *   F(4x4, 3x3) and F(2x2, 3x3) (nnlab/winograd.h, core/engine/winograd.c). The filters are
+ *   transformed to u (a*a, F, C) at every call (the weights change every step), the input tiles
+ *   of all the shard's images side by side to v (a*a, C, T), T = n * tiles, so that a small
+ *   plane still makes wide products; then a*a GEMMs mm[xi] (F, T) = u[xi] (F, C) v[xi] (C, T)
+ *   and the output transform, which adds the bias or runs the folded output pass. F(4x4) takes
+ *   36 products per channel pair for 16 outputs where the direct sum takes 144, F(2x2) 16 for 4
+ *   where it takes 36. Backward is forward's exact adjoint (so the gradients are those of what
+ *   forward computed): dmm = A dy A^T per tile; du[xi] = dmm[xi] v[xi]^T, folded back by G^T du G
+ *   into the weight gradient; dv[xi] = u[xi]^T dmm[xi], folded back by B dv B^T onto the input
+ *   pixels the tiles read (overlaps add); u and v are transformed again rather than kept. The
+ *   results differ from the direct sum's by a few 1e-6 of the largest value (test_kernels
+ *   measures up to 5.4e-6 for F(4x4), 2.2e-6 for F(2x2)). The shard goes through in chunks of
+ * images whose transformed tiles and products stay in the L2 cache (wino_chunk). scratch: 2*a*a*F*C
+ *   floats, plus a*a*tiles*(C + F) per sample (a = 6 or 4).
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -83,6 +98,22 @@ struct conv_dims {
 static int wino_tile(enum nl_lowering lower)
 {
     return lower == NL_LOWER_WINOGRAD ? 4 : 2;
+}
+
+/* Images per chunk of WINOGRAD's products: as many as keep a chunk's v and mm (a*a*tiles*(C + F)
+ * floats per image) within 1 MiB, half the L2 cache, so that the products read what the input
+ * transform wrote and the output transform what they wrote while it is still there; but at least
+ * 64 tiles, so that each chunk's a*a GEMMs are wide enough to pay for packing u[xi]. bench_conv,
+ * forward of 16 images of ResNet-18's layer1 (64 channels, 16x16): 139 GFLOP/s in one chunk,
+ * 261 in chunks of 4 images. */
+static int wino_chunk(const struct nl_wino *p, int n)
+{
+    const size_t per = (size_t)p->a * p->a * p->tiles * ((size_t)p->c + p->f) * sizeof(float);
+    size_t k = ((size_t)1 << 20) / per;
+
+    if (k * p->tiles < 64)
+        k = (64 + (size_t)p->tiles - 1) / p->tiles;
+    return k > (size_t)n ? n : (int)k;
 }
 
 static void conv_dims(const struct nl_layer *l, struct conv_dims *d)
@@ -161,7 +192,7 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         nl_wino_plan(&w, wino_tile(l->lower), win.c, win.h, win.w, l->filters, win.ph, win.pw,
                      win.oh, win.ow);
         const size_t aa = (size_t)w.a * w.a;
-        l->scratch_fixed = aa * (size_t)l->filters * win.c;
+        l->scratch_fixed = 2 * aa * (size_t)l->filters * win.c;
         l->scratch_per_sample = aa * w.tiles * ((size_t)win.c + l->filters);
     } else if (l->lower == NL_LOWER_SHARD)
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
@@ -280,25 +311,32 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
     }
 }
 
-/* WINOGRAD: u (a*a, F, C) = the filters transformed, v (a*a, C, T) = the shard's T = n*tiles
- * input tiles transformed, mm[xi] (F, T) = u[xi] (F, C) v[xi] (C, T) for each of the a*a
- * products of a tile, then the output transform (nnlab/winograd.h) with the bias or the folded
- * output pass. scratch: u, then v, then mm. */
+/* WINOGRAD: u (a*a, F, C) = the filters transformed; then chunk by chunk of images
+ * (wino_chunk), v (a*a, C, T) = the chunk's T = n*tiles input tiles transformed, mm[xi] (F, T) =
+ * u[xi] (F, C) v[xi] (C, T) for each of the a*a products of a tile, and the output transform
+ * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, a part as large left
+ * for backward's du, then v and mm. */
 static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
                              const struct conv_dims *d)
 {
     const struct nl_wino *p = &d->wino;
-    const int aa = p->a * p->a, tt = f->n * p->tiles;
-    const size_t fc = (size_t)d->f * p->c, ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
-    float *u = f->scratch, *v = u + aa * fc, *mm = v + aa * ct;
+    const int aa = p->a * p->a;
+    const size_t fc = (size_t)d->f * p->c, out_size = (size_t)d->f * d->p;
     const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const int step = wino_chunk(p, f->n);
+    float *u = f->scratch, *v = u + 2 * aa * fc;
 
     nl_wino_filter(u, f->w, p);
-    nl_wino_input(v, f->in[0], f->n, p);
-    for (int xi = 0; xi < aa; xi++)
-        nl_sgemm(0, 0, d->f, tt, p->c, 1.0f, u + xi * fc, p->c, v + xi * ct, tt, 0.0f, mm + xi * ft,
-                 tt);
-    nl_wino_output(f->out, mm, bias, f->scale, f->shift, f->act, f->n, p);
+    for (int s0 = 0; s0 < f->n; s0 += step) {
+        const int n = f->n - s0 < step ? f->n - s0 : step, tt = n * p->tiles;
+        const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
+        float *mm = v + aa * ct;
+        nl_wino_input(v, f->in[0] + (size_t)s0 * d->in_size, n, p);
+        for (int xi = 0; xi < aa; xi++)
+            nl_sgemm(0, 0, d->f, tt, p->c, 1.0f, u + xi * fc, p->c, v + xi * ct, tt, 0.0f,
+                     mm + xi * ft, tt);
+        nl_wino_output(f->out + (size_t)s0 * out_size, mm, bias, f->scale, f->shift, f->act, n, p);
+    }
 }
 
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
@@ -428,41 +466,47 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
     }
 }
 
-/* WINOGRAD, the exact adjoint of its forward: dmm (a*a, F, T) = the adjoint of the output
- * transform of dout; dweight += the adjoint of the filter transform of du[xi] (F, C) =
- * dmm[xi] (F, T) v[xi]^T (T, C), v the input transformed again; din += the adjoint of the input
- * transform of dv[xi] (C, T) = u[xi]^T (C, F) dmm[xi] (F, T), u the filters transformed again;
- * dbias as SAMPLE's. scratch as forward's: du, then u, in the first part; v, then dv, in the
- * second; dmm in the third. */
+/* WINOGRAD, the exact adjoint of its forward, chunk by chunk of images as forward: dmm (a*a, F,
+ * T) = the adjoint of the output transform of dout; du[xi] (F, C) += dmm[xi] (F, T) v[xi]^T
+ * (T, C), v the input transformed again, and after the last chunk dweight += the adjoint of the
+ * filter transform of du; dv[xi] (C, T) = u[xi]^T (C, F) dmm[xi] (F, T), u the filters
+ * transformed again, and din += the adjoint of the input transform of dv; dbias as SAMPLE's.
+ * scratch: u, du, then a chunk's v (later dv) and dmm. */
 static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
                               const struct conv_dims *d)
 {
     const struct nl_wino *p = &d->wino;
-    const int aa = p->a * p->a, tt = b->n * p->tiles;
-    const size_t fc = (size_t)d->f * p->c, ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
-    const size_t out_size = (size_t)d->f * d->p;
-    float *u = b->scratch, *v = u + aa * fc, *dmm = v + aa * ct;
+    const int aa = p->a * p->a, step = wino_chunk(p, b->n);
+    const size_t fc = (size_t)d->f * p->c, out_size = (size_t)d->f * d->p;
+    float *u = b->scratch, *du = u + aa * fc, *v = du + aa * fc;
     float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
 
-    nl_wino_output_adjoint(dmm, b->dout, b->n, p);
-    if (b->dw) {
-        nl_wino_input(v, b->in[0], b->n, p);
-        for (int xi = 0; xi < aa; xi++)
-            nl_sgemm(0, 1, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, tt, 0.0f,
-                     u + xi * fc, p->c);
-        nl_wino_filter_adjoint(b->dw, u, p);
+    if (b->din[0])
+        nl_wino_filter(u, b->w, p);
+    for (int s0 = 0; s0 < b->n; s0 += step) {
+        const int n = b->n - s0 < step ? b->n - s0 : step, tt = n * p->tiles;
+        const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
+        float *dmm = v + aa * ct;
+        nl_wino_output_adjoint(dmm, b->dout + (size_t)s0 * out_size, n, p);
+        if (b->dw) {
+            nl_wino_input(v, b->in[0] + (size_t)s0 * d->in_size, n, p);
+            for (int xi = 0; xi < aa; xi++)
+                nl_sgemm(0, 1, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, tt,
+                         s0 == 0 ? 0.0f : 1.0f, du + xi * fc, p->c);
+        }
+        if (b->din[0]) {
+            for (int xi = 0; xi < aa; xi++)
+                nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
+                         v + xi * ct, tt);
+            nl_wino_input_adjoint(b->din[0] + (size_t)s0 * d->in_size, v, n, p);
+        }
     }
+    if (b->dw)
+        nl_wino_filter_adjoint(b->dw, du, p);
     if (db)
         for (int s = 0; s < b->n; s++)
             for (int fo = 0; fo < d->f; fo++)
                 db[fo] += nl_sum(b->dout + (size_t)s * out_size + (size_t)fo * d->p, d->p);
-    if (!b->din[0])
-        return;
-    nl_wino_filter(u, b->w, p);
-    for (int xi = 0; xi < aa; xi++)
-        nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
-                 v + xi * ct, tt);
-    nl_wino_input_adjoint(b->din[0], v, b->n, p);
 }
 
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
