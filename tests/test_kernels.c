@@ -1284,11 +1284,15 @@ int main(void)
         strided.sh = strided.sw = 2;
         strided.lowering = NL_LOWER_DIRECT;
         strided.in[0] = (struct nl_shape){16, 28, 28};
+        struct nl_layer stem = stage1;
+        stem.in[0] = (struct nl_shape){1, 28, 28};
         ok(stage1.ops->setup(&stage1, &err) == 0 &&
-               stage1.lower == (nl_kernels_vector_on() ? NL_LOWER_DIRECT : NL_LOWER_SAMPLE) &&
+               stage1.lower == (vec ? NL_LOWER_WINOGRAD : NL_LOWER_SAMPLE) &&
+               stem.ops->setup(&stem, &err) == 0 &&
+               stem.lower == (vec ? NL_LOWER_DIRECT : NL_LOWER_SAMPLE) &&
                stage3.ops->setup(&stage3, &err) == 0 && stage3.lower != NL_LOWER_DIRECT,
-           "conv 16 3x3 on 16x28x28 (resnet8 stage 1): direct where the vector paths run; "
-           "conv 64 on 64x7x7: a GEMM");
+           "conv 16 3x3 on 16x28x28 (resnet8 stage 1): Winograd F(4x4) where the vector paths "
+           "run; on 1x28x28 (its stem): direct; conv 64 on 64x7x7: not direct");
         ok(strided.ops->setup(&strided, &err) < 0 && strstr(err.msg, "cannot run direct"),
            "conv 3x3 stride 2 asked to run direct fails setup: %s", err.msg);
     }

@@ -70,8 +70,34 @@
  * fastest of 7), GFLOP/s per image against direct: resnet8 stage 1 (16 -> 16, 28x28) 48.3
  * against 82.1; stage 2 (32 -> 32, 14x14) 65.0 against 79.3; stage 3 (64 -> 64, 7x7, rows of 7
  * in 16 lanes) 67.1 against 35.6. Hence DIRECT, before the other two, for 3x3 stride-1 layers
- * with C and F at most 32 and rows at least 14 wide (resnet8's first two stages), where the
- * vector paths are on.
+ * with C and F at most 32 and rows at least 14 wide, where the vector paths are on (after
+ * Winograd's rule below, only resnet8's stem, one channel in, keeps it).
+ *
+ * Winograd's lowerings against the others, bench_conv with all five columns (2026-11-27 06:26
+ * UTC, load average 9.1, fastest of 5; GFLOP/s of the direct sum's flops, forward and both
+ * gradients, the forward alone in parentheses):
+ *                          SAMPLE         SHARD          DIRECT         WINO4          WINO2
+ *    resnet8 stage 1     42.7 (43.8)    27.3 (25.2)    74.1 (82.9)    91.3 (72.5)    71.2 (61.9)
+ *    resnet8 stage 2     57.8 (58.2)    45.0 (41.3)    76.5 (89.0)   127.8 (128.2)  100.9 (80.5)
+ *    resnet8 stage 3     64.8 (60.0)    66.4 (65.2)    34.7 (48.7)   177.7 (179.5)  135.6 (138.9)
+ *    ResNet-18 64 layer1 92.6 (95.5)    72.9 (68.4)    85.6 (100.2)  246.1 (265.4)  170.0 (187.6)
+ *    ResNet-18 64 layer2 94.1 (89.1)    93.5 (90.5)    38.0 (57.1)   204.2 (192.1)  160.1 (173.8)
+ *    ResNet-18 64 layer3 59.5 (58.0)   114.8 (105.1)   17.0 (28.7)   102.7 (90.1)   137.1 (131.4)
+ *    ResNet-18 64 layer4 20.6 (19.7)    90.7 (82.6)     5.7 (14.6)    27.8 (26.2)    61.7 (59.7)
+ *    ResNet-18 224 l3   127.6 (122.2)  115.6 (113.5)   68.9 (94.3)   238.6 (210.0)  206.9 (191.3)
+ *    ResNet-18 224 l4   103.4 (94.5)   130.7 (129.8)   31.8 (46.9)   201.7 (189.4)  160.3 (146.6)
+ * F(4x4) does a quarter of the products' work on planes of 8x8 and up; on a 4x4 plane its single
+ * tile per image wastes little but its transforms cost more than F(2x2)'s, and on a 2x2 plane
+ * (layer4) either Winograd's a*a products, each only n tiles wide, pack all of u (16 to 36 times
+ * F*C floats) for too little work, where SHARD's one product packs the weights once. Hence,
+ * before every other rule and where the vector paths are on (the naive transforms are slow),
+ * WINOGRAD for 3x3 stride-1 layers with C and F at least 16 on planes wider and taller than 4,
+ * WINOGRAD2 on planes of 3x3 and 4x4 (ResNet-18 at 64x64: layer1 and layer2 F(4x4), layer3
+ * F(2x2), layer4 SHARD; resnet8: every 3x3 stride-1 layer but its stem F(4x4)). resnet8's first
+ * stage trains faster so (91 against 74) though its forward alone is a little slower (73
+ * against 83); a training step of the whole resnet8 (batch 32, one thread, thread CPU time,
+ * fastest of 29) took 26.3 ms against 28.1 with that stage left DIRECT, inference 7.2 against
+ * 7.2.
  *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
@@ -177,7 +203,7 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = NL_LOWER_DIRECT;
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
-    else if (wino_fits && win.c >= 32 && l->filters >= 32 && win.oh >= 3 && win.ow >= 3 &&
+    else if (wino_fits && win.c >= 16 && l->filters >= 16 && win.oh >= 3 && win.ow >= 3 &&
              nl_kernels_vector_on())
         l->lower = win.oh > 4 && win.ow > 4 ? NL_LOWER_WINOGRAD : NL_LOWER_WINOGRAD2;
     else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
