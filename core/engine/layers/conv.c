@@ -102,8 +102,8 @@
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
  * product is written without the bias and each channel then goes once through
- * act(y * scale + shift), the pass that SHARD's scattering makes anyway, so the batchnorm's and
- * the ReLU's passes over memory disappear.
+ * act(y * scale + shift), the pass that SHARD's scattering makes anyway (WINOGRAD's output
+ * transform likewise), so the batchnorm's and the ReLU's passes over memory disappear.
  */
 #include <limits.h>
 #include <string.h>
