@@ -1,9 +1,10 @@
 /* Fast kernels against their naive twins: nl_sgemm against nl_sgemm_naive for every transpose
  * combination with odd sizes and padded leading dimensions; im2col against its definition and
  * col2im as its adjoint; their vector paths and those of ReLU, max pooling, batchnorm's output
- * and add against the scalar loops, bit for bit; and the conv, dense and pooling layers against
- * direct loops written here (a 7-loop convolution, a dot product per output, a scan of each
- * window). */
+ * and add against the scalar loops, bit for bit; Winograd's transforms against their naive
+ * twins and their adjoints against the dot-product identity; and the conv (every lowering,
+ * Winograd's to a stated tolerance), dense and pooling layers against direct loops written here
+ * (a 7-loop convolution, a dot product per output, a scan of each window). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
