@@ -1,7 +1,9 @@
 /* Convolution lowering benchmark (meson benchmark, not a timed test): each lowering of
  * core/engine/layers/conv.c and gconv.c on the shapes of the shipped CNNs and of ResNet-18, one
  * forward and one backward (input and weight gradients) of a shard of 16 images, the lowerings
- * alternating. Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), the fastest of
+ * alternating (Winograd's two and the direct loops where the shape takes them; the figures
+ * count the direct sum's multiply-adds, so Winograd's are effective rates). Times are the
+ * thread's CPU time (CLOCK_THREAD_CPUTIME_ID), the fastest of
  * NNLAB_BENCH_REPEAT (default 7) rounds: a shared, loaded machine slows them far less than it
  * slows wall-clock figures. It prints, per shape, GFLOP/s of each lowering and which one setup
  * chooses by itself, so the rule at the top of conv.c can be checked on another machine:
@@ -59,7 +61,9 @@ static int make(struct setup *u, const struct shape *sh, enum nl_lowering loweri
                              .lowering = lowering,
                              .in = {{sh->c, sh->h, sh->w}}};
     if (u->l.ops->setup(&u->l, &err) != 0) {
-        fprintf(stderr, "bench_conv: %s: %s\n", sh->what, err.msg);
+        if (lowering != NL_LOWER_DIRECT && lowering != NL_LOWER_WINOGRAD &&
+            lowering != NL_LOWER_WINOGRAD2)
+            fprintf(stderr, "bench_conv: %s: %s\n", sh->what, err.msg);
         return -1;
     }
     size_t in = SHARD * nl_shape_size(u->l.in[0]), out = SHARD * nl_shape_size(u->l.out);
@@ -97,8 +101,8 @@ static void release(struct setup *u)
     nl_free(u->aux);
 }
 
-/* CPU seconds of one forward and one backward of the shard. */
-static double step(struct setup *u)
+/* CPU seconds of one forward and one backward of the shard; *fwd: of the forward alone. */
+static double step(struct setup *u, double *fwd)
 {
     struct nl_fwd f = {
         .n = SHARD, .in = {u->in}, .out = u->out, .w = u->w, .aux = u->aux, .scratch = u->scratch};
@@ -113,8 +117,12 @@ static double step(struct setup *u)
                        .scratch = u->scratch};
     double t0 = cpu_now();
     u->l.ops->forward(&u->l, &f);
+    double t1 = cpu_now();
     u->l.ops->backward(&u->l, &b);
-    return cpu_now() - t0;
+    double t2 = cpu_now();
+    if (fwd)
+        *fwd = t1 - t0;
+    return t2 - t0;
 }
 
 /* One forward and backward of the shard through the depthwise kernels, fast or reference. */
@@ -213,21 +221,80 @@ int main(void)
     nl_kernels_init();
     printf("one forward and backward of %d images, thread CPU time, fastest of %d rounds\n", SHARD,
            repeat);
+    /* The plain convolutions under each lowering that takes them, alternating; GFLOP/s of the
+     * forward and backward together (the forward alone in parentheses), of the direct sum's
+     * multiply-adds, so that the Winograd lowerings' figures are effective rates. */
+    static const enum nl_lowering lows[] = {NL_LOWER_SAMPLE, NL_LOWER_SHARD, NL_LOWER_DIRECT,
+                                            NL_LOWER_WINOGRAD, NL_LOWER_WINOGRAD2};
+    static const char *const low_names[] = {"SAMPLE", "SHARD", "DIRECT", "WINO4", "WINO2"};
+    enum { NLOW = sizeof lows / sizeof lows[0] };
+    const char *names[] = {"",       "per image", "per shard", "per group",
+                           "direct", "winograd4", "winograd2"};
+    printf("%-28s %7s", "SHAPE", "MFLOP");
+    for (int j = 0; j < NLOW; j++)
+        printf(" %14s", low_names[j]);
+    printf("  %s\n", "SETUP CHOOSES");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const struct shape *sh = &shapes[i];
+        if (sh->groups > 1)
+            continue;
+        struct setup u[NLOW], uauto;
+        int have[NLOW];
+        if (make(&uauto, sh, NL_LOWER_AUTO) < 0)
+            return 1;
+        for (int j = 0; j < NLOW; j++) {
+            have[j] = make(&u[j], sh, lows[j]) == 0;
+            if (have[j])
+                step(&u[j], NULL); /* first touch */
+        }
+        double best[NLOW], bestf[NLOW];
+        for (int j = 0; j < NLOW; j++)
+            best[j] = bestf[j] = 1e30;
+        for (int r = 0; r < repeat; r++)
+            for (int j = 0; j < NLOW; j++) {
+                double tf, t;
+                if (!have[j])
+                    continue;
+                t = step(&u[j], &tf);
+                if (t < best[j])
+                    best[j] = t;
+                if (tf < bestf[j])
+                    bestf[j] = tf;
+            }
+        double madds = (double)SHARD * nl_shape_size(uauto.l.out) * sh->c * sh->k * sh->k;
+        double flops = 3.0 * 2.0 * madds; /* forward, input and weight gradients */
+        printf("%-28s %7.1f", sh->what, flops / 1e6);
+        for (int j = 0; j < NLOW; j++) {
+            char cell[32] = "-";
+            if (have[j])
+                snprintf(cell, sizeof cell, "%.1f (%.1f)", flops / best[j] / 1e9,
+                         flops / 3.0 / bestf[j] / 1e9);
+            printf(" %14s", cell);
+        }
+        printf("  %s\n", names[uauto.l.lower]);
+        for (int j = 0; j < NLOW; j++)
+            if (have[j])
+                release(&u[j]);
+        release(&uauto);
+    }
+    printf("SAMPLE: one GEMM per image; SHARD: one per shard; DIRECT: direct loops; WINO4, WINO2: "
+           "Winograd F(4x4, 3x3), F(2x2, 3x3)\n");
+    printf("\ngrouped convolutions, one forward and backward of %d images, GFLOP/s\n", SHARD);
     printf("%-34s %9s %9s %9s %9s  %s\n", "SHAPE", "MFLOP", "A_GFLOPS", "B_GFLOPS", "B/A",
            "SETUP CHOOSES");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const struct shape *sh = &shapes[i];
-        const int grouped = sh->groups > 1;
-        enum nl_lowering a = grouped ? NL_LOWER_GROUPS : NL_LOWER_SAMPLE;
-        enum nl_lowering b = grouped ? NL_LOWER_DIRECT : NL_LOWER_SHARD;
+        if (sh->groups <= 1)
+            continue;
         struct setup ua, ub, uauto;
-        if (make(&ua, sh, a) < 0 || make(&ub, sh, b) < 0 || make(&uauto, sh, NL_LOWER_AUTO) < 0)
+        if (make(&ua, sh, NL_LOWER_GROUPS) < 0 || make(&ub, sh, NL_LOWER_DIRECT) < 0 ||
+            make(&uauto, sh, NL_LOWER_AUTO) < 0)
             return 1;
         double best[2] = {1e30, 1e30};
-        step(&ua); /* first touch */
-        step(&ub);
+        step(&ua, NULL); /* first touch */
+        step(&ub, NULL);
         for (int r = 0; r < repeat; r++) {
-            double ta = step(&ua), tb = step(&ub);
+            double ta = step(&ua, NULL), tb = step(&ub, NULL);
             if (ta < best[0])
                 best[0] = ta;
             if (tb < best[1])
@@ -235,16 +302,14 @@ int main(void)
         }
         double madds =
             (double)SHARD * nl_shape_size(ua.l.out) * (sh->c / sh->groups) * sh->k * sh->k;
-        double flops = 3.0 * 2.0 * madds; /* forward, input and weight gradients */
-        const char *names[] = {"", "per image", "per shard", "per group", "direct"};
+        double flops = 3.0 * 2.0 * madds;
         printf("%-34s %9.1f %9.1f %9.1f %8.2fx  %s\n", sh->what, flops / 1e6, flops / best[0] / 1e9,
                flops / best[1] / 1e9, best[0] / best[1], names[uauto.l.lower]);
         release(&ua);
         release(&ub);
         release(&uauto);
     }
-    printf("A: one GEMM per image (grouped: per image and group); B: one GEMM per shard "
-           "(grouped, depthwise: direct loops)\n");
+    printf("A: one GEMM per image and group; B: direct loops\n");
     dw_kernels(shapes, sizeof shapes / sizeof shapes[0], repeat);
     return 0;
 }

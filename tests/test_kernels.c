@@ -1,9 +1,10 @@
 /* Fast kernels against their naive twins: nl_sgemm against nl_sgemm_naive for every transpose
  * combination with odd sizes and padded leading dimensions; im2col against its definition and
  * col2im as its adjoint; their vector paths and those of ReLU, max pooling, batchnorm's output
- * and add against the scalar loops, bit for bit; and the conv, dense and pooling layers against
- * direct loops written here (a 7-loop convolution, a dot product per output, a scan of each
- * window). */
+ * and add against the scalar loops, bit for bit; Winograd's transforms against their naive
+ * twins and their adjoints against the dot-product identity; and the conv (every lowering,
+ * Winograd's to a stated tolerance), dense and pooling layers against direct loops written here
+ * (a 7-loop convolution, a dot product per output, a scan of each window). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "nnlab/kernels.h"
 #include "nnlab/layer.h"
 #include "nnlab/rng.h"
+#include "nnlab/winograd.h"
 #include "tap.h"
 #include "test_util.h"
 
@@ -600,6 +602,19 @@ static void conv_direct(const struct conv_case *cc, int oh, int ow, const float 
                 }
 }
 
+/* The relative tolerance of test_conv: 1e-5 of (1 + the largest value compared), except for
+ * Winograd's lowerings (main says why theirs is wider); the largest error seen relative to that
+ * scale is kept for a diagnostic. */
+static double conv_rel = 1e-5, conv_worst;
+
+static double conv_check(const float *got, const float *want, size_t count)
+{
+    const double scale = 1.0 + max_abs(want, count), d = max_diff(got, want, count);
+    if (d / scale > conv_worst)
+        conv_worst = d / scale;
+    return d;
+}
+
 static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
 {
     struct run r = {.l = {.lowering = lowering,
@@ -618,9 +633,11 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
     snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d, %s", cc->f,
              cc->kh, cc->kw, cc->sh, cc->sw, cc->ph, cc->pw, cc->no_bias ? " no bias" : "", cc->n,
              cc->c, cc->h, cc->w,
-             r.l.lower == NL_LOWER_SHARD    ? "one GEMM per shard"
-             : r.l.lower == NL_LOWER_DIRECT ? "direct"
-                                            : "one GEMM per image");
+             r.l.lower == NL_LOWER_SHARD       ? "one GEMM per shard"
+             : r.l.lower == NL_LOWER_DIRECT    ? "direct"
+             : r.l.lower == NL_LOWER_WINOGRAD  ? "Winograd F(4x4, 3x3)"
+             : r.l.lower == NL_LOWER_WINOGRAD2 ? "Winograd F(2x2, 3x3)"
+                                               : "one GEMM per image");
     int oh = r.l.out.h, ow = r.l.out.w, k = cc->c * cc->kh * cc->kw;
     const float *wt = r.w, *bias = cc->no_bias ? NULL : r.w + (size_t)cc->f * k;
     float *out = floats(r.out_count), *din = floats(r.in_count), *dw = floats(r.l.param_count);
@@ -633,12 +650,13 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
                     dw[(size_t)cc->f * k + fo] += r.dout[((size_t)s * cc->f + fo) * oh * ow + i];
 
     run_forward(&r);
-    is_float(max_diff(r.out, out, r.out_count), 0.0, tol_for(out, r.out_count),
+    is_float(conv_check(r.out, out, r.out_count), 0.0, conv_rel * (1.0 + max_abs(out, r.out_count)),
              "%s: forward matches the direct loops", what);
     run_backward(&r);
-    is_float(max_diff(r.din, din, r.in_count), 0.0, tol_for(din, r.in_count),
+    is_float(conv_check(r.din, din, r.in_count), 0.0, conv_rel * (1.0 + max_abs(din, r.in_count)),
              "%s: input gradient matches the direct loops", what);
-    is_float(max_diff(r.dw, dw, r.l.param_count), 0.0, tol_for(dw, r.l.param_count),
+    is_float(conv_check(r.dw, dw, r.l.param_count), 0.0,
+             conv_rel * (1.0 + max_abs(dw, r.l.param_count)),
              "%s: weight gradient matches the direct loops", what);
     free(out);
     free(din);
@@ -752,6 +770,106 @@ static void test_conv_s1_twins(void)
         free(start);
         free(y[0]);
         free(y[1]);
+    }
+}
+
+/* Winograd's transforms, the vector paths against their naive twins on one geometry, to
+ * rounding (they skip zero coefficients and fuse products, so the last bits differ), and each
+ * adjoint as the adjoint: <T x, y> = <x, T^T y> for random x and y. */
+static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, int pw)
+{
+    struct nl_wino p;
+    const int oh = h + 2 * ph - 2, ow = w + 2 * pw - 2;
+    nl_wino_plan(&p, m, c, h, w, f, ph, pw, oh, ow);
+    const size_t aa = (size_t)p.a * p.a, tt = (size_t)n * p.tiles;
+    const size_t nu = aa * f * c, nv = aa * c * tt, nm = aa * f * tt;
+    const size_t nin = (size_t)n * c * h * w, nout = (size_t)n * f * oh * ow,
+                 nw = (size_t)f * c * 9;
+    float *x = floats(nin), *wt = floats(nw), *u[2] = {floats(nu), floats(nu)};
+    float *v[2] = {floats(nv), floats(nv)}, *mm = floats(nm), *y[2] = {floats(nout), floats(nout)};
+    float *dy = floats(nout), *dm[2] = {floats(nm), floats(nm)},
+          *dx[2] = {floats(nin), floats(nin)};
+    float *dwt[2] = {floats(nw), floats(nw)}, *bias = floats((size_t)f), *sc = floats((size_t)f);
+    double worst = 0.0;
+
+    fill(x, nin, -1, 1);
+    fill(wt, nw, -1, 1);
+    fill(mm, nm, -1, 1);
+    fill(dy, nout, -1, 1);
+    fill(bias, (size_t)f, -1, 1);
+    fill(sc, (size_t)f, 0.5, 1.5);
+    for (int i = 0; i < 2; i++) {
+        fill_value(dx[i], nin, 0.25f);
+        fill_value(dwt[i], nw, -0.5f);
+    }
+    nl_wino_filter_naive(u[0], wt, &p);
+    nl_wino_filter(u[1], wt, &p);
+    worst = fmax(worst, max_diff(u[0], u[1], nu) / (1.0 + max_abs(u[0], nu)));
+    nl_wino_input_naive(v[0], x, n, &p);
+    nl_wino_input(v[1], x, n, &p);
+    worst = fmax(worst, max_diff(v[0], v[1], nv) / (1.0 + max_abs(v[0], nv)));
+    for (int act = 0; act <= 2; act++) {
+        const float *s = act ? sc : NULL, *t = act ? bias : NULL;
+        fill_value(y[1], nout, NAN);
+        nl_wino_output_naive(y[0], mm, bias, s, t, act, n, &p);
+        nl_wino_output(y[1], mm, bias, s, t, act, n, &p);
+        worst = fmax(worst, max_diff(y[0], y[1], nout) / (1.0 + max_abs(y[0], nout)));
+    }
+    nl_wino_output_adjoint_naive(dm[0], dy, n, &p);
+    nl_wino_output_adjoint(dm[1], dy, n, &p);
+    worst = fmax(worst, max_diff(dm[0], dm[1], nm) / (1.0 + max_abs(dm[0], nm)));
+    nl_wino_input_adjoint_naive(dx[0], v[0], n, &p);
+    nl_wino_input_adjoint(dx[1], v[0], n, &p);
+    worst = fmax(worst, max_diff(dx[0], dx[1], nin) / (1.0 + max_abs(dx[0], nin)));
+    nl_wino_filter_adjoint_naive(dwt[0], u[0], &p);
+    nl_wino_filter_adjoint(dwt[1], u[0], &p);
+    worst = fmax(worst, max_diff(dwt[0], dwt[1], nw) / (1.0 + max_abs(dwt[0], nw)));
+    is_float(worst, 0.0, 1e-5,
+             "winograd F(%dx%d) transforms on %dx%dx%dx%d, %d filters, pad %dx%d: vector paths "
+             "match the naive twins",
+             m, m, n, c, h, w, f, ph, pw);
+
+    /* Adjoints: <B(x), v> against <x, B^T(v)> and likewise for the filter and output. */
+    double lhs[3] = {0}, rhs[3] = {0};
+    fill(v[1], nv, -1, 1);
+    fill(u[1], nu, -1, 1);
+    memset(dx[0], 0, nin * sizeof(float));
+    memset(dwt[0], 0, nw * sizeof(float));
+    nl_wino_input_adjoint_naive(dx[0], v[1], n, &p);
+    nl_wino_filter_adjoint_naive(dwt[0], u[1], &p);
+    nl_wino_output_naive(y[0], mm, NULL, NULL, NULL, 0, n, &p);
+    for (size_t i = 0; i < nv; i++)
+        lhs[0] += (double)v[0][i] * v[1][i];
+    for (size_t i = 0; i < nin; i++)
+        rhs[0] += (double)x[i] * dx[0][i];
+    for (size_t i = 0; i < nu; i++)
+        lhs[1] += (double)u[0][i] * u[1][i];
+    for (size_t i = 0; i < nw; i++)
+        rhs[1] += (double)wt[i] * dwt[0][i];
+    for (size_t i = 0; i < nout; i++)
+        lhs[2] += (double)y[0][i] * dy[i];
+    for (size_t i = 0; i < nm; i++)
+        rhs[2] += (double)mm[i] * dm[0][i];
+    for (int k = 0; k < 3; k++)
+        is_float(lhs[k], rhs[k], 1e-5 * (1.0 + fabs(lhs[k])),
+                 "winograd F(%dx%d) on %dx%dx%dx%d: the %s transform's adjoint is its adjoint", m,
+                 m, n, c, h, w,
+                 k == 0   ? "input"
+                 : k == 1 ? "filter"
+                          : "output");
+    free(x);
+    free(wt);
+    free(mm);
+    free(dy);
+    free(bias);
+    free(sc);
+    for (int i = 0; i < 2; i++) {
+        free(u[i]);
+        free(v[i]);
+        free(y[i]);
+        free(dm[i]);
+        free(dx[i]);
+        free(dwt[i]);
     }
 }
 
@@ -1050,8 +1168,72 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof directs / sizeof directs[0]; i++)
         test_conv(&directs[i], NL_LOWER_DIRECT);
-    /* Shapes that setup lowers to one GEMM per shard by itself: a 2x2 and a 4x4 plane under
-     * many filters, padded 3x3 and pointwise. */
+    /* Winograd's lowerings: planes that are and are not multiples of the tile, one image and
+     * several, C and F off multiples of 16, padding 1, 0 and 2, one chunk of images and several, on
+     * the vector paths and the naive ones. In fp32 they are not the direct sum: the transforms
+     * scale values up by as much as 100 (F(4x4)'s points 2 and -2) before the products, so the
+     * tolerance is 5e-5 of the largest value compared, plus 5e-5; the largest error measured is
+     * printed. */
+    static const int wino_twins[][8] = {
+        /* m, n, c, h, w, f, ph, pw */
+        {4, 2, 3, 7, 9, 5, 1, 1},   {2, 2, 3, 7, 9, 5, 1, 1},  {4, 3, 17, 16, 16, 19, 1, 1},
+        {2, 5, 33, 2, 2, 18, 1, 1}, {4, 1, 2, 5, 13, 3, 0, 0}, {2, 2, 4, 6, 5, 7, 2, 2},
+        {4, 7, 16, 4, 4, 16, 1, 1}, {4, 2, 5, 11, 3, 6, 2, 0}, {2, 3, 20, 1, 1, 17, 1, 1},
+    };
+    static const struct conv_case winos[] = {
+        {2, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1},
+        {3, 17, 7, 9, 19, 3, 3, 1, 1, 1, 1, 0},
+        {1, 5, 13, 11, 6, 3, 3, 1, 1, 1, 1, 0},
+        {4, 33, 4, 4, 18, 3, 3, 1, 1, 1, 1, 1},
+        {5, 20, 2, 2, 35, 3, 3, 1, 1, 1, 1, 0},
+        {3, 6, 10, 7, 5, 3, 3, 1, 1, 0, 0, 0},
+        {2, 3, 5, 6, 4, 3, 3, 1, 1, 2, 2, 0},
+        {2, 4, 8, 8, 9, 3, 3, 1, 1, 1, 0, 1},
+        {3, 9, 1, 1, 7, 3, 3, 1, 1, 1, 1, 0},
+        /* Shards that go through in several chunks of images (conv.c's wino_chunk), the last one
+         * shorter: 4 + 1 images under F(4x4), 3 + 2 under F(2x2); one image a chunk. */
+        {5, 24, 22, 22, 20, 3, 3, 1, 1, 1, 1, 0},
+        {3, 32, 30, 30, 40, 3, 3, 1, 1, 1, 1, 1},
+    };
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof wino_twins / sizeof wino_twins[0]; i++) {
+            const int *k = wino_twins[i];
+            test_wino_twins(k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
+        }
+        conv_rel = 5e-5;
+        for (int lw = NL_LOWER_WINOGRAD; lw <= NL_LOWER_WINOGRAD2; lw++) {
+            conv_worst = 0.0;
+            for (size_t i = 0; i < sizeof winos / sizeof winos[0]; i++)
+                test_conv(&winos[i], (enum nl_lowering)lw);
+            diag("Winograd F(%dx%d, 3x3), %s paths: largest error %.2g of (1 + largest value)",
+                 lw == NL_LOWER_WINOGRAD ? 4 : 2, lw == NL_LOWER_WINOGRAD ? 4 : 2,
+                 vec ? "vector" : "naive", conv_worst);
+        }
+        conv_rel = 1e-5;
+    }
+    nl_kernels_vector(1);
+    {
+        struct nl_layer strided = {.ops = nl_layer_kind("conv"),
+                                   .ninputs = 1,
+                                   .filters = 4,
+                                   .kh = 3,
+                                   .kw = 3,
+                                   .sh = 2,
+                                   .sw = 2,
+                                   .lowering = NL_LOWER_WINOGRAD,
+                                   .in = {{3, 8, 8}}};
+        struct nl_layer five = strided;
+        struct nl_error err = {0};
+        five.sh = five.sw = 1;
+        five.kh = five.kw = 5;
+        ok(strided.ops->setup(&strided, &err) < 0 && strstr(err.msg, "cannot run Winograd") &&
+               five.ops->setup(&five, &err) < 0 && strstr(err.msg, "cannot run Winograd"),
+           "conv 3x3 stride 2 and conv 5x5 asked to run Winograd fail setup: %s", err.msg);
+    }
+    /* Shapes whose lowering setup chooses by itself: a 2x2 and a 4x4 plane under many filters,
+     * padded 3x3 (one GEMM per shard, the 4x4 one Winograd F(2x2) where the vector paths run)
+     * and pointwise. */
     static const struct conv_case small_planes[] = {
         {3, 64, 4, 4, 128, 3, 3, 1, 1, 1, 1, 1},
         {2, 128, 2, 2, 256, 1, 1, 1, 1, 0, 0, 0},
@@ -1071,9 +1253,17 @@ int main(void)
         struct nl_layer wide = big;
         struct nl_error err = {0};
         wide.in[0] = (struct nl_shape){512, 14, 14};
+        const int vec = nl_kernels_vector_on();
+        struct nl_layer four = big;
+        four.filters = 256;
+        four.in[0] = (struct nl_shape){256, 4, 4};
         ok(big.ops->setup(&big, &err) == 0 && big.lower == NL_LOWER_SHARD &&
-               wide.ops->setup(&wide, &err) == 0 && wide.lower == NL_LOWER_SAMPLE,
-           "conv 512 3x3 on 512x2x2: one GEMM per shard; on 512x14x14: one per image");
+               wide.ops->setup(&wide, &err) == 0 &&
+               wide.lower == (vec ? NL_LOWER_WINOGRAD : NL_LOWER_SAMPLE) &&
+               four.ops->setup(&four, &err) == 0 &&
+               four.lower == (vec ? NL_LOWER_WINOGRAD2 : NL_LOWER_SHARD),
+           "conv 512 3x3 on 512x2x2: one GEMM per shard; on 512x14x14: Winograd F(4x4) where the "
+           "vector paths run, else one GEMM per image; 256 on 256x4x4: F(2x2), else per shard");
         struct nl_layer mid = big, lenet2 = big;
         mid.filters = 128;
         mid.in[0] = (struct nl_shape){128, 8, 8};
@@ -1081,10 +1271,11 @@ int main(void)
         lenet2.kh = lenet2.kw = 5;
         lenet2.ph = lenet2.pw = 0;
         lenet2.in[0] = (struct nl_shape){20, 12, 12};
-        ok(mid.ops->setup(&mid, &err) == 0 && mid.lower == NL_LOWER_SHARD &&
+        ok(mid.ops->setup(&mid, &err) == 0 &&
+               mid.lower == (vec ? NL_LOWER_WINOGRAD : NL_LOWER_SHARD) &&
                lenet2.ops->setup(&lenet2, &err) == 0 && lenet2.lower == NL_LOWER_SAMPLE,
-           "conv 128 3x3 on 128x8x8 (ResNet-18 64x64 layer2): one GEMM per shard; lenet's conv2: "
-           "one per image");
+           "conv 128 3x3 on 128x8x8 (ResNet-18 64x64 layer2): Winograd F(4x4) where the vector "
+           "paths run, else one GEMM per shard; lenet's conv2: one GEMM per image");
         struct nl_layer stage1 = big, stage3 = big, strided = big;
         stage1.filters = 16;
         stage1.in[0] = (struct nl_shape){16, 28, 28};
@@ -1094,11 +1285,15 @@ int main(void)
         strided.sh = strided.sw = 2;
         strided.lowering = NL_LOWER_DIRECT;
         strided.in[0] = (struct nl_shape){16, 28, 28};
+        struct nl_layer stem = stage1;
+        stem.in[0] = (struct nl_shape){1, 28, 28};
         ok(stage1.ops->setup(&stage1, &err) == 0 &&
-               stage1.lower == (nl_kernels_vector_on() ? NL_LOWER_DIRECT : NL_LOWER_SAMPLE) &&
+               stage1.lower == (vec ? NL_LOWER_WINOGRAD : NL_LOWER_SAMPLE) &&
+               stem.ops->setup(&stem, &err) == 0 &&
+               stem.lower == (vec ? NL_LOWER_DIRECT : NL_LOWER_SAMPLE) &&
                stage3.ops->setup(&stage3, &err) == 0 && stage3.lower != NL_LOWER_DIRECT,
-           "conv 16 3x3 on 16x28x28 (resnet8 stage 1): direct where the vector paths run; "
-           "conv 64 on 64x7x7: a GEMM");
+           "conv 16 3x3 on 16x28x28 (resnet8 stage 1): Winograd F(4x4) where the vector paths "
+           "run; on 1x28x28 (its stem): direct; conv 64 on 64x7x7: not direct");
         ok(strided.ops->setup(&strided, &err) < 0 && strstr(err.msg, "cannot run direct"),
            "conv 3x3 stride 2 asked to run direct fails setup: %s", err.msg);
     }

@@ -238,15 +238,18 @@ static void gradcheck_conv_as(enum nl_lowering lowering, int n, struct nl_shape 
     harness_make(&h, "conv", n);
     snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d%s", filters,
              kh, kw, sh, sw, ph, pw, no_bias ? " no bias" : "", n, in.c, in.h, in.w,
-             h.l.lower == NL_LOWER_SHARD    ? ", one GEMM per shard"
-             : h.l.lower == NL_LOWER_DIRECT ? ", direct"
-                                            : "");
+             h.l.lower == NL_LOWER_SHARD       ? ", one GEMM per shard"
+             : h.l.lower == NL_LOWER_DIRECT    ? ", direct"
+             : h.l.lower == NL_LOWER_WINOGRAD  ? ", Winograd F(4x4, 3x3)"
+             : h.l.lower == NL_LOWER_WINOGRAD2 ? ", Winograd F(2x2, 3x3)"
+                                               : "");
     gradcheck(&h, what);
     harness_free(&h);
 }
 
 /* Every case under each lowering of core/engine/layers/conv.c that takes it (the direct one only
- * with stride 1 and padding under the window's size). */
+ * with stride 1 and padding under the window's size, Winograd's two only for 3x3 windows with
+ * stride 1 and padding at most 2). */
 static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int kw, int sh, int sw,
                            int ph, int pw, int no_bias)
 {
@@ -254,6 +257,10 @@ static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int k
     gradcheck_conv_as(NL_LOWER_SHARD, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
     if (sh == 1 && sw == 1 && ph < kh && pw < kw)
         gradcheck_conv_as(NL_LOWER_DIRECT, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
+    if (sh == 1 && sw == 1 && kh == 3 && kw == 3 && ph < 3 && pw < 3) {
+        gradcheck_conv_as(NL_LOWER_WINOGRAD, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
+        gradcheck_conv_as(NL_LOWER_WINOGRAD2, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
+    }
 }
 
 static void gradcheck_dense(int n, struct nl_shape in, int units, int no_bias)
@@ -313,6 +320,11 @@ static void test_gradients(void)
     gradcheck_conv(2, (struct nl_shape){3, 5, 19}, 9, 3, 3, 1, 1, 1, 1, 0);
     gradcheck_conv(2, (struct nl_shape){2, 3, 35}, 3, 3, 3, 1, 1, 1, 1, 1);
     gradcheck_conv(2, (struct nl_shape){2, 6, 5}, 4, 3, 5, 1, 1, 2, 1, 0);
+    /* Planes that are not multiples of Winograd's tiles, a 2x2 and a 1x1 one, padding 2. */
+    gradcheck_conv(3, (struct nl_shape){3, 7, 9}, 5, 3, 3, 1, 1, 1, 1, 0);
+    gradcheck_conv(2, (struct nl_shape){5, 2, 2}, 4, 3, 3, 1, 1, 1, 1, 0);
+    gradcheck_conv(2, (struct nl_shape){3, 1, 1}, 2, 3, 3, 1, 1, 1, 1, 1);
+    gradcheck_conv(1, (struct nl_shape){2, 4, 5}, 3, 3, 3, 1, 1, 2, 2, 0);
 
     gradcheck_dense(3, (struct nl_shape){3, 2, 2}, 5, 0);
     gradcheck_dense(1, (struct nl_shape){7, 1, 1}, 4, 1);

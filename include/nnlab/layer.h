@@ -37,10 +37,12 @@ static inline size_t nl_shape_size(struct nl_shape s)
  * every fast path against its twin and benchmarks can time each. */
 enum nl_lowering {
     NL_LOWER_AUTO = 0,
-    NL_LOWER_SAMPLE, /* conv: im2col and one GEMM per sample */
-    NL_LOWER_SHARD,  /* conv: one im2col matrix and one GEMM for the whole shard */
-    NL_LOWER_GROUPS, /* gconv: im2col and one GEMM per sample and group */
-    NL_LOWER_DIRECT, /* direct loops: depthwise gconv, and narrow 3x3 stride-1 conv */
+    NL_LOWER_SAMPLE,    /* conv: im2col and one GEMM per sample */
+    NL_LOWER_SHARD,     /* conv: one im2col matrix and one GEMM for the whole shard */
+    NL_LOWER_GROUPS,    /* gconv: im2col and one GEMM per sample and group */
+    NL_LOWER_DIRECT,    /* direct loops: depthwise gconv, and narrow 3x3 stride-1 conv */
+    NL_LOWER_WINOGRAD,  /* conv 3x3 stride 1: Winograd F(4x4, 3x3), 36 GEMMs per shard */
+    NL_LOWER_WINOGRAD2, /* conv 3x3 stride 1: Winograd F(2x2, 3x3), 16 GEMMs per shard */
 };
 
 enum nl_init {

@@ -3,7 +3,7 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Three lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * Five lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
  * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
@@ -23,6 +23,21 @@
  *   correlation (nl_conv_s1_dweight) for 3-wide windows, SAMPLE's im2col and GEMM otherwise.
  *   Each sums in another order than the products, so its results differ in the last bits.
  *   scratch: K*P + F*K floats, whatever the shard's size.
+ * - WINOGRAD, WINOGRAD2 (3x3, stride 1, padding at most 2): Winograd's minimal filtering
+ *   F(4x4, 3x3) and F(2x2, 3x3) (nnlab/winograd.h, core/engine/winograd.c). The filters are
+ *   transformed to u (a*a, F, C) at every call (the weights change every step), the input tiles
+ *   of all the shard's images side by side to v (a*a, C, T), T = n * tiles, so that a small
+ *   plane still makes wide products; then a*a GEMMs mm[xi] (F, T) = u[xi] (F, C) v[xi] (C, T)
+ *   and the output transform, which adds the bias or runs the folded output pass. F(4x4) takes
+ *   36 products per channel pair for 16 outputs where the direct sum takes 144, F(2x2) 16 for 4
+ *   where it takes 36. Backward is forward's exact adjoint (so the gradients are those of what
+ *   forward computed): dmm = A dy A^T per tile; du[xi] = dmm[xi] v[xi]^T, folded back by G^T du G
+ *   into the weight gradient; dv[xi] = u[xi]^T dmm[xi], folded back by B dv B^T onto the input
+ *   pixels the tiles read (overlaps add); u and v are transformed again rather than kept. The
+ *   results differ from the direct sum's by a few 1e-6 of the largest value (test_kernels
+ *   measures up to 5.4e-6 for F(4x4), 2.2e-6 for F(2x2)). The shard goes through in chunks of
+ * images whose transformed tiles and products stay in the L2 cache (wino_chunk). scratch: 2*a*a*F*C
+ *   floats, plus a*a*tiles*(C + F) per sample (a = 6 or 4).
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -55,28 +70,77 @@
  * fastest of 7), GFLOP/s per image against direct: resnet8 stage 1 (16 -> 16, 28x28) 48.3
  * against 82.1; stage 2 (32 -> 32, 14x14) 65.0 against 79.3; stage 3 (64 -> 64, 7x7, rows of 7
  * in 16 lanes) 67.1 against 35.6. Hence DIRECT, before the other two, for 3x3 stride-1 layers
- * with C and F at most 32 and rows at least 14 wide (resnet8's first two stages), where the
- * vector paths are on.
+ * with C and F at most 32 and rows at least 14 wide, where the vector paths are on (after
+ * Winograd's rule below, only resnet8's stem, one channel in, keeps it).
+ *
+ * Winograd's lowerings against the others, bench_conv with all five columns (2026-11-27 06:26
+ * UTC, load average 9.1, fastest of 5; GFLOP/s of the direct sum's flops, forward and both
+ * gradients, the forward alone in parentheses):
+ *                          SAMPLE         SHARD          DIRECT         WINO4          WINO2
+ *    resnet8 stage 1     42.7 (43.8)    27.3 (25.2)    74.1 (82.9)    91.3 (72.5)    71.2 (61.9)
+ *    resnet8 stage 2     57.8 (58.2)    45.0 (41.3)    76.5 (89.0)   127.8 (128.2)  100.9 (80.5)
+ *    resnet8 stage 3     64.8 (60.0)    66.4 (65.2)    34.7 (48.7)   177.7 (179.5)  135.6 (138.9)
+ *    ResNet-18 64 layer1 92.6 (95.5)    72.9 (68.4)    85.6 (100.2)  246.1 (265.4)  170.0 (187.6)
+ *    ResNet-18 64 layer2 94.1 (89.1)    93.5 (90.5)    38.0 (57.1)   204.2 (192.1)  160.1 (173.8)
+ *    ResNet-18 64 layer3 59.5 (58.0)   114.8 (105.1)   17.0 (28.7)   102.7 (90.1)   137.1 (131.4)
+ *    ResNet-18 64 layer4 20.6 (19.7)    90.7 (82.6)     5.7 (14.6)    27.8 (26.2)    61.7 (59.7)
+ *    ResNet-18 224 l3   127.6 (122.2)  115.6 (113.5)   68.9 (94.3)   238.6 (210.0)  206.9 (191.3)
+ *    ResNet-18 224 l4   103.4 (94.5)   130.7 (129.8)   31.8 (46.9)   201.7 (189.4)  160.3 (146.6)
+ * F(4x4) does a quarter of the products' work on planes of 8x8 and up; on a 4x4 plane its single
+ * tile per image wastes little but its transforms cost more than F(2x2)'s, and on a 2x2 plane
+ * (layer4) either Winograd's a*a products, each only n tiles wide, pack all of u (16 to 36 times
+ * F*C floats) for too little work, where SHARD's one product packs the weights once. Hence,
+ * before every other rule and where the vector paths are on (the naive transforms are slow),
+ * WINOGRAD for 3x3 stride-1 layers with C and F at least 16 on planes wider and taller than 4,
+ * WINOGRAD2 on planes of 3x3 and 4x4 (ResNet-18 at 64x64: layer1 and layer2 F(4x4), layer3
+ * F(2x2), layer4 SHARD; resnet8: every 3x3 stride-1 layer but its stem F(4x4)). resnet8's first
+ * stage trains faster so (91 against 74) though its forward alone is a little slower (73
+ * against 83); a training step of the whole resnet8 (batch 32, one thread, thread CPU time,
+ * fastest of 29) took 26.3 ms against 28.1 with that stage left DIRECT, inference 7.2 against
+ * 7.2.
  *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
  * product is written without the bias and each channel then goes once through
- * act(y * scale + shift), the pass that SHARD's scattering makes anyway, so the batchnorm's and
- * the ReLU's passes over memory disappear.
+ * act(y * scale + shift), the pass that SHARD's scattering makes anyway (WINOGRAD's output
+ * transform likewise), so the batchnorm's and the ReLU's passes over memory disappear.
  */
 #include <limits.h>
 #include <string.h>
 
 #include "layers.h"
 #include "nnlab/kernels.h"
+#include "nnlab/winograd.h"
 
 struct conv_dims {
     struct nl__window win;
-    int f;          /* filters */
-    int k;          /* C*kh*kw */
-    int p;          /* oh*ow */
-    size_t in_size; /* C*H*W */
+    int f;               /* filters */
+    int k;               /* C*kh*kw */
+    int p;               /* oh*ow */
+    size_t in_size;      /* C*H*W */
+    struct nl_wino wino; /* WINOGRAD, WINOGRAD2: the tiles */
 };
+
+static int wino_tile(enum nl_lowering lower)
+{
+    return lower == NL_LOWER_WINOGRAD ? 4 : 2;
+}
+
+/* Images per chunk of WINOGRAD's products: as many as keep a chunk's v and mm (a*a*tiles*(C + F)
+ * floats per image) within 1 MiB, half the L2 cache, so that the products read what the input
+ * transform wrote and the output transform what they wrote while it is still there; but at least
+ * 64 tiles, so that each chunk's a*a GEMMs are wide enough to pay for packing u[xi]. bench_conv,
+ * forward of 16 images of ResNet-18's layer1 (64 channels, 16x16): 139 GFLOP/s in one chunk,
+ * 261 in chunks of 4 images. */
+static int wino_chunk(const struct nl_wino *p, int n)
+{
+    const size_t per = (size_t)p->a * p->a * p->tiles * ((size_t)p->c + p->f) * sizeof(float);
+    size_t k = ((size_t)1 << 20) / per;
+
+    if (k * p->tiles < 64)
+        k = (64 + (size_t)p->tiles - 1) / p->tiles;
+    return k > (size_t)n ? n : (int)k;
+}
 
 static void conv_dims(const struct nl_layer *l, struct conv_dims *d)
 {
@@ -85,6 +149,9 @@ static void conv_dims(const struct nl_layer *l, struct conv_dims *d)
     d->k = d->win.c * d->win.kh * d->win.kw;
     d->p = d->win.oh * d->win.ow;
     d->in_size = nl_shape_size(l->in[0]);
+    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+        nl_wino_plan(&d->wino, wino_tile(l->lower), d->win.c, d->win.h, d->win.w, d->f, d->win.ph,
+                     d->win.pw, d->win.oh, d->win.ow);
 }
 
 static int conv_setup(struct nl_layer *l, struct nl_error *err)
@@ -117,7 +184,15 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     }
     const int direct_fits =
         win.sh == 1 && win.sw == 1 && win.kw <= 8 && win.ph < win.kh && win.pw < win.kw;
+    const int wino_fits = direct_fits && win.kh == 3 && win.kw == 3;
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
+        l->lower = l->lowering;
+    else if ((l->lowering == NL_LOWER_WINOGRAD || l->lowering == NL_LOWER_WINOGRAD2) && !wino_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d pad %dx%d cannot run Winograd's lowering "
+                              "(3x3, stride 1, padding at most 2)",
+                              win.kh, win.kw, win.sh, win.sw, win.ph, win.pw);
+    else if (l->lowering == NL_LOWER_WINOGRAD || l->lowering == NL_LOWER_WINOGRAD2)
         l->lower = l->lowering;
     else if (l->lowering == NL_LOWER_DIRECT && !direct_fits)
         return nl__layer_fail(l, err,
@@ -128,6 +203,9 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = NL_LOWER_DIRECT;
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
+    else if (wino_fits && win.c >= 16 && l->filters >= 16 && win.oh >= 3 && win.ow >= 3 &&
+             nl_kernels_vector_on())
+        l->lower = win.oh > 4 && win.ow > 4 ? NL_LOWER_WINOGRAD : NL_LOWER_WINOGRAD2;
     else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
              win.ow >= 14 && nl_kernels_vector_on())
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
@@ -135,7 +213,14 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = NL_LOWER_SHARD;
     else
         l->lower = NL_LOWER_SAMPLE;
-    if (l->lower == NL_LOWER_SHARD)
+    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2) {
+        struct nl_wino w;
+        nl_wino_plan(&w, wino_tile(l->lower), win.c, win.h, win.w, l->filters, win.ph, win.pw,
+                     win.oh, win.ow);
+        const size_t aa = (size_t)w.a * w.a;
+        l->scratch_fixed = 2 * aa * (size_t)l->filters * win.c;
+        l->scratch_per_sample = aa * w.tiles * ((size_t)win.c + l->filters);
+    } else if (l->lower == NL_LOWER_SHARD)
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
     else if (l->lower == NL_LOWER_DIRECT)
         l->scratch_fixed = k * p + (size_t)l->filters * k;
@@ -252,11 +337,41 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
     }
 }
 
+/* WINOGRAD: u (a*a, F, C) = the filters transformed; then chunk by chunk of images
+ * (wino_chunk), v (a*a, C, T) = the chunk's T = n*tiles input tiles transformed, mm[xi] (F, T) =
+ * u[xi] (F, C) v[xi] (C, T) for each of the a*a products of a tile, and the output transform
+ * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, a part as large left
+ * for backward's du, then v and mm. */
+static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
+                             const struct conv_dims *d)
+{
+    const struct nl_wino *p = &d->wino;
+    const int aa = p->a * p->a;
+    const size_t fc = (size_t)d->f * p->c, out_size = (size_t)d->f * d->p;
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const int step = wino_chunk(p, f->n);
+    float *u = f->scratch, *v = u + 2 * aa * fc;
+
+    nl_wino_filter(u, f->w, p);
+    for (int s0 = 0; s0 < f->n; s0 += step) {
+        const int n = f->n - s0 < step ? f->n - s0 : step, tt = n * p->tiles;
+        const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
+        float *mm = v + aa * ct;
+        nl_wino_input(v, f->in[0] + (size_t)s0 * d->in_size, n, p);
+        for (int xi = 0; xi < aa; xi++)
+            nl_sgemm(0, 0, d->f, tt, p->c, 1.0f, u + xi * fc, p->c, v + xi * ct, tt, 0.0f,
+                     mm + xi * ft, tt);
+        nl_wino_output(f->out + (size_t)s0 * out_size, mm, bias, f->scale, f->shift, f->act, n, p);
+    }
+}
+
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_DIRECT)
+    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+        forward_winograd(l, f, &d);
+    else if (l->lower == NL_LOWER_DIRECT)
         forward_direct(l, f, &d);
     else if (l->lower == NL_LOWER_SHARD && f->n > 1)
         forward_shard(l, f, &d);
@@ -377,11 +492,56 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
     }
 }
 
+/* WINOGRAD, the exact adjoint of its forward, chunk by chunk of images as forward: dmm (a*a, F,
+ * T) = the adjoint of the output transform of dout; du[xi] (F, C) += dmm[xi] (F, T) v[xi]^T
+ * (T, C), v the input transformed again, and after the last chunk dweight += the adjoint of the
+ * filter transform of du; dv[xi] (C, T) = u[xi]^T (C, F) dmm[xi] (F, T), u the filters
+ * transformed again, and din += the adjoint of the input transform of dv; dbias as SAMPLE's.
+ * scratch: u, du, then a chunk's v (later dv) and dmm. */
+static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
+                              const struct conv_dims *d)
+{
+    const struct nl_wino *p = &d->wino;
+    const int aa = p->a * p->a, step = wino_chunk(p, b->n);
+    const size_t fc = (size_t)d->f * p->c, out_size = (size_t)d->f * d->p;
+    float *u = b->scratch, *du = u + aa * fc, *v = du + aa * fc;
+    float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+
+    if (b->din[0])
+        nl_wino_filter(u, b->w, p);
+    for (int s0 = 0; s0 < b->n; s0 += step) {
+        const int n = b->n - s0 < step ? b->n - s0 : step, tt = n * p->tiles;
+        const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
+        float *dmm = v + aa * ct;
+        nl_wino_output_adjoint(dmm, b->dout + (size_t)s0 * out_size, n, p);
+        if (b->dw) {
+            nl_wino_input(v, b->in[0] + (size_t)s0 * d->in_size, n, p);
+            for (int xi = 0; xi < aa; xi++)
+                nl_sgemm(0, 1, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, tt,
+                         s0 == 0 ? 0.0f : 1.0f, du + xi * fc, p->c);
+        }
+        if (b->din[0]) {
+            for (int xi = 0; xi < aa; xi++)
+                nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
+                         v + xi * ct, tt);
+            nl_wino_input_adjoint(b->din[0] + (size_t)s0 * d->in_size, v, n, p);
+        }
+    }
+    if (b->dw)
+        nl_wino_filter_adjoint(b->dw, du, p);
+    if (db)
+        for (int s = 0; s < b->n; s++)
+            for (int fo = 0; fo < d->f; fo++)
+                db[fo] += nl_sum(b->dout + (size_t)s * out_size + (size_t)fo * d->p, d->p);
+}
+
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_DIRECT)
+    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+        backward_winograd(l, b, &d);
+    else if (l->lower == NL_LOWER_DIRECT)
         backward_direct(l, b, &d);
     else if (l->lower == NL_LOWER_SHARD && b->n > 1)
         backward_shard(l, b, &d);

@@ -1,0 +1,668 @@
+/* The transforms of Winograd's F(m x m, 3 x 3) (nnlab/winograd.h says the layouts): Lavin and
+ * Gray's matrices, each transform a two-sided product t x t^T by a small constant matrix, and
+ * its adjoint t^T x t.
+ *
+ * The fast paths put 16 tiles (the filter transforms: 16 input channels) in the lanes of AVX-512
+ * vectors: a tile's a*a pixels come in by a*a masked gathers (the mask drops the padding and the
+ * plane's edges), the two-sided product runs on whole vectors with the tables' zeros skipped and
+ * their ones turned into additions (the tables and sizes are constants where it is inlined, so
+ * those tests fold away), and each of the a*a results is one contiguous store into (a*a, C, T).
+ * The output transform scatters its m*m pixels; the input transform's adjoint adds into the
+ * input gradient by a gather, an add and a scatter per pixel of the tile: within one such
+ * operation the 16 tiles touch 16 different pixels, so the overlaps of neighbouring tiles add
+ * up as they should. Gathers index with 32-bit offsets from a plane's start, so a shard whose
+ * floats do not fit an int runs the naive loops. */
+#include "nnlab/winograd.h"
+
+#include <immintrin.h>
+#include <limits.h>
+#include <string.h>
+
+#include "nnlab/kernels.h"
+
+/* F(4x4, 3x3): points 0, 1, -1, 2, -2, infinity. */
+static const float bt4[6 * 6] = {
+    4, 0,  -5, 0, 1, 0, /**/ 0, -4, -4, 1,  1, 0, /**/ 0, 4, -4, -1, 1, 0, /**/
+    0, -2, -1, 2, 1, 0, /**/ 0, 2,  -1, -2, 1, 0, /**/ 0, 4, 0,  -5, 0, 1,
+};
+static const float g4[6 * 3] = {
+    1.0f / 4,  0,          0,         /**/ -1.0f / 6, -1.0f / 6, -1.0f / 6, /**/
+    -1.0f / 6, 1.0f / 6,   -1.0f / 6, /**/ 1.0f / 24, 1.0f / 12, 1.0f / 6,  /**/
+    1.0f / 24, -1.0f / 12, 1.0f / 6,  /**/ 0,         0,         1,
+};
+static const float at4[4 * 6] = {
+    1, 1, 1, 1, 1, 0, /**/ 0, 1, -1, 2, -2, 0, /**/ 0, 1, 1, 4, 4, 0, /**/ 0, 1, -1, 8, -8, 1,
+};
+/* F(2x2, 3x3): points 0, 1, -1, infinity. */
+static const float bt2[4 * 4] = {
+    1, 0, -1, 0, /**/ 0, 1, 1, 0, /**/ 0, -1, 1, 0, /**/ 0, 1, 0, -1,
+};
+static const float g2[4 * 3] = {
+    1, 0, 0, /**/ 0.5f, 0.5f, 0.5f, /**/ 0.5f, -0.5f, 0.5f, /**/ 0, 0, 1,
+};
+static const float at2[2 * 4] = {
+    1, 1, 1, 0, /**/ 0, 1, -1, -1,
+};
+
+void nl_wino_plan(struct nl_wino *p, int m, int c, int h, int w, int f, int ph, int pw, int oh,
+                  int ow)
+{
+    *p = (struct nl_wino){
+        .m = m, .a = m + 2, .c = c, .h = h, .w = w, .f = f, .ph = ph, .pw = pw, .oh = oh, .ow = ow};
+    p->tiles_x = (ow + m - 1) / m;
+    p->tiles = p->tiles_x * ((oh + m - 1) / m);
+}
+
+static const float *table_b(const struct nl_wino *p)
+{
+    return p->m == 4 ? bt4 : bt2;
+}
+
+static const float *table_g(const struct nl_wino *p)
+{
+    return p->m == 4 ? g4 : g2;
+}
+
+static const float *table_a(const struct nl_wino *p)
+{
+    return p->m == 4 ? at4 : at2;
+}
+
+/* ---- naive twins ---- */
+
+/* y (rp, rp) = t x t^T, t (rp, q), x (q, q). */
+static void sandwich(float *y, const float *t, int rp, int q, const float *x)
+{
+    float tmp[6 * 6];
+
+    for (int i = 0; i < rp; i++)
+        for (int l = 0; l < q; l++) {
+            float s = 0.0f;
+            for (int k = 0; k < q; k++)
+                s += t[i * q + k] * x[k * q + l];
+            tmp[i * q + l] = s;
+        }
+    for (int i = 0; i < rp; i++)
+        for (int j = 0; j < rp; j++) {
+            float s = 0.0f;
+            for (int l = 0; l < q; l++)
+                s += tmp[i * q + l] * t[j * q + l];
+            y[i * rp + j] = s;
+        }
+}
+
+/* y (q, q) = t^T x t, t (rp, q), x (rp, rp): the adjoint of sandwich. */
+static void sandwich_t(float *y, const float *t, int rp, int q, const float *x)
+{
+    float tmp[6 * 6];
+
+    for (int k = 0; k < q; k++)
+        for (int j = 0; j < rp; j++) {
+            float s = 0.0f;
+            for (int i = 0; i < rp; i++)
+                s += t[i * q + k] * x[i * rp + j];
+            tmp[k * rp + j] = s;
+        }
+    for (int k = 0; k < q; k++)
+        for (int l = 0; l < q; l++) {
+            float s = 0.0f;
+            for (int j = 0; j < rp; j++)
+                s += tmp[k * rp + j] * t[j * q + l];
+            y[k * q + l] = s;
+        }
+}
+
+static float act_scalar(float v, int act)
+{
+    if (act == NL_ACT_NONE)
+        return v;
+    v = v > 0.0f ? v : 0.0f;
+    if (act == NL_ACT_RELU6)
+        v = v < 6.0f ? v : 6.0f;
+    return v;
+}
+
+void nl_wino_filter_naive(float *u, const float *weight, const struct nl_wino *p)
+{
+    const size_t fc = (size_t)p->f * p->c;
+    float y[36];
+
+    for (size_t i = 0; i < fc; i++) {
+        sandwich(y, table_g(p), p->a, 3, weight + 9 * i);
+        for (int xi = 0; xi < p->a * p->a; xi++)
+            u[xi * fc + i] = y[xi];
+    }
+}
+
+void nl_wino_filter_adjoint_naive(float *dweight, const float *du, const struct nl_wino *p)
+{
+    const size_t fc = (size_t)p->f * p->c;
+    float x[36], y[9];
+
+    for (size_t i = 0; i < fc; i++) {
+        for (int xi = 0; xi < p->a * p->a; xi++)
+            x[xi] = du[xi * fc + i];
+        sandwich_t(y, table_g(p), p->a, 3, x);
+        for (int k = 0; k < 9; k++)
+            dweight[9 * i + k] += y[k];
+    }
+}
+
+/* The first input row and column of tile r of an image. */
+static void tile_origin(const struct nl_wino *p, int r, int *y0, int *x0)
+{
+    *y0 = r / p->tiles_x * p->m - p->ph;
+    *x0 = r % p->tiles_x * p->m - p->pw;
+}
+
+void nl_wino_input_naive(float *v, const float *in, int n, const struct nl_wino *p)
+{
+    const int a = p->a;
+    const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->h * p->w;
+    float x[36], y[36];
+
+    for (int s = 0; s < n; s++)
+        for (int c = 0; c < p->c; c++) {
+            const float *img = in + ((size_t)s * p->c + c) * plane;
+            for (int r = 0; r < p->tiles; r++) {
+                int y0, x0;
+                tile_origin(p, r, &y0, &x0);
+                for (int i = 0; i < a; i++)
+                    for (int j = 0; j < a; j++) {
+                        const int iy = y0 + i, ix = x0 + j;
+                        x[i * a + j] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w
+                                           ? img[(size_t)iy * p->w + ix]
+                                           : 0.0f;
+                    }
+                sandwich(y, table_b(p), a, a, x);
+                const size_t t = (size_t)s * p->tiles + r;
+                for (int xi = 0; xi < a * a; xi++)
+                    v[((size_t)xi * p->c + c) * tt + t] = y[xi];
+            }
+        }
+}
+
+void nl_wino_input_adjoint_naive(float *din, const float *dv, int n, const struct nl_wino *p)
+{
+    const int a = p->a;
+    const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->h * p->w;
+    float x[36], y[36];
+
+    for (int s = 0; s < n; s++)
+        for (int c = 0; c < p->c; c++) {
+            float *img = din + ((size_t)s * p->c + c) * plane;
+            for (int r = 0; r < p->tiles; r++) {
+                const size_t t = (size_t)s * p->tiles + r;
+                int y0, x0;
+                for (int xi = 0; xi < a * a; xi++)
+                    x[xi] = dv[((size_t)xi * p->c + c) * tt + t];
+                sandwich_t(y, table_b(p), a, a, x);
+                tile_origin(p, r, &y0, &x0);
+                for (int i = 0; i < a; i++)
+                    for (int j = 0; j < a; j++) {
+                        const int iy = y0 + i, ix = x0 + j;
+                        if (iy >= 0 && iy < p->h && ix >= 0 && ix < p->w)
+                            img[(size_t)iy * p->w + ix] += y[i * a + j];
+                    }
+            }
+        }
+}
+
+void nl_wino_output_naive(float *out, const float *mm, const float *bias, const float *scale,
+                          const float *shift, int act, int n, const struct nl_wino *p)
+{
+    const int a = p->a, m = p->m;
+    const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->oh * p->ow;
+    float x[36], y[16];
+
+    for (int s = 0; s < n; s++)
+        for (int f = 0; f < p->f; f++) {
+            float *img = out + ((size_t)s * p->f + f) * plane;
+            for (int r = 0; r < p->tiles; r++) {
+                const size_t t = (size_t)s * p->tiles + r;
+                const int y0 = r / p->tiles_x * m, x0 = r % p->tiles_x * m;
+                for (int xi = 0; xi < a * a; xi++)
+                    x[xi] = mm[((size_t)xi * p->f + f) * tt + t];
+                sandwich(y, table_a(p), m, a, x);
+                for (int i = 0; i < m && y0 + i < p->oh; i++)
+                    for (int j = 0; j < m && x0 + j < p->ow; j++) {
+                        float o = y[i * m + j];
+                        if (scale)
+                            o = act_scalar(o * scale[f] + shift[f], act);
+                        else if (bias)
+                            o += bias[f];
+                        img[(size_t)(y0 + i) * p->ow + x0 + j] = o;
+                    }
+            }
+        }
+}
+
+void nl_wino_output_adjoint_naive(float *dmm, const float *dout, int n, const struct nl_wino *p)
+{
+    const int a = p->a, m = p->m;
+    const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->oh * p->ow;
+    float x[16], y[36];
+
+    for (int s = 0; s < n; s++)
+        for (int f = 0; f < p->f; f++) {
+            const float *img = dout + ((size_t)s * p->f + f) * plane;
+            for (int r = 0; r < p->tiles; r++) {
+                const size_t t = (size_t)s * p->tiles + r;
+                const int y0 = r / p->tiles_x * m, x0 = r % p->tiles_x * m;
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < m; j++)
+                        x[i * m + j] = y0 + i < p->oh && x0 + j < p->ow
+                                           ? img[(size_t)(y0 + i) * p->ow + x0 + j]
+                                           : 0.0f;
+                sandwich_t(y, table_a(p), m, a, x);
+                for (int xi = 0; xi < a * a; xi++)
+                    dmm[((size_t)xi * p->f + f) * tt + t] = y[xi];
+            }
+        }
+}
+
+/* ---- AVX-512 ---- */
+
+#define AVX512 __attribute__((target("avx512f")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* The lanes [0, k) of 16. */
+static inline __mmask16 first_lanes(int k)
+{
+    return k >= 16 ? (__mmask16)0xffff : k <= 0 ? 0 : (__mmask16)((1u << k) - 1u);
+}
+
+/* sum over k < q of c[k*cs] x[k*xs]; with constant tables the zero coefficients vanish and the
+ * ones and minus ones become additions and subtractions. */
+AVX512 INLINE __m512 comb(const float *c, int cs, const __m512 *x, int xs, int q)
+{
+    __m512 acc = _mm512_setzero_ps();
+    int first = 1;
+
+#pragma GCC unroll 8
+    for (int k = 0; k < q; k++) {
+        const float ck = c[k * cs];
+        const __m512 xk = x[k * xs];
+        if (ck == 0.0f)
+            continue;
+        if (first && ck == 1.0f)
+            acc = xk;
+        else if (first)
+            acc = _mm512_mul_ps(_mm512_set1_ps(ck), xk);
+        else if (ck == 1.0f)
+            acc = _mm512_add_ps(acc, xk);
+        else if (ck == -1.0f)
+            acc = _mm512_sub_ps(acc, xk);
+        else
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(ck), xk, acc);
+        first = 0;
+    }
+    return acc;
+}
+
+/* y (rp, rp) = t x t^T over vectors, t (rp, q) a constant table, x (q, q). */
+AVX512 INLINE void sandwich_v(__m512 *y, const float *t, int rp, int q, const __m512 *x)
+{
+    __m512 tmp[36];
+
+#pragma GCC unroll 8
+    for (int i = 0; i < rp; i++)
+#pragma GCC unroll 8
+        for (int l = 0; l < q; l++)
+            tmp[i * q + l] = comb(t + i * q, 1, x + l, q, q);
+#pragma GCC unroll 8
+    for (int i = 0; i < rp; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < rp; j++)
+            y[i * rp + j] = comb(t + j * q, 1, tmp + i * q, 1, q);
+}
+
+/* y (q, q) = t^T x t over vectors, x (rp, rp). */
+AVX512 INLINE void sandwich_tv(__m512 *y, const float *t, int rp, int q, const __m512 *x)
+{
+    __m512 tmp[36];
+
+#pragma GCC unroll 8
+    for (int k = 0; k < q; k++)
+#pragma GCC unroll 8
+        for (int j = 0; j < rp; j++)
+            tmp[k * rp + j] = comb(t + k, q, x + j, rp, rp);
+#pragma GCC unroll 8
+    for (int k = 0; k < q; k++)
+#pragma GCC unroll 8
+        for (int l = 0; l < q; l++)
+            y[k * q + l] = comb(t + l, q, tmp + k * rp, 1, rp);
+}
+
+/* Where the 16 tiles t0.. of a group start: the offset of each one's first pixel from its
+ * image's start in a plane of width w (input when in, else output), and the masks of the rows
+ * and columns of the tile (a of them, or m for the output) that lie inside the plane. */
+struct group {
+    __m512i base;
+    __mmask16 live, row[6], col[6];
+};
+
+AVX512 INLINE void group_at(struct group *g, const struct nl_wino *p, int t0, int count,
+                            size_t image, int in)
+{
+    const int side = in ? p->a : p->m, h = in ? p->h : p->oh, w = in ? p->w : p->ow;
+    int base[16];
+
+    g->live = first_lanes(count - t0);
+    for (int i = 0; i < side; i++)
+        g->row[i] = g->col[i] = 0;
+    for (int l = 0; l < 16; l++) {
+        const int t = t0 + l < count ? t0 + l : t0, s = t / p->tiles, r = t % p->tiles;
+        int y0 = r / p->tiles_x * p->m, x0 = r % p->tiles_x * p->m;
+        if (in) {
+            y0 -= p->ph;
+            x0 -= p->pw;
+        }
+        base[l] = (int)((size_t)s * image) + y0 * w + x0;
+        if (!(g->live >> l & 1))
+            continue;
+        for (int i = 0; i < side; i++) {
+            g->row[i] |= (__mmask16)((y0 + i >= 0 && y0 + i < h) << l);
+            g->col[i] |= (__mmask16)((x0 + i >= 0 && x0 + i < w) << l);
+        }
+    }
+    g->base = _mm512_loadu_si512(base);
+}
+
+AVX512 INLINE void input_avx512(float *v, const float *in, int n, const struct nl_wino *p,
+                                const int a, const float *bt)
+{
+    const int tt = n * p->tiles;
+    const size_t plane = (size_t)p->h * p->w;
+    struct group g;
+    __m512 x[36], y[36];
+
+    for (int t0 = 0; t0 < tt; t0 += 16) {
+        group_at(&g, p, t0, tt, p->c * plane, 1);
+        for (int c = 0; c < p->c; c++) {
+            const float *img = in + c * plane;
+            for (int i = 0; i < a; i++)
+                for (int j = 0; j < a; j++) {
+                    const __m512i idx = _mm512_add_epi32(g.base, _mm512_set1_epi32(i * p->w + j));
+                    x[i * a + j] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(),
+                                                            g.row[i] & g.col[j], idx, img, 4);
+                }
+            sandwich_v(y, bt, a, a, x);
+            for (int xi = 0; xi < a * a; xi++)
+                _mm512_mask_storeu_ps(v + ((size_t)xi * p->c + c) * tt + t0, g.live, y[xi]);
+        }
+    }
+}
+
+AVX512 INLINE void input_adjoint_avx512(float *din, const float *dv, int n, const struct nl_wino *p,
+                                        const int a, const float *bt)
+{
+    const int tt = n * p->tiles;
+    const size_t plane = (size_t)p->h * p->w;
+    struct group g;
+    __m512 x[36], y[36];
+
+    for (int t0 = 0; t0 < tt; t0 += 16) {
+        group_at(&g, p, t0, tt, p->c * plane, 1);
+        for (int c = 0; c < p->c; c++) {
+            float *img = din + c * plane;
+            for (int xi = 0; xi < a * a; xi++)
+                x[xi] = _mm512_maskz_loadu_ps(g.live, dv + ((size_t)xi * p->c + c) * tt + t0);
+            sandwich_tv(y, bt, a, a, x);
+            for (int i = 0; i < a; i++)
+                for (int j = 0; j < a; j++) {
+                    const __mmask16 k = g.row[i] & g.col[j];
+                    const __m512i idx = _mm512_add_epi32(g.base, _mm512_set1_epi32(i * p->w + j));
+                    const __m512 old =
+                        _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, img, 4);
+                    _mm512_mask_i32scatter_ps(img, k, idx, _mm512_add_ps(old, y[i * a + j]), 4);
+                }
+        }
+    }
+}
+
+AVX512 INLINE __m512 act_v(__m512 v, int act)
+{
+    if (act == NL_ACT_NONE)
+        return v;
+    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
+    if (act == NL_ACT_RELU6) {
+        const __m512 six = _mm512_set1_ps(6.0f);
+        v = _mm512_mask_mov_ps(six, _mm512_cmp_ps_mask(v, six, _CMP_LT_OQ), v);
+    }
+    return v;
+}
+
+AVX512 INLINE void output_avx512(float *out, const float *mm, const float *bias, const float *scale,
+                                 const float *shift, int act, int n, const struct nl_wino *p,
+                                 const int m, const float *at)
+{
+    const int a = m + 2, tt = n * p->tiles;
+    const size_t plane = (size_t)p->oh * p->ow;
+    struct group g;
+    __m512 x[36], y[16];
+
+    for (int t0 = 0; t0 < tt; t0 += 16) {
+        group_at(&g, p, t0, tt, p->f * plane, 0);
+        for (int f = 0; f < p->f; f++) {
+            float *img = out + f * plane;
+            for (int xi = 0; xi < a * a; xi++)
+                x[xi] = _mm512_maskz_loadu_ps(g.live, mm + ((size_t)xi * p->f + f) * tt + t0);
+            sandwich_v(y, at, m, a, x);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < m; j++) {
+                    __m512 o = y[i * m + j];
+                    if (scale)
+                        o = act_v(_mm512_add_ps(_mm512_mul_ps(o, _mm512_set1_ps(scale[f])),
+                                                _mm512_set1_ps(shift[f])),
+                                  act);
+                    else if (bias)
+                        o = _mm512_add_ps(o, _mm512_set1_ps(bias[f]));
+                    const __m512i idx = _mm512_add_epi32(g.base, _mm512_set1_epi32(i * p->ow + j));
+                    _mm512_mask_i32scatter_ps(img, g.row[i] & g.col[j], idx, o, 4);
+                }
+        }
+    }
+}
+
+AVX512 INLINE void output_adjoint_avx512(float *dmm, const float *dout, int n,
+                                         const struct nl_wino *p, const int m, const float *at)
+{
+    const int a = m + 2, tt = n * p->tiles;
+    const size_t plane = (size_t)p->oh * p->ow;
+    struct group g;
+    __m512 x[16], y[36];
+
+    for (int t0 = 0; t0 < tt; t0 += 16) {
+        group_at(&g, p, t0, tt, p->f * plane, 0);
+        for (int f = 0; f < p->f; f++) {
+            const float *img = dout + f * plane;
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < m; j++) {
+                    const __m512i idx = _mm512_add_epi32(g.base, _mm512_set1_epi32(i * p->ow + j));
+                    x[i * m + j] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(),
+                                                            g.row[i] & g.col[j], idx, img, 4);
+                }
+            sandwich_tv(y, at, m, a, x);
+            for (int xi = 0; xi < a * a; xi++)
+                _mm512_mask_storeu_ps(dmm + ((size_t)xi * p->f + f) * tt + t0, g.live, y[xi]);
+        }
+    }
+}
+
+/* 16 input channels in the lanes: a weight's 9 taps come in by 9 gathers of stride 9. */
+AVX512 INLINE void filter_avx512(float *u, const float *weight, const struct nl_wino *p,
+                                 const int a, const float *gt)
+{
+    const size_t fc = (size_t)p->f * p->c;
+    const __m512i nine =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(9));
+    __m512 x[9], y[36];
+
+    for (int f = 0; f < p->f; f++)
+        for (int c0 = 0; c0 < p->c; c0 += 16) {
+            const __mmask16 live = first_lanes(p->c - c0);
+            const float *wf = weight + ((size_t)f * p->c + c0) * 9;
+            for (int k = 0; k < 9; k++)
+                x[k] = _mm512_mask_i32gather_ps(
+                    _mm512_setzero_ps(), live, _mm512_add_epi32(nine, _mm512_set1_epi32(k)), wf, 4);
+            sandwich_v(y, gt, a, 3, x);
+            for (int xi = 0; xi < a * a; xi++)
+                _mm512_mask_storeu_ps(u + xi * fc + (size_t)f * p->c + c0, live, y[xi]);
+        }
+}
+
+AVX512 INLINE void filter_adjoint_avx512(float *dweight, const float *du, const struct nl_wino *p,
+                                         const int a, const float *gt)
+{
+    const size_t fc = (size_t)p->f * p->c;
+    const __m512i nine =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(9));
+    __m512 x[36], y[9];
+
+    for (int f = 0; f < p->f; f++)
+        for (int c0 = 0; c0 < p->c; c0 += 16) {
+            const __mmask16 live = first_lanes(p->c - c0);
+            float *wf = dweight + ((size_t)f * p->c + c0) * 9;
+            for (int xi = 0; xi < a * a; xi++)
+                x[xi] = _mm512_maskz_loadu_ps(live, du + xi * fc + (size_t)f * p->c + c0);
+            sandwich_tv(y, gt, a, 3, x);
+            for (int k = 0; k < 9; k++) {
+                const __m512i idx = _mm512_add_epi32(nine, _mm512_set1_epi32(k));
+                const __m512 old = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, wf, 4);
+                _mm512_mask_i32scatter_ps(wf, live, idx, _mm512_add_ps(old, y[k]), 4);
+            }
+        }
+}
+
+/* The tile-sized instances, each with its constant table. */
+AVX512 static void input4(float *v, const float *in, int n, const struct nl_wino *p)
+{
+    input_avx512(v, in, n, p, 6, bt4);
+}
+
+AVX512 static void input2(float *v, const float *in, int n, const struct nl_wino *p)
+{
+    input_avx512(v, in, n, p, 4, bt2);
+}
+
+AVX512 static void input_adjoint4(float *din, const float *dv, int n, const struct nl_wino *p)
+{
+    input_adjoint_avx512(din, dv, n, p, 6, bt4);
+}
+
+AVX512 static void input_adjoint2(float *din, const float *dv, int n, const struct nl_wino *p)
+{
+    input_adjoint_avx512(din, dv, n, p, 4, bt2);
+}
+
+AVX512 static void output4(float *out, const float *mm, const float *bias, const float *scale,
+                           const float *shift, int act, int n, const struct nl_wino *p)
+{
+    output_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4);
+}
+
+AVX512 static void output2(float *out, const float *mm, const float *bias, const float *scale,
+                           const float *shift, int act, int n, const struct nl_wino *p)
+{
+    output_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2);
+}
+
+AVX512 static void output_adjoint4(float *dmm, const float *dout, int n, const struct nl_wino *p)
+{
+    output_adjoint_avx512(dmm, dout, n, p, 4, at4);
+}
+
+AVX512 static void output_adjoint2(float *dmm, const float *dout, int n, const struct nl_wino *p)
+{
+    output_adjoint_avx512(dmm, dout, n, p, 2, at2);
+}
+
+AVX512 static void filter4(float *u, const float *weight, const struct nl_wino *p)
+{
+    filter_avx512(u, weight, p, 6, g4);
+}
+
+AVX512 static void filter2(float *u, const float *weight, const struct nl_wino *p)
+{
+    filter_avx512(u, weight, p, 4, g2);
+}
+
+AVX512 static void filter_adjoint4(float *dweight, const float *du, const struct nl_wino *p)
+{
+    filter_adjoint_avx512(dweight, du, p, 6, g4);
+}
+
+AVX512 static void filter_adjoint2(float *dweight, const float *du, const struct nl_wino *p)
+{
+    filter_adjoint_avx512(dweight, du, p, 4, g2);
+}
+
+/* Whether the vector paths may run: on, and every offset a gather takes fits an int. */
+static int vector_fits(size_t floats)
+{
+    return nl_kernels_vector_on() && floats < (size_t)INT_MAX;
+}
+
+void nl_wino_filter(float *u, const float *weight, const struct nl_wino *p)
+{
+    if (!vector_fits((size_t)p->f * p->c * 9))
+        nl_wino_filter_naive(u, weight, p);
+    else if (p->m == 4)
+        filter4(u, weight, p);
+    else
+        filter2(u, weight, p);
+}
+
+void nl_wino_filter_adjoint(float *dweight, const float *du, const struct nl_wino *p)
+{
+    if (!vector_fits((size_t)p->f * p->c * 9))
+        nl_wino_filter_adjoint_naive(dweight, du, p);
+    else if (p->m == 4)
+        filter_adjoint4(dweight, du, p);
+    else
+        filter_adjoint2(dweight, du, p);
+}
+
+void nl_wino_input(float *v, const float *in, int n, const struct nl_wino *p)
+{
+    if (!vector_fits((size_t)n * p->c * p->h * p->w))
+        nl_wino_input_naive(v, in, n, p);
+    else if (p->m == 4)
+        input4(v, in, n, p);
+    else
+        input2(v, in, n, p);
+}
+
+void nl_wino_input_adjoint(float *din, const float *dv, int n, const struct nl_wino *p)
+{
+    if (!vector_fits((size_t)n * p->c * p->h * p->w))
+        nl_wino_input_adjoint_naive(din, dv, n, p);
+    else if (p->m == 4)
+        input_adjoint4(din, dv, n, p);
+    else
+        input_adjoint2(din, dv, n, p);
+}
+
+void nl_wino_output(float *out, const float *mm, const float *bias, const float *scale,
+                    const float *shift, int act, int n, const struct nl_wino *p)
+{
+    if (!vector_fits((size_t)n * p->f * p->oh * p->ow))
+        nl_wino_output_naive(out, mm, bias, scale, shift, act, n, p);
+    else if (p->m == 4)
+        output4(out, mm, bias, scale, shift, act, n, p);
+    else
+        output2(out, mm, bias, scale, shift, act, n, p);
+}
+
+void nl_wino_output_adjoint(float *dmm, const float *dout, int n, const struct nl_wino *p)
+{
+    if (!vector_fits((size_t)n * p->f * p->oh * p->ow))
+        nl_wino_output_adjoint_naive(dmm, dout, n, p);
+    else if (p->m == 4)
+        output_adjoint4(dmm, dout, n, p);
+    else
+        output_adjoint2(dmm, dout, n, p);
+}
