@@ -19,7 +19,18 @@
  * add or a dense layer is applied in that same pass. The folded layers do not run; the chain's
  * result lands in the last one's activation buffer, where its readers look. The output equals the
  * unfolded layers' to rounding (tests/test_layers.c holds the two against each other); a
- * forward in training mode, and every executor made by nl_exec_new, runs the layers as they are. */
+ * forward in training mode on a forward-only executor runs the layers as they are.
+ *
+ * Fusion (training executors, nl_exec_new): a batchnorm or an add (ops->fuses) whose output a
+ * ReLU or ReLU6 alone reads runs that activation inside itself, forward and backward
+ * (nl_fwd.act, nl_bwd.act). The activation does not run; the head writes the activation's
+ * output buffer and reads its output gradient, and keeps neither an output nor an output-gradient
+ * buffer of its own (two activation buffers fewer per fused pair, and the activation's passes
+ * over memory gone: its forward pass, its backward pass, and the head's writing and re-reading of
+ * its own output and gradient). The arithmetic is the same, so the results equal the unfused
+ * layers' bit for bit (tests/test_layers.c holds them against each other). The pair is fused in
+ * the frozen prefix as well, where no backward runs. nl_exec_fusion turns it off for executors
+ * made after it, for tests and benchmarks. */
 #include "nnlab/model.h"
 
 #include <math.h>
@@ -464,7 +475,23 @@ struct nl_exec {
     size_t *fold_at;
     float *fold;
     int nfolded;
+    /* Fusion (see the top of the file), training executors only: fuse[i] is the ReLU or ReLU6
+     * that layer i runs inside itself, or -1; fused[r] is 1 for such an activation, which does
+     * not run (act[i] and dact[i] of its head are then NULL, act[r] and dact[r] serve). Both
+     * NULL when nothing is fused; nfolded counts the fused activations. */
+    int *fuse;
+    char *fused;
 };
+
+/* Whether executors made from now on fuse (nl_exec_fusion). */
+static int fusion_on = 1;
+
+int nl_exec_fusion(int on)
+{
+    int was = fusion_on;
+    fusion_on = on != 0;
+    return was;
+}
 
 void nl_exec_free(struct nl_exec *x)
 {
@@ -490,6 +517,8 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->skip);
     nl_free(x->fold_at);
     nl_free(x->fold);
+    nl_free(x->fuse);
+    nl_free(x->fused);
     nl_free(x);
 }
 
@@ -648,6 +677,44 @@ static int plan_folds(struct nl_exec *x)
     return x->fold ? 0 : -1;
 }
 
+/* The fusion plan of a training executor (see the top of the file): each layer whose kind
+ * fuses and whose output a ReLU or ReLU6 alone reads. Returns -1 when out of memory. */
+static int plan_fusion(struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        int r = m->layers[i].ops->fuses ? sole_reader(m, i) : -1;
+        if (r < 0 || !activation_kind(&m->layers[r]))
+            continue;
+        if (!x->fuse) {
+            x->fuse = nl_calloc((size_t)m->nlayers, sizeof *x->fuse);
+            x->fused = nl_calloc((size_t)m->nlayers, 1);
+            if (!x->fuse || !x->fused)
+                return -1;
+            for (int k = 0; k < m->nlayers; k++)
+                x->fuse[k] = -1;
+        }
+        x->fuse[i] = r;
+        x->fused[r] = 1;
+        x->nfolded++;
+    }
+    return 0;
+}
+
+/* Whether layer i runs inside the layer before it (fused): it then never runs itself. */
+static int is_fused(const struct nl_exec *x, int i)
+{
+    return x->fused && x->fused[i];
+}
+
+/* Where layer i writes its output and reads its output gradient: its own buffers, or those of
+ * the activation fused into it. */
+static int output_of(const struct nl_exec *x, int i)
+{
+    return x->fuse && x->fuse[i] >= 0 ? x->fuse[i] : i;
+}
+
 /* forward_only: no backward will run, so no layer needs an activation gradient. */
 static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, int forward_only,
                     struct nl_error *err)
@@ -677,18 +744,22 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
             if (l->inputs[j] >= 0 && x->need[l->inputs[j]])
                 x->need[i] = 1;
     }
+    if (!forward_only && fusion_on && plan_fusion(x) < 0)
+        goto oom;
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
         size_t outn = (size_t)max_n * nl_shape_size(l->out);
         size_t need = l->scratch_fixed + (size_t)max_n * l->scratch_per_sample;
 
         /* Gradients only where backward writes them: a layer that backward skips (frozen, with
-         * nothing trainable below it) gets none, nor does the last (dlogits stands in). */
-        int grad = x->need[i] && i < m->nlayers - 1;
-        x->act[i] = nl_alloc_floats(outn);
+         * nothing trainable below it) gets none, nor does the last (dlogits stands in). A layer
+         * with an activation fused into it has neither buffer: the activation's serve. */
+        int own = output_of(x, i) == i;
+        int grad = own && x->need[i] && i < m->nlayers - 1;
+        x->act[i] = own ? nl_alloc_floats(outn) : NULL;
         x->dact[i] = grad ? nl_alloc_floats(outn) : NULL;
         x->aux[i] = nl_calloc((size_t)max_n * (l->aux_bytes ? l->aux_bytes : 1), 1);
-        if (!x->act[i] || (grad && !x->dact[i]) || !x->aux[i])
+        if ((own && !x->act[i]) || (grad && !x->dact[i]) || !x->aux[i])
             goto oom;
         if (need > scratch)
             scratch = need;
@@ -753,7 +824,7 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
     const struct nl_layer *l = &x->m->layers[i];
     struct nl_fwd f = {
         .n = x->n,
-        .out = x->act[fold ? x->into[i] : i],
+        .out = x->act[fold ? x->into[i] : output_of(x, i)],
         .w = params + l->param_offset,
         .aux = x->aux[i],
         .scratch = x->scratch,
@@ -764,6 +835,8 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
         f.in[j] = l->inputs[j] < 0 ? x->input : x->act[l->inputs[j]];
     if (fold && x->into[i] != i)
         fold_pass(x, params, i, &f);
+    else if (!fold && output_of(x, i) != i)
+        f.act = activation_kind(&x->m->layers[output_of(x, i)]);
     l->ops->forward(l, &f);
 }
 
@@ -777,7 +850,7 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
     x->n = n;
     x->input = in;
     for (int i = 0; i < m->nlayers; i++)
-        if (!(fold && x->skip[i]))
+        if (!(fold && x->skip[i]) && !is_fused(x, i))
             forward_layer(x, i, params, training, fold, rng);
     return x->act[m->nlayers - 1];
 }
@@ -840,7 +913,7 @@ const float *nl_exec_forward_head(struct nl_exec *x, const float *params, const 
     x->n = n;
     x->input = NULL; /* no layer outside the prefix reads it */
     for (int i = 0; i < m->nlayers; i++)
-        if (!x->pre[i])
+        if (!x->pre[i] && !is_fused(x, i))
             forward_layer(x, i, params, training, 0, rng);
     return x->act[m->nlayers - 1];
 }
@@ -865,15 +938,17 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
 
     for (int i = last; i >= 0; i--) {
         const struct nl_layer *l = &m->layers[i];
-        if (!x->need[i]) {
+        if (!x->need[i] || is_fused(x, i)) {
             if (done)
                 done(ud, i);
-            continue; /* nothing below it, nor it, is trained */
+            continue; /* nothing below it, nor it, is trained; or its head runs it */
         }
+        const int o = output_of(x, i);
         struct nl_bwd b = {
             .n = n,
-            .out = x->act[i],
-            .dout = i == last ? dlogits : x->dact[i],
+            .out = x->act[o],
+            .dout = o == last ? dlogits : x->dact[o],
+            .act = o != i ? activation_kind(&m->layers[o]) : NL_ACT_NONE,
             .w = params + l->param_offset,
             .dw = l->frozen ? NULL : dparams + l->param_offset,
             .aux = x->aux[i],

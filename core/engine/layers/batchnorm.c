@@ -18,6 +18,14 @@
  * and (x - x0)^2, x0 the channel's first value, so that the variance does not cancel when the
  * mean is large against the spread.
  *
+ * Training-time fusion (core/engine/model.c): where a ReLU or ReLU6 alone reads the layer, a
+ * training executor runs it inside this layer (nl_fwd.act, nl_bwd.act). Forward then writes
+ * act(y) in its output pass and the layer's own y is never stored; backward reads the
+ * activation's output, which says where its derivative is 0, and its gradient, and masks that
+ * gradient inside the same two passes (sums, then din). xhat is still recomputed from the saved
+ * input with mean and istd, never from the output divided by weight (which may be 0). The
+ * floats are those of the two layers run one after the other.
+ *
  * In inference the layer is y = x * scale + shift per channel; nl__bn_fold gives the two so
  * that a forward-only executor can fold them into the output pass of the convolution before it
  * (core/engine/model.c), exact to rounding.
@@ -107,9 +115,17 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
         }
         const float mu = mean[k], is = istd[k], g = gamma[k], bt = beta[k];
         for (int s = 0; s < n; s++)
-            nl_bn_apply(f->out + (size_t)s * size + (size_t)k * plane, xk + (size_t)s * size, plane,
-                        mu, is, g, bt);
+            nl_bn_apply_act(f->out + (size_t)s * size + (size_t)k * plane, xk + (size_t)s * size,
+                            plane, mu, is, g, bt, f->act);
     }
+}
+
+/* Where the fused activation act (NL_ACT_*) passes the gradient, judged from its output y. */
+static inline int live(float y, int act)
+{
+    if (act == NL_ACT_NONE)
+        return 1;
+    return act == NL_ACT_RELU6 ? y > 0.0f && y < 6.0f : y > 0.0f;
 }
 
 static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
@@ -128,7 +144,8 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
         const size_t off = (size_t)k * plane;
         /* sum dy * xhat = istd * sum dy * (x - mean) */
         double sdy = 0.0, sdyc = 0.0;
-        nl_bn_grad_sums(b->dout + off, b->in[0] + off, n, size, plane, mu, &sdy, &sdyc);
+        nl_bn_grad_sums_act(b->dout + off, b->out + off, b->in[0] + off, n, size, plane, mu, b->act,
+                            &sdy, &sdyc);
         double sdyx = (double)is * sdyc;
         if (b->dw) {
             b->dw[k] += (float)sdyx;
@@ -146,15 +163,15 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
         for (int s = 0; s < n; s++) {
             const size_t at = (size_t)s * size + off;
             float *dx = b->din[0] + at;
-            const float *dy = b->dout + at, *x = b->in[0] + at;
+            const float *dy = b->dout + at, *x = b->in[0] + at, *y = b->out + at;
             if (use_batch)
-                nl_bn_backward_apply(dx, dy, x, plane, g, a1, a2, mu, is, b->set & 1);
-            else if (b->set & 1)
-                for (size_t i = 0; i < plane; i++)
-                    dx[i] = g * dy[i];
-            else
-                for (size_t i = 0; i < plane; i++)
-                    dx[i] += g * dy[i];
+                nl_bn_backward_apply_act(dx, dy, y, x, plane, g, a1, a2, mu, is, b->act,
+                                         b->set & 1);
+            else /* the running statistics: din = weight * istd * dy */
+                for (size_t i = 0; i < plane; i++) {
+                    float v = g * (live(y[i], b->act) ? dy[i] : 0.0f);
+                    dx[i] = b->set & 1 ? v : dx[i] + v;
+                }
         }
     }
 }
@@ -196,6 +213,7 @@ static void bn_update_stats(const struct nl_layer *l, float *w, const float *sum
 const struct nl_layer_ops nl__batchnorm_ops = {
     .kind = "batchnorm",
     .overwrites = 1,
+    .fuses = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = bn_setup,
