@@ -1116,6 +1116,81 @@ static void test_fusion_twins(void)
     free(e2);
 }
 
+/* SGD's one-pass update and the threads' gradient reduction: vector against naive, bit for bit,
+ * with and without momentum, weight decay, Nesterov and the clearing of g; and the naive update
+ * against PyTorch's rule written out. */
+static void test_sgd_twins(void)
+{
+    static const int sizes[] = {0, 1, 15, 16, 17, 100, 2048, 2049};
+    const size_t max = 2049;
+    float *w[2], *v[2], *g[2], *h[2];
+    int wrong = 0, wrong_rule = 0, wrong_add = 0, cases = 0;
+
+    for (int j = 0; j < 2; j++) {
+        w[j] = floats(max);
+        v[j] = floats(max);
+        g[j] = floats(max);
+        h[j] = floats(max);
+    }
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (int mom = 0; mom <= 1; mom++)
+            for (int decay = 0; decay <= 1; decay++)
+                for (int nesterov = 0; nesterov <= mom; nesterov++)
+                    for (int clear = 0; clear <= 1; clear++) {
+                        const size_t n = (size_t)sizes[i];
+                        const float lr = 0.05f, mu = mom ? 0.9f : 0.0f, wd = decay ? 1e-3f : 0.0f;
+                        fill(w[0], max, -1, 1);
+                        fill(v[0], max, -1, 1);
+                        fill(g[0], max, -1, 1);
+                        g[0][1] = -0.0f;
+                        for (int j = 1; j < 2; j++) {
+                            memcpy(w[j], w[0], max * sizeof *w[0]);
+                            memcpy(v[j], v[0], max * sizeof *v[0]);
+                            memcpy(g[j], g[0], max * sizeof *g[0]);
+                        }
+                        float *want = floats(max);
+                        for (size_t k = 0; k < max; k++) { /* PyTorch's rule */
+                            float gi = g[0][k] + wd * w[0][k], vk = mu * v[0][k] + gi;
+                            want[k] = k >= n ? w[0][k]
+                                      : mom  ? w[0][k] - lr * (nesterov ? gi + mu * vk : vk)
+                                             : w[0][k] - lr * gi;
+                        }
+                        nl_kernels_vector(1);
+                        nl_sgd_update(w[0], mom ? v[0] : NULL, g[0], n, lr, mu, wd, nesterov,
+                                      clear);
+                        nl_kernels_vector(0);
+                        nl_sgd_update(w[1], mom ? v[1] : NULL, g[1], n, lr, mu, wd, nesterov,
+                                      clear);
+                        wrong += memcmp(w[0], w[1], max * sizeof *w[0]) != 0 ||
+                                 memcmp(v[0], v[1], max * sizeof *v[0]) != 0 ||
+                                 memcmp(g[0], g[1], max * sizeof *g[0]) != 0;
+                        wrong_rule += memcmp(w[1], want, max * sizeof *want) != 0;
+                        for (size_t k = 0; clear && k < n; k++)
+                            wrong_rule += g[1][k] != 0.0f;
+                        free(want);
+                        /* the reduction */
+                        fill(h[0], max, -1, 1);
+                        memcpy(h[1], h[0], max * sizeof *h[0]);
+                        nl_kernels_vector(1);
+                        nl_add_clear(g[0], h[0], n);
+                        nl_kernels_vector(0);
+                        nl_add_clear_naive(g[1], h[1], n);
+                        wrong_add += memcmp(g[0], g[1], max * sizeof *g[0]) != 0 ||
+                                     memcmp(h[0], h[1], max * sizeof *h[0]) != 0;
+                        cases++;
+                    }
+    nl_kernels_vector(1);
+    is_int(wrong, 0, "SGD update: vector and naive the same bit for bit (%d cases)", cases);
+    is_int(wrong_rule, 0, "SGD update: PyTorch's rule, g cleared where asked");
+    is_int(wrong_add, 0, "gradient reduction: vector and naive the same bit for bit");
+    for (int j = 0; j < 2; j++) {
+        free(w[j]);
+        free(v[j]);
+        free(g[j]);
+        free(h[j]);
+    }
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -1141,6 +1216,7 @@ int main(void)
     nl_kernels_vector(1);
     test_vector_twins();
     test_fusion_twins();
+    test_sgd_twins();
 
     static const struct conv_case convs[] = {
         {3, 3, 12, 10, 4, 3, 5, 2, 1, 1, 2, 0}, {1, 1, 28, 28, 20, 5, 5, 1, 1, 0, 0, 0},

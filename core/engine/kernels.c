@@ -2036,3 +2036,78 @@ void nl_add_act_backward(float *d0, float *d1, const float *y, const float *dy, 
     else
         nl_add_act_backward_naive(d0, d1, y, dy, n, act, set);
 }
+
+/* SGD's update and the reduction of the threads' gradients (core/engine/optim.c and trainer.c),
+ * each one pass over memory. The vector paths do the scalar loops' multiplies and adds in the
+ * same order, unfused, so they agree bit for bit. */
+void nl_sgd_update_naive(float *w, float *v, float *g, size_t n, float lr, float mu, float wd,
+                         int nesterov, int clear)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] + wd * w[i];
+        if (v) {
+            v[i] = mu * v[i] + gi;
+            w[i] -= lr * (nesterov ? gi + mu * v[i] : v[i]);
+        } else {
+            w[i] -= lr * gi;
+        }
+        if (clear)
+            g[i] = 0.0f;
+    }
+}
+
+AVX512 static void sgd_update_avx512(float *w, float *v, float *g, size_t n, float lr, float mu,
+                                     float wd, int nesterov, int clear)
+{
+    const __m512 vlr = _mm512_set1_ps(lr), vmu = _mm512_set1_ps(mu), vwd = _mm512_set1_ps(wd);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 wi = _mm512_maskz_loadu_ps(m, w + i);
+        __m512 gi = _mm512_add_ps(_mm512_maskz_loadu_ps(m, g + i), _mm512_mul_ps(vwd, wi));
+        __m512 step = gi;
+        if (v) {
+            __m512 vi = _mm512_add_ps(_mm512_mul_ps(vmu, _mm512_maskz_loadu_ps(m, v + i)), gi);
+            _mm512_mask_storeu_ps(v + i, m, vi);
+            step = nesterov ? _mm512_add_ps(gi, _mm512_mul_ps(vmu, vi)) : vi;
+        }
+        _mm512_mask_storeu_ps(w + i, m, _mm512_sub_ps(wi, _mm512_mul_ps(vlr, step)));
+        if (clear)
+            _mm512_mask_storeu_ps(g + i, m, _mm512_setzero_ps());
+    }
+}
+
+void nl_sgd_update(float *w, float *v, float *g, size_t n, float lr, float mu, float wd,
+                   int nesterov, int clear)
+{
+    if (vector_on)
+        sgd_update_avx512(w, v, g, n, lr, mu, wd, nesterov, clear);
+    else
+        nl_sgd_update_naive(w, v, g, n, lr, mu, wd, nesterov, clear);
+}
+
+void nl_add_clear_naive(float *g, float *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        g[i] += h[i];
+        h[i] = 0.0f;
+    }
+}
+
+AVX512 static void add_clear_avx512(float *g, float *h, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        _mm512_mask_storeu_ps(
+            g + i, m,
+            _mm512_add_ps(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, h + i)));
+        _mm512_mask_storeu_ps(h + i, m, _mm512_setzero_ps());
+    }
+}
+
+void nl_add_clear(float *g, float *h, size_t n)
+{
+    if (vector_on)
+        add_clear_avx512(g, h, n);
+    else
+        nl_add_clear_naive(g, h, n);
+}

@@ -191,4 +191,16 @@ void nl_add_act_backward(float *d0, float *d1, const float *y, const float *dy, 
 void nl_add_act_backward_naive(float *d0, float *d1, const float *y, const float *dy, size_t n,
                                int act, unsigned set);
 
+/* SGD's update over n parameters (core/engine/optim.c): gi = g + wd * w; with v (momentum mu > 0)
+ * v = mu * v + gi, w -= lr * (nesterov ? gi + mu * v : v); without (v NULL) w -= lr * gi. With
+ * clear, g is zeroed in the same pass, ready for the next step's sums. add_clear: g (n) += h, then
+ * h = 0, one thread's gradient summed into another's. The vector paths give the naive twins'
+ * floats bit for bit. */
+void nl_sgd_update(float *w, float *v, float *g, size_t n, float lr, float mu, float wd,
+                   int nesterov, int clear);
+void nl_sgd_update_naive(float *w, float *v, float *g, size_t n, float lr, float mu, float wd,
+                         int nesterov, int clear);
+void nl_add_clear(float *g, float *h, size_t n);
+void nl_add_clear_naive(float *g, float *h, size_t n);
+
 #endif
