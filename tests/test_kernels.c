@@ -1037,11 +1037,21 @@ static void test_fusion_twins(void)
                 /* forward: bn_apply then the activation */
                 fill_value(a1, max, 9.0f);
                 fill_value(a2, max, 9.0f);
-                nl_bn_apply_act(a1, x, n, 0.3f, 1.7f, -0.8f, 0.1f, act);
-                nl_bn_apply_act_naive(a2, x, n, 0.3f, 1.7f, -0.8f, 0.1f, act);
+                nl_bn_apply_act(a1, x, NULL, n, 0.3f, 1.7f, -0.8f, 0.1f, act);
+                nl_bn_apply_act_naive(a2, x, NULL, n, 0.3f, 1.7f, -0.8f, 0.1f, act);
                 fill_value(b1, max, 9.0f);
                 nl_bn_apply_naive(b1, x, n, 0.3f, 1.7f, -0.8f, 0.1f);
                 nl_scale_shift_naive(b1, b1, n, 1.0f, 0.0f, act);
+                wrong_apply += memcmp(a1, a2, max * sizeof *a1) != 0;
+                wrong_apply += memcmp(a1, b1, max * sizeof *a1) != 0;
+                /* with a residual add: bn_apply, add, then the activation */
+                fill_value(a1, max, 9.0f);
+                fill_value(a2, max, 9.0f);
+                nl_bn_apply_act(a1, x, dy, n, 0.3f, 1.7f, -0.8f, 0.1f, act);
+                nl_bn_apply_act_naive(a2, x, dy, n, 0.3f, 1.7f, -0.8f, 0.1f, act);
+                fill_value(b1, max, 9.0f);
+                nl_bn_apply_naive(b1, x, n, 0.3f, 1.7f, -0.8f, 0.1f);
+                nl_add_act_naive(b1, dy, b1, n, act);
                 wrong_apply += memcmp(a1, a2, max * sizeof *a1) != 0;
                 wrong_apply += memcmp(a1, b1, max * sizeof *a1) != 0;
                 /* the sums over 1 to 3 planes */

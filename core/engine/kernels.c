@@ -1854,15 +1854,17 @@ AVX512 static inline __attribute__((always_inline)) __mmask16 act_live_avx512(__
     return live;
 }
 
-void nl_bn_apply_act_naive(float *y, const float *x, size_t n, float mu, float is, float g, float b,
-                           int act)
+void nl_bn_apply_act_naive(float *y, const float *x, const float *res, size_t n, float mu, float is,
+                           float g, float b, int act)
 {
-    for (size_t i = 0; i < n; i++)
-        y[i] = act_scalar(g * ((x[i] - mu) * is) + b, act);
+    for (size_t i = 0; i < n; i++) {
+        float v = g * ((x[i] - mu) * is) + b;
+        y[i] = act_scalar(res ? v + res[i] : v, act);
+    }
 }
 
-AVX512 static void bn_apply_act_avx512(float *y, const float *x, size_t n, float mu, float is,
-                                       float g, float b, int act)
+AVX512 static void bn_apply_act_avx512(float *y, const float *x, const float *res, size_t n,
+                                       float mu, float is, float g, float b, int act)
 {
     const __m512 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is), vg = _mm512_set1_ps(g),
                  vb = _mm512_set1_ps(b);
@@ -1870,19 +1872,21 @@ AVX512 static void bn_apply_act_avx512(float *y, const float *x, size_t n, float
         const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
         __m512 v = _mm512_maskz_loadu_ps(m, x + i);
         v = _mm512_add_ps(_mm512_mul_ps(vg, _mm512_mul_ps(_mm512_sub_ps(v, vmu), vis)), vb);
+        if (res)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + i));
         _mm512_mask_storeu_ps(y + i, m, act_avx512(v, act));
     }
 }
 
-void nl_bn_apply_act(float *y, const float *x, size_t n, float mu, float is, float g, float b,
-                     int act)
+void nl_bn_apply_act(float *y, const float *x, const float *res, size_t n, float mu, float is,
+                     float g, float b, int act)
 {
-    if (act == NL_ACT_NONE)
+    if (act == NL_ACT_NONE && !res)
         nl_bn_apply(y, x, n, mu, is, g, b);
     else if (vector_on)
-        bn_apply_act_avx512(y, x, n, mu, is, g, b, act);
+        bn_apply_act_avx512(y, x, res, n, mu, is, g, b, act);
     else
-        nl_bn_apply_act_naive(y, x, n, mu, is, g, b, act);
+        nl_bn_apply_act_naive(y, x, res, n, mu, is, g, b, act);
 }
 
 void nl_bn_grad_sums_act_naive(const float *restrict dy, const float *restrict y,

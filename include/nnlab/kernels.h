@@ -165,17 +165,18 @@ const char *nl_kernels_blas_note(void);
 
 /* Training-time fusion (core/engine/model.c): a batchnorm or residual add that alone feeds a
  * ReLU or ReLU6 (act, NL_ACT_*) writes that activation's output y, and takes its gradient dy.
- * bn_apply_act: y (n) = act(g * ((x - mu) * is) + b), x of the batchnorm's input. The backward
+ * bn_apply_act: y (n) = act(g * ((x - mu) * is) + b + res), x of the batchnorm's input, res
+ * (n) the other input of a residual add fused in too, or NULL for none. The backward
  * kernels mask dy where act's derivative, judged from y, is 0 (y > 0 for ReLU, 0 < y < 6 for
  * ReLU6, nowhere for none), as the activation's own backward does, then do what nl_bn_grad_sums,
  * nl_bn_backward_apply and the add's backward do with the masked gradient; y is laid out as dy
  * (and x). add_act_backward writes d0 and d1 (n), each skipped when NULL, in one pass: = where
  * bit 0 (d0) or 1 (d1) of set is on, += elsewhere. All give the unfused layers' floats bit for
  * bit, vector paths and naive twins alike. */
-void nl_bn_apply_act(float *y, const float *x, size_t n, float mu, float is, float g, float b,
-                     int act);
-void nl_bn_apply_act_naive(float *y, const float *x, size_t n, float mu, float is, float g, float b,
-                           int act);
+void nl_bn_apply_act(float *y, const float *x, const float *res, size_t n, float mu, float is,
+                     float g, float b, int act);
+void nl_bn_apply_act_naive(float *y, const float *x, const float *res, size_t n, float mu, float is,
+                           float g, float b, int act);
 void nl_bn_grad_sums_act(const float *dy, const float *y, const float *x, int n, size_t stride,
                          size_t plane, float mu, int act, double *sdy, double *sdyc);
 void nl_bn_grad_sums_act_naive(const float *dy, const float *y, const float *x, int n,

@@ -128,6 +128,9 @@ struct nl_fwd {
      * ops->fuses: out is then the output of the ReLU or ReLU6 that alone reads this layer. */
     const float *scale, *shift;
     int act;
+    /* Training-time fusion of a residual add into a batchnorm (ops->fuses & 2): (n, out), the
+     * add's other input, so that out = act(y + res); NULL: none. */
+    const float *res;
 };
 
 struct nl_bwd {
@@ -151,6 +154,9 @@ struct nl_bwd {
      * act(y) and dout the gradient of act(y); the layer masks dout where act's derivative, read
      * from out, is 0. 0: out and dout are the layer's own. */
     int act;
+    /* With nl_fwd.res: its gradient, the masked dout, written (= where bit 1 of set is on) or
+     * added; NULL when no gradient is wanted there. */
+    float *dres;
 };
 
 struct nl_layer_ops {
@@ -163,8 +169,9 @@ struct nl_layer_ops {
     int overwrites;
     /* What of nl_fwd's folded output pass forward honours: bit 0 scale and shift, bit 1 act. */
     int folds;
-    /* 1 when forward honours nl_fwd.act in training as well, and backward nl_bwd.act, so that a
-     * training executor can fuse the ReLU or ReLU6 that alone reads the layer into it. */
+    /* Bit 0: forward honours nl_fwd.act in training as well, and backward nl_bwd.act, so that a
+     * training executor can fuse the ReLU or ReLU6 that alone reads the layer into it. Bit 1:
+     * also nl_fwd.res and nl_bwd.dres, the residual add that alone reads it. */
     int fuses;
     /* Validates the configuration against in[] and fills out, params, aux and scratch sizes.
      * Errors name the layer (and its spec line when it has one). */

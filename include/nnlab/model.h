@@ -87,8 +87,9 @@ int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struc
  * each conv's batchnorm and the ReLUs after convs and adds into one output pass (see
  * core/engine/model.c), which gives the same outputs to rounding; nl_exec_folded says how many
  * layers it folds away. A training executor (nl_exec_new) fuses each ReLU or ReLU6 that alone
- * reads a batchnorm or an add into it, with the same results bit for bit and two activation
- * buffers fewer a pair; nl_exec_folded then counts the fused activations. */
+ * reads a batchnorm or an add into it, and each residual add that alone reads a batchnorm, with
+ * the same results bit for bit and two activation buffers fewer a layer fused away;
+ * nl_exec_folded then counts those layers. */
 int nl_exec_new_forward(struct nl_exec **out, const struct nl_model *m, int max_n,
                         struct nl_error *err);
 int nl_exec_folded(const struct nl_exec *x);
