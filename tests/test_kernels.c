@@ -1116,6 +1116,209 @@ static void test_blas_core(void)
     ok(!is_generic, "an AVX2 CPU runs OpenBLAS kernels that use it: %s", note);
 }
 
+/* ---- training-time fusion's kernels ----
+ *
+ * Each fused kernel against its naive twin and against the unfused kernels run one after the
+ * other (the activation's backward writing the masked gradient, then batchnorm's or the add's
+ * pass reading it), bit for bit, for every activation: lengths around the 16 lanes, 1 to 3
+ * planes apart, outputs that hit 0 and 6 exactly, NaN and infinities in the inputs. */
+static float masked(float y, float g, int act)
+{
+    int live = act == NL_ACT_NONE ? 1 : act == NL_ACT_RELU6 ? y > 0.0f && y < 6.0f : y > 0.0f;
+    return live ? g : 0.0f;
+}
+
+static void test_fusion_twins(void)
+{
+    static const int sizes[] = {0, 1, 15, 16, 17, 31, 33, 100, 333};
+    const size_t max = 1000;
+    float *x = floats(max), *dy = floats(max), *y = floats(max), *g = floats(max);
+    float *a1 = floats(max), *a2 = floats(max), *b1 = floats(max), *b2 = floats(max);
+    float *e1 = floats(max), *e2 = floats(max);
+    int wrong_apply = 0, wrong_sums = 0, wrong_dx = 0, wrong_add = 0, twins = 0, dead = 0;
+
+    fill(x, max, -1, 1);
+    fill(dy, max, -1, 1);
+    dy[4] = -0.0f;
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (int act = NL_ACT_NONE; act <= NL_ACT_RELU6; act++) {
+            /* y as the activation writes it: 0 on about half, 6 on some under ReLU6. */
+            nl_scale_shift_naive(y, x, max, 7.3f, -0.4f, act);
+            y[2] = act == NL_ACT_NONE ? NAN : 0.0f;
+            for (size_t j = 0; j < max; j++) {
+                g[j] = masked(y[j], dy[j], act);
+                dead += act != NL_ACT_NONE && g[j] == 0.0f;
+            }
+            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+                const size_t n = (size_t)sizes[i];
+                /* forward: bn_apply then the activation */
+                fill_value(a1, max, 9.0f);
+                fill_value(a2, max, 9.0f);
+                nl_bn_apply_act(a1, x, NULL, n, 0.3f, 1.7f, -0.8f, 0.1f, act);
+                nl_bn_apply_act_naive(a2, x, NULL, n, 0.3f, 1.7f, -0.8f, 0.1f, act);
+                fill_value(b1, max, 9.0f);
+                nl_bn_apply_naive(b1, x, n, 0.3f, 1.7f, -0.8f, 0.1f);
+                nl_scale_shift_naive(b1, b1, n, 1.0f, 0.0f, act);
+                wrong_apply += memcmp(a1, a2, max * sizeof *a1) != 0;
+                wrong_apply += memcmp(a1, b1, max * sizeof *a1) != 0;
+                /* with a residual add: bn_apply, add, then the activation */
+                fill_value(a1, max, 9.0f);
+                fill_value(a2, max, 9.0f);
+                nl_bn_apply_act(a1, x, dy, n, 0.3f, 1.7f, -0.8f, 0.1f, act);
+                nl_bn_apply_act_naive(a2, x, dy, n, 0.3f, 1.7f, -0.8f, 0.1f, act);
+                fill_value(b1, max, 9.0f);
+                nl_bn_apply_naive(b1, x, n, 0.3f, 1.7f, -0.8f, 0.1f);
+                nl_add_act_naive(b1, dy, b1, n, act);
+                wrong_apply += memcmp(a1, a2, max * sizeof *a1) != 0;
+                wrong_apply += memcmp(a1, b1, max * sizeof *a1) != 0;
+                /* the sums over 1 to 3 planes */
+                for (int planes = 1; planes <= 3; planes++) {
+                    const size_t stride = n + 5;
+                    if ((size_t)planes * stride > max)
+                        continue;
+                    double v[2] = {0.5, -0.25}, w[2] = {0.5, -0.25}, u[2] = {0.5, -0.25};
+                    nl_bn_grad_sums_act(dy, y, x, planes, stride, n, -0.2f, act, &v[0], &v[1]);
+                    nl_bn_grad_sums_act_naive(dy, y, x, planes, stride, n, -0.2f, act, &w[0],
+                                              &w[1]);
+                    nl_bn_grad_sums_naive(g, x, planes, stride, n, -0.2f, &u[0], &u[1]);
+                    wrong_sums += memcmp(v, w, sizeof v) != 0 || memcmp(v, u, sizeof v) != 0;
+                    twins++;
+                }
+                /* the input gradient pass, written and added */
+                for (int set = 0; set <= 1; set++) {
+                    fill(a1, max, -1, 1);
+                    memcpy(a2, a1, max * sizeof *a1);
+                    memcpy(b1, a1, max * sizeof *a1);
+                    nl_bn_backward_apply_act(a1, dy, y, x, n, 0.7f, 0.1f, -0.3f, 0.2f, 1.9f, act,
+                                             set);
+                    nl_bn_backward_apply_act_naive(a2, dy, y, x, n, 0.7f, 0.1f, -0.3f, 0.2f, 1.9f,
+                                                   act, set);
+                    nl_bn_backward_apply_naive(b1, g, x, n, 0.7f, 0.1f, -0.3f, 0.2f, 1.9f, set);
+                    wrong_dx += memcmp(a1, a2, max * sizeof *a1) != 0;
+                    wrong_dx += memcmp(a1, b1, max * sizeof *a1) != 0;
+                }
+                /* the add's two input gradients, each written, added or absent */
+                for (unsigned set = 0; set < 4; set++)
+                    for (int absent = 0; absent < 3; absent++) {
+                        fill(a1, max, -1, 1);
+                        a1[4] = -0.0f;
+                        fill(b1, max, -1, 1);
+                        memcpy(a2, a1, max * sizeof *a1);
+                        memcpy(b2, b1, max * sizeof *b1);
+                        memcpy(e1, a1, max * sizeof *a1);
+                        memcpy(e2, b1, max * sizeof *b1);
+                        float *d0 = absent == 1 ? NULL : a1, *d1 = absent == 2 ? NULL : b1;
+                        nl_add_act_backward(d0, d1, y, dy, n, act, set);
+                        nl_add_act_backward_naive(absent == 1 ? NULL : a2, absent == 2 ? NULL : b2,
+                                                  y, dy, n, act, set);
+                        for (size_t j = 0; j < n; j++) { /* the add's backward on g */
+                            if (absent != 1)
+                                e1[j] = set & 1 ? g[j] : e1[j] + g[j];
+                            if (absent != 2)
+                                e2[j] = set & 2 ? g[j] : e2[j] + g[j];
+                        }
+                        wrong_add += memcmp(a1, a2, max * sizeof *a1) != 0 ||
+                                     memcmp(b1, b2, max * sizeof *b1) != 0;
+                        wrong_add += memcmp(a1, e1, max * sizeof *a1) != 0 ||
+                                     memcmp(b1, e2, max * sizeof *b1) != 0;
+                    }
+            }
+        }
+    }
+    nl_kernels_vector(1);
+    ok(twins > 100 && dead > 500, "%d sums compared; %d gradients masked to 0", twins, dead);
+    is_int(wrong_apply, 0, "batchnorm's output pass with its activation: twin and unfused");
+    is_int(wrong_sums, 0, "batchnorm's sums of the masked gradient: twin and unfused");
+    is_int(wrong_dx, 0, "batchnorm's input gradient from the masked gradient: twin and unfused");
+    is_int(wrong_add, 0, "add's input gradients from the masked gradient: twin and unfused");
+    free(x);
+    free(dy);
+    free(y);
+    free(g);
+    free(a1);
+    free(a2);
+    free(b1);
+    free(b2);
+    free(e1);
+    free(e2);
+}
+
+/* SGD's one-pass update and the threads' gradient reduction: vector against naive, bit for bit,
+ * with and without momentum, weight decay, Nesterov and the clearing of g; and the naive update
+ * against PyTorch's rule written out. */
+static void test_sgd_twins(void)
+{
+    static const int sizes[] = {0, 1, 15, 16, 17, 100, 2048, 2049};
+    const size_t max = 2049;
+    float *w[2], *v[2], *g[2], *h[2];
+    int wrong = 0, wrong_rule = 0, wrong_add = 0, cases = 0;
+
+    for (int j = 0; j < 2; j++) {
+        w[j] = floats(max);
+        v[j] = floats(max);
+        g[j] = floats(max);
+        h[j] = floats(max);
+    }
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (int mom = 0; mom <= 1; mom++)
+            for (int decay = 0; decay <= 1; decay++)
+                for (int nesterov = 0; nesterov <= mom; nesterov++)
+                    for (int clear = 0; clear <= 1; clear++) {
+                        const size_t n = (size_t)sizes[i];
+                        const float lr = 0.05f, mu = mom ? 0.9f : 0.0f, wd = decay ? 1e-3f : 0.0f;
+                        fill(w[0], max, -1, 1);
+                        fill(v[0], max, -1, 1);
+                        fill(g[0], max, -1, 1);
+                        g[0][1] = -0.0f;
+                        for (int j = 1; j < 2; j++) {
+                            memcpy(w[j], w[0], max * sizeof *w[0]);
+                            memcpy(v[j], v[0], max * sizeof *v[0]);
+                            memcpy(g[j], g[0], max * sizeof *g[0]);
+                        }
+                        float *want = floats(max);
+                        for (size_t k = 0; k < max; k++) { /* PyTorch's rule */
+                            float gi = g[0][k] + wd * w[0][k], vk = mu * v[0][k] + gi;
+                            want[k] = k >= n ? w[0][k]
+                                      : mom  ? w[0][k] - lr * (nesterov ? gi + mu * vk : vk)
+                                             : w[0][k] - lr * gi;
+                        }
+                        nl_kernels_vector(1);
+                        nl_sgd_update(w[0], mom ? v[0] : NULL, g[0], n, lr, mu, wd, nesterov,
+                                      clear);
+                        nl_kernels_vector(0);
+                        nl_sgd_update(w[1], mom ? v[1] : NULL, g[1], n, lr, mu, wd, nesterov,
+                                      clear);
+                        wrong += memcmp(w[0], w[1], max * sizeof *w[0]) != 0 ||
+                                 memcmp(v[0], v[1], max * sizeof *v[0]) != 0 ||
+                                 memcmp(g[0], g[1], max * sizeof *g[0]) != 0;
+                        wrong_rule += memcmp(w[1], want, max * sizeof *want) != 0;
+                        for (size_t k = 0; clear && k < n; k++)
+                            wrong_rule += g[1][k] != 0.0f;
+                        free(want);
+                        /* the reduction */
+                        fill(h[0], max, -1, 1);
+                        memcpy(h[1], h[0], max * sizeof *h[0]);
+                        nl_kernels_vector(1);
+                        nl_add_clear(g[0], h[0], n);
+                        nl_kernels_vector(0);
+                        nl_add_clear_naive(g[1], h[1], n);
+                        wrong_add += memcmp(g[0], g[1], max * sizeof *g[0]) != 0 ||
+                                     memcmp(h[0], h[1], max * sizeof *h[0]) != 0;
+                        cases++;
+                    }
+    nl_kernels_vector(1);
+    is_int(wrong, 0, "SGD update: vector and naive the same bit for bit (%d cases)", cases);
+    is_int(wrong_rule, 0, "SGD update: PyTorch's rule, g cleared where asked");
+    is_int(wrong_add, 0, "gradient reduction: vector and naive the same bit for bit");
+    for (int j = 0; j < 2; j++) {
+        free(w[j]);
+        free(v[j]);
+        free(g[j]);
+        free(h[j]);
+    }
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -1140,6 +1343,8 @@ int main(void)
     }
     nl_kernels_vector(1);
     test_vector_twins();
+    test_fusion_twins();
+    test_sgd_twins();
 
     static const struct conv_case convs[] = {
         {3, 3, 12, 10, 4, 3, 5, 2, 1, 1, 2, 0}, {1, 1, 28, 28, 20, 5, 5, 1, 1, 0, 0, 0},

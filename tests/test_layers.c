@@ -942,7 +942,10 @@ static double fold_against_plain(struct nl_model *m, int n, int *folded)
     float *in = nl_alloc_floats((size_t)n * in_size);
     double worst = -1.0;
 
-    if (in && nl_exec_new_forward(&fx, m, n, &err) == 0 && nl_exec_new(&px, m, n, &err) == 0) {
+    int fusing = nl_exec_fusion(0); /* px runs every layer as it is */
+    int made = in && nl_exec_new_forward(&fx, m, n, &err) == 0 && nl_exec_new(&px, m, n, &err) == 0;
+    nl_exec_fusion(fusing);
+    if (made) {
         fill(in, (size_t)n * in_size, -1.0f, 1.0f);
         const float *want = nl_exec_forward(px, m->params, in, n, 0, &rng);
         const float *got = nl_exec_forward(fx, m->params, in, n, 0, &rng);
@@ -1012,6 +1015,218 @@ static void test_folding(void)
     }
 }
 
+/* ---- training-time fusion ----
+ *
+ * A training executor runs each ReLU or ReLU6 that alone reads a batchnorm or an add inside that
+ * layer, and each residual add that alone reads a batchnorm inside the batchnorm, with the ReLU
+ * after the add (core/engine/model.c). The arithmetic is the unfused layers', so the logits, the
+ * weight gradients and batchnorm's sums for its statistics must equal theirs bit for bit, forward
+ * in training (batch statistics) and in evaluation (running statistics), on the vector and the
+ * scalar kernels. fuse_spec has 20 channels (not a multiple of 16), planes of 14x14 and 7x7, a
+ * batchnorm over vectors (dense -> batchnorm -> relu), a ReLU6, a batchnorm -> add -> relu whose
+ * other input is a ReLU6 that a convolution also reads, and a model whose last layer is a fused
+ * ReLU; fold_spec adds a three-input add -> relu, a batchnorm feeding a three-input add (not
+ * fused) and one read by two layers (not fused); resnet8 has adds of two batchnorms, where one
+ * is fused, and the shortcut's layers lying between the fused batchnorm and its add. Every
+ * batchnorm has a channel of weight 0, where xhat cannot be recovered from the output. */
+static const char fuse_spec[] = "c1: conv 20 3x3 pad=1\n"
+                                "b1: batchnorm\n"
+                                "r1: relu\n"
+                                "p1: maxpool 2\n"
+                                "b2: batchnorm\n"
+                                "r2: relu6\n"
+                                "c2: conv 20 3x3 pad=1 bias=no\n"
+                                "b3: batchnorm\n"
+                                "a3: add in=b3,r2\n"
+                                "o3: relu\n"
+                                "fc1: dense 24\n"
+                                "b4: batchnorm\n"
+                                "r4: relu\n"
+                                "fc: dense N\n"
+                                "bo: batchnorm\n"
+                                "ro: relu\n";
+
+/* perturb_batchnorms, then channel 0 of every batchnorm gets weight 0. */
+static void perturb_for_fusion(struct nl_model *m)
+{
+    perturb_batchnorms(m);
+    for (int i = 0; i < m->nlayers; i++)
+        if (strcmp(m->layers[i].ops->kind, "batchnorm") == 0)
+            m->params[m->layers[i].param_offset] = 0.0f;
+}
+
+struct fusion_result {
+    int made;                    /* both executors were made */
+    int fused, plain;            /* nl_exec_folded of the fused and of the plain executor */
+    int logits_same;             /* bit for bit */
+    int grads_same;              /* the whole reduced range [0, nreduce), bit for bit */
+    double grad_norm;            /* of the fused gradient: 0 would make the comparison empty */
+    size_t prefix, prefix_plain; /* nl_exec_prefix of each */
+    int head_same; /* forward_head from the fused executor's features: the same logits */
+};
+
+/* One forward (training or not) and backward of n samples through a fused and a plain executor
+ * of m, from the same input and logits' gradient. */
+static struct fusion_result fuse_against_plain(struct nl_model *m, int n, int training)
+{
+    struct fusion_result res = {0};
+    struct nl_error err = {0};
+    struct nl_exec *fx = NULL, *px = NULL;
+    const size_t in_size = nl_shape_size(m->input), k = (size_t)m->nclasses;
+    float *in = nl_alloc_floats((size_t)n * in_size), *dl = nl_alloc_floats((size_t)n * k);
+    float *gf = nl_alloc_floats(m->nreduce + 1), *gp = nl_alloc_floats(m->nreduce + 1);
+    float *want = nl_alloc_floats((size_t)n * k);
+
+    int fusing = nl_exec_fusion(1);
+    res.made = in && dl && gf && gp && want && nl_exec_new(&fx, m, n, &err) == 0;
+    nl_exec_fusion(0);
+    res.made = res.made && nl_exec_new(&px, m, n, &err) == 0;
+    nl_exec_fusion(fusing);
+    if (!res.made) {
+        diag("%s", err.msg);
+        goto out;
+    }
+    res.fused = nl_exec_folded(fx);
+    res.plain = nl_exec_folded(px);
+    res.prefix = nl_exec_prefix(fx);
+    res.prefix_plain = nl_exec_prefix(px);
+    res.logits_same = res.grads_same = 1;
+    /* Twice, from other data: the second pass finds the activation gradients that the first
+     * left behind, which a gradient's first writer must overwrite, not add to. */
+    for (int pass = 0; pass < 2; pass++) {
+        fill(in, (size_t)n * in_size, -1.0f, 1.0f);
+        fill(dl, (size_t)n * k, -1.0f, 1.0f);
+        memset(gf, 0, m->nreduce * sizeof *gf);
+        memset(gp, 0, m->nreduce * sizeof *gp);
+        struct nl_rng r1 = rng, r2 = rng;
+        memcpy(want, nl_exec_forward(px, m->params, in, n, training, &r1),
+               (size_t)n * k * sizeof *want);
+        const float *got = nl_exec_forward(fx, m->params, in, n, training, &r2);
+        res.logits_same &= memcmp(want, got, (size_t)n * k * sizeof *want) == 0;
+        nl_exec_backward(px, m->params, dl, gp);
+        nl_exec_backward(fx, m->params, dl, gf);
+        res.grads_same &= memcmp(gf, gp, m->nreduce * sizeof *gf) == 0;
+    }
+    for (size_t i = 0; i < m->ntrainable; i++)
+        res.grad_norm += (double)gf[i] * gf[i];
+    res.grad_norm = sqrt(res.grad_norm);
+    res.head_same = 1;
+    if (res.prefix > 0) {
+        /* The frozen prefix's features, read back from the fused executor, through the head. */
+        float *feat = nl_alloc_floats((size_t)n * res.prefix);
+        for (int s = 0; feat && s < n; s++)
+            nl_exec_features(fx, s, feat + (size_t)s * res.prefix);
+        struct nl_rng r3 = rng;
+        const float *head =
+            feat ? nl_exec_forward_head(fx, m->params, feat, n, training, &r3) : NULL;
+        res.head_same = head && memcmp(want, head, (size_t)n * k * sizeof *want) == 0;
+        nl_free(feat);
+    }
+out:
+    nl_exec_free(fx);
+    nl_exec_free(px);
+    nl_free(in);
+    nl_free(dl);
+    nl_free(gf);
+    nl_free(gp);
+    nl_free(want);
+    return res;
+}
+
+static void test_fusion(void)
+{
+    static const struct {
+        const char *name; /* shipped model, or NULL for the spec */
+        const char *spec;
+        struct nl_shape in;
+        int fused; /* layers fused into a batchnorm or an add before them */
+    } cases[] = {
+        {NULL, fuse_spec, {3, 14, 14}, 6},         {NULL, fold_spec, {3, 9, 9}, 4},
+        {"resnet8", NULL, {1, 28, 28}, 10},        /* 4 ReLUs; 3 adds, each with its ReLU */
+        {"mobilenet-tiny", NULL, {1, 28, 28}, 10}, /* 8 ReLUs, 2 adds without a ReLU */
+        {"lenet", NULL, {1, 28, 28}, 0},           /* its ReLUs follow convs and dense layers */
+        {"resnet18", NULL, {3, 32, 32}, 25},       /* 9 ReLUs; 8 adds, each with its ReLU */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct nl_error err = {0};
+        struct nl_spec *spec = NULL;
+        struct nl_model *m = NULL;
+        const char *name = cases[c].name                ? cases[c].name
+                           : cases[c].spec == fuse_spec ? "fuse_spec"
+                                                        : "fold_spec";
+        int rc = cases[c].name ? nl_spec_load(&spec, cases[c].name, NULL, NULL, &err)
+                               : nl_spec_parse(&spec, cases[c].spec, name, NULL, NULL, &err);
+        if (rc == 0)
+            rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
+        if (rc < 0) {
+            ok(0, "%s builds: %s", name, err.msg);
+            nl_spec_free(spec);
+            continue;
+        }
+        nl_model_init_params(m, 13);
+        perturb_for_fusion(m);
+        const int big = strcmp(name, "resnet18") == 0;
+        for (int vec = 1; vec >= 0; vec--) {
+            int was = nl_kernels_vector_on();
+            nl_kernels_vector(vec && was);
+            const char *kern = vec && was ? "vector" : "scalar";
+            for (int n = 1; n <= 3; n += 2) {
+                for (int training = 1; training >= 0; training--) {
+                    if (big && (n == 1 || !training))
+                        continue; /* the large model once per kernel path */
+                    struct fusion_result r = fuse_against_plain(m, n, training);
+                    ok(r.made && r.logits_same && r.grads_same && r.grad_norm > 0.0,
+                       "%s, %d sample(s), %s, %s kernels: fused logits and gradients equal the "
+                       "plain layers' bit for bit (gradient norm %.3g)",
+                       name, n, training ? "training" : "evaluation", kern, r.grad_norm);
+                    if (n == 3 && training)
+                        ok(r.fused == cases[c].fused && r.plain == 0,
+                           "%s: %d layers fused (%d without fusion)", name, r.fused, r.plain);
+                }
+            }
+            nl_kernels_vector(was);
+        }
+        nl_model_free(m);
+        nl_spec_free(spec);
+    }
+}
+
+/* A frozen backbone (--freeze-up-to): the head alone trains, the groups of the frozen part still
+ * fuse (no buffers for the layers fused away), and the prefix's features, taken from the fused
+ * executor, give the same logits through the head. */
+static void test_fusion_frozen(void)
+{
+    struct nl_error err = {0};
+    struct nl_spec *spec = NULL;
+    struct nl_model *m = NULL;
+
+    if (nl_spec_load(&spec, "resnet8", NULL, NULL, &err) < 0 ||
+        nl_model_build(&m, spec, (struct nl_shape){1, 28, 28}, 10, &err) < 0 ||
+        nl_model_freeze(m, NULL, 0, "s3out", &err) < 0) {
+        ok(0, "resnet8 builds and freezes up to s3out: %s", err.msg);
+        nl_model_free(m);
+        nl_spec_free(spec);
+        return;
+    }
+    nl_model_init_params(m, 17);
+    perturb_for_fusion(m);
+    const int fc = nl_model_find_layer(m, "fc");
+    is_int((long long)m->ntrainable, (long long)((m->layers[fc].param_count + 15) & ~(size_t)15),
+           "frozen up to s3out: only fc's parameters train");
+    for (int n = 1; n <= 3; n += 2) {
+        struct fusion_result r = fuse_against_plain(m, n, 1);
+        ok(r.made && r.logits_same && r.grads_same && r.grad_norm > 0.0,
+           "frozen backbone, %d sample(s): fused logits and head gradients equal the plain ones",
+           n);
+        ok(r.fused == 10 && r.prefix > 0 && r.prefix == r.prefix_plain && r.head_same,
+           "frozen backbone: %d layers fused in the prefix, %zu features a sample, and the "
+           "head on the fused executor's features gives the same logits",
+           r.fused, r.prefix);
+    }
+    nl_model_free(m);
+    nl_spec_free(spec);
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -1027,6 +1242,8 @@ int main(void)
     test_dropout();
     test_overwrite();
     test_folding();
+    test_fusion();
+    test_fusion_frozen();
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     return done_testing();
 }

@@ -1827,3 +1827,291 @@ void nl_conv_s1_dweight(float *dweight, const float *dout, const float *img, int
     else
         nl_conv_s1_dweight_naive(dweight, dout, img, c, h, w, f, kh, kw, ph, pw, oh, ow);
 }
+
+/* Training-time fusion (core/engine/model.c): a batchnorm or a residual add writes the output of
+ * the ReLU or ReLU6 that alone reads it, and its backward takes that activation's gradient,
+ * masked where the activation's output says its derivative is 0. The mask is a select, as in
+ * nl_relu_backward: dy where live, +0.0f elsewhere, so every later operation sees the floats the
+ * activation layer's backward would have written, and the results are the unfused layers' bit
+ * for bit. */
+
+/* 1 where act (NL_ACT_*) passes its input's gradient, judged from its output y: y > 0 for ReLU,
+ * 0 < y < 6 for ReLU6 (no gradient at the kinks, as PyTorch), everywhere for none. */
+static inline int act_live(float y, int act)
+{
+    if (act == NL_ACT_NONE)
+        return 1;
+    return act == NL_ACT_RELU6 ? y > 0.0f && y < 6.0f : y > 0.0f;
+}
+
+AVX512 static inline __attribute__((always_inline)) __mmask16 act_live_avx512(__m512 y, int act)
+{
+    if (act == NL_ACT_NONE)
+        return 0xffff;
+    __mmask16 live = _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ);
+    if (act == NL_ACT_RELU6)
+        live &= _mm512_cmp_ps_mask(y, _mm512_set1_ps(6.0f), _CMP_LT_OQ);
+    return live;
+}
+
+void nl_bn_apply_act_naive(float *y, const float *x, const float *res, size_t n, float mu, float is,
+                           float g, float b, int act)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = g * ((x[i] - mu) * is) + b;
+        y[i] = act_scalar(res ? v + res[i] : v, act);
+    }
+}
+
+AVX512 static void bn_apply_act_avx512(float *y, const float *x, const float *res, size_t n,
+                                       float mu, float is, float g, float b, int act)
+{
+    const __m512 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is), vg = _mm512_set1_ps(g),
+                 vb = _mm512_set1_ps(b);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        v = _mm512_add_ps(_mm512_mul_ps(vg, _mm512_mul_ps(_mm512_sub_ps(v, vmu), vis)), vb);
+        if (res)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + i));
+        _mm512_mask_storeu_ps(y + i, m, act_avx512(v, act));
+    }
+}
+
+void nl_bn_apply_act(float *y, const float *x, const float *res, size_t n, float mu, float is,
+                     float g, float b, int act)
+{
+    if (act == NL_ACT_NONE && !res)
+        nl_bn_apply(y, x, n, mu, is, g, b);
+    else if (vector_on)
+        bn_apply_act_avx512(y, x, res, n, mu, is, g, b, act);
+    else
+        nl_bn_apply_act_naive(y, x, res, n, mu, is, g, b, act);
+}
+
+void nl_bn_grad_sums_act_naive(const float *restrict dy, const float *restrict y,
+                               const float *restrict x, int n, size_t stride, size_t plane,
+                               float mu, int act, double *sdy, double *sdyc)
+{
+    float a[16] = {0}, b[16] = {0};
+
+    for (int s = 0; s < n; s++) {
+        const size_t at = (size_t)s * stride;
+        const float *g = dy + at, *o = y + at, *p = x + at;
+        for (size_t i = 0; i < plane; i += 16)
+            for (size_t j = 0; j < 16 && i + j < plane; j++) {
+                float gv = act_live(o[i + j], act) ? g[i + j] : 0.0f;
+                a[j] += gv;
+                b[j] += gv * (p[i + j] - mu);
+            }
+    }
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 16; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    *sdy += t1;
+    *sdyc += t2;
+}
+
+AVX512 static void bn_grad_sums_act_avx512(const float *dy, const float *y, const float *x, int n,
+                                           size_t stride, size_t plane, float mu, int act,
+                                           double *sdy, double *sdyc)
+{
+    __m512 va = _mm512_setzero_ps(), vb = _mm512_setzero_ps();
+    const __m512 vmu = _mm512_set1_ps(mu);
+    float a[16], b[16];
+
+    for (int s = 0; s < n; s++) {
+        const size_t at = (size_t)s * stride;
+        const float *g = dy + at, *o = y + at, *p = x + at;
+        size_t i = 0;
+        for (; i + 16 <= plane; i += 16) {
+            __m512 gv = _mm512_maskz_loadu_ps(act_live_avx512(_mm512_loadu_ps(o + i), act), g + i);
+            va = _mm512_add_ps(va, gv);
+            vb = _mm512_add_ps(vb, _mm512_mul_ps(gv, _mm512_sub_ps(_mm512_loadu_ps(p + i), vmu)));
+        }
+        if (i < plane) {
+            const __mmask16 m = lanes(0, (int)(plane - i));
+            const __mmask16 live = m & act_live_avx512(_mm512_maskz_loadu_ps(m, o + i), act);
+            __m512 gv = _mm512_maskz_loadu_ps(live, g + i);
+            va = _mm512_mask_add_ps(va, m, va, gv);
+            vb = _mm512_mask_add_ps(
+                vb, m, vb, _mm512_mul_ps(gv, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + i), vmu)));
+        }
+    }
+    _mm512_storeu_ps(a, va);
+    _mm512_storeu_ps(b, vb);
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 16; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    *sdy += t1;
+    *sdyc += t2;
+}
+
+void nl_bn_grad_sums_act(const float *dy, const float *y, const float *x, int n, size_t stride,
+                         size_t plane, float mu, int act, double *sdy, double *sdyc)
+{
+    if (act == NL_ACT_NONE) /* the same floats without reading y */
+        nl_bn_grad_sums(dy, x, n, stride, plane, mu, sdy, sdyc);
+    else if (vector_on)
+        bn_grad_sums_act_avx512(dy, y, x, n, stride, plane, mu, act, sdy, sdyc);
+    else
+        nl_bn_grad_sums_act_naive(dy, y, x, n, stride, plane, mu, act, sdy, sdyc);
+}
+
+void nl_bn_backward_apply_act_naive(float *restrict dx, const float *restrict dy,
+                                    const float *restrict y, const float *restrict x, size_t n,
+                                    float g, float a1, float a2, float mu, float is, int act,
+                                    int set)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gv = act_live(y[i], act) ? dy[i] : 0.0f;
+        float v = g * (gv - a1 - ((x[i] - mu) * is) * a2);
+        dx[i] = set ? v : dx[i] + v;
+    }
+}
+
+AVX512 static void bn_backward_apply_act_avx512(float *dx, const float *dy, const float *y,
+                                                const float *x, size_t n, float g, float a1,
+                                                float a2, float mu, float is, int act, int set)
+{
+    const __m512 vg = _mm512_set1_ps(g), va1 = _mm512_set1_ps(a1), va2 = _mm512_set1_ps(a2),
+                 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        const __mmask16 live = m & act_live_avx512(_mm512_maskz_loadu_ps(m, y + i), act);
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu), vis);
+        __m512 v = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, dy + i), va1),
+                                 _mm512_mul_ps(xh, va2));
+        v = _mm512_mul_ps(vg, v);
+        if (!set)
+            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
+        _mm512_mask_storeu_ps(dx + i, m, v);
+    }
+}
+
+void nl_bn_backward_apply_act(float *dx, const float *dy, const float *y, const float *x, size_t n,
+                              float g, float a1, float a2, float mu, float is, int act, int set)
+{
+    if (act == NL_ACT_NONE)
+        nl_bn_backward_apply(dx, dy, x, n, g, a1, a2, mu, is, set);
+    else if (vector_on)
+        bn_backward_apply_act_avx512(dx, dy, y, x, n, g, a1, a2, mu, is, act, set);
+    else
+        nl_bn_backward_apply_act_naive(dx, dy, y, x, n, g, a1, a2, mu, is, act, set);
+}
+
+void nl_add_act_backward_naive(float *d0, float *d1, const float *y, const float *dy, size_t n,
+                               int act, unsigned set)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gv = act_live(y[i], act) ? dy[i] : 0.0f;
+        if (d0)
+            d0[i] = set & 1 ? gv : d0[i] + gv;
+        if (d1)
+            d1[i] = set & 2 ? gv : d1[i] + gv;
+    }
+}
+
+AVX512 static void add_act_backward_avx512(float *d0, float *d1, const float *y, const float *dy,
+                                           size_t n, int act, unsigned set)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        const __mmask16 live = m & act_live_avx512(_mm512_maskz_loadu_ps(m, y + i), act);
+        const __m512 gv = _mm512_maskz_loadu_ps(live, dy + i);
+        if (d0)
+            _mm512_mask_storeu_ps(
+                d0 + i, m, set & 1 ? gv : _mm512_add_ps(_mm512_maskz_loadu_ps(m, d0 + i), gv));
+        if (d1)
+            _mm512_mask_storeu_ps(
+                d1 + i, m, set & 2 ? gv : _mm512_add_ps(_mm512_maskz_loadu_ps(m, d1 + i), gv));
+    }
+}
+
+void nl_add_act_backward(float *d0, float *d1, const float *y, const float *dy, size_t n, int act,
+                         unsigned set)
+{
+    if (vector_on)
+        add_act_backward_avx512(d0, d1, y, dy, n, act, set);
+    else
+        nl_add_act_backward_naive(d0, d1, y, dy, n, act, set);
+}
+
+/* SGD's update and the reduction of the threads' gradients (core/engine/optim.c and trainer.c),
+ * each one pass over memory. The vector paths do the scalar loops' multiplies and adds in the
+ * same order, unfused, so they agree bit for bit. */
+void nl_sgd_update_naive(float *w, float *v, float *g, size_t n, float lr, float mu, float wd,
+                         int nesterov, int clear)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] + wd * w[i];
+        if (v) {
+            v[i] = mu * v[i] + gi;
+            w[i] -= lr * (nesterov ? gi + mu * v[i] : v[i]);
+        } else {
+            w[i] -= lr * gi;
+        }
+        if (clear)
+            g[i] = 0.0f;
+    }
+}
+
+AVX512 static void sgd_update_avx512(float *w, float *v, float *g, size_t n, float lr, float mu,
+                                     float wd, int nesterov, int clear)
+{
+    const __m512 vlr = _mm512_set1_ps(lr), vmu = _mm512_set1_ps(mu), vwd = _mm512_set1_ps(wd);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        __m512 wi = _mm512_maskz_loadu_ps(m, w + i);
+        __m512 gi = _mm512_add_ps(_mm512_maskz_loadu_ps(m, g + i), _mm512_mul_ps(vwd, wi));
+        __m512 step = gi;
+        if (v) {
+            __m512 vi = _mm512_add_ps(_mm512_mul_ps(vmu, _mm512_maskz_loadu_ps(m, v + i)), gi);
+            _mm512_mask_storeu_ps(v + i, m, vi);
+            step = nesterov ? _mm512_add_ps(gi, _mm512_mul_ps(vmu, vi)) : vi;
+        }
+        _mm512_mask_storeu_ps(w + i, m, _mm512_sub_ps(wi, _mm512_mul_ps(vlr, step)));
+        if (clear)
+            _mm512_mask_storeu_ps(g + i, m, _mm512_setzero_ps());
+    }
+}
+
+void nl_sgd_update(float *w, float *v, float *g, size_t n, float lr, float mu, float wd,
+                   int nesterov, int clear)
+{
+    if (vector_on)
+        sgd_update_avx512(w, v, g, n, lr, mu, wd, nesterov, clear);
+    else
+        nl_sgd_update_naive(w, v, g, n, lr, mu, wd, nesterov, clear);
+}
+
+void nl_add_clear_naive(float *g, float *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        g[i] += h[i];
+        h[i] = 0.0f;
+    }
+}
+
+AVX512 static void add_clear_avx512(float *g, float *h, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        _mm512_mask_storeu_ps(
+            g + i, m,
+            _mm512_add_ps(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, h + i)));
+        _mm512_mask_storeu_ps(h + i, m, _mm512_setzero_ps());
+    }
+}
+
+void nl_add_clear(float *g, float *h, size_t n)
+{
+    if (vector_on)
+        add_clear_avx512(g, h, n);
+    else
+        nl_add_clear_naive(g, h, n);
+}

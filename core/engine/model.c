@@ -19,7 +19,22 @@
  * add or a dense layer is applied in that same pass. The folded layers do not run; the chain's
  * result lands in the last one's activation buffer, where its readers look. The output equals the
  * unfolded layers' to rounding (tests/test_layers.c holds the two against each other); a
- * forward in training mode, and every executor made by nl_exec_new, runs the layers as they are. */
+ * forward in training mode on a forward-only executor runs the layers as they are.
+ *
+ * Fusion (training executors, nl_exec_new): a batchnorm or an add (ops->fuses) runs inside
+ * itself the layers that alone read it, forward and backward: a batchnorm the residual add with
+ * two inputs that alone reads it (nl_fwd.res, nl_bwd.dres; not when the add's other input is the
+ * batchnorm's own input), then either the ReLU or ReLU6 that alone reads what it has so far
+ * (nl_fwd.act, nl_bwd.act). Such a group runs at the place of its last layer, whose output and
+ * output-gradient buffers it uses; its other layers do not run and hold neither buffer (two
+ * activation buffers fewer per layer fused away), and their passes over memory are gone (a
+ * ReLU's forward and backward, an add's, and the head's writing and re-reading of its own output
+ * and gradient). The arithmetic is the same, so the results equal the unfused layers' bit for
+ * bit (tests/test_layers.c holds them against each other); a gradient that several layers add
+ * into may take its terms in another order where a group's place moves its writer past another
+ * reader (none in the shipped models). Groups form in the frozen prefix as well, where no
+ * backward runs, but never across its edge. nl_exec_fusion turns fusion off for executors
+ * made after it, for tests and benchmarks. */
 #include "nnlab/model.h"
 
 #include <math.h>
@@ -464,7 +479,25 @@ struct nl_exec {
     size_t *fold_at;
     float *fold;
     int nfolded;
+    /* Fusion (see the top of the file), training executors only. A group is a head h (a
+     * batchnorm or an add) with the layers fused into it: fuse[h] is the group's last layer o,
+     * whose output and output gradient buffers the group uses, or -1 for a layer that heads no
+     * group; radd[h] is the add fused into batchnorm h, or -1. The group runs, forward and
+     * backward, at o's place in the order: runs[o] = h, runs[k] = -1 for its other layers (which
+     * hold no buffers), runs[k] = k for every layer outside a group. All three NULL when nothing
+     * is fused; nfolded counts the layers fused into a head. */
+    int *fuse, *radd, *runs;
 };
+
+/* Whether executors made from now on fuse (nl_exec_fusion). */
+static int fusion_on = 1;
+
+int nl_exec_fusion(int on)
+{
+    int was = fusion_on;
+    fusion_on = on != 0;
+    return was;
+}
 
 void nl_exec_free(struct nl_exec *x)
 {
@@ -490,6 +523,9 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->skip);
     nl_free(x->fold_at);
     nl_free(x->fold);
+    nl_free(x->fuse);
+    nl_free(x->radd);
+    nl_free(x->runs);
     nl_free(x);
 }
 
@@ -542,30 +578,64 @@ static void find_prefix(struct nl_exec *x)
         memset(x->pre, 0, (size_t)m->nlayers);
 }
 
+/* The layer that runs at place k of the order: k itself, the head of the fused group whose last
+ * layer k is, or -1 for the other layers of a group. */
+static int runs_at(const struct nl_exec *x, int k)
+{
+    return x->runs ? x->runs[k] : k;
+}
+
+/* The inputs read by what runs at place k (runs_at(x, k) >= 0): src[c] is read as input bit[c]
+ * of that layer's nl_bwd.set. For a batchnorm with an add fused in, the add's other input is bit
+ * 1 (nl_bwd.dres). Returns their count. */
+static int inputs_at(const struct nl_exec *x, int k, int *src, int *bit)
+{
+    const struct nl_model *m = x->m;
+    const int h = runs_at(x, k);
+    const struct nl_layer *l = &m->layers[h];
+    int count = 0;
+
+    for (int j = 0; j < l->ninputs; j++) {
+        src[count] = l->inputs[j];
+        bit[count++] = j;
+    }
+    if (x->radd && x->radd[h] >= 0) {
+        const struct nl_layer *a = &m->layers[x->radd[h]];
+        src[count] = a->inputs[0] == h ? a->inputs[1] : a->inputs[0];
+        bit[count++] = 1;
+    }
+    return count;
+}
+
 /* Which activation gradients backward must zero, and which its first writer overwrites: the
- * layer's highest reader (backward runs from the last layer down), when its kind can overwrite
- * (ops->overwrites) and it reads the layer once. */
+ * layer's highest reader in the order backward runs (from the last place down; a fused group
+ * reads at its last layer's place), when its kind can overwrite (ops->overwrites) and it reads
+ * the layer once. */
 static void find_writers(struct nl_exec *x)
 {
     const struct nl_model *m = x->m;
+    int src[NL_MAX_INPUTS + 1], bit[NL_MAX_INPUTS + 1];
 
     for (int i = 0; i < m->nlayers; i++) {
         if (!x->dact[i])
             continue;
         x->zero[i] = 1;
         for (int k = m->nlayers - 1; k > i; k--) {
-            const struct nl_layer *l = &m->layers[k];
+            const int h = runs_at(x, k);
             int reads = 0, at = -1;
-            for (int j = 0; j < l->ninputs; j++)
-                if (l->inputs[j] == i) {
+            if (h < 0)
+                continue;
+            const int count = inputs_at(x, k, src, bit);
+            for (int c = 0; c < count; c++)
+                if (src[c] == i) {
                     reads++;
-                    at = j;
+                    at = bit[c];
                 }
             if (reads == 0)
                 continue;
-            if (reads == 1 && l->ops->overwrites && x->need[k]) {
+            if (reads == 1 && m->layers[h].ops->overwrites && x->need[k]) {
                 x->zero[i] = 0;
-                x->set[k] |= 1u << at;
+                x->set[h] |= 1u << at;
             }
             break;
         }
@@ -648,6 +718,68 @@ static int plan_folds(struct nl_exec *x)
     return x->fold ? 0 : -1;
 }
 
+/* Whether layers i and k are both in the frozen prefix or both outside it. */
+static int same_side(const struct nl_exec *x, int i, int k)
+{
+    return !x->pre[i] == !x->pre[k];
+}
+
+/* The fusion plan of a training executor (see the top of the file), after find_prefix: each
+ * layer whose kind fuses takes the add that alone reads it (a batchnorm, the add having two
+ * inputs, the other not the batchnorm's own input), then the ReLU or ReLU6 that alone reads what
+ * it has so far, each on the same side of the frozen prefix as the head. Returns -1 when out of
+ * memory. */
+static int plan_fusion(struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (!l->ops->fuses || runs_at(x, i) != i)
+            continue;
+        int o = i, a = -1, r = sole_reader(m, i);
+        if ((l->ops->fuses & 2) && r >= 0 && runs_at(x, r) == r &&
+            m->layers[r].ops == &nl__add_ops && m->layers[r].ninputs == 2 && same_side(x, i, r)) {
+            const struct nl_layer *al = &m->layers[r];
+            const int other = al->inputs[0] == i ? al->inputs[1] : al->inputs[0];
+            if (other != l->inputs[0]) {
+                a = o = r;
+                r = sole_reader(m, a);
+            }
+        }
+        if (r >= 0 && runs_at(x, r) == r && activation_kind(&m->layers[r]) && same_side(x, i, r))
+            o = r;
+        if (o == i)
+            continue;
+        if (!x->runs) {
+            x->fuse = nl_calloc((size_t)m->nlayers, sizeof *x->fuse);
+            x->radd = nl_calloc((size_t)m->nlayers, sizeof *x->radd);
+            x->runs = nl_calloc((size_t)m->nlayers, sizeof *x->runs);
+            if (!x->fuse || !x->radd || !x->runs)
+                return -1;
+            for (int k = 0; k < m->nlayers; k++) {
+                x->fuse[k] = x->radd[k] = -1;
+                x->runs[k] = k;
+            }
+        }
+        x->fuse[i] = o;
+        x->radd[i] = a;
+        x->runs[i] = -1;
+        if (a >= 0)
+            x->runs[a] = -1;
+        x->runs[o] = i;
+        x->nfolded += (a >= 0) + (o != a);
+    }
+    return 0;
+}
+
+/* Where layer i writes its output and reads its output gradient: its own buffers, or those of
+ * the last layer of the group it heads. */
+static int output_of(const struct nl_exec *x, int i)
+{
+    return x->fuse && x->fuse[i] >= 0 ? x->fuse[i] : i;
+}
+
 /* forward_only: no backward will run, so no layer needs an activation gradient. */
 static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, int forward_only,
                     struct nl_error *err)
@@ -677,18 +809,24 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
             if (l->inputs[j] >= 0 && x->need[l->inputs[j]])
                 x->need[i] = 1;
     }
+    if (!forward_only)
+        find_prefix(x);
+    if (!forward_only && fusion_on && plan_fusion(x) < 0)
+        goto oom;
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
         size_t outn = (size_t)max_n * nl_shape_size(l->out);
         size_t need = l->scratch_fixed + (size_t)max_n * l->scratch_per_sample;
 
         /* Gradients only where backward writes them: a layer that backward skips (frozen, with
-         * nothing trainable below it) gets none, nor does the last (dlogits stands in). */
-        int grad = x->need[i] && i < m->nlayers - 1;
-        x->act[i] = nl_alloc_floats(outn);
+         * nothing trainable below it) gets none, nor does the last (dlogits stands in). A layer
+         * of a fused group other than its last has neither buffer: the last one's serve. */
+        int own = runs_at(x, i) >= 0 && output_of(x, i) == i;
+        int grad = own && x->need[i] && i < m->nlayers - 1;
+        x->act[i] = own ? nl_alloc_floats(outn) : NULL;
         x->dact[i] = grad ? nl_alloc_floats(outn) : NULL;
         x->aux[i] = nl_calloc((size_t)max_n * (l->aux_bytes ? l->aux_bytes : 1), 1);
-        if (!x->act[i] || (grad && !x->dact[i]) || !x->aux[i])
+        if ((own && !x->act[i]) || (grad && !x->dact[i]) || !x->aux[i])
             goto oom;
         if (need > scratch)
             scratch = need;
@@ -697,7 +835,6 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     if (!x->scratch)
         goto oom;
     if (!forward_only) {
-        find_prefix(x);
         find_writers(x);
     } else if (plan_folds(x) < 0) {
         goto oom;
@@ -753,7 +890,7 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
     const struct nl_layer *l = &x->m->layers[i];
     struct nl_fwd f = {
         .n = x->n,
-        .out = x->act[fold ? x->into[i] : i],
+        .out = x->act[fold ? x->into[i] : output_of(x, i)],
         .w = params + l->param_offset,
         .aux = x->aux[i],
         .scratch = x->scratch,
@@ -762,8 +899,17 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
     };
     for (int j = 0; j < l->ninputs; j++)
         f.in[j] = l->inputs[j] < 0 ? x->input : x->act[l->inputs[j]];
-    if (fold && x->into[i] != i)
+    if (fold && x->into[i] != i) {
         fold_pass(x, params, i, &f);
+    } else if (!fold && output_of(x, i) != i) { /* a fused group */
+        const int o = output_of(x, i), a = x->radd[i];
+        f.act = activation_kind(&x->m->layers[o]);
+        if (a >= 0) {
+            const struct nl_layer *al = &x->m->layers[a];
+            const int other = al->inputs[0] == i ? al->inputs[1] : al->inputs[0];
+            f.res = other < 0 ? x->input : x->act[other];
+        }
+    }
     l->ops->forward(l, &f);
 }
 
@@ -776,9 +922,11 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
 
     x->n = n;
     x->input = in;
-    for (int i = 0; i < m->nlayers; i++)
-        if (!(fold && x->skip[i]))
+    for (int k = 0; k < m->nlayers; k++) {
+        const int i = fold ? k : runs_at(x, k);
+        if (i >= 0 && !(fold && x->skip[i]))
             forward_layer(x, i, params, training, fold, rng);
+    }
     return x->act[m->nlayers - 1];
 }
 
@@ -839,9 +987,9 @@ const float *nl_exec_forward_head(struct nl_exec *x, const float *params, const 
     }
     x->n = n;
     x->input = NULL; /* no layer outside the prefix reads it */
-    for (int i = 0; i < m->nlayers; i++)
-        if (!x->pre[i])
-            forward_layer(x, i, params, training, 0, rng);
+    for (int k = 0; k < m->nlayers; k++)
+        if (!x->pre[k] && runs_at(x, k) >= 0)
+            forward_layer(x, runs_at(x, k), params, training, 0, rng);
     return x->act[m->nlayers - 1];
 }
 
@@ -863,17 +1011,20 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
         if (x->zero[i])
             memset(x->dact[i], 0, (size_t)n * nl_shape_size(m->layers[i].out) * sizeof(float));
 
-    for (int i = last; i >= 0; i--) {
-        const struct nl_layer *l = &m->layers[i];
-        if (!x->need[i]) {
+    for (int k = last; k >= 0; k--) {
+        /* What runs at place k: layer k, or the head i of the fused group ending at k. */
+        const int i = runs_at(x, k);
+        if (i < 0 || !x->need[k]) {
             if (done)
-                done(ud, i);
-            continue; /* nothing below it, nor it, is trained */
+                done(ud, k);
+            continue; /* nothing below it, nor it, is trained; or its group's head runs it */
         }
+        const struct nl_layer *l = &m->layers[i];
         struct nl_bwd b = {
             .n = n,
-            .out = x->act[i],
-            .dout = i == last ? dlogits : x->dact[i],
+            .out = x->act[k],
+            .dout = k == last ? dlogits : x->dact[k],
+            .act = k != i ? activation_kind(&m->layers[k]) : NL_ACT_NONE,
             .w = params + l->param_offset,
             .dw = l->frozen ? NULL : dparams + l->param_offset,
             .aux = x->aux[i],
@@ -886,9 +1037,14 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
             b.in[j] = src < 0 ? x->input : x->act[src];
             b.din[j] = src < 0 || !x->need[src] ? NULL : x->dact[src];
         }
+        if (k != i && x->radd[i] >= 0) { /* the fused add's other input */
+            const struct nl_layer *al = &m->layers[x->radd[i]];
+            const int other = al->inputs[0] == i ? al->inputs[1] : al->inputs[0];
+            b.dres = other < 0 || !x->need[other] ? NULL : x->dact[other];
+        }
         l->ops->backward(l, &b);
         if (done)
-            done(ud, i);
+            done(ud, k);
     }
 }
 

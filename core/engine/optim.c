@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nnlab/kernels.h"
+
 void nl_optim_defaults(struct nl_optim *o, enum nl_optim_kind kind)
 {
     memset(o, 0, sizeof *o);
@@ -104,22 +106,12 @@ int nl_optim_state_arrays(const struct nl_optim *o)
     return o->momentum > 0.0f ? 1 : 0;
 }
 
-static void sgd_step(const struct nl_optim *o, float *w, const float *g, float *const *state,
-                     size_t n, float lr)
+/* One pass (nl_sgd_update, in vectors where the CPU has AVX-512); g is written only with clear. */
+static void sgd_step(const struct nl_optim *o, float *w, float *g, float *const *state, size_t n,
+                     float lr, int clear)
 {
-    const float wd = o->weight_decay, mu = o->momentum;
-
-    if (mu == 0.0f) {
-        for (size_t i = 0; i < n; i++)
-            w[i] -= lr * (g[i] + wd * w[i]);
-        return;
-    }
-    float *v = state[0];
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] + wd * w[i];
-        v[i] = mu * v[i] + gi;
-        w[i] -= lr * (o->nesterov ? gi + mu * v[i] : v[i]);
-    }
+    nl_sgd_update(w, o->momentum == 0.0f ? NULL : state[0], g, n, lr, o->momentum, o->weight_decay,
+                  o->nesterov, clear);
 }
 
 static void adam_step(const struct nl_optim *o, float *w, const float *g, float *const *state,
@@ -188,9 +180,20 @@ void nl_optim_step(const struct nl_optim *o, float *w, const float *g, float *co
         adagrad_step(o, w, g, state, n, lr);
         break;
     case NL_OPTIM_SGD:
-        sgd_step(o, w, g, state, n, lr);
+        sgd_step(o, w, (float *)g, state, n, lr, 0); /* g is only read */
         break;
     }
+}
+
+void nl_optim_step_clear(const struct nl_optim *o, float *w, float *g, float *const *state,
+                         size_t n, long step, float lr)
+{
+    if (o->kind == NL_OPTIM_SGD) {
+        sgd_step(o, w, g, state, n, lr, 1);
+        return;
+    }
+    nl_optim_step(o, w, g, state, n, step, lr);
+    memset(g, 0, n * sizeof *g);
 }
 
 void nl_optim_step_zero(const struct nl_optim *o, float *w, const float *g, float *const *state,

@@ -33,6 +33,7 @@
 #include "feature_cache.h"
 #include "nnlab/alloc.h"
 #include "nnlab/clock.h"
+#include "nnlab/kernels.h"
 #include "nnlab/rng.h"
 #include "thread_pool.h"
 
@@ -202,14 +203,10 @@ static int overlap_init(struct ctx *c, struct nl_error *err)
 /* Sums g[a, b) of every thread into thread 0's buffer in thread order, clearing the others. */
 static void reduce_range(struct ctx *c, size_t a, size_t b, int count)
 {
-    float *g = c->w[0].grad;
-    for (int k = 1; k < count; k++) {
-        float *gk = c->w[k].grad;
-        for (size_t i = a; i < b; i++) {
-            g[i] += gk[i];
-            gk[i] = 0.0f;
-        }
-    }
+    if (a >= b)
+        return;
+    for (int k = 1; k < count; k++)
+        nl_add_clear(c->w[0].grad + a, c->w[k].grad + a, b - a);
 }
 
 /* A thread's backward is past layer i (nl_exec_backward_hook). */
@@ -343,17 +340,13 @@ static void update_dense(struct ctx *c, size_t lo, size_t hi, int count)
     float *g = c->w[0].grad;
     for (size_t lo_i = lo; lo_i < hi; lo_i += REDUCE_CHUNK) {
         size_t hi_i = lo_i + REDUCE_CHUNK < hi ? lo_i + REDUCE_CHUNK : hi;
-        for (int k = 1; k < count; k++) {
-            float *gk = c->w[k].grad;
-            for (size_t i = lo_i; i < hi_i; i++)
-                g[i] += gk[i];
-            memset(gk + lo_i, 0, (hi_i - lo_i) * sizeof *gk);
-        }
+        for (int k = 1; k < count; k++)
+            nl_add_clear(g + lo_i, c->w[k].grad + lo_i, hi_i - lo_i);
         float *state[NL_OPTIM_MAX_STATE];
         for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
             state[k] = c->state[k] ? c->state[k] + lo_i : NULL;
-        nl_optim_step(c->optim, c->params + lo_i, g + lo_i, state, hi_i - lo_i, c->step, c->lr);
-        memset(g + lo_i, 0, (hi_i - lo_i) * sizeof *g);
+        nl_optim_step_clear(c->optim, c->params + lo_i, g + lo_i, state, hi_i - lo_i, c->step,
+                            c->lr);
     }
 }
 
@@ -532,24 +525,15 @@ static void step_thread(void *arg, int t, int count)
          * every thread's buffer for the next step; only the marked rows of the tables. */
         update_range(c, a, tb, count);
         /* Statistics: summed into thread 0's buffer for nl_model_update_stats. */
-        for (int k = 1; k < count; k++) {
-            float *gk = c->w[k].grad;
-            for (size_t i = a > tb ? a : tb; i < b; i++) {
-                g[i] += gk[i];
-                gk[i] = 0.0f;
-            }
-        }
+        const size_t sa = a > tb ? a : tb;
+        for (int k = 1; k < count && sa < b; k++)
+            nl_add_clear(g + sa, c->w[k].grad + sa, b - sa);
         return;
     }
     /* Clipping needs the whole reduced slice (and, for the norm, every slice); a synchroniser
      * reads the reduced gradient after the step. */
-    for (int k = 1; k < count; k++) {
-        float *gk = c->w[k].grad;
-        for (size_t i = a; i < b; i++) {
-            g[i] += gk[i];
-            gk[i] = 0.0f;
-        }
-    }
+    for (int k = 1; k < count && a < b; k++)
+        nl_add_clear(g + a, c->w[k].grad + a, b - a);
     if (!c->sync && (c->clip_value > 0.0f || c->clip_norm > 0.0f))
         clip_slice(c, w, g, a, tb, count); /* a synchroniser clips the global gradient */
     if (c->sync || a >= tb)
@@ -557,8 +541,7 @@ static void step_thread(void *arg, int t, int count)
     float *state[NL_OPTIM_MAX_STATE];
     for (int k = 0; k < NL_OPTIM_MAX_STATE; k++)
         state[k] = c->state[k] ? c->state[k] + a : NULL;
-    nl_optim_step(c->optim, c->params + a, g + a, state, tb - a, c->step, c->lr);
-    memset(g + a, 0, (tb - a) * sizeof *g);
+    nl_optim_step_clear(c->optim, c->params + a, g + a, state, tb - a, c->step, c->lr);
 }
 
 static void eval_thread(void *arg, int t, int count)

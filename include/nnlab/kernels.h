@@ -163,4 +163,45 @@ void nl_kernels_init(void);
 /* Which OpenBLAS kernels run, and why, after nl_kernels_init: "OpenBLAS SkylakeX kernels ...". */
 const char *nl_kernels_blas_note(void);
 
+/* Training-time fusion (core/engine/model.c): a batchnorm or residual add that alone feeds a
+ * ReLU or ReLU6 (act, NL_ACT_*) writes that activation's output y, and takes its gradient dy.
+ * bn_apply_act: y (n) = act(g * ((x - mu) * is) + b + res), x of the batchnorm's input, res
+ * (n) the other input of a residual add fused in too, or NULL for none. The backward
+ * kernels mask dy where act's derivative, judged from y, is 0 (y > 0 for ReLU, 0 < y < 6 for
+ * ReLU6, nowhere for none), as the activation's own backward does, then do what nl_bn_grad_sums,
+ * nl_bn_backward_apply and the add's backward do with the masked gradient; y is laid out as dy
+ * (and x). add_act_backward writes d0 and d1 (n), each skipped when NULL, in one pass: = where
+ * bit 0 (d0) or 1 (d1) of set is on, += elsewhere. All give the unfused layers' floats bit for
+ * bit, vector paths and naive twins alike. */
+void nl_bn_apply_act(float *y, const float *x, const float *res, size_t n, float mu, float is,
+                     float g, float b, int act);
+void nl_bn_apply_act_naive(float *y, const float *x, const float *res, size_t n, float mu, float is,
+                           float g, float b, int act);
+void nl_bn_grad_sums_act(const float *dy, const float *y, const float *x, int n, size_t stride,
+                         size_t plane, float mu, int act, double *sdy, double *sdyc);
+void nl_bn_grad_sums_act_naive(const float *dy, const float *y, const float *x, int n,
+                               size_t stride, size_t plane, float mu, int act, double *sdy,
+                               double *sdyc);
+void nl_bn_backward_apply_act(float *dx, const float *dy, const float *y, const float *x, size_t n,
+                              float g, float a1, float a2, float mu, float is, int act, int set);
+void nl_bn_backward_apply_act_naive(float *dx, const float *dy, const float *y, const float *x,
+                                    size_t n, float g, float a1, float a2, float mu, float is,
+                                    int act, int set);
+void nl_add_act_backward(float *d0, float *d1, const float *y, const float *dy, size_t n, int act,
+                         unsigned set);
+void nl_add_act_backward_naive(float *d0, float *d1, const float *y, const float *dy, size_t n,
+                               int act, unsigned set);
+
+/* SGD's update over n parameters (core/engine/optim.c): gi = g + wd * w; with v (momentum mu > 0)
+ * v = mu * v + gi, w -= lr * (nesterov ? gi + mu * v : v); without (v NULL) w -= lr * gi. With
+ * clear, g is zeroed in the same pass, ready for the next step's sums. add_clear: g (n) += h, then
+ * h = 0, one thread's gradient summed into another's. The vector paths give the naive twins'
+ * floats bit for bit. */
+void nl_sgd_update(float *w, float *v, float *g, size_t n, float lr, float mu, float wd,
+                   int nesterov, int clear);
+void nl_sgd_update_naive(float *w, float *v, float *g, size_t n, float lr, float mu, float wd,
+                         int nesterov, int clear);
+void nl_add_clear(float *g, float *h, size_t n);
+void nl_add_clear_naive(float *g, float *h, size_t n);
+
 #endif

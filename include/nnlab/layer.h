@@ -126,9 +126,13 @@ struct nl_fwd {
      * model.c) for the kinds that honour it (ops->folds): conv writes channel k of out as
      * act(y * scale[k] + shift[k]), y its product without the bias (the batchnorm that alone
      * read it folded in); add writes act(sum). act is NL_ACT_* of nnlab/kernels.h; scale NULL
-     * and act 0: the plain output. */
+     * and act 0: the plain output. A training executor sets act alone, for the kinds with
+     * ops->fuses: out is then the output of the ReLU or ReLU6 that alone reads this layer. */
     const float *scale, *shift;
     int act;
+    /* Training-time fusion of a residual add into a batchnorm (ops->fuses & 2): (n, out), the
+     * add's other input, so that out = act(y + res); NULL: none. */
+    const float *res;
 };
 
 struct nl_bwd {
@@ -148,6 +152,13 @@ struct nl_bwd {
     unsigned char *rows;
     const void *aux; /* what forward wrote there */
     float *scratch;
+    /* Training-time fusion (ops->fuses): forward applied act (NL_ACT_*) to its output, so out is
+     * act(y) and dout the gradient of act(y); the layer masks dout where act's derivative, read
+     * from out, is 0. 0: out and dout are the layer's own. */
+    int act;
+    /* With nl_fwd.res: its gradient, the masked dout, written (= where bit 1 of set is on) or
+     * added; NULL when no gradient is wanted there. */
+    float *dres;
 };
 
 struct nl_layer_ops {
@@ -160,6 +171,10 @@ struct nl_layer_ops {
     int overwrites;
     /* What of nl_fwd's folded output pass forward honours: bit 0 scale and shift, bit 1 act. */
     int folds;
+    /* Bit 0: forward honours nl_fwd.act in training as well, and backward nl_bwd.act, so that a
+     * training executor can fuse the ReLU or ReLU6 that alone reads the layer into it. Bit 1:
+     * also nl_fwd.res and nl_bwd.dres, the residual add that alone reads it. */
+    int fuses;
     /* Validates the configuration against in[] and fills out, params, aux and scratch sizes.
      * Errors name the layer (and its spec line when it has one). */
     int (*setup)(struct nl_layer *l, struct nl_error *err);

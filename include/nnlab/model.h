@@ -86,10 +86,16 @@ int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struc
  * gradients, and nl_exec_backward on it computes nothing. In inference (training 0) it folds
  * each conv's batchnorm and the ReLUs after convs and adds into one output pass (see
  * core/engine/model.c), which gives the same outputs to rounding; nl_exec_folded says how many
- * layers it folds away. */
+ * layers it folds away. A training executor (nl_exec_new) fuses each ReLU or ReLU6 that alone
+ * reads a batchnorm or an add into it, and each residual add that alone reads a batchnorm, with
+ * the same results bit for bit and two activation buffers fewer a layer fused away;
+ * nl_exec_folded then counts those layers. */
 int nl_exec_new_forward(struct nl_exec **out, const struct nl_model *m, int max_n,
                         struct nl_error *err);
 int nl_exec_folded(const struct nl_exec *x);
+/* Whether training executors made from now on fuse (on by default); returns the former setting.
+ * For tests and benchmarks that compare the two, before any thread makes an executor. */
+int nl_exec_fusion(int on);
 void nl_exec_free(struct nl_exec *x);
 
 /* Runs n <= max_n samples x (n, input) through the model with parameters params (the model's own

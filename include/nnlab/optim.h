@@ -50,6 +50,10 @@ int nl_optim_state_arrays(const struct nl_optim *o);
  * for this step (schedules may vary it). */
 void nl_optim_step(const struct nl_optim *o, float *w, const float *g, float *const *state,
                    size_t n, long step, float lr);
+/* nl_optim_step, then g = 0 (the gradient buffer ready for the next step's sums): for SGD in the
+ * same pass over memory. */
+void nl_optim_step_clear(const struct nl_optim *o, float *w, float *g, float *const *state,
+                         size_t n, long step, float lr);
 /* nl_optim_step with a gradient of zeros, g (n) being those zeros: the same floats for finite
  * weights. SGD with momentum and no weight decay does not read g (v = mu v + 0, w -= lr v); the
  * others take nl_optim_step. */

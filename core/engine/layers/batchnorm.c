@@ -18,6 +18,15 @@
  * and (x - x0)^2, x0 the channel's first value, so that the variance does not cancel when the
  * mean is large against the spread.
  *
+ * Training-time fusion (core/engine/model.c): where a ReLU or ReLU6 alone reads the layer, a
+ * training executor runs it inside this layer (nl_fwd.act, nl_bwd.act), and likewise a residual
+ * add that alone reads it, with the ReLU after that add (nl_fwd.res, nl_bwd.dres). Forward then
+ * writes act(y + res) in its output pass and the layer's own y is never stored; backward reads
+ * the activation's output, which says where its derivative is 0, and its gradient, and masks that
+ * gradient inside the same two passes (sums, then din and the add's other input's gradient). xhat
+ * is still recomputed from the saved input with mean and istd, never from the output divided by
+ * weight (which may be 0). The floats are those of the two layers run one after the other.
+ *
  * In inference the layer is y = x * scale + shift per channel; nl__bn_fold gives the two so
  * that a forward-only executor can fold them into the output pass of the convolution before it
  * (core/engine/model.c), exact to rounding.
@@ -106,10 +115,20 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
             istd[k] = (float)(1.0 / sqrt((double)rvar[k] + (double)eps_of(l)));
         }
         const float mu = mean[k], is = istd[k], g = gamma[k], bt = beta[k];
-        for (int s = 0; s < n; s++)
-            nl_bn_apply(f->out + (size_t)s * size + (size_t)k * plane, xk + (size_t)s * size, plane,
-                        mu, is, g, bt);
+        for (int s = 0; s < n; s++) {
+            const size_t at = (size_t)s * size + (size_t)k * plane;
+            nl_bn_apply_act(f->out + at, f->in[0] + at, f->res ? f->res + at : NULL, plane, mu, is,
+                            g, bt, f->act);
+        }
     }
+}
+
+/* Where the fused activation act (NL_ACT_*) passes the gradient, judged from its output y. */
+static inline int live(float y, int act)
+{
+    if (act == NL_ACT_NONE)
+        return 1;
+    return act == NL_ACT_RELU6 ? y > 0.0f && y < 6.0f : y > 0.0f;
 }
 
 static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
@@ -128,7 +147,8 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
         const size_t off = (size_t)k * plane;
         /* sum dy * xhat = istd * sum dy * (x - mean) */
         double sdy = 0.0, sdyc = 0.0;
-        nl_bn_grad_sums(b->dout + off, b->in[0] + off, n, size, plane, mu, &sdy, &sdyc);
+        nl_bn_grad_sums_act(b->dout + off, b->out + off, b->in[0] + off, n, size, plane, mu, b->act,
+                            &sdy, &sdyc);
         double sdyx = (double)is * sdyc;
         if (b->dw) {
             b->dw[k] += (float)sdyx;
@@ -139,22 +159,25 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
                 b->dw[l->params[3].offset + k] += sum2[k];
             }
         }
-        if (!b->din[0])
-            continue;
         float g = gamma[k] * is;
         float a1 = (float)(sdy / m), a2 = (float)(sdyx / m);
-        for (int s = 0; s < n; s++) {
+        for (int s = 0; s < n && (b->din[0] || b->dres); s++) {
             const size_t at = (size_t)s * size + off;
+            const float *dy = b->dout + at, *x = b->in[0] + at, *y = b->out + at;
+            /* The fused add's other input: the masked gradient, while this plane is in cache. */
+            if (b->dres)
+                nl_add_act_backward(b->dres + at, NULL, y, dy, plane, b->act, (b->set >> 1) & 1);
+            if (!b->din[0])
+                continue;
             float *dx = b->din[0] + at;
-            const float *dy = b->dout + at, *x = b->in[0] + at;
             if (use_batch)
-                nl_bn_backward_apply(dx, dy, x, plane, g, a1, a2, mu, is, b->set & 1);
-            else if (b->set & 1)
-                for (size_t i = 0; i < plane; i++)
-                    dx[i] = g * dy[i];
-            else
-                for (size_t i = 0; i < plane; i++)
-                    dx[i] += g * dy[i];
+                nl_bn_backward_apply_act(dx, dy, y, x, plane, g, a1, a2, mu, is, b->act,
+                                         b->set & 1);
+            else /* the running statistics: din = weight * istd * dy */
+                for (size_t i = 0; i < plane; i++) {
+                    float v = g * (live(y[i], b->act) ? dy[i] : 0.0f);
+                    dx[i] = b->set & 1 ? v : dx[i] + v;
+                }
         }
     }
 }
@@ -196,6 +219,7 @@ static void bn_update_stats(const struct nl_layer *l, float *w, const float *sum
 const struct nl_layer_ops nl__batchnorm_ops = {
     .kind = "batchnorm",
     .overwrites = 1,
+    .fuses = 3,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = bn_setup,

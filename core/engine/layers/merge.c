@@ -1,7 +1,9 @@
 /* "add", "concat" and "globalavgpool": the layers that join and reduce branches of a graph.
  *
  *   add in=a,b[,...]      out = the sum of 2 to NL_MAX_INPUTS inputs of one shape (residuals);
- *                         in inference the ReLU that alone reads it may be folded in (nl_fwd.act)
+ *                         the ReLU that alone reads it may be folded in (nl_fwd.act), in
+ *                         inference and in training, where backward then masks the ReLU's
+ *                         gradient into both inputs in one pass (nl_bwd.act)
  *   concat in=a,b[,...]   out (C1 + C2 + ..., H, W): the inputs one after another along the
  *                         channels, as torch.cat(dim=1); all inputs share H and W
  *   globalavgpool         out (C, 1, 1): the mean of each channel's plane, as
@@ -53,6 +55,13 @@ static void add_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     size_t count = b->n > 0 ? (size_t)b->n * nl_shape_size(l->out) : 0;
 
+    if (b->act) { /* the fused activation's gradient, masked into two inputs a pass */
+        for (int j = 0; j < l->ninputs; j += 2) {
+            float *d1 = j + 1 < l->ninputs ? b->din[j + 1] : NULL;
+            nl_add_act_backward(b->din[j], d1, b->out, b->dout, count, b->act, (b->set >> j) & 3u);
+        }
+        return;
+    }
     for (int j = 0; j < l->ninputs; j++) {
         float *din = b->din[j];
         if (!din)
@@ -166,6 +175,7 @@ const struct nl_layer_ops nl__add_ops = {
     .kind = "add",
     .overwrites = 1,
     .folds = 2,
+    .fuses = 1,
     .min_inputs = 2,
     .max_inputs = NL_MAX_INPUTS,
     .setup = add_setup,
