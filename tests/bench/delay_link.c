@@ -529,7 +529,7 @@ int main(int argc, char **argv)
                 while (read(sfd, &si, sizeof si) == sizeof si)
                     ;
                 hist_print(&total, "total", now_ns());
-                return 0;
+                goto done;
             } else if (in_open) {
                 ssize_t r = read(STDIN_FILENO, line + line_len, sizeof line - 1 - line_len);
                 if (r <= 0) {
@@ -568,4 +568,17 @@ int main(int argc, char **argv)
                 wake = t;
         }
     }
+done:
+    for (int i = 0; i < nports; i++) {
+        close(ports[i].fd);
+        free(ports[i].ring);
+    }
+    free(buf);
+    free(total.bins);
+    free(interval.bins);
+    free(total.late);
+    free(interval.late);
+    close(ep);
+    close(sfd);
+    return 0;
 }
