@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "simd.h"
+
 #ifndef OPENBLAS_VERSION
 void openblas_set_num_threads(int num_threads);
 #endif
@@ -155,16 +157,6 @@ static void valid_range(int *lo, int *hi, int size, int k, int s, int p, int out
         *hi = out;
     if (*hi < *lo)
         *hi = *lo;
-}
-
-#define AVX512 __attribute__((target("avx512f")))
-
-/* The lanes [lo, hi) of 16, clamped to [0, 16). */
-static inline __mmask16 lanes(int lo, int hi)
-{
-    lo = lo < 0 ? 0 : lo;
-    hi = hi > 16 ? 16 : hi;
-    return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
 }
 
 /* dst (ow) = the pixels src[ox*sw + x0] (ox in [0, ow)) of an image row of w pixels, 0 where
@@ -1313,20 +1305,6 @@ void nl_add(float *out, const float *a, const float *b, size_t n)
         add_avx512(out, a, b, n);
     else
         nl_add_naive(out, a, b, n);
-}
-
-/* act (NL_ACT_*) of the 16 lanes of v, selecting as the scalar twins compare: 0 where v > 0 is
- * false (NaN included), then 6 where v < 6 is false. */
-AVX512 static inline __attribute__((always_inline)) __m512 act_avx512(__m512 v, int act)
-{
-    if (act == NL_ACT_NONE)
-        return v;
-    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
-    if (act == NL_ACT_RELU6) {
-        const __m512 six = _mm512_set1_ps(6.0f);
-        v = _mm512_mask_mov_ps(six, _mm512_cmp_ps_mask(v, six, _CMP_LT_OQ), v);
-    }
-    return v;
 }
 
 static inline float act_scalar(float v, int act)

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "nnlab/kernels.h"
+#include "simd.h"
 
 /* F(4x4, 3x3): points 0, 1, -1, 2, -2, infinity. */
 static const float bt4[6 * 6] = {
@@ -263,7 +264,6 @@ void nl_wino_output_adjoint_naive(float *dmm, const float *dout, int n, const st
 
 /* ---- AVX-512 ---- */
 
-#define AVX512 __attribute__((target("avx512f")))
 #define INLINE static inline __attribute__((always_inline))
 
 /* The lanes [0, k) of 16. */
@@ -421,18 +421,6 @@ AVX512 INLINE void input_adjoint_avx512(float *din, const float *dv, int n, cons
     }
 }
 
-AVX512 INLINE __m512 act_v(__m512 v, int act)
-{
-    if (act == NL_ACT_NONE)
-        return v;
-    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
-    if (act == NL_ACT_RELU6) {
-        const __m512 six = _mm512_set1_ps(6.0f);
-        v = _mm512_mask_mov_ps(six, _mm512_cmp_ps_mask(v, six, _CMP_LT_OQ), v);
-    }
-    return v;
-}
-
 AVX512 INLINE void output_avx512(float *out, const float *mm, const float *bias, const float *scale,
                                  const float *shift, int act, int n, const struct nl_wino *p,
                                  const int m, const float *at)
@@ -453,9 +441,9 @@ AVX512 INLINE void output_avx512(float *out, const float *mm, const float *bias,
                 for (int j = 0; j < m; j++) {
                     __m512 o = y[i * m + j];
                     if (scale)
-                        o = act_v(_mm512_add_ps(_mm512_mul_ps(o, _mm512_set1_ps(scale[f])),
-                                                _mm512_set1_ps(shift[f])),
-                                  act);
+                        o = act_avx512(_mm512_add_ps(_mm512_mul_ps(o, _mm512_set1_ps(scale[f])),
+                                                     _mm512_set1_ps(shift[f])),
+                                       act);
                     else if (bias)
                         o = _mm512_add_ps(o, _mm512_set1_ps(bias[f]));
                     const __m512i idx = _mm512_add_epi32(g.base, _mm512_set1_epi32(i * p->ow + j));
