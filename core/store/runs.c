@@ -4,6 +4,10 @@
  * (little-endian on every platform nnlab runs on), its length checked against the model on load;
  * optim is the optimizer's state arrays one after another, same encoding, the step count being
  * the row's iteration; rng is the 32-byte state of the data-order generator.
+ * A checkpoint row is inserted with zeroblobs for the three and NULL for created, then its blobs
+ * are written in place (sqlite3_blob_write): a row that ends in zeroblobs and NULLs is the one
+ * kind SQLite stores without building it in memory, which would take as much again as the
+ * weights and the optimizer state together, at the peak of a run's memory.
  *
  * Owners. A run being trained has one owner, the process training it: runs.owner_host,
  * owner_pid and owner_start (the process's start in clock ticks after boot, field 22 of
@@ -511,35 +515,60 @@ int nl_run_recoveries(struct nl_store *s, int64_t run, struct nl_run_recovery **
     return 0;
 }
 
+/* Writes p[0, bytes) into column col of checkpoint row `row`, whose value there is a zeroblob
+ * of that size. */
+static int write_blob(sqlite3 *db, sqlite3_int64 row, const char *col, const void *p, size_t bytes)
+{
+    const size_t chunk = (size_t)1 << 30; /* sqlite3_blob_write takes an int */
+    sqlite3_blob *b = NULL;
+
+    if (bytes == 0)
+        return SQLITE_OK;
+    int rc = sqlite3_blob_open(db, "main", "checkpoints", col, row, 1, &b);
+    for (size_t at = 0; rc == SQLITE_OK && at < bytes; at += chunk)
+        rc = sqlite3_blob_write(b, (const char *)p + at,
+                                (int)(bytes - at < chunk ? bytes - at : chunk), (int)at);
+    int rc2 = sqlite3_blob_close(b);
+    return rc != SQLITE_OK ? rc : rc2;
+}
+
 int nl_run_save_checkpoint(struct nl_store *s, int64_t run, const struct nl_checkpoint *cp,
                            struct nl_error *err)
 {
     sqlite3 *db = nl_store_sqlite(s);
     sqlite3_stmt *st = NULL;
+    const size_t pbytes = cp->nparams * sizeof(float), obytes = cp->optim_floats * sizeof(float);
     int rc = nl_store_exec(s, "BEGIN IMMEDIATE", err);
 
     if (rc < 0)
         return rc;
+    /* Zeroblobs, written in place below (see the top of the file); created stays NULL, since
+     * a value there would have SQLite build the row (nothing reads it; the epoch recorded with
+     * the checkpoint has its time). */
     if (sqlite3_prepare_v2(db,
                            "INSERT OR REPLACE INTO checkpoints (run, epoch, iteration, params, "
-                           "optim, rng, created) VALUES (?, ?, ?, ?, ?, ?, "
-                           "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
+                           "optim, rng, created) VALUES (?, ?, ?, zeroblob(?), ?, zeroblob(?), "
+                           "NULL)",
                            -1, &st, NULL) != SQLITE_OK)
         goto fail;
     sqlite3_bind_int64(st, 1, run);
     sqlite3_bind_int(st, 2, cp->epoch);
     sqlite3_bind_int64(st, 3, cp->iteration);
-    sqlite3_bind_blob64(st, 4, cp->params, cp->nparams * sizeof(float), SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)pbytes);
     if (cp->optim_state)
-        sqlite3_bind_blob64(st, 5, cp->optim_state, cp->optim_floats * sizeof(float),
-                            SQLITE_STATIC);
+        sqlite3_bind_zeroblob64(st, 5, obytes);
     else
         sqlite3_bind_null(st, 5);
-    sqlite3_bind_blob(st, 6, cp->rng->s, sizeof cp->rng->s, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, (sqlite3_int64)sizeof cp->rng->s);
     if (sqlite3_step(st) != SQLITE_DONE)
         goto fail;
     sqlite3_finalize(st);
     st = NULL;
+    const sqlite3_int64 row = sqlite3_last_insert_rowid(db);
+    if (write_blob(db, row, "params", cp->params, pbytes) != SQLITE_OK ||
+        (cp->optim_state && write_blob(db, row, "optim", cp->optim_state, obytes) != SQLITE_OK) ||
+        write_blob(db, row, "rng", cp->rng->s, sizeof cp->rng->s) != SQLITE_OK)
+        goto fail;
     /* The epoch's metrics with its checkpoint: a crash leaves both or neither. */
     if (cp->metrics) {
         rc = nl_run_record_epoch(s, run, cp->metrics, err);
