@@ -9,8 +9,14 @@
  * plain layer-after-layer layout.
  *
  * Memory: the flat parameter buffer belongs to the model. Each executor owns, per layer, an
- * activation buffer and an activation-gradient buffer of max_n samples, the layer's aux block,
- * and one scratch block as large as the largest layer needs (layers run one at a time).
+ * activation buffer of max_n samples and the layer's aux block, one scratch block as large as
+ * the largest layer needs (layers run one at a time), and one block for the activation
+ * gradients, planned by liveness (plan_gradients): layer i's output gradient is alive only from
+ * its first writer's backward (its highest reader, which zeroes it there or overwrites it) down
+ * to its own backward, so gradients whose lives do not meet share floats. For ResNet-18 at
+ * 3x64x64 and 16 samples a thread that is 8.4 MB instead of 27 MB; the activations stay whole
+ * (27 MB), since backward reads every one of them. The values and the order of every sum are
+ * those of one buffer per layer.
  *
  * Folding (forward-only executors, inference only): a conv whose output only a batchnorm reads
  * takes that batchnorm into its output pass, y * scale + shift per channel (nl__bn_fold, from
@@ -465,6 +471,11 @@ struct nl_exec {
      * writer (the highest layer reading it) overwrites it, told so by bit j of set[k]. */
     char *zero;
     unsigned *set;
+    /* Activation gradients share one block by liveness (see the top of the file): dact[i] lies at
+     * floats [at[i], at[i] + its size) of dblock, and is alive from place from[i] (its first
+     * writer, where backward zeroes it when zero[i]) down to place i (its reader). */
+    float *dblock;
+    int *from;
     float *scratch;
     const float *input; /* of the last forward */
     struct nl_rng *rng;
@@ -505,7 +516,6 @@ void nl_exec_free(struct nl_exec *x)
         return;
     for (int i = 0; x->act && i < x->m->nlayers; i++) {
         nl_free(x->act[i]);
-        nl_free(x->dact[i]);
         nl_free(x->aux[i]);
     }
     nl_free(x->act);
@@ -515,6 +525,8 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->pre);
     nl_free(x->zero);
     nl_free(x->set);
+    nl_free(x->dblock);
+    nl_free(x->from);
     nl_free(x->rows);
     nl_free(x->scratch);
     nl_free(x->into);
@@ -617,9 +629,10 @@ static void find_writers(struct nl_exec *x)
     int src[NL_MAX_INPUTS + 1], bit[NL_MAX_INPUTS + 1];
 
     for (int i = 0; i < m->nlayers; i++) {
-        if (!x->dact[i])
+        if (x->from[i] < 0)
             continue;
         x->zero[i] = 1;
+        x->from[i] = i; /* read by nothing: alive at its own place only */
         for (int k = m->nlayers - 1; k > i; k--) {
             const int h = runs_at(x, k);
             int reads = 0, at = -1;
@@ -633,6 +646,7 @@ static void find_writers(struct nl_exec *x)
                 }
             if (reads == 0)
                 continue;
+            x->from[i] = k;
             if (reads == 1 && m->layers[h].ops->overwrites && x->need[k]) {
                 x->zero[i] = 0;
                 x->set[h] |= 1u << at;
@@ -780,6 +794,61 @@ static int output_of(const struct nl_exec *x, int i)
     return x->fuse && x->fuse[i] >= 0 ? x->fuse[i] : i;
 }
 
+/* Places the activation gradients (from[i] >= 0, after find_writers) in one block, first fit
+ * by decreasing size: two share floats only when their lives [i, from[i]] (places, backward
+ * running from the last down) are disjoint. Returns -1 when out of memory. */
+static int plan_gradients(struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+    const int nl = m->nlayers;
+    size_t *at = nl_calloc((size_t)nl, sizeof *at), total = 0;
+    int *order = nl_calloc((size_t)nl, sizeof *order), count = 0;
+
+    if (!at || !order) {
+        nl_free(at);
+        nl_free(order);
+        return -1;
+    }
+#define GRAD_FLOATS(i) align16((size_t)x->max_n *nl_shape_size(m->layers[i].out))
+    for (int i = 0; i < nl; i++)
+        if (x->from[i] >= 0) {
+            int k = count++;
+            while (k > 0 && GRAD_FLOATS(order[k - 1]) < GRAD_FLOATS(i)) {
+                order[k] = order[k - 1];
+                k--;
+            }
+            order[k] = i;
+        }
+    for (int a = 0; a < count; a++) {
+        const int i = order[a];
+        const size_t size = GRAD_FLOATS(i);
+        size_t off = 0;
+        /* The lowest offset clear of every placed gradient alive at the same time. */
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int b = 0; b < a; b++) {
+                const int j = order[b];
+                if (x->from[j] < i || x->from[i] < j)
+                    continue; /* lives apart */
+                if (off < at[j] + GRAD_FLOATS(j) && at[j] < off + size) {
+                    off = at[j] + GRAD_FLOATS(j);
+                    moved = 1;
+                }
+            }
+        }
+        at[i] = off;
+        if (off + size > total)
+            total = off + size;
+    }
+#undef GRAD_FLOATS
+    x->dblock = nl_alloc_floats(total ? total : 1);
+    for (int i = 0; x->dblock && i < nl; i++)
+        x->dact[i] = x->from[i] >= 0 ? x->dblock + at[i] : NULL;
+    nl_free(at);
+    nl_free(order);
+    return x->dblock ? 0 : -1;
+}
+
 /* forward_only: no backward will run, so no layer needs an activation gradient. */
 static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, int forward_only,
                     struct nl_error *err)
@@ -800,7 +869,9 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     x->zero = nl_calloc((size_t)m->nlayers, 1);
     x->set = nl_calloc((size_t)m->nlayers, sizeof *x->set);
     x->rows = nl_calloc((size_t)m->nlayers, sizeof *x->rows);
-    if (!x->act || !x->dact || !x->aux || !x->need || !x->pre || !x->zero || !x->set || !x->rows)
+    x->from = nl_calloc((size_t)m->nlayers, sizeof *x->from);
+    if (!x->act || !x->dact || !x->aux || !x->need || !x->pre || !x->zero || !x->set || !x->rows ||
+        !x->from)
         goto oom;
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
@@ -824,9 +895,9 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
         int own = runs_at(x, i) >= 0 && output_of(x, i) == i;
         int grad = own && x->need[i] && i < m->nlayers - 1;
         x->act[i] = own ? nl_alloc_floats(outn) : NULL;
-        x->dact[i] = grad ? nl_alloc_floats(outn) : NULL;
+        x->from[i] = grad ? 0 : -1; /* placed by plan_gradients */
         x->aux[i] = nl_calloc((size_t)max_n * (l->aux_bytes ? l->aux_bytes : 1), 1);
-        if ((own && !x->act[i]) || (grad && !x->dact[i]) || !x->aux[i])
+        if ((own && !x->act[i]) || !x->aux[i])
             goto oom;
         if (need > scratch)
             scratch = need;
@@ -836,6 +907,8 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
         goto oom;
     if (!forward_only) {
         find_writers(x);
+        if (plan_gradients(x) < 0)
+            goto oom;
     } else if (plan_folds(x) < 0) {
         goto oom;
     }
@@ -1004,14 +1077,13 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
     const struct nl_model *m = x->m;
     const int n = x->n, last = m->nlayers - 1;
 
-    /* Activation gradients accumulate from every consumer: start them at zero, except the
-     * logits', which is dlogits itself, and those whose first writer overwrites them
-     * (find_writers). */
-    for (int i = 0; i < last; i++)
-        if (x->zero[i])
-            memset(x->dact[i], 0, (size_t)n * nl_shape_size(m->layers[i].out) * sizeof(float));
-
     for (int k = last; k >= 0; k--) {
+        /* Activation gradients accumulate from every consumer: they start at zero where their
+         * life starts (they share memory), except the logits', which is dlogits itself, and
+         * those whose first writer overwrites them (find_writers). */
+        for (int i = 0; i <= k; i++)
+            if (x->from[i] == k && x->zero[i])
+                memset(x->dact[i], 0, (size_t)n * nl_shape_size(m->layers[i].out) * sizeof(float));
         /* What runs at place k: layer k, or the head i of the fused group ending at k. */
         const int i = runs_at(x, k);
         if (i < 0 || !x->need[k]) {
