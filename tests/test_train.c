@@ -220,6 +220,57 @@ static void test_training(void)
     nl_dataset_free(d);
 }
 
+/* A residual block with a projection shortcut: a batchnorm fuses the add and the ReLU after it
+ * and runs at their place, after the shortcut's layers, whose gradients are summed first. */
+static const char res_spec[] = "c1: conv 6 3x3 pad=1 bias=no\n"
+                               "b1: batchnorm\n"
+                               "r1: relu\n"
+                               "c2: conv 8 3x3 stride=2 pad=1 bias=no\n"
+                               "b2: batchnorm\n"
+                               "sc: conv 8 1x1 stride=2 bias=no in=r1\n"
+                               "sb: batchnorm\n"
+                               "add: add in=b2,sb\n"
+                               "r2: relu\n"
+                               "pool: globalavgpool\n"
+                               "fc: dense N\n";
+
+/* Streamed gradients (the default) against every thread's full-size buffer (full_gradients):
+ * the same weights and statistics bit for bit, on 1 to 3 threads, with a last batch of one
+ * sample (threads without samples) and with momentum and weight decay. */
+static void test_streamed(void)
+{
+    struct nl_dataset *d = synthetic(161, 40, 4);
+    const char *specs[] = {res_spec, conv_spec};
+
+    for (int s = 0; s < 2; s++)
+        for (int threads = 1; threads <= 3; threads++) {
+            float *p[2] = {NULL, NULL};
+            size_t n[2] = {0, 0};
+            for (int full = 0; full < 2; full++) {
+                struct nl_model *m = build(specs[s], d->shape, d->nclasses);
+                struct nl_train_opts o;
+                struct nl_train_result res;
+                if (!m)
+                    break;
+                nl_train_defaults(&o);
+                o.epochs = 2;
+                o.batch = 16;
+                o.threads = threads;
+                o.optim.momentum = 0.9f;
+                o.optim.weight_decay = 1e-3f;
+                o.full_gradients = full;
+                nl_model_init_params(m, 5);
+                p[full] = train_and_copy(m, d, &o, NULL, &res, &n[full]);
+            }
+            ok(p[0] && p[1] && n[0] == n[1] && memcmp(p[0], p[1], n[0] * sizeof(float)) == 0,
+               "%s, %d thread(s): streamed gradients give the weights of full-size ones",
+               s ? "conv" : "residual", threads);
+            nl_free(p[0]);
+            nl_free(p[1]);
+        }
+    nl_dataset_free(d);
+}
+
 /* Token documents for the embedding tables: TOK_LEN ids of a TOK_VOCAB vocabulary, padding at
  * the end, one in three a word of the class; most rows of the table untouched by a batch. */
 enum { TOK_LEN = 12, TOK_VOCAB = 300 };
@@ -768,6 +819,7 @@ int main(void)
     test_rules();
     test_model_gradient();
     test_training();
+    test_streamed();
     test_tables();
     test_failures();
     test_early_stop();

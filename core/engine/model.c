@@ -476,6 +476,10 @@ struct nl_exec {
      * writer, where backward zeroes it when zero[i]) down to place i (its reader). */
     float *dblock;
     int *from;
+    /* For nl_exec_backward_blocks: copies of the layers that have statistics, with the offsets
+     * of their tensors one after another (setup's), so that their gradient block is compact;
+     * NULL where the model's layer serves (no statistics) or when no layer has any. */
+    struct nl_layer **plain;
     float *scratch;
     const float *input; /* of the last forward */
     struct nl_rng *rng;
@@ -527,6 +531,9 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->set);
     nl_free(x->dblock);
     nl_free(x->from);
+    for (int i = 0; x->plain && i < x->m->nlayers; i++)
+        nl_free(x->plain[i]);
+    nl_free(x->plain);
     nl_free(x->rows);
     nl_free(x->scratch);
     nl_free(x->into);
@@ -849,6 +856,25 @@ static int plan_gradients(struct nl_exec *x)
     return x->dblock ? 0 : -1;
 }
 
+/* The copies nl_exec_backward_blocks hands the layers that have statistics (x->plain). */
+static int plain_layers(struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (l->frozen || trainable_count(l) == l->param_count)
+            continue;
+        if (!x->plain && !(x->plain = nl_calloc((size_t)m->nlayers, sizeof *x->plain)))
+            return -1;
+        if (!(x->plain[i] = nl_malloc(sizeof *l)))
+            return -1;
+        *x->plain[i] = *l;
+        plain_offsets(x->plain[i]);
+    }
+    return 0;
+}
+
 /* forward_only: no backward will run, so no layer needs an activation gradient. */
 static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, int forward_only,
                     struct nl_error *err)
@@ -907,7 +933,7 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
         goto oom;
     if (!forward_only) {
         find_writers(x);
-        if (plan_gradients(x) < 0)
+        if (plan_gradients(x) < 0 || plain_layers(x) < 0)
             goto oom;
     } else if (plan_folds(x) < 0) {
         goto oom;
@@ -1071,8 +1097,43 @@ void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogi
     nl_exec_backward_hook(x, params, dlogits, dparams, NULL, NULL);
 }
 
+/* Backward into dparams, or (block not NULL) into the blocks block(ud, i) gives. */
+static void backward(struct nl_exec *x, const float *params, const float *dlogits, float *dparams,
+                     float *(*block)(void *ud, int layer), void (*done)(void *ud, int layer),
+                     void *ud);
+
 void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *dlogits,
                            float *dparams, void (*done)(void *ud, int layer), void *ud)
+{
+    backward(x, params, dlogits, dparams, NULL, done, ud);
+}
+
+void nl_exec_backward_blocks(struct nl_exec *x, const float *params, const float *dlogits,
+                             float *(*block)(void *ud, int layer),
+                             void (*done)(void *ud, int layer), void *ud)
+{
+    backward(x, params, dlogits, NULL, block, done, ud);
+}
+
+int nl_exec_block_at(const struct nl_exec *x, int k)
+{
+    const int i = runs_at(x, k);
+    if (i < 0 || !x->need[k] || x->m->layers[i].frozen || x->m->layers[i].param_count == 0)
+        return -1;
+    return i;
+}
+
+size_t nl_exec_block_floats(const struct nl_model *m, int i, size_t *trainable)
+{
+    const struct nl_layer *l = &m->layers[i];
+    if (trainable)
+        *trainable = l->frozen ? 0 : trainable_count(l);
+    return l->frozen ? 0 : l->param_count;
+}
+
+static void backward(struct nl_exec *x, const float *params, const float *dlogits, float *dparams,
+                     float *(*block)(void *ud, int layer), void (*done)(void *ud, int layer),
+                     void *ud)
 {
     const struct nl_model *m = x->m;
     const int n = x->n, last = m->nlayers - 1;
@@ -1092,13 +1153,20 @@ void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *
             continue; /* nothing below it, nor it, is trained; or its group's head runs it */
         }
         const struct nl_layer *l = &m->layers[i];
+        float *dw = NULL;
+        if (!l->frozen && !block)
+            dw = dparams + l->param_offset;
+        else if (!l->frozen && l->param_count > 0)
+            dw = block(ud, i);
+        if (block && x->plain && x->plain[i])
+            l = x->plain[i]; /* its gradient block is compact; backward reads no statistic */
         struct nl_bwd b = {
             .n = n,
             .out = x->act[k],
             .dout = k == last ? dlogits : x->dact[k],
             .act = k != i ? activation_kind(&m->layers[k]) : NL_ACT_NONE,
             .w = params + l->param_offset,
-            .dw = l->frozen ? NULL : dparams + l->param_offset,
+            .dw = dw,
             .aux = x->aux[i],
             .scratch = x->scratch,
             .set = x->set[i],

@@ -22,7 +22,30 @@
  * momentum or weight decay); momentum, weight decay and the adaptive optimizers still move an
  * untouched row, so they step over it with thread 0's zero gradient as before (SGD with momentum
  * without reading it: nl_optim_step_zero). The results are
- * the floats of the dense path (opts.dense_tables), which test_train compares. */
+ * the floats of the dense path (opts.dense_tables), which test_train compares.
+ *
+ * Streamed gradients (the default without a synchroniser, clipping or embedding tables): no thread
+ * holds a full-size gradient. Each thread's backward puts layer i's weight gradient in a block
+ * taken from its own ring (nl_exec_backward_blocks; the layer's tensors one after another, the
+ * statistics' sums after the trainable ones), in the order backward runs. The thread that brings
+ * place k's pending count to 0 (every thread past it) sums the blocks of the layer that ran there
+ * over the threads in thread order into thread 0's, updates that layer's parameters from it, as
+ * the full-buffer path does after the whole backward (the same sums and steps, element by
+ * element: the same floats, which test_train compares with opts.full_gradients), copies the
+ * statistics' sums into stats, and gives every thread's block back. Places complete in order,
+ * so each ring is a queue. A ring holds the largest block once for one thread, twice for more
+ * (one block being summed while the next is filled); a thread that finds its ring full waits for
+ * the others. The thread furthest behind never waits for long: every block it holds is of a
+ * place all threads have passed.
+ *
+ * Where a ResNet-18 run at 3x64x64, batch 32, 2 threads (`nnlab train`, SGD with momentum) keeps
+ * its memory at its peak (heaptrack, MB): weights 44.8 and momentum 44.7; per thread the
+ * activations 27.0 (core/engine/model.c), the activation gradients 8.4 (27.0 before they were
+ * planned by liveness), the layers' scratch 10.5 (conv, Winograd), the gradient ring 18.9 (a
+ * full-size gradient, 44.7, before streaming); the dataset 9.8 (uint8 pixels, converted per
+ * batch); the executors' aux and the threads' inputs 6; SQLite's pages a few MB (a checkpoint's
+ * row built in memory, 89.5, before core/store/runs.c wrote it in place); the libraries' code
+ * and OpenBLAS's buffers the rest of the resident set, about 13. */
 #include "nnlab/trainer.h"
 
 #include <math.h>
@@ -48,7 +71,10 @@ struct table {
     int rows, width, layer;
 };
 
+struct ctx;
+
 struct worker {
+    struct ctx *c;
     struct nl_exec *exec;
     float *x;               /* (max_n, input) */
     int32_t *y;             /* (max_n) */
@@ -64,6 +90,12 @@ struct worker {
     long correct;
     struct nl_metrics *metrics; /* evaluation with metrics: this thread's counts, else NULL */
     struct nl_rng rng;
+    /* Streamed gradients (see the top of the file): the ring of ring_size floats, where layer i's
+     * block starts (at), and the queue of the layers holding blocks, in the order taken. */
+    float *ring;
+    size_t ring_size, head, tail;
+    size_t *at;
+    int *queue, q_first, q_count;
 };
 
 struct ctx {
@@ -113,6 +145,14 @@ struct ctx {
     char *reduced;
     int next; /* layers [next, nlayers) are reduced and announced; under lock */
     pthread_mutex_t lock;
+
+    /* Streamed gradients (see the top of the file). stats: (nreduce) floats, of which only the
+     * statistics' sums [ntrainable, nreduce) are ever written (the rest is never touched, so
+     * never resident), for nl_model_update_stats. */
+    int stream;
+    float *stats;
+    pthread_mutex_t ring_lock;
+    pthread_cond_t ring_free;
 };
 
 void nl_train_defaults(struct nl_train_opts *o)
@@ -139,6 +179,9 @@ static void ctx_release(struct ctx *c)
         nl_free(c->w[t].idx);
         nl_free(c->w[t].dlogits);
         nl_free(c->w[t].grad);
+        nl_free(c->w[t].ring);
+        nl_free(c->w[t].at);
+        nl_free(c->w[t].queue);
         for (int k = 0; k < MAX_TABLES; k++)
             nl_free(c->w[t].rows[k]);
         nl_free(c->w[t].feat);
@@ -149,6 +192,11 @@ static void ctx_release(struct ctx *c)
     nl_free(c->state_block);
     if (c->can_overlap)
         pthread_mutex_destroy(&c->lock);
+    if (c->stream) {
+        pthread_mutex_destroy(&c->ring_lock);
+        pthread_cond_destroy(&c->ring_free);
+    }
+    nl_free(c->stats);
     nl_free(c->t_lo);
     nl_free(c->s_lo);
     nl_free(c->pending);
@@ -229,6 +277,9 @@ static void layer_done(void *ud, int i)
         c->sync->ready(c->sync->ud, c->t_lo[top], c->s_lo[top]);
 }
 
+static int stream_init(struct ctx *c);
+
+/* training: 1 for a training run's context, 2 for one that streams its gradients. */
 static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dataset *d,
                     int threads, int max_n, int training, struct nl_error *err)
 {
@@ -257,6 +308,7 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
         goto oom;
     for (int t = 0; t < c->threads; t++) {
         struct worker *w = &c->w[t];
+        w->c = c;
         rc = training ? nl_exec_new(&w->exec, m, max_n, err)
                       : nl_exec_new_forward(&w->exec, m, max_n, err);
         if (rc < 0) {
@@ -270,12 +322,14 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
         w->dlogits = nl_alloc_floats((size_t)max_n * (size_t)m->nclasses);
         if (!w->x || !w->y || !w->idx || !w->dlogits || !w->t)
             goto oom;
-        if (training) {
+        if (training == 1) {
             w->grad = nl_alloc_floats(m->nreduce ? m->nreduce : 1);
             if (!w->grad)
                 goto oom;
         }
     }
+    if (training == 2 && stream_init(c) < 0)
+        goto oom;
     return 0;
 oom:
     ctx_release(c);
@@ -457,6 +511,128 @@ static int tables_init(struct ctx *c, const struct nl_train_opts *o, struct nl_e
     return 0;
 }
 
+/* The rings, the pending counts and the statistics' sums of streamed gradients. */
+static int stream_init(struct ctx *c)
+{
+    const struct nl_model *m = c->m;
+    size_t most = 16;
+
+    for (int i = 0; i < m->nlayers; i++) {
+        size_t floats = (nl_exec_block_floats(m, i, NULL) + 15) & ~(size_t)15;
+        most = floats > most ? floats : most;
+    }
+    c->stream = 1;
+    pthread_mutex_init(&c->ring_lock, NULL);
+    pthread_cond_init(&c->ring_free, NULL);
+    /* calloc: only the statistics' part is ever written (see struct ctx). */
+    c->stats = nl_calloc(m->nreduce ? m->nreduce : 1, sizeof *c->stats);
+    c->pending = nl_calloc((size_t)m->nlayers + 1, sizeof *c->pending);
+    if (!c->stats || !c->pending)
+        return -1;
+    for (int t = 0; t < c->threads; t++) {
+        struct worker *w = &c->w[t];
+        w->ring_size = most * (c->threads > 1 ? 2 : 1);
+        w->ring = nl_alloc_floats(w->ring_size);
+        w->at = nl_calloc((size_t)m->nlayers, sizeof *w->at);
+        w->queue = nl_calloc((size_t)m->nlayers, sizeof *w->queue);
+        if (!w->ring || !w->at || !w->queue)
+            return -1;
+    }
+    return 0;
+}
+
+/* nl_exec_backward_blocks's block: layer i's block in this thread's ring, zeroed (every block
+ * is left zeroed when given back), once there is room. */
+static float *stream_block(void *ud, int i)
+{
+    struct worker *w = ud;
+    struct ctx *c = w->c;
+    const size_t floats = (nl_exec_block_floats(c->m, i, NULL) + 15) & ~(size_t)15;
+    size_t at;
+
+    pthread_mutex_lock(&c->ring_lock);
+    for (;;) {
+        if (w->q_count == 0) {
+            at = 0;
+            break;
+        }
+        if (w->head > w->tail && w->head + floats <= w->ring_size) {
+            at = w->head;
+            break;
+        }
+        if (w->head > w->tail && floats <= w->tail) {
+            at = 0; /* wraps around */
+            break;
+        }
+        if (w->head < w->tail && w->head + floats <= w->tail) {
+            at = w->head;
+            break;
+        }
+        pthread_cond_wait(&c->ring_free, &c->ring_lock);
+    }
+    if (w->q_count == 0)
+        w->tail = 0;
+    w->at[i] = at;
+    w->head = at + floats;
+    w->queue[(w->q_first + w->q_count++) % c->m->nlayers] = i;
+    pthread_mutex_unlock(&c->ring_lock);
+    return w->ring + at;
+}
+
+/* Place k is done in every thread: the sum of its layer's blocks in thread order, the update of
+ * the layer's parameters and the statistics' sums from it, and the blocks given back. */
+static void stream_reduce(struct ctx *c, int k)
+{
+    const struct nl_model *m = c->m;
+    const int i = nl_exec_block_at(c->w[0].exec, k);
+    size_t trainable;
+
+    if (i < 0)
+        return;
+    const struct nl_layer *l = &m->layers[i];
+    const size_t floats = nl_exec_block_floats(m, i, &trainable);
+    float *g = c->w[0].ring + c->w[0].at[i];
+    for (size_t lo = 0; lo < floats; lo += REDUCE_CHUNK) {
+        const size_t hi = lo + REDUCE_CHUNK < floats ? lo + REDUCE_CHUNK : floats;
+        for (int t = 1; t < c->threads; t++)
+            nl_add_clear(g + lo, c->w[t].ring + c->w[t].at[i] + lo, hi - lo);
+        if (lo >= trainable)
+            continue;
+        const size_t end = hi < trainable ? hi : trainable, off = l->param_offset + lo;
+        float *state[NL_OPTIM_MAX_STATE];
+        for (int s = 0; s < NL_OPTIM_MAX_STATE; s++)
+            state[s] = c->state[s] ? c->state[s] + off : NULL;
+        nl_optim_step_clear(c->optim, c->params + off, g + lo, state, end - lo, c->step, c->lr);
+    }
+    /* The statistics' sums, from the block's layout to the flat one. */
+    size_t at = trainable;
+    for (int p = 0; p < l->nparams; p++) {
+        if (!l->params[p].stat)
+            continue;
+        const size_t count = l->params[p].count;
+        memcpy(c->stats + l->param_offset + l->params[p].offset, g + at, count * sizeof(float));
+        memset(g + at, 0, count * sizeof(float));
+        at += count;
+    }
+    pthread_mutex_lock(&c->ring_lock);
+    for (int t = 0; t < c->threads; t++) {
+        struct worker *w = &c->w[t];
+        w->q_first = (w->q_first + 1) % m->nlayers;
+        w->q_count--;
+        w->tail = w->q_count ? w->at[w->queue[w->q_first]] : w->head;
+    }
+    pthread_cond_broadcast(&c->ring_free);
+    pthread_mutex_unlock(&c->ring_lock);
+}
+
+/* nl_exec_backward_blocks's done: this thread is past place k. */
+static void stream_done(void *ud, int k)
+{
+    struct worker *w = ud;
+    if (atomic_fetch_sub(&w->c->pending[k], 1) == 1)
+        stream_reduce(w->c, k);
+}
+
 static void step_thread(void *arg, int t, int count)
 {
     struct ctx *c = arg;
@@ -469,7 +645,7 @@ static void step_thread(void *arg, int t, int count)
     /* The other threads' buffers are all zeros here: allocated so, and cleared by the reduction
      * of every step. Thread 0's keeps what its readers after the step needed (the statistics,
      * and with a synchroniser the whole reduced gradient): clear that now. */
-    if (t == 0 && c->keep_from < m->nreduce)
+    if (t == 0 && !c->stream && c->keep_from < m->nreduce)
         memset(w->grad + c->keep_from, 0, (m->nreduce - c->keep_from) * sizeof(float));
     /* Every thread read the marks in the last step's reduction, which ended before this step. */
     for (int k = 0; k < c->ntables; k++)
@@ -499,15 +675,24 @@ static void step_thread(void *arg, int t, int count)
             w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, c->scale, &correct);
         }
         w->correct = correct;
-        if (c->overlap)
+        if (c->stream)
+            nl_exec_backward_blocks(w->exec, c->params, w->dlogits, stream_block, stream_done, w);
+        else if (c->overlap)
             nl_exec_backward_hook(w->exec, c->params, w->dlogits, w->grad, layer_done, c);
         else
             nl_exec_backward(w->exec, c->params, w->dlogits, w->grad);
+    } else if (c->stream) { /* no samples: zero blocks, taken as the others take theirs */
+        for (int k = m->nlayers - 1; k >= 0; k--) {
+            const int i = nl_exec_block_at(w->exec, k);
+            if (i >= 0)
+                stream_block(w, i);
+            stream_done(w, k);
+        }
     } else if (c->overlap) {
         for (int i = m->nlayers - 1; i >= 0; i--)
             layer_done(c, i);
     }
-    if (c->overlap)
+    if (c->overlap || c->stream)
         return; /* every range was reduced as the threads passed it */
     nl_pool_barrier(c->pool);
 
@@ -978,6 +1163,18 @@ static int features_setup(struct loop *L)
     return 0;
 }
 
+/* Whether a run streams its gradients (see the top of the file): not with a synchroniser or
+ * clipping, which read the whole gradient, nor with embedding tables whose rows are tracked. */
+static int streams(const struct nl_model *m, const struct nl_train_opts *o)
+{
+    if (o->full_gradients || o->sync || o->clip_value > 0.0f || o->clip_norm > 0.0f)
+        return 0;
+    for (int i = 0; i < m->nlayers && !o->dense_tables; i++)
+        if (!m->layers[i].frozen && strcmp(m->layers[i].ops->kind, "embedding") == 0)
+            return 0;
+    return 1;
+}
+
 /* Checks the options, builds the threads' context and the run's buffers, and resumes. */
 static int train_setup(struct loop *L)
 {
@@ -1001,7 +1198,8 @@ static int train_setup(struct loop *L)
     if (L->threads > o->batch)
         L->threads = o->batch;
     int shard = (o->batch + L->threads - 1) / L->threads;
-    rc = ctx_init(c, m, L->d, L->threads, train_exec_samples(m, shard), 1, L->err);
+    rc = ctx_init(c, m, L->d, L->threads, train_exec_samples(m, shard), streams(m, o) ? 2 : 1,
+                  L->err);
     if (rc < 0)
         return rc;
     c->optim = &o->optim;
@@ -1093,6 +1291,8 @@ static int train_step(struct loop *L, long it)
     }
     if (c->can_overlap)
         c->overlap = !o->sync->overlaps || o->sync->overlaps(o->sync->ud, c->step);
+    for (int i = 0; c->stream && i < m->nlayers; i++)
+        atomic_store(&c->pending[i], c->threads);
     if (c->overlap) {
         for (int i = 0; i < m->nlayers; i++) {
             atomic_store(&c->pending[i], c->threads);
@@ -1129,7 +1329,7 @@ static int train_step(struct loop *L, long it)
                             L->epoch, it + 1, isnan(L->batch_loss) ? "NaN" : "infinite",
                             o->optim.lr);
     } else {
-        nl_model_update_stats(m, c->params, c->w[0].grad, c->global);
+        nl_model_update_stats(m, c->params, c->stream ? c->stats : c->w[0].grad, c->global);
         L->loss_sum += L->batch_loss;
         L->correct += batch_correct;
         nl_reg_merge(&L->reg, &L->batch_reg);

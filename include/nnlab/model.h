@@ -116,6 +116,22 @@ void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogi
 void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *dlogits,
                            float *dparams, void (*done)(void *ud, int layer), void *ud);
 
+/* The same, with each layer's parameter gradient in a block of the caller's: before the backward
+ * of a layer i that is not frozen and has parameters, block(ud, i) returns where its gradient
+ * goes, nl_exec_block_floats(m, i) floats, zeroed (backward adds into it), laid out as the
+ * layer's tensors one after another in params[] order: the trainable ones first (the same floats
+ * as from param_offset in the flat layout), then the statistics' sums (which the flat layout
+ * keeps apart). done as above. A kind's backward reads no statistic from the weights, so the
+ * layer it is shown may have its statistics' offsets moved into the block. */
+void nl_exec_backward_blocks(struct nl_exec *x, const float *params, const float *dlogits,
+                             float *(*block)(void *ud, int layer),
+                             void (*done)(void *ud, int layer), void *ud);
+/* The layer whose block backward asks for at place k of its order (from the last place down,
+ * done(ud, k) following), or -1 for none: the same at every call on executors of one model. */
+int nl_exec_block_at(const struct nl_exec *x, int k);
+/* Floats of layer i's gradient block (0 for a frozen layer), and of its trainable part. */
+size_t nl_exec_block_floats(const struct nl_model *m, int i, size_t *trainable);
+
 /* Backward of layer i (an embedding) marks rows[r] = 1 for each row of its weight gradient it
  * adds to, so that a caller can reduce, update and clear only those rows; rows (the layer's
  * vocabulary size, bytes) stays the caller's, NULL stops the marking. The caller clears it. */

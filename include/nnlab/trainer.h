@@ -96,6 +96,11 @@ struct nl_train_opts {
      * reference for the default, which takes only the rows a step's tokens touched; both give
      * the same floats). */
     int dense_tables;
+    /* 1: every thread holds a full-size gradient buffer and the update waits for the whole
+     * backward (the path of a synchroniser, clipping and embedding tables); the reference for the
+     * default, which streams each layer's gradient through a small block per thread (see
+     * core/engine/trainer.c); both give the same floats. */
+    int full_gradients;
     size_t feature_cache_limit;
     const char *feature_cache_dir;
     /* A sentence for the person training, said once (the feature cache's use). May be NULL. */
