@@ -240,9 +240,12 @@ static const char res_spec[] = "c1: conv 6 3x3 pad=1 bias=no\n"
 static void test_streamed(void)
 {
     struct nl_dataset *d = synthetic(161, 40, 4);
-    const char *specs[] = {res_spec, conv_spec};
+    /* The wide one's blocks take many chunks, which threads take in turn. */
+    const char *specs[] = {res_spec, conv_spec,
+                           "fc1: dense 512\nrelu\nfc2: dense 64\nrelu\nfc3: dense N\n"};
+    const char *names[] = {"residual", "conv", "wide"};
 
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 3; s++)
         for (int threads = 1; threads <= 3; threads++) {
             float *p[2] = {NULL, NULL};
             size_t n[2] = {0, 0};
@@ -263,8 +266,8 @@ static void test_streamed(void)
                 p[full] = train_and_copy(m, d, &o, NULL, &res, &n[full]);
             }
             ok(p[0] && p[1] && n[0] == n[1] && memcmp(p[0], p[1], n[0] * sizeof(float)) == 0,
-               "%s, %d thread(s): streamed gradients give the weights of full-size ones",
-               s ? "conv" : "residual", threads);
+               "%s, %d thread(s): streamed gradients give the weights of full-size ones", names[s],
+               threads);
             nl_free(p[0]);
             nl_free(p[1]);
         }

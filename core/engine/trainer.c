@@ -27,16 +27,18 @@
  * Streamed gradients (the default without a synchroniser, clipping or embedding tables): no thread
  * holds a full-size gradient. Each thread's backward puts layer i's weight gradient in a block
  * taken from its own ring (nl_exec_backward_blocks; the layer's tensors one after another, the
- * statistics' sums after the trainable ones), in the order backward runs. The thread that brings
- * place k's pending count to 0 (every thread past it) sums the blocks of the layer that ran there
- * over the threads in thread order into thread 0's, updates that layer's parameters from it, as
- * the full-buffer path does after the whole backward (the same sums and steps, element by
- * element: the same floats, which test_train compares with opts.full_gradients), copies the
- * statistics' sums into stats, and gives every thread's block back. Places complete in order,
- * so each ring is a queue. A ring holds the largest block once for one thread, twice for more
- * (one block being summed while the next is filled); a thread that finds its ring full waits for
- * the others. The thread furthest behind never waits for long: every block it holds is of a
- * place all threads have passed.
+ * statistics' sums after the trainable ones), in the order backward runs. Once every thread is
+ * past place k, the job of the layer that ran there opens: in chunks of REDUCE_CHUNK floats, the
+ * blocks summed over the threads in thread order into thread 0's and the layer's parameters
+ * updated from it, as the full-buffer path does after the whole backward (the same sums and
+ * steps, element by element: the same floats, which test_train compares with
+ * opts.full_gradients). The thread that opened it takes chunks first; a thread whose ring is
+ * full, or whose backward is over, takes the chunks left, so that the update is shared as
+ * before. Whoever finishes a job's last chunk copies the statistics' sums into stats; the
+ * blocks go back in the order taken, so each ring is a queue. A ring holds the largest block
+ * once for one thread, twice for more (one block being summed while the next is filled). The
+ * thread furthest behind never waits for long: every block it holds is of a place all threads
+ * have passed.
  *
  * Where a ResNet-18 run at 3x64x64, batch 32, 2 threads (`nnlab train`, SGD with momentum) keeps
  * its memory at its peak (heaptrack, MB): weights 44.8 and momentum 44.7; per thread the
@@ -72,6 +74,17 @@ struct table {
 };
 
 struct ctx;
+
+/* Streamed gradients: the sum and update of the blocks of place k's layer, in chunks of
+ * REDUCE_CHUNK floats that any thread may take (see the top of the file). */
+struct job {
+    int layer; /* -1: no block at this place */
+    size_t floats, trainable, chunks;
+    int open;           /* every thread is past the place; under ring_lock */
+    int finished;       /* every chunk is done; under ring_lock */
+    atomic_size_t next; /* the next chunk to take */
+    atomic_size_t done; /* chunks finished */
+};
 
 struct worker {
     struct ctx *c;
@@ -152,7 +165,11 @@ struct ctx {
     int stream;
     float *stats;
     pthread_mutex_t ring_lock;
-    pthread_cond_t ring_free;
+    pthread_cond_t ring_free; /* a job opened or finished: ring space, chunks, or the step's end */
+    struct job *jobs;         /* (nlayers) by place */
+    int njobs;                /* places with a block: the jobs of a step */
+    int jobs_done;            /* this step's; under ring_lock */
+    int unreleased;           /* places [0, unreleased] keep their blocks; under ring_lock */
 };
 
 void nl_train_defaults(struct nl_train_opts *o)
@@ -182,6 +199,7 @@ static void ctx_release(struct ctx *c)
         nl_free(c->w[t].ring);
         nl_free(c->w[t].at);
         nl_free(c->w[t].queue);
+
         for (int k = 0; k < MAX_TABLES; k++)
             nl_free(c->w[t].rows[k]);
         nl_free(c->w[t].feat);
@@ -197,6 +215,7 @@ static void ctx_release(struct ctx *c)
         pthread_cond_destroy(&c->ring_free);
     }
     nl_free(c->stats);
+    nl_free(c->jobs);
     nl_free(c->t_lo);
     nl_free(c->s_lo);
     nl_free(c->pending);
@@ -527,8 +546,19 @@ static int stream_init(struct ctx *c)
     /* calloc: only the statistics' part is ever written (see struct ctx). */
     c->stats = nl_calloc(m->nreduce ? m->nreduce : 1, sizeof *c->stats);
     c->pending = nl_calloc((size_t)m->nlayers + 1, sizeof *c->pending);
-    if (!c->stats || !c->pending)
+    c->jobs = nl_calloc((size_t)m->nlayers, sizeof *c->jobs);
+    if (!c->stats || !c->pending || !c->jobs)
         return -1;
+    c->njobs = 0;
+    for (int k = 0; k < m->nlayers; k++) {
+        struct job *j = &c->jobs[k];
+        j->layer = nl_exec_block_at(c->w[0].exec, k);
+        if (j->layer < 0)
+            continue;
+        j->floats = nl_exec_block_floats(m, j->layer, &j->trainable);
+        j->chunks = (j->floats + REDUCE_CHUNK - 1) / REDUCE_CHUNK;
+        c->njobs++;
+    }
     for (int t = 0; t < c->threads; t++) {
         struct worker *w = &c->w[t];
         w->ring_size = most * (c->threads > 1 ? 2 : 1);
@@ -540,6 +570,8 @@ static int stream_init(struct ctx *c)
     }
     return 0;
 }
+
+static void wait_or_help(struct ctx *c);
 
 /* nl_exec_backward_blocks's block: layer i's block in this thread's ring, zeroed (every block
  * is left zeroed when given back), once there is room. */
@@ -568,7 +600,7 @@ static float *stream_block(void *ud, int i)
             at = w->head;
             break;
         }
-        pthread_cond_wait(&c->ring_free, &c->ring_lock);
+        wait_or_help(c);
     }
     if (w->q_count == 0)
         w->tail = 0;
@@ -579,33 +611,31 @@ static float *stream_block(void *ud, int i)
     return w->ring + at;
 }
 
-/* Place k is done in every thread: the sum of its layer's blocks in thread order, the update of
- * the layer's parameters and the statistics' sums from it, and the blocks given back. */
-static void stream_reduce(struct ctx *c, int k)
+/* Chunk q of place k's job: the blocks' floats summed in thread order into thread 0's, and the
+ * optimizer's step on those of them that are trainable. The thread that finishes the job's last
+ * chunk moves the statistics' sums into stats and gives every thread's block back. */
+static void job_chunk(struct ctx *c, int k, size_t q)
 {
-    const struct nl_model *m = c->m;
-    const int i = nl_exec_block_at(c->w[0].exec, k);
-    size_t trainable;
-
-    if (i < 0)
-        return;
-    const struct nl_layer *l = &m->layers[i];
-    const size_t floats = nl_exec_block_floats(m, i, &trainable);
+    struct job *j = &c->jobs[k];
+    const int i = j->layer;
+    const struct nl_layer *l = &c->m->layers[i];
     float *g = c->w[0].ring + c->w[0].at[i];
-    for (size_t lo = 0; lo < floats; lo += REDUCE_CHUNK) {
-        const size_t hi = lo + REDUCE_CHUNK < floats ? lo + REDUCE_CHUNK : floats;
-        for (int t = 1; t < c->threads; t++)
-            nl_add_clear(g + lo, c->w[t].ring + c->w[t].at[i] + lo, hi - lo);
-        if (lo >= trainable)
-            continue;
-        const size_t end = hi < trainable ? hi : trainable, off = l->param_offset + lo;
+    const size_t lo = q * REDUCE_CHUNK,
+                 hi = lo + REDUCE_CHUNK < j->floats ? lo + REDUCE_CHUNK : j->floats;
+
+    for (int t = 1; t < c->threads; t++)
+        nl_add_clear(g + lo, c->w[t].ring + c->w[t].at[i] + lo, hi - lo);
+    if (lo < j->trainable) {
+        const size_t end = hi < j->trainable ? hi : j->trainable, off = l->param_offset + lo;
         float *state[NL_OPTIM_MAX_STATE];
         for (int s = 0; s < NL_OPTIM_MAX_STATE; s++)
             state[s] = c->state[s] ? c->state[s] + off : NULL;
         nl_optim_step_clear(c->optim, c->params + off, g + lo, state, end - lo, c->step, c->lr);
     }
+    if (atomic_fetch_add(&j->done, 1) + 1 != j->chunks)
+        return;
     /* The statistics' sums, from the block's layout to the flat one. */
-    size_t at = trainable;
+    size_t at = j->trainable;
     for (int p = 0; p < l->nparams; p++) {
         if (!l->params[p].stat)
             continue;
@@ -614,15 +644,62 @@ static void stream_reduce(struct ctx *c, int k)
         memset(g + at, 0, count * sizeof(float));
         at += count;
     }
+    /* The blocks go back in the order taken (the rings are queues): this job's once the jobs of
+     * the places above it are finished too. */
     pthread_mutex_lock(&c->ring_lock);
-    for (int t = 0; t < c->threads; t++) {
-        struct worker *w = &c->w[t];
-        w->q_first = (w->q_first + 1) % m->nlayers;
-        w->q_count--;
-        w->tail = w->q_count ? w->at[w->queue[w->q_first]] : w->head;
+    j->finished = 1;
+    for (; c->unreleased >= 0; c->unreleased--) {
+        const struct job *r = &c->jobs[c->unreleased];
+        if (r->layer < 0)
+            continue;
+        if (!r->finished)
+            break;
+        for (int t = 0; t < c->threads; t++) {
+            struct worker *w = &c->w[t];
+            w->q_first = (w->q_first + 1) % c->m->nlayers;
+            w->q_count--;
+            w->tail = w->q_count ? w->at[w->queue[w->q_first]] : w->head;
+        }
     }
+    c->jobs_done++;
     pthread_cond_broadcast(&c->ring_free);
     pthread_mutex_unlock(&c->ring_lock);
+}
+
+/* Takes and runs chunks of place k's job until none is left to take. */
+static void job_run(struct ctx *c, int k)
+{
+    struct job *j = &c->jobs[k];
+    for (size_t q = atomic_fetch_add(&j->next, 1); q < j->chunks; q = atomic_fetch_add(&j->next, 1))
+        job_chunk(c, k, q);
+}
+
+/* Under ring_lock: runs the chunks of an open job if there are any (unlocked meanwhile), else
+ * waits until a job opens or finishes. */
+static void wait_or_help(struct ctx *c)
+{
+    for (int k = c->m->nlayers - 1; k >= 0; k--) {
+        struct job *j = &c->jobs[k];
+        if (j->open && atomic_load(&j->next) < j->chunks) {
+            pthread_mutex_unlock(&c->ring_lock);
+            job_run(c, k);
+            pthread_mutex_lock(&c->ring_lock);
+            return;
+        }
+    }
+    pthread_cond_wait(&c->ring_free, &c->ring_lock);
+}
+
+/* Every thread is past place k: its job opens, and this thread starts on it. */
+static void stream_reduce(struct ctx *c, int k)
+{
+    if (c->jobs[k].layer < 0)
+        return;
+    pthread_mutex_lock(&c->ring_lock);
+    c->jobs[k].open = 1;
+    pthread_cond_broadcast(&c->ring_free);
+    pthread_mutex_unlock(&c->ring_lock);
+    job_run(c, k);
 }
 
 /* nl_exec_backward_blocks's done: this thread is past place k. */
@@ -692,7 +769,14 @@ static void step_thread(void *arg, int t, int count)
         for (int i = m->nlayers - 1; i >= 0; i--)
             layer_done(c, i);
     }
-    if (c->overlap || c->stream)
+    if (c->stream) { /* the jobs left: the step ends when every one is done */
+        pthread_mutex_lock(&c->ring_lock);
+        while (c->jobs_done < c->njobs)
+            wait_or_help(c);
+        pthread_mutex_unlock(&c->ring_lock);
+        return;
+    }
+    if (c->overlap)
         return; /* every range was reduced as the threads passed it */
     nl_pool_barrier(c->pool);
 
@@ -1291,8 +1375,14 @@ static int train_step(struct loop *L, long it)
     }
     if (c->can_overlap)
         c->overlap = !o->sync->overlaps || o->sync->overlaps(o->sync->ud, c->step);
-    for (int i = 0; c->stream && i < m->nlayers; i++)
+    for (int i = 0; c->stream && i < m->nlayers; i++) {
         atomic_store(&c->pending[i], c->threads);
+        c->jobs[i].open = c->jobs[i].finished = 0;
+        atomic_store(&c->jobs[i].next, 0);
+        atomic_store(&c->jobs[i].done, 0);
+    }
+    c->jobs_done = 0;
+    c->unreleased = m->nlayers - 1;
     if (c->overlap) {
         for (int i = 0; i < m->nlayers; i++) {
             atomic_store(&c->pending[i], c->threads);
