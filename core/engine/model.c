@@ -9,14 +9,16 @@
  * plain layer-after-layer layout.
  *
  * Memory: the flat parameter buffer belongs to the model. Each executor owns, per layer, an
- * activation buffer of max_n samples and the layer's aux block, one scratch block as large as
- * the largest layer needs (layers run one at a time), and one block for the activation
- * gradients, planned by liveness (plan_gradients): layer i's output gradient is alive only from
- * its first writer's backward (its highest reader, which zeroes it there or overwrites it) down
- * to its own backward, so gradients whose lives do not meet share floats. For ResNet-18 at
- * 3x64x64 and 16 samples a thread that is 8.4 MB instead of 27 MB; the activations stay whole
- * (27 MB), since backward reads every one of them. The values and the order of every sum are
- * those of one buffer per layer.
+ * activation buffer of max_n samples and the layer's aux block. A forward-only executor has one
+ * scratch block as large as the largest layer needs (layers run one at a time). A training
+ * executor has one block for the activation gradients and the scratch, planned by liveness
+ * (plan_gradients): layer i's output gradient is alive only from its first writer's backward
+ * (its highest reader, which zeroes it there or overwrites it) down to its own backward, a
+ * backward's scratch only while it runs, and the forward pass's scratch while no gradient is
+ * alive, so that what does not live at the same time shares floats. For ResNet-18 at 3x64x64
+ * and 16 samples a thread that block is 11.5 MB instead of 27 MB of gradients and 10.5 MB of
+ * scratch; the activations stay whole (27 MB), since backward reads every one of them. The
+ * values and the order of every sum are those of separate buffers.
  *
  * Folding (forward-only executors, inference only): a conv whose output only a batchnorm reads
  * takes that batchnorm into its output pass, y * scale + shift per channel (nl__bn_fold, from
@@ -476,6 +478,7 @@ struct nl_exec {
      * writer, where backward zeroes it when zero[i]) down to place i (its reader). */
     float *dblock;
     int *from;
+    float **bscratch; /* (nlayers) the scratch of the backward at each place, in dblock */
     /* For nl_exec_backward_blocks: copies of the layers that have statistics, with the offsets
      * of their tensors one after another (setup's), so that their gradient block is compact;
      * NULL where the model's layer serves (no statistics) or when no layer has any. */
@@ -529,13 +532,15 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->pre);
     nl_free(x->zero);
     nl_free(x->set);
+    if (x->scratch != x->dblock)
+        nl_free(x->scratch);
     nl_free(x->dblock);
     nl_free(x->from);
+    nl_free(x->bscratch);
     for (int i = 0; x->plain && i < x->m->nlayers; i++)
         nl_free(x->plain[i]);
     nl_free(x->plain);
     nl_free(x->rows);
-    nl_free(x->scratch);
     nl_free(x->into);
     nl_free(x->bn);
     nl_free(x->actk);
@@ -801,59 +806,87 @@ static int output_of(const struct nl_exec *x, int i)
     return x->fuse && x->fuse[i] >= 0 ? x->fuse[i] : i;
 }
 
-/* Places the activation gradients (from[i] >= 0, after find_writers) in one block, first fit
- * by decreasing size: two share floats only when their lives [i, from[i]] (places, backward
- * running from the last down) are disjoint. Returns -1 when out of memory. */
-static int plan_gradients(struct nl_exec *x)
+/* Floats of scratch the layer that runs at place k asks for. */
+static size_t scratch_at(const struct nl_exec *x, int i)
+{
+    const struct nl_layer *l = &x->m->layers[i];
+    return l->scratch_fixed + (size_t)x->max_n * l->scratch_per_sample;
+}
+
+/* Places the activation gradients (from[i] >= 0, after find_writers) and the scratch of every
+ * backward in one block, first fit by decreasing size: two share floats only when their lives do
+ * not meet. Gradient i lives over places [i, from[i]] (backward runs from the last place down),
+ * the scratch of place k over [k, k]; the forward pass, when none of them lives, has the block's
+ * start as its scratch, the block being at least as large as the largest scratch. Returns -1 when
+ * out of memory. */
+static int plan_gradients(struct nl_exec *x, size_t fwd_scratch)
 {
     const struct nl_model *m = x->m;
-    const int nl = m->nlayers;
-    size_t *at = nl_calloc((size_t)nl, sizeof *at), total = 0;
-    int *order = nl_calloc((size_t)nl, sizeof *order), count = 0;
+    const int nl = m->nlayers, most = 2 * nl;
+    size_t *at = nl_calloc((size_t)most, sizeof *at), *size = nl_calloc((size_t)most, sizeof *size);
+    int *lo = nl_calloc((size_t)most, sizeof *lo), *hi = nl_calloc((size_t)most, sizeof *hi);
+    int *order = nl_calloc((size_t)most, sizeof *order), count = 0, rc = -1;
+    size_t total = fwd_scratch;
 
-    if (!at || !order) {
-        nl_free(at);
-        nl_free(order);
-        return -1;
-    }
-#define GRAD_FLOATS(i) align16((size_t)x->max_n *nl_shape_size(m->layers[i].out))
-    for (int i = 0; i < nl; i++)
-        if (x->from[i] >= 0) {
-            int k = count++;
-            while (k > 0 && GRAD_FLOATS(order[k - 1]) < GRAD_FLOATS(i)) {
-                order[k] = order[k - 1];
-                k--;
-            }
-            order[k] = i;
+    x->bscratch = nl_calloc((size_t)nl, sizeof *x->bscratch);
+    if (!at || !size || !lo || !hi || !order || !x->bscratch)
+        goto out;
+    /* Items 0..nl-1 the gradients, nl + k the scratch of place k. */
+    for (int k = 0; k < most; k++) {
+        const int i = k < nl ? k : runs_at(x, k - nl);
+        if (k < nl && x->from[k] >= 0) {
+            size[k] = align16((size_t)x->max_n * nl_shape_size(m->layers[k].out));
+            lo[k] = k;
+            hi[k] = x->from[k];
+        } else if (k >= nl && i >= 0 && x->need[k - nl] && scratch_at(x, i) > 0) {
+            size[k] = align16(scratch_at(x, i));
+            lo[k] = hi[k] = k - nl;
+        } else {
+            continue;
         }
+        int a = count++;
+        while (a > 0 && size[order[a - 1]] < size[k]) {
+            order[a] = order[a - 1];
+            a--;
+        }
+        order[a] = k;
+    }
     for (int a = 0; a < count; a++) {
-        const int i = order[a];
-        const size_t size = GRAD_FLOATS(i);
+        const int k = order[a];
         size_t off = 0;
-        /* The lowest offset clear of every placed gradient alive at the same time. */
+        /* The lowest offset clear of every placed item alive at the same time. */
         for (int moved = 1; moved;) {
             moved = 0;
             for (int b = 0; b < a; b++) {
                 const int j = order[b];
-                if (x->from[j] < i || x->from[i] < j)
+                if (hi[j] < lo[k] || hi[k] < lo[j])
                     continue; /* lives apart */
-                if (off < at[j] + GRAD_FLOATS(j) && at[j] < off + size) {
-                    off = at[j] + GRAD_FLOATS(j);
+                if (off < at[j] + size[j] && at[j] < off + size[k]) {
+                    off = at[j] + size[j];
                     moved = 1;
                 }
             }
         }
-        at[i] = off;
-        if (off + size > total)
-            total = off + size;
+        at[k] = off;
+        if (off + size[k] > total)
+            total = off + size[k];
     }
-#undef GRAD_FLOATS
     x->dblock = nl_alloc_floats(total ? total : 1);
-    for (int i = 0; x->dblock && i < nl; i++)
+    if (!x->dblock)
+        goto out;
+    for (int i = 0; i < nl; i++) {
         x->dact[i] = x->from[i] >= 0 ? x->dblock + at[i] : NULL;
+        x->bscratch[i] = x->dblock + at[nl + i];
+    }
+    x->scratch = x->dblock;
+    rc = 0;
+out:
     nl_free(at);
+    nl_free(size);
+    nl_free(lo);
+    nl_free(hi);
     nl_free(order);
-    return x->dblock ? 0 : -1;
+    return rc;
 }
 
 /* The copies nl_exec_backward_blocks hands the layers that have statistics (x->plain). */
@@ -928,14 +961,11 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
         if (need > scratch)
             scratch = need;
     }
-    x->scratch = nl_alloc_floats(scratch);
-    if (!x->scratch)
-        goto oom;
     if (!forward_only) {
         find_writers(x);
-        if (plan_gradients(x) < 0 || plain_layers(x) < 0)
+        if (plan_gradients(x, scratch) < 0 || plain_layers(x) < 0)
             goto oom;
-    } else if (plan_folds(x) < 0) {
+    } else if (!(x->scratch = nl_alloc_floats(scratch)) || plan_folds(x) < 0) {
         goto oom;
     }
     *out = x;
@@ -1168,7 +1198,7 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
             .w = params + l->param_offset,
             .dw = dw,
             .aux = x->aux[i],
-            .scratch = x->scratch,
+            .scratch = x->bscratch ? x->bscratch[k] : x->scratch,
             .set = x->set[i],
             .rows = x->rows ? x->rows[i] : NULL,
         };

@@ -41,13 +41,14 @@
  * have passed.
  *
  * Where a ResNet-18 run at 3x64x64, batch 32, 2 threads (`nnlab train`, SGD with momentum) keeps
- * its memory at its peak (heaptrack, MB): weights 44.8 and momentum 44.7; per thread the
- * activations 27.0 (core/engine/model.c), the activation gradients 8.4 (27.0 before they were
- * planned by liveness), the layers' scratch 10.5 (conv, Winograd), the gradient ring 18.9 (a
- * full-size gradient, 44.7, before streaming); the dataset 9.8 (uint8 pixels, converted per
- * batch); the executors' aux and the threads' inputs 6; SQLite's pages a few MB (a checkpoint's
- * row built in memory, 89.5, before core/store/runs.c wrote it in place); the libraries' code
- * and OpenBLAS's buffers the rest of the resident set, about 13. */
+ * its memory at its peak (heaptrack, MB; resident set 238 MB, 426 before the changes named):
+ * weights 44.8 and momentum 44.7; per thread the activations 27.0 (core/engine/model.c), the
+ * activation gradients and the layers' scratch together 11.5 (27.0 and 10.5 before they were
+ * planned by liveness), the gradient ring 18.9 (a full-size gradient, 44.7, before streaming);
+ * the statistics' sums a few KB of stats; the dataset 9.8 (uint8 pixels, converted per batch);
+ * the executors' aux and the threads' inputs 6; SQLite's pages a few MB (a checkpoint's row
+ * built in memory, 89.5, before core/store/runs.c wrote it in place); the libraries' code and
+ * OpenBLAS's buffers the rest of the resident set, about 13. */
 #include "nnlab/trainer.h"
 
 #include <math.h>
