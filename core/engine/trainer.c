@@ -200,7 +200,6 @@ static void ctx_release(struct ctx *c)
         nl_free(c->w[t].ring);
         nl_free(c->w[t].at);
         nl_free(c->w[t].queue);
-
         for (int k = 0; k < MAX_TABLES; k++)
             nl_free(c->w[t].rows[k]);
         nl_free(c->w[t].feat);
