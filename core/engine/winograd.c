@@ -23,10 +23,12 @@
  * added there, and the row added into din by two contiguous loads and stores: 46 us against 67.
  * It adds a pixel's two terms from neighbouring tiles of a row together before adding them to
  * din, where the gathering path adds them one after the other, so the input gradients differ in
- * the last bits. The same row-wise idea for the forward transform (contiguous row loads, the
- * column pass over whole rows, a permute per tile column into a stage, then the row pass over 16
- * staged tiles) measured no faster than the gathers at 28 wide and 2 to 4 times slower on 14
- * and 7 wide planes, whose tile rows fill only 4 or 2 lanes; it is not used. */
+ * the last bits. The forward input transform runs on the same planes a tile row at a time as
+ * well (contiguous row loads, the column pass over whole rows, a permute per tile column into
+ * the lanes, the row pass, 7-lane stores into v): 38 us against 44, the same sums in the same
+ * order. Staging the permuted columns to run the row pass over 16 tiles of several rows was no
+ * faster at 28 wide; on planes 14 and 7 wide, whose tile rows fill 4 or 2 lanes, these row-wise
+ * paths are 2 to 4 times slower than the gathers, hence the bound of 6 tiles a row. */
 #include "nnlab/winograd.h"
 
 #include <immintrin.h>
@@ -436,11 +438,69 @@ AVX512 INLINE void input_adjoint_avx512(float *din, const float *dv, int n, cons
     }
 }
 
-/* Whether input_adjoint_rows_avx512 takes the plane: a tile row's a input columns lie within 32
- * floats (two vectors), and it has at least 6 tiles to fill the lanes with. */
-static int adjoint_rows_fit(const struct nl_wino *p)
+/* Whether the row-wise paths take the plane (see the top of the file): a tile row's a input
+ * columns lie within 32 floats (two vectors), and it has at least 6 tiles to fill the lanes. */
+static int rows_fit(const struct nl_wino *p)
 {
     return (p->tiles_x - 1) * p->m + p->a <= 32 && p->tiles_x >= 6;
+}
+
+/* The input transform a tile row at a time where rows_fit: the tile row's a input rows by
+ * contiguous loads (two vectors each, masked at the plane's edges), the column pass of
+ * B^T x B over whole rows, a permute per tile column into the lanes, the row pass, and each of
+ * the a*a results stored as the row's tiles_x contiguous floats of v. The sums are
+ * input_avx512's, in its order: the results are the same to the bit. */
+AVX512 INLINE void input_rows_avx512(float *v, const float *in, int n, const struct nl_wino *p,
+                                     const int a, const float *bt)
+{
+    const int tt = n * p->tiles, m = p->m, tiles_y = p->tiles / p->tiles_x;
+    const size_t plane = (size_t)p->h * p->w;
+    const __mmask16 tx_live = first_lanes(p->tiles_x);
+    const int left = -p->pw;
+    const __mmask16 lo = first_lanes(p->w - left) & (__mmask16)(0xffffu << (left < 0 ? -left : 0)),
+                    hi = first_lanes(p->w - left - 16);
+    __m512i pick[6];
+
+    for (int k = 0; k < a; k++) {
+        int idx[16];
+        for (int l = 0; l < 16; l++)
+            idx[l] = l < p->tiles_x ? l * m + k : 0;
+        pick[k] = _mm512_loadu_si512(idx);
+    }
+    for (int s = 0; s < n; s++)
+        for (int c = 0; c < p->c; c++) {
+            const float *img = in + ((size_t)s * p->c + c) * plane;
+            for (int ty = 0; ty < tiles_y; ty++) {
+                const size_t t0 = (size_t)s * p->tiles + (size_t)ty * p->tiles_x;
+                const int y0 = ty * m - p->ph;
+                __m512 rl[6], rh[6], x[36];
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++) {
+                    const int iy = y0 + i;
+                    if (iy < 0 || iy >= p->h) {
+                        rl[i] = rh[i] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    const float *row = img + (size_t)iy * p->w + left;
+                    rl[i] = _mm512_maskz_loadu_ps(lo, row);
+                    rh[i] = _mm512_maskz_loadu_ps(hi, row + 16);
+                }
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++) {
+                    const __m512 zl = comb(bt + i * a, 1, rl, 1, a),
+                                 zh = comb(bt + i * a, 1, rh, 1, a);
+#pragma GCC unroll 6
+                    for (int k = 0; k < a; k++)
+                        x[i * a + k] = _mm512_permutex2var_ps(zl, pick[k], zh);
+                }
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++)
+#pragma GCC unroll 6
+                    for (int j = 0; j < a; j++)
+                        _mm512_mask_storeu_ps(v + ((size_t)(i * a + j) * p->c + c) * tt + t0,
+                                              tx_live, comb(bt + j * a, 1, x + i * a, 1, a));
+            }
+        }
 }
 
 /* The input transform's adjoint without gathers or scatters, for planes 24 to 30 wide: per
@@ -617,17 +677,23 @@ AVX512 INLINE void filter_adjoint_avx512(float *dweight, const float *du, const 
 /* The tile-sized instances, each with its constant table. */
 AVX512 static void input4(float *v, const float *in, int n, const struct nl_wino *p)
 {
-    input_avx512(v, in, n, p, 6, bt4);
+    if (rows_fit(p))
+        input_rows_avx512(v, in, n, p, 6, bt4);
+    else
+        input_avx512(v, in, n, p, 6, bt4);
 }
 
 AVX512 static void input2(float *v, const float *in, int n, const struct nl_wino *p)
 {
-    input_avx512(v, in, n, p, 4, bt2);
+    if (rows_fit(p))
+        input_rows_avx512(v, in, n, p, 4, bt2);
+    else
+        input_avx512(v, in, n, p, 4, bt2);
 }
 
 AVX512 static void input_adjoint4(float *din, const float *dv, int n, const struct nl_wino *p)
 {
-    if (adjoint_rows_fit(p))
+    if (rows_fit(p))
         input_adjoint_rows_avx512(din, dv, n, p, 6, bt4);
     else
         input_adjoint_avx512(din, dv, n, p, 6, bt4);
@@ -635,7 +701,7 @@ AVX512 static void input_adjoint4(float *din, const float *dv, int n, const stru
 
 AVX512 static void input_adjoint2(float *din, const float *dv, int n, const struct nl_wino *p)
 {
-    if (adjoint_rows_fit(p))
+    if (rows_fit(p))
         input_adjoint_rows_avx512(din, dv, n, p, 4, bt2);
     else
         input_adjoint_avx512(din, dv, n, p, 4, bt2);
