@@ -26,9 +26,11 @@
  * the last bits. The forward input transform runs on the same planes a tile row at a time as
  * well (contiguous row loads, the column pass over whole rows, a permute per tile column into
  * the lanes, the row pass, 7-lane stores into v): 38 us against 44, the same sums in the same
- * order. Staging the permuted columns to run the row pass over 16 tiles of several rows was no
- * faster at 28 wide; on planes 14 and 7 wide, whose tile rows fill 4 or 2 lanes, these row-wise
- * paths are 2 to 4 times slower than the gathers, hence the bound of 6 tiles a row. */
+ * order; and the output transform, its m rows a tile spread by permutes over the plane's rows
+ * and stored two vectors a row: 29 us against 36, the same results. Staging the permuted columns to
+ * run the row pass over 16 tiles of several rows was no faster at 28 wide; on planes 14 and 7 wide,
+ * whose tile rows fill 4 or 2 lanes, these row-wise paths are 2 to 4 times slower than the gathers,
+ * hence the bound of 6 tiles a row. */
 #include "nnlab/winograd.h"
 
 #include <immintrin.h>
@@ -602,6 +604,74 @@ AVX512 INLINE void output_avx512(float *out, const float *mm, const float *bias,
     }
 }
 
+/* The output transform a tile row at a time where rows_fit: the row's tiles in the lanes
+ * (contiguous loads from mm), the product A^T x A as output_avx512's, and each of the tile's m
+ * rows spread by permutes over its plane row, then the bias or the folded output pass over whole
+ * vectors and two contiguous stores a row instead of a scatter per pixel. The same arithmetic in
+ * the same order: the results are output_avx512's to the bit. */
+AVX512 INLINE void output_rows_avx512(float *out, const float *mm, const float *bias,
+                                      const float *scale, const float *shift, int act, int n,
+                                      const struct nl_wino *p, const int m, const float *at)
+{
+    const int a = m + 2, tt = n * p->tiles, tiles_y = p->tiles / p->tiles_x;
+    const size_t plane = (size_t)p->oh * p->ow;
+    const __mmask16 tx_live = first_lanes(p->tiles_x), lo = first_lanes(p->ow),
+                    hi = first_lanes(p->ow - 16);
+    /* spread[h][j]: lane q of half h takes lane tx of y[i*m + j] where q + 16h = tx*m + j. */
+    __m512i spread[2][4];
+    __mmask16 takes[2][4];
+    __m512 x[36], y[16];
+
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < m; j++) {
+            int idx[16];
+            takes[h][j] = 0;
+            for (int q = 0; q < 16; q++) {
+                const int at_x = q + 16 * h;
+                idx[q] = at_x / m;
+                if (at_x % m == j && at_x / m < p->tiles_x)
+                    takes[h][j] |= (__mmask16)(1u << q);
+            }
+            spread[h][j] = _mm512_loadu_si512(idx);
+        }
+    for (int s = 0; s < n; s++)
+        for (int f = 0; f < p->f; f++) {
+            float *img = out + ((size_t)s * p->f + f) * plane;
+            for (int ty = 0; ty < tiles_y; ty++) {
+                const size_t t0 = (size_t)s * p->tiles + (size_t)ty * p->tiles_x;
+#pragma GCC unroll 36
+                for (int xi = 0; xi < a * a; xi++)
+                    x[xi] = _mm512_maskz_loadu_ps(tx_live, mm + ((size_t)xi * p->f + f) * tt + t0);
+                sandwich_v(y, at, m, a, x);
+#pragma GCC unroll 4
+                for (int i = 0; i < m; i++) {
+                    const int oy = ty * m + i;
+                    if (oy >= p->oh)
+                        break;
+                    __m512 r[2];
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        r[h] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+                        for (int j = 0; j < m; j++)
+                            r[h] = _mm512_mask_permutexvar_ps(r[h], takes[h][j], spread[h][j],
+                                                              y[i * m + j]);
+                        if (scale)
+                            r[h] = act_avx512(
+                                _mm512_add_ps(_mm512_mul_ps(r[h], _mm512_set1_ps(scale[f])),
+                                              _mm512_set1_ps(shift[f])),
+                                act);
+                        else if (bias)
+                            r[h] = _mm512_add_ps(r[h], _mm512_set1_ps(bias[f]));
+                    }
+                    float *row = img + (size_t)oy * p->ow;
+                    _mm512_mask_storeu_ps(row, lo, r[0]);
+                    _mm512_mask_storeu_ps(row + 16, hi, r[1]);
+                }
+            }
+        }
+}
+
 AVX512 INLINE void output_adjoint_avx512(float *dmm, const float *dout, int n,
                                          const struct nl_wino *p, const int m, const float *at)
 {
@@ -710,13 +780,19 @@ AVX512 static void input_adjoint2(float *din, const float *dv, int n, const stru
 AVX512 static void output4(float *out, const float *mm, const float *bias, const float *scale,
                            const float *shift, int act, int n, const struct nl_wino *p)
 {
-    output_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4);
+    if (rows_fit(p))
+        output_rows_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4);
+    else
+        output_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4);
 }
 
 AVX512 static void output2(float *out, const float *mm, const float *bias, const float *scale,
                            const float *shift, int act, int n, const struct nl_wino *p)
 {
-    output_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2);
+    if (rows_fit(p))
+        output_rows_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2);
+    else
+        output_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2);
 }
 
 AVX512 static void output_adjoint4(float *dmm, const float *dout, int n, const struct nl_wino *p)
