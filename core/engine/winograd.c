@@ -27,10 +27,12 @@
  * well (contiguous row loads, the column pass over whole rows, a permute per tile column into
  * the lanes, the row pass, 7-lane stores into v): 38 us against 44, the same sums in the same
  * order; and the output transform, its m rows a tile spread by permutes over the plane's rows
- * and stored two vectors a row: 29 us against 36, the same results. Staging the permuted columns to
- * run the row pass over 16 tiles of several rows was no faster at 28 wide; on planes 14 and 7 wide,
- * whose tile rows fill 4 or 2 lanes, these row-wise paths are 2 to 4 times slower than the gathers,
- * hence the bound of 6 tiles a row. */
+ * and stored two vectors a row: 29 us against 36, the same results. (The output transform's
+ * adjoint the same way, 16 gathers a group replaced by row loads and permutes but its 36 results
+ * stored 7 lanes at a time, took 34 us against 29: it keeps its gathers.) Staging the permuted
+ * columns to run the row pass over 16 tiles of several rows was no faster at 28 wide; on planes 14
+ * and 7 wide, whose tile rows fill 4 or 2 lanes, these row-wise paths are 2 to 4 times slower than
+ * the gathers, hence the bound of 6 tiles a row. */
 #include "nnlab/winograd.h"
 
 #include <immintrin.h>
