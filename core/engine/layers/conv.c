@@ -97,7 +97,11 @@
  * stage trains faster so (91 against 74) though its forward alone is a little slower (73
  * against 83); a training step of the whole resnet8 (batch 32, one thread, thread CPU time,
  * fastest of 29) took 26.3 ms against 28.1 with that stage left DIRECT, inference 7.2 against
- * 7.2.
+ * 7.2. Since the transforms of planes 22 to 30 wide run a tile row at a time (core/engine/
+ * winograd.c), that stage's WINO4 forward is faster than DIRECT's as well: bench_conv alternating
+ * with the build before (2026-11-27 09:33 UTC, load average 2.4 to 2.7, fastest of 7), 140.2
+ * (125.2) and 126.1 (108.7) against 110.8 (87.7) and 95.6 (75.7), DIRECT 85.1 (100.9) and 78.1
+ * (87.4).
  *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
