@@ -403,6 +403,43 @@ static void test_overwrite(void)
             harness_free(&h);
         }
 
+    /* conv under each lowering: a 3x3 window that every one takes, a strided 1x1 one for the two
+     * GEMM lowerings; and Winograd's over 5 images of 16x28x28, two chunks of images. */
+    static const struct {
+        enum nl_lowering lower;
+        int n, filters, k, stride, pad;
+        struct nl_shape in;
+    } convs[] = {
+        {NL_LOWER_SAMPLE, 2, 4, 3, 1, 1, {3, 6, 7}},
+        {NL_LOWER_SHARD, 2, 4, 3, 1, 1, {3, 6, 7}},
+        {NL_LOWER_DIRECT, 2, 4, 3, 1, 1, {3, 6, 7}},
+        {NL_LOWER_WINOGRAD, 2, 4, 3, 1, 1, {3, 6, 7}},
+        {NL_LOWER_WINOGRAD2, 2, 4, 3, 1, 1, {3, 6, 7}},
+        {NL_LOWER_SAMPLE, 2, 4, 1, 2, 0, {3, 6, 7}},
+        {NL_LOWER_SHARD, 2, 4, 1, 2, 0, {3, 6, 7}},
+        {NL_LOWER_WINOGRAD, 5, 16, 3, 1, 1, {16, 28, 28}},
+        {NL_LOWER_WINOGRAD2, 5, 16, 3, 1, 1, {16, 28, 28}},
+    };
+    for (size_t k = 0; k < sizeof convs / sizeof convs[0]; k++) {
+        struct harness h = {.l = {.lowering = convs[k].lower,
+                                  .filters = convs[k].filters,
+                                  .kh = convs[k].k,
+                                  .kw = convs[k].k,
+                                  .sh = convs[k].stride,
+                                  .sw = convs[k].stride,
+                                  .ph = convs[k].pad,
+                                  .pw = convs[k].pad,
+                                  .no_bias = (int)(k & 1),
+                                  .in = {convs[k].in}}};
+        char what[96];
+        harness_make(&h, "conv", convs[k].n);
+        snprintf(what, sizeof what, "conv %d %dx%d stride %d, lowering %d, on %dx%dx%dx%d",
+                 convs[k].filters, convs[k].k, convs[k].k, convs[k].stride, (int)h.l.lower,
+                 convs[k].n, convs[k].in.c, convs[k].in.h, convs[k].in.w);
+        check_overwrite(&h, what);
+        harness_free(&h);
+    }
+
     /* globalavgpool1d on a sequence (C x 1 x L). */
     for (int training = 0; training < 2; training++) {
         struct harness h = {.l = {.in = {{3, 1, 7}}}, .training = training};
@@ -435,7 +472,8 @@ static void test_overwrite(void)
     /* Every kind that says it overwrites is checked above. */
     int unchecked = 0;
     for (const struct nl_layer_ops *const *o = nl_layer_kinds(); *o; o++) {
-        int listed = strcmp((*o)->kind, "add") == 0 || strcmp((*o)->kind, "globalavgpool1d") == 0;
+        int listed = strcmp((*o)->kind, "add") == 0 || strcmp((*o)->kind, "globalavgpool1d") == 0 ||
+                     strcmp((*o)->kind, "conv") == 0;
         for (int k = 0; k < nkinds; k++)
             listed |= strcmp((*o)->kind, kinds[k]) == 0;
         if ((*o)->overwrites && !listed) {

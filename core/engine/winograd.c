@@ -11,7 +11,28 @@
  * input gradient by a gather, an add and a scatter per pixel of the tile: within one such
  * operation the 16 tiles touch 16 different pixels, so the overlaps of neighbouring tiles add
  * up as they should. Gathers index with 32-bit offsets from a plane's start, so a shard whose
- * floats do not fit an int runs the naive loops. */
+ * floats do not fit an int runs the naive loops.
+ *
+ * A scatter stores its 16 floats one by one, and the input transform's adjoint made 36 of them
+ * (and 36 gathers) per 16 tiles and channel: on resnet8's first stage (16 channels, 28x28, a
+ * chunk of 4 images) it took 67 us against 43 for the forward transform (tests/bench_conv.c's
+ * shapes, thread CPU time, fastest of 200, 2026-11-27, load average 4). Where a tile row's a
+ * input columns fit two vectors and it has 6 tiles or more (planes about 22 to 30 wide), the
+ * adjoint runs instead a tile row at a time, its tiles in the lanes (7 of 16 at 28 wide): each
+ * of a tile's a rows is spread over its plane row by permutes, the overlaps of neighbouring tiles
+ * added there, and the row added into din by two contiguous loads and stores: 46 us against 67.
+ * It adds a pixel's two terms from neighbouring tiles of a row together before adding them to
+ * din, where the gathering path adds them one after the other, so the input gradients differ in
+ * the last bits. The forward input transform runs on the same planes a tile row at a time as
+ * well (contiguous row loads, the column pass over whole rows, a permute per tile column into
+ * the lanes, the row pass, 7-lane stores into v): 38 us against 44, the same sums in the same
+ * order; and the output transform, its m rows a tile spread by permutes over the plane's rows
+ * and stored two vectors a row: 29 us against 36, the same results. (The output transform's
+ * adjoint the same way, 16 gathers a group replaced by row loads and permutes but its 36 results
+ * stored 7 lanes at a time, took 34 us against 29: it keeps its gathers.) Staging the permuted
+ * columns to run the row pass over 16 tiles of several rows was no faster at 28 wide; on planes 14
+ * and 7 wide, whose tile rows fill 4 or 2 lanes, these row-wise paths are 2 to 4 times slower than
+ * the gathers, hence the bound of 6 tiles a row. */
 #include "nnlab/winograd.h"
 
 #include <immintrin.h>
@@ -421,6 +442,138 @@ AVX512 INLINE void input_adjoint_avx512(float *din, const float *dv, int n, cons
     }
 }
 
+/* Whether the row-wise paths take the plane (see the top of the file): a tile row's a input
+ * columns lie within 32 floats (two vectors), and it has at least 6 tiles to fill the lanes. */
+static int rows_fit(const struct nl_wino *p)
+{
+    return (p->tiles_x - 1) * p->m + p->a <= 32 && p->tiles_x >= 6;
+}
+
+/* The input transform a tile row at a time where rows_fit: the tile row's a input rows by
+ * contiguous loads (two vectors each, masked at the plane's edges), the column pass of
+ * B^T x B over whole rows, a permute per tile column into the lanes, the row pass, and each of
+ * the a*a results stored as the row's tiles_x contiguous floats of v. The sums are
+ * input_avx512's, in its order: the results are the same to the bit. */
+AVX512 INLINE void input_rows_avx512(float *v, const float *in, int n, const struct nl_wino *p,
+                                     const int a, const float *bt)
+{
+    const int tt = n * p->tiles, m = p->m, tiles_y = p->tiles / p->tiles_x;
+    const size_t plane = (size_t)p->h * p->w;
+    const __mmask16 tx_live = first_lanes(p->tiles_x);
+    const int left = -p->pw;
+    const __mmask16 lo = first_lanes(p->w - left) & (__mmask16)(0xffffu << (left < 0 ? -left : 0)),
+                    hi = first_lanes(p->w - left - 16);
+    __m512i pick[6];
+
+    for (int k = 0; k < a; k++) {
+        int idx[16];
+        for (int l = 0; l < 16; l++)
+            idx[l] = l < p->tiles_x ? l * m + k : 0;
+        pick[k] = _mm512_loadu_si512(idx);
+    }
+    for (int s = 0; s < n; s++)
+        for (int c = 0; c < p->c; c++) {
+            const float *img = in + ((size_t)s * p->c + c) * plane;
+            for (int ty = 0; ty < tiles_y; ty++) {
+                const size_t t0 = (size_t)s * p->tiles + (size_t)ty * p->tiles_x;
+                const int y0 = ty * m - p->ph;
+                __m512 rl[6], rh[6], x[36];
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++) {
+                    const int iy = y0 + i;
+                    if (iy < 0 || iy >= p->h) {
+                        rl[i] = rh[i] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    const float *row = img + (size_t)iy * p->w + left;
+                    rl[i] = _mm512_maskz_loadu_ps(lo, row);
+                    rh[i] = _mm512_maskz_loadu_ps(hi, row + 16);
+                }
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++) {
+                    const __m512 zl = comb(bt + i * a, 1, rl, 1, a),
+                                 zh = comb(bt + i * a, 1, rh, 1, a);
+#pragma GCC unroll 6
+                    for (int k = 0; k < a; k++)
+                        x[i * a + k] = _mm512_permutex2var_ps(zl, pick[k], zh);
+                }
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++)
+#pragma GCC unroll 6
+                    for (int j = 0; j < a; j++)
+                        _mm512_mask_storeu_ps(v + ((size_t)(i * a + j) * p->c + c) * tt + t0,
+                                              tx_live, comb(bt + j * a, 1, x + i * a, 1, a));
+            }
+        }
+}
+
+/* The input transform's adjoint without gathers or scatters, for planes 24 to 30 wide: per
+ * channel and tile row, the row's tiles in the lanes (contiguous loads from dv), the two-sided
+ * product t^T x t as input_adjoint_avx512's, then each of the tile's a rows spread by permutes
+ * over the pixels of its plane row, the neighbouring tiles' shared columns added there, and
+ * added to din by contiguous loads and stores of two vectors. */
+AVX512 INLINE void input_adjoint_rows_avx512(float *din, const float *dv, int n,
+                                             const struct nl_wino *p, const int a, const float *bt)
+{
+    const int tt = n * p->tiles, m = p->m, tiles_y = p->tiles / p->tiles_x;
+    const size_t plane = (size_t)p->h * p->w;
+    const __mmask16 tx_live = first_lanes(p->tiles_x);
+    const int left = -p->pw;
+    const __mmask16 lo = first_lanes(p->w - left) & (__mmask16)(0xffffu << (left < 0 ? -left : 0)),
+                    hi = first_lanes(p->w - left - 16);
+    /* spread[h][j]: lane q of half h takes lane tx of y[i*a + j] where q + 16h = tx*m + j. */
+    __m512i spread[2][6];
+    __mmask16 takes[2][6];
+    __m512 x[36], y[36];
+
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < a; j++) {
+            int idx[16];
+            takes[h][j] = 0;
+            for (int q = 0; q < 16; q++) {
+                const int at = q + 16 * h - j, tx = at / m;
+                idx[q] = 0;
+                if (at >= 0 && at % m == 0 && tx < p->tiles_x) {
+                    idx[q] = tx;
+                    takes[h][j] |= (__mmask16)(1u << q);
+                }
+            }
+            spread[h][j] = _mm512_loadu_si512(idx);
+        }
+    for (int s = 0; s < n; s++)
+        for (int c = 0; c < p->c; c++) {
+            float *img = din + ((size_t)s * p->c + c) * plane;
+            for (int ty = 0; ty < tiles_y; ty++) {
+                const size_t t0 = (size_t)s * p->tiles + (size_t)ty * p->tiles_x;
+                const int y0 = ty * m - p->ph;
+#pragma GCC unroll 36
+                for (int xi = 0; xi < a * a; xi++)
+                    x[xi] = _mm512_maskz_loadu_ps(tx_live, dv + ((size_t)xi * p->c + c) * tt + t0);
+                sandwich_tv(y, bt, a, a, x);
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++) {
+                    const int iy = y0 + i;
+                    if (iy < 0 || iy >= p->h)
+                        continue;
+                    __m512 rl = _mm512_maskz_permutexvar_ps(takes[0][0], spread[0][0], y[i * a]);
+                    __m512 rh = _mm512_maskz_permutexvar_ps(takes[1][0], spread[1][0], y[i * a]);
+#pragma GCC unroll 6
+                    for (int j = 1; j < a; j++) {
+                        rl = _mm512_add_ps(rl, _mm512_maskz_permutexvar_ps(
+                                                   takes[0][j], spread[0][j], y[i * a + j]));
+                        rh = _mm512_add_ps(rh, _mm512_maskz_permutexvar_ps(
+                                                   takes[1][j], spread[1][j], y[i * a + j]));
+                    }
+                    float *row = img + (size_t)iy * p->w + left;
+                    _mm512_mask_storeu_ps(row, lo,
+                                          _mm512_add_ps(_mm512_maskz_loadu_ps(lo, row), rl));
+                    _mm512_mask_storeu_ps(row + 16, hi,
+                                          _mm512_add_ps(_mm512_maskz_loadu_ps(hi, row + 16), rh));
+                }
+            }
+        }
+}
+
 AVX512 INLINE void output_avx512(float *out, const float *mm, const float *bias, const float *scale,
                                  const float *shift, int act, int n, const struct nl_wino *p,
                                  const int m, const float *at)
@@ -451,6 +604,74 @@ AVX512 INLINE void output_avx512(float *out, const float *mm, const float *bias,
                 }
         }
     }
+}
+
+/* The output transform a tile row at a time where rows_fit: the row's tiles in the lanes
+ * (contiguous loads from mm), the product A^T x A as output_avx512's, and each of the tile's m
+ * rows spread by permutes over its plane row, then the bias or the folded output pass over whole
+ * vectors and two contiguous stores a row instead of a scatter per pixel. The same arithmetic in
+ * the same order: the results are output_avx512's to the bit. */
+AVX512 INLINE void output_rows_avx512(float *out, const float *mm, const float *bias,
+                                      const float *scale, const float *shift, int act, int n,
+                                      const struct nl_wino *p, const int m, const float *at)
+{
+    const int a = m + 2, tt = n * p->tiles, tiles_y = p->tiles / p->tiles_x;
+    const size_t plane = (size_t)p->oh * p->ow;
+    const __mmask16 tx_live = first_lanes(p->tiles_x), lo = first_lanes(p->ow),
+                    hi = first_lanes(p->ow - 16);
+    /* spread[h][j]: lane q of half h takes lane tx of y[i*m + j] where q + 16h = tx*m + j. */
+    __m512i spread[2][4];
+    __mmask16 takes[2][4];
+    __m512 x[36], y[16];
+
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < m; j++) {
+            int idx[16];
+            takes[h][j] = 0;
+            for (int q = 0; q < 16; q++) {
+                const int at_x = q + 16 * h;
+                idx[q] = at_x / m;
+                if (at_x % m == j && at_x / m < p->tiles_x)
+                    takes[h][j] |= (__mmask16)(1u << q);
+            }
+            spread[h][j] = _mm512_loadu_si512(idx);
+        }
+    for (int s = 0; s < n; s++)
+        for (int f = 0; f < p->f; f++) {
+            float *img = out + ((size_t)s * p->f + f) * plane;
+            for (int ty = 0; ty < tiles_y; ty++) {
+                const size_t t0 = (size_t)s * p->tiles + (size_t)ty * p->tiles_x;
+#pragma GCC unroll 36
+                for (int xi = 0; xi < a * a; xi++)
+                    x[xi] = _mm512_maskz_loadu_ps(tx_live, mm + ((size_t)xi * p->f + f) * tt + t0);
+                sandwich_v(y, at, m, a, x);
+#pragma GCC unroll 4
+                for (int i = 0; i < m; i++) {
+                    const int oy = ty * m + i;
+                    if (oy >= p->oh)
+                        break;
+                    __m512 r[2];
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        r[h] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+                        for (int j = 0; j < m; j++)
+                            r[h] = _mm512_mask_permutexvar_ps(r[h], takes[h][j], spread[h][j],
+                                                              y[i * m + j]);
+                        if (scale)
+                            r[h] = act_avx512(
+                                _mm512_add_ps(_mm512_mul_ps(r[h], _mm512_set1_ps(scale[f])),
+                                              _mm512_set1_ps(shift[f])),
+                                act);
+                        else if (bias)
+                            r[h] = _mm512_add_ps(r[h], _mm512_set1_ps(bias[f]));
+                    }
+                    float *row = img + (size_t)oy * p->ow;
+                    _mm512_mask_storeu_ps(row, lo, r[0]);
+                    _mm512_mask_storeu_ps(row + 16, hi, r[1]);
+                }
+            }
+        }
 }
 
 AVX512 INLINE void output_adjoint_avx512(float *dmm, const float *dout, int n,
@@ -528,34 +749,52 @@ AVX512 INLINE void filter_adjoint_avx512(float *dweight, const float *du, const 
 /* The tile-sized instances, each with its constant table. */
 AVX512 static void input4(float *v, const float *in, int n, const struct nl_wino *p)
 {
-    input_avx512(v, in, n, p, 6, bt4);
+    if (rows_fit(p))
+        input_rows_avx512(v, in, n, p, 6, bt4);
+    else
+        input_avx512(v, in, n, p, 6, bt4);
 }
 
 AVX512 static void input2(float *v, const float *in, int n, const struct nl_wino *p)
 {
-    input_avx512(v, in, n, p, 4, bt2);
+    if (rows_fit(p))
+        input_rows_avx512(v, in, n, p, 4, bt2);
+    else
+        input_avx512(v, in, n, p, 4, bt2);
 }
 
 AVX512 static void input_adjoint4(float *din, const float *dv, int n, const struct nl_wino *p)
 {
-    input_adjoint_avx512(din, dv, n, p, 6, bt4);
+    if (rows_fit(p))
+        input_adjoint_rows_avx512(din, dv, n, p, 6, bt4);
+    else
+        input_adjoint_avx512(din, dv, n, p, 6, bt4);
 }
 
 AVX512 static void input_adjoint2(float *din, const float *dv, int n, const struct nl_wino *p)
 {
-    input_adjoint_avx512(din, dv, n, p, 4, bt2);
+    if (rows_fit(p))
+        input_adjoint_rows_avx512(din, dv, n, p, 4, bt2);
+    else
+        input_adjoint_avx512(din, dv, n, p, 4, bt2);
 }
 
 AVX512 static void output4(float *out, const float *mm, const float *bias, const float *scale,
                            const float *shift, int act, int n, const struct nl_wino *p)
 {
-    output_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4);
+    if (rows_fit(p))
+        output_rows_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4);
+    else
+        output_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4);
 }
 
 AVX512 static void output2(float *out, const float *mm, const float *bias, const float *scale,
                            const float *shift, int act, int n, const struct nl_wino *p)
 {
-    output_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2);
+    if (rows_fit(p))
+        output_rows_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2);
+    else
+        output_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2);
 }
 
 AVX512 static void output_adjoint4(float *dmm, const float *dout, int n, const struct nl_wino *p)

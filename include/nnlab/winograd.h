@@ -17,8 +17,10 @@
  *   mm (a*a, F, T)      the products, mm[xi] = u[xi] v[xi] (conv's GEMMs)
  * Each forward transform has its exact adjoint, so conv's gradients are those of what forward
  * computed. The fast paths run 16 tiles (or channels) in the lanes of AVX-512 vectors with
- * gathers and scatters; each has a naive twin of plain loops that the tests compare it against
- * (they differ in the last bits: the fast paths skip the zero coefficients and fuse products). */
+ * gathers and scatters (on planes 22 to 30 wide, the input transform, its adjoint and the output
+ * transform take a tile row's tiles instead, with row loads, permutes and row stores); each has a
+ * naive twin of plain loops that the tests compare it against (they differ in the last bits: the
+ * fast paths skip the zero coefficients and fuse products). */
 #ifndef NNLAB_WINOGRAD_H
 #define NNLAB_WINOGRAD_H
 

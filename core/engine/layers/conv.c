@@ -97,7 +97,11 @@
  * stage trains faster so (91 against 74) though its forward alone is a little slower (73
  * against 83); a training step of the whole resnet8 (batch 32, one thread, thread CPU time,
  * fastest of 29) took 26.3 ms against 28.1 with that stage left DIRECT, inference 7.2 against
- * 7.2.
+ * 7.2. Since the transforms of planes 22 to 30 wide run a tile row at a time (core/engine/
+ * winograd.c), that stage's WINO4 forward is faster than DIRECT's as well: bench_conv alternating
+ * with the build before (2026-11-27 09:33 UTC, load average 2.4 to 2.7, fastest of 7), 140.2
+ * (125.2) and 126.1 (108.7) against 110.8 (87.7) and 95.6 (75.7), DIRECT 85.1 (100.9) and 78.1
+ * (87.4).
  *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
@@ -488,7 +492,8 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
                 db[fo] += nl_sum(dout + (size_t)fo * d->p, d->p);
         if (b->din[0])
             nl_conv_s1(b->din[0] + (size_t)s * d->in_size, dout, flip, NULL, d->f, g->oh, g->ow,
-                       g->c, g->kh, g->kw, g->kh - 1 - g->ph, g->kw - 1 - g->pw, g->h, g->w, 1);
+                       g->c, g->kh, g->kw, g->kh - 1 - g->ph, g->kw - 1 - g->pw, g->h, g->w,
+                       !(b->set & 1));
     }
 }
 
@@ -524,7 +529,10 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
             for (int xi = 0; xi < aa; xi++)
                 nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
                          v + xi * ct, tt);
-            nl_wino_input_adjoint(b->din[0] + (size_t)s0 * d->in_size, v, n, p);
+            float *din = b->din[0] + (size_t)s0 * d->in_size;
+            if (b->set & 1) /* the chunk's first writer: zeroed here, while it goes into cache */
+                memset(din, 0, (size_t)n * d->in_size * sizeof *din);
+            nl_wino_input_adjoint(din, v, n, p);
         }
     }
     if (b->dw)
@@ -535,11 +543,18 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
                 db[fo] += nl_sum(b->dout + (size_t)s * out_size + (size_t)fo * d->p, d->p);
 }
 
+/* din's first writer (bit 0 of b->set): WINOGRAD zeroes each chunk of images just before it
+ * adds into it, while that chunk goes into the cache anyway; DIRECT writes each image's instead
+ * of adding (its sums start from 0 either way); SAMPLE and SHARD start from the whole shard's din
+ * zeroed, as a caller would have left it. The sums are the same. */
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+    const int wino = l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2;
+    if (!wino && l->lower != NL_LOWER_DIRECT && (b->set & 1) && b->din[0])
+        memset(b->din[0], 0, (size_t)b->n * d.in_size * sizeof *b->din[0]);
+    if (wino)
         backward_winograd(l, b, &d);
     else if (l->lower == NL_LOWER_DIRECT)
         backward_direct(l, b, &d);
@@ -553,6 +568,7 @@ const struct nl_layer_ops nl__conv_ops = {
     .kind = "conv",
     .min_inputs = 1,
     .max_inputs = 1,
+    .overwrites = 1,
     .folds = 3,
     .setup = conv_setup,
     .forward = conv_forward,
