@@ -109,6 +109,7 @@
 #include <string.h>
 
 #include "layers.h"
+#include "nnlab/conv_plane.h"
 #include "nnlab/kernels.h"
 #include "nnlab/winograd.h"
 
@@ -185,8 +186,16 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     const int direct_fits =
         win.sh == 1 && win.sw == 1 && win.kw <= 8 && win.ph < win.kh && win.pw < win.kw;
     const int wino_fits = direct_fits && win.kh == 3 && win.kw == 3;
+    const int plane2_fits = wino_fits && win.ph == 1 && win.pw == 1 && win.h == 2 && win.w == 2;
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
         l->lower = l->lowering;
+    else if (l->lowering == NL_LOWER_PLANE2 && !plane2_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d pad %dx%d on %dx%d cannot run the 2x2-plane "
+                              "lowering (3x3, stride 1, padding 1, a 2x2 input)",
+                              win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.h, win.w);
+    else if (l->lowering == NL_LOWER_PLANE2)
+        l->lower = NL_LOWER_PLANE2;
     else if ((l->lowering == NL_LOWER_WINOGRAD || l->lowering == NL_LOWER_WINOGRAD2) && !wino_fits)
         return nl__layer_fail(l, err,
                               "conv %dx%d stride %dx%d pad %dx%d cannot run Winograd's lowering "
@@ -206,6 +215,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     else if (wino_fits && win.c >= 16 && l->filters >= 16 && win.oh >= 3 && win.ow >= 3 &&
              nl_kernels_vector_on())
         l->lower = win.oh > 4 && win.ow > 4 ? NL_LOWER_WINOGRAD : NL_LOWER_WINOGRAD2;
+    else if (plane2_fits && win.c >= 16 && l->filters >= 16 && nl_kernels_vector_on())
+        l->lower = NL_LOWER_PLANE2; /* the rule at the top of this file */
     else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
              win.ow >= 14 && nl_kernels_vector_on())
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
@@ -222,7 +233,13 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->scratch_per_sample = aa * w.tiles * ((size_t)win.c + l->filters);
     } else if (l->lower == NL_LOWER_SHARD)
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
-    else if (l->lower == NL_LOWER_DIRECT)
+    else if (l->lower == NL_LOWER_PLANE2) {
+        /* the kernels' blocks; SHARD's matrices for the weight gradient, SAMPLE's columns for a
+         * shard too small to fill the lanes */
+        const size_t blocks = nl_conv_plane2_scratch(win.c, l->filters);
+        l->scratch_fixed = blocks > k * p ? blocks : k * p;
+        l->scratch_per_sample = (k + (size_t)l->filters) * p;
+    } else if (l->lower == NL_LOWER_DIRECT)
         l->scratch_fixed = k * p + (size_t)l->filters * k;
     else
         l->scratch_fixed = k * p;
@@ -365,15 +382,36 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     }
 }
 
+/* PLANE2: out (n, F, 2, 2) by nl_conv_plane2, with the bias or then the folded output pass. */
+static void forward_plane2(const struct nl_layer *l, const struct nl_fwd *f,
+                           const struct conv_dims *d)
+{
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+
+    nl_conv_plane2(f->out, f->in[0], f->w, bias, f->n, d->win.c, d->f, f->scratch);
+    if (f->scale)
+        for (int s = 0; s < f->n; s++)
+            for (int fo = 0; fo < d->f; fo++) {
+                float *y = f->out + ((size_t)s * d->f + fo) * 4;
+                nl_scale_shift(y, y, 4, f->scale[fo], f->shift[fo], f->act);
+            }
+}
+
+/* PLANE2 fills 16 lanes with images; below PLANE2_MIN images a shard goes as SHARD (one image:
+ * SAMPLE), whose products waste less on so few. */
+#define PLANE2_MIN 4
+
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+    if (l->lower == NL_LOWER_PLANE2 && f->n >= PLANE2_MIN)
+        forward_plane2(l, f, &d);
+    else if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
         forward_winograd(l, f, &d);
     else if (l->lower == NL_LOWER_DIRECT)
         forward_direct(l, f, &d);
-    else if (l->lower == NL_LOWER_SHARD && f->n > 1)
+    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2) && f->n > 1)
         forward_shard(l, f, &d);
     else
         forward_sample(l, f, &d);
@@ -414,7 +452,8 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
 
 /* SHARD: dy (F, n*P) gathered from dout (with the bias gradient's row sums), then
  * dweight (F, K) += dy cols^T and dcols (K, n*P) = weight^T dy, each one product for the shard;
- * dcols is folded back image by image. */
+ * dcols is folded back image by image. PLANE2 takes the weight gradient from here and the input
+ * gradient from nl_conv_plane2_din. */
 static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
                            const struct conv_dims *d)
 {
@@ -437,6 +476,11 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
     }
     if (!b->din[0])
         return;
+    if (l->lower == NL_LOWER_PLANE2 && n >= PLANE2_MIN) {
+        /* dy and cols are spent: the kernel's blocks go in their place */
+        nl_conv_plane2_din(b->din[0], b->dout, b->w, n, g->c, d->f, b->scratch);
+        return;
+    }
     nl_sgemm(1, 0, d->k, ld, d->f, 1.0f, b->w, d->k, dy, ld, 0.0f, cols, ld);
     if (!pointwise(g)) {
         nl_col2im_batch(b->din[0], cols, n, d->in_size, g->c, g->h, g->w, g->kh, g->kw, g->sh,
@@ -543,7 +587,7 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
         backward_winograd(l, b, &d);
     else if (l->lower == NL_LOWER_DIRECT)
         backward_direct(l, b, &d);
-    else if (l->lower == NL_LOWER_SHARD && b->n > 1)
+    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2) && b->n > 1)
         backward_shard(l, b, &d);
     else
         backward_sample(l, b, &d);
