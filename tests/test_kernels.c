@@ -639,6 +639,7 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
              : r.l.lower == NL_LOWER_WINOGRAD  ? "Winograd F(4x4, 3x3)"
              : r.l.lower == NL_LOWER_WINOGRAD2 ? "Winograd F(2x2, 3x3)"
              : r.l.lower == NL_LOWER_PLANE2    ? "2x2-plane kernels"
+             : r.l.lower == NL_LOWER_S2LANES   ? "stride-2 lanes"
                                                : "one GEMM per image");
     int oh = r.l.out.h, ow = r.l.out.w, k = cc->c * cc->kh * cc->kw;
     const float *wt = r.w, *bias = cc->no_bias ? NULL : r.w + (size_t)cc->f * k;
@@ -718,6 +719,58 @@ static void test_conv_plane2_twins(void)
             free(y[j]);
         for (int j = 0; j < 3; j++)
             free(dx[j]);
+    }
+}
+
+/* The stride-2 lanes kernel against its naive twin and the direct sum: 2x2 and 4x4 outputs
+ * (inputs of even and odd size), shards of 16, 5 and 21 images, channel and filter counts off
+ * multiples of 4, chunks of channels (conv_plane.c: the padded planes in 32 KiB); an 8x8 output,
+ * which the vector path leaves to the naive loops. */
+static void test_conv_s2_lanes_twins(void)
+{
+    static const int cases[][5] = {/* n, c, h, f */ {16, 8, 4, 8},
+                                   {5, 3, 3, 5},
+                                   {21, 70, 4, 6},
+                                   {16, 40, 8, 3},
+                                   {3, 5, 7, 17},
+                                   {4, 2, 16, 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int n = cases[i][0], c = cases[i][1], h = cases[i][2], f = cases[i][3];
+        const int o = (h - 1) / 2 + 1;
+        const size_t in = (size_t)n * c * h * h, out = (size_t)n * f * o * o,
+                     nw = (size_t)f * c * 9;
+        float *x = floats(in), *w = floats(nw), *bias = floats((size_t)f);
+        float *y[2] = {floats(out), floats(out)}, *ref = floats((size_t)f * o * o);
+        float *scratch = floats(nl_conv_s2_lanes_scratch(c, h, h, f));
+        fill(x, in, -1, 1);
+        fill(w, nw, -1, 1);
+        fill(bias, (size_t)f, -1, 1);
+        const float *b = i % 2 ? NULL : bias;
+        nl_conv_s2_lanes_naive(y[0], x, w, b, n, c, h, h, f);
+        nl_conv_s2_lanes(y[1], x, w, b, n, c, h, h, f, scratch);
+        is_float(max_diff(y[0], y[1], out), 0.0, 1e-5 * (1.0 + max_abs(y[0], out)),
+                 "conv_s2_lanes on %dx%dx%dx%d, %d filters%s: matches the naive twin", n, c, h, h,
+                 f, b ? " and a bias" : "");
+        /* image n - 1 against im2col and a plain product */
+        float *cols = floats((size_t)c * 9 * o * o);
+        nl_im2col(cols, x + (size_t)(n - 1) * c * h * h, c, h, h, 3, 3, 2, 2, 1, 1, o, o);
+        nl_sgemm_naive(0, 0, f, o * o, c * 9, 1.0f, w, c * 9, cols, o * o, 0.0f, ref, o * o);
+        if (b)
+            for (int fo = 0; fo < f; fo++)
+                for (int q = 0; q < o * o; q++)
+                    ref[fo * o * o + q] += b[fo];
+        is_float(max_diff(ref, y[1] + (size_t)(n - 1) * f * o * o, (size_t)f * o * o), 0.0,
+                 1e-5 * (1.0 + max_abs(ref, (size_t)f * o * o)),
+                 "conv_s2_lanes on %dx%dx%dx%d, %d filters: the last image is im2col's product", n,
+                 c, h, h, f);
+        free(cols);
+        free(ref);
+        free(x);
+        free(w);
+        free(bias);
+        free(scratch);
+        free(y[0]);
+        free(y[1]);
     }
 }
 
@@ -1424,6 +1477,7 @@ int main(void)
     test_conv_s1_twins();
     test_conv_s1_dweight_twins();
     test_conv_plane2_twins();
+    test_conv_s2_lanes_twins();
     static const struct conv_case directs[] = {
         {2, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1}, {3, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 0},
         {2, 3, 5, 37, 11, 3, 3, 1, 1, 1, 1, 0},   {3, 5, 9, 13, 6, 3, 3, 1, 1, 0, 0, 1},
@@ -1485,10 +1539,19 @@ int main(void)
         {2, 8, 2, 2, 5, 3, 3, 1, 1, 1, 1, 0},
         {1, 4, 2, 2, 3, 3, 3, 1, 1, 1, 1, 0},
     };
+    /* The stride-2 lanes lowering likewise: 4x4 and 2x2 outputs, a tail of lanes, a bias and
+     * none, under PLANE2_MIN images. */
+    static const struct conv_case s2lanes[] = {
+        {5, 20, 8, 8, 12, 3, 3, 2, 2, 1, 1, 0}, {17, 9, 4, 4, 6, 3, 3, 2, 2, 1, 1, 1},
+        {6, 7, 7, 7, 5, 3, 3, 2, 2, 1, 1, 0},   {2, 8, 4, 4, 5, 3, 3, 2, 2, 1, 1, 0},
+        {1, 4, 8, 8, 3, 3, 3, 2, 2, 1, 1, 1},
+    };
     for (int vec = 1; vec >= 0; vec--) {
         nl_kernels_vector(vec);
         for (size_t i = 0; i < sizeof planes2 / sizeof planes2[0]; i++)
             test_conv(&planes2[i], NL_LOWER_PLANE2);
+        for (size_t i = 0; i < sizeof s2lanes / sizeof s2lanes[0]; i++)
+            test_conv(&s2lanes[i], NL_LOWER_S2LANES);
     }
     nl_kernels_vector(1);
     {
@@ -1504,6 +1567,25 @@ int main(void)
         struct nl_error err = {0};
         ok(bad.ops->setup(&bad, &err) < 0 && strstr(err.msg, "cannot run the 2x2-plane"),
            "conv 3x3 on a 4x4 plane asked to run the 2x2-plane lowering fails setup: %s", err.msg);
+        struct nl_layer wide = bad;
+        wide.sh = wide.sw = 2;
+        wide.lowering = NL_LOWER_S2LANES;
+        wide.in[0] = (struct nl_shape){3, 16, 16};
+        ok(wide.ops->setup(&wide, &err) < 0 && strstr(err.msg, "cannot run the stride-2 lanes"),
+           "conv 3x3 stride 2 to an 8x8 plane asked to run the stride-2 lanes lowering fails "
+           "setup: %s",
+           err.msg);
+        struct nl_layer l3 = wide, l2 = wide;
+        l3.lowering = l2.lowering = NL_LOWER_AUTO;
+        l3.filters = 256;
+        l3.in[0] = (struct nl_shape){128, 8, 8};
+        l2.filters = 128;
+        l2.in[0] = (struct nl_shape){64, 16, 16};
+        const int vec = nl_kernels_vector_on();
+        ok(l3.ops->setup(&l3, &err) == 0 && l3.lower == (vec ? NL_LOWER_S2LANES : NL_LOWER_SHARD) &&
+               l2.ops->setup(&l2, &err) == 0 && l2.lower == NL_LOWER_SHARD,
+           "ResNet-18 64x64 layer3.0.conv1: the stride-2 lanes where the vector paths run, else "
+           "one GEMM per shard; layer2.0.conv1: one GEMM per shard");
     }
     {
         struct nl_layer strided = {.ops = nl_layer_kind("conv"),

@@ -206,3 +206,175 @@ void nl_conv_plane2_din(float *din, const float *dout, const float *weight, int 
     else
         nl_conv_plane2_din_naive(din, dout, weight, n, c, f);
 }
+
+/* ---- 3x3 stride 2, padding 1, images in lanes ----
+ *
+ * ResNet-18's downsampling convolutions at 64x64 inputs, layer3.0.conv1 (8x8 -> 4x4) and
+ * layer4.0.conv1 (4x4 -> 2x2), go through SHARD's im2col and one GEMM at 80-90 GFLOP/s: the
+ * products are short (P = 16 and 4 per image), and of the terms per channel pair 11 of 36 on a
+ * 2x2 output read the padding (23 of 144 on a 4x4). Here the input of a block of 16 images is
+ * turned into x (c, h + 2, w + 2, 16), zero-padded, each pixel the 16 images' values; an output
+ * tile of 16 vectors (one filter's 4x4 plane, or four filters' 2x2 planes) is held in registers
+ * while the taps of a chunk of channels (their planes of x in the L1 cache) are walked, and the
+ * taps that read the top or left padding are left out. Partial sums go through y (f, oh*ow, 16)
+ * between chunks. Each output sums its terms chunk after chunk, channel after channel, taps in
+ * row-major order, in fused multiply-adds; the naive twin sums the same terms in the same order
+ * in double, so the two agree to rounding. 8x8 outputs (layer2.0.conv1, tiles of 2 rows of 8)
+ * ran slower than SHARD, so they stay there. Forward only: the gradients are SHARD's. */
+
+size_t nl_conv_s2_lanes_scratch(int c, int h, int w, int f)
+{
+    const int oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1;
+    return ((size_t)c * (h + 2) * (w + 2) + (size_t)f * oh * ow) * 16;
+}
+
+int nl_conv_s2_lanes_fits(int h, int w)
+{
+    const int oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1;
+    return oh == ow && (ow == 2 || ow == 4);
+}
+
+void nl_conv_s2_lanes_naive(float *out, const float *in, const float *weight, const float *bias,
+                            int n, int c, int h, int w, int f)
+{
+    const int oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1;
+
+    for (int s = 0; s < n; s++)
+        for (int fo = 0; fo < f; fo++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    double sum = 0.0;
+                    for (int ci = 0; ci < c; ci++)
+                        for (int ky = 0; ky < 3; ky++)
+                            for (int kx = 0; kx < 3; kx++) {
+                                const int iy = 2 * oy - 1 + ky, ix = 2 * ox - 1 + kx;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+                                    continue;
+                                sum += (double)weight[((size_t)fo * c + ci) * 9 + ky * 3 + kx] *
+                                       in[(((size_t)s * c + ci) * h + iy) * w + ix];
+                            }
+                    out[(((size_t)s * f + fo) * oh + oy) * ow + ox] =
+                        (float)sum + (bias ? bias[fo] : 0.0f);
+                }
+}
+
+/* y's tile of tr x tw outputs (rows from ty, all ow = tw columns) of fb filters from f0, over
+ * the channels [c0, c1) of x (hp x wp planes, 16 lanes); first: from 0 rather than from y.
+ * fb * tr * tw is at most 16, the registers that hold the tile. */
+AVX512 static inline __attribute__((always_inline)) void
+s2_tile(float *y, const float *x, const float *weight, int c, int c0, int c1, int hp, int wp,
+        int f0, int ty, int first, const int fb, const int tr, const int tw)
+{
+    const int t = tr * tw, p = tw * tw;
+    __m512 acc[16];
+
+    for (int a = 0; a < fb; a++)
+        for (int q = 0; q < t; q++)
+            acc[a * t + q] = first ? _mm512_setzero_ps()
+                                   : _mm512_loadu_ps(y + ((size_t)(f0 + a) * p + ty * tw + q) * 16);
+    for (int ci = c0; ci < c1 && fb > 1; ci++) {
+        /* several filters of a 2x2 tile: each tap's 4 input vectors loaded once for all */
+        const float *xc = x + (size_t)ci * hp * wp * 16;
+        for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++) {
+                __m512 xv[4];
+                for (int q = 0; q < t; q++)
+                    xv[q] = _mm512_loadu_ps(
+                        xc + ((size_t)(2 * (ty + q / tw) + ky) * wp + 2 * (q % tw) + kx) * 16);
+                for (int a = 0; a < fb; a++) {
+                    const __m512 wv =
+                        _mm512_set1_ps(weight[((size_t)(f0 + a) * c + ci) * 9 + ky * 3 + kx]);
+                    for (int q = 0; q < t; q++)
+                        if (2 * (ty + q / tw) + ky > 0 && 2 * (q % tw) + kx > 0)
+                            acc[a * t + q] = _mm512_fmadd_ps(wv, xv[q], acc[a * t + q]);
+                }
+            }
+    }
+    for (int ci = c0; ci < c1 && fb == 1; ci++) {
+        /* one filter's tile of 16: each multiply-add reads its input vector from the chunk */
+        const float *xc = x + (size_t)ci * hp * wp * 16;
+        const float *wk = weight + ((size_t)f0 * c + ci) * 9;
+        for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++) {
+                const __m512 wv = _mm512_set1_ps(wk[ky * 3 + kx]);
+                for (int r = 0; r < tr; r++) {
+                    const float *row = xc + ((size_t)(2 * (ty + r) + ky) * wp + kx) * 16;
+                    for (int q = 0; q < tw; q++)
+                        if (2 * (ty + r) + ky > 0 && 2 * q + kx > 0) /* not the padding */
+                            acc[r * tw + q] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(row + 2 * q * 16),
+                                                              acc[r * tw + q]);
+                }
+            }
+    }
+    for (int a = 0; a < fb; a++)
+        for (int q = 0; q < t; q++)
+            _mm512_storeu_ps(y + ((size_t)(f0 + a) * p + ty * tw + q) * 16, acc[a * t + q]);
+}
+
+/* y (f, ow*ow, 16) over the channels [c0, c1). */
+AVX512 static void s2_chunk(float *y, const float *x, const float *weight, int c, int c0, int c1,
+                            int hp, int wp, int f, int ow)
+{
+    const int first = c0 == 0;
+
+    if (ow == 4) {
+        for (int fo = 0; fo < f; fo++)
+            s2_tile(y, x, weight, c, c0, c1, hp, wp, fo, 0, first, 1, 4, 4);
+    } else {
+        int fo = 0;
+        for (; fo + 4 <= f; fo += 4)
+            s2_tile(y, x, weight, c, c0, c1, hp, wp, fo, 0, first, 4, 2, 2);
+        for (; fo < f; fo++)
+            s2_tile(y, x, weight, c, c0, c1, hp, wp, fo, 0, first, 1, 2, 2);
+    }
+}
+
+AVX512 static void conv_s2_lanes_avx512(float *out, const float *in, const float *weight,
+                                        const float *bias, int n, int c, int h, int w, int f,
+                                        float *scratch)
+{
+    const int ow = (w - 1) / 2 + 1, p = ow * ow, hp = h + 2, wp = w + 2;
+    const size_t in_size = (size_t)c * h * w, out_size = (size_t)f * p;
+    const size_t plane = (size_t)hp * wp * 16;
+    /* channels per chunk: their padded planes in 32 KiB, the L1 cache */
+    const int cc = plane * sizeof(float) < 32768 ? (int)(32768 / (plane * sizeof(float))) : 1;
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    float *x = scratch, *y = scratch + (size_t)c * plane;
+
+    for (int s0 = 0; s0 < n; s0 += 16) {
+        const int nb = n - s0 < 16 ? n - s0 : 16;
+        const __mmask16 m = lanes(0, nb);
+        const __m512i in_at = _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)in_size));
+        const __m512i out_at = _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)out_size));
+        const float *src = in + (size_t)s0 * in_size;
+        memset(x, 0, (size_t)c * plane * sizeof *x);
+        for (int ci = 0; ci < c; ci++)
+            for (int iy = 0; iy < h; iy++)
+                for (int ix = 0; ix < w; ix++) {
+                    const float *at = src + ((size_t)ci * h + iy) * w + ix;
+                    _mm512_storeu_ps(
+                        x + (size_t)ci * plane + ((size_t)(iy + 1) * wp + ix + 1) * 16,
+                        _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, in_at, at, 4));
+                }
+        for (int c0 = 0; c0 < c; c0 += cc)
+            s2_chunk(y, x, weight, c, c0, c0 + cc < c ? c0 + cc : c, hp, wp, f, ow);
+        float *dst = out + (size_t)s0 * out_size;
+        for (int fo = 0; fo < f; fo++) {
+            const __m512 b = _mm512_set1_ps(bias ? bias[fo] : 0.0f);
+            for (int q = 0; q < p; q++) {
+                const __m512 v = _mm512_loadu_ps(y + ((size_t)fo * p + q) * 16);
+                _mm512_mask_i32scatter_ps(dst + (size_t)fo * p + q, m, out_at,
+                                          bias ? _mm512_add_ps(v, b) : v, 4);
+            }
+        }
+    }
+}
+
+void nl_conv_s2_lanes(float *out, const float *in, const float *weight, const float *bias, int n,
+                      int c, int h, int w, int f, float *scratch)
+{
+    if (nl_kernels_vector_on() && nl_conv_s2_lanes_fits(h, w))
+        conv_s2_lanes_avx512(out, in, weight, bias, n, c, h, w, f, scratch);
+    else
+        nl_conv_s2_lanes_naive(out, in, weight, bias, n, c, h, w, f);
+}

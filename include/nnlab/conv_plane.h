@@ -29,4 +29,18 @@ void nl_conv_plane2_din(float *din, const float *dout, const float *weight, int 
 void nl_conv_plane2_din_naive(float *din, const float *dout, const float *weight, int n, int c,
                               int f);
 
+/* 3x3 convolution, stride 2, padding 1, forward: out (n, f, oh, ow) of in (n, c, h, w),
+ * oh = (h - 1) / 2 + 1, by weight [f, c, 3, 3], plus bias (f) when not NULL. The AVX-512 path
+ * takes square outputs of 2x2 and 4x4 (nl_conv_s2_lanes_fits), the images of a block of 16
+ * in the lanes, each output's terms summed chunk of channels after chunk, channel after channel,
+ * taps in row-major order, in fused multiply-adds; the naive twin sums the same terms in the
+ * same order in double, so the two agree to rounding. scratch: nl_conv_s2_lanes_scratch floats
+ * (the block of 16 images padded and turned image-minor, and its outputs). */
+int nl_conv_s2_lanes_fits(int h, int w);
+size_t nl_conv_s2_lanes_scratch(int c, int h, int w, int f);
+void nl_conv_s2_lanes(float *out, const float *in, const float *weight, const float *bias, int n,
+                      int c, int h, int w, int f, float *scratch);
+void nl_conv_s2_lanes_naive(float *out, const float *in, const float *weight, const float *bias,
+                            int n, int c, int h, int w, int f);
+
 #endif

@@ -187,6 +187,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         win.sh == 1 && win.sw == 1 && win.kw <= 8 && win.ph < win.kh && win.pw < win.kw;
     const int wino_fits = direct_fits && win.kh == 3 && win.kw == 3;
     const int plane2_fits = wino_fits && win.ph == 1 && win.pw == 1 && win.h == 2 && win.w == 2;
+    const int s2lanes_fits = win.kh == 3 && win.kw == 3 && win.sh == 2 && win.sw == 2 &&
+                             win.ph == 1 && win.pw == 1 && nl_conv_s2_lanes_fits(win.h, win.w);
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
         l->lower = l->lowering;
     else if (l->lowering == NL_LOWER_PLANE2 && !plane2_fits)
@@ -196,6 +198,14 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
                               win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.h, win.w);
     else if (l->lowering == NL_LOWER_PLANE2)
         l->lower = NL_LOWER_PLANE2;
+    else if (l->lowering == NL_LOWER_S2LANES && !s2lanes_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d pad %dx%d on %dx%d cannot run the stride-2 "
+                              "lanes lowering (3x3, stride 2, padding 1, an output of 2x2 or "
+                              "4x4)",
+                              win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.h, win.w);
+    else if (l->lowering == NL_LOWER_S2LANES)
+        l->lower = NL_LOWER_S2LANES;
     else if ((l->lowering == NL_LOWER_WINOGRAD || l->lowering == NL_LOWER_WINOGRAD2) && !wino_fits)
         return nl__layer_fail(l, err,
                               "conv %dx%d stride %dx%d pad %dx%d cannot run Winograd's lowering "
@@ -217,6 +227,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = win.oh > 4 && win.ow > 4 ? NL_LOWER_WINOGRAD : NL_LOWER_WINOGRAD2;
     else if (plane2_fits && win.c >= 16 && l->filters >= 16 && nl_kernels_vector_on())
         l->lower = NL_LOWER_PLANE2; /* the rule at the top of this file */
+    else if (s2lanes_fits && win.c >= 16 && l->filters >= 16 && nl_kernels_vector_on())
+        l->lower = NL_LOWER_S2LANES; /* the rule at the top of this file */
     else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
              win.ow >= 14 && nl_kernels_vector_on())
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
@@ -237,6 +249,11 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         /* the kernels' blocks; SHARD's matrices for the weight gradient, SAMPLE's columns for a
          * shard too small to fill the lanes */
         const size_t blocks = nl_conv_plane2_scratch(win.c, l->filters);
+        l->scratch_fixed = blocks > k * p ? blocks : k * p;
+        l->scratch_per_sample = (k + (size_t)l->filters) * p;
+    } else if (l->lower == NL_LOWER_S2LANES) {
+        /* as PLANE2: the kernel's block, SHARD's matrices, SAMPLE's columns */
+        const size_t blocks = nl_conv_s2_lanes_scratch(win.c, win.h, win.w, l->filters);
         l->scratch_fixed = blocks > k * p ? blocks : k * p;
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
     } else if (l->lower == NL_LOWER_DIRECT)
@@ -397,8 +414,24 @@ static void forward_plane2(const struct nl_layer *l, const struct nl_fwd *f,
             }
 }
 
-/* PLANE2 fills 16 lanes with images; below PLANE2_MIN images a shard goes as SHARD (one image:
- * SAMPLE), whose products waste less on so few. */
+/* S2LANES: out (n, F, oh, ow) by nl_conv_s2_lanes, with the bias or then the folded pass. */
+static void forward_s2lanes(const struct nl_layer *l, const struct nl_fwd *f,
+                            const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+
+    nl_conv_s2_lanes(f->out, f->in[0], f->w, bias, f->n, g->c, g->h, g->w, d->f, f->scratch);
+    if (f->scale)
+        for (int s = 0; s < f->n; s++)
+            for (int fo = 0; fo < d->f; fo++) {
+                float *y = f->out + ((size_t)s * d->f + fo) * d->p;
+                nl_scale_shift(y, y, (size_t)d->p, f->scale[fo], f->shift[fo], f->act);
+            }
+}
+
+/* PLANE2 and S2LANES fill 16 lanes with images; below PLANE2_MIN images a shard goes as SHARD
+ * (one image: SAMPLE), whose products waste less on so few. */
 #define PLANE2_MIN 4
 
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
@@ -407,11 +440,15 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
     conv_dims(l, &d);
     if (l->lower == NL_LOWER_PLANE2 && f->n >= PLANE2_MIN)
         forward_plane2(l, f, &d);
+    else if (l->lower == NL_LOWER_S2LANES && f->n >= PLANE2_MIN)
+        forward_s2lanes(l, f, &d);
     else if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
         forward_winograd(l, f, &d);
     else if (l->lower == NL_LOWER_DIRECT)
         forward_direct(l, f, &d);
-    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2) && f->n > 1)
+    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
+              l->lower == NL_LOWER_S2LANES) &&
+             f->n > 1)
         forward_shard(l, f, &d);
     else
         forward_sample(l, f, &d);
@@ -587,7 +624,9 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
         backward_winograd(l, b, &d);
     else if (l->lower == NL_LOWER_DIRECT)
         backward_direct(l, b, &d);
-    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2) && b->n > 1)
+    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
+              l->lower == NL_LOWER_S2LANES) &&
+             b->n > 1)
         backward_shard(l, b, &d);
     else
         backward_sample(l, b, &d);
