@@ -3,7 +3,7 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Five lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * Seven lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
  * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
@@ -38,6 +38,19 @@
  *   measures up to 5.4e-6 for F(4x4), 2.2e-6 for F(2x2)). The shard goes through in chunks of
  * images whose transformed tiles and products stay in the L2 cache (wino_chunk). scratch: 2*a*a*F*C
  *   floats, plus a*a*tiles*(C + F) per sample (a = 6 or 4).
+ * - PLANE2 (3x3, stride 1, padding 1, a 2x2 input): on a 2x2 plane every output pixel reads
+ *   every input pixel through a tap of its own: 16 (output, input) pairs per channel pair, where
+ *   im2col's columns hold 36 taps, 20 of them on the padding. nl_conv_plane2 (nnlab/conv_plane.h,
+ *   core/engine/conv_plane.c) does the 16, the shard's images in the 16 lanes of AVX-512 and four
+ *   filters' outputs in registers; the input gradient is its transpose (nl_conv_plane2_din), the
+ *   weight gradient SHARD's product (its output is as large as the weights and its depth only
+ *   4n: it runs at the speed of memory either way). A shard of under 4 images goes as SHARD.
+ *   Each sums in another order than the products, so its results differ in the last bits.
+ *   scratch: SHARD's, and (C + F)*64 floats.
+ * - S2LANES (3x3, stride 2, padding 1, to a 2x2 or 4x4 output): the forward by
+ *   nl_conv_s2_lanes, the images in lanes as PLANE2's, the taps on the top and left padding left
+ *   out (11 of 36 per channel pair on a 2x2 output, 23 of 144 on a 4x4); the gradients are
+ *   SHARD's. scratch: SHARD's, and 16*(C*(H + 2)*(W + 2) + F*P) floats.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -99,11 +112,27 @@
  * fastest of 29) took 26.3 ms against 28.1 with that stage left DIRECT, inference 7.2 against
  * 7.2.
  *
+ * The lanes kernels against the products, bench_conv (2026-11-27 09:16 UTC, load average 5,
+ * fastest of 5; GFLOP/s of the direct sum's flops, forward and both gradients, the forward alone
+ * in parentheses; PLANE2's column for layer4, S2LANES's for the stride-2 rows):
+ *                                 SAMPLE         SHARD          lanes
+ *    ResNet-18 64 layer4        21.3 (20.3)    94.0 (88.7)   160.0 (306.6)
+ *    ResNet-18 64 layer3.0 s2   62.6 (62.6)    93.7 (94.9)   100.2 (121.0)
+ *    ResNet-18 64 layer4.0 s2   22.6 (22.0)    83.8 (83.8)    92.9 (119.9)
+ *    ResNet-18 64 layer2.0 s2   85.9 (85.0)    83.6 (82.3)        -
+ *    ResNet-18 64 conv1 7x7 s2  70.4 (76.9)    57.8 (57.5)        -
+ * (an S2LANES forward on layer2.0's 8x8 output, tiles of two rows of 8, ran 5-25% slower than
+ * SHARD's in the whole network and was left out). Hence, where the vector paths are on and C and
+ * F are at least 16: PLANE2 for 3x3 stride-1 layers with padding 1 on 2x2 planes (ResNet-18's
+ * layer4 at 64x64), S2LANES for 3x3 stride-2 layers with padding 1 to 2x2 and 4x4 outputs
+ * (layer3.0.conv1 and layer4.0.conv1 at 64x64), both before SHARD's rule.
+ *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
  * product is written without the bias and each channel then goes once through
  * act(y * scale + shift), the pass that SHARD's scattering makes anyway (WINOGRAD's output
- * transform likewise), so the batchnorm's and the ReLU's passes over memory disappear.
+ * transform likewise; PLANE2 and S2LANES run it over each image's output after their kernels),
+ * so the batchnorm's and the ReLU's passes over memory disappear.
  */
 #include <limits.h>
 #include <string.h>
