@@ -674,7 +674,12 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
  * off the kernels are the naive loops. */
 static void test_conv_plane2_twins(void)
 {
-    static const int cases[][3] = {/* n, c, f */ {16, 32, 16}, {21, 5, 7}, {1, 3, 4}, {4, 64, 9}};
+    static const int cases[][3] = {/* n, c, f */ {16, 32, 16},
+                                   {21, 5, 7},
+                                   {1, 3, 4},
+                                   {4, 64, 9},
+                                   {40, 6, 5},
+                                   {33, 4, 3}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int n = cases[i][0], c = cases[i][1], f = cases[i][2];
         const size_t in = (size_t)n * c * 4, out = (size_t)n * f * 4, nw = (size_t)f * c * 9;
@@ -710,6 +715,15 @@ static void test_conv_plane2_twins(void)
                  1e-5 * (1.0 + max_abs(ref, (size_t)f * 4)),
                  "conv_plane2 on %dx%dx2x2, %d filters: the last image is the direct sum", n, c, f);
         free(ref);
+        if (n > 16) {
+            /* each block of 16 images sums on its own: the first 16 alone, bit for bit */
+            float *y16 = floats((size_t)16 * f * 4);
+            nl_conv_plane2(y16, x, w, i % 2 ? NULL : bias, 16, c, f, scratch);
+            ok(memcmp(y16, y[1], (size_t)16 * f * 4 * sizeof(float)) == 0,
+               "conv_plane2 on %dx%dx2x2, %d filters: its first 16 images as a shard of 16", n, c,
+               f);
+            free(y16);
+        }
         free(x);
         free(w);
         free(bias);
