@@ -298,6 +298,11 @@ static int vector_wins_gather(int n, int h, int w, int kh, int kw, int sh, int s
            (vector_on && sw == 1 && (ph > 0 || pw > 0));
 }
 
+AVX512 static void im2col_s2_avx512(float *cols, int ldc, const float *img, int n, size_t stride,
+                                    int c, int h, int w, int kh, int kw, int sh, int ph, int pw,
+                                    int oh, int ow);
+#define S2_ROW 512
+
 /* nl_im2col_batch for strides of 1 or 2 in x, row by row through row_gather_avx512 (or whole
  * planes through flat_gather_avx512): each row of cols is written from its start to its end,
  * image after image, so a shard's matrix, wider than the cache, is written in one sweep instead
@@ -309,6 +314,10 @@ AVX512 static void im2col_avx512(float *cols, int ldc, const float *img, int n, 
     const int flat = flat_plane(h, w, kh, kw, sh, sw, ph, pw, oh, ow), p = oh * ow;
     size_t row = 0;
 
+    if (sw == 2 && !flat && (pw + 1) / 2 + ow + kw / 2 + 1 + 16 <= S2_ROW) {
+        im2col_s2_avx512(cols, ldc, img, n, stride, c, h, w, kh, kw, sh, ph, pw, oh, ow);
+        return;
+    }
     for (int ci = 0; ci < c; ci++)
         for (int ki = 0; ki < kh; ki++)
             for (int kj = 0; kj < kw; kj++, row++) {
@@ -332,6 +341,62 @@ AVX512 static void im2col_avx512(float *cols, int ldc, const float *img, int n, 
                     }
                 }
             }
+}
+
+/* im2col_avx512 for a stride of 2 in x off the flat planes (ResNet-18's 7x7 stem, its 3x3
+ * stride-2 convolutions): each input row a window row reads is split once into its even and odd
+ * columns (zero beyond the row's ends), and the kw rows of cols it feeds are then plain copies
+ * from one or the other, where row_gather_avx512 loaded and permuted the row again for every
+ * tap. The same floats. Split rows of up to S2_ROW floats. */
+AVX512 static void im2col_s2_avx512(float *cols, int ldc, const float *img, int n, size_t stride,
+                                    int c, int h, int w, int kh, int kw, int sh, int ph, int pw,
+                                    int oh, int ow)
+{
+    static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const __m512i ie = _mm512_loadu_si512(even);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    const int p = oh * ow, a = (pw + 1) / 2 + 1; /* ev[j] holds column 2 * (j - a) */
+    const int len = a + ow + kw / 2 + 1;
+    float ev[S2_ROW], od[S2_ROW];
+
+    for (int ci = 0; ci < c; ci++)
+        for (int ki = 0; ki < kh; ki++) {
+            float *rows = cols + (size_t)(ci * kh + ki) * kw * ldc;
+            for (int s = 0; s < n; s++) {
+                const float *plane = img + s * stride + (size_t)ci * h * w;
+                for (int oy = 0; oy < oh; oy++) {
+                    const int iy = oy * sh - ph + ki;
+                    float *dst = rows + (size_t)s * p + (size_t)oy * ow;
+                    if (iy < 0 || iy >= h) {
+                        for (int kj = 0; kj < kw; kj++)
+                            for (int o = 0; o < ow; o += 16)
+                                _mm512_mask_storeu_ps(dst + (size_t)kj * ldc + o, lanes(0, ow - o),
+                                                      _mm512_setzero_ps());
+                        continue;
+                    }
+                    const float *row = plane + (size_t)iy * w;
+                    for (int j = 0; j < len; j += 16) {
+                        const int base = 2 * (j - a);
+                        __m512 lo = _mm512_maskz_loadu_ps(lanes(-base, w - base), row + base);
+                        __m512 hi = _mm512_maskz_loadu_ps(lanes(-base - 16, w - base - 16),
+                                                          row + base + 16);
+                        _mm512_storeu_ps(ev + j, _mm512_permutex2var_ps(lo, ie, hi));
+                        _mm512_storeu_ps(od + j, _mm512_permutex2var_ps(lo, io, hi));
+                    }
+                    for (int kj = 0; kj < kw; kj++) {
+                        const int q = kj - pw; /* column 2 * ox + q */
+                        const int m = q >= 0 ? q / 2 : -((1 - q) / 2), odd = q - 2 * m;
+                        const float *src = (odd ? od : ev) + a + m;
+                        float *d = dst + (size_t)kj * ldc;
+                        for (int o = 0; o < ow; o += 16) {
+                            const __mmask16 live = lanes(0, ow - o);
+                            _mm512_mask_storeu_ps(d + o, live,
+                                                  _mm512_maskz_loadu_ps(live, src + o));
+                        }
+                    }
+                }
+            }
+        }
 }
 
 /* Each image element gets its terms in row order, as the scalar loop adds them. */
