@@ -1,8 +1,9 @@
 /* Convolution lowering benchmark (meson benchmark, not a timed test): each lowering of
- * core/engine/layers/conv.c and gconv.c on the shapes of the shipped CNNs and of ResNet-18, one
- * forward and one backward (input and weight gradients) of a shard of 16 images, the lowerings
- * alternating (Winograd's two and the direct loops where the shape takes them; the figures
- * count the direct sum's multiply-adds, so Winograd's are effective rates). Times are the
+ * core/engine/layers/conv.c and gconv.c on the shapes of the shipped CNNs and of ResNet-18 (its
+ * stem and stride-2 convolutions too), one forward and one backward (input and weight
+ * gradients) of a shard of 16 images, the lowerings alternating (Winograd's two, the direct
+ * loops and the lanes kernels where the shape takes them; the figures count the direct sum's
+ * multiply-adds, so Winograd's are effective rates). Times are the
  * thread's CPU time (CLOCK_THREAD_CPUTIME_ID), the fastest of
  * NNLAB_BENCH_REPEAT (default 7) rounds: a shared, loaded machine slows them far less than it
  * slows wall-clock figures. It prints, per shape, GFLOP/s of each lowering and which one setup
@@ -62,7 +63,8 @@ static int make(struct setup *u, const struct shape *sh, enum nl_lowering loweri
                              .in = {{sh->c, sh->h, sh->w}}};
     if (u->l.ops->setup(&u->l, &err) != 0) {
         if (lowering != NL_LOWER_DIRECT && lowering != NL_LOWER_WINOGRAD &&
-            lowering != NL_LOWER_WINOGRAD2)
+            lowering != NL_LOWER_WINOGRAD2 && lowering != NL_LOWER_PLANE2 &&
+            lowering != NL_LOWER_S2LANES)
             fprintf(stderr, "bench_conv: %s: %s\n", sh->what, err.msg);
         return -1;
     }
@@ -210,6 +212,10 @@ int main(void)
         {"resnet18-64 layer3", 256, 4, 4, 256, 3, 1, 1, 1},
         {"resnet18-64 layer4", 512, 2, 2, 512, 3, 1, 1, 1},
         {"resnet18-64 layer4 1x1 s2", 256, 4, 4, 512, 1, 2, 0, 1},
+        {"resnet18-64 conv1 7x7 s2", 3, 64, 64, 64, 7, 2, 3, 1},
+        {"resnet18-64 layer2.0 3x3 s2", 64, 16, 16, 128, 3, 2, 1, 1},
+        {"resnet18-64 layer3.0 3x3 s2", 128, 8, 8, 256, 3, 2, 1, 1},
+        {"resnet18-64 layer4.0 3x3 s2", 256, 4, 4, 512, 3, 2, 1, 1},
         {"resnet18-224 layer3", 256, 14, 14, 256, 3, 1, 1, 1},
         {"resnet18-224 layer4", 512, 7, 7, 512, 3, 1, 1, 1},
     };
@@ -224,12 +230,14 @@ int main(void)
     /* The plain convolutions under each lowering that takes them, alternating; GFLOP/s of the
      * forward and backward together (the forward alone in parentheses), of the direct sum's
      * multiply-adds, so that the Winograd lowerings' figures are effective rates. */
-    static const enum nl_lowering lows[] = {NL_LOWER_SAMPLE, NL_LOWER_SHARD, NL_LOWER_DIRECT,
-                                            NL_LOWER_WINOGRAD, NL_LOWER_WINOGRAD2};
-    static const char *const low_names[] = {"SAMPLE", "SHARD", "DIRECT", "WINO4", "WINO2"};
+    static const enum nl_lowering lows[] = {NL_LOWER_SAMPLE,   NL_LOWER_SHARD,     NL_LOWER_DIRECT,
+                                            NL_LOWER_WINOGRAD, NL_LOWER_WINOGRAD2, NL_LOWER_PLANE2,
+                                            NL_LOWER_S2LANES};
+    static const char *const low_names[] = {"SAMPLE", "SHARD",  "DIRECT", "WINO4",
+                                            "WINO2",  "PLANE2", "S2LANES"};
     enum { NLOW = sizeof lows / sizeof lows[0] };
-    const char *names[] = {"",       "per image", "per shard", "per group",
-                           "direct", "winograd4", "winograd2"};
+    const char *names[] = {"",          "per image", "per shard", "per group", "direct",
+                           "winograd4", "winograd2", "plane2",    "s2lanes"};
     printf("%-28s %7s", "SHAPE", "MFLOP");
     for (int j = 0; j < NLOW; j++)
         printf(" %14s", low_names[j]);
@@ -278,7 +286,8 @@ int main(void)
         release(&uauto);
     }
     printf("SAMPLE: one GEMM per image; SHARD: one per shard; DIRECT: direct loops; WINO4, WINO2: "
-           "Winograd F(4x4, 3x3), F(2x2, 3x3)\n");
+           "Winograd F(4x4, 3x3), F(2x2, 3x3); PLANE2: the 2x2-plane kernels; S2LANES: the "
+           "stride-2 lanes forward (nnlab/conv_plane.h)\n");
     printf("\ngrouped convolutions, one forward and backward of %d images, GFLOP/s\n", SHARD);
     printf("%-34s %9s %9s %9s %9s  %s\n", "SHAPE", "MFLOP", "A_GFLOPS", "B_GFLOPS", "B/A",
            "SETUP CHOOSES");

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nnlab/conv_plane.h"
 #include "nnlab/kernels.h"
 #include "nnlab/layer.h"
 #include "nnlab/rng.h"
@@ -637,6 +638,8 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
              : r.l.lower == NL_LOWER_DIRECT    ? "direct"
              : r.l.lower == NL_LOWER_WINOGRAD  ? "Winograd F(4x4, 3x3)"
              : r.l.lower == NL_LOWER_WINOGRAD2 ? "Winograd F(2x2, 3x3)"
+             : r.l.lower == NL_LOWER_PLANE2    ? "2x2-plane kernels"
+             : r.l.lower == NL_LOWER_S2LANES   ? "stride-2 lanes"
                                                : "one GEMM per image");
     int oh = r.l.out.h, ow = r.l.out.w, k = cc->c * cc->kh * cc->kw;
     const float *wt = r.w, *bias = cc->no_bias ? NULL : r.w + (size_t)cc->f * k;
@@ -662,6 +665,127 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
     free(din);
     free(dw);
     run_free(&r);
+}
+
+/* The 2x2-plane kernels against their naive twins: shards that fill 16 lanes, leave a tail and
+ * hold one image; channel and filter counts off multiples of 4; the input gradient added into
+ * non-zero starting values. Both twins sum the same terms in the same order, the vector path in
+ * fused multiply-adds, the naive one in double: they agree to rounding. With the vector paths
+ * off the kernels are the naive loops. */
+static void test_conv_plane2_twins(void)
+{
+    static const int cases[][3] = {/* n, c, f */ {16, 32, 16},
+                                   {21, 5, 7},
+                                   {1, 3, 4},
+                                   {4, 64, 9},
+                                   {40, 6, 5},
+                                   {33, 4, 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int n = cases[i][0], c = cases[i][1], f = cases[i][2];
+        const size_t in = (size_t)n * c * 4, out = (size_t)n * f * 4, nw = (size_t)f * c * 9;
+        float *x = floats(in), *w = floats(nw), *bias = floats((size_t)f), *dy = floats(out);
+        float *y[2] = {floats(out), floats(out)}, *dx[3] = {floats(in), floats(in), floats(in)};
+        float *scratch = floats(nl_conv_plane2_scratch(c, f));
+        fill(x, in, -1, 1);
+        fill(w, nw, -1, 1);
+        fill(bias, (size_t)f, -1, 1);
+        fill(dy, out, -1, 1);
+        fill(dx[0], in, -1, 1);
+        memcpy(dx[1], dx[0], in * sizeof(float));
+        memcpy(dx[2], dx[0], in * sizeof(float));
+        nl_conv_plane2_naive(y[0], x, w, i % 2 ? NULL : bias, n, c, f);
+        nl_conv_plane2(y[1], x, w, i % 2 ? NULL : bias, n, c, f, scratch);
+        is_float(max_diff(y[0], y[1], out), 0.0, 1e-5 * (1.0 + max_abs(y[0], out)),
+                 "conv_plane2 on %dx%dx2x2, %d filters%s: matches the naive twin", n, c, f,
+                 i % 2 ? "" : " and a bias");
+        nl_conv_plane2_din_naive(dx[0], dy, w, n, c, f);
+        nl_conv_plane2_din(dx[1], dy, w, n, c, f, scratch);
+        is_float(max_diff(dx[0], dx[1], in), 0.0, 1e-5 * (1.0 + max_abs(dx[0], in)),
+                 "conv_plane2_din on %dx%dx2x2, %d filters: matches the naive twin", n, c, f);
+        nl_kernels_vector(0);
+        nl_conv_plane2_din(dx[2], dy, w, n, c, f, scratch);
+        nl_kernels_vector(1);
+        ok(memcmp(dx[0], dx[2], in * sizeof(float)) == 0,
+           "conv_plane2_din on %dx%dx2x2, %d filters, vector paths off: the naive twin", n, c, f);
+        /* Both against the direct sum over the 3x3 window with its padding. */
+        float *ref = floats((size_t)f * 4);
+        nl_conv_s1_naive(ref, x + (size_t)(n - 1) * c * 4, w, i % 2 ? NULL : bias, c, 2, 2, f, 3, 3,
+                         1, 1, 2, 2, 0);
+        is_float(max_diff(ref, y[1] + (size_t)(n - 1) * f * 4, (size_t)f * 4), 0.0,
+                 1e-5 * (1.0 + max_abs(ref, (size_t)f * 4)),
+                 "conv_plane2 on %dx%dx2x2, %d filters: the last image is the direct sum", n, c, f);
+        free(ref);
+        if (n > 16) {
+            /* each block of 16 images sums on its own: the first 16 alone, bit for bit */
+            float *y16 = floats((size_t)16 * f * 4);
+            nl_conv_plane2(y16, x, w, i % 2 ? NULL : bias, 16, c, f, scratch);
+            ok(memcmp(y16, y[1], (size_t)16 * f * 4 * sizeof(float)) == 0,
+               "conv_plane2 on %dx%dx2x2, %d filters: its first 16 images as a shard of 16", n, c,
+               f);
+            free(y16);
+        }
+        free(x);
+        free(w);
+        free(bias);
+        free(dy);
+        free(scratch);
+        for (int j = 0; j < 2; j++)
+            free(y[j]);
+        for (int j = 0; j < 3; j++)
+            free(dx[j]);
+    }
+}
+
+/* The stride-2 lanes kernel against its naive twin and the direct sum: 2x2 and 4x4 outputs
+ * (inputs of even and odd size), shards of 16, 5 and 21 images, channel and filter counts off
+ * multiples of 4, chunks of channels (conv_plane.c: the padded planes in 32 KiB); an 8x8 output,
+ * which the vector path leaves to the naive loops. */
+static void test_conv_s2_lanes_twins(void)
+{
+    static const int cases[][5] = {/* n, c, h, f */ {16, 8, 4, 8},
+                                   {5, 3, 3, 5},
+                                   {21, 70, 4, 6},
+                                   {16, 40, 8, 3},
+                                   {3, 5, 7, 17},
+                                   {4, 2, 16, 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int n = cases[i][0], c = cases[i][1], h = cases[i][2], f = cases[i][3];
+        const int o = (h - 1) / 2 + 1;
+        const size_t in = (size_t)n * c * h * h, out = (size_t)n * f * o * o,
+                     nw = (size_t)f * c * 9;
+        float *x = floats(in), *w = floats(nw), *bias = floats((size_t)f);
+        float *y[2] = {floats(out), floats(out)}, *ref = floats((size_t)f * o * o);
+        float *scratch = floats(nl_conv_s2_lanes_scratch(c, h, h, f));
+        fill(x, in, -1, 1);
+        fill(w, nw, -1, 1);
+        fill(bias, (size_t)f, -1, 1);
+        const float *b = i % 2 ? NULL : bias;
+        nl_conv_s2_lanes_naive(y[0], x, w, b, n, c, h, h, f);
+        nl_conv_s2_lanes(y[1], x, w, b, n, c, h, h, f, scratch);
+        is_float(max_diff(y[0], y[1], out), 0.0, 1e-5 * (1.0 + max_abs(y[0], out)),
+                 "conv_s2_lanes on %dx%dx%dx%d, %d filters%s: matches the naive twin", n, c, h, h,
+                 f, b ? " and a bias" : "");
+        /* image n - 1 against im2col and a plain product */
+        float *cols = floats((size_t)c * 9 * o * o);
+        nl_im2col(cols, x + (size_t)(n - 1) * c * h * h, c, h, h, 3, 3, 2, 2, 1, 1, o, o);
+        nl_sgemm_naive(0, 0, f, o * o, c * 9, 1.0f, w, c * 9, cols, o * o, 0.0f, ref, o * o);
+        if (b)
+            for (int fo = 0; fo < f; fo++)
+                for (int q = 0; q < o * o; q++)
+                    ref[fo * o * o + q] += b[fo];
+        is_float(max_diff(ref, y[1] + (size_t)(n - 1) * f * o * o, (size_t)f * o * o), 0.0,
+                 1e-5 * (1.0 + max_abs(ref, (size_t)f * o * o)),
+                 "conv_s2_lanes on %dx%dx%dx%d, %d filters: the last image is im2col's product", n,
+                 c, h, h, f);
+        free(cols);
+        free(ref);
+        free(x);
+        free(w);
+        free(bias);
+        free(scratch);
+        free(y[0]);
+        free(y[1]);
+    }
 }
 
 /* The direct weight gradient against its naive twin, added into non-zero starting values, to
@@ -1366,6 +1490,8 @@ int main(void)
      * vectors, filters not a multiple of eight. */
     test_conv_s1_twins();
     test_conv_s1_dweight_twins();
+    test_conv_plane2_twins();
+    test_conv_s2_lanes_twins();
     static const struct conv_case directs[] = {
         {2, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1}, {3, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 0},
         {2, 3, 5, 37, 11, 3, 3, 1, 1, 1, 1, 0},   {3, 5, 9, 13, 6, 3, 3, 1, 1, 0, 0, 1},
@@ -1431,6 +1557,63 @@ int main(void)
         conv_rel = 1e-5;
     }
     nl_kernels_vector(1);
+    /* The 2x2-plane lowering: shards of 5 and 17 images (a tail of lanes), with and without a
+     * bias; 2 images (under PLANE2_MIN: SHARD's products) and 1 (SAMPLE's); vector paths on and
+     * off. */
+    static const struct conv_case planes2[] = {
+        {5, 20, 2, 2, 12, 3, 3, 1, 1, 1, 1, 0},
+        {17, 9, 2, 2, 6, 3, 3, 1, 1, 1, 1, 1},
+        {2, 8, 2, 2, 5, 3, 3, 1, 1, 1, 1, 0},
+        {1, 4, 2, 2, 3, 3, 3, 1, 1, 1, 1, 0},
+    };
+    /* The stride-2 lanes lowering likewise: 4x4 and 2x2 outputs, a tail of lanes, a bias and
+     * none, under PLANE2_MIN images. */
+    static const struct conv_case s2lanes[] = {
+        {5, 20, 8, 8, 12, 3, 3, 2, 2, 1, 1, 0}, {17, 9, 4, 4, 6, 3, 3, 2, 2, 1, 1, 1},
+        {6, 7, 7, 7, 5, 3, 3, 2, 2, 1, 1, 0},   {2, 8, 4, 4, 5, 3, 3, 2, 2, 1, 1, 0},
+        {1, 4, 8, 8, 3, 3, 3, 2, 2, 1, 1, 1},
+    };
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof planes2 / sizeof planes2[0]; i++)
+            test_conv(&planes2[i], NL_LOWER_PLANE2);
+        for (size_t i = 0; i < sizeof s2lanes / sizeof s2lanes[0]; i++)
+            test_conv(&s2lanes[i], NL_LOWER_S2LANES);
+    }
+    nl_kernels_vector(1);
+    {
+        struct nl_layer bad = {.ops = nl_layer_kind("conv"),
+                               .ninputs = 1,
+                               .filters = 4,
+                               .kh = 3,
+                               .kw = 3,
+                               .ph = 1,
+                               .pw = 1,
+                               .lowering = NL_LOWER_PLANE2,
+                               .in = {{3, 4, 4}}};
+        struct nl_error err = {0};
+        ok(bad.ops->setup(&bad, &err) < 0 && strstr(err.msg, "cannot run the 2x2-plane"),
+           "conv 3x3 on a 4x4 plane asked to run the 2x2-plane lowering fails setup: %s", err.msg);
+        struct nl_layer wide = bad;
+        wide.sh = wide.sw = 2;
+        wide.lowering = NL_LOWER_S2LANES;
+        wide.in[0] = (struct nl_shape){3, 16, 16};
+        ok(wide.ops->setup(&wide, &err) < 0 && strstr(err.msg, "cannot run the stride-2 lanes"),
+           "conv 3x3 stride 2 to an 8x8 plane asked to run the stride-2 lanes lowering fails "
+           "setup: %s",
+           err.msg);
+        struct nl_layer l3 = wide, l2 = wide;
+        l3.lowering = l2.lowering = NL_LOWER_AUTO;
+        l3.filters = 256;
+        l3.in[0] = (struct nl_shape){128, 8, 8};
+        l2.filters = 128;
+        l2.in[0] = (struct nl_shape){64, 16, 16};
+        const int vec = nl_kernels_vector_on();
+        ok(l3.ops->setup(&l3, &err) == 0 && l3.lower == (vec ? NL_LOWER_S2LANES : NL_LOWER_SHARD) &&
+               l2.ops->setup(&l2, &err) == 0 && l2.lower == NL_LOWER_SHARD,
+           "ResNet-18 64x64 layer3.0.conv1: the stride-2 lanes where the vector paths run, else "
+           "one GEMM per shard; layer2.0.conv1: one GEMM per shard");
+    }
     {
         struct nl_layer strided = {.ops = nl_layer_kind("conv"),
                                    .ninputs = 1,
@@ -1475,13 +1658,15 @@ int main(void)
         struct nl_layer four = big;
         four.filters = 256;
         four.in[0] = (struct nl_shape){256, 4, 4};
-        ok(big.ops->setup(&big, &err) == 0 && big.lower == NL_LOWER_SHARD &&
+        ok(big.ops->setup(&big, &err) == 0 &&
+               big.lower == (vec ? NL_LOWER_PLANE2 : NL_LOWER_SHARD) &&
                wide.ops->setup(&wide, &err) == 0 &&
                wide.lower == (vec ? NL_LOWER_WINOGRAD : NL_LOWER_SAMPLE) &&
                four.ops->setup(&four, &err) == 0 &&
                four.lower == (vec ? NL_LOWER_WINOGRAD2 : NL_LOWER_SHARD),
-           "conv 512 3x3 on 512x2x2: one GEMM per shard; on 512x14x14: Winograd F(4x4) where the "
-           "vector paths run, else one GEMM per image; 256 on 256x4x4: F(2x2), else per shard");
+           "conv 512 3x3 on 512x2x2: the 2x2-plane kernels where the vector paths run, else one "
+           "GEMM per shard; on 512x14x14: Winograd F(4x4), else one GEMM per image; 256 on "
+           "256x4x4: F(2x2), else per shard");
         struct nl_layer mid = big, lenet2 = big;
         mid.filters = 128;
         mid.in[0] = (struct nl_shape){128, 8, 8};

@@ -242,6 +242,8 @@ static void gradcheck_conv_as(enum nl_lowering lowering, int n, struct nl_shape 
              : h.l.lower == NL_LOWER_DIRECT    ? ", direct"
              : h.l.lower == NL_LOWER_WINOGRAD  ? ", Winograd F(4x4, 3x3)"
              : h.l.lower == NL_LOWER_WINOGRAD2 ? ", Winograd F(2x2, 3x3)"
+             : h.l.lower == NL_LOWER_PLANE2    ? ", 2x2-plane kernels"
+             : h.l.lower == NL_LOWER_S2LANES   ? ", stride-2 lanes"
                                                : "");
     gradcheck(&h, what);
     harness_free(&h);
@@ -261,6 +263,11 @@ static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int k
         gradcheck_conv_as(NL_LOWER_WINOGRAD, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
         gradcheck_conv_as(NL_LOWER_WINOGRAD2, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
     }
+    if (sh == 1 && sw == 1 && kh == 3 && kw == 3 && ph == 1 && pw == 1 && in.h == 2 && in.w == 2)
+        gradcheck_conv_as(NL_LOWER_PLANE2, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
+    if (sh == 2 && sw == 2 && kh == 3 && kw == 3 && ph == 1 && pw == 1 && in.h == in.w &&
+        (in.h == 4 || in.h == 8))
+        gradcheck_conv_as(NL_LOWER_S2LANES, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
 }
 
 static void gradcheck_dense(int n, struct nl_shape in, int units, int no_bias)
@@ -323,6 +330,12 @@ static void test_gradients(void)
     /* Planes that are not multiples of Winograd's tiles, a 2x2 and a 1x1 one, padding 2. */
     gradcheck_conv(3, (struct nl_shape){3, 7, 9}, 5, 3, 3, 1, 1, 1, 1, 0);
     gradcheck_conv(2, (struct nl_shape){5, 2, 2}, 4, 3, 3, 1, 1, 1, 1, 0);
+    /* enough images for the 2x2-plane kernels (conv.c's PLANE2_MIN), a bias and none */
+    gradcheck_conv(5, (struct nl_shape){6, 2, 2}, 5, 3, 3, 1, 1, 1, 1, 0);
+    gradcheck_conv(4, (struct nl_shape){3, 2, 2}, 4, 3, 3, 1, 1, 1, 1, 1);
+    /* stride 2 to 2x2 and 4x4 planes, enough images for the stride-2 lanes kernel */
+    gradcheck_conv(5, (struct nl_shape){3, 4, 4}, 4, 3, 3, 2, 2, 1, 1, 0);
+    gradcheck_conv(4, (struct nl_shape){2, 8, 8}, 3, 3, 3, 2, 2, 1, 1, 1);
     gradcheck_conv(2, (struct nl_shape){3, 1, 1}, 2, 3, 3, 1, 1, 1, 1, 1);
     gradcheck_conv(1, (struct nl_shape){2, 4, 5}, 3, 3, 3, 1, 1, 2, 2, 0);
 

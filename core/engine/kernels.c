@@ -298,6 +298,11 @@ static int vector_wins_gather(int n, int h, int w, int kh, int kw, int sh, int s
            (vector_on && sw == 1 && (ph > 0 || pw > 0));
 }
 
+AVX512 static void im2col_s2_avx512(float *cols, int ldc, const float *img, int n, size_t stride,
+                                    int c, int h, int w, int kh, int kw, int sh, int ph, int pw,
+                                    int oh, int ow);
+#define S2_ROW 512
+
 /* nl_im2col_batch for strides of 1 or 2 in x, row by row through row_gather_avx512 (or whole
  * planes through flat_gather_avx512): each row of cols is written from its start to its end,
  * image after image, so a shard's matrix, wider than the cache, is written in one sweep instead
@@ -309,6 +314,10 @@ AVX512 static void im2col_avx512(float *cols, int ldc, const float *img, int n, 
     const int flat = flat_plane(h, w, kh, kw, sh, sw, ph, pw, oh, ow), p = oh * ow;
     size_t row = 0;
 
+    if (sw == 2 && !flat && (pw + 1) / 2 + ow + kw / 2 + 1 + 16 <= S2_ROW) {
+        im2col_s2_avx512(cols, ldc, img, n, stride, c, h, w, kh, kw, sh, ph, pw, oh, ow);
+        return;
+    }
     for (int ci = 0; ci < c; ci++)
         for (int ki = 0; ki < kh; ki++)
             for (int kj = 0; kj < kw; kj++, row++) {
@@ -332,6 +341,62 @@ AVX512 static void im2col_avx512(float *cols, int ldc, const float *img, int n, 
                     }
                 }
             }
+}
+
+/* im2col_avx512 for a stride of 2 in x off the flat planes (ResNet-18's 7x7 stem, its 3x3
+ * stride-2 convolutions): each input row a window row reads is split once into its even and odd
+ * columns (zero beyond the row's ends), and the kw rows of cols it feeds are then plain copies
+ * from one or the other, where row_gather_avx512 loaded and permuted the row again for every
+ * tap. The same floats. Split rows of up to S2_ROW floats. */
+AVX512 static void im2col_s2_avx512(float *cols, int ldc, const float *img, int n, size_t stride,
+                                    int c, int h, int w, int kh, int kw, int sh, int ph, int pw,
+                                    int oh, int ow)
+{
+    static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const __m512i ie = _mm512_loadu_si512(even);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    const int p = oh * ow, a = (pw + 1) / 2 + 1; /* ev[j] holds column 2 * (j - a) */
+    const int len = a + ow + kw / 2 + 1;
+    float ev[S2_ROW], od[S2_ROW];
+
+    for (int ci = 0; ci < c; ci++)
+        for (int ki = 0; ki < kh; ki++) {
+            float *rows = cols + (size_t)(ci * kh + ki) * kw * ldc;
+            for (int s = 0; s < n; s++) {
+                const float *plane = img + s * stride + (size_t)ci * h * w;
+                for (int oy = 0; oy < oh; oy++) {
+                    const int iy = oy * sh - ph + ki;
+                    float *dst = rows + (size_t)s * p + (size_t)oy * ow;
+                    if (iy < 0 || iy >= h) {
+                        for (int kj = 0; kj < kw; kj++)
+                            for (int o = 0; o < ow; o += 16)
+                                _mm512_mask_storeu_ps(dst + (size_t)kj * ldc + o, lanes(0, ow - o),
+                                                      _mm512_setzero_ps());
+                        continue;
+                    }
+                    const float *row = plane + (size_t)iy * w;
+                    for (int j = 0; j < len; j += 16) {
+                        const int base = 2 * (j - a);
+                        __m512 lo = _mm512_maskz_loadu_ps(lanes(-base, w - base), row + base);
+                        __m512 hi = _mm512_maskz_loadu_ps(lanes(-base - 16, w - base - 16),
+                                                          row + base + 16);
+                        _mm512_storeu_ps(ev + j, _mm512_permutex2var_ps(lo, ie, hi));
+                        _mm512_storeu_ps(od + j, _mm512_permutex2var_ps(lo, io, hi));
+                    }
+                    for (int kj = 0; kj < kw; kj++) {
+                        const int q = kj - pw; /* column 2 * ox + q */
+                        const int m = q >= 0 ? q / 2 : -((1 - q) / 2), odd = q - 2 * m;
+                        const float *src = (odd ? od : ev) + a + m;
+                        float *d = dst + (size_t)kj * ldc;
+                        for (int o = 0; o < ow; o += 16) {
+                            const __mmask16 live = lanes(0, ow - o);
+                            _mm512_mask_storeu_ps(d + o, live,
+                                                  _mm512_maskz_loadu_ps(live, src + o));
+                        }
+                    }
+                }
+            }
+        }
 }
 
 /* Each image element gets its terms in row order, as the scalar loop adds them. */
@@ -1187,7 +1252,11 @@ void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, in
 }
 
 /* 16 output columns at a time, the taps in the same row-major order; a lane takes its first
- * tap inside the image, then each later one that is greater. Strides of 1 or 2 in x. */
+ * tap inside the image, then each later one that is greater. Strides of 1 or 2 in x, windows at
+ * most MAXPOOL_KW wide. A block of 16 columns goes through every channel and row with its taps'
+ * lane masks and offsets worked out once (the divisions and masks per tap took most of the time
+ * of ResNet-18's 3x3 stride-2 pooling when they sat in the inner loop). */
+#define MAXPOOL_KW 16
 AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int c, int h, int w,
                                   int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
 {
@@ -1196,50 +1265,56 @@ AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int 
     const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i step = _mm512_mullo_epi32(iota, _mm512_set1_epi32(sw));
     const __m512 qnan = _mm512_set1_ps(NAN);
+    __mmask16 valid[MAXPOOL_KW], m0[MAXPOOL_KW], m1[MAXPOOL_KW];
+    int base[MAXPOOL_KW];
 
-    for (int ci = 0; ci < c; ci++) {
-        const int plane = ci * h * w;
-        for (int oy = 0; oy < oh; oy++) {
-            int y0 = oy * sh - ph, y1 = y0 + kh;
-            y0 = y0 < 0 ? 0 : y0;
-            y1 = y1 > h ? h : y1;
-            for (int o = 0; o < ow; o += 16) {
-                const __mmask16 live = lanes(0, ow - o);
+    for (int o = 0; o < ow; o += 16) {
+        const __mmask16 live = lanes(0, ow - o);
+        for (int kx = 0; kx < kw; kx++) {
+            const int b = o * sw - pw + kx; /* the input column of lane 0 */
+            /* lanes j with 0 <= b + sw*j < w */
+            const int jlo = b >= 0 ? 0 : (-b + sw - 1) / sw;
+            const int jhi = w - b <= 0 ? 0 : (w - b + sw - 1) / sw;
+            base[kx] = b;
+            valid[kx] = lanes(jlo, jhi) & live;
+            m0[kx] = lanes(-b, w - b);
+            m1[kx] = lanes(-b - 16, w - b - 16);
+        }
+        for (int ci = 0; ci < c; ci++) {
+            const int plane = ci * h * w;
+            for (int oy = 0; oy < oh; oy++) {
+                int y0 = oy * sh - ph, y1 = y0 + kh;
+                y0 = y0 < 0 ? 0 : y0;
+                y1 = y1 > h ? h : y1;
                 __m512 m = _mm512_setzero_ps();
                 __m512i best = _mm512_setzero_si512();
                 __mmask16 seen = 0, nan = 0;
                 for (int y = y0; y < y1; y++) {
                     const float *row = x + plane + y * w;
                     for (int kx = 0; kx < kw; kx++) {
-                        const int base = o * sw - pw + kx; /* the input column of lane 0 */
-                        /* lanes j with 0 <= base + sw*j < w */
-                        int jlo = base >= 0 ? 0 : (-base + sw - 1) / sw;
-                        int jhi = w - base <= 0 ? 0 : (w - base + sw - 1) / sw;
-                        const __mmask16 valid = lanes(jlo, jhi) & live;
+                        const int b = base[kx];
                         __m512 v;
                         if (sw == 1) {
-                            v = _mm512_maskz_loadu_ps(lanes(-base, w - base), row + base);
+                            v = _mm512_maskz_loadu_ps(m0[kx], row + b);
                         } else {
-                            __m512 a = _mm512_maskz_loadu_ps(lanes(-base, w - base), row + base);
-                            __m512 b = _mm512_maskz_loadu_ps(lanes(-base - 16, w - base - 16),
-                                                             row + base + 16);
-                            v = _mm512_permutex2var_ps(a, idx, b);
+                            __m512 lo = _mm512_maskz_loadu_ps(m0[kx], row + b);
+                            __m512 hi = _mm512_maskz_loadu_ps(m1[kx], row + b + 16);
+                            v = _mm512_permutex2var_ps(lo, idx, hi);
                         }
                         const __mmask16 take =
-                            valid & (__mmask16)(~seen | _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ));
-                        nan |= valid & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                        seen |= valid;
+                            valid[kx] & (__mmask16)(~seen | _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ));
+                        nan |= valid[kx] & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                        seen |= valid[kx];
                         m = _mm512_mask_mov_ps(m, take, v);
                         best = _mm512_mask_mov_epi32(
                             best, take,
-                            _mm512_add_epi32(_mm512_set1_epi32(plane + y * w + base), step));
+                            _mm512_add_epi32(_mm512_set1_epi32(plane + y * w + b), step));
                     }
                 }
-                _mm512_mask_storeu_ps(out + o, live, _mm512_mask_mov_ps(m, nan, qnan));
-                _mm512_mask_storeu_epi32(arg + o, live, best);
+                const size_t at = ((size_t)ci * oh + oy) * ow + o;
+                _mm512_mask_storeu_ps(out + at, live, _mm512_mask_mov_ps(m, nan, qnan));
+                _mm512_mask_storeu_epi32(arg + at, live, best);
             }
-            out += ow;
-            arg += ow;
         }
     }
 }
@@ -1247,7 +1322,7 @@ AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int 
 void nl_maxpool(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
                 int sh, int sw, int ph, int pw, int oh, int ow)
 {
-    if (vector_on && sw <= 2)
+    if (vector_on && sw <= 2 && kw <= MAXPOOL_KW)
         maxpool_avx512(out, arg, x, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
     else
         nl_maxpool_naive(out, arg, x, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);

@@ -43,6 +43,9 @@ enum nl_lowering {
     NL_LOWER_DIRECT,    /* direct loops: depthwise gconv, and narrow 3x3 stride-1 conv */
     NL_LOWER_WINOGRAD,  /* conv 3x3 stride 1: Winograd F(4x4, 3x3), 36 GEMMs per shard */
     NL_LOWER_WINOGRAD2, /* conv 3x3 stride 1: Winograd F(2x2, 3x3), 16 GEMMs per shard */
+    NL_LOWER_PLANE2,    /* conv 3x3 stride 1 padding 1 on a 2x2 plane: direct, images in lanes */
+    NL_LOWER_S2LANES,   /* conv 3x3 stride 2 padding 1 to 2x2 or 4x4: forward direct, images in
+                           lanes; backward SHARD's */
 };
 
 enum nl_init {

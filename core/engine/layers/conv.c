@@ -3,7 +3,7 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Five lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * Seven lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
  * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
@@ -38,6 +38,19 @@
  *   measures up to 5.4e-6 for F(4x4), 2.2e-6 for F(2x2)). The shard goes through in chunks of
  * images whose transformed tiles and products stay in the L2 cache (wino_chunk). scratch: 2*a*a*F*C
  *   floats, plus a*a*tiles*(C + F) per sample (a = 6 or 4).
+ * - PLANE2 (3x3, stride 1, padding 1, a 2x2 input): on a 2x2 plane every output pixel reads
+ *   every input pixel through a tap of its own: 16 (output, input) pairs per channel pair, where
+ *   im2col's columns hold 36 taps, 20 of them on the padding. nl_conv_plane2 (nnlab/conv_plane.h,
+ *   core/engine/conv_plane.c) does the 16, the shard's images in the 16 lanes of AVX-512 and four
+ *   filters' outputs in registers; the input gradient is its transpose (nl_conv_plane2_din), the
+ *   weight gradient SHARD's product (its output is as large as the weights and its depth only
+ *   4n: it runs at the speed of memory either way). A shard of under 4 images goes as SHARD.
+ *   Each sums in another order than the products, so its results differ in the last bits.
+ *   scratch: SHARD's, and (C + F)*64 floats.
+ * - S2LANES (3x3, stride 2, padding 1, to a 2x2 or 4x4 output): the forward by
+ *   nl_conv_s2_lanes, the images in lanes as PLANE2's, the taps on the top and left padding left
+ *   out (11 of 36 per channel pair on a 2x2 output, 23 of 144 on a 4x4); the gradients are
+ *   SHARD's. scratch: SHARD's, and 16*(C*(H + 2)*(W + 2) + F*P) floats.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -103,16 +116,33 @@
  * (125.2) and 126.1 (108.7) against 110.8 (87.7) and 95.6 (75.7), DIRECT 85.1 (100.9) and 78.1
  * (87.4).
  *
+ * The lanes kernels against the products, bench_conv (2026-11-27 09:16 UTC, load average 5,
+ * fastest of 5; GFLOP/s of the direct sum's flops, forward and both gradients, the forward alone
+ * in parentheses; PLANE2's column for layer4, S2LANES's for the stride-2 rows):
+ *                                 SAMPLE         SHARD          lanes
+ *    ResNet-18 64 layer4        21.3 (20.3)    94.0 (88.7)   160.0 (306.6)
+ *    ResNet-18 64 layer3.0 s2   62.6 (62.6)    93.7 (94.9)   100.2 (121.0)
+ *    ResNet-18 64 layer4.0 s2   22.6 (22.0)    83.8 (83.8)    92.9 (119.9)
+ *    ResNet-18 64 layer2.0 s2   85.9 (85.0)    83.6 (82.3)        -
+ *    ResNet-18 64 conv1 7x7 s2  70.4 (76.9)    57.8 (57.5)        -
+ * (an S2LANES forward on layer2.0's 8x8 output, tiles of two rows of 8, ran 5-25% slower than
+ * SHARD's in the whole network and was left out). Hence, where the vector paths are on and C and
+ * F are at least 16: PLANE2 for 3x3 stride-1 layers with padding 1 on 2x2 planes (ResNet-18's
+ * layer4 at 64x64), S2LANES for 3x3 stride-2 layers with padding 1 to 2x2 and 4x4 outputs
+ * (layer3.0.conv1 and layer4.0.conv1 at 64x64), both before SHARD's rule.
+ *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
  * product is written without the bias and each channel then goes once through
  * act(y * scale + shift), the pass that SHARD's scattering makes anyway (WINOGRAD's output
- * transform likewise), so the batchnorm's and the ReLU's passes over memory disappear.
+ * transform likewise; PLANE2 and S2LANES run it over each image's output after their kernels),
+ * so the batchnorm's and the ReLU's passes over memory disappear.
  */
 #include <limits.h>
 #include <string.h>
 
 #include "layers.h"
+#include "nnlab/conv_plane.h"
 #include "nnlab/kernels.h"
 #include "nnlab/winograd.h"
 
@@ -189,8 +219,26 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     const int direct_fits =
         win.sh == 1 && win.sw == 1 && win.kw <= 8 && win.ph < win.kh && win.pw < win.kw;
     const int wino_fits = direct_fits && win.kh == 3 && win.kw == 3;
+    const int plane2_fits = wino_fits && win.ph == 1 && win.pw == 1 && win.h == 2 && win.w == 2;
+    const int s2lanes_fits = win.kh == 3 && win.kw == 3 && win.sh == 2 && win.sw == 2 &&
+                             win.ph == 1 && win.pw == 1 && nl_conv_s2_lanes_fits(win.h, win.w);
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
         l->lower = l->lowering;
+    else if (l->lowering == NL_LOWER_PLANE2 && !plane2_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d pad %dx%d on %dx%d cannot run the 2x2-plane "
+                              "lowering (3x3, stride 1, padding 1, a 2x2 input)",
+                              win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.h, win.w);
+    else if (l->lowering == NL_LOWER_PLANE2)
+        l->lower = NL_LOWER_PLANE2;
+    else if (l->lowering == NL_LOWER_S2LANES && !s2lanes_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d pad %dx%d on %dx%d cannot run the stride-2 "
+                              "lanes lowering (3x3, stride 2, padding 1, an output of 2x2 or "
+                              "4x4)",
+                              win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.h, win.w);
+    else if (l->lowering == NL_LOWER_S2LANES)
+        l->lower = NL_LOWER_S2LANES;
     else if ((l->lowering == NL_LOWER_WINOGRAD || l->lowering == NL_LOWER_WINOGRAD2) && !wino_fits)
         return nl__layer_fail(l, err,
                               "conv %dx%d stride %dx%d pad %dx%d cannot run Winograd's lowering "
@@ -210,6 +258,10 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     else if (wino_fits && win.c >= 16 && l->filters >= 16 && win.oh >= 3 && win.ow >= 3 &&
              nl_kernels_vector_on())
         l->lower = win.oh > 4 && win.ow > 4 ? NL_LOWER_WINOGRAD : NL_LOWER_WINOGRAD2;
+    else if (plane2_fits && win.c >= 16 && l->filters >= 16 && nl_kernels_vector_on())
+        l->lower = NL_LOWER_PLANE2; /* the rule at the top of this file */
+    else if (s2lanes_fits && win.c >= 16 && l->filters >= 16 && nl_kernels_vector_on())
+        l->lower = NL_LOWER_S2LANES; /* the rule at the top of this file */
     else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
              win.ow >= 14 && nl_kernels_vector_on())
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
@@ -226,7 +278,18 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->scratch_per_sample = aa * w.tiles * ((size_t)win.c + l->filters);
     } else if (l->lower == NL_LOWER_SHARD)
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
-    else if (l->lower == NL_LOWER_DIRECT)
+    else if (l->lower == NL_LOWER_PLANE2) {
+        /* the kernels' blocks; SHARD's matrices for the weight gradient, SAMPLE's columns for a
+         * shard too small to fill the lanes */
+        const size_t blocks = nl_conv_plane2_scratch(win.c, l->filters);
+        l->scratch_fixed = blocks > k * p ? blocks : k * p;
+        l->scratch_per_sample = (k + (size_t)l->filters) * p;
+    } else if (l->lower == NL_LOWER_S2LANES) {
+        /* as PLANE2: the kernel's block, SHARD's matrices, SAMPLE's columns */
+        const size_t blocks = nl_conv_s2_lanes_scratch(win.c, win.h, win.w, l->filters);
+        l->scratch_fixed = blocks > k * p ? blocks : k * p;
+        l->scratch_per_sample = (k + (size_t)l->filters) * p;
+    } else if (l->lower == NL_LOWER_DIRECT)
         l->scratch_fixed = k * p + (size_t)l->filters * k;
     else
         l->scratch_fixed = k * p;
@@ -369,15 +432,56 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     }
 }
 
+/* PLANE2: out (n, F, 2, 2) by nl_conv_plane2, with the bias or then the folded output pass. */
+static void forward_plane2(const struct nl_layer *l, const struct nl_fwd *f,
+                           const struct conv_dims *d)
+{
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+
+    nl_conv_plane2(f->out, f->in[0], f->w, bias, f->n, d->win.c, d->f, f->scratch);
+    if (f->scale)
+        for (int s = 0; s < f->n; s++)
+            for (int fo = 0; fo < d->f; fo++) {
+                float *y = f->out + ((size_t)s * d->f + fo) * 4;
+                nl_scale_shift(y, y, 4, f->scale[fo], f->shift[fo], f->act);
+            }
+}
+
+/* S2LANES: out (n, F, oh, ow) by nl_conv_s2_lanes, with the bias or then the folded pass. */
+static void forward_s2lanes(const struct nl_layer *l, const struct nl_fwd *f,
+                            const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+
+    nl_conv_s2_lanes(f->out, f->in[0], f->w, bias, f->n, g->c, g->h, g->w, d->f, f->scratch);
+    if (f->scale)
+        for (int s = 0; s < f->n; s++)
+            for (int fo = 0; fo < d->f; fo++) {
+                float *y = f->out + ((size_t)s * d->f + fo) * d->p;
+                nl_scale_shift(y, y, (size_t)d->p, f->scale[fo], f->shift[fo], f->act);
+            }
+}
+
+/* PLANE2 and S2LANES fill 16 lanes with images; below PLANE2_MIN images a shard goes as SHARD
+ * (one image: SAMPLE), whose products waste less on so few. */
+#define PLANE2_MIN 4
+
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
     conv_dims(l, &d);
-    if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+    if (l->lower == NL_LOWER_PLANE2 && f->n >= PLANE2_MIN)
+        forward_plane2(l, f, &d);
+    else if (l->lower == NL_LOWER_S2LANES && f->n >= PLANE2_MIN)
+        forward_s2lanes(l, f, &d);
+    else if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
         forward_winograd(l, f, &d);
     else if (l->lower == NL_LOWER_DIRECT)
         forward_direct(l, f, &d);
-    else if (l->lower == NL_LOWER_SHARD && f->n > 1)
+    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
+              l->lower == NL_LOWER_S2LANES) &&
+             f->n > 1)
         forward_shard(l, f, &d);
     else
         forward_sample(l, f, &d);
@@ -418,7 +522,8 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
 
 /* SHARD: dy (F, n*P) gathered from dout (with the bias gradient's row sums), then
  * dweight (F, K) += dy cols^T and dcols (K, n*P) = weight^T dy, each one product for the shard;
- * dcols is folded back image by image. */
+ * dcols is folded back image by image. PLANE2 takes the weight gradient from here and the input
+ * gradient from nl_conv_plane2_din. */
 static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
                            const struct conv_dims *d)
 {
@@ -441,6 +546,11 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
     }
     if (!b->din[0])
         return;
+    if (l->lower == NL_LOWER_PLANE2 && n >= PLANE2_MIN) {
+        /* dy and cols are spent: the kernel's blocks go in their place */
+        nl_conv_plane2_din(b->din[0], b->dout, b->w, n, g->c, d->f, b->scratch);
+        return;
+    }
     nl_sgemm(1, 0, d->k, ld, d->f, 1.0f, b->w, d->k, dy, ld, 0.0f, cols, ld);
     if (!pointwise(g)) {
         nl_col2im_batch(b->din[0], cols, n, d->in_size, g->c, g->h, g->w, g->kh, g->kw, g->sh,
@@ -558,7 +668,9 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
         backward_winograd(l, b, &d);
     else if (l->lower == NL_LOWER_DIRECT)
         backward_direct(l, b, &d);
-    else if (l->lower == NL_LOWER_SHARD && b->n > 1)
+    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
+              l->lower == NL_LOWER_S2LANES) &&
+             b->n > 1)
         backward_shard(l, b, &d);
     else
         backward_sample(l, b, &d);

@@ -1,0 +1,380 @@
+/* 3x3 convolution, stride 1, padding 1, on a 2x2 plane (nnlab/conv_plane.h): ResNet-18's last
+ * stage at 64x64 inputs.
+ *
+ * On a 2x2 plane output pixel o = (oy, ox) reads input pixel i = (iy, ix) through the tap
+ * (iy - oy + 1, ix - ox + 1), for all 16 pairs (TAP below), and never reads anything else but
+ * the padding. im2col's (9c, 4) columns per image hold 36 taps per channel pair, 20 of them
+ * zeros that a GEMM multiplies all the same; here each channel pair costs its 16
+ * multiply-adds. The images of a shard go in the 16 lanes of AVX-512 (a block of up to 16
+ * images is turned image-minor in scratch first: (c, 4, 16), 512 channels 128 KiB, in the L2
+ * cache), so a weight is one broadcast used for 4 (tap at the centre), 2 (edge) or 1 (corner)
+ * products of 16 images:
+ *
+ * - forward: four filters at a time, their 16 outputs (4 filters x 4 pixels x 16 images) in
+ *   registers, the channels walked once: per channel 4 loads of input, 4 x 9 broadcast weights,
+ *   64 fused multiply-adds. The weights stream from memory once per block of 16 images.
+ * - input gradient: the same with the roles turned: four input channels' 16 gradients in
+ *   registers, the filters walked once, each filter's 36 weights of those four channels
+ *   contiguous in [f, c, 3, 3].
+ * The weight gradient stays SHARD's GEMM (core/engine/layers/conv.c): its output (f, 9c) is as
+ * large as the weights and its depth only 4n, so it runs at the speed of the memory either way.
+ * Without AVX-512 the naive loops run. */
+#include "nnlab/conv_plane.h"
+
+#include <string.h>
+
+#include "nnlab/kernels.h"
+#include "simd.h"
+
+/* TAP[o][i]: the tap (row-major in the 3x3 window) joining output pixel o and input pixel i. */
+static const int TAP[4][4] = {{4, 5, 7, 8}, {3, 4, 6, 7}, {1, 2, 4, 5}, {0, 1, 3, 4}};
+
+size_t nl_conv_plane2_scratch(int c, int f)
+{
+    return ((size_t)c + (size_t)f) * 4 * 16;
+}
+
+void nl_conv_plane2_naive(float *out, const float *in, const float *weight, const float *bias,
+                          int n, int c, int f)
+{
+    for (int s = 0; s < n; s++)
+        for (int fo = 0; fo < f; fo++)
+            for (int o = 0; o < 4; o++) {
+                double sum = 0.0;
+                for (int ci = 0; ci < c; ci++) {
+                    const float *w = weight + ((size_t)fo * c + ci) * 9;
+                    const float *x = in + ((size_t)s * c + ci) * 4;
+                    for (int i = 0; i < 4; i++)
+                        sum += (double)w[TAP[o][i]] * x[i];
+                }
+                out[((size_t)s * f + fo) * 4 + o] = (float)sum + (bias ? bias[fo] : 0.0f);
+            }
+}
+
+void nl_conv_plane2_din_naive(float *din, const float *dout, const float *weight, int n, int c,
+                              int f)
+{
+    for (int s = 0; s < n; s++)
+        for (int ci = 0; ci < c; ci++)
+            for (int i = 0; i < 4; i++) {
+                double sum = 0.0;
+                for (int fo = 0; fo < f; fo++) {
+                    const float *w = weight + ((size_t)fo * c + ci) * 9;
+                    const float *d = dout + ((size_t)s * f + fo) * 4;
+                    for (int o = 0; o < 4; o++)
+                        sum += (double)w[TAP[o][i]] * d[o];
+                }
+                din[((size_t)s * c + ci) * 4 + i] += (float)sum;
+            }
+}
+
+/* dst (rows, 16) = the nb images' rows of src (nb, rows) turned image-minor, lanes past nb 0. */
+static void to_lanes(float *restrict dst, const float *restrict src, int nb, size_t rows)
+{
+    if (nb < 16)
+        memset(dst, 0, rows * 16 * sizeof *dst);
+    for (int j = 0; j < nb; j++) {
+        const float *row = src + (size_t)j * rows;
+        for (size_t k = 0; k < rows; k++)
+            dst[k * 16 + j] = row[k];
+    }
+}
+
+/* y (f, 4, 16) rows f0 .. f0 + fb - 1 from x (c, 4, 16); fb at most 4. */
+AVX512 static inline __attribute__((always_inline)) void
+forward_filters(float *y, const float *x, const float *weight, int c, int f0, const int fb)
+{
+    __m512 acc[4][4];
+
+    for (int a = 0; a < fb; a++)
+        for (int o = 0; o < 4; o++)
+            acc[a][o] = _mm512_setzero_ps();
+    for (int ci = 0; ci < c; ci++) {
+        const __m512 x0 = _mm512_loadu_ps(x + (size_t)ci * 64);
+        const __m512 x1 = _mm512_loadu_ps(x + (size_t)ci * 64 + 16);
+        const __m512 x2 = _mm512_loadu_ps(x + (size_t)ci * 64 + 32);
+        const __m512 x3 = _mm512_loadu_ps(x + (size_t)ci * 64 + 48);
+        for (int a = 0; a < fb; a++) {
+            const float *w = weight + ((size_t)(f0 + a) * c + ci) * 9;
+            for (int o = 0; o < 4; o++) {
+                acc[a][o] = _mm512_fmadd_ps(_mm512_set1_ps(w[TAP[o][0]]), x0, acc[a][o]);
+                acc[a][o] = _mm512_fmadd_ps(_mm512_set1_ps(w[TAP[o][1]]), x1, acc[a][o]);
+                acc[a][o] = _mm512_fmadd_ps(_mm512_set1_ps(w[TAP[o][2]]), x2, acc[a][o]);
+                acc[a][o] = _mm512_fmadd_ps(_mm512_set1_ps(w[TAP[o][3]]), x3, acc[a][o]);
+            }
+        }
+    }
+    for (int a = 0; a < fb; a++)
+        for (int o = 0; o < 4; o++)
+            _mm512_storeu_ps(y + ((size_t)(f0 + a) * 4 + o) * 16, acc[a][o]);
+}
+
+/* dx (c, 4, 16) rows c0 .. c0 + cb - 1 from dy (f, 4, 16); cb at most 4. */
+AVX512 static inline __attribute__((always_inline)) void
+din_channels(float *dx, const float *dy, const float *weight, int c, int f, int c0, const int cb)
+{
+    __m512 acc[4][4];
+
+    for (int a = 0; a < cb; a++)
+        for (int i = 0; i < 4; i++)
+            acc[a][i] = _mm512_setzero_ps();
+    for (int fo = 0; fo < f; fo++) {
+        const __m512 d0 = _mm512_loadu_ps(dy + (size_t)fo * 64);
+        const __m512 d1 = _mm512_loadu_ps(dy + (size_t)fo * 64 + 16);
+        const __m512 d2 = _mm512_loadu_ps(dy + (size_t)fo * 64 + 32);
+        const __m512 d3 = _mm512_loadu_ps(dy + (size_t)fo * 64 + 48);
+        const float *wf = weight + ((size_t)fo * c + c0) * 9;
+        /* The filters' rows are c*9 floats apart, too far for the hardware to see a stream:
+         * fetch the 36 weights of a filter some rows ahead. */
+        if (fo + 8 < f) {
+            const float *ahead = wf + (size_t)8 * c * 9;
+            _mm_prefetch((const char *)ahead, _MM_HINT_T0);
+            _mm_prefetch((const char *)(ahead + 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(ahead + 4 * 9 - 1), _MM_HINT_T0);
+        }
+        for (int a = 0; a < cb; a++) {
+            const float *w = wf + a * 9;
+            for (int i = 0; i < 4; i++) {
+                acc[a][i] = _mm512_fmadd_ps(_mm512_set1_ps(w[TAP[0][i]]), d0, acc[a][i]);
+                acc[a][i] = _mm512_fmadd_ps(_mm512_set1_ps(w[TAP[1][i]]), d1, acc[a][i]);
+                acc[a][i] = _mm512_fmadd_ps(_mm512_set1_ps(w[TAP[2][i]]), d2, acc[a][i]);
+                acc[a][i] = _mm512_fmadd_ps(_mm512_set1_ps(w[TAP[3][i]]), d3, acc[a][i]);
+            }
+        }
+    }
+    for (int a = 0; a < cb; a++)
+        for (int i = 0; i < 4; i++)
+            _mm512_storeu_ps(dx + ((size_t)(c0 + a) * 4 + i) * 16, acc[a][i]);
+}
+
+AVX512 static void conv_plane2_avx512(float *out, const float *in, const float *weight,
+                                      const float *bias, int n, int c, int f, float *scratch)
+{
+    float *x = scratch, *y = scratch + (size_t)c * 64;
+
+    for (int s0 = 0; s0 < n; s0 += 16) {
+        const int nb = n - s0 < 16 ? n - s0 : 16;
+        to_lanes(x, in + (size_t)s0 * c * 4, nb, (size_t)c * 4);
+        int f0 = 0;
+        for (; f0 + 4 <= f; f0 += 4)
+            forward_filters(y, x, weight, c, f0, 4);
+        for (; f0 < f; f0++)
+            forward_filters(y, x, weight, c, f0, 1);
+        for (int j = 0; j < nb; j++) {
+            float *dst = out + (size_t)(s0 + j) * f * 4;
+            for (size_t k = 0; k < (size_t)f * 4; k++)
+                dst[k] = y[k * 16 + j] + (bias ? bias[k / 4] : 0.0f);
+        }
+    }
+}
+
+AVX512 static void conv_plane2_din_avx512(float *din, const float *dout, const float *weight, int n,
+                                          int c, int f, float *scratch)
+{
+    float *dx = scratch, *dy = scratch + (size_t)c * 64;
+
+    for (int s0 = 0; s0 < n; s0 += 16) {
+        const int nb = n - s0 < 16 ? n - s0 : 16;
+        to_lanes(dy, dout + (size_t)s0 * f * 4, nb, (size_t)f * 4);
+        int c0 = 0;
+        for (; c0 + 4 <= c; c0 += 4)
+            din_channels(dx, dy, weight, c, f, c0, 4);
+        for (; c0 < c; c0++)
+            din_channels(dx, dy, weight, c, f, c0, 1);
+        for (int j = 0; j < nb; j++) {
+            float *dst = din + (size_t)(s0 + j) * c * 4;
+            for (size_t k = 0; k < (size_t)c * 4; k++)
+                dst[k] += dx[k * 16 + j];
+        }
+    }
+}
+
+void nl_conv_plane2(float *out, const float *in, const float *weight, const float *bias, int n,
+                    int c, int f, float *scratch)
+{
+    if (nl_kernels_vector_on())
+        conv_plane2_avx512(out, in, weight, bias, n, c, f, scratch);
+    else
+        nl_conv_plane2_naive(out, in, weight, bias, n, c, f);
+}
+
+void nl_conv_plane2_din(float *din, const float *dout, const float *weight, int n, int c, int f,
+                        float *scratch)
+{
+    if (nl_kernels_vector_on())
+        conv_plane2_din_avx512(din, dout, weight, n, c, f, scratch);
+    else
+        nl_conv_plane2_din_naive(din, dout, weight, n, c, f);
+}
+
+/* ---- 3x3 stride 2, padding 1, images in lanes ----
+ *
+ * ResNet-18's downsampling convolutions at 64x64 inputs, layer3.0.conv1 (8x8 -> 4x4) and
+ * layer4.0.conv1 (4x4 -> 2x2), go through SHARD's im2col and one GEMM at 80-90 GFLOP/s: the
+ * products are short (P = 16 and 4 per image), and of the terms per channel pair 11 of 36 on a
+ * 2x2 output read the padding (23 of 144 on a 4x4). Here the input of a block of 16 images is
+ * turned into x (c, h + 2, w + 2, 16), zero-padded, each pixel the 16 images' values; an output
+ * tile of 16 vectors (one filter's 4x4 plane, or four filters' 2x2 planes) is held in registers
+ * while the taps of a chunk of channels (their planes of x in the L1 cache) are walked, and the
+ * taps that read the top or left padding are left out. Partial sums go through y (f, oh*ow, 16)
+ * between chunks. Each output sums its terms chunk after chunk, channel after channel, taps in
+ * row-major order, in fused multiply-adds; the naive twin sums the same terms in the same order
+ * in double, so the two agree to rounding. 8x8 outputs (layer2.0.conv1, tiles of 2 rows of 8)
+ * ran slower than SHARD, so they stay there. Forward only: the gradients are SHARD's. */
+
+size_t nl_conv_s2_lanes_scratch(int c, int h, int w, int f)
+{
+    const int oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1;
+    return ((size_t)c * (h + 2) * (w + 2) + (size_t)f * oh * ow) * 16;
+}
+
+int nl_conv_s2_lanes_fits(int h, int w)
+{
+    const int oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1;
+    return oh == ow && (ow == 2 || ow == 4);
+}
+
+void nl_conv_s2_lanes_naive(float *out, const float *in, const float *weight, const float *bias,
+                            int n, int c, int h, int w, int f)
+{
+    const int oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1;
+
+    for (int s = 0; s < n; s++)
+        for (int fo = 0; fo < f; fo++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    double sum = 0.0;
+                    for (int ci = 0; ci < c; ci++)
+                        for (int ky = 0; ky < 3; ky++)
+                            for (int kx = 0; kx < 3; kx++) {
+                                const int iy = 2 * oy - 1 + ky, ix = 2 * ox - 1 + kx;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+                                    continue;
+                                sum += (double)weight[((size_t)fo * c + ci) * 9 + ky * 3 + kx] *
+                                       in[(((size_t)s * c + ci) * h + iy) * w + ix];
+                            }
+                    out[(((size_t)s * f + fo) * oh + oy) * ow + ox] =
+                        (float)sum + (bias ? bias[fo] : 0.0f);
+                }
+}
+
+/* y's tile of tr x tw outputs (rows from ty, all ow = tw columns) of fb filters from f0, over
+ * the channels [c0, c1) of x (hp x wp planes, 16 lanes); first: from 0 rather than from y.
+ * fb * tr * tw is at most 16, the registers that hold the tile. */
+AVX512 static inline __attribute__((always_inline)) void
+s2_tile(float *y, const float *x, const float *weight, int c, int c0, int c1, int hp, int wp,
+        int f0, int ty, int first, const int fb, const int tr, const int tw)
+{
+    const int t = tr * tw, p = tw * tw;
+    __m512 acc[16];
+
+    for (int a = 0; a < fb; a++)
+        for (int q = 0; q < t; q++)
+            acc[a * t + q] = first ? _mm512_setzero_ps()
+                                   : _mm512_loadu_ps(y + ((size_t)(f0 + a) * p + ty * tw + q) * 16);
+    for (int ci = c0; ci < c1 && fb > 1; ci++) {
+        /* several filters of a 2x2 tile: each tap's 4 input vectors loaded once for all */
+        const float *xc = x + (size_t)ci * hp * wp * 16;
+        for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++) {
+                __m512 xv[4];
+                for (int q = 0; q < t; q++)
+                    xv[q] = _mm512_loadu_ps(
+                        xc + ((size_t)(2 * (ty + q / tw) + ky) * wp + 2 * (q % tw) + kx) * 16);
+                for (int a = 0; a < fb; a++) {
+                    const __m512 wv =
+                        _mm512_set1_ps(weight[((size_t)(f0 + a) * c + ci) * 9 + ky * 3 + kx]);
+                    for (int q = 0; q < t; q++)
+                        if (2 * (ty + q / tw) + ky > 0 && 2 * (q % tw) + kx > 0)
+                            acc[a * t + q] = _mm512_fmadd_ps(wv, xv[q], acc[a * t + q]);
+                }
+            }
+    }
+    for (int ci = c0; ci < c1 && fb == 1; ci++) {
+        /* one filter's tile of 16: each multiply-add reads its input vector from the chunk */
+        const float *xc = x + (size_t)ci * hp * wp * 16;
+        const float *wk = weight + ((size_t)f0 * c + ci) * 9;
+        for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++) {
+                const __m512 wv = _mm512_set1_ps(wk[ky * 3 + kx]);
+                for (int r = 0; r < tr; r++) {
+                    const float *row = xc + ((size_t)(2 * (ty + r) + ky) * wp + kx) * 16;
+                    for (int q = 0; q < tw; q++)
+                        if (2 * (ty + r) + ky > 0 && 2 * q + kx > 0) /* not the padding */
+                            acc[r * tw + q] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(row + 2 * q * 16),
+                                                              acc[r * tw + q]);
+                }
+            }
+    }
+    for (int a = 0; a < fb; a++)
+        for (int q = 0; q < t; q++)
+            _mm512_storeu_ps(y + ((size_t)(f0 + a) * p + ty * tw + q) * 16, acc[a * t + q]);
+}
+
+/* y (f, ow*ow, 16) over the channels [c0, c1). */
+AVX512 static void s2_chunk(float *y, const float *x, const float *weight, int c, int c0, int c1,
+                            int hp, int wp, int f, int ow)
+{
+    const int first = c0 == 0;
+
+    if (ow == 4) {
+        for (int fo = 0; fo < f; fo++)
+            s2_tile(y, x, weight, c, c0, c1, hp, wp, fo, 0, first, 1, 4, 4);
+    } else {
+        int fo = 0;
+        for (; fo + 4 <= f; fo += 4)
+            s2_tile(y, x, weight, c, c0, c1, hp, wp, fo, 0, first, 4, 2, 2);
+        for (; fo < f; fo++)
+            s2_tile(y, x, weight, c, c0, c1, hp, wp, fo, 0, first, 1, 2, 2);
+    }
+}
+
+AVX512 static void conv_s2_lanes_avx512(float *out, const float *in, const float *weight,
+                                        const float *bias, int n, int c, int h, int w, int f,
+                                        float *scratch)
+{
+    const int ow = (w - 1) / 2 + 1, p = ow * ow, hp = h + 2, wp = w + 2;
+    const size_t in_size = (size_t)c * h * w, out_size = (size_t)f * p;
+    const size_t plane = (size_t)hp * wp * 16;
+    /* channels per chunk: their padded planes in 32 KiB, the L1 cache */
+    const int cc = plane * sizeof(float) < 32768 ? (int)(32768 / (plane * sizeof(float))) : 1;
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    float *x = scratch, *y = scratch + (size_t)c * plane;
+
+    for (int s0 = 0; s0 < n; s0 += 16) {
+        const int nb = n - s0 < 16 ? n - s0 : 16;
+        const __mmask16 m = lanes(0, nb);
+        const __m512i in_at = _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)in_size));
+        const __m512i out_at = _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)out_size));
+        const float *src = in + (size_t)s0 * in_size;
+        memset(x, 0, (size_t)c * plane * sizeof *x);
+        for (int ci = 0; ci < c; ci++)
+            for (int iy = 0; iy < h; iy++)
+                for (int ix = 0; ix < w; ix++) {
+                    const float *at = src + ((size_t)ci * h + iy) * w + ix;
+                    _mm512_storeu_ps(
+                        x + (size_t)ci * plane + ((size_t)(iy + 1) * wp + ix + 1) * 16,
+                        _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, in_at, at, 4));
+                }
+        for (int c0 = 0; c0 < c; c0 += cc)
+            s2_chunk(y, x, weight, c, c0, c0 + cc < c ? c0 + cc : c, hp, wp, f, ow);
+        float *dst = out + (size_t)s0 * out_size;
+        for (int fo = 0; fo < f; fo++) {
+            const __m512 b = _mm512_set1_ps(bias ? bias[fo] : 0.0f);
+            for (int q = 0; q < p; q++) {
+                const __m512 v = _mm512_loadu_ps(y + ((size_t)fo * p + q) * 16);
+                _mm512_mask_i32scatter_ps(dst + (size_t)fo * p + q, m, out_at,
+                                          bias ? _mm512_add_ps(v, b) : v, 4);
+            }
+        }
+    }
+}
+
+void nl_conv_s2_lanes(float *out, const float *in, const float *weight, const float *bias, int n,
+                      int c, int h, int w, int f, float *scratch)
+{
+    if (nl_kernels_vector_on() && nl_conv_s2_lanes_fits(h, w))
+        conv_s2_lanes_avx512(out, in, weight, bias, n, c, h, w, f, scratch);
+    else
+        nl_conv_s2_lanes_naive(out, in, weight, bias, n, c, h, w, f);
+}

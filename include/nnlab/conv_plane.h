@@ -1,0 +1,46 @@
+/* Convolution on a 2x2 plane: ResNet-18's last stage at 64x64 inputs (512 channels, 3x3,
+ * padding 1). Every output pixel reads every input pixel, each through a tap of its own, so the
+ * 16 (output, input) pairs per channel pair are all the work there is; im2col's columns hold 36
+ * taps per channel pair of which 20 read the padding. These kernels do the 16, with the images
+ * of a shard in the 16 lanes of AVX-512 (core/engine/conv_plane.c). */
+#ifndef NNLAB_CONV_PLANE_H
+#define NNLAB_CONV_PLANE_H
+
+#include <stddef.h>
+
+/* Floats of scratch that nl_conv_plane2 and nl_conv_plane2_din take for c input and f output
+ * channels: one block of 16 images of the input and the output, turned image-minor. */
+size_t nl_conv_plane2_scratch(int c, int f);
+
+/* out (n, f, 2, 2) = the 3x3 convolution, stride 1, padding 1, of in (n, c, 2, 2) by
+ * weight [f, c, 3, 3], plus bias (f) when not NULL. Each output sums its c*4 terms channel after
+ * channel, in the input pixels' row-major order, in fused multiply-adds; the naive twin sums
+ * the same terms in the same order in double and rounds once, so the two agree to rounding. */
+void nl_conv_plane2(float *out, const float *in, const float *weight, const float *bias, int n,
+                    int c, int f, float *scratch);
+void nl_conv_plane2_naive(float *out, const float *in, const float *weight, const float *bias,
+                          int n, int c, int f);
+
+/* Its input gradient: din (n, c, 2, 2) += the transposed convolution of dout (n, f, 2, 2) by
+ * the same weights, each input pixel's f*4 terms summed filter after filter, output pixels in
+ * row-major order. */
+void nl_conv_plane2_din(float *din, const float *dout, const float *weight, int n, int c, int f,
+                        float *scratch);
+void nl_conv_plane2_din_naive(float *din, const float *dout, const float *weight, int n, int c,
+                              int f);
+
+/* 3x3 convolution, stride 2, padding 1, forward: out (n, f, oh, ow) of in (n, c, h, w),
+ * oh = (h - 1) / 2 + 1, by weight [f, c, 3, 3], plus bias (f) when not NULL. The AVX-512 path
+ * takes square outputs of 2x2 and 4x4 (nl_conv_s2_lanes_fits), the images of a block of 16
+ * in the lanes, each output's terms summed chunk of channels after chunk, channel after channel,
+ * taps in row-major order, in fused multiply-adds; the naive twin sums the same terms in the
+ * same order in double, so the two agree to rounding. scratch: nl_conv_s2_lanes_scratch floats
+ * (the block of 16 images padded and turned image-minor, and its outputs). */
+int nl_conv_s2_lanes_fits(int h, int w);
+size_t nl_conv_s2_lanes_scratch(int c, int h, int w, int f);
+void nl_conv_s2_lanes(float *out, const float *in, const float *weight, const float *bias, int n,
+                      int c, int h, int w, int f, float *scratch);
+void nl_conv_s2_lanes_naive(float *out, const float *in, const float *weight, const float *bias,
+                            int n, int c, int h, int w, int f);
+
+#endif
