@@ -411,6 +411,15 @@ static void test_overwrite(void)
         harness_free(&h);
     }
 
+    /* maxpool: lenet's 2x2 window, and overlapping 3x3 windows of stride 2 with padding. */
+    for (int k = 2; k <= 3; k++) {
+        struct harness h = {
+            .l = {.kh = k, .kw = k, .sh = 2, .sw = 2, .ph = k - 2, .pw = k - 2, .in = {{3, 8, 8}}}};
+        harness_make(&h, "maxpool", 2);
+        check_overwrite(&h, k == 2 ? "maxpool 2" : "maxpool 3 stride 2 pad 1");
+        harness_free(&h);
+    }
+
     /* add: each input on its own bit, the other added to. */
     const size_t count = 2 * nl_shape_size(s);
     struct nl_layer l = {.ops = nl_layer_kind("add"), .name = "add1", .ninputs = 2, .in = {s, s}};
@@ -435,7 +444,8 @@ static void test_overwrite(void)
     /* Every kind that says it overwrites is checked above. */
     int unchecked = 0;
     for (const struct nl_layer_ops *const *o = nl_layer_kinds(); *o; o++) {
-        int listed = strcmp((*o)->kind, "add") == 0 || strcmp((*o)->kind, "globalavgpool1d") == 0;
+        int listed = strcmp((*o)->kind, "add") == 0 || strcmp((*o)->kind, "globalavgpool1d") == 0 ||
+                     strcmp((*o)->kind, "maxpool") == 0;
         for (int k = 0; k < nkinds; k++)
             listed |= strcmp((*o)->kind, kinds[k]) == 0;
         if ((*o)->overwrites && !listed) {
@@ -913,6 +923,16 @@ static const char fold_spec[] = "c1: conv 6 3x3 pad=1\n"
                                 "pool: globalavgpool\n"
                                 "fc: dense N\n";
 
+/* Max pooling takes in the activation that alone reads it: through the general windows
+ * (overlapping, padded) into a ReLU6, and lenet's 2x2 window into a ReLU. */
+static const char pool_spec[] = "c1: conv 20 3x3 pad=1\n"
+                                "p1: maxpool 3 stride=2 pad=1\n"
+                                "r1: relu6\n"
+                                "c2: conv 20 3x3 pad=1\n"
+                                "p2: maxpool 2\n"
+                                "r2: relu\n"
+                                "fc: dense N\n";
+
 /* Running statistics and affine parameters away from their initial values, so that folding
  * them is not the identity. */
 static void perturb_batchnorms(struct nl_model *m)
@@ -977,7 +997,8 @@ static void test_folding(void)
         {NULL, {3, 9, 9}, 6},
         {"resnet8", {1, 28, 28}, 16},
         {"mobilenet-tiny", {1, 28, 28}, 19},
-        {"lenet", {1, 28, 28}, 1}, /* conv -> maxpool: only fc1's relu folds */
+        {"lenet", {1, 28, 28}, 3},     /* the relus after both maxpools and fc1 */
+        {"pool_spec", {3, 14, 14}, 2}, /* a maxpool's relu6 and another's relu */
         {"resnet18", {3, 32, 32}, 37},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -985,8 +1006,10 @@ static void test_folding(void)
         struct nl_spec *spec = NULL;
         struct nl_model *m = NULL;
         const char *name = cases[c].name ? cases[c].name : "fold_spec";
-        int rc = cases[c].name ? nl_spec_load(&spec, cases[c].name, NULL, NULL, &err)
-                               : nl_spec_parse(&spec, fold_spec, "fold_spec", NULL, NULL, &err);
+        int rc = !cases[c].name ? nl_spec_parse(&spec, fold_spec, "fold_spec", NULL, NULL, &err)
+                 : strcmp(name, "pool_spec") == 0
+                     ? nl_spec_parse(&spec, pool_spec, name, NULL, NULL, &err)
+                     : nl_spec_load(&spec, cases[c].name, NULL, NULL, &err);
         if (rc == 0)
             rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
         if (rc < 0) {
@@ -1027,8 +1050,9 @@ static void test_folding(void)
  * other input is a ReLU6 that a convolution also reads, and a model whose last layer is a fused
  * ReLU; fold_spec adds a three-input add -> relu, a batchnorm feeding a three-input add (not
  * fused) and one read by two layers (not fused); resnet8 has adds of two batchnorms, where one
- * is fused, and the shortcut's layers lying between the fused batchnorm and its add. Every
- * batchnorm has a channel of weight 0, where xhat cannot be recovered from the output. */
+ * is fused, and the shortcut's layers lying between the fused batchnorm and its add; lenet and
+ * pool_spec have maxpools that take in their ReLU or ReLU6. Every batchnorm has a channel of
+ * weight 0, where xhat cannot be recovered from the output. */
 static const char fuse_spec[] = "c1: conv 20 3x3 pad=1\n"
                                 "b1: batchnorm\n"
                                 "r1: relu\n"
@@ -1144,7 +1168,8 @@ static void test_fusion(void)
         {NULL, fuse_spec, {3, 14, 14}, 6},         {NULL, fold_spec, {3, 9, 9}, 4},
         {"resnet8", NULL, {1, 28, 28}, 10},        /* 4 ReLUs; 3 adds, each with its ReLU */
         {"mobilenet-tiny", NULL, {1, 28, 28}, 10}, /* 8 ReLUs, 2 adds without a ReLU */
-        {"lenet", NULL, {1, 28, 28}, 0},           /* its ReLUs follow convs and dense layers */
+        {"lenet", NULL, {1, 28, 28}, 2},           /* the ReLUs after its two maxpools */
+        {"pool_spec", pool_spec, {3, 14, 14}, 2},  /* maxpool 3 -> relu6, maxpool 2 -> relu */
         {"resnet18", NULL, {3, 32, 32}, 25},       /* 9 ReLUs; 8 adds, each with its ReLU */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -1154,8 +1179,8 @@ static void test_fusion(void)
         const char *name = cases[c].name                ? cases[c].name
                            : cases[c].spec == fuse_spec ? "fuse_spec"
                                                         : "fold_spec";
-        int rc = cases[c].name ? nl_spec_load(&spec, cases[c].name, NULL, NULL, &err)
-                               : nl_spec_parse(&spec, cases[c].spec, name, NULL, NULL, &err);
+        int rc = cases[c].spec ? nl_spec_parse(&spec, cases[c].spec, name, NULL, NULL, &err)
+                               : nl_spec_load(&spec, cases[c].name, NULL, NULL, &err);
         if (rc == 0)
             rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
         if (rc < 0) {

@@ -8,8 +8,17 @@
  *   (c*H*W + y*W + x) of the value it copied. avgpool: no aux. No scratch, no parameters.
  * The 2x2 window of stride 2 has a branch-free loop here (in lenet's training it took 3% of the
  * time where the vector path of nl_maxpool took 8%); other windows go to nl_maxpool
- * (core/engine/kernels.c), in AVX-512 vectors where the CPU has them, with the same results. */
+ * (core/engine/kernels.c), in AVX-512 vectors where the CPU has them, with the same results.
+ *
+ * Max pooling takes in the ReLU or ReLU6 that alone reads it (ops->fuses, training; ops->folds,
+ * inference; core/engine/model.c), as lenet's conv -> maxpool -> relu has it: forward writes
+ * act(max) and backward masks dout where act's derivative, judged from that output, is 0, so the
+ * activation's two passes over memory and its buffers are gone and the floats are the unfused
+ * layers' bit for bit. Backward also overwrites din where it is its first writer (ops->overwrites):
+ * each sample's input gradient is zeroed just before its scatter, while it is in cache, instead of
+ * in one pass over the whole shard's before backward. */
 #include <math.h>
+#include <string.h>
 
 #include "layers.h"
 #include "nnlab/kernels.h"
@@ -41,6 +50,21 @@ static int maxpool_setup(struct nl_layer *l, struct nl_error *err)
     return 0;
 }
 
+/* act (NL_ACT_*) of v as the activation layers compute it: 0 where v > 0 is false, NaN included. */
+static inline float act_of(float v, int act)
+{
+    if (act == NL_ACT_NONE)
+        return v;
+    v = v > 0.0f ? v : 0.0f;
+    return act == NL_ACT_RELU6 ? (v < 6.0f ? v : 6.0f) : v;
+}
+
+/* Whether act's derivative at its output y is 1 (else 0), as relu's and relu6's backward judge. */
+static inline int act_passes(float y, int act)
+{
+    return act == NL_ACT_NONE || (y > 0.0f && (act == NL_ACT_RELU || y < 6.0f));
+}
+
 /* The rows [*y0, *y1) of a window starting at o*s - p that lie inside [0, size). */
 static void clip(int *y0, int *y1, int o, int s, int p, int k, int size)
 {
@@ -53,7 +77,8 @@ static void clip(int *y0, int *y1, int o, int s, int p, int k, int size)
 /* The common 2x2 window with stride 2 and no padding, on one sample: the same choices as the
  * general scan below (the first maximum in row-major order wins, a NaN gives NaN), computed
  * without data-dependent branches, which random data mispredicts half the time. */
-static void maxpool_2x2(const struct nl__window *g, const float *x, float *out, int32_t *arg)
+static void maxpool_2x2(const struct nl__window *g, const float *x, float *out, int32_t *arg,
+                        int act)
 {
     const int w = g->w, ow = g->ow; /* locals: arg might alias *g for all the compiler knows */
 
@@ -69,7 +94,7 @@ static void maxpool_2x2(const struct nl__window *g, const float *x, float *out, 
                 int nan = (a != a) | (b != b) | (cc != cc) | (d != d);
                 float m = bottom > top ? bottom : top;
                 arg[ox] = row + 2 * ox + right_top + down * (w + right_bottom - right_top);
-                out[ox] = nan ? NAN : m;
+                out[ox] = act_of(nan ? NAN : m, act);
             }
             out += ow;
             arg += ow;
@@ -86,14 +111,17 @@ static void maxpool_forward(const struct nl_layer *l, const struct nl_fwd *f)
     if (g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0) {
         for (int s = 0; s < f->n; s++)
             maxpool_2x2(&g, f->in[0] + (size_t)s * in_size, f->out + (size_t)s * out_size,
-                        (int32_t *)f->aux + (size_t)s * out_size);
+                        (int32_t *)f->aux + (size_t)s * out_size, f->act);
         return;
     }
     /* The padding rule makes every window hold at least one input value. */
-    for (int s = 0; s < f->n; s++)
-        nl_maxpool(f->out + (size_t)s * out_size, (int32_t *)f->aux + (size_t)s * out_size,
-                   f->in[0] + (size_t)s * in_size, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph,
-                   g.pw, g.oh, g.ow);
+    for (int s = 0; s < f->n; s++) {
+        float *out = f->out + (size_t)s * out_size;
+        nl_maxpool(out, (int32_t *)f->aux + (size_t)s * out_size, f->in[0] + (size_t)s * in_size,
+                   g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.oh, g.ow);
+        for (size_t i = 0; f->act && i < out_size; i++) /* while the sample is in cache */
+            out[i] = act_of(out[i], f->act);
+    }
 }
 
 static void maxpool_backward(const struct nl_layer *l, const struct nl_bwd *b)
@@ -104,10 +132,18 @@ static void maxpool_backward(const struct nl_layer *l, const struct nl_bwd *b)
         return;
     for (int s = 0; s < b->n; s++) {
         float *din = b->din[0] + (size_t)s * in_size;
-        const float *dout = b->dout + (size_t)s * out_size;
+        const float *dout = b->dout + (size_t)s * out_size, *out = b->out + (size_t)s * out_size;
         const int32_t *arg = (const int32_t *)b->aux + (size_t)s * out_size;
+        if (b->set & 1)
+            memset(din, 0, in_size * sizeof *din);
+        if (b->act == NL_ACT_NONE) {
+            for (size_t i = 0; i < out_size; i++)
+                din[arg[i]] += dout[i];
+            continue;
+        }
+        /* The masked terms add 0.0f, as the activation's backward would have written. */
         for (size_t i = 0; i < out_size; i++)
-            din[arg[i]] += dout[i];
+            din[arg[i]] += act_passes(out[i], b->act) ? dout[i] : 0.0f;
     }
 }
 
@@ -172,6 +208,9 @@ static void avgpool_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
 const struct nl_layer_ops nl__maxpool_ops = {
     .kind = "maxpool",
+    .overwrites = 1,
+    .folds = 2,
+    .fuses = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = maxpool_setup,
