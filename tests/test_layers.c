@@ -648,6 +648,65 @@ static void test_pool_semantics(void)
        "maxpool: a NaN in a window gives NaN");
     harness_free(&m);
 
+    /* The 2x2 window of stride 2 in vectors against its scalar loops, forward and backward (the
+     * first writer's, which writes whole rows where the windows tile the plane, from gradients
+     * that include -0.0f): values drawn from a few so that ties are common, some NaNs, rows of
+     * 24, 8 and 9 (odd: the last column is left out), and of 70 (more than 16 outputs); with no
+     * activation, a ReLU and a ReLU6. */
+    static const struct nl_shape shapes[] = {{3, 24, 24}, {2, 8, 8}, {2, 7, 9}, {1, 4, 70}};
+    int differ = 0, cases = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        struct harness p = {.l = {.kh = 2, .kw = 2, .sh = 2, .sw = 2, .in = {shapes[k]}}};
+        harness_make(&p, "maxpool", 2);
+        for (size_t i = 0; i < p.in_count; i++) {
+            p.in[i] = (float)(int)(nl_rng_uniform(&rng) * 9.0) - 4.0f; /* -4 .. 4 */
+            if (nl_rng_uniform(&rng) < 0.01)
+                p.in[i] = NAN;
+        }
+        float *out = floats(p.out_count), *din = floats(p.in_count);
+        int32_t *arg = malloc(p.out_count * sizeof *arg);
+        for (int act = NL_ACT_NONE; act <= NL_ACT_RELU6; act++) {
+            int was = nl_kernels_vector_on();
+            for (int vec = 0; vec < 2; vec++) {
+                nl_kernels_vector(vec && was);
+                struct nl_fwd f = {.n = p.n, .in = {p.in}, .out = p.out, .aux = p.aux, .act = act};
+                p.l.ops->forward(&p.l, &f);
+                /* Backward as the first writer, into NaNs; some gradients -0.0f. */
+                fill_value(p.din, p.in_count, NAN);
+                for (size_t i = 0; i < p.out_count; i += 7)
+                    p.r[i] = -0.0f;
+                struct nl_bwd b = {.n = p.n,
+                                   .in = {p.in},
+                                   .out = p.out,
+                                   .dout = p.r,
+                                   .din = {p.din},
+                                   .aux = p.aux,
+                                   .set = 1,
+                                   .act = act};
+                p.l.ops->backward(&p.l, &b);
+                if (vec == 0) {
+                    memcpy(out, p.out, p.out_count * sizeof *out);
+                    memcpy(arg, p.aux, p.out_count * sizeof *arg);
+                    memcpy(din, p.din, p.in_count * sizeof *din);
+                } else {
+                    differ += memcmp(out, p.out, p.out_count * sizeof *out) != 0;
+                    differ += memcmp(arg, p.aux, p.out_count * sizeof *arg) != 0;
+                    differ += memcmp(din, p.din, p.in_count * sizeof *din) != 0;
+                }
+            }
+            nl_kernels_vector(was);
+            cases++;
+        }
+        free(out);
+        free(din);
+        free(arg);
+        harness_free(&p);
+    }
+    is_int(differ, 0,
+           "maxpool 2: vector and scalar paths the same values, indices and input gradients, "
+           "bit for bit (%d cases%s)",
+           cases, nl_kernels_vector_on() ? "" : "; no vector path on this CPU");
+
     /* Average pooling divides by the whole window, padding included (count_include_pad). */
     struct harness a = {.l = {.kh = 2, .kw = 2, .ph = 1, .pw = 1, .in = {{1, 2, 2}}}};
     harness_make(&a, "avgpool", 1);
