@@ -630,6 +630,36 @@ static void test_relu6_values(void)
     harness_free(&h);
 }
 
+/* Dense forward takes the transposed product on wide shards (core/engine/layers/dense.c): the
+ * same floats as out = in weight^T from the bias, for mlp's and lenet's layers, shards narrower
+ * and wider than where it switches, and a layer without bias. */
+static void test_dense_forms(void)
+{
+    static const struct {
+        int in, units, n, bias;
+    } cases[] = {{784, 512, 32, 1}, {512, 256, 64, 1}, {800, 500, 33, 1}, {500, 10, 64, 1},
+                 {256, 10, 15, 1},  {7, 5, 16, 0},     {784, 512, 20, 0}};
+    int differ = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct harness h = {
+            .l = {.in = {{cases[c].in, 1, 1}}, .units = cases[c].units, .no_bias = !cases[c].bias}};
+        harness_make(&h, "dense", cases[c].n);
+        const int n = h.n, in = cases[c].in, units = cases[c].units;
+        float *want = floats(h.out_count);
+        for (int s = 0; s < n; s++)
+            for (int u = 0; u < units; u++)
+                want[(size_t)s * units + u] = cases[c].bias ? h.w[h.l.params[1].offset + u] : 0.0f;
+        nl_sgemm(0, 1, n, units, in, 1.0f, h.in, in, h.w, in, cases[c].bias ? 1.0f : 0.0f, want,
+                 units);
+        forward(&h);
+        differ += memcmp(want, h.out, h.out_count * sizeof *want) != 0;
+        free(want);
+        harness_free(&h);
+    }
+    is_int(differ, 0,
+           "dense: forward's floats are those of out = in weight^T (+ bias), bit for bit");
+}
+
 static void test_pool_semantics(void)
 {
     /* Max pooling never picks the padding: an all-negative input stays negative. */
@@ -1320,6 +1350,7 @@ int main(void)
     test_shapes();
     test_errors();
     test_pool_semantics();
+    test_dense_forms();
     test_relu6_values();
     test_gradients();
     test_loss();
