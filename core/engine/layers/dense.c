@@ -5,12 +5,15 @@
  *   in  (n, I)    out (n, U, 1, 1)
  *   scratch: U floats per sample (forward's transposed product); no aux.
  *
- * Forward computes the product as out^T (U, n) = weight (U, I) in^T (I, n) into the scratch, then
- * transposes it into out with the bias added, for shards of WIDE samples and more: OpenBLAS
- * packs the whole weight matrix at every call either way, but the packing of weight^T that
- * out = in weight^T takes is the slower one. Thread CPU time, fastest of 20, 2026-11-27 at load
- * average 10, so indicative: mlp's fc1 (512 x 784) on 32 samples 226 us against 305, on 64 395
- * against 437; lenet's fc1 (500 x 800) on 32 257 against 333. Each output is the same sum in the
+ * Forward computes the product as out^T (U, n) = weight (U, I) in^T (I, n) into the scratch, from
+ * the bias, then transposes it into out, for shards of NARROW to WIDE samples: OpenBLAS packs the
+ * whole weight matrix at every call either way, but the packing of weight^T that out = in
+ * weight^T takes is the slower one, and weighs most on a small shard. The products alone,
+ * thread CPU time, fastest of 20, 2026-11-27 at load average 5 to 10, so indicative: mlp's fc1
+ * (512 x 784) on 16 samples 155 us against 221, on 32 235 against 307, on 64 395 against 450, on
+ * 128 717 against 772, on 256 1364 against 1376; lenet's fc1 (500 x 800) alike. From 128 samples
+ * on, the two passes around the product (the bias, the transpose) cost more than it saves: a
+ * training step of mlp at batch 256 took more time. Each output is the same sum in the
  * same order (from the bias, the same K blocks, each summed in registers, added in turn), so the
  * floats are those of the other form, which test_layers checks bit for bit. */
 #include <limits.h>
@@ -18,7 +21,9 @@
 #include "layers.h"
 #include "nnlab/kernels.h"
 
-#define WIDE 16 /* samples from which forward takes the transposed product */
+/* Shards from NARROW to WIDE samples take the transposed product (see the top of the file). */
+#define NARROW 16
+#define WIDE   64
 
 static int dense_setup(struct nl_layer *l, struct nl_error *err)
 {
@@ -52,7 +57,7 @@ static void dense_forward(const struct nl_layer *l, const struct nl_fwd *f)
 
     if (n <= 0)
         return;
-    if (n >= WIDE) {
+    if (n >= NARROW && n <= WIDE) {
         /* out^T (U, n) = weight (U, I) in^T (I, n), then out (n, U) = its transpose [+ bias] */
         float *t = f->scratch;
         for (int u = 0; !l->no_bias && u < units; u++) {
