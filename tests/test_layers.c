@@ -630,15 +630,16 @@ static void test_relu6_values(void)
     harness_free(&h);
 }
 
-/* Dense forward takes the transposed product on wide shards (core/engine/layers/dense.c): the
- * same floats as out = in weight^T from the bias, for mlp's and lenet's layers, shards narrower
- * and wider than where it switches, and a layer without bias. */
+/* Dense forward takes the transposed product on shards of 16 to 64 samples
+ * (core/engine/layers/dense.c): the same floats as out = in weight^T from the bias, with and
+ * without a folded ReLU, for mlp's and lenet's layers, shards on both sides of the bounds, and
+ * layers without bias. */
 static void test_dense_forms(void)
 {
     static const struct {
         int in, units, n, bias;
     } cases[] = {{784, 512, 32, 1}, {512, 256, 64, 1}, {800, 500, 33, 1}, {500, 10, 64, 1},
-                 {256, 10, 15, 1},  {7, 5, 16, 0},     {784, 512, 20, 0}};
+                 {256, 10, 15, 1},  {7, 5, 16, 0},     {784, 512, 20, 0}, {100, 30, 65, 1}};
     int differ = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct harness h = {
@@ -653,11 +654,19 @@ static void test_dense_forms(void)
                  units);
         forward(&h);
         differ += memcmp(want, h.out, h.out_count * sizeof *want) != 0;
+        /* With the ReLU folded in (inference): the same floats through it. */
+        struct nl_fwd f = {
+            .n = n, .in = {h.in}, .out = h.out, .w = h.w, .scratch = h.scratch, .act = NL_ACT_RELU};
+        h.l.ops->forward(&h.l, &f);
+        for (size_t i = 0; i < h.out_count; i++)
+            want[i] = want[i] > 0.0f ? want[i] : 0.0f;
+        differ += memcmp(want, h.out, h.out_count * sizeof *want) != 0;
         free(want);
         harness_free(&h);
     }
     is_int(differ, 0,
-           "dense: forward's floats are those of out = in weight^T (+ bias), bit for bit");
+           "dense: forward's floats are those of out = in weight^T (+ bias), bit for bit, with and "
+           "without a folded ReLU");
 }
 
 static void test_pool_semantics(void)
