@@ -4,10 +4,12 @@
  * and holds three waits (the start, a barrier, the end); a thread that went to sleep on a
  * condition variable at each of them had to be woken through the kernel (and, in a virtual
  * machine, through the host's scheduler), which took longer than the work between them and made
- * two threads no faster than one. So every wait watches its counter for up to SPIN_SECONDS,
- * pausing between looks, and only then sleeps on the pool's condition variable; whoever changes
- * a counter wakes sleepers only when there are any (the count of sleepers and the counter are
- * both sequentially consistent atomics, so a waiter that is about to sleep either sees the new
+ * two threads no faster than one. So every wait watches its counter, pausing between looks for
+ * PAUSE_SECONDS, then yielding the core between looks up to SPIN_SECONDS (where other processes
+ * take cores, the thread waited for may need this one to run: a pure spin of 200 us made two
+ * threads slower than one there), and only then sleeps on the pool's condition variable; whoever
+ * changes a counter wakes sleepers only when there are any (the count of sleepers and the counter
+ * are both sequentially consistent atomics, so a waiter that is about to sleep either sees the new
  * value or is counted and woken). A spin costs at most SPIN_SECONDS of a core per wait.
  *
  * The barrier counts arrivals; the last to arrive resets the count and advances the barrier's
@@ -24,8 +26,9 @@
 #include "nnlab/alloc.h"
 #include "nnlab/clock.h"
 
-#define SPIN_SECONDS 200e-6 /* of watching a counter before sleeping */
-#define SPIN_CHECK   64     /* looks between two readings of the clock */
+#define PAUSE_SECONDS 20e-6  /* of watching a counter with a pause between looks, */
+#define SPIN_SECONDS  200e-6 /* then yielding the core between looks, before sleeping */
+#define SPIN_CHECK    64     /* looks between two readings of the clock while pausing */
 
 struct worker {
     struct nl_pool *pool;
@@ -59,7 +62,7 @@ static void pause_once(void)
 /* Returns once *v differs from old: spins, then sleeps. */
 static void wait_change(struct nl_pool *p, atomic_uint *v, unsigned old)
 {
-    double deadline = 0.0;
+    double start = 0.0;
 
     for (int i = 1;; i++) {
         if (atomic_load_explicit(v, memory_order_acquire) != old)
@@ -67,11 +70,16 @@ static void wait_change(struct nl_pool *p, atomic_uint *v, unsigned old)
         pause_once();
         if (i % SPIN_CHECK == 0) {
             double now = nl_now();
-            if (deadline == 0.0)
-                deadline = now + SPIN_SECONDS;
-            else if (now > deadline)
+            if (start == 0.0)
+                start = now;
+            else if (now - start > PAUSE_SECONDS)
                 break;
         }
+    }
+    while (nl_now() - start < SPIN_SECONDS) {
+        if (atomic_load_explicit(v, memory_order_acquire) != old)
+            return;
+        sched_yield();
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
