@@ -461,6 +461,15 @@ static void test_overwrite(void)
         harness_free(&h);
     }
 
+    /* maxpool: lenet's 2x2 window, and overlapping 3x3 windows of stride 2 with padding. */
+    for (int k = 2; k <= 3; k++) {
+        struct harness h = {
+            .l = {.kh = k, .kw = k, .sh = 2, .sw = 2, .ph = k - 2, .pw = k - 2, .in = {{3, 8, 8}}}};
+        harness_make(&h, "maxpool", 2);
+        check_overwrite(&h, k == 2 ? "maxpool 2" : "maxpool 3 stride 2 pad 1");
+        harness_free(&h);
+    }
+
     /* add: each input on its own bit, the other added to. */
     const size_t count = 2 * nl_shape_size(s);
     struct nl_layer l = {.ops = nl_layer_kind("add"), .name = "add1", .ninputs = 2, .in = {s, s}};
@@ -486,7 +495,7 @@ static void test_overwrite(void)
     int unchecked = 0;
     for (const struct nl_layer_ops *const *o = nl_layer_kinds(); *o; o++) {
         int listed = strcmp((*o)->kind, "add") == 0 || strcmp((*o)->kind, "globalavgpool1d") == 0 ||
-                     strcmp((*o)->kind, "conv") == 0;
+                     strcmp((*o)->kind, "conv") == 0 || strcmp((*o)->kind, "maxpool") == 0;
         for (int k = 0; k < nkinds; k++)
             listed |= strcmp((*o)->kind, kinds[k]) == 0;
         if ((*o)->overwrites && !listed) {
@@ -671,6 +680,45 @@ static void test_relu6_values(void)
     harness_free(&h);
 }
 
+/* Dense forward takes the transposed product on shards of 16 to 64 samples
+ * (core/engine/layers/dense.c): the same floats as out = in weight^T from the bias, with and
+ * without a folded ReLU, for mlp's and lenet's layers, shards on both sides of the bounds, and
+ * layers without bias. */
+static void test_dense_forms(void)
+{
+    static const struct {
+        int in, units, n, bias;
+    } cases[] = {{784, 512, 32, 1}, {512, 256, 64, 1}, {800, 500, 33, 1}, {500, 10, 64, 1},
+                 {256, 10, 15, 1},  {7, 5, 16, 0},     {784, 512, 20, 0}, {100, 30, 65, 1}};
+    int differ = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct harness h = {
+            .l = {.in = {{cases[c].in, 1, 1}}, .units = cases[c].units, .no_bias = !cases[c].bias}};
+        harness_make(&h, "dense", cases[c].n);
+        const int n = h.n, in = cases[c].in, units = cases[c].units;
+        float *want = floats(h.out_count);
+        for (int s = 0; s < n; s++)
+            for (int u = 0; u < units; u++)
+                want[(size_t)s * units + u] = cases[c].bias ? h.w[h.l.params[1].offset + u] : 0.0f;
+        nl_sgemm(0, 1, n, units, in, 1.0f, h.in, in, h.w, in, cases[c].bias ? 1.0f : 0.0f, want,
+                 units);
+        forward(&h);
+        differ += memcmp(want, h.out, h.out_count * sizeof *want) != 0;
+        /* With the ReLU folded in (inference): the same floats through it. */
+        struct nl_fwd f = {
+            .n = n, .in = {h.in}, .out = h.out, .w = h.w, .scratch = h.scratch, .act = NL_ACT_RELU};
+        h.l.ops->forward(&h.l, &f);
+        for (size_t i = 0; i < h.out_count; i++)
+            want[i] = want[i] > 0.0f ? want[i] : 0.0f;
+        differ += memcmp(want, h.out, h.out_count * sizeof *want) != 0;
+        free(want);
+        harness_free(&h);
+    }
+    is_int(differ, 0,
+           "dense: forward's floats are those of out = in weight^T (+ bias), bit for bit, with and "
+           "without a folded ReLU");
+}
+
 static void test_pool_semantics(void)
 {
     /* Max pooling never picks the padding: an all-negative input stays negative. */
@@ -688,6 +736,65 @@ static void test_pool_semantics(void)
     ok(isnan(m.out[3]) && !isnan(m.out[0]) && !isnan(m.out[2]),
        "maxpool: a NaN in a window gives NaN");
     harness_free(&m);
+
+    /* The 2x2 window of stride 2 in vectors against its scalar loops, forward and backward (the
+     * first writer's, which writes whole rows where the windows tile the plane, from gradients
+     * that include -0.0f): values drawn from a few so that ties are common, some NaNs, rows of
+     * 24, 8 and 9 (odd: the last column is left out), and of 70 (more than 16 outputs); with no
+     * activation, a ReLU and a ReLU6. */
+    static const struct nl_shape shapes[] = {{3, 24, 24}, {2, 8, 8}, {2, 7, 9}, {1, 4, 70}};
+    int differ = 0, cases = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        struct harness p = {.l = {.kh = 2, .kw = 2, .sh = 2, .sw = 2, .in = {shapes[k]}}};
+        harness_make(&p, "maxpool", 2);
+        for (size_t i = 0; i < p.in_count; i++) {
+            p.in[i] = (float)(int)(nl_rng_uniform(&rng) * 9.0) - 4.0f; /* -4 .. 4 */
+            if (nl_rng_uniform(&rng) < 0.01)
+                p.in[i] = NAN;
+        }
+        float *out = floats(p.out_count), *din = floats(p.in_count);
+        int32_t *arg = malloc(p.out_count * sizeof *arg);
+        for (int act = NL_ACT_NONE; act <= NL_ACT_RELU6; act++) {
+            int was = nl_kernels_vector_on();
+            for (int vec = 0; vec < 2; vec++) {
+                nl_kernels_vector(vec && was);
+                struct nl_fwd f = {.n = p.n, .in = {p.in}, .out = p.out, .aux = p.aux, .act = act};
+                p.l.ops->forward(&p.l, &f);
+                /* Backward as the first writer, into NaNs; some gradients -0.0f. */
+                fill_value(p.din, p.in_count, NAN);
+                for (size_t i = 0; i < p.out_count; i += 7)
+                    p.r[i] = -0.0f;
+                struct nl_bwd b = {.n = p.n,
+                                   .in = {p.in},
+                                   .out = p.out,
+                                   .dout = p.r,
+                                   .din = {p.din},
+                                   .aux = p.aux,
+                                   .set = 1,
+                                   .act = act};
+                p.l.ops->backward(&p.l, &b);
+                if (vec == 0) {
+                    memcpy(out, p.out, p.out_count * sizeof *out);
+                    memcpy(arg, p.aux, p.out_count * sizeof *arg);
+                    memcpy(din, p.din, p.in_count * sizeof *din);
+                } else {
+                    differ += memcmp(out, p.out, p.out_count * sizeof *out) != 0;
+                    differ += memcmp(arg, p.aux, p.out_count * sizeof *arg) != 0;
+                    differ += memcmp(din, p.din, p.in_count * sizeof *din) != 0;
+                }
+            }
+            nl_kernels_vector(was);
+            cases++;
+        }
+        free(out);
+        free(din);
+        free(arg);
+        harness_free(&p);
+    }
+    is_int(differ, 0,
+           "maxpool 2: vector and scalar paths the same values, indices and input gradients, "
+           "bit for bit (%d cases%s)",
+           cases, nl_kernels_vector_on() ? "" : "; no vector path on this CPU");
 
     /* Average pooling divides by the whole window, padding included (count_include_pad). */
     struct harness a = {.l = {.kh = 2, .kw = 2, .ph = 1, .pw = 1, .in = {{1, 2, 2}}}};
@@ -964,6 +1071,16 @@ static const char fold_spec[] = "c1: conv 6 3x3 pad=1\n"
                                 "pool: globalavgpool\n"
                                 "fc: dense N\n";
 
+/* Max pooling takes in the activation that alone reads it: through the general windows
+ * (overlapping, padded) into a ReLU6, and lenet's 2x2 window into a ReLU. */
+static const char pool_spec[] = "c1: conv 20 3x3 pad=1\n"
+                                "p1: maxpool 3 stride=2 pad=1\n"
+                                "r1: relu6\n"
+                                "c2: conv 20 3x3 pad=1\n"
+                                "p2: maxpool 2\n"
+                                "r2: relu\n"
+                                "fc: dense N\n";
+
 /* Running statistics and affine parameters away from their initial values, so that folding
  * them is not the identity. */
 static void perturb_batchnorms(struct nl_model *m)
@@ -1028,7 +1145,8 @@ static void test_folding(void)
         {NULL, {3, 9, 9}, 6},
         {"resnet8", {1, 28, 28}, 16},
         {"mobilenet-tiny", {1, 28, 28}, 19},
-        {"lenet", {1, 28, 28}, 1}, /* conv -> maxpool: only fc1's relu folds */
+        {"lenet", {1, 28, 28}, 3},     /* the relus after both maxpools and fc1 */
+        {"pool_spec", {3, 14, 14}, 2}, /* a maxpool's relu6 and another's relu */
         {"resnet18", {3, 32, 32}, 37},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -1036,8 +1154,10 @@ static void test_folding(void)
         struct nl_spec *spec = NULL;
         struct nl_model *m = NULL;
         const char *name = cases[c].name ? cases[c].name : "fold_spec";
-        int rc = cases[c].name ? nl_spec_load(&spec, cases[c].name, NULL, NULL, &err)
-                               : nl_spec_parse(&spec, fold_spec, "fold_spec", NULL, NULL, &err);
+        int rc = !cases[c].name ? nl_spec_parse(&spec, fold_spec, "fold_spec", NULL, NULL, &err)
+                 : strcmp(name, "pool_spec") == 0
+                     ? nl_spec_parse(&spec, pool_spec, name, NULL, NULL, &err)
+                     : nl_spec_load(&spec, cases[c].name, NULL, NULL, &err);
         if (rc == 0)
             rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
         if (rc < 0) {
@@ -1078,8 +1198,9 @@ static void test_folding(void)
  * other input is a ReLU6 that a convolution also reads, and a model whose last layer is a fused
  * ReLU; fold_spec adds a three-input add -> relu, a batchnorm feeding a three-input add (not
  * fused) and one read by two layers (not fused); resnet8 has adds of two batchnorms, where one
- * is fused, and the shortcut's layers lying between the fused batchnorm and its add. Every
- * batchnorm has a channel of weight 0, where xhat cannot be recovered from the output. */
+ * is fused, and the shortcut's layers lying between the fused batchnorm and its add; lenet and
+ * pool_spec have maxpools that take in their ReLU or ReLU6. Every batchnorm has a channel of
+ * weight 0, where xhat cannot be recovered from the output. */
 static const char fuse_spec[] = "c1: conv 20 3x3 pad=1\n"
                                 "b1: batchnorm\n"
                                 "r1: relu\n"
@@ -1195,7 +1316,8 @@ static void test_fusion(void)
         {NULL, fuse_spec, {3, 14, 14}, 6},         {NULL, fold_spec, {3, 9, 9}, 4},
         {"resnet8", NULL, {1, 28, 28}, 10},        /* 4 ReLUs; 3 adds, each with its ReLU */
         {"mobilenet-tiny", NULL, {1, 28, 28}, 10}, /* 8 ReLUs, 2 adds without a ReLU */
-        {"lenet", NULL, {1, 28, 28}, 0},           /* its ReLUs follow convs and dense layers */
+        {"lenet", NULL, {1, 28, 28}, 2},           /* the ReLUs after its two maxpools */
+        {"pool_spec", pool_spec, {3, 14, 14}, 2},  /* maxpool 3 -> relu6, maxpool 2 -> relu */
         {"resnet18", NULL, {3, 32, 32}, 25},       /* 9 ReLUs; 8 adds, each with its ReLU */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -1205,8 +1327,8 @@ static void test_fusion(void)
         const char *name = cases[c].name                ? cases[c].name
                            : cases[c].spec == fuse_spec ? "fuse_spec"
                                                         : "fold_spec";
-        int rc = cases[c].name ? nl_spec_load(&spec, cases[c].name, NULL, NULL, &err)
-                               : nl_spec_parse(&spec, cases[c].spec, name, NULL, NULL, &err);
+        int rc = cases[c].spec ? nl_spec_parse(&spec, cases[c].spec, name, NULL, NULL, &err)
+                               : nl_spec_load(&spec, cases[c].name, NULL, NULL, &err);
         if (rc == 0)
             rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
         if (rc < 0) {
@@ -1287,6 +1409,7 @@ int main(void)
     test_shapes();
     test_errors();
     test_pool_semantics();
+    test_dense_forms();
     test_relu6_values();
     test_gradients();
     test_loss();

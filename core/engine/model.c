@@ -29,10 +29,10 @@
  * unfolded layers' to rounding (tests/test_layers.c holds the two against each other); a
  * forward in training mode on a forward-only executor runs the layers as they are.
  *
- * Fusion (training executors, nl_exec_new): a batchnorm or an add (ops->fuses) runs inside
- * itself the layers that alone read it, forward and backward: a batchnorm the residual add with
- * two inputs that alone reads it (nl_fwd.res, nl_bwd.dres; not when the add's other input is the
- * batchnorm's own input), then either the ReLU or ReLU6 that alone reads what it has so far
+ * Fusion (training executors, nl_exec_new): a batchnorm, an add or a maxpool (ops->fuses) runs
+ * inside itself the layers that alone read it, forward and backward: a batchnorm the residual add
+ * with two inputs that alone reads it (nl_fwd.res, nl_bwd.dres; not when the add's other input is
+ * the batchnorm's own input), then either the ReLU or ReLU6 that alone reads what it has so far
  * (nl_fwd.act, nl_bwd.act). Such a group runs at the place of its last layer, whose output and
  * output-gradient buffers it uses; its other layers do not run and hold neither buffer (two
  * activation buffers fewer per layer fused away), and their passes over memory are gone (a
@@ -696,7 +696,7 @@ static int activation_kind(const struct nl_layer *l)
 }
 
 /* The folding plan (see the top of the file): conv -> [batchnorm] -> [relu | relu6], and
- * add or dense -> relu | relu6, each link the sole reader of the layer before it. */
+ * add, dense or maxpool -> relu | relu6, each link the sole reader of the layer before it. */
 static int plan_folds(struct nl_exec *x)
 {
     const struct nl_model *m = x->m;
