@@ -442,6 +442,29 @@ AVX512 INLINE void input_adjoint_avx512(float *din, const float *dv, int n, cons
     }
 }
 
+/* The permutes that lay a row of tiles' results along a row of the plane (at most 32 pixels, two
+ * vectors): lane q of half h, pixel q + 16h, takes lane tx (tile tx of the row) of the result in
+ * column j of the tiles, where q + 16h = tx*m + j; takes[h][j] keeps the lanes that have such a
+ * tile. For j < cols. */
+AVX512 INLINE void spread_tables(__m512i spread[2][6], __mmask16 takes[2][6], int m, int cols,
+                                 int tiles_x)
+{
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < cols; j++) {
+            int idx[16];
+            takes[h][j] = 0;
+            for (int q = 0; q < 16; q++) {
+                const int at = q + 16 * h - j;
+                idx[q] = 0;
+                if (at >= 0 && at % m == 0 && at / m < tiles_x) {
+                    idx[q] = at / m;
+                    takes[h][j] |= (__mmask16)(1u << q);
+                }
+            }
+            spread[h][j] = _mm512_loadu_si512(idx);
+        }
+}
+
 /* Whether the row-wise paths take the plane (see the top of the file): a tile row's a input
  * columns lie within 32 floats (two vectors), and it has at least 6 tiles to fill the lanes. */
 static int rows_fit(const struct nl_wino *p)
@@ -521,25 +544,11 @@ AVX512 INLINE void input_adjoint_rows_avx512(float *din, const float *dv, int n,
     const int left = -p->pw;
     const __mmask16 lo = first_lanes(p->w - left) & (__mmask16)(0xffffu << (left < 0 ? -left : 0)),
                     hi = first_lanes(p->w - left - 16);
-    /* spread[h][j]: lane q of half h takes lane tx of y[i*a + j] where q + 16h = tx*m + j. */
     __m512i spread[2][6];
     __mmask16 takes[2][6];
     __m512 x[36], y[36];
 
-    for (int h = 0; h < 2; h++)
-        for (int j = 0; j < a; j++) {
-            int idx[16];
-            takes[h][j] = 0;
-            for (int q = 0; q < 16; q++) {
-                const int at = q + 16 * h - j, tx = at / m;
-                idx[q] = 0;
-                if (at >= 0 && at % m == 0 && tx < p->tiles_x) {
-                    idx[q] = tx;
-                    takes[h][j] |= (__mmask16)(1u << q);
-                }
-            }
-            spread[h][j] = _mm512_loadu_si512(idx);
-        }
+    spread_tables(spread, takes, m, a, p->tiles_x);
     for (int s = 0; s < n; s++)
         for (int c = 0; c < p->c; c++) {
             float *img = din + ((size_t)s * p->c + c) * plane;
@@ -619,23 +628,11 @@ AVX512 INLINE void output_rows_avx512(float *out, const float *mm, const float *
     const size_t plane = (size_t)p->oh * p->ow;
     const __mmask16 tx_live = first_lanes(p->tiles_x), lo = first_lanes(p->ow),
                     hi = first_lanes(p->ow - 16);
-    /* spread[h][j]: lane q of half h takes lane tx of y[i*m + j] where q + 16h = tx*m + j. */
-    __m512i spread[2][4];
-    __mmask16 takes[2][4];
+    __m512i spread[2][6];
+    __mmask16 takes[2][6];
     __m512 x[36], y[16];
 
-    for (int h = 0; h < 2; h++)
-        for (int j = 0; j < m; j++) {
-            int idx[16];
-            takes[h][j] = 0;
-            for (int q = 0; q < 16; q++) {
-                const int at_x = q + 16 * h;
-                idx[q] = at_x / m;
-                if (at_x % m == j && at_x / m < p->tiles_x)
-                    takes[h][j] |= (__mmask16)(1u << q);
-            }
-            spread[h][j] = _mm512_loadu_si512(idx);
-        }
+    spread_tables(spread, takes, m, m, p->tiles_x);
     for (int s = 0; s < n; s++)
         for (int f = 0; f < p->f; f++) {
             float *img = out + ((size_t)s * p->f + f) * plane;
