@@ -43,6 +43,7 @@ enum nl_lowering {
     NL_LOWER_DIRECT,    /* direct loops: depthwise gconv, and narrow 3x3 stride-1 conv */
     NL_LOWER_WINOGRAD,  /* conv 3x3 stride 1: Winograd F(4x4, 3x3), 36 GEMMs per shard */
     NL_LOWER_WINOGRAD2, /* conv 3x3 stride 1: Winograd F(2x2, 3x3), 16 GEMMs per shard */
+    NL_LOWER_PHASES,    /* conv stride 2: SAMPLE's columns read from the four phase planes */
 };
 
 enum nl_init {

@@ -113,6 +113,7 @@
 #include <string.h>
 
 #include "layers.h"
+#include "nnlab/conv_s2.h"
 #include "nnlab/kernels.h"
 #include "nnlab/winograd.h"
 
@@ -123,6 +124,7 @@ struct conv_dims {
     int p;               /* oh*ow */
     size_t in_size;      /* C*H*W */
     struct nl_wino wino; /* WINOGRAD, WINOGRAD2: the tiles */
+    struct nl_s2 *s2;    /* PHASES: the phase planes' plan, else NULL */
 };
 
 static int wino_tile(enum nl_lowering lower)
@@ -146,7 +148,7 @@ static int wino_chunk(const struct nl_wino *p, int n)
     return k > (size_t)n ? n : (int)k;
 }
 
-static void conv_dims(const struct nl_layer *l, struct conv_dims *d)
+static void conv_dims(const struct nl_layer *l, struct conv_dims *d, struct nl_s2 *s2)
 {
     nl__window_get(l, 0, &d->win);
     d->f = l->filters;
@@ -156,6 +158,12 @@ static void conv_dims(const struct nl_layer *l, struct conv_dims *d)
     if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
         nl_wino_plan(&d->wino, wino_tile(l->lower), d->win.c, d->win.h, d->win.w, d->f, d->win.ph,
                      d->win.pw, d->win.oh, d->win.ow);
+    d->s2 = NULL;
+    if (l->lower == NL_LOWER_PHASES) {
+        nl_s2_plan(s2, d->win.c, d->win.h, d->win.w, d->win.kh, d->win.kw, d->win.ph, d->win.pw,
+                   d->win.oh, d->win.ow);
+        d->s2 = s2;
+    }
 }
 
 static int conv_setup(struct nl_layer *l, struct nl_error *err)
@@ -189,8 +197,17 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     const int direct_fits =
         win.sh == 1 && win.sw == 1 && win.kw <= 8 && win.ph < win.kh && win.pw < win.kw;
     const int wino_fits = direct_fits && win.kh == 3 && win.kw == 3;
+    const int phases_fits =
+        nl_s2_fits(win.h, win.w, win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.oh, win.ow);
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
         l->lower = l->lowering;
+    else if (l->lowering == NL_LOWER_PHASES && !phases_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d on %dx%d cannot run the phase planes' "
+                              "lowering (stride 2, at most 9 taps and 1024 outputs)",
+                              win.kh, win.kw, win.sh, win.sw, win.h, win.w);
+    else if (l->lowering == NL_LOWER_PHASES)
+        l->lower = NL_LOWER_PHASES;
     else if ((l->lowering == NL_LOWER_WINOGRAD || l->lowering == NL_LOWER_WINOGRAD2) && !wino_fits)
         return nl__layer_fail(l, err,
                               "conv %dx%d stride %dx%d pad %dx%d cannot run Winograd's lowering "
@@ -215,6 +232,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
     else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
         l->lower = NL_LOWER_SHARD;
+    else if (phases_fits && win.kh * win.kw > 1 && nl_kernels_vector_on())
+        l->lower = NL_LOWER_PHASES; /* SAMPLE's products, bit for bit; the rule at the top */
     else
         l->lower = NL_LOWER_SAMPLE;
     if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2) {
@@ -228,6 +247,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
     else if (l->lower == NL_LOWER_DIRECT)
         l->scratch_fixed = k * p + (size_t)l->filters * k;
+    else if (l->lower == NL_LOWER_PHASES)
+        l->scratch_fixed = k * p + nl_s2_floats(win.c, win.h, win.ow);
     else
         l->scratch_fixed = k * p;
     return 0;
@@ -239,13 +260,20 @@ static int pointwise(const struct nl__window *g)
     return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
-/* cols (K, P): image img (C, H, W) unrolled, or img itself when the conv is pointwise. */
+/* cols (K, P): image img (C, H, W) unrolled, or img itself when the conv is pointwise. PHASES
+ * splits img into its phase planes (scratch after cols) and reads the columns from them. */
 static const float *sample_cols(float *cols, const float *img, const struct conv_dims *d)
 {
     const struct nl__window *g = &d->win;
 
     if (pointwise(g))
         return img;
+    if (d->s2) {
+        float *phases = cols + (size_t)d->k * d->p;
+        nl_s2_split(phases, img, d->s2);
+        nl_s2_cols(cols, phases, d->s2);
+        return cols;
+    }
     nl_im2col(cols, img, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh, g->ow);
     return cols;
 }
@@ -372,7 +400,8 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
-    conv_dims(l, &d);
+    struct nl_s2 s2;
+    conv_dims(l, &d, &s2);
     if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
         forward_winograd(l, f, &d);
     else if (l->lower == NL_LOWER_DIRECT)
@@ -410,6 +439,13 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
                 continue;
             }
             nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 0.0f, b->scratch, d->p);
+            if (d->s2) { /* din_s split, dcols added in nl_col2im's order, merged back */
+                float *phases = b->scratch + (size_t)d->k * d->p;
+                nl_s2_split(phases, din, d->s2);
+                nl_s2_cols_adjoint(phases, b->scratch, d->s2);
+                nl_s2_merge(din, phases, d->s2);
+                continue;
+            }
             nl_col2im(din, b->scratch, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
                       g->oh, g->ow);
         }
@@ -550,7 +586,8 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
-    conv_dims(l, &d);
+    struct nl_s2 s2;
+    conv_dims(l, &d, &s2);
     const int wino = l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2;
     if (!wino && l->lower != NL_LOWER_DIRECT && (b->set & 1) && b->din[0])
         memset(b->din[0], 0, (size_t)b->n * d.in_size * sizeof *b->din[0]);
