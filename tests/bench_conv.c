@@ -207,6 +207,7 @@ int main(void)
         {"resnet8 s3c1 3x3 s2", 32, 14, 14, 64, 3, 2, 1, 1},
         {"resnet8 s2sc 1x1 s2", 16, 28, 28, 32, 1, 2, 0, 1},
         {"resnet8 s3sc 1x1 s2", 32, 14, 14, 64, 1, 2, 0, 1},
+        {"mobilenet-tiny stem 3x3 s2", 1, 28, 28, 16, 3, 2, 1, 1},
         {"mobilenet-tiny b1e 1x1", 16, 14, 14, 64, 1, 1, 0, 1},
         {"mobilenet-tiny b3e 1x1", 24, 7, 7, 96, 1, 1, 0, 1},
         {"mobilenet-tiny b1d depthwise", 64, 14, 14, 64, 3, 1, 1, 64},
@@ -218,6 +219,8 @@ int main(void)
         {"resnet18-64 layer4 1x1 s2", 256, 4, 4, 512, 1, 2, 0, 1},
         {"resnet18-224 layer3", 256, 14, 14, 256, 3, 1, 1, 1},
         {"resnet18-224 layer4", 512, 7, 7, 512, 3, 1, 1, 1},
+        {"resnet18-224 layer2 3x3 s2", 64, 56, 56, 128, 3, 2, 1, 1},
+        {"resnet18-224 layer3 3x3 s2", 128, 28, 28, 256, 3, 2, 1, 1},
     };
     const char *env = getenv("NNLAB_BENCH_REPEAT");
     const char *only = getenv("NNLAB_BENCH_SHAPES");

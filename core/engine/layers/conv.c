@@ -3,7 +3,7 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Five lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * Six lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
  * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
@@ -38,6 +38,13 @@
  *   measures up to 5.4e-6 for F(4x4), 2.2e-6 for F(2x2)). The shard goes through in chunks of
  * images whose transformed tiles and products stay in the L2 cache (wino_chunk). scratch: 2*a*a*F*C
  *   floats, plus a*a*tiles*(C + F) per sample (a = 6 or 4).
+ * - PHASES (stride 2): SAMPLE, but each image is first split into its four phase planes (even
+ *   and odd rows and columns, core/engine/conv_s2.c) and each row of its columns is read from one
+ *   plane as a flat run of whole vectors instead of row by row with a permute every 14 or 7
+ *   pixels; the input gradient's columns are added back the same way into din's planes (din
+ *   split, added into, merged back). The same columns, the same products and the same sums in
+ *   the same order as SAMPLE's, so the same results bit for bit. scratch: K*P floats plus the
+ *   planes, C*4*ceil(H/2)*ow.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -102,6 +109,25 @@
  * with the build before (2026-11-27 09:33 UTC, load average 2.4 to 2.7, fastest of 7), 140.2
  * (125.2) and 126.1 (108.7) against 110.8 (87.7) and 95.6 (75.7), DIRECT 85.1 (100.9) and 78.1
  * (87.4).
+ *
+ * Stride 2: resnet8's 3x3 stride-2 convolutions (16 -> 32 on 28x28, 32 -> 64 on 14x14) ran
+ * SAMPLE at 52 to 66 GFLOP/s, forward and both gradients, where a profile put about 60% of
+ * their time in im2col and col2im. bench_conv, all columns alternating (2026-11-27 09:43 UTC,
+ * load average 9.9, fastest of 5; the forward alone in parentheses):
+ *                                 SAMPLE         SHARD          PHASES
+ *    resnet8 s2c1 3x3 s2         52.3 (61.4)    46.7 (46.6)    64.0 (74.9)
+ *    resnet8 s3c1 3x3 s2         63.0 (64.1)    65.8 (67.5)    75.4 (78.2)
+ *    resnet8 s2sc 1x1 s2         47.2 (46.1)    33.1 (34.8)    36.2 (39.8)
+ *    resnet8 s3sc 1x1 s2         58.1 (62.5)    48.1 (44.8)    43.7 (52.9)
+ *    mobilenet-tiny stem 3x3 s2  37.5 (38.1)    34.7 (32.6)    46.2 (46.5)
+ *    ResNet-18 224 layer2 s2    100.3 (102.6)   85.5 (83.0)   103.7 (105.7)
+ *    ResNet-18 224 layer3 s2    117.2 (115.6)  114.0 (108.1)  120.0 (118.8)
+ * (at load 2.8 to 3.6 an hour earlier: s2c1 58.9 against 74.1, s3c1 66.4 against 83.2). A 1x1
+ * window reads one plane of the four, which im2col gathers as cheaply as the split does, and
+ * then its columns are copied once more. Hence PHASES, where SAMPLE would run and the vector
+ * paths are on, for stride-2 windows of more than one tap whose output has at most 1024 pixels
+ * and whose planes' rows fit an output row (nl_s2_fits: "same" padding); 1x1 stays SAMPLE, and
+ * ResNet-18 at 64x64 keeps SHARD on its strided layers (P <= 64 and large F*K, the rule before).
  *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
