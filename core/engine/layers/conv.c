@@ -438,6 +438,15 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
         forward_sample(l, f, &d);
 }
 
+/* Whether PHASES, din's first writer, rewrites every pixel of din (every phase plane read by
+ * some tap): then din starts from planes zeroed in the cache rather than from din zeroed in
+ * memory and split, the same +0.0 to add to. */
+static int s2_writes_all(const struct nl_layer *l, const struct nl_bwd *b,
+                         const struct conv_dims *d)
+{
+    return d->s2 && d->s2->used == 15 && (b->set & 1);
+}
+
 /* SAMPLE, image after image: dweight (F, K) += dout_s (F, P) cols_s^T (P, K), dbias (F) += row
  * sums of dout_s, then dcols (K, P) = weight^T (K, F) dout_s (F, P) folded back onto din_s. */
 static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
@@ -467,7 +476,10 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
             nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 0.0f, b->scratch, d->p);
             if (d->s2) { /* din_s split, dcols added in nl_col2im's order, merged back */
                 float *phases = b->scratch + (size_t)d->k * d->p;
-                nl_s2_split(phases, din, d->s2);
+                if (s2_writes_all(l, b, d))
+                    memset(phases, 0, nl_s2_floats(g->c, g->h, g->ow) * sizeof *phases);
+                else
+                    nl_s2_split(phases, din, d->s2);
                 nl_s2_cols_adjoint(phases, b->scratch, d->s2);
                 nl_s2_merge(din, phases, d->s2);
                 continue;
@@ -608,14 +620,16 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
 /* din's first writer (bit 0 of b->set): WINOGRAD zeroes each chunk of images just before it
  * adds into it, while that chunk goes into the cache anyway; DIRECT writes each image's instead
  * of adding (its sums start from 0 either way); SAMPLE and SHARD start from the whole shard's din
- * zeroed, as a caller would have left it. The sums are the same. */
+ * zeroed, as a caller would have left it, and PHASES too unless it rewrites every pixel
+ * (s2_writes_all). The sums are the same. */
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
     struct nl_s2 s2;
     conv_dims(l, &d, &s2);
     const int wino = l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2;
-    if (!wino && l->lower != NL_LOWER_DIRECT && (b->set & 1) && b->din[0])
+    if (!wino && l->lower != NL_LOWER_DIRECT && (b->set & 1) && b->din[0] &&
+        !s2_writes_all(l, b, &d))
         memset(b->din[0], 0, (size_t)b->n * d.in_size * sizeof *b->din[0]);
     if (wino)
         backward_winograd(l, b, &d);
