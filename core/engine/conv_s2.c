@@ -11,8 +11,6 @@
  */
 #include "nnlab/conv_s2.h"
 
-#include <string.h>
-
 #include "nnlab/kernels.h"
 #include "simd.h"
 
@@ -33,7 +31,6 @@ size_t nl_s2_floats(int c, int h, int ow)
 void nl_s2_plan(struct nl_s2 *p, int c, int h, int w, int kh, int kw, int ph, int pw, int oh,
                 int ow)
 {
-    memset(p, 0, sizeof *p);
     *p = (struct nl_s2){.c = c,
                         .h = h,
                         .w = w,
