@@ -94,10 +94,11 @@ static void cols_scalar(float *cols, const float *phases, const struct nl_s2 *p)
     const int taps = p->kh * p->kw, n = p->oh * p->ow;
     for (int ci = 0; ci < p->c; ci++)
         for (int t = 0; t < taps; t++) {
-            const float *src = plane_of((float *)phases, p, ci, p->phase[t]) + p->shift[t];
+            /* indexed from the plane's start: only the live lanes' addresses are formed */
+            const float *plane = plane_of((float *)phases, p, ci, p->phase[t]);
             float *dst = cols + ((size_t)ci * taps + t) * n;
             for (int j = 0; j < n; j++)
-                dst[j] = p->mask[t][j / 16] >> (j % 16) & 1 ? src[j] : 0.0f;
+                dst[j] = p->mask[t][j / 16] >> (j % 16) & 1 ? plane[p->shift[t] + j] : 0.0f;
         }
 }
 
@@ -106,11 +107,11 @@ static void cols_adjoint_scalar(float *phases, const float *cols, const struct n
     const int taps = p->kh * p->kw, n = p->oh * p->ow;
     for (int ci = 0; ci < p->c; ci++)
         for (int t = 0; t < taps; t++) {
-            float *dst = plane_of(phases, p, ci, p->phase[t]) + p->shift[t];
+            float *plane = plane_of(phases, p, ci, p->phase[t]);
             const float *src = cols + ((size_t)ci * taps + t) * n;
             for (int j = 0; j < n; j++)
                 if (p->mask[t][j / 16] >> (j % 16) & 1)
-                    dst[j] += src[j];
+                    plane[p->shift[t] + j] += src[j];
         }
 }
 
