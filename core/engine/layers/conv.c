@@ -230,7 +230,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     else if (l->lowering == NL_LOWER_PHASES && !phases_fits)
         return nl__layer_fail(l, err,
                               "conv %dx%d stride %dx%d on %dx%d cannot run the phase planes' "
-                              "lowering (stride 2, at most 9 taps and 1024 outputs)",
+                              "lowering (stride 2, at most 9 taps and 1024 outputs, output rows at "
+                              "least half as wide as the input's)",
                               win.kh, win.kw, win.sh, win.sw, win.h, win.w);
     else if (l->lowering == NL_LOWER_PHASES)
         l->lower = NL_LOWER_PHASES;
