@@ -11,6 +11,8 @@
  *
  *   meson test --benchmark -C build bench_conv -v
  *
+ * NNLAB_BENCH_SHAPES=TEXT keeps only the shapes whose name contains TEXT.
+ *
  * Then the depthwise kernels themselves, the fast row-by-row loops against their tap-by-tap
  * twins (nl_dwconv_ref), on the same shard, alternating likewise.
  */
@@ -64,7 +66,7 @@ static int make(struct setup *u, const struct shape *sh, enum nl_lowering loweri
     if (u->l.ops->setup(&u->l, &err) != 0) {
         if (lowering != NL_LOWER_DIRECT && lowering != NL_LOWER_WINOGRAD &&
             lowering != NL_LOWER_WINOGRAD2 && lowering != NL_LOWER_PLANE2 &&
-            lowering != NL_LOWER_S2LANES)
+            lowering != NL_LOWER_S2LANES && lowering != NL_LOWER_PHASES)
             fprintf(stderr, "bench_conv: %s: %s\n", sh->what, err.msg);
         return -1;
     }
@@ -203,6 +205,11 @@ int main(void)
         {"resnet8 stage 1", 16, 28, 28, 16, 3, 1, 1, 1},
         {"resnet8 stage 2", 32, 14, 14, 32, 3, 1, 1, 1},
         {"resnet8 stage 3", 64, 7, 7, 64, 3, 1, 1, 1},
+        {"resnet8 s2c1 3x3 s2", 16, 28, 28, 32, 3, 2, 1, 1},
+        {"resnet8 s3c1 3x3 s2", 32, 14, 14, 64, 3, 2, 1, 1},
+        {"resnet8 s2sc 1x1 s2", 16, 28, 28, 32, 1, 2, 0, 1},
+        {"resnet8 s3sc 1x1 s2", 32, 14, 14, 64, 1, 2, 0, 1},
+        {"mobilenet-tiny stem 3x3 s2", 1, 28, 28, 16, 3, 2, 1, 1},
         {"mobilenet-tiny b1e 1x1", 16, 14, 14, 64, 1, 1, 0, 1},
         {"mobilenet-tiny b3e 1x1", 24, 7, 7, 96, 1, 1, 0, 1},
         {"mobilenet-tiny b1d depthwise", 64, 14, 14, 64, 3, 1, 1, 64},
@@ -218,8 +225,11 @@ int main(void)
         {"resnet18-64 layer4.0 3x3 s2", 256, 4, 4, 512, 3, 2, 1, 1},
         {"resnet18-224 layer3", 256, 14, 14, 256, 3, 1, 1, 1},
         {"resnet18-224 layer4", 512, 7, 7, 512, 3, 1, 1, 1},
+        {"resnet18-224 layer2 3x3 s2", 64, 56, 56, 128, 3, 2, 1, 1},
+        {"resnet18-224 layer3 3x3 s2", 128, 28, 28, 256, 3, 2, 1, 1},
     };
     const char *env = getenv("NNLAB_BENCH_REPEAT");
+    const char *only = getenv("NNLAB_BENCH_SHAPES");
     int repeat = env ? atoi(env) : 7;
 
     if (repeat < 1)
@@ -232,19 +242,19 @@ int main(void)
      * multiply-adds, so that the Winograd lowerings' figures are effective rates. */
     static const enum nl_lowering lows[] = {NL_LOWER_SAMPLE,   NL_LOWER_SHARD,     NL_LOWER_DIRECT,
                                             NL_LOWER_WINOGRAD, NL_LOWER_WINOGRAD2, NL_LOWER_PLANE2,
-                                            NL_LOWER_S2LANES};
-    static const char *const low_names[] = {"SAMPLE", "SHARD",  "DIRECT", "WINO4",
-                                            "WINO2",  "PLANE2", "S2LANES"};
+                                            NL_LOWER_S2LANES,  NL_LOWER_PHASES};
+    static const char *const low_names[] = {"SAMPLE", "SHARD",  "DIRECT",  "WINO4",
+                                            "WINO2",  "PLANE2", "S2LANES", "PHASES"};
     enum { NLOW = sizeof lows / sizeof lows[0] };
     const char *names[] = {"",          "per image", "per shard", "per group", "direct",
-                           "winograd4", "winograd2", "plane2",    "s2lanes"};
+                           "winograd4", "winograd2", "plane2",    "s2lanes",   "phases"};
     printf("%-28s %7s", "SHAPE", "MFLOP");
     for (int j = 0; j < NLOW; j++)
         printf(" %14s", low_names[j]);
     printf("  %s\n", "SETUP CHOOSES");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const struct shape *sh = &shapes[i];
-        if (sh->groups > 1)
+        if (sh->groups > 1 || (only && !strstr(sh->what, only)))
             continue;
         struct setup u[NLOW], uauto;
         int have[NLOW];
@@ -287,7 +297,8 @@ int main(void)
     }
     printf("SAMPLE: one GEMM per image; SHARD: one per shard; DIRECT: direct loops; WINO4, WINO2: "
            "Winograd F(4x4, 3x3), F(2x2, 3x3); PLANE2: the 2x2-plane kernels; S2LANES: the "
-           "stride-2 lanes forward (nnlab/conv_plane.h)\n");
+           "stride-2 lanes forward (nnlab/conv_plane.h); PHASES: SAMPLE's columns from the phase "
+           "planes\n");
     printf("\ngrouped convolutions, one forward and backward of %d images, GFLOP/s\n", SHARD);
     printf("%-34s %9s %9s %9s %9s  %s\n", "SHAPE", "MFLOP", "A_GFLOPS", "B_GFLOPS", "B/A",
            "SETUP CHOOSES");

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "nnlab/conv_plane.h"
+#include "nnlab/conv_s2.h"
 #include "nnlab/kernels.h"
 #include "nnlab/layer.h"
 #include "nnlab/rng.h"
@@ -640,6 +641,7 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
              : r.l.lower == NL_LOWER_WINOGRAD2 ? "Winograd F(2x2, 3x3)"
              : r.l.lower == NL_LOWER_PLANE2    ? "2x2-plane kernels"
              : r.l.lower == NL_LOWER_S2LANES   ? "stride-2 lanes"
+             : r.l.lower == NL_LOWER_PHASES    ? "one GEMM per image from the phase planes"
                                                : "one GEMM per image");
     int oh = r.l.out.h, ow = r.l.out.w, k = cc->c * cc->kh * cc->kw;
     const float *wt = r.w, *bias = cc->no_bias ? NULL : r.w + (size_t)cc->f * k;
@@ -786,6 +788,91 @@ static void test_conv_s2_lanes_twins(void)
         free(y[0]);
         free(y[1]);
     }
+}
+
+/* The phase planes' unrolling (nnlab/conv_s2.h) against nl_im2col and nl_col2im of the same
+ * stride-2 window, bit for bit, the adjoint adding into an image that holds values already. */
+static void test_s2_twins(int c, int h, int w, int kh, int kw, int ph, int pw)
+{
+    const int oh = (h + 2 * ph - kh) / 2 + 1, ow = (w + 2 * pw - kw) / 2 + 1;
+    const size_t in = (size_t)c * h * w, kp = (size_t)c * kh * kw * oh * ow;
+    const size_t nph = nl_s2_floats(c, h, ow);
+    char what[96];
+
+    snprintf(what, sizeof what, "phase planes of %dx%dx%d, %dx%d stride 2 pad %dx%d, %s", c, h, w,
+             kh, kw, ph, pw, nl_kernels_vector_on() ? "vector" : "scalar");
+    if (!nl_s2_fits(h, w, kh, kw, 2, 2, ph, pw, oh, ow)) {
+        ok(0, "%s: fits", what);
+        return;
+    }
+    struct nl_s2 *plan = malloc(sizeof *plan);
+    float *img = floats(in), *phases = floats(nph), *want = floats(kp), *got = floats(kp);
+    float *d1 = floats(in), *d2 = floats(in);
+    if (!plan) {
+        diag("out of memory");
+        exit(1);
+    }
+    fill(img, in, -1, 1);
+    fill(d1, in, -1, 1);
+    memcpy(d2, d1, in * sizeof *d2);
+    nl_s2_plan(plan, c, h, w, kh, kw, ph, pw, oh, ow);
+    nl_im2col(want, img, c, h, w, kh, kw, 2, 2, ph, pw, oh, ow);
+    fill_value(phases, nph, NAN);
+    fill_value(got, kp, NAN);
+    nl_s2_split(phases, img, plan);
+    nl_s2_cols(got, phases, plan);
+    ok(memcmp(got, want, kp * sizeof *got) == 0, "%s: the columns are nl_im2col's", what);
+    fill(want, kp, -1, 1);
+    nl_col2im(d1, want, c, h, w, kh, kw, 2, 2, ph, pw, oh, ow);
+    fill_value(phases, nph, NAN);
+    nl_s2_split(phases, d2, plan);
+    nl_s2_cols_adjoint(phases, want, plan);
+    nl_s2_merge(d2, phases, plan);
+    ok(memcmp(d1, d2, in * sizeof *d1) == 0, "%s: folded back as nl_col2im adds", what);
+    free(plan);
+    free(img);
+    free(phases);
+    free(want);
+    free(got);
+    free(d1);
+    free(d2);
+}
+
+/* PHASES against SAMPLE on the same layer and data: the same products of the same columns, so
+ * the same output and gradients bit for bit. */
+static void test_s2_layer(const struct conv_case *cc)
+{
+    struct run a = {.l = {.lowering = NL_LOWER_SAMPLE,
+                          .filters = cc->f,
+                          .kh = cc->kh,
+                          .kw = cc->kw,
+                          .sh = cc->sh,
+                          .sw = cc->sw,
+                          .ph = cc->ph,
+                          .pw = cc->pw,
+                          .no_bias = cc->no_bias,
+                          .in = {{cc->c, cc->h, cc->w}}}};
+    struct run b = a;
+
+    b.l.lowering = NL_LOWER_PHASES;
+    run_make(&a, "conv", cc->n);
+    run_make(&b, "conv", cc->n);
+    memcpy(b.in, a.in, a.in_count * sizeof *a.in);
+    memcpy(b.dout, a.dout, a.out_count * sizeof *a.dout);
+    memcpy(b.w, a.w, a.l.param_count * sizeof *a.w);
+    run_forward(&a);
+    run_forward(&b);
+    run_backward(&a);
+    run_backward(&b);
+    ok(b.l.lower == NL_LOWER_PHASES && memcmp(a.out, b.out, a.out_count * sizeof *a.out) == 0 &&
+           memcmp(a.din, b.din, a.in_count * sizeof *a.din) == 0 &&
+           memcmp(a.dw, b.dw, a.l.param_count * sizeof *a.dw) == 0,
+       "conv %d %dx%d stride 2 pad %d on %dx%dx%dx%d, %s: the phase planes' output and gradients "
+       "are SAMPLE's bit for bit",
+       cc->f, cc->kh, cc->kw, cc->ph, cc->n, cc->c, cc->h, cc->w,
+       nl_kernels_vector_on() ? "vector" : "scalar");
+    run_free(&a);
+    run_free(&b);
 }
 
 /* The direct weight gradient against its naive twin, added into non-zero starting values, to
@@ -1485,6 +1572,53 @@ int main(void)
         if (convs[i].sh == 1 && convs[i].sw == 1 && convs[i].ph < convs[i].kh &&
             convs[i].pw < convs[i].kw)
             test_conv(&convs[i], NL_LOWER_DIRECT);
+    }
+    /* Stride 2 from the phase planes: the unrolling against im2col and col2im, the layer against
+     * the direct loops and against SAMPLE, on resnet8's shapes and odd ones, both paths. */
+    static const int s2_twins[][6] = {
+        {16, 28, 28, 3, 1}, {32, 14, 14, 3, 1}, {16, 28, 28, 1, 0}, {3, 9, 11, 3, 1},
+        {2, 7, 7, 3, 1},    {3, 8, 8, 2, 0},    {2, 5, 6, 3, 2},    {2, 1, 1, 3, 1},
+        {2, 40, 40, 3, 1},  {1, 64, 64, 3, 1},  {4, 6, 7, 1, 0},
+    };
+    static const struct conv_case s2s[] = {
+        {3, 16, 28, 28, 32, 3, 3, 2, 2, 1, 1, 1}, {2, 32, 14, 14, 64, 3, 3, 2, 2, 1, 1, 0},
+        {4, 2, 9, 9, 3, 3, 3, 2, 2, 1, 1, 1},     {3, 6, 3, 5, 11, 1, 1, 2, 2, 0, 0, 0},
+        {2, 3, 7, 8, 5, 3, 3, 2, 2, 1, 1, 0},
+    };
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof s2_twins / sizeof s2_twins[0]; i++) {
+            const int *t = s2_twins[i];
+            test_s2_twins(t[0], t[1], t[2], t[3], t[3], t[4], t[4]);
+        }
+        for (size_t i = 0; i < sizeof s2s / sizeof s2s[0]; i++) {
+            test_conv(&s2s[i], NL_LOWER_PHASES);
+            test_s2_layer(&s2s[i]);
+        }
+    }
+    nl_kernels_vector(1);
+    {
+        struct nl_layer s2c1 = {.ops = nl_layer_kind("conv"),
+                                .ninputs = 1,
+                                .filters = 32,
+                                .kh = 3,
+                                .kw = 3,
+                                .sh = 2,
+                                .sw = 2,
+                                .ph = 1,
+                                .pw = 1,
+                                .in = {{16, 28, 28}}};
+        struct nl_layer s2sc = s2c1, s1 = s2c1;
+        struct nl_error err = {0};
+        s2sc.kh = s2sc.kw = 1;
+        s2sc.ph = s2sc.pw = 0;
+        s1.sh = s1.sw = 1;
+        s1.lowering = NL_LOWER_PHASES;
+        ok(s2c1.ops->setup(&s2c1, &err) == 0 && s2c1.lower == NL_LOWER_PHASES &&
+               s2sc.ops->setup(&s2sc, &err) == 0 && s2sc.lower == NL_LOWER_SAMPLE,
+           "resnet8's s2c1 (3x3 stride 2 on 16x28x28): the phase planes; its 1x1 shortcut: SAMPLE");
+        ok(s1.ops->setup(&s1, &err) < 0 && strstr(err.msg, "phase planes"),
+           "conv 3x3 stride 1 asked to run the phase planes fails setup: %s", err.msg);
     }
     /* The direct lowering on shapes of resnet8 and on odd ones: rows of one, two and three
      * vectors, filters not a multiple of eight. */

@@ -244,6 +244,7 @@ static void gradcheck_conv_as(enum nl_lowering lowering, int n, struct nl_shape 
              : h.l.lower == NL_LOWER_WINOGRAD2 ? ", Winograd F(2x2, 3x3)"
              : h.l.lower == NL_LOWER_PLANE2    ? ", 2x2-plane kernels"
              : h.l.lower == NL_LOWER_S2LANES   ? ", stride-2 lanes"
+             : h.l.lower == NL_LOWER_PHASES    ? ", phase planes"
                                                : "");
     gradcheck(&h, what);
     harness_free(&h);
@@ -251,7 +252,7 @@ static void gradcheck_conv_as(enum nl_lowering lowering, int n, struct nl_shape 
 
 /* Every case under each lowering of core/engine/layers/conv.c that takes it (the direct one only
  * with stride 1 and padding under the window's size, Winograd's two only for 3x3 windows with
- * stride 1 and padding at most 2). */
+ * stride 1 and padding at most 2; the phase planes, stride 2, in test_gradients' last cases). */
 static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int kw, int sh, int sw,
                            int ph, int pw, int no_bias)
 {
@@ -358,6 +359,12 @@ static void test_gradients(void)
     gradcheck_simple("flatten", 2, (struct nl_shape){2, 3, 4}, 0, 0);
     gradcheck_simple("dropout", 2, s, 0.4f, 1);
     gradcheck_simple("dropout", 2, s, 0.5f, 0);
+    /* The phase planes (stride 2), last so that the cases above draw the same data as before:
+     * the strided cases above, a plane as resnet8's second stage but narrower, an odd one. */
+    gradcheck_conv_as(NL_LOWER_PHASES, 2, (struct nl_shape){3, 9, 11}, 4, 3, 3, 2, 2, 1, 1, 0);
+    gradcheck_conv_as(NL_LOWER_PHASES, 2, (struct nl_shape){4, 3, 3}, 5, 1, 1, 2, 2, 0, 0, 0);
+    gradcheck_conv_as(NL_LOWER_PHASES, 2, (struct nl_shape){3, 14, 14}, 4, 3, 3, 2, 2, 1, 1, 1);
+    gradcheck_conv_as(NL_LOWER_PHASES, 2, (struct nl_shape){2, 7, 9}, 3, 3, 3, 2, 2, 1, 1, 0);
 }
 
 /* ---- overwriting activation gradients (nl_bwd.set) ---- */
@@ -417,7 +424,8 @@ static void test_overwrite(void)
         }
 
     /* conv under each lowering: a 3x3 window that every one takes, a strided 1x1 one for the two
-     * GEMM lowerings; and Winograd's over 5 images of 16x28x28, two chunks of images. */
+     * GEMM lowerings and the phase planes (with a strided 3x3); and Winograd's over 5 images of
+     * 16x28x28, two chunks of images. */
     static const struct {
         enum nl_lowering lower;
         int n, filters, k, stride, pad;
@@ -430,6 +438,8 @@ static void test_overwrite(void)
         {NL_LOWER_WINOGRAD2, 2, 4, 3, 1, 1, {3, 6, 7}},
         {NL_LOWER_SAMPLE, 2, 4, 1, 2, 0, {3, 6, 7}},
         {NL_LOWER_SHARD, 2, 4, 1, 2, 0, {3, 6, 7}},
+        {NL_LOWER_PHASES, 2, 4, 1, 2, 0, {3, 6, 7}},
+        {NL_LOWER_PHASES, 2, 4, 3, 2, 1, {3, 6, 7}},
         {NL_LOWER_WINOGRAD, 5, 16, 3, 1, 1, {16, 28, 28}},
         {NL_LOWER_WINOGRAD2, 5, 16, 3, 1, 1, {16, 28, 28}},
     };

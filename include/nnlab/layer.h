@@ -46,6 +46,7 @@ enum nl_lowering {
     NL_LOWER_PLANE2,    /* conv 3x3 stride 1 padding 1 on a 2x2 plane: direct, images in lanes */
     NL_LOWER_S2LANES,   /* conv 3x3 stride 2 padding 1 to 2x2 or 4x4: forward direct, images in
                            lanes; backward SHARD's */
+    NL_LOWER_PHASES,    /* conv stride 2: SAMPLE's columns read from the four phase planes */
 };
 
 enum nl_init {

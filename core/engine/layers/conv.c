@@ -3,7 +3,7 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Seven lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * Eight lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
  * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
@@ -51,6 +51,13 @@
  *   nl_conv_s2_lanes, the images in lanes as PLANE2's, the taps on the top and left padding left
  *   out (11 of 36 per channel pair on a 2x2 output, 23 of 144 on a 4x4); the gradients are
  *   SHARD's. scratch: SHARD's, and 16*(C*(H + 2)*(W + 2) + F*P) floats.
+ * - PHASES (stride 2): SAMPLE, but each image is first split into its four phase planes (even
+ *   and odd rows and columns, core/engine/conv_s2.c) and each row of its columns is read from one
+ *   plane as a flat run of whole vectors instead of row by row with a permute every 14 or 7
+ *   pixels; the input gradient's columns are added back the same way into din's planes (din
+ *   split, added into, merged back). The same columns, the same products and the same sums in
+ *   the same order as SAMPLE's, so the same results bit for bit. scratch: K*P floats plus the
+ *   planes, C*4*ceil(H/2)*ow.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -130,6 +137,24 @@
  * F are at least 16: PLANE2 for 3x3 stride-1 layers with padding 1 on 2x2 planes (ResNet-18's
  * layer4 at 64x64), S2LANES for 3x3 stride-2 layers with padding 1 to 2x2 and 4x4 outputs
  * (layer3.0.conv1 and layer4.0.conv1 at 64x64), both before SHARD's rule.
+ * Stride 2: resnet8's 3x3 stride-2 convolutions (16 -> 32 on 28x28, 32 -> 64 on 14x14) ran
+ * SAMPLE at 52 to 66 GFLOP/s, forward and both gradients, where a profile put about 60% of
+ * their time in im2col and col2im. bench_conv, all columns alternating (2026-11-27 09:43 UTC,
+ * load average 9.9, fastest of 5; the forward alone in parentheses):
+ *                                 SAMPLE         SHARD          PHASES
+ *    resnet8 s2c1 3x3 s2         52.3 (61.4)    46.7 (46.6)    64.0 (74.9)
+ *    resnet8 s3c1 3x3 s2         63.0 (64.1)    65.8 (67.5)    75.4 (78.2)
+ *    resnet8 s2sc 1x1 s2         47.2 (46.1)    33.1 (34.8)    36.2 (39.8)
+ *    resnet8 s3sc 1x1 s2         58.1 (62.5)    48.1 (44.8)    43.7 (52.9)
+ *    mobilenet-tiny stem 3x3 s2  37.5 (38.1)    34.7 (32.6)    46.2 (46.5)
+ *    ResNet-18 224 layer2 s2    100.3 (102.6)   85.5 (83.0)   103.7 (105.7)
+ *    ResNet-18 224 layer3 s2    117.2 (115.6)  114.0 (108.1)  120.0 (118.8)
+ * (at load 2.8 to 3.6 an hour earlier: s2c1 58.9 against 74.1, s3c1 66.4 against 83.2). A 1x1
+ * window reads one plane of the four, which im2col gathers as cheaply as the split does, and
+ * then its columns are copied once more. Hence PHASES, where SAMPLE would run and the vector
+ * paths are on, for stride-2 windows of more than one tap whose output has at most 1024 pixels
+ * and whose planes' rows fit an output row (nl_s2_fits: "same" padding); 1x1 stays SAMPLE, and
+ * ResNet-18 at 64x64 keeps S2LANES and SHARD on its strided layers (the rules before).
  *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
@@ -143,6 +168,7 @@
 
 #include "layers.h"
 #include "nnlab/conv_plane.h"
+#include "nnlab/conv_s2.h"
 #include "nnlab/kernels.h"
 #include "nnlab/winograd.h"
 
@@ -153,6 +179,7 @@ struct conv_dims {
     int p;               /* oh*ow */
     size_t in_size;      /* C*H*W */
     struct nl_wino wino; /* WINOGRAD, WINOGRAD2: the tiles */
+    struct nl_s2 *s2;    /* PHASES: the phase planes' plan, else NULL */
 };
 
 static int wino_tile(enum nl_lowering lower)
@@ -176,7 +203,7 @@ static int wino_chunk(const struct nl_wino *p, int n)
     return k > (size_t)n ? n : (int)k;
 }
 
-static void conv_dims(const struct nl_layer *l, struct conv_dims *d)
+static void conv_dims(const struct nl_layer *l, struct conv_dims *d, struct nl_s2 *s2)
 {
     nl__window_get(l, 0, &d->win);
     d->f = l->filters;
@@ -186,6 +213,12 @@ static void conv_dims(const struct nl_layer *l, struct conv_dims *d)
     if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
         nl_wino_plan(&d->wino, wino_tile(l->lower), d->win.c, d->win.h, d->win.w, d->f, d->win.ph,
                      d->win.pw, d->win.oh, d->win.ow);
+    d->s2 = NULL;
+    if (l->lower == NL_LOWER_PHASES) {
+        nl_s2_plan(s2, d->win.c, d->win.h, d->win.w, d->win.kh, d->win.kw, d->win.ph, d->win.pw,
+                   d->win.oh, d->win.ow);
+        d->s2 = s2;
+    }
 }
 
 static int conv_setup(struct nl_layer *l, struct nl_error *err)
@@ -222,6 +255,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     const int plane2_fits = wino_fits && win.ph == 1 && win.pw == 1 && win.h == 2 && win.w == 2;
     const int s2lanes_fits = win.kh == 3 && win.kw == 3 && win.sh == 2 && win.sw == 2 &&
                              win.ph == 1 && win.pw == 1 && nl_conv_s2_lanes_fits(win.h, win.w);
+    const int phases_fits =
+        nl_s2_fits(win.h, win.w, win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.oh, win.ow);
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
         l->lower = l->lowering;
     else if (l->lowering == NL_LOWER_PLANE2 && !plane2_fits)
@@ -239,6 +274,14 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
                               win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.h, win.w);
     else if (l->lowering == NL_LOWER_S2LANES)
         l->lower = NL_LOWER_S2LANES;
+    else if (l->lowering == NL_LOWER_PHASES && !phases_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d on %dx%d cannot run the phase planes' "
+                              "lowering (stride 2, at most 9 taps and 1024 outputs, output rows at "
+                              "least half as wide as the input's)",
+                              win.kh, win.kw, win.sh, win.sw, win.h, win.w);
+    else if (l->lowering == NL_LOWER_PHASES)
+        l->lower = NL_LOWER_PHASES;
     else if ((l->lowering == NL_LOWER_WINOGRAD || l->lowering == NL_LOWER_WINOGRAD2) && !wino_fits)
         return nl__layer_fail(l, err,
                               "conv %dx%d stride %dx%d pad %dx%d cannot run Winograd's lowering "
@@ -267,6 +310,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
     else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
         l->lower = NL_LOWER_SHARD;
+    else if (phases_fits && win.kh * win.kw > 1 && nl_kernels_vector_on())
+        l->lower = NL_LOWER_PHASES; /* SAMPLE's products, bit for bit; the rule at the top */
     else
         l->lower = NL_LOWER_SAMPLE;
     if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2) {
@@ -291,6 +336,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
     } else if (l->lower == NL_LOWER_DIRECT)
         l->scratch_fixed = k * p + (size_t)l->filters * k;
+    else if (l->lower == NL_LOWER_PHASES)
+        l->scratch_fixed = k * p + nl_s2_floats(win.c, win.h, win.ow);
     else
         l->scratch_fixed = k * p;
     return 0;
@@ -302,13 +349,20 @@ static int pointwise(const struct nl__window *g)
     return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
-/* cols (K, P): image img (C, H, W) unrolled, or img itself when the conv is pointwise. */
+/* cols (K, P): image img (C, H, W) unrolled, or img itself when the conv is pointwise. PHASES
+ * splits img into its phase planes (scratch after cols) and reads the columns from them. */
 static const float *sample_cols(float *cols, const float *img, const struct conv_dims *d)
 {
     const struct nl__window *g = &d->win;
 
     if (pointwise(g))
         return img;
+    if (d->s2) {
+        float *phases = cols + (size_t)d->k * d->p;
+        nl_s2_split(phases, img, d->s2);
+        nl_s2_cols(cols, phases, d->s2);
+        return cols;
+    }
     nl_im2col(cols, img, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh, g->ow);
     return cols;
 }
@@ -470,7 +524,8 @@ static void forward_s2lanes(const struct nl_layer *l, const struct nl_fwd *f,
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
-    conv_dims(l, &d);
+    struct nl_s2 s2;
+    conv_dims(l, &d, &s2);
     if (l->lower == NL_LOWER_PLANE2 && f->n >= PLANE2_MIN)
         forward_plane2(l, f, &d);
     else if (l->lower == NL_LOWER_S2LANES && f->n >= PLANE2_MIN)
@@ -485,6 +540,15 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
         forward_shard(l, f, &d);
     else
         forward_sample(l, f, &d);
+}
+
+/* Whether PHASES, din's first writer, rewrites every pixel of din (every phase plane read by
+ * some tap): then din starts from planes zeroed in the cache rather than from din zeroed in
+ * memory and split, the same +0.0 to add to. */
+static int s2_writes_all(const struct nl_layer *l, const struct nl_bwd *b,
+                         const struct conv_dims *d)
+{
+    return d->s2 && d->s2->used == 15 && (b->set & 1);
 }
 
 /* SAMPLE, image after image: dweight (F, K) += dout_s (F, P) cols_s^T (P, K), dbias (F) += row
@@ -514,6 +578,16 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
                 continue;
             }
             nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 0.0f, b->scratch, d->p);
+            if (d->s2) { /* din_s split, dcols added in nl_col2im's order, merged back */
+                float *phases = b->scratch + (size_t)d->k * d->p;
+                if (s2_writes_all(l, b, d))
+                    memset(phases, 0, nl_s2_floats(g->c, g->h, g->ow) * sizeof *phases);
+                else
+                    nl_s2_split(phases, din, d->s2);
+                nl_s2_cols_adjoint(phases, b->scratch, d->s2);
+                nl_s2_merge(din, phases, d->s2);
+                continue;
+            }
             nl_col2im(din, b->scratch, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
                       g->oh, g->ow);
         }
@@ -656,13 +730,16 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
 /* din's first writer (bit 0 of b->set): WINOGRAD zeroes each chunk of images just before it
  * adds into it, while that chunk goes into the cache anyway; DIRECT writes each image's instead
  * of adding (its sums start from 0 either way); SAMPLE and SHARD start from the whole shard's din
- * zeroed, as a caller would have left it. The sums are the same. */
+ * zeroed, as a caller would have left it, and PHASES too unless it rewrites every pixel
+ * (s2_writes_all). The sums are the same. */
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
-    conv_dims(l, &d);
+    struct nl_s2 s2;
+    conv_dims(l, &d, &s2);
     const int wino = l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2;
-    if (!wino && l->lower != NL_LOWER_DIRECT && (b->set & 1) && b->din[0])
+    if (!wino && l->lower != NL_LOWER_DIRECT && (b->set & 1) && b->din[0] &&
+        !s2_writes_all(l, b, &d))
         memset(b->din[0], 0, (size_t)b->n * d.in_size * sizeof *b->din[0]);
     if (wino)
         backward_winograd(l, b, &d);

@@ -1,0 +1,236 @@
+/* Stride-2 unrolling through the four phase planes (layouts in nnlab/conv_s2.h).
+ *
+ * nl_im2col of a stride-2 window gathers every output row of every column row from an input
+ * row by two loads and a permute, 14 pixels at a time on resnet8's 28x28 planes (7 on 14x14),
+ * and col2im spreads them back likewise. Split once into phase planes whose rows are ow floats
+ * apart, each column row is instead one flat run of a plane: whole 16-lane vectors, a load and
+ * a store each, the padding masked off. The split costs two permutes per 32 input pixels, once
+ * per image instead of once per tap. The scalar twins below run where AVX-512 is off and are
+ * what tests/test_kernels.c holds the vector paths against (both copy or add the same floats,
+ * so they agree bit for bit, and with nl_im2col and nl_col2im).
+ */
+#include "nnlab/conv_s2.h"
+
+#include "nnlab/kernels.h"
+#include "simd.h"
+
+int nl_s2_fits(int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    (void)h;
+    (void)ph;
+    (void)pw;
+    return sh == 2 && sw == 2 && kh * kw <= NL_S2_TAPS && oh * ow <= 16 * NL_S2_VECS &&
+           (w + 1) / 2 <= ow && oh > 0 && ow > 0;
+}
+
+size_t nl_s2_floats(int c, int h, int ow)
+{
+    return (size_t)c * 4 * (size_t)((h + 1) / 2) * (size_t)ow;
+}
+
+void nl_s2_plan(struct nl_s2 *p, int c, int h, int w, int kh, int kw, int ph, int pw, int oh,
+                int ow)
+{
+    *p = (struct nl_s2){.c = c,
+                        .h = h,
+                        .w = w,
+                        .kh = kh,
+                        .kw = kw,
+                        .ph = ph,
+                        .pw = pw,
+                        .oh = oh,
+                        .ow = ow,
+                        .hp = (h + 1) / 2,
+                        .vecs = (oh * ow + 15) / 16};
+    for (int ki = 0; ki < kh; ki++)
+        for (int kj = 0; kj < kw; kj++) {
+            /* input row 2*oy + a = 2*(oy + dy) + pr, and likewise for columns */
+            const int a = ki - ph, b = kj - pw, t = ki * kw + kj;
+            const int pr = a & 1, pc = b & 1, dy = (a - pr) / 2, dx = (b - pc) / 2;
+            const int rows = (h - pr + 1) / 2, cols = (w - pc + 1) / 2;
+            p->phase[t] = pr * 2 + pc;
+            p->used |= 1 << (pr * 2 + pc);
+            p->shift[t] = dy * ow + dx;
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    const int y = oy + dy, x = ox + dx, j = oy * ow + ox;
+                    if (y >= 0 && y < rows && x >= 0 && x < cols)
+                        p->mask[t][j / 16] |= (uint16_t)(1u << (j % 16));
+                }
+        }
+}
+
+static float *plane_of(float *phases, const struct nl_s2 *p, int ci, int phase)
+{
+    return phases + ((size_t)ci * 4 + phase) * p->hp * p->ow;
+}
+
+static void split_scalar(float *phases, const float *img, const struct nl_s2 *p)
+{
+    for (int ci = 0; ci < p->c; ci++)
+        for (int y = 0; y < p->h; y++) {
+            const float *row = img + ((size_t)ci * p->h + y) * p->w;
+            for (int x = 0; x < p->w; x++)
+                if (p->used >> ((y & 1) * 2 + (x & 1)) & 1)
+                    plane_of(phases, p, ci, (y & 1) * 2 + (x & 1))[(y / 2) * p->ow + x / 2] =
+                        row[x];
+        }
+}
+
+static void merge_scalar(float *img, const float *phases, const struct nl_s2 *p)
+{
+    for (int ci = 0; ci < p->c; ci++)
+        for (int y = 0; y < p->h; y++) {
+            float *row = img + ((size_t)ci * p->h + y) * p->w;
+            for (int x = 0; x < p->w; x++)
+                if (p->used >> ((y & 1) * 2 + (x & 1)) & 1)
+                    row[x] = plane_of((float *)phases, p, ci,
+                                      (y & 1) * 2 + (x & 1))[(y / 2) * p->ow + x / 2];
+        }
+}
+
+static void cols_scalar(float *cols, const float *phases, const struct nl_s2 *p)
+{
+    const int taps = p->kh * p->kw, n = p->oh * p->ow;
+    for (int ci = 0; ci < p->c; ci++)
+        for (int t = 0; t < taps; t++) {
+            /* indexed from the plane's start: only the live lanes' addresses are formed */
+            const float *plane = plane_of((float *)phases, p, ci, p->phase[t]);
+            float *dst = cols + ((size_t)ci * taps + t) * n;
+            for (int j = 0; j < n; j++)
+                dst[j] = p->mask[t][j / 16] >> (j % 16) & 1 ? plane[p->shift[t] + j] : 0.0f;
+        }
+}
+
+static void cols_adjoint_scalar(float *phases, const float *cols, const struct nl_s2 *p)
+{
+    const int taps = p->kh * p->kw, n = p->oh * p->ow;
+    for (int ci = 0; ci < p->c; ci++)
+        for (int t = 0; t < taps; t++) {
+            float *plane = plane_of(phases, p, ci, p->phase[t]);
+            const float *src = cols + ((size_t)ci * taps + t) * n;
+            for (int j = 0; j < n; j++)
+                if (p->mask[t][j / 16] >> (j % 16) & 1)
+                    plane[p->shift[t] + j] += src[j];
+        }
+}
+
+/* Each input row's 32-pixel blocks: even lanes to phase pc = 0, odd lanes to pc = 1; the rows and
+ * lanes of phases no tap reads are skipped. */
+AVX512 static void split_avx512(float *phases, const float *img, const struct nl_s2 *p)
+{
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const int w0 = (p->w + 1) / 2, w1 = p->w / 2;
+
+    for (int ci = 0; ci < p->c; ci++)
+        for (int y = 0; y < p->h; y++) {
+            const int pr = y & 1, use0 = p->used >> (pr * 2) & 1,
+                      use1 = p->used >> (pr * 2 + 1) & 1;
+            if (!use0 && !use1)
+                continue;
+            const float *row = img + ((size_t)ci * p->h + y) * p->w;
+            float *d0 = plane_of(phases, p, ci, pr * 2) + (y / 2) * p->ow;
+            float *d1 = plane_of(phases, p, ci, pr * 2 + 1) + (y / 2) * p->ow;
+            for (int x = 0; x < p->w; x += 32) {
+                const __m512 a = _mm512_maskz_loadu_ps(lanes(0, p->w - x), row + x);
+                const __m512 b = _mm512_maskz_loadu_ps(lanes(0, p->w - x - 16), row + x + 16);
+                if (use0)
+                    _mm512_mask_storeu_ps(d0 + x / 2, lanes(0, w0 - x / 2),
+                                          _mm512_permutex2var_ps(a, even, b));
+                if (use1)
+                    _mm512_mask_storeu_ps(d1 + x / 2, lanes(0, w1 - x / 2),
+                                          _mm512_permutex2var_ps(a, odd, b));
+            }
+        }
+}
+
+AVX512 static void merge_avx512(float *img, const float *phases, const struct nl_s2 *p)
+{
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    const int w0 = (p->w + 1) / 2, w1 = p->w / 2;
+
+    for (int ci = 0; ci < p->c; ci++)
+        for (int y = 0; y < p->h; y++) {
+            const int pr = y & 1, use0 = p->used >> (pr * 2) & 1,
+                      use1 = p->used >> (pr * 2 + 1) & 1;
+            if (!use0 && !use1)
+                continue;
+            /* the lanes of the written phases: even lanes pc = 0, odd lanes pc = 1 */
+            const __mmask16 keep = (__mmask16)((use0 ? 0x5555 : 0) | (use1 ? 0xaaaa : 0));
+            float *row = img + ((size_t)ci * p->h + y) * p->w;
+            const float *s0 = plane_of((float *)phases, p, ci, pr * 2) + (y / 2) * p->ow;
+            const float *s1 = plane_of((float *)phases, p, ci, pr * 2 + 1) + (y / 2) * p->ow;
+            for (int x = 0; x < p->w; x += 32) {
+                const __m512 e = _mm512_maskz_loadu_ps(use0 ? lanes(0, w0 - x / 2) : 0, s0 + x / 2);
+                const __m512 o = _mm512_maskz_loadu_ps(use1 ? lanes(0, w1 - x / 2) : 0, s1 + x / 2);
+                _mm512_mask_storeu_ps(row + x, keep & lanes(0, p->w - x),
+                                      _mm512_permutex2var_ps(e, lo, o));
+                _mm512_mask_storeu_ps(row + x + 16, keep & lanes(0, p->w - x - 16),
+                                      _mm512_permutex2var_ps(e, hi, o));
+            }
+        }
+}
+
+AVX512 static void cols_avx512(float *cols, const float *phases, const struct nl_s2 *p)
+{
+    const int taps = p->kh * p->kw, n = p->oh * p->ow;
+    for (int ci = 0; ci < p->c; ci++)
+        for (int t = 0; t < taps; t++) {
+            const float *src = plane_of((float *)phases, p, ci, p->phase[t]) + p->shift[t];
+            float *dst = cols + ((size_t)ci * taps + t) * n;
+            for (int v = 0; v < p->vecs; v++)
+                _mm512_mask_storeu_ps(dst + 16 * v, lanes(0, n - 16 * v),
+                                      _mm512_maskz_loadu_ps(p->mask[t][v], src + 16 * v));
+        }
+}
+
+AVX512 static void cols_adjoint_avx512(float *phases, const float *cols, const struct nl_s2 *p)
+{
+    const int taps = p->kh * p->kw, n = p->oh * p->ow;
+    for (int ci = 0; ci < p->c; ci++)
+        for (int t = 0; t < taps; t++) {
+            float *dst = plane_of(phases, p, ci, p->phase[t]) + p->shift[t];
+            const float *src = cols + ((size_t)ci * taps + t) * n;
+            for (int v = 0; v < p->vecs; v++) {
+                const __mmask16 m = p->mask[t][v];
+                const __m512 d = _mm512_maskz_loadu_ps(m, dst + 16 * v);
+                _mm512_mask_storeu_ps(dst + 16 * v, m,
+                                      _mm512_add_ps(d, _mm512_maskz_loadu_ps(m, src + 16 * v)));
+            }
+        }
+}
+
+void nl_s2_split(float *phases, const float *img, const struct nl_s2 *p)
+{
+    if (nl_kernels_vector_on())
+        split_avx512(phases, img, p);
+    else
+        split_scalar(phases, img, p);
+}
+
+void nl_s2_merge(float *img, const float *phases, const struct nl_s2 *p)
+{
+    if (nl_kernels_vector_on())
+        merge_avx512(img, phases, p);
+    else
+        merge_scalar(img, phases, p);
+}
+
+void nl_s2_cols(float *cols, const float *phases, const struct nl_s2 *p)
+{
+    if (nl_kernels_vector_on())
+        cols_avx512(cols, phases, p);
+    else
+        cols_scalar(cols, phases, p);
+}
+
+void nl_s2_cols_adjoint(float *phases, const float *cols, const struct nl_s2 *p)
+{
+    if (nl_kernels_vector_on())
+        cols_adjoint_avx512(phases, cols, p);
+    else
+        cols_adjoint_scalar(phases, cols, p);
+}
