@@ -36,19 +36,29 @@
  * full, or whose backward is over, takes the chunks left, so that the update is shared as
  * before. Whoever finishes a job's last chunk copies the statistics' sums into stats; the
  * blocks go back in the order taken, so each ring is a queue. A ring holds the largest block
- * once for one thread, twice for more (one block being summed while the next is filled). The
+ * once for one thread, twice for more (one block being summed while the next is filled), except
+ * where that block is of RING_ONCE floats or more (4 MiB: ResNet-18's 512-channel convolutions):
+ * there the ring holds it once: a thread about to fill the next large block waits until the
+ * others are past the last one's place, then sums and updates that one with them (work it would
+ * otherwise do later in the step; waiting costs time, not CPU, as the threads sleep). The
  * thread furthest behind never waits for long: every block it holds is of a place all threads
- * have passed.
+ * have passed. Any ring at least as large as the largest block cannot stall: the highest place
+ * whose job is not finished is one every thread is past or computing, since a thread waiting
+ * for room at that place holds only the finished blocks of the places above it, given back.
  *
  * Where a ResNet-18 run at 3x64x64, batch 32, 2 threads (`nnlab train`, SGD with momentum) keeps
- * its memory at its peak (heaptrack, MB; resident set 238 MB, 426 before the changes named):
+ * its memory at its peak (heaptrack, MB; resident set 220 MB, 426 before the changes named):
  * weights 44.8 and momentum 44.7; per thread the activations 27.0 (core/engine/model.c), the
  * activation gradients and the layers' scratch together 11.5 (27.0 and 10.5 before they were
- * planned by liveness), the gradient ring 18.9 (a full-size gradient, 44.7, before streaming);
+ * planned by liveness), the gradient ring 9.4 (the largest block once: twice, 18.9, before
+ * RING_ONCE; a full-size gradient, 44.7, before streaming);
  * the statistics' sums a few KB of stats; the dataset 9.8 (uint8 pixels, converted per batch);
  * the executors' aux and the threads' inputs 6; SQLite's pages a few MB (a checkpoint's row
  * built in memory, 89.5, before core/store/runs.c wrote it in place); the libraries' code and
- * OpenBLAS's buffers the rest of the resident set, about 13. */
+ * OpenBLAS's buffers the rest of the resident set, about 13 (nnlab --version peaks at 18.6 MB
+ * resident; an empty program linked to the same libraries as nnlab 18.5, to them without GTK 4
+ * and Open MPI 7.7). Winograd's scratch (core/engine/layers/conv.c) holds the transformed
+ * filters and their gradient, 2 a*a F C floats: 8.4 MB of the 11.5 in layer3's convolutions. */
 #include "nnlab/trainer.h"
 
 #include <math.h>
@@ -67,6 +77,7 @@
 #define EVAL_BYTES   (64u << 20) /* ... unless the training executors would then exceed this */
 #define REDUCE_CHUNK 2048        /* floats reduced and updated at a time, a multiple of 16 */
 #define MAX_TABLES   8           /* embedding tables whose rows are tracked; more go dense */
+#define RING_ONCE    (1u << 20)  /* floats of a largest block from which a ring holds it once */
 
 /* A trainable embedding's weight: floats [lo, lo + rows * width) of the flat buffer. */
 struct table {
@@ -561,7 +572,7 @@ static int stream_init(struct ctx *c)
     }
     for (int t = 0; t < c->threads; t++) {
         struct worker *w = &c->w[t];
-        w->ring_size = most * (c->threads > 1 ? 2 : 1);
+        w->ring_size = most * (c->threads > 1 && most < RING_ONCE ? 2 : 1);
         w->ring = nl_alloc_floats(w->ring_size);
         w->at = nl_calloc((size_t)m->nlayers, sizeof *w->at);
         w->queue = nl_calloc((size_t)m->nlayers, sizeof *w->queue);
