@@ -1,8 +1,9 @@
 /* The training loop. See include/nnlab/trainer.h for the scheme.
  *
  * Everything a step touches is allocated before the first step: per thread an executor, an input
- * and label buffer for its shard, the logits' gradient and a full-size gradient buffer; for the
- * run the optimizer state and the sample order. A step allocates nothing.
+ * and label buffer for its shard, the logits' gradient and either a gradient ring (streamed
+ * gradients, below) or, with a synchroniser, clipping or embedding tables, a full-size gradient
+ * buffer; for the run the optimizer state and the sample order. A step allocates nothing.
  *
  * Overlap with a synchroniser (include/nnlab/trainer.h): layer i's completion finishes the
  * gradient ranges [t_lo[i], t_lo[i + 1]) of the trainable part and [s_lo[i], s_lo[i + 1]) of the
