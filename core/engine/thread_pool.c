@@ -59,14 +59,13 @@ static void pause_once(void)
 #endif
 }
 
-/* Returns once *v differs from old: spins, then sleeps. */
-static void wait_change(struct nl_pool *p, atomic_uint *v, unsigned old)
+int nl_pool_spin(atomic_uint *v, unsigned old)
 {
     double start = 0.0;
 
     for (int i = 1;; i++) {
         if (atomic_load_explicit(v, memory_order_acquire) != old)
-            return;
+            return 1;
         pause_once();
         if (i % SPIN_CHECK == 0) {
             double now = nl_now();
@@ -78,9 +77,17 @@ static void wait_change(struct nl_pool *p, atomic_uint *v, unsigned old)
     }
     while (nl_now() - start < SPIN_SECONDS) {
         if (atomic_load_explicit(v, memory_order_acquire) != old)
-            return;
+            return 1;
         sched_yield();
     }
+    return 0;
+}
+
+/* Returns once *v differs from old: spins, then sleeps. */
+static void wait_change(struct nl_pool *p, atomic_uint *v, unsigned old)
+{
+    if (nl_pool_spin(v, old))
+        return;
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
     while (atomic_load(v) == old)

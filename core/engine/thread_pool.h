@@ -3,6 +3,8 @@
 #ifndef NNLAB_POOL_H
 #define NNLAB_POOL_H
 
+#include <stdatomic.h>
+
 #include "nnlab/error.h"
 
 struct nl_pool;
@@ -16,6 +18,11 @@ int nl_pool_size(const struct nl_pool *p);
 void nl_pool_run(struct nl_pool *p, nl_pool_fn fn, void *arg);
 /* Waits until every thread of the current run has reached it; call from inside fn only. */
 void nl_pool_barrier(struct nl_pool *p);
+
+/* Watches *v as a pool's waits do before they sleep (pausing, then yielding the core, for up
+ * to a fraction of a millisecond): 1 once it differs from old, 0 if it did not meanwhile. For
+ * waits of its own that a caller ends on a condition variable. */
+int nl_pool_spin(atomic_uint *v, unsigned old);
 
 /* Cores online, at least 1. */
 int nl_cpu_count(void);

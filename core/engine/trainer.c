@@ -179,6 +179,7 @@ struct ctx {
     float *stats;
     pthread_mutex_t ring_lock;
     pthread_cond_t ring_free; /* a job opened or finished: ring space, chunks, or the step's end */
+    atomic_uint ring_events;  /* advanced, under ring_lock, with each broadcast of ring_free */
     struct job *jobs;         /* (nlayers) by place */
     int njobs;                /* places with a block: the jobs of a step */
     int jobs_done;            /* this step's; under ring_lock */
@@ -555,6 +556,7 @@ static int stream_init(struct ctx *c)
     c->stream = 1;
     pthread_mutex_init(&c->ring_lock, NULL);
     pthread_cond_init(&c->ring_free, NULL);
+    atomic_init(&c->ring_events, 0);
     /* calloc: only the statistics' part is ever written (see struct ctx). */
     c->stats = nl_calloc(m->nreduce ? m->nreduce : 1, sizeof *c->stats);
     c->pending = nl_calloc((size_t)m->nlayers + 1, sizeof *c->pending);
@@ -674,6 +676,7 @@ static void job_chunk(struct ctx *c, int k, size_t q)
         }
     }
     c->jobs_done++;
+    atomic_fetch_add(&c->ring_events, 1);
     pthread_cond_broadcast(&c->ring_free);
     pthread_mutex_unlock(&c->ring_lock);
 }
@@ -687,7 +690,10 @@ static void job_run(struct ctx *c, int k)
 }
 
 /* Under ring_lock: runs the chunks of an open job if there are any (unlocked meanwhile), else
- * waits until a job opens or finishes. */
+ * waits until a job opens or finishes: watching ring_events first as the pool's waits do, then
+ * asleep on ring_free. A thread that slept at once here, as at the end of every step while the
+ * other thread finished the last jobs, had to be woken through the kernel before the step could
+ * end (or, being the calling thread, return). */
 static void wait_or_help(struct ctx *c)
 {
     for (int k = c->m->nlayers - 1; k >= 0; k--) {
@@ -699,7 +705,12 @@ static void wait_or_help(struct ctx *c)
             return;
         }
     }
-    pthread_cond_wait(&c->ring_free, &c->ring_lock);
+    const unsigned seen = atomic_load(&c->ring_events);
+    pthread_mutex_unlock(&c->ring_lock);
+    const int changed = nl_pool_spin(&c->ring_events, seen);
+    pthread_mutex_lock(&c->ring_lock);
+    if (!changed && atomic_load(&c->ring_events) == seen)
+        pthread_cond_wait(&c->ring_free, &c->ring_lock);
 }
 
 /* Every thread is past place k: its job opens, and this thread starts on it. */
@@ -709,6 +720,7 @@ static void stream_reduce(struct ctx *c, int k)
         return;
     pthread_mutex_lock(&c->ring_lock);
     c->jobs[k].open = 1;
+    atomic_fetch_add(&c->ring_events, 1);
     pthread_cond_broadcast(&c->ring_free);
     pthread_mutex_unlock(&c->ring_lock);
     job_run(c, k);
