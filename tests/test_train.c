@@ -234,7 +234,7 @@ static const char res_spec[] = "c1: conv 6 3x3 pad=1 bias=no\n"
                                "pool: globalavgpool\n"
                                "fc: dense N\n";
 
-/* Streamed gradients (the default) against every thread's full-size buffer (full_gradients):
+/* Streamed gradients against every thread's full-size buffer (opts.gradients):
  * the same weights and statistics bit for bit, on 1 to 3 threads, with a last batch of one
  * sample (threads without samples) and with momentum and weight decay. */
 static void test_streamed(void)
@@ -264,7 +264,7 @@ static void test_streamed(void)
                 o.threads = threads;
                 o.optim.momentum = 0.9f;
                 o.optim.weight_decay = 1e-3f;
-                o.full_gradients = full;
+                o.gradients = full ? NL_GRADIENTS_FULL : NL_GRADIENTS_STREAMED;
                 nl_model_init_params(m, 5);
                 p[full] = train_and_copy(m, d, &o, NULL, &res, &n[full]);
             }

@@ -42,6 +42,9 @@ enum nl_overlap {
     NL_OVERLAP_OFF = 2,
 };
 
+/* How a training run's threads hold and reduce their gradients (nl_train_opts.gradients). */
+enum nl_gradients { NL_GRADIENTS_AUTO = 0, NL_GRADIENTS_FULL, NL_GRADIENTS_STREAMED };
+
 struct nl_train_opts {
     int epochs;  /* >= 1 */
     int batch;   /* global batch size, >= 1 */
@@ -96,11 +99,13 @@ struct nl_train_opts {
      * reference for the default, which takes only the rows a step's tokens touched; both give
      * the same floats). */
     int dense_tables;
-    /* 1: every thread holds a full-size gradient buffer and the update waits for the whole
-     * backward (the path of a synchroniser, clipping and embedding tables); the reference for the
-     * default, which streams each layer's gradient through a small block per thread (see
-     * core/engine/trainer.c); both give the same floats. */
-    int full_gradients;
+    /* NL_GRADIENTS_FULL: every thread holds a full-size gradient buffer and the update waits
+     * for the whole backward (the path of a synchroniser, clipping and embedding tables);
+     * NL_GRADIENTS_STREAMED: each layer's gradient goes through a small block per thread and is
+     * summed and applied as soon as every thread is past the layer (see core/engine/trainer.c);
+     * NL_GRADIENTS_AUTO (0, the default): streamed where the model's gradient is large enough
+     * for the memory to matter, full elsewhere. All give the same floats. */
+    enum nl_gradients gradients;
     size_t feature_cache_limit;
     const char *feature_cache_dir;
     /* A sentence for the person training, said once (the feature cache's use). May be NULL. */
