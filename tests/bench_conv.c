@@ -246,8 +246,6 @@ int main(void)
     static const char *const low_names[] = {"SAMPLE", "SHARD",  "DIRECT",  "WINO4",
                                             "WINO2",  "PLANE2", "S2LANES", "PHASES"};
     enum { NLOW = sizeof lows / sizeof lows[0] };
-    const char *names[] = {"",          "per image", "per shard", "per group", "direct",
-                           "winograd4", "winograd2", "plane2",    "s2lanes",   "phases"};
     printf("%-28s %7s", "SHAPE", "MFLOP");
     for (int j = 0; j < NLOW; j++)
         printf(" %14s", low_names[j]);
@@ -289,7 +287,7 @@ int main(void)
                          flops / 3.0 / bestf[j] / 1e9);
             printf(" %14s", cell);
         }
-        printf("  %s\n", names[uauto.l.lower]);
+        printf("  %s\n", nl_lowering_name(uauto.l.lower));
         for (int j = 0; j < NLOW; j++)
             if (have[j])
                 release(&u[j]);
@@ -324,7 +322,7 @@ int main(void)
             (double)SHARD * nl_shape_size(ua.l.out) * (sh->c / sh->groups) * sh->k * sh->k;
         double flops = 3.0 * 2.0 * madds;
         printf("%-34s %9.1f %9.1f %9.1f %8.2fx  %s\n", sh->what, flops / 1e6, flops / best[0] / 1e9,
-               flops / best[1] / 1e9, best[0] / best[1], names[uauto.l.lower]);
+               flops / best[1] / 1e9, best[0] / best[1], nl_lowering_name(uauto.l.lower));
         release(&ua);
         release(&ub);
         release(&uauto);

@@ -634,15 +634,7 @@ static void test_conv(const struct conv_case *cc, enum nl_lowering lowering)
     run_make(&r, "conv", cc->n);
     snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d, %s", cc->f,
              cc->kh, cc->kw, cc->sh, cc->sw, cc->ph, cc->pw, cc->no_bias ? " no bias" : "", cc->n,
-             cc->c, cc->h, cc->w,
-             r.l.lower == NL_LOWER_SHARD       ? "one GEMM per shard"
-             : r.l.lower == NL_LOWER_DIRECT    ? "direct"
-             : r.l.lower == NL_LOWER_WINOGRAD  ? "Winograd F(4x4, 3x3)"
-             : r.l.lower == NL_LOWER_WINOGRAD2 ? "Winograd F(2x2, 3x3)"
-             : r.l.lower == NL_LOWER_PLANE2    ? "2x2-plane kernels"
-             : r.l.lower == NL_LOWER_S2LANES   ? "stride-2 lanes"
-             : r.l.lower == NL_LOWER_PHASES    ? "one GEMM per image from the phase planes"
-                                               : "one GEMM per image");
+             cc->c, cc->h, cc->w, nl_lowering_name(r.l.lower));
     int oh = r.l.out.h, ow = r.l.out.w, k = cc->c * cc->kh * cc->kw;
     const float *wt = r.w, *bias = cc->no_bias ? NULL : r.w + (size_t)cc->f * k;
     float *out = floats(r.out_count), *din = floats(r.in_count), *dw = floats(r.l.param_count);

@@ -236,16 +236,9 @@ static void gradcheck_conv_as(enum nl_lowering lowering, int n, struct nl_shape 
                               .in = {in}}};
     char what[128];
     harness_make(&h, "conv", n);
-    snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d%s", filters,
-             kh, kw, sh, sw, ph, pw, no_bias ? " no bias" : "", n, in.c, in.h, in.w,
-             h.l.lower == NL_LOWER_SHARD       ? ", one GEMM per shard"
-             : h.l.lower == NL_LOWER_DIRECT    ? ", direct"
-             : h.l.lower == NL_LOWER_WINOGRAD  ? ", Winograd F(4x4, 3x3)"
-             : h.l.lower == NL_LOWER_WINOGRAD2 ? ", Winograd F(2x2, 3x3)"
-             : h.l.lower == NL_LOWER_PLANE2    ? ", 2x2-plane kernels"
-             : h.l.lower == NL_LOWER_S2LANES   ? ", stride-2 lanes"
-             : h.l.lower == NL_LOWER_PHASES    ? ", phase planes"
-                                               : "");
+    snprintf(what, sizeof what, "conv %d %dx%d stride %dx%d pad %dx%d%s on %dx%dx%dx%d, %s",
+             filters, kh, kw, sh, sw, ph, pw, no_bias ? " no bias" : "", n, in.c, in.h, in.w,
+             nl_lowering_name(h.l.lower));
     gradcheck(&h, what);
     harness_free(&h);
 }

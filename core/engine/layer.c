@@ -55,6 +55,33 @@ const struct nl_layer_ops *const *nl_layer_kinds(void)
     return kinds;
 }
 
+const char *nl_lowering_name(enum nl_lowering lowering)
+{
+    switch (lowering) {
+    case NL_LOWER_AUTO:
+        return "chosen by setup";
+    case NL_LOWER_SAMPLE:
+        return "one GEMM per image";
+    case NL_LOWER_SHARD:
+        return "one GEMM per shard";
+    case NL_LOWER_GROUPS:
+        return "one GEMM per image and group";
+    case NL_LOWER_DIRECT:
+        return "direct";
+    case NL_LOWER_WINOGRAD:
+        return "Winograd F(4x4, 3x3)";
+    case NL_LOWER_WINOGRAD2:
+        return "Winograd F(2x2, 3x3)";
+    case NL_LOWER_PLANE2:
+        return "2x2-plane kernels";
+    case NL_LOWER_S2LANES:
+        return "stride-2 lanes";
+    case NL_LOWER_PHASES:
+        return "one GEMM per image from the phase planes";
+    }
+    return "an unknown lowering";
+}
+
 int nl__layer_fail(const struct nl_layer *l, struct nl_error *err, const char *fmt, ...)
 {
     char what[NL_ERR_MAX];

@@ -49,6 +49,9 @@ enum nl_lowering {
     NL_LOWER_PHASES,    /* conv stride 2: SAMPLE's columns read from the four phase planes */
 };
 
+/* A few words that name a lowering, for test names and benchmark tables. */
+const char *nl_lowering_name(enum nl_lowering lowering);
+
 enum nl_init {
     NL_INIT_DEFAULT = 0, /* weights: Xavier; biases: zero */
     NL_INIT_ZERO,
