@@ -123,6 +123,11 @@ struct worker {
     size_t ring_size, head, tail;
     size_t *at;
     int *queue, q_first, q_count;
+    /* Full-size buffers: the next chunk of this thread's slice of the reduction to take, by it
+     * and then by the threads done with theirs; alone on its cache line. */
+    char pad0[64];
+    atomic_size_t slice_next;
+    char pad1[64];
 };
 
 struct ctx {
@@ -735,6 +740,32 @@ static void stream_done(void *ud, int k)
         stream_reduce(w->c, k);
 }
 
+/* The reduction and update of full-size buffers without tables, clipping or synchroniser: the
+ * chunks of REDUCE_CHUNK floats of slice t of [0, nreduce) first, then those left in the other
+ * threads' slices, so that a thread whose slice goes slower (its gradient further away in the
+ * caches, its core shared with another process) is helped rather than waited for. Every float
+ * gets update_dense's sum and step (the statistics the sum only), whoever takes its chunk. */
+static void update_shared(struct ctx *c, int t, int count)
+{
+    const size_t nt = c->m->ntrainable;
+    float *g = c->w[0].grad;
+
+    for (int i = 0; i < count; i++) {
+        const int s = (t + i) % count;
+        size_t a, b;
+        nl_block_range(c->m->nreduce, 16, s, count, &a, &b);
+        atomic_size_t *next = &c->w[s].slice_next;
+        for (size_t lo = a + atomic_fetch_add(next, 1) * REDUCE_CHUNK; lo < b;
+             lo = a + atomic_fetch_add(next, 1) * REDUCE_CHUNK) {
+            const size_t hi = lo + REDUCE_CHUNK < b ? lo + REDUCE_CHUNK : b;
+            const size_t th = hi < nt ? hi : lo > nt ? lo : nt; /* [lo, th) is trainable */
+            update_dense(c, lo, th, count);
+            for (int k = 1; k < count && th < hi; k++)
+                nl_add_clear(g + th, c->w[k].grad + th, hi - th);
+        }
+    }
+}
+
 static void step_thread(void *arg, int t, int count)
 {
     struct ctx *c = arg;
@@ -752,6 +783,7 @@ static void step_thread(void *arg, int t, int count)
     /* Every thread read the marks in the last step's reduction, which ended before this step. */
     for (int k = 0; k < c->ntables; k++)
         memset(w->rows[k], 0, (size_t)c->tables[k].rows);
+    atomic_store(&w->slice_next, 0); /* no thread takes from it before the barrier */
     w->loss = 0.0;
     w->correct = 0;
     memset(&w->reg, 0, sizeof w->reg);
@@ -814,6 +846,10 @@ static void step_thread(void *arg, int t, int count)
     float *g = c->w[0].grad;
     const size_t tb = b < m->ntrainable ? b : m->ntrainable; /* the trainable part of the slice */
 
+    if (!c->sync && c->clip_value <= 0.0f && c->clip_norm <= 0.0f && c->ntables == 0) {
+        update_shared(c, t, count);
+        return;
+    }
     if (!c->sync && c->clip_value <= 0.0f && c->clip_norm <= 0.0f) {
         /* Chunk by chunk, while it is in cache: sum into thread 0's buffer, update, and clear
          * every thread's buffer for the next step; only the marked rows of the tables. */
