@@ -1851,5 +1851,31 @@ int main(void)
         test_pool(pools[i], 3, (struct nl_shape){2, 7, 9}, 2, 3, 1, 2, 0, 0);
         test_pool(pools[i], 2, (struct nl_shape){1, 5, 7}, 3, 2, 2, 3, 1, 1);
     }
+    /* Winograd's transforms on planes whose groups of 16 tiles are four tile rows of 4 tiles
+     * (13 to 16 wide under F(4x4), 7 or 8 under F(2x2)): 14x14 as resnet8's second stage, a last
+     * group that stops after one tile row, the tile rows of one group in two images, padding 0
+     * and 2; and resnet8's second stage as a whole convolution, in two chunks of images. (Last,
+     * so that the random data of the tests before stay as they were.) */
+    static const int wino_stack[][8] = {
+        {4, 3, 32, 14, 14, 32, 1, 1}, {4, 2, 3, 10, 14, 5, 1, 1}, {4, 3, 2, 13, 15, 3, 0, 0},
+        {4, 2, 3, 9, 14, 4, 2, 2},    {2, 3, 5, 8, 8, 6, 1, 1},   {2, 2, 3, 5, 7, 4, 1, 1},
+    };
+    static const struct conv_case wino_stack_convs[] = {
+        {9, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1},
+        {3, 5, 13, 15, 6, 3, 3, 1, 1, 0, 0, 0},
+    };
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof wino_stack / sizeof wino_stack[0]; i++) {
+            const int *k = wino_stack[i];
+            test_wino_twins(k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
+        }
+        conv_rel = 5e-5;
+        for (int lw = NL_LOWER_WINOGRAD; lw <= NL_LOWER_WINOGRAD2; lw++)
+            for (size_t i = 0; i < sizeof wino_stack_convs / sizeof wino_stack_convs[0]; i++)
+                test_conv(&wino_stack_convs[i], (enum nl_lowering)lw);
+        conv_rel = 1e-5;
+    }
+    nl_kernels_vector(1);
     return done_testing();
 }

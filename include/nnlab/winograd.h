@@ -18,9 +18,10 @@
  * Each forward transform has its exact adjoint, so conv's gradients are those of what forward
  * computed. The fast paths run 16 tiles (or channels) in the lanes of AVX-512 vectors with
  * gathers and scatters (on planes 22 to 30 wide, the input transform, its adjoint and the output
- * transform take a tile row's tiles instead, with row loads, permutes and row stores); each has a
- * naive twin of plain loops that the tests compare it against (they differ in the last bits: the
- * fast paths skip the zero coefficients and fuse products). */
+ * transform take a tile row's tiles instead, with row loads, permutes and row stores; on planes
+ * of 4 tiles a row, 13 to 16 wide under F(4x4), all four transforms take four tile rows at once
+ * the same way); each has a naive twin of plain loops that the tests compare it against (they
+ * differ in the last bits: the fast paths skip the zero coefficients and fuse products). */
 #ifndef NNLAB_WINOGRAD_H
 #define NNLAB_WINOGRAD_H
 
