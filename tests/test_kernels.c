@@ -1857,8 +1857,17 @@ int main(void)
      * and 2; and resnet8's second stage as a whole convolution, in two chunks of images. (Last,
      * so that the random data of the tests before stay as they were.) */
     static const int wino_stack[][8] = {
-        {4, 3, 32, 14, 14, 32, 1, 1}, {4, 2, 3, 10, 14, 5, 1, 1}, {4, 3, 2, 13, 15, 3, 0, 0},
-        {4, 2, 3, 9, 14, 4, 2, 2},    {2, 3, 5, 8, 8, 6, 1, 1},   {2, 2, 3, 5, 7, 4, 1, 1},
+        {4, 3, 32, 14, 14, 32, 1, 1},
+        {4, 2, 3, 10, 14, 5, 1, 1},
+        {4, 3, 2, 13, 15, 3, 0, 0},
+        {4, 2, 3, 9, 14, 4, 2, 2},
+        {2, 3, 5, 8, 8, 6, 1, 1},
+        {2, 2, 3, 5, 7, 4, 1, 1},
+        /* two tile rows of 6 to 8 tiles (22 to 30 wide under F(4x4), 11 to 16 under F(2x2)):
+         * 28x28 as resnet8's first stage, rows of 7 tiles over 5 tile rows an image, 8 tiles. */
+        {4, 3, 16, 28, 28, 16, 1, 1},
+        {4, 3, 3, 20, 25, 4, 1, 1},
+        {2, 3, 4, 16, 16, 5, 1, 1},
     };
     static const struct conv_case wino_stack_convs[] = {
         {9, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1},

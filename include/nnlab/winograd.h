@@ -19,9 +19,10 @@
  * computed. The fast paths run 16 tiles (or channels) in the lanes of AVX-512 vectors with
  * gathers and scatters (on planes 22 to 30 wide, the input transform, its adjoint and the output
  * transform take a tile row's tiles instead, with row loads, permutes and row stores; on planes
- * of 4 tiles a row, 13 to 16 wide under F(4x4), all four transforms take four tile rows at once
- * the same way); each has a naive twin of plain loops that the tests compare it against (they
- * differ in the last bits: the fast paths skip the zero coefficients and fuse products). */
+ * of 4 tiles a row, 13 to 16 wide under F(4x4), and of 6 to 8 tiles a row within 32 columns, all
+ * four transforms take four or two tile rows at once the same way); each has a naive twin of plain
+ * loops that the tests compare it against (they differ in the last bits: the fast paths skip the
+ * zero coefficients and fuse products). */
 #ifndef NNLAB_WINOGRAD_H
 #define NNLAB_WINOGRAD_H
 
