@@ -1011,6 +1011,31 @@ static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, in
     nl_wino_input_naive(v[0], x, n, &p);
     nl_wino_input(v[1], x, n, &p);
     worst = fmax(worst, max_diff(v[0], v[1], nv) / (1.0 + max_abs(v[0], nv)));
+    /* The transposed input transform: the vector path (where it takes the shape) has
+     * nl_wino_input's values to the bit, each matrix transposed, and the naive twin the naive
+     * transform's. */
+    {
+        float *vt[2] = {floats(nv), floats(nv)};
+        size_t off[2] = {0, 0};
+        nl_wino_input_t_naive(vt[0], x, n, &p);
+        nl_wino_input_t(vt[1], x, n, &p);
+        for (size_t xi = 0; xi < aa; xi++)
+            for (size_t t = 0; t < tt; t++)
+                for (int ch = 0; ch < c; ch++) {
+                    const size_t at = (xi * c + (size_t)ch) * tt + t,
+                                 at_t = (xi * tt + t) * c + (size_t)ch;
+                    off[0] += memcmp(&vt[0][at_t], &v[0][at], sizeof(float)) != 0;
+                    off[1] +=
+                        memcmp(&vt[1][at_t], &v[nl_wino_input_t_fast(&p)][at], sizeof(float)) != 0;
+                }
+        ok(off[0] == 0 && off[1] == 0,
+           "winograd F(%dx%d) on %dx%dx%dx%d: the transposed input transform is the input "
+           "transform's, %s path (%zu and %zu values differ)",
+           m, m, n, c, h, w, nl_wino_input_t_fast(&p) ? "16 channels a vector" : "naive", off[0],
+           off[1]);
+        free(vt[0]);
+        free(vt[1]);
+    }
     for (int act = 0; act <= 2; act++) {
         const float *s = act ? sc : NULL, *t = act ? bias : NULL;
         fill_value(y[1], nout, NAN);
@@ -1854,7 +1879,7 @@ int main(void)
     /* Winograd's transforms on planes whose groups of 16 tiles are four tile rows of 4 tiles
      * (13 to 16 wide under F(4x4), 7 or 8 under F(2x2)): 14x14 as resnet8's second stage, a last
      * group that stops after one tile row, the tile rows of one group in two images, padding 0
-     * and 2; and resnet8's second stage as a whole convolution, in two chunks of images. (Last,
+     * and 2; and whole convolutions, resnet8's second stage in two chunks of images. (Last,
      * so that the random data of the tests before stay as they were.) */
     static const int wino_stack[][8] = {
         {4, 3, 32, 14, 14, 32, 1, 1},
@@ -1872,6 +1897,10 @@ int main(void)
     static const struct conv_case wino_stack_convs[] = {
         {9, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1},
         {3, 5, 13, 15, 6, 3, 3, 1, 1, 0, 0, 0},
+        /* 16 channels a vector in the transposed input transform (du's plain products): 7x7 as
+         * resnet8's third stage, one chunk; 16x16 in chunks. */
+        {3, 16, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1},
+        {9, 16, 16, 16, 5, 3, 3, 1, 1, 1, 1, 0},
     };
     for (int vec = 1; vec >= 0; vec--) {
         nl_kernels_vector(vec);

@@ -224,6 +224,33 @@ void nl_wino_input_naive(float *v, const float *in, int n, const struct nl_wino 
         }
 }
 
+void nl_wino_input_t_naive(float *vt, const float *in, int n, const struct nl_wino *p)
+{
+    const int a = p->a;
+    const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->h * p->w;
+    float x[36], y[36];
+
+    for (int s = 0; s < n; s++)
+        for (int c = 0; c < p->c; c++) {
+            const float *img = in + ((size_t)s * p->c + c) * plane;
+            for (int r = 0; r < p->tiles; r++) {
+                int y0, x0;
+                tile_origin(p, r, &y0, &x0);
+                for (int i = 0; i < a; i++)
+                    for (int j = 0; j < a; j++) {
+                        const int iy = y0 + i, ix = x0 + j;
+                        x[i * a + j] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w
+                                           ? img[(size_t)iy * p->w + ix]
+                                           : 0.0f;
+                    }
+                sandwich(y, table_b(p), a, a, x);
+                const size_t t = (size_t)s * p->tiles + r;
+                for (int xi = 0; xi < a * a; xi++)
+                    vt[((size_t)xi * tt + t) * p->c + c] = y[xi];
+            }
+        }
+}
+
 void nl_wino_input_adjoint_naive(float *din, const float *dv, int n, const struct nl_wino *p)
 {
     const int a = p->a;
@@ -1072,6 +1099,59 @@ AVX512 INLINE void input_adjoint_stack_avx512(float *din, const float *dv, int n
     }
 }
 
+/* The transposed input transform, 16 channels in the lanes: per image and block of 16 channels,
+ * the block's planes turned pixel-major into tb (pixel, 16) by a gather per pixel, then per tile
+ * its a*a pixels' 16 channels by one load each (none outside the plane), input_avx512's two-sided
+ * product (the same sums in the same order, per lane), and each of the a*a results one 16-float
+ * store into vt. */
+#define INPUT_T_PIXELS 256
+
+AVX512 INLINE void input_t_avx512(float *vt, const float *in, int n, const struct nl_wino *p,
+                                  const int a, const float *bt)
+{
+    const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->h * p->w;
+    const __m512i stride =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32((int)plane));
+    float tb[INPUT_T_PIXELS * 16] __attribute__((aligned(64)));
+    __m512 x[36], y[36];
+
+    for (int s = 0; s < n; s++)
+        for (int c0 = 0; c0 < p->c; c0 += 16) {
+            const float *blk = in + ((size_t)s * p->c + c0) * plane;
+            for (size_t q = 0; q < plane; q++)
+                _mm512_store_ps(tb + 16 * q, _mm512_i32gather_ps(stride, blk + q, 4));
+            for (int r = 0; r < p->tiles; r++) {
+                int y0, x0;
+                tile_origin(p, r, &y0, &x0);
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++)
+#pragma GCC unroll 6
+                    for (int j = 0; j < a; j++) {
+                        const int iy = y0 + i, ix = x0 + j;
+                        x[i * a + j] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w
+                                           ? _mm512_load_ps(tb + 16 * ((size_t)iy * p->w + ix))
+                                           : _mm512_setzero_ps();
+                    }
+                sandwich_v(y, bt, a, a, x);
+                const size_t t = (size_t)s * p->tiles + r;
+#pragma GCC unroll 36
+                for (int xi = 0; xi < a * a; xi++)
+                    _mm512_storeu_ps(vt + ((size_t)xi * tt + t) * p->c + c0, y[xi]);
+            }
+        }
+}
+
+AVX512 static void input_t4(float *vt, const float *in, int n, const struct nl_wino *p)
+{
+    input_t_avx512(vt, in, n, p, 6, bt4);
+}
+
+AVX512 static void input_t2(float *vt, const float *in, int n, const struct nl_wino *p)
+{
+    input_t_avx512(vt, in, n, p, 4, bt2);
+}
+
 /* The tile-sized instances, each with its constant table. */
 AVX512 static void input4(float *v, const float *in, int n, const struct nl_wino *p)
 {
@@ -1221,6 +1301,22 @@ void nl_wino_input(float *v, const float *in, int n, const struct nl_wino *p)
         input4(v, in, n, p);
     else
         input2(v, in, n, p);
+}
+
+int nl_wino_input_t_fast(const struct nl_wino *p)
+{
+    return nl_kernels_vector_on() && p->c % 16 == 0 && (size_t)p->h * p->w <= INPUT_T_PIXELS &&
+           (size_t)p->c * p->h * p->w < (size_t)INT_MAX;
+}
+
+void nl_wino_input_t(float *vt, const float *in, int n, const struct nl_wino *p)
+{
+    if (!nl_wino_input_t_fast(p))
+        nl_wino_input_t_naive(vt, in, n, p);
+    else if (p->m == 4)
+        input_t4(vt, in, n, p);
+    else
+        input_t2(vt, in, n, p);
 }
 
 void nl_wino_input_adjoint(float *din, const float *dv, int n, const struct nl_wino *p)

@@ -50,6 +50,14 @@ void nl_wino_filter_adjoint_naive(float *dweight, const float *du, const struct 
 /* v (a*a, C, n*tiles) = B^T d B of each input tile d of in (n, C, H, W). */
 void nl_wino_input(float *v, const float *in, int n, const struct nl_wino *p);
 void nl_wino_input_naive(float *v, const float *in, int n, const struct nl_wino *p);
+/* vt (a*a, n*tiles, C): the same values as nl_wino_input's, each of the a*a matrices transposed,
+ * so that the weight gradient's products du[xi] (F, C) = dmm[xi] (F, T) vt[xi] (T, C) contract
+ * over rows of vt instead of over rows of both operands. nl_wino_input_t_fast says where its
+ * vector path runs (16 channels in the lanes: C a multiple of 16, planes of at most 256 pixels);
+ * elsewhere it is the naive twin's loops. */
+int nl_wino_input_t_fast(const struct nl_wino *p);
+void nl_wino_input_t(float *vt, const float *in, int n, const struct nl_wino *p);
+void nl_wino_input_t_naive(float *vt, const float *in, int n, const struct nl_wino *p);
 /* din (n, C, H, W) += B dv B^T of each tile, onto the pixels it was read from (tiles overlap:
  * their sums add; what fell in the padding is dropped). */
 void nl_wino_input_adjoint(float *din, const float *dv, int n, const struct nl_wino *p);
