@@ -1099,8 +1099,50 @@ AVX512 INLINE void input_adjoint_stack_avx512(float *din, const float *dv, int n
     }
 }
 
+/* out (16, 16) = the transpose of the 16 rows of 16 floats at in, in + stride, ..., the columns
+ * past the mask read as 0: unpacks of 32 and 64 bits, then two rounds of 128-bit shuffles. */
+AVX512 INLINE void transpose16(float *out, const float *in, size_t stride, __mmask16 cols)
+{
+    __m512 r[16], t[16];
+
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++)
+        r[k] = _mm512_maskz_loadu_ps(cols, in + k * stride);
+#pragma GCC unroll 8
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 16; k += 4) {
+        r[k] = _mm512_castpd_ps(
+            _mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        r[k + 1] = _mm512_castpd_ps(
+            _mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        r[k + 2] = _mm512_castpd_ps(
+            _mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+        r[k + 3] = _mm512_castpd_ps(
+            _mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+    }
+    /* r[4b + j]: rows 4b .. 4b + 3, column j of each 128-bit lane */
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+        t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+        t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        _mm512_store_ps(out + 16 * j, _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88));
+        _mm512_store_ps(out + 16 * (4 + j), _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88));
+        _mm512_store_ps(out + 16 * (8 + j), _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd));
+        _mm512_store_ps(out + 16 * (12 + j), _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd));
+    }
+}
+
 /* The transposed input transform, 16 channels in the lanes: per image and block of 16 channels,
- * the block's planes turned pixel-major into tb (pixel, 16) by a gather per pixel, then per tile
+ * the block's planes turned pixel-major into tb (pixel, 16) by 16x16 transposes, then per tile
  * its a*a pixels' 16 channels by one load each (none outside the plane), input_avx512's two-sided
  * product (the same sums in the same order, per lane), and each of the a*a results one 16-float
  * store into vt. */
@@ -1110,17 +1152,15 @@ AVX512 INLINE void input_t_avx512(float *vt, const float *in, int n, const struc
                                   const int a, const float *bt)
 {
     const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->h * p->w;
-    const __m512i stride =
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32((int)plane));
     float tb[INPUT_T_PIXELS * 16] __attribute__((aligned(64)));
     __m512 x[36], y[36];
 
     for (int s = 0; s < n; s++)
         for (int c0 = 0; c0 < p->c; c0 += 16) {
             const float *blk = in + ((size_t)s * p->c + c0) * plane;
-            for (size_t q = 0; q < plane; q++)
-                _mm512_store_ps(tb + 16 * q, _mm512_i32gather_ps(stride, blk + q, 4));
+            for (size_t q = 0; q < plane; q += 16)
+                transpose16(tb + 16 * q, blk + q, plane,
+                            plane - q < 16 ? first_lanes((int)(plane - q)) : (__mmask16)0xffff);
             for (int r = 0; r < p->tiles; r++) {
                 int y0, x0;
                 tile_origin(p, r, &y0, &x0);
