@@ -202,7 +202,9 @@ static void dw_kernels(const struct shape *shapes, size_t count, int repeat)
  * conv.c's wino_chunk cuts it (v and mm within 1 MiB, at least 64 tiles, at most 32 images):
  * microseconds of thread CPU time per image (the filter transform and its adjoint: per call),
  * fastest of five times the rounds, each part timed on its own. A training step runs the input
- * transform twice (forward, and again for the weight gradient), every other part once. */
+ * transform twice (forward, and again for the weight gradient: input_t where conv takes it),
+ * every other part once; du's products (gemm_du, and gemm_du_t on input_t's layout) add into du,
+ * as every chunk after a shard's first does. */
 static double part_time(int which, const struct nl_wino *p, int n, float *u, float *du, float *v,
                         float *mm, float *in, float *out, float *w, float *dw)
 {
@@ -229,7 +231,7 @@ static double part_time(int which, const struct nl_wino *p, int n, float *u, flo
         break;
     case 5:
         for (int xi = 0; xi < aa; xi++)
-            nl_sgemm(0, 1, p->f, p->c, tt, 1.0f, mm + xi * ft, tt, v + xi * ct, tt, 0.0f,
+            nl_sgemm(0, 1, p->f, p->c, tt, 1.0f, mm + xi * ft, tt, v + xi * ct, tt, 1.0f,
                      du + xi * fc, p->c);
         break;
     case 6:
@@ -248,7 +250,7 @@ static double part_time(int which, const struct nl_wino *p, int n, float *u, flo
         break;
     default:
         for (int xi = 0; xi < aa; xi++)
-            nl_sgemm(0, 0, p->f, p->c, tt, 1.0f, mm + xi * ft, tt, v + xi * ct, p->c, 0.0f,
+            nl_sgemm(0, 0, p->f, p->c, tt, 1.0f, mm + xi * ft, tt, v + xi * ct, p->c, 1.0f,
                      du + xi * fc, p->c);
         break;
     }

@@ -693,13 +693,13 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
  * transposed, and du[xi] += dmm[xi] (F, T) vt[xi] (T, C) is a plain product: OpenBLAS's products
  * that contract over the rows of both operands ran at about half the rate of the plain ones on
  * these shapes. tests/bench_conv.c's Winograd parts (us per image, thread CPU time, fastest of
- * 25, 2026-11-27, load average 5 to 6), the input transform and du's products, against the
- * transposed input transform and the plain products: resnet8's stage 2 (32 channels, 14x14) 4.3
- * + 12.1 against 5.2 + 7.6; stage 3 (64 channels, 7x7) 4.4 + 14.8 against 3.7 + 9.5 (2.9 + 7.1
- * once the transform turned its planes by 16x16 transposes instead of a gather a pixel);
- * ResNet-18's layer1 at 64x64 (64 channels, 16x16) 13.6 + 52.1 against 13.9 + 28.2; layer2 (128,
- * 8x8) 8.8 + 44.2 against 8.1 + 42.2. The products sum in another order, so the weight gradients
- * differ in the last bits. */
+ * 25, 2026-11-27, load average 5 to 6, products into a zeroed du), the input transform and du's
+ * products against the transposed input transform and the plain products: resnet8's stage 2
+ * (32 channels, 14x14) 4.3 + 12.1 against 5.2 + 7.6; stage 3 (64 channels, 7x7) 4.4 + 14.8
+ * against 3.7 + 9.5 (2.9 + 7.1 once the transform turned its planes by 16x16 transposes instead
+ * of a gather a pixel); ResNet-18's layer1 at 64x64 (64 channels, 16x16) 13.6 + 52.1 against
+ * 13.9 + 28.2; layer2 (128, 8x8) 8.8 + 44.2 against 8.1 + 42.2. The products sum in another
+ * order, so the weight gradients differ in the last bits. */
 static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
                               const struct conv_dims *d)
 {
