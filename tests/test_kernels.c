@@ -1364,6 +1364,7 @@ static void test_fusion_twins(void)
     float *a1 = floats(max), *a2 = floats(max), *b1 = floats(max), *b2 = floats(max);
     float *e1 = floats(max), *e2 = floats(max);
     int wrong_apply = 0, wrong_sums = 0, wrong_dx = 0, wrong_add = 0, twins = 0, dead = 0;
+    int wrong_res = 0, res_cases = 0;
 
     fill(x, max, -1, 1);
     fill(dy, max, -1, 1);
@@ -1451,6 +1452,33 @@ static void test_fusion_twins(void)
                         wrong_add += memcmp(a1, e1, max * sizeof *a1) != 0 ||
                                      memcmp(b1, e2, max * sizeof *b1) != 0;
                     }
+                /* the input gradient and the add's other input's in one pass, each written or
+                 * added, and both in one buffer: against bn_backward_apply_act after
+                 * add_act_backward (a1 and b1 as the add's test left them) */
+                for (unsigned set = 0; set < 4; set++)
+                    for (int shared = 0; shared <= 1; shared++) {
+                        memcpy(a2, a1, max * sizeof *a1);
+                        memcpy(e1, a1, max * sizeof *a1);
+                        memcpy(b2, shared ? a1 : b1, max * sizeof *b1);
+                        memcpy(e2, shared ? a1 : b1, max * sizeof *b1);
+                        float *r1 = shared ? a1 : b1, *r2 = shared ? a2 : b2,
+                              *r3 = shared ? e1 : e2;
+                        const unsigned both = shared ? set & 2 : set;
+                        if (shared)
+                            memcpy(b1, a1, max * sizeof *a1);
+                        nl_bn_backward_apply_res(a1, r1, dy, y, x, n, 0.7f, 0.1f, -0.3f, 0.2f, 1.9f,
+                                                 act, both);
+                        nl_bn_backward_apply_res_naive(a2, r2, dy, y, x, n, 0.7f, 0.1f, -0.3f, 0.2f,
+                                                       1.9f, act, both);
+                        nl_add_act_backward_naive(r3, NULL, y, dy, n, act, (both >> 1) & 1);
+                        nl_bn_backward_apply_act_naive(e1, dy, y, x, n, 0.7f, 0.1f, -0.3f, 0.2f,
+                                                       1.9f, act, (int)(both & 1));
+                        wrong_res += memcmp(a1, a2, max * sizeof *a1) != 0 ||
+                                     memcmp(r1, r2, max * sizeof *r1) != 0;
+                        wrong_res += memcmp(a1, e1, max * sizeof *a1) != 0 ||
+                                     memcmp(r1, r3, max * sizeof *r1) != 0;
+                        res_cases++;
+                    }
             }
         }
     }
@@ -1460,6 +1488,10 @@ static void test_fusion_twins(void)
     is_int(wrong_sums, 0, "batchnorm's sums of the masked gradient: twin and unfused");
     is_int(wrong_dx, 0, "batchnorm's input gradient from the masked gradient: twin and unfused");
     is_int(wrong_add, 0, "add's input gradients from the masked gradient: twin and unfused");
+    is_int(wrong_res, 0,
+           "batchnorm's input gradient and the add's other one in one pass (%d cases, one buffer "
+           "in half): twin and unfused",
+           res_cases);
     free(x);
     free(dy);
     free(y);
