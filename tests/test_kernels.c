@@ -1925,6 +1925,11 @@ int main(void)
         {4, 3, 16, 28, 28, 16, 1, 1},
         {4, 3, 3, 20, 25, 4, 1, 1},
         {2, 3, 4, 16, 16, 5, 1, 1},
+        /* rows of 2 tiles, which the gathering paths take: 7x7 as resnet8's third stage over
+         * 5 images (a last group of 4 tiles), 8x8, 3 tile rows an image with padding 2. */
+        {4, 5, 16, 7, 7, 16, 1, 1},
+        {4, 3, 3, 8, 8, 4, 1, 1},
+        {4, 2, 3, 9, 6, 5, 2, 2},
     };
     static const struct conv_case wino_stack_convs[] = {
         {9, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1},
