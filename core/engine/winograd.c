@@ -51,8 +51,11 @@
  * input adjoint 12.4 -> 11.2 (against the row-wise paths). All of them do the sums of the paths
  * they replace in the same order, so the same results to the bit, but for the input adjoint against
  * the gathers (14x14): it adds a pixel's terms from neighbouring tiles of a row together first, as
- * the row-wise path does, so the input gradient differs from the gathering path's in the last bits.
- */
+ * the row-wise path does, so the input gradient differs from the gathering path's in the last
+ * bits. Eight tile rows of 2 tiles (resnet8's 7x7 stage 3, each result from four pairs of rows)
+ * were no faster than the gathers there (same parts, alternating: input 3.4 against 3.4, output
+ * 2.2 against 2.8, output adjoint 2.2 against 2.2, input adjoint 6.2 against 5.4): planes of 2
+ * tiles a row keep the gathers. */
 #include "nnlab/winograd.h"
 
 #include <immintrin.h>
