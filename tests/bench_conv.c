@@ -24,6 +24,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/kernels.h"
 #include "nnlab/layer.h"
+#include "nnlab/winograd.h"
 
 #define SHARD 16
 
@@ -197,6 +198,125 @@ static void dw_kernels(const struct shape *shapes, size_t count, int repeat)
     }
 }
 
+/* Winograd F(4x4, 3x3)'s parts on the 3x3 stride-1 shapes that take it, one chunk of images as
+ * conv.c's wino_chunk cuts it (v and mm within 1 MiB, at least 64 tiles, at most 32 images):
+ * microseconds of thread CPU time per image (the filter transform and its adjoint: per call),
+ * fastest of five times the rounds, each part timed on its own. A training step runs the input
+ * transform twice (forward, and again for the weight gradient: input_t where conv takes it),
+ * every other part once; du's products (gemm_du, and gemm_du_t on input_t's layout) add into du,
+ * as every chunk after a shard's first does. */
+static double part_time(int which, const struct nl_wino *p, int n, float *u, float *du, float *v,
+                        float *mm, float *in, float *out, float *w, float *dw)
+{
+    const int aa = p->a * p->a, tt = n * p->tiles;
+    const size_t fc = (size_t)p->f * p->c, ct = (size_t)p->c * tt, ft = (size_t)p->f * tt;
+    double t0 = cpu_now();
+    switch (which) {
+    case 0:
+        nl_wino_filter(u, w, p);
+        break;
+    case 1:
+        nl_wino_input(v, in, n, p);
+        break;
+    case 2:
+        for (int xi = 0; xi < aa; xi++)
+            nl_sgemm(0, 0, p->f, tt, p->c, 1.0f, u + xi * fc, p->c, v + xi * ct, tt, 0.0f,
+                     mm + xi * ft, tt);
+        break;
+    case 3:
+        nl_wino_output(out, mm, NULL, NULL, NULL, 0, n, p);
+        break;
+    case 4:
+        nl_wino_output_adjoint(mm, out, n, p);
+        break;
+    case 5:
+        for (int xi = 0; xi < aa; xi++)
+            nl_sgemm(0, 1, p->f, p->c, tt, 1.0f, mm + xi * ft, tt, v + xi * ct, tt, 1.0f,
+                     du + xi * fc, p->c);
+        break;
+    case 6:
+        for (int xi = 0; xi < aa; xi++)
+            nl_sgemm(1, 0, p->c, tt, p->f, 1.0f, u + xi * fc, p->c, mm + xi * ft, tt, 0.0f,
+                     v + xi * ct, tt);
+        break;
+    case 7:
+        nl_wino_input_adjoint(in, v, n, p);
+        break;
+    case 8:
+        nl_wino_filter_adjoint(dw, du, p);
+        break;
+    case 9:
+        nl_wino_input_t(v, in, n, p);
+        break;
+    default:
+        for (int xi = 0; xi < aa; xi++)
+            nl_sgemm(0, 0, p->f, p->c, tt, 1.0f, mm + xi * ft, tt, v + xi * ct, p->c, 1.0f,
+                     du + xi * fc, p->c);
+        break;
+    }
+    return cpu_now() - t0;
+}
+
+static void wino_parts(const struct shape *shapes, size_t count, int repeat, const char *only)
+{
+    static const char *const names[] = {"filter",   "input",   "gemm",     "output",
+                                        "out_adj",  "gemm_du", "gemm_dv",  "in_adj",
+                                        "filt_adj", "input_t", "gemm_du_t"};
+    enum { NPART = 11 };
+    printf("\nWinograd F(4x4, 3x3) by part, one chunk, us per image (filter parts: per chunk)\n");
+    printf("%-22s %4s", "SHAPE", "N");
+    for (int k = 0; k < NPART; k++)
+        printf(" %8s", names[k]);
+    printf("\n");
+    for (size_t i = 0; i < count; i++) {
+        const struct shape *sh = &shapes[i];
+        if (sh->groups > 1 || sh->k != 3 || sh->s != 1 || sh->h < 5 ||
+            (only && !strstr(sh->what, only)))
+            continue;
+        struct nl_wino p;
+        nl_wino_plan(&p, 4, sh->c, sh->h, sh->w, sh->f, sh->p, sh->p, sh->h + 2 * sh->p - 2,
+                     sh->w + 2 * sh->p - 2);
+        const size_t per = (size_t)36 * p.tiles * ((size_t)p.c + p.f) * sizeof(float);
+        size_t k = ((size_t)1 << 20) / per;
+        if (k * p.tiles < 64)
+            k = (64 + (size_t)p.tiles - 1) / p.tiles;
+        const int n = k > 32 ? 32 : (int)k; /* the shard of a batch of 32 on one thread */
+        const size_t fc = (size_t)p.f * p.c, tt = (size_t)n * p.tiles;
+        float *u = nl_alloc_floats(36 * fc), *du = nl_alloc_floats(36 * fc);
+        float *v = nl_alloc_floats(36 * p.c * tt), *mm = nl_alloc_floats(36 * p.f * tt);
+        float *in = nl_alloc_floats((size_t)n * p.c * p.h * p.w);
+        float *out = nl_alloc_floats((size_t)n * p.f * p.oh * p.ow);
+        float *w = nl_alloc_floats(9 * fc), *dw = nl_alloc_floats(9 * fc);
+        if (!u || !du || !v || !mm || !in || !out || !w || !dw)
+            exit(1);
+        for (size_t j = 0; j < (size_t)n * p.c * p.h * p.w; j++)
+            in[j] = (float)(j % 17) / 17.0f - 0.5f;
+        for (size_t j = 0; j < 9 * fc; j++)
+            w[j] = dw[j] = (float)(j % 11) / 110.0f - 0.05f;
+        double best[NPART];
+        for (int q = 0; q < NPART; q++)
+            best[q] = 1e30;
+        for (int r = 0; r <= repeat * 5; r++)
+            for (int q = 0; q < NPART; q++) {
+                double t = part_time(q, &p, n, u, du, v, mm, in, out, w, dw);
+                if (r > 0 && t < best[q])
+                    best[q] = t;
+            }
+        printf("%-22s %4d", sh->what, n);
+        for (int q = 0; q < NPART; q++)
+            printf(" %8.2f", best[q] * 1e6 / (q == 0 || q == 8 ? 1 : n));
+        printf("\n");
+        nl_free(u);
+        nl_free(du);
+        nl_free(v);
+        nl_free(mm);
+        nl_free(in);
+        nl_free(out);
+        nl_free(w);
+        nl_free(dw);
+    }
+}
+
 int main(void)
 {
     static const struct shape shapes[] = {
@@ -329,5 +449,6 @@ int main(void)
     }
     printf("A: one GEMM per image and group; B: direct loops\n");
     dw_kernels(shapes, sizeof shapes / sizeof shapes[0], repeat);
+    wino_parts(shapes, sizeof shapes / sizeof shapes[0], repeat, only);
     return 0;
 }

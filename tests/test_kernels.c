@@ -1011,6 +1011,31 @@ static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, in
     nl_wino_input_naive(v[0], x, n, &p);
     nl_wino_input(v[1], x, n, &p);
     worst = fmax(worst, max_diff(v[0], v[1], nv) / (1.0 + max_abs(v[0], nv)));
+    /* The transposed input transform: the vector path (where it takes the shape) has
+     * nl_wino_input's values to the bit, each matrix transposed, and the naive twin the naive
+     * transform's. */
+    {
+        float *vt[2] = {floats(nv), floats(nv)};
+        size_t off[2] = {0, 0};
+        nl_wino_input_t_naive(vt[0], x, n, &p);
+        nl_wino_input_t(vt[1], x, n, &p);
+        for (size_t xi = 0; xi < aa; xi++)
+            for (size_t t = 0; t < tt; t++)
+                for (int ch = 0; ch < c; ch++) {
+                    const size_t at = (xi * c + (size_t)ch) * tt + t,
+                                 at_t = (xi * tt + t) * c + (size_t)ch;
+                    off[0] += memcmp(&vt[0][at_t], &v[0][at], sizeof(float)) != 0;
+                    off[1] +=
+                        memcmp(&vt[1][at_t], &v[nl_wino_input_t_fast(&p)][at], sizeof(float)) != 0;
+                }
+        ok(off[0] == 0 && off[1] == 0,
+           "winograd F(%dx%d) on %dx%dx%dx%d: the transposed input transform is the input "
+           "transform's, %s path (%zu and %zu values differ)",
+           m, m, n, c, h, w, nl_wino_input_t_fast(&p) ? "16 channels a vector" : "naive", off[0],
+           off[1]);
+        free(vt[0]);
+        free(vt[1]);
+    }
     for (int act = 0; act <= 2; act++) {
         const float *s = act ? sc : NULL, *t = act ? bias : NULL;
         fill_value(y[1], nout, NAN);
@@ -1339,6 +1364,7 @@ static void test_fusion_twins(void)
     float *a1 = floats(max), *a2 = floats(max), *b1 = floats(max), *b2 = floats(max);
     float *e1 = floats(max), *e2 = floats(max);
     int wrong_apply = 0, wrong_sums = 0, wrong_dx = 0, wrong_add = 0, twins = 0, dead = 0;
+    int wrong_res = 0, res_cases = 0;
 
     fill(x, max, -1, 1);
     fill(dy, max, -1, 1);
@@ -1426,6 +1452,33 @@ static void test_fusion_twins(void)
                         wrong_add += memcmp(a1, e1, max * sizeof *a1) != 0 ||
                                      memcmp(b1, e2, max * sizeof *b1) != 0;
                     }
+                /* the input gradient and the add's other input's in one pass, each written or
+                 * added, and both in one buffer: against bn_backward_apply_act after
+                 * add_act_backward (a1 and b1 as the add's test left them) */
+                for (unsigned set = 0; set < 4; set++)
+                    for (int shared = 0; shared <= 1; shared++) {
+                        memcpy(a2, a1, max * sizeof *a1);
+                        memcpy(e1, a1, max * sizeof *a1);
+                        memcpy(b2, shared ? a1 : b1, max * sizeof *b1);
+                        memcpy(e2, shared ? a1 : b1, max * sizeof *b1);
+                        float *r1 = shared ? a1 : b1, *r2 = shared ? a2 : b2,
+                              *r3 = shared ? e1 : e2;
+                        const unsigned both = shared ? set & 2 : set;
+                        if (shared)
+                            memcpy(b1, a1, max * sizeof *a1);
+                        nl_bn_backward_apply_res(a1, r1, dy, y, x, n, 0.7f, 0.1f, -0.3f, 0.2f, 1.9f,
+                                                 act, both);
+                        nl_bn_backward_apply_res_naive(a2, r2, dy, y, x, n, 0.7f, 0.1f, -0.3f, 0.2f,
+                                                       1.9f, act, both);
+                        nl_add_act_backward_naive(r3, NULL, y, dy, n, act, (both >> 1) & 1);
+                        nl_bn_backward_apply_act_naive(e1, dy, y, x, n, 0.7f, 0.1f, -0.3f, 0.2f,
+                                                       1.9f, act, (int)(both & 1));
+                        wrong_res += memcmp(a1, a2, max * sizeof *a1) != 0 ||
+                                     memcmp(r1, r2, max * sizeof *r1) != 0;
+                        wrong_res += memcmp(a1, e1, max * sizeof *a1) != 0 ||
+                                     memcmp(r1, r3, max * sizeof *r1) != 0;
+                        res_cases++;
+                    }
             }
         }
     }
@@ -1435,6 +1488,10 @@ static void test_fusion_twins(void)
     is_int(wrong_sums, 0, "batchnorm's sums of the masked gradient: twin and unfused");
     is_int(wrong_dx, 0, "batchnorm's input gradient from the masked gradient: twin and unfused");
     is_int(wrong_add, 0, "add's input gradients from the masked gradient: twin and unfused");
+    is_int(wrong_res, 0,
+           "batchnorm's input gradient and the add's other one in one pass (%d cases, one buffer "
+           "in half): twin and unfused",
+           res_cases);
     free(x);
     free(dy);
     free(y);
@@ -1851,5 +1908,49 @@ int main(void)
         test_pool(pools[i], 3, (struct nl_shape){2, 7, 9}, 2, 3, 1, 2, 0, 0);
         test_pool(pools[i], 2, (struct nl_shape){1, 5, 7}, 3, 2, 2, 3, 1, 1);
     }
+    /* Winograd's transforms on planes whose groups of 16 tiles are four tile rows of 4 tiles
+     * (13 to 16 wide under F(4x4), 7 or 8 under F(2x2)): 14x14 as resnet8's second stage, a last
+     * group that stops after one tile row, the tile rows of one group in two images, padding 0
+     * and 2; and whole convolutions, resnet8's second stage in two chunks of images. (Last,
+     * so that the random data of the tests before stay as they were.) */
+    static const int wino_stack[][8] = {
+        {4, 3, 32, 14, 14, 32, 1, 1},
+        {4, 2, 3, 10, 14, 5, 1, 1},
+        {4, 3, 2, 13, 15, 3, 0, 0},
+        {4, 2, 3, 9, 14, 4, 2, 2},
+        {2, 3, 5, 8, 8, 6, 1, 1},
+        {2, 2, 3, 5, 7, 4, 1, 1},
+        /* two tile rows of 6 to 8 tiles (22 to 30 wide under F(4x4), 11 to 16 under F(2x2)):
+         * 28x28 as resnet8's first stage, rows of 7 tiles over 5 tile rows an image, 8 tiles. */
+        {4, 3, 16, 28, 28, 16, 1, 1},
+        {4, 3, 3, 20, 25, 4, 1, 1},
+        {2, 3, 4, 16, 16, 5, 1, 1},
+        /* rows of 2 tiles, which the gathering paths take: 7x7 as resnet8's third stage over
+         * 5 images (a last group of 4 tiles), 8x8, 3 tile rows an image with padding 2. */
+        {4, 5, 16, 7, 7, 16, 1, 1},
+        {4, 3, 3, 8, 8, 4, 1, 1},
+        {4, 2, 3, 9, 6, 5, 2, 2},
+    };
+    static const struct conv_case wino_stack_convs[] = {
+        {9, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1},
+        {3, 5, 13, 15, 6, 3, 3, 1, 1, 0, 0, 0},
+        /* 16 channels a vector in the transposed input transform (du's plain products): 7x7 as
+         * resnet8's third stage, one chunk; 16x16 in chunks. */
+        {3, 16, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1},
+        {9, 16, 16, 16, 5, 3, 3, 1, 1, 1, 1, 0},
+    };
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof wino_stack / sizeof wino_stack[0]; i++) {
+            const int *k = wino_stack[i];
+            test_wino_twins(k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
+        }
+        conv_rel = 5e-5;
+        for (int lw = NL_LOWER_WINOGRAD; lw <= NL_LOWER_WINOGRAD2; lw++)
+            for (size_t i = 0; i < sizeof wino_stack_convs / sizeof wino_stack_convs[0]; i++)
+                test_conv(&wino_stack_convs[i], (enum nl_lowering)lw);
+        conv_rel = 1e-5;
+    }
+    nl_kernels_vector(1);
     return done_testing();
 }

@@ -2057,6 +2057,52 @@ void nl_bn_backward_apply_act(float *dx, const float *dy, const float *y, const 
         nl_bn_backward_apply_act_naive(dx, dy, y, x, n, g, a1, a2, mu, is, act, set);
 }
 
+/* dx and dres may be one buffer (an add whose other input is this batchnorm's own input): each
+ * element's dres is updated before its dx, as the unfused layers do. */
+void nl_bn_backward_apply_res_naive(float *dx, float *dres, const float *restrict dy,
+                                    const float *restrict y, const float *restrict x, size_t n,
+                                    float g, float a1, float a2, float mu, float is, int act,
+                                    unsigned set)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gv = act_live(y[i], act) ? dy[i] : 0.0f;
+        float v = g * (gv - a1 - ((x[i] - mu) * is) * a2);
+        dres[i] = set & 2 ? gv : dres[i] + gv;
+        dx[i] = set & 1 ? v : dx[i] + v;
+    }
+}
+
+AVX512 static void bn_backward_apply_res_avx512(float *dx, float *dres, const float *dy,
+                                                const float *y, const float *x, size_t n, float g,
+                                                float a1, float a2, float mu, float is, int act,
+                                                unsigned set)
+{
+    const __m512 vg = _mm512_set1_ps(g), va1 = _mm512_set1_ps(a1), va2 = _mm512_set1_ps(a2),
+                 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        const __mmask16 live = m & act_live_avx512(_mm512_maskz_loadu_ps(m, y + i), act);
+        const __m512 gv = _mm512_maskz_loadu_ps(live, dy + i);
+        _mm512_mask_storeu_ps(dres + i, m,
+                              set & 2 ? gv : _mm512_add_ps(_mm512_maskz_loadu_ps(m, dres + i), gv));
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu), vis);
+        __m512 v = _mm512_mul_ps(vg, _mm512_sub_ps(_mm512_sub_ps(gv, va1), _mm512_mul_ps(xh, va2)));
+        if (!(set & 1))
+            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
+        _mm512_mask_storeu_ps(dx + i, m, v);
+    }
+}
+
+void nl_bn_backward_apply_res(float *dx, float *dres, const float *dy, const float *y,
+                              const float *x, size_t n, float g, float a1, float a2, float mu,
+                              float is, int act, unsigned set)
+{
+    if (vector_on)
+        bn_backward_apply_res_avx512(dx, dres, dy, y, x, n, g, a1, a2, mu, is, act, set);
+    else
+        nl_bn_backward_apply_res_naive(dx, dres, dy, y, x, n, g, a1, a2, mu, is, act, set);
+}
+
 void nl_add_act_backward_naive(float *d0, float *d1, const float *y, const float *dy, size_t n,
                                int act, unsigned set)
 {

@@ -32,7 +32,30 @@
  * stored 7 lanes at a time, took 34 us against 29: it keeps its gathers.) Staging the permuted
  * columns to run the row pass over 16 tiles of several rows was no faster at 28 wide; on planes 14
  * and 7 wide, whose tile rows fill 4 or 2 lanes, these row-wise paths are 2 to 4 times slower than
- * the gathers, hence the bound of 6 tiles a row. */
+ * the gathers, hence the bound of 6 tiles a row.
+ *
+ * Stacked tile rows (stack_rows) fill the lanes better: planes whose rows have 4 tiles (13 to
+ * 16 wide under F(4x4), resnet8's 14x14 second stage; 7 or 8 under F(2x2)) put four whole tile
+ * rows in a group's 16 lanes, a plane row in one vector; rows of 6 to 8 tiles within 32 columns
+ * (resnet8's 28x28 first stage) put two tile rows in 14 lanes, a plane row in two vectors. Either
+ * way the tiles' columns come from four row vectors: the input transform runs the column pass
+ * over each tile row's input rows and fills each result by two two-source permutes and a blend;
+ * the output transform's adjoint loads rows and does the same without arithmetic; the output
+ * transform and the input transform's adjoint spread each tile row's rows back by a permute per
+ * tile column, a masked store (or load, add and store) per vector of a plane row. These take the
+ * planes before the row-wise paths. tests/bench_conv.c's parts (us per image, thread CPU time,
+ * fastest of 25, 2026-11-27, load average 5 to 6, alternating with the build before): resnet8's
+ * stage 2 (32 channels, chunks of 7 images) input 5.5 -> 3.9 to 4.3, output 5.1 -> 1.8 to 2.0,
+ * output adjoint 3.8 -> 2.7 to 3.1, input adjoint 9.9 -> 6.3 to 7.1 (against the gathers); stage 1
+ * (16 channels, chunks of 4) input 9.2 -> 8.4, output 7.3 -> 6.1, output adjoint 7.5 -> 7.2,
+ * input adjoint 12.4 -> 11.2 (against the row-wise paths). All of them do the sums of the paths
+ * they replace in the same order, so the same results to the bit, but for the input adjoint against
+ * the gathers (14x14): it adds a pixel's terms from neighbouring tiles of a row together first, as
+ * the row-wise path does, so the input gradient differs from the gathering path's in the last
+ * bits. Eight tile rows of 2 tiles (resnet8's 7x7 stage 3, each result from four pairs of rows)
+ * were no faster than the gathers there (same parts, alternating: input 3.4 against 3.4, output
+ * 2.2 against 2.8, output adjoint 2.2 against 2.2, input adjoint 6.2 against 5.4): planes of 2
+ * tiles a row keep the gathers. */
 #include "nnlab/winograd.h"
 
 #include <immintrin.h>
@@ -200,6 +223,33 @@ void nl_wino_input_naive(float *v, const float *in, int n, const struct nl_wino 
                 const size_t t = (size_t)s * p->tiles + r;
                 for (int xi = 0; xi < a * a; xi++)
                     v[((size_t)xi * p->c + c) * tt + t] = y[xi];
+            }
+        }
+}
+
+void nl_wino_input_t_naive(float *vt, const float *in, int n, const struct nl_wino *p)
+{
+    const int a = p->a;
+    const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->h * p->w;
+    float x[36], y[36];
+
+    for (int s = 0; s < n; s++)
+        for (int c = 0; c < p->c; c++) {
+            const float *img = in + ((size_t)s * p->c + c) * plane;
+            for (int r = 0; r < p->tiles; r++) {
+                int y0, x0;
+                tile_origin(p, r, &y0, &x0);
+                for (int i = 0; i < a; i++)
+                    for (int j = 0; j < a; j++) {
+                        const int iy = y0 + i, ix = x0 + j;
+                        x[i * a + j] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w
+                                           ? img[(size_t)iy * p->w + ix]
+                                           : 0.0f;
+                    }
+                sandwich(y, table_b(p), a, a, x);
+                const size_t t = (size_t)s * p->tiles + r;
+                for (int xi = 0; xi < a * a; xi++)
+                    vt[((size_t)xi * tt + t) * p->c + c] = y[xi];
             }
         }
 }
@@ -743,10 +793,416 @@ AVX512 INLINE void filter_adjoint_avx512(float *dweight, const float *du, const 
         }
 }
 
+/* Stacked tile rows: a group's lanes hold R whole tile rows, q = g*tiles_x + tx for tile tx of
+ * the group's tile row g (of one image or of consecutive ones), and a plane row is H vectors
+ * (input columns -pw .. 16H - 1 - pw, the output's 0 .. 16H - 1). Two shapes: R = 4, H = 1 for
+ * rows of 4 tiles (13 to 16 wide under F(4x4), resnet8's 14x14 stage; 7 or 8 under F(2x2)), and
+ * R = 2, H = 2 for rows of 6 to 8 tiles within 32 columns (22 to 30 wide, resnet8's 28x28
+ * stage: 14 of 16 lanes where a tile row alone fills 7). Either way the plane rows a result
+ * takes its lanes from are four vectors, two pairs for two-source permutes. stack_rows says R,
+ * or 0 where neither shape fits. */
+static int stack_rows(const struct nl_wino *p)
+{
+    if (p->tiles_x == 4 && p->w + p->pw <= 16 && p->ow <= 16)
+        return 4;
+    if (p->tiles_x >= 6 && p->tiles_x <= 8 && (p->tiles_x - 1) * p->m + p->a <= 32)
+        return 2;
+    return 0;
+}
+
+/* Tile row g of the group at t0: where its image starts (image: the floats of one image), its
+ * first input (in) or output row; 0 where the group has no such row. */
+static int stack_row(const struct nl_wino *p, int t0, int g, int tt, size_t image, int in,
+                     size_t *at, int *y0)
+{
+    const int t = t0 + g * p->tiles_x;
+
+    *at = 0;
+    *y0 = 0;
+    if (t >= tt)
+        return 0;
+    *at = (size_t)(t / p->tiles) * image;
+    *y0 = (t % p->tiles) / p->tiles_x * p->m - (in ? p->ph : 0);
+    return 1;
+}
+
+/* The permute that takes column k of the tiles of R tile rows into the lanes: lane q (tile tx of
+ * row g) takes lane tx*m + k of row g's H vectors, the four vectors s[g*H + h] read as the pairs
+ * (s0, s1) and (s2, s3); *pair0 marks the lanes taken from the first pair, *valid those that
+ * exist and whose column lies within the vectors (the others are zeros of the right edge). */
+AVX512 INLINE __m512i stack_pick(const struct nl_wino *p, int rows, int k, __mmask16 *valid,
+                                 __mmask16 *pair0)
+{
+    const int span = rows * p->tiles_x;
+    int idx[16];
+
+    *valid = *pair0 = 0;
+    for (int q = 0; q < 16; q++) {
+        const int g = q / p->tiles_x, col = q % p->tiles_x * p->m + k;
+        const int in_vectors = rows == 4 ? col < 16 : col < 32;
+        idx[q] = 0;
+        if (q >= span || !in_vectors)
+            continue;
+        idx[q] = rows == 4 ? g % 2 * 16 + col : col;
+        *valid |= (__mmask16)(1u << q);
+        if (rows == 4 ? g < 2 : g < 1)
+            *pair0 |= (__mmask16)(1u << q);
+    }
+    return _mm512_loadu_si512(idx);
+}
+
+AVX512 INLINE __m512 stack_gather(const __m512 s[4], __m512i pick, __mmask16 valid, __mmask16 pair0)
+{
+    const __m512 lo = _mm512_maskz_permutex2var_ps(valid & pair0, s[0], pick, s[1]);
+    return _mm512_mask_mov_ps(lo, valid & (__mmask16)~pair0,
+                              _mm512_permutex2var_ps(s[2], pick, s[3]));
+}
+
+/* The spread back along a plane row: lane l of vector h of tile row g's row (lane col = 16h + l
+ * of the row) takes column j of tile (col - j) / m, lane g*tiles_x + (col - j) / m, where col - j
+ * is a tile's first column (takes[h][j] marks those lanes). For j < cols. */
+AVX512 INLINE void stack_spread(const struct nl_wino *p, int rows, int halves, int cols,
+                                __m512i spread[4][2][6], __mmask16 takes[2][6])
+{
+    const int m = p->m;
+
+    for (int h = 0; h < halves; h++)
+        for (int j = 0; j < cols; j++) {
+            takes[h][j] = 0;
+            for (int g = 0; g < rows; g++) {
+                int idx[16];
+                for (int l = 0; l < 16; l++) {
+                    const int d = 16 * h + l - j, has = d >= 0 && d % m == 0 && d / m < p->tiles_x;
+                    idx[l] = g * p->tiles_x + (has ? d / m : 0);
+                    if (has)
+                        takes[h][j] |= (__mmask16)(1u << l);
+                }
+                spread[g][h][j] = _mm512_loadu_si512(idx);
+            }
+        }
+}
+
+/* The lanes of a plane row's H vectors that hold the plane's columns: input rows (lane = column +
+ * pw) or output rows. */
+static void stack_cols(const struct nl_wino *p, int in, __mmask16 cols[2])
+{
+    if (in) {
+        cols[0] = (__mmask16)(first_lanes(p->w + p->pw) & (0xffffu << p->pw));
+        cols[1] = first_lanes(p->w + p->pw - 16);
+    } else {
+        cols[0] = first_lanes(p->ow);
+        cols[1] = first_lanes(p->ow - 16);
+    }
+}
+
+/* The input transform on stacked tile rows: per group and channel, each tile row's a input rows
+ * by masked loads, the column pass of B^T x B over those whole rows, the tiles' columns put into
+ * the lanes (stack_gather: two permutes and a blend), the row pass, stores of the group's lanes
+ * into v. input_avx512's sums in its order: the same results to the bit. */
+AVX512 INLINE void input_stack_avx512(float *v, const float *in, int n, const struct nl_wino *p,
+                                      const int a, const float *bt, const int rows,
+                                      const int halves)
+{
+    const int tt = n * p->tiles, span = rows * p->tiles_x;
+    const size_t plane = (size_t)p->h * p->w;
+    __m512i pick[6];
+    __mmask16 valid[6], pair0[6], cols[2];
+
+    stack_cols(p, 1, cols);
+    for (int k = 0; k < a; k++)
+        pick[k] = stack_pick(p, rows, k, &valid[k], &pair0[k]);
+    for (int t0 = 0; t0 < tt; t0 += span) {
+        const __mmask16 live = first_lanes(tt - t0 < span ? tt - t0 : span);
+        size_t at[4];
+        int y0[4], has[4];
+        for (int g = 0; g < rows; g++)
+            has[g] = stack_row(p, t0, g, tt, p->c * plane, 1, &at[g], &y0[g]);
+        for (int c = 0; c < p->c; c++) {
+            __m512 r[4][12]; /* r[g][i*H + h]: vector h of tile row g's input row i */
+#pragma GCC unroll 4
+            for (int g = 0; g < rows; g++)
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++) {
+                    const int iy = y0[g] + i;
+                    const float *row = in + at[g] + c * plane + (size_t)iy * p->w - p->pw;
+                    const int ok = has[g] && iy >= 0 && iy < p->h;
+#pragma GCC unroll 2
+                    for (int h = 0; h < halves; h++)
+                        r[g][i * halves + h] =
+                            ok ? _mm512_maskz_loadu_ps(cols[h], row + 16 * h) : _mm512_setzero_ps();
+                }
+#pragma GCC unroll 6
+            for (int i = 0; i < a; i++) {
+                __m512 z[4], x[6];
+#pragma GCC unroll 4
+                for (int g = 0; g < rows; g++)
+#pragma GCC unroll 2
+                    for (int h = 0; h < halves; h++)
+                        z[g * halves + h] = comb(bt + i * a, 1, r[g] + h, halves, a);
+#pragma GCC unroll 6
+                for (int k = 0; k < a; k++)
+                    x[k] = stack_gather(z, pick[k], valid[k], pair0[k]);
+#pragma GCC unroll 6
+                for (int j = 0; j < a; j++)
+                    _mm512_mask_storeu_ps(v + ((size_t)(i * a + j) * p->c + c) * tt + t0, live,
+                                          comb(bt + j * a, 1, x, 1, a));
+            }
+        }
+    }
+}
+
+/* The output transform on stacked tile rows: output_avx512's products, then each of a tile row's
+ * m output rows laid along its H vectors by m permutes each and stored by masked stores, instead
+ * of a scatter per pixel. The same results to the bit. */
+AVX512 INLINE void output_stack_avx512(float *out, const float *mm, const float *bias,
+                                       const float *scale, const float *shift, int act, int n,
+                                       const struct nl_wino *p, const int m, const float *at,
+                                       const int rows, const int halves)
+{
+    const int a = m + 2, tt = n * p->tiles, span = rows * p->tiles_x;
+    const size_t plane = (size_t)p->oh * p->ow;
+    __m512i spread[4][2][6];
+    __mmask16 takes[2][6], cols[2];
+    __m512 x[36], y[16];
+
+    stack_cols(p, 0, cols);
+    stack_spread(p, rows, halves, m, spread, takes);
+    for (int t0 = 0; t0 < tt; t0 += span) {
+        const __mmask16 live = first_lanes(tt - t0 < span ? tt - t0 : span);
+        size_t base[4];
+        int y0[4], has[4];
+        for (int g = 0; g < rows; g++)
+            has[g] = stack_row(p, t0, g, tt, p->f * plane, 0, &base[g], &y0[g]);
+        for (int f = 0; f < p->f; f++) {
+#pragma GCC unroll 36
+            for (int xi = 0; xi < a * a; xi++)
+                x[xi] = _mm512_maskz_loadu_ps(live, mm + ((size_t)xi * p->f + f) * tt + t0);
+            sandwich_v(y, at, m, a, x);
+            for (int g = 0; g < rows && has[g]; g++)
+                for (int i = 0; i < m && y0[g] + i < p->oh; i++) {
+                    float *row = out + base[g] + f * plane + (size_t)(y0[g] + i) * p->ow;
+#pragma GCC unroll 2
+                    for (int h = 0; h < halves; h++) {
+                        __m512 o = _mm512_setzero_ps();
+#pragma GCC unroll 4
+                        for (int j = 0; j < m; j++)
+                            o = _mm512_mask_permutexvar_ps(o, takes[h][j], spread[g][h][j],
+                                                           y[i * m + j]);
+                        if (scale)
+                            o = act_avx512(_mm512_add_ps(_mm512_mul_ps(o, _mm512_set1_ps(scale[f])),
+                                                         _mm512_set1_ps(shift[f])),
+                                           act);
+                        else if (bias)
+                            o = _mm512_add_ps(o, _mm512_set1_ps(bias[f]));
+                        _mm512_mask_storeu_ps(row + 16 * h, cols[h], o);
+                    }
+                }
+        }
+    }
+}
+
+/* The output transform's adjoint on stacked tile rows: each tile row's m rows of dout by masked
+ * loads, the tiles' columns put into the lanes (stack_gather), output_adjoint_avx512's product.
+ * The same results to the bit, without its gathers. */
+AVX512 INLINE void output_adjoint_stack_avx512(float *dmm, const float *dout, int n,
+                                               const struct nl_wino *p, const int m,
+                                               const float *at, const int rows, const int halves)
+{
+    const int a = m + 2, tt = n * p->tiles, span = rows * p->tiles_x;
+    const size_t plane = (size_t)p->oh * p->ow;
+    __m512i pick[4];
+    __mmask16 valid[4], pair0[4], cols[2];
+    __m512 x[16], y[36];
+
+    stack_cols(p, 0, cols);
+    for (int j = 0; j < m; j++)
+        pick[j] = stack_pick(p, rows, j, &valid[j], &pair0[j]);
+    for (int t0 = 0; t0 < tt; t0 += span) {
+        const __mmask16 live = first_lanes(tt - t0 < span ? tt - t0 : span);
+        size_t base[4];
+        int y0[4], has[4];
+        for (int g = 0; g < rows; g++)
+            has[g] = stack_row(p, t0, g, tt, p->f * plane, 0, &base[g], &y0[g]);
+        for (int f = 0; f < p->f; f++) {
+#pragma GCC unroll 4
+            for (int i = 0; i < m; i++) {
+                __m512 r[4];
+#pragma GCC unroll 4
+                for (int g = 0; g < rows; g++) {
+                    const int ok = has[g] && y0[g] + i < p->oh;
+                    const float *row = dout + base[g] + f * plane + (size_t)(y0[g] + i) * p->ow;
+#pragma GCC unroll 2
+                    for (int h = 0; h < halves; h++)
+                        r[g * halves + h] =
+                            ok ? _mm512_maskz_loadu_ps(cols[h], row + 16 * h) : _mm512_setzero_ps();
+                }
+#pragma GCC unroll 4
+                for (int j = 0; j < m; j++)
+                    x[i * m + j] = stack_gather(r, pick[j], valid[j], pair0[j]);
+            }
+            sandwich_tv(y, at, m, a, x);
+#pragma GCC unroll 36
+            for (int xi = 0; xi < a * a; xi++)
+                _mm512_mask_storeu_ps(dmm + ((size_t)xi * p->f + f) * tt + t0, live, y[xi]);
+        }
+    }
+}
+
+/* The input transform's adjoint on stacked tile rows: input_adjoint_avx512's product, then each
+ * of a tile row's a rows spread along its H vectors by a permutes each, the neighbouring tiles'
+ * shared columns added there, and added to din by masked loads and stores, instead of a gather
+ * and a scatter per pixel. The sums of input_adjoint_rows_avx512, in its order (tile rows one
+ * after the other, a pixel's terms from neighbouring tiles of a row added together first): on
+ * the planes both take, the same results to the bit; against the gathering path they differ in
+ * the last bits. */
+AVX512 INLINE void input_adjoint_stack_avx512(float *din, const float *dv, int n,
+                                              const struct nl_wino *p, const int a, const float *bt,
+                                              const int rows, const int halves)
+{
+    const int tt = n * p->tiles, span = rows * p->tiles_x;
+    const size_t plane = (size_t)p->h * p->w;
+    __m512i spread[4][2][6];
+    __mmask16 takes[2][6], cols[2];
+    __m512 x[36], y[36];
+
+    stack_cols(p, 1, cols);
+    stack_spread(p, rows, halves, a, spread, takes);
+    for (int t0 = 0; t0 < tt; t0 += span) {
+        const __mmask16 live = first_lanes(tt - t0 < span ? tt - t0 : span);
+        size_t base[4];
+        int y0[4], has[4];
+        for (int g = 0; g < rows; g++)
+            has[g] = stack_row(p, t0, g, tt, p->c * plane, 1, &base[g], &y0[g]);
+        for (int c = 0; c < p->c; c++) {
+#pragma GCC unroll 36
+            for (int xi = 0; xi < a * a; xi++)
+                x[xi] = _mm512_maskz_loadu_ps(live, dv + ((size_t)xi * p->c + c) * tt + t0);
+            sandwich_tv(y, bt, a, a, x);
+            for (int g = 0; g < rows && has[g]; g++)
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++) {
+                    const int iy = y0[g] + i;
+                    if (iy < 0 || iy >= p->h)
+                        continue;
+                    float *row = din + base[g] + c * plane + (size_t)iy * p->w - p->pw;
+#pragma GCC unroll 2
+                    for (int h = 0; h < halves; h++) {
+                        __m512 o =
+                            _mm512_maskz_permutexvar_ps(takes[h][0], spread[g][h][0], y[i * a]);
+#pragma GCC unroll 6
+                        for (int j = 1; j < a; j++)
+                            o = _mm512_add_ps(o, _mm512_maskz_permutexvar_ps(
+                                                     takes[h][j], spread[g][h][j], y[i * a + j]));
+                        _mm512_mask_storeu_ps(
+                            row + 16 * h, cols[h],
+                            _mm512_add_ps(_mm512_maskz_loadu_ps(cols[h], row + 16 * h), o));
+                    }
+                }
+        }
+    }
+}
+
+/* out (16, 16) = the transpose of the 16 rows of 16 floats at in, in + stride, ..., the columns
+ * past the mask read as 0: unpacks of 32 and 64 bits, then two rounds of 128-bit shuffles. */
+AVX512 INLINE void transpose16(float *out, const float *in, size_t stride, __mmask16 cols)
+{
+    __m512 r[16], t[16];
+
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++)
+        r[k] = _mm512_maskz_loadu_ps(cols, in + k * stride);
+#pragma GCC unroll 8
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 16; k += 4) {
+        r[k] = _mm512_castpd_ps(
+            _mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        r[k + 1] = _mm512_castpd_ps(
+            _mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        r[k + 2] = _mm512_castpd_ps(
+            _mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+        r[k + 3] = _mm512_castpd_ps(
+            _mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+    }
+    /* r[4b + j]: rows 4b .. 4b + 3, column j of each 128-bit lane */
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+        t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+        t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        _mm512_store_ps(out + 16 * j, _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88));
+        _mm512_store_ps(out + 16 * (4 + j), _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88));
+        _mm512_store_ps(out + 16 * (8 + j), _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd));
+        _mm512_store_ps(out + 16 * (12 + j), _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd));
+    }
+}
+
+/* The transposed input transform, 16 channels in the lanes: per image and block of 16 channels,
+ * the block's planes turned pixel-major into tb (pixel, 16) by 16x16 transposes, then per tile
+ * its a*a pixels' 16 channels by one load each (none outside the plane), input_avx512's two-sided
+ * product (the same sums in the same order, per lane), and each of the a*a results one 16-float
+ * store into vt. */
+#define INPUT_T_PIXELS 256
+
+AVX512 INLINE void input_t_avx512(float *vt, const float *in, int n, const struct nl_wino *p,
+                                  const int a, const float *bt)
+{
+    const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->h * p->w;
+    float tb[INPUT_T_PIXELS * 16] __attribute__((aligned(64)));
+    __m512 x[36], y[36];
+
+    for (int s = 0; s < n; s++)
+        for (int c0 = 0; c0 < p->c; c0 += 16) {
+            const float *blk = in + ((size_t)s * p->c + c0) * plane;
+            for (size_t q = 0; q < plane; q += 16)
+                transpose16(tb + 16 * q, blk + q, plane,
+                            plane - q < 16 ? first_lanes((int)(plane - q)) : (__mmask16)0xffff);
+            for (int r = 0; r < p->tiles; r++) {
+                int y0, x0;
+                tile_origin(p, r, &y0, &x0);
+#pragma GCC unroll 6
+                for (int i = 0; i < a; i++)
+#pragma GCC unroll 6
+                    for (int j = 0; j < a; j++) {
+                        const int iy = y0 + i, ix = x0 + j;
+                        x[i * a + j] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w
+                                           ? _mm512_load_ps(tb + 16 * ((size_t)iy * p->w + ix))
+                                           : _mm512_setzero_ps();
+                    }
+                sandwich_v(y, bt, a, a, x);
+                const size_t t = (size_t)s * p->tiles + r;
+#pragma GCC unroll 36
+                for (int xi = 0; xi < a * a; xi++)
+                    _mm512_storeu_ps(vt + ((size_t)xi * tt + t) * p->c + c0, y[xi]);
+            }
+        }
+}
+
+AVX512 static void input_t4(float *vt, const float *in, int n, const struct nl_wino *p)
+{
+    input_t_avx512(vt, in, n, p, 6, bt4);
+}
+
+AVX512 static void input_t2(float *vt, const float *in, int n, const struct nl_wino *p)
+{
+    input_t_avx512(vt, in, n, p, 4, bt2);
+}
+
 /* The tile-sized instances, each with its constant table. */
 AVX512 static void input4(float *v, const float *in, int n, const struct nl_wino *p)
 {
-    if (rows_fit(p))
+    if (stack_rows(p) == 4)
+        input_stack_avx512(v, in, n, p, 6, bt4, 4, 1);
+    else if (stack_rows(p) == 2)
+        input_stack_avx512(v, in, n, p, 6, bt4, 2, 2);
+    else if (rows_fit(p))
         input_rows_avx512(v, in, n, p, 6, bt4);
     else
         input_avx512(v, in, n, p, 6, bt4);
@@ -754,7 +1210,11 @@ AVX512 static void input4(float *v, const float *in, int n, const struct nl_wino
 
 AVX512 static void input2(float *v, const float *in, int n, const struct nl_wino *p)
 {
-    if (rows_fit(p))
+    if (stack_rows(p) == 4)
+        input_stack_avx512(v, in, n, p, 4, bt2, 4, 1);
+    else if (stack_rows(p) == 2)
+        input_stack_avx512(v, in, n, p, 4, bt2, 2, 2);
+    else if (rows_fit(p))
         input_rows_avx512(v, in, n, p, 4, bt2);
     else
         input_avx512(v, in, n, p, 4, bt2);
@@ -762,7 +1222,11 @@ AVX512 static void input2(float *v, const float *in, int n, const struct nl_wino
 
 AVX512 static void input_adjoint4(float *din, const float *dv, int n, const struct nl_wino *p)
 {
-    if (rows_fit(p))
+    if (stack_rows(p) == 4)
+        input_adjoint_stack_avx512(din, dv, n, p, 6, bt4, 4, 1);
+    else if (stack_rows(p) == 2)
+        input_adjoint_stack_avx512(din, dv, n, p, 6, bt4, 2, 2);
+    else if (rows_fit(p))
         input_adjoint_rows_avx512(din, dv, n, p, 6, bt4);
     else
         input_adjoint_avx512(din, dv, n, p, 6, bt4);
@@ -770,7 +1234,11 @@ AVX512 static void input_adjoint4(float *din, const float *dv, int n, const stru
 
 AVX512 static void input_adjoint2(float *din, const float *dv, int n, const struct nl_wino *p)
 {
-    if (rows_fit(p))
+    if (stack_rows(p) == 4)
+        input_adjoint_stack_avx512(din, dv, n, p, 4, bt2, 4, 1);
+    else if (stack_rows(p) == 2)
+        input_adjoint_stack_avx512(din, dv, n, p, 4, bt2, 2, 2);
+    else if (rows_fit(p))
         input_adjoint_rows_avx512(din, dv, n, p, 4, bt2);
     else
         input_adjoint_avx512(din, dv, n, p, 4, bt2);
@@ -779,7 +1247,11 @@ AVX512 static void input_adjoint2(float *din, const float *dv, int n, const stru
 AVX512 static void output4(float *out, const float *mm, const float *bias, const float *scale,
                            const float *shift, int act, int n, const struct nl_wino *p)
 {
-    if (rows_fit(p))
+    if (stack_rows(p) == 4)
+        output_stack_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4, 4, 1);
+    else if (stack_rows(p) == 2)
+        output_stack_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4, 2, 2);
+    else if (rows_fit(p))
         output_rows_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4);
     else
         output_avx512(out, mm, bias, scale, shift, act, n, p, 4, at4);
@@ -788,7 +1260,11 @@ AVX512 static void output4(float *out, const float *mm, const float *bias, const
 AVX512 static void output2(float *out, const float *mm, const float *bias, const float *scale,
                            const float *shift, int act, int n, const struct nl_wino *p)
 {
-    if (rows_fit(p))
+    if (stack_rows(p) == 4)
+        output_stack_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2, 4, 1);
+    else if (stack_rows(p) == 2)
+        output_stack_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2, 2, 2);
+    else if (rows_fit(p))
         output_rows_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2);
     else
         output_avx512(out, mm, bias, scale, shift, act, n, p, 2, at2);
@@ -796,12 +1272,22 @@ AVX512 static void output2(float *out, const float *mm, const float *bias, const
 
 AVX512 static void output_adjoint4(float *dmm, const float *dout, int n, const struct nl_wino *p)
 {
-    output_adjoint_avx512(dmm, dout, n, p, 4, at4);
+    if (stack_rows(p) == 4)
+        output_adjoint_stack_avx512(dmm, dout, n, p, 4, at4, 4, 1);
+    else if (stack_rows(p) == 2)
+        output_adjoint_stack_avx512(dmm, dout, n, p, 4, at4, 2, 2);
+    else
+        output_adjoint_avx512(dmm, dout, n, p, 4, at4);
 }
 
 AVX512 static void output_adjoint2(float *dmm, const float *dout, int n, const struct nl_wino *p)
 {
-    output_adjoint_avx512(dmm, dout, n, p, 2, at2);
+    if (stack_rows(p) == 4)
+        output_adjoint_stack_avx512(dmm, dout, n, p, 2, at2, 4, 1);
+    else if (stack_rows(p) == 2)
+        output_adjoint_stack_avx512(dmm, dout, n, p, 2, at2, 2, 2);
+    else
+        output_adjoint_avx512(dmm, dout, n, p, 2, at2);
 }
 
 AVX512 static void filter4(float *u, const float *weight, const struct nl_wino *p)
@@ -858,6 +1344,22 @@ void nl_wino_input(float *v, const float *in, int n, const struct nl_wino *p)
         input4(v, in, n, p);
     else
         input2(v, in, n, p);
+}
+
+int nl_wino_input_t_fast(const struct nl_wino *p)
+{
+    return nl_kernels_vector_on() && p->c % 16 == 0 && (size_t)p->h * p->w <= INPUT_T_PIXELS &&
+           (size_t)p->c * p->h * p->w < (size_t)INT_MAX;
+}
+
+void nl_wino_input_t(float *vt, const float *in, int n, const struct nl_wino *p)
+{
+    if (!nl_wino_input_t_fast(p))
+        nl_wino_input_t_naive(vt, in, n, p);
+    else if (p->m == 4)
+        input_t4(vt, in, n, p);
+    else
+        input_t2(vt, in, n, p);
 }
 
 void nl_wino_input_adjoint(float *din, const float *dv, int n, const struct nl_wino *p)

@@ -171,8 +171,10 @@ const char *nl_kernels_blas_note(void);
  * ReLU6, nowhere for none), as the activation's own backward does, then do what nl_bn_grad_sums,
  * nl_bn_backward_apply and the add's backward do with the masked gradient; y is laid out as dy
  * (and x). add_act_backward writes d0 and d1 (n), each skipped when NULL, in one pass: = where
- * bit 0 (d0) or 1 (d1) of set is on, += elsewhere. All give the unfused layers' floats bit for
- * bit, vector paths and naive twins alike. */
+ * bit 0 (d0) or 1 (d1) of set is on, += elsewhere. bn_backward_apply_res is
+ * bn_backward_apply_act and add_act_backward(dres, NULL, ...) in one pass (dy and y read once):
+ * dx where bit 0 of set is on, dres where bit 1 is, written, else added into. All give the
+ * unfused layers' floats bit for bit, vector paths and naive twins alike. */
 void nl_bn_apply_act(float *y, const float *x, const float *res, size_t n, float mu, float is,
                      float g, float b, int act);
 void nl_bn_apply_act_naive(float *y, const float *x, const float *res, size_t n, float mu, float is,
@@ -187,6 +189,12 @@ void nl_bn_backward_apply_act(float *dx, const float *dy, const float *y, const 
 void nl_bn_backward_apply_act_naive(float *dx, const float *dy, const float *y, const float *x,
                                     size_t n, float g, float a1, float a2, float mu, float is,
                                     int act, int set);
+void nl_bn_backward_apply_res(float *dx, float *dres, const float *dy, const float *y,
+                              const float *x, size_t n, float g, float a1, float a2, float mu,
+                              float is, int act, unsigned set);
+void nl_bn_backward_apply_res_naive(float *dx, float *dres, const float *dy, const float *y,
+                                    const float *x, size_t n, float g, float a1, float a2, float mu,
+                                    float is, int act, unsigned set);
 void nl_add_act_backward(float *d0, float *d1, const float *y, const float *dy, size_t n, int act,
                          unsigned set);
 void nl_add_act_backward_naive(float *d0, float *d1, const float *y, const float *dy, size_t n,

@@ -18,9 +18,11 @@
  * Each forward transform has its exact adjoint, so conv's gradients are those of what forward
  * computed. The fast paths run 16 tiles (or channels) in the lanes of AVX-512 vectors with
  * gathers and scatters (on planes 22 to 30 wide, the input transform, its adjoint and the output
- * transform take a tile row's tiles instead, with row loads, permutes and row stores); each has a
- * naive twin of plain loops that the tests compare it against (they differ in the last bits: the
- * fast paths skip the zero coefficients and fuse products). */
+ * transform take a tile row's tiles instead, with row loads, permutes and row stores; on planes
+ * of 4 tiles a row, 13 to 16 wide under F(4x4), and of 6 to 8 tiles a row within 32 columns, all
+ * four transforms take four or two tile rows at once the same way); each has a naive twin of plain
+ * loops that the tests compare it against (they differ in the last bits: the fast paths skip the
+ * zero coefficients and fuse products). */
 #ifndef NNLAB_WINOGRAD_H
 #define NNLAB_WINOGRAD_H
 
@@ -48,6 +50,14 @@ void nl_wino_filter_adjoint_naive(float *dweight, const float *du, const struct 
 /* v (a*a, C, n*tiles) = B^T d B of each input tile d of in (n, C, H, W). */
 void nl_wino_input(float *v, const float *in, int n, const struct nl_wino *p);
 void nl_wino_input_naive(float *v, const float *in, int n, const struct nl_wino *p);
+/* vt (a*a, n*tiles, C): the same values as nl_wino_input's, each of the a*a matrices transposed,
+ * so that the weight gradient's products du[xi] (F, C) = dmm[xi] (F, T) vt[xi] (T, C) contract
+ * over rows of vt instead of over rows of both operands. nl_wino_input_t_fast says where its
+ * vector path runs (16 channels in the lanes: C a multiple of 16, planes of at most 256 pixels);
+ * elsewhere it is the naive twin's loops. */
+int nl_wino_input_t_fast(const struct nl_wino *p);
+void nl_wino_input_t(float *vt, const float *in, int n, const struct nl_wino *p);
+void nl_wino_input_t_naive(float *vt, const float *in, int n, const struct nl_wino *p);
 /* din (n, C, H, W) += B dv B^T of each tile, onto the pixels it was read from (tiles overlap:
  * their sums add; what fell in the padding is dropped). */
 void nl_wino_input_adjoint(float *din, const float *dv, int n, const struct nl_wino *p);

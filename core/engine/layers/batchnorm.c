@@ -11,7 +11,8 @@
  *   it from the input, (x - mean) * istd, as forward computed it.
  *
  * Passes over memory, per channel: forward reads x once for its sums and once to write out;
- * backward reads dout and x once for its sums and once to write din, each pass a kernel of
+ * backward reads dout and x once for its sums and once to write din (and the fused add's other
+ * input's gradient, in the same pass: nl_bn_backward_apply_res), each pass a kernel of
  * core/engine/kernels.c with an AVX-512 path and a naive twin. The sums go through sixteen float
  * lanes over the channel's planes, added in double at the end (float lanes hold a few hundred
  * terms each at the shard sizes here); forward sums x - x0
@@ -164,6 +165,11 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
         for (int s = 0; s < n && (b->din[0] || b->dres); s++) {
             const size_t at = (size_t)s * size + off;
             const float *dy = b->dout + at, *x = b->in[0] + at, *y = b->out + at;
+            if (b->dres && b->din[0] && use_batch) { /* both in one pass over dy and y */
+                nl_bn_backward_apply_res(b->din[0] + at, b->dres + at, dy, y, x, plane, g, a1, a2,
+                                         mu, is, b->act, b->set & 3u);
+                continue;
+            }
             /* The fused add's other input: the masked gradient, while this plane is in cache. */
             if (b->dres)
                 nl_add_act_backward(b->dres + at, NULL, y, dy, plane, b->act, (b->set >> 1) & 1);

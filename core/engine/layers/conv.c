@@ -686,7 +686,20 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
  * (T, C), v the input transformed again, and after the last chunk dweight += the adjoint of the
  * filter transform of du; dv[xi] (C, T) = u[xi]^T (C, F) dmm[xi] (F, T), u the filters
  * transformed again, and din += the adjoint of the input transform of dv; dbias as SAMPLE's.
- * scratch: u, du, then a chunk's v (later dv) and dmm. */
+ * scratch: u, du, then a chunk's v (later dv) and dmm.
+ *
+ * Where nl_wino_input_t has its vector path (C a multiple of 16, planes of at most 256 pixels),
+ * the input is transformed again into vt (a*a, T, C), the same values with each matrix
+ * transposed, and du[xi] += dmm[xi] (F, T) vt[xi] (T, C) is a plain product: OpenBLAS's products
+ * that contract over the rows of both operands ran at about half the rate of the plain ones on
+ * these shapes. tests/bench_conv.c's Winograd parts (us per image, thread CPU time, fastest of
+ * 25, 2026-11-27, load average 5 to 6, products into a zeroed du), the input transform and du's
+ * products against the transposed input transform and the plain products: resnet8's stage 2
+ * (32 channels, 14x14) 4.3 + 12.1 against 5.2 + 7.6; stage 3 (64 channels, 7x7) 4.4 + 14.8
+ * against 3.7 + 9.5 (2.9 + 7.1 once the transform turned its planes by 16x16 transposes instead
+ * of a gather a pixel); ResNet-18's layer1 at 64x64 (64 channels, 16x16) 13.6 + 52.1 against
+ * 13.9 + 28.2; layer2 (128, 8x8) 8.8 + 44.2 against 8.1 + 42.2. The products sum in another
+ * order, so the weight gradients differ in the last bits. */
 static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
                               const struct conv_dims *d)
 {
@@ -703,7 +716,12 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
         const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
         float *dmm = v + aa * ct;
         nl_wino_output_adjoint(dmm, b->dout + (size_t)s0 * out_size, n, p);
-        if (b->dw) {
+        if (b->dw && nl_wino_input_t_fast(p)) {
+            nl_wino_input_t(v, b->in[0] + (size_t)s0 * d->in_size, n, p);
+            for (int xi = 0; xi < aa; xi++)
+                nl_sgemm(0, 0, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, p->c,
+                         s0 == 0 ? 0.0f : 1.0f, du + xi * fc, p->c);
+        } else if (b->dw) {
             nl_wino_input(v, b->in[0] + (size_t)s0 * d->in_size, n, p);
             for (int xi = 0; xi < aa; xi++)
                 nl_sgemm(0, 1, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, tt,
