@@ -809,8 +809,7 @@ static int output_of(const struct nl_exec *x, int i)
 /* Floats of scratch the layer that runs at place k asks for. */
 static size_t scratch_at(const struct nl_exec *x, int i)
 {
-    const struct nl_layer *l = &x->m->layers[i];
-    return l->scratch_fixed + (size_t)x->max_n * l->scratch_per_sample;
+    return nl_layer_scratch(&x->m->layers[i], x->max_n);
 }
 
 /* Places the activation gradients (from[i] >= 0, after find_writers) and the scratch of every
@@ -946,7 +945,7 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
         size_t outn = (size_t)max_n * nl_shape_size(l->out);
-        size_t need = l->scratch_fixed + (size_t)max_n * l->scratch_per_sample;
+        size_t need = nl_layer_scratch(l, max_n);
 
         /* Gradients only where backward writes them: a layer that backward skips (frozen, with
          * nothing trainable below it) gets none, nor does the last (dlogits stands in). A layer
