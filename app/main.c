@@ -1,19 +1,20 @@
 /* nnlab's entry point: the table of commands, the global options (accepted before or after the
- * command), and dispatch. Nothing here touches a display; the commands live in app/cmd_*.c. */
+ * command), and dispatch. Nothing here touches a display; the commands live in app/cmd_*.c, the
+ * window in the module nnlab-gui.so (app/meson.build), loaded only to open it. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "nnlab-config.h"
 #include "nnlab/kernels.h"
 #include "nnlab/text.h"
-#if NNLAB_HAVE_GTK
-#include "nnlab-ui.h"
-#endif
 
 struct globals g;
 volatile sig_atomic_t interrupted;
@@ -421,6 +422,40 @@ static int take_globals(int argc, char **argv)
     return out;
 }
 
+#if NNLAB_HAVE_GTK
+/* Runs the window of the module nnlab-gui.so (its nl_ui_run, ui/nnlab-ui.h): the one beside this
+ * program where there is one (a build tree), else the installed one in NNLAB_MODULE_DIR. */
+static int run_window(int argc, char **argv)
+{
+    char path[PATH_MAX + 16], dir[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    char *slash = NULL;
+
+    if (len > 0) {
+        dir[len] = '\0';
+        slash = strrchr(dir, '/');
+    }
+    if (slash) {
+        *slash = '\0';
+        snprintf(path, sizeof path, "%s/nnlab-gui.so", dir);
+    }
+    if (!slash || access(path, F_OK) != 0)
+        snprintf(path, sizeof path, "%s/nnlab-gui.so", NNLAB_MODULE_DIR);
+    void *module = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *sym = module ? dlsym(module, "nl_ui_run") : NULL;
+    if (!sym) {
+        fprintf(stderr,
+                "nnlab: the window's module: %s (reinstall nnlab; the commands run without it: "
+                "nnlab --help)\n",
+                dlerror());
+        return EXIT_FAIL;
+    }
+    int (*run)(int, char **, const char *);
+    memcpy(&run, &sym, sizeof run);
+    return run(argc, argv, g.db_path);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     argc = take_globals(argc, argv);
@@ -431,7 +466,7 @@ int main(int argc, char **argv)
         /* No command: the desktop window, when there is a display to show it on. */
         if ((getenv("DISPLAY") && *getenv("DISPLAY")) ||
             (getenv("WAYLAND_DISPLAY") && *getenv("WAYLAND_DISPLAY")))
-            return nl_ui_run(argc, argv, g.db_path);
+            return run_window(argc, argv);
 #endif
         usage(stdout);
         return EXIT_OK;
