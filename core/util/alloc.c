@@ -1,9 +1,12 @@
 /* The allocation wrapper: plain libc allocation plus a counter that tests read to prove a
- * training step allocates nothing. */
+ * training step allocates nothing, and the trim that hands freed heap pages back. */
 #include "nnlab/alloc.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 
 static atomic_uint_fast64_t alloc_count;
@@ -82,4 +85,11 @@ void *nl_grow(void *p, size_t *cap, size_t need, size_t elem, size_t first)
 uint64_t nl_alloc_count(void)
 {
     return atomic_load_explicit(&alloc_count, memory_order_relaxed);
+}
+
+void nl_alloc_trim(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
 }

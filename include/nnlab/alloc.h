@@ -23,4 +23,8 @@ void *nl_grow(void *p, size_t *cap, size_t need, size_t elem, size_t first);
 /* Number of successful allocations made through this wrapper so far, all threads. */
 uint64_t nl_alloc_count(void);
 
+/* Gives the free memory inside the allocator's heap back to the system (glibc's malloc_trim):
+ * small blocks freed in the middle of the heap otherwise stay resident. */
+void nl_alloc_trim(void);
+
 #endif
