@@ -760,6 +760,54 @@ static void test_shipped_models(void)
     }
 }
 
+/* A training executor's plan (nl_exec_memory): its block holds at least what is alive at the
+ * step's fullest moment, and less than the buffers apart; for ResNet-18 at 3x64x64 and a shard of
+ * 16 (a batch of 32 on 2 threads) 31 MiB, the bound itself, where activations apart (25.8 MiB) and
+ * a block of gradients and scratch (8 MiB) took 33.8. */
+static void test_memory_plan(void)
+{
+    static const struct {
+        const char *name;
+        struct nl_shape in;
+        int n;
+    } cases[] = {
+        {"lenet", {1, 28, 28}, 32},
+        {"resnet8", {1, 28, 28}, 16},
+        {"mobilenet-tiny", {1, 28, 28}, 16},
+        {"resnet18", {3, 64, 64}, 16},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct nl_spec *spec;
+        struct nl_model *m = NULL;
+        struct nl_exec *x = NULL;
+        struct nl_error err = {0};
+        size_t block = 0, alive = 0, apart = 0;
+        int rc = nl_spec_load(&spec, cases[c].name, NULL, NULL, &err);
+        if (rc == 0) {
+            rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
+            nl_spec_free(spec);
+        }
+        if (rc == 0)
+            rc = nl_exec_new(&x, m, cases[c].n, &err);
+        if (!ok(rc == 0, "%s: a training executor of %d samples%s%s", cases[c].name, cases[c].n,
+                rc ? ": " : "", rc ? err.msg : "")) {
+            nl_model_free(m);
+            continue;
+        }
+        nl_exec_memory(x, &block, &alive, &apart);
+        const double mib = 4.0 / 1048576.0;
+        ok(alive > 0 && alive <= block && block < apart,
+           "%s: its block (%.2f MiB) holds the most alive at once (%.2f) and is smaller than the "
+           "buffers apart (%.2f)",
+           cases[c].name, block * mib, alive * mib, apart * mib);
+        if (strcmp(cases[c].name, "resnet18") == 0)
+            ok(block * mib < 31.5, "resnet18 at 3x64x64, 16 samples: %.2f MiB, under 31.5",
+               block * mib);
+        nl_exec_free(x);
+        nl_model_free(m);
+    }
+}
+
 static void test_spec_syntax(void)
 {
     struct nl_spec *spec = NULL;
@@ -834,6 +882,7 @@ int main(void)
     test_clipping();
     test_pytorch_batchnorm_file();
     test_shipped_models();
+    test_memory_plan();
     test_spec_syntax();
     return done_testing();
 }
