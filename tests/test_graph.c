@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
@@ -808,6 +809,28 @@ static void test_memory_plan(void)
     }
 }
 
+/* nl_alloc_pages, where executors keep the layers' aux: zeroed, and resident only where written
+ * (mincore), so that batchnorm's aux, sized per sample and written once, costs a page or two. */
+static void test_alloc_pages(void)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = 64;
+    unsigned char *p = nl_alloc_pages(pages * page), in[64];
+    if (!ok(p != NULL, "nl_alloc_pages gives %zu pages", pages))
+        return;
+    memset(p + 3 * page, 1, page);
+    size_t resident = 0;
+    if (mincore(p, pages * page, in) == 0)
+        for (size_t i = 0; i < pages; i++)
+            resident += in[i] & 1;
+    ok(resident >= 1 && resident <= 2, "%zu of %zu pages resident after one is written", resident,
+       pages);
+    size_t zero = 0; /* read after mincore: reading maps the zero page, which it counts */
+    for (size_t i = 0; i < pages * page; i += 997)
+        zero += p[i] == (i / page == 3);
+    ok(zero == (pages * page + 996) / 997, "zeroed where not written");
+    nl_free_pages(p, pages * page);
+}
+
 static void test_spec_syntax(void)
 {
     struct nl_spec *spec = NULL;
@@ -883,6 +906,7 @@ int main(void)
     test_pytorch_batchnorm_file();
     test_shipped_models();
     test_memory_plan();
+    test_alloc_pages();
     test_spec_syntax();
     return done_testing();
 }

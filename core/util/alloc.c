@@ -8,6 +8,7 @@
 #include <malloc.h>
 #endif
 #include <string.h>
+#include <sys/mman.h>
 
 static atomic_uint_fast64_t alloc_count;
 
@@ -85,6 +86,20 @@ void *nl_grow(void *p, size_t *cap, size_t need, size_t elem, size_t first)
 uint64_t nl_alloc_count(void)
 {
     return atomic_load_explicit(&alloc_count, memory_order_relaxed);
+}
+
+void *nl_alloc_pages(size_t bytes)
+{
+    void *p =
+        mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    return p == MAP_FAILED ? NULL : counted(p);
+}
+
+void nl_free_pages(void *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes ? bytes : 1);
 }
 
 void nl_alloc_trim(void)
