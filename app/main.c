@@ -422,12 +422,9 @@ static int take_globals(int argc, char **argv)
     return out;
 }
 
-#if NNLAB_HAVE_GTK
-/* Runs the window of the module nnlab-gui.so (its nl_ui_run, ui/nnlab-ui.h): the one beside this
- * program where there is one (a build tree), else the installed one in NNLAB_MODULE_DIR. */
-static int run_window(int argc, char **argv)
+void *nl_app_module(const char *file, const char *symbol, int global, const char *what)
 {
-    char path[PATH_MAX + 16], dir[PATH_MAX];
+    char path[PATH_MAX + 64], dir[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", dir, sizeof dir - 1);
     char *slash = NULL;
 
@@ -437,19 +434,26 @@ static int run_window(int argc, char **argv)
     }
     if (slash) {
         *slash = '\0';
-        snprintf(path, sizeof path, "%s/nnlab-gui.so", dir);
+        snprintf(path, sizeof path, "%s/%s", dir, file);
     }
     if (!slash || access(path, F_OK) != 0)
-        snprintf(path, sizeof path, "%s/nnlab-gui.so", NNLAB_MODULE_DIR);
-    void *module = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    void *sym = module ? dlsym(module, "nl_ui_run") : NULL;
-    if (!sym) {
+        snprintf(path, sizeof path, "%s/%s", NNLAB_MODULE_DIR, file);
+    void *module = dlopen(path, RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
+    void *sym = module ? dlsym(module, symbol) : NULL;
+    if (!sym)
         fprintf(stderr,
-                "nnlab: the window's module: %s (reinstall nnlab; the commands run without it: "
-                "nnlab --help)\n",
-                dlerror());
+                "nnlab: %s: %s (reinstall nnlab; the commands run without it: nnlab --help)\n",
+                what, dlerror());
+    return sym;
+}
+
+#if NNLAB_HAVE_GTK
+/* Runs the window of the module nnlab-gui.so (its nl_ui_run, ui/nnlab-ui.h). */
+static int run_window(int argc, char **argv)
+{
+    void *sym = nl_app_module("nnlab-gui.so", "nl_ui_run", 0, "the window's module");
+    if (!sym)
         return EXIT_FAIL;
-    }
     int (*run)(int, char **, const char *);
     memcpy(&run, &sym, sizeof run);
     return run(argc, argv, g.db_path);
