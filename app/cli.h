@@ -110,4 +110,10 @@ int cmd_worker(int argc, char **argv);
 int cmd_hosts(int argc, char **argv); /* with NNLAB_HAVE_SSH only */
 int cmd_bench(int argc, char **argv);
 
+/* The symbol of a module of this program (app/meson.build): file from beside the program (a
+ * build folder), else from NNLAB_MODULE_DIR, loaded now (global: its libraries' symbols shown to
+ * the others, as Open MPI's components need). NULL when it cannot be loaded, after saying why on
+ * stderr, naming the module as what. */
+void *nl_app_module(const char *file, const char *symbol, int global, const char *what);
+
 #endif

@@ -16,7 +16,7 @@
 #include "nnlab/driver.h"
 #endif
 #if NNLAB_HAVE_MPI
-#include "nnlab/mpi.h"
+#include "mpi_module.h"
 #endif
 #include "nnlab/model.h"
 #include "nnlab/runs.h"
@@ -211,6 +211,9 @@ static void on_mpi_term(int sig)
     mpi_terminated = 1;
     interrupted = 1;
 }
+
+/* The MPI mode, from the module nnlab-mpi.so (app/meson.build), loaded by mpi_begin. */
+static const struct nl_mpi_module *mpi;
 #endif
 
 /* Trains the session's model, locally or on the hosts of ca when it is a cluster run, showing its
@@ -233,10 +236,10 @@ static int train_and_finish(struct nl_session *s, const struct cluster_args *ca)
                                        .heartbeat_ms = ca->heartbeat_ms,
                                        .stop = &interrupted,
                                        .terminated = &mpi_terminated};
-        nworkers = nl_mpi_size(ca->mp);
+        nworkers = mpi->size(ca->mp);
         stats = nl_calloc((size_t)nworkers, sizeof *stats);
-        rc = stats ? nl_mpi_train(ca->mp, &mo, s->model, s->data, &s->opts, &hooks, &s->res, stats,
-                                  &err)
+        rc = stats ? mpi->train(ca->mp, &mo, s->model, s->data, &s->opts, &hooks, &s->res, stats,
+                                &err)
                    : nl_error_set(&err, NL_ENOMEM, "out of memory");
 #else
         rc = nl_error_set(&err, NL_EINVAL, "this nnlab was built without MPI");
@@ -688,37 +691,42 @@ static int mpi_begin(struct train_cmd *t, int *status)
 {
 #if NNLAB_HAVE_MPI
     struct nl_error err = {0};
-    int rc = nl_mpi_start(&t->ca.mp, "nnlab " NNLAB_VERSION, &err);
+    mpi = nl_app_module("nnlab-mpi.so", "nl_mpi_module", 1, "the MPI mode's module");
+    if (!mpi) {
+        *status = EXIT_FAILURE;
+        return 1;
+    }
+    int rc = mpi->start(&t->ca.mp, "nnlab " NNLAB_VERSION, &err);
     if (rc < 0) {
         /* Every rank knows; rank 0 (or a process with no rank) says it. */
-        if (!t->ca.mp || nl_mpi_rank(t->ca.mp) == 0)
+        if (!t->ca.mp || mpi->rank(t->ca.mp) == 0)
             *status = fail(&err);
         else
             *status = EXIT_FAILURE;
-        nl_mpi_end(t->ca.mp, 0);
+        mpi->end(t->ca.mp, 0);
         t->ca.mp = NULL;
         return 1;
     }
     /* Every rank read the same command line; nl_mpi_set_exchange checks that they agree. */
-    rc = nl_mpi_set_exchange(t->ca.mp, t->ca.mpi_exchange == 2, &err);
+    rc = mpi->set_exchange(t->ca.mp, t->ca.mpi_exchange == 2, &err);
     if (rc < 0) {
         /* Rank 0 says why, then ends the job; the others wait for it in nl_mpi_end. */
-        const int rank0 = nl_mpi_rank(t->ca.mp) == 0;
+        const int rank0 = mpi->rank(t->ca.mp) == 0;
         *status = rank0 ? fail(&err) : EXIT_FAILURE;
-        nl_mpi_end(t->ca.mp, rank0);
+        mpi->end(t->ca.mp, rank0);
         t->ca.mp = NULL;
         return 1;
     }
-    if (nl_mpi_rank(t->ca.mp) == 0) {
+    if (mpi->rank(t->ca.mp) == 0) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_mpi_term;
         sigaction(SIGTERM, &sa, NULL);
         return 0;
     }
-    rc = nl_mpi_member(t->ca.mp, &err);
+    rc = mpi->member(t->ca.mp, &err);
     *status = rc < 0 && rc != NL_ECANCELED ? fail(&err) : EXIT_OK;
-    nl_mpi_end(t->ca.mp, rc < 0);
+    mpi->end(t->ca.mp, rc < 0);
     return 1;
 #else
     (void)t;
@@ -732,7 +740,7 @@ static int mpi_finish(struct train_cmd *t, int status)
 {
 #if NNLAB_HAVE_MPI
     if (t->ca.mp)
-        nl_mpi_end(t->ca.mp, status != EXIT_OK);
+        mpi->end(t->ca.mp, status != EXIT_OK);
     t->ca.mp = NULL;
 #else
     (void)t;

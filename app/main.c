@@ -1,19 +1,20 @@
 /* nnlab's entry point: the table of commands, the global options (accepted before or after the
- * command), and dispatch. Nothing here touches a display; the commands live in app/cmd_*.c. */
+ * command), and dispatch. Nothing here touches a display; the commands live in app/cmd_*.c, the
+ * window in the module nnlab-gui.so (app/meson.build), loaded only to open it. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "nnlab-config.h"
 #include "nnlab/kernels.h"
 #include "nnlab/text.h"
-#if NNLAB_HAVE_GTK
-#include "nnlab-ui.h"
-#endif
 
 struct globals g;
 volatile sig_atomic_t interrupted;
@@ -421,6 +422,44 @@ static int take_globals(int argc, char **argv)
     return out;
 }
 
+void *nl_app_module(const char *file, const char *symbol, int global, const char *what)
+{
+    char path[PATH_MAX + 64], dir[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    char *slash = NULL;
+
+    if (len > 0) {
+        dir[len] = '\0';
+        slash = strrchr(dir, '/');
+    }
+    if (slash) {
+        *slash = '\0';
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+    }
+    if (!slash || access(path, F_OK) != 0)
+        snprintf(path, sizeof path, "%s/%s", NNLAB_MODULE_DIR, file);
+    void *module = dlopen(path, RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
+    void *sym = module ? dlsym(module, symbol) : NULL;
+    if (!sym)
+        fprintf(stderr,
+                "nnlab: %s: %s (reinstall nnlab; the commands run without it: nnlab --help)\n",
+                what, dlerror());
+    return sym;
+}
+
+#if NNLAB_HAVE_GTK
+/* Runs the window of the module nnlab-gui.so (its nl_ui_run, ui/nnlab-ui.h). */
+static int run_window(int argc, char **argv)
+{
+    void *sym = nl_app_module("nnlab-gui.so", "nl_ui_run", 0, "the window's module");
+    if (!sym)
+        return EXIT_FAIL;
+    int (*run)(int, char **, const char *);
+    memcpy(&run, &sym, sizeof run);
+    return run(argc, argv, g.db_path);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     argc = take_globals(argc, argv);
@@ -431,7 +470,7 @@ int main(int argc, char **argv)
         /* No command: the desktop window, when there is a display to show it on. */
         if ((getenv("DISPLAY") && *getenv("DISPLAY")) ||
             (getenv("WAYLAND_DISPLAY") && *getenv("WAYLAND_DISPLAY")))
-            return nl_ui_run(argc, argv, g.db_path);
+            return run_window(argc, argv);
 #endif
         usage(stdout);
         return EXIT_OK;

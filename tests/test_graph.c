@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "nnlab/alloc.h"
@@ -760,6 +761,76 @@ static void test_shipped_models(void)
     }
 }
 
+/* A training executor's plan (nl_exec_memory): its block holds at least what is alive at the
+ * step's fullest moment, and less than the buffers apart; for ResNet-18 at 3x64x64 and a shard of
+ * 16 (a batch of 32 on 2 threads) 31 MiB, the bound itself, where activations apart (25.8 MiB) and
+ * a block of gradients and scratch (8 MiB) took 33.8. */
+static void test_memory_plan(void)
+{
+    static const struct {
+        const char *name;
+        struct nl_shape in;
+        int n;
+    } cases[] = {
+        {"lenet", {1, 28, 28}, 32},
+        {"resnet8", {1, 28, 28}, 16},
+        {"mobilenet-tiny", {1, 28, 28}, 16},
+        {"resnet18", {3, 64, 64}, 16},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct nl_spec *spec;
+        struct nl_model *m = NULL;
+        struct nl_exec *x = NULL;
+        struct nl_error err = {0};
+        size_t block = 0, alive = 0, apart = 0;
+        int rc = nl_spec_load(&spec, cases[c].name, NULL, NULL, &err);
+        if (rc == 0) {
+            rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
+            nl_spec_free(spec);
+        }
+        if (rc == 0)
+            rc = nl_exec_new(&x, m, cases[c].n, &err);
+        if (!ok(rc == 0, "%s: a training executor of %d samples%s%s", cases[c].name, cases[c].n,
+                rc ? ": " : "", rc ? err.msg : "")) {
+            nl_model_free(m);
+            continue;
+        }
+        nl_exec_memory(x, &block, &alive, &apart);
+        const double mib = 4.0 / 1048576.0;
+        ok(alive > 0 && alive <= block && block < apart,
+           "%s: its block (%.2f MiB) holds the most alive at once (%.2f) and is smaller than the "
+           "buffers apart (%.2f)",
+           cases[c].name, block * mib, alive * mib, apart * mib);
+        if (strcmp(cases[c].name, "resnet18") == 0)
+            ok(block * mib < 31.5, "resnet18 at 3x64x64, 16 samples: %.2f MiB, under 31.5",
+               block * mib);
+        nl_exec_free(x);
+        nl_model_free(m);
+    }
+}
+
+/* nl_alloc_pages, where executors keep the layers' aux: zeroed, and resident only where written
+ * (mincore), so that batchnorm's aux, sized per sample and written once, costs a page or two. */
+static void test_alloc_pages(void)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = 64;
+    unsigned char *p = nl_alloc_pages(pages * page), in[64];
+    if (!ok(p != NULL, "nl_alloc_pages gives %zu pages", pages))
+        return;
+    memset(p + 3 * page, 1, page);
+    size_t resident = 0;
+    if (mincore(p, pages * page, in) == 0)
+        for (size_t i = 0; i < pages; i++)
+            resident += in[i] & 1;
+    ok(resident >= 1 && resident <= 2, "%zu of %zu pages resident after one is written", resident,
+       pages);
+    size_t zero = 0; /* read after mincore: reading maps the zero page, which it counts */
+    for (size_t i = 0; i < pages * page; i += 997)
+        zero += p[i] == (i / page == 3);
+    ok(zero == (pages * page + 996) / 997, "zeroed where not written");
+    nl_free_pages(p, pages * page);
+}
+
 static void test_spec_syntax(void)
 {
     struct nl_spec *spec = NULL;
@@ -834,6 +905,8 @@ int main(void)
     test_clipping();
     test_pytorch_batchnorm_file();
     test_shipped_models();
+    test_memory_plan();
+    test_alloc_pages();
     test_spec_syntax();
     return done_testing();
 }

@@ -31,6 +31,9 @@
 #define BOUND 1e-2
 
 static int allocated_in_steps; /* set when a forward or backward allocated through nl_alloc */
+static int scratch_overrun; /* set when one wrote past the nl_layer_scratch floats it was given */
+
+#define GUARD 64 /* floats after a harness's scratch, checked after every call */
 
 /* Distinct values (k + 0.5 - count/2) * spacing in shuffled order: none closer than spacing to
  * another, none closer than spacing/2 to 0. */
@@ -81,14 +84,14 @@ static void harness_make(struct harness *h, const char *kind, int n)
     h->n = n;
     h->in_count = (size_t)n * nl_shape_size(h->l.in[0]);
     h->out_count = (size_t)n * nl_shape_size(h->l.out);
-    h->scratch_count = h->l.scratch_fixed + (size_t)n * h->l.scratch_per_sample;
+    h->scratch_count = nl_layer_scratch(&h->l, n);
     h->in = floats(h->in_count);
     h->din = floats(h->in_count);
     h->out = floats(h->out_count);
     h->r = floats(h->out_count);
     h->w = floats(h->l.param_count);
     h->dw = floats(h->l.param_count);
-    h->scratch = floats(h->scratch_count);
+    h->scratch = floats(h->scratch_count + GUARD);
     h->aux = calloc((size_t)n * h->l.aux_bytes + 1, 1);
     fill(h->in, h->in_count, -1, 1);
     fill(h->w, h->l.param_count, -1, 1);
@@ -107,6 +110,24 @@ static void harness_free(struct harness *h)
     free(h->aux);
 }
 
+/* The GUARD floats after h's scratch: set to a value no layer writes, then checked. */
+static void guard_set(struct harness *h)
+{
+    fill_value(h->scratch + h->scratch_count, GUARD, -7.25e9f);
+}
+
+static void guard_check(struct harness *h)
+{
+    for (size_t i = 0; i < GUARD; i++)
+        if (h->scratch[h->scratch_count + i] != -7.25e9f) {
+            if (!scratch_overrun)
+                diag("%s (%s) wrote past its %zu floats of scratch", h->l.name,
+                     nl_lowering_name(h->l.lower), h->scratch_count);
+            scratch_overrun = 1;
+            return;
+        }
+}
+
 /* Forward with garbage in out, scratch and aux beforehand, so a layer that reads them shows. The
  * generator is reseeded each time: dropout draws the same mask on every call. */
 static void forward(struct harness *h)
@@ -121,11 +142,13 @@ static void forward(struct harness *h)
                        .rng = &h->rng};
     fill_value(h->out, h->out_count, NAN);
     fill_value(h->scratch, h->scratch_count, NAN);
+    guard_set(h);
     memset(h->aux, 0xff, (size_t)h->n * h->l.aux_bytes);
     nl_rng_seed(&h->rng, 99);
     uint64_t before = nl_alloc_count();
     h->l.ops->forward(&h->l, &f);
     allocated_in_steps |= nl_alloc_count() != before;
+    guard_check(h);
 }
 
 /* Backward with dout = r, adding into din and dw (either may be NULL). */
@@ -141,9 +164,11 @@ static void backward(struct harness *h, float *din, float *dw)
                        .aux = h->aux,
                        .scratch = h->scratch};
     fill_value(h->scratch, h->scratch_count, NAN);
+    guard_set(h);
     uint64_t before = nl_alloc_count();
     h->l.ops->backward(&h->l, &b);
     allocated_in_steps |= nl_alloc_count() != before;
+    guard_check(h);
 }
 
 static double loss_of(struct harness *h)
@@ -378,7 +403,9 @@ static void backward_set(struct harness *h, float *din, float start, unsigned se
                        .aux = h->aux,
                        .scratch = h->scratch,
                        .set = set};
+    guard_set(h);
     h->l.ops->backward(&h->l, &b);
+    guard_check(h);
     free(dw);
 }
 
@@ -397,6 +424,55 @@ static void check_overwrite(struct harness *h, const char *what)
            what);
     free(added);
     free(set);
+}
+
+/* Winograd's scratch (core/engine/layers/conv.c): a shard of one chunk of images keeps its
+ * filters' transform and that transform's gradient in the same floats, one after the other; a
+ * shard of several chunks keeps both, and one chunk's tiles. scratch_fixed and
+ * scratch_per_sample stay a bound. (The harness gives every layer nl_layer_scratch's floats.) */
+static void test_winograd_scratch(void)
+{
+    static const struct {
+        enum nl_lowering lower;
+        int n, c, side, a, tiles, chunk;
+        const char *what;
+    } cases[] = {
+        {NL_LOWER_WINOGRAD2, 16, 256, 4, 4, 4, 16, "ResNet-18 64x64 layer3, 16 images"},
+        {NL_LOWER_WINOGRAD, 16, 128, 8, 6, 4, 16, "ResNet-18 64x64 layer2, 16 images"},
+        {NL_LOWER_WINOGRAD, 16, 64, 16, 6, 16, 4, "ResNet-18 64x64 layer1, 16 images"},
+        {NL_LOWER_WINOGRAD, 5, 16, 28, 6, 49, 4, "resnet8 stage 1, 5 images"},
+        {NL_LOWER_WINOGRAD, 4, 16, 28, 6, 49, 4, "resnet8 stage 1, 4 images"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        struct nl_error err = {0};
+        struct nl_layer l = {.ops = nl_layer_kind("conv"),
+                             .lowering = cases[k].lower,
+                             .filters = cases[k].c,
+                             .kh = 3,
+                             .kw = 3,
+                             .ph = 1,
+                             .pw = 1,
+                             .ninputs = 1,
+                             .in = {{cases[k].c, cases[k].side, cases[k].side}}};
+        snprintf(l.name, sizeof l.name, "conv%zu", k);
+        if (!ok(l.ops->setup(&l, &err) == 0, "%s: setup", cases[k].what)) {
+            diag("%s", err.msg);
+            continue;
+        }
+        const int n = cases[k].n, chunk = cases[k].chunk;
+        const size_t u = (size_t)cases[k].a * cases[k].a * cases[k].c * cases[k].c;
+        const size_t per = (size_t)cases[k].a * cases[k].a * cases[k].tiles * 2 * cases[k].c;
+        const size_t want = (n > chunk ? 2 : 1) * u + (size_t)(n < chunk ? n : chunk) * per;
+        is_int((long long)nl_layer_scratch(&l, n), (long long)want, "%s: %s", cases[k].what,
+               n > chunk ? "u, du and a chunk's tiles" : "u or du, then the tiles");
+        ok(nl_layer_scratch(&l, n) <= l.scratch_fixed + (size_t)n * l.scratch_per_sample,
+           "%s: within scratch_fixed + n * scratch_per_sample", cases[k].what);
+        for (int m = 1; m < n; m++)
+            if (nl_layer_scratch(&l, m) > nl_layer_scratch(&l, m + 1)) {
+                ok(0, "%s: %d images take more scratch than %d", cases[k].what, m, m + 1);
+                break;
+            }
+    }
 }
 
 static void test_overwrite(void)
@@ -1417,10 +1493,12 @@ int main(void)
     test_gradients();
     test_loss();
     test_dropout();
+    test_winograd_scratch();
     test_overwrite();
     test_folding();
     test_fusion();
     test_fusion_frozen();
     ok(!allocated_in_steps, "no forward or backward allocated memory");
+    ok(!scratch_overrun, "no forward or backward wrote past the scratch nl_layer_scratch asks for");
     return done_testing();
 }

@@ -1,14 +1,17 @@
 /* A training session's steps in the store, which a window follows a run by: a local run's steps
  * are stored as its one worker's (this host, the step's samples, loss and seconds) while it
  * trains, not only at its epochs' ends, and nl_run_worker_steps reads them back after a given
- * step, in order, as many as asked. */
+ * step, in order, as many as asked. The session's store keeps a small page cache
+ * (nl_store_lean_cache). */
 #include <math.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/store/store_internal.h"
 #include "nnlab/alloc.h"
 #include "nnlab/model.h"
 #include "nnlab/session.h"
@@ -90,6 +93,18 @@ int main(void)
     else {
         nl_model_free(m);
         nl_dataset_free(d);
+    }
+    if (rc == 0) {
+        sqlite3 *h = nl_store_sqlite(store);
+        sqlite3_stmt *st = NULL;
+        int cache = 0, used = -1, most = 0;
+        if (sqlite3_prepare_v2(h, "PRAGMA cache_size", -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+            cache = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+        sqlite3_db_status(h, SQLITE_DBSTATUS_CACHE_USED, &used, &most, 0);
+        is_int(cache, -256, "a session's store keeps a page cache of 256 KiB");
+        ok(used >= 0 && used < 512 * 1024, "and holds less than 512 KiB of pages (%d bytes)", used);
     }
     if (rc == 0) {
         struct nl_train_hooks hooks = nl_session_hooks(s, show, &seen);

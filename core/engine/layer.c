@@ -55,6 +55,13 @@ const struct nl_layer_ops *const *nl_layer_kinds(void)
     return kinds;
 }
 
+size_t nl_layer_scratch(const struct nl_layer *l, int n)
+{
+    if (l->ops->scratch)
+        return l->ops->scratch(l, n);
+    return l->scratch_fixed + (size_t)n * l->scratch_per_sample;
+}
+
 const char *nl_lowering_name(enum nl_lowering lowering)
 {
     switch (lowering) {

@@ -8,17 +8,20 @@
  * Every block starts 16-float aligned. A model without frozen layers or statistics keeps the
  * plain layer-after-layer layout.
  *
- * Memory: the flat parameter buffer belongs to the model. Each executor owns, per layer, an
- * activation buffer of max_n samples and the layer's aux block. A forward-only executor has one
- * scratch block as large as the largest layer needs (layers run one at a time). A training
- * executor has one block for the activation gradients and the scratch, planned by liveness
- * (plan_gradients): layer i's output gradient is alive only from its first writer's backward
- * (its highest reader, which zeroes it there or overwrites it) down to its own backward, a
- * backward's scratch only while it runs, and the forward pass's scratch while no gradient is
- * alive, so that what does not live at the same time shares floats. For ResNet-18 at 3x64x64
- * and 16 samples a thread that block is 11.5 MB instead of 27 MB of gradients and 10.5 MB of
- * scratch; the activations stay whole (27 MB), since backward reads every one of them. The
- * values and the order of every sum are those of separate buffers.
+ * Memory: the flat parameter buffer belongs to the model. Each executor owns, per layer, the
+ * layer's aux block. A forward-only executor has an activation buffer of max_n samples per layer
+ * and one scratch block as large as the largest layer needs (layers run one at a time). A
+ * training executor has one block for the activations, the activation gradients and the scratch,
+ * planned by liveness over the step (plan_memory): layer i's output lives from its forward to its
+ * last reader (forward's readers, then the backward passes that read it as their input or, its
+ * own, as their output); its gradient only from its first writer's backward (its highest reader,
+ * which zeroes it there or overwrites it) down to its own backward; a place's scratch only while
+ * it runs, forward or backward; so that what does not live at the same time shares floats: the
+ * gradients and scratch of the lower layers take the floats of the upper layers' activations,
+ * which backward is done with. For ResNet-18 at 3x64x64 and 16 samples a thread that block is
+ * 31 MiB, what is alive at the step's fullest moment (nl_exec_memory), where the activations
+ * apart (25.8 MiB) and a block of the gradients and scratch (8 MiB) took 33.8, and separate
+ * buffers 57.6. The values and the order of every sum are those of separate buffers.
  *
  * Folding (forward-only executors, inference only): a conv whose output only a batchnorm reads
  * takes that batchnorm into its output pass, y * scale + shift per channel (nl__bn_fold, from
@@ -462,9 +465,11 @@ void nl_model_init_params(struct nl_model *m, uint64_t seed)
 struct nl_exec {
     const struct nl_model *m;
     int max_n, n;
-    float **act;  /* (nlayers) outputs, (max_n, out) each */
-    float **dact; /* (nlayers) gradients of the outputs */
-    unsigned char **aux;
+    float **act;         /* (nlayers) outputs, (max_n, out) each */
+    float **dact;        /* (nlayers) gradients of the outputs */
+    unsigned char **aux; /* (nlayers) each layer's, page-aligned in aux_pages */
+    unsigned char *aux_pages;
+    size_t aux_size;
     char *need; /* (nlayers) 1 where backward runs: trainable, or reads a layer that needs it */
     char *pre;  /* (nlayers) 1 in the frozen prefix (nl_exec_prefix), 2 there and read from
                  * outside it (its features), all 0 when there is no prefix */
@@ -473,12 +478,14 @@ struct nl_exec {
      * writer (the highest layer reading it) overwrites it, told so by bit j of set[k]. */
     char *zero;
     unsigned *set;
-    /* Activation gradients share one block by liveness (see the top of the file): dact[i] lies at
-     * floats [at[i], at[i] + its size) of dblock, and is alive from place from[i] (its first
-     * writer, where backward zeroes it when zero[i]) down to place i (its reader). */
+    /* A training executor's activations, activation gradients and scratch share one block by
+     * liveness (see the top of the file, plan_memory): dact[i] is alive from place from[i] (its
+     * first writer, where backward zeroes it when zero[i]) down to place i (its reader). */
     float *dblock;
+    size_t block_floats, alive_floats, apart_floats; /* nl_exec_memory */
     int *from;
     float **bscratch; /* (nlayers) the scratch of the backward at each place, in dblock */
+    float **fscratch; /* (nlayers) the forward's, in dblock; NULL: scratch serves every place */
     /* For nl_exec_backward_blocks: copies of the layers that have statistics, with the offsets
      * of their tensors one after another (setup's), so that their gradient block is compact;
      * NULL where the model's layer serves (no statistics) or when no layer has any. */
@@ -522,12 +529,13 @@ void nl_exec_free(struct nl_exec *x)
     if (!x)
         return;
     for (int i = 0; x->act && i < x->m->nlayers; i++) {
-        nl_free(x->act[i]);
-        nl_free(x->aux[i]);
+        if (!x->dblock) /* a training executor's lie in dblock */
+            nl_free(x->act[i]);
     }
     nl_free(x->act);
     nl_free(x->dact);
     nl_free(x->aux);
+    nl_free_pages(x->aux_pages, x->aux_size);
     nl_free(x->need);
     nl_free(x->pre);
     nl_free(x->zero);
@@ -537,6 +545,7 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->dblock);
     nl_free(x->from);
     nl_free(x->bscratch);
+    nl_free(x->fscratch);
     for (int i = 0; x->plain && i < x->m->nlayers; i++)
         nl_free(x->plain[i]);
     nl_free(x->plain);
@@ -809,38 +818,78 @@ static int output_of(const struct nl_exec *x, int i)
 /* Floats of scratch the layer that runs at place k asks for. */
 static size_t scratch_at(const struct nl_exec *x, int i)
 {
-    const struct nl_layer *l = &x->m->layers[i];
-    return l->scratch_fixed + (size_t)x->max_n * l->scratch_per_sample;
+    return nl_layer_scratch(&x->m->layers[i], x->max_n);
 }
 
-/* Places the activation gradients (from[i] >= 0, after find_writers) and the scratch of every
- * backward in one block, first fit by decreasing size: two share floats only when their lives do
- * not meet. Gradient i lives over places [i, from[i]] (backward runs from the last place down),
- * the scratch of place k over [k, k]; the forward pass, when none of them lives, has the block's
- * start as its scratch, the block being at least as large as the largest scratch. Returns -1 when
- * out of memory. */
-static int plan_gradients(struct nl_exec *x, size_t fwd_scratch)
+/* The last slot (see plan_memory) at which anything reads activation j, whose buffer place j
+ * owns: forward's readers (a layer's input, or the residual of a fused add), then backward's,
+ * which read it as a layer's input or, at place j, as its output; the model's output and the
+ * prefix's features to the step's end, the trainer reading them after forward. */
+static int last_read(const struct nl_exec *x, int j)
 {
     const struct nl_model *m = x->m;
-    const int nl = m->nlayers, most = 2 * nl;
+    const int nl = m->nlayers;
+    int fwd = j, bwd = nl;
+
+    if (j == nl - 1 || is_feature(x, j))
+        return 2 * nl - 1;
+    for (int k = j; k < nl; k++) {
+        const int i = runs_at(x, k);
+        int reads = 0, res = 0;
+        if (i < 0)
+            continue;
+        for (int c = 0; c < m->layers[i].ninputs; c++)
+            reads |= m->layers[i].inputs[c] == j;
+        if (x->radd && x->radd[i] >= 0) {
+            const struct nl_layer *a = &m->layers[x->radd[i]];
+            res = (a->inputs[0] == i ? a->inputs[1] : a->inputs[0]) == j;
+        }
+        if (reads || res)
+            fwd = k;
+        if (x->need[k] && (reads || k == j) && k < bwd)
+            bwd = k;
+    }
+    return bwd < nl && 2 * nl - 1 - bwd > fwd ? 2 * nl - 1 - bwd : fwd;
+}
+
+/* Places everything a training executor holds in one block, first fit by decreasing size, two
+ * things sharing floats only when their lives do not meet. Lives are counted in slots: forward
+ * runs place k at slot k, backward at slot 2L - 1 - k (L layers). Activation j (acts[j] floats,
+ * 0 where place j holds none) lives from its place's forward to its last reader (last_read);
+ * gradient i (from[i] >= 0, after find_writers) from its first writer's backward, at place
+ * from[i], down to place i's; the scratch of each place, forward and backward, at that place
+ * alone. Returns -1 when out of memory. */
+static int plan_memory(struct nl_exec *x, const size_t *acts)
+{
+    const struct nl_model *m = x->m;
+    const int nl = m->nlayers, most = 4 * nl, end = 2 * nl - 1;
     size_t *at = nl_calloc((size_t)most, sizeof *at), *size = nl_calloc((size_t)most, sizeof *size);
     int *lo = nl_calloc((size_t)most, sizeof *lo), *hi = nl_calloc((size_t)most, sizeof *hi);
     int *order = nl_calloc((size_t)most, sizeof *order), count = 0, rc = -1;
-    size_t total = fwd_scratch;
+    size_t total = 0;
 
     x->bscratch = nl_calloc((size_t)nl, sizeof *x->bscratch);
-    if (!at || !size || !lo || !hi || !order || !x->bscratch)
+    x->fscratch = nl_calloc((size_t)nl, sizeof *x->fscratch);
+    if (!at || !size || !lo || !hi || !order || !x->bscratch || !x->fscratch)
         goto out;
-    /* Items 0..nl-1 the gradients, nl + k the scratch of place k. */
+    /* Items [0, L) the activations, [L, 2L) the gradients, 2L + k and 3L + k the backward's and
+     * the forward's scratch at place k. */
     for (int k = 0; k < most; k++) {
-        const int i = k < nl ? k : runs_at(x, k - nl);
-        if (k < nl && x->from[k] >= 0) {
-            size[k] = align16((size_t)x->max_n * nl_shape_size(m->layers[k].out));
-            lo[k] = k;
-            hi[k] = x->from[k];
-        } else if (k >= nl && i >= 0 && x->need[k - nl] && scratch_at(x, i) > 0) {
+        const int p = k % nl, i = runs_at(x, p);
+        if (k < nl && acts[k] > 0) {
+            size[k] = align16(acts[k]);
+            lo[k] = is_feature(x, k) ? 0 : k;
+            hi[k] = last_read(x, k);
+        } else if (k >= nl && k < 2 * nl && x->from[p] >= 0) {
+            size[k] = align16((size_t)x->max_n * nl_shape_size(m->layers[p].out));
+            lo[k] = end - x->from[p];
+            hi[k] = end - p;
+        } else if (k >= 2 * nl && k < 3 * nl && i >= 0 && x->need[p] && scratch_at(x, i) > 0) {
             size[k] = align16(scratch_at(x, i));
-            lo[k] = hi[k] = k - nl;
+            lo[k] = hi[k] = end - p;
+        } else if (k >= 3 * nl && i >= 0 && scratch_at(x, i) > 0) {
+            size[k] = align16(scratch_at(x, i));
+            lo[k] = hi[k] = p;
         } else {
             continue;
         }
@@ -851,6 +900,21 @@ static int plan_gradients(struct nl_exec *x, size_t fwd_scratch)
         }
         order[a] = k;
     }
+    for (int s = 0; s <= end; s++) {
+        size_t alive = 0;
+        for (int k = 0; k < most; k++)
+            alive += size[k] > 0 && lo[k] <= s && s <= hi[k] ? size[k] : 0;
+        if (alive > x->alive_floats)
+            x->alive_floats = alive;
+    }
+    size_t largest = 0;
+    for (int k = 0; k < most; k++) {
+        if (k < 2 * nl)
+            x->apart_floats += size[k];
+        else if (size[k] > largest)
+            largest = size[k];
+    }
+    x->apart_floats += largest;
     for (int a = 0; a < count; a++) {
         const int k = order[a];
         size_t off = 0;
@@ -874,9 +938,12 @@ static int plan_gradients(struct nl_exec *x, size_t fwd_scratch)
     x->dblock = nl_alloc_floats(total ? total : 1);
     if (!x->dblock)
         goto out;
+    x->block_floats = total;
     for (int i = 0; i < nl; i++) {
-        x->dact[i] = x->from[i] >= 0 ? x->dblock + at[i] : NULL;
-        x->bscratch[i] = x->dblock + at[nl + i];
+        x->act[i] = acts[i] > 0 ? x->dblock + at[i] : NULL;
+        x->dact[i] = x->from[i] >= 0 ? x->dblock + at[nl + i] : NULL;
+        x->bscratch[i] = x->dblock + at[2 * nl + i];
+        x->fscratch[i] = x->dblock + at[3 * nl + i];
     }
     x->scratch = x->dblock;
     rc = 0;
@@ -887,6 +954,29 @@ out:
     nl_free(hi);
     nl_free(order);
     return rc;
+}
+
+/* The layers' aux blocks (max_n * aux_bytes each), each starting on a page of one mapping whose
+ * pages become resident only where written: a kind that sizes its aux per sample but writes it
+ * once per call (batchnorm: 4C + 1 floats) keeps the rest of it out of the resident set (half a
+ * MiB a thread for ResNet-18 at 16 samples). */
+static int aux_pages(struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t total = 0;
+
+    for (int i = 0; i < m->nlayers; i++)
+        total += ((size_t)x->max_n * m->layers[i].aux_bytes + page - 1) / page * page;
+    x->aux_size = total;
+    if (total > 0 && !(x->aux_pages = nl_alloc_pages(total)))
+        return -1;
+    total = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        x->aux[i] = m->layers[i].aux_bytes ? x->aux_pages + total : NULL;
+        total += ((size_t)x->max_n * m->layers[i].aux_bytes + page - 1) / page * page;
+    }
+    return 0;
 }
 
 /* The copies nl_exec_backward_blocks hands the layers that have statistics (x->plain). */
@@ -913,7 +1003,7 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
                     struct nl_error *err)
 {
     struct nl_exec *x = nl_calloc(1, sizeof *x);
-    size_t scratch = 0;
+    size_t scratch = 0, *acts = NULL;
 
     *out = NULL;
     if (!x)
@@ -943,34 +1033,39 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
         find_prefix(x);
     if (!forward_only && fusion_on && plan_fusion(x) < 0)
         goto oom;
+    if (!(acts = nl_calloc((size_t)m->nlayers, sizeof *acts)))
+        goto oom;
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
-        size_t outn = (size_t)max_n * nl_shape_size(l->out);
-        size_t need = l->scratch_fixed + (size_t)max_n * l->scratch_per_sample;
+        size_t need = nl_layer_scratch(l, max_n);
 
         /* Gradients only where backward writes them: a layer that backward skips (frozen, with
          * nothing trainable below it) gets none, nor does the last (dlogits stands in). A layer
          * of a fused group other than its last has neither buffer: the last one's serve. */
         int own = runs_at(x, i) >= 0 && output_of(x, i) == i;
         int grad = own && x->need[i] && i < m->nlayers - 1;
-        x->act[i] = own ? nl_alloc_floats(outn) : NULL;
-        x->from[i] = grad ? 0 : -1; /* placed by plan_gradients */
-        x->aux[i] = nl_calloc((size_t)max_n * (l->aux_bytes ? l->aux_bytes : 1), 1);
-        if ((own && !x->act[i]) || !x->aux[i])
+        acts[i] = own ? (size_t)max_n * nl_shape_size(l->out) : 0;
+        x->act[i] = own && forward_only ? nl_alloc_floats(acts[i]) : NULL;
+        x->from[i] = grad ? 0 : -1; /* placed by plan_memory */
+        if (own && forward_only && !x->act[i])
             goto oom;
         if (need > scratch)
             scratch = need;
     }
+    if (aux_pages(x) < 0)
+        goto oom;
     if (!forward_only) {
         find_writers(x);
-        if (plan_gradients(x, scratch) < 0 || plain_layers(x) < 0)
+        if (plan_memory(x, acts) < 0 || plain_layers(x) < 0)
             goto oom;
     } else if (!(x->scratch = nl_alloc_floats(scratch)) || plan_folds(x) < 0) {
         goto oom;
     }
+    nl_free(acts);
     *out = x;
     return 0;
 oom:
+    nl_free(acts);
     nl_exec_free(x);
     return nl_error_set(err, NL_ENOMEM, "out of memory for activations of %d samples", max_n);
 }
@@ -1022,7 +1117,7 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
         .out = x->act[fold ? x->into[i] : output_of(x, i)],
         .w = params + l->param_offset,
         .aux = x->aux[i],
-        .scratch = x->scratch,
+        .scratch = x->fscratch && !fold ? x->fscratch[output_of(x, i)] : x->scratch,
         .training = training,
         .rng = rng,
     };
@@ -1057,6 +1152,13 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
             forward_layer(x, i, params, training, fold, rng);
     }
     return x->act[m->nlayers - 1];
+}
+
+void nl_exec_memory(const struct nl_exec *x, size_t *block, size_t *alive, size_t *apart)
+{
+    *block = x->block_floats;
+    *alive = x->alive_floats;
+    *apart = x->apart_floats;
 }
 
 int nl_exec_folded(const struct nl_exec *x)

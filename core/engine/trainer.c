@@ -48,18 +48,20 @@
  * only the finished blocks of the places above it, given back.
  *
  * Where a ResNet-18 run at 3x64x64, batch 32, 2 threads (`nnlab train`, SGD with momentum) keeps
- * its memory at its peak (heaptrack, MB; resident set 220 MB, 426 before the changes named):
- * weights 44.8 and momentum 44.7; per thread the activations 27.0 (core/engine/model.c), the
- * activation gradients and the layers' scratch together 11.5 (27.0 and 10.5 before they were
- * planned by liveness), the gradient ring 9.4 (the largest block once: twice, 18.9, before
- * RING_ONCE; a full-size gradient, 44.7, before streaming);
- * the statistics' sums a few KB of stats; the dataset 9.8 (uint8 pixels, converted per batch);
- * the executors' aux and the threads' inputs 6; SQLite's pages a few MB (a checkpoint's row
- * built in memory, 89.5, before core/store/runs.c wrote it in place); the libraries' code and
- * OpenBLAS's buffers the rest of the resident set, about 13 (nnlab --version peaks at 18.6 MB
- * resident; an empty program linked to the same libraries as nnlab 18.5, to them without GTK 4
- * and Open MPI 7.7). Winograd's scratch (core/engine/layers/conv.c) holds the transformed
- * filters and their gradient, 2 a*a F C floats: 8.4 MB of the 11.5 in layer3's convolutions. */
+ * its memory at its peak, the steady state of its steps (/proc's smaps, MiB; resident set 190.4,
+ * 214 before the last six changes named, 426 before the others): weights 42.7 and momentum
+ * 42.7; per thread one block of 31.0 for the activations, the activation gradients and the
+ * layers' scratch, planned together by liveness over the step (core/engine/model.c; the
+ * activations apart, 25.8, and 11.5 of gradients and scratch before, 27.0 and 10.5 before their
+ * first planning, and Winograd's filter transform and its gradient in the same floats, core/
+ * engine/layers/conv.c), the gradient ring 9.0 (the largest block once: twice before RING_ONCE;
+ * a full-size gradient, 42.7, before streaming), the layers' aux and the thread's inputs 1.4
+ * (batchnorm's aux, sized per sample and written once, resident only where written since it
+ * lies on pages of its own); the statistics' sums a few KB of stats; the dataset 9.4 (uint8
+ * pixels, converted per batch); the heap 2.8, SQLite's pages there 256 KiB (nl_store_lean_cache:
+ * 2 MiB before; a checkpoint's row built in memory, 89.5, before core/store/runs.c wrote it in
+ * place); OpenBLAS's buffers 1.4; the libraries' code 8.6 (GTK 4's 8.3 and Open MPI's 1.1 more
+ * before the window and the MPI mode became modules that only they load, app/meson.build). */
 #include "nnlab/trainer.h"
 
 #include <math.h>

@@ -53,6 +53,9 @@ int nl_session_start(struct nl_store *store, const struct nl_session_new *new, s
                                              : NULL;
     if (!settings || (new->settings_extra && !merged))
         rc = nl_error_set(err, NL_ENOMEM, "out of memory");
+    /* The dataset is in memory: from here the store only writes. */
+    if (rc == 0)
+        rc = nl_store_lean_cache(store, err);
     if (rc == 0)
         rc = nl_run_create(store, new->name, new->dataset, new->model, m->spec_text,
                            merged ? merged : settings, &s->run, err);
@@ -112,7 +115,9 @@ int nl_session_resume(struct nl_store *store, const char *name, const struct nl_
     s->cluster = r->cluster;
     s->skipped_before = r->skipped;
     s->resumed = r;
-    rc = resumed_record(s, r->resume.epoch, err);
+    rc = nl_store_lean_cache(store, err);
+    if (rc == 0)
+        rc = resumed_record(s, r->resume.epoch, err);
     if (rc < 0) {
         nl_session_free(s);
         return rc;

@@ -85,6 +85,10 @@ enum { BUSY_SLEEP_MS = 2 };
  * step cost more in all (each step has its own overhead: 256 took three times as long). */
 #define RECLAIM_STEP      "2048"
 #define RECLAIM_CACHE_KIB "32768"
+/* The page cache (KiB) of a training session's store (nl_store_lean_cache): a run's writes go
+ * through it (a ResNet-18 checkpoint, 90 MB, spills every 64 pages instead of every 500), and it
+ * stays out of the resident set at the run's peak. */
+#define LEAN_CACHE_KIB "256"
 
 #define NOW_UTC "(strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))"
 
@@ -844,6 +848,17 @@ int nl_store_open_read(struct nl_store **out, const char *path, struct nl_error 
 int nl_store_readonly(const struct nl_store *s)
 {
     return s->readonly;
+}
+
+int nl_store_lean_cache(struct nl_store *s, struct nl_error *err)
+{
+    int rc = nl_store_exec(s, "PRAGMA cache_size = -" LEAN_CACHE_KIB, err);
+
+    if (rc == 0) {
+        sqlite3_db_release_memory(s->db);
+        nl_alloc_trim();
+    }
+    return rc;
 }
 
 int nl_store_reclaim(struct nl_store *s, long long *unused, struct nl_error *err)

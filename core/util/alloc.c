@@ -1,10 +1,14 @@
 /* The allocation wrapper: plain libc allocation plus a counter that tests read to prove a
- * training step allocates nothing. */
+ * training step allocates nothing, and the trim that hands freed heap pages back. */
 #include "nnlab/alloc.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
+#include <sys/mman.h>
 
 static atomic_uint_fast64_t alloc_count;
 
@@ -82,4 +86,25 @@ void *nl_grow(void *p, size_t *cap, size_t need, size_t elem, size_t first)
 uint64_t nl_alloc_count(void)
 {
     return atomic_load_explicit(&alloc_count, memory_order_relaxed);
+}
+
+void *nl_alloc_pages(size_t bytes)
+{
+    void *p =
+        mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    return p == MAP_FAILED ? NULL : counted(p);
+}
+
+void nl_free_pages(void *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes ? bytes : 1);
+}
+
+void nl_alloc_trim(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
 }

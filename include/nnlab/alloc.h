@@ -23,4 +23,14 @@ void *nl_grow(void *p, size_t *cap, size_t need, size_t elem, size_t first);
 /* Number of successful allocations made through this wrapper so far, all threads. */
 uint64_t nl_alloc_count(void);
 
+/* bytes of zeroed memory straight from the system (mmap), whose pages become resident only once
+ * written: for blocks sized for the most a caller may write, of which it often writes a little.
+ * Released with nl_free_pages and the same size; NULL when memory runs out. */
+void *nl_alloc_pages(size_t bytes);
+void nl_free_pages(void *p, size_t bytes);
+
+/* Gives the free memory inside the allocator's heap back to the system (glibc's malloc_trim):
+ * small blocks freed in the middle of the heap otherwise stay resident. */
+void nl_alloc_trim(void);
+
 #endif

@@ -191,12 +191,19 @@ struct nl_layer_ops {
      * statistics' positions; after the sums of the whole batch of `batch` samples are reduced
      * into sums, this replaces the optimizer for them, updating w. NULL for other kinds. */
     void (*update_stats)(const struct nl_layer *l, float *w, const float *sums, int batch);
+    /* Floats of scratch a call of at most n samples uses, where that is less than scratch_fixed +
+     * n * scratch_per_sample (which stays a bound for every n); never less for a larger n. NULL:
+     * that sum. */
+    size_t (*scratch)(const struct nl_layer *l, int n);
 };
 
 /* The table of kinds; NULL for an unknown word. */
 const struct nl_layer_ops *nl_layer_kind(const char *kind);
 /* All kinds, NULL-terminated, for help texts. */
 const struct nl_layer_ops *const *nl_layer_kinds(void);
+/* Floats of scratch a call of at most n samples of layer l needs (ops->scratch, or
+ * scratch_fixed + n * scratch_per_sample): what an executor of n samples per call gives it. */
+size_t nl_layer_scratch(const struct nl_layer *l, int n);
 
 /* Softmax cross-entropy of a shard. logits and dlogits are (n, k). Returns the sum over the shard
  * of -log softmax(logits)[label]; writes dlogits = scale * (softmax - onehot(label)) when dlogits

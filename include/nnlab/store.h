@@ -21,6 +21,10 @@ int nl_store_open_read(struct nl_store **out, const char *path, struct nl_error 
  * vacuum was added); *unused is what stays free inside the file (older stores keep their size:
  * VACUUM reclaims it). */
 int nl_store_reclaim(struct nl_store *s, long long *unused, struct nl_error *err);
+/* For a training session, which reads its dataset once and then only writes (metrics, and
+ * checkpoints in place): SQLite's page cache shrinks to a few hundred KiB, and the pages it held
+ * (the dataset's, 2 MiB) go back to the system. */
+int nl_store_lean_cache(struct nl_store *s, struct nl_error *err);
 /* Whether the store was opened read-only. */
 int nl_store_readonly(const struct nl_store *s);
 void nl_store_close(struct nl_store *s);

@@ -36,8 +36,10 @@
  *   pixels the tiles read (overlaps add); u and v are transformed again rather than kept. The
  *   results differ from the direct sum's by a few 1e-6 of the largest value (test_kernels
  *   measures up to 5.4e-6 for F(4x4), 2.2e-6 for F(2x2)). The shard goes through in chunks of
- * images whose transformed tiles and products stay in the L2 cache (wino_chunk). scratch: 2*a*a*F*C
- *   floats, plus a*a*tiles*(C + F) per sample (a = 6 or 4).
+ * images whose transformed tiles and products stay in the L2 cache (wino_chunk). scratch: a*a*F*C
+ *   floats, plus a*a*tiles*(C + F) per image of a chunk (a = 6 or 4), and a*a*F*C more where the
+ *   shard takes more than one chunk (conv_scratch); where it takes one, du comes first and
+ *   becomes the weight gradient before u is transformed into its floats.
  * - PLANE2 (3x3, stride 1, padding 1, a 2x2 input): on a 2x2 plane every output pixel reads
  *   every input pixel through a tap of its own: 16 (output, input) pairs per channel pair, where
  *   im2col's columns hold 36 taps, 20 of them on the padding. nl_conv_plane2 (nnlab/conv_plane.h,
@@ -461,8 +463,7 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
 /* WINOGRAD: u (a*a, F, C) = the filters transformed; then chunk by chunk of images
  * (wino_chunk), v (a*a, C, T) = the chunk's T = n*tiles input tiles transformed, mm[xi] (F, T) =
  * u[xi] (F, C) v[xi] (C, T) for each of the a*a products of a tile, and the output transform
- * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, a part as large left
- * for backward's du, then v and mm. */
+ * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, then v and mm. */
 static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
                              const struct conv_dims *d)
 {
@@ -471,7 +472,7 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     const size_t fc = (size_t)d->f * p->c, out_size = (size_t)d->f * d->p;
     const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
     const int step = wino_chunk(p, f->n);
-    float *u = f->scratch, *v = u + 2 * aa * fc;
+    float *u = f->scratch, *v = u + aa * fc;
 
     nl_wino_filter(u, f->w, p);
     for (int s0 = 0; s0 < f->n; s0 += step) {
@@ -686,7 +687,8 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
  * (T, C), v the input transformed again, and after the last chunk dweight += the adjoint of the
  * filter transform of du; dv[xi] (C, T) = u[xi]^T (C, F) dmm[xi] (F, T), u the filters
  * transformed again, and din += the adjoint of the input transform of dv; dbias as SAMPLE's.
- * scratch: u, du, then a chunk's v (later dv) and dmm.
+ * scratch: u, du (one region where the shard is one chunk: du, then u), then a chunk's v (later
+ * dv) and dmm.
  *
  * Where nl_wino_input_t has its vector path (C a multiple of 16, planes of at most 256 pixels),
  * the input is transformed again into vt (a*a, T, C), the same values with each matrix
@@ -706,10 +708,12 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
     const struct nl_wino *p = &d->wino;
     const int aa = p->a * p->a, step = wino_chunk(p, b->n);
     const size_t fc = (size_t)d->f * p->c, out_size = (size_t)d->f * d->p;
-    float *u = b->scratch, *du = u + aa * fc, *v = du + aa * fc;
+    /* A shard of one chunk: du first, folded into dweight before u takes its floats. */
+    const int one = step >= b->n;
+    float *u = b->scratch, *du = one ? u : u + aa * fc, *v = du + aa * fc;
     float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
 
-    if (b->din[0])
+    if (b->din[0] && !one)
         nl_wino_filter(u, b->w, p);
     for (int s0 = 0; s0 < b->n; s0 += step) {
         const int n = b->n - s0 < step ? b->n - s0 : step, tt = n * p->tiles;
@@ -727,7 +731,11 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
                 nl_sgemm(0, 1, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, tt,
                          s0 == 0 ? 0.0f : 1.0f, du + xi * fc, p->c);
         }
+        if (b->dw && one)
+            nl_wino_filter_adjoint(b->dw, du, p);
         if (b->din[0]) {
+            if (one)
+                nl_wino_filter(u, b->w, p);
             for (int xi = 0; xi < aa; xi++)
                 nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
                          v + xi * ct, tt);
@@ -737,12 +745,27 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
             nl_wino_input_adjoint(din, v, n, p);
         }
     }
-    if (b->dw)
+    if (b->dw && !one)
         nl_wino_filter_adjoint(b->dw, du, p);
     if (db)
         for (int s = 0; s < b->n; s++)
             for (int fo = 0; fo < d->f; fo++)
                 db[fo] += nl_sum(b->dout + (size_t)s * out_size + (size_t)fo * d->p, d->p);
+}
+
+/* Floats of scratch a call of at most n images uses: WINOGRAD's u, du beside it only where the
+ * shard takes more than one chunk, and one chunk's v and mm (scratch_fixed and scratch_per_sample
+ * count du and every image: a bound); the other lowerings' fields. */
+static size_t conv_scratch(const struct nl_layer *l, int n)
+{
+    struct conv_dims d;
+
+    if (l->lower != NL_LOWER_WINOGRAD && l->lower != NL_LOWER_WINOGRAD2)
+        return l->scratch_fixed + (size_t)n * l->scratch_per_sample;
+    conv_dims(l, &d, NULL);
+    const int step = wino_chunk(&d.wino, n);
+    const size_t u = (size_t)d.wino.a * d.wino.a * d.f * d.wino.c;
+    return (step < n ? 2 : 1) * u + (size_t)step * l->scratch_per_sample;
 }
 
 /* din's first writer (bit 0 of b->set): WINOGRAD zeroes each chunk of images just before it
@@ -780,4 +803,5 @@ const struct nl_layer_ops nl__conv_ops = {
     .setup = conv_setup,
     .forward = conv_forward,
     .backward = conv_backward,
+    .scratch = conv_scratch,
 };
