@@ -251,6 +251,7 @@ static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int k
 {
     gradcheck_conv_as(NL_LOWER_SAMPLE, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
     gradcheck_conv_as(NL_LOWER_SHARD, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
+    gradcheck_conv_as(NL_LOWER_PACKED, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
     if (sh == 1 && sw == 1 && ph < kh && pw < kw)
         gradcheck_conv_as(NL_LOWER_DIRECT, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
     if (sh == 1 && sw == 1 && kh == 3 && kw == 3 && ph < 3 && pw < 3) {
@@ -433,6 +434,8 @@ static void test_overwrite(void)
         {NL_LOWER_SHARD, 2, 4, 1, 2, 0, {3, 6, 7}},
         {NL_LOWER_PHASES, 2, 4, 1, 2, 0, {3, 6, 7}},
         {NL_LOWER_PHASES, 2, 4, 3, 2, 1, {3, 6, 7}},
+        {NL_LOWER_PACKED, 2, 4, 3, 1, 1, {3, 6, 7}},
+        {NL_LOWER_PACKED, 3, 50, 5, 1, 0, {20, 12, 12}},
         {NL_LOWER_WINOGRAD, 5, 16, 3, 1, 1, {16, 28, 28}},
         {NL_LOWER_WINOGRAD2, 5, 16, 3, 1, 1, {16, 28, 28}},
     };

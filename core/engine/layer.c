@@ -78,6 +78,8 @@ const char *nl_lowering_name(enum nl_lowering lowering)
         return "stride-2 lanes";
     case NL_LOWER_PHASES:
         return "one GEMM per image from the phase planes";
+    case NL_LOWER_PACKED:
+        return "packed weights, one product per image";
     }
     return "an unknown lowering";
 }

@@ -1,0 +1,243 @@
+/* Small matrix products with the left matrix packed (nnlab/conv_gemm.h): the PACKED lowering of
+ * core/engine/layers/conv.c.
+ *
+ * OpenBLAS packs both operands at every call. One image of LeNet's conv2 is a product of
+ * (50, 500) weights by (500, 64) columns: the weights' 25000 floats are packed again for every
+ * image, and 64 columns pay it back poorly. Here the weights are packed once per shard, into
+ * panels of 6 rows, k-major, and the columns are read where im2col wrote them:
+ *
+ * - a tile of 6 rows by 64 columns (24 vectors) stays in registers; per k, 4 loads of the right
+ *   matrix's row, 6 broadcasts of the panel and 24 fused multiply-adds;
+ * - the columns go 64 at a time (the last vector masked), k in blocks of KC = 128 rows, so that
+ *   a block of the right matrix (32 KiB) stays in the L1 cache while every panel passes over it;
+ *   the tile is stored after each block and loaded again before the next, which changes no sum.
+ *
+ * Each output is one chain of fused multiply-adds in the order of k from its initial value, as
+ * the naive twin computes it with fmaf: the two agree bit for bit.
+ *
+ * nl_im2col_t writes the columns transposed, one output pixel's window per row, for the weight
+ * gradient dW (F, K) += dout (F, P) colst (P, K), whose right matrix must be read by rows of K. */
+#include "nnlab/conv_gemm.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "nnlab/kernels.h"
+#include "simd.h"
+
+#define MR NL_PGEMM_MR
+#define NB 64
+#define KC 128
+
+size_t nl_pgemm_packed_floats(int m, int k)
+{
+    return (size_t)((m + MR - 1) / MR) * MR * (size_t)k;
+}
+
+void nl_pgemm_pack(float *ap, const float *a, int lda, int trans, int m, int k)
+{
+    for (int i0 = 0; i0 < m; i0 += MR) {
+        float *p = ap + (size_t)(i0 / MR) * MR * k;
+        const int rows = m - i0 < MR ? m - i0 : MR;
+        if (trans) {
+            for (int kk = 0; kk < k; kk++) {
+                const float *src = a + (size_t)kk * lda + i0;
+                for (int r = 0; r < MR; r++)
+                    p[(size_t)kk * MR + r] = r < rows ? src[r] : 0.0f;
+            }
+            continue;
+        }
+        for (int r = 0; r < MR; r++) {
+            const float *src = a + (size_t)(i0 + r) * lda;
+            for (int kk = 0; kk < k; kk++)
+                p[(size_t)kk * MR + r] = r < rows ? src[kk] : 0.0f;
+        }
+    }
+}
+
+void nl_pgemm_naive(float *c, int ldc, const float *ap, const float *b, int ldb, int m, int n,
+                    int k, const float *bias, int accumulate)
+{
+    for (int i = 0; i < m; i++) {
+        const float *p = ap + (size_t)(i / MR) * MR * k + i % MR;
+        for (int j = 0; j < n; j++) {
+            float *cij = c + (size_t)i * ldc + j;
+            float acc = accumulate ? *cij : bias ? bias[i] : 0.0f;
+            for (int kk = 0; kk < k; kk++)
+                acc = fmaf(p[(size_t)kk * MR], b[(size_t)kk * ldb + j], acc);
+            *cij = acc;
+        }
+    }
+}
+
+/* One tile: c (mr, up to 16*nv) from its initial value (init: 0 zero, 1 bias, 2 c itself) plus
+ * the panel's k columns times b's k rows; mask[v] picks the vector's columns. mr and nv are
+ * constants in each instantiation, so the tile's mr*nv accumulators stay in registers. */
+AVX512 static inline __attribute__((always_inline)) void
+tile_avx512(float *c, int ldc, const float *ap, const float *b, int ldb, int k, int init,
+            const float *bias, const __mmask16 *mask, const int mr, const int nv, const int full)
+{
+    __m512 acc[MR][4];
+
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = init == 2 && full ? _mm512_loadu_ps(c + (size_t)r * ldc + 16 * v)
+                        : init == 2 ? _mm512_maskz_loadu_ps(mask[v], c + (size_t)r * ldc + 16 * v)
+                        : init == 1 ? _mm512_set1_ps(bias[r])
+                                    : _mm512_setzero_ps();
+    for (int kk = 0; kk < k; kk++) {
+        const float *brow = b + (size_t)kk * ldb;
+        const float *arow = ap + (size_t)kk * MR;
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            bv[v] = full ? _mm512_loadu_ps(brow + 16 * v)
+                         : _mm512_maskz_loadu_ps(mask[v], brow + 16 * v);
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            const __m512 a = _mm512_set1_ps(arow[r]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm512_fmadd_ps(a, bv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            if (full)
+                _mm512_storeu_ps(c + (size_t)r * ldc + 16 * v, acc[r][v]);
+            else
+                _mm512_mask_storeu_ps(c + (size_t)r * ldc + 16 * v, mask[v], acc[r][v]);
+}
+
+#define TILE_MR(NV, FULL)                                                                          \
+    switch (mr) {                                                                                  \
+    case 1:                                                                                        \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 1, NV, FULL);                         \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 2, NV, FULL);                         \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 3, NV, FULL);                         \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 4, NV, FULL);                         \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 5, NV, FULL);                         \
+        break;                                                                                     \
+    default:                                                                                       \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 6, NV, FULL);                         \
+        break;                                                                                     \
+    }
+
+AVX512 static void tile_any(float *c, int ldc, const float *ap, const float *b, int ldb, int k,
+                            int init, const float *bias, const __mmask16 *mask, int mr, int nv)
+{
+    /* a full tile of 64 columns, the common case, loads and stores without masks */
+    if (nv == 4 && mask[3] == 0xffff) {
+        TILE_MR(4, 1)
+        return;
+    }
+    switch (nv) {
+    case 1:
+        TILE_MR(1, 0)
+        break;
+    case 2:
+        TILE_MR(2, 0)
+        break;
+    case 3:
+        TILE_MR(3, 0)
+        break;
+    default:
+        TILE_MR(4, 0)
+        break;
+    }
+}
+
+AVX512 static void pgemm_avx512(float *c, int ldc, const float *ap, const float *b, int ldb, int m,
+                                int n, int k, const float *bias, int accumulate)
+{
+    for (int j0 = 0; j0 < n; j0 += NB) {
+        const int nj = n - j0 < NB ? n - j0 : NB, nv = (nj + 15) / 16;
+        __mmask16 mask[4];
+        for (int v = 0; v < 4; v++)
+            mask[v] = lanes(0, nj - 16 * v);
+        /* k == 0 still runs one block: the tile is its initial value */
+        for (int kb = 0; kb < k || kb == 0; kb += KC) {
+            const int kc = k - kb < KC ? k - kb : KC;
+            const int init = accumulate || kb > 0 ? 2 : bias ? 1 : 0;
+            for (int i0 = 0; i0 < m; i0 += MR) {
+                const int mr = m - i0 < MR ? m - i0 : MR;
+                tile_any(c + (size_t)i0 * ldc + j0, ldc, ap + ((size_t)(i0 / MR) * k + kb) * MR,
+                         b + (size_t)kb * ldb + j0, ldb, kc, init, bias ? bias + i0 : NULL, mask,
+                         mr, nv);
+            }
+        }
+    }
+}
+
+void nl_pgemm(float *c, int ldc, const float *ap, const float *b, int ldb, int m, int n, int k,
+              const float *bias, int accumulate)
+{
+    if (nl_kernels_vector_on())
+        pgemm_avx512(c, ldc, ap, b, ldb, m, n, k, bias, accumulate);
+    else
+        nl_pgemm_naive(c, ldc, ap, b, ldb, m, n, k, bias, accumulate);
+}
+
+void nl_im2col_t_naive(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
+                       int sw, int ph, int pw, int oh, int ow)
+{
+    const size_t k = (size_t)c * kh * kw;
+
+    for (int oy = 0; oy < oh; oy++)
+        for (int ox = 0; ox < ow; ox++) {
+            float *row = colst + ((size_t)oy * ow + ox) * k;
+            for (int ci = 0; ci < c; ci++)
+                for (int ki = 0; ki < kh; ki++)
+                    for (int kj = 0; kj < kw; kj++) {
+                        const int iy = oy * sh - ph + ki, ix = ox * sw - pw + kj;
+                        *row++ = iy < 0 || iy >= h || ix < 0 || ix >= w
+                                     ? 0.0f
+                                     : img[((size_t)ci * h + iy) * w + ix];
+                    }
+        }
+}
+
+/* A window row of kw <= 16 taps: one masked load (zeros off the image's edges), one masked
+ * store. */
+AVX512 static void im2col_t_avx512(float *colst, const float *img, int c, int h, int w, int kh,
+                                   int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    const size_t k = (size_t)c * kh * kw;
+    const __mmask16 store = lanes(0, kw);
+
+    for (int oy = 0; oy < oh; oy++)
+        for (int ox = 0; ox < ow; ox++) {
+            float *row = colst + ((size_t)oy * ow + ox) * k;
+            const int x0 = ox * sw - pw;
+            const __mmask16 load = lanes(-x0, w - x0) & store;
+            for (int ci = 0; ci < c; ci++)
+                for (int ki = 0; ki < kh; ki++, row += kw) {
+                    const int iy = oy * sh - ph + ki;
+                    __m512 v = _mm512_setzero_ps();
+                    if (iy >= 0 && iy < h)
+                        v = _mm512_maskz_loadu_ps(load, img + ((size_t)ci * h + iy) * w + x0);
+                    _mm512_mask_storeu_ps(row, store, v);
+                }
+        }
+}
+
+void nl_im2col_t(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
+                 int sw, int ph, int pw, int oh, int ow)
+{
+    if (nl_kernels_vector_on() && kw <= 16)
+        im2col_t_avx512(colst, img, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+    else
+        nl_im2col_t_naive(colst, img, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+}

@@ -1,0 +1,37 @@
+/* Small matrix products for convolutions whose products are too small for OpenBLAS to run near
+ * its rate (LeNet's: 50 filters, K = 500, 64 output pixels): the left matrix is packed once per
+ * shard into panels of NL_PGEMM_MR rows, the right one is read in place, row by row, and the
+ * output tile (6 rows by 64 columns) stays in AVX-512 registers (core/engine/conv_gemm.c).
+ * Each output sums its terms in fused multiply-adds in the order of k, starting from its initial
+ * value (0, the bias or the output itself); the naive twins do the same with fmaf, so the two
+ * agree bit for bit. */
+#ifndef NNLAB_CONV_GEMM_H
+#define NNLAB_CONV_GEMM_H
+
+#include <stddef.h>
+
+#define NL_PGEMM_MR 6
+
+/* Floats of a (m, k) packed: ceil(m / NL_PGEMM_MR) panels of NL_PGEMM_MR * k. */
+size_t nl_pgemm_packed_floats(int m, int k);
+
+/* ap = a (m, k) packed: panel i holds rows [6i, 6i + 6) k-major,
+ * ap[(i*k + kk)*6 + r] = a[6i + r][kk], the rows past m zero. a is row-major with row stride
+ * lda; with trans, a is given as its transpose, (k, m) with row stride lda. */
+void nl_pgemm_pack(float *ap, const float *a, int lda, int trans, int m, int k);
+
+/* c (m, n) = init + ap (m, k) b (k, n): b row-major with row stride ldb, c with ldc; init is c
+ * itself when accumulate, else bias[row] when bias is not NULL, else 0. */
+void nl_pgemm(float *c, int ldc, const float *ap, const float *b, int ldb, int m, int n, int k,
+              const float *bias, int accumulate);
+void nl_pgemm_naive(float *c, int ldc, const float *ap, const float *b, int ldb, int m, int n,
+                    int k, const float *bias, int accumulate);
+
+/* colst (oh*ow, c*kh*kw) = the columns of nl_im2col transposed: row p holds output pixel p's
+ * window, channel-major then row-major in the window, zeros on the padding. */
+void nl_im2col_t(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
+                 int sw, int ph, int pw, int oh, int ow);
+void nl_im2col_t_naive(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
+                       int sw, int ph, int pw, int oh, int ow);
+
+#endif
