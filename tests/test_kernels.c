@@ -313,6 +313,58 @@ static void test_pgemm(void)
     }
 }
 
+/* nl_conv1c's vectors against its naive twin, bit for bit, and the twin against a sum in double:
+ * lenet's conv1 and other one-channel planes with rows of 24, 1 to 11 filters (every block
+ * size), with and without the bias. */
+static void test_conv1c(void)
+{
+    static const int shapes[][4] = {{28, 28, 5, 5}, {26, 26, 3, 3}, {4, 30, 3, 7}, {10, 24, 1, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int f = 1; f <= 11; f += 2) {
+            const int h = shapes[i][0], w = shapes[i][1], kh = shapes[i][2], kw = shapes[i][3];
+            const int oh = h - kh + 1, ow = w - kw + 1;
+            float *img = floats((size_t)h * w), *wt = floats((size_t)f * kh * kw),
+                  *bias = floats((size_t)f), *a = floats((size_t)f * oh * ow),
+                  *b = floats((size_t)f * oh * ow);
+            const float *bs = f % 4 == 1 ? NULL : bias;
+            fill(img, (size_t)h * w, -1, 1);
+            fill(wt, (size_t)f * kh * kw, -1, 1);
+            fill(bias, (size_t)f, -1, 1);
+            ok(nl_conv1c_fits(1, kh, kw, 1, 1, 0, 0, oh, ow), "conv1c %dx%d, %dx%d: fits", h, w, kh,
+               kw);
+            nl_conv1c(a, img, wt, bs, h, w, f, kh, kw, oh, ow);
+            nl_conv1c_naive(b, img, wt, bs, h, w, f, kh, kw, oh, ow);
+            ok(memcmp(a, b, (size_t)f * oh * ow * sizeof *a) == 0,
+               "conv1c %d filters %dx%d on %dx%d%s: the vectors agree with the naive twin bit for "
+               "bit",
+               f, kh, kw, h, w, bs ? "" : " no bias");
+            double worst = 0.0;
+            for (int fo = 0; fo < f; fo++)
+                for (int y = 0; y < oh; y++)
+                    for (int x = 0; x < ow; x++) {
+                        double want = bs ? bs[fo] : 0.0, scale = 1.0;
+                        for (int ki = 0; ki < kh; ki++)
+                            for (int kj = 0; kj < kw; kj++) {
+                                const double t = (double)wt[((size_t)fo * kh + ki) * kw + kj] *
+                                                 img[(size_t)(y + ki) * w + x + kj];
+                                want += t;
+                                scale += fabs(t);
+                            }
+                        const double d = fabs(b[((size_t)fo * oh + y) * ow + x] - want) / scale;
+                        worst = d > worst ? d : worst;
+                    }
+            ok(worst < 1e-6,
+               "conv1c %d filters %dx%d on %dx%d: naive within %.2g of the sum in "
+               "double",
+               f, kh, kw, h, w, worst);
+            free(img);
+            free(wt);
+            free(bias);
+            free(a);
+            free(b);
+        }
+}
+
 /* nl_im2col_t against nl_im2col's columns transposed, on the vector path and the naive one. */
 static void test_im2col_t(const struct geom *g)
 {
@@ -1646,6 +1698,7 @@ int main(void)
             test_im2col_t(&geoms[i]);
         }
         test_pgemm();
+        test_conv1c();
     }
     nl_kernels_vector(1);
     test_vector_twins();
@@ -1665,6 +1718,10 @@ int main(void)
         test_conv(&convs[i], NL_LOWER_SAMPLE);
         test_conv(&convs[i], NL_LOWER_SHARD);
         test_conv(&convs[i], NL_LOWER_PACKED);
+        if (nl_conv1c_fits(convs[i].c, convs[i].kh, convs[i].kw, convs[i].sh, convs[i].sw,
+                           convs[i].ph, convs[i].pw, (convs[i].h - convs[i].kh) / convs[i].sh + 1,
+                           (convs[i].w - convs[i].kw) / convs[i].sw + 1))
+            test_conv(&convs[i], NL_LOWER_ONECHAN);
         if (convs[i].sh == 1 && convs[i].sw == 1 && convs[i].ph < convs[i].kh &&
             convs[i].pw < convs[i].kw)
             test_conv(&convs[i], NL_LOWER_DIRECT);
@@ -1911,6 +1968,13 @@ int main(void)
            "conv 128 3x3 on 128x8x8 (ResNet-18 64x64 layer2): Winograd F(4x4) where the vector "
            "paths run, else one GEMM per shard; lenet's conv2: packed weights where the vector "
            "paths run, else one GEMM per image");
+        struct nl_layer lenet1 = lenet2;
+        lenet1.filters = 20;
+        lenet1.in[0] = (struct nl_shape){1, 28, 28};
+        ok(lenet1.ops->setup(&lenet1, &err) == 0 &&
+               lenet1.lower == (vec ? NL_LOWER_ONECHAN : NL_LOWER_SAMPLE),
+           "lenet's conv1 (20 5x5 on 1x28x28): one channel in where the vector paths run, else one "
+           "GEMM per image");
         struct nl_layer stage1 = big, stage3 = big, strided = big;
         stage1.filters = 16;
         stage1.in[0] = (struct nl_shape){16, 28, 28};

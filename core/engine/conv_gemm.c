@@ -241,3 +241,107 @@ void nl_im2col_t(float *colst, const float *img, int c, int h, int w, int kh, in
     else
         nl_im2col_t_naive(colst, img, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
 }
+
+int nl_conv1c_fits(int c, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    return c == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && kh >= 1 && kw >= 1 && ow == 24 &&
+           oh % 2 == 0;
+}
+
+void nl_conv1c_naive(float *out, const float *img, const float *weight, const float *bias, int h,
+                     int w, int f, int kh, int kw, int oh, int ow)
+{
+    (void)h;
+    for (int fo = 0; fo < f; fo++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++) {
+                float acc = bias ? bias[fo] : 0.0f;
+                for (int ki = 0; ki < kh; ki++)
+                    for (int kj = 0; kj < kw; kj++)
+                        acc = fmaf(weight[((size_t)fo * kh + ki) * kw + kj],
+                                   img[(size_t)(oy + ki) * w + ox + kj], acc);
+                out[((size_t)fo * oh + oy) * ow + ox] = acc;
+            }
+}
+
+/* fb filters (a constant in each instantiation) over output rows oy and oy + 1, 48 pixels: the
+ * vectors [0, 16) and [32, 48) lie in one row each and load whole; [16, 32) is the last 8 of the
+ * first row and the first 8 of the second. */
+AVX512 static inline __attribute__((always_inline)) void
+conv1c_block(float *out, const float *img, const float *weight, const float *bias, int w, int kh,
+             int kw, int oh, int fb)
+{
+    const int taps = kh * kw, p = oh * 24;
+
+    for (int oy = 0; oy < oh; oy += 2) {
+        __m512 acc[6][3];
+#pragma GCC unroll 6
+        for (int r = 0; r < fb; r++)
+#pragma GCC unroll 3
+            for (int v = 0; v < 3; v++)
+                acc[r][v] = bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps();
+        for (int ki = 0; ki < kh; ki++) {
+            const float *r0 = img + (size_t)(oy + ki) * w, *r1 = r0 + w;
+            const float *wk = weight + (size_t)ki * kw;
+            for (int kj = 0; kj < kw; kj++) {
+                const __m512 b0 = _mm512_loadu_ps(r0 + kj);
+                const __m512d lo =
+                    _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(r0 + 16 + kj)));
+                const __m512 b1 = _mm512_castpd_ps(
+                    _mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_loadu_ps(r1 + kj)), 1));
+                const __m512 b2 = _mm512_loadu_ps(r1 + 8 + kj);
+#pragma GCC unroll 6
+                for (int r = 0; r < fb; r++) {
+                    const __m512 a = _mm512_set1_ps(wk[(size_t)r * taps + kj]);
+                    acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+                    acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+                    acc[r][2] = _mm512_fmadd_ps(a, b2, acc[r][2]);
+                }
+            }
+        }
+#pragma GCC unroll 6
+        for (int r = 0; r < fb; r++)
+#pragma GCC unroll 3
+            for (int v = 0; v < 3; v++)
+                _mm512_storeu_ps(out + (size_t)r * p + (size_t)oy * 24 + 16 * v, acc[r][v]);
+    }
+}
+
+AVX512 static void conv1c_avx512(float *out, const float *img, const float *weight,
+                                 const float *bias, int w, int f, int kh, int kw, int oh)
+{
+    const size_t taps = (size_t)kh * kw, p = (size_t)oh * 24;
+
+    /* blocks of 5 filters (15 accumulators), as lenet's 20 divide; the last block what is left */
+    for (int f0 = 0; f0 < f; f0 += 5) {
+        const int fb = f - f0 < 5 ? f - f0 : 5;
+        float *o = out + (size_t)f0 * p;
+        const float *wt = weight + (size_t)f0 * taps, *b = bias ? bias + f0 : NULL;
+        switch (fb) {
+        case 1:
+            conv1c_block(o, img, wt, b, w, kh, kw, oh, 1);
+            break;
+        case 2:
+            conv1c_block(o, img, wt, b, w, kh, kw, oh, 2);
+            break;
+        case 3:
+            conv1c_block(o, img, wt, b, w, kh, kw, oh, 3);
+            break;
+        case 4:
+            conv1c_block(o, img, wt, b, w, kh, kw, oh, 4);
+            break;
+        default:
+            conv1c_block(o, img, wt, b, w, kh, kw, oh, 5);
+            break;
+        }
+    }
+}
+
+void nl_conv1c(float *out, const float *img, const float *weight, const float *bias, int h, int w,
+               int f, int kh, int kw, int oh, int ow)
+{
+    if (nl_kernels_vector_on() && nl_conv1c_fits(1, kh, kw, 1, 1, 0, 0, oh, ow))
+        conv1c_avx512(out, img, weight, bias, w, f, kh, kw, oh);
+    else
+        nl_conv1c_naive(out, img, weight, bias, h, w, f, kh, kw, oh, ow);
+}

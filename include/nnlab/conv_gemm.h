@@ -34,4 +34,16 @@ void nl_im2col_t(float *colst, const float *img, int c, int h, int w, int kh, in
 void nl_im2col_t_naive(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
                        int sw, int ph, int pw, int oh, int ow);
 
+/* One input channel, stride 1, no padding, output rows of 24 (lenet's conv1: 28x28, 5x5), with
+ * no im2col: two output rows are three vectors of 16 pixels, each read from the image with its
+ * tap's shift (nl_conv1c_fits says where). out (f, oh, ow) = bias + the taps of img (h, w) by
+ * weight [f, 1, kh, kw], each output one chain of fused multiply-adds over the taps in row-major
+ * order from the bias (from 0 where bias is NULL); the naive twin computes the same chains with
+ * fmaf, so the two agree bit for bit. */
+int nl_conv1c_fits(int c, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
+void nl_conv1c(float *out, const float *img, const float *weight, const float *bias, int h, int w,
+               int f, int kh, int kw, int oh, int ow);
+void nl_conv1c_naive(float *out, const float *img, const float *weight, const float *bias, int h,
+                     int w, int f, int kh, int kw, int oh, int ow);
+
 #endif

@@ -67,6 +67,11 @@
  *   multiply-adds in the order of K (from the bias for the forward), another order than
  *   OpenBLAS's, so the results differ from SAMPLE's in the last bits. scratch: the packed
  *   transposed weights, an image's packed dout, and 2*K*P floats (or the packed weights and K*P).
+ * - ONECHAN (one input channel, stride 1, no padding, output rows of 24: lenet's conv1): the
+ *   forward by nl_conv1c (nnlab/conv_gemm.h), no im2col: a pair of output rows is three vectors
+ *   of 16 pixels (the middle one half from each row), each read from the image at its tap's
+ *   shift, five filters' 15 vectors in registers, from the bias, taps in row-major order. The
+ *   gradients are SAMPLE's. scratch: SAMPLE's.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -175,7 +180,10 @@
  * lenet's conv1 (K 25, P 576) 84.3 against 53.4, where the weight gradient's products are 25
  * columns wide; resnet8's 1x1 stride-2 shortcuts (K 16 and 32, P 196 and 49) 40.5 against 30.2 and
  * 48.5 against 43.0. Hence PACKED, where SAMPLE would run and the vector paths are on, for
- * P <= 64 and K >= 256: of the shipped models, lenet's conv2 alone.
+ * P <= 64 and K >= 256: of the shipped models, lenet's conv2 alone. LeNet's conv1 (1 -> 20, 5x5
+ * on 28x28) ran its forward as im2col (2.0 us an image) and a product of K = 25 (4.0 us, and the
+ * bias written first); nl_conv1c takes 3.8 us for both (the same measurement). Hence ONECHAN
+ * wherever it fits and the vector paths are on, before SHARD's rule.
  *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
@@ -279,6 +287,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
                              win.ph == 1 && win.pw == 1 && nl_conv_s2_lanes_fits(win.h, win.w);
     const int phases_fits =
         nl_s2_fits(win.h, win.w, win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.oh, win.ow);
+    const int onechan_fits =
+        nl_conv1c_fits(win.c, win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.oh, win.ow);
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
         l->lower = l->lowering;
     else if (l->lowering == NL_LOWER_PLANE2 && !plane2_fits)
@@ -320,6 +330,14 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = NL_LOWER_DIRECT;
     else if (l->lowering == NL_LOWER_PACKED)
         l->lower = NL_LOWER_PACKED;
+    else if (l->lowering == NL_LOWER_ONECHAN && !onechan_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d pad %dx%d on %dx%dx%d cannot run the "
+                              "one-channel lowering (one input channel, stride 1, no padding, "
+                              "output rows of 24 in pairs)",
+                              win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.c, win.h, win.w);
+    else if (l->lowering == NL_LOWER_ONECHAN)
+        l->lower = NL_LOWER_ONECHAN;
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
     else if (wino_fits && win.c >= 16 && l->filters >= 16 && win.oh >= 3 && win.ow >= 3 &&
@@ -332,6 +350,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
              win.ow >= 14 && nl_kernels_vector_on())
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
+    else if (onechan_fits && nl_kernels_vector_on())
+        l->lower = NL_LOWER_ONECHAN; /* the rule at the top of this file */
     else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
         l->lower = NL_LOWER_SHARD;
     else if (phases_fits && win.kh * win.kw > 1 && nl_kernels_vector_on())
@@ -493,6 +513,26 @@ static void forward_packed(const struct nl_layer *l, const struct nl_fwd *f,
     }
 }
 
+/* ONECHAN: out_s (F, oh, ow) straight from in_s by nl_conv1c, image after image (or the folded
+ * output pass after it). */
+static void forward_onechan(const struct nl_layer *l, const struct nl_fwd *f,
+                            const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const size_t out_size = (size_t)d->f * d->p;
+
+    for (int s = 0; s < f->n; s++) {
+        float *out = f->out + (size_t)s * out_size;
+        nl_conv1c(out, f->in[0] + (size_t)s * d->in_size, f->w, bias, g->h, g->w, d->f, g->kh,
+                  g->kw, g->oh, g->ow);
+        if (f->scale)
+            for (int fo = 0; fo < d->f; fo++)
+                nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p,
+                               f->scale[fo], f->shift[fo], f->act);
+    }
+}
+
 /* DIRECT: out_s (F, oh, ow) straight from in_s by nl_conv_s1, image after image. */
 static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
                            const struct conv_dims *d)
@@ -590,6 +630,8 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
         forward_direct(l, f, &d);
     else if (l->lower == NL_LOWER_PACKED)
         forward_packed(l, f, &d);
+    else if (l->lower == NL_LOWER_ONECHAN)
+        forward_onechan(l, f, &d);
     else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
               l->lower == NL_LOWER_S2LANES) &&
              f->n > 1)
