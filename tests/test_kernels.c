@@ -357,6 +357,51 @@ static void test_conv1c(void)
                "conv1c %d filters %dx%d on %dx%d: naive within %.2g of the sum in "
                "double",
                f, kh, kw, h, w, worst);
+            if (nl_conv1c_dweight_fits(kw)) {
+                /* the weight gradient over two images */
+                const size_t taps = (size_t)kh * kw, lanes16 = (size_t)f * taps * 16;
+                float *img2 = floats(2 * (size_t)h * w), *dout = floats(2 * (size_t)f * oh * ow);
+                float *pa = floats(lanes16), *pb = floats(lanes16);
+                float *dwa = floats((size_t)f * taps);
+                fill(img2, 2 * (size_t)h * w, -1, 1);
+                fill(dout, 2 * (size_t)f * oh * ow, -1, 1);
+                for (int s = 0; s < 2; s++) {
+                    const float *x = img2 + (size_t)s * h * w, *g = dout + (size_t)s * f * oh * ow;
+                    nl_conv1c_dweight(pa, g, x, w, f, kh, kw, oh, ow);
+                    nl_conv1c_dweight_naive(pb, g, x, w, f, kh, kw, oh, ow);
+                }
+                ok(memcmp(pa, pb, lanes16 * sizeof *pa) == 0,
+                   "conv1c weight gradient %d filters %dx%d on 2x%dx%d: the vectors agree with the "
+                   "naive twin bit for bit",
+                   f, kh, kw, h, w);
+                nl_conv1c_dweight_finish(dwa, pa, (size_t)f * taps);
+                double werr = 0.0;
+                for (int fo = 0; fo < f; fo++)
+                    for (size_t t = 0; t < taps; t++) {
+                        const int ki = (int)t / kw, kj = (int)t % kw;
+                        double want = 0.0, scale = 1.0;
+                        for (int s = 0; s < 2; s++)
+                            for (int y = 0; y < oh; y++)
+                                for (int x = 0; x < ow; x++) {
+                                    const double v =
+                                        (double)dout[(((size_t)s * f + fo) * oh + y) * ow + x] *
+                                        img2[((size_t)s * h + y + ki) * w + x + kj];
+                                    want += v;
+                                    scale += fabs(v);
+                                }
+                        const double e = fabs(dwa[(size_t)fo * taps + t] - want) / scale;
+                        werr = e > werr ? e : werr;
+                    }
+                ok(werr < 1e-6,
+                   "conv1c weight gradient %d filters %dx%d: within %.2g of the sum "
+                   "in double",
+                   f, kh, kw, werr);
+                free(img2);
+                free(dout);
+                free(pa);
+                free(pb);
+                free(dwa);
+            }
             free(img);
             free(wt);
             free(bias);

@@ -47,10 +47,24 @@ void nl_pgemm_pack(float *ap, const float *a, int lda, int trans, int m, int k)
             }
             continue;
         }
-        for (int r = 0; r < MR; r++) {
-            const float *src = a + (size_t)(i0 + r) * lda;
-            for (int kk = 0; kk < k; kk++)
-                p[(size_t)kk * MR + r] = r < rows ? src[kk] : 0.0f;
+        if (rows < MR) {
+            for (int r = 0; r < MR; r++) {
+                const float *src = a + (size_t)(i0 + r) * lda;
+                for (int kk = 0; kk < k; kk++)
+                    p[(size_t)kk * MR + r] = r < rows ? src[kk] : 0.0f;
+            }
+            continue;
+        }
+        /* six rows read side by side, the panel written in order */
+        const float *s0 = a + (size_t)i0 * lda, *s1 = s0 + lda, *s2 = s1 + lda, *s3 = s2 + lda,
+                    *s4 = s3 + lda, *s5 = s4 + lda;
+        for (int kk = 0; kk < k; kk++, p += MR) {
+            p[0] = s0[kk];
+            p[1] = s1[kk];
+            p[2] = s2[kk];
+            p[3] = s3[kk];
+            p[4] = s4[kk];
+            p[5] = s5[kk];
         }
     }
 }
@@ -344,4 +358,134 @@ void nl_conv1c(float *out, const float *img, const float *weight, const float *b
         conv1c_avx512(out, img, weight, bias, w, f, kh, kw, oh);
     else
         nl_conv1c_naive(out, img, weight, bias, h, w, f, kh, kw, oh, ow);
+}
+
+int nl_conv1c_dweight_fits(int kw)
+{
+    return kw >= 1 && kw <= 5;
+}
+
+void nl_conv1c_dweight_naive(float *part, const float *dout, const float *img, int w, int f, int kh,
+                             int kw, int oh, int ow)
+{
+    const int taps = kh * kw, p = oh * ow;
+
+    for (int fo = 0; fo < f; fo++)
+        for (int t = 0; t < taps; t++) {
+            const int ki = t / kw, kj = t % kw;
+            float *lane = part + ((size_t)fo * taps + t) * 16;
+            for (int oy = 0; oy < oh; oy += 2)
+                for (int q = 0; q < 2 * ow; q++) {
+                    const int y = oy + q / ow, x = q % ow;
+                    lane[q % 16] = fmaf(dout[(size_t)fo * p + (size_t)y * ow + x],
+                                        img[(size_t)(y + ki) * w + x + kj], lane[q % 16]);
+                }
+        }
+}
+
+void nl_conv1c_dweight_finish(float *dweight, const float *part, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        const float *lane = part + i * 16;
+        float sum = lane[0];
+        for (int l = 1; l < 16; l++)
+            sum += lane[l];
+        dweight[i] += sum;
+    }
+}
+
+/* fb filters by the kw taps of window row ki (constants in each instantiation): fb*kw lanes'
+ * chains in registers, the filters' dout of a pair of rows in 3*fb more. */
+AVX512 static inline __attribute__((always_inline)) void
+conv1c_dw_block(float *part, const float *dout, const float *img, int w, int kh, int oh, int p,
+                const int fb, const int kw)
+{
+    const int taps = kh * kw;
+
+    for (int ki = 0; ki < kh; ki++) {
+        __m512 acc[3][5];
+#pragma GCC unroll 3
+        for (int r = 0; r < fb; r++)
+#pragma GCC unroll 5
+            for (int kj = 0; kj < kw; kj++)
+                acc[r][kj] = _mm512_loadu_ps(part + ((size_t)r * taps + ki * kw + kj) * 16);
+        for (int oy = 0; oy < oh; oy += 2) {
+            __m512 d[3][3];
+#pragma GCC unroll 3
+            for (int r = 0; r < fb; r++)
+#pragma GCC unroll 3
+                for (int v = 0; v < 3; v++)
+                    d[r][v] = _mm512_loadu_ps(dout + (size_t)r * p + (size_t)oy * 24 + 16 * v);
+            const float *r0 = img + (size_t)(oy + ki) * w, *r1 = r0 + w;
+#pragma GCC unroll 5
+            for (int kj = 0; kj < kw; kj++) {
+                const __m512 b0 = _mm512_loadu_ps(r0 + kj);
+                const __m512d lo =
+                    _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(r0 + 16 + kj)));
+                const __m512 b1 = _mm512_castpd_ps(
+                    _mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_loadu_ps(r1 + kj)), 1));
+                const __m512 b2 = _mm512_loadu_ps(r1 + 8 + kj);
+#pragma GCC unroll 3
+                for (int r = 0; r < fb; r++) {
+                    acc[r][kj] = _mm512_fmadd_ps(d[r][0], b0, acc[r][kj]);
+                    acc[r][kj] = _mm512_fmadd_ps(d[r][1], b1, acc[r][kj]);
+                    acc[r][kj] = _mm512_fmadd_ps(d[r][2], b2, acc[r][kj]);
+                }
+            }
+        }
+#pragma GCC unroll 3
+        for (int r = 0; r < fb; r++)
+#pragma GCC unroll 5
+            for (int kj = 0; kj < kw; kj++)
+                _mm512_storeu_ps(part + ((size_t)r * taps + ki * kw + kj) * 16, acc[r][kj]);
+    }
+}
+
+#define DW_KW(FB)                                                                                  \
+    switch (kw) {                                                                                  \
+    case 1:                                                                                        \
+        conv1c_dw_block(pt, dt, img, w, kh, oh, p, FB, 1);                                         \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        conv1c_dw_block(pt, dt, img, w, kh, oh, p, FB, 2);                                         \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        conv1c_dw_block(pt, dt, img, w, kh, oh, p, FB, 3);                                         \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        conv1c_dw_block(pt, dt, img, w, kh, oh, p, FB, 4);                                         \
+        break;                                                                                     \
+    default:                                                                                       \
+        conv1c_dw_block(pt, dt, img, w, kh, oh, p, FB, 5);                                         \
+        break;                                                                                     \
+    }
+
+AVX512 static void conv1c_dw_avx512(float *part, const float *dout, const float *img, int w, int f,
+                                    int kh, int kw, int oh)
+{
+    const int p = oh * 24;
+    const size_t taps = (size_t)kh * kw;
+
+    for (int f0 = 0; f0 < f; f0 += 3) {
+        const int fb = f - f0 < 3 ? f - f0 : 3;
+        float *pt = part + (size_t)f0 * taps * 16;
+        const float *dt = dout + (size_t)f0 * p;
+        if (fb == 3) {
+            DW_KW(3)
+        } else if (fb == 2) {
+            DW_KW(2)
+        } else {
+            DW_KW(1)
+        }
+    }
+}
+
+void nl_conv1c_dweight(float *part, const float *dout, const float *img, int w, int f, int kh,
+                       int kw, int oh, int ow)
+{
+    if (nl_kernels_vector_on() && nl_conv1c_fits(1, kh, kw, 1, 1, 0, 0, oh, ow) &&
+        nl_conv1c_dweight_fits(kw))
+        conv1c_dw_avx512(part, dout, img, w, f, kh, kw, oh);
+    else
+        nl_conv1c_dweight_naive(part, dout, img, w, f, kh, kw, oh, ow);
 }

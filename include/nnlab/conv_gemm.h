@@ -46,4 +46,17 @@ void nl_conv1c(float *out, const float *img, const float *weight, const float *b
 void nl_conv1c_naive(float *out, const float *img, const float *weight, const float *bias, int h,
                      int w, int f, int kh, int kw, int oh, int ow);
 
+/* Its weight gradient, for windows at most 5 wide (nl_conv1c_dweight_fits): part (f, kh*kw, 16)
+ * += each tap's products of dout (f, oh, ow) by the image's pixels under it, pixel q of each pair
+ * of output rows (0 to 47) into lane q % 16, one chain of fused multiply-adds per lane over the
+ * pairs of rows and then the three vectors of a pair; across a shard's images the same chains go
+ * on. nl_conv1c_dweight_finish then adds to dweight (count floats) each tap's 16 lanes summed in
+ * lane order. The naive twin computes the same chains with fmaf, so the two agree bit for bit. */
+int nl_conv1c_dweight_fits(int kw);
+void nl_conv1c_dweight(float *part, const float *dout, const float *img, int w, int f, int kh,
+                       int kw, int oh, int ow);
+void nl_conv1c_dweight_naive(float *part, const float *dout, const float *img, int w, int f, int kh,
+                             int kw, int oh, int ow);
+void nl_conv1c_dweight_finish(float *dweight, const float *part, size_t count);
+
 #endif

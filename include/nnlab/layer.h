@@ -49,8 +49,8 @@ enum nl_lowering {
     NL_LOWER_PHASES,    /* conv stride 2: SAMPLE's columns read from the four phase planes */
     NL_LOWER_PACKED,    /* conv: SAMPLE's columns, the weights packed once per shard for an
                            own product (nnlab/conv_gemm.h) */
-    NL_LOWER_ONECHAN,   /* conv of one input channel, rows of 24: forward direct over pairs of
-                           output rows (nnlab/conv_gemm.h), backward SAMPLE's */
+    NL_LOWER_ONECHAN,   /* conv of one input channel, rows of 24: forward and weight gradient
+                           direct over pairs of output rows (nnlab/conv_gemm.h) */
 };
 
 /* A few words that name a lowering, for test names and benchmark tables. */

@@ -71,7 +71,11 @@
  *   forward by nl_conv1c (nnlab/conv_gemm.h), no im2col: a pair of output rows is three vectors
  *   of 16 pixels (the middle one half from each row), each read from the image at its tap's
  *   shift, five filters' 15 vectors in registers, from the bias, taps in row-major order. The
- *   gradients are SAMPLE's. scratch: SAMPLE's.
+ *   weight gradient (windows at most 5 wide) by nl_conv1c_dweight from the same vectors of the
+ *   image and of dout, three filters' five taps in registers, each weight's products over the
+ *   shard's images summed in 16 lanes and the lanes summed once at the end (another order than
+ *   SAMPLE's, so other last bits); the input gradient SAMPLE's. scratch: SAMPLE's, and 16
+ *   floats per weight.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -391,6 +395,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->scratch_fixed = fwd > bwd ? fwd : bwd;
     } else if (l->lower == NL_LOWER_PHASES)
         l->scratch_fixed = k * p + nl_s2_floats(win.c, win.h, win.ow);
+    else if (l->lower == NL_LOWER_ONECHAN) /* SAMPLE's, and the weight gradient's lanes */
+        l->scratch_fixed = k * p + (size_t)l->filters * k * 16;
     else
         l->scratch_fixed = k * p;
     return 0;
@@ -776,6 +782,38 @@ static void backward_packed(const struct nl_layer *l, const struct nl_bwd *b,
     }
 }
 
+/* ONECHAN: dweight by nl_conv1c_dweight, the shard's images into 16 lanes per weight, summed
+ * once at the end (windows at most 5 wide; wider ones go as SAMPLE); dbias as SAMPLE's; the input
+ * gradient SAMPLE's. */
+static void backward_onechan(const struct nl_layer *l, const struct nl_bwd *b,
+                             const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const size_t out_size = (size_t)d->f * d->p, weights = (size_t)d->f * d->k;
+    float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+    float *part = b->scratch + (size_t)d->k * d->p;
+
+    if (!b->dw || !nl_conv1c_dweight_fits(g->kw)) {
+        backward_sample(l, b, d);
+        return;
+    }
+    memset(part, 0, weights * 16 * sizeof *part);
+    for (int s = 0; s < b->n; s++) {
+        const float *dout = b->dout + (size_t)s * out_size;
+        nl_conv1c_dweight(part, dout, b->in[0] + (size_t)s * d->in_size, g->w, d->f, g->kh, g->kw,
+                          g->oh, g->ow);
+        if (db)
+            for (int fo = 0; fo < d->f; fo++)
+                db[fo] += nl_sum(dout + (size_t)fo * d->p, d->p);
+    }
+    nl_conv1c_dweight_finish(b->dw, part, weights);
+    if (b->din[0]) {
+        struct nl_bwd din_only = *b;
+        din_only.dw = NULL;
+        backward_sample(l, &din_only, d);
+    }
+}
+
 /* DIRECT: dweight += the direct correlation of dout_s with in_s (nl_conv_s1_dweight) where the
  * window is 3 wide, else SAMPLE's im2col and GEMM; dbias as SAMPLE's; din_s += the direct
  * convolution of dout_s (F, oh, ow) by the weights turned (C, F, kh, kw) and flipped in both axes,
@@ -883,6 +921,8 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
         backward_direct(l, b, &d);
     else if (l->lower == NL_LOWER_PACKED)
         backward_packed(l, b, &d);
+    else if (l->lower == NL_LOWER_ONECHAN)
+        backward_onechan(l, b, &d);
     else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
               l->lower == NL_LOWER_S2LANES) &&
              b->n > 1)
