@@ -426,6 +426,16 @@ static void test_im2col_t(const struct geom *g)
     for (size_t r = 0; r < k; r++)
         for (size_t q = 0; q < p; q++)
             wrong += memcmp(&colst[q * k + r], &cols[r * p + q], sizeof *cols) != 0;
+    /* col2im_set writes what col2im adds to zeros, whatever the image held (NaN here) */
+    float *zeroed = floats(isize), *set = floats(isize);
+    fill_value(set, isize, NAN);
+    nl_col2im(zeroed, cols, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, oh, ow);
+    nl_col2im_set(set, cols, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, oh, ow);
+    ok(memcmp(zeroed, set, isize * sizeof *set) == 0,
+       "col2im_set %dx%dx%d window %dx%d stride %dx%d pad %dx%d%s: col2im into zeros", g->c, g->h,
+       g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, nl_kernels_vector_on() ? "" : " (scalar)");
+    free(zeroed);
+    free(set);
     is_int(wrong, 0, "im2col_t %dx%dx%d window %dx%d stride %dx%d pad %dx%d%s: im2col transposed",
            g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
            nl_kernels_vector_on() ? "" : " (scalar)");

@@ -499,7 +499,7 @@ AVX512 static void im2col_w8_avx512(float *restrict cols, int ldc, const float *
  * additions side by side; no load waits on a store, where col2im_dense's runs of neighbouring kj
  * overlap in memory shifted by one pixel. */
 AVX512 static void col2im_w16_avx512(float *restrict img, const float *restrict cols, int ldc,
-                                     int c, int h, int w, int kh, int kw, int oh, int ow)
+                                     int c, int h, int w, int kh, int kw, int oh, int ow, int set)
 {
     const __mmask16 row = lanes(0, w);
 
@@ -509,7 +509,7 @@ AVX512 static void col2im_w16_avx512(float *restrict img, const float *restrict 
             float *dst = img + ((size_t)ci * h + y0) * w;
             __m512 acc[4];
             for (int r = 0; r < 4; r++)
-                acc[r] = _mm512_maskz_loadu_ps(r < rows ? row : 0, dst + (size_t)r * w);
+                acc[r] = _mm512_maskz_loadu_ps(r < rows && !set ? row : 0, dst + (size_t)r * w);
             for (int ki = 0; ki < kh; ki++) {
                 const float *src = cols + (size_t)(ci * kh + ki) * kw * ldc;
                 for (int kj = 0; kj < kw; kj++, src += ldc) {
@@ -533,7 +533,7 @@ static void col2im_dense(float *restrict img, const float *restrict cols, int ld
                          int w, int kh, int kw, int oh, int ow)
 {
     if (vector_on && w <= 16) {
-        col2im_w16_avx512(img, cols, ldc, c, h, w, kh, kw, oh, ow);
+        col2im_w16_avx512(img, cols, ldc, c, h, w, kh, kw, oh, ow, 0);
         return;
     }
     for (int ci = 0; ci < c; ci++)
@@ -648,6 +648,19 @@ void nl_col2im(float *img, const float *cols, int c, int h, int w, int kh, int k
                int ph, int pw, int oh, int ow)
 {
     nl_col2im_ld(img, cols, oh * ow, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+}
+
+void nl_col2im_set(float *img, const float *cols, int c, int h, int w, int kh, int kw, int sh,
+                   int sw, int ph, int pw, int oh, int ow)
+{
+    /* the rows start from +0.0 in registers instead of from memory: the same sums */
+    if (vector_on && sh == 1 && sw == 1 && ph == 0 && pw == 0 && w <= 16 &&
+        !vector_wins(1, h, w, kh, kw, sh, sw, ph, pw, oh, ow)) {
+        col2im_w16_avx512(img, cols, oh * ow, c, h, w, kh, kw, oh, ow, 1);
+        return;
+    }
+    memset(img, 0, (size_t)c * h * w * sizeof *img);
+    nl_col2im(img, cols, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
 }
 
 void nl_im2col_batch(float *cols, const float *img, int n, size_t stride, int c, int h, int w,

@@ -776,13 +776,18 @@ static void backward_packed(const struct nl_layer *l, const struct nl_bwd *b,
         if (!b->din[0])
             continue;
         float *din = b->din[0] + (size_t)s * d->in_size;
-        if (pointwise(g)) { /* din_s is dcols itself */
-            nl_pgemm(din, d->p, apt, dout, d->p, d->k, d->p, d->f, NULL, 1);
+        const int first = b->set & 1; /* din's first writer: din_s written, not added to */
+        if (pointwise(g)) {           /* din_s is dcols itself */
+            nl_pgemm(din, d->p, apt, dout, d->p, d->k, d->p, d->f, NULL, !first);
             continue;
         }
         nl_pgemm(dcols, d->p, apt, dout, d->p, d->k, d->p, d->f, NULL, 0);
-        nl_col2im(din, dcols, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh,
-                  g->ow);
+        if (first)
+            nl_col2im_set(din, dcols, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
+                          g->oh, g->ow);
+        else
+            nl_col2im(din, dcols, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh,
+                      g->ow);
     }
 }
 
@@ -907,17 +912,17 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
 
 /* din's first writer (bit 0 of b->set): WINOGRAD zeroes each chunk of images just before it
  * adds into it, while that chunk goes into the cache anyway; DIRECT writes each image's instead
- * of adding (its sums start from 0 either way); SAMPLE and SHARD start from the whole shard's din
- * zeroed, as a caller would have left it, and PHASES too unless it rewrites every pixel
- * (s2_writes_all). The sums are the same. */
+ * of adding (its sums start from 0 either way), and PACKED too (nl_col2im_set); SAMPLE and SHARD
+ * start from the whole shard's din zeroed, as a caller would have left it, and PHASES too unless it
+ * rewrites every pixel (s2_writes_all). The sums are the same. */
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
     struct nl_s2 s2;
     conv_dims(l, &d, &s2);
     const int wino = l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2;
-    if (!wino && l->lower != NL_LOWER_DIRECT && (b->set & 1) && b->din[0] &&
-        !s2_writes_all(l, b, &d))
+    if (!wino && l->lower != NL_LOWER_DIRECT && l->lower != NL_LOWER_PACKED && (b->set & 1) &&
+        b->din[0] && !s2_writes_all(l, b, &d))
         memset(b->din[0], 0, (size_t)b->n * d.in_size * sizeof *b->din[0]);
     if (wino)
         backward_winograd(l, b, &d);
