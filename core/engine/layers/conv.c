@@ -3,7 +3,7 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Eight lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * Ten lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
  * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
