@@ -67,7 +67,8 @@ static int make(struct setup *u, const struct shape *sh, enum nl_lowering loweri
     if (u->l.ops->setup(&u->l, &err) != 0) {
         if (lowering != NL_LOWER_DIRECT && lowering != NL_LOWER_WINOGRAD &&
             lowering != NL_LOWER_WINOGRAD2 && lowering != NL_LOWER_PLANE2 &&
-            lowering != NL_LOWER_S2LANES && lowering != NL_LOWER_PHASES)
+            lowering != NL_LOWER_S2LANES && lowering != NL_LOWER_PHASES &&
+            lowering != NL_LOWER_ONECHAN)
             fprintf(stderr, "bench_conv: %s: %s\n", sh->what, err.msg);
         return -1;
     }
@@ -360,11 +361,11 @@ int main(void)
     /* The plain convolutions under each lowering that takes them, alternating; GFLOP/s of the
      * forward and backward together (the forward alone in parentheses), of the direct sum's
      * multiply-adds, so that the Winograd lowerings' figures are effective rates. */
-    static const enum nl_lowering lows[] = {NL_LOWER_SAMPLE,   NL_LOWER_SHARD,     NL_LOWER_DIRECT,
-                                            NL_LOWER_WINOGRAD, NL_LOWER_WINOGRAD2, NL_LOWER_PLANE2,
-                                            NL_LOWER_S2LANES,  NL_LOWER_PHASES};
-    static const char *const low_names[] = {"SAMPLE", "SHARD",  "DIRECT",  "WINO4",
-                                            "WINO2",  "PLANE2", "S2LANES", "PHASES"};
+    static const enum nl_lowering lows[] = {
+        NL_LOWER_SAMPLE, NL_LOWER_SHARD,   NL_LOWER_DIRECT, NL_LOWER_WINOGRAD, NL_LOWER_WINOGRAD2,
+        NL_LOWER_PLANE2, NL_LOWER_S2LANES, NL_LOWER_PHASES, NL_LOWER_PACKED,   NL_LOWER_ONECHAN};
+    static const char *const low_names[] = {"SAMPLE", "SHARD",   "DIRECT", "WINO4",  "WINO2",
+                                            "PLANE2", "S2LANES", "PHASES", "PACKED", "ONECHAN"};
     enum { NLOW = sizeof lows / sizeof lows[0] };
     printf("%-28s %7s", "SHAPE", "MFLOP");
     for (int j = 0; j < NLOW; j++)
@@ -416,7 +417,9 @@ int main(void)
     printf("SAMPLE: one GEMM per image; SHARD: one per shard; DIRECT: direct loops; WINO4, WINO2: "
            "Winograd F(4x4, 3x3), F(2x2, 3x3); PLANE2: the 2x2-plane kernels; S2LANES: the "
            "stride-2 lanes forward (nnlab/conv_plane.h); PHASES: SAMPLE's columns from the phase "
-           "planes\n");
+           "planes; PACKED: the weights packed once, one own product per image "
+           "(nnlab/conv_gemm.h); ONECHAN: one input channel, the forward direct over pairs of "
+           "output rows\n");
     printf("\ngrouped convolutions, one forward and backward of %d images, GFLOP/s\n", SHARD);
     printf("%-34s %9s %9s %9s %9s  %s\n", "SHAPE", "MFLOP", "A_GFLOPS", "B_GFLOPS", "B/A",
            "SETUP CHOOSES");

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nnlab/conv_gemm.h"
 #include "nnlab/conv_plane.h"
 #include "nnlab/conv_s2.h"
 #include "nnlab/kernels.h"
@@ -235,6 +236,212 @@ static void test_im2col(const struct geom *g)
     free(img);
     free(wide);
     free(img_ld);
+}
+
+/* nl_pgemm's tiles (AVX-512, where the CPU has it) against its naive twin, bit for bit: every
+ * panel height 1 to 6, widths around one vector and one tile of 64 columns, depths around its
+ * block of 128 rows, wider strides than the matrices, from 0, the bias and c itself; the naive
+ * twin against a sum in double; the packing against its definition. */
+static void test_pgemm(void)
+{
+    static const int shapes[][3] = {
+        {1, 1, 1},     {6, 16, 3},    {5, 17, 7}, {7, 64, 129},  {13, 63, 128},  {50, 64, 500},
+        {500, 64, 50}, {50, 500, 64}, {4, 80, 0}, {20, 576, 25}, {12, 130, 257},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
+        const int lda = k + 3, ldb = n + 5, ldc = n + 2;
+        float *a = floats((size_t)m * lda + 1), *at = floats((size_t)k * (m + 1) + 1);
+        float *b = floats((size_t)k * ldb + 1), *bias = floats((size_t)m);
+        float *ap = floats(nl_pgemm_packed_floats(m, k) + 1),
+              *apt = floats(nl_pgemm_packed_floats(m, k) + 1);
+        float *c0 = floats((size_t)m * ldc), *c1 = floats((size_t)m * ldc);
+        fill(a, (size_t)m * lda, -1, 1);
+        fill(b, (size_t)k * ldb, -1, 1);
+        fill(bias, (size_t)m, -1, 1);
+        for (int r = 0; r < m; r++)
+            for (int kk = 0; kk < k; kk++)
+                at[(size_t)kk * (m + 1) + r] = a[(size_t)r * lda + kk];
+        nl_pgemm_pack(ap, a, lda, 0, m, k);
+        nl_pgemm_pack(apt, at, m + 1, 1, m, k);
+        int wrong = 0;
+        for (int r = 0; r < (m + NL_PGEMM_MR - 1) / NL_PGEMM_MR * NL_PGEMM_MR; r++)
+            for (int kk = 0; kk < k; kk++) {
+                const float want = r < m ? a[(size_t)r * lda + kk] : 0.0f;
+                const size_t at_p =
+                    ((size_t)(r / NL_PGEMM_MR) * k + kk) * NL_PGEMM_MR + r % NL_PGEMM_MR;
+                wrong += ap[at_p] != want || apt[at_p] != want;
+            }
+        is_int(wrong, 0, "pgemm pack %dx%d, and from its transpose: as defined", m, k);
+        for (int mode = 0; mode < 3; mode++) {
+            const float *bs = mode == 1 ? bias : NULL;
+            fill(c0, (size_t)m * ldc, -1, 1);
+            memcpy(c1, c0, (size_t)m * ldc * sizeof *c1);
+            nl_pgemm(c0, ldc, ap, b, ldb, m, n, k, bs, mode == 2);
+            nl_pgemm_naive(c1, ldc, ap, b, ldb, m, n, k, bs, mode == 2);
+            ok(memcmp(c0, c1, (size_t)m * ldc * sizeof *c0) == 0,
+               "pgemm %dx%dx%d %s: the tiles agree with the naive twin bit for bit", m, n, k,
+               mode == 0   ? "from 0"
+               : mode == 1 ? "from the bias"
+                           : "added to c");
+            double worst = 0.0;
+            for (int r = 0; r < m; r++)
+                for (int j = 0; j < n; j++) {
+                    double want = mode == 1 ? bias[r] : 0.0, scale = 1.0;
+                    for (int kk = 0; kk < k; kk++) {
+                        const double t = (double)a[(size_t)r * lda + kk] * b[(size_t)kk * ldb + j];
+                        want += t;
+                        scale += fabs(t);
+                    }
+                    if (mode == 2)
+                        continue; /* c's old value is gone; the bit-for-bit check covers it */
+                    const double d = fabs(c1[(size_t)r * ldc + j] - want) / scale;
+                    worst = d > worst ? d : worst;
+                }
+            if (mode != 2)
+                ok(worst < 1e-6, "pgemm %dx%dx%d naive: within %.2g of the sum in double", m, n, k,
+                   worst);
+        }
+        free(a);
+        free(at);
+        free(b);
+        free(bias);
+        free(ap);
+        free(apt);
+        free(c0);
+        free(c1);
+    }
+}
+
+/* nl_conv1c's vectors against its naive twin, bit for bit, and the twin against a sum in double:
+ * lenet's conv1 and other one-channel planes with rows of 24, 1 to 11 filters (every block
+ * size), with and without the bias. */
+static void test_conv1c(void)
+{
+    static const int shapes[][4] = {{28, 28, 5, 5}, {26, 26, 3, 3}, {4, 30, 3, 7}, {10, 24, 1, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int f = 1; f <= 11; f += 2) {
+            const int h = shapes[i][0], w = shapes[i][1], kh = shapes[i][2], kw = shapes[i][3];
+            const int oh = h - kh + 1, ow = w - kw + 1;
+            float *img = floats((size_t)h * w), *wt = floats((size_t)f * kh * kw),
+                  *bias = floats((size_t)f), *a = floats((size_t)f * oh * ow),
+                  *b = floats((size_t)f * oh * ow);
+            const float *bs = f % 4 == 1 ? NULL : bias;
+            fill(img, (size_t)h * w, -1, 1);
+            fill(wt, (size_t)f * kh * kw, -1, 1);
+            fill(bias, (size_t)f, -1, 1);
+            ok(nl_conv1c_fits(1, kh, kw, 1, 1, 0, 0, oh, ow), "conv1c %dx%d, %dx%d: fits", h, w, kh,
+               kw);
+            nl_conv1c(a, img, wt, bs, h, w, f, kh, kw, oh, ow);
+            nl_conv1c_naive(b, img, wt, bs, h, w, f, kh, kw, oh, ow);
+            ok(memcmp(a, b, (size_t)f * oh * ow * sizeof *a) == 0,
+               "conv1c %d filters %dx%d on %dx%d%s: the vectors agree with the naive twin bit for "
+               "bit",
+               f, kh, kw, h, w, bs ? "" : " no bias");
+            double worst = 0.0;
+            for (int fo = 0; fo < f; fo++)
+                for (int y = 0; y < oh; y++)
+                    for (int x = 0; x < ow; x++) {
+                        double want = bs ? bs[fo] : 0.0, scale = 1.0;
+                        for (int ki = 0; ki < kh; ki++)
+                            for (int kj = 0; kj < kw; kj++) {
+                                const double t = (double)wt[((size_t)fo * kh + ki) * kw + kj] *
+                                                 img[(size_t)(y + ki) * w + x + kj];
+                                want += t;
+                                scale += fabs(t);
+                            }
+                        const double d = fabs(b[((size_t)fo * oh + y) * ow + x] - want) / scale;
+                        worst = d > worst ? d : worst;
+                    }
+            ok(worst < 1e-6,
+               "conv1c %d filters %dx%d on %dx%d: naive within %.2g of the sum in "
+               "double",
+               f, kh, kw, h, w, worst);
+            if (nl_conv1c_dweight_fits(kw)) {
+                /* the weight gradient over two images */
+                const size_t taps = (size_t)kh * kw, lanes16 = (size_t)f * taps * 16;
+                float *img2 = floats(2 * (size_t)h * w), *dout = floats(2 * (size_t)f * oh * ow);
+                float *pa = floats(lanes16), *pb = floats(lanes16);
+                float *dwa = floats((size_t)f * taps);
+                fill(img2, 2 * (size_t)h * w, -1, 1);
+                fill(dout, 2 * (size_t)f * oh * ow, -1, 1);
+                for (int s = 0; s < 2; s++) {
+                    const float *x = img2 + (size_t)s * h * w, *g = dout + (size_t)s * f * oh * ow;
+                    nl_conv1c_dweight(pa, g, x, w, f, kh, kw, oh, ow);
+                    nl_conv1c_dweight_naive(pb, g, x, w, f, kh, kw, oh, ow);
+                }
+                ok(memcmp(pa, pb, lanes16 * sizeof *pa) == 0,
+                   "conv1c weight gradient %d filters %dx%d on 2x%dx%d: the vectors agree with the "
+                   "naive twin bit for bit",
+                   f, kh, kw, h, w);
+                nl_conv1c_dweight_finish(dwa, pa, (size_t)f * taps);
+                double werr = 0.0;
+                for (int fo = 0; fo < f; fo++)
+                    for (size_t t = 0; t < taps; t++) {
+                        const int ki = (int)t / kw, kj = (int)t % kw;
+                        double want = 0.0, scale = 1.0;
+                        for (int s = 0; s < 2; s++)
+                            for (int y = 0; y < oh; y++)
+                                for (int x = 0; x < ow; x++) {
+                                    const double v =
+                                        (double)dout[(((size_t)s * f + fo) * oh + y) * ow + x] *
+                                        img2[((size_t)s * h + y + ki) * w + x + kj];
+                                    want += v;
+                                    scale += fabs(v);
+                                }
+                        const double e = fabs(dwa[(size_t)fo * taps + t] - want) / scale;
+                        werr = e > werr ? e : werr;
+                    }
+                ok(werr < 1e-6,
+                   "conv1c weight gradient %d filters %dx%d: within %.2g of the sum "
+                   "in double",
+                   f, kh, kw, werr);
+                free(img2);
+                free(dout);
+                free(pa);
+                free(pb);
+                free(dwa);
+            }
+            free(img);
+            free(wt);
+            free(bias);
+            free(a);
+            free(b);
+        }
+}
+
+/* nl_im2col_t against nl_im2col's columns transposed, on the vector path and the naive one. */
+static void test_im2col_t(const struct geom *g)
+{
+    int oh = out_size(g->h, g->kh, g->sh, g->ph), ow = out_size(g->w, g->kw, g->sw, g->pw);
+    size_t k = (size_t)g->c * g->kh * g->kw, p = (size_t)oh * ow,
+           isize = (size_t)g->c * g->h * g->w;
+    float *x = floats(isize), *cols = floats(k * p), *colst = floats(k * p);
+
+    fill(x, isize, -1, 1);
+    nl_im2col(cols, x, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, oh, ow);
+    fill_value(colst, k * p, NAN);
+    nl_im2col_t(colst, x, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, oh, ow);
+    int wrong = 0;
+    for (size_t r = 0; r < k; r++)
+        for (size_t q = 0; q < p; q++)
+            wrong += memcmp(&colst[q * k + r], &cols[r * p + q], sizeof *cols) != 0;
+    /* col2im_set writes what col2im adds to zeros, whatever the image held (NaN here) */
+    float *zeroed = floats(isize), *set = floats(isize);
+    fill_value(set, isize, NAN);
+    nl_col2im(zeroed, cols, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, oh, ow);
+    nl_col2im_set(set, cols, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, oh, ow);
+    ok(memcmp(zeroed, set, isize * sizeof *set) == 0,
+       "col2im_set %dx%dx%d window %dx%d stride %dx%d pad %dx%d%s: col2im into zeros", g->c, g->h,
+       g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, nl_kernels_vector_on() ? "" : " (scalar)");
+    free(zeroed);
+    free(set);
+    is_int(wrong, 0, "im2col_t %dx%dx%d window %dx%d stride %dx%d pad %dx%d%s: im2col transposed",
+           g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
+           nl_kernels_vector_on() ? "" : " (scalar)");
+    free(x);
+    free(cols);
+    free(colst);
 }
 
 /* The vector paths (AVX-512, where the CPU has it) against the scalar loops, bit for bit:
@@ -1591,15 +1798,19 @@ int main(void)
     test_embedding_backward();
 
     static const struct geom geoms[] = {
-        {2, 5, 6, 3, 3, 1, 1, 0, 0}, {3, 7, 9, 3, 3, 2, 2, 1, 1}, {2, 8, 7, 3, 2, 2, 3, 2, 0},
-        {1, 6, 6, 1, 1, 3, 3, 0, 0}, {2, 4, 5, 2, 2, 1, 1, 3, 3}, {1, 28, 28, 5, 5, 1, 1, 0, 0},
-        {3, 5, 5, 5, 5, 1, 1, 0, 0},
+        {2, 5, 6, 3, 3, 1, 1, 0, 0}, {3, 7, 9, 3, 3, 2, 2, 1, 1},   {2, 8, 7, 3, 2, 2, 3, 2, 0},
+        {1, 6, 6, 1, 1, 3, 3, 0, 0}, {2, 4, 5, 2, 2, 1, 1, 3, 3},   {1, 28, 28, 5, 5, 1, 1, 0, 0},
+        {3, 5, 5, 5, 5, 1, 1, 0, 0}, {2, 12, 12, 5, 5, 1, 1, 0, 0}, {2, 11, 12, 5, 5, 1, 1, 0, 0},
     };
     /* Against the definition on the vector paths (where the CPU has them) and the scalar ones. */
     for (int vec = 1; vec >= 0; vec--) {
         nl_kernels_vector(vec);
-        for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++)
+        for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++) {
             test_im2col(&geoms[i]);
+            test_im2col_t(&geoms[i]);
+        }
+        test_pgemm();
+        test_conv1c();
     }
     nl_kernels_vector(1);
     test_vector_twins();
@@ -1618,6 +1829,11 @@ int main(void)
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
         test_conv(&convs[i], NL_LOWER_SAMPLE);
         test_conv(&convs[i], NL_LOWER_SHARD);
+        test_conv(&convs[i], NL_LOWER_PACKED);
+        if (nl_conv1c_fits(convs[i].c, convs[i].kh, convs[i].kw, convs[i].sh, convs[i].sw,
+                           convs[i].ph, convs[i].pw, (convs[i].h - convs[i].kh) / convs[i].sh + 1,
+                           (convs[i].w - convs[i].kw) / convs[i].sw + 1))
+            test_conv(&convs[i], NL_LOWER_ONECHAN);
         if (convs[i].sh == 1 && convs[i].sw == 1 && convs[i].ph < convs[i].kh &&
             convs[i].pw < convs[i].kw)
             test_conv(&convs[i], NL_LOWER_DIRECT);
@@ -1859,9 +2075,18 @@ int main(void)
         lenet2.in[0] = (struct nl_shape){20, 12, 12};
         ok(mid.ops->setup(&mid, &err) == 0 &&
                mid.lower == (vec ? NL_LOWER_WINOGRAD : NL_LOWER_SHARD) &&
-               lenet2.ops->setup(&lenet2, &err) == 0 && lenet2.lower == NL_LOWER_SAMPLE,
+               lenet2.ops->setup(&lenet2, &err) == 0 &&
+               lenet2.lower == (vec ? NL_LOWER_PACKED : NL_LOWER_SAMPLE),
            "conv 128 3x3 on 128x8x8 (ResNet-18 64x64 layer2): Winograd F(4x4) where the vector "
-           "paths run, else one GEMM per shard; lenet's conv2: one GEMM per image");
+           "paths run, else one GEMM per shard; lenet's conv2: packed weights where the vector "
+           "paths run, else one GEMM per image");
+        struct nl_layer lenet1 = lenet2;
+        lenet1.filters = 20;
+        lenet1.in[0] = (struct nl_shape){1, 28, 28};
+        ok(lenet1.ops->setup(&lenet1, &err) == 0 &&
+               lenet1.lower == (vec ? NL_LOWER_ONECHAN : NL_LOWER_SAMPLE),
+           "lenet's conv1 (20 5x5 on 1x28x28): one channel in where the vector paths run, else one "
+           "GEMM per image");
         struct nl_layer stage1 = big, stage3 = big, strided = big;
         stage1.filters = 16;
         stage1.in[0] = (struct nl_shape){16, 28, 28};

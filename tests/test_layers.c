@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "nnlab/alloc.h"
+#include "nnlab/conv_gemm.h"
 #include "nnlab/kernels.h"
 #include "nnlab/layer.h"
 #include "nnlab/model.h"
@@ -276,6 +277,12 @@ static void gradcheck_conv(int n, struct nl_shape in, int filters, int kh, int k
 {
     gradcheck_conv_as(NL_LOWER_SAMPLE, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
     gradcheck_conv_as(NL_LOWER_SHARD, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
+    gradcheck_conv_as(NL_LOWER_PACKED, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
+    /* a stride of 0 is the default, 1 */
+    if (nl_conv1c_fits(in.c, kh, kw, sh > 0 ? sh : 1, sw > 0 ? sw : 1, ph, pw,
+                       (in.h + 2 * ph - kh) / (sh > 0 ? sh : 1) + 1,
+                       (in.w + 2 * pw - kw) / (sw > 0 ? sw : 1) + 1))
+        gradcheck_conv_as(NL_LOWER_ONECHAN, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
     if (sh == 1 && sw == 1 && ph < kh && pw < kw)
         gradcheck_conv_as(NL_LOWER_DIRECT, n, in, filters, kh, kw, sh, sw, ph, pw, no_bias);
     if (sh == 1 && sw == 1 && kh == 3 && kw == 3 && ph < 3 && pw < 3) {
@@ -346,6 +353,8 @@ static void test_gradients(void)
     gradcheck_conv(2, (struct nl_shape){3, 5, 19}, 9, 3, 3, 1, 1, 1, 1, 0);
     gradcheck_conv(2, (struct nl_shape){2, 3, 35}, 3, 3, 3, 1, 1, 1, 1, 1);
     gradcheck_conv(2, (struct nl_shape){2, 6, 5}, 4, 3, 5, 1, 1, 2, 1, 0);
+    /* one channel in, rows of 24 out (the one-channel lowering too) */
+    gradcheck_conv(2, (struct nl_shape){1, 6, 26}, 3, 3, 3, 1, 1, 0, 0, 1);
     /* Planes that are not multiples of Winograd's tiles, a 2x2 and a 1x1 one, padding 2. */
     gradcheck_conv(3, (struct nl_shape){3, 7, 9}, 5, 3, 3, 1, 1, 1, 1, 0);
     gradcheck_conv(2, (struct nl_shape){5, 2, 2}, 4, 3, 3, 1, 1, 1, 1, 0);
@@ -509,6 +518,9 @@ static void test_overwrite(void)
         {NL_LOWER_SHARD, 2, 4, 1, 2, 0, {3, 6, 7}},
         {NL_LOWER_PHASES, 2, 4, 1, 2, 0, {3, 6, 7}},
         {NL_LOWER_PHASES, 2, 4, 3, 2, 1, {3, 6, 7}},
+        {NL_LOWER_PACKED, 2, 4, 3, 1, 1, {3, 6, 7}},
+        {NL_LOWER_PACKED, 3, 50, 5, 1, 0, {20, 12, 12}},
+        {NL_LOWER_ONECHAN, 2, 7, 5, 1, 0, {1, 6, 28}},
         {NL_LOWER_WINOGRAD, 5, 16, 3, 1, 1, {16, 28, 28}},
         {NL_LOWER_WINOGRAD2, 5, 16, 3, 1, 1, {16, 28, 28}},
     };
@@ -982,7 +994,9 @@ static void test_shapes(void)
            b->init == NL_INIT_ZERO,
        "conv: fan_in C*kh*kw, fan_out F*kh*kw, default init, zero bias");
     is_int((long long)c1.param_count, 520, "conv: 520 parameters");
-    is_int((long long)c1.scratch_fixed, 25 * 576, "conv: scratch K * P, one image's columns");
+    is_int((long long)c1.scratch_fixed, nl_kernels_vector_on() ? 25 * 576 + 20 * 25 * 16 : 25 * 576,
+           "conv: scratch K * P, one image's columns (and 16 lanes per weight where the "
+           "one-channel lowering runs)");
     is_int((long long)(c1.aux_bytes + c1.scratch_per_sample), 0,
            "conv: no aux, no scratch per sample");
 

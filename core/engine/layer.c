@@ -85,6 +85,10 @@ const char *nl_lowering_name(enum nl_lowering lowering)
         return "stride-2 lanes";
     case NL_LOWER_PHASES:
         return "one GEMM per image from the phase planes";
+    case NL_LOWER_PACKED:
+        return "packed weights, one product per image";
+    case NL_LOWER_ONECHAN:
+        return "one channel in, direct over row pairs";
     }
     return "an unknown lowering";
 }

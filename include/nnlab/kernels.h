@@ -19,6 +19,10 @@ void nl_im2col(float *cols, const float *img, int c, int h, int w, int kh, int k
 /* img (c, h, w) += the columns folded back; the adjoint of nl_im2col. */
 void nl_col2im(float *img, const float *cols, int c, int h, int w, int kh, int kw, int sh, int sw,
                int ph, int pw, int oh, int ow);
+/* img (c, h, w) = the columns folded back, whatever img held: nl_col2im into img zeroed, the
+ * same floats, without the zeroing pass where the vector rows write every pixel. */
+void nl_col2im_set(float *img, const float *cols, int c, int h, int w, int kh, int kw, int sh,
+                   int sw, int ph, int pw, int oh, int ow);
 
 /* As nl_im2col and nl_col2im, with this image's columns inside a wider matrix: cols is
  * (c*kh*kw, ldc), ldc >= oh*ow, and the image owns its first oh*ow columns. A shard of n images

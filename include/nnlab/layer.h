@@ -47,6 +47,10 @@ enum nl_lowering {
     NL_LOWER_S2LANES,   /* conv 3x3 stride 2 padding 1 to 2x2 or 4x4: forward direct, images in
                            lanes; backward SHARD's */
     NL_LOWER_PHASES,    /* conv stride 2: SAMPLE's columns read from the four phase planes */
+    NL_LOWER_PACKED,    /* conv: SAMPLE's columns, the weights packed once per shard for an
+                           own product (nnlab/conv_gemm.h) */
+    NL_LOWER_ONECHAN,   /* conv of one input channel, rows of 24: forward and weight gradient
+                           direct over pairs of output rows (nnlab/conv_gemm.h) */
 };
 
 /* A few words that name a lowering, for test names and benchmark tables. */

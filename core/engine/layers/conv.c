@@ -3,7 +3,7 @@
  *   weight [F, C, kh, kw], read as the matrix (F, K), K = C*kh*kw; bias [F]
  *   in  (n, C, H, W)    out (n, F, oh, ow), P = oh*ow
  *
- * Eight lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
+ * Ten lowerings, chosen by setup from the shape (l->lower; tests and benchmarks may force
  * one through l->lowering):
  *
  * - SAMPLE: each image is unrolled by im2col into a (K, P) matrix and goes through one GEMM of
@@ -60,6 +60,24 @@
  *   split, added into, merged back). The same columns, the same products and the same sums in
  *   the same order as SAMPLE's, so the same results bit for bit. scratch: K*P floats plus the
  *   planes, C*4*ceil(H/2)*ow.
+ * - PACKED: SAMPLE's columns, but the products are nnlab's own (nnlab/conv_gemm.h, core/engine/
+ *   conv_gemm.c): the weights are packed once per shard into panels of 6 rows (their transpose
+ *   once for the input gradient), and each image's product out_s = bias + weight cols_s keeps a
+ *   tile of 6 rows by 64 columns in registers, reading the columns where im2col wrote them. The
+ *   weight gradient is dweight (F, K) += dout_s (F, P) colst_s (P, K), dout_s packed and colst_s
+ *   the columns written transposed (nl_im2col_t). Each output is one chain of fused
+ *   multiply-adds in the order of K (from the bias for the forward), another order than
+ *   OpenBLAS's, so the results differ from SAMPLE's in the last bits. scratch: the packed
+ *   transposed weights, an image's packed dout, and 2*K*P floats (or the packed weights and K*P).
+ * - ONECHAN (one input channel, stride 1, no padding, output rows of 24: lenet's conv1): the
+ *   forward by nl_conv1c (nnlab/conv_gemm.h), no im2col: a pair of output rows is three vectors
+ *   of 16 pixels (the middle one half from each row), each read from the image at its tap's
+ *   shift, five filters' 15 vectors in registers, from the bias, taps in row-major order. The
+ *   weight gradient (windows at most 5 wide) by nl_conv1c_dweight from the same vectors of the
+ *   image and of dout, three filters' five taps in registers, each weight's products over the
+ *   shard's images summed in 16 lanes and the lanes summed once at the end (another order than
+ *   SAMPLE's, so other last bits); the input gradient SAMPLE's. scratch: SAMPLE's, and 16
+ *   floats per weight.
  *
  * The rule, from tests/bench_conv.c (`meson test --benchmark -C build bench_conv -v`): one
  * forward and backward of 16 images, thread CPU time, fastest of 5 rounds, single-threaded
@@ -158,6 +176,25 @@
  * and whose planes' rows fit an output row (nl_s2_fits: "same" padding); 1x1 stays SAMPLE, and
  * ResNet-18 at 64x64 keeps S2LANES and SHARD on its strided layers (the rules before).
  *
+ * LeNet's conv2 (20 -> 50, 5x5 on 12x12: F 50, K 500, P 64) is neither SHARD's (F*K = 25000) nor
+ * anything else's: SAMPLE ran its products at 85 to 105 GFLOP/s, where OpenBLAS packed its 25000
+ * weights again for each image's 64 columns. The parts of one image, single-threaded, fastest of
+ * 5 x 2000 (2026-11-27, load average 2.7; sgemm 512x512 runs at 156 here): the forward product
+ * 17.8 us (180 GFLOP/s) by nl_pgemm against 28.4 us (113) by nl_sgemm, dcols 18.3 us against 24.6,
+ * dweight 21.6 us against 31.9; packing the weights 7 us once per shard. bench_conv, forward and
+ * both gradients (the forward alone in parentheses): SAMPLE 92.6 (88.1), PACKED 117.0 (112.5);
+ * lenet's conv1 (K 25, P 576) 84.3 against 53.4, where the weight gradient's products are 25
+ * columns wide; resnet8's 1x1 stride-2 shortcuts (K 16 and 32, P 196 and 49) 40.5 against 30.2 and
+ * 48.5 against 43.0. Hence PACKED, where SAMPLE would run and the vector paths are on, for
+ * P <= 64 and K >= 256: of the shipped models, lenet's conv2 alone. LeNet's conv1 (1 -> 20, 5x5
+ * on 28x28) ran its forward as im2col (2.0 us an image) and a product of K = 25 (4.0 us, and the
+ * bias written first); nl_conv1c takes 3.8 us for both (the same measurement). Its weight
+ * gradient, im2col and OpenBLAS's (20, 576) by (576, 25) product, 9.2 us against 8.0 for
+ * nl_conv1c_dweight (load average 3.4); in lenet's training (per-layer thread CPU time over 320
+ * steps of 64 images, load average 7.6) conv1's backward took 0.197 and 0.204 s with SAMPLE's
+ * gradients, 0.178 and 0.185 with these. Hence ONECHAN wherever it fits and the vector paths
+ * are on, before SHARD's rule.
+ *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
  * product is written without the bias and each channel then goes once through
@@ -169,6 +206,7 @@
 #include <string.h>
 
 #include "layers.h"
+#include "nnlab/conv_gemm.h"
 #include "nnlab/conv_plane.h"
 #include "nnlab/conv_s2.h"
 #include "nnlab/kernels.h"
@@ -259,6 +297,8 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
                              win.ph == 1 && win.pw == 1 && nl_conv_s2_lanes_fits(win.h, win.w);
     const int phases_fits =
         nl_s2_fits(win.h, win.w, win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.oh, win.ow);
+    const int onechan_fits =
+        nl_conv1c_fits(win.c, win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.oh, win.ow);
     if (l->lowering == NL_LOWER_SHARD || l->lowering == NL_LOWER_SAMPLE)
         l->lower = l->lowering;
     else if (l->lowering == NL_LOWER_PLANE2 && !plane2_fits)
@@ -298,6 +338,16 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
                               win.kh, win.kw, win.sh, win.sw, win.ph, win.pw);
     else if (l->lowering == NL_LOWER_DIRECT)
         l->lower = NL_LOWER_DIRECT;
+    else if (l->lowering == NL_LOWER_PACKED)
+        l->lower = NL_LOWER_PACKED;
+    else if (l->lowering == NL_LOWER_ONECHAN && !onechan_fits)
+        return nl__layer_fail(l, err,
+                              "conv %dx%d stride %dx%d pad %dx%d on %dx%dx%d cannot run the "
+                              "one-channel lowering (one input channel, stride 1, no padding, "
+                              "output rows of 24 in pairs)",
+                              win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.c, win.h, win.w);
+    else if (l->lowering == NL_LOWER_ONECHAN)
+        l->lower = NL_LOWER_ONECHAN;
     else if (l->lowering != NL_LOWER_AUTO)
         return nl__layer_fail(l, err, "conv has no lowering %d", (int)l->lowering);
     else if (wino_fits && win.c >= 16 && l->filters >= 16 && win.oh >= 3 && win.ow >= 3 &&
@@ -310,10 +360,14 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
     else if (direct_fits && win.kh == 3 && win.kw == 3 && win.c <= 32 && l->filters <= 32 &&
              win.ow >= 14 && nl_kernels_vector_on())
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
+    else if (onechan_fits && nl_kernels_vector_on())
+        l->lower = NL_LOWER_ONECHAN; /* the rule at the top of this file */
     else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
         l->lower = NL_LOWER_SHARD;
     else if (phases_fits && win.kh * win.kw > 1 && nl_kernels_vector_on())
         l->lower = NL_LOWER_PHASES; /* SAMPLE's products, bit for bit; the rule at the top */
+    else if (p <= 64 && k >= 256 && nl_kernels_vector_on())
+        l->lower = NL_LOWER_PACKED; /* the rule at the top of this file */
     else
         l->lower = NL_LOWER_SAMPLE;
     if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2) {
@@ -338,8 +392,17 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->scratch_per_sample = (k + (size_t)l->filters) * p;
     } else if (l->lower == NL_LOWER_DIRECT)
         l->scratch_fixed = k * p + (size_t)l->filters * k;
-    else if (l->lower == NL_LOWER_PHASES)
+    else if (l->lower == NL_LOWER_PACKED) {
+        /* forward: the packed weights and an image's columns; backward: the packed transposed
+         * weights, an image's packed dout, its transposed columns and its dcols */
+        const size_t fwd = nl_pgemm_packed_floats(l->filters, (int)k) + k * p;
+        const size_t bwd = nl_pgemm_packed_floats((int)k, l->filters) +
+                           nl_pgemm_packed_floats(l->filters, (int)p) + 2 * k * p;
+        l->scratch_fixed = fwd > bwd ? fwd : bwd;
+    } else if (l->lower == NL_LOWER_PHASES)
         l->scratch_fixed = k * p + nl_s2_floats(win.c, win.h, win.ow);
+    else if (l->lower == NL_LOWER_ONECHAN) /* SAMPLE's, and the weight gradient's lanes */
+        l->scratch_fixed = k * p + (size_t)l->filters * k * 16;
     else
         l->scratch_fixed = k * p;
     return 0;
@@ -441,6 +504,47 @@ static void forward_shard(const struct nl_layer *l, const struct nl_fwd *f,
         }
 }
 
+/* PACKED: the weights packed once (nl_pgemm_pack), then image after image SAMPLE's columns and
+ * out_s (F, P) = bias + weight cols_s by nl_pgemm (or the folded output pass after it). */
+static void forward_packed(const struct nl_layer *l, const struct nl_fwd *f,
+                           const struct conv_dims *d)
+{
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const size_t out_size = (size_t)d->f * d->p;
+    float *ap = f->scratch, *cols = ap + nl_pgemm_packed_floats(d->f, d->k);
+
+    nl_pgemm_pack(ap, f->w, d->k, 0, d->f, d->k);
+    for (int s = 0; s < f->n; s++) {
+        float *out = f->out + (size_t)s * out_size;
+        const float *cs = sample_cols(cols, f->in[0] + (size_t)s * d->in_size, d);
+        nl_pgemm(out, d->p, ap, cs, d->p, d->f, d->p, d->k, bias, 0);
+        if (f->scale)
+            for (int fo = 0; fo < d->f; fo++)
+                nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p,
+                               f->scale[fo], f->shift[fo], f->act);
+    }
+}
+
+/* ONECHAN: out_s (F, oh, ow) straight from in_s by nl_conv1c, image after image (or the folded
+ * output pass after it). */
+static void forward_onechan(const struct nl_layer *l, const struct nl_fwd *f,
+                            const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const size_t out_size = (size_t)d->f * d->p;
+
+    for (int s = 0; s < f->n; s++) {
+        float *out = f->out + (size_t)s * out_size;
+        nl_conv1c(out, f->in[0] + (size_t)s * d->in_size, f->w, bias, g->h, g->w, d->f, g->kh,
+                  g->kw, g->oh, g->ow);
+        if (f->scale)
+            for (int fo = 0; fo < d->f; fo++)
+                nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p,
+                               f->scale[fo], f->shift[fo], f->act);
+    }
+}
+
 /* DIRECT: out_s (F, oh, ow) straight from in_s by nl_conv_s1, image after image. */
 static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
                            const struct conv_dims *d)
@@ -535,6 +639,10 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
         forward_winograd(l, f, &d);
     else if (l->lower == NL_LOWER_DIRECT)
         forward_direct(l, f, &d);
+    else if (l->lower == NL_LOWER_PACKED)
+        forward_packed(l, f, &d);
+    else if (l->lower == NL_LOWER_ONECHAN)
+        forward_onechan(l, f, &d);
     else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
               l->lower == NL_LOWER_S2LANES) &&
              f->n > 1)
@@ -639,6 +747,81 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
             for (int i = 0; i < d->p; i++)
                 dst[i] += row[i];
         }
+}
+
+/* PACKED, image after image: dweight (F, K) += dout_s (F, P) colst_s (P, K), dout_s packed and
+ * colst_s the transposed columns (nl_im2col_t); dbias as SAMPLE's; dcols (K, P) = weight^T (K, F)
+ * dout_s (F, P), weight^T packed once, folded back onto din_s by col2im. */
+static void backward_packed(const struct nl_layer *l, const struct nl_bwd *b,
+                            const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const size_t out_size = (size_t)d->f * d->p, kp = (size_t)d->k * d->p;
+    float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+    float *apt = b->scratch, *apd = apt + nl_pgemm_packed_floats(d->k, d->f);
+    float *colst = apd + nl_pgemm_packed_floats(d->f, d->p), *dcols = colst + kp;
+
+    if (b->din[0])
+        nl_pgemm_pack(apt, b->w, d->k, 1, d->k, d->f);
+    for (int s = 0; s < b->n; s++) {
+        const float *dout = b->dout + (size_t)s * out_size;
+        if (b->dw) {
+            nl_im2col_t(colst, b->in[0] + (size_t)s * d->in_size, g->c, g->h, g->w, g->kh, g->kw,
+                        g->sh, g->sw, g->ph, g->pw, g->oh, g->ow);
+            nl_pgemm_pack(apd, dout, d->p, 0, d->f, d->p);
+            nl_pgemm(b->dw, d->k, apd, colst, d->k, d->f, d->k, d->p, NULL, 1);
+        }
+        if (db)
+            for (int fo = 0; fo < d->f; fo++)
+                db[fo] += nl_sum(dout + (size_t)fo * d->p, d->p);
+        if (!b->din[0])
+            continue;
+        float *din = b->din[0] + (size_t)s * d->in_size;
+        const int first = b->set & 1; /* din's first writer: din_s written, not added to */
+        if (pointwise(g)) {           /* din_s is dcols itself */
+            nl_pgemm(din, d->p, apt, dout, d->p, d->k, d->p, d->f, NULL, !first);
+            continue;
+        }
+        nl_pgemm(dcols, d->p, apt, dout, d->p, d->k, d->p, d->f, NULL, 0);
+        if (first)
+            nl_col2im_set(din, dcols, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
+                          g->oh, g->ow);
+        else
+            nl_col2im(din, dcols, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh,
+                      g->ow);
+    }
+}
+
+/* ONECHAN: dweight by nl_conv1c_dweight, the shard's images into 16 lanes per weight, summed
+ * once at the end (windows at most 5 wide; wider ones go as SAMPLE); dbias as SAMPLE's; the input
+ * gradient SAMPLE's. */
+static void backward_onechan(const struct nl_layer *l, const struct nl_bwd *b,
+                             const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const size_t out_size = (size_t)d->f * d->p, weights = (size_t)d->f * d->k;
+    float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+    float *part = b->scratch + (size_t)d->k * d->p;
+
+    if (!b->dw || !nl_conv1c_dweight_fits(g->kw)) {
+        backward_sample(l, b, d);
+        return;
+    }
+    memset(part, 0, weights * 16 * sizeof *part);
+    for (int s = 0; s < b->n; s++) {
+        const float *dout = b->dout + (size_t)s * out_size;
+        nl_conv1c_dweight(part, dout, b->in[0] + (size_t)s * d->in_size, g->w, d->f, g->kh, g->kw,
+                          g->oh, g->ow);
+        if (db)
+            for (int fo = 0; fo < d->f; fo++)
+                db[fo] += nl_sum(dout + (size_t)fo * d->p, d->p);
+    }
+    nl_conv1c_dweight_finish(b->dw, part, weights);
+    if (b->din[0]) {
+        struct nl_bwd din_only = *b;
+        din_only.dw = NULL;
+        backward_sample(l, &din_only, d);
+    }
 }
 
 /* DIRECT: dweight += the direct correlation of dout_s with in_s (nl_conv_s1_dweight) where the
@@ -770,22 +953,26 @@ static size_t conv_scratch(const struct nl_layer *l, int n)
 
 /* din's first writer (bit 0 of b->set): WINOGRAD zeroes each chunk of images just before it
  * adds into it, while that chunk goes into the cache anyway; DIRECT writes each image's instead
- * of adding (its sums start from 0 either way); SAMPLE and SHARD start from the whole shard's din
- * zeroed, as a caller would have left it, and PHASES too unless it rewrites every pixel
- * (s2_writes_all). The sums are the same. */
+ * of adding (its sums start from 0 either way), and PACKED too (nl_col2im_set); SAMPLE and SHARD
+ * start from the whole shard's din zeroed, as a caller would have left it, and PHASES too unless it
+ * rewrites every pixel (s2_writes_all). The sums are the same. */
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
     struct nl_s2 s2;
     conv_dims(l, &d, &s2);
     const int wino = l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2;
-    if (!wino && l->lower != NL_LOWER_DIRECT && (b->set & 1) && b->din[0] &&
-        !s2_writes_all(l, b, &d))
+    if (!wino && l->lower != NL_LOWER_DIRECT && l->lower != NL_LOWER_PACKED && (b->set & 1) &&
+        b->din[0] && !s2_writes_all(l, b, &d))
         memset(b->din[0], 0, (size_t)b->n * d.in_size * sizeof *b->din[0]);
     if (wino)
         backward_winograd(l, b, &d);
     else if (l->lower == NL_LOWER_DIRECT)
         backward_direct(l, b, &d);
+    else if (l->lower == NL_LOWER_PACKED)
+        backward_packed(l, b, &d);
+    else if (l->lower == NL_LOWER_ONECHAN)
+        backward_onechan(l, b, &d);
     else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
               l->lower == NL_LOWER_S2LANES) &&
              b->n > 1)

@@ -1,0 +1,491 @@
+/* Small matrix products with the left matrix packed (nnlab/conv_gemm.h): the PACKED lowering of
+ * core/engine/layers/conv.c.
+ *
+ * OpenBLAS packs both operands at every call. One image of LeNet's conv2 is a product of
+ * (50, 500) weights by (500, 64) columns: the weights' 25000 floats are packed again for every
+ * image, and 64 columns pay it back poorly. Here the weights are packed once per shard, into
+ * panels of 6 rows, k-major, and the columns are read where im2col wrote them:
+ *
+ * - a tile of 6 rows by 64 columns (24 vectors) stays in registers; per k, 4 loads of the right
+ *   matrix's row, 6 broadcasts of the panel and 24 fused multiply-adds;
+ * - the columns go 64 at a time (the last vector masked), k in blocks of KC = 128 rows, so that
+ *   a block of the right matrix (32 KiB) stays in the L1 cache while every panel passes over it;
+ *   the tile is stored after each block and loaded again before the next, which changes no sum.
+ *
+ * Each output is one chain of fused multiply-adds in the order of k from its initial value, as
+ * the naive twin computes it with fmaf: the two agree bit for bit.
+ *
+ * nl_im2col_t writes the columns transposed, one output pixel's window per row, for the weight
+ * gradient dW (F, K) += dout (F, P) colst (P, K), whose right matrix must be read by rows of K. */
+#include "nnlab/conv_gemm.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "nnlab/kernels.h"
+#include "simd.h"
+
+#define MR NL_PGEMM_MR
+#define NB 64
+#define KC 128
+
+size_t nl_pgemm_packed_floats(int m, int k)
+{
+    return (size_t)((m + MR - 1) / MR) * MR * (size_t)k;
+}
+
+void nl_pgemm_pack(float *ap, const float *a, int lda, int trans, int m, int k)
+{
+    for (int i0 = 0; i0 < m; i0 += MR) {
+        float *p = ap + (size_t)(i0 / MR) * MR * k;
+        const int rows = m - i0 < MR ? m - i0 : MR;
+        if (trans) {
+            for (int kk = 0; kk < k; kk++) {
+                const float *src = a + (size_t)kk * lda + i0;
+                for (int r = 0; r < MR; r++)
+                    p[(size_t)kk * MR + r] = r < rows ? src[r] : 0.0f;
+            }
+            continue;
+        }
+        if (rows < MR) {
+            for (int r = 0; r < MR; r++) {
+                const float *src = a + (size_t)(i0 + r) * lda;
+                for (int kk = 0; kk < k; kk++)
+                    p[(size_t)kk * MR + r] = r < rows ? src[kk] : 0.0f;
+            }
+            continue;
+        }
+        /* six rows read side by side, the panel written in order */
+        const float *s0 = a + (size_t)i0 * lda, *s1 = s0 + lda, *s2 = s1 + lda, *s3 = s2 + lda,
+                    *s4 = s3 + lda, *s5 = s4 + lda;
+        for (int kk = 0; kk < k; kk++, p += MR) {
+            p[0] = s0[kk];
+            p[1] = s1[kk];
+            p[2] = s2[kk];
+            p[3] = s3[kk];
+            p[4] = s4[kk];
+            p[5] = s5[kk];
+        }
+    }
+}
+
+void nl_pgemm_naive(float *c, int ldc, const float *ap, const float *b, int ldb, int m, int n,
+                    int k, const float *bias, int accumulate)
+{
+    for (int i = 0; i < m; i++) {
+        const float *p = ap + (size_t)(i / MR) * MR * k + i % MR;
+        for (int j = 0; j < n; j++) {
+            float *cij = c + (size_t)i * ldc + j;
+            float acc = accumulate ? *cij : bias ? bias[i] : 0.0f;
+            for (int kk = 0; kk < k; kk++)
+                acc = fmaf(p[(size_t)kk * MR], b[(size_t)kk * ldb + j], acc);
+            *cij = acc;
+        }
+    }
+}
+
+/* One tile: c (mr, up to 16*nv) from its initial value (init: 0 zero, 1 bias, 2 c itself) plus
+ * the panel's k columns times b's k rows; mask[v] picks the vector's columns. mr and nv are
+ * constants in each instantiation, so the tile's mr*nv accumulators stay in registers. */
+AVX512 static inline __attribute__((always_inline)) void
+tile_avx512(float *c, int ldc, const float *ap, const float *b, int ldb, int k, int init,
+            const float *bias, const __mmask16 *mask, const int mr, const int nv, const int full)
+{
+    __m512 acc[MR][4];
+
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = init == 2 && full ? _mm512_loadu_ps(c + (size_t)r * ldc + 16 * v)
+                        : init == 2 ? _mm512_maskz_loadu_ps(mask[v], c + (size_t)r * ldc + 16 * v)
+                        : init == 1 ? _mm512_set1_ps(bias[r])
+                                    : _mm512_setzero_ps();
+    for (int kk = 0; kk < k; kk++) {
+        const float *brow = b + (size_t)kk * ldb;
+        const float *arow = ap + (size_t)kk * MR;
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            bv[v] = full ? _mm512_loadu_ps(brow + 16 * v)
+                         : _mm512_maskz_loadu_ps(mask[v], brow + 16 * v);
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            const __m512 a = _mm512_set1_ps(arow[r]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm512_fmadd_ps(a, bv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            if (full)
+                _mm512_storeu_ps(c + (size_t)r * ldc + 16 * v, acc[r][v]);
+            else
+                _mm512_mask_storeu_ps(c + (size_t)r * ldc + 16 * v, mask[v], acc[r][v]);
+}
+
+#define TILE_MR(NV, FULL)                                                                          \
+    switch (mr) {                                                                                  \
+    case 1:                                                                                        \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 1, NV, FULL);                         \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 2, NV, FULL);                         \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 3, NV, FULL);                         \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 4, NV, FULL);                         \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 5, NV, FULL);                         \
+        break;                                                                                     \
+    default:                                                                                       \
+        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 6, NV, FULL);                         \
+        break;                                                                                     \
+    }
+
+AVX512 static void tile_any(float *c, int ldc, const float *ap, const float *b, int ldb, int k,
+                            int init, const float *bias, const __mmask16 *mask, int mr, int nv)
+{
+    /* a full tile of 64 columns, the common case, loads and stores without masks */
+    if (nv == 4 && mask[3] == 0xffff) {
+        TILE_MR(4, 1)
+        return;
+    }
+    switch (nv) {
+    case 1:
+        TILE_MR(1, 0)
+        break;
+    case 2:
+        TILE_MR(2, 0)
+        break;
+    case 3:
+        TILE_MR(3, 0)
+        break;
+    default:
+        TILE_MR(4, 0)
+        break;
+    }
+}
+
+AVX512 static void pgemm_avx512(float *c, int ldc, const float *ap, const float *b, int ldb, int m,
+                                int n, int k, const float *bias, int accumulate)
+{
+    for (int j0 = 0; j0 < n; j0 += NB) {
+        const int nj = n - j0 < NB ? n - j0 : NB, nv = (nj + 15) / 16;
+        __mmask16 mask[4];
+        for (int v = 0; v < 4; v++)
+            mask[v] = lanes(0, nj - 16 * v);
+        /* k == 0 still runs one block: the tile is its initial value */
+        for (int kb = 0; kb < k || kb == 0; kb += KC) {
+            const int kc = k - kb < KC ? k - kb : KC;
+            const int init = accumulate || kb > 0 ? 2 : bias ? 1 : 0;
+            for (int i0 = 0; i0 < m; i0 += MR) {
+                const int mr = m - i0 < MR ? m - i0 : MR;
+                tile_any(c + (size_t)i0 * ldc + j0, ldc, ap + ((size_t)(i0 / MR) * k + kb) * MR,
+                         b + (size_t)kb * ldb + j0, ldb, kc, init, bias ? bias + i0 : NULL, mask,
+                         mr, nv);
+            }
+        }
+    }
+}
+
+void nl_pgemm(float *c, int ldc, const float *ap, const float *b, int ldb, int m, int n, int k,
+              const float *bias, int accumulate)
+{
+    if (nl_kernels_vector_on())
+        pgemm_avx512(c, ldc, ap, b, ldb, m, n, k, bias, accumulate);
+    else
+        nl_pgemm_naive(c, ldc, ap, b, ldb, m, n, k, bias, accumulate);
+}
+
+void nl_im2col_t_naive(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
+                       int sw, int ph, int pw, int oh, int ow)
+{
+    const size_t k = (size_t)c * kh * kw;
+
+    for (int oy = 0; oy < oh; oy++)
+        for (int ox = 0; ox < ow; ox++) {
+            float *row = colst + ((size_t)oy * ow + ox) * k;
+            for (int ci = 0; ci < c; ci++)
+                for (int ki = 0; ki < kh; ki++)
+                    for (int kj = 0; kj < kw; kj++) {
+                        const int iy = oy * sh - ph + ki, ix = ox * sw - pw + kj;
+                        *row++ = iy < 0 || iy >= h || ix < 0 || ix >= w
+                                     ? 0.0f
+                                     : img[((size_t)ci * h + iy) * w + ix];
+                    }
+        }
+}
+
+/* A window row of kw <= 16 taps: one masked load (zeros off the image's edges), one masked
+ * store. */
+AVX512 static void im2col_t_avx512(float *colst, const float *img, int c, int h, int w, int kh,
+                                   int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    const size_t k = (size_t)c * kh * kw;
+    const __mmask16 store = lanes(0, kw);
+
+    for (int oy = 0; oy < oh; oy++)
+        for (int ox = 0; ox < ow; ox++) {
+            float *row = colst + ((size_t)oy * ow + ox) * k;
+            const int x0 = ox * sw - pw;
+            const __mmask16 load = lanes(-x0, w - x0) & store;
+            for (int ci = 0; ci < c; ci++)
+                for (int ki = 0; ki < kh; ki++, row += kw) {
+                    const int iy = oy * sh - ph + ki;
+                    __m512 v = _mm512_setzero_ps();
+                    if (iy >= 0 && iy < h)
+                        v = _mm512_maskz_loadu_ps(load, img + ((size_t)ci * h + iy) * w + x0);
+                    _mm512_mask_storeu_ps(row, store, v);
+                }
+        }
+}
+
+void nl_im2col_t(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
+                 int sw, int ph, int pw, int oh, int ow)
+{
+    if (nl_kernels_vector_on() && kw <= 16)
+        im2col_t_avx512(colst, img, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+    else
+        nl_im2col_t_naive(colst, img, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+}
+
+int nl_conv1c_fits(int c, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    return c == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && kh >= 1 && kw >= 1 && ow == 24 &&
+           oh % 2 == 0;
+}
+
+void nl_conv1c_naive(float *out, const float *img, const float *weight, const float *bias, int h,
+                     int w, int f, int kh, int kw, int oh, int ow)
+{
+    (void)h;
+    for (int fo = 0; fo < f; fo++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++) {
+                float acc = bias ? bias[fo] : 0.0f;
+                for (int ki = 0; ki < kh; ki++)
+                    for (int kj = 0; kj < kw; kj++)
+                        acc = fmaf(weight[((size_t)fo * kh + ki) * kw + kj],
+                                   img[(size_t)(oy + ki) * w + ox + kj], acc);
+                out[((size_t)fo * oh + oy) * ow + ox] = acc;
+            }
+}
+
+/* fb filters (a constant in each instantiation) over output rows oy and oy + 1, 48 pixels: the
+ * vectors [0, 16) and [32, 48) lie in one row each and load whole; [16, 32) is the last 8 of the
+ * first row and the first 8 of the second. */
+AVX512 static inline __attribute__((always_inline)) void
+conv1c_block(float *out, const float *img, const float *weight, const float *bias, int w, int kh,
+             int kw, int oh, int fb)
+{
+    const int taps = kh * kw, p = oh * 24;
+
+    for (int oy = 0; oy < oh; oy += 2) {
+        __m512 acc[6][3];
+#pragma GCC unroll 6
+        for (int r = 0; r < fb; r++)
+#pragma GCC unroll 3
+            for (int v = 0; v < 3; v++)
+                acc[r][v] = bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps();
+        for (int ki = 0; ki < kh; ki++) {
+            const float *r0 = img + (size_t)(oy + ki) * w, *r1 = r0 + w;
+            const float *wk = weight + (size_t)ki * kw;
+            for (int kj = 0; kj < kw; kj++) {
+                const __m512 b0 = _mm512_loadu_ps(r0 + kj);
+                const __m512d lo =
+                    _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(r0 + 16 + kj)));
+                const __m512 b1 = _mm512_castpd_ps(
+                    _mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_loadu_ps(r1 + kj)), 1));
+                const __m512 b2 = _mm512_loadu_ps(r1 + 8 + kj);
+#pragma GCC unroll 6
+                for (int r = 0; r < fb; r++) {
+                    const __m512 a = _mm512_set1_ps(wk[(size_t)r * taps + kj]);
+                    acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+                    acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+                    acc[r][2] = _mm512_fmadd_ps(a, b2, acc[r][2]);
+                }
+            }
+        }
+#pragma GCC unroll 6
+        for (int r = 0; r < fb; r++)
+#pragma GCC unroll 3
+            for (int v = 0; v < 3; v++)
+                _mm512_storeu_ps(out + (size_t)r * p + (size_t)oy * 24 + 16 * v, acc[r][v]);
+    }
+}
+
+AVX512 static void conv1c_avx512(float *out, const float *img, const float *weight,
+                                 const float *bias, int w, int f, int kh, int kw, int oh)
+{
+    const size_t taps = (size_t)kh * kw, p = (size_t)oh * 24;
+
+    /* blocks of 5 filters (15 accumulators), as lenet's 20 divide; the last block what is left */
+    for (int f0 = 0; f0 < f; f0 += 5) {
+        const int fb = f - f0 < 5 ? f - f0 : 5;
+        float *o = out + (size_t)f0 * p;
+        const float *wt = weight + (size_t)f0 * taps, *b = bias ? bias + f0 : NULL;
+        switch (fb) {
+        case 1:
+            conv1c_block(o, img, wt, b, w, kh, kw, oh, 1);
+            break;
+        case 2:
+            conv1c_block(o, img, wt, b, w, kh, kw, oh, 2);
+            break;
+        case 3:
+            conv1c_block(o, img, wt, b, w, kh, kw, oh, 3);
+            break;
+        case 4:
+            conv1c_block(o, img, wt, b, w, kh, kw, oh, 4);
+            break;
+        default:
+            conv1c_block(o, img, wt, b, w, kh, kw, oh, 5);
+            break;
+        }
+    }
+}
+
+void nl_conv1c(float *out, const float *img, const float *weight, const float *bias, int h, int w,
+               int f, int kh, int kw, int oh, int ow)
+{
+    if (nl_kernels_vector_on() && nl_conv1c_fits(1, kh, kw, 1, 1, 0, 0, oh, ow))
+        conv1c_avx512(out, img, weight, bias, w, f, kh, kw, oh);
+    else
+        nl_conv1c_naive(out, img, weight, bias, h, w, f, kh, kw, oh, ow);
+}
+
+int nl_conv1c_dweight_fits(int kw)
+{
+    return kw >= 1 && kw <= 5;
+}
+
+void nl_conv1c_dweight_naive(float *part, const float *dout, const float *img, int w, int f, int kh,
+                             int kw, int oh, int ow)
+{
+    const int taps = kh * kw, p = oh * ow;
+
+    for (int fo = 0; fo < f; fo++)
+        for (int t = 0; t < taps; t++) {
+            const int ki = t / kw, kj = t % kw;
+            float *lane = part + ((size_t)fo * taps + t) * 16;
+            for (int oy = 0; oy < oh; oy += 2)
+                for (int q = 0; q < 2 * ow; q++) {
+                    const int y = oy + q / ow, x = q % ow;
+                    lane[q % 16] = fmaf(dout[(size_t)fo * p + (size_t)y * ow + x],
+                                        img[(size_t)(y + ki) * w + x + kj], lane[q % 16]);
+                }
+        }
+}
+
+void nl_conv1c_dweight_finish(float *dweight, const float *part, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        const float *lane = part + i * 16;
+        float sum = lane[0];
+        for (int l = 1; l < 16; l++)
+            sum += lane[l];
+        dweight[i] += sum;
+    }
+}
+
+/* fb filters by the kw taps of window row ki (constants in each instantiation): fb*kw lanes'
+ * chains in registers, the filters' dout of a pair of rows in 3*fb more. */
+AVX512 static inline __attribute__((always_inline)) void
+conv1c_dw_block(float *part, const float *dout, const float *img, int w, int kh, int oh, int p,
+                const int fb, const int kw)
+{
+    const int taps = kh * kw;
+
+    for (int ki = 0; ki < kh; ki++) {
+        __m512 acc[3][5];
+#pragma GCC unroll 3
+        for (int r = 0; r < fb; r++)
+#pragma GCC unroll 5
+            for (int kj = 0; kj < kw; kj++)
+                acc[r][kj] = _mm512_loadu_ps(part + ((size_t)r * taps + ki * kw + kj) * 16);
+        for (int oy = 0; oy < oh; oy += 2) {
+            __m512 d[3][3];
+#pragma GCC unroll 3
+            for (int r = 0; r < fb; r++)
+#pragma GCC unroll 3
+                for (int v = 0; v < 3; v++)
+                    d[r][v] = _mm512_loadu_ps(dout + (size_t)r * p + (size_t)oy * 24 + 16 * v);
+            const float *r0 = img + (size_t)(oy + ki) * w, *r1 = r0 + w;
+#pragma GCC unroll 5
+            for (int kj = 0; kj < kw; kj++) {
+                const __m512 b0 = _mm512_loadu_ps(r0 + kj);
+                const __m512d lo =
+                    _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(r0 + 16 + kj)));
+                const __m512 b1 = _mm512_castpd_ps(
+                    _mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_loadu_ps(r1 + kj)), 1));
+                const __m512 b2 = _mm512_loadu_ps(r1 + 8 + kj);
+#pragma GCC unroll 3
+                for (int r = 0; r < fb; r++) {
+                    acc[r][kj] = _mm512_fmadd_ps(d[r][0], b0, acc[r][kj]);
+                    acc[r][kj] = _mm512_fmadd_ps(d[r][1], b1, acc[r][kj]);
+                    acc[r][kj] = _mm512_fmadd_ps(d[r][2], b2, acc[r][kj]);
+                }
+            }
+        }
+#pragma GCC unroll 3
+        for (int r = 0; r < fb; r++)
+#pragma GCC unroll 5
+            for (int kj = 0; kj < kw; kj++)
+                _mm512_storeu_ps(part + ((size_t)r * taps + ki * kw + kj) * 16, acc[r][kj]);
+    }
+}
+
+#define DW_KW(FB)                                                                                  \
+    switch (kw) {                                                                                  \
+    case 1:                                                                                        \
+        conv1c_dw_block(pt, dt, img, w, kh, oh, p, FB, 1);                                         \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        conv1c_dw_block(pt, dt, img, w, kh, oh, p, FB, 2);                                         \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        conv1c_dw_block(pt, dt, img, w, kh, oh, p, FB, 3);                                         \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        conv1c_dw_block(pt, dt, img, w, kh, oh, p, FB, 4);                                         \
+        break;                                                                                     \
+    default:                                                                                       \
+        conv1c_dw_block(pt, dt, img, w, kh, oh, p, FB, 5);                                         \
+        break;                                                                                     \
+    }
+
+AVX512 static void conv1c_dw_avx512(float *part, const float *dout, const float *img, int w, int f,
+                                    int kh, int kw, int oh)
+{
+    const int p = oh * 24;
+    const size_t taps = (size_t)kh * kw;
+
+    for (int f0 = 0; f0 < f; f0 += 3) {
+        const int fb = f - f0 < 3 ? f - f0 : 3;
+        float *pt = part + (size_t)f0 * taps * 16;
+        const float *dt = dout + (size_t)f0 * p;
+        if (fb == 3) {
+            DW_KW(3)
+        } else if (fb == 2) {
+            DW_KW(2)
+        } else {
+            DW_KW(1)
+        }
+    }
+}
+
+void nl_conv1c_dweight(float *part, const float *dout, const float *img, int w, int f, int kh,
+                       int kw, int oh, int ow)
+{
+    if (nl_kernels_vector_on() && nl_conv1c_fits(1, kh, kw, 1, 1, 0, 0, oh, ow) &&
+        nl_conv1c_dweight_fits(kw))
+        conv1c_dw_avx512(part, dout, img, w, f, kh, kw, oh);
+    else
+        nl_conv1c_dweight_naive(part, dout, img, w, f, kh, kw, oh, ow);
+}

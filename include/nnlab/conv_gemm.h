@@ -1,0 +1,62 @@
+/* Small matrix products for convolutions whose products are too small for OpenBLAS to run near
+ * its rate (LeNet's: 50 filters, K = 500, 64 output pixels): the left matrix is packed once per
+ * shard into panels of NL_PGEMM_MR rows, the right one is read in place, row by row, and the
+ * output tile (6 rows by 64 columns) stays in AVX-512 registers (core/engine/conv_gemm.c).
+ * Each output sums its terms in fused multiply-adds in the order of k, starting from its initial
+ * value (0, the bias or the output itself); the naive twins do the same with fmaf, so the two
+ * agree bit for bit. */
+#ifndef NNLAB_CONV_GEMM_H
+#define NNLAB_CONV_GEMM_H
+
+#include <stddef.h>
+
+#define NL_PGEMM_MR 6
+
+/* Floats of a (m, k) packed: ceil(m / NL_PGEMM_MR) panels of NL_PGEMM_MR * k. */
+size_t nl_pgemm_packed_floats(int m, int k);
+
+/* ap = a (m, k) packed: panel i holds rows [6i, 6i + 6) k-major,
+ * ap[(i*k + kk)*6 + r] = a[6i + r][kk], the rows past m zero. a is row-major with row stride
+ * lda; with trans, a is given as its transpose, (k, m) with row stride lda. */
+void nl_pgemm_pack(float *ap, const float *a, int lda, int trans, int m, int k);
+
+/* c (m, n) = init + ap (m, k) b (k, n): b row-major with row stride ldb, c with ldc; init is c
+ * itself when accumulate, else bias[row] when bias is not NULL, else 0. */
+void nl_pgemm(float *c, int ldc, const float *ap, const float *b, int ldb, int m, int n, int k,
+              const float *bias, int accumulate);
+void nl_pgemm_naive(float *c, int ldc, const float *ap, const float *b, int ldb, int m, int n,
+                    int k, const float *bias, int accumulate);
+
+/* colst (oh*ow, c*kh*kw) = the columns of nl_im2col transposed: row p holds output pixel p's
+ * window, channel-major then row-major in the window, zeros on the padding. */
+void nl_im2col_t(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
+                 int sw, int ph, int pw, int oh, int ow);
+void nl_im2col_t_naive(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
+                       int sw, int ph, int pw, int oh, int ow);
+
+/* One input channel, stride 1, no padding, output rows of 24 (lenet's conv1: 28x28, 5x5), with
+ * no im2col: two output rows are three vectors of 16 pixels, each read from the image with its
+ * tap's shift (nl_conv1c_fits says where). out (f, oh, ow) = bias + the taps of img (h, w) by
+ * weight [f, 1, kh, kw], each output one chain of fused multiply-adds over the taps in row-major
+ * order from the bias (from 0 where bias is NULL); the naive twin computes the same chains with
+ * fmaf, so the two agree bit for bit. */
+int nl_conv1c_fits(int c, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow);
+void nl_conv1c(float *out, const float *img, const float *weight, const float *bias, int h, int w,
+               int f, int kh, int kw, int oh, int ow);
+void nl_conv1c_naive(float *out, const float *img, const float *weight, const float *bias, int h,
+                     int w, int f, int kh, int kw, int oh, int ow);
+
+/* Its weight gradient, for windows at most 5 wide (nl_conv1c_dweight_fits): part (f, kh*kw, 16)
+ * += each tap's products of dout (f, oh, ow) by the image's pixels under it, pixel q of each pair
+ * of output rows (0 to 47) into lane q % 16, one chain of fused multiply-adds per lane over the
+ * pairs of rows and then the three vectors of a pair; across a shard's images the same chains go
+ * on. nl_conv1c_dweight_finish then adds to dweight (count floats) each tap's 16 lanes summed in
+ * lane order. The naive twin computes the same chains with fmaf, so the two agree bit for bit. */
+int nl_conv1c_dweight_fits(int kw);
+void nl_conv1c_dweight(float *part, const float *dout, const float *img, int w, int f, int kh,
+                       int kw, int oh, int ow);
+void nl_conv1c_dweight_naive(float *part, const float *dout, const float *img, int w, int f, int kh,
+                             int kw, int oh, int ow);
+void nl_conv1c_dweight_finish(float *dweight, const float *part, size_t count);
+
+#endif
