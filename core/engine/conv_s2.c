@@ -115,6 +115,53 @@ static void cols_adjoint_scalar(float *phases, const float *cols, const struct n
         }
 }
 
+/* split_avx512 for rows of at most 32 pixels, one block a row: the masks are the same for every
+ * row, and where the block's 32 floats lie within the image and a plane's 16 within that plane,
+ * whole vectors are loaded and stored. The floats past a plane row's end land on the start of
+ * the plane's next rows, which later rows of the image overwrite (rows go in order, each plane
+ * row is written by one image row), and are never read: the same planes. */
+AVX512 static void split_row_avx512(float *phases, const float *img, const struct nl_s2 *p)
+{
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __mmask16 la = lanes(0, p->w), lb = lanes(0, p->w - 16);
+    const __mmask16 m0 = lanes(0, (p->w + 1) / 2), m1 = lanes(0, p->w / 2);
+    const size_t size = (size_t)p->c * p->h * p->w, plane = (size_t)p->hp * p->ow;
+    const int use[4] = {p->used & 1, p->used >> 1 & 1, p->used >> 2 & 1, p->used >> 3 & 1};
+
+    for (int ci = 0; ci < p->c; ci++)
+        for (int y = 0; y < p->h; y++) {
+            const int pr = y & 1, use0 = use[pr * 2], use1 = use[pr * 2 + 1];
+            if (!use0 && !use1)
+                continue;
+            const size_t at = ((size_t)ci * p->h + y) * p->w;
+            const float *row = img + at;
+            const size_t off = (size_t)(y / 2) * p->ow;
+            float *d0 = plane_of(phases, p, ci, pr * 2) + off;
+            float *d1 = plane_of(phases, p, ci, pr * 2 + 1) + off;
+            __m512 a, b;
+            if (at + 32 <= size) {
+                a = _mm512_loadu_ps(row);
+                b = _mm512_loadu_ps(row + 16);
+            } else {
+                a = _mm512_maskz_loadu_ps(la, row);
+                b = _mm512_maskz_loadu_ps(lb, row + 16);
+            }
+            const __m512 e = _mm512_permutex2var_ps(a, even, b);
+            const __m512 o = _mm512_permutex2var_ps(a, odd, b);
+            const int whole = off + 16 <= plane;
+            if (use0 && whole)
+                _mm512_storeu_ps(d0, e);
+            else if (use0)
+                _mm512_mask_storeu_ps(d0, m0, e);
+            if (use1 && whole)
+                _mm512_storeu_ps(d1, o);
+            else if (use1)
+                _mm512_mask_storeu_ps(d1, m1, o);
+        }
+}
+
 /* Each input row's 32-pixel blocks: even lanes to phase pc = 0, odd lanes to pc = 1; the rows and
  * lanes of phases no tap reads are skipped. */
 AVX512 static void split_avx512(float *phases, const float *img, const struct nl_s2 *p)
@@ -124,6 +171,10 @@ AVX512 static void split_avx512(float *phases, const float *img, const struct nl
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     const int w0 = (p->w + 1) / 2, w1 = p->w / 2;
 
+    if (p->w <= 32) {
+        split_row_avx512(phases, img, p);
+        return;
+    }
     for (int ci = 0; ci < p->c; ci++)
         for (int y = 0; y < p->h; y++) {
             const int pr = y & 1, use0 = p->used >> (pr * 2) & 1,
