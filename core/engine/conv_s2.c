@@ -11,6 +11,8 @@
  */
 #include "nnlab/conv_s2.h"
 
+#include <limits.h>
+
 #include "nnlab/kernels.h"
 #include "simd.h"
 
@@ -252,6 +254,37 @@ AVX512 static void cols_adjoint_avx512(float *phases, const float *cols, const s
                                       _mm512_add_ps(d, _mm512_maskz_loadu_ps(m, src + 16 * v)));
             }
         }
+}
+
+static void transpose_scalar(float *dst, const float *src, int rows, int cols, int from)
+{
+    for (int i = from; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
+}
+
+/* Sixteen rows at a time, a column of them gathered into one vector: 4.5 against 1.2 us for a
+ * (32, 196) matrix (resnet8's s2c1 dout), where 16x16 register transposes took 1.4. */
+AVX512 static void transpose_avx512(float *dst, const float *src, int rows, int cols)
+{
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(cols));
+    int r = 0;
+
+    for (; r + 16 <= rows; r += 16)
+        for (int j = 0; j < cols; j++)
+            _mm512_storeu_ps(dst + (size_t)j * rows + r,
+                             _mm512_i32gather_ps(idx, src + (size_t)r * cols + j, 4));
+    transpose_scalar(dst, src, rows, cols, r);
+}
+
+void nl_s2_transpose(float *dst, const float *src, int rows, int cols)
+{
+    if (nl_kernels_vector_on() && (size_t)rows * cols <= INT_MAX)
+        transpose_avx512(dst, src, rows, cols);
+    else
+        transpose_scalar(dst, src, rows, cols, 0);
 }
 
 void nl_s2_split(float *phases, const float *img, const struct nl_s2 *p)

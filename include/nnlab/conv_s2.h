@@ -50,4 +50,8 @@ void nl_s2_cols(float *cols, const float *phases, const struct nl_s2 *p);
 /* phases += cols (K, P) folded back, row after row: the adjoint of nl_s2_cols. */
 void nl_s2_cols_adjoint(float *phases, const float *cols, const struct nl_s2 *p);
 
+/* dst (cols, rows) = src (rows, cols) transposed: PHASES' weight gradient is taken transposed
+ * (core/engine/layers/conv.c). The same floats moved, on either path. */
+void nl_s2_transpose(float *dst, const float *src, int rows, int cols);
+
 #endif

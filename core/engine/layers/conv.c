@@ -595,21 +595,15 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
     }
 }
 
-/* dst (cols, rows) = src (rows, cols) transposed. */
-static void transpose(float *dst, const float *src, int rows, int cols)
-{
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++)
-            dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
-}
-
 /* PHASES, image after image as SAMPLE, but the weight gradient is taken transposed: dweight^T
  * (K, F) += cols_s (K, P) dout_s^T (P, F), dout_s turned (P, F) first and dweight turned once
  * before the shard and once after. OpenBLAS's products that contract over the rows of both
  * operands (dout_s cols_s^T) packed both and ran at about 82 GFLOP/s on resnet8's s2c1 (32
  * filters, K = 144, P = 196), where the plain product takes its small-matrix kernel without
- * packing: 21.9 against 13.8 us per image, the turning included (s3c1: 16.5 against 12.5;
- * thread CPU time, 2026-11-27, load average 4.4). Each element is the same sum in the same
+ * packing: 21.9 against 13.8 us per image, a scalar turning included (s3c1: 16.5 against 12.5;
+ * thread CPU time, 2026-11-27, load average 4.4); turned by nl_s2_transpose's gathers, the
+ * whole backward of an s2c1 image took 37.8 us where SAMPLE's products took 51.6 (s3c1 35.0
+ * against 43.8; load average 5.8). Each element is the same sum in the same
  * order, started from dweight's value, so the results are SAMPLE's bit for bit. */
 static void backward_phases(const struct nl_layer *l, const struct nl_bwd *b,
                             const struct conv_dims *d)
@@ -622,12 +616,12 @@ static void backward_phases(const struct nl_layer *l, const struct nl_bwd *b,
     float *dyt = dwt + (size_t)d->k * d->f;
 
     if (b->dw)
-        transpose(dwt, b->dw, d->f, d->k);
+        nl_s2_transpose(dwt, b->dw, d->f, d->k);
     for (int s = 0; s < b->n; s++) {
         const float *dout = b->dout + (size_t)s * out_size;
         if (b->dw) {
             sample_cols(cols, b->in[0] + (size_t)s * d->in_size, d);
-            transpose(dyt, dout, d->f, d->p);
+            nl_s2_transpose(dyt, dout, d->f, d->p);
             nl_sgemm(0, 0, d->k, d->f, d->p, 1.0f, cols, d->p, dyt, d->f, 1.0f, dwt, d->f);
         }
         if (db)
@@ -645,7 +639,7 @@ static void backward_phases(const struct nl_layer *l, const struct nl_bwd *b,
         }
     }
     if (b->dw)
-        transpose(b->dw, dwt, d->k, d->f);
+        nl_s2_transpose(b->dw, dwt, d->k, d->f);
 }
 
 /* SHARD: dy (F, n*P) gathered from dout (with the bias gradient's row sums), then
