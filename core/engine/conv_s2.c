@@ -287,6 +287,85 @@ void nl_s2_transpose(float *dst, const float *src, int rows, int cols)
         transpose_scalar(dst, src, rows, cols, 0);
 }
 
+static void pick_scalar(float *cols, const float *img, int c, int h, int w, int oh, int ow)
+{
+    for (int ci = 0; ci < c; ci++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++)
+                cols[((size_t)ci * oh + oy) * ow + ox] =
+                    img[((size_t)ci * h + 2 * oy) * w + 2 * ox];
+}
+
+static void pick_adjoint_scalar(float *img, const float *cols, int c, int h, int w, int oh, int ow)
+{
+    for (int ci = 0; ci < c; ci++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++)
+                img[((size_t)ci * h + 2 * oy) * w + 2 * ox] +=
+                    cols[((size_t)ci * oh + oy) * ow + ox];
+}
+
+/* Every output row: the even lanes of 32 input floats at a time, as the split's phase 0. */
+AVX512 static void pick_avx512(float *cols, const float *img, int c, int h, int w, int oh, int ow)
+{
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+
+    for (int ci = 0; ci < c; ci++)
+        for (int oy = 0; oy < oh; oy++) {
+            const float *row = img + ((size_t)ci * h + 2 * oy) * w;
+            float *dst = cols + ((size_t)ci * oh + oy) * ow;
+            for (int x = 0; x < w; x += 32) {
+                const __m512 a = _mm512_maskz_loadu_ps(lanes(0, w - x), row + x);
+                const __m512 b = _mm512_maskz_loadu_ps(lanes(0, w - x - 16), row + x + 16);
+                _mm512_mask_storeu_ps(dst + x / 2, lanes(0, ow - x / 2),
+                                      _mm512_permutex2var_ps(a, even, b));
+            }
+        }
+}
+
+/* The columns spread to the even lanes of 32 image floats, added there; the odd lanes are not
+ * written (nor is 0 added to them, which would turn a -0 into +0). */
+AVX512 static void pick_adjoint_avx512(float *img, const float *cols, int c, int h, int w, int oh,
+                                       int ow)
+{
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    const __m512 zero = _mm512_setzero_ps();
+
+    for (int ci = 0; ci < c; ci++)
+        for (int oy = 0; oy < oh; oy++) {
+            float *row = img + ((size_t)ci * h + 2 * oy) * w;
+            const float *src = cols + ((size_t)ci * oh + oy) * ow;
+            for (int x = 0; x < w; x += 32) {
+                const __m512 e = _mm512_maskz_loadu_ps(lanes(0, ow - x / 2), src + x / 2);
+                const __mmask16 m0 = lanes(0, w - x) & 0x5555, m1 = lanes(0, w - x - 16) & 0x5555;
+                const __m512 r0 = _mm512_maskz_loadu_ps(m0, row + x);
+                const __m512 r1 = _mm512_maskz_loadu_ps(m1, row + x + 16);
+                _mm512_mask_storeu_ps(row + x, m0,
+                                      _mm512_add_ps(r0, _mm512_permutex2var_ps(e, lo, zero)));
+                _mm512_mask_storeu_ps(row + x + 16, m1,
+                                      _mm512_add_ps(r1, _mm512_permutex2var_ps(e, hi, zero)));
+            }
+        }
+}
+
+void nl_s2_pick(float *cols, const float *img, int c, int h, int w, int oh, int ow)
+{
+    if (nl_kernels_vector_on())
+        pick_avx512(cols, img, c, h, w, oh, ow);
+    else
+        pick_scalar(cols, img, c, h, w, oh, ow);
+}
+
+void nl_s2_pick_adjoint(float *img, const float *cols, int c, int h, int w, int oh, int ow)
+{
+    if (nl_kernels_vector_on())
+        pick_adjoint_avx512(img, cols, c, h, w, oh, ow);
+    else
+        pick_adjoint_scalar(img, cols, c, h, w, oh, ow);
+}
+
 void nl_s2_split(float *phases, const float *img, const struct nl_s2 *p)
 {
     if (nl_kernels_vector_on())
