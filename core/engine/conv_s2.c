@@ -311,6 +311,31 @@ AVX512 static void pick_avx512(float *cols, const float *img, int c, int h, int 
     const __m512i even =
         _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
 
+    if (w <= 32) {
+        /* one block a row, as split_row_avx512: whole vectors where they stay within the image
+         * and the columns; the floats past an output row's end land on the next rows' start,
+         * written after */
+        const __mmask16 la = lanes(0, w), lb = lanes(0, w - 16), lo = lanes(0, ow);
+        const size_t size = (size_t)c * h * w, end = (size_t)c * oh * ow;
+        for (int ci = 0; ci < c; ci++)
+            for (int oy = 0; oy < oh; oy++) {
+                const size_t at = ((size_t)ci * h + 2 * oy) * w, to = ((size_t)ci * oh + oy) * ow;
+                __m512 a, b;
+                if (at + 32 <= size) {
+                    a = _mm512_loadu_ps(img + at);
+                    b = _mm512_loadu_ps(img + at + 16);
+                } else {
+                    a = _mm512_maskz_loadu_ps(la, img + at);
+                    b = _mm512_maskz_loadu_ps(lb, img + at + 16);
+                }
+                const __m512 e = _mm512_permutex2var_ps(a, even, b);
+                if (to + 16 <= end)
+                    _mm512_storeu_ps(cols + to, e);
+                else
+                    _mm512_mask_storeu_ps(cols + to, lo, e);
+            }
+        return;
+    }
     for (int ci = 0; ci < c; ci++)
         for (int oy = 0; oy < oh; oy++) {
             const float *row = img + ((size_t)ci * h + 2 * oy) * w;
