@@ -205,6 +205,34 @@ AVX512 static void merge_avx512(float *img, const float *phases, const struct nl
     const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
     const int w0 = (p->w + 1) / 2, w1 = p->w / 2;
 
+    if (p->w <= 32 && p->used == 15) {
+        /* every pixel written, one block a row: whole vectors where they stay within the planes
+         * and the image, as split_row_avx512; the floats past a row's end land on the next
+         * row's start, written after */
+        const __mmask16 m0 = lanes(0, w0), m1 = lanes(0, w1), la = lanes(0, p->w),
+                        lb = lanes(0, p->w - 16);
+        const size_t size = (size_t)p->c * p->h * p->w, total = nl_s2_floats(p->c, p->h, p->ow);
+        for (int ci = 0; ci < p->c; ci++)
+            for (int y = 0; y < p->h; y++) {
+                const int pr = y & 1;
+                const size_t at = ((size_t)ci * p->h + y) * p->w;
+                const float *s0 = plane_of((float *)phases, p, ci, pr * 2) + (y / 2) * p->ow;
+                const float *s1 = plane_of((float *)phases, p, ci, pr * 2 + 1) + (y / 2) * p->ow;
+                const int whole = (size_t)(s1 - phases) + 16 <= total;
+                const __m512 e = whole ? _mm512_loadu_ps(s0) : _mm512_maskz_loadu_ps(m0, s0);
+                const __m512 o = whole ? _mm512_loadu_ps(s1) : _mm512_maskz_loadu_ps(m1, s1);
+                const __m512 r0 = _mm512_permutex2var_ps(e, lo, o);
+                const __m512 r1 = _mm512_permutex2var_ps(e, hi, o);
+                if (at + 32 <= size) {
+                    _mm512_storeu_ps(img + at, r0);
+                    _mm512_storeu_ps(img + at + 16, r1);
+                } else {
+                    _mm512_mask_storeu_ps(img + at, la, r0);
+                    _mm512_mask_storeu_ps(img + at + 16, lb, r1);
+                }
+            }
+        return;
+    }
     for (int ci = 0; ci < p->c; ci++)
         for (int y = 0; y < p->h; y++) {
             const int pr = y & 1, use0 = p->used >> (pr * 2) & 1,
