@@ -1786,6 +1786,115 @@ static void test_sgd_twins(void)
     }
 }
 
+/* nl_s2_transpose on both paths against dst[j][i] = src[i][j]. */
+static void test_s2_transpose(int rows, int cols)
+{
+    const size_t size = (size_t)rows * cols;
+    float *src = floats(size), *want = floats(size), *got = floats(size);
+
+    fill(src, size, -1, 1);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            want[(size_t)j * rows + i] = src[(size_t)i * cols + j];
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        fill_value(got, size, NAN);
+        nl_s2_transpose(got, src, rows, cols);
+        ok(memcmp(got, want, size * sizeof *got) == 0, "nl_s2_transpose of %dx%d, %s", rows, cols,
+           vec ? "vector" : "scalar");
+    }
+    nl_kernels_vector(1);
+    free(src);
+    free(want);
+    free(got);
+}
+
+/* nl_s2_pick and its adjoint on both paths against nl_im2col and nl_col2im of a 1x1 stride-2
+ * window, bit for bit, the adjoint adding into an image that holds values already (a -0 among
+ * them, which adding 0 would turn). */
+static void test_s2_pick(int c, int h, int w)
+{
+    const int oh = (h + 1) / 2, ow = (w + 1) / 2;
+    const size_t in = (size_t)c * h * w, kp = (size_t)c * oh * ow;
+    float *img = floats(in), *want = floats(kp), *got = floats(kp), *d1 = floats(in);
+    float *d2 = floats(in);
+
+    fill(img, in, -1, 1);
+    fill(d1, in, -1, 1);
+    d1[in - 1] = -0.0f;
+    nl_im2col(want, img, c, h, w, 1, 1, 2, 2, 0, 0, oh, ow);
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        fill_value(got, kp, NAN);
+        nl_s2_pick(got, img, c, h, w, oh, ow);
+        ok(memcmp(got, want, kp * sizeof *got) == 0, "nl_s2_pick of %dx%dx%d, %s: nl_im2col's", c,
+           h, w, vec ? "vector" : "scalar");
+    }
+    fill(want, kp, -1, 1);
+    memcpy(d2, d1, in * sizeof *d2);
+    nl_col2im(d1, want, c, h, w, 1, 1, 2, 2, 0, 0, oh, ow);
+    float *d3 = floats(in);
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        memcpy(d3, d2, in * sizeof *d3);
+        nl_s2_pick_adjoint(d3, want, c, h, w, oh, ow);
+        ok(memcmp(d1, d3, in * sizeof *d1) == 0,
+           "nl_s2_pick_adjoint of %dx%dx%d, %s: nl_col2im's sums", c, h, w,
+           vec ? "vector" : "scalar");
+    }
+    nl_kernels_vector(1);
+    free(img);
+    free(want);
+    free(got);
+    free(d1);
+    free(d2);
+    free(d3);
+}
+
+/* The stride-2 weight gradients (PHASES's, and SAMPLE's for a 1x1 window, which take it turned
+ * where F*K is large) against SAMPLE's per-image products over nl_im2col's columns, added into
+ * non-zero values: the same sums in the same order, bit for bit. */
+static void test_s2_dweight(int n, int c, int h, int f, int k, int pad)
+{
+    struct run r = {.l = {.filters = f,
+                          .kh = k,
+                          .kw = k,
+                          .sh = 2,
+                          .sw = 2,
+                          .ph = pad,
+                          .pw = pad,
+                          .no_bias = 1,
+                          .in = {{c, h, h}}}};
+    run_make(&r, "conv", n);
+    const int o = (h + 2 * pad - k) / 2 + 1, kk = c * k * k, p = o * o;
+    float *want = floats(r.l.param_count), *cols = floats((size_t)kk * p);
+
+    fill(r.dw, r.l.param_count, -1, 1);
+    memcpy(want, r.dw, r.l.param_count * sizeof *want);
+    for (int s = 0; s < n; s++) {
+        nl_im2col(cols, r.in + (size_t)s * c * h * h, c, h, h, k, k, 2, 2, pad, pad, o, o);
+        nl_sgemm(0, 1, f, kk, p, 1.0f, r.dout + (size_t)s * f * p, p, cols, p, 1.0f, want, kk);
+    }
+    struct nl_bwd b = {.n = n,
+                       .in = {r.in},
+                       .out = r.out,
+                       .dout = r.dout,
+                       .din = {r.din},
+                       .w = r.w,
+                       .dw = r.dw,
+                       .aux = r.aux,
+                       .scratch = r.scratch};
+    memset(r.din, 0, r.in_count * sizeof *r.din);
+    r.l.ops->backward(&r.l, &b);
+    ok(memcmp(want, r.dw, r.l.param_count * sizeof *want) == 0,
+       "conv %d %dx%d stride 2 pad %d on %dx%dx%dx%d, %s: the weight gradient is SAMPLE's "
+       "per-image products' bit for bit",
+       f, k, k, pad, n, c, h, h, nl_lowering_name(r.l.lower));
+    free(want);
+    free(cols);
+    run_free(&r);
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -2177,5 +2286,21 @@ int main(void)
         conv_rel = 1e-5;
     }
     nl_kernels_vector(1);
+    /* The transposes of PHASES' weight gradient, both paths, against a direct loop: resnet8's
+     * dout and weight shapes, and rows that are no multiple of 16. */
+    static const int transposes[][2] = {{32, 196}, {64, 49}, {32, 144},
+                                        {144, 32}, {37, 13}, {5, 1}};
+    for (size_t i = 0; i < sizeof transposes / sizeof transposes[0]; i++)
+        test_s2_transpose(transposes[i][0], transposes[i][1]);
+    /* The 1x1 stride-2 picking against nl_im2col and nl_col2im, both paths: resnet8's s2sc and
+     * s3sc, odd sizes, rows wider than 32. */
+    static const int picks[][3] = {{16, 28, 28}, {32, 14, 14}, {3, 7, 9}, {2, 40, 37}, {2, 1, 1}};
+    for (size_t i = 0; i < sizeof picks / sizeof picks[0]; i++)
+        test_s2_pick(picks[i][0], picks[i][1], picks[i][2]);
+    /* resnet8's stride-2 convolutions: PHASES's and the 1x1 picking's weight gradients */
+    test_s2_dweight(3, 16, 28, 32, 3, 1);
+    test_s2_dweight(3, 32, 14, 64, 3, 1);
+    test_s2_dweight(3, 16, 28, 32, 1, 0);
+    test_s2_dweight(3, 32, 14, 64, 1, 0);
     return done_testing();
 }

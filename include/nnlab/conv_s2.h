@@ -50,4 +50,15 @@ void nl_s2_cols(float *cols, const float *phases, const struct nl_s2 *p);
 /* phases += cols (K, P) folded back, row after row: the adjoint of nl_s2_cols. */
 void nl_s2_cols_adjoint(float *phases, const float *cols, const struct nl_s2 *p);
 
+/* A 1x1 window of stride 2 without padding reads one phase plane of the four, which needs no
+ * split: cols (C, oh*ow) = img (C, H, W) at the even rows and columns, oh = (H + 1) / 2 and
+ * ow = (W + 1) / 2 (nl_im2col's columns, float for float); nl_s2_pick_adjoint adds them back
+ * there as nl_col2im does, leaving the other pixels as they are. */
+void nl_s2_pick(float *cols, const float *img, int c, int h, int w, int oh, int ow);
+void nl_s2_pick_adjoint(float *img, const float *cols, int c, int h, int w, int oh, int ow);
+
+/* dst (cols, rows) = src (rows, cols) transposed: PHASES' weight gradient is taken transposed
+ * (core/engine/layers/conv.c). The same floats moved, on either path. */
+void nl_s2_transpose(float *dst, const float *src, int rows, int cols);
+
 #endif

@@ -58,8 +58,12 @@
  *   plane as a flat run of whole vectors instead of row by row with a permute every 14 or 7
  *   pixels; the input gradient's columns are added back the same way into din's planes (din
  *   split, added into, merged back). The same columns, the same products and the same sums in
- *   the same order as SAMPLE's, so the same results bit for bit. scratch: K*P floats plus the
- *   planes, C*4*ceil(H/2)*ow.
+ *   the same order as SAMPLE's, so the same results bit for bit. The weight gradient is taken
+ *   turned, dweight^T += cols_s dout_s^T, where OpenBLAS would pack both operands of SAMPLE's
+ *   product (backward_phases). scratch: K*P floats plus the planes, C*4*ceil(H/2)*ow, plus
+ *   F*(K + P) for the turned matrices. A 1x1 stride-2 window without padding, SAMPLE by the rule
+ *   below, picks its columns from the image's even rows and columns (nl_s2_pick) and goes back
+ *   by backward_phases too (scratch: K*P + F*(K + P)).
  * - PACKED: SAMPLE's columns, but the products are nnlab's own (nnlab/conv_gemm.h, core/engine/
  *   conv_gemm.c): the weights are packed once per shard into panels of 6 rows (their transpose
  *   once for the input gradient), and each image's product out_s = bias + weight cols_s keeps a
@@ -399,10 +403,14 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         const size_t bwd = nl_pgemm_packed_floats((int)k, l->filters) +
                            nl_pgemm_packed_floats(l->filters, (int)p) + 2 * k * p;
         l->scratch_fixed = fwd > bwd ? fwd : bwd;
-    } else if (l->lower == NL_LOWER_PHASES)
-        l->scratch_fixed = k * p + nl_s2_floats(win.c, win.h, win.ow);
+    } else if (l->lower == NL_LOWER_PHASES) /* columns, planes, dweight^T and dout_s^T */
+        l->scratch_fixed =
+            k * p + nl_s2_floats(win.c, win.h, win.ow) + (size_t)l->filters * (k + p);
     else if (l->lower == NL_LOWER_ONECHAN) /* SAMPLE's, and the weight gradient's lanes */
         l->scratch_fixed = k * p + (size_t)l->filters * k * 16;
+    else if (win.kh == 1 && win.kw == 1 && win.sh == 2 && win.sw == 2 && win.ph == 0 &&
+             win.pw == 0) /* SAMPLE by backward_phases (pick): columns, dweight^T, dout_s^T */
+        l->scratch_fixed = k * p + (size_t)l->filters * (k + p);
     else
         l->scratch_fixed = k * p;
     return 0;
@@ -414,6 +422,13 @@ static int pointwise(const struct nl__window *g)
     return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
+/* A 1x1 window with stride 2 and no padding: the columns are the image's even rows and columns
+ * (nl_s2_pick), one phase plane of the four, picked without a split. */
+static int pick(const struct nl__window *g)
+{
+    return g->kh == 1 && g->kw == 1 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0;
+}
+
 /* cols (K, P): image img (C, H, W) unrolled, or img itself when the conv is pointwise. PHASES
  * splits img into its phase planes (scratch after cols) and reads the columns from them. */
 static const float *sample_cols(float *cols, const float *img, const struct conv_dims *d)
@@ -422,6 +437,10 @@ static const float *sample_cols(float *cols, const float *img, const struct conv
 
     if (pointwise(g))
         return img;
+    if (pick(g)) {
+        nl_s2_pick(cols, img, g->c, g->h, g->w, g->oh, g->ow);
+        return cols;
+    }
     if (d->s2) {
         float *phases = cols + (size_t)d->k * d->p;
         nl_s2_split(phases, img, d->s2);
@@ -703,6 +722,74 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
     }
 }
 
+/* PHASES, image after image as SAMPLE, but the weight gradient is taken transposed: dweight^T
+ * (K, F) += cols_s (K, P) dout_s^T (P, F), dout_s turned (P, F) first and dweight turned once
+ * before the shard and once after. OpenBLAS's products that contract over the rows of both
+ * operands (dout_s cols_s^T) packed both and ran at about 82 GFLOP/s on resnet8's s2c1 (32
+ * filters, K = 144, P = 196), where the plain product takes its small-matrix kernel without
+ * packing: 21.9 against 13.8 us per image, a scalar turning included (s3c1: 16.5 against 12.5;
+ * thread CPU time, 2026-11-27, load average 4.4); turned by nl_s2_transpose's gathers, the
+ * whole backward of an s2c1 image took 37.8 us where SAMPLE's products took 51.6 (s3c1 35.0
+ * against 43.8; load average 5.8). Each element is the same sum in the same
+ * order, started from dweight's value, so the results are SAMPLE's bit for bit. OpenBLAS takes
+ * its small-matrix kernel for the products over rows of both operands too where F*K is at most
+ * TURN_ABOVE (0.3.21's SkylakeX bound), and sums in another order there: those weight gradients
+ * (resnet8's s2sc, 32 filters of 16 channels) stay SAMPLE's products, which turning did not
+ * speed up (8.4 against 8.1 us a backward per image). The 1x1 stride-2 convolutions (SAMPLE by
+ * their lowering) come here too, picking their columns (nl_s2_pick) and adding the input
+ * gradient's back (nl_s2_pick_adjoint) without im2col's and col2im's window loops: s2sc 13.0 ->
+ * 10.2 us per image forward and backward, s3sc 11.7 -> 7.2 (load average 6.3). A resnet8
+ * training step (batch 32, one thread, task-clock of 240 steps less 40, three rounds alternating
+ * with the build before, 2026-11-27 12:50 UTC, load average 2.5 to 3.3) took 16.4 ms against
+ * 17.7 (medians). tests/bench_conv.c, whose lowerings alternate so that each step starts with
+ * the others' data in the caches, shows the 1x1 rows faster (s2sc 42.6 -> 56.6 GFLOP/s, s3sc
+ * 47.8 -> 82.5) and the 3x3 rows within their noise (s2c1 63.1 -> 60.5, s3c1 71.6 -> 67.3). */
+#define TURN_ABOVE 1200
+static void backward_phases(const struct nl_layer *l, const struct nl_bwd *b,
+                            const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const size_t out_size = (size_t)d->f * d->p, kp = (size_t)d->k * d->p;
+    const size_t planes = d->s2 ? nl_s2_floats(g->c, g->h, g->ow) : 0;
+    float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+    float *cols = b->scratch, *phases = cols + kp, *dwt = phases + planes;
+    float *dyt = dwt + (size_t)d->k * d->f;
+    const int turn = b->dw && (size_t)d->f * d->k > TURN_ABOVE;
+
+    if (turn)
+        nl_s2_transpose(dwt, b->dw, d->f, d->k);
+    for (int s = 0; s < b->n; s++) {
+        const float *dout = b->dout + (size_t)s * out_size;
+        if (b->dw) {
+            sample_cols(cols, b->in[0] + (size_t)s * d->in_size, d);
+            if (turn) {
+                nl_s2_transpose(dyt, dout, d->f, d->p);
+                nl_sgemm(0, 0, d->k, d->f, d->p, 1.0f, cols, d->p, dyt, d->f, 1.0f, dwt, d->f);
+            } else
+                nl_sgemm(0, 1, d->f, d->k, d->p, 1.0f, dout, d->p, cols, d->p, 1.0f, b->dw, d->k);
+        }
+        if (db)
+            for (int fo = 0; fo < d->f; fo++)
+                db[fo] += nl_sum(dout + (size_t)fo * d->p, d->p);
+        if (b->din[0]) {
+            float *din = b->din[0] + (size_t)s * d->in_size;
+            nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 0.0f, cols, d->p);
+            if (!d->s2) {
+                nl_s2_pick_adjoint(din, cols, g->c, g->h, g->w, g->oh, g->ow);
+                continue;
+            }
+            if (s2_writes_all(l, b, d))
+                memset(phases, 0, planes * sizeof *phases);
+            else
+                nl_s2_split(phases, din, d->s2);
+            nl_s2_cols_adjoint(phases, cols, d->s2);
+            nl_s2_merge(din, phases, d->s2);
+        }
+    }
+    if (turn)
+        nl_s2_transpose(b->dw, dwt, d->k, d->f);
+}
+
 /* SHARD: dy (F, n*P) gathered from dout (with the bias gradient's row sums), then
  * dweight (F, K) += dy cols^T and dcols (K, n*P) = weight^T dy, each one product for the shard;
  * dcols is folded back image by image. PLANE2 takes the weight gradient from here and the input
@@ -977,6 +1064,8 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
               l->lower == NL_LOWER_S2LANES) &&
              b->n > 1)
         backward_shard(l, b, &d);
+    else if (l->lower == NL_LOWER_PHASES || (l->lower == NL_LOWER_SAMPLE && pick(&d.win)))
+        backward_phases(l, b, &d);
     else
         backward_sample(l, b, &d);
 }
