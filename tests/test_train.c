@@ -265,6 +265,7 @@ static void test_streamed(void)
                 o.optim.momentum = 0.9f;
                 o.optim.weight_decay = 1e-3f;
                 o.gradients = full ? NL_GRADIENTS_FULL : NL_GRADIENTS_STREAMED;
+                o.parallel = NL_PARALLEL_SAMPLES; /* the dense models would train as a team */
                 nl_model_init_params(m, 5);
                 p[full] = train_and_copy(m, d, &o, NULL, &res, &n[full]);
             }
@@ -274,6 +275,85 @@ static void test_streamed(void)
             nl_free(p[0]);
             nl_free(p[1]);
         }
+    nl_dataset_free(d);
+}
+
+/* spec trained on d for two epochs with momentum and weight decay, batch and threads as given,
+ * split as parallel says: its weights (n of them). */
+static float *train_split(const char *spec, const struct nl_dataset *d, int batch, int threads,
+                          enum nl_parallel parallel, size_t *n)
+{
+    struct nl_model *m = build(spec, d->shape, d->nclasses);
+    struct nl_train_opts o;
+    struct nl_train_result res;
+
+    if (!m)
+        return NULL;
+    nl_train_defaults(&o);
+    o.epochs = 2;
+    o.batch = batch;
+    o.threads = threads;
+    o.optim.momentum = 0.9f;
+    o.optim.weight_decay = 1e-3f;
+    o.parallel = parallel;
+    nl_model_init_params(m, 9);
+    return train_and_copy(m, d, &o, NULL, &res, n);
+}
+
+/* A team (opts.parallel, core/engine/trainer.c): dense layers split by units, the element-wise
+ * ones by samples, give one thread's weights bit for bit on 2 and 3 threads, at the default
+ * (batches up to 256) and on request; layers that do not split evenly into dense's blocks, a
+ * last batch of a few samples, both of dense's forward products (batch 32 and 100), and a model
+ * as wide as mlp's hidden layers (K of 800 and 512). The sample-parallel path, where it is
+ * chosen, keeps its own results (its sums are taken in another order). */
+static void test_team(void)
+{
+    struct nl_dataset *d = synthetic(203, 40, 6);
+    const char *specs[] = {"fc1: dense 300\nrelu\nfc2: dense 24\ntanh\nf: flatten\n"
+                           "fc3: dense N\nsigmoid\n",
+                           "fc0: dense 800\nrelu\nfc1: dense 512\nrelu\nfc2: dense N\n"};
+    const char *names[] = {"small", "wide"};
+    const int batches[] = {32, 100};
+
+    for (int s = 0; s < 2; s++)
+        for (int b = 0; b < 2; b++) {
+            size_t n1 = 0, n = 0;
+            float *one = train_split(specs[s], d, batches[b], 1, NL_PARALLEL_AUTO, &n1);
+            ok(one != NULL, "%s, batch %d: trains on one thread", names[s], batches[b]);
+            for (int threads = 2; threads <= 3 && one; threads++) {
+                const enum nl_parallel how =
+                    batches[b] == 32 ? NL_PARALLEL_AUTO : NL_PARALLEL_UNITS;
+                float *p = train_split(specs[s], d, batches[b], threads, how, &n);
+                ok(p && n == n1 && memcmp(p, one, n * sizeof(float)) == 0,
+                   "%s, batch %d, %d threads as a team (%s): the weights of one thread", names[s],
+                   batches[b], threads, how == NL_PARALLEL_AUTO ? "by default" : "on request");
+                nl_free(p);
+            }
+            nl_free(one);
+        }
+
+    /* Sample-parallel: by request, and by default where the shards are large. */
+    size_t n1 = 0, n2 = 0, n3 = 0;
+    float *one = train_split(specs[0], d, 32, 1, NL_PARALLEL_AUTO, &n1);
+    float *two = train_split(specs[0], d, 32, 2, NL_PARALLEL_SAMPLES, &n2);
+    float *again = train_split(specs[0], d, 32, 2, NL_PARALLEL_SAMPLES, &n3);
+    ok(one && two && again && memcmp(two, again, n2 * sizeof(float)) == 0 &&
+           memcmp(one, two, n1 * sizeof(float)) != 0,
+       "by samples on request: reproducible, and other sums than one thread's");
+    nl_free(one);
+    nl_free(two);
+    nl_free(again);
+    struct nl_dataset *big = synthetic(600, 40, 6);
+    two = train_split(specs[0], big, 300, 2, NL_PARALLEL_SAMPLES, &n2);
+    again = train_split(specs[0], big, 300, 2, NL_PARALLEL_AUTO, &n3);
+    one = train_split(specs[0], big, 300, 2, NL_PARALLEL_UNITS, &n1);
+    ok(two && again && one && memcmp(two, again, n2 * sizeof(float)) == 0 &&
+           memcmp(one, two, n1 * sizeof(float)) != 0,
+       "shards of 150 samples: by samples by default");
+    nl_free(one);
+    nl_free(two);
+    nl_free(again);
+    nl_dataset_free(big);
     nl_dataset_free(d);
 }
 
@@ -826,6 +906,7 @@ int main(void)
     test_model_gradient();
     test_training();
     test_streamed();
+    test_team();
     test_tables();
     test_failures();
     test_early_stop();
