@@ -13,6 +13,7 @@
 #include "core/store/store_internal.h"
 #include "nnlab/alloc.h"
 #include "nnlab/bench.h"
+#include "nnlab/kernels.h"
 #include "nnlab/model.h"
 #include "nnlab/rng.h"
 #include "nnlab/runs.h"
@@ -902,6 +903,7 @@ static void test_rules(void)
 
 int main(void)
 {
+    nl_kernels_init(); /* as nnlab runs: the CPU's kernels, single-threaded products */
     test_rules();
     test_model_gradient();
     test_training();

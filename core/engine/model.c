@@ -1050,7 +1050,7 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
         for (int j = 0; j < l->ninputs; j++)
             f.in[j] += lo * nl_shape_size(l->in[j]);
         f.out += lo * nl_shape_size(l->out);
-    } else if (parts > 0 && l->ops->parts) {
+    } else if (parts > 1 && l->ops->parts) {
         f.part = part;
         f.parts = parts;
     }
@@ -1285,7 +1285,7 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
                 if (b.din[j])
                     b.din[j] += lo * nl_shape_size(l->in[j]);
             }
-        } else if (pool && l->ops->parts) {
+        } else if (pool && parts > 1 && l->ops->parts) {
             b.part = part;
             b.parts = parts;
         }

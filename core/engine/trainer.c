@@ -894,8 +894,8 @@ static void step_thread(void *arg, int t, int count)
  * on the whole batch (nl_exec_forward_team: dense layers by units, element-wise ones by samples,
  * a barrier after each), thread 0 takes the loss, every thread its share of each layer's
  * backward into thread 0's gradient (its units' weight gradient whole: nothing to reduce), and
- * then steps its slice of the parameters. Every float is computed as a team of one computes it,
- * the same products and sums, whatever the thread count. */
+ * then steps its slice of the parameters. Every float is computed as one thread computes it,
+ * whatever the thread count (core/engine/layers/dense.c). */
 static void team_step(void *arg, int t, int count)
 {
     struct ctx *c = arg;
@@ -1385,15 +1385,14 @@ static int streams(const struct nl_model *m, const struct nl_train_opts *o)
 }
 
 /* Whether the threads train as a team (team_step): for a model of dense and element-wise layers
- * (nl_exec_team's kinds), none frozen, without a synchroniser or clipping, on request or for
- * batches of up to TEAM_BATCH samples, on any number of threads (one too, so that the floats do
- * not depend on the thread count). Sample-parallel, each thread running the whole model on its
- * shard packs every weight matrix for its own products and accumulates a full-size weight
- * gradient that the update then sums: mlp at batch 64 took 17% more CPU time on two threads than
- * on one (see update_shared). */
-static int team_fits(const struct nl_model *m, const struct nl_train_opts *o)
+ * (nl_exec_team's kinds), none frozen, without a synchroniser or clipping, on two threads or
+ * more, on request or for batches of up to TEAM_BATCH samples. Sample-parallel, each thread running
+ * the whole model on its shard packs every weight matrix for its own products and accumulates a
+ * full-size weight gradient that the update then sums: mlp at batch 64 took 17% more CPU time on
+ * two threads than on one (see update_shared). */
+static int team_fits(const struct nl_model *m, const struct nl_train_opts *o, int threads)
 {
-    if (o->parallel == NL_PARALLEL_SAMPLES || o->sync || o->clip_value > 0.0f ||
+    if (threads < 2 || o->parallel == NL_PARALLEL_SAMPLES || o->sync || o->clip_value > 0.0f ||
         o->clip_norm > 0.0f)
         return 0;
     for (int i = 0; i < m->nlayers; i++) {
@@ -1426,7 +1425,7 @@ static int train_setup(struct loop *L)
     /* More threads than samples in a batch would leave some idle. */
     if (L->threads > o->batch)
         L->threads = o->batch;
-    const int team = team_fits(m, o);
+    const int team = team_fits(m, o, L->threads);
     int shard = team ? o->batch : (o->batch + L->threads - 1) / L->threads;
     rc = ctx_init(c, m, L->d, L->threads, train_exec_samples(m, shard),
                   !team && streams(m, o) ? 2 : 1, L->err);

@@ -140,9 +140,8 @@ struct nl_fwd {
     /* Training-time fusion of a residual add into a batchnorm (ops->fuses & 2): (n, out), the
      * add's other input, so that out = act(y + res); NULL: none. */
     const float *res;
-    /* A team's share (nl_exec_forward_team): with parts > 0, forward computes share part of
-     * parts of out, as the kind splits it (ops->parts), as a team of any size would; 0: no team,
-     * all of out. */
+    /* A team's share (nl_exec_forward_team): with parts > 1, forward computes share part of
+     * parts of out, as the kind splits it (ops->parts); 0 or 1: all of it. */
     int part, parts;
 };
 

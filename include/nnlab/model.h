@@ -109,9 +109,8 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
  * parts); every layer's work is split between them (ops->rows by samples, ops->parts as the kind
  * splits it: dense by units), with a barrier after each layer, so that on return every thread
  * sees the whole result. nl_exec_team says whether x's model allows it: every layer of such a
- * kind, none frozen, no fused group or prefix. The floats do not depend on parts (a team of one
- * included); they may differ in the last bits from nl_exec_forward's and nl_exec_backward's,
- * whose products are not cut into a team's blocks (core/engine/layers/dense.c). */
+ * kind, none frozen, no fused group or prefix. The floats are those of nl_exec_forward and
+ * nl_exec_backward whatever parts is (core/engine/layers/dense.c says how). */
 struct nl_pool;
 int nl_exec_team(const struct nl_exec *x);
 const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const float *in, int n,
