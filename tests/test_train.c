@@ -282,7 +282,7 @@ static void test_streamed(void)
 /* spec trained on d for two epochs with momentum and weight decay, batch and threads as given,
  * split as parallel says: its weights (n of them). */
 static float *train_split(const char *spec, const struct nl_dataset *d, int batch, int threads,
-                          enum nl_parallel parallel, size_t *n)
+                          enum nl_parallel parallel, size_t *n, int augment)
 {
     struct nl_model *m = build(spec, d->shape, d->nclasses);
     struct nl_train_opts o;
@@ -297,6 +297,8 @@ static float *train_split(const char *spec, const struct nl_dataset *d, int batc
     o.optim.momentum = 0.9f;
     o.optim.weight_decay = 1e-3f;
     o.parallel = parallel;
+    o.augment.flip = augment;
+    o.augment.crop = augment ? 2 : 0;
     nl_model_init_params(m, 9);
     return train_and_copy(m, d, &o, NULL, &res, n);
 }
@@ -319,12 +321,12 @@ static void test_team(void)
     for (int s = 0; s < 2; s++)
         for (int b = 0; b < 2; b++) {
             size_t n1 = 0, n = 0;
-            float *one = train_split(specs[s], d, batches[b], 1, NL_PARALLEL_AUTO, &n1);
+            float *one = train_split(specs[s], d, batches[b], 1, NL_PARALLEL_AUTO, &n1, 0);
             ok(one != NULL, "%s, batch %d: trains on one thread", names[s], batches[b]);
             for (int threads = 2; threads <= 3 && one; threads++) {
                 const enum nl_parallel how =
                     batches[b] == 32 ? NL_PARALLEL_AUTO : NL_PARALLEL_UNITS;
-                float *p = train_split(specs[s], d, batches[b], threads, how, &n);
+                float *p = train_split(specs[s], d, batches[b], threads, how, &n, 0);
                 ok(p && n == n1 && memcmp(p, one, n * sizeof(float)) == 0,
                    "%s, batch %d, %d threads as a team (%s): the weights of one thread", names[s],
                    batches[b], threads, how == NL_PARALLEL_AUTO ? "by default" : "on request");
@@ -333,11 +335,23 @@ static void test_team(void)
             nl_free(one);
         }
 
+    /* Augmented batches: drawn in sample order by one thread of the team. */
+    size_t na = 0, nb = 0;
+    float *pa = train_split(specs[0], d, 32, 1, NL_PARALLEL_AUTO, &na, 1);
+    float *pb = train_split(specs[0], d, 32, 2, NL_PARALLEL_AUTO, &nb, 1);
+    float *pc = train_split(specs[0], d, 32, 1, NL_PARALLEL_AUTO, &nb, 0);
+    ok(pa && pb && pc && memcmp(pa, pb, na * sizeof(float)) == 0 &&
+           memcmp(pa, pc, na * sizeof(float)) != 0,
+       "augmented batches (flip, crop): 2 threads as a team give the weights of one thread");
+    nl_free(pa);
+    nl_free(pb);
+    nl_free(pc);
+
     /* Sample-parallel: by request, and by default where the shards are large. */
     size_t n1 = 0, n2 = 0, n3 = 0;
-    float *one = train_split(specs[0], d, 32, 1, NL_PARALLEL_AUTO, &n1);
-    float *two = train_split(specs[0], d, 32, 2, NL_PARALLEL_SAMPLES, &n2);
-    float *again = train_split(specs[0], d, 32, 2, NL_PARALLEL_SAMPLES, &n3);
+    float *one = train_split(specs[0], d, 32, 1, NL_PARALLEL_AUTO, &n1, 0);
+    float *two = train_split(specs[0], d, 32, 2, NL_PARALLEL_SAMPLES, &n2, 0);
+    float *again = train_split(specs[0], d, 32, 2, NL_PARALLEL_SAMPLES, &n3, 0);
     ok(one && two && again && memcmp(two, again, n2 * sizeof(float)) == 0 &&
            memcmp(one, two, n1 * sizeof(float)) != 0,
        "by samples on request: reproducible, and other sums than one thread's");
@@ -345,9 +359,9 @@ static void test_team(void)
     nl_free(two);
     nl_free(again);
     struct nl_dataset *big = synthetic(600, 40, 6);
-    two = train_split(specs[0], big, 300, 2, NL_PARALLEL_SAMPLES, &n2);
-    again = train_split(specs[0], big, 300, 2, NL_PARALLEL_AUTO, &n3);
-    one = train_split(specs[0], big, 300, 2, NL_PARALLEL_UNITS, &n1);
+    two = train_split(specs[0], big, 300, 2, NL_PARALLEL_SAMPLES, &n2, 0);
+    again = train_split(specs[0], big, 300, 2, NL_PARALLEL_AUTO, &n3, 0);
+    one = train_split(specs[0], big, 300, 2, NL_PARALLEL_UNITS, &n1, 0);
     ok(two && again && one && memcmp(two, again, n2 * sizeof(float)) == 0 &&
            memcmp(one, two, n1 * sizeof(float)) != 0,
        "shards of 150 samples: by samples by default");

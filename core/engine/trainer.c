@@ -889,13 +889,13 @@ static void step_thread(void *arg, int t, int count)
     nl_optim_step_clear(c->optim, c->params + a, g + a, state, tb - a, c->step, c->lr);
 }
 
-/* A team's step (nl_train_opts.parallel): thread 0 reads the batch, as one thread would, with
- * one thread's generator; every thread then runs its share of each layer of thread 0's executor
- * on the whole batch (nl_exec_forward_team: dense layers by units, element-wise ones by samples,
- * a barrier after each), thread 0 takes the loss, every thread its share of each layer's
- * backward into thread 0's gradient (its units' weight gradient whole: nothing to reduce), and
- * then steps its slice of the parameters. Every float is computed as one thread computes it,
- * whatever the thread count (core/engine/layers/dense.c). */
+/* A team's step (nl_train_opts.parallel): the threads read the batch by rows (thread 0 alone,
+ * with one thread's generator, where it is augmented); every thread then runs its share of each
+ * layer of thread 0's executor on the whole batch (nl_exec_forward_team: dense layers by units,
+ * element-wise ones by samples, a barrier after each), thread 0 takes the loss, every thread its
+ * share of each layer's backward into thread 0's gradient (its units' weight gradient whole:
+ * nothing to reduce), and then steps its slice of the parameters. Every float is computed as one
+ * thread computes it, whatever the thread count (core/engine/layers/dense.c). */
 static void team_step(void *arg, int t, int count)
 {
     struct ctx *c = arg;
@@ -906,8 +906,15 @@ static void team_step(void *arg, int t, int count)
     c->w[t].loss = 0.0;
     c->w[t].correct = 0;
     memset(&c->w[t].reg, 0, sizeof c->w[t].reg);
-    if (t == 0) {
+    if (t == 0)
         nl_rng_seed(&w->rng, nl_rng_step_seed(c->seed, c->step, 0, 1));
+    if (!nl_augment_active(c->augment)) { /* a sample's floats depend on it alone: by rows */
+        long lo, hi;
+        share(n, t, count, &lo, &hi);
+        if (hi > lo)
+            nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, (int)(hi - lo),
+                             w->x + (size_t)lo * nl_shape_size(m->input), w->y + lo);
+    } else if (t == 0) { /* the generator's draws in sample order, as on one thread */
         nl_dataset_batch(c->d, NL_TRAIN, c->idx, n, w->x, w->y);
         nl_augment_batch(c->augment, c->d->shape, c->d->mean, c->d->std, w->x, n, &w->rng);
     }
