@@ -5,6 +5,20 @@
  * gradients, below) or, with a synchroniser, clipping or embedding tables, a full-size gradient
  * buffer; for the run the optimizer state and the sample order. A step allocates nothing.
  *
+ * A team (team_step, nl_train_opts.parallel): a model of dense and element-wise layers only, on
+ * two threads or more, without a synchroniser or clipping, trains batches of up to TEAM_BATCH
+ * samples with ONE executor (thread 0's) on the whole batch instead of one per shard: the threads
+ * split each layer between them (dense by units, and its input gradient by input features, in
+ * core/engine/layers/dense.c; element-wise layers by samples), with the pool's barrier after each,
+ * backward writes the one gradient buffer (thread 0's; each thread computes its units' weight
+ * gradient whole, so nothing is reduced), and each thread steps its slice of the parameters.
+ * Every float is the one thread's, whatever the thread count (test_train). Why: mlp at batch 64
+ * took 17% more CPU time on two sample-parallel threads than on one (see update_shared); as a
+ * team, thread CPU time per step, 2026-11-27, load average 6 (so indicative), 779 and 794 us on
+ * its two threads (forward 321 and 320, backward 309 and 318, the batch and loss 34 and 27, the
+ * update 115 and 129) against about 1,590 on one thread: the same work, halved. At batch 256,
+ * 2,623 and 2,581 us. The other threads' executors serve evaluation only.
+ *
  * Overlap with a synchroniser (include/nnlab/trainer.h): layer i's completion finishes the
  * gradient ranges [t_lo[i], t_lo[i + 1]) of the trainable part and [s_lo[i], s_lo[i + 1]) of the
  * statistics, where t_lo[i] is where the trainable blocks of layers i and above begin (0 at and
