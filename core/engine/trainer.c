@@ -17,7 +17,7 @@
  * team, thread CPU time per step, 2026-11-27, load average 6 (so indicative), 779 and 794 us on
  * its two threads (forward 321 and 320, backward 309 and 318, the batch and loss 34 and 27, the
  * update 115 and 129) against about 1,590 on one thread: the same work, halved. At batch 256,
- * 2,623 and 2,581 us. The other threads' executors serve evaluation only.
+ * 2,623 and 2,581 us. The other threads' executors serve evaluation only, and hold no gradient.
  *
  * Overlap with a synchroniser (include/nnlab/trainer.h): layer i's completion finishes the
  * gradient ranges [t_lo[i], t_lo[i + 1]) of the trainable part and [s_lo[i], s_lo[i + 1]) of the
@@ -79,6 +79,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "feature_cache.h"
@@ -335,7 +336,8 @@ static void layer_done(void *ud, int i)
 
 static int stream_init(struct ctx *c);
 
-/* training: 1 for a training run's context, 2 for one that streams its gradients. */
+/* training: 1 for a training run's context, 2 for one that streams its gradients, 3 for a team's
+ * (thread 0 alone holds a gradient). */
 static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dataset *d,
                     int threads, int max_n, int training, struct nl_error *err)
 {
@@ -378,7 +380,7 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
         w->dlogits = nl_alloc_floats((size_t)max_n * (size_t)m->nclasses);
         if (!w->x || !w->y || !w->idx || !w->dlogits || !w->t)
             goto oom;
-        if (training == 1) {
+        if (training == 1 || (training == 3 && t == 0)) {
             w->grad = nl_alloc_floats(m->nreduce ? m->nreduce : 1);
             if (!w->grad)
                 goto oom;
@@ -1449,10 +1451,15 @@ static int train_setup(struct loop *L)
     const int team = team_fits(m, o, L->threads);
     int shard = team ? o->batch : (o->batch + L->threads - 1) / L->threads;
     rc = ctx_init(c, m, L->d, L->threads, train_exec_samples(m, shard),
-                  !team && streams(m, o) ? 2 : 1, L->err);
+                  team            ? 3
+                  : streams(m, o) ? 2
+                                  : 1,
+                  L->err);
     if (rc < 0)
         return rc;
-    c->team = team && nl_exec_team(c->w[0].exec);
+    if (team && !nl_exec_team(c->w[0].exec))
+        abort(); /* team_fits admits only what nl_exec_team does */
+    c->team = team;
     c->optim = &o->optim;
     c->sync = o->sync;
     c->keep_from = o->sync ? 0 : m->ntrainable;
