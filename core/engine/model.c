@@ -1094,8 +1094,11 @@ const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const 
 {
     const struct nl_model *m = x->m;
 
-    x->n = n;
-    x->input = in;
+    if (part == 0) {
+        x->n = n;
+        x->input = in;
+    }
+    nl_pool_barrier(pool);
     for (int k = 0; k < m->nlayers; k++) {
         forward_layer(x, k, params, training, 0, rng, part, parts);
         nl_pool_barrier(pool);
@@ -1289,7 +1292,7 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
             b.part = part;
             b.parts = parts;
         }
-        if (b.n > 0)
+        if (!pool || b.n > 0)
             l->ops->backward(l, &b);
         if (pool)
             nl_pool_barrier(pool);

@@ -934,7 +934,7 @@ static void team_step(void *arg, int t, int count)
         nl_dataset_batch(c->d, NL_TRAIN, c->idx, n, w->x, w->y);
         nl_augment_batch(c->augment, c->d->shape, c->d->mean, c->d->std, w->x, n, &w->rng);
     }
-    nl_pool_barrier(c->pool);
+    /* every row read before the first layer runs: nl_exec_forward_team's first barrier */
     const float *logits =
         nl_exec_forward_team(w->exec, c->params, w->x, n, 1, &w->rng, c->pool, t, count);
     if (t == 0) {
