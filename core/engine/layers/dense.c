@@ -22,10 +22,11 @@
  * weight), the weight and bias gradients by units too (dweight[u0, u1) = dout[:, u0:u1]^T in:
  * nothing summed across shares), din by input features (din[:, i0:i1] = dout weight[:, i0:i1]).
  * OpenBLAS's blocked kernels sum each element over K in the same order whichever rows or columns
- * a call covers, but it takes other kernels for some products by their size (0.3.21, SkylakeX:
- * "small matrix" kernels up to 1e6 multiply-adds, and "direct" ones for row-major products with
- * beta 0 below 28 * 512 * 512), whose last bits may differ: a 100 x 40 x 144 product cut into
- * columns [0, 32) and [32, 40) gave other floats than whole. So a product is split only where
+ * a call covers, but it takes other kernels for some products by their size (by its sources, for
+ * SkylakeX: "small matrix" kernels up to 1e6 multiply-adds, and "direct" ones for row-major
+ * products with beta 0 below 28 * 512 * 512), whose last bits may differ: with the SkylakeX
+ * kernels, a 100 x 40 x 144 product cut into columns [0, 32) and [32, 40) gave other floats than
+ * whole. So a product is split only where
  * every share is past SMALL_MNK, din's with beta 0 only where the whole product is past
  * DIRECT_MNK (the shares then zero their columns and add); a smaller product (mlp's last layer)
  * runs whole in one share. A team's floats are then those of one thread (test_train compares 1,
