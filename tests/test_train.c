@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/engine/thread_pool.h"
 #include "core/store/store_internal.h"
 #include "nnlab/alloc.h"
 #include "nnlab/bench.h"
@@ -370,6 +371,63 @@ static void test_team(void)
     nl_free(again);
     nl_dataset_free(big);
     nl_dataset_free(d);
+}
+
+struct team_fwd {
+    struct nl_pool *pool;
+    struct nl_exec *x;
+    const float *params, *in;
+    int n;
+    const float *out;
+};
+
+static void team_fwd_thread(void *arg, int t, int count)
+{
+    struct team_fwd *r = arg;
+    const float *out =
+        nl_exec_forward_team(r->x, r->params, r->in, r->n, 0, NULL, r->pool, t, count);
+    if (t == 0)
+        r->out = out;
+}
+
+/* Inference as a team (`nnlab bench --mode infer`): a forward-only executor, with the ReLUs
+ * folded into the dense layers, gives the outputs of one thread's forward bit for bit. */
+static void test_team_forward(void)
+{
+    const char *spec = "fc0: dense 800\nrelu\nfc1: dense 300\nrelu\nfc2: dense 40\ntanh\n"
+                       "fc3: dense 7\n";
+    struct nl_model *m = build(spec, (struct nl_shape){1, 12, 12}, 7);
+    const int n = 64;
+    float *in = nl_alloc_floats((size_t)n * 144), *one = nl_alloc_floats((size_t)n * 7);
+    struct nl_exec *x = NULL;
+    struct nl_error err = {0};
+    struct nl_rng r0;
+
+    if (!m || !in || !one || nl_exec_new_forward(&x, m, n, &err) < 0) {
+        ok(0, "a forward-only executor: %s", err.msg);
+        return;
+    }
+    nl_model_init_params(m, 4);
+    nl_rng_seed(&r0, 5);
+    for (int i = 0; i < n * 144; i++)
+        in[i] = (float)nl_rng_uniform(&r0) - 0.5f;
+    ok(nl_exec_team(x) && nl_exec_folded(x) > 0, "the executor folds and suits a team");
+    memcpy(one, nl_exec_forward(x, m->params, in, n, 0, NULL), (size_t)n * 7 * sizeof(float));
+    for (int threads = 2; threads <= 3; threads++) {
+        struct team_fwd r = {.x = x, .params = m->params, .in = in, .n = n};
+        if (nl_pool_new(&r.pool, threads, &err) < 0) {
+            ok(0, "a pool: %s", err.msg);
+            continue;
+        }
+        nl_pool_run(r.pool, team_fwd_thread, &r);
+        ok(memcmp(r.out, one, (size_t)n * 7 * sizeof(float)) == 0,
+           "inference as a team of %d threads: one thread's logits", threads);
+        nl_pool_free(r.pool);
+    }
+    nl_exec_free(x);
+    nl_free(in);
+    nl_free(one);
+    nl_model_free(m);
 }
 
 /* Token documents for the embedding tables: TOK_LEN ids of a TOK_VOCAB vocabulary, padding at
@@ -923,6 +981,7 @@ int main(void)
     test_training();
     test_streamed();
     test_team();
+    test_team_forward();
     test_tables();
     test_failures();
     test_early_stop();

@@ -1078,8 +1078,8 @@ int nl_exec_team(const struct nl_exec *x)
 {
     const struct nl_model *m = x->m;
 
-    if (x->runs || x->features || x->fold)
-        return 0; /* fused groups, a frozen prefix or folds: not for a team */
+    if (x->runs || x->features)
+        return 0; /* fused groups or a frozen prefix: not for a team */
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
         if (l->frozen || !(l->ops->rows || l->ops->parts))
@@ -1099,8 +1099,11 @@ const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const 
         x->input = in;
     }
     nl_pool_barrier(pool);
+    const int fold = x->fold && !training;
     for (int k = 0; k < m->nlayers; k++) {
-        forward_layer(x, k, params, training, 0, rng, part, parts);
+        if (fold && x->skip[k])
+            continue;
+        forward_layer(x, k, params, training, fold, rng, part, parts);
         nl_pool_barrier(pool);
     }
     return x->act[m->nlayers - 1];
