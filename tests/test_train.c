@@ -3,7 +3,8 @@
  * reruns, no allocation inside training steps, checkpoints, divergence and cancellation; a
  * training session's record, its owner, and a finish the store refuses reaching the result; the
  * reproducibility rules (the seeds a run derives, the block split of work) pinned to their values;
- * embedding tables updated row by row giving the weights of the dense update.
+ * embedding tables updated row by row giving the weights of the dense update; a team of threads
+ * (dense layers split by units) giving one thread's weights and logits bit for bit.
  */
 #include <math.h>
 #include <stdlib.h>
