@@ -3,16 +3,19 @@
  * reruns, no allocation inside training steps, checkpoints, divergence and cancellation; a
  * training session's record, its owner, and a finish the store refuses reaching the result; the
  * reproducibility rules (the seeds a run derives, the block split of work) pinned to their values;
- * embedding tables updated row by row giving the weights of the dense update.
+ * embedding tables updated row by row giving the weights of the dense update; a team of threads
+ * (dense layers split by units) giving one thread's weights and logits bit for bit.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/engine/thread_pool.h"
 #include "core/store/store_internal.h"
 #include "nnlab/alloc.h"
 #include "nnlab/bench.h"
+#include "nnlab/kernels.h"
 #include "nnlab/model.h"
 #include "nnlab/rng.h"
 #include "nnlab/runs.h"
@@ -265,6 +268,7 @@ static void test_streamed(void)
                 o.optim.momentum = 0.9f;
                 o.optim.weight_decay = 1e-3f;
                 o.gradients = full ? NL_GRADIENTS_FULL : NL_GRADIENTS_STREAMED;
+                o.parallel = NL_PARALLEL_SAMPLES; /* the dense models would train as a team */
                 nl_model_init_params(m, 5);
                 p[full] = train_and_copy(m, d, &o, NULL, &res, &n[full]);
             }
@@ -275,6 +279,156 @@ static void test_streamed(void)
             nl_free(p[1]);
         }
     nl_dataset_free(d);
+}
+
+/* spec trained on d for two epochs with momentum and weight decay, batch and threads as given,
+ * split as parallel says: its weights (n of them). */
+static float *train_split(const char *spec, const struct nl_dataset *d, int batch, int threads,
+                          enum nl_parallel parallel, size_t *n, int augment)
+{
+    struct nl_model *m = build(spec, d->shape, d->nclasses);
+    struct nl_train_opts o;
+    struct nl_train_result res;
+
+    if (!m)
+        return NULL;
+    nl_train_defaults(&o);
+    o.epochs = 2;
+    o.batch = batch;
+    o.threads = threads;
+    o.optim.momentum = 0.9f;
+    o.optim.weight_decay = 1e-3f;
+    o.parallel = parallel;
+    o.augment.flip = augment;
+    o.augment.crop = augment ? 2 : 0;
+    nl_model_init_params(m, 9);
+    return train_and_copy(m, d, &o, NULL, &res, n);
+}
+
+/* A team (opts.parallel, core/engine/trainer.c): dense layers split by units, the element-wise
+ * ones by samples, give one thread's weights bit for bit on 2 and 3 threads, at the default
+ * (batches up to 256) and on request; layers that do not split evenly into dense's blocks, a
+ * last batch of a few samples, both of dense's forward products (batch 32 and 100), and a model
+ * as wide as mlp's hidden layers (K of 800 and 512). The sample-parallel path, where it is
+ * chosen, keeps its own results (its sums are taken in another order). */
+static void test_team(void)
+{
+    struct nl_dataset *d = synthetic(203, 40, 6);
+    const char *specs[] = {"fc1: dense 300\nrelu\nfc2: dense 24\ntanh\nf: flatten\n"
+                           "fc3: dense N\nsigmoid\n",
+                           "fc0: dense 800\nrelu\nfc1: dense 512\nrelu\nfc2: dense N\n"};
+    const char *names[] = {"small", "wide"};
+    const int batches[] = {32, 100};
+
+    for (int s = 0; s < 2; s++)
+        for (int b = 0; b < 2; b++) {
+            size_t n1 = 0, n = 0;
+            float *one = train_split(specs[s], d, batches[b], 1, NL_PARALLEL_AUTO, &n1, 0);
+            ok(one != NULL, "%s, batch %d: trains on one thread", names[s], batches[b]);
+            for (int threads = 2; threads <= 3 && one; threads++) {
+                const enum nl_parallel how =
+                    batches[b] == 32 ? NL_PARALLEL_AUTO : NL_PARALLEL_UNITS;
+                float *p = train_split(specs[s], d, batches[b], threads, how, &n, 0);
+                ok(p && n == n1 && memcmp(p, one, n * sizeof(float)) == 0,
+                   "%s, batch %d, %d threads as a team (%s): the weights of one thread", names[s],
+                   batches[b], threads, how == NL_PARALLEL_AUTO ? "by default" : "on request");
+                nl_free(p);
+            }
+            nl_free(one);
+        }
+
+    /* Augmented batches: drawn in sample order by one thread of the team. */
+    size_t na = 0, nb = 0;
+    float *pa = train_split(specs[0], d, 32, 1, NL_PARALLEL_AUTO, &na, 1);
+    float *pb = train_split(specs[0], d, 32, 2, NL_PARALLEL_AUTO, &nb, 1);
+    float *pc = train_split(specs[0], d, 32, 1, NL_PARALLEL_AUTO, &nb, 0);
+    ok(pa && pb && pc && memcmp(pa, pb, na * sizeof(float)) == 0 &&
+           memcmp(pa, pc, na * sizeof(float)) != 0,
+       "augmented batches (flip, crop): 2 threads as a team give the weights of one thread");
+    nl_free(pa);
+    nl_free(pb);
+    nl_free(pc);
+
+    /* Sample-parallel: by request, and by default where the shards are large. */
+    size_t n1 = 0, n2 = 0, n3 = 0;
+    float *one = train_split(specs[0], d, 32, 1, NL_PARALLEL_AUTO, &n1, 0);
+    float *two = train_split(specs[0], d, 32, 2, NL_PARALLEL_SAMPLES, &n2, 0);
+    float *again = train_split(specs[0], d, 32, 2, NL_PARALLEL_SAMPLES, &n3, 0);
+    ok(one && two && again && memcmp(two, again, n2 * sizeof(float)) == 0 &&
+           memcmp(one, two, n1 * sizeof(float)) != 0,
+       "by samples on request: reproducible, and other sums than one thread's");
+    nl_free(one);
+    nl_free(two);
+    nl_free(again);
+    struct nl_dataset *big = synthetic(600, 40, 6);
+    two = train_split(specs[0], big, 300, 2, NL_PARALLEL_SAMPLES, &n2, 0);
+    again = train_split(specs[0], big, 300, 2, NL_PARALLEL_AUTO, &n3, 0);
+    one = train_split(specs[0], big, 300, 2, NL_PARALLEL_UNITS, &n1, 0);
+    ok(two && again && one && memcmp(two, again, n2 * sizeof(float)) == 0 &&
+           memcmp(one, two, n1 * sizeof(float)) != 0,
+       "shards of 150 samples: by samples by default");
+    nl_free(one);
+    nl_free(two);
+    nl_free(again);
+    nl_dataset_free(big);
+    nl_dataset_free(d);
+}
+
+struct team_fwd {
+    struct nl_pool *pool;
+    struct nl_exec *x;
+    const float *params, *in;
+    int n;
+    const float *out;
+};
+
+static void team_fwd_thread(void *arg, int t, int count)
+{
+    struct team_fwd *r = arg;
+    const float *out =
+        nl_exec_forward_team(r->x, r->params, r->in, r->n, 0, NULL, r->pool, t, count);
+    if (t == 0)
+        r->out = out;
+}
+
+/* Inference as a team (`nnlab bench --mode infer`): a forward-only executor, with the ReLUs
+ * folded into the dense layers, gives the outputs of one thread's forward bit for bit. */
+static void test_team_forward(void)
+{
+    const char *spec = "fc0: dense 800\nrelu\nfc1: dense 300\nrelu\nfc2: dense 40\ntanh\n"
+                       "fc3: dense 7\n";
+    struct nl_model *m = build(spec, (struct nl_shape){1, 12, 12}, 7);
+    const int n = 64;
+    float *in = nl_alloc_floats((size_t)n * 144), *one = nl_alloc_floats((size_t)n * 7);
+    struct nl_exec *x = NULL;
+    struct nl_error err = {0};
+    struct nl_rng r0;
+
+    if (!m || !in || !one || nl_exec_new_forward(&x, m, n, &err) < 0) {
+        ok(0, "a forward-only executor: %s", err.msg);
+        return;
+    }
+    nl_model_init_params(m, 4);
+    nl_rng_seed(&r0, 5);
+    for (int i = 0; i < n * 144; i++)
+        in[i] = (float)nl_rng_uniform(&r0) - 0.5f;
+    ok(nl_exec_team(x) && nl_exec_folded(x) > 0, "the executor folds and suits a team");
+    memcpy(one, nl_exec_forward(x, m->params, in, n, 0, NULL), (size_t)n * 7 * sizeof(float));
+    for (int threads = 2; threads <= 3; threads++) {
+        struct team_fwd r = {.x = x, .params = m->params, .in = in, .n = n};
+        if (nl_pool_new(&r.pool, threads, &err) < 0) {
+            ok(0, "a pool: %s", err.msg);
+            continue;
+        }
+        nl_pool_run(r.pool, team_fwd_thread, &r);
+        ok(memcmp(r.out, one, (size_t)n * 7 * sizeof(float)) == 0,
+           "inference as a team of %d threads: one thread's logits", threads);
+        nl_pool_free(r.pool);
+    }
+    nl_exec_free(x);
+    nl_free(in);
+    nl_free(one);
+    nl_model_free(m);
 }
 
 /* Token documents for the embedding tables: TOK_LEN ids of a TOK_VOCAB vocabulary, padding at
@@ -822,10 +976,13 @@ static void test_rules(void)
 
 int main(void)
 {
+    nl_kernels_init(); /* as nnlab runs: the CPU's kernels, single-threaded products */
     test_rules();
     test_model_gradient();
     test_training();
     test_streamed();
+    test_team();
+    test_team_forward();
     test_tables();
     test_failures();
     test_early_stop();

@@ -348,6 +348,8 @@ int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct 
 
 struct infer_run {
     struct nl_pool *pool;
+    struct nl_exec *team; /* a team's executor on the whole batch (nl_exec_team), or NULL */
+    float *in;            /* (batch, sample) the team's input */
     const struct nl_model *m;
     const struct nl_dataset *d;
     int batch, warmup, steps;
@@ -370,7 +372,7 @@ static void infer_thread(void *arg, int t, int count)
     float *in = nl_alloc_floats((size_t)(n > 0 ? n : 1) * nl_shape_size(r->d->shape));
     uint32_t *idx = nl_calloc((size_t)(n > 0 ? n : 1), sizeof *idx);
 
-    if (!in || !idx || (n > 0 && nl_exec_new_forward(&x, r->m, n, &err) < 0))
+    if (!in || !idx || (!r->team && n > 0 && nl_exec_new_forward(&x, r->m, n, &err) < 0))
         r->failed = 1;
     nl_pool_barrier(r->pool);
     double t0 = 0.0;
@@ -384,10 +386,16 @@ static void infer_thread(void *arg, int t, int count)
             for (int i = 0; i < n; i++)
                 idx[i] =
                     (uint32_t)(((uint64_t)step * (uint64_t)r->batch + (uint64_t)(lo + i)) % total);
-            nl_dataset_batch(r->d, NL_TRAIN, idx, n, in, NULL);
-            nl_exec_forward(x, r->m->params, in, n, 0, NULL);
+            nl_dataset_batch(r->d, NL_TRAIN, idx, n,
+                             r->team ? r->in + (size_t)lo * nl_shape_size(r->d->shape) : in, NULL);
+            if (!r->team)
+                nl_exec_forward(x, r->m->params, in, n, 0, NULL);
         }
-        nl_pool_barrier(r->pool);
+        if (r->team && !r->failed) /* its first barrier: every row read; its last: all run */
+            nl_exec_forward_team(r->team, r->m->params, r->in, r->batch, 0, NULL, r->pool, t,
+                                 count);
+        else
+            nl_pool_barrier(r->pool);
     }
     if (t == 0) {
         r->seconds = nl_now() - t0;
@@ -416,8 +424,24 @@ int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const s
     if (rc < 0)
         return rc;
     int reset = reset_peak_rss() == 0;
-    nl_pool_run(r.pool, infer_thread, &r);
+    /* A model that a team runs (dense and element-wise layers) runs as one on the threads, each
+     * reading its rows of the batch (see core/engine/trainer.c): mlp at batch 64 on two threads,
+     * thread CPU time per step of reading and computing, 2026-11-27 at load average 3 (so
+     * indicative), 320 to 332 us per thread against 360 to 362 with a shard each, each thread
+     * packing every weight matrix for its 32 samples. */
+    if (out->threads > 1 && nl_exec_new_forward(&r.team, m, batch, err) == 0 &&
+        !nl_exec_team(r.team)) {
+        nl_exec_free(r.team);
+        r.team = NULL;
+    }
+    r.in = r.team ? nl_alloc_floats((size_t)batch * nl_shape_size(d->shape)) : NULL;
+    if (r.team && !r.in)
+        r.failed = 1;
+    else
+        nl_pool_run(r.pool, infer_thread, &r);
     nl_pool_free(r.pool);
+    nl_exec_free(r.team);
+    nl_free(r.in);
     if (r.failed)
         return nl_error_set(err, NL_ENOMEM, "out of memory for inference on %d samples", batch);
     double hwm = reset ? vm_hwm_mb() : -1.0;

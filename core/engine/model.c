@@ -56,6 +56,8 @@
 #include "layers/layers.h"
 #include "nnlab/alloc.h"
 #include "nnlab/kernels.h"
+#include "nnlab/rng.h"
+#include "thread_pool.h"
 
 static int layer_error(struct nl_error *err, const struct nl_layer *l, int code, const char *what)
 {
@@ -1109,7 +1111,7 @@ static void fold_pass(struct nl_exec *x, const float *params, int i, struct nl_f
  * x->input and every other input from the activations before it; with fold, into the buffer of
  * the last layer folded into it, with their output pass. */
 static void forward_layer(struct nl_exec *x, int i, const float *params, int training, int fold,
-                          struct nl_rng *rng)
+                          struct nl_rng *rng, int part, int parts)
 {
     const struct nl_layer *l = &x->m->layers[i];
     struct nl_fwd f = {
@@ -1134,6 +1136,19 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
             f.res = other < 0 ? x->input : x->act[other];
         }
     }
+    if (parts > 1 && l->ops->rows) { /* a team's share of the samples */
+        size_t lo, hi;
+        nl_block_range((size_t)x->n, 1, part, parts, &lo, &hi);
+        if (lo >= hi)
+            return;
+        f.n = (int)(hi - lo);
+        for (int j = 0; j < l->ninputs; j++)
+            f.in[j] += lo * nl_shape_size(l->in[j]);
+        f.out += lo * nl_shape_size(l->out);
+    } else if (parts > 1 && l->ops->parts) {
+        f.part = part;
+        f.parts = parts;
+    }
     l->ops->forward(l, &f);
 }
 
@@ -1149,7 +1164,42 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
     for (int k = 0; k < m->nlayers; k++) {
         const int i = fold ? k : runs_at(x, k);
         if (i >= 0 && !(fold && x->skip[i]))
-            forward_layer(x, i, params, training, fold, rng);
+            forward_layer(x, i, params, training, fold, rng, 0, 1);
+    }
+    return x->act[m->nlayers - 1];
+}
+
+int nl_exec_team(const struct nl_exec *x)
+{
+    const struct nl_model *m = x->m;
+
+    if (x->runs || x->features)
+        return 0; /* fused groups or a frozen prefix: not for a team */
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        if (l->frozen || !(l->ops->rows || l->ops->parts))
+            return 0;
+    }
+    return 1;
+}
+
+const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const float *in, int n,
+                                  int training, struct nl_rng *rng, struct nl_pool *pool, int part,
+                                  int parts)
+{
+    const struct nl_model *m = x->m;
+
+    if (part == 0) {
+        x->n = n;
+        x->input = in;
+    }
+    nl_pool_barrier(pool);
+    const int fold = x->fold && !training;
+    for (int k = 0; k < m->nlayers; k++) {
+        if (fold && x->skip[k])
+            continue;
+        forward_layer(x, k, params, training, fold, rng, part, parts);
+        nl_pool_barrier(pool);
     }
     return x->act[m->nlayers - 1];
 }
@@ -1220,7 +1270,7 @@ const float *nl_exec_forward_head(struct nl_exec *x, const float *params, const 
     x->input = NULL; /* no layer outside the prefix reads it */
     for (int k = 0; k < m->nlayers; k++)
         if (!x->pre[k] && runs_at(x, k) >= 0)
-            forward_layer(x, runs_at(x, k), params, training, 0, rng);
+            forward_layer(x, runs_at(x, k), params, training, 0, rng, 0, 1);
     return x->act[m->nlayers - 1];
 }
 
@@ -1232,19 +1282,25 @@ void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogi
 /* Backward into dparams, or (block not NULL) into the blocks block(ud, i) gives. */
 static void backward(struct nl_exec *x, const float *params, const float *dlogits, float *dparams,
                      float *(*block)(void *ud, int layer), void (*done)(void *ud, int layer),
-                     void *ud);
+                     void *ud, struct nl_pool *pool, int part, int parts);
 
 void nl_exec_backward_hook(struct nl_exec *x, const float *params, const float *dlogits,
                            float *dparams, void (*done)(void *ud, int layer), void *ud)
 {
-    backward(x, params, dlogits, dparams, NULL, done, ud);
+    backward(x, params, dlogits, dparams, NULL, done, ud, NULL, 0, 1);
 }
 
 void nl_exec_backward_blocks(struct nl_exec *x, const float *params, const float *dlogits,
                              float *(*block)(void *ud, int layer),
                              void (*done)(void *ud, int layer), void *ud)
 {
-    backward(x, params, dlogits, NULL, block, done, ud);
+    backward(x, params, dlogits, NULL, block, done, ud, NULL, 0, 1);
+}
+
+void nl_exec_backward_team(struct nl_exec *x, const float *params, const float *dlogits,
+                           float *dparams, struct nl_pool *pool, int part, int parts)
+{
+    backward(x, params, dlogits, dparams, NULL, NULL, NULL, pool, part, parts);
 }
 
 int nl_exec_block_at(const struct nl_exec *x, int k)
@@ -1263,9 +1319,11 @@ size_t nl_exec_block_floats(const struct nl_model *m, int i, size_t *trainable)
     return l->frozen ? 0 : l->param_count;
 }
 
+/* With a pool, a team's share part of parts (nl_exec_backward_team): each zeroing and each layer
+ * split between the team's threads, with a barrier after each. */
 static void backward(struct nl_exec *x, const float *params, const float *dlogits, float *dparams,
                      float *(*block)(void *ud, int layer), void (*done)(void *ud, int layer),
-                     void *ud)
+                     void *ud, struct nl_pool *pool, int part, int parts)
 {
     const struct nl_model *m = x->m;
     const int n = x->n, last = m->nlayers - 1;
@@ -1274,9 +1332,18 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
         /* Activation gradients accumulate from every consumer: they start at zero where their
          * life starts (they share memory), except the logits', which is dlogits itself, and
          * those whose first writer overwrites them (find_writers). */
-        for (int i = 0; i <= k; i++)
-            if (x->from[i] == k && x->zero[i])
-                memset(x->dact[i], 0, (size_t)n * nl_shape_size(m->layers[i].out) * sizeof(float));
+        int zeroed = 0;
+        for (int i = 0; i <= k; i++) {
+            if (x->from[i] != k || !x->zero[i])
+                continue;
+            size_t lo = 0, hi = (size_t)n * nl_shape_size(m->layers[i].out);
+            if (pool)
+                nl_block_range(hi, 16, part, parts, &lo, &hi);
+            memset(x->dact[i] + lo, 0, (hi - lo) * sizeof(float));
+            zeroed = 1;
+        }
+        if (pool && zeroed)
+            nl_pool_barrier(pool);
         /* What runs at place k: layer k, or the head i of the fused group ending at k. */
         const int i = runs_at(x, k);
         if (i < 0 || !x->need[k]) {
@@ -1314,7 +1381,26 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
             const int other = al->inputs[0] == i ? al->inputs[1] : al->inputs[0];
             b.dres = other < 0 || !x->need[other] ? NULL : x->dact[other];
         }
-        l->ops->backward(l, &b);
+        if (pool && parts > 1 && l->ops->rows) { /* the team's share of the samples */
+            size_t lo, hi;
+            nl_block_range((size_t)n, 1, part, parts, &lo, &hi);
+            const size_t out = nl_shape_size(l->out);
+            b.n = (int)(hi - lo);
+            b.out += lo * out;
+            b.dout += lo * out;
+            for (int j = 0; j < l->ninputs; j++) {
+                b.in[j] += lo * nl_shape_size(l->in[j]);
+                if (b.din[j])
+                    b.din[j] += lo * nl_shape_size(l->in[j]);
+            }
+        } else if (pool && parts > 1 && l->ops->parts) {
+            b.part = part;
+            b.parts = parts;
+        }
+        if (!pool || b.n > 0)
+            l->ops->backward(l, &b);
+        if (pool)
+            nl_pool_barrier(pool);
         if (done)
             done(ud, k);
     }

@@ -144,6 +144,9 @@ struct nl_fwd {
     /* Training-time fusion of a residual add into a batchnorm (ops->fuses & 2): (n, out), the
      * add's other input, so that out = act(y + res); NULL: none. */
     const float *res;
+    /* A team's share (nl_exec_forward_team): with parts > 1, forward computes share part of
+     * parts of out, as the kind splits it (ops->parts); 0 or 1: all of it. */
+    int part, parts;
 };
 
 struct nl_bwd {
@@ -170,6 +173,8 @@ struct nl_bwd {
     /* With nl_fwd.res: its gradient, the masked dout, written (= where bit 1 of set is on) or
      * added; NULL when no gradient is wanted there. */
     float *dres;
+    /* A team's share, as nl_fwd's: backward computes only share part of parts of din and dw. */
+    int part, parts;
 };
 
 struct nl_layer_ops {
@@ -186,6 +191,14 @@ struct nl_layer_ops {
      * training executor can fuse the ReLU or ReLU6 that alone reads the layer into it. Bit 1:
      * also nl_fwd.res and nl_bwd.dres, the residual add that alone reads it. */
     int fuses;
+    /* 1 when each sample's output depends on that sample's input alone and the kind has no
+     * parameters, aux, scratch or draw from the generator (the activations, flatten): an executor
+     * may run it on any range of samples, so a team splits it by rows. */
+    int rows;
+    /* 1 when forward and backward honour nl_fwd.part and nl_bwd.part (dense: by output units,
+     * and din by input features), each share computing its elements as the whole call would,
+     * the same sums in the same order. */
+    int parts;
     /* Validates the configuration against in[] and fills out, params, aux and scratch sizes.
      * Errors name the layer (and its spec line when it has one). */
     int (*setup)(struct nl_layer *l, struct nl_error *err);

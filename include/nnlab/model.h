@@ -109,6 +109,23 @@ void nl_exec_free(struct nl_exec *x);
 const float *nl_exec_forward(struct nl_exec *x, const float *params, const float *in, int n,
                              int training, struct nl_rng *rng);
 
+/* A team: the threads of a pool (core/engine/thread_pool.h) running one executor on the whole
+ * batch together, each call of the pool's function making the call below with its (part,
+ * parts); every layer's work is split between them (ops->rows by samples, ops->parts as the kind
+ * splits it: dense by units), with a barrier after each layer, so that on return every thread
+ * sees the whole result. nl_exec_forward_team starts with a barrier, after which every thread
+ * sees what the others wrote before it (their rows of in). nl_exec_team says whether x's model
+ * allows it: every layer of such a kind, none frozen, no fused group or prefix. The floats are
+ * those of nl_exec_forward and nl_exec_backward whatever parts is (core/engine/layers/dense.c says
+ * how). */
+struct nl_pool;
+int nl_exec_team(const struct nl_exec *x);
+const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const float *in, int n,
+                                  int training, struct nl_rng *rng, struct nl_pool *pool, int part,
+                                  int parts);
+void nl_exec_backward_team(struct nl_exec *x, const float *params, const float *dlogits,
+                           float *dparams, struct nl_pool *pool, int part, int parts);
+
 /* Backward pass of the last forward (same n and params): dparams (nreduce floats) += the
  * gradient of sum(logits * dlogits), and batchnorm's sums for its statistics. Frozen layers get
  * no weight gradient, and no backward runs for a layer that neither has trainable parameters nor

@@ -45,6 +45,9 @@ enum nl_overlap {
 /* How a training run's threads hold and reduce their gradients (nl_train_opts.gradients). */
 enum nl_gradients { NL_GRADIENTS_AUTO = 0, NL_GRADIENTS_FULL, NL_GRADIENTS_STREAMED };
 
+/* How a training run's threads share a step (nl_train_opts.parallel). */
+enum nl_parallel { NL_PARALLEL_AUTO = 0, NL_PARALLEL_SAMPLES, NL_PARALLEL_UNITS };
+
 struct nl_train_opts {
     int epochs;  /* >= 1 */
     int batch;   /* global batch size, >= 1 */
@@ -106,6 +109,13 @@ struct nl_train_opts {
      * NL_GRADIENTS_AUTO (0, the default): streamed where the model's gradient is large enough
      * for the memory to matter, full elsewhere. All give the same floats. */
     enum nl_gradients gradients;
+    /* NL_PARALLEL_SAMPLES: each thread runs the whole model on its shard of the batch;
+     * NL_PARALLEL_UNITS: the threads run one executor on the whole batch together, each layer's
+     * work split between them (dense layers by units), for models of dense and element-wise
+     * layers only (elsewhere the same as SAMPLES), without a synchroniser or clipping: the
+     * floats of one thread, whatever the thread count; NL_PARALLEL_AUTO (0, the default): by
+     * units where that applies and the batch is small enough (see core/engine/trainer.c). */
+    enum nl_parallel parallel;
     size_t feature_cache_limit;
     const char *feature_cache_dir;
     /* A sentence for the person training, said once (the feature cache's use). May be NULL. */

@@ -118,6 +118,7 @@ static void sigmoid_backward(const struct nl_layer *l, const struct nl_bwd *b)
 const struct nl_layer_ops nl__relu_ops = {
     .kind = "relu",
     .overwrites = 1,
+    .rows = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = activation_setup,
@@ -128,6 +129,7 @@ const struct nl_layer_ops nl__relu_ops = {
 const struct nl_layer_ops nl__relu6_ops = {
     .kind = "relu6",
     .overwrites = 1,
+    .rows = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = activation_setup,
@@ -137,6 +139,7 @@ const struct nl_layer_ops nl__relu6_ops = {
 
 const struct nl_layer_ops nl__tanh_ops = {
     .kind = "tanh",
+    .rows = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = activation_setup,
@@ -146,6 +149,7 @@ const struct nl_layer_ops nl__tanh_ops = {
 
 const struct nl_layer_ops nl__sigmoid_ops = {
     .kind = "sigmoid",
+    .rows = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = activation_setup,

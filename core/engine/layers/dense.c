@@ -15,15 +15,36 @@
  * on, the two passes around the product (the bias, the transpose) cost more than it saves: a
  * training step of mlp at batch 256 took more time. Each output is the same sum in the
  * same order (from the bias, the same K blocks, each summed in registers, added in turn), so the
- * floats are those of the other form, which test_layers checks bit for bit. */
+ * floats are those of the other form, which test_layers checks bit for bit.
+ *
+ * A team (nl_exec_forward_team, core/engine/model.c) splits the layer over its threads: forward
+ * by output units (a share computes columns [u0, u1) of out for every sample from its rows of
+ * weight), the weight and bias gradients by units too (dweight[u0, u1) = dout[:, u0:u1]^T in:
+ * nothing summed across shares), din by input features (din[:, i0:i1] = dout weight[:, i0:i1]).
+ * OpenBLAS's blocked kernels sum each element over K in the same order whichever rows or columns
+ * a call covers, but it takes other kernels for some products by their size (by its sources, for
+ * SkylakeX: "small matrix" kernels up to 1e6 multiply-adds, and "direct" ones for row-major
+ * products with beta 0 below 28 * 512 * 512), whose last bits may differ: with the SkylakeX
+ * kernels, a 100 x 40 x 144 product cut into columns [0, 32) and [32, 40) gave other floats than
+ * whole. So a product is split only where
+ * every share is past SMALL_MNK, din's with beta 0 only where the whole product is past
+ * DIRECT_MNK (the shares then zero their columns and add); a smaller product (mlp's last layer)
+ * runs whole in one share. A team's floats are then those of one thread (test_train compares 1,
+ * 2 and 3 threads on mlp's shapes). */
 #include <limits.h>
+#include <string.h>
 
 #include "layers.h"
 #include "nnlab/kernels.h"
+#include "nnlab/rng.h"
 
 /* Shards from NARROW to WIDE samples take the transposed product (see the top of the file). */
 #define NARROW 16
 #define WIDE   64
+/* A team splits a product whose shares are past these sizes (multiply-adds; see the top of the
+ * file). */
+#define SMALL_MNK  1e6
+#define DIRECT_MNK (28.0 * 512 * 512)
 
 static int dense_setup(struct nl_layer *l, struct nl_error *err)
 {
@@ -50,61 +71,113 @@ static int dense_setup(struct nl_layer *l, struct nl_error *err)
     return 0;
 }
 
+/* The share [*lo, *hi) of count items (units or input features) of a product of mnk multiply-adds
+ * that part of parts takes (see the top of the file): blocks of 16, so that two shares write no
+ * common cache line of a row, where every share's product is past SMALL_MNK (and, for din's
+ * product with beta 0, the whole one past DIRECT_MNK); else all of them for part `whole`, none
+ * for the others. All of them when parts is 0 or 1. Returns whether the product is split. */
+static int part_range(int count, double mnk, int direct, int part, int parts, int whole, int *lo,
+                      int *hi)
+{
+    size_t a = 0, b = (size_t)count, least = (size_t)count;
+
+    *lo = 0;
+    *hi = count;
+    if (parts <= 1)
+        return 0;
+    for (int p = 0; p < parts; p++) {
+        nl_block_range((size_t)count, 16, p, parts, &a, &b);
+        least = b - a < least ? b - a : least;
+    }
+    if (mnk * (double)least / count > SMALL_MNK && (!direct || mnk >= DIRECT_MNK)) {
+        nl_block_range((size_t)count, 16, part, parts, &a, &b);
+        *lo = (int)a;
+        *hi = (int)b;
+        return 1;
+    }
+    if (part != whole)
+        *hi = 0;
+    return 0;
+}
+
 static void dense_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     const int n = f->n, in = (int)nl_shape_size(l->in[0]), units = l->units;
     const float beta = l->no_bias ? 0.0f : 1.0f; /* the sums start from the bias, if any */
+    int u0, u1;
 
-    if (n <= 0)
+    part_range(units, (double)n * units * in, 0, f->part, f->parts, 0, &u0, &u1);
+    if (n <= 0 || u0 >= u1)
         return;
+    const int nu = u1 - u0;
+    const float *w = f->w + (size_t)u0 * in; /* the share's rows of weight */
     if (n >= NARROW && n <= WIDE) {
-        /* out^T (U, n) = weight (U, I) in^T (I, n), then out (n, U) = its transpose [+ bias] */
+        /* out^T (U, n) = weight (U, I) in^T (I, n), then out (n, U) = its transpose [+ bias];
+         * a share takes rows [u0, u1) of out^T */
         float *t = f->scratch;
-        for (int u = 0; !l->no_bias && u < units; u++) {
+        for (int u = u0; !l->no_bias && u < u1; u++) {
             const float b = f->w[l->params[1].offset + u];
             for (int s = 0; s < n; s++)
                 t[(size_t)u * n + s] = b;
         }
-        nl_sgemm(0, 1, units, n, in, 1.0f, f->w, in, f->in[0], in, beta, t, n);
+        nl_sgemm(0, 1, nu, n, in, 1.0f, w, in, f->in[0], in, beta, t + (size_t)u0 * n, n);
         for (int s = 0; s < n; s++) {
             float *row = f->out + (size_t)s * units;
-            for (int u = 0; u < units; u++)
+            for (int u = u0; u < u1; u++)
                 row[u] = t[(size_t)u * n + s];
         }
-        if (f->act)
-            nl_scale_shift(f->out, f->out, (size_t)n * units, 1.0f, 0.0f, f->act);
+    } else {
+        if (!l->no_bias) {
+            const float *bias = f->w + l->params[1].offset;
+            for (int s = 0; s < n; s++)
+                for (int u = u0; u < u1; u++)
+                    f->out[(size_t)s * units + u] = bias[u];
+        }
+        /* out (n, U) = in (n, I) weight^T (I, U) [+ bias]; a share takes columns [u0, u1) */
+        nl_sgemm(0, 1, n, nu, in, 1.0f, f->in[0], in, w, in, beta, f->out + u0, units);
+    }
+    if (!f->act) /* else the ReLU after it, folded in (inference): x * 1 + 0 is x */
         return;
-    }
-    if (!l->no_bias) {
-        const float *bias = f->w + l->params[1].offset;
-        for (int s = 0; s < n; s++)
-            for (int u = 0; u < units; u++)
-                f->out[(size_t)s * units + u] = bias[u];
-    }
-    /* out (n, U) = in (n, I) weight^T (I, U) [+ bias] */
-    nl_sgemm(0, 1, n, units, in, 1.0f, f->in[0], in, f->w, in, beta, f->out, units);
-    if (f->act) /* the ReLU after it, folded in (inference): x * 1 + 0 is x */
+    if (nu == units)
         nl_scale_shift(f->out, f->out, (size_t)n * units, 1.0f, 0.0f, f->act);
+    else
+        for (int s = 0; s < n; s++)
+            nl_scale_shift(f->out + (size_t)s * units + u0, f->out + (size_t)s * units + u0,
+                           (size_t)nu, 1.0f, 0.0f, f->act);
 }
 
 static void dense_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
-    int n = b->n, in = (int)nl_shape_size(l->in[0]), units = l->units;
+    int n = b->n, in = (int)nl_shape_size(l->in[0]), units = l->units, u0, u1, i0, i1;
+    const double mnk = (double)n * units * in;
 
     if (n <= 0)
         return;
-    if (b->din[0]) /* din (n, I) += dout (n, U) weight (U, I); = when b->set */
-        nl_sgemm(0, 0, n, in, units, 1.0f, b->dout, units, b->w, in, (b->set & 1) ? 0.0f : 1.0f,
-                 b->din[0], in);
-    if (b->dw) {
+    /* A share takes din's input features [i0, i1) and dweight's and dbias's units [u0, u1); of
+     * products not split, the last part takes din's and the first dweight's. */
+    const int zero = b->set & 1;
+    if (b->din[0] && part_range(in, mnk, zero, b->part, b->parts, b->parts - 1, &i0, &i1) && zero) {
+        /* din's columns [i0, i1) = 0, then += the product: OpenBLAS's products with beta 0
+         * below DIRECT_MNK take another kernel */
+        for (int s = 0; s < n; s++)
+            memset(b->din[0] + (size_t)s * in + i0, 0, (size_t)(i1 - i0) * sizeof(float));
+        nl_sgemm(0, 0, n, i1 - i0, units, 1.0f, b->dout, units, b->w + i0, in, 1.0f, b->din[0] + i0,
+                 in);
+    } else if (b->din[0] && i0 < i1) { /* din (n, I) += dout (n, U) weight (U, I); = when set */
+        nl_sgemm(0, 0, n, i1 - i0, units, 1.0f, b->dout, units, b->w + i0, in, zero ? 0.0f : 1.0f,
+                 b->din[0] + i0, in);
+    }
+    part_range(units, mnk, 0, b->part, b->parts, 0, &u0, &u1);
+    if (b->dw && u0 < u1) {
         /* dweight (U, I) += dout^T (U, n) in (n, I); dbias (U) += column sums of dout. */
-        nl_sgemm(1, 0, units, in, n, 1.0f, b->dout, units, b->in[0], in, 1.0f, b->dw, in);
+        nl_sgemm(1, 0, u1 - u0, in, n, 1.0f, b->dout + u0, units, b->in[0], in, 1.0f,
+                 b->dw + (size_t)u0 * in, in);
         if (!l->no_bias) {
             /* Row after row, so that the units' sums are independent (and vectorise). */
             float *db = b->dw + l->params[1].offset;
             for (int s = 0; s < n; s++) {
                 const float *row = b->dout + (size_t)s * units;
-                for (int u = 0; u < units; u++)
+                for (int u = u0; u < u1; u++)
                     db[u] += row[u];
             }
         }
@@ -115,6 +188,7 @@ const struct nl_layer_ops nl__dense_ops = {
     .kind = "dense",
     .folds = 2,
     .overwrites = 1,
+    .parts = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = dense_setup,

@@ -39,6 +39,7 @@ static void flatten_backward(const struct nl_layer *l, const struct nl_bwd *b)
 const struct nl_layer_ops nl__flatten_ops = {
     .kind = "flatten",
     .overwrites = 1,
+    .rows = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .setup = flatten_setup,
