@@ -81,7 +81,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "feature_cache.h"
@@ -1459,8 +1458,8 @@ static int train_setup(struct loop *L)
                   L->err);
     if (rc < 0)
         return rc;
-    if (team && !nl_exec_team(c->w[0].exec))
-        abort(); /* team_fits admits only what nl_exec_team does */
+    if (team && !nl_exec_team(c->w[0].exec)) /* team_fits admits only what nl_exec_team does */
+        return nl_error_set(L->err, NL_EINVAL, "the model's layers cannot train as a team");
     c->team = team;
     c->optim = &o->optim;
     c->sync = o->sync;
