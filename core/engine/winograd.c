@@ -200,7 +200,9 @@ static void tile_origin(const struct nl_wino *p, int r, int *y0, int *x0)
     *x0 = r % p->tiles_x * p->m - p->pw;
 }
 
-void nl_wino_input_naive(float *v, const float *in, int n, const struct nl_wino *p)
+/* The input transform of every tile, written at v[((xi * C + c) * T + t)] or, transposed, at
+ * v[((xi * T + t) * C + c)]. */
+static void input_naive(float *v, const float *in, int n, const struct nl_wino *p, int transposed)
 {
     const int a = p->a;
     const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->h * p->w;
@@ -222,36 +224,20 @@ void nl_wino_input_naive(float *v, const float *in, int n, const struct nl_wino 
                 sandwich(y, table_b(p), a, a, x);
                 const size_t t = (size_t)s * p->tiles + r;
                 for (int xi = 0; xi < a * a; xi++)
-                    v[((size_t)xi * p->c + c) * tt + t] = y[xi];
+                    v[transposed ? ((size_t)xi * tt + t) * p->c + c
+                                 : ((size_t)xi * p->c + c) * tt + t] = y[xi];
             }
         }
 }
 
+void nl_wino_input_naive(float *v, const float *in, int n, const struct nl_wino *p)
+{
+    input_naive(v, in, n, p, 0);
+}
+
 void nl_wino_input_t_naive(float *vt, const float *in, int n, const struct nl_wino *p)
 {
-    const int a = p->a;
-    const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->h * p->w;
-    float x[36], y[36];
-
-    for (int s = 0; s < n; s++)
-        for (int c = 0; c < p->c; c++) {
-            const float *img = in + ((size_t)s * p->c + c) * plane;
-            for (int r = 0; r < p->tiles; r++) {
-                int y0, x0;
-                tile_origin(p, r, &y0, &x0);
-                for (int i = 0; i < a; i++)
-                    for (int j = 0; j < a; j++) {
-                        const int iy = y0 + i, ix = x0 + j;
-                        x[i * a + j] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w
-                                           ? img[(size_t)iy * p->w + ix]
-                                           : 0.0f;
-                    }
-                sandwich(y, table_b(p), a, a, x);
-                const size_t t = (size_t)s * p->tiles + r;
-                for (int xi = 0; xi < a * a; xi++)
-                    vt[((size_t)xi * tt + t) * p->c + c] = y[xi];
-            }
-        }
+    input_naive(vt, in, n, p, 1);
 }
 
 void nl_wino_input_adjoint_naive(float *din, const float *dv, int n, const struct nl_wino *p)

@@ -469,6 +469,15 @@ static void shard_cols(float *cols, const float *in, int n, const struct conv_di
                    (size_t)d->p * sizeof *cols);
 }
 
+/* The folded output pass (inference: f->scale) over one image's output (F, P), while it is
+ * still in cache: each channel through act(y * scale + shift). */
+static void fold_image(float *out, const struct nl_fwd *f, const struct conv_dims *d)
+{
+    for (int fo = 0; fo < d->f; fo++)
+        nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p, f->scale[fo],
+                       f->shift[fo], f->act);
+}
+
 /* SAMPLE: out_s (F, P) = weight (F, K) cols_s (K, P) + bias, image after image. One image's
  * columns (K*P floats: 56 KiB for lenet's conv1, 125 KiB for conv2) stay in cache between the
  * unrolling and the product, and the product lands in the output's own layout. */
@@ -482,11 +491,8 @@ static void forward_sample(const struct nl_layer *l, const struct nl_fwd *f,
         float *out = f->out + (size_t)s * out_size;
         const float *cols = sample_cols(f->scratch, f->in[0] + (size_t)s * d->in_size, d);
         if (f->scale) {
-            /* The folded output pass, over the image's output while it is still in cache. */
             nl_sgemm(0, 0, d->f, d->p, d->k, 1.0f, f->w, d->k, cols, d->p, 0.0f, out, d->p);
-            for (int fo = 0; fo < d->f; fo++)
-                nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p,
-                               f->scale[fo], f->shift[fo], f->act);
+            fold_image(out, f, d);
             continue;
         }
         if (bias)
@@ -538,9 +544,7 @@ static void forward_packed(const struct nl_layer *l, const struct nl_fwd *f,
         const float *cs = sample_cols(cols, f->in[0] + (size_t)s * d->in_size, d);
         nl_pgemm(out, d->p, ap, cs, d->p, d->f, d->p, d->k, bias, 0);
         if (f->scale)
-            for (int fo = 0; fo < d->f; fo++)
-                nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p,
-                               f->scale[fo], f->shift[fo], f->act);
+            fold_image(out, f, d);
     }
 }
 
@@ -558,9 +562,7 @@ static void forward_onechan(const struct nl_layer *l, const struct nl_fwd *f,
         nl_conv1c(out, f->in[0] + (size_t)s * d->in_size, f->w, bias, g->h, g->w, d->f, g->kh,
                   g->kw, g->oh, g->ow);
         if (f->scale)
-            for (int fo = 0; fo < d->f; fo++)
-                nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p,
-                               f->scale[fo], f->shift[fo], f->act);
+            fold_image(out, f, d);
     }
 }
 
@@ -577,9 +579,7 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
         nl_conv_s1(out, f->in[0] + (size_t)s * d->in_size, f->w, bias, g->c, g->h, g->w, d->f,
                    g->kh, g->kw, g->ph, g->pw, g->oh, g->ow, 0);
         if (f->scale)
-            for (int fo = 0; fo < d->f; fo++)
-                nl_scale_shift(out + (size_t)fo * d->p, out + (size_t)fo * d->p, (size_t)d->p,
-                               f->scale[fo], f->shift[fo], f->act);
+            fold_image(out, f, d);
     }
 }
 
@@ -617,12 +617,8 @@ static void forward_plane2(const struct nl_layer *l, const struct nl_fwd *f,
     const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
 
     nl_conv_plane2(f->out, f->in[0], f->w, bias, f->n, d->win.c, d->f, f->scratch);
-    if (f->scale)
-        for (int s = 0; s < f->n; s++)
-            for (int fo = 0; fo < d->f; fo++) {
-                float *y = f->out + ((size_t)s * d->f + fo) * 4;
-                nl_scale_shift(y, y, 4, f->scale[fo], f->shift[fo], f->act);
-            }
+    for (int s = 0; f->scale && s < f->n; s++)
+        fold_image(f->out + (size_t)s * d->f * d->p, f, d);
 }
 
 /* S2LANES: out (n, F, oh, ow) by nl_conv_s2_lanes, with the bias or then the folded pass. */
@@ -633,12 +629,8 @@ static void forward_s2lanes(const struct nl_layer *l, const struct nl_fwd *f,
     const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
 
     nl_conv_s2_lanes(f->out, f->in[0], f->w, bias, f->n, g->c, g->h, g->w, d->f, f->scratch);
-    if (f->scale)
-        for (int s = 0; s < f->n; s++)
-            for (int fo = 0; fo < d->f; fo++) {
-                float *y = f->out + ((size_t)s * d->f + fo) * d->p;
-                nl_scale_shift(y, y, (size_t)d->p, f->scale[fo], f->shift[fo], f->act);
-            }
+    for (int s = 0; f->scale && s < f->n; s++)
+        fold_image(f->out + (size_t)s * d->f * d->p, f, d);
 }
 
 /* PLANE2 and S2LANES fill 16 lanes with images; below PLANE2_MIN images a shard goes as SHARD
