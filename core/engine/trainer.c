@@ -18,6 +18,17 @@
  * its two threads (forward 321 and 320, backward 309 and 318, the batch and loss 34 and 27, the
  * update 115 and 129) against about 1,590 on one thread: the same work, halved. At batch 256,
  * 2,623 and 2,581 us. The other threads' executors serve evaluation only, and hold no gradient.
+ * TEAM_LOSS: the threads take the classification loss by rows, as the sample-parallel path does:
+ * each row's gradient is computed alone (the floats of one thread); the reported loss is the
+ * threads' sums added in thread order, which may differ from one thread's in a double's last
+ * bits. Taken by thread 0 alone, it kept the others waiting at the barrier after it for the
+ * whole of it: mlp at batch 256 on two threads, 2026-11-27 at load average 3.3, 10.4 and 8.4 us
+ * per step (about 19 on one), at batch 64 3.2 and 2.0. A small gain; the last dense layer's
+ * forward (mlp's 256 x 10, 35 us at batch 256), also on one thread, cannot be cut by samples
+ * either: OpenBLAS's sums of a product cut by rows differ from the whole one's in the last bits
+ * for 90 of 216 shapes tried (batches 16 to 256, 6 to 24 units, K 24 to 512; 2 and 3 shares;
+ * both forward products), with no rule to tell which: 128 x 10 x 256 in two halves among them,
+ * 256 x 10 x 256 not.
  *
  * Overlap with a synchroniser (include/nnlab/trainer.h): layer i's completion finishes the
  * gradient ranges [t_lo[i], t_lo[i + 1]) of the trainable part and [s_lo[i], s_lo[i + 1]) of the
@@ -909,10 +920,15 @@ static void step_thread(void *arg, int t, int count)
 /* A team's step (nl_train_opts.parallel): the threads read the batch by rows (thread 0 alone,
  * with one thread's generator, where it is augmented); every thread then runs its share of each
  * layer of thread 0's executor on the whole batch (nl_exec_forward_team: dense layers by units,
- * element-wise ones by samples, a barrier after each), thread 0 takes the loss, every thread its
+ * element-wise ones by samples, a barrier after each), each thread the loss of its rows (thread 0
+ * all of a regression's), every thread its
  * share of each layer's backward into thread 0's gradient (its units' weight gradient whole:
  * nothing to reduce), and then steps its slice of the parameters. Every float is computed as one
- * thread computes it, whatever the thread count (core/engine/layers/dense.c). */
+ * thread computes it, whatever the thread count (core/engine/layers/dense.c). Stepping instead
+ * the weight rows whose gradient the thread computed (still in its cache) gained nothing: the
+ * update's thread CPU time per step, mlp, 2026-11-27 at load average 2.9 to 3.5, medians of three
+ * rounds, 118 and 131 us against 121 and 132 at batch 64, 132 and 136 against 129 and 131 at 256;
+ * it streams the weights and the momentum, which neither core holds. */
 static void team_step(void *arg, int t, int count)
 {
     struct ctx *c = arg;
@@ -938,16 +954,20 @@ static void team_step(void *arg, int t, int count)
     /* every row read before the first layer runs: nl_exec_forward_team's first barrier */
     const float *logits =
         nl_exec_forward_team(w->exec, c->params, w->x, n, 1, &w->rng, c->pool, t, count);
-    if (t == 0) {
+    if (c->d->regression && t == 0) {
+        nl_dataset_targets(c->d, NL_TRAIN, c->idx, n, w->t);
+        nl_reg_add(&w->reg, logits, w->t, n);
+        w->loss = nl_regression_loss(w->dlogits, logits, w->t, n, c->loss, c->scale);
+    } else if (!c->d->regression) { /* by rows: see TEAM_LOSS at the top of the file */
+        long lo, hi;
         int correct = 0;
-        if (c->d->regression) {
-            nl_dataset_targets(c->d, NL_TRAIN, c->idx, n, w->t);
-            nl_reg_add(&w->reg, logits, w->t, n);
-            w->loss = nl_regression_loss(w->dlogits, logits, w->t, n, c->loss, c->scale);
-        } else {
-            w->loss = nl_softmax_xent(w->dlogits, logits, w->y, n, m->nclasses, c->scale, &correct);
-        }
-        w->correct = correct;
+        const size_t k = (size_t)m->nclasses;
+        share(n, t, count, &lo, &hi);
+        if (hi > lo)
+            c->w[t].loss =
+                nl_softmax_xent(w->dlogits + (size_t)lo * k, logits + (size_t)lo * k, w->y + lo,
+                                (int)(hi - lo), m->nclasses, c->scale, &correct);
+        c->w[t].correct = correct;
     }
     nl_pool_barrier(c->pool);
     nl_exec_backward_team(w->exec, c->params, w->dlogits, w->grad, c->pool, t, count);
@@ -1413,7 +1433,10 @@ static int streams(const struct nl_model *m, const struct nl_train_opts *o)
  * more, on request or for batches of up to TEAM_BATCH samples. Sample-parallel, each thread running
  * the whole model on its shard packs every weight matrix for its own products and accumulates a
  * full-size weight gradient that the update then sums: mlp at batch 64 took 17% more CPU time on
- * two threads than on one (see update_shared). */
+ * two threads than on one (see update_shared). At batch 256 (shards of 128), thread CPU time per
+ * step with the waits, mlp on two threads, 2026-11-27 at load average 3.2 to 3.5, three rounds:
+ * 2.65 to 2.82 ms per thread as a team, 2.58 to 2.85 by samples; no gain to choose by, so the
+ * team keeps batches up to 256. */
 static int team_fits(const struct nl_model *m, const struct nl_train_opts *o, int threads)
 {
     if (threads < 2 || o->parallel == NL_PARALLEL_SAMPLES || o->sync || o->clip_value > 0.0f ||
