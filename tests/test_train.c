@@ -243,12 +243,13 @@ static const char res_spec[] = "c1: conv 6 3x3 pad=1 bias=no\n"
 static void test_streamed(void)
 {
     struct nl_dataset *d = synthetic(161, 40, 4);
-    /* The wide one's blocks take many chunks, which threads take in turn. The large one's fc2
-     * (1024 * 1025 floats) is past the size from which each thread's ring holds its largest
-     * block once, so that fc1's block waits for fc2's to be summed. */
-    const char *specs[] = {res_spec, conv_spec,
-                           "fc1: dense 512\nrelu\nfc2: dense 64\nrelu\nfc3: dense N\n",
-                           "fc1: dense 1024\nrelu\nfc2: dense 1024\nrelu\nfc3: dense N\n"};
+    /* The wide one's blocks take many chunks, which threads take in turn. The large one's fc3
+     * and fc2 (1024 * 1025 floats each) are past the size from which each thread's ring holds its
+     * largest block once (and a little more, which fc4's small block fits in), so that
+     * fc2's block waits for fc3's to be summed. */
+    const char *specs[] = {
+        res_spec, conv_spec, "fc1: dense 512\nrelu\nfc2: dense 64\nrelu\nfc3: dense N\n",
+        "fc1: dense 1024\nrelu\nfc2: dense 1024\nrelu\nfc3: dense 1024\nrelu\nfc4: dense N\n"};
     const char *names[] = {"residual", "conv", "wide", "large"};
 
     for (int s = 0; s < 4; s++)
