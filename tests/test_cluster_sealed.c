@@ -353,6 +353,32 @@ static int relay_log(const char *log, long *forward, int *flipped)
     return n;
 }
 
+/* Whether each of count ports from port can be listened on now. */
+static int ports_free(int port, int count)
+{
+    for (int k = 0; k < count; k++) {
+        const int fd = relay_listen(port + k);
+        if (fd < 0)
+            return 0;
+        close(fd);
+    }
+    return 1;
+}
+
+/* A block of ports for the workers, lo .. lo + RELAY_PORTS - 1, whose relay's, lo + 10 on, are
+ * free too: an ephemeral port from the kernel says nothing of its neighbours, which another
+ * connection's local end may hold. -1 when 50 tries found none. */
+static int relay_ports(void)
+{
+    for (int i = 0; i < 50; i++) {
+        const int lo = sshd_free_port();
+        if (lo > 0 && lo + 10 + RELAY_PORTS < 65536 && ports_free(lo, RELAY_PORTS) &&
+            ports_free(lo + 10, RELAY_PORTS))
+            return lo;
+    }
+    return -1;
+}
+
 /* One epoch's training loss of a run, or NAN. */
 static double epoch_loss(const char *run, int epoch)
 {
@@ -373,7 +399,11 @@ static void check_flipped_byte(void)
         ok(0, "NNLAB_RELAY_SHIM names the relay shim (%s)", shim ? shim : "unset");
         return;
     }
-    const int lo = sshd_free_port(), relay = lo + 10;
+    const int lo = relay_ports(), relay = lo + 10;
+    if (lo < 0) {
+        ok(0, "free ports for the workers and their relay");
+        return;
+    }
     snprintf(text, sizeof text,
              "#!/bin/sh\n"
              "# The worker with its mesh connections sent through the test's relay.\n"
