@@ -237,6 +237,156 @@ static const char res_spec[] = "c1: conv 6 3x3 pad=1 bias=no\n"
                                "pool: globalavgpool\n"
                                "fc: dense N\n";
 
+/* A hybrid step (core/engine/trainer.c): a model whose dense tail holds most of its weights
+ * trains its convolutions by samples and its tail as a team. */
+static const char hybrid_spec[] = "conv1: conv 8 3x3 pad=1\n"
+                                  "pool1: maxpool 2\n"
+                                  "relu\n"
+                                  "fc1: dense 256\n"
+                                  "relu\n"
+                                  "fc2: dense N\n";
+
+/* The views of the head (layers 0 to 2) and the tail (3 to 5), run one after the other with
+ * the tail's input gradient handed to the head, give the whole model's logits and gradient bit
+ * for bit; a view whose layer reads a layer before it is refused, naming the layer. */
+static void test_views(void)
+{
+    const struct nl_shape in = {1, 12, 12};
+    const int n = 5, k = 4;
+    struct nl_model *m = build(hybrid_spec, in, k), *head = NULL, *tail = NULL, *res;
+    struct nl_exec *x = NULL, *hx = NULL, *tx = NULL;
+    struct nl_error err = {0};
+    struct nl_rng r;
+
+    if (!m) {
+        ok(0, "the hybrid model builds");
+        return;
+    }
+    nl_model_init_params(m, 4);
+    ok(nl_model_view(&head, m, 0, 3, &err) == 0 && nl_model_view(&tail, m, 3, 3, &err) == 0 &&
+           nl_exec_new(&x, m, n, &err) == 0 && nl_exec_new(&hx, head, n, &err) == 0 &&
+           nl_exec_new(&tx, tail, n, &err) == 0,
+       "views of layers 0-2 and 3-5 and their executors");
+    const size_t features = tail ? nl_shape_size(tail->input) : 0;
+    float *input = nl_alloc_floats((size_t)n * nl_shape_size(in));
+    float *dl = nl_alloc_floats((size_t)n * k), *logits = nl_alloc_floats((size_t)n * k);
+    float *din = nl_alloc_floats((size_t)n * features + 1);
+    float *g_full = nl_alloc_floats(m->nparams), *g_views = nl_alloc_floats(m->nparams);
+    nl_rng_seed(&r, 8);
+    for (size_t i = 0; i < (size_t)n * nl_shape_size(in); i++)
+        input[i] = nl_rng_uniform(&r);
+    for (int i = 0; i < n * k; i++)
+        dl[i] = nl_rng_uniform(&r) - 0.5f;
+    if (x && hx && tx) {
+        memcpy(logits, nl_exec_forward(x, m->params, input, n, 1, &r), (size_t)n * k * 4);
+        nl_exec_backward(x, m->params, dl, g_full);
+        const float *out = nl_exec_forward(hx, m->params, input, n, 1, &r);
+        ok(features == 8 * 6 * 6 && head->nclasses == (int)features && tail->nclasses == k,
+           "the head's logits are its last layer's output (%zu floats), the tail's the model's",
+           features);
+        const float *tl = nl_exec_forward(tx, m->params, out, n, 1, &r);
+        ok(memcmp(tl, logits, (size_t)n * k * sizeof(float)) == 0,
+           "the tail's view on the head's output: the model's logits bit for bit");
+        is_int(nl_exec_input_grad(tx, din), 0, "fc1 alone reads the tail's input: overwritten");
+        nl_exec_backward(tx, m->params, dl, g_views);
+        nl_exec_backward(hx, m->params, din, g_views);
+        ok(memcmp(g_full, g_views, m->nparams * sizeof(float)) == 0,
+           "the tail's backward, then the head's from its input gradient: the model's gradient "
+           "bit for bit");
+    }
+    res = build(res_spec, in, k);
+    struct nl_model *bad = NULL;
+    ok(res && nl_model_view(&bad, res, 5, 4, &err) < 0 && bad == NULL &&
+           strstr(err.msg, "'sc'") != NULL,
+       "a view whose layer reads a layer before it is refused: %s", err.msg);
+    nl_model_free(res);
+    nl_free(input);
+    nl_free(dl);
+    nl_free(logits);
+    nl_free(din);
+    nl_free(g_full);
+    nl_free(g_views);
+    nl_exec_free(x);
+    nl_exec_free(hx);
+    nl_exec_free(tx);
+    nl_model_view_free(head);
+    nl_model_view_free(tail);
+    nl_model_free(m);
+}
+
+/* The hybrid spec trained on d for epochs with momentum and weight decay: its weights. */
+static float *train_hybrid(const struct nl_dataset *d, int batch, int threads,
+                           enum nl_parallel parallel, int epochs, size_t *n)
+{
+    struct nl_model *m = build(hybrid_spec, d->shape, d->nclasses);
+    struct nl_train_opts o;
+    struct nl_train_result res;
+
+    if (!m)
+        return NULL;
+    nl_train_defaults(&o);
+    o.epochs = epochs;
+    o.batch = batch;
+    o.threads = threads;
+    o.optim.momentum = 0.9f;
+    o.optim.weight_decay = 1e-3f;
+    o.parallel = parallel;
+    nl_model_init_params(m, 6);
+    return train_and_copy(m, d, &o, NULL, &res, n);
+}
+
+/* After one step of 2 or 3 threads the tail's weights (fc1 and fc2) are one thread's bit for bit
+ * (a team's floats) where the sample-parallel step's are not (two shards' sums), and the head's
+ * are within rounding of the sample-parallel step's (the same sums over the shards, from an input
+ * gradient with the team's last bits). Over two epochs with a last batch of 4 samples (threads
+ * with 1 or 2), the run is reproducible and within rounding of the sample-parallel one. */
+static void test_hybrid(void)
+{
+    struct nl_dataset *d = synthetic(64, 8, 11), *big = synthetic(100, 8, 12);
+    struct nl_model *m = build(hybrid_spec, d->shape, d->nclasses);
+    const size_t lo = m ? m->layers[3].param_offset : 0, nt = m ? m->ntrainable : 0;
+    size_t n1 = 0, n = 0, ns = 0;
+
+    test_views();
+    nl_model_free(m);
+    float *one = train_hybrid(d, 64, 1, NL_PARALLEL_AUTO, 1, &n1);
+    for (int threads = 2; threads <= 3 && one; threads++) {
+        float *hyb = train_hybrid(d, 64, threads, NL_PARALLEL_AUTO, 1, &n);
+        float *smp = train_hybrid(d, 64, threads, NL_PARALLEL_SAMPLES, 1, &ns);
+        if (!hyb || !smp || n != n1 || ns != n1 || lo == 0) {
+            ok(0, "%d threads: trains", threads);
+        } else {
+            double head = 0.0;
+            for (size_t i = 0; i < lo; i++)
+                head = fmax(head, fabs(hyb[i] - smp[i]));
+            ok(memcmp(hyb + lo, one + lo, (nt - lo) * sizeof(float)) == 0 &&
+                   memcmp(smp + lo, one + lo, (nt - lo) * sizeof(float)) != 0,
+               "one step, %d threads: the tail's weights are one thread's (by samples: other "
+               "sums)",
+               threads);
+            ok(head < 1e-6, "one step, %d threads: the head's weights within %.2g of by samples",
+               threads, head);
+        }
+        nl_free(hyb);
+        nl_free(smp);
+    }
+    nl_free(one);
+
+    float *a = train_hybrid(big, 32, 2, NL_PARALLEL_AUTO, 2, &n);
+    float *b = train_hybrid(big, 32, 2, NL_PARALLEL_AUTO, 2, &n1);
+    float *s = train_hybrid(big, 32, 2, NL_PARALLEL_SAMPLES, 2, &ns);
+    double diff = 0.0;
+    for (size_t i = 0; a && s && i < n; i++)
+        diff = fmax(diff, fabs(a[i] - s[i]));
+    ok(a && b && s && n == n1 && memcmp(a, b, n * sizeof(float)) == 0 && diff < 1e-4,
+       "two epochs, batch 32 with a last of 4: reproducible, within %.2g of by samples", diff);
+    nl_free(a);
+    nl_free(b);
+    nl_free(s);
+    nl_dataset_free(d);
+    nl_dataset_free(big);
+}
+
 /* Streamed gradients against every thread's full-size buffer (opts.gradients):
  * the same weights and statistics bit for bit, on 1 to 3 threads, with a last batch of one
  * sample (threads without samples) and with momentum and weight decay. */
@@ -984,6 +1134,7 @@ int main(void)
     test_streamed();
     test_team();
     test_team_forward();
+    test_hybrid();
     test_tables();
     test_failures();
     test_early_stop();

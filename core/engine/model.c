@@ -204,6 +204,54 @@ void nl_model_free(struct nl_model *m)
     nl_free(m);
 }
 
+int nl_model_view(struct nl_model **out, const struct nl_model *m, int first, int count,
+                  struct nl_error *err)
+{
+    struct nl_model *v;
+    struct nl_layer *layers;
+
+    *out = NULL;
+    if (first < 0 || count < 1 || first + count > m->nlayers)
+        return nl_error_set(err, NL_EINVAL, "layers %d to %d are not among the model's %d", first,
+                            first + count - 1, m->nlayers);
+    for (int i = first; i < first + count; i++)
+        for (int j = 0; j < m->layers[i].ninputs; j++)
+            if (m->layers[i].inputs[j] < first - 1)
+                return nl_error_set(err, NL_EINVAL,
+                                    "layer '%s' reads a layer before layers %d to %d",
+                                    m->layers[i].name, first, first + count - 1);
+    v = nl_malloc(sizeof *v);
+    layers = nl_calloc((size_t)count, sizeof *layers);
+    if (!v || !layers) {
+        nl_free(v);
+        nl_free(layers);
+        return nl_error_set(err, NL_ENOMEM, "out of memory for a view of %d layers", count);
+    }
+    *v = *m;
+    v->nlayers = count;
+    v->layers = layers;
+    v->spec_text = v->spec_origin = NULL;
+    if (first > 0)
+        v->input = m->layers[first - 1].out;
+    if (first + count < m->nlayers)
+        v->nclasses = (int)nl_shape_size(m->layers[first + count - 1].out);
+    for (int i = 0; i < count; i++) {
+        layers[i] = m->layers[first + i];
+        for (int j = 0; j < layers[i].ninputs; j++)
+            layers[i].inputs[j] = layers[i].inputs[j] >= first ? layers[i].inputs[j] - first : -1;
+    }
+    *out = v;
+    return 0;
+}
+
+void nl_model_view_free(struct nl_model *v)
+{
+    if (!v)
+        return;
+    nl_free(v->layers);
+    nl_free(v);
+}
+
 /* Bytes of memory this machine has; 0 when unknown. */
 static uint64_t memory_bytes(void)
 {
@@ -494,6 +542,7 @@ struct nl_exec {
     struct nl_layer **plain;
     float *scratch;
     const float *input; /* of the last forward */
+    float *dinput;      /* (max_n, input): the input's gradient, backward's; NULL: none */
     struct nl_rng *rng;
     unsigned char **rows; /* (nlayers) nl_exec_track_rows's maps, NULL where none */
     /* Folding (see the top of the file), forward-only executors only. into[i]: the layer whose
@@ -1374,7 +1423,7 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
         for (int j = 0; j < l->ninputs; j++) {
             int src = l->inputs[j];
             b.in[j] = src < 0 ? x->input : x->act[src];
-            b.din[j] = src < 0 || !x->need[src] ? NULL : x->dact[src];
+            b.din[j] = src < 0 ? x->dinput : !x->need[src] ? NULL : x->dact[src];
         }
         if (k != i && x->radd[i] >= 0) { /* the fused add's other input */
             const struct nl_layer *al = &m->layers[x->radd[i]];
@@ -1404,6 +1453,28 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
         if (done)
             done(ud, k);
     }
+}
+
+int nl_exec_input_grad(struct nl_exec *x, float *din)
+{
+    const struct nl_model *m = x->m;
+    int reader = -1, reads = 0, at = 0;
+
+    x->dinput = din;
+    for (int i = 0; i < m->nlayers; i++)
+        for (int j = 0; j < m->layers[i].ninputs; j++)
+            if (m->layers[i].inputs[j] < 0) {
+                reader = i;
+                reads++;
+                at = j;
+            }
+    /* find_writers's rule: the sole reader, reading it once, overwrites where its kind can. */
+    if (reads == 1 && runs_at(x, reader) == reader && m->layers[reader].ops->overwrites &&
+        x->need[reader]) {
+        x->set[reader] |= 1u << at;
+        return 0;
+    }
+    return 1;
 }
 
 void nl_exec_track_rows(struct nl_exec *x, int i, unsigned char *rows)

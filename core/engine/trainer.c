@@ -146,6 +146,7 @@ struct worker {
     float *dlogits;         /* (max_n, nclasses) */
     float *grad;            /* (nreduce); NULL when only evaluating */
     float *feat; /* (max_n, features) rows read from the feature cache; NULL without one */
+    struct nl_exec *hexec;           /* a hybrid step's: the head's layers on this thread's shard */
     unsigned char *rows[MAX_TABLES]; /* (table rows) 1 where this step's backward added */
     double sumsq; /* clipping: the squared norm of this thread's slice of the gradient */
     double loss;  /* sum over the samples this thread saw in the current call */
@@ -221,6 +222,18 @@ struct ctx {
 
     /* A team (see team_step): the threads run thread 0's executor on the whole batch. */
     int team;
+    /* A hybrid step (see hybrid_step), where tail_at > 0: the head, layers [0, tail_at) (head_m, a
+     * view), run by each thread on its shard (its worker's hexec), and the tail, layers
+     * [tail_at, nlayers) (tail_m), run as a team by one executor on the whole batch: its input tin
+     * and the input's gradient dtin, (max batch, tail_in) each, by rows, and the logits' gradient
+     * tdl (max batch, nclasses). The tail's weights are the trainable floats [tail_lo,
+     * ntrainable), whose gradient the team computes whole into thread 0's buffer. */
+    int tail_at;
+    struct nl_model *head_m, *tail_m;
+    struct nl_exec *tail;
+    size_t tail_in, tail_lo;
+    float *tin, *dtin, *tdl;
+    int dtin_zero; /* 1: backward adds into dtin (nl_exec_input_grad), zeroed by rows first */
     pthread_mutex_t ring_lock;
     pthread_cond_t ring_free; /* a job opened or finished: ring space, chunks, or the step's end */
     atomic_uint ring_events;  /* advanced, under ring_lock, with each broadcast of ring_free */
@@ -246,8 +259,15 @@ void nl_train_defaults(struct nl_train_opts *o)
 static void ctx_release(struct ctx *c)
 {
     nl_pool_free(c->pool);
+    nl_exec_free(c->tail);
+    nl_model_view_free(c->head_m);
+    nl_model_view_free(c->tail_m);
+    nl_free(c->tin);
+    nl_free(c->dtin);
+    nl_free(c->tdl);
     for (int t = 0; c->w && t < c->threads; t++) {
         nl_exec_free(c->w[t].exec);
+        nl_exec_free(c->w[t].hexec);
         nl_free(c->w[t].x);
         nl_free(c->w[t].y);
         nl_free(c->w[t].t);
@@ -983,6 +1003,73 @@ static void team_step(void *arg, int t, int count)
     update_dense(c, a, b, 1);
 }
 
+/* A hybrid step (tail_at > 0; see hybrid_split for when): each thread reads its shard and runs
+ * the head's layers on it with its own executor, as step_thread does, and copies their output
+ * into its rows of the tail's input; the threads then run the tail as a team on the whole batch
+ * (nl_exec_forward_team, whose first barrier makes every row seen), each the loss of its rows
+ * (its shard: share() cuts the batch the same way), and the tail's backward as a team, which
+ * writes the tail's weight gradient whole into thread 0's buffer and the gradient of its input
+ * into dtin (complete after its last barrier); each thread then runs the head's backward on its
+ * rows of dtin into its own buffer. After a barrier the head's gradient [0, tail_lo) is summed
+ * over the threads and stepped as update_dense does, by slices; the tail's [tail_lo, ntrainable)
+ * is stepped from thread 0's alone; the statistics' sums are summed for nl_model_update_stats.
+ * The floats: the head's forward is the sample-parallel one's; the tail's forward, its weight
+ * gradient and its input's gradient are those of one thread on the whole batch (a team's); the
+ * head's weight gradient is summed over the shards as by samples. */
+static void hybrid_step(void *arg, int t, int count)
+{
+    struct ctx *c = arg;
+    struct worker *w = &c->w[t];
+    const struct nl_model *m = c->m;
+    const size_t f = c->tail_in, k = (size_t)m->nclasses;
+    long lo, hi;
+
+    share(c->batch, t, count, &lo, &hi);
+    const int n = (int)(hi - lo);
+    if (t == 0 && c->keep_from < m->nreduce)
+        memset(w->grad + c->keep_from, 0, (m->nreduce - c->keep_from) * sizeof(float));
+    w->loss = 0.0;
+    w->correct = 0;
+    memset(&w->reg, 0, sizeof w->reg);
+    if (n > 0) {
+        nl_rng_seed(&w->rng, nl_rng_step_seed(c->seed, c->step, t, count));
+        nl_dataset_batch(c->d, NL_TRAIN, c->idx + lo, n, w->x, w->y);
+        nl_augment_batch(c->augment, c->d->shape, c->d->mean, c->d->std, w->x, n, &w->rng);
+        const float *out = nl_exec_forward(w->hexec, c->params, w->x, n, 1, &w->rng);
+        memcpy(c->tin + (size_t)lo * f, out, (size_t)n * f * sizeof(float));
+        if (c->dtin_zero)
+            memset(c->dtin + (size_t)lo * f, 0, (size_t)n * f * sizeof(float));
+    }
+    const float *logits =
+        nl_exec_forward_team(c->tail, c->params, c->tin, c->batch, 1, NULL, c->pool, t, count);
+    if (n > 0 && c->d->regression) {
+        nl_dataset_targets(c->d, NL_TRAIN, c->idx + lo, n, w->t);
+        nl_reg_add(&w->reg, logits + (size_t)lo * k, w->t, n);
+        w->loss = nl_regression_loss(c->tdl + (size_t)lo * k, logits + (size_t)lo * k, w->t, n,
+                                     c->loss, c->scale);
+    } else if (n > 0) {
+        int correct = 0;
+        w->loss = nl_softmax_xent(c->tdl + (size_t)lo * k, logits + (size_t)lo * k, w->y, n,
+                                  m->nclasses, c->scale, &correct);
+        w->correct = correct;
+    }
+    nl_pool_barrier(c->pool);
+    nl_exec_backward_team(c->tail, c->params, c->tdl, c->w[0].grad, c->pool, t, count);
+    if (n > 0)
+        nl_exec_backward(w->hexec, c->params, c->dtin + (size_t)lo * f, w->grad);
+    nl_pool_barrier(c->pool);
+
+    size_t a, b;
+    float *g = c->w[0].grad;
+    nl_block_range(c->tail_lo, 16, t, count, &a, &b);
+    update_dense(c, a, b, count);
+    nl_block_range(m->ntrainable - c->tail_lo, 16, t, count, &a, &b);
+    update_dense(c, c->tail_lo + a, c->tail_lo + b, 1);
+    nl_block_range(m->nreduce - m->ntrainable, 16, t, count, &a, &b);
+    for (int j = 1; j < count && a < b; j++)
+        nl_add_clear(g + m->ntrainable + a, c->w[j].grad + m->ntrainable + a, b - a);
+}
+
 static void eval_thread(void *arg, int t, int count)
 {
     struct ctx *c = arg;
@@ -1457,6 +1544,78 @@ static int team_fits(const struct nl_model *m, const struct nl_train_opts *o, in
     return o->parallel == NL_PARALLEL_UNITS || o->batch <= TEAM_BATCH;
 }
 
+/* Where a step is hybrid (hybrid_step): the tail is the longest run of last layers that a team
+ * can run (dense and element-wise kinds, none stochastic, none with statistics), less the
+ * layers without parameters at its start, which stay with the head, on the samples of each
+ * thread; reading no layer of the head but the one before it. Taken on two threads or more
+ * without a synchroniser, clipping, frozen layers, embedding tables or streamed gradients,
+ * where a team does not take the whole model, for batches of up to TEAM_BATCH samples (any on
+ * request, NL_PARALLEL_UNITS), and where the tail holds at least half of the trainable
+ * parameters: the weights that sample-parallel threads each pack for their own products and
+ * whose full-size gradient each accumulates, on its half of the samples, and the update sums.
+ * Returns the first layer of the tail, or 0 for none. */
+static int hybrid_split(const struct nl_model *m, const struct nl_train_opts *o, int threads)
+{
+    int split = m->nlayers;
+    size_t tail = 0;
+
+    if (threads < 2 || o->parallel == NL_PARALLEL_SAMPLES || o->sync || o->clip_value > 0.0f ||
+        o->clip_norm > 0.0f || (o->parallel != NL_PARALLEL_UNITS && o->batch > TEAM_BATCH) ||
+        streams(m, o))
+        return 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].frozen || strcmp(m->layers[i].ops->kind, "embedding") == 0)
+            return 0;
+    for (; split > 0; split--) {
+        const struct nl_layer *l = &m->layers[split - 1];
+        int stat = 0;
+        for (int k = 0; k < l->nparams; k++)
+            stat |= l->params[k].stat;
+        if (!(l->ops->rows || l->ops->parts) || (l->ops->stochastic && l->p > 0.0f) || stat)
+            break;
+    }
+    while (split < m->nlayers && m->layers[split].param_count == 0)
+        split++;
+    if (split == 0 || split == m->nlayers)
+        return 0;
+    for (int i = split; i < m->nlayers; i++) {
+        for (int j = 0; j < m->layers[i].ninputs; j++)
+            if (m->layers[i].inputs[j] < split - 1)
+                return 0;
+        tail += m->layers[i].param_count;
+    }
+    return 2 * tail >= m->ntrainable ? split : 0;
+}
+
+/* The hybrid step's views, executors and buffers for batches of up to batch samples; leaves
+ * tail_at 0 where the tail's executor cannot run as a team. */
+static int hybrid_init(struct ctx *c, int split, int batch, struct nl_error *err)
+{
+    const struct nl_model *m = c->m;
+    const int shard = (batch + c->threads - 1) / c->threads;
+    int rc;
+
+    if ((rc = nl_model_view(&c->head_m, m, 0, split, err)) < 0 ||
+        (rc = nl_model_view(&c->tail_m, m, split, m->nlayers - split, err)) < 0 ||
+        (rc = nl_exec_new(&c->tail, c->tail_m, batch, err)) < 0)
+        return rc;
+    if (!nl_exec_team(c->tail))
+        return 0;
+    for (int t = 0; t < c->threads; t++)
+        if ((rc = nl_exec_new(&c->w[t].hexec, c->head_m, shard, err)) < 0)
+            return rc;
+    c->tail_in = nl_shape_size(c->tail_m->input);
+    c->tin = nl_alloc_floats((size_t)batch * c->tail_in);
+    c->dtin = nl_alloc_floats((size_t)batch * c->tail_in);
+    c->tdl = nl_alloc_floats((size_t)batch * (size_t)m->nclasses);
+    if (!c->tin || !c->dtin || !c->tdl)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the tail of %d samples", batch);
+    c->dtin_zero = nl_exec_input_grad(c->tail, c->dtin);
+    c->tail_lo = m->layers[split].param_offset;
+    c->tail_at = split;
+    return 0;
+}
+
 /* Checks the options, builds the threads' context and the run's buffers, and resumes. */
 static int train_setup(struct loop *L)
 {
@@ -1480,6 +1639,7 @@ static int train_setup(struct loop *L)
     if (L->threads > o->batch)
         L->threads = o->batch;
     const int team = team_fits(m, o, L->threads);
+    const int split = team ? 0 : hybrid_split(m, o, L->threads);
     int shard = team ? o->batch : (o->batch + L->threads - 1) / L->threads;
     rc = ctx_init(c, m, L->d, L->threads, train_exec_samples(m, shard),
                   team            ? 3
@@ -1491,6 +1651,8 @@ static int train_setup(struct loop *L)
     if (team && !nl_exec_team(c->w[0].exec)) /* team_fits admits only what nl_exec_team does */
         return nl_error_set(L->err, NL_EINVAL, "the model's layers cannot train as a team");
     c->team = team;
+    if (split && (rc = hybrid_init(c, split, o->batch, L->err)) < 0)
+        return rc;
     c->optim = &o->optim;
     c->sync = o->sync;
     c->keep_from = o->sync ? 0 : m->ntrainable;
@@ -1598,7 +1760,7 @@ static int train_step(struct loop *L, long it)
         if (rc < 0)
             return nl_error_set(L->err, rc, "the synchroniser cannot begin step %ld", c->step);
     }
-    nl_pool_run(c->pool, c->team ? team_step : step_thread, c);
+    nl_pool_run(c->pool, c->team ? team_step : c->tail_at ? hybrid_step : step_thread, c);
     if (o->sync) {
         int rc = o->sync->step(o->sync->ud, c->params, c->w[0].grad, c->step, c->lr, L->err);
         if (rc < 0)

@@ -66,6 +66,16 @@ int nl_model_find_layer(const struct nl_model *m, const char *name);
 int nl_model_freeze(struct nl_model *m, const char *const *names, int count, const char *up_to,
                     struct nl_error *err);
 
+/* A view of layers [first, first + count) of m as a model of its own, for executors that run
+ * part of m: its layers are copies of m's (their parameters at the same offsets of the same
+ * flat buffer, m's params and layout), renumbered, with layer first - 1's output (m's input when
+ * first is 0) as the view's input and the last one's as its logits. Fails, naming the layer,
+ * where one reads a layer before first - 1. Freed with nl_model_view_free, never with
+ * nl_model_free; m outlives it. */
+int nl_model_view(struct nl_model **out, const struct nl_model *m, int first, int count,
+                  struct nl_error *err);
+void nl_model_view_free(struct nl_model *v);
+
 /* Index of the last layer with parameters (the head that --replace-head re-creates), or -1. */
 int nl_model_head(const struct nl_model *m);
 
@@ -125,6 +135,12 @@ const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const 
                                   int parts);
 void nl_exec_backward_team(struct nl_exec *x, const float *params, const float *dlogits,
                            float *dparams, struct nl_pool *pool, int part, int parts);
+
+/* Backward from now on writes the gradient of the model's input, (n, input) floats, into din
+ * (NULL: none, the default): it overwrites din where one layer alone reads the input once and its
+ * kind can overwrite (returns 0); else it adds, and the caller zeroes din before each backward
+ * (returns 1). For the tail of a model run as a view (nl_model_view). */
+int nl_exec_input_grad(struct nl_exec *x, float *din);
 
 /* Backward pass of the last forward (same n and params): dparams (nreduce floats) += the
  * gradient of sum(logits * dlogits), and batchnorm's sums for its statistics. Frozen layers get
