@@ -260,8 +260,6 @@ static void ctx_release(struct ctx *c)
 {
     nl_pool_free(c->pool);
     nl_exec_free(c->tail);
-    nl_model_view_free(c->head_m);
-    nl_model_view_free(c->tail_m);
     nl_free(c->tin);
     nl_free(c->dtin);
     nl_free(c->tdl);
@@ -297,6 +295,8 @@ static void ctx_release(struct ctx *c)
     nl_free(c->s_lo);
     nl_free(c->pending);
     nl_free(c->reduced);
+    nl_model_view_free(c->head_m); /* after the executors that read them */
+    nl_model_view_free(c->tail_m);
     memset(c, 0, sizeof *c); /* released twice is released once */
 }
 
