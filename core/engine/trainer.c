@@ -30,6 +30,27 @@
  * both forward products), with no rule to tell which: 128 x 10 x 256 in two halves among them,
  * 256 x 10 x 256 not.
  *
+ * A hybrid step (hybrid_step, hybrid_split): a model whose last layers are of a team's kinds
+ * and hold most of its weights (lenet: fc1 and fc2, 405K of 431K floats, behind two
+ * convolutions) runs its head, the layers before them, by samples, each thread on its shard with
+ * its own executor, and that tail as a team on the whole batch with one executor. Why: by
+ * samples, each thread packs fc1's weights for its own products, computes fc1's whole weight
+ * gradient from half the samples (a product of K 32 at batch 64), and the update sums 430K
+ * floats over the threads. Thread CPU time per step, lenet at batch 64 (`nnlab bench`,
+ * 2026-11-27 at load average 10 to 12, so indicative; three rounds alternating): by samples
+ * 9,510 to 10,436 us on the two threads together, 4.4 to 8.7% more than one thread's 8,752 to
+ * 9,789 in the same round (forward 1,497 and 1,480, backward 2,971 and 2,978, the update 74 and
+ * 384 around its barrier: thread 0 reached it first); hybrid 9,252 to 9,286, 3.1 to 4.0% more
+ * than one thread's (the head's forward 1,198 and 1,195, the tail's with the loss and the
+ * waits at its barriers 361 and 329, backward 2,901 and 2,891, the update 156 and 160). At
+ * batch 256 (one round at load average 4 to 6), 36,948 hybrid against 37,620 by samples. The
+ * floats: the head's forward is the sample-parallel one's, the tail's forward and gradients
+ * those of one thread on the whole batch; the head's weight gradient the sum over shards, as by
+ * samples (test_train). Lenet, 3 epochs of Fashion-MNIST, --seed 1 --threads 2: test accuracy
+ * 0.9066 by samples, 0.9024 hybrid, 0.9028 on one thread. A tail of few weights (resnet8's or
+ * ResNet-18's classifier) gains nothing and is not taken; nor a whole model of a team's kinds
+ * (team_step).
+ *
  * Overlap with a synchroniser (include/nnlab/trainer.h): layer i's completion finishes the
  * gradient ranges [t_lo[i], t_lo[i + 1]) of the trainable part and [s_lo[i], s_lo[i + 1]) of the
  * statistics, where t_lo[i] is where the trainable blocks of layers i and above begin (0 at and

@@ -112,9 +112,11 @@ struct nl_train_opts {
     /* NL_PARALLEL_SAMPLES: each thread runs the whole model on its shard of the batch;
      * NL_PARALLEL_UNITS: the threads run one executor on the whole batch together, each layer's
      * work split between them (dense layers by units), for models of dense and element-wise
-     * layers only (elsewhere the same as SAMPLES), without a synchroniser or clipping: the
-     * floats of one thread, whatever the thread count; NL_PARALLEL_AUTO (0, the default): by
-     * units where that applies and the batch is small enough (see core/engine/trainer.c). */
+     * layers only, without a synchroniser or clipping: the floats of one thread, whatever the
+     * thread count; for a model whose last such layers hold most of its weights behind others
+     * (lenet's dense layers behind its convolutions), those as one executor and the others by
+     * samples (a hybrid step); elsewhere the same as SAMPLES. NL_PARALLEL_AUTO (0, the default):
+     * as UNITS where that applies and the batch is small enough (see core/engine/trainer.c). */
     enum nl_parallel parallel;
     size_t feature_cache_limit;
     const char *feature_cache_dir;
