@@ -42,8 +42,12 @@
  * 9,789 in the same round (forward 1,497 and 1,480, backward 2,971 and 2,978, the update 74 and
  * 384 around its barrier: thread 0 reached it first); hybrid 9,252 to 9,286, 3.1 to 4.0% more
  * than one thread's (the head's forward 1,198 and 1,195, the tail's with the loss and the
- * waits at its barriers 361 and 329, backward 2,901 and 2,891, the update 156 and 160). At
- * batch 256 (one round at load average 4 to 6), 36,948 hybrid against 37,620 by samples. The
+ * waits at its barriers 361 and 329, backward 2,901 and 2,891, the update 156 and 160). Not at
+ * larger batches (HYBRID_BATCH), where each thread's products by samples are larger and the
+ * team's threads each pack the whole batch's activations for theirs: at batch 128, hybrid
+ * 17,935 and 19,569 against 17,413 and 18,940 by samples (two rounds, load average 7 to 8); at
+ * 256, 38,096 and 37,740 against 37,848 and 36,474 (load average 10 to 13), and 32 MB more
+ * resident (the head's executors beside the whole model's, which evaluation uses). The
  * floats: the head's forward is the sample-parallel one's, the tail's forward and gradients
  * those of one thread on the whole batch; the head's weight gradient the sum over shards, as by
  * samples (test_train). Lenet, 3 epochs of Fashion-MNIST, --seed 1 --threads 2: test accuracy
@@ -136,6 +140,7 @@
 #define RING_ONCE        (1u << 20)  /* floats of a largest block from which a ring holds it once */
 #define RING_SLACK       (1u << 16)  /* floats such a ring holds beyond it, for the small blocks */
 #define TEAM_BATCH       256         /* a team trains batches of up to this many samples */
+#define HYBRID_BATCH     64          /* a hybrid step trains batches of up to this many samples */
 
 /* A trainable embedding's weight: floats [lo, lo + rows * width) of the flat buffer. */
 struct table {
@@ -1570,18 +1575,18 @@ static int team_fits(const struct nl_model *m, const struct nl_train_opts *o, in
  * layers without parameters at its start, which stay with the head, on the samples of each
  * thread; reading no layer of the head but the one before it. Taken on two threads or more
  * without a synchroniser, clipping, frozen layers, embedding tables or streamed gradients,
- * where a team does not take the whole model, for batches of up to TEAM_BATCH samples (any on
- * request, NL_PARALLEL_UNITS), and where the tail holds at least half of the trainable
- * parameters: the weights that sample-parallel threads each pack for their own products and
- * whose full-size gradient each accumulates, on its half of the samples, and the update sums.
- * Returns the first layer of the tail, or 0 for none. */
+ * where a team does not take the whole model, for batches of up to HYBRID_BATCH samples (any
+ * on request, NL_PARALLEL_UNITS; see the top of the file for why not more), and where the tail
+ * holds at least half of the trainable parameters: the weights that sample-parallel threads each
+ * pack for their own products and whose full-size gradient each accumulates, on its half of the
+ * samples, and the update sums. Returns the first layer of the tail, or 0 for none. */
 static int hybrid_split(const struct nl_model *m, const struct nl_train_opts *o, int threads)
 {
     int split = m->nlayers;
     size_t tail = 0;
 
     if (threads < 2 || o->parallel == NL_PARALLEL_SAMPLES || o->sync || o->clip_value > 0.0f ||
-        o->clip_norm > 0.0f || (o->parallel != NL_PARALLEL_UNITS && o->batch > TEAM_BATCH) ||
+        o->clip_norm > 0.0f || (o->parallel != NL_PARALLEL_UNITS && o->batch > HYBRID_BATCH) ||
         streams(m, o))
         return 0;
     for (int i = 0; i < m->nlayers; i++)
