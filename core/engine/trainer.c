@@ -78,6 +78,26 @@
  * is one every thread is past or computing, since a thread waiting for room at that place holds
  * only the finished blocks of the places above it, given back.
  *
+ * Where two threads spend more than one on ResNet-18 at 3x64x64, batch 32 (thread CPU time per
+ * step, ms, means of 24 steps, three runs, 2026-11-27, load average 10 to 12, so indicative): one
+ * thread 185 to 190 (forward 56 to 57, backward 119 to 123, the jobs 10); two threads 99 to 105
+ * each (forward 29 to 31, backward 63 to 66, the jobs 6.4 to 8.6, waiting 0.1 to 0.6 of CPU),
+ * 7 to 10% more CPU in all: the jobs 5 more (summing the second thread's blocks: 45 MB read and
+ * cleared), backward 4 to 8 (among it the Winograd filter transforms, made by every thread, and
+ * the weight gradients' products over half the columns each), forward 2 to 5. Two threads at
+ * 1.85 times one thread's speed would need each at most 1/1.85 of one thread's time, waits
+ * included: about 100 ms of wall clock a step against 99 to 105 of CPU alone. Tried and measured
+ * (alternating old and new binaries), not kept: (1) blocks left as they are when given back,
+ * each layer writing its block (beta = 0) instead of adding to zeros: on two threads the jobs
+ * lost 1 to 5 ms, backward gained 6 to 8 (3 to 5 on one thread; load average 6), since
+ * OpenBLAS's product with beta = 0 zeroes its output in a pass of its own before adding into it,
+ * over a block colder than the one the update cleared; (2) the Winograd filter transforms made
+ * once per step for all threads, at the end of each layer's job, and read by every executor:
+ * the transforms' perf samples halved (1.9% to 0.95% on one thread), but OpenBLAS's packing of
+ * them grew more (sgemm_oncopy and otcopy +495 samples against -211, one thread, 24 steps),
+ * reading them from where they had been pushed out to instead of from the L2 the transform had
+ * just written them to; 20 MB more resident too.
+ *
  * Where a ResNet-18 run at 3x64x64, batch 32, 2 threads (`nnlab train`, SGD with momentum) keeps
  * its memory at its peak, the steady state of its steps (/proc's smaps, MiB; resident set 190.4,
  * 214 before the last six changes named, 426 before the others): weights 42.7 and momentum
