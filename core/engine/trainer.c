@@ -148,11 +148,11 @@ struct ctx;
 /* Streamed gradients: the sum and update of the blocks of place k's layer, in chunks of
  * JOB_CHUNK floats that any thread may take (see the top of the file). Each chunk has a cost of
  * its own (two atomic adds on counters the threads share, the optimizer's call): ResNet-18 at
- * 3x64x64, batch 32, took 5,476 chunks a step in 2,048 floats and 1,387 in 8,192, and the jobs'
- * thread CPU time fell from 16.1 and 16.4 ms a step (both threads together) to 13.8 and 14.4 on two
- * threads, from 10.5 and 9.7 to 9.1 and 8.8 on one (2026-11-27, load average 8 to 9, runs
- * alternating, 24 steps each); 4,096 floats, 14.1 and 15.3 on two. The sums and steps are element
- * by element: the chunks' size changes no float. */
+ * 3x64x64, batch 32, takes 5,476 chunks a step in 2,048 floats, 1,387 in 8,192; the jobs' thread
+ * CPU time a step (ms, both threads together; 4 runs of 24 steps, alternating, 2026-11-27, load
+ * average 5.5 to 9, so indicative): two threads 13.1 to 15.7 (median 14.1) against 15.0 to 16.4
+ * (15.6), one thread 8.7 to 9.1 against 9.3 to 10.5; 4,096 floats, 14.1 and 15.3 on two. The sums
+ * and steps are element by element: the chunks' size changes no float. */
 struct job {
     int layer; /* -1: no block at this place */
     size_t floats, trainable, chunks;
