@@ -390,6 +390,18 @@ static void test_hybrid(void)
     nl_dataset_free(d);
     nl_dataset_free(big);
 }
+/* Winograd's lowerings, F(4x4, 3x3) on 12x12 (c1) and F(2x2, 3x3) on 4x4 (c2): ResNet-18's
+ * layer1 to layer3 at 3x64x64, which train with streamed gradients. */
+static const char wino_spec[] = "c0: conv 16 3x3 pad=1\n"
+                                "relu\n"
+                                "c1: conv 16 3x3 pad=1 bias=no\n"
+                                "b1: batchnorm\n"
+                                "relu\n"
+                                "pool1: maxpool 3\n"
+                                "c2: conv 16 3x3 pad=1\n"
+                                "relu\n"
+                                "pool: globalavgpool\n"
+                                "fc: dense N\n";
 
 /* Streamed gradients against every thread's full-size buffer (opts.gradients):
  * the same weights and statistics bit for bit, on 1 to 3 threads, with a last batch of one
@@ -403,10 +415,17 @@ static void test_streamed(void)
      * fc2's block waits for fc3's to be summed. */
     const char *specs[] = {
         res_spec, conv_spec, "fc1: dense 512\nrelu\nfc2: dense 64\nrelu\nfc3: dense N\n",
-        "fc1: dense 1024\nrelu\nfc2: dense 1024\nrelu\nfc3: dense 1024\nrelu\nfc4: dense N\n"};
-    const char *names[] = {"residual", "conv", "wide", "large"};
+        "fc1: dense 1024\nrelu\nfc2: dense 1024\nrelu\nfc3: dense 1024\nrelu\nfc4: dense N\n",
+        wino_spec};
+    const char *names[] = {"residual", "conv", "wide", "large", "winograd"};
 
-    for (int s = 0; s < 4; s++)
+    if (nl_kernels_vector_on()) {
+        struct nl_model *m = build(wino_spec, d->shape, d->nclasses);
+        ok(m && m->layers[2].lower == NL_LOWER_WINOGRAD && m->layers[6].lower == NL_LOWER_WINOGRAD2,
+           "the winograd model's c1 and c2 run Winograd's lowerings");
+        nl_model_free(m);
+    }
+    for (int s = 0; s < 5; s++)
         for (int threads = 1; threads <= 3; threads++) {
             float *p[2] = {NULL, NULL};
             size_t n[2] = {0, 0};

@@ -80,7 +80,7 @@
  * backward puts layer i's weight gradient in a block taken from its own ring
  * (nl_exec_backward_blocks; the layer's tensors one after another, the statistics' sums after the
  * trainable ones), in the order backward runs. Once every thread is past place k, the job of the
- * layer that ran there opens: in chunks of REDUCE_CHUNK floats, the blocks summed over the threads
+ * layer that ran there opens: in chunks of JOB_CHUNK floats, the blocks summed over the threads
  * in thread order into thread 0's and the layer's parameters updated from it, as the full-buffer
  * path does after the whole backward (the same sums and steps, element by element: the same floats,
  * which test_train compares with opts.gradients). The thread that opened it takes chunks first; a
@@ -102,6 +102,26 @@
  * at least as large as the largest block cannot stall: the highest place whose job is not finished
  * is one every thread is past or computing, since a thread waiting for room at that place holds
  * only the finished blocks of the places above it, given back.
+ *
+ * Where two threads spend more than one on ResNet-18 at 3x64x64, batch 32 (thread CPU time per
+ * step, ms, means of 24 steps, three runs, 2026-11-27, load average 10 to 12, so indicative): one
+ * thread 185 to 190 (forward 56 to 57, backward 119 to 123, the jobs 10); two threads 99 to 105
+ * each (forward 29 to 31, backward 63 to 66, the jobs 6.4 to 8.6, waiting 0.1 to 0.6 of CPU),
+ * 7 to 10% more CPU in all: the jobs 5 more (summing the second thread's blocks: 45 MB read and
+ * cleared), backward 4 to 8 (among it the Winograd filter transforms, made by every thread, and
+ * the weight gradients' products over half the columns each), forward 2 to 5. Two threads at
+ * 1.85 times one thread's speed would need each at most 1/1.85 of one thread's time, waits
+ * included: about 100 ms of wall clock a step against 99 to 105 of CPU alone. Tried and measured
+ * (alternating old and new binaries), not kept: (1) blocks left as they are when given back,
+ * each layer writing its block (beta = 0) instead of adding to zeros: on two threads the jobs
+ * lost 1 to 5 ms, backward gained 6 to 8 (3 to 5 on one thread; load average 6), since
+ * OpenBLAS's product with beta = 0 zeroes its output in a pass of its own before adding into it,
+ * over a block colder than the one the update cleared; (2) the Winograd filter transforms made
+ * once per step for all threads, at the end of each layer's job, and read by every executor:
+ * the transforms' perf samples halved (1.9% to 0.95% on one thread), but OpenBLAS's packing of
+ * them grew more (sgemm_oncopy and otcopy +495 samples against -211, one thread, 24 steps),
+ * reading them from where they had been pushed out to instead of from the L2 the transform had
+ * just written them to; 20 MB more resident too.
  *
  * Where a ResNet-18 run at 3x64x64, batch 32, 2 threads (`nnlab train`, SGD with momentum) keeps
  * its memory at its peak, the steady state of its steps (/proc's smaps, MiB; resident set 190.4,
@@ -135,6 +155,7 @@
 #define EVAL_SHARD       128         /* samples per thread per forward pass when evaluating */
 #define EVAL_BYTES       (64u << 20) /* ... unless the training executors would then exceed this */
 #define REDUCE_CHUNK     2048        /* floats reduced and updated at a time, a multiple of 16 */
+#define JOB_CHUNK        8192        /* the same for a job of streamed gradients (see below) */
 #define MAX_TABLES       8           /* embedding tables whose rows are tracked; more go dense */
 #define STREAM_MIN_BYTES (16u << 20) /* streamed gradients by default from this size */
 #define RING_ONCE        (1u << 20)  /* floats of a largest block from which a ring holds it once */
@@ -151,7 +172,13 @@ struct table {
 struct ctx;
 
 /* Streamed gradients: the sum and update of the blocks of place k's layer, in chunks of
- * REDUCE_CHUNK floats that any thread may take (see the top of the file). */
+ * JOB_CHUNK floats that any thread may take (see the top of the file). Each chunk has a cost of
+ * its own (two atomic adds on counters the threads share, the optimizer's call): ResNet-18 at
+ * 3x64x64, batch 32, takes 5,476 chunks a step in 2,048 floats, 1,387 in 8,192; the jobs' thread
+ * CPU time a step (ms, both threads together; 4 runs of 24 steps, alternating, 2026-11-27, load
+ * average 5.5 to 9, so indicative): two threads 13.1 to 15.7 (median 14.1) against 15.0 to 16.4
+ * (15.6), one thread 8.7 to 9.1 against 9.3 to 10.5; 4,096 floats, 14.1 and 15.3 on two. The sums
+ * and steps are element by element: the chunks' size changes no float. */
 struct job {
     int layer; /* -1: no block at this place */
     size_t floats, trainable, chunks;
@@ -661,7 +688,7 @@ static int stream_init(struct ctx *c)
         if (j->layer < 0)
             continue;
         j->floats = nl_exec_block_floats(m, j->layer, &j->trainable);
-        j->chunks = (j->floats + REDUCE_CHUNK - 1) / REDUCE_CHUNK;
+        j->chunks = (j->floats + JOB_CHUNK - 1) / JOB_CHUNK;
         c->njobs++;
     }
     for (int t = 0; t < c->threads; t++) {
@@ -725,8 +752,7 @@ static void job_chunk(struct ctx *c, int k, size_t q)
     const int i = j->layer;
     const struct nl_layer *l = &c->m->layers[i];
     float *g = c->w[0].ring + c->w[0].at[i];
-    const size_t lo = q * REDUCE_CHUNK,
-                 hi = lo + REDUCE_CHUNK < j->floats ? lo + REDUCE_CHUNK : j->floats;
+    const size_t lo = q * JOB_CHUNK, hi = lo + JOB_CHUNK < j->floats ? lo + JOB_CHUNK : j->floats;
 
     for (int t = 1; t < c->threads; t++)
         nl_add_clear(g + lo, c->w[t].ring + c->w[t].at[i] + lo, hi - lo);
