@@ -30,7 +30,14 @@
  * every share is past SMALL_MNK, din's with beta 0 only where the whole product is past
  * DIRECT_MNK (the shares then zero their columns and add); a smaller product (mlp's last layer)
  * runs whole in one share. A team's floats are then those of one thread (test_train compares 1,
- * 2 and 3 threads on mlp's shapes). */
+ * 2 and 3 threads on mlp's shapes).
+ *
+ * In a team's training step, a ReLU that alone reads the layer runs inside its share (f.act set
+ * with f.training): each share passes its own columns through the relu layer's kernel (nl_relu,
+ * the same floats) into the ReLU's output, while they are in cache, and the barrier and the
+ * pass by samples between the two go. mlp, thread CPU time per step on two threads, 2026-11-27
+ * (see core/engine/trainer.c's TEAM paragraph): the two ReLUs' passes by samples took 24 + 13 us
+ * per thread at batch 256, reading rows of which the other thread wrote half. */
 #include <limits.h>
 #include <string.h>
 
@@ -136,8 +143,18 @@ static void dense_forward(const struct nl_layer *l, const struct nl_fwd *f)
         /* out (n, U) = in (n, I) weight^T (I, U) [+ bias]; a share takes columns [u0, u1) */
         nl_sgemm(0, 1, n, nu, in, 1.0f, f->in[0], in, w, in, beta, f->out + u0, units);
     }
-    if (!f->act) /* else the ReLU after it, folded in (inference): x * 1 + 0 is x */
+    if (!f->act)
         return;
+    if (f->training) { /* a team's ReLU (see the top of the file): the relu layer's kernel */
+        if (nu == units)
+            nl_relu(f->out, f->out, (size_t)n * units);
+        else
+            for (int s = 0; s < n; s++)
+                nl_relu(f->out + (size_t)s * units + u0, f->out + (size_t)s * units + u0,
+                        (size_t)nu);
+        return;
+    }
+    /* the ReLU after it, folded in (inference): x * 1 + 0 is x */
     if (nu == units)
         nl_scale_shift(f->out, f->out, (size_t)n * units, 1.0f, 0.0f, f->act);
     else
