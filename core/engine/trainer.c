@@ -26,8 +26,9 @@
  * update and the batch take less than half; the waits at the barriers 60 to 110 us, the largest
  * the last layer's forward (39 us, on thread 0 alone). At batch 64, 845 to 865 us against 1,560
  * to 1,575, waits 20 to 35. The ReLUs now run inside the dense layers' shares and mlp's fc2 takes
- * its weight gradient by input features (core/engine/layers/dense.c): 10 to 30 us per thread,
- * within that spread. The other threads' executors serve evaluation only, and hold no gradient.
+ * its weight gradient by input features (core/engine/layers/dense.c): fc2's backward 506 to 518
+ * us per thread at batch 256 against 524 to 530, none measurable at batch 64; within the spread
+ * of the whole step. The other threads' executors serve evaluation only, and hold no gradient.
  * TEAM_LOSS: the threads take the classification loss by rows, as the sample-parallel path does:
  * each row's gradient is computed alone (the floats of one thread); the reported loss is the
  * threads' sums added in thread order, which may differ from one thread's in a double's last
