@@ -947,7 +947,10 @@ static void step_thread(void *arg, int t, int count)
  * the weight rows whose gradient the thread computed (still in its cache) gained nothing: the
  * update's thread CPU time per step, mlp, 2026-11-27 at load average 2.9 to 3.5, medians of three
  * rounds, 118 and 131 us against 121 and 132 at batch 64, 132 and 136 against 129 and 131 at 256;
- * it streams the weights and the momentum, which neither core holds. */
+ * it streams the weights and the momentum, which neither core holds. Nor did it even out the
+ * forwards: thread 1's fc1 forward takes 15 to 25 us more than thread 0's at batch 256 either
+ * way, and its update took 139 to 142 us against 118 to 122 for thread 0 (2026-11-27, load
+ * average 7, real-time priority, two rounds). */
 static void team_step(void *arg, int t, int count)
 {
     struct ctx *c = arg;
