@@ -482,19 +482,21 @@ static float *train_split(const char *spec, const struct nl_dataset *d, int batc
 /* A team (opts.parallel, core/engine/trainer.c): dense layers split by units, the element-wise
  * ones by samples, give one thread's weights bit for bit on 2 and 3 threads, at the default
  * (batches up to 256) and on request; layers that do not split evenly into dense's blocks, a
- * last batch of a few samples, both of dense's forward products (batch 32 and 100), and a model
- * as wide as mlp's hidden layers (K of 800 and 512). The sample-parallel path, where it is
- * chosen, keeps its own results (its sums are taken in another order). */
+ * last batch of a few samples, both of dense's forward products (batch 32 and 100), a model
+ * as wide as mlp's hidden layers (K of 800 and 512), and mlp's own (a weight gradient split by
+ * input features, 256 units on 512 inputs). The sample-parallel path, where it is chosen, keeps
+ * its own results (its sums are taken in another order). */
 static void test_team(void)
 {
     struct nl_dataset *d = synthetic(203, 40, 6);
     const char *specs[] = {"fc1: dense 300\nrelu\nfc2: dense 24\ntanh\nf: flatten\n"
                            "fc3: dense N\nsigmoid\n",
-                           "fc0: dense 800\nrelu\nfc1: dense 512\nrelu\nfc2: dense N\n"};
-    const char *names[] = {"small", "wide"};
+                           "fc0: dense 800\nrelu\nfc1: dense 512\nrelu\nfc2: dense N\n",
+                           "fc0: dense 512\nrelu\nfc1: dense 256\nrelu\nfc2: dense N\n"};
+    const char *names[] = {"small", "wide", "mlp"};
     const int batches[] = {32, 100};
 
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 3; s++)
         for (int b = 0; b < 2; b++) {
             size_t n1 = 0, n = 0;
             float *one = train_split(specs[s], d, batches[b], 1, NL_PARALLEL_AUTO, &n1, 0);

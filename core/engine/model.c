@@ -1232,6 +1232,45 @@ int nl_exec_team(const struct nl_exec *x)
     return 1;
 }
 
+/* In training, the ReLU r that alone reads a team's layer k of a kind split by parts (dense)
+ * and runs inside k's share (team_forward_relu), else -1. r's output then lies in k's buffer,
+ * which the memory plan keeps from k's place to at least r's last reader (last_read), and
+ * which nothing else reads (dense's backward reads its input and output gradient alone): r's own
+ * buffer would meet k's forward scratch, which the other threads may still be using. */
+static int team_relu(const struct nl_exec *x, int k)
+{
+    const struct nl_model *m = x->m;
+    const int r = sole_reader(m, k);
+
+    if (!m->layers[k].ops->parts || r != k + 1 || activation_kind(&m->layers[r]) != NL_ACT_RELU ||
+        !x->act[k] || !x->act[r] || !x->need[k] || last_read(x, k) < last_read(x, r))
+        return -1;
+    return r;
+}
+
+/* A team's share of layer k (dense, one input) and of the ReLU r that alone reads it, with no
+ * barrier between them: the share's outputs go into k's buffer, r's output from now on, and
+ * through the ReLU there (the layer's f.act in training). */
+static void team_forward_relu(struct nl_exec *x, int k, const float *params, struct nl_rng *rng,
+                              int part, int parts)
+{
+    const struct nl_layer *l = &x->m->layers[k];
+    struct nl_fwd f = {
+        .n = x->n,
+        .out = x->act[k],
+        .w = params + l->param_offset,
+        .aux = x->aux[k],
+        .scratch = x->fscratch ? x->fscratch[k] : x->scratch,
+        .training = 1,
+        .rng = rng,
+        .act = NL_ACT_RELU,
+        .part = part,
+        .parts = parts,
+    };
+    f.in[0] = l->inputs[0] < 0 ? x->input : x->act[l->inputs[0]];
+    l->ops->forward(l, &f);
+}
+
 const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const float *in, int n,
                                   int training, struct nl_rng *rng, struct nl_pool *pool, int part,
                                   int parts)
@@ -1241,13 +1280,24 @@ const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const 
     if (part == 0) {
         x->n = n;
         x->input = in;
+        for (int k = 0; training && k < m->nlayers; k++) {
+            const int r = team_relu(x, k);
+            if (r >= 0)
+                x->act[r] = x->act[k]; /* as the ReLU in place: the same floats */
+        }
     }
     nl_pool_barrier(pool);
     const int fold = x->fold && !training;
     for (int k = 0; k < m->nlayers; k++) {
         if (fold && x->skip[k])
             continue;
-        forward_layer(x, k, params, training, fold, rng, part, parts);
+        const int r = training ? team_relu(x, k) : -1;
+        if (r >= 0) {
+            team_forward_relu(x, k, params, rng, part, parts);
+            k = r;
+        } else {
+            forward_layer(x, k, params, training, fold, rng, part, parts);
+        }
         nl_pool_barrier(pool);
     }
     return x->act[m->nlayers - 1];

@@ -17,7 +17,18 @@
  * team, thread CPU time per step, 2026-11-27, load average 6 (so indicative), 779 and 794 us on
  * its two threads (forward 321 and 320, backward 309 and 318, the batch and loss 34 and 27, the
  * update 115 and 129) against about 1,590 on one thread: the same work, halved. At batch 256,
- * 2,623 and 2,581 us. The other threads' executors serve evaluation only, and hold no gradient.
+ * 2,623 and 2,581 us. Where two threads' time goes, per thread per step, 2026-11-27 at load
+ * average 9 to 12 with the process at real-time priority (so that the waits are its own), three
+ * rounds: at batch 256, 2,630 to 2,740 us of CPU time against 4,760 to 4,860 on one thread (9%
+ * more than half): the forward products take 7 to 8% (fc1) and 14% (fc2) more than half of one
+ * thread's, the backward ones 3 to 10% (each share packs all of the shared operand, half of which
+ * the other core wrote, so that its lines move between the cores: the first reader pays); the
+ * update and the batch take less than half; the waits at the barriers 60 to 110 us, the largest
+ * the last layer's forward (39 us, on thread 0 alone). At batch 64, 845 to 865 us against 1,560
+ * to 1,575, waits 20 to 35. The ReLUs now run inside the dense layers' shares and mlp's fc2 takes
+ * its weight gradient by input features (core/engine/layers/dense.c): fc2's backward 506 to 518
+ * us per thread at batch 256 against 524 to 530, none measurable at batch 64; within the spread
+ * of the whole step. The other threads' executors serve evaluation only, and hold no gradient.
  * TEAM_LOSS: the threads take the classification loss by rows, as the sample-parallel path does:
  * each row's gradient is computed alone (the floats of one thread); the reported loss is the
  * threads' sums added in thread order, which may differ from one thread's in a double's last
@@ -999,7 +1010,8 @@ static void step_thread(void *arg, int t, int count)
 /* A team's step (nl_train_opts.parallel): the threads read the batch by rows (thread 0 alone,
  * with one thread's generator, where it is augmented); every thread then runs its share of each
  * layer of thread 0's executor on the whole batch (nl_exec_forward_team: dense layers by units,
- * element-wise ones by samples, a barrier after each), each thread the loss of its rows (thread 0
+ * with the ReLU that alone reads one inside each share, other element-wise ones by samples, a
+ * barrier after each), each thread the loss of its rows (thread 0
  * all of a regression's), every thread its
  * share of each layer's backward into thread 0's gradient (its units' weight gradient whole:
  * nothing to reduce), and then steps its slice of the parameters. Every float is computed as one
@@ -1007,7 +1019,10 @@ static void step_thread(void *arg, int t, int count)
  * the weight rows whose gradient the thread computed (still in its cache) gained nothing: the
  * update's thread CPU time per step, mlp, 2026-11-27 at load average 2.9 to 3.5, medians of three
  * rounds, 118 and 131 us against 121 and 132 at batch 64, 132 and 136 against 129 and 131 at 256;
- * it streams the weights and the momentum, which neither core holds. */
+ * it streams the weights and the momentum, which neither core holds. Nor did it even out the
+ * forwards: thread 1's fc1 forward takes 15 to 25 us more than thread 0's at batch 256 either
+ * way, and its update took 139 to 142 us against 118 to 122 for thread 0 (2026-11-27, load
+ * average 7, real-time priority, two rounds). */
 static void team_step(void *arg, int t, int count)
 {
     struct ctx *c = arg;

@@ -30,7 +30,22 @@
  * every share is past SMALL_MNK, din's with beta 0 only where the whole product is past
  * DIRECT_MNK (the shares then zero their columns and add); a smaller product (mlp's last layer)
  * runs whole in one share. A team's floats are then those of one thread (test_train compares 1,
- * 2 and 3 threads on mlp's shapes). */
+ * 2 and 3 threads on mlp's shapes).
+ *
+ * Where the layer has at least twice as many inputs as units (mlp's fc2, 256 units on 512), a
+ * team takes the weight gradient by input features instead (dweight[:, i0:i1] = dout^T
+ * in[:, i0:i1]; dbias still by units): each share then reads all of the narrower dout and half of
+ * in, rather than all of in. The two shares' products at once, thread CPU time of both, best of
+ * 30, 2026-11-27 at load average 6 (so indicative): fc2's at batch 64 120 us against 134, at 256
+ * 441 against 464; fc1's (512 units on 784) 343 against 327 at batch 64, so it keeps units.
+ *
+ * In a team's training step, a ReLU that alone reads the layer runs inside its share (f.act set
+ * with f.training): each share passes its own columns through the relu layer's kernel (nl_relu,
+ * the same floats) into the ReLU's output, and the barrier between the two goes. mlp at batch
+ * 256 on two threads, thread CPU time per step, 2026-11-27 (see core/engine/trainer.c's TEAM
+ * paragraph): fc1 with its ReLU 800 to 824 us per thread against 801 to 822 for the two apart,
+ * fc2 303 to 309 against 295 to 302: no CPU time saved, only the two barriers' waits (1 to 2 us
+ * each per thread there, more where a thread is delayed between them). */
 #include <limits.h>
 #include <string.h>
 
@@ -136,8 +151,18 @@ static void dense_forward(const struct nl_layer *l, const struct nl_fwd *f)
         /* out (n, U) = in (n, I) weight^T (I, U) [+ bias]; a share takes columns [u0, u1) */
         nl_sgemm(0, 1, n, nu, in, 1.0f, f->in[0], in, w, in, beta, f->out + u0, units);
     }
-    if (!f->act) /* else the ReLU after it, folded in (inference): x * 1 + 0 is x */
+    if (!f->act)
         return;
+    if (f->training) { /* a team's ReLU (see the top of the file): the relu layer's kernel */
+        if (nu == units)
+            nl_relu(f->out, f->out, (size_t)n * units);
+        else
+            for (int s = 0; s < n; s++)
+                nl_relu(f->out + (size_t)s * units + u0, f->out + (size_t)s * units + u0,
+                        (size_t)nu);
+        return;
+    }
+    /* the ReLU after it, folded in (inference): x * 1 + 0 is x */
     if (nu == units)
         nl_scale_shift(f->out, f->out, (size_t)n * units, 1.0f, 0.0f, f->act);
     else
@@ -168,10 +193,17 @@ static void dense_backward(const struct nl_layer *l, const struct nl_bwd *b)
                  b->din[0] + i0, in);
     }
     part_range(units, mnk, 0, b->part, b->parts, 0, &u0, &u1);
+    int c0 = 0, c1 = 0;
+    const int by_features =
+        in >= 2 * units && part_range(in, mnk, 0, b->part, b->parts, 0, &c0, &c1) && b->dw;
+    if (by_features) /* dweight[:, c0:c1] += dout^T (U, n) in[:, c0:c1] (see the top) */
+        nl_sgemm(1, 0, units, c1 - c0, n, 1.0f, b->dout, units, b->in[0] + c0, in, 1.0f, b->dw + c0,
+                 in);
     if (b->dw && u0 < u1) {
         /* dweight (U, I) += dout^T (U, n) in (n, I); dbias (U) += column sums of dout. */
-        nl_sgemm(1, 0, u1 - u0, in, n, 1.0f, b->dout + u0, units, b->in[0], in, 1.0f,
-                 b->dw + (size_t)u0 * in, in);
+        if (!by_features)
+            nl_sgemm(1, 0, u1 - u0, in, n, 1.0f, b->dout + u0, units, b->in[0], in, 1.0f,
+                     b->dw + (size_t)u0 * in, in);
         if (!l->no_bias) {
             /* Row after row, so that the units' sums are independent (and vectorise). */
             float *db = b->dw + l->params[1].offset;
