@@ -302,21 +302,27 @@ struct t_runs {
 static int t_runs_plan(struct t_runs *r, int w, int kh, int kw)
 {
     const int taps = kh * kw;
+    int ki = 0, kj = 0; /* tap t's place in the window */
 
     r->count = 0;
     for (int t = 0; t < taps;) {
-        const int at = t / kw * w + t % kw;
+        const int at = ki * w + kj;
         int n = 0;
         if (r->count == RUNS_MAX)
             return 0;
-        while (t + n < taps && n < 16 && (t + n) / kw * w + (t + n) % kw - at < 32)
-            n++;
         const int i = r->count++;
+        for (; t + n < taps && n < 16 && ki * w + kj - at < 32; n++) {
+            r->idx[i][n] = ki * w + kj - at;
+            if (++kj == kw) {
+                kj = 0;
+                ki++;
+            }
+        }
+        for (int l = n; l < 16; l++)
+            r->idx[i][l] = 0;
         r->first[i] = t;
         r->taps[i] = n;
         r->at[i] = at;
-        for (int l = 0; l < 16; l++)
-            r->idx[i][l] = l < n ? (t + l) / kw * w + (t + l) % kw - at : 0;
         r->span[i] = r->idx[i][n - 1];
         t += n;
     }
