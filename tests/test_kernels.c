@@ -2316,9 +2316,9 @@ int main(void)
             test_im2col_t(&dense_t[i]);
     }
     nl_kernels_vector(1);
-    /* PACKED by blocks of whole channels: a last block shorter than the others (9 and 25 taps a
-     * channel), windows of more than 32 taps (the weight gradient's columns whole), of more than
-     * 100 (a channel a block), padding and stride 2, on the vector paths and the naive ones */
+    /* PACKED's forward by blocks of whole channels: a last block shorter than the others (9, 25
+     * and 49 taps a channel), windows of more than 100 taps (a channel a block), padding and
+     * stride 2, on the vector paths and the naive ones */
     static const struct conv_case packed_blocks[] = {
         {2, 13, 9, 9, 6, 3, 3, 1, 1, 1, 1, 0},  {3, 6, 10, 10, 5, 5, 5, 1, 1, 0, 0, 1},
         {2, 5, 9, 9, 3, 7, 7, 1, 1, 3, 3, 0},   {2, 3, 13, 13, 4, 11, 11, 1, 1, 0, 0, 0},

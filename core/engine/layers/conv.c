@@ -68,11 +68,9 @@
  *   conv_gemm.c): the weights are packed once per shard into panels of 6 rows (their transpose
  *   once for the input gradient), and each image's product out_s = bias + weight cols_s keeps a
  *   tile of 6 rows by 64 columns in registers, reading the columns where im2col wrote them, a
- *   block of whole channels at a time (forward_packed: the block's columns still in the L1
+ *   block of whole channels at a time (block_channels: the block's columns still in the L1
  *   cache). The weight gradient is dweight (F, K) += dout_s (F, P) colst_s (P, K), dout_s packed
- *   and colst_s the columns written transposed (nl_im2col_t), 64 of K's columns at a time
- *   (packed_dweight); the input gradient's dcols a block of channels at a time, each folded back
- *   at once. Each output is one chain of fused
+ *   and colst_s the columns written transposed (nl_im2col_t). Each output is one chain of fused
  *   multiply-adds in the order of K (from the bias for the forward), another order than
  *   OpenBLAS's, so the results differ from SAMPLE's in the last bits. scratch: the packed
  *   transposed weights, an image's packed dout, and 2*K*P floats (or the packed weights and K*P).
@@ -268,8 +266,7 @@ static void conv_dims(const struct nl_layer *l, struct conv_dims *d, struct nl_s
     }
 }
 
-static size_t packed_block_floats(const struct nl__window *g, int f, int rows_of_blocks);
-static size_t packed_t_floats(const struct nl__window *g, int f, int k);
+static size_t packed_block_floats(const struct nl__window *g, int f);
 
 static int conv_setup(struct nl_layer *l, struct nl_error *err)
 {
@@ -406,9 +403,9 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         /* forward: the packed weights and an image's columns; backward: the packed transposed
          * weights, an image's packed dout, its transposed columns and its dcols */
         const size_t whole = nl_pgemm_packed_floats(l->filters, (int)k),
-                     blocks = packed_block_floats(&win, l->filters, 0);
+                     blocks = packed_block_floats(&win, l->filters);
         const size_t fwd = (whole > blocks ? whole : blocks) + k * p;
-        const size_t bwd = packed_t_floats(&win, l->filters, (int)k) +
+        const size_t bwd = nl_pgemm_packed_floats((int)k, l->filters) +
                            nl_pgemm_packed_floats(l->filters, (int)p) + 2 * k * p;
         l->scratch_fixed = fwd > bwd ? fwd : bwd;
     } else if (l->lower == NL_LOWER_PHASES) /* columns, planes, dweight^T and dout_s^T */
@@ -537,20 +534,20 @@ static void forward_shard(const struct nl_layer *l, const struct nl_fwd *f,
         }
 }
 
-/* PACKED's blocks of whole channels: cn channels from c0, rows [c0*taps, (c0 + cn)*taps) of the
- * columns (K, P). The forward's product runs block after block, each block's columns written by
- * im2col just before its products, so that they are still in the L1 cache when the products
- * read them; and so does the input gradient's, each block's dcols folded back onto its channels
- * just after its products. lenet's conv2 (20 channels of 25 taps): blocks of 4 channels, 100 rows
- * of 64 columns (25 KiB), where the whole columns (128 KiB) went out to the L2 cache and came
- * back. Each output's sum runs over K in the same order, the block's end storing it and the next
- * block's start loading it as nl_pgemm does between its own blocks of K: the same floats. Where
- * a window has more than 100 taps, a block is one channel. tests/bench_conv.c, lenet conv2, one
- * forward and backward of 16 images (the forward alone in parentheses), GFLOP/s, four rounds
- * alternating with the build before these blocks, packed_dweight's, nl_pgemm_mr's and
- * nl_im2col_t's runs (2026-11-27 15:04 UTC, load average 9 to 10, so indicative): 112.8 to 115.2
- * (118.5 to 122.4) before, 117.4 to 124.5 (136.5 to 142.2) after; SAMPLE in the same runs 93.3
- * to 98.4. */
+/* PACKED's forward by blocks of whole channels: cn channels from c0, rows [c0*taps,
+ * (c0 + cn)*taps) of the columns (K, P), each block's columns written by im2col just before its
+ * products, so that they are still in the L1 cache when the products read them. lenet's conv2
+ * (20 channels of 25 taps): blocks of 4 channels, 100 rows of 64 columns (25 KiB), where the
+ * whole columns (128 KiB) went out to the L2 cache and came back. Each output's sum runs over K
+ * in the same order, the block's end storing it and the next block's start loading it as
+ * nl_pgemm does between its own blocks of K: the same floats. Where a window has more than 100
+ * taps, a block is one channel. One image's im2col and product, thread CPU time, fastest of
+ * 9 x 1000, the 64 images of a shard in turn (2026-11-27 15:15 UTC, load average 9, so
+ * indicative): 20.8 and 21.0 us against 22.2 and 22.0 whole. The same for the weight gradient's
+ * transposed columns (64 of K's columns at a time, the channels they span, 27 written for 20)
+ * and for the input gradient's dcols (folded back block by block) made no difference there
+ * (28.0 and 28.1 us against 27.9 and 29.2; 23.2 and 23.7 against 23.8 and 23.7): nl_im2col_t
+ * took as long per channel in the L1 cache as whole (0.92 us for 4 channels, 5.1 for 20). */
 #define BLOCK_ROWS 100
 static int block_channels(const struct nl__window *g)
 {
@@ -559,33 +556,21 @@ static int block_channels(const struct nl__window *g)
     return taps >= BLOCK_ROWS ? 1 : BLOCK_ROWS / taps;
 }
 
-/* Whether the forward and the input gradient go by blocks: columns that im2col writes. */
+/* Whether the forward goes by blocks: columns that im2col writes. */
 static int packed_blocks(const struct nl__window *g)
 {
     return !pointwise(g) && !pick(g);
 }
 
-/* Floats of the packed weights by blocks of rows (the forward's, K's blocks) or of columns (the
- * input gradient's, weight^T's rows by blocks). */
-static size_t packed_block_floats(const struct nl__window *g, int f, int rows_of_blocks)
+/* Floats of the forward's packed weights by blocks of K's rows. */
+static size_t packed_block_floats(const struct nl__window *g, int f)
 {
     const int taps = g->kh * g->kw, cb = block_channels(g);
     size_t floats = 0;
 
-    for (int c0 = 0; c0 < g->c; c0 += cb) {
-        const int rows = (g->c - c0 < cb ? g->c - c0 : cb) * taps;
-        floats +=
-            rows_of_blocks ? nl_pgemm_packed_floats(rows, f) : nl_pgemm_packed_floats(f, rows);
-    }
+    for (int c0 = 0; c0 < g->c; c0 += cb)
+        floats += nl_pgemm_packed_floats(f, (g->c - c0 < cb ? g->c - c0 : cb) * taps);
     return floats;
-}
-
-/* Floats of the input gradient's packed weight^T (K, F), whole or by blocks. */
-static size_t packed_t_floats(const struct nl__window *g, int f, int k)
-{
-    const size_t whole = nl_pgemm_packed_floats(k, f), blocks = packed_block_floats(g, f, 1);
-
-    return whole > blocks ? whole : blocks;
 }
 
 /* PACKED: the weights packed once (nl_pgemm_pack), by blocks of K's rows, then image after image
@@ -612,7 +597,7 @@ static void forward_packed(const struct nl_layer *l, const struct nl_fwd *f,
         }
         return;
     }
-    float *cols = ap + packed_block_floats(g, d->f, 0), *at = ap;
+    float *cols = ap + packed_block_floats(g, d->f), *at = ap;
     for (int c0 = 0; c0 < g->c; c0 += cb) {
         const int rows = (g->c - c0 < cb ? g->c - c0 : cb) * taps;
         nl_pgemm_pack(at, f->w + (size_t)c0 * taps, d->k, 0, d->f, rows);
@@ -914,66 +899,27 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
         }
 }
 
-/* dweight (F, K) += dout_s (F, P) colst_s (P, K), apd = dout_s packed, in blocks of 64 of K's
- * columns (nl_pgemm's own): each block's transposed columns are written just before its products,
- * from the channels the block spans, into the first floats of buf, so that they are still in the
- * L1 cache when the products read them; a channel that two blocks share is written twice (lenet's
- * conv2: 27 channels written for 20). The whole colst_s (128 KiB for lenet's conv2) went out to
- * the L2 cache and came back (figures at block_channels). The same products in the same order:
- * the same floats. Windows of more than 32 taps a channel, which blocks would write again and
- * again, keep the whole colst_s. */
-#define PACKED_NB 64
-static void packed_dweight(float *dw, const float *apd, float *buf, const float *img,
-                           const struct conv_dims *d)
-{
-    const struct nl__window *g = &d->win;
-    const int taps = g->kh * g->kw;
-    const size_t plane = (size_t)g->h * g->w;
-
-    if (taps > 32) {
-        nl_im2col_t(buf, img, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh,
-                    g->ow);
-        nl_pgemm(dw, d->k, apd, buf, d->k, d->f, d->k, d->p, NULL, 1);
-        return;
-    }
-    for (int j0 = 0; j0 < d->k; j0 += PACKED_NB) {
-        const int nj = d->k - j0 < PACKED_NB ? d->k - j0 : PACKED_NB;
-        const int c0 = j0 / taps, cn = (j0 + nj - 1) / taps - c0 + 1;
-        nl_im2col_t(buf, img + c0 * plane, cn, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
-                    g->oh, g->ow);
-        nl_pgemm(dw + j0, d->k, apd, buf + (j0 - c0 * taps), cn * taps, d->f, nj, d->p, NULL, 1);
-    }
-}
-
 /* PACKED, image after image: dweight (F, K) += dout_s (F, P) colst_s (P, K), dout_s packed and
- * colst_s the transposed columns (nl_im2col_t), by packed_dweight; dbias as SAMPLE's; dcols (K, P)
- * = weight^T (K, F) dout_s (F, P), weight^T packed once, folded back onto din_s by col2im. */
+ * colst_s the transposed columns (nl_im2col_t); dbias as SAMPLE's; dcols (K, P) = weight^T (K, F)
+ * dout_s (F, P), weight^T packed once, folded back onto din_s by col2im. */
 static void backward_packed(const struct nl_layer *l, const struct nl_bwd *b,
                             const struct conv_dims *d)
 {
     const struct nl__window *g = &d->win;
     const size_t out_size = (size_t)d->f * d->p, kp = (size_t)d->k * d->p;
     float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
-    const int blocks = packed_blocks(g), taps = g->kh * g->kw;
-    const int cb = block_channels(g);
-    const size_t plane = (size_t)g->h * g->w;
-    float *apt = b->scratch, *apd = apt + packed_t_floats(g, d->f, d->k);
+    float *apt = b->scratch, *apd = apt + nl_pgemm_packed_floats(d->k, d->f);
     float *colst = apd + nl_pgemm_packed_floats(d->f, d->p), *dcols = colst + kp;
 
-    if (b->din[0] && blocks) {
-        float *at = apt;
-        for (int c0 = 0; c0 < g->c; c0 += cb) {
-            const int rows = (g->c - c0 < cb ? g->c - c0 : cb) * taps;
-            nl_pgemm_pack(at, b->w + (size_t)c0 * taps, d->k, 1, rows, d->f);
-            at += nl_pgemm_packed_floats(rows, d->f);
-        }
-    } else if (b->din[0])
+    if (b->din[0])
         nl_pgemm_pack(apt, b->w, d->k, 1, d->k, d->f);
     for (int s = 0; s < b->n; s++) {
         const float *dout = b->dout + (size_t)s * out_size;
         if (b->dw) {
+            nl_im2col_t(colst, b->in[0] + (size_t)s * d->in_size, g->c, g->h, g->w, g->kh, g->kw,
+                        g->sh, g->sw, g->ph, g->pw, g->oh, g->ow);
             nl_pgemm_pack(apd, dout, d->p, 0, d->f, d->p);
-            packed_dweight(b->dw, apd, colst, b->in[0] + (size_t)s * d->in_size, d);
+            nl_pgemm(b->dw, d->k, apd, colst, d->k, d->f, d->k, d->p, NULL, 1);
         }
         if (db)
             for (int fo = 0; fo < d->f; fo++)
@@ -984,22 +930,6 @@ static void backward_packed(const struct nl_layer *l, const struct nl_bwd *b,
         const int first = b->set & 1; /* din's first writer: din_s written, not added to */
         if (pointwise(g)) {           /* din_s is dcols itself */
             nl_pgemm(din, d->p, apt, dout, d->p, d->k, d->p, d->f, NULL, !first);
-            continue;
-        }
-        if (blocks) {
-            const float *at = apt;
-            for (int c0 = 0; c0 < g->c; c0 += cb) {
-                const int cn = g->c - c0 < cb ? g->c - c0 : cb, rows = cn * taps;
-                float *dc = din + c0 * plane;
-                nl_pgemm(dcols, d->p, at, dout, d->p, rows, d->p, d->f, NULL, 0);
-                at += nl_pgemm_packed_floats(rows, d->f);
-                if (first)
-                    nl_col2im_set(dc, dcols, cn, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph,
-                                  g->pw, g->oh, g->ow);
-                else
-                    nl_col2im(dc, dcols, cn, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
-                              g->oh, g->ow);
-            }
             continue;
         }
         nl_pgemm(dcols, d->p, apt, dout, d->p, d->k, d->p, d->f, NULL, 0);
