@@ -1522,6 +1522,10 @@ int main(void)
      * a last vector of 4, 8 and 12 outputs; one output row). */
     static const struct nl_shape w8[] = {{50, 8, 8}, {3, 6, 8}, {1, 4, 8}, {5, 6, 8}, {1, 2, 8}};
     maxpool_twins(w8, sizeof w8 / sizeof w8[0], "planes 8 wide");
+    /* Rows of at most 16 outputs, even heights, a vector a row with the masks made once (lenet's
+     * pool1, 20x24x24; 9 wide, the last column left out; 16 and 15 outputs a row). */
+    static const struct nl_shape rows16[] = {{20, 24, 24}, {3, 6, 9}, {2, 4, 32}, {2, 2, 31}};
+    maxpool_twins(rows16, sizeof rows16 / sizeof rows16[0], "rows of at most 16 outputs");
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     ok(!scratch_overrun, "no forward or backward wrote past the scratch nl_layer_scratch asks for");
     return done_testing();
