@@ -23,7 +23,9 @@
  * from the even and odd columns of two rows (thread CPU time of 32 samples of lenet's pool1 with
  * its ReLU, 2026-11-27 at load average 6 to 8, so indicative: 79 us against 198 for the scalar
  * loop; pool2 55 against 72), with the scalar loop's values and indices (test_layers holds the
- * two paths against each other). */
+ * two paths against each other). Rows of at most 16 outputs go a vector a row with the masks made
+ * once (maxpool_2x2_rows16_avx512), planes 8 wide 16 outputs from 64 consecutive floats
+ * (maxpool_2x2_w8_avx512, backward too). */
 #include <math.h>
 #include <string.h>
 
