@@ -54,6 +54,11 @@ void nl_pgemm_pack(float *ap, const float *a, int lda, int trans, int m, int k)
     for (int i0 = 0; i0 < m; i0 += ph) {
         float *p = ap + (size_t)i0 * k;
         const int rows = m - i0 < ph ? m - i0 : ph;
+        if (trans && rows == 5 && ph == 5) { /* a whole panel of 5, copies of known length */
+            for (int kk = 0; kk < k; kk++)
+                memcpy(p + (size_t)kk * 5, a + (size_t)kk * lda + i0, 5 * sizeof *p);
+            continue;
+        }
         if (trans) {
             for (int kk = 0; kk < k; kk++) {
                 const float *src = a + (size_t)kk * lda + i0;
