@@ -265,11 +265,11 @@ static void test_pgemm(void)
         nl_pgemm_pack(ap, a, lda, 0, m, k);
         nl_pgemm_pack(apt, at, m + 1, 1, m, k);
         int wrong = 0;
-        for (int r = 0; r < (m + NL_PGEMM_MR - 1) / NL_PGEMM_MR * NL_PGEMM_MR; r++)
+        const int ph = nl_pgemm_mr(m);
+        for (int r = 0; r < (m + ph - 1) / ph * ph; r++)
             for (int kk = 0; kk < k; kk++) {
                 const float want = r < m ? a[(size_t)r * lda + kk] : 0.0f;
-                const size_t at_p =
-                    ((size_t)(r / NL_PGEMM_MR) * k + kk) * NL_PGEMM_MR + r % NL_PGEMM_MR;
+                const size_t at_p = ((size_t)(r / ph) * k + kk) * ph + r % ph;
                 wrong += ap[at_p] != want || apt[at_p] != want;
             }
         is_int(wrong, 0, "pgemm pack %dx%d, and from its transpose: as defined", m, k);
@@ -2302,5 +2302,33 @@ int main(void)
     test_s2_dweight(3, 32, 14, 64, 3, 1);
     test_s2_dweight(3, 16, 28, 32, 1, 0);
     test_s2_dweight(3, 32, 14, 64, 1, 0);
+    /* nl_im2col_t's runs of taps (stride 1, no padding) on both paths: rows of 32 floats and
+     * more (a run a window row), 49 taps, a 16-wide window, 10 window rows (more runs than it
+     * plans: the row-by-row path), one pixel's output */
+    static const struct geom dense_t[] = {
+        {3, 9, 40, 3, 4, 1, 1, 0, 0},  {2, 20, 20, 7, 7, 1, 1, 0, 0},
+        {1, 6, 17, 2, 16, 1, 1, 0, 0}, {2, 12, 40, 10, 3, 1, 1, 0, 0},
+        {2, 4, 4, 4, 4, 1, 1, 0, 0},
+    };
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof dense_t / sizeof dense_t[0]; i++)
+            test_im2col_t(&dense_t[i]);
+    }
+    nl_kernels_vector(1);
+    /* PACKED's forward by blocks of whole channels: a last block shorter than the others (9, 25
+     * and 49 taps a channel), windows of more than 100 taps (a channel a block), padding and
+     * stride 2, on the vector paths and the naive ones */
+    static const struct conv_case packed_blocks[] = {
+        {2, 13, 9, 9, 6, 3, 3, 1, 1, 1, 1, 0},  {3, 6, 10, 10, 5, 5, 5, 1, 1, 0, 0, 1},
+        {2, 5, 9, 9, 3, 7, 7, 1, 1, 3, 3, 0},   {2, 3, 13, 13, 4, 11, 11, 1, 1, 0, 0, 0},
+        {2, 7, 11, 12, 9, 5, 5, 2, 2, 2, 1, 0},
+    };
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof packed_blocks / sizeof packed_blocks[0]; i++)
+            test_conv(&packed_blocks[i], NL_LOWER_PACKED);
+    }
+    nl_kernels_vector(1);
     return done_testing();
 }

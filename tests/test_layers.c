@@ -810,32 +810,11 @@ static void test_dense_forms(void)
            "without a folded ReLU");
 }
 
-static void test_pool_semantics(void)
+/* The 2x2 window of stride 2 in vectors against its scalar loops on each of shapes (count). */
+static void maxpool_twins(const struct nl_shape *shapes, size_t count, const char *what)
 {
-    /* Max pooling never picks the padding: an all-negative input stays negative. */
-    struct harness m = {
-        .l = {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .in = {{1, 4, 4}}}};
-    harness_make(&m, "maxpool", 1);
-    fill(m.in, m.in_count, -2.0f, -1.0f);
-    forward(&m);
-    int negative = 1;
-    for (size_t i = 0; i < m.out_count; i++)
-        negative &= m.out[i] < -1.0f + 1e-6f;
-    ok(negative, "maxpool: the padding is never the maximum");
-    m.in[15] = NAN; /* only in the last window */
-    forward(&m);
-    ok(isnan(m.out[3]) && !isnan(m.out[0]) && !isnan(m.out[2]),
-       "maxpool: a NaN in a window gives NaN");
-    harness_free(&m);
-
-    /* The 2x2 window of stride 2 in vectors against its scalar loops, forward and backward (the
-     * first writer's, which writes whole rows where the windows tile the plane, from gradients
-     * that include -0.0f): values drawn from a few so that ties are common, some NaNs, rows of
-     * 24, 8 and 9 (odd: the last column is left out), and of 70 (more than 16 outputs); with no
-     * activation, a ReLU and a ReLU6. */
-    static const struct nl_shape shapes[] = {{3, 24, 24}, {2, 8, 8}, {2, 7, 9}, {1, 4, 70}};
     int differ = 0, cases = 0;
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+    for (size_t k = 0; k < count; k++) {
         struct harness p = {.l = {.kh = 2, .kw = 2, .sh = 2, .sw = 2, .in = {shapes[k]}}};
         harness_make(&p, "maxpool", 2);
         for (size_t i = 0; i < p.in_count; i++) {
@@ -883,9 +862,36 @@ static void test_pool_semantics(void)
         harness_free(&p);
     }
     is_int(differ, 0,
-           "maxpool 2: vector and scalar paths the same values, indices and input gradients, "
+           "maxpool 2 on %s: vector and scalar paths the same values, indices and input gradients, "
            "bit for bit (%d cases%s)",
-           cases, nl_kernels_vector_on() ? "" : "; no vector path on this CPU");
+           what, cases, nl_kernels_vector_on() ? "" : "; no vector path on this CPU");
+}
+
+static void test_pool_semantics(void)
+{
+    /* Max pooling never picks the padding: an all-negative input stays negative. */
+    struct harness m = {
+        .l = {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .in = {{1, 4, 4}}}};
+    harness_make(&m, "maxpool", 1);
+    fill(m.in, m.in_count, -2.0f, -1.0f);
+    forward(&m);
+    int negative = 1;
+    for (size_t i = 0; i < m.out_count; i++)
+        negative &= m.out[i] < -1.0f + 1e-6f;
+    ok(negative, "maxpool: the padding is never the maximum");
+    m.in[15] = NAN; /* only in the last window */
+    forward(&m);
+    ok(isnan(m.out[3]) && !isnan(m.out[0]) && !isnan(m.out[2]),
+       "maxpool: a NaN in a window gives NaN");
+    harness_free(&m);
+
+    /* The 2x2 window of stride 2 in vectors against its scalar loops, forward and backward (the
+     * first writer's, which writes whole rows where the windows tile the plane, from gradients
+     * that include -0.0f): values drawn from a few so that ties are common, some NaNs, rows of
+     * 24, 8 and 9 (odd: the last column is left out), and of 70 (more than 16 outputs); with no
+     * activation, a ReLU and a ReLU6. */
+    static const struct nl_shape shapes[] = {{3, 24, 24}, {2, 8, 8}, {2, 7, 9}, {1, 4, 70}};
+    maxpool_twins(shapes, sizeof shapes / sizeof shapes[0], "24, 8, 9 and 70 wide");
 
     /* Average pooling divides by the whole window, padding included (count_include_pad). */
     struct harness a = {.l = {.kh = 2, .kw = 2, .ph = 1, .pw = 1, .in = {{1, 2, 2}}}};
@@ -1512,6 +1518,14 @@ int main(void)
     test_folding();
     test_fusion();
     test_fusion_frozen();
+    /* Planes 8 wide, whose rows pair up across channels into runs of 16 (lenet's pool2, 50x8x8;
+     * a last vector of 4, 8 and 12 outputs; one output row). */
+    static const struct nl_shape w8[] = {{50, 8, 8}, {3, 6, 8}, {1, 4, 8}, {5, 6, 8}, {1, 2, 8}};
+    maxpool_twins(w8, sizeof w8 / sizeof w8[0], "planes 8 wide");
+    /* Rows of at most 16 outputs, even heights, a vector a row with the masks made once (lenet's
+     * pool1, 20x24x24; 9 wide, the last column left out; 16 and 15 outputs a row). */
+    static const struct nl_shape rows16[] = {{20, 24, 24}, {3, 6, 9}, {2, 4, 32}, {2, 2, 31}};
+    maxpool_twins(rows16, sizeof rows16 / sizeof rows16[0], "rows of at most 16 outputs");
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     ok(!scratch_overrun, "no forward or backward wrote past the scratch nl_layer_scratch asks for");
     return done_testing();

@@ -4,10 +4,16 @@
  * OpenBLAS packs both operands at every call. One image of LeNet's conv2 is a product of
  * (50, 500) weights by (500, 64) columns: the weights' 25000 floats are packed again for every
  * image, and 64 columns pay it back poorly. Here the weights are packed once per shard, into
- * panels of 6 rows, k-major, and the columns are read where im2col wrote them:
+ * panels of 6 rows (5 where 5 divides the rows and 6 does not: nl_pgemm_mr), k-major, and the
+ * columns are read where im2col wrote them:
  *
  * - a tile of 6 rows by 64 columns (24 vectors) stays in registers; per k, 4 loads of the right
- *   matrix's row, 6 broadcasts of the panel and 24 fused multiply-adds;
+ *   matrix's row, 6 broadcasts of the panel and 24 fused multiply-adds. A tile of fewer rows has
+ *   fewer chains to hide the multiply-adds' latency: LeNet's conv2 (50 filters) as eight panels
+ *   of 6 and one of 2 ran its forward product at 168 GFLOP/s and its weight gradient at 144, as
+ *   ten panels of 5 at 171 and 153 (one image, thread CPU time, fastest of 7 x 2000, 2026-11-27,
+ *   load average 4; a 6 x 64 tile in the L1 cache runs at 172, 24 chains of multiply-adds in
+ *   registers alone at 176);
  * - the columns go 64 at a time (the last vector masked), k in blocks of KC = 128 rows, so that
  *   a block of the right matrix (32 KiB) stays in the L1 cache while every panel passes over it;
  *   the tile is stored after each block and loaded again before the next, which changes no sum.
@@ -29,35 +35,59 @@
 #define NB 64
 #define KC 128
 
+int nl_pgemm_mr(int m)
+{
+    return m % MR != 0 && m % 5 == 0 ? 5 : MR;
+}
+
 size_t nl_pgemm_packed_floats(int m, int k)
 {
-    return (size_t)((m + MR - 1) / MR) * MR * (size_t)k;
+    const int mr = nl_pgemm_mr(m);
+
+    return (size_t)((m + mr - 1) / mr) * mr * (size_t)k;
 }
 
 void nl_pgemm_pack(float *ap, const float *a, int lda, int trans, int m, int k)
 {
-    for (int i0 = 0; i0 < m; i0 += MR) {
-        float *p = ap + (size_t)(i0 / MR) * MR * k;
-        const int rows = m - i0 < MR ? m - i0 : MR;
+    const int ph = nl_pgemm_mr(m);
+
+    for (int i0 = 0; i0 < m; i0 += ph) {
+        float *p = ap + (size_t)i0 * k;
+        const int rows = m - i0 < ph ? m - i0 : ph;
+        if (trans && rows == 5 && ph == 5) { /* a whole panel of 5, copies of known length */
+            for (int kk = 0; kk < k; kk++)
+                memcpy(p + (size_t)kk * 5, a + (size_t)kk * lda + i0, 5 * sizeof *p);
+            continue;
+        }
         if (trans) {
             for (int kk = 0; kk < k; kk++) {
                 const float *src = a + (size_t)kk * lda + i0;
-                for (int r = 0; r < MR; r++)
-                    p[(size_t)kk * MR + r] = r < rows ? src[r] : 0.0f;
+                for (int r = 0; r < ph; r++)
+                    p[(size_t)kk * ph + r] = r < rows ? src[r] : 0.0f;
             }
             continue;
         }
-        if (rows < MR) {
-            for (int r = 0; r < MR; r++) {
+        if (rows < ph) {
+            for (int r = 0; r < ph; r++) {
                 const float *src = a + (size_t)(i0 + r) * lda;
                 for (int kk = 0; kk < k; kk++)
-                    p[(size_t)kk * MR + r] = r < rows ? src[kk] : 0.0f;
+                    p[(size_t)kk * ph + r] = r < rows ? src[kk] : 0.0f;
             }
             continue;
         }
-        /* six rows read side by side, the panel written in order */
+        /* the panel's rows read side by side, the panel written in order */
         const float *s0 = a + (size_t)i0 * lda, *s1 = s0 + lda, *s2 = s1 + lda, *s3 = s2 + lda,
                     *s4 = s3 + lda, *s5 = s4 + lda;
+        if (ph == 5) {
+            for (int kk = 0; kk < k; kk++, p += 5) {
+                p[0] = s0[kk];
+                p[1] = s1[kk];
+                p[2] = s2[kk];
+                p[3] = s3[kk];
+                p[4] = s4[kk];
+            }
+            continue;
+        }
         for (int kk = 0; kk < k; kk++, p += MR) {
             p[0] = s0[kk];
             p[1] = s1[kk];
@@ -72,13 +102,15 @@ void nl_pgemm_pack(float *ap, const float *a, int lda, int trans, int m, int k)
 void nl_pgemm_naive(float *c, int ldc, const float *ap, const float *b, int ldb, int m, int n,
                     int k, const float *bias, int accumulate)
 {
+    const int ph = nl_pgemm_mr(m);
+
     for (int i = 0; i < m; i++) {
-        const float *p = ap + (size_t)(i / MR) * MR * k + i % MR;
+        const float *p = ap + (size_t)(i / ph) * ph * k + i % ph;
         for (int j = 0; j < n; j++) {
             float *cij = c + (size_t)i * ldc + j;
             float acc = accumulate ? *cij : bias ? bias[i] : 0.0f;
             for (int kk = 0; kk < k; kk++)
-                acc = fmaf(p[(size_t)kk * MR], b[(size_t)kk * ldb + j], acc);
+                acc = fmaf(p[(size_t)kk * ph], b[(size_t)kk * ldb + j], acc);
             *cij = acc;
         }
     }
@@ -88,7 +120,7 @@ void nl_pgemm_naive(float *c, int ldc, const float *ap, const float *b, int ldb,
  * the panel's k columns times b's k rows; mask[v] picks the vector's columns. mr and nv are
  * constants in each instantiation, so the tile's mr*nv accumulators stay in registers. */
 AVX512 static inline __attribute__((always_inline)) void
-tile_avx512(float *c, int ldc, const float *ap, const float *b, int ldb, int k, int init,
+tile_avx512(float *c, int ldc, const float *ap, int ph, const float *b, int ldb, int k, int init,
             const float *bias, const __mmask16 *mask, const int mr, const int nv, const int full)
 {
     __m512 acc[MR][4];
@@ -103,7 +135,7 @@ tile_avx512(float *c, int ldc, const float *ap, const float *b, int ldb, int k, 
                                     : _mm512_setzero_ps();
     for (int kk = 0; kk < k; kk++) {
         const float *brow = b + (size_t)kk * ldb;
-        const float *arow = ap + (size_t)kk * MR;
+        const float *arow = ap + (size_t)kk * ph;
         __m512 bv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++)
@@ -130,27 +162,28 @@ tile_avx512(float *c, int ldc, const float *ap, const float *b, int ldb, int k, 
 #define TILE_MR(NV, FULL)                                                                          \
     switch (mr) {                                                                                  \
     case 1:                                                                                        \
-        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 1, NV, FULL);                         \
+        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 1, NV, FULL);                     \
         break;                                                                                     \
     case 2:                                                                                        \
-        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 2, NV, FULL);                         \
+        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 2, NV, FULL);                     \
         break;                                                                                     \
     case 3:                                                                                        \
-        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 3, NV, FULL);                         \
+        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 3, NV, FULL);                     \
         break;                                                                                     \
     case 4:                                                                                        \
-        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 4, NV, FULL);                         \
+        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 4, NV, FULL);                     \
         break;                                                                                     \
     case 5:                                                                                        \
-        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 5, NV, FULL);                         \
+        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 5, NV, FULL);                     \
         break;                                                                                     \
     default:                                                                                       \
-        tile_avx512(c, ldc, ap, b, ldb, k, init, bias, mask, 6, NV, FULL);                         \
+        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 6, NV, FULL);                     \
         break;                                                                                     \
     }
 
-AVX512 static void tile_any(float *c, int ldc, const float *ap, const float *b, int ldb, int k,
-                            int init, const float *bias, const __mmask16 *mask, int mr, int nv)
+AVX512 static void tile_any(float *c, int ldc, const float *ap, int ph, const float *b, int ldb,
+                            int k, int init, const float *bias, const __mmask16 *mask, int mr,
+                            int nv)
 {
     /* a full tile of 64 columns, the common case, loads and stores without masks */
     if (nv == 4 && mask[3] == 0xffff) {
@@ -176,6 +209,8 @@ AVX512 static void tile_any(float *c, int ldc, const float *ap, const float *b, 
 AVX512 static void pgemm_avx512(float *c, int ldc, const float *ap, const float *b, int ldb, int m,
                                 int n, int k, const float *bias, int accumulate)
 {
+    const int ph = nl_pgemm_mr(m);
+
     for (int j0 = 0; j0 < n; j0 += NB) {
         const int nj = n - j0 < NB ? n - j0 : NB, nv = (nj + 15) / 16;
         __mmask16 mask[4];
@@ -185,9 +220,9 @@ AVX512 static void pgemm_avx512(float *c, int ldc, const float *ap, const float 
         for (int kb = 0; kb < k || kb == 0; kb += KC) {
             const int kc = k - kb < KC ? k - kb : KC;
             const int init = accumulate || kb > 0 ? 2 : bias ? 1 : 0;
-            for (int i0 = 0; i0 < m; i0 += MR) {
-                const int mr = m - i0 < MR ? m - i0 : MR;
-                tile_any(c + (size_t)i0 * ldc + j0, ldc, ap + ((size_t)(i0 / MR) * k + kb) * MR,
+            for (int i0 = 0; i0 < m; i0 += ph) {
+                const int mr = m - i0 < ph ? m - i0 : ph;
+                tile_any(c + (size_t)i0 * ldc + j0, ldc, ap + (size_t)i0 * k + (size_t)kb * ph, ph,
                          b + (size_t)kb * ldb + j0, ldb, kc, init, bias ? bias + i0 : NULL, mask,
                          mr, nv);
             }
@@ -247,10 +282,99 @@ AVX512 static void im2col_t_avx512(float *colst, const float *img, int c, int h,
         }
 }
 
+/* Stride 1 and no padding: a channel's window, kh*kw taps, lies in the image at offsets
+ * ki*w + kj from its first pixel. It is cut into runs of at most 16 taps that lie within 32
+ * floats of the image (lenet's conv2, 5x5 on rows of 12: taps 0-14 within 29 floats, 15-24
+ * within 17); each run is two loads (masked to the run's pixels, so nothing past the window is
+ * read), one two-source permute and one store of 16 lanes, whose lanes past the run the next
+ * run's store overwrites (the last channel's runs are masked to the row). im2col_t_avx512 loads
+ * and stores each window row of kw taps alone, masked: 6400 masked stores of 5 floats for one
+ * image of lenet's conv2, where this makes 2560 stores; 5.1 to 5.6 us against 6.8 (thread CPU
+ * time, fastest of 7 x 2000, 2026-11-27, load average 4 to 6). Both write 128 KiB, more than
+ * the L1 cache holds: 2000 aligned stores of 64 bytes into the L2 cache alone take 2.7 us. */
+#define RUNS_MAX 8
+
+struct t_runs {
+    int count;
+    int first[RUNS_MAX]; /* the run's first tap */
+    int taps[RUNS_MAX];  /* its taps */
+    int at[RUNS_MAX];    /* its first pixel's offset in the window */
+    int span[RUNS_MAX];  /* the offset of its last pixel from its first, < 32 */
+    int idx[RUNS_MAX][16];
+};
+
+/* The runs of a kh x kw window on rows of w, or 0 where they would be more than RUNS_MAX. */
+static int t_runs_plan(struct t_runs *r, int w, int kh, int kw)
+{
+    const int taps = kh * kw;
+    int ki = 0, kj = 0; /* tap t's place in the window */
+
+    r->count = 0;
+    for (int t = 0; t < taps;) {
+        const int at = ki * w + kj;
+        int n = 0;
+        if (r->count == RUNS_MAX)
+            return 0;
+        const int i = r->count++;
+        for (; t + n < taps && n < 16 && ki * w + kj - at < 32; n++) {
+            r->idx[i][n] = ki * w + kj - at;
+            if (++kj == kw) {
+                kj = 0;
+                ki++;
+            }
+        }
+        for (int l = n; l < 16; l++)
+            r->idx[i][l] = 0;
+        r->first[i] = t;
+        r->taps[i] = n;
+        r->at[i] = at;
+        r->span[i] = r->idx[i][n - 1];
+        t += n;
+    }
+    return 1;
+}
+
+AVX512 static void im2col_t_dense_avx512(float *colst, const float *img, int c, int h, int w,
+                                         int kh, int kw, int oh, int ow, const struct t_runs *r)
+{
+    const int taps = kh * kw;
+    const size_t k = (size_t)c * taps;
+    __m512i idx[RUNS_MAX];
+    __mmask16 lo[RUNS_MAX], hi[RUNS_MAX], end[RUNS_MAX];
+
+    for (int i = 0; i < r->count; i++) {
+        idx[i] = _mm512_loadu_si512(r->idx[i]);
+        lo[i] = lanes(0, r->span[i] + 1);
+        hi[i] = lanes(0, r->span[i] - 15);
+        end[i] = lanes(0, taps - r->first[i]); /* not past the row */
+    }
+    for (int oy = 0; oy < oh; oy++)
+        for (int ox = 0; ox < ow; ox++) {
+            float *row = colst + ((size_t)oy * ow + ox) * k;
+            const float *win = img + (size_t)oy * w + ox;
+            for (int ci = 0; ci < c; ci++, row += taps, win += (size_t)h * w)
+                for (int i = 0; i < r->count; i++) {
+                    const float *src = win + r->at[i];
+                    const __m512 a = _mm512_maskz_loadu_ps(lo[i], src),
+                                 b = _mm512_maskz_loadu_ps(hi[i], src + 16);
+                    const __m512 v = _mm512_permutex2var_ps(a, idx[i], b);
+                    if (ci == c - 1)
+                        _mm512_mask_storeu_ps(row + r->first[i], end[i], v);
+                    else
+                        _mm512_storeu_ps(row + r->first[i], v);
+                }
+        }
+}
+
 void nl_im2col_t(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
                  int sw, int ph, int pw, int oh, int ow)
 {
-    if (nl_kernels_vector_on() && kw <= 16)
+    struct t_runs runs;
+
+    if (nl_kernels_vector_on() && sh == 1 && sw == 1 && ph == 0 && pw == 0 &&
+        t_runs_plan(&runs, w, kh, kw))
+        im2col_t_dense_avx512(colst, img, c, h, w, kh, kw, oh, ow, &runs);
+    else if (nl_kernels_vector_on() && kw <= 16)
         im2col_t_avx512(colst, img, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
     else
         nl_im2col_t_naive(colst, img, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);

@@ -1,7 +1,7 @@
 /* Small matrix products for convolutions whose products are too small for OpenBLAS to run near
  * its rate (LeNet's: 50 filters, K = 500, 64 output pixels): the left matrix is packed once per
  * shard into panels of NL_PGEMM_MR rows, the right one is read in place, row by row, and the
- * output tile (6 rows by 64 columns) stays in AVX-512 registers (core/engine/conv_gemm.c).
+ * output tile (up to 6 rows by 64 columns) stays in AVX-512 registers (core/engine/conv_gemm.c).
  * Each output sums its terms in fused multiply-adds in the order of k, starting from its initial
  * value (0, the bias or the output itself); the naive twins do the same with fmaf, so the two
  * agree bit for bit. */
@@ -12,12 +12,17 @@
 
 #define NL_PGEMM_MR 6
 
-/* Floats of a (m, k) packed: ceil(m / NL_PGEMM_MR) panels of NL_PGEMM_MR * k. */
+/* The panel height h for m rows: NL_PGEMM_MR, or 5 where that divides m and NL_PGEMM_MR does
+ * not (LeNet's 50 filters: ten panels of 5 rather than eight of 6 and a slow one of 2). */
+int nl_pgemm_mr(int m);
+
+/* Floats of a (m, k) packed: ceil(m / h) panels of h * k. */
 size_t nl_pgemm_packed_floats(int m, int k);
 
-/* ap = a (m, k) packed: panel i holds rows [6i, 6i + 6) k-major,
- * ap[(i*k + kk)*6 + r] = a[6i + r][kk], the rows past m zero. a is row-major with row stride
- * lda; with trans, a is given as its transpose, (k, m) with row stride lda. */
+/* ap = a (m, k) packed: panel i holds rows [h*i, h*i + h) k-major,
+ * ap[(i*k + kk)*h + r] = a[h*i + r][kk], the rows past m zero (h = nl_pgemm_mr(m)). a is
+ * row-major with row stride lda; with trans, a is given as its transpose, (k, m) with row stride
+ * lda. */
 void nl_pgemm_pack(float *ap, const float *a, int lda, int trans, int m, int k);
 
 /* c (m, n) = init + ap (m, k) b (k, n): b row-major with row stride ldb, c with ldc; init is c

@@ -23,7 +23,9 @@
  * from the even and odd columns of two rows (thread CPU time of 32 samples of lenet's pool1 with
  * its ReLU, 2026-11-27 at load average 6 to 8, so indicative: 79 us against 198 for the scalar
  * loop; pool2 55 against 72), with the scalar loop's values and indices (test_layers holds the
- * two paths against each other). */
+ * two paths against each other). Rows of at most 16 outputs go a vector a row with the masks made
+ * once (maxpool_2x2_rows16_avx512), planes 8 wide 16 outputs from 64 consecutive floats
+ * (maxpool_2x2_w8_avx512, backward too). */
 #include <math.h>
 #include <string.h>
 
@@ -82,46 +84,65 @@ static void clip(int *y0, int *y1, int o, int s, int p, int k, int size)
     *y1 = start + k > size ? size : start + k;
 }
 
-/* One output row of maxpool_2x2 in AVX-512 vectors, 16 outputs at a time: the two input rows
- * r0 and r1 (r0 at offset row of the sample) split into their even and odd columns, then the
- * scalar loop's comparisons and selections lane by lane, so values and indices are the same. */
-AVX512 static void maxpool_2x2_row_avx512(float *out, int32_t *arg, const float *r0, int row, int w,
-                                          int ow, int act)
+/* Up to 16 outputs of maxpool_2x2 in AVX-512 vectors: the two input rows r0 and r1 (from column
+ * 2 ox; r0's offset in the sample is at) split into their even and odd columns (lo and hi mask
+ * the row's 2k pixels, m its k outputs), then the scalar loop's comparisons and selections lane
+ * by lane, so values and indices are the same. */
+AVX512 static inline __attribute__((always_inline)) void
+maxpool_2x2_vec(float *out, int32_t *arg, const float *r0, const float *r1, int at, int w,
+                __mmask16 lo, __mmask16 hi, __mmask16 m, int act)
 {
     const __m512i even =
                       _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
                   odd = _mm512_add_epi32(even, _mm512_set1_epi32(1)), one = _mm512_set1_epi32(1);
     const __m512 nan = _mm512_set1_ps(NAN);
-    const float *r1 = r0 + w;
+    const __m512 t0 = _mm512_maskz_loadu_ps(lo, r0), t1 = _mm512_maskz_loadu_ps(hi, r0 + 16),
+                 b0 = _mm512_maskz_loadu_ps(lo, r1), b1 = _mm512_maskz_loadu_ps(hi, r1 + 16);
+    const __m512 a = _mm512_permutex2var_ps(t0, even, t1), b = _mm512_permutex2var_ps(t0, odd, t1);
+    const __m512 cc = _mm512_permutex2var_ps(b0, even, b1), d = _mm512_permutex2var_ps(b0, odd, b1);
+    const __mmask16 right_top = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ),
+                    right_bottom = _mm512_cmp_ps_mask(d, cc, _CMP_GT_OQ);
+    const __m512 top = _mm512_mask_blend_ps(right_top, a, b),
+                 bottom = _mm512_mask_blend_ps(right_bottom, cc, d);
+    const __mmask16 down = _mm512_cmp_ps_mask(bottom, top, _CMP_GT_OQ),
+                    isnan = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) |
+                            _mm512_cmp_ps_mask(cc, d, _CMP_UNORD_Q);
+    __m512 v = _mm512_mask_blend_ps(down, top, bottom);
+    v = act_avx512(_mm512_mask_mov_ps(v, isnan, nan), act);
+    /* at + right_top, or one row down: at + w + right_bottom */
+    const __m512i base = _mm512_add_epi32(_mm512_set1_epi32(at), even);
+    const __m512i base_w = _mm512_add_epi32(base, _mm512_set1_epi32(w));
+    const __m512i i_top = _mm512_mask_add_epi32(base, right_top, base, one),
+                  i_bottom = _mm512_mask_add_epi32(base_w, right_bottom, base_w, one);
+    _mm512_mask_storeu_ps(out, m, v);
+    _mm512_mask_storeu_epi32(arg, m, _mm512_mask_blend_epi32(down, i_top, i_bottom));
+}
 
+/* One output row of maxpool_2x2, 16 outputs at a time (r0 at offset row of the sample). */
+AVX512 static void maxpool_2x2_row_avx512(float *out, int32_t *arg, const float *r0, int row, int w,
+                                          int ow, int act)
+{
     for (int ox = 0; ox < ow; ox += 16) {
         const int k = ow - ox < 16 ? ow - ox : 16;
-        const __mmask16 lo = lanes(0, 2 * k), hi = lanes(0, 2 * k - 16), m = lanes(0, k);
-        const __m512 t0 = _mm512_maskz_loadu_ps(lo, r0 + 2 * ox),
-                     t1 = _mm512_maskz_loadu_ps(hi, r0 + 2 * ox + 16),
-                     b0 = _mm512_maskz_loadu_ps(lo, r1 + 2 * ox),
-                     b1 = _mm512_maskz_loadu_ps(hi, r1 + 2 * ox + 16);
-        const __m512 a = _mm512_permutex2var_ps(t0, even, t1),
-                     b = _mm512_permutex2var_ps(t0, odd, t1);
-        const __m512 cc = _mm512_permutex2var_ps(b0, even, b1),
-                     d = _mm512_permutex2var_ps(b0, odd, b1);
-        const __mmask16 right_top = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ),
-                        right_bottom = _mm512_cmp_ps_mask(d, cc, _CMP_GT_OQ);
-        const __m512 top = _mm512_mask_blend_ps(right_top, a, b),
-                     bottom = _mm512_mask_blend_ps(right_bottom, cc, d);
-        const __mmask16 down = _mm512_cmp_ps_mask(bottom, top, _CMP_GT_OQ),
-                        isnan = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) |
-                                _mm512_cmp_ps_mask(cc, d, _CMP_UNORD_Q);
-        __m512 v = _mm512_mask_blend_ps(down, top, bottom);
-        v = act_avx512(_mm512_mask_mov_ps(v, isnan, nan), act);
-        /* row + 2 ox + right_top, or one row down: row + w + 2 ox + right_bottom */
-        const __m512i base = _mm512_add_epi32(_mm512_set1_epi32(row + 2 * ox), even);
-        const __m512i base_w = _mm512_add_epi32(base, _mm512_set1_epi32(w));
-        const __m512i i_top = _mm512_mask_add_epi32(base, right_top, base, one),
-                      i_bottom = _mm512_mask_add_epi32(base_w, right_bottom, base_w, one);
-        _mm512_mask_storeu_ps(out + ox, m, v);
-        _mm512_mask_storeu_epi32(arg + ox, m, _mm512_mask_blend_epi32(down, i_top, i_bottom));
+        maxpool_2x2_vec(out + ox, arg + ox, r0 + 2 * ox, r0 + w + 2 * ox, row + 2 * ox, w,
+                        lanes(0, 2 * k), lanes(0, 2 * k - 16), lanes(0, k), act);
     }
+}
+
+/* A sample's rows of at most 16 outputs (lenet's pool1: 20x24x24 to 20x12x12), one vector each,
+ * the masks made once: where the row function's call and masks per row of 12 outputs took about
+ * as long as its vector work. Thread CPU time of 32 samples of lenet's pool1 with its ReLU,
+ * fastest of 9 x 200, alternating with the row function (2026-11-27 15:23 UTC, load average 7 to
+ * 8, so indicative): 56.3 to 58.5 us against 72.0 to 82.1. */
+AVX512 static void maxpool_2x2_rows16_avx512(float *out, int32_t *arg, const float *x, int rows,
+                                             int w, int ow, int act)
+{
+    const __mmask16 lo = lanes(0, 2 * ow), hi = lanes(0, 2 * ow - 16), m = lanes(0, ow);
+
+    /* input row pair i starts at 2 i w, whatever its channel, as the planes' heights are even */
+    for (int i = 0; i < rows; i++, out += ow, arg += ow)
+        maxpool_2x2_vec(out, arg, x + 2 * (size_t)i * w, x + (2 * (size_t)i + 1) * w, 2 * i * w, w,
+                        lo, hi, m, act);
 }
 
 /* The input gradient of one output row of maxpool_2x2 where backward is its first writer and the
@@ -169,6 +190,103 @@ AVX512 static void maxpool_2x2_row_backward_avx512(float *din, const float *dout
     }
 }
 
+/* maxpool_2x2 on planes 8 wide with even heights (lenet's pool2: 50x8x8 to 50x4x4), where
+ * maxpool_2x2_row_avx512 would fill 4 lanes of 16: a sample's rows, in every channel, pair up
+ * into runs of 16 floats, one output row of 4 each, so that 64 consecutive floats of the sample
+ * give 16 consecutive outputs (count outputs in all, the last vector masked). Each of the four
+ * corners of the 16 windows is two permutes of two vectors and a blend; then the row kernel's
+ * comparisons and selections, so values and indices are the same. Thread CPU time of 32 samples
+ * of lenet's pool2 with its ReLU, fastest of 9 x 200, alternating with the build before
+ * (2026-11-27 15:13 UTC, load average 12, so indicative): forward 12.6 to 13.0 us against 58.8
+ * to 60.9 by rows, backward as the first writer 13.6 to 14.0 against 31.5 to 32.2 for zeroing
+ * and scattering. */
+AVX512 static void maxpool_2x2_w8_avx512(float *out, int32_t *arg, const float *x, int count,
+                                         int act)
+{
+    /* output lane o (its row of 4 o / 4, column o % 4) of a vector's 8 rows of 4: top left
+     * pixel 16 (o / 4) + 2 (o % 4), of the first two input vectors for o < 8, else the other two */
+    const __m512i corner =
+        _mm512_setr_epi32(0, 2, 4, 6, 16, 18, 20, 22, 0, 2, 4, 6, 16, 18, 20, 22);
+    const __m512i one = _mm512_set1_epi32(1), eight = _mm512_set1_epi32(8),
+                  nine = _mm512_set1_epi32(9),
+                  base0 =
+                      _mm512_setr_epi32(0, 2, 4, 6, 16, 18, 20, 22, 32, 34, 36, 38, 48, 50, 52, 54);
+    const __m512 nan = _mm512_set1_ps(NAN);
+
+    for (int o0 = 0; o0 < count; o0 += 16) {
+        const int k = count - o0 < 16 ? count - o0 : 16;
+        const __mmask16 m = lanes(0, k);
+        const float *src = x + 4 * (size_t)o0;
+        /* input vector t holds outputs [4t, 4t + 4): present where 4t < k */
+        const __m512 v0 = _mm512_maskz_loadu_ps(lanes(0, 4 * k), src),
+                     v1 = _mm512_maskz_loadu_ps(lanes(0, 4 * k - 16), src + 16),
+                     v2 = _mm512_maskz_loadu_ps(lanes(0, 4 * k - 32), src + 32),
+                     v3 = _mm512_maskz_loadu_ps(lanes(0, 4 * k - 48), src + 48);
+        const __m512i ib = _mm512_add_epi32(corner, one), ic = _mm512_add_epi32(corner, eight),
+                      id = _mm512_add_epi32(corner, nine);
+        const __m512 a = _mm512_mask_blend_ps(0xff00, _mm512_permutex2var_ps(v0, corner, v1),
+                                              _mm512_permutex2var_ps(v2, corner, v3)),
+                     b = _mm512_mask_blend_ps(0xff00, _mm512_permutex2var_ps(v0, ib, v1),
+                                              _mm512_permutex2var_ps(v2, ib, v3)),
+                     cc = _mm512_mask_blend_ps(0xff00, _mm512_permutex2var_ps(v0, ic, v1),
+                                               _mm512_permutex2var_ps(v2, ic, v3)),
+                     d = _mm512_mask_blend_ps(0xff00, _mm512_permutex2var_ps(v0, id, v1),
+                                              _mm512_permutex2var_ps(v2, id, v3));
+        const __mmask16 right_top = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ),
+                        right_bottom = _mm512_cmp_ps_mask(d, cc, _CMP_GT_OQ);
+        const __m512 top = _mm512_mask_blend_ps(right_top, a, b),
+                     bottom = _mm512_mask_blend_ps(right_bottom, cc, d);
+        const __mmask16 down = _mm512_cmp_ps_mask(bottom, top, _CMP_GT_OQ),
+                        isnan = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) |
+                                _mm512_cmp_ps_mask(cc, d, _CMP_UNORD_Q);
+        __m512 v = _mm512_mask_blend_ps(down, top, bottom);
+        v = act_avx512(_mm512_mask_mov_ps(v, isnan, nan), act);
+        const __m512i base = _mm512_add_epi32(_mm512_set1_epi32(4 * o0), base0);
+        const __m512i base_w = _mm512_add_epi32(base, eight);
+        const __m512i i_top = _mm512_mask_add_epi32(base, right_top, base, one),
+                      i_bottom = _mm512_mask_add_epi32(base_w, right_bottom, base_w, one);
+        _mm512_mask_storeu_ps(out + o0, m, v);
+        _mm512_mask_storeu_epi32(arg + o0, m, _mm512_mask_blend_epi32(down, i_top, i_bottom));
+    }
+}
+
+/* The input gradient of maxpool_2x2_w8_avx512 where backward is din's first writer: each input
+ * vector (two rows of 8, one output row of 4) written whole, as
+ * maxpool_2x2_row_backward_avx512 writes its rows: each window's maximum gets 0.0f + its output's
+ * gradient (masked where act's derivative is 0), the other three 0. */
+AVX512 static void maxpool_2x2_w8_backward_avx512(float *din, const float *dout, const float *y,
+                                                  const int32_t *arg, int count, int act)
+{
+    /* input lane l of vector t: output 4t + (l % 8) / 2 of the 16 */
+    const __m512i pick = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+
+    for (int o0 = 0; o0 < count; o0 += 16) {
+        const int k = count - o0 < 16 ? count - o0 : 16;
+        const __mmask16 m = lanes(0, k);
+        __m512 g = _mm512_maskz_loadu_ps(m, dout + o0);
+        if (act != NL_ACT_NONE) {
+            const __m512 v = _mm512_maskz_loadu_ps(m, y + o0);
+            __mmask16 pass = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
+            if (act == NL_ACT_RELU6)
+                pass &= _mm512_cmp_ps_mask(v, six, _CMP_LT_OQ);
+            g = _mm512_maskz_mov_ps(pass, g);
+        }
+        g = _mm512_add_ps(zero, g);
+        const __m512i a = _mm512_maskz_loadu_epi32(m, arg + o0);
+        float *dst = din + 4 * (size_t)o0;
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const __m512i idx = _mm512_add_epi32(pick, _mm512_set1_epi32(4 * t));
+            const __m512i at = _mm512_add_epi32(lane, _mm512_set1_epi32(4 * o0 + 16 * t));
+            const __mmask16 hit = _mm512_cmpeq_epi32_mask(_mm512_permutexvar_epi32(idx, a), at);
+            _mm512_mask_storeu_ps(dst + 16 * t, lanes(0, 4 * k - 16 * t),
+                                  _mm512_maskz_mov_ps(hit, _mm512_permutexvar_ps(idx, g)));
+        }
+    }
+}
+
 /* The common 2x2 window with stride 2 and no padding, on one sample: the same choices as the
  * general scan below (the first maximum in row-major order wins, a NaN gives NaN), computed
  * without data-dependent branches, which random data mispredicts half the time. */
@@ -177,6 +295,15 @@ static void maxpool_2x2(const struct nl__window *g, const float *x, float *out, 
 {
     const int w = g->w, ow = g->ow; /* locals: arg might alias *g for all the compiler knows */
     const int vector = nl_kernels_vector_on();
+
+    if (vector && w == 8 && g->h == 2 * g->oh) {
+        maxpool_2x2_w8_avx512(out, arg, x, g->c * g->oh * ow, act);
+        return;
+    }
+    if (vector && ow <= 16 && g->h == 2 * g->oh) {
+        maxpool_2x2_rows16_avx512(out, arg, x, g->c * g->oh, w, ow, act);
+        return;
+    }
 
     for (int c = 0; c < g->c; c++) {
         for (int oy = 0; oy < g->oh; oy++) {
@@ -239,10 +366,17 @@ static void maxpool_backward(const struct nl_layer *l, const struct nl_bwd *b)
      * lanes, 54 against 27). */
     const int tiles = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 &&
                       g.h == 2 * g.oh && g.w == 2 * g.ow && g.ow >= 12;
+    /* planes 8 wide: maxpool_2x2_w8_backward_avx512 (figures at maxpool_2x2_w8_avx512) */
+    const int w8 = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 &&
+                   g.h == 2 * g.oh && g.w == 8;
     for (int s = 0; s < b->n; s++) {
         float *din = b->din[0] + (size_t)s * in_size;
         const float *dout = b->dout + (size_t)s * out_size, *out = b->out + (size_t)s * out_size;
         const int32_t *arg = (const int32_t *)b->aux + (size_t)s * out_size;
+        if (w8 && (b->set & 1) && nl_kernels_vector_on()) {
+            maxpool_2x2_w8_backward_avx512(din, dout, out, arg, (int)out_size, b->act);
+            continue;
+        }
         if (tiles && (b->set & 1) && nl_kernels_vector_on()) {
             for (int c = 0; c < g.c; c++)
                 for (int oy = 0; oy < g.oh; oy++) {
