@@ -1002,9 +1002,10 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
                 nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
                          v + xi * ct, tt);
             float *din = b->din[0] + (size_t)s0 * d->in_size;
-            if (b->set & 1) /* the chunk's first writer: zeroed here, while it goes into cache */
-                memset(din, 0, (size_t)n * d->in_size * sizeof *din);
-            nl_wino_input_adjoint(din, v, n, p);
+            if (b->set & 1) /* the first writer: din written, not added to */
+                nl_wino_input_adjoint_set(din, v, n, p);
+            else
+                nl_wino_input_adjoint(din, v, n, p);
         }
     }
     if (b->dw && !one)
@@ -1030,8 +1031,9 @@ static size_t conv_scratch(const struct nl_layer *l, int n)
     return (step < n ? 2 : 1) * u + (size_t)step * l->scratch_per_sample;
 }
 
-/* din's first writer (bit 0 of b->set): WINOGRAD zeroes each chunk of images just before it
- * adds into it, while that chunk goes into the cache anyway; DIRECT writes each image's instead
+/* din's first writer (bit 0 of b->set): WINOGRAD writes each chunk of images' din
+ * (nl_wino_input_adjoint_set: written where the tile rows are stacked, else zeroed just before
+ * it adds into it, while that chunk goes into the cache anyway); DIRECT writes each image's instead
  * of adding (its sums start from 0 either way), and PACKED too (nl_col2im_set); SAMPLE and SHARD
  * start from the whole shard's din zeroed, as a caller would have left it, and PHASES too unless it
  * rewrites every pixel (s2_writes_all). The sums are the same. */
