@@ -701,6 +701,8 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
         }
         if (b->din[0]) {
             float *din = b->din[0] + (size_t)s * d->in_size;
+            if ((b->set & 1) && !s2_writes_all(l, b, d)) /* din's first writer: see conv_backward */
+                memset(din, 0, d->in_size * sizeof *din);
             if (pointwise(g)) {
                 /* din_s is dcols itself. */
                 nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 1.0f, din, d->p);
@@ -1047,16 +1049,25 @@ static size_t conv_scratch(const struct nl_layer *l, int n)
  * it adds into it, while that chunk goes into the cache anyway); DIRECT writes each image's instead
  * of adding (its sums start from 0 either way), and PACKED too (nl_col2im_set); SAMPLE and SHARD
  * start from the whole shard's din zeroed, as a caller would have left it, and PHASES too unless it
- * rewrites every pixel (s2_writes_all); a 1x1 stride-2 window clears each image's din just
- * before adding into it (picks_first). The sums are the same. */
+ * rewrites every pixel (s2_writes_all); a 1x1 stride-2 window (picks_first) and SAMPLE (and
+ * ONECHAN's input gradient, which is SAMPLE's) clear each image's din just before adding into it,
+ * while it is in the cache, rather than the whole shard's in a pass ahead. The sums are the
+ * same. */
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
     struct nl_s2 s2;
     conv_dims(l, &d, &s2);
     const int wino = l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2;
-    if (!wino && l->lower != NL_LOWER_DIRECT && l->lower != NL_LOWER_PACKED && (b->set & 1) &&
-        b->din[0] && !s2_writes_all(l, b, &d) && !picks_first(l, b, &d))
+    const int shard = (l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
+                       l->lower == NL_LOWER_S2LANES) &&
+                      b->n > 1;
+    const int phases = l->lower == NL_LOWER_PHASES || (l->lower == NL_LOWER_SAMPLE && pick(&d.win));
+    /* backward_sample (ONECHAN's input gradient too) clears each image's din itself */
+    const int sample =
+        !wino && !shard && !phases && l->lower != NL_LOWER_DIRECT && l->lower != NL_LOWER_PACKED;
+    if (!wino && !sample && l->lower != NL_LOWER_DIRECT && l->lower != NL_LOWER_PACKED &&
+        (b->set & 1) && b->din[0] && !s2_writes_all(l, b, &d) && !picks_first(l, b, &d))
         memset(b->din[0], 0, (size_t)b->n * d.in_size * sizeof *b->din[0]);
     if (wino)
         backward_winograd(l, b, &d);
@@ -1066,11 +1077,9 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
         backward_packed(l, b, &d);
     else if (l->lower == NL_LOWER_ONECHAN)
         backward_onechan(l, b, &d);
-    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
-              l->lower == NL_LOWER_S2LANES) &&
-             b->n > 1)
+    else if (shard)
         backward_shard(l, b, &d);
-    else if (l->lower == NL_LOWER_PHASES || (l->lower == NL_LOWER_SAMPLE && pick(&d.win)))
+    else if (phases)
         backward_phases(l, b, &d);
     else
         backward_sample(l, b, &d);
