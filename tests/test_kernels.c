@@ -1895,6 +1895,38 @@ static void test_s2_dweight(int n, int c, int h, int f, int k, int pad)
     run_free(&r);
 }
 
+/* nl_wino_input_adjoint_set against the adjoint added into din zeroed, bit for bit, whatever din
+ * held before (NaN here), on both paths; and its naive twin likewise. */
+static void test_wino_adjoint_set(int m, int n, int c, int h, int w, int ph, int pw)
+{
+    struct nl_wino p;
+    nl_wino_plan(&p, m, c, h, w, 1, ph, pw, h + 2 * ph - 2, w + 2 * pw - 2);
+    const size_t nv = (size_t)p.a * p.a * c * n * p.tiles, nin = (size_t)n * c * h * w;
+    float *v = floats(nv), *want = floats(nin), *got = floats(nin), *naive = floats(nin);
+
+    fill(v, nv, -1, 1);
+    for (size_t i = 0; i < nv; i += 7) /* zeros of both signs, whose sums keep a sign */
+        v[i] = i % 2 ? -0.0f : 0.0f;
+    memset(want, 0, nin * sizeof *want);
+    nl_wino_input_adjoint(want, v, n, &p);
+    fill_value(got, nin, NAN);
+    nl_wino_input_adjoint_set(got, v, n, &p);
+    fill_value(naive, nin, NAN);
+    nl_wino_input_adjoint_set_naive(naive, v, n, &p);
+    float *ref = floats(nin);
+    memset(ref, 0, nin * sizeof *ref);
+    nl_wino_input_adjoint_naive(ref, v, n, &p);
+    ok(memcmp(got, want, nin * sizeof *got) == 0 && memcmp(naive, ref, nin * sizeof *ref) == 0,
+       "winograd F(%dx%d) on %dx%dx%dx%d, pad %dx%d, %s paths: the input adjoint written is the "
+       "adjoint added into zeros, bit for bit",
+       m, m, n, c, h, w, ph, pw, nl_kernels_vector_on() ? "vector" : "scalar");
+    free(v);
+    free(want);
+    free(got);
+    free(naive);
+    free(ref);
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -2328,6 +2360,21 @@ int main(void)
         nl_kernels_vector(vec);
         for (size_t i = 0; i < sizeof packed_blocks / sizeof packed_blocks[0]; i++)
             test_conv(&packed_blocks[i], NL_LOWER_PACKED);
+    }
+    nl_kernels_vector(1);
+    /* The input adjoint written rather than added (din's first writer): resnet8's three stages
+     * (two and four tile rows stacked, and the gathers), other paddings and odd planes. */
+    static const int adjoint_sets[][7] = {
+        {4, 3, 16, 28, 28, 1, 1}, {4, 3, 32, 14, 14, 1, 1}, {4, 3, 64, 7, 7, 1, 1},
+        {4, 2, 3, 13, 15, 0, 0},  {4, 2, 3, 9, 14, 2, 2},   {4, 2, 3, 20, 25, 1, 1},
+        {2, 3, 5, 8, 8, 1, 1},    {2, 2, 4, 16, 16, 0, 2},  {4, 2, 3, 40, 37, 1, 1},
+    };
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof adjoint_sets / sizeof adjoint_sets[0]; i++) {
+            const int *k = adjoint_sets[i];
+            test_wino_adjoint_set(k[0], k[1], k[2], k[3], k[4], k[5], k[6]);
+        }
     }
     nl_kernels_vector(1);
     return done_testing();

@@ -1499,6 +1499,38 @@ static void test_fusion_frozen(void)
     nl_spec_free(spec);
 }
 
+/* din's first writer under SAMPLE's paths, each image's din cleared just before it is added
+ * into: a pointwise window (din_s is the product itself), a 3x3 one over 3 images, and SHARD's
+ * lowering over one image (which runs SAMPLE's backward), into NaNs. */
+static void test_overwrite_sample(void)
+{
+    static const struct {
+        enum nl_lowering lower;
+        int n, filters, k, pad;
+    } convs[] = {
+        {NL_LOWER_SAMPLE, 3, 5, 1, 0},
+        {NL_LOWER_SAMPLE, 3, 4, 3, 1},
+        {NL_LOWER_SHARD, 1, 4, 3, 1},
+    };
+    for (size_t k = 0; k < sizeof convs / sizeof convs[0]; k++) {
+        struct harness h = {.l = {.lowering = convs[k].lower,
+                                  .filters = convs[k].filters,
+                                  .kh = convs[k].k,
+                                  .kw = convs[k].k,
+                                  .sh = 1,
+                                  .sw = 1,
+                                  .ph = convs[k].pad,
+                                  .pw = convs[k].pad,
+                                  .in = {{3, 6, 7}}}};
+        char what[96];
+        harness_make(&h, "conv", convs[k].n);
+        snprintf(what, sizeof what, "conv %d %dx%d, lowering %d, on %dx3x6x7", convs[k].filters,
+                 convs[k].k, convs[k].k, (int)h.l.lower, convs[k].n);
+        check_overwrite(&h, what);
+        harness_free(&h);
+    }
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -1526,6 +1558,7 @@ int main(void)
      * pool1, 20x24x24; 9 wide, the last column left out; 16 and 15 outputs a row). */
     static const struct nl_shape rows16[] = {{20, 24, 24}, {3, 6, 9}, {2, 4, 32}, {2, 2, 31}};
     maxpool_twins(rows16, sizeof rows16 / sizeof rows16[0], "rows of at most 16 outputs");
+    test_overwrite_sample();
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     ok(!scratch_overrun, "no forward or backward wrote past the scratch nl_layer_scratch asks for");
     return done_testing();

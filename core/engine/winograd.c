@@ -1043,8 +1043,9 @@ AVX512 INLINE void output_adjoint_stack_avx512(float *dmm, const float *dout, in
  * the last bits. */
 AVX512 INLINE void input_adjoint_stack_avx512(float *din, const float *dv, int n,
                                               const struct nl_wino *p, const int a, const float *bt,
-                                              const int rows, const int halves)
+                                              const int rows, const int halves, int set)
 {
+    const __m512 zero = _mm512_setzero_ps();
     const int tt = n * p->tiles, span = rows * p->tiles_x;
     const size_t plane = (size_t)p->h * p->w;
     __m512i spread[4][2][6];
@@ -1071,6 +1072,9 @@ AVX512 INLINE void input_adjoint_stack_avx512(float *din, const float *dv, int n
                     if (iy < 0 || iy >= p->h)
                         continue;
                     float *row = din + base[g] + c * plane + (size_t)iy * p->w - p->pw;
+                    /* set: the rows no earlier tile row of the image reached are written, 0 + o
+                     * as the sum into din zeroed would be (-0 + 0 = +0) */
+                    const int first = set && (i >= a - p->m || y0[g] == -p->ph);
 #pragma GCC unroll 2
                     for (int h = 0; h < halves; h++) {
                         __m512 o =
@@ -1079,9 +1083,9 @@ AVX512 INLINE void input_adjoint_stack_avx512(float *din, const float *dv, int n
                         for (int j = 1; j < a; j++)
                             o = _mm512_add_ps(o, _mm512_maskz_permutexvar_ps(
                                                      takes[h][j], spread[g][h][j], y[i * a + j]));
-                        _mm512_mask_storeu_ps(
-                            row + 16 * h, cols[h],
-                            _mm512_add_ps(_mm512_maskz_loadu_ps(cols[h], row + 16 * h), o));
+                        const __m512 was =
+                            first ? zero : _mm512_maskz_loadu_ps(cols[h], row + 16 * h);
+                        _mm512_mask_storeu_ps(row + 16 * h, cols[h], _mm512_add_ps(was, o));
                     }
                 }
         }
@@ -1206,25 +1210,33 @@ AVX512 static void input2(float *v, const float *in, int n, const struct nl_wino
         input_avx512(v, in, n, p, 4, bt2);
 }
 
-AVX512 static void input_adjoint4(float *din, const float *dv, int n, const struct nl_wino *p)
+AVX512 static void input_adjoint4(float *din, const float *dv, int n, const struct nl_wino *p,
+                                  int set)
 {
     if (stack_rows(p) == 4)
-        input_adjoint_stack_avx512(din, dv, n, p, 6, bt4, 4, 1);
+        input_adjoint_stack_avx512(din, dv, n, p, 6, bt4, 4, 1, set);
     else if (stack_rows(p) == 2)
-        input_adjoint_stack_avx512(din, dv, n, p, 6, bt4, 2, 2);
-    else if (rows_fit(p))
+        input_adjoint_stack_avx512(din, dv, n, p, 6, bt4, 2, 2, set);
+    else if (set) {
+        memset(din, 0, (size_t)n * p->c * p->h * p->w * sizeof *din);
+        input_adjoint4(din, dv, n, p, 0);
+    } else if (rows_fit(p))
         input_adjoint_rows_avx512(din, dv, n, p, 6, bt4);
     else
         input_adjoint_avx512(din, dv, n, p, 6, bt4);
 }
 
-AVX512 static void input_adjoint2(float *din, const float *dv, int n, const struct nl_wino *p)
+AVX512 static void input_adjoint2(float *din, const float *dv, int n, const struct nl_wino *p,
+                                  int set)
 {
     if (stack_rows(p) == 4)
-        input_adjoint_stack_avx512(din, dv, n, p, 4, bt2, 4, 1);
+        input_adjoint_stack_avx512(din, dv, n, p, 4, bt2, 4, 1, set);
     else if (stack_rows(p) == 2)
-        input_adjoint_stack_avx512(din, dv, n, p, 4, bt2, 2, 2);
-    else if (rows_fit(p))
+        input_adjoint_stack_avx512(din, dv, n, p, 4, bt2, 2, 2, set);
+    else if (set) {
+        memset(din, 0, (size_t)n * p->c * p->h * p->w * sizeof *din);
+        input_adjoint2(din, dv, n, p, 0);
+    } else if (rows_fit(p))
         input_adjoint_rows_avx512(din, dv, n, p, 4, bt2);
     else
         input_adjoint_avx512(din, dv, n, p, 4, bt2);
@@ -1353,9 +1365,27 @@ void nl_wino_input_adjoint(float *din, const float *dv, int n, const struct nl_w
     if (!vector_fits((size_t)n * p->c * p->h * p->w))
         nl_wino_input_adjoint_naive(din, dv, n, p);
     else if (p->m == 4)
-        input_adjoint4(din, dv, n, p);
+        input_adjoint4(din, dv, n, p, 0);
     else
-        input_adjoint2(din, dv, n, p);
+        input_adjoint2(din, dv, n, p, 0);
+}
+
+/* The stacked paths write the rows that no earlier tile row of their image reached and add into
+ * the others, so din needs no clearing first; the other paths clear it and add. */
+void nl_wino_input_adjoint_set(float *din, const float *dv, int n, const struct nl_wino *p)
+{
+    if (!vector_fits((size_t)n * p->c * p->h * p->w))
+        nl_wino_input_adjoint_set_naive(din, dv, n, p);
+    else if (p->m == 4)
+        input_adjoint4(din, dv, n, p, 1);
+    else
+        input_adjoint2(din, dv, n, p, 1);
+}
+
+void nl_wino_input_adjoint_set_naive(float *din, const float *dv, int n, const struct nl_wino *p)
+{
+    memset(din, 0, (size_t)n * p->c * p->h * p->w * sizeof *din);
+    nl_wino_input_adjoint_naive(din, dv, n, p);
 }
 
 void nl_wino_output(float *out, const float *mm, const float *bias, const float *scale,

@@ -204,6 +204,9 @@ void nl_add_act_backward(float *d0, float *d1, const float *y, const float *dy, 
 void nl_add_act_backward_naive(float *d0, float *d1, const float *y, const float *dy, size_t n,
                                int act, unsigned set);
 
+/* Asks the caches for x[0, n) ahead of its use; changes no result (core/engine/kernels.c). */
+void nl_prefetch(const float *x, size_t n);
+
 /* SGD's update over n parameters (core/engine/optim.c): gi = g + wd * w; with v (momentum mu > 0)
  * v = mu * v + gi, w -= lr * (nesterov ? gi + mu * v : v); without (v NULL) w -= lr * gi. With
  * clear, g is zeroed in the same pass, ready for the next step's sums. add_clear: g (n) += h, then

@@ -62,6 +62,11 @@ void nl_wino_input_t_naive(float *vt, const float *in, int n, const struct nl_wi
  * their sums add; what fell in the padding is dropped). */
 void nl_wino_input_adjoint(float *din, const float *dv, int n, const struct nl_wino *p);
 void nl_wino_input_adjoint_naive(float *din, const float *dv, int n, const struct nl_wino *p);
+/* din (n, C, H, W) = the same adjoint, written rather than added (din's earlier contents are
+ * ignored): the floats of nl_wino_input_adjoint into din zeroed, bit for bit, without a pass
+ * that clears din first where the paths allow (tile rows stacked in the lanes). */
+void nl_wino_input_adjoint_set(float *din, const float *dv, int n, const struct nl_wino *p);
+void nl_wino_input_adjoint_set_naive(float *din, const float *dv, int n, const struct nl_wino *p);
 
 /* out (n, F, oh, ow) = A^T mm A of each tile, the outputs past the plane's edge dropped, plus
  * bias[f] (bias may be NULL); or, where scale is not NULL, act(y * scale[f] + shift[f]) (the

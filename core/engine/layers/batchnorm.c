@@ -13,7 +13,11 @@
  * Passes over memory, per channel: forward reads x once for its sums and once to write out;
  * backward reads dout and x once for its sums and once to write din (and the fused add's other
  * input's gradient, in the same pass: nl_bn_backward_apply_res), each pass a kernel of
- * core/engine/kernels.c with an AVX-512 path and a naive twin. The sums go through sixteen float
+ * core/engine/kernels.c with an AVX-512 path and a naive twin. A channel's n planes lie a whole
+ * image apart and each is shorter than a page, too short for the hardware prefetchers to follow:
+ * the sums' kernels ask for the next plane's lines while they read one, and the output passes
+ * ask for the next plane's output (and the residual) before each plane (nl_prefetch), hints that
+ * change no float. The sums go through sixteen float
  * lanes over the channel's planes, added in double at the end (float lanes hold a few hundred
  * terms each at the shard sizes here); forward sums x - x0
  * and (x - x0)^2, x0 the channel's first value, so that the variance does not cancel when the
@@ -118,6 +122,11 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
         const float mu = mean[k], is = istd[k], g = gamma[k], bt = beta[k];
         for (int s = 0; s < n; s++) {
             const size_t at = (size_t)s * size + (size_t)k * plane;
+            if (s + 1 < n) { /* the next plane's lines on their way (see the top of the file) */
+                nl_prefetch(f->out + at + size, plane);
+                if (f->res)
+                    nl_prefetch(f->res + at + size, plane);
+            }
             nl_bn_apply_act(f->out + at, f->in[0] + at, f->res ? f->res + at : NULL, plane, mu, is,
                             g, bt, f->act);
         }
@@ -165,6 +174,12 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
         for (int s = 0; s < n && (b->din[0] || b->dres); s++) {
             const size_t at = (size_t)s * size + off;
             const float *dy = b->dout + at, *x = b->in[0] + at, *y = b->out + at;
+            if (s + 1 < n) { /* the next plane's lines on their way (see the top of the file) */
+                if (b->din[0])
+                    nl_prefetch(b->din[0] + at + size, plane);
+                if (b->dres)
+                    nl_prefetch(b->dres + at + size, plane);
+            }
             if (b->dres && b->din[0] && use_batch) { /* both in one pass over dy and y */
                 nl_bn_backward_apply_res(b->din[0] + at, b->dres + at, dy, y, x, plane, g, a1, a2,
                                          mu, is, b->act, b->set & 3u);

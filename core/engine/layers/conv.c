@@ -742,6 +742,15 @@ static int s2_writes_all(const struct nl_layer *l, const struct nl_bwd *b,
     return d->s2 && d->s2->used == 15 && (b->set & 1);
 }
 
+/* Whether a 1x1 stride-2 window (SAMPLE picking its columns, backward_phases) is din's first
+ * writer: then each image's din is cleared just before its picked gradient is added, while it
+ * is in the cache, rather than the whole shard's in one pass ahead (1.6 MB on resnet8's s2sc,
+ * gone from the cache by the time it is added to). The same +0.0 to add to. */
+static int picks_first(const struct nl_layer *l, const struct nl_bwd *b, const struct conv_dims *d)
+{
+    return l->lower == NL_LOWER_SAMPLE && pick(&d->win) && !d->s2 && (b->set & 1);
+}
+
 /* SAMPLE, image after image: dweight (F, K) += dout_s (F, P) cols_s^T (P, K), dbias (F) += row
  * sums of dout_s, then dcols (K, P) = weight^T (K, F) dout_s (F, P) folded back onto din_s. */
 static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
@@ -763,6 +772,8 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
         }
         if (b->din[0]) {
             float *din = b->din[0] + (size_t)s * d->in_size;
+            if ((b->set & 1) && !s2_writes_all(l, b, d)) /* din's first writer: see conv_backward */
+                memset(din, 0, d->in_size * sizeof *din);
             if (pointwise(g)) {
                 /* din_s is dcols itself. */
                 nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 1.0f, din, d->p);
@@ -838,6 +849,8 @@ static void backward_phases(const struct nl_layer *l, const struct nl_bwd *b,
             float *din = b->din[0] + (size_t)s * d->in_size;
             nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 0.0f, cols, d->p);
             if (!d->s2) {
+                if (picks_first(l, b, d))
+                    memset(din, 0, d->in_size * sizeof *din);
                 nl_s2_pick_adjoint(din, cols, g->c, g->h, g->w, g->oh, g->ow);
                 continue;
             }
@@ -1073,9 +1086,10 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
                 nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
                          v + xi * ct, tt);
             float *din = b->din[0] + (size_t)s0 * d->in_size;
-            if (b->set & 1) /* the chunk's first writer: zeroed here, while it goes into cache */
-                memset(din, 0, (size_t)n * d->in_size * sizeof *din);
-            nl_wino_input_adjoint(din, v, n, p);
+            if (b->set & 1) /* the first writer: din written, not added to */
+                nl_wino_input_adjoint_set(din, v, n, p);
+            else
+                nl_wino_input_adjoint(din, v, n, p);
         }
     }
     if (b->dw && !one)
@@ -1101,19 +1115,30 @@ static size_t conv_scratch(const struct nl_layer *l, int n)
     return (step < n ? 2 : 1) * u + (size_t)step * l->scratch_per_sample;
 }
 
-/* din's first writer (bit 0 of b->set): WINOGRAD zeroes each chunk of images just before it
- * adds into it, while that chunk goes into the cache anyway; DIRECT writes each image's instead
+/* din's first writer (bit 0 of b->set): WINOGRAD writes each chunk of images' din
+ * (nl_wino_input_adjoint_set: written where the tile rows are stacked, else zeroed just before
+ * it adds into it, while that chunk goes into the cache anyway); DIRECT writes each image's instead
  * of adding (its sums start from 0 either way), and PACKED too (nl_col2im_set); SAMPLE and SHARD
  * start from the whole shard's din zeroed, as a caller would have left it, and PHASES too unless it
- * rewrites every pixel (s2_writes_all). The sums are the same. */
+ * rewrites every pixel (s2_writes_all); a 1x1 stride-2 window (picks_first) and SAMPLE (and
+ * ONECHAN's input gradient, which is SAMPLE's) clear each image's din just before adding into it,
+ * while it is in the cache, rather than the whole shard's in a pass ahead. The sums are the
+ * same. */
 static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     struct conv_dims d;
     struct nl_s2 s2;
     conv_dims(l, &d, &s2);
     const int wino = l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2;
-    if (!wino && l->lower != NL_LOWER_DIRECT && l->lower != NL_LOWER_PACKED && (b->set & 1) &&
-        b->din[0] && !s2_writes_all(l, b, &d))
+    const int shard = (l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
+                       l->lower == NL_LOWER_S2LANES) &&
+                      b->n > 1;
+    const int phases = l->lower == NL_LOWER_PHASES || (l->lower == NL_LOWER_SAMPLE && pick(&d.win));
+    /* backward_sample (ONECHAN's input gradient too) clears each image's din itself */
+    const int sample =
+        !wino && !shard && !phases && l->lower != NL_LOWER_DIRECT && l->lower != NL_LOWER_PACKED;
+    if (!wino && !sample && l->lower != NL_LOWER_DIRECT && l->lower != NL_LOWER_PACKED &&
+        (b->set & 1) && b->din[0] && !s2_writes_all(l, b, &d) && !picks_first(l, b, &d))
         memset(b->din[0], 0, (size_t)b->n * d.in_size * sizeof *b->din[0]);
     if (wino)
         backward_winograd(l, b, &d);
@@ -1123,11 +1148,9 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
         backward_packed(l, b, &d);
     else if (l->lower == NL_LOWER_ONECHAN)
         backward_onechan(l, b, &d);
-    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
-              l->lower == NL_LOWER_S2LANES) &&
-             b->n > 1)
+    else if (shard)
         backward_shard(l, b, &d);
-    else if (l->lower == NL_LOWER_PHASES || (l->lower == NL_LOWER_SAMPLE && pick(&d.win)))
+    else if (phases)
         backward_phases(l, b, &d);
     else
         backward_sample(l, b, &d);
