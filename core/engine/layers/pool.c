@@ -84,6 +84,24 @@ static void clip(int *y0, int *y1, int o, int s, int p, int k, int size)
     *y1 = start + k > size ? size : start + k;
 }
 
+/* The gradient of up to 16 outputs (mask m) for the backward of maxpool_2x2: dout, masked where
+ * act's derivative at the output y is 0, plus 0.0f (the scalar path's 0.0f + gradient). */
+AVX512 static inline __attribute__((always_inline)) __m512
+pool_grad_avx512(const float *dout, const float *y, __mmask16 m, int act)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 g = _mm512_maskz_loadu_ps(m, dout);
+
+    if (act != NL_ACT_NONE) {
+        const __m512 v = _mm512_maskz_loadu_ps(m, y);
+        __mmask16 pass = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
+        if (act == NL_ACT_RELU6)
+            pass &= _mm512_cmp_ps_mask(v, _mm512_set1_ps(6.0f), _CMP_LT_OQ);
+        g = _mm512_maskz_mov_ps(pass, g);
+    }
+    return _mm512_add_ps(zero, g);
+}
+
 /* Up to 16 outputs of maxpool_2x2 in AVX-512 vectors: the two input rows r0 and r1 (from column
  * 2 ox; r0's offset in the sample is at) split into their even and odd columns (lo and hi mask
  * the row's 2k pixels, m its k outputs), then the scalar loop's comparisons and selections lane
@@ -159,20 +177,11 @@ AVX512 static void maxpool_2x2_row_backward_avx512(float *din, const float *dout
                   first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
                   second = _mm512_add_epi32(first, _mm512_set1_epi32(8)),
                   one = _mm512_set1_epi32(1), wv = _mm512_set1_epi32(w);
-    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
 
     for (int ox = 0; ox < ow; ox += 16) {
         const int k = ow - ox < 16 ? ow - ox : 16;
         const __mmask16 m = lanes(0, k), lo = lanes(0, 2 * k), hi = lanes(0, 2 * k - 16);
-        __m512 g = _mm512_maskz_loadu_ps(m, dout + ox);
-        if (act != NL_ACT_NONE) {
-            const __m512 v = _mm512_maskz_loadu_ps(m, y + ox);
-            __mmask16 pass = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
-            if (act == NL_ACT_RELU6)
-                pass &= _mm512_cmp_ps_mask(v, six, _CMP_LT_OQ);
-            g = _mm512_maskz_mov_ps(pass, g);
-        }
-        g = _mm512_add_ps(zero, g);
+        const __m512 g = pool_grad_avx512(dout + ox, y + ox, m, act);
         const __m512i a = _mm512_maskz_loadu_epi32(m, arg + ox);
         const __m512i base = _mm512_add_epi32(_mm512_set1_epi32(row + 2 * ox), even);
         const __m512i below = _mm512_add_epi32(base, wv);
@@ -260,20 +269,11 @@ AVX512 static void maxpool_2x2_w8_backward_avx512(float *din, const float *dout,
     /* input lane l of vector t: output 4t + (l % 8) / 2 of the 16 */
     const __m512i pick = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
 
     for (int o0 = 0; o0 < count; o0 += 16) {
         const int k = count - o0 < 16 ? count - o0 : 16;
         const __mmask16 m = lanes(0, k);
-        __m512 g = _mm512_maskz_loadu_ps(m, dout + o0);
-        if (act != NL_ACT_NONE) {
-            const __m512 v = _mm512_maskz_loadu_ps(m, y + o0);
-            __mmask16 pass = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
-            if (act == NL_ACT_RELU6)
-                pass &= _mm512_cmp_ps_mask(v, six, _CMP_LT_OQ);
-            g = _mm512_maskz_mov_ps(pass, g);
-        }
-        g = _mm512_add_ps(zero, g);
+        const __m512 g = pool_grad_avx512(dout + o0, y + o0, m, act);
         const __m512i a = _mm512_maskz_loadu_epi32(m, arg + o0);
         float *dst = din + 4 * (size_t)o0;
 #pragma GCC unroll 4
