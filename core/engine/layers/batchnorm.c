@@ -7,9 +7,10 @@
  *   in (n, C, H, W)    out (n, C, H, W)
  *   aux: 4C + 2 floats (sized per sample, used once): forward writes the mean and
  *   1/sqrt(var + eps) it used per channel, the shard's sums of x and x^2 per channel, then 1
- *   when it used batch statistics, then 1 when it added a fused residual (nl_fwd.res). The
- * normalised input xhat is not kept: backward recomputes it from the input, (x - mean) * istd, as
- * forward computed it.
+ *   when it used batch statistics, then 1 when it added a fused residual (nl_fwd.res).
+ *
+ * The normalised input xhat is not kept: backward recomputes it from the input, (x - mean) * istd,
+ * as forward computed it.
  *
  * Passes over memory, per channel: forward reads x once for its sums and once to write out;
  * backward reads dout and x once for its sums and once to write din (and the fused add's other
@@ -32,10 +33,10 @@
  * gradient inside the same two passes (sums, then din and the add's other input's gradient). xhat
  * is still recomputed from the saved input with mean and istd, never from the output divided by
  * weight (which may be 0). The floats are those of the two layers run one after the other.
- * Without a residual, backward with batch statistics judges the mask from x instead of reading
- * the output (nl_bn_grad_sums_mask, nl_bn_backward_apply_mask): v = weight * xhat + bias,
- * recomputed as forward computed it, is > 0 (and < 6) exactly where act(v) is, so the two passes
- * read dout and x only, the same floats.
+ * Without a residual, backward judges the mask from x instead of reading the output
+ * (nl_bn_grad_sums_mask, and nl_bn_backward_apply_mask with batch statistics): v = weight * xhat
+ * + bias, recomputed from the mean and istd forward used as forward computed it, is > 0 (and < 6)
+ * exactly where act(v) is, so the two passes read dout and x only, the same floats.
  *
  * In inference the layer is y = x * scale + shift per channel; nl__bn_fold gives the two so
  * that a forward-only executor can fold them into the output pass of the convolution before it
