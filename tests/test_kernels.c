@@ -1927,6 +1927,75 @@ static void test_wino_adjoint_set(int m, int n, int c, int h, int w, int ph, int
     free(ref);
 }
 
+/* Batchnorm's backward passes with the fused activation's mask judged from x
+ * (nl_bn_grad_sums_mask, nl_bn_backward_apply_mask) against the passes that read forward's
+ * output (nl_bn_apply_act's), vector paths and naive twins: the same floats, bit for bit. The
+ * second parameter set makes v = x exactly, so x = 0, -0 and 6 sit on the masks' edges. */
+static void test_bn_mask(void)
+{
+    static const size_t sizes[] = {1, 15, 16, 17, 49, 196, 200, 784};
+    static const float par[2][4] = {{0.3f, 1.7f, -0.8f, 0.1f}, {0.0f, 1.0f, 1.0f, 0.0f}};
+    enum { PLANES = 3, MAX = 3 * (784 + 5) };
+    float *x = malloc(MAX * sizeof *x), *y = malloc(MAX * sizeof *y), *dy = malloc(MAX * sizeof *y);
+    float *a1 = malloc(MAX * sizeof *a1), *a2 = malloc(MAX * sizeof *a2);
+    float *a3 = malloc(MAX * sizeof *a3);
+    int wrong_sums = 0, wrong_dx = 0, cases = 0, dead = 0, edges = 0;
+
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (int act = NL_ACT_RELU; act <= NL_ACT_RELU6; act++)
+            for (int k = 0; k < 2; k++)
+                for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+                    const size_t n = sizes[i], stride = n + 5;
+                    const float mu = par[k][0], is = par[k][1], w = par[k][2], b = par[k][3];
+                    fill(x, MAX, -8.0f, 8.0f);
+                    fill(dy, MAX, -1.0f, 1.0f);
+                    for (size_t j = 0; j + 7 < MAX; j += 7) /* the edges */
+                        x[j] = j % 3 == 0 ? 0.0f : j % 3 == 1 ? -0.0f : 6.0f;
+                    for (int s = 0; s < PLANES; s++)
+                        nl_bn_apply_act(y + s * stride, x + s * stride, NULL, n, mu, is, w, b, act);
+                    for (int s = 0; s < PLANES; s++)
+                        for (size_t j = 0; j < n; j++) {
+                            const float v = y[s * stride + j];
+                            dead += v == 0.0f || v == 6.0f;
+                            edges += x[s * stride + j] == 6.0f && v == 6.0f;
+                        }
+                    double u[2] = {0.5, -0.25}, v[2] = {0.5, -0.25}, t[2] = {0.5, -0.25};
+                    nl_bn_grad_sums_act(dy, y, x, PLANES, stride, n, mu, act, &u[0], &u[1]);
+                    nl_bn_grad_sums_mask(dy, x, PLANES, stride, n, mu, is, w, b, act, &v[0], &v[1]);
+                    nl_bn_grad_sums_mask_naive(dy, x, PLANES, stride, n, mu, is, w, b, act, &t[0],
+                                               &t[1]);
+                    wrong_sums += memcmp(u, v, sizeof u) != 0 || memcmp(u, t, sizeof u) != 0;
+                    for (int set = 0; set <= 1; set++) {
+                        fill(a1, MAX, -1.0f, 1.0f);
+                        memcpy(a2, a1, MAX * sizeof *a1);
+                        memcpy(a3, a1, MAX * sizeof *a1);
+                        nl_bn_backward_apply_act(a1, dy, y, x, n, w * is, 0.1f, -0.3f, mu, is, act,
+                                                 set);
+                        nl_bn_backward_apply_mask(a2, dy, x, n, w * is, 0.1f, -0.3f, mu, is, w, b,
+                                                  act, set);
+                        nl_bn_backward_apply_mask_naive(a3, dy, x, n, w * is, 0.1f, -0.3f, mu, is,
+                                                        w, b, act, set);
+                        wrong_dx += memcmp(a1, a2, MAX * sizeof *a1) != 0 ||
+                                    memcmp(a1, a3, MAX * sizeof *a1) != 0;
+                    }
+                    cases++;
+                }
+    }
+    nl_kernels_vector(1);
+    ok(cases == 64 && dead > 1000 && edges > 10, "%d cases; %d outputs at a mask's edge or past it",
+       cases, dead);
+    is_int(wrong_sums, 0, "batchnorm's sums with the mask from x: as from the output, and twin");
+    is_int(wrong_dx, 0,
+           "batchnorm's input gradient with the mask from x: as from the output, twin");
+    free(x);
+    free(y);
+    free(dy);
+    free(a1);
+    free(a2);
+    free(a3);
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -2377,5 +2446,6 @@ int main(void)
         }
     }
     nl_kernels_vector(1);
+    test_bn_mask();
     return done_testing();
 }

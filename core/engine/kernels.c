@@ -2199,6 +2199,146 @@ void nl_bn_backward_apply_res(float *dx, float *dres, const float *dy, const flo
         nl_bn_backward_apply_res_naive(dx, dres, dy, y, x, n, g, a1, a2, mu, is, act, set);
 }
 
+/* nl_bn_grad_sums_act and nl_bn_backward_apply_act where the fused activation came straight
+ * after the normalisation (no residual): its mask is judged from v = w * ((x - mu) * is) + b,
+ * the float forward computed and passed through act, instead of from the stored output, so the
+ * passes read two streams of three. act(v) > 0 exactly where v > 0 (and < 6 where v < 6), so
+ * the mask, and every float after it, is the one read from the output. */
+static inline int mask_live(float x, float mu, float is, float w, float b, int act)
+{
+    const float v = w * ((x - mu) * is) + b;
+    return act == NL_ACT_RELU6 ? v > 0.0f && v < 6.0f : v > 0.0f;
+}
+
+void nl_bn_grad_sums_mask_naive(const float *restrict dy, const float *restrict x, int n,
+                                size_t stride, size_t plane, float mu, float is, float w, float b,
+                                int act, double *sdy, double *sdyc)
+{
+    float a[16] = {0}, c[16] = {0};
+
+    for (int s = 0; s < n; s++) {
+        const size_t at = (size_t)s * stride;
+        const float *g = dy + at, *p = x + at;
+        for (size_t i = 0; i < plane; i += 16)
+            for (size_t j = 0; j < 16 && i + j < plane; j++) {
+                float gv = mask_live(p[i + j], mu, is, w, b, act) ? g[i + j] : 0.0f;
+                a[j] += gv;
+                c[j] += gv * (p[i + j] - mu);
+            }
+    }
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 16; j++) {
+        t1 += a[j];
+        t2 += c[j];
+    }
+    *sdy += t1;
+    *sdyc += t2;
+}
+
+/* The forward output's mask from x - mu (xc): act_live_avx512 of v, as forward wrote act(v). */
+AVX512 static inline __attribute__((always_inline)) __mmask16
+mask_live_avx512(__m512 xc, __m512 vis, __m512 vw, __m512 vb, int act)
+{
+    return act_live_avx512(_mm512_add_ps(_mm512_mul_ps(vw, _mm512_mul_ps(xc, vis)), vb), act);
+}
+
+AVX512 static void bn_grad_sums_mask_avx512(const float *dy, const float *x, int n, size_t stride,
+                                            size_t plane, float mu, float is, float w, float b,
+                                            int act, double *sdy, double *sdyc)
+{
+    __m512 va = _mm512_setzero_ps(), vc = _mm512_setzero_ps();
+    const __m512 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is), vw = _mm512_set1_ps(w),
+                 vb = _mm512_set1_ps(b);
+    float a[16], c[16];
+
+    for (int s = 0; s < n; s++) {
+        const size_t at = (size_t)s * stride;
+        const float *g = dy + at, *p = x + at;
+        size_t i = 0;
+        for (; i + 16 <= plane; i += 16) {
+            if (s + 1 < n) {
+                _mm_prefetch((const char *)(g + stride + i), _MM_HINT_T0);
+                _mm_prefetch((const char *)(p + stride + i), _MM_HINT_T0);
+            }
+            const __m512 xc = _mm512_sub_ps(_mm512_loadu_ps(p + i), vmu);
+            __m512 gv = _mm512_maskz_loadu_ps(mask_live_avx512(xc, vis, vw, vb, act), g + i);
+            va = _mm512_add_ps(va, gv);
+            vc = _mm512_add_ps(vc, _mm512_mul_ps(gv, xc));
+        }
+        if (i < plane) {
+            const __mmask16 m = lanes(0, (int)(plane - i));
+            const __m512 xc = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + i), vmu);
+            __m512 gv = _mm512_maskz_loadu_ps(m & mask_live_avx512(xc, vis, vw, vb, act), g + i);
+            va = _mm512_mask_add_ps(va, m, va, gv);
+            vc = _mm512_mask_add_ps(vc, m, vc, _mm512_mul_ps(gv, xc));
+        }
+    }
+    _mm512_storeu_ps(a, va);
+    _mm512_storeu_ps(c, vc);
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 16; j++) {
+        t1 += a[j];
+        t2 += c[j];
+    }
+    *sdy += t1;
+    *sdyc += t2;
+}
+
+void nl_bn_grad_sums_mask(const float *dy, const float *x, int n, size_t stride, size_t plane,
+                          float mu, float is, float w, float b, int act, double *sdy, double *sdyc)
+{
+    if (act == NL_ACT_NONE)
+        nl_bn_grad_sums(dy, x, n, stride, plane, mu, sdy, sdyc);
+    else if (vector_on)
+        bn_grad_sums_mask_avx512(dy, x, n, stride, plane, mu, is, w, b, act, sdy, sdyc);
+    else
+        nl_bn_grad_sums_mask_naive(dy, x, n, stride, plane, mu, is, w, b, act, sdy, sdyc);
+}
+
+void nl_bn_backward_apply_mask_naive(float *restrict dx, const float *restrict dy,
+                                     const float *restrict x, size_t n, float g, float a1, float a2,
+                                     float mu, float is, float w, float b, int act, int set)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gv = mask_live(x[i], mu, is, w, b, act) ? dy[i] : 0.0f;
+        float v = g * (gv - a1 - ((x[i] - mu) * is) * a2);
+        dx[i] = set ? v : dx[i] + v;
+    }
+}
+
+AVX512 static void bn_backward_apply_mask_avx512(float *dx, const float *dy, const float *x,
+                                                 size_t n, float g, float a1, float a2, float mu,
+                                                 float is, float w, float b, int act, int set)
+{
+    const __m512 vg = _mm512_set1_ps(g), va1 = _mm512_set1_ps(a1), va2 = _mm512_set1_ps(a2),
+                 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is), vw = _mm512_set1_ps(w),
+                 vb = _mm512_set1_ps(b);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
+        const __m512 xc = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu);
+        const __mmask16 live = m & mask_live_avx512(xc, vis, vw, vb, act);
+        __m512 xh = _mm512_mul_ps(xc, vis);
+        __m512 v = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, dy + i), va1),
+                                 _mm512_mul_ps(xh, va2));
+        v = _mm512_mul_ps(vg, v);
+        if (!set)
+            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
+        _mm512_mask_storeu_ps(dx + i, m, v);
+    }
+}
+
+void nl_bn_backward_apply_mask(float *dx, const float *dy, const float *x, size_t n, float g,
+                               float a1, float a2, float mu, float is, float w, float b, int act,
+                               int set)
+{
+    if (act == NL_ACT_NONE)
+        nl_bn_backward_apply(dx, dy, x, n, g, a1, a2, mu, is, set);
+    else if (vector_on)
+        bn_backward_apply_mask_avx512(dx, dy, x, n, g, a1, a2, mu, is, w, b, act, set);
+    else
+        nl_bn_backward_apply_mask_naive(dx, dy, x, n, g, a1, a2, mu, is, w, b, act, set);
+}
+
 void nl_add_act_backward_naive(float *d0, float *d1, const float *y, const float *dy, size_t n,
                                int act, unsigned set)
 {

@@ -199,6 +199,19 @@ void nl_bn_backward_apply_res(float *dx, float *dres, const float *dy, const flo
 void nl_bn_backward_apply_res_naive(float *dx, float *dres, const float *dy, const float *y,
                                     const float *x, size_t n, float g, float a1, float a2, float mu,
                                     float is, int act, unsigned set);
+/* The two _act passes with no residual, act's mask judged from w * ((x - mu) * is) + b (forward's
+ * v, of which it stored act(v)) instead of read from the output: the same floats bit for bit. */
+void nl_bn_grad_sums_mask(const float *dy, const float *x, int n, size_t stride, size_t plane,
+                          float mu, float is, float w, float b, int act, double *sdy, double *sdyc);
+void nl_bn_grad_sums_mask_naive(const float *dy, const float *x, int n, size_t stride, size_t plane,
+                                float mu, float is, float w, float b, int act, double *sdy,
+                                double *sdyc);
+void nl_bn_backward_apply_mask(float *dx, const float *dy, const float *x, size_t n, float g,
+                               float a1, float a2, float mu, float is, float w, float b, int act,
+                               int set);
+void nl_bn_backward_apply_mask_naive(float *dx, const float *dy, const float *x, size_t n, float g,
+                                     float a1, float a2, float mu, float is, float w, float b,
+                                     int act, int set);
 void nl_add_act_backward(float *d0, float *d1, const float *y, const float *dy, size_t n, int act,
                          unsigned set);
 void nl_add_act_backward_naive(float *d0, float *d1, const float *y, const float *dy, size_t n,

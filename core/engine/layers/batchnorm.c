@@ -5,10 +5,12 @@
  *   weight [C] (ones), bias [C] (zeros): trainable
  *   running_mean [C] (zeros), running_var [C] (ones): statistics, never trained
  *   in (n, C, H, W)    out (n, C, H, W)
- *   aux: 4C + 1 floats (sized per sample, used once): forward writes the mean and
+ *   aux: 4C + 2 floats (sized per sample, used once): forward writes the mean and
  *   1/sqrt(var + eps) it used per channel, the shard's sums of x and x^2 per channel, then 1
- *   when it used batch statistics. The normalised input xhat is not kept: backward recomputes
- *   it from the input, (x - mean) * istd, as forward computed it.
+ *   when it used batch statistics, then 1 when it added a fused residual (nl_fwd.res).
+ *
+ * The normalised input xhat is not kept: backward recomputes it from the input, (x - mean) * istd,
+ * as forward computed it.
  *
  * Passes over memory, per channel: forward reads x once for its sums and once to write out;
  * backward reads dout and x once for its sums and once to write din (and the fused add's other
@@ -31,6 +33,10 @@
  * gradient inside the same two passes (sums, then din and the add's other input's gradient). xhat
  * is still recomputed from the saved input with mean and istd, never from the output divided by
  * weight (which may be 0). The floats are those of the two layers run one after the other.
+ * Without a residual, backward judges the mask from x instead of reading the output
+ * (nl_bn_grad_sums_mask, and nl_bn_backward_apply_mask with batch statistics): v = weight * xhat
+ * + bias, recomputed from the mean and istd forward used as forward computed it, is > 0 (and < 6)
+ * exactly where act(v) is, so the two passes read dout and x only, the same floats.
  *
  * In inference the layer is y = x * scale + shift per channel; nl__bn_fold gives the two so
  * that a forward-only executor can fold them into the output pass of the convolution before it
@@ -86,7 +92,7 @@ static int bn_setup(struct nl_layer *l, struct nl_error *err)
     nl__layer_add_param(l, "running_var", 1, dims, c, c, NL_INIT_ONE);
     l->params[2].stat = 1;
     l->params[3].stat = 1;
-    l->aux_bytes = (4 * (size_t)c + 1) * sizeof(float);
+    l->aux_bytes = (4 * (size_t)c + 2) * sizeof(float);
     return 0;
 }
 
@@ -102,7 +108,8 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
 
     if (n <= 0)
         return;
-    *batch = (float)use_batch;
+    batch[0] = (float)use_batch;
+    batch[1] = (float)(f->res != NULL);
     for (int k = 0; k < c; k++) {
         const float *xk = f->in[0] + (size_t)k * plane;
         if (use_batch) {
@@ -145,9 +152,11 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
 {
     const int c = l->in[0].c, n = b->n;
     const size_t plane = (size_t)l->in[0].h * l->in[0].w, size = nl_shape_size(l->in[0]);
-    const float *gamma = b->w;
+    const float *gamma = b->w, *beta = b->w + l->params[1].offset;
     const float *mean = b->aux, *istd = mean + c, *sum1 = istd + c, *sum2 = sum1 + c;
     const int use_batch = sum2[c] != 0.0f;
+    /* act straight after the normalisation: its mask from x (see the top of the file) */
+    const int mask = b->act != NL_ACT_NONE && sum2[c + 1] == 0.0f;
     const double m = (double)n * (double)plane;
 
     if (n <= 0)
@@ -157,8 +166,12 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
         const size_t off = (size_t)k * plane;
         /* sum dy * xhat = istd * sum dy * (x - mean) */
         double sdy = 0.0, sdyc = 0.0;
-        nl_bn_grad_sums_act(b->dout + off, b->out + off, b->in[0] + off, n, size, plane, mu, b->act,
-                            &sdy, &sdyc);
+        if (mask)
+            nl_bn_grad_sums_mask(b->dout + off, b->in[0] + off, n, size, plane, mu, is, gamma[k],
+                                 beta[k], b->act, &sdy, &sdyc);
+        else
+            nl_bn_grad_sums_act(b->dout + off, b->out + off, b->in[0] + off, n, size, plane, mu,
+                                b->act, &sdy, &sdyc);
         double sdyx = (double)is * sdyc;
         if (b->dw) {
             b->dw[k] += (float)sdyx;
@@ -191,7 +204,10 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
             if (!b->din[0])
                 continue;
             float *dx = b->din[0] + at;
-            if (use_batch)
+            if (use_batch && mask)
+                nl_bn_backward_apply_mask(dx, dy, x, plane, g, a1, a2, mu, is, gamma[k], beta[k],
+                                          b->act, b->set & 1);
+            else if (use_batch)
                 nl_bn_backward_apply_act(dx, dy, y, x, plane, g, a1, a2, mu, is, b->act,
                                          b->set & 1);
             else /* the running statistics: din = weight * istd * dy */
