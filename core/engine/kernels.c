@@ -1524,6 +1524,19 @@ void nl_add_act(float *out, const float *a, const float *b, size_t n, int act)
         nl_add_act_naive(out, a, b, n, act);
 }
 
+/* Adds the 16 lanes of a and of b, in order and in double, to *s1 and *s2: how the batchnorm sums'
+ * kernels, vector and naive, end (so that both give the same doubles). */
+static void add_lanes(const float *a, const float *b, double *s1, double *s2)
+{
+    double t1 = 0.0, t2 = 0.0;
+    for (int j = 0; j < 16; j++) {
+        t1 += a[j];
+        t2 += b[j];
+    }
+    *s1 += t1;
+    *s2 += t2;
+}
+
 /* Batchnorm's sums over one channel: n planes of `plane` floats, plane s at s * stride. Each keeps
  * sixteen float partial sums, lane j taking the elements i + j of every plane (i a multiple of
  * 16), and adds them in double in lane order at the end: the vector paths do the same in one
@@ -1542,13 +1555,7 @@ void nl_bn_shifted_sums_naive(const float *restrict x, int n, size_t stride, siz
                 b[j] += d * d;
             }
     }
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 16; j++) {
-        t1 += a[j];
-        t2 += b[j];
-    }
-    *s1 += t1;
-    *s2 += t2;
+    add_lanes(a, b, s1, s2);
 }
 
 AVX512 static void bn_shifted_sums_avx512(const float *x, int n, size_t stride, size_t plane,
@@ -1577,13 +1584,7 @@ AVX512 static void bn_shifted_sums_avx512(const float *x, int n, size_t stride, 
     }
     _mm512_storeu_ps(a, va);
     _mm512_storeu_ps(b, vb);
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 16; j++) {
-        t1 += a[j];
-        t2 += b[j];
-    }
-    *s1 += t1;
-    *s2 += t2;
+    add_lanes(a, b, s1, s2);
 }
 
 void nl_bn_shifted_sums(const float *x, int n, size_t stride, size_t plane, float x0, double *s1,
@@ -1608,13 +1609,7 @@ void nl_bn_grad_sums_naive(const float *restrict dy, const float *restrict x, in
                 b[j] += g[i + j] * (p[i + j] - mu);
             }
     }
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 16; j++) {
-        t1 += a[j];
-        t2 += b[j];
-    }
-    *sdy += t1;
-    *sdyc += t2;
+    add_lanes(a, b, sdy, sdyc);
 }
 
 AVX512 static void bn_grad_sums_avx512(const float *dy, const float *x, int n, size_t stride,
@@ -1646,13 +1641,7 @@ AVX512 static void bn_grad_sums_avx512(const float *dy, const float *x, int n, s
     }
     _mm512_storeu_ps(a, va);
     _mm512_storeu_ps(b, vb);
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 16; j++) {
-        t1 += a[j];
-        t2 += b[j];
-    }
-    *sdy += t1;
-    *sdyc += t2;
+    add_lanes(a, b, sdy, sdyc);
 }
 
 void nl_bn_grad_sums(const float *dy, const float *x, int n, size_t stride, size_t plane, float mu,
@@ -2049,13 +2038,7 @@ void nl_bn_grad_sums_act_naive(const float *restrict dy, const float *restrict y
                 b[j] += gv * (p[i + j] - mu);
             }
     }
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 16; j++) {
-        t1 += a[j];
-        t2 += b[j];
-    }
-    *sdy += t1;
-    *sdyc += t2;
+    add_lanes(a, b, sdy, sdyc);
 }
 
 AVX512 static void bn_grad_sums_act_avx512(const float *dy, const float *y, const float *x, int n,
@@ -2091,13 +2074,7 @@ AVX512 static void bn_grad_sums_act_avx512(const float *dy, const float *y, cons
     }
     _mm512_storeu_ps(a, va);
     _mm512_storeu_ps(b, vb);
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 16; j++) {
-        t1 += a[j];
-        t2 += b[j];
-    }
-    *sdy += t1;
-    *sdyc += t2;
+    add_lanes(a, b, sdy, sdyc);
 }
 
 void nl_bn_grad_sums_act(const float *dy, const float *y, const float *x, int n, size_t stride,
@@ -2226,13 +2203,7 @@ void nl_bn_grad_sums_mask_naive(const float *restrict dy, const float *restrict 
                 c[j] += gv * (p[i + j] - mu);
             }
     }
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 16; j++) {
-        t1 += a[j];
-        t2 += c[j];
-    }
-    *sdy += t1;
-    *sdyc += t2;
+    add_lanes(a, c, sdy, sdyc);
 }
 
 /* The forward output's mask from x - mu (xc): act_live_avx512 of v, as forward wrote act(v). */
@@ -2275,13 +2246,7 @@ AVX512 static void bn_grad_sums_mask_avx512(const float *dy, const float *x, int
     }
     _mm512_storeu_ps(a, va);
     _mm512_storeu_ps(c, vc);
-    double t1 = 0.0, t2 = 0.0;
-    for (int j = 0; j < 16; j++) {
-        t1 += a[j];
-        t2 += c[j];
-    }
-    *sdy += t1;
-    *sdyc += t2;
+    add_lanes(a, c, sdy, sdyc);
 }
 
 void nl_bn_grad_sums_mask(const float *dy, const float *x, int n, size_t stride, size_t plane,

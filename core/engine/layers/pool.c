@@ -102,6 +102,30 @@ pool_grad_avx512(const float *dout, const float *y, __mmask16 m, int act)
     return _mm512_add_ps(zero, g);
 }
 
+/* The choice of maxpool_2x2 over up to 16 windows (mask m) whose top-left, top-right,
+ * bottom-left and bottom-right values are a, b, cc and d and whose top-left and bottom-left
+ * inputs are at base and base_w: the scalar loop's comparisons and selections lane by lane (so
+ * values and indices are the same), the value through act into out, its input into arg. */
+AVX512 static inline __attribute__((always_inline)) void
+maxpool_2x2_pick(float *out, int32_t *arg, __m512 a, __m512 b, __m512 cc, __m512 d, __m512i base,
+                 __m512i base_w, __mmask16 m, int act)
+{
+    const __m512i one = _mm512_set1_epi32(1);
+    const __mmask16 right_top = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ),
+                    right_bottom = _mm512_cmp_ps_mask(d, cc, _CMP_GT_OQ);
+    const __m512 top = _mm512_mask_blend_ps(right_top, a, b),
+                 bottom = _mm512_mask_blend_ps(right_bottom, cc, d);
+    const __mmask16 down = _mm512_cmp_ps_mask(bottom, top, _CMP_GT_OQ),
+                    isnan = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) |
+                            _mm512_cmp_ps_mask(cc, d, _CMP_UNORD_Q);
+    __m512 v = _mm512_mask_blend_ps(down, top, bottom);
+    v = act_avx512(_mm512_mask_mov_ps(v, isnan, _mm512_set1_ps(NAN)), act);
+    const __m512i i_top = _mm512_mask_add_epi32(base, right_top, base, one),
+                  i_bottom = _mm512_mask_add_epi32(base_w, right_bottom, base_w, one);
+    _mm512_mask_storeu_ps(out, m, v);
+    _mm512_mask_storeu_epi32(arg, m, _mm512_mask_blend_epi32(down, i_top, i_bottom));
+}
+
 /* Up to 16 outputs of maxpool_2x2 in AVX-512 vectors: the two input rows r0 and r1 (from column
  * 2 ox; r0's offset in the sample is at) split into their even and odd columns (lo and hi mask
  * the row's 2k pixels, m its k outputs), then the scalar loop's comparisons and selections lane
@@ -112,28 +136,15 @@ maxpool_2x2_vec(float *out, int32_t *arg, const float *r0, const float *r1, int 
 {
     const __m512i even =
                       _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
-                  odd = _mm512_add_epi32(even, _mm512_set1_epi32(1)), one = _mm512_set1_epi32(1);
-    const __m512 nan = _mm512_set1_ps(NAN);
+                  odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     const __m512 t0 = _mm512_maskz_loadu_ps(lo, r0), t1 = _mm512_maskz_loadu_ps(hi, r0 + 16),
                  b0 = _mm512_maskz_loadu_ps(lo, r1), b1 = _mm512_maskz_loadu_ps(hi, r1 + 16);
     const __m512 a = _mm512_permutex2var_ps(t0, even, t1), b = _mm512_permutex2var_ps(t0, odd, t1);
     const __m512 cc = _mm512_permutex2var_ps(b0, even, b1), d = _mm512_permutex2var_ps(b0, odd, b1);
-    const __mmask16 right_top = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ),
-                    right_bottom = _mm512_cmp_ps_mask(d, cc, _CMP_GT_OQ);
-    const __m512 top = _mm512_mask_blend_ps(right_top, a, b),
-                 bottom = _mm512_mask_blend_ps(right_bottom, cc, d);
-    const __mmask16 down = _mm512_cmp_ps_mask(bottom, top, _CMP_GT_OQ),
-                    isnan = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) |
-                            _mm512_cmp_ps_mask(cc, d, _CMP_UNORD_Q);
-    __m512 v = _mm512_mask_blend_ps(down, top, bottom);
-    v = act_avx512(_mm512_mask_mov_ps(v, isnan, nan), act);
     /* at + right_top, or one row down: at + w + right_bottom */
     const __m512i base = _mm512_add_epi32(_mm512_set1_epi32(at), even);
-    const __m512i base_w = _mm512_add_epi32(base, _mm512_set1_epi32(w));
-    const __m512i i_top = _mm512_mask_add_epi32(base, right_top, base, one),
-                  i_bottom = _mm512_mask_add_epi32(base_w, right_bottom, base_w, one);
-    _mm512_mask_storeu_ps(out, m, v);
-    _mm512_mask_storeu_epi32(arg, m, _mm512_mask_blend_epi32(down, i_top, i_bottom));
+    maxpool_2x2_pick(out, arg, a, b, cc, d, base, _mm512_add_epi32(base, _mm512_set1_epi32(w)), m,
+                     act);
 }
 
 /* One output row of maxpool_2x2, 16 outputs at a time (r0 at offset row of the sample). */
@@ -220,7 +231,6 @@ AVX512 static void maxpool_2x2_w8_avx512(float *out, int32_t *arg, const float *
                   nine = _mm512_set1_epi32(9),
                   base0 =
                       _mm512_setr_epi32(0, 2, 4, 6, 16, 18, 20, 22, 32, 34, 36, 38, 48, 50, 52, 54);
-    const __m512 nan = _mm512_set1_ps(NAN);
 
     for (int o0 = 0; o0 < count; o0 += 16) {
         const int k = count - o0 < 16 ? count - o0 : 16;
@@ -241,21 +251,9 @@ AVX512 static void maxpool_2x2_w8_avx512(float *out, int32_t *arg, const float *
                                                _mm512_permutex2var_ps(v2, ic, v3)),
                      d = _mm512_mask_blend_ps(0xff00, _mm512_permutex2var_ps(v0, id, v1),
                                               _mm512_permutex2var_ps(v2, id, v3));
-        const __mmask16 right_top = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ),
-                        right_bottom = _mm512_cmp_ps_mask(d, cc, _CMP_GT_OQ);
-        const __m512 top = _mm512_mask_blend_ps(right_top, a, b),
-                     bottom = _mm512_mask_blend_ps(right_bottom, cc, d);
-        const __mmask16 down = _mm512_cmp_ps_mask(bottom, top, _CMP_GT_OQ),
-                        isnan = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) |
-                                _mm512_cmp_ps_mask(cc, d, _CMP_UNORD_Q);
-        __m512 v = _mm512_mask_blend_ps(down, top, bottom);
-        v = act_avx512(_mm512_mask_mov_ps(v, isnan, nan), act);
         const __m512i base = _mm512_add_epi32(_mm512_set1_epi32(4 * o0), base0);
-        const __m512i base_w = _mm512_add_epi32(base, eight);
-        const __m512i i_top = _mm512_mask_add_epi32(base, right_top, base, one),
-                      i_bottom = _mm512_mask_add_epi32(base_w, right_bottom, base_w, one);
-        _mm512_mask_storeu_ps(out + o0, m, v);
-        _mm512_mask_storeu_epi32(arg + o0, m, _mm512_mask_blend_epi32(down, i_top, i_bottom));
+        maxpool_2x2_pick(out + o0, arg + o0, a, b, cc, d, base, _mm512_add_epi32(base, eight), m,
+                         act);
     }
 }
 
