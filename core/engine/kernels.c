@@ -1665,33 +1665,6 @@ void nl_bn_backward_apply_naive(float *restrict dx, const float *restrict dy,
             dx[i] += g * (dy[i] - a1 - ((x[i] - mu) * is) * a2);
 }
 
-AVX512 static void bn_backward_apply_avx512(float *dx, const float *dy, const float *x, size_t n,
-                                            float g, float a1, float a2, float mu, float is,
-                                            int set)
-{
-    const __m512 vg = _mm512_set1_ps(g), va1 = _mm512_set1_ps(a1), va2 = _mm512_set1_ps(a2),
-                 vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is);
-    for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
-        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu), vis);
-        __m512 v = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, dy + i), va1),
-                                 _mm512_mul_ps(xh, va2));
-        v = _mm512_mul_ps(vg, v);
-        if (!set)
-            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
-        _mm512_mask_storeu_ps(dx + i, m, v);
-    }
-}
-
-void nl_bn_backward_apply(float *dx, const float *dy, const float *x, size_t n, float g, float a1,
-                          float a2, float mu, float is, int set)
-{
-    if (vector_on)
-        bn_backward_apply_avx512(dx, dy, x, n, g, a1, a2, mu, is, set);
-    else
-        nl_bn_backward_apply_naive(dx, dy, x, n, g, a1, a2, mu, is, set);
-}
-
 void nl_conv_s1_naive(float *out, const float *img, const float *weight, const float *bias, int c,
                       int h, int w, int f, int kh, int kw, int ph, int pw, int oh, int ow, int acc)
 {
@@ -2271,9 +2244,11 @@ void nl_bn_backward_apply_mask_naive(float *restrict dx, const float *restrict d
     }
 }
 
-AVX512 static void bn_backward_apply_mask_avx512(float *dx, const float *dy, const float *x,
-                                                 size_t n, float g, float a1, float a2, float mu,
-                                                 float is, float w, float b, int act, int set)
+/* Batchnorm's input gradient over n floats of one channel where the forward output's mask
+ * (mask_live_avx512) is live: everywhere for NL_ACT_NONE, the plain pass's. */
+AVX512 static inline __attribute__((always_inline)) void
+bn_backward_apply_body(float *dx, const float *dy, const float *x, size_t n, float g, float a1,
+                       float a2, float mu, float is, float w, float b, int act, int set)
 {
     const __m512 vg = _mm512_set1_ps(g), va1 = _mm512_set1_ps(a1), va2 = _mm512_set1_ps(a2),
                  vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is), vw = _mm512_set1_ps(w),
@@ -2281,7 +2256,7 @@ AVX512 static void bn_backward_apply_mask_avx512(float *dx, const float *dy, con
     for (size_t i = 0; i < n; i += 16) {
         const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
         const __m512 xc = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu);
-        const __mmask16 live = m & mask_live_avx512(xc, vis, vw, vb, act);
+        const __mmask16 live = act == NL_ACT_NONE ? m : m & mask_live_avx512(xc, vis, vw, vb, act);
         __m512 xh = _mm512_mul_ps(xc, vis);
         __m512 v = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, dy + i), va1),
                                  _mm512_mul_ps(xh, va2));
@@ -2290,6 +2265,29 @@ AVX512 static void bn_backward_apply_mask_avx512(float *dx, const float *dy, con
             v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
         _mm512_mask_storeu_ps(dx + i, m, v);
     }
+}
+
+AVX512 static void bn_backward_apply_avx512(float *dx, const float *dy, const float *x, size_t n,
+                                            float g, float a1, float a2, float mu, float is,
+                                            int set)
+{
+    bn_backward_apply_body(dx, dy, x, n, g, a1, a2, mu, is, 0.0f, 0.0f, NL_ACT_NONE, set);
+}
+
+void nl_bn_backward_apply(float *dx, const float *dy, const float *x, size_t n, float g, float a1,
+                          float a2, float mu, float is, int set)
+{
+    if (vector_on)
+        bn_backward_apply_avx512(dx, dy, x, n, g, a1, a2, mu, is, set);
+    else
+        nl_bn_backward_apply_naive(dx, dy, x, n, g, a1, a2, mu, is, set);
+}
+
+AVX512 static void bn_backward_apply_mask_avx512(float *dx, const float *dy, const float *x,
+                                                 size_t n, float g, float a1, float a2, float mu,
+                                                 float is, float w, float b, int act, int set)
+{
+    bn_backward_apply_body(dx, dy, x, n, g, a1, a2, mu, is, w, b, act, set);
 }
 
 void nl_bn_backward_apply_mask(float *dx, const float *dy, const float *x, size_t n, float g,
