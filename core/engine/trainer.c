@@ -44,7 +44,11 @@
  * the input read in place) 163 against 159, the input gradient by samples (the share's rows of
  * dout packed, the weights read in place) 202 against 194; at batch 256 1,150 against 690, 733
  * against 662 and 730 against 686. Its 6 x 64 tile, made for LeNet's narrow products, runs these
- * wide ones at 90 (the forward, its packing included) to 150 GFLOP/s on one thread.
+ * wide ones at 90 (the forward, its packing included) to 150 GFLOP/s on one thread. Nor does
+ * OpenBLAS's own threading (openblas_set_num_threads(2), one call from one thread, which shares
+ * the packed operand between its threads): fc1's forward then gave other floats than on one of
+ * its threads, at batch 64 and 256, and took 254 us of wall time at batch 64 against the team's
+ * 191 per share, at batch 256 1,363 against 1,317 on one thread (2026-11-27, load average 5 to 6).
  * The other threads' executors serve evaluation only, and hold no gradient.
  * TEAM_LOSS: the threads take the classification loss by rows, as the sample-parallel path does:
  * each row's gradient is computed alone (the floats of one thread); the reported loss is the
