@@ -1043,7 +1043,11 @@ static void step_thread(void *arg, int t, int count)
  * it streams the weights and the momentum, which neither core holds. Nor did it even out the
  * forwards: thread 1's fc1 forward takes 15 to 25 us more than thread 0's at batch 256 either
  * way, and its update took 139 to 142 us against 118 to 122 for thread 0 (2026-11-27, load
- * average 7, real-time priority, two rounds). */
+ * average 7, real-time priority, two rounds). Nor did stepping the slice's chunks from the last
+ * to the first, so that the first rows the next forward reads are the last written (the same
+ * floats): fc1's forward 793 to 808 us per thread at batch 256 against 765 to 841, 242 to 253
+ * against 247 to 261 at batch 64, while the update took 125 to 137 against 118 to 124
+ * (2026-11-27, load average 3.7 to 4, real-time priority, three rounds alternating). */
 static void team_step(void *arg, int t, int count)
 {
     struct ctx *c = arg;
