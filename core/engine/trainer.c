@@ -28,7 +28,28 @@
  * to 1,575, waits 20 to 35. The ReLUs now run inside the dense layers' shares and mlp's fc2 takes
  * its weight gradient by input features (core/engine/layers/dense.c): fc2's backward 506 to 518
  * us per thread at batch 256 against 524 to 530, none measurable at batch 64; within the spread
- * of the whole step. The other threads' executors serve evaluation only, and hold no gradient.
+ * of the whole step. The products alone split well: in a small program running both shares at
+ * once (best of 40, 2026-11-27 at load average 4 to 5, real-time priority) fc1's forward share
+ * takes 685 to 705 us at batch 256 against 1,315 to 1,355 for the whole on one thread, fc2's 247
+ * to 261 against 461 to 474, and at batch 64 the shares take 49 to 51% of one thread's products
+ * (fc2's forward 55%); in the step (thread CPU time per layer, the same day, load average 5 to 7)
+ * fc1's forward takes 792 to 850 per thread against 1,460 to 1,475 on one thread, fc2's 303 to
+ * 315 against 494 to 505. What a share loses there is its first reading of the operand that the
+ * other core wrote (the batch, the other units' outputs) or updated (its weight rows): OpenBLAS
+ * packs all of it (its copy routines take 10% of sgemm's time at batch 256, 14% at batch 64, in
+ * perf). nnlab's packed GEMM (nl_pgemm, core/engine/conv_gemm.c), which reads the right matrix
+ * in place, does not pay on these shapes: both shares at once, at batch 64, fc1's forward as
+ * out^T = weight in^T (the input transposed by halves, each share packing its weight rows) 259
+ * us per thread against OpenBLAS's 191, the weight gradient (the share's columns of dout packed,
+ * the input read in place) 163 against 159, the input gradient by samples (the share's rows of
+ * dout packed, the weights read in place) 202 against 194; at batch 256 1,150 against 690, 733
+ * against 662 and 730 against 686. Its 6 x 64 tile, made for LeNet's narrow products, runs these
+ * wide ones at 90 (the forward, its packing included) to 150 GFLOP/s on one thread. Nor does
+ * OpenBLAS's own threading (openblas_set_num_threads(2), one call from one thread, which shares
+ * the packed operand between its threads): fc1's forward then gave other floats than on one of
+ * its threads, at batch 64 and 256, and took 254 us of wall time at batch 64 against the team's
+ * 191 per share, at batch 256 1,363 against 1,317 on one thread (2026-11-27, load average 5 to 6).
+ * The other threads' executors serve evaluation only, and hold no gradient.
  * TEAM_LOSS: the threads take the classification loss by rows, as the sample-parallel path does:
  * each row's gradient is computed alone (the floats of one thread); the reported loss is the
  * threads' sums added in thread order, which may differ from one thread's in a double's last
@@ -1022,7 +1043,11 @@ static void step_thread(void *arg, int t, int count)
  * it streams the weights and the momentum, which neither core holds. Nor did it even out the
  * forwards: thread 1's fc1 forward takes 15 to 25 us more than thread 0's at batch 256 either
  * way, and its update took 139 to 142 us against 118 to 122 for thread 0 (2026-11-27, load
- * average 7, real-time priority, two rounds). */
+ * average 7, real-time priority, two rounds). Nor did stepping the slice's chunks from the last
+ * to the first, so that the first rows the next forward reads are the last written (the same
+ * floats): fc1's forward 793 to 808 us per thread at batch 256 against 765 to 841, 242 to 253
+ * against 247 to 261 at batch 64, while the update took 125 to 137 against 118 to 124
+ * (2026-11-27, load average 3.7 to 4, real-time priority, three rounds alternating). */
 static void team_step(void *arg, int t, int count)
 {
     struct ctx *c = arg;
