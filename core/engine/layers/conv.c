@@ -206,6 +206,27 @@
  * act(y * scale + shift), the pass that SHARD's scattering makes anyway (WINOGRAD's output
  * transform likewise; PLANE2 and S2LANES run it over each image's output after their kernels),
  * so the batchnorm's and the ReLU's passes over memory disappear.
+ *
+ * Where a resnet8 training step goes (batch 32, one thread, per-layer thread CPU time over 202
+ * steps, 2026-11-27 18:12 UTC, load average 1; 15.3 ms a step): the four WINOGRAD layers 52%
+ * (s1c1 0.83 ms forward, 1.60 backward; within backward, perf puts 18% of the samples in the
+ * input gradient's products and 23% in the weight gradient's, the rest in the transforms), the
+ * two PHASES layers 26% (s2c1 0.70 and 1.32: the products 53% of backward, the rest the split,
+ * the columns again, the transposes and the merge), the batchnorms 15%, the 1x1 stride-2
+ * shortcuts 4.6%, conv1 2%. The products run near sgemm's rate; what is left reads and writes
+ * memory. Measured the same way, alternating with the build before, and not kept: an AVX-512
+ * product of its own for the 1x1 shortcuts (0.15 and 0.29 ms against 0.14 and 0.28: they wait on
+ * their input), batchnorm image by image instead of channel by channel (15.6 to 15.8 ms a step
+ * against 15.0 to 15.1), Winograd chunks of 2 MiB (s1c1 1.12 and 2.08 against 0.86 and 1.67) or
+ * 512 KiB (even), PHASES keeping its forward's columns for the weight gradient (s2c1 0.89 to 0.97
+ * forward against 0.68: read back from memory, dearer than made again), batchnorm's forward sums
+ * taken inside the convolution image by image (the batchnorms 0.02 ms faster each, the
+ * convolutions 0.03 slower), an own product for the Winograd GEMMs of 32 channels or fewer (s2c2
+ * forward 0.64 against 0.56), and the transposed input transform for planes of up to 1024 pixels
+ * (s1c1's and s1c2's backward 1.68 and 1.60 against 1.69 and 1.61, medians of five rounds: within
+ * the noise, for another summation order). What would pay is fewer passes across layers:
+ * batchnorm's backward inside the next Winograd output adjoint, its normalisation and ReLU inside
+ * the next convolution's input transform.
  */
 #include <limits.h>
 #include <string.h>
