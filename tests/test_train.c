@@ -403,9 +403,25 @@ static const char wino_spec[] = "c0: conv 16 3x3 pad=1\n"
                                 "pool: globalavgpool\n"
                                 "fc: dense N\n";
 
+/* ResNet-18's layer4 at 3x64x64 in small: a stride-2 conv (S2LANES, 1.18M weights) and a
+ * stride-1 one (PLANE2, 2.36M) on 2x2 planes, whose weight gradients streamed runs split by
+ * output channels between the threads. */
+static const char split_spec[] = "c0: conv 256 3x3 pad=1\n"
+                                 "relu\n"
+                                 "pool0: maxpool 3\n"
+                                 "c1: conv 512 3x3 stride=2 pad=1\n"
+                                 "b1: batchnorm\n"
+                                 "relu\n"
+                                 "c2: conv 512 3x3 pad=1\n"
+                                 "relu\n"
+                                 "pool: globalavgpool\n"
+                                 "fc: dense N\n";
+
 /* Streamed gradients against every thread's full-size buffer (opts.gradients):
  * the same weights and statistics bit for bit, on 1 to 3 threads, with a last batch of one
- * sample (threads without samples) and with momentum and weight decay. */
+ * sample (threads without samples) and with momentum and weight decay. The split model's steps
+ * of 32 samples split its two large weight gradients between the threads (16 samples of 4
+ * columns each on two threads: ResNet-18's depth), its last of one does not. */
 static void test_streamed(void)
 {
     struct nl_dataset *d = synthetic(161, 40, 4);
@@ -414,10 +430,13 @@ static void test_streamed(void)
      * largest block once (and a little more, which fc4's small block fits in), so that
      * fc2's block waits for fc3's to be summed. */
     const char *specs[] = {
-        res_spec, conv_spec, "fc1: dense 512\nrelu\nfc2: dense 64\nrelu\nfc3: dense N\n",
+        res_spec,
+        conv_spec,
+        "fc1: dense 512\nrelu\nfc2: dense 64\nrelu\nfc3: dense N\n",
         "fc1: dense 1024\nrelu\nfc2: dense 1024\nrelu\nfc3: dense 1024\nrelu\nfc4: dense N\n",
-        wino_spec};
-    const char *names[] = {"residual", "conv", "wide", "large", "winograd"};
+        wino_spec,
+        split_spec};
+    const char *names[] = {"residual", "conv", "wide", "large", "winograd", "split"};
 
     if (nl_kernels_vector_on()) {
         struct nl_model *m = build(wino_spec, d->shape, d->nclasses);
@@ -425,10 +444,17 @@ static void test_streamed(void)
            "the winograd model's c1 and c2 run Winograd's lowerings");
         nl_model_free(m);
     }
-    for (int s = 0; s < 5; s++)
+    if (nl_kernels_vector_on()) {
+        struct nl_model *m = build(split_spec, d->shape, d->nclasses);
+        ok(m && m->layers[3].lower == NL_LOWER_S2LANES && m->layers[6].lower == NL_LOWER_PLANE2,
+           "the split model's c1 and c2 run the 2x2 lowerings");
+        nl_model_free(m);
+    }
+    for (int s = 0; s < 6; s++)
         for (int threads = 1; threads <= 3; threads++) {
             float *p[2] = {NULL, NULL};
             size_t n[2] = {0, 0};
+            long split_steps = 0;
             for (int full = 0; full < 2; full++) {
                 struct nl_model *m = build(specs[s], d->shape, d->nclasses);
                 struct nl_train_opts o;
@@ -437,7 +463,7 @@ static void test_streamed(void)
                     break;
                 nl_train_defaults(&o);
                 o.epochs = 2;
-                o.batch = 16;
+                o.batch = specs[s] == split_spec ? 32 : 16;
                 o.threads = threads;
                 o.optim.momentum = 0.9f;
                 o.optim.weight_decay = 1e-3f;
@@ -445,10 +471,16 @@ static void test_streamed(void)
                 o.parallel = NL_PARALLEL_SAMPLES; /* the dense models would train as a team */
                 nl_model_init_params(m, 5);
                 p[full] = train_and_copy(m, d, &o, NULL, &res, &n[full]);
+                if (!full)
+                    split_steps = res.split_steps;
             }
             ok(p[0] && p[1] && n[0] == n[1] && memcmp(p[0], p[1], n[0] * sizeof(float)) == 0,
                "%s, %d thread(s): streamed gradients give the weights of full-size ones", names[s],
                threads);
+            /* 161 samples: five steps of 32 and one of 1, in each of two epochs */
+            if (specs[s] == split_spec && nl_kernels_vector_on())
+                is_int(split_steps, threads > 1 ? 10 : 0,
+                       "split, %d thread(s): the steps that split weight gradients", threads);
             nl_free(p[0]);
             nl_free(p[1]);
         }

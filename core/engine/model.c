@@ -540,6 +540,8 @@ struct nl_exec {
      * of their tensors one after another (setup's), so that their gradient block is compact;
      * NULL where the model's layer serves (no statistics) or when no layer has any. */
     struct nl_layer **plain;
+    /* nl_exec_backward_split's split, for the length of that call; else NULL. */
+    struct nl_wsplit *(*split)(void *ud, int layer);
     float *scratch;
     const float *input; /* of the last forward */
     float *dinput;      /* (max_n, input): the input's gradient, backward's; NULL: none */
@@ -1378,7 +1380,8 @@ void nl_exec_backward(struct nl_exec *x, const float *params, const float *dlogi
     nl_exec_backward_hook(x, params, dlogits, dparams, NULL, NULL);
 }
 
-/* Backward into dparams, or (block not NULL) into the blocks block(ud, i) gives. */
+/* Backward into dparams, or (block not NULL) into the blocks block(ud, i) gives, or where
+ * x->split(ud, i) gives one, split between the threads. */
 static void backward(struct nl_exec *x, const float *params, const float *dlogits, float *dparams,
                      float *(*block)(void *ud, int layer), void (*done)(void *ud, int layer),
                      void *ud, struct nl_pool *pool, int part, int parts);
@@ -1394,6 +1397,22 @@ void nl_exec_backward_blocks(struct nl_exec *x, const float *params, const float
                              void (*done)(void *ud, int layer), void *ud)
 {
     backward(x, params, dlogits, NULL, block, done, ud, NULL, 0, 1);
+}
+
+void nl_exec_backward_split(struct nl_exec *x, const float *params, const float *dlogits,
+                            float *(*block)(void *ud, int layer),
+                            struct nl_wsplit *(*split)(void *ud, int layer),
+                            void (*done)(void *ud, int layer), void *ud)
+{
+    x->split = split;
+    backward(x, params, dlogits, NULL, block, done, ud, NULL, 0, 1);
+    x->split = NULL;
+}
+
+int nl_exec_split_columns(const struct nl_model *m, int i)
+{
+    const struct nl_layer *l = &m->layers[i];
+    return l->frozen || !l->ops->split ? 0 : l->ops->split(l);
 }
 
 void nl_exec_backward_team(struct nl_exec *x, const float *params, const float *dlogits,
@@ -1452,9 +1471,12 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
         }
         const struct nl_layer *l = &m->layers[i];
         float *dw = NULL;
+        struct nl_wsplit *ws = NULL;
         if (!l->frozen && !block)
             dw = dparams + l->param_offset;
-        else if (!l->frozen && l->param_count > 0)
+        else if (!l->frozen && l->param_count > 0 && x->split && nl_exec_split_columns(m, i) > 0)
+            ws = x->split(ud, i);
+        if (!l->frozen && block && !ws && l->param_count > 0)
             dw = block(ud, i);
         if (block && x->plain && x->plain[i])
             l = x->plain[i]; /* its gradient block is compact; backward reads no statistic */
@@ -1469,6 +1491,7 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
             .scratch = x->bscratch ? x->bscratch[k] : x->scratch,
             .set = x->set[i],
             .rows = x->rows ? x->rows[i] : NULL,
+            .split = ws,
         };
         for (int j = 0; j < l->ninputs; j++) {
             int src = l->inputs[j];

@@ -135,6 +135,33 @@
  * is one every thread is past or computing, since a thread waiting for room at that place holds
  * only the finished blocks of the places above it, given back.
  *
+ * Split weight gradients: a layer whose weight gradient is large against its product's depth
+ * (SPLIT_MIN floats or more, no statistics, and a kind whose backward takes it split: conv's
+ * shard lowerings, ResNet-18's layer4 at 3x64x64 with its 2.36M-float 3x3 convolutions, PLANE2,
+ * and its 1.18M-float stride-2 one, S2LANES) had each thread write the whole of it (9.4 MB) from
+ * a product of only its shard's columns (depth 16 x 4 = 64), at the speed of memory, and the job
+ * then read every thread's block, summed them and cleared all but one. Instead, in a step where
+ * every thread has 2 samples or more and none a product deeper than SPLIT_DEPTH columns, the
+ * threads meet there (struct nl_wsplit, include/nnlab/layer.h): each posts its gathered output
+ * gradient (F, n*P) and columns (K, n*P), which stay in its scratch until every thread has left,
+ * and computes rows [F*t/T, F*(t+1)/T) of the gradient over every thread's matrices, thread 0's
+ * product and then each next one's added (beta = 1), into ONE block, taken from the rings in turn
+ * (one owner thread per split layer, in backward's order, so that a ring holding its largest block
+ * once does not make the next split layer wait for this one's update). Within one block of
+ * OpenBLAS's K loop each row is 0 + p_0 + p_1 + ...: the floats of the separate blocks summed in
+ * thread order (test_train holds the two against each other on 2 and 3 threads, depths 40 to
+ * 64). Nothing is summed or cleared in the job; where every thread reads the layer's weights no
+ * more once it has left (PLANE2: its input gradient runs before the meeting, while the others
+ * arrive), each thread updates its own rows there and then, and the job only gives the block
+ * back. Each thread's matrices are read by the others from its scratch: the liveness plan gives a
+ * place's scratch to nothing else while that place runs, and the meeting is inside it. Measured
+ * (thread CPU time per step, ms, both threads together, six rounds of 36 steps alternating with
+ * the split off, 2026-11-27 at load average 4.5 to 6.2, real-time priority, so indicative): 183.5
+ * to 189.6, one of 200.7 (median 188.7) against 187.7 to 202.6 (median 193.2); one thread 166 to
+ * 177 in the same runs; the jobs 1.3 to 3.9 per thread against 7.8 to 12.4, backward otherwise
+ * 3 to 5 more (the in-place updates, the waits' spinning 0.5 to 1.5, each thread reading the
+ * others' columns).
+ *
  * Where two threads spend more than one on ResNet-18 at 3x64x64, batch 32 (thread CPU time per
  * step, ms, means of 24 steps, three runs, 2026-11-27, load average 10 to 12, so indicative): one
  * thread 185 to 190 (forward 56 to 57, backward 119 to 123, the jobs 10); two threads 99 to 105
@@ -192,6 +219,8 @@
 #define STREAM_MIN_BYTES (16u << 20) /* streamed gradients by default from this size */
 #define RING_ONCE        (1u << 20)  /* floats of a largest block from which a ring holds it once */
 #define RING_SLACK       (1u << 16)  /* floats such a ring holds beyond it, for the small blocks */
+#define SPLIT_MIN        (1u << 20)  /* floats of a weight gradient split by channels from ... */
+#define SPLIT_DEPTH      128         /* ... where no thread's product is deeper (see the top) */
 #define TEAM_BATCH       256         /* a team trains batches of up to this many samples */
 #define HYBRID_BATCH     64          /* a hybrid step trains batches of up to this many samples */
 
@@ -213,11 +242,26 @@ struct ctx;
  * and steps are element by element: the chunks' size changes no float. */
 struct job {
     int layer; /* -1: no block at this place */
+    int owner; /* this step: -1, or the thread whose block every thread wrote (split): no sum */
     size_t floats, trainable, chunks;
     int open;           /* every thread is past the place; under ring_lock */
     int finished;       /* every chunk is done; under ring_lock */
     atomic_size_t next; /* the next chunk to take */
     atomic_size_t done; /* chunks finished */
+};
+
+/* Streamed gradients split by output channels (see the top of the file): the meeting of the
+ * threads at layer i, where each posts its matrices (struct nl_wsplit) and the thread whose ring
+ * holds it the block they all write; counts reset at every step. */
+struct meet {
+    struct ctx *c;
+    const float **dy, **cols; /* (threads) */
+    int *ld;
+    float *dw;
+    int layer;
+    atomic_int posted, left;
+    atomic_int w_done; /* threads that read the weights no more: at the count, each updates its
+                        * rows as it leaves, and the job only gives the block back */
 };
 
 struct worker {
@@ -244,6 +288,7 @@ struct worker {
     size_t ring_size, head, tail;
     size_t *at;
     int *queue, q_first, q_count;
+    struct nl_wsplit *ws; /* (nlayers) this thread's part of each layer's split */
     /* Full-size buffers: the next chunk of this thread's slice of the reduction to take, by it
      * and then by the threads done with theirs; alone on its cache line. */
     char pad0[64];
@@ -326,6 +371,14 @@ struct ctx {
     int njobs;                /* places with a block: the jobs of a step */
     int jobs_done;            /* this step's; under ring_lock */
     int unreleased;           /* places [0, unreleased] keep their blocks; under ring_lock */
+    /* Split weight gradients (see the top of the file): per layer, splits[i] 1 where the rule
+     * allows it, split_now[i] where this step takes it the thread whose ring holds the block (else
+     * -1); meets[i] its meeting. */
+    char *splits;
+    int *split_now;
+    struct meet *meets;
+    const float **mdy, **mcols; /* (nlayers, threads): the meetings' arrays */
+    int *mld;
 };
 
 void nl_train_defaults(struct nl_train_opts *o)
@@ -360,6 +413,7 @@ static void ctx_release(struct ctx *c)
         nl_free(c->w[t].ring);
         nl_free(c->w[t].at);
         nl_free(c->w[t].queue);
+        nl_free(c->w[t].ws);
         for (int k = 0; k < MAX_TABLES; k++)
             nl_free(c->w[t].rows[k]);
         nl_free(c->w[t].feat);
@@ -376,6 +430,12 @@ static void ctx_release(struct ctx *c)
     }
     nl_free(c->stats);
     nl_free(c->jobs);
+    nl_free(c->splits);
+    nl_free(c->split_now);
+    nl_free(c->meets);
+    nl_free(c->mdy);
+    nl_free(c->mcols);
+    nl_free(c->mld);
     nl_free(c->t_lo);
     nl_free(c->s_lo);
     nl_free(c->pending);
@@ -693,6 +753,84 @@ static int tables_init(struct ctx *c, const struct nl_train_opts *o, struct nl_e
     return 0;
 }
 
+static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld);
+static void split_wait(struct nl_wsplit *s);
+static void split_leave(struct nl_wsplit *s);
+
+/* Which layers may split their weight gradients by channels (see the top of the file), their
+ * meetings and each thread's part of them. */
+static int split_init(struct ctx *c)
+{
+    const struct nl_model *m = c->m;
+    const size_t nl = (size_t)m->nlayers, T = (size_t)c->threads;
+
+    c->splits = nl_calloc(nl, 1);
+    c->split_now = nl_calloc(nl, sizeof *c->split_now);
+    c->meets = nl_calloc(nl, sizeof *c->meets);
+    c->mdy = nl_calloc(nl * T, sizeof *c->mdy);
+    c->mcols = nl_calloc(nl * T, sizeof *c->mcols);
+    c->mld = nl_calloc(nl * T, sizeof *c->mld);
+    if (!c->splits || !c->split_now || !c->meets || !c->mdy || !c->mcols || !c->mld)
+        return -1;
+    for (int i = 0; i < m->nlayers; i++) {
+        size_t trainable;
+        const size_t floats = nl_exec_block_floats(m, i, &trainable);
+        c->splits[i] = c->threads > 1 && nl_exec_split_columns(m, i) > 0 && floats == trainable &&
+                       floats >= SPLIT_MIN;
+        struct meet *me = &c->meets[i];
+        me->c = c;
+        me->layer = i;
+        me->dy = c->mdy + (size_t)i * T;
+        me->cols = c->mcols + (size_t)i * T;
+        me->ld = c->mld + (size_t)i * T;
+        atomic_init(&me->posted, 0);
+        atomic_init(&me->left, 0);
+    }
+    for (int t = 0; t < c->threads; t++) {
+        struct worker *w = &c->w[t];
+        w->ws = nl_calloc(nl, sizeof *w->ws);
+        if (!w->ws)
+            return -1;
+        for (int i = 0; i < m->nlayers; i++)
+            w->ws[i] = (struct nl_wsplit){
+                .part = t,
+                .parts = c->threads,
+                .dy = c->meets[i].dy,
+                .cols = c->meets[i].cols,
+                .ld = c->meets[i].ld,
+                .post = split_post,
+                .wait = split_wait,
+                .leave = split_leave,
+                .ud = &c->meets[i],
+            };
+    }
+    return 0;
+}
+
+/* This step's splits: each layer the rule allows, where every thread's shard has 2 samples or
+ * more (the shard lowerings) and no thread's product is deeper than SPLIT_DEPTH columns, their
+ * blocks in the threads' rings in turn, in the order backward takes them. Returns how many
+ * layers split. */
+static int split_step(struct ctx *c)
+{
+    int count = 0;
+    long lo, hi, fewest = c->batch, most = 0;
+    for (int t = 0; t < c->threads; t++) {
+        share(c->batch, t, c->threads, &lo, &hi);
+        fewest = hi - lo < fewest ? hi - lo : fewest;
+        most = hi - lo > most ? hi - lo : most;
+    }
+    for (int i = c->m->nlayers - 1; i >= 0; i--) {
+        const int now =
+            c->splits[i] && fewest >= 2 && most * nl_exec_split_columns(c->m, i) <= SPLIT_DEPTH;
+        c->split_now[i] = now ? count++ % c->threads : -1;
+        atomic_store(&c->meets[i].posted, 0);
+        atomic_store(&c->meets[i].left, 0);
+        atomic_store(&c->meets[i].w_done, 0);
+    }
+    return count;
+}
+
 /* The rings, the pending counts and the statistics' sums of streamed gradients. */
 static int stream_init(struct ctx *c)
 {
@@ -732,7 +870,7 @@ static int stream_init(struct ctx *c)
         if (!w->ring || !w->at || !w->queue)
             return -1;
     }
-    return 0;
+    return split_init(c);
 }
 
 static void wait_or_help(struct ctx *c);
@@ -783,12 +921,13 @@ static void job_chunk(struct ctx *c, int k, size_t q)
     struct job *j = &c->jobs[k];
     const int i = j->layer;
     const struct nl_layer *l = &c->m->layers[i];
-    float *g = c->w[0].ring + c->w[0].at[i];
+    const struct worker *o = &c->w[j->owner >= 0 ? j->owner : 0];
+    float *g = o->ring + o->at[i];
     const size_t lo = q * JOB_CHUNK, hi = lo + JOB_CHUNK < j->floats ? lo + JOB_CHUNK : j->floats;
 
-    for (int t = 1; t < c->threads; t++)
+    for (int t = 1; t < c->threads && j->owner < 0; t++)
         nl_add_clear(g + lo, c->w[t].ring + c->w[t].at[i] + lo, hi - lo);
-    if (lo < j->trainable) {
+    if (lo < j->trainable && (j->owner < 0 || atomic_load(&c->meets[i].w_done) != c->threads)) {
         const size_t end = hi < j->trainable ? hi : j->trainable, off = l->param_offset + lo;
         float *state[NL_OPTIM_MAX_STATE];
         for (int s = 0; s < NL_OPTIM_MAX_STATE; s++)
@@ -819,6 +958,8 @@ static void job_chunk(struct ctx *c, int k, size_t q)
             break;
         for (int t = 0; t < c->threads; t++) {
             struct worker *w = &c->w[t];
+            if (r->owner >= 0 && r->owner != t)
+                continue;
             w->q_first = (w->q_first + 1) % c->m->nlayers;
             w->q_count--;
             w->tail = w->q_count ? w->at[w->queue[w->q_first]] : w->head;
@@ -881,6 +1022,84 @@ static void stream_done(void *ud, int k)
     struct worker *w = ud;
     if (atomic_fetch_sub(&w->c->pending[k], 1) == 1)
         stream_reduce(w->c, k);
+}
+
+/* nl_exec_backward_split's split: this thread's part of layer i's, where this step splits it;
+ * the thread whose ring holds it takes the block they all write. */
+static struct nl_wsplit *stream_split(void *ud, int i)
+{
+    struct worker *w = ud;
+    struct ctx *c = w->c;
+    if (c->split_now[i] < 0)
+        return NULL;
+    if (w == &c->w[c->split_now[i]])
+        c->meets[i].dw = stream_block(w, i);
+    return &w->ws[i];
+}
+
+/* Under ring_lock: tells the waiting threads that count has moved. */
+static void split_signal(struct ctx *c)
+{
+    pthread_mutex_lock(&c->ring_lock);
+    atomic_fetch_add(&c->ring_events, 1);
+    pthread_cond_broadcast(&c->ring_free);
+    pthread_mutex_unlock(&c->ring_lock);
+}
+
+/* Until count reaches the thread count, helping with the open jobs meanwhile. */
+static void split_until(struct ctx *c, atomic_int *count)
+{
+    if (atomic_load(count) == c->threads)
+        return;
+    pthread_mutex_lock(&c->ring_lock);
+    while (atomic_load(count) < c->threads)
+        wait_or_help(c);
+    pthread_mutex_unlock(&c->ring_lock);
+}
+
+static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld)
+{
+    struct meet *me = s->ud;
+    me->dy[s->part] = dy;
+    me->cols[s->part] = cols;
+    me->ld[s->part] = ld;
+    atomic_fetch_add(&me->posted, 1);
+    split_signal(me->c);
+}
+
+static void split_wait(struct nl_wsplit *s)
+{
+    struct meet *me = s->ud;
+    split_until(me->c, &me->posted);
+    s->dw = me->dw;
+}
+
+static void split_leave(struct nl_wsplit *s)
+{
+    struct meet *me = s->ud;
+    struct ctx *c = me->c;
+    if (s->w_done)
+        atomic_fetch_add(&me->w_done, 1);
+    atomic_fetch_add(&me->left, 1);
+    split_signal(c);
+    split_until(c, &me->left);
+    if (atomic_load(&me->w_done) != c->threads)
+        return;
+    /* every thread is past its last read of the weights: this thread's rows of each tensor
+     * (F of them, its first dimension), updated */
+    const struct nl_layer *l = &c->m->layers[me->layer];
+    const size_t rows = (size_t)l->params[0].dims[0];
+    size_t lo, hi;
+    nl_block_range(rows, 1, s->part, s->parts, &lo, &hi);
+    for (int p = 0; p < l->nparams; p++) {
+        const size_t per = l->params[p].count / rows, a = l->params[p].offset + lo * per;
+        const size_t off = l->param_offset + a;
+        float *state[NL_OPTIM_MAX_STATE];
+        for (int q = 0; q < NL_OPTIM_MAX_STATE; q++)
+            state[q] = c->state[q] ? c->state[q] + off : NULL;
+        nl_optim_step_clear(c->optim, c->params + off, me->dw + a, state, (hi - lo) * per, c->step,
+                            c->lr);
+    }
 }
 
 /* The reduction and update of full-size buffers without tables, clipping or synchroniser: the
@@ -964,7 +1183,8 @@ static void step_thread(void *arg, int t, int count)
         }
         w->correct = correct;
         if (c->stream)
-            nl_exec_backward_blocks(w->exec, c->params, w->dlogits, stream_block, stream_done, w);
+            nl_exec_backward_split(w->exec, c->params, w->dlogits, stream_block, stream_split,
+                                   stream_done, w);
         else if (c->overlap)
             nl_exec_backward_hook(w->exec, c->params, w->dlogits, w->grad, layer_done, c);
         else
@@ -1834,8 +2054,11 @@ static int train_step(struct loop *L, long it)
     }
     if (c->can_overlap)
         c->overlap = !o->sync->overlaps || o->sync->overlaps(o->sync->ud, c->step);
+    if (c->stream && split_step(c))
+        L->res->split_steps++;
     for (int i = 0; c->stream && i < m->nlayers; i++) {
         atomic_store(&c->pending[i], c->threads);
+        c->jobs[i].owner = c->jobs[i].layer >= 0 ? c->split_now[c->jobs[i].layer] : -1;
         c->jobs[i].open = c->jobs[i].finished = 0;
         atomic_store(&c->jobs[i].next, 0);
         atomic_store(&c->jobs[i].done, 0);

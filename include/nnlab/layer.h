@@ -149,6 +149,8 @@ struct nl_fwd {
     int part, parts;
 };
 
+struct nl_wsplit;
+
 struct nl_bwd {
     int n;
     const float *in[NL_MAX_INPUTS]; /* what forward read */
@@ -175,6 +177,34 @@ struct nl_bwd {
     float *dres;
     /* A team's share, as nl_fwd's: backward computes only share part of parts of din and dw. */
     int part, parts;
+    /* A weight gradient split by output channels between the threads of a step (set only for
+     * kinds with ops->split, by nl_exec_backward_blocks' caller; dw is then NULL): see
+     * struct nl_wsplit. NULL: the layer writes its whole weight gradient into dw. */
+    struct nl_wsplit *split;
+};
+
+/* A weight gradient dw (F, K) += sum over threads t of dy_t (F, ld_t) cols_t^T (ld_t, K) that the
+ * parts (threads) of a training step take by output channels (core/engine/trainer.c): part p of
+ * parts computes rows [lo, hi) of nl_block_range(F, 1, p, parts) over every part's matrices, t
+ * in order from 0 (each product added with beta = 1), into the one block dw that all parts write
+ * (zeroed when it is handed out), the bias's rows likewise: row sums of dy_t added in t's order.
+ * Every tensor of the layer has F rows (its first dimension), which the caller may update by
+ * parts as well.
+ * A layer's backward calls post with its matrices, which then stay unchanged until it has called
+ * leave; wait returns once every part has posted (then dy, cols, ld and dw are filled); leave
+ * returns once every part is done reading the others' matrices. ud is the caller's. */
+struct nl_wsplit {
+    int part, parts;
+    const float **dy, **cols; /* (parts) each */
+    int *ld;                  /* (parts) */
+    float *dw;
+    /* Set by the layer before leave: 1 where its backward reads w no more once it has left, so
+     * that the caller may then update its rows of the weights at once. */
+    int w_done;
+    void (*post)(struct nl_wsplit *s, const float *dy, const float *cols, int ld);
+    void (*wait)(struct nl_wsplit *s);
+    void (*leave)(struct nl_wsplit *s);
+    void *ud;
 };
 
 struct nl_layer_ops {
@@ -199,6 +229,9 @@ struct nl_layer_ops {
      * and din by input features), each share computing its elements as the whole call would,
      * the same sums in the same order. */
     int parts;
+    /* Columns per sample of the weight gradient's product where backward honours nl_bwd.split
+     * (for shards of 2 samples or more; conv: its shard lowerings), else 0; NULL: never. */
+    int (*split)(const struct nl_layer *l);
     /* Validates the configuration against in[] and fills out, params, aux and scratch sizes.
      * Errors name the layer (and its spec line when it has one). */
     int (*setup)(struct nl_layer *l, struct nl_error *err);

@@ -363,6 +363,9 @@ struct nl_train_result {
     int feature_cache;
     size_t feature_cache_bytes;
     int cached_epochs;
+    /* Streamed gradients: the steps in which some layer's weight gradient was split by output
+     * channels between the threads (core/engine/trainer.c). */
+    long split_steps;
 };
 
 /* The end of an epoch, written once for local runs (nl_train) and cluster runs (net/driver.c):

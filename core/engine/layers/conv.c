@@ -229,6 +229,7 @@
  * the next convolution's input transform.
  */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "layers.h"
@@ -891,6 +892,29 @@ static void backward_phases(const struct nl_layer *l, const struct nl_bwd *b,
  * dweight (F, K) += dy cols^T and dcols (K, n*P) = weight^T dy, each one product for the shard;
  * dcols is folded back image by image. PLANE2 takes the weight gradient from here and the input
  * gradient from nl_conv_plane2_din. */
+/* This thread's rows of a weight gradient split by output channels (struct nl_wsplit): rows
+ * [lo, hi) of dweight (F, K) += dy_t (F, ld_t) cols_t^T (ld_t, K) for every thread t in order,
+ * and dbias's rows += row sums of dy_t likewise. Each thread's product of depth ld_t at most
+ * SPLIT_DEPTH (core/engine/trainer.c) is one block of OpenBLAS's K loop, so that the block's row
+ * goes 0 + p_0 + p_1 ...: the floats of each thread's whole product in a block of its own, summed
+ * over the threads in their order (test_train holds the two against each other). */
+static void shard_split(const struct nl_layer *l, const struct nl_wsplit *s,
+                        const struct conv_dims *d)
+{
+    size_t lo, hi;
+    nl_block_range((size_t)d->f, 1, s->part, s->parts, &lo, &hi);
+    float *dw = s->dw + l->params[0].offset;
+    float *db = l->no_bias ? NULL : s->dw + l->params[1].offset;
+
+    for (int t = 0; t < s->parts && lo < hi; t++) {
+        const size_t ld = (size_t)s->ld[t];
+        nl_sgemm(0, 1, (int)(hi - lo), d->k, (int)ld, 1.0f, s->dy[t] + lo * ld, (int)ld, s->cols[t],
+                 (int)ld, 1.0f, dw + lo * d->k, d->k);
+        for (size_t fo = lo; db && fo < hi; fo++)
+            db[fo] += nl_sum(s->dy[t] + fo * ld, ld);
+    }
+}
+
 static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
                            const struct conv_dims *d)
 {
@@ -910,6 +934,22 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
     if (b->dw) {
         shard_cols(cols, b->in[0], n, d);
         nl_sgemm(0, 1, d->f, d->k, ld, 1.0f, dy, ld, cols, ld, 1.0f, b->dw, d->k);
+    }
+    if (b->split) {
+        shard_cols(cols, b->in[0], n, d);
+        b->split->post(b->split, dy, cols, ld);
+        /* PLANE2's input gradient reads neither matrix: its blocks go after them, and it runs
+         * while the other threads come to the meeting */
+        const int plane = l->lower == NL_LOWER_PLANE2 && n >= PLANE2_MIN && b->din[0];
+        if (plane)
+            nl_conv_plane2_din(b->din[0], b->dout, b->w, n, g->c, d->f,
+                               b->scratch + ((size_t)d->k + d->f) * ld);
+        b->split->wait(b->split);
+        shard_split(l, b->split, d);
+        b->split->w_done = plane || !b->din[0];
+        b->split->leave(b->split);
+        if (plane)
+            return;
     }
     if (!b->din[0])
         return;
@@ -1154,6 +1194,8 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
     const int shard = (l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
                        l->lower == NL_LOWER_S2LANES) &&
                       b->n > 1;
+    if (b->split && !shard)
+        abort(); /* a caller's bug: a split is for shards of 2 samples or more (ops->split) */
     const int phases = l->lower == NL_LOWER_PHASES || (l->lower == NL_LOWER_SAMPLE && pick(&d.win));
     /* backward_sample (ONECHAN's input gradient too) clears each image's din itself */
     const int sample =
@@ -1177,6 +1219,14 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
         backward_sample(l, b, &d);
 }
 
+/* The shard lowerings take their weight gradient split between threads (backward_shard). */
+static int conv_split(const struct nl_layer *l)
+{
+    const int shard =
+        l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 || l->lower == NL_LOWER_S2LANES;
+    return shard ? (int)l->out.h * l->out.w : 0;
+}
+
 const struct nl_layer_ops nl__conv_ops = {
     .kind = "conv",
     .min_inputs = 1,
@@ -1187,4 +1237,5 @@ const struct nl_layer_ops nl__conv_ops = {
     .forward = conv_forward,
     .backward = conv_backward,
     .scratch = conv_scratch,
+    .split = conv_split,
 };
