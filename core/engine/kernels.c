@@ -2073,6 +2073,20 @@ void nl_bn_backward_apply_act_naive(float *restrict dx, const float *restrict dy
     }
 }
 
+/* Batchnorm's input gradient at the m lanes of dx: g * (dy - a1 - xhat * a2), dy read where live
+ * (the output's mask), added to dx unless set. */
+AVX512 static inline __attribute__((always_inline)) void
+bn_apply_store(float *dx, const float *dy, __mmask16 m, __mmask16 live, __m512 xh, __m512 vg,
+               __m512 va1, __m512 va2, int set)
+{
+    __m512 v =
+        _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, dy), va1), _mm512_mul_ps(xh, va2));
+    v = _mm512_mul_ps(vg, v);
+    if (!set)
+        v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx), v);
+    _mm512_mask_storeu_ps(dx, m, v);
+}
+
 AVX512 static void bn_backward_apply_act_avx512(float *dx, const float *dy, const float *y,
                                                 const float *x, size_t n, float g, float a1,
                                                 float a2, float mu, float is, int act, int set)
@@ -2083,12 +2097,7 @@ AVX512 static void bn_backward_apply_act_avx512(float *dx, const float *dy, cons
         const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
         const __mmask16 live = m & act_live_avx512(_mm512_maskz_loadu_ps(m, y + i), act);
         __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu), vis);
-        __m512 v = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, dy + i), va1),
-                                 _mm512_mul_ps(xh, va2));
-        v = _mm512_mul_ps(vg, v);
-        if (!set)
-            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
-        _mm512_mask_storeu_ps(dx + i, m, v);
+        bn_apply_store(dx + i, dy + i, m, live, xh, vg, va1, va2, set);
     }
 }
 
@@ -2258,12 +2267,7 @@ bn_backward_apply_body(float *dx, const float *dy, const float *x, size_t n, flo
         const __m512 xc = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu);
         const __mmask16 live = act == NL_ACT_NONE ? m : m & mask_live_avx512(xc, vis, vw, vb, act);
         __m512 xh = _mm512_mul_ps(xc, vis);
-        __m512 v = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, dy + i), va1),
-                                 _mm512_mul_ps(xh, va2));
-        v = _mm512_mul_ps(vg, v);
-        if (!set)
-            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
-        _mm512_mask_storeu_ps(dx + i, m, v);
+        bn_apply_store(dx + i, dy + i, m, live, xh, vg, va1, va2, set);
     }
 }
 
