@@ -516,8 +516,10 @@ static float *train_split(const char *spec, const struct nl_dataset *d, int batc
  * (batches up to 256) and on request; layers that do not split evenly into dense's blocks, a
  * last batch of a few samples, both of dense's forward products (batch 32 and 100), a model
  * as wide as mlp's hidden layers (K of 800 and 512), and mlp's own (a weight gradient split by
- * input features, 256 units on 512 inputs). The sample-parallel path, where it is chosen, keeps
- * its own results (its sums are taken in another order). */
+ * input features, 256 units on 512 inputs), with the ReLU between the first two dense layers
+ * run inside the second one's backward share (no barrier) in wide's at both batches and mlp's at
+ * 100. The sample-parallel path, where it is chosen, keeps its own results (its sums are taken
+ * in another order). */
 static void test_team(void)
 {
     struct nl_dataset *d = synthetic(203, 40, 6);

@@ -1250,6 +1250,51 @@ static int team_relu(const struct nl_exec *x, int k)
     return r;
 }
 
+/* 1 where a (na floats) and b (nb floats) share a float. */
+static int overlaps(const float *a, size_t na, const float *b, size_t nb)
+{
+    return a < b + nb && b < a + na;
+}
+
+/* In a team's backward, the ReLU r = k - 1 between dense layers k and k - 2 that share part of
+ * parts runs inside k's share, on the columns [*c0, *c1) of its gradient that k's input gradient
+ * share wrote, where k - 2's share reads only those columns (its weight gradient by units, no
+ * input gradient): no share then reads what another wrote between k's place and k - 2's, and the
+ * barriers after k and after r go. Else -1. Only where nothing is zeroed at r's place or at
+ * k - 2's, and r overwrites its input's gradient (k - 2's then writes no activation's: nothing
+ * that k's share, still running on another thread, may read). */
+static int team_relu_back(const struct nl_exec *x, int k, int part, int parts, int *c0, int *c1)
+{
+    const struct nl_model *m = x->m;
+    const int r = k - 1, d = k - 2;
+
+    if (parts <= 1 || d < 0 || m->layers[k].ops != &nl__dense_ops ||
+        m->layers[d].ops != &nl__dense_ops || activation_kind(&m->layers[r]) != NL_ACT_RELU ||
+        !m->layers[r].ops->rows || m->layers[k].inputs[0] != r || m->layers[r].inputs[0] != d ||
+        sole_reader(m, r) != k || !x->need[k] || !x->need[r] || !x->need[d] || !(x->set[r] & 1) ||
+        runs_at(x, k) != k || runs_at(x, r) != r || runs_at(x, d) != d)
+        return -1;
+    const int src = m->layers[d].inputs[0];
+    if (src < 0 ? x->dinput != NULL : x->need[src])
+        return -1; /* d's share writes its input's gradient, by features: all of dout */
+    for (int i = 0; i < m->nlayers; i++)
+        if ((x->from[i] == r || x->from[i] == d) && x->zero[i])
+            return -1;
+    /* The plan (plan_memory) may give d's gradient, alive from r's place on, the floats of what
+     * k's shares still read or write: k's output gradient and input, r's gradient. */
+    const size_t n = (size_t)x->n, fd = n * nl_shape_size(m->layers[d].out);
+    const size_t fr = n * nl_shape_size(m->layers[r].out);
+    const size_t fk = n * nl_shape_size(m->layers[k].out);
+    if (overlaps(x->dact[d], fd, x->act[r], fr) || overlaps(x->dact[d], fd, x->dact[r], fr) ||
+        (k < m->nlayers - 1 && overlaps(x->dact[d], fd, x->dact[k], fk)))
+        return -1;
+    int d0, d1;
+    if (!nl__dense_din_cols(&m->layers[k], x->n, x->set[k] & 1, part, parts, c0, c1) ||
+        !nl__dense_dout_cols(&m->layers[d], x->n, part, parts, &d0, &d1) || d0 != *c0 || d1 != *c1)
+        return -1;
+    return r;
+}
+
 /* A team's share of layer k (dense, one input) and of the ReLU r that alone reads it, with no
  * barrier between them: the share's outputs go into k's buffer, r's output from now on, and
  * through the ReLU there (the layer's f.act in training). */
@@ -1521,6 +1566,20 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
         }
         if (!pool || b.n > 0)
             l->ops->backward(l, &b);
+        int c0, c1;
+        const int r = pool ? team_relu_back(x, k, part, parts, &c0, &c1) : -1;
+        if (r >= 0) { /* the ReLU's share, from the gradient this share wrote: no barrier */
+            const size_t f = nl_shape_size(m->layers[r].out);
+            for (int s = 0; s < n; s++)
+                nl_relu_backward(x->dact[r - 1] + s * f + c0, x->act[r] + s * f + c0,
+                                 x->dact[r] + s * f + c0, (size_t)(c1 - c0), 1);
+            if (done) {
+                done(ud, k);
+                done(ud, r);
+            }
+            k = r;
+            continue;
+        }
         if (pool)
             nl_pool_barrier(pool);
         if (done)

@@ -49,6 +49,28 @@
  * the packed operand between its threads): fc1's forward then gave other floats than on one of
  * its threads, at batch 64 and 256, and took 254 us of wall time at batch 64 against the team's
  * 191 per share, at batch 256 1,363 against 1,317 on one thread (2026-11-27, load average 5 to 6).
+ * Per phase, mlp at batch 64 (`nnlab bench`, thread CPU time and waits per thread per step,
+ * 2026-11-27, load average 1.5 to 4, real-time priority, runs where another real-time process
+ * took a core left out): one thread 1,591 us (the batch 55, fc1's forward 464, fc2's 164, fc3's
+ * 7, the loss 6; backward fc3 8, ReLU 4, fc2 256, ReLU 7, fc1 357; the update 264); two threads
+ * 845 to 894 each (the batch 27 to 29; fc1's forward 244 to 249 on thread 0, 258 to 265 on thread
+ * 1; fc2's 93 to 100; fc2's backward 151 to 161, fc1's 186 to 197; the update 117 to 124 and 125
+ * to 138), waiting 20 to 57. Where another process held one core, so that the two threads ran
+ * by turns on the other, each took 789 to 819: half of one thread's; the excess is the cost of
+ * running on two cores at once. Thread 1 is the slower in fc1's forward and the update in every
+ * run, whichever core it is on (one thread on either core: the same speed). The ReLU between fc1
+ * and fc2 now runs inside fc2's backward share (model.c's team_relu_back, the same floats), so
+ * that fc1's share reads only the gradient columns its thread wrote, and two barriers go: median
+ * of nine rounds alternating at batch 256, 2,724 and 2,751 us against 2,775 and 2,808; at batch
+ * 64, of six, 849 and 865 against 855 and 869. Tried the same day, not kept (batch 64, rounds
+ * alternating): each thread converting the whole batch into its own buffer, read by fc1's
+ * forward and weight gradient: the batch took 46 us against 27, fc1's forward 10 us less on
+ * thread 1 alone, its backward 0 to 5: 885 to 917 per thread against 865 to 898; each layer's
+ * rows stepped right after that layer's backward, by the thread that wrote their gradient (still
+ * in its cache): fc2's, by input features, 256 runs of 256 floats, 90 to 115 us per thread, fc1's
+ * 82 to 117, against 117 to 135 for the whole update; fc2 stepped by the forward's units instead,
+ * 67 to 89; fc1's forward shares of 272 and 240 units instead of 256 each: the share of 240 took
+ * 222 to 238 us, that of 272 260 to 271, so that the barrier after them came no sooner.
  * The other threads' executors serve evaluation only, and hold no gradient.
  * TEAM_LOSS: the threads take the classification loss by rows, as the sample-parallel path does:
  * each row's gradient is computed alone (the floats of one thread); the reported loss is the

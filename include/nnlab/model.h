@@ -122,9 +122,11 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
 /* A team: the threads of a pool (core/engine/thread_pool.h) running one executor on the whole
  * batch together, each call of the pool's function making the call below with its (part,
  * parts); every layer's work is split between them (ops->rows by samples, ops->parts as the kind
- * splits it: dense by units), with a barrier after each layer, so that on return every thread
- * sees the whole result. nl_exec_forward_team starts with a barrier, after which every thread
- * sees what the others wrote before it (their rows of in). nl_exec_team says whether x's model
+ * splits it: dense by units), with a barrier after each layer (in backward, none between a dense
+ * layer and the one two below it where each share reads only what it wrote there, the ReLU
+ * between them run inside the share), so that on return every thread sees the whole result.
+ * nl_exec_forward_team starts with a barrier, after which every thread sees what the others wrote
+ * before it (their rows of in). nl_exec_team says whether x's model
  * allows it: every layer of such a kind, none frozen, no fused group or prefix. The floats are
  * those of nl_exec_forward and nl_exec_backward whatever parts is (core/engine/layers/dense.c says
  * how). */

@@ -45,7 +45,11 @@
  * 256 on two threads, thread CPU time per step, 2026-11-27 (see core/engine/trainer.c's TEAM
  * paragraph): fc1 with its ReLU 800 to 824 us per thread against 801 to 822 for the two apart,
  * fc2 303 to 309 against 295 to 302: no CPU time saved, only the two barriers' waits (1 to 2 us
- * each per thread there, more where a thread is delayed between them). */
+ * each per thread there, more where a thread is delayed between them). In backward, the ReLU
+ * between two dense layers runs inside the upper one's share where the lower one's share reads
+ * only the columns of its output gradient that the upper one's input gradient share wrote
+ * (nl__dense_din_cols and nl__dense_dout_cols give this file's rules to core/engine/model.c's
+ * team_relu_back). */
 #include <limits.h>
 #include <string.h>
 
@@ -169,6 +173,25 @@ static void dense_forward(const struct nl_layer *l, const struct nl_fwd *f)
         for (int s = 0; s < n; s++)
             nl_scale_shift(f->out + (size_t)s * units + u0, f->out + (size_t)s * units + u0,
                            (size_t)nu, 1.0f, 0.0f, f->act);
+}
+
+int nl__dense_din_cols(const struct nl_layer *l, int n, int set, int part, int parts, int *lo,
+                       int *hi)
+{
+    const int in = (int)nl_shape_size(l->in[0]);
+    return parts > 1 &&
+           part_range(in, (double)n * l->units * in, set & 1, part, parts, parts - 1, lo, hi);
+}
+
+int nl__dense_dout_cols(const struct nl_layer *l, int n, int part, int parts, int *lo, int *hi)
+{
+    const int in = (int)nl_shape_size(l->in[0]), units = l->units;
+    const double mnk = (double)n * units * in;
+    int c0, c1;
+
+    if (parts <= 1 || (in >= 2 * units && part_range(in, mnk, 0, part, parts, 0, &c0, &c1)))
+        return 0; /* the weight gradient by input features reads all of dout */
+    return part_range(units, mnk, 0, part, parts, 0, lo, hi);
 }
 
 static void dense_backward(const struct nl_layer *l, const struct nl_bwd *b)

@@ -33,6 +33,14 @@ extern const struct nl_layer_ops nl__lstm_ops;
 extern const struct nl_layer_ops nl__gru_ops;
 extern const struct nl_layer_ops nl__embedcols_ops;
 
+/* A team's share part of parts of a dense layer's backward on n samples (core/engine/layers/
+ * dense.c). nl__dense_din_cols: 1 where the share writes columns [*lo, *hi) of din alone (set:
+ * it overwrites din), 0 where din is not split. nl__dense_dout_cols: 1 where, without din, the
+ * share reads columns [*lo, *hi) of dout alone (the weight gradient by units), else 0. */
+int nl__dense_din_cols(const struct nl_layer *l, int n, int set, int part, int parts, int *lo,
+                       int *hi);
+int nl__dense_dout_cols(const struct nl_layer *l, int n, int part, int parts, int *lo, int *hi);
+
 /* Fills err with "layer 'NAME' (line L): " and the formatted text (no line part when l->line is
  * 0) and returns NL_EINVAL. */
 int nl__layer_fail(const struct nl_layer *l, struct nl_error *err, const char *fmt, ...)
