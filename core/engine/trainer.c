@@ -135,10 +135,12 @@
  * is one every thread is past or computing, since a thread waiting for room at that place holds
  * only the finished blocks of the places above it, given back.
  *
- * Split weight gradients: a layer whose weight gradient is large against its product's depth
- * (SPLIT_MIN floats or more, no statistics, and a kind whose backward takes it split: conv's
- * shard lowerings, ResNet-18's layer4 at 3x64x64 with its 2.36M-float 3x3 convolutions, PLANE2,
- * and its 1.18M-float stride-2 one, S2LANES) had each thread write the whole of it (9.4 MB) from
+ * Split weight gradients: a layer whose weight gradient's product writes SPLIT_MIN floats or more
+ * on each thread against its depth (no statistics, and a kind whose backward takes it split:
+ * conv's shard lowerings, ResNet-18's layer4 at 3x64x64 with its 2.36M-float 3x3 convolutions,
+ * PLANE2, and its 1.18M-float stride-2 one, S2LANES; WINOGRAD where each shard is one chunk, by
+ * its du: layer3's three 256 -> 256 WINOGRAD2 convolutions, 590K weights, du 16 x 256 x 256 =
+ * 1<<20 floats, and layer4 at 3x224x224) had each thread write the whole of it (9.4 MB) from
  * a product of only its shard's columns (depth 16 x 4 = 64), at the speed of memory, and the job
  * then read every thread's block, summed them and cleared all but one. Instead, in a step where
  * every thread has 2 samples or more and none a product deeper than SPLIT_DEPTH columns, the
@@ -255,7 +257,7 @@ struct job {
  * holds it the block they all write; counts reset at every step. */
 struct meet {
     struct ctx *c;
-    const float **dy, **cols; /* (threads) */
+    const float **dy, **cols, **aux; /* (threads) */
     int *ld;
     float *dw;
     int layer;
@@ -377,7 +379,7 @@ struct ctx {
     char *splits;
     int *split_now;
     struct meet *meets;
-    const float **mdy, **mcols; /* (nlayers, threads): the meetings' arrays */
+    const float **mdy, **mcols, **maux; /* (nlayers, threads): the meetings' arrays */
     int *mld;
 };
 
@@ -435,6 +437,7 @@ static void ctx_release(struct ctx *c)
     nl_free(c->meets);
     nl_free(c->mdy);
     nl_free(c->mcols);
+    nl_free(c->maux);
     nl_free(c->mld);
     nl_free(c->t_lo);
     nl_free(c->s_lo);
@@ -753,7 +756,8 @@ static int tables_init(struct ctx *c, const struct nl_train_opts *o, struct nl_e
     return 0;
 }
 
-static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld);
+static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld,
+                       const float *aux);
 static void split_wait(struct nl_wsplit *s);
 static void split_leave(struct nl_wsplit *s);
 
@@ -769,19 +773,21 @@ static int split_init(struct ctx *c)
     c->meets = nl_calloc(nl, sizeof *c->meets);
     c->mdy = nl_calloc(nl * T, sizeof *c->mdy);
     c->mcols = nl_calloc(nl * T, sizeof *c->mcols);
+    c->maux = nl_calloc(nl * T, sizeof *c->maux);
     c->mld = nl_calloc(nl * T, sizeof *c->mld);
-    if (!c->splits || !c->split_now || !c->meets || !c->mdy || !c->mcols || !c->mld)
+    if (!c->splits || !c->split_now || !c->meets || !c->mdy || !c->mcols || !c->maux || !c->mld)
         return -1;
     for (int i = 0; i < m->nlayers; i++) {
-        size_t trainable;
+        size_t trainable, written = 0;
         const size_t floats = nl_exec_block_floats(m, i, &trainable);
-        c->splits[i] = c->threads > 1 && nl_exec_split_columns(m, i) > 0 && floats == trainable &&
-                       floats >= SPLIT_MIN;
+        c->splits[i] = c->threads > 1 && nl_exec_split_columns(m, i, 2, &written) > 0 &&
+                       floats == trainable && written >= SPLIT_MIN;
         struct meet *me = &c->meets[i];
         me->c = c;
         me->layer = i;
         me->dy = c->mdy + (size_t)i * T;
         me->cols = c->mcols + (size_t)i * T;
+        me->aux = c->maux + (size_t)i * T;
         me->ld = c->mld + (size_t)i * T;
         atomic_init(&me->posted, 0);
         atomic_init(&me->left, 0);
@@ -798,6 +804,7 @@ static int split_init(struct ctx *c)
                 .dy = c->meets[i].dy,
                 .cols = c->meets[i].cols,
                 .ld = c->meets[i].ld,
+                .aux = c->meets[i].aux,
                 .post = split_post,
                 .wait = split_wait,
                 .leave = split_leave,
@@ -807,22 +814,21 @@ static int split_init(struct ctx *c)
     return 0;
 }
 
-/* This step's splits: each layer the rule allows, where every thread's shard has 2 samples or
- * more (the shard lowerings) and no thread's product is deeper than SPLIT_DEPTH columns, their
- * blocks in the threads' rings in turn, in the order backward takes them. Returns how many
- * layers split. */
+/* This step's splits: each layer the rule allows, where every thread's shard is one the layer
+ * can take split (2 samples or more; WINOGRAD's, one chunk) and no thread's product is deeper
+ * than SPLIT_DEPTH columns, their blocks in the threads' rings in turn, in the order backward
+ * takes them. Returns how many layers split. */
 static int split_step(struct ctx *c)
 {
     int count = 0;
-    long lo, hi, fewest = c->batch, most = 0;
-    for (int t = 0; t < c->threads; t++) {
-        share(c->batch, t, c->threads, &lo, &hi);
-        fewest = hi - lo < fewest ? hi - lo : fewest;
-        most = hi - lo > most ? hi - lo : most;
-    }
     for (int i = c->m->nlayers - 1; i >= 0; i--) {
-        const int now =
-            c->splits[i] && fewest >= 2 && most * nl_exec_split_columns(c->m, i) <= SPLIT_DEPTH;
+        int now = c->splits[i];
+        for (int t = 0; now && t < c->threads; t++) {
+            long lo, hi;
+            share(c->batch, t, c->threads, &lo, &hi);
+            const int cols = nl_exec_split_columns(c->m, i, (int)(hi - lo), NULL);
+            now = cols > 0 && (hi - lo) * cols <= SPLIT_DEPTH;
+        }
         c->split_now[i] = now ? count++ % c->threads : -1;
         atomic_store(&c->meets[i].posted, 0);
         atomic_store(&c->meets[i].left, 0);
@@ -1057,12 +1063,14 @@ static void split_until(struct ctx *c, atomic_int *count)
     pthread_mutex_unlock(&c->ring_lock);
 }
 
-static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld)
+static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld,
+                       const float *aux)
 {
     struct meet *me = s->ud;
     me->dy[s->part] = dy;
     me->cols[s->part] = cols;
     me->ld[s->part] = ld;
+    me->aux[s->part] = aux;
     atomic_fetch_add(&me->posted, 1);
     split_signal(me->c);
 }
