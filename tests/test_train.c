@@ -417,17 +417,6 @@ static const char split_spec[] = "c0: conv 256 3x3 pad=1\n"
                                  "pool: globalavgpool\n"
                                  "fc: dense N\n";
 
-/* ResNet-18's layer3 at 3x64x64 in small: a 256 -> 256 WINOGRAD2 conv on 4x4 planes (590K
- * weights; du, 16 x 256 x 256 floats), whose weight gradient streamed runs split by output
- * channels between the threads where each thread's shard is one chunk (16 samples or fewer). */
-static const char wsplit_spec[] = "c0: conv 256 3x3 pad=1\n"
-                                  "relu\n"
-                                  "pool0: maxpool 3\n"
-                                  "c1: conv 256 3x3 pad=1\n"
-                                  "relu\n"
-                                  "pool: globalavgpool\n"
-                                  "fc: dense N\n";
-
 /* Streamed gradients against every thread's full-size buffer (opts.gradients):
  * the same weights and statistics bit for bit, on 1 to 3 threads, with a last batch of one
  * sample (threads without samples) and with momentum and weight decay. The split model's steps
@@ -446,9 +435,8 @@ static void test_streamed(void)
         "fc1: dense 512\nrelu\nfc2: dense 64\nrelu\nfc3: dense N\n",
         "fc1: dense 1024\nrelu\nfc2: dense 1024\nrelu\nfc3: dense 1024\nrelu\nfc4: dense N\n",
         wino_spec,
-        split_spec,
-        wsplit_spec};
-    const char *names[] = {"residual", "conv", "wide", "large", "winograd", "split", "wsplit"};
+        split_spec};
+    const char *names[] = {"residual", "conv", "wide", "large", "winograd", "split"};
 
     if (nl_kernels_vector_on()) {
         struct nl_model *m = build(wino_spec, d->shape, d->nclasses);
@@ -461,11 +449,8 @@ static void test_streamed(void)
         ok(m && m->layers[3].lower == NL_LOWER_S2LANES && m->layers[6].lower == NL_LOWER_PLANE2,
            "the split model's c1 and c2 run the 2x2 lowerings");
         nl_model_free(m);
-        m = build(wsplit_spec, d->shape, d->nclasses);
-        ok(m && m->layers[3].lower == NL_LOWER_WINOGRAD2, "the wsplit model's c1 runs WINOGRAD2");
-        nl_model_free(m);
     }
-    for (int s = 0; s < 7; s++)
+    for (int s = 0; s < 6; s++)
         for (int threads = 1; threads <= 3; threads++) {
             float *p[2] = {NULL, NULL};
             size_t n[2] = {0, 0};
@@ -478,7 +463,7 @@ static void test_streamed(void)
                     break;
                 nl_train_defaults(&o);
                 o.epochs = 2;
-                o.batch = specs[s] == split_spec || specs[s] == wsplit_spec ? 32 : 16;
+                o.batch = specs[s] == split_spec ? 32 : 16;
                 o.threads = threads;
                 o.optim.momentum = 0.9f;
                 o.optim.weight_decay = 1e-3f;
@@ -493,10 +478,9 @@ static void test_streamed(void)
                "%s, %d thread(s): streamed gradients give the weights of full-size ones", names[s],
                threads);
             /* 161 samples: five steps of 32 and one of 1, in each of two epochs */
-            if ((specs[s] == split_spec || specs[s] == wsplit_spec) && nl_kernels_vector_on())
+            if (specs[s] == split_spec && nl_kernels_vector_on())
                 is_int(split_steps, threads > 1 ? 10 : 0,
-                       "%s, %d thread(s): the steps that split weight gradients", names[s],
-                       threads);
+                       "split, %d thread(s): the steps that split weight gradients", threads);
             nl_free(p[0]);
             nl_free(p[1]);
         }

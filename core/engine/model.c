@@ -1409,10 +1409,10 @@ void nl_exec_backward_split(struct nl_exec *x, const float *params, const float 
     x->split = NULL;
 }
 
-int nl_exec_split_columns(const struct nl_model *m, int i, int n, size_t *floats)
+int nl_exec_split_columns(const struct nl_model *m, int i)
 {
     const struct nl_layer *l = &m->layers[i];
-    return l->frozen || !l->ops->split || n < 2 ? 0 : l->ops->split(l, n, floats);
+    return l->frozen || !l->ops->split ? 0 : l->ops->split(l);
 }
 
 void nl_exec_backward_team(struct nl_exec *x, const float *params, const float *dlogits,
@@ -1474,8 +1474,7 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
         struct nl_wsplit *ws = NULL;
         if (!l->frozen && !block)
             dw = dparams + l->param_offset;
-        else if (!l->frozen && l->param_count > 0 && x->split &&
-                 nl_exec_split_columns(m, i, n, NULL) > 0)
+        else if (!l->frozen && l->param_count > 0 && x->split && nl_exec_split_columns(m, i) > 0)
             ws = x->split(ud, i);
         if (!l->frozen && block && !ws && l->param_count > 0)
             dw = block(ud, i);

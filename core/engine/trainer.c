@@ -135,12 +135,10 @@
  * is one every thread is past or computing, since a thread waiting for room at that place holds
  * only the finished blocks of the places above it, given back.
  *
- * Split weight gradients: a layer whose weight gradient's product writes SPLIT_MIN floats or more
- * on each thread against its depth (no statistics, and a kind whose backward takes it split:
- * conv's shard lowerings, ResNet-18's layer4 at 3x64x64 with its 2.36M-float 3x3 convolutions,
- * PLANE2, and its 1.18M-float stride-2 one, S2LANES; WINOGRAD where each shard is one chunk, by
- * its du: layer3's three 256 -> 256 WINOGRAD2 convolutions, 590K weights, du 16 x 256 x 256 =
- * 1<<20 floats, and layer4 at 3x224x224) had each thread write the whole of it (9.4 MB) from
+ * Split weight gradients: a layer whose weight gradient is large against its product's depth
+ * (SPLIT_MIN floats or more, no statistics, and a kind whose backward takes it split: conv's
+ * shard lowerings, ResNet-18's layer4 at 3x64x64 with its 2.36M-float 3x3 convolutions, PLANE2,
+ * and its 1.18M-float stride-2 one, S2LANES) had each thread write the whole of it (9.4 MB) from
  * a product of only its shard's columns (depth 16 x 4 = 64), at the speed of memory, and the job
  * then read every thread's block, summed them and cleared all but one. Instead, in a step where
  * every thread has 2 samples or more and none a product deeper than SPLIT_DEPTH columns, the
@@ -182,7 +180,27 @@
  * the transforms' perf samples halved (1.9% to 0.95% on one thread), but OpenBLAS's packing of
  * them grew more (sgemm_oncopy and otcopy +495 samples against -211, one thread, 24 steps),
  * reading them from where they had been pushed out to instead of from the L2 the transform had
- * just written them to; 20 MB more resident too.
+ * just written them to; 20 MB more resident too. (3) layer3's three WINOGRAD2 weight gradients
+ * split as layer4's (each thread posting dmm, v and dout, folding rows of du over every thread's
+ * matrices, one thread's at a time, into one block: the same floats; test_train held it against
+ * full-size gradients): per step, thread CPU time (ms, both threads together, 2026-11-27, load
+ * average 1 to 3, real-time priority, alternating), 196.6, 196.4, 197.6, 193.5 and 191.8 against
+ * 189.8, 189.8, 191.3, 193.6 and 190.7; the jobs 1.3 ms less, but each of the three convolutions
+ * 0.5 more per thread (its rows' update, some 0.2, now among it): du's rows are written and folded
+ * once per thread's matrices, so that each thread still moves as many floats of du as before, and
+ * packs every thread's v besides, read from the other core. (4) shard_split in column blocks of
+ * 512 KiB (every thread's product into a block while it is in the L2 cache): layer4's backward
+ * 23.0 to 23.6 per thread against 22.6 to 23.2. (5) layer4's updates left to the jobs instead of
+ * made in place: 4.3 ms less in backward per thread, 4.5 more in the jobs. (6) the Winograd filter
+ * transforms loading their taps by permutes instead of gathers: no change in perf's samples of
+ * them, which stream u at the speed of memory. Where the rest goes (perf, task-clock samples, the
+ * two-thread row against twice the one-thread row, per step over both threads, three runs): the
+ * optimizer's update 5.4 and 7.2 ms more (15.0 and 16.2 on two threads against 9.6 and 9.1 on
+ * one: the in-place updates of layer4's rows run on both threads at once after the meetings, and
+ * this machine's memory bandwidth is not much more than one core takes), the Winograd filter
+ * transforms and their adjoints about 6 more (every thread makes them all; about 7 on one
+ * thread), the sums of the jobs 1.6 to 2.0, OpenBLAS's packing 1 to 2; the products 2.7 to 5.2
+ * less.
  *
  * Where a ResNet-18 run at 3x64x64, batch 32, 2 threads (`nnlab train`, SGD with momentum) keeps
  * its memory at its peak, the steady state of its steps (/proc's smaps, MiB; resident set 190.4,
@@ -257,7 +275,7 @@ struct job {
  * holds it the block they all write; counts reset at every step. */
 struct meet {
     struct ctx *c;
-    const float **dy, **cols, **aux; /* (threads) */
+    const float **dy, **cols; /* (threads) */
     int *ld;
     float *dw;
     int layer;
@@ -379,7 +397,7 @@ struct ctx {
     char *splits;
     int *split_now;
     struct meet *meets;
-    const float **mdy, **mcols, **maux; /* (nlayers, threads): the meetings' arrays */
+    const float **mdy, **mcols; /* (nlayers, threads): the meetings' arrays */
     int *mld;
 };
 
@@ -437,7 +455,6 @@ static void ctx_release(struct ctx *c)
     nl_free(c->meets);
     nl_free(c->mdy);
     nl_free(c->mcols);
-    nl_free(c->maux);
     nl_free(c->mld);
     nl_free(c->t_lo);
     nl_free(c->s_lo);
@@ -756,8 +773,7 @@ static int tables_init(struct ctx *c, const struct nl_train_opts *o, struct nl_e
     return 0;
 }
 
-static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld,
-                       const float *aux);
+static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld);
 static void split_wait(struct nl_wsplit *s);
 static void split_leave(struct nl_wsplit *s);
 
@@ -773,21 +789,19 @@ static int split_init(struct ctx *c)
     c->meets = nl_calloc(nl, sizeof *c->meets);
     c->mdy = nl_calloc(nl * T, sizeof *c->mdy);
     c->mcols = nl_calloc(nl * T, sizeof *c->mcols);
-    c->maux = nl_calloc(nl * T, sizeof *c->maux);
     c->mld = nl_calloc(nl * T, sizeof *c->mld);
-    if (!c->splits || !c->split_now || !c->meets || !c->mdy || !c->mcols || !c->maux || !c->mld)
+    if (!c->splits || !c->split_now || !c->meets || !c->mdy || !c->mcols || !c->mld)
         return -1;
     for (int i = 0; i < m->nlayers; i++) {
-        size_t trainable, written = 0;
+        size_t trainable;
         const size_t floats = nl_exec_block_floats(m, i, &trainable);
-        c->splits[i] = c->threads > 1 && nl_exec_split_columns(m, i, 2, &written) > 0 &&
-                       floats == trainable && written >= SPLIT_MIN;
+        c->splits[i] = c->threads > 1 && nl_exec_split_columns(m, i) > 0 && floats == trainable &&
+                       floats >= SPLIT_MIN;
         struct meet *me = &c->meets[i];
         me->c = c;
         me->layer = i;
         me->dy = c->mdy + (size_t)i * T;
         me->cols = c->mcols + (size_t)i * T;
-        me->aux = c->maux + (size_t)i * T;
         me->ld = c->mld + (size_t)i * T;
         atomic_init(&me->posted, 0);
         atomic_init(&me->left, 0);
@@ -804,7 +818,6 @@ static int split_init(struct ctx *c)
                 .dy = c->meets[i].dy,
                 .cols = c->meets[i].cols,
                 .ld = c->meets[i].ld,
-                .aux = c->meets[i].aux,
                 .post = split_post,
                 .wait = split_wait,
                 .leave = split_leave,
@@ -814,21 +827,22 @@ static int split_init(struct ctx *c)
     return 0;
 }
 
-/* This step's splits: each layer the rule allows, where every thread's shard is one the layer
- * can take split (2 samples or more; WINOGRAD's, one chunk) and no thread's product is deeper
- * than SPLIT_DEPTH columns, their blocks in the threads' rings in turn, in the order backward
- * takes them. Returns how many layers split. */
+/* This step's splits: each layer the rule allows, where every thread's shard has 2 samples or
+ * more (the shard lowerings) and no thread's product is deeper than SPLIT_DEPTH columns, their
+ * blocks in the threads' rings in turn, in the order backward takes them. Returns how many
+ * layers split. */
 static int split_step(struct ctx *c)
 {
     int count = 0;
+    long lo, hi, fewest = c->batch, most = 0;
+    for (int t = 0; t < c->threads; t++) {
+        share(c->batch, t, c->threads, &lo, &hi);
+        fewest = hi - lo < fewest ? hi - lo : fewest;
+        most = hi - lo > most ? hi - lo : most;
+    }
     for (int i = c->m->nlayers - 1; i >= 0; i--) {
-        int now = c->splits[i];
-        for (int t = 0; now && t < c->threads; t++) {
-            long lo, hi;
-            share(c->batch, t, c->threads, &lo, &hi);
-            const int cols = nl_exec_split_columns(c->m, i, (int)(hi - lo), NULL);
-            now = cols > 0 && (hi - lo) * cols <= SPLIT_DEPTH;
-        }
+        const int now =
+            c->splits[i] && fewest >= 2 && most * nl_exec_split_columns(c->m, i) <= SPLIT_DEPTH;
         c->split_now[i] = now ? count++ % c->threads : -1;
         atomic_store(&c->meets[i].posted, 0);
         atomic_store(&c->meets[i].left, 0);
@@ -1063,14 +1077,12 @@ static void split_until(struct ctx *c, atomic_int *count)
     pthread_mutex_unlock(&c->ring_lock);
 }
 
-static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld,
-                       const float *aux)
+static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld)
 {
     struct meet *me = s->ud;
     me->dy[s->part] = dy;
     me->cols[s->part] = cols;
     me->ld[s->part] = ld;
-    me->aux[s->part] = aux;
     atomic_fetch_add(&me->posted, 1);
     split_signal(me->c);
 }

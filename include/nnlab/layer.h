@@ -189,22 +189,19 @@ struct nl_bwd {
  * in order from 0 (each product added with beta = 1), into the one block dw that all parts write
  * (zeroed when it is handed out), the bias's rows likewise: row sums of dy_t added in t's order.
  * Every tensor of the layer has F rows (its first dimension), which the caller may update by
- * parts as well. What dy, cols and aux hold is the kind's own (conv's WINOGRAD posts its
- * transformed output gradient and input, whose product du it folds back into dw row by row, and
- * its dout, for the bias gradient's rows).
+ * parts as well.
  * A layer's backward calls post with its matrices, which then stay unchanged until it has called
- * leave; wait returns once every part has posted (then dy, cols, ld, aux and dw are filled);
- * leave returns once every part is done reading the others' matrices. ud is the caller's. */
+ * leave; wait returns once every part has posted (then dy, cols, ld and dw are filled); leave
+ * returns once every part is done reading the others' matrices. ud is the caller's. */
 struct nl_wsplit {
     int part, parts;
     const float **dy, **cols; /* (parts) each */
     int *ld;                  /* (parts) */
-    const float **aux;        /* (parts) each, or NULL */
     float *dw;
     /* Set by the layer before leave: 1 where its backward reads w no more once it has left, so
      * that the caller may then update its rows of the weights at once. */
     int w_done;
-    void (*post)(struct nl_wsplit *s, const float *dy, const float *cols, int ld, const float *aux);
+    void (*post)(struct nl_wsplit *s, const float *dy, const float *cols, int ld);
     void (*wait)(struct nl_wsplit *s);
     void (*leave)(struct nl_wsplit *s);
     void *ud;
@@ -232,11 +229,9 @@ struct nl_layer_ops {
      * and din by input features), each share computing its elements as the whole call would,
      * the same sums in the same order. */
     int parts;
-    /* Where backward honours nl_bwd.split on a shard of n samples (2 or more; conv: its shard
-     * lowerings, and WINOGRAD where the shard is one chunk): the columns per sample of the weight
-     * gradient's product, and in *floats (where not NULL) the floats that product writes on each
-     * thread unsplit (the weight gradient, or WINOGRAD's du); else 0. NULL: never. */
-    int (*split)(const struct nl_layer *l, int n, size_t *floats);
+    /* Columns per sample of the weight gradient's product where backward honours nl_bwd.split
+     * (for shards of 2 samples or more; conv: its shard lowerings), else 0; NULL: never. */
+    int (*split)(const struct nl_layer *l);
     /* Validates the configuration against in[] and fills out, params, aux and scratch sizes.
      * Errors name the layer (and its spec line when it has one). */
     int (*setup)(struct nl_layer *l, struct nl_error *err);

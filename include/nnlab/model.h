@@ -167,15 +167,14 @@ void nl_exec_backward_blocks(struct nl_exec *x, const float *params, const float
 /* The same, where split(ud, i), asked first for each such layer i, may return the split of its
  * weight gradient between the threads (struct nl_wsplit, include/nnlab/layer.h) instead of
  * NULL: block is then not asked for layer i. Only for layers whose nl_exec_split_columns is
- * not 0 on the shard. */
+ * not 0, on shards of 2 samples or more. */
 void nl_exec_backward_split(struct nl_exec *x, const float *params, const float *dlogits,
                             float *(*block)(void *ud, int layer),
                             struct nl_wsplit *(*split)(void *ud, int layer),
                             void (*done)(void *ud, int layer), void *ud);
 /* Columns per sample of layer i's weight gradient's product where its backward can take it
- * split on a shard of n samples (ops->split), else 0; *floats (where not NULL) what that product
- * writes on each thread unsplit. */
-int nl_exec_split_columns(const struct nl_model *m, int i, int n, size_t *floats);
+ * split (ops->split), else 0. */
+int nl_exec_split_columns(const struct nl_model *m, int i);
 /* The layer whose block backward asks for at place k of its order (from the last place down,
  * done(ud, k) following), or -1 for none: the same at every call on executors of one model. */
 int nl_exec_block_at(const struct nl_exec *x, int k);

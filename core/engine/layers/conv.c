@@ -937,7 +937,7 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
     }
     if (b->split) {
         shard_cols(cols, b->in[0], n, d);
-        b->split->post(b->split, dy, cols, ld, NULL);
+        b->split->post(b->split, dy, cols, ld);
         /* PLANE2's input gradient reads neither matrix: its blocks go after them, and it runs
          * while the other threads come to the meeting */
         const int plane = l->lower == NL_LOWER_PLANE2 && n >= PLANE2_MIN && b->din[0];
@@ -1161,77 +1161,6 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
                 db[fo] += nl_sum(b->dout + (size_t)s * out_size + (size_t)fo * d->p, d->p);
 }
 
-/* WINOGRAD with its weight gradient split by output channels between the threads (struct
- * nl_wsplit; conv_split: a shard of one chunk). Each thread posts its dmm (a*a, F, T), v (or vt
- * where backward_winograd takes it: the same products as there) and dout; then computes rows
- * [lo, hi) of du over every thread's matrices, one thread's at a time: du_t's rows (beta = 0:
- * the rows of the thread's own product as backward_winograd forms it) folded into the one block
- * by nl_wino_filter_adjoint, which adds each weight's value once, and the rows of the thread's
- * bias gradient (its images' sums added from 0, as backward_winograd into a zeroed block) added
- * to dbias's. Each gradient is so 0 + g_0 + g_1 + ..., g_t what thread t's own block held, the
- * floats of the blocks summed in thread order by the job (test_train holds the two against each
- * other). Before leaving, u is transformed in du's floats, so that the weights are read no more
- * once the thread has left (each thread then updates its rows there, nl_wsplit.w_done), and the
- * input gradient follows as backward_winograd's. scratch: du's rows (a*a, hi - lo, C), then u,
- * in u's place; then v and dmm. */
-static void backward_winograd_split(const struct nl_layer *l, const struct nl_bwd *b,
-                                    const struct conv_dims *d)
-{
-    struct nl_wsplit *s = b->split;
-    const struct nl_wino *p = &d->wino;
-    const int aa = p->a * p->a, tt = b->n * p->tiles, fast = nl_wino_input_t_fast(p);
-    const size_t fc = (size_t)d->f * p->c, out_size = (size_t)d->f * d->p;
-    const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
-    float *u = b->scratch, *v = u + aa * fc, *dmm = v + aa * ct;
-
-    nl_wino_output_adjoint(dmm, b->dout, b->n, p);
-    if (fast)
-        nl_wino_input_t(v, b->in[0], b->n, p);
-    else
-        nl_wino_input(v, b->in[0], b->n, p);
-    s->post(s, dmm, v, tt, b->dout);
-    s->wait(s);
-
-    size_t lo, hi;
-    nl_block_range((size_t)d->f, 1, s->part, s->parts, &lo, &hi);
-    struct nl_wino rows = *p;
-    rows.f = (int)(hi - lo);
-    const size_t rc = (hi - lo) * (size_t)p->c;
-    float *dw = s->dw + l->params[0].offset + lo * p->c * 9;
-    float *db = l->no_bias ? NULL : s->dw + l->params[1].offset;
-    for (int t = 0; t < s->parts && lo < hi; t++) {
-        const int ld = s->ld[t];
-        const size_t tf = (size_t)d->f * ld, tc = (size_t)p->c * ld;
-        for (int xi = 0; xi < aa; xi++) {
-            const float *a = s->dy[t] + xi * tf + lo * ld, *bt = s->cols[t] + xi * tc;
-            if (fast)
-                nl_sgemm(0, 0, rows.f, p->c, ld, 1.0f, a, ld, bt, p->c, 0.0f, u + xi * rc, p->c);
-            else
-                nl_sgemm(0, 1, rows.f, p->c, ld, 1.0f, a, ld, bt, ld, 0.0f, u + xi * rc, p->c);
-        }
-        nl_wino_filter_adjoint(dw, u, &rows);
-        for (size_t fo = lo; db && fo < hi; fo++) {
-            float sum = 0.0f;
-            for (int i = 0; i < ld / p->tiles; i++)
-                sum += nl_sum(s->aux[t] + (size_t)i * out_size + fo * d->p, d->p);
-            db[fo] += sum;
-        }
-    }
-    if (b->din[0])
-        nl_wino_filter(u, b->w, p);
-    s->w_done = 1;
-    s->leave(s);
-    if (!b->din[0])
-        return;
-    for (int xi = 0; xi < aa; xi++)
-        nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
-                 v + xi * ct, tt);
-    if (b->set & 1) /* the first writer: din written, not added to */
-        nl_wino_input_adjoint_set(b->din[0], v, b->n, p);
-    else
-        nl_wino_input_adjoint(b->din[0], v, b->n, p);
-}
-
 /* Floats of scratch a call of at most n images uses: WINOGRAD's u, du beside it only where the
  * shard takes more than one chunk, and one chunk's v and mm (scratch_fixed and scratch_per_sample
  * count du and every image: a bound); the other lowerings' fields. */
@@ -1265,8 +1194,8 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
     const int shard = (l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
                        l->lower == NL_LOWER_S2LANES) &&
                       b->n > 1;
-    if (b->split && !(shard || (wino && b->n >= 2 && wino_chunk(&d.wino, b->n) >= b->n)))
-        abort(); /* a caller's bug: a split only where conv_split allows it */
+    if (b->split && !shard)
+        abort(); /* a caller's bug: a split is for shards of 2 samples or more (ops->split) */
     const int phases = l->lower == NL_LOWER_PHASES || (l->lower == NL_LOWER_SAMPLE && pick(&d.win));
     /* backward_sample (ONECHAN's input gradient too) clears each image's din itself */
     const int sample =
@@ -1274,9 +1203,7 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
     if (!wino && !sample && l->lower != NL_LOWER_DIRECT && l->lower != NL_LOWER_PACKED &&
         (b->set & 1) && b->din[0] && !s2_writes_all(l, b, &d) && !picks_first(l, b, &d))
         memset(b->din[0], 0, (size_t)b->n * d.in_size * sizeof *b->din[0]);
-    if (wino && b->split)
-        backward_winograd_split(l, b, &d);
-    else if (wino)
+    if (wino)
         backward_winograd(l, b, &d);
     else if (l->lower == NL_LOWER_DIRECT)
         backward_direct(l, b, &d);
@@ -1292,28 +1219,12 @@ static void conv_backward(const struct nl_layer *l, const struct nl_bwd *b)
         backward_sample(l, b, &d);
 }
 
-/* The shard lowerings take their weight gradient split between threads (backward_shard), on
- * shards of 2 samples or more: P columns per sample, the (F, K) gradient written; WINOGRAD
- * (backward_winograd_split) on shards of one chunk: tiles columns per sample, du (a*a, F, C)
- * written. */
-static int conv_split(const struct nl_layer *l, int n, size_t *floats)
+/* The shard lowerings take their weight gradient split between threads (backward_shard). */
+static int conv_split(const struct nl_layer *l)
 {
     const int shard =
         l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 || l->lower == NL_LOWER_S2LANES;
-    if (shard) {
-        if (floats)
-            *floats = l->params[0].count;
-        return (int)l->out.h * l->out.w;
-    }
-    if (l->lower != NL_LOWER_WINOGRAD && l->lower != NL_LOWER_WINOGRAD2)
-        return 0;
-    struct conv_dims d;
-    conv_dims(l, &d, NULL);
-    if (wino_chunk(&d.wino, n) < n)
-        return 0;
-    if (floats)
-        *floats = (size_t)d.wino.a * d.wino.a * d.f * d.wino.c;
-    return d.wino.tiles;
+    return shard ? (int)l->out.h * l->out.w : 0;
 }
 
 const struct nl_layer_ops nl__conv_ops = {
