@@ -1297,7 +1297,6 @@ static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, in
     free(mm);
     free(dy);
     free(bias);
-    free(sc);
     for (int i = 0; i < 2; i++) {
         free(u[i]);
         free(v[i]);
@@ -1996,6 +1995,61 @@ static void test_bn_mask(void)
     free(a3);
 }
 
+/* conv's WINOGRAD forward on a shard of one chunk transforms and multiplies u by blocks of
+ * filters (core/engine/layers/conv.c); on a shard of more chunks, u whole: the same products,
+ * element by element, so the outputs of the first chunk's images are the same floats, with the
+ * bias and with the folded output pass. */
+static void test_wino_rows(enum nl_lowering lower, int c, int side, int one, int more)
+{
+    struct nl_error err = {0};
+    struct nl_layer l = {.ops = nl_layer_kind("conv"),
+                         .lowering = lower,
+                         .filters = c,
+                         .kh = 3,
+                         .kw = 3,
+                         .ph = 1,
+                         .pw = 1,
+                         .ninputs = 1,
+                         .in = {{c, side, side}}};
+    snprintf(l.name, sizeof l.name, "wino_rows");
+    if (!ok(l.ops->setup(&l, &err) == 0 && l.lower == lower, "winograd rows: setup"))
+        return;
+    const size_t in_size = (size_t)c * side * side, out_size = (size_t)c * l.out.h * l.out.w;
+    float *w = floats(l.param_count), *x = floats(more * in_size);
+    float *scale = floats((size_t)c), *shift = floats((size_t)c);
+    float *y[2] = {floats(more * out_size), floats(more * out_size)};
+    float *scratch = floats(nl_layer_scratch(&l, more));
+    size_t off = 0;
+    fill(w, l.param_count, -1, 1);
+    fill(x, more * in_size, -1, 1);
+    fill(scale, (size_t)c, 0.5, 1.5);
+    fill(shift, (size_t)c, -1, 1);
+    for (int fold = 0; fold < 2; fold++) {
+        for (int k = 0; k < 2; k++) {
+            struct nl_fwd f = {.n = k ? more : one, .out = y[k], .w = w, .scratch = scratch};
+            f.in[0] = x;
+            if (fold) {
+                f.scale = scale;
+                f.shift = shift;
+                f.act = NL_ACT_RELU;
+            }
+            l.ops->forward(&l, &f);
+        }
+        for (size_t i = 0; i < (size_t)one * out_size; i++)
+            off += memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0;
+    }
+    ok(off == 0,
+       "%s on %d images of %dx%dx%d, one chunk, against %d images: the same outputs (%zu differ)",
+       lower == NL_LOWER_WINOGRAD ? "WINOGRAD" : "WINOGRAD2", one, c, side, side, more, off);
+    free(w);
+    free(x);
+    free(scale);
+    free(shift);
+    free(y[0]);
+    free(y[1]);
+    free(scratch);
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -2447,5 +2501,7 @@ int main(void)
     }
     nl_kernels_vector(1);
     test_bn_mask();
+    test_wino_rows(NL_LOWER_WINOGRAD2, 96, 4, 16, 22);
+    test_wino_rows(NL_LOWER_WINOGRAD, 64, 8, 16, 20);
     return done_testing();
 }

@@ -249,6 +249,10 @@ struct conv_dims {
     struct nl_s2 *s2;    /* PHASES: the phase planes' plan, else NULL */
 };
 
+/* Floats of u that forward_winograd transforms and multiplies at a time where the shard is one
+ * chunk: a block of filters, whose products read it from the L2 cache (512 KiB). */
+#define WINO_ROWS (128u << 10)
+
 static int wino_tile(enum nl_lowering lower)
 {
     return lower == NL_LOWER_WINOGRAD ? 4 : 2;
@@ -679,7 +683,18 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
 /* WINOGRAD: u (a*a, F, C) = the filters transformed; then chunk by chunk of images
  * (wino_chunk), v (a*a, C, T) = the chunk's T = n*tiles input tiles transformed, mm[xi] (F, T) =
  * u[xi] (F, C) v[xi] (C, T) for each of the a*a products of a tile, and the output transform
- * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, then v and mm. */
+ * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, then v and mm.
+ *
+ * A shard of one chunk (2 images or more) whose u is larger than WINO_ROWS floats takes v first,
+ * then u by blocks of filters, each block's products mm[xi]'s rows right after its transform, so
+ * that they read it from the L2 cache rather than from memory: the same products element by
+ * element, the same floats (test_kernels). Each thread of a step makes all of u for its shard
+ * (ResNet-18's layer2 and layer3 at 3x64x64: 2.4 and 4.2 MB a convolution), so that two threads
+ * wrote and read twice one thread's u, at the speed of memory that the two cores share. Thread CPU
+ * time per step, ResNet-18 at 3x64x64, batch 32, two threads (ms per thread, three rounds
+ * alternating, 2026-11-27 at load average 4.2 to 5.6, real-time priority): layer2's forward 5.20
+ * to 5.55 against 5.90 to 6.18, layer3's 6.30 to 6.78 against 7.17 to 7.54; one thread (two chunks
+ * of 16 images, u made once) unchanged. */
 static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
                              const struct conv_dims *d)
 {
@@ -690,6 +705,26 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     const int step = wino_chunk(p, f->n);
     float *u = f->scratch, *v = u + aa * fc;
 
+    if (step >= f->n && f->n > 1 && aa * fc > WINO_ROWS) {
+        /* one chunk: v first, then u and the products by blocks of filters (see above) */
+        const int tt = f->n * p->tiles;
+        const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
+        float *mm = v + aa * ct;
+        int rows = (int)(WINO_ROWS / ((size_t)aa * p->c));
+        rows = rows < 1 ? 1 : rows;
+        nl_wino_input(v, f->in[0], f->n, p);
+        for (int f0 = 0; f0 < d->f; f0 += rows) {
+            struct nl_wino q = *p;
+            q.f = d->f - f0 < rows ? d->f - f0 : rows;
+            const size_t qc = (size_t)q.f * p->c;
+            nl_wino_filter(u, f->w + (size_t)f0 * p->c * 9, &q);
+            for (int xi = 0; xi < aa; xi++)
+                nl_sgemm(0, 0, q.f, tt, p->c, 1.0f, u + xi * qc, p->c, v + xi * ct, tt, 0.0f,
+                         mm + xi * ft + (size_t)f0 * tt, tt);
+        }
+        nl_wino_output(f->out, mm, bias, f->scale, f->shift, f->act, f->n, p);
+        return;
+    }
     nl_wino_filter(u, f->w, p);
     for (int s0 = 0; s0 < f->n; s0 += step) {
         const int n = f->n - s0 < step ? f->n - s0 : step, tt = n * p->tiles;
