@@ -1996,9 +1996,11 @@ static void test_bn_mask(void)
 }
 
 /* conv's WINOGRAD forward on a shard of one chunk transforms and multiplies u by blocks of
- * filters (core/engine/layers/conv.c); on a shard of more chunks, u whole: the same products,
- * element by element, so the outputs of the first chunk's images are the same floats, with the
- * bias and with the folded output pass. */
+ * filters (core/engine/layers/conv.c), its input gradient by blocks of input channels; on a
+ * shard of more chunks, u whole: the same products, element by element, so the outputs and
+ * input gradients of the first chunk's images are the same floats, with the bias and with the
+ * folded output pass; and nl_wino_filter_cols gives a block of channels nl_wino_filter's floats,
+ * on the vector path and the naive one. */
 static void test_wino_rows(enum nl_lowering lower, int c, int side, int one, int more)
 {
     struct nl_error err = {0};
@@ -2041,6 +2043,53 @@ static void test_wino_rows(enum nl_lowering lower, int c, int side, int one, int
     ok(off == 0,
        "%s on %d images of %dx%dx%d, one chunk, against %d images: the same outputs (%zu differ)",
        lower == NL_LOWER_WINOGRAD ? "WINOGRAD" : "WINOGRAD2", one, c, side, side, more, off);
+    float *dx[2] = {floats(more * in_size), floats(more * in_size)};
+    float *dw[2] = {floats(l.param_count), floats(l.param_count)};
+    fill(y[0], more * out_size, -1, 1); /* dout */
+    off = 0;
+    for (int k = 0; k < 2; k++) {
+        struct nl_bwd b = {.n = k ? more : one, .dout = y[0], .w = w, .dw = dw[k]};
+        b.in[0] = x;
+        b.out = y[1];
+        b.din[0] = dx[k];
+        b.scratch = scratch;
+        l.ops->backward(&l, &b);
+    }
+    for (size_t i = 0; i < (size_t)one * in_size; i++)
+        off += memcmp(&dx[0][i], &dx[1][i], sizeof(float)) != 0;
+    ok(off == 0,
+       "%s on %d images of %dx%dx%d, one chunk, against %d images: the same input gradients (%zu "
+       "differ)",
+       lower == NL_LOWER_WINOGRAD ? "WINOGRAD" : "WINOGRAD2", one, c, side, side, more, off);
+    struct nl_wino p;
+    nl_wino_plan(&p, lower == NL_LOWER_WINOGRAD ? 4 : 2, c, side, side, c, 1, 1, side, side);
+    const size_t aa = (size_t)p.a * p.a, fc = (size_t)c * c;
+    float *u = floats(aa * fc), *part = floats(aa * fc);
+    off = 0;
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        nl_wino_filter(u, w, &p);
+        for (int c0 = 0; c0 < c; c0 += 40) {
+            struct nl_wino q = p;
+            q.c = c - c0 < 40 ? c - c0 : 40;
+            nl_wino_filter_cols(part, w + (size_t)c0 * 9, &q, c);
+            for (size_t xi = 0; xi < aa; xi++)
+                for (int fo = 0; fo < c; fo++)
+                    off +=
+                        memcmp(part + (xi * (size_t)c + (size_t)fo) * q.c,
+                               u + xi * fc + (size_t)fo * c + c0, (size_t)q.c * sizeof(float)) != 0;
+        }
+    }
+    nl_kernels_vector(1);
+    ok(off == 0,
+       "nl_wino_filter_cols: blocks of 40 of %d channels are nl_wino_filter's (%zu differ)", c,
+       off);
+    free(u);
+    free(part);
+    free(dx[0]);
+    free(dx[1]);
+    free(dw[0]);
+    free(dw[1]);
     free(w);
     free(x);
     free(scale);

@@ -1130,7 +1130,12 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
  * filter transform of du; dv[xi] (C, T) = u[xi]^T (C, F) dmm[xi] (F, T), u the filters
  * transformed again, and din += the adjoint of the input transform of dv; dbias as SAMPLE's.
  * scratch: u, du (one region where the shard is one chunk: du, then u), then a chunk's v (later
- * dv) and dmm.
+ * dv) and dmm. A shard of one chunk whose u is larger than WINO_ROWS floats makes u by blocks of
+ * input channels (nl_wino_filter_cols), each block's rows of dv right after its transform, as
+ * forward_winograd does by filters: the same floats (test_kernels). Thread CPU time per step,
+ * ResNet-18 at 3x64x64, batch 32, two threads (ms per thread, three rounds alternating,
+ * 2026-11-27 at load average 4.3 to 7, real-time priority): layer2's backward 10.58 to 11.03
+ * against 11.31 to 12.30, layer3's 14.95 to 15.90 against 15.13 to 16.34.
  *
  * Where nl_wino_input_t has its vector path (C a multiple of 16, planes of at most 256 pixels),
  * the input is transformed again into vt (a*a, T, C), the same values with each matrix
@@ -1175,12 +1180,27 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
         }
         if (b->dw && one)
             nl_wino_filter_adjoint(b->dw, du, p);
-        if (b->din[0]) {
+        if (b->din[0] && one && b->n > 1 && aa * fc > WINO_ROWS) {
+            /* u and the products by blocks of input channels (see above) */
+            int cb = (int)(WINO_ROWS / ((size_t)aa * d->f));
+            cb = cb >= 16 ? cb & ~15 : cb < 1 ? 1 : cb;
+            for (int c0 = 0; c0 < p->c; c0 += cb) {
+                struct nl_wino q = *p;
+                q.c = p->c - c0 < cb ? p->c - c0 : cb;
+                const size_t qf = (size_t)d->f * q.c;
+                nl_wino_filter_cols(u, b->w + (size_t)c0 * 9, &q, p->c);
+                for (int xi = 0; xi < aa; xi++)
+                    nl_sgemm(1, 0, q.c, tt, d->f, 1.0f, u + xi * qf, q.c, dmm + xi * ft, tt, 0.0f,
+                             v + xi * ct + (size_t)c0 * tt, tt);
+            }
+        } else if (b->din[0]) {
             if (one)
                 nl_wino_filter(u, b->w, p);
             for (int xi = 0; xi < aa; xi++)
                 nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
                          v + xi * ct, tt);
+        }
+        if (b->din[0]) {
             float *din = b->din[0] + (size_t)s0 * d->in_size;
             if (b->set & 1) /* the first writer: din written, not added to */
                 nl_wino_input_adjoint_set(din, v, n, p);
