@@ -2550,7 +2550,7 @@ int main(void)
     }
     nl_kernels_vector(1);
     test_bn_mask();
-    test_wino_rows(NL_LOWER_WINOGRAD2, 96, 4, 16, 22);
-    test_wino_rows(NL_LOWER_WINOGRAD, 64, 8, 16, 20);
+    test_wino_rows(NL_LOWER_WINOGRAD2, 144, 4, 16, 22);
+    test_wino_rows(NL_LOWER_WINOGRAD, 96, 8, 16, 20);
     return done_testing();
 }

@@ -250,8 +250,10 @@ struct conv_dims {
 };
 
 /* Floats of u that forward_winograd transforms and multiplies at a time where the shard is one
- * chunk: a block of filters, whose products read it from the L2 cache (512 KiB). */
+ * chunk: a block of filters, whose products read it from the L2 cache (512 KiB); only where u is
+ * larger than WINO_U floats (1 MiB, half the L2 cache). See wino_block. */
 #define WINO_ROWS (128u << 10)
+#define WINO_U    (256u << 10)
 
 static int wino_tile(enum nl_lowering lower)
 {
@@ -272,6 +274,21 @@ static int wino_chunk(const struct nl_wino *p, int n)
     if (k * p->tiles < 64)
         k = (64 + (size_t)p->tiles - 1) / p->tiles;
     return k > (size_t)n ? n : (int)k;
+}
+
+/* Filters (other = C; forward) or input channels (other = F; the input gradient, a multiple of
+ * 16) of u that a shard of n images makes and multiplies at a time, or 0 for all of u at once:
+ * blocks only where the shard is one chunk of 2 images or more, u is larger than WINO_U floats
+ * and WINO_ROWS floats hold 16 rows or more, so that packing the other operand (v, or dmm) again
+ * for each block costs less than u's trip through memory: ResNet-18's layer2 and layer3 at
+ * 3x64x64 on two threads, not resnet8's stage 3 (u 147K floats) nor ResNet-18's layer4 at
+ * 3x224x224 (blocks of 7 filters). */
+static int wino_block(const struct nl_wino *p, int n, int other, int lanes)
+{
+    const size_t aa = (size_t)p->a * p->a, rows = WINO_ROWS / (aa * (size_t)other);
+    if (n < 2 || wino_chunk(p, n) < n || aa * p->f * p->c <= WINO_U || rows < 16)
+        return 0;
+    return lanes ? (int)(rows & ~(size_t)15) : (int)rows;
 }
 
 static void conv_dims(const struct nl_layer *l, struct conv_dims *d, struct nl_s2 *s2)
@@ -685,7 +702,7 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
  * u[xi] (F, C) v[xi] (C, T) for each of the a*a products of a tile, and the output transform
  * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, then v and mm.
  *
- * A shard of one chunk (2 images or more) whose u is larger than WINO_ROWS floats takes v first,
+ * A shard of one chunk whose u is larger than WINO_U floats (wino_block) takes v first,
  * then u by blocks of filters, each block's products mm[xi]'s rows right after its transform, so
  * that they read it from the L2 cache rather than from memory: the same products element by
  * element, the same floats (test_kernels). Each thread of a step makes all of u for its shard
@@ -705,13 +722,12 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     const int step = wino_chunk(p, f->n);
     float *u = f->scratch, *v = u + aa * fc;
 
-    if (step >= f->n && f->n > 1 && aa * fc > WINO_ROWS) {
+    const int rows = wino_block(p, f->n, p->c, 0);
+    if (rows > 0) {
         /* one chunk: v first, then u and the products by blocks of filters (see above) */
         const int tt = f->n * p->tiles;
         const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
         float *mm = v + aa * ct;
-        int rows = (int)(WINO_ROWS / ((size_t)aa * p->c));
-        rows = rows < 1 ? 1 : rows;
         nl_wino_input(v, f->in[0], f->n, p);
         for (int f0 = 0; f0 < d->f; f0 += rows) {
             struct nl_wino q = *p;
@@ -1130,10 +1146,10 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
  * filter transform of du; dv[xi] (C, T) = u[xi]^T (C, F) dmm[xi] (F, T), u the filters
  * transformed again, and din += the adjoint of the input transform of dv; dbias as SAMPLE's.
  * scratch: u, du (one region where the shard is one chunk: du, then u), then a chunk's v (later
- * dv) and dmm. A shard of one chunk whose u is larger than WINO_ROWS floats makes u by blocks of
- * input channels (nl_wino_filter_cols), each block's rows of dv right after its transform, as
- * forward_winograd does by filters: the same floats (test_kernels). Thread CPU time per step,
- * ResNet-18 at 3x64x64, batch 32, two threads (ms per thread, three rounds alternating,
+ * dv) and dmm. A shard of one chunk whose u is larger than WINO_U floats (wino_block) makes u by
+ * blocks of input channels (nl_wino_filter_cols), each block's rows of dv right after its
+ * transform, as forward_winograd does by filters: the same floats (test_kernels). Thread CPU time
+ * per step, ResNet-18 at 3x64x64, batch 32, two threads (ms per thread, three rounds alternating,
  * 2026-11-27 at load average 4.3 to 7, real-time priority): layer2's backward 10.58 to 11.03
  * against 11.31 to 12.30, layer3's 14.95 to 15.90 against 15.13 to 16.34.
  *
@@ -1159,6 +1175,7 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
     const int one = step >= b->n;
     float *u = b->scratch, *du = one ? u : u + aa * fc, *v = du + aa * fc;
     float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+    const int cb = wino_block(p, b->n, d->f, 1);
 
     if (b->din[0] && !one)
         nl_wino_filter(u, b->w, p);
@@ -1180,10 +1197,8 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
         }
         if (b->dw && one)
             nl_wino_filter_adjoint(b->dw, du, p);
-        if (b->din[0] && one && b->n > 1 && aa * fc > WINO_ROWS) {
+        if (b->din[0] && cb > 0) {
             /* u and the products by blocks of input channels (see above) */
-            int cb = (int)(WINO_ROWS / ((size_t)aa * d->f));
-            cb = cb >= 16 ? cb & ~15 : cb < 1 ? 1 : cb;
             for (int c0 = 0; c0 < p->c; c0 += cb) {
                 struct nl_wino q = *p;
                 q.c = p->c - c0 < cb ? p->c - c0 : cb;
