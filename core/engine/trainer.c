@@ -200,7 +200,12 @@
  * this machine's memory bandwidth is not much more than one core takes), the Winograd filter
  * transforms and their adjoints about 6 more (every thread makes them all; about 7 on one
  * thread), the sums of the jobs 1.6 to 2.0, OpenBLAS's packing 1 to 2; the products 2.7 to 5.2
- * less.
+ * less. Since, on a shard of one chunk, Winograd's filter transforms go by blocks that the
+ * products read from the L2 cache (forward_winograd and backward_winograd, core/engine/layers/
+ * conv.c; the same floats): 183.7, 184.3 and 186.5 against 195.9, 191.1 and 196.2 (three rounds
+ * alternating, load average 2.6 to 4.2, real-time priority), one thread 171.8 to 177.1 against
+ * 172.9 to 178.7; each thread's wall time per step (its waits included) 98.6 to 102.2 against
+ * 104.0 to 106.3.
  *
  * Where a ResNet-18 run at 3x64x64, batch 32, 2 threads (`nnlab train`, SGD with momentum) keeps
  * its memory at its peak, the steady state of its steps (/proc's smaps, MiB; resident set 190.4,
