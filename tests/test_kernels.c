@@ -2065,6 +2065,27 @@ static void test_wino_rows(enum nl_lowering lower, int c, int side, int one, int
     nl_wino_plan(&p, lower == NL_LOWER_WINOGRAD ? 4 : 2, c, side, side, c, 1, 1, side, side);
     const size_t aa = (size_t)p.a * p.a, fc = (size_t)c * c;
     float *u = floats(aa * fc), *part = floats(aa * fc);
+    /* the one-chunk shard's weight gradient against 0 + the fold of du, du's products whole */
+    {
+        const int tt = one * p.tiles, fast = nl_wino_input_t_fast(&p);
+        const size_t ct = (size_t)c * tt;
+        float *dmm = floats(aa * ct), *vt = floats(aa * ct), *ref = floats(fc * 9);
+        nl_wino_output_adjoint(dmm, y[0], one, &p);
+        if (fast)
+            nl_wino_input_t(vt, x, one, &p);
+        else
+            nl_wino_input(vt, x, one, &p);
+        for (size_t xi = 0; xi < aa; xi++)
+            nl_sgemm(0, fast ? 0 : 1, c, c, tt, 1.0f, dmm + xi * ct, tt, vt + xi * ct,
+                     fast ? c : tt, 0.0f, u + xi * fc, c);
+        nl_wino_filter_adjoint(ref, u, &p);
+        ok(memcmp(ref, dw[0] + l.params[0].offset, fc * 9 * sizeof(float)) == 0,
+           "%s on %d images of %dx%dx%d, one chunk: the weight gradient of du whole, to the bit",
+           lower == NL_LOWER_WINOGRAD ? "WINOGRAD" : "WINOGRAD2", one, c, side, side);
+        free(dmm);
+        free(vt);
+        free(ref);
+    }
     off = 0;
     for (int vec = 1; vec >= 0; vec--) {
         nl_kernels_vector(vec);

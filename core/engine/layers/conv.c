@@ -1148,10 +1148,13 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
  * scratch: u, du (one region where the shard is one chunk: du, then u), then a chunk's v (later
  * dv) and dmm. A shard of one chunk whose u is larger than WINO_U floats (wino_block) makes u by
  * blocks of input channels (nl_wino_filter_cols), each block's rows of dv right after its
- * transform, as forward_winograd does by filters: the same floats (test_kernels). Thread CPU time
- * per step, ResNet-18 at 3x64x64, batch 32, two threads (ms per thread, three rounds alternating,
- * 2026-11-27 at load average 4.3 to 7, real-time priority): layer2's backward 10.58 to 11.03
- * against 11.31 to 12.30, layer3's 14.95 to 15.90 against 15.13 to 16.34.
+ * transform, as forward_winograd does by filters, and du by blocks of filters, each folded into
+ * dweight's rows right after its products: the same floats (test_kernels). Thread CPU time per
+ * step, ResNet-18 at 3x64x64, batch 32, two threads (ms per thread, three rounds alternating,
+ * 2026-11-27, real-time priority): with u by blocks, at load average 4.3 to 7, layer2's backward
+ * 10.58 to 11.03 against 11.31 to 12.30, layer3's 14.95 to 15.90 against 15.13 to 16.34; du by
+ * blocks too, at load average 1.5 to 1.7, layer2's 10.13 to 10.67 against 10.24 to 11.00,
+ * layer3's 13.25 to 14.03 against 13.72 to 15.05; one thread unchanged.
  *
  * Where nl_wino_input_t has its vector path (C a multiple of 16, planes of at most 256 pixels),
  * the input is transformed again into vt (a*a, T, C), the same values with each matrix
@@ -1184,7 +1187,30 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
         const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
         float *dmm = v + aa * ct;
         nl_wino_output_adjoint(dmm, b->dout + (size_t)s0 * out_size, n, p);
-        if (b->dw && nl_wino_input_t_fast(p)) {
+        const int rows = b->dw ? wino_block(p, b->n, p->c, 0) : 0;
+        if (rows > 0) {
+            /* du and its fold into dweight by blocks of filters (see above) */
+            const int fast = nl_wino_input_t_fast(p);
+            if (fast)
+                nl_wino_input_t(v, b->in[0], n, p);
+            else
+                nl_wino_input(v, b->in[0], n, p);
+            for (int f0 = 0; f0 < d->f; f0 += rows) {
+                struct nl_wino q = *p;
+                q.f = d->f - f0 < rows ? d->f - f0 : rows;
+                const size_t qc = (size_t)q.f * p->c;
+                for (int xi = 0; xi < aa; xi++) {
+                    const float *a = dmm + xi * ft + (size_t)f0 * tt;
+                    if (fast)
+                        nl_sgemm(0, 0, q.f, p->c, tt, 1.0f, a, tt, v + xi * ct, p->c, 0.0f,
+                                 du + xi * qc, p->c);
+                    else
+                        nl_sgemm(0, 1, q.f, p->c, tt, 1.0f, a, tt, v + xi * ct, tt, 0.0f,
+                                 du + xi * qc, p->c);
+                }
+                nl_wino_filter_adjoint(b->dw + (size_t)f0 * p->c * 9, du, &q);
+            }
+        } else if (b->dw && nl_wino_input_t_fast(p)) {
             nl_wino_input_t(v, b->in[0] + (size_t)s0 * d->in_size, n, p);
             for (int xi = 0; xi < aa; xi++)
                 nl_sgemm(0, 0, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, p->c,
@@ -1195,7 +1221,7 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
                 nl_sgemm(0, 1, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, tt,
                          s0 == 0 ? 0.0f : 1.0f, du + xi * fc, p->c);
         }
-        if (b->dw && one)
+        if (b->dw && one && rows == 0)
             nl_wino_filter_adjoint(b->dw, du, p);
         if (b->din[0] && cb > 0) {
             /* u and the products by blocks of input channels (see above) */
