@@ -1297,7 +1297,6 @@ static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, in
     free(mm);
     free(dy);
     free(bias);
-    free(sc);
     for (int i = 0; i < 2; i++) {
         free(u[i]);
         free(v[i]);
@@ -1996,6 +1995,131 @@ static void test_bn_mask(void)
     free(a3);
 }
 
+/* conv's WINOGRAD forward on a shard of one chunk transforms and multiplies u by blocks of
+ * filters (core/engine/layers/conv.c), its input gradient by blocks of input channels; on a
+ * shard of more chunks, u whole: the same products, element by element, so the outputs and
+ * input gradients of the first chunk's images are the same floats, with the bias and with the
+ * folded output pass; and nl_wino_filter_cols gives a block of channels nl_wino_filter's floats,
+ * on the vector path and the naive one. */
+static void test_wino_rows(enum nl_lowering lower, int c, int side, int one, int more)
+{
+    struct nl_error err = {0};
+    struct nl_layer l = {.ops = nl_layer_kind("conv"),
+                         .lowering = lower,
+                         .filters = c,
+                         .kh = 3,
+                         .kw = 3,
+                         .ph = 1,
+                         .pw = 1,
+                         .ninputs = 1,
+                         .in = {{c, side, side}}};
+    snprintf(l.name, sizeof l.name, "wino_rows");
+    if (!ok(l.ops->setup(&l, &err) == 0 && l.lower == lower, "winograd rows: setup"))
+        return;
+    const size_t in_size = (size_t)c * side * side, out_size = (size_t)c * l.out.h * l.out.w;
+    float *w = floats(l.param_count), *x = floats(more * in_size);
+    float *scale = floats((size_t)c), *shift = floats((size_t)c);
+    float *y[2] = {floats(more * out_size), floats(more * out_size)};
+    float *scratch = floats(nl_layer_scratch(&l, more));
+    size_t off = 0;
+    fill(w, l.param_count, -1, 1);
+    fill(x, more * in_size, -1, 1);
+    fill(scale, (size_t)c, 0.5, 1.5);
+    fill(shift, (size_t)c, -1, 1);
+    for (int fold = 0; fold < 2; fold++) {
+        for (int k = 0; k < 2; k++) {
+            struct nl_fwd f = {.n = k ? more : one, .out = y[k], .w = w, .scratch = scratch};
+            f.in[0] = x;
+            if (fold) {
+                f.scale = scale;
+                f.shift = shift;
+                f.act = NL_ACT_RELU;
+            }
+            l.ops->forward(&l, &f);
+        }
+        for (size_t i = 0; i < (size_t)one * out_size; i++)
+            off += memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0;
+    }
+    ok(off == 0,
+       "%s on %d images of %dx%dx%d, one chunk, against %d images: the same outputs (%zu differ)",
+       lower == NL_LOWER_WINOGRAD ? "WINOGRAD" : "WINOGRAD2", one, c, side, side, more, off);
+    float *dx[2] = {floats(more * in_size), floats(more * in_size)};
+    float *dw[2] = {floats(l.param_count), floats(l.param_count)};
+    fill(y[0], more * out_size, -1, 1); /* dout */
+    off = 0;
+    for (int k = 0; k < 2; k++) {
+        struct nl_bwd b = {.n = k ? more : one, .dout = y[0], .w = w, .dw = dw[k]};
+        b.in[0] = x;
+        b.out = y[1];
+        b.din[0] = dx[k];
+        b.scratch = scratch;
+        l.ops->backward(&l, &b);
+    }
+    for (size_t i = 0; i < (size_t)one * in_size; i++)
+        off += memcmp(&dx[0][i], &dx[1][i], sizeof(float)) != 0;
+    ok(off == 0,
+       "%s on %d images of %dx%dx%d, one chunk, against %d images: the same input gradients (%zu "
+       "differ)",
+       lower == NL_LOWER_WINOGRAD ? "WINOGRAD" : "WINOGRAD2", one, c, side, side, more, off);
+    struct nl_wino p;
+    nl_wino_plan(&p, lower == NL_LOWER_WINOGRAD ? 4 : 2, c, side, side, c, 1, 1, side, side);
+    const size_t aa = (size_t)p.a * p.a, fc = (size_t)c * c;
+    float *u = floats(aa * fc), *part = floats(aa * fc);
+    /* the one-chunk shard's weight gradient against 0 + the fold of du, du's products whole */
+    {
+        const int tt = one * p.tiles, fast = nl_wino_input_t_fast(&p);
+        const size_t ct = (size_t)c * tt;
+        float *dmm = floats(aa * ct), *vt = floats(aa * ct), *ref = floats(fc * 9);
+        nl_wino_output_adjoint(dmm, y[0], one, &p);
+        if (fast)
+            nl_wino_input_t(vt, x, one, &p);
+        else
+            nl_wino_input(vt, x, one, &p);
+        for (size_t xi = 0; xi < aa; xi++)
+            nl_sgemm(0, fast ? 0 : 1, c, c, tt, 1.0f, dmm + xi * ct, tt, vt + xi * ct,
+                     fast ? c : tt, 0.0f, u + xi * fc, c);
+        nl_wino_filter_adjoint(ref, u, &p);
+        ok(memcmp(ref, dw[0] + l.params[0].offset, fc * 9 * sizeof(float)) == 0,
+           "%s on %d images of %dx%dx%d, one chunk: the weight gradient of du whole, to the bit",
+           lower == NL_LOWER_WINOGRAD ? "WINOGRAD" : "WINOGRAD2", one, c, side, side);
+        free(dmm);
+        free(vt);
+        free(ref);
+    }
+    off = 0;
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        nl_wino_filter(u, w, &p);
+        for (int c0 = 0; c0 < c; c0 += 40) {
+            struct nl_wino q = p;
+            q.c = c - c0 < 40 ? c - c0 : 40;
+            nl_wino_filter_cols(part, w + (size_t)c0 * 9, &q, c);
+            for (size_t xi = 0; xi < aa; xi++)
+                for (int fo = 0; fo < c; fo++)
+                    off +=
+                        memcmp(part + (xi * (size_t)c + (size_t)fo) * q.c,
+                               u + xi * fc + (size_t)fo * c + c0, (size_t)q.c * sizeof(float)) != 0;
+        }
+    }
+    nl_kernels_vector(1);
+    ok(off == 0,
+       "nl_wino_filter_cols: blocks of 40 of %d channels are nl_wino_filter's (%zu differ)", c,
+       off);
+    free(u);
+    free(part);
+    free(dx[0]);
+    free(dx[1]);
+    free(dw[0]);
+    free(dw[1]);
+    free(w);
+    free(x);
+    free(scale);
+    free(shift);
+    free(y[0]);
+    free(y[1]);
+    free(scratch);
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -2447,5 +2571,7 @@ int main(void)
     }
     nl_kernels_vector(1);
     test_bn_mask();
+    test_wino_rows(NL_LOWER_WINOGRAD2, 144, 4, 16, 22);
+    test_wino_rows(NL_LOWER_WINOGRAD, 96, 8, 16, 20);
     return done_testing();
 }

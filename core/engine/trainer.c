@@ -202,7 +202,32 @@
  * the transforms' perf samples halved (1.9% to 0.95% on one thread), but OpenBLAS's packing of
  * them grew more (sgemm_oncopy and otcopy +495 samples against -211, one thread, 24 steps),
  * reading them from where they had been pushed out to instead of from the L2 the transform had
- * just written them to; 20 MB more resident too.
+ * just written them to; 20 MB more resident too. (3) layer3's three WINOGRAD2 weight gradients
+ * split as layer4's (each thread posting dmm, v and dout, folding rows of du over every thread's
+ * matrices, one thread's at a time, into one block: the same floats; test_train held it against
+ * full-size gradients): per step, thread CPU time (ms, both threads together, 2026-11-27, load
+ * average 1 to 3, real-time priority, alternating), 196.6, 196.4, 197.6, 193.5 and 191.8 against
+ * 189.8, 189.8, 191.3, 193.6 and 190.7; the jobs 1.3 ms less, but each of the three convolutions
+ * 0.5 more per thread (its rows' update, some 0.2, now among it): du's rows are written and folded
+ * once per thread's matrices, so that each thread still moves as many floats of du as before, and
+ * packs every thread's v besides, read from the other core. (4) shard_split in column blocks of
+ * 512 KiB (every thread's product into a block while it is in the L2 cache): layer4's backward
+ * 23.0 to 23.6 per thread against 22.6 to 23.2. (5) layer4's updates left to the jobs instead of
+ * made in place: 4.3 ms less in backward per thread, 4.5 more in the jobs. (6) the Winograd filter
+ * transforms loading their taps by permutes instead of gathers: no change in perf's samples of
+ * them, which stream u at the speed of memory. Where the rest goes (perf, task-clock samples, the
+ * two-thread row against twice the one-thread row, per step over both threads, three runs): the
+ * optimizer's update 5.4 and 7.2 ms more (15.0 and 16.2 on two threads against 9.6 and 9.1 on
+ * one: the in-place updates of layer4's rows run on both threads at once after the meetings, and
+ * this machine's memory bandwidth is not much more than one core takes), the Winograd filter
+ * transforms and their adjoints about 6 more (every thread makes them all; about 7 on one
+ * thread), the sums of the jobs 1.6 to 2.0, OpenBLAS's packing 1 to 2; the products 2.7 to 5.2
+ * less. Since, on a shard of one chunk, Winograd's filter transforms go by blocks that the
+ * products read from the L2 cache (forward_winograd and backward_winograd, core/engine/layers/
+ * conv.c; the same floats): 183.7, 184.3 and 186.5 against 195.9, 191.1 and 196.2 (three rounds
+ * alternating, load average 2.6 to 4.2, real-time priority), one thread 171.8 to 177.1 against
+ * 172.9 to 178.7; each thread's wall time per step (its waits included) 98.6 to 102.2 against
+ * 104.0 to 106.3.
  *
  * Where a ResNet-18 run at 3x64x64, batch 32, 2 threads (`nnlab train`, SGD with momentum) keeps
  * its memory at its peak, the steady state of its steps (/proc's smaps, MiB; resident set 190.4,

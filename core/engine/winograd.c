@@ -167,16 +167,22 @@ static float act_scalar(float v, int act)
     return v;
 }
 
-void nl_wino_filter_naive(float *u, const float *weight, const struct nl_wino *p)
+void nl_wino_filter_cols_naive(float *u, const float *weight, const struct nl_wino *p, int wc)
 {
     const size_t fc = (size_t)p->f * p->c;
     float y[36];
 
     for (size_t i = 0; i < fc; i++) {
-        sandwich(y, table_g(p), p->a, 3, weight + 9 * i);
+        const size_t f = i / (size_t)p->c, c = i % (size_t)p->c;
+        sandwich(y, table_g(p), p->a, 3, weight + 9 * (f * (size_t)wc + c));
         for (int xi = 0; xi < p->a * p->a; xi++)
             u[xi * fc + i] = y[xi];
     }
+}
+
+void nl_wino_filter_naive(float *u, const float *weight, const struct nl_wino *p)
+{
+    nl_wino_filter_cols_naive(u, weight, p, p->c);
 }
 
 void nl_wino_filter_adjoint_naive(float *dweight, const float *du, const struct nl_wino *p)
@@ -733,7 +739,7 @@ AVX512 INLINE void output_adjoint_avx512(float *dmm, const float *dout, int n,
 }
 
 /* 16 input channels in the lanes: a weight's 9 taps come in by 9 gathers of stride 9. */
-AVX512 INLINE void filter_avx512(float *u, const float *weight, const struct nl_wino *p,
+AVX512 INLINE void filter_avx512(float *u, const float *weight, const struct nl_wino *p, int wc,
                                  const int a, const float *gt)
 {
     const size_t fc = (size_t)p->f * p->c;
@@ -745,7 +751,7 @@ AVX512 INLINE void filter_avx512(float *u, const float *weight, const struct nl_
     for (int f = 0; f < p->f; f++)
         for (int c0 = 0; c0 < p->c; c0 += 16) {
             const __mmask16 live = first_lanes(p->c - c0);
-            const float *wf = weight + ((size_t)f * p->c + c0) * 9;
+            const float *wf = weight + ((size_t)f * wc + c0) * 9;
             for (int k = 0; k < 9; k++)
                 x[k] = _mm512_mask_i32gather_ps(
                     _mm512_setzero_ps(), live, _mm512_add_epi32(nine, _mm512_set1_epi32(k)), wf, 4);
@@ -1288,14 +1294,14 @@ AVX512 static void output_adjoint2(float *dmm, const float *dout, int n, const s
         output_adjoint_avx512(dmm, dout, n, p, 2, at2);
 }
 
-AVX512 static void filter4(float *u, const float *weight, const struct nl_wino *p)
+AVX512 static void filter4(float *u, const float *weight, const struct nl_wino *p, int wc)
 {
-    filter_avx512(u, weight, p, 6, g4);
+    filter_avx512(u, weight, p, wc, 6, g4);
 }
 
-AVX512 static void filter2(float *u, const float *weight, const struct nl_wino *p)
+AVX512 static void filter2(float *u, const float *weight, const struct nl_wino *p, int wc)
 {
-    filter_avx512(u, weight, p, 4, g2);
+    filter_avx512(u, weight, p, wc, 4, g2);
 }
 
 AVX512 static void filter_adjoint4(float *dweight, const float *du, const struct nl_wino *p)
@@ -1314,14 +1320,19 @@ static int vector_fits(size_t floats)
     return nl_kernels_vector_on() && floats < (size_t)INT_MAX;
 }
 
+void nl_wino_filter_cols(float *u, const float *weight, const struct nl_wino *p, int wc)
+{
+    if (!vector_fits((size_t)p->f * wc * 9))
+        nl_wino_filter_cols_naive(u, weight, p, wc);
+    else if (p->m == 4)
+        filter4(u, weight, p, wc);
+    else
+        filter2(u, weight, p, wc);
+}
+
 void nl_wino_filter(float *u, const float *weight, const struct nl_wino *p)
 {
-    if (!vector_fits((size_t)p->f * p->c * 9))
-        nl_wino_filter_naive(u, weight, p);
-    else if (p->m == 4)
-        filter4(u, weight, p);
-    else
-        filter2(u, weight, p);
+    nl_wino_filter_cols(u, weight, p, p->c);
 }
 
 void nl_wino_filter_adjoint(float *dweight, const float *du, const struct nl_wino *p)

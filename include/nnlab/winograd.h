@@ -43,6 +43,11 @@ void nl_wino_plan(struct nl_wino *p, int m, int c, int h, int w, int f, int ph, 
 /* u (a*a, F, C) = G g G^T of each weight g [F, C, 3, 3]. */
 void nl_wino_filter(float *u, const float *weight, const struct nl_wino *p);
 void nl_wino_filter_naive(float *u, const float *weight, const struct nl_wino *p);
+/* The same for the weights of p->c of wc channels: u (a*a, F, p->c) from weight [F, wc, 3, 3],
+ * read from the channel weight points at (a block of channels, offset by the caller), the floats
+ * nl_wino_filter gives those channels. */
+void nl_wino_filter_cols(float *u, const float *weight, const struct nl_wino *p, int wc);
+void nl_wino_filter_cols_naive(float *u, const float *weight, const struct nl_wino *p, int wc);
 /* dweight [F, C, 3, 3] += G^T du G, the adjoint of nl_wino_filter. */
 void nl_wino_filter_adjoint(float *dweight, const float *du, const struct nl_wino *p);
 void nl_wino_filter_adjoint_naive(float *dweight, const float *du, const struct nl_wino *p);

@@ -249,6 +249,12 @@ struct conv_dims {
     struct nl_s2 *s2;    /* PHASES: the phase planes' plan, else NULL */
 };
 
+/* Floats of u that forward_winograd transforms and multiplies at a time where the shard is one
+ * chunk: a block of filters, whose products read it from the L2 cache (512 KiB); only where u is
+ * larger than WINO_U floats (1 MiB, half the L2 cache). See wino_block. */
+#define WINO_ROWS (128u << 10)
+#define WINO_U    (256u << 10)
+
 static int wino_tile(enum nl_lowering lower)
 {
     return lower == NL_LOWER_WINOGRAD ? 4 : 2;
@@ -268,6 +274,21 @@ static int wino_chunk(const struct nl_wino *p, int n)
     if (k * p->tiles < 64)
         k = (64 + (size_t)p->tiles - 1) / p->tiles;
     return k > (size_t)n ? n : (int)k;
+}
+
+/* Filters (other = C; forward) or input channels (other = F; the input gradient, a multiple of
+ * 16) of u that a shard of n images makes and multiplies at a time, or 0 for all of u at once:
+ * blocks only where the shard is one chunk of 2 images or more, u is larger than WINO_U floats
+ * and WINO_ROWS floats hold 16 rows or more, so that packing the other operand (v, or dmm) again
+ * for each block costs less than u's trip through memory: ResNet-18's layer2 and layer3 at
+ * 3x64x64 on two threads, not resnet8's stage 3 (u 147K floats) nor ResNet-18's layer4 at
+ * 3x224x224 (blocks of 7 filters). */
+static int wino_block(const struct nl_wino *p, int n, int other, int lanes)
+{
+    const size_t aa = (size_t)p->a * p->a, rows = WINO_ROWS / (aa * (size_t)other);
+    if (n < 2 || wino_chunk(p, n) < n || aa * p->f * p->c <= WINO_U || rows < 16)
+        return 0;
+    return lanes ? (int)(rows & ~(size_t)15) : (int)rows;
 }
 
 static void conv_dims(const struct nl_layer *l, struct conv_dims *d, struct nl_s2 *s2)
@@ -679,7 +700,18 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
 /* WINOGRAD: u (a*a, F, C) = the filters transformed; then chunk by chunk of images
  * (wino_chunk), v (a*a, C, T) = the chunk's T = n*tiles input tiles transformed, mm[xi] (F, T) =
  * u[xi] (F, C) v[xi] (C, T) for each of the a*a products of a tile, and the output transform
- * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, then v and mm. */
+ * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, then v and mm.
+ *
+ * A shard of one chunk whose u is larger than WINO_U floats (wino_block) takes v first,
+ * then u by blocks of filters, each block's products mm[xi]'s rows right after its transform, so
+ * that they read it from the L2 cache rather than from memory: the same products element by
+ * element, the same floats (test_kernels). Each thread of a step makes all of u for its shard
+ * (ResNet-18's layer2 and layer3 at 3x64x64: 2.4 and 4.2 MB a convolution), so that two threads
+ * wrote and read twice one thread's u, at the speed of memory that the two cores share. Thread CPU
+ * time per step, ResNet-18 at 3x64x64, batch 32, two threads (ms per thread, three rounds
+ * alternating, 2026-11-27 at load average 4.2 to 5.6, real-time priority): layer2's forward 5.20
+ * to 5.55 against 5.90 to 6.18, layer3's 6.30 to 6.78 against 7.17 to 7.54; one thread (two chunks
+ * of 16 images, u made once) unchanged. */
 static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
                              const struct conv_dims *d)
 {
@@ -690,6 +722,25 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     const int step = wino_chunk(p, f->n);
     float *u = f->scratch, *v = u + aa * fc;
 
+    const int rows = wino_block(p, f->n, p->c, 0);
+    if (rows > 0) {
+        /* one chunk: v first, then u and the products by blocks of filters (see above) */
+        const int tt = f->n * p->tiles;
+        const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
+        float *mm = v + aa * ct;
+        nl_wino_input(v, f->in[0], f->n, p);
+        for (int f0 = 0; f0 < d->f; f0 += rows) {
+            struct nl_wino q = *p;
+            q.f = d->f - f0 < rows ? d->f - f0 : rows;
+            const size_t qc = (size_t)q.f * p->c;
+            nl_wino_filter(u, f->w + (size_t)f0 * p->c * 9, &q);
+            for (int xi = 0; xi < aa; xi++)
+                nl_sgemm(0, 0, q.f, tt, p->c, 1.0f, u + xi * qc, p->c, v + xi * ct, tt, 0.0f,
+                         mm + xi * ft + (size_t)f0 * tt, tt);
+        }
+        nl_wino_output(f->out, mm, bias, f->scale, f->shift, f->act, f->n, p);
+        return;
+    }
     nl_wino_filter(u, f->w, p);
     for (int s0 = 0; s0 < f->n; s0 += step) {
         const int n = f->n - s0 < step ? f->n - s0 : step, tt = n * p->tiles;
@@ -1095,7 +1146,15 @@ static void backward_direct(const struct nl_layer *l, const struct nl_bwd *b,
  * filter transform of du; dv[xi] (C, T) = u[xi]^T (C, F) dmm[xi] (F, T), u the filters
  * transformed again, and din += the adjoint of the input transform of dv; dbias as SAMPLE's.
  * scratch: u, du (one region where the shard is one chunk: du, then u), then a chunk's v (later
- * dv) and dmm.
+ * dv) and dmm. A shard of one chunk whose u is larger than WINO_U floats (wino_block) makes u by
+ * blocks of input channels (nl_wino_filter_cols), each block's rows of dv right after its
+ * transform, as forward_winograd does by filters, and du by blocks of filters, each folded into
+ * dweight's rows right after its products: the same floats (test_kernels). Thread CPU time per
+ * step, ResNet-18 at 3x64x64, batch 32, two threads (ms per thread, three rounds alternating,
+ * 2026-11-27, real-time priority): with u by blocks, at load average 4.3 to 7, layer2's backward
+ * 10.58 to 11.03 against 11.31 to 12.30, layer3's 14.95 to 15.90 against 15.13 to 16.34; du by
+ * blocks too, at load average 1.5 to 1.7, layer2's 10.13 to 10.67 against 10.24 to 11.00,
+ * layer3's 13.25 to 14.03 against 13.72 to 15.05; one thread unchanged.
  *
  * Where nl_wino_input_t has its vector path (C a multiple of 16, planes of at most 256 pixels),
  * the input is transformed again into vt (a*a, T, C), the same values with each matrix
@@ -1119,6 +1178,7 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
     const int one = step >= b->n;
     float *u = b->scratch, *du = one ? u : u + aa * fc, *v = du + aa * fc;
     float *db = b->dw && !l->no_bias ? b->dw + l->params[1].offset : NULL;
+    const int cb = wino_block(p, b->n, d->f, 1);
 
     if (b->din[0] && !one)
         nl_wino_filter(u, b->w, p);
@@ -1127,7 +1187,30 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
         const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
         float *dmm = v + aa * ct;
         nl_wino_output_adjoint(dmm, b->dout + (size_t)s0 * out_size, n, p);
-        if (b->dw && nl_wino_input_t_fast(p)) {
+        const int rows = b->dw ? wino_block(p, b->n, p->c, 0) : 0;
+        if (rows > 0) {
+            /* du and its fold into dweight by blocks of filters (see above) */
+            const int fast = nl_wino_input_t_fast(p);
+            if (fast)
+                nl_wino_input_t(v, b->in[0], n, p);
+            else
+                nl_wino_input(v, b->in[0], n, p);
+            for (int f0 = 0; f0 < d->f; f0 += rows) {
+                struct nl_wino q = *p;
+                q.f = d->f - f0 < rows ? d->f - f0 : rows;
+                const size_t qc = (size_t)q.f * p->c;
+                for (int xi = 0; xi < aa; xi++) {
+                    const float *a = dmm + xi * ft + (size_t)f0 * tt;
+                    if (fast)
+                        nl_sgemm(0, 0, q.f, p->c, tt, 1.0f, a, tt, v + xi * ct, p->c, 0.0f,
+                                 du + xi * qc, p->c);
+                    else
+                        nl_sgemm(0, 1, q.f, p->c, tt, 1.0f, a, tt, v + xi * ct, tt, 0.0f,
+                                 du + xi * qc, p->c);
+                }
+                nl_wino_filter_adjoint(b->dw + (size_t)f0 * p->c * 9, du, &q);
+            }
+        } else if (b->dw && nl_wino_input_t_fast(p)) {
             nl_wino_input_t(v, b->in[0] + (size_t)s0 * d->in_size, n, p);
             for (int xi = 0; xi < aa; xi++)
                 nl_sgemm(0, 0, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, p->c,
@@ -1138,14 +1221,27 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
                 nl_sgemm(0, 1, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, tt,
                          s0 == 0 ? 0.0f : 1.0f, du + xi * fc, p->c);
         }
-        if (b->dw && one)
+        if (b->dw && one && rows == 0)
             nl_wino_filter_adjoint(b->dw, du, p);
-        if (b->din[0]) {
+        if (b->din[0] && cb > 0) {
+            /* u and the products by blocks of input channels (see above) */
+            for (int c0 = 0; c0 < p->c; c0 += cb) {
+                struct nl_wino q = *p;
+                q.c = p->c - c0 < cb ? p->c - c0 : cb;
+                const size_t qf = (size_t)d->f * q.c;
+                nl_wino_filter_cols(u, b->w + (size_t)c0 * 9, &q, p->c);
+                for (int xi = 0; xi < aa; xi++)
+                    nl_sgemm(1, 0, q.c, tt, d->f, 1.0f, u + xi * qf, q.c, dmm + xi * ft, tt, 0.0f,
+                             v + xi * ct + (size_t)c0 * tt, tt);
+            }
+        } else if (b->din[0]) {
             if (one)
                 nl_wino_filter(u, b->w, p);
             for (int xi = 0; xi < aa; xi++)
                 nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
                          v + xi * ct, tt);
+        }
+        if (b->din[0]) {
             float *din = b->din[0] + (size_t)s0 * d->in_size;
             if (b->set & 1) /* the first writer: din written, not added to */
                 nl_wino_input_adjoint_set(din, v, n, p);
