@@ -1297,6 +1297,7 @@ static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, in
     free(mm);
     free(dy);
     free(bias);
+    free(sc);
     for (int i = 0; i < 2; i++) {
         free(u[i]);
         free(v[i]);
