@@ -3,7 +3,14 @@
  * the text models (embedbag, textcnn) on synthetic documents; "resnet18-S" is torchvision's
  * ResNet-18 (the shipped data/models/resnet18) on synthetic 3xSxS images. The
  * measuring is in core/engine/bench.c; this file finds the data, runs the grid and prints a table
- * or one JSON object. */
+ * or one JSON object.
+ *
+ * Scaling: each (model, mode, batch) runs on one thread and on all, one right after the other in
+ * every round, the one-thread run first in odd rounds and last in even ones, so that a load that
+ * rises or falls across a round weighs on both alike. The speedup of all threads over one is then
+ * taken round by round, from the two runs next to each other, and reported as the median of the
+ * rounds' ratios with their lowest and highest: on a shared machine this holds still where the
+ * ratio of the two median rows, taken from different rounds, does not. */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +71,41 @@ static struct nl_bench_train median_run(const struct nl_bench_train *runs, int n
             order[j - 1] = t;
         }
     return runs[order[(n - 1) / 2]];
+}
+
+/* The median of n values (the lower middle one when n is even), and their least and greatest. */
+static double median_of(const double *v, int n, double *lo, double *hi)
+{
+    double s[MAX_REPEAT];
+
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        for (; j > 0 && s[j - 1] > v[i]; j--)
+            s[j] = s[j - 1];
+        s[j] = v[i];
+    }
+    *lo = s[0];
+    *hi = s[n - 1];
+    return s[(n - 1) / 2];
+}
+
+/* Round k's speedup of row w (all threads) over row one (one thread) of the same model, mode and
+ * batch: the ratio of the two runs of that round. */
+static double round_speedup(const struct row *one, const struct row *w, int k)
+{
+    const double base = one->runs[k].images_per_second;
+    return base > 0.0 ? w->runs[k].images_per_second / base : 0.0;
+}
+
+/* The median of the rounds' speedups of w over one, with the least and greatest. */
+static double speedup(const struct row *one, const struct row *w, int repeat, double *lo,
+                      double *hi)
+{
+    double v[MAX_REPEAT];
+
+    for (int k = 0; k < repeat; k++)
+        v[k] = round_speedup(one, w, k);
+    return median_of(v, repeat, lo, hi);
 }
 
 static void print_row(const struct row *w, const struct nl_bench_train *r,
@@ -264,7 +306,19 @@ static void print_json(const char *cpu, int cores, const char *source, const str
             printf("%s", k ? "," : "");
             json_num(stdout, w->runs[k].images_per_second);
         }
-        printf("]}");
+        printf("]");
+        if (w->threads > 1 && i > 0) { /* its one-thread row is the one before it */
+            double lo, hi;
+            printf(",\"speedup_over_1_thread\":");
+            json_num(stdout, speedup(&rows[i - 1], w, repeat, &lo, &hi));
+            printf(",\"speedup_rounds\":[");
+            for (int k = 0; k < repeat; k++) {
+                printf("%s", k ? "," : "");
+                json_num(stdout, round_speedup(&rows[i - 1], w, k));
+            }
+            printf("]");
+        }
+        printf("}");
     }
     printf("],\"process_peak_rss_mb\":");
     json_num(stdout, nl_peak_rss_mb());
@@ -447,6 +501,30 @@ static int make_rows(struct row *rows, const struct bench_args *a, const struct 
     return nrows;
 }
 
+/* The speedup of all threads over one for each pair of rows (see the top of the file). */
+static void print_speedups(const struct row *rows, int nrows, int repeat)
+{
+    if (nrows < 2 || rows[1].threads <= 1)
+        return;
+    printf("\nSPEEDUP: images/s on %d threads over 1 thread, %s\n", rows[1].threads,
+           repeat > 1 ? "the median of the rounds' ratios (each from its round's two runs), "
+                        "lowest and highest"
+                      : "from the two runs");
+    printf("%-14s %-5s %6s %8s %15s\n", "MODEL", "MODE", "BATCH", "SPEEDUP",
+           repeat > 1 ? "ROUNDS" : "");
+    for (int i = 1; i < nrows; i += 2) {
+        double lo, hi;
+        const double x = speedup(&rows[i - 1], &rows[i], repeat, &lo, &hi);
+        char mb[128];
+        printf("%-14s %-5s %6d %7.2fx", nl_term_str(mb, sizeof mb, rows[i].model),
+               rows[i].infer ? "infer" : "train", rows[i].batch, x);
+        if (repeat > 1)
+            printf("   %5.2f to %5.2f", lo, hi);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
 /* The grid, then `repeat` rounds over it: a load that comes and goes on a shared machine then
  * touches every row alike, and each row reports its median round. */
 static int run_rows(struct row *rows, int nrows, const struct bench_args *a,
@@ -455,7 +533,11 @@ static int run_rows(struct row *rows, int nrows, const struct bench_args *a,
     int rc = 0;
 
     for (int rep = 0; rc == 0 && rep < a->repeat; rep++) {
-        for (int i = 0; rc == 0 && i < nrows; i++) {
+        for (int k = 0; rc == 0 && k < nrows; k++) {
+            /* rows come in pairs (one thread, all threads) where there are several threads: the
+             * pair's order turns round every other round (see the top of the file) */
+            const int pairs = nrows > 1 && rows[1].threads > 1;
+            const int i = pairs && rep % 2 == 1 ? k ^ 1 : k;
             struct row *w = &rows[i];
             if (interrupted) {
                 rc = nl_error_set(err, NL_ECANCELED, "bench: interrupted");
@@ -532,6 +614,7 @@ int cmd_bench(int argc, char **argv)
             print_json(cpu, sg.cores, source, d, (int)a.steps, (int)a.warmup, (int)a.repeat, &sg,
                        rows, nrows, (const double(*)[3])load);
         } else {
+            print_speedups(rows, nrows, (int)a.repeat);
             printf("\nOF_PEAK: achieved GFLOP/s of the conv and dense products over the sgemm rate "
                    "on as many threads.\npeak RSS of this process: %.0f MB; load average after: "
                    "%.2f %.2f %.2f\n",

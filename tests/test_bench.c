@@ -2,6 +2,7 @@
  * package installed, a short JSON run on a temporary store that leaves nothing behind. The
  * measuring itself (FLOP counts, timed steps without allocation) is tested in test_train. */
 #include <dirent.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,63 @@ static int leftovers(void)
     return n;
 }
 
+/* The numbers of the JSON array that follows key in text, at most max; returns their count. */
+static int numbers_after(const char *text, const char *key, double *v, int max)
+{
+    const char *p = strstr(text, key);
+    int n = 0;
+
+    if (!p)
+        return 0;
+    p += strlen(key);
+    while (n < max && *p != ']') {
+        char *end;
+        v[n++] = strtod(p, &end);
+        if (end == p)
+            return 0;
+        p = end + (*end == ',');
+    }
+    return n;
+}
+
+/* In a --repeat 3 JSON bench of resnet18-16 at batch 4 on 1 and 2 threads: the two-thread row's
+ * speedup of each round is its images/s over the one-thread row's in that round, and the speedup
+ * is their median. */
+static void check_speedups(const char *json, const char *mode)
+{
+    char head[160];
+    double one[3], two[3], rounds[3], x = 0.0;
+
+    snprintf(head, sizeof head,
+             "{\"model\":\"resnet18-16\",\"batch\":4,\"threads\":1,\"steps\":2,\"mode\":\"%s\"",
+             mode);
+    const char *a = strstr(json, head);
+    snprintf(head, sizeof head,
+             "{\"model\":\"resnet18-16\",\"batch\":4,\"threads\":2,\"steps\":2,\"mode\":\"%s\"",
+             mode);
+    const char *b = strstr(json, head);
+    if (!ok(a && b, "%s: both rows", mode))
+        return;
+    const int n1 = numbers_after(a, "\"images_per_second_rounds\":[", one, 3);
+    const int n2 = numbers_after(b, "\"images_per_second_rounds\":[", two, 3);
+    const int nr = numbers_after(b, "\"speedup_rounds\":[", rounds, 3);
+    const char *s = strstr(b, "\"speedup_over_1_thread\":");
+    if (s)
+        x = strtod(s + strlen("\"speedup_over_1_thread\":"), NULL);
+    if (!ok(n1 == 3 && n2 == 3 && nr == 3 && s, "%s: three rounds of each and their speedups",
+            mode))
+        return;
+    int right = 1;
+    for (int k = 0; k < 3; k++)
+        right &= fabs(rounds[k] - two[k] / one[k]) <= 1e-5 * rounds[k];
+    ok(right, "%s: each round's speedup is its two-thread images/s over its one-thread images/s",
+       mode);
+    const double lo = fmin(rounds[0], fmin(rounds[1], rounds[2]));
+    const double hi = fmax(rounds[0], fmax(rounds[1], rounds[2]));
+    const double mid = rounds[0] + rounds[1] + rounds[2] - lo - hi;
+    is_float(x, mid, 1e-9, "%s: the speedup is the median round's", mode);
+}
+
 int main(void)
 {
     struct stat st;
@@ -66,7 +124,7 @@ int main(void)
 
     /* ResNet-18 on synthetic 16x16 images needs no dataset: training and inference rows. */
     is_int(nnlab("--json bench --steps 2 --warmup 1 --model resnet18-16 --batch 4 --threads 2 "
-                 "--mode both"),
+                 "--mode both --repeat 3"),
            0, "resnet18 on synthetic images runs in both modes");
     like(out,
          "{\"model\":\"resnet18-16\",\"batch\":4,\"threads\":2,\"steps\":2,\"mode\":\"train\",",
@@ -77,6 +135,15 @@ int main(void)
     like(out, "\"data\":\"synthetic\"", "on the synthetic data");
     is_int(count(out, "\"allocations_per_step\":0,"), 4,
            "timed steps of both modes allocate nothing");
+    check_speedups(out, "train");
+    check_speedups(out, "infer");
+    is_int(count(out, "\"speedup_over_1_thread\":"), 2, "a speedup on each two-thread row alone");
+
+    is_int(nnlab("bench --steps 1 --warmup 0 --model resnet18-16 --batch 4 --threads 2"), 0,
+           "the table runs");
+    like(out, "SPEEDUP: images/s on 2 threads over 1 thread, from the two runs",
+         "it ends with the speedup of two threads over one");
+    like(out, "resnet18-16    train      4 ", "for the row");
 
     if (stat(FASHION, &st) != 0) {
         diag("Fashion-MNIST is not installed in " FASHION ": no run of the benchmark itself");
