@@ -6,8 +6,7 @@
  * resnet18-64` made 5,649 page faults against 76,695 at the same peak RSS, but under KVM
  * (2026-11-28, AMD EPYC, 2 cores) the kernel's zeroing of the huge pages took a quarter of a
  * 2-step inference run's samples (clear_page_erms 25.7% against 2.2%; 2.6 s of CPU against 2.4
- * for 10 steps), fresh guest memory being slow to touch there, while the steps ran no faster
- * beyond the noise (ResNet-18 training at 3x64x64, four rounds alternating: 269 against 267
+ * for 10 steps), and the steps ran no faster beyond the noise (ResNet-18 training at 3x64x64, four rounds alternating: 269 against 267
  * images/s on 2 threads, 144 against 145 on one). */
 #include "nnlab/alloc.h"
 
