@@ -250,6 +250,12 @@ def main():
         sys.exit("compare_torch: %s is not an executable; build nnlab first (meson setup build && "
                  "ninja -C build) or give --nnlab" % a.nnlab)
     py = find_torch_python(a.python)
+    if "resnet18" in a.models.split(",") and a.mode == "train" and os.path.realpath(py) != \
+            os.path.realpath(sys.executable):
+        try:
+            import numpy, PIL  # noqa: F401 -- write_rgb_pngs needs them in this Python
+        except ImportError:  # run as `python3 compare_torch.py` by a Python without them
+            os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
     if a.mode == "infer":
         return main_infer(a, py)
     models = a.models.split(",")
