@@ -510,8 +510,8 @@ static void print_speedups(const struct row *rows, int nrows, int repeat)
            repeat > 1 ? "the median of the rounds' ratios (each from its round's two runs), "
                         "lowest and highest"
                       : "from the two runs");
-    printf("%-14s %-5s %6s %8s %15s\n", "MODEL", "MODE", "BATCH", "SPEEDUP",
-           repeat > 1 ? "ROUNDS" : "");
+    printf("%-14s %-5s %6s %8s%s\n", "MODEL", "MODE", "BATCH", "SPEEDUP",
+           repeat > 1 ? "          ROUNDS" : "");
     for (int i = 1; i < nrows; i += 2) {
         double lo, hi;
         const double x = speedup(&rows[i - 1], &rows[i], repeat, &lo, &hi);
@@ -531,12 +531,12 @@ static int run_rows(struct row *rows, int nrows, const struct bench_args *a,
                     const struct nl_bench_sgemm *sg, struct nl_error *err)
 {
     int rc = 0;
+    /* rows come in pairs (one thread, all threads) where there are several threads: the pair's
+     * order turns round every other round (see the top of the file) */
+    const int pairs = nrows > 1 && rows[1].threads > 1;
 
     for (int rep = 0; rc == 0 && rep < a->repeat; rep++) {
         for (int k = 0; rc == 0 && k < nrows; k++) {
-            /* rows come in pairs (one thread, all threads) where there are several threads: the
-             * pair's order turns round every other round (see the top of the file) */
-            const int pairs = nrows > 1 && rows[1].threads > 1;
             const int i = pairs && rep % 2 == 1 ? k ^ 1 : k;
             struct row *w = &rows[i];
             if (interrupted) {
