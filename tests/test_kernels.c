@@ -2121,6 +2121,87 @@ static void test_wino_rows(enum nl_lowering lower, int c, int side, int one, int
     free(scratch);
 }
 
+/* The 2x2-plane weight gradient against its naive twin: channel counts that fill blocks of 16
+ * and leave a tail or are only a tail, odd filter counts, one image and many, dy rows wider than
+ * the shard (a split's posted rows), added to non-zero starting values; a range of rows against
+ * the whole bit for bit; the turned images against the input; one filter and channel's nine taps
+ * against the direct correlation over the padded window. With the vector paths off the kernel is
+ * the naive loops. */
+static void test_conv_plane2_dweight_twins(void)
+{
+    static const int cases[][4] = {/* n, c, f, extra dy columns */ {16, 32, 16, 0},
+                                   {21, 5, 7, 4},
+                                   {1, 16, 3, 0},
+                                   {4, 40, 9, 8},
+                                   {33, 17, 5, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int n = cases[i][0], c = cases[i][1], f = cases[i][2];
+        const size_t ld = (size_t)n * 4 + (size_t)cases[i][3], in = (size_t)n * c * 4;
+        const size_t nw = (size_t)f * c * 9;
+        float *x = floats(in), *xt = floats(in), *dy = floats((size_t)f * ld);
+        float *dw[4] = {floats(nw), floats(nw), floats(nw), floats(nw)};
+        fill(x, in, -1, 1);
+        fill(dy, (size_t)f * ld, -1, 1);
+        fill(dw[0], nw, -1, 1);
+        for (int j = 1; j < 4; j++)
+            memcpy(dw[j], dw[0], nw * sizeof(float));
+        nl_conv_plane2_turn(xt, x, n, c);
+        int turned = 1;
+        for (int s = 0; s < n; s++)
+            for (int ci = 0; ci < c; ci++)
+                for (int p = 0; p < 4; p++)
+                    turned &= xt[((size_t)s * 4 + p) * c + ci] == x[((size_t)s * c + ci) * 4 + p];
+        ok(turned, "conv_plane2_turn on %dx%dx2x2: each image's pixels channel-minor", n, c);
+        nl_conv_plane2_dweight_naive(dw[1], dy, ld, xt, n, c, 0, f);
+        nl_conv_plane2_dweight(dw[2], dy, ld, xt, n, c, 0, f);
+        is_float(max_diff(dw[1], dw[2], nw), 0.0, 1e-5 * (1.0 + max_abs(dw[1], nw)),
+                 "conv_plane2_dweight on %dx%dx2x2, %d filters, rows of %zu: matches the naive "
+                 "twin",
+                 n, c, f, ld);
+        /* rows [1, f - 1), then the first and the last: the whole, bit for bit */
+        nl_conv_plane2_dweight(dw[3], dy, ld, xt, n, c, 1, f - 1);
+        nl_conv_plane2_dweight(dw[3], dy, ld, xt, n, c, 0, 1);
+        nl_conv_plane2_dweight(dw[3], dy, ld, xt, n, c, f - 1, f);
+        ok(memcmp(dw[2], dw[3], nw * sizeof(float)) == 0,
+           "conv_plane2_dweight on %dx%dx2x2, %d filters: three ranges of rows give the whole", n,
+           c, f);
+        /* the last filter and channel's nine taps: the correlation of dy with the padded input */
+        double worst = 0.0, scale = 1.0;
+        for (int t = 0; t < 9; t++) {
+            const int ky = t / 3, kx = t % 3;
+            double sum = 0.0;
+            for (int s = 0; s < n; s++)
+                for (int oy = 0; oy < 2; oy++)
+                    for (int ox = 0; ox < 2; ox++) {
+                        const int iy = oy + ky - 1, ix = ox + kx - 1;
+                        if (iy >= 0 && iy < 2 && ix >= 0 && ix < 2)
+                            sum += (double)dy[(size_t)(f - 1) * ld + (size_t)s * 4 + oy * 2 + ox] *
+                                   x[((size_t)s * c + c - 1) * 4 + iy * 2 + ix];
+                    }
+            const size_t at = ((size_t)(f - 1) * c + c - 1) * 9 + t;
+            const double d = fabs((double)dw[2][at] - (double)dw[0][at] - sum);
+            worst = d > worst ? d : worst;
+            scale += fabs(sum);
+        }
+        is_float(worst, 0.0, 1e-5 * scale,
+                 "conv_plane2_dweight on %dx%dx2x2, %d filters: a filter's taps are the direct "
+                 "correlation",
+                 n, c, f);
+        nl_kernels_vector(0);
+        memcpy(dw[3], dw[0], nw * sizeof(float));
+        nl_conv_plane2_dweight(dw[3], dy, ld, xt, n, c, 0, f);
+        nl_kernels_vector(1);
+        ok(memcmp(dw[1], dw[3], nw * sizeof(float)) == 0,
+           "conv_plane2_dweight on %dx%dx2x2, %d filters, vector paths off: the naive twin", n, c,
+           f);
+        free(x);
+        free(xt);
+        free(dy);
+        for (int j = 0; j < 4; j++)
+            free(dw[j]);
+    }
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -2574,5 +2655,6 @@ int main(void)
     test_bn_mask();
     test_wino_rows(NL_LOWER_WINOGRAD2, 144, 4, 16, 22);
     test_wino_rows(NL_LOWER_WINOGRAD, 96, 8, 16, 20);
+    test_conv_plane2_dweight_twins();
     return done_testing();
 }

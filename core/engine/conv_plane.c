@@ -16,8 +16,7 @@
  * - input gradient: the same with the roles turned: four input channels' 16 gradients in
  *   registers, the filters walked once, each filter's 36 weights of those four channels
  *   contiguous in [f, c, 3, 3].
- * The weight gradient stays SHARD's GEMM (core/engine/layers/conv.c): its output (f, 9c) is as
- * large as the weights and its depth only 4n, so it runs at the speed of the memory either way.
+ * - weight gradient: the same 16 pairs per channel pair, 16 channels in the lanes (below).
  * Without AVX-512 the naive loops run. */
 #include "nnlab/conv_plane.h"
 
@@ -205,6 +204,154 @@ void nl_conv_plane2_din(float *din, const float *dout, const float *weight, int 
         conv_plane2_din_avx512(din, dout, weight, n, c, f, scratch);
     else
         nl_conv_plane2_din_naive(din, dout, weight, n, c, f);
+}
+
+/* ---- the weight gradient, channels in lanes ----
+ *
+ * dweight[fo, ci, t] sums dy[fo, o] * x[ci, i] over the images and the 1 (corner), 2 (edge) or 4
+ * (centre) pairs (o, i) of tap t. With 16 channels of xt in a vector per input pixel, an image
+ * gives each of a filter's 9 tap accumulators its pairs' fused multiply-adds from 4 loads and 4
+ * broadcasts of dy: 16 per filter per image, two filters at a time (18 accumulators). The block
+ * of 16 channels of xt, 256 bytes per image, stays in the L1 cache while every filter walks it.
+ * At the end the 9 x 16 accumulators are turned into the 144 consecutive floats of
+ * dweight[fo, c0 .. c0 + 15, 0 .. 8] through a small buffer (one gather per output vector). */
+
+void nl_conv_plane2_turn(float *xt, const float *in, int n, int c)
+{
+    for (int s = 0; s < n; s++) {
+        const float *src = in + (size_t)s * c * 4;
+        float *dst = xt + (size_t)s * c * 4;
+        for (int ci = 0; ci < c; ci++)
+            for (int i = 0; i < 4; i++)
+                dst[(size_t)i * c + ci] = src[(size_t)ci * 4 + i];
+    }
+}
+
+void nl_conv_plane2_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt,
+                                  int n, int c, int f0, int f1)
+{
+    for (int fo = f0; fo < f1; fo++)
+        for (int ci = 0; ci < c; ci++)
+            for (int t = 0; t < 9; t++) {
+                double sum = 0.0;
+                for (int s = 0; s < n; s++)
+                    for (int o = 0; o < 4; o++)
+                        for (int i = 0; i < 4; i++)
+                            if (TAP[o][i] == t)
+                                sum += (double)dy[(size_t)fo * ld + (size_t)s * 4 + o] *
+                                       xt[((size_t)s * 4 + i) * c + ci];
+                dweight[((size_t)fo * c + ci) * 9 + t] += (float)sum;
+            }
+}
+
+/* TURN[j][e]: where float 16j + e of a block's 144 (channel-major, 9 taps each) lies in the
+ * buffer of 9 tap vectors of 16 channels: tap (16j + e) % 9, channel (16j + e) / 9. */
+static const int TURN[9][16] __attribute__((aligned(64))) = {
+#define T_(q) (((q) % 9) * 16 + (q) / 9)
+#define ROW_(j)                                                                                    \
+    {                                                                                              \
+        T_(16 * j + 0), T_(16 * j + 1), T_(16 * j + 2), T_(16 * j + 3), T_(16 * j + 4),            \
+            T_(16 * j + 5), T_(16 * j + 6), T_(16 * j + 7), T_(16 * j + 8), T_(16 * j + 9),        \
+            T_(16 * j + 10), T_(16 * j + 11), T_(16 * j + 12), T_(16 * j + 13), T_(16 * j + 14),   \
+            T_(16 * j + 15)                                                                        \
+    }
+    ROW_(0), ROW_(1), ROW_(2), ROW_(3), ROW_(4),
+    ROW_(5), ROW_(6), ROW_(7), ROW_(8)
+#undef ROW_
+#undef T_
+};
+
+/* One image's 16 pairs into a filter's nine tap accumulators t0 .. t8 (TAP's rows in order),
+ * from its four output pixels' gradients d[0 .. 3] and the input pixels x0 .. x3. */
+#define PAIRS_(t, d, x0, x1, x2, x3)                                                               \
+    do {                                                                                           \
+        const __m512 d0_ = _mm512_set1_ps((d)[0]), d1_ = _mm512_set1_ps((d)[1]);                   \
+        const __m512 d2_ = _mm512_set1_ps((d)[2]), d3_ = _mm512_set1_ps((d)[3]);                   \
+        t[4] = _mm512_fmadd_ps(d0_, x0, t[4]);                                                     \
+        t[5] = _mm512_fmadd_ps(d0_, x1, t[5]);                                                     \
+        t[7] = _mm512_fmadd_ps(d0_, x2, t[7]);                                                     \
+        t[8] = _mm512_fmadd_ps(d0_, x3, t[8]);                                                     \
+        t[3] = _mm512_fmadd_ps(d1_, x0, t[3]);                                                     \
+        t[4] = _mm512_fmadd_ps(d1_, x1, t[4]);                                                     \
+        t[6] = _mm512_fmadd_ps(d1_, x2, t[6]);                                                     \
+        t[7] = _mm512_fmadd_ps(d1_, x3, t[7]);                                                     \
+        t[1] = _mm512_fmadd_ps(d2_, x0, t[1]);                                                     \
+        t[2] = _mm512_fmadd_ps(d2_, x1, t[2]);                                                     \
+        t[4] = _mm512_fmadd_ps(d2_, x2, t[4]);                                                     \
+        t[5] = _mm512_fmadd_ps(d2_, x3, t[5]);                                                     \
+        t[0] = _mm512_fmadd_ps(d3_, x0, t[0]);                                                     \
+        t[1] = _mm512_fmadd_ps(d3_, x1, t[1]);                                                     \
+        t[3] = _mm512_fmadd_ps(d3_, x2, t[3]);                                                     \
+        t[4] = _mm512_fmadd_ps(d3_, x3, t[4]);                                                     \
+    } while (0)
+
+/* The nine tap vectors t of filter row dst (channels c0 .. c0 + cb - 1 at dst) added to it. */
+AVX512 static inline __attribute__((always_inline)) void dweight_put(float *dst, const __m512 *t,
+                                                                     int cb)
+{
+    float buf[9 * 16] __attribute__((aligned(64)));
+
+    for (int k = 0; k < 9; k++)
+        _mm512_store_ps(buf + k * 16, t[k]);
+    if (cb == 16) {
+        for (int j = 0; j < 9; j++) {
+            const __m512i at = _mm512_load_si512((const void *)TURN[j]);
+            _mm512_storeu_ps(dst + j * 16, _mm512_add_ps(_mm512_loadu_ps(dst + j * 16),
+                                                         _mm512_i32gather_ps(at, buf, 4)));
+        }
+    } else {
+        for (int l = 0; l < cb; l++)
+            for (int k = 0; k < 9; k++)
+                dst[l * 9 + k] += buf[k * 16 + l];
+    }
+}
+
+/* dweight's rows f0 and, with two, f0 + 1; channels c0 .. c0 + cb - 1 (m their lanes). */
+AVX512 static inline __attribute__((always_inline)) void
+dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, int n, int c, int f0,
+              int c0, int cb, __mmask16 m, const int two)
+{
+    __m512 a[9], b[9];
+
+    for (int k = 0; k < 9; k++)
+        a[k] = b[k] = _mm512_setzero_ps();
+    const float *da = dy + (size_t)f0 * ld, *db = da + ld;
+    for (int s = 0; s < n; s++) {
+        const float *xs = xt + (size_t)s * 4 * c + c0;
+        const __m512 x0 = _mm512_maskz_loadu_ps(m, xs), x1 = _mm512_maskz_loadu_ps(m, xs + c);
+        const __m512 x2 = _mm512_maskz_loadu_ps(m, xs + 2 * (size_t)c);
+        const __m512 x3 = _mm512_maskz_loadu_ps(m, xs + 3 * (size_t)c);
+        PAIRS_(a, da + (size_t)s * 4, x0, x1, x2, x3);
+        if (two)
+            PAIRS_(b, db + (size_t)s * 4, x0, x1, x2, x3);
+    }
+    dweight_put(dweight + ((size_t)f0 * c + c0) * 9, a, cb);
+    if (two)
+        dweight_put(dweight + ((size_t)(f0 + 1) * c + c0) * 9, b, cb);
+}
+#undef PAIRS_
+
+AVX512 static void conv_plane2_dweight_avx512(float *dweight, const float *dy, size_t ld,
+                                              const float *xt, int n, int c, int f0, int f1)
+{
+    for (int c0 = 0; c0 < c; c0 += 16) {
+        const int cb = c - c0 < 16 ? c - c0 : 16;
+        const __mmask16 m = lanes(0, cb);
+        int fo = f0;
+        for (; fo + 2 <= f1; fo += 2)
+            dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1);
+        for (; fo < f1; fo++)
+            dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0);
+    }
+}
+
+void nl_conv_plane2_dweight(float *dweight, const float *dy, size_t ld, const float *xt, int n,
+                            int c, int f0, int f1)
+{
+    if (nl_kernels_vector_on())
+        conv_plane2_dweight_avx512(dweight, dy, ld, xt, n, c, f0, f1);
+    else
+        nl_conv_plane2_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1);
 }
 
 /* ---- 3x3 stride 2, padding 1, images in lanes ----

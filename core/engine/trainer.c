@@ -165,7 +165,8 @@
  * then read every thread's block, summed them and cleared all but one. Instead, in a step where
  * every thread has 2 samples or more and none a product deeper than SPLIT_DEPTH columns, the
  * threads meet there (struct nl_wsplit, include/nnlab/layer.h): each posts its gathered output
- * gradient (F, n*P) and columns (K, n*P), which stay in its scratch until every thread has left,
+ * gradient (F, n*P) and columns (K, n*P; PLANE2 its images turned channel-minor, which its
+ * weight gradient kernel reads instead), which stay in its scratch until every thread has left,
  * and computes rows [F*t/T, F*(t+1)/T) of the gradient over every thread's matrices, thread 0's
  * product and then each next one's added (beta = 1), into ONE block, taken from the rings in turn
  * (one owner thread per split layer, in backward's order, so that a ring holding its largest block

@@ -2,7 +2,8 @@
  * padding 1). Every output pixel reads every input pixel, each through a tap of its own, so the
  * 16 (output, input) pairs per channel pair are all the work there is; im2col's columns hold 36
  * taps per channel pair of which 20 read the padding. These kernels do the 16, with the images
- * of a shard in the 16 lanes of AVX-512 (core/engine/conv_plane.c). */
+ * of a shard in the 16 lanes of AVX-512 (the weight gradient: 16 channels;
+ * core/engine/conv_plane.c). */
 #ifndef NNLAB_CONV_PLANE_H
 #define NNLAB_CONV_PLANE_H
 
@@ -28,6 +29,22 @@ void nl_conv_plane2_din(float *din, const float *dout, const float *weight, int 
                         float *scratch);
 void nl_conv_plane2_din_naive(float *din, const float *dout, const float *weight, int n, int c,
                               int f);
+
+/* Its weight gradient, in two steps. nl_conv_plane2_turn writes xt (n, 4, c) from in (n, c, 2, 2):
+ * each image's pixels turned channel-minor. nl_conv_plane2_dweight then adds to the rows
+ * [f0, f1) of dweight [f, c, 3, 3] the products of dy, the output gradient gathered filter-major
+ * (f, ld): filter fo's row at dy + fo * ld, image s's four pixels at s * 4 of it (ld at least
+ * 4n), with xt: each weight sums its 1, 2 or 4 (output, input) pairs image after image, output
+ * pixels in row-major order and input pixels likewise within each, from 0, in fused
+ * multiply-adds, and is then added to dweight. The AVX-512 path holds 16 channels of two filters'
+ * nine taps in registers while it walks the images. The naive twin sums the same terms in the
+ * same order in double and rounds once, so the two agree to rounding; a range of rows gives
+ * those rows of the whole bit for bit. */
+void nl_conv_plane2_turn(float *xt, const float *in, int n, int c);
+void nl_conv_plane2_dweight(float *dweight, const float *dy, size_t ld, const float *xt, int n,
+                            int c, int f0, int f1);
+void nl_conv_plane2_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt,
+                                  int n, int c, int f0, int f1);
 
 /* 3x3 convolution, stride 2, padding 1, forward: out (n, f, oh, ow) of in (n, c, h, w),
  * oh = (h - 1) / 2 + 1, by weight [f, c, 3, 3], plus bias (f) when not NULL. The AVX-512 path

@@ -183,7 +183,8 @@ struct nl_bwd {
     struct nl_wsplit *split;
 };
 
-/* A weight gradient dw (F, K) += sum over threads t of dy_t (F, ld_t) cols_t^T (ld_t, K) that the
+/* A weight gradient dw (F, K) += sum over threads t of dy_t (F, ld_t) cols_t^T (ld_t, K) (or what
+ * the layer makes of its cols_t instead: conv's PLANE2 posts its images turned) that the
  * parts (threads) of a training step take by output channels (core/engine/trainer.c): part p of
  * parts computes rows [lo, hi) of nl_block_range(F, 1, p, parts) over every part's matrices, t
  * in order from 0 (each product added with beta = 1), into the one block dw that all parts write

@@ -45,9 +45,10 @@
  *   im2col's columns hold 36 taps, 20 of them on the padding. nl_conv_plane2 (nnlab/conv_plane.h,
  *   core/engine/conv_plane.c) does the 16, the shard's images in the 16 lanes of AVX-512 and four
  *   filters' outputs in registers; the input gradient is its transpose (nl_conv_plane2_din), the
- *   weight gradient SHARD's product (its output is as large as the weights and its depth only
- *   4n: it runs at the speed of memory either way). A shard of under 4 images goes as SHARD.
- *   Each sums in another order than the products, so its results differ in the last bits.
+ *   weight gradient the same 16 pairs again (nl_conv_plane2_dweight), 16 channels in the lanes,
+ *   from SHARD's gathered output gradient and the images turned channel-minor in the place of
+ *   SHARD's columns. A shard of under 4 images goes forward and takes its input gradient as
+ *   SHARD. Each sums in another order than the products, so its results differ in the last bits.
  *   scratch: SHARD's, and (C + F)*64 floats.
  * - S2LANES (3x3, stride 2, padding 1, to a 2x2 or 4x4 output): the forward by
  *   nl_conv_s2_lanes, the images in lanes as PLANE2's, the taps on the top and left padding left
@@ -157,6 +158,10 @@
  *    ResNet-18 64 layer4.0 s2   22.6 (22.0)    83.8 (83.8)    92.9 (119.9)
  *    ResNet-18 64 layer2.0 s2   85.9 (85.0)    83.6 (82.3)        -
  *    ResNet-18 64 conv1 7x7 s2  70.4 (76.9)    57.8 (57.5)        -
+ * PLANE2's weight gradient was SHARD's product then, over im2col's 36 taps per channel pair; its
+ * own kernel over the 16 pairs took layer4's column from 149.6 and 149.3 to 185.6 and 183.9
+ * (alternating, 2026-11-28 on the AMD EPYC of README's figures, load average 1; the forward alone
+ * 234.0 and 235.3 against 232.3 and 230.6).
  * (an S2LANES forward on layer2.0's 8x8 output, tiles of two rows of 8, ran 5-25% slower than
  * SHARD's in the whole network and was left out). Hence, where the vector paths are on and C and
  * F are at least 16: PLANE2 for 3x3 stride-1 layers with padding 1 on 2x2 planes (ResNet-18's
@@ -941,11 +946,13 @@ static void backward_phases(const struct nl_layer *l, const struct nl_bwd *b,
 
 /* SHARD: dy (F, n*P) gathered from dout (with the bias gradient's row sums), then
  * dweight (F, K) += dy cols^T and dcols (K, n*P) = weight^T dy, each one product for the shard;
- * dcols is folded back image by image. PLANE2 takes the weight gradient from here and the input
- * gradient from nl_conv_plane2_din. */
+ * dcols is folded back image by image. PLANE2 takes dy from here, the weight gradient from
+ * nl_conv_plane2_dweight over its images turned (nl_conv_plane2_turn) where the columns go, and
+ * the input gradient from nl_conv_plane2_din. */
 /* This thread's rows of a weight gradient split by output channels (struct nl_wsplit): rows
- * [lo, hi) of dweight (F, K) += dy_t (F, ld_t) cols_t^T (ld_t, K) for every thread t in order,
- * and dbias's rows += row sums of dy_t likewise. Each thread's product of depth ld_t at most
+ * [lo, hi) of dweight (F, K) += dy_t (F, ld_t) cols_t^T (ld_t, K) for every thread t in order
+ * (PLANE2: nl_conv_plane2_dweight of dy_t and thread t's turned images), and dbias's rows += row
+ * sums of dy_t likewise. Each thread's product of depth ld_t at most
  * SPLIT_DEPTH (core/engine/trainer.c) is one block of OpenBLAS's K loop, so that the block's row
  * goes 0 + p_0 + p_1 ...: the floats of each thread's whole product in a block of its own, summed
  * over the threads in their order (test_train holds the two against each other). */
@@ -959,8 +966,12 @@ static void shard_split(const struct nl_layer *l, const struct nl_wsplit *s,
 
     for (int t = 0; t < s->parts && lo < hi; t++) {
         const size_t ld = (size_t)s->ld[t];
-        nl_sgemm(0, 1, (int)(hi - lo), d->k, (int)ld, 1.0f, s->dy[t] + lo * ld, (int)ld, s->cols[t],
-                 (int)ld, 1.0f, dw + lo * d->k, d->k);
+        if (l->lower == NL_LOWER_PLANE2)
+            nl_conv_plane2_dweight(s->dw + l->params[0].offset, s->dy[t], ld, s->cols[t],
+                                   (int)(ld / 4), d->win.c, (int)lo, (int)hi);
+        else
+            nl_sgemm(0, 1, (int)(hi - lo), d->k, (int)ld, 1.0f, s->dy[t] + lo * ld, (int)ld,
+                     s->cols[t], (int)ld, 1.0f, dw + lo * d->k, d->k);
         for (size_t fo = lo; db && fo < hi; fo++)
             db[fo] += nl_sum(s->dy[t] + fo * ld, ld);
     }
@@ -982,12 +993,22 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
         if (db)
             db[fo] += nl_sum(row, ld);
     }
+    /* PLANE2's columns are its images turned channel-minor, for nl_conv_plane2_dweight */
+    const int plane2 = l->lower == NL_LOWER_PLANE2;
     if (b->dw) {
-        shard_cols(cols, b->in[0], n, d);
-        nl_sgemm(0, 1, d->f, d->k, ld, 1.0f, dy, ld, cols, ld, 1.0f, b->dw, d->k);
+        if (plane2) {
+            nl_conv_plane2_turn(cols, b->in[0], n, g->c);
+            nl_conv_plane2_dweight(b->dw, dy, (size_t)ld, cols, n, g->c, 0, d->f);
+        } else {
+            shard_cols(cols, b->in[0], n, d);
+            nl_sgemm(0, 1, d->f, d->k, ld, 1.0f, dy, ld, cols, ld, 1.0f, b->dw, d->k);
+        }
     }
     if (b->split) {
-        shard_cols(cols, b->in[0], n, d);
+        if (plane2)
+            nl_conv_plane2_turn(cols, b->in[0], n, g->c);
+        else
+            shard_cols(cols, b->in[0], n, d);
         b->split->post(b->split, dy, cols, ld);
         /* PLANE2's input gradient reads neither matrix: its blocks go after them, and it runs
          * while the other threads come to the meeting */
