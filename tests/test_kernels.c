@@ -2425,9 +2425,36 @@ int main(void)
         l2.in[0] = (struct nl_shape){64, 16, 16};
         const int vec = nl_kernels_vector_on();
         ok(l3.ops->setup(&l3, &err) == 0 && l3.lower == (vec ? NL_LOWER_S2LANES : NL_LOWER_SHARD) &&
-               l2.ops->setup(&l2, &err) == 0 && l2.lower == NL_LOWER_SHARD,
+               l2.ops->setup(&l2, &err) == 0 &&
+               l2.lower == (vec ? NL_LOWER_PHASES : NL_LOWER_SHARD),
            "ResNet-18 64x64 layer3.0.conv1: the stride-2 lanes where the vector paths run, else "
-           "one GEMM per shard; layer2.0.conv1: one GEMM per shard");
+           "one GEMM per shard; layer2.0.conv1: the phase planes, else one GEMM per shard");
+        /* the phase planes only where the weights fit the cache: layer4.0.conv1 at 224x224 (P 49,
+         * 1.18M weights) keeps one GEMM per shard */
+        struct nl_layer l4 = wide;
+        l4.lowering = NL_LOWER_AUTO;
+        l4.filters = 512;
+        l4.in[0] = (struct nl_shape){256, 14, 14};
+        ok(l4.ops->setup(&l4, &err) == 0 && l4.lower == NL_LOWER_SHARD,
+           "ResNet-18 224x224 layer4.0.conv1: one GEMM per shard");
+        /* the 7x7 stride-2 stem: packed weights at 64x64 (P 1024), SAMPLE at 224x224 */
+        struct nl_layer stem = {.ops = nl_layer_kind("conv"),
+                                .ninputs = 1,
+                                .filters = 64,
+                                .kh = 7,
+                                .kw = 7,
+                                .sh = 2,
+                                .sw = 2,
+                                .ph = 3,
+                                .pw = 3,
+                                .in = {{3, 64, 64}}};
+        struct nl_layer stem224 = stem;
+        stem224.in[0] = (struct nl_shape){3, 224, 224};
+        ok(stem.ops->setup(&stem, &err) == 0 &&
+               stem.lower == (vec ? NL_LOWER_PACKED : NL_LOWER_SAMPLE) &&
+               stem224.ops->setup(&stem224, &err) == 0 && stem224.lower == NL_LOWER_SAMPLE,
+           "ResNet-18's conv1: packed weights at 64x64 where the vector paths run, else one GEMM "
+           "per image; one GEMM per image at 224x224");
     }
     {
         struct nl_layer strided = {.ops = nl_layer_kind("conv"),

@@ -184,7 +184,14 @@
  * then its columns are copied once more. Hence PHASES, where SAMPLE would run and the vector
  * paths are on, for stride-2 windows of more than one tap whose output has at most 1024 pixels
  * and whose planes' rows fit an output row (nl_s2_fits: "same" padding); 1x1 stays SAMPLE, and
- * ResNet-18 at 64x64 keeps S2LANES and SHARD on its strided layers (the rules before).
+ * ResNet-18 at 64x64 keeps S2LANES on layer3.0.conv1 and layer4.0.conv1 (the rules before).
+ * PHASES also goes before SHARD's rule for such windows with 16 < P <= 64 whose weights take under
+ * 1 MiB (F*K < 262144 floats: packed again for every image, from the L2 cache): on the AMD EPYC
+ * of README's figures (Zen 4, 1 MiB L2 per core; 2026-11-28, load average 1, per-layer wall time
+ * over 18 steps of ResNet-18 training at 3x64x64, batch 32, one thread, two rounds alternating)
+ * layer2.0.conv1 (64 -> 128, P 64, F*K 73728) took 214 and 217 ms against SHARD's 250 and 258
+ * (bench_conv: 84.7 against 74.4 GFLOP/s), where ResNet-18 at 224x224's layer4.0.conv1 (256 ->
+ * 512, P 49, F*K 1.18M) took 580 and 588 against SHARD's 491 and 488 (3 steps).
  *
  * LeNet's conv2 (20 -> 50, 5x5 on 12x12: F 50, K 500, P 64) is neither SHARD's (F*K = 25000) nor
  * anything else's: SAMPLE ran its products at 85 to 105 GFLOP/s, where OpenBLAS packed its 25000
@@ -195,8 +202,13 @@
  * both gradients (the forward alone in parentheses): SAMPLE 92.6 (88.1), PACKED 117.0 (112.5);
  * lenet's conv1 (K 25, P 576) 84.3 against 53.4, where the weight gradient's products are 25
  * columns wide; resnet8's 1x1 stride-2 shortcuts (K 16 and 32, P 196 and 49) 40.5 against 30.2 and
- * 48.5 against 43.0. Hence PACKED, where SAMPLE would run and the vector paths are on, for
- * P <= 64 and K >= 256: of the shipped models, lenet's conv2 alone. LeNet's conv1 (1 -> 20, 5x5
+ * 48.5 against 43.0. ResNet-18's 7x7 stride-2 stem at 3x64x64 (F 64, K 147, P 1024) on the AMD
+ * EPYC (the same runs as PHASES's above): SAMPLE 356 and 356 ms over 18 steps, PACKED 301 and 310
+ * (bench_conv, with the input gradient the network does not take: 70.0 against 83.0 GFLOP/s); at
+ * 3x224x224 (P 12544) 796 and 817 against 801 and 903 over 4 steps. Hence PACKED, where SAMPLE
+ * would run and the vector paths are on, for P <= 64 and K >= 256, and for windows of more than
+ * one tap with P <= 1024 and K >= 128: of the shipped models, lenet's conv2 and ResNet-18's conv1
+ * at inputs of 64x64 and less. LeNet's conv1 (1 -> 20, 5x5
  * on 28x28) ran its forward as im2col (2.0 us an image) and a product of K = 25 (4.0 us, and the
  * bias written first); nl_conv1c takes 3.8 us for both (the same measurement). Its weight
  * gradient, im2col and OpenBLAS's (20, 576) by (576, 25) product, 9.2 us against 8.0 for
@@ -417,11 +429,14 @@ static int conv_setup(struct nl_layer *l, struct nl_error *err)
         l->lower = NL_LOWER_DIRECT; /* the rule at the top of this file */
     else if (onechan_fits && nl_kernels_vector_on())
         l->lower = NL_LOWER_ONECHAN; /* the rule at the top of this file */
-    else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768))
+    else if (p <= 16 || (p <= 64 && (size_t)l->filters * k >= 32768 &&
+                         !(phases_fits && win.kh * win.kw > 1 && (size_t)l->filters * k < 262144 &&
+                           nl_kernels_vector_on())))
         l->lower = NL_LOWER_SHARD;
     else if (phases_fits && win.kh * win.kw > 1 && nl_kernels_vector_on())
         l->lower = NL_LOWER_PHASES; /* SAMPLE's products, bit for bit; the rule at the top */
-    else if (p <= 64 && k >= 256 && nl_kernels_vector_on())
+    else if (((p <= 64 && k >= 256) || (p <= 1024 && k >= 128 && win.kh * win.kw > 1)) &&
+             nl_kernels_vector_on())
         l->lower = NL_LOWER_PACKED; /* the rule at the top of this file */
     else
         l->lower = NL_LOWER_SAMPLE;
