@@ -1184,6 +1184,65 @@ static void test_rules(void)
        lo, hi);
 }
 
+/* Inference in groups (core/engine/model.c): a model whose sample's activations take more than
+ * 1 MiB runs a batch of 40 on a forward-only executor as groups of 16, 16 and 8. Each group's
+ * logits are those of the same samples run alone as a batch, bit for bit (so every group reads
+ * and writes its own rows of every buffer), and every sample's are those of a forward of that
+ * sample alone, to rounding; a training executor's inference forward takes the batch whole and
+ * agrees to rounding as well. */
+static void test_grouped_forward(void)
+{
+    const char *spec = "c1: conv 32 3x3 pad=1\nb1: batchnorm\nrelu\n"
+                       "c2: conv 16 3x3 stride=2 pad=1\nrelu\npool: globalavgpool\nfc: dense 6\n";
+    const struct nl_shape in_shape = {3, 64, 64};
+    struct nl_model *m = build(spec, in_shape, 6);
+    const int n = 40, k = 6;
+    const size_t per = nl_shape_size(in_shape);
+    float *in = nl_alloc_floats((size_t)n * per), *all = nl_alloc_floats((size_t)n * k);
+    struct nl_exec *x = NULL, *one = NULL, *train = NULL;
+    struct nl_error err = {0};
+    struct nl_rng r0;
+
+    if (!m || !in || !all || nl_exec_new_forward(&x, m, n, &err) < 0 ||
+        nl_exec_new_forward(&one, m, 16, &err) < 0 || nl_exec_new(&train, m, n, &err) < 0) {
+        ok(0, "executors for grouped inference: %s", err.msg);
+        return;
+    }
+    nl_model_init_params(m, 9);
+    nl_rng_seed(&r0, 11);
+    for (size_t i = 0; i < (size_t)n * per; i++)
+        in[i] = (float)nl_rng_uniform(&r0) - 0.5f;
+    memcpy(all, nl_exec_forward(x, m->params, in, n, 0, NULL), (size_t)n * k * sizeof(float));
+    int same = 1;
+    double worst = 0.0, scale = 1.0;
+    for (int s0 = 0; s0 < n; s0 += 16) {
+        const int nb = n - s0 < 16 ? n - s0 : 16;
+        const float *y = nl_exec_forward(one, m->params, in + (size_t)s0 * per, nb, 0, NULL);
+        same &= memcmp(y, all + (size_t)s0 * k, (size_t)nb * k * sizeof(float)) == 0;
+    }
+    ok(same, "a batch of 40 in inference: each group of 16 samples' logits as that group alone");
+    for (int s = 0; s < n; s += 13) {
+        const float *y = nl_exec_forward(one, m->params, in + (size_t)s * per, 1, 0, NULL);
+        for (int j = 0; j < k; j++) {
+            worst = fmax(worst, fabs((double)y[j] - all[(size_t)s * k + j]));
+            scale = fmax(scale, fabs((double)y[j]));
+        }
+    }
+    is_float(worst, 0.0, 1e-5 * scale, "a batch of 40 in inference: each sample's logits as alone");
+    const float *yt = nl_exec_forward(train, m->params, in, n, 0, NULL);
+    worst = 0.0;
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        worst = fmax(worst, fabs((double)yt[i] - all[i]));
+    is_float(worst, 0.0, 1e-5 * scale,
+             "a batch of 40 in inference: a training executor's logits, the batch whole");
+    nl_exec_free(x);
+    nl_exec_free(one);
+    nl_exec_free(train);
+    nl_free(in);
+    nl_free(all);
+    nl_model_free(m);
+}
+
 int main(void)
 {
     nl_kernels_init(); /* as nnlab runs: the CPU's kernels, single-threaded products */
@@ -1193,6 +1252,7 @@ int main(void)
     test_streamed();
     test_team();
     test_team_forward();
+    test_grouped_forward();
     test_hybrid();
     test_tables();
     test_failures();
