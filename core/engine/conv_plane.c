@@ -216,14 +216,16 @@ void nl_conv_plane2_din(float *din, const float *dout, const float *weight, int 
  * At the end the 9 x 16 accumulators are turned into the 144 consecutive floats of
  * dweight[fo, c0 .. c0 + 15, 0 .. 8] through a small buffer (one gather per output vector). */
 
-void nl_conv_plane2_turn(float *xt, const float *in, int n, int c)
+void nl_conv_lanes_turn(float *xt, const float *in, int n, int c, int pixels)
 {
+    const size_t image = (size_t)c * pixels;
+
     for (int s = 0; s < n; s++) {
-        const float *src = in + (size_t)s * c * 4;
-        float *dst = xt + (size_t)s * c * 4;
+        const float *src = in + (size_t)s * image;
+        float *dst = xt + (size_t)s * image;
         for (int ci = 0; ci < c; ci++)
-            for (int i = 0; i < 4; i++)
-                dst[(size_t)i * c + ci] = src[(size_t)ci * 4 + i];
+            for (int i = 0; i < pixels; i++)
+                dst[(size_t)i * c + ci] = src[(size_t)ci * pixels + i];
     }
 }
 
@@ -367,7 +369,8 @@ void nl_conv_plane2_dweight(float *dweight, const float *dy, size_t ld, const fl
  * between chunks. Each output sums its terms chunk after chunk, channel after channel, taps in
  * row-major order, in fused multiply-adds; the naive twin sums the same terms in the same order
  * in double, so the two agree to rounding. 8x8 outputs (layer2.0.conv1, tiles of 2 rows of 8)
- * ran slower than SHARD, so they stay there. Forward only: the gradients are SHARD's. */
+ * ran slower than SHARD, so they stay there. The gradients are SHARD's, but on a 4x4 input those
+ * of the kernels at the end of this file. */
 
 size_t nl_conv_s2_lanes_scratch(int c, int h, int w, int f)
 {
@@ -524,4 +527,223 @@ void nl_conv_s2_lanes(float *out, const float *in, const float *weight, const fl
         conv_s2_lanes_avx512(out, in, weight, bias, n, c, h, w, f, scratch);
     else
         nl_conv_s2_lanes_naive(out, in, weight, bias, n, c, h, w, f);
+}
+
+/* ---- 3x3 stride 2, padding 1, 4x4 to 2x2: the gradients ----
+ *
+ * Output pixel o = (oy, ox) reads input pixel (2oy - 1 + ky, 2ox - 1 + kx) through tap (ky, kx):
+ * output (0, 0) through the 4 taps of rows and columns 1 and 2, (0, 1) and (1, 0) through 6, and
+ * (1, 1) through all 9; the 11 others read the top and left padding. S2I[o][t] is the input pixel
+ * (row-major in the 4x4 plane) of output o through tap t, or -1. */
+static const int S2I[4][9] = {{-1, -1, -1, -1, 0, 1, -1, 4, 5},
+                              {-1, -1, -1, 1, 2, 3, 5, 6, 7},
+                              {-1, 4, 5, -1, 8, 9, -1, 12, 13},
+                              {5, 6, 7, 9, 10, 11, 13, 14, 15}};
+
+int nl_conv_s2_lanes_grad_fits(int h, int w)
+{
+    return h == 4 && w == 4;
+}
+
+void nl_conv_s2_lanes_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt,
+                                    int n, int c, int f0, int f1)
+{
+    for (int fo = f0; fo < f1; fo++)
+        for (int ci = 0; ci < c; ci++)
+            for (int t = 0; t < 9; t++) {
+                double sum = 0.0;
+                for (int s = 0; s < n; s++)
+                    for (int o = 0; o < 4; o++)
+                        if (S2I[o][t] >= 0)
+                            sum += (double)dy[(size_t)fo * ld + (size_t)s * 4 + o] *
+                                   xt[((size_t)s * 16 + S2I[o][t]) * c + ci];
+                dweight[((size_t)fo * c + ci) * 9 + t] += (float)sum;
+            }
+}
+
+void nl_conv_s2_lanes_din_naive(float *din, const float *dout, const float *weight, int n, int c,
+                                int f)
+{
+    for (int s = 0; s < n; s++)
+        for (int ci = 0; ci < c; ci++)
+            for (int i = 0; i < 16; i++) {
+                double sum = 0.0;
+                for (int fo = 0; fo < f; fo++)
+                    for (int o = 0; o < 4; o++)
+                        for (int t = 0; t < 9; t++)
+                            if (S2I[o][t] == i)
+                                sum += (double)weight[((size_t)fo * c + ci) * 9 + t] *
+                                       dout[((size_t)s * f + fo) * 4 + o];
+                din[((size_t)s * c + ci) * 16 + i] += (float)sum;
+            }
+}
+
+/* One image's 25 pairs into a filter's tap accumulators t from its output gradients d[0 .. 3]
+ * and the image's 16 input pixels' vectors, loaded through LD_(i). */
+#define S2PAIRS_(t, d)                                                                             \
+    do {                                                                                           \
+        const __m512 d0_ = _mm512_set1_ps((d)[0]), d1_ = _mm512_set1_ps((d)[1]);                   \
+        const __m512 d2_ = _mm512_set1_ps((d)[2]), d3_ = _mm512_set1_ps((d)[3]);                   \
+        t[4] = _mm512_fmadd_ps(d0_, LD_(0), t[4]);                                                 \
+        t[5] = _mm512_fmadd_ps(d0_, LD_(1), t[5]);                                                 \
+        t[7] = _mm512_fmadd_ps(d0_, LD_(4), t[7]);                                                 \
+        t[8] = _mm512_fmadd_ps(d0_, LD_(5), t[8]);                                                 \
+        t[3] = _mm512_fmadd_ps(d1_, LD_(1), t[3]);                                                 \
+        t[4] = _mm512_fmadd_ps(d1_, LD_(2), t[4]);                                                 \
+        t[5] = _mm512_fmadd_ps(d1_, LD_(3), t[5]);                                                 \
+        t[6] = _mm512_fmadd_ps(d1_, LD_(5), t[6]);                                                 \
+        t[7] = _mm512_fmadd_ps(d1_, LD_(6), t[7]);                                                 \
+        t[8] = _mm512_fmadd_ps(d1_, LD_(7), t[8]);                                                 \
+        t[1] = _mm512_fmadd_ps(d2_, LD_(4), t[1]);                                                 \
+        t[2] = _mm512_fmadd_ps(d2_, LD_(5), t[2]);                                                 \
+        t[4] = _mm512_fmadd_ps(d2_, LD_(8), t[4]);                                                 \
+        t[5] = _mm512_fmadd_ps(d2_, LD_(9), t[5]);                                                 \
+        t[7] = _mm512_fmadd_ps(d2_, LD_(12), t[7]);                                                \
+        t[8] = _mm512_fmadd_ps(d2_, LD_(13), t[8]);                                                \
+        t[0] = _mm512_fmadd_ps(d3_, LD_(5), t[0]);                                                 \
+        t[1] = _mm512_fmadd_ps(d3_, LD_(6), t[1]);                                                 \
+        t[2] = _mm512_fmadd_ps(d3_, LD_(7), t[2]);                                                 \
+        t[3] = _mm512_fmadd_ps(d3_, LD_(9), t[3]);                                                 \
+        t[4] = _mm512_fmadd_ps(d3_, LD_(10), t[4]);                                                \
+        t[5] = _mm512_fmadd_ps(d3_, LD_(11), t[5]);                                                \
+        t[6] = _mm512_fmadd_ps(d3_, LD_(13), t[6]);                                                \
+        t[7] = _mm512_fmadd_ps(d3_, LD_(14), t[7]);                                                \
+        t[8] = _mm512_fmadd_ps(d3_, LD_(15), t[8]);                                                \
+    } while (0)
+
+/* dweight's rows f0 and, with two, f0 + 1; channels c0 .. c0 + cb - 1 (m their lanes). */
+AVX512 static inline __attribute__((always_inline)) void
+s2_dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, int n, int c, int f0,
+                 int c0, int cb, __mmask16 m, const int two)
+{
+    __m512 a[9], b[9];
+
+    for (int k = 0; k < 9; k++)
+        a[k] = b[k] = _mm512_setzero_ps();
+    const float *da = dy + (size_t)f0 * ld, *db = da + ld;
+    for (int s = 0; s < n; s++) {
+        const float *xs = xt + (size_t)s * 16 * c + c0;
+#define LD_(i) _mm512_maskz_loadu_ps(m, xs + (size_t)(i)*c)
+        S2PAIRS_(a, da + (size_t)s * 4);
+        if (two)
+            S2PAIRS_(b, db + (size_t)s * 4);
+#undef LD_
+    }
+    dweight_put(dweight + ((size_t)f0 * c + c0) * 9, a, cb);
+    if (two)
+        dweight_put(dweight + ((size_t)(f0 + 1) * c + c0) * 9, b, cb);
+}
+#undef S2PAIRS_
+
+AVX512 static void conv_s2_lanes_dweight_avx512(float *dweight, const float *dy, size_t ld,
+                                                const float *xt, int n, int c, int f0, int f1)
+{
+    for (int c0 = 0; c0 < c; c0 += 16) {
+        const int cb = c - c0 < 16 ? c - c0 : 16;
+        const __mmask16 m = lanes(0, cb);
+        int fo = f0;
+        for (; fo + 2 <= f1; fo += 2)
+            s2_dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1);
+        for (; fo < f1; fo++)
+            s2_dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0);
+    }
+}
+
+void nl_conv_s2_lanes_dweight(float *dweight, const float *dy, size_t ld, const float *xt, int n,
+                              int c, int f0, int f1)
+{
+    if (nl_kernels_vector_on())
+        conv_s2_lanes_dweight_avx512(dweight, dy, ld, xt, n, c, f0, f1);
+    else
+        nl_conv_s2_lanes_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1);
+}
+
+size_t nl_conv_s2_lanes_din_scratch(int c, int f)
+{
+    (void)c;
+    return ((size_t)f * 4 + 16) * 16;
+}
+
+/* dx (16, 16) of input channel ci: its 16 pixels' gradients for the block's images, from dy
+ * (f, 4, 16), each pixel's terms filter after filter, output pixels in row-major order. */
+AVX512 static void s2_din_channel(float *dx, const float *dy, const float *weight, int c, int f,
+                                  int ci)
+{
+    __m512 x[16];
+
+    for (int i = 0; i < 16; i++)
+        x[i] = _mm512_setzero_ps();
+    for (int fo = 0; fo < f; fo++) {
+        const float *w = weight + ((size_t)fo * c + ci) * 9;
+        const __m512 d0 = _mm512_loadu_ps(dy + (size_t)fo * 64);
+        const __m512 d1 = _mm512_loadu_ps(dy + (size_t)fo * 64 + 16);
+        const __m512 d2 = _mm512_loadu_ps(dy + (size_t)fo * 64 + 32);
+        const __m512 d3 = _mm512_loadu_ps(dy + (size_t)fo * 64 + 48);
+        if (fo + 8 < f)
+            _mm_prefetch((const char *)(w + (size_t)8 * c * 9), _MM_HINT_T0);
+        const __m512 w0 = _mm512_set1_ps(w[0]), w1 = _mm512_set1_ps(w[1]);
+        const __m512 w2 = _mm512_set1_ps(w[2]), w3 = _mm512_set1_ps(w[3]);
+        const __m512 w4 = _mm512_set1_ps(w[4]), w5 = _mm512_set1_ps(w[5]);
+        const __m512 w6 = _mm512_set1_ps(w[6]), w7 = _mm512_set1_ps(w[7]);
+        const __m512 w8 = _mm512_set1_ps(w[8]);
+        /* output (0, 0) */
+        x[0] = _mm512_fmadd_ps(w4, d0, x[0]);
+        x[1] = _mm512_fmadd_ps(w5, d0, x[1]);
+        x[4] = _mm512_fmadd_ps(w7, d0, x[4]);
+        x[5] = _mm512_fmadd_ps(w8, d0, x[5]);
+        /* output (0, 1) */
+        x[1] = _mm512_fmadd_ps(w3, d1, x[1]);
+        x[2] = _mm512_fmadd_ps(w4, d1, x[2]);
+        x[3] = _mm512_fmadd_ps(w5, d1, x[3]);
+        x[5] = _mm512_fmadd_ps(w6, d1, x[5]);
+        x[6] = _mm512_fmadd_ps(w7, d1, x[6]);
+        x[7] = _mm512_fmadd_ps(w8, d1, x[7]);
+        /* output (1, 0) */
+        x[4] = _mm512_fmadd_ps(w1, d2, x[4]);
+        x[5] = _mm512_fmadd_ps(w2, d2, x[5]);
+        x[8] = _mm512_fmadd_ps(w4, d2, x[8]);
+        x[9] = _mm512_fmadd_ps(w5, d2, x[9]);
+        x[12] = _mm512_fmadd_ps(w7, d2, x[12]);
+        x[13] = _mm512_fmadd_ps(w8, d2, x[13]);
+        /* output (1, 1) */
+        x[5] = _mm512_fmadd_ps(w0, d3, x[5]);
+        x[6] = _mm512_fmadd_ps(w1, d3, x[6]);
+        x[7] = _mm512_fmadd_ps(w2, d3, x[7]);
+        x[9] = _mm512_fmadd_ps(w3, d3, x[9]);
+        x[10] = _mm512_fmadd_ps(w4, d3, x[10]);
+        x[11] = _mm512_fmadd_ps(w5, d3, x[11]);
+        x[13] = _mm512_fmadd_ps(w6, d3, x[13]);
+        x[14] = _mm512_fmadd_ps(w7, d3, x[14]);
+        x[15] = _mm512_fmadd_ps(w8, d3, x[15]);
+    }
+    for (int i = 0; i < 16; i++)
+        _mm512_storeu_ps(dx + (size_t)i * 16, x[i]);
+}
+
+AVX512 static void conv_s2_lanes_din_avx512(float *din, const float *dout, const float *weight,
+                                            int n, int c, int f, float *scratch)
+{
+    float *dy = scratch, *dx = scratch + (size_t)f * 64;
+
+    for (int s0 = 0; s0 < n; s0 += 16) {
+        const int nb = n - s0 < 16 ? n - s0 : 16;
+        to_lanes(dy, dout + (size_t)s0 * f * 4, nb, (size_t)f * 4);
+        for (int ci = 0; ci < c; ci++) {
+            s2_din_channel(dx, dy, weight, c, f, ci);
+            for (int j = 0; j < nb; j++) {
+                float *dst = din + ((size_t)(s0 + j) * c + ci) * 16;
+                for (int i = 0; i < 16; i++)
+                    dst[i] += dx[i * 16 + j];
+            }
+        }
+    }
+}
+
+void nl_conv_s2_lanes_din(float *din, const float *dout, const float *weight, int n, int c, int f,
+                          float *scratch)
+{
+    if (nl_kernels_vector_on())
+        conv_s2_lanes_din_avx512(din, dout, weight, n, c, f, scratch);
+    else
+        nl_conv_s2_lanes_din_naive(din, dout, weight, n, c, f);
 }

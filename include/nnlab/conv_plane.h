@@ -30,17 +30,17 @@ void nl_conv_plane2_din(float *din, const float *dout, const float *weight, int 
 void nl_conv_plane2_din_naive(float *din, const float *dout, const float *weight, int n, int c,
                               int f);
 
-/* Its weight gradient, in two steps. nl_conv_plane2_turn writes xt (n, 4, c) from in (n, c, 2, 2):
- * each image's pixels turned channel-minor. nl_conv_plane2_dweight then adds to the rows
- * [f0, f1) of dweight [f, c, 3, 3] the products of dy, the output gradient gathered filter-major
- * (f, ld): filter fo's row at dy + fo * ld, image s's four pixels at s * 4 of it (ld at least
- * 4n), with xt: each weight sums its 1, 2 or 4 (output, input) pairs image after image, output
- * pixels in row-major order and input pixels likewise within each, from 0, in fused
- * multiply-adds, and is then added to dweight. The AVX-512 path holds 16 channels of two filters'
- * nine taps in registers while it walks the images. The naive twin sums the same terms in the
- * same order in double and rounds once, so the two agree to rounding; a range of rows gives
- * those rows of the whole bit for bit. */
-void nl_conv_plane2_turn(float *xt, const float *in, int n, int c);
+/* Its weight gradient, in two steps. nl_conv_lanes_turn writes xt (n, pixels, c) from
+ * in (n, c, pixels), here (n, c, 2, 2): each image's pixels turned channel-minor.
+ * nl_conv_plane2_dweight then adds to the rows [f0, f1) of dweight [f, c, 3, 3] the products of dy,
+ * the output gradient gathered filter-major (f, ld): filter fo's row at dy + fo * ld, image s's
+ * four pixels at s * 4 of it (ld at least 4n), with xt: each weight sums its 1, 2 or 4 (output,
+ * input) pairs image after image, output pixels in row-major order and input pixels likewise within
+ * each, from 0, in fused multiply-adds, and is then added to dweight. The AVX-512 path holds 16
+ * channels of two filters' nine taps in registers while it walks the images. The naive twin sums
+ * the same terms in the same order in double and rounds once, so the two agree to rounding; a range
+ * of rows gives those rows of the whole bit for bit. */
+void nl_conv_lanes_turn(float *xt, const float *in, int n, int c, int pixels);
 void nl_conv_plane2_dweight(float *dweight, const float *dy, size_t ld, const float *xt, int n,
                             int c, int f0, int f1);
 void nl_conv_plane2_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt,
@@ -59,5 +59,28 @@ void nl_conv_s2_lanes(float *out, const float *in, const float *weight, const fl
                       int c, int h, int w, int f, float *scratch);
 void nl_conv_s2_lanes_naive(float *out, const float *in, const float *weight, const float *bias,
                             int n, int c, int h, int w, int f);
+
+/* Its gradients on a 4x4 input (a 2x2 output: ResNet-18's layer4.0.conv1 at 3x64x64), where
+ * the 25 (output, input) pairs per channel pair that do not read the padding are all the work
+ * (im2col's columns hold 36). nl_conv_s2_lanes_dweight adds to the rows [f0, f1) of
+ * dweight [f, c, 3, 3] the products of dy, gathered filter-major (f, ld) as for
+ * nl_conv_plane2_dweight, with xt (n, 16, c), the images turned channel-minor by
+ * nl_conv_lanes_turn: 16 channels in the lanes, two filters' nine taps in registers, each weight
+ * summing its pairs image after image, output pixels in row-major order, from 0, then added.
+ * nl_conv_s2_lanes_din adds to din (n, c, 4, 4) the transposed convolution of dout (n, f, 2, 2):
+ * the images of a block of 16 in the lanes, one input channel's 16 pixels in registers, each
+ * summing filter after filter, output pixels in row-major order. The naive twins sum the same
+ * terms in the same order in double and round once. scratch (din): nl_conv_s2_lanes_din_scratch
+ * floats. */
+int nl_conv_s2_lanes_grad_fits(int h, int w);
+void nl_conv_s2_lanes_dweight(float *dweight, const float *dy, size_t ld, const float *xt, int n,
+                              int c, int f0, int f1);
+void nl_conv_s2_lanes_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt,
+                                    int n, int c, int f0, int f1);
+size_t nl_conv_s2_lanes_din_scratch(int c, int f);
+void nl_conv_s2_lanes_din(float *din, const float *dout, const float *weight, int n, int c, int f,
+                          float *scratch);
+void nl_conv_s2_lanes_din_naive(float *din, const float *dout, const float *weight, int n, int c,
+                                int f);
 
 #endif

@@ -45,7 +45,7 @@ enum nl_lowering {
     NL_LOWER_WINOGRAD2, /* conv 3x3 stride 1: Winograd F(2x2, 3x3), 16 GEMMs per shard */
     NL_LOWER_PLANE2,    /* conv 3x3 stride 1 padding 1 on a 2x2 plane: direct, images in lanes */
     NL_LOWER_S2LANES,   /* conv 3x3 stride 2 padding 1 to 2x2 or 4x4: forward direct, images in
-                           lanes; backward SHARD's */
+                           lanes; backward SHARD's (on a 4x4 input, lanes kernels) */
     NL_LOWER_PHASES,    /* conv stride 2: SAMPLE's columns read from the four phase planes */
     NL_LOWER_PACKED,    /* conv: SAMPLE's columns, the weights packed once per shard for an
                            own product (nnlab/conv_gemm.h) */

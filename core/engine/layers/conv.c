@@ -53,7 +53,11 @@
  * - S2LANES (3x3, stride 2, padding 1, to a 2x2 or 4x4 output): the forward by
  *   nl_conv_s2_lanes, the images in lanes as PLANE2's, the taps on the top and left padding left
  *   out (11 of 36 per channel pair on a 2x2 output, 23 of 144 on a 4x4); the gradients are
- *   SHARD's. scratch: SHARD's, and 16*(C*(H + 2)*(W + 2) + F*P) floats.
+ *   SHARD's, but on a 4x4 input (a 2x2 output) the lanes kernels' over the 25 pairs that do not
+ *   read the padding (nl_conv_s2_lanes_dweight, 16 channels in the lanes, from the images turned
+ *   where SHARD's columns go; nl_conv_s2_lanes_din, the images in the lanes, from a shard of 4
+ *   images or more), in other orders than the products, so other last bits. scratch: SHARD's,
+ *   and 16*(C*(H + 2)*(W + 2) + F*P) floats.
  * - PHASES (stride 2): SAMPLE, but each image is first split into its four phase planes (even
  *   and odd rows and columns, core/engine/conv_s2.c) and each row of its columns is read from one
  *   plane as a flat run of whole vectors instead of row by row with a permute every 14 or 7
@@ -162,6 +166,9 @@
  * own kernel over the 16 pairs took layer4's column from 149.6 and 149.3 to 185.6 and 183.9
  * (alternating, 2026-11-28 on the AMD EPYC of README's figures, load average 1; the forward alone
  * 234.0 and 235.3 against 232.3 and 230.6).
+ * S2LANES's gradients on a 4x4 input were SHARD's then too; the lanes kernels took layer4.0's
+ * column from 83.3 and 83.1 to 109.0 and 112.4 (alternating, the same machine and day; the forward
+ * alone 127.1 and 127.3 against 125.9 and 127.9).
  * (an S2LANES forward on layer2.0's 8x8 output, tiles of two rows of 8, ran 5-25% slower than
  * SHARD's in the whole network and was left out). Hence, where the vector paths are on and C and
  * F are at least 16: PLANE2 for 3x3 stride-1 layers with padding 1 on 2x2 planes (ResNet-18's
@@ -962,8 +969,25 @@ static void backward_phases(const struct nl_layer *l, const struct nl_bwd *b,
 /* SHARD: dy (F, n*P) gathered from dout (with the bias gradient's row sums), then
  * dweight (F, K) += dy cols^T and dcols (K, n*P) = weight^T dy, each one product for the shard;
  * dcols is folded back image by image. PLANE2 takes dy from here, the weight gradient from
- * nl_conv_plane2_dweight over its images turned (nl_conv_plane2_turn) where the columns go, and
+ * nl_conv_plane2_dweight over its images turned (nl_conv_lanes_turn) where the columns go, and
  * the input gradient from nl_conv_plane2_din. */
+/* Whether the weight gradient goes through a lanes kernel from the images turned channel-minor
+ * (nl_conv_lanes_turn) where SHARD's columns go: PLANE2's, and S2LANES's on a 4x4 input. */
+static int lanes_grad(const struct nl_layer *l, const struct conv_dims *d)
+{
+    return l->lower == NL_LOWER_PLANE2 ||
+           (l->lower == NL_LOWER_S2LANES && nl_conv_s2_lanes_grad_fits(d->win.h, d->win.w));
+}
+
+static void lanes_dweight(const struct nl_layer *l, const struct conv_dims *d, float *dw,
+                          const float *dy, size_t ld, const float *xt, int n, int f0, int f1)
+{
+    if (l->lower == NL_LOWER_PLANE2)
+        nl_conv_plane2_dweight(dw, dy, ld, xt, n, d->win.c, f0, f1);
+    else
+        nl_conv_s2_lanes_dweight(dw, dy, ld, xt, n, d->win.c, f0, f1);
+}
+
 /* This thread's rows of a weight gradient split by output channels (struct nl_wsplit): rows
  * [lo, hi) of dweight (F, K) += dy_t (F, ld_t) cols_t^T (ld_t, K) for every thread t in order
  * (PLANE2: nl_conv_plane2_dweight of dy_t and thread t's turned images), and dbias's rows += row
@@ -981,15 +1005,29 @@ static void shard_split(const struct nl_layer *l, const struct nl_wsplit *s,
 
     for (int t = 0; t < s->parts && lo < hi; t++) {
         const size_t ld = (size_t)s->ld[t];
-        if (l->lower == NL_LOWER_PLANE2)
-            nl_conv_plane2_dweight(s->dw + l->params[0].offset, s->dy[t], ld, s->cols[t],
-                                   (int)(ld / 4), d->win.c, (int)lo, (int)hi);
+        if (lanes_grad(l, d))
+            lanes_dweight(l, d, s->dw + l->params[0].offset, s->dy[t], ld, s->cols[t],
+                          (int)(ld / 4), (int)lo, (int)hi);
         else
             nl_sgemm(0, 1, (int)(hi - lo), d->k, (int)ld, 1.0f, s->dy[t] + lo * ld, (int)ld,
                      s->cols[t], (int)ld, 1.0f, dw + lo * d->k, d->k);
         for (size_t fo = lo; db && fo < hi; fo++)
             db[fo] += nl_sum(s->dy[t] + fo * ld, ld);
     }
+}
+
+/* The lanes kernels' input gradient, where a shard of n images fills enough lanes; 0 where
+ * SHARD's product and col2im take it. */
+static int lanes_din(const struct nl_layer *l, const struct nl_bwd *b, const struct conv_dims *d,
+                     int n, float *scratch)
+{
+    if (!lanes_grad(l, d) || n < PLANE2_MIN)
+        return 0;
+    if (l->lower == NL_LOWER_PLANE2)
+        nl_conv_plane2_din(b->din[0], b->dout, b->w, n, d->win.c, d->f, scratch);
+    else
+        nl_conv_s2_lanes_din(b->din[0], b->dout, b->w, n, d->win.c, d->f, scratch);
+    return 1;
 }
 
 static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
@@ -1008,43 +1046,38 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
         if (db)
             db[fo] += nl_sum(row, ld);
     }
-    /* PLANE2's columns are its images turned channel-minor, for nl_conv_plane2_dweight */
-    const int plane2 = l->lower == NL_LOWER_PLANE2;
+    /* the lanes kernels' columns are the images turned channel-minor */
+    const int lanes = lanes_grad(l, d);
     if (b->dw) {
-        if (plane2) {
-            nl_conv_plane2_turn(cols, b->in[0], n, g->c);
-            nl_conv_plane2_dweight(b->dw, dy, (size_t)ld, cols, n, g->c, 0, d->f);
+        if (lanes) {
+            nl_conv_lanes_turn(cols, b->in[0], n, g->c, g->h * g->w);
+            lanes_dweight(l, d, b->dw, dy, (size_t)ld, cols, n, 0, d->f);
         } else {
             shard_cols(cols, b->in[0], n, d);
             nl_sgemm(0, 1, d->f, d->k, ld, 1.0f, dy, ld, cols, ld, 1.0f, b->dw, d->k);
         }
     }
     if (b->split) {
-        if (plane2)
-            nl_conv_plane2_turn(cols, b->in[0], n, g->c);
+        if (lanes)
+            nl_conv_lanes_turn(cols, b->in[0], n, g->c, g->h * g->w);
         else
             shard_cols(cols, b->in[0], n, d);
         b->split->post(b->split, dy, cols, ld);
-        /* PLANE2's input gradient reads neither matrix: its blocks go after them, and it runs
-         * while the other threads come to the meeting */
-        const int plane = l->lower == NL_LOWER_PLANE2 && n >= PLANE2_MIN && b->din[0];
-        if (plane)
-            nl_conv_plane2_din(b->din[0], b->dout, b->w, n, g->c, d->f,
-                               b->scratch + ((size_t)d->k + d->f) * ld);
+        /* the lanes kernels' input gradient reads neither matrix: its blocks go after them, and
+         * it runs while the other threads come to the meeting */
+        const int early =
+            b->din[0] && lanes_din(l, b, d, n, b->scratch + ((size_t)d->k + d->f) * ld);
         b->split->wait(b->split);
         shard_split(l, b->split, d);
-        b->split->w_done = plane || !b->din[0];
+        b->split->w_done = early || !b->din[0];
         b->split->leave(b->split);
-        if (plane)
+        if (early)
             return;
     }
     if (!b->din[0])
         return;
-    if (l->lower == NL_LOWER_PLANE2 && n >= PLANE2_MIN) {
-        /* dy and cols are spent: the kernel's blocks go in their place */
-        nl_conv_plane2_din(b->din[0], b->dout, b->w, n, g->c, d->f, b->scratch);
-        return;
-    }
+    if (lanes_din(l, b, d, n, b->scratch))
+        return; /* dy and cols are spent: the kernel's blocks go in their place */
     nl_sgemm(1, 0, d->k, ld, d->f, 1.0f, b->w, d->k, dy, ld, 0.0f, cols, ld);
     if (!pointwise(g)) {
         nl_col2im_batch(b->din[0], cols, n, d->in_size, g->c, g->h, g->w, g->kh, g->kw, g->sh,
