@@ -333,17 +333,29 @@ dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, int n
 }
 #undef PAIRS_
 
-AVX512 static void conv_plane2_dweight_avx512(float *dweight, const float *dy, size_t ld,
-                                              const float *xt, int n, int c, int f0, int f1)
+AVX512 static inline __attribute__((always_inline)) void
+s2_dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, int n, int c, int f0,
+                 int c0, int cb, __mmask16 m, const int two);
+
+/* The weight gradient's blocks of 16 channels by two filters: PLANE2's (s2 0) or the stride-2
+ * lanes' on a 4x4 input (s2 1). */
+AVX512 static void lanes_dweight_avx512(float *dweight, const float *dy, size_t ld, const float *xt,
+                                        int n, int c, int f0, int f1, int s2)
 {
     for (int c0 = 0; c0 < c; c0 += 16) {
         const int cb = c - c0 < 16 ? c - c0 : 16;
         const __mmask16 m = lanes(0, cb);
-        int fo = f0;
-        for (; fo + 2 <= f1; fo += 2)
-            dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1);
-        for (; fo < f1; fo++)
-            dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0);
+        for (int fo = f0; fo < f1; fo += 2) {
+            const int two = fo + 2 <= f1;
+            if (s2 && two)
+                s2_dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1);
+            else if (s2)
+                s2_dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0);
+            else if (two)
+                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1);
+            else
+                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0);
+        }
     }
 }
 
@@ -351,7 +363,7 @@ void nl_conv_plane2_dweight(float *dweight, const float *dy, size_t ld, const fl
                             int c, int f0, int f1)
 {
     if (nl_kernels_vector_on())
-        conv_plane2_dweight_avx512(dweight, dy, ld, xt, n, c, f0, f1);
+        lanes_dweight_avx512(dweight, dy, ld, xt, n, c, f0, f1, 0);
     else
         nl_conv_plane2_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1);
 }
@@ -635,25 +647,11 @@ s2_dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, in
 }
 #undef S2PAIRS_
 
-AVX512 static void conv_s2_lanes_dweight_avx512(float *dweight, const float *dy, size_t ld,
-                                                const float *xt, int n, int c, int f0, int f1)
-{
-    for (int c0 = 0; c0 < c; c0 += 16) {
-        const int cb = c - c0 < 16 ? c - c0 : 16;
-        const __mmask16 m = lanes(0, cb);
-        int fo = f0;
-        for (; fo + 2 <= f1; fo += 2)
-            s2_dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1);
-        for (; fo < f1; fo++)
-            s2_dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0);
-    }
-}
-
 void nl_conv_s2_lanes_dweight(float *dweight, const float *dy, size_t ld, const float *xt, int n,
                               int c, int f0, int f1)
 {
     if (nl_kernels_vector_on())
-        conv_s2_lanes_dweight_avx512(dweight, dy, ld, xt, n, c, f0, f1);
+        lanes_dweight_avx512(dweight, dy, ld, xt, n, c, f0, f1, 1);
     else
         nl_conv_s2_lanes_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1);
 }
