@@ -2121,22 +2121,32 @@ static void test_wino_rows(enum nl_lowering lower, int c, int side, int one, int
     free(scratch);
 }
 
-/* The 2x2-plane weight gradient against its naive twin: channel counts that fill blocks of 16
- * and leave a tail or are only a tail, odd filter counts, one image and many, dy rows wider than
- * the shard (a split's posted rows), added to non-zero starting values; a range of rows against
- * the whole bit for bit; the turned images against the input; one filter and channel's nine taps
- * against the direct correlation over the padded window. With the vector paths off the kernel is
- * the naive loops. */
-static void test_conv_plane2_dweight_twins(void)
+typedef void (*lanes_dweight_fn)(float *dweight, const float *dy, size_t ld, const float *xt, int n,
+                                 int c, int f0, int f1);
+
+/* The lanes weight gradients against their naive twins: PLANE2's (a 2x2 input, stride 1) and the
+ * stride-2 lanes' (a 4x4 input, stride 2), both to a 2x2 output. Channel counts that fill blocks
+ * of 16, leave a tail or are only a tail; odd filter counts; one image and many; dy rows wider
+ * than the shard (a split's posted rows); added to non-zero starting values. A range of rows
+ * against the whole bit for bit; the turned images against the input; one filter and channel's
+ * nine taps against the direct correlation over the padded window; the naive loops with the
+ * vector paths off. For the stride-2 lanes, the input gradient likewise, and one image's last
+ * channel against the transposed convolution. */
+static void test_lanes_grad_twins(int side, int stride)
 {
     static const int cases[][4] = {/* n, c, f, extra dy columns */ {16, 32, 16, 0},
                                    {21, 5, 7, 4},
                                    {1, 16, 3, 0},
                                    {4, 40, 9, 8},
                                    {33, 17, 5, 0}};
+    const int pixels = side * side, s2 = stride == 2;
+    const char *name = s2 ? "conv_s2_lanes_dweight" : "conv_plane2_dweight";
+    const lanes_dweight_fn fast = s2 ? nl_conv_s2_lanes_dweight : nl_conv_plane2_dweight;
+    const lanes_dweight_fn naive =
+        s2 ? nl_conv_s2_lanes_dweight_naive : nl_conv_plane2_dweight_naive;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int n = cases[i][0], c = cases[i][1], f = cases[i][2];
-        const size_t ld = (size_t)n * 4 + (size_t)cases[i][3], in = (size_t)n * c * 4;
+        const size_t ld = (size_t)n * 4 + (size_t)cases[i][3], in = (size_t)n * c * pixels;
         const size_t nw = (size_t)f * c * 9;
         float *x = floats(in), *xt = floats(in), *dy = floats((size_t)f * ld);
         float *dw[4] = {floats(nw), floats(nw), floats(nw), floats(nw)};
@@ -2145,172 +2155,104 @@ static void test_conv_plane2_dweight_twins(void)
         fill(dw[0], nw, -1, 1);
         for (int j = 1; j < 4; j++)
             memcpy(dw[j], dw[0], nw * sizeof(float));
-        nl_conv_lanes_turn(xt, x, n, c, 4);
+        nl_conv_lanes_turn(xt, x, n, c, pixels);
         int turned = 1;
         for (int s = 0; s < n; s++)
             for (int ci = 0; ci < c; ci++)
-                for (int p = 0; p < 4; p++)
-                    turned &= xt[((size_t)s * 4 + p) * c + ci] == x[((size_t)s * c + ci) * 4 + p];
-        ok(turned, "conv_lanes_turn on %dx%dx2x2: each image's pixels channel-minor", n, c);
-        nl_conv_plane2_dweight_naive(dw[1], dy, ld, xt, n, c, 0, f);
-        nl_conv_plane2_dweight(dw[2], dy, ld, xt, n, c, 0, f);
+                for (int p = 0; p < pixels; p++)
+                    turned &= xt[((size_t)s * pixels + p) * c + ci] ==
+                              x[((size_t)s * c + ci) * pixels + p];
+        ok(turned, "conv_lanes_turn on %dx%dx%dx%d: each image's pixels channel-minor", n, c, side,
+           side);
+        naive(dw[1], dy, ld, xt, n, c, 0, f);
+        fast(dw[2], dy, ld, xt, n, c, 0, f);
         is_float(max_diff(dw[1], dw[2], nw), 0.0, 1e-5 * (1.0 + max_abs(dw[1], nw)),
-                 "conv_plane2_dweight on %dx%dx2x2, %d filters, rows of %zu: matches the naive "
-                 "twin",
-                 n, c, f, ld);
+                 "%s on %dx%dx%dx%d, %d filters, rows of %zu: matches the naive twin", name, n, c,
+                 side, side, f, ld);
         /* rows [1, f - 1), then the first and the last: the whole, bit for bit */
-        nl_conv_plane2_dweight(dw[3], dy, ld, xt, n, c, 1, f - 1);
-        nl_conv_plane2_dweight(dw[3], dy, ld, xt, n, c, 0, 1);
-        nl_conv_plane2_dweight(dw[3], dy, ld, xt, n, c, f - 1, f);
+        fast(dw[3], dy, ld, xt, n, c, 1, f - 1);
+        fast(dw[3], dy, ld, xt, n, c, 0, 1);
+        fast(dw[3], dy, ld, xt, n, c, f - 1, f);
         ok(memcmp(dw[2], dw[3], nw * sizeof(float)) == 0,
-           "conv_plane2_dweight on %dx%dx2x2, %d filters: three ranges of rows give the whole", n,
-           c, f);
-        /* the last filter and channel's nine taps: the correlation of dy with the padded input */
-        double worst = 0.0, scale = 1.0;
-        for (int t = 0; t < 9; t++) {
-            const int ky = t / 3, kx = t % 3;
-            double sum = 0.0;
-            for (int s = 0; s < n; s++)
-                for (int oy = 0; oy < 2; oy++)
-                    for (int ox = 0; ox < 2; ox++) {
-                        const int iy = oy + ky - 1, ix = ox + kx - 1;
-                        if (iy >= 0 && iy < 2 && ix >= 0 && ix < 2)
-                            sum += (double)dy[(size_t)(f - 1) * ld + (size_t)s * 4 + oy * 2 + ox] *
-                                   x[((size_t)s * c + c - 1) * 4 + iy * 2 + ix];
-                    }
-            const size_t at = ((size_t)(f - 1) * c + c - 1) * 9 + t;
-            const double d = fabs((double)dw[2][at] - (double)dw[0][at] - sum);
-            worst = d > worst ? d : worst;
-            scale += fabs(sum);
-        }
-        is_float(worst, 0.0, 1e-5 * scale,
-                 "conv_plane2_dweight on %dx%dx2x2, %d filters: a filter's taps are the direct "
-                 "correlation",
-                 n, c, f);
-        nl_kernels_vector(0);
-        memcpy(dw[3], dw[0], nw * sizeof(float));
-        nl_conv_plane2_dweight(dw[3], dy, ld, xt, n, c, 0, f);
-        nl_kernels_vector(1);
-        ok(memcmp(dw[1], dw[3], nw * sizeof(float)) == 0,
-           "conv_plane2_dweight on %dx%dx2x2, %d filters, vector paths off: the naive twin", n, c,
-           f);
-        free(x);
-        free(xt);
-        free(dy);
-        for (int j = 0; j < 4; j++)
-            free(dw[j]);
-    }
-}
-
-/* The stride-2 lanes gradients on a 4x4 input against their naive twins: channels that fill
- * blocks of 16, leave a tail or are only a tail; odd filter counts; one image, a block and a
- * tail of lanes; wider dy rows; added to non-zero starting values; ranges of rows against the
- * whole bit for bit; one filter and channel's taps, and one image's input gradient, against the
- * direct sums over the padded window; the naive loops with the vector paths off. */
-static void test_conv_s2_lanes_grad_twins(void)
-{
-    static const int cases[][4] = {/* n, c, f, extra dy columns */ {16, 32, 16, 0},
-                                   {21, 5, 7, 4},
-                                   {1, 16, 3, 0},
-                                   {4, 40, 9, 8},
-                                   {33, 17, 5, 0}};
-    ok(nl_conv_s2_lanes_grad_fits(4, 4) && !nl_conv_s2_lanes_grad_fits(8, 8) &&
-           !nl_conv_s2_lanes_grad_fits(3, 3),
-       "the stride-2 lanes gradients take 4x4 inputs alone");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const int n = cases[i][0], c = cases[i][1], f = cases[i][2];
-        const size_t ld = (size_t)n * 4 + (size_t)cases[i][3], in = (size_t)n * c * 16;
-        const size_t nw = (size_t)f * c * 9, out = (size_t)n * f * 4;
-        float *x = floats(in), *xt = floats(in), *dy = floats((size_t)f * ld), *w = floats(nw);
-        float *dout = floats(out), *scratch = floats(nl_conv_s2_lanes_din_scratch(c, f));
-        float *dw[4] = {floats(nw), floats(nw), floats(nw), floats(nw)};
-        float *dx[3] = {floats(in), floats(in), floats(in)};
-        fill(x, in, -1, 1);
-        fill(dy, (size_t)f * ld, -1, 1);
-        fill(w, nw, -1, 1);
-        fill(dout, out, -1, 1);
-        fill(dw[0], nw, -1, 1);
-        fill(dx[0], in, -1, 1);
-        for (int j = 1; j < 4; j++)
-            memcpy(dw[j], dw[0], nw * sizeof(float));
-        for (int j = 1; j < 3; j++)
-            memcpy(dx[j], dx[0], in * sizeof(float));
-        nl_conv_lanes_turn(xt, x, n, c, 16);
-        nl_conv_s2_lanes_dweight_naive(dw[1], dy, ld, xt, n, c, 0, f);
-        nl_conv_s2_lanes_dweight(dw[2], dy, ld, xt, n, c, 0, f);
-        is_float(max_diff(dw[1], dw[2], nw), 0.0, 1e-5 * (1.0 + max_abs(dw[1], nw)),
-                 "conv_s2_lanes_dweight on %dx%dx4x4, %d filters, rows of %zu: matches the naive "
-                 "twin",
-                 n, c, f, ld);
-        nl_conv_s2_lanes_dweight(dw[3], dy, ld, xt, n, c, 1, f - 1);
-        nl_conv_s2_lanes_dweight(dw[3], dy, ld, xt, n, c, 0, 1);
-        nl_conv_s2_lanes_dweight(dw[3], dy, ld, xt, n, c, f - 1, f);
-        ok(memcmp(dw[2], dw[3], nw * sizeof(float)) == 0,
-           "conv_s2_lanes_dweight on %dx%dx4x4, %d filters: three ranges of rows give the whole", n,
-           c, f);
-        /* the last filter and channel's nine taps: dy correlated with the padded input, stride 2 */
+           "%s on %dx%dx%dx%d, %d filters: three ranges of rows give the whole", name, n, c, side,
+           side, f);
+        /* the last filter and channel's nine taps: dy correlated with the padded input */
         double worst = 0.0, scale = 1.0;
         for (int t = 0; t < 9; t++) {
             double sum = 0.0;
             for (int s = 0; s < n; s++)
                 for (int o = 0; o < 4; o++) {
-                    const int iy = 2 * (o / 2) - 1 + t / 3, ix = 2 * (o % 2) - 1 + t % 3;
-                    if (iy >= 0 && ix >= 0)
+                    const int iy = stride * (o / 2) - 1 + t / 3, ix = stride * (o % 2) - 1 + t % 3;
+                    if (iy >= 0 && iy < side && ix >= 0 && ix < side)
                         sum += (double)dy[(size_t)(f - 1) * ld + (size_t)s * 4 + o] *
-                               x[((size_t)s * c + c - 1) * 16 + iy * 4 + ix];
+                               x[((size_t)s * c + c - 1) * pixels + iy * side + ix];
                 }
             const size_t at = ((size_t)(f - 1) * c + c - 1) * 9 + t;
             worst = fmax(worst, fabs((double)dw[2][at] - (double)dw[0][at] - sum));
             scale += fabs(sum);
         }
         is_float(worst, 0.0, 1e-5 * scale,
-                 "conv_s2_lanes_dweight on %dx%dx4x4, %d filters: a filter's taps are the direct "
-                 "correlation",
-                 n, c, f);
-        nl_conv_s2_lanes_din_naive(dx[1], dout, w, n, c, f);
-        nl_conv_s2_lanes_din(dx[2], dout, w, n, c, f, scratch);
-        is_float(max_diff(dx[1], dx[2], in), 0.0, 1e-5 * (1.0 + max_abs(dx[1], in)),
-                 "conv_s2_lanes_din on %dx%dx4x4, %d filters: matches the naive twin", n, c, f);
-        /* the last image's last channel: the transposed convolution, pixel by pixel */
-        worst = 0.0;
-        scale = 1.0;
-        for (int p = 0; p < 16; p++) {
-            double sum = 0.0;
-            for (int fo = 0; fo < f; fo++)
-                for (int o = 0; o < 4; o++) {
-                    const int ky = p / 4 - 2 * (o / 2) + 1, kx = p % 4 - 2 * (o % 2) + 1;
-                    if (ky >= 0 && ky < 3 && kx >= 0 && kx < 3)
-                        sum += (double)w[((size_t)fo * c + c - 1) * 9 + ky * 3 + kx] *
-                               dout[((size_t)(n - 1) * f + fo) * 4 + o];
-                }
-            const size_t at = ((size_t)(n - 1) * c + c - 1) * 16 + p;
-            worst = fmax(worst, fabs((double)dx[2][at] - (double)dx[0][at] - sum));
-            scale += fabs(sum);
-        }
-        is_float(worst, 0.0, 1e-5 * scale,
-                 "conv_s2_lanes_din on %dx%dx4x4, %d filters: the last image's last channel is "
-                 "the transposed convolution",
-                 n, c, f);
+                 "%s on %dx%dx%dx%d, %d filters: a filter's taps are the direct correlation", name,
+                 n, c, side, side, f);
         nl_kernels_vector(0);
         memcpy(dw[3], dw[0], nw * sizeof(float));
-        nl_conv_s2_lanes_dweight(dw[3], dy, ld, xt, n, c, 0, f);
-        memcpy(dx[2], dx[0], in * sizeof(float));
-        nl_conv_s2_lanes_din(dx[2], dout, w, n, c, f, scratch);
+        fast(dw[3], dy, ld, xt, n, c, 0, f);
         nl_kernels_vector(1);
-        ok(memcmp(dw[1], dw[3], nw * sizeof(float)) == 0 &&
-               memcmp(dx[1], dx[2], in * sizeof(float)) == 0,
-           "conv_s2_lanes gradients on %dx%dx4x4, %d filters, vector paths off: the naive twins", n,
-           c, f);
+        ok(memcmp(dw[1], dw[3], nw * sizeof(float)) == 0,
+           "%s on %dx%dx%dx%d, %d filters, vector paths off: the naive twin", name, n, c, side,
+           side, f);
+        if (s2) {
+            const size_t out = (size_t)n * f * 4;
+            float *w = floats(nw), *dout = floats(out);
+            float *scratch = floats(nl_conv_s2_lanes_din_scratch(c, f));
+            float *dx[3] = {floats(in), floats(in), floats(in)};
+            fill(w, nw, -1, 1);
+            fill(dout, out, -1, 1);
+            fill(dx[0], in, -1, 1);
+            for (int j = 1; j < 3; j++)
+                memcpy(dx[j], dx[0], in * sizeof(float));
+            nl_conv_s2_lanes_din_naive(dx[1], dout, w, n, c, f);
+            nl_conv_s2_lanes_din(dx[2], dout, w, n, c, f, scratch);
+            is_float(max_diff(dx[1], dx[2], in), 0.0, 1e-5 * (1.0 + max_abs(dx[1], in)),
+                     "conv_s2_lanes_din on %dx%dx4x4, %d filters: matches the naive twin", n, c, f);
+            /* the last image's last channel: the transposed convolution, pixel by pixel */
+            worst = 0.0;
+            scale = 1.0;
+            for (int p = 0; p < 16; p++) {
+                double sum = 0.0;
+                for (int fo = 0; fo < f; fo++)
+                    for (int o = 0; o < 4; o++) {
+                        const int ky = p / 4 - 2 * (o / 2) + 1, kx = p % 4 - 2 * (o % 2) + 1;
+                        if (ky >= 0 && ky < 3 && kx >= 0 && kx < 3)
+                            sum += (double)w[((size_t)fo * c + c - 1) * 9 + ky * 3 + kx] *
+                                   dout[((size_t)(n - 1) * f + fo) * 4 + o];
+                    }
+                const size_t at = ((size_t)(n - 1) * c + c - 1) * 16 + p;
+                worst = fmax(worst, fabs((double)dx[2][at] - (double)dx[0][at] - sum));
+                scale += fabs(sum);
+            }
+            is_float(worst, 0.0, 1e-5 * scale,
+                     "conv_s2_lanes_din on %dx%dx4x4, %d filters: the last image's last channel "
+                     "is the transposed convolution",
+                     n, c, f);
+            nl_kernels_vector(0);
+            memcpy(dx[2], dx[0], in * sizeof(float));
+            nl_conv_s2_lanes_din(dx[2], dout, w, n, c, f, scratch);
+            nl_kernels_vector(1);
+            ok(memcmp(dx[1], dx[2], in * sizeof(float)) == 0,
+               "conv_s2_lanes_din on %dx%dx4x4, %d filters, vector paths off: the naive twin", n, c,
+               f);
+            free(w);
+            free(dout);
+            free(scratch);
+            for (int j = 0; j < 3; j++)
+                free(dx[j]);
+        }
         free(x);
         free(xt);
         free(dy);
-        free(w);
-        free(dout);
-        free(scratch);
         for (int j = 0; j < 4; j++)
             free(dw[j]);
-        for (int j = 0; j < 3; j++)
-            free(dx[j]);
     }
 }
 
@@ -2794,7 +2736,10 @@ int main(void)
     test_bn_mask();
     test_wino_rows(NL_LOWER_WINOGRAD2, 144, 4, 16, 22);
     test_wino_rows(NL_LOWER_WINOGRAD, 96, 8, 16, 20);
-    test_conv_plane2_dweight_twins();
-    test_conv_s2_lanes_grad_twins();
+    test_lanes_grad_twins(2, 1);
+    ok(nl_conv_s2_lanes_grad_fits(4, 4) && !nl_conv_s2_lanes_grad_fits(8, 8) &&
+           !nl_conv_s2_lanes_grad_fits(3, 3),
+       "the stride-2 lanes gradients take 4x4 inputs alone");
+    test_lanes_grad_twins(4, 2);
     return done_testing();
 }

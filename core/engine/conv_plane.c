@@ -264,27 +264,28 @@ static const int TURN[9][16] __attribute__((aligned(64))) = {
 };
 
 /* One image's 16 pairs into a filter's nine tap accumulators t0 .. t8 (TAP's rows in order),
- * from its four output pixels' gradients d[0 .. 3] and the input pixels x0 .. x3. */
-#define PAIRS_(t, d, x0, x1, x2, x3)                                                               \
+ * from its four output pixels' gradients d[0 .. 3] and its input pixels' vectors, loaded through
+ * LD_(i). */
+#define PAIRS_(t, d)                                                                               \
     do {                                                                                           \
         const __m512 d0_ = _mm512_set1_ps((d)[0]), d1_ = _mm512_set1_ps((d)[1]);                   \
         const __m512 d2_ = _mm512_set1_ps((d)[2]), d3_ = _mm512_set1_ps((d)[3]);                   \
-        t[4] = _mm512_fmadd_ps(d0_, x0, t[4]);                                                     \
-        t[5] = _mm512_fmadd_ps(d0_, x1, t[5]);                                                     \
-        t[7] = _mm512_fmadd_ps(d0_, x2, t[7]);                                                     \
-        t[8] = _mm512_fmadd_ps(d0_, x3, t[8]);                                                     \
-        t[3] = _mm512_fmadd_ps(d1_, x0, t[3]);                                                     \
-        t[4] = _mm512_fmadd_ps(d1_, x1, t[4]);                                                     \
-        t[6] = _mm512_fmadd_ps(d1_, x2, t[6]);                                                     \
-        t[7] = _mm512_fmadd_ps(d1_, x3, t[7]);                                                     \
-        t[1] = _mm512_fmadd_ps(d2_, x0, t[1]);                                                     \
-        t[2] = _mm512_fmadd_ps(d2_, x1, t[2]);                                                     \
-        t[4] = _mm512_fmadd_ps(d2_, x2, t[4]);                                                     \
-        t[5] = _mm512_fmadd_ps(d2_, x3, t[5]);                                                     \
-        t[0] = _mm512_fmadd_ps(d3_, x0, t[0]);                                                     \
-        t[1] = _mm512_fmadd_ps(d3_, x1, t[1]);                                                     \
-        t[3] = _mm512_fmadd_ps(d3_, x2, t[3]);                                                     \
-        t[4] = _mm512_fmadd_ps(d3_, x3, t[4]);                                                     \
+        t[4] = _mm512_fmadd_ps(d0_, LD_(0), t[4]);                                                 \
+        t[5] = _mm512_fmadd_ps(d0_, LD_(1), t[5]);                                                 \
+        t[7] = _mm512_fmadd_ps(d0_, LD_(2), t[7]);                                                 \
+        t[8] = _mm512_fmadd_ps(d0_, LD_(3), t[8]);                                                 \
+        t[3] = _mm512_fmadd_ps(d1_, LD_(0), t[3]);                                                 \
+        t[4] = _mm512_fmadd_ps(d1_, LD_(1), t[4]);                                                 \
+        t[6] = _mm512_fmadd_ps(d1_, LD_(2), t[6]);                                                 \
+        t[7] = _mm512_fmadd_ps(d1_, LD_(3), t[7]);                                                 \
+        t[1] = _mm512_fmadd_ps(d2_, LD_(0), t[1]);                                                 \
+        t[2] = _mm512_fmadd_ps(d2_, LD_(1), t[2]);                                                 \
+        t[4] = _mm512_fmadd_ps(d2_, LD_(2), t[4]);                                                 \
+        t[5] = _mm512_fmadd_ps(d2_, LD_(3), t[5]);                                                 \
+        t[0] = _mm512_fmadd_ps(d3_, LD_(0), t[0]);                                                 \
+        t[1] = _mm512_fmadd_ps(d3_, LD_(1), t[1]);                                                 \
+        t[3] = _mm512_fmadd_ps(d3_, LD_(2), t[3]);                                                 \
+        t[4] = _mm512_fmadd_ps(d3_, LD_(3), t[4]);                                                 \
     } while (0)
 
 /* The nine tap vectors t of filter row dst (channels c0 .. c0 + cb - 1 at dst) added to it. */
@@ -306,66 +307,6 @@ AVX512 static inline __attribute__((always_inline)) void dweight_put(float *dst,
             for (int k = 0; k < 9; k++)
                 dst[l * 9 + k] += buf[k * 16 + l];
     }
-}
-
-/* dweight's rows f0 and, with two, f0 + 1; channels c0 .. c0 + cb - 1 (m their lanes). */
-AVX512 static inline __attribute__((always_inline)) void
-dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, int n, int c, int f0,
-              int c0, int cb, __mmask16 m, const int two)
-{
-    __m512 a[9], b[9];
-
-    for (int k = 0; k < 9; k++)
-        a[k] = b[k] = _mm512_setzero_ps();
-    const float *da = dy + (size_t)f0 * ld, *db = da + ld;
-    for (int s = 0; s < n; s++) {
-        const float *xs = xt + (size_t)s * 4 * c + c0;
-        const __m512 x0 = _mm512_maskz_loadu_ps(m, xs), x1 = _mm512_maskz_loadu_ps(m, xs + c);
-        const __m512 x2 = _mm512_maskz_loadu_ps(m, xs + 2 * (size_t)c);
-        const __m512 x3 = _mm512_maskz_loadu_ps(m, xs + 3 * (size_t)c);
-        PAIRS_(a, da + (size_t)s * 4, x0, x1, x2, x3);
-        if (two)
-            PAIRS_(b, db + (size_t)s * 4, x0, x1, x2, x3);
-    }
-    dweight_put(dweight + ((size_t)f0 * c + c0) * 9, a, cb);
-    if (two)
-        dweight_put(dweight + ((size_t)(f0 + 1) * c + c0) * 9, b, cb);
-}
-#undef PAIRS_
-
-AVX512 static inline __attribute__((always_inline)) void
-s2_dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, int n, int c, int f0,
-                 int c0, int cb, __mmask16 m, const int two);
-
-/* The weight gradient's blocks of 16 channels by two filters: PLANE2's (s2 0) or the stride-2
- * lanes' on a 4x4 input (s2 1). */
-AVX512 static void lanes_dweight_avx512(float *dweight, const float *dy, size_t ld, const float *xt,
-                                        int n, int c, int f0, int f1, int s2)
-{
-    for (int c0 = 0; c0 < c; c0 += 16) {
-        const int cb = c - c0 < 16 ? c - c0 : 16;
-        const __mmask16 m = lanes(0, cb);
-        for (int fo = f0; fo < f1; fo += 2) {
-            const int two = fo + 2 <= f1;
-            if (s2 && two)
-                s2_dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1);
-            else if (s2)
-                s2_dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0);
-            else if (two)
-                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1);
-            else
-                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0);
-        }
-    }
-}
-
-void nl_conv_plane2_dweight(float *dweight, const float *dy, size_t ld, const float *xt, int n,
-                            int c, int f0, int f1)
-{
-    if (nl_kernels_vector_on())
-        lanes_dweight_avx512(dweight, dy, ld, xt, n, c, f0, f1, 0);
-    else
-        nl_conv_plane2_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1);
 }
 
 /* ---- 3x3 stride 2, padding 1, images in lanes ----
@@ -623,10 +564,11 @@ void nl_conv_s2_lanes_din_naive(float *din, const float *dout, const float *weig
         t[8] = _mm512_fmadd_ps(d3_, LD_(15), t[8]);                                                \
     } while (0)
 
-/* dweight's rows f0 and, with two, f0 + 1; channels c0 .. c0 + cb - 1 (m their lanes). */
+/* dweight's rows f0 and, with two, f0 + 1; channels c0 .. c0 + cb - 1 (m their lanes): PLANE2's
+ * 16 pairs (s2 0, images of 4 pixels) or the stride-2 lanes' 25 (s2 1, images of 16). */
 AVX512 static inline __attribute__((always_inline)) void
-s2_dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, int n, int c, int f0,
-                 int c0, int cb, __mmask16 m, const int two)
+dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, int n, int c, int f0,
+              int c0, int cb, __mmask16 m, const int two, const int s2)
 {
     __m512 a[9], b[9];
 
@@ -634,11 +576,17 @@ s2_dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, in
         a[k] = b[k] = _mm512_setzero_ps();
     const float *da = dy + (size_t)f0 * ld, *db = da + ld;
     for (int s = 0; s < n; s++) {
-        const float *xs = xt + (size_t)s * 16 * c + c0;
+        const float *xs = xt + (size_t)s * (s2 ? 16 : 4) * c + c0;
 #define LD_(i) _mm512_maskz_loadu_ps(m, xs + (size_t)(i)*c)
-        S2PAIRS_(a, da + (size_t)s * 4);
-        if (two)
-            S2PAIRS_(b, db + (size_t)s * 4);
+        if (s2) {
+            S2PAIRS_(a, da + (size_t)s * 4);
+            if (two)
+                S2PAIRS_(b, db + (size_t)s * 4);
+        } else {
+            PAIRS_(a, da + (size_t)s * 4);
+            if (two)
+                PAIRS_(b, db + (size_t)s * 4);
+        }
 #undef LD_
     }
     dweight_put(dweight + ((size_t)f0 * c + c0) * 9, a, cb);
@@ -646,6 +594,38 @@ s2_dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, in
         dweight_put(dweight + ((size_t)(f0 + 1) * c + c0) * 9, b, cb);
 }
 #undef S2PAIRS_
+#undef PAIRS_
+
+/* The weight gradient's blocks of 16 channels by two filters: PLANE2's (s2 0) or the stride-2
+ * lanes' on a 4x4 input (s2 1). */
+AVX512 static void lanes_dweight_avx512(float *dweight, const float *dy, size_t ld, const float *xt,
+                                        int n, int c, int f0, int f1, int s2)
+{
+    for (int c0 = 0; c0 < c; c0 += 16) {
+        const int cb = c - c0 < 16 ? c - c0 : 16;
+        const __mmask16 m = lanes(0, cb);
+        for (int fo = f0; fo < f1; fo += 2) {
+            const int two = fo + 2 <= f1;
+            if (s2 && two)
+                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1, 1);
+            else if (s2)
+                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0, 1);
+            else if (two)
+                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1, 0);
+            else
+                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0, 0);
+        }
+    }
+}
+
+void nl_conv_plane2_dweight(float *dweight, const float *dy, size_t ld, const float *xt, int n,
+                            int c, int f0, int f1)
+{
+    if (nl_kernels_vector_on())
+        lanes_dweight_avx512(dweight, dy, ld, xt, n, c, f0, f1, 0);
+    else
+        nl_conv_plane2_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1);
+}
 
 void nl_conv_s2_lanes_dweight(float *dweight, const float *dy, size_t ld, const float *xt, int n,
                               int c, int f0, int f1)

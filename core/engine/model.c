@@ -582,7 +582,6 @@ struct nl_exec {
      * hold no buffers), runs[k] = k for every layer outside a group. All three NULL when nothing
      * is fused; nfolded counts the layers fused into a head. */
     int *fuse, *radd, *runs;
-    int forward_only;
     int group; /* samples per group of an inference forward (the top); 0: the whole batch */
 };
 
@@ -1082,7 +1081,6 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
         return nl_error_set(err, NL_ENOMEM, "out of memory for an executor");
     x->m = m;
     x->max_n = max_n;
-    x->forward_only = forward_only;
     x->act = nl_calloc((size_t)m->nlayers, sizeof *x->act);
     x->dact = nl_calloc((size_t)m->nlayers, sizeof *x->dact);
     x->aux = nl_calloc((size_t)m->nlayers, sizeof *x->aux);
