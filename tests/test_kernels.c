@@ -91,6 +91,58 @@ static void check_sgemm(int ta, int tb, int m, int n, int k)
     free(c2);
 }
 
+/* nl_sgemm_rows: blocks of whole multiples of 16 rows within OpenBLAS's small-matrix bound where
+ * its kernels have that path, the last block short; the product that of the naive loops, with
+ * beta 0 (NaN in c not read) and 1, a as it is and turned, wider leading dimensions. */
+static void check_sgemm_rows(int ta, int m, int n, int k, float beta)
+{
+    const int lda = (ta ? m : k) + 3, ldb = n + 2, ldc = n + 1;
+    const size_t arows = ta ? k : m;
+    float *a = floats(arows * lda), *b = floats((size_t)k * ldb);
+    float *c = floats((size_t)m * ldc), *c2 = floats((size_t)m * ldc);
+
+    fill(a, arows * lda, -1, 1);
+    fill(b, (size_t)k * ldb, -1, 1);
+    if (beta == 0.0f)
+        fill_value(c, (size_t)m * ldc, NAN);
+    else
+        fill(c, (size_t)m * ldc, -1, 1);
+    for (int i = 0; i < m; i++)
+        c[(size_t)i * ldc + n] = 12345.0f;
+    memcpy(c2, c, (size_t)m * ldc * sizeof *c);
+    nl_sgemm_rows(ta, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    nl_sgemm_naive(ta, 0, m, n, k, 1.0f, a, lda, b, ldb, beta, c2, ldc);
+    double d = 0.0;
+    int pad_ok = 1;
+    for (int i = 0; i < m; i++) {
+        double di = max_diff(c + (size_t)i * ldc, c2 + (size_t)i * ldc, n);
+        d = isnan(di) || di > d ? di : d;
+        pad_ok &= c[(size_t)i * ldc + n] == 12345.0f;
+    }
+    const double tol = 1e-5 * (1.0 + max_abs(c2, (size_t)m * ldc - 1)) * (1.0 + k / 16.0);
+    is_float(d, 0.0, tol, "sgemm_rows %c m=%d n=%d k=%d beta %g matches the naive product",
+             ta ? 'T' : 'N', m, n, k, beta);
+    ok(pad_ok, "sgemm_rows %c m=%d n=%d k=%d leaves columns past n alone", ta ? 'T' : 'N', m, n, k);
+    free(a);
+    free(b);
+    free(c);
+    free(c2);
+}
+
+static void test_sgemm_rows(void)
+{
+    const int rows = nl_sgemm_rows_block(256, 64, 256);
+    ok(rows == 256 || (rows % 16 == 0 && rows * 64.0 * 256 <= NL_SGEMM_SMALL && rows >= 48),
+       "sgemm_rows: (256, 64, 256) in one call or blocks of 48 (%d)", rows);
+    ok(nl_sgemm_rows_block(64, 64, 64) == 64 && nl_sgemm_rows_block(512, 64, 4608) == 512,
+       "sgemm_rows: one call within the bound, and where 16 rows pass it");
+    for (int ta = 0; ta <= 1; ta++) {
+        check_sgemm_rows(ta, 256, 64, 256, 0.0f);
+        check_sgemm_rows(ta, 100, 48, 300, 1.0f);
+        check_sgemm_rows(ta, 37, 20, 17, 0.0f);
+    }
+}
+
 static void test_sum(void)
 {
     static const int sizes[] = {0, 1, 7, 8, 9, 64, 576, 1001};
@@ -2741,5 +2793,6 @@ int main(void)
            !nl_conv_s2_lanes_grad_fits(3, 3),
        "the stride-2 lanes gradients take 4x4 inputs alone");
     test_lanes_grad_twins(4, 2);
+    test_sgemm_rows();
     return done_testing();
 }

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "simd.h"
 
@@ -72,6 +73,10 @@ static void choose_blas_core(void)
              core ? core : "(unknown)", was, strcmp(want, "SkylakeX") == 0 ? "AVX-512" : "AVX2");
 }
 
+/* Whether OpenBLAS runs kernels with a small-matrix path (SkylakeX, Cooperlake, Sapphire Rapids),
+ * set by nl_kernels_init. */
+static int small_path;
+
 /* 1 where the AVX-512 paths run: set by nl_kernels_init (before any other thread), changed by
  * nl_kernels_vector for tests and benchmarks. */
 static int vector_on;
@@ -97,6 +102,10 @@ void nl_kernels_init(void)
 {
     vector_on = cpu_has_avx512();
     choose_blas_core();
+    const char *core = openblas_get_corename();
+    small_path =
+        core && (strcasecmp(core, "SkylakeX") == 0 || strcasecmp(core, "Cooperlake") == 0 ||
+                 strcasecmp(core, "SapphireRapids") == 0);
     /* The trainer runs one shard per thread; a BLAS call must not start threads of its own. */
     openblas_set_num_threads(1);
 }
@@ -122,6 +131,34 @@ void nl_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const 
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* Rows a multiple of 16 (the small-matrix kernels' tile height): OpenBLAS 0.3.21 on the AMD EPYC
+ * of README's figures, one thread, 16 different products in turn (Winograd's), GFLOP/s whole
+ * against blocks of 32 rows: (256, 64, 256) a b 88.6 against 106.9, a^T b 91.1 against 111.5;
+ * (256, 256, 64) 94.0 against 109.6 and 94.2 against 107.5; (128, 64, 128) in blocks of 64, 92.4
+ * against 114.2; a b^T, which the blocks do not take, 92.5 against 73.2. Blocks of 64 rows of
+ * (256, 64, 256), past the bound, ran at 81.7: packed again. */
+int nl_sgemm_rows_block(int m, int n, int k)
+{
+    const double per = (double)n * (double)k;
+    int rows = (int)(NL_SGEMM_SMALL / per) & ~15;
+
+    if (!small_path || m * per <= NL_SGEMM_SMALL || rows < 16)
+        return m;
+    return rows;
+}
+
+void nl_sgemm_rows(int trans_a, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, float beta, float *c, int ldc)
+{
+    const int rows = nl_sgemm_rows_block(m, n, k);
+
+    for (int r0 = 0; r0 < m; r0 += rows) {
+        const int r = m - r0 < rows ? m - r0 : rows;
+        const float *ar = trans_a ? a + r0 : a + (size_t)r0 * lda;
+        nl_sgemm(trans_a, 0, r, n, k, 1.0f, ar, lda, b, ldb, beta, c + (size_t)r0 * ldc, ldc);
+    }
 }
 
 /* The reference: one dot product per element of c, summed in double. */

@@ -13,6 +13,17 @@ void nl_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const 
 void nl_sgemm_naive(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                     int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
+/* nl_sgemm with b not turned, made as products of blocks of rows of c, each small enough (rows *
+ * n * k <= NL_SGEMM_SMALL) that OpenBLAS's SkylakeX-family kernels take it through their
+ * small-matrix path, which reads a and b in place, where the whole product would pack both. Its
+ * sums run in another order, so the last bits may differ from nl_sgemm's. Where OpenBLAS runs
+ * other kernels (no such path: the blocks would pack b again each), one call of nl_sgemm. */
+#define NL_SGEMM_SMALL 1000000.0
+void nl_sgemm_rows(int trans_a, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, float beta, float *c, int ldc);
+/* Rows per block of nl_sgemm_rows for a (m, n, k) product: m where it makes one call. */
+int nl_sgemm_rows_block(int m, int n, int k);
+
 /* cols (c*kh*kw, oh*ow) from img (c, h, w) with zero padding. */
 void nl_im2col(float *cols, const float *img, int c, int h, int w, int kh, int kw, int sh, int sw,
                int ph, int pw, int oh, int ow);

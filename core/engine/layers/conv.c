@@ -224,6 +224,20 @@
  * gradients, 0.178 and 0.185 with these. Hence ONECHAN wherever it fits and the vector paths
  * are on, before SHARD's rule.
  *
+ * The products whose right operand is not turned (the forward's, the input gradient's, and
+ * Winograd's three) go through nl_sgemm_rows (core/engine/kernels.c): where OpenBLAS runs its
+ * SkylakeX-family kernels, a product of more than 10^6 multiply-adds is made in blocks of rows
+ * of up to that many, which its small-matrix path takes without packing either operand, where
+ * the whole product would pack both. On the AMD EPYC of README's figures (2026-11-28, load average
+ * 1), ResNet-18 at 3x64x64, batch 32, one thread, per-layer wall time over 23 steps (two rounds
+ * alternating with the build before): layer2's Winograd layers 248, 239, 240 ms -> 221, 216, 225
+ * and 232, 229, 231 -> 222, 219, 226; layer3's 336, 329, 337 -> 309, 308, 305; layer2.0.conv1
+ * (PHASES) 276 and 286 -> 254 and 262; layer1's (64 channels: products of 64 x 64 x 64, small
+ * already) unchanged. Whole steps (`nnlab bench`, six rounds alternating, images/s, medians):
+ * one thread 148 -> 156, two threads 263 -> 288. Products whose right operand is turned (the
+ * weight gradients' dout cols^T) stay whole: OpenBLAS's small path ran them slower (92.5 against
+ * 73.2 GFLOP/s; nl_sgemm_rows_block).
+ *
  * In inference a forward-only executor may fold the batchnorm that alone reads this layer, and
  * the ReLU after it, into the output pass (nl_fwd.scale, shift, act; core/engine/model.c): the
  * product is written without the bias and each channel then goes once through
@@ -566,7 +580,7 @@ static void forward_sample(const struct nl_layer *l, const struct nl_fwd *f,
         float *out = f->out + (size_t)s * out_size;
         const float *cols = sample_cols(f->scratch, f->in[0] + (size_t)s * d->in_size, d);
         if (f->scale) {
-            nl_sgemm(0, 0, d->f, d->p, d->k, 1.0f, f->w, d->k, cols, d->p, 0.0f, out, d->p);
+            nl_sgemm_rows(0, d->f, d->p, d->k, f->w, d->k, cols, d->p, 0.0f, out, d->p);
             fold_image(out, f, d);
             continue;
         }
@@ -574,8 +588,7 @@ static void forward_sample(const struct nl_layer *l, const struct nl_fwd *f,
             for (int fo = 0; fo < d->f; fo++)
                 for (int i = 0; i < d->p; i++)
                     out[(size_t)fo * d->p + i] = bias[fo];
-        nl_sgemm(0, 0, d->f, d->p, d->k, 1.0f, f->w, d->k, cols, d->p, bias ? 1.0f : 0.0f, out,
-                 d->p);
+        nl_sgemm_rows(0, d->f, d->p, d->k, f->w, d->k, cols, d->p, bias ? 1.0f : 0.0f, out, d->p);
     }
 }
 
@@ -589,7 +602,7 @@ static void forward_shard(const struct nl_layer *l, const struct nl_fwd *f,
     float *cols = f->scratch, *y = f->scratch + (size_t)d->k * ld;
 
     shard_cols(cols, f->in[0], n, d);
-    nl_sgemm(0, 0, d->f, ld, d->k, 1.0f, f->w, d->k, cols, ld, 0.0f, y, ld);
+    nl_sgemm_rows(0, d->f, ld, d->k, f->w, d->k, cols, ld, 0.0f, y, ld);
     for (int s = 0; s < n; s++)
         for (int fo = 0; fo < d->f; fo++) {
             float *dst = f->out + ((size_t)s * d->f + fo) * d->p;
@@ -775,8 +788,8 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
         float *mm = v + aa * ct;
         nl_wino_input(v, f->in[0] + (size_t)s0 * d->in_size, n, p);
         for (int xi = 0; xi < aa; xi++)
-            nl_sgemm(0, 0, d->f, tt, p->c, 1.0f, u + xi * fc, p->c, v + xi * ct, tt, 0.0f,
-                     mm + xi * ft, tt);
+            nl_sgemm_rows(0, d->f, tt, p->c, u + xi * fc, p->c, v + xi * ct, tt, 0.0f, mm + xi * ft,
+                          tt);
         nl_wino_output(f->out + (size_t)s0 * out_size, mm, bias, f->scale, f->shift, f->act, n, p);
     }
 }
@@ -876,10 +889,10 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
                 memset(din, 0, d->in_size * sizeof *din);
             if (pointwise(g)) {
                 /* din_s is dcols itself. */
-                nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 1.0f, din, d->p);
+                nl_sgemm_rows(1, d->k, d->p, d->f, b->w, d->k, dout, d->p, 1.0f, din, d->p);
                 continue;
             }
-            nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 0.0f, b->scratch, d->p);
+            nl_sgemm_rows(1, d->k, d->p, d->f, b->w, d->k, dout, d->p, 0.0f, b->scratch, d->p);
             if (d->s2) { /* din_s split, dcols added in nl_col2im's order, merged back */
                 float *phases = b->scratch + (size_t)d->k * d->p;
                 if (s2_writes_all(l, b, d))
@@ -947,7 +960,7 @@ static void backward_phases(const struct nl_layer *l, const struct nl_bwd *b,
                 db[fo] += nl_sum(dout + (size_t)fo * d->p, d->p);
         if (b->din[0]) {
             float *din = b->din[0] + (size_t)s * d->in_size;
-            nl_sgemm(1, 0, d->k, d->p, d->f, 1.0f, b->w, d->k, dout, d->p, 0.0f, cols, d->p);
+            nl_sgemm_rows(1, d->k, d->p, d->f, b->w, d->k, dout, d->p, 0.0f, cols, d->p);
             if (!d->s2) {
                 if (picks_first(l, b, d))
                     memset(din, 0, d->in_size * sizeof *din);
@@ -1078,7 +1091,7 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
         return;
     if (lanes_din(l, b, d, n, b->scratch))
         return; /* dy and cols are spent: the kernel's blocks go in their place */
-    nl_sgemm(1, 0, d->k, ld, d->f, 1.0f, b->w, d->k, dy, ld, 0.0f, cols, ld);
+    nl_sgemm_rows(1, d->k, ld, d->f, b->w, d->k, dy, ld, 0.0f, cols, ld);
     if (!pointwise(g)) {
         nl_col2im_batch(b->din[0], cols, n, d->in_size, g->c, g->h, g->w, g->kh, g->kw, g->sh,
                         g->sw, g->ph, g->pw, g->oh, g->ow);
@@ -1282,8 +1295,8 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
         } else if (b->dw && nl_wino_input_t_fast(p)) {
             nl_wino_input_t(v, b->in[0] + (size_t)s0 * d->in_size, n, p);
             for (int xi = 0; xi < aa; xi++)
-                nl_sgemm(0, 0, d->f, p->c, tt, 1.0f, dmm + xi * ft, tt, v + xi * ct, p->c,
-                         s0 == 0 ? 0.0f : 1.0f, du + xi * fc, p->c);
+                nl_sgemm_rows(0, d->f, p->c, tt, dmm + xi * ft, tt, v + xi * ct, p->c,
+                              s0 == 0 ? 0.0f : 1.0f, du + xi * fc, p->c);
         } else if (b->dw) {
             nl_wino_input(v, b->in[0] + (size_t)s0 * d->in_size, n, p);
             for (int xi = 0; xi < aa; xi++)
@@ -1307,8 +1320,8 @@ static void backward_winograd(const struct nl_layer *l, const struct nl_bwd *b,
             if (one)
                 nl_wino_filter(u, b->w, p);
             for (int xi = 0; xi < aa; xi++)
-                nl_sgemm(1, 0, p->c, tt, d->f, 1.0f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
-                         v + xi * ct, tt);
+                nl_sgemm_rows(1, p->c, tt, d->f, u + xi * fc, p->c, dmm + xi * ft, tt, 0.0f,
+                              v + xi * ct, tt);
         }
         if (b->din[0]) {
             float *din = b->din[0] + (size_t)s0 * d->in_size;
