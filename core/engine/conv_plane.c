@@ -229,8 +229,11 @@ void nl_conv_lanes_turn(float *xt, const float *in, int n, int c, int pixels)
     }
 }
 
-void nl_conv_plane2_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt,
-                                  int n, int c, int f0, int f1)
+/* The lanes weight gradients' naive twin: dweight[fo, ci, t] += the sum in double over the
+ * images and the 2x2 output pixels o of dy[fo, o] times input pixel in_of[o * 9 + t] of the image
+ * (pixels of them, turned channel-minor in xt), where that is not -1 (the padding). */
+static void lanes_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt, int n,
+                                int c, int f0, int f1, const int *in_of, int pixels)
 {
     for (int fo = f0; fo < f1; fo++)
         for (int ci = 0; ci < c; ci++)
@@ -238,12 +241,25 @@ void nl_conv_plane2_dweight_naive(float *dweight, const float *dy, size_t ld, co
                 double sum = 0.0;
                 for (int s = 0; s < n; s++)
                     for (int o = 0; o < 4; o++)
-                        for (int i = 0; i < 4; i++)
-                            if (TAP[o][i] == t)
-                                sum += (double)dy[(size_t)fo * ld + (size_t)s * 4 + o] *
-                                       xt[((size_t)s * 4 + i) * c + ci];
+                        if (in_of[o * 9 + t] >= 0)
+                            sum += (double)dy[(size_t)fo * ld + (size_t)s * 4 + o] *
+                                   xt[((size_t)s * pixels + in_of[o * 9 + t]) * c + ci];
                 dweight[((size_t)fo * c + ci) * 9 + t] += (float)sum;
             }
+}
+
+void nl_conv_plane2_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt,
+                                  int n, int c, int f0, int f1)
+{
+    int in_of[4][9];
+
+    for (int o = 0; o < 4; o++) {
+        for (int t = 0; t < 9; t++)
+            in_of[o][t] = -1;
+        for (int i = 0; i < 4; i++)
+            in_of[o][TAP[o][i]] = i;
+    }
+    lanes_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1, &in_of[0][0], 4);
 }
 
 /* TURN[j][e]: where float 16j + e of a block's 144 (channel-major, 9 taps each) lies in the
@@ -501,17 +517,7 @@ int nl_conv_s2_lanes_grad_fits(int h, int w)
 void nl_conv_s2_lanes_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt,
                                     int n, int c, int f0, int f1)
 {
-    for (int fo = f0; fo < f1; fo++)
-        for (int ci = 0; ci < c; ci++)
-            for (int t = 0; t < 9; t++) {
-                double sum = 0.0;
-                for (int s = 0; s < n; s++)
-                    for (int o = 0; o < 4; o++)
-                        if (S2I[o][t] >= 0)
-                            sum += (double)dy[(size_t)fo * ld + (size_t)s * 4 + o] *
-                                   xt[((size_t)s * 16 + S2I[o][t]) * c + ci];
-                dweight[((size_t)fo * c + ci) * 9 + t] += (float)sum;
-            }
+    lanes_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1, &S2I[0][0], 16);
 }
 
 void nl_conv_s2_lanes_din_naive(float *din, const float *dout, const float *weight, int n, int c,
