@@ -2308,6 +2308,87 @@ static void test_lanes_grad_twins(int side, int stride)
     }
 }
 
+/* What nl_conv_lanes_dweight_rows hands out, kept: rows of out (f, c, 3, 3) as put gives them. */
+struct rows_got {
+    float *out;
+    size_t row;
+    int next, calls, bad;
+};
+
+static void rows_keep(void *ud, int fo, int rows, const float *g)
+{
+    struct rows_got *r = ud;
+    r->bad |= fo != r->next || rows < 1 || rows > 2;
+    memcpy(r->out + (size_t)fo * r->row, g, (size_t)rows * r->row * sizeof(float));
+    r->next = fo + rows;
+    r->calls++;
+}
+
+/* The lanes weight gradients of a split step, rows handed to a caller: on 1 to 3 parts of
+ * different sizes, channels that fill blocks of
+ * 16 or leave a tail, ranges of rows of odd and even length, both kernels; each row what the
+ * kernel called for each part in turn into zeros leaves, bit for bit, in pairs from the range's
+ * first row; the naive twin likewise with the vector paths off, and the two to rounding. */
+static void test_lanes_rows(int s2)
+{
+    static const int cases[][5] = {/* parts, c, f, f0, f1 */ {2, 32, 16, 0, 16},
+                                   {3, 21, 9, 1, 8},
+                                   {1, 16, 5, 2, 5},
+                                   {2, 40, 7, 3, 4}};
+    const int pixels = s2 ? 16 : 4;
+    const lanes_dweight_fn one = s2 ? nl_conv_s2_lanes_dweight : nl_conv_plane2_dweight;
+    const char *name = s2 ? "stride-2 lanes" : "plane2";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int parts = cases[i][0], c = cases[i][1], f = cases[i][2];
+        const int f0 = cases[i][3], f1 = cases[i][4];
+        const size_t row = (size_t)c * 9, nw = (size_t)f * row;
+        const float *dy[3], *xt[3];
+        int ld[3];
+        float *own[6];
+        for (int t = 0; t < parts; t++) {
+            const int n = 3 + 7 * t; /* 3, 10, 17 images */
+            const size_t in = (size_t)n * c * pixels;
+            float *x = floats(in), *turned = floats(in);
+            float *d = floats((size_t)f * (size_t)n * 4);
+            ld[t] = n * 4;
+            fill(x, in, -1, 1);
+            fill(d, (size_t)f * (size_t)ld[t], -1, 1);
+            nl_conv_lanes_turn(turned, x, n, c, pixels);
+            free(x);
+            dy[t] = own[2 * t] = d;
+            xt[t] = own[2 * t + 1] = turned;
+        }
+        const struct nl_lanes_parts p = {.parts = parts, .dy = dy, .xt = xt, .ld = ld};
+        float *want[2] = {floats(nw), floats(nw)}, *got[2] = {floats(nw), floats(nw)};
+        float *buf = floats(2 * row);
+        for (int vec = 1; vec >= 0; vec--) {
+            nl_kernels_vector(vec);
+            memset(want[vec], 0, nw * sizeof(float));
+            for (int t = 0; t < parts; t++)
+                one(want[vec], dy[t], (size_t)ld[t], xt[t], ld[t] / 4, c, f0, f1);
+            struct rows_got r = {.out = got[vec], .row = row, .next = f0};
+            memset(got[vec], 0, nw * sizeof(float));
+            nl_conv_lanes_dweight_rows(&p, c, f0, f1, s2, buf, rows_keep, &r);
+            ok(!r.bad && r.next == f1 && r.calls == (f1 - f0 + 1) / 2 &&
+                   memcmp(want[vec], got[vec], nw * sizeof(float)) == 0,
+               "lanes rows (%s, %s), %d part(s), %d channels, rows [%d, %d): each part's kernel "
+               "into zeros, by pairs",
+               name, vec ? "vector" : "naive", parts, c, f0, f1);
+        }
+        nl_kernels_vector(1);
+        is_float(max_diff(got[0], got[1], nw), 0.0, 1e-5 * (1.0 + max_abs(got[0], nw)),
+                 "lanes rows (%s), %d part(s), %d channels: the vector path matches the naive twin",
+                 name, parts, c);
+        for (int t = 0; t < 2 * parts; t++)
+            free(own[t]);
+        for (int j = 0; j < 2; j++) {
+            free(want[j]);
+            free(got[j]);
+        }
+        free(buf);
+    }
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -2794,5 +2875,7 @@ int main(void)
        "the stride-2 lanes gradients take 4x4 inputs alone");
     test_lanes_grad_twins(4, 2);
     test_sgemm_rows();
+    test_lanes_rows(0);
+    test_lanes_rows(1);
     return done_testing();
 }

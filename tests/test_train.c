@@ -454,7 +454,7 @@ static void test_streamed(void)
         for (int threads = 1; threads <= 3; threads++) {
             float *p[2] = {NULL, NULL};
             size_t n[2] = {0, 0};
-            long split_steps = 0;
+            long split_steps = 0, split_fused = 0;
             for (int full = 0; full < 2; full++) {
                 struct nl_model *m = build(specs[s], d->shape, d->nclasses);
                 struct nl_train_opts o;
@@ -471,16 +471,23 @@ static void test_streamed(void)
                 o.parallel = NL_PARALLEL_SAMPLES; /* the dense models would train as a team */
                 nl_model_init_params(m, 5);
                 p[full] = train_and_copy(m, d, &o, NULL, &res, &n[full]);
-                if (!full)
+                if (!full) {
                     split_steps = res.split_steps;
+                    split_fused = res.split_fused;
+                }
             }
             ok(p[0] && p[1] && n[0] == n[1] && memcmp(p[0], p[1], n[0] * sizeof(float)) == 0,
                "%s, %d thread(s): streamed gradients give the weights of full-size ones", names[s],
                threads);
             /* 161 samples: five steps of 32 and one of 1, in each of two epochs */
-            if (specs[s] == split_spec && nl_kernels_vector_on())
+            if (specs[s] == split_spec && nl_kernels_vector_on()) {
                 is_int(split_steps, threads > 1 ? 10 : 0,
                        "split, %d thread(s): the steps that split weight gradients", threads);
+                /* both layers' lanes kernels hand their rows to the optimizer in every one */
+                is_int(split_fused, threads > 1 ? 20 : 0,
+                       "split, %d thread(s): the layers' updates fused into their kernels",
+                       threads);
+            }
             nl_free(p[0]);
             nl_free(p[1]);
         }

@@ -229,9 +229,10 @@ void nl_conv_lanes_turn(float *xt, const float *in, int n, int c, int pixels)
     }
 }
 
-/* The lanes weight gradients' naive twin: dweight[fo, ci, t] += the sum in double over the
- * images and the 2x2 output pixels o of dy[fo, o] times input pixel in_of[o * 9 + t] of the image
- * (pixels of them, turned channel-minor in xt), where that is not -1 (the padding). */
+/* The lanes weight gradients' naive twin: dweight[fo - f0, ci, t] (dweight at row f0) += the sum in
+ * double over the images and the 2x2 output pixels o of dy[fo, o] times input pixel in_of[o * 9 +
+ * t] of the image (pixels of them, turned channel-minor in xt), where that is not -1 (the padding).
+ */
 static void lanes_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt, int n,
                                 int c, int f0, int f1, const int *in_of, int pixels)
 {
@@ -244,7 +245,7 @@ static void lanes_dweight_naive(float *dweight, const float *dy, size_t ld, cons
                         if (in_of[o * 9 + t] >= 0)
                             sum += (double)dy[(size_t)fo * ld + (size_t)s * 4 + o] *
                                    xt[((size_t)s * pixels + in_of[o * 9 + t]) * c + ci];
-                dweight[((size_t)fo * c + ci) * 9 + t] += (float)sum;
+                dweight[((size_t)(fo - f0) * c + ci) * 9 + t] += (float)sum;
             }
 }
 
@@ -259,7 +260,7 @@ void nl_conv_plane2_dweight_naive(float *dweight, const float *dy, size_t ld, co
         for (int i = 0; i < 4; i++)
             in_of[o][TAP[o][i]] = i;
     }
-    lanes_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1, &in_of[0][0], 4);
+    lanes_dweight_naive(dweight + (size_t)f0 * c * 9, dy, ld, xt, n, c, f0, f1, &in_of[0][0], 4);
 }
 
 /* TURN[j][e]: where float 16j + e of a block's 144 (channel-major, 9 taps each) lies in the
@@ -306,7 +307,7 @@ static const int TURN[9][16] __attribute__((aligned(64))) = {
 
 /* The nine tap vectors t of filter row dst (channels c0 .. c0 + cb - 1 at dst) added to it. */
 AVX512 static inline __attribute__((always_inline)) void dweight_put(float *dst, const __m512 *t,
-                                                                     int cb)
+                                                                     int cb, const int add)
 {
     float buf[9 * 16] __attribute__((aligned(64)));
 
@@ -315,13 +316,14 @@ AVX512 static inline __attribute__((always_inline)) void dweight_put(float *dst,
     if (cb == 16) {
         for (int j = 0; j < 9; j++) {
             const __m512i at = _mm512_load_si512((const void *)TURN[j]);
-            _mm512_storeu_ps(dst + j * 16, _mm512_add_ps(_mm512_loadu_ps(dst + j * 16),
-                                                         _mm512_i32gather_ps(at, buf, 4)));
+            const __m512 v = _mm512_i32gather_ps(at, buf, 4);
+            _mm512_storeu_ps(dst + j * 16,
+                             add ? _mm512_add_ps(_mm512_loadu_ps(dst + j * 16), v) : v);
         }
     } else {
         for (int l = 0; l < cb; l++)
             for (int k = 0; k < 9; k++)
-                dst[l * 9 + k] += buf[k * 16 + l];
+                dst[l * 9 + k] = add ? dst[l * 9 + k] + buf[k * 16 + l] : buf[k * 16 + l];
     }
 }
 
@@ -517,7 +519,7 @@ int nl_conv_s2_lanes_grad_fits(int h, int w)
 void nl_conv_s2_lanes_dweight_naive(float *dweight, const float *dy, size_t ld, const float *xt,
                                     int n, int c, int f0, int f1)
 {
-    lanes_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1, &S2I[0][0], 16);
+    lanes_dweight_naive(dweight + (size_t)f0 * c * 9, dy, ld, xt, n, c, f0, f1, &S2I[0][0], 16);
 }
 
 void nl_conv_s2_lanes_din_naive(float *din, const float *dout, const float *weight, int n, int c,
@@ -570,17 +572,16 @@ void nl_conv_s2_lanes_din_naive(float *din, const float *dout, const float *weig
         t[8] = _mm512_fmadd_ps(d3_, LD_(15), t[8]);                                                \
     } while (0)
 
-/* dweight's rows f0 and, with two, f0 + 1; channels c0 .. c0 + cb - 1 (m their lanes): PLANE2's
- * 16 pairs (s2 0, images of 4 pixels) or the stride-2 lanes' 25 (s2 1, images of 16). */
+/* The sums over n images of rows f0 and, with two, f0 + 1 of a weight gradient into a and b
+ * (nine tap vectors each), from dy's rows at da; channels c0 .. c0 + cb - 1 (m their lanes):
+ * PLANE2's 16 pairs (s2 0, images of 4 pixels) or the stride-2 lanes' 25 (s2 1, images of 16). */
 AVX512 static inline __attribute__((always_inline)) void
-dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, int n, int c, int f0,
-              int c0, int cb, __mmask16 m, const int two, const int s2)
+dweight_sums(__m512 *a, __m512 *b, const float *da, size_t ld, const float *xt, int n, int c,
+             int c0, __mmask16 m, const int two, const int s2)
 {
-    __m512 a[9], b[9];
-
     for (int k = 0; k < 9; k++)
         a[k] = b[k] = _mm512_setzero_ps();
-    const float *da = dy + (size_t)f0 * ld, *db = da + ld;
+    const float *db = da + ld;
     for (int s = 0; s < n; s++) {
         const float *xs = xt + (size_t)s * (s2 ? 16 : 4) * c + c0;
 #define LD_(i) _mm512_maskz_loadu_ps(m, xs + (size_t)(i)*c)
@@ -595,32 +596,103 @@ dweight_block(float *dweight, const float *dy, size_t ld, const float *xt, int n
         }
 #undef LD_
     }
-    dweight_put(dweight + ((size_t)f0 * c + c0) * 9, a, cb);
+}
+
+/* Rows f0 and, with two, f0 + 1 of a weight gradient, at wa (row f0's start; row f0 + 1 c * 9
+ * floats on), dweight_sums's added to them. */
+AVX512 static inline __attribute__((always_inline)) void
+dweight_block(float *wa, const float *da, size_t ld, const float *xt, int n, int c, int c0, int cb,
+              __mmask16 m, const int two, const int s2)
+{
+    __m512 a[9], b[9];
+
+    dweight_sums(a, b, da, ld, xt, n, c, c0, m, two, s2);
+    dweight_put(wa + (size_t)c0 * 9, a, cb, 1);
     if (two)
-        dweight_put(dweight + ((size_t)(f0 + 1) * c + c0) * 9, b, cb);
+        dweight_put(wa + ((size_t)c + c0) * 9, b, cb, 1);
+}
+
+/* nl_conv_lanes_dweight_rows's block: the parts' sums added in registers, 0 + p_0 + p_1 + ...
+ * (never -0, so that storing it is adding it to zeros), then turned and stored once: the turn
+ * (a gather of each output vector) costs as much as the multiply-adds of some 16 images. */
+AVX512 static inline __attribute__((always_inline)) void
+dweight_parts(float *wa, const struct nl_lanes_parts *p, int fo, int c, int c0, int cb, __mmask16 m,
+              const int two, const int s2)
+{
+    __m512 a[9], b[9], sa[9], sb[9];
+
+    for (int k = 0; k < 9; k++)
+        sa[k] = sb[k] = _mm512_setzero_ps();
+    for (int t = 0; t < p->parts; t++) {
+        const size_t ld = (size_t)p->ld[t];
+        dweight_sums(a, b, p->dy[t] + (size_t)fo * ld, ld, p->xt[t], p->ld[t] / 4, c, c0, m, two,
+                     s2);
+        for (int k = 0; k < 9; k++) {
+            sa[k] = _mm512_add_ps(sa[k], a[k]);
+            if (two)
+                sb[k] = _mm512_add_ps(sb[k], b[k]);
+        }
+    }
+    dweight_put(wa + (size_t)c0 * 9, sa, cb, 0);
+    if (two)
+        dweight_put(wa + ((size_t)c + c0) * 9, sb, cb, 0);
 }
 #undef S2PAIRS_
 #undef PAIRS_
+
+/* One or two rows of a weight gradient (two: rows fo and fo + 1, at wa and c * 9 floats on) over
+ * the channels [c0, c1), from dy's rows at da: PLANE2's (s2 0) or the stride-2 lanes' (s2 1). */
+AVX512 static inline __attribute__((always_inline)) void dweight_rows(float *wa, const float *da,
+                                                                      size_t ld, const float *xt,
+                                                                      int n, int c, int c0, int c1,
+                                                                      int two, int s2)
+{
+    for (; c0 < c1; c0 += 16) {
+        const int cb = c1 - c0 < 16 ? c1 - c0 : 16;
+        const __mmask16 m = lanes(0, cb);
+        if (s2 && two)
+            dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 1, 1);
+        else if (s2)
+            dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 0, 1);
+        else if (two)
+            dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 1, 0);
+        else
+            dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 0, 0);
+    }
+}
 
 /* The weight gradient's blocks of 16 channels by two filters: PLANE2's (s2 0) or the stride-2
  * lanes' on a 4x4 input (s2 1). */
 AVX512 static void lanes_dweight_avx512(float *dweight, const float *dy, size_t ld, const float *xt,
                                         int n, int c, int f0, int f1, int s2)
 {
-    for (int c0 = 0; c0 < c; c0 += 16) {
-        const int cb = c - c0 < 16 ? c - c0 : 16;
-        const __mmask16 m = lanes(0, cb);
-        for (int fo = f0; fo < f1; fo += 2) {
-            const int two = fo + 2 <= f1;
-            if (s2 && two)
-                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1, 1);
+    for (int c0 = 0; c0 < c; c0 += 16)
+        for (int fo = f0; fo < f1; fo += 2)
+            dweight_rows(dweight + (size_t)fo * c * 9, dy + (size_t)fo * ld, ld, xt, n, c, c0,
+                         c0 + 16 < c ? c0 + 16 : c, fo + 2 <= f1, s2);
+}
+
+/* nl_conv_lanes_dweight_rows by two rows, into buf. */
+AVX512 static void lanes_rows_avx512(const struct nl_lanes_parts *p, int c, int f0, int f1, int s2,
+                                     float *buf,
+                                     void (*put)(void *ud, int fo, int rows, const float *g),
+                                     void *ud)
+{
+    for (int fo = f0; fo < f1; fo += 2) {
+        const int rows = fo + 2 <= f1 ? 2 : 1;
+        for (int c0 = 0; c0 < c; c0 += 16) {
+            const int cb = c - c0 < 16 ? c - c0 : 16;
+            const __mmask16 m = lanes(0, cb);
+            if (s2 && rows == 2)
+                dweight_parts(buf, p, fo, c, c0, cb, m, 1, 1);
             else if (s2)
-                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0, 1);
-            else if (two)
-                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 1, 0);
+                dweight_parts(buf, p, fo, c, c0, cb, m, 0, 1);
+            else if (rows == 2)
+                dweight_parts(buf, p, fo, c, c0, cb, m, 1, 0);
             else
-                dweight_block(dweight, dy, ld, xt, n, c, fo, c0, cb, m, 0, 0);
+                dweight_parts(buf, p, fo, c, c0, cb, m, 0, 0);
         }
+        put(ud, fo, rows, buf);
     }
 }
 
@@ -640,6 +712,39 @@ void nl_conv_s2_lanes_dweight(float *dweight, const float *dy, size_t ld, const 
         lanes_dweight_avx512(dweight, dy, ld, xt, n, c, f0, f1, 1);
     else
         nl_conv_s2_lanes_dweight_naive(dweight, dy, ld, xt, n, c, f0, f1);
+}
+
+void nl_conv_lanes_dweight_rows(const struct nl_lanes_parts *p, int c, int f0, int f1, int s2,
+                                float *buf, void (*put)(void *ud, int fo, int rows, const float *g),
+                                void *ud)
+{
+    if (nl_kernels_vector_on()) {
+        lanes_rows_avx512(p, c, f0, f1, s2, buf, put, ud);
+        return;
+    }
+    nl_conv_lanes_dweight_rows_naive(p, c, f0, f1, s2, buf, put, ud);
+}
+
+void nl_conv_lanes_dweight_rows_naive(const struct nl_lanes_parts *p, int c, int f0, int f1, int s2,
+                                      float *buf,
+                                      void (*put)(void *ud, int fo, int rows, const float *g),
+                                      void *ud)
+{
+    for (int fo = f0; fo < f1; fo += 2) {
+        const int rows = fo + 2 <= f1 ? 2 : 1;
+        memset(buf, 0, (size_t)rows * c * 9 * sizeof *buf);
+        for (int t = 0; t < p->parts; t++) {
+            const size_t ld = (size_t)p->ld[t];
+            const int n = p->ld[t] / 4;
+            if (s2)
+                nl_conv_s2_lanes_dweight_naive(buf, p->dy[t] + (size_t)fo * ld, ld, p->xt[t], n, c,
+                                               0, rows);
+            else
+                nl_conv_plane2_dweight_naive(buf, p->dy[t] + (size_t)fo * ld, ld, p->xt[t], n, c, 0,
+                                             rows);
+        }
+        put(ud, fo, rows, buf);
+    }
 }
 
 size_t nl_conv_s2_lanes_din_scratch(int c, int f)

@@ -174,16 +174,25 @@
  * OpenBLAS's K loop each row is 0 + p_0 + p_1 + ...: the floats of the separate blocks summed in
  * thread order (test_train holds the two against each other on 2 and 3 threads, depths 40 to
  * 64). Nothing is summed or cleared in the job; where every thread reads the layer's weights no
- * more once it has left (PLANE2: its input gradient runs before the meeting, while the others
- * arrive), each thread updates its own rows there and then, and the job only gives the block
- * back. Each thread's matrices are read by the others from its scratch: the liveness plan gives a
- * place's scratch to nothing else while that place runs, and the meeting is inside it. Measured
- * (thread CPU time per step, ms, both threads together, six rounds of 36 steps alternating with
- * the split off, 2026-11-27 at load average 4.5 to 6.2, real-time priority, so indicative): 183.5
- * to 189.6, one of 200.7 (median 188.7) against 187.7 to 202.6 (median 193.2); one thread 166 to
- * 177 in the same runs; the jobs 1.3 to 3.9 per thread against 7.8 to 12.4, backward otherwise
- * 3 to 5 more (the in-place updates, the waits' spinning 0.5 to 1.5, each thread reading the
- * others' columns).
+ * more once it has waited at the meeting (PLANE2 and S2LANES: their input gradient runs after
+ * posting, while the others arrive), each thread updates its own rows there and then, and the job
+ * only gives the block back. The lanes kernels go further (nl_conv_lanes_dweight_rows): they sum
+ * every thread's terms of two rows in registers and hand the rows to the optimizer (split_update)
+ * as they are made, so that the gradient is never written: per 3x3 convolution of layer4, 9.4 MB
+ * each of the weights and the momentum read and written once, where the rows' products (adding
+ * into the zeroed block, once per thread), the update and its clearing moved the gradient through
+ * memory six times besides; and the rows are turned from the kernels' registers (nine gathers per
+ * filter and 16 channels, as dear as some 16 images' multiply-adds) once rather than once per
+ * thread. One thread, layer4's rows of one of two threads (256 filters, 2 x 16 images), the
+ * gradient, the weights and the momentum in the L3 cache: 2.18 to 2.38 ms against 2.63 to 3.10
+ * for the kernel per thread and the update. Each thread's matrices are read by the others from its
+ * scratch: the liveness plan gives a place's scratch to nothing else while that place runs, and the
+ * meeting is inside it. Measured (thread CPU time per step, ms, both threads together, six rounds
+ * of 36 steps alternating with the split off, 2026-11-27 at load average 4.5 to 6.2, real-time
+ * priority, so indicative): 183.5 to 189.6, one of 200.7 (median 188.7) against 187.7 to 202.6
+ * (median 193.2); one thread 166 to 177 in the same runs; the jobs 1.3 to 3.9 per thread
+ * against 7.8 to 12.4, backward otherwise 3 to 5 more (the in-place updates, the waits' spinning
+ * 0.5 to 1.5, each thread reading the others' columns).
  *
  * Where two threads spend more than one on ResNet-18 at 3x64x64, batch 32 (thread CPU time per
  * step, ms, means of 24 steps, three runs, 2026-11-27, load average 10 to 12, so indicative): one
@@ -307,9 +316,10 @@ struct meet {
     int *ld;
     float *dw;
     int layer;
-    atomic_int posted, left;
+    atomic_int arrived, left;
     atomic_int w_done; /* threads that read the weights no more: at the count, each updates its
-                        * rows as it leaves, and the job only gives the block back */
+                        * rows (or has, fused), and the job only gives the block back */
+    atomic_int fused;  /* threads whose rows went to the optimizer as they were made */
 };
 
 struct worker {
@@ -418,7 +428,8 @@ struct ctx {
     struct job *jobs;         /* (nlayers) by place */
     int njobs;                /* places with a block: the jobs of a step */
     int jobs_done;            /* this step's; under ring_lock */
-    int unreleased;           /* places [0, unreleased] keep their blocks; under ring_lock */
+    long fused_now; /* this step's split layers whose every thread fused its update; thread 0's */
+    int unreleased; /* places [0, unreleased] keep their blocks; under ring_lock */
     /* Split weight gradients (see the top of the file): per layer, splits[i] 1 where the rule
      * allows it, split_now[i] where this step takes it the thread whose ring holds the block (else
      * -1); meets[i] its meeting. */
@@ -804,6 +815,7 @@ static int tables_init(struct ctx *c, const struct nl_train_opts *o, struct nl_e
 static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld);
 static void split_wait(struct nl_wsplit *s);
 static void split_leave(struct nl_wsplit *s);
+static void split_update(struct nl_wsplit *s, int p, size_t lo, size_t hi, const float *g);
 
 /* Which layers may split their weight gradients by channels (see the top of the file), their
  * meetings and each thread's part of them. */
@@ -831,8 +843,10 @@ static int split_init(struct ctx *c)
         me->dy = c->mdy + (size_t)i * T;
         me->cols = c->mcols + (size_t)i * T;
         me->ld = c->mld + (size_t)i * T;
-        atomic_init(&me->posted, 0);
+        atomic_init(&me->arrived, 0);
         atomic_init(&me->left, 0);
+        atomic_init(&me->w_done, 0);
+        atomic_init(&me->fused, 0);
     }
     for (int t = 0; t < c->threads; t++) {
         struct worker *w = &c->w[t];
@@ -849,6 +863,7 @@ static int split_init(struct ctx *c)
                 .post = split_post,
                 .wait = split_wait,
                 .leave = split_leave,
+                .update = split_update,
                 .ud = &c->meets[i],
             };
     }
@@ -872,9 +887,10 @@ static int split_step(struct ctx *c)
         const int now =
             c->splits[i] && fewest >= 2 && most * nl_exec_split_columns(c->m, i) <= SPLIT_DEPTH;
         c->split_now[i] = now ? count++ % c->threads : -1;
-        atomic_store(&c->meets[i].posted, 0);
+        atomic_store(&c->meets[i].arrived, 0);
         atomic_store(&c->meets[i].left, 0);
         atomic_store(&c->meets[i].w_done, 0);
+        atomic_store(&c->meets[i].fused, 0);
     }
     return count;
 }
@@ -1105,33 +1121,57 @@ static void split_until(struct ctx *c, atomic_int *count)
     pthread_mutex_unlock(&c->ring_lock);
 }
 
+/* The matrices stay where they are until every thread has left; the count in split_wait
+ * publishes them. */
 static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, int ld)
 {
     struct meet *me = s->ud;
     me->dy[s->part] = dy;
     me->cols[s->part] = cols;
     me->ld[s->part] = ld;
-    atomic_fetch_add(&me->posted, 1);
-    split_signal(me->c);
 }
 
 static void split_wait(struct nl_wsplit *s)
 {
     struct meet *me = s->ud;
-    split_until(me->c, &me->posted);
+    struct ctx *c = me->c;
+    if (s->w_done)
+        atomic_fetch_add(&me->w_done, 1);
+    atomic_fetch_add(&me->arrived, 1);
+    split_signal(c);
+    split_until(c, &me->arrived);
     s->dw = me->dw;
+    s->fuse = atomic_load(&me->w_done) == c->threads;
+    s->fused = 0;
+}
+
+/* Rows [lo, hi) of tensor p of the meeting's layer (F rows), stepped from their gradient g. */
+static void split_update(struct nl_wsplit *s, int p, size_t lo, size_t hi, const float *g)
+{
+    const struct meet *me = s->ud;
+    const struct ctx *c = me->c;
+    const struct nl_layer *l = &c->m->layers[me->layer];
+    const size_t per = l->params[p].count / (size_t)l->params[0].dims[0];
+    const size_t off = l->param_offset + l->params[p].offset + lo * per;
+    float *state[NL_OPTIM_MAX_STATE];
+
+    for (int q = 0; q < NL_OPTIM_MAX_STATE; q++)
+        state[q] = c->state[q] ? c->state[q] + off : NULL;
+    nl_optim_step(c->optim, c->params + off, g, state, (hi - lo) * per, c->step, c->lr);
 }
 
 static void split_leave(struct nl_wsplit *s)
 {
     struct meet *me = s->ud;
     struct ctx *c = me->c;
-    if (s->w_done)
-        atomic_fetch_add(&me->w_done, 1);
+    if (s->fused)
+        atomic_fetch_add(&me->fused, 1);
     atomic_fetch_add(&me->left, 1);
     split_signal(c);
     split_until(c, &me->left);
-    if (atomic_load(&me->w_done) != c->threads)
+    if (s->part == 0 && atomic_load(&me->fused) == c->threads)
+        c->fused_now++;
+    if (atomic_load(&me->w_done) != c->threads || s->fused)
         return;
     /* every thread is past its last read of the weights: this thread's rows of each tensor
      * (F of them, its first dimension), updated */
@@ -2123,7 +2163,9 @@ static int train_step(struct loop *L, long it)
         if (rc < 0)
             return nl_error_set(L->err, rc, "the synchroniser cannot begin step %ld", c->step);
     }
+    c->fused_now = 0;
     nl_pool_run(c->pool, c->team ? team_step : c->tail_at ? hybrid_step : step_thread, c);
+    L->res->split_fused += c->fused_now;
     if (o->sync) {
         int rc = o->sync->step(o->sync->ud, c->params, c->w[0].grad, c->step, c->lr, L->err);
         if (rc < 0)

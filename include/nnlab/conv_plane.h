@@ -83,4 +83,29 @@ void nl_conv_s2_lanes_din(float *din, const float *dout, const float *weight, in
 void nl_conv_s2_lanes_din_naive(float *din, const float *dout, const float *weight, int n, int c,
                                 int f);
 
+/* The lanes weight gradients of a training step whose threads split them by output channels
+ * (struct nl_wsplit, include/nnlab/layer.h): each part t posted dy[t] (f, ld[t]), gathered as for
+ * nl_conv_plane2_dweight, and xt[t], its ld[t] / 4 images turned (nl_conv_lanes_turn). */
+struct nl_lanes_parts {
+    int parts;
+    const float *const *dy, *const *xt; /* (parts) each */
+    const int *ld;                      /* (parts) */
+};
+
+/* Rows [f0, f1) of the weight gradient [f, c, 3, 3] over every part's matrices, PLANE2's (s2 0)
+ * or the stride-2 kernel's on a 4x4 input (s2 1), handed out two rows at a time (the last alone
+ * where f1 - f0 is odd) rather than stored: put(ud, fo, rows, g) gets rows fo .. fo + rows - 1
+ * in g (rows, c, 3, 3), which is buf (2 * c * 9 floats) and is overwritten after put returns.
+ * Each float is what nl_conv_plane2_dweight (nl_conv_s2_lanes_dweight) called for part 0, then
+ * part 1, ... would leave in rows of zeros: 0 + p_0 + p_1 + ..., bit for bit, the naive twin's
+ * likewise of the naive kernels. What this spares a caller that steps the weights from g at once
+ * (core/engine/trainer.c): the gradient's rows written to memory, read back and cleared. */
+void nl_conv_lanes_dweight_rows(const struct nl_lanes_parts *p, int c, int f0, int f1, int s2,
+                                float *buf, void (*put)(void *ud, int fo, int rows, const float *g),
+                                void *ud);
+void nl_conv_lanes_dweight_rows_naive(const struct nl_lanes_parts *p, int c, int f0, int f1, int s2,
+                                      float *buf,
+                                      void (*put)(void *ud, int fo, int rows, const float *g),
+                                      void *ud);
+
 #endif

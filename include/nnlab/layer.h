@@ -192,16 +192,27 @@ struct nl_bwd {
  * Every tensor of the layer has F rows (its first dimension), which the caller may update by
  * parts as well.
  * A layer's backward calls post with its matrices, which then stay unchanged until it has called
- * leave; wait returns once every part has posted (then dy, cols, ld and dw are filled); leave
- * returns once every part is done reading the others' matrices. ud is the caller's. */
+ * leave; sets w_done; calls wait, which returns once every part has done so (then dy, cols, ld,
+ * dw and fuse are filled); computes its rows; sets fused; and calls leave, which returns once
+ * every part is done reading the others' matrices. ud is the caller's. */
 struct nl_wsplit {
     int part, parts;
     const float **dy, **cols; /* (parts) each */
     int *ld;                  /* (parts) */
     float *dw;
-    /* Set by the layer before leave: 1 where its backward reads w no more once it has left, so
-     * that the caller may then update its rows of the weights at once. */
+    /* Set by the layer before wait: 1 where its backward reads w no more once it waits (its
+     * input gradient made, or none wanted), so that the weights may then be updated. */
     int w_done;
+    /* Set by wait: 1 where every part set w_done and the caller steps the weights from the rows
+     * the layer hands to update. */
+    int fuse;
+    /* Set by the layer before leave: 1 where, with fuse, it handed every tensor's rows of its
+     * part to update instead of writing them into dw (which it then leaves as it was). The caller
+     * updates in place the rows of the parts that did not. */
+    int fused;
+    /* The optimizer's step on rows [lo, hi) of the layer's tensor p from their gradient g
+     * ((hi - lo) rows, laid out as the tensor's). */
+    void (*update)(struct nl_wsplit *s, int p, size_t lo, size_t hi, const float *g);
     void (*post)(struct nl_wsplit *s, const float *dy, const float *cols, int ld);
     void (*wait)(struct nl_wsplit *s);
     void (*leave)(struct nl_wsplit *s);

@@ -366,6 +366,9 @@ struct nl_train_result {
     /* Streamed gradients: the steps in which some layer's weight gradient was split by output
      * channels between the threads (core/engine/trainer.c). */
     long split_steps;
+    /* Of those layers' splits (one a layer a step), the ones whose weights every thread stepped
+     * from its rows of the gradient as the layer made them, never writing them to memory. */
+    long split_fused;
 };
 
 /* The end of an epoch, written once for local runs (nl_train) and cluster runs (net/driver.c):

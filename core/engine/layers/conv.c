@@ -1001,21 +1001,49 @@ static void lanes_dweight(const struct nl_layer *l, const struct conv_dims *d, f
         nl_conv_s2_lanes_dweight(dw, dy, ld, xt, n, d->win.c, f0, f1);
 }
 
+/* The lanes kernels' rows of the weight gradient, two at a time, to the caller's step. */
+static void step_rows(void *ud, int fo, int rows, const float *g)
+{
+    struct nl_wsplit *s = ud;
+    s->update(s, 0, (size_t)fo, (size_t)fo + (size_t)rows, g);
+}
+
 /* This thread's rows of a weight gradient split by output channels (struct nl_wsplit): rows
  * [lo, hi) of dweight (F, K) += dy_t (F, ld_t) cols_t^T (ld_t, K) for every thread t in order
  * (PLANE2: nl_conv_plane2_dweight of dy_t and thread t's turned images), and dbias's rows += row
  * sums of dy_t likewise. Each thread's product of depth ld_t at most
  * SPLIT_DEPTH (core/engine/trainer.c) is one block of OpenBLAS's K loop, so that the block's row
  * goes 0 + p_0 + p_1 ...: the floats of each thread's whole product in a block of its own, summed
- * over the threads in their order (test_train holds the two against each other). */
-static void shard_split(const struct nl_layer *l, const struct nl_wsplit *s,
-                        const struct conv_dims *d)
+ * over the threads in their order (test_train holds the two against each other). With s->fuse,
+ * the lanes kernels hand their rows to s->update as they are made (nl_conv_lanes_dweight_rows,
+ * in buf: 2 * C * 9 floats), the bias's likewise, and nothing is written into s->dw. */
+static void shard_split(const struct nl_layer *l, struct nl_wsplit *s, const struct conv_dims *d,
+                        float *buf)
 {
     size_t lo, hi;
     nl_block_range((size_t)d->f, 1, s->part, s->parts, &lo, &hi);
     float *dw = s->dw + l->params[0].offset;
     float *db = l->no_bias ? NULL : s->dw + l->params[1].offset;
 
+    s->fused = s->fuse && lanes_grad(l, d);
+    if (s->fused) {
+        const struct nl_lanes_parts parts = {
+            .parts = s->parts, .dy = s->dy, .xt = s->cols, .ld = s->ld};
+        if (lo < hi)
+            nl_conv_lanes_dweight_rows(&parts, d->win.c, (int)lo, (int)hi,
+                                       l->lower != NL_LOWER_PLANE2, buf, step_rows, s);
+        for (size_t r0 = lo; db && r0 < hi; r0 += 64) {
+            const size_t r1 = r0 + 64 < hi ? r0 + 64 : hi;
+            float sums[64];
+            for (size_t fo = r0; fo < r1; fo++) {
+                sums[fo - r0] = 0.0f;
+                for (int t = 0; t < s->parts; t++)
+                    sums[fo - r0] += nl_sum(s->dy[t] + fo * (size_t)s->ld[t], s->ld[t]);
+            }
+            s->update(s, 1, r0, r1, sums);
+        }
+        return;
+    }
     for (int t = 0; t < s->parts && lo < hi; t++) {
         const size_t ld = (size_t)s->ld[t];
         if (lanes_grad(l, d))
@@ -1077,12 +1105,14 @@ static void backward_shard(const struct nl_layer *l, const struct nl_bwd *b,
             shard_cols(cols, b->in[0], n, d);
         b->split->post(b->split, dy, cols, ld);
         /* the lanes kernels' input gradient reads neither matrix: its blocks go after them, and
-         * it runs while the other threads come to the meeting */
-        const int early =
-            b->din[0] && lanes_din(l, b, d, n, b->scratch + ((size_t)d->k + d->f) * ld);
-        b->split->wait(b->split);
-        shard_split(l, b->split, d);
+         * it runs while the other threads come to the meeting; shard_split's rows then go there
+         * (the kernels' blocks, nl_conv_plane2_scratch or nl_conv_s2_lanes_scratch floats, are
+         * more than 2 * C * 9) */
+        float *after = b->scratch + ((size_t)d->k + d->f) * ld;
+        const int early = b->din[0] && lanes_din(l, b, d, n, after);
         b->split->w_done = early || !b->din[0];
+        b->split->wait(b->split);
+        shard_split(l, b->split, d, after);
         b->split->leave(b->split);
         if (early)
             return;
