@@ -491,6 +491,35 @@ static void test_streamed(void)
             nl_free(p[0]);
             nl_free(p[1]);
         }
+    /* The split layers' updates fused into their kernels step the weights with the optimizer's
+     * own code: Adam's two moments as well, against full-size gradients on two threads. */
+    float *q[2] = {NULL, NULL};
+    size_t nq[2] = {0, 0};
+    long fused = 0;
+    for (int full = 0; full < 2; full++) {
+        struct nl_model *m = build(split_spec, d->shape, d->nclasses);
+        struct nl_train_opts o;
+        struct nl_train_result res;
+        if (!m)
+            break;
+        nl_train_defaults(&o);
+        nl_optim_defaults(&o.optim, NL_OPTIM_ADAM);
+        o.optim.weight_decay = 1e-3f;
+        o.epochs = 1;
+        o.batch = 32;
+        o.threads = 2;
+        o.gradients = full ? NL_GRADIENTS_FULL : NL_GRADIENTS_STREAMED;
+        nl_model_init_params(m, 6);
+        q[full] = train_and_copy(m, d, &o, NULL, &res, &nq[full]);
+        if (!full)
+            fused = res.split_fused;
+    }
+    ok(q[0] && q[1] && nq[0] == nq[1] && memcmp(q[0], q[1], nq[0] * sizeof(float)) == 0,
+       "split, Adam, 2 threads: streamed gradients give the weights of full-size ones");
+    if (nl_kernels_vector_on())
+        is_int(fused, 10, "split, Adam, 2 threads: the layers' updates fused into their kernels");
+    nl_free(q[0]);
+    nl_free(q[1]);
     nl_dataset_free(d);
 }
 
