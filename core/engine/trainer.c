@@ -1131,15 +1131,21 @@ static void split_post(struct nl_wsplit *s, const float *dy, const float *cols, 
     me->ld[s->part] = ld;
 }
 
+/* This thread counted in count, then until every thread is. */
+static void split_meet(struct ctx *c, atomic_int *count)
+{
+    atomic_fetch_add(count, 1);
+    split_signal(c);
+    split_until(c, count);
+}
+
 static void split_wait(struct nl_wsplit *s)
 {
     struct meet *me = s->ud;
     struct ctx *c = me->c;
     if (s->w_done)
         atomic_fetch_add(&me->w_done, 1);
-    atomic_fetch_add(&me->arrived, 1);
-    split_signal(c);
-    split_until(c, &me->arrived);
+    split_meet(c, &me->arrived);
     s->dw = me->dw;
     s->fuse = atomic_load(&me->w_done) == c->threads;
     s->fused = 0;
@@ -1166,9 +1172,7 @@ static void split_leave(struct nl_wsplit *s)
     struct ctx *c = me->c;
     if (s->fused)
         atomic_fetch_add(&me->fused, 1);
-    atomic_fetch_add(&me->left, 1);
-    split_signal(c);
-    split_until(c, &me->left);
+    split_meet(c, &me->left);
     if (s->part == 0 && atomic_load(&me->fused) == c->threads)
         c->fused_now++;
     if (atomic_load(&me->w_done) != c->threads || s->fused)
