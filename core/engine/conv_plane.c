@@ -640,36 +640,28 @@ dweight_parts(float *wa, const struct nl_lanes_parts *p, int fo, int c, int c0, 
 #undef S2PAIRS_
 #undef PAIRS_
 
-/* One or two rows of a weight gradient (two: rows fo and fo + 1, at wa and c * 9 floats on) over
- * the channels [c0, c1), from dy's rows at da: PLANE2's (s2 0) or the stride-2 lanes' (s2 1). */
-AVX512 static inline __attribute__((always_inline)) void dweight_rows(float *wa, const float *da,
-                                                                      size_t ld, const float *xt,
-                                                                      int n, int c, int c0, int c1,
-                                                                      int two, int s2)
-{
-    for (; c0 < c1; c0 += 16) {
-        const int cb = c1 - c0 < 16 ? c1 - c0 : 16;
-        const __mmask16 m = lanes(0, cb);
-        if (s2 && two)
-            dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 1, 1);
-        else if (s2)
-            dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 0, 1);
-        else if (two)
-            dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 1, 0);
-        else
-            dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 0, 0);
-    }
-}
-
 /* The weight gradient's blocks of 16 channels by two filters: PLANE2's (s2 0) or the stride-2
  * lanes' on a 4x4 input (s2 1). */
 AVX512 static void lanes_dweight_avx512(float *dweight, const float *dy, size_t ld, const float *xt,
                                         int n, int c, int f0, int f1, int s2)
 {
-    for (int c0 = 0; c0 < c; c0 += 16)
-        for (int fo = f0; fo < f1; fo += 2)
-            dweight_rows(dweight + (size_t)fo * c * 9, dy + (size_t)fo * ld, ld, xt, n, c, c0,
-                         c0 + 16 < c ? c0 + 16 : c, fo + 2 <= f1, s2);
+    for (int c0 = 0; c0 < c; c0 += 16) {
+        const int cb = c - c0 < 16 ? c - c0 : 16;
+        const __mmask16 m = lanes(0, cb);
+        for (int fo = f0; fo < f1; fo += 2) {
+            float *wa = dweight + (size_t)fo * c * 9;
+            const float *da = dy + (size_t)fo * ld;
+            const int two = fo + 2 <= f1;
+            if (s2 && two)
+                dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 1, 1);
+            else if (s2)
+                dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 0, 1);
+            else if (two)
+                dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 1, 0);
+            else
+                dweight_block(wa, da, ld, xt, n, c, c0, cb, m, 0, 0);
+        }
+    }
 }
 
 /* nl_conv_lanes_dweight_rows by two rows, into buf. */
