@@ -2877,5 +2877,23 @@ int main(void)
     test_sgemm_rows();
     test_lanes_rows(0);
     test_lanes_rows(1);
+    /* Four tile rows stacked where the padded input row is wider than a vector (stack_shift in
+     * core/engine/winograd.c): 16x16 with padding 1 as ResNet-18's layer1 at 3x64x64, with
+     * padding only at the sides, 16 wide over 14 rows; the input adjoint of those planes keeps the
+     * gathers. */
+    static const int wino_shift[][8] = {
+        {4, 3, 20, 16, 16, 6, 1, 1},
+        {4, 2, 3, 16, 16, 4, 0, 1},
+        {4, 2, 5, 14, 16, 3, 1, 1},
+    };
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t i = 0; i < sizeof wino_shift / sizeof wino_shift[0]; i++) {
+            const int *k = wino_shift[i];
+            test_wino_twins(k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
+            test_wino_adjoint_set(k[0], k[1], k[2], k[3], k[4], k[6], k[7]);
+        }
+    }
+    nl_kernels_vector(1);
     return done_testing();
 }

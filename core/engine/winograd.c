@@ -55,7 +55,17 @@
  * bits. Eight tile rows of 2 tiles (resnet8's 7x7 stage 3, each result from four pairs of rows)
  * were no faster than the gathers there (same parts, alternating: input 3.4 against 3.4, output
  * 2.2 against 2.8, output adjoint 2.2 against 2.2, input adjoint 6.2 against 5.4): planes of 2
- * tiles a row keep the gathers. */
+ * tiles a row keep the gathers.
+ *
+ * A plane 16 wide with padding 1 under F(4x4) (ResNet-18's layer1 at 3x64x64) has 4 tiles a row,
+ * but its padded input rows are 18 wide: they took the gathers until the stacked rows held the
+ * plane's columns from lane 0 instead of lane pw (stack_shift), the padding's columns that fall
+ * out of the vector read as zeros by stack_pick's masks. A small program on the AMD EPYC of
+ * README's figures (64 channels, chunks of 4 images, fastest of 3000 calls, 2026-11-28, two
+ * rounds): input 21.4 and 21.5 us per image -> 9.7 and 9.9, output 13.1 and 13.4 -> 6.7 and
+ * 6.8; the same floats to the bit (v, the output with its folded pass, and the output's adjoint
+ * compared byte for byte on nine planes from 7x8 to 16x16). Its input adjoint keeps the gathers
+ * (stack_rows_din), whose sums go in another order than the stacked path's. */
 #include "nnlab/winograd.h"
 
 #include <immintrin.h>
@@ -795,11 +805,27 @@ AVX512 INLINE void filter_adjoint_avx512(float *dweight, const float *du, const 
  * or 0 where neither shape fits. */
 static int stack_rows(const struct nl_wino *p)
 {
-    if (p->tiles_x == 4 && p->w + p->pw <= 16 && p->ow <= 16)
+    if (p->tiles_x == 4 && p->w <= 16 && p->ow <= 16)
         return 4;
     if (p->tiles_x >= 6 && p->tiles_x <= 8 && (p->tiles_x - 1) * p->m + p->a <= 32)
         return 2;
     return 0;
+}
+
+/* The lane of a stacked input row that holds the plane's column 0: pw, so that a tile's columns
+ * start at lane tx*m, unless the padded row does not fit its vectors (16 wide with padding 1 under
+ * F(4x4): ResNet-18's layer1 at 3x64x64); then 16 - w, the row's columns all in the vector and the
+ * padding's lanes that fall out of it read as zeros (stack_pick). */
+static int stack_shift(const struct nl_wino *p)
+{
+    return stack_rows(p) == 4 && p->w + p->pw > 16 ? 16 - p->w : p->pw;
+}
+
+/* stack_rows for the input transform's adjoint: without the shifted rows (stack_shift), whose
+ * planes keep the gathering path, so that its sums stay in their order. */
+static int stack_rows_din(const struct nl_wino *p)
+{
+    return stack_shift(p) == p->pw ? stack_rows(p) : 0;
 }
 
 /* Tile row g of the group at t0: where its image starts (image: the floats of one image), its
@@ -819,19 +845,21 @@ static int stack_row(const struct nl_wino *p, int t0, int g, int tt, size_t imag
 }
 
 /* The permute that takes column k of the tiles of R tile rows into the lanes: lane q (tile tx of
- * row g) takes lane tx*m + k of row g's H vectors, the four vectors s[g*H + h] read as the pairs
- * (s0, s1) and (s2, s3); *pair0 marks the lanes taken from the first pair, *valid those that
- * exist and whose column lies within the vectors (the others are zeros of the right edge). */
-AVX512 INLINE __m512i stack_pick(const struct nl_wino *p, int rows, int k, __mmask16 *valid,
-                                 __mmask16 *pair0)
+ * row g) takes lane tx*m + k - drop of row g's H vectors, the four vectors s[g*H + h] read as the
+ * pairs (s0, s1) and (s2, s3); *pair0 marks the lanes taken from the first pair, *valid those
+ * that exist and whose column lies within the vectors (the others are zeros of the padding).
+ * drop: the padding's columns left out of the rows' vectors at the left (pw - stack_shift for
+ * input rows, else 0). */
+AVX512 INLINE __m512i stack_pick(const struct nl_wino *p, int rows, int k, int drop,
+                                 __mmask16 *valid, __mmask16 *pair0)
 {
     const int span = rows * p->tiles_x;
     int idx[16];
 
     *valid = *pair0 = 0;
     for (int q = 0; q < 16; q++) {
-        const int g = q / p->tiles_x, col = q % p->tiles_x * p->m + k;
-        const int in_vectors = rows == 4 ? col < 16 : col < 32;
+        const int g = q / p->tiles_x, col = q % p->tiles_x * p->m + k - drop;
+        const int in_vectors = col >= 0 && (rows == 4 ? col < 16 : col < 32);
         idx[q] = 0;
         if (q >= span || !in_vectors)
             continue;
@@ -875,12 +903,13 @@ AVX512 INLINE void stack_spread(const struct nl_wino *p, int rows, int halves, i
 }
 
 /* The lanes of a plane row's H vectors that hold the plane's columns: input rows (lane = column +
- * pw) or output rows. */
+ * stack_shift) or output rows. */
 static void stack_cols(const struct nl_wino *p, int in, __mmask16 cols[2])
 {
     if (in) {
-        cols[0] = (__mmask16)(first_lanes(p->w + p->pw) & (0xffffu << p->pw));
-        cols[1] = first_lanes(p->w + p->pw - 16);
+        const int sh = stack_shift(p);
+        cols[0] = (__mmask16)(first_lanes(p->w + sh) & (0xffffu << sh));
+        cols[1] = first_lanes(p->w + sh - 16);
     } else {
         cols[0] = first_lanes(p->ow);
         cols[1] = first_lanes(p->ow - 16);
@@ -895,14 +924,14 @@ AVX512 INLINE void input_stack_avx512(float *v, const float *in, int n, const st
                                       const int a, const float *bt, const int rows,
                                       const int halves)
 {
-    const int tt = n * p->tiles, span = rows * p->tiles_x;
+    const int tt = n * p->tiles, span = rows * p->tiles_x, sh = stack_shift(p);
     const size_t plane = (size_t)p->h * p->w;
     __m512i pick[6];
     __mmask16 valid[6], pair0[6], cols[2];
 
     stack_cols(p, 1, cols);
     for (int k = 0; k < a; k++)
-        pick[k] = stack_pick(p, rows, k, &valid[k], &pair0[k]);
+        pick[k] = stack_pick(p, rows, k, p->pw - sh, &valid[k], &pair0[k]);
     for (int t0 = 0; t0 < tt; t0 += span) {
         const __mmask16 live = first_lanes(tt - t0 < span ? tt - t0 : span);
         size_t at[4];
@@ -916,7 +945,7 @@ AVX512 INLINE void input_stack_avx512(float *v, const float *in, int n, const st
 #pragma GCC unroll 6
                 for (int i = 0; i < a; i++) {
                     const int iy = y0[g] + i;
-                    const float *row = in + at[g] + c * plane + (size_t)iy * p->w - p->pw;
+                    const float *row = in + at[g] + c * plane + (size_t)iy * p->w - sh;
                     const int ok = has[g] && iy >= 0 && iy < p->h;
 #pragma GCC unroll 2
                     for (int h = 0; h < halves; h++)
@@ -1008,7 +1037,7 @@ AVX512 INLINE void output_adjoint_stack_avx512(float *dmm, const float *dout, in
 
     stack_cols(p, 0, cols);
     for (int j = 0; j < m; j++)
-        pick[j] = stack_pick(p, rows, j, &valid[j], &pair0[j]);
+        pick[j] = stack_pick(p, rows, j, 0, &valid[j], &pair0[j]);
     for (int t0 = 0; t0 < tt; t0 += span) {
         const __mmask16 live = first_lanes(tt - t0 < span ? tt - t0 : span);
         size_t base[4];
@@ -1219,9 +1248,9 @@ AVX512 static void input2(float *v, const float *in, int n, const struct nl_wino
 AVX512 static void input_adjoint4(float *din, const float *dv, int n, const struct nl_wino *p,
                                   int set)
 {
-    if (stack_rows(p) == 4)
+    if (stack_rows_din(p) == 4)
         input_adjoint_stack_avx512(din, dv, n, p, 6, bt4, 4, 1, set);
-    else if (stack_rows(p) == 2)
+    else if (stack_rows_din(p) == 2)
         input_adjoint_stack_avx512(din, dv, n, p, 6, bt4, 2, 2, set);
     else if (set) {
         memset(din, 0, (size_t)n * p->c * p->h * p->w * sizeof *din);
@@ -1235,9 +1264,9 @@ AVX512 static void input_adjoint4(float *din, const float *dv, int n, const stru
 AVX512 static void input_adjoint2(float *din, const float *dv, int n, const struct nl_wino *p,
                                   int set)
 {
-    if (stack_rows(p) == 4)
+    if (stack_rows_din(p) == 4)
         input_adjoint_stack_avx512(din, dv, n, p, 4, bt2, 4, 1, set);
-    else if (stack_rows(p) == 2)
+    else if (stack_rows_din(p) == 2)
         input_adjoint_stack_avx512(din, dv, n, p, 4, bt2, 2, 2, set);
     else if (set) {
         memset(din, 0, (size_t)n * p->c * p->h * p->w * sizeof *din);
