@@ -2879,8 +2879,8 @@ int main(void)
     test_lanes_rows(1);
     /* Four tile rows stacked where the padded input row is wider than a vector (stack_shift in
      * core/engine/winograd.c): 16x16 with padding 1 as ResNet-18's layer1 at 3x64x64, with
-     * padding only at the sides, 16 wide over 14 rows; the input adjoint of those planes keeps the
-     * gathers. */
+     * padding only at the sides, 16 wide over 14 rows; every transform and adjoint, the input
+     * adjoint also written into din rather than added. */
     static const int wino_shift[][8] = {
         {4, 3, 20, 16, 16, 6, 1, 1},
         {4, 2, 3, 16, 16, 4, 0, 1},

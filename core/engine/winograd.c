@@ -63,9 +63,10 @@
  * out of the vector read as zeros by stack_pick's masks. A small program on the AMD EPYC of
  * README's figures (64 channels, chunks of 4 images, fastest of 3000 calls, 2026-11-28, two
  * rounds): input 21.4 and 21.5 us per image -> 9.7 and 9.9, output 13.1 and 13.4 -> 6.7 and
- * 6.8; the same floats to the bit (v, the output with its folded pass, and the output's adjoint
- * compared byte for byte on nine planes from 7x8 to 16x16). Its input adjoint keeps the gathers
- * (stack_rows_din), whose sums go in another order than the stacked path's. */
+ * 6.8, output adjoint 12.8 and 13.0 -> 8.0 and 8.2, all three the same floats to the bit (compared
+ * byte for byte on nine planes from 7x8 to 16x16); input adjoint 40.5 and 40.6 -> 13.0 and 16.5,
+ * which adds a pixel's terms from neighbouring tiles in the stacked path's order, so that layer1's
+ * input gradients differ from the gathering path's in the last bits (since 0.4.6). */
 #include "nnlab/winograd.h"
 
 #include <immintrin.h>
@@ -821,13 +822,6 @@ static int stack_shift(const struct nl_wino *p)
     return stack_rows(p) == 4 && p->w + p->pw > 16 ? 16 - p->w : p->pw;
 }
 
-/* stack_rows for the input transform's adjoint: without the shifted rows (stack_shift), whose
- * planes keep the gathering path, so that its sums stay in their order. */
-static int stack_rows_din(const struct nl_wino *p)
-{
-    return stack_shift(p) == p->pw ? stack_rows(p) : 0;
-}
-
 /* Tile row g of the group at t0: where its image starts (image: the floats of one image), its
  * first input (in) or output row; 0 where the group has no such row. */
 static int stack_row(const struct nl_wino *p, int t0, int g, int tt, size_t image, int in,
@@ -879,9 +873,10 @@ AVX512 INLINE __m512 stack_gather(const __m512 s[4], __m512i pick, __mmask16 val
 }
 
 /* The spread back along a plane row: lane l of vector h of tile row g's row (lane col = 16h + l
- * of the row) takes column j of tile (col - j) / m, lane g*tiles_x + (col - j) / m, where col - j
- * is a tile's first column (takes[h][j] marks those lanes). For j < cols. */
-AVX512 INLINE void stack_spread(const struct nl_wino *p, int rows, int halves, int cols,
+ * + drop of the row, drop as stack_pick's) takes column j of tile (col - j) / m, lane g*tiles_x +
+ * (col - j) / m, where col - j is a tile's first column (takes[h][j] marks those lanes). For
+ * j < cols. */
+AVX512 INLINE void stack_spread(const struct nl_wino *p, int rows, int halves, int cols, int drop,
                                 __m512i spread[4][2][6], __mmask16 takes[2][6])
 {
     const int m = p->m;
@@ -892,7 +887,8 @@ AVX512 INLINE void stack_spread(const struct nl_wino *p, int rows, int halves, i
             for (int g = 0; g < rows; g++) {
                 int idx[16];
                 for (int l = 0; l < 16; l++) {
-                    const int d = 16 * h + l - j, has = d >= 0 && d % m == 0 && d / m < p->tiles_x;
+                    const int d = 16 * h + l + drop - j,
+                              has = d >= 0 && d % m == 0 && d / m < p->tiles_x;
                     idx[l] = g * p->tiles_x + (has ? d / m : 0);
                     if (has)
                         takes[h][j] |= (__mmask16)(1u << l);
@@ -987,7 +983,7 @@ AVX512 INLINE void output_stack_avx512(float *out, const float *mm, const float 
     __m512 x[36], y[16];
 
     stack_cols(p, 0, cols);
-    stack_spread(p, rows, halves, m, spread, takes);
+    stack_spread(p, rows, halves, m, 0, spread, takes);
     for (int t0 = 0; t0 < tt; t0 += span) {
         const __mmask16 live = first_lanes(tt - t0 < span ? tt - t0 : span);
         size_t base[4];
@@ -1081,14 +1077,14 @@ AVX512 INLINE void input_adjoint_stack_avx512(float *din, const float *dv, int n
                                               const int rows, const int halves, int set)
 {
     const __m512 zero = _mm512_setzero_ps();
-    const int tt = n * p->tiles, span = rows * p->tiles_x;
+    const int tt = n * p->tiles, span = rows * p->tiles_x, sh = stack_shift(p);
     const size_t plane = (size_t)p->h * p->w;
     __m512i spread[4][2][6];
     __mmask16 takes[2][6], cols[2];
     __m512 x[36], y[36];
 
     stack_cols(p, 1, cols);
-    stack_spread(p, rows, halves, a, spread, takes);
+    stack_spread(p, rows, halves, a, p->pw - sh, spread, takes);
     for (int t0 = 0; t0 < tt; t0 += span) {
         const __mmask16 live = first_lanes(tt - t0 < span ? tt - t0 : span);
         size_t base[4];
@@ -1106,7 +1102,7 @@ AVX512 INLINE void input_adjoint_stack_avx512(float *din, const float *dv, int n
                     const int iy = y0[g] + i;
                     if (iy < 0 || iy >= p->h)
                         continue;
-                    float *row = din + base[g] + c * plane + (size_t)iy * p->w - p->pw;
+                    float *row = din + base[g] + c * plane + (size_t)iy * p->w - sh;
                     /* set: the rows no earlier tile row of the image reached are written, 0 + o
                      * as the sum into din zeroed would be (-0 + 0 = +0) */
                     const int first = set && (i >= a - p->m || y0[g] == -p->ph);
@@ -1248,9 +1244,9 @@ AVX512 static void input2(float *v, const float *in, int n, const struct nl_wino
 AVX512 static void input_adjoint4(float *din, const float *dv, int n, const struct nl_wino *p,
                                   int set)
 {
-    if (stack_rows_din(p) == 4)
+    if (stack_rows(p) == 4)
         input_adjoint_stack_avx512(din, dv, n, p, 6, bt4, 4, 1, set);
-    else if (stack_rows_din(p) == 2)
+    else if (stack_rows(p) == 2)
         input_adjoint_stack_avx512(din, dv, n, p, 6, bt4, 2, 2, set);
     else if (set) {
         memset(din, 0, (size_t)n * p->c * p->h * p->w * sizeof *din);
@@ -1264,9 +1260,9 @@ AVX512 static void input_adjoint4(float *din, const float *dv, int n, const stru
 AVX512 static void input_adjoint2(float *din, const float *dv, int n, const struct nl_wino *p,
                                   int set)
 {
-    if (stack_rows_din(p) == 4)
+    if (stack_rows(p) == 4)
         input_adjoint_stack_avx512(din, dv, n, p, 4, bt2, 4, 1, set);
-    else if (stack_rows_din(p) == 2)
+    else if (stack_rows(p) == 2)
         input_adjoint_stack_avx512(din, dv, n, p, 4, bt2, 2, 2, set);
     else if (set) {
         memset(din, 0, (size_t)n * p->c * p->h * p->w * sizeof *din);
