@@ -153,9 +153,10 @@
  * (125.2) and 126.1 (108.7) against 110.8 (87.7) and 95.6 (75.7), DIRECT 85.1 (100.9) and 78.1
  * (87.4).
  * ResNet-18's layer1 at 3x64x64 (16x16, padding 1) took the transforms' gathering paths until
- * 0.4.6 stacked its tile rows (core/engine/winograd.c): bench_conv's WINO4 column for it went from
- * 148.1 (141.5) above to 262.4 (259.9) and 259.7 (263.8), WINO2 171.8 (166.4) and 171.9 (161.8)
- * beside it (2026-11-28 13:18 UTC, the AMD EPYC of README's figures, load average 0.1).
+ * 0.4.6 stacked its tile rows (core/engine/winograd.c): bench_conv's WINO4 column for it, on the
+ * AMD EPYC of README's figures, was 148.1 (141.5) with 0.4.5 (2026-11-28 12:00 UTC, WINO2 162.0
+ * (158.7)) and is 262.4 (259.9) and 259.7 (263.8) with 0.4.6 (13:18, load average 0.1; WINO2
+ * 171.8 (166.4) and 171.9 (161.8)).
  *
  * The lanes kernels against the products, bench_conv (2026-11-27 09:16 UTC, load average 5,
  * fastest of 5; GFLOP/s of the direct sum's flops, forward and both gradients, the forward alone
