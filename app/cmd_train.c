@@ -1624,8 +1624,11 @@ int cmd_predict(int argc, char **argv)
     nl_rng_seed(&p.rng, 1);
     if (rc == 0 && (!in || !p.probs || !p.rank))
         rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
+    struct nl_prep *prep = NULL;
     if (rc == 0)
         rc = nl_exec_new_forward(&p.x, m, 1, &err);
+    if (rc == 0 && (rc = nl_prep_new(&prep, m, m->params, &err)) == 0)
+        nl_exec_use_prep(p.x, prep);
     /* JSON goes out whole or not at all: it is gathered in memory first. */
     char *json = NULL;
     size_t json_len = 0;
@@ -1657,6 +1660,7 @@ int cmd_predict(int argc, char **argv)
     }
     nl_table_free(tab);
     nl_exec_free(p.x);
+    nl_prep_free(prep);
     nl_free(in);
     nl_free(p.probs);
     nl_free(p.rank);

@@ -1531,6 +1531,137 @@ static void test_overwrite_sample(void)
     }
 }
 
+/* ---- prepared weights ----
+ *
+ * nl_prep (nnlab/model.h) makes each Winograd convolution's transformed filters once for many
+ * inference passes; a pass that reads them must give the logits of one that makes them, bit for
+ * bit: on a forward-only executor (folded) and a training one in evaluation, for shards of one
+ * image, of one chunk (ResNet-18's layer2 and layer3 at 3x64x64 then take their filters by
+ * blocks) and of more than a group (the forward-only executor's 16 at a time). A pass given other
+ * params than the prepared weights were made from reads none of them; nl_prep_fill makes them
+ * again after the weights change in place. prep_spec's two 720-channel layers need 18.7M floats
+ * each: the second is past NL_PREP_MAX, so that the model runs with one layer prepared and one
+ * not. */
+static const char prep_spec[] = "c1: conv 720 3x3 pad=1 bias=no\n"
+                                "r1: relu\n"
+                                "c2: conv 720 3x3 pad=1\n"
+                                "pool: globalavgpool\n"
+                                "fc: dense N\n";
+
+/* Logits of n samples in through x, with p attached (NULL: none) and params. */
+static int prep_logits(struct nl_exec *x, const struct nl_prep *p, const float *params,
+                       const float *in, int n, size_t k, float *out)
+{
+    nl_exec_use_prep(x, p);
+    const float *y = nl_exec_forward(x, params, in, n, 0, &rng);
+    memcpy(out, y, (size_t)n * k * sizeof *out);
+    return 0;
+}
+
+static void test_prep(void)
+{
+    static const struct {
+        const char *name; /* shipped model, or "prep_spec" */
+        struct nl_shape in;
+        int layers; /* with prepared weights */
+        int n[4];
+    } cases[] = {
+        {"resnet18", {3, 64, 64}, 10, {1, 2, 16, 21}},
+        {"resnet8", {1, 28, 28}, 4, {1, 3, 17, 0}},
+        {"lenet", {1, 28, 28}, 0, {1, 4, 0, 0}},
+        {"prep_spec", {720, 6, 6}, 1, {1, 2, 0, 0}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct nl_error err = {0};
+        struct nl_spec *spec = NULL;
+        struct nl_model *m = NULL;
+        const char *name = cases[c].name;
+        int rc = strcmp(name, "prep_spec") == 0
+                     ? nl_spec_parse(&spec, prep_spec, name, NULL, NULL, &err)
+                     : nl_spec_load(&spec, name, NULL, NULL, &err);
+        if (rc == 0)
+            rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
+        if (rc < 0) {
+            ok(0, "%s builds: %s", name, err.msg);
+            nl_spec_free(spec);
+            continue;
+        }
+        nl_model_init_params(m, 13);
+        perturb_batchnorms(m);
+        int max_n = 0;
+        for (int j = 0; j < 4; j++)
+            max_n = cases[c].n[j] > max_n ? cases[c].n[j] : max_n;
+        const size_t in_size = nl_shape_size(m->input), k = (size_t)m->nclasses;
+        float *in = nl_alloc_floats((size_t)max_n * in_size);
+        float *want = nl_alloc_floats((size_t)max_n * k), *got = nl_alloc_floats((size_t)max_n * k);
+        float *other = nl_alloc_floats(m->nparams);
+        struct nl_exec *fx = NULL, *tx = NULL;
+        struct nl_prep *p = NULL;
+        if (!in || !want || !got || !other || nl_exec_new_forward(&fx, m, max_n, &err) < 0 ||
+            nl_exec_new(&tx, m, max_n, &err) < 0 || nl_prep_new(&p, m, m->params, &err) < 0) {
+            ok(0, "%s: executors and prepared weights: %s", name, err.msg);
+            goto next;
+        }
+        int layers = -1;
+        size_t floats = nl_prep_floats(p, &layers);
+        is_int(layers, cases[c].layers, "%s: layers with prepared weights", name);
+        ok(floats <= NL_PREP_MAX && (floats > 0) == (layers > 0),
+           "%s: %zu floats of prepared weights, within NL_PREP_MAX", name, floats);
+        fill(in, (size_t)max_n * in_size, -1.0f, 1.0f);
+        for (int j = 0; j < 4 && cases[c].n[j] > 0; j++) {
+            const int n = cases[c].n[j];
+            const size_t bytes = (size_t)n * k * sizeof(float);
+            for (int e = 0; e < 2; e++) {
+                struct nl_exec *x = e ? tx : fx;
+                const char *what = e ? "a training executor in evaluation" : "forward-only";
+                prep_logits(x, NULL, m->params, in, n, k, want);
+                prep_logits(x, p, m->params, in, n, k, got);
+                ok(memcmp(want, got, bytes) == 0,
+                   "%s, %d sample(s), %s: the logits with prepared weights are those without, "
+                   "bit for bit",
+                   name, n, what);
+            }
+        }
+        /* other params (every conv's weights changed): the prepared ones go unread */
+        const int n = cases[c].n[1];
+        const size_t bytes = (size_t)n * k * sizeof(float);
+        memcpy(other, m->params, m->nparams * sizeof *other);
+        for (int i = 0; i < m->nlayers; i++) {
+            const struct nl_layer *l = &m->layers[i];
+            for (size_t j = 0; strcmp(l->ops->kind, "conv") == 0 && j < l->params[0].count; j++)
+                other[l->param_offset + j] *= -0.5f;
+        }
+        prep_logits(fx, NULL, other, in, n, k, want);
+        prep_logits(fx, p, other, in, n, k, got);
+        ok(memcmp(want, got, bytes) == 0,
+           "%s: a pass given other params reads no prepared weights made from these", name);
+        /* the weights changed in place, then prepared again */
+        prep_logits(fx, NULL, m->params, in, n, k, got);
+        memcpy(m->params, other, m->nparams * sizeof *other);
+        prep_logits(fx, NULL, m->params, in, n, k, want);
+        ok(layers == 0 || memcmp(want, got, bytes) != 0,
+           "%s: the changed weights change the logits", name);
+        prep_logits(fx, p, m->params, in, n, k, got);
+        ok(layers == 0 || memcmp(want, got, bytes) != 0,
+           "%s: before nl_prep_fill, a pass reads the weights prepared from the former values",
+           name);
+        nl_prep_fill(p, m->params);
+        prep_logits(fx, p, m->params, in, n, k, got);
+        ok(memcmp(want, got, bytes) == 0,
+           "%s: prepared again after a change in place, the logits are those without", name);
+    next:
+        nl_prep_free(p);
+        nl_exec_free(fx);
+        nl_exec_free(tx);
+        nl_free(in);
+        nl_free(want);
+        nl_free(got);
+        nl_free(other);
+        nl_model_free(m);
+        nl_spec_free(spec);
+    }
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -1559,6 +1690,7 @@ int main(void)
     static const struct nl_shape rows16[] = {{20, 24, 24}, {3, 6, 9}, {2, 4, 32}, {2, 2, 31}};
     maxpool_twins(rows16, sizeof rows16 / sizeof rows16[0], "rows of at most 16 outputs");
     test_overwrite_sample();
+    test_prep();
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     ok(!scratch_overrun, "no forward or backward wrote past the scratch nl_layer_scratch asks for");
     return done_testing();

@@ -349,6 +349,7 @@ int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct 
 struct infer_run {
     struct nl_pool *pool;
     struct nl_exec *team; /* a team's executor on the whole batch (nl_exec_team), or NULL */
+    struct nl_prep *prep; /* the model's prepared weights, shared by the threads' executors */
     float *in;            /* (batch, sample) the team's input */
     const struct nl_model *m;
     const struct nl_dataset *d;
@@ -374,6 +375,8 @@ static void infer_thread(void *arg, int t, int count)
 
     if (!in || !idx || (!r->team && n > 0 && nl_exec_new_forward(&x, r->m, n, &err) < 0))
         r->failed = 1;
+    else if (x)
+        nl_exec_use_prep(x, r->prep);
     nl_pool_barrier(r->pool);
     double t0 = 0.0;
     uint64_t allocs0 = 0;
@@ -435,12 +438,13 @@ int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const s
         r.team = NULL;
     }
     r.in = r.team ? nl_alloc_floats((size_t)batch * nl_shape_size(d->shape)) : NULL;
-    if (r.team && !r.in)
+    if ((r.team && !r.in) || (!r.team && nl_prep_new(&r.prep, m, m->params, err) < 0))
         r.failed = 1;
     else
         nl_pool_run(r.pool, infer_thread, &r);
     nl_pool_free(r.pool);
     nl_exec_free(r.team);
+    nl_prep_free(r.prep);
     nl_free(r.in);
     if (r.failed)
         return nl_error_set(err, NL_ENOMEM, "out of memory for inference on %d samples", batch);

@@ -61,6 +61,7 @@
 #include "nnlab/model.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -583,7 +584,80 @@ struct nl_exec {
      * is fused; nfolded counts the layers fused into a head. */
     int *fuse, *radd, *runs;
     int group; /* samples per group of an inference forward (the top); 0: the whole batch */
+    const struct nl_prep *prep; /* nl_exec_use_prep's, or NULL */
 };
+
+/* Prepared weights (nnlab/model.h): one block, each layer's at at[i] (NO_PREP: none). */
+#define NO_PREP SIZE_MAX
+struct nl_prep {
+    const struct nl_model *m;
+    const float *params; /* what they were made from */
+    float *block;
+    size_t floats, *at;
+    int layers;
+};
+
+int nl_prep_new(struct nl_prep **out, const struct nl_model *m, const float *params,
+                struct nl_error *err)
+{
+    struct nl_prep *p = nl_calloc(1, sizeof *p);
+
+    *out = NULL;
+    if (!p || !(p->at = nl_calloc((size_t)(m->nlayers > 0 ? m->nlayers : 1), sizeof *p->at))) {
+        nl_free(p);
+        return nl_error_set(err, NL_ENOMEM, "out of memory for prepared weights");
+    }
+    p->m = m;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        const size_t k = l->ops->prep_floats ? l->ops->prep_floats(l) : 0;
+        p->at[i] = NO_PREP;
+        if (k == 0 || p->floats + k > NL_PREP_MAX)
+            continue;
+        p->at[i] = p->floats;
+        p->floats += k;
+        p->layers++;
+    }
+    if (p->floats && !(p->block = nl_alloc_floats(p->floats))) {
+        nl_prep_free(p);
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %zu MB of prepared weights",
+                            p->floats * sizeof(float) >> 20);
+    }
+    nl_prep_fill(p, params);
+    *out = p;
+    return 0;
+}
+
+void nl_prep_fill(struct nl_prep *p, const float *params)
+{
+    p->params = params;
+    for (int i = 0; i < p->m->nlayers; i++) {
+        const struct nl_layer *l = &p->m->layers[i];
+        if (p->at[i] != NO_PREP)
+            l->ops->prep(l, params + l->param_offset, p->block + p->at[i]);
+    }
+}
+
+size_t nl_prep_floats(const struct nl_prep *p, int *layers)
+{
+    if (layers)
+        *layers = p->layers;
+    return p->floats;
+}
+
+void nl_prep_free(struct nl_prep *p)
+{
+    if (!p)
+        return;
+    nl_free(p->block);
+    nl_free(p->at);
+    nl_free(p);
+}
+
+void nl_exec_use_prep(struct nl_exec *x, const struct nl_prep *p)
+{
+    x->prep = p && p->m == x->m ? p : NULL;
+}
 
 /* Whether executors made from now on fuse (nl_exec_fusion). */
 static int fusion_on = 1;
@@ -1196,6 +1270,8 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
         .training = training,
         .rng = rng,
     };
+    if (!training && x->prep && x->prep->params == params && x->prep->at[i] != NO_PREP)
+        f.prep = x->prep->block + x->prep->at[i];
     for (int j = 0; j < l->ninputs; j++)
         f.in[j] = (l->inputs[j] < 0 ? x->input : x->act[l->inputs[j]]) +
                   (size_t)s0 * nl_shape_size(l->in[j]);

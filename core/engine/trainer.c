@@ -362,6 +362,7 @@ struct ctx {
     struct nl_pool *pool;
     int threads, max_n;
     struct worker *w;
+    struct nl_prep *prep; /* evaluation alone (nl_evaluate*): prepared weights, every thread's */
 
     /* The frozen-feature cache (core/engine/feature_cache.h) and what the current epoch does with
      * it. */
@@ -456,6 +457,7 @@ void nl_train_defaults(struct nl_train_opts *o)
 static void ctx_release(struct ctx *c)
 {
     nl_pool_free(c->pool);
+    nl_prep_free(c->prep);
     nl_exec_free(c->tail);
     nl_free(c->tin);
     nl_free(c->dtin);
@@ -604,6 +606,12 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
     rc = nl_pool_new(&c->pool, c->threads, err);
     if (rc < 0)
         return rc;
+    /* Evaluation alone prepares the weights once for its threads; a training run evaluates with
+     * its training executors between epochs, whose weights then change, without. */
+    if (!training && (rc = nl_prep_new(&c->prep, m, c->params, err)) < 0) {
+        nl_pool_free(c->pool);
+        return rc;
+    }
     c->w = nl_calloc((size_t)c->threads, sizeof *c->w);
     if (!c->w)
         goto oom;
@@ -616,6 +624,7 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
             ctx_release(c);
             return rc;
         }
+        nl_exec_use_prep(w->exec, c->prep);
         w->x = nl_alloc_floats((size_t)max_n * in_size);
         w->y = nl_calloc((size_t)max_n, sizeof *w->y);
         w->idx = nl_calloc((size_t)max_n, sizeof *w->idx);

@@ -742,7 +742,8 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
     }
 }
 
-/* WINOGRAD: u (a*a, F, C) = the filters transformed; then chunk by chunk of images
+/* WINOGRAD: u (a*a, F, C) = the filters transformed (or f->prep, made by conv_prep from the same
+ * weights once for many inference calls); then chunk by chunk of images
  * (wino_chunk), v (a*a, C, T) = the chunk's T = n*tiles input tiles transformed, mm[xi] (F, T) =
  * u[xi] (F, C) v[xi] (C, T) for each of the a*a products of a tile, and the output transform
  * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, then v and mm.
@@ -765,9 +766,9 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     const size_t fc = (size_t)d->f * p->c, out_size = (size_t)d->f * d->p;
     const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
     const int step = wino_chunk(p, f->n);
-    float *u = f->scratch, *v = u + aa * fc;
+    float *u = f->prep ? (float *)f->prep : f->scratch, *v = f->prep ? f->scratch : u + aa * fc;
 
-    const int rows = wino_block(p, f->n, p->c, 0);
+    const int rows = f->prep ? 0 : wino_block(p, f->n, p->c, 0);
     if (rows > 0) {
         /* one chunk: v first, then u and the products by blocks of filters (see above) */
         const int tt = f->n * p->tiles;
@@ -786,7 +787,8 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
         nl_wino_output(f->out, mm, bias, f->scale, f->shift, f->act, f->n, p);
         return;
     }
-    nl_wino_filter(u, f->w, p);
+    if (!f->prep)
+        nl_wino_filter(u, f->w, p);
     for (int s0 = 0; s0 < f->n; s0 += step) {
         const int n = f->n - s0 < step ? f->n - s0 : step, tt = n * p->tiles;
         const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
@@ -1389,6 +1391,26 @@ static size_t conv_scratch(const struct nl_layer *l, int n)
     return (step < n ? 2 : 1) * u + (size_t)step * l->scratch_per_sample;
 }
 
+/* Prepared weights (nl_prep): a Winograd layer's u, which its forward then reads instead of
+ * making it in every call (forward_winograd), the same floats. */
+static size_t conv_prep_floats(const struct nl_layer *l)
+{
+    struct conv_dims d;
+
+    if (l->lower != NL_LOWER_WINOGRAD && l->lower != NL_LOWER_WINOGRAD2)
+        return 0;
+    conv_dims(l, &d, NULL);
+    return (size_t)d.wino.a * d.wino.a * d.f * d.wino.c;
+}
+
+static void conv_prep(const struct nl_layer *l, const float *w, float *out)
+{
+    struct conv_dims d;
+
+    conv_dims(l, &d, NULL);
+    nl_wino_filter(out, w, &d.wino);
+}
+
 /* din's first writer (bit 0 of b->set): WINOGRAD writes each chunk of images' din
  * (nl_wino_input_adjoint_set: written where the tile rows are stacked, else zeroed just before
  * it adds into it, while that chunk goes into the cache anyway); DIRECT writes each image's instead
@@ -1451,4 +1473,6 @@ const struct nl_layer_ops nl__conv_ops = {
     .backward = conv_backward,
     .scratch = conv_scratch,
     .split = conv_split,
+    .prep_floats = conv_prep_floats,
+    .prep = conv_prep,
 };
