@@ -1539,12 +1539,12 @@ static void test_overwrite_sample(void)
  * image, of one chunk (ResNet-18's layer2 and layer3 at 3x64x64 then take their filters by
  * blocks) and of more than a group (the forward-only executor's 16 at a time). A pass given other
  * params than the prepared weights were made from reads none of them; nl_prep_fill makes them
- * again after the weights change in place. prep_spec's two 720-channel layers need 18.7M floats
+ * again after the weights change in place. prep_spec's two 512-channel layers need 9.4M floats
  * each: the second is past NL_PREP_MAX, so that the model runs with one layer prepared and one
  * not. */
-static const char prep_spec[] = "c1: conv 720 3x3 pad=1 bias=no\n"
+static const char prep_spec[] = "c1: conv 512 3x3 pad=1 bias=no\n"
                                 "r1: relu\n"
-                                "c2: conv 720 3x3 pad=1\n"
+                                "c2: conv 512 3x3 pad=1\n"
                                 "pool: globalavgpool\n"
                                 "fc: dense N\n";
 
@@ -1569,7 +1569,7 @@ static void test_prep(void)
         {"resnet18", {3, 64, 64}, 10, {1, 2, 16, 21}},
         {"resnet8", {1, 28, 28}, 4, {1, 3, 17, 0}},
         {"lenet", {1, 28, 28}, 0, {1, 4, 0, 0}},
-        {"prep_spec", {720, 6, 6}, 1, {1, 2, 0, 0}},
+        {"prep_spec", {512, 6, 6}, 1, {1, 2, 0, 0}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct nl_error err = {0};

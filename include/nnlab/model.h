@@ -123,7 +123,7 @@ void nl_exec_free(struct nl_exec *x);
  * they were made from while executors use them: a forward pass reads them only where it is
  * given the same params pointer, but cannot see a change in place. Its outputs are those of a
  * pass without, bit for bit. */
-#define NL_PREP_MAX ((size_t)32 << 20)
+#define NL_PREP_MAX ((size_t)16 << 20)
 struct nl_prep;
 int nl_prep_new(struct nl_prep **out, const struct nl_model *m, const float *params,
                 struct nl_error *err);
