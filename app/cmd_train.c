@@ -1627,7 +1627,7 @@ int cmd_predict(int argc, char **argv)
     struct nl_prep *prep = NULL;
     if (rc == 0)
         rc = nl_exec_new_forward(&p.x, m, 1, &err);
-    if (rc == 0 && (rc = nl_prep_new(&prep, m, m->params, &err)) == 0)
+    if (rc == 0 && (rc = nl_prep_new(&prep, m, m->params, 0, &err)) == 0)
         nl_exec_use_prep(p.x, prep);
     /* JSON goes out whole or not at all: it is gathered in memory first. */
     char *json = NULL;

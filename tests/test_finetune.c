@@ -294,6 +294,49 @@ static void cost(const struct nl_model *m, int *layers, size_t *weights)
     nl_exec_free(x);
 }
 
+/* A run's frozen Winograd layers have their filters transformed once (nl_prep): c2, frozen with
+ * c1 (one input channel: not Winograd) and trained with augmentation (so that every step runs
+ * them), 36 * 16 * 16 floats; the same run with nothing frozen, none. The frozen weights stay as
+ * they were. */
+static void check_prepared(const struct nl_dataset *d)
+{
+    static const char text[] = "c1: conv 16 3x3 pad=1\n"
+                               "relu\n"
+                               "c2: conv 16 3x3 pad=1\n"
+                               "relu\n"
+                               "c3: conv 16 3x3 pad=1\n"
+                               "relu\n"
+                               "pool: maxpool 2\n"
+                               "fc: dense N\n";
+    static const char *const frozen[] = {"c1", "c2"};
+    for (int f = 1; f >= 0; f--) {
+        struct nl_model *m = build_text(text, d->shape, d->nclasses);
+        struct nl_train_opts o;
+        struct nl_train_result res;
+        struct nl_error err = {0};
+        nl_train_defaults(&o);
+        o.epochs = 1;
+        o.threads = 2;
+        nl_augment_parse(&o.augment, "flip", &err);
+        nl_model_init_params(m, 3);
+        if (f)
+            nl_model_freeze(m, frozen, 2, NULL, &err);
+        const struct nl_layer *l = &m->layers[nl_model_find_layer(m, "c2")];
+        const size_t bytes = l->param_count * sizeof(float);
+        float *saved = nl_malloc(bytes);
+        memcpy(saved, m->params + l->param_offset, bytes);
+        int rc = nl_train(m, d, &o, NULL, &res, &err);
+        is_int(rc, 0, "a Winograd model with %s trains%s%s",
+               f ? "c1 and c2 frozen" : "nothing frozen", rc ? ": " : "", rc ? err.msg : "");
+        is_int((long)res.prep_floats, f ? 36 * 16 * 16 : 0, "%s: the prepared weights' floats",
+               f ? "c2 frozen" : "nothing frozen");
+        ok((memcmp(saved, m->params + l->param_offset, bytes) == 0) == f, "%s: c2's weights %s",
+           f ? "c2 frozen" : "nothing frozen", f ? "are bit-identical after the run" : "trained");
+        nl_free(saved);
+        nl_model_free(m);
+    }
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -328,6 +371,7 @@ int main(void)
         return done_testing();
     nl_store_close(store);
     struct nl_dataset *a = half(all, 0, PER_HALF), *b = half(all, 5, PER_HALF);
+    struct nl_dataset *few = half(all, 5, 600);
     nl_dataset_free(all);
     diag("classes 0-4: %u train, %u test; 5-9: %u train, %u test", a->split[NL_TRAIN].n,
          a->split[NL_TEST].n, b->split[NL_TRAIN].n, b->split[NL_TEST].n);
@@ -451,6 +495,9 @@ int main(void)
         closedir(dd);
     is_int(files, 1, "one file in the cache directory");
     rmdir(cache_dir);
+
+    check_prepared(few);
+    nl_dataset_free(few);
 
     nl_model_free(base);
     nl_model_free(ft);

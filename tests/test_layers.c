@@ -1598,7 +1598,7 @@ static void test_prep(void)
         struct nl_exec *fx = NULL, *tx = NULL;
         struct nl_prep *p = NULL;
         if (!in || !want || !got || !other || nl_exec_new_forward(&fx, m, max_n, &err) < 0 ||
-            nl_exec_new(&tx, m, max_n, &err) < 0 || nl_prep_new(&p, m, m->params, &err) < 0) {
+            nl_exec_new(&tx, m, max_n, &err) < 0 || nl_prep_new(&p, m, m->params, 0, &err) < 0) {
             ok(0, "%s: executors and prepared weights: %s", name, err.msg);
             goto next;
         }
@@ -1662,6 +1662,98 @@ static void test_prep(void)
     }
 }
 
+/* A training run prepares its frozen layers' weights once (nl_prep with frozen): resnet8 with
+ * s1c1 and s2c2 frozen (each between trainable layers, so that its backward still runs for its
+ * input gradient) and with everything up to s1out frozen (no backward there). A training
+ * executor's forward in training and in evaluation, and its backward, give the same floats with
+ * them as without, bit for bit. */
+static void test_prep_frozen(void)
+{
+    static const char *const names[] = {"s1c1", "s2c2"};
+    for (int c = 0; c < 2; c++) {
+        struct nl_error err = {0};
+        struct nl_spec *spec = NULL;
+        struct nl_model *m = NULL;
+        const char *what = c ? "resnet8 frozen up to s1out" : "resnet8, s1c1 and s2c2 frozen";
+        int rc = nl_spec_load(&spec, "resnet8", NULL, NULL, &err);
+        if (rc == 0)
+            rc = nl_model_build(&m, spec, (struct nl_shape){1, 28, 28}, 10, &err);
+        if (rc == 0)
+            rc = c ? nl_model_freeze(m, NULL, 0, "s1out", &err)
+                   : nl_model_freeze(m, names, 2, NULL, &err);
+        if (rc < 0) {
+            ok(0, "%s builds: %s", what, err.msg);
+            nl_model_free(m);
+            nl_spec_free(spec);
+            continue;
+        }
+        nl_model_init_params(m, 17);
+        perturb_batchnorms(m);
+        const int n = 6;
+        const size_t in_size = nl_shape_size(m->input), k = (size_t)m->nclasses;
+        float *in = nl_alloc_floats((size_t)n * in_size), *dl = nl_alloc_floats((size_t)n * k);
+        float *y[2] = {nl_alloc_floats((size_t)n * k), nl_alloc_floats((size_t)n * k)};
+        float *g[2] = {nl_alloc_floats(m->nreduce), nl_alloc_floats(m->nreduce)};
+        struct nl_exec *x = NULL;
+        struct nl_prep *p = NULL;
+        int layers = -1;
+        if (!in || !dl || !y[0] || !y[1] || !g[0] || !g[1] || nl_exec_new(&x, m, n, &err) < 0 ||
+            nl_prep_new(&p, m, m->params, 1, &err) < 0) {
+            ok(0, "%s: executor and prepared weights: %s", what, err.msg);
+            goto next;
+        }
+        nl_prep_floats(p, &layers);
+        is_int(layers, 2, "%s: the two frozen Winograd layers have prepared weights", what);
+        fill(in, (size_t)n * in_size, -1.0f, 1.0f);
+        fill(dl, (size_t)n * k, -1.0f, 1.0f);
+        for (int training = 1; training >= 0; training--) {
+            for (int e = 0; e < 2; e++) {
+                nl_exec_use_prep(x, e ? p : NULL);
+                memcpy(y[e], nl_exec_forward(x, m->params, in, n, training, &rng),
+                       (size_t)n * k * sizeof(float));
+                memset(g[e], 0, m->nreduce * sizeof(float));
+                if (training)
+                    nl_exec_backward(x, m->params, dl, g[e]);
+            }
+            ok(memcmp(y[0], y[1], (size_t)n * k * sizeof(float)) == 0,
+               "%s, %s: the logits with the frozen layers' weights prepared are those without",
+               what, training ? "training" : "evaluation");
+            if (training)
+                ok(memcmp(g[0], g[1], m->nreduce * sizeof(float)) == 0,
+                   "%s: so is the gradient, bit for bit", what);
+        }
+        /* every layer's prepared, then a trainable one's weights stepped: training reads only
+         * the frozen layers' */
+        nl_prep_free(p);
+        p = NULL;
+        if (nl_prep_new(&p, m, m->params, 0, &err) < 0) {
+            ok(0, "%s: every layer's prepared weights: %s", what, err.msg);
+            goto next;
+        }
+        const struct nl_layer *t = &m->layers[nl_model_find_layer(m, "s3c2")];
+        for (size_t j = 0; j < t->params[0].count; j++)
+            m->params[t->param_offset + j] *= 0.75f;
+        for (int e = 0; e < 2; e++) {
+            nl_exec_use_prep(x, e ? p : NULL);
+            memcpy(y[e], nl_exec_forward(x, m->params, in, n, 1, &rng),
+                   (size_t)n * k * sizeof(float));
+        }
+        ok(memcmp(y[0], y[1], (size_t)n * k * sizeof(float)) == 0,
+           "%s: training reads no prepared weights of a layer that trains", what);
+    next:
+        nl_prep_free(p);
+        nl_exec_free(x);
+        nl_free(in);
+        nl_free(dl);
+        for (int e = 0; e < 2; e++) {
+            nl_free(y[e]);
+            nl_free(g[e]);
+        }
+        nl_model_free(m);
+        nl_spec_free(spec);
+    }
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -1691,6 +1783,7 @@ int main(void)
     maxpool_twins(rows16, sizeof rows16 / sizeof rows16[0], "rows of at most 16 outputs");
     test_overwrite_sample();
     test_prep();
+    test_prep_frozen();
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     ok(!scratch_overrun, "no forward or backward wrote past the scratch nl_layer_scratch asks for");
     return done_testing();

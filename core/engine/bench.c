@@ -438,7 +438,7 @@ int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const s
         r.team = NULL;
     }
     r.in = r.team ? nl_alloc_floats((size_t)batch * nl_shape_size(d->shape)) : NULL;
-    if ((r.team && !r.in) || (!r.team && nl_prep_new(&r.prep, m, m->params, err) < 0))
+    if ((r.team && !r.in) || (!r.team && nl_prep_new(&r.prep, m, m->params, 0, err) < 0))
         r.failed = 1;
     else
         nl_pool_run(r.pool, infer_thread, &r);

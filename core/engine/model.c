@@ -597,7 +597,7 @@ struct nl_prep {
     int layers;
 };
 
-int nl_prep_new(struct nl_prep **out, const struct nl_model *m, const float *params,
+int nl_prep_new(struct nl_prep **out, const struct nl_model *m, const float *params, int frozen,
                 struct nl_error *err)
 {
     struct nl_prep *p = nl_calloc(1, sizeof *p);
@@ -610,7 +610,7 @@ int nl_prep_new(struct nl_prep **out, const struct nl_model *m, const float *par
     p->m = m;
     for (int i = 0; i < m->nlayers; i++) {
         const struct nl_layer *l = &m->layers[i];
-        const size_t k = l->ops->prep_floats ? l->ops->prep_floats(l) : 0;
+        const size_t k = l->ops->prep_floats && (l->frozen || !frozen) ? l->ops->prep_floats(l) : 0;
         p->at[i] = NO_PREP;
         if (k == 0 || p->floats + k > NL_PREP_MAX)
             continue;
@@ -1270,7 +1270,8 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
         .training = training,
         .rng = rng,
     };
-    if (!training && x->prep && x->prep->params == params && x->prep->at[i] != NO_PREP)
+    if ((!training || l->frozen) && x->prep && x->prep->params == params &&
+        x->prep->at[i] != NO_PREP)
         f.prep = x->prep->block + x->prep->at[i];
     for (int j = 0; j < l->ninputs; j++)
         f.in[j] = (l->inputs[j] < 0 ? x->input : x->act[l->inputs[j]]) +

@@ -362,7 +362,9 @@ struct ctx {
     struct nl_pool *pool;
     int threads, max_n;
     struct worker *w;
-    struct nl_prep *prep; /* evaluation alone (nl_evaluate*): prepared weights, every thread's */
+    /* Prepared weights (nl_prep), every thread's: evaluation alone (nl_evaluate*) every layer's,
+     * a training run its frozen layers' (train_setup), or NULL. */
+    struct nl_prep *prep;
 
     /* The frozen-feature cache (core/engine/feature_cache.h) and what the current epoch does with
      * it. */
@@ -608,7 +610,7 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
         return rc;
     /* Evaluation alone prepares the weights once for its threads; a training run evaluates with
      * its training executors between epochs, whose weights then change, without. */
-    if (!training && (rc = nl_prep_new(&c->prep, m, c->params, err)) < 0) {
+    if (!training && (rc = nl_prep_new(&c->prep, m, c->params, 0, err)) < 0) {
         nl_pool_free(c->pool);
         return rc;
     }
@@ -2099,6 +2101,15 @@ static int train_setup(struct loop *L)
      * judges its epochs by training accuracy (no validation split) for a plateau schedule or
      * early stopping checkpoints at epoch ends only, so that a resumed run decides the same. */
     L->mid_checkpoints = o->checkpoint_every > 0 && (L->d->split[NL_VAL].n > 0 || !L->judges);
+    /* The frozen layers' prepared weights (nl_prep), made once since no step changes them; not
+     * for a cluster member, whose synchroniser writes the parameters it is sent. */
+    if (!o->sync && m->nreduce < m->nparams) {
+        if ((rc = nl_prep_new(&c->prep, m, c->params, 1, L->err)) < 0)
+            return rc;
+        L->res->prep_floats = nl_prep_floats(c->prep, NULL);
+        for (int t = 0; t < c->threads; t++)
+            nl_exec_use_prep(c->w[t].exec, c->prep);
+    }
     return features_setup(L);
 }
 

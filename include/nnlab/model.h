@@ -115,24 +115,25 @@ void nl_exec_free(struct nl_exec *x);
 
 /* Prepared weights: what a model's layers derive from the parameters alone before their products
  * (each Winograd convolution's filters transformed, core/engine/layers/conv.c), made once for
- * many inference passes instead of in every call, and read by the executors of every thread
- * that use it. nl_prep_new allocates them for the layers that have any, in layer order while the
- * whole stays within NL_PREP_MAX floats (a layer past that derives its own in every call, as
- * without), and makes them from params (the model's buffer or a copy of the same layout);
- * nl_prep_fill makes them again from params after these changed. The caller keeps params as
- * they were made from while executors use them: a forward pass reads them only where it is
- * given the same params pointer, but cannot see a change in place. Its outputs are those of a
- * pass without, bit for bit. */
+ * many passes instead of in every call, and read by the executors of every thread that use it.
+ * nl_prep_new allocates them for the layers that have any (with frozen, for the frozen ones
+ * alone), in layer order while the whole stays within NL_PREP_MAX floats (a layer past that
+ * derives its own in every call, as without), and makes them from params (the model's buffer or
+ * a copy of the same layout); nl_prep_fill makes them again from params after these changed.
+ * Inference passes read every layer's; training passes a frozen layer's, whose weights no step
+ * changes. The caller keeps params as they were made from while executors use them: a forward
+ * pass reads them only where it is given the same params pointer, but cannot see a change in
+ * place. Its outputs are those of a pass without, bit for bit. */
 #define NL_PREP_MAX ((size_t)16 << 20)
 struct nl_prep;
-int nl_prep_new(struct nl_prep **out, const struct nl_model *m, const float *params,
+int nl_prep_new(struct nl_prep **out, const struct nl_model *m, const float *params, int frozen,
                 struct nl_error *err);
 void nl_prep_fill(struct nl_prep *p, const float *params);
 /* Floats held, and the layers that have prepared weights. */
 size_t nl_prep_floats(const struct nl_prep *p, int *layers);
 void nl_prep_free(struct nl_prep *p);
-/* Inference passes (training 0) of x from now on read p's prepared weights (NULL: none); p is of
- * x's model (nl_model_view's executors need one made from the view) and outlives that use. */
+/* Forward passes of x from now on read p's prepared weights (NULL: none), as above; p is of x's
+ * model (nl_model_view's executors need one made from the view) and outlives that use. */
 void nl_exec_use_prep(struct nl_exec *x, const struct nl_prep *p);
 
 /* Runs n <= max_n samples x (n, input) through the model with parameters params (the model's own

@@ -369,6 +369,9 @@ struct nl_train_result {
     /* Of those layers' splits (one a layer a step), the ones whose weights every thread stepped
      * from its rows of the gradient as the layer made them, never writing them to memory. */
     long split_fused;
+    /* Floats of the frozen layers' prepared weights (nl_prep in nnlab/model.h), made once for
+     * the run; 0 for none. */
+    size_t prep_floats;
 };
 
 /* The end of an epoch, written once for local runs (nl_train) and cluster runs (net/driver.c):
