@@ -587,7 +587,20 @@ struct nl_exec {
     const struct nl_prep *prep; /* nl_exec_use_prep's, or NULL */
 };
 
-/* Prepared weights (nnlab/model.h): one block, each layer's at at[i] (NO_PREP: none). */
+/* Prepared weights (nnlab/model.h): one block, each layer's at at[i] (NO_PREP: none). Why: in
+ * inference each thread made every Winograd layer's transformed filters in every call (FORWARD_
+ * GROUP samples), 4.5% (F(2x2)) and 2.4% (F(4x4)) of the samples of ResNet-18 at 3x64x64, batch
+ * 64, two threads. `nnlab bench --model resnet18-64 --mode infer`, alternating with the filters
+ * made in every call (2026-11-28, AMD EPYC, load average 0.1 to 1.6), images/s, medians: batch
+ * 64 on two threads 1,061 -> 1,136 (five rounds), batch 1 on one thread 126 -> 143 (three). Tried
+ * the same day, not kept: layer3 (4x4 planes) by F(4x4, 3x3) where its filters are prepared,
+ * whose products are 36 per tile against F(2x2)'s 4 tiles of 16 (a forward of 16 images, one
+ * thread, without the filters' transform: 998 us against 1,297 in a small program): in the
+ * network its 9.4 MB of prepared filters a layer come from memory, and it ran at 994 to 1,110
+ * images/s at batch 64 against 1,102 to 1,153 with F(2x2), 109 against 140 to 145 at batch 1.
+ * Fine-tuning ResNet-18 at 3x64x64 with layer1 to layer3 frozen and flipped images (so that
+ * every step runs them; batch 32, two threads, 6 epochs of 512 images, three runs alternating):
+ * 537, 652 and 639 images/s -> 576, 665 and 670 with their filters prepared. */
 #define NO_PREP SIZE_MAX
 struct nl_prep {
     const struct nl_model *m;
