@@ -1198,6 +1198,29 @@ static void perturb_batchnorms(struct nl_model *m)
     }
 }
 
+/* The model called name, from text where that is not NULL, else from the shipped spec of that
+ * name, on input in with 10 classes and its parameters drawn from seed, its batchnorms perturbed;
+ * NULL after a failed check naming it. The caller frees *spec (set either way) and the model. */
+static struct nl_model *build_perturbed(const char *name, const char *text, struct nl_shape in,
+                                        uint64_t seed, struct nl_spec **spec)
+{
+    struct nl_error err = {0};
+    struct nl_model *m = NULL;
+
+    *spec = NULL;
+    int rc = text ? nl_spec_parse(spec, text, name, NULL, NULL, &err)
+                  : nl_spec_load(spec, name, NULL, NULL, &err);
+    if (rc == 0)
+        rc = nl_model_build(&m, *spec, in, 10, &err);
+    if (rc < 0) {
+        ok(0, "%s builds: %s", name, err.msg);
+        return NULL;
+    }
+    nl_model_init_params(m, seed);
+    perturb_batchnorms(m);
+    return m;
+}
+
 /* The forward-only executor (folded) against a training executor in evaluation (every layer
  * as it is), for n samples, on the vector or the scalar kernels; returns the largest
  * difference of the logits relative to the largest logit, -1 on a failure. */
@@ -1249,23 +1272,16 @@ static void test_folding(void)
         {"resnet18", {3, 32, 32}, 37},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        struct nl_error err = {0};
         struct nl_spec *spec = NULL;
-        struct nl_model *m = NULL;
         const char *name = cases[c].name ? cases[c].name : "fold_spec";
-        int rc = !cases[c].name ? nl_spec_parse(&spec, fold_spec, "fold_spec", NULL, NULL, &err)
-                 : strcmp(name, "pool_spec") == 0
-                     ? nl_spec_parse(&spec, pool_spec, name, NULL, NULL, &err)
-                     : nl_spec_load(&spec, cases[c].name, NULL, NULL, &err);
-        if (rc == 0)
-            rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
-        if (rc < 0) {
-            ok(0, "%s builds: %s", name, err.msg);
+        const char *text = !cases[c].name                   ? fold_spec
+                           : strcmp(name, "pool_spec") == 0 ? pool_spec
+                                                            : NULL;
+        struct nl_model *m = build_perturbed(name, text, cases[c].in, 11, &spec);
+        if (!m) {
             nl_spec_free(spec);
             continue;
         }
-        nl_model_init_params(m, 11);
-        perturb_batchnorms(m);
         for (int vec = 1; vec >= 0; vec--) {
             int was = nl_kernels_vector_on();
             nl_kernels_vector(vec && was);
@@ -1574,20 +1590,13 @@ static void test_prep(void)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct nl_error err = {0};
         struct nl_spec *spec = NULL;
-        struct nl_model *m = NULL;
         const char *name = cases[c].name;
-        int rc = strcmp(name, "prep_spec") == 0
-                     ? nl_spec_parse(&spec, prep_spec, name, NULL, NULL, &err)
-                     : nl_spec_load(&spec, name, NULL, NULL, &err);
-        if (rc == 0)
-            rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
-        if (rc < 0) {
-            ok(0, "%s builds: %s", name, err.msg);
+        struct nl_model *m = build_perturbed(
+            name, strcmp(name, "prep_spec") == 0 ? prep_spec : NULL, cases[c].in, 13, &spec);
+        if (!m) {
             nl_spec_free(spec);
             continue;
         }
-        nl_model_init_params(m, 13);
-        perturb_batchnorms(m);
         int max_n = 0;
         for (int j = 0; j < 4; j++)
             max_n = cases[c].n[j] > max_n ? cases[c].n[j] : max_n;
@@ -1673,22 +1682,19 @@ static void test_prep_frozen(void)
     for (int c = 0; c < 2; c++) {
         struct nl_error err = {0};
         struct nl_spec *spec = NULL;
-        struct nl_model *m = NULL;
         const char *what = c ? "resnet8 frozen up to s1out" : "resnet8, s1c1 and s2c2 frozen";
-        int rc = nl_spec_load(&spec, "resnet8", NULL, NULL, &err);
-        if (rc == 0)
-            rc = nl_model_build(&m, spec, (struct nl_shape){1, 28, 28}, 10, &err);
-        if (rc == 0)
-            rc = c ? nl_model_freeze(m, NULL, 0, "s1out", &err)
-                   : nl_model_freeze(m, names, 2, NULL, &err);
-        if (rc < 0) {
-            ok(0, "%s builds: %s", what, err.msg);
+        struct nl_model *m =
+            build_perturbed("resnet8", NULL, (struct nl_shape){1, 28, 28}, 17, &spec);
+        if (m && (c ? nl_model_freeze(m, NULL, 0, "s1out", &err)
+                    : nl_model_freeze(m, names, 2, NULL, &err)) < 0) {
+            ok(0, "%s freezes: %s", what, err.msg);
             nl_model_free(m);
+            m = NULL;
+        }
+        if (!m) {
             nl_spec_free(spec);
             continue;
         }
-        nl_model_init_params(m, 17);
-        perturb_batchnorms(m);
         const int n = 6;
         const size_t in_size = nl_shape_size(m->input), k = (size_t)m->nclasses;
         float *in = nl_alloc_floats((size_t)n * in_size), *dl = nl_alloc_floats((size_t)n * k);
