@@ -147,8 +147,9 @@ struct nl_fwd {
     /* A team's share (nl_exec_forward_team): with parts > 1, forward computes share part of
      * parts of out, as the kind splits it (ops->parts); 0 or 1: all of it. */
     int part, parts;
-    /* The layer's prepared weights (ops->prep, through nl_prep of nnlab/model.h), set only in
-     * inference: what forward would otherwise derive from w in every call; NULL: derive them. */
+    /* The layer's prepared weights (ops->prep, through nl_prep of nnlab/model.h), set in
+     * inference and for a frozen layer: what forward would otherwise derive from w in every
+     * call; NULL: derive them. */
     const float *prep;
 };
 
@@ -260,7 +261,7 @@ struct nl_layer_ops {
      * n * scratch_per_sample (which stays a bound for every n); never less for a larger n. NULL:
      * that sum. */
     size_t (*scratch)(const struct nl_layer *l, int n);
-    /* Weights prepared once for many inference calls (nl_prep): the floats they take for layer l
+    /* Weights prepared once for many forward calls (nl_prep): the floats they take for layer l
      * (0: none for this layer), and making them from the layer's parameters w. NULL: none. */
     size_t (*prep_floats)(const struct nl_layer *l);
     void (*prep)(const struct nl_layer *l, const float *w, float *out);

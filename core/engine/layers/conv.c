@@ -743,7 +743,7 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
 }
 
 /* WINOGRAD: u (a*a, F, C) = the filters transformed (or f->prep, made by conv_prep from the same
- * weights once for many inference calls); then chunk by chunk of images
+ * weights once for many calls: inference, a frozen layer); then chunk by chunk of images
  * (wino_chunk), v (a*a, C, T) = the chunk's T = n*tiles input tiles transformed, mm[xi] (F, T) =
  * u[xi] (F, C) v[xi] (C, T) for each of the a*a products of a tile, and the output transform
  * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, then v and mm.
