@@ -67,6 +67,7 @@ static void cm_thread(GTask *task, gpointer source, gpointer data, GCancellable 
     struct nl_model *m = NULL;
     struct nl_dataset *d = NULL;
     struct nl_exec *x = NULL;
+    struct nl_prep *prep = NULL; /* the filters transformed once for every batch: the same floats */
     float *in = NULL, *probs = NULL;
     uint32_t *idx = NULL;
 
@@ -97,6 +98,8 @@ static void cm_thread(GTask *task, gpointer source, gpointer data, GCancellable 
         }
     } else if (rc == 0) {
         rc = nl_exec_new(&x, m, EVAL_BATCH, &err);
+        if (rc == 0 && (rc = nl_prep_new(&prep, m, m->params, 0, &err)) == 0)
+            nl_exec_use_prep(x, prep);
     }
     if (rc == 0 && !d->regression) {
         const uint32_t n = d->split[NL_TEST].n;
@@ -176,6 +179,7 @@ static void cm_thread(GTask *task, gpointer source, gpointer data, GCancellable 
     g_free(probs);
     g_free(idx);
     nl_exec_free(x);
+    nl_prep_free(prep);
     nl_model_free(m);
     nl_dataset_free(d);
     g_task_return_boolean(task, TRUE);
