@@ -611,7 +611,7 @@ static int ctx_init(struct ctx *c, const struct nl_model *m, const struct nl_dat
     /* Evaluation alone prepares the weights once for its threads; a training run evaluates with
      * its training executors between epochs, whose weights then change, without. */
     if (!training && (rc = nl_prep_new(&c->prep, m, c->params, 0, err)) < 0) {
-        nl_pool_free(c->pool);
+        ctx_release(c);
         return rc;
     }
     c->w = nl_calloc((size_t)c->threads, sizeof *c->w);
