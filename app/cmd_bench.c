@@ -355,21 +355,18 @@ struct bench_args {
     int nmodels, batches[2], nbatches, modes[2], nmodes;
     long steps, warmup, threads, repeat;
     const char *dir;
+    int layers; /* --layers: where each step's time goes, layer by layer */
 };
 
 /* bench's options into a; EXIT_OK, or the usage error's exit status. */
 static int parse_bench_args(int argc, char **argv, struct bench_args *a)
 {
     static const struct option opts[] = {
-        {"steps", required_argument, NULL, 's'},
-        {"warmup", required_argument, NULL, 'w'},
-        {"model", required_argument, NULL, 'm'},
-        {"batch", required_argument, NULL, 'b'},
-        {"threads", required_argument, NULL, 't'},
-        {"data-dir", required_argument, NULL, 'D'},
-        {"repeat", required_argument, NULL, 'r'},
-        {"mode", required_argument, NULL, 'M'},
-        {NULL, 0, NULL, 0},
+        {"steps", required_argument, NULL, 's'},   {"warmup", required_argument, NULL, 'w'},
+        {"model", required_argument, NULL, 'm'},   {"batch", required_argument, NULL, 'b'},
+        {"threads", required_argument, NULL, 't'}, {"data-dir", required_argument, NULL, 'D'},
+        {"repeat", required_argument, NULL, 'r'},  {"mode", required_argument, NULL, 'M'},
+        {"layers", no_argument, NULL, 'L'},        {NULL, 0, NULL, 0},
     };
     long v;
     int c;
@@ -434,6 +431,9 @@ static int parse_bench_args(int argc, char **argv, struct bench_args *a)
             } else {
                 return usage_error("bench", "--mode %s: want train, infer or both", optarg);
             }
+            break;
+        case 'L':
+            a->layers = 1;
             break;
         default:
             return option_error("bench");
@@ -562,6 +562,100 @@ static int run_rows(struct row *rows, int nrows, const struct bench_args *a,
     return rc;
 }
 
+/* --layers: one more run of each (model, mode, batch) on the many-thread rows' threads (or the
+ * one), its layer times (nl_bench_layers) as a table, or as one JSON object a run
+ * (after the report's), with the run's step time beside them. */
+static int print_layers(const struct row *rows, int nrows, const struct bench_args *a,
+                        struct nl_error *err)
+{
+    for (int i = 0; i < nrows; i++) {
+        const struct row *w = &rows[i];
+        if (i + 1 < nrows && rows[i + 1].threads > w->threads)
+            continue; /* the pair's one-thread row; its many-thread one follows */
+        const struct nl_model *m = w->m;
+        struct nl_bench_layer *lt = nl_calloc((size_t)m->nlayers, sizeof *lt);
+        struct nl_bench_train r;
+        if (!lt)
+            return nl_error_set(err, NL_ENOMEM, "out of memory for %d layers' times", m->nlayers);
+        int rc = nl_bench_layers(&r, lt, w->infer, w->m, w->d, w->batch, w->threads, (int)a->warmup,
+                                 (int)a->steps, err);
+        if (rc < 0) {
+            nl_free(lt);
+            return rc;
+        }
+        double fwd = 0.0, bwd = 0.0;
+        for (int k = 0; k < m->nlayers; k++) {
+            fwd += lt[k].forward_ms;
+            bwd += lt[k].backward_ms;
+        }
+        const double total = fwd + bwd;
+        char mb[128], nb[128], ib[128];
+        if (g.json) {
+            printf("{\"event\":\"bench_layers\",\"model\":");
+            json_str(stdout, w->model);
+            printf(",\"mode\":\"%s\",\"batch\":%d,\"threads\":%d,\"images_per_second\":",
+                   w->infer ? "infer" : "train", r.batch, r.threads);
+            json_num(stdout, r.images_per_second);
+            printf(",\"step_ms\":");
+            json_num(stdout, r.seconds * 1e3 / r.steps);
+            printf(",\"layers\":[");
+        } else {
+            printf("\nLAYERS of %s, %s, batch %d, %d thread%s (%.0f images/s): thread 0's wall "
+                   "time per step, ms\n",
+                   nl_term_str(mb, sizeof mb, w->model), w->infer ? "inference" : "training",
+                   r.batch, r.threads, r.threads > 1 ? "s" : "", r.images_per_second);
+            printf("%-22s %-13s %-12s %9s %9s %7s  %s\n", "LAYER", "KIND", "OUTPUT", "FORWARD",
+                   w->infer ? "" : "BACKWARD", "SHARE", "HOW");
+        }
+        for (int k = 0; k < m->nlayers; k++) {
+            const struct nl_layer *l = &m->layers[k];
+            const int in = lt[k].runs_in;
+            char how[160] = "";
+            if (in != k)
+                snprintf(how, sizeof how, "runs inside %s",
+                         nl_term_str(ib, sizeof ib, m->layers[in].name));
+            else if (strcmp(l->ops->kind, "conv") == 0 || strcmp(l->ops->kind, "gconv") == 0)
+                snprintf(how, sizeof how, "%s", nl_lowering_name(l->lower));
+            const double share = total > 0 ? (lt[k].forward_ms + lt[k].backward_ms) / total : 0;
+            if (g.json) {
+                printf("%s{\"layer\":", k ? "," : "");
+                json_str(stdout, l->name);
+                printf(",\"kind\":");
+                json_str(stdout, l->ops->kind);
+                printf(",\"forward_ms\":");
+                json_num(stdout, lt[k].forward_ms);
+                printf(",\"backward_ms\":");
+                json_num(stdout, lt[k].backward_ms);
+                printf(",\"runs_in\":");
+                json_str(stdout, m->layers[in].name);
+                printf(",\"how\":");
+                json_str(stdout, how);
+                printf("}");
+                continue;
+            }
+            char shape[64];
+            snprintf(shape, sizeof shape, "%dx%dx%d", l->out.c, l->out.h, l->out.w);
+            printf("%-22s %-13s %-12s %9.3f", nl_term_str(nb, sizeof nb, l->name), l->ops->kind,
+                   shape, lt[k].forward_ms);
+            if (w->infer)
+                printf(" %9s", "");
+            else
+                printf(" %9.3f", lt[k].backward_ms);
+            printf(" %6.1f%%  %s\n", 100.0 * share, how);
+        }
+        if (g.json)
+            printf("]}\n");
+        else if (w->infer)
+            printf("%-22s %-13s %-12s %9.3f %9s %6.1f%%\n", "all layers", "", "", fwd, "", 100.0);
+        else
+            printf("%-22s %-13s %-12s %9.3f %9.3f %6.1f%%\n", "all layers", "", "", fwd, bwd,
+                   100.0);
+        nl_free(lt);
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench_args a;
@@ -620,6 +714,8 @@ int cmd_bench(int argc, char **argv)
                    "%.2f %.2f %.2f\n",
                    nl_peak_rss_mb(), load[1][0], load[1][1], load[1][2]);
         }
+        if (a.layers)
+            rc = print_layers(rows, nrows, &a, &err);
     }
     free_models(models, a.nmodels);
     nl_dataset_free(d);

@@ -225,6 +225,8 @@ static const struct command commands[] = {
      "      --batch B       only this batch size (default: 64 and 256)\n"
      "      --threads T     the many-thread rows use T threads (default: all cores)\n"
      "      --repeat N      rounds over all rows, each row showing its median (default 1)\n"
+     "      --layers        then one more run of each model and mode on the most threads,\n"
+     "                      showing the time of each layer's forward and backward per step\n"
      "      --data-dir DIR  Fashion-MNIST IDX files, used when the store has no 'fashion'\n"
      "                      dataset (default /usr/share/datasets/fashion-mnist)\n",
      NULL},

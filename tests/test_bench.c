@@ -147,6 +147,49 @@ int main(void)
          "it ends with the speedup of two threads over one");
     like(out, "resnet18-16    train      4 ", "for the row");
 
+    /* --layers: one more run per mode, each layer's share of thread 0's step. */
+    is_int(nnlab("--json bench --steps 3 --warmup 1 --model resnet18-16 --batch 4 --threads 2 "
+                 "--mode both --layers"),
+           0, "bench --layers runs in both modes");
+    is_int(count(out, "{\"event\":\"bench_layers\",\"model\":\"resnet18-16\""), 2,
+           "a layer table for training and one for inference");
+    like(out,
+         "{\"layer\":\"relu\",\"kind\":\"relu\",\"forward_ms\":0,\"backward_ms\":0,"
+         "\"runs_in\":\"bn1\",\"how\":\"runs inside bn1\"}",
+         "in training the stem's ReLU runs inside its batchnorm, and takes no time of its own");
+    like(out,
+         "{\"layer\":\"bn1\",\"kind\":\"batchnorm\",\"forward_ms\":0,\"backward_ms\":0,"
+         "\"runs_in\":\"conv1\",\"how\":\"runs inside conv1\"}",
+         "in inference the batchnorm is folded into the convolution");
+    like(out, "\"how\":\"Winograd F(2x2, 3x3)\"", "a convolution names its lowering");
+    for (const char *p = out; (p = strstr(p, "\"step_ms\":")) != NULL;) {
+        const double step = strtod(p + 10, NULL);
+        const char *end = strstr(p, "]}");
+        double sum = 0.0;
+        int zero_backward = 1;
+        for (const char *q = p; end && (q = strstr(q, "\"forward_ms\":")) != NULL && q < end;) {
+            char *after;
+            sum += strtod(q + 13, &after);
+            const char *b = strstr(after, "\"backward_ms\":");
+            const double back = b ? strtod(b + 14, NULL) : 0.0;
+            zero_backward &= back == 0.0;
+            sum += back;
+            q = after;
+        }
+        const int infer = strstr(p - 120 > out ? p - 120 : out, "\"mode\":\"infer\"") &&
+                          strstr(p - 120 > out ? p - 120 : out, "\"mode\":\"infer\"") < p;
+        ok(step > 0 && sum > 0.3 * step && sum < 1.05 * step,
+           "%s: the layers' times (%.3f ms) make up most of the step (%.3f ms)",
+           infer ? "inference" : "training", sum, step);
+        ok(zero_backward == infer, "%s: %s", infer ? "inference" : "training",
+           infer ? "no backward times" : "backward times");
+        p = end ? end : p + 10;
+    }
+    is_int(nnlab("bench --steps 1 --warmup 0 --model resnet18-16 --batch 4 --threads 1 --layers"),
+           0, "the layer table runs");
+    like(out, "LAYERS of resnet18-16, training, batch 4, 1 thread (", "it names the run");
+    like(out, "all layers", "and ends with the sums");
+
     if (stat(FASHION, &st) != 0) {
         diag("Fashion-MNIST is not installed in " FASHION ": no run of the benchmark itself");
     } else {

@@ -12,6 +12,7 @@
 #include "nnlab/alloc.h"
 #include "nnlab/clock.h"
 #include "nnlab/kernels.h"
+#include "nnlab/model.h"
 #include "nnlab/rng.h"
 #include "nnlab/trainer.h"
 #include "thread_pool.h"
@@ -300,8 +301,9 @@ static int watch_event(void *ud, const struct nl_event *ev)
     return 0;
 }
 
-int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct nl_dataset *d,
-                   int batch, int threads, int warmup, int steps, struct nl_error *err)
+static int bench_train(struct nl_bench_train *out, struct nl_model *m, const struct nl_dataset *d,
+                       int batch, int threads, int warmup, int steps, double *seconds, long *timed,
+                       struct nl_error *err)
 {
     struct nl_train_opts o;
     struct nl_train_result res;
@@ -321,6 +323,8 @@ int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct 
     long iters = ((long)d->split[NL_TRAIN].n + batch - 1) / batch;
     /* Enough epochs for the steps and one lost at each epoch boundary. */
     o.epochs = (int)((warmup + steps + 1) / iters + 2);
+    o.layer_seconds = seconds;
+    o.layer_from = warmup;
     nl_model_init_params(m, 1);
 
     int reset = reset_peak_rss() == 0;
@@ -343,6 +347,8 @@ int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct 
     out->gflops = nl_model_train_flops(m) * out->images_per_second / 1e9;
     out->peak_rss_mb = hwm > 0 ? hwm : nl_peak_rss_mb();
     out->allocs_per_step = (double)(w.allocs1 - w.allocs0) / (double)w.counted;
+    if (timed)
+        *timed = res.layer_steps;
     return 0;
 }
 
@@ -354,8 +360,9 @@ struct infer_run {
     const struct nl_model *m;
     const struct nl_dataset *d;
     int batch, warmup, steps;
-    double seconds;  /* of the measured steps, from thread 0's clock */
-    uint64_t allocs; /* allocations during them */
+    double seconds;        /* of the measured steps, from thread 0's clock */
+    uint64_t allocs;       /* allocations during them */
+    double *layer_seconds; /* nl_bench_layers's, or NULL */
     int failed;
 };
 
@@ -384,6 +391,11 @@ static void infer_thread(void *arg, int t, int count)
         if (t == 0 && step == r->warmup) {
             t0 = nl_now();
             allocs0 = nl_alloc_count();
+            /* thread 0 alone writes them: its executor's, or a team's part 0 */
+            if (r->layer_seconds)
+                memset(r->layer_seconds, 0, 2 * (size_t)r->m->nlayers * sizeof(double));
+            if (r->layer_seconds && x)
+                nl_exec_time_layers(x, r->layer_seconds);
         }
         if (!r->failed && n > 0) {
             for (int i = 0; i < n; i++)
@@ -409,10 +421,12 @@ static void infer_thread(void *arg, int t, int count)
     nl_free(idx);
 }
 
-int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const struct nl_dataset *d,
-                   int batch, int threads, int warmup, int steps, struct nl_error *err)
+static int bench_infer(struct nl_bench_train *out, const struct nl_model *m,
+                       const struct nl_dataset *d, int batch, int threads, int warmup, int steps,
+                       double *seconds, struct nl_error *err)
 {
-    struct infer_run r = {.m = m, .d = d, .batch = batch, .warmup = warmup, .steps = steps};
+    struct infer_run r = {
+        .m = m, .d = d, .batch = batch, .warmup = warmup, .steps = steps, .layer_seconds = seconds};
 
     memset(out, 0, sizeof *out);
     if (batch < 1 || steps < 1 || warmup < 0 || threads < 0)
@@ -437,6 +451,8 @@ int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const s
         nl_exec_free(r.team);
         r.team = NULL;
     }
+    if (r.team && seconds)
+        nl_exec_time_layers(r.team, seconds); /* zeroed by thread 0 after the warm-up */
     r.in = r.team ? nl_alloc_floats((size_t)batch * nl_shape_size(d->shape)) : NULL;
     if ((r.team && !r.in) || (!r.team && nl_prep_new(&r.prep, m, m->params, 0, err) < 0))
         r.failed = 1;
@@ -457,4 +473,43 @@ int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const s
     out->peak_rss_mb = hwm > 0 ? hwm : nl_peak_rss_mb();
     out->allocs_per_step = (double)r.allocs / (double)steps;
     return 0;
+}
+
+int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct nl_dataset *d,
+                   int batch, int threads, int warmup, int steps, struct nl_error *err)
+{
+    return bench_train(out, m, d, batch, threads, warmup, steps, NULL, NULL, err);
+}
+
+int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const struct nl_dataset *d,
+                   int batch, int threads, int warmup, int steps, struct nl_error *err)
+{
+    return bench_infer(out, m, d, batch, threads, warmup, steps, NULL, err);
+}
+
+int nl_bench_layers(struct nl_bench_train *out, struct nl_bench_layer *layers, int infer,
+                    struct nl_model *m, const struct nl_dataset *d, int batch, int threads,
+                    int warmup, int steps, struct nl_error *err)
+{
+    const size_t nl = (size_t)m->nlayers;
+    double *seconds = nl_calloc(2 * nl, sizeof *seconds);
+    struct nl_exec *x = NULL;
+    long timed = steps;
+    int rc;
+
+    if (!seconds)
+        return nl_error_set(err, NL_ENOMEM, "out of memory for %zu layers' times", nl);
+    /* an executor of the run's kind, for which layer runs which (its fusion or folding) */
+    rc = infer ? nl_exec_new_forward(&x, m, 1, err) : nl_exec_new(&x, m, 1, err);
+    if (rc == 0)
+        rc = infer ? bench_infer(out, m, d, batch, threads, warmup, steps, seconds, err)
+                   : bench_train(out, m, d, batch, threads, warmup, steps, seconds, &timed, err);
+    for (size_t i = 0; rc == 0 && i < nl; i++) {
+        layers[i].forward_ms = timed > 0 ? seconds[2 * i] * 1e3 / (double)timed : 0.0;
+        layers[i].backward_ms = timed > 0 ? seconds[2 * i + 1] * 1e3 / (double)timed : 0.0;
+        layers[i].runs_in = nl_exec_runs_in(x, (int)i);
+    }
+    nl_exec_free(x);
+    nl_free(seconds);
+    return rc;
 }

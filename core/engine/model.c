@@ -68,6 +68,7 @@
 
 #include "layers/layers.h"
 #include "nnlab/alloc.h"
+#include "nnlab/clock.h"
 #include "nnlab/kernels.h"
 #include "nnlab/rng.h"
 #include "thread_pool.h"
@@ -585,6 +586,7 @@ struct nl_exec {
     int *fuse, *radd, *runs;
     int group; /* samples per group of an inference forward (the top); 0: the whole batch */
     const struct nl_prep *prep; /* nl_exec_use_prep's, or NULL */
+    double *times;              /* nl_exec_time_layers's, or NULL */
 };
 
 /* Prepared weights (nnlab/model.h): one block, each layer's at at[i] (NO_PREP: none). Why: in
@@ -1267,6 +1269,20 @@ static void fold_pass(struct nl_exec *x, const float *params, int i, struct nl_f
     f->shift = shift;
 }
 
+/* Layer i's forward, its wall time added to x->times where they are kept (part 0's, for a
+ * team: the share that, like every other, runs between the same two barriers). */
+static void run_forward(struct nl_exec *x, int i, int part, const struct nl_layer *l,
+                        const struct nl_fwd *f)
+{
+    if (!x->times || part != 0) {
+        l->ops->forward(l, f);
+        return;
+    }
+    const double t0 = nl_now();
+    l->ops->forward(l, f);
+    x->times[2 * i] += nl_now() - t0;
+}
+
 /* Runs layer i forward on the nb samples from s0 of the executor's batch, reading the model's
  * input from x->input and every other input from the activations before it; with fold, into the
  * buffer of the last layer folded into it, with their output pass. */
@@ -1313,7 +1329,7 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
         f.part = part;
         f.parts = parts;
     }
-    l->ops->forward(l, &f);
+    run_forward(x, i, part, l, &f);
 }
 
 const float *nl_exec_forward(struct nl_exec *x, const float *params, const float *in, int n,
@@ -1336,6 +1352,24 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
         }
     }
     return x->act[m->nlayers - 1];
+}
+
+void nl_exec_time_layers(struct nl_exec *x, double *seconds)
+{
+    x->times = seconds;
+}
+
+int nl_exec_runs_in(const struct nl_exec *x, int i)
+{
+    if (x->runs && x->runs[i] >= 0)
+        return x->runs[i];
+    for (int j = i; x->runs && j >= 0; j--)
+        if (x->fuse[j] >= i)
+            return j; /* the head of the group that ends at or after i */
+    for (int j = i - 1; x->skip && x->skip[i] && j >= 0; j--)
+        if (!x->skip[j] && x->into[j] >= i)
+            return j; /* the layer whose output pass i is folded into */
+    return i;
 }
 
 int nl_exec_team(const struct nl_exec *x)
@@ -1433,7 +1467,7 @@ static void team_forward_relu(struct nl_exec *x, int k, const float *params, str
         .parts = parts,
     };
     f.in[0] = l->inputs[0] < 0 ? x->input : x->act[l->inputs[0]];
-    l->ops->forward(l, &f);
+    run_forward(x, k, part, l, &f);
 }
 
 const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const float *in, int n,
@@ -1682,8 +1716,13 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
             b.part = part;
             b.parts = parts;
         }
-        if (!pool || b.n > 0)
+        if ((!pool || b.n > 0) && x->times && part == 0) {
+            const double t0 = nl_now();
             l->ops->backward(l, &b);
+            x->times[2 * i + 1] += nl_now() - t0;
+        } else if (!pool || b.n > 0) {
+            l->ops->backward(l, &b);
+        }
         int c0, c1;
         const int r = pool ? team_relu_back(x, k, part, parts, &c0, &c1) : -1;
         if (r >= 0) { /* the ReLU's share, from the gradient this share wrote: no barrier */

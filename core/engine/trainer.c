@@ -2139,6 +2139,18 @@ static void epoch_begin(struct loop *L, int epoch, long first_it)
 
 /* Step it of the epoch: its batch, forward and backward on every thread, the reduction and
  * update (or the synchroniser's), and the non-finite loss rule. */
+/* Thread 0's executors keep their layers' times in seconds (nl_train_opts.layer_seconds): the
+ * hybrid step's head and tail are views of the model's layers [0, tail_at) and [tail_at, end). */
+static void time_layers(struct ctx *c, double *seconds)
+{
+    if (c->tail_at > 0) {
+        nl_exec_time_layers(c->w[0].hexec, seconds);
+        nl_exec_time_layers(c->tail, seconds + 2 * (size_t)c->tail_at);
+    } else {
+        nl_exec_time_layers(c->w[0].exec, seconds);
+    }
+}
+
 static int train_step(struct loop *L, long it)
 {
     const struct nl_train_opts *o = L->o;
@@ -2188,6 +2200,10 @@ static int train_step(struct loop *L, long it)
             return nl_error_set(L->err, rc, "the synchroniser cannot begin step %ld", c->step);
     }
     c->fused_now = 0;
+    if (o->layer_seconds && c->step == o->layer_from + 1)
+        time_layers(c, o->layer_seconds);
+    if (o->layer_seconds && c->step > o->layer_from)
+        L->res->layer_steps++;
     nl_pool_run(c->pool, c->team ? team_step : c->tail_at ? hybrid_step : step_thread, c);
     L->res->split_fused += c->fused_now;
     if (o->sync) {

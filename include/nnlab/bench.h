@@ -53,6 +53,22 @@ int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct 
 int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const struct nl_dataset *d,
                    int batch, int threads, int warmup, int steps, struct nl_error *err);
 
+/* Where a step's time goes (`nnlab bench --layers`): nl_bench_train or nl_bench_infer with the
+ * same arguments, and then for each layer i of m, layers[i] (m->nlayers of them, the caller's):
+ * thread 0's wall time in milliseconds per measured step in the layer's forward and backward
+ * calls (nl_exec_time_layers of nnlab/model.h: thread 0 runs the same layers as the others, on
+ * its own shard or its share), and the layer whose calls did its work (nl_exec_runs_in: itself,
+ * or the batchnorm or add a ReLU is fused into in training, or the convolution a batchnorm and
+ * its ReLU are folded into in inference; such a layer's own times are 0). The clock is read
+ * around each layer's calls; the rest of the run is nl_bench_train's or nl_bench_infer's. */
+struct nl_bench_layer {
+    double forward_ms, backward_ms;
+    int runs_in;
+};
+int nl_bench_layers(struct nl_bench_train *out, struct nl_bench_layer *layers, int infer,
+                    struct nl_model *m, const struct nl_dataset *d, int batch, int threads,
+                    int warmup, int steps, struct nl_error *err);
+
 /* Floating-point operations of one sample's forward pass: 2 per multiply-add of the conv, gconv
  * and dense products. */
 double nl_model_infer_flops(const struct nl_model *m);

@@ -136,6 +136,17 @@ void nl_prep_free(struct nl_prep *p);
  * model (nl_model_view's executors need one made from the view) and outlives that use. */
 void nl_exec_use_prep(struct nl_exec *x, const struct nl_prep *p);
 
+/* Per-layer wall time (`nnlab bench --layers`): from now on each call of layer i's forward adds
+ * its seconds to seconds[2i] and each of its backward to seconds[2i + 1], i the layer of x's
+ * model that runs (see nl_exec_runs_in); seconds (2 * nlayers) is the caller's and outlives the
+ * use; NULL stops. A team's executor (nl_exec_forward_team, nl_exec_backward_team) times part 0's
+ * shares only. The clock is read twice a layer and call, nothing else changes. */
+void nl_exec_time_layers(struct nl_exec *x, double *seconds);
+/* The layer whose calls do layer i's work: i itself, or the head of the fused group i belongs to
+ * (a training executor's batchnorm or add with the ReLU after it), or the convolution whose
+ * output pass a forward-only executor folded i into. */
+int nl_exec_runs_in(const struct nl_exec *x, int i);
+
 /* Runs n <= max_n samples x (n, input) through the model with parameters params (the model's own
  * buffer or a copy of the same layout). Returns the logits (n, nclasses), valid until the next
  * call on x. training enables dropout, drawing from rng. */

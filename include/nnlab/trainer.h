@@ -123,6 +123,13 @@ struct nl_train_opts {
     /* A sentence for the person training, said once (the feature cache's use). May be NULL. */
     void (*note)(void *ud, const char *text);
     void *note_ud;
+    /* Per-layer wall time of thread 0 (nl_exec_time_layers in nnlab/model.h), from step
+     * layer_from + 1 on: forward seconds of layer i added to layer_seconds[2i], backward to
+     * [2i + 1] (2 * nlayers doubles, the caller's), the steps counted in the result's
+     * layer_steps. NULL: not kept. Thread 0 runs the same layers as the others on its shard (a
+     * team: its share of each), so its times are the step's, less the waits between layers. */
+    double *layer_seconds;
+    long layer_from;
 };
 
 /* The run's settings among nl_train_opts's fields, as one table (core/store/settings.c): each one's
@@ -372,6 +379,8 @@ struct nl_train_result {
     /* Floats of the frozen layers' prepared weights (nl_prep in nnlab/model.h), made once for
      * the run; 0 for none. */
     size_t prep_floats;
+    /* Steps whose layer times went into nl_train_opts.layer_seconds. */
+    long layer_steps;
 };
 
 /* The end of an epoch, written once for local runs (nl_train) and cluster runs (net/driver.c):
