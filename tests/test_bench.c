@@ -193,8 +193,12 @@ int main(void)
     if (stat(FASHION, &st) != 0) {
         diag("Fashion-MNIST is not installed in " FASHION ": no run of the benchmark itself");
     } else {
-        is_int(nnlab("--json bench --steps 2 --warmup 1 --model mlp --batch 32 --threads 2"), 0,
-               "a short bench runs");
+        is_int(nnlab("--json bench --steps 2 --warmup 1 --model mlp --batch 32 --threads 2 "
+                     "--layers"),
+               0, "a short bench runs");
+        like(out, "{\"layer\":\"relu1\",\"kind\":\"relu\",\"forward_ms\":0,",
+             "mlp's layers train as a team, its ReLU's forward inside fc1's");
+        like(out, "\"runs_in\":\"fc1\",\"how\":\"runs inside fc1\"}", "as its row says");
         like(out, "\"data\":\"Fashion-MNIST from " FASHION ", imported into a temporary store\"",
              "with no store, it imports Fashion-MNIST into a temporary one and says so");
         like(out, "\"gflops_1_thread\":", "the sgemm rate is reported");

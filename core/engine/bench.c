@@ -303,7 +303,7 @@ static int watch_event(void *ud, const struct nl_event *ev)
 
 static int bench_train(struct nl_bench_train *out, struct nl_model *m, const struct nl_dataset *d,
                        int batch, int threads, int warmup, int steps, double *seconds, long *timed,
-                       struct nl_error *err)
+                       int *team_from, struct nl_error *err)
 {
     struct nl_train_opts o;
     struct nl_train_result res;
@@ -349,6 +349,8 @@ static int bench_train(struct nl_bench_train *out, struct nl_model *m, const str
     out->allocs_per_step = (double)(w.allocs1 - w.allocs0) / (double)w.counted;
     if (timed)
         *timed = res.layer_steps;
+    if (team_from)
+        *team_from = res.team_from;
     return 0;
 }
 
@@ -478,7 +480,7 @@ static int bench_infer(struct nl_bench_train *out, const struct nl_model *m,
 int nl_bench_train(struct nl_bench_train *out, struct nl_model *m, const struct nl_dataset *d,
                    int batch, int threads, int warmup, int steps, struct nl_error *err)
 {
-    return bench_train(out, m, d, batch, threads, warmup, steps, NULL, NULL, err);
+    return bench_train(out, m, d, batch, threads, warmup, steps, NULL, NULL, NULL, err);
 }
 
 int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const struct nl_dataset *d,
@@ -495,7 +497,7 @@ int nl_bench_layers(struct nl_bench_train *out, struct nl_bench_layer *layers, i
     double *seconds = nl_calloc(2 * nl, sizeof *seconds);
     struct nl_exec *x = NULL;
     long timed = steps;
-    int rc;
+    int team_from = m->nlayers, rc;
 
     if (!seconds)
         return nl_error_set(err, NL_ENOMEM, "out of memory for %zu layers' times", nl);
@@ -503,11 +505,12 @@ int nl_bench_layers(struct nl_bench_train *out, struct nl_bench_layer *layers, i
     rc = infer ? nl_exec_new_forward(&x, m, 1, err) : nl_exec_new(&x, m, 1, err);
     if (rc == 0)
         rc = infer ? bench_infer(out, m, d, batch, threads, warmup, steps, seconds, err)
-                   : bench_train(out, m, d, batch, threads, warmup, steps, seconds, &timed, err);
+                   : bench_train(out, m, d, batch, threads, warmup, steps, seconds, &timed,
+                                 &team_from, err);
     for (size_t i = 0; rc == 0 && i < nl; i++) {
         layers[i].forward_ms = timed > 0 ? seconds[2 * i] * 1e3 / (double)timed : 0.0;
         layers[i].backward_ms = timed > 0 ? seconds[2 * i + 1] * 1e3 / (double)timed : 0.0;
-        layers[i].runs_in = nl_exec_runs_in(x, (int)i);
+        layers[i].runs_in = nl_exec_runs_in(x, (int)i, (int)i >= team_from);
     }
     nl_exec_free(x);
     nl_free(seconds);

@@ -1359,8 +1359,12 @@ void nl_exec_time_layers(struct nl_exec *x, double *seconds)
     x->times = seconds;
 }
 
-int nl_exec_runs_in(const struct nl_exec *x, int i)
+static int team_relu(const struct nl_exec *x, int k);
+
+int nl_exec_runs_in(const struct nl_exec *x, int i, int team)
 {
+    if (team && i > 0 && team_relu(x, i - 1) == i)
+        return i - 1; /* team_forward_relu */
     if (x->runs && x->runs[i] >= 0)
         return x->runs[i];
     for (int j = i; x->runs && j >= 0; j--)
@@ -1727,9 +1731,12 @@ static void backward(struct nl_exec *x, const float *params, const float *dlogit
         const int r = pool ? team_relu_back(x, k, part, parts, &c0, &c1) : -1;
         if (r >= 0) { /* the ReLU's share, from the gradient this share wrote: no barrier */
             const size_t f = nl_shape_size(m->layers[r].out);
+            const double t0 = x->times && part == 0 ? nl_now() : 0.0;
             for (int s = 0; s < n; s++)
                 nl_relu_backward(x->dact[r - 1] + s * f + c0, x->act[r] + s * f + c0,
                                  x->dact[r] + s * f + c0, (size_t)(c1 - c0), 1);
+            if (x->times && part == 0) /* with its forward, in the dense layer below it */
+                x->times[2 * (r - 1) + 1] += nl_now() - t0;
             if (done) {
                 done(ud, k);
                 done(ud, r);

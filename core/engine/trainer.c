@@ -2068,6 +2068,7 @@ static int train_setup(struct loop *L)
     c->team = team;
     if (split && (rc = hybrid_init(c, split, o->batch, L->err)) < 0)
         return rc;
+    L->res->team_from = team ? 0 : c->tail_at > 0 ? c->tail_at : m->nlayers;
     c->optim = &o->optim;
     c->sync = o->sync;
     c->keep_from = o->sync ? 0 : m->ntrainable;

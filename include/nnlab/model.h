@@ -144,8 +144,10 @@ void nl_exec_use_prep(struct nl_exec *x, const struct nl_prep *p);
 void nl_exec_time_layers(struct nl_exec *x, double *seconds);
 /* The layer whose calls do layer i's work: i itself, or the head of the fused group i belongs to
  * (a training executor's batchnorm or add with the ReLU after it), or the convolution whose
- * output pass a forward-only executor folded i into. */
-int nl_exec_runs_in(const struct nl_exec *x, int i);
+ * output pass a forward-only executor folded i into; with team (x trains as a team, see
+ * nl_exec_forward_team), the dense layer a ReLU runs inside (its forward, and its backward where
+ * that runs within a share too; a ReLU's backward that runs alone is timed as its own). */
+int nl_exec_runs_in(const struct nl_exec *x, int i, int team);
 
 /* Runs n <= max_n samples x (n, input) through the model with parameters params (the model's own
  * buffer or a copy of the same layout). Returns the logits (n, nclasses), valid until the next

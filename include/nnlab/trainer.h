@@ -381,6 +381,9 @@ struct nl_train_result {
     size_t prep_floats;
     /* Steps whose layer times went into nl_train_opts.layer_seconds. */
     long layer_steps;
+    /* The first layer that the threads ran as a team (nl_train_opts.parallel): 0 for all of
+     * them, the tail's first in a hybrid step, the model's layer count for none. */
+    int team_from;
 };
 
 /* The end of an epoch, written once for local runs (nl_train) and cluster runs (net/driver.c):
