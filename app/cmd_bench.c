@@ -622,6 +622,10 @@ static int print_layers(const struct row *rows, int nrows, const struct bench_ar
                 json_str(stdout, l->name);
                 printf(",\"kind\":");
                 json_str(stdout, l->ops->kind);
+                printf(",\"in\":\"%dx%dx%d\",\"out\":\"%dx%dx%d\"", l->in[0].c, l->in[0].h,
+                       l->in[0].w, l->out.c, l->out.h, l->out.w);
+                if (l->kh > 0)
+                    printf(",\"window\":\"%dx%d\"", l->kh, l->kw);
                 printf(",\"forward_ms\":");
                 json_num(stdout, lt[k].forward_ms);
                 printf(",\"backward_ms\":");

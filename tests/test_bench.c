@@ -154,14 +154,20 @@ int main(void)
     is_int(count(out, "{\"event\":\"bench_layers\",\"model\":\"resnet18-16\""), 2,
            "a layer table for training and one for inference");
     like(out,
-         "{\"layer\":\"relu\",\"kind\":\"relu\",\"forward_ms\":0,\"backward_ms\":0,"
+         "{\"layer\":\"relu\",\"kind\":\"relu\",\"in\":\"64x8x8\",\"out\":\"64x8x8\","
+         "\"forward_ms\":0,\"backward_ms\":0,"
          "\"runs_in\":\"bn1\",\"how\":\"runs inside bn1\"}",
          "in training the stem's ReLU runs inside its batchnorm, and takes no time of its own");
     like(out,
-         "{\"layer\":\"bn1\",\"kind\":\"batchnorm\",\"forward_ms\":0,\"backward_ms\":0,"
+         "{\"layer\":\"bn1\",\"kind\":\"batchnorm\",\"in\":\"64x8x8\",\"out\":\"64x8x8\","
+         "\"forward_ms\":0,\"backward_ms\":0,"
          "\"runs_in\":\"conv1\",\"how\":\"runs inside conv1\"}",
          "in inference the batchnorm is folded into the convolution");
     like(out, "\"how\":\"Winograd F(2x2, 3x3)\"", "a convolution names its lowering");
+    like(out,
+         "{\"layer\":\"conv1\",\"kind\":\"conv\",\"in\":\"3x16x16\",\"out\":\"64x8x8\","
+         "\"window\":\"7x7\",",
+         "and its input, output and window");
     for (const char *p = out; (p = strstr(p, "\"step_ms\":")) != NULL;) {
         const double step = strtod(p + 10, NULL);
         const char *end = strstr(p, "]}");
@@ -196,7 +202,9 @@ int main(void)
         is_int(nnlab("--json bench --steps 2 --warmup 1 --model mlp --batch 32 --threads 2 "
                      "--layers"),
                0, "a short bench runs");
-        like(out, "{\"layer\":\"relu1\",\"kind\":\"relu\",\"forward_ms\":0,",
+        like(out,
+             "{\"layer\":\"relu1\",\"kind\":\"relu\",\"in\":\"512x1x1\",\"out\":\"512x1x1\","
+             "\"forward_ms\":0,",
              "mlp's layers train as a team, its ReLU's forward inside fc1's");
         like(out, "\"runs_in\":\"fc1\",\"how\":\"runs inside fc1\"}", "as its row says");
         like(out, "\"data\":\"Fashion-MNIST from " FASHION ", imported into a temporary store\"",

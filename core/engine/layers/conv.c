@@ -270,6 +270,22 @@
  * the noise, for another summation order). What would pay is fewer passes across layers:
  * batchnorm's backward inside the next Winograd output adjoint, its normalisation and ReLU inside
  * the next convolution's input transform.
+ *
+ * Against PyTorch layer by layer (tests/bench/compare_layers.py, 2026-11-28 18:38 UTC, AMD EPYC,
+ * batch 32, two threads; README's "Layer by layer against PyTorch"): resnet8's 3x3 stride-1
+ * layers take 1.46 to 1.85 times less time per step here, its batchnorms with their ReLUs and adds
+ * 3.2 to 3.9 times, the 1x1 shortcuts 2.5 to 3.2, but its stride-2 3x3 layers about the same
+ * (s2c1 1.16, s3c1 1.04), as ResNet-18's 7x7 stem (0.97), layer2.0.conv1 (1.02) and
+ * layer3.0.conv1 (0.90): oneDNN's direct kernels run them at 60 to 70 GFLOP/s a thread, PHASES at
+ * 69 to 83 in the network and its forward at 88 alone (16 images in a small program, the split,
+ * the columns and the product). Tried and not kept the same
+ * day: a direct stride-2 forward from the phase planes (eight filters by three vectors of output
+ * pixels in registers, each tap a masked load of its plane at the tap's shift, no columns): 90
+ * GFLOP/s against PHASES's 88 on s2c1's shape alone, 75 against 86 on s3c1's (7x7 planes: a
+ * fourth vector of one lane per plane), so no room for what the forward could win; the stride-2
+ * layers are as fast as this machine's multiply-adds allow a direct method, and a Winograd form
+ * over the four phases (two-tap filters) cuts the products by at most 1.65 where the transforms
+ * already cost as much as the products.
  */
 #include <limits.h>
 #include <stdlib.h>
