@@ -2389,6 +2389,103 @@ static void test_lanes_rows(int s2)
     }
 }
 
+/* Batchnorm's element-wise passes over all channels of an image at once (nl_bn_*_chans) against a
+ * call per channel of the per-plane kernels, bit for bit: vector and naive paths, planes that
+ * take the vector path (1 to 16) and one that does not (3), channel counts that fill the last
+ * vector and that do not, every activation, written and added, the residual's gradient and dx. */
+static void test_bn_chans(void)
+{
+    static const size_t planes[] = {1, 2, 4, 8, 16, 3};
+    static const int chans[] = {1, 5, 64, 37};
+    const int cmax = 64;
+    const size_t max = 16 * (size_t)cmax;
+    float *x = floats(max), *y = floats(max), *dy = floats(max), *res = floats(max);
+    float *o1 = floats(max), *o2 = floats(max), *r1 = floats(max), *r2 = floats(max);
+    float mu[64], is[64], g[64], b[64], a1[64], a2[64], w[64];
+    int wrong = 0, cases = 0;
+
+    fill(x, max, -1, 1);
+    fill(dy, max, -1, 1);
+    fill(res, max, -1, 1);
+    fill(mu, cmax, -0.3f, 0.3f);
+    fill(is, cmax, 0.5f, 2.0f);
+    fill(g, cmax, -1, 1);
+    fill(b, cmax, -0.5f, 0.5f);
+    fill(a1, cmax, -0.2f, 0.2f);
+    fill(a2, cmax, -0.2f, 0.2f);
+    fill(w, cmax, -1.5f, 1.5f);
+    for (int vec = 1; vec >= 0; vec--) {
+        nl_kernels_vector(vec);
+        for (size_t pi = 0; pi < sizeof planes / sizeof planes[0]; pi++)
+            for (size_t ci = 0; ci < sizeof chans / sizeof chans[0]; ci++)
+                for (int act = NL_ACT_NONE; act <= NL_ACT_RELU6; act++) {
+                    const size_t plane = planes[pi], n = plane * (size_t)chans[ci];
+                    const int c = chans[ci];
+                    nl_scale_shift_naive(y, x, max, 7.3f, -0.4f, act);
+                    for (int with_res = 0; with_res < 2; with_res++) {
+                        fill_value(o1, max, 9.0f);
+                        fill_value(o2, max, 9.0f);
+                        nl_bn_apply_act_chans(o1, x, with_res ? res : NULL, plane, c, mu, is, g, b,
+                                              act);
+                        for (int k = 0; k < c; k++)
+                            nl_bn_apply_act(o2 + k * plane, x + k * plane,
+                                            with_res ? res + k * plane : NULL, plane, mu[k], is[k],
+                                            g[k], b[k], act);
+                        wrong += memcmp(o1, o2, max * sizeof *o1) != 0;
+                        cases++;
+                    }
+                    for (unsigned set = 0; set < 4; set++) {
+                        fill_value(o1, max, 0.5f);
+                        fill_value(o2, max, 0.5f);
+                        fill_value(r1, max, -0.25f);
+                        fill_value(r2, max, -0.25f);
+                        nl_bn_backward_apply_res_chans(o1, r1, dy, y, x, plane, c, g, a1, a2, mu,
+                                                       is, act, set);
+                        for (int k = 0; k < c; k++) {
+                            const size_t at = (size_t)k * plane;
+                            nl_bn_backward_apply_res(o2 + at, r2 + at, dy + at, y + at, x + at,
+                                                     plane, g[k], a1[k], a2[k], mu[k], is[k], act,
+                                                     set);
+                        }
+                        wrong += memcmp(o1, o2, max * sizeof *o1) != 0;
+                        wrong += memcmp(r1, r2, max * sizeof *r1) != 0;
+                        fill_value(o1, max, 0.5f);
+                        fill_value(o2, max, 0.5f);
+                        nl_bn_backward_apply_mask_chans(o1, dy, x, plane, c, g, a1, a2, mu, is, w,
+                                                        b, act, (int)(set & 1));
+                        for (int k = 0; k < c; k++) {
+                            const size_t at = (size_t)k * plane;
+                            nl_bn_backward_apply_mask(o2 + at, dy + at, x + at, plane, g[k], a1[k],
+                                                      a2[k], mu[k], is[k], w[k], b[k], act,
+                                                      (int)(set & 1));
+                        }
+                        wrong += memcmp(o1, o2, max * sizeof *o1) != 0;
+                        cases += 3;
+                    }
+                    (void)n;
+                }
+    }
+    nl_kernels_vector(1);
+    is_int(wrong, 0,
+           "batchnorm's passes over all channels of an image: the floats of a call per "
+           "channel, %d cases, vector and naive paths",
+           cases);
+    /* the lanes' parameters do change along the vector: a plane of 4 where each channel differs */
+    fill_value(o1, max, 0.0f);
+    nl_bn_apply_act_chans(o1, x, NULL, 4, 4, mu, is, g, b, NL_ACT_NONE);
+    float want = g[3] * ((x[12] - mu[3]) * is[3]) + b[3];
+    ok(o1[12] == want && o1[16] == 0.0f, "channel 3's plane takes channel 3's parameters, and "
+                                         "nothing past the 4 channels is written");
+    free(x);
+    free(y);
+    free(dy);
+    free(res);
+    free(o1);
+    free(o2);
+    free(r1);
+    free(r2);
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -2895,5 +2992,6 @@ int main(void)
         }
     }
     nl_kernels_vector(1);
+    test_bn_chans();
     return done_testing();
 }

@@ -223,6 +223,34 @@ void nl_bn_backward_apply_mask(float *dx, const float *dy, const float *x, size_
 void nl_bn_backward_apply_mask_naive(float *dx, const float *dy, const float *x, size_t n, float g,
                                      float a1, float a2, float mu, float is, float w, float b,
                                      int act, int set);
+/* The element-wise passes above over all c channels of one image (c * plane floats), each
+ * channel k with its own parameters mu[k], is[k], ...: the floats of a call per channel of the
+ * kernels above, bit for bit (vector paths for planes of 1, 2, 4, 8 and 16 floats, nl_bn_chans_fit;
+ * elsewhere and the naive twins, those kernels' naive twins channel by channel). mask_chans with
+ * NL_ACT_NONE is nl_bn_backward_apply's pass. */
+int nl_bn_chans_fit(size_t plane);
+void nl_bn_apply_act_chans(float *y, const float *x, const float *res, size_t plane, int c,
+                           const float *mu, const float *is, const float *g, const float *b,
+                           int act);
+void nl_bn_apply_act_chans_naive(float *y, const float *x, const float *res, size_t plane, int c,
+                                 const float *mu, const float *is, const float *g, const float *b,
+                                 int act);
+void nl_bn_backward_apply_res_chans(float *dx, float *dres, const float *dy, const float *y,
+                                    const float *x, size_t plane, int c, const float *g,
+                                    const float *a1, const float *a2, const float *mu,
+                                    const float *is, int act, unsigned set);
+void nl_bn_backward_apply_res_chans_naive(float *dx, float *dres, const float *dy, const float *y,
+                                          const float *x, size_t plane, int c, const float *g,
+                                          const float *a1, const float *a2, const float *mu,
+                                          const float *is, int act, unsigned set);
+void nl_bn_backward_apply_mask_chans(float *dx, const float *dy, const float *x, size_t plane,
+                                     int c, const float *g, const float *a1, const float *a2,
+                                     const float *mu, const float *is, const float *w,
+                                     const float *b, int act, int set);
+void nl_bn_backward_apply_mask_chans_naive(float *dx, const float *dy, const float *x, size_t plane,
+                                           int c, const float *g, const float *a1, const float *a2,
+                                           const float *mu, const float *is, const float *w,
+                                           const float *b, int act, int set);
 void nl_add_act_backward(float *d0, float *d1, const float *y, const float *dy, size_t n, int act,
                          unsigned set);
 void nl_add_act_backward_naive(float *d0, float *d1, const float *y, const float *dy, size_t n,

@@ -38,6 +38,13 @@
  * + bias, recomputed from the mean and istd forward used as forward computed it, is > 0 (and < 6)
  * exactly where act(v) is, so the two passes read dout and x only, the same floats.
  *
+ * Small planes (1 to 16 pixels: ResNet-18's layer3 and layer4 at 3x64x64) go the other way for
+ * the passes that write: the sums as above, channel by channel, then the output (forward) or din
+ * (backward, with each channel's g, a1 and a2 kept in scratch) image by image, every channel of
+ * an image in one call (nl_bn_apply_act_chans and the two _chans backward passes of
+ * nnlab/kernels.h, each lane with its channel's parameters), the same floats: a plane of 4 or 16
+ * floats was a call of its own, and the calls cost more than the floats.
+ *
  * In inference the layer is y = x * scale + shift per channel; nl__bn_fold gives the two so
  * that a forward-only executor can fold them into the output pass of the convolution before it
  * (core/engine/model.c), exact to rounding.
@@ -93,6 +100,8 @@ static int bn_setup(struct nl_layer *l, struct nl_error *err)
     l->params[2].stat = 1;
     l->params[3].stat = 1;
     l->aux_bytes = (4 * (size_t)c + 2) * sizeof(float);
+    if (nl_bn_chans_fit((size_t)l->in[0].h * l->in[0].w))
+        l->scratch_fixed = 3 * (size_t)c; /* backward's g, a1 and a2 of every channel */
     return 0;
 }
 
@@ -105,6 +114,7 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
     float *mean = f->aux, *istd = mean + c, *sum1 = istd + c, *sum2 = sum1 + c, *batch = sum2 + c;
     const int use_batch = f->training && !l->frozen;
     const double m = (double)n * (double)plane;
+    const int chans = nl_bn_chans_fit(plane);
 
     if (n <= 0)
         return;
@@ -127,7 +137,7 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
             istd[k] = (float)(1.0 / sqrt((double)rvar[k] + (double)eps_of(l)));
         }
         const float mu = mean[k], is = istd[k], g = gamma[k], bt = beta[k];
-        for (int s = 0; s < n; s++) {
+        for (int s = 0; s < n && !chans; s++) {
             const size_t at = (size_t)s * size + (size_t)k * plane;
             if (s + 1 < n) { /* the next plane's lines on their way (see the top of the file) */
                 nl_prefetch(f->out + at + size, plane);
@@ -137,6 +147,11 @@ static void bn_forward(const struct nl_layer *l, const struct nl_fwd *f)
             nl_bn_apply_act(f->out + at, f->in[0] + at, f->res ? f->res + at : NULL, plane, mu, is,
                             g, bt, f->act);
         }
+    }
+    for (int s = 0; s < n && chans; s++) { /* small planes: image by image (the top) */
+        const size_t at = (size_t)s * size;
+        nl_bn_apply_act_chans(f->out + at, f->in[0] + at, f->res ? f->res + at : NULL, plane, c,
+                              mean, istd, gamma, beta, f->act);
     }
 }
 
@@ -158,6 +173,11 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
     /* act straight after the normalisation: its mask from x (see the top of the file) */
     const int mask = b->act != NL_ACT_NONE && sum2[c + 1] == 0.0f;
     const double m = (double)n * (double)plane;
+    /* small planes: the passes that write din image by image, over every channel at once (the
+     * top), from each channel's g, a1 and a2 kept in scratch; the sums stay channel by channel */
+    const int chans = nl_bn_chans_fit(plane) && b->din[0] && use_batch &&
+                      (b->dres || mask || b->act == NL_ACT_NONE);
+    float *gk = b->scratch, *a1k = gk + c, *a2k = a1k + c;
 
     if (n <= 0)
         return;
@@ -184,6 +204,12 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
         }
         float g = gamma[k] * is;
         float a1 = (float)(sdy / m), a2 = (float)(sdyx / m);
+        if (chans) {
+            gk[k] = g;
+            a1k[k] = a1;
+            a2k[k] = a2;
+            continue;
+        }
         for (int s = 0; s < n && (b->din[0] || b->dres); s++) {
             const size_t at = (size_t)s * size + off;
             const float *dy = b->dout + at, *x = b->in[0] + at, *y = b->out + at;
@@ -216,6 +242,17 @@ static void bn_backward(const struct nl_layer *l, const struct nl_bwd *b)
                     dx[i] = b->set & 1 ? v : dx[i] + v;
                 }
         }
+    }
+    for (int s = 0; s < n && chans; s++) {
+        const size_t at = (size_t)s * size;
+        if (b->dres)
+            nl_bn_backward_apply_res_chans(b->din[0] + at, b->dres + at, b->dout + at, b->out + at,
+                                           b->in[0] + at, plane, c, gk, a1k, a2k, mean, istd,
+                                           b->act, b->set & 3u);
+        else
+            nl_bn_backward_apply_mask_chans(b->din[0] + at, b->dout + at, b->in[0] + at, plane, c,
+                                            gk, a1k, a2k, mean, istd, gamma, beta,
+                                            mask ? b->act : NL_ACT_NONE, b->set & 1);
     }
 }
 
