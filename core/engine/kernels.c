@@ -2164,6 +2164,23 @@ void nl_bn_backward_apply_res_naive(float *dx, float *dres, const float *restric
     }
 }
 
+/* bn_backward_apply_res at the m lanes from dx, dres, dy, y and x: dres the masked dy, dx
+ * g * (gv - a1 - xhat * a2), each written or added by set. */
+AVX512 static inline __attribute__((always_inline)) void
+bn_res_store(float *dx, float *dres, const float *dy, const float *y, const float *x, __mmask16 m,
+             __m512 vg, __m512 va1, __m512 va2, __m512 vmu, __m512 vis, int act, unsigned set)
+{
+    const __mmask16 live = m & act_live_avx512(_mm512_maskz_loadu_ps(m, y), act);
+    const __m512 gv = _mm512_maskz_loadu_ps(live, dy);
+    _mm512_mask_storeu_ps(dres, m,
+                          set & 2 ? gv : _mm512_add_ps(_mm512_maskz_loadu_ps(m, dres), gv));
+    __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x), vmu), vis);
+    __m512 v = _mm512_mul_ps(vg, _mm512_sub_ps(_mm512_sub_ps(gv, va1), _mm512_mul_ps(xh, va2)));
+    if (!(set & 1))
+        v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx), v);
+    _mm512_mask_storeu_ps(dx, m, v);
+}
+
 AVX512 static void bn_backward_apply_res_avx512(float *dx, float *dres, const float *dy,
                                                 const float *y, const float *x, size_t n, float g,
                                                 float a1, float a2, float mu, float is, int act,
@@ -2173,15 +2190,7 @@ AVX512 static void bn_backward_apply_res_avx512(float *dx, float *dres, const fl
                  vmu = _mm512_set1_ps(mu), vis = _mm512_set1_ps(is);
     for (size_t i = 0; i < n; i += 16) {
         const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
-        const __mmask16 live = m & act_live_avx512(_mm512_maskz_loadu_ps(m, y + i), act);
-        const __m512 gv = _mm512_maskz_loadu_ps(live, dy + i);
-        _mm512_mask_storeu_ps(dres + i, m,
-                              set & 2 ? gv : _mm512_add_ps(_mm512_maskz_loadu_ps(m, dres + i), gv));
-        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu), vis);
-        __m512 v = _mm512_mul_ps(vg, _mm512_sub_ps(_mm512_sub_ps(gv, va1), _mm512_mul_ps(xh, va2)));
-        if (!(set & 1))
-            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
-        _mm512_mask_storeu_ps(dx + i, m, v);
+        bn_res_store(dx + i, dres + i, dy + i, y + i, x + i, m, vg, va1, va2, vmu, vis, act, set);
     }
 }
 
@@ -2373,6 +2382,19 @@ AVX512 static inline __attribute__((always_inline)) __m512i chan_index(size_t pl
     return _mm512_loadu_si512(v);
 }
 
+/* The backward passes' five parameters of the lanes of the vector at float i. */
+AVX512 static inline __attribute__((always_inline)) void
+grad_params(__m512 *vg, __m512 *va1, __m512 *va2, __m512 *vmu, __m512 *vis, const float *g,
+            const float *a1, const float *a2, const float *mu, const float *is, size_t i,
+            size_t plane, int c, __m512i idx)
+{
+    *vg = chan_params(g, i, plane, c, idx);
+    *va1 = chan_params(a1, i, plane, c, idx);
+    *va2 = chan_params(a2, i, plane, c, idx);
+    *vmu = chan_params(mu, i, plane, c, idx);
+    *vis = chan_params(is, i, plane, c, idx);
+}
+
 void nl_bn_apply_act_chans_naive(float *y, const float *x, const float *res, size_t plane, int c,
                                  const float *mu, const float *is, const float *g, const float *b,
                                  int act)
@@ -2435,19 +2457,9 @@ AVX512 static void bn_backward_apply_res_chans_avx512(float *dx, float *dres, co
     const __m512i idx = chan_index(plane);
     for (size_t i = 0; i < n; i += 16) {
         const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
-        const __m512 vg = chan_params(g, i, plane, c, idx), va1 = chan_params(a1, i, plane, c, idx),
-                     va2 = chan_params(a2, i, plane, c, idx),
-                     vmu = chan_params(mu, i, plane, c, idx),
-                     vis = chan_params(is, i, plane, c, idx);
-        const __mmask16 live = m & act_live_avx512(_mm512_maskz_loadu_ps(m, y + i), act);
-        const __m512 gv = _mm512_maskz_loadu_ps(live, dy + i);
-        _mm512_mask_storeu_ps(dres + i, m,
-                              set & 2 ? gv : _mm512_add_ps(_mm512_maskz_loadu_ps(m, dres + i), gv));
-        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu), vis);
-        __m512 v = _mm512_mul_ps(vg, _mm512_sub_ps(_mm512_sub_ps(gv, va1), _mm512_mul_ps(xh, va2)));
-        if (!(set & 1))
-            v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), v);
-        _mm512_mask_storeu_ps(dx + i, m, v);
+        __m512 vg, va1, va2, vmu, vis;
+        grad_params(&vg, &va1, &va2, &vmu, &vis, g, a1, a2, mu, is, i, plane, c, idx);
+        bn_res_store(dx + i, dres + i, dy + i, y + i, x + i, m, vg, va1, va2, vmu, vis, act, set);
     }
 }
 
@@ -2491,10 +2503,8 @@ AVX512 static void bn_backward_apply_mask_chans_avx512(float *dx, const float *d
     const __m512i idx = chan_index(plane);
     for (size_t i = 0; i < n; i += 16) {
         const __mmask16 m = lanes(0, (int)(n - i < 16 ? n - i : 16));
-        const __m512 vg = chan_params(g, i, plane, c, idx), va1 = chan_params(a1, i, plane, c, idx),
-                     va2 = chan_params(a2, i, plane, c, idx),
-                     vmu = chan_params(mu, i, plane, c, idx),
-                     vis = chan_params(is, i, plane, c, idx);
+        __m512 vg, va1, va2, vmu, vis;
+        grad_params(&vg, &va1, &va2, &vmu, &vis, g, a1, a2, mu, is, i, plane, c, idx);
         const __m512 xc = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmu);
         __mmask16 live = m;
         if (act != NL_ACT_NONE)
