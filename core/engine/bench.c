@@ -356,9 +356,7 @@ static int bench_train(struct nl_bench_train *out, struct nl_model *m, const str
 
 struct infer_run {
     struct nl_pool *pool;
-    struct nl_exec *team; /* a team's executor on the whole batch (nl_exec_team), or NULL */
     struct nl_prep *prep; /* the model's prepared weights, shared by the threads' executors */
-    float *in;            /* (batch, sample) the team's input */
     const struct nl_model *m;
     const struct nl_dataset *d;
     int batch, warmup, steps;
@@ -369,8 +367,18 @@ struct infer_run {
 };
 
 /* One thread's part of every step: its contiguous shard of the batch, normalised from the
- * dataset and run forward (no dropout), between two barriers. Its executor and input buffer are
- * allocated and first touched here, on this thread. */
+ * dataset and run forward (no dropout) by its own executor, as evaluation runs (eval_thread in
+ * core/engine/trainer.c), then a barrier. Its executor and input buffer are allocated and first
+ * touched here, on this thread.
+ *
+ * A model that a team could run (dense and element-wise layers: nl_exec_team) ran as one on the
+ * threads until 0.4.6, each layer split by units with a barrier after it. On the AMD EPYC of
+ * README's figures (2026-11-28, load average 0.3 to 1, images/s on two threads, alternating) mlp
+ * ran so at 110 to 168 thousand images/s at batch 256 against 165 to 178 thousand with a shard
+ * each (one thread: 91 thousand), at batch 128 109 to 161 against 165 to 170, at batch 64 155 to
+ * 158 against 154 to 159, at batch 32 109 to 148 against 134 to 140: a team's four barriers a
+ * step lose where one thread falls behind, more than packing each weight matrix for each shard
+ * costs. */
 static void infer_thread(void *arg, int t, int count)
 {
     struct infer_run *r = arg;
@@ -382,7 +390,7 @@ static void infer_thread(void *arg, int t, int count)
     float *in = nl_alloc_floats((size_t)(n > 0 ? n : 1) * nl_shape_size(r->d->shape));
     uint32_t *idx = nl_calloc((size_t)(n > 0 ? n : 1), sizeof *idx);
 
-    if (!in || !idx || (!r->team && n > 0 && nl_exec_new_forward(&x, r->m, n, &err) < 0))
+    if (!in || !idx || (n > 0 && nl_exec_new_forward(&x, r->m, n, &err) < 0))
         r->failed = 1;
     else if (x)
         nl_exec_use_prep(x, r->prep);
@@ -393,7 +401,7 @@ static void infer_thread(void *arg, int t, int count)
         if (t == 0 && step == r->warmup) {
             t0 = nl_now();
             allocs0 = nl_alloc_count();
-            /* thread 0 alone writes them: its executor's, or a team's part 0 */
+            /* thread 0 alone writes them */
             if (r->layer_seconds)
                 memset(r->layer_seconds, 0, 2 * (size_t)r->m->nlayers * sizeof(double));
             if (r->layer_seconds && x)
@@ -403,16 +411,10 @@ static void infer_thread(void *arg, int t, int count)
             for (int i = 0; i < n; i++)
                 idx[i] =
                     (uint32_t)(((uint64_t)step * (uint64_t)r->batch + (uint64_t)(lo + i)) % total);
-            nl_dataset_batch(r->d, NL_TRAIN, idx, n,
-                             r->team ? r->in + (size_t)lo * nl_shape_size(r->d->shape) : in, NULL);
-            if (!r->team)
-                nl_exec_forward(x, r->m->params, in, n, 0, NULL);
+            nl_dataset_batch(r->d, NL_TRAIN, idx, n, in, NULL);
+            nl_exec_forward(x, r->m->params, in, n, 0, NULL);
         }
-        if (r->team && !r->failed) /* its first barrier: every row read; its last: all run */
-            nl_exec_forward_team(r->team, r->m->params, r->in, r->batch, 0, NULL, r->pool, t,
-                                 count);
-        else
-            nl_pool_barrier(r->pool);
+        nl_pool_barrier(r->pool);
     }
     if (t == 0) {
         r->seconds = nl_now() - t0;
@@ -443,27 +445,12 @@ static int bench_infer(struct nl_bench_train *out, const struct nl_model *m,
     if (rc < 0)
         return rc;
     int reset = reset_peak_rss() == 0;
-    /* A model that a team runs (dense and element-wise layers) runs as one on the threads, each
-     * reading its rows of the batch (see core/engine/trainer.c): mlp at batch 64 on two threads,
-     * thread CPU time per step of reading and computing, 2026-11-27 at load average 3 (so
-     * indicative), 320 to 332 us per thread against 360 to 362 with a shard each, each thread
-     * packing every weight matrix for its 32 samples. */
-    if (out->threads > 1 && nl_exec_new_forward(&r.team, m, batch, err) == 0 &&
-        !nl_exec_team(r.team)) {
-        nl_exec_free(r.team);
-        r.team = NULL;
-    }
-    if (r.team && seconds)
-        nl_exec_time_layers(r.team, seconds); /* zeroed by thread 0 after the warm-up */
-    r.in = r.team ? nl_alloc_floats((size_t)batch * nl_shape_size(d->shape)) : NULL;
-    if ((r.team && !r.in) || (!r.team && nl_prep_new(&r.prep, m, m->params, 0, err) < 0))
+    if (nl_prep_new(&r.prep, m, m->params, 0, err) < 0)
         r.failed = 1;
     else
         nl_pool_run(r.pool, infer_thread, &r);
     nl_pool_free(r.pool);
-    nl_exec_free(r.team);
     nl_prep_free(r.prep);
-    nl_free(r.in);
     if (r.failed)
         return nl_error_set(err, NL_ENOMEM, "out of memory for inference on %d samples", batch);
     double hwm = reset ? vm_hwm_mb() : -1.0;
