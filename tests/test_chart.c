@@ -3,6 +3,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "chart.h"
@@ -44,6 +45,37 @@ static long count_color(struct chart_rgb c)
     return n;
 }
 
+/* The box of the pixels where chart c drawn on a w x h canvas differs from it drawn without its
+ * empty text: that text's. */
+static void empty_box(struct chart c, int w, int h, int *x_lo, int *x_hi, int *y_lo, int *y_hi)
+{
+    const char *text = c.empty;
+    c.empty = NULL;
+    canvas(w, h);
+    chart_draw(cr, w, h, &c);
+    cairo_surface_flush(surface);
+    const int stride = cairo_image_surface_get_stride(surface);
+    unsigned char *plain = malloc((size_t)stride * h);
+    memcpy(plain, cairo_image_surface_get_data(surface), (size_t)stride * h);
+    c.empty = text;
+    canvas(w, h);
+    chart_draw(cr, w, h, &c);
+    cairo_surface_flush(surface);
+    const unsigned char *d = cairo_image_surface_get_data(surface);
+    *x_lo = *y_lo = 1 << 30;
+    *x_hi = *y_hi = -1;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            if (memcmp(d + (size_t)y * stride + 4 * (size_t)x,
+                       plain + (size_t)y * stride + 4 * (size_t)x, 3) != 0) {
+                *x_lo = x < *x_lo ? x : *x_lo;
+                *x_hi = x > *x_hi ? x : *x_hi;
+                *y_lo = y < *y_lo ? y : *y_lo;
+                *y_hi = y > *y_hi ? y : *y_hi;
+            }
+    free(plain);
+}
+
 static void test_line_chart(void)
 {
     const struct chart_rgb red = {0.9, 0.1, 0.1}, green = {0.1, 0.7, 0.2};
@@ -65,12 +97,26 @@ static void test_line_chart(void)
     ok(count_color(green) > 300, "the second series is visible");
 
     /* Nothing to draw: no crash, nothing drawn, the empty text instead. */
-    struct chart e = {.title = "Empty", .fg = {0, 0, 0}, .empty = "Press Start", .nseries = 1};
+    struct chart e = {.title = "Empty",
+                      .fg = {0, 0, 0},
+                      .empty = "Select or tick runs to see their curves",
+                      .nseries = 1};
     e.ymin = e.ymax = e.xmin = e.xmax = NAN;
     e.series[0] = (struct chart_series){.x = x, .y = y, .n = 0, .color = red};
     canvas(300, 200);
     is_int(chart_draw(cr, 300, 200, &e), 0, "an empty chart draws no points");
     is_int(count_color(red), 0, "and no series pixels");
+
+    /* The empty text on a plot too narrow for it: its words on lines within the plot, right of
+     * the tick labels and left of the frame's edge. */
+    int x_lo, x_hi, y_lo, y_hi;
+    empty_box(e, 260, 220, &x_lo, &x_hi, &y_lo, &y_hi);
+    ok(x_lo > 30 && x_hi < 260 - 8, "its text stays within the plot (columns %d to %d)", x_lo,
+       x_hi);
+    ok(y_hi - y_lo > 20, "on more than one line (rows %d to %d)", y_lo, y_hi);
+    empty_box(e, 640, 300, &x_lo, &x_hi, &y_lo, &y_hi);
+    ok(y_hi - y_lo < 16 && x_hi - x_lo > 150, "and on one line where it fits (%dx%d)", x_hi - x_lo,
+       y_hi - y_lo);
 
     /* A constant series and fixed ranges; too small a surface draws nothing and survives. */
     c.ymin = 0;
@@ -80,6 +126,22 @@ static void test_line_chart(void)
     ok(chart_draw(cr, 640, 300, &c) > 0, "fixed ranges draw");
     canvas(30, 20);
     is_int(chart_draw(cr, 30, 20, &c), 0, "a tiny surface draws no points");
+
+    /* A run of one epoch: each series one point, the dashed one without markers, and a point
+     * between two gaps; each is a dot of its own colour rather than nothing. */
+    const double one_x[1] = {1}, one_y[1] = {0.5}, gap_x[3] = {0, 1, 2}, gap_y[3] = {NAN, 0.8, NAN};
+    struct chart o = {.title = "Accuracy per epoch", .fg = {0, 0, 0}, .nseries = 2};
+    o.ymin = 0;
+    o.ymax = 1;
+    o.xmin = 0;
+    o.xmax = 2;
+    o.series[0] = (struct chart_series){
+        .x = one_x, .y = one_y, .n = 1, .color = red, .width = 1.5, .dashed = 1};
+    o.series[1] = (struct chart_series){.x = gap_x, .y = gap_y, .n = 3, .color = green};
+    canvas(400, 250);
+    is_int(chart_draw(cr, 400, 250, &o), 2, "two lone points are drawn");
+    ok(count_color(red) >= 16, "a series of one point is a dot (%ld pixels)", count_color(red));
+    ok(count_color(green) >= 16, "and a point between gaps (%ld pixels)", count_color(green));
 }
 
 /* Events on the x axis (a cluster run's recoveries): a line at each x inside the range, in the
@@ -417,7 +479,7 @@ static void test_feed(void)
 
 int main(void)
 {
-    plan(56);
+    plan(62);
     test_line_chart();
     test_events();
     test_event_colours();

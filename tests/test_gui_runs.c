@@ -673,7 +673,7 @@ int main(int argc, char **argv)
     if (!bin)
         skip_all("NNLAB_BIN is not set");
 
-    plan(108);
+    plan(109);
     char data_dir[700], spec[700];
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
     snprintf(spec, sizeof spec, "%s/small.nn", gui_tmp);
@@ -881,6 +881,8 @@ int main(int argc, char **argv)
 
     /* The confusion matrix with its per-class table, as `nnlab eval` computes it. */
     gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.select", "s", "run-a");
+    spin(200);
+    ok(screenshot("runs-one-epoch-1024x700"), "screenshot of a run of one epoch's curves");
     ok(runs_page_action_enabled(nw()->runs, "runs.confusion") && !runs_page_reason(nw()->runs),
        "a run with a checkpoint can have its confusion matrix, with no reason shown");
     gtk_widget_activate_action(GTK_WIDGET(nw()->runs), "runs.confusion", NULL);

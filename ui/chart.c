@@ -33,6 +33,53 @@ static double text_width(cairo_t *cr, const char *s, double size)
     return e.x_advance;
 }
 
+/* An empty chart's text centred on (x, y), its words on as many lines (up to 4) as it takes
+ * for each to fit within width; a word longer than width has a line of its own. */
+static void empty_text(cairo_t *cr, const char *text, double x, double y, double width)
+{
+    enum { LINES = 4 };
+    const double size = TICK_SIZE + 1, lead = size + 4;
+    char line[LINES][256];
+    int n = 0;
+    const char *p = text;
+
+    while (*p && n < LINES) {
+        size_t len = 0, fit = 0;
+        for (;;) { /* the longest run of whole words from p that fits (at least one word) */
+            size_t end = len;
+            while (p[end] == ' ')
+                end++;
+            while (p[end] && p[end] != ' ')
+                end++;
+            if (end == len || end >= sizeof line[n])
+                break;
+            memcpy(line[n], p, end);
+            line[n][end] = '\0';
+            if (fit > 0 && text_width(cr, line[n], size) > width)
+                break;
+            fit = len = end;
+            if (!p[end])
+                break;
+        }
+        if (fit == 0) /* a word past the buffer: the rest on one line, cut */
+            fit = strnlen(p, sizeof line[n] - 1);
+        memcpy(line[n], p, fit);
+        line[n][fit] = '\0';
+        n++;
+        p += fit;
+        while (*p == ' ')
+            p++;
+    }
+    for (int i = 0; i < n; i++)
+        text_at(cr, x, y + (i - (n - 1) / 2.0) * lead, line[i], size, 0.5);
+}
+
+/* Whether series point i exists and is finite. */
+static int finite_at(const struct chart_series *se, int i)
+{
+    return i >= 0 && i < se->n && isfinite(se->x[i]) && isfinite(se->y[i]);
+}
+
 /* A "nice" tick step (1, 2 or 5 times a power of ten) for about `want` ticks over span. */
 static double nice_step(double span, int want)
 {
@@ -229,15 +276,15 @@ int chart_draw(cairo_t *cr, int width, int height, const struct chart *c)
     }
     cairo_restore(cr);
 
-    /* Markers are not clipped: a point on the plot's edge (the last epoch) stays whole. */
+    /* Markers are not clipped: a point on the plot's edge (the last epoch) stays whole. A point
+     * with no finite neighbour (a run of one epoch, a point between two gaps) makes no line, so
+     * it has a marker in every series. */
     for (int s = 0; s < c->nseries; s++) {
         const struct chart_series *se = &c->series[s];
-        if (!se->markers)
-            continue;
         set_rgb(cr, se->color, 1.0);
         for (int i = 0; i < se->n; i++) {
-            if (!isfinite(se->x[i]) || !isfinite(se->y[i]) || se->x[i] < x0 || se->x[i] > x1 ||
-                se->y[i] < y0 || se->y[i] > y1)
+            if (!finite_at(se, i) || se->x[i] < x0 || se->x[i] > x1 || se->y[i] < y0 ||
+                se->y[i] > y1 || (!se->markers && (finite_at(se, i - 1) || finite_at(se, i + 1))))
                 continue;
             double px = left + (se->x[i] - x0) / (x1 - x0) * pw;
             double py = bottom - (se->y[i] - y0) / (y1 - y0) * ph;
@@ -297,7 +344,7 @@ int chart_draw(cairo_t *cr, int width, int height, const struct chart *c)
 
     if (!have && c->empty) {
         set_rgb(cr, c->fg, 0.5);
-        text_at(cr, left + pw / 2, top + ph / 2, c->empty, TICK_SIZE + 1, 0.5);
+        empty_text(cr, c->empty, left + pw / 2, top + ph / 2, pw - 12);
     }
 
     /* Legend, right-aligned in the title row or in its own rows. */

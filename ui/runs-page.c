@@ -93,7 +93,9 @@ static void draw_curves(GtkDrawingArea *area, cairo_t *cr, int w, int h, gpointe
                                          : "Accuracy per epoch",
                       .xlabel = "epoch",
                       .fg = nl_window_fg(GTK_WIDGET(area)),
-                      .empty = "Select or tick runs to see their curves"};
+                      .empty = p->curves->len == 0   ? "Select or tick runs to see their curves"
+                               : p->curves->len == 1 ? "This run has no finished epoch"
+                                                     : "These runs have no finished epoch"};
     c.ymin = acc ? NAN : 0;
     c.ymax = c.xmax = NAN;
     c.xmin = 0;
