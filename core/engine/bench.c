@@ -371,8 +371,8 @@ struct infer_run {
  * core/engine/trainer.c), then a barrier. Its executor and input buffer are allocated and first
  * touched here, on this thread.
  *
- * A model that a team could run (dense and element-wise layers: nl_exec_team) ran as one on the
- * threads until 0.4.6, each layer split by units with a barrier after it. On the AMD EPYC of
+ * A model that a team could run (dense and element-wise layers: nl_exec_team) was measured here
+ * as one team on the threads, each layer split by units with a barrier after it. On the AMD EPYC of
  * README's figures (2026-11-28, load average 0.3 to 1, images/s on two threads, alternating) mlp
  * ran so at 110 to 168 thousand images/s at batch 256 against 165 to 178 thousand with a shard
  * each (one thread: 91 thousand), at batch 128 109 to 161 against 165 to 170, at batch 64 155 to
