@@ -239,6 +239,88 @@ void nl_pgemm(float *c, int ldc, const float *ap, const float *b, int ldb, int m
         nl_pgemm_naive(c, ldc, ap, b, ldb, m, n, k, bias, accumulate);
 }
 
+void nl_pgemm_rows(int trans_a, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, int accumulate, float *c, int ldc)
+{
+    float panel[MR * NL_PGEMM_PANEL_K] __attribute__((aligned(64)));
+    const int ph = nl_pgemm_mr(m);
+
+    for (int i0 = 0; i0 < m; i0 += ph) {
+        const int rows = m - i0 < ph ? m - i0 : ph;
+        /* k == 0 still makes one call: c takes its initial value */
+        for (int k0 = 0; k0 < k || k0 == 0; k0 += NL_PGEMM_PANEL_K) {
+            const int kc = k - k0 < NL_PGEMM_PANEL_K ? k - k0 : NL_PGEMM_PANEL_K;
+            const float *src = trans_a ? a + (size_t)k0 * lda + i0 : a + (size_t)i0 * lda + k0;
+            nl_pgemm_pack(panel, src, lda, trans_a, rows, kc);
+            nl_pgemm(c + (size_t)i0 * ldc, ldc, panel, b + (size_t)k0 * ldb, ldb, rows, n, kc, NULL,
+                     accumulate || k0 > 0);
+        }
+    }
+}
+
+void nl_pgemm_nt_naive(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                       int accumulate, float *c, int ldc)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            const float *ar = a + (size_t)i * lda, *br = b + (size_t)j * ldb;
+            float *cij = c + (size_t)i * ldc + j;
+            float acc = accumulate ? *cij : 0.0f;
+            for (int kk = 0; kk < k; kk++)
+                acc = fmaf(ar[kk], br[kk], acc);
+            *cij = acc;
+        }
+}
+
+/* bt (kc, NB) = b's rows [0, nj) (stride ldb), columns [0, kc), turned: each row of bt gathers
+ * a column of 16 rows of b at once (as nl_s2_transpose does; 16 x 16 register transposes were
+ * slower there), the last rows' gathers masked. */
+AVX512 static void turn_block(float *bt, const float *b, int ldb, int nj, int kc)
+{
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(ldb));
+
+    for (int j0 = 0; j0 < nj; j0 += 16) {
+        const __mmask16 m = lanes(0, nj - j0);
+        const float *src = b + (size_t)j0 * ldb;
+        for (int kk = 0; kk < kc; kk++)
+            _mm512_mask_storeu_ps(
+                bt + (size_t)kk * NB + j0, m,
+                _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, src + kk, 4));
+    }
+}
+
+/* b's block of NB rows by NT_K columns turned into bt (NT_K, NB) on the stack, then
+ * nl_pgemm_rows's tiles over it, each panel of a's rows packed for the block. */
+#define NT_K 256
+void nl_pgemm_nt(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                 int accumulate, float *c, int ldc)
+{
+    float bt[NT_K * NB] __attribute__((aligned(64)));
+    float panel[MR * NT_K] __attribute__((aligned(64)));
+    const int ph = nl_pgemm_mr(m);
+
+    if (!nl_kernels_vector_on()) {
+        nl_pgemm_nt_naive(m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+        return;
+    }
+    for (int j0 = 0; j0 < n; j0 += NB) {
+        const int nj = n - j0 < NB ? n - j0 : NB;
+        /* k == 0 still makes one pass: c takes its initial value */
+        for (int k0 = 0; k0 < k || k0 == 0; k0 += NT_K) {
+            const int kc = k - k0 < NT_K ? k - k0 : NT_K;
+            turn_block(bt, b + (size_t)j0 * ldb + k0, ldb, nj, kc);
+            for (int i0 = 0; i0 < m; i0 += ph) {
+                const int rows = m - i0 < ph ? m - i0 : ph;
+                nl_pgemm_pack(panel, a + (size_t)i0 * lda + k0, lda, 0, rows, kc);
+                nl_pgemm(c + (size_t)i0 * ldc + j0, ldc, panel, bt, NB, rows, nj, kc, NULL,
+                         accumulate || k0 > 0);
+            }
+        }
+    }
+}
+
 void nl_im2col_t_naive(float *colst, const float *img, int c, int h, int w, int kh, int kw, int sh,
                        int sw, int ph, int pw, int oh, int ow)
 {

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "nnlab/conv_gemm.h"
 #include "simd.h"
 
 #ifndef OPENBLAS_VERSION
@@ -77,6 +78,12 @@ static void choose_blas_core(void)
  * set by nl_kernels_init. */
 static int small_path;
 
+/* Whether OpenBLAS runs kernels without AVX-512 on a CPU that has it, set by nl_kernels_init:
+ * where the user chose them (OPENBLAS_CORETYPE=Haswell, as some sites set on AMD's Zen 5, whose
+ * AVX-512 older OpenBLAS builds mistook), sgemm runs at half the rate the CPU allows. Then
+ * nl_sgemm's products go to nnlab's own AVX-512 kernels (nl_sgemm_own). */
+static int narrow_blas;
+
 /* 1 where the AVX-512 paths run: set by nl_kernels_init (before any other thread), changed by
  * nl_kernels_vector for tests and benchmarks. */
 static int vector_on;
@@ -106,6 +113,12 @@ void nl_kernels_init(void)
     small_path =
         core && (strcasecmp(core, "SkylakeX") == 0 || strcasecmp(core, "Cooperlake") == 0 ||
                  strcasecmp(core, "SapphireRapids") == 0);
+    narrow_blas = core && vector_on && !small_path;
+    if (narrow_blas) {
+        size_t used = strlen(blas_note);
+        snprintf(blas_note + used, sizeof blas_note - used,
+                 "; its products with alpha 1 run nnlab's AVX-512 kernels");
+    }
     /* The trainer runs one shard per thread; a BLAS call must not start threads of its own. */
     openblas_set_num_threads(1);
 }
@@ -113,6 +126,11 @@ void nl_kernels_init(void)
 const char *nl_kernels_blas_note(void)
 {
     return blas_note;
+}
+
+int nl_sgemm_own(float beta)
+{
+    return narrow_blas && vector_on && (beta == 0.0f || beta == 1.0f);
 }
 
 /* c (m, n) = alpha * op(a) op(b) + beta * c. With beta == 0, c is written without being read, as
@@ -127,6 +145,13 @@ void nl_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const 
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++)
                 c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return;
+    }
+    if (alpha == 1.0f && !(trans_a && trans_b) && nl_sgemm_own(beta)) {
+        if (trans_b)
+            nl_pgemm_nt(m, n, k, a, lda, b, ldb, beta != 0.0f, c, ldc);
+        else
+            nl_pgemm_rows(trans_a, m, n, k, a, lda, b, ldb, beta != 0.0f, c, ldc);
         return;
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,

@@ -7,9 +7,19 @@
 #include <stdint.h>
 
 /* c (m, n) = alpha * op(a) op(b) + beta * c, op(x) = x or x^T; a is (m, k) or (k, m), b is (k, n)
- * or (n, k). Goes to OpenBLAS cblas_sgemm. */
+ * or (n, k). Goes to OpenBLAS cblas_sgemm, but where nl_sgemm_own says, with alpha 1 and not both
+ * turned, to nnlab's AVX-512 kernels: nl_pgemm_rows for b not turned, nl_pgemm_nt for b turned
+ * (nnlab/conv_gemm.h), whose sums do not depend on the shape's blocking. */
 void nl_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc);
+/* 1 where nl_sgemm with this beta goes to nnlab's kernels: OpenBLAS runs kernels without AVX-512 on
+ * a CPU that has it (as OPENBLAS_CORETYPE=Haswell makes it on one with AVX-512), the vector paths
+ * are on and beta is 0 or 1, whatever the shape: OpenBLAS's AVX2 kernels sum an element in orders
+ * that depend on the product's shape, so a product made by blocks of rows or columns (a team's
+ * shares, Winograd's blocks of filters) would give other floats than the whole, and a product taken
+ * turned other floats than the product itself. Some narrow products run slower so (16 x 16 x 784, b
+ * turned: 36 GFLOP/s against OpenBLAS's 60). */
+int nl_sgemm_own(float beta);
 void nl_sgemm_naive(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                     int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
