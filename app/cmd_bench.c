@@ -1,9 +1,10 @@
 /* The bench command: training (and with --mode, inference) speed of models on one thread and on
- * all, beside this machine's OpenBLAS sgemm rate. The shipped image models run on Fashion-MNIST,
- * the text models (embedbag, textcnn) on synthetic documents; "resnet18-S" is torchvision's
- * ResNet-18 (the shipped data/models/resnet18) on synthetic 3xSxS images. The
- * measuring is in core/engine/bench.c; this file finds the data, runs the grid and prints a table
- * or one JSON object.
+ * all, beside this machine's sgemm rate (nl_sgemm's: OpenBLAS's, or nnlab's own kernels where
+ * OpenBLAS runs narrower vectors than the CPU has; the kernels line printed says which). The
+ * shipped image models run on Fashion-MNIST, the text models (embedbag, textcnn) on synthetic
+ * documents; "resnet18-S" is torchvision's ResNet-18 (the shipped data/models/resnet18) on
+ * synthetic 3xSxS images. The measuring is in core/engine/bench.c; this file finds the data, runs
+ * the grid and prints a table or one JSON object.
  *
  * Scaling: each (model, mode, batch) runs on one thread and on all, one right after the other in
  * every round, the one-thread run first in odd rounds and last in even ones, so that a load that
@@ -467,7 +468,7 @@ static void print_header(const struct bench_args *a, const struct bench_model *m
     printf("machine: %s, %d cores; load average %.2f %.2f %.2f\n", nl_term_str(tb, sizeof tb, cpu),
            sg->cores, load[0], load[1], load[2]);
     printf("%s\n", nl_kernels_blas_note());
-    printf("OpenBLAS sgemm %dx%d: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg->size,
+    printf("sgemm %dx%d on those kernels: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg->size,
            sg->size, sg->one_gflops, sg->all_gflops, sg->threads);
     printf("training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps%s\n",
            a->steps, a->warmup, a->repeat > 1 ? ", median of the rounds" : "");

@@ -941,7 +941,9 @@ static void backward_sample(const struct nl_layer *l, const struct nl_bwd *b,
  * thread CPU time, 2026-11-27, load average 4.4); turned by nl_s2_transpose's gathers, the
  * whole backward of an s2c1 image took 37.8 us where SAMPLE's products took 51.6 (s3c1 35.0
  * against 43.8; load average 5.8). Each element is the same sum in the same
- * order, started from dweight's value, so the results are SAMPLE's bit for bit. OpenBLAS takes
+ * order, started from dweight's value, so the results are SAMPLE's bit for bit where the products
+ * are OpenBLAS's SkylakeX family or nnlab's own (nl_sgemm_own); OpenBLAS's AVX2 kernels, which run
+ * with the vector paths off, sum c and c^T in other orders (test_kernels). OpenBLAS takes
  * its small-matrix kernel for the products over rows of both operands too where F*K is at most
  * TURN_ABOVE (0.3.21's SkylakeX bound), and sums in another order there: those weight gradients
  * (resnet8's s2sc, 32 filters of 16 channels) stay SAMPLE's products, which turning did not
