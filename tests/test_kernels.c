@@ -2505,9 +2505,9 @@ static void test_bn_chans(void)
     free(r2);
 }
 
-/* nl_pgemm_rows (each panel packed on the stack, k in chunks of NL_PGEMM_PANEL_K) against the
- * whole matrix packed and nl_pgemm_naive, bit for bit: both transposes, rows around the panel
- * heights of 6 and 5, k past one chunk, from 0 (c full of NaN) and from c; and nl_sgemm_rows,
+/* nl_pgemm_rows (a read in place) against the whole matrix packed and nl_pgemm_naive, bit for
+ * bit, on the vector path and the scalar one: both transposes, rows around the panel heights of 6
+ * and 5, k past several blocks of 128, from 0 (c full of NaN) and from c; and nl_sgemm_rows,
  * where it takes that kernel (OpenBLAS without AVX-512 on a CPU that has it), the same floats. */
 static void check_pgemm_rows(int ta, int m, int n, int k, int accumulate)
 {
@@ -2614,7 +2614,11 @@ static void test_pgemm_rows(void)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int ta = 0; ta <= 1; ta++)
             for (int acc = 0; acc <= 1; acc++)
-                check_pgemm_rows(ta, shapes[i][0], shapes[i][1], shapes[i][2], acc);
+                for (int vec = 1; vec >= 0; vec--) {
+                    nl_kernels_vector(vec);
+                    check_pgemm_rows(ta, shapes[i][0], shapes[i][1], shapes[i][2], acc);
+                }
+    nl_kernels_vector(1);
     const char *note = nl_kernels_blas_note();
     const int narrow = nl_kernels_vector_on() && strstr(note, "SkylakeX") == NULL &&
                        strstr(note, "Cooperlake") == NULL && strstr(note, "SapphireRapids") == NULL;

@@ -120,8 +120,9 @@ void nl_pgemm_naive(float *c, int ldc, const float *ap, const float *b, int ldb,
  * the panel's k columns times b's k rows; mask[v] picks the vector's columns. mr and nv are
  * constants in each instantiation, so the tile's mr*nv accumulators stay in registers. */
 AVX512 static inline __attribute__((always_inline)) void
-tile_avx512(float *c, int ldc, const float *ap, int ph, const float *b, int ldb, int k, int init,
-            const float *bias, const __mmask16 *mask, const int mr, const int nv, const int full)
+tile_avx512(float *c, int ldc, const float *ap, size_t ks, size_t rs, const float *b, int ldb,
+            int k, int init, const float *bias, const __mmask16 *mask, const int mr, const int nv,
+            const int full)
 {
     __m512 acc[MR][4];
 
@@ -135,7 +136,7 @@ tile_avx512(float *c, int ldc, const float *ap, int ph, const float *b, int ldb,
                                     : _mm512_setzero_ps();
     for (int kk = 0; kk < k; kk++) {
         const float *brow = b + (size_t)kk * ldb;
-        const float *arow = ap + (size_t)kk * ph;
+        const float *arow = ap + (size_t)kk * ks;
         __m512 bv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++)
@@ -143,7 +144,7 @@ tile_avx512(float *c, int ldc, const float *ap, int ph, const float *b, int ldb,
                          : _mm512_maskz_loadu_ps(mask[v], brow + 16 * v);
 #pragma GCC unroll 6
         for (int r = 0; r < mr; r++) {
-            const __m512 a = _mm512_set1_ps(arow[r]);
+            const __m512 a = _mm512_set1_ps(arow[r * rs]);
 #pragma GCC unroll 4
             for (int v = 0; v < nv; v++)
                 acc[r][v] = _mm512_fmadd_ps(a, bv[v], acc[r][v]);
@@ -162,28 +163,28 @@ tile_avx512(float *c, int ldc, const float *ap, int ph, const float *b, int ldb,
 #define TILE_MR(NV, FULL)                                                                          \
     switch (mr) {                                                                                  \
     case 1:                                                                                        \
-        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 1, NV, FULL);                     \
+        tile_avx512(c, ldc, ap, ks, rs, b, ldb, k, init, bias, mask, 1, NV, FULL);                 \
         break;                                                                                     \
     case 2:                                                                                        \
-        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 2, NV, FULL);                     \
+        tile_avx512(c, ldc, ap, ks, rs, b, ldb, k, init, bias, mask, 2, NV, FULL);                 \
         break;                                                                                     \
     case 3:                                                                                        \
-        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 3, NV, FULL);                     \
+        tile_avx512(c, ldc, ap, ks, rs, b, ldb, k, init, bias, mask, 3, NV, FULL);                 \
         break;                                                                                     \
     case 4:                                                                                        \
-        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 4, NV, FULL);                     \
+        tile_avx512(c, ldc, ap, ks, rs, b, ldb, k, init, bias, mask, 4, NV, FULL);                 \
         break;                                                                                     \
     case 5:                                                                                        \
-        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 5, NV, FULL);                     \
+        tile_avx512(c, ldc, ap, ks, rs, b, ldb, k, init, bias, mask, 5, NV, FULL);                 \
         break;                                                                                     \
     default:                                                                                       \
-        tile_avx512(c, ldc, ap, ph, b, ldb, k, init, bias, mask, 6, NV, FULL);                     \
+        tile_avx512(c, ldc, ap, ks, rs, b, ldb, k, init, bias, mask, 6, NV, FULL);                 \
         break;                                                                                     \
     }
 
-AVX512 static void tile_any(float *c, int ldc, const float *ap, int ph, const float *b, int ldb,
-                            int k, int init, const float *bias, const __mmask16 *mask, int mr,
-                            int nv)
+AVX512 static void tile_any(float *c, int ldc, const float *ap, size_t ks, size_t rs,
+                            const float *b, int ldb, int k, int init, const float *bias,
+                            const __mmask16 *mask, int mr, int nv)
 {
     /* a full tile of 64 columns, the common case, loads and stores without masks */
     if (nv == 4 && mask[3] == 0xffff) {
@@ -206,10 +207,13 @@ AVX512 static void tile_any(float *c, int ldc, const float *ap, int ph, const fl
     }
 }
 
-AVX512 static void pgemm_avx512(float *c, int ldc, const float *ap, const float *b, int ldb, int m,
-                                int n, int k, const float *bias, int accumulate)
+/* c (m, n) = init + the left matrix (m, k) b; its element (i, kk) at a[i0 * ps + kk * ks + r * rs]
+ * for i = i0 + r, i0 a multiple of the panel height ph, r < ph: a packed (ps = k, ks = ph, rs = 1),
+ * given turned (ps = 1, ks = lda, rs = 1) or by rows (ps = lda, ks = 1, rs = lda). */
+AVX512 static void pgemm_strided(float *c, int ldc, const float *a, size_t ps, size_t ks, size_t rs,
+                                 int ph, const float *b, int ldb, int m, int n, int k,
+                                 const float *bias, int accumulate)
 {
-    const int ph = nl_pgemm_mr(m);
 
     for (int j0 = 0; j0 < n; j0 += NB) {
         const int nj = n - j0 < NB ? n - j0 : NB, nv = (nj + 15) / 16;
@@ -222,12 +226,20 @@ AVX512 static void pgemm_avx512(float *c, int ldc, const float *ap, const float 
             const int init = accumulate || kb > 0 ? 2 : bias ? 1 : 0;
             for (int i0 = 0; i0 < m; i0 += ph) {
                 const int mr = m - i0 < ph ? m - i0 : ph;
-                tile_any(c + (size_t)i0 * ldc + j0, ldc, ap + (size_t)i0 * k + (size_t)kb * ph, ph,
-                         b + (size_t)kb * ldb + j0, ldb, kc, init, bias ? bias + i0 : NULL, mask,
-                         mr, nv);
+                tile_any(c + (size_t)i0 * ldc + j0, ldc, a + (size_t)i0 * ps + (size_t)kb * ks, ks,
+                         rs, b + (size_t)kb * ldb + j0, ldb, kc, init, bias ? bias + i0 : NULL,
+                         mask, mr, nv);
             }
         }
     }
+}
+
+AVX512 static void pgemm_avx512(float *c, int ldc, const float *ap, const float *b, int ldb, int m,
+                                int n, int k, const float *bias, int accumulate)
+{
+    const int ph = nl_pgemm_mr(m);
+
+    pgemm_strided(c, ldc, ap, (size_t)k, (size_t)ph, 1, ph, b, ldb, m, n, k, bias, accumulate);
 }
 
 void nl_pgemm(float *c, int ldc, const float *ap, const float *b, int ldb, int m, int n, int k,
@@ -242,20 +254,20 @@ void nl_pgemm(float *c, int ldc, const float *ap, const float *b, int ldb, int m
 void nl_pgemm_rows(int trans_a, int m, int n, int k, const float *a, int lda, const float *b,
                    int ldb, int accumulate, float *c, int ldc)
 {
-    float panel[MR * NL_PGEMM_PANEL_K] __attribute__((aligned(64)));
-    const int ph = nl_pgemm_mr(m);
+    const size_t ps = trans_a ? 1 : (size_t)lda, ks = trans_a ? (size_t)lda : 1;
 
-    for (int i0 = 0; i0 < m; i0 += ph) {
-        const int rows = m - i0 < ph ? m - i0 : ph;
-        /* k == 0 still makes one call: c takes its initial value */
-        for (int k0 = 0; k0 < k || k0 == 0; k0 += NL_PGEMM_PANEL_K) {
-            const int kc = k - k0 < NL_PGEMM_PANEL_K ? k - k0 : NL_PGEMM_PANEL_K;
-            const float *src = trans_a ? a + (size_t)k0 * lda + i0 : a + (size_t)i0 * lda + k0;
-            nl_pgemm_pack(panel, src, lda, trans_a, rows, kc);
-            nl_pgemm(c + (size_t)i0 * ldc, ldc, panel, b + (size_t)k0 * ldb, ldb, rows, n, kc, NULL,
-                     accumulate || k0 > 0);
-        }
+    if (nl_kernels_vector_on()) {
+        pgemm_strided(c, ldc, a, ps, ks, ps, nl_pgemm_mr(m), b, ldb, m, n, k, NULL, accumulate);
+        return;
     }
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float *cij = c + (size_t)i * ldc + j;
+            float acc = accumulate ? *cij : 0.0f;
+            for (int kk = 0; kk < k; kk++)
+                acc = fmaf(a[(size_t)i * ps + (size_t)kk * ks], b[(size_t)kk * ldb + j], acc);
+            *cij = acc;
+        }
 }
 
 void nl_pgemm_nt_naive(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
@@ -291,14 +303,13 @@ AVX512 static void turn_block(float *bt, const float *b, int ldb, int nj, int kc
     }
 }
 
-/* b's block of NB rows by NT_K columns turned into bt (NT_K, NB) on the stack, then
- * nl_pgemm_rows's tiles over it, each panel of a's rows packed for the block. */
+/* b's block of NB rows by NT_K columns turned into bt (NT_K, NB) on the stack, then the tiles
+ * over it, reading a's rows in place. */
 #define NT_K 256
 void nl_pgemm_nt(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
                  int accumulate, float *c, int ldc)
 {
     float bt[NT_K * NB] __attribute__((aligned(64)));
-    float panel[MR * NT_K] __attribute__((aligned(64)));
     const int ph = nl_pgemm_mr(m);
 
     if (!nl_kernels_vector_on()) {
@@ -311,12 +322,8 @@ void nl_pgemm_nt(int m, int n, int k, const float *a, int lda, const float *b, i
         for (int k0 = 0; k0 < k || k0 == 0; k0 += NT_K) {
             const int kc = k - k0 < NT_K ? k - k0 : NT_K;
             turn_block(bt, b + (size_t)j0 * ldb + k0, ldb, nj, kc);
-            for (int i0 = 0; i0 < m; i0 += ph) {
-                const int rows = m - i0 < ph ? m - i0 : ph;
-                nl_pgemm_pack(panel, a + (size_t)i0 * lda + k0, lda, 0, rows, kc);
-                nl_pgemm(c + (size_t)i0 * ldc + j0, ldc, panel, bt, NB, rows, nj, kc, NULL,
-                         accumulate || k0 > 0);
-            }
+            pgemm_strided(c + j0, ldc, a + k0, (size_t)lda, 1, (size_t)lda, ph, bt, NB, m, nj, kc,
+                          NULL, accumulate || k0 > 0);
         }
     }
 }

@@ -33,18 +33,19 @@ void nl_pgemm_naive(float *c, int ldc, const float *ap, const float *b, int ldb,
                     int k, const float *bias, int accumulate);
 
 /* c (m, n) = init + op(a) (m, k) b (k, n), a not packed: op(a) = a (m, k) with row stride lda,
- * or with trans_a its transpose, a given as (k, m); init is c itself when accumulate, else 0. Each
- * panel of op(a)'s rows is packed in turn, NL_PGEMM_PANEL_K columns at a time, into a buffer on
- * the stack, so the call allocates nothing; each output is still one chain of fused
- * multiply-adds in the order of k, the floats of nl_pgemm_pack and nl_pgemm on the whole of a. */
-#define NL_PGEMM_PANEL_K 2048
+ * or with trans_a its transpose, a given as (k, m); init is c itself when accumulate, else 0. The
+ * tiles of nl_pgemm read a where it lies (each panel's rows by their stride, or the turned
+ * matrix's rows, which hold a panel's k-th column side by side as a packed panel does), so the
+ * call allocates and packs nothing; each output is one chain of fused multiply-adds in the order
+ * of k, the floats of nl_pgemm_pack and nl_pgemm on the whole of a. */
 void nl_pgemm_rows(int trans_a, int m, int n, int k, const float *a, int lda, const float *b,
                    int ldb, int accumulate, float *c, int ldc);
 /* c (m, n) = init + a (m, k) b (n, k)^T, both given by rows (strides lda, ldb); init is c itself
- * when accumulate, else 0. b is turned a block at a time into a buffer on the stack and goes
- * through nl_pgemm's tiles: each output is one chain of fused multiply-adds in the order of k,
- * as nl_pgemm_rows computes c from a and b^T given turned, so the two agree bit for bit, and b
- * a^T computed so is c turned. The naive twin computes the same chains. */
+ * when accumulate, else 0. b is turned a block at a time into a buffer on the stack (64 rows by
+ * 256 columns, 64 KiB) and goes through nl_pgemm's tiles with a read in place: each output is one
+ * chain of fused multiply-adds in the order of k, as nl_pgemm_rows computes c from a and b^T given
+ * turned, so the two agree bit for bit, and b a^T computed so is c turned. The naive twin computes
+ * the same chains. */
 void nl_pgemm_nt(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
                  int accumulate, float *c, int ldc);
 void nl_pgemm_nt_naive(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
