@@ -2601,7 +2601,8 @@ static void check_pgemm_nt(int m, int n, int k, int accumulate)
 
 static void test_pgemm_rows(void)
 {
-    static const int nt[][3] = {{1, 1, 1}, {4, 4, 16}, {5, 33, 17}, {16, 144, 196}, {33, 70, 300}};
+    static const int nt[][3] = {{1, 1, 1},     {4, 4, 16},   {5, 33, 17}, {16, 144, 196},
+                                {33, 70, 300}, {1, 300, 50}, {70, 3, 40}};
     for (size_t i = 0; i < sizeof nt / sizeof nt[0]; i++)
         for (int acc = 0; acc <= 1; acc++)
             for (int vec = 1; vec >= 0; vec--) {

@@ -270,17 +270,90 @@ void nl_pgemm_rows(int trans_a, int m, int n, int k, const float *a, int lda, co
         }
 }
 
+/* The 16 lanes of a dot product added pairwise: lane i and i + 8, then i and i + 4, i and i + 2,
+ * and the last two. */
+static inline float lanes_sum(const float *l)
+{
+    float h[8];
+    for (int i = 0; i < 8; i++)
+        h[i] = l[i] + l[i + 8];
+    for (int i = 0; i < 4; i++)
+        h[i] = h[i] + h[i + 4];
+    return (h[0] + h[2]) + (h[1] + h[3]);
+}
+
 void nl_pgemm_nt_naive(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
                        int accumulate, float *c, int ldc)
 {
+    const int dots = m < NL_PGEMM_NT_TILES || n < NL_PGEMM_NT_TILES;
+
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             const float *ar = a + (size_t)i * lda, *br = b + (size_t)j * ldb;
             float *cij = c + (size_t)i * ldc + j;
             float acc = accumulate ? *cij : 0.0f;
-            for (int kk = 0; kk < k; kk++)
-                acc = fmaf(ar[kk], br[kk], acc);
+            if (dots) {
+                float l[16] = {0};
+                for (int kk = 0; kk < k; kk++)
+                    l[kk % 16] = fmaf(ar[kk], br[kk], l[kk % 16]);
+                acc = accumulate ? acc + lanes_sum(l) : lanes_sum(l);
+            } else {
+                for (int kk = 0; kk < k; kk++)
+                    acc = fmaf(ar[kk], br[kk], acc);
+            }
             *cij = acc;
+        }
+}
+
+/* Dot products of up to R rows of a by up to C rows of b in registers, 16 k at a time, the tail
+ * masked with its lanes left as they were (a masked multiply-add), as the naive twin skips them. */
+AVX512 static inline __attribute__((always_inline)) void
+dot_block(int mr, int nr, int k, const float *a, int lda, const float *b, int ldb, int accumulate,
+          float *c, int ldc, const int R, const int C)
+{
+    __m512 acc[4][8];
+
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++)
+            acc[i][j] = _mm512_setzero_ps();
+    for (int k0 = 0; k0 < k; k0 += 16) {
+        const __mmask16 mk = lanes(0, k - k0);
+        __m512 av[4], bv[8];
+        for (int i = 0; i < R; i++)
+            av[i] =
+                i < mr ? _mm512_maskz_loadu_ps(mk, a + (size_t)i * lda + k0) : _mm512_setzero_ps();
+        for (int j = 0; j < C; j++)
+            bv[j] =
+                j < nr ? _mm512_maskz_loadu_ps(mk, b + (size_t)j * ldb + k0) : _mm512_setzero_ps();
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < C; j++)
+                acc[i][j] = _mm512_mask3_fmadd_ps(av[i], bv[j], acc[i][j], mk);
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float l[16];
+            _mm512_storeu_ps(l, acc[i][j]);
+            float *cij = c + (size_t)i * ldc + j;
+            *cij = accumulate ? *cij + lanes_sum(l) : lanes_sum(l);
+        }
+}
+
+/* A thin product (one side under NL_PGEMM_NT_TILES rows, as a dense layer's batch of one): 4 x 4
+ * blocks of dot products, or 1 x 8 where a is a single row. */
+AVX512 static void pgemm_dots(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                              int accumulate, float *c, int ldc)
+{
+    const int R = m == 1 ? 1 : 4, C = m == 1 ? 8 : 4;
+
+    for (int i0 = 0; i0 < m; i0 += R)
+        for (int j0 = 0; j0 < n; j0 += C) {
+            const int mr = m - i0 < R ? m - i0 : R, nr = n - j0 < C ? n - j0 : C;
+            const float *ai = a + (size_t)i0 * lda, *bj = b + (size_t)j0 * ldb;
+            float *cij = c + (size_t)i0 * ldc + j0;
+            if (R == 1)
+                dot_block(mr, nr, k, ai, lda, bj, ldb, accumulate, cij, ldc, 1, 8);
+            else
+                dot_block(mr, nr, k, ai, lda, bj, ldb, accumulate, cij, ldc, 4, 4);
         }
 }
 
@@ -314,6 +387,10 @@ void nl_pgemm_nt(int m, int n, int k, const float *a, int lda, const float *b, i
 
     if (!nl_kernels_vector_on()) {
         nl_pgemm_nt_naive(m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+        return;
+    }
+    if (m < NL_PGEMM_NT_TILES || n < NL_PGEMM_NT_TILES) {
+        pgemm_dots(m, n, k, a, lda, b, ldb, accumulate, c, ldc);
         return;
     }
     for (int j0 = 0; j0 < n; j0 += NB) {

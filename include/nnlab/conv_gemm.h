@@ -41,11 +41,16 @@ void nl_pgemm_naive(float *c, int ldc, const float *ap, const float *b, int ldb,
 void nl_pgemm_rows(int trans_a, int m, int n, int k, const float *a, int lda, const float *b,
                    int ldb, int accumulate, float *c, int ldc);
 /* c (m, n) = init + a (m, k) b (n, k)^T, both given by rows (strides lda, ldb); init is c itself
- * when accumulate, else 0. b is turned a block at a time into a buffer on the stack (64 rows by
- * 256 columns, 64 KiB) and goes through nl_pgemm's tiles with a read in place: each output is one
- * chain of fused multiply-adds in the order of k, as nl_pgemm_rows computes c from a and b^T given
- * turned, so the two agree bit for bit, and b a^T computed so is c turned. The naive twin computes
- * the same chains. */
+ * when accumulate, else 0. Where m and n are both at least NL_PGEMM_NT_TILES, b is turned a block
+ * at a time into a buffer on the stack (64 rows by 256 columns, 64 KiB) and goes through
+ * nl_pgemm's tiles with a read in place: each output is one chain of fused multiply-adds in the
+ * order of k, as nl_pgemm_rows computes c from a and b^T given turned, so the two agree bit for
+ * bit. A thinner product (a dense layer's batch of one, whose b, the weights, would be turned
+ * whole for one row) takes each output as a dot product: lane j of 16 sums the terms k = j, j +
+ * 16, ... in fused multiply-adds, the lanes are added pairwise (i and i + 8, then i + 4, then i +
+ * 2, then the last two), then added to c's initial value. Either way b a^T computed so is c
+ * turned, to the bit. The naive twin computes the same sums. */
+#define NL_PGEMM_NT_TILES 16
 void nl_pgemm_nt(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
                  int accumulate, float *c, int ldc);
 void nl_pgemm_nt_naive(int m, int n, int k, const float *a, int lda, const float *b, int ldb,

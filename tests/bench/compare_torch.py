@@ -273,8 +273,10 @@ def main():
                            check=True, stdout=subprocess.DEVNULL)
         print("machine: %s; load average %.2f %.2f %.2f; torch from %s" %
               ((machine(),) + os.getloadavg() + (py,)), flush=True)
-        print("%-6s %-6s %3s %4s %10s %8s %7s %8s %7s" %
-              ("RUN", "WHO", "T", "#", "IMAGES/S", "SECONDS", "TEST", "RSS_MB", "OTHERS"), flush=True)
+        mw = max([6] + [len(m) for m in models])  # the model column fits the longest name
+        print("%-*s %-6s %3s %4s %10s %8s %7s %8s %7s" %
+              (mw, "RUN", "WHO", "T", "#", "IMAGES/S", "SECONDS", "TEST", "RSS_MB", "OTHERS"),
+              flush=True)
         results = {}
         for model in models:
             for t in threads:
@@ -283,8 +285,8 @@ def main():
                         r = (torch_run(py, model, t, a.batch, png) if who == "torch"
                              else nnlab_run(a.nnlab, db, model, t, a.batch))
                         results.setdefault((model, t, who), []).append(r)
-                        print("%-6s %-6s %3d %4d %10.0f %8.2f %7.4f %8.0f %7.2f" %
-                              (model, who, t, i + 1, r["ips"], r["seconds"], r["acc"], r["rss"],
+                        print("%-*s %-6s %3d %4d %10.0f %8.2f %7.4f %8.0f %7.2f" %
+                              (mw, model, who, t, i + 1, r["ips"], r["seconds"], r["acc"], r["rss"],
                                r["others"]), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -294,7 +296,7 @@ def main():
     print("\nmedians of %d alternating runs, batch %d, SGD lr 0.05 momentum 0.9 constant, 1 epoch%s" %
           (a.runs, a.batch, ", resnet18 on 3x%dx%d" % (a.side, a.side)
            if "resnet18" in models and a.side != RGB_SIDE else ""))
-    print("%-6s %3s %12s %12s %7s %10s %10s %9s %9s" % ("MODEL", "T", "TORCH_IMG/S", "NNLAB_IMG/S",
+    print("%-*s %3s %12s %12s %7s %10s %10s %9s %9s" % (mw, "MODEL", "T", "TORCH_IMG/S", "NNLAB_IMG/S",
           "RATIO", "TORCH_ACC", "NNLAB_ACC", "TORCH_MB", "NNLAB_MB"))
     for model in models:
         for t in threads:
@@ -306,8 +308,8 @@ def main():
                    "others_cores": statistics.mean(r["others"] for r in tr + nr)}
             row["ratio"] = row["nnlab_images_per_second"] / row["torch_images_per_second"]
             summary.append(row)
-            print("%-6s %3d %12.0f %12.0f %6.2fx %10.4f %10.4f %9.0f %9.0f" %
-                  (model, t, row["torch_images_per_second"], row["nnlab_images_per_second"],
+            print("%-*s %3d %12.0f %12.0f %6.2fx %10.4f %10.4f %9.0f %9.0f" %
+                  (mw, model, t, row["torch_images_per_second"], row["nnlab_images_per_second"],
                    row["ratio"], row["torch_test_accuracy"], row["nnlab_test_accuracy"],
                    row["torch_peak_rss_mb"], row["nnlab_peak_rss_mb"]))
     for model in models:
