@@ -174,8 +174,7 @@ def nnlab_infer(exe, db, model, threads, batch, side):
 
 
 def main_infer(a, py):
-    models = (a.models if a.models != "lenet,mlp" else "lenet,resnet8,mobilenet-tiny,resnet18")
-    models = models.split(",")
+    models = (a.models or "lenet,resnet8,mobilenet-tiny,resnet18").split(",")
     threads = [int(t) for t in a.threads.split(",")]
     batches = [int(b) for b in a.batches.split(",")]
     tmp = tempfile.mkdtemp(prefix="nnlab-compare-")
@@ -231,7 +230,8 @@ def main():
     ap.add_argument("--nnlab", default=os.path.join(ROOT, "build", "app", "nnlab"))
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--python", help="a Python that imports torch")
-    ap.add_argument("--models", default="lenet,mlp")
+    ap.add_argument("--models", default=None,
+                    help="default: lenet,mlp to train, lenet,resnet8,mobilenet-tiny,resnet18 to infer")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
@@ -250,7 +250,9 @@ def main():
         sys.exit("compare_torch: %s is not an executable; build nnlab first (meson setup build && "
                  "ninja -C build) or give --nnlab" % a.nnlab)
     py = find_torch_python(a.python)
-    if "resnet18" in a.models.split(",") and a.mode == "train" and os.path.realpath(py) != \
+    if a.models is None and a.mode == "train":
+        a.models = "lenet,mlp"
+    if a.mode == "train" and "resnet18" in a.models.split(",") and os.path.realpath(py) != \
             os.path.realpath(sys.executable):
         try:
             import numpy, PIL  # noqa: F401 -- write_rgb_pngs needs them in this Python
