@@ -22,7 +22,13 @@
  * the naive twin computes it with fmaf: the two agree bit for bit.
  *
  * nl_im2col_t writes the columns transposed, one output pixel's window per row, for the weight
- * gradient dW (F, K) += dout (F, P) colst (P, K), whose right matrix must be read by rows of K. */
+ * gradient dW (F, K) += dout (F, P) colst (P, K), whose right matrix must be read by rows of K.
+ *
+ * The same tiles serve nl_sgemm where OpenBLAS runs kernels narrower than the CPU's AVX-512
+ * (nl_sgemm_own, core/engine/kernels.c): nl_pgemm_rows reads the left matrix where it lies, a
+ * panel's rows by their stride (or, turned, a panel's column side by side as packed), and
+ * nl_pgemm_nt turns its right matrix a block at a time into a buffer on the stack, or takes a
+ * thin product as dot products of 16 lanes. */
 #include "nnlab/conv_gemm.h"
 
 #include <math.h>
@@ -117,8 +123,10 @@ void nl_pgemm_naive(float *c, int ldc, const float *ap, const float *b, int ldb,
 }
 
 /* One tile: c (mr, up to 16*nv) from its initial value (init: 0 zero, 1 bias, 2 c itself) plus
- * the panel's k columns times b's k rows; mask[v] picks the vector's columns. mr and nv are
- * constants in each instantiation, so the tile's mr*nv accumulators stay in registers. */
+ * the left matrix's k columns times b's k rows, the left matrix's element (r, kk) at
+ * ap[kk * ks + r * rs] (a packed panel: ks = its height, rs = 1); mask[v] picks the vector's
+ * columns. mr and nv are constants in each instantiation, so the tile's mr*nv accumulators stay
+ * in registers. */
 AVX512 static inline __attribute__((always_inline)) void
 tile_avx512(float *c, int ldc, const float *ap, size_t ks, size_t rs, const float *b, int ldb,
             int k, int init, const float *bias, const __mmask16 *mask, const int mr, const int nv,
@@ -214,7 +222,6 @@ AVX512 static void pgemm_strided(float *c, int ldc, const float *a, size_t ps, s
                                  int ph, const float *b, int ldb, int m, int n, int k,
                                  const float *bias, int accumulate)
 {
-
     for (int j0 = 0; j0 < n; j0 += NB) {
         const int nj = n - j0 < NB ? n - j0 : NB, nv = (nj + 15) / 16;
         __mmask16 mask[4];
