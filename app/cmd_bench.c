@@ -282,6 +282,8 @@ static void print_json(const char *cpu, int cores, const char *source, const str
     json_num(stdout, sg->one_gflops);
     printf(",\"threads\":%d,\"gflops_all_threads\":", sg->threads);
     json_num(stdout, sg->all_gflops);
+    printf(",\"round_trip_ns\":");
+    json_num(stdout, sg->round_trip_ns);
     printf("},\"results\":[");
     for (int i = 0; i < nrows; i++) {
         const struct row *w = &rows[i];
@@ -470,6 +472,8 @@ static void print_header(const struct bench_args *a, const struct bench_model *m
     printf("%s\n", nl_kernels_blas_note());
     printf("sgemm %dx%d on those kernels: %.1f GFLOP/s on 1 thread, %.1f on %d at once\n", sg->size,
            sg->size, sg->one_gflops, sg->all_gflops, sg->threads);
+    if (sg->round_trip_ns > 0)
+        printf("a cache line from one thread to another and back: %.0f ns\n", sg->round_trip_ns);
     printf("training: SGD lr 0.05 momentum 0.9, %ld steps per row after %ld warm-up steps%s\n",
            a->steps, a->warmup, a->repeat > 1 ? ", median of the rounds" : "");
     if (a->nmodes == 2 || a->modes[0] == 1)

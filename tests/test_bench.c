@@ -195,6 +195,7 @@ int main(void)
            0, "the layer table runs");
     like(out, "LAYERS of resnet18-16, training, batch 4, 1 thread (", "it names the run");
     like(out, "all layers", "and ends with the sums");
+    ok(!strstr(out, "from one thread to another"), "one thread: no round trip between threads");
 
     if (stat(FASHION, &st) != 0) {
         diag("Fashion-MNIST is not installed in " FASHION ": no run of the benchmark itself");
@@ -210,6 +211,9 @@ int main(void)
         like(out, "\"data\":\"Fashion-MNIST from " FASHION ", imported into a temporary store\"",
              "with no store, it imports Fashion-MNIST into a temporary one and says so");
         like(out, "\"gflops_1_thread\":", "the sgemm rate is reported");
+        const char *trip = strstr(out, "\"round_trip_ns\":");
+        double ns = trip ? strtod(trip + strlen("\"round_trip_ns\":"), NULL) : 0.0;
+        ok(ns > 10.0 && ns < 1e6, "a cache line's round trip between the two threads: %.0f ns", ns);
         like(out, "{\"model\":\"mlp\",\"batch\":32,\"threads\":1,\"steps\":2,",
              "a row on one thread");
         like(out, "{\"model\":\"mlp\",\"batch\":32,\"threads\":2,\"steps\":2,",

@@ -16,10 +16,18 @@ struct nl_bench_sgemm {
     int threads;       /* for all_gflops */
     double one_gflops; /* one thread alone */
     double all_gflops; /* every thread at once, each on its own matrices, summed */
+    /* The fastest round trip of a cache line between two of the pool's threads, in nanoseconds
+     * (one writes it, the other answers; the least over blocks of rounds), or 0 with one thread.
+     * Where the two cores share a cache it is about 100 to 200 ns; where a virtual machine's
+     * cores lie on different dies, several times that, and every line that one thread writes
+     * and another then reads or writes pays it: a team's weights, a sum of gradients. A virtual
+     * machine's host may move its cores between dies while it runs. */
+    double round_trip_ns;
 };
 
 /* Times single-threaded OpenBLAS sgemm on size x size matrices for about `seconds` seconds on one
- * thread, then on `threads` threads at once (0: one per core). */
+ * thread, then on `threads` threads at once (0: one per core), and measures round_trip_ns on the
+ * threads' pool. */
 int nl_bench_sgemm(struct nl_bench_sgemm *out, int size, int threads, double seconds,
                    struct nl_error *err);
 
