@@ -1506,6 +1506,17 @@ const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const 
     return x->act[m->nlayers - 1];
 }
 
+int nl_exec_team_rows(const struct nl_exec *x, int i, int part, int parts, int *lo, int *hi)
+{
+    const struct nl_layer *l = &x->m->layers[i];
+
+    if (l->ops == &nl__dense_ops)
+        return nl__dense_units(l, x->n, part, parts, lo, hi);
+    *lo = 0;
+    *hi = part == 0;
+    return 1;
+}
+
 void nl_exec_memory(const struct nl_exec *x, size_t *block, size_t *alive, size_t *apart)
 {
     *block = x->block_floats;

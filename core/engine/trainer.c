@@ -11,7 +11,7 @@
  * split each layer between them (dense by units, and its input gradient by input features, in
  * core/engine/layers/dense.c; element-wise layers by samples), with the pool's barrier after each,
  * backward writes the one gradient buffer (thread 0's; each thread computes its units' weight
- * gradient whole, so nothing is reduced), and each thread steps its slice of the parameters.
+ * gradient whole, so nothing is reduced), and each thread steps the weight rows its forward read.
  * Every float is the one thread's, whatever the thread count (test_train). Why: mlp at batch 64
  * took 17% more CPU time on two sample-parallel threads than on one (see update_shared); as a
  * team, thread CPU time per step, 2026-11-27, load average 6 (so indicative), 779 and 794 us on
@@ -716,6 +716,39 @@ static void update_dense(struct ctx *c, size_t lo, size_t hi, int count)
     }
 }
 
+/* A team's update (team_step; hybrid_step's tail): thread t steps, of each layer of x's model
+ * xm, the rows of its parameters that its share read in forward (nl_exec_team_rows: a dense
+ * layer's output units), whose gradient rows it computed too where the weight gradient is taken
+ * by units. Each float is stepped as update_dense steps it, whoever takes it. Why: a weight that
+ * one core read and the other then writes costs the writer a trip to the reader's cache; where
+ * the cores lie on different dies (a round trip of 400 to 500 ns in `nnlab bench`), an update of
+ * half of mlp's weights took 200 to 300 us a step on each thread, against 40 to 80 us for the
+ * same update of lines that only the writer had read (a small program, 2026-11-29, Zen 5 EPYC
+ * under KVM). Cut into equal slices of all the parameters instead, the thread whose slice ended
+ * in fc1's rows that the other's forward read paid for them. mlp at batch 64, two threads, ten
+ * rounds alternating with the equal slices (same day): 70,960 to 114,670 images/s against 64,437
+ * to 113,546, faster in nine rounds; by 3 to 11% in the rounds where both ran at a round trip
+ * of 380 to 500 ns, by 1 to 2% at 90 to 160 ns. fc2's weights stay shared: its input gradient
+ * by input features reads every row. */
+static void team_update(struct ctx *c, const struct nl_exec *x, const struct nl_model *xm, int t,
+                        int count)
+{
+    for (int i = 0; i < xm->nlayers; i++) {
+        const struct nl_layer *l = &xm->layers[i];
+        if (l->frozen || l->param_count == 0)
+            continue;
+        int lo, hi;
+        const size_t rows = (size_t)nl_exec_team_rows(x, i, t, count, &lo, &hi);
+        for (int k = 0; k < l->nparams && lo < hi; k++) {
+            const struct nl_param *p = &l->params[k];
+            if (p->stat)
+                continue;
+            const size_t at = l->param_offset + p->offset, each = p->count / rows;
+            update_dense(c, at + (size_t)lo * each, at + (size_t)hi * each, 1);
+        }
+    }
+}
+
 /* The update of [lo, hi), whose gradient is zero in every thread's buffer: none where a zero
  * gradient changes nothing, else the optimizer's step over thread 0's zeros. */
 static void update_zero(struct ctx *c, size_t lo, size_t hi)
@@ -1358,9 +1391,11 @@ static void step_thread(void *arg, int t, int count)
  * barrier after each), each thread the loss of its rows (thread 0
  * all of a regression's), every thread its
  * share of each layer's backward into thread 0's gradient (its units' weight gradient whole:
- * nothing to reduce), and then steps its slice of the parameters. Every float is computed as one
- * thread computes it, whatever the thread count (core/engine/layers/dense.c). Stepping instead
- * the weight rows whose gradient the thread computed (still in its cache) gained nothing: the
+ * nothing to reduce), and then steps the rows of the weights that its forward share read
+ * (team_update, which says why). Every float is computed as one thread computes it, whatever
+ * the thread count (core/engine/layers/dense.c). On the host of 2026-11-27, stepping the weight
+ * rows whose gradient the thread computed (still in its cache), rather than equal slices, gained
+ * nothing: the
  * update's thread CPU time per step, mlp, 2026-11-27 at load average 2.9 to 3.5, medians of three
  * rounds, 118 and 131 us against 121 and 132 at batch 64, 132 and 136 against 129 and 131 at 256;
  * it streams the weights and the momentum, which neither core holds. Nor did it even out the
@@ -1413,9 +1448,7 @@ static void team_step(void *arg, int t, int count)
     }
     nl_pool_barrier(c->pool);
     nl_exec_backward_team(w->exec, c->params, w->dlogits, w->grad, c->pool, t, count);
-    size_t a, b;
-    nl_block_range(m->ntrainable, 16, t, count, &a, &b);
-    update_dense(c, a, b, 1);
+    team_update(c, w->exec, m, t, count);
 }
 
 /* A hybrid step (tail_at > 0; see hybrid_split for when): each thread reads its shard and runs
@@ -1427,7 +1460,8 @@ static void team_step(void *arg, int t, int count)
  * into dtin (complete after its last barrier); each thread then runs the head's backward on its
  * rows of dtin into its own buffer. After a barrier the head's gradient [0, tail_lo) is summed
  * over the threads and stepped as update_dense does, by slices; the tail's [tail_lo, ntrainable)
- * is stepped from thread 0's alone; the statistics' sums are summed for nl_model_update_stats.
+ * is stepped from thread 0's alone, by the rows each thread's share read (team_update); the
+ * statistics' sums are summed for nl_model_update_stats.
  * The floats: the head's forward is the sample-parallel one's; the tail's forward, its weight
  * gradient and its input's gradient are those of one thread on the whole batch (a team's); the
  * head's weight gradient is summed over the shards as by samples. */
@@ -1478,8 +1512,7 @@ static void hybrid_step(void *arg, int t, int count)
     float *g = c->w[0].grad;
     nl_block_range(c->tail_lo, 16, t, count, &a, &b);
     update_dense(c, a, b, count);
-    nl_block_range(m->ntrainable - c->tail_lo, 16, t, count, &a, &b);
-    update_dense(c, c->tail_lo + a, c->tail_lo + b, 1);
+    team_update(c, c->tail, c->tail_m, t, count);
     nl_block_range(m->nreduce - m->ntrainable, 16, t, count, &a, &b);
     for (int j = 1; j < count && a < b; j++)
         nl_add_clear(g + m->ntrainable + a, c->w[j].grad + m->ntrainable + a, b - a);

@@ -173,6 +173,12 @@ const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const 
                                   int parts);
 void nl_exec_backward_team(struct nl_exec *x, const float *params, const float *dlogits,
                            float *dparams, struct nl_pool *pool, int part, int parts);
+/* The rows of layer i's parameters that share part of parts of a team reads in forward on the
+ * executor's last batch: each parameter of the layer read as R rows of count / R floats, where R
+ * is what it returns, share part takes rows [*lo, *hi) of every one (dense: its output units,
+ * whose weight rows its forward reads; a kind that a team does not split: R is 1, and part 0
+ * takes it whole). The shares cover every row once. */
+int nl_exec_team_rows(const struct nl_exec *x, int i, int part, int parts, int *lo, int *hi);
 
 /* Backward from now on writes the gradient of the model's input, (n, input) floats, into din
  * (NULL: none, the default): it overwrites din where one layer alone reads the input once and its

@@ -119,13 +119,21 @@ static int part_range(int count, double mnk, int direct, int part, int parts, in
     return 0;
 }
 
+int nl__dense_units(const struct nl_layer *l, int n, int part, int parts, int *lo, int *hi)
+{
+    const int in = (int)nl_shape_size(l->in[0]), units = l->units;
+
+    part_range(units, (double)n * units * in, 0, part, parts, 0, lo, hi);
+    return units;
+}
+
 static void dense_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     const int n = f->n, in = (int)nl_shape_size(l->in[0]), units = l->units;
     const float beta = l->no_bias ? 0.0f : 1.0f; /* the sums start from the bias, if any */
     int u0, u1;
 
-    part_range(units, (double)n * units * in, 0, f->part, f->parts, 0, &u0, &u1);
+    nl__dense_units(l, n, f->part, f->parts, &u0, &u1);
     if (n <= 0 || u0 >= u1)
         return;
     const int nu = u1 - u0;

@@ -40,6 +40,9 @@ extern const struct nl_layer_ops nl__embedcols_ops;
 int nl__dense_din_cols(const struct nl_layer *l, int n, int set, int part, int parts, int *lo,
                        int *hi);
 int nl__dense_dout_cols(const struct nl_layer *l, int n, int part, int parts, int *lo, int *hi);
+/* The output units [*lo, *hi) of a dense layer whose forward share part of parts computes on n
+ * samples (the weight rows it reads); returns the layer's units. */
+int nl__dense_units(const struct nl_layer *l, int n, int part, int parts, int *lo, int *hi);
 
 /* Fills err with "layer 'NAME' (line L): " and the formatted text (no line part when l->line is
  * 0) and returns NL_EINVAL. */
