@@ -1583,7 +1583,7 @@ static void test_prep(void)
         {"resnet18", {3, 64, 64}, 10, {1, 2, 16, 21}},
         {"resnet8", {1, 28, 28}, 4, {1, 3, 17, 0}},
         {"lenet", {1, 28, 28}, 0, {1, 4, 0, 0}},
-        {"prep_spec", {512, 6, 6}, 1, {1, 2, 0, 0}},
+        {"prep_spec", {512, 6, 6}, 1, {1, 8, 0, 0}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct nl_error err = {0};
@@ -1758,6 +1758,64 @@ static void test_prep_frozen(void)
     }
 }
 
+/* Inference on few tiles (conv.c's WINO_DIRECT): a Winograd layer whose u is large for the
+ * call's tiles (512 channels on 7x7, 4 tiles an image) runs SAMPLE's forward from the weights at
+ * one image and SHARD's at two, bit for bit, into NaNs; in training, and at 8 images, Winograd's
+ * own (other floats, close to them). */
+static void test_wino_direct(void)
+{
+    const struct nl_shape in = {512, 7, 7};
+    struct harness wino = {
+        .l = {.filters = 512, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1, .in = {in}}};
+    harness_make(&wino, "conv", 8);
+    if (wino.l.lower != NL_LOWER_WINOGRAD) {
+        diag("conv 512 3x3 on 7x7 takes %s here, not Winograd: nothing to compare",
+             nl_lowering_name(wino.l.lower));
+        harness_free(&wino);
+        return;
+    }
+    const int counts[] = {1, 2, 8};
+    const enum nl_lowering twins[] = {NL_LOWER_SAMPLE, NL_LOWER_SHARD, NL_LOWER_SHARD};
+    for (int c = 0; c < 3; c++) {
+        const int n = counts[c];
+        struct harness gemm = {.l = {.lowering = twins[c],
+                                     .filters = 512,
+                                     .kh = 3,
+                                     .kw = 3,
+                                     .sh = 1,
+                                     .sw = 1,
+                                     .ph = 1,
+                                     .pw = 1,
+                                     .in = {in}}};
+        harness_make(&gemm, "conv", n);
+        memcpy(gemm.in, wino.in, gemm.in_count * sizeof *gemm.in);
+        memcpy(gemm.w, wino.w, gemm.l.param_count * sizeof *gemm.w);
+        wino.n = n;
+        wino.out_count = gemm.out_count;
+        forward(&gemm);
+        for (int training = 0; training <= 1; training++) {
+            wino.training = training;
+            forward(&wino);
+            const int same = memcmp(wino.out, gemm.out, gemm.out_count * sizeof *gemm.out) == 0;
+            double worst = 0.0;
+            for (size_t i = 0; i < gemm.out_count; i++) {
+                const double d = fabs((double)wino.out[i] - gemm.out[i]);
+                worst = d > worst || isnan(d) ? d : worst;
+            }
+            if (!training && n < 8)
+                ok(same, "conv 512 3x3 on 7x7, %d image(s), inference: %s's floats", n,
+                   nl_lowering_name(twins[c]));
+            else
+                ok(!same && worst < 1e-2,
+                   "conv 512 3x3 on 7x7, %d images, %s: Winograd's (%g from %s's)", n,
+                   training ? "training" : "inference", worst, nl_lowering_name(twins[c]));
+        }
+        harness_free(&gemm);
+    }
+    wino.n = 8;
+    harness_free(&wino);
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -1788,6 +1846,7 @@ int main(void)
     test_overwrite_sample();
     test_prep();
     test_prep_frozen();
+    test_wino_direct();
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     ok(!scratch_overrun, "no forward or backward wrote past the scratch nl_layer_scratch asks for");
     return done_testing();

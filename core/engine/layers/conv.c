@@ -817,6 +817,30 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     }
 }
 
+/* Inference on few tiles (WINO_DIRECT): where u is larger than WINO_DIRECT floats for each tile
+ * of the call, the forward of a forward-only call goes as SHARD (one image: SAMPLE) from the
+ * weights themselves. Each of WINOGRAD's a*a products is then (F, C) by (C, T) for a handful of
+ * columns, so that the call's time is u's trip from memory, whatever T: ResNet-18's layer4 at
+ * 3x224x224 (512 channels on 7x7, u 9.4M floats, 4 tiles an image) took 9.4 to 9.5 ms an image
+ * at batch 1 and 8.2 to 8.5 ms for four images, against 1.9 to 2.0 and 7.3 to 7.4 as SAMPLE and
+ * SHARD (`nnlab bench --model resnet18-224 --mode infer --threads 1 --layers`, 2026-11-29, Zen 5
+ * EPYC); its layer3 (u 2.4M floats, 16 tiles) 1.52 against 1.77 at batch 1, and layer2 (49
+ * tiles) 0.72 against 1.58, stay WINOGRAD. The floats are SAMPLE's: a call's outputs then
+ * depend on whether it has few images, as PyTorch's choice of algorithm by shape makes them.
+ * Training keeps WINOGRAD, whose backward reads what its forward made. */
+#define WINO_DIRECT (512u << 10)
+
+static size_t conv_scratch(const struct nl_layer *l, int n);
+
+static int wino_direct(const struct nl_layer *l, const struct nl_fwd *f, const struct conv_dims *d)
+{
+    const struct nl_wino *p = &d->wino;
+    const size_t u = (size_t)p->a * p->a * d->f * p->c, tiles = (size_t)f->n * p->tiles;
+    const size_t need = f->n > 1 ? ((size_t)d->k + d->f) * d->p * f->n : (size_t)d->k * d->p;
+
+    return !f->training && u > WINO_DIRECT * tiles && need <= conv_scratch(l, f->n);
+}
+
 /* PLANE2: out (n, F, 2, 2) by nl_conv_plane2, with the bias or then the folded output pass. */
 static void forward_plane2(const struct nl_layer *l, const struct nl_fwd *f,
                            const struct conv_dims *d)
@@ -853,6 +877,12 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
         forward_plane2(l, f, &d);
     else if (l->lower == NL_LOWER_S2LANES && f->n >= PLANE2_MIN)
         forward_s2lanes(l, f, &d);
+    else if ((l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2) &&
+             wino_direct(l, f, &d) && f->n > 1)
+        forward_shard(l, f, &d);
+    else if ((l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2) &&
+             wino_direct(l, f, &d))
+        forward_sample(l, f, &d);
     else if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
         forward_winograd(l, f, &d);
     else if (l->lower == NL_LOWER_DIRECT)
