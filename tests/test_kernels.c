@@ -582,10 +582,13 @@ static void test_vector_twins(void)
            batches);
 
     /* Max pooling: ties (values on a grid of eight), NaNs, -inf; windows 1 to 3, strides 1 to 3,
-     * paddings up to half the window. */
+     * paddings up to half the window; rows of up to 35 inputs, and of 289 and 301, whose outputs
+     * span more than one group of MAXPOOL_BLOCKS blocks of 16 in the vector path. */
     int wrong_pool = 0, pools = 0;
-    for (int w = 1; w <= 35; w += 2)
-        for (int k = 1; k <= 3; k++)
+    static const int pool_widths[] = {1,  3,  5,  7,  9,  11, 13, 15, 17,  19,
+                                      21, 23, 25, 27, 29, 31, 33, 35, 289, 301};
+    for (size_t wi = 0; wi < sizeof pool_widths / sizeof pool_widths[0]; wi++)
+        for (int k = 1, w = pool_widths[wi]; k <= 3; k++)
             for (int st = 1; st <= 3; st++)
                 for (int p = 0; 2 * p <= k; p++) {
                     const int c = 2, h = 7, oh = out_size(h, k, st, p), ow = out_size(w, k, st, p);
@@ -1335,8 +1338,10 @@ static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, in
              "match the naive twins",
              m, m, n, c, h, w, f, ph, pw);
 
-    /* Adjoints: <B(x), v> against <x, B^T(v)> and likewise for the filter and output. */
-    double lhs[3] = {0}, rhs[3] = {0};
+    /* Adjoints: <B(x), v> against <x, B^T(v)> and likewise for the filter and output, to within
+     * the rounding of the float transforms: relative to the sums of the products' magnitudes,
+     * since the products cancel (a wrong adjoint is off by a share of those sums). */
+    double lhs[3] = {0}, rhs[3] = {0}, mag[3] = {0};
     fill(v[1], nv, -1, 1);
     fill(u[1], nu, -1, 1);
     memset(dx[0], 0, nin * sizeof(float));
@@ -1344,20 +1349,26 @@ static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, in
     nl_wino_input_adjoint_naive(dx[0], v[1], n, &p);
     nl_wino_filter_adjoint_naive(dwt[0], u[1], &p);
     nl_wino_output_naive(y[0], mm, NULL, NULL, NULL, 0, n, &p);
-    for (size_t i = 0; i < nv; i++)
+    for (size_t i = 0; i < nv; i++) {
         lhs[0] += (double)v[0][i] * v[1][i];
+        mag[0] += fabs((double)v[0][i] * v[1][i]);
+    }
     for (size_t i = 0; i < nin; i++)
         rhs[0] += (double)x[i] * dx[0][i];
-    for (size_t i = 0; i < nu; i++)
+    for (size_t i = 0; i < nu; i++) {
         lhs[1] += (double)u[0][i] * u[1][i];
+        mag[1] += fabs((double)u[0][i] * u[1][i]);
+    }
     for (size_t i = 0; i < nw; i++)
         rhs[1] += (double)wt[i] * dwt[0][i];
-    for (size_t i = 0; i < nout; i++)
+    for (size_t i = 0; i < nout; i++) {
         lhs[2] += (double)y[0][i] * dy[i];
+        mag[2] += fabs((double)y[0][i] * dy[i]);
+    }
     for (size_t i = 0; i < nm; i++)
         rhs[2] += (double)mm[i] * dm[0][i];
     for (int k = 0; k < 3; k++)
-        is_float(lhs[k], rhs[k], 1e-5 * (1.0 + fabs(lhs[k])),
+        is_float(lhs[k], rhs[k], 1e-6 * (1.0 + mag[k]),
                  "winograd F(%dx%d) on %dx%dx%dx%d: the %s transform's adjoint is its adjoint", m,
                  m, n, c, h, w,
                  k == 0   ? "input"
