@@ -1382,12 +1382,12 @@ int cmd_eval(int argc, char **argv)
 struct predict_out {
     FILE *out;
     struct nl_exec *x;
+    struct nl_infer *run; /* x on the machine's cores, where the model is large enough */
     const struct nl_model *m;
     const struct nl_dataset *d;
     float *probs;
     int *rank;
     int top, count;
-    struct nl_rng rng;
     const char *csv; /* the --csv file */
     int text;        /* what is a --text document */
 };
@@ -1397,7 +1397,7 @@ static void predict_one(struct predict_out *p, const char *what, const float *in
     const struct nl_dataset *d = p->d;
     const int k = p->m->nclasses;
     FILE *out = p->out;
-    const float *y = nl_exec_forward(p->x, p->m->params, in, 1, 0, &p->rng);
+    const float *y = nl_infer_forward(p->run, p->m->params, in, 1);
     char cb[512];
 
     if (d->regression) {
@@ -1621,7 +1621,6 @@ int cmd_predict(int argc, char **argv)
     float *in = nl_alloc_floats(nl_shape_size(d->shape));
     p.probs = nl_alloc_floats((size_t)m->nclasses);
     p.rank = nl_calloc((size_t)m->nclasses, sizeof *p.rank);
-    nl_rng_seed(&p.rng, 1);
     if (rc == 0 && (!in || !p.probs || !p.rank))
         rc = nl_error_set(&err, NL_ENOMEM, "out of memory");
     struct nl_prep *prep = NULL;
@@ -1629,6 +1628,8 @@ int cmd_predict(int argc, char **argv)
         rc = nl_exec_new_forward(&p.x, m, 1, &err);
     if (rc == 0 && (rc = nl_prep_new(&prep, m, m->params, 0, &err)) == 0)
         nl_exec_use_prep(p.x, prep);
+    if (rc == 0)
+        rc = nl_infer_new(&p.run, p.x, m, 0, &err);
     /* JSON goes out whole or not at all: it is gathered in memory first. */
     char *json = NULL;
     size_t json_len = 0;
@@ -1659,6 +1660,7 @@ int cmd_predict(int argc, char **argv)
         free(json);
     }
     nl_table_free(tab);
+    nl_infer_free(p.run);
     nl_exec_free(p.x);
     nl_prep_free(prep);
     nl_free(in);

@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/engine/thread_pool.h"
 #include "nnlab/alloc.h"
+#include "nnlab/bench.h"
 #include "nnlab/conv_gemm.h"
 #include "nnlab/kernels.h"
 #include "nnlab/layer.h"
@@ -1816,6 +1818,120 @@ static void test_wino_direct(void)
     harness_free(&wino);
 }
 
+/* ---- one sample split between threads (nl_exec_forward_split) ----
+ *
+ * A forward-only executor split in 2 and 3 parts, on a pool of as many threads, gives the
+ * logits of nl_exec_forward on the same sample bit for bit, with and without prepared weights:
+ * ResNet-18 at 3x64x64 (Winograd, the phase planes, one product a shard), resnet8, lenet,
+ * mobilenet-tiny (grouped convolutions, which run whole on part 0) and 512 channels on 7x7
+ * (Winograd's layer run as SAMPLE for so few tiles). */
+struct split_run {
+    struct nl_exec *x;
+    const float *params, *in;
+    float *got;
+    size_t k;
+    struct nl_pool *pool;
+};
+
+static void split_thread(void *arg, int t, int count)
+{
+    struct split_run *r = arg;
+    const float *logits = nl_exec_forward_split(r->x, r->params, r->in, 1, r->pool, t, count);
+    if (t == 0)
+        memcpy(r->got, logits, r->k * sizeof *logits);
+}
+
+static void test_split(void)
+{
+    static const char wide7[] = "c1: conv 512 3x3 pad=1\n"
+                                "b1: batchnorm\n"
+                                "r1: relu\n"
+                                "c2: conv 512 3x3 pad=1 bias=no\n"
+                                "pool: globalavgpool\n"
+                                "fc: dense N\n";
+    static const struct {
+        const char *name; /* shipped model, or "wide7" */
+        struct nl_shape in;
+    } cases[] = {
+        {"resnet18", {3, 64, 64}},       {"resnet8", {1, 28, 28}}, {"lenet", {1, 28, 28}},
+        {"mobilenet-tiny", {1, 28, 28}}, {"wide7", {512, 7, 7}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct nl_error err = {0};
+        struct nl_spec *spec = NULL;
+        const char *name = cases[c].name;
+        struct nl_model *m =
+            build_perturbed(name, strcmp(name, "wide7") == 0 ? wide7 : NULL, cases[c].in, 5, &spec);
+        if (!m) {
+            nl_spec_free(spec);
+            continue;
+        }
+        const size_t in_size = nl_shape_size(m->input), k = (size_t)m->nclasses;
+        float *in = nl_alloc_floats(in_size), *want = nl_alloc_floats(k), *got = nl_alloc_floats(k);
+        struct nl_exec *fx = NULL, *sx = NULL;
+        struct nl_prep *p = NULL;
+        if (!in || !want || !got || nl_exec_new_forward(&fx, m, 1, &err) < 0 ||
+            nl_exec_new_forward(&sx, m, 1, &err) < 0 ||
+            nl_prep_new(&p, m, m->params, 0, &err) < 0) {
+            ok(0, "%s: executors: %s", name, err.msg);
+            goto next;
+        }
+        fill(in, in_size, -1.0f, 1.0f);
+        memcpy(want, nl_exec_forward(fx, m->params, in, 1, 0, &rng), k * sizeof *want);
+        for (int parts = 2; parts <= 3; parts++)
+            for (int prep = 0; prep <= 1; prep++) {
+                struct split_run r = {.x = sx, .params = m->params, .in = in, .got = got, .k = k};
+                fill_value(got, k, NAN);
+                nl_exec_use_prep(sx, prep ? p : NULL);
+                if (nl_exec_split(sx, parts, &err) < 0 || nl_pool_new(&r.pool, parts, &err) < 0) {
+                    ok(0, "%s: %d parts: %s", name, parts, err.msg);
+                    continue;
+                }
+                nl_pool_run(r.pool, split_thread, &r);
+                nl_pool_free(r.pool);
+                ok(memcmp(want, got, k * sizeof *got) == 0,
+                   "%s, one sample split in %d parts%s: the logits of one thread, bit for bit",
+                   name, parts, prep ? ", prepared weights" : "");
+            }
+        {
+            /* nl_infer: two threads where the model is large enough, else one */
+            struct nl_infer *run = NULL;
+            const int big = nl_model_infer_flops(m) >= NL_SPLIT_FLOPS;
+            nl_exec_use_prep(sx, p);
+            if (nl_infer_new(&run, sx, m, 2, &err) < 0) {
+                ok(0, "%s: nl_infer_new: %s", name, err.msg);
+            } else {
+                fill_value(got, k, NAN);
+                memcpy(got, nl_infer_forward(run, m->params, in, 1), k * sizeof *got);
+                ok(nl_infer_threads(run) == (big ? 2 : 1) &&
+                       memcmp(want, got, k * sizeof *got) == 0,
+                   "%s, nl_infer on %d thread(s) (%.0f MFLOP a sample): the same logits", name,
+                   nl_infer_threads(run), nl_model_infer_flops(m) / 1e6);
+            }
+            nl_infer_free(run);
+        }
+        {
+            struct split_run r = {.x = sx, .params = m->params, .in = in, .got = got, .k = k};
+            nl_exec_use_prep(sx, NULL);
+            ok(nl_exec_split(sx, 1, &err) == 0 && nl_pool_new(&r.pool, 1, &err) == 0,
+               "%s: split in one part again", name);
+            fill_value(got, k, NAN);
+            nl_pool_run(r.pool, split_thread, &r);
+            nl_pool_free(r.pool);
+            ok(memcmp(want, got, k * sizeof *got) == 0, "%s, in one part: the same logits", name);
+        }
+    next:
+        nl_prep_free(p);
+        nl_exec_free(fx);
+        nl_exec_free(sx);
+        nl_free(in);
+        nl_free(want);
+        nl_free(got);
+        nl_model_free(m);
+        nl_spec_free(spec);
+    }
+}
+
 int main(void)
 {
     nl_kernels_init();
@@ -1847,6 +1963,7 @@ int main(void)
     test_prep();
     test_prep_frozen();
     test_wino_direct();
+    test_split();
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     ok(!scratch_overrun, "no forward or backward wrote past the scratch nl_layer_scratch asks for");
     return done_testing();

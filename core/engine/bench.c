@@ -62,12 +62,14 @@ static void sgemm_thread(void *arg, int t, int count)
 }
 
 /* The round trip (round_trip_ns): thread 0 writes an odd number into one cache line and waits
- * for thread 1's even answer, ROUND_TRIPS times per block; the fastest block gives the figure, so
- * that a block in which either thread lost its core does not count. Both threads stop once
- * thread 0 has watched for ROUND_TRIP_SECONDS, however few rounds ran. */
-#define ROUND_TRIPS        200
-#define ROUND_TRIP_BLOCKS  50
-#define ROUND_TRIP_SECONDS 0.05
+ * for thread 1's even answer, ROUND_TRIPS times per block; the fastest of up to
+ * ROUND_TRIP_BLOCKS whole blocks gives the figure, so that a block in which either thread lost
+ * its core does not count. Short blocks, so that on a machine whose cores other processes keep
+ * busy some block still falls within the time both threads hold a core. Both threads stop once
+ * thread 0 has watched for ROUND_TRIP_SECONDS, however few blocks ran whole (none: 0). */
+#define ROUND_TRIPS        20
+#define ROUND_TRIP_BLOCKS  100
+#define ROUND_TRIP_SECONDS 0.5
 
 struct round_trip {
     _Alignas(64) atomic_long line; /* 2r + 1 from thread 0, 2r + 2 from thread 1; -1: stop */
@@ -92,24 +94,22 @@ static void round_trip_thread(void *arg, int t, int count)
         return;
     const double start = nl_now();
     long r = 0;
+    int whole = 0, late = 0;
     p->best = 0.0;
-    for (int b = 0; b < ROUND_TRIP_BLOCKS && nl_now() - start < ROUND_TRIP_SECONDS; b++) {
+    while (whole < ROUND_TRIP_BLOCKS && !late) {
         const double t0 = nl_now();
         int i;
-        for (i = 0; i < ROUND_TRIPS; i++, r++) {
+        for (i = 0; i < ROUND_TRIPS && !late; i++, r++) {
             atomic_store_explicit(&p->line, 2 * r + 1, memory_order_release);
             unsigned spins = 0;
-            while (atomic_load_explicit(&p->line, memory_order_acquire) != 2 * r + 2)
-                if (++spins % 4096 == 0 && nl_now() - start > ROUND_TRIP_SECONDS)
-                    break;
-            if (atomic_load_explicit(&p->line, memory_order_acquire) != 2 * r + 2)
-                break;
+            while (atomic_load_explicit(&p->line, memory_order_acquire) != 2 * r + 2 && !late)
+                late = ++spins % 4096 == 0 && nl_now() - start > ROUND_TRIP_SECONDS;
         }
-        const double each = (nl_now() - t0) / (i ? i : 1);
-        if (i == ROUND_TRIPS && (p->best == 0.0 || each < p->best))
+        const double each = (nl_now() - t0) / ROUND_TRIPS;
+        if (!late && (p->best == 0.0 || each < p->best))
             p->best = each;
-        if (i < ROUND_TRIPS)
-            break;
+        whole += !late;
+        late |= nl_now() - start > ROUND_TRIP_SECONDS;
     }
     atomic_store_explicit(&p->line, -1, memory_order_release);
 }
@@ -426,6 +426,8 @@ struct infer_run {
     uint64_t allocs;       /* allocations during them */
     double *layer_seconds; /* nl_bench_layers's, or NULL */
     int failed;
+    int split;             /* fewer samples than threads: thread 0's executor, split */
+    struct nl_exec *whole; /* that executor */
 };
 
 /* One thread's part of every step: its contiguous shard of the batch, normalised from the
@@ -441,21 +443,31 @@ struct infer_run {
  * 158 against 154 to 159, at batch 32 109 to 148 against 134 to 140: a team's four barriers a
  * step lose where one thread falls behind, more than packing each weight matrix for each shard
  * costs. */
+/* A batch of fewer samples than threads, of a model of at least NL_SPLIT_FLOPS a sample, runs
+ * on one executor split between the threads (nl_exec_forward_split: each convolution by its
+ * filters), as `nnlab predict` runs one image (nl_infer_new); a smaller model runs on as many
+ * threads as samples, where a barrier after each layer would cost more than the split saves. */
+
 static void infer_thread(void *arg, int t, int count)
 {
     struct infer_run *r = arg;
-    const int lo = (int)((long)r->batch * t / count), hi = (int)((long)r->batch * (t + 1) / count);
-    const int n = hi - lo;
+    const int split = r->split;
+    const int lo = split ? 0 : (int)((long)r->batch * t / count),
+              hi = split ? r->batch : (int)((long)r->batch * (t + 1) / count);
+    const int n = hi - lo, mine = n > 0 && (!split || t == 0);
     const uint32_t total = r->d->split[NL_TRAIN].n;
     struct nl_exec *x = NULL;
     struct nl_error err = {0};
     float *in = nl_alloc_floats((size_t)(n > 0 ? n : 1) * nl_shape_size(r->d->shape));
     uint32_t *idx = nl_calloc((size_t)(n > 0 ? n : 1), sizeof *idx);
 
-    if (!in || !idx || (n > 0 && nl_exec_new_forward(&x, r->m, n, &err) < 0))
+    if (!in || !idx || (mine && nl_exec_new_forward(&x, r->m, n, &err) < 0) ||
+        (mine && split && nl_exec_split(x, count, &err) < 0))
         r->failed = 1;
     else if (x)
         nl_exec_use_prep(x, r->prep);
+    if (split && t == 0)
+        r->whole = x;
     nl_pool_barrier(r->pool);
     double t0 = 0.0;
     uint64_t allocs0 = 0;
@@ -469,13 +481,16 @@ static void infer_thread(void *arg, int t, int count)
             if (r->layer_seconds && x)
                 nl_exec_time_layers(x, r->layer_seconds);
         }
-        if (!r->failed && n > 0) {
+        if (!r->failed && mine) {
             for (int i = 0; i < n; i++)
                 idx[i] =
                     (uint32_t)(((uint64_t)step * (uint64_t)r->batch + (uint64_t)(lo + i)) % total);
             nl_dataset_batch(r->d, NL_TRAIN, idx, n, in, NULL);
-            nl_exec_forward(x, r->m->params, in, n, 0, NULL);
         }
+        if (!r->failed && split) /* its first barrier: thread 0's in is seen */
+            nl_exec_forward_split(r->whole, r->m->params, in, n, r->pool, t, count);
+        else if (!r->failed && mine)
+            nl_exec_forward(x, r->m->params, in, n, 0, NULL);
         nl_pool_barrier(r->pool);
     }
     if (t == 0) {
@@ -501,7 +516,8 @@ static int bench_infer(struct nl_bench_train *out, const struct nl_model *m,
     if (d->split[NL_TRAIN].n == 0)
         return nl_error_set(err, NL_EINVAL, "dataset '%s' has no training samples", d->name);
     out->threads = threads > 0 ? threads : nl_cpu_count();
-    if (out->threads > batch)
+    r.split = batch < out->threads && nl_model_infer_flops(m) >= NL_SPLIT_FLOPS;
+    if (out->threads > batch && !r.split)
         out->threads = batch;
     int rc = nl_pool_new(&r.pool, out->threads, err);
     if (rc < 0)

@@ -562,8 +562,11 @@ struct nl_exec {
     /* nl_exec_backward_split's split, for the length of that call; else NULL. */
     struct nl_wsplit *(*split)(void *ud, int layer);
     float *scratch;
-    const float *input; /* of the last forward */
-    float *dinput;      /* (max_n, input): the input's gradient, backward's; NULL: none */
+    size_t scratch_floats; /* a forward-only executor's, in each of scratch and pscratch's parts */
+    float *pscratch;       /* nl_exec_split's: the scratch of parts 1 and up, one after another */
+    int parts;             /* nl_exec_split's parts; 1 before it */
+    const float *input;    /* of the last forward */
+    float *dinput;         /* (max_n, input): the input's gradient, backward's; NULL: none */
     struct nl_rng *rng;
     unsigned char **rows; /* (nlayers) nl_exec_track_rows's maps, NULL where none */
     /* Folding (see the top of the file), forward-only executors only. into[i]: the layer whose
@@ -702,6 +705,7 @@ void nl_exec_free(struct nl_exec *x)
     nl_free(x->set);
     if (x->scratch != x->dblock)
         nl_free(x->scratch);
+    nl_free(x->pscratch);
     nl_free(x->dblock);
     nl_free(x->from);
     nl_free(x->bscratch);
@@ -1223,6 +1227,8 @@ static int exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, i
     } else if (!(x->scratch = nl_alloc_floats(scratch)) || plan_folds(x) < 0) {
         goto oom;
     }
+    x->scratch_floats = scratch;
+    x->parts = 1;
     nl_free(acts);
     if (forward_only && sample_floats * sizeof(float) > GROUP_SAMPLE_BYTES)
         x->group = FORWARD_GROUP;
@@ -1316,7 +1322,12 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
             f.res = other < 0 ? x->input : x->act[other];
         }
     }
-    if (parts > 1 && l->ops->rows) { /* a team's share of the samples */
+    if (part > 0 && x->pscratch) /* nl_exec_forward_split: each part's scratch its own */
+        f.scratch = x->pscratch + (size_t)(part - 1) * x->scratch_floats;
+    if (parts > 1 && l->ops->splits && !training) {
+        f.part = part;
+        f.parts = parts;
+    } else if (parts > 1 && l->ops->rows) { /* a team's share of the samples */
         size_t lo, hi;
         nl_block_range((size_t)x->n, 1, part, parts, &lo, &hi);
         if (lo >= hi)
@@ -1350,6 +1361,45 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
             if (i >= 0 && !(fold && x->skip[i]))
                 forward_layer(x, i, params, training, fold, rng, 0, 1, s0, nb);
         }
+    }
+    return x->act[m->nlayers - 1];
+}
+
+int nl_exec_split(struct nl_exec *x, int parts, struct nl_error *err)
+{
+    if (parts < 1 || x->dblock)
+        return nl_error_set(err, NL_EINVAL, "an executor split in %d parts", parts);
+    if (parts == x->parts)
+        return 0;
+    float *p = NULL;
+    if (parts > 1 &&
+        !(p = nl_alloc_floats((size_t)(parts - 1) * (x->scratch_floats ? x->scratch_floats : 1))))
+        return nl_error_set(err, NL_ENOMEM, "out of memory for the scratch of %d parts", parts);
+    nl_free(x->pscratch);
+    x->pscratch = p;
+    x->parts = parts;
+    return 0;
+}
+
+const float *nl_exec_forward_split(struct nl_exec *x, const float *params, const float *in, int n,
+                                   struct nl_pool *pool, int part, int parts)
+{
+    const struct nl_model *m = x->m;
+    const int fold = x->fold != NULL;
+
+    if (part == 0) {
+        x->n = n;
+        x->input = in;
+    }
+    nl_pool_barrier(pool);
+    for (int k = 0; k < m->nlayers; k++) {
+        const int i = fold ? k : runs_at(x, k);
+        if (i < 0 || (fold && x->skip[i]))
+            continue;
+        const struct nl_layer_ops *ops = m->layers[i].ops;
+        if (part == 0 || ops->splits || ops->parts || ops->rows)
+            forward_layer(x, i, params, 0, fold, NULL, part, parts, 0, x->n);
+        nl_pool_barrier(pool);
     }
     return x->act[m->nlayers - 1];
 }

@@ -245,6 +245,10 @@ struct nl_layer_ops {
      * and din by input features), each share computing its elements as the whole call would,
      * the same sums in the same order. */
     int parts;
+    /* 1 when forward out of training honours nl_fwd.part and nl_fwd.parts for a call of one
+     * sample (conv: part p computes its block of the filters, with a scratch of its own;
+     * nl_exec_forward_split), each output as the whole call computes it. */
+    int splits;
     /* Columns per sample of the weight gradient's product where backward honours nl_bwd.split
      * (for shards of 2 samples or more; conv: its shard lowerings), else 0; NULL: never. */
     int (*split)(const struct nl_layer *l);

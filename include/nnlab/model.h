@@ -173,6 +173,30 @@ const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const 
                                   int parts);
 void nl_exec_backward_team(struct nl_exec *x, const float *params, const float *dlogits,
                            float *dparams, struct nl_pool *pool, int part, int parts);
+/* Inference of fewer samples than threads (one image on two cores): nl_exec_split gives a
+ * forward-only executor a scratch for each of parts parts (allocated here, once; parts 1: none
+ * beyond its own). Then every thread of a pool of parts threads calls nl_exec_forward_split
+ * with its part: after a first barrier (which makes in, written before it, seen), each layer
+ * runs split between the parts where its kind splits one call (ops->splits: a convolution by
+ * its filters, on one sample; dense by its units, ops->parts; element-wise kinds by samples),
+ * else whole on part 0, a barrier after each. Every part returns the logits. A split layer's
+ * outputs are those of the whole call: each output's sum is the same. */
+int nl_exec_split(struct nl_exec *x, int parts, struct nl_error *err);
+const float *nl_exec_forward_split(struct nl_exec *x, const float *params, const float *in, int n,
+                                   struct nl_pool *pool, int part, int parts);
+
+/* The same from one thread (`nnlab predict`): nl_infer_new makes a pool of threads threads (0:
+ * one per core) over forward-only executor x of model m and splits x between them, where m's
+ * forward pass takes at least NL_SPLIT_FLOPS a sample (nl_model_infer_flops), else keeps one
+ * thread; nl_infer_forward runs x on n samples of in as nl_exec_forward does and returns the
+ * logits, the same floats. x outlives it; nl_infer_free frees the pool, not x. */
+#define NL_SPLIT_FLOPS 100e6
+struct nl_infer;
+int nl_infer_new(struct nl_infer **out, struct nl_exec *x, const struct nl_model *m, int threads,
+                 struct nl_error *err);
+const float *nl_infer_forward(struct nl_infer *s, const float *params, const float *in, int n);
+int nl_infer_threads(const struct nl_infer *s);
+void nl_infer_free(struct nl_infer *s);
 /* The rows of layer i's parameters that share part of parts of a team reads in forward on the
  * executor's last batch: each parameter of the layer read as R rows of count / R floats, where R
  * is what it returns, share part takes rows [*lo, *hi) of every one (dense: its output units,

@@ -296,6 +296,7 @@
 #include "nnlab/conv_plane.h"
 #include "nnlab/conv_s2.h"
 #include "nnlab/kernels.h"
+#include "nnlab/rng.h"
 #include "nnlab/winograd.h"
 
 struct conv_dims {
@@ -306,6 +307,10 @@ struct conv_dims {
     size_t in_size;      /* C*H*W */
     struct nl_wino wino; /* WINOGRAD, WINOGRAD2: the tiles */
     struct nl_s2 *s2;    /* PHASES: the phase planes' plan, else NULL */
+    /* forward: the bias of the f filters (NULL: none), and the floats between the blocks of
+     * prepared u (F * C, of all the layer's filters) */
+    const float *bias;
+    size_t ufc;
 };
 
 /* Floats of u that forward_winograd transforms and multiplies at a time where the shard is one
@@ -361,6 +366,8 @@ static void conv_dims(const struct nl_layer *l, struct conv_dims *d, struct nl_s
         nl_wino_plan(&d->wino, wino_tile(l->lower), d->win.c, d->win.h, d->win.w, d->f, d->win.ph,
                      d->win.pw, d->win.oh, d->win.ow);
     d->s2 = NULL;
+    d->bias = NULL;
+    d->ufc = (size_t)d->f * d->win.c;
     if (l->lower == NL_LOWER_PHASES) {
         nl_s2_plan(s2, d->win.c, d->win.h, d->win.w, d->win.kh, d->win.kw, d->win.ph, d->win.pw,
                    d->win.oh, d->win.ow);
@@ -594,7 +601,7 @@ static void fold_image(float *out, const struct nl_fwd *f, const struct conv_dim
 static void forward_sample(const struct nl_layer *l, const struct nl_fwd *f,
                            const struct conv_dims *d)
 {
-    const float *bias = l->no_bias ? NULL : f->w + l->params[1].offset;
+    const float *bias = d->bias;
     const size_t out_size = (size_t)d->f * d->p;
 
     for (int s = 0; s < f->n; s++) {
@@ -618,7 +625,7 @@ static void forward_sample(const struct nl_layer *l, const struct nl_fwd *f,
 static void forward_shard(const struct nl_layer *l, const struct nl_fwd *f,
                           const struct conv_dims *d)
 {
-    const float *bias = l->no_bias ? NULL : f->w + l->params[1].offset;
+    const float *bias = d->bias;
     const int n = f->n, ld = n * d->p;
     float *cols = f->scratch, *y = f->scratch + (size_t)d->k * ld;
 
@@ -684,7 +691,7 @@ static void forward_packed(const struct nl_layer *l, const struct nl_fwd *f,
                            const struct conv_dims *d)
 {
     const struct nl__window *g = &d->win;
-    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const float *bias = f->scale ? NULL : d->bias;
     const size_t out_size = (size_t)d->f * d->p, plane = (size_t)g->h * g->w;
     const int taps = g->kh * g->kw, cb = block_channels(g);
     float *ap = f->scratch;
@@ -729,7 +736,7 @@ static void forward_onechan(const struct nl_layer *l, const struct nl_fwd *f,
                             const struct conv_dims *d)
 {
     const struct nl__window *g = &d->win;
-    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const float *bias = f->scale ? NULL : d->bias;
     const size_t out_size = (size_t)d->f * d->p;
 
     for (int s = 0; s < f->n; s++) {
@@ -746,7 +753,7 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
                            const struct conv_dims *d)
 {
     const struct nl__window *g = &d->win;
-    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const float *bias = f->scale ? NULL : d->bias;
     const size_t out_size = (size_t)d->f * d->p;
 
     for (int s = 0; s < f->n; s++) {
@@ -780,7 +787,7 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     const struct nl_wino *p = &d->wino;
     const int aa = p->a * p->a;
     const size_t fc = (size_t)d->f * p->c, out_size = (size_t)d->f * d->p;
-    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const float *bias = f->scale ? NULL : d->bias;
     const int step = wino_chunk(p, f->n);
     float *u = f->prep ? (float *)f->prep : f->scratch, *v = f->prep ? f->scratch : u + aa * fc;
 
@@ -805,14 +812,15 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     }
     if (!f->prep)
         nl_wino_filter(u, f->w, p);
+    const size_t ufc = f->prep ? d->ufc : fc; /* prepared u holds every filter of the layer */
     for (int s0 = 0; s0 < f->n; s0 += step) {
         const int n = f->n - s0 < step ? f->n - s0 : step, tt = n * p->tiles;
         const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
         float *mm = v + aa * ct;
         nl_wino_input(v, f->in[0] + (size_t)s0 * d->in_size, n, p);
         for (int xi = 0; xi < aa; xi++)
-            nl_sgemm_rows(0, d->f, tt, p->c, u + xi * fc, p->c, v + xi * ct, tt, 0.0f, mm + xi * ft,
-                          tt);
+            nl_sgemm_rows(0, d->f, tt, p->c, u + xi * ufc, p->c, v + xi * ct, tt, 0.0f,
+                          mm + xi * ft, tt);
         nl_wino_output(f->out + (size_t)s0 * out_size, mm, bias, f->scale, f->shift, f->act, n, p);
     }
 }
@@ -845,7 +853,7 @@ static int wino_direct(const struct nl_layer *l, const struct nl_fwd *f, const s
 static void forward_plane2(const struct nl_layer *l, const struct nl_fwd *f,
                            const struct conv_dims *d)
 {
-    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const float *bias = f->scale ? NULL : d->bias;
 
     nl_conv_plane2(f->out, f->in[0], f->w, bias, f->n, d->win.c, d->f, f->scratch);
     for (int s = 0; f->scale && s < f->n; s++)
@@ -857,7 +865,7 @@ static void forward_s2lanes(const struct nl_layer *l, const struct nl_fwd *f,
                             const struct conv_dims *d)
 {
     const struct nl__window *g = &d->win;
-    const float *bias = l->no_bias || f->scale ? NULL : f->w + l->params[1].offset;
+    const float *bias = f->scale ? NULL : d->bias;
 
     nl_conv_s2_lanes(f->out, f->in[0], f->w, bias, f->n, g->c, g->h, g->w, d->f, f->scratch);
     for (int s = 0; f->scale && s < f->n; s++)
@@ -868,11 +876,40 @@ static void forward_s2lanes(const struct nl_layer *l, const struct nl_fwd *f,
  * (one image: SAMPLE), whose products waste less on so few. */
 #define PLANE2_MIN 4
 
+/* A part of a split call (nl_exec_forward_split: one image, part of parts out of training)
+ * computes the filters [f0, f1) of nl_block_range(F, 16, part, parts) by the layer's lowering,
+ * as a layer of those filters alone: their weights, bias, folded scale and shift, output
+ * channels, and prepared u's rows (d.ufc apart). Its input transform or unrolling is every
+ * part's, made again in each part's scratch. Each output is the whole call's sum. A split call
+ * of more than one image runs whole on part 0. */
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
     struct nl_s2 s2;
+    struct nl_fwd part;
     conv_dims(l, &d, &s2);
+    d.bias = l->no_bias ? NULL : f->w + l->params[1].offset;
+    if (f->parts > 1 && !f->training) {
+        size_t f0 = 0, f1 = (size_t)d.f;
+        if (f->n == 1)
+            nl_block_range((size_t)d.f, 16, f->part, f->parts, &f0, &f1);
+        else if (f->part != 0)
+            f1 = 0;
+        if (f0 >= f1)
+            return;
+        part = *f;
+        part.w = f->w + f0 * (size_t)d.k;
+        part.out = f->out + f0 * (size_t)d.p;
+        part.scale = f->scale ? f->scale + f0 : NULL;
+        part.shift = f->shift ? f->shift + f0 : NULL;
+        part.prep = f->prep ? (const float *)f->prep + f0 * (size_t)d.win.c : NULL;
+        d.bias = d.bias ? d.bias + f0 : NULL;
+        d.f = (int)(f1 - f0);
+        if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+            nl_wino_plan(&d.wino, wino_tile(l->lower), d.win.c, d.win.h, d.win.w, d.f, d.win.ph,
+                         d.win.pw, d.win.oh, d.win.ow);
+        f = &part;
+    }
     if (l->lower == NL_LOWER_PLANE2 && f->n >= PLANE2_MIN)
         forward_plane2(l, f, &d);
     else if (l->lower == NL_LOWER_S2LANES && f->n >= PLANE2_MIN)
@@ -1516,6 +1553,7 @@ const struct nl_layer_ops nl__conv_ops = {
     .max_inputs = 1,
     .overwrites = 1,
     .folds = 3,
+    .splits = 1,
     .setup = conv_setup,
     .forward = conv_forward,
     .backward = conv_backward,
