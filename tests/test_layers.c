@@ -1824,7 +1824,8 @@ static void test_wino_direct(void)
  * logits of nl_exec_forward on the same sample bit for bit, with and without prepared weights:
  * ResNet-18 at 3x64x64 (Winograd, the phase planes, one product a shard), resnet8, lenet,
  * mobilenet-tiny (grouped convolutions, which run whole on part 0) and 512 channels on 7x7
- * (Winograd's layer run as SAMPLE for so few tiles). */
+ * (Winograd's layer run as SAMPLE for so few tiles), on 512 and 256 input channels (the latter's
+ * first layer a third of whose filters alone would stay Winograd). */
 struct split_run {
     struct nl_exec *x;
     const float *params, *in;
@@ -1854,7 +1855,7 @@ static void test_split(void)
         struct nl_shape in;
     } cases[] = {
         {"resnet18", {3, 64, 64}},       {"resnet8", {1, 28, 28}}, {"lenet", {1, 28, 28}},
-        {"mobilenet-tiny", {1, 28, 28}}, {"wide7", {512, 7, 7}},
+        {"mobilenet-tiny", {1, 28, 28}}, {"wide7", {512, 7, 7}},   {"wide7", {256, 7, 7}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct nl_error err = {0};

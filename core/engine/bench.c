@@ -442,12 +442,12 @@ struct infer_run {
  * each (one thread: 91 thousand), at batch 128 109 to 161 against 165 to 170, at batch 64 155 to
  * 158 against 154 to 159, at batch 32 109 to 148 against 134 to 140: a team's four barriers a
  * step lose where one thread falls behind, more than packing each weight matrix for each shard
- * costs. */
-/* A batch of fewer samples than threads, of a model of at least NL_SPLIT_FLOPS a sample, runs
+ * costs.
+ *
+ * A batch of fewer samples than threads, of a model of at least NL_SPLIT_FLOPS a sample, runs
  * on one executor split between the threads (nl_exec_forward_split: each convolution by its
  * filters), as `nnlab predict` runs one image (nl_infer_new); a smaller model runs on as many
  * threads as samples, where a barrier after each layer would cost more than the split saves. */
-
 static void infer_thread(void *arg, int t, int count)
 {
     struct infer_run *r = arg;

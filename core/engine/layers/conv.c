@@ -840,11 +840,14 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
 
 static size_t conv_scratch(const struct nl_layer *l, int n);
 
+/* Judged on all the layer's filters, so that each part of a split call (conv_forward) takes the
+ * lowering the whole call takes. */
 static int wino_direct(const struct nl_layer *l, const struct nl_fwd *f, const struct conv_dims *d)
 {
     const struct nl_wino *p = &d->wino;
-    const size_t u = (size_t)p->a * p->a * d->f * p->c, tiles = (size_t)f->n * p->tiles;
-    const size_t need = f->n > 1 ? ((size_t)d->k + d->f) * d->p * f->n : (size_t)d->k * d->p;
+    const size_t filters = (size_t)l->filters;
+    const size_t u = (size_t)p->a * p->a * filters * p->c, tiles = (size_t)f->n * p->tiles;
+    const size_t need = f->n > 1 ? ((size_t)d->k + filters) * d->p * f->n : (size_t)d->k * d->p;
 
     return !f->training && u > WINO_DIRECT * tiles && need <= conv_scratch(l, f->n);
 }
