@@ -1818,6 +1818,65 @@ static void test_wino_direct(void)
     harness_free(&wino);
 }
 
+/* SAMPLE's forward by bands of output rows (conv.c's band_rows: an image's columns past 512 KiB
+ * and a plane of at least twice as many pixels as filters) gives the floats of the whole
+ * image's columns and one product: each image's im2col and nl_sgemm from the bias, here,
+ * compared bit for bit. A 7x7 stride-2 stem (2 bands of 27 and 5 rows), 3x3 on 64 channels (8
+ * bands of 5 rows) and 3x3 stride 2 (the phase planes' layer), 1 and 2 images, in training
+ * and inference. */
+static void test_bands(void)
+{
+    static const struct {
+        struct nl_shape in;
+        int filters, k, s, p;
+        enum nl_lowering lower;
+    } cases[] = {
+        {{3, 64, 64}, 16, 7, 2, 3, NL_LOWER_SAMPLE},
+        {{64, 40, 40}, 32, 3, 1, 1, NL_LOWER_SAMPLE},
+        {{64, 56, 56}, 96, 3, 2, 1, NL_LOWER_PHASES},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int n = 1; n <= 2; n++) {
+            struct harness h = {.l = {.lowering = cases[c].lower,
+                                      .filters = cases[c].filters,
+                                      .kh = cases[c].k,
+                                      .kw = cases[c].k,
+                                      .sh = cases[c].s,
+                                      .sw = cases[c].s,
+                                      .ph = cases[c].p,
+                                      .pw = cases[c].p,
+                                      .in = {cases[c].in}}};
+            harness_make(&h, "conv", n);
+            const struct nl_shape *o = &h.l.out;
+            const int f = o->c, p = o->h * o->w, k = cases[c].in.c * cases[c].k * cases[c].k;
+            const size_t out_size = (size_t)f * p, in_size = nl_shape_size(cases[c].in);
+            float *cols = nl_alloc_floats((size_t)k * p), *want = nl_alloc_floats(h.out_count);
+            const float *bias = h.w + h.l.params[1].offset;
+            for (int s = 0; cols && want && s < n; s++) {
+                float *w_s = want + (size_t)s * out_size;
+                nl_im2col(cols, h.in + (size_t)s * in_size, cases[c].in.c, cases[c].in.h,
+                          cases[c].in.w, cases[c].k, cases[c].k, cases[c].s, cases[c].s, cases[c].p,
+                          cases[c].p, o->h, o->w);
+                for (int fo = 0; fo < f; fo++)
+                    for (int i = 0; i < p; i++)
+                        w_s[(size_t)fo * p + i] = bias[fo];
+                nl_sgemm(0, 0, f, p, k, 1.0f, h.w, k, cols, p, 1.0f, w_s, p);
+            }
+            for (int training = 0; cols && want && training <= 1; training++) {
+                h.training = training;
+                forward(&h);
+                ok(memcmp(h.out, want, h.out_count * sizeof *want) == 0,
+                   "conv %d %dx%d stride %d on %dx%dx%d (%s), %d image(s)%s: by bands, the floats "
+                   "of one product",
+                   f, cases[c].k, cases[c].k, cases[c].s, cases[c].in.c, cases[c].in.h,
+                   cases[c].in.w, nl_lowering_name(h.l.lower), n, training ? ", training" : "");
+            }
+            nl_free(cols);
+            nl_free(want);
+            harness_free(&h);
+        }
+}
+
 /* ---- one sample split between threads (nl_exec_forward_split) ----
  *
  * A forward-only executor split in 2 and 3 parts, on a pool of as many threads, gives the
@@ -1964,6 +2023,7 @@ int main(void)
     test_prep();
     test_prep_frozen();
     test_wino_direct();
+    test_bands();
     test_split();
     ok(!allocated_in_steps, "no forward or backward allocated memory");
     ok(!scratch_overrun, "no forward or backward wrote past the scratch nl_layer_scratch asks for");

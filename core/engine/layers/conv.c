@@ -595,15 +595,72 @@ static void fold_image(float *out, const struct nl_fwd *f, const struct conv_dim
                        f->shift[fo], f->act);
 }
 
+/* SAMPLE's forward by bands of output rows: where one image's columns (K, P) are larger than
+ * BAND_FLOATS (512 KiB) and its plane has at least twice as many pixels as the layer has filters,
+ * the columns of a band of rows are unrolled and multiplied while they are in the L2 cache, the
+ * weights (F, K), smaller, read again for each band. ResNet-18's 7x7 stem at 3x224x224 unrolled
+ * 147 x 12544 columns (7.4 MB) through memory and back. A band's im2col reads rows from
+ * y0 * sh - ph with the plane's own height, so the channels keep their stride; its product
+ * writes the band's columns of each output channel (ldc P). Each output is still one chain of
+ * multiply-adds over K in order (nnlab/conv_gemm.h), its initial value the bias or zero: the same
+ * floats whole or banded. A pointwise or picked window reads no columns and is not banded. */
+#define BAND_FLOATS (128u << 10)
+
+static int band_rows(const struct conv_dims *d)
+{
+    const struct nl__window *g = &d->win;
+    const size_t rows = BAND_FLOATS / ((size_t)d->k * g->ow);
+
+    if (pointwise(g) || pick(g) || (size_t)d->k * d->p <= BAND_FLOATS || d->p < 2 * d->f)
+        return g->oh;
+    return rows < 1 ? 1 : rows > (size_t)g->oh ? g->oh : (int)rows;
+}
+
+/* Output rows [y0, y1) of one image img into out (F, P), through scratch cols. */
+static void sample_rows(const struct nl_fwd *f, const struct conv_dims *d, float *cols,
+                        const float *img, float *out, int y0, int y1)
+{
+    const struct nl__window *g = &d->win;
+    const int bp = (y1 - y0) * g->ow;
+    const float *bias = f->scale ? NULL : d->bias;
+    float *o = out + (size_t)y0 * g->ow;
+
+    nl_im2col_ld(cols, bp, img, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph - y0 * g->sh,
+                 g->pw, y1 - y0, g->ow);
+    for (int fo = 0; bias && fo < d->f; fo++)
+        for (int i = 0; i < bp; i++)
+            o[(size_t)fo * d->p + i] = bias[fo];
+    nl_sgemm_rows(0, d->f, bp, d->k, f->w, d->k, cols, bp, bias ? 1.0f : 0.0f, o, d->p);
+    for (int fo = 0; f->scale && fo < d->f; fo++)
+        nl_scale_shift(o + (size_t)fo * d->p, o + (size_t)fo * d->p, (size_t)bp, f->scale[fo],
+                       f->shift[fo], f->act);
+}
+
+/* SAMPLE's output rows [y0, y1) of every image, band after band. */
+static void forward_bands(const struct nl_fwd *f, const struct conv_dims *d, int y0, int y1)
+{
+    const int rows = band_rows(d);
+
+    for (int s = 0; s < f->n; s++)
+        for (int r0 = y0; r0 < y1; r0 += rows)
+            sample_rows(f, d, f->scratch, f->in[0] + (size_t)s * d->in_size,
+                        f->out + (size_t)s * d->f * d->p, r0, r0 + rows < y1 ? r0 + rows : y1);
+}
+
 /* SAMPLE: out_s (F, P) = weight (F, K) cols_s (K, P) + bias, image after image. One image's
  * columns (K*P floats: 56 KiB for lenet's conv1, 125 KiB for conv2) stay in cache between the
- * unrolling and the product, and the product lands in the output's own layout. */
+ * unrolling and the product, and the product lands in the output's own layout; larger ones go by
+ * bands (band_rows). */
 static void forward_sample(const struct nl_layer *l, const struct nl_fwd *f,
                            const struct conv_dims *d)
 {
     const float *bias = d->bias;
     const size_t out_size = (size_t)d->f * d->p;
 
+    if (band_rows(d) < d->win.oh) {
+        forward_bands(f, d, 0, d->win.oh);
+        return;
+    }
     for (int s = 0; s < f->n; s++) {
         float *out = f->out + (size_t)s * out_size;
         const float *cols = sample_cols(f->scratch, f->in[0] + (size_t)s * d->in_size, d);
@@ -879,10 +936,33 @@ static void forward_s2lanes(const struct nl_layer *l, const struct nl_fwd *f,
  * (one image: SAMPLE), whose products waste less on so few. */
 #define PLANE2_MIN 4
 
+/* Whether conv_forward runs f through forward_sample. */
+static int runs_sample(const struct nl_layer *l, const struct nl_fwd *f, const struct conv_dims *d)
+{
+    switch (l->lower) {
+    case NL_LOWER_WINOGRAD:
+    case NL_LOWER_WINOGRAD2:
+        return f->n == 1 && wino_direct(l, f, d);
+    case NL_LOWER_DIRECT:
+    case NL_LOWER_PACKED:
+    case NL_LOWER_ONECHAN:
+        return 0;
+    case NL_LOWER_SHARD:
+    case NL_LOWER_PLANE2:
+    case NL_LOWER_S2LANES:
+        return f->n == 1;
+    default:
+        return 1;
+    }
+}
+
 /* A part of a split call (nl_exec_forward_split: one image, part of parts out of training)
+ * computes the output rows [y0, y1) of nl_block_range(OH, 1, part, parts) where the image goes
+ * through forward_sample, unrolls columns and its plane has at least twice as many pixels as
+ * the layer has filters (sample_rows: each part unrolls only its rows' columns). Otherwise it
  * computes the filters [f0, f1) of nl_block_range(F, 16, part, parts) by the layer's lowering,
  * as a layer of those filters alone: their weights, bias, folded scale and shift, output
- * channels, and prepared u's rows (d.ufc apart). Its input transform or unrolling is every
+ * channels, and prepared u's rows (d.ufc apart); its input transform or unrolling is every
  * part's, made again in each part's scratch. Each output is the whole call's sum. A split call
  * of more than one image runs whole on part 0. */
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
@@ -892,6 +972,14 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
     struct nl_fwd part;
     conv_dims(l, &d, &s2);
     d.bias = l->no_bias ? NULL : f->w + l->params[1].offset;
+    if (f->parts > 1 && !f->training && f->n == 1 && runs_sample(l, f, &d) && !pointwise(&d.win) &&
+        !pick(&d.win) && d.p >= 2 * d.f) {
+        size_t y0, y1;
+        nl_block_range((size_t)d.win.oh, 1, f->part, f->parts, &y0, &y1);
+        if (y0 < y1)
+            forward_bands(f, &d, (int)y0, (int)y1);
+        return;
+    }
     if (f->parts > 1 && !f->training) {
         size_t f0 = 0, f1 = (size_t)d.f;
         if (f->n == 1)
