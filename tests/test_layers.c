@@ -1818,6 +1818,59 @@ static void test_wino_direct(void)
     harness_free(&wino);
 }
 
+/* Max pooling's part of a split call (one image: channels [c0, c1) of nl_block_range(C, 1, ...))
+ * writes the whole call's outputs and argmax offsets over those channels, the offsets counted
+ * from the image's start: ResNet-18's 3x3 stride-2 window with padding and lenet's 2x2, in 2 and
+ * 3 parts, each part into outputs and offsets that hold NaNs and -1 elsewhere. */
+static void test_pool_split(void)
+{
+    static const struct {
+        struct nl_shape in;
+        int k, s, p;
+    } cases[] = {{{64, 20, 20}, 3, 2, 1}, {{20, 24, 24}, 2, 2, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct harness h = {.l = {.kh = cases[c].k,
+                                  .kw = cases[c].k,
+                                  .sh = cases[c].s,
+                                  .sw = cases[c].s,
+                                  .ph = cases[c].p,
+                                  .pw = cases[c].p,
+                                  .in = {cases[c].in}}};
+        harness_make(&h, "maxpool", 1);
+        float *out = floats(h.out_count);
+        int32_t *arg = malloc(h.out_count * sizeof *arg), *want = malloc(h.out_count * sizeof *arg);
+        forward(&h);
+        memcpy(want, h.aux, h.out_count * sizeof *want);
+        for (int parts = 2; want && arg && parts <= 3; parts++) {
+            int same = 1;
+            for (int part = 0; part < parts; part++) {
+                size_t c0, c1;
+                const size_t plane = (size_t)h.l.out.h * h.l.out.w;
+                nl_block_range((size_t)h.l.out.c, 1, part, parts, &c0, &c1);
+                fill_value(out, h.out_count, NAN);
+                memset(arg, 0xff, h.out_count * sizeof *arg);
+                struct nl_fwd f = {
+                    .n = 1, .in = {h.in}, .out = out, .aux = arg, .part = part, .parts = parts};
+                h.l.ops->forward(&h.l, &f);
+                for (size_t i = 0; i < h.out_count; i++) {
+                    const int mine = i >= c0 * plane && i < c1 * plane;
+                    same &= mine ? memcmp(&out[i], &h.out[i], sizeof *out) == 0 && arg[i] == want[i]
+                                 : isnan(out[i]) && arg[i] == -1;
+                }
+            }
+            ok(same,
+               "maxpool %dx%d stride %d on %dx%dx%d, one image in %d parts: each part's "
+               "channels and argmax offsets, as the whole call's",
+               cases[c].k, cases[c].k, cases[c].s, cases[c].in.c, cases[c].in.h, cases[c].in.w,
+               parts);
+        }
+        free(out);
+        free(arg);
+        free(want);
+        harness_free(&h);
+    }
+}
+
 /* SAMPLE's forward by bands of output rows (conv.c's band_rows: an image's columns past 512 KiB
  * and a plane of at least twice as many pixels as filters) gives the floats of the whole
  * image's columns and one product: each image's im2col and nl_sgemm from the bias, here,
@@ -2023,6 +2076,7 @@ int main(void)
     test_prep();
     test_prep_frozen();
     test_wino_direct();
+    test_pool_split();
     test_bands();
     test_split();
     ok(!allocated_in_steps, "no forward or backward allocated memory");

@@ -30,25 +30,33 @@ static int add_setup(struct nl_layer *l, struct nl_error *err)
     return 0;
 }
 
+/* A part of a split call (nl_exec_forward_split) adds the elements [lo, hi) of
+ * nl_block_range(count, 16, part, parts), each element's sum as the whole call's. */
 static void add_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
-    size_t count = f->n > 0 ? (size_t)f->n * nl_shape_size(l->out) : 0;
+    const size_t all = f->n > 0 ? (size_t)f->n * nl_shape_size(l->out) : 0;
+    size_t lo = 0, hi = all;
 
+    if (f->parts > 1)
+        nl_block_range(all, 16, f->part, f->parts, &lo, &hi);
+    const size_t count = hi > lo ? hi - lo : 0;
+    float *out = f->out + lo;
+    const float *a = f->in[0] + lo;
     if (l->ninputs == 2) { /* a residual block's add: in vectors where the CPU allows */
         if (f->act)        /* and its ReLU, folded in (inference) */
-            nl_add_act(f->out, f->in[0], f->in[1], count, f->act);
+            nl_add_act(out, a, f->in[1] + lo, count, f->act);
         else
-            nl_add(f->out, f->in[0], f->in[1], count);
+            nl_add(out, a, f->in[1] + lo, count);
         return;
     }
     for (size_t i = 0; i < count; i++) {
-        float s = f->in[0][i];
+        float s = a[i];
         for (int j = 1; j < l->ninputs; j++)
-            s += f->in[j][i];
-        f->out[i] = s;
+            s += f->in[j][lo + i];
+        out[i] = s;
     }
     if (f->act) /* the folded activation: x * 1 + 0 is x */
-        nl_scale_shift(f->out, f->out, count, 1.0f, 0.0f, f->act);
+        nl_scale_shift(out, out, count, 1.0f, 0.0f, f->act);
 }
 
 static void add_backward(const struct nl_layer *l, const struct nl_bwd *b)
@@ -173,6 +181,7 @@ static void gap_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
 const struct nl_layer_ops nl__add_ops = {
     .kind = "add",
+    .splits = 1,
     .overwrites = 1,
     .folds = 2,
     .fuses = 1,

@@ -329,26 +329,43 @@ static void maxpool_2x2(const struct nl__window *g, const float *x, float *out, 
     }
 }
 
+/* A part of a split call (nl_exec_forward_split: one image out of training) pools the channels
+ * [c0, c1) of nl_block_range(C, 1, part, parts), their argmax offsets then moved to count from
+ * the image's start as the whole call's do; a split call of more images runs whole on part 0. */
 static void maxpool_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct nl__window g;
     nl__window_get(l, 1, &g);
-    size_t in_size = nl_shape_size(l->in[0]), out_size = nl_shape_size(l->out);
+    const size_t in_size = nl_shape_size(l->in[0]), out_size = nl_shape_size(l->out);
+    const size_t in_plane = (size_t)g.h * g.w, out_plane = (size_t)g.oh * g.ow;
+    size_t c0 = 0, c1 = (size_t)g.c;
 
+    if (f->parts > 1 && f->n == 1)
+        nl_block_range((size_t)g.c, 1, f->part, f->parts, &c0, &c1);
+    else if (f->parts > 1 && f->part != 0)
+        return;
+    if (c0 >= c1)
+        return;
+    g.c = (int)(c1 - c0);
+    const float *in = f->in[0] + c0 * in_plane;
+    float *out = f->out + c0 * out_plane;
+    int32_t *arg = (int32_t *)f->aux + c0 * out_plane;
     if (g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0) {
         for (int s = 0; s < f->n; s++)
-            maxpool_2x2(&g, f->in[0] + (size_t)s * in_size, f->out + (size_t)s * out_size,
-                        (int32_t *)f->aux + (size_t)s * out_size, f->act);
-        return;
+            maxpool_2x2(&g, in + (size_t)s * in_size, out + (size_t)s * out_size,
+                        arg + (size_t)s * out_size, f->act);
+    } else {
+        /* The padding rule makes every window hold at least one input value. */
+        for (int s = 0; s < f->n; s++) {
+            float *o = out + (size_t)s * out_size;
+            nl_maxpool(o, arg + (size_t)s * out_size, in + (size_t)s * in_size, g.c, g.h, g.w, g.kh,
+                       g.kw, g.sh, g.sw, g.ph, g.pw, g.oh, g.ow);
+            for (size_t i = 0; f->act && i < g.c * out_plane; i++) /* while it is in cache */
+                o[i] = act_of(o[i], f->act);
+        }
     }
-    /* The padding rule makes every window hold at least one input value. */
-    for (int s = 0; s < f->n; s++) {
-        float *out = f->out + (size_t)s * out_size;
-        nl_maxpool(out, (int32_t *)f->aux + (size_t)s * out_size, f->in[0] + (size_t)s * in_size,
-                   g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.oh, g.ow);
-        for (size_t i = 0; f->act && i < out_size; i++) /* while the sample is in cache */
-            out[i] = act_of(out[i], f->act);
-    }
+    for (size_t i = 0; c0 > 0 && i < g.c * out_plane; i++)
+        arg[i] += (int32_t)(c0 * in_plane);
 }
 
 static void maxpool_backward(const struct nl_layer *l, const struct nl_bwd *b)
@@ -458,6 +475,7 @@ static void avgpool_backward(const struct nl_layer *l, const struct nl_bwd *b)
 
 const struct nl_layer_ops nl__maxpool_ops = {
     .kind = "maxpool",
+    .splits = 1,
     .overwrites = 1,
     .folds = 2,
     .fuses = 1,
