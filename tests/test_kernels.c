@@ -1292,6 +1292,30 @@ static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, in
     nl_wino_input_naive(v[0], x, n, &p);
     nl_wino_input(v[1], x, n, &p);
     worst = fmax(worst, max_diff(v[0], v[1], nv) / (1.0 + max_abs(v[0], nv)));
+    if (n == 1 && c > 1) {
+        /* two blocks of channels, each into its rows of a wider v (vc), both paths */
+        float *vb = floats(nv);
+        int same = 1;
+        for (int naive = 0; naive <= 1; naive++) {
+            fill_value(vb, nv, NAN);
+            for (int b = 0; b < 2; b++) {
+                const int c0 = b ? c / 3 : 0, c1 = b ? c : c / 3;
+                struct nl_wino q = p;
+                q.c = c1 - c0;
+                q.vc = c;
+                if (q.c == 0)
+                    continue;
+                (naive ? nl_wino_input_naive : nl_wino_input)(vb + (size_t)c0 * tt,
+                                                              x + (size_t)c0 * h * w, 1, &q);
+            }
+            same &= memcmp(vb, v[naive ? 0 : 1], nv * sizeof *vb) == 0;
+        }
+        ok(same,
+           "F(%dx%d): nl_wino_input of channels [0, %d) and [%d, %d) of %dx%dx%d into a v of "
+           "%d rows, and its naive twin: the whole calls' floats",
+           m, m, c / 3, c / 3, c, c, h, w, c);
+        free(vb);
+    }
     /* The transposed input transform: the vector path (where it takes the shape) has
      * nl_wino_input's values to the bit, each matrix transposed, and the naive twin the naive
      * transform's. */
@@ -2778,6 +2802,13 @@ int main(void)
         {4, 2, 3, 9, 25, 4, 2, 2},
         {2, 1, 2, 7, 30, 3, 0, 0},
         {4, 3, 2, 6, 23, 3, 1, 1},
+        /* One image in blocks of channels (a split call's input transform, vc): 56 wide (the
+         * gathers), 28 (a tile row at a time), 16 (stacked tile rows) and 7, padding 1. */
+        {4, 1, 20, 56, 56, 4, 1, 1},
+        {4, 1, 20, 28, 28, 4, 1, 1},
+        {4, 1, 20, 16, 16, 4, 1, 1},
+        {4, 1, 20, 7, 7, 4, 1, 1},
+        {2, 1, 20, 14, 14, 4, 1, 1},
     };
     static const struct conv_case winos[] = {
         {2, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1},

@@ -565,6 +565,7 @@ struct nl_exec {
     size_t scratch_floats; /* a forward-only executor's, in each of scratch and pscratch's parts */
     float *pscratch;       /* nl_exec_split's: the scratch of parts 1 and up, one after another */
     int parts;             /* nl_exec_split's parts; 1 before it */
+    struct nl_pool *pool;  /* nl_exec_forward_split's, for the length of that call */
     const float *input;    /* of the last forward */
     float *dinput;         /* (max_n, input): the input's gradient, backward's; NULL: none */
     struct nl_rng *rng;
@@ -1289,6 +1290,12 @@ static void run_forward(struct nl_exec *x, int i, int part, const struct nl_laye
     x->times[2 * i] += nl_now() - t0;
 }
 
+/* nl_fwd.sync of a split call: the pool's barrier. */
+static void meet(void *pool)
+{
+    nl_pool_barrier(pool);
+}
+
 /* Runs layer i forward on the nb samples from s0 of the executor's batch, reading the model's
  * input from x->input and every other input from the activations before it; with fold, into the
  * buffer of the last layer folded into it, with their output pass. */
@@ -1322,11 +1329,15 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
             f.res = other < 0 ? x->input : x->act[other];
         }
     }
+    float *first = f.scratch;    /* part 0's */
     if (part > 0 && x->pscratch) /* nl_exec_forward_split: each part's scratch its own */
         f.scratch = x->pscratch + (size_t)(part - 1) * x->scratch_floats;
     if (parts > 1 && l->ops->splits && !training) {
         f.part = part;
         f.parts = parts;
+        f.sync = meet;
+        f.sync_arg = x->pool;
+        f.shared = first;
     } else if (parts > 1 && l->ops->rows) { /* a team's share of the samples */
         size_t lo, hi;
         nl_block_range((size_t)x->n, 1, part, parts, &lo, &hi);
@@ -1390,6 +1401,7 @@ const float *nl_exec_forward_split(struct nl_exec *x, const float *params, const
     if (part == 0) {
         x->n = n;
         x->input = in;
+        x->pool = pool;
     }
     nl_pool_barrier(pool);
     for (int k = 0; k < m->nlayers; k++) {

@@ -109,6 +109,13 @@ void nl_wino_plan(struct nl_wino *p, int m, int c, int h, int w, int f, int ph, 
     p->tiles = p->tiles_x * ((oh + m - 1) / m);
 }
 
+/* The rows of each of v's a*a matrices: p->vc where the input transform writes a block of a
+ * wider input's channels, else p->c. */
+static size_t v_rows(const struct nl_wino *p)
+{
+    return p->vc > 0 ? (size_t)p->vc : (size_t)p->c;
+}
+
 static const float *table_b(const struct nl_wino *p)
 {
     return p->m == 4 ? bt4 : bt2;
@@ -242,7 +249,7 @@ static void input_naive(float *v, const float *in, int n, const struct nl_wino *
                 const size_t t = (size_t)s * p->tiles + r;
                 for (int xi = 0; xi < a * a; xi++)
                     v[transposed ? ((size_t)xi * tt + t) * p->c + c
-                                 : ((size_t)xi * p->c + c) * tt + t] = y[xi];
+                                 : ((size_t)xi * v_rows(p) + c) * tt + t] = y[xi];
             }
         }
 }
@@ -448,6 +455,7 @@ AVX512 INLINE void input_avx512(float *v, const float *in, int n, const struct n
 {
     const int tt = n * p->tiles;
     const size_t plane = (size_t)p->h * p->w;
+    const size_t vc = v_rows(p);
     struct group g;
     __m512 x[36], y[36];
 
@@ -463,7 +471,7 @@ AVX512 INLINE void input_avx512(float *v, const float *in, int n, const struct n
                 }
             sandwich_v(y, bt, a, a, x);
             for (int xi = 0; xi < a * a; xi++)
-                _mm512_mask_storeu_ps(v + ((size_t)xi * p->c + c) * tt + t0, g.live, y[xi]);
+                _mm512_mask_storeu_ps(v + ((size_t)xi * vc + c) * tt + t0, g.live, y[xi]);
         }
     }
 }
@@ -535,6 +543,7 @@ AVX512 INLINE void input_rows_avx512(float *v, const float *in, int n, const str
 {
     const int tt = n * p->tiles, m = p->m, tiles_y = p->tiles / p->tiles_x;
     const size_t plane = (size_t)p->h * p->w;
+    const size_t vc = v_rows(p);
     const __mmask16 tx_live = first_lanes(p->tiles_x);
     const int left = -p->pw;
     const __mmask16 lo = first_lanes(p->w - left) & (__mmask16)(0xffffu << (left < 0 ? -left : 0)),
@@ -577,8 +586,8 @@ AVX512 INLINE void input_rows_avx512(float *v, const float *in, int n, const str
                 for (int i = 0; i < a; i++)
 #pragma GCC unroll 6
                     for (int j = 0; j < a; j++)
-                        _mm512_mask_storeu_ps(v + ((size_t)(i * a + j) * p->c + c) * tt + t0,
-                                              tx_live, comb(bt + j * a, 1, x + i * a, 1, a));
+                        _mm512_mask_storeu_ps(v + ((size_t)(i * a + j) * vc + c) * tt + t0, tx_live,
+                                              comb(bt + j * a, 1, x + i * a, 1, a));
             }
         }
 }
@@ -922,6 +931,7 @@ AVX512 INLINE void input_stack_avx512(float *v, const float *in, int n, const st
 {
     const int tt = n * p->tiles, span = rows * p->tiles_x, sh = stack_shift(p);
     const size_t plane = (size_t)p->h * p->w;
+    const size_t vc = v_rows(p);
     __m512i pick[6];
     __mmask16 valid[6], pair0[6], cols[2];
 
@@ -961,7 +971,7 @@ AVX512 INLINE void input_stack_avx512(float *v, const float *in, int n, const st
                     x[k] = stack_gather(z, pick[k], valid[k], pair0[k]);
 #pragma GCC unroll 6
                 for (int j = 0; j < a; j++)
-                    _mm512_mask_storeu_ps(v + ((size_t)(i * a + j) * p->c + c) * tt + t0, live,
+                    _mm512_mask_storeu_ps(v + ((size_t)(i * a + j) * vc + c) * tt + t0, live,
                                           comb(bt + j * a, 1, x, 1, a));
             }
         }

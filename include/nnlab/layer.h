@@ -147,6 +147,14 @@ struct nl_fwd {
     /* A team's share (nl_exec_forward_team): with parts > 1, forward computes share part of
      * parts of out, as the kind splits it (ops->parts); 0 or 1: all of it. */
     int part, parts;
+    /* A split call's meeting (nl_exec_forward_split: parts > 1 out of training, for the kinds
+     * with ops->splits): sync(sync_arg) returns once every part of the call has called it, and
+     * shared is part 0's scratch, into which a kind may have each part write its own piece
+     * before a meeting and every part read after it. Where a kind meets, every part of the call
+     * meets as often. NULL outside a split call. */
+    void (*sync)(void *arg);
+    void *sync_arg;
+    float *shared;
     /* The layer's prepared weights (ops->prep, through nl_prep of nnlab/model.h), set in
      * inference and for a frozen layer: what forward would otherwise derive from w in every
      * call; NULL: derive them. */

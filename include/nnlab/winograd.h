@@ -34,6 +34,11 @@ struct nl_wino {
     int f;              /* filters */
     int ph, pw, oh, ow; /* zero padding, output plane */
     int tiles_x, tiles; /* tiles per output row, per image */
+    /* The input transform of one image's channels [c0, c0 + c) of a wider input (a split call's
+     * part, core/engine/layers/conv.c): the channels of v's layout, into which the caller points
+     * v at row c0 of the first matrix; 0 (nl_wino_plan): c. Only nl_wino_input reads it, and only
+     * with n = 1. */
+    int vc;
 };
 
 /* Fills p for a 3x3 stride-1 convolution whose output plane is oh x ow; m is 2 or 4. */
@@ -52,7 +57,8 @@ void nl_wino_filter_cols_naive(float *u, const float *weight, const struct nl_wi
 void nl_wino_filter_adjoint(float *dweight, const float *du, const struct nl_wino *p);
 void nl_wino_filter_adjoint_naive(float *dweight, const float *du, const struct nl_wino *p);
 
-/* v (a*a, C, n*tiles) = B^T d B of each input tile d of in (n, C, H, W). */
+/* v (a*a, C, n*tiles) = B^T d B of each input tile d of in (n, C, H, W); with p->vc, each of
+ * v's matrices has vc rows, C of them written. */
 void nl_wino_input(float *v, const float *in, int n, const struct nl_wino *p);
 void nl_wino_input_naive(float *v, const float *in, int n, const struct nl_wino *p);
 /* vt (a*a, n*tiles, C): the same values as nl_wino_input's, each of the a*a matrices transposed,
