@@ -1814,6 +1814,12 @@ static void test_wino_direct(void)
         }
         harness_free(&gemm);
     }
+    ok(nl_conv_forward_lowering(&wino.l, 1, 0) == NL_LOWER_SAMPLE &&
+           nl_conv_forward_lowering(&wino.l, 2, 0) == NL_LOWER_SHARD &&
+           nl_conv_forward_lowering(&wino.l, 8, 0) == NL_LOWER_WINOGRAD &&
+           nl_conv_forward_lowering(&wino.l, 1, 1) == NL_LOWER_WINOGRAD,
+       "conv 512 3x3 on 7x7: nl_conv_forward_lowering names what 1, 2 and 8 images run, and "
+       "training");
     wino.n = 8;
     harness_free(&wino);
 }

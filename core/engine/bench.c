@@ -572,7 +572,13 @@ int nl_bench_layers(struct nl_bench_train *out, struct nl_bench_layer *layers, i
         rc = infer ? bench_infer(out, m, d, batch, threads, warmup, steps, seconds, err)
                    : bench_train(out, m, d, batch, threads, warmup, steps, seconds, &timed,
                                  &team_from, err);
+    const int shard = (batch + threads - 1) / threads; /* a split call: 1 */
+    const int calls = infer && x ? nl_exec_forward_samples(x, shard) : shard;
     for (size_t i = 0; rc == 0 && i < nl; i++) {
+        const struct nl_layer *l = &m->layers[i];
+        layers[i].lower = strcmp(l->ops->kind, "conv") == 0
+                              ? nl_conv_forward_lowering(l, calls, !infer)
+                              : l->lower;
         layers[i].forward_ms = timed > 0 ? seconds[2 * i] * 1e3 / (double)timed : 0.0;
         layers[i].backward_ms = timed > 0 ? seconds[2 * i + 1] * 1e3 / (double)timed : 0.0;
         layers[i].runs_in = nl_exec_runs_in(x, (int)i, (int)i >= team_from);

@@ -1416,6 +1416,11 @@ const float *nl_exec_forward_split(struct nl_exec *x, const float *params, const
     return x->act[m->nlayers - 1];
 }
 
+int nl_exec_forward_samples(const struct nl_exec *x, int n)
+{
+    return x->group && n > x->group ? x->group : n;
+}
+
 void nl_exec_time_layers(struct nl_exec *x, double *seconds)
 {
     x->times = seconds;

@@ -72,6 +72,9 @@ int nl_bench_infer(struct nl_bench_train *out, const struct nl_model *m, const s
 struct nl_bench_layer {
     double forward_ms, backward_ms;
     int runs_in;
+    /* a conv layer's: the lowering its forward calls ran (nl_conv_forward_lowering on a
+     * thread's samples a call) */
+    enum nl_lowering lower;
 };
 int nl_bench_layers(struct nl_bench_train *out, struct nl_bench_layer *layers, int infer,
                     struct nl_model *m, const struct nl_dataset *d, int batch, int threads,

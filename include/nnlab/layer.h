@@ -56,6 +56,13 @@ enum nl_lowering {
 /* A few words that name a lowering, for test names and benchmark tables. */
 const char *nl_lowering_name(enum nl_lowering lowering);
 
+struct nl_layer;
+/* The lowering a conv layer's forward of n samples runs: l->lower, but for the calls that take
+ * another (core/engine/layers/conv.c): Winograd on few tiles out of training, one GEMM per image
+ * or per shard; the shard lowerings on fewer samples than they fill; the phase planes' layer by
+ * bands of rows, one GEMM per image. */
+enum nl_lowering nl_conv_forward_lowering(const struct nl_layer *l, int n, int training);
+
 enum nl_init {
     NL_INIT_DEFAULT = 0, /* weights: Xavier; biases: zero */
     NL_INIT_ZERO,

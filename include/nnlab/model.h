@@ -148,6 +148,9 @@ void nl_exec_time_layers(struct nl_exec *x, double *seconds);
  * nl_exec_forward_team), the dense layer a ReLU runs inside (its forward, and its backward where
  * that runs within a share too; a ReLU's backward that runs alone is timed as its own). */
 int nl_exec_runs_in(const struct nl_exec *x, int i, int team);
+/* The samples of each layer call of x's inference on n samples: a forward-only executor's group
+ * (FORWARD_GROUP, core/engine/model.c) where it goes through the network in groups, else n. */
+int nl_exec_forward_samples(const struct nl_exec *x, int n);
 
 /* Runs n <= max_n samples x (n, input) through the model with parameters params (the model's own
  * buffer or a copy of the same layout). Returns the logits (n, nclasses), valid until the next

@@ -975,6 +975,29 @@ static void forward_s2lanes(const struct nl_layer *l, const struct nl_fwd *f,
  * (one image: SAMPLE), whose products waste less on so few. */
 #define PLANE2_MIN 4
 
+enum nl_lowering nl_conv_forward_lowering(const struct nl_layer *l, int n, int training)
+{
+    struct conv_dims d;
+    struct nl_s2 s2;
+    const struct nl_fwd f = {.n = n, .training = training};
+
+    conv_dims(l, &d, &s2);
+    switch (l->lower) {
+    case NL_LOWER_WINOGRAD:
+    case NL_LOWER_WINOGRAD2:
+        return !wino_direct(l, &f, &d) ? l->lower : n > 1 ? NL_LOWER_SHARD : NL_LOWER_SAMPLE;
+    case NL_LOWER_PLANE2:
+    case NL_LOWER_S2LANES:
+        return n >= PLANE2_MIN ? l->lower : n > 1 ? NL_LOWER_SHARD : NL_LOWER_SAMPLE;
+    case NL_LOWER_SHARD:
+        return n > 1 ? NL_LOWER_SHARD : NL_LOWER_SAMPLE;
+    case NL_LOWER_PHASES:
+        return band_rows(&d) < d.win.oh ? NL_LOWER_SAMPLE : NL_LOWER_PHASES;
+    default:
+        return l->lower;
+    }
+}
+
 /* Whether conv_forward runs f through forward_sample. */
 static int runs_sample(const struct nl_layer *l, const struct nl_fwd *f, const struct conv_dims *d)
 {
