@@ -1995,6 +1995,16 @@ static void test_split(void)
             ok(0, "%s: executors: %s", name, err.msg);
             goto next;
         }
+        if (c == 0) {
+            struct nl_exec *tx = NULL;
+            struct nl_error e1 = {0}, e2 = {0};
+            ok(nl_exec_new(&tx, m, 1, &err) == 0 && nl_exec_split(tx, 2, &e1) == NL_EINVAL &&
+                   strstr(e1.msg, "forward-only") && nl_exec_split(fx, 0, &e2) == NL_EINVAL &&
+                   strstr(e2.msg, "at least 1"),
+               "nl_exec_split: a training executor and 0 parts fail, saying why (%s; %s)", e1.msg,
+               e2.msg);
+            nl_exec_free(tx);
+        }
         fill(in, in_size, -1.0f, 1.0f);
         memcpy(want, nl_exec_forward(fx, m->params, in, 1, 0, &rng), k * sizeof *want);
         for (int parts = 2; parts <= 3; parts++)

@@ -1378,8 +1378,12 @@ const float *nl_exec_forward(struct nl_exec *x, const float *params, const float
 
 int nl_exec_split(struct nl_exec *x, int parts, struct nl_error *err)
 {
-    if (parts < 1 || x->dblock)
-        return nl_error_set(err, NL_EINVAL, "an executor split in %d parts", parts);
+    if (parts < 1)
+        return nl_error_set(err, NL_EINVAL, "an executor split in %d parts: at least 1", parts);
+    if (x->dblock)
+        return nl_error_set(err, NL_EINVAL,
+                            "a training executor cannot be split between threads; only a "
+                            "forward-only one (nl_exec_new_forward)");
     if (parts == x->parts)
         return 0;
     float *p = NULL;
