@@ -283,11 +283,12 @@ static void show_top(NlPredictPage *p, float *probs, int k)
 
 /* Runs one normalised sample through the loaded model and shows its top classes, or a
  * regression run's value: the model's output, standardised as the targets were, put back in
- * the target's units. */
+ * the target's units. A forward-only executor, as `nnlab predict` and `nnlab eval` run (the
+ * batchnorms folded into their convolutions): the same floats as theirs. */
 static int classify(NlPredictPage *p, const float *in, struct nl_error *err)
 {
     struct nl_exec *x = NULL;
-    int rc = nl_exec_new(&x, p->m, 1, err);
+    int rc = nl_exec_new_forward(&x, p->m, 1, err);
     if (rc == 0) {
         struct nl_rng rng;
         nl_rng_seed(&rng, 1);
@@ -626,7 +627,7 @@ static void csv_thread(GTask *task, gpointer source, gpointer data, GCancellable
     if (rc == 0)
         rc = nl_table_open(&t, j->d, csv_warn, j, &j->err);
     if (rc == 0)
-        rc = nl_exec_new(&j->x, j->m, 1, &j->err);
+        rc = nl_exec_new_forward(&j->x, j->m, 1, &j->err);
     if (rc == 0) {
         j->probs = g_new(float, (size_t)j->m->nclasses);
         rc = nl_table_read_csv(t, j->path, csv_row, j, &j->err);

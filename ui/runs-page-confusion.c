@@ -97,7 +97,7 @@ static void cm_thread(GTask *task, gpointer source, gpointer data, GCancellable 
             runs_confusion_free(c);
         }
     } else if (rc == 0) {
-        rc = nl_exec_new(&x, m, EVAL_BATCH, &err);
+        rc = nl_exec_new_forward(&x, m, EVAL_BATCH, &err);
         if (rc == 0 && (rc = nl_prep_new(&prep, m, m->params, 0, &err)) == 0)
             nl_exec_use_prep(x, prep);
     }
