@@ -76,6 +76,13 @@ static int harness_setup(struct harness *h, const char *kind, struct nl_error *e
     return h->l.ops->setup(&h->l, err);
 }
 
+/* A layer whose window is k x k with one stride and one padding on both axes, on input in. */
+static struct nl_layer square_window(int k, int stride, int pad, struct nl_shape in)
+{
+    return (struct nl_layer){
+        .kh = k, .kw = k, .sh = stride, .sw = stride, .ph = pad, .pw = pad, .in = {in}};
+}
+
 /* Sets up the layer (which must succeed) and allocates its buffers for a shard of n. */
 static void harness_make(struct harness *h, const char *kind, int n)
 {
@@ -527,16 +534,11 @@ static void test_overwrite(void)
         {NL_LOWER_WINOGRAD2, 5, 16, 3, 1, 1, {16, 28, 28}},
     };
     for (size_t k = 0; k < sizeof convs / sizeof convs[0]; k++) {
-        struct harness h = {.l = {.lowering = convs[k].lower,
-                                  .filters = convs[k].filters,
-                                  .kh = convs[k].k,
-                                  .kw = convs[k].k,
-                                  .sh = convs[k].stride,
-                                  .sw = convs[k].stride,
-                                  .ph = convs[k].pad,
-                                  .pw = convs[k].pad,
-                                  .no_bias = (int)(k & 1),
-                                  .in = {convs[k].in}}};
+        struct harness h = {
+            .l = square_window(convs[k].k, convs[k].stride, convs[k].pad, convs[k].in)};
+        h.l.lowering = convs[k].lower;
+        h.l.filters = convs[k].filters;
+        h.l.no_bias = (int)(k & 1);
         char what[96];
         harness_make(&h, "conv", convs[k].n);
         snprintf(what, sizeof what, "conv %d %dx%d stride %d, lowering %d, on %dx%dx%dx%d",
@@ -1531,15 +1533,10 @@ static void test_overwrite_sample(void)
         {NL_LOWER_SHARD, 1, 4, 3, 1},
     };
     for (size_t k = 0; k < sizeof convs / sizeof convs[0]; k++) {
-        struct harness h = {.l = {.lowering = convs[k].lower,
-                                  .filters = convs[k].filters,
-                                  .kh = convs[k].k,
-                                  .kw = convs[k].k,
-                                  .sh = 1,
-                                  .sw = 1,
-                                  .ph = convs[k].pad,
-                                  .pw = convs[k].pad,
-                                  .in = {{3, 6, 7}}}};
+        struct harness h = {
+            .l = square_window(convs[k].k, 1, convs[k].pad, (struct nl_shape){3, 6, 7})};
+        h.l.lowering = convs[k].lower;
+        h.l.filters = convs[k].filters;
         char what[96];
         harness_make(&h, "conv", convs[k].n);
         snprintf(what, sizeof what, "conv %d %dx%d, lowering %d, on %dx3x6x7", convs[k].filters,
@@ -1835,13 +1832,7 @@ static void test_pool_split(void)
         int k, s, p;
     } cases[] = {{{64, 20, 20}, 3, 2, 1}, {{20, 24, 24}, 2, 2, 0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        struct harness h = {.l = {.kh = cases[c].k,
-                                  .kw = cases[c].k,
-                                  .sh = cases[c].s,
-                                  .sw = cases[c].s,
-                                  .ph = cases[c].p,
-                                  .pw = cases[c].p,
-                                  .in = {cases[c].in}}};
+        struct harness h = {.l = square_window(cases[c].k, cases[c].s, cases[c].p, cases[c].in)};
         harness_make(&h, "maxpool", 1);
         float *out = floats(h.out_count);
         int32_t *arg = malloc(h.out_count * sizeof *arg), *want = malloc(h.out_count * sizeof *arg);
@@ -1896,15 +1887,10 @@ static void test_bands(void)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int n = 1; n <= 2; n++) {
-            struct harness h = {.l = {.lowering = cases[c].lower,
-                                      .filters = cases[c].filters,
-                                      .kh = cases[c].k,
-                                      .kw = cases[c].k,
-                                      .sh = cases[c].s,
-                                      .sw = cases[c].s,
-                                      .ph = cases[c].p,
-                                      .pw = cases[c].p,
-                                      .in = {cases[c].in}}};
+            struct harness h = {.l =
+                                    square_window(cases[c].k, cases[c].s, cases[c].p, cases[c].in)};
+            h.l.lowering = cases[c].lower;
+            h.l.filters = cases[c].filters;
             harness_make(&h, "conv", n);
             const struct nl_shape *o = &h.l.out;
             const int f = o->c, p = o->h * o->w, k = cases[c].in.c * cases[c].k * cases[c].k;
