@@ -1252,13 +1252,12 @@ int nl_exec_new_forward(struct nl_exec **out, const struct nl_model *m, int max_
     return exec_new(out, m, max_n, 1, err);
 }
 
-/* Layer i's folded output pass into f: the activation, and for a conv the scale and shift of
- * its batchnorm (1 and its bias without one). */
-static void fold_pass(struct nl_exec *x, const float *params, int i, struct nl_fwd *f)
+/* Layer i's folded scale and shift, written into x->fold: for a conv, its batchnorm's (1 and its
+ * bias without one). */
+static void fold_make(struct nl_exec *x, const float *params, int i)
 {
     const struct nl_layer *l = &x->m->layers[i];
 
-    f->act = x->actk[i];
     if (!(l->ops->folds & 1))
         return;
     float *scale = x->fold + x->fold_at[i], *shift = scale + l->out.c;
@@ -1272,8 +1271,31 @@ static void fold_pass(struct nl_exec *x, const float *params, int i, struct nl_f
             shift[k] = bias ? bias[k] : 0.0f;
         }
     }
-    f->scale = scale;
-    f->shift = shift;
+}
+
+/* fold_make of every layer whose output pass a forward-only executor folds (the part 0 of a
+ * split call or a team, before the parts start). */
+static void make_folds(struct nl_exec *x, const float *params)
+{
+    for (int i = 0; i < x->m->nlayers; i++)
+        if (!x->skip[i] && x->into[i] != i)
+            fold_make(x, params, i);
+}
+
+/* Layer i's folded output pass into f: the activation, and the scale and shift of fold_make,
+ * made here unless made already (a split call's part 0 makes every layer's before its parts
+ * start, so that none writes them while another reads them). */
+static void fold_pass(struct nl_exec *x, const float *params, int i, struct nl_fwd *f, int made)
+{
+    const struct nl_layer *l = &x->m->layers[i];
+
+    f->act = x->actk[i];
+    if (!(l->ops->folds & 1))
+        return;
+    if (!made)
+        fold_make(x, params, i);
+    f->scale = x->fold + x->fold_at[i];
+    f->shift = f->scale + l->out.c;
 }
 
 /* Layer i's forward, its wall time added to x->times where they are kept (part 0's, for a
@@ -1319,7 +1341,7 @@ static void forward_layer(struct nl_exec *x, int i, const float *params, int tra
         f.in[j] = (l->inputs[j] < 0 ? x->input : x->act[l->inputs[j]]) +
                   (size_t)s0 * nl_shape_size(l->in[j]);
     if (fold && x->into[i] != i) {
-        fold_pass(x, params, i, &f);
+        fold_pass(x, params, i, &f, parts > 1);
     } else if (!fold && output_of(x, i) != i) { /* a fused group */
         const int o = output_of(x, i), a = x->radd[i];
         f.act = activation_kind(&x->m->layers[o]);
@@ -1406,6 +1428,8 @@ const float *nl_exec_forward_split(struct nl_exec *x, const float *params, const
         x->n = n;
         x->input = in;
         x->pool = pool;
+        if (fold)
+            make_folds(x, params);
     }
     nl_pool_barrier(pool);
     for (int k = 0; k < m->nlayers; k++) {
@@ -1551,6 +1575,7 @@ const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const 
 {
     const struct nl_model *m = x->m;
 
+    const int fold = x->fold && !training;
     if (part == 0) {
         x->n = n;
         x->input = in;
@@ -1559,9 +1584,10 @@ const float *nl_exec_forward_team(struct nl_exec *x, const float *params, const 
             if (r >= 0)
                 x->act[r] = x->act[k]; /* as the ReLU in place: the same floats */
         }
+        if (fold)
+            make_folds(x, params);
     }
     nl_pool_barrier(pool);
-    const int fold = x->fold && !training;
     for (int k = 0; k < m->nlayers; k++) {
         if (fold && x->skip[k])
             continue;
