@@ -975,24 +975,23 @@ static void forward_s2lanes(const struct nl_layer *l, const struct nl_fwd *f,
  * (one image: SAMPLE), whose products waste less on so few. */
 #define PLANE2_MIN 4
 
-enum nl_lowering nl_conv_forward_lowering(const struct nl_layer *l, int n, int training)
+/* The lowering whose forward conv_forward runs for f: the layer's own, but for Winograd on few
+ * tiles out of training (wino_direct) and the shard lowerings on fewer images than they fill, which
+ * run as SHARD (SAMPLE for one image). SAMPLE, PHASES and the rest go through forward_sample. */
+static enum nl_lowering forward_runs(const struct nl_layer *l, const struct nl_fwd *f,
+                                     const struct conv_dims *d)
 {
-    struct conv_dims d;
-    struct nl_s2 s2;
-    const struct nl_fwd f = {.n = n, .training = training};
+    const int n = f->n;
 
-    conv_dims(l, &d, &s2);
     switch (l->lower) {
     case NL_LOWER_WINOGRAD:
     case NL_LOWER_WINOGRAD2:
-        return !wino_direct(l, &f, &d) ? l->lower : n > 1 ? NL_LOWER_SHARD : NL_LOWER_SAMPLE;
+        return !wino_direct(l, f, d) ? l->lower : n > 1 ? NL_LOWER_SHARD : NL_LOWER_SAMPLE;
     case NL_LOWER_PLANE2:
     case NL_LOWER_S2LANES:
         return n >= PLANE2_MIN ? l->lower : n > 1 ? NL_LOWER_SHARD : NL_LOWER_SAMPLE;
     case NL_LOWER_SHARD:
         return n > 1 ? NL_LOWER_SHARD : NL_LOWER_SAMPLE;
-    case NL_LOWER_PHASES:
-        return band_rows(&d) < d.win.oh ? NL_LOWER_SAMPLE : NL_LOWER_PHASES;
     default:
         return l->lower;
     }
@@ -1001,21 +1000,31 @@ enum nl_lowering nl_conv_forward_lowering(const struct nl_layer *l, int n, int t
 /* Whether conv_forward runs f through forward_sample. */
 static int runs_sample(const struct nl_layer *l, const struct nl_fwd *f, const struct conv_dims *d)
 {
-    switch (l->lower) {
+    switch (forward_runs(l, f, d)) {
+    case NL_LOWER_PLANE2:
+    case NL_LOWER_S2LANES:
     case NL_LOWER_WINOGRAD:
     case NL_LOWER_WINOGRAD2:
-        return f->n == 1 && wino_direct(l, f, d);
     case NL_LOWER_DIRECT:
     case NL_LOWER_PACKED:
     case NL_LOWER_ONECHAN:
-        return 0;
     case NL_LOWER_SHARD:
-    case NL_LOWER_PLANE2:
-    case NL_LOWER_S2LANES:
-        return f->n == 1;
+        return 0;
     default:
         return 1;
     }
+}
+
+enum nl_lowering nl_conv_forward_lowering(const struct nl_layer *l, int n, int training)
+{
+    struct conv_dims d;
+    struct nl_s2 s2;
+    const struct nl_fwd f = {.n = n, .training = training};
+
+    conv_dims(l, &d, &s2);
+    const enum nl_lowering runs = forward_runs(l, &f, &d);
+    /* forward_sample takes the phase planes' layer by bands through plain im2col */
+    return runs == NL_LOWER_PHASES && band_rows(&d) < d.win.oh ? NL_LOWER_SAMPLE : runs;
 }
 
 /* A part of a split call (nl_exec_forward_split: one image, part of parts out of training)
@@ -1042,9 +1051,9 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
             forward_bands(f, &d, (int)y0, (int)y1);
         return;
     }
+    const enum nl_lowering runs = forward_runs(l, f, &d);
     if (f->parts > 1 && !f->training && f->n == 1 && f->prep && f->sync &&
-        (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2) &&
-        !wino_direct(l, f, &d)) {
+        (runs == NL_LOWER_WINOGRAD || runs == NL_LOWER_WINOGRAD2)) {
         forward_winograd_split(f, &d);
         return;
     }
@@ -1069,30 +1078,33 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
                          d.win.pw, d.win.oh, d.win.ow);
         f = &part;
     }
-    if (l->lower == NL_LOWER_PLANE2 && f->n >= PLANE2_MIN)
+    switch (runs) {
+    case NL_LOWER_PLANE2:
         forward_plane2(l, f, &d);
-    else if (l->lower == NL_LOWER_S2LANES && f->n >= PLANE2_MIN)
+        break;
+    case NL_LOWER_S2LANES:
         forward_s2lanes(l, f, &d);
-    else if ((l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2) &&
-             wino_direct(l, f, &d) && f->n > 1)
-        forward_shard(l, f, &d);
-    else if ((l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2) &&
-             wino_direct(l, f, &d))
-        forward_sample(l, f, &d);
-    else if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
+        break;
+    case NL_LOWER_WINOGRAD:
+    case NL_LOWER_WINOGRAD2:
         forward_winograd(l, f, &d);
-    else if (l->lower == NL_LOWER_DIRECT)
+        break;
+    case NL_LOWER_DIRECT:
         forward_direct(l, f, &d);
-    else if (l->lower == NL_LOWER_PACKED)
+        break;
+    case NL_LOWER_PACKED:
         forward_packed(l, f, &d);
-    else if (l->lower == NL_LOWER_ONECHAN)
+        break;
+    case NL_LOWER_ONECHAN:
         forward_onechan(l, f, &d);
-    else if ((l->lower == NL_LOWER_SHARD || l->lower == NL_LOWER_PLANE2 ||
-              l->lower == NL_LOWER_S2LANES) &&
-             f->n > 1)
+        break;
+    case NL_LOWER_SHARD:
         forward_shard(l, f, &d);
-    else
+        break;
+    default:
         forward_sample(l, f, &d);
+        break;
+    }
 }
 
 /* Whether PHASES, din's first writer, rewrites every pixel of din (every phase plane read by
