@@ -1228,7 +1228,7 @@ static struct nl_model *build_perturbed(const char *name, const char *text, stru
 /* The forward-only executor (folded) against a training executor in evaluation (every layer
  * as it is), for n samples, on the vector or the scalar kernels; returns the largest
  * difference of the logits relative to the largest logit, -1 on a failure. */
-static double fold_against_plain(struct nl_model *m, int n, int *folded)
+static double fold_against_plain(struct nl_model *m, int n, int *folded, int *train_same)
 {
     struct nl_error err = {0};
     struct nl_exec *fx = NULL, *px = NULL;
@@ -1252,6 +1252,12 @@ static double fold_against_plain(struct nl_model *m, int n, int *folded)
         }
         worst = big > 0.0 ? diff / big : diff;
         *folded = nl_exec_folded(fx);
+        /* a forward in training mode runs every layer of the forward-only executor as it is,
+         * in buffers shared by their lives in that flow too */
+        struct nl_rng r1 = rng, r2 = rng;
+        want = nl_exec_forward(px, m->params, in, n, 1, &r1);
+        got = nl_exec_forward(fx, m->params, in, n, 1, &r2);
+        *train_same = memcmp(want, got, (size_t)n * k * sizeof *got) == 0;
     } else {
         diag("%s", err.msg);
     }
@@ -1290,13 +1296,17 @@ static void test_folding(void)
             int was = nl_kernels_vector_on();
             nl_kernels_vector(vec && was);
             for (int n = 1; n <= 5; n += 4) {
-                int folded = -1;
-                double worst = fold_against_plain(m, n, &folded);
+                int folded = -1, train_same = 0;
+                double worst = fold_against_plain(m, n, &folded, &train_same);
                 ok(worst >= 0.0 && worst < 1e-5,
                    "%s, %d sample(s), %s kernels: folded logits equal the plain ones to rounding "
                    "(worst %.2g of the largest)",
                    name, n, vec && was ? "vector" : "scalar", worst);
                 is_int(folded, cases[c].folded, "%s: layers folded away", name);
+                ok(train_same,
+                   "%s, %d sample(s): a forward in training mode on the forward-only executor "
+                   "gives the plain executor's logits bit for bit",
+                   name, n);
             }
             nl_kernels_vector(was);
         }

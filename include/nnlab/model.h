@@ -103,10 +103,11 @@ int nl_exec_new(struct nl_exec **out, const struct nl_model *m, int max_n, struc
 int nl_exec_new_forward(struct nl_exec **out, const struct nl_model *m, int max_n,
                         struct nl_error *err);
 int nl_exec_folded(const struct nl_exec *x);
-/* A training executor's memory plan (core/engine/model.c): the floats of the one block that
- * holds its activations, activation gradients and scratch; the most of those alive at any one
- * moment of a step, a bound no plan can go under; and what they take in buffers of their own
- * (every activation and gradient, and the largest scratch). All 0 for a forward-only one. */
+/* An executor's memory plan (core/engine/model.c): the floats of the one block that holds a
+ * training executor's activations, activation gradients and scratch; the most of those alive at
+ * any one moment of a step, a bound no plan can go under; and what they take in buffers of their
+ * own (every activation and gradient, and the largest scratch). For a forward-only executor the
+ * same of its activations alone. */
 void nl_exec_memory(const struct nl_exec *x, size_t *block, size_t *alive, size_t *apart);
 /* Whether training executors made from now on fuse (on by default); returns the former setting.
  * For tests and benchmarks that compare the two, before any thread makes an executor. */
