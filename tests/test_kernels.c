@@ -1341,13 +1341,35 @@ static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, in
         free(vt[0]);
         free(vt[1]);
     }
+    /* mm turned (nl_wino.mt: each matrix (T, mt), here mt = f + 3, a wider row): both paths
+     * give the outputs of mm as it is, bit for bit */
+    float *mt = floats(aa * tt * (size_t)(f + 3)), *yt = floats(nout);
+    int turned_same = 1;
+    for (size_t xi = 0; xi < aa; xi++)
+        for (size_t t = 0; t < tt; t++)
+            for (int g = 0; g < f + 3; g++)
+                mt[(xi * tt + t) * (size_t)(f + 3) + (size_t)g] =
+                    g < f ? mm[(xi * f + (size_t)g) * tt + t] : NAN;
     for (int act = 0; act <= 2; act++) {
         const float *s = act ? sc : NULL, *t = act ? bias : NULL;
+        struct nl_wino q = p;
+        q.mt = f + 3;
         fill_value(y[1], nout, NAN);
         nl_wino_output_naive(y[0], mm, bias, s, t, act, n, &p);
         nl_wino_output(y[1], mm, bias, s, t, act, n, &p);
         worst = fmax(worst, max_diff(y[0], y[1], nout) / (1.0 + max_abs(y[0], nout)));
+        for (int naive = 0; naive <= 1; naive++) {
+            fill_value(yt, nout, NAN);
+            (naive ? nl_wino_output_naive : nl_wino_output)(yt, mt, bias, s, t, act, n, &q);
+            turned_same &= memcmp(yt, y[naive ? 0 : 1], nout * sizeof *yt) == 0;
+        }
     }
+    ok(turned_same,
+       "winograd F(%dx%d) output transform on %dx%dx%dx%d from mm turned (mt), vector path and "
+       "naive twin: the outputs from mm as it is, bit for bit",
+       m, m, n, f, oh, ow);
+    free(mt);
+    free(yt);
     nl_wino_output_adjoint_naive(dm[0], dy, n, &p);
     nl_wino_output_adjoint(dm[1], dy, n, &p);
     worst = fmax(worst, max_diff(dm[0], dm[1], nm) / (1.0 + max_abs(dm[0], nm)));

@@ -304,7 +304,8 @@ void nl_wino_output_naive(float *out, const float *mm, const float *bias, const 
                 const size_t t = (size_t)s * p->tiles + r;
                 const int y0 = r / p->tiles_x * m, x0 = r % p->tiles_x * m;
                 for (int xi = 0; xi < a * a; xi++)
-                    x[xi] = mm[((size_t)xi * p->f + f) * tt + t];
+                    x[xi] = p->mt ? mm[((size_t)xi * tt + t) * p->mt + f]
+                                  : mm[((size_t)xi * p->f + f) * tt + t];
                 sandwich(y, table_a(p), m, a, x);
                 for (int i = 0; i < m && y0 + i < p->oh; i++)
                     for (int j = 0; j < m && x0 + j < p->ow; j++) {
@@ -351,6 +352,20 @@ void nl_wino_output_adjoint_naive(float *dmm, const float *dout, int n, const st
 static inline __mmask16 first_lanes(int k)
 {
     return k >= 16 ? (__mmask16)0xffff : k <= 0 ? 0 : (__mmask16)((1u << k) - 1u);
+}
+
+/* Product xi of filter f for the tiles t0 .. t0 + 15 of mm (those in live): 16 contiguous floats,
+ * or with p->mt (mm turned) 16 floats p->mt apart. */
+AVX512 static inline __attribute__((always_inline)) __m512
+mm_lanes(const float *mm, const struct nl_wino *p, int xi, int f, size_t t0, int tt, __mmask16 live)
+{
+    if (!p->mt)
+        return _mm512_maskz_loadu_ps(live, mm + ((size_t)xi * p->f + f) * tt + t0);
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(p->mt));
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx,
+                                    mm + ((size_t)xi * tt + t0) * p->mt + f, 4);
 }
 
 /* sum over k < q of c[k*cs] x[k*xs]; with constant tables the zero coefficients vanish and the
@@ -659,7 +674,7 @@ AVX512 INLINE void output_avx512(float *out, const float *mm, const float *bias,
         for (int f = 0; f < p->f; f++) {
             float *img = out + f * plane;
             for (int xi = 0; xi < a * a; xi++)
-                x[xi] = _mm512_maskz_loadu_ps(g.live, mm + ((size_t)xi * p->f + f) * tt + t0);
+                x[xi] = mm_lanes(mm, p, xi, f, (size_t)t0, tt, g.live);
             sandwich_v(y, at, m, a, x);
             for (int i = 0; i < m; i++)
                 for (int j = 0; j < m; j++) {
@@ -702,7 +717,7 @@ AVX512 INLINE void output_rows_avx512(float *out, const float *mm, const float *
                 const size_t t0 = (size_t)s * p->tiles + (size_t)ty * p->tiles_x;
 #pragma GCC unroll 36
                 for (int xi = 0; xi < a * a; xi++)
-                    x[xi] = _mm512_maskz_loadu_ps(tx_live, mm + ((size_t)xi * p->f + f) * tt + t0);
+                    x[xi] = mm_lanes(mm, p, xi, f, t0, tt, tx_live);
                 sandwich_v(y, at, m, a, x);
 #pragma GCC unroll 4
                 for (int i = 0; i < m; i++) {
@@ -1003,7 +1018,7 @@ AVX512 INLINE void output_stack_avx512(float *out, const float *mm, const float 
         for (int f = 0; f < p->f; f++) {
 #pragma GCC unroll 36
             for (int xi = 0; xi < a * a; xi++)
-                x[xi] = _mm512_maskz_loadu_ps(live, mm + ((size_t)xi * p->f + f) * tt + t0);
+                x[xi] = mm_lanes(mm, p, xi, f, (size_t)t0, tt, live);
             sandwich_v(y, at, m, a, x);
             for (int g = 0; g < rows && has[g]; g++)
                 for (int i = 0; i < m && y0[g] + i < p->oh; i++) {

@@ -39,6 +39,11 @@ struct nl_wino {
      * v at row c0 of the first matrix; 0 (nl_wino_plan): c. Only nl_wino_input reads it, and only
      * with n = 1. */
     int vc;
+    /* mm turned for the output transform: product xi of filter f for tile t at
+     * mm[(xi * T + t) * mt + f], each of the a*a matrices (T, mt) rather than (F, T), as the
+     * products of few tiles write it (core/engine/layers/conv.c); 0 (nl_wino_plan): (F, T).
+     * Only nl_wino_output and its naive twin read it. */
+    int mt;
 };
 
 /* Fills p for a 3x3 stride-1 convolution whose output plane is oh x ow; m is 2 or 4. */

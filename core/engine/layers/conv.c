@@ -307,10 +307,10 @@ struct conv_dims {
     size_t in_size;      /* C*H*W */
     struct nl_wino wino; /* WINOGRAD, WINOGRAD2: the tiles */
     struct nl_s2 *s2;    /* PHASES: the phase planes' plan, else NULL */
-    /* forward: the bias of the f filters (NULL: none), and the floats between the blocks of
-     * prepared u (F * C, of all the layer's filters) */
+    /* forward: the bias of the f filters (NULL: none); prepared u (ub_products) holds uf
+     * filters, the layer's, of which these f start at uf0 (a split call's part) */
     const float *bias;
-    size_t ufc;
+    int uf, uf0;
 };
 
 /* Floats of u that forward_winograd transforms and multiplies at a time where the shard is one
@@ -367,7 +367,8 @@ static void conv_dims(const struct nl_layer *l, struct conv_dims *d, struct nl_s
                      d->win.pw, d->win.oh, d->win.ow);
     d->s2 = NULL;
     d->bias = NULL;
-    d->ufc = (size_t)d->f * d->win.c;
+    d->uf = d->f;
+    d->uf0 = 0;
     if (l->lower == NL_LOWER_PHASES) {
         nl_s2_plan(s2, d->win.c, d->win.h, d->win.w, d->win.kh, d->win.kw, d->win.ph, d->win.pw,
                    d->win.oh, d->win.ow);
@@ -822,6 +823,56 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
     }
 }
 
+/* Prepared u (conv_prep) is kept turned, in blocks of UB_COLS filters: each of the a*a matrices
+ * u[xi] (F, C) as ceil(F / UB_COLS) blocks, block j the transpose (C, width) of filters
+ * [j*UB_COLS, + width), width = UB_COLS but for the last, row after row. Its products read it
+ * either way: as the left matrix turned, mm[xi] (F, T) = u[xi] v[xi] (T tiles), whose tiles
+ * broadcast six filters' floats from one row of a block; or, where the call has fewer than
+ * UB_TURN tiles (ResNet-18's layer3 at 3x224x224 and one image: 16), as the right matrix of the
+ * turned product mm[xi]^T (T, F) = v[xi]^T u[xi]^T, which fills the vector lanes with filters
+ * rather than with the few tiles and reads u once, in order, four vectors of a row per six
+ * tiles' broadcasts; the output transform then reads mm turned (nl_wino.mt). Either way each
+ * product is one chain of fused multiply-adds over C in order (conv_gemm.c), as with u unturned:
+ * the same floats. A small program on the AMD EPYC of README's figures (36 products of
+ * (256, 256) by (256, 16), u 9.4 MB out of the caches, one thread, 2026-11-29): 945 us
+ * unturned, 745 turned from a plain (C, F), 610 from the blocks; (128, 256) by (256, 16), a split
+ * call's half, 449 against 272; (128, 128) by (128, 49) 408 against 342. */
+#define UB_COLS 64
+#define UB_TURN 32
+
+static int ub_turned(int tiles)
+{
+    return tiles < UB_TURN;
+}
+
+/* The products of the prepared filters [g0, g1) of d (uf of them, C channels) by v (a*a
+ * matrices (C, tt), vs floats apart): mm[xi] rows (filter g at mm + xi * xs + (g - g0) * tt), or
+ * turned (tile t of filter g at mm + xi * xs + t * ldm + g - g0). */
+static void ub_products(const float *ub, const struct conv_dims *d, const float *v, size_t vs,
+                        int tt, int g0, int g1, float *mm, size_t xs, int turned, int ldm)
+{
+    const struct nl_wino *p = &d->wino;
+    const int c = p->c, aa = p->a * p->a;
+
+    for (int xi = 0; xi < aa; xi++) {
+        const float *uxi = ub + (size_t)xi * d->uf * c, *vxi = v + (size_t)xi * vs;
+        float *mxi = mm + (size_t)xi * xs;
+        for (int g = g0; g < g1;) {
+            const int b0 = g / UB_COLS * UB_COLS;
+            const int width = d->uf - b0 < UB_COLS ? d->uf - b0 : UB_COLS;
+            const int end = b0 + width < g1 ? b0 + width : g1;
+            const float *blk = uxi + (size_t)b0 * c + (g - b0);
+            if (turned)
+                nl_sgemm(1, 0, tt, end - g, c, 1.0f, vxi, tt, blk, width, 0.0f, mxi + (g - g0),
+                         ldm);
+            else
+                nl_sgemm_rows(1, end - g, tt, c, blk, width, vxi, tt, 0.0f,
+                              mxi + (size_t)(g - g0) * tt, tt);
+            g = end;
+        }
+    }
+}
+
 /* WINOGRAD: u (a*a, F, C) = the filters transformed (or f->prep, made by conv_prep from the same
  * weights once for many calls: inference, a frozen layer); then chunk by chunk of images
  * (wino_chunk), v (a*a, C, T) = the chunk's T = n*tiles input tiles transformed, mm[xi] (F, T) =
@@ -869,16 +920,22 @@ static void forward_winograd(const struct nl_layer *l, const struct nl_fwd *f,
     }
     if (!f->prep)
         nl_wino_filter(u, f->w, p);
-    const size_t ufc = f->prep ? d->ufc : fc; /* prepared u holds every filter of the layer */
     for (int s0 = 0; s0 < f->n; s0 += step) {
         const int n = f->n - s0 < step ? f->n - s0 : step, tt = n * p->tiles;
         const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
         float *mm = v + aa * ct;
+        struct nl_wino q = *p;
         nl_wino_input(v, f->in[0] + (size_t)s0 * d->in_size, n, p);
-        for (int xi = 0; xi < aa; xi++)
-            nl_sgemm_rows(0, d->f, tt, p->c, u + xi * ufc, p->c, v + xi * ct, tt, 0.0f,
-                          mm + xi * ft, tt);
-        nl_wino_output(f->out + (size_t)s0 * out_size, mm, bias, f->scale, f->shift, f->act, n, p);
+        if (f->prep) {
+            const int turned = ub_turned(tt);
+            q.mt = turned ? d->f : 0;
+            ub_products(f->prep, d, v, ct, tt, d->uf0, d->uf0 + d->f, mm, ft, turned, d->f);
+        } else {
+            for (int xi = 0; xi < aa; xi++)
+                nl_sgemm_rows(0, d->f, tt, p->c, u + xi * fc, p->c, v + xi * ct, tt, 0.0f,
+                              mm + xi * ft, tt);
+        }
+        nl_wino_output(f->out + (size_t)s0 * out_size, mm, bias, f->scale, f->shift, f->act, n, &q);
     }
 }
 
@@ -939,11 +996,10 @@ static void forward_winograd_split(const struct nl_fwd *f, const struct conv_dim
     struct nl_wino q = *p;
     q.f = (int)(f1 - f0);
     const size_t ft = (size_t)q.f * tt;
-    const float *u = (const float *)f->prep + f0 * p->c;
+    const int turned = ub_turned(tt);
     float *mm = f->part == 0 ? v + aa * ct : f->scratch;
-    for (int xi = 0; xi < aa; xi++)
-        nl_sgemm_rows(0, q.f, tt, p->c, u + xi * d->ufc, p->c, v + xi * ct, tt, 0.0f, mm + xi * ft,
-                      tt);
+    q.mt = turned ? q.f : 0;
+    ub_products(f->prep, d, v, ct, tt, d->uf0 + (int)f0, d->uf0 + (int)f1, mm, ft, turned, q.f);
     nl_wino_output(f->out + f0 * d->p, mm, f->scale || !d->bias ? NULL : d->bias + f0,
                    f->scale ? f->scale + f0 : NULL, f->shift ? f->shift + f0 : NULL, f->act, 1, &q);
 }
@@ -1070,7 +1126,7 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
         part.out = f->out + f0 * (size_t)d.p;
         part.scale = f->scale ? f->scale + f0 : NULL;
         part.shift = f->shift ? f->shift + f0 : NULL;
-        part.prep = f->prep ? (const float *)f->prep + f0 * (size_t)d.win.c : NULL;
+        d.uf0 = (int)f0;
         d.bias = d.bias ? d.bias + f0 : NULL;
         d.f = (int)(f1 - f0);
         if (l->lower == NL_LOWER_WINOGRAD || l->lower == NL_LOWER_WINOGRAD2)
@@ -1662,9 +1718,24 @@ static size_t conv_prep_floats(const struct nl_layer *l)
 static void conv_prep(const struct nl_layer *l, const float *w, float *out)
 {
     struct conv_dims d;
+    float one[36 * 16];
 
     conv_dims(l, &d, NULL);
-    nl_wino_filter(out, w, &d.wino);
+    const int aa = d.wino.a * d.wino.a, c = d.wino.c;
+    /* each filter's u, 16 channels at a time, laid into the turned blocks (ub_products) */
+    for (int g = 0; g < d.f; g++) {
+        const int b0 = g / UB_COLS * UB_COLS, width = d.f - b0 < UB_COLS ? d.f - b0 : UB_COLS;
+        for (int c0 = 0; c0 < c; c0 += 16) {
+            struct nl_wino q = d.wino;
+            q.f = 1;
+            q.c = c - c0 < 16 ? c - c0 : 16;
+            nl_wino_filter_cols(one, w + ((size_t)g * c + c0) * 9, &q, c);
+            for (int xi = 0; xi < aa; xi++)
+                for (int k = 0; k < q.c; k++)
+                    out[(size_t)xi * d.f * c + (size_t)b0 * c + (size_t)(c0 + k) * width + g - b0] =
+                        one[xi * q.c + k];
+        }
+    }
 }
 
 /* din's first writer (bit 0 of b->set): WINOGRAD writes each chunk of images' din
