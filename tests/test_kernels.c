@@ -602,11 +602,20 @@ static void test_vector_twins(void)
                         x[i] = floorf(x[i] * 4.0f) / 4.0f;
                     x[isize / 3] = NAN;
                     x[isize / 2] = -INFINITY;
+                    for (size_t i = 5; i + 1 < isize; i += 11) { /* ties of zeros' signs */
+                        x[i] = -0.0f;
+                        x[i + 1] = 0.0f;
+                    }
                     nl_kernels_vector(1);
                     nl_maxpool(o1, a1, x, c, h, w, k, k, st, st, p, p, oh, ow);
                     nl_maxpool_naive(o2, a2, x, c, h, w, k, k, st, st, p, p, oh, ow);
                     wrong_pool += memcmp(o1, o2, osize * sizeof *o1) != 0 ||
                                   memcmp(a1, a2, osize * sizeof *a1) != 0;
+                    /* the values alone (no indices), both paths */
+                    nl_maxpool(o1, NULL, x, c, h, w, k, k, st, st, p, p, oh, ow);
+                    wrong_pool += memcmp(o1, o2, osize * sizeof *o1) != 0;
+                    nl_maxpool_naive(o1, NULL, x, c, h, w, k, k, st, st, p, p, oh, ow);
+                    wrong_pool += memcmp(o1, o2, osize * sizeof *o1) != 0;
                     pools++;
                     free(x);
                     free(o1);
@@ -614,7 +623,9 @@ static void test_vector_twins(void)
                     free(a1);
                     free(a2);
                 }
-    is_int(wrong_pool, 0, "maxpool: vector and naive the same values and indices (%d shapes)",
+    is_int(wrong_pool, 0,
+           "maxpool: vector and naive the same values and indices, and the values without the "
+           "indices (%d shapes)",
            pools);
     ok(cases > 1000, "%d im2col/col2im geometries compared", cases);
     is_int(wrong_cols, 0, "im2col: vector and scalar columns the same bit for bit");
@@ -789,13 +800,23 @@ static void run_make(struct run *r, const char *kind, int n)
     fill(r->w, r->l.param_count, -1, 1);
 }
 
-static void run_forward(struct run *r)
+static void run_forward_as(struct run *r, int training)
 {
-    struct nl_fwd f = {
-        .n = r->n, .in = {r->in}, .out = r->out, .w = r->w, .aux = r->aux, .scratch = r->scratch};
+    struct nl_fwd f = {.n = r->n,
+                       .in = {r->in},
+                       .out = r->out,
+                       .w = r->w,
+                       .aux = r->aux,
+                       .scratch = r->scratch,
+                       .training = training};
     fill_value(r->scratch, r->l.scratch_fixed + (size_t)r->n * r->l.scratch_per_sample, NAN);
     fill_value(r->out, r->out_count, NAN);
     r->l.ops->forward(&r->l, &f);
+}
+
+static void run_forward(struct run *r)
+{
+    run_forward_as(r, 0);
 }
 
 static void run_backward(struct run *r)
@@ -1648,10 +1669,13 @@ static void test_pool(const char *kind, int n, struct nl_shape in, int kh, int k
                             }
                     }
                 }
-    run_forward(&r);
-    is_float(max_diff(r.out, out, r.out_count), 0.0, tol_for(out, r.out_count),
-             "%s %dx%d stride %dx%d pad %dx%d: forward matches a scan of every window", kind, kh,
-             kw, sh, sw, ph, pw);
+    /* out of training and in it (which keeps the indices backward reads) */
+    for (int training = 0; training <= 1; training++) {
+        run_forward_as(&r, training);
+        is_float(max_diff(r.out, out, r.out_count), 0.0, tol_for(out, r.out_count),
+                 "%s %dx%d stride %dx%d pad %dx%d, %s: forward matches a scan of every window",
+                 kind, kh, kw, sh, sw, ph, pw, training ? "training" : "inference");
+    }
     run_backward(&r);
     is_float(max_diff(r.din, din, r.in_count), 0.0, tol_for(din, r.in_count),
              "%s %dx%d stride %dx%d pad %dx%d: backward matches", kind, kh, kw, sh, sw, ph, pw);

@@ -319,8 +319,10 @@ static void gradcheck_dense(int n, struct nl_shape in, int units, int no_bias)
 static void gradcheck_pool(const char *kind, int n, struct nl_shape in, int kh, int kw, int sh,
                            int sw, int ph, int pw)
 {
+    /* in training: backward reads what a training forward keeps (maxpool's indices) */
     struct harness h = {
-        .l = {.kh = kh, .kw = kw, .sh = sh, .sw = sw, .ph = ph, .pw = pw, .in = {in}}};
+        .l = {.kh = kh, .kw = kw, .sh = sh, .sw = sw, .ph = ph, .pw = pw, .in = {in}},
+        .training = 1};
     char what[128];
     harness_make(&h, kind, n);
     fill_grid(h.in, h.in_count, 0.05f);
@@ -559,7 +561,8 @@ static void test_overwrite(void)
     /* maxpool: lenet's 2x2 window, and overlapping 3x3 windows of stride 2 with padding. */
     for (int k = 2; k <= 3; k++) {
         struct harness h = {
-            .l = {.kh = k, .kw = k, .sh = 2, .sw = 2, .ph = k - 2, .pw = k - 2, .in = {{3, 8, 8}}}};
+            .l = {.kh = k, .kw = k, .sh = 2, .sw = 2, .ph = k - 2, .pw = k - 2, .in = {{3, 8, 8}}},
+            .training = 1};
         harness_make(&h, "maxpool", 2);
         check_overwrite(&h, k == 2 ? "maxpool 2" : "maxpool 3 stride 2 pad 1");
         harness_free(&h);

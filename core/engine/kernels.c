@@ -1375,7 +1375,7 @@ void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, in
             int y0 = oy * sh - ph, y1 = y0 + kh;
             y0 = y0 < 0 ? 0 : y0;
             y1 = y1 > h ? h : y1;
-            for (int ox = 0; ox < ow; ox++, out++, arg++) {
+            for (int ox = 0; ox < ow; ox++, out++) {
                 int x0 = ox * sw - pw, x1 = x0 + kw;
                 x0 = x0 < 0 ? 0 : x0;
                 x1 = x1 > w ? w : x1;
@@ -1392,7 +1392,8 @@ void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, in
                     }
                 }
                 *out = nan ? NAN : m;
-                *arg = best;
+                if (arg)
+                    *arg++ = best;
             }
         }
     }
@@ -1480,10 +1481,79 @@ AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int 
     }
 }
 
+/* The values alone (no arg: inference), with the taps of every block of a row interleaved: each
+ * block's running maximum is m = max(v, m) from minus infinity, masked to the taps inside the
+ * image, which gives the first maximum (max_ps returns its second operand, the earlier value,
+ * where the two are equal, zeros of either sign included, or where v is NaN; NaN is then set
+ * where a tap held one), maxpool_avx512's floats to the bit; and the blocks' chains, one tap at a
+ * time across all of them, do not wait on each other. */
+AVX512 static void maxpool_values_avx512(float *out, const float *x, int c, int h, int w, int kh,
+                                         int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const __m512i idx = _mm512_loadu_si512(even);
+    const __m512 qnan = _mm512_set1_ps(NAN), low = _mm512_set1_ps(-INFINITY);
+    __mmask16 valid[MAXPOOL_KW][MAXPOOL_BLOCKS], m0[MAXPOOL_KW][MAXPOOL_BLOCKS],
+        m1[MAXPOOL_KW][MAXPOOL_BLOCKS], live[MAXPOOL_BLOCKS];
+    int base[MAXPOOL_KW][MAXPOOL_BLOCKS];
+
+    for (int o0 = 0; o0 < ow; o0 += 16 * MAXPOOL_BLOCKS) {
+        int blocks = 0;
+        for (int o = o0; o < ow && blocks < MAXPOOL_BLOCKS; o += 16, blocks++) {
+            live[blocks] = lanes(0, ow - o);
+            for (int kx = 0; kx < kw; kx++) {
+                const int b = o * sw - pw + kx;
+                const int jlo = b >= 0 ? 0 : (-b + sw - 1) / sw;
+                const int jhi = w - b <= 0 ? 0 : (w - b + sw - 1) / sw;
+                base[kx][blocks] = b;
+                valid[kx][blocks] = lanes(jlo, jhi) & live[blocks];
+                m0[kx][blocks] = lanes(-b, w - b);
+                m1[kx][blocks] = lanes(-b - 16, w - b - 16);
+            }
+        }
+        for (int ci = 0; ci < c; ci++) {
+            const float *plane = x + (size_t)ci * h * w;
+            for (int oy = 0; oy < oh; oy++) {
+                int y0 = oy * sh - ph, y1 = y0 + kh;
+                y0 = y0 < 0 ? 0 : y0;
+                y1 = y1 > h ? h : y1;
+                __m512 m[MAXPOOL_BLOCKS];
+                __mmask16 nan[MAXPOOL_BLOCKS];
+                for (int bi = 0; bi < blocks; bi++) {
+                    m[bi] = low;
+                    nan[bi] = 0;
+                }
+                for (int y = y0; y < y1; y++) {
+                    const float *row = plane + (size_t)y * w;
+                    for (int kx = 0; kx < kw; kx++)
+                        for (int bi = 0; bi < blocks; bi++) {
+                            const int b = base[kx][bi];
+                            __m512 v;
+                            if (sw == 1) {
+                                v = _mm512_maskz_loadu_ps(m0[kx][bi], row + b);
+                            } else {
+                                __m512 lo = _mm512_maskz_loadu_ps(m0[kx][bi], row + b);
+                                __m512 hi = _mm512_maskz_loadu_ps(m1[kx][bi], row + b + 16);
+                                v = _mm512_permutex2var_ps(lo, idx, hi);
+                            }
+                            nan[bi] |= valid[kx][bi] & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                            m[bi] = _mm512_mask_max_ps(m[bi], valid[kx][bi], v, m[bi]);
+                        }
+                }
+                for (int bi = 0; bi < blocks; bi++)
+                    _mm512_mask_storeu_ps(out + ((size_t)ci * oh + oy) * ow + o0 + 16 * bi,
+                                          live[bi], _mm512_mask_mov_ps(m[bi], nan[bi], qnan));
+            }
+        }
+    }
+}
+
 void nl_maxpool(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
                 int sh, int sw, int ph, int pw, int oh, int ow)
 {
-    if (vector_on && sw <= 2 && kw <= MAXPOOL_KW)
+    if (vector_on && sw <= 2 && kw <= MAXPOOL_KW && !arg)
+        maxpool_values_avx512(out, x, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+    else if (vector_on && sw <= 2 && kw <= MAXPOOL_KW)
         maxpool_avx512(out, arg, x, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
     else
         nl_maxpool_naive(out, arg, x, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);

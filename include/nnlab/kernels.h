@@ -131,8 +131,8 @@ void nl_relu_backward_naive(float *din, const float *out, const float *dout, siz
 
 /* Max pooling of one sample x (c, h, w), the padding never picked: out (c, oh, ow) the
  * first maximum of each window in row-major order (NaN where the window holds one), arg the
- * index in x of the value taken. The vector path (strides of 1 or 2 in x) gives the naive
- * twin's floats and indices. */
+ * index in x of the value taken (NULL: none, the values alone, as inference wants them). The
+ * vector path (strides of 1 or 2 in x) gives the naive twin's floats and indices. */
 void nl_maxpool(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,
                 int sh, int sw, int ph, int pw, int oh, int ow);
 void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, int w, int kh, int kw,

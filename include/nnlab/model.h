@@ -214,7 +214,9 @@ int nl_exec_team_rows(const struct nl_exec *x, int i, int part, int parts, int *
  * (returns 1). For the tail of a model run as a view (nl_model_view). */
 int nl_exec_input_grad(struct nl_exec *x, float *din);
 
-/* Backward pass of the last forward (same n and params): dparams (nreduce floats) += the
+/* Backward pass of the last forward, which ran in training mode (same n and params; a forward
+ * out of training keeps nothing that backward reads: a maxpool's indices, a convolution's
+ * transformed tiles): dparams (nreduce floats) += the
  * gradient of sum(logits * dlogits), and batchnorm's sums for its statistics. Frozen layers get
  * no weight gradient, and no backward runs for a layer that neither has trainable parameters nor
  * reads (through any path) a layer that has. */

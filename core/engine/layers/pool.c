@@ -350,6 +350,8 @@ static void maxpool_forward(const struct nl_layer *l, const struct nl_fwd *f)
     const float *in = f->in[0] + c0 * in_plane;
     float *out = f->out + c0 * out_plane;
     int32_t *arg = (int32_t *)f->aux + c0 * out_plane;
+    /* out of training no backward reads the indices (as conv's forward keeps nothing for it) */
+    const int keep = f->training;
     if (g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0) {
         for (int s = 0; s < f->n; s++)
             maxpool_2x2(&g, in + (size_t)s * in_size, out + (size_t)s * out_size,
@@ -358,11 +360,13 @@ static void maxpool_forward(const struct nl_layer *l, const struct nl_fwd *f)
         /* The padding rule makes every window hold at least one input value. */
         for (int s = 0; s < f->n; s++) {
             float *o = out + (size_t)s * out_size;
-            nl_maxpool(o, arg + (size_t)s * out_size, in + (size_t)s * in_size, g.c, g.h, g.w, g.kh,
-                       g.kw, g.sh, g.sw, g.ph, g.pw, g.oh, g.ow);
+            nl_maxpool(o, keep ? arg + (size_t)s * out_size : NULL, in + (size_t)s * in_size, g.c,
+                       g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.oh, g.ow);
             for (size_t i = 0; f->act && i < g.c * out_plane; i++) /* while it is in cache */
                 o[i] = act_of(o[i], f->act);
         }
+        if (!keep)
+            return;
     }
     for (size_t i = 0; c0 > 0 && i < g.c * out_plane; i++)
         arg[i] += (int32_t)(c0 * in_plane);
