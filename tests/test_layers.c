@@ -1567,12 +1567,12 @@ static void test_overwrite_sample(void)
  * image, of one chunk (ResNet-18's layer2 and layer3 at 3x64x64 then take their filters by
  * blocks) and of more than a group (the forward-only executor's 16 at a time). A pass given other
  * params than the prepared weights were made from reads none of them; nl_prep_fill makes them
- * again after the weights change in place. prep_spec's two 512-channel layers need 9.4M floats
- * each: the second is past NL_PREP_MAX, so that the model runs with one layer prepared and one
- * not. */
-static const char prep_spec[] = "c1: conv 512 3x3 pad=1 bias=no\n"
+ * again after the weights change in place. prep_spec's layers on 6x6 run one image as SAMPLE
+ * from their weights turned (wt_turned), which take 4.7M and 18.9M floats: the second is past
+ * NL_PREP_MAX, so that the model runs with one layer prepared and one not. */
+static const char prep_spec[] = "c1: conv 1024 3x3 pad=1 bias=no\n"
                                 "r1: relu\n"
-                                "c2: conv 512 3x3 pad=1\n"
+                                "c2: conv 2048 3x3 pad=1\n"
                                 "pool: globalavgpool\n"
                                 "fc: dense N\n";
 
@@ -1592,7 +1592,7 @@ static void test_prep(void)
         int layers; /* with prepared weights */
         int n[4];
     } cases[] = {
-        {"resnet18", {3, 64, 64}, 10, {1, 2, 16, 21}},
+        {"resnet18", {3, 64, 64}, 12, {1, 2, 16, 21}},
         {"resnet8", {1, 28, 28}, 4, {1, 3, 17, 0}},
         {"lenet", {1, 28, 28}, 0, {1, 4, 0, 0}},
         {"prep_spec", {512, 6, 6}, 1, {1, 8, 0, 0}},
@@ -1641,8 +1641,9 @@ static void test_prep(void)
                    name, n, what);
             }
         }
-        /* other params (every conv's weights changed): the prepared ones go unread */
-        const int n = cases[c].n[1];
+        /* other params (every conv's weights changed): the prepared ones go unread; one image,
+         * which every kind of prepared weights serves */
+        const int n = cases[c].n[0];
         const size_t bytes = (size_t)n * k * sizeof(float);
         memcpy(other, m->params, m->nparams * sizeof *other);
         for (int i = 0; i < m->nlayers; i++) {

@@ -311,7 +311,16 @@ struct conv_dims {
      * filters, the layer's, of which these f start at uf0 (a split call's part) */
     const float *bias;
     int uf, uf0;
+    int wt; /* forward: f->prep holds the weights turned (wt_turned), not u */
 };
+
+/* Prepared weights turned in blocks of UB_COLS filters (ub_products, wt_product), multiplied
+ * turned where a call has fewer than UB_TURN tiles or pixels. */
+#define UB_COLS 64
+#define UB_TURN 64
+
+static enum nl_lowering forward_runs(const struct nl_layer *l, const struct nl_fwd *f,
+                                     const struct conv_dims *d);
 
 /* Floats of u that forward_winograd transforms and multiplies at a time where the shard is one
  * chunk: a block of filters, whose products read it from the L2 cache (512 KiB); only where u is
@@ -369,6 +378,7 @@ static void conv_dims(const struct nl_layer *l, struct conv_dims *d, struct nl_s
     d->bias = NULL;
     d->uf = d->f;
     d->uf0 = 0;
+    d->wt = 0;
     if (l->lower == NL_LOWER_PHASES) {
         nl_s2_plan(s2, d->win.c, d->win.h, d->win.w, d->win.kh, d->win.kw, d->win.ph, d->win.pw,
                    d->win.oh, d->win.ow);
@@ -648,6 +658,42 @@ static void forward_bands(const struct nl_fwd *f, const struct conv_dims *d, int
                         f->out + (size_t)s * d->f * d->p, r0, r0 + rows < y1 ? r0 + rows : y1);
 }
 
+/* Prepared weights turned (conv_prep), for a layer whose forward of one image out of training
+ * is SAMPLE's one product on a plane of fewer than UB_TURN pixels (wt_turned): the weights
+ * (F, K) as ceil(F / UB_COLS) blocks, block j the transpose (K, width) of filters [j*UB_COLS,
+ * + width), as prepared Winograd u. The product then runs turned, y^T (P, F) = cols^T (P, K) W^T
+ * (K, F), the filters in the vector lanes and the weights read once, in order, where the 49
+ * columns of ResNet-18's layer4 at 3x224x224 filled the 64 lanes of a tile to 77%; y^T is laid
+ * back as (F, P) before the folded output pass. Each output is one chain of fused multiply-adds
+ * over K from zero as SAMPLE's product (conv_gemm.c): the same floats. A small program on the AMD
+ * EPYC of README's figures ((512, 4608) by (4608, 49), the weights out of the caches, one
+ * thread, 2026-11-29): 1771 us as SAMPLE's product, 1539 turned from the blocks; half the
+ * filters (a split call's part) 847 against 717. */
+#define WT_WEIGHTS 32768
+
+static int wt_turned(const struct nl_layer *l, const struct conv_dims *d)
+{
+    const struct nl_fwd one = {.n = 1};
+
+    if (l->lower != NL_LOWER_SHARD && l->lower != NL_LOWER_PHASES &&
+        l->lower != NL_LOWER_WINOGRAD && l->lower != NL_LOWER_WINOGRAD2)
+        return 0;
+    return forward_runs(l, &one, d) == NL_LOWER_SAMPLE && d->p < UB_TURN &&
+           band_rows(d) >= d->win.oh && (size_t)d->f * d->k >= WT_WEIGHTS;
+}
+
+/* yt (P, f) = cols^T W^T for the filters [uf0, uf0 + f) of d from the turned blocks wt. */
+static void wt_product(const float *wt, const struct conv_dims *d, const float *cols, float *yt)
+{
+    for (int g = d->uf0; g < d->uf0 + d->f;) {
+        const int b0 = g / UB_COLS * UB_COLS, width = d->uf - b0 < UB_COLS ? d->uf - b0 : UB_COLS;
+        const int end = b0 + width < d->uf0 + d->f ? b0 + width : d->uf0 + d->f;
+        nl_sgemm(1, 0, d->p, end - g, d->k, 1.0f, cols, d->p, wt + (size_t)b0 * d->k + (g - b0),
+                 width, 0.0f, yt + (g - d->uf0), d->f);
+        g = end;
+    }
+}
+
 /* SAMPLE: out_s (F, P) = weight (F, K) cols_s (K, P) + bias, image after image. One image's
  * columns (K*P floats: 56 KiB for lenet's conv1, 125 KiB for conv2) stay in cache between the
  * unrolling and the product, and the product lands in the output's own layout; larger ones go by
@@ -665,6 +711,17 @@ static void forward_sample(const struct nl_layer *l, const struct nl_fwd *f,
     for (int s = 0; s < f->n; s++) {
         float *out = f->out + (size_t)s * out_size;
         const float *cols = sample_cols(f->scratch, f->in[0] + (size_t)s * d->in_size, d);
+        if (d->wt && (f->scale || !bias)) { /* prepared weights turned (wt_turned) */
+            float *yt = f->scratch + (size_t)d->k * d->p +
+                        (d->s2 ? nl_s2_floats(d->win.c, d->win.h, d->win.ow) : 0);
+            wt_product(f->prep, d, cols, yt);
+            for (int fo = 0; fo < d->f; fo++)
+                for (int i = 0; i < d->p; i++)
+                    out[(size_t)fo * d->p + i] = yt[(size_t)i * d->f + fo];
+            if (f->scale)
+                fold_image(out, f, d);
+            continue;
+        }
         if (f->scale) {
             nl_sgemm_rows(0, d->f, d->p, d->k, f->w, d->k, cols, d->p, 0.0f, out, d->p);
             fold_image(out, f, d);
@@ -841,9 +898,6 @@ static void forward_direct(const struct nl_layer *l, const struct nl_fwd *f,
  * layers on two threads 0.71 to 0.76 ms -> 0.51 to 0.54, layer2's (turned from 49 tiles) on one
  * thread 0.80 to 0.83 -> 0.65 to 0.71 and on two 0.41 to 0.45 -> 0.31 to 0.33; layer1's (196
  * tiles) turned, on two threads 0.54 to 0.62 -> 1.05 to 1.07: the gathers of mm. */
-#define UB_COLS 64
-#define UB_TURN 64
-
 static int ub_turned(int tiles)
 {
     return tiles < UB_TURN;
@@ -1100,9 +1154,16 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
     struct nl_s2 s2;
-    struct nl_fwd part;
+    struct nl_fwd part, plain;
     conv_dims(l, &d, &s2);
     d.bias = l->no_bias ? NULL : f->w + l->params[1].offset;
+    d.wt = f->prep && wt_turned(l, &d);
+    if (d.wt && !runs_sample(l, f, &d)) { /* a Winograd layer's many images: u made here */
+        plain = *f;
+        plain.prep = NULL;
+        d.wt = 0;
+        f = &plain;
+    }
     if (f->parts > 1 && !f->training && f->n == 1 && runs_sample(l, f, &d) && !pointwise(&d.win) &&
         !pick(&d.win) && d.p >= 2 * d.f) {
         size_t y0, y1;
@@ -1712,19 +1773,31 @@ static size_t conv_scratch(const struct nl_layer *l, int n)
 static size_t conv_prep_floats(const struct nl_layer *l)
 {
     struct conv_dims d;
+    struct nl_s2 s2;
 
+    conv_dims(l, &d, &s2);
+    if (wt_turned(l, &d))
+        return (size_t)d.f * d.k;
     if (l->lower != NL_LOWER_WINOGRAD && l->lower != NL_LOWER_WINOGRAD2)
         return 0;
-    conv_dims(l, &d, NULL);
     return (size_t)d.wino.a * d.wino.a * d.f * d.wino.c;
 }
 
 static void conv_prep(const struct nl_layer *l, const float *w, float *out)
 {
     struct conv_dims d;
+    struct nl_s2 s2;
     float one[36 * 16];
 
-    conv_dims(l, &d, NULL);
+    conv_dims(l, &d, &s2);
+    if (wt_turned(l, &d)) { /* the weights turned, in blocks (wt_product) */
+        for (int g = 0; g < d.f; g++) {
+            const int b0 = g / UB_COLS * UB_COLS, width = d.f - b0 < UB_COLS ? d.f - b0 : UB_COLS;
+            for (int k = 0; k < d.k; k++)
+                out[(size_t)b0 * d.k + (size_t)k * width + (g - b0)] = w[(size_t)g * d.k + k];
+        }
+        return;
+    }
     const int aa = d.wino.a * d.wino.a, c = d.wino.c;
     /* each filter's u, 16 channels at a time, laid into the turned blocks (ub_products) */
     for (int g = 0; g < d.f; g++) {
