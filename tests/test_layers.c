@@ -1592,7 +1592,7 @@ static void test_prep(void)
         int layers; /* with prepared weights */
         int n[4];
     } cases[] = {
-        {"resnet18", {3, 64, 64}, 12, {1, 2, 16, 21}},
+        {"resnet18", {3, 64, 64}, 16, {1, 2, 16, 21}},
         {"resnet8", {1, 28, 28}, 4, {1, 3, 17, 0}},
         {"lenet", {1, 28, 28}, 0, {1, 4, 0, 0}},
         {"prep_spec", {512, 6, 6}, 1, {1, 8, 0, 0}},

@@ -321,6 +321,7 @@ struct conv_dims {
 
 static enum nl_lowering forward_runs(const struct nl_layer *l, const struct nl_fwd *f,
                                      const struct conv_dims *d);
+static size_t conv_scratch(const struct nl_layer *l, int n);
 
 /* Floats of u that forward_winograd transforms and multiplies at a time where the shard is one
  * chunk: a block of filters, whose products read it from the L2 cache (512 KiB); only where u is
@@ -659,7 +660,8 @@ static void forward_bands(const struct nl_fwd *f, const struct conv_dims *d, int
 }
 
 /* Prepared weights turned (conv_prep), for a layer whose forward of one image out of training
- * is SAMPLE's one product on a plane of fewer than UB_TURN pixels (wt_turned): the weights
+ * is SAMPLE's one product (or the phase planes') on a plane of fewer than WT_PIXELS pixels and
+ * K of WT_K or more, where its scratch holds y^T too (wt_turned): the weights
  * (F, K) as ceil(F / UB_COLS) blocks, block j the transpose (K, width) of filters [j*UB_COLS,
  * + width), as prepared Winograd u. The product then runs turned, y^T (P, F) = cols^T (P, K) W^T
  * (K, F), the filters in the vector lanes and the weights read once, in order, where the 49
@@ -668,18 +670,25 @@ static void forward_bands(const struct nl_fwd *f, const struct conv_dims *d, int
  * over K from zero as SAMPLE's product (conv_gemm.c): the same floats. A small program on the AMD
  * EPYC of README's figures ((512, 4608) by (4608, 49), the weights out of the caches, one
  * thread, 2026-11-29): 1771 us as SAMPLE's product, 1539 turned from the blocks; half the
- * filters (a split call's part) 847 against 717. */
-#define WT_WEIGHTS 32768
+ * filters (a split call's part) 847 against 717. In the network (`nnlab bench --mode infer
+ * --batch 1 --layers`, two rounds alternating): at 3x224x224, layer4's 3x3 layers on one thread
+ * 1.90 to 2.16 ms -> 1.71 to 1.96, the phase planes' layer3.0.conv1 (196 pixels) 0.84 to 0.89 ->
+ * 0.70 to 0.76, on two 0.61 to 0.64 -> 0.49 to 0.51; at 3x64x64, where layer4's plane is 2x2,
+ * the whole network on two threads 239 to 253 images/s -> 348 to 355. Below K = 512 (the 1x1
+ * downsampling layers) the turned product was no faster. */
+#define WT_PIXELS 256
+#define WT_K      512
 
 static int wt_turned(const struct nl_layer *l, const struct conv_dims *d)
 {
     const struct nl_fwd one = {.n = 1};
+    const enum nl_lowering runs = forward_runs(l, &one, d);
+    const size_t s2 = d->s2 ? nl_s2_floats(d->win.c, d->win.h, d->win.ow) : 0;
 
-    if (l->lower != NL_LOWER_SHARD && l->lower != NL_LOWER_PHASES &&
-        l->lower != NL_LOWER_WINOGRAD && l->lower != NL_LOWER_WINOGRAD2)
-        return 0;
-    return forward_runs(l, &one, d) == NL_LOWER_SAMPLE && d->p < UB_TURN &&
-           band_rows(d) >= d->win.oh && (size_t)d->f * d->k >= WT_WEIGHTS;
+    /* y^T after the columns and phase planes, in the scratch of one image */
+    return (runs == NL_LOWER_SAMPLE || runs == NL_LOWER_PHASES) && d->p < WT_PIXELS &&
+           d->k >= WT_K && band_rows(d) >= d->win.oh &&
+           ((size_t)d->k + d->f) * d->p + s2 <= conv_scratch(l, 1);
 }
 
 /* yt (P, f) = cols^T W^T for the filters [uf0, uf0 + f) of d from the turned blocks wt. */
