@@ -761,72 +761,27 @@ static void test_shipped_models(void)
     }
 }
 
-/* A training executor's plan (nl_exec_memory): its block holds at least what is alive at the
- * step's fullest moment, and less than the buffers apart; for ResNet-18 at 3x64x64 and a shard of
- * 16 (a batch of 32 on 2 threads) 31 MiB, the bound itself, where activations apart (25.8 MiB) and
- * a block of gradients and scratch (8 MiB) took 33.8. */
+/* An executor's plan (nl_exec_memory): its block holds at least what is alive at the fullest
+ * moment, and less than the buffers apart. A training executor's for ResNet-18 at 3x64x64 and a
+ * shard of 16 (a batch of 32 on 2 threads): 31 MiB, the bound itself, where activations apart
+ * (25.8 MiB) and a block of gradients and scratch (8 MiB) took 33.8. A forward-only executor's
+ * activations (plan_acts) for ResNet-18 at 3x224x224 and one image: 6.12 MiB (two conv1 outputs,
+ * which a forward in training mode holds at once: conv1's and its batchnorm's) against 31.4 for
+ * every layer's buffer apart. That the sharing keeps every output still to be read is what
+ * test_layers and test_train hold (folded against plain logits, groups against samples alone,
+ * split calls against one thread, training-mode forwards against a training executor's). */
 static void test_memory_plan(void)
 {
     static const struct {
         const char *name;
         struct nl_shape in;
-        int n;
-    } cases[] = {
-        {"lenet", {1, 28, 28}, 32},
-        {"resnet8", {1, 28, 28}, 16},
-        {"mobilenet-tiny", {1, 28, 28}, 16},
-        {"resnet18", {3, 64, 64}, 16},
-    };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        struct nl_spec *spec;
-        struct nl_model *m = NULL;
-        struct nl_exec *x = NULL;
-        struct nl_error err = {0};
-        size_t block = 0, alive = 0, apart = 0;
-        int rc = nl_spec_load(&spec, cases[c].name, NULL, NULL, &err);
-        if (rc == 0) {
-            rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
-            nl_spec_free(spec);
-        }
-        if (rc == 0)
-            rc = nl_exec_new(&x, m, cases[c].n, &err);
-        if (!ok(rc == 0, "%s: a training executor of %d samples%s%s", cases[c].name, cases[c].n,
-                rc ? ": " : "", rc ? err.msg : "")) {
-            nl_model_free(m);
-            continue;
-        }
-        nl_exec_memory(x, &block, &alive, &apart);
-        const double mib = 4.0 / 1048576.0;
-        ok(alive > 0 && alive <= block && block < apart,
-           "%s: its block (%.2f MiB) holds the most alive at once (%.2f) and is smaller than the "
-           "buffers apart (%.2f)",
-           cases[c].name, block * mib, alive * mib, apart * mib);
-        if (strcmp(cases[c].name, "resnet18") == 0)
-            ok(block * mib < 31.5, "resnet18 at 3x64x64, 16 samples: %.2f MiB, under 31.5",
-               block * mib);
-        nl_exec_free(x);
-        nl_model_free(m);
-    }
-}
-
-/* A forward-only executor's activations share one block by their lives (plan_acts): for
- * ResNet-18 at 3x224x224 and one image, 6.12 MiB (two conv1 outputs, which a forward in training
- * mode holds at once: conv1's and its batchnorm's) against 31.4 MiB for every layer's buffer
- * apart. That the sharing keeps every output that is still to be read is what test_layers and
- * test_train hold (folded against plain logits, groups against samples alone, split calls against
- * one thread). */
-static void test_forward_plan(void)
-{
-    static const struct {
-        const char *name;
-        struct nl_shape in;
-        int n;
+        int n, forward;
         double most; /* MiB, 0: no bound */
     } cases[] = {
-        {"lenet", {1, 28, 28}, 64, 0},
-        {"resnet8", {1, 28, 28}, 64, 0},
-        {"mobilenet-tiny", {1, 28, 28}, 1, 0},
-        {"resnet18", {3, 224, 224}, 1, 6.5},
+        {"lenet", {1, 28, 28}, 32, 0, 0},          {"resnet8", {1, 28, 28}, 16, 0, 0},
+        {"mobilenet-tiny", {1, 28, 28}, 16, 0, 0}, {"resnet18", {3, 64, 64}, 16, 0, 31.5},
+        {"lenet", {1, 28, 28}, 64, 1, 0},          {"resnet8", {1, 28, 28}, 64, 1, 0},
+        {"mobilenet-tiny", {1, 28, 28}, 1, 1, 0},  {"resnet18", {3, 224, 224}, 1, 1, 6.5},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct nl_spec *spec;
@@ -834,14 +789,16 @@ static void test_forward_plan(void)
         struct nl_exec *x = NULL;
         struct nl_error err = {0};
         size_t block = 0, alive = 0, apart = 0;
+        const char *kind = cases[c].forward ? "a forward-only" : "a training";
         int rc = nl_spec_load(&spec, cases[c].name, NULL, NULL, &err);
         if (rc == 0) {
             rc = nl_model_build(&m, spec, cases[c].in, 10, &err);
             nl_spec_free(spec);
         }
         if (rc == 0)
-            rc = nl_exec_new_forward(&x, m, cases[c].n, &err);
-        if (!ok(rc == 0, "%s: a forward-only executor of %d samples%s%s", cases[c].name, cases[c].n,
+            rc = cases[c].forward ? nl_exec_new_forward(&x, m, cases[c].n, &err)
+                                  : nl_exec_new(&x, m, cases[c].n, &err);
+        if (!ok(rc == 0, "%s: %s executor of %d samples%s%s", cases[c].name, kind, cases[c].n,
                 rc ? ": " : "", rc ? err.msg : "")) {
             nl_model_free(m);
             continue;
@@ -849,12 +806,14 @@ static void test_forward_plan(void)
         nl_exec_memory(x, &block, &alive, &apart);
         const double mib = 4.0 / 1048576.0;
         ok(alive > 0 && alive <= block && block < apart,
-           "%s, forward only: its activations' block (%.2f MiB) holds the most alive at once "
-           "(%.2f) and is smaller than the buffers apart (%.2f)",
-           cases[c].name, block * mib, alive * mib, apart * mib);
+           "%s, %s executor: its block (%.2f MiB) holds the most alive at once (%.2f) and is "
+           "smaller than the buffers apart (%.2f)",
+           cases[c].name, kind, block * mib, alive * mib, apart * mib);
         if (cases[c].most > 0)
-            ok(block * mib < cases[c].most, "%s, forward only, %d sample(s): %.2f MiB, under %.1f",
-               cases[c].name, cases[c].n, block * mib, cases[c].most);
+            ok(block * mib < cases[c].most,
+               "%s at %dx%dx%d, %s executor of %d: %.2f MiB, under %.1f", cases[c].name,
+               cases[c].in.c, cases[c].in.h, cases[c].in.w, kind, cases[c].n, block * mib,
+               cases[c].most);
         nl_exec_free(x);
         nl_model_free(m);
     }
@@ -957,7 +916,6 @@ int main(void)
     test_pytorch_batchnorm_file();
     test_shipped_models();
     test_memory_plan();
-    test_forward_plan();
     test_alloc_pages();
     test_spec_syntax();
     return done_testing();

@@ -46,10 +46,11 @@ static struct nl_model *build(const char *text, int classes)
     return m;
 }
 
-/* sum(logits * r) */
+/* sum(logits * r), by a forward in training mode: backward reads what such a forward keeps (a
+ * max pooling's indices); the models have no dropout or batchnorm for the mode to change. */
 static double loss(struct nl_exec *x, const float *params, const float *in, const float *r, int k)
 {
-    const float *logits = nl_exec_forward(x, params, in, N, 0, NULL);
+    const float *logits = nl_exec_forward(x, params, in, N, 1, NULL);
     double sum = 0;
     for (int i = 0; i < N * k; i++)
         sum += (double)logits[i] * r[i];

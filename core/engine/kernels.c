@@ -1412,6 +1412,34 @@ void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, in
  * on the other core). The same values and indices. */
 #define MAXPOOL_KW     16
 #define MAXPOOL_BLOCKS 8
+/* The taps of the blocks of 16 output columns from o0 (at most MAXPOOL_BLOCKS): for block bi and
+ * tap kx, the input column of lane 0 (base), the lanes whose column lies inside the row (valid),
+ * and the masks of the two row loads that cover them (m0, m1); live, the block's output lanes.
+ * Returns the blocks. */
+static int maxpool_taps(int o0, int ow, int w, int kw, int sw, int pw,
+                        int base[MAXPOOL_BLOCKS][MAXPOOL_KW],
+                        __mmask16 valid[MAXPOOL_BLOCKS][MAXPOOL_KW],
+                        __mmask16 m0[MAXPOOL_BLOCKS][MAXPOOL_KW],
+                        __mmask16 m1[MAXPOOL_BLOCKS][MAXPOOL_KW], __mmask16 live[MAXPOOL_BLOCKS])
+{
+    int blocks = 0;
+
+    for (int o = o0; o < ow && blocks < MAXPOOL_BLOCKS; o += 16, blocks++) {
+        live[blocks] = lanes(0, ow - o);
+        for (int kx = 0; kx < kw; kx++) {
+            const int b = o * sw - pw + kx;
+            /* lanes j with 0 <= b + sw*j < w */
+            const int jlo = b >= 0 ? 0 : (-b + sw - 1) / sw;
+            const int jhi = w - b <= 0 ? 0 : (w - b + sw - 1) / sw;
+            base[blocks][kx] = b;
+            valid[blocks][kx] = lanes(jlo, jhi) & live[blocks];
+            m0[blocks][kx] = lanes(-b, w - b);
+            m1[blocks][kx] = lanes(-b - 16, w - b - 16);
+        }
+    }
+    return blocks;
+}
+
 AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int c, int h, int w,
                                   int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
 {
@@ -1425,20 +1453,7 @@ AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int 
     int base[MAXPOOL_BLOCKS][MAXPOOL_KW];
 
     for (int o0 = 0; o0 < ow; o0 += 16 * MAXPOOL_BLOCKS) {
-        int blocks = 0;
-        for (int o = o0; o < ow && blocks < MAXPOOL_BLOCKS; o += 16, blocks++) {
-            live[blocks] = lanes(0, ow - o);
-            for (int kx = 0; kx < kw; kx++) {
-                const int b = o * sw - pw + kx; /* the input column of lane 0 */
-                /* lanes j with 0 <= b + sw*j < w */
-                const int jlo = b >= 0 ? 0 : (-b + sw - 1) / sw;
-                const int jhi = w - b <= 0 ? 0 : (w - b + sw - 1) / sw;
-                base[blocks][kx] = b;
-                valid[blocks][kx] = lanes(jlo, jhi) & live[blocks];
-                m0[blocks][kx] = lanes(-b, w - b);
-                m1[blocks][kx] = lanes(-b - 16, w - b - 16);
-            }
-        }
+        const int blocks = maxpool_taps(o0, ow, w, kw, sw, pw, base, valid, m0, m1, live);
         for (int ci = 0; ci < c; ci++) {
             const int plane = ci * h * w;
             for (int oy = 0; oy < oh; oy++) {
@@ -1493,24 +1508,12 @@ AVX512 static void maxpool_values_avx512(float *out, const float *x, int c, int 
     static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
     const __m512i idx = _mm512_loadu_si512(even);
     const __m512 qnan = _mm512_set1_ps(NAN), low = _mm512_set1_ps(-INFINITY);
-    __mmask16 valid[MAXPOOL_KW][MAXPOOL_BLOCKS], m0[MAXPOOL_KW][MAXPOOL_BLOCKS],
-        m1[MAXPOOL_KW][MAXPOOL_BLOCKS], live[MAXPOOL_BLOCKS];
-    int base[MAXPOOL_KW][MAXPOOL_BLOCKS];
+    __mmask16 valid[MAXPOOL_BLOCKS][MAXPOOL_KW], m0[MAXPOOL_BLOCKS][MAXPOOL_KW],
+        m1[MAXPOOL_BLOCKS][MAXPOOL_KW], live[MAXPOOL_BLOCKS];
+    int base[MAXPOOL_BLOCKS][MAXPOOL_KW];
 
     for (int o0 = 0; o0 < ow; o0 += 16 * MAXPOOL_BLOCKS) {
-        int blocks = 0;
-        for (int o = o0; o < ow && blocks < MAXPOOL_BLOCKS; o += 16, blocks++) {
-            live[blocks] = lanes(0, ow - o);
-            for (int kx = 0; kx < kw; kx++) {
-                const int b = o * sw - pw + kx;
-                const int jlo = b >= 0 ? 0 : (-b + sw - 1) / sw;
-                const int jhi = w - b <= 0 ? 0 : (w - b + sw - 1) / sw;
-                base[kx][blocks] = b;
-                valid[kx][blocks] = lanes(jlo, jhi) & live[blocks];
-                m0[kx][blocks] = lanes(-b, w - b);
-                m1[kx][blocks] = lanes(-b - 16, w - b - 16);
-            }
-        }
+        const int blocks = maxpool_taps(o0, ow, w, kw, sw, pw, base, valid, m0, m1, live);
         for (int ci = 0; ci < c; ci++) {
             const float *plane = x + (size_t)ci * h * w;
             for (int oy = 0; oy < oh; oy++) {
@@ -1527,17 +1530,17 @@ AVX512 static void maxpool_values_avx512(float *out, const float *x, int c, int 
                     const float *row = plane + (size_t)y * w;
                     for (int kx = 0; kx < kw; kx++)
                         for (int bi = 0; bi < blocks; bi++) {
-                            const int b = base[kx][bi];
+                            const int b = base[bi][kx];
                             __m512 v;
                             if (sw == 1) {
-                                v = _mm512_maskz_loadu_ps(m0[kx][bi], row + b);
+                                v = _mm512_maskz_loadu_ps(m0[bi][kx], row + b);
                             } else {
-                                __m512 lo = _mm512_maskz_loadu_ps(m0[kx][bi], row + b);
-                                __m512 hi = _mm512_maskz_loadu_ps(m1[kx][bi], row + b + 16);
+                                __m512 lo = _mm512_maskz_loadu_ps(m0[bi][kx], row + b);
+                                __m512 hi = _mm512_maskz_loadu_ps(m1[bi][kx], row + b + 16);
                                 v = _mm512_permutex2var_ps(lo, idx, hi);
                             }
-                            nan[bi] |= valid[kx][bi] & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                            m[bi] = _mm512_mask_max_ps(m[bi], valid[kx][bi], v, m[bi]);
+                            nan[bi] |= valid[bi][kx] & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                            m[bi] = _mm512_mask_max_ps(m[bi], valid[bi][kx], v, m[bi]);
                         }
                 }
                 for (int bi = 0; bi < blocks; bi++)

@@ -1051,6 +1051,34 @@ static size_t place_lives(const int *order, int count, const size_t *size, const
     return total;
 }
 
+/* A memory plan's items: their offsets, sizes, order of placing, and per lives of slots each. */
+struct lives {
+    size_t *at, *size;
+    int *lo, *hi, *order;
+};
+
+/* 1 when v holds items items of per lives each (zeroed), else 0 (out of memory). */
+static int lives_new(struct lives *v, int items, int per)
+{
+    const size_t n = (size_t)items;
+
+    v->at = nl_calloc(n, sizeof *v->at);
+    v->size = nl_calloc(n, sizeof *v->size);
+    v->lo = nl_calloc(n * (size_t)per, sizeof *v->lo);
+    v->hi = nl_calloc(n * (size_t)per, sizeof *v->hi);
+    v->order = nl_calloc(n, sizeof *v->order);
+    return v->at && v->size && v->lo && v->hi && v->order;
+}
+
+static void lives_free(struct lives *v)
+{
+    nl_free(v->at);
+    nl_free(v->size);
+    nl_free(v->lo);
+    nl_free(v->hi);
+    nl_free(v->order);
+}
+
 /* Inserts item k into order[0, count), kept by decreasing size; returns the new count. */
 static int order_by_size(int *order, int count, const size_t *size, int k)
 {
@@ -1075,14 +1103,14 @@ static int plan_memory(struct nl_exec *x, const size_t *acts)
 {
     const struct nl_model *m = x->m;
     const int nl = m->nlayers, most = 4 * nl, end = 2 * nl - 1;
-    size_t *at = nl_calloc((size_t)most, sizeof *at), *size = nl_calloc((size_t)most, sizeof *size);
-    int *lo = nl_calloc((size_t)most, sizeof *lo), *hi = nl_calloc((size_t)most, sizeof *hi);
-    int *order = nl_calloc((size_t)most, sizeof *order), count = 0, rc = -1;
-    size_t total = 0;
+    struct lives v;
+    const int made = lives_new(&v, most, 1);
+    size_t *at = v.at, *size = v.size, total = 0;
+    int *lo = v.lo, *hi = v.hi, *order = v.order, count = 0, rc = -1;
 
     x->bscratch = nl_calloc((size_t)nl, sizeof *x->bscratch);
     x->fscratch = nl_calloc((size_t)nl, sizeof *x->fscratch);
-    if (!at || !size || !lo || !hi || !order || !x->bscratch || !x->fscratch)
+    if (!made || !x->bscratch || !x->fscratch)
         goto out;
     /* Items [0, L) the activations, [L, 2L) the gradients, 2L + k and 3L + k the backward's and
      * the forward's scratch at place k. */
@@ -1136,11 +1164,7 @@ static int plan_memory(struct nl_exec *x, const size_t *acts)
     x->scratch = x->dblock;
     rc = 0;
 out:
-    nl_free(at);
-    nl_free(size);
-    nl_free(lo);
-    nl_free(hi);
-    nl_free(order);
+    lives_free(&v);
     return rc;
 }
 
@@ -1160,11 +1184,12 @@ static int plan_acts(struct nl_exec *x, const size_t *acts)
 {
     const struct nl_model *m = x->m;
     const int nl = m->nlayers, end = 2 * nl + 1;
-    size_t *at = nl_calloc((size_t)nl, sizeof *at), *size = nl_calloc((size_t)nl, sizeof *size);
-    int *lo = nl_calloc(2 * (size_t)nl, sizeof *lo), *hi = nl_calloc(2 * (size_t)nl, sizeof *hi);
-    int *order = nl_calloc((size_t)nl, sizeof *order), count = 0, rc = -1;
+    struct lives v;
+    const int made = lives_new(&v, nl, 2);
+    size_t *at = v.at, *size = v.size;
+    int *lo = v.lo, *hi = v.hi, *order = v.order, count = 0, rc = -1;
 
-    if (!at || !size || !lo || !hi || !order)
+    if (!made)
         goto out;
     for (int i = 0; i < nl; i++) {
         size[i] = acts[i] > 0 ? align16(acts[i]) : 0;
@@ -1212,11 +1237,7 @@ static int plan_acts(struct nl_exec *x, const size_t *acts)
         x->act[i] = size[i] > 0 ? x->ablock + at[i] : NULL;
     rc = 0;
 out:
-    nl_free(at);
-    nl_free(size);
-    nl_free(lo);
-    nl_free(hi);
-    nl_free(order);
+    lives_free(&v);
     return rc;
 }
 
