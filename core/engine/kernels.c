@@ -1414,30 +1414,42 @@ void nl_maxpool_naive(float *out, int32_t *arg, const float *x, int c, int h, in
 #define MAXPOOL_BLOCKS 8
 /* The taps of the blocks of 16 output columns from o0 (at most MAXPOOL_BLOCKS): for block bi and
  * tap kx, the input column of lane 0 (base), the lanes whose column lies inside the row (valid),
- * and the masks of the two row loads that cover them (m0, m1); live, the block's output lanes.
- * Returns the blocks. */
-static int maxpool_taps(int o0, int ow, int w, int kw, int sw, int pw,
-                        int base[MAXPOOL_BLOCKS][MAXPOOL_KW],
-                        __mmask16 valid[MAXPOOL_BLOCKS][MAXPOOL_KW],
-                        __mmask16 m0[MAXPOOL_BLOCKS][MAXPOOL_KW],
-                        __mmask16 m1[MAXPOOL_BLOCKS][MAXPOOL_KW], __mmask16 live[MAXPOOL_BLOCKS])
+ * and the masks of the two row loads that cover them (m0, m1); live, the block's output lanes. */
+struct pool_taps {
+    int base[MAXPOOL_BLOCKS][MAXPOOL_KW];
+    __mmask16 valid[MAXPOOL_BLOCKS][MAXPOOL_KW], m0[MAXPOOL_BLOCKS][MAXPOOL_KW],
+        m1[MAXPOOL_BLOCKS][MAXPOOL_KW], live[MAXPOOL_BLOCKS];
+};
+
+/* Fills t for the blocks from o0; returns how many. */
+static int maxpool_taps(struct pool_taps *t, int o0, int ow, int w, int kw, int sw, int pw)
 {
     int blocks = 0;
 
     for (int o = o0; o < ow && blocks < MAXPOOL_BLOCKS; o += 16, blocks++) {
-        live[blocks] = lanes(0, ow - o);
+        t->live[blocks] = lanes(0, ow - o);
         for (int kx = 0; kx < kw; kx++) {
             const int b = o * sw - pw + kx;
             /* lanes j with 0 <= b + sw*j < w */
             const int jlo = b >= 0 ? 0 : (-b + sw - 1) / sw;
             const int jhi = w - b <= 0 ? 0 : (w - b + sw - 1) / sw;
-            base[blocks][kx] = b;
-            valid[blocks][kx] = lanes(jlo, jhi) & live[blocks];
-            m0[blocks][kx] = lanes(-b, w - b);
-            m1[blocks][kx] = lanes(-b - 16, w - b - 16);
+            t->base[blocks][kx] = b;
+            t->valid[blocks][kx] = lanes(jlo, jhi) & t->live[blocks];
+            t->m0[blocks][kx] = lanes(-b, w - b);
+            t->m1[blocks][kx] = lanes(-b - 16, w - b - 16);
         }
     }
     return blocks;
+}
+
+/* A tap's 16 lanes from p, its first column: contiguous (sw 1), or every other of two loads. */
+AVX512 static inline __attribute__((always_inline)) __m512
+maxpool_tap(const float *p, __mmask16 m0, __mmask16 m1, int sw, __m512i even)
+{
+    if (sw == 1)
+        return _mm512_maskz_loadu_ps(m0, p);
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m0, p), even,
+                                  _mm512_maskz_loadu_ps(m1, p + 16));
 }
 
 AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int c, int h, int w,
@@ -1448,12 +1460,10 @@ AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int 
     const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i step = _mm512_mullo_epi32(iota, _mm512_set1_epi32(sw));
     const __m512 qnan = _mm512_set1_ps(NAN);
-    __mmask16 valid[MAXPOOL_BLOCKS][MAXPOOL_KW], m0[MAXPOOL_BLOCKS][MAXPOOL_KW],
-        m1[MAXPOOL_BLOCKS][MAXPOOL_KW], live[MAXPOOL_BLOCKS];
-    int base[MAXPOOL_BLOCKS][MAXPOOL_KW];
+    struct pool_taps t;
 
     for (int o0 = 0; o0 < ow; o0 += 16 * MAXPOOL_BLOCKS) {
-        const int blocks = maxpool_taps(o0, ow, w, kw, sw, pw, base, valid, m0, m1, live);
+        const int blocks = maxpool_taps(&t, o0, ow, w, kw, sw, pw);
         for (int ci = 0; ci < c; ci++) {
             const int plane = ci * h * w;
             for (int oy = 0; oy < oh; oy++) {
@@ -1467,20 +1477,14 @@ AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int 
                     for (int y = y0; y < y1; y++) {
                         const float *row = x + plane + y * w;
                         for (int kx = 0; kx < kw; kx++) {
-                            const int b = base[bi][kx];
-                            __m512 v;
-                            if (sw == 1) {
-                                v = _mm512_maskz_loadu_ps(m0[bi][kx], row + b);
-                            } else {
-                                __m512 lo = _mm512_maskz_loadu_ps(m0[bi][kx], row + b);
-                                __m512 hi = _mm512_maskz_loadu_ps(m1[bi][kx], row + b + 16);
-                                v = _mm512_permutex2var_ps(lo, idx, hi);
-                            }
+                            const int b = t.base[bi][kx];
+                            const __m512 v =
+                                maxpool_tap(row + b, t.m0[bi][kx], t.m1[bi][kx], sw, idx);
                             const __mmask16 take =
-                                valid[bi][kx] &
+                                t.valid[bi][kx] &
                                 (__mmask16)(~seen | _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ));
-                            nan |= valid[bi][kx] & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                            seen |= valid[bi][kx];
+                            nan |= t.valid[bi][kx] & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                            seen |= t.valid[bi][kx];
                             m = _mm512_mask_mov_ps(m, take, v);
                             best = _mm512_mask_mov_epi32(
                                 best, take,
@@ -1488,8 +1492,8 @@ AVX512 static void maxpool_avx512(float *out, int32_t *arg, const float *x, int 
                         }
                     }
                     const size_t at = ((size_t)ci * oh + oy) * ow + o0 + 16 * bi;
-                    _mm512_mask_storeu_ps(out + at, live[bi], _mm512_mask_mov_ps(m, nan, qnan));
-                    _mm512_mask_storeu_epi32(arg + at, live[bi], best);
+                    _mm512_mask_storeu_ps(out + at, t.live[bi], _mm512_mask_mov_ps(m, nan, qnan));
+                    _mm512_mask_storeu_epi32(arg + at, t.live[bi], best);
                 }
             }
         }
@@ -1508,12 +1512,10 @@ AVX512 static void maxpool_values_avx512(float *out, const float *x, int c, int 
     static const int even[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
     const __m512i idx = _mm512_loadu_si512(even);
     const __m512 qnan = _mm512_set1_ps(NAN), low = _mm512_set1_ps(-INFINITY);
-    __mmask16 valid[MAXPOOL_BLOCKS][MAXPOOL_KW], m0[MAXPOOL_BLOCKS][MAXPOOL_KW],
-        m1[MAXPOOL_BLOCKS][MAXPOOL_KW], live[MAXPOOL_BLOCKS];
-    int base[MAXPOOL_BLOCKS][MAXPOOL_KW];
+    struct pool_taps t;
 
     for (int o0 = 0; o0 < ow; o0 += 16 * MAXPOOL_BLOCKS) {
-        const int blocks = maxpool_taps(o0, ow, w, kw, sw, pw, base, valid, m0, m1, live);
+        const int blocks = maxpool_taps(&t, o0, ow, w, kw, sw, pw);
         for (int ci = 0; ci < c; ci++) {
             const float *plane = x + (size_t)ci * h * w;
             for (int oy = 0; oy < oh; oy++) {
@@ -1530,22 +1532,16 @@ AVX512 static void maxpool_values_avx512(float *out, const float *x, int c, int 
                     const float *row = plane + (size_t)y * w;
                     for (int kx = 0; kx < kw; kx++)
                         for (int bi = 0; bi < blocks; bi++) {
-                            const int b = base[bi][kx];
-                            __m512 v;
-                            if (sw == 1) {
-                                v = _mm512_maskz_loadu_ps(m0[bi][kx], row + b);
-                            } else {
-                                __m512 lo = _mm512_maskz_loadu_ps(m0[bi][kx], row + b);
-                                __m512 hi = _mm512_maskz_loadu_ps(m1[bi][kx], row + b + 16);
-                                v = _mm512_permutex2var_ps(lo, idx, hi);
-                            }
-                            nan[bi] |= valid[bi][kx] & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                            m[bi] = _mm512_mask_max_ps(m[bi], valid[bi][kx], v, m[bi]);
+                            const int b = t.base[bi][kx];
+                            const __m512 v =
+                                maxpool_tap(row + b, t.m0[bi][kx], t.m1[bi][kx], sw, idx);
+                            nan[bi] |= t.valid[bi][kx] & _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                            m[bi] = _mm512_mask_max_ps(m[bi], t.valid[bi][kx], v, m[bi]);
                         }
                 }
                 for (int bi = 0; bi < blocks; bi++)
                     _mm512_mask_storeu_ps(out + ((size_t)ci * oh + oy) * ow + o0 + 16 * bi,
-                                          live[bi], _mm512_mask_mov_ps(m[bi], nan[bi], qnan));
+                                          t.live[bi], _mm512_mask_mov_ps(m[bi], nan[bi], qnan));
             }
         }
     }
