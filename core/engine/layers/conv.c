@@ -941,10 +941,11 @@ static void ub_products(const float *ub, const struct conv_dims *d, const float 
 }
 
 /* WINOGRAD: u (a*a, F, C) = the filters transformed (or f->prep, made by conv_prep from the same
- * weights once for many calls: inference, a frozen layer); then chunk by chunk of images
- * (wino_chunk), v (a*a, C, T) = the chunk's T = n*tiles input tiles transformed, mm[xi] (F, T) =
- * u[xi] (F, C) v[xi] (C, T) for each of the a*a products of a tile, and the output transform
- * (nnlab/winograd.h) with the bias or the folded output pass. scratch: u, then v and mm.
+ * weights once for many calls: inference, a frozen layer; kept turned, ub_products); then chunk
+ * by chunk of images (wino_chunk), v (a*a, C, T) = the chunk's T = n*tiles input tiles
+ * transformed, mm[xi] (F, T) = u[xi] (F, C) v[xi] (C, T) for each of the a*a products of a tile,
+ * and the output transform (nnlab/winograd.h) with the bias or the folded output pass. scratch:
+ * u, then v and mm.
  *
  * A shard of one chunk whose u is larger than WINO_U floats (wino_block) takes v first,
  * then u by blocks of filters, each block's products mm[xi]'s rows right after its transform, so
@@ -1778,7 +1779,9 @@ static size_t conv_scratch(const struct nl_layer *l, int n)
 }
 
 /* Prepared weights (nl_prep): a Winograd layer's u, which its forward then reads instead of
- * making it in every call (forward_winograd), the same floats. */
+ * making it in every call (forward_winograd), kept turned in blocks (ub_products); or, for a
+ * layer whose one image is one product on few pixels (wt_turned), its weights turned the same
+ * way (wt_product). The same floats either way. */
 static size_t conv_prep_floats(const struct nl_layer *l)
 {
     struct conv_dims d;
