@@ -25,7 +25,10 @@
  * the lost worker ended on its host (kill -9 of its pid, when the host answers) and restarted
  * there over a new channel of the same SSH session while --max-restarts lasts, else dropped, and
  * a new generation set up for every member with the state after R. A worker that exits with
- * status 1 after saying why (a non-finite loss, say) is not a loss but the run's error.
+ * status 1 after saying why (a non-finite loss, say) is not a loss but the run's error. A send
+ * that fails is no loss while what the worker sent is still unread: a worker that ended (DONE,
+ * or why it stopped) closes its channel before the driver has read it all, and what it sent
+ * says whether the run is over.
  *
  * A loss during a recovery is recovered from in turn: a restarted worker lost before it says
  * where it listens is restarted again while restarts last; a member lost while the generation
@@ -196,6 +199,7 @@ struct peer {
     size_t line_fill;
     char last_line[512]; /* the last stderr line, for error messages */
     int eof;
+    int ended; /* its channel closed with frames unread: nothing more is sent to it */
     struct nl_follow_member fm; /* what the follower keeps of it (net/follow.h) */
     /* Liveness and recovery. */
     long pid;      /* the worker's process id on its host */
@@ -262,15 +266,37 @@ static int fault_complete(const struct peer *p)
     return p->faulted && p->fault_parts == 3;
 }
 
+static void vmark_dead(struct peer *p, const char *fmt, va_list ap)
+{
+    if (p->dead)
+        return;
+    p->dead = 1;
+    vsnprintf(p->why, sizeof p->why, fmt, ap);
+}
+
 static void mark_dead(struct peer *p, const char *fmt, ...) NL_PRINTF(2, 3);
 static void mark_dead(struct peer *p, const char *fmt, ...)
 {
     va_list ap;
-    if (p->dead)
-        return;
-    p->dead = 1;
     va_start(ap, fmt);
-    vsnprintf(p->why, sizeof p->why, fmt, ap);
+    vmark_dead(p, fmt, ap);
+    va_end(ap);
+}
+
+/* A send to p failed. A worker that has ended (it said DONE, or why it stops) closes its channel
+ * before the driver has read all it sent; while any of that is unread the failure says nothing
+ * yet: p gets nothing more, and serve() reads what it sent, then the channel's end. Otherwise p
+ * is lost, for the reason fmt gives. */
+static void send_failed(struct peer *p, const char *fmt, ...) NL_PRINTF(2, 3);
+static void send_failed(struct peer *p, const char *fmt, ...)
+{
+    if (ssh_channel_poll(p->r.ch, 0) > 0 || ssh_channel_poll(p->r.ch, 1) > 0) {
+        p->ended = 1;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vmark_dead(p, fmt, ap);
     va_end(ap);
 }
 
@@ -388,10 +414,11 @@ static void beat(struct run *run, const struct peer *except)
     run->last_beat = t;
     for (int i = 0; i < run->n; i++) {
         struct peer *p = &run->p[i];
-        if (p == except || !p->live || p->dead || p->fm.done || p->eof || !p->r.ch)
+        if (p == except || !p->live || p->dead || p->fm.done || p->eof || p->ended || !p->r.ch)
             continue;
         if (send_raw(p, NL_FRAME_HEARTBEAT, NULL, 0, NULL) < 0)
-            mark_dead(p, "worker lost (sending to it failed during step %ld)", p->fm.next_step + 1);
+            send_failed(p, "worker lost (sending to it failed during step %ld)",
+                        p->fm.next_step + 1);
     }
 }
 
@@ -450,10 +477,10 @@ static int link_send(void *ud, int i, uint32_t type, const void *pl, size_t len,
     struct run *run = ud;
     struct peer *p = &run->p[i];
     (void)err;
-    if (!p->live || p->dead || p->fm.done || p->eof || !p->r.ch)
+    if (!p->live || p->dead || p->fm.done || p->eof || p->ended || !p->r.ch)
         return 0;
     if (send_raw(p, type, pl, len, NULL) < 0)
-        mark_dead(p, "worker lost (sending to it failed after epoch %d)", run->f.epochs_done);
+        send_failed(p, "worker lost (sending to it failed after epoch %d)", run->f.epochs_done);
     return 0;
 }
 
@@ -896,9 +923,10 @@ static void call_off(struct run *run)
 {
     for (int i = 0; i < run->n; i++) {
         struct peer *p = &run->p[i];
-        if (!p->dead && !p->fm.done && p->gen == run->generation &&
+        if (!p->dead && !p->fm.done && !p->ended && p->gen == run->generation &&
             send_raw(p, NL_FRAME_ABORT, NULL, 0, NULL) < 0)
-            mark_dead(p, "worker lost (sending to it failed during step %ld)", p->fm.next_step + 1);
+            send_failed(p, "worker lost (sending to it failed during step %ld)",
+                        p->fm.next_step + 1);
     }
 }
 
@@ -1110,7 +1138,7 @@ static int restart(struct run *run, struct peer *p)
         keepalive_stop(&k);
         run->restarts++;
         p->pid = 0; /* the new worker's comes with its LISTEN */
-        p->eof = 0;
+        p->eof = p->ended = 0;
         p->fill = p->line_fill = 0;
         p->last_line[0] = '\0';
         if (rc2 == 0 && launch(run, p, &lerr) == 0 && read_listen(run, p, &lerr) == 0)

@@ -210,6 +210,30 @@ static void check_undisturbed(void)
     }
 }
 
+/* A worker that ends before the driver has read what it sent: the driver is stopped (SIGSTOP)
+ * after epoch 1 of 3 while its one worker trains on, says DONE and exits, so the channel closes
+ * with the last epochs' reports still unread. Continued, the driver cannot send its next
+ * heartbeat there; it must read what is there and finish the run, not call the worker lost. */
+static void check_ends_unread(void)
+{
+    long pids[8];
+    int left = 1;
+    pid_t pid = start("--json %s --hosts node1 --max-restarts 0 --name unread", train_args_for(3));
+    const int stopped = wait_for("\"event\":\"epoch\"", 1, NULL, 60) && kill(pid, SIGSTOP) == 0;
+    for (int i = 0; stopped && left && i < (int)(50 * atof(HEARTBEAT)); i++) {
+        usleep(10000);
+        left = sshd_worker_pids(&sd, pids, 8);
+    }
+    ok(stopped && !left, "the driver stopped after epoch 1; its one worker ended meanwhile");
+    usleep((useconds_t)(atof(HEARTBEAT) * 5e5)); /* its next heartbeat is due */
+    kill(pid, SIGCONT);
+    is_int(finish(pid), 0, "continued, the driver finishes the run: %s", errtext);
+    ok(!strstr(out, "\"event\":\"recovery\""), "no worker was lost");
+    double loss[8];
+    is_int(losses(loss, 8), 3, "all 3 epochs are reported");
+    ok(isfinite(done_value("test_accuracy")), "and the test accuracy");
+}
+
 /* SIGKILL one worker in the middle: restarted on its host, the run finishes. */
 static void check_killed_worker(void)
 {
@@ -566,6 +590,7 @@ int main(void)
     is_int(nnlab("import syn '%s/data' --val 0.1 --test 0.2", sd.dir), 0,
            "import a synthetic dataset");
 
+    check_ends_unread();
     check_undisturbed();
     check_killed_worker();
     check_no_optimizer_state();
