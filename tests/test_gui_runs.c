@@ -19,7 +19,8 @@
  *  - ticking two runs shows their settings side by side, the differing ones marked;
  *  - a cluster run's settings line names what --overlap auto chose, with both step times;
  *  - the Predict page's picker says each run's dataset and input; an image is described as
- *    converted, with a warning when it is far from the run's images (colour for a gray run);
+ *    converted, with a warning when it is far from the run's images (colour for a gray run), and
+ *    gets the classes and probabilities `nnlab predict` gives the file;
  *    a CSV run takes a row typed into fields named by the CSV's header, standardised as its
  *    batches were (the same class as the model gives the stored sample), and a field that is
  *    not a number is named; a regression run on a table with a categorical column and empty
@@ -310,6 +311,35 @@ static const char *pick_run(const char *run)
     if (dd)
         gtk_drop_down_set_selected(GTK_DROP_DOWN(dd), at);
     return dd ? label : NULL;
+}
+
+/* The last prediction's classes and probabilities are those `nnlab predict RUN FILE` gives, to
+ * the digits it prints. */
+static void predicted_as_cli(const char *run, const char *file)
+{
+    char *cli = NULL;
+    const char *label;
+    double prob;
+    GString *want = g_string_new(NULL), *got = g_string_new(NULL);
+
+    nnlab(&cli, "--json predict %s %s --top 5", run, file);
+    for (const char *at = cli; at && (at = strstr(at, "\"class\":\""));) {
+        char cls[32] = "", p[32] = "";
+        sscanf(at + 9, "%31[^\"]", cls);
+        const char *pr = strstr(at, "\"probability\":");
+        if (pr)
+            sscanf(pr + 14, "%31[^}]", p);
+        g_string_append_printf(want, "%s %s; ", cls, p);
+        at += 9;
+    }
+    for (int i = 0; (label = predict_page_class(nw()->predict, i, &prob)); i++)
+        g_string_append_printf(got, "%s %.6g; ", label, prob);
+    ok(want->len > 0 && strcmp(want->str, got->str) == 0,
+       "its top classes and probabilities are those `nnlab predict` gives the file (%s; %s)",
+       got->str, want->str);
+    g_string_free(want, TRUE);
+    g_string_free(got, TRUE);
+    g_free(cli);
 }
 
 /* The class the run's model gives the stored train sample whose features are v (2 values). */
@@ -1023,6 +1053,7 @@ int main(int argc, char **argv)
     note = predict_page_note(nw()->predict);
     ok(strstr(note, "Read as 28×28 gray") && !strstr(note, "may mean little"),
        "a gray image of the run's size is not warned of (%s)", oneline(note));
+    predicted_as_cli("run-a", png);
     label = pick_run("run-t");
     ok(label && strstr(label, "table, 2 features"), "a CSV run is offered with its features (%s)",
        label ? label : "run-t not offered");

@@ -1048,12 +1048,20 @@ gboolean predict_page_takes_text(NlPredictPage *p)
     return text_mode(p) && gtk_widget_get_visible(p->text_box);
 }
 
-/* The runs that have a checkpoint, newest first. */
 const char *predict_page_top(NlPredictPage *p)
 {
     return p->n > 0 ? p->labels[0] : p->value;
 }
 
+const char *predict_page_class(NlPredictPage *p, int i, double *prob)
+{
+    if (i < 0 || i >= p->n)
+        return NULL;
+    *prob = p->probs[i];
+    return p->labels[i];
+}
+
+/* The runs that have a checkpoint, newest first. */
 void predict_page_refresh(NlPredictPage *p)
 {
     struct nl_run_info *list;

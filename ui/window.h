@@ -168,6 +168,9 @@ NlPredictPage *nl_predict_page_new(NlWindow *w);
 void predict_page_refresh(NlPredictPage *p);
 /* The top class of the last prediction (a regression run: "target ≈ value"), or NULL. */
 const char *predict_page_top(NlPredictPage *p);
+/* For tests: the last prediction's i-th class, best first (its probability into *prob), or NULL
+ * past them and for a regression run. */
+const char *predict_page_class(NlPredictPage *p, int i, double *prob);
 /* For tests: the line under the verdict (how an image was converted, a warning, an error); the
  * picker's i-th label; the row's fields shown (0: an image run). */
 const char *predict_page_note(NlPredictPage *p);
