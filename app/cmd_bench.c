@@ -620,7 +620,8 @@ static int print_layers(const struct row *rows, int nrows, const struct bench_ar
                 snprintf(how, sizeof how, "runs inside %s",
                          nl_term_str(ib, sizeof ib, m->layers[in].name));
             else if (strcmp(l->ops->kind, "conv") == 0 || strcmp(l->ops->kind, "gconv") == 0)
-                snprintf(how, sizeof how, "%s", nl_lowering_name(lt[k].lower));
+                snprintf(how, sizeof how, "%s%s", nl_lowering_name(lt[k].lower),
+                         lt[k].turned ? ", products turned" : "");
             const double share = total > 0 ? (lt[k].forward_ms + lt[k].backward_ms) / total : 0;
             if (g.json) {
                 printf("%s{\"layer\":", k ? "," : "");

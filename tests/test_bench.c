@@ -164,6 +164,9 @@ int main(void)
          "\"runs_in\":\"conv1\",\"how\":\"runs inside conv1\"}",
          "in inference the batchnorm is folded into the convolution");
     like(out, "\"how\":\"Winograd F(2x2, 3x3)\"", "a convolution names its lowering");
+    like(out, "\"how\":\"Winograd F(2x2, 3x3), products turned\"",
+         "and in inference, where its prepared filters multiply few tiles, that its products run "
+         "turned");
     like(out,
          "{\"layer\":\"conv1\",\"kind\":\"conv\",\"in\":\"3x16x16\",\"out\":\"64x8x8\","
          "\"window\":\"7x7\",",

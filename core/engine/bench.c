@@ -579,6 +579,12 @@ int nl_bench_layers(struct nl_bench_train *out, struct nl_bench_layer *layers, i
         layers[i].lower = strcmp(l->ops->kind, "conv") == 0
                               ? nl_conv_forward_lowering(l, calls, !infer)
                               : l->lower;
+        int folded = 0; /* a batchnorm folded into it */
+        for (size_t j = i + 1; infer && j < nl; j++)
+            folded |= nl_exec_runs_in(x, (int)j, 0) == (int)i &&
+                      strcmp(m->layers[j].ops->kind, "batchnorm") == 0;
+        layers[i].turned = strcmp(l->ops->kind, "conv") == 0 &&
+                           nl_conv_forward_turned(l, calls, !infer, infer || l->frozen, folded);
         layers[i].forward_ms = timed > 0 ? seconds[2 * i] * 1e3 / (double)timed : 0.0;
         layers[i].backward_ms = timed > 0 ? seconds[2 * i + 1] * 1e3 / (double)timed : 0.0;
         layers[i].runs_in = nl_exec_runs_in(x, (int)i, (int)i >= team_from);

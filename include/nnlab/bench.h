@@ -75,6 +75,7 @@ struct nl_bench_layer {
     /* a conv layer's: the lowering its forward calls ran (nl_conv_forward_lowering on a
      * thread's samples a call) */
     enum nl_lowering lower;
+    int turned; /* and whether it multiplies turned (nl_conv_forward_turned) */
 };
 int nl_bench_layers(struct nl_bench_train *out, struct nl_bench_layer *layers, int infer,
                     struct nl_model *m, const struct nl_dataset *d, int batch, int threads,

@@ -62,6 +62,10 @@ struct nl_layer;
  * or per shard; the shard lowerings on fewer samples than they fill; the phase planes' layer by
  * bands of rows, one GEMM per image. */
 enum nl_lowering nl_conv_forward_lowering(const struct nl_layer *l, int n, int training);
+/* Whether that forward multiplies turned (out^T = cols^T W^T, or Winograd's mm^T = v^T u^T),
+ * from weights prepared once (inference, a frozen layer: prepared) and, for one GEMM per image,
+ * with no bias to add in the product (none, or a batchnorm folded in: folded). */
+int nl_conv_forward_turned(const struct nl_layer *l, int n, int training, int prepared, int folded);
 
 enum nl_init {
     NL_INIT_DEFAULT = 0, /* weights: Xavier; biases: zero */

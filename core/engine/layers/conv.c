@@ -1151,6 +1151,21 @@ enum nl_lowering nl_conv_forward_lowering(const struct nl_layer *l, int n, int t
     return runs == NL_LOWER_PHASES && band_rows(&d) < d.win.oh ? NL_LOWER_SAMPLE : runs;
 }
 
+int nl_conv_forward_turned(const struct nl_layer *l, int n, int training, int prepared, int folded)
+{
+    struct conv_dims d;
+    struct nl_s2 s2;
+    const struct nl_fwd f = {.n = n, .training = training};
+
+    if (!prepared)
+        return 0;
+    conv_dims(l, &d, &s2);
+    const enum nl_lowering runs = forward_runs(l, &f, &d);
+    if (runs == NL_LOWER_WINOGRAD || runs == NL_LOWER_WINOGRAD2)
+        return ub_turned(wino_chunk(&d.wino, n) * d.wino.tiles);
+    return runs_sample(l, &f, &d) && wt_turned(l, &d) && (folded || l->no_bias);
+}
+
 /* A part of a split call (nl_exec_forward_split: one image, part of parts out of training)
  * computes the output rows [y0, y1) of nl_block_range(OH, 1, part, parts) where the image goes
  * through forward_sample, unrolls columns and its plane has at least twice as many pixels as
