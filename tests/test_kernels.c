@@ -1337,6 +1337,44 @@ static void test_wino_twins(int m, int n, int c, int h, int w, int f, int ph, in
            m, m, c / 3, c / 3, c, c, h, w, c);
         free(vb);
     }
+    if (n == 1 && p.tiles / p.tiles_x >= 2) {
+        /* Bands of tile rows (a split call's parts): each band planned with its origin moved by
+         * the padding, its input transform the whole one's tiles of those rows, and its output
+         * transform (nl_wino.op) into its rows of the whole output, both paths: the whole
+         * calls' floats, bit for bit. */
+        const int ty = p.tiles / p.tiles_x, bands = ty >= 3 ? 3 : 2;
+        float *vb = floats(nv), *mb = floats(nm), *yb = floats(nout), *yw = floats(nout);
+        int same_in = 1, same_out = 1;
+        for (int naive = 0; naive <= 1; naive++) {
+            (naive ? nl_wino_output_naive : nl_wino_output)(yw, mm, bias, NULL, NULL, 0, 1, &p);
+            fill_value(yb, nout, NAN);
+            for (int b = 0; b < bands; b++) {
+                const int r0 = ty * b / bands, r1 = ty * (b + 1) / bands;
+                const int y0 = r0 * m, y1 = r1 * m < oh ? r1 * m : oh;
+                struct nl_wino q;
+                nl_wino_plan(&q, m, c, h, w, f, ph - y0, pw, y1 - y0, ow);
+                q.op = oh * ow;
+                const size_t bt = (size_t)q.tiles, t0 = (size_t)r0 * p.tiles_x;
+                (naive ? nl_wino_input_naive : nl_wino_input)(vb, x, 1, &q);
+                for (size_t row = 0; row < aa * (size_t)c; row++)
+                    same_in &= memcmp(vb + row * bt, v[naive ? 0 : 1] + row * tt + t0,
+                                      bt * sizeof *vb) == 0;
+                for (size_t row = 0; row < aa * (size_t)f; row++)
+                    memcpy(mb + row * bt, mm + row * tt + t0, bt * sizeof *mb);
+                (naive ? nl_wino_output_naive : nl_wino_output)(yb + (size_t)y0 * ow, mb, bias,
+                                                                NULL, NULL, 0, 1, &q);
+            }
+            same_out &= memcmp(yb, yw, nout * sizeof *yb) == 0;
+        }
+        ok(same_in && same_out,
+           "F(%dx%d) on %dx%dx%d, %d filters, pad %d: %d bands of tile rows, input and output "
+           "transforms (origin moved, op), both paths: the whole calls' floats",
+           m, m, c, h, w, f, ph, bands);
+        free(vb);
+        free(mb);
+        free(yb);
+        free(yw);
+    }
     /* The transposed input transform: the vector path (where it takes the shape) has
      * nl_wino_input's values to the bit, each matrix transposed, and the naive twin the naive
      * transform's. */

@@ -116,6 +116,13 @@ static size_t v_rows(const struct nl_wino *p)
     return p->vc > 0 ? (size_t)p->vc : (size_t)p->c;
 }
 
+/* The output's channel plane: p->op where the output transform writes a band of a taller
+ * output, else oh*ow. */
+static size_t out_plane(const struct nl_wino *p)
+{
+    return p->op > 0 ? (size_t)p->op : (size_t)p->oh * p->ow;
+}
+
 static const float *table_b(const struct nl_wino *p)
 {
     return p->m == 4 ? bt4 : bt2;
@@ -294,7 +301,7 @@ void nl_wino_output_naive(float *out, const float *mm, const float *bias, const 
                           const float *shift, int act, int n, const struct nl_wino *p)
 {
     const int a = p->a, m = p->m;
-    const size_t tt = (size_t)n * p->tiles, plane = (size_t)p->oh * p->ow;
+    const size_t tt = (size_t)n * p->tiles, plane = out_plane(p);
     float x[36], y[16];
 
     for (int s = 0; s < n; s++)
@@ -665,7 +672,7 @@ AVX512 INLINE void output_avx512(float *out, const float *mm, const float *bias,
                                  const int m, const float *at)
 {
     const int a = m + 2, tt = n * p->tiles;
-    const size_t plane = (size_t)p->oh * p->ow;
+    const size_t plane = out_plane(p);
     struct group g;
     __m512 x[36], y[16];
 
@@ -702,7 +709,7 @@ AVX512 INLINE void output_rows_avx512(float *out, const float *mm, const float *
                                       const struct nl_wino *p, const int m, const float *at)
 {
     const int a = m + 2, tt = n * p->tiles, tiles_y = p->tiles / p->tiles_x;
-    const size_t plane = (size_t)p->oh * p->ow;
+    const size_t plane = out_plane(p);
     const __mmask16 tx_live = first_lanes(p->tiles_x), lo = first_lanes(p->ow),
                     hi = first_lanes(p->ow - 16);
     __m512i spread[2][6];
@@ -1002,7 +1009,7 @@ AVX512 INLINE void output_stack_avx512(float *out, const float *mm, const float 
                                        const int rows, const int halves)
 {
     const int a = m + 2, tt = n * p->tiles, span = rows * p->tiles_x;
-    const size_t plane = (size_t)p->oh * p->ow;
+    const size_t plane = out_plane(p);
     __m512i spread[4][2][6];
     __mmask16 takes[2][6], cols[2];
     __m512 x[36], y[16];
@@ -1452,7 +1459,7 @@ void nl_wino_input_adjoint_set_naive(float *din, const float *dv, int n, const s
 void nl_wino_output(float *out, const float *mm, const float *bias, const float *scale,
                     const float *shift, int act, int n, const struct nl_wino *p)
 {
-    if (!vector_fits((size_t)n * p->f * p->oh * p->ow))
+    if (!vector_fits((size_t)n * p->f * out_plane(p)))
         nl_wino_output_naive(out, mm, bias, scale, shift, act, n, p);
     else if (p->m == 4)
         output4(out, mm, bias, scale, shift, act, n, p);

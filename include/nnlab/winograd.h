@@ -44,6 +44,11 @@ struct nl_wino {
      * products of few tiles write it (core/engine/layers/conv.c); 0 (nl_wino_plan): (F, T).
      * Only nl_wino_output and its naive twin read it. */
     int mt;
+    /* The output's channel plane where the transform writes a band of rows of a taller output (a
+     * split call's part: out points at the band's first row, and the band's origin is moved by
+     * the padding, ph less the band's first row); 0 (nl_wino_plan): oh*ow. Only nl_wino_output
+     * and its naive twin read it, and only with n = 1. */
+    int op;
 };
 
 /* Fills p for a 3x3 stride-1 convolution whose output plane is oh x ow; m is 2 or 4. */

@@ -1072,6 +1072,59 @@ static void forward_winograd_split(const struct nl_fwd *f, const struct conv_dim
                    f->scale ? f->scale + f0 : NULL, f->shift ? f->shift + f0 : NULL, f->act, 1, &q);
 }
 
+/* Whether a split call's WINOGRAD on one image goes by bands of tile rows
+ * (forward_winograd_bands) rather than by channels and then filters (forward_winograd_split):
+ * where an image's transformed tiles and their products, a*a*T*(C + F) floats, are at least
+ * half of u, a*a*F*C, and the part's band fits its scratch. By filters, each part reads half of
+ * u but the whole of v, half of it written by the other core; by bands, each part reads all of
+ * u, read-only, and nothing the other part wrote but the rows around its band. Two threads
+ * each running four such layers in a chain, in turn (a small program; one image, u prepared,
+ * products by nl_sgemm_rows, each part's output rows copied into place; AMD EPYC of README's
+ * figures, 2026-11-29): 64 channels on 56x56 (ResNet-18's layer1 at 3x224x224) 459 to 485 us a
+ * layer by bands against 648 to 656 by filters; 128 on 28x28 (layer2) 312 to 340 against 389 to
+ * 403; 256 on 14x14 (layer3) 949 to 972 against 561 to 567. In the network (one image at 224 on
+ * two threads, `nnlab bench --layers`, four rounds alternating), layer1's and layer2's seven
+ * layers 2.79 to 3.50 ms against 2.86 to 4.64: the same in the host's good spells, 14% less in
+ * its slow ones, where moving data between the cores costs most. */
+static int wino_bands(const struct nl_layer *l, const struct conv_dims *d, int parts)
+{
+    const struct nl_wino *p = &d->wino;
+    const size_t aa = (size_t)p->a * p->a, tiles = (size_t)p->tiles;
+    const size_t u = aa * (size_t)d->f * p->c, vm = aa * tiles * ((size_t)p->c + d->f);
+
+    return p->tiles / p->tiles_x >= parts && 2 * vm >= u && vm <= conv_scratch(l, 1);
+}
+
+/* A split call's WINOGRAD on one image with prepared u, by bands (wino_bands): each part takes
+ * the rows of output tiles [r0, r1) of nl_block_range(tile rows, 1, part, parts) for every
+ * filter: its tiles' input transform (the band's origin moved by the padding, so that it reads
+ * the image rows around it), their products and the output transform into its rows of out
+ * (nl_wino.op), v and mm in its own scratch. No part waits for another. Each tile's values, its
+ * products (one chain of fused multiply-adds over C in order) and its outputs are the whole
+ * call's: the same floats. */
+static void forward_winograd_bands(const struct nl_fwd *f, const struct conv_dims *d)
+{
+    const struct nl_wino *p = &d->wino;
+    const int aa = p->a * p->a;
+    size_t r0, r1;
+
+    nl_block_range((size_t)(p->tiles / p->tiles_x), 1, f->part, f->parts, &r0, &r1);
+    if (r0 >= r1)
+        return;
+    const int y0 = (int)r0 * p->m, y1 = (int)r1 * p->m < p->oh ? (int)r1 * p->m : p->oh;
+    struct nl_wino q;
+    nl_wino_plan(&q, p->m, p->c, p->h, p->w, d->f, p->ph - y0, p->pw, y1 - y0, p->ow);
+    q.op = p->oh * p->ow;
+    const int tt = q.tiles, turned = ub_turned(tt);
+    const size_t ct = (size_t)p->c * tt, ft = (size_t)d->f * tt;
+    float *v = f->scratch, *mm = v + aa * ct;
+    q.mt = turned ? d->f : 0;
+    nl_wino_input(v, f->in[0], 1, &q);
+    ub_products(f->prep, d, v, ct, tt, d->uf0, d->uf0 + d->f, mm, ft, turned, d->f);
+    nl_wino_output(f->out + (size_t)y0 * p->ow, mm, f->scale || !d->bias ? NULL : d->bias, f->scale,
+                   f->shift, f->act, 1, &q);
+}
+
 /* PLANE2: out (n, F, 2, 2) by nl_conv_plane2, with the bias or then the folded output pass. */
 static void forward_plane2(const struct nl_layer *l, const struct nl_fwd *f,
                            const struct conv_dims *d)
@@ -1173,8 +1226,10 @@ int nl_conv_forward_turned(const struct nl_layer *l, int n, int training, int pr
  * computes the filters [f0, f1) of nl_block_range(F, 16, part, parts) by the layer's lowering,
  * as a layer of those filters alone: their weights, bias, folded scale and shift, output
  * channels, and prepared u's rows (d.ufc apart); its input transform or unrolling is every
- * part's, made again in each part's scratch. Each output is the whole call's sum. A split call
- * of more than one image runs whole on part 0. */
+ * part's, made again in each part's scratch; but a Winograd layer's one image with prepared u
+ * goes by bands of tile rows (forward_winograd_bands) or by channels and then filters
+ * (forward_winograd_split), as wino_bands says. Each output is the whole call's sum. A split
+ * call of more than one image runs whole on part 0. */
 static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
 {
     struct conv_dims d;
@@ -1200,7 +1255,10 @@ static void conv_forward(const struct nl_layer *l, const struct nl_fwd *f)
     const enum nl_lowering runs = forward_runs(l, f, &d);
     if (f->parts > 1 && !f->training && f->n == 1 && f->prep && f->sync &&
         (runs == NL_LOWER_WINOGRAD || runs == NL_LOWER_WINOGRAD2)) {
-        forward_winograd_split(f, &d);
+        if (wino_bands(l, &d, f->parts))
+            forward_winograd_bands(f, &d);
+        else
+            forward_winograd_split(f, &d);
         return;
     }
     if (f->parts > 1 && !f->training) {
