@@ -709,7 +709,7 @@ int main(int argc, char **argv)
     if (!bin)
         skip_all("NNLAB_BIN is not set");
 
-    plan(110);
+    plan(111);
     char data_dir[700], spec[700];
     snprintf(db, sizeof db, "%s/nnlab.db", gui_tmp);
     snprintf(spec, sizeof spec, "%s/small.nn", gui_tmp);
